@@ -1,0 +1,28 @@
+//! # segment-format
+//!
+//! Bytes on disk <-> typed values for everything a Kafka broker keeps in a log
+//! directory: record batches (magic 2 and legacy 0/1), records, the offset, time
+//! and transaction indexes, text checkpoints, `partition.metadata`, producer-state
+//! snapshots, and the naming of partition directories and segment files.
+//!
+//! It also validates (the engine behind `segmirror verify`) and writes
+//! (a byte-exact partition writer used by tests, the demo and benchmarks).
+//!
+//! ## Invariants
+//! - Synchronous and policy-free: it reads and writes the files it is given.
+//! - Hostile input never panics and never drives an allocation from an unchecked
+//!   length field; reads never go past the end of a file.
+//! - Every error names the file, the byte position and, where known, the offset
+//!   ([`Error`]). *Incomplete* (a partial trailing batch, normal in an active
+//!   segment) is distinct from *corrupt*.
+//!
+//! ## Crash behaviour
+//! Readers are side-effect free. Writers of small files (checkpoints, metadata)
+//! write a temporary file, fsync, rename and fsync the directory, as Kafka does.
+
+pub mod batch;
+pub mod error;
+pub mod report;
+pub mod varint;
+
+pub use error::{Defect, Error, IndexKind, ParseError, Result};
