@@ -49,8 +49,13 @@ pub enum Compression {
 }
 
 impl Compression {
-    pub const ALL: [Compression; 5] =
-        [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
+    pub const ALL: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
 
     pub fn from_id(id: u8) -> Option<Self> {
         Some(match id {
@@ -275,10 +280,17 @@ pub fn read_frame_prefix(buf: &[u8]) -> Result<FramePrefix, ParseError> {
         return Err(ParseError::Corrupt {
             position: 8,
             offset: Some(base_offset),
-            defect: Defect::BadLength { field: "batch length", value: i64::from(length) },
+            defect: Defect::BadLength {
+                field: "batch length",
+                value: i64::from(length),
+            },
         });
     }
-    Ok(FramePrefix { base_offset, length, magic })
+    Ok(FramePrefix {
+        base_offset,
+        length,
+        magic,
+    })
 }
 
 /// Parse a magic-2 batch header from the start of `buf` (which may hold more
@@ -298,7 +310,10 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, ParseError> {
         return Err(ParseError::Corrupt {
             position: 8,
             offset: Some(prefix.base_offset),
-            defect: Defect::BadLength { field: "batch length", value: i64::from(prefix.length) },
+            defect: Defect::BadLength {
+                field: "batch length",
+                value: i64::from(prefix.length),
+            },
         });
     }
     if (buf.len() as u64) < size {
@@ -338,7 +353,10 @@ pub fn verify_crc(batch: &[u8], header: &BatchHeader) -> Result<(), ParseError> 
         return Err(ParseError::Corrupt {
             position: CRC_OFFSET as u64,
             offset: Some(header.base_offset),
-            defect: Defect::CrcMismatch { stored: header.crc, computed },
+            defect: Defect::CrcMismatch {
+                stored: header.crc,
+                computed,
+            },
         });
     }
     Ok(())

@@ -33,7 +33,11 @@ pub enum Defect {
     /// Batch offsets do not increase, or lie outside the segment's range.
     OffsetOutOfOrder { previous: i64, found: i64 },
     /// Batch offset below the segment base offset or at/after the next segment's base.
-    OffsetOutsideSegment { base_offset: i64, next_base_offset: Option<i64>, found: i64 },
+    OffsetOutsideSegment {
+        base_offset: i64,
+        next_base_offset: Option<i64>,
+        found: i64,
+    },
     /// lastOffset - baseOffset of the segment does not fit in an i32.
     OffsetOverflow { base_offset: i64, found: i64 },
     /// Bytes after the last complete batch (anywhere but the newest segment's tail).
@@ -91,11 +95,12 @@ impl fmt::Display for Defect {
             Defect::OffsetOutOfOrder { previous, found } => {
                 write!(f, "offsets not increasing: offset {found} follows {previous}")
             }
-            Defect::OffsetOutsideSegment { base_offset, next_base_offset, found } => match next_base_offset {
-                Some(next) => write!(
-                    f,
-                    "offset {found} outside segment range [{base_offset}, {next})"
-                ),
+            Defect::OffsetOutsideSegment {
+                base_offset,
+                next_base_offset,
+                found,
+            } => match next_base_offset {
+                Some(next) => write!(f, "offset {found} outside segment range [{base_offset}, {next})"),
                 None => write!(f, "offset {found} below segment base offset {base_offset}"),
             },
             Defect::OffsetOverflow { base_offset, found } => write!(
@@ -161,11 +166,19 @@ impl fmt::Display for OffsetSuffix {
 
 impl Error {
     pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
-        Error::Io { path: path.as_ref().to_path_buf(), source }
+        Error::Io {
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
     }
 
     pub fn corrupt(path: impl AsRef<Path>, position: u64, offset: Option<i64>, defect: Defect) -> Self {
-        Error::Corrupt { path: path.as_ref().to_path_buf(), position, offset, defect }
+        Error::Corrupt {
+            path: path.as_ref().to_path_buf(),
+            position,
+            offset,
+            defect,
+        }
     }
 
     /// True for [`Error::Incomplete`]: more bytes may still arrive.
@@ -193,8 +206,17 @@ impl Error {
 /// file it came from: the caller attaches the path with [`ParseError::at`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParseError {
-    Corrupt { position: u64, offset: Option<i64>, defect: Defect },
-    Incomplete { position: u64, offset: Option<i64>, needed: u64, available: u64 },
+    Corrupt {
+        position: u64,
+        offset: Option<i64>,
+        defect: Defect,
+    },
+    Incomplete {
+        position: u64,
+        offset: Option<i64>,
+        needed: u64,
+        available: u64,
+    },
 }
 
 impl ParseError {
@@ -202,22 +224,54 @@ impl ParseError {
     pub fn at(self, path: impl AsRef<Path>) -> Error {
         let path = path.as_ref().to_path_buf();
         match self {
-            ParseError::Corrupt { position, offset, defect } => Error::Corrupt { path, position, offset, defect },
-            ParseError::Incomplete { position, offset, needed, available } => {
-                Error::Incomplete { path, position, offset, needed, available }
-            }
+            ParseError::Corrupt {
+                position,
+                offset,
+                defect,
+            } => Error::Corrupt {
+                path,
+                position,
+                offset,
+                defect,
+            },
+            ParseError::Incomplete {
+                position,
+                offset,
+                needed,
+                available,
+            } => Error::Incomplete {
+                path,
+                position,
+                offset,
+                needed,
+                available,
+            },
         }
     }
 
     /// Shift the position by `base` (a parser that ran on a sub-slice).
     pub fn shifted(self, base: u64) -> Self {
         match self {
-            ParseError::Corrupt { position, offset, defect } => {
-                ParseError::Corrupt { position: position + base, offset, defect }
-            }
-            ParseError::Incomplete { position, offset, needed, available } => {
-                ParseError::Incomplete { position: position + base, offset, needed, available }
-            }
+            ParseError::Corrupt {
+                position,
+                offset,
+                defect,
+            } => ParseError::Corrupt {
+                position: position + base,
+                offset,
+                defect,
+            },
+            ParseError::Incomplete {
+                position,
+                offset,
+                needed,
+                available,
+            } => ParseError::Incomplete {
+                position: position + base,
+                offset,
+                needed,
+                available,
+            },
         }
     }
 

@@ -28,32 +28,65 @@ pub struct Finding {
 
 impl Finding {
     pub fn error(path: impl AsRef<Path>, position: Option<u64>, offset: Option<i64>, defect: Defect) -> Self {
-        Finding { severity: Severity::Error, path: path.as_ref().to_path_buf(), position, offset, defect }
+        Finding {
+            severity: Severity::Error,
+            path: path.as_ref().to_path_buf(),
+            position,
+            offset,
+            defect,
+        }
     }
 
     pub fn warning(path: impl AsRef<Path>, position: Option<u64>, offset: Option<i64>, defect: Defect) -> Self {
-        Finding { severity: Severity::Warning, path: path.as_ref().to_path_buf(), position, offset, defect }
+        Finding {
+            severity: Severity::Warning,
+            path: path.as_ref().to_path_buf(),
+            position,
+            offset,
+            defect,
+        }
     }
 
     /// Turn a crate error into an error finding. I/O errors and bad names become
     /// [`Defect::Other`] with the message.
     pub fn from_error(err: &Error) -> Self {
         match err {
-            Error::Corrupt { path, position, offset, defect } => {
-                Finding::error(path, Some(*position), *offset, defect.clone())
-            }
-            Error::Incomplete { path, position, offset, needed, available } => Finding::error(
+            Error::Corrupt {
+                path,
+                position,
+                offset,
+                defect,
+            } => Finding::error(path, Some(*position), *offset, defect.clone()),
+            Error::Incomplete {
+                path,
+                position,
+                offset,
+                needed,
+                available,
+            } => Finding::error(
                 path,
                 Some(*position),
                 *offset,
-                Defect::Other { message: format!("incomplete: need {needed} bytes, {available} available") },
+                Defect::Other {
+                    message: format!("incomplete: need {needed} bytes, {available} available"),
+                },
             ),
-            Error::BadName { path, reason } => {
-                Finding::error(path, None, None, Defect::Other { message: reason.clone() })
-            }
-            Error::Io { path, source } => {
-                Finding::error(path, None, None, Defect::Other { message: format!("I/O error: {source}") })
-            }
+            Error::BadName { path, reason } => Finding::error(
+                path,
+                None,
+                None,
+                Defect::Other {
+                    message: reason.clone(),
+                },
+            ),
+            Error::Io { path, source } => Finding::error(
+                path,
+                None,
+                None,
+                Defect::Other {
+                    message: format!("I/O error: {source}"),
+                },
+            ),
         }
     }
 }

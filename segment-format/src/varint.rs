@@ -99,7 +99,14 @@ mod tests {
     #[test]
     fn known_encodings() {
         // Kafka: 0 -> 00, -1 -> 01, 1 -> 02, 63 -> 7e, -64 -> 7f, 64 -> 80 01
-        for (v, bytes) in [(0, vec![0u8]), (-1, vec![1]), (1, vec![2]), (63, vec![0x7e]), (-64, vec![0x7f]), (64, vec![0x80, 1])] {
+        for (v, bytes) in [
+            (0, vec![0u8]),
+            (-1, vec![1]),
+            (1, vec![2]),
+            (63, vec![0x7e]),
+            (-64, vec![0x7f]),
+            (64, vec![0x80, 1]),
+        ] {
             let mut out = Vec::new();
             write_varint(&mut out, v);
             assert_eq!(out, bytes, "value {v}");
