@@ -21,8 +21,21 @@
 //! write a temporary file, fsync, rename and fsync the directory, as Kafka does.
 
 pub mod batch;
+pub mod checkpoint;
+pub mod compression;
+pub mod control;
+pub mod dir;
+pub mod durable;
 pub mod error;
+pub mod index;
+pub mod legacy;
+pub mod log;
+pub mod partition_metadata;
+pub mod record;
 pub mod report;
+pub mod snapshot;
+pub mod txn_index;
 pub mod varint;
 
 pub use error::{Defect, Error, IndexKind, ParseError, Result};
+pub mod verify;

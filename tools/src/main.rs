@@ -1,1 +1,62 @@
-fn main() {}
+//! `segmirror`: the command line. Argument parsing and output only; the work is
+//! done by the library crates. One module per subcommand under `cmd/`.
+//!
+//! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found,
+//! 2 usage or I/O error.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod progress;
+
+/// Physical replication of Apache Kafka partitions: ships the broker's own log
+/// segments byte for byte, so every record keeps its offset.
+#[derive(Parser)]
+#[command(name = "segmirror", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check log dirs, partition dirs or single segment files for corruption.
+    Verify(cmd::verify::Args),
+    /// Write sample Kafka partition directories (every codec, transactions, gaps).
+    Generate(cmd::generate::Args),
+    /// Run the main job on embedded defaults: generate a sample partition set and verify it.
+    Demo(cmd::demo::Args),
+}
+
+/// Exit status meaning "usage or I/O error".
+pub const EXIT_USAGE_OR_IO: u8 = 2;
+/// Exit status meaning "corruption found".
+pub const EXIT_CORRUPT: u8 = 1;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SEGMIRROR_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_USAGE_OR_IO) } else { ExitCode::SUCCESS };
+        }
+    };
+    let result = match cli.command {
+        Command::Verify(args) => cmd::verify::run(args),
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("segmirror: error: {e:#}");
+            ExitCode::from(EXIT_USAGE_OR_IO)
+        }
+    }
+}

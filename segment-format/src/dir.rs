@@ -1,0 +1,961 @@
+//! Names in a Kafka log directory: partition directories, segment files and the
+//! files that sit beside them.
+//!
+//! A replicator must know which files are live data (segments and their indexes,
+//! snapshots, checkpoints), which are in-flight broker work that must never be
+//! shipped (`.deleted`, `.cleaned`, `.swap`, `.tmp`), and which are foreign. The
+//! rules follow Kafka: `LocalLog.parseTopicPartitionName` for directory names (the
+//! partition number follows the **last** `-`; `-delete`/`-future`/`-stray` names
+//! carry a `.<uniqueId>` before the suffix), `LogFileUtils` for file names (base
+//! offset zero-padded to 20 digits) and `Topic.java` for topic legality.
+//!
+//! Listing never fails because of a strange name: unknown entries are returned as
+//! [`Finding`]s, with severity `Error` when the broker itself would refuse to start
+//! (a sub-directory whose name does not parse, a `*.log` whose prefix is not a
+//! number) and `Warning` otherwise.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Defect, Error, Result};
+use crate::report::Finding;
+
+/// Width of the zero-padded base offset in segment file names.
+pub const OFFSET_DIGITS: usize = 20;
+/// Longest legal topic name (`Topic.MAX_NAME_LENGTH`).
+pub const MAX_TOPIC_LENGTH: usize = 249;
+/// Per-partition epoch checkpoint.
+pub const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
+/// Per-partition topic id file.
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
+/// Log-dir identity file.
+pub const META_PROPERTIES_FILE: &str = "meta.properties";
+/// Log-dir lock file.
+pub const LOCK_FILE: &str = ".lock";
+/// Clean-shutdown marker (`CleanShutdownFileHandler`).
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+/// Root checkpoint: first offset per partition not known to be flushed.
+pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
+/// Root checkpoint: log start offsets.
+pub const LOG_START_OFFSET_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
+/// Root checkpoint: high watermarks.
+pub const REPLICATION_OFFSET_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
+/// Root checkpoint: the log cleaner's first dirty offsets.
+pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+/// KRaft bootstrap metadata (metadata log dir only).
+pub const BOOTSTRAP_CHECKPOINT_FILE: &str = "bootstrap.checkpoint";
+/// The KRaft metadata log's partition directory.
+pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
+/// Tiered-storage index cache, skipped by the broker when loading logs.
+pub const REMOTE_LOG_INDEX_CACHE_DIR: &str = "remote-log-index-cache";
+/// Suffix of files staged by an atomic rewrite.
+pub const TMP_SUFFIX: &str = ".tmp";
+
+/// The files of one segment (and the producer snapshot), by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SegmentFileKind {
+    Log,
+    Index,
+    TimeIndex,
+    TxnIndex,
+    Snapshot,
+}
+
+impl SegmentFileKind {
+    pub const ALL: [SegmentFileKind; 5] = [
+        SegmentFileKind::Log,
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+        SegmentFileKind::TxnIndex,
+        SegmentFileKind::Snapshot,
+    ];
+
+    /// Extension without the dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            SegmentFileKind::Log => "log",
+            SegmentFileKind::Index => "index",
+            SegmentFileKind::TimeIndex => "timeindex",
+            SegmentFileKind::TxnIndex => "txnindex",
+            SegmentFileKind::Snapshot => "snapshot",
+        }
+    }
+
+    pub fn from_extension(ext: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.extension() == ext)
+    }
+}
+
+/// `<20-digit base offset>.<ext>`, as `LogFileUtils.filenamePrefixFromOffset` builds it.
+/// Base offsets are never negative in Kafka; a negative value is formatted with a sign.
+pub fn segment_file_name(base_offset: i64, kind: SegmentFileKind) -> String {
+    format!("{base_offset:0width$}.{}", kind.extension(), width = OFFSET_DIGITS)
+}
+
+/// Suffixes of files the broker is in the middle of deleting or replacing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransientSuffix {
+    /// Renamed for asynchronous deletion; deleted at the next load.
+    Deleted,
+    /// Cleaner or split output not yet swapped in; deleted at the next load.
+    Cleaned,
+    /// Being swapped in; completed (or discarded) at the next load.
+    Swap,
+}
+
+impl TransientSuffix {
+    pub fn suffix(self) -> &'static str {
+        match self {
+            TransientSuffix::Deleted => ".deleted",
+            TransientSuffix::Cleaned => ".cleaned",
+            TransientSuffix::Swap => ".swap",
+        }
+    }
+}
+
+/// What a file inside a partition directory is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionFile {
+    /// A live segment file or producer snapshot.
+    Segment {
+        base_offset: i64,
+        kind: SegmentFileKind,
+    },
+    /// A segment file in transit: never a live segment, never to be shipped.
+    Transient {
+        base_offset: i64,
+        kind: SegmentFileKind,
+        suffix: TransientSuffix,
+    },
+    LeaderEpochCheckpoint,
+    PartitionMetadata,
+    /// `<name>.tmp`, the staging file of an atomic rewrite of `target`.
+    Temp {
+        target: String,
+    },
+    /// Anything else. `fatal` when the broker would abort loading because of it
+    /// (it ends in a segment extension but its prefix is not a number).
+    Unknown {
+        fatal: bool,
+    },
+}
+
+/// Parse `<digits>.<ext>` with exactly [`OFFSET_DIGITS`] digits.
+fn parse_offset_prefix(name: &str) -> Option<(i64, &str)> {
+    let (prefix, rest) = name.split_once('.')?;
+    if prefix.len() != OFFSET_DIGITS || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((prefix.parse().ok()?, rest))
+}
+
+/// Classify a file name found in a partition directory.
+pub fn classify_partition_file(name: &str) -> PartitionFile {
+    match name {
+        LEADER_EPOCH_CHECKPOINT_FILE => return PartitionFile::LeaderEpochCheckpoint,
+        PARTITION_METADATA_FILE => return PartitionFile::PartitionMetadata,
+        _ => {}
+    }
+    if let Some(target) = name.strip_suffix(TMP_SUFFIX) {
+        if !target.is_empty() {
+            return PartitionFile::Temp {
+                target: target.to_string(),
+            };
+        }
+    }
+    if let Some((base_offset, rest)) = parse_offset_prefix(name) {
+        if let Some(kind) = SegmentFileKind::from_extension(rest) {
+            return PartitionFile::Segment { base_offset, kind };
+        }
+        for suffix in [
+            TransientSuffix::Deleted,
+            TransientSuffix::Cleaned,
+            TransientSuffix::Swap,
+        ] {
+            if let Some(kind) = rest
+                .strip_suffix(suffix.suffix())
+                .and_then(SegmentFileKind::from_extension)
+            {
+                return PartitionFile::Transient {
+                    base_offset,
+                    kind,
+                    suffix,
+                };
+            }
+        }
+    }
+    // `LogLoader` and `ProducerStateManager` call `Long.parseLong` on the prefix of
+    // every file with a segment extension: a non-numeric prefix aborts the load.
+    let fatal = SegmentFileKind::ALL.into_iter().any(|k| {
+        name.strip_suffix(k.extension())
+            .and_then(|s| s.strip_suffix('.'))
+            .is_some_and(|prefix| {
+                let prefix = prefix.split('.').next().unwrap_or(prefix);
+                prefix.parse::<i64>().is_err()
+            })
+    });
+    PartitionFile::Unknown { fatal }
+}
+
+/// Why a partition directory exists, from its name's suffix.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DirKind {
+    /// `<topic>-<partition>`.
+    Normal,
+    /// `<topic>-<partition>.<uniqueId>-delete`: scheduled for deletion.
+    Delete { unique_id: String },
+    /// `<topic>-<partition>.<uniqueId>-future`: target of an intra-broker move.
+    Future { unique_id: String },
+    /// `<topic>-<partition>.<uniqueId>-stray`: a KRaft replica the broker set aside.
+    Stray { unique_id: String },
+}
+
+impl DirKind {
+    fn suffix(&self) -> Option<(&'static str, &str)> {
+        match self {
+            DirKind::Normal => None,
+            DirKind::Delete { unique_id } => Some(("-delete", unique_id)),
+            DirKind::Future { unique_id } => Some(("-future", unique_id)),
+            DirKind::Stray { unique_id } => Some(("-stray", unique_id)),
+        }
+    }
+}
+
+/// A parsed partition directory name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionDirName {
+    /// The topic as written in the name (for `-delete`/`-stray` names Kafka may
+    /// have truncated it to keep the name within 255 characters).
+    pub topic: String,
+    pub partition: i32,
+    pub kind: DirKind,
+}
+
+impl PartitionDirName {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        PartitionDirName {
+            topic: topic.into(),
+            partition,
+            kind: DirKind::Normal,
+        }
+    }
+
+    /// Parse a directory name as `LocalLog.parseTopicPartitionName` does; the
+    /// error is the reason, in words.
+    pub fn parse(name: &str) -> std::result::Result<Self, String> {
+        let not_a_partition =
+            || format!("'{name}' is not in the form topic-partition or topic-partition.uniqueId-(delete|future|stray)");
+        if !name.contains('-') {
+            return Err(not_a_partition());
+        }
+        let mut kind = DirKind::Normal;
+        let mut rest = name;
+        for (suffix, make) in [
+            (
+                "-delete",
+                (|u| DirKind::Delete { unique_id: u }) as fn(String) -> DirKind,
+            ),
+            ("-future", |u| DirKind::Future { unique_id: u }),
+            ("-stray", |u| DirKind::Stray { unique_id: u }),
+        ] {
+            if let Some(stem) = name.strip_suffix(suffix) {
+                // `^(\S+)-(\S+)\.(\S+)<suffix>`, then the part after the last '.' is dropped.
+                let (tp, unique_id) = stem.rsplit_once('.').ok_or_else(not_a_partition)?;
+                if !matches_suffixed_pattern(stem) || unique_id.is_empty() {
+                    return Err(not_a_partition());
+                }
+                kind = make(unique_id.to_string());
+                rest = tp;
+                break;
+            }
+        }
+        let (topic, partition) = rest.rsplit_once('-').ok_or_else(not_a_partition)?;
+        if topic.is_empty() || partition.is_empty() {
+            return Err(not_a_partition());
+        }
+        let partition = partition.parse::<i32>().map_err(|_| not_a_partition())?;
+        Ok(PartitionDirName {
+            topic: topic.to_string(),
+            partition,
+            kind,
+        })
+    }
+
+    /// The directory name this parses from (`LocalLog.logDirName` and the suffixed forms).
+    pub fn dir_name(&self) -> String {
+        match self.kind.suffix() {
+            None => format!("{}-{}", self.topic, self.partition),
+            Some((suffix, unique_id)) => format!("{}-{}.{unique_id}{suffix}", self.topic, self.partition),
+        }
+    }
+
+    /// Names starting with `__` (`__consumer_offsets`, `__transaction_state`,
+    /// `__share_group_state`, `__cluster_metadata`, ...).
+    pub fn is_internal(&self) -> bool {
+        is_internal_topic(&self.topic)
+    }
+}
+
+/// `^(\S+)-(\S+)\.(\S+)` over the whole of `stem` (the name without its suffix):
+/// no whitespace, and some `-` (not first) followed, at least one character later,
+/// by a `.` that is not last.
+fn matches_suffixed_pattern(stem: &str) -> bool {
+    if stem.chars().any(crate::checkpoint::is_java_whitespace) {
+        return false;
+    }
+    let bytes = stem.as_bytes();
+    let Some(dash) = bytes.iter().skip(1).position(|&b| b == b'-').map(|i| i + 1) else {
+        return false;
+    };
+    let last_usable_dot = bytes
+        .iter()
+        .take(bytes.len().saturating_sub(1))
+        .rposition(|&b| b == b'.');
+    last_usable_dot.is_some_and(|dot| dot >= dash + 2)
+}
+
+/// True for Kafka's internal topics and anything else named `__*`.
+pub fn is_internal_topic(topic: &str) -> bool {
+    topic.starts_with("__")
+}
+
+/// `Topic.validate`: non-empty, not `.` or `..`, at most 249 characters of `[a-zA-Z0-9._-]`.
+pub fn validate_topic_name(topic: &str) -> std::result::Result<(), String> {
+    if topic.is_empty() {
+        return Err("the empty string is not allowed".into());
+    }
+    if topic == "." || topic == ".." {
+        return Err(format!("'{topic}' is not allowed"));
+    }
+    if topic.len() > MAX_TOPIC_LENGTH {
+        return Err(format!(
+            "the length of '{topic}' is longer than the max allowed length {MAX_TOPIC_LENGTH}"
+        ));
+    }
+    if !topic
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "'{topic}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// The files of one segment that exist on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentFiles {
+    pub base_offset: i64,
+    pub log: PathBuf,
+    pub index: Option<PathBuf>,
+    pub time_index: Option<PathBuf>,
+    pub txn_index: Option<PathBuf>,
+}
+
+/// A producer-state snapshot file; `offset` is the (exclusive) end offset it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotFile {
+    pub offset: i64,
+    pub path: PathBuf,
+}
+
+/// A `.deleted` / `.cleaned` / `.swap` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransientFile {
+    pub base_offset: i64,
+    pub kind: SegmentFileKind,
+    pub suffix: TransientSuffix,
+    pub path: PathBuf,
+}
+
+/// The listing of one partition directory.
+#[derive(Debug, Clone)]
+pub struct PartitionDir {
+    pub path: PathBuf,
+    pub name: PartitionDirName,
+    /// Segments sorted by base offset; only those with a `.log` file.
+    pub segments: Vec<SegmentFiles>,
+    /// Index files without a `.log` (the broker deletes them at load).
+    pub orphan_indexes: Vec<PathBuf>,
+    /// Sorted by offset.
+    pub snapshots: Vec<SnapshotFile>,
+    pub leader_epoch_checkpoint: Option<PathBuf>,
+    pub partition_metadata: Option<PathBuf>,
+    pub temp_files: Vec<PathBuf>,
+    pub transient_files: Vec<TransientFile>,
+    pub unknown_files: Vec<PathBuf>,
+    /// Unknown, orphaned or illegally named entries.
+    pub findings: Vec<Finding>,
+}
+
+fn other(message: String) -> Defect {
+    Defect::Other { message }
+}
+
+/// Sorted `(name, path, is_dir)` of a directory; names that are not UTF-8 are
+/// returned as findings.
+fn list(dir: &Path, findings: &mut Vec<Finding>) -> Result<Vec<(String, PathBuf, bool)>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let path = entry.path();
+        let is_dir = entry.file_type().map_err(|e| Error::io(&path, e))?.is_dir();
+        match entry.file_name().into_string() {
+            Ok(name) => out.push((name, path, is_dir)),
+            Err(_) => findings.push(Finding::warning(
+                &path,
+                None,
+                None,
+                other("file name is not UTF-8; Kafka never creates such names".into()),
+            )),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl PartitionDir {
+    /// List a partition directory. Fails only if the directory cannot be read or
+    /// its name is not a partition directory name.
+    pub fn open(path: &Path) -> Result<PartitionDir> {
+        let dir_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = PartitionDirName::parse(dir_name).map_err(|reason| Error::BadName {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        let mut findings = Vec::new();
+        if let Err(reason) = validate_topic_name(&name.topic) {
+            findings.push(Finding::warning(
+                path,
+                None,
+                None,
+                other(format!("illegal topic name: {reason}")),
+            ));
+        }
+        let mut pd = PartitionDir {
+            path: path.to_path_buf(),
+            name,
+            segments: Vec::new(),
+            orphan_indexes: Vec::new(),
+            snapshots: Vec::new(),
+            leader_epoch_checkpoint: None,
+            partition_metadata: None,
+            temp_files: Vec::new(),
+            transient_files: Vec::new(),
+            unknown_files: Vec::new(),
+            findings: Vec::new(),
+        };
+        // base offset -> [log, index, timeindex, txnindex]
+        let mut by_base: std::collections::BTreeMap<i64, [Option<PathBuf>; 4]> = Default::default();
+        for (file_name, file_path, is_dir) in list(path, &mut findings)? {
+            if is_dir {
+                findings.push(Finding::warning(
+                    &file_path,
+                    None,
+                    None,
+                    other("unexpected sub-directory in a partition directory".into()),
+                ));
+                pd.unknown_files.push(file_path);
+                continue;
+            }
+            match classify_partition_file(&file_name) {
+                PartitionFile::Segment {
+                    base_offset,
+                    kind: SegmentFileKind::Snapshot,
+                } => pd.snapshots.push(SnapshotFile {
+                    offset: base_offset,
+                    path: file_path,
+                }),
+                PartitionFile::Segment { base_offset, kind } => {
+                    let slot = match kind {
+                        SegmentFileKind::Log => 0,
+                        SegmentFileKind::Index => 1,
+                        SegmentFileKind::TimeIndex => 2,
+                        _ => 3,
+                    };
+                    if let Some(s) = by_base.entry(base_offset).or_default().get_mut(slot) {
+                        *s = Some(file_path);
+                    }
+                }
+                PartitionFile::Transient {
+                    base_offset,
+                    kind,
+                    suffix,
+                } => pd.transient_files.push(TransientFile {
+                    base_offset,
+                    kind,
+                    suffix,
+                    path: file_path,
+                }),
+                PartitionFile::LeaderEpochCheckpoint => pd.leader_epoch_checkpoint = Some(file_path),
+                PartitionFile::PartitionMetadata => pd.partition_metadata = Some(file_path),
+                PartitionFile::Temp { .. } => pd.temp_files.push(file_path),
+                PartitionFile::Unknown { fatal } => {
+                    if fatal {
+                        findings.push(Finding::error(
+                            &file_path,
+                            None,
+                            None,
+                            other(
+                                "segment-like file whose name does not start with a number: the broker fails to \
+                                 load the log"
+                                    .into(),
+                            ),
+                        ));
+                    } else {
+                        findings.push(Finding::warning(&file_path, None, None, other("unknown file".into())));
+                    }
+                    pd.unknown_files.push(file_path);
+                }
+            }
+        }
+        for (base_offset, [log, index, time_index, txn_index]) in by_base {
+            match log {
+                Some(log) => pd.segments.push(SegmentFiles {
+                    base_offset,
+                    log,
+                    index,
+                    time_index,
+                    txn_index,
+                }),
+                None => {
+                    for orphan in [index, time_index, txn_index].into_iter().flatten() {
+                        findings.push(Finding::warning(
+                            &orphan,
+                            None,
+                            Some(base_offset),
+                            other("index file without a .log file; the broker deletes it at load".into()),
+                        ));
+                        pd.orphan_indexes.push(orphan);
+                    }
+                }
+            }
+        }
+        pd.snapshots.sort_by_key(|s| s.offset);
+        pd.findings = findings;
+        Ok(pd)
+    }
+
+    /// The newest segment (the active one on a running broker).
+    pub fn newest_segment(&self) -> Option<&SegmentFiles> {
+        self.segments.last()
+    }
+}
+
+/// Which of the four root offset checkpoints a file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RootCheckpoint {
+    RecoveryPoint,
+    LogStartOffset,
+    ReplicationOffset,
+    CleanerOffset,
+}
+
+impl RootCheckpoint {
+    pub const ALL: [RootCheckpoint; 4] = [
+        RootCheckpoint::RecoveryPoint,
+        RootCheckpoint::LogStartOffset,
+        RootCheckpoint::ReplicationOffset,
+        RootCheckpoint::CleanerOffset,
+    ];
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            RootCheckpoint::RecoveryPoint => RECOVERY_POINT_CHECKPOINT_FILE,
+            RootCheckpoint::LogStartOffset => LOG_START_OFFSET_CHECKPOINT_FILE,
+            RootCheckpoint::ReplicationOffset => REPLICATION_OFFSET_CHECKPOINT_FILE,
+            RootCheckpoint::CleanerOffset => CLEANER_OFFSET_CHECKPOINT_FILE,
+        }
+    }
+}
+
+/// A partition directory found in a log dir (not yet opened).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionDirEntry {
+    pub path: PathBuf,
+    pub name: PartitionDirName,
+}
+
+/// The listing of one log directory (an entry of `log.dirs`).
+#[derive(Debug, Clone)]
+pub struct LogDir {
+    pub path: PathBuf,
+    /// Sorted by topic, partition, then directory name.
+    pub partitions: Vec<PartitionDirEntry>,
+    pub meta_properties: Option<PathBuf>,
+    pub checkpoints: Vec<(RootCheckpoint, PathBuf)>,
+    pub lock_file: Option<PathBuf>,
+    pub clean_shutdown_file: Option<PathBuf>,
+    /// `__cluster_metadata-0` (KRaft metadata log; not loaded as a partition).
+    pub metadata_log: Option<PathBuf>,
+    pub bootstrap_checkpoint: Option<PathBuf>,
+    pub remote_log_index_cache: Option<PathBuf>,
+    pub temp_files: Vec<PathBuf>,
+    pub unknown: Vec<PathBuf>,
+    pub findings: Vec<Finding>,
+}
+
+impl LogDir {
+    /// List a log directory. Sub-directories whose names the broker cannot parse
+    /// are reported as `Error` findings: `LogManager.loadLogs` aborts on them.
+    pub fn open(path: &Path) -> Result<LogDir> {
+        let mut findings = Vec::new();
+        let mut ld = LogDir {
+            path: path.to_path_buf(),
+            partitions: Vec::new(),
+            meta_properties: None,
+            checkpoints: Vec::new(),
+            lock_file: None,
+            clean_shutdown_file: None,
+            metadata_log: None,
+            bootstrap_checkpoint: None,
+            remote_log_index_cache: None,
+            temp_files: Vec::new(),
+            unknown: Vec::new(),
+            findings: Vec::new(),
+        };
+        for (name, entry_path, is_dir) in list(path, &mut findings)? {
+            if is_dir {
+                match name.as_str() {
+                    METADATA_LOG_DIR => ld.metadata_log = Some(entry_path),
+                    REMOTE_LOG_INDEX_CACHE_DIR => ld.remote_log_index_cache = Some(entry_path),
+                    _ => match PartitionDirName::parse(&name) {
+                        Ok(pname) => {
+                            if let Err(reason) = validate_topic_name(&pname.topic) {
+                                // Capped `-delete`/`-stray` names keep a legal prefix, so
+                                // this only fires for names Kafka never creates.
+                                findings.push(Finding::warning(
+                                    &entry_path,
+                                    None,
+                                    None,
+                                    other(format!("illegal topic name: {reason}")),
+                                ));
+                            }
+                            ld.partitions.push(PartitionDirEntry {
+                                path: entry_path,
+                                name: pname,
+                            });
+                        }
+                        Err(reason) => {
+                            findings.push(Finding::error(
+                                &entry_path,
+                                None,
+                                None,
+                                other(format!(
+                                    "{reason}: the broker fails to start with this directory present"
+                                )),
+                            ));
+                            ld.unknown.push(entry_path);
+                        }
+                    },
+                }
+                continue;
+            }
+            let root_checkpoint = RootCheckpoint::ALL.into_iter().find(|c| c.file_name() == name);
+            match name.as_str() {
+                META_PROPERTIES_FILE => ld.meta_properties = Some(entry_path),
+                LOCK_FILE => ld.lock_file = Some(entry_path),
+                CLEAN_SHUTDOWN_FILE => ld.clean_shutdown_file = Some(entry_path),
+                BOOTSTRAP_CHECKPOINT_FILE => ld.bootstrap_checkpoint = Some(entry_path),
+                _ if root_checkpoint.is_some() => {
+                    if let Some(kind) = root_checkpoint {
+                        ld.checkpoints.push((kind, entry_path));
+                    }
+                }
+                _ if name.ends_with(TMP_SUFFIX) => ld.temp_files.push(entry_path),
+                _ => {
+                    findings.push(Finding::warning(&entry_path, None, None, other("unknown file".into())));
+                    ld.unknown.push(entry_path);
+                }
+            }
+        }
+        ld.partitions.sort_by(|a, b| {
+            (&a.name.topic, a.name.partition, &a.path).cmp(&(&b.name.topic, b.name.partition, &b.path))
+        });
+        ld.findings = findings;
+        Ok(ld)
+    }
+
+    /// The root checkpoint file of the given kind, if present.
+    pub fn checkpoint(&self, kind: RootCheckpoint) -> Option<&Path> {
+        self.checkpoints
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, p)| p.as_path())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Severity;
+    use proptest::prelude::*;
+
+    #[test]
+    fn segment_names_are_twenty_digits() {
+        assert_eq!(segment_file_name(0, SegmentFileKind::Log), "00000000000000000000.log");
+        assert_eq!(
+            segment_file_name(1234, SegmentFileKind::TimeIndex),
+            "00000000000000001234.timeindex"
+        );
+        assert_eq!(
+            segment_file_name(i64::MAX, SegmentFileKind::Snapshot),
+            "09223372036854775807.snapshot"
+        );
+    }
+
+    #[test]
+    fn classifies_partition_files() {
+        use PartitionFile::*;
+        assert_eq!(
+            classify_partition_file("00000000000000000042.txnindex"),
+            Segment {
+                base_offset: 42,
+                kind: SegmentFileKind::TxnIndex
+            }
+        );
+        assert_eq!(
+            classify_partition_file("00000000000000000042.log.deleted"),
+            Transient {
+                base_offset: 42,
+                kind: SegmentFileKind::Log,
+                suffix: TransientSuffix::Deleted
+            }
+        );
+        assert_eq!(
+            classify_partition_file("00000000000000000000.index.swap"),
+            Transient {
+                base_offset: 0,
+                kind: SegmentFileKind::Index,
+                suffix: TransientSuffix::Swap
+            }
+        );
+        assert_eq!(
+            classify_partition_file("00000000000000000007.snapshot.cleaned"),
+            Transient {
+                base_offset: 7,
+                kind: SegmentFileKind::Snapshot,
+                suffix: TransientSuffix::Cleaned
+            }
+        );
+        assert_eq!(
+            classify_partition_file("leader-epoch-checkpoint"),
+            LeaderEpochCheckpoint
+        );
+        assert_eq!(classify_partition_file("partition.metadata"), PartitionMetadata);
+        assert_eq!(
+            classify_partition_file("partition.metadata.tmp"),
+            Temp {
+                target: "partition.metadata".into()
+            }
+        );
+        assert_eq!(classify_partition_file("notes.txt"), Unknown { fatal: false });
+        assert_eq!(classify_partition_file("abc.log"), Unknown { fatal: true });
+        assert_eq!(classify_partition_file("x.snapshot"), Unknown { fatal: true });
+        // Unpadded numbers load in Kafka but are never written by it.
+        assert_eq!(classify_partition_file("5.log"), Unknown { fatal: false });
+        assert_eq!(
+            classify_partition_file("00000000000000000042.bogus"),
+            Unknown { fatal: false }
+        );
+    }
+
+    #[test]
+    fn parses_partition_dir_names_at_the_last_dash() {
+        let n = PartitionDirName::parse("my-topic.v2-17").expect("parse");
+        assert_eq!(
+            (n.topic.as_str(), n.partition, &n.kind),
+            ("my-topic.v2", 17, &DirKind::Normal)
+        );
+        assert_eq!(n.dir_name(), "my-topic.v2-17");
+
+        let n = PartitionDirName::parse("a.b-c-3.0123456789abcdef0123456789abcdef-delete").expect("delete");
+        assert_eq!(n.topic, "a.b-c");
+        assert_eq!(n.partition, 3);
+        assert_eq!(
+            n.kind,
+            DirKind::Delete {
+                unique_id: "0123456789abcdef0123456789abcdef".into()
+            }
+        );
+        assert_eq!(n.dir_name(), "a.b-c-3.0123456789abcdef0123456789abcdef-delete");
+
+        assert!(matches!(
+            PartitionDirName::parse("t-0.abc-future").map(|n| n.kind),
+            Ok(DirKind::Future { .. })
+        ));
+        assert!(matches!(
+            PartitionDirName::parse("t-0.abc-stray").map(|n| n.kind),
+            Ok(DirKind::Stray { .. })
+        ));
+        assert!(PartitionDirName::parse("__consumer_offsets-49")
+            .expect("internal")
+            .is_internal());
+        assert!(!PartitionDirName::parse("orders-1").expect("plain").is_internal());
+
+        for bad in [
+            "nodash",
+            "topic-",
+            "-1",
+            "topic-x",
+            "topic-0-delete",
+            "t-0.-delete",
+            "staging",
+        ] {
+            assert!(PartitionDirName::parse(bad).is_err(), "{bad} must not parse");
+        }
+    }
+
+    #[test]
+    fn topic_legality() {
+        assert!(validate_topic_name("orders.v1_x-y").is_ok());
+        for bad in ["", ".", "..", "has space", "ü"] {
+            assert!(validate_topic_name(bad).is_err(), "{bad}");
+        }
+        assert!(validate_topic_name(&"a".repeat(249)).is_ok());
+        assert!(validate_topic_name(&"a".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn opens_a_partition_dir() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("orders-0");
+        fs::create_dir(&dir).expect("mkdir");
+        for name in [
+            "00000000000000000000.log",
+            "00000000000000000000.index",
+            "00000000000000000000.timeindex",
+            "00000000000000000100.log",
+            "00000000000000000100.index",
+            "00000000000000000100.txnindex",
+            "00000000000000000100.snapshot",
+            "00000000000000000050.index",
+            "00000000000000000020.log.deleted",
+            "leader-epoch-checkpoint",
+            "partition.metadata",
+            "leader-epoch-checkpoint.tmp",
+            "README",
+            "junk.log",
+        ] {
+            fs::write(dir.join(name), b"").expect("create");
+        }
+        let pd = PartitionDir::open(&dir).expect("open");
+        assert_eq!(pd.name, PartitionDirName::new("orders", 0));
+        assert_eq!(
+            pd.segments.iter().map(|s| s.base_offset).collect::<Vec<_>>(),
+            vec![0, 100]
+        );
+        assert!(pd.segments[0].time_index.is_some() && pd.segments[0].txn_index.is_none());
+        assert!(pd.segments[1].txn_index.is_some() && pd.segments[1].time_index.is_none());
+        assert_eq!(pd.newest_segment().map(|s| s.base_offset), Some(100));
+        assert_eq!(pd.snapshots.len(), 1);
+        assert_eq!(pd.orphan_indexes, vec![dir.join("00000000000000000050.index")]);
+        assert_eq!(pd.transient_files.len(), 1);
+        assert_eq!(pd.temp_files.len(), 1);
+        assert!(pd.leader_epoch_checkpoint.is_some() && pd.partition_metadata.is_some());
+        assert_eq!(pd.unknown_files.len(), 2);
+        let errors: Vec<_> = pd.findings.iter().filter(|f| f.severity == Severity::Error).collect();
+        assert_eq!(errors.len(), 1, "{:?}", pd.findings);
+        assert_eq!(errors[0].path, dir.join("junk.log"));
+        assert_eq!(
+            pd.findings.len(),
+            3,
+            "README, junk.log, orphan index: {:?}",
+            pd.findings
+        );
+    }
+
+    #[test]
+    fn partition_dir_with_bad_name_is_an_error() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("staging");
+        fs::create_dir(&dir).expect("mkdir");
+        assert!(matches!(PartitionDir::open(&dir), Err(Error::BadName { .. })));
+    }
+
+    #[test]
+    fn opens_a_log_dir() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let p = root.path();
+        for d in [
+            "b-1",
+            "a-0",
+            "a-10",
+            "a-2",
+            "__cluster_metadata-0",
+            "remote-log-index-cache",
+            "tmp-staging",
+        ] {
+            fs::create_dir(p.join(d)).expect("mkdir");
+        }
+        fs::create_dir(p.join("a-0.0123456789abcdef0123456789abcdef-delete")).expect("mkdir");
+        for f in [
+            "meta.properties",
+            ".lock",
+            ".kafka_cleanshutdown",
+            "recovery-point-offset-checkpoint",
+            "replication-offset-checkpoint",
+            "log-start-offset-checkpoint",
+            "cleaner-offset-checkpoint",
+            "bootstrap.checkpoint",
+            "replication-offset-checkpoint.tmp",
+            "stray.txt",
+        ] {
+            fs::write(p.join(f), b"").expect("create");
+        }
+        let ld = LogDir::open(p).expect("open");
+        let names: Vec<_> = ld.partitions.iter().map(|e| e.name.dir_name()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "a-0",
+                "a-0.0123456789abcdef0123456789abcdef-delete",
+                "a-2",
+                "a-10",
+                "b-1"
+            ]
+        );
+        assert!(ld.metadata_log.is_some() && ld.remote_log_index_cache.is_some());
+        assert!(ld.meta_properties.is_some() && ld.lock_file.is_some() && ld.clean_shutdown_file.is_some());
+        assert!(ld.bootstrap_checkpoint.is_some());
+        assert_eq!(ld.checkpoints.len(), 4);
+        assert!(ld.checkpoint(RootCheckpoint::CleanerOffset).is_some());
+        assert_eq!(ld.temp_files.len(), 1);
+        // "tmp-staging" does not parse (partition "staging"): the broker would not start.
+        let errors: Vec<_> = ld.findings.iter().filter(|f| f.severity == Severity::Error).collect();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].path, p.join("tmp-staging"));
+        assert_eq!(ld.unknown.len(), 2);
+    }
+
+    proptest! {
+        #[test]
+        fn dir_name_round_trip(topic in "[a-zA-Z0-9._-]{1,40}", partition in 0i32..100_000, uid in "[0-9a-f]{32}", k in 0u8..4) {
+            let kind = match k {
+                0 => DirKind::Normal,
+                1 => DirKind::Delete { unique_id: uid },
+                2 => DirKind::Future { unique_id: uid },
+                _ => DirKind::Stray { unique_id: uid },
+            };
+            let name = PartitionDirName { topic, partition, kind };
+            prop_assert_eq!(PartitionDirName::parse(&name.dir_name()), Ok(name));
+        }
+
+        #[test]
+        fn segment_name_round_trip(offset in 0i64..=i64::MAX, k in 0usize..5) {
+            let kind = SegmentFileKind::ALL[k];
+            prop_assert_eq!(
+                classify_partition_file(&segment_file_name(offset, kind)),
+                PartitionFile::Segment { base_offset: offset, kind }
+            );
+        }
+
+        #[test]
+        fn names_never_panic(name in "\\PC{0,60}") {
+            let _ = PartitionDirName::parse(&name);
+            let _ = classify_partition_file(&name);
+            let _ = validate_topic_name(&name);
+        }
+    }
+}

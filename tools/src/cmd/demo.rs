@@ -1,0 +1,6 @@
+//! placeholder
+#[derive(clap::Args)]
+pub struct Args {}
+pub fn run(_: Args) -> anyhow::Result<std::process::ExitCode> {
+    anyhow::bail!("not yet")
+}

@@ -1,0 +1,3 @@
+pub mod demo;
+pub mod generate;
+pub mod verify;
