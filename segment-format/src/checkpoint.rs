@@ -683,8 +683,9 @@ fn unescape_property(s: &str) -> String {
                 Some('f') => '\u{0C}',
                 Some('u') => {
                     let hex: String = chars.by_ref().take(4).collect();
+                    let well_formed = hex.len() == 4 && hex.chars().all(|h| h.is_ascii_hexdigit());
                     match u16::from_str_radix(&hex, 16) {
-                        Ok(unit) if hex.len() == 4 => {
+                        Ok(unit) if well_formed => {
                             units.push(unit);
                             continue;
                         }

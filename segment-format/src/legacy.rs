@@ -24,7 +24,7 @@ use crate::batch::{
 };
 use crate::compression;
 use crate::error::{Defect, ParseError};
-use crate::record::DeepLimits;
+use crate::record::{DeepLimits, STREAM_BUFFER_BYTES};
 
 /// Position of the CRC in a legacy frame.
 pub const LEGACY_CRC_OFFSET: usize = 12;
@@ -430,7 +430,7 @@ where
     let at_wrapper = |message: String| malformed(0, wrapper.offset, message);
     let decompressor = compression::decompressing_reader_with(codec, value, limits.decompress_options(wrapper.magic))
         .map_err(|defect| corrupt(0, wrapper.offset, defect))?;
-    let mut reader = BufReader::with_capacity(16 * 1024, decompressor);
+    let mut reader = BufReader::with_capacity(STREAM_BUFFER_BYTES, decompressor);
     let io_err = |e: std::io::Error| corrupt(0, wrapper.offset, compression::read_error_defect(codec, &e));
     let mut buf: Vec<u8> = Vec::new();
     let mut stream_pos = 0u64;

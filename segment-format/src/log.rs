@@ -236,13 +236,13 @@ impl LogFile {
         if len == 0 {
             return Ok(LogFile { path, map: None });
         }
-        // SAFETY: the mapping is read-only and private to this value. Another
-        // process may still modify the file: Kafka only appends to the active
-        // segment (bytes past our mapped length are invisible to us), while
-        // truncation or deletion-and-reuse of a mapped segment would make reads
-        // see new bytes or fault (SIGBUS), as with every mmap reader (ripgrep
-        // makes the same trade-off). Callers map segments a broker no longer
-        // rewrites or that they have copied.
+        // SAFETY: a read-only shared mapping owned by this value; we never write
+        // through it. Another process may still change the file: Kafka only appends
+        // to the active segment (bytes past our mapped length stay invisible), but
+        // truncating or rewriting a mapped segment would let reads see new bytes or
+        // fault (SIGBUS) — the trade-off every mmap reader makes (ripgrep's
+        // searcher documents the same). Callers map segments the broker no longer
+        // rewrites, or copies they own.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
         #[cfg(unix)]
         {
@@ -340,11 +340,22 @@ mod tests {
     use proptest::prelude::*;
     use std::io::Write;
 
+    fn specs(n: i32) -> Vec<RecordSpec> {
+        (0..n)
+            .map(|i| {
+                RecordSpec::new(i, 1000 + i64::from(i))
+                    .with_key(format!("key-{i}"))
+                    .with_value(vec![i as u8; 10])
+                    .with_header("h", Some(vec![i as u8]))
+            })
+            .collect()
+    }
+
     fn batch(base: i64, codec: Compression, n: i32) -> Vec<u8> {
         BatchBuilder::new(base)
             .compression(codec)
             .partition_leader_epoch(3)
-            .records((0..n).map(|i| RecordSpec::new(i, 1000 + i64::from(i)).with_value(vec![i as u8; 10])))
+            .records(specs(n))
             .build()
     }
 
@@ -416,7 +427,7 @@ mod tests {
                     (5, 1004, 3)
                 );
                 let (_, recs) = read_records(f.bytes, &DeepLimits::default()).unwrap();
-                assert_eq!(recs.len(), 5);
+                assert_eq!(recs, specs(5), "frame {i}");
             }
         }
         let m = &frames[5].info;

@@ -73,7 +73,7 @@ impl Uuid {
 
     /// Stamp version 4 / IETF variant bits on 16 random bytes and apply
     /// `randomUuid`'s rejection rule; `None` means draw again.
-    fn from_random_bytes(mut bytes: [u8; 16]) -> Option<Uuid> {
+    pub fn from_random_bytes(mut bytes: [u8; 16]) -> Option<Uuid> {
         if let Some(b) = bytes.get_mut(6) {
             *b = (*b & 0x0f) | 0x40;
         }

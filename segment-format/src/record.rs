@@ -32,6 +32,11 @@ use crate::varint::{varint_size, varlong_size, write_varint, write_varlong};
 /// read in place and need no cap.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
 
+/// Read buffer between a decompressor and the record parser (16 KiB, Kafka's own
+/// `decompressionOutputSize` for gzip and zstd): records are parsed out of it, so
+/// it only needs to amortise the per-call cost of the codec.
+pub(crate) const STREAM_BUFFER_BYTES: usize = 16 * 1024;
+
 /// Memory limits of deep validation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeepLimits {

@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::ops::ControlFlow;
 
-use super::{DeepLimits, RecordSpec};
+use super::{DeepLimits, RecordSpec, STREAM_BUFFER_BYTES};
 use crate::batch::{
     increment_sequence, parse_header, BatchHeader, Compression, TimestampType, NO_SEQUENCE, RECORD_BATCH_OVERHEAD,
 };
@@ -666,7 +666,7 @@ fn walk_stream<F>(
 where
     F: FnMut(&RecordView<'_>) -> ControlFlow<()>,
 {
-    let mut reader = BufReader::with_capacity(16 * 1024, decompressor);
+    let mut reader = BufReader::with_capacity(STREAM_BUFFER_BYTES, decompressor);
     let mut buf = Vec::new();
     let mut position = 0u64;
     let count = walk.header.records_count;

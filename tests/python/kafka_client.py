@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Kafka client for the segmirror test harness (confluent-kafka / librdkafka).
+
+The Rust harness (tests/src/clients.rs) runs this script and talks JSON with it, so that tests can use a real,
+non-Java client for what the Java tools cannot do well: exact binary keys/values/headers, explicit timestamps,
+idempotent producers, transactions with commits and aborts, and read_committed vs read_uncommitted consumption.
+
+  kafka_client.py produce   < plan.json   > delivered.jsonl
+  kafka_client.py consume   < query.json  > records.jsonl
+  kafka_client.py admin     < request.json > result.json
+
+Byte strings (keys, values, header values) travel as standard base64; null stays null.
+
+produce plan:
+  {"bootstrap": "127.0.0.1:9092", "topic": "t", "config": {<librdkafka producer properties>},
+   "steps": [{"send": [{"partition": 0, "key": b64|null, "value": b64|null,
+                        "headers": [["name", b64|null], ...], "timestamp": ms|null}, ...]},
+             {"txn": "init"|"begin"|"commit"|"abort"}, {"flush": true}]}
+  Every send step is flushed before the next step, so a transaction's records are on the broker before it is
+  committed or aborted. Output: one line per sent record, in send order:
+  {"index": i, "partition": p, "offset": o, "timestamp": ms, "timestamp_type": "CreateTime"|"LogAppendTime"}
+
+consume query:
+  {"bootstrap": ..., "topic": "t", "partitions": [0, 1] | null (all), "isolation": "read_committed"|
+   "read_uncommitted", "timeout_s": 60}
+  Reads every partition from its first offset to its end (high watermark, or the last stable offset for
+  read_committed) and prints one line per record:
+  {"partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"}
+
+admin request (one process for many topics: a JVM tool call per topic costs a second or more here):
+  {"bootstrap": ..., "create": [{"name": "t", "partitions": 2, "config": {"k": "v"}}], "describe": ["t", ...]}
+  Creates the topics (waiting until each has a leader), then prints
+  {"topics": {"t": {"topic_id": "<base64 uuid as in partition.metadata>", "partitions": 2}}} for the described ones.
+
+Any failure exits non-zero with the reason on stderr.
+"""
+
+import base64
+import json
+import sys
+import time
+
+from confluent_kafka import Consumer, TopicCollection, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, OFFSET_BEGINNING
+
+
+def b64(data):
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def unb64(text):
+    return None if text is None else base64.b64decode(text)
+
+
+def ts_type_name(kind):
+    if kind == TIMESTAMP_CREATE_TIME:
+        return "CreateTime"
+    if kind == TIMESTAMP_LOG_APPEND_TIME:
+        return "LogAppendTime"
+    return "NoTimestamp"
+
+
+def fail(message):
+    sys.stderr.write(f"kafka_client.py: {message}\n")
+    sys.exit(1)
+
+
+def produce(plan):
+    config = {"bootstrap.servers": plan["bootstrap"]}
+    config.update(plan.get("config", {}))
+    producer = Producer(config)
+    topic = plan["topic"]
+    delivered = {}
+    errors = []
+    index = 0
+
+    def make_callback(i):
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(f"record {i}: {err}")
+                return
+            kind, ts = msg.timestamp()
+            delivered[i] = {"index": i, "partition": msg.partition(), "offset": msg.offset(), "timestamp": ts,
+                            "timestamp_type": ts_type_name(kind)}
+        return on_delivery
+
+    for step in plan["steps"]:
+        if "send" in step:
+            for rec in step["send"]:
+                kwargs = {"value": unb64(rec.get("value")), "key": unb64(rec.get("key")),
+                          "on_delivery": make_callback(index)}
+                if rec.get("partition") is not None:
+                    kwargs["partition"] = rec["partition"]
+                if rec.get("timestamp") is not None:
+                    kwargs["timestamp"] = rec["timestamp"]
+                headers = rec.get("headers")
+                if headers:
+                    kwargs["headers"] = [(name, unb64(value)) for name, value in headers]
+                while True:
+                    try:
+                        producer.produce(topic, **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                index += 1
+            remaining = producer.flush(60)
+            if remaining:
+                fail(f"{remaining} records not delivered within 60 s")
+        elif "txn" in step:
+            op = step["txn"]
+            if op == "init":
+                producer.init_transactions(60)
+            elif op == "begin":
+                producer.begin_transaction()
+            elif op == "commit":
+                producer.commit_transaction(60)
+            elif op == "abort":
+                producer.abort_transaction(60)
+            else:
+                fail(f"unknown txn op {op!r}")
+        elif "flush" in step:
+            producer.flush(60)
+        else:
+            fail(f"unknown step {step!r}")
+        if errors:
+            fail("; ".join(errors))
+    producer.flush(60)
+    if errors:
+        fail("; ".join(errors))
+    if len(delivered) != index:
+        fail(f"{index} records sent but {len(delivered)} delivery reports")
+    for i in range(index):
+        print(json.dumps(delivered[i]))
+
+
+def consume(query):
+    topic = query["topic"]
+    timeout = float(query.get("timeout_s", 60))
+    config = {
+        "bootstrap.servers": query["bootstrap"],
+        "group.id": "segmirror-harness-dump",  # required by the client; no offsets are committed
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": query.get("isolation", "read_uncommitted"),
+        "auto.offset.reset": "earliest",
+    }
+    consumer = Consumer(config)
+    partitions = query.get("partitions")
+    if partitions is None:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            fail(f"topic {topic!r} not found: {meta.error if meta else 'no metadata'}")
+        partitions = sorted(meta.partitions.keys())
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    pending = set(partitions)
+    deadline = time.monotonic() + timeout
+    out = []
+    while pending:
+        if time.monotonic() > deadline:
+            fail(f"timed out after {timeout} s; partitions not at their end: {sorted(pending)}")
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                pending.discard(msg.partition())
+                continue
+            fail(f"consume error: {msg.error()}")
+        kind, ts = msg.timestamp()
+        headers = msg.headers() or []
+        out.append({"partition": msg.partition(), "offset": msg.offset(), "timestamp": ts,
+                    "timestamp_type": ts_type_name(kind), "key": b64(msg.key()), "value": b64(msg.value()),
+                    "headers": [[name, b64(value)] for name, value in headers]})
+    consumer.close()
+    out.sort(key=lambda r: (r["partition"], r["offset"]))
+    for rec in out:
+        print(json.dumps(rec))
+
+
+def kafka_uuid_text(uuid):
+    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes without padding (confluent-kafka's str() uses the
+    standard alphabet, which differs from what the broker writes into partition.metadata)."""
+    raw = (uuid.get_most_significant_bits() & (2**64 - 1)).to_bytes(8, "big") + \
+        (uuid.get_least_significant_bits() & (2**64 - 1)).to_bytes(8, "big")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def admin(request):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    client = AdminClient({"bootstrap.servers": request["bootstrap"]})
+    creates = request.get("create", [])
+    if creates:
+        new_topics = [NewTopic(t["name"], num_partitions=t.get("partitions", 1), replication_factor=1,
+                               config=t.get("config", {})) for t in creates]
+        for name, future in client.create_topics(new_topics, operation_timeout=30, request_timeout=60).items():
+            try:
+                future.result()
+            except KafkaException as e:
+                fail(f"create topic {name!r}: {e}")
+        # Creation returns when the controller accepted it; wait until every partition has a leader.
+        deadline = time.monotonic() + 30
+        for t in creates:
+            while True:
+                meta = client.list_topics(t["name"], timeout=10).topics.get(t["name"])
+                if (meta is not None and meta.error is None and len(meta.partitions) == t.get("partitions", 1)
+                        and all(p.leader >= 0 for p in meta.partitions.values())):
+                    break
+                if time.monotonic() > deadline:
+                    fail(f"topic {t['name']!r} has no leader after 30 s")
+                time.sleep(0.05)
+    result = {"topics": {}}
+    described = request.get("describe", [])
+    if described:
+        futures = client.describe_topics(TopicCollection(described), request_timeout=60)
+        for name, future in futures.items():
+            try:
+                desc = future.result()
+            except KafkaException as e:
+                fail(f"describe topic {name!r}: {e}")
+            result["topics"][name] = {"topic_id": kafka_uuid_text(desc.topic_id), "partitions": len(desc.partitions)}
+    print(json.dumps(result))
+
+
+def main():
+    commands = {"produce": produce, "consume": consume, "admin": admin}
+    if len(sys.argv) != 2 or sys.argv[1] not in commands:
+        fail("usage: kafka_client.py produce|consume|admin < request.json")
+    try:
+        request = json.load(sys.stdin)
+        commands[sys.argv[1]](request)
+    except KafkaException as e:
+        fail(f"kafka error: {e}")
+
+
+if __name__ == "__main__":
+    main()

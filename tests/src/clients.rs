@@ -1,0 +1,388 @@
+//! Non-Java clients: the Python `confluent-kafka` script (`tests/python/kafka_client.py`) and `kcat`.
+//!
+//! The Python client is the reference reader of the harness: [`consume_all`] returns every record of a topic with
+//! exact bytes, offsets, timestamps (and their type) and headers, under either isolation level, so a test can
+//! compare two clusters record by record. Its producer side does what the Java tools cannot script easily:
+//! explicit timestamps, binary keys/values/headers, idempotence and transactions that are committed or aborted.
+//! `kcat` is a second, independent librdkafka front end for text data (its JSON output is not binary safe).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use anyhow::{bail, Context, Result};
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::install::{python_client_script, require_kcat, require_python_client};
+use crate::tools::TopicSpec;
+
+/// Timestamp type of a record as the broker serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+    NoTimestamp,
+}
+
+/// Consumer isolation level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    ReadCommitted,
+    ReadUncommitted,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read_committed",
+            Isolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
+}
+
+/// A record header; the value may be null.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Header {
+    pub key: String,
+    pub value: Option<Vec<u8>>,
+}
+
+/// A record as stored by the broker and seen by a consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub timestamp_type: TimestampType,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<Header>,
+}
+
+/// A record to send. `partition: None` lets the client's partitioner choose; `timestamp: None` = now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutRecord {
+    pub partition: Option<i32>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<Header>,
+    pub timestamp: Option<i64>,
+}
+
+/// One step of a produce plan. Every `Send` is flushed (all records acknowledged) before the next step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProduceStep {
+    Send(Vec<OutRecord>),
+    /// `init_transactions` (once, first, for a producer with `transactional.id`).
+    InitTransactions,
+    BeginTransaction,
+    CommitTransaction,
+    AbortTransaction,
+}
+
+/// What the Python producer does: producer properties (librdkafka names, e.g. `compression.type`,
+/// `enable.idempotence`, `transactional.id`, `linger.ms`) and the steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducePlan {
+    pub topic: String,
+    pub config: BTreeMap<String, String>,
+    pub steps: Vec<ProduceStep>,
+}
+
+impl ProducePlan {
+    pub fn new(topic: &str) -> Self {
+        ProducePlan { topic: topic.to_string(), config: BTreeMap::new(), steps: Vec::new() }
+    }
+
+    pub fn config(mut self, key: &str, value: impl ToString) -> Self {
+        self.config.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn step(mut self, step: ProduceStep) -> Self {
+        self.steps.push(step);
+        self
+    }
+
+    /// All records of all `Send` steps, in send order.
+    pub fn out_records(&self) -> impl Iterator<Item = &OutRecord> {
+        self.steps.iter().flat_map(|s| match s {
+            ProduceStep::Send(records) => records.as_slice(),
+            _ => &[],
+        })
+    }
+}
+
+fn b64(bytes: &Option<Vec<u8>>) -> Value {
+    match bytes {
+        Some(b) => Value::String(B64.encode(b)),
+        None => Value::Null,
+    }
+}
+
+fn unb64(value: &Option<String>) -> Result<Option<Vec<u8>>> {
+    value.as_ref().map(|s| B64.decode(s).context("bad base64 from kafka_client.py")).transpose()
+}
+
+fn headers_json(headers: &[Header]) -> Value {
+    Value::Array(headers.iter().map(|h| json!([h.key, b64(&h.value)])).collect())
+}
+
+fn run_python(command: &str, request: &Value) -> Result<String> {
+    require_python_client()?;
+    let script = python_client_script();
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("spawning python3 {}", script.display()))?;
+    {
+        let mut stdin = child.stdin.take().context("python stdin")?;
+        stdin.write_all(request.to_string().as_bytes()).context("writing the request to kafka_client.py")?;
+    }
+    let Output { status, stdout, stderr } = child.wait_with_output().context("running kafka_client.py")?;
+    if !status.success() {
+        bail!("kafka_client.py {command} failed ({status}): {}", String::from_utf8_lossy(&stderr));
+    }
+    String::from_utf8(stdout).context("kafka_client.py printed non-UTF-8")
+}
+
+#[derive(Deserialize)]
+struct Delivered {
+    index: usize,
+    partition: i32,
+    offset: i64,
+    timestamp: i64,
+    timestamp_type: TimestampType,
+}
+
+#[derive(Deserialize)]
+struct Consumed {
+    partition: i32,
+    offset: i64,
+    timestamp: i64,
+    timestamp_type: TimestampType,
+    key: Option<String>,
+    value: Option<String>,
+    headers: Vec<(String, Option<String>)>,
+}
+
+/// Runs a produce plan with the Python client. Returns one [`Record`] per sent record, in send order, with the
+/// partition, offset and timestamp the broker acknowledged (for LogAppendTime topics: the broker's time).
+pub fn python_produce(bootstrap: &str, plan: &ProducePlan) -> Result<Vec<Record>> {
+    let steps: Vec<Value> = plan
+        .steps
+        .iter()
+        .map(|s| match s {
+            ProduceStep::Send(records) => json!({"send": records.iter().map(|r| json!({
+                "partition": r.partition,
+                "key": b64(&r.key),
+                "value": b64(&r.value),
+                "headers": headers_json(&r.headers),
+                "timestamp": r.timestamp,
+            })).collect::<Vec<_>>()}),
+            ProduceStep::InitTransactions => json!({"txn": "init"}),
+            ProduceStep::BeginTransaction => json!({"txn": "begin"}),
+            ProduceStep::CommitTransaction => json!({"txn": "commit"}),
+            ProduceStep::AbortTransaction => json!({"txn": "abort"}),
+        })
+        .collect();
+    let request = json!({"bootstrap": bootstrap, "topic": plan.topic, "config": plan.config, "steps": steps});
+    let out = run_python("produce", &request)?;
+    let sent: Vec<&OutRecord> = plan.out_records().collect();
+    let mut records = Vec::with_capacity(sent.len());
+    for (i, line) in out.lines().enumerate() {
+        let d: Delivered = serde_json::from_str(line).with_context(|| format!("delivery report {line:?}"))?;
+        let Some(src) = sent.get(d.index).filter(|_| d.index == i) else {
+            bail!("delivery report {i} names record {} of {}", d.index, sent.len());
+        };
+        records.push(Record {
+            partition: d.partition,
+            offset: d.offset,
+            timestamp: d.timestamp,
+            timestamp_type: d.timestamp_type,
+            key: src.key.clone(),
+            value: src.value.clone(),
+            headers: src.headers.clone(),
+        });
+    }
+    if records.len() != sent.len() {
+        bail!("{} records sent but {} delivery reports", sent.len(), records.len());
+    }
+    Ok(records)
+}
+
+/// Reads `topic` (all partitions, or the given ones) from the first offset to the end — the high watermark, or the
+/// last stable offset under `ReadCommitted` — with the Python client. Sorted by (partition, offset).
+pub fn consume_all(bootstrap: &str, topic: &str, partitions: Option<&[i32]>, isolation: Isolation) -> Result<Vec<Record>> {
+    let request = json!({
+        "bootstrap": bootstrap,
+        "topic": topic,
+        "partitions": partitions,
+        "isolation": isolation.as_str(),
+        "timeout_s": 120,
+    });
+    let out = run_python("consume", &request)?;
+    out.lines()
+        .map(|line| {
+            let c: Consumed = serde_json::from_str(line).with_context(|| format!("consumed record {line:?}"))?;
+            Ok(Record {
+                partition: c.partition,
+                offset: c.offset,
+                timestamp: c.timestamp,
+                timestamp_type: c.timestamp_type,
+                key: unb64(&c.key)?,
+                value: unb64(&c.value)?,
+                headers: c
+                    .headers
+                    .into_iter()
+                    .map(|(key, value)| Ok(Header { key, value: unb64(&value)? }))
+                    .collect::<Result<_>>()?,
+            })
+        })
+        .collect()
+}
+
+/// Topic metadata from the Python admin client.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TopicInfo {
+    /// Topic id in Kafka's text form (as in `partition.metadata`).
+    pub topic_id: String,
+    pub partitions: i32,
+}
+
+/// Creates `create` topics (replication factor 1; waits for leaders) and describes `describe` topics, in one
+/// Python process.
+pub fn admin(bootstrap: &str, create: &[TopicSpec], describe: &[&str]) -> Result<BTreeMap<String, TopicInfo>> {
+    let create: Vec<Value> = create
+        .iter()
+        .map(|t| json!({"name": t.name, "partitions": t.partitions, "config": t.configs}))
+        .collect();
+    let request = json!({"bootstrap": bootstrap, "create": create, "describe": describe});
+    let out = run_python("admin", &request)?;
+    #[derive(Deserialize)]
+    struct AdminOut {
+        topics: BTreeMap<String, TopicInfo>,
+    }
+    let parsed: AdminOut = serde_json::from_str(out.trim()).with_context(|| format!("admin output {out:?}"))?;
+    Ok(parsed.topics)
+}
+
+/// Produces text records with `kcat -P` to one partition. `None` keys/values are sent as null (`-Z`).
+/// All records of one call carry the same `headers`. Keys and values must not contain newlines or tabs.
+pub fn kcat_produce(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    records: &[(Option<&str>, Option<&str>)],
+    headers: &[(&str, &str)],
+) -> Result<()> {
+    require_kcat()?;
+    let mut input = String::new();
+    for (key, value) in records {
+        if key.is_some_and(|k| k.contains(['\t', '\n'])) || value.is_some_and(|v| v.contains(['\t', '\n'])) {
+            bail!("kcat_produce: keys and values must not contain tabs or newlines");
+        }
+        input.push_str(&format!("{}\t{}\n", key.unwrap_or(""), value.unwrap_or("")));
+    }
+    let mut cmd = Command::new("kcat");
+    cmd.args(["-P", "-b", bootstrap, "-t", topic, "-p", &partition.to_string(), "-K", "\t", "-Z"]);
+    cmd.args(["-X", "acks=all"]);
+    for (k, v) in headers {
+        cmd.arg("-H").arg(format!("{k}={v}"));
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("spawning kcat -P")?;
+    {
+        let mut stdin = child.stdin.take().context("kcat stdin")?;
+        stdin.write_all(input.as_bytes()).context("writing to kcat")?;
+    }
+    let out = child.wait_with_output().context("running kcat -P")?;
+    if !out.status.success() {
+        bail!("kcat -P failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// Reads a whole topic with `kcat -C -J -e` (all partitions, from the beginning to the end). Text data only:
+/// non-UTF-8 bytes come back replaced. Sorted by (partition, offset).
+pub fn kcat_consume(bootstrap: &str, topic: &str, isolation: Isolation) -> Result<Vec<Record>> {
+    require_kcat()?;
+    let out = Command::new("kcat")
+        .args(["-C", "-b", bootstrap, "-t", topic, "-J", "-e", "-q", "-o", "beginning"])
+        .arg("-X")
+        .arg(format!("isolation.level={}", isolation.as_str()))
+        .stdin(Stdio::null())
+        .output()
+        .context("running kcat -C")?;
+    if !out.status.success() {
+        bail!("kcat -C failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut records = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| parse_kcat_json(line).with_context(|| format!("kcat line {line:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    records.sort_by_key(|r| (r.partition, r.offset));
+    Ok(records)
+}
+
+fn parse_kcat_json(line: &str) -> Result<Record> {
+    let v: Value = serde_json::from_str(line)?;
+    let text = |field: &str| -> Option<Vec<u8>> { v.get(field).and_then(Value::as_str).map(|s| s.as_bytes().to_vec()) };
+    let int = |field: &str| v.get(field).and_then(Value::as_i64).with_context(|| format!("no integer {field}"));
+    let timestamp_type = match v.get("tstype").and_then(Value::as_str) {
+        Some("create") => TimestampType::CreateTime,
+        Some("logappend") => TimestampType::LogAppendTime,
+        _ => TimestampType::NoTimestamp,
+    };
+    let mut headers = Vec::new();
+    if let Some(list) = v.get("headers").and_then(Value::as_array) {
+        for pair in list.chunks(2) {
+            let key = pair.first().and_then(Value::as_str).context("header name")?.to_string();
+            let value = pair.get(1).and_then(Value::as_str).map(|s| s.as_bytes().to_vec());
+            headers.push(Header { key, value });
+        }
+    }
+    Ok(Record {
+        partition: i32::try_from(int("partition")?)?,
+        offset: int("offset")?,
+        timestamp: int("ts")?,
+        timestamp_type,
+        key: text("key"),
+        value: text("payload"),
+        headers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kcat_json_lines_parse() {
+        let r = parse_kcat_json(
+            r#"{"topic":"t1","partition":1,"offset":3,"tstype":"logappend","ts":17,"broker":1,"headers":["h1","x","h2",null],"key":null,"payload":"v1"}"#,
+        )
+        .unwrap();
+        assert_eq!((r.partition, r.offset, r.timestamp), (1, 3, 17));
+        assert_eq!(r.timestamp_type, TimestampType::LogAppendTime);
+        assert_eq!(r.key, None);
+        assert_eq!(r.value.as_deref(), Some(&b"v1"[..]));
+        assert_eq!(
+            r.headers,
+            vec![Header { key: "h1".into(), value: Some(b"x".to_vec()) }, Header { key: "h2".into(), value: None }]
+        );
+    }
+}
