@@ -53,6 +53,9 @@ pub enum Defect {
     Snapshot { message: String },
     /// A control batch is malformed.
     Control { message: String },
+    /// A bucket document (manifest or lease) is malformed, of an unknown format,
+    /// or inconsistent with itself or with where it is stored.
+    Manifest { message: String },
     /// Anything else, described in words.
     Other { message: String },
 }
@@ -115,6 +118,7 @@ impl fmt::Display for Defect {
             Defect::Epoch { message } => write!(f, "leader epoch: {message}"),
             Defect::Snapshot { message } => write!(f, "producer snapshot: {message}"),
             Defect::Control { message } => write!(f, "control batch: {message}"),
+            Defect::Manifest { message } => write!(f, "manifest: {message}"),
             Defect::Other { message } => f.write_str(message),
         }
     }

@@ -30,6 +30,7 @@ pub mod error;
 pub mod index;
 pub mod legacy;
 pub mod log;
+pub mod manifest;
 pub mod partition_metadata;
 pub mod record;
 pub mod report;
@@ -39,3 +40,4 @@ pub mod varint;
 
 pub use error::{Defect, Error, IndexKind, ParseError, Result};
 pub mod verify;
+pub mod writer;

@@ -163,6 +163,7 @@ pub fn verify_paths(paths: &[PathBuf], options: &VerifyOptions, progress: &dyn P
     let mut sink = Sink::new(&mut report);
     let mut partitions = Vec::new();
     for path in paths {
+        let path = &with_name(path);
         match classify_target(path) {
             Ok(Target::LogDir) => verify_log_dir(path, options, progress, &mut sink, &mut partitions),
             Ok(Target::PartitionDir) => match verify_partition_dir(path, None, options, progress, &mut sink) {
@@ -180,6 +181,16 @@ pub fn verify_paths(paths: &[PathBuf], options: &VerifyOptions, progress: &dyn P
     report
 }
 
+/// `path`, resolved if it has no final name (`.`, `..`, `a/..`): what a
+/// directory is follows from its name, and `cd orders-0 && segmirror verify .`
+/// must verify a partition, not an unnamed log dir full of unknown files.
+fn with_name(path: &Path) -> PathBuf {
+    match path.file_name() {
+        Some(_) => path.to_path_buf(),
+        None => std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+    }
+}
+
 enum Target {
     LogDir,
     PartitionDir,
@@ -193,16 +204,27 @@ fn classify_target(path: &Path) -> Result<Target, Error> {
     }
     // A log dir holds meta.properties or sub-directories; a partition dir holds
     // neither. The name alone cannot decide: `kafka-logs-1` parses as a partition.
+    // Partition files (segments, the epoch checkpoint, metadata) decide for a
+    // partition dir even next to a stray sub-directory: taking it for a log dir
+    // would skip its segments and call it sound.
     let mut has_subdir = false;
+    let mut has_partition_file = false;
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
         if entry.file_name() == META_PROPERTIES_FILE {
             return Ok(Target::LogDir);
         }
-        has_subdir |= entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            has_subdir = true;
+        } else if let Some(file_name) = entry.file_name().to_str() {
+            has_partition_file |= matches!(
+                classify_partition_file(file_name),
+                PartitionFile::Segment { .. } | PartitionFile::LeaderEpochCheckpoint | PartitionFile::PartitionMetadata
+            );
+        }
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    if has_subdir || PartitionDirName::parse(name).is_err() {
+    if (has_subdir && !has_partition_file) || PartitionDirName::parse(name).is_err() {
         Ok(Target::LogDir)
     } else {
         Ok(Target::PartitionDir)
@@ -377,7 +399,8 @@ fn verify_file(
     sink: &mut Sink<'_>,
 ) -> Result<PartitionSummary, Error> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = with_name(path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")));
+    let parent = parent.as_path();
     match classify_partition_file(name) {
         PartitionFile::Segment { base_offset, kind } if kind != SegmentFileKind::Snapshot => {
             let in_partition_dir = PartitionDir::open(parent).ok();
@@ -525,9 +548,21 @@ fn verify_segment(
     let summary = &mut scan.summary;
     summary.segments += 1;
     let outcome = log.scan(|frame| {
-        let info = frame.info;
+        let mut info = frame.info;
         if let Some(defect) = frame.crc_defect() {
             sink.error(log_path, Some(frame.crc_position()), Some(info.base_offset), defect);
+        }
+        let mut records = u64::try_from(info.records_count).unwrap_or(0);
+        if options.deep {
+            match deep_walk(frame.bytes, &info, &limits) {
+                Ok(walk) => {
+                    records = walk.records;
+                    // A legacy wrapper's first offset is only known inside it: with it the
+                    // offset checks also catch wrappers that overlap.
+                    info.base_offset = walk.first_offset.unwrap_or(info.base_offset);
+                }
+                Err(e) => sink.push(Finding::from_error(&e.shifted(info.position).at(log_path))),
+            }
         }
         check_offsets(log_path, &info, base, context, scan.previous_last_offset, sink);
         scan.previous_last_offset = Some(info.last_offset.max(scan.previous_last_offset.unwrap_or(i64::MIN)));
@@ -538,13 +573,6 @@ fn verify_segment(
                 Some(info.base_offset),
                 Defect::Control { message: "control record key could not be decoded".into() },
             );
-        }
-        let mut records = u64::try_from(info.records_count).unwrap_or(0);
-        if options.deep {
-            match deep_walk(frame.bytes, &info, &limits) {
-                Ok(n) => records = n,
-                Err(e) => sink.push(Finding::from_error(&e.shifted(info.position).at(log_path))),
-            }
         }
         let summary = &mut scan.summary;
         summary.batches += 1;
@@ -626,15 +654,23 @@ fn check_offsets(
     }
 }
 
-/// Decompress and walk every record; returns the number of records.
-fn deep_walk(bytes: &[u8], info: &BatchInfo, limits: &DeepLimits) -> Result<u64, ParseError> {
+/// What a deep walk of one frame found.
+struct DeepWalk {
+    records: u64,
+    /// The first inner offset of a legacy frame (the shallow scan only knows the
+    /// last); `None` for magic 2, whose header already has it.
+    first_offset: Option<i64>,
+}
+
+/// Decompress and walk every record.
+fn deep_walk(bytes: &[u8], info: &BatchInfo, limits: &DeepLimits) -> Result<DeepWalk, ParseError> {
     if info.magic >= 2 {
         let header = parse_header(bytes)?;
         let stats = for_each_record(bytes, &header, limits, |_| ControlFlow::Continue(()))?;
-        Ok(u64::from(stats.records))
+        Ok(DeepWalk { records: u64::from(stats.records), first_offset: None })
     } else {
         let stats = legacy::for_each_message(bytes, limits, |_| ControlFlow::Continue(()))?;
-        Ok(u64::from(stats.messages))
+        Ok(DeepWalk { records: u64::from(stats.messages), first_offset: stats.first_offset })
     }
 }
 

@@ -167,7 +167,10 @@ impl KafkaBroker {
     /// Starts the broker again on the same log dir and ports (after [`stop`](Self::stop) or [`kill`](Self::kill)).
     pub fn restart(&mut self) -> Result<()> {
         if self.is_running() {
-            bail!("broker {} is still running; stop() or kill() it first", self.config.name);
+            bail!(
+                "broker {} is still running; stop() or kill() it first",
+                self.config.name
+            );
         }
         self.launch()
     }
@@ -215,7 +218,9 @@ impl KafkaBroker {
 
     /// The last `lines` lines of the broker log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read(self.log_file()).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let text = std::fs::read(self.log_file())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
@@ -301,18 +306,26 @@ impl KafkaBroker {
     }
 
     fn write_server_properties(&self) -> Result<()> {
-        let mut props: BTreeMap<String, String> =
-            default_properties().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut props: BTreeMap<String, String> = default_properties()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let (b, c) = (self.broker_port, self.controller_port);
         let fixed = [
             ("process.roles", "broker,controller".to_string()),
             ("node.id", "1".to_string()),
             ("controller.quorum.voters", format!("1@127.0.0.1:{c}")),
-            ("listeners", format!("PLAINTEXT://127.0.0.1:{b},CONTROLLER://127.0.0.1:{c}")),
+            (
+                "listeners",
+                format!("PLAINTEXT://127.0.0.1:{b},CONTROLLER://127.0.0.1:{c}"),
+            ),
             ("advertised.listeners", format!("PLAINTEXT://127.0.0.1:{b}")),
             ("controller.listener.names", "CONTROLLER".to_string()),
             ("inter.broker.listener.name", "PLAINTEXT".to_string()),
-            ("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_string()),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_string(),
+            ),
             ("log.dirs", self.log_dir.display().to_string()),
         ];
         for (k, v) in fixed {
@@ -321,7 +334,10 @@ impl KafkaBroker {
         for (k, v) in &self.config.properties {
             props.insert(k.clone(), v.clone());
         }
-        let mut text = format!("# written by the segmirror test harness for broker {}\n", self.config.name);
+        let mut text = format!(
+            "# written by the segmirror test harness for broker {}\n",
+            self.config.name
+        );
         for (k, v) in &props {
             text.push_str(&format!("{k}={}\n", escape_property(v)));
         }
@@ -337,7 +353,10 @@ impl KafkaBroker {
                 .with_context(|| format!("{} has no cluster.id", meta.display()))?;
             if let Some(wanted) = &self.config.cluster_id {
                 if wanted != &existing {
-                    bail!("log dir {} belongs to cluster {existing}, not {wanted}", self.log_dir.display());
+                    bail!(
+                        "log dir {} belongs to cluster {existing}, not {wanted}",
+                        self.log_dir.display()
+                    );
                 }
             }
             return Ok(existing);
@@ -375,12 +394,19 @@ impl KafkaBroker {
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
         self.starts += 1;
-        writeln!(log, "==== segmirror harness: start #{} of broker {} ====", self.starts, self.config.name)?;
+        writeln!(
+            log,
+            "==== segmirror harness: start #{} of broker {} ====",
+            self.starts, self.config.name
+        )?;
         let from = log.metadata()?.len();
         let stderr = log.try_clone()?;
         let child = self
             .install
-            .java(self.config.heap_mb, &kafka_support_dir().join("broker-log4j2.properties"))
+            .java(
+                self.config.heap_mb,
+                &kafka_support_dir().join("broker-log4j2.properties"),
+            )
             .arg(format!("-Dkafka.logs.dir={}", self.work_path.display()))
             .arg("kafka.Kafka")
             .arg(self.server_properties_path())
@@ -478,7 +504,9 @@ pub fn read_properties(path: &Path) -> Result<BTreeMap<String, String>> {
 pub fn random_cluster_id() -> Result<String> {
     use base64::Engine;
     let mut bytes = [0u8; 16];
-    File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).context("reading /dev/urandom")?;
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom")?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
@@ -499,8 +527,11 @@ mod tests {
     fn properties_parse_like_meta_properties() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.properties");
-        std::fs::write(&path, "#\n#Sat Nov 29 13:44:00 UTC 2026\nnode.id=1\ndirectory.id=abc\nversion=1\ncluster.id=xyz\n")
-            .unwrap();
+        std::fs::write(
+            &path,
+            "#\n#Sat Nov 29 13:44:00 UTC 2026\nnode.id=1\ndirectory.id=abc\nversion=1\ncluster.id=xyz\n",
+        )
+        .unwrap();
         let props = read_properties(&path).unwrap();
         assert_eq!(props.get("cluster.id").map(String::as_str), Some("xyz"));
         assert_eq!(props.get("node.id").map(String::as_str), Some("1"));

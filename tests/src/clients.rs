@@ -94,7 +94,11 @@ pub struct ProducePlan {
 
 impl ProducePlan {
     pub fn new(topic: &str) -> Self {
-        ProducePlan { topic: topic.to_string(), config: BTreeMap::new(), steps: Vec::new() }
+        ProducePlan {
+            topic: topic.to_string(),
+            config: BTreeMap::new(),
+            steps: Vec::new(),
+        }
     }
 
     pub fn config(mut self, key: &str, value: impl ToString) -> Self {
@@ -124,7 +128,10 @@ fn b64(bytes: &Option<Vec<u8>>) -> Value {
 }
 
 fn unb64(value: &Option<String>) -> Result<Option<Vec<u8>>> {
-    value.as_ref().map(|s| B64.decode(s).context("bad base64 from kafka_client.py")).transpose()
+    value
+        .as_ref()
+        .map(|s| B64.decode(s).context("bad base64 from kafka_client.py"))
+        .transpose()
 }
 
 fn headers_json(headers: &[Header]) -> Value {
@@ -144,11 +151,16 @@ fn run_python(command: &str, request: &Value) -> Result<String> {
         .with_context(|| format!("spawning python3 {}", script.display()))?;
     {
         let mut stdin = child.stdin.take().context("python stdin")?;
-        stdin.write_all(request.to_string().as_bytes()).context("writing the request to kafka_client.py")?;
+        stdin
+            .write_all(request.to_string().as_bytes())
+            .context("writing the request to kafka_client.py")?;
     }
     let Output { status, stdout, stderr } = child.wait_with_output().context("running kafka_client.py")?;
     if !status.success() {
-        bail!("kafka_client.py {command} failed ({status}): {}", String::from_utf8_lossy(&stderr));
+        bail!(
+            "kafka_client.py {command} failed ({status}): {}",
+            String::from_utf8_lossy(&stderr)
+        );
     }
     String::from_utf8(stdout).context("kafka_client.py printed non-UTF-8")
 }
@@ -220,7 +232,12 @@ pub fn python_produce(bootstrap: &str, plan: &ProducePlan) -> Result<Vec<Record>
 
 /// Reads `topic` (all partitions, or the given ones) from the first offset to the end — the high watermark, or the
 /// last stable offset under `ReadCommitted` — with the Python client. Sorted by (partition, offset).
-pub fn consume_all(bootstrap: &str, topic: &str, partitions: Option<&[i32]>, isolation: Isolation) -> Result<Vec<Record>> {
+pub fn consume_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: Option<&[i32]>,
+    isolation: Isolation,
+) -> Result<Vec<Record>> {
     let request = json!({
         "bootstrap": bootstrap,
         "topic": topic,
@@ -242,7 +259,12 @@ pub fn consume_all(bootstrap: &str, topic: &str, partitions: Option<&[i32]>, iso
                 headers: c
                     .headers
                     .into_iter()
-                    .map(|(key, value)| Ok(Header { key, value: unb64(&value)? }))
+                    .map(|(key, value)| {
+                        Ok(Header {
+                            key,
+                            value: unb64(&value)?,
+                        })
+                    })
                     .collect::<Result<_>>()?,
             })
         })
@@ -292,7 +314,18 @@ pub fn kcat_produce(
         input.push_str(&format!("{}\t{}\n", key.unwrap_or(""), value.unwrap_or("")));
     }
     let mut cmd = Command::new("kcat");
-    cmd.args(["-P", "-b", bootstrap, "-t", topic, "-p", &partition.to_string(), "-K", "\t", "-Z"]);
+    cmd.args([
+        "-P",
+        "-b",
+        bootstrap,
+        "-t",
+        topic,
+        "-p",
+        &partition.to_string(),
+        "-K",
+        "\t",
+        "-Z",
+    ]);
     cmd.args(["-X", "acks=all"]);
     for (k, v) in headers {
         cmd.arg("-H").arg(format!("{k}={v}"));
@@ -309,7 +342,11 @@ pub fn kcat_produce(
     }
     let out = child.wait_with_output().context("running kcat -P")?;
     if !out.status.success() {
-        bail!("kcat -P failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "kcat -P failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(())
 }
@@ -326,7 +363,11 @@ pub fn kcat_consume(bootstrap: &str, topic: &str, isolation: Isolation) -> Resul
         .output()
         .context("running kcat -C")?;
     if !out.status.success() {
-        bail!("kcat -C failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "kcat -C failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let mut records = text
@@ -341,7 +382,11 @@ pub fn kcat_consume(bootstrap: &str, topic: &str, isolation: Isolation) -> Resul
 fn parse_kcat_json(line: &str) -> Result<Record> {
     let v: Value = serde_json::from_str(line)?;
     let text = |field: &str| -> Option<Vec<u8>> { v.get(field).and_then(Value::as_str).map(|s| s.as_bytes().to_vec()) };
-    let int = |field: &str| v.get(field).and_then(Value::as_i64).with_context(|| format!("no integer {field}"));
+    let int = |field: &str| {
+        v.get(field)
+            .and_then(Value::as_i64)
+            .with_context(|| format!("no integer {field}"))
+    };
     let timestamp_type = match v.get("tstype").and_then(Value::as_str) {
         Some("create") => TimestampType::CreateTime,
         Some("logappend") => TimestampType::LogAppendTime,
@@ -382,7 +427,16 @@ mod tests {
         assert_eq!(r.value.as_deref(), Some(&b"v1"[..]));
         assert_eq!(
             r.headers,
-            vec![Header { key: "h1".into(), value: Some(b"x".to_vec()) }, Header { key: "h2".into(), value: None }]
+            vec![
+                Header {
+                    key: "h1".into(),
+                    value: Some(b"x".to_vec())
+                },
+                Header {
+                    key: "h2".into(),
+                    value: None
+                }
+            ]
         );
     }
 }

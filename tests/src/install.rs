@@ -26,7 +26,10 @@ pub fn pinned_kafka_version() -> &'static str {
 
 /// The workspace root (the parent of this crate).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// `tests/kafka/`: the pom and the log4j2 configurations.
@@ -36,7 +39,9 @@ pub fn kafka_support_dir() -> PathBuf {
 
 /// `tests/python/kafka_client.py`.
 pub fn python_client_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("kafka_client.py")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python")
+        .join("kafka_client.py")
 }
 
 /// A located, complete Kafka installation (jars only; started with `java -cp '<libs>/*'`).
@@ -55,7 +60,10 @@ impl KafkaInstall {
     /// process.
     pub fn locate() -> Result<&'static KafkaInstall> {
         static FOUND: OnceLock<std::result::Result<KafkaInstall, String>> = OnceLock::new();
-        FOUND.get_or_init(|| Self::locate_uncached().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow::anyhow!("{e}"))
+        FOUND
+            .get_or_init(|| Self::locate_uncached().map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     fn locate_uncached() -> Result<KafkaInstall> {
@@ -121,7 +129,12 @@ fn require_java() -> Result<()> {
 pub fn require_kcat() -> Result<()> {
     static OK: OnceLock<bool> = OnceLock::new();
     let ok = *OK.get_or_init(|| {
-        Command::new("kcat").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+        Command::new("kcat")
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     });
     if !ok {
         bail!("kcat is not installed: {HOW_TO_INSTALL}");

@@ -194,7 +194,7 @@ pub fn produce_shapes(broker: &KafkaBroker, shapes: &[Shape], opts: &ShapeOption
     admin(&bootstrap, &specs, &[]).context("creating the shape topics")?;
     let base_ts = now_ms()? - 3_600_000;
 
-    let produced: Vec<Result<(Vec<Record>, BTreeSet<(i32, i64)>)>> = std::thread::scope(|scope| {
+    let produced: Vec<Result<Produced>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shapes
             .iter()
             .zip(&specs)
@@ -203,20 +203,23 @@ pub fn produce_shapes(broker: &KafkaBroker, shapes: &[Shape], opts: &ShapeOption
                 scope.spawn(move || produce_one(bootstrap, *shape, &spec.name, opts, base_ts))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| bail!("producer thread panicked"))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| bail!("producer thread panicked")))
+            .collect()
     });
 
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     let mut out = Vec::new();
     for ((shape, spec), result) in shapes.iter().zip(&specs).zip(produced) {
-        let (mut records, aborted) = result.with_context(|| format!("producing {}", spec.name))?;
+        let Produced { mut records, aborted } = result.with_context(|| format!("producing {}", spec.name))?;
         records.sort_by_key(|r| (r.partition, r.offset));
         let mut log_start_offsets: BTreeMap<i32, i64> = (0..spec.partitions).map(|p| (p, 0)).collect();
         match shape {
             Shape::Compacted => wait_for_cleaning(broker, &spec.name, opts.background_timeout)?,
             Shape::Retention => {
                 for p in 0..spec.partitions {
-                    let start = wait_for_first_segment_above_zero(broker, &spec.name, p, opts.background_timeout)?;
+                    let start = wait_for_retention(broker, &spec.name, p, opts.background_timeout)?;
                     log_start_offsets.insert(p, start);
                 }
                 if let Some(start) = log_start_offsets.get_mut(&1) {
@@ -239,9 +242,18 @@ pub fn produce_shapes(broker: &KafkaBroker, shapes: &[Shape], opts: &ShapeOption
     }
     let ids = admin(&bootstrap, &[], &names).context("describing the shape topics")?;
     for topic in &mut out {
-        topic.topic_id = ids.get(&topic.name).map(|i| i.topic_id.clone()).context("topic id missing")?;
+        topic.topic_id = ids
+            .get(&topic.name)
+            .map(|i| i.topic_id.clone())
+            .context("topic id missing")?;
     }
     Ok(out)
+}
+
+/// Records of one shape as acknowledged, and which of them were aborted.
+struct Produced {
+    records: Vec<Record>,
+    aborted: BTreeSet<(i32, i64)>,
 }
 
 fn topic_spec(shape: Shape, opts: &ShapeOptions) -> TopicSpec {
@@ -274,8 +286,22 @@ fn mix(mut x: u64) -> u64 {
 /// Words of which values are made: random choices among them compress with every codec (LZ4 and snappy only
 /// find repeats; random letters would not shrink for them).
 const WORDS: [&str; 16] = [
-    "kafka ", "segment ", "offset ", "batch ", "record ", "header ", "mirror ", "broker ", "leader ", "epoch ",
-    "index ", "topic ", "replica ", "cleaner ", "marker ", "snapshot ",
+    "kafka ",
+    "segment ",
+    "offset ",
+    "batch ",
+    "record ",
+    "header ",
+    "mirror ",
+    "broker ",
+    "leader ",
+    "epoch ",
+    "index ",
+    "topic ",
+    "replica ",
+    "cleaner ",
+    "marker ",
+    "snapshot ",
 ];
 
 /// A value of `size` bytes (or its prefix length if larger): a readable prefix, then pseudo-random words.
@@ -299,27 +325,46 @@ fn varied_record(seed: u64, i: usize, partition: i32, ts: i64, value_size: usize
     let value = (i % 17 != 16).then(|| value_bytes(seed, i, value_size));
     let headers = match i % 3 {
         0 => Vec::new(),
-        1 => vec![Header { key: "h1".into(), value: Some(format!("v{i}").into_bytes()) }],
+        1 => vec![Header {
+            key: "h1".into(),
+            value: Some(format!("v{i}").into_bytes()),
+        }],
         _ => vec![
-            Header { key: "bin".into(), value: Some(vec![0x00, 0xff, 0x7f, 0x80]) },
-            Header { key: "null".into(), value: None },
+            Header {
+                key: "bin".into(),
+                value: Some(vec![0x00, 0xff, 0x7f, 0x80]),
+            },
+            Header {
+                key: "null".into(),
+                value: None,
+            },
         ],
     };
-    OutRecord { partition: Some(partition), key, value, headers, timestamp: Some(ts) }
+    OutRecord {
+        partition: Some(partition),
+        key,
+        value,
+        headers,
+        timestamp: Some(ts),
+    }
 }
 
-fn produce_one(
-    bootstrap: &str,
-    shape: Shape,
-    topic: &str,
-    opts: &ShapeOptions,
-    base_ts: i64,
-) -> Result<(Vec<Record>, BTreeSet<(i32, i64)>)> {
+fn produce_one(bootstrap: &str, shape: Shape, topic: &str, opts: &ShapeOptions, base_ts: i64) -> Result<Produced> {
     let n = opts.records_per_partition;
-    let seed = mix(topic.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))));
+    let seed = mix(topic
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))));
     let parts = shape.partitions();
     let all: Vec<OutRecord> = (0..n * parts as usize)
-        .map(|i| varied_record(seed, i, (i % parts as usize) as i32, base_ts + i as i64 * 10, opts.value_size))
+        .map(|i| {
+            varied_record(
+                seed,
+                i,
+                (i % parts as usize) as i32,
+                base_ts + i as i64 * 10,
+                opts.value_size,
+            )
+        })
         .collect();
     // Small batches (several per segment) and a little linger so batches hold several records.
     let base = |codec: &str| {
@@ -331,19 +376,27 @@ fn produce_one(
     };
     let mut aborted = BTreeSet::new();
     let records = match shape {
-        Shape::Codec(codec) => {
-            python_produce(bootstrap, &base(codec.name()).config("enable.idempotence", false).step(ProduceStep::Send(all)))?
-        }
-        Shape::BrokerCompressed | Shape::LogAppendTime => {
-            python_produce(bootstrap, &base("none").config("enable.idempotence", false).step(ProduceStep::Send(all)))?
-        }
+        Shape::Codec(codec) => python_produce(
+            bootstrap,
+            &base(codec.name())
+                .config("enable.idempotence", false)
+                .step(ProduceStep::Send(all)),
+        )?,
+        Shape::BrokerCompressed | Shape::LogAppendTime => python_produce(
+            bootstrap,
+            &base("none")
+                .config("enable.idempotence", false)
+                .step(ProduceStep::Send(all)),
+        )?,
         Shape::Idempotent => {
             let half = all.len() / 2;
             let mut first = all;
             let second = first.split_off(half);
             let mut records = Vec::new();
             for part in [first, second] {
-                let plan = base("none").config("enable.idempotence", true).step(ProduceStep::Send(part));
+                let plan = base("none")
+                    .config("enable.idempotence", true)
+                    .step(ProduceStep::Send(part));
                 records.extend(python_produce(bootstrap, &plan)?);
             }
             records
@@ -357,9 +410,14 @@ fn produce_one(
             let mut abort_flags = Vec::new();
             for (t, records) in all.chunks(chunk).enumerate() {
                 let abort = t % 2 == 1;
-                plan = plan.step(ProduceStep::BeginTransaction).step(ProduceStep::Send(records.to_vec())).step(
-                    if abort { ProduceStep::AbortTransaction } else { ProduceStep::CommitTransaction },
-                );
+                plan = plan
+                    .step(ProduceStep::BeginTransaction)
+                    .step(ProduceStep::Send(records.to_vec()))
+                    .step(if abort {
+                        ProduceStep::AbortTransaction
+                    } else {
+                        ProduceStep::CommitTransaction
+                    });
                 abort_flags.extend(std::iter::repeat_n(abort, records.len()));
             }
             let records = python_produce(bootstrap, &plan)?;
@@ -378,7 +436,14 @@ fn produce_one(
                     partition: Some(0),
                     key: Some(format!("ckey-{}", mix(seed ^ i as u64) % 40).into_bytes()),
                     value: Some(value_bytes(seed, i, opts.value_size)),
-                    headers: if i % 2 == 0 { Vec::new() } else { vec![Header { key: "u".into(), value: None }] },
+                    headers: if i % 2 == 0 {
+                        Vec::new()
+                    } else {
+                        vec![Header {
+                            key: "u".into(),
+                            value: None,
+                        }]
+                    },
                     timestamp: Some(base_ts + i as i64 * 10),
                 })
                 .collect();
@@ -389,18 +454,30 @@ fn produce_one(
                 headers: Vec::new(),
                 timestamp: Some(base_ts + (n + k) as i64 * 10),
             }));
-            python_produce(bootstrap, &base("none").config("enable.idempotence", false).step(ProduceStep::Send(out)))?
+            python_produce(
+                bootstrap,
+                &base("none")
+                    .config("enable.idempotence", false)
+                    .step(ProduceStep::Send(out)),
+            )?
         }
         Shape::Retention => {
             // Uncompressed, so the log spans enough segments for retention to remove some and keep several.
-            python_produce(bootstrap, &base("none").config("enable.idempotence", true).step(ProduceStep::Send(all)))?
+            python_produce(
+                bootstrap,
+                &base("none")
+                    .config("enable.idempotence", true)
+                    .step(ProduceStep::Send(all)),
+            )?
         }
     };
-    Ok((records, aborted))
+    Ok(Produced { records, aborted })
 }
 
 fn now_ms() -> Result<i64> {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).context("clock before 1970")?;
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .context("clock before 1970")?;
     i64::try_from(d.as_millis()).context("clock overflow")
 }
 
@@ -441,17 +518,40 @@ pub fn read_offset_checkpoint(path: &Path) -> Result<BTreeMap<(String, i32), i64
 
 fn wait_for_cleaning(broker: &KafkaBroker, topic: &str, timeout: Duration) -> Result<()> {
     let checkpoint = broker.log_dir().join("cleaner-offset-checkpoint");
-    wait_for(&format!("the log cleaner to clean {topic}-0"), timeout, Duration::from_millis(200), || {
-        let entries = read_offset_checkpoint(&checkpoint)?;
-        Ok(entries.get(&(topic.to_string(), 0)).filter(|o| **o > 0).map(drop))
-    })
+    wait_for(
+        &format!("the log cleaner to clean {topic}-0"),
+        timeout,
+        Duration::from_millis(200),
+        || {
+            let entries = read_offset_checkpoint(&checkpoint)?;
+            Ok(entries.get(&(topic.to_string(), 0)).filter(|o| **o > 0).map(drop))
+        },
+    )
 }
 
-fn wait_for_first_segment_above_zero(broker: &KafkaBroker, topic: &str, partition: i32, timeout: Duration) -> Result<i64> {
+/// Waits until retention removed the first segment and then left the segment list unchanged for a while (one
+/// retention pass can remove several segments one after the other); returns the first remaining base offset,
+/// which is the new log start offset.
+fn wait_for_retention(broker: &KafkaBroker, topic: &str, partition: i32, timeout: Duration) -> Result<i64> {
+    const STABLE_FOR: Duration = Duration::from_millis(1500);
     let dir = broker.partition_dir(topic, partition);
-    wait_for(&format!("retention to delete the first segment of {topic}-{partition}"), timeout, Duration::from_millis(200), || {
-        Ok(segment_base_offsets(&dir)?.first().copied().filter(|b| *b > 0))
-    })
+    let mut last: Option<(Vec<i64>, std::time::Instant)> = None;
+    wait_for(
+        &format!("retention to delete the first segments of {topic}-{partition}"),
+        timeout,
+        Duration::from_millis(100),
+        || {
+            let bases = segment_base_offsets(&dir)?;
+            let first = bases.first().copied().filter(|b| *b > 0);
+            match (&last, first) {
+                (Some((prev, since)), Some(first)) if *prev == bases => {
+                    return Ok((since.elapsed() >= STABLE_FOR).then_some(first));
+                }
+                _ => last = Some((bases, std::time::Instant::now())),
+            }
+            Ok(None)
+        },
+    )
 }
 
 #[cfg(test)]

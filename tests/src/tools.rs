@@ -45,7 +45,11 @@ pub struct TopicSpec {
 
 impl TopicSpec {
     pub fn new(name: &str, partitions: i32) -> Self {
-        TopicSpec { name: name.to_string(), partitions, configs: BTreeMap::new() }
+        TopicSpec {
+            name: name.to_string(),
+            partitions,
+            configs: BTreeMap::new(),
+        }
     }
 
     pub fn config(mut self, key: &str, value: impl ToString) -> Self {
@@ -92,7 +96,10 @@ pub struct KafkaTools {
 
 impl KafkaTools {
     pub fn new(install: &'static KafkaInstall, bootstrap: &str) -> Self {
-        KafkaTools { install, bootstrap: bootstrap.to_string() }
+        KafkaTools {
+            install,
+            bootstrap: bootstrap.to_string(),
+        }
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -188,7 +195,13 @@ impl KafkaTools {
 
     /// `ProducerPerformance` with `--throughput -1`; `props` are producer properties (e.g. `compression.type`).
     /// Returns the tool's summary output.
-    pub fn producer_perf(&self, topic: &str, num_records: u64, record_size: u32, props: &[(&str, &str)]) -> Result<String> {
+    pub fn producer_perf(
+        &self,
+        topic: &str,
+        num_records: u64,
+        record_size: u32,
+        props: &[(&str, &str)],
+    ) -> Result<String> {
         let mut args = vec![
             "--bootstrap-server".to_string(),
             self.bootstrap.clone(),
@@ -220,7 +233,11 @@ impl KafkaTools {
             let headers = if r.headers.is_empty() {
                 CONSOLE_NULL.to_string()
             } else {
-                r.headers.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(",")
+                r.headers
+                    .iter()
+                    .map(|(k, v)| format!("{k}:{v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
             };
             let key = r.key.clone().unwrap_or_else(|| CONSOLE_NULL.to_string());
             input.push_str(&format!("{headers}\t{key}\t{}\n", r.value));
@@ -260,7 +277,13 @@ impl KafkaTools {
         ]
         .map(String::from)
         .to_vec();
-        for p in ["print.timestamp", "print.partition", "print.offset", "print.headers", "print.key"] {
+        for p in [
+            "print.timestamp",
+            "print.partition",
+            "print.offset",
+            "print.headers",
+            "print.key",
+        ] {
             args.push("--formatter-property".into());
             args.push(format!("{p}=true"));
         }
@@ -284,16 +307,22 @@ pub fn dump_log_segments(install: &'static KafkaInstall, files: &[&Path], extra_
 
 fn run_tool(install: &'static KafkaInstall, main_class: &str, args: &[String], stdin: Option<&[u8]>) -> Result<String> {
     let mut cmd = install.java(TOOL_HEAP_MB, &kafka_support_dir().join("tools-log4j2.properties"));
-    cmd.arg(main_class).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.arg(main_class)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if stdin.is_some() {
         cmd.stdin(Stdio::piped());
     }
     let mut child = cmd.spawn().with_context(|| format!("spawning java {main_class}"))?;
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().context("tool stdin")?;
-        pipe.write_all(input).with_context(|| format!("writing to {main_class}"))?;
+        pipe.write_all(input)
+            .with_context(|| format!("writing to {main_class}"))?;
     }
-    let Output { status, stdout, stderr } = child.wait_with_output().with_context(|| format!("running {main_class}"))?;
+    let Output { status, stdout, stderr } = child
+        .wait_with_output()
+        .with_context(|| format!("running {main_class}"))?;
     let stdout = String::from_utf8_lossy(&stdout).into_owned();
     if !status.success() {
         bail!(
@@ -306,7 +335,10 @@ fn run_tool(install: &'static KafkaInstall, main_class: &str, args: &[String], s
 }
 
 fn parse_topic_description(out: &str) -> Result<TopicDescription> {
-    let first = out.lines().find(|l| l.starts_with("Topic:")).context("no 'Topic:' line")?;
+    let first = out
+        .lines()
+        .find(|l| l.starts_with("Topic:"))
+        .context("no 'Topic:' line")?;
     let mut fields = BTreeMap::new();
     for part in first.split('\t') {
         if let Some((k, v)) = part.split_once(':') {
@@ -337,7 +369,10 @@ fn parse_offsets(topic: &str, out: &str) -> Result<BTreeMap<i32, i64>> {
             bail!("unexpected line {line:?}");
         };
         if name == topic {
-            offsets.insert(partition.parse().context("partition")?, offset.parse().context("offset")?);
+            offsets.insert(
+                partition.parse().context("partition")?,
+                offset.parse().context("offset")?,
+            );
         }
     }
     Ok(offsets)
@@ -350,14 +385,21 @@ fn parse_console_line(line: &str) -> Result<ConsoleConsumed> {
         bail!("expected 6 tab-separated fields");
     };
     let (timestamp_type, timestamp) = ts.split_once(':').context("timestamp field")?;
-    let partition = partition.strip_prefix("Partition:").context("partition field")?.parse()?;
+    let partition = partition
+        .strip_prefix("Partition:")
+        .context("partition field")?
+        .parse()?;
     let offset = offset.strip_prefix("Offset:").context("offset field")?.parse()?;
     let headers = if headers == "NO_HEADERS" {
         Vec::new()
     } else {
         headers
             .split(',')
-            .map(|h| h.split_once(':').map(|(k, v)| (k.to_string(), v.to_string())).context("header without ':'"))
+            .map(|h| {
+                h.split_once(':')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .context("header without ':'")
+            })
             .collect::<Result<_>>()?
     };
     Ok(ConsoleConsumed {
@@ -399,7 +441,10 @@ mod tests {
     fn parses_console_consumer_lines() {
         let c = parse_console_line("CreateTime:1795959874608\tPartition:0\tOffset:7\th1:x,h2:y\tk1\tv\t1").unwrap();
         assert_eq!((c.timestamp, c.partition, c.offset), (1795959874608, 0, 7));
-        assert_eq!(c.record.headers, vec![("h1".into(), "x".into()), ("h2".into(), "y".into())]);
+        assert_eq!(
+            c.record.headers,
+            vec![("h1".into(), "x".into()), ("h2".into(), "y".into())]
+        );
         assert_eq!(c.record.key.as_deref(), Some("k1"));
         assert_eq!(c.record.value, "v\t1");
         let c = parse_console_line("LogAppendTime:5\tPartition:1\tOffset:0\tNO_HEADERS\tnull\tv").unwrap();

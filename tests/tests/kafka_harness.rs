@@ -13,7 +13,10 @@ use segmirror_tests::tools::ConsoleRecord;
 use segmirror_tests::*;
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 /// Files of a partition directory with the given extension, sorted by name.
@@ -34,13 +37,28 @@ fn binary_records(partition: i32, ts: i64) -> Vec<OutRecord> {
             key: Some(b"k\x00\xff".to_vec()),
             value: Some((0..=255u8).collect()),
             headers: vec![
-                Header { key: "a".into(), value: Some(b"1".to_vec()) },
-                Header { key: "a".into(), value: None },
-                Header { key: "bin".into(), value: Some(vec![0, 0xff]) },
+                Header {
+                    key: "a".into(),
+                    value: Some(b"1".to_vec()),
+                },
+                Header {
+                    key: "a".into(),
+                    value: None,
+                },
+                Header {
+                    key: "bin".into(),
+                    value: Some(vec![0, 0xff]),
+                },
             ],
             timestamp: Some(ts),
         },
-        OutRecord { partition: Some(partition), key: None, value: None, headers: vec![], timestamp: Some(ts + 1) },
+        OutRecord {
+            partition: Some(partition),
+            key: None,
+            value: None,
+            headers: vec![],
+            timestamp: Some(ts + 1),
+        },
         OutRecord {
             partition: Some(partition),
             key: Some(Vec::new()),
@@ -58,11 +76,18 @@ fn every_client_and_tool_round_trips_records() {
     let bootstrap = broker.bootstrap();
 
     // Admin via TopicCommand / ConfigCommand; the topic id is the one the broker writes into partition.metadata.
-    tools.create_topic(&TopicSpec::new("clients", 2).config("max.message.bytes", 200000)).unwrap();
-    tools.alter_topic_config("clients", &[("retention.ms", "86400000")]).unwrap();
+    tools
+        .create_topic(&TopicSpec::new("clients", 2).config("max.message.bytes", 200000))
+        .unwrap();
+    tools
+        .alter_topic_config("clients", &[("retention.ms", "86400000")])
+        .unwrap();
     let desc = tools.describe_topic("clients").unwrap();
     assert_eq!(desc.partitions, 2);
-    assert_eq!(desc.configs.get("max.message.bytes").map(String::as_str), Some("200000"));
+    assert_eq!(
+        desc.configs.get("max.message.bytes").map(String::as_str),
+        Some("200000")
+    );
     assert_eq!(desc.configs.get("retention.ms").map(String::as_str), Some("86400000"));
     let pm = std::fs::read_to_string(broker.partition_dir("clients", 0).join("partition.metadata")).unwrap();
     assert_eq!(pm, format!("version: 0\ntopic_id: {}", desc.topic_id));
@@ -71,8 +96,15 @@ fn every_client_and_tool_round_trips_records() {
     let ts = now_ms() - 60_000;
     let mut plan_records = binary_records(0, ts);
     plan_records.extend(binary_records(1, ts + 10));
-    let sent = python_produce(&bootstrap, &ProducePlan::new("clients").step(ProduceStep::Send(plan_records))).unwrap();
-    assert_eq!(sent.iter().map(|r| (r.partition, r.offset)).collect::<Vec<_>>(), [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]);
+    let sent = python_produce(
+        &bootstrap,
+        &ProducePlan::new("clients").step(ProduceStep::Send(plan_records)),
+    )
+    .unwrap();
+    assert_eq!(
+        sent.iter().map(|r| (r.partition, r.offset)).collect::<Vec<_>>(),
+        [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    );
     assert!(sent.iter().all(|r| r.timestamp_type == TimestampType::CreateTime));
     assert_eq!(sent[0].timestamp, ts);
     let got = consume_all(&bootstrap, "clients", None, Isolation::ReadUncommitted).unwrap();
@@ -81,7 +113,14 @@ fn every_client_and_tool_round_trips_records() {
     assert_eq!(got[2].key, Some(Vec::new()));
 
     // kcat: text records with headers to partition 1; kcat and Python read them back identically.
-    kcat_produce(&bootstrap, "clients", 1, &[(Some("kk"), Some("vv")), (None, Some("no-key"))], &[("src", "kcat")]).unwrap();
+    kcat_produce(
+        &bootstrap,
+        "clients",
+        1,
+        &[(Some("kk"), Some("vv")), (None, Some("no-key"))],
+        &[("src", "kcat")],
+    )
+    .unwrap();
     let by_kcat: Vec<Record> = kcat_consume(&bootstrap, "clients", Isolation::ReadUncommitted)
         .unwrap()
         .into_iter()
@@ -94,33 +133,72 @@ fn every_client_and_tool_round_trips_records() {
         .collect();
     assert_eq!(by_kcat, by_python);
     assert_eq!(by_kcat.len(), 2);
-    assert_eq!((by_kcat[0].offset, by_kcat[0].key.as_deref(), by_kcat[0].value.as_deref()), (3, Some(&b"kk"[..]), Some(&b"vv"[..])));
+    assert_eq!(
+        (
+            by_kcat[0].offset,
+            by_kcat[0].key.as_deref(),
+            by_kcat[0].value.as_deref()
+        ),
+        (3, Some(&b"kk"[..]), Some(&b"vv"[..]))
+    );
     assert_eq!(by_kcat[1].key, None);
-    assert_eq!(by_kcat[1].headers, vec![Header { key: "src".into(), value: Some(b"kcat".to_vec()) }]);
+    assert_eq!(
+        by_kcat[1].headers,
+        vec![Header {
+            key: "src".into(),
+            value: Some(b"kcat".to_vec())
+        }]
+    );
 
     // Java console producer/consumer on a one-partition topic.
     tools.create_topic(&TopicSpec::new("console", 1)).unwrap();
     let console = vec![
-        ConsoleRecord { key: Some("c1".into()), value: "one".into(), headers: vec![("h".into(), "x".into())] },
-        ConsoleRecord { key: None, value: "two".into(), headers: vec![] },
+        ConsoleRecord {
+            key: Some("c1".into()),
+            value: "one".into(),
+            headers: vec![("h".into(), "x".into())],
+        },
+        ConsoleRecord {
+            key: None,
+            value: "two".into(),
+            headers: vec![],
+        },
     ];
     tools.console_produce("console", &console).unwrap();
     let consumed = tools.console_consume("console", 0, 2).unwrap();
     assert_eq!(consumed.iter().map(|c| c.offset).collect::<Vec<_>>(), [0, 1]);
     assert_eq!(consumed.iter().map(|c| c.record.clone()).collect::<Vec<_>>(), console);
-    assert!(consumed.iter().all(|c| c.timestamp_type == "CreateTime" && c.partition == 0));
+    assert!(consumed
+        .iter()
+        .all(|c| c.timestamp_type == "CreateTime" && c.partition == 0));
     let py = consume_all(&bootstrap, "console", None, Isolation::ReadUncommitted).unwrap();
-    assert_eq!(py.iter().map(|r| r.timestamp).collect::<Vec<_>>(), consumed.iter().map(|c| c.timestamp).collect::<Vec<_>>());
+    assert_eq!(
+        py.iter().map(|r| r.timestamp).collect::<Vec<_>>(),
+        consumed.iter().map(|c| c.timestamp).collect::<Vec<_>>()
+    );
 
     // ProducerPerformance bulk data; GetOffsetShell end and start offsets; DumpLogSegments sees the codec.
     tools.create_topic(&TopicSpec::new("perf", 1)).unwrap();
-    tools.producer_perf("perf", 3000, 200, &[("compression.type", "lz4"), ("linger.ms", "5"), ("acks", "all")]).unwrap();
+    tools
+        .producer_perf(
+            "perf",
+            3000,
+            200,
+            &[("compression.type", "lz4"), ("linger.ms", "5"), ("acks", "all")],
+        )
+        .unwrap();
     assert_eq!(tools.end_offsets("perf").unwrap(), BTreeMap::from([(0, 3000)]));
-    assert_eq!(tools.earliest_offsets("clients").unwrap(), BTreeMap::from([(0, 0), (1, 0)]));
+    assert_eq!(
+        tools.earliest_offsets("clients").unwrap(),
+        BTreeMap::from([(0, 0), (1, 0)])
+    );
     let log = broker.partition_dir("perf", 0).join("00000000000000000000.log");
     let dump = dump_log_segments(broker.install(), &[&log], &[]).unwrap();
     assert!(dump.contains("compresscodec: lz4"), "{dump}");
-    assert!(dump.contains("isvalid: true") && !dump.contains("isvalid: false"), "{dump}");
+    assert!(
+        dump.contains("isvalid: true") && !dump.contains("isvalid: false"),
+        "{dump}"
+    );
     assert_eq!(batch_field(&dump, "count").iter().sum::<i64>(), 3000);
 }
 
@@ -133,7 +211,11 @@ fn clean_stop_restart_kill_and_reuse_of_a_log_dir() {
     let bootstrap = broker.bootstrap();
     admin(&bootstrap, &[TopicSpec::new("r", 1)], &[]).unwrap();
     let ts = now_ms() - 1000;
-    let sent = python_produce(&bootstrap, &ProducePlan::new("r").step(ProduceStep::Send(binary_records(0, ts)))).unwrap();
+    let sent = python_produce(
+        &bootstrap,
+        &ProducePlan::new("r").step(ProduceStep::Send(binary_records(0, ts))),
+    )
+    .unwrap();
 
     // Clean stop writes the marker with the broker epoch (KIP-966 JSON).
     broker.stop().unwrap();
@@ -145,23 +227,37 @@ fn clean_stop_restart_kill_and_reuse_of_a_log_dir() {
     broker.restart().unwrap();
     assert_eq!(broker.bootstrap(), bootstrap);
     assert!(!log_dir.join(CLEAN_SHUTDOWN_FILE).exists());
-    assert_eq!(consume_all(&bootstrap, "r", None, Isolation::ReadUncommitted).unwrap(), sent);
+    assert_eq!(
+        consume_all(&bootstrap, "r", None, Isolation::ReadUncommitted).unwrap(),
+        sent
+    );
 
     // Crash: no marker; the next start recovers and still serves the data.
     broker.kill().unwrap();
     assert!(!log_dir.join(CLEAN_SHUTDOWN_FILE).exists());
     broker.restart().unwrap();
-    assert_eq!(consume_all(&bootstrap, "r", None, Isolation::ReadUncommitted).unwrap(), sent);
+    assert_eq!(
+        consume_all(&bootstrap, "r", None, Isolation::ReadUncommitted).unwrap(),
+        sent
+    );
     broker.stop().unwrap();
     drop(broker);
 
     // A new broker (new ports) on the stopped broker's log dir: no re-format, same cluster, same records.
     let again = KafkaBroker::start(BrokerConfig::new("reuse").log_dir(&log_dir)).unwrap();
     assert_eq!(again.cluster_id(), cluster_id);
-    assert_eq!(consume_all(&again.bootstrap(), "r", None, Isolation::ReadUncommitted).unwrap(), sent);
+    assert_eq!(
+        consume_all(&again.bootstrap(), "r", None, Isolation::ReadUncommitted).unwrap(),
+        sent
+    );
     // A wrong cluster id for an existing dir is refused before starting.
     drop(again);
-    let err = KafkaBroker::start(BrokerConfig::new("wrong").log_dir(&log_dir).cluster_id("AAAAAAAAAAAAAAAAAAAAAA")).err();
+    let err = KafkaBroker::start(
+        BrokerConfig::new("wrong")
+            .log_dir(&log_dir)
+            .cluster_id("AAAAAAAAAAAAAAAAAAAAAA"),
+    )
+    .err();
     assert!(format!("{:#}", err.unwrap()).contains("belongs to cluster"));
 }
 
@@ -172,16 +268,31 @@ fn two_brokers_run_side_by_side() {
         let b = s.spawn(|| KafkaBroker::start(BrokerConfig::new("target")).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
-    let ports: BTreeSet<u16> = [a.broker_port(), a.controller_port(), b.broker_port(), b.controller_port()].into();
+    let ports: BTreeSet<u16> = [
+        a.broker_port(),
+        a.controller_port(),
+        b.broker_port(),
+        b.controller_port(),
+    ]
+    .into();
     assert_eq!(ports.len(), 4);
     assert_ne!(a.cluster_id(), b.cluster_id());
     let ia = admin(&a.bootstrap(), &[TopicSpec::new("same", 1)], &["same"]).unwrap();
     let ib = admin(&b.bootstrap(), &[TopicSpec::new("same", 1)], &["same"]).unwrap();
     assert_ne!(ia["same"].topic_id, ib["same"].topic_id, "topic ids are per cluster");
     let ts = now_ms();
-    let sa = python_produce(&a.bootstrap(), &ProducePlan::new("same").step(ProduceStep::Send(binary_records(0, ts)))).unwrap();
-    assert_eq!(consume_all(&a.bootstrap(), "same", None, Isolation::ReadUncommitted).unwrap(), sa);
-    assert!(consume_all(&b.bootstrap(), "same", None, Isolation::ReadUncommitted).unwrap().is_empty());
+    let sa = python_produce(
+        &a.bootstrap(),
+        &ProducePlan::new("same").step(ProduceStep::Send(binary_records(0, ts))),
+    )
+    .unwrap();
+    assert_eq!(
+        consume_all(&a.bootstrap(), "same", None, Isolation::ReadUncommitted).unwrap(),
+        sa
+    );
+    assert!(consume_all(&b.bootstrap(), "same", None, Isolation::ReadUncommitted)
+        .unwrap()
+        .is_empty());
 }
 
 /// Prints what a shape put on disk (for humans reading test output with --nocapture).
@@ -248,7 +359,10 @@ fn every_shape_lands_on_disk() {
     let sections: Vec<&str> = dump.split("Dumping ").filter(|s| !s.trim().is_empty()).collect();
     assert_eq!(sections.len(), firsts.len());
     for (section, (shape, codec)) in sections.iter().zip(&expected_codecs) {
-        assert!(section.contains(&format!("compresscodec: {codec}")), "{shape:?}: {section}");
+        assert!(
+            section.contains(&format!("compresscodec: {codec}")),
+            "{shape:?}: {section}"
+        );
         assert!(!section.contains("isvalid: false"));
         // Non-idempotent producers: no producer id.
         assert!(section.contains("producerId: -1"), "{section}");
@@ -258,11 +372,22 @@ fn every_shape_lands_on_disk() {
     let idem = by_shape[&Shape::Idempotent];
     let dir = broker.partition_dir(&idem.name, 0);
     let logs = files_with_ext(&dir, "log");
-    let dump = dump_log_segments(broker.install(), &logs.iter().map(PathBuf::as_path).collect::<Vec<_>>(), &[]).unwrap();
+    let dump = dump_log_segments(
+        broker.install(),
+        &logs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+        &[],
+    )
+    .unwrap();
     let pids: BTreeSet<i64> = batch_field(&dump, "producerId").into_iter().collect();
     assert_eq!(pids.len(), 2, "two idempotent producers: {pids:?}");
     assert!(pids.iter().all(|p| *p >= 0));
-    assert_eq!(batch_field(&dump, "baseSequence").into_iter().filter(|s| *s == 0).count(), 2);
+    assert_eq!(
+        batch_field(&dump, "baseSequence")
+            .into_iter()
+            .filter(|s| *s == 0)
+            .count(),
+        2
+    );
     assert!(!files_with_ext(&dir, "snapshot").is_empty());
 
     // Transactions: aborted records hidden under read_committed, and .txnindex files of 34-byte entries.
@@ -286,13 +411,23 @@ fn every_shape_lands_on_disk() {
     assert_eq!(earliest, ret.log_start_offsets);
     assert!(earliest.values().all(|o| *o > 0));
     let bases1 = segment_base_offsets(&broker.partition_dir(&ret.name, 1)).unwrap();
-    assert!(!bases1.contains(&earliest[&1]), "log start {} should be inside a segment {bases1:?}", earliest[&1]);
+    assert!(
+        !bases1.contains(&earliest[&1]),
+        "log start {} should be inside a segment {bases1:?}",
+        earliest[&1]
+    );
 
     // LogAppendTime: the broker's clock, not the producer's (which was an hour back).
     let lat = by_shape[&Shape::LogAppendTime];
-    assert!(lat.records.iter().all(|r| r.timestamp_type == TimestampType::LogAppendTime));
+    assert!(lat
+        .records
+        .iter()
+        .all(|r| r.timestamp_type == TimestampType::LogAppendTime));
     assert!(lat.records.iter().all(|r| r.timestamp > now_ms() - 600_000));
-    assert!(by_shape[&Shape::Codec(Codec::None)].records.iter().all(|r| r.timestamp_type == TimestampType::CreateTime));
+    assert!(by_shape[&Shape::Codec(Codec::None)]
+        .records
+        .iter()
+        .all(|r| r.timestamp_type == TimestampType::CreateTime));
 }
 
 /// The values of `field: <int>` in every batch line of a DumpLogSegments output.
@@ -308,7 +443,10 @@ fn batch_field(dump: &str, field: &str) -> Vec<i64> {
 /// Record-by-record comparison that reports the first difference instead of two huge vectors.
 fn assert_same_records(got: &[Record], expected: &[Record], what: &str) {
     if let Some(i) = (0..got.len().min(expected.len())).find(|i| got[*i] != expected[*i]) {
-        panic!("{what}: record {i} differs:\n got      {:?}\n expected {:?}", got[i], expected[i]);
+        panic!(
+            "{what}: record {i} differs:\n got      {:?}\n expected {:?}",
+            got[i], expected[i]
+        );
     }
     assert_eq!(got.len(), expected.len(), "{what}: record counts differ");
 }

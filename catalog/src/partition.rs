@@ -1,0 +1,531 @@
+//! Mirror partitions: one source partition of a link, mirrored into `<mirror-root>/<topic>-<partition>/`.
+//!
+//! A partition is identified by `(link, topic, partition)` and carries its **lineage**, the source topic ID. Kafka
+//! gives a recreated topic a new ID while the name stays, and the new topic's offsets restart, so data of two
+//! lineages must never land in one mirror partition. [`Catalog::upsert_partition`] therefore returns a
+//! [`Upsert::LineageBreak`] instead of updating the recorded ID; the caller pauses and reports, and only an explicit
+//! [`Catalog::start_new_lineage`] (after the old mirror data is moved aside) switches lineage.
+//!
+//! States: `mirroring` (the applier installs), `paused` (kept, not applied — the applier's policy), and `promoted`
+//! (terminal: the partition was handed to a real broker and is never written again).
+
+use std::fmt;
+
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use serde::Serialize;
+
+use crate::error::{Entity, Error, Result};
+use crate::event::{insert_event, EventKind, Subject};
+use crate::link::{load_link, LinkState};
+use crate::{text_enum, Catalog};
+
+text_enum! {
+    /// Lifecycle of a mirror partition.
+    pub enum PartitionState {
+        /// The applier installs segments.
+        Mirroring => "mirroring",
+        /// Kept; the applier does not apply it until resumed.
+        Paused => "paused",
+        /// Terminal: handed to a real broker; never written by the applier again.
+        Promoted => "promoted",
+    }
+}
+
+/// Catalog row id of a mirror partition; stable for the life of the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct PartitionId(pub(crate) i64);
+
+impl PartitionId {
+    /// The raw row id.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The natural key of a mirror partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PartitionKey {
+    pub link: String,
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl PartitionKey {
+    pub fn new(link: impl Into<String>, topic: impl Into<String>, partition: i32) -> Self {
+        PartitionKey {
+            link: link.into(),
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for PartitionKey {
+    /// `link/topic-partition`, the partition directory name prefixed by the link.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}-{}", self.link, self.topic, self.partition)
+    }
+}
+
+/// A mirror partition as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MirrorPartition {
+    pub id: PartitionId,
+    #[serde(flatten)]
+    pub key: PartitionKey,
+    /// The lineage: the source topic's ID (as the manifests spell it).
+    pub source_topic_id: String,
+    /// The topic ID the mirror carries on the target, once one is assigned (at promotion at the latest).
+    pub mirror_topic_id: Option<String>,
+    pub state: PartitionState,
+    /// The source partition's log start offset, as last reported (never decreases within a lineage).
+    pub log_start_offset: i64,
+    /// Offset after the last installed segment; `None` until a segment is installed.
+    pub installed_end_offset: Option<i64>,
+}
+
+/// What [`Catalog::upsert_partition`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upsert {
+    /// The partition was new and is now recorded (state `mirroring`).
+    Created(MirrorPartition),
+    /// The partition exists with the same lineage (its log start offset may have advanced).
+    Existing(MirrorPartition),
+    /// The partition exists with a different source topic ID. Nothing was written.
+    LineageBreak {
+        /// The partition as recorded, unchanged.
+        partition: MirrorPartition,
+        /// The source topic ID the caller offered.
+        offered_source_topic_id: String,
+    },
+}
+
+const PARTITION_COLUMNS: &str = "id, link, topic, partition, source_topic_id, mirror_topic_id, state, \
+                                 log_start_offset, installed_end_offset";
+
+fn partition_from_row(row: &Row<'_>) -> rusqlite::Result<MirrorPartition> {
+    Ok(MirrorPartition {
+        id: PartitionId(row.get(0)?),
+        key: PartitionKey {
+            link: row.get(1)?,
+            topic: row.get(2)?,
+            partition: row.get(3)?,
+        },
+        source_topic_id: row.get(4)?,
+        mirror_topic_id: row.get(5)?,
+        state: row.get(6)?,
+        log_start_offset: row.get(7)?,
+        installed_end_offset: row.get(8)?,
+    })
+}
+
+pub(crate) fn load_partition_by_id(conn: &Connection, id: PartitionId) -> Result<MirrorPartition> {
+    conn.query_row(
+        &format!("SELECT {PARTITION_COLUMNS} FROM mirror_partitions WHERE id = ?1"),
+        [id.0],
+        partition_from_row,
+    )
+    .optional()?
+    .ok_or(Error::NotFound {
+        entity: Entity::PartitionId(id),
+    })
+}
+
+fn find_partition(conn: &Connection, key: &PartitionKey) -> Result<Option<MirrorPartition>> {
+    Ok(conn
+        .query_row(
+            &format!(
+                "SELECT {PARTITION_COLUMNS} FROM mirror_partitions WHERE link = ?1 AND topic = ?2 AND partition = ?3"
+            ),
+            params![key.link, key.topic, key.partition],
+            partition_from_row,
+        )
+        .optional()?)
+}
+
+/// Loads a partition for a write on behalf of lineage `source_topic_id`: it must exist, not be promoted, and be of
+/// that lineage. Shared by every applier write so the three refusals are uniform.
+pub(crate) fn load_writable(conn: &Connection, id: PartitionId, source_topic_id: &str) -> Result<MirrorPartition> {
+    let p = load_partition_by_id(conn, id)?;
+    refuse_promoted(&p)?;
+    if p.source_topic_id != source_topic_id {
+        return Err(Error::LineageBreak {
+            partition: p.key,
+            recorded: p.source_topic_id,
+            offered: source_topic_id.to_owned(),
+        });
+    }
+    Ok(p)
+}
+
+fn refuse_promoted(p: &MirrorPartition) -> Result<()> {
+    if p.state == PartitionState::Promoted {
+        return Err(Error::Promoted {
+            entity: Entity::Partition(p.key.clone()),
+        });
+    }
+    Ok(())
+}
+
+fn check_offset(field: &'static str, value: i64) -> Result<()> {
+    if value < 0 {
+        return Err(Error::InvalidOffset { field, value });
+    }
+    Ok(())
+}
+
+impl Catalog {
+    /// Records the partition `key` of lineage `source_topic_id` if it is new (state `mirroring`, nothing installed),
+    /// or confirms it. For an existing partition of the same lineage, a higher `log_start_offset` is recorded (it only
+    /// moves forward); a promoted partition is returned unchanged. A different lineage is returned as
+    /// [`Upsert::LineageBreak`] and nothing is written.
+    ///
+    /// Errors: `NotFound` for an unknown link; `Promoted` when creating a partition under a promoted link.
+    pub fn upsert_partition(
+        &mut self,
+        key: &PartitionKey,
+        source_topic_id: &str,
+        log_start_offset: i64,
+    ) -> Result<Upsert> {
+        check_offset("log start offset", log_start_offset)?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let link = load_link(&tx, &key.link)?;
+        if let Some(mut p) = find_partition(&tx, key)? {
+            if p.source_topic_id != source_topic_id {
+                return Ok(Upsert::LineageBreak {
+                    partition: p,
+                    offered_source_topic_id: source_topic_id.to_owned(),
+                });
+            }
+            if p.state != PartitionState::Promoted && log_start_offset > p.log_start_offset {
+                tx.execute(
+                    "UPDATE mirror_partitions SET log_start_offset = ?2 WHERE id = ?1",
+                    params![p.id.0, log_start_offset],
+                )?;
+                tx.commit()?;
+                p.log_start_offset = log_start_offset;
+            }
+            return Ok(Upsert::Existing(p));
+        }
+        if link.state == LinkState::Promoted {
+            return Err(Error::Promoted {
+                entity: Entity::Link(link.name),
+            });
+        }
+        tx.execute(
+            "INSERT INTO mirror_partitions (link, topic, partition, source_topic_id, state, log_start_offset) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                key.link,
+                key.topic,
+                key.partition,
+                source_topic_id,
+                PartitionState::Mirroring,
+                log_start_offset
+            ],
+        )?;
+        let id = PartitionId(tx.last_insert_rowid());
+        let detail = format!("source topic id {source_topic_id}, log start offset {log_start_offset}");
+        insert_event(&tx, Subject::Partition(key), EventKind::PartitionCreated, &detail)?;
+        tx.commit()?;
+        Ok(Upsert::Created(MirrorPartition {
+            id,
+            key: key.clone(),
+            source_topic_id: source_topic_id.to_owned(),
+            mirror_topic_id: None,
+            state: PartitionState::Mirroring,
+            log_start_offset,
+            installed_end_offset: None,
+        }))
+    }
+
+    /// The partition `key`.
+    pub fn partition(&self, key: &PartitionKey) -> Result<MirrorPartition> {
+        find_partition(&self.conn, key)?.ok_or_else(|| Error::NotFound {
+            entity: Entity::Partition(key.clone()),
+        })
+    }
+
+    /// The partition with catalog id `id`.
+    pub fn partition_by_id(&self, id: PartitionId) -> Result<MirrorPartition> {
+        load_partition_by_id(&self.conn, id)
+    }
+
+    /// Every partition of `link`, by topic and partition number. `NotFound` for an unknown link.
+    pub fn partitions(&self, link: &str) -> Result<Vec<MirrorPartition>> {
+        load_link(&self.conn, link)?;
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {PARTITION_COLUMNS} FROM mirror_partitions WHERE link = ?1 ORDER BY topic, partition"
+        ))?;
+        let rows = stmt
+            .query_map([link], partition_from_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Moves a partition to `state`: `mirroring` and `paused` both ways, either of them to `promoted`. Setting the
+    /// current state is a no-op; leaving `promoted` is refused ([`Error::Promoted`]).
+    pub fn set_partition_state(&mut self, id: PartitionId, state: PartitionState) -> Result<MirrorPartition> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut p = load_partition_by_id(&tx, id)?;
+        if p.state == state {
+            return Ok(p);
+        }
+        refuse_promoted(&p)?;
+        tx.execute(
+            "UPDATE mirror_partitions SET state = ?2 WHERE id = ?1",
+            params![id.0, state],
+        )?;
+        let detail = format!("{} -> {}", p.state, state);
+        insert_event(
+            &tx,
+            Subject::Partition(&p.key),
+            EventKind::PartitionStateChanged,
+            &detail,
+        )?;
+        tx.commit()?;
+        p.state = state;
+        Ok(p)
+    }
+
+    /// Records the topic ID the mirror carries on the target. Refused once the partition is promoted (the ID is then
+    /// fixed in the broker's `partition.metadata`).
+    pub fn set_mirror_topic_id(&mut self, id: PartitionId, mirror_topic_id: &str) -> Result<MirrorPartition> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut p = load_partition_by_id(&tx, id)?;
+        refuse_promoted(&p)?;
+        if p.mirror_topic_id.as_deref() == Some(mirror_topic_id) {
+            return Ok(p);
+        }
+        tx.execute(
+            "UPDATE mirror_partitions SET mirror_topic_id = ?2 WHERE id = ?1",
+            params![id.0, mirror_topic_id],
+        )?;
+        let detail = match &p.mirror_topic_id {
+            Some(old) => format!("{old} -> {mirror_topic_id}"),
+            None => mirror_topic_id.to_owned(),
+        };
+        insert_event(&tx, Subject::Partition(&p.key), EventKind::MirrorTopicIdSet, &detail)?;
+        tx.commit()?;
+        p.mirror_topic_id = Some(mirror_topic_id.to_owned());
+        Ok(p)
+    }
+
+    /// Switches a partition to a new lineage after a lineage break: forgets its segments, records the new source
+    /// topic ID and log start offset, and clears the installed end offset. The caller must have moved the old mirror
+    /// data out of the partition directory first (data before catalog). Refused for a promoted partition.
+    pub fn start_new_lineage(
+        &mut self,
+        id: PartitionId,
+        source_topic_id: &str,
+        log_start_offset: i64,
+    ) -> Result<MirrorPartition> {
+        check_offset("log start offset", log_start_offset)?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut p = load_partition_by_id(&tx, id)?;
+        refuse_promoted(&p)?;
+        let dropped = tx.execute("DELETE FROM segments WHERE partition_id = ?1", [id.0])?;
+        tx.execute(
+            "UPDATE mirror_partitions SET source_topic_id = ?2, log_start_offset = ?3, installed_end_offset = NULL \
+             WHERE id = ?1",
+            params![id.0, source_topic_id, log_start_offset],
+        )?;
+        let detail = format!(
+            "source topic id {} -> {source_topic_id}; forgot {dropped} segment record(s)",
+            p.source_topic_id
+        );
+        insert_event(&tx, Subject::Partition(&p.key), EventKind::LineageReset, &detail)?;
+        tx.commit()?;
+        p.source_topic_id = source_topic_id.to_owned();
+        p.log_start_offset = log_start_offset;
+        p.installed_end_offset = None;
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{created, link_spec, seg};
+
+    fn setup() -> (Catalog, PartitionKey) {
+        let mut cat = Catalog::open_in_memory().unwrap();
+        cat.create_link(&link_spec("l")).unwrap();
+        (cat, PartitionKey::new("l", "orders", 0))
+    }
+
+    #[test]
+    fn upsert_creates_then_confirms() {
+        let (mut cat, key) = setup();
+        let p = created(cat.upsert_partition(&key, "src-A", 10).unwrap());
+        assert_eq!(p.state, PartitionState::Mirroring);
+        assert_eq!(p.installed_end_offset, None);
+        assert_eq!(p.log_start_offset, 10);
+        assert_eq!(cat.partition(&key).unwrap(), p);
+        assert_eq!(cat.partition_by_id(p.id).unwrap(), p);
+
+        // Same lineage: log start only moves forward.
+        match cat.upsert_partition(&key, "src-A", 5).unwrap() {
+            Upsert::Existing(q) => assert_eq!(q.log_start_offset, 10),
+            other => panic!("{other:?}"),
+        }
+        match cat.upsert_partition(&key, "src-A", 50).unwrap() {
+            Upsert::Existing(q) => assert_eq!((q.id, q.log_start_offset), (p.id, 50)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(cat.partition(&key).unwrap().log_start_offset, 50);
+        assert_eq!(cat.partitions("l").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn lineage_break_is_reported_not_merged() {
+        let (mut cat, key) = setup();
+        let p = created(cat.upsert_partition(&key, "src-A", 0).unwrap());
+        cat.mark_installed(p.id, "src-A", &seg(0, 100)).unwrap();
+        match cat.upsert_partition(&key, "src-B", 0).unwrap() {
+            Upsert::LineageBreak {
+                partition,
+                offered_source_topic_id,
+            } => {
+                assert_eq!(partition.source_topic_id, "src-A");
+                assert_eq!(offered_source_topic_id, "src-B");
+            }
+            other => panic!("expected a lineage break, got {other:?}"),
+        }
+        let now = cat.partition(&key).unwrap();
+        assert_eq!(now.source_topic_id, "src-A");
+        assert_eq!(now.installed_end_offset, Some(100));
+
+        // Writes carrying the other lineage are refused with the typed error.
+        let err = cat.mark_installed(p.id, "src-B", &seg(100, 200)).unwrap_err();
+        match err {
+            Error::LineageBreak {
+                partition,
+                recorded,
+                offered,
+            } => {
+                assert_eq!(partition, key);
+                assert_eq!((recorded.as_str(), offered.as_str()), ("src-A", "src-B"));
+            }
+            other => panic!("expected LineageBreak, got {other:?}"),
+        }
+        assert_eq!(cat.partition(&key).unwrap().installed_end_offset, Some(100));
+    }
+
+    #[test]
+    fn start_new_lineage_forgets_old_segments() {
+        let (mut cat, key) = setup();
+        let p = created(cat.upsert_partition(&key, "src-A", 0).unwrap());
+        cat.mark_installed(p.id, "src-A", &seg(0, 100)).unwrap();
+        let q = cat.start_new_lineage(p.id, "src-B", 0).unwrap();
+        assert_eq!(q.source_topic_id, "src-B");
+        assert_eq!(q.installed_end_offset, None);
+        assert_eq!(cat.partition_by_id(p.id).unwrap(), q);
+        assert!(cat.segments(p.id).unwrap().is_empty());
+        assert!(matches!(
+            cat.upsert_partition(&key, "src-B", 0).unwrap(),
+            Upsert::Existing(_)
+        ));
+        cat.mark_installed(p.id, "src-B", &seg(0, 40)).unwrap();
+        let events = cat.events(Some(Subject::Partition(&key)), 1).unwrap();
+        assert_eq!(events[0].kind, EventKind::SegmentInstalled);
+        let events = cat.events(Some(Subject::Partition(&key)), 2).unwrap();
+        assert_eq!(events[1].kind, EventKind::LineageReset);
+    }
+
+    #[test]
+    fn state_transitions_and_promotion_is_terminal() {
+        let (mut cat, key) = setup();
+        let p = created(cat.upsert_partition(&key, "src-A", 0).unwrap());
+        assert_eq!(
+            cat.set_partition_state(p.id, PartitionState::Paused).unwrap().state,
+            PartitionState::Paused
+        );
+        assert_eq!(
+            cat.set_partition_state(p.id, PartitionState::Mirroring).unwrap().state,
+            PartitionState::Mirroring
+        );
+        cat.set_mirror_topic_id(p.id, "mirror-X").unwrap();
+        assert_eq!(
+            cat.set_partition_state(p.id, PartitionState::Promoted).unwrap().state,
+            PartitionState::Promoted
+        );
+        // Idempotent re-promotion is fine; anything else is refused.
+        assert_eq!(
+            cat.set_partition_state(p.id, PartitionState::Promoted).unwrap().state,
+            PartitionState::Promoted
+        );
+        for s in [PartitionState::Mirroring, PartitionState::Paused] {
+            assert!(matches!(
+                cat.set_partition_state(p.id, s),
+                Err(Error::Promoted { entity: Entity::Partition(k) }) if k == key
+            ));
+        }
+        assert!(matches!(
+            cat.set_mirror_topic_id(p.id, "other"),
+            Err(Error::Promoted { .. })
+        ));
+        assert!(matches!(
+            cat.start_new_lineage(p.id, "src-B", 0),
+            Err(Error::Promoted { .. })
+        ));
+        let now = cat.partition_by_id(p.id).unwrap();
+        assert_eq!(now.mirror_topic_id.as_deref(), Some("mirror-X"));
+        assert_eq!(now.state, PartitionState::Promoted);
+        // A promoted partition is still reported, and its lineage still checked, by upsert.
+        assert!(
+            matches!(cat.upsert_partition(&key, "src-A", 99).unwrap(), Upsert::Existing(q) if q.log_start_offset == 0)
+        );
+    }
+
+    #[test]
+    fn unknown_partition_and_link_are_not_found() {
+        let (mut cat, key) = setup();
+        assert!(matches!(
+            cat.partition(&key),
+            Err(Error::NotFound { entity: Entity::Partition(k) }) if k == key
+        ));
+        assert!(matches!(
+            cat.partition_by_id(PartitionId(42)),
+            Err(Error::NotFound {
+                entity: Entity::PartitionId(PartitionId(42))
+            })
+        ));
+        assert!(matches!(
+            cat.set_partition_state(PartitionId(42), PartitionState::Paused),
+            Err(Error::NotFound { .. })
+        ));
+        let other = PartitionKey::new("nope", "t", 0);
+        assert!(matches!(
+            cat.upsert_partition(&other, "src", 0),
+            Err(Error::NotFound { entity: Entity::Link(n) }) if n == "nope"
+        ));
+        assert!(matches!(cat.partitions("nope"), Err(Error::NotFound { .. })));
+    }
+
+    #[test]
+    fn promoted_link_takes_no_new_partitions() {
+        let (mut cat, key) = setup();
+        cat.set_link_state("l", LinkState::Promoted).unwrap();
+        assert!(matches!(
+            cat.upsert_partition(&key, "src-A", 0),
+            Err(Error::Promoted { entity: Entity::Link(n) }) if n == "l"
+        ));
+    }
+
+    #[test]
+    fn negative_offsets_are_rejected() {
+        let (mut cat, key) = setup();
+        assert!(matches!(
+            cat.upsert_partition(&key, "src-A", -1),
+            Err(Error::InvalidOffset { value: -1, .. })
+        ));
+    }
+}

@@ -1,0 +1,220 @@
+//! Connection settings and schema migrations.
+//!
+//! The schema version is SQLite's `PRAGMA user_version` (an integer in the database header). [`MIGRATIONS`] is an
+//! append-only list: step *i* takes the database from version *i* to *i + 1*, and runs in its own `IMMEDIATE`
+//! transaction together with the `user_version` bump, so a crash mid-migration leaves the previous version intact and
+//! two processes opening a fresh catalog at once cannot both apply a step (the second one re-reads the version under
+//! the write lock and finds nothing to do). A database whose version is higher than this code knows is refused before
+//! anything is written to it: an old segmirror must not write rows a newer one's invariants do not expect.
+//!
+//! Published steps are never edited; a schema change is a new step at the end.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::{Error, Location, Result};
+
+/// How long a statement waits for another process's lock before failing with `SQLITE_BUSY`. The applier holds the
+/// write lock only for short single-segment transactions and `segmirror status` only reads (WAL readers never block
+/// the writer), so waits are brief; five seconds absorbs a slow fsync on a busy disk without hanging a CLI for long.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Schema migration steps; `MIGRATIONS[i]` moves the database from version `i` to `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: links, mirror partitions, segments, events.
+    r#"
+    CREATE TABLE links (
+        name          TEXT PRIMARY KEY NOT NULL CHECK (length(name) > 0),
+        store_url     TEXT NOT NULL,
+        topics_regex  TEXT NOT NULL,
+        groups_regex  TEXT,
+        state         TEXT NOT NULL CHECK (state IN ('active', 'paused', 'promoted')),
+        created_at_ms INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE mirror_partitions (
+        id                   INTEGER PRIMARY KEY,
+        link                 TEXT NOT NULL REFERENCES links (name),
+        topic                TEXT NOT NULL CHECK (length(topic) > 0),
+        partition            INTEGER NOT NULL CHECK (partition >= 0),
+        source_topic_id      TEXT NOT NULL,
+        mirror_topic_id      TEXT,
+        state                TEXT NOT NULL CHECK (state IN ('mirroring', 'paused', 'promoted')),
+        log_start_offset     INTEGER NOT NULL CHECK (log_start_offset >= 0),
+        installed_end_offset INTEGER CHECK (installed_end_offset >= 0),
+        UNIQUE (link, topic, partition)
+    ) STRICT;
+
+    CREATE TABLE segments (
+        partition_id  INTEGER NOT NULL REFERENCES mirror_partitions (id),
+        base_offset   INTEGER NOT NULL CHECK (base_offset >= 0),
+        next_offset   INTEGER NOT NULL,
+        last_offset   INTEGER NOT NULL,
+        size          INTEGER NOT NULL CHECK (size >= 0),
+        sha256        BLOB NOT NULL CHECK (length(sha256) = 32),
+        state         TEXT NOT NULL CHECK (state IN ('shipped', 'validated', 'installed')),
+        manifest_key  TEXT NOT NULL,
+        sealed        INTEGER NOT NULL CHECK (sealed IN (0, 1)),
+        updated_at_ms INTEGER NOT NULL,
+        CHECK (base_offset <= last_offset AND last_offset < next_offset),
+        PRIMARY KEY (partition_id, base_offset)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE events (
+        id        INTEGER PRIMARY KEY,
+        at_ms     INTEGER NOT NULL,
+        link      TEXT NOT NULL REFERENCES links (name),
+        topic     TEXT,
+        partition INTEGER,
+        kind      TEXT NOT NULL,
+        detail    TEXT NOT NULL,
+        CHECK ((topic IS NULL) = (partition IS NULL))
+    ) STRICT;
+
+    CREATE INDEX events_by_partition ON events (link, topic, partition, id);
+    "#,
+];
+
+/// The schema version this code writes and understands.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Applies connection settings and brings the schema up to [`SCHEMA_VERSION`].
+///
+/// Order matters: the version is checked first, so a too-new database is refused before this connection changes
+/// anything (switching to WAL rewrites the header).
+pub(crate) fn prepare(conn: &mut Connection, location: &Location) -> Result<()> {
+    let open_err = |source| Error::Open {
+        path: location.clone(),
+        source,
+    };
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+    check_not_too_new(conn, location)?;
+
+    if let Location::File(_) = location {
+        // In-memory databases have no WAL; they report "memory" and are fine for tests.
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(open_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::WalUnavailable {
+                path: location.clone(),
+                journal_mode: mode,
+            });
+        }
+    }
+    // FULL: a committed transaction survives power loss. The applier records "installed" only after the files are
+    // durable, and the record itself must be as durable as the files it describes.
+    conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
+    conn.pragma_update(None, "foreign_keys", true).map_err(open_err)?;
+    migrate(conn, location)
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+}
+
+fn check_not_too_new(conn: &Connection, location: &Location) -> Result<u32> {
+    let found = user_version(conn).map_err(|source| Error::Open {
+        path: location.clone(),
+        source,
+    })?;
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            path: location.clone(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(found)
+}
+
+/// Runs every step the database has not had yet, each in its own transaction.
+fn migrate(conn: &mut Connection, location: &Location) -> Result<()> {
+    loop {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Re-read under the write lock: another process may have migrated since we last looked.
+        let current = check_not_too_new(&tx, location)?;
+        let Some(step) = MIGRATIONS.get(current as usize) else {
+            return Ok(()); // up to date; dropping `tx` ends the empty transaction
+        };
+        tx.execute_batch(step)?;
+        tx.pragma_update(None, "user_version", current + 1)?;
+        tx.commit()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_an_empty_database_to_the_current_version() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        prepare(&mut conn, &Location::InMemory).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION);
+        let mut tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        tables.sort();
+        assert_eq!(tables, ["events", "links", "mirror_partitions", "segments"]);
+        let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
+        assert!(fk);
+        let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        assert_eq!(sync, 2, "synchronous=FULL is 2");
+    }
+
+    #[test]
+    fn migrating_twice_is_a_no_op() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        prepare(&mut conn, &Location::InMemory).unwrap();
+        conn.execute(
+            "INSERT INTO links VALUES ('l', 'file:///x', '.*', NULL, 'active', 1)",
+            [],
+        )
+        .unwrap();
+        prepare(&mut conn, &Location::InMemory).unwrap();
+        let n: i64 = conn.query_row("SELECT count(*) FROM links", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn refuses_a_newer_schema_without_writing() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 3).unwrap();
+        let err = prepare(&mut conn, &Location::InMemory).unwrap_err();
+        match err {
+            Error::SchemaTooNew { found, supported, .. } => {
+                assert_eq!(found, SCHEMA_VERSION + 3);
+                assert_eq!(supported, SCHEMA_VERSION);
+            }
+            other => panic!("expected SchemaTooNew, got {other:?}"),
+        }
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 0, "nothing may be created in a too-new database");
+    }
+
+    #[test]
+    fn schema_constraints_reject_impossible_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        prepare(&mut conn, &Location::InMemory).unwrap();
+        // Unknown state.
+        assert!(conn
+            .execute("INSERT INTO links VALUES ('l', 'u', '.*', NULL, 'bogus', 1)", [])
+            .is_err());
+        // Partition of a link that does not exist (foreign keys are on).
+        assert!(conn
+            .execute(
+                "INSERT INTO mirror_partitions (link, topic, partition, source_topic_id, state, log_start_offset) \
+                 VALUES ('missing', 't', 0, 'id', 'mirroring', 0)",
+                [],
+            )
+            .is_err());
+    }
+}

@@ -1,0 +1,4 @@
+//! `text_files`: see [`segment_format_fuzz::text_files`] for what runs and which properties are checked.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| segment_format_fuzz::run("text_files", data));
