@@ -638,7 +638,13 @@ mod tests {
             assert_eq!(p.installed_end_offset, Some(100), "partition end offset must not move");
             let s = cat.segment(id, 100).unwrap().unwrap();
             assert_eq!(s.state, SegmentState::Validated, "segment row must not be installed");
-            assert_eq!(cat.installed_segments(id).unwrap().len(), 1);
+            let installed = cat.installed_segments(id).unwrap();
+            assert_eq!(installed.len(), 1);
+            assert_eq!(
+                installed[0].version,
+                grown(0, 100, false),
+                "the replacement must not be visible"
+            );
             assert_eq!(cat.events(None, 100).unwrap(), events_before);
         };
         check(&cat);

@@ -97,6 +97,10 @@ pub enum Error {
         newer_epoch: u64,
     },
 
+    /// The lease object this shipper holds was removed from the bucket.
+    #[error("{partition}: lease epoch {epoch} is no longer in the bucket")]
+    LeaseLost { partition: String, epoch: u64 },
+
     /// Acquiring a lease kept losing races to other shippers.
     #[error("{partition}: could not acquire a lease after {attempts} attempts (other shippers keep winning)")]
     LeaseContention { partition: String, attempts: u32 },

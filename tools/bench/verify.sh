@@ -32,7 +32,8 @@ cat "${LOGS[@]}" > /dev/null  # warm the page cache
 measure() {
     local times=() rss=0 out
     for _ in $(seq "$RUNS"); do
-        out=$( { /usr/bin/time -f '%e %M' "$@" > /dev/null 2>/dev/null; } 2>&1 | tail -n1 )
+        /usr/bin/time -o "$BENCH_DIR/.time" -f '%e %M' "$@" > /dev/null 2>&1 || true
+        out=$(tail -n1 "$BENCH_DIR/.time")
         times+=("${out% *}")
         local r="${out#* }"
         [ "$r" -gt "$rss" ] && rss="$r"

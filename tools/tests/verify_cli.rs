@@ -1004,6 +1004,31 @@ proptest! {
         assert_rejected_without_crash(&verify(&[&log], &["--strict", "--deep", "--json"]));
     }
 
+    /// Garbage behind a valid CRC inside compressed batches: only `--deep` looks,
+    /// and the decompressors and record walker must reject it without crashing.
+    #[test]
+    fn resealed_garbage_in_compressed_batches_never_crashes(
+        codec in 1u8..5,
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+    ) {
+        let codec = segment_format::batch::Compression::from_id(codec).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let batches = (0..3).map(|k| compressed_batch(20 * k, 20, 1, codec)).collect();
+        let p = one_segment(tmp.path(), "garbage", batches);
+        let seg = p.segment(0);
+        let b = seg.batches[1];
+        edit_batch_and_reseal(&seg.log, &b, |batch| {
+            let records = &mut batch[RECORD_BATCH_OVERHEAD..];
+            for (at, value) in &edits {
+                records[at.index(records.len())] = *value;
+            }
+        });
+        verify(&[&p.dir], &[]).expect_code(0);
+        let run = verify(&[&p.dir], &["--deep", "--json"]);
+        prop_assert!(matches!(run.code, Some(0) | Some(1)), "{}", run);
+        prop_assert!(!run.stderr.contains("panicked"), "{}", run);
+    }
+
     /// A sealed segment cut anywhere short of its end is always detected.
     #[test]
     fn truncated_sealed_segment_is_detected(cut in 0u64..1000) {
@@ -1267,4 +1292,20 @@ fn malformed_log_dir_files() {
     let report = verify_json(&[&root], &[], 1);
     let f = report.expect_error("checkpoint", &meta, Some(0), None);
     assert!(f.defect["message"].as_str().unwrap().contains("cluster.id"), "{f:?}");
+}
+
+#[test]
+fn log_dir_with_unparseable_sub_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("kafka-logs");
+    write_log_dir(&root, &[orders_spec()]);
+    // A staging directory left by some tool: the broker refuses to start.
+    let staging = root.join("copy-staging");
+    std::fs::create_dir(&staging).unwrap();
+    let report = verify_json(&[&root], &[], 1);
+    report.expect_error("other", &staging, None, None);
+    assert_eq!(report.partition()["errors"], 0);
+    verify(&[&root], &[])
+        .expect_code(1)
+        .expect_stdout(&format!("error: {}", staging.display()));
 }

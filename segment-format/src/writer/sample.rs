@@ -27,7 +27,9 @@ mod bulk;
 mod shapes;
 
 pub use bulk::{write_bulk, BulkLayout, BulkOptions};
-pub use shapes::{write_sample, SampleOptions, RETAINED_BASE_OFFSET, SHAPES};
+pub use shapes::{
+    sample_identity, write_sample, SampleOptions, DEFAULT_SAMPLE_SEGMENT_BYTES, RETAINED_BASE_OFFSET, SHAPES,
+};
 
 /// Base of the generated timestamps (2025-01-01T00:00:00Z). Fixed so that a seed
 /// fully determines the output; brokers with the default `retention.ms` (7 days)

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::shapes::identity;
+use super::shapes::sample_identity;
 use super::{
     ExpectedRecord, Manifest, PartitionManifest, SampleRng, TxnStatus, DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID,
 };
@@ -180,7 +180,7 @@ pub fn write_bulk(log_dir: &Path, options: &BulkOptions, progress: &(dyn Fn(u64)
         partitions.extend(r?);
     }
     partitions.sort_by_key(|p| p.written.partition);
-    let id = identity(options.seed, options.node_id);
+    let id = sample_identity(options.seed, options.node_id);
     let written: Vec<_> = partitions.iter().map(|p| p.written.clone()).collect();
     let state = if options.running {
         LogDirState::Running

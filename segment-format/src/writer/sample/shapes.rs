@@ -67,8 +67,10 @@ impl Default for SampleOptions {
     }
 }
 
-/// Identity (cluster id, directory id) derived from a seed.
-pub(super) fn identity(seed: u64, node_id: i32) -> LogDirIdentity {
+/// The log-dir identity (cluster id, directory id) the sample and bulk writers
+/// derive from a seed: a folder whose `meta.properties` carries it was written
+/// by them.
+pub fn sample_identity(seed: u64, node_id: i32) -> LogDirIdentity {
     let mut rng = SampleRng::derive(seed, &[0xC1]);
     LogDirIdentity {
         cluster_id: rng.uuid().to_string(),
@@ -80,7 +82,7 @@ pub(super) fn identity(seed: u64, node_id: i32) -> LogDirIdentity {
 /// Write the sample partitions (see [`SHAPES`]) and the log-dir files into
 /// `log_dir`, which must not hold these partitions already.
 pub fn write_sample(log_dir: &Path, options: &SampleOptions) -> Result<Manifest> {
-    let id = identity(options.seed, options.node_id);
+    let id = sample_identity(options.seed, options.node_id);
     let mut partitions = Vec::new();
     for (index, &shape) in SHAPES.iter().enumerate() {
         let mut rng = SampleRng::derive(options.seed, &[0x5A, index as u64]);

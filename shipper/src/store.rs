@@ -1,0 +1,991 @@
+//! The transport: one [`Store`] over a local folder or an S3 bucket.
+//!
+//! Everything segmirror puts into or takes out of a bucket goes through this
+//! module, so the properties the rest of the system relies on hold in one place:
+//!
+//! - **Bounded memory.** Segments (up to 2 GiB) are streamed: uploads read the
+//!   file in parts on a blocking thread and hand them to the uploader through a
+//!   bounded channel; downloads stream to disk. Small documents
+//!   ([`Store::get_bytes`]) are refused above a caller-given limit before their
+//!   body is read.
+//! - **Integrity computed in passing.** Size, CRC-32C and SHA-256 are computed
+//!   while the bytes go through, never by a second read; a download is checked
+//!   against the size and SHA-256 a manifest promised, and a mismatch removes the
+//!   file and fails with [`Error::Mismatch`].
+//! - **Retries in one place.** Each operation is retried as a whole (a broken
+//!   download restarts, a failed multipart upload is aborted and restarted) with
+//!   exponential backoff and full jitter, only when [`Error::is_transient`] says
+//!   so, at most [`RetryPolicy::max_attempts`] times.
+//! - **Create-if-absent** ([`Store::put_if_absent`]) maps to `PutMode::Create`:
+//!   an atomic no-replace link on a local folder, `If-None-Match: *` on S3. It is
+//!   what fences a stale shipper (see `lease`).
+//!
+//! Blocking file I/O and hashing run in `spawn_blocking`; network I/O on tokio.
+//! Keys are plain `/`-separated strings relative to the store's root (the folder,
+//! or `bucket/prefix`); build them with `segment_format::manifest`.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use segment_format::manifest::Sha256Digest;
+use sha2::Digest as _;
+use tokio::sync::mpsc;
+
+use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
+
+/// Files at least this large are uploaded in parts. Below it one PUT is cheaper
+/// than the three requests of a multipart upload, and a retry re-sends at most
+/// this much.
+pub const DEFAULT_MULTIPART_THRESHOLD: u64 = 64 << 20;
+/// Size of each uploaded part. S3 requires at least 5 MiB (except the last) and
+/// allows 10,000 parts: 16 MiB parts cover 156 GiB, far above Kafka's 2 GiB
+/// segment limit.
+pub const DEFAULT_PART_SIZE: usize = 16 << 20;
+/// Parts in flight per upload: 4 × 16 MiB bounds an upload's memory to ~80 MiB
+/// (plus one part being read) while keeping a high-latency link busy.
+pub const DEFAULT_UPLOAD_CONCURRENCY: usize = 4;
+/// Smallest part size S3 accepts for any part but the last.
+pub const MIN_PART_SIZE: usize = 5 << 20;
+/// Read buffer for hashing and for small uploads read from disk.
+const READ_CHUNK: usize = 1 << 20;
+/// Chunks buffered between a download stream and the disk writer.
+const DOWNLOAD_QUEUE: usize = 8;
+/// Attempts per operation: with the default backoff the last one starts ~6 s
+/// after the first failure, long enough for a restarted endpoint or a throttled
+/// bucket, short enough that a real outage is reported promptly.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// First retry delay (before jitter).
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(200);
+/// Cap on a single retry delay.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Where a store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// A local folder (a plain path or `file:///abs/path`), always absolute here.
+    Local { root: PathBuf },
+    /// `s3://bucket/prefix`; `prefix` has no leading or trailing `/` and may be empty.
+    S3 { bucket: String, prefix: String },
+}
+
+impl StoreUrl {
+    /// `s3://bucket[/prefix]`, `file:///absolute/path`, or a plain path (relative
+    /// paths are made absolute against the current directory).
+    pub fn parse(url: &str) -> Result<StoreUrl> {
+        let bad = |reason: String| Error::BadUrl {
+            url: url.to_string(),
+            reason,
+        };
+        if url.trim().is_empty() {
+            return Err(bad("empty".into()));
+        }
+        if !url.contains("://") {
+            let root = std::path::absolute(url).map_err(|e| bad(format!("cannot make the path absolute: {e}")))?;
+            return Ok(StoreUrl::Local { root });
+        }
+        let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(bad("query strings and fragments are not supported; use options".into()));
+        }
+        match parsed.scheme() {
+            "file" => {
+                let root = parsed
+                    .to_file_path()
+                    .map_err(|_| bad("a file URL must be file:///absolute/path".into()))?;
+                Ok(StoreUrl::Local { root })
+            }
+            "s3" => {
+                let bucket = parsed.host_str().unwrap_or_default().to_string();
+                if bucket.is_empty() {
+                    return Err(bad("no bucket name".into()));
+                }
+                if !parsed.username().is_empty() || parsed.password().is_some() || parsed.port().is_some() {
+                    return Err(bad("credentials and ports do not belong in an s3:// URL; use options".into()));
+                }
+                let prefix = parsed.path().trim_matches('/').to_string();
+                if !prefix.is_empty() {
+                    ObjectPath::parse(&prefix).map_err(|e| bad(format!("prefix: {e}")))?;
+                    if prefix.split('/').any(|p| p == "." || p == "..") {
+                        return Err(bad("prefix components '.' and '..' are not allowed".into()));
+                    }
+                }
+                Ok(StoreUrl::S3 { bucket, prefix })
+            }
+            other => Err(bad(format!("unsupported scheme '{other}' (use a path, file:// or s3://)"))),
+        }
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Local { root } => write!(f, "{}", root.display()),
+            StoreUrl::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            StoreUrl::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+/// Explicit S3 settings (from command-line flags). Each one overrides the
+/// corresponding `AWS_*` environment variable read by `AmazonS3Builder::from_env`
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+/// `AWS_REGION`, `AWS_ENDPOINT_URL`/`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`).
+#[derive(Clone, Default)]
+pub struct S3Options {
+    /// e.g. `http://127.0.0.1:9000` for a local S3-compatible server (path-style requests).
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub session_token: Option<String>,
+    /// Permit `http://` endpoints (loopback test servers).
+    pub allow_http: Option<bool>,
+}
+
+impl fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |o: &Option<String>| o.as_ref().map(|_| "<redacted>");
+        f.debug_struct("S3Options")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &redacted(&self.secret_access_key))
+            .field("session_token", &redacted(&self.session_token))
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
+}
+
+/// How often and how patiently an operation is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts, including the first (at least 1).
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            initial_backoff: DEFAULT_INITIAL_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before attempt `failed + 1`: uniformly random in
+    /// `[0, min(max, initial × 2^(failed-1))]` ("full jitter"), so shippers that
+    /// failed together do not retry together.
+    pub fn backoff(&self, failed: u32) -> Duration {
+        let exp = failed.saturating_sub(1).min(30);
+        let cap = self.initial_backoff.saturating_mul(1 << exp).min(self.max_backoff);
+        let cap_nanos = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
+        if cap_nanos == 0 {
+            return Duration::ZERO;
+        }
+        let random = getrandom::u64().unwrap_or(cap_nanos);
+        Duration::from_nanos(random % (cap_nanos + 1).max(1))
+    }
+}
+
+/// When and how files are uploaded in parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MultipartPolicy {
+    /// Files of at least this many bytes use a multipart upload.
+    pub threshold: u64,
+    /// Bytes per part (S3 needs at least [`MIN_PART_SIZE`]).
+    pub part_size: usize,
+    /// Parts uploaded at once.
+    pub max_concurrency: usize,
+}
+
+impl Default for MultipartPolicy {
+    fn default() -> Self {
+        MultipartPolicy {
+            threshold: DEFAULT_MULTIPART_THRESHOLD,
+            part_size: DEFAULT_PART_SIZE,
+            max_concurrency: DEFAULT_UPLOAD_CONCURRENCY,
+        }
+    }
+}
+
+/// Size and checksums of bytes that went through the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest {
+    pub size: u64,
+    /// CRC-32C (Castagnoli) of the whole object.
+    pub crc32c: u32,
+    pub sha256: Sha256Digest,
+}
+
+/// What [`Store::put_file`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutSummary {
+    pub digest: Digest,
+    /// `None` for a single PUT, else the number of parts uploaded.
+    pub multipart_parts: Option<u32>,
+}
+
+/// One listed object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Relative to the store's root.
+    pub key: String,
+    pub size: u64,
+    pub last_modified_ms: i64,
+    pub e_tag: Option<String>,
+}
+
+/// Running size/CRC-32C/SHA-256.
+#[derive(Clone)]
+struct Hasher {
+    size: u64,
+    crc: u32,
+    sha: sha2::Sha256,
+}
+
+impl Hasher {
+    fn new() -> Self {
+        Hasher {
+            size: 0,
+            crc: 0,
+            sha: sha2::Sha256::new(),
+        }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        self.size += bytes.len() as u64;
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.sha.update(bytes);
+    }
+
+    fn finish(self) -> Digest {
+        Digest {
+            size: self.size,
+            crc32c: self.crc,
+            sha256: Sha256Digest(self.sha.finalize().into()),
+        }
+    }
+}
+
+/// Size and checksums of a byte slice, as the store computes them.
+pub fn digest_of(bytes: &[u8]) -> Digest {
+    let mut h = Hasher::new();
+    h.update(bytes);
+    h.finish()
+}
+
+fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
+    Error::Task {
+        what: what.to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn object_path(key: &str) -> Result<ObjectPath> {
+    ObjectPath::parse(key).map_err(|e| {
+        Error::Format(segment_format::Error::BadName {
+            path: PathBuf::from(key),
+            reason: format!("not a valid object key: {e}"),
+        })
+    })
+}
+
+/// An object store with segmirror's transfer rules. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    description: String,
+    retry: RetryPolicy,
+    multipart: MultipartPolicy,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("store", &self.description)
+            .field("retry", &self.retry)
+            .field("multipart", &self.multipart)
+            .finish()
+    }
+}
+
+impl fmt::Display for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.description)
+    }
+}
+
+impl Store {
+    /// Open the store `url` names. A local folder is created if missing. S3
+    /// settings come from the `AWS_*` environment, overridden by `s3`; conditional
+    /// puts use `If-None-Match` (object_store's default).
+    pub fn open(url: &StoreUrl, s3: &S3Options) -> Result<Store> {
+        let bad = |reason: String| Error::BadUrl {
+            url: url.to_string(),
+            reason,
+        };
+        let inner: Arc<dyn ObjectStore> = match url {
+            StoreUrl::Local { root } => {
+                std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+                let local = LocalFileSystem::new_with_prefix(root)
+                    .map_err(|e| bad(e.to_string()))?
+                    .with_automatic_cleanup(true);
+                Arc::new(local)
+            }
+            StoreUrl::S3 { bucket, prefix } => {
+                let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+                if let Some(v) = &s3.endpoint {
+                    builder = builder.with_endpoint(v);
+                }
+                if let Some(v) = &s3.region {
+                    builder = builder.with_region(v);
+                }
+                if let Some(v) = &s3.access_key_id {
+                    builder = builder.with_access_key_id(v);
+                }
+                if let Some(v) = &s3.secret_access_key {
+                    builder = builder.with_secret_access_key(v);
+                }
+                if let Some(v) = &s3.session_token {
+                    builder = builder.with_token(v);
+                }
+                if let Some(v) = s3.allow_http {
+                    builder = builder.with_allow_http(v);
+                }
+                let s3 = builder.build().map_err(|e| bad(e.to_string()))?;
+                if prefix.is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(PrefixStore::new(s3, prefix.as_str()))
+                }
+            }
+        };
+        Ok(Store::from_object_store(inner, url.to_string()))
+    }
+
+    /// Wrap any `ObjectStore` (tests use this for fault injection).
+    pub fn from_object_store(inner: Arc<dyn ObjectStore>, description: impl Into<String>) -> Store {
+        Store {
+            inner,
+            description: description.into(),
+            retry: RetryPolicy::default(),
+            multipart: MultipartPolicy::default(),
+        }
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Store {
+        self.retry = RetryPolicy {
+            max_attempts: retry.max_attempts.max(1),
+            ..retry
+        };
+        self
+    }
+
+    pub fn with_multipart(mut self, multipart: MultipartPolicy) -> Store {
+        self.multipart = MultipartPolicy {
+            part_size: multipart.part_size.max(1),
+            max_concurrency: multipart.max_concurrency.max(1),
+            ..multipart
+        };
+        self
+    }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+    }
+
+    pub fn multipart_policy(&self) -> MultipartPolicy {
+        self.multipart
+    }
+
+    /// The underlying store.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner
+    }
+
+    /// Run `op` until it succeeds, fails permanently, or the attempts run out.
+    /// `op` gets the attempt number (1-based).
+    async fn retrying<T, F, Fut>(&self, operation: &'static str, key: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match op(attempt).await {
+                Err(e) if e.is_transient() && attempt < self.retry.max_attempts => {
+                    let delay = self.retry.backoff(attempt);
+                    tracing::warn!(store = %self.description, key, operation, attempt, ?delay, error = %e, "retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Write `bytes` to `key`, replacing any object there.
+    pub async fn put_bytes(&self, key: &str, bytes: impl Into<Bytes>) -> Result<()> {
+        let location = object_path(key)?;
+        let payload = PutPayload::from(bytes.into());
+        self.retrying("put", key, |_| {
+            let payload = payload.clone();
+            let location = &location;
+            async move {
+                self.inner
+                    .put(location, payload)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| Error::from_store(key, "put", e))
+            }
+        })
+        .await
+    }
+
+    /// Write `bytes` to `key` only if no object is there. `Ok(true)` if this call
+    /// created it, `Ok(false)` if it already existed. If an attempt whose answer
+    /// was lost did create it, the retry finds our own bytes there and still
+    /// returns `Ok(true)`.
+    pub async fn put_if_absent(&self, key: &str, bytes: impl Into<Bytes>) -> Result<bool> {
+        let location = object_path(key)?;
+        let bytes: Bytes = bytes.into();
+        let payload = PutPayload::from(bytes.clone());
+        let attempts = AtomicU32::new(0);
+        let result = self
+            .retrying(PUT_IF_ABSENT, key, |attempt| {
+                attempts.store(attempt, Ordering::Relaxed);
+                let payload = payload.clone();
+                let location = &location;
+                async move {
+                    let opts = PutOptions {
+                        mode: PutMode::Create,
+                        ..Default::default()
+                    };
+                    self.inner
+                        .put_opts(location, payload, opts)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| Error::from_store(key, PUT_IF_ABSENT, e))
+                }
+            })
+            .await;
+        match result {
+            Ok(()) => Ok(true),
+            Err(Error::AlreadyExists { .. }) if attempts.load(Ordering::Relaxed) > 1 => {
+                let limit = bytes.len() as u64;
+                match self.get_bytes(key, limit).await {
+                    Ok(existing) => Ok(existing == bytes),
+                    Err(Error::TooLarge { .. }) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Upload the whole file at `path` to `key` (see [`Store::put_file_prefix`]).
+    pub async fn put_file(&self, key: &str, path: &Path) -> Result<PutSummary> {
+        self.put_file_prefix(key, path, None).await
+    }
+
+    /// Upload the first `len` bytes of `path` (all of it for `None`, as long as it
+    /// is when opened) to `key`, streaming from disk; in parts from
+    /// [`MultipartPolicy::threshold`] on. Returns the size and checksums of exactly
+    /// what was uploaded. A file shorter than `len` fails with an I/O error.
+    pub async fn put_file_prefix(&self, key: &str, path: &Path, len: Option<u64>) -> Result<PutSummary> {
+        let location = object_path(key)?;
+        self.retrying("put file", key, |_| self.put_file_once(key, &location, path, len))
+            .await
+    }
+
+    async fn put_file_once(
+        &self,
+        key: &str,
+        location: &ObjectPath,
+        path: &Path,
+        len: Option<u64>,
+    ) -> Result<PutSummary> {
+        let owned = path.to_path_buf();
+        let (file, size) = tokio::task::spawn_blocking(move || -> Result<(std::fs::File, u64)> {
+            let file = std::fs::File::open(&owned).map_err(|e| Error::io(&owned, e))?;
+            let on_disk = file.metadata().map_err(|e| Error::io(&owned, e))?.len();
+            Ok((file, len.unwrap_or(on_disk)))
+        })
+        .await
+        .map_err(|e| task_error(key, e))??;
+
+        if size < self.multipart.threshold || size == 0 {
+            let owned = path.to_path_buf();
+            let (bytes, digest) = tokio::task::spawn_blocking(move || read_exact_hashing(file, size, &owned))
+                .await
+                .map_err(|e| task_error(key, e))??;
+            self.inner
+                .put(location, PutPayload::from(bytes))
+                .await
+                .map_err(|e| Error::from_store(key, "put", e))?;
+            return Ok(PutSummary {
+                digest,
+                multipart_parts: None,
+            });
+        }
+
+        let part_size = self.multipart.part_size;
+        let concurrency = self.multipart.max_concurrency;
+        let upload = self
+            .inner
+            .put_multipart(location)
+            .await
+            .map_err(|e| Error::from_store(key, "start multipart upload", e))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, part_size);
+        let (tx, mut rx) = mpsc::channel::<Bytes>(concurrency);
+        let owned = path.to_path_buf();
+        let reader = tokio::task::spawn_blocking(move || read_parts(file, size, part_size, &owned, tx));
+        let mut parts = 0u32;
+        let mut failure: Option<Error> = None;
+        while let Some(part) = rx.recv().await {
+            if let Err(e) = writer.wait_for_capacity(concurrency).await {
+                failure = Some(Error::from_store(key, "upload part", e));
+                break;
+            }
+            writer.put(part);
+            parts += 1;
+        }
+        drop(rx);
+        let read = reader.await.map_err(|e| task_error(key, e));
+        let digest = match (failure, read) {
+            (None, Ok(Ok(digest))) => digest,
+            (Some(e), _) | (None, Err(e)) | (None, Ok(Err(e))) => {
+                if let Err(abort) = writer.abort().await {
+                    tracing::warn!(key, error = %abort, "aborting a failed multipart upload failed");
+                }
+                return Err(e);
+            }
+        };
+        writer
+            .finish()
+            .await
+            .map_err(|e| Error::from_store(key, "complete multipart upload", e))?;
+        Ok(PutSummary {
+            digest,
+            multipart_parts: Some(parts),
+        })
+    }
+
+    /// Download `key` into the file at `path` (created or truncated), checking the
+    /// size before the first byte and SHA-256 at the end; the file is fsynced.
+    /// Never holds more than a few chunks in memory. On any failure the file is
+    /// removed; a mismatch is [`Error::Mismatch`] and is not retried.
+    pub async fn get_to_file(
+        &self,
+        key: &str,
+        path: &Path,
+        expected_size: u64,
+        expected_sha256: &Sha256Digest,
+    ) -> Result<Digest> {
+        let location = object_path(key)?;
+        let result = self
+            .retrying("get", key, |_| async {
+                let sink = Sink::File(path.to_path_buf());
+                let digest = self.download(key, &location, Some(expected_size), sink).await?;
+                if digest.sha256 != *expected_sha256 {
+                    return Err(Error::Mismatch {
+                        key: key.to_string(),
+                        what: MismatchKind::Sha256,
+                        expected: expected_sha256.to_string(),
+                        found: digest.sha256.to_string(),
+                    });
+                }
+                Ok(digest)
+            })
+            .await;
+        if result.is_err() {
+            let owned = path.to_path_buf();
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(owned)).await;
+        }
+        result
+    }
+
+    /// Stream `key` and return its size and checksums without keeping it (the
+    /// auditor's check of a data object).
+    pub async fn hash_object(&self, key: &str) -> Result<Digest> {
+        let location = object_path(key)?;
+        self.retrying("get", key, |_| self.download(key, &location, None, Sink::Discard))
+            .await
+    }
+
+    /// One download attempt: the stream is consumed here, bytes are hashed and
+    /// written on a blocking thread.
+    async fn download(&self, key: &str, location: &ObjectPath, expected: Option<u64>, sink: Sink) -> Result<Digest> {
+        let get = self
+            .inner
+            .get(location)
+            .await
+            .map_err(|e| Error::from_store(key, "get", e))?;
+        let size = get.meta.size;
+        if let Some(expected) = expected {
+            if size != expected {
+                return Err(Error::Mismatch {
+                    key: key.to_string(),
+                    what: MismatchKind::Size,
+                    expected: expected.to_string(),
+                    found: size.to_string(),
+                });
+            }
+        }
+        let (tx, rx) = mpsc::channel::<Bytes>(DOWNLOAD_QUEUE);
+        let writer = tokio::task::spawn_blocking(move || sink.consume(rx));
+        let mut stream = get.into_stream();
+        let mut received = 0u64;
+        let mut failure = None;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(chunk) => {
+                    received += chunk.len() as u64;
+                    if received > size {
+                        failure = Some(Error::Mismatch {
+                            key: key.to_string(),
+                            what: MismatchKind::Size,
+                            expected: size.to_string(),
+                            found: format!("more than {size}"),
+                        });
+                        break;
+                    }
+                    // The writer thread only hangs up on a disk error, reported below.
+                    if tx.send(chunk).await.is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failure = Some(Error::from_store(key, "get", e));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let written = writer.await.map_err(|e| task_error(key, e))?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let digest = written?;
+        if digest.size != size {
+            return Err(Error::Mismatch {
+                key: key.to_string(),
+                what: MismatchKind::Size,
+                expected: size.to_string(),
+                found: digest.size.to_string(),
+            });
+        }
+        Ok(digest)
+    }
+
+    /// Read a small object whole. Refused with [`Error::TooLarge`] if the store
+    /// reports more than `limit` bytes (checked before the body is read) or sends
+    /// more than it reported.
+    pub async fn get_bytes(&self, key: &str, limit: u64) -> Result<Bytes> {
+        let location = object_path(key)?;
+        self.retrying("get", key, |_| async {
+            let get = self
+                .inner
+                .get(&location)
+                .await
+                .map_err(|e| Error::from_store(key, "get", e))?;
+            let size = get.meta.size;
+            if size > limit {
+                return Err(Error::TooLarge {
+                    key: key.to_string(),
+                    size,
+                    limit,
+                });
+            }
+            let mut out = BytesMut::with_capacity(usize::try_from(size).unwrap_or(0));
+            let mut stream = get.into_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| Error::from_store(key, "get", e))?;
+                if (out.len() + chunk.len()) as u64 > limit {
+                    return Err(Error::TooLarge {
+                        key: key.to_string(),
+                        size: (out.len() + chunk.len()) as u64,
+                        limit,
+                    });
+                }
+                out.extend_from_slice(&chunk);
+            }
+            Ok(out.freeze())
+        })
+        .await
+    }
+
+    /// Size and modification time of `key`.
+    pub async fn head(&self, key: &str) -> Result<ObjectInfo> {
+        let location = object_path(key)?;
+        self.retrying("head", key, |_| async {
+            let meta = self
+                .inner
+                .head(&location)
+                .await
+                .map_err(|e| Error::from_store(key, "head", e))?;
+            Ok(info(meta))
+        })
+        .await
+    }
+
+    /// Every object whose key is `prefix` or below `prefix/` (whole components:
+    /// `a/b` does not list `a/bc`), sorted by key. An empty prefix lists the store.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let prefix = prefix.trim_matches('/');
+        let location = if prefix.is_empty() {
+            None
+        } else {
+            Some(object_path(prefix)?)
+        };
+        self.retrying("list", prefix, |_| async {
+            let mut stream = self.inner.list(location.as_ref());
+            let mut out = Vec::new();
+            while let Some(meta) = stream.next().await {
+                out.push(info(meta.map_err(|e| Error::from_store(prefix, "list", e))?));
+            }
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Remove `key`; removing a missing object succeeds.
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        let location = object_path(key)?;
+        self.retrying("delete", key, |_| async {
+            match self.inner.delete(&location).await {
+                Ok(()) => Ok(()),
+                Err(e) => match Error::from_store(key, "delete", e) {
+                    Error::NotFound { .. } => Ok(()),
+                    other => Err(other),
+                },
+            }
+        })
+        .await
+    }
+}
+
+fn info(meta: object_store::ObjectMeta) -> ObjectInfo {
+    ObjectInfo {
+        key: meta.location.to_string(),
+        size: meta.size,
+        last_modified_ms: meta.last_modified.timestamp_millis(),
+        e_tag: meta.e_tag,
+    }
+}
+
+/// Read exactly `len` bytes from the start of `file`, hashing them.
+fn read_exact_hashing(file: std::fs::File, len: u64, path: &Path) -> Result<(Bytes, Digest)> {
+    let mut hasher = Hasher::new();
+    let mut out = BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
+    let mut limited = file.take(len);
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let n = limited.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        let Some(chunk) = buf.get(..n) else { break };
+        if chunk.is_empty() {
+            break;
+        }
+        hasher.update(chunk);
+        out.extend_from_slice(chunk);
+    }
+    if hasher.size != len {
+        return Err(shrank(path, len, hasher.size));
+    }
+    Ok((out.freeze(), hasher.finish()))
+}
+
+fn shrank(path: &Path, expected: u64, found: u64) -> Error {
+    Error::io(
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("file ended after {found} of {expected} bytes (it shrank while being read)"),
+        ),
+    )
+}
+
+/// Read `len` bytes of `file` in `part_size` pieces, hashing them, and send each
+/// piece to the uploader. Stops quietly if the uploader hung up (it reports why).
+fn read_parts(file: std::fs::File, len: u64, part_size: usize, path: &Path, tx: mpsc::Sender<Bytes>) -> Result<Digest> {
+    let mut hasher = Hasher::new();
+    let mut limited = file.take(len);
+    loop {
+        let mut part = BytesMut::zeroed(part_size);
+        let mut filled = 0;
+        while filled < part_size {
+            let Some(rest) = part.get_mut(filled..) else { break };
+            let n = limited.read(rest).map_err(|e| Error::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        part.truncate(filled);
+        if filled == 0 {
+            break;
+        }
+        hasher.update(&part);
+        if tx.blocking_send(part.freeze()).is_err() {
+            break;
+        }
+        if filled < part_size {
+            break;
+        }
+    }
+    if hasher.size != len {
+        return Err(shrank(path, len, hasher.size));
+    }
+    Ok(hasher.finish())
+}
+
+/// Where downloaded bytes go.
+enum Sink {
+    File(PathBuf),
+    Discard,
+}
+
+impl Sink {
+    /// Runs on a blocking thread: hash (and write) every chunk until the sender is
+    /// dropped; fsync a file at the end.
+    fn consume(self, mut rx: mpsc::Receiver<Bytes>) -> Result<Digest> {
+        let mut hasher = Hasher::new();
+        match self {
+            Sink::Discard => {
+                while let Some(chunk) = rx.blocking_recv() {
+                    hasher.update(&chunk);
+                }
+            }
+            Sink::File(path) => {
+                let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+                let mut out = std::io::BufWriter::with_capacity(READ_CHUNK, file);
+                while let Some(chunk) = rx.blocking_recv() {
+                    hasher.update(&chunk);
+                    out.write_all(&chunk).map_err(|e| Error::io(&path, e))?;
+                }
+                let file = out.into_inner().map_err(|e| Error::io(&path, e.into_error()))?;
+                file.sync_all().map_err(|e| Error::io(&path, e))?;
+            }
+        }
+        Ok(hasher.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        assert_eq!(
+            StoreUrl::parse("s3://bucket/a/b/").unwrap(),
+            StoreUrl::S3 {
+                bucket: "bucket".into(),
+                prefix: "a/b".into()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("s3://bucket").unwrap(),
+            StoreUrl::S3 {
+                bucket: "bucket".into(),
+                prefix: String::new()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("file:///var/lib/segmirror").unwrap(),
+            StoreUrl::Local {
+                root: PathBuf::from("/var/lib/segmirror")
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("/tmp/x").unwrap(),
+            StoreUrl::Local {
+                root: PathBuf::from("/tmp/x")
+            }
+        );
+        match StoreUrl::parse("rel/dir").unwrap() {
+            StoreUrl::Local { root } => {
+                assert!(root.is_absolute());
+                assert!(root.ends_with("rel/dir"));
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "",
+            "s3://",
+            "s3:///prefix",
+            "s3://b/a/../c",
+            "s3://b/a//c",
+            "s3://key:secret@b/p",
+            "s3://b:9000/p",
+            "s3://b/p?region=x",
+            "gs://b/p",
+            "file://host/path",
+        ] {
+            assert!(matches!(StoreUrl::parse(bad), Err(Error::BadUrl { .. })), "{bad}");
+        }
+        assert_eq!(StoreUrl::parse("s3://b/p").unwrap().to_string(), "s3://b/p");
+    }
+
+    #[test]
+    fn backoff_is_bounded_and_jittered() {
+        let p = RetryPolicy {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        };
+        for failed in 1..40 {
+            let cap = Duration::from_millis(100 * (1u64 << (failed - 1).min(20))).min(Duration::from_secs(1));
+            for _ in 0..20 {
+                assert!(p.backoff(failed) <= cap);
+            }
+        }
+        let distinct: std::collections::HashSet<Duration> = (0..50).map(|_| p.backoff(5)).collect();
+        assert!(distinct.len() > 1, "no jitter");
+        let zero = RetryPolicy {
+            initial_backoff: Duration::ZERO,
+            ..p
+        };
+        assert_eq!(zero.backoff(3), Duration::ZERO);
+    }
+
+    #[test]
+    fn digest_matches_known_values() {
+        // SHA-256("abc") and CRC-32C("123456789") = 0xE3069283 (the standard check value).
+        let d = digest_of(b"abc");
+        assert_eq!(d.sha256.to_string(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(digest_of(b"123456789").crc32c, 0xe306_9283);
+        let mut h = Hasher::new();
+        h.update(b"1234");
+        h.update(b"56789");
+        assert_eq!(h.finish(), digest_of(b"123456789"));
+    }
+
+    #[test]
+    fn secrets_are_not_debug_printed() {
+        let o = S3Options {
+            secret_access_key: Some("hunter2".into()),
+            session_token: Some("tok".into()),
+            ..Default::default()
+        };
+        let s = format!("{o:?}");
+        assert!(!s.contains("hunter2") && !s.contains("tok\""), "{s}");
+    }
+}
