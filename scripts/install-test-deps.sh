@@ -80,10 +80,14 @@ if python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
 else
     pip_install confluent-kafka
 fi
-if moto_server --help >/dev/null 2>&1; then
+# moto >= 5.0.15 answers `If-None-Match: *` puts with 412 (getmoto/moto#8109): the lease tests rely on it.
+if moto_server --help >/dev/null 2>&1 && python3 -c '
+import sys, moto
+v = tuple(int(p) for p in moto.__version__.split(".")[:3] if p.isdigit())
+sys.exit(0 if v >= (5, 0, 15) else 1)' >/dev/null 2>&1; then
     say "moto_server: present"
 else
-    pip_install 'moto[server]'
+    pip_install 'moto[server]>=5.0.15'
 fi
 
 say "done; export SEGMIRROR_KAFKA_HOME=$KAFKA_HOME"

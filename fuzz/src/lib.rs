@@ -13,7 +13,9 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use segment_format::batch::{self, BatchHeader, BatchInfo, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD};
+use segment_format::batch::{
+    self, BatchHeader, BatchInfo, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_BATCH_OVERHEAD,
+};
 use segment_format::checkpoint::{LeaderEpochCheckpoint, MetaProperties, OffsetCheckpoint};
 use segment_format::control;
 use segment_format::dir::{classify_partition_file, is_internal_topic, validate_topic_name, PartitionDirName};
@@ -160,14 +162,14 @@ pub fn log_scan(data: &[u8], base: u64, deep: bool) -> Scanned {
 /// anything else is forced to magic 2.
 pub fn batch_deep(data: &[u8]) {
     let mut buf = data.to_vec();
-    if buf.len() < LOG_OVERHEAD + 2 {
+    if buf.len() < HEADER_SIZE_UP_TO_MAGIC {
         return;
     }
     let Ok(length) = i32::try_from(buf.len() - LOG_OVERHEAD) else {
         return;
     };
     buf[8..12].copy_from_slice(&length.to_be_bytes());
-    let magic = buf[16];
+    let magic = buf[MAGIC_OFFSET];
     if magic <= 1 {
         if buf.len() < legacy::record_overhead(magic as i8) + LOG_OVERHEAD {
             let _ = legacy::parse_message(&buf);
@@ -194,7 +196,7 @@ pub fn batch_deep(data: &[u8]) {
     if buf.len() < RECORD_BATCH_OVERHEAD {
         return;
     }
-    buf[16] = 2;
+    buf[MAGIC_OFFSET] = 2;
     let header = match batch::parse_header(&buf) {
         Ok(h) => h,
         Err(e) => {

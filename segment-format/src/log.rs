@@ -18,6 +18,7 @@
 use std::fs::File;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use memmap2::Mmap;
 
@@ -28,6 +29,9 @@ use crate::batch::{
 use crate::control::shallow_control_type;
 use crate::error::{Defect, Error, ParseError};
 use crate::legacy;
+
+mod window;
+pub use window::{WINDOW_BYTES, WINDOW_FRAMES};
 
 /// How far the scan runs ahead of the last release of scanned pages (8 MiB):
 /// large enough that the `madvise` calls cost nothing next to the CRC work, small
@@ -129,6 +133,35 @@ impl<'a> Iterator for FrameIter<'a> {
 
 /// Parse the frame at the start of `rest` (which sits at absolute `position`).
 fn next_frame(rest: &[u8], position: u64) -> Result<Frame<'_>, ParseError> {
+    let framed = frame_at(rest, position)?;
+    Ok(Frame {
+        info: framed.info,
+        bytes: framed.bytes,
+        stored_crc: framed.stored_crc,
+        computed_crc: compute_crc(framed.info.magic, framed.bytes),
+    })
+}
+
+/// A frame whose framing and header are checked but whose CRC is not computed
+/// yet: the cheap half of a scan, which [`LogFile::scan`] runs ahead of the CRCs.
+#[derive(Debug, Clone, Copy)]
+struct Framed<'a> {
+    info: BatchInfo,
+    bytes: &'a [u8],
+    stored_crc: u32,
+}
+
+/// The CRC of a whole frame, as its magic defines it.
+fn compute_crc(magic: i8, bytes: &[u8]) -> u32 {
+    if magic >= 2 {
+        crate::batch::compute_crc(bytes)
+    } else {
+        legacy::compute_crc(bytes)
+    }
+}
+
+/// Check the framing of the frame at the start of `rest` and read its header.
+fn frame_at(rest: &[u8], position: u64) -> Result<Framed<'_>, ParseError> {
     let offset = rest.get(..8).map(|b| be_i64(b, 0));
     if rest.len() < HEADER_SIZE_UP_TO_MAGIC {
         return Err(ParseError::Incomplete {
@@ -191,19 +224,17 @@ fn next_frame(rest: &[u8], position: u64) -> Result<Frame<'_>, ParseError> {
             is_control: header.is_control(),
             records_count: header.records_count,
         };
-        Ok(Frame {
+        Ok(Framed {
             info,
             bytes,
             stored_crc: header.crc,
-            computed_crc: crate::batch::compute_crc(bytes),
         })
     } else {
         let info = legacy::shallow_info(bytes, position).map_err(|e| e.shifted(position))?;
-        Ok(Frame {
+        Ok(Framed {
             info,
             bytes,
             stored_crc: be_u32(bytes, legacy::LEGACY_CRC_OFFSET),
-            computed_crc: legacy::compute_crc(bytes),
         })
     }
 }
@@ -280,7 +311,8 @@ impl LogFile {
                 // MADV_DONTNEED only drops page-table entries: the next access
                 // faults the same file contents back in, nothing is zeroed or
                 // lost. No borrow into the range is outstanding: `scan` takes
-                // `&mut self`, and its callback cannot keep a frame past its call.
+                // `&mut self`, its callback cannot keep a frame past its call,
+                // and the CRC helper only reads frames after `from`'s window.
                 unsafe {
                     let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
                 }
@@ -293,41 +325,46 @@ impl LogFile {
     /// Scan every frame (see [`scan_frames`]), calling `f` for each, and release
     /// scanned pages as it goes. Returns the framing error or partial frame that
     /// stopped the scan, with this file's path and absolute positions.
-    pub fn scan<F>(&mut self, mut f: F) -> Result<ScanSummary, Error>
+    ///
+    /// The CRCs of a large file are computed on two threads (see [`window`]); the
+    /// frames still reach `f` one by one, in file order, on the calling thread.
+    pub fn scan<F>(&mut self, f: F) -> Result<ScanSummary, Error>
     where
         F: FnMut(&Frame<'_>) -> ControlFlow<()>,
     {
-        let mut summary = ScanSummary::default();
+        let helper = self.len() >= PARALLEL_MIN_BYTES && helper_available();
+        let helper = helper && std::env::var_os("H10_NO_HELPER").is_none(); // H10TEMP
         let mut released = 0u64;
-        let mut frames = scan_frames(self.bytes(), 0);
-        let mut outcome = Ok(());
-        while let Some(item) = frames.next() {
-            match item {
-                Ok(frame) => {
-                    summary.frames += 1;
-                    if !frame.crc_matches() {
-                        summary.crc_mismatches += 1;
-                    }
-                    if f(&frame).is_break() {
-                        summary.stopped_early = true;
-                        break;
-                    }
-                }
-                Err(e) => {
-                    outcome = Err(e.at(&self.path));
-                    break;
-                }
+        let (summary, stop) = window::scan(self.bytes(), 0, helper, window::Limits::DEFAULT, f, |scanned| {
+            // Release whole pages only: the page that holds `scanned` may also
+            // hold the start of the window the helper is computing.
+            let to = scanned & !(RELEASE_ALIGN - 1);
+            if to.saturating_sub(released) >= RELEASE_INTERVAL {
+                self.release(released, to);
+                released = to;
             }
-            let here = frames.next_position();
-            if here - released >= RELEASE_INTERVAL {
-                self.release(released, here);
-                released = here;
-            }
-        }
-        summary.end = frames.next_position();
+        });
         self.release(released, self.len());
-        outcome.map(|()| summary)
+        match stop {
+            Some(e) => Err(e.at(&self.path)),
+            None => Ok(summary),
+        }
     }
+}
+
+/// Files smaller than this (4 MiB) are scanned on one thread: starting the CRC
+/// helper costs tens of microseconds, about the CRC time of a few hundred KiB.
+pub const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Pages are released in multiples of this (64 KiB, a multiple of every common
+/// page size), so a release never reaches into the next frame's page.
+const RELEASE_ALIGN: u64 = 64 * 1024;
+
+/// Whether a second thread can run at the same time: not on a single core (or
+/// a one-CPU container), where the helper would only add switches.
+fn helper_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
 }
 
 #[cfg(test)]

@@ -56,6 +56,8 @@ pub struct PartitionSummary {
     pub first_offset: Option<i64>,
     /// Last offset of the last complete batch.
     pub last_offset: Option<i64>,
+    /// Largest batch max timestamp seen (`None` when no batch has one).
+    pub max_timestamp: Option<i64>,
     pub warnings: u64,
     pub errors: u64,
 }
@@ -97,6 +99,15 @@ pub trait Progress: Sync {
 pub struct NoProgress;
 impl Progress for NoProgress {}
 
+/// A position in a [`Sink`] to rewind to.
+#[derive(Debug, Clone, Copy)]
+struct SinkMark {
+    findings: usize,
+    suppressed: u64,
+    warnings: u64,
+    errors: u64,
+}
+
 /// Collects findings with a per-file cap and counts them per partition.
 struct Sink<'r> {
     report: &'r mut Report,
@@ -132,6 +143,28 @@ impl<'r> Sink<'r> {
 
     fn error(&mut self, path: &Path, position: Option<u64>, offset: Option<i64>, defect: Defect) {
         self.push(Finding::error(path, position, offset, defect));
+    }
+
+    /// Where the sink stands, for [`Sink::rewind`].
+    fn mark(&self) -> SinkMark {
+        SinkMark {
+            findings: self.report.findings.len(),
+            suppressed: self.report.suppressed_findings,
+            warnings: self.warnings,
+            errors: self.errors,
+        }
+    }
+
+    /// Forget everything pushed since `mark`.
+    fn rewind(&mut self, mark: SinkMark) {
+        for f in self.report.findings.drain(mark.findings..) {
+            if let Some(kept) = self.per_file.get_mut(&f.path) {
+                *kept = kept.saturating_sub(1);
+            }
+        }
+        self.report.suppressed_findings = mark.suppressed;
+        self.warnings = mark.warnings;
+        self.errors = mark.errors;
     }
 
     /// Take the partition's counters, resetting them.
@@ -286,7 +319,53 @@ struct PartitionScan {
     epochs: Option<LeaderEpochChecker>,
 }
 
+/// Attempts at verifying one partition directory that changes while it is read.
+pub const LIVE_ATTEMPTS: usize = 3;
+
+/// Names, sizes and modification times of a partition directory's files: if they
+/// differ before and after an attempt, a broker wrote while we read.
+fn dir_signature(path: &Path) -> Option<Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>> {
+    let mut entries: Vec<_> = std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .map(|e| {
+            let meta = e.metadata().ok();
+            (e.file_name(), meta.as_ref().map_or(0, |m| m.len()), meta.and_then(|m| m.modified().ok()))
+        })
+        .collect();
+    entries.sort();
+    Some(entries)
+}
+
+/// Verify a partition directory. A running broker appends, rolls, trims indexes
+/// and writes producer snapshots while we read, so one attempt can see a torn
+/// state (an entry half written, a snapshot still empty, a file renamed away).
+/// Such a state never survives: when an attempt finds errors (or cannot read a
+/// file) and the directory changed during it, its findings are dropped and the
+/// partition is read again, up to [`LIVE_ATTEMPTS`] times. Data that does not
+/// change is verified once, so its findings are always reported.
 fn verify_partition_dir(
+    path: &Path,
+    log_start_offset: Option<i64>,
+    options: &VerifyOptions,
+    progress: &dyn Progress,
+    sink: &mut Sink<'_>,
+) -> Result<PartitionSummary, Error> {
+    let mut attempt = 1;
+    loop {
+        let before = dir_signature(path);
+        let mark = sink.mark();
+        let result = verify_partition_dir_once(path, log_start_offset, options, progress, sink);
+        let failed = result.as_ref().map_or(true, |s| s.errors > 0);
+        if !failed || attempt >= LIVE_ATTEMPTS || dir_signature(path) == before {
+            return result;
+        }
+        sink.rewind(mark);
+        attempt += 1;
+    }
+}
+
+fn verify_partition_dir_once(
     path: &Path,
     log_start_offset: Option<i64>,
     options: &VerifyOptions,
@@ -517,10 +596,13 @@ fn verify_segment(
 ) -> Result<(), Error> {
     let base = segment.base_offset;
     let log_path = segment.log.as_path();
-    let mut log = LogFile::open(log_path)?;
+    // Indexes before the log: a running broker appends a batch to the `.log`
+    // before its index entries, so every entry read first points into the log
+    // read second. The other order sees entries beyond the log of a live segment.
     let offset_index = read_optional(segment.index.as_ref())?;
     let time_index = read_optional(segment.time_index.as_ref())?;
     let txn_index = read_optional(segment.txn_index.as_ref())?;
+    let mut log = LogFile::open(log_path)?;
     let index_path = segment.index.clone().unwrap_or_else(|| log_path.with_extension("index"));
     let time_index_path = segment.time_index.clone().unwrap_or_else(|| log_path.with_extension("timeindex"));
     let txn_index_path = segment.txn_index.clone().unwrap_or_else(|| log_path.with_extension("txnindex"));
@@ -580,6 +662,9 @@ fn verify_segment(
         summary.bytes += info.size;
         summary.first_offset.get_or_insert(info.base_offset);
         summary.last_offset = Some(info.last_offset);
+        if info.max_timestamp >= 0 {
+            summary.max_timestamp = Some(summary.max_timestamp.map_or(info.max_timestamp, |m| m.max(info.max_timestamp)));
+        }
         offset_checker.on_batch(&info);
         time_checker.on_batch(&info);
         let expected = scan.txn_tracker.on_batch(&info);
@@ -718,4 +803,55 @@ fn report_tail(
         }
         _ => sink.push(Finding::from_error(error)),
     }
+}
+
+/// The outcome of [`check_segment`]: one segment checked on its own.
+#[derive(Debug, Clone, Default)]
+pub struct SegmentCheck {
+    pub findings: Vec<Finding>,
+    /// Findings beyond [`MAX_FINDINGS_PER_FILE`] in one file, counted only.
+    pub suppressed_findings: u64,
+    /// Totals of the segment's complete batches. `bytes` is the length of the
+    /// well-framed prefix of the `.log`: everything up to the end of its last
+    /// complete batch.
+    pub summary: PartitionSummary,
+}
+
+impl SegmentCheck {
+    /// No error finding (warnings allowed).
+    pub fn is_sound(&self) -> bool {
+        self.suppressed_findings == 0 && self.findings.iter().all(|f| f.severity != Severity::Error)
+    }
+
+    /// The error findings.
+    pub fn errors(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.severity == Severity::Error)
+    }
+}
+
+/// Check one segment (its `.log` and whatever indexes `segment` names) without
+/// the rest of its partition: what the shipper does before uploading a segment
+/// and the applier before installing one. `next_base_offset` bounds the offsets
+/// (the next segment's base, or the manifest's `next`); `newest` tolerates a
+/// partial batch or zero tail at the end (unless `options.strict`). Cross-segment
+/// state is unknown here, so transaction index entries of transactions that began
+/// in an earlier segment are accepted as found, and epochs are not checked.
+pub fn check_segment(
+    segment: &SegmentFiles,
+    next_base_offset: Option<i64>,
+    newest: bool,
+    options: &VerifyOptions,
+) -> Result<SegmentCheck, Error> {
+    let mut report = Report::default();
+    let mut sink = Sink::new(&mut report);
+    let mut scan = PartitionScan {
+        summary: PartitionSummary { path: segment.log.clone(), ..Default::default() },
+        previous_last_offset: None,
+        txn_tracker: TxnTracker::new(),
+        epochs: None,
+    };
+    let context = SegmentContext { next_base_offset, newest };
+    verify_segment(segment, context, options, &NoProgress, &mut sink, &mut scan)?;
+    let summary = finish_partition(scan, &mut sink)?;
+    Ok(SegmentCheck { findings: report.findings, suppressed_findings: report.suppressed_findings, summary })
 }

@@ -22,13 +22,14 @@
 //! - **Orphans**: data objects no valid manifest names ([`Check::OrphanObject`],
 //!   warning): superseded versions of a re-shipped active segment, interrupted
 //!   uploads. Safe to delete, never needed by the applier.
-//! - **Offset chain** (valid manifests in base-offset order). Kafka's segments
-//!   chain exactly: a segment's upper bound is the next segment's base offset
-//!   (`LocalLog.roll` starts the new segment at the log end offset, and the
-//!   cleaner keeps the first merged segment's base offset, so compaction never
-//!   opens a gap between segments even when it empties their tails). A sealed
-//!   manifest's `next_offset` is that upper bound, so consecutive manifests must
-//!   satisfy `next_i == base_{i+1}`. Departures:
+//! - **Offset chain** (valid manifests in base-offset order). Kafka treats a
+//!   segment's upper bound as the next segment's base offset (retention and the
+//!   cleaner reason about `[base_i, base_{i+1})`; a base offset is only a lower
+//!   bound on the offsets inside, which compaction or a follower fetching a
+//!   compacted leader may skip, and the cleaner keeps the first merged segment's
+//!   base offset). A sealed manifest's `next_offset` is that upper bound, so
+//!   consecutive manifests chain exactly, `next_i == base_{i+1}`, however the
+//!   offsets inside were compacted. Departures:
 //!   - `next_i > base_{i+1}` where manifest `i` is newer and covers `i+1`
 //!     entirely: the cleaner merged `i+1` into `i`, and the old manifest is
 //!     stale ([`Check::SupersededManifest`], warning; the applier must skip it);
@@ -239,7 +240,12 @@ pub async fn audit_store(store: &Store, prefix: &KeyPrefix, options: &AuditOptio
                         entry.leases.insert(epoch, object);
                     }
                     ObjectKind::Manifest { topic_id, base_offset } => {
-                        entry.lineages.entry(topic_id).or_default().manifests.insert(base_offset, object);
+                        entry
+                            .lineages
+                            .entry(topic_id)
+                            .or_default()
+                            .manifests
+                            .insert(base_offset, object);
                     }
                     ObjectKind::Data { topic_id, .. } => {
                         entry
@@ -307,17 +313,17 @@ async fn audit_partition(
             }
         }
         all_valid.extend(valid);
-        lineages.push(summary);
+        lineages.push((topic_id, summary));
     }
     stale_lease_commits(&all_valid, report);
 
     // Oldest lineage first; every later one is a recreated topic.
-    lineages.sort_by_key(|l| (l.last_commit_ms.unwrap_or(i64::MIN), l.topic_id.clone()));
+    lineages.sort_by_key(|(id, l)| (l.last_commit_ms.unwrap_or(i64::MIN), *id));
     for pair in lineages.windows(2) {
-        if let [old, new] = pair {
+        if let [(_, old), (new_id, new)] = pair {
             report.warning(
                 Check::LineageBreak,
-                &partition.lineage_dir(&new.topic_id.parse().unwrap_or(Uuid::ZERO)),
+                &partition.lineage_dir(new_id),
                 new.base_offset,
                 other(format!(
                     "topic id {} follows topic id {} under {}-{} (the source topic was recreated); lineages are kept apart",
@@ -336,7 +342,7 @@ async fn audit_partition(
         partition: partition.partition(),
         lease_epochs: objects.leases.len() as u64,
         current_lease,
-        lineages,
+        lineages: lineages.into_iter().map(|(_, l)| l).collect(),
     }
 }
 
@@ -370,7 +376,14 @@ fn push_error(report: &mut AuditReport, check: Check, key: &str, offset: Option<
             f.offset = f.offset.or(offset);
             f
         }
-        other => Finding::error(key, None, offset, Defect::Other { message: other.to_string() }),
+        other => Finding::error(
+            key,
+            None,
+            offset,
+            Defect::Other {
+                message: other.to_string(),
+            },
+        ),
     };
     report.push(check, finding);
 }
@@ -414,7 +427,10 @@ async fn audit_lineage(
                     Check::SizeMismatch,
                     &file.key,
                     Some(base),
-                    other(format!("object is {} bytes, manifest {key} says {}", object.size, file.size)),
+                    other(format!(
+                        "object is {} bytes, manifest {key} says {}",
+                        object.size, file.size
+                    )),
                 );
                 intact = false;
                 continue;
@@ -507,11 +523,7 @@ async fn audit_lineage(
     (summary, valid)
 }
 
-async fn read_manifest(
-    store: &Store,
-    prefix: &KeyPrefix,
-    key: &str,
-) -> std::result::Result<Manifest, (Check, Error)> {
+async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) -> std::result::Result<Manifest, (Check, Error)> {
     let bytes = match store.get_bytes(key, MAX_MANIFEST_BYTES).await {
         Ok(b) => b,
         Err(e @ Error::TooLarge { .. }) => return Err((Check::InvalidManifest, e)),
@@ -616,7 +628,13 @@ fn check_chain(manifests: &[(String, Manifest)], report: &mut AuditReport) {
 }
 
 /// Download one segment version and run the verification engine on it.
-async fn deep_verify(store: &Store, manifest_key: &str, manifest: &Manifest, options: &AuditOptions, report: &mut AuditReport) {
+async fn deep_verify(
+    store: &Store,
+    manifest_key: &str,
+    manifest: &Manifest,
+    options: &AuditOptions,
+    report: &mut AuditReport,
+) {
     let base = manifest.base_offset;
     let temp_root = options.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
     let staged = tempfile::Builder::new()
@@ -630,7 +648,13 @@ async fn deep_verify(store: &Store, manifest_key: &str, manifest: &Manifest, opt
     let (_guard, dir) = match staged {
         Ok(s) => s,
         Err(e) => {
-            push_error(report, Check::Unreadable, manifest_key, Some(base), &Error::io(&temp_root, e));
+            push_error(
+                report,
+                Check::Unreadable,
+                manifest_key,
+                Some(base),
+                &Error::io(&temp_root, e),
+            );
             return;
         }
     };
@@ -681,7 +705,12 @@ async fn deep_verify(store: &Store, manifest_key: &str, manifest: &Manifest, opt
     for io in verified.io_errors {
         report.error(Check::DeepVerify, manifest_key, Some(base), other(io));
     }
-    let Some(summary) = verified.partitions.iter().find(|s| s.path == log).or(verified.partitions.first()) else {
+    let Some(summary) = verified
+        .partitions
+        .iter()
+        .find(|s| s.path == log)
+        .or(verified.partitions.first())
+    else {
         return;
     };
     let mut compare = |what: &str, claimed: String, found: String| {
@@ -696,6 +725,17 @@ async fn deep_verify(store: &Store, manifest_key: &str, manifest: &Manifest, opt
     };
     compare("batches", manifest.batches.to_string(), summary.batches.to_string());
     compare("records", manifest.records.to_string(), summary.records.to_string());
-    compare("first offset", format!("{:?}", manifest.first_offset), format!("{:?}", summary.first_offset));
-    compare("last offset", format!("{:?}", manifest.last_offset), format!("{:?}", summary.last_offset));
+    compare(
+        "first offset",
+        format!("{:?}", manifest.first_offset),
+        format!("{:?}", summary.first_offset),
+    );
+    compare(
+        "last offset",
+        format!("{:?}", manifest.last_offset),
+        format!("{:?}", summary.last_offset),
+    );
 }
+
+#[cfg(test)]
+mod tests;

@@ -71,16 +71,24 @@ pub async fn small_objects(store: &Store) {
     let p = fresh_prefix("small");
     let key = format!("{p}/doc.json");
     store.put_bytes(&key, &b"{\"v\":1}"[..]).await.unwrap();
-    assert_eq!(store.get_bytes(&key, 1024).await.unwrap(), Bytes::from_static(b"{\"v\":1}"));
+    assert_eq!(
+        store.get_bytes(&key, 1024).await.unwrap(),
+        Bytes::from_static(b"{\"v\":1}")
+    );
     store.put_bytes(&key, &b"{\"v\":22}"[..]).await.unwrap();
-    assert_eq!(store.get_bytes(&key, 1024).await.unwrap(), Bytes::from_static(b"{\"v\":22}"));
+    assert_eq!(
+        store.get_bytes(&key, 1024).await.unwrap(),
+        Bytes::from_static(b"{\"v\":22}")
+    );
     assert_eq!(store.head(&key).await.unwrap().size, 8);
 
     let hundred = format!("{p}/hundred");
     store.put_bytes(&hundred, vec![7u8; 100]).await.unwrap();
     assert_eq!(store.get_bytes(&hundred, 100).await.unwrap().len(), 100);
     match store.get_bytes(&hundred, 99).await {
-        Err(Error::TooLarge { size: 100, limit: 99, .. }) => {}
+        Err(Error::TooLarge {
+            size: 100, limit: 99, ..
+        }) => {}
         other => panic!("expected TooLarge, got {other:?}"),
     }
 
@@ -89,7 +97,10 @@ pub async fn small_objects(store: &Store) {
     assert!(store.get_bytes(&empty, 0).await.unwrap().is_empty());
 
     let missing = format!("{p}/missing");
-    assert!(matches!(store.get_bytes(&missing, 10).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        store.get_bytes(&missing, 10).await,
+        Err(Error::NotFound { .. })
+    ));
     assert!(matches!(store.head(&missing).await, Err(Error::NotFound { .. })));
 }
 
@@ -120,8 +131,15 @@ pub async fn put_if_absent(store: &Store) {
             winners.push(body);
         }
     }
-    assert_eq!(winners.len(), 1, "create-if-absent is not atomic on {store}: winners {winners:?}");
-    assert_eq!(store.get_bytes(&race, 64).await.unwrap(), Bytes::from(winners.remove(0)));
+    assert_eq!(
+        winners.len(),
+        1,
+        "create-if-absent is not atomic on {store}: winners {winners:?}"
+    );
+    assert_eq!(
+        store.get_bytes(&race, 64).await.unwrap(),
+        Bytes::from(winners.remove(0))
+    );
 }
 
 /// Single-PUT file uploads, prefix uploads, verified downloads, hashing.
@@ -141,7 +159,10 @@ pub async fn files(store: &Store) {
     assert_eq!(store.hash_object(&key).await.unwrap(), expected);
 
     let dst = dir.path().join("dst.log");
-    let got = store.get_to_file(&key, &dst, expected.size, &expected.sha256).await.unwrap();
+    let got = store
+        .get_to_file(&key, &dst, expected.size, &expected.sha256)
+        .await
+        .unwrap();
     assert_eq!(got, expected);
     assert_eq!(std::fs::read(&dst).unwrap(), data);
 
@@ -149,10 +170,18 @@ pub async fn files(store: &Store) {
     let prefix_key = format!("{p}/prefix.log");
     let summary = store.put_file_prefix(&prefix_key, &src, Some(1000)).await.unwrap();
     assert_eq!(summary.digest, digest_of(&data[..1000]));
-    assert_eq!(store.get_bytes(&prefix_key, 1000).await.unwrap(), Bytes::copy_from_slice(&data[..1000]));
-    let too_long = store.put_file_prefix(&format!("{p}/too-long"), &src, Some(data.len() as u64 + 1)).await;
+    assert_eq!(
+        store.get_bytes(&prefix_key, 1000).await.unwrap(),
+        Bytes::copy_from_slice(&data[..1000])
+    );
+    let too_long = store
+        .put_file_prefix(&format!("{p}/too-long"), &src, Some(data.len() as u64 + 1))
+        .await;
     assert!(matches!(too_long, Err(Error::Io { .. })), "{too_long:?}");
-    assert!(matches!(store.head(&format!("{p}/too-long")).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        store.head(&format!("{p}/too-long")).await,
+        Err(Error::NotFound { .. })
+    ));
 
     // Empty file.
     let empty = dir.path().join("empty");
@@ -180,7 +209,10 @@ pub async fn multipart(store: &Store) {
     assert_eq!(summary.digest, expected);
     assert_eq!(store.head(&key).await.unwrap().size, data.len() as u64);
     let dst = dir.path().join("back.log");
-    store.get_to_file(&key, &dst, expected.size, &expected.sha256).await.unwrap();
+    store
+        .get_to_file(&key, &dst, expected.size, &expected.sha256)
+        .await
+        .unwrap();
     assert!(std::fs::read(&dst).unwrap() == data, "multipart round trip differs");
     // Exactly at the threshold: one part.
     let exact = dir.path().join("exact.log");
@@ -213,7 +245,8 @@ pub async fn verified_downloads(store: &Store) {
 
     match store.get_to_file(&key, &dst, right.size + 1, &right.sha256).await {
         Err(Error::Mismatch {
-            what: MismatchKind::Size, ..
+            what: MismatchKind::Size,
+            ..
         }) => {}
         other => panic!("expected a size mismatch, got {other:?}"),
     }
@@ -302,14 +335,28 @@ pub async fn lease_fencing(store: &Store) {
         epochs.push(t.await.unwrap());
     }
     epochs.sort_unstable();
-    assert_eq!(epochs, vec![3, 4, 5, 6], "concurrent acquirers must get distinct epochs");
+    assert_eq!(
+        epochs,
+        vec![3, 4, 5, 6],
+        "concurrent acquirers must get distinct epochs"
+    );
     assert_eq!(lease_epochs(store, &partition).await.unwrap(), vec![1, 2, 3, 4, 5, 6]);
-    assert!(matches!(b.check_still_holder(store).await, Err(Error::Fenced { held_epoch: 2, newer_epoch: 6, .. })));
+    assert!(matches!(
+        b.check_still_holder(store).await,
+        Err(Error::Fenced {
+            held_epoch: 2,
+            newer_epoch: 6,
+            ..
+        })
+    ));
 
     // A holder whose lease object vanished must not carry on.
     let last = HeldLease::acquire(store, &partition, "shipper-c").await.unwrap();
     store.delete(&partition.lease_key(last.epoch())).await.unwrap();
-    assert!(matches!(last.check_still_holder(store).await, Err(Error::LeaseLost { epoch: 7, .. })));
+    assert!(matches!(
+        last.check_still_holder(store).await,
+        Err(Error::LeaseLost { epoch: 7, .. })
+    ));
 }
 
 /// When a [`FlakyStore`] fails a call.
@@ -517,7 +564,9 @@ mod tests {
     fn flaky(dir: &std::path::Path) -> (Arc<FlakyStore>, Store) {
         let root = dir.join("flaky");
         std::fs::create_dir_all(&root).unwrap();
-        let flaky = Arc::new(FlakyStore::new(Arc::new(LocalFileSystem::new_with_prefix(&root).unwrap())));
+        let flaky = Arc::new(FlakyStore::new(Arc::new(
+            LocalFileSystem::new_with_prefix(&root).unwrap(),
+        )));
         let store = Store::from_object_store(flaky.clone(), "flaky").with_retry(fast_retry(4));
         (flaky, store)
     }

@@ -242,20 +242,32 @@ mod tests {
             source: "gone".into(),
         };
         assert!(!classify(&not_found));
-        assert!(matches!(Error::from_store("k", "get", not_found), Error::NotFound { .. }));
+        assert!(matches!(
+            Error::from_store("k", "get", not_found),
+            Error::NotFound { .. }
+        ));
         let reset = generic(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
         assert!(classify(&reset));
         assert!(Error::from_store("k", "get", reset).is_transient());
         let full = generic(Box::new(std::io::Error::from(std::io::ErrorKind::StorageFull)));
         assert!(!classify(&full));
-        assert!(classify(&generic("Server returned non-2xx status code: 503 Service Unavailable: slow".into())));
-        assert!(classify(&generic("Server returned non-2xx status code: 429 Too Many Requests".into())));
-        assert!(!classify(&generic("Server returned non-2xx status code: 400 Bad Request: region".into())));
+        assert!(classify(&generic(
+            "Server returned non-2xx status code: 503 Service Unavailable: slow".into()
+        )));
+        assert!(classify(&generic(
+            "Server returned non-2xx status code: 429 Too Many Requests".into()
+        )));
+        assert!(!classify(&generic(
+            "Server returned non-2xx status code: 400 Bad Request: region".into()
+        )));
         assert!(classify(&generic("something odd".into())));
         let pre = object_store::Error::Precondition {
             path: "k".into(),
             source: "412".into(),
         };
-        assert!(matches!(Error::from_store("k", PUT_IF_ABSENT, pre), Error::AlreadyExists { .. }));
+        assert!(matches!(
+            Error::from_store("k", PUT_IF_ABSENT, pre),
+            Error::AlreadyExists { .. }
+        ));
     }
 }

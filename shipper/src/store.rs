@@ -25,7 +25,6 @@
 //! or `bucket/prefix`); build them with `segment_format::manifest`.
 
 use std::fmt;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -39,10 +38,16 @@ use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use segment_format::manifest::Sha256Digest;
-use sha2::Digest as _;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
+
+mod io;
+mod url;
+
+pub use io::digest_of;
+use io::{read_exact_hashing, read_parts, Sink};
+pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper
 /// than the three requests of a multipart upload, and a retry re-sends at most
@@ -58,7 +63,7 @@ pub const DEFAULT_UPLOAD_CONCURRENCY: usize = 4;
 /// Smallest part size S3 accepts for any part but the last.
 pub const MIN_PART_SIZE: usize = 5 << 20;
 /// Read buffer for hashing and for small uploads read from disk.
-const READ_CHUNK: usize = 1 << 20;
+pub(crate) const READ_CHUNK: usize = 1 << 20;
 /// Chunks buffered between a download stream and the disk writer.
 const DOWNLOAD_QUEUE: usize = 8;
 /// Attempts per operation: with the default backoff the last one starts ~6 s
@@ -69,103 +74,6 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(200);
 /// Cap on a single retry delay.
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
-
-/// Where a store lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreUrl {
-    /// A local folder (a plain path or `file:///abs/path`), always absolute here.
-    Local { root: PathBuf },
-    /// `s3://bucket/prefix`; `prefix` has no leading or trailing `/` and may be empty.
-    S3 { bucket: String, prefix: String },
-}
-
-impl StoreUrl {
-    /// `s3://bucket[/prefix]`, `file:///absolute/path`, or a plain path (relative
-    /// paths are made absolute against the current directory).
-    pub fn parse(url: &str) -> Result<StoreUrl> {
-        let bad = |reason: String| Error::BadUrl {
-            url: url.to_string(),
-            reason,
-        };
-        if url.trim().is_empty() {
-            return Err(bad("empty".into()));
-        }
-        if !url.contains("://") {
-            let root = std::path::absolute(url).map_err(|e| bad(format!("cannot make the path absolute: {e}")))?;
-            return Ok(StoreUrl::Local { root });
-        }
-        let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
-        if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(bad("query strings and fragments are not supported; use options".into()));
-        }
-        match parsed.scheme() {
-            "file" => {
-                let root = parsed
-                    .to_file_path()
-                    .map_err(|_| bad("a file URL must be file:///absolute/path".into()))?;
-                Ok(StoreUrl::Local { root })
-            }
-            "s3" => {
-                let bucket = parsed.host_str().unwrap_or_default().to_string();
-                if bucket.is_empty() {
-                    return Err(bad("no bucket name".into()));
-                }
-                if !parsed.username().is_empty() || parsed.password().is_some() || parsed.port().is_some() {
-                    return Err(bad("credentials and ports do not belong in an s3:// URL; use options".into()));
-                }
-                let prefix = parsed.path().trim_matches('/').to_string();
-                if !prefix.is_empty() {
-                    ObjectPath::parse(&prefix).map_err(|e| bad(format!("prefix: {e}")))?;
-                    if prefix.split('/').any(|p| p == "." || p == "..") {
-                        return Err(bad("prefix components '.' and '..' are not allowed".into()));
-                    }
-                }
-                Ok(StoreUrl::S3 { bucket, prefix })
-            }
-            other => Err(bad(format!("unsupported scheme '{other}' (use a path, file:// or s3://)"))),
-        }
-    }
-}
-
-impl fmt::Display for StoreUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreUrl::Local { root } => write!(f, "{}", root.display()),
-            StoreUrl::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
-            StoreUrl::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
-        }
-    }
-}
-
-/// Explicit S3 settings (from command-line flags). Each one overrides the
-/// corresponding `AWS_*` environment variable read by `AmazonS3Builder::from_env`
-/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-/// `AWS_REGION`, `AWS_ENDPOINT_URL`/`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`).
-#[derive(Clone, Default)]
-pub struct S3Options {
-    /// e.g. `http://127.0.0.1:9000` for a local S3-compatible server (path-style requests).
-    pub endpoint: Option<String>,
-    pub region: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-    pub session_token: Option<String>,
-    /// Permit `http://` endpoints (loopback test servers).
-    pub allow_http: Option<bool>,
-}
-
-impl fmt::Debug for S3Options {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let redacted = |o: &Option<String>| o.as_ref().map(|_| "<redacted>");
-        f.debug_struct("S3Options")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &redacted(&self.secret_access_key))
-            .field("session_token", &redacted(&self.session_token))
-            .field("allow_http", &self.allow_http)
-            .finish()
-    }
-}
 
 /// How often and how patiently an operation is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,45 +158,6 @@ pub struct ObjectInfo {
     pub e_tag: Option<String>,
 }
 
-/// Running size/CRC-32C/SHA-256.
-#[derive(Clone)]
-struct Hasher {
-    size: u64,
-    crc: u32,
-    sha: sha2::Sha256,
-}
-
-impl Hasher {
-    fn new() -> Self {
-        Hasher {
-            size: 0,
-            crc: 0,
-            sha: sha2::Sha256::new(),
-        }
-    }
-
-    fn update(&mut self, bytes: &[u8]) {
-        self.size += bytes.len() as u64;
-        self.crc = crc32c::crc32c_append(self.crc, bytes);
-        self.sha.update(bytes);
-    }
-
-    fn finish(self) -> Digest {
-        Digest {
-            size: self.size,
-            crc32c: self.crc,
-            sha256: Sha256Digest(self.sha.finalize().into()),
-        }
-    }
-}
-
-/// Size and checksums of a byte slice, as the store computes them.
-pub fn digest_of(bytes: &[u8]) -> Digest {
-    let mut h = Hasher::new();
-    h.update(bytes);
-    h.finish()
-}
-
 fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
     Error::Task {
         what: what.to_string(),
@@ -296,13 +165,20 @@ fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
     }
 }
 
+/// The object path of `key`, which must already be in canonical form (no leading
+/// or trailing `/`, no empty, `.` or `..` components): a key is never rewritten.
 fn object_path(key: &str) -> Result<ObjectPath> {
-    ObjectPath::parse(key).map_err(|e| {
+    let bad = |reason: String| {
         Error::Format(segment_format::Error::BadName {
             path: PathBuf::from(key),
-            reason: format!("not a valid object key: {e}"),
+            reason,
         })
-    })
+    };
+    let path = ObjectPath::parse(key).map_err(|e| bad(format!("not a valid object key: {e}")))?;
+    if path.as_ref() != key {
+        return Err(bad(format!("not a canonical object key (would be stored as '{path}')")));
+    }
+    Ok(path)
 }
 
 /// An object store with segmirror's transfer rules. Cheap to clone.
@@ -791,158 +667,9 @@ fn info(meta: object_store::ObjectMeta) -> ObjectInfo {
     }
 }
 
-/// Read exactly `len` bytes from the start of `file`, hashing them.
-fn read_exact_hashing(file: std::fs::File, len: u64, path: &Path) -> Result<(Bytes, Digest)> {
-    let mut hasher = Hasher::new();
-    let mut out = BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
-    let mut limited = file.take(len);
-    let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        let n = limited.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        let Some(chunk) = buf.get(..n) else { break };
-        if chunk.is_empty() {
-            break;
-        }
-        hasher.update(chunk);
-        out.extend_from_slice(chunk);
-    }
-    if hasher.size != len {
-        return Err(shrank(path, len, hasher.size));
-    }
-    Ok((out.freeze(), hasher.finish()))
-}
-
-fn shrank(path: &Path, expected: u64, found: u64) -> Error {
-    Error::io(
-        path,
-        std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("file ended after {found} of {expected} bytes (it shrank while being read)"),
-        ),
-    )
-}
-
-/// Read `len` bytes of `file` in `part_size` pieces, hashing them, and send each
-/// piece to the uploader. Stops quietly if the uploader hung up (it reports why).
-fn read_parts(file: std::fs::File, len: u64, part_size: usize, path: &Path, tx: mpsc::Sender<Bytes>) -> Result<Digest> {
-    let mut hasher = Hasher::new();
-    let mut limited = file.take(len);
-    loop {
-        let mut part = BytesMut::zeroed(part_size);
-        let mut filled = 0;
-        while filled < part_size {
-            let Some(rest) = part.get_mut(filled..) else { break };
-            let n = limited.read(rest).map_err(|e| Error::io(path, e))?;
-            if n == 0 {
-                break;
-            }
-            filled += n;
-        }
-        part.truncate(filled);
-        if filled == 0 {
-            break;
-        }
-        hasher.update(&part);
-        if tx.blocking_send(part.freeze()).is_err() {
-            break;
-        }
-        if filled < part_size {
-            break;
-        }
-    }
-    if hasher.size != len {
-        return Err(shrank(path, len, hasher.size));
-    }
-    Ok(hasher.finish())
-}
-
-/// Where downloaded bytes go.
-enum Sink {
-    File(PathBuf),
-    Discard,
-}
-
-impl Sink {
-    /// Runs on a blocking thread: hash (and write) every chunk until the sender is
-    /// dropped; fsync a file at the end.
-    fn consume(self, mut rx: mpsc::Receiver<Bytes>) -> Result<Digest> {
-        let mut hasher = Hasher::new();
-        match self {
-            Sink::Discard => {
-                while let Some(chunk) = rx.blocking_recv() {
-                    hasher.update(&chunk);
-                }
-            }
-            Sink::File(path) => {
-                let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
-                let mut out = std::io::BufWriter::with_capacity(READ_CHUNK, file);
-                while let Some(chunk) = rx.blocking_recv() {
-                    hasher.update(&chunk);
-                    out.write_all(&chunk).map_err(|e| Error::io(&path, e))?;
-                }
-                let file = out.into_inner().map_err(|e| Error::io(&path, e.into_error()))?;
-                file.sync_all().map_err(|e| Error::io(&path, e))?;
-            }
-        }
-        Ok(hasher.finish())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_parse() {
-        assert_eq!(
-            StoreUrl::parse("s3://bucket/a/b/").unwrap(),
-            StoreUrl::S3 {
-                bucket: "bucket".into(),
-                prefix: "a/b".into()
-            }
-        );
-        assert_eq!(
-            StoreUrl::parse("s3://bucket").unwrap(),
-            StoreUrl::S3 {
-                bucket: "bucket".into(),
-                prefix: String::new()
-            }
-        );
-        assert_eq!(
-            StoreUrl::parse("file:///var/lib/segmirror").unwrap(),
-            StoreUrl::Local {
-                root: PathBuf::from("/var/lib/segmirror")
-            }
-        );
-        assert_eq!(
-            StoreUrl::parse("/tmp/x").unwrap(),
-            StoreUrl::Local {
-                root: PathBuf::from("/tmp/x")
-            }
-        );
-        match StoreUrl::parse("rel/dir").unwrap() {
-            StoreUrl::Local { root } => {
-                assert!(root.is_absolute());
-                assert!(root.ends_with("rel/dir"));
-            }
-            other => panic!("{other:?}"),
-        }
-        for bad in [
-            "",
-            "s3://",
-            "s3:///prefix",
-            "s3://b/a/../c",
-            "s3://b/a//c",
-            "s3://key:secret@b/p",
-            "s3://b:9000/p",
-            "s3://b/p?region=x",
-            "gs://b/p",
-            "file://host/path",
-        ] {
-            assert!(matches!(StoreUrl::parse(bad), Err(Error::BadUrl { .. })), "{bad}");
-        }
-        assert_eq!(StoreUrl::parse("s3://b/p").unwrap().to_string(), "s3://b/p");
-    }
 
     #[test]
     fn backoff_is_bounded_and_jittered() {
@@ -964,28 +691,5 @@ mod tests {
             ..p
         };
         assert_eq!(zero.backoff(3), Duration::ZERO);
-    }
-
-    #[test]
-    fn digest_matches_known_values() {
-        // SHA-256("abc") and CRC-32C("123456789") = 0xE3069283 (the standard check value).
-        let d = digest_of(b"abc");
-        assert_eq!(d.sha256.to_string(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-        assert_eq!(digest_of(b"123456789").crc32c, 0xe306_9283);
-        let mut h = Hasher::new();
-        h.update(b"1234");
-        h.update(b"56789");
-        assert_eq!(h.finish(), digest_of(b"123456789"));
-    }
-
-    #[test]
-    fn secrets_are_not_debug_printed() {
-        let o = S3Options {
-            secret_access_key: Some("hunter2".into()),
-            session_token: Some("tok".into()),
-            ..Default::default()
-        };
-        let s = format!("{o:?}");
-        assert!(!s.contains("hunter2") && !s.contains("tok\""), "{s}");
     }
 }

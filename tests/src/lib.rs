@@ -13,8 +13,12 @@
 
 pub mod broker;
 pub mod clients;
+pub mod dump;
 pub mod install;
+pub mod ondisk;
 pub mod ports;
+pub mod s3;
+pub mod segmirror_cli;
 pub mod shapes;
 pub mod tools;
 pub mod wait;

@@ -4,7 +4,8 @@
 //! A broker decides how to load a log dir from these: `meta.properties` must
 //! carry its cluster and node id; `recovery-point-offset-checkpoint`,
 //! `log-start-offset-checkpoint` and `replication-offset-checkpoint` give each
-//! partition's recovery point, log start offset and high watermark; and
+//! partition's recovery point, log start offset and high watermark
+//! (`cleaner-offset-checkpoint` exists, empty until the cleaner runs); and
 //! `.kafka_cleanshutdown` tells it the shutdown was clean, so nothing is
 //! recovered and every index is trusted as written. [`write_log_dir_files`]
 //! writes what `LogManager.shutdown` and the ReplicaManager's checkpoint thread
@@ -17,8 +18,8 @@ use std::path::Path;
 use super::WrittenPartition;
 use crate::checkpoint::{MetaProperties, MetaPropertiesVersion, OffsetCheckpoint, OffsetCheckpointEntry};
 use crate::dir::{
-    CLEAN_SHUTDOWN_FILE, LOCK_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, META_PROPERTIES_FILE,
-    RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE,
+    CLEANER_OFFSET_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LOCK_FILE, LOG_START_OFFSET_CHECKPOINT_FILE,
+    META_PROPERTIES_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE,
 };
 use crate::durable::write_atomically;
 use crate::error::{Error, Result};
@@ -104,6 +105,12 @@ pub fn write_log_dir_files(
     })
     .write(&log_dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?;
     checkpoint(&sorted, |p| Some(p.high_watermark)).write(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE))?;
+    // `LogCleanerManager` creates its checkpoint empty at startup and writes it
+    // only once the cleaner has cleaned something.
+    let cleaner = log_dir.join(CLEANER_OFFSET_CHECKPOINT_FILE);
+    if !cleaner.exists() {
+        write_atomically(&cleaner, b"")?;
+    }
     let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
     let lock = log_dir.join(LOCK_FILE);
     match state {
@@ -167,6 +174,7 @@ mod tests {
         assert_eq!(read(REPLICATION_OFFSET_CHECKPOINT_FILE), "0\n2\na 0 503\nb 1 3\n");
         assert_eq!(read(CLEAN_SHUTDOWN_FILE), r#"{"version":0,"brokerEpoch":9}"#);
         assert!(!dir.path().join(LOCK_FILE).exists());
+        assert_eq!(read(CLEANER_OFFSET_CHECKPOINT_FILE), "");
         let meta = MetaProperties::read(&dir.path().join(META_PROPERTIES_FILE)).unwrap();
         assert_eq!(meta, id.meta_properties());
 

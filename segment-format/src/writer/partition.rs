@@ -37,8 +37,9 @@ use crate::partition_metadata::{PartitionMetadata, TopicId, Uuid};
 use crate::record::{for_each_record, BatchBuilder, DeepLimits};
 use crate::txn_index::{self, AbortedTxn, TxnTracker};
 
-/// Bytes buffered in front of the active `.log` (large appends bypass it).
-const LOG_WRITE_BUFFER: usize = 1024 * 1024;
+/// Bytes buffered in front of the active `.log`: 16 bulk batches per write
+/// call, small enough to keep many writers open.
+const LOG_WRITE_BUFFER: usize = 256 * 1024;
 
 /// Where one append landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +273,12 @@ impl PartitionWriter {
         Ok(())
     }
 
+    /// Record that this broker became leader in `epoch` with nothing written
+    /// in it yet (`Partition.makeLeader` assigns the epoch at the log end offset).
+    pub fn become_leader(&mut self, epoch: i32) {
+        self.epochs.assign(epoch, self.next_offset);
+    }
+
     /// Append `batch` at the log end offset (its `base_offset` is overwritten).
     pub fn append(&mut self, batch: BatchBuilder) -> Result<AppendInfo> {
         let at = self.next_offset;
@@ -314,7 +321,8 @@ impl PartitionWriter {
     /// with its offsets as they are. Refused (nothing written) when the frame is
     /// malformed or its CRC is wrong, when it starts below the log end offset,
     /// when it is larger than a segment, or when producer state forbids it.
-    /// Error positions are where the frame would have been written.
+    /// Error positions are where the frame would have been written. After an
+    /// I/O error the writer's state is undefined: drop it.
     pub fn append_raw(&mut self, frame: &[u8]) -> Result<AppendInfo> {
         let parsed = match scan_frames(frame, 0).next() {
             Some(Ok(f)) => f,
@@ -386,6 +394,16 @@ impl PartitionWriter {
                 },
             ));
         }
+        let Some(next_offset) = info.last_offset.checked_add(1) else {
+            return Err(self.log_error(
+                0,
+                Some(first_offset),
+                Defect::OffsetOverflow {
+                    base_offset: self.active.base_offset,
+                    found: info.last_offset,
+                },
+            ));
+        };
         let producer_update = if info.magic >= 2 {
             let header = parse_header(frame).map_err(|e| e.shifted(self.active.size).at(&self.active.log_path))?;
             let update = self.producer_update(frame, &header)?;
@@ -442,7 +460,7 @@ impl PartitionWriter {
         if let Some(aborted) = self.txns.on_batch(&info) {
             self.active.aborted.push(aborted);
         }
-        self.next_offset = info.last_offset + 1;
+        self.next_offset = next_offset;
         self.producers.update_map_end_offset(self.next_offset);
         Ok(AppendInfo {
             first_offset,

@@ -161,7 +161,8 @@ pub struct ExpectedHeader {
 pub struct ExpectedRecord {
     pub offset: i64,
     /// The timestamp a consumer sees: the batch's append time for
-    /// LogAppendTime, -1 for magic 0.
+    /// LogAppendTime, -1 (`NO_TIMESTAMP`, what the Java client reports) for
+    /// magic 0, where librdkafka-based clients report 0 with type "not available".
     pub timestamp: i64,
     /// `None` for magic 0 (`NO_TIMESTAMP_TYPE`).
     pub timestamp_type: Option<TimestampType>,

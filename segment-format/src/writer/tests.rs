@@ -536,6 +536,18 @@ fn rejects_what_a_broker_refuses() {
         ),
         "{err}"
     );
+    // The last possible offset cannot be followed by a log end offset.
+    let err = w.append_at(i64::MAX, batch(1, 5)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Corrupt {
+                defect: Defect::OffsetOverflow { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Nothing of the refused appends was written.
     assert_eq!(w.next_offset(), 14);
     let written = w.close().unwrap();
@@ -723,26 +735,12 @@ fn epoch_checkpoint_follows_assign_and_legacy_clears_it() {
     for epoch in [0, 0, 2, 2, 5] {
         w.append(batch(2, 10).partition_leader_epoch(epoch)).unwrap();
     }
+    w.become_leader(6);
     let written = w.close().unwrap();
     let text = fs::read_to_string(written.dir.join("leader-epoch-checkpoint")).unwrap();
-    assert_eq!(text, "0\n3\n0 0\n2 4\n5 8\n");
-    assert_eq!(
-        written.epochs,
-        vec![
-            EpochEntry {
-                epoch: 0,
-                start_offset: 0
-            },
-            EpochEntry {
-                epoch: 2,
-                start_offset: 4
-            },
-            EpochEntry {
-                epoch: 5,
-                start_offset: 8
-            }
-        ]
-    );
+    assert_eq!(text, "0\n4\n0 0\n2 4\n5 8\n6 10\n");
+    let entries: Vec<(i32, i64)> = written.epochs.iter().map(|e| (e.epoch, e.start_offset)).collect();
+    assert_eq!(entries, vec![(0, 0), (2, 4), (5, 8), (6, 10)]);
 
     let mut w = PartitionWriter::create(tmp.path(), "epochs", 1, 0, quick()).unwrap();
     w.append(batch(1, 10).partition_leader_epoch(3)).unwrap();
@@ -1014,12 +1012,98 @@ fn verify_engine_finds_the_sample_sound() {
             &VerifyOptions {
                 deep: true,
                 strict: true,
-                ..VerifyOptions::default()
             },
             &NoProgress,
         );
         assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);
         assert_eq!(report.findings, vec![], "running: {running}");
         assert_eq!(report.partitions.len(), SHAPES.len());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Hostile frames (random bytes, valid batches with bytes flipped or cut)
+    /// are refused or accepted, never a panic, and a refusal writes nothing.
+    #[test]
+    fn append_raw_never_panics(
+        noise in proptest::collection::vec(any::<u8>(), 0..200),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        cut in any::<prop::sample::Index>(),
+        control in any::<bool>(),
+        magic in 0i8..3,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = PartitionWriter::create(tmp.path(), "hostile", 0, 0, quick()).unwrap();
+        let _ = w.append_raw(&noise);
+        let start = w.next_offset();
+        let mut frame = match magic {
+            0 | 1 => legacy::encode_wrapper(magic, Compression::Gzip, TimestampType::CreateTime, 0, &[
+                legacy::LegacySpec { offset: start, timestamp: 1, key: None, value: Some(b"a".to_vec()) },
+                legacy::LegacySpec { offset: start + 1, timestamp: 2, key: None, value: None },
+            ]),
+            _ => BatchBuilder::new(start)
+                .producer(1, 0, -1)
+                .transactional(control)
+                .control(control)
+                .record(RecordSpec::new(0, 1).with_key(vec![0, 0, 0, 0]).with_value(vec![0; 6]))
+                .build(),
+        };
+        for (at, byte) in flips {
+            let i = at.index(frame.len());
+            frame[i] ^= byte;
+        }
+        if control {
+            frame.truncate(cut.index(frame.len() + 1));
+        }
+        let before = w.next_offset();
+        if w.append_raw(&frame).is_err() {
+            prop_assert_eq!(w.next_offset(), before);
+        }
+        let written = w.close().unwrap();
+        let (_, records) = read_partition(&written.dir);
+        prop_assert!(records.iter().all(|r| r.offset < written.log_end_offset));
+    }
+}
+
+/// Every file of a partition directory except `partition.metadata`, by name.
+fn partition_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn replaying_the_sample_gives_identical_files() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let options = sample_options();
+    let manifest = write_sample(src.path(), &options).unwrap();
+    for p in &manifest.partitions {
+        let config = WriterConfig {
+            segment_bytes: options.segment_bytes,
+            ..quick()
+        };
+        let mut replayed = replay_partition(&p.written.dir, dst.path(), config).unwrap();
+        replayed.dir = p.written.dir.clone();
+        // The log start offset is not in the partition directory.
+        replayed.log_start_offset = p.written.log_start_offset;
+        assert_eq!(replayed, p.written, "{}", p.shape);
+        assert_eq!(
+            partition_files(&p.written.dir),
+            partition_files(&dst.path().join(p.written.dir.file_name().unwrap())),
+            "{}",
+            p.shape
+        );
     }
 }

@@ -104,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 pub fn print_summary(manifest: &Manifest, seconds: f64) {
     println!(
         "{:<32} {:<16} {:>8} {:>9} {:>10} {:>13} {:>21}",
-        "partition", "shape", "segments", "batches", "records", "bytes", "offsets"
+        "partition", "shape", "segments", "batches", "records", "bytes", "offsets [start,end)"
     );
     for p in &manifest.partitions {
         let w = &p.written;
@@ -200,6 +200,51 @@ mod tests {
         assert!(parse_size("GiB").is_err());
         assert!(parse_size("4 parsecs").is_err());
         assert!(parse_size("99999999999TiB").is_err());
+    }
+
+    fn args(out: PathBuf) -> Args {
+        Args {
+            out,
+            bulk_bytes: None,
+            partitions: DEFAULT_BULK_PARTITIONS,
+            segment_bytes: None,
+            running: false,
+            seed: 5,
+            base_timestamp: DEFAULT_BASE_TIMESTAMP_MS,
+            node_id: 2,
+            manifest: None,
+            no_fsync: true,
+        }
+    }
+
+    #[test]
+    fn writes_sample_and_bulk_with_manifests() {
+        let tmp = tempfile::tempdir().unwrap();
+        let manifest_path = tmp.path().join("sample.json");
+        let sample = Args {
+            manifest: Some(manifest_path.clone()),
+            ..args(tmp.path().join("sample"))
+        };
+        assert_eq!(run(sample).unwrap(), ExitCode::SUCCESS);
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+        assert_eq!(doc["node_id"], 2);
+        assert_eq!(doc["partitions"].as_array().unwrap().len(), 11);
+        assert!(doc["partitions"][0]["records"][0]["offset"].is_i64());
+        // The same partitions cannot be written twice into one log dir.
+        assert!(run(args(tmp.path().join("sample"))).is_err());
+
+        let bulk = Args {
+            bulk_bytes: Some(200 * 1024),
+            partitions: 2,
+            segment_bytes: Some(64 * 1024),
+            manifest: Some(tmp.path().join("bulk.json")),
+            ..args(tmp.path().join("bulk"))
+        };
+        assert_eq!(run(bulk).unwrap(), ExitCode::SUCCESS);
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(tmp.path().join("bulk.json")).unwrap()).unwrap();
+        assert_eq!(doc["bulk"]["records_per_batch"], 16);
+        assert!(tmp.path().join("bulk/bulk-1/00000000000000000000.log").exists());
     }
 
     #[test]
