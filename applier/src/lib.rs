@@ -1,1 +1,62 @@
-//! placeholder
+//! segmirror's applier: installs shipped Kafka segments from an object store into a mirror directory, byte for
+//! byte, and records every installed version in the catalog.
+//!
+//! A run ([`apply`], or [`Applier::run`]) lists one link in the store, reads the manifests of each partition's
+//! lineage in base-offset order, validates them and the data they name (every batch CRC, offsets inside
+//! `[base, next)`, the indexes, the transaction index and producer snapshot), and installs each version into
+//! `<mirror-root>/<topic>-<partition>/` under Kafka's own file names, with the source's modification times,
+//! `partition.metadata` (the source topic id while mirroring) and a `leader-epoch-checkpoint` merged from the
+//! manifests. The mirror root is segmirror's own directory, never a broker's log dir; `segmirror promote` hands
+//! partitions to a broker.
+//!
+//! The transport's read half (`Store::list`, `get_bytes`, `get_to_file` with streaming size and hash checks) comes
+//! from the shipper crate, `segmirror-shipper`, so both ends of the bucket share one implementation of retries,
+//! integrity checks and URL handling; the bucket layout itself is `segment_format::manifest`.
+//!
+//! # Invariants
+//! - **The catalog never claims more than is durable on disk.** A version is recorded installed in one catalog
+//!   transaction only after its files are renamed into place and fsynced, with the directory.
+//! - **A half-written file is never visible under a final name.** Downloads land in
+//!   `<mirror-root>/.staging/`; renames are atomic; a `.log` never appears without its indexes.
+//! - **Nothing is written outside the mirror root.** Paths are built from parsed, validated names only; a
+//!   manifest is untrusted input, checked against the key it was found at.
+//! - **Offsets only grow.** Versions are installed in base-offset order without overlap; only the last, unsealed
+//!   segment may be replaced by a longer version of itself. A gap is accepted only after a sealed segment (the
+//!   source had it: compaction, retention). See [`plan`].
+//! - **A lineage break is data.** A recreated source topic is reported, logged and its partition paused; never
+//!   merged. A promoted partition is never written again; a paused one is skipped.
+//!
+//! Data the applier turns down (a corrupt segment, a manifest that lies, a version that does not fit) is a
+//! [`Refusal`] in the [`ApplyReport`], not an [`Error`]: it stops its partition and the run goes on.
+//!
+//! # Crash behaviour
+//! Idempotent and crash-safe: a rerun skips what the catalog lists as installed without fetching it again. On
+//! start, the staging directory is removed; files a crash left in a partition directory that the catalog does not
+//! list are adopted when they match the current manifest's SHA-256 (no re-download), and removed otherwise. The
+//! disk may be ahead of the catalog, never behind; a catalog entry whose files are missing or changed stops the
+//! partition with [`Error::DiskBehindCatalog`] rather than guessing. One applier runs per mirror root at a time.
+
+mod apply;
+mod bucket;
+mod catalog_cell;
+mod error;
+#[cfg(feature = "failpoints")]
+pub mod failpoint;
+mod install;
+mod layout;
+pub mod plan;
+pub mod promote;
+mod progress;
+mod reconcile;
+pub mod report;
+
+pub use apply::{apply, ApplyConfig, Applier, APPLIER_TOPICS_REGEX};
+pub use bucket::MANIFEST_READ_CONCURRENCY;
+pub use error::{Error, Result};
+pub use install::MAX_SNAPSHOT_BYTES;
+pub use layout::{MirrorLayout, STAGING_DIR};
+pub use progress::{NoProgress, Progress};
+pub use report::{
+    ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, RefusedSegment, Refusal, SkipReason, SkipSegment,
+    SkippedSegment, Verdict,
+};

@@ -14,6 +14,11 @@
 //! mapped rather than read into memory, and [`LogFile::scan`] hands the pages it
 //! has passed back to the kernel every [`RELEASE_INTERVAL`] bytes: the process's
 //! resident set stays in the tens of MiB however large the segment.
+//!
+//! CRCs are nearly all the CPU time of a scan, and one core computing them reads
+//! a mapped file more slowly than `cat` copies it; so [`LogFile::scan`] shares
+//! them with a helper thread, a window of frames at a time, while the frames
+//! still reach the caller one by one and in order (see the `window` submodule).
 
 use std::fs::File;
 use std::ops::ControlFlow;
@@ -31,7 +36,6 @@ use crate::error::{Defect, Error, ParseError};
 use crate::legacy;
 
 mod window;
-pub use window::{WINDOW_BYTES, WINDOW_FRAMES};
 
 /// How far the scan runs ahead of the last release of scanned pages (8 MiB):
 /// large enough that the `madvise` calls cost nothing next to the CRC work, small
@@ -310,9 +314,10 @@ impl LogFile {
                 // SAFETY: `map` is a read-only, shared, file-backed mapping, so
                 // MADV_DONTNEED only drops page-table entries: the next access
                 // faults the same file contents back in, nothing is zeroed or
-                // lost. No borrow into the range is outstanding: `scan` takes
-                // `&mut self`, its callback cannot keep a frame past its call,
-                // and the CRC helper only reads frames after `from`'s window.
+                // lost, exactly as when the kernel reclaims clean page-cache
+                // pages of any mapping. A borrow into the range (the CRC helper
+                // may still be finishing a piece the scan no longer waits for)
+                // therefore keeps reading the same bytes.
                 unsafe {
                     let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
                 }
@@ -326,14 +331,14 @@ impl LogFile {
     /// scanned pages as it goes. Returns the framing error or partial frame that
     /// stopped the scan, with this file's path and absolute positions.
     ///
-    /// The CRCs of a large file are computed on two threads (see [`window`]); the
-    /// frames still reach `f` one by one, in file order, on the calling thread.
+    /// The CRCs of a file of [`PARALLEL_MIN_BYTES`] or more are computed on two
+    /// threads (the private `window` module says how); the frames still reach
+    /// `f` one by one, in file order, on the calling thread.
     pub fn scan<F>(&mut self, f: F) -> Result<ScanSummary, Error>
     where
         F: FnMut(&Frame<'_>) -> ControlFlow<()>,
     {
         let helper = self.len() >= PARALLEL_MIN_BYTES && helper_available();
-        let helper = helper && std::env::var_os("H10_NO_HELPER").is_none(); // H10TEMP
         let mut released = 0u64;
         let (summary, stop) = window::scan(self.bytes(), 0, helper, window::Limits::DEFAULT, f, |scanned| {
             // Release whole pages only: the page that holds `scanned` may also
@@ -357,7 +362,8 @@ impl LogFile {
 pub const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Pages are released in multiples of this (64 KiB, a multiple of every common
-/// page size), so a release never reaches into the next frame's page.
+/// page size), so a release does not drop the page the next window starts in,
+/// which the CRC helper may be reading.
 const RELEASE_ALIGN: u64 = 64 * 1024;
 
 /// Whether a second thread can run at the same time: not on a single core (or

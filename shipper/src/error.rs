@@ -105,6 +105,11 @@ pub enum Error {
     #[error("{partition}: could not acquire a lease after {attempts} attempts (other shippers keep winning)")]
     LeaseContention { partition: String, attempts: u32 },
 
+    /// A setting given to the shipper is unusable (a topic pattern that does not
+    /// compile, an illegal link name or shipper id).
+    #[error("{setting}: {reason}")]
+    InvalidSetting { setting: &'static str, reason: String },
+
     /// A background task panicked or was cancelled.
     #[error("{what}: background task failed: {message}")]
     Task { what: String, message: String },

@@ -10,6 +10,8 @@
 //! - [`audit`]: the bucket scrubber — every manifest against its data objects,
 //!   offset chains and epochs across segments, lineages, orphans; optionally a
 //!   deep verification of each segment's bytes.
+//! - [`seed`]: batch mode — ship what source log dirs hold (sealed segments
+//!   verified, the active one up to its last complete batch), resumably.
 //!
 //! The bucket layout and the documents in it are defined by
 //! `segment_format::manifest`, the one place that builds and parses keys.
@@ -32,6 +34,7 @@ pub mod audit;
 pub mod conformance;
 pub mod error;
 pub mod lease;
+pub mod seed;
 pub mod store;
 
 pub use error::{Error, MismatchKind, Result};

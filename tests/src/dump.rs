@@ -92,9 +92,18 @@ pub fn run_dump(install: &'static KafkaInstall, files: &[PathBuf], args: &[&str]
 }
 
 /// Runs `DumpLogSegments --deep-iteration` over `files` (one JVM) and parses stdout per file.
-pub fn dump_deep(install: &'static KafkaInstall, files: &[PathBuf]) -> Result<(BTreeMap<PathBuf, DumpedFile>, DumpOutput)> {
+pub fn dump_deep(
+    install: &'static KafkaInstall,
+    files: &[PathBuf],
+) -> Result<(BTreeMap<PathBuf, DumpedFile>, DumpOutput)> {
     if files.is_empty() {
-        return Ok((BTreeMap::new(), DumpOutput { stdout: String::new(), stderr: String::new() }));
+        return Ok((
+            BTreeMap::new(),
+            DumpOutput {
+                stdout: String::new(),
+                stderr: String::new(),
+            },
+        ));
     }
     let out = run_dump(install, files, &["--deep-iteration"])?;
     Ok((parse_dump(&out.stdout)?, out))
@@ -221,11 +230,20 @@ mod tests {
         let file = &files[Path::new("/d/t-0/00000000000000000000.log")];
         assert_eq!(file.other_lines, ["Log starting offset: 0"]);
         let [a, b] = &file.batches[..] else { panic!("{file:?}") };
-        assert_eq!((a.base_offset, a.last_offset, a.count, a.size, a.crc), (0, 1, 2, 90, 4_000_000_000));
-        assert_eq!((a.codec.as_str(), a.is_valid, a.is_control, a.partition_leader_epoch), ("zstd", true, false, 3));
+        assert_eq!(
+            (a.base_offset, a.last_offset, a.count, a.size, a.crc),
+            (0, 1, 2, 90, 4_000_000_000)
+        );
+        assert_eq!(
+            (a.codec.as_str(), a.is_valid, a.is_control, a.partition_leader_epoch),
+            ("zstd", true, false, 3)
+        );
         assert_eq!(a.records.len(), 2);
         assert_eq!((a.records[0].key_size, a.records[0].value_size), (Some(-1), Some(5)));
-        assert_eq!((b.timestamp_type.as_str(), b.max_timestamp, b.is_valid), ("LogAppendTime", 18, false));
+        assert_eq!(
+            (b.timestamp_type.as_str(), b.max_timestamp, b.is_valid),
+            ("LogAppendTime", 18, false)
+        );
         assert_eq!(b.records[0].end_txn_marker.as_deref(), Some("ABORT"));
     }
 }

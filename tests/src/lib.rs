@@ -14,7 +14,9 @@
 pub mod broker;
 pub mod clients;
 pub mod dump;
+pub mod epoch_probe;
 pub mod install;
+pub mod mirror;
 pub mod ondisk;
 pub mod ports;
 pub mod s3;

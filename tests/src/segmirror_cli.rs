@@ -76,7 +76,15 @@ fn build() -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(repo_root())
-        .args(["build", "--quiet", "-p", "segmirror", "--bin", "segmirror", "--target-dir"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "segmirror",
+            "--bin",
+            "segmirror",
+            "--target-dir",
+        ])
         .arg(target_dir);
     match profile.as_str() {
         "debug" => {}

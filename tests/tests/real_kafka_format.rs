@@ -105,7 +105,9 @@ fn is_live_state_warning(f: &Finding, newest: i64) -> bool {
 fn assert_same_as_kafka(dumped: &BTreeMap<PathBuf, DumpedFile>, files: &[PathBuf]) -> (usize, usize) {
     let (mut batches, mut records) = (0, 0);
     for file in files {
-        let kafka = dumped.get(file).unwrap_or_else(|| panic!("DumpLogSegments did not dump {}", file.display()));
+        let kafka = dumped
+            .get(file)
+            .unwrap_or_else(|| panic!("DumpLogSegments did not dump {}", file.display()));
         let ours = scan_log(file).unwrap();
         assert_eq!(ours.len(), kafka.batches.len(), "batch count of {}", file.display());
         let mut data_records = log_records(file, 0).unwrap().into_iter();
@@ -114,28 +116,51 @@ fn assert_same_as_kafka(dumped: &BTreeMap<PathBuf, DumpedFile>, files: &[PathBuf
             let what = format!("{} batch at {}", file.display(), i.position);
             assert!(k.is_valid, "{what}: Kafka says the CRC is invalid");
             assert_eq!(
-                (i.base_offset, i.last_offset, i64::from(h.records_count), i.position, i.size),
+                (
+                    i.base_offset,
+                    i.last_offset,
+                    i64::from(h.records_count),
+                    i.position,
+                    i.size
+                ),
                 (k.base_offset, k.last_offset, k.count, k.position, k.size),
                 "{what}"
             );
             assert_eq!(
-                (h.magic, h.crc, h.attributes.compression().map(|c| c.name()).unwrap_or("?")),
+                (
+                    h.magic,
+                    h.crc,
+                    h.attributes.compression().map(|c| c.name()).unwrap_or("?")
+                ),
                 (k.magic, k.crc, k.codec.as_str()),
                 "{what}"
             );
             assert_eq!(
-                (i.is_control, i.is_transactional, h.producer_id, i64::from(h.producer_epoch)),
+                (
+                    i.is_control,
+                    i.is_transactional,
+                    h.producer_id,
+                    i64::from(h.producer_epoch)
+                ),
                 (k.is_control, k.is_transactional, k.producer_id, k.producer_epoch),
                 "{what}"
             );
             assert_eq!(
-                (i64::from(h.base_sequence), i64::from(h.partition_leader_epoch), h.max_timestamp),
+                (
+                    i64::from(h.base_sequence),
+                    i64::from(h.partition_leader_epoch),
+                    h.max_timestamp
+                ),
                 (k.base_sequence, k.partition_leader_epoch, k.max_timestamp),
                 "{what}"
             );
             let ts_type = format!("{:?}", h.attributes.timestamp_type());
             assert_eq!(ts_type, k.timestamp_type, "{what}");
-            assert_eq!(k.records.len() as i64, k.count, "{what}: Kafka iterated a different count");
+            assert_eq!(
+                k.records.len() as i64,
+                k.count,
+                "{what}: Kafka iterated a different count"
+            );
             if i.is_control {
                 let expected = match i.control {
                     Some(ControlType::Abort) => Some("ABORT"),
@@ -147,7 +172,9 @@ fn assert_same_as_kafka(dumped: &BTreeMap<PathBuf, DumpedFile>, files: &[PathBuf
                 }
             } else {
                 for kr in &k.records {
-                    let r = data_records.next().unwrap_or_else(|| panic!("{what}: we decoded fewer records"));
+                    let r = data_records
+                        .next()
+                        .unwrap_or_else(|| panic!("{what}: we decoded fewer records"));
                     let size = |b: &Option<Vec<u8>>| b.as_ref().map_or(-1, |b| b.len() as i64);
                     assert_eq!(
                         (r.offset, r.timestamp, Some(size(&r.key)), Some(size(&r.value))),
@@ -159,7 +186,11 @@ fn assert_same_as_kafka(dumped: &BTreeMap<PathBuf, DumpedFile>, files: &[PathBuf
             }
             batches += 1;
         }
-        assert!(data_records.next().is_none(), "{}: we decoded more records than Kafka", file.display());
+        assert!(
+            data_records.next().is_none(),
+            "{}: we decoded more records than Kafka",
+            file.display()
+        );
     }
     (batches, records)
 }
@@ -201,11 +232,15 @@ fn real_broker_partitions_verify_sound_running_and_after_clean_shutdown() {
         .filter(|i| std::fs::metadata(i).is_ok_and(|m| m.len() == 10 * 1024 * 1024))
         .count();
     assert!(preallocated >= 20, "only {preallocated} preallocated active indexes");
-    let running = verify_paths(&[log_dir.clone()], &DEEP, &NoProgress);
+    let running = verify_paths(std::slice::from_ref(&log_dir), &DEEP, &NoProgress);
     assert!(running.io_errors.is_empty(), "{:?}", running.io_errors);
     // A running broker that is not writing leaves nothing verify must even warn about: a zero index tail in the
     // newest segment is how Kafka preallocates, not a defect.
-    assert!(running.findings.is_empty(), "running broker:{}", describe(&running.findings));
+    assert!(
+        running.findings.is_empty(),
+        "running broker:{}",
+        describe(&running.findings)
+    );
     // Strict, too: strict only rejects what a broker leaves *mid-write* (a partial tail batch), and an idle
     // broker is not mid-write. So `--deep --strict` must pass on every partition dir of a running broker.
     let dirs = partition_dirs(&log_dir);
@@ -213,10 +248,14 @@ fn real_broker_partitions_verify_sound_running_and_after_clean_shutdown() {
     let strict_running = segmirror_verify(&dir_refs, &["--deep", "--strict", "--json"]).unwrap();
     assert_eq!(strict_running.code, 0, "{strict_running}");
     let doc = strict_running.json().unwrap();
-    assert_eq!((doc["errors"].as_u64(), doc["warnings"].as_u64()), (Some(0), Some(0)), "{strict_running}");
+    assert_eq!(
+        (doc["errors"].as_u64(), doc["warnings"].as_u64()),
+        (Some(0), Some(0)),
+        "{strict_running}"
+    );
     assert_eq!(doc["partitions"].as_array().map(Vec::len), Some(dirs.len()));
 
-    // (a2) Running and writing: a producer appends small batches (rolling a 16 KiB segment every ~75 records)
+    // (a2) Running and writing: a producer appends small batches (rolling a 16 KiB segment every ~85 records)
     // while verify reads the partition again and again. Verify must never report corruption; its only warnings
     // are live states of the newest segment. Strict runs may only reject a partial batch at the newest tail.
     let live = live_writes_phase(&broker);
@@ -250,8 +289,12 @@ fn real_broker_partitions_verify_sound_running_and_after_clean_shutdown() {
     assert!(summaries.iter().all(|s| s.errors == 0 && s.warnings == 0));
 
     // The library agrees with the binary.
-    let lib = verify_paths(&[log_dir.clone()], &DEEP_STRICT, &NoProgress);
-    assert!(lib.findings.is_empty() && lib.io_errors.is_empty(), "{}", describe(&lib.findings));
+    let lib = verify_paths(std::slice::from_ref(&log_dir), &DEEP_STRICT, &NoProgress);
+    assert!(
+        lib.findings.is_empty() && lib.io_errors.is_empty(),
+        "{}",
+        describe(&lib.findings)
+    );
 
     // Summaries against what was produced. Highwater marks are checkpointed at shutdown (= log end offsets).
     let hw = read_offset_checkpoint(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE)).unwrap();
@@ -266,23 +309,36 @@ fn real_broker_partitions_verify_sound_running_and_after_clean_shutdown() {
     }
     let live_summary = by_name[&(live.topic.clone(), 0)];
     assert_eq!(live_summary.records as usize, LIVE_RECORDS);
-    assert_eq!((live_summary.first_offset, live_summary.last_offset), (Some(0), Some(LIVE_RECORDS as i64 - 1)));
+    assert_eq!(
+        (live_summary.first_offset, live_summary.last_offset),
+        (Some(0), Some(LIVE_RECORDS as i64 - 1))
+    );
 
     // Kafka's own reader over every shape segment (one JVM): batch for batch, record for record, the same.
     let (dumped, out) = dump_deep(broker.install(), &kafka_files).unwrap();
     let (batches, records) = assert_same_as_kafka(&dumped, &kafka_files);
-    let stderr: Vec<&str> = out
+    // Kafka's only remark: offset gaps, in the compacted partition alone.
+    let gaps = offset_gaps(&out.stderr);
+    assert!(gaps.keys().all(|f| f.starts_with(&compacted_dir)), "{gaps:?}");
+    assert!(
+        !gaps.is_empty(),
+        "DumpLogSegments saw no gaps in the compacted partition"
+    );
+    let other: Vec<&str> = out
         .stderr
         .lines()
-        .filter(|l| !l.starts_with("Non-consecutive offsets") && !l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .filter(|l| !l.starts_with("Non-consecutive offsets in ") && !l.contains(" is followed by "))
         .collect();
-    assert!(stderr.is_empty(), "DumpLogSegments complained:\n{}", out.stderr);
+    assert!(other.is_empty(), "DumpLogSegments complained:\n{}", out.stderr);
     eprintln!(
         "real broker: {} shape partitions, {} segments, {batches} batches, {records} data records, {} bytes identical \
          to DumpLogSegments; live writes: {} verify runs ({} strict), {} live-state warnings, {} strict rejections",
         by_name.len() - 2,
         kafka_files.len(),
-        summaries.iter().map(|s| s.bytes).sum::<u64>(),
+        kafka_files
+            .iter()
+            .map(|f| std::fs::metadata(f).unwrap().len())
+            .sum::<u64>(),
         live.runs,
         live.strict_runs,
         live.warnings,
@@ -298,7 +354,11 @@ fn real_broker_partitions_verify_sound_running_and_after_clean_shutdown() {
     let doc = run.json().unwrap();
     assert_eq!(doc["errors"], 0, "{run}");
     for f in doc["findings"].as_array().unwrap() {
-        let name = Path::new(f["path"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
+        let name = Path::new(f["path"].as_str().unwrap())
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         assert!(
             name == "quorum-state" || name.ends_with(".checkpoint"),
             "unexpected finding on the metadata log: {f}"
@@ -325,7 +385,11 @@ fn check_shape_partition(
     assert!(segments.len() >= 2, "{what}: only {} segment(s)", segments.len());
     assert_eq!(summary.bytes, segments.iter().map(|s| s.size).sum::<u64>(), "{what}");
     let end = hw[&(topic.name.clone(), p)];
-    assert_eq!(summary.last_offset, Some(end - 1), "{what}: last offset vs high watermark {end}");
+    assert_eq!(
+        summary.last_offset,
+        Some(end - 1),
+        "{what}: last offset vs high watermark {end}"
+    );
     let control: u64 = segments
         .iter()
         .flat_map(|s| &s.batches)
@@ -334,28 +398,56 @@ fn check_shape_partition(
         .sum();
     let ours = partition_records(dir, p).unwrap();
     assert_eq!(summary.records, ours.len() as u64 + control, "{what}");
-    assert_eq!(summary.batches as usize, segments.iter().map(|s| s.batches.len()).sum::<usize>(), "{what}");
+    assert_eq!(
+        summary.batches as usize,
+        segments.iter().map(|s| s.batches.len()).sum::<usize>(),
+        "{what}"
+    );
     let produced: Vec<&Record> = topic.records.iter().filter(|r| r.partition == p).collect();
     match topic.shape {
         Shape::Compacted => {
             // What the cleaner kept: a strict subset of what was produced, each record unchanged, with gaps.
             let all: BTreeSet<&Record> = produced.iter().copied().collect();
-            assert!(ours.iter().all(|r| all.contains(r)), "{what}: a decoded record was never produced");
+            assert!(
+                ours.iter().all(|r| all.contains(r)),
+                "{what}: a decoded record was never produced"
+            );
             assert!(ours.len() < produced.len(), "{what}");
-            assert!(ours.windows(2).any(|w| w[1].offset > w[0].offset + 1), "{what}: no offset gaps");
-            assert_eq!(summary.first_offset, ours.first().map(|r| r.offset), "{what}");
+            assert!(
+                ours.windows(2).any(|w| w[1].offset > w[0].offset + 1),
+                "{what}: no offset gaps"
+            );
+            // The first batch may have lost its first records (or all of them) to the cleaner.
+            let first_batch = segments[0].batches[0].info.base_offset;
+            assert_eq!(summary.first_offset, Some(first_batch), "{what}");
+            assert!(ours.first().is_some_and(|r| r.offset >= first_batch), "{what}");
             assert_eq!(end, produced.last().unwrap().offset + 1, "{what}");
         }
         _ => {
             // Every record on disk from the first segment's base offset, aborted ones included, byte for byte.
-            let on_disk: Vec<Record> = produced.iter().filter(|r| r.offset >= first_base).map(|r| (*r).clone()).collect();
+            let on_disk: Vec<Record> = produced
+                .iter()
+                .filter(|r| r.offset >= first_base)
+                .map(|r| (*r).clone())
+                .collect();
             assert_eq!(ours.len(), on_disk.len(), "{what}");
             if let Some(i) = (0..ours.len()).find(|i| ours[*i] != on_disk[*i]) {
-                panic!("{what}: record {i} decoded as\n {:?}\nbut produced as\n {:?}", ours[i], on_disk[i]);
+                panic!(
+                    "{what}: record {i} decoded as\n {:?}\nbut produced as\n {:?}",
+                    ours[i], on_disk[i]
+                );
             }
             assert_eq!(summary.first_offset, Some(first_base), "{what}");
-            let aborted_on_disk = topic.aborted.iter().filter(|(ap, o)| *ap == p && *o >= first_base).count();
-            let markers = if topic.shape == Shape::Transactions { control as usize } else { 0 };
+            let aborted_on_disk = topic
+                .aborted
+                .iter()
+                .filter(|(ap, o)| *ap == p && *o >= first_base)
+                .count();
+            let markers = if topic.shape == Shape::Transactions {
+                control as usize
+            } else {
+                0
+            };
             assert_eq!(
                 end,
                 produced.last().unwrap().offset + 1 + i64::from(topic.shape == Shape::Transactions),
@@ -431,20 +523,29 @@ fn live_writes_phase(broker: &KafkaBroker) -> LivePhase {
         while !done.load(Ordering::SeqCst) {
             let newest = segment_base_offsets(&dir).unwrap().last().copied().unwrap_or(0);
             let strict = phase.runs % 2 == 1;
-            let report: Report = verify_paths(&[dir.clone()], if strict { &DEEP_STRICT } else { &DEEP }, &NoProgress);
+            let report: Report = verify_paths(
+                std::slice::from_ref(&dir),
+                if strict { &DEEP_STRICT } else { &DEEP },
+                &NoProgress,
+            );
             phase.runs += 1;
             assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);
             for f in &report.findings {
                 if strict && f.severity == Severity::Error {
                     // The one thing strict is there to reject: the newest tail mid-append.
                     assert!(
-                        matches!(f.defect, Defect::TrailingBytes { .. }) && base_of(&f.path).is_some_and(|b| b >= newest),
+                        matches!(f.defect, Defect::TrailingBytes { .. })
+                            && base_of(&f.path).is_some_and(|b| b >= newest),
                         "strict run {}: {f}",
                         phase.runs
                     );
                     phase.strict_errors += 1;
                 } else {
-                    assert!(is_live_state_warning(f, newest), "run {}: not a live state: {f}", phase.runs);
+                    assert!(
+                        is_live_state_warning(f, newest),
+                        "run {}: not a live state: {f}",
+                        phase.runs
+                    );
                     phase.warnings += 1;
                 }
             }
@@ -455,7 +556,7 @@ fn live_writes_phase(broker: &KafkaBroker) -> LivePhase {
     });
     assert!(phase.runs >= 5, "only {} verify runs overlapped the writes", phase.runs);
     // Writes done: the live partition is sound under --strict while the broker still runs.
-    let idle = verify_paths(&[dir.clone()], &DEEP_STRICT, &NoProgress);
+    let idle = verify_paths(std::slice::from_ref(&dir), &DEEP_STRICT, &NoProgress);
     assert!(idle.findings.is_empty(), "{}", describe(&idle.findings));
     assert!(segment_base_offsets(&dir).unwrap().len() > 50);
     phase
@@ -464,6 +565,71 @@ fn live_writes_phase(broker: &KafkaBroker) -> LivePhase {
 // ---------------------------------------------------------------------------------------------------------------
 // 2. segment-format writer → real broker
 // ---------------------------------------------------------------------------------------------------------------
+
+/// The `Non-consecutive offsets in <file>` sections of DumpLogSegments' stderr: file → (offset, next offset)
+/// pairs. DumpLogSegments starts every file with "previous offset -1", so a segment whose first offset is not 0
+/// always shows `-1 is followed by <first>`; those pairs are not gaps and are left out.
+fn offset_gaps(stderr: &str) -> BTreeMap<PathBuf, Vec<(i64, i64)>> {
+    let mut gaps: BTreeMap<PathBuf, Vec<(i64, i64)>> = BTreeMap::new();
+    let mut file = None;
+    for line in stderr.lines() {
+        if let Some(path) = line.strip_prefix("Non-consecutive offsets in ") {
+            file = Some(PathBuf::from(path.trim()));
+        } else if let (Some(f), Some((a, b))) = (&file, line.trim().split_once(" is followed by ")) {
+            let (a, b): (i64, i64) = (a.parse().unwrap(), b.parse().unwrap());
+            if a != -1 {
+                gaps.entry(f.clone()).or_default().push((a, b));
+            }
+        } else {
+            file = None;
+        }
+    }
+    gaps
+}
+
+/// DumpLogSegments' stderr without the time-index "mismatches" that are its own limitation. For each time-index
+/// entry it recomputes the batch's max timestamp *from the records* and compares; an empty batch (all records
+/// removed by compaction, header kept for producer state, `maxTimestamp` kept as it was — what `LogCleaner` /
+/// `MemoryRecords.filterTo` leave, and what `LogSegment.recover` indexes by `batch.maxTimestamp()`) has no
+/// records, so the tool prints `log timestamp: -1`. Such a line is dropped only if the segment really has an
+/// empty batch whose max timestamp is the indexed one; every other finding is kept.
+fn without_empty_batch_time_mismatches(stderr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut file: Option<PathBuf> = None;
+    for line in stderr.lines() {
+        if let Some(path) = line.strip_prefix("Found timestamp mismatch in :") {
+            file = Some(PathBuf::from(path.trim()));
+            continue;
+        }
+        let explained = file.as_ref().is_some_and(|f| {
+            let Some((index_ts, log_ts)) = line
+                .trim()
+                .strip_prefix("Index timestamp: ")
+                .and_then(|rest| rest.split_once(", log timestamp: "))
+            else {
+                return false;
+            };
+            let index_ts: i64 = index_ts.parse().unwrap();
+            log_ts == "-1"
+                && scan_log(&f.with_extension("log"))
+                    .unwrap()
+                    .iter()
+                    .any(|b| b.header.records_count == 0 && b.header.max_timestamp == index_ts)
+        });
+        match &file {
+            Some(f) if line.starts_with("  ") => {
+                if !explained {
+                    out.push(format!("timestamp mismatch in {}: {line}", f.display()));
+                }
+            }
+            _ => {
+                file = None;
+                out.push(line.to_string());
+            }
+        }
+    }
+    out
+}
 
 /// A writer manifest record as a consumer reports it. confluent-kafka reports a record without timestamp
 /// (magic 0) as `(TIMESTAMP_NOT_AVAILABLE, 0)`.
@@ -509,14 +675,25 @@ fn expected_from_manifest(manifest: &Manifest, topic: &str, isolation: Isolation
 
 fn assert_same_records(got: &[Record], expected: &[Record], what: &str) {
     if let Some(i) = (0..got.len().min(expected.len())).find(|i| got[*i] != expected[*i]) {
-        panic!("{what}: record {i} differs:\n got      {:?}\n expected {:?}", got[i], expected[i]);
+        panic!(
+            "{what}: record {i} differs:\n got      {:?}\n expected {:?}",
+            got[i], expected[i]
+        );
     }
     assert_eq!(got.len(), expected.len(), "{what}: record counts differ");
 }
 
 /// `GetOffsetShell --topic 'sample-.*'` (one JVM for every topic): (topic, partition) → offset.
 fn sample_offsets(broker: &KafkaBroker, time: &str) -> BTreeMap<(String, i32), i64> {
-    let args = ["--bootstrap-server", &broker.bootstrap(), "--topic", "sample-.*", "--time", time].map(String::from);
+    let args = [
+        "--bootstrap-server",
+        &broker.bootstrap(),
+        "--topic",
+        "sample-.*",
+        "--time",
+        time,
+    ]
+    .map(String::from);
     let out = broker.tools().run(tools::GET_OFFSET_SHELL, &args).unwrap();
     out.lines()
         .filter(|l| !l.trim().is_empty())
@@ -532,7 +709,8 @@ fn sample_offsets(broker: &KafkaBroker, time: &str) -> BTreeMap<(String, i32), i
 /// Replaces or adds the entries of `updates` in one root offset checkpoint, keeping the broker's other entries.
 fn merge_checkpoint(path: &Path, updates: &BTreeMap<(String, i32), Option<i64>>) {
     let mut cp = OffsetCheckpoint::read(path).unwrap();
-    cp.entries.retain(|e| !updates.contains_key(&(e.topic.clone(), e.partition)));
+    cp.entries
+        .retain(|e| !updates.contains_key(&(e.topic.clone(), e.partition)));
     for ((topic, partition), offset) in updates {
         if let Some(offset) = offset {
             cp.entries.push(OffsetCheckpointEntry {
@@ -600,19 +778,36 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
     }
     let install = KafkaInstall::locate().unwrap();
     let dump = run_dump(install, &writer_files, &["--deep-iteration"]).unwrap();
-    for needle in ["invalid", "mismatch", "exception", "not found", "out of order", "corrupt", "ignoring"] {
+    let stderr = without_empty_batch_time_mismatches(&dump.stderr);
+    for needle in [
+        "invalid",
+        "mismatch",
+        "exception",
+        "not found",
+        "out of order",
+        "corrupt",
+        "ignoring",
+    ] {
         let hit = dump
             .stdout
             .lines()
-            .chain(dump.stderr.lines())
+            .chain(stderr.iter().map(String::as_str))
             .find(|l| l.to_ascii_lowercase().contains(needle));
-        assert!(hit.is_none(), "DumpLogSegments on the writer's files: {hit:?}");
+        assert!(
+            hit.is_none(),
+            "DumpLogSegments on the writer's files: {hit:?}\n{}",
+            dump.stderr
+        );
     }
     assert!(dump.stdout.contains("endTxnMarker: ABORT") && dump.stdout.contains("compresscodec: zstd"));
     // Only the compacted-looking partition has offset gaps.
-    for line in dump.stderr.lines().filter(|l| l.starts_with("Non-consecutive offsets in")) {
-        assert!(line.contains("sample-compacted-0"), "{line}");
-    }
+    let gaps = offset_gaps(&dump.stderr);
+    assert!(
+        gaps.keys()
+            .all(|f| f.to_string_lossy().contains("/sample-compacted-0/")),
+        "{gaps:?}"
+    );
+    assert!(!gaps.is_empty());
 
     // A target cluster with the same topics and partition counts; its topic ids are what partition.metadata
     // must carry (a directory with any other id is renamed -stray at load).
@@ -652,10 +847,15 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
             std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
         }
         let id = Uuid::from_str(&ids[&w.topic].topic_id).unwrap();
-        PartitionMetadata::new(id).write(&dst.join(PARTITION_METADATA_FILE)).unwrap();
+        PartitionMetadata::new(id)
+            .write(&dst.join(PARTITION_METADATA_FILE))
+            .unwrap();
         let key = (w.topic.clone(), w.partition);
         recovery.insert(key.clone(), Some(w.recovery_point));
-        starts.insert(key.clone(), (w.log_start_offset > w.first_segment_base_offset()).then_some(w.log_start_offset));
+        starts.insert(
+            key.clone(),
+            (w.log_start_offset > w.first_segment_base_offset()).then_some(w.log_start_offset),
+        );
         hws.insert(key, Some(w.high_watermark));
     }
     let root = broker.log_dir().to_path_buf();
@@ -663,8 +863,12 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
     merge_checkpoint(&root.join(LOG_START_OFFSET_CHECKPOINT_FILE), &starts);
     merge_checkpoint(&root.join(REPLICATION_OFFSET_CHECKPOINT_FILE), &hws);
     // Before the broker sees it, the installed log dir is sound.
-    let installed = verify_paths(&[root.clone()], &DEEP_STRICT, &NoProgress);
-    assert!(installed.findings.is_empty() && installed.io_errors.is_empty(), "{}", describe(&installed.findings));
+    let installed = verify_paths(std::slice::from_ref(&root), &DEEP_STRICT, &NoProgress);
+    assert!(
+        installed.findings.is_empty() && installed.io_errors.is_empty(),
+        "{}",
+        describe(&installed.findings)
+    );
 
     broker.restart().unwrap();
     let bootstrap = broker.bootstrap();
@@ -674,7 +878,11 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
     let latest = sample_offsets(&broker, "-1");
     for p in &manifest.partitions {
         let key = (p.written.topic.clone(), p.written.partition);
-        assert_eq!(earliest.get(&key), Some(&p.written.log_start_offset), "log start of {key:?}");
+        assert_eq!(
+            earliest.get(&key),
+            Some(&p.written.log_start_offset),
+            "log start of {key:?}"
+        );
         assert_eq!(latest.get(&key), Some(&p.written.log_end_offset), "log end of {key:?}");
     }
 
@@ -710,7 +918,13 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
                 })
             })
             .collect();
-        let acked = python_produce(&bootstrap, &ProducePlan::new(topic).config("acks", "all").step(ProduceStep::Send(records))).unwrap();
+        let acked = python_produce(
+            &bootstrap,
+            &ProducePlan::new(topic)
+                .config("acks", "all")
+                .step(ProduceStep::Send(records)),
+        )
+        .unwrap();
         for r in acked {
             appended.entry((topic.clone(), r.partition)).or_default().push(r);
         }
@@ -736,7 +950,10 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
             let batches = scan_log(&newest).unwrap();
             let last = batches.last().unwrap();
             assert_eq!(last.info.last_offset, p.written.log_end_offset + 2);
-            ((p.written.topic.clone(), p.written.partition), last.header.partition_leader_epoch)
+            (
+                (p.written.topic.clone(), p.written.partition),
+                last.header.partition_leader_epoch,
+            )
         })
         .collect();
     let target_epoch = *target_epochs.values().next().unwrap();
@@ -747,7 +964,10 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
         .flat_map(|p| p.written.epochs.iter().map(|e| e.epoch))
         .max()
         .unwrap();
-    assert!(max_written > target_epoch, "the sample no longer exercises epochs above the target's ({target_epoch})");
+    assert!(
+        max_written > target_epoch,
+        "the sample no longer exercises epochs above the target's ({target_epoch})"
+    );
     let broker_log = std::fs::read_to_string(broker.log_file()).unwrap();
     assert!(broker_log.contains("caused truncation of conflicting entries"));
 
@@ -755,21 +975,55 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
     // else (a lineage break a promotion must avoid by starting the target above the source's epochs, KIP-1279).
     broker.stop().unwrap();
     let mut epoch_findings = 0;
-    let report = verify_paths(&[root.clone()], &DEEP_STRICT, &NoProgress);
+    let report = verify_paths(std::slice::from_ref(&root), &DEEP_STRICT, &NoProgress);
     assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);
+    let leos: BTreeMap<PathBuf, i64> = manifest
+        .partitions
+        .iter()
+        .map(|p| {
+            (
+                broker.partition_dir(&p.written.topic, p.written.partition),
+                p.written.log_end_offset,
+            )
+        })
+        .collect();
     for f in &report.findings {
-        assert!(matches!(f.defect, Defect::Epoch { .. }), "after the broker appended: {f}");
-        epoch_findings += 1;
+        match &f.defect {
+            Defect::Epoch { .. } => epoch_findings += 1,
+            // The snapshot the writer took at its log end offset (as a clean shutdown does) outlives the broker's
+            // own shutdown snapshot a few offsets later: Kafka leaves it on disk and deletes it as stray at the
+            // next load. A real broker leaves the same after any restart followed by appends.
+            Defect::Snapshot { .. } if f.severity == Severity::Warning => {
+                let dir = f.path.parent().unwrap();
+                assert_eq!(base_of(&f.path), leos.get(dir).copied(), "{f}");
+            }
+            _ => panic!("after the broker appended: {f}"),
+        }
     }
     for p in &manifest.partitions {
         let w = &p.written;
         let dir = broker.partition_dir(&w.topic, w.partition);
         let cache = LeaderEpochCheckpoint::read(&dir.join(LEADER_EPOCH_CHECKPOINT_FILE)).unwrap();
         let expected = epochs_after_leadership(&w.epochs, w.log_start_offset, target_epoch, w.log_end_offset);
-        assert_eq!(cache.entries, expected, "{}-{}: written {:?}", w.topic, w.partition, w.epochs);
+        assert_eq!(
+            cache.entries, expected,
+            "{}-{}: written {:?}",
+            w.topic, w.partition, w.epochs
+        );
         let broke = w.epochs.iter().any(|e| e.epoch >= target_epoch);
-        let dir_findings = report.findings.iter().filter(|f| f.path.starts_with(&dir)).count();
-        assert_eq!(dir_findings > 0, broke, "{}-{}:{}", w.topic, w.partition, describe(&report.findings));
+        let dir_findings = report
+            .findings
+            .iter()
+            .filter(|f| f.path.starts_with(&dir) && matches!(f.defect, Defect::Epoch { .. }))
+            .count();
+        assert_eq!(
+            dir_findings > 0,
+            broke,
+            "{}-{}:{}",
+            w.topic,
+            w.partition,
+            describe(&report.findings)
+        );
     }
 
     // Restart once more: everything (old and new) is still served, and the broker's own offsets continue.
@@ -777,7 +1031,12 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
     for topic in partitions.keys() {
         let got = consume_all(&broker.bootstrap(), topic, None, Isolation::ReadUncommitted).unwrap();
         let mut expected = expected_from_manifest(&manifest, topic, Isolation::ReadUncommitted);
-        expected.extend(appended.iter().filter(|((t, _), _)| t == topic).flat_map(|(_, v)| v.iter().cloned()));
+        expected.extend(
+            appended
+                .iter()
+                .filter(|((t, _), _)| t == topic)
+                .flat_map(|(_, v)| v.iter().cloned()),
+        );
         expected.sort_by_key(|r| (r.partition, r.offset));
         assert_same_records(&got, &expected, &format!("{topic} after restart"));
     }
@@ -786,9 +1045,17 @@ fn writer_partitions_load_into_a_real_broker_and_serve_clients() {
         "writer → broker: {} partitions, {} segments, {} batches, {} bytes, {} records consumed identically; target \
          leader epoch {target_epoch} below written epochs up to {max_written}: {epoch_findings} epoch findings",
         manifest.partitions.len(),
-        manifest.partitions.iter().map(|p| p.written.segments.len()).sum::<usize>(),
+        manifest
+            .partitions
+            .iter()
+            .map(|p| p.written.segments.len())
+            .sum::<usize>(),
         manifest.partitions.iter().map(|p| p.written.batches()).sum::<u64>(),
         manifest.total_log_bytes(),
-        consumed.iter().filter(|((_, c), _)| !c).map(|(_, v)| v.len()).sum::<usize>(),
+        consumed
+            .iter()
+            .filter(|((_, c), _)| !c)
+            .map(|(_, v)| v.len())
+            .sum::<usize>(),
     );
 }

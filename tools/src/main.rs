@@ -28,6 +28,15 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Run the main job on embedded defaults: generate a sample partition set and verify it.
     Demo(cmd::demo::Args),
+    /// Ship Kafka log dirs to an object store once (seed or catch up a mirror); reruns ship only what is new.
+    Seed(cmd::seed::Args),
+    /// Install what a shipper put in an object store into a mirror directory, byte for byte; reruns install only
+    /// what is new and finish an interrupted run.
+    Apply(cmd::apply::Args),
+    /// Show the catalog: links, mirror partitions, installed segments and offsets, last events.
+    Status(cmd::status::Args),
+    /// Install mirror partitions into a stopped Kafka broker's log dir, as that cluster's topics.
+    Promote(cmd::promote::Args),
 }
 
 /// Exit status meaning "usage or I/O error".
@@ -51,6 +60,10 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd::verify::run(args),
         Command::Generate(args) => cmd::generate::run(args),
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Seed(args) => cmd::seed::run(args),
+        Command::Apply(args) => cmd::apply::run(args),
+        Command::Status(args) => cmd::status::run(args),
+        Command::Promote(args) => cmd::promote::run(args),
     };
     match result {
         Ok(code) => code,

@@ -15,9 +15,10 @@
 //!
 //! Work is *claimed*, not assigned: a window is cut into pieces of about
 //! [`PIECE_BYTES`] and each thread takes the next unclaimed piece from an atomic
-//! counter. On a loaded machine a helper that the scheduler has not woken yet
-//! costs nothing, since the scanning thread computes every piece itself and waits
-//! at most for the one piece the helper is in the middle of. A magic-2 batch
+//! counter. The scanning thread never sleeps on the helper, which matters on a
+//! loaded machine: a helper the scheduler has not run yet claims nothing, and a
+//! piece it holds for longer than a piece's work takes is computed again by the
+//! scanning thread (CRCs are pure, so both store the same values). A magic-2 batch
 //! larger than [`FRAGMENT_BYTES`] is cut into fragments whose CRCs are combined,
 //! so one huge batch is shared too.
 //!
@@ -26,27 +27,34 @@
 //! and the caller releases the pages of each window once it has been checked.
 
 use std::ops::{ControlFlow, Range};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::thread::{self, Thread};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use super::{compute_crc, frame_at, Frame, Framed, ScanSummary};
 use crate::batch::ATTRIBUTES_OFFSET;
 use crate::error::ParseError;
 
 /// Most frame bytes in one window (8 MiB; a larger frame makes a window of its
-/// own). Every window costs a hand-off to the helper and a wait for it, a few
-/// microseconds; 8 MiB is about a millisecond of CRC work on two cores.
-pub const WINDOW_BYTES: usize = 8 * 1024 * 1024;
+/// own). Every window costs a hand-off to the helper (a wake-up, a few
+/// microseconds); 8 MiB is about a millisecond of CRC work on two cores.
+const WINDOW_BYTES: usize = 8 * 1024 * 1024;
 
 /// Most frames in one window, bounding the per-window metadata (about 150 bytes
 /// a frame) when batches are tiny.
-pub const WINDOW_FRAMES: usize = 4096;
+const WINDOW_FRAMES: usize = 4096;
 
-/// Bytes of CRC work claimed at once: large enough that claiming (an atomic
-/// shared by two cores) costs nothing next to the work, small enough that
-/// neither thread waits long for the other at the end of a window.
-const PIECE_BYTES: usize = 256 * 1024;
+/// Bytes of CRC work claimed at once (about 15 µs of work): large enough that
+/// claiming (an atomic shared by two cores) costs nothing next to the work,
+/// small enough that the scanning thread waits little for the helper's last
+/// piece at the end of a window, or loses little computing it again.
+const PIECE_BYTES: usize = 128 * 1024;
+
+/// How long the scanning thread waits for a piece the helper holds before it
+/// computes the piece itself: about a piece's work, so a running helper
+/// finishes in time and a descheduled one costs little.
+const HELPER_GRACE: Duration = Duration::from_micros(20);
 
 /// Magic-2 batches larger than this are cut into fragments of this size. A
 /// combination of two CRCs costs about as much as computing a few KiB of CRC,
@@ -114,10 +122,8 @@ struct Window<'m> {
     pieces: Vec<Range<usize>>,
     /// Index of the next unclaimed piece.
     next_piece: AtomicUsize,
-    /// Pieces computed; the thread that completes the last one wakes `owner`.
-    pieces_done: AtomicUsize,
-    /// The scanning thread, which waits for the window.
-    owner: Thread,
+    /// Whether each piece's CRCs are stored.
+    done: Vec<AtomicBool>,
 }
 
 /// Where the frame walk of a window stopped.
@@ -162,25 +168,45 @@ impl<'m> Window<'m> {
     fn work(&self) {
         loop {
             let i = self.next_piece.fetch_add(1, Ordering::Relaxed);
-            let Some(piece) = self.pieces.get(i) else { return };
-            for u in piece.clone() {
-                if let (Some(unit), Some(slot)) = (self.units.get(u), self.crcs.get(u)) {
-                    slot.store(unit.crc(), Ordering::Relaxed);
-                }
+            if i >= self.pieces.len() {
+                return;
             }
-            // Release: the CRCs stored above are visible to whoever sees the count.
-            if self.pieces_done.fetch_add(1, Ordering::AcqRel) + 1 == self.pieces.len() {
-                self.owner.unpark();
-            }
+            self.compute(i);
         }
     }
 
-    /// Block the owner until every piece is computed. Only the owner calls it.
-    fn wait(&self) {
-        while self.pieces_done.load(Ordering::Acquire) < self.pieces.len() {
-            // A wake-up that came before this park makes it return at once; a
-            // spurious one loops.
-            thread::park();
+    fn compute(&self, piece: usize) {
+        let (Some(units), Some(done)) = (self.pieces.get(piece), self.done.get(piece)) else {
+            return;
+        };
+        for u in units.clone() {
+            if let (Some(unit), Some(slot)) = (self.units.get(u), self.crcs.get(u)) {
+                slot.store(unit.crc(), Ordering::Relaxed);
+            }
+        }
+        // Release: whoever sees the flag sees the CRCs stored above.
+        done.store(true, Ordering::Release);
+    }
+
+    /// Compute the window's CRCs with the helper and return once all are
+    /// stored. Only the scanning thread calls it.
+    ///
+    /// It never sleeps on the helper: a piece the helper still holds after
+    /// [`HELPER_GRACE`] is computed here as well. On a loaded machine the helper
+    /// may lose its core for a whole time slice, and the scanning thread, once
+    /// asleep, could wait as long again to be woken. Both threads then store the
+    /// same values, so it does not matter which one finishes first.
+    fn finish(&self) {
+        self.work();
+        for (i, done) in self.done.iter().enumerate() {
+            let since = Instant::now();
+            while !done.load(Ordering::Acquire) {
+                if since.elapsed() >= HELPER_GRACE {
+                    self.compute(i);
+                    break;
+                }
+                std::hint::spin_loop();
+            }
         }
     }
 
@@ -189,7 +215,7 @@ impl<'m> Window<'m> {
         self.next_piece.fetch_max(self.pieces.len(), Ordering::Relaxed);
     }
 
-    /// The frames, with their computed CRCs. Only after [`Window::wait`].
+    /// The frames, with their computed CRCs. Only after [`Window::finish`].
     fn frames(&self) -> impl Iterator<Item = Frame<'m>> + '_ {
         self.frames.iter().map(|p| Frame {
             info: p.framed.info,
@@ -271,12 +297,11 @@ impl<'m> Builder<'m> {
         self.close_piece();
         Window {
             crcs: self.units.iter().map(|_| AtomicU32::new(0)).collect(),
+            done: self.pieces.iter().map(|_| AtomicBool::new(false)).collect(),
             frames: self.frames,
             units: self.units,
             pieces: self.pieces,
             next_piece: AtomicUsize::new(0),
-            pieces_done: AtomicUsize::new(0),
-            owner: thread::current(),
         }
     }
 }
@@ -319,8 +344,7 @@ where
                 let (window, next_walked) = Window::walk(bytes, walked.end, base, limits);
                 (post(window), next_walked)
             });
-            current.work();
-            current.wait();
+            current.finish();
             for frame in current.frames() {
                 summary.frames += 1;
                 if !frame.crc_matches() {
@@ -556,6 +580,25 @@ mod tests {
                 }
             );
         }
+    }
+
+    /// A helper that claimed a piece and then lost its core does not hold the
+    /// scan up: the scanning thread computes the piece itself.
+    #[test]
+    fn a_piece_a_stalled_helper_holds_is_computed_again() {
+        let sizes: Vec<(u8, usize)> = (0..6).map(|i| (i as u8, 100 + i * 50)).collect();
+        let seg = segment(&sizes);
+        let limits = Limits { window_bytes: usize::MAX, window_frames: 100, piece_bytes: 1, fragment_bytes: 100 };
+        let (window, walked) = Window::walk(&seg, 0, 0, limits);
+        assert_eq!((walked.end, walked.stop), (seg.len(), None));
+        assert!(window.pieces.len() > 6, "fragments make more pieces than frames");
+        // The stalled helper's claim: it never computes piece 0.
+        assert_eq!(window.next_piece.fetch_add(1, Ordering::Relaxed), 0);
+        window.finish();
+        assert!(window.done.iter().all(|d| d.load(Ordering::Acquire)));
+        let frames: Vec<_> = window.frames().map(|f| (f.info, f.stored_crc, f.computed_crc)).collect();
+        assert_eq!(frames, sequential(&seg, 0).0);
+        assert!(frames.iter().all(|(_, stored, computed)| stored == computed));
     }
 
     #[test]

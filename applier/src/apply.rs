@@ -1,0 +1,670 @@
+//! One run of the applier over one link: list, plan every partition, then install in offset order.
+//!
+//! Per partition, in this order:
+//! 1. **Gate** on the catalog: a paused or promoted partition is skipped (a promoted one is never written again).
+//! 2. **Lineage** ([`choose_lineage`]): a newer lineage than the recorded one is a lineage break — an event is
+//!    logged, the partition paused and reported; nothing is merged.
+//! 3. **Read** the manifests not settled in the catalog (installed and sealed ones are immutable and not read
+//!    again, so a rerun over an installed mirror costs a listing, not a download).
+//! 4. **Reconcile** the partition directory with the catalog (see `reconcile`).
+//! 5. **Plan** with the ordering rule (see `plan`), then **install** each planned version (see `install`) and
+//!    record it in the catalog, one transaction per version, only once it is durable.
+//! 6. **Sweep** segment files the catalog does not list.
+//!
+//! All partitions are planned before anything is installed so that the progress bar knows its total. A partition
+//! that fails (store, catalog, disk) is reported and the run goes on with the next one; a refused segment stops
+//! only its own partition.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use futures::StreamExt;
+use segment_format::manifest::{validate_link_name, KeyPrefix, Manifest};
+use segment_format::partition_metadata::Uuid;
+use segment_format::verify::VerifyOptions;
+use segmirror_catalog::{
+    Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState, Subject, Upsert,
+};
+use segmirror_shipper::Store;
+
+use crate::bucket::{self, choose_lineage, LineageChoice, ManifestRead, PartitionObjects, MANIFEST_READ_CONCURRENCY};
+use crate::catalog_cell::CatalogCell;
+use crate::error::{Error, Result};
+use crate::install::{self, Target};
+use crate::layout::MirrorLayout;
+use crate::plan::{plan, Candidate, Installed, Step};
+use crate::progress::Progress;
+use crate::reconcile;
+use crate::report::{
+    ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, RefusedSegment, Refusal, SkipReason,
+    SkippedSegment,
+};
+
+/// Topics regex recorded for a link the applier creates in the catalog: the shipper already chose the topics, the
+/// applier mirrors whatever the link's bucket holds.
+pub const APPLIER_TOPICS_REGEX: &str = ".*";
+
+/// What to apply, from where, into where.
+#[derive(Debug, Clone)]
+pub struct ApplyConfig {
+    store: Store,
+    store_url: String,
+    prefix: KeyPrefix,
+    link: Option<String>,
+    mirror_root: PathBuf,
+    verify: VerifyOptions,
+    #[cfg(feature = "failpoints")]
+    failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
+}
+
+impl ApplyConfig {
+    /// Apply from `store` (its URL as the operator wrote it, recorded for a new link) into `mirror_root`; the root
+    /// key prefix, the store's only link, shallow validation.
+    pub fn new(store: Store, store_url: impl Into<String>, mirror_root: impl Into<PathBuf>) -> Self {
+        ApplyConfig {
+            store,
+            store_url: store_url.into(),
+            prefix: KeyPrefix::root(),
+            link: None,
+            mirror_root: mirror_root.into(),
+            verify: VerifyOptions::default(),
+            #[cfg(feature = "failpoints")]
+            failpoint: None,
+        }
+    }
+
+    /// The key prefix the shipper wrote under.
+    pub fn with_prefix(mut self, prefix: KeyPrefix) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Apply this link (required when the store holds several).
+    pub fn with_link(mut self, link: impl Into<String>) -> Self {
+        self.link = Some(link.into());
+        self
+    }
+
+    /// Also decompress every batch and check every record before installing.
+    pub fn with_deep_validation(mut self, deep: bool) -> Self {
+        self.verify.deep = deep;
+        self
+    }
+
+    /// Arm a kill point (crash tests).
+    #[cfg(feature = "failpoints")]
+    pub fn with_failpoint(mut self, armed: std::sync::Arc<crate::failpoint::Armed>) -> Self {
+        self.failpoint = Some(armed);
+        self
+    }
+
+    pub fn mirror_root(&self) -> &std::path::Path {
+        &self.mirror_root
+    }
+}
+
+/// Apply `config` once, recording in `catalog` (which is dropped at the end; use [`Applier`] to keep it).
+pub async fn apply(config: &ApplyConfig, catalog: Catalog, progress: &dyn Progress) -> Result<ApplyReport> {
+    let mut applier = Applier::new(config.clone(), catalog);
+    applier.run(progress).await
+}
+
+/// The applier: a config and the catalog it records in.
+#[derive(Debug)]
+pub struct Applier {
+    config: ApplyConfig,
+    catalog: CatalogCell,
+}
+
+/// A partition after planning, before installing.
+struct Planned {
+    report: PartitionReport,
+    key: PartitionKey,
+    id: PartitionId,
+    topic_id: Uuid,
+    dir: PathBuf,
+    steps: Vec<Step>,
+    /// Installed bases before the run.
+    installed: BTreeSet<i64>,
+}
+
+/// The result of planning one partition.
+enum Prepared {
+    Planned(Box<Planned>),
+    Done(PartitionReport),
+}
+
+impl Applier {
+    pub fn new(config: ApplyConfig, catalog: Catalog) -> Self {
+        Applier {
+            config,
+            catalog: CatalogCell::new(catalog),
+        }
+    }
+
+    /// The catalog back, unless a catalog call's task died.
+    pub fn into_catalog(self) -> Option<Catalog> {
+        self.catalog.into_inner()
+    }
+
+    /// One run (see the module docs). `Err` only when nothing could be applied at all: the mirror root is unusable,
+    /// the store cannot be listed, the catalog cannot record the link, or several links and none chosen.
+    pub async fn run(&mut self, progress: &dyn Progress) -> Result<ApplyReport> {
+        let mut report = ApplyReport::default();
+        let root = self.config.mirror_root.clone();
+        let (layout, cleared) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let layout = MirrorLayout::open(&root)?;
+            let cleared = reconcile::clear_staging(&layout)?;
+            Ok((layout, cleared))
+        })
+        .await
+        .map_err(|e| Error::task("open mirror root", e))??;
+        report.staging_cleared = cleared;
+        if let Some(link) = &self.config.link {
+            validate_link_name(link).map_err(|reason| Error::BadLinkName {
+                name: link.clone(),
+                reason,
+            })?;
+        }
+        let mut listing = bucket::list(&self.config.store, &self.config.prefix, self.config.link.as_deref()).await?;
+        report.ignored_keys = std::mem::take(&mut listing.ignored);
+        let link = match &self.config.link {
+            Some(link) => link.clone(),
+            None => match listing.links.keys().collect::<Vec<_>>().as_slice() {
+                [] => {
+                    report.notes.push(format!(
+                        "nothing to apply: no segmirror objects under prefix '{}'",
+                        self.config.prefix
+                    ));
+                    return Ok(report);
+                }
+                [one] => (*one).clone(),
+                many => {
+                    return Err(Error::AmbiguousLink {
+                        prefix: self.config.prefix.to_string(),
+                        links: many.iter().map(|s| s.to_string()).collect(),
+                    })
+                }
+            },
+        };
+        report.link = Some(link.clone());
+        let objects = listing.links.remove(&link).unwrap_or_default();
+
+        let state = self.ensure_link(&link, &mut report).await?;
+        match state {
+            LinkState::Active => {}
+            LinkState::Paused => {
+                report.link_skipped = Some(SkipReason::LinkPaused);
+                return Ok(report);
+            }
+            LinkState::Promoted => {
+                report.link_skipped = Some(SkipReason::LinkPromoted);
+                return Ok(report);
+            }
+        }
+
+        let mut planned = Vec::new();
+        for ((topic, partition), objects) in objects.partitions {
+            let key = PartitionKey::new(link.clone(), topic.clone(), partition);
+            let mut partition_report = PartitionReport::new(&topic, partition);
+            match self.prepare(&layout, key, objects, &mut partition_report, &mut report.notes).await {
+                Ok(Prepared::Planned(p)) => {
+                    let installs = p.steps.iter().filter_map(|s| match s {
+                        Step::Install { manifest, .. } => Some(manifest.files.iter().map(|f| f.size).sum::<u64>()),
+                        _ => None,
+                    });
+                    let (count, bytes) = installs.fold((0u64, 0u64), |(c, b), size| (c + 1, b + size));
+                    progress.planned(count, bytes);
+                    planned.push(p);
+                }
+                Ok(Prepared::Done(r)) => report.partitions.push(r),
+                Err(e) => {
+                    partition_report.outcome = PartitionOutcome::Failed { error: e.to_string() };
+                    report.partitions.push(partition_report);
+                }
+            }
+        }
+        for p in planned {
+            let r = self.execute(&layout, *p, progress).await?;
+            report.partitions.push(r);
+        }
+        // What is left in staging (a version whose download failed) is of no use to anyone now.
+        let cleanup = layout.clone();
+        tokio::task::spawn_blocking(move || reconcile::clear_staging(&cleanup))
+            .await
+            .map_err(|e| Error::task("clear staging", e))??;
+        report.partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(report)
+    }
+
+    /// The link's state, creating the link (active) if the catalog does not know it.
+    async fn ensure_link(&mut self, link: &str, report: &mut ApplyReport) -> Result<LinkState> {
+        let spec = LinkSpec {
+            name: link.to_string(),
+            store_url: self.config.store_url.clone(),
+            topics_regex: APPLIER_TOPICS_REGEX.to_string(),
+            groups_regex: None,
+        };
+        let recorded = self
+            .catalog
+            .call("link", move |c| match c.link(&spec.name) {
+                Err(segmirror_catalog::Error::NotFound { .. }) => c.create_link(&spec),
+                other => other,
+            })
+            .await?;
+        if recorded.store_url != self.config.store_url {
+            report.notes.push(format!(
+                "link {link} was recorded with store {}; applying from {}",
+                recorded.store_url, self.config.store_url
+            ));
+        }
+        Ok(recorded.state)
+    }
+
+    /// Steps 1 to 5 (planning) of the module docs for one partition.
+    async fn prepare(
+        &mut self,
+        layout: &MirrorLayout,
+        key: PartitionKey,
+        objects: PartitionObjects,
+        report: &mut PartitionReport,
+        notes: &mut Vec<String>,
+    ) -> Result<Prepared> {
+        let lookup_key = key.clone();
+        let recorded = self
+            .catalog
+            .call("partition", move |c| match c.partition(&lookup_key) {
+                Ok(p) => Ok(Some(p)),
+                Err(segmirror_catalog::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .await?;
+        if let Some(p) = &recorded {
+            report.source_topic_id = Some(p.source_topic_id.clone());
+            let skip = match p.state {
+                PartitionState::Mirroring => None,
+                PartitionState::Paused => Some(SkipReason::Paused),
+                PartitionState::Promoted => Some(SkipReason::Promoted),
+            };
+            if let Some(reason) = skip {
+                report.outcome = PartitionOutcome::Skipped { reason };
+                return Ok(Prepared::Done(report.clone()));
+            }
+        }
+        let (topic_id, older) = match choose_lineage(recorded.as_ref().map(|p| p.source_topic_id.as_str()), &objects.lineages) {
+            LineageChoice::Nothing => return Ok(Prepared::Done(report.clone())),
+            LineageChoice::Break { recorded: old, offered } => {
+                let id = recorded.as_ref().map(|p| p.id);
+                return self.lineage_break(key, id, old, offered.to_string(), report).await;
+            }
+            LineageChoice::Use { topic_id, older } => (topic_id, older),
+        };
+        if !older.is_empty() {
+            let older: Vec<String> = older.iter().map(|id| id.to_string()).collect();
+            notes.push(format!(
+                "{key}: ignoring older lineage(s) {} in the store (a deleted topic's leftovers)",
+                older.join(", ")
+            ));
+        }
+        report.source_topic_id = Some(topic_id.to_string());
+        let installed: Vec<Installed> = match &recorded {
+            Some(p) => {
+                let id = p.id;
+                self.catalog
+                    .call("installed segments", move |c| c.installed_segments(id))
+                    .await?
+                    .iter()
+                    .map(Installed::from)
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+
+        // Read what is not settled.
+        let lineage = objects.lineages.get(&topic_id).map(|l| &l.manifests);
+        let mut candidates = Vec::new();
+        let mut to_read = Vec::new();
+        for (&base, info) in lineage.into_iter().flatten() {
+            if installed.iter().any(|s| s.base_offset == base && s.sealed) {
+                candidates.push(Candidate::Settled { base_offset: base });
+            } else {
+                to_read.push((base, info.key.clone()));
+            }
+        }
+        let (store, prefix) = (&self.config.store, &self.config.prefix);
+        let reads: Vec<(i64, String, Result<ManifestRead>)> = futures::stream::iter(to_read)
+            .map(|(base, key)| async move {
+                let read = bucket::read_manifest(store, prefix, &key).await;
+                (base, key, read)
+            })
+            .buffered(MANIFEST_READ_CONCURRENCY)
+            .collect()
+            .await;
+        let mut log_start_offset = recorded.as_ref().map_or(0, |p| p.log_start_offset);
+        for (base, key, read) in reads {
+            match read? {
+                ManifestRead::Valid(manifest) => {
+                    log_start_offset = log_start_offset.max(manifest.log_start_offset);
+                    candidates.push(Candidate::Read { key, manifest });
+                }
+                ManifestRead::Invalid(refusal) => candidates.push(Candidate::Invalid {
+                    key,
+                    base_offset: base,
+                    refusal,
+                }),
+                ManifestRead::Gone => {}
+            }
+        }
+
+        let topic_id_text = topic_id.to_string();
+        let upsert_key = key.clone();
+        let upsert = self
+            .catalog
+            .try_call("upsert partition", move |c| {
+                c.upsert_partition(&upsert_key, &topic_id_text, log_start_offset)
+            })
+            .await?;
+        let partition = match upsert {
+            Ok(Upsert::Created(p) | Upsert::Existing(p)) => p,
+            Ok(Upsert::LineageBreak {
+                partition,
+                offered_source_topic_id,
+            }) => {
+                let old = partition.source_topic_id.clone();
+                return self
+                    .lineage_break(key, Some(partition.id), old, offered_source_topic_id, report)
+                    .await;
+            }
+            Err(segmirror_catalog::Error::Promoted { .. }) => {
+                report.outcome = PartitionOutcome::Skipped {
+                    reason: SkipReason::LinkPromoted,
+                };
+                return Ok(Prepared::Done(report.clone()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if partition.state == PartitionState::Promoted {
+            report.outcome = PartitionOutcome::Skipped {
+                reason: SkipReason::Promoted,
+            };
+            return Ok(Prepared::Done(report.clone()));
+        }
+
+        // Reconcile.
+        let dir = layout.partition_dir(&key.topic, key.partition);
+        let (scan_dir, name, checked_installed) = (dir.clone(), report.name(), installed.clone());
+        let (removed, dirty) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let disk = reconcile::scan(&scan_dir)?;
+            let mut removed = Vec::new();
+            if let Some(disk) = &disk {
+                reconcile::check_lineage(&scan_dir, disk, &topic_id)?;
+                removed = reconcile::remove_temp_files(&scan_dir, disk)?;
+            }
+            let dirty = reconcile::check_installed(&name, &scan_dir, disk.as_ref(), &checked_installed)?;
+            Ok((removed, dirty))
+        })
+        .await
+        .map_err(|e| Error::task("reconcile", e))??;
+        report.removed.extend(removed);
+
+        let steps = plan(&installed, candidates);
+        if let Some(base) = dirty {
+            let reinstalled = steps.iter().any(|s| {
+                matches!(s, Step::Install { manifest, replaces: Some(_), .. } if manifest.base_offset == base)
+            });
+            if !reinstalled {
+                let path = dir.join(segment_format::dir::segment_file_name(
+                    base,
+                    segment_format::dir::SegmentFileKind::Log,
+                ));
+                return Err(Error::DiskBehindCatalog {
+                    partition: report.name(),
+                    base_offset: base,
+                    path,
+                    reason: "its .log is longer than recorded (an interrupted replacement) and the store holds no \
+                             longer version to complete it with"
+                        .into(),
+                });
+            }
+        }
+        Ok(Prepared::Planned(Box::new(Planned {
+            report: report.clone(),
+            id: partition.id,
+            key,
+            topic_id,
+            dir,
+            steps,
+            installed: installed.iter().map(|s| s.base_offset).collect(),
+        })))
+    }
+
+    /// Report a lineage break: log the event, pause the partition (if recorded), skip it.
+    async fn lineage_break(
+        &mut self,
+        key: PartitionKey,
+        id: Option<PartitionId>,
+        recorded: String,
+        offered: String,
+        report: &mut PartitionReport,
+    ) -> Result<Prepared> {
+        let detail = format!(
+            "the store holds source topic id {offered}, the mirror holds {recorded}: the source topic was \
+             recreated; not merged, partition paused (start the new lineage to mirror it)"
+        );
+        self.catalog
+            .call("lineage break", move |c| {
+                c.append_event(Subject::Partition(&key), EventKind::LineageBreak, &detail)?;
+                if let Some(id) = id {
+                    c.set_partition_state(id, PartitionState::Paused)?;
+                }
+                Ok(())
+            })
+            .await?;
+        report.outcome = PartitionOutcome::Skipped {
+            reason: SkipReason::LineageBreak { recorded, offered },
+        };
+        Ok(Prepared::Done(report.clone()))
+    }
+
+    /// Steps 5 (installing) and 6 for one planned partition. `Err` only for an injected crash (tests); every other
+    /// failure ends up in the partition's report.
+    async fn execute(&mut self, layout: &MirrorLayout, p: Planned, progress: &dyn Progress) -> Result<PartitionReport> {
+        let Planned {
+            mut report,
+            key,
+            id,
+            topic_id,
+            dir,
+            steps,
+            mut installed,
+        } = p;
+        let mut dir_ready = false;
+        let mut failed = false;
+        let mut adopted = Vec::new();
+        for step in steps {
+            match step {
+                Step::Skip { base_offset, why } => report.skipped.push(SkippedSegment { base_offset, why }),
+                Step::Wait { base_offset, reason } => {
+                    report.outcome = PartitionOutcome::Waiting { base_offset, reason };
+                }
+                Step::Refuse {
+                    key: manifest_key,
+                    base_offset,
+                    refusal,
+                } => {
+                    self.refused(&key, &mut report, manifest_key, base_offset, refusal).await;
+                    progress.segment_done();
+                }
+                Step::Install {
+                    key: manifest_key,
+                    manifest,
+                    replaces,
+                } => {
+                    let outcome = self
+                        .install_one(layout, &key, id, &topic_id, &dir, &mut dir_ready, &manifest_key, &manifest, replaces, progress)
+                        .await;
+                    progress.segment_done();
+                    match outcome {
+                        Ok(Ok(segment)) => {
+                            if segment.reused_files as usize == manifest.files.len() {
+                                adopted.push(segment.base_offset);
+                            }
+                            installed.insert(segment.base_offset);
+                            report.bytes_fetched += segment.fetched_bytes;
+                            report.bytes_reused += segment.reused_bytes;
+                            report.installed.push(segment);
+                        }
+                        Ok(Err(refusal)) => {
+                            self.refused(&key, &mut report, manifest_key, manifest.base_offset, refusal).await;
+                            break;
+                        }
+                        #[cfg(feature = "failpoints")]
+                        Err(e @ Error::Injected(_)) => return Err(e),
+                        Err(e) => {
+                            report.outcome = PartitionOutcome::Failed { error: e.to_string() };
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if !failed {
+            let sweep_dir = dir.clone();
+            let keep = installed.clone();
+            match tokio::task::spawn_blocking(move || reconcile::sweep(&sweep_dir, &keep)).await {
+                Ok(Ok(removed)) => report.removed.extend(removed),
+                Ok(Err(e)) => report.outcome = PartitionOutcome::Failed { error: e.to_string() },
+                Err(e) => {
+                    report.outcome = PartitionOutcome::Failed {
+                        error: Error::task("sweep", e).to_string(),
+                    }
+                }
+            }
+        }
+        if !report.removed.is_empty() || !adopted.is_empty() {
+            let mut parts = Vec::new();
+            if !adopted.is_empty() {
+                parts.push(format!("adopted segment(s) {adopted:?} found complete on disk"));
+            }
+            if !report.removed.is_empty() {
+                parts.push(format!(
+                    "removed {} leftover file(s) of interrupted installs",
+                    report.removed.len()
+                ));
+            }
+            let detail = parts.join("; ");
+            let event_key = key.clone();
+            // Best effort: the event is for people; the state it describes is already durable.
+            if let Err(e) = self
+                .catalog
+                .call("reconciled event", move |c| {
+                    c.append_event(Subject::Partition(&event_key), EventKind::Reconciled, &detail)
+                })
+                .await
+            {
+                tracing::warn!(partition = %key, error = %e, "could not record the reconciliation event");
+            }
+        }
+        Ok(report)
+    }
+
+    /// Record a refusal: the partition's outcome and a `segment_rejected` event.
+    async fn refused(
+        &mut self,
+        key: &PartitionKey,
+        report: &mut PartitionReport,
+        manifest_key: String,
+        base_offset: i64,
+        refusal: Refusal,
+    ) {
+        let detail = format!("{manifest_key}: {refusal}");
+        tracing::warn!(partition = %key, %detail, "segment refused");
+        report.outcome = PartitionOutcome::Refused(RefusedSegment {
+            base_offset,
+            manifest_key,
+            refusal,
+        });
+        let event_key = key.clone();
+        if let Err(e) = self
+            .catalog
+            .call("rejection event", move |c| {
+                c.append_event(Subject::Partition(&event_key), EventKind::SegmentRejected, &detail)
+            })
+            .await
+        {
+            tracing::warn!(partition = %key, error = %e, "could not record the rejection event");
+        }
+    }
+
+    /// Install one version and record it. `Ok(Err(_))` is a refusal (including a catalog conflict).
+    #[allow(clippy::too_many_arguments)]
+    async fn install_one(
+        &mut self,
+        layout: &MirrorLayout,
+        key: &PartitionKey,
+        id: PartitionId,
+        topic_id: &Uuid,
+        dir: &std::path::Path,
+        dir_ready: &mut bool,
+        manifest_key: &str,
+        manifest: &Manifest,
+        replaces: Option<i64>,
+        progress: &dyn Progress,
+    ) -> Result<std::result::Result<InstalledSegment, Refusal>> {
+        if !*dir_ready {
+            let (d, t) = (dir.to_path_buf(), *topic_id);
+            tokio::task::spawn_blocking(move || install::ensure_partition_dir(&d, &t))
+                .await
+                .map_err(|e| Error::task("create partition dir", e))??;
+            *dir_ready = true;
+        }
+        let staging_dir = layout.staging_dir(&key.topic, key.partition, manifest.base_offset, manifest.next_offset);
+        let target = Target {
+            store: &self.config.store,
+            partition_dir: dir,
+            staging_dir: staging_dir.clone(),
+            manifest_key,
+            manifest,
+            replaces: replaces.is_some(),
+            verify: &self.config.verify,
+            progress,
+            #[cfg(feature = "failpoints")]
+            failpoint: self.config.failpoint.clone(),
+        };
+        let placed = match install::install(&target).await? {
+            Ok(placed) => placed,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let version = placed.version.clone();
+        let source_topic_id = topic_id.to_string();
+        let receipt = self
+            .catalog
+            .try_call("mark installed", move |c| c.mark_installed(id, &source_topic_id, &version))
+            .await?;
+        let receipt = match receipt {
+            Ok(r) => r,
+            Err(segmirror_catalog::Error::Conflict { reason, .. }) => {
+                return Ok(Err(Refusal::Conflict {
+                    reason: reason.to_string(),
+                }))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        install::remove_staging(&staging_dir).await?;
+        Ok(Ok(InstalledSegment {
+            base_offset: manifest.base_offset,
+            next_offset: manifest.next_offset,
+            sealed: manifest.sealed,
+            log_bytes: placed.version.size,
+            replaced: match receipt.outcome {
+                InstallOutcome::Replaced { previous_next_offset } => Some(previous_next_offset),
+                _ => replaces,
+            },
+            reused_files: placed.reused_files,
+            already_recorded: receipt.outcome == InstallOutcome::AlreadyInstalled,
+            fetched_bytes: placed.fetched_bytes,
+            reused_bytes: placed.reused_bytes,
+        }))
+    }
+}

@@ -1,0 +1,258 @@
+//! Reading the bucket: which partitions and lineages a link has, and their manifests.
+//!
+//! The bucket is untrusted input. Keys are parsed by `segment_format::manifest` (the one place that knows the
+//! layout) and anything that does not parse is set aside as an [`IgnoredKey`]; a manifest is size-capped before it
+//! is read, validated, and checked against the key it was found at, so a bucket writer can neither point the
+//! applier at another partition's data nor make it build a path from a string it chose. A manifest that fails any
+//! of this is an [`Refusal::InvalidManifest`] — data turned down — while a store that cannot be reached is an
+//! [`Error`].
+//!
+//! Lineages: a partition may hold several source topic ids (the topic was deleted and recreated). Which one the
+//! applier mirrors is decided by [`choose_lineage`], from the listing alone.
+
+use std::collections::BTreeMap;
+
+use segment_format::manifest::{KeyPrefix, Manifest, ObjectKey, ObjectKind, MAX_MANIFEST_BYTES};
+use segment_format::partition_metadata::Uuid;
+use segmirror_shipper::{ObjectInfo, Store};
+
+use crate::error::{Error, Result};
+use crate::report::{IgnoredKey, Refusal};
+
+/// Manifests read from the store at once: enough to hide a high-latency store's round trips, few enough not to be
+/// throttled.
+pub const MANIFEST_READ_CONCURRENCY: usize = 16;
+
+/// Everything listed under a prefix (or one link of it).
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    pub links: BTreeMap<String, LinkObjects>,
+    pub ignored: Vec<IgnoredKey>,
+}
+
+/// The partitions of one link, by (topic, partition).
+#[derive(Debug, Default)]
+pub(crate) struct LinkObjects {
+    pub partitions: BTreeMap<(String, i32), PartitionObjects>,
+}
+
+/// One partition's lineages.
+#[derive(Debug, Default)]
+pub(crate) struct PartitionObjects {
+    pub lineages: BTreeMap<Uuid, Lineage>,
+}
+
+/// The manifests of one lineage, by base offset.
+#[derive(Debug, Default)]
+pub(crate) struct Lineage {
+    pub manifests: BTreeMap<i64, ObjectInfo>,
+}
+
+impl Lineage {
+    /// When the newest manifest was written (the store's clock).
+    pub fn last_modified_ms(&self) -> i64 {
+        self.manifests.values().map(|o| o.last_modified_ms).max().unwrap_or(i64::MIN)
+    }
+}
+
+/// List `prefix`, or only `prefix/<link>` when a link is named, and sort the objects by link, partition and
+/// lineage. Leases and data objects are recognised and left out (the applier finds data through manifests).
+pub(crate) async fn list(store: &Store, prefix: &KeyPrefix, link: Option<&str>) -> Result<Listing> {
+    let root = match link {
+        Some(link) => prefix.join(link),
+        None => prefix.as_str().to_string(),
+    };
+    let mut listing = Listing::default();
+    for object in store.list(&root).await? {
+        match ObjectKey::parse(prefix, &object.key) {
+            Ok(ObjectKey { partition, kind }) => {
+                let link_objects = listing.links.entry(partition.link().to_string()).or_default();
+                let entry = link_objects
+                    .partitions
+                    .entry((partition.topic().to_string(), partition.partition()))
+                    .or_default();
+                match kind {
+                    ObjectKind::Manifest { topic_id, base_offset } => {
+                        entry
+                            .lineages
+                            .entry(topic_id)
+                            .or_default()
+                            .manifests
+                            .insert(base_offset, object);
+                    }
+                    ObjectKind::Data { topic_id, .. } => {
+                        entry.lineages.entry(topic_id).or_default();
+                    }
+                    ObjectKind::Lease { .. } => {}
+                }
+            }
+            Err(e) => listing.ignored.push(IgnoredKey {
+                reason: match e {
+                    segment_format::Error::BadName { reason, .. } => reason,
+                    other => other.to_string(),
+                },
+                key: object.key,
+            }),
+        }
+    }
+    Ok(listing)
+}
+
+/// What reading one manifest gave.
+#[derive(Debug)]
+pub(crate) enum ManifestRead {
+    /// Parsed, valid, and where it claims to be.
+    Valid(Box<Manifest>),
+    /// Turned down.
+    Invalid(Refusal),
+    /// Listed but gone when read (a superseded manifest cleaned up meanwhile).
+    Gone,
+}
+
+/// Read and check the manifest at `key` (listed under `prefix`).
+pub(crate) async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) -> Result<ManifestRead> {
+    let bytes = match store.get_bytes(key, MAX_MANIFEST_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(segmirror_shipper::Error::NotFound { .. }) => return Ok(ManifestRead::Gone),
+        Err(e @ segmirror_shipper::Error::TooLarge { .. }) => {
+            return Ok(ManifestRead::Invalid(Refusal::InvalidManifest { reason: e.to_string() }))
+        }
+        Err(e) => return Err(Error::Store(e)),
+    };
+    Ok(check_manifest(prefix, key, &bytes))
+}
+
+/// The pure half of [`read_manifest`].
+pub(crate) fn check_manifest(prefix: &KeyPrefix, key: &str, bytes: &[u8]) -> ManifestRead {
+    let manifest = match Manifest::from_json(key, bytes) {
+        Ok(m) => m,
+        Err(e) => return ManifestRead::Invalid(Refusal::InvalidManifest { reason: e.to_string() }),
+    };
+    if let Err(defect) = manifest.check_location(prefix, key) {
+        return ManifestRead::Invalid(Refusal::InvalidManifest {
+            reason: format!("{key}: {defect}"),
+        });
+    }
+    ManifestRead::Valid(Box::new(manifest))
+}
+
+/// Which lineage of a partition to apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LineageChoice {
+    /// Apply this lineage. `older` lists other lineages present in the store that are older than it (leftovers of
+    /// a deleted topic), to be noted and ignored.
+    Use { topic_id: Uuid, older: Vec<Uuid> },
+    /// The catalog records `recorded`, and the store's newest lineage is another one: the source topic was
+    /// recreated. Reported, never merged.
+    Break { recorded: String, offered: Uuid },
+    /// No manifest in any lineage yet.
+    Nothing,
+}
+
+/// The lineage rule: with nothing recorded, the lineage whose newest manifest is newest (the live topic; older
+/// lineages are leftovers of a deleted one). With a recorded lineage, keep it while no other lineage has a newer
+/// manifest; a newer one is a lineage break.
+pub(crate) fn choose_lineage(recorded: Option<&str>, lineages: &BTreeMap<Uuid, Lineage>) -> LineageChoice {
+    let with_manifests = || lineages.iter().filter(|(_, l)| !l.manifests.is_empty());
+    let Some((newest_id, newest)) = with_manifests().max_by_key(|(id, l)| (l.last_modified_ms(), **id)) else {
+        return LineageChoice::Nothing;
+    };
+    let older = |keep: &Uuid| with_manifests().map(|(id, _)| *id).filter(|id| id != keep).collect();
+    let Some(recorded) = recorded else {
+        return LineageChoice::Use {
+            topic_id: *newest_id,
+            older: older(newest_id),
+        };
+    };
+    let recorded_entry = with_manifests().find(|(id, _)| id.to_string() == recorded);
+    match recorded_entry {
+        Some((id, l)) if id == newest_id || l.last_modified_ms() >= newest.last_modified_ms() => LineageChoice::Use {
+            topic_id: *id,
+            older: older(id),
+        },
+        _ => LineageChoice::Break {
+            recorded: recorded.to_string(),
+            offered: *newest_id,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> Uuid {
+        let mut b = [7u8; 16];
+        b[15] = n;
+        Uuid(b)
+    }
+
+    fn lineage(times: &[i64]) -> Lineage {
+        let mut l = Lineage::default();
+        for (i, &t) in times.iter().enumerate() {
+            l.manifests.insert(
+                i as i64 * 100,
+                ObjectInfo {
+                    key: format!("k{i}"),
+                    size: 1,
+                    last_modified_ms: t,
+                    e_tag: None,
+                },
+            );
+        }
+        l
+    }
+
+    #[test]
+    fn a_new_partition_takes_the_newest_lineage() {
+        let mut ls = BTreeMap::new();
+        assert_eq!(choose_lineage(None, &ls), LineageChoice::Nothing);
+        ls.insert(id(1), lineage(&[10, 20]));
+        ls.insert(id(2), lineage(&[30]));
+        ls.insert(id(3), Lineage::default()); // data only: not a lineage yet
+        assert_eq!(
+            choose_lineage(None, &ls),
+            LineageChoice::Use {
+                topic_id: id(2),
+                older: vec![id(1)]
+            }
+        );
+    }
+
+    #[test]
+    fn a_recorded_lineage_is_kept_until_a_newer_one_appears() {
+        let mut ls = BTreeMap::new();
+        ls.insert(id(1), lineage(&[10, 40]));
+        ls.insert(id(2), lineage(&[30]));
+        let one = id(1).to_string();
+        assert_eq!(
+            choose_lineage(Some(&one), &ls),
+            LineageChoice::Use {
+                topic_id: id(1),
+                older: vec![id(2)]
+            }
+        );
+        ls.insert(id(2), lineage(&[30, 50]));
+        assert_eq!(
+            choose_lineage(Some(&one), &ls),
+            LineageChoice::Break {
+                recorded: one.clone(),
+                offered: id(2)
+            }
+        );
+        // The recorded lineage vanished from the store: whatever is there now is another topic.
+        ls.remove(&id(1));
+        assert!(matches!(choose_lineage(Some(&one), &ls), LineageChoice::Break { .. }));
+    }
+
+    #[test]
+    fn hostile_manifest_bytes_are_refused_not_errors() {
+        let prefix = KeyPrefix::root();
+        for bytes in [&b""[..], b"{", b"{\"format\":\"segmirror.manifest.v9\"}", b"[1,2]"] {
+            assert!(matches!(
+                check_manifest(&prefix, "l/t/0/x/manifests/00000000000000000000.json", bytes),
+                ManifestRead::Invalid(Refusal::InvalidManifest { .. })
+            ));
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The one error type of the applier crate.
+//!
+//! An [`Error`] means "this could not be done, and it says nothing about the data": the store or the catalog failed,
+//! a local file could not be written, the mirror directory is in a state the applier did not leave it in. Data the
+//! applier judged and turned down — a segment whose CRCs fail, a manifest that lies — is not an error but a
+//! [`Refusal`](crate::report::Refusal) in the [`ApplyReport`](crate::report::ApplyReport): refusing bad data is the
+//! applier doing its job. Callers branch on that split (exit code 1 vs 2 in the CLI), and on
+//! [`Error::is_transient`] to decide whether a rerun may succeed as is.
+
+use std::path::PathBuf;
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that stops the applier (or one partition of a run) without being a verdict on the data.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The object store failed (after the store's own retries), or a key could not be built.
+    #[error(transparent)]
+    Store(#[from] segmirror_shipper::Error),
+
+    /// The catalog failed.
+    #[error(transparent)]
+    Catalog(#[from] segmirror_catalog::Error),
+
+    /// A local Kafka file the applier maintains (`leader-epoch-checkpoint`, `partition.metadata`) could not be read
+    /// or written.
+    #[error(transparent)]
+    Format(#[from] segment_format::Error),
+
+    /// A local file or directory could not be read, written, renamed or synced.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The mirror root is a Kafka broker log dir. The applier keeps a staging directory in its mirror root, which a
+    /// broker would refuse to start on; promotion moves partitions into a broker's log dir instead.
+    #[error(
+        "mirror root {} is a Kafka log dir (it holds meta.properties); use a directory of its own and \
+         `segmirror promote` to move partitions into a broker",
+        path.display()
+    )]
+    MirrorIsLogDir { path: PathBuf },
+
+    /// No link was named and the store holds more than one under the prefix.
+    #[error("the store holds {} links under prefix '{prefix}' ({}); choose one with --link", links.len(), links.join(", "))]
+    AmbiguousLink { prefix: String, links: Vec<String> },
+
+    /// A link name that cannot appear in a bucket key.
+    #[error("link name {name:?}: {reason}")]
+    BadLinkName { name: String, reason: String },
+
+    /// The catalog lists a segment as installed but the mirror directory does not hold it as recorded: files were
+    /// removed or changed behind segmirror's back, or `--mirror` names another directory than the one this catalog
+    /// describes. The applier never guesses here; the partition is left alone.
+    #[error(
+        "{partition}: the catalog lists segment {base_offset} as installed, but {}: {reason} \
+         (files changed behind segmirror's back, or the wrong --mirror/--catalog)",
+        path.display()
+    )]
+    DiskBehindCatalog {
+        partition: String,
+        base_offset: i64,
+        path: PathBuf,
+        reason: String,
+    },
+
+    /// The partition directory belongs to another topic (its `partition.metadata` names another topic id).
+    #[error(
+        "{}: partition.metadata names topic id {found}, but this partition mirrors source topic id {expected}; \
+         left untouched",
+        path.display()
+    )]
+    ForeignPartitionDir {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+
+    /// `segmirror promote` will not start (or finish): the target broker, its log dir or the mirror is not in a
+    /// state a promotion may proceed from. Every reason found is listed; nothing was changed for them.
+    #[error("promotion refused: {}", crate::promote::Refusals(refusals))]
+    PromoteRefused { refusals: Vec<crate::promote::Refusal> },
+
+    /// A background (blocking) task panicked or was cancelled.
+    #[error("{what}: background task failed: {message}")]
+    Task { what: String, message: String },
+
+    /// A kill point of the install protocol was hit (crash tests only).
+    #[cfg(feature = "failpoints")]
+    #[error("failpoint {0:?} hit")]
+    Injected(crate::failpoint::FailPoint),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn task(what: impl Into<String>, e: tokio::task::JoinError) -> Self {
+        Error::Task {
+            what: what.into(),
+            message: e.to_string(),
+        }
+    }
+
+    /// True when running again later, unchanged, may succeed: the store or the catalog was unavailable for longer
+    /// than their retries allow. Everything else needs a person (or a fixed bucket) first.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Store(e) => e.is_transient(),
+            Error::Catalog(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Kill points inside the install protocol, compiled only with the `failpoints` feature (the crash tests enable it).
+//!
+//! A crash test arms one point; when the applier reaches it, [`hit`] returns [`Error::Injected`] and the run stops
+//! right there, exactly as if the process had died: no cleanup runs on the way out (the applier never cleans up on
+//! error paths it could not also recover from after a real crash). The next run must then finish the job from the
+//! state on disk and in the catalog. Like raft-engine's failpoints, this stays out of production builds.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use crate::error::Error;
+
+/// Where in the install of one segment version to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailPoint {
+    /// Every file is downloaded and validated in staging; nothing renamed.
+    AfterStaging,
+    /// The `n`-th (1-based) file of the version has been renamed into the partition directory.
+    AfterRename(u32),
+    /// Every file is in place and fsynced, the leader-epoch checkpoint written; the catalog not yet told.
+    BeforeCatalog,
+}
+
+/// An armed kill point: fires at the `nth` (1-based) time `point` is reached, once.
+#[derive(Debug)]
+pub struct Armed {
+    point: FailPoint,
+    nth: u32,
+    seen: AtomicU32,
+    fired: Mutex<bool>,
+}
+
+impl Armed {
+    pub fn new(point: FailPoint, nth: u32) -> Self {
+        Armed {
+            point,
+            nth: nth.max(1),
+            seen: AtomicU32::new(0),
+            fired: Mutex::new(false),
+        }
+    }
+
+    /// Whether the point fired.
+    pub fn fired(&self) -> bool {
+        *self.fired.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Fail with [`Error::Injected`] if `armed` is set for `point` and this is its `nth` arrival.
+pub(crate) fn hit(armed: Option<&Armed>, point: FailPoint) -> Result<(), Error> {
+    let Some(armed) = armed else { return Ok(()) };
+    if armed.point != point {
+        return Ok(());
+    }
+    let seen = armed.seen.fetch_add(1, Ordering::SeqCst) + 1;
+    if seen == armed.nth {
+        *armed.fired.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        return Err(Error::Injected(point));
+    }
+    Ok(())
+}

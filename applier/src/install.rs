@@ -1,0 +1,710 @@
+//! Installing one segment version: the crash-safe protocol.
+//!
+//! 1. **Stage.** Every file the manifest lists is downloaded into `<mirror>/.staging/<topic>-<partition>/<base>-<next>/`,
+//!    its size, SHA-256 and CRC-32C checked against the manifest while it streams. A file already in the partition
+//!    directory with the manifest's size and hashes (left there by an interrupted run) is used as is, not fetched
+//!    again: this is how a crash between the renames and the catalog commit is recovered without a re-download.
+//! 2. **Validate.** The verification engine checks the version as a whole (every batch CRC, offsets inside
+//!    `[base, next)`, the offset, time and transaction indexes, the producer snapshot) and the data is compared with
+//!    the manifest's description of it. The leader epochs are merged with the installed ones and must stay
+//!    increasing. Anything wrong is a [`Refusal`] and nothing under the partition directory has changed.
+//! 3. **Make durable.** Each staged file gets the source's modification time (Kafka uses a `.log`'s mtime for
+//!    time-based retention when its time index is empty) and is fsynced.
+//! 4. **Rename into place**, in an order that keeps the partition directory loadable after a crash at any point:
+//!    for a new segment the indexes, snapshot and transaction index first and the `.log` last, so a `.log` never
+//!    appears without its indexes; for a longer version replacing the installed one, the `.log` first, because the
+//!    old (shorter) indexes are still correct for a longer log while new index entries would point past an old
+//!    one. Then the directory is fsynced and `leader-epoch-checkpoint` rewritten atomically.
+//! 5. The caller records the version in the catalog, in one transaction — only now, so the catalog never claims
+//!    more than is durable on disk.
+//!
+//! A half-written file is never visible under a final name: downloads land in staging, renames are atomic. Files
+//! are addressed by the parsed manifest's Kafka file names only.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest as _, Sha256};
+
+use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochCheckpoint};
+use segment_format::dir::{SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
+use segment_format::durable::fsync_dir;
+use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
+use segment_format::partition_metadata::{PartitionMetadata, Uuid};
+use segment_format::report::{Finding, Severity};
+use segment_format::snapshot::ProducerSnapshot;
+use segment_format::verify::{check_segment, VerifyOptions};
+use segmirror_catalog::SegmentVersion;
+use segmirror_shipper::Store;
+
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+use crate::report::{Refusal, MAX_REPORTED_FINDINGS};
+
+/// Largest producer snapshot read for validation: 46 bytes per producer, so room for ~5.8 million producers, far
+/// beyond any real partition, while a hostile object cannot make the applier read gigabytes into memory.
+pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+
+/// Buffer for hashing files already on disk.
+const HASH_CHUNK: usize = 1 << 20;
+
+/// Rename order of a new segment: the `.log` last, so it never appears without its indexes.
+const NEW_SEGMENT_ORDER: [SegmentFileKind; 5] = [
+    SegmentFileKind::Snapshot,
+    SegmentFileKind::TxnIndex,
+    SegmentFileKind::TimeIndex,
+    SegmentFileKind::Index,
+    SegmentFileKind::Log,
+];
+
+/// Rename order of a longer version of the installed segment: the `.log` first (old indexes stay correct for it).
+const REPLACEMENT_ORDER: [SegmentFileKind; 5] = [
+    SegmentFileKind::Log,
+    SegmentFileKind::Index,
+    SegmentFileKind::TimeIndex,
+    SegmentFileKind::TxnIndex,
+    SegmentFileKind::Snapshot,
+];
+
+/// One version to install.
+pub(crate) struct Target<'a> {
+    pub store: &'a Store,
+    pub partition_dir: &'a Path,
+    pub staging_dir: PathBuf,
+    pub manifest_key: &'a str,
+    pub manifest: &'a Manifest,
+    /// A longer version of the installed segment at the same base.
+    pub replaces: bool,
+    pub verify: &'a VerifyOptions,
+    pub progress: &'a dyn Progress,
+    #[cfg(feature = "failpoints")]
+    pub failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
+}
+
+/// A version whose files are in place and durable; the catalog is not told yet.
+#[derive(Debug, Clone)]
+pub(crate) struct Placed {
+    pub version: SegmentVersion,
+    pub fetched_bytes: u64,
+    pub reused_bytes: u64,
+    pub reused_files: u32,
+}
+
+/// Where one file of the version comes from.
+#[derive(Debug, Clone)]
+enum Source {
+    /// Already in the partition directory with the right size and hashes.
+    Reuse(PathBuf),
+    /// To be downloaded to this staging path.
+    Fetch(PathBuf),
+}
+
+impl Source {
+    fn path(&self) -> &Path {
+        match self {
+            Source::Reuse(p) | Source::Fetch(p) => p,
+        }
+    }
+}
+
+/// Run `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::task(what.to_string(), e))?
+}
+
+#[cfg(feature = "failpoints")]
+fn kill_point(armed: Option<&crate::failpoint::Armed>, point: crate::failpoint::FailPoint) -> Result<()> {
+    crate::failpoint::hit(armed, point)
+}
+
+/// Stage, validate, place (steps 1 to 4 of the module docs). `Ok(Err(_))` is a refusal; the staging directory is
+/// then removed and the partition directory is as it was.
+pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed, Refusal>> {
+    let m = t.manifest;
+    let files: Vec<ManifestFile> = m.files.clone();
+
+    // 1. Stage.
+    let sources = {
+        let (dir, staging, files) = (t.partition_dir.to_path_buf(), t.staging_dir.clone(), files.clone());
+        blocking("prepare staging", move || prepare(&dir, &staging, &files)).await?
+    };
+    let mut fetched_bytes = 0;
+    let mut reused_bytes = 0;
+    let mut reused_files = 0;
+    let mut downloads = Vec::new();
+    for (f, source) in files.iter().zip(&sources) {
+        match source {
+            Source::Reuse(_) => {
+                reused_bytes += f.size;
+                reused_files += 1;
+                t.progress.advance(f.size);
+            }
+            Source::Fetch(path) => downloads.push(fetch(t.store, f, path, t.progress)),
+        }
+    }
+    for outcome in futures::future::join_all(downloads).await {
+        match outcome? {
+            Ok(size) => fetched_bytes += size,
+            Err(refusal) => return refuse(&t.staging_dir, refusal).await,
+        }
+    }
+
+    // 2. Validate.
+    let checked = {
+        let (manifest, key, dir, sources, verify) = (
+            m.clone(),
+            t.manifest_key.to_string(),
+            t.partition_dir.to_path_buf(),
+            sources.clone(),
+            t.verify.clone(),
+        );
+        blocking("validate", move || validate(&manifest, &key, &dir, &sources, &verify)).await?
+    };
+    let epochs = match checked {
+        Ok(epochs) => epochs,
+        Err(refusal) => return refuse(&t.staging_dir, refusal).await,
+    };
+
+    // 3. Make durable.
+    {
+        let (sources, files) = (sources.clone(), files.clone());
+        blocking("sync staged files", move || {
+            for (f, source) in files.iter().zip(&sources) {
+                set_mtime_and_sync(source.path(), f.mtime_ms)?;
+            }
+            Ok(())
+        })
+        .await?;
+    }
+    #[cfg(feature = "failpoints")]
+    kill_point(t.failpoint.as_deref(), crate::failpoint::FailPoint::AfterStaging)?;
+
+    // 4. Rename into place, fsync, epochs.
+    {
+        let dir = t.partition_dir.to_path_buf();
+        let kinds: Vec<(SegmentFileKind, Source, String)> = files
+            .iter()
+            .zip(&sources)
+            .map(|(f, s)| (f.name.kind, s.clone(), f.name.to_string()))
+            .collect();
+        let (base, replaces) = (m.base_offset, t.replaces);
+        #[cfg(feature = "failpoints")]
+        let armed = t.failpoint.clone();
+        blocking("rename into place", move || {
+            place(&dir, base, &kinds, replaces, &|_n| {
+                #[cfg(feature = "failpoints")]
+                kill_point(armed.as_deref(), crate::failpoint::FailPoint::AfterRename(_n))?;
+                Ok(())
+            })?;
+            if let Some(epochs) = epochs {
+                epochs.write(&leader_epoch_checkpoint_path(&dir))?;
+            }
+            Ok(())
+        })
+        .await?;
+    }
+    #[cfg(feature = "failpoints")]
+    kill_point(t.failpoint.as_deref(), crate::failpoint::FailPoint::BeforeCatalog)?;
+
+    let log = m.file(SegmentFileKind::Log);
+    let version = SegmentVersion {
+        base_offset: m.base_offset,
+        next_offset: m.next_offset,
+        last_offset: m.last_offset.unwrap_or(m.base_offset),
+        size: log.map_or(0, |f| f.size),
+        sha256: log.map_or([0; 32], |f| f.sha256.0),
+        manifest_key: t.manifest_key.to_string(),
+        sealed: m.sealed,
+    };
+    Ok(Ok(Placed {
+        version,
+        fetched_bytes,
+        reused_bytes,
+        reused_files,
+    }))
+}
+
+/// Remove the staging directory and report the refusal.
+async fn refuse(staging: &Path, refusal: Refusal) -> Result<std::result::Result<Placed, Refusal>> {
+    remove_staging(staging).await?;
+    Ok(Err(refusal))
+}
+
+/// Remove one version's staging directory (after a refusal, or once the catalog recorded the version).
+pub(crate) async fn remove_staging(staging: &Path) -> Result<()> {
+    let staging = staging.to_path_buf();
+    blocking("remove staging", move || match fs::remove_dir_all(&staging) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(&staging, e)),
+    })
+    .await
+}
+
+/// A fresh staging directory, and where each file comes from.
+fn prepare(partition_dir: &Path, staging: &Path, files: &[ManifestFile]) -> Result<Vec<Source>> {
+    match fs::remove_dir_all(staging) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(staging, e)),
+    }
+    fs::create_dir_all(staging).map_err(|e| Error::io(staging, e))?;
+    let mut sources = Vec::with_capacity(files.len());
+    for f in files {
+        let name = f.name.to_string();
+        let placed = partition_dir.join(&name);
+        let reusable = match fs::metadata(&placed) {
+            Ok(meta) if meta.is_file() && meta.len() == f.size => {
+                let (size, crc, sha) = hash_file(&placed).map_err(|e| Error::io(&placed, e))?;
+                size == f.size && crc == f.crc32c && sha == f.sha256.0
+            }
+            _ => false,
+        };
+        sources.push(if reusable {
+            Source::Reuse(placed)
+        } else {
+            Source::Fetch(staging.join(&name))
+        });
+    }
+    Ok(sources)
+}
+
+/// Download one file to its staging path; `Ok(Err(_))` when the store's object is not what the manifest promised.
+async fn fetch(
+    store: &Store,
+    f: &ManifestFile,
+    path: &Path,
+    progress: &dyn Progress,
+) -> Result<std::result::Result<u64, Refusal>> {
+    use segmirror_shipper::Error as StoreError;
+    match store.get_to_file(&f.key, path, f.size, &f.sha256).await {
+        // The staging directory, and this file with it, is removed by the caller on a refusal.
+        Ok(digest) if digest.crc32c != f.crc32c => Ok(Err(Refusal::Mismatch {
+                key: f.key.clone(),
+                what: "crc32c".into(),
+                expected: format!("{:08x}", f.crc32c),
+                found: format!("{:08x}", digest.crc32c),
+            })),
+        Ok(digest) => {
+            progress.advance(digest.size);
+            Ok(Ok(digest.size))
+        }
+        Err(StoreError::Mismatch {
+            key,
+            what,
+            expected,
+            found,
+        }) => Ok(Err(Refusal::Mismatch {
+            key,
+            what: what.to_string(),
+            expected,
+            found,
+        })),
+        Err(StoreError::NotFound { key }) => Ok(Err(Refusal::InvalidManifest {
+            reason: format!("it names data object {key}, which is not in the store"),
+        })),
+        Err(e) => Err(Error::Store(e)),
+    }
+}
+
+/// Step 2: the verification engine on the version's files, the manifest's claims, the snapshot, the epochs.
+/// Returns the new `leader-epoch-checkpoint` when it changes.
+fn validate(
+    m: &Manifest,
+    manifest_key: &str,
+    partition_dir: &Path,
+    sources: &[Source],
+    verify: &VerifyOptions,
+) -> Result<std::result::Result<Option<LeaderEpochCheckpoint>, Refusal>> {
+    let path_of = |kind: SegmentFileKind| {
+        m.files
+            .iter()
+            .zip(sources)
+            .find(|(f, _)| f.name.kind == kind)
+            .map(|(_, s)| s.path().to_path_buf())
+    };
+    // Name findings by object key (staged files) so a report points at the bucket, not at a staging path.
+    let names: HashMap<PathBuf, PathBuf> = m
+        .files
+        .iter()
+        .zip(sources)
+        .filter_map(|(f, s)| match s {
+            Source::Fetch(p) => Some((p.clone(), PathBuf::from(&f.key))),
+            Source::Reuse(_) => None,
+        })
+        .collect();
+    let rename = |mut finding: Finding| {
+        if let Some(key) = names.get(&finding.path) {
+            finding.path = key.clone();
+        }
+        finding
+    };
+    let corrupt = |findings: Vec<Finding>, suppressed: u64| {
+        let total = findings.len() as u64 + suppressed;
+        let kept: Vec<Finding> = findings.into_iter().take(MAX_REPORTED_FINDINGS).map(rename).collect();
+        Refusal::Corrupt {
+            more: total - kept.len() as u64,
+            findings: kept,
+        }
+    };
+    let (Some(log), Some(index), Some(time_index)) = (
+        path_of(SegmentFileKind::Log),
+        path_of(SegmentFileKind::Index),
+        path_of(SegmentFileKind::TimeIndex),
+    ) else {
+        // `Manifest::validate` requires all three.
+        return Ok(Err(Refusal::InvalidManifest {
+            reason: format!("{manifest_key} lacks a .log, .index or .timeindex"),
+        }));
+    };
+    let segment = SegmentFiles {
+        base_offset: m.base_offset,
+        log: log.clone(),
+        index: Some(index),
+        time_index: Some(time_index),
+        txn_index: path_of(SegmentFileKind::TxnIndex),
+    };
+    // A shipped version ends at a complete batch: strict. An unsealed one is the source's active segment, whose time
+    // index has no closing entry yet.
+    let options = VerifyOptions {
+        deep: verify.deep,
+        strict: true,
+    };
+    let check = match check_segment(&segment, Some(m.next_offset), !m.sealed, &options) {
+        Ok(check) => check,
+        Err(e) if e.is_corrupt() || e.is_incomplete() => return Ok(Err(corrupt(vec![Finding::from_error(&e)], 0))),
+        Err(e) => return Err(Error::Format(e)),
+    };
+    if !check.is_sound() {
+        let errors: Vec<Finding> = check.errors().cloned().collect();
+        return Ok(Err(corrupt(errors, check.suppressed_findings)));
+    }
+    let s = &check.summary;
+    let log_size = m.file(SegmentFileKind::Log).map_or(0, |f| f.size);
+    let claims = [
+        ("batches", m.batches.to_string(), s.batches.to_string()),
+        ("records", m.records.to_string(), s.records.to_string()),
+        ("first offset", format!("{:?}", m.first_offset), format!("{:?}", s.first_offset)),
+        ("last offset", format!("{:?}", m.last_offset), format!("{:?}", s.last_offset)),
+        ("well-framed .log bytes", log_size.to_string(), s.bytes.to_string()),
+    ];
+    if let Some((what, manifest, data)) = claims.into_iter().find(|(_, a, b)| a != b) {
+        return Ok(Err(Refusal::ManifestDataMismatch {
+            what: what.to_string(),
+            manifest,
+            data,
+        }));
+    }
+    if let Some(snapshot) = path_of(SegmentFileKind::Snapshot) {
+        let size = fs::metadata(&snapshot).map_err(|e| Error::io(&snapshot, e))?.len();
+        if size > MAX_SNAPSHOT_BYTES {
+            return Ok(Err(Refusal::InvalidManifest {
+                reason: format!("producer snapshot of {size} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}"),
+            }));
+        }
+        match ProducerSnapshot::read(&snapshot) {
+            Ok(_) => {}
+            Err(e) if e.is_corrupt() || e.is_incomplete() => {
+                return Ok(Err(corrupt(vec![Finding::from_error(&e)], 0)))
+            }
+            Err(e) => return Err(Error::Format(e)),
+        }
+    }
+    let checkpoint_path = leader_epoch_checkpoint_path(partition_dir);
+    let existing = match fs::metadata(&checkpoint_path) {
+        Ok(_) => LeaderEpochCheckpoint::read(&checkpoint_path)?.entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(Error::io(&checkpoint_path, e)),
+    };
+    let merged = merge_epochs(&existing, &m.epochs);
+    let problems: Vec<String> = LeaderEpochCheckpoint::new(merged.clone())
+        .check(&checkpoint_path)
+        .into_iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.defect.to_string())
+        .collect();
+    if !problems.is_empty() {
+        return Ok(Err(Refusal::Epochs {
+            message: format!(
+                "the installed epochs {} and this version's {} do not merge: {}",
+                show_epochs(&existing),
+                show_epochs(&m.epochs.iter().map(|e| EpochEntry {
+                    epoch: e.epoch,
+                    start_offset: e.start_offset
+                }).collect::<Vec<_>>()),
+                problems.join("; ")
+            ),
+        }));
+    }
+    Ok(Ok((merged != existing).then(|| LeaderEpochCheckpoint::new(merged))))
+}
+
+fn show_epochs(entries: &[EpochEntry]) -> String {
+    let parts: Vec<String> = entries.iter().map(|e| format!("{}@{}", e.epoch, e.start_offset)).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// The leader epochs of the installed segments plus a version's: the union by epoch, keeping the earliest start
+/// offset seen for an epoch (the source truncates the first entry's start to its log start offset as retention
+/// advances, while the mirror may hold older data of that epoch). Sorted by epoch; whether the result is still
+/// increasing in start offsets is for `LeaderEpochCheckpoint::check` to say.
+pub(crate) fn merge_epochs(installed: &[EpochEntry], shipped: &[EpochStart]) -> Vec<EpochEntry> {
+    let mut by_epoch: BTreeMap<i32, i64> = BTreeMap::new();
+    let shipped = shipped.iter().map(|e| EpochEntry {
+        epoch: e.epoch,
+        start_offset: e.start_offset,
+    });
+    for e in installed.iter().copied().chain(shipped) {
+        by_epoch
+            .entry(e.epoch)
+            .and_modify(|s| *s = (*s).min(e.start_offset))
+            .or_insert(e.start_offset);
+    }
+    by_epoch
+        .into_iter()
+        .map(|(epoch, start_offset)| EpochEntry { epoch, start_offset })
+        .collect()
+}
+
+/// Step 4: rename the staged files of segment `base` into `dir` in the protocol's order, remove files of that
+/// segment the version does not have, fsync the directory. `after_rename(n)` runs after the `n`-th rename.
+fn place(
+    dir: &Path,
+    base: i64,
+    files: &[(SegmentFileKind, Source, String)],
+    replaces: bool,
+    after_rename: &dyn Fn(u32) -> Result<()>,
+) -> Result<()> {
+    let order = if replaces {
+        REPLACEMENT_ORDER
+    } else {
+        NEW_SEGMENT_ORDER
+    };
+    // Files of this base the version does not have (a kind an older, interrupted version had): not part of it.
+    let stale: Vec<PathBuf> = SegmentFileKind::ALL
+        .into_iter()
+        .filter(|k| !files.iter().any(|(kind, _, _)| kind == k))
+        .map(|k| dir.join(segment_format::dir::segment_file_name(base, k)))
+        .filter(|p| p.exists())
+        .collect();
+    let remove_stale = || -> Result<()> {
+        for path in &stale {
+            fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+        }
+        Ok(())
+    };
+    if !replaces {
+        remove_stale()?;
+    }
+    let mut renamed = 0;
+    for kind in order {
+        let Some((_, Source::Fetch(staged), name)) = files.iter().find(|(k, _, _)| *k == kind) else {
+            continue;
+        };
+        let target = dir.join(name);
+        fs::rename(staged, &target).map_err(|e| Error::io(&target, e))?;
+        renamed += 1;
+        after_rename(renamed)?;
+    }
+    if replaces {
+        remove_stale()?;
+    }
+    fsync_dir(dir)?;
+    Ok(())
+}
+
+/// Create the partition directory if needed (fsyncing the mirror root) and tag it with the lineage in
+/// `partition.metadata`, before any segment is renamed into it. A directory tagged with another topic id is refused.
+pub(crate) fn ensure_partition_dir(dir: &Path, topic_id: &Uuid) -> Result<()> {
+    if !dir.is_dir() {
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        if let Some(parent) = dir.parent() {
+            fsync_dir(parent)?;
+        }
+    }
+    let path = dir.join(PARTITION_METADATA_FILE);
+    match fs::metadata(&path) {
+        Ok(_) => {
+            let found = PartitionMetadata::read(&path)?.topic_id;
+            if found != *topic_id {
+                return Err(Error::ForeignPartitionDir {
+                    path: dir.to_path_buf(),
+                    found: found.to_string(),
+                    expected: topic_id.to_string(),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PartitionMetadata::new(*topic_id).write(&path)?),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// Size, CRC-32C and SHA-256 of a file, read in chunks.
+pub(crate) fn hash_file(path: &Path) -> std::io::Result<(u64, u32, [u8; 32])> {
+    let mut file = File::open(path)?;
+    let mut buf = vec![0u8; HASH_CHUNK];
+    let mut sha = Sha256::new();
+    let mut crc = 0u32;
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
+            break;
+        };
+        sha.update(chunk);
+        crc = crc32c::crc32c_append(crc, chunk);
+        size += n as u64;
+    }
+    Ok((size, crc, sha.finalize().into()))
+}
+
+/// The manifest's `mtime_ms` as a time, if representable.
+fn system_time(ms: i64) -> Option<SystemTime> {
+    if ms >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_millis(ms.unsigned_abs()))
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_millis(ms.unsigned_abs()))
+    }
+}
+
+/// Give a file the source's modification time and force it (data and metadata) to disk. A file that already has
+/// that time is only synced.
+fn set_mtime_and_sync(path: &Path, mtime_ms: i64) -> Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    if let Some(time) = system_time(mtime_ms) {
+        let current = file.metadata().and_then(|m| m.modified()).ok();
+        if current != Some(time) {
+            file.set_modified(time).map_err(|e| Error::io(path, e))?;
+        }
+    }
+    file.sync_all().map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(epoch: i32, start_offset: i64) -> EpochEntry {
+        EpochEntry { epoch, start_offset }
+    }
+
+    fn s(epoch: i32, start_offset: i64) -> EpochStart {
+        EpochStart { epoch, start_offset }
+    }
+
+    #[test]
+    fn epochs_merge_by_epoch_keeping_the_earliest_start() {
+        assert_eq!(merge_epochs(&[], &[s(0, 0), s(1, 80)]), [e(0, 0), e(1, 80)]);
+        assert_eq!(
+            merge_epochs(&[e(0, 0), e(1, 80)], &[s(1, 80), s(4, 155)]),
+            [e(0, 0), e(1, 80), e(4, 155)]
+        );
+        // The source truncated epoch 10's start to its new log start offset; the mirror keeps the older start.
+        assert_eq!(
+            merge_epochs(&[e(10, 1_000_000)], &[s(10, 1_000_089), s(11, 1_000_100)]),
+            [e(10, 1_000_000), e(11, 1_000_100)]
+        );
+        // A contradiction survives the merge for the checker to find.
+        let merged = merge_epochs(&[e(5, 300)], &[s(4, 400)]);
+        assert_eq!(merged, [e(4, 400), e(5, 300)]);
+        assert!(!LeaderEpochCheckpoint::new(merged).check(Path::new("x")).is_empty());
+    }
+
+    #[test]
+    fn mtimes_convert_both_ways_of_the_epoch() {
+        assert_eq!(system_time(0), Some(UNIX_EPOCH));
+        assert_eq!(system_time(1_500), Some(UNIX_EPOCH + Duration::from_millis(1_500)));
+        assert_eq!(system_time(-1_000), UNIX_EPOCH.checked_sub(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn hashing_a_file_matches_hashing_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(&path, &bytes).unwrap();
+        let (size, crc, sha) = hash_file(&path).unwrap();
+        assert_eq!(size, bytes.len() as u64);
+        assert_eq!(crc, crc32c::crc32c(&bytes));
+        assert_eq!(sha, <[u8; 32]>::from(Sha256::digest(&bytes)));
+    }
+
+    #[test]
+    fn a_new_segment_puts_its_log_last_and_a_replacement_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = dir.path().join("t-0");
+        let staging = dir.path().join("s");
+        fs::create_dir_all(&part).unwrap();
+        fs::create_dir_all(&staging).unwrap();
+        let files: Vec<(SegmentFileKind, Source, String)> = [
+            SegmentFileKind::Log,
+            SegmentFileKind::Index,
+            SegmentFileKind::TimeIndex,
+            SegmentFileKind::Snapshot,
+        ]
+        .into_iter()
+        .map(|k| {
+            let name = segment_format::dir::segment_file_name(7, k);
+            fs::write(staging.join(&name), b"x").unwrap();
+            (k, Source::Fetch(staging.join(&name)), name)
+        })
+        .collect();
+        // A stale .txnindex of an older attempt at this base is not part of the version.
+        fs::write(part.join("00000000000000000007.txnindex"), b"old").unwrap();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let record = |n: u32| {
+            let mut names: Vec<String> = fs::read_dir(&part)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            seen.borrow_mut().push((n, names));
+            Ok(())
+        };
+        place(&part, 7, &files, false, &record).unwrap();
+        let seen = seen.into_inner();
+        assert_eq!(seen.len(), 4);
+        assert!(seen[..3].iter().all(|(_, names)| !names.iter().any(|n| n.ends_with(".log"))));
+        assert!(seen[0].1.iter().all(|n| !n.ends_with(".txnindex")), "stale file removed first");
+        assert!(seen[3].1.contains(&"00000000000000000007.log".to_string()));
+
+        for (_, source, name) in &files {
+            fs::write(source.path(), b"yy").unwrap();
+            let _ = name;
+        }
+        let first = std::cell::RefCell::new(None);
+        place(&part, 7, &files, true, &|n| {
+            if n == 1 {
+                *first.borrow_mut() = Some(fs::read(part.join("00000000000000000007.log")).unwrap());
+                assert_eq!(fs::read(part.join("00000000000000000007.index")).unwrap(), b"x");
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(first.into_inner().unwrap(), b"yy", "the .log is replaced first");
+    }
+
+    #[test]
+    fn a_foreign_partition_dir_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = dir.path().join("t-0");
+        let a = Uuid([1; 16]);
+        let b = Uuid([2; 16]);
+        ensure_partition_dir(&part, &a).unwrap();
+        assert_eq!(PartitionMetadata::read(&part.join(PARTITION_METADATA_FILE)).unwrap().topic_id, a);
+        ensure_partition_dir(&part, &a).unwrap();
+        assert!(matches!(
+            ensure_partition_dir(&part, &b),
+            Err(Error::ForeignPartitionDir { .. })
+        ));
+    }
+}

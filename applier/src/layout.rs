@@ -1,0 +1,89 @@
+//! Where the applier puts things under its mirror root.
+//!
+//! ```text
+//! <mirror-root>/<topic>-<partition>/                       Kafka's own layout and file names
+//! <mirror-root>/.staging/<topic>-<partition>/<base>-<next>/   one segment version being downloaded and checked
+//! ```
+//!
+//! Every path is built here from parsed, validated names only (a topic that passed Kafka's topic rules, numbers),
+//! never from a string read out of a manifest, so a bucket cannot steer a write outside the mirror root. The mirror
+//! root is segmirror's own directory, never a broker log dir: a broker refuses to start on a directory name it
+//! cannot parse (`.staging`), so [`MirrorLayout::open`] refuses a root holding `meta.properties`.
+
+use std::path::{Path, PathBuf};
+
+use segment_format::dir::{PartitionDirName, META_PROPERTIES_FILE};
+
+use crate::error::{Error, Result};
+
+/// Name of the staging directory under the mirror root.
+pub const STAGING_DIR: &str = ".staging";
+
+/// The mirror root and the paths below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorLayout {
+    root: PathBuf,
+}
+
+impl MirrorLayout {
+    /// Use `root` (created if missing) as the mirror root. Refused if it is a broker log dir.
+    pub fn open(root: &Path) -> Result<Self> {
+        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        if root.join(META_PROPERTIES_FILE).exists() {
+            return Err(Error::MirrorIsLogDir {
+                path: root.to_path_buf(),
+            });
+        }
+        Ok(MirrorLayout {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/<topic>-<partition>`; `topic` must be a validated Kafka topic name.
+    pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.root.join(PartitionDirName::new(topic, partition).dir_name())
+    }
+
+    /// `<root>/.staging`.
+    pub fn staging_root(&self) -> PathBuf {
+        self.root.join(STAGING_DIR)
+    }
+
+    /// `<root>/.staging/<topic>-<partition>/<base>-<next>`.
+    pub fn staging_dir(&self, topic: &str, partition: i32, base_offset: i64, next_offset: i64) -> PathBuf {
+        self.staging_root()
+            .join(PartitionDirName::new(topic, partition).dir_name())
+            .join(format!("{base_offset}-{next_offset}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_kafka_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = MirrorLayout::open(&dir.path().join("mirror")).unwrap();
+        assert!(layout.root().is_dir());
+        assert_eq!(layout.partition_dir("orders", 3), dir.path().join("mirror/orders-3"));
+        assert_eq!(
+            layout.staging_dir("orders", 3, 100, 250),
+            dir.path().join("mirror/.staging/orders-3/100-250")
+        );
+    }
+
+    #[test]
+    fn a_broker_log_dir_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(META_PROPERTIES_FILE), b"version=1\n").unwrap();
+        assert!(matches!(
+            MirrorLayout::open(dir.path()),
+            Err(Error::MirrorIsLogDir { path }) if path == dir.path()
+        ));
+    }
+}

@@ -1,0 +1,151 @@
+//! The target broker's log dir as promotion sees it: which partition directories a topic has there, what each one
+//! holds (topic id, leader epoch, data), and the root offset checkpoints promotion rewrites.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use segment_format::checkpoint::{LeaderEpochCheckpoint, OffsetCheckpoint, OffsetCheckpointEntry};
+use segment_format::dir::{
+    DirKind, LogDir, PartitionDir, RootCheckpoint, LEADER_EPOCH_CHECKPOINT_FILE, PARTITION_METADATA_FILE,
+};
+use segment_format::partition_metadata::{PartitionMetadata, TopicId};
+
+use super::{Planned, Refusal, TopicPartition};
+use crate::error::{Error, Result};
+
+/// Leader epoch assumed for a target partition whose `leader-epoch-checkpoint` is missing or empty (it never led):
+/// no leader epoch is lower, so every later epoch of the partition is at least this.
+pub const EPOCH_WHEN_UNKNOWN: i32 = 0;
+
+/// The normal (`<topic>-<partition>`) directories of a log dir.
+#[derive(Debug)]
+pub struct TargetLogDir {
+    root: PathBuf,
+    partitions: BTreeMap<String, Vec<i32>>,
+}
+
+/// What a target partition directory says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetFacts {
+    pub topic_id: TopicId,
+    /// The newest epoch in its `leader-epoch-checkpoint`: the last epoch in which this broker led it. The cluster's
+    /// current epoch may be higher (a stop and each leader change raise it), never lower.
+    pub leader_epoch: i32,
+}
+
+impl TargetLogDir {
+    pub fn open(root: &Path) -> Result<Self> {
+        let listing = LogDir::open(root)?;
+        let mut partitions: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for entry in listing.partitions.iter().filter(|e| e.name.kind == DirKind::Normal) {
+            partitions
+                .entry(entry.name.topic.clone())
+                .or_default()
+                .push(entry.name.partition);
+        }
+        Ok(TargetLogDir {
+            root: root.to_path_buf(),
+            partitions,
+        })
+    }
+
+    /// Partition directories of `topic` in this log dir.
+    pub fn partition_count(&self, topic: &str) -> usize {
+        self.partitions.get(topic).map_or(0, Vec::len)
+    }
+
+    /// The facts of one target partition, or the refusals that stop it.
+    pub fn inspect_partition(
+        &self,
+        tp: &TopicPartition,
+        force: bool,
+        refusals: &mut Vec<Refusal>,
+    ) -> Result<Option<TargetFacts>> {
+        let dir = self.root.join(tp.dir_name());
+        if !dir.is_dir() {
+            refusals.push(Refusal::TargetPartitionMissing {
+                partition: tp.clone(),
+                path: dir,
+            });
+            return Ok(None);
+        }
+        let metadata = dir.join(PARTITION_METADATA_FILE);
+        if !metadata.is_file() {
+            refusals.push(Refusal::TargetTopicIdMissing {
+                partition: tp.clone(),
+                path: metadata,
+            });
+            return Ok(None);
+        }
+        let topic_id = PartitionMetadata::read(&metadata)?.topic_id;
+        let listing = PartitionDir::open(&dir)?;
+        if !force {
+            for segment in &listing.segments {
+                let size = std::fs::metadata(&segment.log)
+                    .map_err(|e| Error::io(&segment.log, e))?
+                    .len();
+                if size > 0 {
+                    refusals.push(Refusal::TargetNotEmpty {
+                        partition: tp.clone(),
+                        log: segment.log.clone(),
+                        size,
+                    });
+                    return Ok(None);
+                }
+            }
+        }
+        let checkpoint = dir.join(LEADER_EPOCH_CHECKPOINT_FILE);
+        let leader_epoch = if checkpoint.is_file() {
+            LeaderEpochCheckpoint::read(&checkpoint)?
+                .entries
+                .last()
+                .map_or(EPOCH_WHEN_UNKNOWN, |e| e.epoch.max(EPOCH_WHEN_UNKNOWN))
+        } else {
+            EPOCH_WHEN_UNKNOWN
+        };
+        Ok(Some(TargetFacts { topic_id, leader_epoch }))
+    }
+}
+
+/// The entry each root checkpoint must carry for a promoted partition (`None`: no entry).
+fn wanted(kind: RootCheckpoint, p: &Planned) -> Option<i64> {
+    match kind {
+        // Everything is flushed: nothing to recover at start.
+        RootCheckpoint::RecoveryPoint => Some(p.log_end_offset),
+        // Every record is replicated (all replicas are promoted copies).
+        RootCheckpoint::ReplicationOffset => Some(p.log_end_offset),
+        // `LogManager.checkpointLogStartOffsetsInDir` writes only offsets above the first segment's base.
+        RootCheckpoint::LogStartOffset => (p.log_start_offset > p.first_base_offset()).then_some(p.log_start_offset),
+        // The target's cleaner never saw this data; it starts from the log start.
+        RootCheckpoint::CleanerOffset => None,
+    }
+}
+
+/// Rewrite the root checkpoints of `log_dir` so each planned partition has exactly the entries it needs, keeping
+/// every other partition's entries. A missing cleaner checkpoint is left missing (nothing to remove from it).
+pub fn write_root_checkpoints(log_dir: &Path, planned: &[Planned]) -> Result<()> {
+    for kind in RootCheckpoint::ALL {
+        let path = log_dir.join(kind.file_name());
+        let mut checkpoint = if path.is_file() {
+            OffsetCheckpoint::read(&path)?
+        } else if kind == RootCheckpoint::CleanerOffset {
+            continue;
+        } else {
+            OffsetCheckpoint::default()
+        };
+        checkpoint
+            .entries
+            .retain(|e| !planned.iter().any(|p| p.topic == e.topic && p.partition == e.partition));
+        for p in planned {
+            if let Some(offset) = wanted(kind, p) {
+                checkpoint.entries.push(OffsetCheckpointEntry {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    offset,
+                });
+            }
+        }
+        checkpoint.write(&path)?;
+    }
+    Ok(())
+}

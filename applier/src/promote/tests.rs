@@ -1,0 +1,587 @@
+//! Promotion against writer-made mirrors and a broker-shaped target log dir (no broker: the real-broker tests are
+//! `tests/tests/e2e_promote.rs`). Crashes are simulated by a step hook that panics, which stops the run exactly
+//! where a killed process would stop (no cleanup runs); the rerun must then finish the job.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint, OffsetCheckpoint, OffsetCheckpointEntry};
+use segment_format::dir::{
+    LogDir, RootCheckpoint, CLEANER_OFFSET_CHECKPOINT_FILE, LEADER_EPOCH_CHECKPOINT_FILE, LOCK_FILE,
+    PARTITION_METADATA_FILE,
+};
+use segment_format::log::scan_frames;
+use segment_format::partition_metadata::{PartitionMetadata, Uuid};
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::report::Severity;
+use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::writer::{
+    write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WrittenPartition, WriterConfig,
+};
+use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
+
+use super::*;
+
+const LINK: &str = "l";
+const TOPIC: &str = "orders";
+const SOURCE_ID: Uuid = Uuid([1; 16]);
+const TARGET_ID: Uuid = Uuid([2; 16]);
+/// The epoch the target partitions last led in.
+const TARGET_EPOCH: i32 = 2;
+/// Offset the source's log start moved to for partition 1 (inside its third segment).
+const TRIMMED_START: i64 = 23;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    mirror: PathBuf,
+    target: PathBuf,
+    catalog: Catalog,
+    written: Vec<WrittenPartition>,
+}
+
+fn config(topic_id: Uuid) -> WriterConfig {
+    WriterConfig {
+        segment_bytes: 600,
+        fsync: false,
+        topic_id: Some(topic_id),
+        ..WriterConfig::default()
+    }
+}
+
+/// A source-like partition: leader epochs 3 then 7, several segments.
+fn write_mirror_partition(root: &Path, partition: i32) -> WrittenPartition {
+    let mut w = PartitionWriter::create(root, TOPIC, partition, 0, config(SOURCE_ID)).unwrap();
+    for (epoch, batches) in [(3, 6), (7, 6)] {
+        w.become_leader(epoch);
+        for _ in 0..batches {
+            let base = w.next_offset();
+            let mut b = BatchBuilder::new(base).partition_leader_epoch(epoch);
+            for i in 0..3 {
+                b = b.record(
+                    RecordSpec::new(i, 1_700_000_000_000 + base + i64::from(i))
+                        .with_key(format!("k{partition}-{base}-{i}"))
+                        .with_value(vec![b'v'; 40]),
+                );
+            }
+            w.append(b).unwrap();
+        }
+    }
+    w.close().unwrap()
+}
+
+/// An empty partition as the target broker leaves it after creating the topic and leading it in `TARGET_EPOCH`.
+fn write_target_partition(root: &Path, topic: &str, partition: i32, id: Uuid) -> WrittenPartition {
+    let mut w = PartitionWriter::create(root, topic, partition, 0, config(id)).unwrap();
+    w.become_leader(TARGET_EPOCH);
+    w.close().unwrap()
+}
+
+fn record_installed(catalog: &mut Catalog, w: &WrittenPartition, log_start: i64) {
+    let key = PartitionKey::new(LINK, TOPIC, w.partition);
+    let id = match catalog.upsert_partition(&key, &SOURCE_ID.to_string(), log_start).unwrap() {
+        Upsert::Created(p) | Upsert::Existing(p) => p.id,
+        other => panic!("{other:?}"),
+    };
+    let n = w.segments.len();
+    for (i, s) in w.segments.iter().enumerate() {
+        let Some(last) = s.last_offset else { continue };
+        let next = w.segments.get(i + 1).map_or(w.log_end_offset, |n| n.base_offset);
+        let version = SegmentVersion {
+            base_offset: s.base_offset,
+            next_offset: next,
+            last_offset: last,
+            size: s.size,
+            sha256: [9; 32],
+            manifest_key: format!("{LINK}/{TOPIC}/{}/m/{}.json", w.partition, s.base_offset),
+            sealed: i + 1 < n,
+        };
+        catalog.mark_installed(id, &SOURCE_ID.to_string(), &version).unwrap();
+    }
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let mirror = dir.path().join("mirror");
+    let target = dir.path().join("target");
+    let written: Vec<WrittenPartition> = (0..2).map(|p| write_mirror_partition(&mirror, p)).collect();
+    assert!(written.iter().all(|w| w.segments.len() >= 4), "several segments per partition");
+    let mut in_target: Vec<WrittenPartition> = (0..2)
+        .map(|p| write_target_partition(&target, TOPIC, p, TARGET_ID))
+        .collect();
+    // Another topic the broker owns: promotion must leave it and its checkpoint entries alone.
+    let mut other = PartitionWriter::create(&target, "other", 0, 0, config(Uuid([3; 16]))).unwrap();
+    other.become_leader(5);
+    other
+        .append(BatchBuilder::new(0).partition_leader_epoch(5).record(RecordSpec::new(0, 5).with_value("x")))
+        .unwrap();
+    in_target.push(other.close().unwrap());
+    let identity = LogDirIdentity {
+        cluster_id: Uuid([4; 16]).to_string(),
+        node_id: 1,
+        directory_id: Uuid([5; 16]),
+    };
+    write_log_dir_files(&target, &identity, &in_target, LogDirState::CleanShutdown { broker_epoch: 9 }).unwrap();
+    // A stale cleaner entry for a promoted partition and a live one for `other`.
+    OffsetCheckpoint {
+        entries: vec![
+            OffsetCheckpointEntry {
+                topic: TOPIC.into(),
+                partition: 0,
+                offset: 0,
+            },
+            OffsetCheckpointEntry {
+                topic: "other".into(),
+                partition: 0,
+                offset: 1,
+            },
+        ],
+    }
+    .write(&target.join(CLEANER_OFFSET_CHECKPOINT_FILE))
+    .unwrap();
+    let mut catalog = Catalog::open_in_memory().unwrap();
+    catalog
+        .create_link(&LinkSpec {
+            name: LINK.into(),
+            store_url: "file:///bucket".into(),
+            topics_regex: ".*".into(),
+            groups_regex: None,
+        })
+        .unwrap();
+    record_installed(&mut catalog, &written[0], 0);
+    record_installed(&mut catalog, &written[1], TRIMMED_START);
+    Fixture {
+        _dir: dir,
+        mirror,
+        target,
+        catalog,
+        written,
+    }
+}
+
+impl Fixture {
+    fn request(&self) -> PromoteRequest {
+        PromoteRequest {
+            mirror_root: self.mirror.clone(),
+            log_dir: self.target.clone(),
+            link: None,
+            topics: None,
+            force: false,
+        }
+    }
+
+    fn promote(&mut self) -> Result<PromoteReport> {
+        let request = self.request();
+        promote(&request, &mut self.catalog)
+    }
+
+    fn state(&self, partition: i32) -> PartitionState {
+        self.catalog.partition(&PartitionKey::new(LINK, TOPIC, partition)).unwrap().state
+    }
+}
+
+/// Every file under `dir`, relative path -> bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.insert(path.strip_prefix(root).unwrap().to_path_buf(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The target log dir as promotion leaves it, with the root checkpoints compared by content (entry order is not
+/// part of the format) and the lock file (created by promotion if missing) left out.
+fn target_state(dir: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, Vec<OffsetCheckpointEntry>>) {
+    let mut files = tree(dir);
+    files.remove(Path::new(LOCK_FILE));
+    let mut checkpoints = BTreeMap::new();
+    for kind in RootCheckpoint::ALL {
+        if let Some(bytes) = files.remove(Path::new(kind.file_name())) {
+            let mut entries = OffsetCheckpoint::parse(&bytes).unwrap().entries;
+            entries.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+            checkpoints.insert(kind.file_name().to_string(), entries);
+        }
+    }
+    (files, checkpoints)
+}
+
+/// `bytes` of a `.log` with every magic-2 batch's epoch set to `epoch`.
+fn restamped(bytes: &[u8], epoch: i32) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for frame in scan_frames(bytes, 0) {
+        let frame = frame.unwrap();
+        let at = frame.info.position as usize + PARTITION_LEADER_EPOCH_OFFSET;
+        out[at..at + 4].copy_from_slice(&epoch.to_be_bytes());
+    }
+    out
+}
+
+fn entry(topic: &str, partition: i32, offset: i64) -> OffsetCheckpointEntry {
+    OffsetCheckpointEntry {
+        topic: topic.into(),
+        partition,
+        offset,
+    }
+}
+
+fn refusals(err: Error) -> Vec<Refusal> {
+    match err {
+        Error::PromoteRefused { refusals } => refusals,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
+    let mut f = fixture();
+    let mirror_before = tree(&f.mirror);
+    let report = f.promote().unwrap();
+    assert_eq!(report.link, LINK);
+    assert_eq!(report.changed(), 2);
+    assert!(report.notes.is_empty(), "{:?}", report.notes);
+    assert_eq!(tree(&f.mirror), mirror_before, "the mirror is never changed");
+    assert!(!f.target.join(STAGING_DIR).exists());
+
+    for (w, log_start) in f.written.iter().zip([0, TRIMMED_START]) {
+        let p = report.partitions.iter().find(|p| p.partition == w.partition).unwrap();
+        assert_eq!(p.outcome, Outcome::Promoted);
+        assert_eq!(p.target_topic_id.as_deref(), Some(TARGET_ID.to_string().as_str()));
+        assert_eq!(p.leader_epoch, Some(TARGET_EPOCH));
+        assert_eq!((p.log_start_offset, p.log_end_offset), (log_start, Some(w.log_end_offset)));
+
+        let src = f.mirror.join(format!("{TOPIC}-{}", w.partition));
+        let dst = f.target.join(format!("{TOPIC}-{}", w.partition));
+        let copied = tree(&dst);
+        // Segments wholly below the log start offset are not copied; everything else is.
+        let kept: Vec<i64> = w
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| w.segments.get(i + 1).is_none_or(|n| n.base_offset > log_start))
+            .map(|(_, s)| s.base_offset)
+            .collect();
+        assert_eq!(p.segments, kept.len());
+        let kept_batches: u64 = w.segments.iter().filter(|s| kept.contains(&s.base_offset)).map(|s| s.batches).sum();
+        assert_eq!(p.batches_restamped, kept_batches, "every batch carried epoch 3 or 7");
+        if log_start > 0 {
+            assert!(kept.len() < w.segments.len(), "the trimmed partition drops its first segments");
+        }
+        for (name, bytes) in tree(&src) {
+            let file = name.to_str().unwrap();
+            let base: Option<i64> = file.split('.').next().and_then(|b| b.parse().ok());
+            match base {
+                Some(b) if file.ends_with(".snapshot") => {
+                    assert_eq!(copied.get(&name).is_some(), b >= kept[0], "{file}");
+                }
+                Some(b) if !kept.contains(&b) => assert!(!copied.contains_key(&name), "{file} not copied"),
+                Some(_) if file.ends_with(".log") => {
+                    assert_eq!(copied[&name], restamped(&bytes, TARGET_EPOCH), "{file}: only epochs differ")
+                }
+                Some(_) => assert_eq!(copied[&name], bytes, "{file} copied byte for byte"),
+                None => {}
+            }
+        }
+        assert_eq!(PartitionMetadata::read(&dst.join(PARTITION_METADATA_FILE)).unwrap().topic_id, TARGET_ID);
+        assert_eq!(
+            LeaderEpochCheckpoint::read(&dst.join(LEADER_EPOCH_CHECKPOINT_FILE)).unwrap().entries,
+            vec![EpochEntry {
+                epoch: TARGET_EPOCH,
+                start_offset: log_start
+            }]
+        );
+        // The catalog: promoted, with the target topic id; the applier's writes are refused from now on.
+        let row = f.catalog.partition(&PartitionKey::new(LINK, TOPIC, w.partition)).unwrap();
+        assert_eq!(row.state, PartitionState::Promoted);
+        assert_eq!(row.mirror_topic_id.as_deref(), Some(TARGET_ID.to_string().as_str()));
+    }
+
+    let (_, checkpoints) = target_state(&f.target);
+    let leo = |p: usize| f.written[p].log_end_offset;
+    assert_eq!(
+        checkpoints["recovery-point-offset-checkpoint"],
+        vec![entry("orders", 0, leo(0)), entry("orders", 1, leo(1)), entry("other", 0, 1)]
+    );
+    assert_eq!(
+        checkpoints["replication-offset-checkpoint"],
+        vec![entry("orders", 0, leo(0)), entry("orders", 1, leo(1)), entry("other", 0, 1)]
+    );
+    // Only the trimmed partition's log start lies above its first copied segment's base offset.
+    assert_eq!(checkpoints["log-start-offset-checkpoint"], vec![entry("orders", 1, TRIMMED_START)]);
+    assert_eq!(checkpoints["cleaner-offset-checkpoint"], vec![entry("other", 0, 1)]);
+
+    // What a broker would load: sound, deep and strict, with epochs consistent with the checkpoint.
+    let report = verify_paths(&[f.target.clone()], &VerifyOptions { deep: true, strict: true }, &NoProgress);
+    assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);
+    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+}
+
+#[test]
+fn promoting_again_is_a_no_op() {
+    let mut f = fixture();
+    f.promote().unwrap();
+    let before = target_state(&f.target);
+    let report = f.promote().unwrap();
+    assert_eq!(report.changed(), 0);
+    assert!(report.partitions.iter().all(|p| p.outcome == Outcome::AlreadyPromoted));
+    assert_eq!(
+        report.partitions[0].target_topic_id.as_deref(),
+        Some(TARGET_ID.to_string().as_str())
+    );
+    assert_eq!(target_state(&f.target), before);
+}
+
+#[test]
+fn every_refusal_is_reported_and_nothing_changes() {
+    let mut f = fixture();
+    // Partition 0's target holds data; partition 1's mirror holds a leftover of an interrupted apply.
+    let data = f.target.join("orders-0/00000000000000000000.log");
+    std::fs::write(&data, b"not empty").unwrap();
+    let leftover = f.mirror.join("orders-1/00000000000000000000.index.tmp");
+    std::fs::write(&leftover, b"").unwrap();
+    let before = target_state(&f.target);
+    let got = refusals(f.promote().unwrap_err());
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.contains(&Refusal::TargetNotEmpty {
+        partition: TopicPartition::new(TOPIC, 0),
+        log: data.clone(),
+        size: 9
+    }));
+    assert!(got.contains(&Refusal::MirrorUnexpectedFile {
+        partition: TopicPartition::new(TOPIC, 1),
+        path: leftover.clone()
+    }));
+    let message = Error::PromoteRefused { refusals: got }.to_string();
+    assert!(message.contains("2 reasons") && message.contains("--force"), "{message}");
+    assert_eq!(target_state(&f.target), before, "a refused promotion changes nothing");
+    assert_eq!(f.state(0), PartitionState::Mirroring);
+    assert_eq!(f.state(1), PartitionState::Mirroring);
+
+    // With the leftover gone, --force replaces the target's data.
+    std::fs::remove_file(&leftover).unwrap();
+    let mut request = f.request();
+    request.force = true;
+    let report = promote(&request, &mut f.catalog).unwrap();
+    assert_eq!(report.changed(), 2);
+    assert_eq!(
+        std::fs::read(&data).unwrap(),
+        restamped(&std::fs::read(f.mirror.join("orders-0/00000000000000000000.log")).unwrap(), TARGET_EPOCH)
+    );
+}
+
+#[test]
+fn target_topic_must_exist_with_the_same_partition_count() {
+    let mut f = fixture();
+    std::fs::remove_dir_all(f.target.join("orders-1")).unwrap();
+    let got = refusals(f.promote().unwrap_err());
+    assert!(got.contains(&Refusal::PartitionCountMismatch {
+        topic: TOPIC.into(),
+        mirror_partitions: 2,
+        target_partitions: 1
+    }));
+    assert!(got.contains(&Refusal::TargetPartitionMissing {
+        partition: TopicPartition::new(TOPIC, 1),
+        path: f.target.join("orders-1")
+    }));
+    // A partition.metadata is what names the target topic id.
+    let mut f = fixture();
+    let metadata = f.target.join("orders-0").join(PARTITION_METADATA_FILE);
+    std::fs::remove_file(&metadata).unwrap();
+    assert_eq!(
+        refusals(f.promote().unwrap_err()),
+        vec![Refusal::TargetTopicIdMissing {
+            partition: TopicPartition::new(TOPIC, 0),
+            path: metadata
+        }]
+    );
+    // Both partitions must carry the same id.
+    let mut f = fixture();
+    PartitionMetadata::new(Uuid([8; 16]))
+        .write(&f.target.join("orders-1").join(PARTITION_METADATA_FILE))
+        .unwrap();
+    assert!(matches!(
+        refusals(f.promote().unwrap_err()).as_slice(),
+        [Refusal::TargetTopicIdsDiffer { topic, ids }] if topic == TOPIC && ids.len() == 2
+    ));
+}
+
+#[test]
+fn mirror_must_match_the_catalog() {
+    let mut f = fixture();
+    // The newest segment grew on disk behind the catalog's back.
+    let last = f.written[0].segments.last().unwrap().base_offset;
+    let log = f.mirror.join(format!("orders-0/{last:020}.log"));
+    let extra = BatchBuilder::new(f.written[0].log_end_offset)
+        .partition_leader_epoch(7)
+        .record(RecordSpec::new(0, 1).with_value("late"))
+        .build();
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(&extra);
+    std::fs::write(&log, &bytes).unwrap();
+    assert_eq!(
+        refusals(f.promote().unwrap_err()),
+        vec![Refusal::MirrorCatalogMismatch {
+            partition: TopicPartition::new(TOPIC, 0),
+            log,
+            mirror_end_offset: f.written[0].log_end_offset + 1,
+            catalog_end_offset: Some(f.written[0].log_end_offset),
+        }]
+    );
+    // A partition the catalog records but the mirror lacks.
+    let mut f = fixture();
+    std::fs::remove_dir_all(f.mirror.join("orders-1")).unwrap();
+    assert_eq!(
+        refusals(f.promote().unwrap_err()),
+        vec![Refusal::MirrorPartitionMissing {
+            partition: TopicPartition::new(TOPIC, 1),
+            path: f.mirror.join("orders-1")
+        }]
+    );
+}
+
+#[test]
+fn refuses_a_running_broker_and_a_directory_that_is_not_a_log_dir() {
+    let mut f = fixture();
+    // A broker holds an fcntl lock on `.lock`; python's lockf takes the same kind.
+    let lock = f.target.join(LOCK_FILE);
+    let script = format!(
+        "import fcntl,sys\nf=open({lock:?},'a')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\nsys.stdin.read()\n"
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 (the test harness needs it too)");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+    assert_eq!(
+        refusals(f.promote().unwrap_err()),
+        vec![Refusal::BrokerRunning { lock_file: lock }]
+    );
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    f.promote().unwrap();
+
+    let mut f = fixture();
+    let mut request = f.request();
+    request.log_dir = f.mirror.clone();
+    assert_eq!(
+        refusals(promote(&request, &mut f.catalog).unwrap_err()),
+        vec![Refusal::NotALogDir { log_dir: f.mirror.clone() }]
+    );
+}
+
+#[test]
+fn topic_selection_matches_whole_names() {
+    let re = topics_regex("orders|pay.*").unwrap();
+    assert!(re.is_match("orders") && re.is_match("payments"));
+    assert!(!re.is_match("orders-eu") && !re.is_match("old-orders"));
+    let mut f = fixture();
+    let mut request = f.request();
+    request.topics = Some(topics_regex("order").unwrap());
+    assert_eq!(
+        refusals(promote(&request, &mut f.catalog).unwrap_err()),
+        vec![Refusal::NothingSelected { link: LINK.into() }]
+    );
+    request.topics = Some(topics_regex("ord.rs").unwrap());
+    assert_eq!(promote(&request, &mut f.catalog).unwrap().changed(), 2);
+}
+
+#[test]
+fn restamps_to_epoch_zero_when_the_target_never_led() {
+    let mut f = fixture();
+    for p in 0..2 {
+        std::fs::remove_file(f.target.join(format!("orders-{p}")).join(LEADER_EPOCH_CHECKPOINT_FILE)).unwrap();
+    }
+    let report = f.promote().unwrap();
+    assert!(report.partitions.iter().all(|p| p.leader_epoch == Some(0)));
+}
+
+/// The steps of an uninterrupted promotion of the fixture, in order.
+fn steps() -> Vec<Step> {
+    let mut f = fixture();
+    let mut seen = Vec::new();
+    promote_with(&f.request(), &mut f.catalog, &mut |s| seen.push(s)).unwrap();
+    seen
+}
+
+#[test]
+fn a_crash_at_any_step_is_finished_by_the_next_run() {
+    let reference = {
+        let mut f = fixture();
+        f.promote().unwrap();
+        target_state(&f.target)
+    };
+    let all = steps();
+    assert_eq!(all.len(), 9, "{all:?}");
+    for crash_at in &all {
+        let mut f = fixture();
+        let request = f.request();
+        let crashed = catch_unwind(AssertUnwindSafe(|| {
+            promote_with(&request, &mut f.catalog, &mut |s| {
+                if &s == crash_at {
+                    panic!("crash at {s:?}");
+                }
+            })
+        }));
+        assert!(crashed.is_err(), "the hook fired at {crash_at:?}");
+        // While the promotion is unfinished the log dir holds a directory the broker cannot parse: a broker
+        // started now refuses to start (our own listing reports the same).
+        let listing = LogDir::open(&f.target).unwrap();
+        assert!(
+            listing
+                .findings
+                .iter()
+                .any(|x| x.severity == Severity::Error && x.path.ends_with(STAGING_DIR)),
+            "crash at {crash_at:?}: {:?}",
+            listing.findings
+        );
+        if *crash_at == Step::Journaled {
+            // A crash in the middle of building leaves a partial `.building` directory.
+            let partial = f.target.join(STAGING_DIR).join("orders-0.building");
+            std::fs::create_dir_all(&partial).unwrap();
+            std::fs::write(partial.join("00000000000000000000.log"), b"partial").unwrap();
+        }
+        let report = f.promote().unwrap();
+        assert_eq!(report.changed(), 2, "crash at {crash_at:?}");
+        assert!(
+            report.partitions.iter().all(|p| p.outcome == Outcome::Resumed),
+            "crash at {crash_at:?}: {:?}",
+            report.partitions
+        );
+        assert_eq!(target_state(&f.target), reference, "crash at {crash_at:?}");
+        assert_eq!((f.state(0), f.state(1)), (PartitionState::Promoted, PartitionState::Promoted));
+    }
+}
+
+#[test]
+fn a_staging_directory_without_a_journal_is_discarded() {
+    let mut f = fixture();
+    let staging = f.target.join(STAGING_DIR);
+    std::fs::create_dir_all(staging.join("orders-0.building")).unwrap();
+    std::fs::write(staging.join(format!("{JOURNAL_FILE}.tmp")), b"{").unwrap();
+    let report = f.promote().unwrap();
+    assert!(report.partitions.iter().all(|p| p.outcome == Outcome::Promoted));
+    assert!(!staging.exists());
+}
+
+#[test]
+fn a_damaged_journal_stops_the_run() {
+    let mut f = fixture();
+    let staging = f.target.join(STAGING_DIR);
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::write(staging.join(JOURNAL_FILE), br#"{"format":"segmirror.promotion.v1","link":"l","mirror_root":"/m","partitions":[{"topic":"../x","partition":0,"target_topic_id":"AAAAAAAAAAAAAAAAAAAAAQ","leader_epoch":0,"log_start_offset":0,"log_end_offset":1,"segments":[0],"snapshots":[],"previous_state":"mirroring"}]}"#).unwrap();
+    let err = f.promote().unwrap_err();
+    assert!(matches!(&err, Error::Io { path, .. } if path.ends_with(JOURNAL_FILE)), "{err:?}");
+    assert!(err.to_string().contains("topic"), "{err}");
+}

@@ -1,0 +1,41 @@
+//! Replays inputs (files, or every file of the directories given) through one
+//! target body without libFuzzer or sanitizers, and prints the slowest ones:
+//! `cargo run --release --example replay -- <target> <path>...`. Used to
+//! reproduce a finding under a debugger and to look for slow inputs.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn main() -> std::io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let Some(target) = args.next() else {
+        eprintln!("usage: replay <target> <file or dir>...");
+        std::process::exit(2);
+    };
+    let mut files: Vec<PathBuf> = Vec::new();
+    for arg in args {
+        let path = PathBuf::from(arg);
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path)? {
+                files.push(entry?.path());
+            }
+        } else {
+            files.push(path);
+        }
+    }
+    let mut times: Vec<(Duration, PathBuf)> = Vec::with_capacity(files.len());
+    let start = Instant::now();
+    for file in files {
+        let data = std::fs::read(&file)?;
+        let t = Instant::now();
+        segment_format_fuzz::run(&target, &data);
+        times.push((t.elapsed(), file));
+    }
+    let total = start.elapsed();
+    times.sort_by(|a, b| b.0.cmp(&a.0));
+    println!("{target}: {} inputs in {total:?}", times.len());
+    for (t, file) in times.iter().take(5) {
+        println!("  {t:?}  {}", file.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! Batch mode: ship what a set of Kafka log dirs holds, once, and stop —
+//! seeding a new mirror or catching one up (`segmirror seed`).
+//!
+//! A seed scans the source log dirs ([`select`]: topic pattern, internal
+//! topics, topic ids), then ships each selected partition
+//! ([`partition`]): every sealed segment as the broker wrote it, after
+//! verifying it ([`prepare`]: a corrupt segment is refused and reported, never
+//! propagated), and the active segment up to its last complete batch with its
+//! indexes rebuilt for exactly that prefix. Per segment version the data
+//! objects go up first and the manifest last, so a manifest in the bucket always
+//! names complete data.
+//!
+//! ## Resumable and idempotent
+//! What the bucket already holds is read first and compared with the source
+//! ([`plan`]): a rerun ships only what is new — segments rolled since, or the
+//! active segment if it grew or was sealed — and a rerun with nothing new
+//! writes nothing (not even a lease). An interrupted run leaves at most data
+//! objects without a manifest, which the next run overwrites.
+//!
+//! ## Concurrency
+//! Partitions are shipped [`DEFAULT_PARALLEL_PARTITIONS`] at a time; the
+//! segments of one partition strictly in offset order, so the bucket never has
+//! a later segment without the earlier ones. File reads, verification and
+//! index rebuilding run on blocking threads; uploads on tokio (the store
+//! streams and hashes files on its own blocking threads).
+//!
+//! ## Fencing
+//! Each partition is shipped under a lease (`lease`); a shipper that finds a
+//! newer lease before a manifest commit stops that partition
+//! ([`FailureKind::Fenced`]) and commits nothing more there.
+
+use std::path::PathBuf;
+
+use futures::StreamExt;
+use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
+use segment_format::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
+use segment_format::verify::VerifyOptions;
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+mod partition;
+mod plan;
+mod prepare;
+mod report;
+mod select;
+#[cfg(test)]
+mod tests;
+
+pub use partition::PARTITION_ATTEMPTS;
+pub use prepare::{CHECK_ATTEMPTS, SETTLE_DELAY};
+pub use report::{FailureKind, PartitionReport, PartitionStatus, SeedReport, SkipReason, SkippedPartition};
+pub use select::{TopicFilter, ALL_TOPICS};
+
+/// Partitions shipped at once. Each has at most one file upload in flight, and
+/// a large file is itself uploaded [`DEFAULT_UPLOAD_CONCURRENCY`] parts at a time
+/// (~80 MiB buffered), so four partitions bound memory to a few hundred MiB
+/// while keeping a high-latency link busy; more mostly adds contention for the
+/// disk the segments are read from.
+///
+/// [`DEFAULT_UPLOAD_CONCURRENCY`]: crate::store::DEFAULT_UPLOAD_CONCURRENCY
+pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
+
+/// What to seed and how.
+#[derive(Debug, Clone)]
+pub struct SeedConfig {
+    /// Source log dirs (entries of the broker's `log.dirs`).
+    pub log_dirs: Vec<PathBuf>,
+    /// Prefix of every key in the store.
+    pub prefix: KeyPrefix,
+    /// The mirror link's name (first key component under the prefix).
+    pub link: String,
+    /// Which topics to ship (internal topics never are).
+    pub topics: TopicFilter,
+    /// Who is shipping: recorded in leases and manifests.
+    pub shipper_id: String,
+    /// How deeply source segments are verified before upload.
+    pub verify: VerifyOptions,
+    /// Partitions shipped at once (at least 1).
+    pub parallel_partitions: usize,
+    /// `index.interval.bytes` for rebuilt indexes of the active segment. The
+    /// topic's setting is not on disk; any interval gives a correct sparse index,
+    /// and Kafka's default is what a broker recovering the segment would use
+    /// unless the topic overrides it.
+    pub index_interval_bytes: u64,
+    /// Where rebuilt index files are staged (default: the system temp dir).
+    pub staging_dir: Option<PathBuf>,
+}
+
+impl SeedConfig {
+    /// A configuration with the defaults: every topic, no prefix, shallow
+    /// verification, [`default_shipper_id`].
+    pub fn new(log_dirs: Vec<PathBuf>, link: &str) -> Result<SeedConfig> {
+        let config = SeedConfig {
+            log_dirs,
+            prefix: KeyPrefix::root(),
+            link: link.to_string(),
+            topics: TopicFilter::all(),
+            shipper_id: default_shipper_id(),
+            verify: VerifyOptions::default(),
+            parallel_partitions: DEFAULT_PARALLEL_PARTITIONS,
+            index_interval_bytes: DEFAULT_INDEX_INTERVAL_BYTES,
+            staging_dir: None,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Check what the types cannot: a legal link name and shipper id, some log dir.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |setting, reason: String| Err(Error::InvalidSetting { setting, reason });
+        if let Err(reason) = validate_link_name(&self.link) {
+            return bad("link", reason);
+        }
+        if self.shipper_id.is_empty()
+            || self.shipper_id.len() > MAX_ID_LENGTH
+            || !self.shipper_id.bytes().all(|b| (0x20..0x7f).contains(&b))
+        {
+            return bad(
+                "shipper id",
+                format!(
+                    "'{}' must be 1 to {MAX_ID_LENGTH} printable ASCII characters",
+                    self.shipper_id
+                ),
+            );
+        }
+        if self.log_dirs.is_empty() {
+            return bad("log dirs", "at least one log dir is needed".into());
+        }
+        if self.index_interval_bytes == 0 {
+            return bad("index interval bytes", "must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// `segmirror-seed@<host>:<pid>`, reduced to the characters a lease owner may hold.
+pub fn default_shipper_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(MAX_ID_LENGTH - 40)
+        .collect();
+    format!("segmirror-seed@{host}:{}", std::process::id())
+}
+
+/// Told about progress so a front end can draw a bar. Called from the seeding
+/// task; must be cheap.
+pub trait SeedProgress: Sync {
+    /// Discovery is done: the selected partitions hold `bytes` of `.log` data
+    /// in `segments` segments.
+    fn start(&self, _bytes: u64, _segments: u64) {}
+    /// `segments` more segments (`bytes` of `.log` data) are done: shipped, or
+    /// found already shipped.
+    fn advance(&self, _bytes: u64, _segments: u64) {}
+}
+
+/// A [`SeedProgress`] that ignores everything.
+pub struct NoProgress;
+impl SeedProgress for NoProgress {}
+
+/// Ship everything `config` selects to `store` (see the module doc). Fails only
+/// on an invalid configuration; everything that happens to partitions is in
+/// the report.
+pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgress) -> Result<SeedReport> {
+    config.validate()?;
+    let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
+    let discovery = tokio::task::spawn_blocking(move || select::discover(&log_dirs, &topics))
+        .await
+        .map_err(|e| Error::Task {
+            what: "discover partitions".into(),
+            message: e.to_string(),
+        })?;
+    progress.start(
+        discovery.sources.iter().map(|s| s.log_bytes).sum(),
+        discovery.sources.iter().map(|s| s.segments).sum(),
+    );
+    for e in &discovery.log_dir_errors {
+        tracing::error!(error = %e, "log dir skipped");
+    }
+    let prepare = prepare::PrepareOptions {
+        verify: config.verify.clone(),
+        index_interval_bytes: config.index_interval_bytes,
+        staging_dir: config.staging_dir.clone(),
+    };
+    let context = partition::Context {
+        store,
+        prefix: &config.prefix,
+        link: &config.link,
+        shipper_id: &config.shipper_id,
+        prepare: &prepare,
+        progress,
+    };
+    let mut partitions: Vec<PartitionReport> = futures::stream::iter(discovery.sources)
+        .map(|source| partition::ship_partition(&context, source))
+        .buffer_unordered(config.parallel_partitions.max(1))
+        .collect()
+        .await;
+    partitions.extend(discovery.failed);
+    partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    Ok(SeedReport {
+        partitions,
+        skipped: discovery.skipped,
+        not_selected: discovery.not_selected,
+        log_dir_errors: discovery.log_dir_errors,
+    })
+}

@@ -1,0 +1,664 @@
+//! Shipping one partition: its segments in offset order, each as data objects
+//! first and its manifest last, under a lease.
+//!
+//! The lease is taken lazily, at the first segment that needs a write, so a
+//! run that finds everything shipped writes nothing at all. Taking it re-lists
+//! the bucket: a decision is only acted on when it was made from a listing
+//! taken while holding the lease, and the lease is checked again right before
+//! each manifest is committed ([`HeldLease::check_still_holder`]); a shipper
+//! that lost it stops there, leaving at most orphan data objects.
+//!
+//! A segment that the broker changes under us (rolled, compacted, deleted,
+//! truncated) makes the partition start over from a fresh directory listing, up
+//! to [`PARTITION_ATTEMPTS`] times; what was committed stays committed and is
+//! skipped the next time round.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
+use segment_format::dir::{PartitionDir, SegmentFileKind, SegmentFiles};
+use segment_format::manifest::{
+    EpochStart, KeyPrefix, Manifest, ManifestFile, ObjectKey, ObjectKind, PartitionKey, SegmentFileName, ShipperStamp,
+    MANIFEST_FORMAT_V1, MAX_MANIFEST_BYTES,
+};
+use segment_format::partition_metadata::Uuid;
+use segment_format::report::{Finding, Severity};
+use segment_format::Defect;
+
+use super::plan::{decide, Action, Version};
+use super::prepare::{self, LocalFile, Outcome, PrepareOptions, Prepared, SegmentStats, SourceGuard};
+use super::report::{FailureKind, PartitionReport, PartitionStatus};
+use super::select::SourcePartition;
+use super::SeedProgress;
+use crate::error::Error;
+use crate::lease::HeldLease;
+use crate::store::Store;
+
+/// Fresh starts of one partition after its source changed under a segment. A
+/// broker rolls or compacts a given segment once, so a second look normally
+/// succeeds; a third failure means the source changes faster than it can be
+/// read, and the next run is a better time.
+pub const PARTITION_ATTEMPTS: u32 = 3;
+
+/// What every partition job shares.
+pub(crate) struct Context<'a> {
+    pub store: &'a Store,
+    pub prefix: &'a KeyPrefix,
+    pub link: &'a str,
+    pub shipper_id: &'a str,
+    pub prepare: &'a PrepareOptions,
+    pub progress: &'a dyn SeedProgress,
+}
+
+/// Why a partition stops early.
+enum Stop {
+    /// The source changed; start over.
+    Changed(String),
+    /// Final.
+    Status(PartitionStatus),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        let kind = match &e {
+            Error::Fenced { .. } | Error::LeaseLost { .. } => FailureKind::Fenced,
+            Error::Io { .. } => FailureKind::Source,
+            _ => FailureKind::Store,
+        };
+        failed(kind, e.to_string())
+    }
+}
+
+fn failed(kind: FailureKind, error: String) -> Stop {
+    Stop::Status(PartitionStatus::Failed { kind, error })
+}
+
+fn source_error(e: segment_format::Error) -> Stop {
+    failed(FailureKind::Source, e.to_string())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Run blocking work off the async threads.
+async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Stop> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Stop::from(Error::Task {
+            what: what.to_string(),
+            message: e.to_string(),
+        })
+    })
+}
+
+/// The manifests of one lineage, read on demand.
+#[derive(Default)]
+struct Bucket {
+    keys: BTreeMap<i64, String>,
+    read: BTreeMap<i64, Option<Manifest>>,
+}
+
+/// Ship one partition (see the module doc). Never fails: the outcome is in the report.
+pub(crate) async fn ship_partition(ctx: &Context<'_>, source: SourcePartition) -> PartitionReport {
+    let mut report = PartitionReport::new(&source.topic, source.partition, &source.dir);
+    report.source_topic_id = Some(source.topic_id.to_string());
+    let key = match PartitionKey::new(ctx.prefix.clone(), ctx.link, &source.topic, source.partition) {
+        Ok(k) => k,
+        Err(e) => {
+            report.status = PartitionStatus::Failed {
+                kind: FailureKind::Source,
+                error: e.to_string(),
+            };
+            return report;
+        }
+    };
+    let mut shipper = PartitionShipper {
+        ctx,
+        source: &source,
+        key,
+        lease: None,
+        bucket: Bucket::default(),
+        counted: BTreeSet::new(),
+        report,
+    };
+    let mut attempt = 1;
+    loop {
+        match shipper.attempt().await {
+            Ok(()) => break,
+            Err(Stop::Status(status)) => {
+                shipper.report.status = status;
+                break;
+            }
+            Err(Stop::Changed(reason)) if attempt < PARTITION_ATTEMPTS => {
+                tracing::info!(partition = %shipper.report.name(), reason, "source changed; starting the partition over");
+                attempt += 1;
+            }
+            Err(Stop::Changed(reason)) => {
+                shipper.report.status = PartitionStatus::Failed {
+                    kind: FailureKind::SourceChanged,
+                    error: reason,
+                };
+                break;
+            }
+        }
+    }
+    shipper.report
+}
+
+struct PartitionShipper<'c, 's> {
+    ctx: &'c Context<'c>,
+    source: &'s SourcePartition,
+    key: PartitionKey,
+    lease: Option<HeldLease>,
+    bucket: Bucket,
+    /// Segments already counted in progress (a restart must not count them twice).
+    counted: BTreeSet<i64>,
+    report: PartitionReport,
+}
+
+/// What one segment's manifest is built from, besides its files.
+struct Common<'e> {
+    epochs: &'e [EpochEntry],
+    log_start_offset: i64,
+}
+
+impl PartitionShipper<'_, '_> {
+    fn topic_id(&self) -> Uuid {
+        self.source.topic_id
+    }
+
+    async fn attempt(&mut self) -> Result<(), Stop> {
+        let path = self.source.dir.clone();
+        let dir = blocking("list partition", move || PartitionDir::open(&path))
+            .await?
+            .map_err(source_error)?;
+        let epochs = self.read_epochs(&dir).await?;
+        let first_base = dir.segments.first().map(|s| s.base_offset);
+        // A broker loads the log start offset as max(checkpoint, first base offset).
+        let log_start_offset = match (self.source.log_start_checkpoint, first_base) {
+            (Some(c), Some(f)) => c.max(f),
+            (c, f) => c.or(f).unwrap_or(0),
+        };
+        let common = Common {
+            epochs: &epochs,
+            log_start_offset,
+        };
+        self.list_bucket().await?;
+        for (i, segment) in dir.segments.iter().enumerate() {
+            let next_base = dir.segments.get(i + 1).map(|s| s.base_offset);
+            let snapshot = dir
+                .snapshots
+                .iter()
+                .find(|s| s.offset == segment.base_offset)
+                .map(|s| s.path.clone());
+            self.segment(segment, next_base, snapshot, &common).await?;
+        }
+        Ok(())
+    }
+
+    /// The partition's leader epochs; a corrupt checkpoint refuses the partition.
+    async fn read_epochs(&self, dir: &PartitionDir) -> Result<Vec<EpochEntry>, Stop> {
+        let Some(path) = dir.leader_epoch_checkpoint.clone() else {
+            return Ok(Vec::new());
+        };
+        let read = blocking("read leader-epoch-checkpoint", move || {
+            LeaderEpochCheckpoint::read(&path).map(|cp| {
+                let findings = cp.check(&path);
+                (cp, findings)
+            })
+        })
+        .await?;
+        let refuse = |findings| {
+            Stop::Status(PartitionStatus::Refused {
+                base_offset: None,
+                findings,
+            })
+        };
+        match read {
+            Ok((cp, findings)) => {
+                let errors: Vec<Finding> = findings.into_iter().filter(|f| f.severity == Severity::Error).collect();
+                if errors.is_empty() {
+                    Ok(cp.entries)
+                } else {
+                    Err(refuse(errors))
+                }
+            }
+            Err(e) if matches!(&e, segment_format::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound) => {
+                Ok(Vec::new())
+            }
+            Err(e @ segment_format::Error::Io { .. }) => Err(source_error(e)),
+            Err(e) => Err(refuse(vec![Finding::from_error(&e)])),
+        }
+    }
+
+    /// List the lineage's manifests (again).
+    async fn list_bucket(&mut self) -> Result<(), Stop> {
+        let listed = self.ctx.store.list(&self.key.manifests_dir(&self.topic_id())).await?;
+        let mut keys = BTreeMap::new();
+        for object in listed {
+            if let Ok(ObjectKey {
+                partition,
+                kind: ObjectKind::Manifest { topic_id, base_offset },
+            }) = ObjectKey::parse(self.ctx.prefix, &object.key)
+            {
+                if partition == self.key && topic_id == self.topic_id() {
+                    keys.insert(base_offset, object.key);
+                }
+            }
+        }
+        self.bucket = Bucket {
+            keys,
+            read: BTreeMap::new(),
+        };
+        Ok(())
+    }
+
+    /// The committed manifest at `base`, if there is a valid one. An invalid
+    /// manifest is reported and treated as absent (the new one replaces it).
+    async fn shipped(&mut self, base: i64) -> Result<Option<Manifest>, Stop> {
+        if let Some(m) = self.bucket.read.get(&base) {
+            return Ok(m.clone());
+        }
+        let Some(key) = self.bucket.keys.get(&base).cloned() else {
+            return Ok(None);
+        };
+        let manifest = match self.ctx.store.get_bytes(&key, MAX_MANIFEST_BYTES).await {
+            Ok(bytes) => match Manifest::from_json(&key, &bytes) {
+                Ok(m) => match m.check_location(self.ctx.prefix, &key) {
+                    Ok(()) => Some(m),
+                    Err(defect) => {
+                        self.warn(Finding::warning(&key, None, Some(base), defect));
+                        None
+                    }
+                },
+                Err(e) => {
+                    let mut finding = Finding::from_error(&e);
+                    finding.severity = Severity::Warning;
+                    self.warn(finding);
+                    None
+                }
+            },
+            Err(Error::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        self.bucket.read.insert(base, manifest.clone());
+        Ok(manifest)
+    }
+
+    fn warn(&mut self, finding: Finding) {
+        tracing::warn!(partition = %self.report.name(), %finding, "seed warning");
+        self.report.warnings.push(finding);
+    }
+
+    /// Count a segment in the progress once, however many attempts see it.
+    fn progress(&mut self, base: i64, bytes: u64) {
+        if self.counted.insert(base) {
+            self.ctx.progress.advance(bytes, 1);
+        }
+    }
+
+    /// Take the lease if not held yet; re-list the bucket under it.
+    async fn ensure_lease(&mut self) -> Result<bool, Stop> {
+        if self.lease.is_some() {
+            return Ok(false);
+        }
+        let lease = HeldLease::acquire(self.ctx.store, &self.key, self.ctx.shipper_id).await?;
+        self.report.lease_epoch = Some(lease.epoch());
+        self.lease = Some(lease);
+        self.list_bucket().await?;
+        Ok(true)
+    }
+
+    async fn segment(
+        &mut self,
+        segment: &SegmentFiles,
+        next_base: Option<i64>,
+        snapshot: Option<PathBuf>,
+        common: &Common<'_>,
+    ) -> Result<(), Stop> {
+        let base = segment.base_offset;
+        // The source version: cheap for a sealed segment (its range is known
+        // from the listing), a full preparation for the active one.
+        let (source, mut prepared) = match next_base {
+            Some(next) => {
+                let log_size = match std::fs::metadata(&segment.log) {
+                    Ok(m) => m.len(),
+                    Err(e) => return Err(Stop::Changed(format!("{}: {e}", segment.log.display()))),
+                };
+                let source = Version {
+                    next,
+                    sealed: true,
+                    log_size,
+                };
+                (source, None)
+            }
+            None => {
+                let prepared = self.prepare(segment, None, snapshot.clone()).await?;
+                self.report.excluded_tail_bytes = prepared.excluded_tail;
+                let source = Version {
+                    next: prepared.range.next(),
+                    sealed: false,
+                    log_size: prepared.files.first().map_or(0, |f| f.len),
+                };
+                (source, Some(prepared))
+            }
+        };
+        // Progress counts the whole `.log`, the unshipped tail included.
+        let progress_bytes = source.log_size + prepared.as_ref().map_or(0, |p| p.excluded_tail);
+        let mut shipped = self.shipped(base).await?;
+        let mut action = decide(shipped.as_ref().map(version_of), source);
+        if matches!(action, Action::Ship | Action::Seal) && self.ensure_lease().await? {
+            shipped = self.shipped(base).await?;
+            action = decide(shipped.as_ref().map(version_of), source);
+        }
+        match (action, shipped) {
+            (Action::Skip, shipped) => {
+                self.report.segments_already_shipped += 1;
+                self.report.shipped_through = shipped.map(|m| m.next_offset);
+                self.progress(base, progress_bytes);
+                Ok(())
+            }
+            (Action::Diverged(d), Some(shipped)) => Err(Stop::Status(PartitionStatus::Diverged {
+                base_offset: base,
+                shipped_next_offset: shipped.next_offset,
+                source_next_offset: source.next,
+                reason: d.describe().to_string(),
+            })),
+            (Action::Seal, Some(shipped)) => {
+                self.seal(segment, snapshot, shipped, common).await?;
+                self.progress(base, progress_bytes);
+                Ok(())
+            }
+            _ => {
+                let prepared = match (prepared.take(), next_base) {
+                    (Some(p), _) => p,
+                    (None, next) => self.prepare(segment, next, snapshot.clone()).await?,
+                };
+                self.ship(segment, snapshot, *prepared, common).await?;
+                self.progress(base, progress_bytes);
+                Ok(())
+            }
+        }
+    }
+
+    async fn prepare(
+        &mut self,
+        segment: &SegmentFiles,
+        next_base: Option<i64>,
+        snapshot: Option<PathBuf>,
+    ) -> Result<Box<Prepared>, Stop> {
+        let segment = segment.clone();
+        let options = self.ctx.prepare.clone();
+        let base = segment.base_offset;
+        let outcome = blocking("prepare segment", move || match next_base {
+            Some(next) => prepare::prepare_sealed(&segment, next, snapshot.as_deref(), &options),
+            None => prepare::prepare_active(&segment, snapshot.as_deref(), &options),
+        })
+        .await?
+        .map_err(source_error)?;
+        match outcome {
+            Outcome::Ready(p) => Ok(p),
+            Outcome::Refused(findings) => Err(Stop::Status(PartitionStatus::Refused {
+                base_offset: Some(base),
+                findings,
+            })),
+            Outcome::Changed(reason) => Err(Stop::Changed(reason)),
+        }
+    }
+
+    /// Upload one file of the version `[base, next)`.
+    async fn upload(&mut self, base: i64, next: i64, file: &LocalFile) -> Result<ManifestFile, Stop> {
+        let range = segment_format::manifest::SegmentRange::new(base, next)
+            .map_err(|reason| failed(FailureKind::Source, reason))?;
+        let name = SegmentFileName::new(base, file.kind);
+        let key = self
+            .key
+            .data_key(&self.topic_id(), range, name)
+            .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
+        let summary = match self.ctx.store.put_file_prefix(&key, &file.path, Some(file.len)).await {
+            Ok(s) => s,
+            // The source file vanished or shrank while being read.
+            Err(Error::Io { path, source })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::UnexpectedEof
+                ) =>
+            {
+                return Err(Stop::Changed(format!("{}: {source}", path.display())))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.report.bytes_uploaded += summary.digest.size;
+        Ok(ManifestFile {
+            name,
+            key,
+            size: summary.digest.size,
+            crc32c: summary.digest.crc32c,
+            sha256: summary.digest.sha256,
+            mtime_ms: file.mtime_ms,
+        })
+    }
+
+    /// Upload a prepared version, check the source did not change, commit.
+    async fn ship(
+        &mut self,
+        segment: &SegmentFiles,
+        snapshot: Option<PathBuf>,
+        prepared: Prepared,
+        common: &Common<'_>,
+    ) -> Result<(), Stop> {
+        let base = segment.base_offset;
+        let next = prepared.range.next();
+        let mut files = Vec::with_capacity(prepared.files.len());
+        for file in &prepared.files {
+            let shipped = self.upload(base, next, file).await?;
+            if let (SegmentFileKind::Log, SourceGuard::LogCrc32c(crc)) = (file.kind, &prepared.guard) {
+                if shipped.crc32c != *crc {
+                    return Err(Stop::Changed(format!(
+                        "{}: the uploaded prefix differs from the verified one (rewritten while shipped)",
+                        file.path.display()
+                    )));
+                }
+            }
+            files.push(shipped);
+        }
+        if let SourceGuard::Stamps(before) = &prepared.guard {
+            let (segment, before) = (segment.clone(), before.clone());
+            let unchanged = blocking("stat segment", move || {
+                prepare::stamps(&segment, snapshot.as_deref()) == before
+            })
+            .await?;
+            if !unchanged {
+                return Err(Stop::Changed(format!(
+                    "segment {base}: replaced, truncated or deleted at the source while shipped"
+                )));
+            }
+        }
+        for warning in prepared.warnings {
+            self.warn(warning);
+        }
+        let manifest = self.manifest(base, next, prepared.sealed, files, common, prepared.stats);
+        self.commit(manifest).await
+    }
+
+    /// Re-commit a shipped unsealed version, whose range the source has now
+    /// sealed, as sealed (see `plan`). Its objects are reused; a producer
+    /// snapshot the source has gained is uploaded (to a key no manifest names).
+    async fn seal(
+        &mut self,
+        segment: &SegmentFiles,
+        snapshot: Option<PathBuf>,
+        shipped: Manifest,
+        common: &Common<'_>,
+    ) -> Result<(), Stop> {
+        let base = segment.base_offset;
+        let seg = segment.clone();
+        let found = match blocking("stat segment", move || {
+            prepare::seal_in_place(&seg, snapshot.as_deref())
+        })
+        .await?
+        {
+            Ok(found) => found,
+            Err(e) => return Err(Stop::Changed(e.to_string())),
+        };
+        for warning in found.warnings {
+            self.warn(warning);
+        }
+        let mut files: Vec<ManifestFile> = shipped.files.clone();
+        for f in &mut files {
+            if let Some((_, mtime)) = found.mtimes.iter().find(|(k, _)| *k == f.name.kind) {
+                f.mtime_ms = *mtime;
+            }
+        }
+        if let (None, Some(local)) = (shipped.file(SegmentFileKind::Snapshot), found.snapshot) {
+            files.push(self.upload(base, shipped.next_offset, &local).await?);
+        }
+        let stats = SegmentStats {
+            first_offset: shipped.first_offset,
+            last_offset: shipped.last_offset,
+            batches: shipped.batches,
+            records: shipped.records,
+            max_timestamp: shipped.max_timestamp,
+        };
+        let manifest = self.manifest(base, shipped.next_offset, true, files, common, stats);
+        self.commit(manifest).await
+    }
+
+    fn manifest(
+        &self,
+        base: i64,
+        next: i64,
+        sealed: bool,
+        files: Vec<ManifestFile>,
+        common: &Common<'_>,
+        stats: SegmentStats,
+    ) -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT_V1.to_string(),
+            link: self.ctx.link.to_string(),
+            topic: self.source.topic.clone(),
+            partition: self.source.partition,
+            source_topic_id: self.topic_id(),
+            source_cluster_id: self.source.cluster_id.clone(),
+            base_offset: base,
+            first_offset: stats.first_offset,
+            last_offset: stats.last_offset,
+            next_offset: next,
+            batches: stats.batches,
+            records: stats.records,
+            max_timestamp: stats.max_timestamp,
+            sealed,
+            epochs: epochs_for(common.epochs, base, next),
+            log_start_offset: common.log_start_offset,
+            files,
+            shipper: ShipperStamp {
+                id: self.ctx.shipper_id.to_string(),
+                lease_epoch: self.lease.as_ref().map_or(0, HeldLease::epoch),
+            },
+            created_at_ms: now_ms(),
+        }
+    }
+
+    /// Validate, check the lease, write the manifest: the commit point.
+    async fn commit(&mut self, manifest: Manifest) -> Result<(), Stop> {
+        let base = manifest.base_offset;
+        let key = self
+            .key
+            .manifest_key(&self.topic_id(), base)
+            .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
+        if let Err(defect) = manifest
+            .validate()
+            .and_then(|()| manifest.check_location(self.ctx.prefix, &key))
+        {
+            return Err(Stop::Status(PartitionStatus::Refused {
+                base_offset: Some(base),
+                findings: vec![Finding::error(
+                    Path::new(&key),
+                    None,
+                    Some(base),
+                    Defect::Manifest {
+                        message: format!("the source does not make a valid manifest: {defect}"),
+                    },
+                )],
+            }));
+        }
+        let Some(lease) = &self.lease else {
+            return Err(failed(FailureKind::Store, "no lease held at commit".into()));
+        };
+        lease.check_still_holder(self.ctx.store).await?;
+        self.ctx.store.put_bytes(&key, manifest.to_json()).await?;
+        tracing::debug!(partition = %self.report.name(), base, next = manifest.next_offset, sealed = manifest.sealed, "committed");
+        self.report.segments_shipped += 1;
+        self.report.shipped_through = Some(manifest.next_offset);
+        self.bucket.keys.insert(base, key);
+        self.bucket.read.insert(base, Some(manifest));
+        Ok(())
+    }
+}
+
+fn version_of(m: &Manifest) -> Version {
+    Version {
+        next: m.next_offset,
+        sealed: m.sealed,
+        log_size: m.file(SegmentFileKind::Log).map_or(0, |f| f.size),
+    }
+}
+
+/// The leader epochs a manifest of `[base, next)` carries: the one in force at
+/// `base` (which may start earlier) and each one starting inside the range.
+pub(crate) fn epochs_for(entries: &[EpochEntry], base: i64, next: i64) -> Vec<EpochStart> {
+    let in_force = entries.iter().rev().find(|e| e.start_offset <= base);
+    in_force
+        .into_iter()
+        .chain(
+            entries
+                .iter()
+                .filter(|e| e.start_offset > base && e.start_offset < next),
+        )
+        .map(|e| EpochStart {
+            epoch: e.epoch,
+            start_offset: e.start_offset,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(epoch: i32, start_offset: i64) -> EpochEntry {
+        EpochEntry { epoch, start_offset }
+    }
+
+    #[test]
+    fn epochs_in_force_and_starting_inside() {
+        let entries = [e(0, 0), e(1, 100), e(4, 250), e(5, 300)];
+        let starts = |base, next| -> Vec<(i32, i64)> {
+            epochs_for(&entries, base, next)
+                .into_iter()
+                .map(|s| (s.epoch, s.start_offset))
+                .collect()
+        };
+        assert_eq!(starts(0, 100), vec![(0, 0)]);
+        assert_eq!(starts(50, 260), vec![(0, 0), (1, 100), (4, 250)]);
+        assert_eq!(
+            starts(100, 250),
+            vec![(1, 100)],
+            "an epoch starting at next belongs to the next segment"
+        );
+        assert_eq!(
+            starts(300, 300),
+            vec![(5, 300)],
+            "an empty segment keeps the epoch in force at its base"
+        );
+        assert_eq!(starts(400, 500), vec![(5, 300)]);
+        // No epoch known at the base: only those starting inside.
+        assert_eq!(epochs_for(&[e(3, 10)], 0, 20).len(), 1);
+        assert!(epochs_for(&[], 0, 20).is_empty());
+    }
+}

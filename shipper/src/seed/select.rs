@@ -1,0 +1,336 @@
+//! Which partitions of the source log dirs a seed ships.
+//!
+//! The selection follows MirrorMaker 2's `topics` setting so an operator can
+//! reuse the pattern they already have: a comma-separated list of topic names
+//! and regular expressions, each matching a *whole* topic name
+//! (`DefaultTopicFilter`: the list is joined with `|` and `Matcher.matches()` is
+//! used; `ConfigDef` splits the list on commas with surrounding whitespace; an
+//! empty list matches nothing). Rust's `regex` syntax is Java's for everything
+//! a topic pattern normally uses; look-around and back-references do not
+//! compile and are reported at start-up, never silently ignored.
+//!
+//! Some directories are never shipped whatever the pattern says:
+//! - internal topics (`__consumer_offsets`, `__transaction_state`,
+//!   `__cluster_metadata`, anything named `__*`): their contents belong to the
+//!   source cluster's coordinators and mean nothing to another cluster;
+//! - `-delete`, `-future` and `-stray` directories: they are not the live
+//!   replica of their partition;
+//! - partitions without a topic id in `partition.metadata`: without it there is
+//!   no lineage, and a recreated topic could be merged with its predecessor.
+//!
+//! Each of these is reported, not silently dropped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+use segment_format::checkpoint::{MetaProperties, OffsetCheckpoint};
+use segment_format::dir::{DirKind, LogDir, PartitionDir, RootCheckpoint};
+use segment_format::partition_metadata::{PartitionMetadata, Uuid};
+use segment_format::report::Finding;
+
+use super::report::{FailureKind, PartitionReport, PartitionStatus, SkipReason, SkippedPartition};
+use crate::error::{Error, Result};
+
+/// The default topic pattern: every topic (internal ones are excluded anyway).
+pub const ALL_TOPICS: &str = ".*";
+
+/// A compiled `topics` pattern list (see the module doc).
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    list: String,
+    /// `None` for an empty list, which matches nothing.
+    regex: Option<Regex>,
+}
+
+/// `\s` of a Java regex: the whitespace `ConfigDef` trims around list entries.
+fn is_java_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\u{b}' | '\u{c}' | '\r')
+}
+
+impl TopicFilter {
+    /// Compile a comma-separated list of topic names and regular expressions.
+    pub fn new(list: &str) -> Result<TopicFilter> {
+        let trimmed = list.trim_matches(is_java_space);
+        if trimmed.is_empty() {
+            return Ok(TopicFilter {
+                list: list.to_string(),
+                regex: None,
+            });
+        }
+        let joined = trimmed
+            .split(',')
+            .map(|entry| entry.trim_matches(is_java_space))
+            .collect::<Vec<_>>()
+            .join("|");
+        let regex = Regex::new(&format!("^(?:{joined})$")).map_err(|e| Error::InvalidSetting {
+            setting: "topics",
+            reason: format!("'{list}' is not a list of regular expressions: {e}"),
+        })?;
+        Ok(TopicFilter {
+            list: list.to_string(),
+            regex: Some(regex),
+        })
+    }
+
+    /// Every topic.
+    pub fn all() -> TopicFilter {
+        // The constant compiles.
+        TopicFilter::new(ALL_TOPICS).unwrap_or(TopicFilter {
+            list: String::new(),
+            regex: None,
+        })
+    }
+
+    /// The list as given.
+    pub fn as_str(&self) -> &str {
+        &self.list
+    }
+
+    /// Does the pattern select `topic`? (Internal topics are excluded elsewhere.)
+    pub fn matches(&self, topic: &str) -> bool {
+        self.regex.as_ref().is_some_and(|r| r.is_match(topic))
+    }
+}
+
+/// One partition to ship, as found at discovery.
+#[derive(Debug, Clone)]
+pub(crate) struct SourcePartition {
+    pub topic: String,
+    pub partition: i32,
+    pub dir: PathBuf,
+    pub cluster_id: String,
+    pub topic_id: Uuid,
+    /// From the log dir's `log-start-offset-checkpoint`, if listed there.
+    pub log_start_checkpoint: Option<i64>,
+    /// `.log` bytes and segments at discovery (for progress totals).
+    pub log_bytes: u64,
+    pub segments: u64,
+}
+
+/// What discovery found.
+#[derive(Debug, Default)]
+pub(crate) struct Discovery {
+    pub sources: Vec<SourcePartition>,
+    pub skipped: Vec<SkippedPartition>,
+    /// Partitions that cannot be shipped for a reason that needs an operator.
+    pub failed: Vec<PartitionReport>,
+    pub not_selected: u64,
+    pub log_dir_errors: Vec<String>,
+}
+
+/// A partition directory that passed the name and pattern checks.
+struct Candidate {
+    topic: String,
+    partition: i32,
+    dir: PathBuf,
+    cluster_id: String,
+    log_start_checkpoint: Option<i64>,
+}
+
+/// Scan `log_dirs` and select what to ship. Blocking (directory listings and
+/// small file reads). A log dir that cannot be read, or has no cluster id, is
+/// reported and skipped; the others are still scanned.
+pub(crate) fn discover(log_dirs: &[PathBuf], filter: &TopicFilter) -> Discovery {
+    let mut out = Discovery::default();
+    let mut candidates: BTreeMap<(String, i32), Vec<Candidate>> = BTreeMap::new();
+    for path in log_dirs {
+        let log_dir = match LogDir::open(path) {
+            Ok(d) => d,
+            Err(e) => {
+                out.log_dir_errors.push(format!("cannot list log dir: {e}"));
+                continue;
+            }
+        };
+        let cluster_id = match cluster_id(&log_dir) {
+            Ok(id) => id,
+            Err(reason) => {
+                out.log_dir_errors.push(format!("{}: {reason}", path.display()));
+                continue;
+            }
+        };
+        let checkpoint = log_start_checkpoint(&log_dir);
+        for entry in &log_dir.partitions {
+            let name = &entry.name;
+            let skip = |reason| SkippedPartition {
+                path: entry.path.clone(),
+                topic: name.topic.clone(),
+                partition: name.partition,
+                reason,
+            };
+            if name.kind != DirKind::Normal {
+                out.skipped.push(skip(SkipReason::NotLive {
+                    kind: dir_kind_name(&name.kind).to_string(),
+                }));
+            } else if name.is_internal() {
+                out.skipped.push(skip(SkipReason::Internal));
+            } else if !filter.matches(&name.topic) {
+                out.not_selected += 1;
+            } else {
+                candidates
+                    .entry((name.topic.clone(), name.partition))
+                    .or_default()
+                    .push(Candidate {
+                        topic: name.topic.clone(),
+                        partition: name.partition,
+                        dir: entry.path.clone(),
+                        cluster_id: cluster_id.clone(),
+                        log_start_checkpoint: checkpoint.as_ref().and_then(|c| c.get(&name.topic, name.partition)),
+                    });
+            }
+        }
+    }
+    for ((topic, partition), mut found) in candidates {
+        if found.len() > 1 {
+            // `LogManager` refuses to start with the same partition in two log dirs.
+            let dirs: Vec<String> = found.iter().map(|c| c.dir.display().to_string()).collect();
+            let mut report = PartitionReport::new(&topic, partition, &found[0].dir);
+            report.status = PartitionStatus::Failed {
+                kind: FailureKind::Source,
+                error: format!(
+                    "the partition is in more than one log dir ({}); a broker refuses to start like this",
+                    dirs.join(", ")
+                ),
+            };
+            out.failed.push(report);
+            continue;
+        }
+        let Some(candidate) = found.pop() else { continue };
+        match open_candidate(candidate) {
+            Ok(Ok(source)) => out.sources.push(source),
+            Ok(Err(skipped)) => out.skipped.push(skipped),
+            Err(report) => out.failed.push(*report),
+        }
+    }
+    out
+}
+
+fn dir_kind_name(kind: &DirKind) -> &'static str {
+    match kind {
+        DirKind::Normal => "normal",
+        DirKind::Delete { .. } => "delete",
+        DirKind::Future { .. } => "future",
+        DirKind::Stray { .. } => "stray",
+    }
+}
+
+/// The source cluster id from `meta.properties`.
+fn cluster_id(log_dir: &LogDir) -> std::result::Result<String, String> {
+    let path = log_dir
+        .meta_properties
+        .as_ref()
+        .ok_or("no meta.properties: the source cluster id is unknown (is this a Kafka log dir?)")?;
+    let meta = MetaProperties::read(path).map_err(|e| e.to_string())?;
+    meta.cluster_id
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| format!("{}: no cluster.id", path.display()))
+}
+
+/// The log dir's `log-start-offset-checkpoint`; unreadable counts as absent
+/// (each partition then starts at its first segment, as a broker assumes).
+fn log_start_checkpoint(log_dir: &LogDir) -> Option<OffsetCheckpoint> {
+    let path = log_dir.checkpoint(RootCheckpoint::LogStartOffset)?;
+    match OffsetCheckpoint::read(path) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring an unreadable log-start-offset-checkpoint");
+            None
+        }
+    }
+}
+
+/// List the partition and read its topic id. `Ok(Err)`: skipped (no topic id);
+/// `Err`: failed (unreadable or corrupt metadata).
+fn open_candidate(
+    c: Candidate,
+) -> std::result::Result<std::result::Result<SourcePartition, SkippedPartition>, Box<PartitionReport>> {
+    let failed = |kind: FailureKind, error: String| {
+        let mut report = PartitionReport::new(&c.topic, c.partition, &c.dir);
+        report.status = PartitionStatus::Failed { kind, error };
+        Box::new(report)
+    };
+    let dir = PartitionDir::open(&c.dir).map_err(|e| failed(FailureKind::Source, e.to_string()))?;
+    let no_id = || SkippedPartition {
+        path: c.dir.clone(),
+        topic: c.topic.clone(),
+        partition: c.partition,
+        reason: SkipReason::NoTopicId,
+    };
+    let Some(metadata) = &dir.partition_metadata else {
+        return Ok(Err(no_id()));
+    };
+    let topic_id = match PartitionMetadata::read(metadata) {
+        Ok(m) => m.topic_id,
+        Err(e) => {
+            let mut report = PartitionReport::new(&c.topic, c.partition, &c.dir);
+            report.status = PartitionStatus::Refused {
+                base_offset: None,
+                findings: vec![Finding::from_error(&e)],
+            };
+            return Err(Box::new(report));
+        }
+    };
+    if topic_id == Uuid::ZERO {
+        return Ok(Err(no_id()));
+    }
+    let log_bytes = dir.segments.iter().map(|s| file_len(&s.log)).sum();
+    Ok(Ok(SourcePartition {
+        segments: dir.segments.len() as u64,
+        log_bytes,
+        topic: c.topic,
+        partition: c.partition,
+        dir: c.dir,
+        cluster_id: c.cluster_id,
+        topic_id,
+        log_start_checkpoint: c.log_start_checkpoint,
+    }))
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_whole_topic_names_like_mirror_maker() {
+        let f = TopicFilter::new("orders.*, payments , audit-[0-9]+").unwrap();
+        assert!(f.matches("orders"));
+        assert!(f.matches("orders-eu"));
+        assert!(f.matches("payments"));
+        assert!(f.matches("audit-42"));
+        assert!(!f.matches("audit-42x"), "full match, not a search");
+        assert!(!f.matches("xorders"), "anchored at the start");
+        assert!(!f.matches("payments2"));
+        // An alternation inside one entry stays inside the anchors.
+        let f = TopicFilter::new("a|b").unwrap();
+        assert!(f.matches("a") && f.matches("b") && !f.matches("ab"));
+        // `.` is a regex dot, as in Java.
+        assert!(TopicFilter::new("a.c").unwrap().matches("abc"));
+    }
+
+    #[test]
+    fn an_empty_list_matches_nothing() {
+        for list in ["", "   ", "\t"] {
+            let f = TopicFilter::new(list).unwrap();
+            assert!(!f.matches("anything"), "{list:?}");
+            assert!(!f.matches(""), "{list:?}");
+        }
+        assert!(TopicFilter::all().matches("t"));
+    }
+
+    #[test]
+    fn a_bad_pattern_is_a_setting_error() {
+        for bad in ["(", "a{2,1}", "(?<=x)y"] {
+            match TopicFilter::new(bad) {
+                Err(Error::InvalidSetting {
+                    setting: "topics",
+                    reason,
+                }) => assert!(reason.contains(bad), "{reason}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+}

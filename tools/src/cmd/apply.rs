@@ -1,0 +1,257 @@
+//! `segmirror apply`: install what a shipper put in an object store into a mirror directory, byte for byte, and
+//! record it in the catalog. Reruns install only what is new; an interrupted run is finished by the next one.
+//!
+//! Exit status: 0 when everything shipped is installed (or waits for the shipper, or was skipped on purpose), 1
+//! when a segment was refused (corrupt, or not what its manifest says), 2 on any other failure (usage, the store,
+//! the catalog, the mirror directory).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use anyhow::Context as _;
+use indicatif::ProgressBar;
+use segment_format::manifest::KeyPrefix;
+use segmirror_applier::{
+    ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict,
+};
+use segmirror_catalog::Catalog;
+use segmirror_shipper::{S3Options, Store, StoreUrl};
+
+use crate::cmd::status::{catalog_path, CATALOG_HELP};
+use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+
+#[derive(clap::Args)]
+#[command(after_help = CATALOG_HELP)]
+pub struct Args {
+    /// Where the shipper wrote: a local folder (a path or file:///absolute/path) or s3://bucket[/prefix]. S3
+    /// credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN; AWS_REGION and
+    /// AWS_ENDPOINT_URL are read too unless the flags below say otherwise.
+    #[arg(long, value_name = "URL")]
+    store: String,
+    /// The mirror root: partitions are installed into DIR/<topic>-<partition>/ with Kafka's file names. A
+    /// directory of segmirror's own, never a broker's log dir (`segmirror promote` hands partitions to a broker).
+    #[arg(long, value_name = "DIR")]
+    mirror: PathBuf,
+    /// The link to apply (the name given to `segmirror seed --link`). Optional when the store holds one link.
+    #[arg(long, value_name = "NAME")]
+    link: Option<String>,
+    /// Key prefix inside the store, as given to `segmirror seed --prefix`.
+    #[arg(long, value_name = "P", default_value = "")]
+    prefix: String,
+    /// The catalog (SQLite) that records what is installed. See below for the default.
+    #[arg(long, value_name = "PATH")]
+    catalog: Option<PathBuf>,
+    /// S3 endpoint, e.g. http://127.0.0.1:9000 for a local S3-compatible server (overrides AWS_ENDPOINT_URL).
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// S3 region (overrides AWS_REGION).
+    #[arg(long, value_name = "REGION")]
+    s3_region: Option<String>,
+    /// Allow a plain-http S3 endpoint (loopback test servers); otherwise AWS_ALLOW_HTTP decides.
+    #[arg(long)]
+    allow_http: bool,
+    /// Before installing a segment, also decompress every batch and check every record (slower; the default
+    /// checks framing, every batch CRC, offsets, the indexes, the transaction index and the producer snapshot).
+    #[arg(long)]
+    deep: bool,
+    /// Print the report as one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A bar over the bytes the plan will install, created once planning is done (the total is then known).
+#[derive(Default)]
+struct Bar {
+    bar: OnceLock<ProgressBar>,
+    bytes: AtomicU64,
+    segments: AtomicU64,
+    done: AtomicU64,
+}
+
+impl Bar {
+    fn get(&self) -> &ProgressBar {
+        self.bar
+            .get_or_init(|| progress::byte_bar(self.bytes.load(Ordering::Relaxed), "applying"))
+    }
+
+    fn message(&self) {
+        let (done, total) = (self.done.load(Ordering::Relaxed), self.segments.load(Ordering::Relaxed));
+        self.get().set_message(format!("applying {done}/{total} segments"));
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = self.bar.get() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn planned(&self, segments: u64, bytes: u64) {
+        self.segments.fetch_add(segments, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn advance(&self, bytes: u64) {
+        self.get().inc(bytes);
+    }
+
+    fn segment_done(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+        self.message();
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let url = StoreUrl::parse(&args.store)?;
+    let s3 = S3Options {
+        endpoint: args.s3_endpoint.clone(),
+        region: args.s3_region.clone(),
+        allow_http: args.allow_http.then_some(true),
+        ..Default::default()
+    };
+    let store = Store::open(&url, &s3)?;
+    let catalog_path = catalog_path(args.catalog.clone())?;
+    let catalog = Catalog::open(&catalog_path).with_context(|| format!("opening catalog {}", catalog_path.display()))?;
+    let mut config = ApplyConfig::new(store, url.to_string(), &args.mirror)
+        .with_prefix(KeyPrefix::new(&args.prefix)?)
+        .with_deep_validation(args.deep);
+    if let Some(link) = &args.link {
+        config = config.with_link(link);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let bar = Bar::default();
+    let report = runtime.block_on(segmirror_applier::apply(&config, catalog, &bar))?;
+    bar.finish();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report, &args.mirror, &catalog_path);
+    }
+    Ok(exit_code(&report))
+}
+
+/// 2 when a partition failed, else 1 when a segment was refused, else 0.
+pub fn exit_code(report: &ApplyReport) -> ExitCode {
+    match report.verdict() {
+        Verdict::Ok => ExitCode::SUCCESS,
+        Verdict::Refused => ExitCode::from(EXIT_CORRUPT),
+        Verdict::Failed => ExitCode::from(EXIT_USAGE_OR_IO),
+    }
+}
+
+fn state_word(outcome: &PartitionOutcome) -> &'static str {
+    match outcome {
+        PartitionOutcome::Complete => "complete",
+        PartitionOutcome::Waiting { .. } => "waiting",
+        PartitionOutcome::Refused(_) => "REFUSED",
+        PartitionOutcome::Skipped { .. } => "skipped",
+        PartitionOutcome::Failed { .. } => "FAILED",
+    }
+}
+
+/// The line under a partition's row, when there is something to explain.
+fn detail(p: &PartitionReport) -> Option<String> {
+    match &p.outcome {
+        PartitionOutcome::Complete => None,
+        PartitionOutcome::Waiting { reason, .. } => Some(format!("waiting: {reason}")),
+        PartitionOutcome::Refused(r) => Some(format!(
+            "refused segment {} ({}); nothing from there on was installed: {}",
+            r.base_offset, r.manifest_key, r.refusal
+        )),
+        PartitionOutcome::Skipped { reason } => Some(format!("skipped: {reason}")),
+        PartitionOutcome::Failed { error } => Some(format!("failed: {error}")),
+    }
+}
+
+fn print_text(report: &ApplyReport, mirror: &std::path::Path, catalog: &std::path::Path) {
+    for note in &report.notes {
+        println!("note: {note}");
+    }
+    for k in &report.ignored_keys {
+        println!("ignored {}: {}", k.key, k.reason);
+    }
+    if let Some(reason) = &report.link_skipped {
+        println!(
+            "link {}: skipped ({reason})",
+            report.link.as_deref().unwrap_or("-")
+        );
+    }
+    if report.staging_cleared {
+        println!("note: removed the staging directory an interrupted run left in {}", mirror.display());
+    }
+    if !report.partitions.is_empty() {
+        println!(
+            "{:<40} {:<9} {:>9} {:>9} {:>8} {:>14} {:>14}",
+            "partition", "state", "installed", "present", "removed", "bytes fetched", "bytes reused"
+        );
+    }
+    for p in &report.partitions {
+        let present = p.skipped.iter().filter(|s| s.why == SkipSegment::AlreadyInstalled).count();
+        println!(
+            "{:<40} {:<9} {:>9} {:>9} {:>8} {:>14} {:>14}",
+            p.name(),
+            state_word(&p.outcome),
+            p.installed.len(),
+            present,
+            p.removed.len(),
+            p.bytes_fetched,
+            p.bytes_reused
+        );
+        if let Some(detail) = detail(p) {
+            println!("  {detail}");
+        }
+    }
+    let verdict = match report.verdict() {
+        Verdict::Ok => "APPLIED",
+        Verdict::Refused => "REFUSED",
+        Verdict::Failed => "INCOMPLETE",
+    };
+    println!(
+        "{verdict}: link '{}', {} partition(s) into {}: {} segment(s) installed, {} byte(s) fetched; catalog {}",
+        report.link.as_deref().unwrap_or("-"),
+        report.partitions.len(),
+        mirror.display(),
+        report.segments_installed(),
+        report.bytes_fetched(),
+        catalog.display()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use segmirror_applier::{RefusedSegment, Refusal};
+
+    #[test]
+    fn exit_codes_follow_the_verdict() {
+        let mut report = ApplyReport::default();
+        assert_eq!(exit_code(&report), ExitCode::SUCCESS);
+        let mut p = PartitionReport {
+            topic: "t".into(),
+            partition: 0,
+            source_topic_id: None,
+            outcome: PartitionOutcome::Refused(RefusedSegment {
+                base_offset: 5,
+                manifest_key: "k".into(),
+                refusal: Refusal::InvalidManifest { reason: "bad".into() },
+            }),
+            installed: Vec::new(),
+            skipped: Vec::new(),
+            removed: Vec::new(),
+            bytes_fetched: 0,
+            bytes_reused: 0,
+        };
+        report.partitions.push(p.clone());
+        assert_eq!(exit_code(&report), ExitCode::from(EXIT_CORRUPT));
+        assert!(detail(&p).unwrap().contains("refused segment 5 (k)"));
+        p.outcome = PartitionOutcome::Failed { error: "disk".into() };
+        report.partitions.push(p);
+        assert_eq!(exit_code(&report), ExitCode::from(EXIT_USAGE_OR_IO));
+    }
+}

@@ -1,0 +1,120 @@
+//! `segmirror promote`: hand mirror partitions to a stopped Kafka broker (see `segmirror_applier::promote` for what
+//! is installed, why leader epochs are restamped, and how a crash is recovered). Argument parsing and output only.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest};
+use segmirror_applier::Error;
+use segmirror_catalog::{default_catalog_path, Catalog};
+
+use crate::EXIT_USAGE_OR_IO;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The mirror root the applier installs into (`segmirror apply --mirror`).
+    #[arg(long, value_name = "DIR")]
+    mirror: PathBuf,
+    /// The target broker's log dir (one entry of its `log.dirs`). The broker must be stopped, and the topics must
+    /// exist there with as many partitions as the mirror (create them on the target cluster first).
+    #[arg(long, value_name = "DIR")]
+    log_dir: PathBuf,
+    /// Promote only the topics whose whole name matches this regular expression (default: every topic of the
+    /// link).
+    #[arg(long, value_name = "REGEX")]
+    topics: Option<String>,
+    /// The catalog (default: `$SEGMIRROR_HOME/catalog.sqlite`, else
+    /// `$XDG_DATA_HOME/segmirror/catalog.sqlite`, else `~/.local/share/segmirror/catalog.sqlite`).
+    #[arg(long, value_name = "PATH")]
+    catalog: Option<PathBuf>,
+    /// The link whose partitions are promoted; needed when the catalog holds more than one.
+    #[arg(long, value_name = "NAME")]
+    link: Option<String>,
+    /// Replace target partitions that already hold data (their records are lost).
+    #[arg(long)]
+    force: bool,
+    /// Print one JSON document (the report, or the refusals) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let topics = args
+        .topics
+        .as_deref()
+        .map(promote::topics_regex)
+        .transpose()
+        .context("--topics is not a valid regular expression")?;
+    let catalog_path = match args.catalog {
+        Some(path) => path,
+        None => default_catalog_path()
+            .context("no catalog location: set --catalog, $SEGMIRROR_HOME or $HOME")?,
+    };
+    if !catalog_path.is_file() {
+        anyhow::bail!(
+            "catalog {} does not exist (run `segmirror apply` first, or give --catalog)",
+            catalog_path.display()
+        );
+    }
+    let mut catalog =
+        Catalog::open(&catalog_path).with_context(|| format!("opening catalog {}", catalog_path.display()))?;
+    let request = PromoteRequest {
+        mirror_root: args.mirror,
+        log_dir: args.log_dir,
+        link: args.link,
+        topics,
+        force: args.force,
+    };
+    match promote::promote(&request, &mut catalog) {
+        Ok(report) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print_text(&report);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(Error::PromoteRefused { refusals }) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "refused": refusals }))?);
+            }
+            eprintln!("segmirror promote: refused, nothing changed:");
+            for r in &refusals {
+                eprintln!("  - {r}");
+            }
+            Ok(ExitCode::from(EXIT_USAGE_OR_IO))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("promotion failed; run the same command again to finish it")),
+    }
+}
+
+fn print_text(report: &PromoteReport) {
+    for note in &report.notes {
+        println!("note: {note}");
+    }
+    for p in &report.partitions {
+        let name = format!("{}-{}", p.topic, p.partition);
+        let end = p.log_end_offset.map_or_else(|| "?".to_string(), |o| o.to_string());
+        match p.outcome {
+            Outcome::AlreadyPromoted => println!("{name}: already promoted (offsets up to {end})"),
+            Outcome::Promoted | Outcome::Resumed => println!(
+                "{name}: {} offsets [{}, {end}) in {} segment(s), {} bytes; {} batch(es) restamped to leader epoch \
+                 {}; topic id {}",
+                if p.outcome == Outcome::Resumed { "finished promoting" } else { "promoted" },
+                p.log_start_offset,
+                p.segments,
+                p.log_bytes,
+                p.batches_restamped,
+                p.leader_epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
+                p.target_topic_id.as_deref().unwrap_or("?"),
+            ),
+        }
+    }
+    println!(
+        "{} partition(s) promoted into {} from link {:?}; start the broker",
+        report.changed(),
+        report.log_dir.display(),
+        report.link
+    );
+}

@@ -1,0 +1,321 @@
+//! `segmirror seed`: ship what Kafka log dirs hold to an object store, once —
+//! to seed a new mirror or catch one up. Reruns ship only what is new.
+//!
+//! Exit status: 0 when every selected partition is in the store, 1 when a
+//! source segment was refused as corrupt (everything else still shipped), 2 on
+//! any other failure (usage, an unusable log dir, the store, a fenced or
+//! diverged partition).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use anyhow::Context as _;
+use indicatif::ProgressBar;
+use segment_format::manifest::KeyPrefix;
+use segment_format::verify::VerifyOptions;
+use segmirror_shipper::seed::{
+    self, PartitionStatus, SeedConfig, SeedProgress, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
+};
+use segmirror_shipper::{S3Options, Store, StoreUrl};
+
+use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+
+/// The link name used when `--link` is not given.
+pub const DEFAULT_LINK: &str = "default";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A source Kafka log dir (an entry of the broker's `log.dirs`). Repeat the flag for a broker with several.
+    /// Segments are read, never modified; the broker may keep running.
+    #[arg(long = "log-dir", value_name = "DIR", required = true)]
+    log_dirs: Vec<PathBuf>,
+    /// Where to ship: a local folder (a path or file:///absolute/path) or s3://bucket[/prefix]. S3 credentials
+    /// come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN; AWS_REGION and
+    /// AWS_ENDPOINT_URL are read too unless the flags below say otherwise.
+    #[arg(long, value_name = "URL")]
+    store: String,
+    /// Topics to ship: a comma-separated list of topic names and regular expressions, each matching a whole
+    /// topic name (as MirrorMaker 2's `topics`). Internal topics (`__consumer_offsets`, `__transaction_state`,
+    /// anything `__*`) are never shipped, whatever the pattern.
+    #[arg(long, value_name = "REGEX", default_value = ALL_TOPICS)]
+    topics: String,
+    /// Name of the mirror link: the first key component under the prefix. Use the same name for every run
+    /// (and for `apply`) that belongs to one mirror.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_LINK)]
+    link: String,
+    /// Key prefix inside the store, `/`-separated (e.g. to share a bucket or folder with other data).
+    #[arg(long, value_name = "P", default_value = "")]
+    prefix: String,
+    /// S3 endpoint, e.g. http://127.0.0.1:9000 for a local S3-compatible server (overrides AWS_ENDPOINT_URL).
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// S3 region (overrides AWS_REGION).
+    #[arg(long, value_name = "REGION")]
+    s3_region: Option<String>,
+    /// Allow a plain-http S3 endpoint (loopback test servers); otherwise AWS_ALLOW_HTTP decides.
+    #[arg(long)]
+    allow_http: bool,
+    /// Before shipping a segment, also decompress every batch and check every record (slower; the default
+    /// checks framing, every CRC, offsets and indexes).
+    #[arg(long)]
+    deep: bool,
+    /// Partitions shipped at once.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL_PARTITIONS)]
+    parallel: usize,
+    /// Who is shipping, recorded in leases and manifests (default: segmirror-seed@<host>:<pid>).
+    #[arg(long, value_name = "ID")]
+    shipper_id: Option<String>,
+    /// Print the report as one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A bar over the selected `.log` bytes, created once their total is known.
+struct Bar {
+    bar: OnceLock<ProgressBar>,
+    segments: AtomicU64,
+    total_segments: AtomicU64,
+}
+
+impl Bar {
+    fn finish(&self) {
+        if let Some(bar) = self.bar.get() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl SeedProgress for Bar {
+    fn start(&self, bytes: u64, segments: u64) {
+        self.total_segments.store(segments, Ordering::Relaxed);
+        // Hidden when stderr is not a terminal or the input is small.
+        let bar = progress::byte_bar(bytes, "seeding");
+        bar.set_message(format!("seeding 0/{segments} segments"));
+        let _ = self.bar.set(bar);
+    }
+
+    fn advance(&self, bytes: u64, segments: u64) {
+        let done = self.segments.fetch_add(segments, Ordering::Relaxed) + segments;
+        if let Some(bar) = self.bar.get() {
+            bar.inc(bytes);
+            let total = self.total_segments.load(Ordering::Relaxed);
+            bar.set_message(format!("seeding {done}/{total} segments"));
+        }
+    }
+}
+
+fn bar() -> Bar {
+    Bar {
+        bar: OnceLock::new(),
+        segments: AtomicU64::new(0),
+        total_segments: AtomicU64::new(0),
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let url = StoreUrl::parse(&args.store)?;
+    let s3 = S3Options {
+        endpoint: args.s3_endpoint.clone(),
+        region: args.s3_region.clone(),
+        allow_http: args.allow_http.then_some(true),
+        ..Default::default()
+    };
+    let store = Store::open(&url, &s3)?;
+    let mut config = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
+    config.prefix = KeyPrefix::new(&args.prefix)?;
+    config.topics = TopicFilter::new(&args.topics)?;
+    config.verify = VerifyOptions {
+        deep: args.deep,
+        strict: false,
+    };
+    config.parallel_partitions = args.parallel.max(1);
+    if let Some(id) = &args.shipper_id {
+        config.shipper_id = id.clone();
+    }
+    config.validate()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let bar = bar();
+    let report = runtime.block_on(seed::seed(&store, &config, &bar))?;
+    bar.finish();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report, &store, &config);
+    }
+    Ok(exit_code(&report))
+}
+
+/// 2 on any failure, else 1 if something was refused as corrupt, else 0.
+pub fn exit_code(report: &SeedReport) -> ExitCode {
+    if report.has_failures() {
+        ExitCode::from(EXIT_USAGE_OR_IO)
+    } else if report.has_refusals() {
+        ExitCode::from(EXIT_CORRUPT)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn status_word(status: &PartitionStatus) -> &'static str {
+    match status {
+        PartitionStatus::Complete => "complete",
+        PartitionStatus::Refused { .. } => "REFUSED",
+        PartitionStatus::Diverged { .. } => "DIVERGED",
+        PartitionStatus::Failed { .. } => "FAILED",
+    }
+}
+
+fn print_text(report: &SeedReport, store: &Store, config: &SeedConfig) {
+    for e in &report.log_dir_errors {
+        println!("error: {e}");
+    }
+    for s in &report.skipped {
+        println!(
+            "skipped {}-{} ({}): {}",
+            s.topic,
+            s.partition,
+            s.path.display(),
+            s.reason
+        );
+    }
+    for p in &report.partitions {
+        for w in &p.warnings {
+            println!("{}: {w}", p.name());
+        }
+        match &p.status {
+            PartitionStatus::Complete => {}
+            PartitionStatus::Refused { base_offset, findings } => {
+                let at = base_offset.map_or("its metadata".to_string(), |b| format!("segment {b}"));
+                println!(
+                    "refused {}: {at} is corrupt; nothing from there on was shipped",
+                    p.name()
+                );
+                for f in findings {
+                    println!("  {f}");
+                }
+            }
+            PartitionStatus::Diverged {
+                base_offset,
+                shipped_next_offset,
+                source_next_offset,
+                reason,
+            } => println!(
+                "diverged {}: segment {base_offset}: the store holds offsets up to {shipped_next_offset}, the source \
+                 up to {source_next_offset}: {reason}",
+                p.name()
+            ),
+            PartitionStatus::Failed { kind, error } => println!("failed {} ({kind:?}): {error}", p.name()),
+        }
+    }
+    if !report.partitions.is_empty() {
+        println!(
+            "{:<40} {:<9} {:>8} {:>8} {:>14} {:>14}",
+            "partition", "status", "shipped", "present", "bytes sent", "through"
+        );
+    }
+    for p in &report.partitions {
+        let through = p.shipped_through.map_or("-".to_string(), |t| t.to_string());
+        println!(
+            "{:<40} {:<9} {:>8} {:>8} {:>14} {:>14}",
+            p.name(),
+            status_word(&p.status),
+            p.segments_shipped,
+            p.segments_already_shipped,
+            p.bytes_uploaded,
+            through
+        );
+    }
+    let verdict = if report.has_failures() {
+        "INCOMPLETE"
+    } else if report.has_refusals() {
+        "CORRUPT SOURCE"
+    } else {
+        "COMPLETE"
+    };
+    println!(
+        "{verdict}: {} partition(s) to {store} (link '{}'{}): {} segment(s) shipped, {} already there, {} byte(s) \
+         sent; {} skipped by rule, {} not selected",
+        report.partitions.len(),
+        config.link,
+        if config.prefix.is_root() {
+            String::new()
+        } else {
+            format!(", prefix '{}'", config.prefix)
+        },
+        report.segments_shipped(),
+        report.segments_already_shipped(),
+        report.bytes_uploaded(),
+        report.skipped.len(),
+        report.not_selected,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use segment_format::writer::sample::{write_sample, SampleOptions};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn seed_cli(args: &[&str]) -> ExitCode {
+        let cli = Cli::try_parse_from(std::iter::once("seed").chain(args.iter().copied())).unwrap();
+        run(cli.args).unwrap()
+    }
+
+    #[test]
+    fn exit_status_follows_the_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join("kafka");
+        let written = write_sample(
+            &log_dir,
+            &SampleOptions {
+                fsync: false,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let bucket = dir.path().join("bucket");
+        let (log, store) = (log_dir.to_str().unwrap(), bucket.to_str().unwrap());
+        let ok = seed_cli(&[
+            "--log-dir",
+            log,
+            "--store",
+            store,
+            "--topics",
+            "sample-codecs",
+            "--json",
+        ]);
+        assert_eq!(ok, ExitCode::SUCCESS);
+        assert!(bucket.join(DEFAULT_LINK).join("sample-codecs").is_dir());
+
+        // Corrupt a sealed segment of a partition not shipped yet: refused, exit 1.
+        let victim = &written.partition("sample-legacy", 0).unwrap().written;
+        let path = victim.dir.join(segment_format::dir::segment_file_name(
+            victim.segments[0].base_offset,
+            segment_format::dir::SegmentFileKind::Log,
+        ));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        let refused = seed_cli(&["--log-dir", log, "--store", store, "--link", "default"]);
+        assert_eq!(refused, ExitCode::from(EXIT_CORRUPT));
+
+        // An unusable setting is an error before anything is read.
+        let cli = Cli::try_parse_from(["seed", "--log-dir", log, "--store", store, "--topics", "("]).unwrap();
+        assert!(run(cli.args).is_err());
+        let cli = Cli::try_parse_from(["seed", "--log-dir", log, "--store", store, "--link", "a/b"]).unwrap();
+        assert!(run(cli.args).is_err());
+    }
+}
