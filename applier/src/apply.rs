@@ -36,7 +36,7 @@ use crate::plan::{plan, Candidate, Installed, Step};
 use crate::progress::Progress;
 use crate::reconcile;
 use crate::report::{
-    ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, RefusedSegment, Refusal, SkipReason,
+    ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason,
     SkippedSegment,
 };
 
@@ -131,7 +131,8 @@ struct Planned {
 /// The result of planning one partition.
 enum Prepared {
     Planned(Box<Planned>),
-    Done(PartitionReport),
+    /// Nothing to install; the caller's report says why.
+    Done,
 }
 
 impl Applier {
@@ -207,7 +208,10 @@ impl Applier {
         for ((topic, partition), objects) in objects.partitions {
             let key = PartitionKey::new(link.clone(), topic.clone(), partition);
             let mut partition_report = PartitionReport::new(&topic, partition);
-            match self.prepare(&layout, key, objects, &mut partition_report, &mut report.notes).await {
+            match self
+                .prepare(&layout, key, objects, &mut partition_report, &mut report.notes)
+                .await
+            {
                 Ok(Prepared::Planned(p)) => {
                     let installs = p.steps.iter().filter_map(|s| match s {
                         Step::Install { manifest, .. } => Some(manifest.files.iter().map(|f| f.size).sum::<u64>()),
@@ -217,7 +221,7 @@ impl Applier {
                     progress.planned(count, bytes);
                     planned.push(p);
                 }
-                Ok(Prepared::Done(r)) => report.partitions.push(r),
+                Ok(Prepared::Done) => report.partitions.push(partition_report),
                 Err(e) => {
                     partition_report.outcome = PartitionOutcome::Failed { error: e.to_string() };
                     report.partitions.push(partition_report);
@@ -233,7 +237,9 @@ impl Applier {
         tokio::task::spawn_blocking(move || reconcile::clear_staging(&cleanup))
             .await
             .map_err(|e| Error::task("clear staging", e))??;
-        report.partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        report
+            .partitions
+            .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Ok(report)
     }
 
@@ -288,17 +294,18 @@ impl Applier {
             };
             if let Some(reason) = skip {
                 report.outcome = PartitionOutcome::Skipped { reason };
-                return Ok(Prepared::Done(report.clone()));
+                return Ok(Prepared::Done);
             }
         }
-        let (topic_id, older) = match choose_lineage(recorded.as_ref().map(|p| p.source_topic_id.as_str()), &objects.lineages) {
-            LineageChoice::Nothing => return Ok(Prepared::Done(report.clone())),
-            LineageChoice::Break { recorded: old, offered } => {
-                let id = recorded.as_ref().map(|p| p.id);
-                return self.lineage_break(key, id, old, offered.to_string(), report).await;
-            }
-            LineageChoice::Use { topic_id, older } => (topic_id, older),
-        };
+        let (topic_id, older) =
+            match choose_lineage(recorded.as_ref().map(|p| p.source_topic_id.as_str()), &objects.lineages) {
+                LineageChoice::Nothing => return Ok(Prepared::Done),
+                LineageChoice::Break { recorded: old, offered } => {
+                    let id = recorded.as_ref().map(|p| p.id);
+                    return self.lineage_break(key, id, old, offered.to_string(), report).await;
+                }
+                LineageChoice::Use { topic_id, older } => (topic_id, older),
+            };
         if !older.is_empty() {
             let older: Vec<String> = older.iter().map(|id| id.to_string()).collect();
             notes.push(format!(
@@ -379,7 +386,7 @@ impl Applier {
                 report.outcome = PartitionOutcome::Skipped {
                     reason: SkipReason::LinkPromoted,
                 };
-                return Ok(Prepared::Done(report.clone()));
+                return Ok(Prepared::Done);
             }
             Err(e) => return Err(e.into()),
         };
@@ -387,7 +394,7 @@ impl Applier {
             report.outcome = PartitionOutcome::Skipped {
                 reason: SkipReason::Promoted,
             };
-            return Ok(Prepared::Done(report.clone()));
+            return Ok(Prepared::Done);
         }
 
         // Reconcile.
@@ -409,9 +416,9 @@ impl Applier {
 
         let steps = plan(&installed, candidates);
         if let Some(base) = dirty {
-            let reinstalled = steps.iter().any(|s| {
-                matches!(s, Step::Install { manifest, replaces: Some(_), .. } if manifest.base_offset == base)
-            });
+            let reinstalled = steps.iter().any(
+                |s| matches!(s, Step::Install { manifest, replaces: Some(_), .. } if manifest.base_offset == base),
+            );
             if !reinstalled {
                 let path = dir.join(segment_format::dir::segment_file_name(
                     base,
@@ -463,7 +470,7 @@ impl Applier {
         report.outcome = PartitionOutcome::Skipped {
             reason: SkipReason::LineageBreak { recorded, offered },
         };
-        Ok(Prepared::Done(report.clone()))
+        Ok(Prepared::Done)
     }
 
     /// Steps 5 (installing) and 6 for one planned partition. `Err` only for an injected crash (tests); every other
@@ -492,7 +499,8 @@ impl Applier {
                     base_offset,
                     refusal,
                 } => {
-                    self.refused(&key, &mut report, manifest_key, base_offset, refusal).await;
+                    self.refused(&key, &mut report, manifest_key, base_offset, refusal)
+                        .await;
                     progress.segment_done();
                 }
                 Step::Install {
@@ -501,7 +509,18 @@ impl Applier {
                     replaces,
                 } => {
                     let outcome = self
-                        .install_one(layout, &key, id, &topic_id, &dir, &mut dir_ready, &manifest_key, &manifest, replaces, progress)
+                        .install_one(
+                            layout,
+                            &key,
+                            id,
+                            &topic_id,
+                            &dir,
+                            &mut dir_ready,
+                            &manifest_key,
+                            &manifest,
+                            replaces,
+                            progress,
+                        )
                         .await;
                     progress.segment_done();
                     match outcome {
@@ -515,7 +534,8 @@ impl Applier {
                             report.installed.push(segment);
                         }
                         Ok(Err(refusal)) => {
-                            self.refused(&key, &mut report, manifest_key, manifest.base_offset, refusal).await;
+                            self.refused(&key, &mut report, manifest_key, manifest.base_offset, refusal)
+                                .await;
                             break;
                         }
                         #[cfg(feature = "failpoints")]
@@ -640,7 +660,9 @@ impl Applier {
         let source_topic_id = topic_id.to_string();
         let receipt = self
             .catalog
-            .try_call("mark installed", move |c| c.mark_installed(id, &source_topic_id, &version))
+            .try_call("mark installed", move |c| {
+                c.mark_installed(id, &source_topic_id, &version)
+            })
             .await?;
         let receipt = match receipt {
             Ok(r) => r,

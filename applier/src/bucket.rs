@@ -51,7 +51,11 @@ pub(crate) struct Lineage {
 impl Lineage {
     /// When the newest manifest was written (the store's clock).
     pub fn last_modified_ms(&self) -> i64 {
-        self.manifests.values().map(|o| o.last_modified_ms).max().unwrap_or(i64::MIN)
+        self.manifests
+            .values()
+            .map(|o| o.last_modified_ms)
+            .max()
+            .unwrap_or(i64::MIN)
     }
 }
 
@@ -115,7 +119,9 @@ pub(crate) async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) 
         Ok(bytes) => bytes,
         Err(segmirror_shipper::Error::NotFound { .. }) => return Ok(ManifestRead::Gone),
         Err(e @ segmirror_shipper::Error::TooLarge { .. }) => {
-            return Ok(ManifestRead::Invalid(Refusal::InvalidManifest { reason: e.to_string() }))
+            return Ok(ManifestRead::Invalid(Refusal::InvalidManifest {
+                reason: e.to_string(),
+            }))
         }
         Err(e) => return Err(Error::Store(e)),
     };

@@ -17,9 +17,7 @@ pub(crate) struct CatalogCell {
 
 impl CatalogCell {
     pub fn new(catalog: Catalog) -> Self {
-        CatalogCell {
-            catalog: Some(catalog),
-        }
+        CatalogCell { catalog: Some(catalog) }
     }
 
     /// Run `f` on a blocking thread with the catalog. `what` names the call in errors.

@@ -48,6 +48,10 @@ use crate::report::{Refusal, MAX_REPORTED_FINDINGS};
 /// beyond any real partition, while a hostile object cannot make the applier read gigabytes into memory.
 pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 
+/// The smallest frame a `.log` can hold: a magic-0 message with no key and no value (`LOG_OVERHEAD` 12 +
+/// `RECORD_OVERHEAD_V0` 14). Bounds how many batches, hence index entries, a log of a given size can have.
+const MIN_FRAME_BYTES: u64 = 26;
+
 /// Buffer for hashing files already on disk.
 const HASH_CHUNK: usize = 1 << 20;
 
@@ -126,6 +130,9 @@ fn kill_point(armed: Option<&crate::failpoint::Armed>, point: crate::failpoint::
 /// then removed and the partition directory is as it was.
 pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed, Refusal>> {
     let m = t.manifest;
+    if let Some(refusal) = implausible_sizes(m) {
+        return Ok(Err(refusal));
+    }
     let files: Vec<ManifestFile> = m.files.clone();
 
     // 1. Stage.
@@ -285,11 +292,11 @@ async fn fetch(
     match store.get_to_file(&f.key, path, f.size, &f.sha256).await {
         // The staging directory, and this file with it, is removed by the caller on a refusal.
         Ok(digest) if digest.crc32c != f.crc32c => Ok(Err(Refusal::Mismatch {
-                key: f.key.clone(),
-                what: "crc32c".into(),
-                expected: format!("{:08x}", f.crc32c),
-                found: format!("{:08x}", digest.crc32c),
-            })),
+            key: f.key.clone(),
+            what: "crc32c".into(),
+            expected: format!("{:08x}", f.crc32c),
+            found: format!("{:08x}", digest.crc32c),
+        })),
         Ok(digest) => {
             progress.advance(digest.size);
             Ok(Ok(digest.size))
@@ -309,6 +316,42 @@ async fn fetch(
             reason: format!("it names data object {key}, which is not in the store"),
         })),
         Err(e) => Err(Error::Store(e)),
+    }
+}
+
+/// Refuse, before a byte is downloaded, a version whose index or snapshot sizes cannot be true. The verification
+/// engine reads indexes whole and the snapshot is read whole, so a lie here would cost memory (and disk), not just
+/// time. Kafka adds at most one offset-index and one time-index entry per append (plus the time index's closing
+/// entry) and one transaction-index entry per abort marker, so no index outgrows its segment's batches, and no
+/// batch is smaller than [`MIN_FRAME_BYTES`].
+fn implausible_sizes(m: &Manifest) -> Option<Refusal> {
+    let log_size = m.file(SegmentFileKind::Log).map_or(0, |f| f.size);
+    let max_entries = m.batches.min(log_size / MIN_FRAME_BYTES + 1);
+    for (kind, entry_size, extra) in [
+        (SegmentFileKind::Index, 8u64, 0u64),
+        (SegmentFileKind::TimeIndex, 12, 1),
+        (SegmentFileKind::TxnIndex, 34, 0),
+    ] {
+        if let Some(f) = m.file(kind) {
+            let limit = entry_size.saturating_mul(max_entries.saturating_add(extra));
+            if f.size > limit {
+                return Some(Refusal::InvalidManifest {
+                    reason: format!(
+                        "{}: {} bytes is more than {} batches of a {log_size}-byte log can index ({limit} bytes)",
+                        f.name, f.size, m.batches
+                    ),
+                });
+            }
+        }
+    }
+    match m.file(SegmentFileKind::Snapshot) {
+        Some(f) if f.size > MAX_SNAPSHOT_BYTES => Some(Refusal::InvalidManifest {
+            reason: format!(
+                "{}: a producer snapshot of {} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}",
+                f.name, f.size
+            ),
+        }),
+        _ => None,
     }
 }
 
@@ -386,14 +429,47 @@ fn validate(
     }
     let s = &check.summary;
     let log_size = m.file(SegmentFileKind::Log).map_or(0, |f| f.size);
+    // Without decompression a legacy (magic 0/1) compressed wrapper counts as one record at its last offset, so a
+    // shallow check only bounds the record count from below and the first offset from above; a deep one (and any
+    // magic-2 segment) gives the exact values the shipper recorded.
+    let exact = options.deep;
+    let first_offset_wrong = match (m.first_offset, s.first_offset) {
+        (Some(claimed), Some(found)) => claimed > found || (exact && claimed != found),
+        (claimed, found) => claimed != found,
+    };
     let claims = [
-        ("batches", m.batches.to_string(), s.batches.to_string()),
-        ("records", m.records.to_string(), s.records.to_string()),
-        ("first offset", format!("{:?}", m.first_offset), format!("{:?}", s.first_offset)),
-        ("last offset", format!("{:?}", m.last_offset), format!("{:?}", s.last_offset)),
-        ("well-framed .log bytes", log_size.to_string(), s.bytes.to_string()),
+        (
+            "batches",
+            m.batches.to_string(),
+            s.batches.to_string(),
+            m.batches != s.batches,
+        ),
+        (
+            "records",
+            m.records.to_string(),
+            s.records.to_string(),
+            m.records < s.records || (exact && m.records != s.records),
+        ),
+        (
+            "first offset",
+            format!("{:?}", m.first_offset),
+            format!("{:?}", s.first_offset),
+            first_offset_wrong,
+        ),
+        (
+            "last offset",
+            format!("{:?}", m.last_offset),
+            format!("{:?}", s.last_offset),
+            m.last_offset != s.last_offset,
+        ),
+        (
+            "well-framed .log bytes",
+            log_size.to_string(),
+            s.bytes.to_string(),
+            log_size != s.bytes,
+        ),
     ];
-    if let Some((what, manifest, data)) = claims.into_iter().find(|(_, a, b)| a != b) {
+    if let Some((what, manifest, data, _)) = claims.into_iter().find(|claim| claim.3) {
         return Ok(Err(Refusal::ManifestDataMismatch {
             what: what.to_string(),
             manifest,
@@ -409,9 +485,7 @@ fn validate(
         }
         match ProducerSnapshot::read(&snapshot) {
             Ok(_) => {}
-            Err(e) if e.is_corrupt() || e.is_incomplete() => {
-                return Ok(Err(corrupt(vec![Finding::from_error(&e)], 0)))
-            }
+            Err(e) if e.is_corrupt() || e.is_incomplete() => return Ok(Err(corrupt(vec![Finding::from_error(&e)], 0))),
             Err(e) => return Err(Error::Format(e)),
         }
     }
@@ -433,10 +507,15 @@ fn validate(
             message: format!(
                 "the installed epochs {} and this version's {} do not merge: {}",
                 show_epochs(&existing),
-                show_epochs(&m.epochs.iter().map(|e| EpochEntry {
-                    epoch: e.epoch,
-                    start_offset: e.start_offset
-                }).collect::<Vec<_>>()),
+                show_epochs(
+                    &m.epochs
+                        .iter()
+                        .map(|e| EpochEntry {
+                            epoch: e.epoch,
+                            start_offset: e.start_offset
+                        })
+                        .collect::<Vec<_>>()
+                ),
                 problems.join("; ")
             ),
         }));
@@ -445,7 +524,10 @@ fn validate(
 }
 
 fn show_epochs(entries: &[EpochEntry]) -> String {
-    let parts: Vec<String> = entries.iter().map(|e| format!("{}@{}", e.epoch, e.start_offset)).collect();
+    let parts: Vec<String> = entries
+        .iter()
+        .map(|e| format!("{}@{}", e.epoch, e.start_offset))
+        .collect();
     format!("[{}]", parts.join(", "))
 }
 
@@ -480,11 +562,7 @@ fn place(
     replaces: bool,
     after_rename: &dyn Fn(u32) -> Result<()>,
 ) -> Result<()> {
-    let order = if replaces {
-        REPLACEMENT_ORDER
-    } else {
-        NEW_SEGMENT_ORDER
-    };
+    let order = if replaces { REPLACEMENT_ORDER } else { NEW_SEGMENT_ORDER };
     // Files of this base the version does not have (a kind an older, interrupted version had): not part of it.
     let stale: Vec<PathBuf> = SegmentFileKind::ALL
         .into_iter()
@@ -620,6 +698,70 @@ mod tests {
     }
 
     #[test]
+    fn index_sizes_are_bounded_by_the_batches_before_anything_is_fetched() {
+        use segment_format::manifest::{SegmentFileName, Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1};
+        let file = |kind, size| ManifestFile {
+            name: SegmentFileName::new(0, kind),
+            key: String::new(),
+            size,
+            crc32c: 0,
+            sha256: Sha256Digest([0; 32]),
+            mtime_ms: 0,
+        };
+        let mut m = Manifest {
+            format: MANIFEST_FORMAT_V1.into(),
+            link: "l".into(),
+            topic: "t".into(),
+            partition: 0,
+            source_topic_id: Uuid([1; 16]),
+            source_cluster_id: "c".into(),
+            base_offset: 0,
+            first_offset: Some(0),
+            last_offset: Some(9),
+            next_offset: 10,
+            batches: 10,
+            records: 10,
+            max_timestamp: -1,
+            sealed: true,
+            epochs: Vec::new(),
+            log_start_offset: 0,
+            files: vec![
+                file(SegmentFileKind::Log, 1000),
+                file(SegmentFileKind::Index, 80),
+                file(SegmentFileKind::TimeIndex, 132),
+                file(SegmentFileKind::TxnIndex, 340),
+                file(SegmentFileKind::Snapshot, 56),
+            ],
+            shipper: ShipperStamp {
+                id: "s".into(),
+                lease_epoch: 1,
+            },
+            created_at_ms: 0,
+        };
+        assert_eq!(implausible_sizes(&m), None);
+        m.files[1].size = 88;
+        assert!(
+            implausible_sizes(&m).is_some(),
+            "11 offset-index entries for 10 batches"
+        );
+        m.files[1].size = 80;
+        m.files[2].size = 144;
+        assert!(implausible_sizes(&m).is_some());
+        m.files[2].size = 132;
+        // Claimed batches are also bounded by the log's size.
+        m.batches = 1_000_000;
+        m.files[1].size = 8 * 1_000;
+        assert!(
+            implausible_sizes(&m).is_some(),
+            "a 1000-byte log holds at most 39 frames"
+        );
+        m.batches = 10;
+        m.files[1].size = 80;
+        m.files[4].size = MAX_SNAPSHOT_BYTES + 46;
+        assert!(implausible_sizes(&m).is_some());
+    }
+
+    #[test]
     fn mtimes_convert_both_ways_of_the_epoch() {
         assert_eq!(system_time(0), Some(UNIX_EPOCH));
         assert_eq!(system_time(1_500), Some(UNIX_EPOCH + Duration::from_millis(1_500)));
@@ -673,8 +815,13 @@ mod tests {
         place(&part, 7, &files, false, &record).unwrap();
         let seen = seen.into_inner();
         assert_eq!(seen.len(), 4);
-        assert!(seen[..3].iter().all(|(_, names)| !names.iter().any(|n| n.ends_with(".log"))));
-        assert!(seen[0].1.iter().all(|n| !n.ends_with(".txnindex")), "stale file removed first");
+        assert!(seen[..3]
+            .iter()
+            .all(|(_, names)| !names.iter().any(|n| n.ends_with(".log"))));
+        assert!(
+            seen[0].1.iter().all(|n| !n.ends_with(".txnindex")),
+            "stale file removed first"
+        );
         assert!(seen[3].1.contains(&"00000000000000000007.log".to_string()));
 
         for (_, source, name) in &files {
@@ -700,7 +847,12 @@ mod tests {
         let a = Uuid([1; 16]);
         let b = Uuid([2; 16]);
         ensure_partition_dir(&part, &a).unwrap();
-        assert_eq!(PartitionMetadata::read(&part.join(PARTITION_METADATA_FILE)).unwrap().topic_id, a);
+        assert_eq!(
+            PartitionMetadata::read(&part.join(PARTITION_METADATA_FILE))
+                .unwrap()
+                .topic_id,
+            a
+        );
         ensure_partition_dir(&part, &a).unwrap();
         assert!(matches!(
             ensure_partition_dir(&part, &b),

@@ -45,18 +45,18 @@ pub mod failpoint;
 mod install;
 mod layout;
 pub mod plan;
-pub mod promote;
 mod progress;
+pub mod promote;
 mod reconcile;
 pub mod report;
 
-pub use apply::{apply, ApplyConfig, Applier, APPLIER_TOPICS_REGEX};
+pub use apply::{apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX};
 pub use bucket::MANIFEST_READ_CONCURRENCY;
 pub use error::{Error, Result};
 pub use install::MAX_SNAPSHOT_BYTES;
 pub use layout::{MirrorLayout, STAGING_DIR};
 pub use progress::{NoProgress, Progress};
 pub use report::{
-    ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, RefusedSegment, Refusal, SkipReason, SkipSegment,
+    ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason, SkipSegment,
     SkippedSegment, Verdict,
 };

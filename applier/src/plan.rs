@@ -202,11 +202,7 @@ fn next_step(
             );
         }
         if tail.map(|t| t.0) != Some(base) {
-            return conflict(
-                &key,
-                &m,
-                "it would grow a segment that already has a successor".into(),
-            );
+            return conflict(&key, &m, "it would grow a segment that already has a successor".into());
         }
         return Step::Install {
             key,

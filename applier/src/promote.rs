@@ -278,7 +278,10 @@ impl fmt::Display for Refusal {
             Refusal::TargetTopicIdsDiffer { topic, ids } => write!(
                 f,
                 "topic {topic}: the target partitions carry different topic ids ({})",
-                ids.iter().map(|(p, id)| format!("{p}: {id}")).collect::<Vec<_>>().join(", ")
+                ids.iter()
+                    .map(|(p, id)| format!("{p}: {id}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Refusal::PartitionCountMismatch {
                 topic,
@@ -660,9 +663,7 @@ fn inspect_mirror(
         return Ok(None);
     };
     let walk = walk_log(&last.log, None)?;
-    let log_end_offset = walk
-        .last_offset
-        .map_or(last.base_offset, |o| o.saturating_add(1));
+    let log_end_offset = walk.last_offset.map_or(last.base_offset, |o| o.saturating_add(1));
     if p.installed_end_offset != Some(log_end_offset) {
         refusals.push(Refusal::MirrorCatalogMismatch {
             partition: tp.clone(),
@@ -839,7 +840,10 @@ fn build(
         return Err(Error::PromoteRefused {
             refusals: vec![Refusal::MirrorChanged {
                 partition: p.tp(),
-                log: source.join(segment_file_name(p.segments.last().copied().unwrap_or_default(), SegmentFileKind::Log)),
+                log: source.join(segment_file_name(
+                    p.segments.last().copied().unwrap_or_default(),
+                    SegmentFileKind::Log,
+                )),
                 planned_end_offset: p.log_end_offset,
                 found_end_offset: found,
             }],

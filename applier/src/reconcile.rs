@@ -81,7 +81,9 @@ pub(crate) fn scan(dir: &Path) -> Result<Option<DiskPartition>> {
                     .or_default()
                     .insert(kind, (path, meta.len()));
             }
-            PartitionFile::Temp { target } if target == PARTITION_METADATA_FILE || target == LEADER_EPOCH_CHECKPOINT_FILE => {
+            PartitionFile::Temp { target }
+                if target == PARTITION_METADATA_FILE || target == LEADER_EPOCH_CHECKPOINT_FILE =>
+            {
                 disk.temp_files.push(path)
             }
             PartitionFile::PartitionMetadata => disk.topic_id = Some(PartitionMetadata::read(&path)?.topic_id),
@@ -170,7 +172,7 @@ pub(crate) fn sweep(dir: &Path, installed: &BTreeSet<i64>) -> Result<Vec<PathBuf
         }
         // The .log first: a crash halfway leaves indexes without a .log (which Kafka ignores), never the reverse.
         let mut paths: Vec<&PathBuf> = files.values().map(|(p, _)| p).collect();
-        paths.sort_by_key(|p| !p.extension().is_some_and(|e| e == "log"));
+        paths.sort_by_key(|p| p.extension().is_none_or(|e| e != "log"));
         for path in paths {
             fs::remove_file(path).map_err(|e| Error::io(path, e))?;
             removed.push(path.clone());
@@ -200,7 +202,11 @@ mod tests {
     fn write_segment(dir: &Path, base: i64, log_size: usize) {
         for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
             let len = if kind == SegmentFileKind::Log { log_size } else { 0 };
-            fs::write(dir.join(segment_format::dir::segment_file_name(base, kind)), vec![0u8; len]).unwrap();
+            fs::write(
+                dir.join(segment_format::dir::segment_file_name(base, kind)),
+                vec![0u8; len],
+            )
+            .unwrap();
         }
     }
 
@@ -222,7 +228,11 @@ mod tests {
             vec![installed(0, 90, true), installed(10, 50, false)],
             vec![installed(0, 100, true), installed(10, 40, true)],
             vec![installed(0, 100, true), installed(10, 60, false)],
-            vec![installed(0, 100, true), installed(10, 50, true), installed(20, 1, false)],
+            vec![
+                installed(0, 100, true),
+                installed(10, 50, true),
+                installed(20, 1, false),
+            ],
         ] {
             assert!(matches!(
                 check_installed("t-0", &dir, Some(&disk), &bad),
@@ -288,7 +298,9 @@ mod tests {
 
         let dir = layout.partition_dir("t", 0);
         fs::create_dir_all(&dir).unwrap();
-        PartitionMetadata::new(Uuid([3; 16])).write(&dir.join(PARTITION_METADATA_FILE)).unwrap();
+        PartitionMetadata::new(Uuid([3; 16]))
+            .write(&dir.join(PARTITION_METADATA_FILE))
+            .unwrap();
         let disk = scan(&dir).unwrap().unwrap();
         assert!(check_lineage(&dir, &disk, &Uuid([3; 16])).is_ok());
         assert!(matches!(

@@ -9,8 +9,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use serde::Serialize;
 use segment_format::report::Finding;
+use serde::Serialize;
 
 /// What one run did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -261,7 +261,10 @@ impl fmt::Display for Refusal {
                 what,
                 expected,
                 found,
-            } => write!(f, "{key}: {what} mismatch: manifest says {expected}, object has {found}"),
+            } => write!(
+                f,
+                "{key}: {what} mismatch: manifest says {expected}, object has {found}"
+            ),
             Refusal::Corrupt { findings, more } => {
                 f.write_str("corrupt segment")?;
                 for finding in findings {

@@ -12,9 +12,7 @@ use segment_format::manifest::KeyPrefix;
 use segment_format::partition_metadata::Uuid;
 use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
-use segmirror_applier::{
-    ApplyConfig, Error, PartitionOutcome, Refusal, SkipReason, SkipSegment, Verdict, STAGING_DIR,
-};
+use segmirror_applier::{ApplyConfig, Error, PartitionOutcome, Refusal, SkipReason, SkipSegment, Verdict, STAGING_DIR};
 use segmirror_catalog::{EventKind, PartitionKey, PartitionState, Subject};
 
 fn id(n: u8) -> Uuid {
@@ -53,7 +51,9 @@ async fn a_shipped_sample_set_is_mirrored_byte_for_byte_and_a_rerun_fetches_noth
     .unwrap();
     let mut manifests = 0;
     for p in &sample.partitions {
-        manifests += ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &p.written.dir).await.len();
+        manifests += ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &p.written.dir)
+            .await
+            .len();
     }
     w.counting.reset();
 
@@ -68,12 +68,20 @@ async fn a_shipped_sample_set_is_mirrored_byte_for_byte_and_a_rerun_fetches_noth
         // Kafka uses a .log's mtime for retention when its time index is empty: the mirror keeps the source's.
         for s in &p.written.segments {
             let file = format!("{:020}.log", s.base_offset);
-            let src = std::fs::metadata(p.written.dir.join(&file)).unwrap().modified().unwrap();
+            let src = std::fs::metadata(p.written.dir.join(&file))
+                .unwrap()
+                .modified()
+                .unwrap();
             let dst = std::fs::metadata(mirror.join(&file)).unwrap().modified().unwrap();
             let ms = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
             assert_eq!(ms(src), ms(dst), "{file}");
         }
-        let outcome = &report.partitions.iter().find(|r| r.name() == name.to_str().unwrap()).unwrap().outcome;
+        let outcome = &report
+            .partitions
+            .iter()
+            .find(|r| r.name() == name.to_str().unwrap())
+            .unwrap()
+            .outcome;
         assert_eq!(outcome, &PartitionOutcome::Complete);
     }
     assert!(!w.mirror().join(STAGING_DIR).exists());
@@ -83,8 +91,19 @@ async fn a_shipped_sample_set_is_mirrored_byte_for_byte_and_a_rerun_fetches_noth
         .iter()
         .map(|p| w.mirror().join(p.written.dir.file_name().unwrap()))
         .collect();
-    let verified = verify_paths(&dirs, &VerifyOptions { deep: true, strict: false }, &NoVerifyProgress);
-    assert!(verified.is_sound() && verified.io_errors.is_empty(), "{:#?}", verified.findings);
+    let verified = verify_paths(
+        &dirs,
+        &VerifyOptions {
+            deep: true,
+            strict: false,
+        },
+        &NoVerifyProgress,
+    );
+    assert!(
+        verified.is_sound() && verified.io_errors.is_empty(),
+        "{:#?}",
+        verified.findings
+    );
     // Every manifest and every data object was read exactly once.
     let data_gets = w.counting.data_gets();
     let mut unique = data_gets.clone();
@@ -100,7 +119,10 @@ async fn a_shipped_sample_set_is_mirrored_byte_for_byte_and_a_rerun_fetches_noth
         assert_eq!(recorded.installed_end_offset, Some(p.written.log_end_offset), "{key}");
         assert_eq!(recorded.source_topic_id, p.written.topic_id.to_string());
         assert_eq!(recorded.state, PartitionState::Mirroring);
-        assert_eq!(catalog.installed_segments(recorded.id).unwrap().len(), p.written.segments.len());
+        assert_eq!(
+            catalog.installed_segments(recorded.id).unwrap().len(),
+            p.written.segments.len()
+        );
     }
     drop(catalog);
 
@@ -111,7 +133,12 @@ async fn a_shipped_sample_set_is_mirrored_byte_for_byte_and_a_rerun_fetches_noth
     assert_eq!(again.segments_installed(), 0);
     assert_eq!(again.bytes_fetched(), 0);
     assert!(w.counting.data_gets().is_empty(), "{:?}", w.counting.data_gets());
-    assert_eq!(w.counting.gets().len(), sample.partitions.len(), "{:?}", w.counting.gets());
+    assert_eq!(
+        w.counting.gets().len(),
+        sample.partitions.len(),
+        "{:?}",
+        w.counting.gets()
+    );
     for p in &again.partitions {
         assert!(p.skipped.iter().all(|s| s.why == SkipSegment::AlreadyInstalled));
         assert!(p.removed.is_empty());
@@ -136,7 +163,11 @@ async fn a_crc_level_corruption_with_a_matching_sha_is_refused_and_nothing_insta
     // Flip one byte inside the first batch's records and rewrite the manifest so that size and hashes match the
     // corrupt object: only the batch CRC can tell.
     let first = &mut shipped[0].manifest;
-    let log = first.files.iter_mut().find(|f| f.name.to_string().ends_with(".log")).unwrap();
+    let log = first
+        .files
+        .iter_mut()
+        .find(|f| f.name.to_string().ends_with(".log"))
+        .unwrap();
     let mut bytes = w.store.get_bytes(&log.key, u64::MAX).await.unwrap().to_vec();
     bytes[100] ^= 0xff;
     w.store.put_bytes(&log.key, bytes.clone()).await.unwrap();
@@ -156,7 +187,10 @@ async fn a_crc_level_corruption_with_a_matching_sha_is_refused_and_nothing_insta
                     let text = findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n");
                     assert!(text.to_lowercase().contains("crc"), "{text}");
                     // Findings name the object in the bucket, not a staging path.
-                    assert!(findings.iter().any(|f| f.path == Path::new(&log_key(&shipped[0]))), "{findings:?}");
+                    assert!(
+                        findings.iter().any(|f| f.path == Path::new(&log_key(&shipped[0]))),
+                        "{findings:?}"
+                    );
                 }
                 other => panic!("expected a corrupt refusal, got {other:?}"),
             }
@@ -166,12 +200,18 @@ async fn a_crc_level_corruption_with_a_matching_sha_is_refused_and_nothing_insta
     let dir = w.mirror().join("orders-0");
     assert!(segment_files(&dir).is_empty(), "{:?}", segment_files(&dir));
     let staging = w.mirror().join(STAGING_DIR).join("orders-0");
-    assert!(tree(&staging).is_empty(), "staged files of a refused version are removed");
+    assert!(
+        tree(&staging).is_empty(),
+        "staged files of a refused version are removed"
+    );
     let catalog = w.catalog();
     let p = catalog.partition(&PartitionKey::new(LINK, "orders", 0)).unwrap();
     assert_eq!(p.installed_end_offset, None);
     let events = catalog.events(Some(Subject::Partition(&p.key)), 10).unwrap();
-    assert!(events.iter().any(|e| e.kind == EventKind::SegmentRejected), "{events:?}");
+    assert!(
+        events.iter().any(|e| e.kind == EventKind::SegmentRejected),
+        "{events:?}"
+    );
 }
 
 fn log_key(s: &Shipped) -> String {
@@ -209,7 +249,11 @@ async fn objects_that_differ_from_their_manifest_are_refused() {
     assert_eq!(installed, [0]);
     assert_eq!(
         segment_files(&w.mirror().join("orders-0")),
-        ["00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex"]
+        [
+            "00000000000000000000.index",
+            "00000000000000000000.log",
+            "00000000000000000000.timeindex"
+        ]
     );
 
     // A manifest that lies about a size: refused before a byte is read.
@@ -227,7 +271,11 @@ async fn objects_that_differ_from_their_manifest_are_refused() {
     assert_eq!(report.verdict(), Verdict::Refused);
     match outcome(&report, "orders") {
         PartitionOutcome::Refused(r) => {
-            assert!(matches!(&r.refusal, Refusal::Mismatch { what, .. } if what == "size"), "{:?}", r.refusal)
+            assert!(
+                matches!(&r.refusal, Refusal::Mismatch { what, .. } if what == "size"),
+                "{:?}",
+                r.refusal
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -236,7 +284,8 @@ async fn objects_that_differ_from_their_manifest_are_refused() {
 
 #[tokio::test]
 async fn hostile_manifests_are_rejected_and_nothing_is_written_outside_the_mirror() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
+    type Mutation = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Mutation)> = vec![
         (
             "key escaping the data folder",
             Box::new(|m| m["files"][0]["key"] = "east/orders/0/../../../../outside.log".into()),
@@ -245,11 +294,20 @@ async fn hostile_manifests_are_rejected_and_nothing_is_written_outside_the_mirro
             "file name that is not a Kafka name",
             Box::new(|m| m["files"][0]["name"] = "../../outside.sh".into()),
         ),
-        ("topic that is not a Kafka topic", Box::new(|m| m["topic"] = "../etc".into())),
+        (
+            "topic that is not a Kafka topic",
+            Box::new(|m| m["topic"] = "../etc".into()),
+        ),
         ("another partition's manifest", Box::new(|m| m["partition"] = 7.into())),
         ("offsets that do not add up", Box::new(|m| m["next_offset"] = 1.into())),
-        ("sha256 that is not hex", Box::new(|m| m["files"][0]["sha256"] = "zz".into())),
-        ("a format from the future", Box::new(|m| m["format"] = "segmirror.manifest.v2".into())),
+        (
+            "sha256 that is not hex",
+            Box::new(|m| m["files"][0]["sha256"] = "zz".into()),
+        ),
+        (
+            "a format from the future",
+            Box::new(|m| m["format"] = "segmirror.manifest.v2".into()),
+        ),
     ];
     for (what, mutate) in cases {
         let w = World::new();
@@ -260,17 +318,27 @@ async fn hostile_manifests_are_rejected_and_nothing_is_written_outside_the_mirro
             .put_bytes(&shipped[0].key, serde_json::to_vec(&json).unwrap())
             .await
             .unwrap();
-        let before: Vec<String> = tree(w.tmp.path()).into_keys().filter(|k| !k.starts_with("catalog/")).collect();
+        let before: Vec<String> = tree(w.tmp.path())
+            .into_keys()
+            .filter(|k| !k.starts_with("catalog/"))
+            .collect();
         let report = w.apply().await;
         assert_eq!(report.verdict(), Verdict::Refused, "{what}: {report:#?}");
         match outcome(&report, "orders") {
             PartitionOutcome::Refused(r) => {
                 assert_eq!(r.base_offset, 0, "{what}");
-                assert!(matches!(r.refusal, Refusal::InvalidManifest { .. }), "{what}: {:?}", r.refusal);
+                assert!(
+                    matches!(r.refusal, Refusal::InvalidManifest { .. }),
+                    "{what}: {:?}",
+                    r.refusal
+                );
             }
             other => panic!("{what}: {other:?}"),
         }
-        let after: Vec<String> = tree(w.tmp.path()).into_keys().filter(|k| !k.starts_with("catalog/")).collect();
+        let after: Vec<String> = tree(w.tmp.path())
+            .into_keys()
+            .filter(|k| !k.starts_with("catalog/"))
+            .collect();
         let new: Vec<&String> = after.iter().filter(|k| !before.contains(k)).collect();
         assert!(new.is_empty(), "{what}: wrote {new:?}");
         assert!(!w.path("outside.log").exists() && !w.path("outside.sh").exists());
@@ -321,7 +389,10 @@ async fn a_grown_active_segment_replaces_the_installed_version() {
     let installed = &report.partitions[0].installed;
     assert_eq!(installed.len(), 1, "{report:#?}");
     assert!(installed[0].sealed);
-    assert_eq!(installed[0].reused_files as usize, 3, "unchanged files are not fetched again");
+    assert_eq!(
+        installed[0].reused_files as usize, 3,
+        "unchanged files are not fetched again"
+    );
     let catalog = w.catalog();
     let p = catalog.partition(&PartitionKey::new(LINK, "grow", 0)).unwrap();
     let segments = catalog.installed_segments(p.id).unwrap();
@@ -369,7 +440,10 @@ async fn a_lineage_break_is_reported_logged_and_never_merged() {
     match outcome(&report, "orders") {
         PartitionOutcome::Skipped {
             reason: SkipReason::LineageBreak { recorded, offered },
-        } => assert_eq!((recorded.as_str(), offered.as_str()), (&*id(1).to_string(), &*id(2).to_string())),
+        } => assert_eq!(
+            (recorded.as_str(), offered.as_str()),
+            (&*id(1).to_string(), &*id(2).to_string())
+        ),
         other => panic!("{other:?}"),
     }
     assert_mirrors(&source_a, &w.mirror().join("orders-0"));
@@ -383,7 +457,12 @@ async fn a_lineage_break_is_reported_logged_and_never_merged() {
     drop(catalog);
     // Paused now: skipped as such.
     let report = w.apply().await;
-    assert!(matches!(outcome(&report, "orders"), PartitionOutcome::Skipped { reason: SkipReason::Paused }));
+    assert!(matches!(
+        outcome(&report, "orders"),
+        PartitionOutcome::Skipped {
+            reason: SkipReason::Paused
+        }
+    ));
 }
 
 #[tokio::test]
@@ -405,14 +484,21 @@ async fn a_promoted_partition_is_never_written_again_and_paused_links_are_skippe
     w.store.put_bytes(&last_key, held).await.unwrap();
     w.counting.reset();
     let report = w.apply().await;
-    assert!(matches!(outcome(&report, "orders"), PartitionOutcome::Skipped { reason: SkipReason::Promoted }));
+    assert!(matches!(
+        outcome(&report, "orders"),
+        PartitionOutcome::Skipped {
+            reason: SkipReason::Promoted
+        }
+    ));
     assert_eq!(tree(&w.mirror()), before);
     assert!(w.counting.gets().is_empty(), "nothing of a promoted partition is read");
     assert!(!w.mirror().join(format!("orders-0/{last:020}.log")).exists());
 
     {
         let mut catalog = w.catalog();
-        catalog.set_link_state(LINK, segmirror_catalog::LinkState::Paused).unwrap();
+        catalog
+            .set_link_state(LINK, segmirror_catalog::LinkState::Paused)
+            .unwrap();
     }
     let report = w.apply().await;
     assert_eq!(report.link_skipped, Some(SkipReason::LinkPaused));
@@ -446,7 +532,12 @@ async fn leftovers_the_catalog_does_not_list_are_removed() {
     let report = w.apply().await;
     assert_eq!(report.verdict(), Verdict::Ok);
     assert!(report.staging_cleared);
-    assert_eq!(report.partitions[0].removed.len(), 3, "{:?}", report.partitions[0].removed);
+    assert_eq!(
+        report.partitions[0].removed.len(),
+        3,
+        "{:?}",
+        report.partitions[0].removed
+    );
     assert_mirrors(&source, &dir);
     assert!(!w.mirror().join(STAGING_DIR).exists());
 }
@@ -472,7 +563,10 @@ async fn the_mirror_root_is_never_a_broker_log_dir_and_links_must_be_chosen() {
     let err = segmirror_applier::apply(&config, w.catalog(), &segmirror_applier::NoProgress)
         .await
         .unwrap_err();
-    assert!(matches!(&err, Error::AmbiguousLink { links, .. } if links == &["east", "west"]), "{err}");
+    assert!(
+        matches!(&err, Error::AmbiguousLink { links, .. } if links == &["east", "west"]),
+        "{err}"
+    );
     let err = segmirror_applier::apply(&config.with_link("../x"), w.catalog(), &segmirror_applier::NoProgress)
         .await
         .unwrap_err();

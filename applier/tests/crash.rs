@@ -30,7 +30,9 @@ fn installed_bases(w: &World, topic: &str) -> Vec<i64> {
 async fn crash_at(w: &World, point: FailPoint, nth: u32) {
     let armed = Arc::new(Armed::new(point, nth));
     let config = w.config().with_failpoint(armed.clone());
-    let err = segmirror_applier::apply(&config, w.catalog(), &NoProgress).await.unwrap_err();
+    let err = segmirror_applier::apply(&config, w.catalog(), &NoProgress)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Injected(p) if p == point), "{err}");
     assert!(armed.fired());
 }
@@ -68,7 +70,10 @@ async fn a_crash_at_any_point_of_a_new_segment_install_is_recovered_without_refe
 
         let gets = w.counting.data_gets();
         for key in keys_of(&shipped[0]) {
-            assert!(!gets.contains(&key), "{point:?}: installed segment fetched again: {key}");
+            assert!(
+                !gets.contains(&key),
+                "{point:?}: installed segment fetched again: {key}"
+            );
         }
         let second = &shipped[1];
         let refetched = keys_of(second).iter().filter(|k| gets.contains(k)).count();
@@ -77,14 +82,21 @@ async fn a_crash_at_any_point_of_a_new_segment_install_is_recovered_without_refe
         assert_eq!(refetched, expected_refetch, "{point:?}: {gets:?}");
         let first_installed = &report.partitions[0].installed[0];
         assert_eq!(first_installed.base_offset, second.manifest.base_offset);
-        assert_eq!(first_installed.reused_files as usize, files - expected_refetch, "{point:?}");
+        assert_eq!(
+            first_installed.reused_files as usize,
+            files - expected_refetch,
+            "{point:?}"
+        );
         assert_eq!(installed_bases(&w, "orders").len(), shipped.len());
     }
 }
 
 #[tokio::test]
 async fn a_crash_while_replacing_a_grown_active_segment_is_recovered() {
-    for (point, renamed) in [(FailPoint::AfterRename(1), 1usize), (FailPoint::BeforeCatalog, usize::MAX)] {
+    for (point, renamed) in [
+        (FailPoint::AfterRename(1), 1usize),
+        (FailPoint::BeforeCatalog, usize::MAX),
+    ] {
         let w = World::new();
         let tid = Uuid([5; 16]);
         let v1 = write_partition(&w.path("v1"), "grow", tid, 4, 1 << 20);

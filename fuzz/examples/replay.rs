@@ -32,7 +32,7 @@ fn main() -> std::io::Result<()> {
         times.push((t.elapsed(), file));
     }
     let total = start.elapsed();
-    times.sort_by(|a, b| b.0.cmp(&a.0));
+    times.sort_by_key(|t| std::cmp::Reverse(t.0));
     println!("{target}: {} inputs in {total:?}", times.len());
     for (t, file) in times.iter().take(5) {
         println!("  {t:?}  {}", file.display());

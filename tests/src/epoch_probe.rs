@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::writer::{PartitionWriter, WrittenPartition, WriterConfig};
+use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -111,7 +111,11 @@ pub fn python_group_session(probe: &GroupProbe<'_>) -> Result<GroupSession> {
         .context("writing the probe request")?;
     let out = child.wait_with_output().context("running epoch_probe.py")?;
     if !out.status.success() {
-        bail!("epoch_probe.py failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "epoch_probe.py failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     serde_json::from_slice(&out.stdout)
         .with_context(|| format!("epoch_probe.py printed {:?}", String::from_utf8_lossy(&out.stdout)))

@@ -112,7 +112,11 @@ pub fn assert_same_files(a: &Path, b: &Path, keep: impl Fn(&Path) -> bool) -> Re
         let x = std::fs::read(path)?;
         let y = std::fs::read(&right[rel])?;
         if x != y {
-            let at = x.iter().zip(&y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len()));
+            let at = x
+                .iter()
+                .zip(&y)
+                .position(|(p, q)| p != q)
+                .unwrap_or(x.len().min(y.len()));
             bail!(
                 "{} differs: {} vs {} bytes, first difference at byte {at}",
                 rel.display(),
@@ -135,4 +139,25 @@ pub fn leader_epoch_from_log(broker: &KafkaBroker, topic: &str, partition: i32) 
         .and_then(|l| l.split("starts at leader epoch ").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
+}
+
+/// Runs `segmirror <args>` with extra environment variables (e.g. [`crate::s3::MotoServer::env`]).
+pub fn run_segmirror_env<I, S>(args: I, env: &[(&str, String)]) -> Result<CliRun>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let exe = crate::segmirror_cli::segmirror_binary()?;
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
+    let out = std::process::Command::new(exe)
+        .args(&args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    Ok(CliRun {
+        args: args.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
 }

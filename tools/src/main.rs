@@ -53,7 +53,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(EXIT_USAGE_OR_IO) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE_OR_IO)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let result = match cli.command {

@@ -72,9 +72,9 @@ fn show(steps: &[Step]) -> Vec<String> {
     steps
         .iter()
         .map(|s| match s {
-            Step::Install {
-                manifest, replaces, ..
-            } => format!("{}{}", if replaces.is_some() { "R" } else { "I" }, manifest.base_offset),
+            Step::Install { manifest, replaces, .. } => {
+                format!("{}{}", if replaces.is_some() { "R" } else { "I" }, manifest.base_offset)
+            }
             Step::Skip { base_offset, why } => format!(
                 "S{base_offset}:{}",
                 match why {
@@ -92,13 +92,19 @@ fn show(steps: &[Step]) -> Vec<String> {
 
 #[test]
 fn a_fresh_partition_installs_its_chain_in_order() {
-    let steps = plan(&[], vec![read(100, 200, true), read(0, 100, true), read(200, 250, false)]);
+    let steps = plan(
+        &[],
+        vec![read(100, 200, true), read(0, 100, true), read(200, 250, false)],
+    );
     assert_eq!(show(&steps), ["I0", "I100", "I200"]);
 }
 
 #[test]
 fn gaps_are_allowed_after_sealed_segments_only() {
-    let steps = plan(&[], vec![read(0, 100, true), read(150, 200, true), read(300, 310, false)]);
+    let steps = plan(
+        &[],
+        vec![read(0, 100, true), read(150, 200, true), read(300, 310, false)],
+    );
     assert_eq!(show(&steps), ["I0", "I150", "I300"]);
     // An unsealed segment with a successor: wait for its sealed version, even without a gap.
     let steps = plan(&[], vec![read(0, 100, false), read(100, 200, true)]);
@@ -116,7 +122,14 @@ fn reruns_skip_what_is_installed_and_grow_the_tail() {
     );
     assert_eq!(show(&steps), ["S0:installed", "S100:installed"]);
     // The tail grew, then got sealed and a new segment followed.
-    let steps = plan(&history, vec![Candidate::Settled { base_offset: 0 }, read_content(100, 180, true, 1), read(180, 190, false)]);
+    let steps = plan(
+        &history,
+        vec![
+            Candidate::Settled { base_offset: 0 },
+            read_content(100, 180, true, 1),
+            read(180, 190, false),
+        ],
+    );
     assert_eq!(show(&steps), ["S0:installed", "R100", "I180"]);
     match &steps[1] {
         Step::Install { replaces, .. } => assert_eq!(*replaces, Some(150)),
@@ -131,7 +144,13 @@ fn reruns_skip_what_is_installed_and_grow_the_tail() {
 fn versions_that_do_not_fit_are_refused_and_stop_the_partition() {
     let history = [installed(0, 100, true), installed(100, 150, false)];
     // A sealed segment changed.
-    assert_eq!(show(&plan(&history, vec![read_content(0, 100, true, 7), read(150, 160, true)])), ["X0"]);
+    assert_eq!(
+        show(&plan(
+            &history,
+            vec![read_content(0, 100, true, 7), read(150, 160, true)]
+        )),
+        ["X0"]
+    );
     // The tail shrank, or kept its range with other bytes.
     assert_eq!(show(&plan(&history, vec![read(100, 120, false)])), ["X100"]);
     assert_eq!(show(&plan(&history, vec![read_content(100, 150, false, 7)])), ["X100"]);
@@ -153,7 +172,10 @@ fn versions_that_do_not_fit_are_refused_and_stop_the_partition() {
 #[test]
 fn stale_empty_and_early_manifests_are_skipped() {
     // The cleaner merged [100, 150) into the segment at 0, which now ends at 150.
-    let steps = plan(&[], vec![read(0, 150, true), read(100, 150, true), read(150, 160, false)]);
+    let steps = plan(
+        &[],
+        vec![read(0, 150, true), read(100, 150, true), read(150, 160, false)],
+    );
     assert_eq!(show(&steps), ["I0", "S100:by0", "I150"]);
     let steps = plan(&[installed(0, 150, true)], vec![read(100, 150, true)]);
     assert_eq!(show(&steps), ["S100:by0"]);
@@ -161,7 +183,10 @@ fn stale_empty_and_early_manifests_are_skipped() {
     let steps = plan(&[], vec![read(0, 100, true), read(100, 100, false)]);
     assert_eq!(show(&steps), ["I0", "S100:empty"]);
     // Below the first installed segment.
-    let steps = plan(&[installed(500, 600, true)], vec![read(0, 100, true), read(600, 700, true)]);
+    let steps = plan(
+        &[installed(500, 600, true)],
+        vec![read(0, 100, true), read(600, 700, true)],
+    );
     assert_eq!(show(&steps), ["S0:before", "I600"]);
 }
 

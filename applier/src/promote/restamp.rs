@@ -57,7 +57,12 @@ pub fn walk_log(path: &Path, epoch: Option<i32>) -> Result<LogWalk> {
     let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut reader = BufReader::with_capacity(WALK_BUFFER, file);
     let mut writer = match epoch {
-        Some(_) => Some(OpenOptions::new().write(true).open(path).map_err(|e| Error::io(path, e))?),
+        Some(_) => Some(
+            OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| Error::io(path, e))?,
+        ),
         None => None,
     };
     let mut walk = LogWalk {
@@ -122,7 +127,12 @@ pub fn walk_log(path: &Path, epoch: Option<i32>) -> Result<LogWalk> {
                 }
                 let delta = i32::from_be_bytes(array(&header, LAST_OFFSET_DELTA_OFFSET));
                 base_offset.checked_add(i64::from(delta)).ok_or_else(|| {
-                    corrupt(path, position, Some(base_offset), format!("last offset delta {delta} overflows"))
+                    corrupt(
+                        path,
+                        position,
+                        Some(base_offset),
+                        format!("last offset delta {delta} overflows"),
+                    )
                 })?
             }
             other => {
@@ -134,9 +144,18 @@ pub fn walk_log(path: &Path, epoch: Option<i32>) -> Result<LogWalk> {
                 ))
             }
         };
-        let consumed = if magic == 2 { RECORD_BATCH_OVERHEAD } else { HEADER_SIZE_UP_TO_MAGIC } as u64;
+        let consumed = if magic == 2 {
+            RECORD_BATCH_OVERHEAD
+        } else {
+            HEADER_SIZE_UP_TO_MAGIC
+        } as u64;
         let skip = i64::try_from(frame_size - consumed).map_err(|_| {
-            corrupt(path, position, Some(base_offset), format!("frame of {frame_size} bytes is too large"))
+            corrupt(
+                path,
+                position,
+                Some(base_offset),
+                format!("frame of {frame_size} bytes is too large"),
+            )
         })?;
         reader.seek_relative(skip).map_err(|e| Error::io(path, e))?;
         walk.frames += 1;
@@ -162,8 +181,8 @@ fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use segment_format::batch::{compute_crc, parse_header};
     use segment_format::batch::TimestampType;
+    use segment_format::batch::{compute_crc, parse_header};
     use segment_format::legacy::encode_message;
     use segment_format::record::{BatchBuilder, RecordSpec};
 
@@ -242,7 +261,11 @@ mod tests {
         let walk = walk_log(&path, Some(2)).unwrap();
         assert_eq!((walk.frames, walk.restamped, walk.last_offset), (2, 1, Some(1)));
         let after = std::fs::read(&path).unwrap();
-        assert_eq!(&after[..legacy.len()], &legacy[..], "a legacy frame's bytes 12..16 are its CRC");
+        assert_eq!(
+            &after[..legacy.len()],
+            &legacy[..],
+            "a legacy frame's bytes 12..16 are its CRC"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::report::Severity;
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
 use segment_format::writer::{
-    write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WrittenPartition, WriterConfig,
+    write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig, WrittenPartition,
 };
 use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
 
@@ -80,7 +80,10 @@ fn write_target_partition(root: &Path, topic: &str, partition: i32, id: Uuid) ->
 
 fn record_installed(catalog: &mut Catalog, w: &WrittenPartition, log_start: i64) {
     let key = PartitionKey::new(LINK, TOPIC, w.partition);
-    let id = match catalog.upsert_partition(&key, &SOURCE_ID.to_string(), log_start).unwrap() {
+    let id = match catalog
+        .upsert_partition(&key, &SOURCE_ID.to_string(), log_start)
+        .unwrap()
+    {
         Upsert::Created(p) | Upsert::Existing(p) => p.id,
         other => panic!("{other:?}"),
     };
@@ -106,7 +109,10 @@ fn fixture() -> Fixture {
     let mirror = dir.path().join("mirror");
     let target = dir.path().join("target");
     let written: Vec<WrittenPartition> = (0..2).map(|p| write_mirror_partition(&mirror, p)).collect();
-    assert!(written.iter().all(|w| w.segments.len() >= 4), "several segments per partition");
+    assert!(
+        written.iter().all(|w| w.segments.len() >= 4),
+        "several segments per partition"
+    );
     let mut in_target: Vec<WrittenPartition> = (0..2)
         .map(|p| write_target_partition(&target, TOPIC, p, TARGET_ID))
         .collect();
@@ -114,7 +120,11 @@ fn fixture() -> Fixture {
     let mut other = PartitionWriter::create(&target, "other", 0, 0, config(Uuid([3; 16]))).unwrap();
     other.become_leader(5);
     other
-        .append(BatchBuilder::new(0).partition_leader_epoch(5).record(RecordSpec::new(0, 5).with_value("x")))
+        .append(
+            BatchBuilder::new(0)
+                .partition_leader_epoch(5)
+                .record(RecordSpec::new(0, 5).with_value("x")),
+        )
         .unwrap();
     in_target.push(other.close().unwrap());
     let identity = LogDirIdentity {
@@ -122,7 +132,13 @@ fn fixture() -> Fixture {
         node_id: 1,
         directory_id: Uuid([5; 16]),
     };
-    write_log_dir_files(&target, &identity, &in_target, LogDirState::CleanShutdown { broker_epoch: 9 }).unwrap();
+    write_log_dir_files(
+        &target,
+        &identity,
+        &in_target,
+        LogDirState::CleanShutdown { broker_epoch: 9 },
+    )
+    .unwrap();
     // A stale cleaner entry for a promoted partition and a live one for `other`.
     OffsetCheckpoint {
         entries: vec![
@@ -177,7 +193,10 @@ impl Fixture {
     }
 
     fn state(&self, partition: i32) -> PartitionState {
-        self.catalog.partition(&PartitionKey::new(LINK, TOPIC, partition)).unwrap().state
+        self.catalog
+            .partition(&PartitionKey::new(LINK, TOPIC, partition))
+            .unwrap()
+            .state
     }
 }
 
@@ -189,7 +208,10 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             if path.is_dir() {
                 walk(root, &path, out);
             } else {
-                out.insert(path.strip_prefix(root).unwrap().to_path_buf(), std::fs::read(&path).unwrap());
+                out.insert(
+                    path.strip_prefix(root).unwrap().to_path_buf(),
+                    std::fs::read(&path).unwrap(),
+                );
             }
         }
     }
@@ -256,7 +278,10 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
         assert_eq!(p.outcome, Outcome::Promoted);
         assert_eq!(p.target_topic_id.as_deref(), Some(TARGET_ID.to_string().as_str()));
         assert_eq!(p.leader_epoch, Some(TARGET_EPOCH));
-        assert_eq!((p.log_start_offset, p.log_end_offset), (log_start, Some(w.log_end_offset)));
+        assert_eq!(
+            (p.log_start_offset, p.log_end_offset),
+            (log_start, Some(w.log_end_offset))
+        );
 
         let src = f.mirror.join(format!("{TOPIC}-{}", w.partition));
         let dst = f.target.join(format!("{TOPIC}-{}", w.partition));
@@ -270,10 +295,18 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
             .map(|(_, s)| s.base_offset)
             .collect();
         assert_eq!(p.segments, kept.len());
-        let kept_batches: u64 = w.segments.iter().filter(|s| kept.contains(&s.base_offset)).map(|s| s.batches).sum();
+        let kept_batches: u64 = w
+            .segments
+            .iter()
+            .filter(|s| kept.contains(&s.base_offset))
+            .map(|s| s.batches)
+            .sum();
         assert_eq!(p.batches_restamped, kept_batches, "every batch carried epoch 3 or 7");
         if log_start > 0 {
-            assert!(kept.len() < w.segments.len(), "the trimmed partition drops its first segments");
+            assert!(
+                kept.len() < w.segments.len(),
+                "the trimmed partition drops its first segments"
+            );
         }
         for (name, bytes) in tree(&src) {
             let file = name.to_str().unwrap();
@@ -284,22 +317,36 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
                 }
                 Some(b) if !kept.contains(&b) => assert!(!copied.contains_key(&name), "{file} not copied"),
                 Some(_) if file.ends_with(".log") => {
-                    assert_eq!(copied[&name], restamped(&bytes, TARGET_EPOCH), "{file}: only epochs differ")
+                    assert_eq!(
+                        copied[&name],
+                        restamped(&bytes, TARGET_EPOCH),
+                        "{file}: only epochs differ"
+                    )
                 }
                 Some(_) => assert_eq!(copied[&name], bytes, "{file} copied byte for byte"),
                 None => {}
             }
         }
-        assert_eq!(PartitionMetadata::read(&dst.join(PARTITION_METADATA_FILE)).unwrap().topic_id, TARGET_ID);
         assert_eq!(
-            LeaderEpochCheckpoint::read(&dst.join(LEADER_EPOCH_CHECKPOINT_FILE)).unwrap().entries,
+            PartitionMetadata::read(&dst.join(PARTITION_METADATA_FILE))
+                .unwrap()
+                .topic_id,
+            TARGET_ID
+        );
+        assert_eq!(
+            LeaderEpochCheckpoint::read(&dst.join(LEADER_EPOCH_CHECKPOINT_FILE))
+                .unwrap()
+                .entries,
             vec![EpochEntry {
                 epoch: TARGET_EPOCH,
                 start_offset: log_start
             }]
         );
         // The catalog: promoted, with the target topic id; the applier's writes are refused from now on.
-        let row = f.catalog.partition(&PartitionKey::new(LINK, TOPIC, w.partition)).unwrap();
+        let row = f
+            .catalog
+            .partition(&PartitionKey::new(LINK, TOPIC, w.partition))
+            .unwrap();
         assert_eq!(row.state, PartitionState::Promoted);
         assert_eq!(row.mirror_topic_id.as_deref(), Some(TARGET_ID.to_string().as_str()));
     }
@@ -308,18 +355,36 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
     let leo = |p: usize| f.written[p].log_end_offset;
     assert_eq!(
         checkpoints["recovery-point-offset-checkpoint"],
-        vec![entry("orders", 0, leo(0)), entry("orders", 1, leo(1)), entry("other", 0, 1)]
+        vec![
+            entry("orders", 0, leo(0)),
+            entry("orders", 1, leo(1)),
+            entry("other", 0, 1)
+        ]
     );
     assert_eq!(
         checkpoints["replication-offset-checkpoint"],
-        vec![entry("orders", 0, leo(0)), entry("orders", 1, leo(1)), entry("other", 0, 1)]
+        vec![
+            entry("orders", 0, leo(0)),
+            entry("orders", 1, leo(1)),
+            entry("other", 0, 1)
+        ]
     );
     // Only the trimmed partition's log start lies above its first copied segment's base offset.
-    assert_eq!(checkpoints["log-start-offset-checkpoint"], vec![entry("orders", 1, TRIMMED_START)]);
+    assert_eq!(
+        checkpoints["log-start-offset-checkpoint"],
+        vec![entry("orders", 1, TRIMMED_START)]
+    );
     assert_eq!(checkpoints["cleaner-offset-checkpoint"], vec![entry("other", 0, 1)]);
 
     // What a broker would load: sound, deep and strict, with epochs consistent with the checkpoint.
-    let report = verify_paths(&[f.target.clone()], &VerifyOptions { deep: true, strict: true }, &NoProgress);
+    let report = verify_paths(
+        &[f.target.clone()],
+        &VerifyOptions {
+            deep: true,
+            strict: true,
+        },
+        &NoProgress,
+    );
     assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);
     assert!(report.findings.is_empty(), "{:#?}", report.findings);
 }
@@ -360,7 +425,10 @@ fn every_refusal_is_reported_and_nothing_changes() {
         path: leftover.clone()
     }));
     let message = Error::PromoteRefused { refusals: got }.to_string();
-    assert!(message.contains("2 reasons") && message.contains("--force"), "{message}");
+    assert!(
+        message.contains("2 reasons") && message.contains("--force"),
+        "{message}"
+    );
     assert_eq!(target_state(&f.target), before, "a refused promotion changes nothing");
     assert_eq!(f.state(0), PartitionState::Mirroring);
     assert_eq!(f.state(1), PartitionState::Mirroring);
@@ -373,7 +441,10 @@ fn every_refusal_is_reported_and_nothing_changes() {
     assert_eq!(report.changed(), 2);
     assert_eq!(
         std::fs::read(&data).unwrap(),
-        restamped(&std::fs::read(f.mirror.join("orders-0/00000000000000000000.log")).unwrap(), TARGET_EPOCH)
+        restamped(
+            &std::fs::read(f.mirror.join("orders-0/00000000000000000000.log")).unwrap(),
+            TARGET_EPOCH
+        )
     );
 }
 
@@ -477,7 +548,9 @@ fn refuses_a_running_broker_and_a_directory_that_is_not_a_log_dir() {
     request.log_dir = f.mirror.clone();
     assert_eq!(
         refusals(promote(&request, &mut f.catalog).unwrap_err()),
-        vec![Refusal::NotALogDir { log_dir: f.mirror.clone() }]
+        vec![Refusal::NotALogDir {
+            log_dir: f.mirror.clone()
+        }]
     );
 }
 
@@ -560,7 +633,10 @@ fn a_crash_at_any_step_is_finished_by_the_next_run() {
             report.partitions
         );
         assert_eq!(target_state(&f.target), reference, "crash at {crash_at:?}");
-        assert_eq!((f.state(0), f.state(1)), (PartitionState::Promoted, PartitionState::Promoted));
+        assert_eq!(
+            (f.state(0), f.state(1)),
+            (PartitionState::Promoted, PartitionState::Promoted)
+        );
     }
 }
 
@@ -582,6 +658,9 @@ fn a_damaged_journal_stops_the_run() {
     std::fs::create_dir_all(&staging).unwrap();
     std::fs::write(staging.join(JOURNAL_FILE), br#"{"format":"segmirror.promotion.v1","link":"l","mirror_root":"/m","partitions":[{"topic":"../x","partition":0,"target_topic_id":"AAAAAAAAAAAAAAAAAAAAAQ","leader_epoch":0,"log_start_offset":0,"log_end_offset":1,"segments":[0],"snapshots":[],"previous_state":"mirroring"}]}"#).unwrap();
     let err = f.promote().unwrap_err();
-    assert!(matches!(&err, Error::Io { path, .. } if path.ends_with(JOURNAL_FILE)), "{err:?}");
+    assert!(
+        matches!(&err, Error::Io { path, .. } if path.ends_with(JOURNAL_FILE)),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("topic"), "{err}");
 }

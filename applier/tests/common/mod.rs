@@ -144,7 +144,12 @@ impl World {
     }
 
     pub fn config(&self) -> ApplyConfig {
-        ApplyConfig::new(self.store.clone(), self.path("bucket").display().to_string(), self.mirror()).with_link(LINK)
+        ApplyConfig::new(
+            self.store.clone(),
+            self.path("bucket").display().to_string(),
+            self.mirror(),
+        )
+        .with_link(LINK)
     }
 
     /// One run with the default config.
@@ -153,7 +158,9 @@ impl World {
     }
 
     pub async fn apply_with(&self, config: ApplyConfig) -> ApplyReport {
-        segmirror_applier::apply(&config, self.catalog(), &NoProgress).await.unwrap()
+        segmirror_applier::apply(&config, self.catalog(), &NoProgress)
+            .await
+            .unwrap()
     }
 
     /// Another store over the same bucket folder, as the CLI would open it.
@@ -192,7 +199,9 @@ pub async fn ship_partition_dir_sealing(
     seal_last: bool,
 ) -> Vec<Shipped> {
     let pd = PartitionDir::open(dir).unwrap();
-    let topic_id = PartitionMetadata::read(&dir.join(PARTITION_METADATA_FILE)).unwrap().topic_id;
+    let topic_id = PartitionMetadata::read(&dir.join(PARTITION_METADATA_FILE))
+        .unwrap()
+        .topic_id;
     let epochs = LeaderEpochCheckpoint::read(&leader_epoch_checkpoint_path(dir))
         .map(|c| c.entries)
         .unwrap_or_default();
@@ -203,7 +212,12 @@ pub async fn ship_partition_dir_sealing(
         let base = seg.base_offset;
         let next_base = pd.segments.get(i + 1).map(|s| s.base_offset);
         let check = check_segment(seg, next_base, next_base.is_none(), &VerifyOptions::default()).unwrap();
-        assert!(check.is_sound(), "source segment {base} of {} is not sound: {:?}", dir.display(), check.findings);
+        assert!(
+            check.is_sound(),
+            "source segment {base} of {} is not sound: {:?}",
+            dir.display(),
+            check.findings
+        );
         let summary = check.summary;
         let next = next_base.unwrap_or(summary.last_offset.map_or(base, |l| l + 1));
         let range = SegmentRange::new(base, next).unwrap();
@@ -233,7 +247,7 @@ pub async fn ship_partition_dir_sealing(
                 mtime_ms: mtime_ms(&path),
             });
         }
-        let in_force = epochs.iter().filter(|e| e.start_offset <= base).last();
+        let in_force = epochs.iter().rfind(|e| e.start_offset <= base);
         let inside = epochs.iter().filter(|e| e.start_offset > base && e.start_offset < next);
         let manifest = Manifest {
             format: MANIFEST_FORMAT_V1.to_string(),
@@ -298,11 +312,13 @@ pub fn write_partition(log_dir: &Path, topic: &str, topic_id: Uuid, batches: i64
         }
         let epoch = if i < 10 { 1 } else { 2 };
         let ts = 1_700_000_000_000 + i * 1_000;
-        let batch = BatchBuilder::new(0).partition_leader_epoch(epoch).records((0..3).map(|r| {
-            RecordSpec::new(r, ts + i64::from(r))
-                .with_key(format!("k{i}-{r}"))
-                .with_value(vec![b'v'; 100])
-        }));
+        let batch = BatchBuilder::new(0)
+            .partition_leader_epoch(epoch)
+            .records((0..3).map(|r| {
+                RecordSpec::new(r, ts + i64::from(r))
+                    .with_key(format!("k{i}-{r}"))
+                    .with_value(vec![b'v'; 100])
+            }));
         w.append(batch).unwrap();
     }
     w.close().unwrap().dir
@@ -351,6 +367,11 @@ pub fn assert_mirrors(source: &Path, mirror: &Path) {
     let names = |m: &BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
     assert_eq!(names(&actual), names(&expected), "files of {}", mirror.display());
     for (name, bytes) in &expected {
-        assert!(actual.get(name) == Some(bytes), "{name} differs between {} and {}", source.display(), mirror.display());
+        assert!(
+            actual.get(name) == Some(bytes),
+            "{name} differs between {} and {}",
+            source.display(),
+            mirror.display()
+        );
     }
 }

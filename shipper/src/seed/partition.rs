@@ -326,7 +326,7 @@ impl PartitionShipper<'_, '_> {
         // from the listing), a full preparation for the active one.
         let (source, mut prepared) = match next_base {
             Some(next) => {
-                let log_size = match std::fs::metadata(&segment.log) {
+                let log_size = match tokio::fs::metadata(&segment.log).await {
                     Ok(m) => m.len(),
                     Err(e) => return Err(Stop::Changed(format!("{}: {e}", segment.log.display()))),
                 };

@@ -544,49 +544,51 @@ pub(crate) fn exact_counts(
         Err(e) if is_not_found(&e) => return Ok(Err(format!("{e} (deleted at the source)"))),
         Err(e) => return Err(e),
     };
-    let bytes = file.bytes();
-    let changed = |pos: usize| {
-        Ok(Err(format!(
-            "{}: byte {pos}: no longer the verified batch",
-            log.display()
-        )))
-    };
+    Ok(counts_in(file.bytes(), prefix)
+        .map_err(|pos| format!("{}: byte {pos}: no longer the verified batch", log.display())))
+}
+
+/// The walk behind [`exact_counts`] over the bytes of a `.log`; `Err(position)`
+/// where the bytes stop framing whole batches before `prefix`.
+pub(crate) fn counts_in(bytes: &[u8], prefix: u64) -> std::result::Result<(u64, Option<i64>), usize> {
     let end = usize::try_from(prefix).unwrap_or(usize::MAX);
     if bytes.len() < end {
-        return changed(bytes.len());
+        return Err(bytes.len());
     }
     let limits = DeepLimits::default();
     let (mut records, mut first) = (0u64, None);
     let mut pos = 0usize;
     while pos < end {
-        let Some(length) = bytes.get(pos + 8..pos + 12).and_then(|b| <[u8; 4]>::try_from(b).ok()) else {
-            return changed(pos);
+        let Some(length) = bytes
+            .get(pos.saturating_add(8)..pos.saturating_add(12))
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        else {
+            return Err(pos);
         };
         let size = usize::try_from(i32::from_be_bytes(length))
             .unwrap_or(0)
             .saturating_add(12);
-        let (Some(frame), Some(&magic)) = (bytes.get(pos..pos.saturating_add(size)), bytes.get(pos + 16)) else {
-            return changed(pos);
+        if pos.saturating_add(size) > end {
+            return Err(pos);
+        }
+        let (Some(frame), Some(&magic)) = (
+            bytes.get(pos..pos.saturating_add(size)),
+            bytes.get(pos.saturating_add(16)),
+        ) else {
+            return Err(pos);
         };
         let (count, base) = if magic >= 2 {
-            match parse_header(frame) {
-                Ok(h) => (u64::try_from(h.records_count).unwrap_or(0), h.base_offset),
-                Err(_) => return changed(pos),
-            }
+            let h = parse_header(frame).map_err(|_| pos)?;
+            (u64::try_from(h.records_count).unwrap_or(0), h.base_offset)
         } else {
-            match legacy::deep_batch_info(frame, pos as u64, &limits) {
-                Ok(info) => (u64::try_from(info.records_count).unwrap_or(0), info.base_offset),
-                Err(_) => return changed(pos),
-            }
+            let info = legacy::deep_batch_info(frame, pos as u64, &limits).map_err(|_| pos)?;
+            (u64::try_from(info.records_count).unwrap_or(0), info.base_offset)
         };
-        records += count;
+        records = records.saturating_add(count);
         first.get_or_insert(base);
-        pos += size;
+        pos = pos.saturating_add(size);
     }
-    if pos != end {
-        return changed(pos);
-    }
-    Ok(Ok((records, first)))
+    Ok((records, first))
 }
 
 /// [`exact_counts`] folded into `stats`.
@@ -711,4 +713,36 @@ pub(crate) fn rebuild(
         batches,
         end,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use segment_format::record::{BatchBuilder, RecordSpec};
+
+    use super::*;
+
+    #[test]
+    fn counts_come_from_headers_and_stop_at_the_prefix() {
+        let mut log = BatchBuilder::new(10)
+            .record(RecordSpec::new(0, 1))
+            .record(RecordSpec::new(1, 2))
+            .build();
+        let first = log.len() as u64;
+        log.extend(BatchBuilder::new(12).record(RecordSpec::new(0, 3)).build());
+        assert_eq!(counts_in(&log, log.len() as u64), Ok((3, Some(10))));
+        assert_eq!(counts_in(&log, first), Ok((2, Some(10))));
+        assert_eq!(counts_in(&log, 0), Ok((0, None)));
+        // A prefix that does not end on a batch boundary, or beyond the data.
+        assert_eq!(counts_in(&log, first + 1), Err(first as usize));
+        assert_eq!(counts_in(&log, log.len() as u64 + 1), Err(log.len()));
+    }
+
+    proptest! {
+        #[test]
+        fn counting_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512), cut in 0u64..600) {
+            let _ = counts_in(&bytes, cut);
+            let _ = counts_in(&bytes, bytes.len() as u64);
+        }
+    }
 }

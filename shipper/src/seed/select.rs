@@ -311,6 +311,21 @@ mod tests {
         assert!(TopicFilter::new("a.c").unwrap().matches("abc"));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_list_compiles_or_fails_cleanly(list in "\\PC{0,40}") {
+            let _ = TopicFilter::new(&list);
+        }
+
+        #[test]
+        fn a_literal_topic_name_selects_itself_only(topic in "[a-zA-Z0-9_-]{1,30}") {
+            let f = TopicFilter::new(&topic).unwrap();
+            proptest::prop_assert!(f.matches(&topic));
+            let longer = format!("{topic}x");
+            proptest::prop_assert!(!f.matches(&longer));
+        }
+    }
+
     #[test]
     fn an_empty_list_matches_nothing() {
         for list in ["", "   ", "\t"] {

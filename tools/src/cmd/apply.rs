@@ -13,9 +13,7 @@ use std::sync::OnceLock;
 use anyhow::Context as _;
 use indicatif::ProgressBar;
 use segment_format::manifest::KeyPrefix;
-use segmirror_applier::{
-    ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict,
-};
+use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
 use segmirror_catalog::Catalog;
 use segmirror_shipper::{S3Options, Store, StoreUrl};
 
@@ -114,7 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let store = Store::open(&url, &s3)?;
     let catalog_path = catalog_path(args.catalog.clone())?;
-    let catalog = Catalog::open(&catalog_path).with_context(|| format!("opening catalog {}", catalog_path.display()))?;
+    let catalog =
+        Catalog::open(&catalog_path).with_context(|| format!("opening catalog {}", catalog_path.display()))?;
     let mut config = ApplyConfig::new(store, url.to_string(), &args.mirror)
         .with_prefix(KeyPrefix::new(&args.prefix)?)
         .with_deep_validation(args.deep);
@@ -177,13 +176,13 @@ fn print_text(report: &ApplyReport, mirror: &std::path::Path, catalog: &std::pat
         println!("ignored {}: {}", k.key, k.reason);
     }
     if let Some(reason) = &report.link_skipped {
-        println!(
-            "link {}: skipped ({reason})",
-            report.link.as_deref().unwrap_or("-")
-        );
+        println!("link {}: skipped ({reason})", report.link.as_deref().unwrap_or("-"));
     }
     if report.staging_cleared {
-        println!("note: removed the staging directory an interrupted run left in {}", mirror.display());
+        println!(
+            "note: removed the staging directory an interrupted run left in {}",
+            mirror.display()
+        );
     }
     if !report.partitions.is_empty() {
         println!(
@@ -192,7 +191,11 @@ fn print_text(report: &ApplyReport, mirror: &std::path::Path, catalog: &std::pat
         );
     }
     for p in &report.partitions {
-        let present = p.skipped.iter().filter(|s| s.why == SkipSegment::AlreadyInstalled).count();
+        let present = p
+            .skipped
+            .iter()
+            .filter(|s| s.why == SkipSegment::AlreadyInstalled)
+            .count();
         println!(
             "{:<40} {:<9} {:>9} {:>9} {:>8} {:>14} {:>14}",
             p.name(),
@@ -226,7 +229,7 @@ fn print_text(report: &ApplyReport, mirror: &std::path::Path, catalog: &std::pat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use segmirror_applier::{RefusedSegment, Refusal};
+    use segmirror_applier::{Refusal, RefusedSegment};
 
     #[test]
     fn exit_codes_follow_the_verdict() {

@@ -7,11 +7,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest};
 use segmirror_applier::Error;
-use segmirror_catalog::{default_catalog_path, Catalog};
+use segmirror_catalog::Catalog;
 
+use crate::cmd::status::{catalog_path, CATALOG_HELP};
 use crate::EXIT_USAGE_OR_IO;
 
 #[derive(clap::Args)]
+#[command(after_help = CATALOG_HELP)]
 pub struct Args {
     /// The mirror root the applier installs into (`segmirror apply --mirror`).
     #[arg(long, value_name = "DIR")]
@@ -24,8 +26,7 @@ pub struct Args {
     /// link).
     #[arg(long, value_name = "REGEX")]
     topics: Option<String>,
-    /// The catalog (default: `$SEGMIRROR_HOME/catalog.sqlite`, else
-    /// `$XDG_DATA_HOME/segmirror/catalog.sqlite`, else `~/.local/share/segmirror/catalog.sqlite`).
+    /// The catalog `segmirror apply` recorded the mirror in. See below for the default.
     #[arg(long, value_name = "PATH")]
     catalog: Option<PathBuf>,
     /// The link whose partitions are promoted; needed when the catalog holds more than one.
@@ -46,11 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(promote::topics_regex)
         .transpose()
         .context("--topics is not a valid regular expression")?;
-    let catalog_path = match args.catalog {
-        Some(path) => path,
-        None => default_catalog_path()
-            .context("no catalog location: set --catalog, $SEGMIRROR_HOME or $HOME")?,
-    };
+    let catalog_path = catalog_path(args.catalog)?;
     if !catalog_path.is_file() {
         anyhow::bail!(
             "catalog {} does not exist (run `segmirror apply` first, or give --catalog)",
@@ -77,7 +74,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Err(Error::PromoteRefused { refusals }) => {
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "refused": refusals }))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "refused": refusals }))?
+                );
             }
             eprintln!("segmirror promote: refused, nothing changed:");
             for r in &refusals {
@@ -98,7 +98,8 @@ fn print_text(report: &PromoteReport) {
         let end = p.log_end_offset.map_or_else(|| "?".to_string(), |o| o.to_string());
         match p.outcome {
             Outcome::AlreadyPromoted => println!("{name}: already promoted (offsets up to {end})"),
-            Outcome::Promoted | Outcome::Resumed => println!(
+            Outcome::Promoted | Outcome::Resumed => {
+                println!(
                 "{name}: {} offsets [{}, {end}) in {} segment(s), {} bytes; {} batch(es) restamped to leader epoch \
                  {}; topic id {}",
                 if p.outcome == Outcome::Resumed { "finished promoting" } else { "promoted" },
@@ -108,7 +109,8 @@ fn print_text(report: &PromoteReport) {
                 p.batches_restamped,
                 p.leader_epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
                 p.target_topic_id.as_deref().unwrap_or("?"),
-            ),
+            )
+            }
         }
     }
     println!(

@@ -113,7 +113,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for p in &link.partitions {
             let key = PartitionKey::new(link.name.clone(), p.topic.clone(), p.partition);
             let last_event = catalog.events(Some(Subject::Partition(&key)), 1)?.into_iter().next();
-            partition_docs.push(PartitionDoc { partition: p, last_event });
+            partition_docs.push(PartitionDoc {
+                partition: p,
+                last_event,
+            });
         }
         links.push(LinkDoc::new(link, last_event, partition_docs));
     }
@@ -142,8 +145,8 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<16} {:<32} {:<10} {:>8} {:>14} {:>10}  {}",
-        "link", "partition", "state", "segments", "end offset", "bytes", "last event"
+        "{:<16} {:<32} {:<10} {:>8} {:>14} {:>10}  last event",
+        "link", "partition", "state", "segments", "end offset", "bytes"
     );
     for link in &doc.links {
         if link.partition_docs.is_empty() {
@@ -337,15 +340,24 @@ mod tests {
         let table = render_table(&doc, &status);
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[1].starts_with("link"), "{table}");
-        assert!(lines[2].contains("orders-0") && lines[2].contains("mirroring"), "{table}");
+        assert!(
+            lines[2].contains("orders-0") && lines[2].contains("mirroring"),
+            "{table}"
+        );
         assert!(lines[2].contains(" 120 ") && lines[2].contains("3.0 MiB"), "{table}");
         assert!(lines[2].contains("segment_installed"), "{table}");
         assert!(lines[3].contains("orders-1") && lines[3].contains("paused"), "{table}");
         assert!(lines[3].contains("partition_state_changed"), "{table}");
-        assert!(lines[4].starts_with("west") && lines[4].contains("link_created"), "{table}");
+        assert!(
+            lines[4].starts_with("west") && lines[4].contains("link_created"),
+            "{table}"
+        );
         let json = serde_json::to_value(&doc).unwrap();
         assert_eq!(json["links"][0]["partitions"][0]["installed_end_offset"], 120);
-        assert_eq!(json["links"][0]["partitions"][0]["last_event"]["kind"], "segment_installed");
+        assert_eq!(
+            json["links"][0]["partitions"][0]["last_event"]["kind"],
+            "segment_installed"
+        );
         assert_eq!(json["links"][0]["name"], "east");
         assert_eq!(json["links"][0]["partitions"].as_array().unwrap().len(), 2);
         assert_eq!(json["links"][1]["last_event"]["kind"], "link_created");

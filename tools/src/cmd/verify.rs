@@ -35,7 +35,10 @@ impl Progress for BarProgress {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let options = VerifyOptions { deep: args.deep, strict: args.strict };
+    let options = VerifyOptions {
+        deep: args.deep,
+        strict: args.strict,
+    };
     let total = verify::log_bytes_under(&args.paths);
     let bar = BarProgress(progress::byte_bar(total, "verifying"));
     let report = verify::verify_paths(&args.paths, &options, &bar);
@@ -110,8 +113,8 @@ pub fn print_text(report: &Report) {
     } else {
         "CORRUPT"
     };
-    let errors = report.findings.iter().filter(|f| f.severity == Severity::Error).count() as u64
-        + report.suppressed_findings;
+    let errors =
+        report.findings.iter().filter(|f| f.severity == Severity::Error).count() as u64 + report.suppressed_findings;
     println!(
         "{verdict}: {} partition(s), {} error(s), {} warning(s)",
         report.partitions.len(),
