@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod progress;
+mod s3_args;
 
 /// Physical replication of Apache Kafka partitions: ships the broker's own log
 /// segments byte for byte, so every record keeps its offset.

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use crate::s3_args::S3Args;
 use anyhow::Context as _;
 use indicatif::ProgressBar;
 use segment_format::manifest::KeyPrefix;
@@ -18,7 +19,7 @@ use segment_format::verify::VerifyOptions;
 use segmirror_shipper::seed::{
     self, PartitionStatus, SeedConfig, SeedProgress, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
 };
-use segmirror_shipper::{S3Options, Store, StoreUrl};
+use segmirror_shipper::Store;
 
 use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
@@ -48,15 +49,8 @@ pub struct Args {
     /// Key prefix inside the store, `/`-separated (e.g. to share a bucket or folder with other data).
     #[arg(long, value_name = "P", default_value = "")]
     prefix: String,
-    /// S3 endpoint, e.g. http://127.0.0.1:9000 for a local S3-compatible server (overrides AWS_ENDPOINT_URL).
-    #[arg(long, value_name = "URL")]
-    s3_endpoint: Option<String>,
-    /// S3 region (overrides AWS_REGION).
-    #[arg(long, value_name = "REGION")]
-    s3_region: Option<String>,
-    /// Allow a plain-http S3 endpoint (loopback test servers); otherwise AWS_ALLOW_HTTP decides.
-    #[arg(long)]
-    allow_http: bool,
+    #[command(flatten)]
+    s3: S3Args,
     /// Before shipping a segment, also decompress every batch and check every record (slower; the default
     /// checks framing, every CRC, offsets and indexes).
     #[arg(long)]
@@ -115,14 +109,7 @@ fn bar() -> Bar {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let url = StoreUrl::parse(&args.store)?;
-    let s3 = S3Options {
-        endpoint: args.s3_endpoint.clone(),
-        region: args.s3_region.clone(),
-        allow_http: args.allow_http.then_some(true),
-        ..Default::default()
-    };
-    let store = Store::open(&url, &s3)?;
+    let store = args.s3.open(&args.store)?;
     let mut config = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
     config.prefix = KeyPrefix::new(&args.prefix)?;
     config.topics = TopicFilter::new(&args.topics)?;

@@ -7,13 +7,25 @@ use std::process::ExitCode;
 use segment_format::report::Severity;
 use segment_format::verify::{self, Progress, Report, VerifyOptions};
 
+use segment_format::manifest::KeyPrefix;
+use segmirror_shipper::audit::{audit_store, AuditOptions, AuditReport};
+
+use crate::s3_args::{is_store_url, S3Args};
 use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Log dirs, partition dirs (`<topic>-<partition>`) or single segment files (`.log`, `.index`, ...).
+    /// Log dirs, partition dirs (`<topic>-<partition>`), single segment files (`.log`, `.index`, ...), or
+    /// stores (`s3://bucket[/prefix]`, `file:///abs/path`) to audit the way a scrubber would: manifests against
+    /// their data objects (sizes and SHA-256 re-computed), offset gaps and overlaps between consecutive segments,
+    /// epochs moving backwards, topic IDs that changed, leases.
     #[arg(required = true, value_name = "PATH")]
-    paths: Vec<PathBuf>,
+    paths: Vec<String>,
+    /// Key prefix inside the stores given (the one `seed --prefix` used).
+    #[arg(long, value_name = "P", default_value = "")]
+    prefix: String,
+    #[command(flatten)]
+    s3: S3Args,
     /// Also decompress every batch and check every record (lengths, varints, offset deltas, record count).
     #[arg(long)]
     deep: bool,
@@ -39,16 +51,85 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         deep: args.deep,
         strict: args.strict,
     };
-    let total = verify::log_bytes_under(&args.paths);
-    let bar = BarProgress(progress::byte_bar(total, "verifying"));
-    let report = verify::verify_paths(&args.paths, &options, &bar);
-    bar.0.finish_and_clear();
+    let (stores, paths): (Vec<&String>, Vec<&String>) = args.paths.iter().partition(|p| is_store_url(p));
+    let paths: Vec<PathBuf> = paths.into_iter().map(PathBuf::from).collect();
+    let mut report = Report::default();
+    if !paths.is_empty() {
+        let total = verify::log_bytes_under(&paths);
+        let bar = BarProgress(progress::byte_bar(total, "verifying"));
+        report = verify::verify_paths(&paths, &options, &bar);
+        bar.0.finish_and_clear();
+    }
+    let mut audits = Vec::new();
+    for url in stores {
+        match audit(url, &args) {
+            Ok(audit) => audits.push(audit),
+            Err(e) => report.io_errors.push(format!("{url}: {e:#}")),
+        }
+    }
     if args.json {
-        print_json(&report)?;
+        print_json(&report, &audits)?;
     } else {
-        print_text(&report);
+        for audit in &audits {
+            print_audit(audit);
+        }
+        if !paths.is_empty() || audits.is_empty() {
+            print_text(&report);
+        }
+    }
+    let audit_errors = audits.iter().any(|a| !a.is_sound());
+    if audit_errors && report.io_errors.is_empty() {
+        return Ok(ExitCode::from(EXIT_CORRUPT));
     }
     Ok(exit_code(&report))
+}
+
+/// Audit one store: every manifest against its data objects (re-hashed), and with `--deep` every segment
+/// downloaded and verified.
+fn audit(url: &str, args: &Args) -> anyhow::Result<AuditReport> {
+    let store = args.s3.open(url)?;
+    let prefix = KeyPrefix::new(&args.prefix)?;
+    let options = AuditOptions {
+        verify_hashes: true,
+        deep: args.deep,
+        temp_dir: None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    Ok(runtime.block_on(audit_store(&store, &prefix, &options))?)
+}
+
+fn print_audit(audit: &AuditReport) {
+    for f in &audit.findings {
+        println!(
+            "{} [{}]",
+            f.finding,
+            serde_json::to_value(f.check)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        );
+    }
+    for p in &audit.partitions {
+        for l in &p.lineages {
+            let offsets = match (l.base_offset, l.next_offset) {
+                (Some(a), Some(b)) => format!("{a}..{b}"),
+                _ => "-".to_string(),
+            };
+            println!(
+                "{}/{}-{} lineage {}: {} manifest(s), offsets {offsets}, {} bytes",
+                p.link, p.topic, p.partition, l.topic_id, l.manifests, l.data_bytes
+            );
+        }
+    }
+    let verdict = if audit.is_sound() { "SOUND" } else { "CORRUPT" };
+    println!(
+        "{verdict}: store prefix '{}': {} object(s), {} bytes, {} error(s), {} warning(s)",
+        audit.prefix,
+        audit.objects,
+        audit.bytes,
+        audit.errors(),
+        audit.warnings()
+    );
 }
 
 /// 2 if anything could not be read, else 1 if corruption was found, else 0.
@@ -62,9 +143,10 @@ pub fn exit_code(report: &Report) -> ExitCode {
     }
 }
 
-fn print_json(report: &Report) -> anyhow::Result<()> {
+fn print_json(report: &Report, audits: &[AuditReport]) -> anyhow::Result<()> {
     let doc = serde_json::json!({
-        "sound": report.is_sound() && report.io_errors.is_empty(),
+        "sound": report.is_sound() && report.io_errors.is_empty() && audits.iter().all(|a| a.is_sound()),
+        "stores": audits,
         "errors": report.errors(),
         "warnings": report.warnings(),
         "partitions": report.partitions,
