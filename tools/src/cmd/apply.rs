@@ -15,7 +15,9 @@ use indicatif::ProgressBar;
 use segment_format::manifest::KeyPrefix;
 use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
 use segmirror_catalog::Catalog;
-use segmirror_shipper::{S3Options, Store, StoreUrl};
+use segmirror_shipper::{Store, StoreUrl};
+
+use crate::s3_args::S3Args;
 
 use crate::cmd::status::{catalog_path, CATALOG_HELP};
 use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -41,15 +43,8 @@ pub struct Args {
     /// The catalog (SQLite) that records what is installed. See below for the default.
     #[arg(long, value_name = "PATH")]
     catalog: Option<PathBuf>,
-    /// S3 endpoint, e.g. http://127.0.0.1:9000 for a local S3-compatible server (overrides AWS_ENDPOINT_URL).
-    #[arg(long, value_name = "URL")]
-    s3_endpoint: Option<String>,
-    /// S3 region (overrides AWS_REGION).
-    #[arg(long, value_name = "REGION")]
-    s3_region: Option<String>,
-    /// Allow a plain-http S3 endpoint (loopback test servers); otherwise AWS_ALLOW_HTTP decides.
-    #[arg(long)]
-    allow_http: bool,
+    #[command(flatten)]
+    s3: S3Args,
     /// Before installing a segment, also decompress every batch and check every record (slower; the default
     /// checks framing, every batch CRC, offsets, the indexes, the transaction index and the producer snapshot).
     #[arg(long)]
@@ -104,13 +99,7 @@ impl Progress for Bar {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let url = StoreUrl::parse(&args.store)?;
-    let s3 = S3Options {
-        endpoint: args.s3_endpoint.clone(),
-        region: args.s3_region.clone(),
-        allow_http: args.allow_http.then_some(true),
-        ..Default::default()
-    };
-    let store = Store::open(&url, &s3)?;
+    let store = Store::open(&url, &args.s3.options())?;
     let catalog_path = catalog_path(args.catalog.clone())?;
     let catalog =
         Catalog::open(&catalog_path).with_context(|| format!("opening catalog {}", catalog_path.display()))?;

@@ -1,7 +1,10 @@
 //! `segmirror demo`: the shortest way to see segmirror work on embedded
-//! defaults — generate the sample set of Kafka partitions (every codec,
-//! transactions, compaction gaps, legacy messages, ...) into a fresh folder and
-//! verify it deeply, printing the report `segmirror verify` prints.
+//! defaults. It runs the whole batch pipeline in a fresh folder:
+//! generate the sample set of Kafka partitions (every codec, transactions,
+//! compaction gaps, legacy messages, ...) as a source log dir -> `seed` into a
+//! local-folder store -> `apply` into a mirror with a SQLite catalog -> verify
+//! the mirror deeply and audit the store, then compare mirror and source byte
+//! for byte.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,7 +14,13 @@ use anyhow::{bail, Context};
 use segment_format::checkpoint::MetaProperties;
 use segment_format::dir::META_PROPERTIES_FILE;
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::manifest::KeyPrefix;
 use segment_format::writer::sample::{sample_identity, write_sample, SampleOptions, DEFAULT_NODE_ID};
+use segmirror_applier::{apply, ApplyConfig, Verdict};
+use segmirror_catalog::Catalog;
+use segmirror_shipper::audit::{audit_store, AuditOptions};
+use segmirror_shipper::seed::{seed, SeedConfig};
+use segmirror_shipper::{Store, StoreUrl};
 
 use super::generate::print_summary;
 use super::verify::{exit_code, print_text};
@@ -21,34 +30,117 @@ pub const DEMO_SEED: u64 = 0;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Folder for the demo log dir. Recreated on every run; an existing non-empty folder is only replaced if an
-    /// earlier demo wrote it.
+    /// Folder for the demo: `source/` (a generated log dir), `store/` (the local bucket folder), `mirror/`
+    /// (the mirror partitions) and `catalog.sqlite`. Recreated on every run; an existing non-empty folder is only
+    /// replaced if an earlier demo wrote it.
     #[arg(long, value_name = "DIR", default_value = "target/segmirror-demo")]
     dir: PathBuf,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     prepare(&args.dir)?;
+    let source = args.dir.join(SOURCE_DIR);
+    let store_dir = args.dir.join("store");
+    let mirror = args.dir.join("mirror");
     let started = Instant::now();
-    let options = SampleOptions {
-        seed: DEMO_SEED,
-        ..SampleOptions::default()
-    };
-    let manifest = write_sample(&args.dir, &options).context("generating the sample partitions")?;
+    let options = SampleOptions { seed: DEMO_SEED, ..SampleOptions::default() };
+    let manifest = write_sample(&source, &options).context("generating the sample partitions")?;
     print_summary(&manifest, started.elapsed().as_secs_f64());
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let store_url = store_dir.display().to_string();
+    let store = Store::open(&StoreUrl::parse(&store_url)?, &Default::default())?;
     println!();
-    println!("verifying {} (deep: every record of every batch)", args.dir.display());
+    println!("seeding {} -> {}", source.display(), store_dir.display());
+    let seed_config = SeedConfig::new(vec![source.clone()], DEMO_LINK)?;
+    let seeded = runtime.block_on(seed(&store, &seed_config, &segmirror_shipper::seed::NoProgress))?;
+    println!(
+        "  {} segment(s) of {} partition(s), {} bytes uploaded",
+        seeded.segments_shipped(),
+        seeded.partitions.len(),
+        seeded.bytes_uploaded()
+    );
+    if !seeded.is_complete() {
+        bail!("seeding did not complete: {seeded:?}");
+    }
+
+    println!("applying {} -> {}", store_dir.display(), mirror.display());
+    let catalog = Catalog::open(args.dir.join("catalog.sqlite"))?;
+    let apply_config = ApplyConfig::new(store.clone(), store_url, &mirror).with_link(DEMO_LINK);
+    let applied = runtime.block_on(apply(&apply_config, catalog, &segmirror_applier::NoProgress))?;
+    println!("  {} segment(s) installed, {} bytes fetched", applied.segments_installed(), applied.bytes_fetched());
+    if applied.verdict() != Verdict::Ok {
+        bail!("applying did not complete: {applied:?}");
+    }
+
+    println!();
+    println!("verifying the mirror {} (deep: every record of every batch)", mirror.display());
     let report = verify_paths(
-        std::slice::from_ref(&args.dir),
-        &VerifyOptions {
-            deep: true,
-            ..VerifyOptions::default()
-        },
+        std::slice::from_ref(&mirror),
+        &VerifyOptions { deep: true, ..VerifyOptions::default() },
         &NoProgress,
     );
     print_text(&report);
+    let audit = runtime.block_on(audit_store(&store, &KeyPrefix::root(), &AuditOptions::default()))?;
+    println!(
+        "store audit: {} object(s), {} bytes, {} error(s), {} warning(s)",
+        audit.objects,
+        audit.bytes,
+        audit.errors(),
+        audit.warnings()
+    );
+    let different = compare_trees(&source, &mirror)?;
+    for d in &different {
+        println!("differs from the source: {d}");
+    }
+    println!(
+        "mirror vs source: {} segment file(s) compared, {}",
+        count_segment_files(&mirror)?,
+        if different.is_empty() { "byte-identical" } else { "DIFFERENT" }
+    );
+    if !audit.is_sound() || !different.is_empty() {
+        return Ok(ExitCode::from(crate::EXIT_CORRUPT));
+    }
     Ok(exit_code(&report))
 }
+
+/// Segment files (`.log`, indexes, snapshots shipped with a segment) of every mirror partition that differ
+/// from the same file in the source log dir.
+fn compare_trees(source: &Path, mirror: &Path) -> anyhow::Result<Vec<String>> {
+    let mut different = Vec::new();
+    for partition in std::fs::read_dir(mirror)? {
+        let partition = partition?.path();
+        if !partition.is_dir() || partition.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            continue;
+        }
+        for file in std::fs::read_dir(&partition)? {
+            let file = file?.path();
+            let name = file.file_name().unwrap_or_default().to_owned();
+            let Some(partition_name) = partition.file_name() else { continue };
+            let twin = source.join(partition_name).join(&name);
+            if std::fs::read(&file)? != std::fs::read(&twin).unwrap_or_default() {
+                different.push(file.display().to_string());
+            }
+        }
+    }
+    Ok(different)
+}
+
+fn count_segment_files(mirror: &Path) -> anyhow::Result<usize> {
+    let mut n = 0;
+    for partition in std::fs::read_dir(mirror)? {
+        let partition = partition?.path();
+        if partition.is_dir() && !partition.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            n += std::fs::read_dir(&partition)?.count();
+        }
+    }
+    Ok(n)
+}
+
+/// The source log dir inside the demo folder.
+const SOURCE_DIR: &str = "source";
+/// The link name of the demo.
+const DEMO_LINK: &str = "demo";
 
 /// Make `dir` an empty folder, refusing to delete anything a demo did not write:
 /// a non-empty folder is removed only if its `meta.properties` carries the
@@ -61,7 +153,7 @@ fn prepare(dir: &Path) -> anyhow::Result<()> {
     };
     if non_empty {
         let demo_cluster = sample_identity(DEMO_SEED, DEFAULT_NODE_ID).cluster_id;
-        let ours = MetaProperties::read(&dir.join(META_PROPERTIES_FILE))
+        let ours = MetaProperties::read(&dir.join(SOURCE_DIR).join(META_PROPERTIES_FILE))
             .ok()
             .and_then(|m| m.cluster_id)
             .is_some_and(|c| c == demo_cluster);
@@ -87,7 +179,7 @@ mod tests {
         let dir = tmp.path().join("demo");
         prepare(&dir).unwrap();
         write_sample(
-            &dir,
+            &dir.join(SOURCE_DIR),
             &SampleOptions {
                 seed: DEMO_SEED,
                 fsync: false,
