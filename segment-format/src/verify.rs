@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::batch::{parse_header, BatchInfo};
-use crate::checkpoint::{LeaderEpochCheckpoint, LeaderEpochChecker, MetaProperties, OffsetCheckpoint};
+use crate::checkpoint::{LeaderEpochChecker, LeaderEpochCheckpoint, MetaProperties, OffsetCheckpoint};
 use crate::dir::{
     classify_partition_file, segment_file_name, LogDir, PartitionDir, PartitionDirName, PartitionFile, RootCheckpoint,
     SegmentFileKind, SegmentFiles, META_PROPERTIES_FILE,
@@ -118,7 +118,12 @@ struct Sink<'r> {
 
 impl<'r> Sink<'r> {
     fn new(report: &'r mut Report) -> Self {
-        Sink { report, per_file: Default::default(), warnings: 0, errors: 0 }
+        Sink {
+            report,
+            per_file: Default::default(),
+            warnings: 0,
+            errors: 0,
+        }
     }
 
     fn push(&mut self, finding: Finding) {
@@ -179,7 +184,11 @@ pub fn log_bytes_under(paths: &[PathBuf]) -> u64 {
     fn walk(path: &Path, depth: u32) -> u64 {
         let Ok(meta) = std::fs::metadata(path) else { return 0 };
         if meta.is_file() {
-            return if path.extension().is_some_and(|e| e == "log") { meta.len() } else { 0 };
+            return if path.extension().is_some_and(|e| e == "log") {
+                meta.len()
+            } else {
+                0
+            };
         }
         if depth == 0 {
             return 0;
@@ -294,7 +303,9 @@ fn verify_log_dir(
     }
     sink.take_counts();
     for entry in &log_dir.partitions {
-        let log_start = log_start_offsets.as_ref().and_then(|cp| cp.get(&entry.name.topic, entry.name.partition));
+        let log_start = log_start_offsets
+            .as_ref()
+            .and_then(|cp| cp.get(&entry.name.topic, entry.name.partition));
         match verify_partition_dir(&entry.path, log_start, options, progress, sink) {
             Ok(summary) => partitions.push(summary),
             Err(e) => sink.report.io_errors.push(e.to_string()),
@@ -330,7 +341,11 @@ fn dir_signature(path: &Path) -> Option<Vec<(std::ffi::OsString, u64, Option<std
         .flatten()
         .map(|e| {
             let meta = e.metadata().ok();
-            (e.file_name(), meta.as_ref().map_or(0, |m| m.len()), meta.and_then(|m| m.modified().ok()))
+            (
+                e.file_name(),
+                meta.as_ref().map_or(0, |m| m.len()),
+                meta.and_then(|m| m.modified().ok()),
+            )
         })
         .collect();
     entries.sort();
@@ -407,16 +422,19 @@ fn start_partition(dir: &PartitionDir, sink: &mut Sink<'_>) -> PartitionScan {
             sink.push(Finding::from_error(&e));
         }
     }
-    let epochs = dir.leader_epoch_checkpoint.as_ref().and_then(|p| match LeaderEpochCheckpoint::read(p) {
-        Ok(cp) => {
-            sink.extend(cp.check(p));
-            Some(LeaderEpochChecker::new(&cp))
-        }
-        Err(e) => {
-            sink.push(Finding::from_error(&e));
-            None
-        }
-    });
+    let epochs = dir
+        .leader_epoch_checkpoint
+        .as_ref()
+        .and_then(|p| match LeaderEpochCheckpoint::read(p) {
+            Ok(cp) => {
+                sink.extend(cp.check(p));
+                Some(LeaderEpochChecker::new(&cp))
+            }
+            Err(e) => {
+                sink.push(Finding::from_error(&e));
+                None
+            }
+        });
     let segment_bases: Vec<i64> = dir.segments.iter().map(|s| s.base_offset).collect();
     let mut txn_tracker = TxnTracker::new();
     for snapshot in &dir.snapshots {
@@ -478,23 +496,38 @@ fn verify_file(
     sink: &mut Sink<'_>,
 ) -> Result<PartitionSummary, Error> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    let parent = with_name(path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")));
+    let parent = with_name(
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new(".")),
+    );
     let parent = parent.as_path();
     match classify_partition_file(name) {
         PartitionFile::Segment { base_offset, kind } if kind != SegmentFileKind::Snapshot => {
             let in_partition_dir = PartitionDir::open(parent).ok();
             let (segment, context) = match &in_partition_dir {
                 Some(dir) => {
-                    let i = dir.segments.iter().position(|s| s.base_offset == base_offset).ok_or_else(|| {
-                        Error::BadName { path: path.to_path_buf(), reason: "no .log file for this segment".into() }
-                    })?;
+                    let i = dir
+                        .segments
+                        .iter()
+                        .position(|s| s.base_offset == base_offset)
+                        .ok_or_else(|| Error::BadName {
+                            path: path.to_path_buf(),
+                            reason: "no .log file for this segment".into(),
+                        })?;
                     let context = SegmentContext {
                         next_base_offset: dir.segments.get(i + 1).map(|s| s.base_offset),
                         newest: i + 1 == dir.segments.len(),
                     };
                     (dir.segments[i].clone(), context)
                 }
-                None => (standalone_segment(parent, base_offset), SegmentContext { next_base_offset: None, newest: true }),
+                None => (
+                    standalone_segment(parent, base_offset),
+                    SegmentContext {
+                        next_base_offset: None,
+                        newest: true,
+                    },
+                ),
             };
             let mut scan = match &in_partition_dir {
                 Some(dir) => {
@@ -504,14 +537,20 @@ fn verify_file(
                     scan
                 }
                 None => PartitionScan {
-                    summary: PartitionSummary { path: path.to_path_buf(), ..Default::default() },
+                    summary: PartitionSummary {
+                        path: path.to_path_buf(),
+                        ..Default::default()
+                    },
                     previous_last_offset: None,
                     txn_tracker: TxnTracker::new(),
                     epochs: None,
                 },
             };
             if !segment.log.exists() {
-                return Err(Error::BadName { path: path.to_path_buf(), reason: "no .log file for this segment".into() });
+                return Err(Error::BadName {
+                    path: path.to_path_buf(),
+                    reason: "no .log file for this segment".into(),
+                });
             }
             verify_segment(&segment, context, options, progress, sink, &mut scan)?;
             finish_partition(scan, sink)
@@ -572,7 +611,12 @@ fn standalone_segment(dir: &Path, base_offset: i64) -> SegmentFiles {
 
 fn single_file_summary(path: &Path, sink: &mut Sink<'_>) -> Result<PartitionSummary, Error> {
     let (warnings, errors) = sink.take_counts();
-    Ok(PartitionSummary { path: path.to_path_buf(), warnings, errors, ..Default::default() })
+    Ok(PartitionSummary {
+        path: path.to_path_buf(),
+        warnings,
+        errors,
+        ..Default::default()
+    })
 }
 
 /// How often (in scanned bytes) progress is reported.
@@ -603,15 +647,27 @@ fn verify_segment(
     let time_index = read_optional(segment.time_index.as_ref())?;
     let txn_index = read_optional(segment.txn_index.as_ref())?;
     let mut log = LogFile::open(log_path)?;
-    let index_path = segment.index.clone().unwrap_or_else(|| log_path.with_extension("index"));
-    let time_index_path = segment.time_index.clone().unwrap_or_else(|| log_path.with_extension("timeindex"));
-    let txn_index_path = segment.txn_index.clone().unwrap_or_else(|| log_path.with_extension("txnindex"));
+    let index_path = segment
+        .index
+        .clone()
+        .unwrap_or_else(|| log_path.with_extension("index"));
+    let time_index_path = segment
+        .time_index
+        .clone()
+        .unwrap_or_else(|| log_path.with_extension("timeindex"));
+    let txn_index_path = segment
+        .txn_index
+        .clone()
+        .unwrap_or_else(|| log_path.with_extension("txnindex"));
     if segment.index.is_none() && !log.is_empty() {
         sink.push(Finding::warning(
             &index_path,
             None,
             Some(base),
-            Defect::Index { index: IndexKind::Offset, message: "missing: the broker rebuilds it at load".into() },
+            Defect::Index {
+                index: IndexKind::Offset,
+                message: "missing: the broker rebuilds it at load".into(),
+            },
         ));
     }
     if log.len() > i32::MAX as u64 {
@@ -619,7 +675,10 @@ fn verify_segment(
             log_path,
             None,
             Some(base),
-            Defect::BadLength { field: "segment size", value: log.len() as i64 },
+            Defect::BadLength {
+                field: "segment size",
+                value: log.len() as i64,
+            },
         );
     }
     let mut offset_checker = OffsetIndexChecker::new(&index_path, &offset_index, base, context.newest);
@@ -656,7 +715,9 @@ fn verify_segment(
                 log_path,
                 Some(info.position),
                 Some(info.base_offset),
-                Defect::Control { message: "control record key could not be decoded".into() },
+                Defect::Control {
+                    message: "control record key could not be decoded".into(),
+                },
             );
         }
         let summary = &mut scan.summary;
@@ -666,7 +727,11 @@ fn verify_segment(
         summary.first_offset.get_or_insert(info.base_offset);
         summary.last_offset = Some(info.last_offset);
         if info.max_timestamp >= 0 {
-            summary.max_timestamp = Some(summary.max_timestamp.map_or(info.max_timestamp, |m| m.max(info.max_timestamp)));
+            summary.max_timestamp = Some(
+                summary
+                    .max_timestamp
+                    .map_or(info.max_timestamp, |m| m.max(info.max_timestamp)),
+            );
         }
         offset_checker.on_batch(&info);
         time_checker.on_batch(&info);
@@ -719,26 +784,53 @@ fn check_offsets(
             path,
             at,
             offset,
-            Defect::BadLength { field: "lastOffsetDelta", value: info.last_offset.wrapping_sub(info.base_offset) },
+            Defect::BadLength {
+                field: "lastOffsetDelta",
+                value: info.last_offset.wrapping_sub(info.base_offset),
+            },
         );
     }
     if let Some(previous) = previous_last_offset {
         if info.base_offset <= previous {
-            sink.error(path, at, offset, Defect::OffsetOutOfOrder { previous, found: info.base_offset });
+            sink.error(
+                path,
+                at,
+                offset,
+                Defect::OffsetOutOfOrder {
+                    previous,
+                    found: info.base_offset,
+                },
+            );
         }
     }
     let outside_next = context.next_base_offset.is_some_and(|next| info.last_offset >= next);
     if info.base_offset < base || outside_next {
-        let found = if info.base_offset < base { info.base_offset } else { info.last_offset };
+        let found = if info.base_offset < base {
+            info.base_offset
+        } else {
+            info.last_offset
+        };
         sink.error(
             path,
             at,
             offset,
-            Defect::OffsetOutsideSegment { base_offset: base, next_base_offset: context.next_base_offset, found },
+            Defect::OffsetOutsideSegment {
+                base_offset: base,
+                next_base_offset: context.next_base_offset,
+                found,
+            },
         );
     }
     if info.last_offset.saturating_sub(base) > i64::from(i32::MAX) {
-        sink.error(path, at, offset, Defect::OffsetOverflow { base_offset: base, found: info.last_offset });
+        sink.error(
+            path,
+            at,
+            offset,
+            Defect::OffsetOverflow {
+                base_offset: base,
+                found: info.last_offset,
+            },
+        );
     }
 }
 
@@ -755,10 +847,16 @@ fn deep_walk(bytes: &[u8], info: &BatchInfo, limits: &DeepLimits) -> Result<Deep
     if info.magic >= 2 {
         let header = parse_header(bytes)?;
         let stats = for_each_record(bytes, &header, limits, |_| ControlFlow::Continue(()))?;
-        Ok(DeepWalk { records: u64::from(stats.records), first_offset: None })
+        Ok(DeepWalk {
+            records: u64::from(stats.records),
+            first_offset: None,
+        })
     } else {
         let stats = legacy::for_each_message(bytes, limits, |_| ControlFlow::Continue(()))?;
-        Ok(DeepWalk { records: u64::from(stats.messages), first_offset: stats.first_offset })
+        Ok(DeepWalk {
+            records: u64::from(stats.messages),
+            first_offset: stats.first_offset,
+        })
     }
 }
 
@@ -781,11 +879,18 @@ fn report_tail(
     let zero_tail = !rest.is_empty() && rest.iter().all(|&b| b == 0);
     let tolerated = context.newest && !options.strict;
     if zero_tail {
-        let defect = Defect::TrailingBytes { bytes: rest.len() as u64 };
+        let defect = Defect::TrailingBytes {
+            bytes: rest.len() as u64,
+        };
         if tolerated {
-            sink.push(Finding::warning(path, Some(position), None, Defect::Other {
-                message: format!("{defect} (zero-filled: preallocated active segment)"),
-            }));
+            sink.push(Finding::warning(
+                path,
+                Some(position),
+                None,
+                Defect::Other {
+                    message: format!("{defect} (zero-filled: preallocated active segment)"),
+                },
+            ));
         } else {
             sink.error(path, Some(position), None, defect);
         }
@@ -793,15 +898,26 @@ fn report_tail(
     }
     match error {
         Error::Incomplete { needed, available, .. } => {
-            let message = format!(
-                "incomplete batch at the end of the segment: need {needed} bytes, {available} available"
-            );
+            let message =
+                format!("incomplete batch at the end of the segment: need {needed} bytes, {available} available");
             if tolerated {
-                sink.push(Finding::warning(path, Some(position), offset, Defect::Other {
-                    message: format!("{message} (a broker mid-write leaves this)"),
-                }));
+                sink.push(Finding::warning(
+                    path,
+                    Some(position),
+                    offset,
+                    Defect::Other {
+                        message: format!("{message} (a broker mid-write leaves this)"),
+                    },
+                ));
             } else {
-                sink.error(path, Some(position), offset, Defect::TrailingBytes { bytes: rest.len() as u64 });
+                sink.error(
+                    path,
+                    Some(position),
+                    offset,
+                    Defect::TrailingBytes {
+                        bytes: rest.len() as u64,
+                    },
+                );
             }
         }
         _ => sink.push(Finding::from_error(error)),
@@ -848,13 +964,23 @@ pub fn check_segment(
     let mut report = Report::default();
     let mut sink = Sink::new(&mut report);
     let mut scan = PartitionScan {
-        summary: PartitionSummary { path: segment.log.clone(), ..Default::default() },
+        summary: PartitionSummary {
+            path: segment.log.clone(),
+            ..Default::default()
+        },
         previous_last_offset: None,
         txn_tracker: TxnTracker::new(),
         epochs: None,
     };
-    let context = SegmentContext { next_base_offset, newest };
+    let context = SegmentContext {
+        next_base_offset,
+        newest,
+    };
     verify_segment(segment, context, options, &NoProgress, &mut sink, &mut scan)?;
     let summary = finish_partition(scan, &mut sink)?;
-    Ok(SegmentCheck { findings: report.findings, suppressed_findings: report.suppressed_findings, summary })
+    Ok(SegmentCheck {
+        findings: report.findings,
+        suppressed_findings: report.suppressed_findings,
+        summary,
+    })
 }

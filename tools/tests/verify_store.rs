@@ -4,10 +4,16 @@ use std::path::Path;
 use std::process::Command;
 
 fn segmirror(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_segmirror")).args(args).output().expect("run segmirror");
+    let out = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+        .args(args)
+        .output()
+        .expect("run segmirror");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "segmirror panicked: {stderr}");
-    (out.status.code().expect("exit code, not a signal"), String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.status.code().expect("exit code, not a signal"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 /// Generate the sample set and seed it into a local folder store; returns the store URL.
@@ -16,7 +22,13 @@ fn seeded_store(tmp: &Path) -> String {
     let store = tmp.join("store");
     let (code, _) = segmirror(&["generate", "--out", log_dir.to_str().unwrap(), "--no-fsync"]);
     assert_eq!(code, 0);
-    let (code, out) = segmirror(&["seed", "--log-dir", log_dir.to_str().unwrap(), "--store", store.to_str().unwrap()]);
+    let (code, out) = segmirror(&[
+        "seed",
+        "--log-dir",
+        log_dir.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{out}");
     format!("file://{}", store.display())
 }
@@ -58,9 +70,15 @@ fn seeded_store_is_sound_and_a_flipped_byte_is_found() {
     assert_eq!(code, 1, "{out}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     let findings = doc["stores"][0]["findings"].as_array().unwrap();
-    let key = victim.strip_prefix(tmp.path().join("store")).unwrap().to_string_lossy().into_owned();
+    let key = victim
+        .strip_prefix(tmp.path().join("store"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     assert!(
-        findings.iter().any(|f| f["check"] == "hash_mismatch" && f["path"] == key.as_str()),
+        findings
+            .iter()
+            .any(|f| f["check"] == "hash_mismatch" && f["path"] == key.as_str()),
         "no hash_mismatch naming {key}: {out}"
     );
 }
@@ -77,8 +95,10 @@ fn missing_data_object_and_missing_manifest_are_reported() {
     assert!(out.contains("[missing_object]"), "{out}");
 
     // A manifest removed from the middle of a partition leaves a gap between its neighbours.
-    let manifests: Vec<_> =
-        find(&store, ".json").into_iter().filter(|p| p.to_string_lossy().contains("/manifests/")).collect();
+    let manifests: Vec<_> = find(&store, ".json")
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/manifests/"))
+        .collect();
     let dir = manifests[0].parent().unwrap().to_path_buf();
     let in_dir: Vec<_> = manifests.iter().filter(|m| m.parent() == Some(dir.as_path())).collect();
     assert!(in_dir.len() >= 3, "sample partitions have several segments");
@@ -86,7 +106,10 @@ fn missing_data_object_and_missing_manifest_are_reported() {
     let (code, out) = segmirror(&["verify", &url]);
     assert_eq!(code, 1);
     assert!(out.contains("[offset_gap]"), "{out}");
-    assert!(out.contains("[orphan_object]"), "data without a manifest is reported: {out}");
+    assert!(
+        out.contains("[orphan_object]"),
+        "data without a manifest is reported: {out}"
+    );
 }
 
 #[test]

@@ -13,8 +13,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use segment_format::checkpoint::MetaProperties;
 use segment_format::dir::META_PROPERTIES_FILE;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
 use segment_format::manifest::KeyPrefix;
+use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
 use segment_format::writer::sample::{sample_identity, write_sample, SampleOptions, DEFAULT_NODE_ID};
 use segmirror_applier::{apply, ApplyConfig, Verdict};
 use segmirror_catalog::Catalog;
@@ -43,7 +43,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store_dir = args.dir.join("store");
     let mirror = args.dir.join("mirror");
     let started = Instant::now();
-    let options = SampleOptions { seed: DEMO_SEED, ..SampleOptions::default() };
+    let options = SampleOptions {
+        seed: DEMO_SEED,
+        ..SampleOptions::default()
+    };
     let manifest = write_sample(&source, &options).context("generating the sample partitions")?;
     print_summary(&manifest, started.elapsed().as_secs_f64());
 
@@ -68,16 +71,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::open(args.dir.join("catalog.sqlite"))?;
     let apply_config = ApplyConfig::new(store.clone(), store_url, &mirror).with_link(DEMO_LINK);
     let applied = runtime.block_on(apply(&apply_config, catalog, &segmirror_applier::NoProgress))?;
-    println!("  {} segment(s) installed, {} bytes fetched", applied.segments_installed(), applied.bytes_fetched());
+    println!(
+        "  {} segment(s) installed, {} bytes fetched",
+        applied.segments_installed(),
+        applied.bytes_fetched()
+    );
     if applied.verdict() != Verdict::Ok {
         bail!("applying did not complete: {applied:?}");
     }
 
     println!();
-    println!("verifying the mirror {} (deep: every record of every batch)", mirror.display());
+    println!(
+        "verifying the mirror {} (deep: every record of every batch)",
+        mirror.display()
+    );
     let report = verify_paths(
         std::slice::from_ref(&mirror),
-        &VerifyOptions { deep: true, ..VerifyOptions::default() },
+        &VerifyOptions {
+            deep: true,
+            ..VerifyOptions::default()
+        },
         &NoProgress,
     );
     print_text(&report);
@@ -96,7 +109,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!(
         "mirror vs source: {} segment file(s) compared, {}",
         count_segment_files(&mirror)?,
-        if different.is_empty() { "byte-identical" } else { "DIFFERENT" }
+        if different.is_empty() {
+            "byte-identical"
+        } else {
+            "DIFFERENT"
+        }
     );
     if !audit.is_sound() || !different.is_empty() {
         return Ok(ExitCode::from(crate::EXIT_CORRUPT));
@@ -110,13 +127,19 @@ fn compare_trees(source: &Path, mirror: &Path) -> anyhow::Result<Vec<String>> {
     let mut different = Vec::new();
     for partition in std::fs::read_dir(mirror)? {
         let partition = partition?.path();
-        if !partition.is_dir() || partition.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+        if !partition.is_dir()
+            || partition
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
             continue;
         }
         for file in std::fs::read_dir(&partition)? {
             let file = file?.path();
             let name = file.file_name().unwrap_or_default().to_owned();
-            let Some(partition_name) = partition.file_name() else { continue };
+            let Some(partition_name) = partition.file_name() else {
+                continue;
+            };
             let twin = source.join(partition_name).join(&name);
             if std::fs::read(&file)? != std::fs::read(&twin).unwrap_or_default() {
                 different.push(file.display().to_string());
@@ -130,7 +153,11 @@ fn count_segment_files(mirror: &Path) -> anyhow::Result<usize> {
     let mut n = 0;
     for partition in std::fs::read_dir(mirror)? {
         let partition = partition?.path();
-        if partition.is_dir() && !partition.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+        if partition.is_dir()
+            && !partition
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
             n += std::fs::read_dir(&partition)?.count();
         }
     }
