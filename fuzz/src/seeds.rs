@@ -349,6 +349,96 @@ pub fn text_inputs() -> Vec<Vec<u8>> {
     out
 }
 
+/// `prefix \n key \n document` inputs: a manifest and a lease at their keys.
+pub fn bucket_inputs() -> Vec<Vec<u8>> {
+    use segment_format::dir::SegmentFileKind;
+    use segment_format::manifest::{
+        EpochStart, KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange,
+        Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1,
+    };
+    let Ok(prefix) = KeyPrefix::new("backups/kafka") else {
+        return Vec::new();
+    };
+    let Ok(partition) = PartitionKey::new(prefix, "dc1-to-dc2", "orders.v1", 3) else {
+        return Vec::new();
+    };
+    let topic_id = Uuid([7; 16]);
+    let Ok(range) = SegmentRange::new(100, 250) else {
+        return Vec::new();
+    };
+    let sizes = [
+        (SegmentFileKind::Log, 9000),
+        (SegmentFileKind::Index, 16),
+        (SegmentFileKind::TimeIndex, 24),
+    ];
+    let files: Vec<ManifestFile> = sizes
+        .into_iter()
+        .filter_map(|(kind, size)| {
+            let name = SegmentFileName::new(100, kind);
+            Some(ManifestFile {
+                name,
+                key: partition.data_key(&topic_id, range, name).ok()?,
+                size,
+                crc32c: 0xdead_beef,
+                sha256: Sha256Digest([0xab; 32]),
+                mtime_ms: 1_700_000_000_000,
+            })
+        })
+        .collect();
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT_V1.into(),
+        link: "dc1-to-dc2".into(),
+        topic: "orders.v1".into(),
+        partition: 3,
+        source_topic_id: topic_id,
+        source_cluster_id: "MkU3OEVBNTcwNTJENDM2Qk".into(),
+        base_offset: 100,
+        first_offset: Some(100),
+        last_offset: Some(249),
+        next_offset: 250,
+        batches: 10,
+        records: 150,
+        max_timestamp: 1_700_000_000_123,
+        sealed: true,
+        epochs: vec![
+            EpochStart {
+                epoch: 3,
+                start_offset: 40,
+            },
+            EpochStart {
+                epoch: 5,
+                start_offset: 200,
+            },
+        ],
+        log_start_offset: 0,
+        files: files.clone(),
+        shipper: ShipperStamp {
+            id: "host-a/1234".into(),
+            lease_epoch: 2,
+        },
+        created_at_ms: 1_700_000_001_000,
+    };
+    let join = |key: &str, doc: &[u8]| {
+        let mut out = b"backups/kafka\n".to_vec();
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(doc);
+        out
+    };
+    let mut out = Vec::new();
+    if let Ok(key) = partition.manifest_key(&topic_id, 100) {
+        out.push(join(&key, &manifest.to_json()));
+    }
+    out.push(join(
+        &partition.lease_key(2),
+        &Lease::new("host-a/1234", 2, 1_700_000_000_000).to_json(),
+    ));
+    for f in &files {
+        out.push(join(&f.key, b""));
+    }
+    out
+}
+
 /// `(target, seeds)` for every target.
 pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
     let mut log = segments();
@@ -359,5 +449,6 @@ pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("index_check", index_inputs()),
         ("text_files", text_inputs()),
         ("verify_dir", verify_inputs()),
+        ("bucket", bucket_inputs()),
     ]
 }

@@ -313,7 +313,7 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
             let base: Option<i64> = file.split('.').next().and_then(|b| b.parse().ok());
             match base {
                 Some(b) if file.ends_with(".snapshot") => {
-                    assert_eq!(copied.get(&name).is_some(), b >= kept[0], "{file}");
+                    assert_eq!(copied.contains_key(&name), b >= kept[0], "{file}");
                 }
                 Some(b) if !kept.contains(&b) => assert!(!copied.contains_key(&name), "{file} not copied"),
                 Some(_) if file.ends_with(".log") => {

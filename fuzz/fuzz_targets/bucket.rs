@@ -1,0 +1,4 @@
+//! `bucket`: see [`segment_format_fuzz::bucket`] for what runs and which properties are checked.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| segment_format_fuzz::run("bucket", data));
