@@ -211,12 +211,12 @@ pub fn write_epoch_partition(
                 let timestamp = base_timestamp + offset;
                 let key = format!("k{offset}").into_bytes();
                 let value = format!("value {offset} written in epoch {epoch}").into_bytes();
-                let header = (b"epoch".to_vec(), epoch.to_string().into_bytes());
+                let header = epoch.to_string().into_bytes();
                 batch = batch.record(
                     RecordSpec::new(i as i32, timestamp)
                         .with_key(key.clone())
                         .with_value(value.clone())
-                        .with_header("epoch", Some(header.1.clone())),
+                        .with_header("epoch", Some(header.clone())),
                 );
                 expected.push(Record {
                     partition,
@@ -226,8 +226,8 @@ pub fn write_epoch_partition(
                     key: Some(key),
                     value: Some(value),
                     headers: vec![Header {
-                        key: String::from_utf8_lossy(&header.0).into_owned(),
-                        value: Some(header.1),
+                        key: "epoch".to_string(),
+                        value: Some(header),
                     }],
                 });
             }

@@ -516,6 +516,22 @@ fn promote_killed_at_many_points_ends_like_an_uninterrupted_promotion() {
     }
     let verify = segmirror_verify(&[&target], &["--deep", "--strict"]).unwrap();
     assert_eq!(verify.code, 0, "{verify}");
+
+    // The applier leaves promoted partitions alone from now on.
+    let contents = |dir: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
+        files_under(dir)
+            .unwrap()
+            .into_iter()
+            .map(|(rel, path)| (rel, std::fs::read(path).unwrap()))
+            .collect()
+    };
+    let mirror_before = contents(&mirror);
+    run(&apply, Kill::Never, root, 30);
+    assert_eq!(
+        contents(&mirror),
+        mirror_before,
+        "apply must not touch promoted partitions"
+    );
     let catalog = Catalog::open(&catalog).unwrap();
     assert!(catalog
         .partitions("p")

@@ -11,9 +11,12 @@
 //!    are clean, and raising the target epoch by restarts (the alternative) is shown to work only once the target
 //!    epoch reaches the source's. It also checks that promotion refuses a running broker and that a broker does not
 //!    start while a promotion is unfinished.
-//! 2. **Every shape through an S3 bucket** (see the second test): a source broker with every data shape, `segmirror
-//!    seed` into a moto S3 server, `segmirror apply`, `segmirror promote` into a target broker, then every record
-//!    compared at both isolation levels, new writes, and a clean restart.
+//! 2. **Every shape through an S3 bucket** ([`every_shape_seeded_through_s3_applied_and_promoted_reads_back_identically`]):
+//!    a source broker with every data shape (codecs, transactions with aborts, idempotence, compaction, retention,
+//!    LogAppendTime, several partitions), `segmirror seed` into a moto S3 server, `segmirror apply`, `segmirror
+//!    promote` into a target broker; a real consumer then reads every record with the source's offset, timestamp
+//!    (and type), key, value and headers at both isolation levels, new records continue at the mirror's end offset,
+//!    and the target restarts cleanly.
 
 use std::collections::BTreeMap;
 use std::path::Path;

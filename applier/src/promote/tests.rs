@@ -664,3 +664,41 @@ fn a_damaged_journal_stops_the_run() {
     );
     assert!(err.to_string().contains("topic"), "{err}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// A journal is read back from the target log dir: damaged bytes give an error naming the file, never a panic.
+    #[test]
+    fn random_journal_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(JOURNAL_FILE), &bytes).unwrap();
+        if let Err(e) = read_journal(dir.path()) {
+            proptest::prop_assert!(matches!(&e, Error::Io { path, .. } if path.ends_with(JOURNAL_FILE)), "{e:?}");
+        }
+    }
+}
+
+#[test]
+fn journal_round_trips() {
+    let journal = Journal {
+        format: JOURNAL_FORMAT.into(),
+        link: LINK.into(),
+        mirror_root: PathBuf::from("/srv/mirror"),
+        partitions: vec![Planned {
+            topic: TOPIC.into(),
+            partition: 3,
+            target_topic_id: TARGET_ID.to_string(),
+            leader_epoch: 4,
+            log_start_offset: 10,
+            log_end_offset: 99,
+            segments: vec![0, 50],
+            snapshots: vec![50],
+            previous_state: "mirroring".into(),
+        }],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(JOURNAL_FILE), serde_json::to_vec(&journal).unwrap()).unwrap();
+    assert_eq!(read_journal(dir.path()).unwrap(), Some(journal));
+    assert_eq!(read_journal(&dir.path().join("absent")).unwrap(), None);
+}

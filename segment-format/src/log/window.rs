@@ -23,23 +23,28 @@
 //! so one huge batch is shared too.
 //!
 //! Memory stays bounded whatever the segment size: a window holds the metadata
-//! of at most [`WINDOW_FRAMES`] frames, at most two windows are alive at once,
-//! and the caller releases the pages of each window once it has been checked.
+//! of at most [`WINDOW_FRAMES`] frames, and the caller releases the pages of
+//! each window once it has been checked and no thread reads it any more. That
+//! is usually two windows mapped (the one being checked and the next); a late
+//! helper can hold up [`MAX_CHECKED_UNRELEASED`] more before the scan waits for
+//! it.
 
+use std::collections::VecDeque;
 use std::ops::{ControlFlow, Range};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{compute_crc, frame_at, Frame, Framed, ScanSummary};
+use super::{compute_crc, frame_at, Frame, Framed, ScanSummary, RELEASE_INTERVAL};
 use crate::batch::ATTRIBUTES_OFFSET;
 use crate::error::ParseError;
 
-/// Most frame bytes in one window (8 MiB; a larger frame makes a window of its
-/// own). Every window costs a hand-off to the helper (a wake-up, a few
-/// microseconds); 8 MiB is about a millisecond of CRC work on two cores.
-const WINDOW_BYTES: usize = 8 * 1024 * 1024;
+/// Most frame bytes in one window (a larger frame makes a window of its own):
+/// the scan's release interval. Every window costs a hand-off to the helper (a
+/// wake-up, a few microseconds); 8 MiB is about a millisecond of CRC work on
+/// two cores.
+const WINDOW_BYTES: usize = RELEASE_INTERVAL as usize;
 
 /// Most frames in one window, bounding the per-window metadata (about 150 bytes
 /// a frame) when batches are tiny.
@@ -60,6 +65,10 @@ const HELPER_GRACE: Duration = Duration::from_micros(20);
 /// combination of two CRCs costs about as much as computing a few KiB of CRC,
 /// so fragments are large.
 const FRAGMENT_BYTES: usize = 1024 * 1024;
+
+/// Checked windows whose pages may stay mapped while a late helper still reads
+/// them; beyond this, the scan waits for the helper.
+const MAX_CHECKED_UNRELEASED: usize = 2;
 
 /// One unit of CRC work.
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +133,9 @@ struct Window<'m> {
     next_piece: AtomicUsize,
     /// Whether each piece's CRCs are stored.
     done: Vec<AtomicBool>,
+    /// Threads between a claim and the end of its computation: while it is
+    /// not 0, the window's bytes are being read and must not be released.
+    readers: AtomicUsize,
 }
 
 /// Where the frame walk of a window stopped.
@@ -167,11 +179,17 @@ impl<'m> Window<'m> {
     /// Claim and compute pieces until none is left unclaimed.
     fn work(&self) {
         loop {
-            let i = self.next_piece.fetch_add(1, Ordering::Relaxed);
+            // Counted before the claim: once every piece is claimed, a reader
+            // that is not counted yet can claim nothing (see `is_quiet`).
+            self.readers.fetch_add(1, Ordering::SeqCst);
+            let i = self.next_piece.fetch_add(1, Ordering::SeqCst);
+            if i < self.pieces.len() {
+                self.compute(i);
+            }
+            self.readers.fetch_sub(1, Ordering::SeqCst);
             if i >= self.pieces.len() {
                 return;
             }
-            self.compute(i);
         }
     }
 
@@ -212,7 +230,22 @@ impl<'m> Window<'m> {
 
     /// Leave the unclaimed pieces uncomputed: the scan stopped early.
     fn cancel(&self) {
-        self.next_piece.fetch_max(self.pieces.len(), Ordering::Relaxed);
+        self.next_piece.fetch_max(self.pieces.len(), Ordering::SeqCst);
+    }
+
+    /// No thread reads the window's bytes, nor will: its pages may be released.
+    /// Only after [`Window::finish`], which leaves no piece to claim.
+    fn is_quiet(&self) -> bool {
+        self.readers.load(Ordering::SeqCst) == 0
+    }
+
+    /// Wait until [`Window::is_quiet`]: the helper is still computing a piece
+    /// this thread has already computed again.
+    fn wait_quiet(&self) {
+        while !self.is_quiet() {
+            // The helper may be waiting for this core.
+            thread::yield_now();
+        }
     }
 
     /// The frames, with their computed CRCs. Only after [`Window::finish`].
@@ -302,16 +335,19 @@ impl<'m> Builder<'m> {
             units: self.units,
             pieces: self.pieces,
             next_piece: AtomicUsize::new(0),
+            readers: AtomicUsize::new(0),
         }
     }
 }
 
 /// Scan the frames of `bytes`, whose first byte sits at file position `base`,
 /// calling `f` for each in order, and `window_done` with the absolute position
-/// up to which every frame has been handed to `f` (the caller may release those
-/// pages). With `helper`, one more thread shares the CRC work (the scan is
-/// sequential if it cannot be started). Returns the summary and the framing
-/// error or partial frame that stopped the scan.
+/// up to which every frame has been handed to `f` and no thread reads the bytes
+/// any more: the caller may release those pages. `window_done` is called for
+/// every window, in order; for the last ones after the helper has stopped.
+/// With `helper`, one more thread shares the CRC work (the scan is sequential
+/// if it cannot be started). Returns the summary and the framing error or
+/// partial frame that stopped the scan.
 pub(super) fn scan<'m, F, D>(
     bytes: &'m [u8],
     base: u64,
@@ -324,7 +360,9 @@ where
     F: FnMut(&Frame<'_>) -> ControlFlow<()>,
     D: FnMut(u64),
 {
-    thread::scope(|scope| {
+    // Windows not released when the scan ends are released after the scope has
+    // joined the helper, when no thread reads them any more.
+    let (summary, stop, unreleased) = thread::scope(|scope| {
         let helper = helper.then(|| spawn_helper(scope)).flatten();
         let post = |window: Window<'m>| -> Arc<Window<'m>> {
             let window = Arc::new(window);
@@ -335,6 +373,8 @@ where
             window
         };
         let mut summary = ScanSummary::default();
+        // Windows checked but perhaps still read by a late helper, oldest first.
+        let mut checked: VecDeque<(Arc<Window<'m>>, usize)> = VecDeque::new();
         let (window, mut walked) = Window::walk(bytes, 0, base, limits);
         let mut current = post(window);
         loop {
@@ -356,10 +396,23 @@ where
                     }
                     summary.stopped_early = true;
                     summary.end = frame.info.position + frame.info.size;
-                    return (summary, None);
+                    return (summary, None, checked);
                 }
             }
-            window_done(base + walked.end as u64);
+            // Release the checked windows no thread reads any more, in order. A
+            // helper that lags further is waited for: at most four windows are
+            // mapped, two checked ones, the one being checked and the next.
+            checked.push_back((Arc::clone(&current), walked.end));
+            while let Some((window, end)) = checked.front() {
+                if !window.is_quiet() {
+                    if checked.len() <= MAX_CHECKED_UNRELEASED {
+                        break;
+                    }
+                    window.wait_quiet();
+                }
+                window_done(base + *end as u64);
+                checked.pop_front();
+            }
             match next {
                 Some((next, next_walked)) => {
                     current = next;
@@ -367,11 +420,15 @@ where
                 }
                 None => {
                     summary.end = base + walked.end as u64;
-                    return (summary, walked.stop);
+                    return (summary, walked.stop, checked);
                 }
             }
         }
-    })
+    });
+    for (_, end) in unreleased {
+        window_done(base + end as u64);
+    }
+    (summary, stop)
 }
 
 /// Start the helper thread; `None` if the system refuses a thread.
@@ -588,15 +645,29 @@ mod tests {
     fn a_piece_a_stalled_helper_holds_is_computed_again() {
         let sizes: Vec<(u8, usize)> = (0..6).map(|i| (i as u8, 100 + i * 50)).collect();
         let seg = segment(&sizes);
-        let limits = Limits { window_bytes: usize::MAX, window_frames: 100, piece_bytes: 1, fragment_bytes: 100 };
+        let limits = Limits {
+            window_bytes: usize::MAX,
+            window_frames: 100,
+            piece_bytes: 1,
+            fragment_bytes: 100,
+        };
         let (window, walked) = Window::walk(&seg, 0, 0, limits);
         assert_eq!((walked.end, walked.stop), (seg.len(), None));
         assert!(window.pieces.len() > 6, "fragments make more pieces than frames");
-        // The stalled helper's claim: it never computes piece 0.
-        assert_eq!(window.next_piece.fetch_add(1, Ordering::Relaxed), 0);
+        // The stalled helper's claim: it counts itself a reader, claims piece 0
+        // and does not compute it.
+        window.readers.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(window.next_piece.fetch_add(1, Ordering::SeqCst), 0);
         window.finish();
         assert!(window.done.iter().all(|d| d.load(Ordering::Acquire)));
-        let frames: Vec<_> = window.frames().map(|f| (f.info, f.stored_crc, f.computed_crc)).collect();
+        // Its pages are not released while the helper may still read them.
+        assert!(!window.is_quiet());
+        window.readers.fetch_sub(1, Ordering::SeqCst);
+        assert!(window.is_quiet());
+        let frames: Vec<_> = window
+            .frames()
+            .map(|f| (f.info, f.stored_crc, f.computed_crc))
+            .collect();
         assert_eq!(frames, sequential(&seg, 0).0);
         assert!(frames.iter().all(|(_, stored, computed)| stored == computed));
     }

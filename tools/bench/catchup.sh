@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Benchmark of issue 4: catch-up of a generated topic, log dir -> local-folder store -> mirror
+# (`segmirror seed && segmirror apply && sync`), against `cp -r` of the same partition dirs into a folder and on
+# into a second folder, then `sync`, in the same run. Both sides write the data twice and end with a `sync`, so
+# both are measured to the same point: every byte on disk. segmirror additionally checks every batch CRC on both
+# sides, computes SHA-256 and CRC-32C of every object and verifies them on download, and fsyncs what it installs.
+#
+# Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS]     (defaults: 4GiB, 8 partitions)
+#   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
+#   the generated topic is kept (marker file) and reused by later runs with the same SIZE and PARTITIONS.
+#   SEGMENT_BYTES (default: generate's, Kafka's 1GiB) sets the topic's segment.bytes.
+#   Every measurement runs RUNS times (default 3), the copy and segmirror alternately, and the median is reported.
+#   Before each measurement the outputs of the previous one are removed, dirty pages are written back and, when
+#   permitted (root), the page cache is dropped, so both start from cold source files; when dropping is refused
+#   the source is read once instead, so both start from a warm page cache (the output says which).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+SIZE="${1:-4GiB}"
+PARTITIONS="${2:-8}"
+RUNS="${RUNS:-3}"
+BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
+SEGMENT_BYTES="${SEGMENT_BYTES:-}"
+WORK="$BENCH_DIR/catchup-$SIZE-$PARTITIONS${SEGMENT_BYTES:+-seg$SEGMENT_BYTES}"
+SRC="$WORK/src"
+BIN="$ROOT/target/release/segmirror"
+
+cd "$ROOT"
+cargo build --release -q -p segmirror
+mkdir -p "$WORK"
+if [ ! -f "$WORK/.complete" ]; then
+    rm -rf "$SRC"
+    echo "generating $SIZE in $PARTITIONS partition(s) into $SRC" >&2
+    "$BIN" generate --out "$SRC" --bulk-bytes "$SIZE" --partitions "$PARTITIONS" \
+        ${SEGMENT_BYTES:+--segment-bytes "$SEGMENT_BYTES"} --no-fsync >&2
+    sync
+    touch "$WORK/.complete"
+fi
+mapfile -t PARTS < <(find "$SRC" -mindepth 1 -maxdepth 1 -type d | sort)
+BYTES=$(du -sb --apparent-size "${PARTS[@]}" | awk '{ s += $1 } END { printf "%d\n", s }')
+LOG_BYTES=$(find "${PARTS[@]}" -name '*.log' -printf '%s\n' | awk '{ s += $1 } END { printf "%d\n", s }')
+
+COPY_A="$WORK/copy-a" COPY_B="$WORK/copy-b"
+STORE="$WORK/store" MIRROR="$WORK/mirror" CATALOG="$WORK/catalog.sqlite"
+T="$WORK/.time"
+CACHE_MODE="cold (page cache dropped before each measurement)"
+reset() {
+    rm -rf "$COPY_A" "$COPY_B" "$STORE" "$MIRROR" "$CATALOG" "$CATALOG"-*
+    sync
+    if ! { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
+        CACHE_MODE="warm (dropping the page cache was refused; the source was read once before each measurement)"
+        find "${PARTS[@]}" -type f -exec cat {} + > /dev/null
+    fi
+}
+# Runs a command under /usr/bin/time; appends "wall cpu rss_kib" to the named array.
+timed() {
+    local into="$1" out="$2"
+    shift 2
+    /usr/bin/time -o "$T" -f '%e %U %S %M' "$@" > "$out" 2>&1 || {
+        echo "failed: $* (output in $out)" >&2
+        tail -n 20 "$out" >&2
+        exit 1
+    }
+    local e u s m
+    read -r e u s m < <(tail -n1 "$T")
+    eval "$into+=(\"$e $(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }') $m\")"
+}
+
+declare -a COPY SEED APPLY SYNC WHOLE
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for run in $(seq "$RUNS"); do
+    echo "run $run/$RUNS" >&2
+    reset
+    timed COPY /dev/null sh -c "mkdir '$COPY_A' && cp -r ${PARTS[*]} '$COPY_A/' && cp -r '$COPY_A' '$COPY_B' && sync"
+    reset
+    start=$(date +%s.%N)
+    timed SEED "$WORK/seed.out" "$BIN" seed --log-dir "$SRC" --store "$STORE"
+    timed APPLY "$WORK/apply.out" "$BIN" apply --store "$STORE" --mirror "$MIRROR" --catalog "$CATALOG"
+    timed SYNC /dev/null sync
+    end=$(date +%s.%N)
+    cpu=$(printf '%s\n' "${SEED[-1]}" "${APPLY[-1]}" "${SYNC[-1]}" | awk '{ c += $2 } END { print c }')
+    rss=$(printf '%s\n' "${SEED[-1]}" "${APPLY[-1]}" | awk '$3 > m { m = $3 } END { print m }')
+    WHOLE+=("$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') $cpu $rss")
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# The mirror must hold the source's bytes: every .log, .index, .timeindex compared (outside the timings).
+for part in "${PARTS[@]}"; do
+    for f in "$part"/*.log "$part"/*.index "$part"/*.timeindex; do
+        cmp -s "$f" "$MIRROR/$(basename "$part")/$(basename "$f")" || { echo "mirror differs: $f" >&2; exit 1; }
+    done
+done
+
+median() { # field number, then "wall cpu rss" lines on stdin
+    awk -v f="$1" '{ print $f }' | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
+col() { printf '%s\n' "${@:2}" | median "$1"; }
+copy_s=$(col 1 "${COPY[@]}")
+row() { # name, then the runs
+    local name="$1"
+    shift
+    local wall cpu rss
+    wall=$(col 1 "$@") cpu=$(col 2 "$@") rss=$(printf '%s\n' "$@" | awk '$3 > m { m = $3 } END { print m }')
+    awk -v n="$name" -v s="$wall" -v c="$cpu" -v r="$rss" -v b="$BYTES" -v base="$copy_s" 'BEGIN {
+        printf "| %-40s | %6.2f | %6.0f | %6.2fx | %6.2f | %8.1f |\n", n, s, b / s / 1048576, base / s, c, r / 1024 }'
+}
+echo
+echo "catch-up benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): $(numfmt --to=iec-i --suffix=B "$BYTES") in" \
+    "${#PARTS[@]} partition dir(s) ($(numfmt --to=iec-i --suffix=B "$LOG_BYTES") of .log), median of $RUNS runs;" \
+    "page cache $CACHE_MODE"
+echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)," \
+    "$(df -T "$WORK" | awk 'NR == 2 { print $2 }') on $(df "$WORK" | awk 'NR == 2 { print $1 }');" \
+    "load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
+echo "reproduce: ${SEGMENT_BYTES:+SEGMENT_BYTES=$SEGMENT_BYTES }RUNS=$RUNS tools/bench/catchup.sh $SIZE $PARTITIONS"
+echo
+echo "| command                                  | wall s | MiB/s  | vs copy | CPU s  | peak RSS MiB |"
+echo "|------------------------------------------|--------|--------|---------|--------|--------------|"
+row "cp -r, cp -r, sync (baseline)" "${COPY[@]}"
+row "segmirror seed + apply + sync" "${WHOLE[@]}"
+row "  segmirror seed" "${SEED[@]}"
+row "  segmirror apply" "${APPLY[@]}"
+row "  sync" "${SYNC[@]}"
+echo
+walls() { printf '%s\n' "$@" | awk '{ printf "%s ", $1 }'; }
+echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")"
