@@ -43,7 +43,7 @@ mod window;
 /// Large enough that the `madvise` calls and the hand-offs to the CRC helper
 /// cost nothing next to the CRC work, small enough that a scan's resident set
 /// stays a few tens of MiB: two windows mapped (one being checked, the next
-/// being computed), four at most while the CRC helper lags behind.
+/// being computed), three at most while the CRC helper lags behind.
 pub const RELEASE_INTERVAL: u64 = 8 * 1024 * 1024;
 
 /// One frame found by a scan.
@@ -319,9 +319,11 @@ impl LogFile {
                 // MADV_DONTNEED only drops page-table entries: the next access
                 // faults the same file contents back in, nothing is zeroed or
                 // lost, exactly as when the kernel reclaims clean page-cache
-                // pages of any mapping. A borrow into the range (the CRC helper
-                // may still be finishing a piece the scan no longer waits for)
-                // therefore keeps reading the same bytes.
+                // pages of any mapping. No thread reads the range: `scan` takes
+                // `&mut self`, its callback cannot keep a frame past its call,
+                // and the windowed scan reports a window for release only once
+                // its CRC helper no longer reads it. (A reader would still see
+                // the same bytes.)
                 unsafe {
                     let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
                 }
@@ -335,16 +337,16 @@ impl LogFile {
     /// scanned pages as it goes. Returns the framing error or partial frame that
     /// stopped the scan, with this file's path and absolute positions.
     ///
-    /// The CRCs of a file of [`PARALLEL_MIN_BYTES`] or more are computed on two
-    /// threads (the private `window` module says how); the frames still reach
-    /// `f` one by one, in file order, on the calling thread.
+    /// When the process may use two CPUs, the CRCs of a file of
+    /// [`PARALLEL_MIN_BYTES`] or more are computed on two threads (the private
+    /// `window` module says how); the frames still reach `f` one by one, in
+    /// file order, on the calling thread.
     pub fn scan<F>(&mut self, f: F) -> Result<ScanSummary, Error>
     where
         F: FnMut(&Frame<'_>) -> ControlFlow<()>,
     {
-        let helper = self.len() >= PARALLEL_MIN_BYTES && helper_available();
         let mut released = 0u64;
-        let (summary, stop) = window::scan(self.bytes(), 0, helper, window::Limits::DEFAULT, f, |scanned| {
+        let release = |scanned: u64| {
             // Release whole pages only: the page that holds `scanned` may also
             // hold the start of the window the helper is computing.
             let to = scanned & !(RELEASE_ALIGN - 1);
@@ -352,13 +354,59 @@ impl LogFile {
                 self.release(released, to);
                 released = to;
             }
-        });
-        self.release(released, self.len());
+        };
+        let (summary, stop) = if self.len() >= PARALLEL_MIN_BYTES && helper_available() {
+            window::scan(self.bytes(), 0, true, window::Limits::DEFAULT, f, release)
+        } else {
+            scan_in_order(self.bytes(), f, release)
+        };
+        self.release(0, self.len());
         match stop {
             Some(e) => Err(e.at(&self.path)),
             None => Ok(summary),
         }
     }
+}
+
+/// [`LogFile::scan`] on one thread: each frame's CRC right after its header,
+/// while the frame streams through the cache. (The windowed scan reads the
+/// headers in a pass of their own, a cache miss each, which only pays when a
+/// second core computes CRCs meanwhile.) `scanned` is told the position up to
+/// which frames are checked, every [`RELEASE_INTERVAL`] bytes.
+fn scan_in_order<F, D>(bytes: &[u8], mut f: F, mut scanned: D) -> (ScanSummary, Option<ParseError>)
+where
+    F: FnMut(&Frame<'_>) -> ControlFlow<()>,
+    D: FnMut(u64),
+{
+    let mut summary = ScanSummary::default();
+    let mut frames = scan_frames(bytes, 0);
+    let mut stop = None;
+    let mut reported = 0;
+    while let Some(item) = frames.next() {
+        match item {
+            Ok(frame) => {
+                summary.frames += 1;
+                if !frame.crc_matches() {
+                    summary.crc_mismatches += 1;
+                }
+                if f(&frame).is_break() {
+                    summary.stopped_early = true;
+                    break;
+                }
+            }
+            Err(e) => {
+                stop = Some(e);
+                break;
+            }
+        }
+        let here = frames.next_position();
+        if here - reported >= RELEASE_INTERVAL {
+            scanned(here);
+            reported = here;
+        }
+    }
+    summary.end = frames.next_position();
+    (summary, stop)
 }
 
 /// Files smaller than this (4 MiB) are scanned on one thread: starting the CRC
@@ -667,9 +715,9 @@ mod tests {
         assert!(peak > 0, "RssFile must be measurable");
         // 160 MiB scanned; without releasing, the mapping would be ~160 MiB
         // resident. With it, two windows of RELEASE_INTERVAL (one checked, one
-        // being computed), four while the CRC helper lags, plus fault-around.
+        // being computed), three while the CRC helper lags, plus fault-around.
         assert!(
-            peak < 4 * RELEASE_INTERVAL / 1024 + 8 * 1024,
+            peak < 3 * RELEASE_INTERVAL / 1024 + 8 * 1024,
             "peak file-backed RSS grew by {peak} KiB"
         );
     }
@@ -695,6 +743,45 @@ mod tests {
                 if f.info.magic == 2 {
                     let _ = read_records(f.bytes, &DeepLimits::default());
                 }
+            }
+        }
+
+        /// The one-thread scan of `LogFile::scan` reports what the iterator
+        /// does, and stops where its callback asks.
+        #[test]
+        fn in_order_scan_matches_the_iterator(
+            flips in proptest::collection::vec((any::<usize>(), 1u8..=255), 0..3),
+            cut in any::<usize>(),
+            stop_after in 0u64..8,
+        ) {
+            let mut seg = batch(0, Compression::None, 3);
+            seg.extend_from_slice(&batch(3, Compression::Lz4, 3));
+            seg.extend_from_slice(&encode_message(6, 1, 0, TimestampType::CreateTime, None, Some(b"v")));
+            seg.extend_from_slice(&batch(7, Compression::Gzip, 2));
+            let n = seg.len();
+            for (at, x) in flips {
+                seg[at % n] ^= x;
+            }
+            seg.truncate(n - cut % 40);
+            let mut it = scan_frames(&seg, 0);
+            let expected: Vec<_> = it.by_ref().map_while(Result::ok).map(|f| (f.info, f.stored_crc, f.computed_crc)).collect();
+            let expected_stop = scan_frames(&seg, 0).find_map(Result::err);
+            let mut seen = vec![];
+            let (summary, stop) = scan_in_order(&seg, |f| {
+                seen.push((f.info, f.stored_crc, f.computed_crc));
+                if seen.len() as u64 > stop_after { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            }, |_| {});
+            let kept = expected.len().min(stop_after as usize + 1);
+            prop_assert_eq!(&seen[..], &expected[..kept]);
+            prop_assert_eq!(summary.frames, kept as u64);
+            prop_assert_eq!(summary.crc_mismatches, seen.iter().filter(|(_, s, c)| s != c).count() as u64);
+            if summary.stopped_early {
+                let (info, _, _) = seen[kept - 1];
+                prop_assert_eq!(summary.end, info.position + info.size);
+                prop_assert_eq!(stop, None);
+            } else {
+                prop_assert_eq!(summary.end, it.next_position());
+                prop_assert_eq!(stop, expected_stop);
             }
         }
     }

@@ -6,7 +6,7 @@
 //! or a misaligned index is served to consumers as is. This module checks all of
 //! it, reports every defect (not just the first) and keeps memory bounded: each
 //! segment is scanned once, front to back, and every check runs beside the scan
-//! on [`BatchInfo`](crate::batch::BatchInfo) values, so nothing per batch is kept.
+//! on [`BatchInfo`] values, so nothing per batch is kept.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};

@@ -40,6 +40,9 @@ COMMANDS=(
     "$BIN verify --deep $DATA > /dev/null"
 )
 declare -a WALL CPU RSS
+# busy and total CPU time of the machine (USER_HZ ticks), to tell how much other processes used during the run
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
+read -r BUSY_BEFORE TOTAL_BEFORE < <(cpu_ticks)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for _ in $(seq "$RUNS"); do
     for i in "${!COMMANDS[@]}"; do
@@ -51,18 +54,23 @@ for _ in $(seq "$RUNS"); do
     done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+read -r BUSY_AFTER TOTAL_AFTER < <(cpu_ticks)
+OURS=$(echo "${CPU[*]}" | tr ' ' '\n' | awk '{ s += $1 } END { print s }')
+OTHERS=$(awk -v b=$((BUSY_AFTER - BUSY_BEFORE)) -v t=$((TOTAL_AFTER - TOTAL_BEFORE)) -v o="$OURS" \
+    -v hz="$(getconf CLK_TCK)" 'BEGIN { x = (b / hz - o) / (t / hz); printf "%.0f%%", (x < 0 ? 0 : x) * 100 }')
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 cat_s=$(echo "${WALL[0]}" | median)
 row() { # name wall cpu rss
     awk -v n="$1" -v s="$2" -v c="$3" -v r="$4" -v b="$BYTES" -v base="$cat_s" 'BEGIN {
-        printf "| %-28s | %7.2f | %7.0f | %6.2fx | %7.2f | %8.1f |\n", n, s, b / s / 1048576, base / s, c, r / 1024 }'
+        printf "| %-28s | %7.2f | %7.0f | %6.2fx | %7.2f | %12.1f |\n", n, s, b / s / 1048576, base / s, c, r / 1024 }'
 }
 echo
 echo "verify benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): $(numfmt --to=iec-i --suffix=B "$BYTES") of .log data in" \
     "$PARTITIONS partition(s), median of $RUNS interleaved runs, warm page cache"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r);" \
-    "load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
+    "load average before/after: $LOAD_BEFORE / $LOAD_AFTER;" \
+    "other processes used $OTHERS of the machine's CPU time during the measurements"
 echo "reproduce: tools/bench/verify.sh $SIZE $PARTITIONS"
 echo
 echo "| command                      | wall s  | MiB/s   | vs cat  | CPU s   | peak RSS MiB |"

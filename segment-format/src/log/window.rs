@@ -6,6 +6,15 @@
 //! copying it, so the CRC work is shared with one helper thread, while the
 //! checks stay sequential (they carry state from batch to batch).
 //!
+//! This buys wall time with CPU time. Frame headers read in a pass of their own
+//! (instead of right after the previous frame's CRC has streamed through the
+//! cache) cost a cache and TLB miss each, and releasing pages of a process with
+//! two running threads costs TLB shoot-downs: about a third more CPU for about
+//! 1.5 times the throughput (`docs/BENCHMARKS.md`). So [`LogFile::scan`] only
+//! uses it for large files when a second CPU is available.
+//!
+//! [`LogFile::scan`]: super::LogFile::scan
+//!
 //! A scan runs in *windows* of whole frames, up to [`WINDOW_BYTES`]: the scanning
 //! thread walks a window's frame headers (cheap), both threads compute the
 //! window's CRCs, and only then are its frames handed, in file order, to the
@@ -68,7 +77,11 @@ const FRAGMENT_BYTES: usize = 1024 * 1024;
 
 /// Checked windows whose pages may stay mapped while a late helper still reads
 /// them; beyond this, the scan waits for the helper.
-const MAX_CHECKED_UNRELEASED: usize = 2;
+const MAX_CHECKED_UNRELEASED: usize = 1;
+
+/// How often a scan waiting for a late helper looks again. Such waits are rare
+/// (the helper is a whole window late) and cost a sleeping thread nothing.
+const QUIET_POLL: Duration = Duration::from_micros(100);
 
 /// One unit of CRC work.
 #[derive(Debug, Clone, Copy)]
@@ -240,11 +253,11 @@ impl<'m> Window<'m> {
     }
 
     /// Wait until [`Window::is_quiet`]: the helper is still computing a piece
-    /// this thread has already computed again.
+    /// this thread has already computed again. It may have lost its core, or
+    /// wait for the disk on a cold page cache, so this sleeps rather than spins.
     fn wait_quiet(&self) {
         while !self.is_quiet() {
-            // The helper may be waiting for this core.
-            thread::yield_now();
+            thread::sleep(QUIET_POLL);
         }
     }
 
@@ -400,8 +413,8 @@ where
                 }
             }
             // Release the checked windows no thread reads any more, in order. A
-            // helper that lags further is waited for: at most four windows are
-            // mapped, two checked ones, the one being checked and the next.
+            // helper that lags further is waited for: at most three windows are
+            // mapped, a checked one, the one being checked and the next.
             checked.push_back((Arc::clone(&current), walked.end));
             while let Some((window, end)) = checked.front() {
                 if !window.is_quiet() {
