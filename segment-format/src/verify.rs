@@ -877,50 +877,33 @@ fn report_tail(
 ) {
     let rest = bytes.get(position as usize..).unwrap_or_default();
     let zero_tail = !rest.is_empty() && rest.iter().all(|&b| b == 0);
-    let tolerated = context.newest && !options.strict;
-    if zero_tail {
-        let defect = Defect::TrailingBytes {
-            bytes: rest.len() as u64,
-        };
-        if tolerated {
-            sink.push(Finding::warning(
-                path,
-                Some(position),
-                None,
-                Defect::Other {
-                    message: format!("{defect} (zero-filled: preallocated active segment)"),
-                },
-            ));
-        } else {
-            sink.error(path, Some(position), None, defect);
-        }
-        return;
-    }
-    match error {
-        Error::Incomplete { needed, available, .. } => {
-            let message =
-                format!("incomplete batch at the end of the segment: need {needed} bytes, {available} available");
-            if tolerated {
-                sink.push(Finding::warning(
-                    path,
-                    Some(position),
-                    offset,
-                    Defect::Other {
-                        message: format!("{message} (a broker mid-write leaves this)"),
-                    },
-                ));
-            } else {
-                sink.error(
-                    path,
-                    Some(position),
-                    offset,
-                    Defect::TrailingBytes {
-                        bytes: rest.len() as u64,
-                    },
-                );
-            }
-        }
-        _ => sink.push(Finding::from_error(error)),
+    // What a broker legitimately leaves at the end of its active segment: described in
+    // a warning when tolerated, otherwise reported as trailing bytes.
+    let what = match error {
+        _ if zero_tail => format!("{} bytes, zero-filled: preallocated active segment", rest.len()),
+        Error::Incomplete { needed, available, .. } => format!(
+            "incomplete batch at the end of the segment: need {needed} bytes, {available} available \
+             (a broker mid-write leaves this)"
+        ),
+        _ => return sink.push(Finding::from_error(error)),
+    };
+    let offset = if zero_tail { None } else { offset };
+    if context.newest && !options.strict {
+        sink.push(Finding::warning(
+            path,
+            Some(position),
+            offset,
+            Defect::Other { message: what },
+        ));
+    } else {
+        sink.error(
+            path,
+            Some(position),
+            offset,
+            Defect::TrailingBytes {
+                bytes: rest.len() as u64,
+            },
+        );
     }
 }
 
