@@ -161,6 +161,24 @@ impl<'r> Sink<'r> {
     }
 
     /// Forget everything pushed since `mark`.
+    /// Turn the error findings kept since `mark` that `torn` selects into warnings that say the
+    /// file changed while it was read. Returns how many were turned.
+    fn downgrade_since(&mut self, mark: &SinkMark, torn: impl Fn(&Finding) -> bool) -> u64 {
+        let mut turned = 0;
+        for f in &mut self.report.findings[mark.findings..] {
+            if f.severity == Severity::Error && torn(f) {
+                f.severity = Severity::Warning;
+                f.defect = Defect::Other {
+                    message: format!("{} (file changed while read: a running broker rewrote it)", f.defect),
+                };
+                turned += 1;
+            }
+        }
+        // The partition's counters were already taken by `finish_partition`: the caller
+        // corrects the summary it returned.
+        turned
+    }
+
     fn rewind(&mut self, mark: SinkMark) {
         for f in self.report.findings.drain(mark.findings..) {
             if let Some(kept) = self.per_file.get_mut(&f.path) {
@@ -372,12 +390,43 @@ fn verify_partition_dir(
         let mark = sink.mark();
         let result = verify_partition_dir_once(path, log_start_offset, options, progress, sink);
         let failed = result.as_ref().map_or(true, |s| s.errors > 0);
-        if !failed || attempt >= LIVE_ATTEMPTS || dir_signature(path) == before {
+        let after = if failed { dir_signature(path) } else { None };
+        if !failed || after == before {
             return result;
+        }
+        if attempt >= LIVE_ATTEMPTS {
+            // Still changing after every attempt (a broker rolling segments faster than we
+            // read): what was found in a file that changed during this attempt describes a
+            // torn read, not the data. Data that stayed put keeps its errors.
+            let changed = changed_files(before.as_deref(), after.as_deref());
+            let downgraded = sink.downgrade_since(&mark, |f| {
+                f.path
+                    .file_name()
+                    .is_some_and(|name| changed.iter().any(|c| c.as_os_str() == name))
+            });
+            return result.map(|mut summary| {
+                summary.errors = summary.errors.saturating_sub(downgraded);
+                summary.warnings += downgraded;
+                summary
+            });
         }
         sink.rewind(mark);
         attempt += 1;
     }
+}
+
+type DirSignature = [(std::ffi::OsString, u64, Option<std::time::SystemTime>)];
+
+/// Names of files that appeared, disappeared or changed size or mtime between two signatures.
+fn changed_files(before: Option<&DirSignature>, after: Option<&DirSignature>) -> Vec<std::ffi::OsString> {
+    let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
+    let mut changed: Vec<_> = before
+        .iter()
+        .filter(|e| !after.contains(e))
+        .map(|e| e.0.clone())
+        .collect();
+    changed.extend(after.iter().filter(|e| !before.contains(e)).map(|e| e.0.clone()));
+    changed
 }
 
 fn verify_partition_dir_once(

@@ -91,7 +91,8 @@ fn is_live_state_warning(f: &Finding, newest: i64) -> bool {
         && base_of(&f.path).is_some_and(|b| b >= newest)
         && (message.contains("missing: the broker rebuilds it at load")
             || message.contains("a broker mid-write leaves this")
-            || message.contains("preallocated active segment"))
+            || message.contains("preallocated active segment")
+            || message.contains("file changed while read"))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
