@@ -11,12 +11,14 @@
 //!    record it in the catalog, one transaction per version, only once it is durable.
 //! 6. **Sweep** segment files the catalog does not list.
 //!
-//! All partitions are planned before anything is installed so that the progress bar knows its total. A partition
-//! that fails (store, catalog, disk) is reported and the run goes on with the next one; a refused segment stops
-//! only its own partition.
+//! All partitions are planned before anything is installed so that the progress bar knows its total. Then
+//! [`DEFAULT_PARALLEL_PARTITIONS`] partitions are installed at a time, each one's versions strictly in offset order.
+//! A partition that fails (store, catalog, disk) is reported and the run goes on with the others; a refused segment
+//! stops only its own partition.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use segment_format::manifest::{validate_link_name, KeyPrefix, Manifest};
@@ -44,6 +46,12 @@ use crate::report::{
 /// applier mirrors whatever the link's bucket holds.
 pub const APPLIER_TOPICS_REGEX: &str = ".*";
 
+/// Partitions installed at once. Installing a segment alternates CPU work (hashing and checking every byte) with
+/// waits for the disk (fsync), and the partitions of a run are independent, so a few at a time keep both cores and
+/// the disk busy; each holds only a few MiB of buffers (its bytes stream through), so four bound memory to tens of
+/// MiB. Segments of one partition are always installed one after the other, in offset order.
+pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
+
 /// What to apply, from where, into where.
 #[derive(Debug, Clone)]
 pub struct ApplyConfig {
@@ -53,6 +61,7 @@ pub struct ApplyConfig {
     link: Option<String>,
     mirror_root: PathBuf,
     verify: VerifyOptions,
+    parallel_partitions: usize,
     #[cfg(feature = "failpoints")]
     failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
 }
@@ -68,6 +77,7 @@ impl ApplyConfig {
             link: None,
             mirror_root: mirror_root.into(),
             verify: VerifyOptions::default(),
+            parallel_partitions: DEFAULT_PARALLEL_PARTITIONS,
             #[cfg(feature = "failpoints")]
             failpoint: None,
         }
@@ -88,6 +98,12 @@ impl ApplyConfig {
     /// Also decompress every batch and check every record before installing.
     pub fn with_deep_validation(mut self, deep: bool) -> Self {
         self.verify.deep = deep;
+        self
+    }
+
+    /// Install this many partitions at once (at least 1; default [`DEFAULT_PARALLEL_PARTITIONS`]).
+    pub fn with_parallel_partitions(mut self, n: usize) -> Self {
+        self.parallel_partitions = n.max(1);
         self
     }
 
@@ -228,9 +244,35 @@ impl Applier {
                 }
             }
         }
-        for p in planned {
-            let r = self.execute(&layout, *p, progress).await?;
-            report.partitions.push(r);
+        // Partitions are independent: install several at once (each still in offset order). A failure that ends
+        // the run (an injected crash) stops partitions from starting, lets those under way finish, and is returned.
+        let stop = AtomicBool::new(false);
+        let this: &Applier = self;
+        let mut installs = futures::stream::iter(planned)
+            .map(|p| {
+                let (layout, stop) = (&layout, &stop);
+                async move {
+                    if stop.load(Ordering::SeqCst) {
+                        return None;
+                    }
+                    Some(this.execute(layout, *p, progress).await)
+                }
+            })
+            .buffer_unordered(this.config.parallel_partitions);
+        let mut failure = None;
+        while let Some(done) = installs.next().await {
+            match done {
+                Some(Ok(r)) => report.partitions.push(r),
+                Some(Err(e)) => {
+                    stop.store(true, Ordering::SeqCst);
+                    failure.get_or_insert(e);
+                }
+                None => {}
+            }
+        }
+        drop(installs);
+        if let Some(e) = failure {
+            return Err(e);
         }
         // What is left in staging (a version whose download failed) is of no use to anyone now.
         let cleanup = layout.clone();
@@ -244,7 +286,7 @@ impl Applier {
     }
 
     /// The link's state, creating the link (active) if the catalog does not know it.
-    async fn ensure_link(&mut self, link: &str, report: &mut ApplyReport) -> Result<LinkState> {
+    async fn ensure_link(&self, link: &str, report: &mut ApplyReport) -> Result<LinkState> {
         let spec = LinkSpec {
             name: link.to_string(),
             store_url: self.config.store_url.clone(),
@@ -269,7 +311,7 @@ impl Applier {
 
     /// Steps 1 to 5 (planning) of the module docs for one partition.
     async fn prepare(
-        &mut self,
+        &self,
         layout: &MirrorLayout,
         key: PartitionKey,
         objects: PartitionObjects,
@@ -447,7 +489,7 @@ impl Applier {
 
     /// Report a lineage break: log the event, pause the partition (if recorded), skip it.
     async fn lineage_break(
-        &mut self,
+        &self,
         key: PartitionKey,
         id: Option<PartitionId>,
         recorded: String,
@@ -475,7 +517,7 @@ impl Applier {
 
     /// Steps 5 (installing) and 6 for one planned partition. `Err` only for an injected crash (tests); every other
     /// failure ends up in the partition's report.
-    async fn execute(&mut self, layout: &MirrorLayout, p: Planned, progress: &dyn Progress) -> Result<PartitionReport> {
+    async fn execute(&self, layout: &MirrorLayout, p: Planned, progress: &dyn Progress) -> Result<PartitionReport> {
         let Planned {
             mut report,
             key,
@@ -591,7 +633,7 @@ impl Applier {
 
     /// Record a refusal: the partition's outcome and a `segment_rejected` event.
     async fn refused(
-        &mut self,
+        &self,
         key: &PartitionKey,
         report: &mut PartitionReport,
         manifest_key: String,
@@ -620,7 +662,7 @@ impl Applier {
     /// Install one version and record it. `Ok(Err(_))` is a refusal (including a catalog conflict).
     #[allow(clippy::too_many_arguments)]
     async fn install_one(
-        &mut self,
+        &self,
         layout: &MirrorLayout,
         key: &PartitionKey,
         id: PartitionId,

@@ -27,8 +27,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sha2::{Digest as _, Sha256};
-
 use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochCheckpoint};
 use segment_format::dir::{SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
 use segment_format::durable::fsync_dir;
@@ -38,6 +36,7 @@ use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::verify::{check_segment, VerifyOptions};
 use segmirror_catalog::SegmentVersion;
+use segmirror_shipper::store::Hasher;
 use segmirror_shipper::Store;
 
 use crate::error::{Error, Result};
@@ -136,6 +135,7 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     let files: Vec<ManifestFile> = m.files.clone();
 
     // 1. Stage.
+    let started = std::time::Instant::now();
     let sources = {
         let (dir, staging, files) = (t.partition_dir.to_path_buf(), t.staging_dir.clone(), files.clone());
         blocking("prepare staging", move || prepare(&dir, &staging, &files)).await?
@@ -162,6 +162,7 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     }
 
     // 2. Validate.
+    let staged = started.elapsed();
     let checked = {
         let (manifest, key, dir, sources, verify) = (
             m.clone(),
@@ -178,6 +179,7 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     };
 
     // 3. Make durable.
+    let validated = started.elapsed();
     {
         let (sources, files) = (sources.clone(), files.clone());
         blocking("sync staged files", move || {
@@ -192,6 +194,7 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     kill_point(t.failpoint.as_deref(), crate::failpoint::FailPoint::AfterStaging)?;
 
     // 4. Rename into place, fsync, epochs.
+    let synced = started.elapsed();
     {
         let dir = t.partition_dir.to_path_buf();
         let kinds: Vec<(SegmentFileKind, Source, String)> = files
@@ -218,6 +221,15 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     #[cfg(feature = "failpoints")]
     kill_point(t.failpoint.as_deref(), crate::failpoint::FailPoint::BeforeCatalog)?;
 
+    tracing::debug!(
+        key = t.manifest_key,
+        fetched_bytes,
+        stage_ms = staged.as_millis(),
+        validate_ms = (validated - staged).as_millis(),
+        sync_ms = (synced - validated).as_millis(),
+        place_ms = (started.elapsed() - synced).as_millis(),
+        "placed"
+    );
     let log = m.file(SegmentFileKind::Log);
     let version = SegmentVersion {
         base_offset: m.base_offset,
@@ -623,23 +635,24 @@ pub(crate) fn ensure_partition_dir(dir: &Path, topic_id: &Uuid) -> Result<()> {
     }
 }
 
-/// Size, CRC-32C and SHA-256 of a file, read in chunks.
+/// Size, CRC-32C and SHA-256 of a file, read in chunks (hashed as the store hashes transfers).
 pub(crate) fn hash_file(path: &Path) -> std::io::Result<(u64, u32, [u8; 32])> {
     let mut file = File::open(path)?;
     let mut buf = vec![0u8; HASH_CHUNK];
-    let mut sha = Sha256::new();
-    let mut crc = 0u32;
-    let mut size = 0u64;
+    let mut hasher = Hasher::new();
     loop {
-        let n = file.read(&mut buf)?;
+        let n = match file.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
             break;
         };
-        sha.update(chunk);
-        crc = crc32c::crc32c_append(crc, chunk);
-        size += n as u64;
+        hasher.update(chunk);
     }
-    Ok((size, crc, sha.finalize().into()))
+    let digest = hasher.finish();
+    Ok((digest.size, digest.crc32c, digest.sha256.0))
 }
 
 /// The manifest's `mtime_ms` as a time, if representable.
@@ -770,6 +783,7 @@ mod tests {
 
     #[test]
     fn hashing_a_file_matches_hashing_its_bytes() {
+        use sha2::Digest as _;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -777,7 +791,11 @@ mod tests {
         let (size, crc, sha) = hash_file(&path).unwrap();
         assert_eq!(size, bytes.len() as u64);
         assert_eq!(crc, crc32c::crc32c(&bytes));
-        assert_eq!(sha, <[u8; 32]>::from(Sha256::digest(&bytes)));
+        assert_eq!(
+            sha,
+            <[u8; 32]>::from(sha2::Sha256::digest(&bytes)),
+            "the sha2 crate agrees"
+        );
     }
 
     #[test]

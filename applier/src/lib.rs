@@ -50,7 +50,7 @@ pub mod promote;
 mod reconcile;
 pub mod report;
 
-pub use apply::{apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX};
+pub use apply::{apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARALLEL_PARTITIONS};
 pub use bucket::MANIFEST_READ_CONCURRENCY;
 pub use error::{Error, Result};
 pub use install::MAX_SNAPSHOT_BYTES;

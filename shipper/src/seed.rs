@@ -56,7 +56,9 @@ pub use select::{TopicFilter, ALL_TOPICS};
 /// a large file is itself uploaded [`DEFAULT_UPLOAD_CONCURRENCY`] parts at a time
 /// (~80 MiB buffered), so four partitions bound memory to a few hundred MiB
 /// while keeping a high-latency link busy; more mostly adds contention for the
-/// disk the segments are read from.
+/// disk the segments are read from. (To a local folder nothing is buffered:
+/// four partitions then hold ~100 MiB, nearly all of it the windows of the
+/// segments being verified, and keep both cores of a small machine busy.)
 ///
 /// [`DEFAULT_UPLOAD_CONCURRENCY`]: crate::store::DEFAULT_UPLOAD_CONCURRENCY
 pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;

@@ -5,13 +5,16 @@
 //!
 //! - **Bounded memory.** Segments (up to 2 GiB) are streamed: uploads read the
 //!   file in parts on a blocking thread and hand them to the uploader through a
-//!   bounded channel; downloads stream to disk. Small documents
-//!   ([`Store::get_bytes`]) are refused above a caller-given limit before their
-//!   body is read.
-//! - **Integrity computed in passing.** Size, CRC-32C and SHA-256 are computed
-//!   while the bytes go through, never by a second read; a download is checked
-//!   against the size and SHA-256 a manifest promised, and a mismatch removes the
-//!   file and fails with [`Error::Mismatch`].
+//!   bounded channel; downloads stream to disk. Between a local folder store and
+//!   local files the kernel copies the bytes (see the `local` module). Small
+//!   documents ([`Store::get_bytes`]) are refused above a caller-given limit
+//!   before their body is read.
+//! - **Integrity computed on the bytes transferred.** Size, CRC-32C and SHA-256
+//!   are computed while the bytes go through (for a local folder: of each piece
+//!   where it landed, right after the kernel copied it), never by reading the
+//!   source a second time; a download is checked against the size and SHA-256 a
+//!   manifest promised, and a mismatch removes the file and fails with
+//!   [`Error::Mismatch`].
 //! - **Retries in one place.** Each operation is retried as a whole (a broken
 //!   download restarts, a failed multipart upload is aborted and restarted) with
 //!   exponential backoff and full jitter, only when [`Error::is_transient`] says
@@ -36,17 +39,18 @@ use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use segment_format::manifest::Sha256Digest;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
 
 mod io;
+mod local;
 mod url;
 
-pub use io::digest_of;
-use io::{read_exact_hashing, read_parts, Sink};
+pub use io::{digest_of, Hasher};
+use io::{hash_range, read_exact_hashing, read_parts, Sink};
 pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper
@@ -60,6 +64,18 @@ pub const DEFAULT_PART_SIZE: usize = 16 << 20;
 /// Parts in flight per upload: 4 × 16 MiB bounds an upload's memory to ~80 MiB
 /// (plus one part being read) while keeping a high-latency link busy.
 pub const DEFAULT_UPLOAD_CONCURRENCY: usize = 4;
+/// The [`MultipartPolicy`] of a local folder. There a part is one piece of the
+/// file being assembled next to the object (renamed into place when complete),
+/// copied by the kernel and then hashed: no request to pay for and no minimum
+/// size, so parts are small enough to be hashed while the copy is still in the
+/// CPU's cache. (A store wrapped by [`Store::from_object_store`] uses the
+/// default policy and goes through `object_store` with it, holding at most
+/// `(2 × max_concurrency + 2) × part_size` bytes per upload.)
+pub const LOCAL_MULTIPART: MultipartPolicy = MultipartPolicy {
+    threshold: 4 << 20,
+    part_size: 2 << 20,
+    max_concurrency: 2,
+};
 /// Smallest part size S3 accepts for any part but the last.
 pub const MIN_PART_SIZE: usize = 5 << 20;
 /// Read buffer for hashing and for small uploads read from disk.
@@ -185,6 +201,9 @@ fn object_path(key: &str) -> Result<ObjectPath> {
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
+    /// The same store when it is a local folder: files are then copied to and
+    /// from it directly (see the `local` module).
+    local: Option<Arc<LocalFileSystem>>,
     description: String,
     retry: RetryPolicy,
     multipart: MultipartPolicy,
@@ -215,13 +234,17 @@ impl Store {
             url: url.to_string(),
             reason,
         };
+        let mut local = None;
         let inner: Arc<dyn ObjectStore> = match url {
             StoreUrl::Local { root } => {
                 std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-                let local = LocalFileSystem::new_with_prefix(root)
-                    .map_err(|e| bad(e.to_string()))?
-                    .with_automatic_cleanup(true);
-                Arc::new(local)
+                let folder = Arc::new(
+                    LocalFileSystem::new_with_prefix(root)
+                        .map_err(|e| bad(e.to_string()))?
+                        .with_automatic_cleanup(true),
+                );
+                local = Some(Arc::clone(&folder));
+                folder
             }
             StoreUrl::S3 { bucket, prefix } => {
                 let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
@@ -251,13 +274,21 @@ impl Store {
                 }
             }
         };
-        Ok(Store::from_object_store(inner, url.to_string()))
+        let store = Store {
+            local,
+            ..Store::from_object_store(inner, url.to_string())
+        };
+        Ok(match url {
+            StoreUrl::Local { .. } => store.with_multipart(LOCAL_MULTIPART),
+            StoreUrl::S3 { .. } => store,
+        })
     }
 
     /// Wrap any `ObjectStore` (tests use this for fault injection).
     pub fn from_object_store(inner: Arc<dyn ObjectStore>, description: impl Into<String>) -> Store {
         Store {
             inner,
+            local: None,
             description: description.into(),
             retry: RetryPolicy::default(),
             multipart: MultipartPolicy::default(),
@@ -397,6 +428,9 @@ impl Store {
         path: &Path,
         len: Option<u64>,
     ) -> Result<PutSummary> {
+        if let Some(folder) = &self.local {
+            return self.put_local(folder, key, location, path, len).await;
+        }
         let owned = path.to_path_buf();
         let (file, size) = tokio::task::spawn_blocking(move || -> Result<(std::fs::File, u64)> {
             let file = std::fs::File::open(&owned).map_err(|e| Error::io(&owned, e))?;
@@ -463,6 +497,36 @@ impl Store {
         })
     }
 
+    /// [`Store::put_file_once`] into a local folder: copied by the kernel (see
+    /// the `local` module), in parts by the same rule as a multipart upload.
+    async fn put_local(
+        &self,
+        folder: &LocalFileSystem,
+        key: &str,
+        location: &ObjectPath,
+        path: &Path,
+        len: Option<u64>,
+    ) -> Result<PutSummary> {
+        let dest = folder
+            .path_to_filesystem(location)
+            .map_err(|e| Error::from_store(key, "put", e))?;
+        let (source, owned_key, policy) = (path.to_path_buf(), key.to_string(), self.multipart);
+        let (digest, multipart_parts) = tokio::task::spawn_blocking(move || {
+            let size = match len {
+                Some(len) => len,
+                None => std::fs::metadata(&source).map_err(|e| Error::io(&source, e))?.len(),
+            };
+            let part_size = (size >= policy.threshold && size > 0).then_some(policy.part_size as u64);
+            local::put(&source, size, &dest, &owned_key, part_size)
+        })
+        .await
+        .map_err(|e| task_error(key, e))??;
+        Ok(PutSummary {
+            digest,
+            multipart_parts,
+        })
+    }
+
     /// Download `key` into the file at `path` (created or truncated), checking the
     /// size before the first byte and SHA-256 at the end; the file is fsynced.
     /// Never holds more than a few chunks in memory. On any failure the file is
@@ -524,9 +588,41 @@ impl Store {
                 });
             }
         }
+        let digest = match get.payload {
+            // A local folder: read the file directly, in large pieces.
+            GetResultPayload::File(file, object_path) => {
+                let start = get.range.start;
+                let len = get.range.end.saturating_sub(start);
+                tokio::task::spawn_blocking(move || match sink {
+                    Sink::File(dest) => local::get(file, &object_path, start, len, &dest),
+                    Sink::Discard => hash_range(file, &object_path, start, len),
+                })
+                .await
+                .map_err(|e| task_error(key, e))??
+            }
+            GetResultPayload::Stream(stream) => self.download_stream(key, stream, size, sink).await?,
+        };
+        if digest.size != size {
+            return Err(Error::Mismatch {
+                key: key.to_string(),
+                what: MismatchKind::Size,
+                expected: size.to_string(),
+                found: digest.size.to_string(),
+            });
+        }
+        Ok(digest)
+    }
+
+    /// The bytes of a streamed download, hashed and written on a blocking thread.
+    async fn download_stream(
+        &self,
+        key: &str,
+        mut stream: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
+        size: u64,
+        sink: Sink,
+    ) -> Result<Digest> {
         let (tx, rx) = mpsc::channel::<Bytes>(DOWNLOAD_QUEUE);
         let writer = tokio::task::spawn_blocking(move || sink.consume(rx));
-        let mut stream = get.into_stream();
         let mut received = 0u64;
         let mut failure = None;
         while let Some(chunk) = stream.next().await {
@@ -558,16 +654,7 @@ impl Store {
         if let Some(e) = failure {
             return Err(e);
         }
-        let digest = written?;
-        if digest.size != size {
-            return Err(Error::Mismatch {
-                key: key.to_string(),
-                what: MismatchKind::Size,
-                expected: size.to_string(),
-                found: digest.size.to_string(),
-            });
-        }
-        Ok(digest)
+        written
     }
 
     /// Read a small object whole. Refused with [`Error::TooLarge`] if the store

@@ -9,10 +9,12 @@
 #   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
 #   the generated topic is kept (marker file) and reused by later runs with the same SIZE and PARTITIONS.
 #   SEGMENT_BYTES (default: generate's, Kafka's 1GiB) sets the topic's segment.bytes.
+#   SEGMIRROR=path runs that binary instead of building target/release/segmirror (to compare two builds).
 #   Every measurement runs RUNS times (default 3), the copy and segmirror alternately, and the median is reported.
 #   Before each measurement the outputs of the previous one are removed, dirty pages are written back and, when
 #   permitted (root), the page cache is dropped, so both start from cold source files; when dropping is refused
-#   the source is read once instead, so both start from a warm page cache (the output says which).
+#   the source is read once instead, so both start from a warm page cache (the output says which). Then it waits
+#   for the CPUs to be idle (see wait_idle). The mirror is compared with the source byte for byte at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SIZE="${1:-4GiB}"
@@ -22,10 +24,10 @@ BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
 SEGMENT_BYTES="${SEGMENT_BYTES:-}"
 WORK="$BENCH_DIR/catchup-$SIZE-$PARTITIONS${SEGMENT_BYTES:+-seg$SEGMENT_BYTES}"
 SRC="$WORK/src"
-BIN="$ROOT/target/release/segmirror"
+BIN="${SEGMIRROR:-$ROOT/target/release/segmirror}"
 
 cd "$ROOT"
-cargo build --release -q -p segmirror
+[ -n "${SEGMIRROR:-}" ] || cargo build --release -q -p segmirror
 mkdir -p "$WORK"
 if [ ! -f "$WORK/.complete" ]; then
     rm -rf "$SRC"
@@ -36,8 +38,8 @@ if [ ! -f "$WORK/.complete" ]; then
     touch "$WORK/.complete"
 fi
 mapfile -t PARTS < <(find "$SRC" -mindepth 1 -maxdepth 1 -type d | sort)
-BYTES=$(du -sb --apparent-size "${PARTS[@]}" | awk '{ s += $1 } END { printf "%d\n", s }')
-LOG_BYTES=$(find "${PARTS[@]}" -name '*.log' -printf '%s\n' | awk '{ s += $1 } END { printf "%d\n", s }')
+BYTES=$(du -sb --apparent-size "${PARTS[@]}" | awk '{ s += $1 } END { printf "%.0f\n", s }')
+LOG_BYTES=$(find "${PARTS[@]}" -name '*.log' -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f\n", s }')
 
 COPY_A="$WORK/copy-a" COPY_B="$WORK/copy-b"
 STORE="$WORK/store" MIRROR="$WORK/mirror" CATALOG="$WORK/catalog.sqlite"
@@ -50,6 +52,28 @@ reset() {
         CACHE_MODE="warm (dropping the page cache was refused; the source was read once before each measurement)"
         find "${PARTS[@]}" -type f -exec cat {} + > /dev/null
     fi
+}
+# Waits (at most IDLE_WAIT seconds, default 600) until the CPUs were at least 90% idle over 3 seconds: other work on
+# the machine (a compiler) slows the CPU-bound side far more than the I/O-bound copy. Records when it gave up.
+BUSY_RUNS=0
+cpu_idle_pct() {
+    local a b
+    a=($(head -n1 /proc/stat))
+    sleep 3
+    b=($(head -n1 /proc/stat))
+    local total=0 i
+    for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+    echo $(( (b[4] - a[4] + b[5] - a[5]) * 100 / (total > 0 ? total : 1) ))
+}
+wait_idle() {
+    local deadline=$(( $(date +%s) + ${IDLE_WAIT:-600} ))
+    while [ "$(cpu_idle_pct)" -lt 90 ]; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            BUSY_RUNS=$((BUSY_RUNS + 1))
+            echo "  the machine stayed busy; measuring anyway" >&2
+            return
+        fi
+    done
 }
 # Runs a command under /usr/bin/time; appends "wall cpu rss_kib" to the named array.
 timed() {
@@ -70,8 +94,10 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq "$RUNS"); do
     echo "run $run/$RUNS" >&2
     reset
+    wait_idle
     timed COPY /dev/null sh -c "mkdir '$COPY_A' && cp -r ${PARTS[*]} '$COPY_A/' && cp -r '$COPY_A' '$COPY_B' && sync"
     reset
+    wait_idle
     start=$(date +%s.%N)
     timed SEED "$WORK/seed.out" "$BIN" seed --log-dir "$SRC" --store "$STORE"
     timed APPLY "$WORK/apply.out" "$BIN" apply --store "$STORE" --mirror "$MIRROR" --catalog "$CATALOG"
@@ -109,8 +135,9 @@ echo "catch-up benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): $(numfmt --to=iec-i 
     "page cache $CACHE_MODE"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)," \
     "$(df -T "$WORK" | awk 'NR == 2 { print $2 }') on $(df "$WORK" | awk 'NR == 2 { print $1 }');" \
-    "load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
-echo "reproduce: ${SEGMENT_BYTES:+SEGMENT_BYTES=$SEGMENT_BYTES }RUNS=$RUNS tools/bench/catchup.sh $SIZE $PARTITIONS"
+    "load average before/after: $LOAD_BEFORE / $LOAD_AFTER; measurements started on a busy machine: $BUSY_RUNS"
+echo "reproduce: ${SEGMENT_BYTES:+SEGMENT_BYTES=$SEGMENT_BYTES }${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }RUNS=$RUNS" \
+    "tools/bench/catchup.sh $SIZE $PARTITIONS"
 echo
 echo "| command                                  | wall s | MiB/s  | vs copy | CPU s  | peak RSS MiB |"
 echo "|------------------------------------------|--------|--------|---------|--------|--------------|"

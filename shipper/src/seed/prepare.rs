@@ -28,13 +28,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use segment_format::batch::parse_header;
+use segment_format::batch::ATTRIBUTES_OFFSET;
 use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
-use segment_format::legacy;
-use segment_format::log::LogFile;
+use segment_format::log::{Frame, LogFile};
 use segment_format::manifest::SegmentRange;
-use segment_format::record::DeepLimits;
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
@@ -379,10 +377,7 @@ pub(crate) fn prepare_sealed(
         }
     }
     files.extend(snapshot_file(snapshot, &mut warnings)?);
-    let mut stats = stats_of(&check);
-    if let Some(reason) = exact_stats(&segment.log, log_len, &mut stats)? {
-        return Ok(Outcome::Changed(reason));
-    }
+    let stats = stats_of(&check);
     Ok(Outcome::Ready(Box::new(Prepared {
         range,
         sealed: true,
@@ -443,10 +438,7 @@ pub(crate) fn prepare_active(
         attempt += 1;
     };
     let prefix = check.summary.bytes;
-    let mut stats = stats_of(&check);
-    if let Some(reason) = exact_stats(&segment.log, prefix, &mut stats)? {
-        return Ok(Outcome::Changed(reason));
-    }
+    let stats = stats_of(&check);
     let next = stats.last_offset.map_or(base, |l| l.saturating_add(1));
     let range = SegmentRange::new(base, next).map_err(|reason| Error::BadName {
         path: segment.log.clone(),
@@ -529,80 +521,9 @@ pub(crate) fn prepare_active(
     })))
 }
 
-/// Exact record count and first offset of the batches in the first `prefix`
-/// bytes of `log`. A shallow scan cannot know them for a legacy compressed
-/// wrapper (its header says neither how many messages it holds nor the first
-/// one's offset), so those wrappers are walked; magic 2 headers say both. The
-/// frames were verified just before, so this walk only reads headers and
-/// checks bounds. `Err(reason)` if the bytes no longer frame as verified.
-pub(crate) fn exact_counts(
-    log: &Path,
-    prefix: u64,
-) -> std::result::Result<std::result::Result<(u64, Option<i64>), String>, Error> {
-    let file = match LogFile::open(log) {
-        Ok(f) => f,
-        Err(e) if is_not_found(&e) => return Ok(Err(format!("{e} (deleted at the source)"))),
-        Err(e) => return Err(e),
-    };
-    Ok(counts_in(file.bytes(), prefix)
-        .map_err(|pos| format!("{}: byte {pos}: no longer the verified batch", log.display())))
-}
-
-/// The walk behind [`exact_counts`] over the bytes of a `.log`; `Err(position)`
-/// where the bytes stop framing whole batches before `prefix`.
-pub(crate) fn counts_in(bytes: &[u8], prefix: u64) -> std::result::Result<(u64, Option<i64>), usize> {
-    let end = usize::try_from(prefix).unwrap_or(usize::MAX);
-    if bytes.len() < end {
-        return Err(bytes.len());
-    }
-    let limits = DeepLimits::default();
-    let (mut records, mut first) = (0u64, None);
-    let mut pos = 0usize;
-    while pos < end {
-        let Some(length) = bytes
-            .get(pos.saturating_add(8)..pos.saturating_add(12))
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        else {
-            return Err(pos);
-        };
-        let size = usize::try_from(i32::from_be_bytes(length))
-            .unwrap_or(0)
-            .saturating_add(12);
-        if pos.saturating_add(size) > end {
-            return Err(pos);
-        }
-        let (Some(frame), Some(&magic)) = (
-            bytes.get(pos..pos.saturating_add(size)),
-            bytes.get(pos.saturating_add(16)),
-        ) else {
-            return Err(pos);
-        };
-        let (count, base) = if magic >= 2 {
-            let h = parse_header(frame).map_err(|_| pos)?;
-            (u64::try_from(h.records_count).unwrap_or(0), h.base_offset)
-        } else {
-            let info = legacy::deep_batch_info(frame, pos as u64, &limits).map_err(|_| pos)?;
-            (u64::try_from(info.records_count).unwrap_or(0), info.base_offset)
-        };
-        records = records.saturating_add(count);
-        first.get_or_insert(base);
-        pos = pos.saturating_add(size);
-    }
-    Ok((records, first))
-}
-
-/// [`exact_counts`] folded into `stats`.
-fn exact_stats(log: &Path, prefix: u64, stats: &mut SegmentStats) -> std::result::Result<Option<String>, Error> {
-    match exact_counts(log, prefix)? {
-        Ok((records, first)) => {
-            stats.records = records;
-            stats.first_offset = first;
-            Ok(None)
-        }
-        Err(reason) => Ok(Some(reason)),
-    }
-}
-
+/// The totals of a check, which are exact: the check walks legacy compressed
+/// wrappers (their headers say neither how many messages they hold nor the
+/// first one's offset) even when it is shallow.
 fn stats_of(check: &SegmentCheck) -> SegmentStats {
     let s = &check.summary;
     SegmentStats {
@@ -654,6 +575,79 @@ pub(crate) struct Rebuilt {
     pub end: u64,
 }
 
+/// The CRC-32C of a run of whole frames, extended frame by frame from the CRCs
+/// the scan computes anyway. A magic-2 batch's own CRC is the CRC-32C of its
+/// bytes from the attributes on; combined with that of the 21 bytes before it,
+/// it gives the frame's without reading the frame again. (A legacy message's
+/// CRC is a CRC-32, so its frame is read.)
+#[derive(Debug, Default)]
+struct PrefixCrc {
+    crc: u32,
+    /// The last frame length shifted over, and its operator: bulk data repeats lengths.
+    shift: Option<(usize, u32)>,
+}
+
+impl PrefixCrc {
+    /// Append `frame` (whose CRC the scan found to match).
+    fn append(&mut self, frame: &Frame<'_>) {
+        let len = frame.bytes.len();
+        self.crc = match frame.bytes.split_at_checked(ATTRIBUTES_OFFSET) {
+            Some((head, tail)) if frame.info.magic >= 2 => {
+                let frame_crc = crc32c_combine(crc32c::crc32c(head), frame.computed_crc, tail.len());
+                let operator = match self.shift {
+                    Some((cached, operator)) if cached == len => operator,
+                    _ => {
+                        let operator = crc32c_shift_operator(len);
+                        self.shift = Some((len, operator));
+                        operator
+                    }
+                };
+                gf2_multiply(operator, self.crc) ^ frame_crc
+            }
+            _ => crc32c::crc32c_append(self.crc, frame.bytes),
+        };
+    }
+}
+
+/// CRC-32C's polynomial, bit-reflected.
+const CRC32C_POLY: u32 = 0x82F6_3B78;
+
+/// `a * b` modulo the CRC-32C polynomial, in the bit-reflected representation
+/// CRC-32C values use (the top bit is the coefficient of `x^0`).
+fn gf2_multiply(a: u32, mut b: u32) -> u32 {
+    let mut product = 0u32;
+    for bit in 0..32 {
+        if a & (0x8000_0000 >> bit) != 0 {
+            product ^= b;
+        }
+        b = if b & 1 != 0 { (b >> 1) ^ CRC32C_POLY } else { b >> 1 };
+    }
+    product
+}
+
+/// `x^(8 * bytes)` modulo the polynomial: multiplying a CRC by it appends
+/// `bytes` zero bytes to the message the CRC is of.
+fn crc32c_shift_operator(bytes: usize) -> u32 {
+    let mut operator = 0x8000_0000; // x^0
+    let mut power = 0x0080_0000; // x^8
+    let mut n = bytes;
+    while n != 0 {
+        if n & 1 != 0 {
+            operator = gf2_multiply(power, operator);
+        }
+        power = gf2_multiply(power, power);
+        n >>= 1;
+    }
+    operator
+}
+
+/// The CRC-32C of `A || B` from `crc(A)`, `crc(B)` and `|B|` (as zlib's
+/// `crc32_combine`, by exponentiation rather than `crc32c`'s bit matrices,
+/// which cost more than reading a 16 KiB batch).
+fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
+    gf2_multiply(crc32c_shift_operator(len_b), crc_a) ^ crc_b
+}
+
 /// Scan the batches that end within `prefix` bytes of `log` and build the
 /// offset and time indexes Kafka keeps for them. `Ok(Err(reason))` when the
 /// bytes do not look like the verified prefix any more (a batch whose CRC no
@@ -678,7 +672,7 @@ pub(crate) fn rebuild(
     }
     let mut offset_index = OffsetIndexBuilder::new(base, index_interval_bytes);
     let mut time_index = TimeIndexBuilder::new(base, index_interval_bytes);
-    let mut crc = 0u32;
+    let mut crc = PrefixCrc::default();
     let mut batches = 0u64;
     let mut end = 0u64;
     let mut problem: Option<String> = None;
@@ -697,7 +691,7 @@ pub(crate) fn rebuild(
             problem = Some(e.at(log).to_string());
             return std::ops::ControlFlow::Break(());
         }
-        crc = crc32c::crc32c_append(crc, frame.bytes);
+        crc.append(frame);
         batches += 1;
         end = info.position + info.size;
         std::ops::ControlFlow::Continue(())
@@ -709,7 +703,7 @@ pub(crate) fn rebuild(
     Ok(Ok(Rebuilt {
         offset_index: offset_index.to_bytes(),
         time_index: time_index.to_bytes(),
-        crc32c: crc,
+        crc32c: crc.crc,
         batches,
         end,
     }))
@@ -718,9 +712,141 @@ pub(crate) fn rebuild(
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use segment_format::record::{BatchBuilder, RecordSpec};
+    use segment_format::batch::{parse_header, TimestampType};
+    use segment_format::dir::PartitionDir;
+    use segment_format::legacy;
+    use segment_format::record::{BatchBuilder, DeepLimits, RecordSpec};
+    use segment_format::writer::sample::{write_sample, SampleOptions};
 
     use super::*;
+
+    /// Record count and first offset of the batches in the first `prefix` bytes of
+    /// a `.log`, read from headers alone (walking legacy compressed wrappers, whose
+    /// headers say neither): the oracle the tests hold `check_segment`'s totals to.
+    /// `Err(position)` where the bytes stop framing whole batches before `prefix`.
+    fn counts_in(bytes: &[u8], prefix: u64) -> std::result::Result<(u64, Option<i64>), usize> {
+        let end = usize::try_from(prefix).unwrap_or(usize::MAX);
+        if bytes.len() < end {
+            return Err(bytes.len());
+        }
+        let limits = DeepLimits::default();
+        let (mut records, mut first) = (0u64, None);
+        let mut pos = 0usize;
+        while pos < end {
+            let Some(length) = bytes
+                .get(pos.saturating_add(8)..pos.saturating_add(12))
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            else {
+                return Err(pos);
+            };
+            let size = usize::try_from(i32::from_be_bytes(length))
+                .unwrap_or(0)
+                .saturating_add(12);
+            if pos.saturating_add(size) > end {
+                return Err(pos);
+            }
+            let (Some(frame), Some(&magic)) = (
+                bytes.get(pos..pos.saturating_add(size)),
+                bytes.get(pos.saturating_add(16)),
+            ) else {
+                return Err(pos);
+            };
+            let (count, base) = if magic >= 2 {
+                let h = parse_header(frame).map_err(|_| pos)?;
+                (u64::try_from(h.records_count).unwrap_or(0), h.base_offset)
+            } else {
+                let info = legacy::deep_batch_info(frame, pos as u64, &limits).map_err(|_| pos)?;
+                (u64::try_from(info.records_count).unwrap_or(0), info.base_offset)
+            };
+            records = records.saturating_add(count);
+            first.get_or_insert(base);
+            pos = pos.saturating_add(size);
+        }
+        Ok((records, first))
+    }
+
+    #[test]
+    fn check_totals_are_exact_for_every_sample_segment() {
+        // The manifest's record count and first offset come from the check: for
+        // every shape the sample writes (legacy wrappers, compacted and
+        // transactional partitions, empty segments) they must be what the
+        // headers say, counted independently here.
+        let dir = tempfile::tempdir().unwrap();
+        let options = SampleOptions {
+            fsync: false,
+            ..Default::default()
+        };
+        write_sample(dir.path(), &options).unwrap();
+        let mut segments = 0;
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            let Ok(partition) = PartitionDir::open(&path) else {
+                continue;
+            };
+            let bases: Vec<i64> = partition.segments.iter().map(|s| s.base_offset).collect();
+            for (i, segment) in partition.segments.iter().enumerate() {
+                let next = bases.get(i + 1).copied();
+                let check = check_segment(segment, next, next.is_none(), &VerifyOptions::default()).unwrap();
+                assert!(check.is_sound(), "{}: {:?}", segment.log.display(), check.findings);
+                let bytes = std::fs::read(&segment.log).unwrap();
+                let expected = counts_in(&bytes, check.summary.bytes).unwrap();
+                let stats = stats_of(&check);
+                assert_eq!(
+                    (stats.records, stats.first_offset),
+                    expected,
+                    "{}",
+                    segment.log.display()
+                );
+                segments += 1;
+            }
+        }
+        assert!(segments > 20, "only {segments} segments checked");
+    }
+
+    proptest! {
+        #[test]
+        fn combining_crcs_is_crc_of_the_concatenation(
+            a in proptest::collection::vec(any::<u8>(), 0..2000),
+            b in proptest::collection::vec(any::<u8>(), 0..40_000),
+        ) {
+            let whole = [a.as_slice(), b.as_slice()].concat();
+            let combined = crc32c_combine(crc32c::crc32c(&a), crc32c::crc32c(&b), b.len());
+            prop_assert_eq!(combined, crc32c::crc32c(&whole));
+            prop_assert_eq!(combined, crc32c::crc32c_combine(crc32c::crc32c(&a), crc32c::crc32c(&b), b.len()));
+        }
+    }
+
+    #[test]
+    fn the_rebuilt_prefix_crc_is_that_of_the_bytes() {
+        // A legacy message, then magic-2 batches, then half a batch being written.
+        let mut log = legacy::encode_message(0, 1, 1_000, TimestampType::CreateTime, Some(b"k"), Some(b"v"));
+        for base in [1i64, 4, 7, 10] {
+            let specs = (0..3).map(|i| RecordSpec::new(i, 2_000 + base).with_value(vec![base as u8; 100]));
+            log.extend(BatchBuilder::new(base).records(specs.collect::<Vec<_>>()).build());
+        }
+        // A legacy message between batches of one length (the shift operator is reused), then others.
+        log.extend(legacy::encode_message(
+            13,
+            1,
+            1_500,
+            TimestampType::CreateTime,
+            None,
+            Some(b"x"),
+        ));
+        for (base, n) in [(14i64, 1), (15, 5)] {
+            let specs = (0..n).map(|i| RecordSpec::new(i, 2_500).with_value(vec![7; 33]));
+            log.extend(BatchBuilder::new(base).records(specs.collect::<Vec<_>>()).build());
+        }
+        let prefix = log.len() as u64;
+        let partial = BatchBuilder::new(20).record(RecordSpec::new(0, 3_000)).build();
+        log.extend_from_slice(&partial[..partial.len() / 2]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.log");
+        std::fs::write(&path, &log).unwrap();
+        let rebuilt = rebuild(&path, 0, prefix, 64).unwrap().unwrap();
+        assert_eq!(rebuilt.crc32c, crc32c::crc32c(&log[..prefix as usize]));
+        assert_eq!((rebuilt.batches, rebuilt.end), (8, prefix));
+    }
 
     #[test]
     fn counts_come_from_headers_and_stop_at_the_prefix() {
