@@ -168,7 +168,7 @@ fn seed_and_apply_killed_at_many_points_leave_a_byte_identical_mirror() {
     write_bulk(
         &bulk_dir,
         &BulkOptions {
-            total_bytes: 48 << 20,
+            total_bytes: 192 << 20,
             partitions: 3,
             segment_bytes: 4 << 20,
             fsync: false,

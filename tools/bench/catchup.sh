@@ -13,8 +13,11 @@
 #   Every measurement runs RUNS times (default 3), the copy and segmirror alternately, and the median is reported.
 #   Before each measurement the outputs of the previous one are removed, dirty pages are written back and, when
 #   permitted (root), the page cache is dropped, so both start from cold source files; when dropping is refused
-#   the source is read once instead, so both start from a warm page cache (the output says which). Then it waits
-#   for the CPUs to be idle (see wait_idle). The mirror is compared with the source byte for byte at the end.
+#   the source is read once instead, so both start from a warm page cache (the output says which). Before that it
+#   waits for the CPUs to be idle (see wait_idle), so that the measurement starts right after the reset: on a VM
+#   whose free memory is handed back to the host (virtio-balloon free page reporting, about two seconds after it
+#   is freed), memory the guest touches first after that costs a host fault per page, which would otherwise make
+#   both sides measure the host's page faults. The mirror is compared with the source byte for byte at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SIZE="${1:-4GiB}"
@@ -93,11 +96,11 @@ declare -a COPY SEED APPLY SYNC WHOLE
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq "$RUNS"); do
     echo "run $run/$RUNS" >&2
-    reset
     wait_idle
+    reset
     timed COPY /dev/null sh -c "mkdir '$COPY_A' && cp -r ${PARTS[*]} '$COPY_A/' && cp -r '$COPY_A' '$COPY_B' && sync"
-    reset
     wait_idle
+    reset
     start=$(date +%s.%N)
     timed SEED "$WORK/seed.out" "$BIN" seed --log-dir "$SRC" --store "$STORE"
     timed APPLY "$WORK/apply.out" "$BIN" apply --store "$STORE" --mirror "$MIRROR" --catalog "$CATALOG"
@@ -127,6 +130,7 @@ row() { # name, then the runs
     local wall cpu rss
     wall=$(col 1 "$@") cpu=$(col 2 "$@") rss=$(printf '%s\n' "$@" | awk '$3 > m { m = $3 } END { print m }')
     awk -v n="$name" -v s="$wall" -v c="$cpu" -v r="$rss" -v b="$BYTES" -v base="$copy_s" 'BEGIN {
+        if (s < 0.005) { printf "| %-40s | %6.2f | %6s | %7s | %6.2f | %8.1f |\n", n, s, "-", "-", c, r / 1024; exit }
         printf "| %-40s | %6.2f | %6.0f | %6.2fx | %6.2f | %8.1f |\n", n, s, b / s / 1048576, base / s, c, r / 1024 }'
 }
 echo
