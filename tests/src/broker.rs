@@ -1,4 +1,6 @@
-//! One real single-node Kafka (KRaft, `process.roles=broker,controller`) per [`KafkaBroker`].
+//! One real single-node Kafka (KRaft, `process.roles=broker,controller`) per [`KafkaBroker`], of the pinned
+//! Kafka version or of another installed one ([`BrokerConfig::kafka_version`]; 3.9 and 4.4 start, format and
+//! stop the same way here).
 //!
 //! Why a real broker: segmirror's output must be loadable by stock Kafka and readable by stock clients, and only
 //! the real thing proves that. Each broker gets its own free loopback ports, its own cluster id and its own work
@@ -52,6 +54,8 @@ pub struct BrokerConfig {
     pub properties: BTreeMap<String, String>,
     /// How long to wait for the broker to serve.
     pub start_timeout: Duration,
+    /// Kafka version to run (an installed one, see [`KafkaInstall::version`]); `None` = the pinned default.
+    pub kafka_version: Option<String>,
 }
 
 impl BrokerConfig {
@@ -63,7 +67,15 @@ impl BrokerConfig {
             heap_mb: DEFAULT_HEAP_MB,
             properties: BTreeMap::new(),
             start_timeout: DEFAULT_START_TIMEOUT,
+            kafka_version: None,
         }
+    }
+
+    /// Runs this Kafka version instead of the pinned default (it must be installed: see
+    /// `tests/kafka/kafka-compat.versions`).
+    pub fn kafka_version(mut self, version: &str) -> Self {
+        self.kafka_version = Some(version.to_string());
+        self
     }
 
     pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -139,7 +151,10 @@ pub struct KafkaBroker {
 impl KafkaBroker {
     /// Formats (if needed) and starts a broker, returning once it serves clients.
     pub fn start(config: BrokerConfig) -> Result<KafkaBroker> {
-        let install = KafkaInstall::locate()?;
+        let install = match &config.kafka_version {
+            Some(version) => KafkaInstall::version(version)?,
+            None => KafkaInstall::locate()?,
+        };
         let work = tempfile::Builder::new()
             .prefix(&format!("segmirror-kafka-{}-", config.name))
             .tempdir()
@@ -369,7 +384,7 @@ impl KafkaBroker {
         let out = self
             .install
             .java(256, &kafka_support_dir().join("tools-log4j2.properties"))
-            .arg("kafka.tools.StorageTool")
+            .arg(crate::tools::STORAGE_TOOL)
             // `--cluster-id=<id>`: a random id may start with '-', which argparse would take for an option.
             .args(["format", &format!("--cluster-id={cluster_id}"), "--config"])
             .arg(self.server_properties_path())

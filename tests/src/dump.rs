@@ -75,7 +75,7 @@ pub fn run_dump(install: &'static KafkaInstall, files: &[PathBuf], args: &[&str]
     let list: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let out = install
         .java(256, &kafka_support_dir().join("tools-log4j2.properties"))
-        .arg(DUMP_LOG_SEGMENTS)
+        .arg(install.main_class(DUMP_LOG_SEGMENTS))
         .arg("--files")
         .arg(list.join(","))
         .args(args)

@@ -5,8 +5,8 @@
 //! and sequences (idempotence), transaction markers and `.txnindex` files (committed and aborted transactions),
 //! offset gaps and cleaned segments (compaction), a log start offset above zero (retention plus
 //! `DeleteRecordsCommand` in the middle of a segment), and LogAppendTime timestamps. All topics use a small
-//! `internal.segment.bytes` (Kafka 4.x's topic config `segment.bytes` has a 1 MiB minimum; the internal key accepts
-//! less) so every partition has several segments.
+//! segment size (`internal.segment.bytes` on Kafka 4.x, whose `segment.bytes` has a 1 MiB minimum; `segment.bytes`
+//! on 3.x: [`crate::KafkaInstall::segment_bytes_config`]) so every partition has several segments.
 //!
 //! What was produced comes back as [`ShapeTopic`]s (records with the offsets the broker acknowledged), so a test
 //! can compare what a consumer sees on another cluster with what was written here.
@@ -108,7 +108,7 @@ impl Shape {
 /// Sizes of the produced data.
 #[derive(Debug, Clone)]
 pub struct ShapeOptions {
-    /// `internal.segment.bytes` of every topic.
+    /// Segment size of every topic (`internal.segment.bytes` or `segment.bytes`, by broker version).
     pub segment_bytes: u32,
     /// Records per partition (compacted: total records).
     pub records_per_partition: usize,
@@ -190,7 +190,8 @@ pub fn produce_all_shapes(broker: &KafkaBroker, opts: &ShapeOptions) -> Result<V
 /// returns what was produced.
 pub fn produce_shapes(broker: &KafkaBroker, shapes: &[Shape], opts: &ShapeOptions) -> Result<Vec<ShapeTopic>> {
     let bootstrap = broker.bootstrap();
-    let specs: Vec<TopicSpec> = shapes.iter().map(|s| topic_spec(*s, opts)).collect();
+    let segment_key = broker.install().segment_bytes_config();
+    let specs: Vec<TopicSpec> = shapes.iter().map(|s| topic_spec(*s, opts, segment_key)).collect();
     admin(&bootstrap, &specs, &[]).context("creating the shape topics")?;
     let base_ts = now_ms()? - 3_600_000;
 
@@ -256,9 +257,10 @@ struct Produced {
     aborted: BTreeSet<(i32, i64)>,
 }
 
-fn topic_spec(shape: Shape, opts: &ShapeOptions) -> TopicSpec {
+/// The topic of one shape; `segment_key` is the broker version's small-segment config.
+fn topic_spec(shape: Shape, opts: &ShapeOptions, segment_key: &str) -> TopicSpec {
     let spec = TopicSpec::new(&format!("{}{}", opts.topic_prefix, shape.slug()), shape.partitions())
-        .config("internal.segment.bytes", opts.segment_bytes);
+        .config(segment_key, opts.segment_bytes);
     match shape {
         Shape::Codec(_) => spec.config("compression.type", "producer"),
         Shape::BrokerCompressed => spec.config("compression.type", "zstd"),

@@ -7,7 +7,9 @@
 //!
 //! Main classes (Kafka 4.x): `org.apache.kafka.tools.{TopicCommand, ConfigCommand, GetOffsetShell,
 //! DeleteRecordsCommand, ProducerPerformance, ConsoleProducer, DumpLogSegments}`,
-//! `org.apache.kafka.tools.consumer.ConsoleConsumer`, and `kafka.tools.StorageTool` (in `kafka_2.13`).
+//! `org.apache.kafka.tools.consumer.ConsoleConsumer`, and `kafka.tools.StorageTool` (in `kafka_2.13`). On Kafka
+//! 3.x three of them were still Scala classes; [`KafkaInstall::main_class`] maps the names. The helpers below are
+//! exercised on the pinned version; on 3.9 the tests use topic creation, offsets and `DeleteRecordsCommand`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -307,7 +309,7 @@ pub fn dump_log_segments(install: &'static KafkaInstall, files: &[&Path], extra_
 
 fn run_tool(install: &'static KafkaInstall, main_class: &str, args: &[String], stdin: Option<&[u8]>) -> Result<String> {
     let mut cmd = install.java(TOOL_HEAP_MB, &kafka_support_dir().join("tools-log4j2.properties"));
-    cmd.arg(main_class)
+    cmd.arg(install.main_class(main_class))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -17,6 +17,12 @@
 //!    promote` into a target broker; a real consumer then reads every record with the source's offset, timestamp
 //!    (and type), key, value and headers at both isolation levels, new records continue at the mirror's end offset,
 //!    and the target restarts cleanly.
+//! 3. **Across Kafka versions** ([`kafka_3_9_source_promoted_into_a_kafka_4_4_target`],
+//!    [`kafka_4_4_source_promoted_into_a_kafka_3_9_target`]): the same run with a Kafka 3.9 source and a 4.4 target,
+//!    and the other way round, on a smaller set of shapes that still covers an uncompressed idempotent topic, a
+//!    compressed one, a transactional one with aborts and a retention-trimmed one, each with several partitions and
+//!    several segments. A 3.9 target must load what `promote` writes (partition.metadata, leader-epoch-checkpoint,
+//!    the root checkpoints) as a 4.4 one does; a 4.4 target must accept a 3.9 broker's segments and snapshots.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,6 +42,7 @@ use segmirror_tests::mirror::{
     assert_same_files, leader_epoch_from_log, record_writer_mirror, run_segmirror_env, segmirror_promote,
 };
 use segmirror_tests::s3::MotoServer;
+use segmirror_tests::shapes::{self, produce_shapes, segment_base_offsets};
 use segmirror_tests::*;
 
 fn now_ms() -> i64 {
@@ -299,12 +306,14 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
 
 /// Target-side configs of a shape topic: the source's, minus what would make the target broker change the promoted
 /// data on its own before the test reads it (retention by size, and compaction of records the source had not
-/// compacted yet: the target's cleaner starts without a checkpoint and would clean the whole log again).
-fn target_spec(topic: &ShapeTopic) -> TopicSpec {
+/// compacted yet: the target's cleaner starts without a checkpoint and would clean the whole log again). The small
+/// segment size is set with the target version's key.
+fn target_spec(topic: &ShapeTopic, target: &KafkaInstall) -> TopicSpec {
     let mut spec = TopicSpec::new(&topic.name, topic.partitions);
     for (k, v) in &topic.configs {
         match k.as_str() {
             "retention.bytes" | "min.cleanable.dirty.ratio" | "segment.ms" => {}
+            "internal.segment.bytes" | "segment.bytes" => spec = spec.config(target.segment_bytes_config(), v),
             "min.compaction.lag.ms" => spec = spec.config(k, 24 * 3_600_000),
             _ => spec = spec.config(k, v),
         }
@@ -314,9 +323,57 @@ fn target_spec(topic: &ShapeTopic) -> TopicSpec {
 
 #[test]
 fn every_shape_seeded_through_s3_applied_and_promoted_reads_back_identically() {
-    // The source: every on-disk shape, read back by a real consumer at both isolation levels, then stopped cleanly.
-    let mut source = KafkaBroker::start(BrokerConfig::new("e2e-source")).unwrap();
-    let shapes = produce_all_shapes(&source, &ShapeOptions::default()).unwrap();
+    promote_through_s3(None, None, &Shape::all());
+}
+
+/// The Kafka 3.x version installed for the cross-version tests (`tests/kafka/kafka-compat.versions`).
+fn kafka_3() -> &'static str {
+    segmirror_tests::install::compat_kafka_versions()
+        .into_iter()
+        .find(|v| v.starts_with("3."))
+        .expect("tests/kafka/kafka-compat.versions lists a Kafka 3.x version")
+}
+
+/// The shapes of the cross-version runs: uncompressed idempotent, compressed (producer-side zstd), transactional
+/// with aborts, and retention-trimmed (a log start offset above zero, mid-segment on partition 1); every one with two
+/// partitions of several segments.
+const CROSS_VERSION_SHAPES: [Shape; 4] = [
+    Shape::Idempotent,
+    Shape::Codec(shapes::Codec::Zstd),
+    Shape::Transactions,
+    Shape::Retention,
+];
+
+#[test]
+fn kafka_3_9_source_promoted_into_a_kafka_4_4_target() {
+    promote_through_s3(Some(kafka_3()), None, &CROSS_VERSION_SHAPES);
+}
+
+#[test]
+fn kafka_4_4_source_promoted_into_a_kafka_3_9_target() {
+    promote_through_s3(None, Some(kafka_3()), &CROSS_VERSION_SHAPES);
+}
+
+/// A broker config of the given Kafka version (`None`: the pinned default).
+fn broker_config(name: &str, version: Option<&str>) -> BrokerConfig {
+    match version {
+        Some(v) => BrokerConfig::new(name).kafka_version(v),
+        None => BrokerConfig::new(name),
+    }
+}
+
+/// Source broker (of `source_version`) with `shape_list` → `seed` into moto S3 → `apply` → `promote` into a stopped
+/// target broker (of `target_version`) → consumers, new writes, a clean restart.
+fn promote_through_s3(source_version: Option<&str>, target_version: Option<&str>, shape_list: &[Shape]) {
+    // The source: the shapes, read back by a real consumer at both isolation levels, then stopped cleanly.
+    let mut source = KafkaBroker::start(broker_config("e2e-source", source_version)).unwrap();
+    eprintln!(
+        "promote through S3: source Kafka {}, target Kafka {}, {} shape(s)",
+        source.install().version,
+        target_version.unwrap_or(segmirror_tests::install::pinned_kafka_version()),
+        shape_list.len()
+    );
+    let shapes = produce_shapes(&source, shape_list, &ShapeOptions::default()).unwrap();
     let mut source_records = BTreeMap::new();
     for topic in &shapes {
         for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
@@ -383,8 +440,8 @@ fn every_shape_seeded_through_s3_applied_and_promoted_reads_back_identically() {
     }
 
     // The target cluster: the same topics and partition counts (new topic ids), stopped for the promotion.
-    let mut target = KafkaBroker::start(BrokerConfig::new("e2e-target")).unwrap();
-    let specs: Vec<TopicSpec> = shapes.iter().map(target_spec).collect();
+    let mut target = KafkaBroker::start(broker_config("e2e-target", target_version)).unwrap();
+    let specs: Vec<TopicSpec> = shapes.iter().map(|t| target_spec(t, target.install())).collect();
     let names: Vec<&str> = shapes.iter().map(|t| t.name.as_str()).collect();
     let target_ids = admin(&target.bootstrap(), &specs, &names).unwrap();
     target.stop().unwrap();
@@ -422,9 +479,19 @@ fn every_shape_seeded_through_s3_applied_and_promoted_reads_back_identically() {
             assert_eq!(&got, want, "{} {isolation:?} on the target", topic.name);
         }
     }
-    let committed = source_records[&("shape-transactions".to_string(), true)].len();
-    let uncommitted = source_records[&("shape-transactions".to_string(), false)].len();
-    assert!(committed < uncommitted, "the transactions shape has aborted records");
+    if shape_list.contains(&Shape::Transactions) {
+        let committed = source_records[&("shape-transactions".to_string(), true)].len();
+        let uncommitted = source_records[&("shape-transactions".to_string(), false)].len();
+        assert!(committed < uncommitted, "the transactions shape has aborted records");
+    }
+    // Several segments per partition: what the test is about, not an accident of sizes.
+    for topic in &shapes {
+        for p in 0..topic.partitions {
+            let name = format!("{}-{p}", topic.name);
+            let segments = segment_base_offsets(&target.log_dir().join(&name)).unwrap();
+            assert!(segments.len() > 1, "{name} on the target has {segments:?}");
+        }
+    }
 
     // New records continue at the mirror's end offset in every partition.
     let mut appended: BTreeMap<String, Vec<Record>> = BTreeMap::new();
