@@ -539,5 +539,16 @@ fn promote_through_s3(source_version: Option<&str>, target_version: Option<&str>
         "promoted epoch caches are consistent"
     );
     assert!(!log.contains("Found invalid"), "no recovery found anything to fix");
+    // Whatever the two versions: the target has nothing to say about the promoted partitions.
+    let complaints: Vec<&str> = log
+        .lines()
+        .filter(|l| (l.contains(" WARN ") || l.contains(" ERROR ")) && l.contains("shape-"))
+        .collect();
+    assert!(
+        complaints.is_empty(),
+        "Kafka {} warns about promoted partitions:\n{}",
+        target.install().version,
+        complaints.join("\n")
+    );
     target.stop().unwrap();
 }
