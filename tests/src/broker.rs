@@ -29,6 +29,8 @@ use crate::tools::KafkaTools;
 
 /// The line `KafkaRaftServer` logs once the broker serves clients (registered and unfenced).
 const STARTED_LINE: &str = "Kafka Server started";
+/// How the harness marks each start of a broker in its `broker.log` (followed by ` #<n> of broker <name> ====`).
+pub const START_MARKER: &str = "==== segmirror harness: start";
 /// Marker file the broker writes into each log dir after a clean shutdown.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 /// Default heap: enough for tests with small segments; nine brokers would still fit in this machine's memory.
@@ -411,7 +413,7 @@ impl KafkaBroker {
         self.starts += 1;
         writeln!(
             log,
-            "==== segmirror harness: start #{} of broker {} ====",
+            "{START_MARKER} #{} of broker {} ====",
             self.starts, self.config.name
         )?;
         let from = log.metadata()?.len();

@@ -128,17 +128,34 @@ pub fn assert_same_files(a: &Path, b: &Path, keep: impl Fn(&Path) -> bool) -> Re
     Ok(left.len())
 }
 
-/// The leader epoch the broker last started leading `topic-partition` in, from its state-change log line
-/// (`Leader <tp> with topic id ... starts at leader epoch N`).
+/// How long [`leader_epoch_from_log`] waits for the current start's leadership line: the broker serves clients
+/// ("Kafka Server started") a little before it logs taking leadership of every partition, more so on a loaded
+/// machine.
+const LEADERSHIP_LOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The leader epoch the broker started leading `topic-partition` in since its latest start, from its state-change
+/// log line (`Leader <tp> with topic id ... starts at leader epoch N`); waits for that line (a line of an earlier
+/// start would be a stale epoch). `None` if it does not come.
 pub fn leader_epoch_from_log(broker: &KafkaBroker, topic: &str, partition: i32) -> Option<i32> {
-    let text = std::fs::read_to_string(broker.log_file()).ok()?;
     let needle = format!("Leader {topic}-{partition} with topic id");
-    text.lines()
-        .rev()
-        .find(|l| l.contains(&needle))
-        .and_then(|l| l.split("starts at leader epoch ").nth(1))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
+    let deadline = std::time::Instant::now() + LEADERSHIP_LOG_TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(broker.log_file()).ok()?;
+        let since_start = text
+            .rfind(crate::broker::START_MARKER)
+            .map_or(text.as_str(), |at| &text[at..]);
+        let epoch = since_start
+            .lines()
+            .rev()
+            .find(|l| l.contains(&needle))
+            .and_then(|l| l.split("starts at leader epoch ").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok());
+        if epoch.is_some() || std::time::Instant::now() > deadline {
+            return epoch;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Runs `segmirror <args>` with extra environment variables (e.g. [`crate::s3::MotoServer::env`]).
