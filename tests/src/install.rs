@@ -101,7 +101,9 @@ impl KafkaInstall {
             return Ok(install);
         }
         let mut candidates = Vec::new();
-        if let Some(parent) = std::env::var_os(KAFKA_HOME_ENV).and_then(|h| PathBuf::from(h).parent().map(Path::to_path_buf)) {
+        if let Some(parent) =
+            std::env::var_os(KAFKA_HOME_ENV).and_then(|h| PathBuf::from(h).parent().map(Path::to_path_buf))
+        {
             candidates.push(parent.join(version));
         }
         candidates.push(repo_root().join(".cache").join("kafka").join(version));
@@ -156,11 +158,7 @@ impl KafkaInstall {
 
     /// The major version (`3` for 3.9.1), 0 if the version string does not start with a number.
     pub fn major(&self) -> u32 {
-        self.version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0)
+        self.version.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0)
     }
 
     /// The topic config that sets the segment size below 1 MiB: Kafka 4.0 raised the minimum of `segment.bytes`
@@ -207,9 +205,7 @@ impl KafkaInstall {
         if let Some(log4j1) = log4j1_twin(log4j2) {
             cmd.arg(format!("-Dlog4j.configuration=file:{}", log4j1.display()));
         }
-        cmd.arg("-cp")
-            .arg(self.classpath())
-            .stdin(Stdio::null());
+        cmd.arg("-cp").arg(self.classpath()).stdin(Stdio::null());
         cmd
     }
 }

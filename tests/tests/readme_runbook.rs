@@ -87,11 +87,7 @@ fn tool_bin(dir: &Path, install: &KafkaInstall) -> PathBuf {
 
 /// Runs one runbook step with `bash -euo pipefail`; panics with the script and its output unless it exits 0.
 fn run_step(step: &str, script: &str, bin: &Path, vars: &BTreeMap<&str, String>) {
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let out = Command::new("bash")
         .args(["-euo", "pipefail", "-c", script])
         .env("PATH", path)
