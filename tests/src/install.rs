@@ -261,3 +261,63 @@ pub fn require_python_client() -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn install(version: &str) -> KafkaInstall {
+        KafkaInstall {
+            home: PathBuf::from("/nowhere"),
+            libs: PathBuf::from("/nowhere/libs"),
+            version: version.to_string(),
+        }
+    }
+
+    #[test]
+    fn version_differences_are_answered_by_major_version() {
+        let (old, new) = (install("3.9.1"), install("4.4.0"));
+        assert_eq!((old.major(), new.major()), (3, 4));
+        assert_eq!(old.segment_bytes_config(), "segment.bytes");
+        assert_eq!(new.segment_bytes_config(), "internal.segment.bytes");
+        assert_eq!(
+            old.main_class(crate::tools::DUMP_LOG_SEGMENTS),
+            "kafka.tools.DumpLogSegments"
+        );
+        assert_eq!(
+            old.main_class(crate::tools::CONFIG_COMMAND),
+            "kafka.admin.ConfigCommand"
+        );
+        assert_eq!(
+            old.main_class(crate::tools::CONSOLE_PRODUCER),
+            "kafka.tools.ConsoleProducer"
+        );
+        assert_eq!(old.main_class(crate::tools::TOPIC_COMMAND), crate::tools::TOPIC_COMMAND);
+        assert_eq!(
+            new.main_class(crate::tools::DUMP_LOG_SEGMENTS),
+            crate::tools::DUMP_LOG_SEGMENTS
+        );
+    }
+
+    #[test]
+    fn compat_versions_are_listed_and_differ_from_the_pinned_one() {
+        let versions = compat_kafka_versions();
+        assert!(!versions.is_empty());
+        assert!(versions
+            .iter()
+            .all(|v| *v != pinned_kafka_version() && !v.contains(' ')));
+    }
+
+    #[test]
+    fn every_log4j2_config_has_its_log4j1_twin() {
+        for name in ["broker", "tools"] {
+            let log4j2 = kafka_support_dir().join(format!("{name}-log4j2.properties"));
+            assert_eq!(
+                log4j1_twin(&log4j2),
+                Some(kafka_support_dir().join(format!("{name}-log4j.properties")))
+            );
+        }
+        assert_eq!(log4j1_twin(Path::new("/nowhere/x-log4j2.properties")), None);
+        assert_eq!(log4j1_twin(Path::new("/nowhere/log4j2.xml")), None);
+    }
+}
