@@ -59,6 +59,8 @@ mod target;
 mod txn_cut;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_txn;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

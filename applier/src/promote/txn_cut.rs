@@ -94,14 +94,16 @@ pub fn find_open_transactions(
     let snapshot_offset = match starting_snapshot(dir, snapshots, log_end_offset) {
         Some((offset, snapshot)) => {
             for e in &snapshot.entries {
-                coordinator_epochs.insert(e.producer_id, e.coordinator_epoch);
+                // Kafka stores -1 for a producer no coordinator has written a marker for yet.
+                let coordinator_epoch = e.coordinator_epoch.max(UNKNOWN_COORDINATOR_EPOCH);
+                coordinator_epochs.insert(e.producer_id, coordinator_epoch);
                 if let Some(first) = e.open_transaction() {
                     open.insert(
                         e.producer_id,
                         Open {
                             first_offset: first,
                             producer_epoch: e.epoch,
-                            coordinator_epoch: e.coordinator_epoch,
+                            coordinator_epoch,
                             records: 0,
                         },
                     );
