@@ -135,6 +135,36 @@ fn values(records: &[Record]) -> Vec<String> {
         .collect()
 }
 
+/// One row of `kafka-transactions.sh describe-producers`: the broker's producer state for a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProducerRow {
+    producer_id: i64,
+    epoch: i64,
+    last_sequence: i64,
+    current_txn_start: Option<i64>,
+}
+
+fn describe_producers(bootstrap: &str, topic: &str) -> Vec<ProducerRow> {
+    let tools = KafkaTools::new(KafkaInstall::locate().unwrap(), bootstrap);
+    let args = ["--bootstrap-server", bootstrap, "describe-producers", "--topic", topic, "--partition", "0"]
+        .map(String::from);
+    let out = tools.run("org.apache.kafka.tools.TransactionsCommand", &args).unwrap();
+    let mut rows: Vec<ProducerRow> = out
+        .lines()
+        .filter_map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            Some(ProducerRow {
+                producer_id: t.first()?.parse().ok()?,
+                epoch: t.get(1)?.parse().ok()?,
+                last_sequence: t.get(3)?.parse().ok()?,
+                current_txn_start: t.get(5)?.parse().ok(),
+            })
+        })
+        .collect();
+    rows.sort_by_key(|r| r.producer_id);
+    rows
+}
+
 fn log_files(dir: &Path) -> Vec<PathBuf> {
     let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -221,6 +251,14 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         assert!(!v.iter().any(|v| v.starts_with("open-")), "{topic}: {v:?}");
         assert!(v.contains(&"after-open".to_string()));
     }
+    // The source's idempotent producers, as its broker holds them: distinct ids, sequences up to 4.
+    let source_producers = describe_producers(&sb, IDEM);
+    assert_eq!(source_producers.len(), SOURCE_PRODUCERS, "{source_producers:?}");
+    assert!(source_producers
+        .iter()
+        .all(|r| r.last_sequence == RECORDS_PER_SOURCE_PRODUCER as i64 - 1));
+    let source_ids: Vec<i64> = source_producers.iter().map(|r| r.producer_id).collect();
+    eprintln!("source producers of {IDEM}: {source_producers:?}");
     source.stop().unwrap();
 
     // The target: same topics, stopped, promoted.
@@ -255,9 +293,25 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     let dirs: Vec<PathBuf> = names.iter().map(|t| target.partition_dir(t, 0)).collect();
     let verify = segmirror_verify(&dirs.iter().map(|d| d.as_path()).collect::<Vec<_>>(), &["--deep", "--strict"]).unwrap();
     assert_eq!(verify.code, 0, "{verify}");
-    let files: Vec<PathBuf> = dirs.iter().flat_map(|d| log_files(d)).collect();
+    // Every segment file, indexes and snapshots included: DumpLogSegments checks each index against its log.
+    let files: Vec<PathBuf> = dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| ["log", "index", "timeindex", "txnindex", "snapshot"].contains(&e.to_str().unwrap()))
+        })
+        .collect();
     let (dumped, out) = dump_deep(target.install(), &files).unwrap();
-    assert!(out.stderr.trim().is_empty(), "DumpLogSegments complained:\n{}", out.stderr);
+    // DumpLogSegments starts every file at "previous offset -1": `-1 is followed by <base>` is not a gap.
+    let complaints: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.starts_with("Non-consecutive offsets in ") && !l.trim().starts_with("-1 is followed by "))
+        .collect();
+    assert!(complaints.is_empty(), "DumpLogSegments complained:\n{}", out.stderr);
+    let txn_dump: Vec<&String> = dumped.values().flat_map(|f| &f.other_lines).filter(|l| l.contains("producerId")).collect();
+    eprintln!("DumpLogSegments, transaction index and snapshot lines: {txn_dump:#?}");
     for (topic, _) in OPEN_RECORDS {
         let marker_offset = ends[topic] - 1;
         let marker = dumped
@@ -289,6 +343,10 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         }
     };
     check_committed(&tb, &BTreeMap::new());
+    // No producer state of the source's, no open transaction.
+    for topic in names {
+        assert_eq!(describe_producers(&tb, topic), vec![], "{topic}");
+    }
 
     // A new committed transaction on the target is visible to read_committed at once: the LSO moves.
     let mut new_txn = BTreeMap::new();
@@ -313,6 +371,14 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         assert_eq!(end[&0], idem_end + written.len() as i64);
     };
     check_idem(&tb, &first);
+    // They did take ids the source had used: the broker now knows each with its single record's sequence 0.
+    let target_producers = describe_producers(&tb, IDEM);
+    eprintln!("target producers of {IDEM}: {target_producers:?}");
+    assert_eq!(target_producers.len(), TARGET_PRODUCERS, "{target_producers:?}");
+    for r in &target_producers {
+        assert!(source_ids.contains(&r.producer_id), "{r:?} is not one of the source's {source_ids:?}");
+        assert_eq!((r.last_sequence, r.current_txn_start), (0, None), "{r:?}");
+    }
 
     // An unclean restart with target writes in the active segment: the broker recovers only that segment, from
     // the empty snapshot, and never replays the source's.
@@ -320,6 +386,7 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     target.restart().unwrap();
     let tb = target.bootstrap();
     check_idem(&tb, &first);
+    assert_eq!(describe_producers(&tb, IDEM), target_producers, "the same state after the unclean restart");
     let second: Vec<String> = (0..TARGET_PRODUCERS).map(|i| format!("target-b-{i}")).collect();
     let offsets = idempotent_writes(&tb, IDEM, &second);
     let after = idem_end + TARGET_PRODUCERS as i64;
