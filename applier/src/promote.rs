@@ -14,7 +14,14 @@
 //!   resuming the Java client refuses the broker's metadata as stale forever while librdkafka's offset validation
 //!   fails and resets to `auto.offset.reset`. The broker itself truncates the "conflicting" epoch cache on becoming
 //!   leader. The field is outside the batch CRC and Kafka's own leader restamps on append, so restamping keeps the
-//!   data valid. ARCHITECTURE.md ("Promotion and leader epochs") records the evidence and the rejected options.
+//!   data valid. docs/promotion.md ("Leader epochs") records the evidence and the rejected options.
+//! - **No producer state of the source's**: the target cluster hands out producer ids the source used, and the
+//!   broker would take a new producer's first batches for duplicates of the source's. No source snapshot is
+//!   copied; after the data comes an empty active segment with an empty producer snapshot at its base, so that
+//!   neither a clean nor an unclean start ever replays a source segment (`producer_state`).
+//! - **No open transaction**: one reaching the mirror's end is aborted by an ABORT marker appended after the data,
+//!   with its `.txnindex` entry (`txn_cut`); the report and the catalog say what was cut. docs/promotion.md
+//!   ("Producer state", "Open transactions") records the evidence.
 //! - Root checkpoints: `recovery-point-offset-checkpoint` = log end offset (no recovery needed),
 //!   `replication-offset-checkpoint` (high watermark) = log end offset, `log-start-offset-checkpoint` = the source's
 //!   log start offset when it lies above the first segment's base offset (Kafka writes it only then; without it
@@ -34,8 +41,9 @@
 //! refuses to start while a promotion is unfinished** (its log names the directory). In order:
 //! 1. the selected partitions are paused in the catalog (a running applier leaves them alone) and the plan is
 //!    written to `promotion.json` there (the journal);
-//! 2. each partition is built complete in `<topic>-<partition>.building/` (copies, restamped, fsynced) and renamed
-//!    `.ready`;
+//! 2. each partition is built complete in `<topic>-<partition>.building/` (copies, restamped, abort markers, empty
+//!    producer state, fsynced) and renamed `.ready`; what is cut is decided at planning and journaled, so a rebuild
+//!    after a crash writes the same bytes;
 //! 3. each live partition directory is renamed to `<topic>-<partition>.old` in staging and the `.ready` one takes
 //!    its place;
 //! 4. the root checkpoints are rewritten (`durable::write_atomically`);
