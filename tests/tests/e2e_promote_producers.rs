@@ -12,15 +12,26 @@
 //! - the target's first idempotent producers — whose ids the source used — each write once, after the source's
 //!   records; again after a SIGKILL restart with target writes in the active segment; and the broker never
 //!   replays a source segment to rebuild producer state.
+//!
+//! [`keeping_the_source_producer_state_loses_new_writes`] is the experiment behind the decision: the same
+//! source-like partition copied with its producer snapshot (what promotion did before) and promoted, on a fresh
+//! target cluster whose producer ids start at 0 again.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+use std::str::FromStr;
+
+use segment_format::checkpoint::{OffsetCheckpoint, OffsetCheckpointEntry};
+use segment_format::dir::{PARTITION_METADATA_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE};
+use segment_format::partition_metadata::{PartitionMetadata, Uuid};
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 use segmirror_tests::dump::dump_deep;
 use segmirror_tests::install::python_client_script;
-use segmirror_tests::mirror::{run_segmirror_env, segmirror_promote};
+use segmirror_tests::mirror::{record_writer_mirror, run_segmirror_env, segmirror_promote};
 use segmirror_tests::segmirror_cli::segmirror_verify;
 use segmirror_tests::*;
 
@@ -412,4 +423,128 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
 
 fn target_install() -> &'static KafkaInstall {
     KafkaInstall::locate().unwrap()
+}
+
+/// Source producers of the writer-made partition: ids 0.. on the source, as a fresh target cluster hands them out.
+const WRITER_PRODUCERS: i64 = 6;
+/// One-record batches per source producer: the broker keeps the last 5 batches of each producer for duplicate
+/// detection, so a new producer's first batch (sequence 0) matches one of them.
+const WRITER_BATCHES: i32 = 5;
+
+/// A partition as a source broker that served idempotent producers 0..WRITER_PRODUCERS leaves it at clean shutdown
+/// (producer snapshot at the log end included).
+fn write_idempotent_partition(root: &Path, topic: &str) -> WrittenPartition {
+    let config = WriterConfig {
+        fsync: false,
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(root, topic, 0, 0, config).unwrap();
+    w.become_leader(1);
+    // Recent timestamps: the broker expires producers idle longer than `producer.id.expiration.ms` (1 day) at load.
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 60_000;
+    for seq in 0..WRITER_BATCHES {
+        for pid in 0..WRITER_PRODUCERS {
+            let base = w.next_offset();
+            let batch = BatchBuilder::new(base)
+                .partition_leader_epoch(1)
+                .producer(pid, 0, seq)
+                .record(RecordSpec::new(0, ts + base).with_value(format!("source-{pid}-{seq}")));
+            w.append(batch).unwrap();
+        }
+    }
+    w.close().unwrap()
+}
+
+fn set_checkpoint(path: &Path, topic: &str, offset: i64) {
+    let mut cp = OffsetCheckpoint::read(path).unwrap();
+    cp.entries.retain(|e| e.topic != topic);
+    cp.entries.push(OffsetCheckpointEntry {
+        topic: topic.to_string(),
+        partition: 0,
+        offset,
+    });
+    cp.write(path).unwrap();
+}
+
+#[test]
+fn keeping_the_source_producer_state_loses_new_writes() {
+    let (kept, promoted) = ("producers-kept", "producers-promoted");
+    let mut target = KafkaBroker::start(BrokerConfig::new("producers-experiment")).unwrap();
+    let specs = [TopicSpec::new(kept, 1), TopicSpec::new(promoted, 1)];
+    let ids = admin(&target.bootstrap(), &specs, &[kept, promoted]).unwrap();
+    target.stop().unwrap();
+
+    let work = tempfile::tempdir().unwrap();
+    let (plain_root, mirror, catalog) = (
+        work.path().join("plain"),
+        work.path().join("mirror"),
+        work.path().join("catalog.sqlite"),
+    );
+    let plain = write_idempotent_partition(&plain_root, kept);
+    let written = write_idempotent_partition(&mirror, promoted);
+    let end = written.log_end_offset;
+    assert_eq!(end, WRITER_PRODUCERS * i64::from(WRITER_BATCHES));
+    assert!(plain.snapshots.contains(&end), "{:?}", plain.snapshots);
+
+    // The copy that keeps producer state: the source's files, snapshot included, under the target's topic id.
+    let dst = target.partition_dir(kept, 0);
+    std::fs::remove_dir_all(&dst).unwrap();
+    std::fs::create_dir(&dst).unwrap();
+    for e in std::fs::read_dir(&plain.dir).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    PartitionMetadata::new(Uuid::from_str(&ids[kept].topic_id).unwrap())
+        .write(&dst.join(PARTITION_METADATA_FILE))
+        .unwrap();
+    for file in [RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE] {
+        set_checkpoint(&target.log_dir().join(file), kept, end);
+    }
+    // The promoted copy.
+    record_writer_mirror(&catalog, "experiment", &written.topic_id.to_string(), &[(&written, 0)]).unwrap();
+    let run = segmirror_promote(&mirror, target.log_dir(), &catalog, &[]).unwrap();
+    assert_eq!(run.code, 0, "{run}");
+
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    // Three new idempotent producers per topic; the fresh target cluster hands out ids 0.. again, all of which the
+    // source used.
+    let mut outcomes = BTreeMap::new();
+    for topic in [kept, promoted] {
+        let mut acked = Vec::new();
+        for i in 0..3 {
+            let plan = ProducePlan::new(topic)
+                .config("enable.idempotence", "true")
+                .config("acks", "all")
+                .step(ProduceStep::Send(vec![record(format!("target-{i}"))]));
+            acked.push(python_produce(&tb, &plan).map(|r| r[0].offset).map_err(|e| format!("{e:#}")));
+        }
+        let producers = describe_producers(&tb, topic);
+        let stored: Vec<String> = values(&consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap())
+            .into_iter()
+            .filter(|v| v.starts_with("target-"))
+            .collect();
+        eprintln!("{topic}: acknowledged {acked:?}, stored {stored:?}, producer state {producers:?}");
+        outcomes.insert(topic, (acked, stored, producers));
+    }
+    // Promoted: every write stored once after the source's records, by producers whose ids the source used.
+    let (acked, stored, producers) = &outcomes[promoted];
+    assert_eq!(acked, &(end..end + 3).map(Ok).collect::<Vec<_>>());
+    assert_eq!(stored, &["target-0", "target-1", "target-2"]);
+    assert!(producers.iter().all(|r| r.producer_id < WRITER_PRODUCERS && r.last_sequence == 0), "{producers:?}");
+    // Kept: the broker believes the source's producers; new writes are acknowledged and dropped as duplicates
+    // (acknowledged with a source offset) or refused as out of order — never stored after the source's records.
+    let (acked, stored, producers) = &outcomes[kept];
+    assert!(
+        producers.iter().any(|r| r.last_sequence == i64::from(WRITER_BATCHES) - 1),
+        "the source's producer state is loaded: {producers:?}"
+    );
+    let lost = acked.iter().filter(|a| !matches!(a, Ok(o) if *o >= end)).count();
+    assert!(lost > 0, "no write was lost with the source's producer state: {acked:?}");
+    assert!(stored.len() < 3, "{stored:?}");
+    target.stop().unwrap();
 }

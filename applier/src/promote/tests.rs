@@ -184,6 +184,10 @@ pub(super) fn fixture_with(write: impl Fn(&Path, i32) -> WrittenPartition, start
 }
 
 impl Fixture {
+    pub(super) fn promote_request(&self) -> PromoteRequest {
+        self.request()
+    }
+
     fn request(&self) -> PromoteRequest {
         PromoteRequest {
             mirror_root: self.mirror.clone(),
@@ -229,7 +233,7 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 /// The target log dir as promotion leaves it, with the root checkpoints compared by content (entry order is not
 /// part of the format) and the lock file (created by promotion if missing) left out.
-fn target_state(dir: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, Vec<OffsetCheckpointEntry>>) {
+pub(super) fn target_state(dir: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, Vec<OffsetCheckpointEntry>>) {
     let mut files = tree(dir);
     files.remove(Path::new(LOCK_FILE));
     let mut checkpoints = BTreeMap::new();

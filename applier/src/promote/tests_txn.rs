@@ -317,3 +317,70 @@ fn promotion_aborts_open_transactions_and_starts_producer_state_empty_after_them
 
 /// The leader epoch the fixture's target partitions last led in (promotion restamps to it).
 const TARGET_EPOCH_OF_FIXTURE: i32 = 2;
+
+/// The target's files with what depends on the promotion time left out: the markers' timestamps (in their `.log`
+/// batches and in the sealed time index). Each `.log` becomes its frames' offsets, producers and types.
+fn timeless_state(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let (files, checkpoints) = super::tests::target_state(dir);
+    let mut out: Vec<(std::path::PathBuf, String)> = files
+        .into_iter()
+        .map(|(name, bytes)| {
+            let text = match name.extension().and_then(|e| e.to_str()) {
+                Some("log") => format!(
+                    "{:?}",
+                    segment_format::log::scan_frames(&bytes, 0)
+                        .map(|f| {
+                            let i = f.unwrap().info;
+                            (i.base_offset, i.last_offset, i.producer_id, i.producer_epoch, i.control)
+                        })
+                        .collect::<Vec<_>>()
+                ),
+                Some("timeindex") => format!("{} bytes", bytes.len()),
+                _ => format!("{bytes:?}"),
+            };
+            (name, text)
+        })
+        .collect();
+    out.push(("checkpoints".into(), format!("{checkpoints:?}")));
+    out
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_cut_is_finished_with_the_journaled_cut() {
+    let reference = {
+        let (mut f, _) = txn_fixture();
+        f.promote().unwrap();
+        timeless_state(&f.target)
+    };
+    let steps = {
+        let (mut f, _) = txn_fixture();
+        let mut seen = Vec::new();
+        promote_with(&f.promote_request(), &mut f.catalog, &mut |s| seen.push(s)).unwrap();
+        seen
+    };
+    for crash_at in &steps {
+        let (mut f, wants) = txn_fixture();
+        let request = f.promote_request();
+        let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            promote_with(&request, &mut f.catalog, &mut |s| {
+                if &s == crash_at {
+                    panic!("crash at {s:?}");
+                }
+            })
+        }));
+        assert!(crashed.is_err(), "the hook fired at {crash_at:?}");
+        if *crash_at == Step::Journaled {
+            // A crash while building partition 0 leaves a partial copy with a marker already appended.
+            let partial = f.target.join(STAGING_DIR).join(format!("{TOPIC}-0.building"));
+            std::fs::create_dir_all(&partial).unwrap();
+            std::fs::write(partial.join(segment_file_name(0, SegmentFileKind::Log)), b"partial").unwrap();
+        }
+        let report = f.promote().unwrap();
+        for (p, want) in report.partitions.iter().zip(&wants) {
+            assert_eq!(p.outcome, Outcome::Resumed, "crash at {crash_at:?}");
+            assert_eq!(&p.transactions_aborted, want, "crash at {crash_at:?}");
+        }
+        // One marker per cut transaction, never two, and the same files as an uninterrupted promotion.
+        assert_eq!(timeless_state(&f.target), reference, "crash at {crash_at:?}");
+    }
+}
