@@ -64,11 +64,11 @@ mod lock;
 mod producer_state;
 mod restamp;
 mod target;
-mod txn_cut;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_txn;
+mod txn_cut;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -25,7 +25,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::str::FromStr;
 
 use segment_format::checkpoint::{OffsetCheckpoint, OffsetCheckpointEntry};
-use segment_format::dir::{PARTITION_METADATA_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE};
+use segment_format::dir::{
+    PARTITION_METADATA_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE,
+};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
@@ -157,8 +159,16 @@ struct ProducerRow {
 
 fn describe_producers(bootstrap: &str, topic: &str) -> Vec<ProducerRow> {
     let tools = KafkaTools::new(KafkaInstall::locate().unwrap(), bootstrap);
-    let args = ["--bootstrap-server", bootstrap, "describe-producers", "--topic", topic, "--partition", "0"]
-        .map(String::from);
+    let args = [
+        "--bootstrap-server",
+        bootstrap,
+        "describe-producers",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+    ]
+    .map(String::from);
     let out = tools.run("org.apache.kafka.tools.TransactionsCommand", &args).unwrap();
     let mut rows: Vec<ProducerRow> = out
         .lines()
@@ -205,7 +215,12 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         python_produce(&sb, &plan).unwrap();
     }
     for (topic, _) in OPEN_RECORDS {
-        committed_transaction(&sb, topic, "committed-on-source", &["committed-0".into(), "committed-1".into()]);
+        committed_transaction(
+            &sb,
+            topic,
+            "committed-on-source",
+            &["committed-0".into(), "committed-1".into()],
+        );
     }
     let open = OpenTransaction::start(&sb);
     // Plain records after the open transaction's: beyond the source's last stable offset while it is open.
@@ -226,7 +241,15 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     );
     std::fs::create_dir_all(&store).unwrap();
     let seed = run_segmirror_env(
-        ["seed", "--log-dir", &s(source.log_dir()), "--store", &s(&store), "--link", "p"],
+        [
+            "seed",
+            "--log-dir",
+            &s(source.log_dir()),
+            "--store",
+            &s(&store),
+            "--link",
+            "p",
+        ],
         &[],
     )
     .unwrap();
@@ -252,10 +275,7 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     open.abort();
     let mut on_source = BTreeMap::new();
     for topic in names {
-        on_source.insert(
-            topic,
-            consume_all(&sb, topic, None, Isolation::ReadCommitted).unwrap(),
-        );
+        on_source.insert(topic, consume_all(&sb, topic, None, Isolation::ReadCommitted).unwrap());
     }
     for (topic, _) in OPEN_RECORDS {
         let v = values(&on_source[topic]);
@@ -302,7 +322,11 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
 
     // Sound for segmirror's verify and for Kafka's own deep dump; the markers are real ABORT markers.
     let dirs: Vec<PathBuf> = names.iter().map(|t| target.partition_dir(t, 0)).collect();
-    let verify = segmirror_verify(&dirs.iter().map(|d| d.as_path()).collect::<Vec<_>>(), &["--deep", "--strict"]).unwrap();
+    let verify = segmirror_verify(
+        &dirs.iter().map(|d| d.as_path()).collect::<Vec<_>>(),
+        &["--deep", "--strict"],
+    )
+    .unwrap();
     assert_eq!(verify.code, 0, "{verify}");
     // Every segment file, indexes and snapshots included: DumpLogSegments checks each index against its log.
     let files: Vec<PathBuf> = dirs
@@ -321,7 +345,11 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         .filter(|l| !l.starts_with("Non-consecutive offsets in ") && !l.trim().starts_with("-1 is followed by "))
         .collect();
     assert!(complaints.is_empty(), "DumpLogSegments complained:\n{}", out.stderr);
-    let txn_dump: Vec<&String> = dumped.values().flat_map(|f| &f.other_lines).filter(|l| l.contains("producerId")).collect();
+    let txn_dump: Vec<&String> = dumped
+        .values()
+        .flat_map(|f| &f.other_lines)
+        .filter(|l| l.contains("producerId"))
+        .collect();
     eprintln!("DumpLogSegments, transaction index and snapshot lines: {txn_dump:#?}");
     for (topic, _) in OPEN_RECORDS {
         let marker_offset = ends[topic] - 1;
@@ -331,7 +359,10 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
             .flat_map(|(_, f)| &f.batches)
             .find(|b| b.base_offset == marker_offset)
             .unwrap_or_else(|| panic!("{topic}: no batch at {marker_offset}"));
-        assert!(marker.is_control && marker.is_transactional && marker.is_valid, "{marker:?}");
+        assert!(
+            marker.is_control && marker.is_transactional && marker.is_valid,
+            "{marker:?}"
+        );
         assert_eq!(marker.records[0].end_txn_marker.as_deref(), Some("ABORT"), "{marker:?}");
     }
 
@@ -372,7 +403,10 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     // the source's records.
     let first: Vec<String> = (0..TARGET_PRODUCERS).map(|i| format!("target-a-{i}")).collect();
     let offsets = idempotent_writes(&tb, IDEM, &first);
-    assert_eq!(offsets, (idem_end..idem_end + TARGET_PRODUCERS as i64).collect::<Vec<_>>());
+    assert_eq!(
+        offsets,
+        (idem_end..idem_end + TARGET_PRODUCERS as i64).collect::<Vec<_>>()
+    );
     let check_idem = |bootstrap: &str, written: &[String]| {
         let got = consume_all(bootstrap, IDEM, None, Isolation::ReadUncommitted).unwrap();
         let mut want = values(&on_source[IDEM]);
@@ -387,7 +421,10 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     eprintln!("target producers of {IDEM}: {target_producers:?}");
     assert_eq!(target_producers.len(), TARGET_PRODUCERS, "{target_producers:?}");
     for r in &target_producers {
-        assert!(source_ids.contains(&r.producer_id), "{r:?} is not one of the source's {source_ids:?}");
+        assert!(
+            source_ids.contains(&r.producer_id),
+            "{r:?} is not one of the source's {source_ids:?}"
+        );
         assert_eq!((r.last_sequence, r.current_txn_start), (0, None), "{r:?}");
     }
 
@@ -397,7 +434,11 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     target.restart().unwrap();
     let tb = target.bootstrap();
     check_idem(&tb, &first);
-    assert_eq!(describe_producers(&tb, IDEM), target_producers, "the same state after the unclean restart");
+    assert_eq!(
+        describe_producers(&tb, IDEM),
+        target_producers,
+        "the same state after the unclean restart"
+    );
     let second: Vec<String> = (0..TARGET_PRODUCERS).map(|i| format!("target-b-{i}")).collect();
     let offsets = idempotent_writes(&tb, IDEM, &second);
     let after = idem_end + TARGET_PRODUCERS as i64;
@@ -412,11 +453,23 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
             .lines()
             .filter(|l| l.contains(&format!("for {topic}-0")))
             .filter_map(|l| l.split(needle).nth(1))
-            .map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap())
+            .map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
             .collect();
-        assert!(!recovered.is_empty() || topic != IDEM, "{IDEM}: the unclean restarts recovered nothing");
+        assert!(
+            !recovered.is_empty() || topic != IDEM,
+            "{IDEM}: the unclean restarts recovered nothing"
+        );
         let replayed: Vec<&i64> = recovered.iter().filter(|base| **base < ends[topic]).collect();
-        assert!(replayed.is_empty(), "{topic}: a promoted segment was recovered: {replayed:?}");
+        assert!(
+            replayed.is_empty(),
+            "{topic}: a promoted segment was recovered: {replayed:?}"
+        );
     }
     target.stop().unwrap();
 }
@@ -521,7 +574,11 @@ fn keeping_the_source_producer_state_loses_new_writes() {
                 .config("enable.idempotence", "true")
                 .config("acks", "all")
                 .step(ProduceStep::Send(vec![record(format!("target-{i}"))]));
-            acked.push(python_produce(&tb, &plan).map(|r| r[0].offset).map_err(|e| format!("{e:#}")));
+            acked.push(
+                python_produce(&tb, &plan)
+                    .map(|r| r[0].offset)
+                    .map_err(|e| format!("{e:#}")),
+            );
         }
         let producers = describe_producers(&tb, topic);
         let stored: Vec<String> = values(&consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap())
@@ -535,16 +592,26 @@ fn keeping_the_source_producer_state_loses_new_writes() {
     let (acked, stored, producers) = &outcomes[promoted];
     assert_eq!(acked, &(end..end + 3).map(Ok).collect::<Vec<_>>());
     assert_eq!(stored, &["target-0", "target-1", "target-2"]);
-    assert!(producers.iter().all(|r| r.producer_id < WRITER_PRODUCERS && r.last_sequence == 0), "{producers:?}");
+    assert!(
+        producers
+            .iter()
+            .all(|r| r.producer_id < WRITER_PRODUCERS && r.last_sequence == 0),
+        "{producers:?}"
+    );
     // Kept: the broker believes the source's producers; new writes are acknowledged and dropped as duplicates
     // (acknowledged with a source offset) or refused as out of order — never stored after the source's records.
     let (acked, stored, producers) = &outcomes[kept];
     assert!(
-        producers.iter().any(|r| r.last_sequence == i64::from(WRITER_BATCHES) - 1),
+        producers
+            .iter()
+            .any(|r| r.last_sequence == i64::from(WRITER_BATCHES) - 1),
         "the source's producer state is loaded: {producers:?}"
     );
     let lost = acked.iter().filter(|a| !matches!(a, Ok(o) if *o >= end)).count();
-    assert!(lost > 0, "no write was lost with the source's producer state: {acked:?}");
+    assert!(
+        lost > 0,
+        "no write was lost with the source's producer state: {acked:?}"
+    );
     assert!(stored.len() < 3, "{stored:?}");
     target.stop().unwrap();
 }

@@ -377,7 +377,11 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
             segment_format::snapshot::ProducerSnapshot::default()
         );
         for ext in ["log", "index", "timeindex"] {
-            assert_eq!(copied[&PathBuf::from(format!("{end:020}.{ext}"))], Vec::<u8>::new(), "{ext}");
+            assert_eq!(
+                copied[&PathBuf::from(format!("{end:020}.{ext}"))],
+                Vec::<u8>::new(),
+                "{ext}"
+            );
         }
         assert!(p.transactions_aborted.is_empty());
     }

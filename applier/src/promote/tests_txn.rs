@@ -121,14 +121,16 @@ fn expected_cut(written: &Written) -> Vec<CutTransaction> {
         .open
         .iter()
         .zip(written.partition.log_end_offset..)
-        .map(|(&(producer_id, producer_epoch, first_offset, records), marker_offset)| CutTransaction {
-            producer_id,
-            producer_epoch,
-            coordinator_epoch: if producer_id == DECIDED { 7 } else { 0 },
-            first_offset,
-            records,
-            marker_offset,
-        })
+        .map(
+            |(&(producer_id, producer_epoch, first_offset, records), marker_offset)| CutTransaction {
+                producer_id,
+                producer_epoch,
+                coordinator_epoch: if producer_id == DECIDED { 7 } else { 0 },
+                first_offset,
+                records,
+                marker_offset,
+            },
+        )
         .collect()
 }
 
@@ -210,12 +212,17 @@ fn abort_markers_and_index_entries_are_what_a_coordinator_and_broker_write() {
         entries,
         vec![AbortedTxn::new(10, 3, 100, 80), AbortedTxn::new(40, 80, 101, 102)]
     );
-    let frames: Vec<_> = segment_format::log::scan_frames(&bytes, 0).map(|f| f.unwrap()).collect();
+    let frames: Vec<_> = segment_format::log::scan_frames(&bytes, 0)
+        .map(|f| f.unwrap())
+        .collect();
     assert_eq!(frames.len(), 2);
     for (frame, c) in frames.iter().zip(&cut) {
         assert!(frame.crc_matches());
         let i = frame.info;
-        assert_eq!((i.base_offset, i.last_offset, i.records_count), (c.marker_offset, c.marker_offset, 1));
+        assert_eq!(
+            (i.base_offset, i.last_offset, i.records_count),
+            (c.marker_offset, c.marker_offset, 1)
+        );
         assert_eq!((i.producer_id, i.producer_epoch), (c.producer_id, c.producer_epoch));
         assert_eq!(i.partition_leader_epoch, 6);
         assert!(i.is_transactional && i.is_control);
@@ -277,9 +284,13 @@ fn promotion_aborts_open_transactions_and_starts_producer_state_empty_after_them
         .unwrap();
         let markers = &tail[tail.len() - want.len()..];
         for (m, c) in markers.iter().zip(want) {
-            assert_eq!((m.base_offset, m.producer_id, m.control), (c.marker_offset, c.producer_id, Some(ControlType::Abort)));
+            assert_eq!(
+                (m.base_offset, m.producer_id, m.control),
+                (c.marker_offset, c.producer_id, Some(ControlType::Abort))
+            );
         }
-        let txn = TxnIndex::parse(&std::fs::read(dst.join(segment_file_name(last, SegmentFileKind::TxnIndex))).unwrap());
+        let txn =
+            TxnIndex::parse(&std::fs::read(dst.join(segment_file_name(last, SegmentFileKind::TxnIndex))).unwrap());
         let (_, entries) = abort_markers(want, TARGET_EPOCH_OF_FIXTURE, 0);
         assert!(txn.entries.ends_with(&entries), "{:?}", txn.entries);
         // An empty active segment and an empty snapshot at the new end; no snapshot of the source's.
@@ -289,14 +300,27 @@ fn promotion_aborts_open_transactions_and_starts_producer_state_empty_after_them
             .filter(|n| n.ends_with(".snapshot"))
             .collect();
         assert_eq!(snapshots, vec![segment_file_name(end, SegmentFileKind::Snapshot)]);
-        assert!(ProducerSnapshot::read(&dst.join(&snapshots[0])).unwrap().entries.is_empty());
-        assert_eq!(std::fs::metadata(dst.join(segment_file_name(end, SegmentFileKind::Log))).unwrap().len(), 0);
+        assert!(ProducerSnapshot::read(&dst.join(&snapshots[0]))
+            .unwrap()
+            .entries
+            .is_empty());
+        assert_eq!(
+            std::fs::metadata(dst.join(segment_file_name(end, SegmentFileKind::Log)))
+                .unwrap()
+                .len(),
+            0
+        );
         // The catalog says what was cut.
         let key = segmirror_catalog::PartitionKey::new("l", TOPIC, w.partition);
-        let events = f.catalog.events(Some(segmirror_catalog::Subject::Partition(&key)), 100).unwrap();
+        let events = f
+            .catalog
+            .events(Some(segmirror_catalog::Subject::Partition(&key)), 100)
+            .unwrap();
         for c in want {
             assert!(
-                events.iter().any(|e| e.detail.contains(&format!("producer id {} (epoch {})", c.producer_id, c.producer_epoch))
+                events.iter().any(|e| e
+                    .detail
+                    .contains(&format!("producer id {} (epoch {})", c.producer_id, c.producer_epoch))
                     && e.detail.contains(&format!("{} record(s)", c.records))),
                 "{events:?}"
             );
