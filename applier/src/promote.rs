@@ -820,33 +820,6 @@ fn execute(
     Ok(results)
 }
 
-/// After the segments are copied into `building`: abort the open transactions and start the producer state empty
-/// after them (`txn_cut`, `producer_state`).
-fn finish_producer_state(p: &Planned, building: &Path) -> Result<()> {
-    let Some(&first_last_base) = p.segments.last() else {
-        return producer_state::start_empty(building, p.log_end_offset, p.end_offset());
-    };
-    let mut last_base = first_last_base;
-    let (markers, entries) = txn_cut::abort_markers(&p.cut, p.leader_epoch, p.cut_timestamp);
-    if !markers.is_empty() {
-        let last_log = building.join(segment_file_name(last_base, SegmentFileKind::Log));
-        let size = std::fs::metadata(&last_log).map_err(|e| Error::io(&last_log, e))?.len();
-        if !txn_cut::fits_in_segment(last_base, size, p.end_offset(), markers.len()) {
-            // The broker would have rolled: the markers get a segment of their own.
-            txn_cut::rebuild_indexes(building, last_base)?;
-            last_base = p.log_end_offset;
-            let log = building.join(segment_file_name(last_base, SegmentFileKind::Log));
-            std::fs::File::create(&log).map_err(|e| Error::io(&log, e))?;
-        }
-        txn_cut::append_markers(building, last_base, &markers, &entries)?;
-    }
-    if last_base != p.end_offset() {
-        // It stops being the active segment.
-        txn_cut::rebuild_indexes(building, last_base)?;
-    }
-    producer_state::start_empty(building, last_base, p.end_offset())
-}
-
 fn staged(staging: &Path, p: &Planned, suffix: &str) -> PathBuf {
     staging.join(format!("{}.{suffix}", p.tp().dir_name()))
 }
@@ -921,7 +894,7 @@ fn build(
             }],
         });
     }
-    finish_producer_state(p, &building)?;
+    producer_state::finish(p, &building)?;
     let topic_id: Uuid = p.target_topic_id.parse().map_err(|e| {
         Error::io(
             staging.join(JOURNAL_FILE),

@@ -31,6 +31,7 @@ use std::path::Path;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::snapshot::ProducerSnapshot;
 
+use super::{txn_cut, Planned};
 use crate::error::{Error, Result};
 
 /// Start the producer state of the partition being built in `dir` at `end_offset`: an empty active segment there
@@ -45,4 +46,31 @@ pub fn start_empty(dir: &Path, last_base: i64, end_offset: i64) -> Result<()> {
     }
     ProducerSnapshot::default().write(&dir.join(segment_file_name(end_offset, SegmentFileKind::Snapshot)))?;
     Ok(())
+}
+
+/// After the segments are copied into `building`: abort the open transactions and start the producer state empty
+/// after them (`txn_cut`, `producer_state`).
+pub(super) fn finish(p: &Planned, building: &Path) -> Result<()> {
+    let Some(&first_last_base) = p.segments.last() else {
+        return start_empty(building, p.log_end_offset, p.end_offset());
+    };
+    let mut last_base = first_last_base;
+    let (markers, entries) = txn_cut::abort_markers(&p.cut, p.leader_epoch, p.cut_timestamp);
+    if !markers.is_empty() {
+        let last_log = building.join(segment_file_name(last_base, SegmentFileKind::Log));
+        let size = std::fs::metadata(&last_log).map_err(|e| Error::io(&last_log, e))?.len();
+        if !txn_cut::fits_in_segment(last_base, size, p.end_offset(), markers.len()) {
+            // The broker would have rolled: the markers get a segment of their own.
+            txn_cut::rebuild_indexes(building, last_base)?;
+            last_base = p.log_end_offset;
+            let log = building.join(segment_file_name(last_base, SegmentFileKind::Log));
+            std::fs::File::create(&log).map_err(|e| Error::io(&log, e))?;
+        }
+        txn_cut::append_markers(building, last_base, &markers, &entries)?;
+    }
+    if last_base != p.end_offset() {
+        // It stops being the active segment.
+        txn_cut::rebuild_indexes(building, last_base)?;
+    }
+    start_empty(building, last_base, p.end_offset())
 }
