@@ -38,6 +38,7 @@ use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::install::MAX_SNAPSHOT_BYTES;
 
 /// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
 /// one: the lowest a coordinator ever uses, and irrelevant on the target (no coordinator there knows the
@@ -75,6 +76,11 @@ fn starting_snapshot(dir: &Path, snapshots: &[i64], end: i64) -> Option<(i64, Pr
     candidates.sort_unstable();
     candidates.into_iter().rev().find_map(|offset| {
         let path = dir.join(segment_file_name(offset, SegmentFileKind::Snapshot));
+        // The applier installs none larger; one that is (put there by someone else) is not read into memory.
+        let size = std::fs::metadata(&path).ok()?.len();
+        if size > MAX_SNAPSHOT_BYTES {
+            return None;
+        }
         ProducerSnapshot::read(&path).ok().map(|s| (offset, s))
     })
 }
