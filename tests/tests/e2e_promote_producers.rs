@@ -479,10 +479,13 @@ fn target_install() -> &'static KafkaInstall {
 }
 
 /// Source producers of the writer-made partition: ids 0.. on the source, as a fresh target cluster hands them out.
-const WRITER_PRODUCERS: i64 = 6;
-/// One-record batches per source producer: the broker keeps the last 5 batches of each producer for duplicate
-/// detection, so a new producer's first batch (sequence 0) matches one of them.
+const WRITER_PRODUCERS: i64 = 9;
+/// One-record batches of each odd source producer; each even one wrote a single one-record batch (sequence 0),
+/// which a new producer's first batch duplicates exactly.
 const WRITER_BATCHES: i32 = 5;
+/// New producers on the promoted copy (ids 0..3, first) and on the kept copy (ids 3..9, then).
+const PROMOTED_WRITES: usize = 3;
+const KEPT_WRITES: usize = 6;
 
 /// A partition as a source broker that served idempotent producers 0..WRITER_PRODUCERS leaves it at clean shutdown
 /// (producer snapshot at the log end included).
@@ -500,7 +503,7 @@ fn write_idempotent_partition(root: &Path, topic: &str) -> WrittenPartition {
         .as_millis() as i64
         - 60_000;
     for seq in 0..WRITER_BATCHES {
-        for pid in 0..WRITER_PRODUCERS {
+        for pid in (0..WRITER_PRODUCERS).filter(|pid| seq == 0 || pid % 2 == 1) {
             let base = w.next_offset();
             let batch = BatchBuilder::new(base)
                 .partition_leader_epoch(1)
@@ -540,7 +543,6 @@ fn keeping_the_source_producer_state_loses_new_writes() {
     let plain = write_idempotent_partition(&plain_root, kept);
     let written = write_idempotent_partition(&mirror, promoted);
     let end = written.log_end_offset;
-    assert_eq!(end, WRITER_PRODUCERS * i64::from(WRITER_BATCHES));
     assert!(plain.snapshots.contains(&end), "{:?}", plain.snapshots);
 
     // The copy that keeps producer state: the source's files, snapshot included, under the target's topic id.
@@ -564,12 +566,12 @@ fn keeping_the_source_producer_state_loses_new_writes() {
 
     target.restart().unwrap();
     let tb = target.bootstrap();
-    // Three new idempotent producers per topic; the fresh target cluster hands out ids 0.. again, all of which the
+    // New idempotent producers on each copy; the fresh target cluster hands out ids 0.. again, all of which the
     // source used.
     let mut outcomes = BTreeMap::new();
-    for topic in [kept, promoted] {
+    for (topic, writes) in [(promoted, PROMOTED_WRITES), (kept, KEPT_WRITES)] {
         let mut acked = Vec::new();
-        for i in 0..3 {
+        for i in 0..writes {
             let plan = ProducePlan::new(topic)
                 .config("enable.idempotence", "true")
                 .config("acks", "all")
@@ -598,8 +600,9 @@ fn keeping_the_source_producer_state_loses_new_writes() {
             .all(|r| r.producer_id < WRITER_PRODUCERS && r.last_sequence == 0),
         "{producers:?}"
     );
-    // Kept: the broker believes the source's producers; new writes are acknowledged and dropped as duplicates
-    // (acknowledged with a source offset) or refused as out of order — never stored after the source's records.
+    // Kept: the broker believes the source's producers. A new producer whose id matches a source producer that
+    // wrote one batch gets its write acknowledged at the *source's* offset and dropped as a duplicate; one whose id
+    // matches a producer that wrote more is refused (fatal OUT_OF_ORDER_SEQUENCE_NUMBER). Nothing is stored.
     let (acked, stored, producers) = &outcomes[kept];
     assert!(
         producers
@@ -607,11 +610,12 @@ fn keeping_the_source_producer_state_loses_new_writes() {
             .any(|r| r.last_sequence == i64::from(WRITER_BATCHES) - 1),
         "the source's producer state is loaded: {producers:?}"
     );
-    let lost = acked.iter().filter(|a| !matches!(a, Ok(o) if *o >= end)).count();
-    assert!(
-        lost > 0,
-        "no write was lost with the source's producer state: {acked:?}"
-    );
-    assert!(stored.len() < 3, "{stored:?}");
+    let duplicates = acked.iter().filter(|a| matches!(a, Ok(o) if *o < end)).count();
+    let refused = acked
+        .iter()
+        .filter(|a| matches!(a, Err(e) if e.contains("out of order sequence")))
+        .count();
+    assert_eq!((duplicates, refused), (KEPT_WRITES / 2, KEPT_WRITES / 2), "{acked:?}");
+    assert!(stored.is_empty(), "{stored:?}");
     target.stop().unwrap();
 }
