@@ -54,7 +54,8 @@ pub struct CutTransaction {
     pub coordinator_epoch: i32,
     /// First offset of the transaction in this partition.
     pub first_offset: i64,
-    /// Records of the transaction in this partition, now aborted.
+    /// Records of the transaction in the promoted segments (those below the log start offset are not copied),
+    /// now aborted.
     pub records: u64,
     /// Offset of the ABORT marker promotion writes.
     pub marker_offset: i64,
