@@ -14,7 +14,14 @@
 //!   resuming the Java client refuses the broker's metadata as stale forever while librdkafka's offset validation
 //!   fails and resets to `auto.offset.reset`. The broker itself truncates the "conflicting" epoch cache on becoming
 //!   leader. The field is outside the batch CRC and Kafka's own leader restamps on append, so restamping keeps the
-//!   data valid. ARCHITECTURE.md ("Promotion and leader epochs") records the evidence and the rejected options.
+//!   data valid. docs/promotion.md ("Leader epochs") records the evidence and the rejected options.
+//! - **No producer state of the source's**: the target cluster hands out producer ids the source used, and the
+//!   broker would take a new producer's first batches for duplicates of the source's. No source snapshot is
+//!   copied; after the data comes an empty active segment with an empty producer snapshot at its base, so that
+//!   neither a clean nor an unclean start ever replays a source segment (`producer_state`).
+//! - **No open transaction**: one reaching the mirror's end is aborted by an ABORT marker appended after the data,
+//!   with its `.txnindex` entry (`txn_cut`); the report and the catalog say what was cut. docs/promotion.md
+//!   ("Producer state", "Open transactions") records the evidence.
 //! - Root checkpoints: `recovery-point-offset-checkpoint` = log end offset (no recovery needed),
 //!   `replication-offset-checkpoint` (high watermark) = log end offset, `log-start-offset-checkpoint` = the source's
 //!   log start offset when it lies above the first segment's base offset (Kafka writes it only then; without it
@@ -34,8 +41,9 @@
 //! refuses to start while a promotion is unfinished** (its log names the directory). In order:
 //! 1. the selected partitions are paused in the catalog (a running applier leaves them alone) and the plan is
 //!    written to `promotion.json` there (the journal);
-//! 2. each partition is built complete in `<topic>-<partition>.building/` (copies, restamped, fsynced) and renamed
-//!    `.ready`;
+//! 2. each partition is built complete in `<topic>-<partition>.building/` (copies, restamped, abort markers, empty
+//!    producer state, fsynced) and renamed `.ready`; what is cut is decided at planning and journaled, so a rebuild
+//!    after a crash writes the same bytes;
 //! 3. each live partition directory is renamed to `<topic>-<partition>.old` in staging and the `.ready` one takes
 //!    its place;
 //! 4. the root checkpoints are rewritten (`durable::write_atomically`);
@@ -53,10 +61,14 @@
 //! dir (identical copies) before starting any of them.
 
 mod lock;
+mod producer_state;
 mod restamp;
 mod target;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_txn;
+mod txn_cut;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -77,6 +89,7 @@ use crate::error::{Error, Result};
 
 pub use lock::{LockFailure, LogDirLock};
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
+pub use txn_cut::CutTransaction;
 
 /// The staging directory inside the target log dir. Not a partition name: the broker refuses to start while it
 /// exists.
@@ -330,6 +343,9 @@ pub struct PromotedPartition {
     pub log_bytes: u64,
     /// Batches whose epoch was rewritten.
     pub batches_restamped: u64,
+    /// Transactions open at the mirror's end, aborted by this promotion (an ABORT marker each, at
+    /// `marker_offset`; `log_end_offset` counts the markers).
+    pub transactions_aborted: Vec<CutTransaction>,
 }
 
 /// What a promotion did.
@@ -365,10 +381,17 @@ struct Planned {
     log_end_offset: i64,
     /// Base offsets of the segments to copy (those not wholly below the log start offset), ascending.
     segments: Vec<i64>,
-    /// Producer-state snapshots to copy.
+    /// The mirror's producer-state snapshots (read to find open transactions; none is copied: the promoted
+    /// partition starts with empty producer state, see `producer_state`).
     snapshots: Vec<i64>,
     /// The catalog's state before promotion paused it.
     previous_state: String,
+    /// Transactions open at `log_end_offset`, aborted by markers from there on (see `txn_cut`).
+    #[serde(default)]
+    cut: Vec<CutTransaction>,
+    /// Timestamp of the abort markers (decided at planning, so a rebuilt partition is identical).
+    #[serde(default)]
+    cut_timestamp: i64,
 }
 
 impl Planned {
@@ -378,6 +401,11 @@ impl Planned {
 
     fn first_base_offset(&self) -> i64 {
         self.segments.first().copied().unwrap_or(self.log_end_offset)
+    }
+
+    /// The promoted partition's log end offset: the mirror's, plus one abort marker per cut transaction.
+    fn end_offset(&self) -> i64 {
+        self.log_end_offset.saturating_add(self.cut.len() as i64)
     }
 }
 
@@ -537,6 +565,13 @@ pub(crate) fn promote_with(
     Ok(report)
 }
 
+/// Milliseconds since the epoch (the abort markers' timestamp); 0 if the clock is before 1970.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 fn refuse<T>(refusal: Refusal) -> Result<T> {
     Err(Error::PromoteRefused {
         refusals: vec![refusal],
@@ -561,6 +596,7 @@ fn already_promoted(p: &MirrorPartition) -> PromotedPartition {
         segments: 0,
         log_bytes: 0,
         batches_restamped: 0,
+        transactions_aborted: Vec::new(),
     }
 }
 
@@ -590,6 +626,12 @@ fn plan(request: &PromoteRequest, all: &[MirrorPartition], todo: &[MirrorPartiti
         let Some(found) = target.inspect_partition(&tp, request.force, &mut refusals)? else {
             continue;
         };
+        let cut = txn_cut::find_open_transactions(
+            &request.mirror_root.join(tp.dir_name()),
+            &mirror.segments,
+            &mirror.snapshots,
+            mirror.log_end_offset,
+        )?;
         ids.entry(tp.topic.clone())
             .or_default()
             .insert(tp.partition, found.topic_id.to_string());
@@ -603,6 +645,8 @@ fn plan(request: &PromoteRequest, all: &[MirrorPartition], todo: &[MirrorPartiti
             segments: mirror.segments,
             snapshots: mirror.snapshots,
             previous_state: p.state.as_str().to_string(),
+            cut,
+            cut_timestamp: now_ms(),
         });
     }
     for (topic, ids) in ids {
@@ -797,10 +841,11 @@ fn build(
         target_topic_id: Some(p.target_topic_id.clone()),
         leader_epoch: Some(p.leader_epoch),
         log_start_offset: p.log_start_offset,
-        log_end_offset: Some(p.log_end_offset),
+        log_end_offset: Some(p.end_offset()),
         segments: p.segments.len(),
         log_bytes: 0,
         batches_restamped: 0,
+        transactions_aborted: p.cut.clone(),
     };
     if ready.exists() || old.exists() {
         return Ok(result);
@@ -849,12 +894,7 @@ fn build(
             }],
         });
     }
-    for offset in &p.snapshots {
-        let name = segment_file_name(*offset, SegmentFileKind::Snapshot);
-        let to = building.join(&name);
-        copy(&source.join(&name), &to)?;
-        sync_file(&to)?;
-    }
+    producer_state::finish(p, &building)?;
     let topic_id: Uuid = p.target_topic_id.parse().map_err(|e| {
         Error::io(
             staging.join(JOURNAL_FILE),
@@ -862,7 +902,7 @@ fn build(
         )
     })?;
     PartitionMetadata::new(topic_id).write(&building.join(PARTITION_METADATA_FILE))?;
-    let epochs = if p.log_start_offset < p.log_end_offset {
+    let epochs = if p.log_start_offset < p.end_offset() {
         vec![EpochEntry {
             epoch: p.leader_epoch,
             start_offset: p.log_start_offset,
@@ -910,16 +950,25 @@ fn record(catalog: &mut Catalog, link: &str, p: &Planned, log_dir: &Path) -> Res
     catalog.set_mirror_topic_id(row.id, &p.target_topic_id)?;
     let detail = format!(
         "promoted into {}: offsets [{}, {}), {} segment(s), leader epoch restamped to {}, target topic id {} \
-         (state before promotion: {})",
+         (state before promotion: {}); producer state starts empty at offset {}",
         log_dir.display(),
         p.log_start_offset,
-        p.log_end_offset,
+        p.end_offset(),
         p.segments.len(),
         p.leader_epoch,
         p.target_topic_id,
-        p.previous_state
+        p.previous_state,
+        p.end_offset()
     );
     catalog.append_event(Subject::Partition(&key), EventKind::Note, &detail)?;
+    for c in &p.cut {
+        let detail = format!(
+            "transaction open at the mirror's end aborted at promotion: producer id {} (epoch {}), first offset {}, \
+             {} record(s), ABORT marker at offset {}",
+            c.producer_id, c.producer_epoch, c.first_offset, c.records, c.marker_offset
+        );
+        catalog.append_event(Subject::Partition(&key), EventKind::Note, &detail)?;
+    }
     catalog.set_partition_state(row.id, PartitionState::Promoted)?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! higher than the target partition's epoch. KIP-320 clients remember the epoch of the last record they read and
 //! commit it with their offsets; on the target that epoch is "from the future": the Java consumer refuses the
 //! broker's metadata as stale and stops fetching, librdkafka's offset validation gets "no such epoch" back and
-//! resets to `auto.offset.reset` (see ARCHITECTURE.md, "Promotion and leader epochs", for the experiment). Kafka's
+//! resets to `auto.offset.reset` (see docs/promotion.md, "Leader epochs", for the experiment). Kafka's
 //! own leader restamps every batch it appends (`LogValidator`), and the field lies outside the CRC (which covers
 //! bytes 21.. of a batch; `DefaultRecordBatch`), so rewriting those four bytes leaves every batch valid.
 //!

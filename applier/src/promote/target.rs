@@ -110,10 +110,11 @@ impl TargetLogDir {
 /// The entry each root checkpoint must carry for a promoted partition (`None`: no entry).
 fn wanted(kind: RootCheckpoint, p: &Planned) -> Option<i64> {
     match kind {
-        // Everything is flushed: nothing to recover at start.
-        RootCheckpoint::RecoveryPoint => Some(p.log_end_offset),
+        // Everything is flushed: nothing to recover at start; an unclean start recovers only the empty active
+        // segment at the end, from the empty producer snapshot there (`producer_state`).
+        RootCheckpoint::RecoveryPoint => Some(p.end_offset()),
         // Every record is replicated (all replicas are promoted copies).
-        RootCheckpoint::ReplicationOffset => Some(p.log_end_offset),
+        RootCheckpoint::ReplicationOffset => Some(p.end_offset()),
         // `LogManager.checkpointLogStartOffsetsInDir` writes only offsets above the first segment's base.
         RootCheckpoint::LogStartOffset => (p.log_start_offset > p.first_base_offset()).then_some(p.log_start_offset),
         // The target's cleaner never saw this data; it starts from the log start.

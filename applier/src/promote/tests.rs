@@ -33,15 +33,15 @@ const TARGET_EPOCH: i32 = 2;
 /// Offset the source's log start moved to for partition 1 (inside its third segment).
 const TRIMMED_START: i64 = 23;
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
-    mirror: PathBuf,
-    target: PathBuf,
-    catalog: Catalog,
-    written: Vec<WrittenPartition>,
+    pub(super) mirror: PathBuf,
+    pub(super) target: PathBuf,
+    pub(super) catalog: Catalog,
+    pub(super) written: Vec<WrittenPartition>,
 }
 
-fn config(topic_id: Uuid) -> WriterConfig {
+pub(super) fn config(topic_id: Uuid) -> WriterConfig {
     WriterConfig {
         segment_bytes: 600,
         fsync: false,
@@ -105,14 +105,21 @@ fn record_installed(catalog: &mut Catalog, w: &WrittenPartition, log_start: i64)
 }
 
 fn fixture() -> Fixture {
+    let f = fixture_with(write_mirror_partition, [0, TRIMMED_START]);
+    assert!(
+        f.written.iter().all(|w| w.segments.len() >= 4),
+        "several segments per partition"
+    );
+    f
+}
+
+/// Two mirror partitions written by `write` (recorded installed with log start offsets `starts`), and a target
+/// log dir as a stopped broker leaves it after creating the topic (plus another topic).
+pub(super) fn fixture_with(write: impl Fn(&Path, i32) -> WrittenPartition, starts: [i64; 2]) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let mirror = dir.path().join("mirror");
     let target = dir.path().join("target");
-    let written: Vec<WrittenPartition> = (0..2).map(|p| write_mirror_partition(&mirror, p)).collect();
-    assert!(
-        written.iter().all(|w| w.segments.len() >= 4),
-        "several segments per partition"
-    );
+    let written: Vec<WrittenPartition> = (0..2).map(|p| write(&mirror, p)).collect();
     let mut in_target: Vec<WrittenPartition> = (0..2)
         .map(|p| write_target_partition(&target, TOPIC, p, TARGET_ID))
         .collect();
@@ -165,8 +172,8 @@ fn fixture() -> Fixture {
             groups_regex: None,
         })
         .unwrap();
-    record_installed(&mut catalog, &written[0], 0);
-    record_installed(&mut catalog, &written[1], TRIMMED_START);
+    record_installed(&mut catalog, &written[0], starts[0]);
+    record_installed(&mut catalog, &written[1], starts[1]);
     Fixture {
         _dir: dir,
         mirror,
@@ -177,6 +184,10 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    pub(super) fn promote_request(&self) -> PromoteRequest {
+        self.request()
+    }
+
     fn request(&self) -> PromoteRequest {
         PromoteRequest {
             mirror_root: self.mirror.clone(),
@@ -187,7 +198,7 @@ impl Fixture {
         }
     }
 
-    fn promote(&mut self) -> Result<PromoteReport> {
+    pub(super) fn promote(&mut self) -> Result<PromoteReport> {
         let request = self.request();
         promote(&request, &mut self.catalog)
     }
@@ -222,7 +233,7 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 /// The target log dir as promotion leaves it, with the root checkpoints compared by content (entry order is not
 /// part of the format) and the lock file (created by promotion if missing) left out.
-fn target_state(dir: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, Vec<OffsetCheckpointEntry>>) {
+pub(super) fn target_state(dir: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, Vec<OffsetCheckpointEntry>>) {
     let mut files = tree(dir);
     files.remove(Path::new(LOCK_FILE));
     let mut checkpoints = BTreeMap::new();
@@ -308,14 +319,19 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
                 "the trimmed partition drops its first segments"
             );
         }
+        let last_kept = *kept.last().unwrap();
         for (name, bytes) in tree(&src) {
             let file = name.to_str().unwrap();
             let base: Option<i64> = file.split('.').next().and_then(|b| b.parse().ok());
             match base {
-                Some(b) if file.ends_with(".snapshot") => {
-                    assert_eq!(copied.contains_key(&name), b >= kept[0], "{file}");
+                // No producer state of the source's reaches the target (see `producer_state`).
+                Some(_) if file.ends_with(".snapshot") => {
+                    assert!(!copied.contains_key(&name) || base == Some(w.log_end_offset), "{file}");
                 }
                 Some(b) if !kept.contains(&b) => assert!(!copied.contains_key(&name), "{file} not copied"),
+                // The last mirror segment stops being the active one: its indexes are those of a rolled segment
+                // (checked by the verify run below).
+                Some(b) if b == last_kept && (file.ends_with(".index") || file.ends_with(".timeindex")) => {}
                 Some(_) if file.ends_with(".log") => {
                     assert_eq!(
                         copied[&name],
@@ -349,6 +365,25 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
             .unwrap();
         assert_eq!(row.state, PartitionState::Promoted);
         assert_eq!(row.mirror_topic_id.as_deref(), Some(TARGET_ID.to_string().as_str()));
+        // Producer state starts empty at the log end, in a new, empty active segment there.
+        let end = w.log_end_offset;
+        let snapshots: Vec<&PathBuf> = copied
+            .keys()
+            .filter(|n| n.extension().is_some_and(|e| e == "snapshot"))
+            .collect();
+        assert_eq!(snapshots, vec![&PathBuf::from(format!("{end:020}.snapshot"))]);
+        assert_eq!(
+            segment_format::snapshot::ProducerSnapshot::read(&dst.join(snapshots[0])).unwrap(),
+            segment_format::snapshot::ProducerSnapshot::default()
+        );
+        for ext in ["log", "index", "timeindex"] {
+            assert_eq!(
+                copied[&PathBuf::from(format!("{end:020}.{ext}"))],
+                Vec::<u8>::new(),
+                "{ext}"
+            );
+        }
+        assert!(p.transactions_aborted.is_empty());
     }
 
     let (_, checkpoints) = target_state(&f.target);
@@ -695,6 +730,15 @@ fn journal_round_trips() {
             segments: vec![0, 50],
             snapshots: vec![50],
             previous_state: "mirroring".into(),
+            cut: vec![CutTransaction {
+                producer_id: 7,
+                producer_epoch: 1,
+                coordinator_epoch: 2,
+                first_offset: 90,
+                records: 4,
+                marker_offset: 99,
+            }],
+            cut_timestamp: 1_700_000_000_000,
         }],
     };
     let dir = tempfile::tempdir().unwrap();

@@ -109,7 +109,14 @@ fn print_text(report: &PromoteReport) {
                 p.batches_restamped,
                 p.leader_epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
                 p.target_topic_id.as_deref().unwrap_or("?"),
-            )
+            );
+                for t in &p.transactions_aborted {
+                    println!(
+                        "{name}: aborted the transaction open at the mirror's end: producer id {} (epoch {}), first \
+                         offset {}, {} record(s); ABORT marker at offset {}",
+                        t.producer_id, t.producer_epoch, t.first_offset, t.records, t.marker_offset
+                    );
+                }
             }
         }
     }

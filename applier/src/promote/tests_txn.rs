@@ -1,0 +1,410 @@
+//! Open-transaction detection and the abort cut at promotion, against writer-made mirrors (the real-broker tests
+//! are `tests/tests/e2e_promote_producers.rs`).
+
+use std::path::Path;
+
+use segment_format::batch::ControlType;
+use segment_format::control::EndTxnMarker;
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::log::LogFile;
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::snapshot::ProducerSnapshot;
+use segment_format::txn_index::{AbortedTxn, TxnIndex};
+use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
+
+use super::tests::{config, fixture_with};
+use super::txn_cut::{abort_markers, find_open_transactions};
+use super::*;
+
+const TOPIC: &str = "orders";
+const SOURCE_EPOCH: i32 = 3;
+/// Producer with a transaction open from offset 0 to the end, across every segment.
+const LONG_OPEN: i64 = 10;
+/// Idempotent (not transactional) producer.
+const IDEMPOTENT: i64 = 20;
+/// Producer whose transactions are committed, then aborted.
+const DECIDED: i64 = 30;
+/// Producer whose transaction opens in the last segment.
+const LATE_OPEN: i64 = 40;
+
+/// What a source partition's producers did, and what promotion must find open at its end.
+struct Written {
+    partition: WrittenPartition,
+    /// (producer id, producer epoch, first offset, records) of each transaction open at the end.
+    open: Vec<(i64, i16, i64, u64)>,
+}
+
+struct Producer {
+    id: i64,
+    epoch: i16,
+    sequence: i32,
+}
+
+fn send(w: &mut PartitionWriter, p: &mut Producer, records: i32, transactional: bool) -> i64 {
+    let base = w.next_offset();
+    let mut b = BatchBuilder::new(base)
+        .partition_leader_epoch(SOURCE_EPOCH)
+        .producer(p.id, p.epoch, p.sequence)
+        .transactional(transactional);
+    for i in 0..records {
+        b = b.record(RecordSpec::new(i, 1_700_000_000_000 + base).with_value(vec![b'v'; 30]));
+    }
+    w.append(b).unwrap();
+    p.sequence += records;
+    base
+}
+
+fn end(w: &mut PartitionWriter, p: &Producer, control_type: ControlType, coordinator_epoch: i32) {
+    let marker = EndTxnMarker {
+        control_type,
+        coordinator_epoch,
+    };
+    w.append_end_txn_marker(p.id, p.epoch, marker, 1_700_000_000_000, SOURCE_EPOCH)
+        .unwrap();
+}
+
+/// A source partition with decided transactions, idempotent writes and two transactions open at its end: one from
+/// offset 0 (so in every producer snapshot) and one opened after the last snapshot a roll took.
+fn write_transactions(root: &Path, partition: i32, segment_bytes: u64) -> Written {
+    let cfg = WriterConfig {
+        segment_bytes,
+        ..config(Uuid([1; 16]))
+    };
+    let mut w = PartitionWriter::create(root, TOPIC, partition, 0, cfg).unwrap();
+    w.become_leader(SOURCE_EPOCH);
+    let mut long = Producer {
+        id: LONG_OPEN,
+        epoch: 2,
+        sequence: 0,
+    };
+    let mut idem = Producer {
+        id: IDEMPOTENT,
+        epoch: 0,
+        sequence: 0,
+    };
+    let mut decided = Producer {
+        id: DECIDED,
+        epoch: 5,
+        sequence: 0,
+    };
+    let long_first = send(&mut w, &mut long, 2, true);
+    let mut long_records = 2u64;
+    for round in 0..6 {
+        send(&mut w, &mut idem, 3, false);
+        send(&mut w, &mut decided, 2, true);
+        let control = if round % 2 == 0 {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
+        };
+        end(&mut w, &decided, control, 7);
+        send(&mut w, &mut long, 1, true);
+        long_records += 1;
+    }
+    let mut late = Producer {
+        id: LATE_OPEN,
+        epoch: 1,
+        sequence: 0,
+    };
+    let late_first = send(&mut w, &mut late, 3, true);
+    send(&mut w, &mut idem, 1, false);
+    send(&mut w, &mut late, 2, true);
+    Written {
+        partition: w.close().unwrap(),
+        open: vec![(LONG_OPEN, 2, long_first, long_records), (LATE_OPEN, 1, late_first, 5)],
+    }
+}
+
+fn expected_cut(written: &Written) -> Vec<CutTransaction> {
+    written
+        .open
+        .iter()
+        .zip(written.partition.log_end_offset..)
+        .map(
+            |(&(producer_id, producer_epoch, first_offset, records), marker_offset)| CutTransaction {
+                producer_id,
+                producer_epoch,
+                coordinator_epoch: if producer_id == DECIDED { 7 } else { 0 },
+                first_offset,
+                records,
+                marker_offset,
+            },
+        )
+        .collect()
+}
+
+fn bases(w: &WrittenPartition) -> Vec<i64> {
+    w.segments.iter().map(|s| s.base_offset).collect()
+}
+
+#[test]
+fn open_transactions_are_found_from_any_snapshot_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_transactions(dir.path(), 0, 700);
+    let w = &written.partition;
+    assert!(w.segments.len() >= 4, "several segments: {:?}", bases(w));
+    assert!(w.snapshots.len() >= 3, "{:?}", w.snapshots);
+    let pdir = &w.dir;
+    let want = expected_cut(&written);
+    // Every snapshot (the newest is at the log end, as a clean shutdown leaves it), only the oldest, none.
+    let oldest = w.snapshots[..1].to_vec();
+    let without_end: Vec<i64> = w.snapshots.iter().copied().filter(|o| *o < w.log_end_offset).collect();
+    for snapshots in [w.snapshots.clone(), without_end, oldest, Vec::new()] {
+        let got = find_open_transactions(pdir, &bases(w), &snapshots, w.log_end_offset).unwrap();
+        assert_eq!(got, want, "starting from snapshots {snapshots:?}");
+    }
+    // The newest snapshot says the long transaction is open; it is the one the detection starts from.
+    let newest = ProducerSnapshot::read(&pdir.join(segment_file_name(
+        *w.snapshots.last().unwrap(),
+        SegmentFileKind::Snapshot,
+    )))
+    .unwrap();
+    assert!(newest.open_transactions().any(|(p, _)| p == LONG_OPEN));
+    // A corrupt newest snapshot is skipped, as the broker skips it.
+    let newest_path = pdir.join(segment_file_name(w.log_end_offset, SegmentFileKind::Snapshot));
+    std::fs::write(&newest_path, b"\x00\x01garbage").unwrap();
+    let got = find_open_transactions(pdir, &bases(w), &w.snapshots, w.log_end_offset).unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn nothing_is_open_when_every_transaction_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = PartitionWriter::create(dir.path(), TOPIC, 0, 0, config(Uuid([1; 16]))).unwrap();
+    w.become_leader(SOURCE_EPOCH);
+    let mut p = Producer {
+        id: 5,
+        epoch: 0,
+        sequence: 0,
+    };
+    send(&mut w, &mut p, 2, true);
+    end(&mut w, &p, ControlType::Abort, 1);
+    send(&mut w, &mut p, 2, false);
+    let w = w.close().unwrap();
+    let got = find_open_transactions(&w.dir, &bases(&w), &[], w.log_end_offset).unwrap();
+    assert!(got.is_empty(), "{got:?}");
+}
+
+#[test]
+fn abort_markers_and_index_entries_are_what_a_coordinator_and_broker_write() {
+    let cut = vec![
+        CutTransaction {
+            producer_id: 10,
+            producer_epoch: 2,
+            coordinator_epoch: 4,
+            first_offset: 3,
+            records: 9,
+            marker_offset: 100,
+        },
+        CutTransaction {
+            producer_id: 40,
+            producer_epoch: 1,
+            coordinator_epoch: 0,
+            first_offset: 80,
+            records: 5,
+            marker_offset: 101,
+        },
+    ];
+    let (bytes, entries) = abort_markers(&cut, 6, 1_800_000_000_000);
+    // The second transaction is still open when the first is aborted: the first entry's LSO is its first offset.
+    assert_eq!(
+        entries,
+        vec![AbortedTxn::new(10, 3, 100, 80), AbortedTxn::new(40, 80, 101, 102)]
+    );
+    let frames: Vec<_> = segment_format::log::scan_frames(&bytes, 0)
+        .map(|f| f.unwrap())
+        .collect();
+    assert_eq!(frames.len(), 2);
+    for (frame, c) in frames.iter().zip(&cut) {
+        assert!(frame.crc_matches());
+        let i = frame.info;
+        assert_eq!(
+            (i.base_offset, i.last_offset, i.records_count),
+            (c.marker_offset, c.marker_offset, 1)
+        );
+        assert_eq!((i.producer_id, i.producer_epoch), (c.producer_id, c.producer_epoch));
+        assert_eq!(i.partition_leader_epoch, 6);
+        assert!(i.is_transactional && i.is_control);
+        assert_eq!(i.control, Some(ControlType::Abort));
+        let header = segment_format::batch::parse_header(frame.bytes).unwrap();
+        let record = segment_format::control::decode_control_batch(
+            frame.bytes,
+            &header,
+            &segment_format::record::DeepLimits::default(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            record.marker,
+            Some(EndTxnMarker {
+                control_type: ControlType::Abort,
+                coordinator_epoch: c.coordinator_epoch
+            })
+        );
+    }
+    assert_eq!(abort_markers(&[], 6, 0), (Vec::new(), Vec::new()));
+}
+
+/// Partition 0: several segments; partition 1: one segment. Both end with two open transactions.
+fn txn_fixture() -> (super::tests::Fixture, Vec<Vec<CutTransaction>>) {
+    let wants = std::cell::RefCell::new(Vec::new());
+    let f = fixture_with(
+        |root, partition| {
+            let segment_bytes = if partition == 0 { 700 } else { 1 << 20 };
+            let written = write_transactions(root, partition, segment_bytes);
+            wants.borrow_mut().push(expected_cut(&written));
+            written.partition
+        },
+        [0, 0],
+    );
+    assert!(f.written[0].segments.len() >= 4);
+    assert_eq!(f.written[1].segments.len(), 1);
+    (f, wants.into_inner())
+}
+
+#[test]
+fn promotion_aborts_open_transactions_and_starts_producer_state_empty_after_them() {
+    let (mut f, wants) = txn_fixture();
+    let report = f.promote().unwrap();
+    for (w, want) in f.written.iter().zip(&wants) {
+        let p = report.partitions.iter().find(|p| p.partition == w.partition).unwrap();
+        assert_eq!(&p.transactions_aborted, want);
+        let end = w.log_end_offset + want.len() as i64;
+        assert_eq!(p.log_end_offset, Some(end));
+        let dst = f.target.join(format!("{TOPIC}-{}", w.partition));
+        // The markers end the last mirror segment, whose txnindex gained their entries.
+        let last = w.segments.last().unwrap().base_offset;
+        let mut log = LogFile::open(dst.join(segment_file_name(last, SegmentFileKind::Log))).unwrap();
+        let mut tail = Vec::new();
+        log.scan(|frame| {
+            tail.push(frame.info);
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+        let markers = &tail[tail.len() - want.len()..];
+        for (m, c) in markers.iter().zip(want) {
+            assert_eq!(
+                (m.base_offset, m.producer_id, m.control),
+                (c.marker_offset, c.producer_id, Some(ControlType::Abort))
+            );
+        }
+        let txn =
+            TxnIndex::parse(&std::fs::read(dst.join(segment_file_name(last, SegmentFileKind::TxnIndex))).unwrap());
+        let (_, entries) = abort_markers(want, TARGET_EPOCH_OF_FIXTURE, 0);
+        assert!(txn.entries.ends_with(&entries), "{:?}", txn.entries);
+        // An empty active segment and an empty snapshot at the new end; no snapshot of the source's.
+        let snapshots: Vec<String> = std::fs::read_dir(&dst)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".snapshot"))
+            .collect();
+        assert_eq!(snapshots, vec![segment_file_name(end, SegmentFileKind::Snapshot)]);
+        assert!(ProducerSnapshot::read(&dst.join(&snapshots[0]))
+            .unwrap()
+            .entries
+            .is_empty());
+        assert_eq!(
+            std::fs::metadata(dst.join(segment_file_name(end, SegmentFileKind::Log)))
+                .unwrap()
+                .len(),
+            0
+        );
+        // The catalog says what was cut.
+        let key = segmirror_catalog::PartitionKey::new("l", TOPIC, w.partition);
+        let events = f
+            .catalog
+            .events(Some(segmirror_catalog::Subject::Partition(&key)), 100)
+            .unwrap();
+        for c in want {
+            assert!(
+                events.iter().any(|e| e
+                    .detail
+                    .contains(&format!("producer id {} (epoch {})", c.producer_id, c.producer_epoch))
+                    && e.detail.contains(&format!("{} record(s)", c.records))),
+                "{events:?}"
+            );
+        }
+    }
+    // A broker would load it as sound: strict, deep, txnindex entries matching the markers.
+    let verified = verify_paths(
+        &[f.target.clone()],
+        &VerifyOptions {
+            deep: true,
+            strict: true,
+        },
+        &NoProgress,
+    );
+    assert!(verified.io_errors.is_empty(), "{:?}", verified.io_errors);
+    assert!(verified.findings.is_empty(), "{:#?}", verified.findings);
+}
+
+/// The leader epoch the fixture's target partitions last led in (promotion restamps to it).
+const TARGET_EPOCH_OF_FIXTURE: i32 = 2;
+
+/// The target's files with what depends on the promotion time left out: the markers' timestamps (in their `.log`
+/// batches and in the sealed time index). Each `.log` becomes its frames' offsets, producers and types.
+fn timeless_state(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let (files, checkpoints) = super::tests::target_state(dir);
+    let mut out: Vec<(std::path::PathBuf, String)> = files
+        .into_iter()
+        .map(|(name, bytes)| {
+            let text = match name.extension().and_then(|e| e.to_str()) {
+                Some("log") => format!(
+                    "{:?}",
+                    segment_format::log::scan_frames(&bytes, 0)
+                        .map(|f| {
+                            let i = f.unwrap().info;
+                            (i.base_offset, i.last_offset, i.producer_id, i.producer_epoch, i.control)
+                        })
+                        .collect::<Vec<_>>()
+                ),
+                Some("timeindex") => format!("{} bytes", bytes.len()),
+                _ => format!("{bytes:?}"),
+            };
+            (name, text)
+        })
+        .collect();
+    out.push(("checkpoints".into(), format!("{checkpoints:?}")));
+    out
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_cut_is_finished_with_the_journaled_cut() {
+    let reference = {
+        let (mut f, _) = txn_fixture();
+        f.promote().unwrap();
+        timeless_state(&f.target)
+    };
+    let steps = {
+        let (mut f, _) = txn_fixture();
+        let mut seen = Vec::new();
+        promote_with(&f.promote_request(), &mut f.catalog, &mut |s| seen.push(s)).unwrap();
+        seen
+    };
+    for crash_at in &steps {
+        let (mut f, wants) = txn_fixture();
+        let request = f.promote_request();
+        let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            promote_with(&request, &mut f.catalog, &mut |s| {
+                if &s == crash_at {
+                    panic!("crash at {s:?}");
+                }
+            })
+        }));
+        assert!(crashed.is_err(), "the hook fired at {crash_at:?}");
+        if *crash_at == Step::Journaled {
+            // A crash while building partition 0 leaves a partial copy with a marker already appended.
+            let partial = f.target.join(STAGING_DIR).join(format!("{TOPIC}-0.building"));
+            std::fs::create_dir_all(&partial).unwrap();
+            std::fs::write(partial.join(segment_file_name(0, SegmentFileKind::Log)), b"partial").unwrap();
+        }
+        let report = f.promote().unwrap();
+        for (p, want) in report.partitions.iter().zip(&wants) {
+            assert_eq!(p.outcome, Outcome::Resumed, "crash at {crash_at:?}");
+            assert_eq!(&p.transactions_aborted, want, "crash at {crash_at:?}");
+        }
+        // One marker per cut transaction, never two, and the same files as an uninterrupted promotion.
+        assert_eq!(timeless_state(&f.target), reference, "crash at {crash_at:?}");
+    }
+}

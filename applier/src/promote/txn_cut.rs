@@ -1,0 +1,314 @@
+//! The clean transactional cut at promotion: transactions still open at the mirror's end are aborted.
+//!
+//! Why: the mirror ends wherever `seed` last read the source. A transaction open there (transactional batches of a
+//! producer with no COMMIT/ABORT marker after them) has no coordinator on the target to finish it. With the source's
+//! producer state the target broker would rebuild it as open and its last stable offset would stay below it
+//! forever (no later write would ever reach a `read_committed` consumer); with empty producer state (what
+//! promotion gives the target, see `producer_state`) its records would be served as committed although the source
+//! may have aborted them. So promotion decides: it appends one ABORT marker per open transaction at the mirror's
+//! end, exactly as a coordinator would have written it (magic 2, transactional + control, the producer's id and
+//! epoch, the target leader epoch), with the matching `.txnindex` entries that `read_committed` fetches use to
+//! filter the records, and then starts the producer state after the markers. Aborting (rather than truncating to
+//! the last stable offset) keeps every byte the source wrote at its source offset — the mirror stays a prefix of
+//! the source — and the records stay visible to `read_uncommitted` readers exactly as on the source; only the
+//! decision the source had not yet made is made, the safe way (an aborted transaction loses nothing a consumer
+//! was ever promised). See docs/promotion.md, "Open transactions".
+//!
+//! Which transactions are open is decided the way the broker itself rebuilds its state: from the newest producer
+//! snapshot at or below the end (its entries with a `currentTxnFirstOffset`), then the batches after it; without
+//! a usable snapshot, from the first promoted segment. Memory is bounded by the number of producers (as the
+//! broker's own producer state is), never by the data.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use segment_format::batch::{parse_header, BatchInfo, ControlType};
+use segment_format::control::{decode_control_batch, end_txn_marker_batch, EndTxnMarker};
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::durable::write_atomically;
+use segment_format::error::ParseError;
+use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
+use segment_format::log::LogFile;
+use segment_format::record::DeepLimits;
+use segment_format::snapshot::ProducerSnapshot;
+use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::install::MAX_SNAPSHOT_BYTES;
+
+/// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
+/// one: the lowest a coordinator ever uses, and irrelevant on the target (no coordinator there knows the
+/// producer; the broker checks it only against producer state, which promotion leaves empty).
+pub const UNKNOWN_COORDINATOR_EPOCH: i32 = 0;
+
+/// A transaction open at the mirror's end, aborted by promotion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutTransaction {
+    pub producer_id: i64,
+    /// The producer's epoch in its last batch (the marker carries it, as a coordinator's would).
+    pub producer_epoch: i16,
+    pub coordinator_epoch: i32,
+    /// First offset of the transaction in this partition.
+    pub first_offset: i64,
+    /// Records of the transaction in the promoted segments (those below the log start offset are not copied),
+    /// now aborted.
+    pub records: u64,
+    /// Offset of the ABORT marker promotion writes.
+    pub marker_offset: i64,
+}
+
+/// A transaction being followed through the scan.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    first_offset: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    records: u64,
+}
+
+/// The producer snapshot the detection starts from: the newest of `snapshots` at or below `end` that reads
+/// cleanly (a corrupt one is skipped, as the broker skips it). `None`: start from the first segment.
+fn starting_snapshot(dir: &Path, snapshots: &[i64], end: i64) -> Option<(i64, ProducerSnapshot)> {
+    let mut candidates: Vec<i64> = snapshots.iter().copied().filter(|o| *o <= end).collect();
+    candidates.sort_unstable();
+    candidates.into_iter().rev().find_map(|offset| {
+        let path = dir.join(segment_file_name(offset, SegmentFileKind::Snapshot));
+        // The applier installs none larger; one that is (put there by someone else) is not read into memory.
+        let size = std::fs::metadata(&path).ok()?.len();
+        if size > MAX_SNAPSHOT_BYTES {
+            return None;
+        }
+        ProducerSnapshot::read(&path).ok().map(|s| (offset, s))
+    })
+}
+
+/// The transactions open at `log_end_offset` in the mirror partition `dir`, whose segments (base offsets,
+/// ascending) are `segments` and producer snapshots `snapshots`; each gets its marker offset, in order of first
+/// offset from `log_end_offset` on.
+pub fn find_open_transactions(
+    dir: &Path,
+    segments: &[i64],
+    snapshots: &[i64],
+    log_end_offset: i64,
+) -> Result<Vec<CutTransaction>> {
+    let mut open: HashMap<i64, Open> = HashMap::new();
+    let mut coordinator_epochs: HashMap<i64, i32> = HashMap::new();
+    let first_base = segments.first().copied().unwrap_or(log_end_offset);
+    let snapshot_offset = match starting_snapshot(dir, snapshots, log_end_offset) {
+        Some((offset, snapshot)) => {
+            for e in &snapshot.entries {
+                // Kafka stores -1 for a producer no coordinator has written a marker for yet.
+                let coordinator_epoch = e.coordinator_epoch.max(UNKNOWN_COORDINATOR_EPOCH);
+                coordinator_epochs.insert(e.producer_id, coordinator_epoch);
+                if let Some(first) = e.open_transaction() {
+                    open.insert(
+                        e.producer_id,
+                        Open {
+                            first_offset: first,
+                            producer_epoch: e.epoch,
+                            coordinator_epoch,
+                            records: 0,
+                        },
+                    );
+                }
+            }
+            offset
+        }
+        None => first_base,
+    };
+    // Records of transactions the snapshot says are open were written before it: count them from their first
+    // offsets (nothing else before the snapshot changes what is open).
+    let scan_from = open
+        .values()
+        .map(|o| o.first_offset)
+        .min()
+        .unwrap_or(snapshot_offset)
+        .min(snapshot_offset);
+    for (i, base) in segments.iter().enumerate() {
+        if segments.get(i + 1).is_some_and(|next| *next <= scan_from) {
+            continue;
+        }
+        let path = dir.join(segment_file_name(*base, SegmentFileKind::Log));
+        let mut log = LogFile::open(&path)?;
+        let mut failure: Option<Error> = None;
+        log.scan(|frame| {
+            let info = &frame.info;
+            if info.magic < 2 || info.producer_id < 0 || info.last_offset < scan_from {
+                return ControlFlow::Continue(());
+            }
+            let pid = info.producer_id;
+            if info.last_offset < snapshot_offset {
+                if info.is_transactional && !info.is_control {
+                    if let Some(o) = open.get_mut(&pid).filter(|o| info.base_offset >= o.first_offset) {
+                        o.records += u64::try_from(info.records_count).unwrap_or(0);
+                    }
+                }
+                return ControlFlow::Continue(());
+            }
+            if info.is_control {
+                match marker_of(frame.bytes) {
+                    Ok(Some(marker)) => {
+                        open.remove(&pid);
+                        coordinator_epochs.insert(pid, marker.coordinator_epoch);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        failure = Some(Error::Format(e.shifted(info.position).at(&path)));
+                        return ControlFlow::Break(());
+                    }
+                }
+            } else if info.is_transactional {
+                let o = open.entry(pid).or_insert(Open {
+                    first_offset: info.base_offset,
+                    producer_epoch: info.producer_epoch,
+                    coordinator_epoch: coordinator_epochs
+                        .get(&pid)
+                        .copied()
+                        .unwrap_or(UNKNOWN_COORDINATOR_EPOCH),
+                    records: 0,
+                });
+                o.producer_epoch = o.producer_epoch.max(info.producer_epoch);
+                o.records += u64::try_from(info.records_count).unwrap_or(0);
+            }
+            ControlFlow::Continue(())
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+    }
+    let mut found: Vec<(i64, Open)> = open.into_iter().collect();
+    found.sort_by_key(|(_, o)| o.first_offset);
+    Ok(found
+        .into_iter()
+        .zip(log_end_offset..)
+        .map(|((producer_id, o), marker_offset)| CutTransaction {
+            producer_id,
+            producer_epoch: o.producer_epoch,
+            coordinator_epoch: o.coordinator_epoch,
+            first_offset: o.first_offset,
+            records: o.records,
+            marker_offset,
+        })
+        .collect())
+}
+
+/// The COMMIT/ABORT marker of a control batch (`None` for other control records and for a control batch left
+/// empty by compaction, which the broker ignores too).
+fn marker_of(batch: &[u8]) -> std::result::Result<Option<EndTxnMarker>, ParseError> {
+    let header = parse_header(batch)?;
+    let record = decode_control_batch(batch, &header, &DeepLimits::default())?;
+    Ok(record.and_then(|r| r.marker))
+}
+
+/// The ABORT marker batches for `cut` (in its order), and the `.txnindex` entries the broker would have appended
+/// for them.
+pub fn abort_markers(cut: &[CutTransaction], leader_epoch: i32, timestamp: i64) -> (Vec<u8>, Vec<AbortedTxn>) {
+    let mut tracker = TxnTracker::with_open_transactions(cut.iter().map(|c| (c.producer_id, c.first_offset)));
+    let mut bytes = Vec::new();
+    let mut entries = Vec::new();
+    for c in cut {
+        let marker = EndTxnMarker {
+            control_type: ControlType::Abort,
+            coordinator_epoch: c.coordinator_epoch,
+        };
+        let batch = end_txn_marker_batch(
+            c.marker_offset,
+            timestamp,
+            leader_epoch,
+            c.producer_id,
+            c.producer_epoch,
+            marker,
+        );
+        let info = BatchInfo {
+            position: bytes.len() as u64,
+            size: batch.len() as u64,
+            magic: 2,
+            base_offset: c.marker_offset,
+            last_offset: c.marker_offset,
+            max_timestamp: timestamp,
+            partition_leader_epoch: leader_epoch,
+            producer_id: c.producer_id,
+            producer_epoch: c.producer_epoch,
+            is_transactional: true,
+            control: Some(ControlType::Abort),
+            is_control: true,
+            records_count: 1,
+        };
+        entries.extend(tracker.on_batch(&info));
+        bytes.extend_from_slice(&batch);
+    }
+    (bytes, entries)
+}
+
+/// Largest value of a segment-relative offset or file position (both are 32-bit in Kafka's indexes).
+const MAX_RELATIVE: i64 = i32::MAX as i64;
+
+/// Whether `markers` bytes ending at offset `end` still fit the segment of base `base` and `size` bytes (relative
+/// offsets and positions must stay 32-bit; otherwise the broker would have rolled a new segment).
+pub fn fits_in_segment(base: i64, size: u64, end: i64, marker_bytes: usize) -> bool {
+    let size_after = size.saturating_add(marker_bytes as u64);
+    end.saturating_sub(base) <= MAX_RELATIVE && size_after <= MAX_RELATIVE as u64
+}
+
+/// Append the markers to the segment `base` in `dir` (its `.log` must exist) and their entries to its
+/// `.txnindex`, durably.
+pub fn append_markers(dir: &Path, base: i64, markers: &[u8], entries: &[AbortedTxn]) -> Result<()> {
+    let log = dir.join(segment_file_name(base, SegmentFileKind::Log));
+    let mut file = OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .map_err(|e| Error::io(&log, e))?;
+    file.write_all(markers).map_err(|e| Error::io(&log, e))?;
+    file.sync_all().map_err(|e| Error::io(&log, e))?;
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let txn = dir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
+    let mut existing = match std::fs::read(&txn) {
+        Ok(bytes) => TxnIndex::parse(&bytes).entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(Error::io(&txn, e)),
+    };
+    existing.extend_from_slice(entries);
+    write_atomically(&txn, &txn_index::serialize(&existing))?;
+    Ok(())
+}
+
+/// Rewrite the offset and time index of segment `base` in `dir` from its `.log`, as Kafka leaves them when it
+/// rolls the segment (trimmed, the time index sealed with the segment's largest timestamp): the segment stops
+/// being the active one at promotion, and the broker rebuilds (and so re-reads producer state from) a segment
+/// whose indexes fail its load-time checks.
+pub fn rebuild_indexes(dir: &Path, base: i64) -> Result<()> {
+    let log_path = dir.join(segment_file_name(base, SegmentFileKind::Log));
+    let mut offsets = OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+    let mut times = TimeIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+    let mut failure = None;
+    let mut log = LogFile::open(&log_path)?;
+    log.scan(|frame| {
+        let pushed = offsets.push(&frame.info).and_then(|_| times.push(&frame.info));
+        match pushed {
+            Ok(_) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    })?;
+    if let Some(e) = failure {
+        return Err(Error::Format(e.at(&log_path)));
+    }
+    times.seal();
+    write_atomically(
+        &dir.join(segment_file_name(base, SegmentFileKind::Index)),
+        &offsets.to_bytes(),
+    )?;
+    write_atomically(
+        &dir.join(segment_file_name(base, SegmentFileKind::TimeIndex)),
+        &times.to_bytes(),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,621 @@
+//! Producer state and open transactions at promotion (issue 7, items 1 and 2), against real Kafka brokers.
+//!
+//! A running source broker: idempotent producers that take producer ids the target cluster will hand out again,
+//! committed transactions, and a transaction left **open** while `segmirror seed` reads the live log dir (on a
+//! partition of one segment and on one of many small segments), aborted on the source afterwards. The mirror is
+//! promoted into a stopped target broker. Then:
+//! - promote reports the cut (producer id, first offset, records) and the promoted partitions are sound for
+//!   `segmirror verify` and for Kafka's `DumpLogSegments --deep-iteration` (the ABORT markers are real markers);
+//! - after a clean start and an unclean (SIGKILL) restart, `read_committed` shows none of the open transaction's
+//!   records (exactly what the source shows after its abort), and a new committed transactional write becomes
+//!   visible at once (the last stable offset moves);
+//! - the target's first idempotent producers — whose ids the source used — each write once, after the source's
+//!   records; again after a SIGKILL restart with target writes in the active segment; and the broker never
+//!   replays a source segment to rebuild producer state.
+//!
+//! [`keeping_the_source_producer_state_loses_new_writes`] is the experiment behind the decision: the same
+//! source-like partition copied with its producer snapshot (what promotion did before) and promoted, on a fresh
+//! target cluster whose producer ids start at 0 again.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use std::str::FromStr;
+
+use segment_format::checkpoint::{OffsetCheckpoint, OffsetCheckpointEntry};
+use segment_format::dir::{
+    PARTITION_METADATA_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE,
+};
+use segment_format::partition_metadata::{PartitionMetadata, Uuid};
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
+use segmirror_tests::dump::dump_deep;
+use segmirror_tests::install::python_client_script;
+use segmirror_tests::mirror::{record_writer_mirror, run_segmirror_env, segmirror_promote};
+use segmirror_tests::segmirror_cli::segmirror_verify;
+use segmirror_tests::*;
+
+/// The source's idempotent producers: twice the number the target starts after each (re)start, so that every
+/// target producer id below this was also a source producer id.
+const SOURCE_PRODUCERS: usize = 6;
+/// Idempotent producers the target starts after each start.
+const TARGET_PRODUCERS: usize = 3;
+/// Records each source idempotent producer writes (so its sequence numbers are far from a new producer's).
+const RECORDS_PER_SOURCE_PRODUCER: usize = 5;
+const IDEM: &str = "idem";
+/// One segment; the open transaction in it.
+const TXN_ONE: &str = "txn-one";
+/// Many small segments; the open transaction spans several.
+const TXN_MANY: &str = "txn-many";
+/// Records of the open transaction per partition.
+const OPEN_RECORDS: [(&str, usize); 2] = [(TXN_ONE, 5), (TXN_MANY, 40)];
+/// `internal.segment.bytes` of `TXN_MANY` (small, as the harness's shapes use).
+const SMALL_SEGMENT_BYTES: u32 = 1024;
+
+fn record(value: String) -> OutRecord {
+    OutRecord {
+        partition: Some(0),
+        key: None,
+        value: Some(value.into_bytes()),
+        headers: vec![],
+        timestamp: None,
+    }
+}
+
+fn topic_specs() -> Vec<TopicSpec> {
+    vec![
+        TopicSpec::new(IDEM, 1),
+        TopicSpec::new(TXN_ONE, 1),
+        TopicSpec::new(TXN_MANY, 1).config("internal.segment.bytes", SMALL_SEGMENT_BYTES),
+    ]
+}
+
+/// One new idempotent producer per value, each writing one record; returns the acknowledged offsets.
+fn idempotent_writes(bootstrap: &str, topic: &str, values: &[String]) -> Vec<i64> {
+    values
+        .iter()
+        .map(|v| {
+            let plan = ProducePlan::new(topic)
+                .config("enable.idempotence", "true")
+                .config("acks", "all")
+                .step(ProduceStep::Send(vec![record(v.clone())]));
+            let acked = python_produce(bootstrap, &plan).unwrap();
+            assert_eq!(acked.len(), 1);
+            acked[0].offset
+        })
+        .collect()
+}
+
+/// A committed transaction of `values` on `topic`, by a producer with `transactional_id`.
+fn committed_transaction(bootstrap: &str, topic: &str, transactional_id: &str, values: &[String]) -> Vec<Record> {
+    let plan = ProducePlan::new(topic)
+        .config("transactional.id", transactional_id)
+        .step(ProduceStep::InitTransactions)
+        .step(ProduceStep::BeginTransaction)
+        .step(ProduceStep::Send(values.iter().cloned().map(record).collect()))
+        .step(ProduceStep::CommitTransaction);
+    python_produce(bootstrap, &plan).unwrap()
+}
+
+/// `tests/python/open_txn.py`: a transaction left open until told how to end it.
+struct OpenTransaction {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl OpenTransaction {
+    fn start(bootstrap: &str) -> OpenTransaction {
+        let sends: Vec<serde_json::Value> = OPEN_RECORDS
+            .iter()
+            .map(|(topic, count)| serde_json::json!({"topic": topic, "partition": 0, "count": count, "prefix": "open"}))
+            .collect();
+        let request = serde_json::json!({"bootstrap": bootstrap, "transactional_id": "left-open", "sends": sends});
+        let script = python_client_script().with_file_name("open_txn.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(request.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut t = OpenTransaction { child, stdin, stdout };
+        assert_eq!(t.line(), "open");
+        t
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+
+    fn abort(mut self) {
+        writeln!(self.stdin, "abort").unwrap();
+        assert_eq!(self.line(), "done");
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+fn values(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
+        .collect()
+}
+
+/// One row of `kafka-transactions.sh describe-producers`: the broker's producer state for a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProducerRow {
+    producer_id: i64,
+    epoch: i64,
+    last_sequence: i64,
+    current_txn_start: Option<i64>,
+}
+
+fn describe_producers(bootstrap: &str, topic: &str) -> Vec<ProducerRow> {
+    let tools = KafkaTools::new(KafkaInstall::locate().unwrap(), bootstrap);
+    let args = [
+        "--bootstrap-server",
+        bootstrap,
+        "describe-producers",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+    ]
+    .map(String::from);
+    let out = tools.run("org.apache.kafka.tools.TransactionsCommand", &args).unwrap();
+    let mut rows: Vec<ProducerRow> = out
+        .lines()
+        .filter_map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            Some(ProducerRow {
+                producer_id: t.first()?.parse().ok()?,
+                epoch: t.get(1)?.parse().ok()?,
+                last_sequence: t.get(3)?.parse().ok()?,
+                current_txn_start: t.get(5)?.parse().ok(),
+            })
+        })
+        .collect();
+    rows.sort_by_key(|r| r.producer_id);
+    rows
+}
+
+fn log_files(dir: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+#[test]
+fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
+    // The source, running throughout the seed.
+    let mut source = KafkaBroker::start(BrokerConfig::new("producers-source")).unwrap();
+    let sb = source.bootstrap();
+    let names = [IDEM, TXN_ONE, TXN_MANY];
+    admin(&sb, &topic_specs(), &names).unwrap();
+    for p in 0..SOURCE_PRODUCERS {
+        let plan = ProducePlan::new(IDEM)
+            .config("enable.idempotence", "true")
+            .config("acks", "all")
+            .step(ProduceStep::Send(
+                (0..RECORDS_PER_SOURCE_PRODUCER)
+                    .map(|i| record(format!("source-{p}-{i}")))
+                    .collect(),
+            ));
+        python_produce(&sb, &plan).unwrap();
+    }
+    for (topic, _) in OPEN_RECORDS {
+        committed_transaction(
+            &sb,
+            topic,
+            "committed-on-source",
+            &["committed-0".into(), "committed-1".into()],
+        );
+    }
+    let open = OpenTransaction::start(&sb);
+    // Plain records after the open transaction's: beyond the source's last stable offset while it is open.
+    for (topic, _) in OPEN_RECORDS {
+        let plan = ProducePlan::new(topic).step(ProduceStep::Send(vec![record("after-open".into())]));
+        python_produce(&sb, &plan).unwrap();
+    }
+    let many_segments = log_files(&source.partition_dir(TXN_MANY, 0)).len();
+    assert!(many_segments >= 4, "{TXN_MANY} has {many_segments} segments");
+    assert_eq!(log_files(&source.partition_dir(TXN_ONE, 0)).len(), 1);
+
+    let work = tempfile::tempdir().unwrap();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let (store, mirror, catalog) = (
+        work.path().join("store"),
+        work.path().join("mirror"),
+        work.path().join("catalog.sqlite"),
+    );
+    std::fs::create_dir_all(&store).unwrap();
+    let seed = run_segmirror_env(
+        [
+            "seed",
+            "--log-dir",
+            &s(source.log_dir()),
+            "--store",
+            &s(&store),
+            "--link",
+            "p",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(seed.code, 0, "{seed}");
+    let apply = run_segmirror_env(
+        [
+            "apply",
+            "--store",
+            &s(&store),
+            "--mirror",
+            &s(&mirror),
+            "--catalog",
+            &s(&catalog),
+            "--link",
+            "p",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(apply.code, 0, "{apply}");
+
+    // The source decides: abort. What a read_committed consumer of the source now sees is the truth.
+    open.abort();
+    let mut on_source = BTreeMap::new();
+    for topic in names {
+        on_source.insert(topic, consume_all(&sb, topic, None, Isolation::ReadCommitted).unwrap());
+    }
+    for (topic, _) in OPEN_RECORDS {
+        let v = values(&on_source[topic]);
+        assert!(!v.iter().any(|v| v.starts_with("open-")), "{topic}: {v:?}");
+        assert!(v.contains(&"after-open".to_string()));
+    }
+    // The source's idempotent producers, as its broker holds them: distinct ids, sequences up to 4.
+    let source_producers = describe_producers(&sb, IDEM);
+    assert_eq!(source_producers.len(), SOURCE_PRODUCERS, "{source_producers:?}");
+    assert!(source_producers
+        .iter()
+        .all(|r| r.last_sequence == RECORDS_PER_SOURCE_PRODUCER as i64 - 1));
+    let source_ids: Vec<i64> = source_producers.iter().map(|r| r.producer_id).collect();
+    eprintln!("source producers of {IDEM}: {source_producers:?}");
+    source.stop().unwrap();
+
+    // The target: same topics, stopped, promoted.
+    let mut target = KafkaBroker::start(BrokerConfig::new("producers-target")).unwrap();
+    admin(&target.bootstrap(), &topic_specs(), &names).unwrap();
+    target.stop().unwrap();
+    let promote = segmirror_promote(&mirror, target.log_dir(), &catalog, &["--json"]).unwrap();
+    assert_eq!(promote.code, 0, "{promote}");
+    let report = promote.json().unwrap();
+    let mut ends = BTreeMap::new();
+    for p in report["partitions"].as_array().unwrap() {
+        let topic = p["topic"].as_str().unwrap().to_string();
+        let cut = p["transactions_aborted"].as_array().unwrap();
+        let end = p["log_end_offset"].as_i64().unwrap();
+        match OPEN_RECORDS.iter().find(|(t, _)| *t == topic) {
+            Some((_, records)) => {
+                assert_eq!(cut.len(), 1, "{p}");
+                assert_eq!(cut[0]["records"], *records as u64, "{p}");
+                assert_eq!(cut[0]["marker_offset"].as_i64(), Some(end - 1), "{p}");
+                // The open transaction began after the committed one (2 records and its marker).
+                assert_eq!(cut[0]["first_offset"], 3, "{p}");
+            }
+            None => assert!(cut.is_empty(), "{p}"),
+        }
+        ends.insert(topic, end);
+    }
+    assert_eq!(ends.len(), 3);
+    let idem_end = ends[IDEM];
+    assert_eq!(idem_end, (SOURCE_PRODUCERS * RECORDS_PER_SOURCE_PRODUCER) as i64);
+
+    // Sound for segmirror's verify and for Kafka's own deep dump; the markers are real ABORT markers.
+    let dirs: Vec<PathBuf> = names.iter().map(|t| target.partition_dir(t, 0)).collect();
+    let verify = segmirror_verify(
+        &dirs.iter().map(|d| d.as_path()).collect::<Vec<_>>(),
+        &["--deep", "--strict"],
+    )
+    .unwrap();
+    assert_eq!(verify.code, 0, "{verify}");
+    // Every segment file, indexes and snapshots included: DumpLogSegments checks each index against its log.
+    let files: Vec<PathBuf> = dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| ["log", "index", "timeindex", "txnindex", "snapshot"].contains(&e.to_str().unwrap()))
+        })
+        .collect();
+    let (dumped, out) = dump_deep(target.install(), &files).unwrap();
+    // DumpLogSegments starts every file at "previous offset -1": `-1 is followed by <base>` is not a gap.
+    let complaints: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.starts_with("Non-consecutive offsets in ") && !l.trim().starts_with("-1 is followed by "))
+        .collect();
+    assert!(complaints.is_empty(), "DumpLogSegments complained:\n{}", out.stderr);
+    let txn_dump: Vec<&String> = dumped
+        .values()
+        .flat_map(|f| &f.other_lines)
+        .filter(|l| l.contains("producerId"))
+        .collect();
+    eprintln!("DumpLogSegments, transaction index and snapshot lines: {txn_dump:#?}");
+    for (topic, _) in OPEN_RECORDS {
+        let marker_offset = ends[topic] - 1;
+        let marker = dumped
+            .iter()
+            .filter(|(path, _)| path.starts_with(target.partition_dir(topic, 0)))
+            .flat_map(|(_, f)| &f.batches)
+            .find(|b| b.base_offset == marker_offset)
+            .unwrap_or_else(|| panic!("{topic}: no batch at {marker_offset}"));
+        assert!(
+            marker.is_control && marker.is_transactional && marker.is_valid,
+            "{marker:?}"
+        );
+        assert_eq!(marker.records[0].end_txn_marker.as_deref(), Some("ABORT"), "{marker:?}");
+    }
+
+    // A clean start, then an unclean one before any write.
+    target.restart().unwrap();
+    target.kill().unwrap();
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    let check_committed = |bootstrap: &str, extra: &BTreeMap<&str, Vec<Record>>| {
+        for (topic, _) in OPEN_RECORDS {
+            let got = consume_all(bootstrap, topic, None, Isolation::ReadCommitted).unwrap();
+            let mut want = on_source[topic].clone();
+            want.extend(extra.get(topic).cloned().unwrap_or_default());
+            assert_eq!(values(&got), values(&want), "{topic} read_committed on the target");
+            assert_eq!(
+                got.iter().map(|r| r.offset).collect::<Vec<_>>(),
+                want.iter().map(|r| r.offset).collect::<Vec<_>>(),
+                "{topic}"
+            );
+        }
+    };
+    check_committed(&tb, &BTreeMap::new());
+    // No producer state of the source's, no open transaction.
+    for topic in names {
+        assert_eq!(describe_producers(&tb, topic), vec![], "{topic}");
+    }
+
+    // A new committed transaction on the target is visible to read_committed at once: the LSO moves.
+    let mut new_txn = BTreeMap::new();
+    for (topic, _) in OPEN_RECORDS {
+        let acked = committed_transaction(&tb, topic, "committed-on-target", &["target-txn-0".into()]);
+        assert_eq!(acked[0].offset, ends[topic], "{topic}: right after the abort marker");
+        new_txn.insert(topic, acked);
+    }
+    check_committed(&tb, &new_txn);
+
+    // The target's first idempotent producers reuse the source's producer ids: every write is stored once, after
+    // the source's records.
+    let first: Vec<String> = (0..TARGET_PRODUCERS).map(|i| format!("target-a-{i}")).collect();
+    let offsets = idempotent_writes(&tb, IDEM, &first);
+    assert_eq!(
+        offsets,
+        (idem_end..idem_end + TARGET_PRODUCERS as i64).collect::<Vec<_>>()
+    );
+    let check_idem = |bootstrap: &str, written: &[String]| {
+        let got = consume_all(bootstrap, IDEM, None, Isolation::ReadUncommitted).unwrap();
+        let mut want = values(&on_source[IDEM]);
+        want.extend(written.iter().cloned());
+        assert_eq!(values(&got), want, "{IDEM} on the target");
+        let end = KafkaTools::new(target_install(), bootstrap).end_offsets(IDEM).unwrap();
+        assert_eq!(end[&0], idem_end + written.len() as i64);
+    };
+    check_idem(&tb, &first);
+    // They did take ids the source had used: the broker now knows each with its single record's sequence 0.
+    let target_producers = describe_producers(&tb, IDEM);
+    eprintln!("target producers of {IDEM}: {target_producers:?}");
+    assert_eq!(target_producers.len(), TARGET_PRODUCERS, "{target_producers:?}");
+    for r in &target_producers {
+        assert!(
+            source_ids.contains(&r.producer_id),
+            "{r:?} is not one of the source's {source_ids:?}"
+        );
+        assert_eq!((r.last_sequence, r.current_txn_start), (0, None), "{r:?}");
+    }
+
+    // An unclean restart with target writes in the active segment: the broker recovers only that segment, from
+    // the empty snapshot, and never replays the source's.
+    target.kill().unwrap();
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    check_idem(&tb, &first);
+    assert_eq!(
+        describe_producers(&tb, IDEM),
+        target_producers,
+        "the same state after the unclean restart"
+    );
+    let second: Vec<String> = (0..TARGET_PRODUCERS).map(|i| format!("target-b-{i}")).collect();
+    let offsets = idempotent_writes(&tb, IDEM, &second);
+    let after = idem_end + TARGET_PRODUCERS as i64;
+    assert_eq!(offsets, (after..after + TARGET_PRODUCERS as i64).collect::<Vec<_>>());
+    let all: Vec<String> = first.iter().chain(&second).cloned().collect();
+    check_idem(&tb, &all);
+    check_committed(&tb, &new_txn);
+    let log = std::fs::read_to_string(target.log_file()).unwrap();
+    for topic in names {
+        let needle = "Recovering unflushed segment ";
+        let recovered: Vec<i64> = log
+            .lines()
+            .filter(|l| l.contains(&format!("for {topic}-0")))
+            .filter_map(|l| l.split(needle).nth(1))
+            .map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert!(
+            !recovered.is_empty() || topic != IDEM,
+            "{IDEM}: the unclean restarts recovered nothing"
+        );
+        let replayed: Vec<&i64> = recovered.iter().filter(|base| **base < ends[topic]).collect();
+        assert!(
+            replayed.is_empty(),
+            "{topic}: a promoted segment was recovered: {replayed:?}"
+        );
+    }
+    target.stop().unwrap();
+}
+
+fn target_install() -> &'static KafkaInstall {
+    KafkaInstall::locate().unwrap()
+}
+
+/// Source producers of the writer-made partition: ids 0.. on the source, as a fresh target cluster hands them out.
+const WRITER_PRODUCERS: i64 = 9;
+/// One-record batches of each odd source producer; each even one wrote a single one-record batch (sequence 0),
+/// which a new producer's first batch duplicates exactly.
+const WRITER_BATCHES: i32 = 5;
+/// New producers on the promoted copy (ids 0..3, first) and on the kept copy (ids 3..9, then).
+const PROMOTED_WRITES: usize = 3;
+const KEPT_WRITES: usize = 6;
+
+/// A partition as a source broker that served idempotent producers 0..WRITER_PRODUCERS leaves it at clean shutdown
+/// (producer snapshot at the log end included).
+fn write_idempotent_partition(root: &Path, topic: &str) -> WrittenPartition {
+    let config = WriterConfig {
+        fsync: false,
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(root, topic, 0, 0, config).unwrap();
+    w.become_leader(1);
+    // Recent timestamps: the broker expires producers idle longer than `producer.id.expiration.ms` (1 day) at load.
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 60_000;
+    for seq in 0..WRITER_BATCHES {
+        for pid in (0..WRITER_PRODUCERS).filter(|pid| seq == 0 || pid % 2 == 1) {
+            let base = w.next_offset();
+            let batch = BatchBuilder::new(base)
+                .partition_leader_epoch(1)
+                .producer(pid, 0, seq)
+                .record(RecordSpec::new(0, ts + base).with_value(format!("source-{pid}-{seq}")));
+            w.append(batch).unwrap();
+        }
+    }
+    w.close().unwrap()
+}
+
+fn set_checkpoint(path: &Path, topic: &str, offset: i64) {
+    let mut cp = OffsetCheckpoint::read(path).unwrap();
+    cp.entries.retain(|e| e.topic != topic);
+    cp.entries.push(OffsetCheckpointEntry {
+        topic: topic.to_string(),
+        partition: 0,
+        offset,
+    });
+    cp.write(path).unwrap();
+}
+
+#[test]
+fn keeping_the_source_producer_state_loses_new_writes() {
+    let (kept, promoted) = ("producers-kept", "producers-promoted");
+    let mut target = KafkaBroker::start(BrokerConfig::new("producers-experiment")).unwrap();
+    let specs = [TopicSpec::new(kept, 1), TopicSpec::new(promoted, 1)];
+    let ids = admin(&target.bootstrap(), &specs, &[kept, promoted]).unwrap();
+    target.stop().unwrap();
+
+    let work = tempfile::tempdir().unwrap();
+    let (plain_root, mirror, catalog) = (
+        work.path().join("plain"),
+        work.path().join("mirror"),
+        work.path().join("catalog.sqlite"),
+    );
+    let plain = write_idempotent_partition(&plain_root, kept);
+    let written = write_idempotent_partition(&mirror, promoted);
+    let end = written.log_end_offset;
+    assert!(plain.snapshots.contains(&end), "{:?}", plain.snapshots);
+
+    // The copy that keeps producer state: the source's files, snapshot included, under the target's topic id.
+    let dst = target.partition_dir(kept, 0);
+    std::fs::remove_dir_all(&dst).unwrap();
+    std::fs::create_dir(&dst).unwrap();
+    for e in std::fs::read_dir(&plain.dir).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    PartitionMetadata::new(Uuid::from_str(&ids[kept].topic_id).unwrap())
+        .write(&dst.join(PARTITION_METADATA_FILE))
+        .unwrap();
+    for file in [RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE] {
+        set_checkpoint(&target.log_dir().join(file), kept, end);
+    }
+    // The promoted copy.
+    record_writer_mirror(&catalog, "experiment", &written.topic_id.to_string(), &[(&written, 0)]).unwrap();
+    let run = segmirror_promote(&mirror, target.log_dir(), &catalog, &[]).unwrap();
+    assert_eq!(run.code, 0, "{run}");
+
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    // New idempotent producers on each copy; the fresh target cluster hands out ids 0.. again, all of which the
+    // source used.
+    let mut outcomes = BTreeMap::new();
+    for (topic, writes) in [(promoted, PROMOTED_WRITES), (kept, KEPT_WRITES)] {
+        let mut acked = Vec::new();
+        for i in 0..writes {
+            let plan = ProducePlan::new(topic)
+                .config("enable.idempotence", "true")
+                .config("acks", "all")
+                .step(ProduceStep::Send(vec![record(format!("target-{i}"))]));
+            acked.push(
+                python_produce(&tb, &plan)
+                    .map(|r| r[0].offset)
+                    .map_err(|e| format!("{e:#}")),
+            );
+        }
+        let producers = describe_producers(&tb, topic);
+        let stored: Vec<String> = values(&consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap())
+            .into_iter()
+            .filter(|v| v.starts_with("target-"))
+            .collect();
+        eprintln!("{topic}: acknowledged {acked:?}, stored {stored:?}, producer state {producers:?}");
+        outcomes.insert(topic, (acked, stored, producers));
+    }
+    // Promoted: every write stored once after the source's records, by producers whose ids the source used.
+    let (acked, stored, producers) = &outcomes[promoted];
+    assert_eq!(acked, &(end..end + 3).map(Ok).collect::<Vec<_>>());
+    assert_eq!(stored, &["target-0", "target-1", "target-2"]);
+    assert!(
+        producers
+            .iter()
+            .all(|r| r.producer_id < WRITER_PRODUCERS && r.last_sequence == 0),
+        "{producers:?}"
+    );
+    // Kept: the broker believes the source's producers. A new producer whose id matches a source producer that
+    // wrote one batch gets its write acknowledged at the *source's* offset and dropped as a duplicate; one whose id
+    // matches a producer that wrote more is refused (fatal OUT_OF_ORDER_SEQUENCE_NUMBER). Nothing is stored.
+    let (acked, stored, producers) = &outcomes[kept];
+    assert!(
+        producers
+            .iter()
+            .any(|r| r.last_sequence == i64::from(WRITER_BATCHES) - 1),
+        "the source's producer state is loaded: {producers:?}"
+    );
+    let duplicates = acked.iter().filter(|a| matches!(a, Ok(o) if *o < end)).count();
+    let refused = acked
+        .iter()
+        .filter(|a| matches!(a, Err(e) if e.contains("out of order sequence")))
+        .count();
+    assert_eq!((duplicates, refused), (KEPT_WRITES / 2, KEPT_WRITES / 2), "{acked:?}");
+    assert!(stored.is_empty(), "{stored:?}");
+    target.stop().unwrap();
+}
