@@ -333,6 +333,18 @@ pub fn read_metadata_dir(dir: &Path) -> Result<ClusterMetadata, Error> {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let path = entry.path();
+        let wanted = name.ends_with(".log") || name.ends_with(SNAPSHOT_SUFFIX);
+        // Checked before opening: opening a FIFO or device for reading could block or never end.
+        if wanted && !std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.is_file() {
+            return Err(Error::corrupt(
+                &path,
+                0,
+                None,
+                Defect::Other {
+                    message: "not a regular file".to_string(),
+                },
+            ));
+        }
         if let Some(base) = name.strip_suffix(".log").and_then(|s| parse_digits::<i64>(s, 20)) {
             segments.push(MetadataFile {
                 offset: base,
@@ -452,6 +464,35 @@ fn apply_file(state: &mut ClusterMetadata, path: &Path, from: Option<i64>, tail:
         Err(Error::Incomplete { .. }) if tail => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Largest `server.properties` read: real ones are a few KiB; 16 MiB keeps a wrong path (a segment, a device) from
+/// being read whole.
+pub const MAX_PROPERTIES_BYTES: u64 = 16 << 20;
+
+/// A broker's `server.properties` (Java `Properties` syntax), later keys winning as in Java.
+pub fn read_server_properties(path: &Path) -> Result<BTreeMap<String, String>, Error> {
+    // Checked before opening: opening a FIFO for reading would block.
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() || meta.len() > MAX_PROPERTIES_BYTES {
+        return Err(Error::corrupt(
+            path,
+            0,
+            None,
+            Defect::Other {
+                message: format!(
+                    "not a properties file: {} (a properties file is a regular file of at most \
+                     {MAX_PROPERTIES_BYTES} bytes)",
+                    if meta.is_file() { format!("{} bytes", meta.len()) } else { "not a regular file".to_string() }
+                ),
+            },
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_PROPERTIES_BYTES), &mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(crate::checkpoint::parse_java_properties(&bytes).into_iter().collect())
 }
 
 /// Encoders of the records this reader applies, for tests and for building fixtures (the way Kafka writes them).

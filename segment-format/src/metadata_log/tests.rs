@@ -304,3 +304,20 @@ proptest! {
         let _ = read_metadata_dir(dir.path());
     }
 }
+
+#[test]
+fn server_properties_are_read_with_java_rules_and_size_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("server.properties");
+    std::fs::write(
+        &path,
+        "# comment\nlog.retention.hours=24\nlog.retention.ms = 5000\nlog.dirs=/a,\\\n  /b\nlog.retention.ms=6000\n",
+    )
+    .unwrap();
+    let props = read_server_properties(&path).unwrap();
+    assert_eq!(props["log.retention.hours"], "24");
+    assert_eq!(props["log.retention.ms"], "6000", "later keys win");
+    assert_eq!(props["log.dirs"], "/a,/b");
+    let err = read_server_properties(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+}
