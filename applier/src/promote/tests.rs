@@ -725,3 +725,5 @@ fn journal_round_trips() {
     assert_eq!(read_journal(dir.path()).unwrap(), Some(journal));
     assert_eq!(read_journal(&dir.path().join("absent")).unwrap(), None);
 }
+
+mod refusals;
