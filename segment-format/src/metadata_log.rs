@@ -570,6 +570,41 @@ pub mod encode {
         out.push(0);
         out
     }
+    /// One topic for [`write_metadata_log`].
+    #[derive(Debug, Clone)]
+    pub struct TopicSpec<'a> {
+        pub name: &'a str,
+        pub id: Uuid,
+        pub partitions: i32,
+        pub configs: &'a [(&'a str, &'a str)],
+    }
+
+    /// Write `<log_dir>/__cluster_metadata-0/00000000000000000000.log` describing `topics`, one batch per topic, the
+    /// way a broker-shaped test log dir needs it (no control records, no snapshot).
+    pub fn write_metadata_log(log_dir: &Path, topics: &[TopicSpec<'_>]) -> Result<(), Error> {
+        use crate::record::{BatchBuilder, RecordSpec};
+        let dir = log_dir.join(METADATA_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let mut bytes = Vec::new();
+        let mut offset = 0i64;
+        for t in topics {
+            let mut values = vec![topic_record(t.name, t.id)];
+            values.extend((0..t.partitions).map(|p| partition_record(p, t.id)));
+            values.extend(
+                t.configs
+                    .iter()
+                    .map(|(k, v)| config_record(RESOURCE_TOPIC, t.name, k, Some(v))),
+            );
+            let mut batch = BatchBuilder::new(offset);
+            for (i, v) in values.iter().enumerate() {
+                batch = batch.record(RecordSpec::new(i as i32, 0).with_value(v.clone()));
+            }
+            offset += values.len() as i64;
+            bytes.extend_from_slice(&batch.build());
+        }
+        let path = dir.join(format!("{:020}.log", 0));
+        std::fs::write(&path, bytes).map_err(|e| Error::io(&path, e))
+    }
 }
 
 #[cfg(test)]

@@ -321,3 +321,27 @@ fn server_properties_are_read_with_java_rules_and_size_checked() {
     let err = read_server_properties(dir.path()).unwrap_err().to_string();
     assert!(err.contains("not a regular file"), "{err}");
 }
+
+#[test]
+fn the_test_writer_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let topics = [
+        TopicSpec {
+            name: "a",
+            id: A,
+            partitions: 3,
+            configs: &[("retention.ms", "-1")],
+        },
+        TopicSpec {
+            name: "b",
+            id: B,
+            partitions: 1,
+            configs: &[],
+        },
+    ];
+    write_metadata_log(dir.path(), &topics).unwrap();
+    let m = read_metadata_dir(&dir.path().join(METADATA_DIR)).unwrap();
+    assert_eq!(m.topic("a").unwrap().partition_count(), 3);
+    assert_eq!(m.topic("a").unwrap().configs["retention.ms"], "-1");
+    assert_eq!((m.topic("b").unwrap().topic_id, m.end_offset), (B, 7));
+}
