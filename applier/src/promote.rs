@@ -79,8 +79,8 @@ use crate::error::{Error, Result};
 
 pub use lock::{LockFailure, LogDirLock};
 pub use refusal::{Refusal, Refusals};
-pub use retention::RetentionLoss;
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
+pub use retention::RetentionLoss;
 
 /// The staging directory inside the target log dir. Not a partition name: the broker refuses to start while it
 /// exists.

@@ -124,13 +124,17 @@ impl ClusterMetadata {
         let mut r = Reader { buf: value, pos: 0 };
         let frame = r.uvarint("frame version")?;
         if frame != FRAME_VERSION {
-            return Err(format!("metadata record frame version {frame}, expected {FRAME_VERSION}"));
+            return Err(format!(
+                "metadata record frame version {frame}, expected {FRAME_VERSION}"
+            ));
         }
         let api_key = r.uvarint("record type")?;
         let version = r.uvarint("record version")?;
         let known = |max: u32, name: &str| {
             if version > max {
-                Err(format!("{name} version {version} is newer than this reader knows ({max})"))
+                Err(format!(
+                    "{name} version {version} is newer than this reader knows ({max})"
+                ))
             } else {
                 Ok(())
             }
@@ -173,9 +177,7 @@ impl ClusterMetadata {
                     return Err(format!("RemoveTopicRecord for unknown topic id {id}"));
                 };
                 if let Some(t) = self.topics.remove(&name) {
-                    self.entries = self
-                        .entries
-                        .saturating_sub(1 + t.partitions.len() + t.configs.len());
+                    self.entries = self.entries.saturating_sub(1 + t.partitions.len() + t.configs.len());
                 }
                 Ok(())
             }
@@ -208,7 +210,13 @@ impl ClusterMetadata {
         Ok(())
     }
 
-    fn set_config(&mut self, resource_type: i8, resource: String, key: String, value: Option<String>) -> Result<(), String> {
+    fn set_config(
+        &mut self,
+        resource_type: i8,
+        resource: String,
+        key: String,
+        value: Option<String>,
+    ) -> Result<(), String> {
         let map = match resource_type {
             RESOURCE_TOPIC => match self.topics.get_mut(&resource) {
                 Some(t) => &mut t.configs,
@@ -244,7 +252,10 @@ impl Reader<'_> {
         let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len());
         match end {
             Some(end) => {
-                let bytes = self.buf.get(self.pos..end).ok_or_else(|| format!("{field}: out of bounds"))?;
+                let bytes = self
+                    .buf
+                    .get(self.pos..end)
+                    .ok_or_else(|| format!("{field}: out of bounds"))?;
                 self.pos = end;
                 Ok(bytes)
             }
@@ -370,10 +381,7 @@ pub fn read_metadata_dir(dir: &Path) -> Result<ClusterMetadata, Error> {
         state.end_offset = snapshot.offset;
     }
     // Segments holding only records below the snapshot's end are superseded by it.
-    let first_needed = segments
-        .iter()
-        .rposition(|s| s.offset <= from)
-        .unwrap_or(0);
+    let first_needed = segments.iter().rposition(|s| s.offset <= from).unwrap_or(0);
     let needed = segments.get(first_needed..).unwrap_or_default();
     if let Some(first) = needed.first() {
         if first.offset > from {
@@ -410,13 +418,22 @@ fn apply_file(state: &mut ClusterMetadata, path: &Path, from: Option<i64>, tail:
     let mut failure: Option<Error> = None;
     let scan = file.scan(|frame| {
         let info = &frame.info;
-        let fail = |message: String| Error::corrupt(path, info.position, Some(info.base_offset), Defect::Other { message });
+        let fail =
+            |message: String| Error::corrupt(path, info.position, Some(info.base_offset), Defect::Other { message });
         if let Some(defect) = frame.crc_defect() {
-            failure = Some(Error::corrupt(path, frame.crc_position(), Some(info.base_offset), defect));
+            failure = Some(Error::corrupt(
+                path,
+                frame.crc_position(),
+                Some(info.base_offset),
+                defect,
+            ));
             return ControlFlow::Break(());
         }
         if info.magic != 2 {
-            failure = Some(fail(format!("magic {} batch in a metadata log (only magic 2 exists there)", info.magic)));
+            failure = Some(fail(format!(
+                "magic {} batch in a metadata log (only magic 2 exists there)",
+                info.magic
+            )));
             return ControlFlow::Break(());
         }
         if info.is_control || from.is_some_and(|f| info.last_offset < f) {
@@ -447,7 +464,12 @@ fn apply_file(state: &mut ClusterMetadata, path: &Path, from: Option<i64>, tail:
             ControlFlow::Continue(())
         });
         if let Some((offset, message)) = record_error {
-            failure = Some(Error::corrupt(path, info.position, Some(offset), Defect::Other { message }));
+            failure = Some(Error::corrupt(
+                path,
+                info.position,
+                Some(offset),
+                Defect::Other { message },
+            ));
             return ControlFlow::Break(());
         }
         if let Err(e) = walked {
@@ -483,7 +505,11 @@ pub fn read_server_properties(path: &Path) -> Result<BTreeMap<String, String>, E
                 message: format!(
                     "not a properties file: {} (a properties file is a regular file of at most \
                      {MAX_PROPERTIES_BYTES} bytes)",
-                    if meta.is_file() { format!("{} bytes", meta.len()) } else { "not a regular file".to_string() }
+                    if meta.is_file() {
+                        format!("{} bytes", meta.len())
+                    } else {
+                        "not a regular file".to_string()
+                    }
                 ),
             },
         ));

@@ -71,7 +71,10 @@ fn a_real_brokers_metadata_log_is_read_snapshot_first() {
         )
         .unwrap();
     tools
-        .run(TOPIC_COMMAND, &s(&["--bootstrap-server", &bootstrap, "--delete", "--topic", "md-gone"]))
+        .run(
+            TOPIC_COMMAND,
+            &s(&["--bootstrap-server", &bootstrap, "--delete", "--topic", "md-gone"]),
+        )
         .unwrap();
     let metadata = broker.log_dir().join(METADATA_DIR);
     let has_snapshot = || {
@@ -80,7 +83,13 @@ fn a_real_brokers_metadata_log_is_read_snapshot_first() {
             .any(|e| e.file_name().to_string_lossy().ends_with(SNAPSHOT_SUFFIX))
             .then_some(()))
     };
-    wait_for("a metadata snapshot", Duration::from_secs(30), Duration::from_millis(200), has_snapshot).unwrap();
+    wait_for(
+        "a metadata snapshot",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        has_snapshot,
+    )
+    .unwrap();
     // Changes after the snapshot: a new override, and a deleted one.
     tools.alter_topic_config("md-b", &[("retention.ms", "5000")]).unwrap();
     tools
@@ -107,11 +116,24 @@ fn a_real_brokers_metadata_log_is_read_snapshot_first() {
     let a = m.topic("md-a").unwrap();
     assert_eq!(a.topic_id.to_string(), ids["md-a"].topic_id);
     assert_eq!(a.partition_count(), 3);
-    assert_eq!(a.configs, BTreeMap::from([("retention.ms".to_string(), "7200000".to_string())]));
+    assert_eq!(
+        a.configs,
+        BTreeMap::from([("retention.ms".to_string(), "7200000".to_string())])
+    );
     let b = m.topic("md-b").unwrap();
-    assert_eq!((b.topic_id.to_string(), b.partition_count()), (ids["md-b"].topic_id.clone(), 1));
-    assert_eq!(b.configs, BTreeMap::from([("retention.ms".to_string(), "5000".to_string())]));
-    assert!(m.topic("md-gone").is_none(), "deleted topics are gone: {:?}", m.topics.keys());
+    assert_eq!(
+        (b.topic_id.to_string(), b.partition_count()),
+        (ids["md-b"].topic_id.clone(), 1)
+    );
+    assert_eq!(
+        b.configs,
+        BTreeMap::from([("retention.ms".to_string(), "5000".to_string())])
+    );
+    assert!(
+        m.topic("md-gone").is_none(),
+        "deleted topics are gone: {:?}",
+        m.topics.keys()
+    );
     assert_eq!(m.broker_config(1, "log.retention.ms"), Some("86400000"));
 
     // The segments alone (the log still starts at 0 here) give the same state.
@@ -237,7 +259,11 @@ fn retention_on_the_target_is_predicted_refused_and_then_carried_out_by_the_brok
     // partitions receive a record each.
     let mut target = KafkaBroker::start(BrokerConfig::new("retention-target")).unwrap();
     let bootstrap = target.bootstrap();
-    let specs = [TopicSpec::new("ret-short", 1), TopicSpec::new("ret-long", 1), TopicSpec::new("busy", 2)];
+    let specs = [
+        TopicSpec::new("ret-short", 1),
+        TopicSpec::new("ret-long", 1),
+        TopicSpec::new("busy", 2),
+    ];
     admin(&bootstrap, &specs, &[]).unwrap();
     target
         .tools()
@@ -324,7 +350,11 @@ fn retention_on_the_target_is_predicted_refused_and_then_carried_out_by_the_brok
     ] {
         assert!(text.stderr.contains(&needle), "{needle:?} in\n{text}");
     }
-    assert_eq!(text.stderr.lines().filter(|l| l.starts_with("  - ")).count(), 6, "{text}");
+    assert_eq!(
+        text.stderr.lines().filter(|l| l.starts_with("  - ")).count(),
+        6,
+        "{text}"
+    );
 
     // A mistyped mirror root or link: refused, created nowhere.
     let nowhere = work.path().join("no-such-mirror");
@@ -334,8 +364,17 @@ fn retention_on_the_target_is_predicted_refused_and_then_carried_out_by_the_brok
     assert!(!nowhere.exists());
     let run = segmirror_promote(&mirror, &log_dir, &catalog, &["--link", "typo", "--json"]).unwrap();
     assert_eq!(run.code, 2, "{run}");
-    assert_eq!(refused_kinds(&run.json().unwrap()), [("unknown_link".to_string(), String::new())]);
-    let links: Vec<String> = Catalog::open(&catalog).unwrap().links().unwrap().into_iter().map(|l| l.name).collect();
+    assert_eq!(
+        refused_kinds(&run.json().unwrap()),
+        [("unknown_link".to_string(), String::new())]
+    );
+    let links: Vec<String> = Catalog::open(&catalog)
+        .unwrap()
+        .links()
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
     assert_eq!(links, ["ret"], "no link is created");
     assert_unchanged(&target_before, &snapshot(&log_dir));
 
@@ -372,7 +411,11 @@ fn retention_on_the_target_is_predicted_refused_and_then_carried_out_by_the_brok
     .unwrap();
     assert_eq!(start, expected_kept);
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(tools.earliest_offsets("ret-short").unwrap()[&0], expected_kept, "nothing more goes");
+    assert_eq!(
+        tools.earliest_offsets("ret-short").unwrap()[&0],
+        expected_kept,
+        "nothing more goes"
+    );
     assert_eq!(tools.earliest_offsets("ret-long").unwrap()[&0], 0);
     let read = consume_all(&target.bootstrap(), "ret-short", None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(

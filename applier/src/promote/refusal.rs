@@ -111,7 +111,11 @@ impl fmt::Display for Refusal {
             Refusal::UnknownLink { link, links } => write!(
                 f,
                 "link {link:?} is not in the catalog (it holds: {})",
-                if links.is_empty() { "none".to_string() } else { links.join(", ") }
+                if links.is_empty() {
+                    "none".to_string()
+                } else {
+                    links.join(", ")
+                }
             ),
             Refusal::MirrorRootMissing { path } => write!(
                 f,

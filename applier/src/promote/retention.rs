@@ -93,7 +93,9 @@ pub enum Unknown {
 impl fmt::Display for Unknown {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Unknown::Metadata(path, reason) => write!(f, "cannot read the target's metadata log {}: {reason}", path.display()),
+            Unknown::Metadata(path, reason) => {
+                write!(f, "cannot read the target's metadata log {}: {reason}", path.display())
+            }
             Unknown::NoTopic(path) => write!(f, "the target's metadata log {} has no such topic", path.display()),
             Unknown::BadValue(key, value, at) => write!(f, "{key}={value:?} ({at}) is not a number"),
         }
@@ -170,12 +172,21 @@ impl TargetSettings {
                 .map_err(|_| Unknown::BadValue(key.to_string(), value.to_string(), at.to_string()))
         };
         let (retention_ms, ms_source) = if let Some(v) = t.configs.get("retention.ms") {
-            (number("retention.ms", v, "topic config")?, format!("retention.ms={v} (topic config)"))
+            (
+                number("retention.ms", v, "topic config")?,
+                format!("retention.ms={v} (topic config)"),
+            )
         } else if let Some((v, at)) = self.broker("log.retention.ms") {
-            (number("log.retention.ms", &v, at)?, format!("log.retention.ms={v} ({at})"))
+            (
+                number("log.retention.ms", &v, at)?,
+                format!("log.retention.ms={v} ({at})"),
+            )
         } else if let Some((v, at)) = self.broker("log.retention.minutes") {
             let m = number("log.retention.minutes", &v, at)?;
-            (m.saturating_mul(MS_PER_MINUTE), format!("log.retention.minutes={v} ({at})"))
+            (
+                m.saturating_mul(MS_PER_MINUTE),
+                format!("log.retention.minutes={v} ({at})"),
+            )
         } else if let Some((v, at)) = self.broker("log.retention.hours") {
             let h = number("log.retention.hours", &v, at)?;
             (h.saturating_mul(MS_PER_HOUR), format!("log.retention.hours={v} ({at})"))
@@ -186,9 +197,15 @@ impl TargetSettings {
             )
         };
         let (retention_bytes, bytes_source) = if let Some(v) = t.configs.get("retention.bytes") {
-            (number("retention.bytes", v, "topic config")?, format!("retention.bytes={v} (topic config)"))
+            (
+                number("retention.bytes", v, "topic config")?,
+                format!("retention.bytes={v} (topic config)"),
+            )
         } else if let Some((v, at)) = self.broker("log.retention.bytes") {
-            (number("log.retention.bytes", &v, at)?, format!("log.retention.bytes={v} ({at})"))
+            (
+                number("log.retention.bytes", &v, at)?,
+                format!("log.retention.bytes={v} ({at})"),
+            )
         } else {
             (-1, "log.retention.bytes=-1 (Kafka's default)".to_string())
         };
@@ -321,7 +338,9 @@ impl fmt::Display for RetentionLoss {
             write!(
                 f,
                 "; the log exceeds retention.bytes ({})",
-                self.retention.retention_bytes.map_or_else(|| "?".into(), |b| b.to_string())
+                self.retention
+                    .retention_bytes
+                    .map_or_else(|| "?".into(), |b| b.to_string())
             )?;
         }
         let _ = first;
@@ -412,7 +431,10 @@ fn max_timestamp(path: &Path) -> Result<(Option<i64>, u64)> {
     while position < size {
         let left = size - position;
         if left < HEADER_SIZE_UP_TO_MAGIC as u64 {
-            return Err(corrupt(position, format!("{left} byte(s) left, less than a frame header")));
+            return Err(corrupt(
+                position,
+                format!("{left} byte(s) left, less than a frame header"),
+            ));
         }
         let want = (RECORD_BATCH_OVERHEAD as u64).min(left) as usize;
         let buf = header.get_mut(..want).unwrap_or_default();
@@ -424,11 +446,17 @@ fn max_timestamp(path: &Path) -> Result<(Option<i64>, u64)> {
             .unwrap_or(-1);
         let frame = u64::try_from(length).map(|l| l + LOG_OVERHEAD as u64).unwrap_or(0);
         if frame <= LOG_OVERHEAD as u64 || frame > left {
-            return Err(corrupt(position, format!("frame length {length} does not fit the file")));
+            return Err(corrupt(
+                position,
+                format!("frame length {length} does not fit the file"),
+            ));
         }
         if buf.get(MAGIC_OFFSET).copied() == Some(2) {
             if frame < RECORD_BATCH_OVERHEAD as u64 {
-                return Err(corrupt(position, format!("batch length {length} is below the batch header's")));
+                return Err(corrupt(
+                    position,
+                    format!("batch length {length} is below the batch header's"),
+                ));
             }
             let max = buf
                 .get(MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8)
@@ -477,7 +505,10 @@ mod tests {
         ];
         let doomed = predict(&policy(Some(10_000), None, true), &segments, NOW);
         assert_eq!(doomed.len(), 1);
-        assert_eq!((doomed[0].base_offset, doomed[0].reason), (0, DeleteReason::RetentionMs));
+        assert_eq!(
+            (doomed[0].base_offset, doomed[0].reason),
+            (0, DeleteReason::RetentionMs)
+        );
         // Exactly at the limit stays (Kafka's test is strictly greater).
         assert!(predict(&policy(Some(NOW - 1000), None, true), &segments, NOW).is_empty());
         // Unlimited and compact-only keep everything.
@@ -498,14 +529,22 @@ mod tests {
 
     #[test]
     fn size_deletes_while_the_log_stays_at_or_above_the_limit() {
-        let segments = [seg(0, 10, Some(NOW), 100), seg(10, 20, Some(NOW), 100), seg(20, 30, Some(NOW), 100)];
+        let segments = [
+            seg(0, 10, Some(NOW), 100),
+            seg(10, 20, Some(NOW), 100),
+            seg(20, 30, Some(NOW), 100),
+        ];
         let doomed = predict(&policy(None, Some(150), true), &segments, NOW);
         assert_eq!(doomed.len(), 1, "{doomed:?}");
         assert_eq!(doomed[0].reason, DeleteReason::RetentionBytes);
         assert_eq!(predict(&policy(None, Some(100), true), &segments, NOW).len(), 2);
         assert!(predict(&policy(None, Some(301), true), &segments, NOW).is_empty());
         // The longer prefix of the two passes wins.
-        let mixed = [seg(0, 10, Some(1), 100), seg(10, 20, Some(2), 100), seg(20, 30, Some(NOW), 100)];
+        let mixed = [
+            seg(0, 10, Some(1), 100),
+            seg(10, 20, Some(2), 100),
+            seg(20, 30, Some(NOW), 100),
+        ];
         let doomed = predict(&policy(Some(10), Some(150), true), &mixed, NOW);
         let reasons: Vec<_> = doomed.iter().map(|d| d.reason).collect();
         assert_eq!(reasons, [DeleteReason::RetentionBytes, DeleteReason::RetentionMs]);

@@ -162,10 +162,18 @@ fn snapshot_first_then_segment_records_from_its_end() {
 #[test]
 fn segments_wholly_below_the_snapshot_are_skipped_and_a_gap_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), &snapshot_name(4, 1), &[batch(0, &[topic_record("orders", A)])]);
+    write(
+        dir.path(),
+        &snapshot_name(4, 1),
+        &[batch(0, &[topic_record("orders", A)])],
+    );
     // Garbage in a segment the snapshot supersedes is never read.
     std::fs::write(dir.path().join(segment_name(0)), b"not a segment at all, never read").unwrap();
-    write(dir.path(), &segment_name(3), &[batch(3, &[vec![1, 99, 0], partition_record(0, A)])]);
+    write(
+        dir.path(),
+        &segment_name(3),
+        &[batch(3, &[vec![1, 99, 0], partition_record(0, A)])],
+    );
     let m = read_metadata_dir(dir.path()).unwrap();
     assert_eq!(m.topic("orders").unwrap().partition_count(), 1);
 
@@ -180,8 +188,16 @@ fn segments_wholly_below_the_snapshot_are_skipped_and_a_gap_is_an_error() {
 #[test]
 fn compressed_batches_are_read() {
     let dir = tempfile::tempdir().unwrap();
-    let values = [topic_record("zipped", A), partition_record(0, A), partition_record(1, A)];
-    write(dir.path(), &segment_name(0), &[batch_with(0, &values, Compression::Gzip)]);
+    let values = [
+        topic_record("zipped", A),
+        partition_record(0, A),
+        partition_record(1, A),
+    ];
+    write(
+        dir.path(),
+        &segment_name(0),
+        &[batch_with(0, &values, Compression::Gzip)],
+    );
     let m = read_metadata_dir(dir.path()).unwrap();
     assert_eq!(m.topic("zipped").unwrap().partition_count(), 2);
 }
@@ -223,7 +239,10 @@ fn hostile_records_are_errors_naming_file_and_offset() {
         let path = write(
             dir.path(),
             &segment_name(0),
-            &[batch(0, &[topic_record("orders", A)]), batch(1, &[vec![1, 99, 0], value])],
+            &[
+                batch(0, &[topic_record("orders", A)]),
+                batch(1, &[vec![1, 99, 0], value]),
+            ],
         );
         let err = read_metadata_dir(dir.path()).unwrap_err().to_string();
         assert!(err.contains(expected), "{expected}: {err}");

@@ -60,7 +60,10 @@ fn retention_that_would_delete_promoted_data_is_refused_with_timestamps_then_rep
         assert_eq!(loss.retention.retention_ms, Some(HOUR_MS));
         assert_eq!(loss.cutoff_ms, Some(loss.now_ms - HOUR_MS));
         // Everything goes: every record is from 2023. The partition whose log start moved loses its kept segments.
-        assert_eq!((loss.log_start_offset, loss.first_kept_offset), (log_start, w.log_end_offset));
+        assert_eq!(
+            (loss.log_start_offset, loss.first_kept_offset),
+            (log_start, w.log_end_offset)
+        );
         let kept: Vec<_> = w
             .segments
             .iter()
@@ -96,7 +99,10 @@ fn retention_that_would_delete_promoted_data_is_refused_with_timestamps_then_rep
     let report = promote(&request, &mut f.catalog).unwrap();
     assert_eq!(report.changed(), 2);
     assert_eq!(report.retention_deletes.len(), 2);
-    assert_eq!(report.retention_deletes[0].first_kept_offset, f.written[0].log_end_offset);
+    assert_eq!(
+        report.retention_deletes[0].first_kept_offset,
+        f.written[0].log_end_offset
+    );
 }
 
 #[test]
@@ -114,7 +120,10 @@ fn retention_bytes_deletes_a_prefix_and_compaction_deletes_nothing() {
     assert_eq!(p0.segments.len(), w.segments.len() - 2);
     assert!(p0.segments.iter().all(|s| s.reason == DeleteReason::RetentionBytes));
     assert_eq!(p0.first_kept_offset, w.segments[w.segments.len() - 2].base_offset);
-    assert!(got.iter().all(|r| r.to_string().contains("exceeds retention.bytes")), "{got:#?}");
+    assert!(
+        got.iter().all(|r| r.to_string().contains("exceeds retention.bytes")),
+        "{got:#?}"
+    );
 
     // A compact-only topic deletes nothing by size or age.
     set_orders_config(&f.target, 6, "cleanup.policy", Some("compact"));
@@ -129,7 +138,11 @@ fn broker_defaults_apply_in_kafka_order() {
     set_orders_config(&f.target, 5, "retention.ms", None);
     let got = refusals(f.promote().unwrap_err());
     assert_eq!(retention_losses(&got).len(), 2, "{got:#?}");
-    assert!(got[0].to_string().contains("log.retention.hours=168 (Kafka's default)"), "{}", got[0]);
+    assert!(
+        got[0].to_string().contains("log.retention.hours=168 (Kafka's default)"),
+        "{}",
+        got[0]
+    );
 
     // server.properties: log.retention.ms beats log.retention.hours.
     let props = f.target.parent().unwrap().join("server.properties");
@@ -146,16 +159,30 @@ fn broker_defaults_apply_in_kafka_order() {
     append_metadata(
         &f.target,
         6,
-        vec![encode::config_record(RESOURCE_BROKER, "", "log.retention.ms", Some("3600000"))],
+        vec![encode::config_record(
+            RESOURCE_BROKER,
+            "",
+            "log.retention.ms",
+            Some("3600000"),
+        )],
     );
     let mut refused = Vec::new();
     plan(&request, &staged, &staged, true, &mut refused).unwrap();
     assert_eq!(retention_losses(&refused).len(), 2);
-    assert!(refused[0].to_string().contains("(dynamic cluster-wide default)"), "{}", refused[0]);
+    assert!(
+        refused[0].to_string().contains("(dynamic cluster-wide default)"),
+        "{}",
+        refused[0]
+    );
     append_metadata(
         &f.target,
         7,
-        vec![encode::config_record(RESOURCE_BROKER, "1", "log.retention.ms", Some("-1"))],
+        vec![encode::config_record(
+            RESOURCE_BROKER,
+            "1",
+            "log.retention.ms",
+            Some("-1"),
+        )],
     );
     let mut refused = Vec::new();
     plan(&request, &staged, &staged, true, &mut refused).unwrap();
