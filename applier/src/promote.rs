@@ -24,10 +24,15 @@
 //! # Refusals
 //! Nothing is changed unless every selected partition can be promoted: the broker must be stopped (its log dir
 //! `.lock` free — promotion holds it until done, so a broker started by mistake fails instead of loading half a
-//! partition), the topic must exist in the target log dir with a `partition.metadata` and as many partition
-//! directories as the mirror has partitions, the target partitions must hold no data (unless `force`), and each
-//! mirror partition must be exactly what the catalog says is installed (no leftovers of an interrupted apply). All
-//! reasons are reported together ([`Refusal`], [`Error::PromoteRefused`]).
+//! partition), the mirror root and the `--link` must exist (they are looked up, never created), the topic must
+//! exist in the target log dir with a `partition.metadata` carrying the topic id the target's metadata log names
+//! and as many partition directories as the mirror has partitions, the target partitions must hold no data
+//! (unless `force`), each mirror partition must be exactly what the catalog says is installed (no leftovers of an
+//! interrupted apply), and the target topic's retention must not delete promoted data at the broker's first
+//! retention check (unless `allow_retention_delete`; [`retention`] says how it is predicted from the target's
+//! metadata log and `server.properties`). The checks go on past the first failure — both sides of every partition
+//! are inspected even when one refuses, and a running broker's log dir is still read — so one run reports every
+//! reason for every partition ([`Refusal`], [`Error::PromoteRefused`]; the CLI exits 2).
 //!
 //! # Crash safety
 //! Work happens in `<log dir>/.segmirror-promote/`, a name the broker cannot parse as a partition, so **a broker
