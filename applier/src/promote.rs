@@ -475,7 +475,18 @@ fn plan(
     let mut notes = Vec::new();
     let mut retention_deletes = Vec::new();
     let target = target::TargetLogDir::open(&request.log_dir)?;
-    let settings = retention::TargetSettings::load(&request.log_dir, request.target_config.as_deref())?;
+    let settings = match retention::TargetSettings::load(&request.log_dir, request.target_config.as_deref()) {
+        Ok(settings) => Some(settings),
+        // The operator named this file: a refusal (retention is not judged without it), not a guess.
+        Err(Error::Format(e)) => {
+            refusals.push(Refusal::TargetConfigUnreadable {
+                path: e.path().to_path_buf(),
+                reason: e.to_string(),
+            });
+            None
+        }
+        Err(e) => return Err(e),
+    };
     let topics: BTreeSet<&str> = todo.iter().map(|p| p.key.topic.as_str()).collect();
     let mut retentions = BTreeMap::new();
     for topic in &topics {
@@ -488,8 +499,8 @@ fn plan(
                 target_partitions,
             });
         }
-        let retention = settings.as_ref().map_err(Clone::clone).and_then(|s| s.retention(topic));
-        match retention {
+        let Some(settings) = &settings else { continue };
+        match settings.as_ref().map_err(Clone::clone).and_then(|s| s.retention(topic)) {
             Ok(r) => {
                 retentions.insert(topic.to_string(), r);
             }
@@ -563,7 +574,7 @@ fn plan(
         let distinct: BTreeSet<&String> = ids.values().collect();
         if distinct.len() > 1 {
             refusals.push(Refusal::TargetTopicIdsDiffer { topic, ids });
-        } else if let (Ok(settings), Some(id)) = (&settings, distinct.first()) {
+        } else if let (Some(Ok(settings)), Some(id)) = (&settings, distinct.first()) {
             // The broker keeps a partition directory only if the metadata log names the same topic id.
             let metadata_topic_id = settings.topic_id(&topic);
             if metadata_topic_id.as_ref() != Some(*id) {

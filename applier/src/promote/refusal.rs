@@ -82,6 +82,8 @@ pub enum Refusal {
         metadata_topic_id: Option<String>,
         partition_topic_id: String,
     },
+    /// `--target-config` cannot be read as a properties file.
+    TargetConfigUnreadable { path: PathBuf, reason: String },
     /// The target topic's retention cannot be known (without `--allow-retention-delete`).
     RetentionUnknown { topic: String, reason: String },
     /// The target topic's retention would delete promoted data at the broker's first retention check (without
@@ -225,6 +227,11 @@ impl fmt::Display for Refusal {
                     metadata_log.display()
                 ),
             },
+            Refusal::TargetConfigUnreadable { path, reason } => write!(
+                f,
+                "--target-config {}: {reason} (give the target broker's server.properties)",
+                path.display()
+            ),
             Refusal::RetentionUnknown { topic, reason } => write!(
                 f,
                 "topic {topic}: the target's retention is unknown ({reason}); give --target-config with the broker's \

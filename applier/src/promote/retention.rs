@@ -54,6 +54,8 @@ const MS_PER_MINUTE: i64 = 60_000;
 const MS_PER_HOUR: i64 = 3_600_000;
 /// Byte position of `maxTimestamp` in a magic-2 batch (`DefaultRecordBatch.MAX_TIMESTAMP_OFFSET`).
 const MAX_TIMESTAMP_OFFSET: usize = 35;
+/// Byte position of the timestamp of a magic-1 message (offset, size, crc, magic, attributes come first).
+const MAGIC_1_TIMESTAMP_OFFSET: usize = 18;
 
 /// The target broker's settings that decide retention, read once per promotion.
 #[derive(Debug)]
@@ -417,8 +419,8 @@ pub fn segment_ages(dir: &Path, bases: &[i64], log_end_offset: i64) -> Result<Ve
         .collect()
 }
 
-/// The newest `maxTimestamp` of the magic-2 batches of a `.log` (legacy frames carry none Kafka uses here), and
-/// the file's size. One header read per batch.
+/// The newest timestamp of a `.log`: magic-2 batches' `maxTimestamp`, magic-1 messages' timestamp (magic 0 has
+/// none), and the file's size. One header read per frame.
 fn max_timestamp(path: &Path) -> Result<(Option<i64>, u64)> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
@@ -451,7 +453,17 @@ fn max_timestamp(path: &Path) -> Result<(Option<i64>, u64)> {
                 format!("frame length {length} does not fit the file"),
             ));
         }
-        if buf.get(MAGIC_OFFSET).copied() == Some(2) {
+        if buf.get(MAGIC_OFFSET).copied() == Some(1) {
+            // A magic-1 message (or compressed wrapper, whose timestamp is its newest inner one) carries its
+            // timestamp right after its attributes.
+            let ts = buf
+                .get(MAGIC_1_TIMESTAMP_OFFSET..MAGIC_1_TIMESTAMP_OFFSET + 8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map_or(-1, i64::from_be_bytes);
+            if ts >= 0 {
+                newest = Some(newest.map_or(ts, |n| n.max(ts)));
+            }
+        } else if buf.get(MAGIC_OFFSET).copied() == Some(2) {
             if frame < RECORD_BATCH_OVERHEAD as u64 {
                 return Err(corrupt(
                     position,
@@ -548,6 +560,40 @@ mod tests {
         let doomed = predict(&policy(Some(10), Some(150), true), &mixed, NOW);
         let reasons: Vec<_> = doomed.iter().map(|d| d.reason).collect();
         assert_eq!(reasons, [DeleteReason::RetentionBytes, DeleteReason::RetentionMs]);
+    }
+
+    #[test]
+    fn the_newest_timestamp_of_a_segment_comes_from_every_frame_that_has_one() {
+        use segment_format::batch::TimestampType;
+        use segment_format::legacy::encode_message;
+        use segment_format::record::{BatchBuilder, RecordSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.log");
+        let frames = [
+            encode_message(0, 0, 0, TimestampType::CreateTime, None, Some(b"v0")),
+            encode_message(1, 1, 9_000, TimestampType::CreateTime, None, Some(b"v1")),
+            BatchBuilder::new(2)
+                .record(RecordSpec::new(0, 5_000).with_value("a"))
+                .record(RecordSpec::new(1, 7_000).with_value("b"))
+                .build(),
+        ];
+        std::fs::write(&path, frames.concat()).unwrap();
+        assert_eq!(
+            max_timestamp(&path).unwrap(),
+            (Some(9_000), frames.concat().len() as u64)
+        );
+        // Magic 0 only: no timestamp at all.
+        std::fs::write(&path, &frames[0]).unwrap();
+        assert_eq!(max_timestamp(&path).unwrap().0, None);
+        // A frame that does not fit the file is an error naming it.
+        let mut cut = frames.concat();
+        cut.truncate(cut.len() - 1);
+        std::fs::write(&path, &cut).unwrap();
+        let err = max_timestamp(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("00000000000000000000.log") && err.contains("does not fit"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -188,10 +188,13 @@ fn broker_defaults_apply_in_kafka_order() {
     plan(&request, &staged, &staged, true, &mut refused).unwrap();
     assert!(refused.is_empty(), "{refused:#?}");
 
-    // A --target-config that cannot be read is an error, not a guess.
-    request.target_config = Some(f.target.join("no-such.properties"));
-    let err = promote(&request, &mut f.catalog).unwrap_err().to_string();
-    assert!(err.contains("no-such.properties"), "{err}");
+    // A --target-config that cannot be read is refused, not guessed around.
+    let unreadable = f.target.join("no-such.properties");
+    request.target_config = Some(unreadable.clone());
+    assert!(matches!(
+        refusals(promote(&request, &mut f.catalog).unwrap_err()).as_slice(),
+        [Refusal::TargetConfigUnreadable { path, reason }] if *path == unreadable && reason.contains("no-such")
+    ));
 }
 
 #[test]
