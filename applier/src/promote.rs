@@ -31,10 +31,15 @@
 //! # Refusals
 //! Nothing is changed unless every selected partition can be promoted: the broker must be stopped (its log dir
 //! `.lock` free — promotion holds it until done, so a broker started by mistake fails instead of loading half a
-//! partition), the topic must exist in the target log dir with a `partition.metadata` and as many partition
-//! directories as the mirror has partitions, the target partitions must hold no data (unless `force`), and each
-//! mirror partition must be exactly what the catalog says is installed (no leftovers of an interrupted apply). All
-//! reasons are reported together ([`Refusal`], [`Error::PromoteRefused`]).
+//! partition), the mirror root and the `--link` must exist (they are looked up, never created), the topic must
+//! exist in the target log dir with a `partition.metadata` carrying the topic id the target's metadata log names
+//! and as many partition directories as the mirror has partitions, the target partitions must hold no data
+//! (unless `force`), each mirror partition must be exactly what the catalog says is installed (no leftovers of an
+//! interrupted apply), and the target topic's retention must not delete promoted data at the broker's first
+//! retention check (unless `allow_retention_delete`; [`retention`] says how it is predicted from the target's
+//! metadata log and `server.properties`). The checks go on past the first failure — both sides of every partition
+//! are inspected even when one refuses, and a running broker's log dir is still read — so one run reports every
+//! reason for every partition ([`Refusal`], [`Error::PromoteRefused`]; the CLI exits 2).
 //!
 //! # Crash safety
 //! Work happens in `<log dir>/.segmirror-promote/`, a name the broker cannot parse as a partition, so **a broker
@@ -62,7 +67,9 @@
 
 mod lock;
 mod producer_state;
+mod refusal;
 mod restamp;
+pub mod retention;
 mod target;
 #[cfg(test)]
 mod tests;
@@ -88,7 +95,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 pub use lock::{LockFailure, LogDirLock};
+pub use refusal::{Refusal, Refusals};
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
+pub use retention::RetentionLoss;
 pub use txn_cut::CutTransaction;
 
 /// The staging directory inside the target log dir. Not a partition name: the broker refuses to start while it
@@ -110,7 +119,7 @@ const READY: &str = "ready";
 const OLD: &str = "old";
 
 /// What to promote, and where.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct PromoteRequest {
     /// The applier's mirror root (`segmirror apply --mirror`).
     pub mirror_root: PathBuf,
@@ -123,6 +132,12 @@ pub struct PromoteRequest {
     pub topics: Option<Regex>,
     /// Replace target partitions that hold data.
     pub force: bool,
+    /// The target broker's `server.properties`, for its static defaults (`log.retention.*`, `metadata.log.dir`);
+    /// without it Kafka's defaults are assumed.
+    pub target_config: Option<PathBuf>,
+    /// Promote even when the target topic's retention would delete promoted data at start (or cannot be known);
+    /// the report lists what the broker will delete.
+    pub allow_retention_delete: bool,
 }
 
 /// A partition named the way Kafka names its directory.
@@ -148,169 +163,6 @@ impl TopicPartition {
 impl fmt::Display for TopicPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
-
-/// Why a promotion will not start. Each names the partition or topic and the file that decided it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Refusal {
-    /// The log dir's `.lock` is held: the broker is running.
-    BrokerRunning { lock_file: PathBuf },
-    /// The target has no `meta.properties`: not a formatted Kafka log dir.
-    NotALogDir { log_dir: PathBuf },
-    /// The catalog holds no link, or several and none was chosen.
-    NoLink { links: Vec<String> },
-    /// No partition of the link matches the topic selection.
-    NothingSelected { link: String },
-    /// The mirror has no directory for a partition the catalog records.
-    MirrorPartitionMissing { partition: TopicPartition, path: PathBuf },
-    /// The mirror directory holds a file an applier run leaves only when interrupted (or someone else put there).
-    MirrorUnexpectedFile { partition: TopicPartition, path: PathBuf },
-    /// Nothing is installed for the partition.
-    NothingInstalled { partition: TopicPartition, path: PathBuf },
-    /// The mirror's log end offset is not what the catalog records as installed.
-    MirrorCatalogMismatch {
-        partition: TopicPartition,
-        log: PathBuf,
-        mirror_end_offset: i64,
-        catalog_end_offset: Option<i64>,
-    },
-    /// The source's log start offset lies beyond what the mirror holds.
-    LogStartBeyondEnd {
-        partition: TopicPartition,
-        log_start_offset: i64,
-        log_end_offset: i64,
-    },
-    /// The mirror changed while a promotion was interrupted (the copy does not end where the plan said).
-    MirrorChanged {
-        partition: TopicPartition,
-        log: PathBuf,
-        planned_end_offset: i64,
-        found_end_offset: i64,
-    },
-    /// The target log dir has no directory for the partition.
-    TargetPartitionMissing { partition: TopicPartition, path: PathBuf },
-    /// The target partition has no `partition.metadata` (so no topic id).
-    TargetTopicIdMissing { partition: TopicPartition, path: PathBuf },
-    /// The topic's partitions in the target log dir carry different topic ids.
-    TargetTopicIdsDiffer { topic: String, ids: BTreeMap<i32, String> },
-    /// The target topic has another number of partitions in this log dir than the mirror.
-    PartitionCountMismatch {
-        topic: String,
-        mirror_partitions: usize,
-        target_partitions: usize,
-    },
-    /// The target partition holds data (without `force`).
-    TargetNotEmpty {
-        partition: TopicPartition,
-        log: PathBuf,
-        size: u64,
-    },
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refusal::BrokerRunning { lock_file } => write!(
-                f,
-                "{} is locked: the broker is running; stop it cleanly first",
-                lock_file.display()
-            ),
-            Refusal::NotALogDir { log_dir } => write!(
-                f,
-                "{} has no {META_PROPERTIES_FILE}: not a formatted Kafka log dir",
-                log_dir.display()
-            ),
-            Refusal::NoLink { links } if links.is_empty() => f.write_str("the catalog holds no link"),
-            Refusal::NoLink { links } => write!(
-                f,
-                "the catalog holds several links ({}); choose one with --link",
-                links.join(", ")
-            ),
-            Refusal::NothingSelected { link } => {
-                write!(f, "no partition of link {link:?} matches the topic selection")
-            }
-            Refusal::MirrorPartitionMissing { partition, path } => write!(
-                f,
-                "{partition}: the catalog records it, but the mirror has no {}",
-                path.display()
-            ),
-            Refusal::MirrorUnexpectedFile { partition, path } => write!(
-                f,
-                "{partition}: unexpected file {} in the mirror (an interrupted apply? run `segmirror apply` first)",
-                path.display()
-            ),
-            Refusal::NothingInstalled { partition, path } => {
-                write!(f, "{partition}: nothing installed in {}", path.display())
-            }
-            Refusal::MirrorCatalogMismatch {
-                partition,
-                log,
-                mirror_end_offset,
-                catalog_end_offset,
-            } => write!(
-                f,
-                "{partition}: the mirror ends at offset {mirror_end_offset} ({}), the catalog records {} installed \
-                 (run `segmirror apply` to reconcile, with no applier running)",
-                log.display(),
-                catalog_end_offset.map_or_else(|| "nothing".to_string(), |o| format!("offset {o}"))
-            ),
-            Refusal::LogStartBeyondEnd {
-                partition,
-                log_start_offset,
-                log_end_offset,
-            } => write!(
-                f,
-                "{partition}: the source's log start offset {log_start_offset} lies beyond the mirror's end \
-                 {log_end_offset} (apply has not caught up)"
-            ),
-            Refusal::MirrorChanged {
-                partition,
-                log,
-                planned_end_offset,
-                found_end_offset,
-            } => write!(
-                f,
-                "{partition}: the mirror changed during an interrupted promotion: {} ends at offset \
-                 {found_end_offset}, the journal planned {planned_end_offset}",
-                log.display()
-            ),
-            Refusal::TargetPartitionMissing { partition, path } => write!(
-                f,
-                "{partition}: the target has no {} (create the topic with as many partitions on the target \
-                 cluster, on this broker)",
-                path.display()
-            ),
-            Refusal::TargetTopicIdMissing { partition, path } => write!(
-                f,
-                "{partition}: {} is missing, so the target topic id is unknown (start the target broker once \
-                 after creating the topic)",
-                path.display()
-            ),
-            Refusal::TargetTopicIdsDiffer { topic, ids } => write!(
-                f,
-                "topic {topic}: the target partitions carry different topic ids ({})",
-                ids.iter()
-                    .map(|(p, id)| format!("{p}: {id}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Refusal::PartitionCountMismatch {
-                topic,
-                mirror_partitions,
-                target_partitions,
-            } => write!(
-                f,
-                "topic {topic}: the mirror has {mirror_partitions} partitions, the target log dir \
-                 {target_partitions}"
-            ),
-            Refusal::TargetNotEmpty { partition, log, size } => write!(
-                f,
-                "{partition}: the target partition holds data ({} is {size} bytes); use --force to replace it",
-                log.display()
-            ),
-        }
     }
 }
 
@@ -356,6 +208,9 @@ pub struct PromoteReport {
     pub partitions: Vec<PromotedPartition>,
     /// Things an operator should know that are not failures.
     pub notes: Vec<String>,
+    /// Promoted data the target's retention will delete at its first retention check (promoted anyway, as
+    /// `allow_retention_delete` asked).
+    pub retention_deletes: Vec<RetentionLoss>,
 }
 
 impl PromoteReport {
@@ -449,22 +304,36 @@ pub(crate) fn promote_with(
     hook: &mut dyn FnMut(Step),
 ) -> Result<PromoteReport> {
     let log_dir = request.log_dir.as_path();
-    if !log_dir.join(META_PROPERTIES_FILE).is_file() {
-        return refuse(Refusal::NotALogDir {
+    // Every reason found is reported at once; the checks below go on as far as they can without the others.
+    let mut refusals = Vec::new();
+    let is_log_dir = log_dir.join(META_PROPERTIES_FILE).is_file();
+    if !is_log_dir {
+        refusals.push(Refusal::NotALogDir {
             log_dir: log_dir.to_path_buf(),
         });
     }
-    let lock = match LogDirLock::try_acquire(log_dir) {
-        Ok(lock) => lock,
-        Err(LockFailure::Held) => {
-            return refuse(Refusal::BrokerRunning {
-                lock_file: log_dir.join(segment_format::dir::LOCK_FILE),
-            })
+    let mirror_exists = request.mirror_root.is_dir();
+    if !mirror_exists {
+        refusals.push(Refusal::MirrorRootMissing {
+            path: request.mirror_root.clone(),
+        });
+    }
+    let lock = if is_log_dir {
+        match LogDirLock::try_acquire(log_dir) {
+            Ok(lock) => Some(lock),
+            Err(LockFailure::Held) => {
+                refusals.push(Refusal::BrokerRunning {
+                    lock_file: log_dir.join(segment_format::dir::LOCK_FILE),
+                });
+                None
+            }
+            Err(LockFailure::Io(e)) => return Err(e),
         }
-        Err(LockFailure::Io(e)) => return Err(e),
+    } else {
+        None
     };
     let mut notes = Vec::new();
-    if !log_dir.join(CLEAN_SHUTDOWN_FILE).exists() {
+    if lock.is_some() && !log_dir.join(CLEAN_SHUTDOWN_FILE).exists() {
         notes.push(format!(
             "{} has no {CLEAN_SHUTDOWN_FILE}: the broker did not stop cleanly and will recover its partitions from \
              their recovery points at start (promoted partitions need none)",
@@ -474,33 +343,49 @@ pub(crate) fn promote_with(
     let staging = log_dir.join(STAGING_DIR);
     let mut resumed: BTreeMap<TopicPartition, PromotedPartition> = BTreeMap::new();
     let mut link_from_journal = None;
-    if let Some(journal) = read_journal(&staging)? {
-        notes.push(format!(
-            "finished an interrupted promotion of {} partition(s) of link {:?}",
-            journal.partitions.len(),
-            journal.link
-        ));
-        for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed)? {
-            resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
+    // Only with the log dir's lock: an interrupted promotion is finished (or its leftovers removed) by the process
+    // that holds it.
+    if lock.is_some() {
+        if let Some(journal) = read_journal(&staging)? {
+            notes.push(format!(
+                "finished an interrupted promotion of {} partition(s) of link {:?}",
+                journal.partitions.len(),
+                journal.link
+            ));
+            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed)? {
+                resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
+            }
+            link_from_journal = Some(journal.link);
+        } else if staging.exists() {
+            // A crash before the journal was durable (nothing of it was used) or after the promotion was recorded
+            // (nothing left to do).
+            remove_dir_all(&staging)?;
+            fsync_dir(log_dir)?;
         }
-        link_from_journal = Some(journal.link);
-    } else if staging.exists() {
-        // A crash before the journal was durable (nothing of it was used) or after the promotion was recorded
-        // (nothing left to do).
-        remove_dir_all(&staging)?;
-        fsync_dir(log_dir)?;
     }
 
+    let links: Vec<String> = catalog.links()?.into_iter().map(|l| l.name).collect();
     let link = match (&request.link, link_from_journal) {
-        (Some(name), _) => catalog.link(name)?.name,
-        (None, Some(name)) => name,
-        (None, None) => {
-            let links: Vec<String> = catalog.links()?.into_iter().map(|l| l.name).collect();
-            match links.as_slice() {
-                [one] => one.clone(),
-                _ => return refuse(Refusal::NoLink { links }),
-            }
+        // Looked up, never created: a mistyped --link is a refusal.
+        (Some(name), _) if links.contains(name) => Some(name.clone()),
+        (Some(name), _) => {
+            refusals.push(Refusal::UnknownLink {
+                link: name.clone(),
+                links: links.clone(),
+            });
+            None
         }
+        (None, Some(name)) => Some(name),
+        (None, None) => match links.as_slice() {
+            [one] => Some(one.clone()),
+            _ => {
+                refusals.push(Refusal::NoLink { links: links.clone() });
+                None
+            }
+        },
+    };
+    let Some(link) = link else {
+        return Err(Error::PromoteRefused { refusals });
     };
     let selected: Vec<MirrorPartition> = catalog
         .partitions(&link)?
@@ -508,7 +393,8 @@ pub(crate) fn promote_with(
         .filter(|p| request.topics.as_ref().is_none_or(|re| re.is_match(&p.key.topic)))
         .collect();
     if selected.is_empty() && resumed.is_empty() {
-        return refuse(Refusal::NothingSelected { link });
+        refusals.push(Refusal::NothingSelected { link });
+        return Err(Error::PromoteRefused { refusals });
     }
 
     let mut report = PromoteReport {
@@ -516,6 +402,7 @@ pub(crate) fn promote_with(
         link: link.clone(),
         partitions: Vec::new(),
         notes,
+        retention_deletes: Vec::new(),
     };
     let mut todo = Vec::new();
     for p in selected {
@@ -530,9 +417,15 @@ pub(crate) fn promote_with(
     }
     report.partitions.extend(resumed.into_values());
 
-    if !todo.is_empty() {
+    if !todo.is_empty() && is_log_dir {
         let all = catalog.partitions(&link)?;
-        let planned = plan(request, &all, &todo)?;
+        let plan = plan(request, &all, &todo, mirror_exists, &mut refusals)?;
+        report.notes.extend(plan.notes);
+        report.retention_deletes = plan.retention_deletes;
+        if !refusals.is_empty() {
+            return Err(Error::PromoteRefused { refusals });
+        }
+        let planned = plan.planned;
         let previous: BTreeMap<TopicPartition, PartitionState> = todo
             .iter()
             .map(|p| (TopicPartition::new(p.key.topic.clone(), p.key.partition), p.state))
@@ -558,24 +451,14 @@ pub(crate) fn promote_with(
             .partitions
             .extend(execute(&journal, log_dir, catalog, hook, Outcome::Promoted)?);
     }
+    if !refusals.is_empty() {
+        return Err(Error::PromoteRefused { refusals });
+    }
     report
         .partitions
         .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     drop(lock);
     Ok(report)
-}
-
-/// Milliseconds since the epoch (the abort markers' timestamp); 0 if the clock is before 1970.
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn refuse<T>(refusal: Refusal) -> Result<T> {
-    Err(Error::PromoteRefused {
-        refusals: vec![refusal],
-    })
 }
 
 /// A topic selection that matches whole topic names only (`orders` does not select `orders-eu`), as Kafka's own
@@ -600,12 +483,41 @@ fn already_promoted(p: &MirrorPartition) -> PromotedPartition {
     }
 }
 
-/// Check every precondition of every partition in `todo` (and of their topics) and plan them; all refusals at once.
-fn plan(request: &PromoteRequest, all: &[MirrorPartition], todo: &[MirrorPartition]) -> Result<Vec<Planned>> {
-    let mut refusals = Vec::new();
+/// What planning found: the partitions to promote, and what an operator should know.
+struct Plan {
+    planned: Vec<Planned>,
+    notes: Vec<String>,
+    /// What the target's retention will delete (refused unless `allow_retention_delete`).
+    retention_deletes: Vec<RetentionLoss>,
+}
+
+/// Check every precondition of every partition in `todo` (and of their topics) and plan them; every refusal is
+/// added to `refusals` (nothing is planned to run while there is one).
+fn plan(
+    request: &PromoteRequest,
+    all: &[MirrorPartition],
+    todo: &[MirrorPartition],
+    mirror_exists: bool,
+    refusals: &mut Vec<Refusal>,
+) -> Result<Plan> {
     let mut planned = Vec::new();
+    let mut notes = Vec::new();
+    let mut retention_deletes = Vec::new();
     let target = target::TargetLogDir::open(&request.log_dir)?;
+    let settings = match retention::TargetSettings::load(&request.log_dir, request.target_config.as_deref()) {
+        Ok(settings) => Some(settings),
+        // The operator named this file: a refusal (retention is not judged without it), not a guess.
+        Err(Error::Format(e)) => {
+            refusals.push(Refusal::TargetConfigUnreadable {
+                path: e.path().to_path_buf(),
+                reason: e.to_string(),
+            });
+            None
+        }
+        Err(e) => return Err(e),
+    };
     let topics: BTreeSet<&str> = todo.iter().map(|p| p.key.topic.as_str()).collect();
+    let mut retentions = BTreeMap::new();
     for topic in &topics {
         let mirror_partitions = all.iter().filter(|p| p.key.topic == *topic).count();
         let target_partitions = target.partition_count(topic);
@@ -616,25 +528,71 @@ fn plan(request: &PromoteRequest, all: &[MirrorPartition], todo: &[MirrorPartiti
                 target_partitions,
             });
         }
+        let Some(settings) = &settings else { continue };
+        match settings.as_ref().map_err(Clone::clone).and_then(|s| s.retention(topic)) {
+            Ok(r) => {
+                retentions.insert(topic.to_string(), r);
+            }
+            Err(unknown) if request.allow_retention_delete => notes.push(format!(
+                "topic {topic}: retention not checked ({unknown}); the target may delete promoted data at start"
+            )),
+            Err(unknown) => refusals.push(Refusal::RetentionUnknown {
+                topic: topic.to_string(),
+                reason: unknown.to_string(),
+            }),
+        }
     }
+    let now_ms = now_ms();
     let mut ids: BTreeMap<String, BTreeMap<i32, String>> = BTreeMap::new();
     for p in todo {
         let tp = TopicPartition::new(p.key.topic.clone(), p.key.partition);
-        let Some(mirror) = inspect_mirror(&request.mirror_root, p, &tp, &mut refusals)? else {
-            continue;
+        // Both sides are inspected even when one refuses, so one run names every problem.
+        let mirror = if mirror_exists {
+            inspect_mirror(&request.mirror_root, p, &tp, refusals)?
+        } else {
+            None
         };
-        let Some(found) = target.inspect_partition(&tp, request.force, &mut refusals)? else {
-            continue;
-        };
+        let found = target.inspect_partition(&tp, request.force, refusals)?;
+        if let Some(found) = &found {
+            ids.entry(tp.topic.clone())
+                .or_default()
+                .insert(tp.partition, found.topic_id.to_string());
+        }
+        let Some(mirror) = mirror else { continue };
+        if let Some(r) = retentions.get(&tp.topic) {
+            let dir = request.mirror_root.join(tp.dir_name());
+            let ages = retention::segment_ages(&dir, &mirror.segments, mirror.log_end_offset)?;
+            let doomed = retention::predict(r, &ages, now_ms);
+            if let Some(last) = doomed.last() {
+                let loss = RetentionLoss {
+                    partition: tp.clone(),
+                    retention: r.clone(),
+                    now_ms,
+                    cutoff_ms: r.retention_ms.map(|ms| now_ms.saturating_sub(ms)),
+                    oldest_segment_max_timestamp: ages.first().and_then(|a| a.max_timestamp),
+                    log_bytes: ages.iter().map(|a| a.bytes).sum(),
+                    first_kept_offset: last.end_offset,
+                    log_start_offset: mirror.log_start_offset,
+                    log: dir.join(segment_file_name(
+                        doomed.first().map_or(last.base_offset, |d| d.base_offset),
+                        SegmentFileKind::Log,
+                    )),
+                    segments: doomed,
+                };
+                if request.allow_retention_delete {
+                    retention_deletes.push(loss);
+                } else {
+                    refusals.push(Refusal::RetentionWouldDelete(Box::new(loss)));
+                }
+            }
+        }
+        let Some(found) = found else { continue };
         let cut = txn_cut::find_open_transactions(
             &request.mirror_root.join(tp.dir_name()),
             &mirror.segments,
             &mirror.snapshots,
             mirror.log_end_offset,
         )?;
-        ids.entry(tp.topic.clone())
-            .or_default()
-            .insert(tp.partition, found.topic_id.to_string());
         planned.push(Planned {
             topic: tp.topic.clone(),
             partition: tp.partition,
@@ -646,20 +604,38 @@ fn plan(request: &PromoteRequest, all: &[MirrorPartition], todo: &[MirrorPartiti
             snapshots: mirror.snapshots,
             previous_state: p.state.as_str().to_string(),
             cut,
-            cut_timestamp: now_ms(),
+            cut_timestamp: now_ms,
         });
     }
     for (topic, ids) in ids {
         let distinct: BTreeSet<&String> = ids.values().collect();
         if distinct.len() > 1 {
             refusals.push(Refusal::TargetTopicIdsDiffer { topic, ids });
+        } else if let (Some(Ok(settings)), Some(id)) = (&settings, distinct.first()) {
+            // The broker keeps a partition directory only if the metadata log names the same topic id.
+            let metadata_topic_id = settings.topic_id(&topic);
+            if metadata_topic_id.as_ref() != Some(*id) {
+                refusals.push(Refusal::TargetTopicIdDisagrees {
+                    topic,
+                    metadata_log: settings.metadata_dir.clone(),
+                    metadata_topic_id,
+                    partition_topic_id: (*id).clone(),
+                });
+            }
         }
     }
-    if refusals.is_empty() {
-        Ok(planned)
-    } else {
-        Err(Error::PromoteRefused { refusals })
-    }
+    Ok(Plan {
+        planned,
+        notes,
+        retention_deletes,
+    })
+}
+
+/// Milliseconds since the Unix epoch (0 for a clock before it).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// What a mirror partition holds.
@@ -1050,23 +1026,5 @@ fn remove_dir_all(path: &Path) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(path, e)),
-    }
-}
-
-/// A list of refusals, displayed one per line.
-pub struct Refusals<'a>(pub &'a [Refusal]);
-
-impl fmt::Display for Refusals<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            [one] => write!(f, "{one}"),
-            many => {
-                write!(f, "{} reasons", many.len())?;
-                for r in many {
-                    write!(f, "\n  - {r}")?;
-                }
-                Ok(())
-            }
-        }
     }
 }

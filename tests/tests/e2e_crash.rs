@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use segment_format::checkpoint::OffsetCheckpoint;
 use segment_format::dir::{LogDir, PartitionDir};
+use segment_format::metadata_log;
 use segment_format::partition_metadata::Uuid;
 use segment_format::writer::sample::{write_bulk, write_sample, BulkOptions, SampleOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
@@ -380,6 +381,17 @@ fn write_target_log_dir(dir: &Path, sources: &[&Path]) {
         directory_id: Uuid([0xCD; 16]),
     };
     write_log_dir_files(dir, &identity, &written, LogDirState::CleanShutdown { broker_epoch: 3 }).unwrap();
+    // The broker's metadata log names the same topics (promotion reads their retention there).
+    let topics: Vec<metadata_log::encode::TopicSpec<'_>> = ids
+        .iter()
+        .map(|(name, id)| metadata_log::encode::TopicSpec {
+            name,
+            id: *id,
+            partitions: written.iter().filter(|w| &w.topic == name).count() as i32,
+            configs: &[],
+        })
+        .collect();
+    metadata_log::encode::write_metadata_log(dir, &topics).unwrap();
 }
 
 /// A file's relative path inside a promotion's staging directory (`.segmirror-promote/<name>`) ends with `suffix`.

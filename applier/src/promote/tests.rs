@@ -104,6 +104,29 @@ fn record_installed(catalog: &mut Catalog, w: &WrittenPartition, log_start: i64)
     }
 }
 
+/// The target's metadata log as a broker writes it after creating `orders` (2 partitions, `TARGET_ID`, the topic
+/// configs given) and `other`.
+fn write_target_metadata(target: &Path, orders_configs: &[(&str, &str)]) {
+    use segment_format::metadata_log::{encode, METADATA_DIR, RESOURCE_TOPIC};
+    let mut values = vec![
+        encode::topic_record(TOPIC, TARGET_ID),
+        encode::partition_record(0, TARGET_ID),
+        encode::partition_record(1, TARGET_ID),
+        encode::topic_record("other", Uuid([3; 16])),
+        encode::partition_record(0, Uuid([3; 16])),
+    ];
+    for (k, v) in orders_configs {
+        values.push(encode::config_record(RESOURCE_TOPIC, TOPIC, k, Some(v)));
+    }
+    let mut batch = BatchBuilder::new(0);
+    for (i, v) in values.into_iter().enumerate() {
+        batch = batch.record(RecordSpec::new(i as i32, 1).with_value(v));
+    }
+    let dir = target.join(METADATA_DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("00000000000000000000.log"), batch.build()).unwrap();
+}
+
 fn fixture() -> Fixture {
     let f = fixture_with(write_mirror_partition, [0, TRIMMED_START]);
     assert!(
@@ -146,6 +169,8 @@ pub(super) fn fixture_with(write: impl Fn(&Path, i32) -> WrittenPartition, start
         LogDirState::CleanShutdown { broker_epoch: 9 },
     )
     .unwrap();
+    // The source's timestamps are old: the fixture's target keeps data forever (tests of retention change it).
+    write_target_metadata(&target, &[("retention.ms", "-1")]);
     // A stale cleaner entry for a promoted partition and a live one for `other`.
     OffsetCheckpoint {
         entries: vec![
@@ -192,9 +217,7 @@ impl Fixture {
         PromoteRequest {
             mirror_root: self.mirror.clone(),
             log_dir: self.target.clone(),
-            link: None,
-            topics: None,
-            force: false,
+            ..PromoteRequest::default()
         }
     }
 
@@ -746,3 +769,5 @@ fn journal_round_trips() {
     assert_eq!(read_journal(dir.path()).unwrap(), Some(journal));
     assert_eq!(read_journal(&dir.path().join("absent")).unwrap(), None);
 }
+
+mod refusals;

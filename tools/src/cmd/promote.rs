@@ -12,8 +12,28 @@ use segmirror_catalog::Catalog;
 use crate::cmd::status::{catalog_path, CATALOG_HELP};
 use crate::EXIT_USAGE_OR_IO;
 
+/// What `--help` says about retention.
+const RETENTION_HELP: &str = "\
+Retention: promoted records keep the source's timestamps. Promotion predicts what the target topic's retention \
+(retention.ms / retention.bytes, else the broker's log.retention.* settings, else Kafka's defaults of 168 hours and \
+no size limit) would delete at the broker's first retention check, reading the topic's configs and the dynamic \
+broker configs from the target's metadata log (__cluster_metadata-0 in metadata.log.dir, by default the first log \
+dir). Static broker settings come from --target-config; without it Kafka's defaults are assumed. It refuses, naming \
+the partitions, segments, offsets and timestamps, unless --allow-retention-delete is given; then the report lists \
+what the broker will delete.";
+
+/// What `--help` says about exit status.
+const EXIT_HELP: &str = "\
+Exit status: 0 promoted (or nothing left to do); 2 refused (every reason for every partition is listed, and \
+nothing was changed: a running broker, a missing mirror root, an unknown --link, target partitions that hold data, \
+retention, ...) or a usage or I/O error.";
+
+fn after_help() -> String {
+    format!("{RETENTION_HELP}\n\n{EXIT_HELP}\n\n{CATALOG_HELP}")
+}
+
 #[derive(clap::Args)]
-#[command(after_help = CATALOG_HELP)]
+#[command(after_help = after_help())]
 pub struct Args {
     /// The mirror root the applier installs into (`segmirror apply --mirror`).
     #[arg(long, value_name = "DIR")]
@@ -35,6 +55,14 @@ pub struct Args {
     /// Replace target partitions that already hold data (their records are lost).
     #[arg(long)]
     force: bool,
+    /// The target broker's server.properties, for its static log.retention.* defaults and metadata.log.dir
+    /// (without it Kafka's defaults are assumed).
+    #[arg(long, value_name = "PATH")]
+    target_config: Option<PathBuf>,
+    /// Promote even where the target topic's retention would delete promoted data at start (or cannot be read);
+    /// the report says what the broker will delete.
+    #[arg(long)]
+    allow_retention_delete: bool,
     /// Print one JSON document (the report, or the refusals) instead of text.
     #[arg(long)]
     json: bool,
@@ -62,6 +90,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         link: args.link,
         topics,
         force: args.force,
+        target_config: args.target_config,
+        allow_retention_delete: args.allow_retention_delete,
     };
     match promote::promote(&request, &mut catalog) {
         Ok(report) => {
@@ -92,6 +122,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn print_text(report: &PromoteReport) {
     for note in &report.notes {
         println!("note: {note}");
+    }
+    for loss in &report.retention_deletes {
+        println!("retention: {loss}");
     }
     for p in &report.partitions {
         let name = format!("{}-{}", p.topic, p.partition);

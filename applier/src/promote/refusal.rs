@@ -1,0 +1,265 @@
+//! Why a promotion will not start: every reason, each naming the partition or topic and the file that decided it.
+//!
+//! Kept apart from the promotion steps because the planning collects *all* of them in one run (an operator fixing
+//! one reason at a time, rerunning in between, is what this avoids), and the CLI prints them as text or JSON.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use segment_format::dir::META_PROPERTIES_FILE;
+use serde::Serialize;
+
+use super::retention::RetentionLoss;
+use super::TopicPartition;
+
+/// Why a promotion will not start. Each names the partition or topic and the file that decided it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Refusal {
+    /// The log dir's `.lock` is held: the broker is running.
+    BrokerRunning { lock_file: PathBuf },
+    /// The target has no `meta.properties`: not a formatted Kafka log dir.
+    NotALogDir { log_dir: PathBuf },
+    /// The catalog holds no link, or several and none was chosen.
+    NoLink { links: Vec<String> },
+    /// `--link` names a link the catalog does not hold.
+    UnknownLink { link: String, links: Vec<String> },
+    /// The mirror root does not exist (or is not a directory). Nothing is created.
+    MirrorRootMissing { path: PathBuf },
+    /// No partition of the link matches the topic selection.
+    NothingSelected { link: String },
+    /// The mirror has no directory for a partition the catalog records.
+    MirrorPartitionMissing { partition: TopicPartition, path: PathBuf },
+    /// The mirror directory holds a file an applier run leaves only when interrupted (or someone else put there).
+    MirrorUnexpectedFile { partition: TopicPartition, path: PathBuf },
+    /// Nothing is installed for the partition.
+    NothingInstalled { partition: TopicPartition, path: PathBuf },
+    /// The mirror's log end offset is not what the catalog records as installed.
+    MirrorCatalogMismatch {
+        partition: TopicPartition,
+        log: PathBuf,
+        mirror_end_offset: i64,
+        catalog_end_offset: Option<i64>,
+    },
+    /// The source's log start offset lies beyond what the mirror holds.
+    LogStartBeyondEnd {
+        partition: TopicPartition,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    /// The mirror changed while a promotion was interrupted (the copy does not end where the plan said).
+    MirrorChanged {
+        partition: TopicPartition,
+        log: PathBuf,
+        planned_end_offset: i64,
+        found_end_offset: i64,
+    },
+    /// The target log dir has no directory for the partition.
+    TargetPartitionMissing { partition: TopicPartition, path: PathBuf },
+    /// The target partition has no `partition.metadata` (so no topic id).
+    TargetTopicIdMissing { partition: TopicPartition, path: PathBuf },
+    /// The topic's partitions in the target log dir carry different topic ids.
+    TargetTopicIdsDiffer { topic: String, ids: BTreeMap<i32, String> },
+    /// The target topic has another number of partitions in this log dir than the mirror.
+    PartitionCountMismatch {
+        topic: String,
+        mirror_partitions: usize,
+        target_partitions: usize,
+    },
+    /// The target partition holds data (without `force`).
+    TargetNotEmpty {
+        partition: TopicPartition,
+        log: PathBuf,
+        size: u64,
+    },
+    /// The target's metadata log names another topic id for the topic than its partition directories carry: the
+    /// broker would set the promoted directories aside as stray.
+    TargetTopicIdDisagrees {
+        topic: String,
+        metadata_log: PathBuf,
+        /// `None`: the metadata log has no such topic.
+        metadata_topic_id: Option<String>,
+        partition_topic_id: String,
+    },
+    /// `--target-config` cannot be read as a properties file.
+    TargetConfigUnreadable { path: PathBuf, reason: String },
+    /// The target topic's retention cannot be known (without `--allow-retention-delete`).
+    RetentionUnknown { topic: String, reason: String },
+    /// The target topic's retention would delete promoted data at the broker's first retention check (without
+    /// `--allow-retention-delete`).
+    RetentionWouldDelete(Box<RetentionLoss>),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::BrokerRunning { lock_file } => write!(
+                f,
+                "{} is locked: the broker is running; stop it cleanly first",
+                lock_file.display()
+            ),
+            Refusal::NotALogDir { log_dir } => write!(
+                f,
+                "{} has no {META_PROPERTIES_FILE}: not a formatted Kafka log dir",
+                log_dir.display()
+            ),
+            Refusal::NoLink { links } if links.is_empty() => f.write_str("the catalog holds no link"),
+            Refusal::NoLink { links } => write!(
+                f,
+                "the catalog holds several links ({}); choose one with --link",
+                links.join(", ")
+            ),
+            Refusal::UnknownLink { link, links } => write!(
+                f,
+                "link {link:?} is not in the catalog (it holds: {})",
+                if links.is_empty() {
+                    "none".to_string()
+                } else {
+                    links.join(", ")
+                }
+            ),
+            Refusal::MirrorRootMissing { path } => write!(
+                f,
+                "mirror root {} does not exist or is not a directory (give the --mirror of `segmirror apply`)",
+                path.display()
+            ),
+            Refusal::NothingSelected { link } => {
+                write!(f, "no partition of link {link:?} matches the topic selection")
+            }
+            Refusal::MirrorPartitionMissing { partition, path } => write!(
+                f,
+                "{partition}: the catalog records it, but the mirror has no {}",
+                path.display()
+            ),
+            Refusal::MirrorUnexpectedFile { partition, path } => write!(
+                f,
+                "{partition}: unexpected file {} in the mirror (an interrupted apply? run `segmirror apply` first)",
+                path.display()
+            ),
+            Refusal::NothingInstalled { partition, path } => {
+                write!(f, "{partition}: nothing installed in {}", path.display())
+            }
+            Refusal::MirrorCatalogMismatch {
+                partition,
+                log,
+                mirror_end_offset,
+                catalog_end_offset,
+            } => write!(
+                f,
+                "{partition}: the mirror ends at offset {mirror_end_offset} ({}), the catalog records {} installed \
+                 (run `segmirror apply` to reconcile, with no applier running)",
+                log.display(),
+                catalog_end_offset.map_or_else(|| "nothing".to_string(), |o| format!("offset {o}"))
+            ),
+            Refusal::LogStartBeyondEnd {
+                partition,
+                log_start_offset,
+                log_end_offset,
+            } => write!(
+                f,
+                "{partition}: the source's log start offset {log_start_offset} lies beyond the mirror's end \
+                 {log_end_offset} (apply has not caught up)"
+            ),
+            Refusal::MirrorChanged {
+                partition,
+                log,
+                planned_end_offset,
+                found_end_offset,
+            } => write!(
+                f,
+                "{partition}: the mirror changed during an interrupted promotion: {} ends at offset \
+                 {found_end_offset}, the journal planned {planned_end_offset}",
+                log.display()
+            ),
+            Refusal::TargetPartitionMissing { partition, path } => write!(
+                f,
+                "{partition}: the target has no {} (create the topic with as many partitions on the target \
+                 cluster, on this broker)",
+                path.display()
+            ),
+            Refusal::TargetTopicIdMissing { partition, path } => write!(
+                f,
+                "{partition}: {} is missing, so the target topic id is unknown (start the target broker once \
+                 after creating the topic)",
+                path.display()
+            ),
+            Refusal::TargetTopicIdsDiffer { topic, ids } => write!(
+                f,
+                "topic {topic}: the target partitions carry different topic ids ({})",
+                ids.iter()
+                    .map(|(p, id)| format!("{p}: {id}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Refusal::PartitionCountMismatch {
+                topic,
+                mirror_partitions,
+                target_partitions,
+            } => write!(
+                f,
+                "topic {topic}: the mirror has {mirror_partitions} partitions, the target log dir \
+                 {target_partitions}"
+            ),
+            Refusal::TargetNotEmpty { partition, log, size } => write!(
+                f,
+                "{partition}: the target partition holds data ({} is {size} bytes); use --force to replace it",
+                log.display()
+            ),
+            Refusal::TargetTopicIdDisagrees {
+                topic,
+                metadata_log,
+                metadata_topic_id,
+                partition_topic_id,
+            } => match metadata_topic_id {
+                Some(id) => write!(
+                    f,
+                    "topic {topic}: the target's metadata log {} names topic id {id}, its partition directories \
+                     carry {partition_topic_id} (the broker would set promoted data aside as stray; was the topic \
+                     recreated while the broker was down?)",
+                    metadata_log.display()
+                ),
+                None => write!(
+                    f,
+                    "topic {topic}: the target's metadata log {} has no such topic, though its partition directories \
+                     (topic id {partition_topic_id}) exist (the broker would delete them as stray; was the topic \
+                     deleted?)",
+                    metadata_log.display()
+                ),
+            },
+            Refusal::TargetConfigUnreadable { path, reason } => write!(
+                f,
+                "--target-config {}: {reason} (give the target broker's server.properties)",
+                path.display()
+            ),
+            Refusal::RetentionUnknown { topic, reason } => write!(
+                f,
+                "topic {topic}: the target's retention is unknown ({reason}); give --target-config with the broker's \
+                 server.properties, or --allow-retention-delete to promote without the check"
+            ),
+            Refusal::RetentionWouldDelete(loss) => write!(
+                f,
+                "{loss}; raise the target topic's retention.ms/retention.bytes first, or give \
+                 --allow-retention-delete to promote anyway"
+            ),
+        }
+    }
+}
+
+/// A list of refusals, displayed one per line.
+pub struct Refusals<'a>(pub &'a [Refusal]);
+
+impl fmt::Display for Refusals<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            [one] => write!(f, "{one}"),
+            many => {
+                write!(f, "{} reasons", many.len())?;
+                for r in many {
+                    write!(f, "\n  - {r}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
