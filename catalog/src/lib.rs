@@ -47,8 +47,8 @@ use rusqlite::Connection;
 pub use error::{ConflictReason, Entity, Error, Location, Result, UnknownValue};
 pub use event::{Event, EventKind, Subject};
 pub use link::{Link, LinkSpec, LinkState};
-pub use partition::{MirrorPartition, PartitionId, PartitionKey, PartitionState, Upsert};
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
+pub use partition::{MirrorPartition, PartitionId, PartitionKey, PartitionState, Upsert};
 pub use path::{
     canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_catalog_path, default_data_dir,
     mirror_catalog_path, CATALOG_FILE_NAME, MIRRORS_DIR, ROOT_HASH_HEX_DIGITS, ROOT_NAME_MAX_CHARS,

@@ -97,8 +97,14 @@ mod tests {
         let mut cat = Catalog::open(&path).unwrap();
         assert_eq!(cat.mirror_root().unwrap(), None);
         assert_eq!(recorded_mirror_root(&path).unwrap(), None);
-        assert_eq!(cat.bind_mirror_root(Path::new("/srv/a")).unwrap(), MirrorBinding::Adopted);
-        assert_eq!(cat.bind_mirror_root(Path::new("/srv/a")).unwrap(), MirrorBinding::Recorded);
+        assert_eq!(
+            cat.bind_mirror_root(Path::new("/srv/a")).unwrap(),
+            MirrorBinding::Adopted
+        );
+        assert_eq!(
+            cat.bind_mirror_root(Path::new("/srv/a")).unwrap(),
+            MirrorBinding::Recorded
+        );
         assert_eq!(recorded_mirror_root(&path).unwrap(), Some(PathBuf::from("/srv/a")));
 
         let err = cat.bind_mirror_root(Path::new("/srv/b")).unwrap_err();
@@ -152,7 +158,10 @@ mod tests {
         assert_eq!(cat.schema_version().unwrap(), crate::SCHEMA_VERSION);
         assert_eq!(cat.links().unwrap().len(), 1, "rows survive the migration");
         assert_eq!(cat.mirror_root().unwrap(), None);
-        assert_eq!(cat.bind_mirror_root(Path::new("/m/one")).unwrap(), MirrorBinding::Adopted);
+        assert_eq!(
+            cat.bind_mirror_root(Path::new("/m/one")).unwrap(),
+            MirrorBinding::Adopted
+        );
         assert!(matches!(
             cat.bind_mirror_root(Path::new("/m/two")),
             Err(Error::MirrorRootMismatch { .. })

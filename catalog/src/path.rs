@@ -258,7 +258,14 @@ mod tests {
         let odd = odd.parent().unwrap().file_name().unwrap().to_str().unwrap();
         assert!(odd.starts_with("my_mirror__1-"), "{odd}");
         let root = mirror_catalog_path(home, Path::new("/"));
-        assert!(root.parent().unwrap().file_name().unwrap().to_str().unwrap().starts_with("root-"));
+        assert!(root
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("root-"));
     }
 
     #[test]

@@ -169,7 +169,10 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         tables.sort();
-        assert_eq!(tables, ["events", "links", "mirror_partitions", "mirror_root", "segments"]);
+        assert_eq!(
+            tables,
+            ["events", "links", "mirror_partitions", "mirror_root", "segments"]
+        );
         let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
         assert!(fk);
         let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
