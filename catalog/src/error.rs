@@ -97,6 +97,24 @@ pub enum Error {
         source: rusqlite::Error,
     },
 
+    /// The catalog records another mirror root than the one the command works on: its state describes other files,
+    /// and using it would report installed segments as missing (or install into the wrong tree).
+    #[error(
+        "catalog {catalog} belongs to mirror root {recorded}, not to {offered}; use that mirror, or give \
+         --catalog for this one (or omit --catalog for its default catalog)",
+        recorded = recorded.display(),
+        offered = offered.display()
+    )]
+    MirrorRootMismatch {
+        catalog: Location,
+        recorded: PathBuf,
+        offered: PathBuf,
+    },
+
+    /// A mirror root that is not valid UTF-8 cannot be recorded (the catalog stores it as text).
+    #[error("mirror root {} is not valid UTF-8; the catalog records its mirror root as text", path.display())]
+    MirrorRootNotUtf8 { path: PathBuf },
+
     /// Any other SQLite failure (I/O, busy past the timeout, full disk, a constraint violation).
     #[error("catalog database error: {0}")]
     Sqlite(#[from] rusqlite::Error),

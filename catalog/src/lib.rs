@@ -14,6 +14,8 @@
 //! - A lineage break (the source topic was recreated: a different source topic ID) is reported as data
 //!   ([`Upsert::LineageBreak`], [`Error::LineageBreak`]); it is never merged into the recorded lineage.
 //! - A promoted partition is never written again ([`Error::Promoted`]): it belongs to a real broker now.
+//! - A catalog belongs to one mirror root, which it records; another root is refused
+//!   ([`Error::MirrorRootMismatch`], see [`Catalog::bind_mirror_root`]).
 //! - A database written by a newer segmirror (higher `user_version`) is refused untouched ([`Error::SchemaTooNew`]).
 //!
 //! # Durability and concurrency
@@ -30,6 +32,7 @@
 mod error;
 mod event;
 mod link;
+mod mirror_root;
 mod partition;
 mod path;
 mod schema;
@@ -44,8 +47,12 @@ use rusqlite::Connection;
 pub use error::{ConflictReason, Entity, Error, Location, Result, UnknownValue};
 pub use event::{Event, EventKind, Subject};
 pub use link::{Link, LinkSpec, LinkState};
+pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionId, PartitionKey, PartitionState, Upsert};
-pub use path::{default_catalog_path, CATALOG_FILE_NAME};
+pub use path::{
+    canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_catalog_path, default_data_dir,
+    mirror_catalog_path, CATALOG_FILE_NAME, MIRRORS_DIR, ROOT_HASH_HEX_DIGITS, ROOT_NAME_MAX_CHARS,
+};
 pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
 pub use segment::{InstallOutcome, InstallReceipt, PendingOutcome, SegmentRecord, SegmentState, SegmentVersion};
 pub use status::{LinkStatus, PartitionStatus, Status};

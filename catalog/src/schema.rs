@@ -74,6 +74,14 @@ pub const MIGRATIONS: &[&str] = &[
 
     CREATE INDEX events_by_partition ON events (link, topic, partition, id);
     "#,
+    // 2: the mirror root this catalog belongs to (at most one row; none until a command binds it, so a catalog
+    // from version 1 adopts the first mirror root it is opened with).
+    r#"
+    CREATE TABLE mirror_root (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        path TEXT NOT NULL CHECK (length(path) > 0)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this code writes and understands.
@@ -161,7 +169,10 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         tables.sort();
-        assert_eq!(tables, ["events", "links", "mirror_partitions", "segments"]);
+        assert_eq!(
+            tables,
+            ["events", "links", "mirror_partitions", "mirror_root", "segments"]
+        );
         let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
         assert!(fk);
         let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();

@@ -27,7 +27,9 @@ enum Command {
     Verify(cmd::verify::Args),
     /// Write sample Kafka partition directories (every codec, transactions, gaps).
     Generate(cmd::generate::Args),
-    /// Run the main job on embedded defaults: generate a sample partition set and verify it.
+    /// Run the whole pipeline on embedded defaults in one folder: generate a sample source log dir, seed it into a
+    /// local store, apply it into a mirror, verify the mirror, audit the store and compare mirror and source byte
+    /// for byte.
     Demo(cmd::demo::Args),
     /// Ship Kafka log dirs to an object store once (seed or catch up a mirror); reruns ship only what is new.
     Seed(cmd::seed::Args),

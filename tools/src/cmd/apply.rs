@@ -14,12 +14,11 @@ use anyhow::Context as _;
 use indicatif::ProgressBar;
 use segment_format::manifest::KeyPrefix;
 use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
-use segmirror_catalog::Catalog;
 use segmirror_shipper::{Store, StoreUrl};
 
 use crate::s3_args::S3Args;
 
-use crate::cmd::status::{catalog_path, CATALOG_HELP};
+use crate::cmd::status::{open_mirror_catalog, CATALOG_HELP};
 use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
 #[derive(clap::Args)]
@@ -100,9 +99,7 @@ impl Progress for Bar {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let url = StoreUrl::parse(&args.store)?;
     let store = Store::open(&url, &args.s3.options())?;
-    let catalog_path = catalog_path(args.catalog.clone())?;
-    let catalog =
-        Catalog::open(&catalog_path).with_context(|| format!("opening catalog {}", catalog_path.display()))?;
+    let (catalog_path, catalog) = open_mirror_catalog(args.catalog.clone(), &args.mirror, false)?;
     let mut config = ApplyConfig::new(store, url.to_string(), &args.mirror)
         .with_prefix(KeyPrefix::new(&args.prefix)?)
         .with_deep_validation(args.deep);

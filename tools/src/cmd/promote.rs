@@ -7,9 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest};
 use segmirror_applier::Error;
-use segmirror_catalog::Catalog;
 
-use crate::cmd::status::{catalog_path, CATALOG_HELP};
+use crate::cmd::status::{open_mirror_catalog, CATALOG_HELP};
 use crate::EXIT_USAGE_OR_IO;
 
 /// What `--help` says about retention.
@@ -75,15 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(promote::topics_regex)
         .transpose()
         .context("--topics is not a valid regular expression")?;
-    let catalog_path = catalog_path(args.catalog)?;
-    if !catalog_path.is_file() {
-        anyhow::bail!(
-            "catalog {} does not exist (run `segmirror apply` first, or give --catalog)",
-            catalog_path.display()
-        );
-    }
-    let mut catalog =
-        Catalog::open(&catalog_path).with_context(|| format!("opening catalog {}", catalog_path.display()))?;
+    let (_, mut catalog) = open_mirror_catalog(args.catalog, &args.mirror, true)?;
     let request = PromoteRequest {
         mirror_root: args.mirror,
         log_dir: args.log_dir,

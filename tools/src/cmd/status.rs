@@ -2,6 +2,10 @@
 //! thing that happened to it. Read-only: it never creates or changes a catalog, and (SQLite WAL) never blocks a
 //! running `segmirror apply`.
 //!
+//! Which catalog: `--catalog PATH`; else `--mirror DIR`'s default catalog; else every catalog in the data directory
+//! (one per mirror root, see `segmirror_catalog::default_catalog_for_mirror`), so that a host with several mirrors
+//! shows them all without the user knowing where each catalog lives.
+//!
 //! Exit status: 0, or 2 when the catalog cannot be read.
 
 use std::path::{Path, PathBuf};
@@ -9,33 +13,55 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use segment_format::dir::META_PROPERTIES_FILE;
-use segmirror_catalog::{Catalog, Event, LinkStatus, PartitionKey, PartitionStatus, Status, Subject};
+use segmirror_catalog::{
+    canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_data_dir, Catalog, Event, LinkStatus,
+    PartitionKey, PartitionStatus, Status, Subject,
+};
 use serde::Serialize;
 
 /// The default catalog location, shown under `--help` of every command that takes `--catalog`.
 pub const CATALOG_HELP: &str = "\
-Catalog: --catalog PATH, else $SEGMIRROR_HOME/catalog.sqlite, else $XDG_DATA_HOME/segmirror/catalog.sqlite, \
-else ~/.local/share/segmirror/catalog.sqlite. Never inside a broker log dir: a broker takes every directory there \
-for a partition, and the catalog must outlive the mirror data it describes.";
+Catalog: --catalog PATH, else the default catalog of the mirror root, one per mirror root, in segmirror's data \
+directory ($SEGMIRROR_HOME, else $XDG_DATA_HOME/segmirror, else ~/.local/share/segmirror): the data directory's \
+catalog.sqlite belongs to the first mirror root that uses it (a catalog from before per-mirror catalogs adopts the \
+first mirror root it is used with, so an existing setup keeps working); every other mirror root gets \
+mirrors/<name>-<hash of the canonical root>/catalog.sqlite. A catalog records its mirror root and refuses another \
+one (exit 2). Never inside a broker log dir: a broker takes every directory there for a partition, and the catalog \
+must outlive the mirror data it describes.";
+
+/// How `status` finds catalogs, shown under its `--help`.
+const STATUS_HELP: &str = "\
+Which catalog: --catalog PATH; else --mirror DIR's default catalog; else every catalog in the data directory \
+(the data directory's catalog.sqlite, then mirrors/*/catalog.sqlite), each under a `catalog ... (mirror root ...)` \
+header. With --json and several catalogs the output is a JSON array of documents, with one catalog a single \
+document.";
 
 #[derive(clap::Args)]
-#[command(after_help = CATALOG_HELP)]
+#[command(after_help = format!("{STATUS_HELP}\n\n{CATALOG_HELP}"))]
 pub struct Args {
     /// The catalog to read. See below for the default.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "mirror")]
     catalog: Option<PathBuf>,
+    /// Show the catalog of this mirror root (`segmirror apply --mirror`).
+    #[arg(long, value_name = "DIR")]
+    mirror: Option<PathBuf>,
     /// Print one JSON document (every field of every link and partition, with its last event) instead of a table.
     #[arg(long)]
     json: bool,
 }
 
-/// `--catalog`, or the default; refused inside a broker log dir.
+/// `--catalog`, or the data directory's own catalog; refused inside a broker log dir.
 pub fn catalog_path(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let path = match arg {
         Some(path) => path,
         None => segmirror_catalog::default_catalog_path()
             .context("no catalog location: set --catalog, SEGMIRROR_HOME or HOME")?,
     };
+    refuse_inside_log_dir(&path)?;
+    Ok(path)
+}
+
+fn refuse_inside_log_dir(path: &Path) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| d.join(META_PROPERTIES_FILE).exists()) {
         bail!(
             "catalog {} would be inside a Kafka log dir ({} holds {META_PROPERTIES_FILE}); choose another --catalog",
@@ -43,13 +69,54 @@ pub fn catalog_path(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
             dir.display()
         );
     }
-    Ok(path)
+    Ok(())
+}
+
+/// The data directory, or an error naming the variables that set it.
+fn data_dir() -> anyhow::Result<PathBuf> {
+    default_data_dir().context("no catalog location: set --catalog, SEGMIRROR_HOME or HOME")
+}
+
+/// The catalog of mirror root `mirror`: `--catalog`, else its default ([`default_catalog_for_mirror`]), with the
+/// canonical root.
+pub fn mirror_catalog_path(arg: Option<PathBuf>, mirror: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let root = canonical_mirror_root(mirror).with_context(|| format!("resolving mirror root {}", mirror.display()))?;
+    let path = match arg {
+        Some(path) => path,
+        None => default_catalog_for_mirror(&data_dir()?, &root)?,
+    };
+    refuse_inside_log_dir(&path)?;
+    Ok((path, root))
+}
+
+/// Opens the catalog of mirror root `mirror` (see [`mirror_catalog_path`]) and binds it to the root: a catalog
+/// that records another root is refused with one line naming both (exit 2). `must_exist`: refuse to create one
+/// (for commands that only use what `apply` recorded).
+pub fn open_mirror_catalog(
+    arg: Option<PathBuf>,
+    mirror: &Path,
+    must_exist: bool,
+) -> anyhow::Result<(PathBuf, Catalog)> {
+    let (path, root) = mirror_catalog_path(arg, mirror)?;
+    if must_exist && !path.is_file() {
+        bail!(
+            "catalog {} does not exist (run `segmirror apply --mirror {}` first, or give --catalog)",
+            path.display(),
+            mirror.display()
+        );
+    }
+    let mut catalog = Catalog::open(&path).with_context(|| format!("opening catalog {}", path.display()))?;
+    // No context: the mismatch error is one line naming the catalog and both roots already.
+    catalog.bind_mirror_root(&root)?;
+    Ok((path, catalog))
 }
 
 /// The JSON document: the catalog's status with each partition's last event.
 #[derive(Serialize)]
 struct StatusDoc<'a> {
     catalog: &'a Path,
+    /// The mirror root the catalog records (none until `apply` has used it).
+    mirror_root: Option<PathBuf>,
     schema_version: u32,
     generated_at_ms: i64,
     links: Vec<LinkDoc<'a>>,
@@ -97,15 +164,63 @@ struct PartitionDoc<'a> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let path = catalog_path(args.catalog)?;
-    if !path.exists() {
-        bail!(
-            "no catalog at {} (nothing applied yet? `segmirror apply` creates it)",
-            path.display()
-        );
+    let paths = match (args.catalog, args.mirror) {
+        (Some(path), _) => vec![catalog_path(Some(path))?],
+        (None, Some(mirror)) => {
+            let (path, _) = mirror_catalog_path(None, &mirror)?;
+            if !path.exists() {
+                bail!(
+                    "no catalog for mirror root {} (expected {}; nothing applied there yet?)",
+                    mirror.display(),
+                    path.display()
+                );
+            }
+            vec![path]
+        }
+        (None, None) => {
+            let dir = data_dir()?;
+            let found = catalogs_in(&dir).with_context(|| format!("listing catalogs in {}", dir.display()))?;
+            if found.is_empty() {
+                bail!(
+                    "no catalog in {} (nothing applied yet? `segmirror apply` creates it)",
+                    dir.display()
+                );
+            }
+            found
+        }
+    };
+    let mut docs = Vec::new();
+    let mut tables = String::new();
+    for path in &paths {
+        if !path.exists() {
+            bail!(
+                "no catalog at {} (nothing applied yet? `segmirror apply` creates it)",
+                path.display()
+            );
+        }
+        let catalog = Catalog::open(path).with_context(|| format!("opening catalog {}", path.display()))?;
+        let status = catalog.status()?;
+        let doc = status_doc(&catalog, path, &status)?;
+        if !tables.is_empty() {
+            tables.push('\n');
+        }
+        tables.push_str(&render_table(&doc, &status));
+        docs.push(serde_json::to_value(&doc)?);
     }
-    let catalog = Catalog::open(&path).with_context(|| format!("opening catalog {}", path.display()))?;
-    let status = catalog.status()?;
+    if args.json {
+        let out = match <[_; 1]>::try_from(docs) {
+            Ok([one]) => one,
+            Err(many) => serde_json::Value::Array(many),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{tables}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One catalog's document: its status with each link's and partition's last event.
+fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyhow::Result<StatusDoc<'a>> {
     let mut links = Vec::new();
     for link in &status.links {
         let last_event = catalog.events(Some(Subject::Link(&link.name)), 1)?.into_iter().next();
@@ -120,25 +235,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         links.push(LinkDoc::new(link, last_event, partition_docs));
     }
-    let doc = StatusDoc {
-        catalog: &path,
+    Ok(StatusDoc {
+        catalog: path,
+        mirror_root: catalog.mirror_root()?,
         schema_version: status.schema_version,
         generated_at_ms: status.generated_at_ms,
         links,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        print!("{}", render_table(&doc, &status));
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// The table `segmirror status` prints.
 fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "catalog {}", doc.catalog.display());
+    match &doc.mirror_root {
+        Some(root) => {
+            let _ = writeln!(
+                out,
+                "catalog {} (mirror root {})",
+                doc.catalog.display(),
+                root.display()
+            );
+        }
+        None => {
+            let _ = writeln!(out, "catalog {} (no mirror root recorded yet)", doc.catalog.display());
+        }
+    }
     if status.links.is_empty() {
         let _ = writeln!(out, "no links yet");
         return out;
@@ -333,6 +455,7 @@ mod tests {
             .collect();
         let doc = StatusDoc {
             catalog: &path,
+            mirror_root: None,
             schema_version: status.schema_version,
             generated_at_ms: status.generated_at_ms,
             links,
