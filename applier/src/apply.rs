@@ -119,6 +119,17 @@ impl ApplyConfig {
     }
 }
 
+/// Where a manifest's data provably ends: after its last batch for a sealed segment (whose `next` is the following
+/// segment's base, not proven by its own batches), its `next` for an active-segment prefix (which the install checks
+/// against the last batch), its base when it holds no batch.
+fn data_end(m: &Manifest) -> i64 {
+    match (m.sealed, m.last_offset) {
+        (true, Some(last)) => last.saturating_add(1),
+        (true, None) => m.base_offset,
+        (false, _) => m.next_offset,
+    }
+}
+
 /// Apply `config` once, recording in `catalog` (which is dropped at the end; use [`Applier`] to keep it).
 pub async fn apply(config: &ApplyConfig, catalog: Catalog, progress: &dyn Progress) -> Result<ApplyReport> {
     let mut applier = Applier::new(config.clone(), catalog);
@@ -390,18 +401,42 @@ impl Applier {
             .collect()
             .await;
         let mut log_start_offset = recorded.as_ref().map_or(0, |p| p.log_start_offset);
+        let mut valid = Vec::new();
         for (base, key, read) in reads {
             match read? {
-                ManifestRead::Valid(manifest) => {
-                    log_start_offset = log_start_offset.max(manifest.log_start_offset);
-                    candidates.push(Candidate::Read { key, manifest });
-                }
+                ManifestRead::Valid(manifest) => valid.push((key, manifest)),
                 ManifestRead::Invalid(refusal) => candidates.push(Candidate::Invalid {
                     key,
                     base_offset: base,
                     refusal,
                 }),
                 ManifestRead::Gone => {}
+            }
+        }
+        // A log start offset is a claim about the source no batch proves; it is believed only up to the end of what
+        // the partition's data shows, so an absurd one (2^63-1) is refused with its manifest and never recorded.
+        let shipped_end = valid
+            .iter()
+            .map(|(_, m)| data_end(m))
+            .chain(installed.last().map(|s| s.next_offset))
+            .max()
+            .unwrap_or(0);
+        for (key, manifest) in valid {
+            if manifest.log_start_offset > shipped_end {
+                candidates.push(Candidate::Invalid {
+                    base_offset: manifest.base_offset,
+                    refusal: Refusal::InvalidManifest {
+                        reason: format!(
+                            "{key}: log start offset {} lies beyond every offset shipped for this partition (up to \
+                             {shipped_end}); if a seed is still shipping, the next run picks it up",
+                            manifest.log_start_offset
+                        ),
+                    },
+                    key,
+                });
+            } else {
+                log_start_offset = log_start_offset.max(manifest.log_start_offset);
+                candidates.push(Candidate::Read { key, manifest });
             }
         }
 

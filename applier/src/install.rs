@@ -27,7 +27,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochCheckpoint};
+use segment_format::batch::{read_frame_prefix, BatchInfo, RECORD_BATCH_OVERHEAD};
+use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochCheckpoint, LeaderEpochChecker};
 use segment_format::dir::{SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
 use segment_format::durable::fsync_dir;
 use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
@@ -481,11 +482,33 @@ fn validate(
             log_size != s.bytes,
         ),
     ];
+    // An active-segment prefix ends right after its last batch (an empty one at its base); a sealed segment's next is
+    // the following segment's base, which the chain checks.
+    let next_from_data = s.last_offset.map_or(m.base_offset, |l| l.saturating_add(1));
+    let claims = claims.into_iter().chain([
+        (
+            "max timestamp",
+            m.max_timestamp.to_string(),
+            s.max_timestamp.unwrap_or(-1).to_string(),
+            m.max_timestamp != s.max_timestamp.unwrap_or(-1),
+        ),
+        (
+            "next offset of an unsealed segment",
+            m.next_offset.to_string(),
+            next_from_data.to_string(),
+            !m.sealed && m.next_offset != next_from_data,
+        ),
+    ]);
     if let Some((what, manifest, data, _)) = claims.into_iter().find(|claim| claim.3) {
         return Ok(Err(Refusal::ManifestDataMismatch {
-            what: what.to_string(),
+            what: format!("{what} (in {manifest_key})"),
             manifest,
             data,
+        }));
+    }
+    if let Some(message) = epochs_against_batches(m, &log, s.bytes)? {
+        return Ok(Err(Refusal::Epochs {
+            message: format!("{manifest_key}: the manifest's leader epochs disagree with its batches: {message}"),
         }));
     }
     if let Some(snapshot) = path_of(SegmentFileKind::Snapshot) {
@@ -533,6 +556,73 @@ fn validate(
         }));
     }
     Ok(Ok((merged != existing).then(|| LeaderEpochCheckpoint::new(merged))))
+}
+
+/// The manifest's leader epochs checked against the `partitionLeaderEpoch` of every magic-2 batch of the staged
+/// `.log` (its well-framed first `end` bytes, already validated), as `verify` checks a partition against its
+/// `leader-epoch-checkpoint`: each batch carries the epoch in force at its offset. Only batch headers are read
+/// (one positioned read each), so this costs a seek per batch, not a second pass over the bytes. A manifest without
+/// epochs (a source without a checkpoint) claims nothing to check. `Some(message)` on disagreement.
+fn epochs_against_batches(m: &Manifest, log: &Path, end: u64) -> Result<Option<String>> {
+    use std::os::unix::fs::FileExt;
+    if m.epochs.is_empty() {
+        return Ok(None);
+    }
+    let claimed = LeaderEpochCheckpoint::new(
+        m.epochs
+            .iter()
+            .map(|e| EpochEntry {
+                epoch: e.epoch,
+                start_offset: e.start_offset,
+            })
+            .collect(),
+    );
+    let mut checker = LeaderEpochChecker::new(&claimed);
+    let file = File::open(log).map_err(|e| Error::io(log, e))?;
+    let mut header = [0u8; RECORD_BATCH_OVERHEAD];
+    let mut position = 0u64;
+    while position < end {
+        let want = usize::try_from((end - position).min(RECORD_BATCH_OVERHEAD as u64)).unwrap_or(0);
+        let buf = header.get_mut(..want).unwrap_or_default();
+        file.read_exact_at(buf, position).map_err(|e| Error::io(log, e))?;
+        let prefix = match read_frame_prefix(buf) {
+            Ok(prefix) => prefix,
+            Err(e) => return Ok(Some(format!("batch at byte {position}: {e:?}"))),
+        };
+        let size = prefix.size_in_bytes();
+        if prefix.magic >= 2 && want == RECORD_BATCH_OVERHEAD {
+            let epoch = buf.get(12..16).and_then(|b| b.try_into().ok()).map_or(-1, i32::from_be_bytes);
+            let info = BatchInfo {
+                position,
+                size,
+                magic: prefix.magic,
+                base_offset: prefix.base_offset,
+                last_offset: prefix.base_offset,
+                max_timestamp: -1,
+                partition_leader_epoch: epoch,
+                producer_id: -1,
+                producer_epoch: -1,
+                is_transactional: false,
+                control: None,
+                is_control: false,
+                records_count: 0,
+            };
+            checker.on_batch(log, &info);
+        }
+        position = position.saturating_add(size);
+    }
+    let findings = checker.finish();
+    Ok((!findings.is_empty()).then(|| {
+        findings
+            .iter()
+            .take(MAX_REPORTED_FINDINGS)
+            .map(|f| match f.offset {
+                Some(offset) => format!("at offset {offset}: {}", f.defect),
+                None => f.defect.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }))
 }
 
 fn show_epochs(entries: &[EpochEntry]) -> String {
