@@ -62,6 +62,7 @@ pub struct ApplyConfig {
     mirror_root: PathBuf,
     verify: VerifyOptions,
     parallel_partitions: usize,
+    wait_for_lock: bool,
     #[cfg(feature = "failpoints")]
     failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
 }
@@ -78,6 +79,7 @@ impl ApplyConfig {
             mirror_root: mirror_root.into(),
             verify: VerifyOptions::default(),
             parallel_partitions: DEFAULT_PARALLEL_PARTITIONS,
+            wait_for_lock: false,
             #[cfg(feature = "failpoints")]
             failpoint: None,
         }
@@ -104,6 +106,12 @@ impl ApplyConfig {
     /// Install this many partitions at once (at least 1; default [`DEFAULT_PARALLEL_PARTITIONS`]).
     pub fn with_parallel_partitions(mut self, n: usize) -> Self {
         self.parallel_partitions = n.max(1);
+        self
+    }
+
+    /// When another run holds the mirror's lock, wait for it instead of failing with [`Error::MirrorLocked`].
+    pub fn with_wait_for_lock(mut self, wait: bool) -> Self {
+        self.wait_for_lock = wait;
         self
     }
 
@@ -180,10 +188,13 @@ impl Applier {
     pub async fn run(&mut self, progress: &dyn Progress) -> Result<ApplyReport> {
         let mut report = ApplyReport::default();
         let root = self.config.mirror_root.clone();
-        let (layout, cleared) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let wait = self.config.wait_for_lock;
+        // One applier per mirror: the lock is taken before anything in the mirror is touched, held to the end.
+        let (layout, cleared, _lock) = tokio::task::spawn_blocking(move || -> Result<_> {
             let layout = MirrorLayout::open(&root)?;
+            let lock = crate::lock::lock_mirror(layout.root(), wait)?;
             let cleared = reconcile::clear_staging(&layout)?;
-            Ok((layout, cleared))
+            Ok((layout, cleared, lock))
         })
         .await
         .map_err(|e| Error::task("open mirror root", e))??;
@@ -216,7 +227,32 @@ impl Applier {
             },
         };
         report.link = Some(link.clone());
-        let objects = listing.links.remove(&link).unwrap_or_default();
+        let objects = match listing.links.remove(&link) {
+            Some(objects) => objects,
+            // A named link the store does not hold: fine if the catalog knows it (everything was cleaned up from
+            // the store), a typo otherwise, which must not create a link.
+            None => {
+                let name = link.clone();
+                let known = self
+                    .catalog
+                    .call("link", move |c| match c.link(&name) {
+                        Ok(_) => Ok(None),
+                        Err(segmirror_catalog::Error::NotFound { .. }) => {
+                            Ok(Some(c.links()?.into_iter().map(|l| l.name).collect::<Vec<_>>()))
+                        }
+                        Err(e) => Err(e),
+                    })
+                    .await?;
+                if let Some(known) = known {
+                    return Err(Error::UnknownLink {
+                        link,
+                        prefix: self.config.prefix.to_string(),
+                        known,
+                    });
+                }
+                Default::default()
+            }
+        };
 
         let state = self.ensure_link(&link, &mut report).await?;
         match state {

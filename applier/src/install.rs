@@ -328,6 +328,9 @@ async fn fetch(
         Err(StoreError::NotFound { key }) => Ok(Err(Refusal::InvalidManifest {
             reason: format!("it names data object {key}, which is not in the store"),
         })),
+        Err(e @ StoreError::NotRegularFile { .. }) => Ok(Err(Refusal::InvalidManifest {
+            reason: format!("it names data object {e}"),
+        })),
         Err(e) => Err(Error::Store(e)),
     }
 }
