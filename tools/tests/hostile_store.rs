@@ -135,6 +135,11 @@ fn a_fifo_data_object_and_foreign_entries_are_reported_and_skipped_without_hangi
     std::fs::write(store.join("default/bad\nname"), b"x").unwrap();
     std::os::unix::fs::symlink(store.join("default"), store.join("default/loop")).unwrap();
     mkfifo(&store.join("default/pipe"));
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let name = std::ffi::OsStr::from_bytes(b"latin1-\xe9");
+        std::fs::write(store.join("default").join(name), b"x").unwrap();
+    }
 
     let r = apply(tmp.path(), &store, &[]);
     assert_eq!(r.code, 1, "a refused segment: {}{}", r.stdout, r.stderr);
@@ -142,6 +147,7 @@ fn a_fifo_data_object_and_foreign_entries_are_reported_and_skipped_without_hangi
         "warning: ignored \"default/bad\\nname\"",
         "warning: ignored \"default/loop\": a symbolic link",
         "warning: ignored \"default/pipe\": a FIFO",
+        "warning: ignored \"default/latin1-\u{fffd}\": the name is not UTF-8",
     ] {
         assert!(r.stderr.contains(named), "{named}: {}", r.stderr);
     }

@@ -302,6 +302,10 @@ mod tests {
         std::fs::write(root.join("a/z"), b"y").unwrap();
         std::fs::write(root.join("a/b/obj#3"), b"partial").unwrap();
         std::fs::write(root.join("a/bad\nname"), b"z").unwrap();
+        {
+            use std::os::unix::ffi::OsStrExt;
+            std::fs::write(root.join("a").join(std::ffi::OsStr::from_bytes(b"not-utf8-\xff")), b"w").unwrap();
+        }
         std::os::unix::fs::symlink(root.join("a"), root.join("a/b/loop")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", root.join("a/out")).unwrap();
         let fifo = root.join("a/fifo");
@@ -314,8 +318,9 @@ mod tests {
         let temp: Vec<&str> = listing.temporary.iter().map(|o| o.key.as_str()).collect();
         assert_eq!(temp, ["a/b/obj#3"]);
         let skipped: Vec<&str> = listing.skipped.iter().map(|s| s.key.as_str()).collect();
-        assert_eq!(skipped, ["a/b/loop", "a/bad\nname", "a/fifo", "a/out"]);
+        assert_eq!(skipped, ["a/b/loop", "a/bad\nname", "a/fifo", "a/not-utf8-\u{fffd}", "a/out"]);
         assert!(listing.skipped[2].reason.contains("FIFO"), "{:?}", listing.skipped);
+        assert!(listing.skipped[3].reason.contains("not UTF-8"), "{:?}", listing.skipped);
         assert!(listing.skipped[0].reason.contains("symbolic link"));
         // Under a prefix, and a prefix that does not exist.
         assert_eq!(list_local(root, "a/b").unwrap().objects.len(), 1);
