@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use segment_format::batch::{read_frame_prefix, BatchInfo, RECORD_BATCH_OVERHEAD};
-use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochCheckpoint, LeaderEpochChecker};
+use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochChecker, LeaderEpochCheckpoint};
 use segment_format::dir::{SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
 use segment_format::durable::fsync_dir;
 use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
@@ -594,7 +594,10 @@ fn epochs_against_batches(m: &Manifest, log: &Path, end: u64) -> Result<Option<S
         };
         let size = prefix.size_in_bytes();
         if prefix.magic >= 2 && want == RECORD_BATCH_OVERHEAD {
-            let epoch = buf.get(12..16).and_then(|b| b.try_into().ok()).map_or(-1, i32::from_be_bytes);
+            let epoch = buf
+                .get(12..16)
+                .and_then(|b| b.try_into().ok())
+                .map_or(-1, i32::from_be_bytes);
             let info = BatchInfo {
                 position,
                 size,

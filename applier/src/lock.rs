@@ -79,7 +79,10 @@ mod tests {
         match lock_mirror(dir.path(), false) {
             Err(Error::MirrorLocked { path, holder }) => {
                 assert_eq!(path, dir.path().join(APPLY_LOCK_FILE));
-                assert!(holder.starts_with(&format!("pid {} since 20", std::process::id())), "{holder}");
+                assert!(
+                    holder.starts_with(&format!("pid {} since 20", std::process::id())),
+                    "{holder}"
+                );
             }
             other => panic!("{other:?}"),
         }

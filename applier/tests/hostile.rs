@@ -90,7 +90,9 @@ async fn a_manifest_missing_from_the_middle_of_a_chain_is_a_refused_gap_not_a_si
     );
     // Only the segment before the hole is installed and recorded; the rejection is logged with the key.
     assert_eq!(recorded(&w), (vec![0], 0, vec!["00000000000000000000.log".to_string()]));
-    assert!(rejections(&w).iter().any(|d| d.contains(&shipped[2].key) && d.contains("missing offsets")));
+    assert!(rejections(&w)
+        .iter()
+        .any(|d| d.contains(&shipped[2].key) && d.contains("missing offsets")));
 
     // A rerun refuses again (nothing changed in the bucket) ...
     let report = apply(&w).await;
@@ -111,26 +113,44 @@ async fn a_manifest_missing_from_the_middle_of_a_chain_is_a_refused_gap_not_a_si
 async fn absurd_offsets_and_counts_are_refused_with_the_manifest_key_and_nothing_is_recorded() {
     type Mutation = fn(&mut segment_format::manifest::Manifest);
     let cases: [(&str, Mutation, &str); 6] = [
-        ("log start offset 2^63-1", |m| m.log_start_offset = i64::MAX, "log start offset 9223372036854775807"),
+        (
+            "log start offset 2^63-1",
+            |m| m.log_start_offset = i64::MAX,
+            "log start offset 9223372036854775807",
+        ),
         ("batch count", |m| m.batches += 1, "batches"),
         ("record count", |m| m.records -= 1, "records"),
         ("max timestamp", |m| m.max_timestamp += 1, "max timestamp"),
         // Counts that disagree with the offsets they claim are caught when the manifest is read.
-        ("last offset", |m| m.last_offset = m.last_offset.map(|l| l - 1), "do not fit in offsets"),
+        (
+            "last offset",
+            |m| m.last_offset = m.last_offset.map(|l| l - 1),
+            "do not fit in offsets",
+        ),
         // The newest segment is shipped unsealed; its next offset is where its last batch ends.
-        ("next offset of an unsealed segment", |m| m.next_offset += 5, "next offset"),
+        (
+            "next offset of an unsealed segment",
+            |m| m.next_offset += 5,
+            "next offset",
+        ),
     ];
     for (what, mutate, named) in cases {
         let w = World::new();
         let mut shipped = shipped(&w).await;
-        let target = if what.starts_with("next offset") { shipped.len() - 1 } else { 0 };
+        let target = if what.starts_with("next offset") {
+            shipped.len() - 1
+        } else {
+            0
+        };
         let old_next = shipped[target].manifest.next_offset;
         mutate(&mut shipped[target].manifest);
         let new_next = shipped[target].manifest.next_offset;
         if new_next != old_next {
             // Data keys name the range: move the objects where the lie says they are.
             for f in &mut shipped[target].manifest.files {
-                let key = f.key.replace(&format!("/{old_next:020}/"), &format!("/{new_next:020}/"));
+                let key = f
+                    .key
+                    .replace(&format!("/{old_next:020}/"), &format!("/{new_next:020}/"));
                 let bytes = w.store.get_bytes(&f.key, u64::MAX).await.unwrap();
                 w.store.put_bytes(&key, bytes).await.unwrap();
                 f.key = key;
@@ -164,7 +184,10 @@ async fn absurd_offsets_and_counts_are_refused_with_the_manifest_key_and_nothing
     let shipped = shipped(&w).await;
     let mut json: serde_json::Value = serde_json::from_slice(&shipped[1].manifest.to_json()).unwrap();
     json["next_offset"] = (shipped[1].manifest.base_offset - 1).into();
-    w.store.put_bytes(&shipped[1].key, serde_json::to_vec(&json).unwrap()).await.unwrap();
+    w.store
+        .put_bytes(&shipped[1].key, serde_json::to_vec(&json).unwrap())
+        .await
+        .unwrap();
     let report = apply(&w).await;
     let (key, _, refusal) = refusal(&report);
     assert_eq!(key, shipped[1].key);
@@ -176,10 +199,25 @@ async fn absurd_offsets_and_counts_are_refused_with_the_manifest_key_and_nothing
 async fn leader_epochs_that_disagree_with_the_batches_are_refused() {
     // The sample partition's batches carry epoch 1, then 2 from batch 10; the manifests say so. Claim others.
     let cases: [(&str, Vec<EpochStart>); 2] = [
-        ("an epoch no batch carries", vec![EpochStart { epoch: 7, start_offset: 0 }]),
+        (
+            "an epoch no batch carries",
+            vec![EpochStart {
+                epoch: 7,
+                start_offset: 0,
+            }],
+        ),
         (
             "epoch 2 starting before its first batch",
-            vec![EpochStart { epoch: 1, start_offset: 0 }, EpochStart { epoch: 2, start_offset: 3 }],
+            vec![
+                EpochStart {
+                    epoch: 1,
+                    start_offset: 0,
+                },
+                EpochStart {
+                    epoch: 2,
+                    start_offset: 3,
+                },
+            ],
         ),
     ];
     for (what, epochs) in cases {

@@ -51,8 +51,8 @@ mod local;
 mod url;
 
 pub use io::{digest_of, Hasher};
-pub use listing::{is_temporary_name, Listing, SkippedEntry, S3_PAGE_KEYS};
 use io::{hash_range, read_exact_hashing, read_parts, Sink};
+pub use listing::{is_temporary_name, Listing, SkippedEntry, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper

@@ -100,9 +100,16 @@ async fn foreign_keys_in_s3_are_reported_and_everything_else_is_listed_and_audit
         .buffer_unordered(16)
         .collect::<Vec<()>>()
         .await;
-    let bad = ["mirror/aaa/00500/../x", "mirror/aaa/00500/./dot", "mirror/east//double", "mirror/east/../y"];
+    let bad = [
+        "mirror/aaa/00500/../x",
+        "mirror/aaa/00500/./dot",
+        "mirror/east//double",
+        "mirror/east/../y",
+    ];
     for key in bad {
-        server.put_raw_key(&key.replace("..", "%2E%2E").replace("/./", "/%2E/")).unwrap();
+        server
+            .put_raw_key(&key.replace("..", "%2E%2E").replace("/./", "/%2E/"))
+            .unwrap();
     }
 
     let listing = tokio::time::timeout(std::time::Duration::from_secs(300), store.list_all(""))
@@ -114,7 +121,10 @@ async fn foreign_keys_in_s3_are_reported_and_everything_else_is_listed_and_audit
     let mut expected = bad.to_vec();
     expected.sort();
     assert_eq!(skipped, expected, "{:?}", listing.skipped);
-    assert!(listing.skipped.iter().all(|s| s.reason.contains("not a valid object key")));
+    assert!(listing
+        .skipped
+        .iter()
+        .all(|s| s.reason.contains("not a valid object key")));
     assert_eq!(listing.objects.len(), shipped.objects.len() + filler);
     // Under a store prefix too, with the keys relative to it.
     let prefixed = moto_store(&server, "mirror");
@@ -130,7 +140,9 @@ async fn foreign_keys_in_s3_are_reported_and_everything_else_is_listed_and_audit
         .unwrap();
     for key in bad {
         assert!(
-            report.of(Check::UnknownKey).any(|f| f.finding.path.to_str() == Some(key)),
+            report
+                .of(Check::UnknownKey)
+                .any(|f| f.finding.path.to_str() == Some(key)),
             "{key} not reported"
         );
     }

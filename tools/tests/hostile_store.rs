@@ -124,10 +124,13 @@ fn a_fifo_data_object_and_foreign_entries_are_reported_and_skipped_without_hangi
     let tmp = tempfile::tempdir().unwrap();
     let store = seeded(tmp.path());
     // A FIFO where one partition's first offset index should be: opening it for reading would block forever.
-    let victim = find(&store.join("default/sample-log-append-time"), "00000000000000000000.index")
-        .into_iter()
-        .next()
-        .expect("a shipped index");
+    let victim = find(
+        &store.join("default/sample-log-append-time"),
+        "00000000000000000000.index",
+    )
+    .into_iter()
+    .next()
+    .expect("a shipped index");
     std::fs::remove_file(&victim).unwrap();
     mkfifo(&victim);
     let fifo_key = victim.strip_prefix(&store).unwrap().to_str().unwrap().to_string();
@@ -159,7 +162,10 @@ fn a_fifo_data_object_and_foreign_entries_are_reported_and_skipped_without_hangi
     // Every other partition is complete; the FIFO's partition has nothing installed, on disk or in the catalog.
     let complete = r.stdout.lines().filter(|l| l.contains(" complete ")).count();
     assert_eq!(complete, 10, "{}", r.stdout);
-    assert!(r.stdout.lines().any(|l| l.starts_with("sample-log-append-time-0") && l.contains("REFUSED")));
+    assert!(r
+        .stdout
+        .lines()
+        .any(|l| l.starts_with("sample-log-append-time-0") && l.contains("REFUSED")));
     assert!(find(&tmp.path().join("mirror/sample-log-append-time-0"), ".log").is_empty());
     let catalog = Catalog::open(tmp.path().join("catalog.sqlite")).unwrap();
     let key = segmirror_catalog::PartitionKey::new("default", "sample-log-append-time", 0);
@@ -169,8 +175,18 @@ fn a_fifo_data_object_and_foreign_entries_are_reported_and_skipped_without_hangi
     // The audit reports each foreign entry and goes on; the FIFO is never opened.
     let r = segmirror(&["verify", &format!("file://{}", store.display())]);
     assert_eq!(r.code, 1, "the manifest naming a FIFO is unsound: {}", r.stdout);
-    assert!(r.stdout.contains("default/loop: not an object segmirror can read: a symbolic link"), "{}", r.stdout);
-    assert!(r.stdout.contains(&format!("{fifo_key}: not an object segmirror can read: a FIFO")), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("default/loop: not an object segmirror can read: a symbolic link"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains(&format!("{fifo_key}: not an object segmirror can read: a FIFO")),
+        "{}",
+        r.stdout
+    );
     assert!(r.stdout.contains("[unknown_key]"));
     let partitions = r.stdout.matches("sample-").count();
     assert!(partitions >= 11, "every partition is audited: {}", r.stdout);
@@ -202,7 +218,8 @@ fn killed_seed_leftovers_are_reported_by_the_audit_and_removed_by_the_next_seed(
 
     let r = segmirror(&["verify", &url]);
     assert!(
-        r.stdout.contains(&format!("{stale_key}: an upload's temporary file (4096 bytes)")),
+        r.stdout
+            .contains(&format!("{stale_key}: an upload's temporary file (4096 bytes)")),
         "{}",
         r.stdout
     );
@@ -230,14 +247,23 @@ fn a_mistyped_store_path_is_an_error_and_never_created() {
     let missing = tmp.path().join("stroe");
     let r = apply(tmp.path(), &missing, &[]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
-    assert!(r.stderr.contains(&format!("the store folder {} does not exist", missing.display())), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains(&format!("the store folder {} does not exist", missing.display())),
+        "{}",
+        r.stderr
+    );
     assert!(!missing.exists());
-    assert!(!tmp.path().join("mirror").exists(), "nothing is touched before the store is known");
+    assert!(
+        !tmp.path().join("mirror").exists(),
+        "nothing is touched before the store is known"
+    );
 
     let r = segmirror(&["verify", &format!("file://{}", missing.display())]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stdout.contains(&format!("the store folder {} does not exist", missing.display())),
+        r.stdout
+            .contains(&format!("the store folder {} does not exist", missing.display())),
         "{}",
         r.stdout
     );
@@ -251,7 +277,8 @@ fn an_unknown_link_is_an_error_and_never_created() {
     let r = apply(tmp.path(), &store, &["--link", "defualt"]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stderr.contains("link 'defualt' is neither in the catalog nor under prefix"),
+        r.stderr
+            .contains("link 'defualt' is neither in the catalog nor under prefix"),
         "{}",
         r.stderr
     );
@@ -282,14 +309,24 @@ fn two_applies_on_one_mirror_never_collide() {
     let r = apply(tmp.path(), &store, &[]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stderr.contains("another apply is running on this mirror (pid 4242 since 2026-01-01T00:00:00Z"),
+        r.stderr
+            .contains("another apply is running on this mirror (pid 4242 since 2026-01-01T00:00:00Z"),
         "{}",
         r.stderr
     );
-    let entries: Vec<_> = std::fs::read_dir(&mirror).unwrap().flatten().map(|e| e.file_name()).collect();
+    let entries: Vec<_> = std::fs::read_dir(&mirror)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
     assert_eq!(entries.len(), 1, "only the lock file: {entries:?}");
     // With --wait it waits for the holder, then runs.
-    let waiting = spawn(&apply_args(tmp.path(), &store, &["--wait"]).iter().map(String::as_str).collect::<Vec<_>>());
+    let waiting = spawn(
+        &apply_args(tmp.path(), &store, &["--wait"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert!(!mirror.join("sample-transactions-0").exists(), "it waited");
     drop(lock);

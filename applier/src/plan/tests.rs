@@ -130,7 +130,10 @@ fn a_gap_is_refused_unless_the_log_start_proves_it() {
                     log_start_offset: 0
                 }
             );
-            assert!(refusal.to_string().contains("missing offsets [100, 150) between m0"), "{refusal}");
+            assert!(
+                refusal.to_string().contains("missing offsets [100, 150) between m0"),
+                "{refusal}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -138,10 +141,16 @@ fn a_gap_is_refused_unless_the_log_start_proves_it() {
     let steps = plan(&[installed(0, 120, true)], vec![read(245, 300, true)]);
     assert_eq!(show(&steps), ["X245"]);
     // A log start at the gap's end but not beyond its base does not prove it.
-    let steps = plan(&[installed(0, 100, true)], vec![read_with_log_start(150, 200, true, 149)]);
+    let steps = plan(
+        &[installed(0, 100, true)],
+        vec![read_with_log_start(150, 200, true, 149)],
+    );
     assert_eq!(show(&steps), ["X150"]);
     // Retention deleted [100, 150) at the source before it was shipped: the manifest's log start says so.
-    let steps = plan(&[installed(0, 100, true)], vec![read_with_log_start(150, 200, true, 150)]);
+    let steps = plan(
+        &[installed(0, 100, true)],
+        vec![read_with_log_start(150, 200, true, 150)],
+    );
     assert_eq!(show(&steps), ["I150"]);
     // An empty mirror may start anywhere.
     let steps = plan(&[], vec![read(500, 600, true)]);

@@ -330,7 +330,10 @@ pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.file_name().is_some_and(|n| n == segmirror_applier::APPLY_LOCK_FILE) {
+            if path
+                .file_name()
+                .is_some_and(|n| n == segmirror_applier::APPLY_LOCK_FILE)
+            {
                 continue;
             }
             if path.is_dir() {

@@ -166,10 +166,11 @@ pub(super) fn list_local(root: &Path, prefix: &str) -> Result<Listing> {
                 }
             };
             let file_type = meta.file_type();
-            if let Err(e) = ObjectPath::parse(&child_key)
-                .map_err(|e| e.to_string())
-                .and_then(|p| (p.as_ref() == child_key).then_some(()).ok_or_else(|| "not canonical".to_string()))
-            {
+            if let Err(e) = ObjectPath::parse(&child_key).map_err(|e| e.to_string()).and_then(|p| {
+                (p.as_ref() == child_key)
+                    .then_some(())
+                    .ok_or_else(|| "not canonical".to_string())
+            }) {
                 listing.skipped.push(SkippedEntry {
                     key: child_key,
                     reason: format!("not a valid object key: {e}"),
@@ -318,7 +319,10 @@ mod tests {
         let temp: Vec<&str> = listing.temporary.iter().map(|o| o.key.as_str()).collect();
         assert_eq!(temp, ["a/b/obj#3"]);
         let skipped: Vec<&str> = listing.skipped.iter().map(|s| s.key.as_str()).collect();
-        assert_eq!(skipped, ["a/b/loop", "a/bad\nname", "a/fifo", "a/not-utf8-\u{fffd}", "a/out"]);
+        assert_eq!(
+            skipped,
+            ["a/b/loop", "a/bad\nname", "a/fifo", "a/not-utf8-\u{fffd}", "a/out"]
+        );
         assert!(listing.skipped[2].reason.contains("FIFO"), "{:?}", listing.skipped);
         assert!(listing.skipped[3].reason.contains("not UTF-8"), "{:?}", listing.skipped);
         assert!(listing.skipped[0].reason.contains("symbolic link"));
