@@ -236,12 +236,10 @@ pub(super) fn check_regular_file(root: &Path, key: &str) -> Result<()> {
 /// The full key a path error of `object_store` names, when the error is about a key that is not a legal path.
 fn illegal_key(e: &object_store::Error) -> Option<String> {
     match e {
-        object_store::Error::InvalidPath { source } => match source {
-            object_store::path::Error::BadSegment { path, .. } | object_store::path::Error::EmptySegment { path } => {
-                Some(path.clone())
-            }
-            _ => None,
-        },
+        object_store::Error::InvalidPath {
+            source:
+                object_store::path::Error::BadSegment { path, .. } | object_store::path::Error::EmptySegment { path },
+        } => Some(path.clone()),
         _ => None,
     }
 }
