@@ -4,22 +4,35 @@
 //! version; one reported a healthy object as corrupt because the other had removed its staged file mid-check (and
 //! recorded the rejection). So a run takes an exclusive lock on [`APPLY_LOCK_FILE`] in the mirror root before it
 //! touches anything there, and holds it to the end. The lock is an advisory `flock`, released by the kernel when
-//! the process exits however it exits, so a killed run never leaves the mirror locked; the file's content (the
-//! holder's pid and since when) is only there to name the holder in the error a second run reports.
+//! the process exits however it exits, so a killed run never leaves the mirror locked. The holder's pid and start
+//! time go to [`APPLY_HOLDER_FILE`] beside it, only to name the holder in the error a second run reports; it is
+//! removed when the lock is released, so a run leaves the mirror as it found it (the lock file itself stays,
+//! empty: removing it while others may be opening it would let two runs lock two different files).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
 /// The lock file in the mirror root. A dot file, like the staging directory, so no one takes it for a partition.
 pub const APPLY_LOCK_FILE: &str = ".segmirror-apply.lock";
 
+/// Who holds the lock: `pid <pid> since <RFC 3339 time>`, while it is held.
+pub const APPLY_HOLDER_FILE: &str = ".segmirror-apply.holder";
+
 /// The held lock; released on drop (or when the process exits).
 #[derive(Debug)]
 pub struct MirrorLock {
     _file: File,
+    holder: PathBuf,
+}
+
+impl Drop for MirrorLock {
+    fn drop(&mut self) {
+        // Best effort: a stale holder file is overwritten by the next run and read only while a lock is held.
+        let _ = std::fs::remove_file(&self.holder);
+    }
 }
 
 /// Take the lock of the mirror at `root` (which must exist). Without `wait`, a lock held by another run fails at
@@ -27,7 +40,8 @@ pub struct MirrorLock {
 /// the async runtime).
 pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
     let path = root.join(APPLY_LOCK_FILE);
-    let mut file = OpenOptions::new()
+    let holder_path = root.join(APPLY_HOLDER_FILE);
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
@@ -42,7 +56,7 @@ pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
             Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(Error::MirrorLocked {
                     path: path.clone(),
-                    holder: holder(&mut file),
+                    holder: holder(&holder_path),
                 })
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
@@ -50,19 +64,19 @@ pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
     }
     let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let stamp = format!("pid {} since {since}\n", std::process::id());
-    let written = file
-        .set_len(0)
-        .and_then(|()| file.seek(SeekFrom::Start(0)))
-        .and_then(|_| file.write_all(stamp.as_bytes()));
-    written.map_err(|e| Error::io(&path, e))?;
-    Ok(MirrorLock { _file: file })
+    std::fs::write(&holder_path, stamp).map_err(|e| Error::io(&holder_path, e))?;
+    Ok(MirrorLock {
+        _file: file,
+        holder: holder_path,
+    })
 }
 
 /// What the holder wrote, or why it cannot be told.
-fn holder(file: &mut File) -> String {
+fn holder(path: &Path) -> String {
     let mut text = String::new();
-    // The holder writes its stamp right after locking: a run that lost the race by microseconds may find it empty.
-    match file.take(256).read_to_string(&mut text) {
+    // The holder writes its stamp right after locking: a run that lost the race by microseconds may find none.
+    let read = File::open(path).and_then(|f| f.take(256).read_to_string(&mut text));
+    match read {
         Ok(_) if !text.trim().is_empty() => text.trim().to_string(),
         _ => "holder unknown: it has not written its pid yet".to_string(),
     }
@@ -87,7 +101,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         drop(held);
+        assert!(
+            !dir.path().join(APPLY_HOLDER_FILE).exists(),
+            "released: no holder named"
+        );
         let again = lock_mirror(dir.path(), false).unwrap();
         drop(again);
+        // The lock file stays, empty: a run leaves the mirror's contents as they were.
+        assert_eq!(std::fs::read(dir.path().join(APPLY_LOCK_FILE)).unwrap(), b"");
     }
 }

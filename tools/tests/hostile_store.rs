@@ -302,10 +302,13 @@ fn two_applies_on_one_mirror_never_collide() {
     std::fs::create_dir_all(&mirror).unwrap();
 
     // Another apply holds the mirror: a second one exits at once, naming the holder, and touches nothing.
-    let lock_path = mirror.join(".segmirror-apply.lock");
-    let lock = std::fs::File::create(&lock_path).unwrap();
+    let lock = std::fs::File::create(mirror.join(".segmirror-apply.lock")).unwrap();
     lock.try_lock().unwrap();
-    std::fs::write(&lock_path, "pid 4242 since 2026-01-01T00:00:00Z\n").unwrap();
+    std::fs::write(
+        mirror.join(".segmirror-apply.holder"),
+        "pid 4242 since 2026-01-01T00:00:00Z\n",
+    )
+    .unwrap();
     let r = apply(tmp.path(), &store, &[]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(
@@ -319,7 +322,7 @@ fn two_applies_on_one_mirror_never_collide() {
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    assert_eq!(entries.len(), 1, "only the lock file: {entries:?}");
+    assert_eq!(entries.len(), 2, "only the lock and holder files: {entries:?}");
     // With --wait it waits for the holder, then runs.
     let waiting = spawn(
         &apply_args(tmp.path(), &store, &["--wait"])
