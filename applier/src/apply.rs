@@ -62,6 +62,7 @@ pub struct ApplyConfig {
     mirror_root: PathBuf,
     verify: VerifyOptions,
     parallel_partitions: usize,
+    wait_for_lock: bool,
     #[cfg(feature = "failpoints")]
     failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
 }
@@ -78,6 +79,7 @@ impl ApplyConfig {
             mirror_root: mirror_root.into(),
             verify: VerifyOptions::default(),
             parallel_partitions: DEFAULT_PARALLEL_PARTITIONS,
+            wait_for_lock: false,
             #[cfg(feature = "failpoints")]
             failpoint: None,
         }
@@ -107,6 +109,12 @@ impl ApplyConfig {
         self
     }
 
+    /// When another run holds the mirror's lock, wait for it instead of failing with [`Error::MirrorLocked`].
+    pub fn with_wait_for_lock(mut self, wait: bool) -> Self {
+        self.wait_for_lock = wait;
+        self
+    }
+
     /// Arm a kill point (crash tests).
     #[cfg(feature = "failpoints")]
     pub fn with_failpoint(mut self, armed: std::sync::Arc<crate::failpoint::Armed>) -> Self {
@@ -116,6 +124,17 @@ impl ApplyConfig {
 
     pub fn mirror_root(&self) -> &std::path::Path {
         &self.mirror_root
+    }
+}
+
+/// Where a manifest's data provably ends: after its last batch for a sealed segment (whose `next` is the following
+/// segment's base, not proven by its own batches), its `next` for an active-segment prefix (which the install checks
+/// against the last batch), its base when it holds no batch.
+fn data_end(m: &Manifest) -> i64 {
+    match (m.sealed, m.last_offset) {
+        (true, Some(last)) => last.saturating_add(1),
+        (true, None) => m.base_offset,
+        (false, _) => m.next_offset,
     }
 }
 
@@ -169,10 +188,13 @@ impl Applier {
     pub async fn run(&mut self, progress: &dyn Progress) -> Result<ApplyReport> {
         let mut report = ApplyReport::default();
         let root = self.config.mirror_root.clone();
-        let (layout, cleared) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let wait = self.config.wait_for_lock;
+        // One applier per mirror: the lock is taken before anything in the mirror is touched, held to the end.
+        let (layout, cleared, _lock) = tokio::task::spawn_blocking(move || -> Result<_> {
             let layout = MirrorLayout::open(&root)?;
+            let lock = crate::lock::lock_mirror(layout.root(), wait)?;
             let cleared = reconcile::clear_staging(&layout)?;
-            Ok((layout, cleared))
+            Ok((layout, cleared, lock))
         })
         .await
         .map_err(|e| Error::task("open mirror root", e))??;
@@ -205,7 +227,32 @@ impl Applier {
             },
         };
         report.link = Some(link.clone());
-        let objects = listing.links.remove(&link).unwrap_or_default();
+        let objects = match listing.links.remove(&link) {
+            Some(objects) => objects,
+            // A named link the store does not hold: fine if the catalog knows it (everything was cleaned up from
+            // the store), a typo otherwise, which must not create a link.
+            None => {
+                let name = link.clone();
+                let known = self
+                    .catalog
+                    .call("link", move |c| match c.link(&name) {
+                        Ok(_) => Ok(None),
+                        Err(segmirror_catalog::Error::NotFound { .. }) => {
+                            Ok(Some(c.links()?.into_iter().map(|l| l.name).collect::<Vec<_>>()))
+                        }
+                        Err(e) => Err(e),
+                    })
+                    .await?;
+                if let Some(known) = known {
+                    return Err(Error::UnknownLink {
+                        link,
+                        prefix: self.config.prefix.to_string(),
+                        known,
+                    });
+                }
+                Default::default()
+            }
+        };
 
         let state = self.ensure_link(&link, &mut report).await?;
         match state {
@@ -390,18 +437,42 @@ impl Applier {
             .collect()
             .await;
         let mut log_start_offset = recorded.as_ref().map_or(0, |p| p.log_start_offset);
+        let mut valid = Vec::new();
         for (base, key, read) in reads {
             match read? {
-                ManifestRead::Valid(manifest) => {
-                    log_start_offset = log_start_offset.max(manifest.log_start_offset);
-                    candidates.push(Candidate::Read { key, manifest });
-                }
+                ManifestRead::Valid(manifest) => valid.push((key, manifest)),
                 ManifestRead::Invalid(refusal) => candidates.push(Candidate::Invalid {
                     key,
                     base_offset: base,
                     refusal,
                 }),
                 ManifestRead::Gone => {}
+            }
+        }
+        // A log start offset is a claim about the source no batch proves; it is believed only up to the end of what
+        // the partition's data shows, so an absurd one (2^63-1) is refused with its manifest and never recorded.
+        let shipped_end = valid
+            .iter()
+            .map(|(_, m)| data_end(m))
+            .chain(installed.last().map(|s| s.next_offset))
+            .max()
+            .unwrap_or(0);
+        for (key, manifest) in valid {
+            if manifest.log_start_offset > shipped_end {
+                candidates.push(Candidate::Invalid {
+                    base_offset: manifest.base_offset,
+                    refusal: Refusal::InvalidManifest {
+                        reason: format!(
+                            "{key}: log start offset {} lies beyond every offset shipped for this partition (up to \
+                             {shipped_end}); if a seed is still shipping, the next run picks it up",
+                            manifest.log_start_offset
+                        ),
+                    },
+                    key,
+                });
+            } else {
+                log_start_offset = log_start_offset.max(manifest.log_start_offset);
+                candidates.push(Candidate::Read { key, manifest });
             }
         }
 

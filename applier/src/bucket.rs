@@ -67,7 +67,14 @@ pub(crate) async fn list(store: &Store, prefix: &KeyPrefix, link: Option<&str>) 
         None => prefix.as_str().to_string(),
     };
     let mut listing = Listing::default();
-    for object in store.list(&root).await? {
+    let listed = store.list_all(&root).await?;
+    // Entries the store cannot even call objects (a FIFO, a link, a name that is no legal key) are reported like
+    // keys that are not segmirror's: skipped, and nothing else stops.
+    listing.ignored.extend(listed.skipped.into_iter().map(|s| IgnoredKey {
+        key: s.key,
+        reason: s.reason,
+    }));
+    for object in listed.objects {
         match ObjectKey::parse(prefix, &object.key) {
             Ok(ObjectKey { partition, kind }) => {
                 let link_objects = listing.links.entry(partition.link().to_string()).or_default();
@@ -118,7 +125,7 @@ pub(crate) async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) 
     let bytes = match store.get_bytes(key, MAX_MANIFEST_BYTES).await {
         Ok(bytes) => bytes,
         Err(segmirror_shipper::Error::NotFound { .. }) => return Ok(ManifestRead::Gone),
-        Err(e @ segmirror_shipper::Error::TooLarge { .. }) => {
+        Err(e @ (segmirror_shipper::Error::TooLarge { .. } | segmirror_shipper::Error::NotRegularFile { .. })) => {
             return Ok(ManifestRead::Invalid(Refusal::InvalidManifest {
                 reason: e.to_string(),
             }))

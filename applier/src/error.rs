@@ -46,6 +46,21 @@ pub enum Error {
     )]
     MirrorIsLogDir { path: PathBuf },
 
+    /// Another `apply` holds the mirror's lock (see `lock`).
+    #[error(
+        "another apply is running on this mirror ({holder}; lock file {}): wait for it to finish, or run with --wait",
+        path.display()
+    )]
+    MirrorLocked { path: PathBuf, holder: String },
+
+    /// A link was named that neither the catalog nor the store has (a typo); nothing was created for it.
+    #[error("link '{link}' is neither in the catalog nor under prefix '{prefix}' of the store{}", if known.is_empty() { String::new() } else { format!(" (links there: {})", known.join(", ")) })]
+    UnknownLink {
+        link: String,
+        prefix: String,
+        known: Vec<String>,
+    },
+
     /// No link was named and the store holds more than one under the prefix.
     #[error("the store holds {} links under prefix '{prefix}' ({}); choose one with --link", links.len(), links.join(", "))]
     AmbiguousLink { prefix: String, links: Vec<String> },

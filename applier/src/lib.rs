@@ -44,6 +44,7 @@ mod error;
 pub mod failpoint;
 mod install;
 mod layout;
+mod lock;
 pub mod plan;
 mod progress;
 pub mod promote;
@@ -55,6 +56,7 @@ pub use bucket::MANIFEST_READ_CONCURRENCY;
 pub use error::{Error, Result};
 pub use install::MAX_SNAPSHOT_BYTES;
 pub use layout::{MirrorLayout, STAGING_DIR};
+pub use lock::{lock_mirror, MirrorLock, APPLY_HOLDER_FILE, APPLY_LOCK_FILE};
 pub use progress::{NoProgress, Progress};
 pub use report::{
     ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason, SkipSegment,

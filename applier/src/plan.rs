@@ -4,9 +4,14 @@
 //!
 //! The rule follows from how Kafka treats a log: a segment's upper bound is the next segment's base offset, offsets
 //! only grow, and a log never grows at its front.
-//! - Manifests are taken in base-offset order. Each must start at or after the end of what is installed (or planned
-//!   before it): the chain `base_i >= next_{i-1}`. A gap is allowed — compaction and retention leave them — but only
-//!   after a *sealed* segment.
+//! - Manifests are taken in base-offset order. Each must start exactly at the end of what is installed (or planned
+//!   before it): the chain `base_i == next_{i-1}`. Nothing legitimate leaves a hole in the middle of a log: the
+//!   cleaner keeps a cleaned segment's base offset and the next segment still starts at the previous one's next,
+//!   and retention deletes from the front only. So a version starting above the mirror's end is refused, naming the
+//!   missing range, unless the mirror is empty (it may start anywhere) or the manifest proves a log-start move: the
+//!   source's log start offset it carries is at or above its base, so every missing offset was deleted at the source
+//!   before it was shipped (what the audit reports as a retention gap). A missing manifest in the middle of a chain
+//!   is then a refusal, never a silent hole.
 //! - The last installed segment may be replaced by a longer (or newly sealed) version of itself while it is not
 //!   sealed; a sealed segment never changes, and nothing is installed after an unsealed one (its sealed version
 //!   would then conflict). An unsealed segment followed by more manifests means the shipper has not re-shipped it
@@ -35,6 +40,8 @@ pub struct Installed {
     pub size: u64,
     pub sha256: [u8; 32],
     pub sealed: bool,
+    /// The manifest it was installed from (named when a gap follows it).
+    pub manifest_key: String,
 }
 
 impl From<&SegmentRecord> for Installed {
@@ -46,6 +53,7 @@ impl From<&SegmentRecord> for Installed {
             size: r.version.size,
             sha256: r.version.sha256,
             sealed: r.version.sealed,
+            manifest_key: r.version.manifest_key.clone(),
         }
     }
 }
@@ -113,9 +121,14 @@ fn conflict(key: &str, m: &Manifest, reason: String) -> Step {
 pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step> {
     candidates.sort_by_key(Candidate::base_offset);
     // Ranges installed or planned, in order; the last one is the partition's tail.
-    let mut ranges: Vec<(i64, i64, bool)> = installed
+    let mut ranges: Vec<Range> = installed
         .iter()
-        .map(|s| (s.base_offset, s.next_offset, s.sealed))
+        .map(|s| Range {
+            base: s.base_offset,
+            next: s.next_offset,
+            sealed: s.sealed,
+            key: s.manifest_key.clone(),
+        })
         .collect();
     let first_installed = installed.first().map(|s| s.base_offset);
     let mut steps = Vec::with_capacity(candidates.len());
@@ -144,11 +157,20 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
         };
         let step = next_step(installed, &ranges, first_installed, key, m);
         match &step {
-            Step::Install { manifest, replaces, .. } => {
+            Step::Install {
+                key,
+                manifest,
+                replaces,
+            } => {
                 if replaces.is_some() {
                     ranges.pop();
                 }
-                ranges.push((manifest.base_offset, manifest.next_offset, manifest.sealed));
+                ranges.push(Range {
+                    base: manifest.base_offset,
+                    next: manifest.next_offset,
+                    sealed: manifest.sealed,
+                    key: key.clone(),
+                });
             }
             Step::Skip { .. } => {}
             Step::Refuse { .. } | Step::Wait { .. } => {
@@ -161,15 +183,24 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
     steps
 }
 
+/// A range installed or planned, with the manifest it comes from.
+#[derive(Debug, Clone)]
+struct Range {
+    base: i64,
+    next: i64,
+    sealed: bool,
+    key: String,
+}
+
 fn next_step(
     installed: &[Installed],
-    ranges: &[(i64, i64, bool)],
+    ranges: &[Range],
     first_installed: Option<i64>,
     key: String,
     m: Box<Manifest>,
 ) -> Step {
     let base = m.base_offset;
-    let tail = ranges.last().copied();
+    let tail = ranges.last().map(|r| (r.base, r.next, r.sealed));
     let empty = m.batches == 0;
     if let Some(v) = installed.iter().find(|s| s.base_offset == base) {
         let same_content = Some(v.next_offset) == Some(m.next_offset)
@@ -217,10 +248,10 @@ fn next_step(
                 why: SkipSegment::BeforeMirrorStart,
             };
         }
-        if let Some(&(by, _, _)) = ranges.iter().find(|(b, n, _)| *b < base && m.next_offset <= *n) {
+        if let Some(by) = ranges.iter().find(|r| r.base < base && m.next_offset <= r.next) {
             return Step::Skip {
                 base_offset: base,
-                why: SkipSegment::Superseded { by },
+                why: SkipSegment::Superseded { by: by.base },
             };
         }
         return conflict(
@@ -243,6 +274,20 @@ fn next_step(
             base_offset: base,
             why: SkipSegment::Empty,
         };
+    }
+    if let Some(last) = ranges.last().filter(|r| r.next < base) {
+        if m.log_start_offset < base {
+            return Step::Refuse {
+                key,
+                base_offset: base,
+                refusal: Refusal::Gap {
+                    from: last.next,
+                    to: base,
+                    after: last.key.clone(),
+                    log_start_offset: m.log_start_offset,
+                },
+            };
+        }
     }
     Step::Install {
         key,

@@ -196,6 +196,7 @@ mod tests {
             size,
             sha256: [0; 32],
             sealed,
+            manifest_key: format!("m{base}"),
         }
     }
 

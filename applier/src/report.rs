@@ -247,6 +247,14 @@ pub enum Refusal {
     Epochs { message: String },
     /// The version does not fit the installed history of the partition (see the catalog's ordering rule).
     Conflict { reason: String },
+    /// The version starts above the mirror's end: offsets `[from, to)` are missing after the manifest `after`, and
+    /// the manifest's log start offset does not prove that the source deleted them.
+    Gap {
+        from: i64,
+        to: i64,
+        after: String,
+        log_start_offset: i64,
+    },
 }
 
 /// Findings kept in a [`Refusal::Corrupt`]; the rest are counted.
@@ -280,6 +288,17 @@ impl fmt::Display for Refusal {
             }
             Refusal::Epochs { message } => write!(f, "leader epochs: {message}"),
             Refusal::Conflict { reason } => write!(f, "conflicts with the installed segments: {reason}"),
+            Refusal::Gap {
+                from,
+                to,
+                after,
+                log_start_offset,
+            } => write!(
+                f,
+                "missing offsets [{from}, {to}) between {after} and this manifest (the source's log start offset \
+                 {log_start_offset} does not cover them: a manifest is missing from the chain); nothing is installed \
+                 past a hole"
+            ),
         }
     }
 }

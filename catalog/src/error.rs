@@ -173,6 +173,13 @@ pub enum ConflictReason {
     SealedChanged,
     /// The offered version covers the same offsets as the installed one but its bytes differ (size or SHA-256).
     Diverged,
+    /// The segment starts above the installed end offset, leaving offsets `[installed_end_offset, base)` missing,
+    /// and the partition's recorded log start offset does not reach its base (nothing legitimate leaves a hole in
+    /// the middle of a log: retention deletes from the front only).
+    Gap {
+        installed_end_offset: i64,
+        log_start_offset: i64,
+    },
 }
 
 impl fmt::Display for ConflictReason {
@@ -192,6 +199,14 @@ impl fmt::Display for ConflictReason {
             ConflictReason::Diverged => {
                 f.write_str("it covers the same offsets as the installed version with other bytes")
             }
+            ConflictReason::Gap {
+                installed_end_offset,
+                log_start_offset,
+            } => write!(
+                f,
+                "it starts above the installed end offset {installed_end_offset}, leaving a hole the log start offset \
+                 {log_start_offset} does not explain"
+            ),
         }
     }
 }

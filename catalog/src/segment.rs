@@ -6,7 +6,11 @@
 //!
 //! The installed segments of a partition form its history and obey one rule, checked in [`Catalog::mark_installed`]
 //! (and, early, when a pending version is recorded): installs advance in offset order without overlap, except that
-//! the **last** installed segment may be replaced by a longer version of itself while it is not sealed. The
+//! the **last** installed segment may be replaced by a longer version of itself while it is not sealed. An install
+//! starts exactly at the installed end offset — nothing legitimate leaves a hole in the middle of a log (the cleaner
+//! keeps base offsets, retention deletes from the front) — unless the partition is empty or its recorded log start
+//! offset reaches the new base (the source deleted the missing offsets before they were shipped). The applier's
+//! planner (`applier::plan`) applies the same rule first. The
 //! partition's `installed_end_offset` is the `next` of the last installed segment. Installing is idempotent: the same
 //! version again changes nothing, so a restarted applier may repeat its last step.
 //!
@@ -186,7 +190,7 @@ enum Fit {
 }
 
 /// The ordering rule of the module docs, as one function of the partition's installed history.
-fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion) -> Result<Fit> {
+fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion, for_install: bool) -> Result<Fit> {
     let conflict = |reason| Error::Conflict {
         partition: p.key.clone(),
         base_offset: v.base_offset,
@@ -198,6 +202,14 @@ fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion) -> Result<Fit
             Some(end) if v.base_offset < end => Err(conflict(ConflictReason::Overlap {
                 installed_end_offset: end,
             })),
+            // A hole in the middle of the log: only a log-start move explains one (see the module docs). Pending
+            // bookkeeping may run ahead; an install may not.
+            Some(end) if for_install && v.base_offset > end && p.log_start_offset < v.base_offset => {
+                Err(conflict(ConflictReason::Gap {
+                    installed_end_offset: end,
+                    log_start_offset: p.log_start_offset,
+                }))
+            }
             _ => Ok(Fit::New),
         };
     };
@@ -258,7 +270,7 @@ impl Catalog {
         let size = v.validate()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let p = load_writable(&tx, id, source_topic_id)?;
-        match fit(&tx, &p, v)? {
+        match fit(&tx, &p, v, false)? {
             Fit::Same | Fit::Replaces { .. } => return Ok(PendingOutcome::InstalledKept),
             Fit::New => write_segment(&tx, id, v, size, state)?,
         }
@@ -283,7 +295,7 @@ impl Catalog {
         let size = v.validate()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut p = load_writable(&tx, id, source_topic_id)?;
-        let outcome = match fit(&tx, &p, v)? {
+        let outcome = match fit(&tx, &p, v, true)? {
             Fit::Same => {
                 return Ok(InstallReceipt {
                     partition: p,
@@ -538,7 +550,20 @@ mod tests {
 
         assert_eq!(cat.partition_by_id(id).unwrap(), before);
         assert_eq!(cat.events(None, 100).unwrap().len(), events_before);
-        // A gap is allowed (compaction or retention can leave one); the next install starts at or after the end.
+        // A hole in the middle is refused, and nothing is written ...
+        assert!(matches!(
+            cat.mark_installed(id, "src", &seg(300, 400)),
+            Err(Error::Conflict {
+                reason: ConflictReason::Gap {
+                    installed_end_offset: 200,
+                    log_start_offset: 0
+                },
+                ..
+            })
+        ));
+        assert_eq!(cat.partition_by_id(id).unwrap(), before);
+        // ... unless the log start offset proves the source deleted the missing offsets (retention).
+        cat.upsert_partition(&key, "src", 300).unwrap();
         assert_eq!(
             cat.mark_installed(id, "src", &seg(300, 400)).unwrap().outcome,
             InstallOutcome::New
@@ -694,7 +719,8 @@ mod tests {
                 };
                 let end = model.last().map(|m| m.1);
                 let expected_ok = match model.iter().position(|m| m.0 == a.base) {
-                    None => end.is_none_or(|e| a.base >= e),
+                    // The log start offset stays 0: no hole is ever explained.
+                    None => end.is_none_or(|e| a.base == e),
                     Some(i) => {
                         let (_, old_next, old_sealed, old_content) = model[i];
                         let same = old_next == next && old_content == a.content;

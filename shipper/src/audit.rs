@@ -7,8 +7,10 @@
 //! the object key, tagged with the [`Check`] that found it.
 //!
 //! What is checked, per partition and lineage (topic id):
-//! - **Keys**: anything under the prefix that is not a contract key
-//!   ([`Check::UnknownKey`], warning).
+//! - **Keys**: anything under the prefix that is not a contract key, or not an
+//!   object at all (a FIFO, a link, a name that is no legal key in a local
+//!   folder) ([`Check::UnknownKey`], warning); upload temp files a killed upload
+//!   left in a local folder (`<key>#<n>`, [`Check::UploadLeftover`], warning).
 //! - **Leases**: the current (highest) lease is read and validated; older epochs
 //!   are normal history. A manifest committed under an epoch above every lease
 //!   ([`Check::UnleasedCommit`], error); a manifest committed under an older
@@ -115,6 +117,7 @@ pub enum Check {
     LineageBreak,
     DeepVerify,
     ManifestDataMismatch,
+    UploadLeftover,
 }
 
 /// A finding and the check behind it.
@@ -227,9 +230,31 @@ pub async fn audit_store(store: &Store, prefix: &KeyPrefix, options: &AuditOptio
         prefix: prefix.to_string(),
         ..Default::default()
     };
-    let listed = store.list(prefix.as_str()).await?;
+    let listed = store.list_all(prefix.as_str()).await?;
+    for skipped in &listed.skipped {
+        report.warning(
+            Check::UnknownKey,
+            &skipped.key,
+            None,
+            other(format!("not an object segmirror can read: {}", skipped.reason)),
+        );
+    }
+    for leftover in &listed.temporary {
+        report.objects += 1;
+        report.bytes += leftover.size;
+        report.warning(
+            Check::UploadLeftover,
+            &leftover.key,
+            None,
+            other(format!(
+                "an upload's temporary file ({} bytes): left by a killed upload unless one is under way; \
+                 the next `segmirror seed` removes it",
+                leftover.size
+            )),
+        );
+    }
     let mut partitions: BTreeMap<PartitionKey, PartitionObjects> = BTreeMap::new();
-    for object in listed {
+    for object in listed.objects {
         report.objects += 1;
         report.bytes += object.size;
         match ObjectKey::parse(prefix, &object.key) {

@@ -77,6 +77,11 @@ pub enum Error {
         source: object_store::Error,
     },
 
+    /// A local-folder store holds something other than a regular file at `key` (a FIFO, socket, device or link):
+    /// never opened (opening a FIFO blocks), never followed.
+    #[error("{key}: {what}, not a regular file: refused (a store holds regular files only)")]
+    NotRegularFile { key: String, what: String },
+
     /// A local file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

@@ -46,11 +46,13 @@ use tokio::sync::mpsc;
 use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
 
 mod io;
+mod listing;
 mod local;
 mod url;
 
 pub use io::{digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Sink};
+pub use listing::{is_temporary_name, Listing, SkippedEntry, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper
@@ -204,6 +206,10 @@ pub struct Store {
     /// The same store when it is a local folder: files are then copied to and
     /// from it directly (see the `local` module).
     local: Option<Arc<LocalFileSystem>>,
+    /// The folder of a local store: listed and checked here, not through `object_store` (see `listing`).
+    local_root: Option<PathBuf>,
+    /// An S3 store and the key prefix the store URL names (`""` for the bucket root): listed page by page.
+    s3_lister: Option<(Arc<dyn object_store::list::PaginatedListStore>, String)>,
     description: String,
     retry: RetryPolicy,
     multipart: MultipartPolicy,
@@ -226,18 +232,38 @@ impl fmt::Display for Store {
 }
 
 impl Store {
-    /// Open the store `url` names. A local folder is created if missing. S3
-    /// settings come from the `AWS_*` environment, overridden by `s3`; conditional
-    /// puts use `If-None-Match` (object_store's default).
+    /// Open the store `url` names, creating a local folder if missing (what a
+    /// shipper wants). S3 settings come from the `AWS_*` environment, overridden by
+    /// `s3`; conditional puts use `If-None-Match` (object_store's default).
     pub fn open(url: &StoreUrl, s3: &S3Options) -> Result<Store> {
+        if let StoreUrl::Local { root } = url {
+            std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        }
+        Store::open_existing(url, s3)
+    }
+
+    /// Open the store `url` names; a local folder must exist and be a directory
+    /// (a reader given a mistyped path must fail, not create an empty store and
+    /// report it sound).
+    pub fn open_existing(url: &StoreUrl, s3: &S3Options) -> Result<Store> {
         let bad = |reason: String| Error::BadUrl {
             url: url.to_string(),
             reason,
         };
         let mut local = None;
+        let mut local_root = None;
+        let mut s3_lister = None;
         let inner: Arc<dyn ObjectStore> = match url {
             StoreUrl::Local { root } => {
-                std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+                match std::fs::metadata(root) {
+                    Ok(meta) if meta.is_dir() => {}
+                    Ok(_) => return Err(bad(format!("{} is not a directory", root.display()))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Err(bad(format!("the store folder {} does not exist", root.display())))
+                    }
+                    Err(e) => return Err(Error::io(root, e)),
+                }
+                local_root = Some(std::fs::canonicalize(root).map_err(|e| Error::io(root, e))?);
                 let folder = Arc::new(
                     LocalFileSystem::new_with_prefix(root)
                         .map_err(|e| bad(e.to_string()))?
@@ -266,16 +292,20 @@ impl Store {
                 if let Some(v) = s3.allow_http {
                     builder = builder.with_allow_http(v);
                 }
-                let s3 = builder.build().map_err(|e| bad(e.to_string()))?;
+                let s3 = Arc::new(builder.build().map_err(|e| bad(e.to_string()))?);
+                let lister: Arc<dyn object_store::list::PaginatedListStore> = s3.clone();
+                s3_lister = Some((lister, prefix.trim_matches('/').to_string()));
                 if prefix.is_empty() {
-                    Arc::new(s3)
+                    s3
                 } else {
-                    Arc::new(PrefixStore::new(s3, prefix.as_str()))
+                    Arc::new(PrefixStore::new(Arc::unwrap_or_clone(s3), prefix.as_str()))
                 }
             }
         };
         let store = Store {
             local,
+            local_root,
+            s3_lister,
             ..Store::from_object_store(inner, url.to_string())
         };
         Ok(match url {
@@ -289,6 +319,8 @@ impl Store {
         Store {
             inner,
             local: None,
+            local_root: None,
+            s3_lister: None,
             description: description.into(),
             retry: RetryPolicy::default(),
             multipart: MultipartPolicy::default(),
@@ -572,6 +604,7 @@ impl Store {
     /// One download attempt: the stream is consumed here, bytes are hashed and
     /// written on a blocking thread.
     async fn download(&self, key: &str, location: &ObjectPath, expected: Option<u64>, sink: Sink) -> Result<Digest> {
+        self.check_regular(key).await?;
         let get = self
             .inner
             .get(location)
@@ -662,6 +695,7 @@ impl Store {
     /// more than it reported.
     pub async fn get_bytes(&self, key: &str, limit: u64) -> Result<Bytes> {
         let location = object_path(key)?;
+        self.check_regular(key).await?;
         self.retrying("get", key, |_| async {
             let get = self
                 .inner
@@ -708,17 +742,158 @@ impl Store {
         .await
     }
 
+    /// A local folder's object must be a regular file reached through real
+    /// directories (see `listing`); other stores hold only objects.
+    async fn check_regular(&self, key: &str) -> Result<()> {
+        let Some(root) = self.local_root.clone() else {
+            return Ok(());
+        };
+        let owned = key.to_string();
+        tokio::task::spawn_blocking(move || listing::check_regular_file(&root, &owned))
+            .await
+            .map_err(|e| task_error(key, e))?
+    }
+
     /// Every object whose key is `prefix` or below `prefix/` (whole components:
     /// `a/b` does not list `a/bc`), sorted by key. An empty prefix lists the store.
+    /// Entries that are not objects are left out (see [`Store::list_all`]).
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let listing = self.list_all(prefix).await?;
+        for skipped in &listing.skipped {
+            tracing::warn!(store = %self.description, key = %skipped.key, reason = %skipped.reason, "not an object; skipped");
+        }
+        Ok(listing.objects)
+    }
+
+    /// Everything under `prefix` (as [`Store::list`]): the objects, the entries
+    /// that are not (reported with their reason, never a reason to fail the
+    /// listing), and a local folder's upload leftovers. Fails only when the store
+    /// cannot be listed at all.
+    pub async fn list_all(&self, prefix: &str) -> Result<Listing> {
         let prefix = prefix.trim_matches('/');
         let location = if prefix.is_empty() {
             None
         } else {
             Some(object_path(prefix)?)
         };
+        if let Some(root) = self.local_root.clone() {
+            let owned = prefix.to_string();
+            return tokio::task::spawn_blocking(move || listing::list_local(&root, &owned))
+                .await
+                .map_err(|e| task_error(prefix, e))?;
+        }
+        if let Some((lister, store_prefix)) = &self.s3_lister {
+            return self.list_s3(lister.as_ref(), store_prefix, prefix).await;
+        }
+        let objects = self.list_generic(prefix, location.as_ref()).await?;
+        Ok(Listing {
+            objects,
+            ..Default::default()
+        })
+    }
+
+    /// S3, page by page with `start-after` (see `listing`).
+    async fn list_s3(
+        &self,
+        lister: &dyn object_store::list::PaginatedListStore,
+        store_prefix: &str,
+        prefix: &str,
+    ) -> Result<Listing> {
+        let full: String = [store_prefix, prefix]
+            .iter()
+            .filter(|p| !p.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("/");
+        let list_prefix = (!full.is_empty()).then(|| format!("{full}/"));
+        let strip = |key: &str| -> String {
+            if store_prefix.is_empty() {
+                key.to_string()
+            } else {
+                key.strip_prefix(store_prefix)
+                    .and_then(|k| k.strip_prefix('/'))
+                    .unwrap_or(key)
+                    .to_string()
+            }
+        };
+        let mut out = Listing::default();
+        let mut offset: Option<String> = None;
+        let mut page_keys = S3_PAGE_KEYS;
+        loop {
+            let page = self
+                .retrying("list", prefix, |_| {
+                    listing::s3_page(lister, list_prefix.as_deref(), offset.as_deref(), page_keys, prefix)
+                })
+                .await?;
+            match page {
+                listing::Page::Keys { objects, truncated } => {
+                    for meta in objects {
+                        offset = Some(meta.location.to_string());
+                        let mut object = info(meta);
+                        object.key = strip(&object.key);
+                        out.objects.push(object);
+                    }
+                    if !truncated {
+                        break;
+                    }
+                    page_keys = S3_PAGE_KEYS;
+                }
+                listing::Page::IllegalKey(key) if page_keys == 1 => {
+                    out.skipped.push(SkippedEntry {
+                        key: strip(&key),
+                        reason: "not a valid object key (an empty, '.' or '..' component, or a control character)"
+                            .into(),
+                    });
+                    offset = Some(key);
+                    page_keys = S3_PAGE_KEYS;
+                }
+                // Narrow the page until the bad key is alone in it; the keys before it are listed meanwhile.
+                listing::Page::IllegalKey(_) => page_keys = (page_keys / 2).max(1),
+            }
+        }
+        out.objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// Remove a local folder's upload leftovers (`<key>#<n>`, see
+    /// [`Listing::temporary`]) under `prefix` that were last written at least
+    /// `min_age` ago (an upload under way writes its file continuously). Returns the
+    /// keys removed; nothing for other stores.
+    pub async fn remove_leftovers(&self, prefix: &str, min_age: Duration) -> Result<Vec<String>> {
+        let Some(root) = self.local_root.clone() else {
+            return Ok(Vec::new());
+        };
+        let listing = self.list_all(prefix).await?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let min_age_ms = i64::try_from(min_age.as_millis()).unwrap_or(i64::MAX);
+        let old: Vec<String> = listing
+            .temporary
+            .into_iter()
+            .filter(|t| now_ms.saturating_sub(t.last_modified_ms) >= min_age_ms)
+            .map(|t| t.key)
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let mut removed = Vec::new();
+            for key in old {
+                let path = root.join(&key);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => removed.push(key),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(&path, e)),
+                }
+            }
+            Ok(removed)
+        })
+        .await
+        .map_err(|e| task_error(prefix, e))?
+    }
+
+    /// Any other store, through `object_store`'s listing.
+    async fn list_generic(&self, prefix: &str, location: Option<&ObjectPath>) -> Result<Vec<ObjectInfo>> {
         self.retrying("list", prefix, |_| async {
-            let mut stream = self.inner.list(location.as_ref());
+            let mut stream = self.inner.list(location);
             let mut out = Vec::new();
             while let Some(meta) = stream.next().await {
                 out.push(info(meta.map_err(|e| Error::from_store(prefix, "list", e))?));

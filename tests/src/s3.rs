@@ -114,6 +114,14 @@ impl MotoServer {
         ]
     }
 
+    /// Store an empty object at `raw_path` (already percent-encoded as it goes on the wire, e.g. `east/%2E%2E/x`)
+    /// with one unsigned request, bypassing every client's key rules: how a test plants keys no S3 client library
+    /// would write (`..`, `.`, empty components). moto stores such keys even when it answers 403; the key's
+    /// presence is what a test checks, through a listing.
+    pub fn put_raw_key(&self, raw_path: &str) -> Result<u16> {
+        self.request("PUT", &format!("/{BUCKET}/{raw_path}"))
+    }
+
     /// The last lines of the server's output.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

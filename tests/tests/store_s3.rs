@@ -6,8 +6,13 @@
 //! round trips, multipart uploads, verified downloads, listing, deletion, atomic create-if-absent under
 //! contention, and lease fencing.
 
+use futures::StreamExt;
+use segment_format::manifest::KeyPrefix;
+use segment_format::writer::sample::{write_sample, SampleOptions};
+use segmirror_shipper::audit::{audit_store, AuditOptions, Check};
 use segmirror_shipper::conformance;
-use segmirror_shipper::store::{S3Options, Store, StoreUrl};
+use segmirror_shipper::seed::{seed, NoProgress, SeedConfig};
+use segmirror_shipper::store::{S3Options, Store, StoreUrl, S3_PAGE_KEYS};
 use segmirror_tests::s3::{MotoServer, ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY};
 
 fn moto_store(server: &MotoServer, prefix: &str) -> Store {
@@ -60,4 +65,87 @@ async fn an_external_s3_service_conforms_when_configured() {
     };
     let store = Store::open(&url, &options).unwrap();
     conformance::run_all(&store).await;
+}
+
+/// Keys no segmirror wrote and no client library would (`..`, `.`, an empty component) are reported and stepped
+/// over; every other key is listed, on either side of them and across pages, and the audit still checks every
+/// partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_keys_in_s3_are_reported_and_everything_else_is_listed_and_audited() {
+    let server = MotoServer::start().unwrap();
+    let store = moto_store(&server, "");
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = write_sample(
+        tmp.path(),
+        &SampleOptions {
+            fsync: false,
+            ..SampleOptions::default()
+        },
+    )
+    .unwrap();
+    let mut config = SeedConfig::new(vec![tmp.path().to_path_buf()], "east").unwrap();
+    config.prefix = KeyPrefix::new("mirror").unwrap();
+    let seeded = seed(&store, &config, &NoProgress).await.unwrap();
+    assert!(!seeded.has_failures() && !seeded.has_refusals());
+    let shipped = store.list_all("").await.unwrap();
+    assert!(shipped.skipped.is_empty());
+
+    // More keys than one page holds, so that bad keys fall in the first page and in a later one.
+    let filler = S3_PAGE_KEYS + 100;
+    futures::stream::iter(0..filler)
+        .map(|i| {
+            let store = &store;
+            async move { store.put_bytes(&format!("mirror/aaa/{i:05}"), &b"f"[..]).await.unwrap() }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let bad = [
+        "mirror/aaa/00500/../x",
+        "mirror/aaa/00500/./dot",
+        "mirror/east//double",
+        "mirror/east/../y",
+    ];
+    for key in bad {
+        server
+            .put_raw_key(&key.replace("..", "%2E%2E").replace("/./", "/%2E/"))
+            .unwrap();
+    }
+
+    let listing = tokio::time::timeout(std::time::Duration::from_secs(300), store.list_all(""))
+        .await
+        .expect("listing hung")
+        .unwrap();
+    let mut skipped: Vec<&str> = listing.skipped.iter().map(|s| s.key.as_str()).collect();
+    skipped.sort();
+    let mut expected = bad.to_vec();
+    expected.sort();
+    assert_eq!(skipped, expected, "{:?}", listing.skipped);
+    assert!(listing
+        .skipped
+        .iter()
+        .all(|s| s.reason.contains("not a valid object key")));
+    assert_eq!(listing.objects.len(), shipped.objects.len() + filler);
+    // Under a store prefix too, with the keys relative to it.
+    let prefixed = moto_store(&server, "mirror");
+    let listing = prefixed.list_all("east").await.unwrap();
+    let mut skipped: Vec<&str> = listing.skipped.iter().map(|s| s.key.as_str()).collect();
+    skipped.sort();
+    assert_eq!(skipped, ["east/../y", "east//double"]);
+    assert_eq!(listing.objects.len(), shipped.objects.len());
+
+    // The audit reports each one and checks every partition as before.
+    let report = audit_store(&store, &KeyPrefix::new("mirror").unwrap(), &AuditOptions::default())
+        .await
+        .unwrap();
+    for key in bad {
+        assert!(
+            report
+                .of(Check::UnknownKey)
+                .any(|f| f.finding.path.to_str() == Some(key)),
+            "{key} not reported"
+        );
+    }
+    assert!(report.is_sound(), "{:#?}", report.findings);
+    assert_eq!(report.partitions.len(), sample.partitions.len());
 }

@@ -26,9 +26,17 @@ impl S3Args {
         }
     }
 
-    /// Open the store a `--store` URL names. Credentials come from `AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`.
+    /// Open the store a `--store` URL names, which must exist (a reader given a
+    /// mistyped folder fails rather than creating an empty store). Credentials come
+    /// from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`.
     pub fn open(&self, url: &str) -> anyhow::Result<Store> {
+        let url = StoreUrl::parse(url)?;
+        Ok(Store::open_existing(&url, &self.options())?)
+    }
+
+    /// As [`S3Args::open`], creating a local folder that does not exist yet (what
+    /// a shipper writing the first objects wants).
+    pub fn open_or_create(&self, url: &str) -> anyhow::Result<Store> {
         let url = StoreUrl::parse(url)?;
         Ok(Store::open(&url, &self.options())?)
     }

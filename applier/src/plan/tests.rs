@@ -64,6 +64,7 @@ fn installed(base: i64, next: i64, sealed: bool) -> Installed {
         size: 100,
         sha256: [0; 32],
         sealed,
+        manifest_key: format!("m{base}"),
     }
 }
 
@@ -99,13 +100,65 @@ fn a_fresh_partition_installs_its_chain_in_order() {
     assert_eq!(show(&steps), ["I0", "I100", "I200"]);
 }
 
+/// A manifest for `[base, next)` shipped when the source's log start offset was `log_start`.
+fn read_with_log_start(base: i64, next: i64, sealed: bool, log_start: i64) -> Candidate {
+    let mut manifest = manifest(base, next, sealed, 0);
+    manifest.log_start_offset = log_start;
+    Candidate::Read {
+        key: format!("m{base}"),
+        manifest,
+    }
+}
+
 #[test]
-fn gaps_are_allowed_after_sealed_segments_only() {
+fn a_gap_is_refused_unless_the_log_start_proves_it() {
+    // A manifest missing from the middle of the chain: refused, naming the missing range and both manifests.
     let steps = plan(
         &[],
         vec![read(0, 100, true), read(150, 200, true), read(300, 310, false)],
     );
-    assert_eq!(show(&steps), ["I0", "I150", "I300"]);
+    assert_eq!(show(&steps), ["I0", "X150"]);
+    match &steps[1] {
+        Step::Refuse { key, refusal, .. } => {
+            assert_eq!(key, "m150");
+            assert_eq!(
+                refusal,
+                &Refusal::Gap {
+                    from: 100,
+                    to: 150,
+                    after: "m0".into(),
+                    log_start_offset: 0
+                }
+            );
+            assert!(
+                refusal.to_string().contains("missing offsets [100, 150) between m0"),
+                "{refusal}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same after what a previous run installed.
+    let steps = plan(&[installed(0, 120, true)], vec![read(245, 300, true)]);
+    assert_eq!(show(&steps), ["X245"]);
+    // A log start at the gap's end but not beyond its base does not prove it.
+    let steps = plan(
+        &[installed(0, 100, true)],
+        vec![read_with_log_start(150, 200, true, 149)],
+    );
+    assert_eq!(show(&steps), ["X150"]);
+    // Retention deleted [100, 150) at the source before it was shipped: the manifest's log start says so.
+    let steps = plan(
+        &[installed(0, 100, true)],
+        vec![read_with_log_start(150, 200, true, 150)],
+    );
+    assert_eq!(show(&steps), ["I150"]);
+    // An empty mirror may start anywhere.
+    let steps = plan(&[], vec![read(500, 600, true)]);
+    assert_eq!(show(&steps), ["I500"]);
+}
+
+#[test]
+fn nothing_is_installed_after_an_unsealed_segment() {
     // An unsealed segment with a successor: wait for its sealed version, even without a gap.
     let steps = plan(&[], vec![read(0, 100, false), read(100, 200, true)]);
     assert_eq!(show(&steps), ["I0", "W0"]);
@@ -224,7 +277,7 @@ fn arb_history() -> impl Strategy<Value = Vec<Installed>> {
 proptest! {
     /// Whatever the history and the bucket hold: the plan never panics, installs strictly advance without overlap
     /// (a replacement only of the current tail, only growing it), nothing follows a refusal or a wait, and nothing
-    /// is installed after an unsealed segment.
+    /// is installed after an unsealed segment or past a hole.
     #[test]
     fn plans_keep_the_ordering_rule(history in arb_history(), candidates in proptest::collection::vec(arb_candidate(), 0..12)) {
         let mut dedup: Vec<Candidate> = Vec::new();
@@ -249,6 +302,10 @@ proptest! {
                         None => {
                             if let Some(&(_, end, sealed)) = ranges.last() {
                                 prop_assert!(manifest.base_offset >= end);
+                                prop_assert!(
+                                    manifest.base_offset == end || manifest.log_start_offset >= manifest.base_offset,
+                                    "installed past a hole"
+                                );
                                 prop_assert!(sealed, "installed after an unsealed segment");
                             }
                         }

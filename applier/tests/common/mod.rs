@@ -324,11 +324,18 @@ pub fn write_partition(log_dir: &Path, topic: &str, topic_id: Uuid, batches: i64
     w.close().unwrap().dir
 }
 
-/// Every file under `dir` (recursively) with its bytes, by path relative to `dir`.
+/// Every file under `dir` (recursively) with its bytes, by path relative to `dir`; a mirror's lock file (which
+/// names the last run that held it) is the applier's, not content, and is left out.
 pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
+            if path
+                .file_name()
+                .is_some_and(|n| n == segmirror_applier::APPLY_LOCK_FILE)
+            {
+                continue;
+            }
             if path.is_dir() {
                 walk(root, &path, out);
             } else {

@@ -508,3 +508,38 @@ async fn deep_audit_finds_what_hashes_cannot() {
         mismatch[0].finding.defect
     );
 }
+
+#[tokio::test]
+async fn foreign_entries_and_upload_leftovers_are_findings_and_nothing_else_stops() {
+    let b = Bucket::new();
+    b.lease("t").await;
+    let (key, _) = b.ship("t", seg(0, 5)).await;
+    let root = b._dir.path().join("bucket");
+    // What a killed upload leaves, a name no key can have, a link loop, a FIFO.
+    std::fs::write(root.join(format!("{key}#3")), b"partial").unwrap();
+    std::fs::write(root.join("mirror/bad\nname"), b"x").unwrap();
+    std::os::unix::fs::symlink(root.join("mirror"), root.join("mirror/loop")).unwrap();
+    let fifo = std::ffi::CString::new(root.join("mirror/pipe").to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+    let report = tokio::time::timeout(std::time::Duration::from_secs(60), b.audit(false))
+        .await
+        .expect("the audit hung");
+    let unknown: BTreeSet<String> = report
+        .of(Check::UnknownKey)
+        .map(|f| f.finding.path.to_string_lossy().into_owned())
+        .collect();
+    let expected: BTreeSet<String> = ["mirror/bad\nname", "mirror/loop", "mirror/pipe"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(unknown, expected);
+    let leftovers: Vec<&AuditFinding> = report.of(Check::UploadLeftover).collect();
+    assert_eq!(leftovers.len(), 1);
+    assert_eq!(leftovers[0].finding.path.to_str(), Some(format!("{key}#3").as_str()));
+    assert_eq!(leftovers[0].finding.severity, Severity::Warning);
+    // The partition is still audited, and sound.
+    assert!(report.is_sound(), "{:#?}", report.findings);
+    assert_eq!(report.partitions.len(), 1);
+}

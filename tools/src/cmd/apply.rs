@@ -2,8 +2,10 @@
 //! record it in the catalog. Reruns install only what is new; an interrupted run is finished by the next one.
 //!
 //! Exit status: 0 when everything shipped is installed (or waits for the shipper, or was skipped on purpose), 1
-//! when a segment was refused (corrupt, or not what its manifest says), 2 on any other failure (usage, the store,
-//! the catalog, the mirror directory).
+//! when a segment was refused (corrupt, or not what its manifest says, or past a hole in the chain), 2 on any other
+//! failure (usage, a store folder that does not exist, a link neither the catalog nor the store has, another apply
+//! holding the mirror, the store, the catalog, the mirror directory). Keys in the store that are not segmirror's are
+//! warnings on stderr; they stop nothing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +53,9 @@ pub struct Args {
     /// Print the report as one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// When another apply is running on the same mirror, wait for it to finish instead of exiting with status 2.
+    #[arg(long)]
+    wait: bool,
 }
 
 /// A bar over the bytes the plan will install, created once planning is done (the total is then known).
@@ -98,11 +103,13 @@ impl Progress for Bar {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let url = StoreUrl::parse(&args.store)?;
-    let store = Store::open(&url, &args.s3.options())?;
+    // A mistyped folder must fail, not be created and reported as applied.
+    let store = Store::open_existing(&url, &args.s3.options())?;
     let (catalog_path, catalog) = open_mirror_catalog(args.catalog.clone(), &args.mirror, false)?;
     let mut config = ApplyConfig::new(store, url.to_string(), &args.mirror)
         .with_prefix(KeyPrefix::new(&args.prefix)?)
-        .with_deep_validation(args.deep);
+        .with_deep_validation(args.deep)
+        .with_wait_for_lock(args.wait);
     if let Some(link) = &args.link {
         config = config.with_link(link);
     }
@@ -159,7 +166,8 @@ fn print_text(report: &ApplyReport, mirror: &std::path::Path, catalog: &std::pat
         println!("note: {note}");
     }
     for k in &report.ignored_keys {
-        println!("ignored {}: {}", k.key, k.reason);
+        // Debug form: a key is untrusted text (a newline in it must not forge a line of this report).
+        eprintln!("warning: ignored {:?}: {}", k.key, k.reason);
     }
     if let Some(reason) = &report.link_skipped {
         println!("link {}: skipped ({reason})", report.link.as_deref().unwrap_or("-"));

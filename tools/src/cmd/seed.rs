@@ -108,8 +108,13 @@ fn bar() -> Bar {
     }
 }
 
+/// Upload temp files (`<key>#<n>`) untouched this long are leftovers of a killed upload: one under way writes its
+/// file continuously (pieces of a few MiB at disk speed), so a minute without a write means no process is behind it,
+/// while a seed of another link or partition sharing the folder keeps its in-flight files.
+pub const LEFTOVER_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let store = args.s3.open(&args.store)?;
+    let store = args.s3.open_or_create(&args.store)?;
     let mut config = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
     config.prefix = KeyPrefix::new(&args.prefix)?;
     config.topics = TopicFilter::new(&args.topics)?;
@@ -126,6 +131,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    // A killed seed leaves the upload temp files of a local folder behind; the next one removes those of its prefix.
+    let removed = runtime.block_on(store.remove_leftovers(config.prefix.as_str(), LEFTOVER_MIN_AGE))?;
+    if !removed.is_empty() {
+        eprintln!(
+            "note: removed {} upload leftover(s) of an interrupted seed: {}",
+            removed.len(),
+            removed.join(", ")
+        );
+    }
     let bar = bar();
     let report = runtime.block_on(seed::seed(&store, &config, &bar))?;
     bar.finish();

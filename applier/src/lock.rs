@@ -1,0 +1,113 @@
+//! One applier per mirror.
+//!
+//! Two `apply` runs on one mirror would each clear the other's staging directory and could each install the same
+//! version; one reported a healthy object as corrupt because the other had removed its staged file mid-check (and
+//! recorded the rejection). So a run takes an exclusive lock on [`APPLY_LOCK_FILE`] in the mirror root before it
+//! touches anything there, and holds it to the end. The lock is an advisory `flock`, released by the kernel when
+//! the process exits however it exits, so a killed run never leaves the mirror locked. The holder's pid and start
+//! time go to [`APPLY_HOLDER_FILE`] beside it, only to name the holder in the error a second run reports; it is
+//! removed when the lock is released, so a run leaves the mirror as it found it (the lock file itself stays,
+//! empty: removing it while others may be opening it would let two runs lock two different files).
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The lock file in the mirror root. A dot file, like the staging directory, so no one takes it for a partition.
+pub const APPLY_LOCK_FILE: &str = ".segmirror-apply.lock";
+
+/// Who holds the lock: `pid <pid> since <RFC 3339 time>`, while it is held.
+pub const APPLY_HOLDER_FILE: &str = ".segmirror-apply.holder";
+
+/// The held lock; released on drop (or when the process exits).
+#[derive(Debug)]
+pub struct MirrorLock {
+    _file: File,
+    holder: PathBuf,
+}
+
+impl Drop for MirrorLock {
+    fn drop(&mut self) {
+        // Best effort: a stale holder file is overwritten by the next run and read only while a lock is held.
+        let _ = std::fs::remove_file(&self.holder);
+    }
+}
+
+/// Take the lock of the mirror at `root` (which must exist). Without `wait`, a lock held by another run fails at
+/// once with [`Error::MirrorLocked`] naming the holder; with `wait`, blocks until the holder is done (call it off
+/// the async runtime).
+pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
+    let path = root.join(APPLY_LOCK_FILE);
+    let holder_path = root.join(APPLY_HOLDER_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    if wait {
+        file.lock().map_err(|e| Error::io(&path, e))?;
+    } else {
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::MirrorLocked {
+                    path: path.clone(),
+                    holder: holder(&holder_path),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+        }
+    }
+    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let stamp = format!("pid {} since {since}\n", std::process::id());
+    std::fs::write(&holder_path, stamp).map_err(|e| Error::io(&holder_path, e))?;
+    Ok(MirrorLock {
+        _file: file,
+        holder: holder_path,
+    })
+}
+
+/// What the holder wrote, or why it cannot be told.
+fn holder(path: &Path) -> String {
+    let mut text = String::new();
+    // The holder writes its stamp right after locking: a run that lost the race by microseconds may find none.
+    let read = File::open(path).and_then(|f| f.take(256).read_to_string(&mut text));
+    match read {
+        Ok(_) if !text.trim().is_empty() => text.trim().to_string(),
+        _ => "holder unknown: it has not written its pid yet".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_fails_naming_the_holder_and_the_first_release_frees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_mirror(dir.path(), false).unwrap();
+        match lock_mirror(dir.path(), false) {
+            Err(Error::MirrorLocked { path, holder }) => {
+                assert_eq!(path, dir.path().join(APPLY_LOCK_FILE));
+                assert!(
+                    holder.starts_with(&format!("pid {} since 20", std::process::id())),
+                    "{holder}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(held);
+        assert!(
+            !dir.path().join(APPLY_HOLDER_FILE).exists(),
+            "released: no holder named"
+        );
+        let again = lock_mirror(dir.path(), false).unwrap();
+        drop(again);
+        // The lock file stays, empty: a run leaves the mirror's contents as they were.
+        assert_eq!(std::fs::read(dir.path().join(APPLY_LOCK_FILE)).unwrap(), b"");
+    }
+}

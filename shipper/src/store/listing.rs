@@ -1,0 +1,346 @@
+//! Listing a store without letting one bad entry blind the rest.
+//!
+//! A bucket is untrusted input, and `object_store`'s listings give up on the first entry they cannot represent: its
+//! local folder store follows symbolic links (a link loop, or a link out of the folder, is walked or fails the
+//! whole listing) and fails on a file name that is not a legal object path (a newline); its S3 store fails a whole
+//! page of 1,000 keys when one key is not a legal object path (`..`, an empty component, a control character).
+//! Anyone who can write one such key would stop every `apply` and blind the audit. So:
+//!
+//! - **Local folders** are walked here, one directory at a time, without following any link: regular files are
+//!   objects; a link, FIFO, socket or device, a name that is not UTF-8 or not a legal key, or a directory that
+//!   cannot be read is a [`SkippedEntry`] with its reason, and the walk goes on. `object_store`'s upload temp files
+//!   (`<name>#<n>`) are reported apart ([`Listing::temporary`]): a killed upload leaves them behind.
+//! - **S3** is listed page by page with `start-after` (which takes any string, so a key that is not a legal object
+//!   path can still be stepped over). When a page fails on such a key the page is asked for again with fewer keys,
+//!   down to one, which isolates the bad key; it is reported and the listing continues after it.
+//!
+//! Reading a local object checks first, without opening anything, that every component below the root is a
+//! directory or (the last) a regular file, not a link: opening a FIFO would block forever, and a link could point
+//! out of the store.
+
+use std::collections::VecDeque;
+use std::fs::FileType;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use object_store::list::{PaginatedListOptions, PaginatedListStore};
+use object_store::path::Path as ObjectPath;
+
+use super::ObjectInfo;
+use crate::error::{Error, Result};
+
+/// Keys per S3 list page (S3's own maximum and default).
+pub const S3_PAGE_KEYS: usize = 1000;
+
+/// An entry of a store that is not an object segmirror can read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedEntry {
+    /// The key (for a name that is not UTF-8, its lossy form).
+    pub key: String,
+    pub reason: String,
+}
+
+/// Everything a listing found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Objects, sorted by key.
+    pub objects: Vec<ObjectInfo>,
+    /// Entries that are not objects (reported, skipped).
+    pub skipped: Vec<SkippedEntry>,
+    /// `object_store`'s in-progress upload files (`<key>#<n>`) of a local folder, sorted by key: leftovers of an
+    /// upload that was killed, unless one is under way.
+    pub temporary: Vec<ObjectInfo>,
+}
+
+/// `<name>#<digits>`: the name `object_store`'s local store (and ours, see `local`) assembles an upload under.
+pub fn is_temporary_name(name: &str) -> bool {
+    match name.rsplit_once('#') {
+        Some((stem, n)) => !stem.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()),
+        None => false,
+    }
+}
+
+fn kind_of(t: &FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn object_info(key: String, meta: &std::fs::Metadata) -> ObjectInfo {
+    use std::os::unix::fs::MetadataExt;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    ObjectInfo {
+        // The same entity tag `object_store` derives for a local file: inode, mtime and size.
+        e_tag: Some(format!(
+            "\"{:x}-{:x}-{:x}\"",
+            meta.ino(),
+            modified.as_micros(),
+            meta.len()
+        )),
+        key,
+        size: meta.len(),
+        last_modified_ms: i64::try_from(modified.as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// Walk `root/prefix` (see the module doc). `prefix` is a canonical key or empty. Fails only when the starting
+/// directory exists and cannot be read.
+pub(super) fn list_local(root: &Path, prefix: &str) -> Result<Listing> {
+    let start = if prefix.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(prefix)
+    };
+    let mut listing = Listing::default();
+    match std::fs::symlink_metadata(&start) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Ok(listing),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(listing),
+        Err(e) => return Err(Error::io(&start, e)),
+    }
+    let mut pending: VecDeque<(PathBuf, String)> = VecDeque::from([(start, prefix.to_string())]);
+    let mut first = true;
+    while let Some((dir, key)) = pending.pop_front() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if first => return Err(Error::io(&dir, e)),
+            Err(e) => {
+                listing.skipped.push(SkippedEntry {
+                    key,
+                    reason: format!("directory cannot be listed: {e}"),
+                });
+                continue;
+            }
+        };
+        first = false;
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    listing.skipped.push(SkippedEntry {
+                        key: key.clone(),
+                        reason: format!("directory cannot be listed completely: {e}"),
+                    });
+                    break;
+                }
+            };
+            let raw = entry.file_name();
+            let name_lossy = raw.to_string_lossy();
+            let child_key = if key.is_empty() {
+                name_lossy.to_string()
+            } else {
+                format!("{key}/{name_lossy}")
+            };
+            let Some(name) = raw.to_str() else {
+                listing.skipped.push(SkippedEntry {
+                    key: child_key,
+                    reason: "the name is not UTF-8".into(),
+                });
+                continue;
+            };
+            // The entry itself, never what a link points at.
+            let meta = match std::fs::symlink_metadata(entry.path()) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    listing.skipped.push(SkippedEntry {
+                        key: child_key,
+                        reason: format!("cannot be examined: {e}"),
+                    });
+                    continue;
+                }
+            };
+            let file_type = meta.file_type();
+            if let Err(e) = ObjectPath::parse(&child_key).map_err(|e| e.to_string()).and_then(|p| {
+                (p.as_ref() == child_key)
+                    .then_some(())
+                    .ok_or_else(|| "not canonical".to_string())
+            }) {
+                listing.skipped.push(SkippedEntry {
+                    key: child_key,
+                    reason: format!("not a valid object key: {e}"),
+                });
+                continue;
+            }
+            if file_type.is_dir() {
+                pending.push_back((entry.path(), child_key));
+            } else if file_type.is_file() {
+                let info = object_info(child_key, &meta);
+                if is_temporary_name(name) {
+                    listing.temporary.push(info);
+                } else {
+                    listing.objects.push(info);
+                }
+            } else {
+                listing.skipped.push(SkippedEntry {
+                    key: child_key,
+                    reason: format!(
+                        "{}, not a regular file: a store holds regular files only (links are not followed)",
+                        kind_of(&file_type)
+                    ),
+                });
+            }
+        }
+    }
+    listing.objects.sort_by(|a, b| a.key.cmp(&b.key));
+    listing.temporary.sort_by(|a, b| a.key.cmp(&b.key));
+    listing.skipped.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(listing)
+}
+
+/// Refuse to read `key` of the local folder `root` unless every component below `root` is a real directory and the
+/// last one a regular file, checked with `symlink_metadata` (nothing is opened: opening a FIFO blocks). A missing
+/// object passes: the read then reports it as missing.
+pub(super) fn check_regular_file(root: &Path, key: &str) -> Result<()> {
+    let mut path = root.to_path_buf();
+    let mut components = key.split('/').peekable();
+    while let Some(component) = components.next() {
+        path.push(component);
+        let last = components.peek().is_none();
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        let t = meta.file_type();
+        let fine = if last { t.is_file() } else { t.is_dir() };
+        if !fine {
+            return Err(Error::NotRegularFile {
+                key: key.to_string(),
+                what: if last {
+                    kind_of(&t).to_string()
+                } else {
+                    format!("'{}' is {}", path.display(), kind_of(&t))
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The full key a path error of `object_store` names, when the error is about a key that is not a legal path.
+fn illegal_key(e: &object_store::Error) -> Option<String> {
+    match e {
+        object_store::Error::InvalidPath {
+            source:
+                object_store::path::Error::BadSegment { path, .. } | object_store::path::Error::EmptySegment { path },
+        } => Some(path.clone()),
+        _ => None,
+    }
+}
+
+/// One page of an S3 listing: the page, or the key that made it fail.
+pub(super) enum Page {
+    Keys {
+        objects: Vec<object_store::ObjectMeta>,
+        truncated: bool,
+    },
+    IllegalKey(String),
+}
+
+/// Request one page of at most `max_keys` keys after `offset`.
+pub(super) async fn s3_page(
+    lister: &dyn PaginatedListStore,
+    prefix: Option<&str>,
+    offset: Option<&str>,
+    max_keys: usize,
+    what: &str,
+) -> Result<Page> {
+    let options = PaginatedListOptions {
+        offset: offset.map(str::to_string),
+        max_keys: Some(max_keys),
+        ..Default::default()
+    };
+    match lister.list_paginated(prefix, options).await {
+        Ok(page) => Ok(Page::Keys {
+            objects: page.result.objects,
+            truncated: page.page_token.is_some(),
+        }),
+        Err(e) => match illegal_key(&e) {
+            Some(key) => Ok(Page::IllegalKey(key)),
+            None => Err(Error::from_store(what, "list", e)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_are_recognised() {
+        assert!(is_temporary_name("00000000000000000000.log#1"));
+        assert!(is_temporary_name("a#123"));
+        assert!(!is_temporary_name("a#"));
+        assert!(!is_temporary_name("#1"));
+        assert!(!is_temporary_name("a#1b"));
+        assert!(!is_temporary_name("00000000000000000000.log"));
+    }
+
+    #[test]
+    fn a_local_walk_skips_what_is_not_an_object_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/obj"), b"x").unwrap();
+        std::fs::write(root.join("a/z"), b"y").unwrap();
+        std::fs::write(root.join("a/b/obj#3"), b"partial").unwrap();
+        std::fs::write(root.join("a/bad\nname"), b"z").unwrap();
+        {
+            use std::os::unix::ffi::OsStrExt;
+            std::fs::write(root.join("a").join(std::ffi::OsStr::from_bytes(b"not-utf8-\xff")), b"w").unwrap();
+        }
+        std::os::unix::fs::symlink(root.join("a"), root.join("a/b/loop")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("a/out")).unwrap();
+        let fifo = root.join("a/fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let listing = list_local(root, "").unwrap();
+        let keys: Vec<&str> = listing.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["a/b/obj", "a/z"]);
+        let temp: Vec<&str> = listing.temporary.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(temp, ["a/b/obj#3"]);
+        let skipped: Vec<&str> = listing.skipped.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(
+            skipped,
+            ["a/b/loop", "a/bad\nname", "a/fifo", "a/not-utf8-\u{fffd}", "a/out"]
+        );
+        assert!(listing.skipped[2].reason.contains("FIFO"), "{:?}", listing.skipped);
+        assert!(listing.skipped[3].reason.contains("not UTF-8"), "{:?}", listing.skipped);
+        assert!(listing.skipped[0].reason.contains("symbolic link"));
+        // Under a prefix, and a prefix that does not exist.
+        assert_eq!(list_local(root, "a/b").unwrap().objects.len(), 1);
+        assert!(list_local(root, "nothing").unwrap().objects.is_empty());
+
+        assert!(matches!(
+            check_regular_file(root, "a/fifo"),
+            Err(Error::NotRegularFile { .. })
+        ));
+        assert!(matches!(
+            check_regular_file(root, "a/out"),
+            Err(Error::NotRegularFile { .. })
+        ));
+        assert!(matches!(
+            check_regular_file(root, "a/b/loop/z"),
+            Err(Error::NotRegularFile { .. })
+        ));
+        check_regular_file(root, "a/b/obj").unwrap();
+        check_regular_file(root, "a/missing").unwrap();
+    }
+}
