@@ -31,6 +31,7 @@ pub mod index;
 pub mod legacy;
 pub mod log;
 pub mod manifest;
+pub mod open;
 pub mod partition_metadata;
 pub mod record;
 pub mod report;

@@ -10,22 +10,27 @@
 //! end of the data is *incomplete*, not corrupt: normal at the tail of an active
 //! segment, and the caller decides what it means.
 //!
-//! Segments are up to 2 GiB and a verifier reads many of them, so the file is
-//! mapped rather than read into memory, and [`LogFile::scan`] hands the pages it
-//! has passed back to the kernel every [`RELEASE_INTERVAL`] bytes: the process's
-//! resident set stays in the tens of MiB however large the segment.
+//! Segments are up to 2 GiB and a verifier reads many of them, some of them
+//! live: a running broker truncates a follower's segment, or replaces one after
+//! compaction, while it is read. So the file is *read* (`pread`), not mapped: a
+//! mapped page past a truncation is a SIGBUS that kills the process without a
+//! word (no size check made before the access can rule it out), while a read
+//! past it is a short read, reported as [`Defect::ChangedWhileRead`] for the
+//! caller to read again. [`LogFile::scan`] reads into two reusable buffers of
+//! [`CHUNK_BYTES`] (one scanned while the next is read), so the process's memory
+//! stays a few tens of MiB however large the segment: two chunks, plus one batch
+//! when a batch is larger than a chunk (Kafka's `message.max.bytes`, 1 MiB by
+//! default, bounds batches; the segment size limit bounds them in any case).
 //!
 //! CRCs are nearly all the CPU time of a scan, and one core computing them reads
-//! a mapped file more slowly than `cat` copies it; so [`LogFile::scan`] shares
-//! them with a helper thread, a window of frames at a time, while the frames
-//! still reach the caller one by one and in order (see the `window` submodule).
+//! a file more slowly than `cat` copies it; so [`LogFile::scan`] shares them with
+//! a helper thread, a window of frames at a time, while the frames still reach
+//! the caller one by one and in order (see the `window` submodule).
 
 use std::fs::File;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-use memmap2::Mmap;
 
 use crate::batch::{
     be_i32, be_i64, be_u32, parse_header, BatchInfo, CRC_OFFSET, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET,
@@ -37,14 +42,26 @@ use crate::legacy;
 
 mod window;
 
-/// Most bytes a scan maps before it releases them (8 MiB, or one frame if a
-/// frame is larger): [`LogFile::scan`] works in windows of frames of at most
-/// this size and releases each window's pages once its frames are checked.
-/// Large enough that the `madvise` calls and the hand-offs to the CRC helper
-/// cost nothing next to the CRC work, small enough that a scan's resident set
-/// stays a few tens of MiB: two windows mapped (one being checked, the next
-/// being computed), three at most while the CRC helper lags behind.
+/// Most frame bytes in one window of the windowed scan (8 MiB, or one frame if
+/// a frame is larger): large enough that the hand-offs to the CRC helper cost
+/// nothing next to the CRC work, small enough that a chunk holds several.
 pub const RELEASE_INTERVAL: u64 = 8 * 1024 * 1024;
+
+/// Bytes [`LogFile::scan`] reads at once (16 MiB, two windows): large enough
+/// that a `pread` and the start of a scan of the chunk cost nothing next to its
+/// CRCs, small enough that the two buffers of a scan stay a few tens of MiB.
+pub const CHUNK_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest batch a scan reads (256 MiB): a batch must be in memory whole for
+/// its CRC and records, so a larger one would let one length field decide how
+/// much memory a scan takes. Kafka's `message.max.bytes` is 1 MiB by default;
+/// a batch above this limit is reported as [`Defect::TooLarge`].
+pub const MAX_FRAME_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Room kept in front of a chunk for the start of a frame the previous chunk
+/// cut (2 MiB, twice Kafka's default `message.max.bytes`), so joining the two
+/// copies only that partial frame; a larger partial frame costs one more copy.
+const CARRY_ROOM: usize = 2 * 1024 * 1024;
 
 /// One frame found by a scan.
 #[derive(Debug, Clone, Copy)]
@@ -259,111 +276,308 @@ pub struct ScanSummary {
     pub stopped_early: bool,
 }
 
-/// A `.log` file, memory-mapped read-only.
+/// A `.log` file, opened for reading (see the module docs: read, never mapped).
 #[derive(Debug)]
 pub struct LogFile {
     path: PathBuf,
-    /// `None` for an empty file: mapping zero bytes fails.
-    map: Option<Mmap>,
+    file: File,
+    /// The size at open: a scan reads this many bytes (appends made later are
+    /// not seen, as a broker's reader would not see them either).
+    len: u64,
+}
+
+/// How a read ended short of what the file's size at open promised.
+struct Shrunk {
+    /// Where the file ended.
+    at: u64,
+}
+
+/// Fill `buf` from `position`, all of it unless the file ends first.
+#[cfg(unix)]
+fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> std::io::Result<Result<(), Shrunk>> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        let Some(rest) = buf.get_mut(done..) else { break };
+        match file.read_at(rest, position + done as u64) {
+            Ok(0) => {
+                return Ok(Err(Shrunk {
+                    at: position + done as u64,
+                }))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ok(()))
+}
+
+#[cfg(not(unix))]
+fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> std::io::Result<Result<(), Shrunk>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::Start(position))?;
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read(&mut buf[done..]) {
+            Ok(0) => {
+                return Ok(Err(Shrunk {
+                    at: position + done as u64,
+                }))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// A buffer of file bytes: `buf[start..]` holds the file from `position`.
+#[derive(Default)]
+struct Chunk {
+    buf: Vec<u8>,
+    start: usize,
+    position: u64,
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(self.start..).unwrap_or_default()
+    }
+
+    fn end(&self) -> u64 {
+        self.position + self.bytes().len() as u64
+    }
+
+    /// Read `n` bytes from `position`, leaving [`CARRY_ROOM`] in front (when
+    /// `room`) for a partial frame of the chunk before.
+    fn read(&mut self, file: &File, position: u64, n: usize, room: bool) -> std::io::Result<Result<(), Shrunk>> {
+        let start = if room { CARRY_ROOM } else { 0 };
+        // Reused buffers are only resized: no zeroing of bytes read over anyway.
+        self.buf.resize(start + n, 0);
+        self.start = start;
+        self.position = position;
+        let Some(target) = self.buf.get_mut(start..) else {
+            return Ok(Ok(()));
+        };
+        read_full_at(file, target, position)
+    }
+
+    /// Put `carry` (the file bytes just before this chunk) in front of it.
+    fn prepend(&mut self, carry: &[u8]) {
+        if carry.len() <= self.start {
+            let from = self.start - carry.len();
+            if let Some(room) = self.buf.get_mut(from..self.start) {
+                room.copy_from_slice(carry);
+                self.start = from;
+                self.position -= carry.len() as u64;
+                return;
+            }
+        }
+        let mut joined = Vec::with_capacity(carry.len() + self.bytes().len());
+        joined.extend_from_slice(carry);
+        joined.extend_from_slice(self.bytes());
+        self.position -= carry.len() as u64;
+        self.buf = joined;
+        self.start = 0;
+    }
+
+    /// Append `n` more bytes read from the file after this chunk's end.
+    fn extend(&mut self, file: &File, n: usize) -> std::io::Result<Result<(), Shrunk>> {
+        let end = self.end();
+        let old = self.buf.len();
+        self.buf.resize(old + n, 0);
+        let Some(target) = self.buf.get_mut(old..) else {
+            return Ok(Ok(()));
+        };
+        read_full_at(file, target, end)
+    }
 }
 
 impl LogFile {
+    /// Open a `.log` for reading: a regular file only (never blocking on a
+    /// FIFO, following no symlink: see [`crate::open`]), of at most
+    /// [`MAX_SEGMENT_BYTES`](crate::open::MAX_SEGMENT_BYTES).
     pub fn open(path: impl AsRef<Path>) -> Result<LogFile, Error> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        if len == 0 {
-            return Ok(LogFile { path, map: None });
+        let (file, meta) = crate::open::open_regular(&path)?;
+        let len = meta.len();
+        if len > crate::open::MAX_SEGMENT_BYTES {
+            return Err(crate::open::too_large(
+                &path,
+                ".log segment",
+                len,
+                crate::open::MAX_SEGMENT_BYTES,
+            ));
         }
-        // SAFETY: a read-only shared mapping owned by this value; we never write
-        // through it. Another process may still change the file: Kafka only appends
-        // to the active segment (bytes past our mapped length stay invisible), but
-        // truncating or rewriting a mapped segment would let reads see new bytes or
-        // fault (SIGBUS) — the trade-off every mmap reader makes (ripgrep's
-        // searcher documents the same). Callers map segments the broker no longer
-        // rewrites, or copies they own.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-        #[cfg(unix)]
+        #[cfg(target_os = "linux")]
         {
-            // Only a hint: failure changes nothing but read-ahead.
-            let _ = map.advise(memmap2::Advice::Sequential);
+            use std::os::fd::AsRawFd;
+            // Only a hint (doubles read-ahead): failure changes nothing else.
+            // SAFETY: a valid open descriptor; the call reads no memory of ours.
+            let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
         }
-        Ok(LogFile { path, map: Some(map) })
+        Ok(LogFile { path, file, len })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The size of the file when it was opened.
     pub fn len(&self) -> u64 {
-        self.bytes().len() as u64
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bytes().is_empty()
+        self.len == 0
     }
 
-    /// The whole file.
-    pub fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or_default()
+    /// The error for a file that ended at `at`, before the size it had at open.
+    fn shrunk(&self, at: u64) -> Error {
+        Error::corrupt(
+            &self.path,
+            at,
+            None,
+            Defect::ChangedWhileRead {
+                message: format!(
+                    "{} bytes when opened, but it ends at byte {at}: truncated while it was read",
+                    self.len
+                ),
+            },
+        )
     }
 
-    /// Drop the pages of `[from, to)` from this process's resident set.
-    fn release(&self, from: u64, to: u64) {
-        #[cfg(unix)]
-        if let Some(map) = &self.map {
-            let to = (to as usize).min(map.len());
-            let from = (from as usize).min(to);
-            if to > from {
-                // SAFETY: `map` is a read-only, shared, file-backed mapping, so
-                // MADV_DONTNEED only drops page-table entries: the next access
-                // faults the same file contents back in, nothing is zeroed or
-                // lost, exactly as when the kernel reclaims clean page-cache
-                // pages of any mapping. No thread reads the range: `scan` takes
-                // `&mut self`, its callback cannot keep a frame past its call,
-                // and the windowed scan reports a window for release only once
-                // its CRC helper no longer reads it. (A reader would still see
-                // the same bytes.)
-                unsafe {
-                    let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
-                }
-            }
+    fn checked(&self, read: std::io::Result<Result<(), Shrunk>>) -> Result<(), Error> {
+        match read {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Shrunk { at })) => Err(self.shrunk(at)),
+            Err(e) => Err(Error::io(&self.path, e)),
         }
-        #[cfg(not(unix))]
-        let _ = (from, to);
     }
 
-    /// Scan every frame (see [`scan_frames`]), calling `f` for each, and release
-    /// scanned pages as it goes. Returns the framing error or partial frame that
-    /// stopped the scan, with this file's path and absolute positions.
+    /// Whether every byte from `position` to the size at open is zero (the tail
+    /// a broker with `preallocate=true` leaves), read in small pieces.
+    pub fn is_zero_from(&self, position: u64) -> Result<bool, Error> {
+        const PIECE: usize = 64 * 1024;
+        let mut buf = vec![0u8; PIECE];
+        let mut at = position;
+        while at < self.len {
+            let n = (self.len - at).min(PIECE as u64) as usize;
+            let Some(piece) = buf.get_mut(..n) else { break };
+            self.checked(read_full_at(&self.file, piece, at))?;
+            if piece.iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+            at += n as u64;
+        }
+        Ok(true)
+    }
+
+    /// Scan every frame (see [`scan_frames`]), calling `f` for each. Returns
+    /// the framing error or partial frame that stopped the scan, with this
+    /// file's path and absolute positions, or [`Defect::ChangedWhileRead`] if
+    /// the file ended before its size at open (truncated meanwhile).
     ///
-    /// When the process may use two CPUs, the CRCs of a file of
-    /// [`PARALLEL_MIN_BYTES`] or more are computed on two threads (the private
-    /// `window` module says how); the frames still reach `f` one by one, in
+    /// The file is read [`CHUNK_BYTES`] at a time. When the process may use two
+    /// CPUs, the CRCs of a file of [`PARALLEL_MIN_BYTES`] or more are computed
+    /// on two threads (the private `window` module says how) and the next chunk
+    /// is read while one is scanned; the frames still reach `f` one by one, in
     /// file order, on the calling thread.
-    pub fn scan<F>(&mut self, f: F) -> Result<ScanSummary, Error>
+    pub fn scan<F>(&mut self, mut f: F) -> Result<ScanSummary, Error>
     where
         F: FnMut(&Frame<'_>) -> ControlFlow<()>,
     {
-        let mut released = 0u64;
-        let release = |scanned: u64| {
-            // Release whole pages only: the page that holds `scanned` may also
-            // hold the start of the window the helper is computing.
-            let to = scanned & !(RELEASE_ALIGN - 1);
-            if to > released {
-                self.release(released, to);
-                released = to;
+        let parallel = self.len >= PARALLEL_MIN_BYTES && helper_available();
+        let chunk_len = |from: u64| (self.len - from).min(CHUNK_BYTES as u64) as usize;
+        let mut summary = ScanSummary::default();
+        let mut current = Chunk::default();
+        let mut next = Chunk::default();
+        let first = current.read(&self.file, 0, chunk_len(0), self.len > CHUNK_BYTES as u64);
+        self.checked(first)?;
+        loop {
+            let end = current.end();
+            let at_end = end >= self.len;
+            let file = &self.file;
+            // Read the next chunk while this one is scanned (on a second CPU).
+            let (chunk_summary, stop, prefetched) = std::thread::scope(|scope| {
+                let reader = (parallel && !at_end).then(|| {
+                    let n = chunk_len(end);
+                    let next = &mut next;
+                    scope.spawn(move || next.read(file, end, n, true))
+                });
+                let (s, stop) = if parallel {
+                    window::scan(
+                        current.bytes(),
+                        current.position,
+                        true,
+                        window::Limits::DEFAULT,
+                        &mut f,
+                        |_| {},
+                    )
+                } else {
+                    scan_in_order(current.bytes(), current.position, &mut f)
+                };
+                let prefetched = reader.map(|r| r.join().unwrap_or_else(|_| Err(std::io::ErrorKind::Other.into())));
+                (s, stop, prefetched)
+            });
+            summary.frames += chunk_summary.frames;
+            summary.crc_mismatches += chunk_summary.crc_mismatches;
+            summary.end = chunk_summary.end;
+            if chunk_summary.stopped_early {
+                summary.stopped_early = true;
+                return Ok(summary);
             }
-        };
-        let (summary, stop) = if self.len() >= PARALLEL_MIN_BYTES && helper_available() {
-            window::scan(self.bytes(), 0, true, window::Limits::DEFAULT, f, release)
-        } else {
-            scan_in_order(self.bytes(), f, release)
-        };
-        self.release(0, self.len());
-        match stop {
-            Some(e) => Err(e.at(&self.path)),
-            None => Ok(summary),
+            // A frame the chunk cut continues in the next one.
+            let carry_from = match &stop {
+                None if !at_end => end,
+                Some(ParseError::Incomplete { position, .. }) if !at_end => *position,
+                None => return Ok(summary),
+                Some(e) => return Err(e.clone().at(&self.path)),
+            };
+            if let Some(ParseError::Incomplete { position, offset, needed, .. }) = &stop {
+                if position.saturating_add(*needed) > self.len {
+                    // The frame runs past the end of the file: no need to read it.
+                    let available = self.len - position;
+                    let tail = ParseError::Incomplete {
+                        position: *position,
+                        offset: *offset,
+                        needed: *needed,
+                        available,
+                    };
+                    return Err(tail.at(&self.path));
+                }
+                if *needed > MAX_FRAME_BYTES {
+                    let defect = Defect::TooLarge {
+                        what: "record batch",
+                        size: *needed,
+                        limit: MAX_FRAME_BYTES,
+                    };
+                    return Err(Error::corrupt(&self.path, *position, *offset, defect));
+                }
+            }
+            let needed = match &stop {
+                Some(ParseError::Incomplete { needed, .. }) => *needed,
+                _ => 0,
+            };
+            match prefetched {
+                Some(read) => self.checked(read)?,
+                None => self.checked(next.read(&self.file, end, chunk_len(end), true))?,
+            }
+            let carry = current
+                .bytes()
+                .get((carry_from - current.position) as usize..)
+                .unwrap_or_default();
+            next.prepend(carry);
+            let have = next.bytes().len() as u64;
+            if have < needed {
+                // A frame larger than a chunk: read the rest of it now.
+                let more = (needed - have).min(self.len - next.end()) as usize;
+                self.checked(next.extend(&self.file, more))?;
+            }
+            std::mem::swap(&mut current, &mut next);
         }
     }
 }
@@ -371,17 +585,15 @@ impl LogFile {
 /// [`LogFile::scan`] on one thread: each frame's CRC right after its header,
 /// while the frame streams through the cache. (The windowed scan reads the
 /// headers in a pass of their own, a cache miss each, which only pays when a
-/// second core computes CRCs meanwhile.) `scanned` is told the position up to
-/// which frames are checked, every [`RELEASE_INTERVAL`] bytes.
-fn scan_in_order<F, D>(bytes: &[u8], mut f: F, mut scanned: D) -> (ScanSummary, Option<ParseError>)
+/// second core computes CRCs meanwhile.) `bytes` start at file position `base`.
+fn scan_in_order<F>(bytes: &[u8], base: u64, mut f: F) -> (ScanSummary, Option<ParseError>)
 where
     F: FnMut(&Frame<'_>) -> ControlFlow<()>,
-    D: FnMut(u64),
 {
     let mut summary = ScanSummary::default();
-    let mut frames = scan_frames(bytes, 0);
+    summary.end = base;
+    let mut frames = scan_frames(bytes, base);
     let mut stop = None;
-    let mut reported = 0;
     while let Some(item) = frames.next() {
         match item {
             Ok(frame) => {
@@ -399,11 +611,6 @@ where
                 break;
             }
         }
-        let here = frames.next_position();
-        if here - reported >= RELEASE_INTERVAL {
-            scanned(here);
-            reported = here;
-        }
     }
     summary.end = frames.next_position();
     (summary, stop)
@@ -412,11 +619,6 @@ where
 /// Files smaller than this (4 MiB) are scanned on one thread: starting the CRC
 /// helper costs tens of microseconds, about the CRC time of a few hundred KiB.
 pub const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
-
-/// Pages are released in multiples of this (64 KiB, a multiple of every common
-/// page size), so a release does not drop the page the next window starts in,
-/// which the CRC helper may be reading.
-const RELEASE_ALIGN: u64 = 64 * 1024;
 
 /// Whether a second thread can run at the same time: not on a single core (or
 /// a one-CPU container), where the helper would only add switches.

@@ -170,10 +170,13 @@ fn is_not_found(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
-/// A `Changed` outcome for a file that vanished, otherwise the error.
+/// A `Changed` outcome for a file that vanished or was truncated while it was
+/// read, otherwise the error.
 fn changed_or(e: Error) -> std::result::Result<Outcome, Error> {
     if is_not_found(&e) {
         Ok(Outcome::Changed(format!("{e} (deleted or replaced at the source)")))
+    } else if e.is_changed_while_read() {
+        Ok(Outcome::Changed(e.to_string()))
     } else {
         Err(e)
     }
@@ -285,15 +288,16 @@ pub(crate) fn prepare_sealed(
         if check.is_sound() {
             break (before, check);
         }
+        // Truncated under the scan: read again, never refused for it.
+        let torn = check.changed_while_read().map(ToString::to_string);
         std::thread::sleep(SETTLE_DELAY);
-        if stamps(segment, snapshot) == before {
+        if torn.is_none() && stamps(segment, snapshot) == before {
             return Ok(Outcome::Refused(errors_of(&check)));
         }
         if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(format!(
-                "{}: kept changing while it was verified",
-                segment.log.display()
-            )));
+            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                format!("{}: kept changing while it was verified", segment.log.display())
+            })));
         }
         attempt += 1;
     };
@@ -422,18 +426,18 @@ pub(crate) fn prepare_active(
         // in a way appends alone cannot explain: length or inode).
         std::thread::sleep(SETTLE_DELAY);
         let after = stamps(&log_only, None);
+        let torn = check.changed_while_read().map(ToString::to_string);
         let shrank_or_replaced = match (before.log(), after.log()) {
             (Some(b), Some(a)) => a.len < b.len || a.inode != b.inode,
             _ => true,
         };
-        if !shrank_or_replaced {
+        if !shrank_or_replaced && torn.is_none() {
             return Ok(Outcome::Refused(errors_of(&check)));
         }
         if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(format!(
-                "{}: truncated or replaced while it was verified",
-                segment.log.display()
-            )));
+            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                format!("{}: truncated or replaced while it was verified", segment.log.display())
+            })));
         }
         attempt += 1;
     };
@@ -677,8 +681,9 @@ pub(crate) fn rebuild(
     let mut end = 0u64;
     let mut problem: Option<String> = None;
     // A scan error after the prefix (the partial batch at the tail) is expected;
-    // one inside it shows up as `end < prefix` below.
-    let _ = file.scan(|frame| {
+    // one inside it shows up as `end < prefix` below, except a truncation under
+    // the scan, which is named.
+    let scanned = file.scan(|frame| {
         let info = &frame.info;
         if info.position.saturating_add(info.size) > prefix {
             return std::ops::ControlFlow::Break(());
@@ -696,6 +701,11 @@ pub(crate) fn rebuild(
         end = info.position + info.size;
         std::ops::ControlFlow::Continue(())
     });
+    if let Err(e) = scanned {
+        if e.is_changed_while_read() {
+            return Ok(Err(e.to_string()));
+        }
+    }
     if let Some(problem) = problem {
         return Ok(Err(problem));
     }

@@ -33,7 +33,8 @@ pub struct Args {
     /// segment) as corruption instead of a warning.
     #[arg(long)]
     strict: bool,
-    /// Print one JSON document (summaries and every finding) instead of text.
+    /// Print one JSON document (summaries and every finding) instead of text. Paths are JSON strings: bytes of
+    /// a file name that are not UTF-8 appear as U+FFFD.
     #[arg(long)]
     json: bool,
 }
@@ -143,17 +144,33 @@ pub fn exit_code(report: &Report) -> ExitCode {
     }
 }
 
+/// The `--json` document. Paths are text; a byte of a file name that is not
+/// UTF-8 appears as U+FFFD (see `segment_format::report::serialize_path_lossy`).
+/// Serialized as a struct rather than with `json!`, which panics where
+/// serializing fails.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    sound: bool,
+    stores: &'a [AuditReport],
+    errors: u64,
+    warnings: u64,
+    partitions: &'a [verify::PartitionSummary],
+    findings: &'a [segment_format::report::Finding],
+    suppressed_findings: u64,
+    io_errors: &'a [String],
+}
+
 fn print_json(report: &Report, audits: &[AuditReport]) -> anyhow::Result<()> {
-    let doc = serde_json::json!({
-        "sound": report.is_sound() && report.io_errors.is_empty() && audits.iter().all(|a| a.is_sound()),
-        "stores": audits,
-        "errors": report.errors(),
-        "warnings": report.warnings(),
-        "partitions": report.partitions,
-        "findings": report.findings,
-        "suppressed_findings": report.suppressed_findings,
-        "io_errors": report.io_errors,
-    });
+    let doc = JsonReport {
+        sound: report.is_sound() && report.io_errors.is_empty() && audits.iter().all(|a| a.is_sound()),
+        stores: audits,
+        errors: report.errors(),
+        warnings: report.warnings(),
+        partitions: &report.partitions,
+        findings: &report.findings,
+        suppressed_findings: report.suppressed_findings,
+        io_errors: &report.io_errors,
+    };
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
 }
