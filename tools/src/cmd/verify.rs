@@ -20,7 +20,7 @@ pub struct Args {
     /// their data objects (sizes and SHA-256 re-computed), offset gaps and overlaps between consecutive segments,
     /// epochs moving backwards, topic IDs that changed, leases.
     #[arg(required = true, value_name = "PATH")]
-    paths: Vec<String>,
+    paths: Vec<std::ffi::OsString>,
     /// Key prefix inside the stores given (the one `seed --prefix` used).
     #[arg(long, value_name = "P", default_value = "")]
     prefix: String,
@@ -52,7 +52,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         deep: args.deep,
         strict: args.strict,
     };
-    let (stores, paths): (Vec<&String>, Vec<&String>) = args.paths.iter().partition(|p| is_store_url(p));
+    // Paths are taken as given, UTF-8 or not (a log dir may hold names Kafka never
+    // creates); a store URL is text.
+    let (stores, paths): (Vec<&std::ffi::OsString>, Vec<&std::ffi::OsString>) =
+        args.paths.iter().partition(|p| p.to_str().is_some_and(is_store_url));
+    let stores: Vec<&str> = stores.into_iter().filter_map(|s| s.to_str()).collect();
     let paths: Vec<PathBuf> = paths.into_iter().map(PathBuf::from).collect();
     let mut report = Report::default();
     if !paths.is_empty() {
