@@ -874,6 +874,82 @@ mod tests {
         assert_eq!(counts_in(&log, log.len() as u64 + 1), Err(log.len()));
     }
 
+    /// A `.log` of `batches` batches of 1 MiB, written batch by batch; the end
+    /// of each batch.
+    fn big_log(path: &Path, batches: usize) -> Vec<u64> {
+        let one = BatchBuilder::new(0)
+            .record(RecordSpec::new(0, 1).with_value(vec![0x5a; 1 << 20]))
+            .build();
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+        let (mut ends, mut end) = (Vec::new(), 0);
+        for i in 0..batches {
+            let mut b = one.clone();
+            b[..8].copy_from_slice(&(i as i64).to_be_bytes());
+            segment_format::batch::seal_crc(&mut b);
+            std::io::Write::write_all(&mut file, &b).unwrap();
+            end += b.len() as u64;
+            ends.push(end);
+        }
+        std::io::Write::flush(&mut file).unwrap();
+        ends
+    }
+
+    /// Cut `path` to `len` bytes (as a follower truncates its log) as soon as
+    /// this process has it open: while the seed reader reads it. `true` once done.
+    fn truncate_when_opened(path: PathBuf, len: u64) -> std::thread::JoinHandle<bool> {
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while std::time::Instant::now() < deadline {
+                let open = std::fs::read_dir("/proc/self/fd").is_ok_and(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+                });
+                if open {
+                    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                    file.set_len(len).unwrap();
+                    return true;
+                }
+                std::thread::yield_now();
+            }
+            false
+        })
+    }
+
+    /// A segment truncated while the seed reads it: both of its reads (the
+    /// check before upload and the index rebuild) report "changed while read"
+    /// naming the file, for the caller to read again; no SIGBUS, no refusal.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn seed_reader_reports_a_segment_truncated_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("00000000000000000000.log");
+        let ends = big_log(&log, 160);
+        let log = std::fs::canonicalize(&log).unwrap();
+        let total = ends[ends.len() - 1];
+
+        let truncator = truncate_when_opened(log.clone(), ends[1]);
+        let rebuilt = rebuild(&log, 0, total, 4096).unwrap();
+        assert!(truncator.join().unwrap());
+        let reason = rebuilt.err().expect("the rebuild must see the truncation");
+        assert!(reason.contains("changed while read"), "{reason}");
+        assert!(reason.contains(log.to_str().unwrap()), "{reason}");
+
+        big_log(&log, 160);
+        let segment = SegmentFiles {
+            base_offset: 0,
+            log: log.clone(),
+            index: None,
+            time_index: None,
+            txn_index: None,
+        };
+        let truncator = truncate_when_opened(log.clone(), ends[1]);
+        let check = check_segment(&segment, Some(160), false, &VerifyOptions::default()).unwrap();
+        assert!(truncator.join().unwrap());
+        let changed = check.changed_while_read().expect("the check must see the truncation");
+        assert_eq!(changed.path, log);
+        assert!(changed.to_string().contains("truncated while it was read"), "{changed}");
+    }
+
     proptest! {
         #[test]
         fn counting_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512), cut in 0u64..600) {
