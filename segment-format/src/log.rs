@@ -537,7 +537,13 @@ impl LogFile {
                 None => return Ok(summary),
                 Some(e) => return Err(e.clone().at(&self.path)),
             };
-            if let Some(ParseError::Incomplete { position, offset, needed, .. }) = &stop {
+            if let Some(ParseError::Incomplete {
+                position,
+                offset,
+                needed,
+                ..
+            }) = &stop
+            {
                 if position.saturating_add(*needed) > self.len {
                     // The frame runs past the end of the file: no need to read it.
                     let available = self.len - position;
@@ -590,11 +596,13 @@ fn scan_in_order<F>(bytes: &[u8], base: u64, mut f: F) -> (ScanSummary, Option<P
 where
     F: FnMut(&Frame<'_>) -> ControlFlow<()>,
 {
-    let mut summary = ScanSummary::default();
-    summary.end = base;
+    let mut summary = ScanSummary {
+        end: base,
+        ..ScanSummary::default()
+    };
     let mut frames = scan_frames(bytes, base);
     let mut stop = None;
-    while let Some(item) = frames.next() {
+    for item in frames.by_ref() {
         match item {
             Ok(frame) => {
                 summary.frames += 1;
@@ -993,7 +1001,14 @@ mod tests {
         let mut seg = Vec::new();
         let mut offset = 0i64;
         // Odd sizes so that boundaries fall inside frames; one batch larger than a chunk.
-        for size in [700_000usize, 3_000_001, 5_555_555, CHUNK_BYTES + 12345, 1_000, 9_999_999] {
+        for size in [
+            700_000usize,
+            3_000_001,
+            5_555_555,
+            CHUNK_BYTES + 12345,
+            1_000,
+            9_999_999,
+        ] {
             let b = BatchBuilder::new(offset)
                 .record(RecordSpec::new(0, 1).with_value(vec![(size % 251) as u8; size]))
                 .build();

@@ -174,7 +174,10 @@ mod tests {
         assert_eq!(meta.len(), 5);
         assert_eq!(read_capped(&file, "test file", 5).unwrap(), b"hello");
         let err = read_capped(&file, "test file", 4).unwrap_err();
-        assert!(err.to_string().contains("test file of 5 bytes exceeds the limit of 4"), "{err}");
+        assert!(
+            err.to_string().contains("test file of 5 bytes exceeds the limit of 4"),
+            "{err}"
+        );
 
         let err = open_regular(dir.path()).unwrap_err();
         assert!(err.to_string().contains("a directory, not a regular file"), "{err}");

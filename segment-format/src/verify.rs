@@ -21,11 +21,11 @@ use crate::error::{Defect, Error, IndexKind, ParseError};
 use crate::index::{OffsetIndexChecker, TimeIndexChecker, OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
 use crate::legacy;
 use crate::log::LogFile;
+use crate::open::MAX_SEGMENT_BYTES;
 use crate::partition_metadata::PartitionMetadata;
 use crate::record::{for_each_record, DeepLimits};
 use crate::report::{Finding, Severity};
 use crate::snapshot::ProducerSnapshot;
-use crate::open::MAX_SEGMENT_BYTES;
 use crate::txn_index::{TxnIndexChecker, TxnTracker, ABORTED_TXN_SIZE};
 
 mod bounded;
@@ -1071,12 +1071,7 @@ fn report_tail(
             Defect::Other { message: what },
         ));
     } else {
-        sink.error(
-            path,
-            Some(position),
-            offset,
-            Defect::TrailingBytes { bytes: rest_len },
-        );
+        sink.error(path, Some(position), offset, Defect::TrailingBytes { bytes: rest_len });
     }
     Ok(())
 }

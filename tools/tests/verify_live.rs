@@ -32,7 +32,9 @@ struct Bounded {
 }
 
 /// Run `segmirror args`, calling `during` with its pid while it runs (until it
-/// returns), failing the test if it is not done by [`DEADLINE`].
+/// returns `false`), failing the test if it is not done by [`DEADLINE`].
+// The child is reaped by `wait4`, which also reports its peak memory.
+#[allow(clippy::zombie_processes)]
 fn run_bounded<I, S>(args: I, mut during: impl FnMut(u32) -> bool) -> Bounded
 where
     I: IntoIterator<Item = S>,
@@ -315,10 +317,7 @@ fn fifo_socket_and_symlinks_in_a_partition_dir_are_reported_by_name() {
         assert_eq!(found.len(), 1, "{}: {doc:#}", path.display());
         assert_eq!(found[0]["severity"], severity, "{}", path.display());
         let message = found[0]["defect"]["message"].as_str().unwrap();
-        assert!(
-            message.starts_with(&format!("{kind}, not a regular file")),
-            "{message}"
-        );
+        assert!(message.starts_with(&format!("{kind}, not a regular file")), "{message}");
     }
     // The real segments were verified; nothing outside the root was read.
     assert_eq!(doc["partitions"][0]["batches"], 7, "{doc:#}");
@@ -351,10 +350,7 @@ fn non_utf8_names_with_json() {
                 let lossy = bad_file.to_string_lossy();
                 if paths[0] == p.dir.as_path() {
                     run.expect_code(0);
-                    assert!(
-                        findings(&doc).iter().any(|f| f["path"] == lossy.as_ref()),
-                        "{doc:#}"
-                    );
+                    assert!(findings(&doc).iter().any(|f| f["path"] == lossy.as_ref()), "{doc:#}");
                 }
             }
         }

@@ -229,7 +229,11 @@ mod tests {
         // The same in a sealed segment is an error naming where the zeros start.
         let read = read_index(&path, IndexKind::Offset, 8, 1000, false, &mut findings).unwrap();
         assert!(read.is_some());
-        assert!(findings[0].to_string().contains("zero-filled from byte"), "{}", findings[0]);
+        assert!(
+            findings[0].to_string().contains("zero-filled from byte"),
+            "{}",
+            findings[0]
+        );
         // Data where the segment could need none.
         use std::os::unix::fs::FileExt;
         f.write_at(&[1], 50 << 20).unwrap();

@@ -930,7 +930,9 @@ mod tests {
         let truncator = truncate_when_opened(log.clone(), ends[1]);
         let rebuilt = rebuild(&log, 0, total, 4096).unwrap();
         assert!(truncator.join().unwrap());
-        let reason = rebuilt.err().expect("the rebuild must see the truncation");
+        let Err(reason) = rebuilt else {
+            panic!("the rebuild must see the truncation");
+        };
         assert!(reason.contains("changed while read"), "{reason}");
         assert!(reason.contains(log.to_str().unwrap()), "{reason}");
 
