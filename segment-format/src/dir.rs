@@ -18,7 +18,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Defect, Error, Result};
-use crate::open::{entry_kind, not_regular_message, EntryKind};
+use crate::open::{entry_kind, not_regular_defect, EntryKind};
 use crate::report::Finding;
 
 /// Width of the zero-padded base offset in segment file names.
@@ -413,7 +413,7 @@ fn list(dir: &Path, findings: &mut Vec<Finding>) -> Result<Vec<(String, PathBuf,
                         || name == META_PROPERTIES_FILE
                         || RootCheckpoint::ALL.iter().any(|c| c.file_name() == name)
                 });
-                let defect = other(not_regular_message(kind));
+                let defect = not_regular_defect(kind);
                 findings.push(if kafka_name {
                     Finding::error(&path, None, None, defect)
                 } else {

@@ -59,6 +59,9 @@ pub enum Defect {
     /// The file is larger than Kafka ever writes it (`what` names the file kind,
     /// `limit` the bound): rejected by its size, before it is read.
     TooLarge { what: &'static str, size: u64, limit: u64 },
+    /// An entry that is not a regular file (`file_type` says what it is: a FIFO,
+    /// a socket, a device, a symlink): never opened, never followed.
+    NotRegularFile { file_type: &'static str },
     /// The file changed while it was read (a running broker truncated or
     /// replaced it): what was read describes no state of the file.
     ChangedWhileRead { message: String },
@@ -130,6 +133,10 @@ impl fmt::Display for Defect {
                 "{what} of {size} bytes exceeds the limit of {limit} bytes; rejected by its size, not read"
             ),
             Defect::ChangedWhileRead { message } => write!(f, "changed while read: {message}"),
+            Defect::NotRegularFile { file_type } => write!(
+                f,
+                "{file_type}, not a regular file: segmirror reads only regular files and follows no symlink; not read"
+            ),
             Defect::Other { message } => f.write_str(message),
         }
     }

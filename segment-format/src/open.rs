@@ -85,21 +85,14 @@ pub fn entry_kind(file_type: std::fs::FileType) -> EntryKind {
     }
 }
 
-/// The message for an entry segmirror does not open.
-pub fn not_regular_message(kind: &str) -> String {
-    format!("{kind}, not a regular file: segmirror reads only regular files and follows no symlink; not read")
+/// The defect of an entry segmirror does not open.
+pub fn not_regular_defect(file_type: &'static str) -> Defect {
+    Defect::NotRegularFile { file_type }
 }
 
 /// The error for a path that is not a regular file.
-fn not_regular(path: &Path, kind: &str) -> Error {
-    Error::corrupt(
-        path,
-        0,
-        None,
-        Defect::Other {
-            message: not_regular_message(kind),
-        },
-    )
+fn not_regular(path: &Path, file_type: &'static str) -> Error {
+    Error::corrupt(path, 0, None, not_regular_defect(file_type))
 }
 
 /// Open `path` for reading if, and only if, it is a regular file: without

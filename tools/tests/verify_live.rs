@@ -31,7 +31,8 @@ struct Bounded {
     max_rss_kib: i64,
 }
 
-/// Run `segmirror args`, calling `during` with its pid while it runs (until it
+/// Run `segmirror args` (under `/usr/bin/time`, for its peak RSS), calling
+/// `during` with the pid of the `segmirror` process while it runs (until it
 /// returns `false`), failing the test if it is not done by [`DEADLINE`].
 // The child is reaped by `wait4`, which also reports its peak memory.
 #[allow(clippy::zombie_processes)]
@@ -40,7 +41,16 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+    // The peak RSS comes from GNU time, the binary's parent: `wait4` here would
+    // report this test process's own peak too (Linux carries a process's peak
+    // across the `exec` of a spawned child).
+    let rss_file = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(rss_file.path())
+        .arg(env!("CARGO_BIN_EXE_segmirror"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -61,13 +71,12 @@ where
     });
     let started = Instant::now();
     let mut watching = true;
-    let (status, usage) = loop {
+    let status = loop {
         let mut status = 0;
-        // SAFETY: plain out-parameters; `pid` is our child, reaped only here.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let done = unsafe { libc::wait4(pid as libc::pid_t, &mut status, libc::WNOHANG, &mut usage) };
+        // SAFETY: a plain out-parameter; `pid` is our child, reaped only here.
+        let done = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
         if done == pid as libc::pid_t {
-            break (status, usage);
+            break status;
         }
         if started.elapsed() > DEADLINE {
             // SAFETY: our own child, not yet reaped.
@@ -75,24 +84,36 @@ where
             panic!("segmirror did not finish within {DEADLINE:?}: it hangs");
         }
         if watching {
-            watching = during(pid);
+            // `during` is about segmirror itself, the child of GNU time.
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+            match children.split_whitespace().next().and_then(|c| c.parse().ok()) {
+                Some(segmirror) => watching = during(segmirror),
+                None => std::thread::yield_now(),
+            }
         } else {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+    // GNU time says so when its child dies of a signal (a SIGBUS, say).
     assert!(
-        !libc::WIFSIGNALED(status),
-        "segmirror was killed by signal {}",
-        libc::WTERMSIG(status)
+        !stderr.contains("Command terminated by signal"),
+        "segmirror was killed by a signal: {stderr}"
     );
+    let report = std::fs::read_to_string(rss_file.path()).unwrap();
+    let max_rss_kib = report
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no peak RSS from /usr/bin/time: {report:?}"));
     Bounded {
         run: Run {
             code,
             stdout: String::from_utf8_lossy(&stdout.join().unwrap()).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr.join().unwrap()).into_owned(),
+            stderr,
         },
-        max_rss_kib: usage.ru_maxrss,
+        max_rss_kib,
     }
 }
 
@@ -316,8 +337,8 @@ fn fifo_socket_and_symlinks_in_a_partition_dir_are_reported_by_name() {
         let found = findings_of(&doc, path);
         assert_eq!(found.len(), 1, "{}: {doc:#}", path.display());
         assert_eq!(found[0]["severity"], severity, "{}", path.display());
-        let message = found[0]["defect"]["message"].as_str().unwrap();
-        assert!(message.starts_with(&format!("{kind}, not a regular file")), "{message}");
+        assert_eq!(found[0]["defect"]["kind"], "not_regular_file", "{}", path.display());
+        assert_eq!(found[0]["defect"]["file_type"], kind, "{}", path.display());
     }
     // The real segments were verified; nothing outside the root was read.
     assert_eq!(doc["partitions"][0]["batches"], 7, "{doc:#}");
@@ -355,4 +376,64 @@ fn non_utf8_names_with_json() {
             }
         }
     }
+}
+
+/// `seed` on a source log dir whose partition holds a FIFO named like a
+/// segment: the FIFO is never opened (no hang), the partition is refused naming
+/// it (shipping the segments around it would leave a hole), and the other
+/// partitions are shipped.
+#[test]
+fn seed_refuses_a_partition_with_a_fifo_segment_and_ships_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("source");
+    let store = tmp.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    segmirror([
+        OsStr::new("generate"),
+        OsStr::new("--out"),
+        source.as_os_str(),
+        OsStr::new("--no-fsync"),
+    ])
+    .expect_code(0);
+    let mut partitions: Vec<PathBuf> = std::fs::read_dir(&source)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.join("leader-epoch-checkpoint").exists())
+        .collect();
+    partitions.sort();
+    assert!(partitions.len() > 1, "{partitions:?}");
+    let fifo = partitions[0].join("00000000000000000001.log");
+    mkfifo(&fifo);
+    let bounded = run_bounded(
+        [
+            OsStr::new("seed"),
+            OsStr::new("--log-dir"),
+            source.as_os_str(),
+            OsStr::new("--store"),
+            store.as_os_str(),
+        ],
+        |_| false,
+    );
+    let run = &bounded.run;
+    assert!(!run.stderr.contains("panicked"), "{run}");
+    let all = format!("{}{}", run.stdout, run.stderr);
+    let line = all
+        .lines()
+        .find(|l| l.contains(fifo.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("the FIFO is not named\n{run}"));
+    assert!(line.contains("a FIFO, not a regular file"), "{line}");
+    // The other partitions were shipped.
+    let dir_name = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_string();
+    let status = |p: &Path| {
+        run.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(dir_name(p).as_str()))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_else(|| panic!("no status row for {}\n{run}", p.display()))
+            .to_string()
+    };
+    assert_eq!(status(&partitions[0]), "REFUSED", "{run}");
+    assert!(partitions[1..].iter().all(|p| status(p) == "complete"), "{run}");
+    assert_eq!(run.code, Some(1), "{run}");
 }
