@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use crate::batch::BatchInfo;
 use crate::durable::write_atomically;
-use crate::error::{Defect, Error, ParseError, Result};
+use crate::error::{Defect, ParseError, Result};
 use crate::partition_metadata::Uuid;
 use crate::report::Finding;
 
@@ -174,8 +174,9 @@ fn encode_checkpoint<T: CheckpointEntry>(entries: &[T]) -> String {
     out
 }
 
+/// A regular file of at most [`MAX_TEXT_FILE_BYTES`](crate::open::MAX_TEXT_FILE_BYTES).
 fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(path, e))
+    crate::open::read_capped(path, "checkpoint file", crate::open::MAX_TEXT_FILE_BYTES)
 }
 
 /// One line of a root offset checkpoint: `<topic> <partition> <offset>`.

@@ -18,6 +18,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Defect, Error, Result};
+use crate::open::{entry_kind, not_regular_defect, EntryKind};
 use crate::report::Finding;
 
 /// Width of the zero-padded base offset in segment file names.
@@ -393,14 +394,34 @@ fn other(message: String) -> Defect {
     Defect::Other { message }
 }
 
-/// Sorted `(name, path, is_dir)` of a directory; names that are not UTF-8 are
-/// returned as findings.
+/// Sorted `(name, path, is_dir)` of a directory's regular files and
+/// sub-directories; names that are not UTF-8, and entries of any other type
+/// (FIFOs, sockets, devices, symlinks: never opened, never followed, see
+/// [`crate::open`]), are returned as findings. Such an entry with a name Kafka
+/// uses is an error (the file it stands for cannot be read), any other a warning.
 fn list(dir: &Path, findings: &mut Vec<Finding>) -> Result<Vec<(String, PathBuf, bool)>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let path = entry.path();
-        let is_dir = entry.file_type().map_err(|e| Error::io(&path, e))?.is_dir();
+        let is_dir = match entry_kind(entry.file_type().map_err(|e| Error::io(&path, e))?) {
+            EntryKind::File => false,
+            EntryKind::Dir => true,
+            EntryKind::Other(kind) => {
+                let kafka_name = entry.file_name().to_str().is_some_and(|name| {
+                    !matches!(classify_partition_file(name), PartitionFile::Unknown { .. })
+                        || name == META_PROPERTIES_FILE
+                        || RootCheckpoint::ALL.iter().any(|c| c.file_name() == name)
+                });
+                let defect = not_regular_defect(kind);
+                findings.push(if kafka_name {
+                    Finding::error(&path, None, None, defect)
+                } else {
+                    Finding::warning(&path, None, None, defect)
+                });
+                continue;
+            }
+        };
         match entry.file_name().into_string() {
             Ok(name) => out.push((name, path, is_dir)),
             Err(_) => findings.push(Finding::warning(

@@ -56,6 +56,15 @@ pub enum Defect {
     /// A bucket document (manifest or lease) is malformed, of an unknown format,
     /// or inconsistent with itself or with where it is stored.
     Manifest { message: String },
+    /// The file is larger than Kafka ever writes it (`what` names the file kind,
+    /// `limit` the bound): rejected by its size, before it is read.
+    TooLarge { what: &'static str, size: u64, limit: u64 },
+    /// An entry that is not a regular file (`file_type` says what it is: a FIFO,
+    /// a socket, a device, a symlink): never opened, never followed.
+    NotRegularFile { file_type: &'static str },
+    /// The file changed while it was read (a running broker truncated or
+    /// replaced it): what was read describes no state of the file.
+    ChangedWhileRead { message: String },
     /// Anything else, described in words.
     Other { message: String },
 }
@@ -119,6 +128,15 @@ impl fmt::Display for Defect {
             Defect::Snapshot { message } => write!(f, "producer snapshot: {message}"),
             Defect::Control { message } => write!(f, "control batch: {message}"),
             Defect::Manifest { message } => write!(f, "manifest: {message}"),
+            Defect::TooLarge { what, size, limit } => write!(
+                f,
+                "{what} of {size} bytes exceeds the limit of {limit} bytes; rejected by its size, not read"
+            ),
+            Defect::ChangedWhileRead { message } => write!(f, "changed while read: {message}"),
+            Defect::NotRegularFile { file_type } => write!(
+                f,
+                "{file_type}, not a regular file: segmirror reads only regular files and follows no symlink; not read"
+            ),
             Defect::Other { message } => f.write_str(message),
         }
     }
@@ -191,6 +209,29 @@ impl Error {
     }
 
     /// True for [`Error::Corrupt`]: the bytes are wrong and will stay wrong.
+    /// The file changed while it was read ([`Defect::ChangedWhileRead`]): a
+    /// reader of a live log dir reads it again rather than calling it corrupt.
+    pub fn is_changed_while_read(&self) -> bool {
+        matches!(
+            self,
+            Error::Corrupt {
+                defect: Defect::ChangedWhileRead { .. },
+                ..
+            }
+        )
+    }
+
+    /// Rejected by its size ([`Defect::TooLarge`]).
+    pub fn is_too_large(&self) -> bool {
+        matches!(
+            self,
+            Error::Corrupt {
+                defect: Defect::TooLarge { .. },
+                ..
+            }
+        )
+    }
+
     pub fn is_corrupt(&self) -> bool {
         matches!(self, Error::Corrupt { .. })
     }

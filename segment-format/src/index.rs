@@ -33,7 +33,7 @@ use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
 use crate::batch::BatchInfo;
-use crate::error::{Defect, Error, IndexKind, ParseError, Result};
+use crate::error::{Defect, IndexKind, ParseError, Result};
 use crate::report::Finding;
 
 /// Bytes per offset-index entry.
@@ -207,10 +207,16 @@ pub fn serialize_time_index(entries: &[TimeIndexEntry]) -> Vec<u8> {
 /// Read a whole index file. Plain reads rather than mmap: the active segment's
 /// index is mmapped and written by a running broker, and a Rust slice over a file
 /// that changes underneath is undefined behaviour. Index files are at most
-/// `segment.index.bytes` (10 MiB by default).
+/// `segment.index.bytes` (10 MiB by default); a regular file of at most
+/// [`MAX_INDEX_READ_BYTES`] is read, anything else refused (see [`crate::open`]).
+/// `verify` reads indexes bounded by their segment instead.
 pub fn read_index_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(path, e))
+    crate::open::read_capped(path, "index file", MAX_INDEX_READ_BYTES)
 }
+
+/// Largest index [`read_index_file`] reads whole (64 MiB, six times Kafka's
+/// default `segment.index.bytes`).
+pub const MAX_INDEX_READ_BYTES: u64 = 64 * 1024 * 1024;
 
 fn defect(index: IndexKind, message: String) -> Defect {
     Defect::Index { index, message }

@@ -32,6 +32,7 @@ pub mod legacy;
 pub mod log;
 pub mod manifest;
 pub mod metadata_log;
+pub mod open;
 pub mod partition_metadata;
 pub mod record;
 pub mod report;

@@ -10,22 +10,27 @@
 //! end of the data is *incomplete*, not corrupt: normal at the tail of an active
 //! segment, and the caller decides what it means.
 //!
-//! Segments are up to 2 GiB and a verifier reads many of them, so the file is
-//! mapped rather than read into memory, and [`LogFile::scan`] hands the pages it
-//! has passed back to the kernel every [`RELEASE_INTERVAL`] bytes: the process's
-//! resident set stays in the tens of MiB however large the segment.
+//! Segments are up to 2 GiB and a verifier reads many of them, some of them
+//! live: a running broker truncates a follower's segment, or replaces one after
+//! compaction, while it is read. So the file is *read* (`pread`), not mapped: a
+//! mapped page past a truncation is a SIGBUS that kills the process without a
+//! word (no size check made before the access can rule it out), while a read
+//! past it is a short read, reported as [`Defect::ChangedWhileRead`] for the
+//! caller to read again. [`LogFile::scan`] reads into two reusable buffers of
+//! [`CHUNK_BYTES`] (one scanned while the next is read), so the process's memory
+//! stays a few tens of MiB however large the segment: two chunks, plus one batch
+//! when a batch is larger than a chunk (Kafka's `message.max.bytes`, 1 MiB by
+//! default, bounds batches; the segment size limit bounds them in any case).
 //!
 //! CRCs are nearly all the CPU time of a scan, and one core computing them reads
-//! a mapped file more slowly than `cat` copies it; so [`LogFile::scan`] shares
-//! them with a helper thread, a window of frames at a time, while the frames
-//! still reach the caller one by one and in order (see the `window` submodule).
+//! a file more slowly than `cat` copies it; so [`LogFile::scan`] shares them with
+//! a helper thread, a window of frames at a time, while the frames still reach
+//! the caller one by one and in order (see the `window` submodule).
 
 use std::fs::File;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-use memmap2::Mmap;
 
 use crate::batch::{
     be_i32, be_i64, be_u32, parse_header, BatchInfo, CRC_OFFSET, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET,
@@ -37,14 +42,31 @@ use crate::legacy;
 
 mod window;
 
-/// Most bytes a scan maps before it releases them (8 MiB, or one frame if a
-/// frame is larger): [`LogFile::scan`] works in windows of frames of at most
-/// this size and releases each window's pages once its frames are checked.
-/// Large enough that the `madvise` calls and the hand-offs to the CRC helper
-/// cost nothing next to the CRC work, small enough that a scan's resident set
-/// stays a few tens of MiB: two windows mapped (one being checked, the next
-/// being computed), three at most while the CRC helper lags behind.
+/// Most frame bytes in one window of the windowed scan (8 MiB, or one frame if
+/// a frame is larger): large enough that the hand-offs to the CRC helper cost
+/// nothing next to the CRC work, small enough that a chunk holds several.
 pub const RELEASE_INTERVAL: u64 = 8 * 1024 * 1024;
+
+/// Bytes [`LogFile::scan`] reads at once (8 MiB, one window): large enough that
+/// the CRC helper, started per chunk, gets its share of the work (at 2 MiB it
+/// computed under 2 % of the CRCs), small enough that the two buffers stay in
+/// the last-level cache, where the CRCs find what the `pread` just wrote (at 16
+/// MiB the kernel's copy alone took more CPU than all the CRCs).
+pub const CHUNK_BYTES: usize = 8 * 1024 * 1024;
+
+/// Alignment of the bytes a chunk reads into (a page).
+const READ_ALIGN: usize = 4096;
+
+/// Largest batch a scan reads (256 MiB): a batch must be in memory whole for
+/// its CRC and records, so a larger one would let one length field decide how
+/// much memory a scan takes. Kafka's `message.max.bytes` is 1 MiB by default;
+/// a batch above this limit is reported as [`Defect::TooLarge`].
+pub const MAX_FRAME_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Room kept in front of a chunk for the start of a frame the previous chunk
+/// cut (2 MiB, twice Kafka's default `message.max.bytes`), so joining the two
+/// copies only that partial frame; a larger partial frame costs one more copy.
+const CARRY_ROOM: usize = 2 * 1024 * 1024;
 
 /// One frame found by a scan.
 #[derive(Debug, Clone, Copy)]
@@ -259,111 +281,320 @@ pub struct ScanSummary {
     pub stopped_early: bool,
 }
 
-/// A `.log` file, memory-mapped read-only.
+/// A `.log` file, opened for reading (see the module docs: read, never mapped).
 #[derive(Debug)]
 pub struct LogFile {
     path: PathBuf,
-    /// `None` for an empty file: mapping zero bytes fails.
-    map: Option<Mmap>,
+    file: File,
+    /// The size at open: a scan reads this many bytes (appends made later are
+    /// not seen, as a broker's reader would not see them either).
+    len: u64,
+}
+
+/// How a read ended short of what the file's size at open promised.
+struct Shrunk {
+    /// Where the file ended.
+    at: u64,
+}
+
+/// Fill `buf` from `position`, all of it unless the file ends first.
+#[cfg(unix)]
+fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> std::io::Result<Result<(), Shrunk>> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        let Some(rest) = buf.get_mut(done..) else { break };
+        match file.read_at(rest, position + done as u64) {
+            Ok(0) => {
+                return Ok(Err(Shrunk {
+                    at: position + done as u64,
+                }))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ok(()))
+}
+
+#[cfg(not(unix))]
+fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> std::io::Result<Result<(), Shrunk>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::Start(position))?;
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read(&mut buf[done..]) {
+            Ok(0) => {
+                return Ok(Err(Shrunk {
+                    at: position + done as u64,
+                }))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// A buffer of file bytes: `buf[start..]` holds the file from `position`.
+#[derive(Default)]
+struct Chunk {
+    buf: Vec<u8>,
+    start: usize,
+    position: u64,
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(self.start..).unwrap_or_default()
+    }
+
+    fn end(&self) -> u64 {
+        self.position + self.bytes().len() as u64
+    }
+
+    /// Read `n` bytes from `position`, leaving [`CARRY_ROOM`] in front (when
+    /// `room`) for a partial frame of the chunk before.
+    fn read(&mut self, file: &File, position: u64, n: usize, room: bool) -> std::io::Result<Result<(), Shrunk>> {
+        let room = if room { CARRY_ROOM } else { 0 };
+        // Reused buffers are only resized: no zeroing of bytes read over anyway.
+        // The bytes read start on a page boundary: the kernel's copy into a
+        // misaligned buffer runs at a fraction of its speed (measured: 4-5x
+        // slower on AMD EPYC with a 16-byte offset, as `malloc` returns).
+        self.buf.resize(room + READ_ALIGN + n, 0);
+        let misalign = (self.buf.as_ptr() as usize + room) % READ_ALIGN;
+        let start = room + (READ_ALIGN - misalign) % READ_ALIGN;
+        self.buf.truncate(start + n);
+        self.start = start;
+        self.position = position;
+        let Some(target) = self.buf.get_mut(start..) else {
+            return Ok(Ok(()));
+        };
+        read_full_at(file, target, position)
+    }
+
+    /// Put `carry` (the file bytes just before this chunk) in front of it.
+    fn prepend(&mut self, carry: &[u8]) {
+        if carry.len() <= self.start {
+            let from = self.start - carry.len();
+            if let Some(room) = self.buf.get_mut(from..self.start) {
+                room.copy_from_slice(carry);
+                self.start = from;
+                self.position -= carry.len() as u64;
+                return;
+            }
+        }
+        let mut joined = Vec::with_capacity(carry.len() + self.bytes().len());
+        joined.extend_from_slice(carry);
+        joined.extend_from_slice(self.bytes());
+        self.position -= carry.len() as u64;
+        self.buf = joined;
+        self.start = 0;
+    }
+
+    /// Append `n` more bytes read from the file after this chunk's end.
+    fn extend(&mut self, file: &File, n: usize) -> std::io::Result<Result<(), Shrunk>> {
+        let end = self.end();
+        let old = self.buf.len();
+        self.buf.resize(old + n, 0);
+        let Some(target) = self.buf.get_mut(old..) else {
+            return Ok(Ok(()));
+        };
+        read_full_at(file, target, end)
+    }
 }
 
 impl LogFile {
+    /// Open a `.log` for reading: a regular file only (never blocking on a
+    /// FIFO, following no symlink: see [`crate::open`]), of at most
+    /// [`MAX_SEGMENT_BYTES`](crate::open::MAX_SEGMENT_BYTES).
     pub fn open(path: impl AsRef<Path>) -> Result<LogFile, Error> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        if len == 0 {
-            return Ok(LogFile { path, map: None });
+        let (file, meta) = crate::open::open_regular(&path)?;
+        let len = meta.len();
+        if len > crate::open::MAX_SEGMENT_BYTES {
+            return Err(crate::open::too_large(
+                &path,
+                ".log segment",
+                len,
+                crate::open::MAX_SEGMENT_BYTES,
+            ));
         }
-        // SAFETY: a read-only shared mapping owned by this value; we never write
-        // through it. Another process may still change the file: Kafka only appends
-        // to the active segment (bytes past our mapped length stay invisible), but
-        // truncating or rewriting a mapped segment would let reads see new bytes or
-        // fault (SIGBUS) — the trade-off every mmap reader makes (ripgrep's
-        // searcher documents the same). Callers map segments the broker no longer
-        // rewrites, or copies they own.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-        #[cfg(unix)]
+        #[cfg(target_os = "linux")]
         {
-            // Only a hint: failure changes nothing but read-ahead.
-            let _ = map.advise(memmap2::Advice::Sequential);
+            use std::os::fd::AsRawFd;
+            // Only a hint (doubles read-ahead): failure changes nothing else.
+            // SAFETY: a valid open descriptor; the call reads no memory of ours.
+            let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
         }
-        Ok(LogFile { path, map: Some(map) })
+        Ok(LogFile { path, file, len })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The size of the file when it was opened.
     pub fn len(&self) -> u64 {
-        self.bytes().len() as u64
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bytes().is_empty()
+        self.len == 0
     }
 
-    /// The whole file.
-    pub fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or_default()
+    /// The error for a file that ended at `at`, before the size it had at open.
+    fn shrunk(&self, at: u64) -> Error {
+        Error::corrupt(
+            &self.path,
+            at,
+            None,
+            Defect::ChangedWhileRead {
+                message: format!(
+                    "{} bytes when opened, but it ends at byte {at}: truncated while it was read",
+                    self.len
+                ),
+            },
+        )
     }
 
-    /// Drop the pages of `[from, to)` from this process's resident set.
-    fn release(&self, from: u64, to: u64) {
-        #[cfg(unix)]
-        if let Some(map) = &self.map {
-            let to = (to as usize).min(map.len());
-            let from = (from as usize).min(to);
-            if to > from {
-                // SAFETY: `map` is a read-only, shared, file-backed mapping, so
-                // MADV_DONTNEED only drops page-table entries: the next access
-                // faults the same file contents back in, nothing is zeroed or
-                // lost, exactly as when the kernel reclaims clean page-cache
-                // pages of any mapping. No thread reads the range: `scan` takes
-                // `&mut self`, its callback cannot keep a frame past its call,
-                // and the windowed scan reports a window for release only once
-                // its CRC helper no longer reads it. (A reader would still see
-                // the same bytes.)
-                unsafe {
-                    let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
-                }
-            }
+    fn checked(&self, read: std::io::Result<Result<(), Shrunk>>) -> Result<(), Error> {
+        match read {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Shrunk { at })) => Err(self.shrunk(at)),
+            Err(e) => Err(Error::io(&self.path, e)),
         }
-        #[cfg(not(unix))]
-        let _ = (from, to);
     }
 
-    /// Scan every frame (see [`scan_frames`]), calling `f` for each, and release
-    /// scanned pages as it goes. Returns the framing error or partial frame that
-    /// stopped the scan, with this file's path and absolute positions.
+    /// Whether every byte from `position` to the size at open is zero (the tail
+    /// a broker with `preallocate=true` leaves), read in small pieces.
+    pub fn is_zero_from(&self, position: u64) -> Result<bool, Error> {
+        const PIECE: usize = 64 * 1024;
+        let mut buf = vec![0u8; PIECE];
+        let mut at = position;
+        while at < self.len {
+            let n = (self.len - at).min(PIECE as u64) as usize;
+            let Some(piece) = buf.get_mut(..n) else { break };
+            self.checked(read_full_at(&self.file, piece, at))?;
+            if piece.iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+            at += n as u64;
+        }
+        Ok(true)
+    }
+
+    /// Scan every frame (see [`scan_frames`]), calling `f` for each. Returns
+    /// the framing error or partial frame that stopped the scan, with this
+    /// file's path and absolute positions, or [`Defect::ChangedWhileRead`] if
+    /// the file ended before its size at open (truncated meanwhile).
     ///
-    /// When the process may use two CPUs, the CRCs of a file of
-    /// [`PARALLEL_MIN_BYTES`] or more are computed on two threads (the private
-    /// `window` module says how); the frames still reach `f` one by one, in
+    /// The file is read [`CHUNK_BYTES`] at a time. When the process may use two
+    /// CPUs, the CRCs of a file of [`PARALLEL_MIN_BYTES`] or more are computed
+    /// on two threads (the private `window` module says how) and the next chunk
+    /// is read while one is scanned; the frames still reach `f` one by one, in
     /// file order, on the calling thread.
-    pub fn scan<F>(&mut self, f: F) -> Result<ScanSummary, Error>
+    pub fn scan<F>(&mut self, mut f: F) -> Result<ScanSummary, Error>
     where
         F: FnMut(&Frame<'_>) -> ControlFlow<()>,
     {
-        let mut released = 0u64;
-        let release = |scanned: u64| {
-            // Release whole pages only: the page that holds `scanned` may also
-            // hold the start of the window the helper is computing.
-            let to = scanned & !(RELEASE_ALIGN - 1);
-            if to > released {
-                self.release(released, to);
-                released = to;
+        let parallel = self.len >= PARALLEL_MIN_BYTES && helper_available();
+        let chunk_len = |from: u64| (self.len - from).min(CHUNK_BYTES as u64) as usize;
+        let mut summary = ScanSummary::default();
+        let mut current = Chunk::default();
+        let mut next = Chunk::default();
+        let first = current.read(&self.file, 0, chunk_len(0), self.len > CHUNK_BYTES as u64);
+        self.checked(first)?;
+        loop {
+            let end = current.end();
+            let at_end = end >= self.len;
+            let file = &self.file;
+            // Read the next chunk while this one is scanned (on a second CPU).
+            let (chunk_summary, stop, prefetched) = std::thread::scope(|scope| {
+                let reader = (parallel && !at_end).then(|| {
+                    let n = chunk_len(end);
+                    let next = &mut next;
+                    scope.spawn(move || next.read(file, end, n, true))
+                });
+                let (s, stop) = if parallel {
+                    window::scan(
+                        current.bytes(),
+                        current.position,
+                        true,
+                        window::Limits::DEFAULT,
+                        &mut f,
+                        |_| {},
+                    )
+                } else {
+                    scan_in_order(current.bytes(), current.position, &mut f)
+                };
+                let prefetched = reader.map(|r| r.join().unwrap_or_else(|_| Err(std::io::ErrorKind::Other.into())));
+                (s, stop, prefetched)
+            });
+            summary.frames += chunk_summary.frames;
+            summary.crc_mismatches += chunk_summary.crc_mismatches;
+            summary.end = chunk_summary.end;
+            if chunk_summary.stopped_early {
+                summary.stopped_early = true;
+                return Ok(summary);
             }
-        };
-        let (summary, stop) = if self.len() >= PARALLEL_MIN_BYTES && helper_available() {
-            window::scan(self.bytes(), 0, true, window::Limits::DEFAULT, f, release)
-        } else {
-            scan_in_order(self.bytes(), f, release)
-        };
-        self.release(0, self.len());
-        match stop {
-            Some(e) => Err(e.at(&self.path)),
-            None => Ok(summary),
+            // A frame the chunk cut continues in the next one.
+            let carry_from = match &stop {
+                None if !at_end => end,
+                Some(ParseError::Incomplete { position, .. }) if !at_end => *position,
+                None => return Ok(summary),
+                Some(e) => return Err(e.clone().at(&self.path)),
+            };
+            if let Some(ParseError::Incomplete {
+                position,
+                offset,
+                needed,
+                ..
+            }) = &stop
+            {
+                if position.saturating_add(*needed) > self.len {
+                    // The frame runs past the end of the file: no need to read it.
+                    let available = self.len - position;
+                    let tail = ParseError::Incomplete {
+                        position: *position,
+                        offset: *offset,
+                        needed: *needed,
+                        available,
+                    };
+                    return Err(tail.at(&self.path));
+                }
+                if *needed > MAX_FRAME_BYTES {
+                    let defect = Defect::TooLarge {
+                        what: "record batch",
+                        size: *needed,
+                        limit: MAX_FRAME_BYTES,
+                    };
+                    return Err(Error::corrupt(&self.path, *position, *offset, defect));
+                }
+            }
+            let needed = match &stop {
+                Some(ParseError::Incomplete { needed, .. }) => *needed,
+                _ => 0,
+            };
+            match prefetched {
+                Some(read) => self.checked(read)?,
+                None => self.checked(next.read(&self.file, end, chunk_len(end), true))?,
+            }
+            let carry = current
+                .bytes()
+                .get((carry_from - current.position) as usize..)
+                .unwrap_or_default();
+            next.prepend(carry);
+            let have = next.bytes().len() as u64;
+            if have < needed {
+                // A frame larger than a chunk: read the rest of it now.
+                let more = (needed - have).min(self.len - next.end()) as usize;
+                self.checked(next.extend(&self.file, more))?;
+            }
+            std::mem::swap(&mut current, &mut next);
         }
     }
 }
@@ -371,18 +602,18 @@ impl LogFile {
 /// [`LogFile::scan`] on one thread: each frame's CRC right after its header,
 /// while the frame streams through the cache. (The windowed scan reads the
 /// headers in a pass of their own, a cache miss each, which only pays when a
-/// second core computes CRCs meanwhile.) `scanned` is told the position up to
-/// which frames are checked, every [`RELEASE_INTERVAL`] bytes.
-fn scan_in_order<F, D>(bytes: &[u8], mut f: F, mut scanned: D) -> (ScanSummary, Option<ParseError>)
+/// second core computes CRCs meanwhile.) `bytes` start at file position `base`.
+fn scan_in_order<F>(bytes: &[u8], base: u64, mut f: F) -> (ScanSummary, Option<ParseError>)
 where
     F: FnMut(&Frame<'_>) -> ControlFlow<()>,
-    D: FnMut(u64),
 {
-    let mut summary = ScanSummary::default();
-    let mut frames = scan_frames(bytes, 0);
+    let mut summary = ScanSummary {
+        end: base,
+        ..ScanSummary::default()
+    };
+    let mut frames = scan_frames(bytes, base);
     let mut stop = None;
-    let mut reported = 0;
-    while let Some(item) = frames.next() {
+    for item in frames.by_ref() {
         match item {
             Ok(frame) => {
                 summary.frames += 1;
@@ -399,11 +630,6 @@ where
                 break;
             }
         }
-        let here = frames.next_position();
-        if here - reported >= RELEASE_INTERVAL {
-            scanned(here);
-            reported = here;
-        }
     }
     summary.end = frames.next_position();
     (summary, stop)
@@ -413,11 +639,6 @@ where
 /// helper costs tens of microseconds, about the CRC time of a few hundred KiB.
 pub const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
 
-/// Pages are released in multiples of this (64 KiB, a multiple of every common
-/// page size), so a release does not drop the page the next window starts in,
-/// which the CRC helper may be reading.
-const RELEASE_ALIGN: u64 = 64 * 1024;
-
 /// Whether a second thread can run at the same time: not on a single core (or
 /// a one-CPU container), where the helper would only add switches.
 fn helper_available() -> bool {
@@ -426,363 +647,4 @@ fn helper_available() -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::batch::{seal_crc, Compression, ControlType, TimestampType};
-    use crate::control::{end_txn_marker_batch, EndTxnMarker};
-    use crate::legacy::{encode_message, encode_wrapper, LegacySpec};
-    use crate::record::{read_records, BatchBuilder, DeepLimits, RecordSpec};
-    use proptest::prelude::*;
-    use std::io::Write;
-
-    fn specs(n: i32) -> Vec<RecordSpec> {
-        (0..n)
-            .map(|i| {
-                RecordSpec::new(i, 1000 + i64::from(i))
-                    .with_key(format!("key-{i}"))
-                    .with_value(vec![i as u8; 10])
-                    .with_header("h", Some(vec![i as u8]))
-            })
-            .collect()
-    }
-
-    fn batch(base: i64, codec: Compression, n: i32) -> Vec<u8> {
-        BatchBuilder::new(base)
-            .compression(codec)
-            .partition_leader_epoch(3)
-            .records(specs(n))
-            .build()
-    }
-
-    fn collect(bytes: &[u8]) -> (Vec<Frame<'_>>, Option<ParseError>, u64) {
-        let mut it = scan_frames(bytes, 1000);
-        let mut frames = vec![];
-        let mut err = None;
-        for item in it.by_ref() {
-            match item {
-                Ok(f) => frames.push(f),
-                Err(e) => err = Some(e),
-            }
-        }
-        (frames, err, it.next_position())
-    }
-
-    #[test]
-    fn scans_mixed_segment_and_deep_walks_each_codec() {
-        let mut seg = Vec::new();
-        let mut base = 0;
-        for codec in Compression::ALL {
-            seg.extend_from_slice(&batch(base, codec, 5));
-            base += 5;
-        }
-        let marker = EndTxnMarker {
-            control_type: ControlType::Abort,
-            coordinator_epoch: 2,
-        };
-        seg.extend_from_slice(&end_txn_marker_batch(base, 5000, 3, 7, 1, marker));
-        seg.extend_from_slice(&encode_message(
-            base + 1,
-            1,
-            77,
-            TimestampType::CreateTime,
-            None,
-            Some(b"v1"),
-        ));
-        let wrapper = encode_wrapper(
-            0,
-            Compression::Gzip,
-            TimestampType::CreateTime,
-            -1,
-            &[LegacySpec {
-                offset: base + 2,
-                ..LegacySpec::default()
-            }],
-        );
-        seg.extend_from_slice(&wrapper);
-        let (frames, err, end) = collect(&seg);
-        assert_eq!(err, None);
-        assert_eq!(end, 1000 + seg.len() as u64);
-        assert_eq!(frames.len(), 8);
-        let mut pos = 1000;
-        for (i, f) in frames.iter().enumerate() {
-            assert!(f.crc_matches(), "frame {i}");
-            assert_eq!(f.info.position, pos);
-            pos += f.info.size;
-            if i < 5 {
-                assert_eq!(
-                    (f.info.base_offset, f.info.last_offset),
-                    (5 * i as i64, 5 * i as i64 + 4)
-                );
-                assert_eq!(
-                    (
-                        f.info.records_count,
-                        f.info.max_timestamp,
-                        f.info.partition_leader_epoch
-                    ),
-                    (5, 1004, 3)
-                );
-                let (_, recs) = read_records(f.bytes, &DeepLimits::default()).unwrap();
-                assert_eq!(recs, specs(5), "frame {i}");
-            }
-        }
-        let m = &frames[5].info;
-        assert!(m.is_control && m.is_transactional);
-        assert_eq!(
-            (m.control, m.producer_id, m.producer_epoch),
-            (Some(ControlType::Abort), 7, 1)
-        );
-        assert_eq!((frames[6].info.magic, frames[6].info.max_timestamp), (1, 77));
-        assert_eq!((frames[7].info.magic, frames[7].info.records_count), (0, -1));
-    }
-
-    #[test]
-    fn crc_mismatch_does_not_stop_the_scan() {
-        let mut seg = batch(0, Compression::None, 3);
-        let second = seg.len();
-        seg.extend_from_slice(&batch(3, Compression::Lz4, 3));
-        let third = seg.len();
-        seg.extend_from_slice(&encode_message(6, 0, 0, TimestampType::CreateTime, Some(b"k"), None));
-        seg[second + 40] ^= 1; // maxTimestamp byte of the second batch
-        seg[third + 20] ^= 1; // legacy key length
-        let (frames, err, _) = collect(&seg);
-        assert_eq!(err, None);
-        let ok: Vec<bool> = frames.iter().map(Frame::crc_matches).collect();
-        assert_eq!(ok, vec![true, false, false]);
-        assert_eq!(frames[1].crc_position(), 1000 + second as u64 + 17);
-        assert_eq!(frames[2].crc_position(), 1000 + third as u64 + 12);
-        assert!(matches!(frames[1].crc_defect(), Some(Defect::CrcMismatch { .. })));
-    }
-
-    #[test]
-    fn framing_defects_stop_with_the_frame_position() {
-        let good = batch(0, Compression::None, 2);
-        let p = good.len() as u64;
-        type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
-        let cases: Vec<(Mutation, Defect)> = vec![
-            (
-                Box::new(|b: &mut Vec<u8>| b[8..12].copy_from_slice(&13i32.to_be_bytes())),
-                Defect::BadLength {
-                    field: "batch length",
-                    value: 13,
-                },
-            ),
-            (
-                Box::new(|b: &mut Vec<u8>| b[8..12].copy_from_slice(&48i32.to_be_bytes())),
-                Defect::BadLength {
-                    field: "batch length",
-                    value: 48,
-                },
-            ),
-            (Box::new(|b: &mut Vec<u8>| b[16] = 3), Defect::BadMagic { magic: 3 }),
-            (Box::new(|b: &mut Vec<u8>| b[16] = 0xff), Defect::BadMagic { magic: -1 }),
-        ];
-        for (mutate, defect) in cases {
-            let mut second = batch(2, Compression::None, 2);
-            mutate(&mut second);
-            let mut seg = good.clone();
-            seg.extend_from_slice(&second);
-            seg.extend_from_slice(&good);
-            let (frames, err, end) = collect(&seg);
-            assert_eq!(frames.len(), 1);
-            assert_eq!(
-                err,
-                Some(ParseError::Corrupt {
-                    position: 1000 + p,
-                    offset: Some(2),
-                    defect
-                })
-            );
-            assert_eq!(end, 1000 + p);
-        }
-        // A legacy v1 message too short for its timestamp keeps the framing.
-        let mut short = encode_message(9, 0, 0, TimestampType::CreateTime, None, None);
-        short[16] = 1;
-        seal_crc_legacy(&mut short);
-        let (frames, err, _) = collect(&short);
-        assert_eq!((frames.len(), err), (1, None));
-        assert_eq!(frames[0].info.max_timestamp, -1);
-        assert!(frames[0].crc_matches());
-    }
-
-    fn seal_crc_legacy(frame: &mut [u8]) {
-        let crc = legacy::compute_crc(frame);
-        frame[12..16].copy_from_slice(&crc.to_be_bytes());
-    }
-
-    #[test]
-    fn truncated_tail_is_incomplete_at_the_frame_start() {
-        let a = batch(0, Compression::None, 2);
-        let b = batch(2, Compression::Gzip, 2);
-        let mut seg = a.clone();
-        seg.extend_from_slice(&b);
-        for cut in 1..b.len() {
-            let bytes = &seg[..a.len() + cut];
-            let (frames, err, end) = collect(bytes);
-            assert_eq!(frames.len(), 1);
-            let needed = if cut < 17 { 17 } else { b.len() as u64 };
-            assert_eq!(
-                err,
-                Some(ParseError::Incomplete {
-                    position: 1000 + a.len() as u64,
-                    offset: (cut >= 8).then_some(2),
-                    needed,
-                    available: cut as u64,
-                }),
-                "cut {cut}"
-            );
-            assert_eq!(end, 1000 + a.len() as u64);
-        }
-    }
-
-    #[test]
-    fn log_file_open_scan_and_empty_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let empty = dir.path().join("00000000000000000000.log");
-        std::fs::File::create(&empty).unwrap();
-        let mut log = LogFile::open(&empty).unwrap();
-        assert!(log.is_empty());
-        assert_eq!(log.scan(|_| ControlFlow::Continue(())).unwrap(), ScanSummary::default());
-
-        let path = dir.path().join("00000000000000000010.log");
-        let mut seg = batch(10, Compression::Snappy, 4);
-        seg.extend_from_slice(&batch(14, Compression::None, 1)[..30]);
-        std::fs::write(&path, &seg).unwrap();
-        let mut log = LogFile::open(&path).unwrap();
-        let mut seen = vec![];
-        let err = log
-            .scan(|f| {
-                seen.push(f.info.base_offset);
-                ControlFlow::Continue(())
-            })
-            .unwrap_err();
-        assert_eq!(seen, vec![10]);
-        match err {
-            Error::Incomplete {
-                path: p,
-                position,
-                offset,
-                ..
-            } => {
-                assert_eq!(p, path);
-                assert_eq!(position, (seg.len() - 30) as u64);
-                assert_eq!(offset, Some(14));
-            }
-            other => panic!("{other}"),
-        }
-        let missing = LogFile::open(dir.path().join("nope.log")).unwrap_err();
-        assert!(matches!(missing, Error::Io { .. }));
-    }
-
-    /// Scanning a segment much larger than the release interval keeps the mapped
-    /// pages resident in this process bounded.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn scan_releases_scanned_pages() {
-        fn rss_file_kib() -> u64 {
-            let status = std::fs::read_to_string("/proc/self/status").unwrap();
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("RssFile:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .unwrap_or(0)
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("00000000000000000000.log");
-        let one = BatchBuilder::new(0)
-            .record(RecordSpec::new(0, 1).with_value(vec![0x5a; 1 << 20]))
-            .build();
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-        const BATCHES: usize = 160;
-        for i in 0..BATCHES {
-            let mut b = one.clone();
-            b[..8].copy_from_slice(&(i as i64).to_be_bytes());
-            seal_crc(&mut b);
-            file.write_all(&b).unwrap();
-        }
-        file.into_inner().unwrap().sync_all().unwrap();
-        let before = rss_file_kib();
-        let mut log = LogFile::open(&path).unwrap();
-        let mut peak = 0;
-        let summary = log
-            .scan(|f| {
-                if f.info.base_offset % 8 == 0 {
-                    peak = peak.max(rss_file_kib().saturating_sub(before));
-                }
-                ControlFlow::Continue(())
-            })
-            .unwrap();
-        assert_eq!(summary.frames, BATCHES as u64);
-        assert!(peak > 0, "RssFile must be measurable");
-        // 160 MiB scanned; without releasing, the mapping would be ~160 MiB
-        // resident. With it, two windows of RELEASE_INTERVAL (one checked, one
-        // being computed), three while the CRC helper lags, plus fault-around.
-        assert!(
-            peak < 3 * RELEASE_INTERVAL / 1024 + 8 * 1024,
-            "peak file-backed RSS grew by {peak} KiB"
-        );
-    }
-
-    proptest! {
-        #[test]
-        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let (frames, _, end) = collect(&bytes);
-            let total: u64 = frames.iter().map(|f| f.info.size).sum();
-            prop_assert_eq!(end, 1000 + total);
-        }
-
-        #[test]
-        fn mutated_segments_never_panic(flips in proptest::collection::vec((any::<usize>(), 1u8..=255), 1..5)) {
-            let mut seg = batch(0, Compression::None, 3);
-            seg.extend_from_slice(&batch(3, Compression::Zstd, 3));
-            seg.extend_from_slice(&end_txn_marker_batch(6, 1, 0, 1, 0, EndTxnMarker { control_type: ControlType::Commit, coordinator_epoch: 0 }));
-            let n = seg.len();
-            for (at, x) in flips {
-                seg[at % n] ^= x;
-            }
-            for f in collect(&seg).0 {
-                if f.info.magic == 2 {
-                    let _ = read_records(f.bytes, &DeepLimits::default());
-                }
-            }
-        }
-
-        /// The one-thread scan of `LogFile::scan` reports what the iterator
-        /// does, and stops where its callback asks.
-        #[test]
-        fn in_order_scan_matches_the_iterator(
-            flips in proptest::collection::vec((any::<usize>(), 1u8..=255), 0..3),
-            cut in any::<usize>(),
-            stop_after in 0u64..8,
-        ) {
-            let mut seg = batch(0, Compression::None, 3);
-            seg.extend_from_slice(&batch(3, Compression::Lz4, 3));
-            seg.extend_from_slice(&encode_message(6, 1, 0, TimestampType::CreateTime, None, Some(b"v")));
-            seg.extend_from_slice(&batch(7, Compression::Gzip, 2));
-            let n = seg.len();
-            for (at, x) in flips {
-                seg[at % n] ^= x;
-            }
-            seg.truncate(n - cut % 40);
-            let mut it = scan_frames(&seg, 0);
-            let expected: Vec<_> = it.by_ref().map_while(Result::ok).map(|f| (f.info, f.stored_crc, f.computed_crc)).collect();
-            let expected_stop = scan_frames(&seg, 0).find_map(Result::err);
-            let mut seen = vec![];
-            let (summary, stop) = scan_in_order(&seg, |f| {
-                seen.push((f.info, f.stored_crc, f.computed_crc));
-                if seen.len() as u64 > stop_after { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-            }, |_| {});
-            let kept = expected.len().min(stop_after as usize + 1);
-            prop_assert_eq!(&seen[..], &expected[..kept]);
-            prop_assert_eq!(summary.frames, kept as u64);
-            prop_assert_eq!(summary.crc_mismatches, seen.iter().filter(|(_, s, c)| s != c).count() as u64);
-            if summary.stopped_early {
-                let (info, _, _) = seen[kept - 1];
-                prop_assert_eq!(summary.end, info.position + info.size);
-                prop_assert_eq!(stop, None);
-            } else {
-                prop_assert_eq!(summary.end, it.next_position());
-                prop_assert_eq!(stop, expected_stop);
-            }
-        }
-    }
-}
+mod tests;

@@ -21,7 +21,7 @@ use base64::engine::{DecodePaddingMode, Engine, GeneralPurpose, GeneralPurposeCo
 
 use crate::checkpoint::java_split;
 use crate::durable::write_atomically;
-use crate::error::{Defect, Error, ParseError, Result};
+use crate::error::{Defect, ParseError, Result};
 
 /// The only version Kafka writes.
 pub const PARTITION_METADATA_VERSION: i32 = 0;
@@ -206,7 +206,7 @@ impl PartitionMetadata {
     }
 
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes = crate::open::read_capped(path, "partition.metadata", crate::open::MAX_TEXT_FILE_BYTES)?;
         Self::parse(&bytes).map_err(|e| e.at(path))
     }
 

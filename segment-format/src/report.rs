@@ -14,10 +14,21 @@ pub enum Severity {
     Error,
 }
 
+/// Serialize a path as text, replacing bytes that are not UTF-8 with U+FFFD
+/// (`Path::to_string_lossy`). Serde's own `Path` serializer fails on such a
+/// name, and a report must not fail (nor a `json!` panic) because a log dir
+/// holds a file Kafka never created; the text form of the report names it
+/// with `Path::display`, which does the same replacement.
+pub fn serialize_path_lossy<S: serde::Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&path.to_string_lossy())
+}
+
 /// One defect found in one file.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Finding {
     pub severity: Severity,
+    /// In JSON: lossy text (see [`serialize_path_lossy`]).
+    #[serde(serialize_with = "serialize_path_lossy")]
     pub path: PathBuf,
     /// Byte position in `path`, where the defect has one.
     pub position: Option<u64>,

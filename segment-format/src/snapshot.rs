@@ -18,7 +18,7 @@
 use std::path::Path;
 
 use crate::durable::write_atomically;
-use crate::error::{Defect, Error, ParseError, Result};
+use crate::error::{Defect, ParseError, Result};
 
 /// The only supported version (`validVersions: "1"`).
 pub const SNAPSHOT_VERSION: i16 = 1;
@@ -216,7 +216,7 @@ impl ProducerSnapshot {
     }
 
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes = crate::open::read_capped(path, "producer snapshot", crate::open::MAX_SNAPSHOT_BYTES)?;
         Self::parse(&bytes).map_err(|e| e.at(path))
     }
 

@@ -18,14 +18,18 @@ use crate::dir::{
     SegmentFileKind, SegmentFiles, META_PROPERTIES_FILE,
 };
 use crate::error::{Defect, Error, IndexKind, ParseError};
-use crate::index::{read_index_file, OffsetIndexChecker, TimeIndexChecker};
+use crate::index::{OffsetIndexChecker, TimeIndexChecker, OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
 use crate::legacy;
 use crate::log::LogFile;
+use crate::open::MAX_SEGMENT_BYTES;
 use crate::partition_metadata::PartitionMetadata;
 use crate::record::{for_each_record, DeepLimits};
 use crate::report::{Finding, Severity};
 use crate::snapshot::ProducerSnapshot;
-use crate::txn_index::{TxnIndexChecker, TxnTracker};
+use crate::txn_index::{TxnIndexChecker, TxnTracker, ABORTED_TXN_SIZE};
+
+mod bounded;
+mod live;
 
 /// How deep and how strict a verification is.
 #[derive(Debug, Clone, Default)]
@@ -45,6 +49,8 @@ pub const MAX_FINDINGS_PER_FILE: usize = 100;
 /// Totals for one partition directory (or one segment file verified alone).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PartitionSummary {
+    /// In JSON: lossy text (see [`crate::report::serialize_path_lossy`]).
+    #[serde(serialize_with = "crate::report::serialize_path_lossy")]
     pub path: PathBuf,
     pub topic: Option<String>,
     pub partition: Option<i32>,
@@ -348,86 +354,8 @@ struct PartitionScan {
     epochs: Option<LeaderEpochChecker>,
 }
 
-/// Attempts at verifying one partition directory that changes while it is read.
-pub const LIVE_ATTEMPTS: usize = 3;
-
-/// Names, sizes and modification times of a partition directory's files: if they
-/// differ before and after an attempt, a broker wrote while we read.
-fn dir_signature(path: &Path) -> Option<Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>> {
-    let mut entries: Vec<_> = std::fs::read_dir(path)
-        .ok()?
-        .flatten()
-        .map(|e| {
-            let meta = e.metadata().ok();
-            (
-                e.file_name(),
-                meta.as_ref().map_or(0, |m| m.len()),
-                meta.and_then(|m| m.modified().ok()),
-            )
-        })
-        .collect();
-    entries.sort();
-    Some(entries)
-}
-
-/// Verify a partition directory. A running broker appends, rolls, trims indexes
-/// and writes producer snapshots while we read, so one attempt can see a torn
-/// state (an entry half written, a snapshot still empty, a file renamed away).
-/// Such a state never survives: when an attempt finds errors (or cannot read a
-/// file) and the directory changed during it, its findings are dropped and the
-/// partition is read again, up to [`LIVE_ATTEMPTS`] times. Data that does not
-/// change is verified once, so its findings are always reported.
-fn verify_partition_dir(
-    path: &Path,
-    log_start_offset: Option<i64>,
-    options: &VerifyOptions,
-    progress: &dyn Progress,
-    sink: &mut Sink<'_>,
-) -> Result<PartitionSummary, Error> {
-    let mut attempt = 1;
-    loop {
-        let before = dir_signature(path);
-        let mark = sink.mark();
-        let result = verify_partition_dir_once(path, log_start_offset, options, progress, sink);
-        let failed = result.as_ref().map_or(true, |s| s.errors > 0);
-        let after = if failed { dir_signature(path) } else { None };
-        if !failed || after == before {
-            return result;
-        }
-        if attempt >= LIVE_ATTEMPTS {
-            // Still changing after every attempt (a broker rolling segments faster than we
-            // read): what was found in a file that changed during this attempt describes a
-            // torn read, not the data. Data that stayed put keeps its errors.
-            let changed = changed_files(before.as_deref(), after.as_deref());
-            let downgraded = sink.downgrade_since(&mark, |f| {
-                f.path
-                    .file_name()
-                    .is_some_and(|name| changed.iter().any(|c| c.as_os_str() == name))
-            });
-            return result.map(|mut summary| {
-                summary.errors = summary.errors.saturating_sub(downgraded);
-                summary.warnings += downgraded;
-                summary
-            });
-        }
-        sink.rewind(mark);
-        attempt += 1;
-    }
-}
-
-type DirSignature = [(std::ffi::OsString, u64, Option<std::time::SystemTime>)];
-
-/// Names of files that appeared, disappeared or changed size or mtime between two signatures.
-fn changed_files(before: Option<&DirSignature>, after: Option<&DirSignature>) -> Vec<std::ffi::OsString> {
-    let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
-    let mut changed: Vec<_> = before
-        .iter()
-        .filter(|e| !after.contains(e))
-        .map(|e| e.0.clone())
-        .collect();
-    changed.extend(after.iter().filter(|e| !before.contains(e)).map(|e| e.0.clone()));
-    changed
-}
+use live::verify_partition_dir;
+pub use live::LIVE_ATTEMPTS;
 
 fn verify_partition_dir_once(
     path: &Path,
@@ -671,11 +599,23 @@ fn single_file_summary(path: &Path, sink: &mut Sink<'_>) -> Result<PartitionSumm
 /// How often (in scanned bytes) progress is reported.
 const PROGRESS_STEP: u64 = 4 * 1024 * 1024;
 
-fn read_optional(path: Option<&PathBuf>) -> Result<Vec<u8>, Error> {
-    match path {
-        Some(p) => read_index_file(p),
-        None => Ok(Vec::new()),
-    }
+/// Read one index of a segment for its checker (see [`bounded`]): a missing
+/// file is empty; `None` when it is not to be checked (the findings say why).
+fn read_optional(
+    path: Option<&PathBuf>,
+    kind: IndexKind,
+    entry_size: usize,
+    log_len: u64,
+    newest: bool,
+    sink: &mut Sink<'_>,
+) -> Result<Option<Vec<u8>>, Error> {
+    let Some(path) = path else {
+        return Ok(Some(Vec::new()));
+    };
+    let mut findings = Vec::new();
+    let read = bounded::read_index(path, kind, entry_size, log_len, newest, &mut findings)?;
+    sink.extend(findings);
+    Ok(read)
 }
 
 /// Scan one segment once, running every check beside the scan.
@@ -689,13 +629,61 @@ fn verify_segment(
 ) -> Result<(), Error> {
     let base = segment.base_offset;
     let log_path = segment.log.as_path();
+    // The `.log`'s size decides before anything is read: one over Kafka's limit
+    // is rejected by it (a 50 GiB sparse file is not scanned for minutes), and
+    // it bounds what the indexes can need.
+    let log_len = match std::fs::symlink_metadata(log_path) {
+        Ok(meta) if meta.len() > MAX_SEGMENT_BYTES => {
+            sink.push(Finding::from_error(&crate::open::too_large(
+                log_path,
+                ".log segment",
+                meta.len(),
+                MAX_SEGMENT_BYTES,
+            )));
+            scan.summary.segments += 1;
+            return Ok(());
+        }
+        Ok(meta) => meta.len(),
+        Err(e) => return Err(Error::io(log_path, e)),
+    };
     // Indexes before the log: a running broker appends a batch to the `.log`
     // before its index entries, so every entry read first points into the log
     // read second. The other order sees entries beyond the log of a live segment.
-    let offset_index = read_optional(segment.index.as_ref())?;
-    let time_index = read_optional(segment.time_index.as_ref())?;
-    let txn_index = read_optional(segment.txn_index.as_ref())?;
-    let mut log = LogFile::open(log_path)?;
+    let newest = context.newest;
+    let offset_index = read_optional(
+        segment.index.as_ref(),
+        IndexKind::Offset,
+        OFFSET_INDEX_ENTRY_SIZE,
+        log_len,
+        newest,
+        sink,
+    )?;
+    let time_index = read_optional(
+        segment.time_index.as_ref(),
+        IndexKind::Time,
+        TIME_INDEX_ENTRY_SIZE,
+        log_len,
+        newest,
+        sink,
+    )?;
+    let txn_index = read_optional(
+        segment.txn_index.as_ref(),
+        IndexKind::Transaction,
+        ABORTED_TXN_SIZE,
+        log_len,
+        newest,
+        sink,
+    )?;
+    let mut log = match LogFile::open(log_path) {
+        Ok(log) => log,
+        // Not a regular file, or grown past the limit since the `stat`: a finding.
+        Err(e) if e.is_corrupt() => {
+            sink.push(Finding::from_error(&e));
+            scan.summary.segments += 1;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     let index_path = segment
         .index
         .clone()
@@ -719,20 +707,15 @@ fn verify_segment(
             },
         ));
     }
-    if log.len() > i32::MAX as u64 {
-        sink.error(
-            log_path,
-            None,
-            Some(base),
-            Defect::BadLength {
-                field: "segment size",
-                value: log.len() as i64,
-            },
-        );
-    }
-    let mut offset_checker = OffsetIndexChecker::new(&index_path, &offset_index, base, context.newest);
-    let mut time_checker = TimeIndexChecker::new(&time_index_path, &time_index, base, context.newest);
-    let mut txn_checker = TxnIndexChecker::new(&txn_index_path, &txn_index, base, context.newest);
+    let mut offset_checker = offset_index
+        .as_deref()
+        .map(|bytes| OffsetIndexChecker::new(&index_path, bytes, base, newest));
+    let mut time_checker = time_index
+        .as_deref()
+        .map(|bytes| TimeIndexChecker::new(&time_index_path, bytes, base, newest));
+    let mut txn_checker = txn_index
+        .as_deref()
+        .map(|bytes| TxnIndexChecker::new(&txn_index_path, bytes, base, newest));
     let limits = DeepLimits::default();
     let mut unreported = 0u64;
     let summary = &mut scan.summary;
@@ -782,10 +765,16 @@ fn verify_segment(
                     .map_or(info.max_timestamp, |m| m.max(info.max_timestamp)),
             );
         }
-        offset_checker.on_batch(&info);
-        time_checker.on_batch(&info);
+        if let Some(checker) = offset_checker.as_mut() {
+            checker.on_batch(&info);
+        }
+        if let Some(checker) = time_checker.as_mut() {
+            checker.on_batch(&info);
+        }
         let expected = scan.txn_tracker.on_batch(&info);
-        txn_checker.on_batch(&info, expected.as_ref());
+        if let Some(checker) = txn_checker.as_mut() {
+            checker.on_batch(&info, expected.as_ref());
+        }
         if let Some(epochs) = scan.epochs.as_mut() {
             epochs.on_batch(log_path, &info);
         }
@@ -799,6 +788,12 @@ fn verify_segment(
     progress.advance(unreported);
     let end = match outcome {
         Ok(s) => s.end,
+        Err(e) if e.is_changed_while_read() => {
+            // Truncated under the scan: nothing after this describes the file, so
+            // the indexes are not judged against it. The caller reads it again.
+            sink.push(Finding::from_error(&e));
+            return Ok(());
+        }
         Err(e) => {
             let (position, offset) = match &e {
                 Error::Corrupt { position, offset, .. } | Error::Incomplete { position, offset, .. } => {
@@ -806,14 +801,23 @@ fn verify_segment(
                 }
                 _ => return Err(e),
             };
-            report_tail(log_path, log.bytes(), position, offset, &e, context, options, sink);
+            if let Err(changed) = report_tail(&log, position, offset, &e, context, options, sink) {
+                sink.push(Finding::from_error(&changed));
+                return Ok(());
+            }
             progress.advance(log.len().saturating_sub(position));
             position
         }
     };
-    sink.extend(offset_checker.finish(end));
-    sink.extend(time_checker.finish(end));
-    sink.extend(txn_checker.finish());
+    if let Some(checker) = offset_checker {
+        sink.extend(checker.finish(end));
+    }
+    if let Some(checker) = time_checker {
+        sink.extend(checker.finish(end));
+    }
+    if let Some(checker) = txn_checker {
+        sink.extend(checker.finish());
+    }
     Ok(())
 }
 
@@ -913,28 +917,31 @@ fn deep_walk(bytes: &[u8], info: &BatchInfo, limits: &DeepLimits) -> Result<Deep
 /// end of the newest segment is what a broker leaves mid-write (a warning unless
 /// strict), and so is a zero tail there (`preallocate=true`); anywhere else, and
 /// any framing defect, is corruption.
-#[allow(clippy::too_many_arguments)]
+/// Errs only if the file changed while its tail was read.
 fn report_tail(
-    path: &Path,
-    bytes: &[u8],
+    log: &LogFile,
     position: u64,
     offset: Option<i64>,
     error: &Error,
     context: SegmentContext,
     options: &VerifyOptions,
     sink: &mut Sink<'_>,
-) {
-    let rest = bytes.get(position as usize..).unwrap_or_default();
-    let zero_tail = !rest.is_empty() && rest.iter().all(|&b| b == 0);
+) -> Result<(), Error> {
+    let path = log.path();
+    let rest_len = log.len().saturating_sub(position);
+    let zero_tail = rest_len > 0 && !error.is_too_large() && log.is_zero_from(position)?;
     // What a broker legitimately leaves at the end of its active segment: described in
     // a warning when tolerated, otherwise reported as trailing bytes.
     let what = match error {
-        _ if zero_tail => format!("{} bytes, zero-filled: preallocated active segment", rest.len()),
+        _ if zero_tail => format!("{rest_len} bytes, zero-filled: preallocated active segment"),
         Error::Incomplete { needed, available, .. } => format!(
             "incomplete batch at the end of the segment: need {needed} bytes, {available} available \
              (a broker mid-write leaves this)"
         ),
-        _ => return sink.push(Finding::from_error(error)),
+        _ => {
+            sink.push(Finding::from_error(error));
+            return Ok(());
+        }
     };
     let offset = if zero_tail { None } else { offset };
     if context.newest && !options.strict {
@@ -945,15 +952,9 @@ fn report_tail(
             Defect::Other { message: what },
         ));
     } else {
-        sink.error(
-            path,
-            Some(position),
-            offset,
-            Defect::TrailingBytes {
-                bytes: rest.len() as u64,
-            },
-        );
+        sink.error(path, Some(position), offset, Defect::TrailingBytes { bytes: rest_len });
     }
+    Ok(())
 }
 
 /// The outcome of [`check_segment`]: one segment checked on its own.
@@ -972,6 +973,15 @@ impl SegmentCheck {
     /// No error finding (warnings allowed).
     pub fn is_sound(&self) -> bool {
         self.suppressed_findings == 0 && self.findings.iter().all(|f| f.severity != Severity::Error)
+    }
+
+    /// A finding saying a file changed while it was read (truncated under the
+    /// scan): the check describes no state of the segment and is to be redone,
+    /// whatever else it found.
+    pub fn changed_while_read(&self) -> Option<&Finding> {
+        self.findings
+            .iter()
+            .find(|f| matches!(f.defect, Defect::ChangedWhileRead { .. }))
     }
 
     /// The error findings.

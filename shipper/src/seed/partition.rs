@@ -177,6 +177,21 @@ impl PartitionShipper<'_, '_> {
         let dir = blocking("list partition", move || PartitionDir::open(&path))
             .await?
             .map_err(source_error)?;
+        // A FIFO, socket, device or symlink named like a Kafka file stands for
+        // data that cannot be read (never opened, never followed): shipping the
+        // segments around it would leave a hole. Refused, naming the entries.
+        let unreadable: Vec<Finding> = dir
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error && matches!(f.defect, Defect::NotRegularFile { .. }))
+            .cloned()
+            .collect();
+        if !unreadable.is_empty() {
+            return Err(Stop::Status(PartitionStatus::Refused {
+                base_offset: None,
+                findings: unreadable,
+            }));
+        }
         let epochs = self.read_epochs(&dir).await?;
         let first_base = dir.segments.first().map(|s| s.base_offset);
         // A broker loads the log start offset as max(checkpoint, first base offset).

@@ -170,10 +170,13 @@ fn is_not_found(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
-/// A `Changed` outcome for a file that vanished, otherwise the error.
+/// A `Changed` outcome for a file that vanished or was truncated while it was
+/// read, otherwise the error.
 fn changed_or(e: Error) -> std::result::Result<Outcome, Error> {
     if is_not_found(&e) {
         Ok(Outcome::Changed(format!("{e} (deleted or replaced at the source)")))
+    } else if e.is_changed_while_read() {
+        Ok(Outcome::Changed(e.to_string()))
     } else {
         Err(e)
     }
@@ -285,15 +288,16 @@ pub(crate) fn prepare_sealed(
         if check.is_sound() {
             break (before, check);
         }
+        // Truncated under the scan: read again, never refused for it.
+        let torn = check.changed_while_read().map(ToString::to_string);
         std::thread::sleep(SETTLE_DELAY);
-        if stamps(segment, snapshot) == before {
+        if torn.is_none() && stamps(segment, snapshot) == before {
             return Ok(Outcome::Refused(errors_of(&check)));
         }
         if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(format!(
-                "{}: kept changing while it was verified",
-                segment.log.display()
-            )));
+            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                format!("{}: kept changing while it was verified", segment.log.display())
+            })));
         }
         attempt += 1;
     };
@@ -422,18 +426,18 @@ pub(crate) fn prepare_active(
         // in a way appends alone cannot explain: length or inode).
         std::thread::sleep(SETTLE_DELAY);
         let after = stamps(&log_only, None);
+        let torn = check.changed_while_read().map(ToString::to_string);
         let shrank_or_replaced = match (before.log(), after.log()) {
             (Some(b), Some(a)) => a.len < b.len || a.inode != b.inode,
             _ => true,
         };
-        if !shrank_or_replaced {
+        if !shrank_or_replaced && torn.is_none() {
             return Ok(Outcome::Refused(errors_of(&check)));
         }
         if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(format!(
-                "{}: truncated or replaced while it was verified",
-                segment.log.display()
-            )));
+            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                format!("{}: truncated or replaced while it was verified", segment.log.display())
+            })));
         }
         attempt += 1;
     };
@@ -677,8 +681,9 @@ pub(crate) fn rebuild(
     let mut end = 0u64;
     let mut problem: Option<String> = None;
     // A scan error after the prefix (the partial batch at the tail) is expected;
-    // one inside it shows up as `end < prefix` below.
-    let _ = file.scan(|frame| {
+    // one inside it shows up as `end < prefix` below, except a truncation under
+    // the scan, which is named.
+    let scanned = file.scan(|frame| {
         let info = &frame.info;
         if info.position.saturating_add(info.size) > prefix {
             return std::ops::ControlFlow::Break(());
@@ -696,6 +701,11 @@ pub(crate) fn rebuild(
         end = info.position + info.size;
         std::ops::ControlFlow::Continue(())
     });
+    if let Err(e) = scanned {
+        if e.is_changed_while_read() {
+            return Ok(Err(e.to_string()));
+        }
+    }
     if let Some(problem) = problem {
         return Ok(Err(problem));
     }
@@ -862,6 +872,84 @@ mod tests {
         // A prefix that does not end on a batch boundary, or beyond the data.
         assert_eq!(counts_in(&log, first + 1), Err(first as usize));
         assert_eq!(counts_in(&log, log.len() as u64 + 1), Err(log.len()));
+    }
+
+    /// A `.log` of `batches` batches of 1 MiB, written batch by batch; the end
+    /// of each batch.
+    fn big_log(path: &Path, batches: usize) -> Vec<u64> {
+        let one = BatchBuilder::new(0)
+            .record(RecordSpec::new(0, 1).with_value(vec![0x5a; 1 << 20]))
+            .build();
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+        let (mut ends, mut end) = (Vec::new(), 0);
+        for i in 0..batches {
+            let mut b = one.clone();
+            b[..8].copy_from_slice(&(i as i64).to_be_bytes());
+            segment_format::batch::seal_crc(&mut b);
+            std::io::Write::write_all(&mut file, &b).unwrap();
+            end += b.len() as u64;
+            ends.push(end);
+        }
+        std::io::Write::flush(&mut file).unwrap();
+        ends
+    }
+
+    /// Cut `path` to `len` bytes (as a follower truncates its log) as soon as
+    /// this process has it open: while the seed reader reads it. `true` once done.
+    fn truncate_when_opened(path: PathBuf, len: u64) -> std::thread::JoinHandle<bool> {
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while std::time::Instant::now() < deadline {
+                let open = std::fs::read_dir("/proc/self/fd").is_ok_and(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+                });
+                if open {
+                    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                    file.set_len(len).unwrap();
+                    return true;
+                }
+                std::thread::yield_now();
+            }
+            false
+        })
+    }
+
+    /// A segment truncated while the seed reads it: both of its reads (the
+    /// check before upload and the index rebuild) report "changed while read"
+    /// naming the file, for the caller to read again; no SIGBUS, no refusal.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn seed_reader_reports_a_segment_truncated_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("00000000000000000000.log");
+        let ends = big_log(&log, 160);
+        let log = std::fs::canonicalize(&log).unwrap();
+        let total = ends[ends.len() - 1];
+
+        let truncator = truncate_when_opened(log.clone(), ends[1]);
+        let rebuilt = rebuild(&log, 0, total, 4096).unwrap();
+        assert!(truncator.join().unwrap());
+        let Err(reason) = rebuilt else {
+            panic!("the rebuild must see the truncation");
+        };
+        assert!(reason.contains("changed while read"), "{reason}");
+        assert!(reason.contains(log.to_str().unwrap()), "{reason}");
+
+        big_log(&log, 160);
+        let segment = SegmentFiles {
+            base_offset: 0,
+            log: log.clone(),
+            index: None,
+            time_index: None,
+            txn_index: None,
+        };
+        let truncator = truncate_when_opened(log.clone(), ends[1]);
+        let check = check_segment(&segment, Some(160), false, &VerifyOptions::default()).unwrap();
+        assert!(truncator.join().unwrap());
+        let changed = check.changed_while_read().expect("the check must see the truncation");
+        assert_eq!(changed.path, log);
+        assert!(changed.to_string().contains("truncated while it was read"), "{changed}");
     }
 
     proptest! {

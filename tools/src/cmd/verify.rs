@@ -20,7 +20,7 @@ pub struct Args {
     /// their data objects (sizes and SHA-256 re-computed), offset gaps and overlaps between consecutive segments,
     /// epochs moving backwards, topic IDs that changed, leases.
     #[arg(required = true, value_name = "PATH")]
-    paths: Vec<String>,
+    paths: Vec<std::ffi::OsString>,
     /// Key prefix inside the stores given (the one `seed --prefix` used).
     #[arg(long, value_name = "P", default_value = "")]
     prefix: String,
@@ -33,7 +33,8 @@ pub struct Args {
     /// segment) as corruption instead of a warning.
     #[arg(long)]
     strict: bool,
-    /// Print one JSON document (summaries and every finding) instead of text.
+    /// Print one JSON document (summaries and every finding) instead of text. Paths are JSON strings: bytes of
+    /// a file name that are not UTF-8 appear as U+FFFD.
     #[arg(long)]
     json: bool,
 }
@@ -51,7 +52,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         deep: args.deep,
         strict: args.strict,
     };
-    let (stores, paths): (Vec<&String>, Vec<&String>) = args.paths.iter().partition(|p| is_store_url(p));
+    // Paths are taken as given, UTF-8 or not (a log dir may hold names Kafka never
+    // creates); a store URL is text.
+    let (stores, paths): (Vec<&std::ffi::OsString>, Vec<&std::ffi::OsString>) =
+        args.paths.iter().partition(|p| p.to_str().is_some_and(is_store_url));
+    let stores: Vec<&str> = stores.into_iter().filter_map(|s| s.to_str()).collect();
     let paths: Vec<PathBuf> = paths.into_iter().map(PathBuf::from).collect();
     let mut report = Report::default();
     if !paths.is_empty() {
@@ -143,17 +148,33 @@ pub fn exit_code(report: &Report) -> ExitCode {
     }
 }
 
+/// The `--json` document. Paths are text; a byte of a file name that is not
+/// UTF-8 appears as U+FFFD (see `segment_format::report::serialize_path_lossy`).
+/// Serialized as a struct rather than with `json!`, which panics where
+/// serializing fails.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    sound: bool,
+    stores: &'a [AuditReport],
+    errors: u64,
+    warnings: u64,
+    partitions: &'a [verify::PartitionSummary],
+    findings: &'a [segment_format::report::Finding],
+    suppressed_findings: u64,
+    io_errors: &'a [String],
+}
+
 fn print_json(report: &Report, audits: &[AuditReport]) -> anyhow::Result<()> {
-    let doc = serde_json::json!({
-        "sound": report.is_sound() && report.io_errors.is_empty() && audits.iter().all(|a| a.is_sound()),
-        "stores": audits,
-        "errors": report.errors(),
-        "warnings": report.warnings(),
-        "partitions": report.partitions,
-        "findings": report.findings,
-        "suppressed_findings": report.suppressed_findings,
-        "io_errors": report.io_errors,
-    });
+    let doc = JsonReport {
+        sound: report.is_sound() && report.io_errors.is_empty() && audits.iter().all(|a| a.is_sound()),
+        stores: audits,
+        errors: report.errors(),
+        warnings: report.warnings(),
+        partitions: &report.partitions,
+        findings: &report.findings,
+        suppressed_findings: report.suppressed_findings,
+        io_errors: &report.io_errors,
+    };
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
 }
