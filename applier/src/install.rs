@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use segment_format::batch::{read_frame_prefix, BatchInfo, RECORD_BATCH_OVERHEAD};
 use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochChecker, LeaderEpochCheckpoint};
-use segment_format::dir::{SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
+use segment_format::dir::{classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
 use segment_format::durable::fsync_dir;
 use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
@@ -44,9 +44,10 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::report::{Refusal, MAX_REPORTED_FINDINGS};
 
-/// Largest producer snapshot read for validation: 46 bytes per producer, so room for ~5.8 million producers, far
-/// beyond any real partition, while a hostile object cannot make the applier read gigabytes into memory.
-pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+/// Largest producer snapshot read for validation: the bucket contract's limit (46 bytes per producer, room for ~5.8
+/// million producers, far beyond any real partition, while a hostile object cannot make the applier read gigabytes
+/// into memory).
+pub const MAX_SNAPSHOT_BYTES: u64 = segment_format::manifest::MAX_SNAPSHOT_BYTES;
 
 /// The smallest frame a `.log` can hold: a magic-0 message with no key and no value (`LOG_OVERHEAD` 12 +
 /// `RECORD_OVERHEAD_V0` 14). Bounds how many batches, hence index entries, a log of a given size can have.
@@ -138,7 +139,9 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     if let Some(refusal) = implausible_sizes(m) {
         return Ok(Err(refusal));
     }
-    let files: Vec<ManifestFile> = m.files.clone();
+    // The segment's files, then the log-end snapshot if the version has one (always last: `validate` and `place`
+    // tell it from the base snapshot by position).
+    let files: Vec<ManifestFile> = m.all_files().cloned().collect();
 
     // 1. Stage.
     let started = std::time::Instant::now();
@@ -203,16 +206,23 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     let synced = started.elapsed();
     {
         let dir = t.partition_dir.to_path_buf();
-        let kinds: Vec<(SegmentFileKind, Source, String)> = files
+        let kinds: Vec<(SegmentFileKind, Source, String)> = m
+            .files
             .iter()
             .zip(&sources)
             .map(|(f, s)| (f.name.kind, s.clone(), f.name.to_string()))
             .collect();
-        let (base, replaces) = (m.base_offset, t.replaces);
+        let end = m
+            .end_snapshot
+            .as_ref()
+            .zip(sources.get(m.files.len()))
+            .map(|(f, s)| (s.clone(), f.name.to_string()));
+        let range = (m.base_offset, m.next_offset);
+        let replaces = t.replaces;
         #[cfg(feature = "failpoints")]
         let armed = t.failpoint.clone();
         blocking("rename into place", move || {
-            place(&dir, base, &kinds, replaces, &|_n| {
+            place(&dir, range, &kinds, end.as_ref(), replaces, &|_n| {
                 #[cfg(feature = "failpoints")]
                 kill_point(armed.as_deref(), crate::failpoint::FailPoint::AfterRename(_n))?;
                 Ok(())
@@ -365,15 +375,16 @@ fn implausible_sizes(m: &Manifest) -> Option<Refusal> {
             }
         }
     }
-    match m.file(SegmentFileKind::Snapshot) {
-        Some(f) if f.size > MAX_SNAPSHOT_BYTES => Some(Refusal::InvalidManifest {
+    m.file(SegmentFileKind::Snapshot)
+        .into_iter()
+        .chain(&m.end_snapshot)
+        .find(|f| f.size > MAX_SNAPSHOT_BYTES)
+        .map(|f| Refusal::InvalidManifest {
             reason: format!(
-                "{}: a producer snapshot of {} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}",
-                f.name, f.size
+                "{} ({}): a producer snapshot of {} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}",
+                f.name, f.key, f.size
             ),
-        }),
-        _ => None,
-    }
+        })
 }
 
 /// Step 2: the verification engine on the version's files, the manifest's claims, the snapshot, the epochs.
@@ -394,8 +405,7 @@ fn validate(
     };
     // Name findings by object key (staged files) so a report points at the bucket, not at a staging path.
     let names: HashMap<PathBuf, PathBuf> = m
-        .files
-        .iter()
+        .all_files()
         .zip(sources)
         .filter_map(|(f, s)| match s {
             Source::Fetch(p) => Some((p.clone(), PathBuf::from(&f.key))),
@@ -519,11 +529,21 @@ fn validate(
             message: format!("{manifest_key}: the manifest's leader epochs disagree with its batches: {message}"),
         }));
     }
-    if let Some(snapshot) = path_of(SegmentFileKind::Snapshot) {
+    // The base snapshot and the log-end one (the source after position `files.len()`) must parse.
+    let end_snapshot = m
+        .end_snapshot
+        .as_ref()
+        .and(sources.get(m.files.len()))
+        .map(|s| s.path().to_path_buf());
+    for snapshot in path_of(SegmentFileKind::Snapshot).into_iter().chain(end_snapshot) {
         let size = fs::metadata(&snapshot).map_err(|e| Error::io(&snapshot, e))?.len();
         if size > MAX_SNAPSHOT_BYTES {
+            let name = names.get(&snapshot).unwrap_or(&snapshot);
             return Ok(Err(Refusal::InvalidManifest {
-                reason: format!("producer snapshot of {size} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}"),
+                reason: format!(
+                    "{}: producer snapshot of {size} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}",
+                    name.display()
+                ),
             }));
         }
         match ProducerSnapshot::read(&snapshot) {
@@ -672,12 +692,17 @@ pub(crate) fn merge_epochs(installed: &[EpochEntry], shipped: &[EpochStart]) -> 
         .collect()
 }
 
-/// Step 4: rename the staged files of segment `base` into `dir` in the protocol's order, remove files of that
-/// segment the version does not have, fsync the directory. `after_rename(n)` runs after the `n`-th rename.
+/// Step 4: rename the staged files of the version `(base, next)` into `dir` in the protocol's order, then its
+/// log-end snapshot `end` (a snapshot at the log end is legal whatever else is there), remove files of that segment
+/// the version does not have and the stale log-end snapshots of shorter versions (offsets strictly inside
+/// `(base, next)`: nothing else the applier installs lives there), fsync the directory. `after_rename(n)` runs
+/// after the `n`-th rename. A crash before the catalog records the version leaves at most files the next run's
+/// sweep or reinstall replaces.
 fn place(
     dir: &Path,
-    base: i64,
+    (base, next): (i64, i64),
     files: &[(SegmentFileKind, Source, String)],
+    end: Option<&(Source, String)>,
     replaces: bool,
     after_rename: &dyn Fn(u32) -> Result<()>,
 ) -> Result<()> {
@@ -708,11 +733,42 @@ fn place(
         renamed += 1;
         after_rename(renamed)?;
     }
+    if let Some((Source::Fetch(staged), name)) = end {
+        let target = dir.join(name);
+        fs::rename(staged, &target).map_err(|e| Error::io(&target, e))?;
+        renamed += 1;
+        after_rename(renamed)?;
+    }
     if replaces {
         remove_stale()?;
     }
+    for path in stale_end_snapshots(dir, base, next)? {
+        fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+    }
     fsync_dir(dir)?;
     Ok(())
+}
+
+/// Producer snapshots in `dir` at offsets strictly between `base` and `next`: log-end snapshots of shorter versions
+/// of the segment at `base`, stale once a longer one is placed.
+fn stale_end_snapshots(dir: &Path, base: i64, next: i64) -> Result<Vec<PathBuf>> {
+    let mut stale = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if let PartitionFile::Segment {
+            base_offset,
+            kind: SegmentFileKind::Snapshot,
+        } = classify_partition_file(&name)
+        {
+            if base < base_offset && base_offset < next {
+                stale.push(entry.path());
+            }
+        }
+    }
+    Ok(stale)
 }
 
 /// Create the partition directory if needed (fsyncing the mirror root) and tag it with the lineage in
@@ -852,6 +908,7 @@ mod tests {
                 file(SegmentFileKind::TxnIndex, 340),
                 file(SegmentFileKind::Snapshot, 56),
             ],
+            end_snapshot: None,
             shipper: ShipperStamp {
                 id: "s".into(),
                 lease_epoch: 1,
@@ -937,7 +994,7 @@ mod tests {
             seen.borrow_mut().push((n, names));
             Ok(())
         };
-        place(&part, 7, &files, false, &record).unwrap();
+        place(&part, (7, 20), &files, None, false, &record).unwrap();
         let seen = seen.into_inner();
         assert_eq!(seen.len(), 4);
         assert!(seen[..3]
@@ -954,7 +1011,7 @@ mod tests {
             let _ = name;
         }
         let first = std::cell::RefCell::new(None);
-        place(&part, 7, &files, true, &|n| {
+        place(&part, (7, 20), &files, None, true, &|n| {
             if n == 1 {
                 *first.borrow_mut() = Some(fs::read(part.join("00000000000000000007.log")).unwrap());
                 assert_eq!(fs::read(part.join("00000000000000000007.index")).unwrap(), b"x");
