@@ -691,7 +691,8 @@ fn the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty
                 .config("acks", "all")
                 .step(ProduceStep::Send(
                     (0..RECORDS_PER_SOURCE_PRODUCER)
-                        .map(|i| record(format!("{round}-{p}-{i}")))
+                        // Padded, so that the small segments roll.
+                        .map(|i| record(format!("{round}-{p}-{i}-{}", "x".repeat(100))))
                         .collect(),
                 ));
             python_produce(bootstrap, &plan).unwrap();
