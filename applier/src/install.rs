@@ -29,7 +29,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use segment_format::batch::{read_frame_prefix, BatchInfo, RECORD_BATCH_OVERHEAD};
 use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochChecker, LeaderEpochCheckpoint};
-use segment_format::dir::{classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
+use segment_format::dir::{
+    classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE,
+};
 use segment_format::durable::fsync_dir;
 use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};

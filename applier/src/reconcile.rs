@@ -290,7 +290,9 @@ mod tests {
                 "notes.txt"
             ]
         );
-        assert!(sweep(&tmp.path().join("absent"), &BTreeSet::new(), None).unwrap().is_empty());
+        assert!(sweep(&tmp.path().join("absent"), &BTreeSet::new(), None)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

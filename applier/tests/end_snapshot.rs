@@ -49,7 +49,11 @@ async fn seed_all(w: &World, source_root: &Path) -> SeedReport {
     // A Kafka log dir: `seed` reads the cluster id from its meta.properties.
     let meta = source_root.join(META_PROPERTIES_FILE);
     if !meta.exists() {
-        LogDirIdentity::random(1).unwrap().meta_properties().write(&meta).unwrap();
+        LogDirIdentity::random(1)
+            .unwrap()
+            .meta_properties()
+            .write(&meta)
+            .unwrap();
     }
     let config = SeedConfig::new(vec![source_root.to_path_buf()], LINK).unwrap();
     let report = seed::seed(&w.store, &config, &seed::NoProgress).await.unwrap();
@@ -106,7 +110,10 @@ async fn the_log_end_snapshot_is_installed_and_replaced_with_the_version() {
     let (source, leo) = source_with(&source_root, 25);
     seed_all(&w, &source_root).await;
     let (_, m) = last_manifest(&w, &source).await;
-    let end = m.end_snapshot.as_ref().expect("the active version carries the log-end snapshot");
+    let end = m
+        .end_snapshot
+        .as_ref()
+        .expect("the active version carries the log-end snapshot");
     assert_eq!(end.name.base_offset, leo);
     assert_eq!(m.next_offset, leo);
 
@@ -134,7 +141,10 @@ async fn the_log_end_snapshot_is_installed_and_replaced_with_the_version() {
         .map(|s| s.base_offset)
         .collect();
     if !bases.contains(&leo) {
-        assert!(!mirror.join(snapshot_name(leo)).exists(), "stale end snapshot {leo} removed");
+        assert!(
+            !mirror.join(snapshot_name(leo)).exists(),
+            "stale end snapshot {leo} removed"
+        );
     }
     assert_mirror_with_end_snapshot(&source, &mirror, leo2);
 }
@@ -166,8 +176,15 @@ async fn a_stale_end_snapshot_of_a_replaced_version_in_the_same_segment_is_remov
     let p = &report.partitions[0];
     assert_eq!(p.installed.len(), 1);
     assert_eq!(p.installed[0].replaced, Some(15), "{p:#?}");
-    assert!(!mirror.join(snapshot_name(15)).exists(), "stale end snapshot removed at placing");
-    assert!(p.removed.is_empty(), "placing removed it, not the sweep: {:?}", p.removed);
+    assert!(
+        !mirror.join(snapshot_name(15)).exists(),
+        "stale end snapshot removed at placing"
+    );
+    assert!(
+        p.removed.is_empty(),
+        "placing removed it, not the sweep: {:?}",
+        p.removed
+    );
     assert_mirror_with_end_snapshot(&source, &mirror, 24);
 }
 
@@ -230,16 +247,15 @@ async fn an_end_snapshot_object_that_is_not_a_snapshot_is_refused_naming_its_key
     let (_, refused) = report.refusals().next().unwrap();
     assert_eq!(refused.manifest_key, key);
     match &refused.refusal {
-        Refusal::Corrupt { findings, .. } => assert!(
-            findings.iter().any(|f| f.path == Path::new(&data_key)),
-            "{findings:#?}"
-        ),
+        Refusal::Corrupt { findings, .. } => {
+            assert!(findings.iter().any(|f| f.path == Path::new(&data_key)), "{findings:#?}")
+        }
         other => panic!("{other:?}"),
     }
     let mirror = w.mirror().join(format!("{TOPIC}-0"));
-    assert!(!mirror.join(snapshot_name(leo)).exists(), "nothing of the version installed");
-    assert!(matches!(
-        report.partitions[0].outcome,
-        PartitionOutcome::Refused(_)
-    ));
+    assert!(
+        !mirror.join(snapshot_name(leo)).exists(),
+        "nothing of the version installed"
+    );
+    assert!(matches!(report.partitions[0].outcome, PartitionOutcome::Refused(_)));
 }

@@ -535,19 +535,29 @@ impl Manifest {
         if let Some(f) = &self.end_snapshot {
             let what = format!("end snapshot {}", f.name);
             if self.sealed {
-                return fail(format!("{what}: a sealed version has no end snapshot (its end is the next segment's base)"));
+                return fail(format!(
+                    "{what}: a sealed version has no end snapshot (its end is the next segment's base)"
+                ));
             }
             if range.next() == range.base() {
-                return fail(format!("{what}: an empty version's end is its base; its snapshot is the base snapshot"));
+                return fail(format!(
+                    "{what}: an empty version's end is its base; its snapshot is the base snapshot"
+                ));
             }
             if f.name.kind != SegmentFileKind::Snapshot || f.name.base_offset != self.next_offset {
-                return fail(format!("{what} is not named after next offset {} (.snapshot)", self.next_offset));
+                return fail(format!(
+                    "{what} is not named after next offset {} (.snapshot)",
+                    self.next_offset
+                ));
             }
             if let Some(reason) = size_problem(f.name.kind, f.size) {
                 return fail(format!("{what}: {reason}"));
             }
             if f.size > MAX_SNAPSHOT_BYTES {
-                return fail(format!("{what}: {} bytes exceed the limit of {MAX_SNAPSHOT_BYTES}", f.size));
+                return fail(format!(
+                    "{what}: {} bytes exceed the limit of {MAX_SNAPSHOT_BYTES}",
+                    f.size
+                ));
             }
             let suffix = partition.end_snapshot_key(&self.source_topic_id, range);
             let expected = match file_prefix {

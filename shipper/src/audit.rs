@@ -700,7 +700,11 @@ async fn deep_verify(
     let log = dir.join(segment_format::dir::segment_file_name(base, SegmentFileKind::Log));
     let mut paths = vec![log.clone()];
     // The base snapshot and the log-end one, each checked as a producer snapshot.
-    for snapshot in manifest.file(SegmentFileKind::Snapshot).into_iter().chain(&manifest.end_snapshot) {
+    for snapshot in manifest
+        .file(SegmentFileKind::Snapshot)
+        .into_iter()
+        .chain(&manifest.end_snapshot)
+    {
         paths.push(dir.join(snapshot.name.to_string()));
     }
     let verified = tokio::task::spawn_blocking(move || {

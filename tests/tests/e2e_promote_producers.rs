@@ -699,13 +699,21 @@ fn the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty
         }
         committed_transaction(bootstrap, END_SNAP, &format!("txn-{round}"), &[format!("{round}-txn")]);
     };
-    let end_offset = |bootstrap: &str| KafkaTools::new(target_install(), bootstrap).end_offsets(END_SNAP).unwrap()[&0];
+    let end_offset = |bootstrap: &str| {
+        KafkaTools::new(target_install(), bootstrap)
+            .end_offsets(END_SNAP)
+            .unwrap()[&0]
+    };
     produce(&sb, "first");
     let first_end = end_offset(&sb);
     source.stop().unwrap();
     let source_dir = source.partition_dir(END_SNAP, 0);
     assert!(log_files(&source_dir).len() >= 2, "sealed and active segments");
-    assert_eq!(snapshot_offsets(&source_dir).last(), Some(&first_end), "the clean shutdown's snapshot");
+    assert_eq!(
+        snapshot_offsets(&source_dir).last(),
+        Some(&first_end),
+        "the clean shutdown's snapshot"
+    );
 
     let work = tempfile::tempdir().unwrap();
     let (store, mirror, catalog) = (
@@ -725,7 +733,11 @@ fn the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty
     let on_source = consume_all(&sb, END_SNAP, None, Isolation::ReadCommitted).unwrap();
     let second_end = end_offset(&sb);
     source.stop().unwrap();
-    assert_eq!(snapshot_offsets(&source_dir).last(), Some(&second_end), "the clean shutdown's snapshot");
+    assert_eq!(
+        snapshot_offsets(&source_dir).last(),
+        Some(&second_end),
+        "the clean shutdown's snapshot"
+    );
     assert!(second_end > first_end, "{second_end} > {first_end}");
     seed_and_apply(source.log_dir(), &store, &mirror, &catalog);
     assert_end_snapshot_mirrored(&source_dir, &mirror_dir, second_end);
@@ -737,9 +749,7 @@ fn the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty
     // now starts there).
     let mirror_snapshots = snapshot_offsets(&mirror_dir);
     assert!(
-        mirror_snapshots
-            .iter()
-            .all(|o| bases.contains(o) || *o == second_end),
+        mirror_snapshots.iter().all(|o| bases.contains(o) || *o == second_end),
         "{mirror_snapshots:?} vs bases {bases:?}"
     );
     assert!(mirror_snapshots.contains(&second_end));

@@ -424,7 +424,9 @@ impl ObjectKey {
                 if file.base_offset != base && !end_snapshot {
                     return Err(bad_name(
                         key,
-                        format!("file {file} is not named after base offset {base} (nor a snapshot at next offset {next})"),
+                        format!(
+                            "file {file} is not named after base offset {base} (nor a snapshot at next offset {next})"
+                        ),
                     ));
                 }
                 ObjectKind::Data { topic_id, range, file }

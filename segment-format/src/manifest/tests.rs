@@ -545,7 +545,10 @@ fn a_wrong_end_snapshot_is_refused_naming_the_file_and_manifest_key() {
         let mut m = with_end_snapshot("pre");
         mutate(&mut m);
         let defect = m.validate().expect_err(expect);
-        assert!(defect.to_string().contains(expect), "expected '{expect}', got '{defect}'");
+        assert!(
+            defect.to_string().contains(expect),
+            "expected '{expect}', got '{defect}'"
+        );
         let key = "pre/dc1-to-dc2/orders.v1/3/manifests/00000000000000000100.json";
         let err = Manifest::from_json(key, &serde_json::to_vec(&m).unwrap()).unwrap_err();
         let text = err.to_string();
@@ -583,7 +586,10 @@ fn a_wrong_end_snapshot_is_refused_naming_the_file_and_manifest_key() {
         "exceed the limit",
     );
     // Only on an unsealed, non-empty version.
-    refused(&|m: &mut Manifest| m.sealed = true, "a sealed version has no end snapshot");
+    refused(
+        &|m: &mut Manifest| m.sealed = true,
+        "a sealed version has no end snapshot",
+    );
     // A key that is not its data key (another version's folder, or the base snapshot's object).
     refused(
         &|m: &mut Manifest| {
@@ -617,7 +623,9 @@ fn an_empty_version_has_no_end_snapshot() {
     m.max_timestamp = -1;
     m.epochs.truncate(1);
     for f in &mut m.files {
-        f.key = pk("").data_key(&tid(), SegmentRange::new(100, 100).unwrap(), f.name).unwrap();
+        f.key = pk("")
+            .data_key(&tid(), SegmentRange::new(100, 100).unwrap(), f.name)
+            .unwrap();
         if f.name.kind == SegmentFileKind::Log {
             f.size = 0;
         }
@@ -632,8 +640,15 @@ fn a_data_key_named_after_next_parses_only_for_a_snapshot() {
     let id = tid().to_string();
     let dir = format!("dc1-to-dc2/orders.v1/3/{id}/data/00000000000000000100/00000000000000000250");
     assert!(ObjectKey::parse(&prefix, &format!("{dir}/00000000000000000250.snapshot")).is_ok());
-    for name in ["00000000000000000250.log", "00000000000000000250.index", "00000000000000000249.snapshot"] {
+    for name in [
+        "00000000000000000250.log",
+        "00000000000000000250.index",
+        "00000000000000000249.snapshot",
+    ] {
         let err = ObjectKey::parse(&prefix, &format!("{dir}/{name}")).unwrap_err();
-        assert!(err.to_string().contains("not named after base offset 100"), "{name}: {err}");
+        assert!(
+            err.to_string().contains("not named after base offset 100"),
+            "{name}: {err}"
+        );
     }
 }

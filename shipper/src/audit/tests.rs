@@ -595,7 +595,11 @@ async fn the_log_end_snapshot_is_audited_like_every_other_object() {
     b.put_manifest(&key, &m).await;
     let report = b.audit(true).await;
     assert!(report.findings.is_empty(), "{:#?}", report.findings);
-    assert_eq!(report.objects, 1 + 2 * 4 + 1, "the end snapshot is one of the lineage's objects");
+    assert_eq!(
+        report.objects,
+        1 + 2 * 4 + 1,
+        "the end snapshot is one of the lineage's objects"
+    );
 
     // Bytes the manifest describes faithfully but that are no snapshot: only the deep audit sees it, on its key.
     let mut garbage = snapshot.clone();

@@ -359,7 +359,10 @@ impl PartitionShipper<'_, '_> {
                 (source, Some(prepared))
             }
         };
-        let end = match later_snapshots.iter().find(|(o, _)| *o == source.next && source.next > base) {
+        let end = match later_snapshots
+            .iter()
+            .find(|(o, _)| *o == source.next && source.next > base)
+        {
             Some((_, path)) if !source.sealed => {
                 let (path, next) = (path.clone(), source.next);
                 let (end, warning) = blocking("read end snapshot", move || prepare::end_snapshot(&path, next))

@@ -236,7 +236,10 @@ pub(crate) struct EndSnapshot {
 /// running broker's may be empty or half written: one that does not parse, or exceeds [`MAX_SNAPSHOT_BYTES`], is
 /// left out with a warning, as if it were not there (the mirror then rebuilds producer state from the base
 /// snapshot and the batches, which gives the same state).
-pub(crate) fn end_snapshot(path: &Path, next: i64) -> std::result::Result<(Option<EndSnapshot>, Option<Finding>), Error> {
+pub(crate) fn end_snapshot(
+    path: &Path,
+    next: i64,
+) -> std::result::Result<(Option<EndSnapshot>, Option<Finding>), Error> {
     use std::io::Read as _;
     let left_out = |message: String| {
         Finding::warning(
