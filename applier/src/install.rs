@@ -14,7 +14,11 @@
 //!    for a new segment the indexes, snapshot and transaction index first and the `.log` last, so a `.log` never
 //!    appears without its indexes; for a longer version replacing the installed one, the `.log` first, because the
 //!    old (shorter) indexes are still correct for a longer log while new index entries would point past an old
-//!    one. Then the directory is fsynced and `leader-epoch-checkpoint` rewritten atomically.
+//!    one. The log-end producer snapshot (`<next>.snapshot`, only on the last, unsealed version) comes after all of
+//!    them — a snapshot at the log end is legal whatever else is there — and then the stale log-end snapshots of
+//!    shorter versions (offsets strictly inside `(base, next)`) are removed; a crash in between leaves files the
+//!    next run's sweep or reinstall deals with. Then the directory is fsynced and `leader-epoch-checkpoint`
+//!    rewritten atomically.
 //! 5. The caller records the version in the catalog, in one transaction — only now, so the catalog never claims
 //!    more than is durable on disk.
 //!
