@@ -296,6 +296,30 @@ mod tests {
     }
 
     #[test]
+    fn sweep_keeps_the_log_end_snapshot_and_removes_stale_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("t-0");
+        fs::create_dir(&dir).unwrap();
+        write_segment(&dir, 0, 10);
+        // A stale log-end snapshot of a shorter version, the installed one at the log end (20), and an interrupted
+        // install of a segment starting there.
+        fs::write(dir.join("00000000000000000007.snapshot"), b"old").unwrap();
+        fs::write(dir.join("00000000000000000020.snapshot"), b"end").unwrap();
+        fs::write(dir.join("00000000000000000020.log"), b"partial").unwrap();
+        let removed = sweep(&dir, &BTreeSet::from([0]), Some(20)).unwrap();
+        let mut names: Vec<String> = removed
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["00000000000000000007.snapshot", "00000000000000000020.log"]);
+        assert_eq!(fs::read(dir.join("00000000000000000020.snapshot")).unwrap(), b"end");
+        // Without a log end there (the catalog's end moved on), it is a leftover like any other.
+        let removed = sweep(&dir, &BTreeSet::from([0]), Some(30)).unwrap();
+        assert_eq!(removed, [dir.join("00000000000000000020.snapshot")]);
+    }
+
+    #[test]
     fn staging_is_cleared_and_lineage_checked() {
         let tmp = tempfile::tempdir().unwrap();
         let layout = MirrorLayout::open(tmp.path()).unwrap();
