@@ -161,6 +161,9 @@ struct Planned {
     steps: Vec<Step>,
     /// Installed bases before the run.
     installed: BTreeSet<i64>,
+    /// The mirror partition's log end (the last installed version's next offset) before the run: a producer
+    /// snapshot there is the installed log-end snapshot, which the sweep keeps.
+    log_end: Option<i64>,
 }
 
 /// The result of planning one partition.
@@ -277,7 +280,7 @@ impl Applier {
             {
                 Ok(Prepared::Planned(p)) => {
                     let installs = p.steps.iter().filter_map(|s| match s {
-                        Step::Install { manifest, .. } => Some(manifest.files.iter().map(|f| f.size).sum::<u64>()),
+                        Step::Install { manifest, .. } => Some(manifest.all_files().map(|f| f.size).sum::<u64>()),
                         _ => None,
                     });
                     let (count, bytes) = installs.fold((0u64, 0u64), |(c, b), size| (c + 1, b + size));
@@ -555,6 +558,7 @@ impl Applier {
             dir,
             steps,
             installed: installed.iter().map(|s| s.base_offset).collect(),
+            log_end: installed.last().map(|s| s.next_offset),
         })))
     }
 
@@ -597,6 +601,7 @@ impl Applier {
             dir,
             steps,
             mut installed,
+            mut log_end,
         } = p;
         let mut dir_ready = false;
         let mut failed = false;
@@ -638,10 +643,11 @@ impl Applier {
                     progress.segment_done();
                     match outcome {
                         Ok(Ok(segment)) => {
-                            if segment.reused_files as usize == manifest.files.len() {
+                            if segment.reused_files as usize == manifest.all_files().count() {
                                 adopted.push(segment.base_offset);
                             }
                             installed.insert(segment.base_offset);
+                            log_end = log_end.max(Some(segment.next_offset));
                             report.bytes_fetched += segment.fetched_bytes;
                             report.bytes_reused += segment.reused_bytes;
                             report.installed.push(segment);
@@ -665,7 +671,7 @@ impl Applier {
         if !failed {
             let sweep_dir = dir.clone();
             let keep = installed.clone();
-            match tokio::task::spawn_blocking(move || reconcile::sweep(&sweep_dir, &keep)).await {
+            match tokio::task::spawn_blocking(move || reconcile::sweep(&sweep_dir, &keep, log_end)).await {
                 Ok(Ok(removed)) => report.removed.extend(removed),
                 Ok(Err(e)) => report.outcome = PartitionOutcome::Failed { error: e.to_string() },
                 Err(e) => {

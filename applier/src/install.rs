@@ -14,7 +14,11 @@
 //!    for a new segment the indexes, snapshot and transaction index first and the `.log` last, so a `.log` never
 //!    appears without its indexes; for a longer version replacing the installed one, the `.log` first, because the
 //!    old (shorter) indexes are still correct for a longer log while new index entries would point past an old
-//!    one. Then the directory is fsynced and `leader-epoch-checkpoint` rewritten atomically.
+//!    one. The log-end producer snapshot (`<next>.snapshot`, only on the last, unsealed version) comes after all of
+//!    them — a snapshot at the log end is legal whatever else is there — and then the stale log-end snapshots of
+//!    shorter versions (offsets strictly inside `(base, next)`) are removed; a crash in between leaves files the
+//!    next run's sweep or reinstall deals with. Then the directory is fsynced and `leader-epoch-checkpoint`
+//!    rewritten atomically.
 //! 5. The caller records the version in the catalog, in one transaction — only now, so the catalog never claims
 //!    more than is durable on disk.
 //!
@@ -29,7 +33,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use segment_format::batch::{read_frame_prefix, BatchInfo, RECORD_BATCH_OVERHEAD};
 use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochChecker, LeaderEpochCheckpoint};
-use segment_format::dir::{SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE};
+use segment_format::dir::{
+    classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE,
+};
 use segment_format::durable::fsync_dir;
 use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
@@ -44,9 +50,10 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::report::{Refusal, MAX_REPORTED_FINDINGS};
 
-/// Largest producer snapshot read for validation: 46 bytes per producer, so room for ~5.8 million producers, far
-/// beyond any real partition, while a hostile object cannot make the applier read gigabytes into memory.
-pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+/// Largest producer snapshot read for validation: the bucket contract's limit (46 bytes per producer, room for ~5.8
+/// million producers, far beyond any real partition, while a hostile object cannot make the applier read gigabytes
+/// into memory).
+pub const MAX_SNAPSHOT_BYTES: u64 = segment_format::manifest::MAX_SNAPSHOT_BYTES;
 
 /// The smallest frame a `.log` can hold: a magic-0 message with no key and no value (`LOG_OVERHEAD` 12 +
 /// `RECORD_OVERHEAD_V0` 14). Bounds how many batches, hence index entries, a log of a given size can have.
@@ -138,7 +145,9 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     if let Some(refusal) = implausible_sizes(m) {
         return Ok(Err(refusal));
     }
-    let files: Vec<ManifestFile> = m.files.clone();
+    // The segment's files, then the log-end snapshot if the version has one (always last: `validate` and `place`
+    // tell it from the base snapshot by position).
+    let files: Vec<ManifestFile> = m.all_files().cloned().collect();
 
     // 1. Stage.
     let started = std::time::Instant::now();
@@ -203,16 +212,23 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     let synced = started.elapsed();
     {
         let dir = t.partition_dir.to_path_buf();
-        let kinds: Vec<(SegmentFileKind, Source, String)> = files
+        let kinds: Vec<(SegmentFileKind, Source, String)> = m
+            .files
             .iter()
             .zip(&sources)
             .map(|(f, s)| (f.name.kind, s.clone(), f.name.to_string()))
             .collect();
-        let (base, replaces) = (m.base_offset, t.replaces);
+        let end = m
+            .end_snapshot
+            .as_ref()
+            .zip(sources.get(m.files.len()))
+            .map(|(f, s)| (s.clone(), f.name.to_string()));
+        let range = (m.base_offset, m.next_offset);
+        let replaces = t.replaces;
         #[cfg(feature = "failpoints")]
         let armed = t.failpoint.clone();
         blocking("rename into place", move || {
-            place(&dir, base, &kinds, replaces, &|_n| {
+            place(&dir, range, &kinds, end.as_ref(), replaces, &|_n| {
                 #[cfg(feature = "failpoints")]
                 kill_point(armed.as_deref(), crate::failpoint::FailPoint::AfterRename(_n))?;
                 Ok(())
@@ -365,15 +381,16 @@ fn implausible_sizes(m: &Manifest) -> Option<Refusal> {
             }
         }
     }
-    match m.file(SegmentFileKind::Snapshot) {
-        Some(f) if f.size > MAX_SNAPSHOT_BYTES => Some(Refusal::InvalidManifest {
+    m.file(SegmentFileKind::Snapshot)
+        .into_iter()
+        .chain(&m.end_snapshot)
+        .find(|f| f.size > MAX_SNAPSHOT_BYTES)
+        .map(|f| Refusal::InvalidManifest {
             reason: format!(
-                "{}: a producer snapshot of {} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}",
-                f.name, f.size
+                "{} ({}): a producer snapshot of {} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}",
+                f.name, f.key, f.size
             ),
-        }),
-        _ => None,
-    }
+        })
 }
 
 /// Step 2: the verification engine on the version's files, the manifest's claims, the snapshot, the epochs.
@@ -394,8 +411,7 @@ fn validate(
     };
     // Name findings by object key (staged files) so a report points at the bucket, not at a staging path.
     let names: HashMap<PathBuf, PathBuf> = m
-        .files
-        .iter()
+        .all_files()
         .zip(sources)
         .filter_map(|(f, s)| match s {
             Source::Fetch(p) => Some((p.clone(), PathBuf::from(&f.key))),
@@ -519,11 +535,21 @@ fn validate(
             message: format!("{manifest_key}: the manifest's leader epochs disagree with its batches: {message}"),
         }));
     }
-    if let Some(snapshot) = path_of(SegmentFileKind::Snapshot) {
+    // The base snapshot and the log-end one (the source after position `files.len()`) must parse.
+    let end_snapshot = m
+        .end_snapshot
+        .as_ref()
+        .and(sources.get(m.files.len()))
+        .map(|s| s.path().to_path_buf());
+    for snapshot in path_of(SegmentFileKind::Snapshot).into_iter().chain(end_snapshot) {
         let size = fs::metadata(&snapshot).map_err(|e| Error::io(&snapshot, e))?.len();
         if size > MAX_SNAPSHOT_BYTES {
+            let name = names.get(&snapshot).unwrap_or(&snapshot);
             return Ok(Err(Refusal::InvalidManifest {
-                reason: format!("producer snapshot of {size} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}"),
+                reason: format!(
+                    "{}: producer snapshot of {size} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES}",
+                    name.display()
+                ),
             }));
         }
         match ProducerSnapshot::read(&snapshot) {
@@ -672,12 +698,17 @@ pub(crate) fn merge_epochs(installed: &[EpochEntry], shipped: &[EpochStart]) -> 
         .collect()
 }
 
-/// Step 4: rename the staged files of segment `base` into `dir` in the protocol's order, remove files of that
-/// segment the version does not have, fsync the directory. `after_rename(n)` runs after the `n`-th rename.
+/// Step 4: rename the staged files of the version `(base, next)` into `dir` in the protocol's order, then its
+/// log-end snapshot `end` (a snapshot at the log end is legal whatever else is there), remove files of that segment
+/// the version does not have and the stale log-end snapshots of shorter versions (offsets strictly inside
+/// `(base, next)`: nothing else the applier installs lives there), fsync the directory. `after_rename(n)` runs
+/// after the `n`-th rename. A crash before the catalog records the version leaves at most files the next run's
+/// sweep or reinstall replaces.
 fn place(
     dir: &Path,
-    base: i64,
+    (base, next): (i64, i64),
     files: &[(SegmentFileKind, Source, String)],
+    end: Option<&(Source, String)>,
     replaces: bool,
     after_rename: &dyn Fn(u32) -> Result<()>,
 ) -> Result<()> {
@@ -708,11 +739,42 @@ fn place(
         renamed += 1;
         after_rename(renamed)?;
     }
+    if let Some((Source::Fetch(staged), name)) = end {
+        let target = dir.join(name);
+        fs::rename(staged, &target).map_err(|e| Error::io(&target, e))?;
+        renamed += 1;
+        after_rename(renamed)?;
+    }
     if replaces {
         remove_stale()?;
     }
+    for path in stale_end_snapshots(dir, base, next)? {
+        fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+    }
     fsync_dir(dir)?;
     Ok(())
+}
+
+/// Producer snapshots in `dir` at offsets strictly between `base` and `next`: log-end snapshots of shorter versions
+/// of the segment at `base`, stale once a longer one is placed.
+fn stale_end_snapshots(dir: &Path, base: i64, next: i64) -> Result<Vec<PathBuf>> {
+    let mut stale = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if let PartitionFile::Segment {
+            base_offset,
+            kind: SegmentFileKind::Snapshot,
+        } = classify_partition_file(&name)
+        {
+            if base < base_offset && base_offset < next {
+                stale.push(entry.path());
+            }
+        }
+    }
+    Ok(stale)
 }
 
 /// Create the partition directory if needed (fsyncing the mirror root) and tag it with the lineage in
@@ -788,200 +850,4 @@ fn set_mtime_and_sync(path: &Path, mtime_ms: i64) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn e(epoch: i32, start_offset: i64) -> EpochEntry {
-        EpochEntry { epoch, start_offset }
-    }
-
-    fn s(epoch: i32, start_offset: i64) -> EpochStart {
-        EpochStart { epoch, start_offset }
-    }
-
-    #[test]
-    fn epochs_merge_by_epoch_keeping_the_earliest_start() {
-        assert_eq!(merge_epochs(&[], &[s(0, 0), s(1, 80)]), [e(0, 0), e(1, 80)]);
-        assert_eq!(
-            merge_epochs(&[e(0, 0), e(1, 80)], &[s(1, 80), s(4, 155)]),
-            [e(0, 0), e(1, 80), e(4, 155)]
-        );
-        // The source truncated epoch 10's start to its new log start offset; the mirror keeps the older start.
-        assert_eq!(
-            merge_epochs(&[e(10, 1_000_000)], &[s(10, 1_000_089), s(11, 1_000_100)]),
-            [e(10, 1_000_000), e(11, 1_000_100)]
-        );
-        // A contradiction survives the merge for the checker to find.
-        let merged = merge_epochs(&[e(5, 300)], &[s(4, 400)]);
-        assert_eq!(merged, [e(4, 400), e(5, 300)]);
-        assert!(!LeaderEpochCheckpoint::new(merged).check(Path::new("x")).is_empty());
-    }
-
-    #[test]
-    fn index_sizes_are_bounded_by_the_batches_before_anything_is_fetched() {
-        use segment_format::manifest::{SegmentFileName, Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1};
-        let file = |kind, size| ManifestFile {
-            name: SegmentFileName::new(0, kind),
-            key: String::new(),
-            size,
-            crc32c: 0,
-            sha256: Sha256Digest([0; 32]),
-            mtime_ms: 0,
-        };
-        let mut m = Manifest {
-            format: MANIFEST_FORMAT_V1.into(),
-            link: "l".into(),
-            topic: "t".into(),
-            partition: 0,
-            source_topic_id: Uuid([1; 16]),
-            source_cluster_id: "c".into(),
-            base_offset: 0,
-            first_offset: Some(0),
-            last_offset: Some(9),
-            next_offset: 10,
-            batches: 10,
-            records: 10,
-            max_timestamp: -1,
-            sealed: true,
-            epochs: Vec::new(),
-            log_start_offset: 0,
-            files: vec![
-                file(SegmentFileKind::Log, 1000),
-                file(SegmentFileKind::Index, 80),
-                file(SegmentFileKind::TimeIndex, 132),
-                file(SegmentFileKind::TxnIndex, 340),
-                file(SegmentFileKind::Snapshot, 56),
-            ],
-            shipper: ShipperStamp {
-                id: "s".into(),
-                lease_epoch: 1,
-            },
-            created_at_ms: 0,
-        };
-        assert_eq!(implausible_sizes(&m), None);
-        m.files[1].size = 88;
-        assert!(
-            implausible_sizes(&m).is_some(),
-            "11 offset-index entries for 10 batches"
-        );
-        m.files[1].size = 80;
-        m.files[2].size = 144;
-        assert!(implausible_sizes(&m).is_some());
-        m.files[2].size = 132;
-        // Claimed batches are also bounded by the log's size.
-        m.batches = 1_000_000;
-        m.files[1].size = 8 * 1_000;
-        assert!(
-            implausible_sizes(&m).is_some(),
-            "a 1000-byte log holds at most 39 frames"
-        );
-        m.batches = 10;
-        m.files[1].size = 80;
-        m.files[4].size = MAX_SNAPSHOT_BYTES + 46;
-        assert!(implausible_sizes(&m).is_some());
-    }
-
-    #[test]
-    fn mtimes_convert_both_ways_of_the_epoch() {
-        assert_eq!(system_time(0), Some(UNIX_EPOCH));
-        assert_eq!(system_time(1_500), Some(UNIX_EPOCH + Duration::from_millis(1_500)));
-        assert_eq!(system_time(-1_000), UNIX_EPOCH.checked_sub(Duration::from_secs(1)));
-    }
-
-    #[test]
-    fn hashing_a_file_matches_hashing_its_bytes() {
-        use sha2::Digest as _;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-        fs::write(&path, &bytes).unwrap();
-        let (size, crc, sha) = hash_file(&path).unwrap();
-        assert_eq!(size, bytes.len() as u64);
-        assert_eq!(crc, crc32c::crc32c(&bytes));
-        assert_eq!(
-            sha,
-            <[u8; 32]>::from(sha2::Sha256::digest(&bytes)),
-            "the sha2 crate agrees"
-        );
-    }
-
-    #[test]
-    fn a_new_segment_puts_its_log_last_and_a_replacement_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let part = dir.path().join("t-0");
-        let staging = dir.path().join("s");
-        fs::create_dir_all(&part).unwrap();
-        fs::create_dir_all(&staging).unwrap();
-        let files: Vec<(SegmentFileKind, Source, String)> = [
-            SegmentFileKind::Log,
-            SegmentFileKind::Index,
-            SegmentFileKind::TimeIndex,
-            SegmentFileKind::Snapshot,
-        ]
-        .into_iter()
-        .map(|k| {
-            let name = segment_format::dir::segment_file_name(7, k);
-            fs::write(staging.join(&name), b"x").unwrap();
-            (k, Source::Fetch(staging.join(&name)), name)
-        })
-        .collect();
-        // A stale .txnindex of an older attempt at this base is not part of the version.
-        fs::write(part.join("00000000000000000007.txnindex"), b"old").unwrap();
-        let seen = std::cell::RefCell::new(Vec::new());
-        let record = |n: u32| {
-            let mut names: Vec<String> = fs::read_dir(&part)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .collect();
-            names.sort();
-            seen.borrow_mut().push((n, names));
-            Ok(())
-        };
-        place(&part, 7, &files, false, &record).unwrap();
-        let seen = seen.into_inner();
-        assert_eq!(seen.len(), 4);
-        assert!(seen[..3]
-            .iter()
-            .all(|(_, names)| !names.iter().any(|n| n.ends_with(".log"))));
-        assert!(
-            seen[0].1.iter().all(|n| !n.ends_with(".txnindex")),
-            "stale file removed first"
-        );
-        assert!(seen[3].1.contains(&"00000000000000000007.log".to_string()));
-
-        for (_, source, name) in &files {
-            fs::write(source.path(), b"yy").unwrap();
-            let _ = name;
-        }
-        let first = std::cell::RefCell::new(None);
-        place(&part, 7, &files, true, &|n| {
-            if n == 1 {
-                *first.borrow_mut() = Some(fs::read(part.join("00000000000000000007.log")).unwrap());
-                assert_eq!(fs::read(part.join("00000000000000000007.index")).unwrap(), b"x");
-            }
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(first.into_inner().unwrap(), b"yy", "the .log is replaced first");
-    }
-
-    #[test]
-    fn a_foreign_partition_dir_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let part = dir.path().join("t-0");
-        let a = Uuid([1; 16]);
-        let b = Uuid([2; 16]);
-        ensure_partition_dir(&part, &a).unwrap();
-        assert_eq!(
-            PartitionMetadata::read(&part.join(PARTITION_METADATA_FILE))
-                .unwrap()
-                .topic_id,
-            a
-        );
-        ensure_partition_dir(&part, &a).unwrap();
-        assert!(matches!(
-            ensure_partition_dir(&part, &b),
-            Err(Error::ForeignPartitionDir { .. })
-        ));
-    }
-}
+mod tests;

@@ -160,8 +160,10 @@ pub(crate) fn check_installed(
 }
 
 /// Remove every segment file at a base offset not in `installed` (an interrupted install the run did not adopt),
-/// then fsync the directory. Returns the removed paths.
-pub(crate) fn sweep(dir: &Path, installed: &BTreeSet<i64>) -> Result<Vec<PathBuf>> {
+/// except the producer snapshot at `log_end` (the installed log-end snapshot: legal in Kafka, and the state at that
+/// offset whichever version wrote it), then fsync the directory. Stale log-end snapshots of shorter versions lie at
+/// no installed base and are removed here too. Returns the removed paths.
+pub(crate) fn sweep(dir: &Path, installed: &BTreeSet<i64>, log_end: Option<i64>) -> Result<Vec<PathBuf>> {
     let Some(disk) = scan(dir)? else {
         return Ok(Vec::new());
     };
@@ -171,7 +173,11 @@ pub(crate) fn sweep(dir: &Path, installed: &BTreeSet<i64>) -> Result<Vec<PathBuf
             continue;
         }
         // The .log first: a crash halfway leaves indexes without a .log (which Kafka ignores), never the reverse.
-        let mut paths: Vec<&PathBuf> = files.values().map(|(p, _)| p).collect();
+        let mut paths: Vec<&PathBuf> = files
+            .iter()
+            .filter(|(kind, _)| !(Some(*base) == log_end && **kind == SegmentFileKind::Snapshot))
+            .map(|(_, (p, _))| p)
+            .collect();
         paths.sort_by_key(|p| p.extension().is_none_or(|e| e != "log"));
         for path in paths {
             fs::remove_file(path).map_err(|e| Error::io(path, e))?;
@@ -266,7 +272,7 @@ mod tests {
         let disk = scan(&dir).unwrap().unwrap();
         assert_eq!(disk.temp_files, [dir.join("leader-epoch-checkpoint.tmp")]);
         assert_eq!(remove_temp_files(&dir, &disk).unwrap().len(), 1);
-        let removed = sweep(&dir, &BTreeSet::from([0])).unwrap();
+        let removed = sweep(&dir, &BTreeSet::from([0]), None).unwrap();
         assert_eq!(removed.len(), 4);
         assert!(removed[0].ends_with("00000000000000000010.log"), "{removed:?}");
         let mut left: Vec<String> = fs::read_dir(&dir)
@@ -284,7 +290,33 @@ mod tests {
                 "notes.txt"
             ]
         );
-        assert!(sweep(&tmp.path().join("absent"), &BTreeSet::new()).unwrap().is_empty());
+        assert!(sweep(&tmp.path().join("absent"), &BTreeSet::new(), None)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn sweep_keeps_the_log_end_snapshot_and_removes_stale_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("t-0");
+        fs::create_dir(&dir).unwrap();
+        write_segment(&dir, 0, 10);
+        // A stale log-end snapshot of a shorter version, the installed one at the log end (20), and an interrupted
+        // install of a segment starting there.
+        fs::write(dir.join("00000000000000000007.snapshot"), b"old").unwrap();
+        fs::write(dir.join("00000000000000000020.snapshot"), b"end").unwrap();
+        fs::write(dir.join("00000000000000000020.log"), b"partial").unwrap();
+        let removed = sweep(&dir, &BTreeSet::from([0]), Some(20)).unwrap();
+        let mut names: Vec<String> = removed
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["00000000000000000007.snapshot", "00000000000000000020.log"]);
+        assert_eq!(fs::read(dir.join("00000000000000000020.snapshot")).unwrap(), b"end");
+        // Without a log end there (the catalog's end moved on), it is a leftover like any other.
+        let removed = sweep(&dir, &BTreeSet::from([0]), Some(30)).unwrap();
+        assert_eq!(removed, [dir.join("00000000000000000020.snapshot")]);
     }
 
     #[test]

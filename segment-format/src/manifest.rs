@@ -33,6 +33,11 @@
 //!   `<base:020>.{log,index,timeindex,txnindex,snapshot}`. Because `next` is in the
 //!   key, re-shipping a grown active segment writes new keys and never overwrites
 //!   bytes an older manifest points at.
+//! - `data/<base>/<next>/<next:020>.snapshot`: the producer snapshot a broker writes
+//!   at its log end on clean shutdown, shipped with the unsealed (last) version whose
+//!   `next` is that log end ([`Manifest::end_snapshot`]). It is the one data file not
+//!   named after `base`: without it a mirror's producer state at its end would depend
+//!   on whether the source was running when `seed` read it.
 //! - `manifests/<base>.json`: a [`Manifest`], the commit point of a segment
 //!   version, written after all its data objects. A later version of the same
 //!   segment (the active segment grew, or was sealed) replaces it; a reader uses
@@ -76,6 +81,10 @@ pub const LEASE_FORMAT_V1: &str = "segmirror.lease.v1";
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 /// Largest lease a reader accepts: a lease is three short fields.
 pub const MAX_LEASE_BYTES: u64 = 16 << 10;
+/// Largest producer snapshot a manifest may list: 46 bytes per producer, so room
+/// for ~5.8 million producers, far beyond any real partition, while a hostile
+/// object cannot make a reader (who reads a snapshot whole) take gigabytes.
+pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 /// Longest link name: as long as a topic name, so `<link>` fits one path component.
 pub const MAX_LINK_LENGTH: usize = 249;
 /// Longest free-text identifier (cluster id, shipper id, lease owner).
@@ -250,6 +259,12 @@ pub struct Manifest {
     /// The source partition's log start offset when this was shipped.
     pub log_start_offset: i64,
     pub files: Vec<ManifestFile>,
+    /// The producer snapshot the source wrote at `next_offset` (its log end, at a
+    /// clean shutdown), named `<next:020>.snapshot`; only on an unsealed version
+    /// with `next > base`. Absent from manifests written before it was shipped, and
+    /// left out of the JSON when absent, so both read the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_snapshot: Option<ManifestFile>,
     pub shipper: ShipperStamp,
     pub created_at_ms: i64,
 }
@@ -350,9 +365,14 @@ impl Manifest {
         SegmentRange::new(self.base_offset, self.next_offset)
     }
 
-    /// The file of the given kind, if shipped.
+    /// The file of the given kind named after the base offset, if shipped.
     pub fn file(&self, kind: SegmentFileKind) -> Option<&ManifestFile> {
         self.files.iter().find(|f| f.name.kind == kind)
+    }
+
+    /// Every shipped file: the segment's files, then the end snapshot if any.
+    pub fn all_files(&self) -> impl Iterator<Item = &ManifestFile> {
+        self.files.iter().chain(self.end_snapshot.as_ref())
     }
 
     /// Internal consistency, everything that can be checked without the data:
@@ -366,6 +386,9 @@ impl Manifest {
     ///   format (`.log` at most `i32::MAX` bytes, indexes whole entries, snapshot a
     ///   whole header plus entries); each key is this manifest's data key under some
     ///   valid prefix, the same prefix for all files;
+    /// - an end snapshot only on an unsealed version with `next > base`, named
+    ///   `<next>.snapshot`, a whole snapshot of at most [`MAX_SNAPSHOT_BYTES`], keyed
+    ///   `data/<base>/<next>/<next>.snapshot` under the same prefix;
     /// - epochs strictly increasing in epoch and start offset, non-negative, none
     ///   starting after `next`, at most one starting at or before `base`;
     /// - `max_timestamp >= -1`, `log_start_offset >= 0`, `created_at_ms >= 0`.
@@ -509,6 +532,42 @@ impl Manifest {
                 Some(p) => return fail(format!("file keys use different prefixes '{p}' and '{prefix}'")),
             }
         }
+        if let Some(f) = &self.end_snapshot {
+            let what = format!("end snapshot {}", f.name);
+            if self.sealed {
+                return fail(format!(
+                    "{what}: a sealed version has no end snapshot (its end is the next segment's base)"
+                ));
+            }
+            if range.next() == range.base() {
+                return fail(format!(
+                    "{what}: an empty version's end is its base; its snapshot is the base snapshot"
+                ));
+            }
+            if f.name.kind != SegmentFileKind::Snapshot || f.name.base_offset != self.next_offset {
+                return fail(format!(
+                    "{what} is not named after next offset {} (.snapshot)",
+                    self.next_offset
+                ));
+            }
+            if let Some(reason) = size_problem(f.name.kind, f.size) {
+                return fail(format!("{what}: {reason}"));
+            }
+            if f.size > MAX_SNAPSHOT_BYTES {
+                return fail(format!(
+                    "{what}: {} bytes exceed the limit of {MAX_SNAPSHOT_BYTES}",
+                    f.size
+                ));
+            }
+            let suffix = partition.end_snapshot_key(&self.source_topic_id, range);
+            let expected = match file_prefix {
+                Some(p) if !p.is_empty() => format!("{p}/{suffix}"),
+                _ => suffix,
+            };
+            if f.key != expected {
+                return fail(format!("{what} has key '{}', not its data key '{expected}'", f.key));
+            }
+        }
         for required in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
             if !seen.contains(&required) {
                 return fail(format!("no .{} file", required.extension()));
@@ -548,6 +607,15 @@ impl Manifest {
             if f.key != key {
                 return Err(manifest_defect(format!(
                     "file {} has key '{}', expected '{key}'",
+                    f.name, f.key
+                )));
+            }
+        }
+        if let Some(f) = &self.end_snapshot {
+            let key = partition.end_snapshot_key(&self.source_topic_id, range);
+            if f.key != key {
+                return Err(manifest_defect(format!(
+                    "end snapshot {} has key '{}', expected '{key}'",
                     f.name, f.key
                 )));
             }

@@ -435,7 +435,7 @@ async fn audit_lineage(
             }
         };
         let mut intact = true;
-        for file in &manifest.files {
+        for file in manifest.all_files() {
             referenced.insert(file.key.clone());
             let Some(object) = lineage.data.get(&file.key) else {
                 report.error(
@@ -684,7 +684,7 @@ async fn deep_verify(
         }
     };
     let mut key_of: BTreeMap<PathBuf, String> = BTreeMap::new();
-    for file in &manifest.files {
+    for file in manifest.all_files() {
         let path = dir.join(file.name.to_string());
         if let Err(e) = store.get_to_file(&file.key, &path, file.size, &file.sha256).await {
             let check = match e {
@@ -699,7 +699,12 @@ async fn deep_verify(
     }
     let log = dir.join(segment_format::dir::segment_file_name(base, SegmentFileKind::Log));
     let mut paths = vec![log.clone()];
-    if let Some(snapshot) = manifest.file(SegmentFileKind::Snapshot) {
+    // The base snapshot and the log-end one, each checked as a producer snapshot.
+    for snapshot in manifest
+        .file(SegmentFileKind::Snapshot)
+        .into_iter()
+        .chain(&manifest.end_snapshot)
+    {
         paths.push(dir.join(snapshot.name.to_string()));
     }
     let verified = tokio::task::spawn_blocking(move || {

@@ -619,3 +619,167 @@ fn keeping_the_source_producer_state_loses_new_writes() {
     assert!(stored.is_empty(), "{stored:?}");
     target.stop().unwrap();
 }
+
+/// Topic of [`the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty`]: small segments, so
+/// the partition has sealed segments before its active one.
+const END_SNAP: &str = "end-snap";
+
+/// `seed` the log dir, then `apply` it into the mirror.
+fn seed_and_apply(log_dir: &Path, store: &Path, mirror: &Path, catalog: &Path) {
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let seed = run_segmirror_env(
+        ["seed", "--log-dir", &s(log_dir), "--store", &s(store), "--link", "p"],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(seed.code, 0, "{seed}");
+    let apply = run_segmirror_env(
+        [
+            "apply",
+            "--store",
+            &s(store),
+            "--mirror",
+            &s(mirror),
+            "--catalog",
+            &s(catalog),
+            "--link",
+            "p",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(apply.code, 0, "{apply}");
+}
+
+/// Offsets of the `.snapshot` files in `dir`.
+fn snapshot_offsets(dir: &Path) -> Vec<i64> {
+    let mut offsets: Vec<i64> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap())
+        .collect();
+    offsets.sort_unstable();
+    offsets
+}
+
+/// The source's end offset, which its clean shutdown wrote `<end>.snapshot` at; the mirror holds that file byte for
+/// byte, and is sound for `verify --strict`.
+fn assert_end_snapshot_mirrored(source_dir: &Path, mirror_dir: &Path, end: i64) {
+    let name = format!("{end:020}.snapshot");
+    let source_bytes = std::fs::read(source_dir.join(&name))
+        .unwrap_or_else(|e| panic!("the source's clean shutdown wrote {name}: {e}"));
+    assert_eq!(
+        std::fs::read(mirror_dir.join(&name)).ok().as_ref(),
+        Some(&source_bytes),
+        "{name} in the mirror is the source's, byte for byte"
+    );
+    let verify = segmirror_verify(&[mirror_dir], &["--deep", "--strict"]).unwrap();
+    assert_eq!(verify.code, 0, "{verify}");
+}
+
+#[test]
+fn the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty() {
+    let spec = || vec![TopicSpec::new(END_SNAP, 1).config("internal.segment.bytes", SMALL_SEGMENT_BYTES)];
+    let mut source = KafkaBroker::start(BrokerConfig::new("end-snapshot-source")).unwrap();
+    let sb = source.bootstrap();
+    admin(&sb, &spec(), &[END_SNAP]).unwrap();
+    let produce = |bootstrap: &str, round: &str| {
+        for p in 0..SOURCE_PRODUCERS {
+            let plan = ProducePlan::new(END_SNAP)
+                .config("enable.idempotence", "true")
+                .config("acks", "all")
+                .step(ProduceStep::Send(
+                    (0..RECORDS_PER_SOURCE_PRODUCER)
+                        // Padded, so that the small segments roll.
+                        .map(|i| record(format!("{round}-{p}-{i}-{}", "x".repeat(100))))
+                        .collect(),
+                ));
+            python_produce(bootstrap, &plan).unwrap();
+        }
+        committed_transaction(bootstrap, END_SNAP, &format!("txn-{round}"), &[format!("{round}-txn")]);
+    };
+    let end_offset = |bootstrap: &str| {
+        KafkaTools::new(target_install(), bootstrap)
+            .end_offsets(END_SNAP)
+            .unwrap()[&0]
+    };
+    produce(&sb, "first");
+    let first_end = end_offset(&sb);
+    source.stop().unwrap();
+    let source_dir = source.partition_dir(END_SNAP, 0);
+    assert!(log_files(&source_dir).len() >= 2, "sealed and active segments");
+    assert_eq!(
+        snapshot_offsets(&source_dir).last(),
+        Some(&first_end),
+        "the clean shutdown's snapshot"
+    );
+
+    let work = tempfile::tempdir().unwrap();
+    let (store, mirror, catalog) = (
+        work.path().join("store"),
+        work.path().join("mirror"),
+        work.path().join("catalog.sqlite"),
+    );
+    std::fs::create_dir_all(&store).unwrap();
+    seed_and_apply(source.log_dir(), &store, &mirror, &catalog);
+    let mirror_dir = mirror.join(format!("{END_SNAP}-0"));
+    assert_end_snapshot_mirrored(&source_dir, &mirror_dir, first_end);
+
+    // More writes on the restarted source, a clean shutdown again: a new log-end snapshot, the old one stale.
+    source.restart().unwrap();
+    let sb = source.bootstrap();
+    produce(&sb, "second");
+    let on_source = consume_all(&sb, END_SNAP, None, Isolation::ReadCommitted).unwrap();
+    let second_end = end_offset(&sb);
+    source.stop().unwrap();
+    assert_eq!(
+        snapshot_offsets(&source_dir).last(),
+        Some(&second_end),
+        "the clean shutdown's snapshot"
+    );
+    assert!(second_end > first_end, "{second_end} > {first_end}");
+    seed_and_apply(source.log_dir(), &store, &mirror, &catalog);
+    assert_end_snapshot_mirrored(&source_dir, &mirror_dir, second_end);
+    let bases: Vec<i64> = log_files(&mirror_dir)
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap())
+        .collect();
+    // Snapshots at segment bases, and the one at the log end; the first end snapshot is gone (unless a segment
+    // now starts there).
+    let mirror_snapshots = snapshot_offsets(&mirror_dir);
+    assert!(
+        mirror_snapshots.iter().all(|o| bases.contains(o) || *o == second_end),
+        "{mirror_snapshots:?} vs bases {bases:?}"
+    );
+    assert!(mirror_snapshots.contains(&second_end));
+    assert!(bases.contains(&first_end) || !mirror_snapshots.contains(&first_end));
+
+    // Promote: no transaction to cut (the end snapshot says so, as the batches do), no producer state on the
+    // target, and the target's first idempotent producers each write once after the source's records.
+    let mut target = KafkaBroker::start(BrokerConfig::new("end-snapshot-target")).unwrap();
+    admin(&target.bootstrap(), &spec(), &[END_SNAP]).unwrap();
+    target.stop().unwrap();
+    let promote = segmirror_promote(&mirror, target.log_dir(), &catalog, &["--json"]).unwrap();
+    assert_eq!(promote.code, 0, "{promote}");
+    let report = promote.json().unwrap();
+    let p = &report["partitions"][0];
+    assert_eq!(p["transactions_aborted"].as_array().map(Vec::len), Some(0), "{p}");
+    assert_eq!(p["log_end_offset"].as_i64(), Some(second_end), "{p}");
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    assert_eq!(describe_producers(&tb, END_SNAP), vec![]);
+    let got = consume_all(&tb, END_SNAP, None, Isolation::ReadCommitted).unwrap();
+    assert_eq!(values(&got), values(&on_source));
+    let writes: Vec<String> = (0..TARGET_PRODUCERS).map(|i| format!("target-{i}")).collect();
+    let offsets = idempotent_writes(&tb, END_SNAP, &writes);
+    assert_eq!(
+        offsets,
+        (second_end..second_end + TARGET_PRODUCERS as i64).collect::<Vec<_>>()
+    );
+    let got = consume_all(&tb, END_SNAP, None, Isolation::ReadUncommitted).unwrap();
+    let mut want = values(&on_source);
+    want.extend(writes);
+    assert_eq!(values(&got), want);
+    target.stop().unwrap();
+}

@@ -37,6 +37,7 @@ fn manifest(base: i64, next: i64, sealed: bool, content: u8) -> Box<Manifest> {
             file(SegmentFileKind::Index, 0),
             file(SegmentFileKind::TimeIndex, 0),
         ],
+        end_snapshot: None,
         shipper: ShipperStamp {
             id: "s".into(),
             lease_epoch: 1,

@@ -408,3 +408,44 @@ fn a_crash_at_any_step_of_a_cut_is_finished_with_the_journaled_cut() {
         assert_eq!(timeless_state(&f.target), reference, "crash at {crash_at:?}");
     }
 }
+
+#[test]
+fn the_log_end_snapshot_and_the_scan_find_the_same_open_transactions() {
+    // One segment (no roll, so the only snapshots are the empty one at its base, if any, and the clean shutdown's
+    // at the log end) and several segments; with every transaction decided, and with two left open.
+    for segment_bytes in [1 << 20, 700] {
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_transactions(dir.path(), 0, segment_bytes);
+        let w = &written.partition;
+        assert!(
+            w.snapshots.contains(&w.log_end_offset),
+            "a clean shutdown leaves the log-end snapshot: {:?}",
+            w.snapshots
+        );
+        let without_end: Vec<i64> = w.snapshots.iter().copied().filter(|o| *o < w.log_end_offset).collect();
+        let with_end = find_open_transactions(&w.dir, &bases(w), &w.snapshots, w.log_end_offset).unwrap();
+        let scanned = find_open_transactions(&w.dir, &bases(w), &without_end, w.log_end_offset).unwrap();
+        assert_eq!(with_end, scanned, "segment bytes {segment_bytes}");
+        assert_eq!(with_end, expected_cut(&written));
+        assert_eq!(with_end.len(), 2);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = PartitionWriter::create(dir.path(), TOPIC, 0, 0, config(Uuid([1; 16]))).unwrap();
+    w.become_leader(SOURCE_EPOCH);
+    let mut p = Producer {
+        id: 5,
+        epoch: 0,
+        sequence: 0,
+    };
+    send(&mut w, &mut p, 2, true);
+    end(&mut w, &p, ControlType::Commit, 1);
+    send(&mut w, &mut p, 2, true);
+    end(&mut w, &p, ControlType::Abort, 1);
+    let w = w.close().unwrap();
+    assert!(w.snapshots.contains(&w.log_end_offset));
+    let with_end = find_open_transactions(&w.dir, &bases(&w), &w.snapshots, w.log_end_offset).unwrap();
+    let scanned = find_open_transactions(&w.dir, &bases(&w), &[], w.log_end_offset).unwrap();
+    assert_eq!(with_end, scanned);
+    assert!(with_end.is_empty(), "{with_end:?}");
+}

@@ -274,6 +274,7 @@ pub async fn ship_partition_dir_sealing(
                 .collect(),
             log_start_offset: log_start,
             files,
+            end_snapshot: None,
             shipper: ShipperStamp {
                 id: "test-shipper".into(),
                 lease_epoch: 1,

@@ -337,6 +337,16 @@ impl PartitionKey {
         }
         Ok(format!("{dir}/{file}"))
     }
+
+    /// `<lineage>/data/<base:020>/<next:020>/<next:020>.snapshot`: the producer snapshot a broker wrote at the log
+    /// end (`next`) of the version `[base, next)`, the one file of a version not named after its base.
+    pub fn end_snapshot_key(&self, topic_id: &Uuid, range: SegmentRange) -> String {
+        format!(
+            "{}/{}",
+            self.data_dir(topic_id, range),
+            SegmentFileName::new(range.next, SegmentFileKind::Snapshot)
+        )
+    }
 }
 
 /// What a key under a prefix names.
@@ -410,10 +420,13 @@ impl ObjectKey {
                     .ok_or_else(|| bad_name(key, format!("'{next}' is not a 20-digit next offset")))?;
                 let range = SegmentRange::new(base, next).map_err(|r| bad_name(key, r))?;
                 let file: SegmentFileName = name.parse().map_err(|r: String| bad_name(key, r))?;
-                if file.base_offset != base {
+                let end_snapshot = file.kind == SegmentFileKind::Snapshot && file.base_offset == next;
+                if file.base_offset != base && !end_snapshot {
                     return Err(bad_name(
                         key,
-                        format!("file {file} is not named after base offset {base}"),
+                        format!(
+                            "file {file} is not named after base offset {base} (nor a snapshot at next offset {next})"
+                        ),
                     ));
                 }
                 ObjectKind::Data { topic_id, range, file }

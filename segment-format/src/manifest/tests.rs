@@ -61,6 +61,7 @@ fn manifest(prefix: &str) -> Manifest {
             file(SegmentFileKind::TimeIndex, 24),
             file(SegmentFileKind::Snapshot, 10 + 46),
         ],
+        end_snapshot: None,
         shipper: ShipperStamp {
             id: "host-a/1234".into(),
             lease_epoch: 2,
@@ -466,5 +467,188 @@ proptest! {
         if let Ok(m) = Manifest::from_json("k", &json) {
             prop_assert!(m.validate().is_ok());
         }
+    }
+}
+
+/// `manifest(prefix)` as the unsealed last version of its partition, with the producer snapshot a broker wrote at
+/// its log end (`next` 250).
+fn with_end_snapshot(prefix: &str) -> Manifest {
+    let mut m = manifest(prefix);
+    m.sealed = false;
+    let range = m.range().unwrap();
+    m.end_snapshot = Some(ManifestFile {
+        name: SegmentFileName::new(250, SegmentFileKind::Snapshot),
+        key: pk(prefix).end_snapshot_key(&tid(), range),
+        size: 10 + 2 * 46,
+        crc32c: 1,
+        sha256: Sha256Digest([0xcd; 32]),
+        mtime_ms: 1_700_000_002_000,
+    });
+    m
+}
+
+#[test]
+fn a_manifest_with_and_without_an_end_snapshot_round_trips() {
+    for prefix in ["", "backups"] {
+        let key = pk(prefix).manifest_key(&tid(), 100).unwrap();
+        let m = with_end_snapshot(prefix);
+        m.validate().unwrap();
+        let json = m.to_json();
+        let back = Manifest::from_json(&key, &json).unwrap();
+        assert_eq!(back, m);
+        back.check_location(&KeyPrefix::new(prefix).unwrap(), &key).unwrap();
+        let end = back.end_snapshot.as_ref().unwrap();
+        let id = tid().to_string();
+        let expected_key = KeyPrefix::new(prefix).unwrap().join(&format!(
+            "dc1-to-dc2/orders.v1/3/{id}/data/00000000000000000100/00000000000000000250/00000000000000000250.snapshot"
+        ));
+        assert_eq!(end.key, expected_key);
+        assert_eq!(back.all_files().count(), back.files.len() + 1);
+        // The data key parses back as a data object of this version (listings and the audit accept it).
+        let parsed = ObjectKey::parse(&KeyPrefix::new(prefix).unwrap(), &end.key).unwrap();
+        assert_eq!(
+            parsed.kind,
+            ObjectKind::Data {
+                topic_id: tid(),
+                range: SegmentRange::new(100, 250).unwrap(),
+                file: SegmentFileName::new(250, SegmentFileKind::Snapshot),
+            }
+        );
+        assert_eq!(parsed.to_key(), end.key);
+        // Written without one, the field is left out: the JSON is what a manifest of before the change was.
+        let mut without = m.clone();
+        without.end_snapshot = None;
+        let v: serde_json::Value = serde_json::from_slice(&without.to_json()).unwrap();
+        assert!(v.get("end_snapshot").is_none(), "{v}");
+    }
+}
+
+#[test]
+fn a_manifest_written_before_end_snapshots_still_parses() {
+    // A bucket written before the change: no `end_snapshot` field at all.
+    let mut v: serde_json::Value = serde_json::from_slice(&manifest("").to_json()).unwrap();
+    v.as_object_mut().unwrap().remove("end_snapshot");
+    assert!(v.get("end_snapshot").is_none());
+    let key = pk("").manifest_key(&tid(), 100).unwrap();
+    let m = Manifest::from_json(&key, &serde_json::to_vec(&v).unwrap()).unwrap();
+    assert_eq!(m.end_snapshot, None);
+    assert_eq!(m, manifest(""));
+    assert_eq!(m.all_files().count(), m.files.len());
+    // An explicit null reads the same.
+    v["end_snapshot"] = serde_json::Value::Null;
+    assert_eq!(Manifest::from_json(&key, &serde_json::to_vec(&v).unwrap()).unwrap(), m);
+}
+
+#[test]
+fn a_wrong_end_snapshot_is_refused_naming_the_file_and_manifest_key() {
+    let refused = |mutate: &dyn Fn(&mut Manifest), expect: &str| {
+        let mut m = with_end_snapshot("pre");
+        mutate(&mut m);
+        let defect = m.validate().expect_err(expect);
+        assert!(
+            defect.to_string().contains(expect),
+            "expected '{expect}', got '{defect}'"
+        );
+        let key = "pre/dc1-to-dc2/orders.v1/3/manifests/00000000000000000100.json";
+        let err = Manifest::from_json(key, &serde_json::to_vec(&m).unwrap()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(key) && text.contains(expect), "{text}");
+    };
+    let end = |m: &mut Manifest| m.end_snapshot.as_mut().unwrap().clone();
+    // Named after another offset than `next` (the base snapshot's name, or one past the end).
+    for offset in [100, 249, 251] {
+        refused(
+            &|m: &mut Manifest| {
+                let mut f = end(m);
+                f.name = SegmentFileName::new(offset, SegmentFileKind::Snapshot);
+                m.end_snapshot = Some(f);
+            },
+            "is not named after next offset 250",
+        );
+    }
+    // Not a snapshot name.
+    refused(
+        &|m: &mut Manifest| {
+            let mut f = end(m);
+            f.name = SegmentFileName::new(250, SegmentFileKind::Log);
+            m.end_snapshot = Some(f);
+        },
+        "is not named after next offset 250",
+    );
+    // Sizes no snapshot has, and one above the cap.
+    refused(
+        &|m: &mut Manifest| m.end_snapshot.as_mut().unwrap().size = 11,
+        "not a 10-byte snapshot header plus 46-byte entries",
+    );
+    let oversized = 10 + 46 * ((MAX_SNAPSHOT_BYTES - 10) / 46 + 1);
+    refused(
+        &|m: &mut Manifest| m.end_snapshot.as_mut().unwrap().size = oversized,
+        "exceed the limit",
+    );
+    // Only on an unsealed, non-empty version.
+    refused(
+        &|m: &mut Manifest| m.sealed = true,
+        "a sealed version has no end snapshot",
+    );
+    // A key that is not its data key (another version's folder, or the base snapshot's object).
+    refused(
+        &|m: &mut Manifest| {
+            let other = SegmentRange::new(100, 200).unwrap();
+            m.end_snapshot.as_mut().unwrap().key = pk("pre").end_snapshot_key(&tid(), other);
+        },
+        "not its data key",
+    );
+    refused(
+        &|m: &mut Manifest| {
+            let key = m.file(SegmentFileKind::Snapshot).unwrap().key.clone();
+            m.end_snapshot.as_mut().unwrap().key = key;
+        },
+        "not its data key",
+    );
+    // check_location: under another prefix than the manifest's.
+    let m = with_end_snapshot("pre");
+    let mut moved = m.clone();
+    moved.end_snapshot.as_mut().unwrap().key = pk("other").end_snapshot_key(&tid(), m.range().unwrap());
+    assert!(moved.validate().is_err());
+}
+
+#[test]
+fn an_empty_version_has_no_end_snapshot() {
+    let mut m = with_end_snapshot("");
+    m.next_offset = 100;
+    m.first_offset = None;
+    m.last_offset = None;
+    m.batches = 0;
+    m.records = 0;
+    m.max_timestamp = -1;
+    m.epochs.truncate(1);
+    for f in &mut m.files {
+        f.key = pk("")
+            .data_key(&tid(), SegmentRange::new(100, 100).unwrap(), f.name)
+            .unwrap();
+        if f.name.kind == SegmentFileKind::Log {
+            f.size = 0;
+        }
+    }
+    let defect = m.validate().unwrap_err().to_string();
+    assert!(defect.contains("an empty version's end is its base"), "{defect}");
+}
+
+#[test]
+fn a_data_key_named_after_next_parses_only_for_a_snapshot() {
+    let prefix = KeyPrefix::root();
+    let id = tid().to_string();
+    let dir = format!("dc1-to-dc2/orders.v1/3/{id}/data/00000000000000000100/00000000000000000250");
+    assert!(ObjectKey::parse(&prefix, &format!("{dir}/00000000000000000250.snapshot")).is_ok());
+    for name in [
+        "00000000000000000250.log",
+        "00000000000000000250.index",
+        "00000000000000000249.snapshot",
+    ] {
+        let err = ObjectKey::parse(&prefix, &format!("{dir}/{name}")).unwrap_err();
+        assert!(
+            err.to_string().contains("not named after base offset 100"),
+            "{name}: {err}"
+        );
     }
 }

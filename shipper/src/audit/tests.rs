@@ -151,6 +151,7 @@ impl Bucket {
             }],
             log_start_offset: s.log_start_offset,
             files,
+            end_snapshot: None,
             shipper: ShipperStamp {
                 id: "test-shipper".into(),
                 lease_epoch: s.lease_epoch,
@@ -542,4 +543,87 @@ async fn foreign_entries_and_upload_leftovers_are_findings_and_nothing_else_stop
     // The partition is still audited, and sound.
     assert!(report.is_sound(), "{:#?}", report.findings);
     assert_eq!(report.partitions.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_end_snapshot_is_audited_like_every_other_object() {
+    use segment_format::snapshot::{ProducerSnapshot, ProducerSnapshotEntry};
+    let b = Bucket::new();
+    b.lease("end").await;
+    b.ship("end", seg(0, 5)).await;
+    let (key, mut m) = b
+        .ship(
+            "end",
+            Seg {
+                sealed: false,
+                ..seg(10, 3)
+            },
+        )
+        .await;
+    let snapshot = ProducerSnapshot {
+        entries: vec![ProducerSnapshotEntry {
+            producer_id: 4,
+            epoch: 0,
+            last_sequence: 2,
+            last_offset: 15,
+            offset_delta: 0,
+            timestamp: 10_015,
+            coordinator_epoch: -1,
+            current_txn_first_offset: -1,
+        }],
+    }
+    .to_bytes();
+    let end_key = b.partition("end").end_snapshot_key(&TID, m.range().unwrap());
+    let put = |bytes: Vec<u8>| {
+        let d = digest_of(&bytes);
+        (
+            bytes,
+            ManifestFile {
+                name: SegmentFileName::new(16, SegmentFileKind::Snapshot),
+                key: end_key.clone(),
+                size: d.size,
+                crc32c: d.crc32c,
+                sha256: d.sha256,
+                mtime_ms: 5,
+            },
+        )
+    };
+    let (bytes, file) = put(snapshot.clone());
+    b.store.put_bytes(&end_key, bytes).await.unwrap();
+    m.end_snapshot = Some(file);
+    m.validate().unwrap();
+    b.put_manifest(&key, &m).await;
+    let report = b.audit(true).await;
+    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+    assert_eq!(
+        report.objects,
+        1 + 2 * 4 + 1,
+        "the end snapshot is one of the lineage's objects"
+    );
+
+    // Bytes the manifest describes faithfully but that are no snapshot: only the deep audit sees it, on its key.
+    let mut garbage = snapshot.clone();
+    garbage[0] = 0x7f;
+    let (bytes, file) = put(garbage);
+    b.store.put_bytes(&end_key, bytes).await.unwrap();
+    m.end_snapshot = Some(file);
+    b.put_manifest(&key, &m).await;
+    assert!(b.audit(false).await.findings.is_empty());
+    let report = b.audit(true).await;
+    assert_eq!(
+        found(&report),
+        BTreeSet::from([(Check::DeepVerify, end_key.clone(), Severity::Error)]),
+        "{:#?}",
+        report.findings
+    );
+
+    // Gone from the bucket: a missing object named by the manifest.
+    b.store.delete(&end_key).await.unwrap();
+    let report = b.audit(false).await;
+    assert_eq!(
+        found(&report),
+        BTreeSet::from([(Check::MissingObject, end_key, Severity::Error)]),
+        "{:#?}",
+        report.findings
+    );
 }

@@ -34,7 +34,7 @@ use super::select::SourcePartition;
 use super::SeedProgress;
 use crate::error::Error;
 use crate::lease::HeldLease;
-use crate::store::Store;
+use crate::store::{digest_of, Store};
 
 /// Fresh starts of one partition after its source changed under a segment. A
 /// broker rolls or compacts a given segment once, so a second look normally
@@ -211,7 +211,17 @@ impl PartitionShipper<'_, '_> {
                 .iter()
                 .find(|s| s.offset == segment.base_offset)
                 .map(|s| s.path.clone());
-            self.segment(segment, next_base, snapshot, &common).await?;
+            // Snapshots inside the active segment: the one at its shipped end, if any, is the log-end snapshot.
+            let later: Vec<(i64, PathBuf)> = match next_base {
+                Some(_) => Vec::new(),
+                None => dir
+                    .snapshots
+                    .iter()
+                    .filter(|s| s.offset > segment.base_offset)
+                    .map(|s| (s.offset, s.path.clone()))
+                    .collect(),
+            };
+            self.segment(segment, next_base, snapshot, &later, &common).await?;
         }
         Ok(())
     }
@@ -334,6 +344,7 @@ impl PartitionShipper<'_, '_> {
         segment: &SegmentFiles,
         next_base: Option<i64>,
         snapshot: Option<PathBuf>,
+        later_snapshots: &[(i64, PathBuf)],
         common: &Common<'_>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
@@ -363,6 +374,22 @@ impl PartitionShipper<'_, '_> {
                 (source, Some(prepared))
             }
         };
+        let end = match later_snapshots
+            .iter()
+            .find(|(o, _)| *o == source.next && source.next > base)
+        {
+            Some((_, path)) if !source.sealed => {
+                let (path, next) = (path.clone(), source.next);
+                let (end, warning) = blocking("read end snapshot", move || prepare::end_snapshot(&path, next))
+                    .await?
+                    .map_err(source_error)?;
+                if let Some(w) = warning {
+                    self.warn(w);
+                }
+                end
+            }
+            _ => None,
+        };
         // Progress counts the whole `.log`, the unshipped tail included.
         let progress_bytes = source.log_size + prepared.as_ref().map_or(0, |p| p.excluded_tail);
         let mut shipped = self.shipped(base).await?;
@@ -370,6 +397,14 @@ impl PartitionShipper<'_, '_> {
         if matches!(action, Action::Ship | Action::Seal) && self.ensure_lease().await? {
             shipped = self.shipped(base).await?;
             action = decide(shipped.as_ref().map(version_of), source);
+        }
+        if let (Action::Skip, Some(m), Some(end)) = (action, &shipped, &end) {
+            if !m.sealed && m.end_snapshot.is_none() {
+                // The source has written its log-end snapshot since this version was shipped (a clean shutdown).
+                self.add_end_snapshot(m.clone(), end.clone(), common).await?;
+                self.progress(base, progress_bytes);
+                return Ok(());
+            }
         }
         match (action, shipped) {
             (Action::Skip, shipped) => {
@@ -394,7 +429,7 @@ impl PartitionShipper<'_, '_> {
                     (Some(p), _) => p,
                     (None, next) => self.prepare(segment, next, snapshot.clone()).await?,
                 };
-                self.ship(segment, snapshot, *prepared, common).await?;
+                self.ship(segment, snapshot, *prepared, end, common).await?;
                 self.progress(base, progress_bytes);
                 Ok(())
             }
@@ -465,6 +500,7 @@ impl PartitionShipper<'_, '_> {
         segment: &SegmentFiles,
         snapshot: Option<PathBuf>,
         prepared: Prepared,
+        end: Option<prepare::EndSnapshot>,
         common: &Common<'_>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
@@ -497,7 +533,57 @@ impl PartitionShipper<'_, '_> {
         for warning in prepared.warnings {
             self.warn(warning);
         }
-        let manifest = self.manifest(base, next, prepared.sealed, files, common, prepared.stats);
+        let mut manifest = self.manifest(base, next, prepared.sealed, files, common, prepared.stats);
+        if let Some(end) = end.filter(|_| !prepared.sealed && next > base) {
+            manifest.end_snapshot = Some(self.upload_end_snapshot(base, next, end).await?);
+        }
+        self.commit(manifest).await
+    }
+
+    /// Upload the log-end producer snapshot of the version `[base, next)`: the bytes that parsed, not the file.
+    async fn upload_end_snapshot(
+        &mut self,
+        base: i64,
+        next: i64,
+        end: prepare::EndSnapshot,
+    ) -> Result<ManifestFile, Stop> {
+        let range = segment_format::manifest::SegmentRange::new(base, next)
+            .map_err(|reason| failed(FailureKind::Source, reason))?;
+        let key = self.key.end_snapshot_key(&self.topic_id(), range);
+        let digest = digest_of(&end.bytes);
+        self.ctx.store.put_bytes(&key, end.bytes).await?;
+        self.report.bytes_uploaded += digest.size;
+        Ok(ManifestFile {
+            name: SegmentFileName::new(next, SegmentFileKind::Snapshot),
+            key,
+            size: digest.size,
+            crc32c: digest.crc32c,
+            sha256: digest.sha256,
+            mtime_ms: end.mtime_ms,
+        })
+    }
+
+    /// Re-commit a shipped unsealed version, unchanged, with the log-end snapshot the source wrote since.
+    async fn add_end_snapshot(
+        &mut self,
+        shipped: Manifest,
+        end: prepare::EndSnapshot,
+        common: &Common<'_>,
+    ) -> Result<(), Stop> {
+        let (base, next) = (shipped.base_offset, shipped.next_offset);
+        if self.ensure_lease().await? && self.shipped(base).await?.as_ref() != Some(&shipped) {
+            // Another shipper committed meanwhile; the next run decides on what is there now.
+            return Ok(());
+        }
+        let stats = SegmentStats {
+            first_offset: shipped.first_offset,
+            last_offset: shipped.last_offset,
+            batches: shipped.batches,
+            records: shipped.records,
+            max_timestamp: shipped.max_timestamp,
+        };
+        let mut manifest = self.manifest(base, next, false, shipped.files, common, stats);
+        manifest.end_snapshot = Some(self.upload_end_snapshot(base, next, end).await?);
         self.commit(manifest).await
     }
 
@@ -571,6 +657,7 @@ impl PartitionShipper<'_, '_> {
             epochs: epochs_for(common.epochs, base, next),
             log_start_offset: common.log_start_offset,
             files,
+            end_snapshot: None,
             shipper: ShipperStamp {
                 id: self.ctx.shipper_id.to_string(),
                 lease_epoch: self.lease.as_ref().map_or(0, HeldLease::epoch),
