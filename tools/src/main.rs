@@ -1,5 +1,8 @@
 //! `segmirror`: the command line. Argument parsing and output only; the work is
-//! done by the library crates. One module per subcommand under `cmd/`.
+//! done by the library crates. One module per subcommand under `cmd/`; what they
+//! share (exit codes, the catalog location, store flags, progress bars, the one
+//! async runtime) is in `cli/`. Commands import from `cli/`, never from each other
+//! or from this file.
 //!
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found,
 //! 2 usage or I/O error.
@@ -8,9 +11,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cli;
 mod cmd;
-mod progress;
-mod s3_args;
+
+use cli::runtime::Runtime;
+use cli::EXIT_USAGE_OR_IO;
 
 /// Physical replication of Apache Kafka partitions: ships the broker's own log
 /// segments byte for byte, so every record keeps its offset.
@@ -42,11 +47,6 @@ enum Command {
     Promote(cmd::promote::Args),
 }
 
-/// Exit status meaning "usage or I/O error".
-pub const EXIT_USAGE_OR_IO: u8 = 2;
-/// Exit status meaning "corruption found".
-pub const EXIT_CORRUPT: u8 = 1;
-
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("SEGMIRROR_LOG"))
@@ -63,12 +63,14 @@ fn main() -> ExitCode {
             };
         }
     };
+    // Built on first use: a command that runs no async work never starts it.
+    let runtime = Runtime::new();
     let result = match cli.command {
-        Command::Verify(args) => cmd::verify::run(args),
+        Command::Verify(args) => cmd::verify::run(args, &runtime),
         Command::Generate(args) => cmd::generate::run(args),
-        Command::Demo(args) => cmd::demo::run(args),
-        Command::Seed(args) => cmd::seed::run(args),
-        Command::Apply(args) => cmd::apply::run(args),
+        Command::Demo(args) => cmd::demo::run(args, &runtime),
+        Command::Seed(args) => cmd::seed::run(args, &runtime),
+        Command::Apply(args) => cmd::apply::run(args, &runtime),
         Command::Status(args) => cmd::status::run(args),
         Command::Promote(args) => cmd::promote::run(args),
     };

@@ -12,16 +12,15 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use anyhow::Context as _;
 use indicatif::ProgressBar;
 use segment_format::manifest::KeyPrefix;
 use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
 use segmirror_shipper::{Store, StoreUrl};
 
-use crate::s3_args::S3Args;
-
-use crate::cmd::status::{open_mirror_catalog, CATALOG_HELP};
-use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
+use crate::cli::runtime::Runtime;
+use crate::cli::store::S3Args;
+use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
 #[derive(clap::Args)]
 #[command(after_help = CATALOG_HELP)]
@@ -101,7 +100,7 @@ impl Progress for Bar {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let url = StoreUrl::parse(&args.store)?;
     // A mistyped folder must fail, not be created and reported as applied.
     let store = Store::open_existing(&url, &args.s3.options())?;
@@ -113,12 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(link) = &args.link {
         config = config.with_link(link);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let bar = Bar::default();
-    let report = runtime.block_on(segmirror_applier::apply(&config, catalog, &bar))?;
+    let report = runtime.block_on(segmirror_applier::apply(&config, catalog, &bar))??;
     bar.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -22,8 +22,9 @@ use segmirror_shipper::audit::{audit_store, AuditOptions};
 use segmirror_shipper::seed::{seed, SeedConfig};
 use segmirror_shipper::{Store, StoreUrl};
 
-use super::generate::print_summary;
-use super::verify::{exit_code, print_text};
+use crate::cli::report::{print_sample_summary, print_verify_report, verify_exit_code};
+use crate::cli::runtime::Runtime;
+use crate::cli::EXIT_CORRUPT;
 
 /// Seed of the demo data.
 pub const DEMO_SEED: u64 = 0;
@@ -37,7 +38,7 @@ pub struct Args {
     dir: PathBuf,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     prepare(&args.dir)?;
     let source = args.dir.join(SOURCE_DIR);
     let store_dir = args.dir.join("store");
@@ -48,15 +49,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..SampleOptions::default()
     };
     let manifest = write_sample(&source, &options).context("generating the sample partitions")?;
-    print_summary(&manifest, started.elapsed().as_secs_f64());
+    print_sample_summary(&manifest, started.elapsed().as_secs_f64());
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let store_url = store_dir.display().to_string();
     let store = Store::open(&StoreUrl::parse(&store_url)?, &Default::default())?;
     println!();
     println!("seeding {} -> {}", source.display(), store_dir.display());
     let seed_config = SeedConfig::new(vec![source.clone()], DEMO_LINK)?;
-    let seeded = runtime.block_on(seed(&store, &seed_config, &segmirror_shipper::seed::NoProgress))?;
+    let seeded = runtime.block_on(seed(&store, &seed_config, &segmirror_shipper::seed::NoProgress))??;
     println!(
         "  {} segment(s) of {} partition(s), {} bytes uploaded",
         seeded.segments_shipped(),
@@ -70,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("applying {} -> {}", store_dir.display(), mirror.display());
     let catalog = Catalog::open(args.dir.join("catalog.sqlite"))?;
     let apply_config = ApplyConfig::new(store.clone(), store_url, &mirror).with_link(DEMO_LINK);
-    let applied = runtime.block_on(apply(&apply_config, catalog, &segmirror_applier::NoProgress))?;
+    let applied = runtime.block_on(apply(&apply_config, catalog, &segmirror_applier::NoProgress))??;
     println!(
         "  {} segment(s) installed, {} bytes fetched",
         applied.segments_installed(),
@@ -93,8 +93,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         &NoProgress,
     );
-    print_text(&report);
-    let audit = runtime.block_on(audit_store(&store, &KeyPrefix::root(), &AuditOptions::default()))?;
+    print_verify_report(&report);
+    let audit = runtime.block_on(audit_store(&store, &KeyPrefix::root(), &AuditOptions::default()))??;
     println!(
         "store audit: {} object(s), {} bytes, {} error(s), {} warning(s)",
         audit.objects,
@@ -116,9 +116,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     );
     if !audit.is_sound() || !different.is_empty() {
-        return Ok(ExitCode::from(crate::EXIT_CORRUPT));
+        return Ok(ExitCode::from(EXIT_CORRUPT));
     }
-    Ok(exit_code(&report))
+    Ok(verify_exit_code(&report))
 }
 
 /// Segment files (`.log`, indexes, snapshots shipped with a segment) of every mirror partition that differ

@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use anyhow::Context;
 use segment_format::writer::sample::{
-    write_bulk, write_sample, BulkOptions, Manifest, SampleOptions, DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID,
+    write_bulk, write_sample, BulkOptions, SampleOptions, DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID,
     DEFAULT_SAMPLE_SEGMENT_BYTES,
 };
 use segment_format::writer::DEFAULT_SEGMENT_BYTES;
 
-use crate::progress;
+use crate::cli::progress;
+use crate::cli::report::print_sample_summary;
 
 /// Bulk partitions unless `--partitions` says otherwise.
 pub const DEFAULT_BULK_PARTITIONS: u32 = 8;
@@ -96,40 +97,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let json = serde_json::to_vec_pretty(&manifest)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
-    print_summary(&manifest, started.elapsed().as_secs_f64());
+    print_sample_summary(&manifest, started.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
-}
-
-/// One line per partition, then the totals.
-pub fn print_summary(manifest: &Manifest, seconds: f64) {
-    println!(
-        "{:<32} {:<16} {:>8} {:>9} {:>10} {:>13} {:>21}",
-        "partition", "shape", "segments", "batches", "records", "bytes", "offsets [start,end)"
-    );
-    for p in &manifest.partitions {
-        let w = &p.written;
-        println!(
-            "{:<32} {:<16} {:>8} {:>9} {:>10} {:>13} {:>21}",
-            format!("{}-{}", w.topic, w.partition),
-            p.shape,
-            w.segments.len(),
-            w.batches(),
-            p.data_records,
-            w.log_bytes(),
-            format!("{}..{}", w.log_start_offset, w.log_end_offset),
-        );
-    }
-    let bytes = manifest.total_log_bytes();
-    let rate = if seconds > 0.0 {
-        bytes as f64 / seconds / (1024.0 * 1024.0)
-    } else {
-        0.0
-    };
-    println!(
-        "wrote {} partition(s), {bytes} bytes of log data, into {} in {seconds:.2}s ({rate:.0} MiB/s)",
-        manifest.partitions.len(),
-        manifest.log_dir.display(),
-    );
 }
 
 /// A byte size with an optional unit: `4GiB`, `512 MiB`, `1.5G`, `100MB`, `4096`.

@@ -8,8 +8,8 @@ use anyhow::Context;
 use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest};
 use segmirror_applier::Error;
 
-use crate::cmd::status::{open_mirror_catalog, CATALOG_HELP};
-use crate::EXIT_USAGE_OR_IO;
+use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
+use crate::cli::EXIT_USAGE_OR_IO;
 
 /// What `--help` says about retention.
 const RETENTION_HELP: &str = "\

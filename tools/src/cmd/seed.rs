@@ -11,8 +11,6 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::s3_args::S3Args;
-use anyhow::Context as _;
 use indicatif::ProgressBar;
 use segment_format::manifest::KeyPrefix;
 use segment_format::verify::VerifyOptions;
@@ -21,7 +19,9 @@ use segmirror_shipper::seed::{
 };
 use segmirror_shipper::Store;
 
-use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+use crate::cli::runtime::Runtime;
+use crate::cli::store::S3Args;
+use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
 /// The link name used when `--link` is not given.
 pub const DEFAULT_LINK: &str = "default";
@@ -113,7 +113,7 @@ fn bar() -> Bar {
 /// while a seed of another link or partition sharing the folder keeps its in-flight files.
 pub const LEFTOVER_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let store = args.s3.open_or_create(&args.store)?;
     let mut config = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
     config.prefix = KeyPrefix::new(&args.prefix)?;
@@ -127,12 +127,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         config.shipper_id = id.clone();
     }
     config.validate()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     // A killed seed leaves the upload temp files of a local folder behind; the next one removes those of its prefix.
-    let removed = runtime.block_on(store.remove_leftovers(config.prefix.as_str(), LEFTOVER_MIN_AGE))?;
+    let removed = runtime.block_on(store.remove_leftovers(config.prefix.as_str(), LEFTOVER_MIN_AGE))??;
     if !removed.is_empty() {
         eprintln!(
             "note: removed {} upload leftover(s) of an interrupted seed: {}",
@@ -141,7 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let bar = bar();
-    let report = runtime.block_on(seed::seed(&store, &config, &bar))?;
+    let report = runtime.block_on(seed::seed(&store, &config, &bar))??;
     bar.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -271,7 +267,7 @@ mod tests {
 
     fn seed_cli(args: &[&str]) -> ExitCode {
         let cli = Cli::try_parse_from(std::iter::once("seed").chain(args.iter().copied())).unwrap();
-        run(cli.args).unwrap()
+        run(cli.args, &Runtime::new()).unwrap()
     }
 
     #[test]
@@ -315,8 +311,8 @@ mod tests {
 
         // An unusable setting is an error before anything is read.
         let cli = Cli::try_parse_from(["seed", "--log-dir", log, "--store", store, "--topics", "("]).unwrap();
-        assert!(run(cli.args).is_err());
+        assert!(run(cli.args, &Runtime::new()).is_err());
         let cli = Cli::try_parse_from(["seed", "--log-dir", log, "--store", store, "--link", "a/b"]).unwrap();
-        assert!(run(cli.args).is_err());
+        assert!(run(cli.args, &Runtime::new()).is_err());
     }
 }

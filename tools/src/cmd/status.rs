@@ -12,22 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use segment_format::dir::META_PROPERTIES_FILE;
-use segmirror_catalog::{
-    canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_data_dir, Catalog, Event, LinkStatus,
-    PartitionKey, PartitionStatus, Status, Subject,
-};
+use segmirror_catalog::{catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionStatus, Status, Subject};
 use serde::Serialize;
 
-/// The default catalog location, shown under `--help` of every command that takes `--catalog`.
-pub const CATALOG_HELP: &str = "\
-Catalog: --catalog PATH, else the default catalog of the mirror root, one per mirror root, in segmirror's data \
-directory ($SEGMIRROR_HOME, else $XDG_DATA_HOME/segmirror, else ~/.local/share/segmirror): the data directory's \
-catalog.sqlite belongs to the first mirror root that uses it (a catalog from before per-mirror catalogs adopts the \
-first mirror root it is used with, so an existing setup keeps working); every other mirror root gets \
-mirrors/<name>-<hash of the canonical root>/catalog.sqlite. A catalog records its mirror root and refuses another \
-one (exit 2). Never inside a broker log dir: a broker takes every directory there for a partition, and the catalog \
-must outlive the mirror data it describes.";
+use crate::cli::catalog::{catalog_path, data_dir, mirror_catalog_path, CATALOG_HELP};
 
 /// How `status` finds catalogs, shown under its `--help`.
 const STATUS_HELP: &str = "\
@@ -48,67 +36,6 @@ pub struct Args {
     /// Print one JSON document (every field of every link and partition, with its last event) instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-/// `--catalog`, or the data directory's own catalog; refused inside a broker log dir.
-pub fn catalog_path(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let path = match arg {
-        Some(path) => path,
-        None => segmirror_catalog::default_catalog_path()
-            .context("no catalog location: set --catalog, SEGMIRROR_HOME or HOME")?,
-    };
-    refuse_inside_log_dir(&path)?;
-    Ok(path)
-}
-
-fn refuse_inside_log_dir(path: &Path) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| d.join(META_PROPERTIES_FILE).exists()) {
-        bail!(
-            "catalog {} would be inside a Kafka log dir ({} holds {META_PROPERTIES_FILE}); choose another --catalog",
-            path.display(),
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
-/// The data directory, or an error naming the variables that set it.
-fn data_dir() -> anyhow::Result<PathBuf> {
-    default_data_dir().context("no catalog location: set --catalog, SEGMIRROR_HOME or HOME")
-}
-
-/// The catalog of mirror root `mirror`: `--catalog`, else its default ([`default_catalog_for_mirror`]), with the
-/// canonical root.
-pub fn mirror_catalog_path(arg: Option<PathBuf>, mirror: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let root = canonical_mirror_root(mirror).with_context(|| format!("resolving mirror root {}", mirror.display()))?;
-    let path = match arg {
-        Some(path) => path,
-        None => default_catalog_for_mirror(&data_dir()?, &root)?,
-    };
-    refuse_inside_log_dir(&path)?;
-    Ok((path, root))
-}
-
-/// Opens the catalog of mirror root `mirror` (see [`mirror_catalog_path`]) and binds it to the root: a catalog
-/// that records another root is refused with one line naming both (exit 2). `must_exist`: refuse to create one
-/// (for commands that only use what `apply` recorded).
-pub fn open_mirror_catalog(
-    arg: Option<PathBuf>,
-    mirror: &Path,
-    must_exist: bool,
-) -> anyhow::Result<(PathBuf, Catalog)> {
-    let (path, root) = mirror_catalog_path(arg, mirror)?;
-    if must_exist && !path.is_file() {
-        bail!(
-            "catalog {} does not exist (run `segmirror apply --mirror {}` first, or give --catalog)",
-            path.display(),
-            mirror.display()
-        );
-    }
-    let mut catalog = Catalog::open(&path).with_context(|| format!("opening catalog {}", path.display()))?;
-    // No context: the mismatch error is one line naming the catalog and both roots already.
-    catalog.bind_mirror_root(&root)?;
-    Ok((path, catalog))
 }
 
 /// The JSON document: the catalog's status with each partition's last event.
@@ -370,15 +297,6 @@ mod tests {
         assert_eq!(human_bytes(0), "0 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(5 << 30), "5.0 GiB");
-    }
-
-    #[test]
-    fn a_catalog_inside_a_log_dir_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(META_PROPERTIES_FILE), b"version=1\n").unwrap();
-        assert!(catalog_path(Some(dir.path().join("catalog.sqlite"))).is_err());
-        let ok = dir.path().join("elsewhere/catalog.sqlite");
-        assert_eq!(catalog_path(Some(ok.clone())).unwrap(), ok);
     }
 
     #[test]

@@ -4,14 +4,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use segment_format::report::Severity;
 use segment_format::verify::{self, Progress, Report, VerifyOptions};
 
 use segment_format::manifest::KeyPrefix;
 use segmirror_shipper::audit::{audit_store, AuditOptions, AuditReport};
 
-use crate::s3_args::{is_store_url, S3Args};
-use crate::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+use crate::cli::progress;
+use crate::cli::report::{print_verify_report, verify_exit_code};
+use crate::cli::runtime::Runtime;
+use crate::cli::store::{is_store_url, S3Args};
+use crate::cli::EXIT_CORRUPT;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,7 +49,8 @@ impl Progress for BarProgress {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// `runtime` is used only when a store is audited.
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let options = VerifyOptions {
         deep: args.deep,
         strict: args.strict,
@@ -67,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut audits = Vec::new();
     for url in stores {
-        match audit(url, &args) {
+        match audit(url, &args, runtime) {
             Ok(audit) => audits.push(audit),
             Err(e) => report.io_errors.push(format!("{url}: {e:#}")),
         }
@@ -79,19 +82,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             print_audit(audit);
         }
         if !paths.is_empty() || audits.is_empty() {
-            print_text(&report);
+            print_verify_report(&report);
         }
     }
     let audit_errors = audits.iter().any(|a| !a.is_sound());
     if audit_errors && report.io_errors.is_empty() {
         return Ok(ExitCode::from(EXIT_CORRUPT));
     }
-    Ok(exit_code(&report))
+    Ok(verify_exit_code(&report))
 }
 
 /// Audit one store: every manifest against its data objects (re-hashed), and with `--deep` every segment
 /// downloaded and verified.
-fn audit(url: &str, args: &Args) -> anyhow::Result<AuditReport> {
+fn audit(url: &str, args: &Args, runtime: &Runtime) -> anyhow::Result<AuditReport> {
     let store = args.s3.open(url)?;
     let prefix = KeyPrefix::new(&args.prefix)?;
     let options = AuditOptions {
@@ -99,8 +102,7 @@ fn audit(url: &str, args: &Args) -> anyhow::Result<AuditReport> {
         deep: args.deep,
         temp_dir: None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    Ok(runtime.block_on(audit_store(&store, &prefix, &options))?)
+    Ok(runtime.block_on(audit_store(&store, &prefix, &options))??)
 }
 
 fn print_audit(audit: &AuditReport) {
@@ -137,17 +139,6 @@ fn print_audit(audit: &AuditReport) {
     );
 }
 
-/// 2 if anything could not be read, else 1 if corruption was found, else 0.
-pub fn exit_code(report: &Report) -> ExitCode {
-    if !report.io_errors.is_empty() {
-        ExitCode::from(EXIT_USAGE_OR_IO)
-    } else if !report.is_sound() {
-        ExitCode::from(EXIT_CORRUPT)
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
 /// The `--json` document. Paths are text; a byte of a file name that is not
 /// UTF-8 appears as U+FFFD (see `segment_format::report::serialize_path_lossy`).
 /// Serialized as a struct rather than with `json!`, which panics where
@@ -177,51 +168,4 @@ fn print_json(report: &Report, audits: &[AuditReport]) -> anyhow::Result<()> {
     };
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
-}
-
-pub fn print_text(report: &Report) {
-    for finding in &report.findings {
-        println!("{finding}");
-    }
-    if report.suppressed_findings > 0 {
-        println!("... {} more findings not shown", report.suppressed_findings);
-    }
-    for e in &report.io_errors {
-        println!("error: {e}");
-    }
-    if !report.partitions.is_empty() {
-        println!(
-            "{:<40} {:>8} {:>10} {:>12} {:>14} {:>21} {:>5} {:>5}",
-            "partition", "segments", "batches", "records", "bytes", "offsets", "warn", "err"
-        );
-    }
-    for p in &report.partitions {
-        let name = match (&p.topic, p.partition) {
-            (Some(t), Some(n)) => format!("{t}-{n}"),
-            _ => p.path.display().to_string(),
-        };
-        let offsets = match (p.first_offset, p.last_offset) {
-            (Some(a), Some(b)) => format!("{a}..{b}"),
-            _ => "-".to_string(),
-        };
-        println!(
-            "{:<40} {:>8} {:>10} {:>12} {:>14} {:>21} {:>5} {:>5}",
-            name, p.segments, p.batches, p.records, p.bytes, offsets, p.warnings, p.errors
-        );
-    }
-    let verdict = if !report.io_errors.is_empty() {
-        "UNREADABLE"
-    } else if report.is_sound() {
-        "SOUND"
-    } else {
-        "CORRUPT"
-    };
-    let errors =
-        report.findings.iter().filter(|f| f.severity == Severity::Error).count() as u64 + report.suppressed_findings;
-    println!(
-        "{verdict}: {} partition(s), {} error(s), {} warning(s)",
-        report.partitions.len(),
-        errors,
-        report.warnings()
-    );
 }

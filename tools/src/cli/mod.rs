@@ -1,0 +1,19 @@
+//! What the subcommands share: exit codes, the catalog location, store flags, progress bars, report printing and
+//! the process's one async runtime.
+//!
+//! Why a module of its own: each command under `cmd/` imports from here and never from another command or from
+//! `main.rs`, so a command can be added, moved or removed without touching the others, and a rule every command
+//! follows (an exit code, where the catalog lives) is written once.
+//!
+//! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found, 2 usage or I/O error.
+
+pub mod catalog;
+pub mod progress;
+pub mod report;
+pub mod runtime;
+pub mod store;
+
+/// Exit status meaning "usage or I/O error".
+pub const EXIT_USAGE_OR_IO: u8 = 2;
+/// Exit status meaning "corruption found".
+pub const EXIT_CORRUPT: u8 = 1;
