@@ -31,8 +31,7 @@
 use std::path::Path;
 
 use crate::batch::BatchInfo;
-use crate::error::{Defect, IndexKind, ParseError, Result};
-use crate::report::Finding;
+use crate::error::{Defect, ParseError, Result};
 
 /// Bytes per offset-index entry.
 pub const OFFSET_INDEX_ENTRY_SIZE: usize = 8;

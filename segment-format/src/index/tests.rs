@@ -1,5 +1,6 @@
 use super::*;
-use crate::report::Severity;
+use crate::error::IndexKind;
+use crate::report::{Finding, Severity};
 use proptest::prelude::*;
 
 fn b(position: u64, size: u64, base: i64, last: i64, max_ts: i64) -> BatchInfo {
