@@ -301,7 +301,7 @@ impl PartitionDirName {
 /// no whitespace, and some `-` (not first) followed, at least one character later,
 /// by a `.` that is not last.
 fn matches_suffixed_pattern(stem: &str) -> bool {
-    if stem.chars().any(crate::checkpoint::is_java_whitespace) {
+    if stem.chars().any(crate::java_text::is_java_whitespace) {
         return false;
     }
     let bytes = stem.as_bytes();

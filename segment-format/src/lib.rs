@@ -28,6 +28,7 @@ pub mod dir;
 pub mod durable;
 pub mod error;
 pub mod index;
+mod java_text;
 pub mod legacy;
 pub mod log;
 pub mod manifest;

@@ -518,7 +518,7 @@ pub fn read_server_properties(path: &Path) -> Result<BTreeMap<String, String>, E
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_PROPERTIES_BYTES), &mut bytes)
         .map_err(|e| Error::io(path, e))?;
-    Ok(crate::checkpoint::parse_java_properties(&bytes).into_iter().collect())
+    Ok(crate::java_text::parse_java_properties(&bytes).into_iter().collect())
 }
 
 /// Encoders of the records this reader applies, for tests and for building fixtures (the way Kafka writes them).

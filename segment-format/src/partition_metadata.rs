@@ -19,9 +19,9 @@ use std::str::FromStr;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, Engine, GeneralPurpose, GeneralPurposeConfig};
 
-use crate::checkpoint::java_split;
 use crate::durable::write_atomically;
 use crate::error::{Defect, ParseError, Result};
+use crate::java_text::java_split;
 
 /// The only version Kafka writes.
 pub const PARTITION_METADATA_VERSION: i32 = 0;

@@ -1,0 +1,437 @@
+//! One segment scanned once, front to back, with every check running beside the
+//! scan: batch framing and CRCs, offsets, the deep record walk, the three indexes,
+//! leader epochs and the tail of the newest segment. [`check_segment`] runs it on a
+//! single segment outside a partition walk.
+
+use super::*;
+
+/// How often (in scanned bytes) progress is reported.
+const PROGRESS_STEP: u64 = 4 * 1024 * 1024;
+
+/// Read one index of a segment for its checker (see [`bounded`]): a missing
+/// file is empty; `None` when it is not to be checked (the findings say why).
+fn read_optional(
+    path: Option<&PathBuf>,
+    kind: IndexKind,
+    entry_size: usize,
+    log_len: u64,
+    newest: bool,
+    sink: &mut Sink<'_>,
+) -> Result<Option<Vec<u8>>, Error> {
+    let Some(path) = path else {
+        return Ok(Some(Vec::new()));
+    };
+    let mut findings = Vec::new();
+    let read = bounded::read_index(path, kind, entry_size, log_len, newest, &mut findings)?;
+    sink.extend(findings);
+    Ok(read)
+}
+
+/// Scan one segment once, running every check beside the scan.
+pub(super) fn verify_segment(
+    segment: &SegmentFiles,
+    context: SegmentContext,
+    options: &VerifyOptions,
+    progress: &dyn Progress,
+    sink: &mut Sink<'_>,
+    scan: &mut PartitionScan,
+) -> Result<(), Error> {
+    let base = segment.base_offset;
+    let log_path = segment.log.as_path();
+    // The `.log`'s size decides before anything is read: one over Kafka's limit
+    // is rejected by it (a 50 GiB sparse file is not scanned for minutes), and
+    // it bounds what the indexes can need.
+    let log_len = match std::fs::symlink_metadata(log_path) {
+        Ok(meta) if meta.len() > MAX_SEGMENT_BYTES => {
+            sink.push(Finding::from_error(&crate::open::too_large(
+                log_path,
+                ".log segment",
+                meta.len(),
+                MAX_SEGMENT_BYTES,
+            )));
+            scan.summary.segments += 1;
+            return Ok(());
+        }
+        Ok(meta) => meta.len(),
+        Err(e) => return Err(Error::io(log_path, e)),
+    };
+    // Indexes before the log: a running broker appends a batch to the `.log`
+    // before its index entries, so every entry read first points into the log
+    // read second. The other order sees entries beyond the log of a live segment.
+    let newest = context.newest;
+    let offset_index = read_optional(
+        segment.index.as_ref(),
+        IndexKind::Offset,
+        OFFSET_INDEX_ENTRY_SIZE,
+        log_len,
+        newest,
+        sink,
+    )?;
+    let time_index = read_optional(
+        segment.time_index.as_ref(),
+        IndexKind::Time,
+        TIME_INDEX_ENTRY_SIZE,
+        log_len,
+        newest,
+        sink,
+    )?;
+    let txn_index = read_optional(
+        segment.txn_index.as_ref(),
+        IndexKind::Transaction,
+        ABORTED_TXN_SIZE,
+        log_len,
+        newest,
+        sink,
+    )?;
+    let mut log = match LogFile::open(log_path) {
+        Ok(log) => log,
+        // Not a regular file, or grown past the limit since the `stat`: a finding.
+        Err(e) if e.is_corrupt() => {
+            sink.push(Finding::from_error(&e));
+            scan.summary.segments += 1;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let index_path = segment
+        .index
+        .clone()
+        .unwrap_or_else(|| log_path.with_extension("index"));
+    let time_index_path = segment
+        .time_index
+        .clone()
+        .unwrap_or_else(|| log_path.with_extension("timeindex"));
+    let txn_index_path = segment
+        .txn_index
+        .clone()
+        .unwrap_or_else(|| log_path.with_extension("txnindex"));
+    if segment.index.is_none() && !log.is_empty() {
+        sink.push(Finding::warning(
+            &index_path,
+            None,
+            Some(base),
+            Defect::Index {
+                index: IndexKind::Offset,
+                message: "missing: the broker rebuilds it at load".into(),
+            },
+        ));
+    }
+    let mut offset_checker = offset_index
+        .as_deref()
+        .map(|bytes| OffsetIndexChecker::new(&index_path, bytes, base, newest));
+    let mut time_checker = time_index
+        .as_deref()
+        .map(|bytes| TimeIndexChecker::new(&time_index_path, bytes, base, newest));
+    let mut txn_checker = txn_index
+        .as_deref()
+        .map(|bytes| TxnIndexChecker::new(&txn_index_path, bytes, base, newest));
+    let limits = DeepLimits::default();
+    let mut unreported = 0u64;
+    let summary = &mut scan.summary;
+    summary.segments += 1;
+    let outcome = log.scan(|frame| {
+        let mut info = frame.info;
+        if let Some(defect) = frame.crc_defect() {
+            sink.error(log_path, Some(frame.crc_position()), Some(info.base_offset), defect);
+        }
+        let mut records = u64::try_from(info.records_count).unwrap_or(0);
+        // A legacy compressed wrapper carries no record count and only its last offset: even a
+        // shallow pass walks it (legacy data is rare, and counts and offsets must be right).
+        let legacy_wrapper = info.magic < 2 && info.records_count < 0;
+        if options.deep || legacy_wrapper {
+            match deep_walk(frame.bytes, &info, &limits) {
+                Ok(walk) => {
+                    records = walk.records;
+                    // A legacy wrapper's first offset is only known inside it: with it the
+                    // offset checks also catch wrappers that overlap.
+                    info.base_offset = walk.first_offset.unwrap_or(info.base_offset);
+                }
+                Err(e) => sink.push(Finding::from_error(&e.shifted(info.position).at(log_path))),
+            }
+        }
+        check_offsets(log_path, &info, base, context, scan.previous_last_offset, sink);
+        scan.previous_last_offset = Some(info.last_offset.max(scan.previous_last_offset.unwrap_or(i64::MIN)));
+        if info.is_control && info.records_count > 0 && info.control.is_none() {
+            sink.error(
+                log_path,
+                Some(info.position),
+                Some(info.base_offset),
+                Defect::Control {
+                    message: "control record key could not be decoded".into(),
+                },
+            );
+        }
+        let summary = &mut scan.summary;
+        summary.batches += 1;
+        summary.records += records;
+        summary.bytes += info.size;
+        summary.first_offset.get_or_insert(info.base_offset);
+        summary.last_offset = Some(info.last_offset);
+        if info.max_timestamp >= 0 {
+            summary.max_timestamp = Some(
+                summary
+                    .max_timestamp
+                    .map_or(info.max_timestamp, |m| m.max(info.max_timestamp)),
+            );
+        }
+        if let Some(checker) = offset_checker.as_mut() {
+            checker.on_batch(&info);
+        }
+        if let Some(checker) = time_checker.as_mut() {
+            checker.on_batch(&info);
+        }
+        let expected = scan.txn_tracker.on_batch(&info);
+        if let Some(checker) = txn_checker.as_mut() {
+            checker.on_batch(&info, expected.as_ref());
+        }
+        if let Some(epochs) = scan.epochs.as_mut() {
+            epochs.on_batch(log_path, &info);
+        }
+        unreported += info.size;
+        if unreported >= PROGRESS_STEP {
+            progress.advance(unreported);
+            unreported = 0;
+        }
+        ControlFlow::Continue(())
+    });
+    progress.advance(unreported);
+    let end = match outcome {
+        Ok(s) => s.end,
+        Err(e) if e.is_changed_while_read() => {
+            // Truncated under the scan: nothing after this describes the file, so
+            // the indexes are not judged against it. The caller reads it again.
+            sink.push(Finding::from_error(&e));
+            return Ok(());
+        }
+        Err(e) => {
+            let (position, offset) = match &e {
+                Error::Corrupt { position, offset, .. } | Error::Incomplete { position, offset, .. } => {
+                    (*position, *offset)
+                }
+                _ => return Err(e),
+            };
+            if let Err(changed) = report_tail(&log, position, offset, &e, context, options, sink) {
+                sink.push(Finding::from_error(&changed));
+                return Ok(());
+            }
+            progress.advance(log.len().saturating_sub(position));
+            position
+        }
+    };
+    if let Some(checker) = offset_checker {
+        sink.extend(checker.finish(end));
+    }
+    if let Some(checker) = time_checker {
+        sink.extend(checker.finish(end));
+    }
+    if let Some(checker) = txn_checker {
+        sink.extend(checker.finish());
+    }
+    Ok(())
+}
+
+/// Offsets increase across batches and stay inside the segment's range.
+fn check_offsets(
+    path: &Path,
+    info: &BatchInfo,
+    base: i64,
+    context: SegmentContext,
+    previous_last_offset: Option<i64>,
+    sink: &mut Sink<'_>,
+) {
+    let at = Some(info.position);
+    let offset = Some(info.base_offset);
+    if info.last_offset < info.base_offset {
+        sink.error(
+            path,
+            at,
+            offset,
+            Defect::BadLength {
+                field: "lastOffsetDelta",
+                value: info.last_offset.wrapping_sub(info.base_offset),
+            },
+        );
+    }
+    if let Some(previous) = previous_last_offset {
+        if info.base_offset <= previous {
+            sink.error(
+                path,
+                at,
+                offset,
+                Defect::OffsetOutOfOrder {
+                    previous,
+                    found: info.base_offset,
+                },
+            );
+        }
+    }
+    let outside_next = context.next_base_offset.is_some_and(|next| info.last_offset >= next);
+    if info.base_offset < base || outside_next {
+        let found = if info.base_offset < base {
+            info.base_offset
+        } else {
+            info.last_offset
+        };
+        sink.error(
+            path,
+            at,
+            offset,
+            Defect::OffsetOutsideSegment {
+                base_offset: base,
+                next_base_offset: context.next_base_offset,
+                found,
+            },
+        );
+    }
+    if info.last_offset.saturating_sub(base) > i64::from(i32::MAX) {
+        sink.error(
+            path,
+            at,
+            offset,
+            Defect::OffsetOverflow {
+                base_offset: base,
+                found: info.last_offset,
+            },
+        );
+    }
+}
+
+/// What a deep walk of one frame found.
+struct DeepWalk {
+    records: u64,
+    /// The first inner offset of a legacy frame (the shallow scan only knows the
+    /// last); `None` for magic 2, whose header already has it.
+    first_offset: Option<i64>,
+}
+
+/// Decompress and walk every record.
+fn deep_walk(bytes: &[u8], info: &BatchInfo, limits: &DeepLimits) -> Result<DeepWalk, ParseError> {
+    if info.magic >= 2 {
+        let header = parse_header(bytes)?;
+        let stats = for_each_record(bytes, &header, limits, |_| ControlFlow::Continue(()))?;
+        Ok(DeepWalk {
+            records: u64::from(stats.records),
+            first_offset: None,
+        })
+    } else {
+        let stats = legacy::for_each_message(bytes, limits, |_| ControlFlow::Continue(()))?;
+        Ok(DeepWalk {
+            records: u64::from(stats.messages),
+            first_offset: stats.first_offset,
+        })
+    }
+}
+
+/// Report what stopped a scan before the end of the file. A partial frame at the
+/// end of the newest segment is what a broker leaves mid-write (a warning unless
+/// strict), and so is a zero tail there (`preallocate=true`); anywhere else, and
+/// any framing defect, is corruption.
+/// Errs only if the file changed while its tail was read.
+fn report_tail(
+    log: &LogFile,
+    position: u64,
+    offset: Option<i64>,
+    error: &Error,
+    context: SegmentContext,
+    options: &VerifyOptions,
+    sink: &mut Sink<'_>,
+) -> Result<(), Error> {
+    let path = log.path();
+    let rest_len = log.len().saturating_sub(position);
+    let zero_tail = rest_len > 0 && !error.is_too_large() && log.is_zero_from(position)?;
+    // What a broker legitimately leaves at the end of its active segment: described in
+    // a warning when tolerated, otherwise reported as trailing bytes.
+    let what = match error {
+        _ if zero_tail => format!("{rest_len} bytes, zero-filled: preallocated active segment"),
+        Error::Incomplete { needed, available, .. } => format!(
+            "incomplete batch at the end of the segment: need {needed} bytes, {available} available \
+             (a broker mid-write leaves this)"
+        ),
+        _ => {
+            sink.push(Finding::from_error(error));
+            return Ok(());
+        }
+    };
+    let offset = if zero_tail { None } else { offset };
+    if context.newest && !options.strict {
+        sink.push(Finding::warning(
+            path,
+            Some(position),
+            offset,
+            Defect::Other { message: what },
+        ));
+    } else {
+        sink.error(path, Some(position), offset, Defect::TrailingBytes { bytes: rest_len });
+    }
+    Ok(())
+}
+
+/// The outcome of [`check_segment`]: one segment checked on its own.
+#[derive(Debug, Clone, Default)]
+pub struct SegmentCheck {
+    pub findings: Vec<Finding>,
+    /// Findings beyond [`MAX_FINDINGS_PER_FILE`] in one file, counted only.
+    pub suppressed_findings: u64,
+    /// Totals of the segment's complete batches. `bytes` is the length of the
+    /// well-framed prefix of the `.log`: everything up to the end of its last
+    /// complete batch.
+    pub summary: PartitionSummary,
+}
+
+impl SegmentCheck {
+    /// No error finding (warnings allowed).
+    pub fn is_sound(&self) -> bool {
+        self.suppressed_findings == 0 && self.findings.iter().all(|f| f.severity != Severity::Error)
+    }
+
+    /// A finding saying a file changed while it was read (truncated under the
+    /// scan): the check describes no state of the segment and is to be redone,
+    /// whatever else it found.
+    pub fn changed_while_read(&self) -> Option<&Finding> {
+        self.findings
+            .iter()
+            .find(|f| matches!(f.defect, Defect::ChangedWhileRead { .. }))
+    }
+
+    /// The error findings.
+    pub fn errors(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.severity == Severity::Error)
+    }
+}
+
+/// Check one segment (its `.log` and whatever indexes `segment` names) without
+/// the rest of its partition: what the shipper does before uploading a segment
+/// and the applier before installing one. `next_base_offset` bounds the offsets
+/// (the next segment's base, or the manifest's `next`); `newest` tolerates a
+/// partial batch or zero tail at the end (unless `options.strict`). Cross-segment
+/// state is unknown here, so transaction index entries of transactions that began
+/// in an earlier segment are accepted as found, and epochs are not checked.
+pub fn check_segment(
+    segment: &SegmentFiles,
+    next_base_offset: Option<i64>,
+    newest: bool,
+    options: &VerifyOptions,
+) -> Result<SegmentCheck, Error> {
+    let mut report = Report::default();
+    let mut sink = Sink::new(&mut report);
+    let mut scan = PartitionScan {
+        summary: PartitionSummary {
+            path: segment.log.clone(),
+            ..Default::default()
+        },
+        previous_last_offset: None,
+        txn_tracker: TxnTracker::new(),
+        epochs: None,
+    };
+    let context = SegmentContext {
+        next_base_offset,
+        newest,
+    };
+    verify_segment(segment, context, options, &NoProgress, &mut sink, &mut scan)?;
+    let summary = finish_partition(scan, &mut sink)?;
+    Ok(SegmentCheck {
+        findings: report.findings,
+        suppressed_findings: report.suppressed_findings,
+        summary,
+    })
+}
