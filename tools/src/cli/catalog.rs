@@ -81,6 +81,18 @@ pub fn open_mirror_catalog(
     Ok((path, catalog))
 }
 
+/// Opens an existing catalog for a mirror root that does not exist, without binding the catalog to it: the command
+/// (`promote`) then reports the missing root together with every other refusal, and a mistyped root is never
+/// recorded anywhere.
+pub fn open_catalog_of_missing_mirror(arg: Option<PathBuf>, mirror: &Path) -> anyhow::Result<(PathBuf, Catalog)> {
+    let (path, _) = mirror_catalog_path(arg, mirror)?;
+    if !path.is_file() {
+        bail!("mirror root {} does not exist", mirror.display());
+    }
+    let catalog = Catalog::open(&path).with_context(|| format!("opening catalog {}", path.display()))?;
+    Ok((path, catalog))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

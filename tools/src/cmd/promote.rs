@@ -8,7 +8,7 @@ use anyhow::Context;
 use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest};
 use segmirror_applier::Error;
 
-use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
+use crate::cli::catalog::{open_catalog_of_missing_mirror, open_mirror_catalog, CATALOG_HELP};
 use crate::cli::EXIT_USAGE_OR_IO;
 
 /// What `--help` says about retention.
@@ -74,7 +74,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(promote::topics_regex)
         .transpose()
         .context("--topics is not a valid regular expression")?;
-    let (_, mut catalog) = open_mirror_catalog(args.catalog, &args.mirror, true)?;
+    // A missing mirror root is one refusal among all the others (the library reports them together); its catalog
+    // is only read, never bound to the mistyped root.
+    let (_, mut catalog) = if args.mirror.exists() {
+        open_mirror_catalog(args.catalog, &args.mirror, true)?
+    } else {
+        open_catalog_of_missing_mirror(args.catalog, &args.mirror)?
+    };
     let request = PromoteRequest {
         mirror_root: args.mirror,
         log_dir: args.log_dir,
