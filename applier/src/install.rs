@@ -31,8 +31,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use segment_format::batch::{read_frame_prefix, BatchInfo, RECORD_BATCH_OVERHEAD};
-use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochChecker, LeaderEpochCheckpoint};
+use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochCheckpoint};
 use segment_format::dir::{
     classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE,
 };
@@ -41,7 +40,7 @@ use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
-use segment_format::verify::{check_segment, VerifyOptions};
+use segment_format::verify::{check_segment_against_epochs, VerifyOptions};
 use segmirror_catalog::SegmentVersion;
 use segmirror_shipper::store::Hasher;
 use segmirror_shipper::Store;
@@ -61,11 +60,6 @@ const MIN_FRAME_BYTES: u64 = 26;
 
 /// Buffer for hashing files already on disk.
 const HASH_CHUNK: usize = 1 << 20;
-
-/// Read buffer of the leader-epoch walk over batch headers: small batches are stepped over inside it, large ones
-/// by a seek, so the walk reads little more than the headers of a segment of large batches and streams one of
-/// small batches at memory speed.
-const EPOCH_SCAN_BUFFER: usize = 64 << 10;
 
 /// Rename order of a new segment: the `.log` last, so it never appears without its indexes.
 const NEW_SEGMENT_ORDER: [SegmentFileKind; 5] = [
@@ -455,7 +449,27 @@ fn validate(
         deep: verify.deep,
         strict: true,
     };
-    let check = match check_segment(&segment, Some(m.next_offset), !m.sealed, &options) {
+    // The manifest's leader epochs are checked against every magic-2 batch's `partitionLeaderEpoch` in the same pass,
+    // as `verify` checks a partition against its `leader-epoch-checkpoint`: each batch carries the epoch in force at
+    // its offset. A manifest without epochs (a source without a checkpoint) claims nothing to check.
+    let claimed_epochs = (!m.epochs.is_empty()).then(|| {
+        LeaderEpochCheckpoint::new(
+            m.epochs
+                .iter()
+                .map(|e| EpochEntry {
+                    epoch: e.epoch,
+                    start_offset: e.start_offset,
+                })
+                .collect(),
+        )
+    });
+    let check = match check_segment_against_epochs(
+        &segment,
+        Some(m.next_offset),
+        !m.sealed,
+        &options,
+        claimed_epochs.as_ref(),
+    ) {
         Ok(check) => check,
         Err(e) if e.is_corrupt() || e.is_incomplete() => return Ok(Err(corrupt(vec![Finding::from_error(&e)], 0))),
         Err(e) => return Err(Error::Format(e)),
@@ -530,7 +544,7 @@ fn validate(
             data,
         }));
     }
-    if let Some(message) = epochs_against_batches(m, &log, s.bytes)? {
+    if let Some(message) = epoch_disagreements(&check.epoch_findings) {
         return Ok(Err(Refusal::Epochs {
             message: format!("{manifest_key}: the manifest's leader epochs disagree with its batches: {message}"),
         }));
@@ -592,70 +606,9 @@ fn validate(
     Ok(Ok((merged != existing).then(|| LeaderEpochCheckpoint::new(merged))))
 }
 
-/// The manifest's leader epochs checked against the `partitionLeaderEpoch` of every magic-2 batch of the staged
-/// `.log` (its well-framed first `end` bytes, already validated), as `verify` checks a partition against its
-/// `leader-epoch-checkpoint`: each batch carries the epoch in force at its offset. Only batch headers are needed:
-/// they are read through a small buffer, stepping over batch bodies (see [`EPOCH_SCAN_BUFFER`]). A manifest without
-/// epochs (a source without a checkpoint) claims nothing to check. `Some(message)` on disagreement.
-fn epochs_against_batches(m: &Manifest, log: &Path, end: u64) -> Result<Option<String>> {
-    if m.epochs.is_empty() {
-        return Ok(None);
-    }
-    let claimed = LeaderEpochCheckpoint::new(
-        m.epochs
-            .iter()
-            .map(|e| EpochEntry {
-                epoch: e.epoch,
-                start_offset: e.start_offset,
-            })
-            .collect(),
-    );
-    let mut checker = LeaderEpochChecker::new(&claimed);
-    let file = File::open(log).map_err(|e| Error::io(log, e))?;
-    let mut reader = std::io::BufReader::with_capacity(EPOCH_SCAN_BUFFER, file);
-    let mut header = [0u8; RECORD_BATCH_OVERHEAD];
-    let mut position = 0u64;
-    while position < end {
-        let want = usize::try_from((end - position).min(RECORD_BATCH_OVERHEAD as u64)).unwrap_or(0);
-        let buf = header.get_mut(..want).unwrap_or_default();
-        reader.read_exact(buf).map_err(|e| Error::io(log, e))?;
-        let prefix = match read_frame_prefix(buf) {
-            Ok(prefix) => prefix,
-            Err(e) => return Ok(Some(format!("batch at byte {position}: {e:?}"))),
-        };
-        let size = prefix.size_in_bytes();
-        if prefix.magic >= 2 && want == RECORD_BATCH_OVERHEAD {
-            let epoch = buf
-                .get(12..16)
-                .and_then(|b| b.try_into().ok())
-                .map_or(-1, i32::from_be_bytes);
-            let info = BatchInfo {
-                position,
-                size,
-                magic: prefix.magic,
-                base_offset: prefix.base_offset,
-                last_offset: prefix.base_offset,
-                max_timestamp: -1,
-                partition_leader_epoch: epoch,
-                producer_id: -1,
-                producer_epoch: -1,
-                is_transactional: false,
-                control: None,
-                is_control: false,
-                records_count: 0,
-            };
-            checker.on_batch(log, &info);
-        }
-        position = position.saturating_add(size);
-        // On to the next frame: within the buffer for small batches, a seek for large ones (a legacy frame may be
-        // shorter than the header read, hence a step back).
-        let step = i64::try_from(size).unwrap_or(i64::MAX).saturating_sub(want as i64);
-        if step != 0 && position < end {
-            reader.seek_relative(step).map_err(|e| Error::io(log, e))?;
-        }
-    }
-    let findings = checker.finish();
-    Ok((!findings.is_empty()).then(|| {
+/// The batches whose leader epoch disagrees with the manifest's, as one message (`None` when they all agree).
+fn epoch_disagreements(findings: &[Finding]) -> Option<String> {
+    (!findings.is_empty()).then(|| {
         findings
             .iter()
             .take(MAX_REPORTED_FINDINGS)
@@ -665,7 +618,7 @@ fn epochs_against_batches(m: &Manifest, log: &Path, end: u64) -> Result<Option<S
             })
             .collect::<Vec<_>>()
             .join("; ")
-    }))
+    })
 }
 
 fn show_epochs(entries: &[EpochEntry]) -> String {

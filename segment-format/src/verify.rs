@@ -33,7 +33,7 @@ mod live;
 mod segment;
 
 use segment::verify_segment;
-pub use segment::{check_segment, SegmentCheck};
+pub use segment::{check_segment, check_segment_against_epochs, SegmentCheck};
 
 /// How deep and how strict a verification is.
 #[derive(Debug, Clone, Default)]

@@ -376,6 +376,9 @@ pub struct SegmentCheck {
     /// well-framed prefix of the `.log`: everything up to the end of its last
     /// complete batch.
     pub summary: PartitionSummary,
+    /// Batches whose leader epoch disagrees with the history given to [`check_segment_against_epochs`] (empty
+    /// without one). Not in `findings`: they judge the claim, not the segment.
+    pub epoch_findings: Vec<Finding>,
 }
 
 impl SegmentCheck {
@@ -412,6 +415,19 @@ pub fn check_segment(
     newest: bool,
     options: &VerifyOptions,
 ) -> Result<SegmentCheck, Error> {
+    check_segment_against_epochs(segment, next_base_offset, newest, options, None)
+}
+
+/// [`check_segment`], also checking every magic-2 batch's `partitionLeaderEpoch` against `claimed` (a leader-epoch
+/// history such as a manifest's) in the same pass over the batches. What disagrees is returned apart, in
+/// [`SegmentCheck::epoch_findings`], so a caller can tell a false claim about the data from corrupt data.
+pub fn check_segment_against_epochs(
+    segment: &SegmentFiles,
+    next_base_offset: Option<i64>,
+    newest: bool,
+    options: &VerifyOptions,
+    claimed: Option<&LeaderEpochCheckpoint>,
+) -> Result<SegmentCheck, Error> {
     let mut report = Report::default();
     let mut sink = Sink::new(&mut report);
     let mut scan = PartitionScan {
@@ -421,17 +437,19 @@ pub fn check_segment(
         },
         previous_last_offset: None,
         txn_tracker: TxnTracker::new(),
-        epochs: None,
+        epochs: claimed.map(LeaderEpochChecker::new),
     };
     let context = SegmentContext {
         next_base_offset,
         newest,
     };
     verify_segment(segment, context, options, &NoProgress, &mut sink, &mut scan)?;
+    let epoch_findings = scan.epochs.take().map(LeaderEpochChecker::finish).unwrap_or_default();
     let summary = finish_partition(scan, &mut sink)?;
     Ok(SegmentCheck {
         findings: report.findings,
         suppressed_findings: report.suppressed_findings,
         summary,
+        epoch_findings,
     })
 }
