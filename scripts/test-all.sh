@@ -19,4 +19,4 @@ export SEGMIRROR_KAFKA_HOME="$ROOT/.cache/kafka/$KAFKA_VERSION"
 if [ "$#" -eq 0 ]; then
     set -- --workspace
 fi
-exec cargo test "$@"
+exec cargo test --no-fail-fast "$@"

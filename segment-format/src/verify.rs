@@ -369,7 +369,7 @@ fn verify_partition_dir_once(
     sink: &mut Sink<'_>,
 ) -> Result<PartitionSummary, Error> {
     let dir = PartitionDir::open(path)?;
-    let mut scan = start_partition(&dir, sink);
+    let mut scan = start_partition(&dir, options, sink);
     if let (Some(start), Some(first)) = (log_start_offset, dir.segments.first()) {
         if start < first.base_offset {
             sink.push(Finding::warning(
@@ -396,7 +396,7 @@ fn verify_partition_dir_once(
 }
 
 /// Check the partition-level files and set up the cross-segment state.
-fn start_partition(dir: &PartitionDir, sink: &mut Sink<'_>) -> PartitionScan {
+fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Sink<'_>) -> PartitionScan {
     sink.extend(dir.findings.iter().cloned());
     if let Some(pm) = &dir.partition_metadata {
         if let Err(e) = PartitionMetadata::read(pm) {
@@ -419,6 +419,8 @@ fn start_partition(dir: &PartitionDir, sink: &mut Sink<'_>) -> PartitionScan {
     let segment_bases: Vec<i64> = dir.segments.iter().map(|s| s.base_offset).collect();
     let mut txn_tracker = TxnTracker::new();
     for snapshot in &dir.snapshots {
+        let last_base = segment_bases.last().copied().unwrap_or(i64::MIN);
+        let is_largest = dir.snapshots.last().map(|s| s.offset) == Some(snapshot.offset);
         match ProducerSnapshot::read(&snapshot.path) {
             Ok(parsed) => {
                 // Open transactions that started before the first segment are known only
@@ -427,10 +429,27 @@ fn start_partition(dir: &PartitionDir, sink: &mut Sink<'_>) -> PartitionScan {
                     txn_tracker = TxnTracker::from_snapshot(&parsed);
                 }
             }
+            // A broker writes a snapshot in place when it rolls a segment, so a running one's newest snapshot may
+            // be empty or half written. At load the broker deletes a snapshot it cannot read and rebuilds producer
+            // state from an older one and the log (ProducerStateManager.loadFromSnapshot). Under --strict it stays
+            // an error, like the newest segment's tail mid-append.
+            Err(e) if is_largest && snapshot.offset >= last_base && !options.strict && e.is_corrupt() => {
+                let finding = Finding::from_error(&e);
+                sink.push(Finding::warning(
+                    &snapshot.path,
+                    finding.position,
+                    Some(snapshot.offset),
+                    Defect::Snapshot {
+                        message: format!(
+                            "newest snapshot unreadable ({}): a broker mid-write leaves this; at load the broker \
+                             deletes it and rebuilds producer state from an older snapshot and the log",
+                            finding.defect
+                        ),
+                    },
+                ));
+            }
             Err(e) => sink.push(Finding::from_error(&e)),
         }
-        let last_base = segment_bases.last().copied().unwrap_or(i64::MIN);
-        let is_largest = dir.snapshots.last().map(|s| s.offset) == Some(snapshot.offset);
         if !(segment_bases.contains(&snapshot.offset) || is_largest && snapshot.offset > last_base) {
             sink.push(Finding::warning(
                 &snapshot.path,
@@ -512,7 +531,7 @@ fn verify_file(
             };
             let mut scan = match &in_partition_dir {
                 Some(dir) => {
-                    let mut scan = start_partition(dir, sink);
+                    let mut scan = start_partition(dir, options, sink);
                     // Only this segment is scanned: epochs of the rest are unknown.
                     scan.epochs = None;
                     scan

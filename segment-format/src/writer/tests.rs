@@ -1021,6 +1021,70 @@ fn verify_engine_finds_the_sample_sound() {
     }
 }
 
+/// A running broker writes the roll snapshot in place: the newest one may be empty for a moment. Plain verify calls
+/// that a live-state warning, --strict an error; an unreadable older snapshot is an error either way.
+#[test]
+fn an_empty_newest_snapshot_is_a_live_state_only_without_strict() {
+    use crate::report::Severity;
+    use crate::verify::{verify_paths, NoProgress, VerifyOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = PartitionWriter::create(tmp.path(), "snap", 0, 0, quick()).unwrap();
+    for i in 0..3 {
+        w.append(batch(2, 1_000 + i)).unwrap();
+        w.roll().unwrap();
+    }
+    let written = w.close().unwrap();
+    let dir = written.dir.clone();
+    let snaps = snapshot_offsets(&dir);
+    assert_eq!(snaps, vec![2, 4, 6]);
+    let verify = |strict: bool| {
+        let report = verify_paths(
+            std::slice::from_ref(&dir),
+            &VerifyOptions { deep: true, strict },
+            &NoProgress,
+        );
+        assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);
+        report
+            .findings
+            .into_iter()
+            .map(|f| {
+                (
+                    f.severity,
+                    f.path.file_name().unwrap().to_string_lossy().into_owned(),
+                    f.defect.to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    fs::write(file(&dir, 6, SegmentFileKind::Snapshot), b"").unwrap();
+    let plain = verify(false);
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert_eq!(
+        (plain[0].0, plain[0].1.as_str()),
+        (Severity::Warning, "00000000000000000006.snapshot")
+    );
+    assert!(plain[0].2.contains("a broker mid-write leaves this"), "{}", plain[0].2);
+    let strict = verify(true);
+    assert_eq!(strict.len(), 1, "{strict:?}");
+    assert_eq!(
+        (strict[0].0, strict[0].1.as_str()),
+        (Severity::Error, "00000000000000000006.snapshot")
+    );
+    // Not the newest: nothing a running broker leaves.
+    fs::copy(
+        file(&dir, 2, SegmentFileKind::Snapshot),
+        file(&dir, 6, SegmentFileKind::Snapshot),
+    )
+    .unwrap();
+    fs::write(file(&dir, 4, SegmentFileKind::Snapshot), b"").unwrap();
+    let older = verify(false);
+    assert_eq!(older.len(), 1, "{older:?}");
+    assert_eq!(
+        (older[0].0, older[0].1.as_str()),
+        (Severity::Error, "00000000000000000004.snapshot")
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
