@@ -17,6 +17,9 @@
 //! | same range, unsealed | sealed             | seal: commit the same objects again as sealed (the shipped active prefix *is* the whole segment) |
 //! | same range, unsealed | unsealed, same size | skip (the active segment has not grown) |
 //! | same range, unsealed | unsealed, other size | diverged (same offsets, different bytes: truncated and rewritten) |
+//!
+//! The relationship is judged by the one succession rule ([`segmirror_transport::succession`]); this module maps
+//! its verdict to the shipper's action.
 
 /// A segment version, as far as the decision needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,22 +67,38 @@ pub(crate) enum Action {
     Diverged(Divergence),
 }
 
-/// See the module doc.
+/// See the module doc. The rule itself is [`segmirror_transport::succession`]; this maps its verdict for one
+/// bucket version against the source's version of the same base (content known by size only).
 pub(crate) fn decide(shipped: Option<Version>, source: Version) -> Action {
+    use segmirror_transport::succession::{self, succession, Content, Verdict};
     let Some(shipped) = shipped else {
         return Action::Ship;
     };
-    if shipped.next > source.next {
-        return Action::Diverged(Divergence::Truncated);
-    }
-    if shipped.next < source.next {
-        return Action::Ship;
-    }
-    match (shipped.sealed, source.sealed) {
-        (true, _) => Action::Skip,
-        (false, true) => Action::Seal,
-        (false, false) if shipped.log_size == source.log_size => Action::Skip,
-        (false, false) => Action::Diverged(Divergence::Rewritten),
+    // Both versions have the same base; the rule compares ranges by their `next`, so any base does.
+    let at_base = |v: Version| succession::Version::new(0, v.next, v.sealed, Content::of_size(v.log_size));
+    match succession(&[at_base(shipped)], &at_base(source), 0) {
+        Verdict::Same => Action::Skip,
+        // Same range, same size, now sealed: the shipped active prefix is the whole segment.
+        Verdict::Replaces { previous_next_offset } if previous_next_offset == source.next => Action::Seal,
+        // Longer: new keys, nothing committed is overwritten (also over a sealed version: the cleaner merged).
+        Verdict::Replaces { .. } | Verdict::SealedGrown { .. } => Action::Ship,
+        // A sealed segment compacted in place: the shipped version is an equally valid, less compacted, copy.
+        Verdict::Rewritten { previous_sealed: true } => Action::Skip,
+        Verdict::Rewritten { .. } if source.sealed => Action::Seal,
+        Verdict::Rewritten { .. } => Action::Diverged(Divergence::Rewritten),
+        Verdict::Truncated { .. } => Action::Diverged(Divergence::Truncated),
+        // One version at the same base yields none of these; stop and report rather than guess.
+        Verdict::LineageBreak
+        | Verdict::First
+        | Verdict::GrowsUnderSuccessor { .. }
+        | Verdict::BeforeStart { .. }
+        | Verdict::Covered { .. }
+        | Verdict::Overlap { .. }
+        | Verdict::Next
+        | Verdict::AwaitsSeal { .. }
+        | Verdict::RetentionGap { .. }
+        | Verdict::OffsetGap { .. }
+        | Verdict::EpochRegression { .. } => Action::Diverged(Divergence::Rewritten),
     }
 }
 
