@@ -21,12 +21,15 @@
 //!   stops the partition: installing what follows would leave a hole the source never had.
 //! - Empty versions (no batches) have nothing to install and are skipped.
 //!
+//! The rule itself is [`segmirror_transport::succession`]; [`next_step`] maps its verdict to a [`Step`].
+//!
 //! The catalog applies the same rule again when a version is marked installed ([`segmirror_catalog::Catalog::mark_installed`]);
 //! planning with it first means nothing is downloaded that would be refused at the end.
 
 use segment_format::dir::SegmentFileKind;
 use segment_format::manifest::Manifest;
 use segmirror_catalog::SegmentRecord;
+use segmirror_transport::succession::{self, succession, Content, Verdict};
 
 use crate::report::{Refusal, SkipSegment};
 
@@ -103,9 +106,19 @@ pub enum Step {
     Wait { base_offset: i64, reason: String },
 }
 
-/// The `.log` of a manifest: (size, sha256). Validation guarantees it exists.
-fn log_of(m: &Manifest) -> Option<(u64, [u8; 32])> {
-    m.file(SegmentFileKind::Log).map(|f| (f.size, f.sha256.0))
+/// What the succession rule needs of a manifest. Its `.log`: validation guarantees it exists.
+fn version_of(m: &Manifest) -> succession::Version {
+    let log = m.file(SegmentFileKind::Log);
+    succession::Version::new(
+        m.base_offset,
+        m.next_offset,
+        m.sealed,
+        Content {
+            log_size: log.map_or(0, |f| f.size),
+            last_offset: m.last_offset,
+            sha256: log.map(|f| f.sha256.0),
+        },
+    )
 }
 
 fn conflict(key: &str, m: &Manifest, reason: String) -> Step {
@@ -124,13 +137,19 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
     let mut ranges: Vec<Range> = installed
         .iter()
         .map(|s| Range {
-            base: s.base_offset,
-            next: s.next_offset,
-            sealed: s.sealed,
+            version: succession::Version::new(
+                s.base_offset,
+                s.next_offset,
+                s.sealed,
+                Content {
+                    log_size: s.size,
+                    last_offset: Some(s.last_offset),
+                    sha256: Some(s.sha256),
+                },
+            ),
             key: s.manifest_key.clone(),
         })
         .collect();
-    let first_installed = installed.first().map(|s| s.base_offset);
     let mut steps = Vec::with_capacity(candidates.len());
     for candidate in candidates {
         let (key, m) = match candidate {
@@ -155,7 +174,7 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
             }
             Candidate::Read { key, manifest } => (key, manifest),
         };
-        let step = next_step(installed, &ranges, first_installed, key, m);
+        let step = next_step(&ranges, key, m);
         match &step {
             Step::Install {
                 key,
@@ -166,9 +185,7 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
                     ranges.pop();
                 }
                 ranges.push(Range {
-                    base: manifest.base_offset,
-                    next: manifest.next_offset,
-                    sealed: manifest.sealed,
+                    version: version_of(manifest),
                     key: key.clone(),
                 });
             }
@@ -186,113 +203,79 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
 /// A range installed or planned, with the manifest it comes from.
 #[derive(Debug, Clone)]
 struct Range {
-    base: i64,
-    next: i64,
-    sealed: bool,
+    version: succession::Version,
     key: String,
 }
 
-fn next_step(
-    installed: &[Installed],
-    ranges: &[Range],
-    first_installed: Option<i64>,
-    key: String,
-    m: Box<Manifest>,
-) -> Step {
+/// The step for one manifest: the succession rule's verdict against the installed and planned ranges, mapped.
+fn next_step(ranges: &[Range], key: String, m: Box<Manifest>) -> Step {
     let base = m.base_offset;
-    let tail = ranges.last().map(|r| (r.base, r.next, r.sealed));
+    let chain: Vec<succession::Version> = ranges.iter().map(|r| r.version).collect();
+    let install = |m, replaces| Step::Install { key: key.clone(), manifest: m, replaces };
+    let skip = |why| Step::Skip { base_offset: base, why };
     let empty = m.batches == 0;
-    if let Some(v) = installed.iter().find(|s| s.base_offset == base) {
-        let same_content = Some(v.next_offset) == Some(m.next_offset)
-            && Some(v.last_offset) == m.last_offset
-            && Some((v.size, v.sha256)) == log_of(&m);
-        if same_content && (v.sealed || !m.sealed) {
-            return Step::Skip {
-                base_offset: base,
-                why: SkipSegment::AlreadyInstalled,
-            };
+    match succession(&chain, &version_of(&m), m.log_start_offset) {
+        Verdict::Same => skip(SkipSegment::AlreadyInstalled),
+        Verdict::Replaces { previous_next_offset } => install(m, Some(previous_next_offset)),
+        Verdict::SealedGrown { .. }
+        | Verdict::Truncated {
+            previous_sealed: true, ..
         }
-        if v.sealed {
-            return conflict(&key, &m, "the installed version is sealed and this one differs".into());
+        | Verdict::Rewritten { previous_sealed: true } => {
+            conflict(&key, &m, "the installed version is sealed and this one differs".into())
         }
-        if m.next_offset < v.next_offset || empty {
-            return conflict(
-                &key,
-                &m,
-                format!(
-                    "it ends at {} (with {} batches), before the installed version of the segment ({})",
-                    m.next_offset, m.batches, v.next_offset
-                ),
-            );
+        Verdict::Truncated {
+            previous_next_offset, ..
+        } => conflict(
+            &key,
+            &m,
+            format!(
+                "it ends at {} (with {} batches), before the installed version of the segment ({previous_next_offset})",
+                m.next_offset, m.batches
+            ),
+        ),
+        Verdict::Rewritten { .. } => conflict(
+            &key,
+            &m,
+            "it covers the same offsets as the installed version with other bytes".into(),
+        ),
+        Verdict::GrowsUnderSuccessor { .. } => {
+            conflict(&key, &m, "it would grow a segment that already has a successor".into())
         }
-        if m.next_offset == v.next_offset && !same_content {
-            return conflict(
-                &key,
-                &m,
-                "it covers the same offsets as the installed version with other bytes".into(),
-            );
-        }
-        if tail.map(|t| t.0) != Some(base) {
-            return conflict(&key, &m, "it would grow a segment that already has a successor".into());
-        }
-        return Step::Install {
-            key,
-            manifest: m,
-            replaces: Some(v.next_offset),
-        };
-    }
-    if let Some((_, end, _)) = tail.filter(|t| base < t.1) {
-        if first_installed.is_some_and(|first| m.next_offset <= first) {
-            return Step::Skip {
-                base_offset: base,
-                why: SkipSegment::BeforeMirrorStart,
-            };
-        }
-        if let Some(by) = ranges.iter().find(|r| r.base < base && m.next_offset <= r.next) {
-            return Step::Skip {
-                base_offset: base,
-                why: SkipSegment::Superseded { by: by.base },
-            };
-        }
-        return conflict(
+        Verdict::BeforeStart { .. } => skip(SkipSegment::BeforeMirrorStart),
+        Verdict::Covered { by } => skip(SkipSegment::Superseded { by }),
+        Verdict::Overlap { end } => conflict(
             &key,
             &m,
             format!("[{base}, {}) overlaps what is installed up to {end}", m.next_offset),
-        );
-    }
-    if let Some((tail_base, tail_next, false)) = tail {
-        return Step::Wait {
+        ),
+        Verdict::AwaitsSeal {
+            tail_base, tail_next, ..
+        } => Step::Wait {
             base_offset: tail_base,
             reason: format!(
                 "segment {tail_base} was shipped while active (up to {tail_next}); its sealed version must be \
                  installed before segment {base}"
             ),
-        };
-    }
-    if empty {
-        return Step::Skip {
-            base_offset: base,
-            why: SkipSegment::Empty,
-        };
-    }
-    if let Some(last) = ranges.last().filter(|r| r.next < base) {
-        if m.log_start_offset < base {
-            return Step::Refuse {
-                key,
-                base_offset: base,
-                refusal: Refusal::Gap {
-                    from: last.next,
-                    to: base,
-                    after: last.key.clone(),
-                    log_start_offset: m.log_start_offset,
-                },
-            };
+        },
+        Verdict::First | Verdict::Next | Verdict::RetentionGap { .. } | Verdict::OffsetGap { .. } if empty => {
+            skip(SkipSegment::Empty)
         }
-    }
-    Step::Install {
-        key,
-        manifest: m,
-        replaces: None,
+        Verdict::OffsetGap { from, to } => Step::Refuse {
+            key: key.clone(),
+            base_offset: base,
+            refusal: Refusal::Gap {
+                from,
+                to,
+                after: ranges.last().map(|r| r.key.clone()).unwrap_or_default(),
+                log_start_offset: m.log_start_offset,
+            },
+        },
+        Verdict::First | Verdict::Next | Verdict::RetentionGap { .. } => install(m, None),
+        // Not asked: the plan passes no lineage (one lineage per plan) and no leader epochs (checked per segment).
+        Verdict::LineageBreak | Verdict::EpochRegression { .. } => {
+            conflict(&key, &m, "it does not follow the installed segments (lineage or leader epochs)".into())
+        }
     }
 }
 
