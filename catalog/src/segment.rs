@@ -9,8 +9,8 @@
 //! the **last** installed segment may be replaced by a longer version of itself while it is not sealed. An install
 //! starts exactly at the installed end offset — nothing legitimate leaves a hole in the middle of a log (the cleaner
 //! keeps base offsets, retention deletes from the front) — unless the partition is empty or its recorded log start
-//! offset reaches the new base (the source deleted the missing offsets before they were shipped). The applier's
-//! planner (`applier::plan`) applies the same rule first. The
+//! offset reaches the new base (the source deleted the missing offsets before they were shipped). The rule is
+//! `segmirror_transport::succession`, shared with the applier's planner (`applier::plan`), which applies it first. The
 //! partition's `installed_end_offset` is the `next` of the last installed segment. Installing is idempotent: the same
 //! version again changes nothing, so a restarted applier may repeat its last step.
 //!
@@ -18,6 +18,7 @@
 //! version: recording a pending newer version of an installed segment leaves the installed row as it is.
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use segmirror_transport::succession::{self, succession, Content, Gap, GapKind, Verdict};
 
 use crate::error::{ConflictReason, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
@@ -69,14 +70,6 @@ impl SegmentVersion {
                 size: self.size,
             }),
         }
-    }
-
-    /// Same bytes: the same range with the same content. `manifest_key` may differ (a re-shipped manifest).
-    fn same_content(&self, other: &SegmentVersion) -> bool {
-        self.next_offset == other.next_offset
-            && self.last_offset == other.last_offset
-            && self.size == other.size
-            && self.sha256 == other.sha256
     }
 }
 
@@ -150,12 +143,17 @@ fn load_segment(conn: &Connection, id: PartitionId, base_offset: i64) -> Result<
 }
 
 /// The installed segment with the highest base offset.
-fn last_installed_base(conn: &Connection, id: PartitionId) -> Result<Option<i64>> {
-    Ok(conn.query_row(
-        "SELECT max(base_offset) FROM segments WHERE partition_id = ?1 AND state = 'installed'",
-        [id.0],
-        |r| r.get(0),
-    )?)
+fn last_installed(conn: &Connection, id: PartitionId) -> Result<Option<SegmentRecord>> {
+    Ok(conn
+        .query_row(
+            &format!(
+                "SELECT {SEGMENT_COLUMNS} FROM segments WHERE partition_id = ?1 AND state = 'installed' \
+                 ORDER BY base_offset DESC LIMIT 1"
+            ),
+            [id.0],
+            segment_from_row,
+        )
+        .optional()?)
 }
 
 fn write_segment(conn: &Connection, id: PartitionId, v: &SegmentVersion, size: i64, state: SegmentState) -> Result<()> {
@@ -189,7 +187,9 @@ enum Fit {
     Same,
 }
 
-/// The ordering rule of the module docs, as one function of the partition's installed history.
+/// The ordering rule of the module docs: the succession rule's verdict against the installed history, mapped.
+/// The history passed is the installed version at the same base (if any) and the last installed one: every verdict
+/// that needs more (a stale version inside an older one) is an overlap here, which is all the catalog needs.
 fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion, for_install: bool) -> Result<Fit> {
     let conflict = |reason| Error::Conflict {
         partition: p.key.clone(),
@@ -197,46 +197,70 @@ fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion, for_install: 
         reason,
     };
     let installed = load_segment(conn, p.id, v.base_offset)?.filter(|s| s.state == SegmentState::Installed);
-    let Some(installed) = installed else {
-        return match p.installed_end_offset {
-            Some(end) if v.base_offset < end => Err(conflict(ConflictReason::Overlap {
-                installed_end_offset: end,
-            })),
-            // A hole in the middle of the log: only a log-start move explains one (see the module docs). Pending
-            // bookkeeping may run ahead; an install may not.
-            Some(end) if for_install && v.base_offset > end && p.log_start_offset < v.base_offset => {
-                Err(conflict(ConflictReason::Gap {
-                    installed_end_offset: end,
-                    log_start_offset: p.log_start_offset,
-                }))
-            }
-            _ => Ok(Fit::New),
-        };
+    let mut chain: Vec<succession::Version> = installed.iter().map(|s| version_of(&s.version)).collect();
+    if let Some(last) = last_installed(conn, p.id)?.filter(|l| l.version.base_offset != v.base_offset) {
+        chain.push(version_of(&last.version));
+    }
+    let overlap = |end| {
+        conflict(ConflictReason::Overlap {
+            installed_end_offset: p.installed_end_offset.unwrap_or(end),
+        })
     };
-    let old = &installed.version;
-    if old.same_content(v) && (old.sealed || !v.sealed) {
-        return Ok(Fit::Same);
-    }
-    if old.sealed {
-        return Err(conflict(ConflictReason::SealedChanged));
-    }
-    if v.next_offset < old.next_offset {
-        return Err(conflict(ConflictReason::Shrinks {
-            installed_next_offset: old.next_offset,
-        }));
-    }
-    if v.next_offset == old.next_offset && !old.same_content(v) {
-        return Err(conflict(ConflictReason::Diverged));
-    }
-    if last_installed_base(conn, p.id)? != Some(v.base_offset) {
+    match succession(&chain, &version_of(v), p.log_start_offset) {
+        Verdict::Same => Ok(Fit::Same),
+        Verdict::Replaces { previous_next_offset } => Ok(Fit::Replaces { previous_next_offset }),
+        Verdict::SealedGrown { .. }
+        | Verdict::Truncated {
+            previous_sealed: true, ..
+        }
+        | Verdict::Rewritten { previous_sealed: true } => Err(conflict(ConflictReason::SealedChanged)),
+        Verdict::Truncated {
+            previous_next_offset, ..
+        } => Err(conflict(ConflictReason::Shrinks {
+            installed_next_offset: previous_next_offset,
+        })),
+        Verdict::Rewritten { .. } => Err(conflict(ConflictReason::Diverged)),
         // Growing a segment that has a successor would overlap the successor.
-        return Err(conflict(ConflictReason::Overlap {
-            installed_end_offset: p.installed_end_offset.unwrap_or(old.next_offset),
-        }));
+        Verdict::GrowsUnderSuccessor { previous_next_offset } => Err(overlap(previous_next_offset)),
+        Verdict::BeforeStart { .. } | Verdict::Covered { .. } => Err(overlap(v.base_offset)),
+        Verdict::Overlap { end } => Err(overlap(end)),
+        // A hole in the middle of the log: only a log-start move explains one (see the module docs). Pending
+        // bookkeeping may run ahead; an install may not. An unsealed last segment does not stop an install at its
+        // end (the applier's plan waits for its sealed version first).
+        Verdict::OffsetGap { from, .. }
+        | Verdict::AwaitsSeal {
+            gap: Some(Gap {
+                from,
+                kind: GapKind::Offsets,
+                ..
+            }),
+            ..
+        } if for_install => Err(conflict(ConflictReason::Gap {
+            installed_end_offset: from,
+            log_start_offset: p.log_start_offset,
+        })),
+        Verdict::First
+        | Verdict::Next
+        | Verdict::RetentionGap { .. }
+        | Verdict::OffsetGap { .. }
+        | Verdict::AwaitsSeal { .. } => Ok(Fit::New),
+        // Not asked: the lineage is checked when the partition is loaded, leader epochs are not recorded here.
+        Verdict::LineageBreak | Verdict::EpochRegression { .. } => Err(conflict(ConflictReason::Diverged)),
     }
-    Ok(Fit::Replaces {
-        previous_next_offset: old.next_offset,
-    })
+}
+
+/// What the succession rule needs of a recorded version.
+fn version_of(v: &SegmentVersion) -> succession::Version {
+    succession::Version::new(
+        v.base_offset,
+        v.next_offset,
+        v.sealed,
+        Content {
+            log_size: v.size,
+            last_offset: Some(v.last_offset),
+            sha256: Some(v.sha256),
+        },
+    )
 }
 
 impl Catalog {
