@@ -46,7 +46,13 @@
 //!   - any other gap: offsets the source had and the bucket lacks — data loss
 //!     ([`Check::OffsetGap`], error).
 //! - **Leader epochs** must not go backwards from one segment to the next
-//!   ([`Check::EpochRegression`], error).
+//!   ([`Check::EpochRegression`], error; reported where the offsets chain or
+//!   leave a hole retention explains: an overlap or offset gap is already an
+//!   error on that key).
+//!
+//!   Both chain checks are the one succession rule
+//!   (`segmirror_transport::succession`) applied to each manifest and the one
+//!   before it; this module maps its verdict to a finding.
 //! - **Lineages**: more than one topic id under a partition means the source
 //!   topic was recreated; reported ([`Check::LineageBreak`], warning), never
 //!   merged.
@@ -68,6 +74,7 @@ use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
 use segment_format::Defect;
+use segmirror_transport::succession::{self, succession, Content, EpochSpan, Gap, Verdict};
 
 use crate::error::{Error, Result};
 use crate::lease::read_lease;
@@ -564,8 +571,31 @@ async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) -> std::res
     Ok(manifest)
 }
 
+/// What the succession rule needs of a manifest: its range, `.log`, leader epochs and commit time.
+fn chain_version(m: &Manifest) -> succession::Version {
+    let log = m.file(SegmentFileKind::Log);
+    succession::Version {
+        epochs: m.epochs.first().zip(m.epochs.last()).map(|(first, last)| EpochSpan {
+            first: first.epoch,
+            last: last.epoch,
+        }),
+        committed_at_ms: Some(m.created_at_ms),
+        ..succession::Version::new(
+            m.base_offset,
+            m.next_offset,
+            m.sealed,
+            Content {
+                log_size: log.map_or(0, |f| f.size),
+                last_offset: m.last_offset,
+                sha256: log.map(|f| f.sha256.0),
+            },
+        )
+    }
+}
+
 /// The offset-chain and leader-epoch rules of the module doc, over the valid
-/// manifests of one lineage in base-offset order.
+/// manifests of one lineage in base-offset order: the succession rule's
+/// verdict for each manifest against the one before it, mapped to a finding.
 fn check_chain(manifests: &[(String, Manifest)], report: &mut AuditReport) {
     let max_log_start = manifests.iter().map(|(_, m)| m.log_start_offset).max().unwrap_or(0);
     let mut previous: Option<&(String, Manifest)> = None;
@@ -575,8 +605,8 @@ fn check_chain(manifests: &[(String, Manifest)], report: &mut AuditReport) {
             previous = Some(entry);
             continue;
         };
-        if p.next_offset > m.base_offset {
-            if p.next_offset >= m.next_offset && p.created_at_ms > m.created_at_ms {
+        match succession(&[chain_version(p)], &chain_version(m), max_log_start) {
+            Verdict::Covered { .. } => {
                 report.warning(
                     Check::SupersededManifest,
                     key,
@@ -589,7 +619,14 @@ fn check_chain(manifests: &[(String, Manifest)], report: &mut AuditReport) {
                 );
                 continue;
             }
-            report.error(
+            Verdict::Overlap { .. }
+            | Verdict::BeforeStart { .. }
+            | Verdict::Same
+            | Verdict::Replaces { .. }
+            | Verdict::GrowsUnderSuccessor { .. }
+            | Verdict::SealedGrown { .. }
+            | Verdict::Truncated { .. }
+            | Verdict::Rewritten { .. } => report.error(
                 Check::OffsetOverlap,
                 key,
                 Some(m.base_offset),
@@ -597,30 +634,29 @@ fn check_chain(manifests: &[(String, Manifest)], report: &mut AuditReport) {
                     "[{}, {}) overlaps [{}, {}) of {prev_key}",
                     m.base_offset, m.next_offset, p.base_offset, p.next_offset
                 )),
-            );
-        } else if p.next_offset < m.base_offset {
-            let (from, to) = (p.next_offset, m.base_offset);
-            if !p.sealed {
-                report.warning(
-                    Check::UnshippedTail,
-                    prev_key,
-                    Some(from),
-                    other(format!(
-                        "segment {} was shipped while active, up to {from}; [{from}, {to}) is not shipped yet",
-                        p.base_offset
-                    )),
-                );
-            } else if max_log_start >= to {
-                report.warning(
-                    Check::RetentionGap,
-                    key,
-                    Some(from),
-                    other(format!(
-                        "offsets [{from}, {to}) are missing; the source's log start offset reached {max_log_start}, \
-                         so retention deleted them before they were shipped"
-                    )),
-                );
-            } else {
+            ),
+            Verdict::AwaitsSeal {
+                gap: Some(Gap { from, to, .. }),
+                ..
+            } => report.warning(
+                Check::UnshippedTail,
+                prev_key,
+                Some(from),
+                other(format!(
+                    "segment {} was shipped while active, up to {from}; [{from}, {to}) is not shipped yet",
+                    p.base_offset
+                )),
+            ),
+            Verdict::RetentionGap { from, to } => report.warning(
+                Check::RetentionGap,
+                key,
+                Some(from),
+                other(format!(
+                    "offsets [{from}, {to}) are missing; the source's log start offset reached {max_log_start}, \
+                     so retention deleted them before they were shipped"
+                )),
+            ),
+            Verdict::OffsetGap { from, to } => {
                 let lost_from = from.max(max_log_start);
                 report.error(
                     Check::OffsetGap,
@@ -632,21 +668,23 @@ fn check_chain(manifests: &[(String, Manifest)], report: &mut AuditReport) {
                     )),
                 );
             }
-        }
-        if let (Some(last), Some(first)) = (p.epochs.last(), m.epochs.first()) {
-            if first.epoch < last.epoch {
-                report.error(
-                    Check::EpochRegression,
-                    key,
-                    Some(m.base_offset),
-                    Defect::Epoch {
-                        message: format!(
-                            "segment starts in epoch {} (at {}) but {prev_key} ends in epoch {} (from {})",
-                            first.epoch, first.start_offset, last.epoch, last.start_offset
-                        ),
-                    },
-                );
+            Verdict::EpochRegression { .. } => {
+                if let (Some(last), Some(first)) = (p.epochs.last(), m.epochs.first()) {
+                    report.error(
+                        Check::EpochRegression,
+                        key,
+                        Some(m.base_offset),
+                        Defect::Epoch {
+                            message: format!(
+                                "segment starts in epoch {} (at {}) but {prev_key} ends in epoch {} (from {})",
+                                first.epoch, first.start_offset, last.epoch, last.start_offset
+                            ),
+                        },
+                    );
+                }
             }
+            // One lineage per chain, and a chain of one previous manifest is never empty.
+            Verdict::Next | Verdict::AwaitsSeal { gap: None, .. } | Verdict::LineageBreak | Verdict::First => {}
         }
         previous = Some(entry);
     }
