@@ -211,7 +211,11 @@ struct Range {
 fn next_step(ranges: &[Range], key: String, m: Box<Manifest>) -> Step {
     let base = m.base_offset;
     let chain: Vec<succession::Version> = ranges.iter().map(|r| r.version).collect();
-    let install = |m, replaces| Step::Install { key: key.clone(), manifest: m, replaces };
+    let install = |m, replaces| Step::Install {
+        key: key.clone(),
+        manifest: m,
+        replaces,
+    };
     let skip = |why| Step::Skip { base_offset: base, why };
     let empty = m.batches == 0;
     match succession(&chain, &version_of(&m), m.log_start_offset) {
@@ -273,9 +277,11 @@ fn next_step(ranges: &[Range], key: String, m: Box<Manifest>) -> Step {
         },
         Verdict::First | Verdict::Next | Verdict::RetentionGap { .. } => install(m, None),
         // Not asked: the plan passes no lineage (one lineage per plan) and no leader epochs (checked per segment).
-        Verdict::LineageBreak | Verdict::EpochRegression { .. } => {
-            conflict(&key, &m, "it does not follow the installed segments (lineage or leader epochs)".into())
-        }
+        Verdict::LineageBreak | Verdict::EpochRegression { .. } => conflict(
+            &key,
+            &m,
+            "it does not follow the installed segments (lineage or leader epochs)".into(),
+        ),
     }
 }
 

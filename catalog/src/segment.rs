@@ -229,11 +229,12 @@ fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion, for_install: 
         // end (the applier's plan waits for its sealed version first).
         Verdict::OffsetGap { from, .. }
         | Verdict::AwaitsSeal {
-            gap: Some(Gap {
-                from,
-                kind: GapKind::Offsets,
-                ..
-            }),
+            gap:
+                Some(Gap {
+                    from,
+                    kind: GapKind::Offsets,
+                    ..
+                }),
             ..
         } if for_install => Err(conflict(ConflictReason::Gap {
             installed_end_offset: from,

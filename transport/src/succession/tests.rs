@@ -105,7 +105,11 @@ fn every_verdict_in_a_table() {
             OffsetGap { from: 10, to: 20 }),
     ];
     for (what, chain, offered, log_start, expected) in cases {
-        assert_eq!(succession(&chain, &offered, log_start), expected, "{what}: {chain:?} <- {offered:?}");
+        assert_eq!(
+            succession(&chain, &offered, log_start),
+            expected,
+            "{what}: {chain:?} <- {offered:?}"
+        );
     }
 }
 
@@ -165,7 +169,10 @@ fn arb_chain() -> impl Strategy<Value = Vec<Version>> {
         vs.sort_by_key(|v| v.base_offset);
         let mut chain: Vec<Version> = Vec::new();
         for v in vs {
-            if chain.last().is_none_or(|l| l.next_offset <= v.base_offset && l.base_offset < v.base_offset) {
+            if chain
+                .last()
+                .is_none_or(|l| l.next_offset <= v.base_offset && l.base_offset < v.base_offset)
+            {
                 chain.push(v);
             }
         }
