@@ -59,6 +59,28 @@
 //! - Leader epochs: checked only where the offsets would otherwise be accepted (a version that overlaps or leaves an
 //!   unexplained hole is already refused; one verdict names one relationship), so the audit reports an epoch
 //!   regression beside an overlap or offset gap no more — the offset finding alone marks that key as an error.
+//!
+//! # What each caller does with a verdict
+//! "—" marks a verdict the caller cannot receive (it passes no lineage or epochs, or one version of the same base).
+//!
+//! | verdict | shipper (`seed::plan`) | applier plan | catalog `mark_installed` | audit |
+//! |---|---|---|---|---|
+//! | `LineageBreak` | — (diverged) | — (refuse) | — (checked on load) | — (lineages kept apart) |
+//! | `First` | ship (nothing shipped) | install (empty: skip) | new | — |
+//! | `Same` | skip | skip, installed | already installed | — (overlap) |
+//! | `Replaces` | seal if same `next`, else ship | install, replacing | replaced | — (overlap) |
+//! | `GrowsUnderSuccessor` | — | refuse: has a successor | `Overlap` | — (overlap) |
+//! | `SealedGrown` | ship (new keys) | refuse: sealed changed | `SealedChanged` | — (overlap) |
+//! | `Truncated` | diverged: truncated | refuse (sealed: sealed changed) | `Shrinks` (sealed: `SealedChanged`) | — (overlap) |
+//! | `Rewritten` | sealed there: skip; source sealed: seal; else diverged: rewritten | refuse (sealed: sealed changed) | `Diverged` (sealed: `SealedChanged`) | — (overlap) |
+//! | `BeforeStart` | — | skip, before mirror start | `Overlap` | `OffsetOverlap` |
+//! | `Covered` | — | skip, superseded | `Overlap` | `SupersededManifest` |
+//! | `Overlap` | — | refuse: overlap | `Overlap` | `OffsetOverlap` |
+//! | `Next` | — | install (empty: skip) | new | — |
+//! | `AwaitsSeal` | — | wait | new, unless an unexplained hole (`Gap`, installs only) | hole: `UnshippedTail` |
+//! | `RetentionGap` | — | install (empty: skip) | new | `RetentionGap` |
+//! | `OffsetGap` | — | refuse: gap (empty: skip) | `Gap` (installs only; pending rows may run ahead) | `OffsetGap` |
+//! | `EpochRegression` | — | — (refuse) | — (`Diverged`) | `EpochRegression` |
 
 /// The content of a version, as far as its holder can tell. Two versions with the same range hold the same bytes
 /// when their contents are equal: a caller that only knows the size (the shipper, before hashing the source) passes
@@ -252,7 +274,7 @@ pub fn succession(chain: &[Version], offered: &Version, log_start_offset: i64) -
             None => Verdict::Overlap { end },
         };
     }
-    let gap = (base > end).then(|| Gap {
+    let gap = (base > end).then_some(Gap {
         from: end,
         to: base,
         kind: if log_start_offset >= base {
