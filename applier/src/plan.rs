@@ -21,7 +21,7 @@
 //!   stops the partition: installing what follows would leave a hole the source never had.
 //! - Empty versions (no batches) have nothing to install and are skipped.
 //!
-//! The rule itself is [`segmirror_transport::succession`]; [`next_step`] maps its verdict to a [`Step`].
+//! The rule itself is [`segmirror_transport::succession`]; `next_step` maps its verdict to a [`Step`].
 //!
 //! The catalog applies the same rule again when a version is marked installed ([`segmirror_catalog::Catalog::mark_installed`]);
 //! planning with it first means nothing is downloaded that would be refused at the end.
