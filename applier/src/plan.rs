@@ -133,11 +133,11 @@ fn conflict(key: &str, m: &Manifest, reason: String) -> Step {
 /// step per candidate up to and including the first `Refuse` or `Wait`, which ends it.
 pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step> {
     candidates.sort_by_key(Candidate::base_offset);
-    // Ranges installed or planned, in order; the last one is the partition's tail.
-    let mut ranges: Vec<Range> = installed
+    // Ranges installed or planned, in order; the last one is the partition's tail, from the manifest `tail_key`.
+    let mut ranges: Vec<succession::Version> = installed
         .iter()
-        .map(|s| Range {
-            version: succession::Version::new(
+        .map(|s| {
+            succession::Version::new(
                 s.base_offset,
                 s.next_offset,
                 s.sealed,
@@ -146,10 +146,10 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
                     last_offset: Some(s.last_offset),
                     sha256: Some(s.sha256),
                 },
-            ),
-            key: s.manifest_key.clone(),
+            )
         })
         .collect();
+    let mut tail_key = installed.last().map(|s| s.manifest_key.clone());
     let mut steps = Vec::with_capacity(candidates.len());
     for candidate in candidates {
         let (key, m) = match candidate {
@@ -174,7 +174,7 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
             }
             Candidate::Read { key, manifest } => (key, manifest),
         };
-        let step = next_step(&ranges, key, m);
+        let step = next_step(&ranges, tail_key.as_deref(), key, m);
         match &step {
             Step::Install {
                 key,
@@ -184,10 +184,8 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
                 if replaces.is_some() {
                     ranges.pop();
                 }
-                ranges.push(Range {
-                    version: version_of(manifest),
-                    key: key.clone(),
-                });
+                ranges.push(version_of(manifest));
+                tail_key = Some(key.clone());
             }
             Step::Skip { .. } => {}
             Step::Refuse { .. } | Step::Wait { .. } => {
@@ -200,17 +198,9 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
     steps
 }
 
-/// A range installed or planned, with the manifest it comes from.
-#[derive(Debug, Clone)]
-struct Range {
-    version: succession::Version,
-    key: String,
-}
-
 /// The step for one manifest: the succession rule's verdict against the installed and planned ranges, mapped.
-fn next_step(ranges: &[Range], key: String, m: Box<Manifest>) -> Step {
+fn next_step(ranges: &[succession::Version], tail_key: Option<&str>, key: String, m: Box<Manifest>) -> Step {
     let base = m.base_offset;
-    let chain: Vec<succession::Version> = ranges.iter().map(|r| r.version).collect();
     let install = |m, replaces| Step::Install {
         key: key.clone(),
         manifest: m,
@@ -218,7 +208,7 @@ fn next_step(ranges: &[Range], key: String, m: Box<Manifest>) -> Step {
     };
     let skip = |why| Step::Skip { base_offset: base, why };
     let empty = m.batches == 0;
-    match succession(&chain, &version_of(&m), m.log_start_offset) {
+    match succession(ranges, &version_of(&m), m.log_start_offset) {
         Verdict::Same => skip(SkipSegment::AlreadyInstalled),
         Verdict::Replaces { previous_next_offset } => install(m, Some(previous_next_offset)),
         Verdict::SealedGrown { .. }
@@ -271,7 +261,7 @@ fn next_step(ranges: &[Range], key: String, m: Box<Manifest>) -> Step {
             refusal: Refusal::Gap {
                 from,
                 to,
-                after: ranges.last().map(|r| r.key.clone()).unwrap_or_default(),
+                after: tail_key.unwrap_or_default().to_string(),
                 log_start_offset: m.log_start_offset,
             },
         },
