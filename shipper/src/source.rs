@@ -38,6 +38,9 @@ pub mod read;
 pub mod rebuild;
 pub mod snapshot;
 
+#[cfg(test)]
+mod tests;
+
 pub use bound::{
     bound_active, bound_sealed, seal_in_place, LocalFile, Outcome, PrepareOptions, Prepared, SegmentStats, SourceGuard,
 };
