@@ -1,7 +1,7 @@
 //! Batch mode: ship what a set of Kafka log dirs holds, once, and stop —
 //! seeding a new mirror or catching one up (`segmirror seed`).
 //!
-//! A seed scans the source log dirs ([`crate::source::discover`]: topic
+//! A seed scans the source log dirs ([`crate::source::discover`](mod@crate::source::discover): topic
 //! pattern, internal topics, topic ids), then ships each selected partition
 //! ([`partition`]): every sealed segment as the broker wrote it, after
 //! verifying it ([`crate::source::bound`]: a corrupt segment is refused and

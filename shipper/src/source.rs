@@ -6,7 +6,7 @@
 //! listing, so the batch driver [`crate::seed`] and a continuous tail driver
 //! read the source the same way.
 //!
-//! - [`discover`]: the partition directories of a set of log dirs, selected by
+//! - [`discover`](mod@discover): the partition directories of a set of log dirs, selected by
 //!   a [`TopicFilter`] (MirrorMaker 2's `topics` list), with internal topics,
 //!   `-delete`/`-future`/`-stray` directories and partitions without a topic id
 //!   skipped and reported as Kafka would not serve them.
