@@ -48,6 +48,6 @@ pub use discover::{
     discover, Discovery, SkipReason, SkippedPartition, SourcePartition, TopicFilter, Unusable, UnusablePartition,
     ALL_TOPICS,
 };
-pub use guard::{stamps, FileStamp, Stamps, CHECK_ATTEMPTS, SETTLE_DELAY};
+pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};

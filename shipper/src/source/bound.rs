@@ -40,7 +40,7 @@ use segment_format::txn_index::{self, TxnIndex};
 use segment_format::verify::{check_segment, SegmentCheck, VerifyOptions};
 use segment_format::{Defect, Error};
 
-use super::guard::{is_not_found, mtime_ms, stamps, Stamps, CHECK_ATTEMPTS, SETTLE_DELAY};
+use super::guard::{is_not_found, mtime_ms, stamps, Retry, Stamps, Verdict};
 use super::rebuild::rebuild;
 
 /// How segments are checked and indexes rebuilt.
@@ -212,7 +212,7 @@ pub fn bound_sealed(
         path: segment.log.clone(),
         reason,
     })?;
-    let mut attempt = 1;
+    let mut retry = Retry::new();
     let (before, check) = loop {
         let before = stamps(segment, snapshot);
         let check = match check_segment(segment, Some(next_base_offset), false, &options.verify) {
@@ -224,16 +224,15 @@ pub fn bound_sealed(
         }
         // Truncated under the scan: read again, never refused for it.
         let torn = check.changed_while_read().map(ToString::to_string);
-        std::thread::sleep(SETTLE_DELAY);
-        if torn.is_none() && stamps(segment, snapshot) == before {
-            return Ok(Outcome::Refused(errors_of(&check)));
+        match retry.after_failure(|| torn.is_some() || stamps(segment, snapshot) != before) {
+            Verdict::Corrupt => return Ok(Outcome::Refused(errors_of(&check))),
+            Verdict::GiveUp => {
+                return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                    format!("{}: kept changing while it was verified", segment.log.display())
+                })))
+            }
+            Verdict::Again => {}
         }
-        if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
-                format!("{}: kept changing while it was verified", segment.log.display())
-            })));
-        }
-        attempt += 1;
     };
     let Some(log_len) = before.log().map(|s| s.len) else {
         return Ok(Outcome::Changed(format!("{}: vanished", segment.log.display())));
@@ -345,7 +344,7 @@ pub fn bound_active(
         time_index: None,
         txn_index: segment.txn_index.clone(),
     };
-    let mut attempt = 1;
+    let mut retry = Retry::new();
     let (file_len, check) = loop {
         let before = stamps(&log_only, None);
         let check = match check_segment(&log_only, None, true, &options.verify) {
@@ -358,19 +357,17 @@ pub fn bound_active(
         // Appends never touch complete batches; a failure is corruption unless
         // the segment was truncated or replaced meanwhile (then the stamps moved
         // in a way appends alone cannot explain: length or inode).
-        std::thread::sleep(SETTLE_DELAY);
-        let after = stamps(&log_only, None);
         let torn = check.changed_while_read().map(ToString::to_string);
-        let shrank_or_replaced = before.log_shrank_or_replaced(&after);
-        if !shrank_or_replaced && torn.is_none() {
-            return Ok(Outcome::Refused(errors_of(&check)));
+        let moved = || before.log_shrank_or_replaced(&stamps(&log_only, None)) || torn.is_some();
+        match retry.after_failure(moved) {
+            Verdict::Corrupt => return Ok(Outcome::Refused(errors_of(&check))),
+            Verdict::GiveUp => {
+                return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                    format!("{}: truncated or replaced while it was verified", segment.log.display())
+                })))
+            }
+            Verdict::Again => {}
         }
-        if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
-                format!("{}: truncated or replaced while it was verified", segment.log.display())
-            })));
-        }
-        attempt += 1;
     };
     let prefix = check.summary.bytes;
     let stats = stats_of(&check);

@@ -8,7 +8,7 @@
 //! not be shipped as if they were one version of the file. So a reader takes
 //! [`Stamps`] (length, modification time, inode of every file) before it reads
 //! and compares them after; and a check that fails while the stamps move is
-//! retried [`CHECK_ATTEMPTS`] times, [`SETTLE_DELAY`] apart, before the outcome
+//! retried ([`Retry`]) up to [`CHECK_ATTEMPTS`] looks, [`SETTLE_DELAY`] apart, before the outcome
 //! is final: corruption if the files stood still, "changed" if they did not.
 //! (Reads themselves never SIGBUS on a truncation: `segment_format`'s readers
 //! report "changed while read" naming the file.)
@@ -25,6 +25,53 @@ use segment_format::Error;
 pub const CHECK_ATTEMPTS: u32 = 3;
 /// Pause after a failed check before deciding whether the files were changing.
 pub const SETTLE_DELAY: Duration = Duration::from_millis(200);
+
+/// What to make of a check that failed, per [`Retry::after_failure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The files stood still: the failure is in the data.
+    Corrupt,
+    /// The files moved: look again.
+    Again,
+    /// They moved on every one of [`CHECK_ATTEMPTS`] looks: report the source as changing.
+    GiveUp,
+}
+
+/// The retry policy for checks of files a broker may be changing: after a
+/// failed look, wait [`SETTLE_DELAY`], then a failure on files that did not
+/// move is final (corruption) and one on files that moved is looked at again,
+/// up to [`CHECK_ATTEMPTS`] looks in all.
+#[derive(Debug)]
+pub struct Retry {
+    looks: u32,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry::new()
+    }
+}
+
+impl Retry {
+    /// Before the first look.
+    pub fn new() -> Retry {
+        Retry { looks: 1 }
+    }
+
+    /// A look failed: wait for the files to settle, then ask `moved` (called
+    /// after the wait) whether they changed since that look began.
+    pub fn after_failure(&mut self, moved: impl FnOnce() -> bool) -> Verdict {
+        std::thread::sleep(SETTLE_DELAY);
+        if !moved() {
+            return Verdict::Corrupt;
+        }
+        if self.looks >= CHECK_ATTEMPTS {
+            return Verdict::GiveUp;
+        }
+        self.looks += 1;
+        Verdict::Again
+    }
+}
 
 /// What a file looked like: a rename over it (compaction) changes the inode,
 /// an append or truncation the length and modification time.
@@ -98,4 +145,23 @@ pub fn mtime_ms(path: &Path) -> std::result::Result<i64, Error> {
 /// Is `e` a file that is not there (deleted, or renamed away, at the source)?
 pub fn is_not_found(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_on_still_files_is_final_and_moving_files_get_a_bounded_number_of_looks() {
+        assert_eq!(Retry::new().after_failure(|| false), Verdict::Corrupt);
+        let mut retry = Retry::new();
+        let verdicts: Vec<Verdict> = (0..CHECK_ATTEMPTS).map(|_| retry.after_failure(|| true)).collect();
+        let mut expected = vec![Verdict::Again; CHECK_ATTEMPTS as usize - 1];
+        expected.push(Verdict::GiveUp);
+        assert_eq!(verdicts, expected);
+        // Files that stop moving on a later look: the failure there is corruption.
+        let mut retry = Retry::new();
+        assert_eq!(retry.after_failure(|| true), Verdict::Again);
+        assert_eq!(retry.after_failure(|| false), Verdict::Corrupt);
+    }
 }
