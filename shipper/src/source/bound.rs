@@ -171,6 +171,7 @@ pub struct SealInPlace {
     pub mtimes: Vec<(SegmentFileKind, i64)>,
     /// The producer snapshot at the base offset, if the source has a valid one.
     pub snapshot: Option<LocalFile>,
+    /// Why a snapshot the source has is left out.
     pub warnings: Vec<Finding>,
 }
 
@@ -328,7 +329,10 @@ pub fn bound_sealed(
 }
 
 /// Validate the active segment's complete batches, rebuild its indexes for
-/// them and list the files (see the module doc).
+/// them and list the files (see the module doc). Each call reads the segment
+/// as it is now: a tail driver calls it again as the segment grows and gets
+/// a longer prefix ([`Prepared::log_len`], `range.next()`), never a partial
+/// batch.
 pub fn bound_active(
     segment: &SegmentFiles,
     snapshot: Option<&Path>,
