@@ -10,8 +10,13 @@
 //! - [`audit`]: the bucket scrubber — every manifest against its data objects,
 //!   offset chains and epochs across segments, lineages, orphans; optionally a
 //!   deep verification of each segment's bytes.
-//! - [`seed`]: batch mode — ship what source log dirs hold (sealed segments
-//!   verified, the active one up to its last complete batch), resumably.
+//! - [`source`]: reading a live broker's log dirs — discovery and the topic
+//!   filter, a partition's segments, each bounded (sealed segments verified,
+//!   the active one up to its last complete batch, indexes rebuilt), and
+//!   guards against files changing while read. No store types: any driver
+//!   uses it.
+//! - [`seed`]: batch mode — ship what source log dirs hold, resumably; a user
+//!   of [`source`].
 //!
 //! The bucket layout and the documents in it are defined by
 //! `segment_format::manifest`, the one place that builds and parses keys.
@@ -35,6 +40,7 @@ pub mod conformance;
 pub mod error;
 pub mod lease;
 pub mod seed;
+pub mod source;
 pub mod store;
 
 pub use error::{Error, MismatchKind, Result};

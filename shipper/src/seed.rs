@@ -1,12 +1,13 @@
 //! Batch mode: ship what a set of Kafka log dirs holds, once, and stop —
 //! seeding a new mirror or catching one up (`segmirror seed`).
 //!
-//! A seed scans the source log dirs ([`select`]: topic pattern, internal
-//! topics, topic ids), then ships each selected partition
+//! A seed scans the source log dirs ([`crate::source::discover`](mod@crate::source::discover): topic
+//! pattern, internal topics, topic ids), then ships each selected partition
 //! ([`partition`]): every sealed segment as the broker wrote it, after
-//! verifying it ([`prepare`]: a corrupt segment is refused and reported, never
-//! propagated), and the active segment up to its last complete batch with its
-//! indexes rebuilt for exactly that prefix. Per segment version the data
+//! verifying it ([`crate::source::bound`]: a corrupt segment is refused and
+//! reported, never propagated), and the active segment up to its last complete
+//! batch with its indexes rebuilt for exactly that prefix. Reading the source
+//! is [`crate::source`]'s; this module is the batch orchestration around it. Per segment version the data
 //! objects go up first and the manifest last, so a manifest in the bucket always
 //! names complete data.
 //!
@@ -37,20 +38,19 @@ use segment_format::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
 use segment_format::verify::VerifyOptions;
 
 use crate::error::{Error, Result};
+use crate::source::{self, PrepareOptions, Unusable, UnusablePartition};
 use crate::store::Store;
 
 mod partition;
 mod plan;
-mod prepare;
 mod report;
-mod select;
 #[cfg(test)]
 mod tests;
 
 pub use partition::PARTITION_ATTEMPTS;
-pub use prepare::{CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use report::{FailureKind, PartitionReport, PartitionStatus, SeedReport, SkipReason, SkippedPartition};
-pub use select::{TopicFilter, ALL_TOPICS};
+
+pub use crate::source::{TopicFilter, ALL_TOPICS, CHECK_ATTEMPTS, SETTLE_DELAY};
 
 /// Partitions shipped at once. Each has at most one file upload in flight, and
 /// a large file is itself uploaded [`DEFAULT_UPLOAD_CONCURRENCY`] parts at a time
@@ -174,7 +174,7 @@ impl SeedProgress for NoProgress {}
 pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgress) -> Result<SeedReport> {
     config.validate()?;
     let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
-    let discovery = tokio::task::spawn_blocking(move || select::discover(&log_dirs, &topics))
+    let discovery = tokio::task::spawn_blocking(move || source::discover(&log_dirs, &topics))
         .await
         .map_err(|e| Error::Task {
             what: "discover partitions".into(),
@@ -187,7 +187,7 @@ pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgres
     for e in &discovery.log_dir_errors {
         tracing::error!(error = %e, "log dir skipped");
     }
-    let prepare = prepare::PrepareOptions {
+    let prepare = PrepareOptions {
         verify: config.verify.clone(),
         index_interval_bytes: config.index_interval_bytes,
         staging_dir: config.staging_dir.clone(),
@@ -205,7 +205,7 @@ pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgres
         .buffer_unordered(config.parallel_partitions.max(1))
         .collect()
         .await;
-    partitions.extend(discovery.failed);
+    partitions.extend(discovery.failed.into_iter().map(unusable_report));
     partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     Ok(SeedReport {
         partitions,
@@ -213,4 +213,20 @@ pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgres
         not_selected: discovery.not_selected,
         log_dir_errors: discovery.log_dir_errors,
     })
+}
+
+/// The report of a partition discovery found unusable.
+fn unusable_report(unusable: UnusablePartition) -> PartitionReport {
+    let mut report = PartitionReport::new(&unusable.topic, unusable.partition, &unusable.path);
+    report.status = match unusable.problem {
+        Unusable::Source(error) => PartitionStatus::Failed {
+            kind: FailureKind::Source,
+            error,
+        },
+        Unusable::Corrupt(findings) => PartitionStatus::Refused {
+            base_offset: None,
+            findings,
+        },
+    };
+    report
 }

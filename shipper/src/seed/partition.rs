@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
-use segment_format::dir::{PartitionDir, SegmentFileKind, SegmentFiles};
+use segment_format::checkpoint::EpochEntry;
+use segment_format::dir::{SegmentFileKind, SegmentFiles};
 use segment_format::manifest::{
     EpochStart, KeyPrefix, Manifest, ManifestFile, ObjectKey, ObjectKind, PartitionKey, SegmentFileName, ShipperStamp,
     MANIFEST_FORMAT_V1, MAX_MANIFEST_BYTES,
@@ -28,12 +28,13 @@ use segment_format::report::{Finding, Severity};
 use segment_format::Defect;
 
 use super::plan::{decide, Action, Version};
-use super::prepare::{self, LocalFile, Outcome, PrepareOptions, Prepared, SegmentStats, SourceGuard};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
-use super::select::SourcePartition;
 use super::SeedProgress;
 use crate::error::Error;
 use crate::lease::HeldLease;
+use crate::source::{
+    self, LocalFile, Outcome, PartitionRead, PrepareOptions, Prepared, SegmentStats, SourceGuard, SourcePartition,
+};
 use crate::store::{digest_of, Store};
 
 /// Fresh starts of one partition after its source changed under a segment. A
@@ -174,91 +175,29 @@ impl PartitionShipper<'_, '_> {
 
     async fn attempt(&mut self) -> Result<(), Stop> {
         let path = self.source.dir.clone();
-        let dir = blocking("list partition", move || PartitionDir::open(&path))
+        let view = match blocking("read partition", move || source::read_partition(&path))
             .await?
-            .map_err(source_error)?;
-        // A FIFO, socket, device or symlink named like a Kafka file stands for
-        // data that cannot be read (never opened, never followed): shipping the
-        // segments around it would leave a hole. Refused, naming the entries.
-        let unreadable: Vec<Finding> = dir
-            .findings
-            .iter()
-            .filter(|f| f.severity == Severity::Error && matches!(f.defect, Defect::NotRegularFile { .. }))
-            .cloned()
-            .collect();
-        if !unreadable.is_empty() {
-            return Err(Stop::Status(PartitionStatus::Refused {
-                base_offset: None,
-                findings: unreadable,
-            }));
-        }
-        let epochs = self.read_epochs(&dir).await?;
-        let first_base = dir.segments.first().map(|s| s.base_offset);
-        // A broker loads the log start offset as max(checkpoint, first base offset).
-        let log_start_offset = match (self.source.log_start_checkpoint, first_base) {
-            (Some(c), Some(f)) => c.max(f),
-            (c, f) => c.or(f).unwrap_or(0),
+            .map_err(source_error)?
+        {
+            PartitionRead::View(view) => view,
+            PartitionRead::Refused(findings) => {
+                return Err(Stop::Status(PartitionStatus::Refused {
+                    base_offset: None,
+                    findings,
+                }))
+            }
         };
         let common = Common {
-            epochs: &epochs,
-            log_start_offset,
+            epochs: &view.epochs,
+            log_start_offset: view.log_start_offset(self.source.log_start_checkpoint),
         };
         self.list_bucket().await?;
-        for (i, segment) in dir.segments.iter().enumerate() {
-            let next_base = dir.segments.get(i + 1).map(|s| s.base_offset);
-            let snapshot = dir
-                .snapshots
-                .iter()
-                .find(|s| s.offset == segment.base_offset)
-                .map(|s| s.path.clone());
-            // Snapshots inside the active segment: the one at its shipped end, if any, is the log-end snapshot.
-            let later: Vec<(i64, PathBuf)> = match next_base {
-                Some(_) => Vec::new(),
-                None => dir
-                    .snapshots
-                    .iter()
-                    .filter(|s| s.offset > segment.base_offset)
-                    .map(|s| (s.offset, s.path.clone()))
-                    .collect(),
-            };
-            self.segment(segment, next_base, snapshot, &later, &common).await?;
+        for segment in &view.segments {
+            let (next_base, snapshot) = (segment.next_base, segment.snapshot.clone());
+            self.segment(&segment.files, next_base, snapshot, &segment.later_snapshots, &common)
+                .await?;
         }
         Ok(())
-    }
-
-    /// The partition's leader epochs; a corrupt checkpoint refuses the partition.
-    async fn read_epochs(&self, dir: &PartitionDir) -> Result<Vec<EpochEntry>, Stop> {
-        let Some(path) = dir.leader_epoch_checkpoint.clone() else {
-            return Ok(Vec::new());
-        };
-        let read = blocking("read leader-epoch-checkpoint", move || {
-            LeaderEpochCheckpoint::read(&path).map(|cp| {
-                let findings = cp.check(&path);
-                (cp, findings)
-            })
-        })
-        .await?;
-        let refuse = |findings| {
-            Stop::Status(PartitionStatus::Refused {
-                base_offset: None,
-                findings,
-            })
-        };
-        match read {
-            Ok((cp, findings)) => {
-                let errors: Vec<Finding> = findings.into_iter().filter(|f| f.severity == Severity::Error).collect();
-                if errors.is_empty() {
-                    Ok(cp.entries)
-                } else {
-                    Err(refuse(errors))
-                }
-            }
-            Err(e) if matches!(&e, segment_format::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound) => {
-                Ok(Vec::new())
-            }
-            Err(e @ segment_format::Error::Io { .. }) => Err(source_error(e)),
-            Err(e) => Err(refuse(vec![Finding::from_error(&e)])),
-        }
     }
 
     /// List the lineage's manifests (again).
@@ -380,7 +319,7 @@ impl PartitionShipper<'_, '_> {
         {
             Some((_, path)) if !source.sealed => {
                 let (path, next) = (path.clone(), source.next);
-                let (end, warning) = blocking("read end snapshot", move || prepare::end_snapshot(&path, next))
+                let (end, warning) = blocking("read end snapshot", move || source::end_snapshot(&path, next))
                     .await?
                     .map_err(source_error)?;
                 if let Some(w) = warning {
@@ -446,8 +385,8 @@ impl PartitionShipper<'_, '_> {
         let options = self.ctx.prepare.clone();
         let base = segment.base_offset;
         let outcome = blocking("prepare segment", move || match next_base {
-            Some(next) => prepare::prepare_sealed(&segment, next, snapshot.as_deref(), &options),
-            None => prepare::prepare_active(&segment, snapshot.as_deref(), &options),
+            Some(next) => source::bound_sealed(&segment, next, snapshot.as_deref(), &options),
+            None => source::bound_active(&segment, snapshot.as_deref(), &options),
         })
         .await?
         .map_err(source_error)?;
@@ -500,7 +439,7 @@ impl PartitionShipper<'_, '_> {
         segment: &SegmentFiles,
         snapshot: Option<PathBuf>,
         prepared: Prepared,
-        end: Option<prepare::EndSnapshot>,
+        end: Option<source::EndSnapshot>,
         common: &Common<'_>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
@@ -521,7 +460,7 @@ impl PartitionShipper<'_, '_> {
         if let SourceGuard::Stamps(before) = &prepared.guard {
             let (segment, before) = (segment.clone(), before.clone());
             let unchanged = blocking("stat segment", move || {
-                prepare::stamps(&segment, snapshot.as_deref()) == before
+                source::stamps(&segment, snapshot.as_deref()) == before
             })
             .await?;
             if !unchanged {
@@ -545,7 +484,7 @@ impl PartitionShipper<'_, '_> {
         &mut self,
         base: i64,
         next: i64,
-        end: prepare::EndSnapshot,
+        end: source::EndSnapshot,
     ) -> Result<ManifestFile, Stop> {
         let range = segment_format::manifest::SegmentRange::new(base, next)
             .map_err(|reason| failed(FailureKind::Source, reason))?;
@@ -567,7 +506,7 @@ impl PartitionShipper<'_, '_> {
     async fn add_end_snapshot(
         &mut self,
         shipped: Manifest,
-        end: prepare::EndSnapshot,
+        end: source::EndSnapshot,
         common: &Common<'_>,
     ) -> Result<(), Stop> {
         let (base, next) = (shipped.base_offset, shipped.next_offset);
@@ -599,11 +538,7 @@ impl PartitionShipper<'_, '_> {
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
         let seg = segment.clone();
-        let found = match blocking("stat segment", move || {
-            prepare::seal_in_place(&seg, snapshot.as_deref())
-        })
-        .await?
-        {
+        let found = match blocking("stat segment", move || source::seal_in_place(&seg, snapshot.as_deref())).await? {
             Ok(found) => found,
             Err(e) => return Err(Stop::Changed(e.to_string())),
         };

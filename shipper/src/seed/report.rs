@@ -12,36 +12,7 @@ use std::path::{Path, PathBuf};
 use segment_format::report::Finding;
 use serde::Serialize;
 
-/// Why a partition directory was not shipped although the pattern may select it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "reason", rename_all = "snake_case")]
-pub enum SkipReason {
-    /// An internal topic (`__*`): never shipped as data.
-    Internal,
-    /// A `-delete`, `-future` or `-stray` directory (`kind` says which).
-    NotLive { kind: String },
-    /// No `partition.metadata` (or the zero id): no lineage to ship under.
-    NoTopicId,
-}
-
-impl std::fmt::Display for SkipReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SkipReason::Internal => f.write_str("internal topic, never shipped"),
-            SkipReason::NotLive { kind } => write!(f, "-{kind} directory, not the live replica"),
-            SkipReason::NoTopicId => f.write_str("no topic id in partition.metadata"),
-        }
-    }
-}
-
-/// A partition directory excluded by rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SkippedPartition {
-    pub path: PathBuf,
-    pub topic: String,
-    pub partition: i32,
-    pub reason: SkipReason,
-}
+pub use crate::source::discover::{SkipReason, SkippedPartition};
 
 /// Why a partition stopped with an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -321,7 +321,7 @@ async fn every_selected_partition_is_shipped_with_valid_manifests() {
                 assert!(shipped == source, "{} {}", p.shape, f.name);
                 let d = digest_of(&shipped);
                 assert_eq!((d.size, d.crc32c, d.sha256), (f.size, f.crc32c, f.sha256));
-                let mtime = prepare::mtime_ms(&w.dir.join(f.name.to_string())).unwrap();
+                let mtime = crate::source::guard::mtime_ms(&w.dir.join(f.name.to_string())).unwrap();
                 assert_eq!(f.mtime_ms, mtime, "{}", f.name);
             }
             let has_snapshot = w.snapshots.contains(&m.base_offset);

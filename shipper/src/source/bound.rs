@@ -1,7 +1,9 @@
-//! Getting one source segment ready to upload: validate it, decide exactly which
-//! bytes of which files go up, and how to tell afterwards that the broker did
-//! not change them underneath. Blocking (file reads, scans); callers run it in
-//! `spawn_blocking`.
+//! Bounding one source segment: validate it, decide exactly which bytes of
+//! which files a copy of it is made of, and how to tell afterwards that the
+//! broker did not change them underneath. Any driver that ships segments needs
+//! this (the batch `seed` today, a tail driver calling [`bound_active`] again
+//! as the segment grows), so it knows nothing of stores or plans. Blocking
+//! (file reads, scans); async callers run it in `spawn_blocking`.
 //!
 //! - A **sealed** segment (every one but the newest) is checked with
 //!   `verify::check_segment` against the next segment's base offset. A corrupt
@@ -15,7 +17,7 @@
 //!   end of its last complete batch. Its `.index` and `.timeindex` are
 //!   preallocated with a zero tail and rewritten in place by the broker, so
 //!   they are **rebuilt** for exactly the shipped prefix with the same builders
-//!   the partition writer uses, in the form a clean shutdown leaves them
+//!   the partition writer uses ([`super::rebuild`]), in the form a clean shutdown leaves them
 //!   (trimmed, with the final time-index entry): the shipped prefix is then a
 //!   segment a broker can load as it is. Its `.txnindex` keeps the entries whose
 //!   abort marker is inside the prefix. The CRC-32C of the prefix is computed
@@ -23,41 +25,41 @@
 //!
 //! A check that fails while the files are changing is retried (a broker that
 //! rolls a segment trims and completes its indexes a moment after the new
-//! segment appears); a failure on files that stood still is corruption.
+//! segment appears); a failure on files that stood still is corruption (see
+//! [`super::guard`]). Every outcome is typed ([`Outcome`]): ready, refused
+//! with findings, or changed under us with the reason; a hard `Err` is left
+//! for I/O failures that are not a file vanishing.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use segment_format::batch::ATTRIBUTES_OFFSET;
 use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
-use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
-use segment_format::log::{Frame, LogFile};
-use segment_format::manifest::{SegmentRange, MAX_SNAPSHOT_BYTES};
+use segment_format::manifest::SegmentRange;
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
 use segment_format::verify::{check_segment, SegmentCheck, VerifyOptions};
 use segment_format::{Defect, Error};
 
-/// Checks of one segment before a failure on changing files is final: the
-/// broker's roll completes in milliseconds, so three looks a
-/// [`SETTLE_DELAY`] apart see it finished.
-pub const CHECK_ATTEMPTS: u32 = 3;
-/// Pause after a failed check before deciding whether the files were changing.
-pub const SETTLE_DELAY: Duration = Duration::from_millis(200);
+use super::guard::{is_not_found, mtime_ms, stamps, Retry, Stamps, Verdict};
+use super::rebuild::rebuild;
 
 /// How segments are checked and indexes rebuilt.
 #[derive(Debug, Clone)]
-pub(crate) struct PrepareOptions {
+pub struct PrepareOptions {
+    /// How deeply segments are verified.
     pub verify: VerifyOptions,
+    /// `index.interval.bytes` of rebuilt indexes.
     pub index_interval_bytes: u64,
+    /// Where rebuilt files are staged (default: the system temp dir).
     pub staging_dir: Option<PathBuf>,
 }
 
 /// One file to upload.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LocalFile {
+pub struct LocalFile {
+    /// Which of the segment's files this is.
     pub kind: SegmentFileKind,
+    /// The source file, or a rebuilt one in the staging dir.
     pub path: PathBuf,
     /// Bytes to upload from the start of the file.
     pub len: u64,
@@ -67,10 +69,14 @@ pub(crate) struct LocalFile {
 
 /// Totals of the shipped batches (for the manifest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct SegmentStats {
+pub struct SegmentStats {
+    /// First offset of the first batch (`None`: no batch).
     pub first_offset: Option<i64>,
+    /// Last offset of the last batch.
     pub last_offset: Option<i64>,
+    /// Batches (legacy wrappers count once).
     pub batches: u64,
+    /// Records.
     pub records: u64,
     /// `-1` if no batch has a timestamp.
     pub max_timestamp: i64,
@@ -78,96 +84,55 @@ pub(crate) struct SegmentStats {
 
 /// How to tell after the upload that the source did not change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SourceGuard {
+pub enum SourceGuard {
     /// The files look the same as before the check.
     Stamps(Stamps),
     /// The uploaded `.log` prefix has this CRC-32C.
     LogCrc32c(u32),
 }
 
-/// A segment ready to upload.
+/// A segment bounded and ready to upload: for the active segment, the prefix of
+/// complete, CRC-valid batches.
 #[derive(Debug)]
-pub(crate) struct Prepared {
+pub struct Prepared {
+    /// `[base, next)`: for the active segment, `next` is one past the prefix's last offset.
     pub range: SegmentRange,
+    /// A whole sealed segment (`false`: an active segment's prefix).
     pub sealed: bool,
     /// `.log` first.
     pub files: Vec<LocalFile>,
+    /// Totals of the batches in `files`.
     pub stats: SegmentStats,
+    /// How to tell after reading the files again that they did not change.
     pub guard: SourceGuard,
     /// Bytes of the `.log` after the shipped prefix.
     pub excluded_tail: u64,
+    /// Findings that do not stop the segment from being shipped.
     pub warnings: Vec<Finding>,
-    /// Holds rebuilt files until they are uploaded.
-    pub _staging: Option<tempfile::TempDir>,
+    /// Holds rebuilt files until this is dropped.
+    pub staging: Option<tempfile::TempDir>,
 }
 
-/// What preparing a segment came to.
+impl Prepared {
+    /// Bytes of the `.log` this version holds (for the active segment: the
+    /// prefix; a tail driver compares it between two calls).
+    pub fn log_len(&self) -> u64 {
+        self.files
+            .iter()
+            .find(|f| f.kind == SegmentFileKind::Log)
+            .map_or(0, |f| f.len)
+    }
+}
+
+/// What bounding a segment came to.
 #[derive(Debug)]
-pub(crate) enum Outcome {
+pub enum Outcome {
+    /// Sound: ship these bytes.
     Ready(Box<Prepared>),
     /// Corrupt: the error findings.
     Refused(Vec<Finding>),
     /// The source changed (or vanished) under us; try again from a fresh listing.
     Changed(String),
-}
-
-/// What a file looked like: a rename over it (compaction) changes the inode,
-/// an append or truncation the length and modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileStamp {
-    pub len: u64,
-    pub modified: Option<SystemTime>,
-    pub inode: u64,
-}
-
-/// Stamps of a segment's files, `.log` first; `None` for a missing file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stamps(Vec<(PathBuf, Option<FileStamp>)>);
-
-impl Stamps {
-    /// The `.log`'s stamp.
-    fn log(&self) -> Option<FileStamp> {
-        self.0.first().and_then(|(_, s)| *s)
-    }
-}
-
-fn stamp(path: &Path) -> Option<FileStamp> {
-    let meta = std::fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(&meta);
-    #[cfg(not(unix))]
-    let inode = 0;
-    Some(FileStamp {
-        len: meta.len(),
-        modified: meta.modified().ok(),
-        inode,
-    })
-}
-
-/// Stamps of the segment's files (and its snapshot).
-pub(crate) fn stamps(segment: &SegmentFiles, snapshot: Option<&Path>) -> Stamps {
-    let mut paths: Vec<&Path> = vec![segment.log.as_path()];
-    paths.extend(segment.index.as_deref());
-    paths.extend(segment.time_index.as_deref());
-    paths.extend(segment.txn_index.as_deref());
-    paths.extend(snapshot);
-    Stamps(paths.into_iter().map(|p| (p.to_path_buf(), stamp(p))).collect())
-}
-
-/// Milliseconds since the epoch (negative before it).
-pub(crate) fn mtime_ms(path: &Path) -> std::result::Result<i64, Error> {
-    let modified = std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .map_err(|e| Error::io(path, e))?;
-    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    Ok(match modified.duration_since(UNIX_EPOCH) {
-        Ok(d) => ms(d),
-        Err(e) => -ms(e.duration()),
-    })
-}
-
-fn is_not_found(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// A `Changed` outcome for a file that vanished or was truncated while it was
@@ -199,102 +164,21 @@ fn errors_of(check: &SegmentCheck) -> Vec<Finding> {
     errors
 }
 
-/// The producer snapshot at the segment's base offset, if it parses; a torn or
-/// corrupt one is left out with a warning (a broker deletes such a snapshot and
-/// rebuilds producer state from an older one or from the log).
-fn snapshot_file(
-    snapshot: Option<&Path>,
-    warnings: &mut Vec<Finding>,
-) -> std::result::Result<Option<LocalFile>, Error> {
-    let Some(path) = snapshot else { return Ok(None) };
-    match ProducerSnapshot::read(path) {
-        Ok(_) => Ok(Some(LocalFile {
-            kind: SegmentFileKind::Snapshot,
-            path: path.to_path_buf(),
-            len: std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len(),
-            mtime_ms: mtime_ms(path)?,
-        })),
-        Err(e) if is_not_found(&e) => Ok(None),
-        Err(e) => {
-            let mut finding = Finding::from_error(&e);
-            finding.severity = Severity::Warning;
-            finding.defect = Defect::Snapshot {
-                message: format!("not shipped: {}", finding.defect),
-            };
-            warnings.push(finding);
-            Ok(None)
-        }
-    }
-}
-
-/// The producer snapshot a broker wrote at the log end, read whole.
-#[derive(Debug, Clone)]
-pub(crate) struct EndSnapshot {
-    /// The bytes that parsed; these (not the file, which a broker may rewrite) are uploaded.
-    pub bytes: Vec<u8>,
-    pub mtime_ms: i64,
-}
-
-/// The producer snapshot at the log end `next` (written by a broker at clean shutdown), read whole and parsed. A
-/// running broker's may be empty or half written: one that does not parse, or exceeds [`MAX_SNAPSHOT_BYTES`], is
-/// left out with a warning, as if it were not there (the mirror then rebuilds producer state from the base
-/// snapshot and the batches, which gives the same state).
-pub(crate) fn end_snapshot(
-    path: &Path,
-    next: i64,
-) -> std::result::Result<(Option<EndSnapshot>, Option<Finding>), Error> {
-    use std::io::Read as _;
-    let left_out = |message: String| {
-        Finding::warning(
-            path,
-            None,
-            Some(next),
-            Defect::Snapshot {
-                message: format!("end snapshot not shipped: {message}"),
-            },
-        )
-    };
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, None)),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut bytes = Vec::new();
-    file.take(MAX_SNAPSHOT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 > MAX_SNAPSHOT_BYTES {
-        return Ok((None, Some(left_out(format!("larger than {MAX_SNAPSHOT_BYTES} bytes")))));
-    }
-    if let Err(e) = ProducerSnapshot::parse(&bytes) {
-        let finding = Finding::from_error(&e.at(path));
-        return Ok((None, Some(left_out(finding.defect.to_string()))));
-    }
-    let mtime_ms = match mtime_ms(path) {
-        Ok(ms) => ms,
-        Err(e) if is_not_found(&e) => return Ok((None, None)),
-        Err(e) => return Err(e),
-    };
-    Ok((Some(EndSnapshot { bytes, mtime_ms }), None))
-}
-
 /// What re-committing a shipped version as sealed needs from the source.
 #[derive(Debug)]
-pub(crate) struct SealInPlace {
+pub struct SealInPlace {
     /// Modification time per file kind (the `.log`'s for files it lacks).
     pub mtimes: Vec<(SegmentFileKind, i64)>,
     /// The producer snapshot at the base offset, if the source has a valid one.
     pub snapshot: Option<LocalFile>,
+    /// Why a snapshot the source has is left out.
     pub warnings: Vec<Finding>,
 }
 
 /// The files of a sealed segment whose shipped (unsealed) objects are being
 /// re-committed as sealed: only their modification times are needed, plus the
 /// snapshot if the source has one now.
-pub(crate) fn seal_in_place(
-    segment: &SegmentFiles,
-    snapshot: Option<&Path>,
-) -> std::result::Result<SealInPlace, Error> {
+pub fn seal_in_place(segment: &SegmentFiles, snapshot: Option<&Path>) -> std::result::Result<SealInPlace, Error> {
     let log_mtime = mtime_ms(&segment.log)?;
     let mut mtimes = vec![(SegmentFileKind::Log, log_mtime)];
     for (kind, path) in [
@@ -318,7 +202,7 @@ pub(crate) fn seal_in_place(
 }
 
 /// Validate a sealed segment and list its files (see the module doc).
-pub(crate) fn prepare_sealed(
+pub fn bound_sealed(
     segment: &SegmentFiles,
     next_base_offset: i64,
     snapshot: Option<&Path>,
@@ -329,7 +213,7 @@ pub(crate) fn prepare_sealed(
         path: segment.log.clone(),
         reason,
     })?;
-    let mut attempt = 1;
+    let mut retry = Retry::new();
     let (before, check) = loop {
         let before = stamps(segment, snapshot);
         let check = match check_segment(segment, Some(next_base_offset), false, &options.verify) {
@@ -341,16 +225,15 @@ pub(crate) fn prepare_sealed(
         }
         // Truncated under the scan: read again, never refused for it.
         let torn = check.changed_while_read().map(ToString::to_string);
-        std::thread::sleep(SETTLE_DELAY);
-        if torn.is_none() && stamps(segment, snapshot) == before {
-            return Ok(Outcome::Refused(errors_of(&check)));
+        match retry.after_failure(|| torn.is_some() || stamps(segment, snapshot) != before) {
+            Verdict::Corrupt => return Ok(Outcome::Refused(errors_of(&check))),
+            Verdict::GiveUp => {
+                return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                    format!("{}: kept changing while it was verified", segment.log.display())
+                })))
+            }
+            Verdict::Again => {}
         }
-        if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
-                format!("{}: kept changing while it was verified", segment.log.display())
-            })));
-        }
-        attempt += 1;
     };
     let Some(log_len) = before.log().map(|s| s.len) else {
         return Ok(Outcome::Changed(format!("{}: vanished", segment.log.display())));
@@ -441,13 +324,16 @@ pub(crate) fn prepare_sealed(
         guard: SourceGuard::Stamps(before),
         excluded_tail: 0,
         warnings,
-        _staging: staging,
+        staging,
     })))
 }
 
 /// Validate the active segment's complete batches, rebuild its indexes for
-/// them and list the files (see the module doc).
-pub(crate) fn prepare_active(
+/// them and list the files (see the module doc). Each call reads the segment
+/// as it is now: a tail driver calls it again as the segment grows and gets
+/// a longer prefix ([`Prepared::log_len`], `range.next()`), never a partial
+/// batch.
+pub fn bound_active(
     segment: &SegmentFiles,
     snapshot: Option<&Path>,
     options: &PrepareOptions,
@@ -462,7 +348,7 @@ pub(crate) fn prepare_active(
         time_index: None,
         txn_index: segment.txn_index.clone(),
     };
-    let mut attempt = 1;
+    let mut retry = Retry::new();
     let (file_len, check) = loop {
         let before = stamps(&log_only, None);
         let check = match check_segment(&log_only, None, true, &options.verify) {
@@ -475,22 +361,17 @@ pub(crate) fn prepare_active(
         // Appends never touch complete batches; a failure is corruption unless
         // the segment was truncated or replaced meanwhile (then the stamps moved
         // in a way appends alone cannot explain: length or inode).
-        std::thread::sleep(SETTLE_DELAY);
-        let after = stamps(&log_only, None);
         let torn = check.changed_while_read().map(ToString::to_string);
-        let shrank_or_replaced = match (before.log(), after.log()) {
-            (Some(b), Some(a)) => a.len < b.len || a.inode != b.inode,
-            _ => true,
-        };
-        if !shrank_or_replaced && torn.is_none() {
-            return Ok(Outcome::Refused(errors_of(&check)));
+        let moved = || before.log_shrank_or_replaced(&stamps(&log_only, None)) || torn.is_some();
+        match retry.after_failure(moved) {
+            Verdict::Corrupt => return Ok(Outcome::Refused(errors_of(&check))),
+            Verdict::GiveUp => {
+                return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
+                    format!("{}: truncated or replaced while it was verified", segment.log.display())
+                })))
+            }
+            Verdict::Again => {}
         }
-        if attempt >= CHECK_ATTEMPTS {
-            return Ok(Outcome::Changed(torn.unwrap_or_else(|| {
-                format!("{}: truncated or replaced while it was verified", segment.log.display())
-            })));
-        }
-        attempt += 1;
     };
     let prefix = check.summary.bytes;
     let stats = stats_of(&check);
@@ -572,7 +453,7 @@ pub(crate) fn prepare_active(
         guard: SourceGuard::LogCrc32c(rebuilt.crc32c),
         excluded_tail: file_len.saturating_sub(prefix),
         warnings,
-        _staging: Some(dir),
+        staging: Some(dir),
     })))
 }
 
@@ -617,163 +498,38 @@ fn staged(
     })
 }
 
-/// Indexes rebuilt for a `.log` prefix.
-#[derive(Debug)]
-pub(crate) struct Rebuilt {
-    pub offset_index: Vec<u8>,
-    /// Sealed: ends with the segment's max timestamp, as after roll or close.
-    pub time_index: Vec<u8>,
-    /// CRC-32C of the prefix.
-    pub crc32c: u32,
-    pub batches: u64,
-    /// End of the last batch indexed.
-    pub end: u64,
-}
-
-/// The CRC-32C of a run of whole frames, extended frame by frame from the CRCs
-/// the scan computes anyway. A magic-2 batch's own CRC is the CRC-32C of its
-/// bytes from the attributes on; combined with that of the 21 bytes before it,
-/// it gives the frame's without reading the frame again. (A legacy message's
-/// CRC is a CRC-32, so its frame is read.)
-#[derive(Debug, Default)]
-struct PrefixCrc {
-    crc: u32,
-    /// The last frame length shifted over, and its operator: bulk data repeats lengths.
-    shift: Option<(usize, u32)>,
-}
-
-impl PrefixCrc {
-    /// Append `frame` (whose CRC the scan found to match).
-    fn append(&mut self, frame: &Frame<'_>) {
-        let len = frame.bytes.len();
-        self.crc = match frame.bytes.split_at_checked(ATTRIBUTES_OFFSET) {
-            Some((head, tail)) if frame.info.magic >= 2 => {
-                let frame_crc = crc32c_combine(crc32c::crc32c(head), frame.computed_crc, tail.len());
-                let operator = match self.shift {
-                    Some((cached, operator)) if cached == len => operator,
-                    _ => {
-                        let operator = crc32c_shift_operator(len);
-                        self.shift = Some((len, operator));
-                        operator
-                    }
-                };
-                gf2_multiply(operator, self.crc) ^ frame_crc
-            }
-            _ => crc32c::crc32c_append(self.crc, frame.bytes),
-        };
-    }
-}
-
-/// CRC-32C's polynomial, bit-reflected.
-const CRC32C_POLY: u32 = 0x82F6_3B78;
-
-/// `a * b` modulo the CRC-32C polynomial, in the bit-reflected representation
-/// CRC-32C values use (the top bit is the coefficient of `x^0`).
-fn gf2_multiply(a: u32, mut b: u32) -> u32 {
-    let mut product = 0u32;
-    for bit in 0..32 {
-        if a & (0x8000_0000 >> bit) != 0 {
-            product ^= b;
-        }
-        b = if b & 1 != 0 { (b >> 1) ^ CRC32C_POLY } else { b >> 1 };
-    }
-    product
-}
-
-/// `x^(8 * bytes)` modulo the polynomial: multiplying a CRC by it appends
-/// `bytes` zero bytes to the message the CRC is of.
-fn crc32c_shift_operator(bytes: usize) -> u32 {
-    let mut operator = 0x8000_0000; // x^0
-    let mut power = 0x0080_0000; // x^8
-    let mut n = bytes;
-    while n != 0 {
-        if n & 1 != 0 {
-            operator = gf2_multiply(power, operator);
-        }
-        power = gf2_multiply(power, power);
-        n >>= 1;
-    }
-    operator
-}
-
-/// The CRC-32C of `A || B` from `crc(A)`, `crc(B)` and `|B|` (as zlib's
-/// `crc32_combine`, by exponentiation rather than `crc32c`'s bit matrices,
-/// which cost more than reading a 16 KiB batch).
-fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
-    gf2_multiply(crc32c_shift_operator(len_b), crc_a) ^ crc_b
-}
-
-/// Scan the batches that end within `prefix` bytes of `log` and build the
-/// offset and time indexes Kafka keeps for them. `Ok(Err(reason))` when the
-/// bytes do not look like the verified prefix any more (a batch whose CRC no
-/// longer matches, an offset that cannot be indexed).
-pub(crate) fn rebuild(
-    log: &Path,
-    base: i64,
-    prefix: u64,
-    index_interval_bytes: u64,
-) -> std::result::Result<std::result::Result<Rebuilt, String>, Error> {
-    let mut file = match LogFile::open(log) {
-        Ok(f) => f,
-        Err(e) if is_not_found(&e) => return Ok(Err(format!("{e} (deleted at the source)"))),
-        Err(e) => return Err(e),
-    };
-    if file.len() < prefix {
-        return Ok(Err(format!(
-            "{}: shrank to {} bytes below the verified {prefix}",
-            log.display(),
-            file.len()
-        )));
-    }
-    let mut offset_index = OffsetIndexBuilder::new(base, index_interval_bytes);
-    let mut time_index = TimeIndexBuilder::new(base, index_interval_bytes);
-    let mut crc = PrefixCrc::default();
-    let mut batches = 0u64;
-    let mut end = 0u64;
-    let mut problem: Option<String> = None;
-    // A scan error after the prefix (the partial batch at the tail) is expected;
-    // one inside it shows up as `end < prefix` below, except a truncation under
-    // the scan, which is named.
-    let scanned = file.scan(|frame| {
-        let info = &frame.info;
-        if info.position.saturating_add(info.size) > prefix {
-            return std::ops::ControlFlow::Break(());
-        }
-        if let Some(defect) = frame.crc_defect() {
-            problem = Some(format!("{}: byte {}: {defect}", log.display(), frame.crc_position()));
-            return std::ops::ControlFlow::Break(());
-        }
-        if let Err(e) = offset_index.push(info).and_then(|_| time_index.push(info)) {
-            problem = Some(e.at(log).to_string());
-            return std::ops::ControlFlow::Break(());
-        }
-        crc.append(frame);
-        batches += 1;
-        end = info.position + info.size;
-        std::ops::ControlFlow::Continue(())
-    });
-    if let Err(e) = scanned {
-        if e.is_changed_while_read() {
-            return Ok(Err(e.to_string()));
+/// The producer snapshot at the segment's base offset, if it parses; a torn or
+/// corrupt one is left out with a warning (a broker deletes such a snapshot and
+/// rebuilds producer state from an older one or from the log).
+fn snapshot_file(
+    snapshot: Option<&Path>,
+    warnings: &mut Vec<Finding>,
+) -> std::result::Result<Option<LocalFile>, Error> {
+    let Some(path) = snapshot else { return Ok(None) };
+    match ProducerSnapshot::read(path) {
+        Ok(_) => Ok(Some(LocalFile {
+            kind: SegmentFileKind::Snapshot,
+            path: path.to_path_buf(),
+            len: std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len(),
+            mtime_ms: mtime_ms(path)?,
+        })),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => {
+            let mut finding = Finding::from_error(&e);
+            finding.severity = Severity::Warning;
+            finding.defect = Defect::Snapshot {
+                message: format!("not shipped: {}", finding.defect),
+            };
+            warnings.push(finding);
+            Ok(None)
         }
     }
-    if let Some(problem) = problem {
-        return Ok(Err(problem));
-    }
-    time_index.seal();
-    Ok(Ok(Rebuilt {
-        offset_index: offset_index.to_bytes(),
-        time_index: time_index.to_bytes(),
-        crc32c: crc.crc,
-        batches,
-        end,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use segment_format::batch::{parse_header, TimestampType};
+    use segment_format::batch::parse_header;
     use segment_format::dir::PartitionDir;
     use segment_format::legacy;
     use segment_format::record::{BatchBuilder, DeepLimits, RecordSpec};
@@ -864,51 +620,6 @@ mod tests {
         assert!(segments > 20, "only {segments} segments checked");
     }
 
-    proptest! {
-        #[test]
-        fn combining_crcs_is_crc_of_the_concatenation(
-            a in proptest::collection::vec(any::<u8>(), 0..2000),
-            b in proptest::collection::vec(any::<u8>(), 0..40_000),
-        ) {
-            let whole = [a.as_slice(), b.as_slice()].concat();
-            let combined = crc32c_combine(crc32c::crc32c(&a), crc32c::crc32c(&b), b.len());
-            prop_assert_eq!(combined, crc32c::crc32c(&whole));
-            prop_assert_eq!(combined, crc32c::crc32c_combine(crc32c::crc32c(&a), crc32c::crc32c(&b), b.len()));
-        }
-    }
-
-    #[test]
-    fn the_rebuilt_prefix_crc_is_that_of_the_bytes() {
-        // A legacy message, then magic-2 batches, then half a batch being written.
-        let mut log = legacy::encode_message(0, 1, 1_000, TimestampType::CreateTime, Some(b"k"), Some(b"v"));
-        for base in [1i64, 4, 7, 10] {
-            let specs = (0..3).map(|i| RecordSpec::new(i, 2_000 + base).with_value(vec![base as u8; 100]));
-            log.extend(BatchBuilder::new(base).records(specs.collect::<Vec<_>>()).build());
-        }
-        // A legacy message between batches of one length (the shift operator is reused), then others.
-        log.extend(legacy::encode_message(
-            13,
-            1,
-            1_500,
-            TimestampType::CreateTime,
-            None,
-            Some(b"x"),
-        ));
-        for (base, n) in [(14i64, 1), (15, 5)] {
-            let specs = (0..n).map(|i| RecordSpec::new(i, 2_500).with_value(vec![7; 33]));
-            log.extend(BatchBuilder::new(base).records(specs.collect::<Vec<_>>()).build());
-        }
-        let prefix = log.len() as u64;
-        let partial = BatchBuilder::new(20).record(RecordSpec::new(0, 3_000)).build();
-        log.extend_from_slice(&partial[..partial.len() / 2]);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("00000000000000000000.log");
-        std::fs::write(&path, &log).unwrap();
-        let rebuilt = rebuild(&path, 0, prefix, 64).unwrap().unwrap();
-        assert_eq!(rebuilt.crc32c, crc32c::crc32c(&log[..prefix as usize]));
-        assert_eq!((rebuilt.batches, rebuilt.end), (8, prefix));
-    }
-
     #[test]
     fn counts_come_from_headers_and_stop_at_the_prefix() {
         let mut log = BatchBuilder::new(10)
@@ -923,84 +634,6 @@ mod tests {
         // A prefix that does not end on a batch boundary, or beyond the data.
         assert_eq!(counts_in(&log, first + 1), Err(first as usize));
         assert_eq!(counts_in(&log, log.len() as u64 + 1), Err(log.len()));
-    }
-
-    /// A `.log` of `batches` batches of 1 MiB, written batch by batch; the end
-    /// of each batch.
-    fn big_log(path: &Path, batches: usize) -> Vec<u64> {
-        let one = BatchBuilder::new(0)
-            .record(RecordSpec::new(0, 1).with_value(vec![0x5a; 1 << 20]))
-            .build();
-        let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-        let (mut ends, mut end) = (Vec::new(), 0);
-        for i in 0..batches {
-            let mut b = one.clone();
-            b[..8].copy_from_slice(&(i as i64).to_be_bytes());
-            segment_format::batch::seal_crc(&mut b);
-            std::io::Write::write_all(&mut file, &b).unwrap();
-            end += b.len() as u64;
-            ends.push(end);
-        }
-        std::io::Write::flush(&mut file).unwrap();
-        ends
-    }
-
-    /// Cut `path` to `len` bytes (as a follower truncates its log) as soon as
-    /// this process has it open: while the seed reader reads it. `true` once done.
-    fn truncate_when_opened(path: PathBuf, len: u64) -> std::thread::JoinHandle<bool> {
-        std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + Duration::from_secs(120);
-            while std::time::Instant::now() < deadline {
-                let open = std::fs::read_dir("/proc/self/fd").is_ok_and(|fds| {
-                    fds.flatten()
-                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
-                });
-                if open {
-                    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-                    file.set_len(len).unwrap();
-                    return true;
-                }
-                std::thread::yield_now();
-            }
-            false
-        })
-    }
-
-    /// A segment truncated while the seed reads it: both of its reads (the
-    /// check before upload and the index rebuild) report "changed while read"
-    /// naming the file, for the caller to read again; no SIGBUS, no refusal.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn seed_reader_reports_a_segment_truncated_under_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("00000000000000000000.log");
-        let ends = big_log(&log, 160);
-        let log = std::fs::canonicalize(&log).unwrap();
-        let total = ends[ends.len() - 1];
-
-        let truncator = truncate_when_opened(log.clone(), ends[1]);
-        let rebuilt = rebuild(&log, 0, total, 4096).unwrap();
-        assert!(truncator.join().unwrap());
-        let Err(reason) = rebuilt else {
-            panic!("the rebuild must see the truncation");
-        };
-        assert!(reason.contains("changed while read"), "{reason}");
-        assert!(reason.contains(log.to_str().unwrap()), "{reason}");
-
-        big_log(&log, 160);
-        let segment = SegmentFiles {
-            base_offset: 0,
-            log: log.clone(),
-            index: None,
-            time_index: None,
-            txn_index: None,
-        };
-        let truncator = truncate_when_opened(log.clone(), ends[1]);
-        let check = check_segment(&segment, Some(160), false, &VerifyOptions::default()).unwrap();
-        assert!(truncator.join().unwrap());
-        let changed = check.changed_while_read().expect("the check must see the truncation");
-        assert_eq!(changed.path, log);
-        assert!(changed.to_string().contains("truncated while it was read"), "{changed}");
     }
 
     proptest! {

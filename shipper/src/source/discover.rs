@@ -1,4 +1,7 @@
-//! Which partitions of the source log dirs a seed ships.
+//! Which partitions of the source log dirs are shipped: finding the partition
+//! directories of a broker's log dirs and selecting them. Every driver (the
+//! batch `seed`, a tail driver rescanning for new partitions) selects the same
+//! way, so this knows nothing of what is done with a partition afterwards.
 //!
 //! The selection follows MirrorMaker 2's `topics` setting so an operator can
 //! reuse the pattern they already have: a comma-separated list of topic names
@@ -29,7 +32,8 @@ use segment_format::dir::{DirKind, LogDir, PartitionDir, RootCheckpoint};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::report::Finding;
 
-use super::report::{FailureKind, PartitionReport, PartitionStatus, SkipReason, SkippedPartition};
+use serde::Serialize;
+
 use crate::error::{Error, Result};
 
 /// The default topic pattern: every topic (internal ones are excluded anyway).
@@ -93,29 +97,96 @@ impl TopicFilter {
     }
 }
 
+/// Why a partition directory was not shipped although the pattern may select it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum SkipReason {
+    /// An internal topic (`__*`): never shipped as data.
+    Internal,
+    /// A `-delete`, `-future` or `-stray` directory (`kind` says which).
+    NotLive { kind: String },
+    /// No `partition.metadata` (or the zero id): no lineage to ship under.
+    NoTopicId,
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkipReason::Internal => f.write_str("internal topic, never shipped"),
+            SkipReason::NotLive { kind } => write!(f, "-{kind} directory, not the live replica"),
+            SkipReason::NoTopicId => f.write_str("no topic id in partition.metadata"),
+        }
+    }
+}
+
+/// A partition directory excluded by rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedPartition {
+    /// The directory.
+    pub path: PathBuf,
+    /// Its topic, from the name.
+    pub topic: String,
+    /// Its partition, from the name.
+    pub partition: i32,
+    /// Why it is not shipped.
+    pub reason: SkipReason,
+}
+
+/// A selected partition that cannot be shipped for a reason that needs an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnusablePartition {
+    /// Its topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its directory (the first, if it is in more than one log dir).
+    pub path: PathBuf,
+    /// What is wrong.
+    pub problem: Unusable,
+}
+
+/// What is wrong with an [`UnusablePartition`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unusable {
+    /// The directory cannot be read, or the partition is in two log dirs.
+    Source(String),
+    /// Its `partition.metadata` is corrupt: the findings.
+    Corrupt(Vec<Finding>),
+}
+
 /// One partition to ship, as found at discovery.
 #[derive(Debug, Clone)]
-pub(crate) struct SourcePartition {
+pub struct SourcePartition {
+    /// Its topic.
     pub topic: String,
+    /// Its partition.
     pub partition: i32,
+    /// The partition directory.
     pub dir: PathBuf,
+    /// The source cluster's id (from the log dir's `meta.properties`).
     pub cluster_id: String,
+    /// The topic id (from `partition.metadata`).
     pub topic_id: Uuid,
     /// From the log dir's `log-start-offset-checkpoint`, if listed there.
     pub log_start_checkpoint: Option<i64>,
-    /// `.log` bytes and segments at discovery (for progress totals).
+    /// `.log` bytes at discovery (for progress totals).
     pub log_bytes: u64,
+    /// Segments at discovery.
     pub segments: u64,
 }
 
 /// What discovery found.
 #[derive(Debug, Default)]
-pub(crate) struct Discovery {
+pub struct Discovery {
+    /// Selected partitions, in (topic, partition) order.
     pub sources: Vec<SourcePartition>,
+    /// Directories excluded by rule.
     pub skipped: Vec<SkippedPartition>,
-    /// Partitions that cannot be shipped for a reason that needs an operator.
-    pub failed: Vec<PartitionReport>,
+    /// Selected partitions that cannot be shipped for a reason that needs an operator.
+    pub failed: Vec<UnusablePartition>,
+    /// Partitions the pattern does not select.
     pub not_selected: u64,
+    /// Log dirs that could not be used at all.
     pub log_dir_errors: Vec<String>,
 }
 
@@ -131,7 +202,7 @@ struct Candidate {
 /// Scan `log_dirs` and select what to ship. Blocking (directory listings and
 /// small file reads). A log dir that cannot be read, or has no cluster id, is
 /// reported and skipped; the others are still scanned.
-pub(crate) fn discover(log_dirs: &[PathBuf], filter: &TopicFilter) -> Discovery {
+pub fn discover(log_dirs: &[PathBuf], filter: &TopicFilter) -> Discovery {
     let mut out = Discovery::default();
     let mut candidates: BTreeMap<(String, i32), Vec<Candidate>> = BTreeMap::new();
     for path in log_dirs {
@@ -184,22 +255,22 @@ pub(crate) fn discover(log_dirs: &[PathBuf], filter: &TopicFilter) -> Discovery 
         if found.len() > 1 {
             // `LogManager` refuses to start with the same partition in two log dirs.
             let dirs: Vec<String> = found.iter().map(|c| c.dir.display().to_string()).collect();
-            let mut report = PartitionReport::new(&topic, partition, &found[0].dir);
-            report.status = PartitionStatus::Failed {
-                kind: FailureKind::Source,
-                error: format!(
+            out.failed.push(UnusablePartition {
+                path: found[0].dir.clone(),
+                topic,
+                partition,
+                problem: Unusable::Source(format!(
                     "the partition is in more than one log dir ({}); a broker refuses to start like this",
                     dirs.join(", ")
-                ),
-            };
-            out.failed.push(report);
+                )),
+            });
             continue;
         }
         let Some(candidate) = found.pop() else { continue };
         match open_candidate(candidate) {
             Ok(Ok(source)) => out.sources.push(source),
             Ok(Err(skipped)) => out.skipped.push(skipped),
-            Err(report) => out.failed.push(*report),
+            Err(unusable) => out.failed.push(*unusable),
         }
     }
     out
@@ -243,13 +314,16 @@ fn log_start_checkpoint(log_dir: &LogDir) -> Option<OffsetCheckpoint> {
 /// `Err`: failed (unreadable or corrupt metadata).
 fn open_candidate(
     c: Candidate,
-) -> std::result::Result<std::result::Result<SourcePartition, SkippedPartition>, Box<PartitionReport>> {
-    let failed = |kind: FailureKind, error: String| {
-        let mut report = PartitionReport::new(&c.topic, c.partition, &c.dir);
-        report.status = PartitionStatus::Failed { kind, error };
-        Box::new(report)
+) -> std::result::Result<std::result::Result<SourcePartition, SkippedPartition>, Box<UnusablePartition>> {
+    let unusable = |problem| {
+        Box::new(UnusablePartition {
+            topic: c.topic.clone(),
+            partition: c.partition,
+            path: c.dir.clone(),
+            problem,
+        })
     };
-    let dir = PartitionDir::open(&c.dir).map_err(|e| failed(FailureKind::Source, e.to_string()))?;
+    let dir = PartitionDir::open(&c.dir).map_err(|e| unusable(Unusable::Source(e.to_string())))?;
     let no_id = || SkippedPartition {
         path: c.dir.clone(),
         topic: c.topic.clone(),
@@ -261,14 +335,7 @@ fn open_candidate(
     };
     let topic_id = match PartitionMetadata::read(metadata) {
         Ok(m) => m.topic_id,
-        Err(e) => {
-            let mut report = PartitionReport::new(&c.topic, c.partition, &c.dir);
-            report.status = PartitionStatus::Refused {
-                base_offset: None,
-                findings: vec![Finding::from_error(&e)],
-            };
-            return Err(Box::new(report));
-        }
+        Err(e) => return Err(unusable(Unusable::Corrupt(vec![Finding::from_error(&e)]))),
     };
     if topic_id == Uuid::ZERO {
         return Ok(Err(no_id()));

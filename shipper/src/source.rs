@@ -1,0 +1,53 @@
+//! The source side of shipping: reading a live Kafka broker's log dirs.
+//!
+//! Everything a shipper must know about a source that a broker keeps writing
+//! while it is read lives here, apart from any way of carrying the bytes and
+//! any plan of what to ship: these modules use no store, lease or manifest
+//! listing, so the batch driver [`crate::seed`] and a continuous tail driver
+//! read the source the same way.
+//!
+//! - [`discover`](mod@discover): the partition directories of a set of log dirs, selected by
+//!   a [`TopicFilter`] (MirrorMaker 2's `topics` list), with internal topics,
+//!   `-delete`/`-future`/`-stray` directories and partitions without a topic id
+//!   skipped and reported as Kafka would not serve them.
+//! - [`read`]: one partition's segments in offset order, each with what
+//!   bounding it needs, and its leader epochs; a partition with an entry that
+//!   is not a regular file is refused.
+//! - [`bound`]: exactly which bytes of which files make one segment's
+//!   version: a sealed segment whole and verified, the active one up to its
+//!   last complete CRC-valid batch with indexes rebuilt for that prefix
+//!   ([`rebuild`]); typed outcomes for "corrupt" and "changed under us".
+//! - [`guard`]: telling that a file changed while it was read (length,
+//!   modification time, inode before and after) and how often to look again.
+//! - [`snapshot`]: the producer snapshot a broker writes at the log end.
+//!
+//! A driver's loop, as the seed runs it and a tail driver would:
+//! [`discover()`] once (again to find new partitions), then per partition
+//! [`read_partition`], then per segment [`bound_sealed`] or [`bound_active`]
+//! (again as the active segment grows; a roll shows as a new
+//! [`read_partition`] listing where that segment has a successor). An
+//! `Outcome::Changed` means: list the partition again and retry.
+//!
+//! All functions here block (directory listings, file reads, scans); async
+//! callers run them in `spawn_blocking`.
+
+pub mod bound;
+pub mod discover;
+pub mod guard;
+pub mod read;
+pub mod rebuild;
+pub mod snapshot;
+
+#[cfg(test)]
+mod tests;
+
+pub use bound::{
+    bound_active, bound_sealed, seal_in_place, LocalFile, Outcome, PrepareOptions, Prepared, SegmentStats, SourceGuard,
+};
+pub use discover::{
+    discover, Discovery, SkipReason, SkippedPartition, SourcePartition, TopicFilter, Unusable, UnusablePartition,
+    ALL_TOPICS,
+};
+pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
+pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
+pub use snapshot::{end_snapshot, EndSnapshot};

@@ -1,0 +1,312 @@
+//! Indexes of a `.log` prefix, rebuilt, and the prefix's CRC-32C.
+//!
+//! The active segment's `.index` and `.timeindex` are preallocated with a zero
+//! tail and rewritten in place by the broker, so they cannot be shipped as
+//! they are; instead they are rebuilt for exactly the shipped prefix with the
+//! builders the partition writer uses, in the form a clean shutdown leaves
+//! (trimmed, with the final time-index entry). The same scan computes the
+//! prefix's CRC-32C from the batch CRCs it checks anyway, which the uploader
+//! compares with what it read: the guard for a prefix that was rewritten
+//! between the scan and the upload.
+
+use std::path::Path;
+
+use segment_format::batch::ATTRIBUTES_OFFSET;
+use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
+use segment_format::log::{Frame, LogFile};
+use segment_format::Error;
+
+use super::guard::is_not_found;
+
+/// Indexes rebuilt for a `.log` prefix.
+#[derive(Debug)]
+pub struct Rebuilt {
+    /// The `.index`, trimmed.
+    pub offset_index: Vec<u8>,
+    /// Sealed: ends with the segment's max timestamp, as after roll or close.
+    pub time_index: Vec<u8>,
+    /// CRC-32C of the prefix.
+    pub crc32c: u32,
+    /// Batches indexed.
+    pub batches: u64,
+    /// End of the last batch indexed.
+    pub end: u64,
+}
+
+/// The CRC-32C of a run of whole frames, extended frame by frame from the CRCs
+/// the scan computes anyway. A magic-2 batch's own CRC is the CRC-32C of its
+/// bytes from the attributes on; combined with that of the 21 bytes before it,
+/// it gives the frame's without reading the frame again. (A legacy message's
+/// CRC is a CRC-32, so its frame is read.)
+#[derive(Debug, Default)]
+struct PrefixCrc {
+    crc: u32,
+    /// The last frame length shifted over, and its operator: bulk data repeats lengths.
+    shift: Option<(usize, u32)>,
+}
+
+impl PrefixCrc {
+    /// Append `frame` (whose CRC the scan found to match).
+    fn append(&mut self, frame: &Frame<'_>) {
+        let len = frame.bytes.len();
+        self.crc = match frame.bytes.split_at_checked(ATTRIBUTES_OFFSET) {
+            Some((head, tail)) if frame.info.magic >= 2 => {
+                let frame_crc = crc32c_combine(crc32c::crc32c(head), frame.computed_crc, tail.len());
+                let operator = match self.shift {
+                    Some((cached, operator)) if cached == len => operator,
+                    _ => {
+                        let operator = crc32c_shift_operator(len);
+                        self.shift = Some((len, operator));
+                        operator
+                    }
+                };
+                gf2_multiply(operator, self.crc) ^ frame_crc
+            }
+            _ => crc32c::crc32c_append(self.crc, frame.bytes),
+        };
+    }
+}
+
+/// CRC-32C's polynomial, bit-reflected.
+const CRC32C_POLY: u32 = 0x82F6_3B78;
+
+/// `a * b` modulo the CRC-32C polynomial, in the bit-reflected representation
+/// CRC-32C values use (the top bit is the coefficient of `x^0`).
+fn gf2_multiply(a: u32, mut b: u32) -> u32 {
+    let mut product = 0u32;
+    for bit in 0..32 {
+        if a & (0x8000_0000 >> bit) != 0 {
+            product ^= b;
+        }
+        b = if b & 1 != 0 { (b >> 1) ^ CRC32C_POLY } else { b >> 1 };
+    }
+    product
+}
+
+/// `x^(8 * bytes)` modulo the polynomial: multiplying a CRC by it appends
+/// `bytes` zero bytes to the message the CRC is of.
+fn crc32c_shift_operator(bytes: usize) -> u32 {
+    let mut operator = 0x8000_0000; // x^0
+    let mut power = 0x0080_0000; // x^8
+    let mut n = bytes;
+    while n != 0 {
+        if n & 1 != 0 {
+            operator = gf2_multiply(power, operator);
+        }
+        power = gf2_multiply(power, power);
+        n >>= 1;
+    }
+    operator
+}
+
+/// The CRC-32C of `A || B` from `crc(A)`, `crc(B)` and `|B|` (as zlib's
+/// `crc32_combine`, by exponentiation rather than `crc32c`'s bit matrices,
+/// which cost more than reading a 16 KiB batch).
+fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
+    gf2_multiply(crc32c_shift_operator(len_b), crc_a) ^ crc_b
+}
+
+/// Scan the batches that end within `prefix` bytes of `log` and build the
+/// offset and time indexes Kafka keeps for them. `Ok(Err(reason))` when the
+/// bytes do not look like the verified prefix any more (a batch whose CRC no
+/// longer matches, an offset that cannot be indexed).
+pub fn rebuild(
+    log: &Path,
+    base: i64,
+    prefix: u64,
+    index_interval_bytes: u64,
+) -> std::result::Result<std::result::Result<Rebuilt, String>, Error> {
+    let mut file = match LogFile::open(log) {
+        Ok(f) => f,
+        Err(e) if is_not_found(&e) => return Ok(Err(format!("{e} (deleted at the source)"))),
+        Err(e) => return Err(e),
+    };
+    if file.len() < prefix {
+        return Ok(Err(format!(
+            "{}: shrank to {} bytes below the verified {prefix}",
+            log.display(),
+            file.len()
+        )));
+    }
+    let mut offset_index = OffsetIndexBuilder::new(base, index_interval_bytes);
+    let mut time_index = TimeIndexBuilder::new(base, index_interval_bytes);
+    let mut crc = PrefixCrc::default();
+    let mut batches = 0u64;
+    let mut end = 0u64;
+    let mut problem: Option<String> = None;
+    // A scan error after the prefix (the partial batch at the tail) is expected;
+    // one inside it shows up as `end < prefix` below, except a truncation under
+    // the scan, which is named.
+    let scanned = file.scan(|frame| {
+        let info = &frame.info;
+        if info.position.saturating_add(info.size) > prefix {
+            return std::ops::ControlFlow::Break(());
+        }
+        if let Some(defect) = frame.crc_defect() {
+            problem = Some(format!("{}: byte {}: {defect}", log.display(), frame.crc_position()));
+            return std::ops::ControlFlow::Break(());
+        }
+        if let Err(e) = offset_index.push(info).and_then(|_| time_index.push(info)) {
+            problem = Some(e.at(log).to_string());
+            return std::ops::ControlFlow::Break(());
+        }
+        crc.append(frame);
+        batches += 1;
+        end = info.position + info.size;
+        std::ops::ControlFlow::Continue(())
+    });
+    if let Err(e) = scanned {
+        if e.is_changed_while_read() {
+            return Ok(Err(e.to_string()));
+        }
+    }
+    if let Some(problem) = problem {
+        return Ok(Err(problem));
+    }
+    time_index.seal();
+    Ok(Ok(Rebuilt {
+        offset_index: offset_index.to_bytes(),
+        time_index: time_index.to_bytes(),
+        crc32c: crc.crc,
+        batches,
+        end,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use segment_format::batch::TimestampType;
+    use segment_format::dir::SegmentFiles;
+    use segment_format::legacy;
+    use segment_format::record::{BatchBuilder, RecordSpec};
+    use segment_format::verify::{check_segment, VerifyOptions};
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn combining_crcs_is_crc_of_the_concatenation(
+            a in proptest::collection::vec(any::<u8>(), 0..2000),
+            b in proptest::collection::vec(any::<u8>(), 0..40_000),
+        ) {
+            let whole = [a.as_slice(), b.as_slice()].concat();
+            let combined = crc32c_combine(crc32c::crc32c(&a), crc32c::crc32c(&b), b.len());
+            prop_assert_eq!(combined, crc32c::crc32c(&whole));
+            prop_assert_eq!(combined, crc32c::crc32c_combine(crc32c::crc32c(&a), crc32c::crc32c(&b), b.len()));
+        }
+    }
+
+    #[test]
+    fn the_rebuilt_prefix_crc_is_that_of_the_bytes() {
+        // A legacy message, then magic-2 batches, then half a batch being written.
+        let mut log = legacy::encode_message(0, 1, 1_000, TimestampType::CreateTime, Some(b"k"), Some(b"v"));
+        for base in [1i64, 4, 7, 10] {
+            let specs = (0..3).map(|i| RecordSpec::new(i, 2_000 + base).with_value(vec![base as u8; 100]));
+            log.extend(BatchBuilder::new(base).records(specs.collect::<Vec<_>>()).build());
+        }
+        // A legacy message between batches of one length (the shift operator is reused), then others.
+        log.extend(legacy::encode_message(
+            13,
+            1,
+            1_500,
+            TimestampType::CreateTime,
+            None,
+            Some(b"x"),
+        ));
+        for (base, n) in [(14i64, 1), (15, 5)] {
+            let specs = (0..n).map(|i| RecordSpec::new(i, 2_500).with_value(vec![7; 33]));
+            log.extend(BatchBuilder::new(base).records(specs.collect::<Vec<_>>()).build());
+        }
+        let prefix = log.len() as u64;
+        let partial = BatchBuilder::new(20).record(RecordSpec::new(0, 3_000)).build();
+        log.extend_from_slice(&partial[..partial.len() / 2]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.log");
+        std::fs::write(&path, &log).unwrap();
+        let rebuilt = rebuild(&path, 0, prefix, 64).unwrap().unwrap();
+        assert_eq!(rebuilt.crc32c, crc32c::crc32c(&log[..prefix as usize]));
+        assert_eq!((rebuilt.batches, rebuilt.end), (8, prefix));
+    }
+
+    /// A `.log` of `batches` batches of 1 MiB, written batch by batch; the end
+    /// of each batch.
+    fn big_log(path: &Path, batches: usize) -> Vec<u64> {
+        let one = BatchBuilder::new(0)
+            .record(RecordSpec::new(0, 1).with_value(vec![0x5a; 1 << 20]))
+            .build();
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+        let (mut ends, mut end) = (Vec::new(), 0);
+        for i in 0..batches {
+            let mut b = one.clone();
+            b[..8].copy_from_slice(&(i as i64).to_be_bytes());
+            segment_format::batch::seal_crc(&mut b);
+            std::io::Write::write_all(&mut file, &b).unwrap();
+            end += b.len() as u64;
+            ends.push(end);
+        }
+        std::io::Write::flush(&mut file).unwrap();
+        ends
+    }
+
+    /// Cut `path` to `len` bytes (as a follower truncates its log) as soon as
+    /// this process has it open: while the seed reader reads it. `true` once done.
+    fn truncate_when_opened(path: PathBuf, len: u64) -> std::thread::JoinHandle<bool> {
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while std::time::Instant::now() < deadline {
+                let open = std::fs::read_dir("/proc/self/fd").is_ok_and(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+                });
+                if open {
+                    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                    file.set_len(len).unwrap();
+                    return true;
+                }
+                std::thread::yield_now();
+            }
+            false
+        })
+    }
+
+    /// A segment truncated while the seed reads it: both of its reads (the
+    /// check before upload and the index rebuild) report "changed while read"
+    /// naming the file, for the caller to read again; no SIGBUS, no refusal.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn seed_reader_reports_a_segment_truncated_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("00000000000000000000.log");
+        let ends = big_log(&log, 160);
+        let log = std::fs::canonicalize(&log).unwrap();
+        let total = ends[ends.len() - 1];
+
+        let truncator = truncate_when_opened(log.clone(), ends[1]);
+        let rebuilt = rebuild(&log, 0, total, 4096).unwrap();
+        assert!(truncator.join().unwrap());
+        let Err(reason) = rebuilt else {
+            panic!("the rebuild must see the truncation");
+        };
+        assert!(reason.contains("changed while read"), "{reason}");
+        assert!(reason.contains(log.to_str().unwrap()), "{reason}");
+
+        big_log(&log, 160);
+        let segment = SegmentFiles {
+            base_offset: 0,
+            log: log.clone(),
+            index: None,
+            time_index: None,
+            txn_index: None,
+        };
+        let truncator = truncate_when_opened(log.clone(), ends[1]);
+        let check = check_segment(&segment, Some(160), false, &VerifyOptions::default()).unwrap();
+        assert!(truncator.join().unwrap());
+        let changed = check.changed_while_read().expect("the check must see the truncation");
+        assert_eq!(changed.path, log);
+        assert!(changed.to_string().contains("truncated while it was read"), "{changed}");
+    }
+}
