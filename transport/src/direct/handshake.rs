@@ -217,7 +217,7 @@ where
             // Best effort: the peer may already have refused and closed.
             let _ = send(&mut framed, Frame::Refuse(refuse), deadline, config.timeout, "sending Refuse").await;
             // Shut the write side down cleanly (TLS close_notify, TCP FIN) so the Refuse is read, not reset away.
-            let _ = tokio::time::timeout_at(deadline, framed.close()).await;
+            let _ = tokio::time::timeout_at(deadline, SinkExt::<Frame>::close(&mut framed)).await;
             return Err(DirectError::Refused { reason, message });
         }
     };
