@@ -54,7 +54,13 @@ fn arb_position() -> impl Strategy<Value = Position> {
 
 fn arb_companions() -> impl Strategy<Value = Vec<Companion>> {
     proptest::collection::vec(
-        (any::<bool>(), any::<[u8; 32]>(), arb_bytes(64), any::<bool>(), any::<u32>()),
+        (
+            any::<bool>(),
+            any::<[u8; 32]>(),
+            arb_bytes(64),
+            any::<bool>(),
+            any::<u32>(),
+        ),
         4,
     )
     .prop_map(|parts| {
@@ -96,15 +102,20 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
         hello,
         (any::<u16>(), any::<u64>()).prop_map(|(version, features)| Frame::HelloAck(HelloAck { version, features })),
-        (any::<u16>(), any::<u16>(), any::<u16>(), arb_string(30), arb_string(200)).prop_map(
-            |(code, min_version, max_version, link, message)| Frame::Refuse(Refuse {
+        (
+            any::<u16>(),
+            any::<u16>(),
+            any::<u16>(),
+            arb_string(30),
+            arb_string(200)
+        )
+            .prop_map(|(code, min_version, max_version, link, message)| Frame::Refuse(Refuse {
                 reason: RefuseReason::from_code(code),
                 min_version,
                 max_version,
                 link,
                 message,
-            })
-        ),
+            })),
         (arb_partition(), 0..i64::MAX, any::<u64>(), arb_bytes(2048)).prop_map(
             |(partition, segment_base, position, bytes)| Frame::Chunk(Chunk {
                 partition,
@@ -113,15 +124,22 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 bytes,
             })
         ),
-        (arb_partition(), 0..i64::MAX, any::<u64>(), any::<[u8; 32]>(), arb_companions()).prop_map(
-            |(partition, segment_base, final_size, log_sha256, companions)| Frame::SegmentSeal(SegmentSeal {
-                partition,
-                segment_base,
-                final_size,
-                log_sha256,
-                companions,
-            })
-        ),
+        (
+            arb_partition(),
+            0..i64::MAX,
+            any::<u64>(),
+            any::<[u8; 32]>(),
+            arb_companions()
+        )
+            .prop_map(
+                |(partition, segment_base, final_size, log_sha256, companions)| Frame::SegmentSeal(SegmentSeal {
+                    partition,
+                    segment_base,
+                    final_size,
+                    log_sha256,
+                    companions,
+                })
+            ),
         arb_position().prop_map(Frame::Ack),
         proptest::collection::vec(arb_position(), 0..20).prop_map(Frame::Resume),
         any::<u64>().prop_map(|sequence| Frame::Heartbeat { sequence }),
@@ -272,7 +290,17 @@ fn encoding_over_the_maximum_fails_and_leaves_the_buffer_alone() {
     });
     let mut out = BytesMut::from(&b"kept"[..]);
     let err = frame::encode(&chunk, 1000, &mut out).expect_err("too big");
-    assert!(matches!(err, FrameError::Encode { frame: "Chunk", field: "length", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Encode {
+                frame: "Chunk",
+                field: "length",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_eq!(&out[..], b"kept");
 }
 
@@ -298,7 +326,10 @@ fn unknown_type_and_flags_are_typed_errors_after_the_crc() {
     let mut bad = raw(99, 0, b"xyz");
     let last = bad.len() - 1;
     bad[last] ^= 1;
-    assert!(matches!(frame::decode(&bad, 0, MAX_PAYLOAD_LEN), Err(FrameError::Crc { frame_type: 99, .. })));
+    assert!(matches!(
+        frame::decode(&bad, 0, MAX_PAYLOAD_LEN),
+        Err(FrameError::Crc { frame_type: 99, .. })
+    ));
 }
 
 #[test]
@@ -318,13 +349,32 @@ fn malformed_payloads_name_frame_field_and_offset() {
     let payload = &hello[HEADER_LEN..hello.len() - 4];
     let err = frame::decode(&raw(1, 0, payload), 0, MAX_PAYLOAD_LEN).expect_err("bad magic");
     assert!(
-        matches!(err, FrameError::Field { frame: "Hello", field: "magic", offset: 6, .. }),
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Hello",
+                field: "magic",
+                offset: 6,
+                ..
+            }
+        ),
         "{err}"
     );
 
     // Heartbeat one byte short, and one byte long.
     let err = frame::decode(&raw(8, 0, &[0; 7]), 0, MAX_PAYLOAD_LEN).expect_err("short");
-    assert!(matches!(err, FrameError::Field { frame: "Heartbeat", field: "sequence", offset: 6, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Heartbeat",
+                field: "sequence",
+                offset: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = frame::decode(&raw(8, 0, &[0; 9]), 0, MAX_PAYLOAD_LEN).expect_err("long");
     assert_eq!(
         err,
@@ -337,7 +387,18 @@ fn malformed_payloads_name_frame_field_and_offset() {
 
     // Resume claiming four billion positions in a few bytes: refused before any allocation.
     let err = frame::decode(&raw(7, 0, &[0xff, 0xff, 0xff, 0xff, 0, 0]), 0, MAX_PAYLOAD_LEN).expect_err("count");
-    assert!(matches!(err, FrameError::Field { frame: "Resume", field: "count", offset: 6, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Resume",
+                field: "count",
+                offset: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // Chunk with a negative segment base; topic "t" (2+1 bytes), partition (4), id (16) before it.
     let mut chunk = vec![0, 1, b't', 0, 0, 0, 3];
@@ -347,7 +408,15 @@ fn malformed_payloads_name_frame_field_and_offset() {
     chunk.extend_from_slice(&0u32.to_be_bytes());
     let err = frame::decode(&raw(4, 0, &chunk), 0, MAX_PAYLOAD_LEN).expect_err("negative");
     assert!(
-        matches!(err, FrameError::Field { frame: "Chunk", field: "segment_base", offset: 29, .. }),
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Chunk",
+                field: "segment_base",
+                offset: 29,
+                ..
+            }
+        ),
         "{err}"
     );
 
@@ -359,7 +428,17 @@ fn malformed_payloads_name_frame_field_and_offset() {
     chunk.extend_from_slice(&1000u32.to_be_bytes());
     chunk.extend_from_slice(b"abc");
     let err = frame::decode(&raw(4, 0, &chunk), 0, MAX_PAYLOAD_LEN).expect_err("run");
-    assert!(matches!(err, FrameError::Field { frame: "Chunk", field: "bytes", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Chunk",
+                field: "bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("needs 1000 bytes, 3 left"), "{err}");
 
     // A link name that is not UTF-8 points at the bad byte.
@@ -398,15 +477,37 @@ fn malformed_payloads_name_frame_field_and_offset() {
     payload[n - 43] = 2;
     payload.extend_from_slice(&companion);
     let err = frame::decode(&raw(5, 0, &payload), 0, MAX_PAYLOAD_LEN).expect_err("dup");
-    assert!(matches!(err, FrameError::Field { frame: "SegmentSeal", field: "kind", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "SegmentSeal",
+                field: "kind",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_tls_client_hello_on_a_plaintext_stream_is_named() {
     // The first bytes of a TLS ClientHello record: handshake (0x16), TLS 1.x (0x03 0x01).
     let hello = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
-    assert_eq!(frame::decode(&hello, 0, MAX_PAYLOAD_LEN), Err(FrameError::PeerSpeaksTls));
-    assert!(FrameError::PeerSpeaksTls.to_string().contains("--plaintext"));
+    let err = frame::decode(&hello, 0, MAX_PAYLOAD_LEN).expect_err("tls");
+    assert_eq!(err, FrameError::PeerSpeaksTls { record: 0x16 });
+    assert!(err.to_string().contains("--plaintext"), "{err}");
+    // The alert a TLS server answers a plaintext Hello with: level fatal, then the description.
+    let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32];
+    assert_eq!(
+        frame::decode(&alert, 0, MAX_PAYLOAD_LEN),
+        Err(FrameError::PeerSpeaksTls { record: 0x15 })
+    );
+    // Only at the start of the stream: later, those bytes are an unknown frame type's header.
+    assert!(matches!(
+        frame::decode(&alert, 1, MAX_PAYLOAD_LEN),
+        Err(FrameError::Oversized { .. })
+    ));
 }
 
 #[test]

@@ -27,8 +27,20 @@ async fn pair(
     listening: HandshakeConfig,
     dialling: HandshakeConfig,
 ) -> (
-    Result<(tokio_util::codec::Framed<TcpStream, segmirror_transport::direct::FrameCodec>, segmirror_transport::direct::Session), DirectError>,
-    Result<(tokio_util::codec::Framed<TcpStream, segmirror_transport::direct::FrameCodec>, segmirror_transport::direct::Session), DirectError>,
+    Result<
+        (
+            tokio_util::codec::Framed<TcpStream, segmirror_transport::direct::FrameCodec>,
+            segmirror_transport::direct::Session,
+        ),
+        DirectError,
+    >,
+    Result<
+        (
+            tokio_util::codec::Framed<TcpStream, segmirror_transport::direct::FrameCodec>,
+            segmirror_transport::direct::Session,
+        ),
+        DirectError,
+    >,
 ) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -117,8 +129,13 @@ async fn a_version_mismatch_is_refused_on_both_sides_naming_both_versions() {
         assert!(
             matches!(
                 err,
-                DirectError::Refused { reason: RefuseReason::Version, .. }
-                    | DirectError::RefusedByPeer { reason: RefuseReason::Version, .. }
+                DirectError::Refused {
+                    reason: RefuseReason::Version,
+                    ..
+                } | DirectError::RefusedByPeer {
+                    reason: RefuseReason::Version,
+                    ..
+                }
             ),
             "{side}: {err:?}"
         );
@@ -135,12 +152,20 @@ async fn a_wrong_link_name_is_refused_on_both_sides_naming_both_links() {
         assert!(
             matches!(
                 err,
-                DirectError::Refused { reason: RefuseReason::Link, .. }
-                    | DirectError::RefusedByPeer { reason: RefuseReason::Link, .. }
+                DirectError::Refused {
+                    reason: RefuseReason::Link,
+                    ..
+                } | DirectError::RefusedByPeer {
+                    reason: RefuseReason::Link,
+                    ..
+                }
             ),
             "{side}: {err:?}"
         );
-        assert!(text.contains("\"dr-east\"") && text.contains("\"dr-west\""), "{side}: {text}");
+        assert!(
+            text.contains("\"dr-east\"") && text.contains("\"dr-west\""),
+            "{side}: {text}"
+        );
     }
 }
 
@@ -149,7 +174,13 @@ async fn a_shipper_of_another_source_cluster_is_refused_by_the_applier_and_told_
     let (a, s) = pair(applier("dr", Some("cluster-A")), shipper("dr", "cluster-B")).await;
     let a_err = a.map(|_| ()).expect_err("applier");
     assert!(
-        matches!(a_err, DirectError::Refused { reason: RefuseReason::SourceCluster, .. }),
+        matches!(
+            a_err,
+            DirectError::Refused {
+                reason: RefuseReason::SourceCluster,
+                ..
+            }
+        ),
         "{a_err:?}"
     );
     // Only the applier knows which cluster it follows: the shipper learns it from the Refuse frame.
@@ -163,8 +194,14 @@ async fn a_shipper_of_another_source_cluster_is_refused_by_the_applier_and_told_
     else {
         panic!("shipper: {s_err:?}");
     };
-    assert_eq!((reason, local_role, peer_role), (RefuseReason::SourceCluster, Role::Shipper, Role::Applier));
-    assert!(message.contains("cluster-A") && message.contains("cluster-B"), "{message}");
+    assert_eq!(
+        (reason, local_role, peer_role),
+        (RefuseReason::SourceCluster, Role::Shipper, Role::Applier)
+    );
+    assert!(
+        message.contains("cluster-A") && message.contains("cluster-B"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -172,7 +209,16 @@ async fn two_shippers_refuse_each_other() {
     let (a, b) = pair(shipper("dr", "c"), shipper("dr", "c")).await;
     for result in [a.map(|_| ()), b.map(|_| ())] {
         let err = result.expect_err("role");
-        assert!(matches!(err, DirectError::Refused { reason: RefuseReason::Role, .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                DirectError::Refused {
+                    reason: RefuseReason::Role,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 }
 
@@ -187,8 +233,13 @@ async fn a_required_feature_the_peer_lacks_is_refused() {
         assert!(
             matches!(
                 err,
-                DirectError::Refused { reason: RefuseReason::Features, .. }
-                    | DirectError::RefusedByPeer { reason: RefuseReason::Features, .. }
+                DirectError::Refused {
+                    reason: RefuseReason::Features,
+                    ..
+                } | DirectError::RefusedByPeer {
+                    reason: RefuseReason::Features,
+                    ..
+                }
             ),
             "{err:?}"
         );
@@ -210,7 +261,13 @@ async fn a_silent_peer_times_out_instead_of_hanging() {
     let stream = TcpStream::connect(addr).await.expect("connect");
     let err = handshake(stream, &config).await.map(|_| ()).expect_err("timeout");
     assert!(
-        matches!(err, DirectError::Timeout { stage: "waiting for the peer's Hello", .. }),
+        matches!(
+            err,
+            DirectError::Timeout {
+                stage: "waiting for the peer's Hello",
+                ..
+            }
+        ),
         "{err:?}"
     );
     silent.await.expect("join");
@@ -225,9 +282,15 @@ async fn a_peer_that_is_not_segmirror_is_a_frame_error() {
         let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
     });
     let stream = TcpStream::connect(addr).await.expect("connect");
-    let err = handshake(stream, &shipper("dr", "c")).await.map(|_| ()).expect_err("http");
+    let err = handshake(stream, &shipper("dr", "c"))
+        .await
+        .map(|_| ())
+        .expect_err("http");
     // "HT" then "TP/1" as a length: far over the maximum, refused from the header.
-    assert!(matches!(err, DirectError::Frame(FrameError::Oversized { offset: 0, .. })), "{err:?}");
+    assert!(
+        matches!(err, DirectError::Frame(FrameError::Oversized { offset: 0, .. })),
+        "{err:?}"
+    );
     http.await.expect("join");
 }
 
@@ -237,5 +300,14 @@ async fn a_bad_local_setting_is_refused_before_any_byte_is_sent() {
     let mut config = shipper("dr", "c");
     config.source_cluster_id = None;
     let err = handshake(client, &config).await.map(|_| ()).expect_err("config");
-    assert!(matches!(err, DirectError::Config { field: "source_cluster_id", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            DirectError::Config {
+                field: "source_cluster_id",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

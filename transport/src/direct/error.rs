@@ -40,12 +40,19 @@ pub enum FrameError {
         reason: String,
     },
     #[error("{frame} frame: {extra} bytes after the last field at byte {offset}")]
-    TrailingBytes { frame: &'static str, offset: u64, extra: u64 },
+    TrailingBytes {
+        frame: &'static str,
+        offset: u64,
+        extra: u64,
+    },
+    /// The first bytes are a TLS record (a ClientHello from a TLS client, or the
+    /// alert a TLS server sends back to a plaintext Hello), not a frame.
     #[error(
-        "the peer sent a TLS handshake record (bytes 0x16 0x03) to a plaintext endpoint: \
-         run both sides with TLS, or both with --plaintext"
+        "the peer speaks TLS (a TLS {} record at byte 0) and this side is plaintext: \
+         run both sides with TLS, or both with --plaintext",
+        if *record == 0x15 { "alert" } else { "handshake" }
     )]
-    PeerSpeaksTls,
+    PeerSpeaksTls { record: u8 },
     #[error("cannot encode a {frame} frame: field `{field}`: {reason}")]
     Encode {
         frame: &'static str,

@@ -16,8 +16,8 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::error::FrameError;
 use super::payload::{
-    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, Position, Reader, Refuse,
-    RefuseReason, SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, Position, Reader, Refuse, RefuseReason,
+    SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.
@@ -36,6 +36,10 @@ pub const MAX_PAYLOAD_LEN: u32 = 8 << 20;
 /// The flags byte. Version 1 defines no flag; a receiver refuses set bits, so a
 /// later version can give them a meaning that an old peer does not misread.
 pub const KNOWN_FLAGS: u8 = 0;
+
+/// TLS record content types, recognised at the start of a plaintext stream.
+const TLS_ALERT: u8 = 0x15;
+const TLS_HANDSHAKE: u8 = 0x16;
 
 /// The frame types. Codes are stable across versions; new types get new codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,9 +115,13 @@ pub enum Frame {
     /// Applier → shipper after the handshake: per partition, the acknowledged position to resume from.
     Resume(Vec<Position>),
     /// Either way; `sequence` counts up per sender.
-    Heartbeat { sequence: u64 },
+    Heartbeat {
+        sequence: u64,
+    },
     /// Applier → shipper: `bytes` more Chunk payload bytes may be sent.
-    Credit { bytes: u64 },
+    Credit {
+        bytes: u64,
+    },
     Goodbye(Goodbye),
 }
 
@@ -155,11 +163,14 @@ fn encode_inner(frame: &Frame, max_payload: u32, out: &mut BytesMut, start: usiz
     out.put_u32(0);
     encode_payload(frame, out)?;
     let payload_len = out.len() - start - HEADER_LEN;
-    let len = u32::try_from(payload_len).ok().filter(|len| *len <= max_payload).ok_or_else(|| FrameError::Encode {
-        frame: frame.name(),
-        field: "length",
-        reason: format!("{payload_len}-byte payload, over the maximum of {max_payload} bytes"),
-    })?;
+    let len = u32::try_from(payload_len)
+        .ok()
+        .filter(|len| *len <= max_payload)
+        .ok_or_else(|| FrameError::Encode {
+            frame: frame.name(),
+            field: "length",
+            reason: format!("{payload_len}-byte payload, over the maximum of {max_payload} bytes"),
+        })?;
     out[start + 2..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
     let crc = crc32c::crc32c(&out[start..]);
     out.put_u32(crc);
@@ -167,7 +178,10 @@ fn encode_inner(frame: &Frame, max_payload: u32, out: &mut BytesMut, start: usiz
 }
 
 fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
-    let mut w = Writer { out, frame: frame.name() };
+    let mut w = Writer {
+        out,
+        frame: frame.name(),
+    };
     match frame {
         Frame::Hello(h) => {
             w.out.put_slice(&HELLO_MAGIC);
@@ -247,13 +261,21 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
 fn check_companions(companions: &[Companion]) -> Result<(), String> {
     for pair in companions.windows(2) {
         if pair[0].kind >= pair[1].kind {
-            return Err(format!("{:?} after {:?}: one per kind, in kind order", pair[1].kind, pair[0].kind));
+            return Err(format!(
+                "{:?} after {:?}: one per kind, in kind order",
+                pair[1].kind, pair[0].kind
+            ));
         }
     }
     for c in companions {
         if let Some(bytes) = &c.inline {
             if bytes.len() as u64 != c.size {
-                return Err(format!("{:?}: {} inline bytes, size says {}", c.kind, bytes.len(), c.size));
+                return Err(format!(
+                    "{:?}: {} inline bytes, size says {}",
+                    c.kind,
+                    bytes.len(),
+                    c.size
+                ));
             }
         }
     }
@@ -270,8 +292,12 @@ struct Header {
 /// Reads the header at the start of `buf` (at stream offset `offset`) if the six
 /// bytes are there, refusing an oversized length at once.
 fn peek_header(buf: &[u8], offset: u64, max_payload: u32) -> Result<Option<Header>, FrameError> {
-    if offset == 0 && buf.len() >= 2 && buf[0] == 0x16 && buf[1] == 0x03 {
-        return Err(FrameError::PeerSpeaksTls);
+    // TLS records start with their content type (0x15 alert, 0x16 handshake), then
+    // major version 3; no frame type has these codes, so the check is unambiguous.
+    if let [record @ (TLS_ALERT | TLS_HANDSHAKE), 0x03, ..] = buf {
+        if offset == 0 {
+            return Err(FrameError::PeerSpeaksTls { record: *record });
+        }
     }
     let Some(header) = buf.get(..HEADER_LEN) else {
         return Ok(None);
@@ -317,7 +343,11 @@ fn decode_complete(bytes: Bytes, header: &Header, offset: u64) -> Result<Frame, 
             flags: header.flags,
         });
     }
-    let reader = Reader::new(bytes.slice(HEADER_LEN..end), offset + HEADER_LEN as u64, frame_type.name());
+    let reader = Reader::new(
+        bytes.slice(HEADER_LEN..end),
+        offset + HEADER_LEN as u64,
+        frame_type.name(),
+    );
     decode_payload(frame_type, reader)
 }
 
@@ -327,13 +357,19 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
             let magic: [u8; 4] = [r.u8("magic")?, r.u8("magic")?, r.u8("magic")?, r.u8("magic")?];
             if magic != HELLO_MAGIC {
                 r.back(4);
-                return Err(r.fail("magic", format!("{magic:02x?}, expected {HELLO_MAGIC:02x?}: not a segmirror peer")));
+                return Err(r.fail(
+                    "magic",
+                    format!("{magic:02x?}, expected {HELLO_MAGIC:02x?}: not a segmirror peer"),
+                ));
             }
             let min_version = r.u16("min_version")?;
             let max_version = r.u16("max_version")?;
             if min_version == 0 || min_version > max_version {
                 r.back(4);
-                return Err(r.fail("min_version", format!("empty version range {min_version}..={max_version}")));
+                return Err(r.fail(
+                    "min_version",
+                    format!("empty version range {min_version}..={max_version}"),
+                ));
             }
             Frame::Hello(Hello {
                 min_version,

@@ -93,7 +93,10 @@ impl HandshakeConfig {
         if self.features_required & !self.features_supported != 0 {
             return bad(
                 "features_required",
-                format!("{:#x} is not within the supported {:#x}", self.features_required, self.features_supported),
+                format!(
+                    "{:#x} is not within the supported {:#x}",
+                    self.features_required, self.features_supported
+                ),
             );
         }
         Ok(())
@@ -163,7 +166,10 @@ fn negotiate(local: &HandshakeConfig, peer: &Hello) -> std::result::Result<Hello
     if peer.link != local.link {
         return Err((
             RefuseReason::Link,
-            format!("link names differ: this {} serves {:?}, the {} {:?}", local.role, local.link, peer.role, peer.link),
+            format!(
+                "link names differ: this {} serves {:?}, the {} {:?}",
+                local.role, local.link, peer.role, peer.link
+            ),
         ));
     }
     let (shipper_cluster, expected) = match local.role {
@@ -171,7 +177,10 @@ fn negotiate(local: &HandshakeConfig, peer: &Hello) -> std::result::Result<Hello
         Role::Shipper => (&local.source_cluster_id, &None),
     };
     let Some(shipper_cluster) = shipper_cluster else {
-        return Err((RefuseReason::Protocol, format!("the shipper sent no source cluster id: {both}")));
+        return Err((
+            RefuseReason::Protocol,
+            format!("the shipper sent no source cluster id: {both}"),
+        ));
     };
     if let Some(expected) = expected {
         if expected != shipper_cluster {
@@ -199,7 +208,14 @@ where
     config.check()?;
     let deadline = Instant::now() + config.timeout;
     let mut framed = Framed::new(stream, FrameCodec::new(config.max_payload));
-    send(&mut framed, Frame::Hello(config.hello()), deadline, config.timeout, "sending Hello").await?;
+    send(
+        &mut framed,
+        Frame::Hello(config.hello()),
+        deadline,
+        config.timeout,
+        "sending Hello",
+    )
+    .await?;
     let peer = match recv(&mut framed, deadline, config, "waiting for the peer's Hello").await? {
         Frame::Hello(h) => h,
         other => return Err(unexpected("waiting for the peer's Hello", "Hello", &other)),
@@ -215,7 +231,14 @@ where
                 message: message.clone(),
             };
             // Best effort: the peer may already have refused and closed.
-            let _ = send(&mut framed, Frame::Refuse(refuse), deadline, config.timeout, "sending Refuse").await;
+            let _ = send(
+                &mut framed,
+                Frame::Refuse(refuse),
+                deadline,
+                config.timeout,
+                "sending Refuse",
+            )
+            .await;
             // Shut the write side down cleanly (TLS close_notify, TCP FIN) so the Refuse is read, not reset away.
             let _ = tokio::time::timeout_at(deadline, SinkExt::<Frame>::close(&mut framed)).await;
             return Err(DirectError::Refused { reason, message });
@@ -228,7 +251,14 @@ where
     .unwrap_or_default();
     let agreed = match config.role {
         Role::Applier => {
-            send(&mut framed, Frame::HelloAck(ack), deadline, config.timeout, "sending HelloAck").await?;
+            send(
+                &mut framed,
+                Frame::HelloAck(ack),
+                deadline,
+                config.timeout,
+                "sending HelloAck",
+            )
+            .await?;
             ack
         }
         Role::Shipper => {

@@ -472,8 +472,12 @@ impl Writer<'_> {
     }
 
     pub(crate) fn string(&mut self, field: &'static str, s: &str) -> Result<(), FrameError> {
-        let len = u16::try_from(s.len())
-            .map_err(|_| self.err(field, format!("{} bytes, over the {} a string may hold", s.len(), u16::MAX)))?;
+        let len = u16::try_from(s.len()).map_err(|_| {
+            self.err(
+                field,
+                format!("{} bytes, over the {} a string may hold", s.len(), u16::MAX),
+            )
+        })?;
         self.out.put_u16(len);
         self.out.put_slice(s.as_bytes());
         Ok(())
