@@ -25,6 +25,11 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::error::{DirectError, Result};
 
+/// Time allowed for the TLS handshake. 10 s, as for the protocol handshake:
+/// a peer that has not completed it by then is wrong (plaintext, another
+/// service on the port) rather than slow, and the caller reconnects with backoff.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The three PEM files of one side (`--tls-cert`, `--tls-key`, `--tls-ca`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
