@@ -37,7 +37,11 @@ pub fn direct_frames(data: &[u8]) {
                 assert!(used >= FRAME_OVERHEAD && used - FRAME_OVERHEAD <= max as usize);
                 let mut again = BytesMut::new();
                 frame::encode(&f, max, &mut again).expect("a decoded frame re-encodes");
-                assert_eq!(&again[..], &data[offset..offset + used], "decode -> encode is not the identity");
+                assert_eq!(
+                    &again[..],
+                    &data[offset..offset + used],
+                    "decode -> encode is not the identity"
+                );
                 for cut in [used / 2, used - 1] {
                     assert_eq!(frame::decode(&data[offset..offset + cut], offset as u64, max), Ok(None));
                 }
@@ -110,7 +114,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
             source_cluster_id: Some("MkU3OEVBNTcwNTJENDM2Qk".into()),
             software: "segmirror 0.1.0".into(),
         }),
-        Frame::HelloAck(HelloAck { version: 1, features: 0 }),
+        Frame::HelloAck(HelloAck {
+            version: 1,
+            features: 0,
+        }),
         Frame::Refuse(Refuse {
             reason: RefuseReason::Version,
             min_version: 2,
