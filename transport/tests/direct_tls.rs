@@ -265,3 +265,28 @@ fn bad_pem_files_are_named() {
     assert!(matches!(&err, DirectError::TlsFile { what: "key", .. }), "{err:?}");
     assert!(err.to_string().contains("shipper.crt"), "{err}");
 }
+
+#[tokio::test]
+async fn a_silent_client_at_the_tls_listener_times_out() {
+    let s = setup();
+    let config = tls::server_config(&s.server).expect("server config");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.expect("accept");
+        tls::accept(config, tcp, Duration::from_millis(300)).await.map(|_| ())
+    });
+    // Connected, never a byte: the accept gives up instead of holding the connection forever.
+    let _silent = TcpStream::connect(addr).await.expect("connect");
+    let err = server.await.expect("join").expect_err("timeout");
+    assert!(
+        matches!(
+            err,
+            DirectError::Timeout {
+                stage: "TLS handshake (accepting)",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
