@@ -5,16 +5,53 @@
 //! the `segment-format` targets and this one change independently.
 
 use bytes::BytesMut;
-use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, MAX_PAYLOAD_LEN};
+use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::{Companion, CompanionKind, PartitionRef, Position};
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
 };
 use tokio_util::codec::Decoder;
 
-/// Maximum payload the codec half of the target runs with: small, so the
-/// fuzzer reaches the oversized path with short inputs.
+/// Maximum payload the target runs with when the first byte is odd: small, so
+/// the fuzzer reaches the oversized path with short inputs.
 const SMALL_MAX_PAYLOAD: u32 = 4096;
+
+/// Runs [`check_stream`] on `data` as given, and again with the CRC of every
+/// frame whose bytes are all present recomputed, so the fuzzer gets past the
+/// CRC into the payload decoders (as `batch_deep` seals a batch's CRC).
+pub fn direct_frames(data: &[u8]) {
+    let max = if data.first().is_some_and(|b| b & 1 == 1) {
+        SMALL_MAX_PAYLOAD
+    } else {
+        MAX_PAYLOAD_LEN
+    };
+    check_stream(data, max);
+    let sealed = seal_crcs(data, max);
+    if sealed != data {
+        check_stream(&sealed, max);
+    }
+}
+
+/// `data` with each complete frame's CRC-32C recomputed, frame after frame,
+/// up to the first frame that is oversized or incomplete.
+pub fn seal_crcs(data: &[u8], max: u32) -> Vec<u8> {
+    let mut out = data.to_vec();
+    let mut at = 0usize;
+    while let Some(header) = out.get(at..at + HEADER_LEN) {
+        let length = u32::from_be_bytes([header[2], header[3], header[4], header[5]]);
+        if length > max {
+            break;
+        }
+        let end = at + HEADER_LEN + length as usize;
+        if out.len() < end + 4 {
+            break;
+        }
+        let crc = crc32c::crc32c(&out[at..end]);
+        out[end..end + 4].copy_from_slice(&crc.to_be_bytes());
+        at = end + 4;
+    }
+    out
+}
 
 /// Decodes `data` as a stream of frames twice, with [`frame::decode`] over the
 /// slice and with [`FrameCodec`] fed in two pieces (split at the first byte's
@@ -23,12 +60,7 @@ const SMALL_MAX_PAYLOAD: u32 = 4096;
 /// - a decoded frame re-encodes to exactly the bytes it was decoded from;
 /// - no frame is longer than the maximum, and an error's offset lies inside the input;
 /// - a strict prefix of a frame asks for more bytes instead of failing.
-pub fn direct_frames(data: &[u8]) {
-    let max = if data.first().is_some_and(|b| b & 1 == 1) {
-        SMALL_MAX_PAYLOAD
-    } else {
-        MAX_PAYLOAD_LEN
-    };
+pub fn check_stream(data: &[u8], max: u32) {
     let mut expected: Vec<Frame> = Vec::new();
     let mut offset = 0usize;
     let slice_end: Result<(), FrameError> = loop {
@@ -170,4 +202,40 @@ pub fn seeds() -> Vec<Vec<u8>> {
     }
     out.push(stream.to_vec());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sealing lets a mutated payload through the CRC to the payload decoder.
+    #[test]
+    fn sealing_reaches_the_payload_decoder() {
+        let seeds = seeds();
+        // The Refuse seed (type 3); bump its link length so the fields no longer fit.
+        let mut refuse = seeds[2].clone();
+        assert_eq!(refuse[0], 3);
+        refuse[HEADER_LEN + 7] = 0xff;
+        assert!(matches!(
+            frame::decode(&refuse, 0, MAX_PAYLOAD_LEN),
+            Err(FrameError::Crc { .. })
+        ));
+        let sealed = seal_crcs(&refuse, MAX_PAYLOAD_LEN);
+        assert!(
+            matches!(
+                frame::decode(&sealed, 0, MAX_PAYLOAD_LEN),
+                Err(FrameError::Field {
+                    frame: "Refuse",
+                    field: "link",
+                    ..
+                })
+            ),
+            "{:?}",
+            frame::decode(&sealed, 0, MAX_PAYLOAD_LEN)
+        );
+        direct_frames(&refuse);
+        // A whole valid stream is left as it is.
+        let stream = seeds.last().expect("stream");
+        assert_eq!(&seal_crcs(stream, MAX_PAYLOAD_LEN), stream);
+    }
 }
