@@ -31,6 +31,7 @@ use segment_format::snapshot::{self, ProducerSnapshot};
 use segment_format::txn_index::{TxnIndex, TxnIndexChecker, TxnTracker};
 use segment_format::ParseError;
 
+pub mod direct;
 pub mod seeds;
 
 /// Decompressed bytes below which `batch_deep` also collects the records and
@@ -622,6 +623,7 @@ pub fn run(target: &str, data: &[u8]) {
         "text_files" => text_files(data),
         "verify_dir" => verify_dir(data),
         "bucket" => bucket(data),
+        "direct_frames" => direct::direct_frames(data),
         _ => panic!("unknown fuzz target {target}"),
     }
 }
@@ -630,13 +632,14 @@ pub fn run(target: &str, data: &[u8]) {
 mod tests {
     use super::*;
 
-    const TARGETS: [&str; 6] = [
+    const TARGETS: [&str; 7] = [
         "log_scan",
         "batch_deep",
         "index_check",
         "text_files",
         "verify_dir",
         "bucket",
+        "direct_frames",
     ];
 
     #[test]

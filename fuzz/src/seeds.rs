@@ -451,5 +451,6 @@ pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("text_files", text_inputs()),
         ("verify_dir", verify_inputs()),
         ("bucket", bucket_inputs()),
+        ("direct_frames", crate::direct::seeds()),
     ]
 }

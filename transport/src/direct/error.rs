@@ -1,0 +1,145 @@
+//! Errors of the direct transport: one type for the module, typed fields, so a
+//! caller (the future tail driver) can tell a peer to refuse and pause from a
+//! broken connection to retry with backoff, and a person reading the message
+//! learns which frame, field, byte offset, file, version or link name is at fault.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::payload::{RefuseReason, Role};
+
+/// A frame that cannot be decoded. Offsets count bytes from the start of the
+/// stream the decoder has read (from the start of the buffer for [`super::frame::decode`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame at byte {offset} declares a {declared}-byte payload, over the maximum of {max} bytes")]
+    Oversized { offset: u64, declared: u64, max: u64 },
+    #[error(
+        "frame at byte {offset} (type {frame_type}, {length}-byte payload) fails its CRC-32C: \
+         stored {stored:#010x}, computed {computed:#010x}"
+    )]
+    Crc {
+        offset: u64,
+        frame_type: u8,
+        length: u32,
+        stored: u32,
+        computed: u32,
+    },
+    #[error("frame at byte {offset} has unknown type {frame_type}")]
+    UnknownType { offset: u64, frame_type: u8 },
+    #[error("frame at byte {offset} (type {frame_type}) has flag bits {flags:#04x} this version does not define")]
+    UnknownFlags { offset: u64, frame_type: u8, flags: u8 },
+    #[error("the stream ended inside a frame at byte {offset}: {have} of {need} bytes arrived")]
+    Truncated { offset: u64, have: u64, need: u64 },
+    #[error("{frame} frame: field `{field}` at byte {offset}: {reason}")]
+    Field {
+        frame: &'static str,
+        field: &'static str,
+        offset: u64,
+        reason: String,
+    },
+    #[error("{frame} frame: {extra} bytes after the last field at byte {offset}")]
+    TrailingBytes {
+        frame: &'static str,
+        offset: u64,
+        extra: u64,
+    },
+    /// The first bytes are a TLS record (a ClientHello from a TLS client, or the
+    /// alert a TLS server sends back to a plaintext Hello), not a frame.
+    #[error(
+        "the peer speaks TLS (a TLS {} record at byte 0) and this side is plaintext: \
+         run both sides with TLS, or both with --plaintext",
+        if *record == 0x15 { "alert" } else { "handshake" }
+    )]
+    PeerSpeaksTls { record: u8 },
+    #[error("cannot encode a {frame} frame: field `{field}`: {reason}")]
+    Encode {
+        frame: &'static str,
+        field: &'static str,
+        reason: String,
+    },
+    #[error("reading or writing frames: {kind}: {message}")]
+    Io { kind: io::ErrorKind, message: String },
+}
+
+impl From<io::Error> for FrameError {
+    fn from(e: io::Error) -> Self {
+        FrameError::Io {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Why the handshake or the TLS setup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectError {
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+
+    #[error("the peer closed the connection during {stage} (a TLS peer talking to a plaintext side, or the reverse, looks like this too)")]
+    Closed { stage: &'static str },
+
+    #[error("no progress for {:.1} s during {stage}: the peer is silent (is it a plaintext peer on a TLS port, or the reverse?)", after.as_secs_f64())]
+    Timeout { stage: &'static str, after: Duration },
+
+    #[error("during {stage} the peer sent a {got} frame where {expected} was expected")]
+    UnexpectedFrame {
+        stage: &'static str,
+        expected: &'static str,
+        got: &'static str,
+    },
+
+    /// This side refused the peer; a `Refuse` frame with the same facts was sent to it.
+    #[error("refused the peer ({reason}): {message}")]
+    Refused { reason: RefuseReason, message: String },
+
+    /// The peer refused this side; `message` is the peer's own explanation.
+    #[error("the peer ({peer_role}) refused this {local_role} ({reason}): {message}")]
+    RefusedByPeer {
+        reason: RefuseReason,
+        local_role: Role,
+        peer_role: Role,
+        message: String,
+    },
+
+    /// The peer's HelloAck contradicts what both Hellos allow: a bug on one side.
+    #[error("the applier's HelloAck picked version {version} features {features:#x}, outside what both sides offered (versions {low}..={high}, features {offered:#x})")]
+    BadAck {
+        version: u16,
+        features: u64,
+        low: u16,
+        high: u16,
+        offered: u64,
+    },
+
+    #[error("bad handshake setting `{field}`: {reason}")]
+    Config { field: &'static str, reason: String },
+
+    #[error("TLS {what} file {}: {reason}", path.display())]
+    TlsFile {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+
+    #[error("TLS setup: {reason}")]
+    TlsConfig { reason: String },
+
+    #[error("TLS handshake with the peer failed: {source} (a plaintext peer, a certificate the CA did not sign, or no client certificate)")]
+    TlsHandshake {
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("{stage}: {source}")]
+    Io {
+        stage: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Results of the direct transport.
+pub type Result<T, E = DirectError> = std::result::Result<T, E>;

@@ -1,0 +1,588 @@
+//! Frames of the direct protocol: the envelope, the typed frames and a
+//! `tokio_util` codec.
+//!
+//! Layout (all big-endian): `type: u8 | flags: u8 | length: u32 | payload | crc: u32`,
+//! where `crc` is the CRC-32C of the six header bytes and the payload. The
+//! decoder trusts nothing before the CRC: it refuses a declared length over the
+//! maximum as soon as the six header bytes are there (so a hostile length never
+//! makes it buffer or allocate more than the maximum), waits for the whole frame,
+//! checks the CRC, and only then looks at the type, the flags and the payload.
+//! TLS already protects the bytes in flight; the CRC is there for the plaintext
+//! mode, for bugs in either side's buffering, and because a chunk's CRC-32C is
+//! the same check the applier and the bucket keep.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
+
+use super::error::FrameError;
+use super::payload::{
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, Position, Reader, Refuse, RefuseReason,
+    SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+};
+
+/// Header bytes: type, flags, payload length.
+pub const HEADER_LEN: usize = 6;
+/// Trailer bytes: the CRC-32C.
+pub const TRAILER_LEN: usize = 4;
+/// Bytes a frame adds to its payload.
+pub const FRAME_OVERHEAD: usize = HEADER_LEN + TRAILER_LEN;
+
+/// Hard maximum payload of a frame, whatever a side configures. 8 MiB: a chunk
+/// must hold at least one whole batch, and a broker with default settings
+/// accepts batches of about 1 MiB (`message.max.bytes`), so 8 MiB leaves room
+/// for raised limits while bounding what one connection may make a side buffer.
+pub const MAX_PAYLOAD_LEN: u32 = 8 << 20;
+
+/// The flags byte. Version 1 defines no flag; a receiver refuses set bits, so a
+/// later version can give them a meaning that an old peer does not misread.
+pub const KNOWN_FLAGS: u8 = 0;
+
+/// TLS record content types, recognised at the start of a plaintext stream.
+const TLS_ALERT: u8 = 0x15;
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The frame types. Codes are stable across versions; new types get new codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameType {
+    Hello = 1,
+    HelloAck = 2,
+    Refuse = 3,
+    Chunk = 4,
+    SegmentSeal = 5,
+    Ack = 6,
+    Resume = 7,
+    Heartbeat = 8,
+    Credit = 9,
+    Goodbye = 10,
+}
+
+impl FrameType {
+    pub const ALL: [FrameType; 10] = [
+        FrameType::Hello,
+        FrameType::HelloAck,
+        FrameType::Refuse,
+        FrameType::Chunk,
+        FrameType::SegmentSeal,
+        FrameType::Ack,
+        FrameType::Resume,
+        FrameType::Heartbeat,
+        FrameType::Credit,
+        FrameType::Goodbye,
+    ];
+
+    pub const fn from_code(code: u8) -> Option<FrameType> {
+        match code {
+            1 => Some(FrameType::Hello),
+            2 => Some(FrameType::HelloAck),
+            3 => Some(FrameType::Refuse),
+            4 => Some(FrameType::Chunk),
+            5 => Some(FrameType::SegmentSeal),
+            6 => Some(FrameType::Ack),
+            7 => Some(FrameType::Resume),
+            8 => Some(FrameType::Heartbeat),
+            9 => Some(FrameType::Credit),
+            10 => Some(FrameType::Goodbye),
+            _ => None,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            FrameType::Hello => "Hello",
+            FrameType::HelloAck => "HelloAck",
+            FrameType::Refuse => "Refuse",
+            FrameType::Chunk => "Chunk",
+            FrameType::SegmentSeal => "SegmentSeal",
+            FrameType::Ack => "Ack",
+            FrameType::Resume => "Resume",
+            FrameType::Heartbeat => "Heartbeat",
+            FrameType::Credit => "Credit",
+            FrameType::Goodbye => "Goodbye",
+        }
+    }
+}
+
+/// One decoded frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    Hello(Hello),
+    HelloAck(HelloAck),
+    Refuse(Refuse),
+    Chunk(Chunk),
+    SegmentSeal(SegmentSeal),
+    /// Applier → shipper: everything of the partition's segment before `position` is durable.
+    Ack(Position),
+    /// Applier → shipper after the handshake: per partition, the acknowledged position to resume from.
+    Resume(Vec<Position>),
+    /// Either way; `sequence` counts up per sender.
+    Heartbeat {
+        sequence: u64,
+    },
+    /// Applier → shipper: `bytes` more Chunk payload bytes may be sent.
+    Credit {
+        bytes: u64,
+    },
+    Goodbye(Goodbye),
+}
+
+impl Frame {
+    pub fn frame_type(&self) -> FrameType {
+        match self {
+            Frame::Hello(_) => FrameType::Hello,
+            Frame::HelloAck(_) => FrameType::HelloAck,
+            Frame::Refuse(_) => FrameType::Refuse,
+            Frame::Chunk(_) => FrameType::Chunk,
+            Frame::SegmentSeal(_) => FrameType::SegmentSeal,
+            Frame::Ack(_) => FrameType::Ack,
+            Frame::Resume(_) => FrameType::Resume,
+            Frame::Heartbeat { .. } => FrameType::Heartbeat,
+            Frame::Credit { .. } => FrameType::Credit,
+            Frame::Goodbye(_) => FrameType::Goodbye,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.frame_type().name()
+    }
+}
+
+/// Appends `frame` to `out`, or fails (leaving `out` as it was) when a field
+/// does not fit its encoding or the payload exceeds `max_payload`.
+pub fn encode(frame: &Frame, max_payload: u32, out: &mut BytesMut) -> Result<(), FrameError> {
+    let start = out.len();
+    let result = encode_inner(frame, max_payload.min(MAX_PAYLOAD_LEN), out, start);
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
+}
+
+fn encode_inner(frame: &Frame, max_payload: u32, out: &mut BytesMut, start: usize) -> Result<(), FrameError> {
+    out.put_u8(frame.frame_type() as u8);
+    out.put_u8(0);
+    out.put_u32(0);
+    encode_payload(frame, out)?;
+    let payload_len = out.len() - start - HEADER_LEN;
+    let len = u32::try_from(payload_len)
+        .ok()
+        .filter(|len| *len <= max_payload)
+        .ok_or_else(|| FrameError::Encode {
+            frame: frame.name(),
+            field: "length",
+            reason: format!("{payload_len}-byte payload, over the maximum of {max_payload} bytes"),
+        })?;
+    out[start + 2..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
+    let crc = crc32c::crc32c(&out[start..]);
+    out.put_u32(crc);
+    Ok(())
+}
+
+fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
+    let mut w = Writer {
+        out,
+        frame: frame.name(),
+    };
+    match frame {
+        Frame::Hello(h) => {
+            w.out.put_slice(&HELLO_MAGIC);
+            w.out.put_u16(h.min_version);
+            w.out.put_u16(h.max_version);
+            w.out.put_u64(h.features_supported);
+            w.out.put_u64(h.features_required);
+            w.out.put_u8(h.role.code());
+            w.string("link", &h.link)?;
+            w.opt_string("source_cluster_id", h.source_cluster_id.as_deref())?;
+            w.string("software", &h.software)?;
+        }
+        Frame::HelloAck(a) => {
+            w.out.put_u16(a.version);
+            w.out.put_u64(a.features);
+        }
+        Frame::Refuse(r) => {
+            w.out.put_u16(r.reason.code());
+            w.out.put_u16(r.min_version);
+            w.out.put_u16(r.max_version);
+            w.string("link", &r.link)?;
+            w.string("message", &r.message)?;
+        }
+        Frame::Chunk(c) => {
+            w.partition(&c.partition)?;
+            w.offset("segment_base", c.segment_base)?;
+            w.out.put_u64(c.position);
+            w.bytes("bytes", &c.bytes)?;
+        }
+        Frame::SegmentSeal(s) => {
+            w.partition(&s.partition)?;
+            w.offset("segment_base", s.segment_base)?;
+            w.out.put_u64(s.final_size);
+            w.out.put_slice(&s.log_sha256);
+            check_companions(&s.companions).map_err(|reason| FrameError::Encode {
+                frame: "SegmentSeal",
+                field: "companions",
+                reason,
+            })?;
+            w.out.put_u8(s.companions.len() as u8);
+            for c in &s.companions {
+                w.out.put_u8(c.kind.code());
+                w.out.put_u64(c.size);
+                w.out.put_slice(&c.sha256);
+                match &c.inline {
+                    None => w.out.put_u8(0),
+                    Some(bytes) => {
+                        w.out.put_u8(1);
+                        w.bytes("inline", bytes)?;
+                    }
+                }
+            }
+        }
+        Frame::Ack(p) => w.position(p)?,
+        Frame::Resume(points) => {
+            let n = u32::try_from(points.len()).map_err(|_| FrameError::Encode {
+                frame: "Resume",
+                field: "count",
+                reason: format!("{} positions", points.len()),
+            })?;
+            w.out.put_u32(n);
+            for p in points {
+                w.position(p)?;
+            }
+        }
+        Frame::Heartbeat { sequence } => w.out.put_u64(*sequence),
+        Frame::Credit { bytes } => w.out.put_u64(*bytes),
+        Frame::Goodbye(g) => {
+            w.out.put_u16(g.reason.code());
+            w.string("message", &g.message)?;
+        }
+    }
+    Ok(())
+}
+
+/// Companions: in kind order, one per kind, inline bytes as long as the size says.
+fn check_companions(companions: &[Companion]) -> Result<(), String> {
+    for pair in companions.windows(2) {
+        if pair[0].kind >= pair[1].kind {
+            return Err(format!(
+                "{:?} after {:?}: one per kind, in kind order",
+                pair[1].kind, pair[0].kind
+            ));
+        }
+    }
+    for c in companions {
+        if let Some(bytes) = &c.inline {
+            if bytes.len() as u64 != c.size {
+                return Err(format!(
+                    "{:?}: {} inline bytes, size says {}",
+                    c.kind,
+                    bytes.len(),
+                    c.size
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the header of a complete-enough buffer says.
+struct Header {
+    frame_type: u8,
+    flags: u8,
+    length: u32,
+}
+
+/// Reads the header at the start of `buf` (at stream offset `offset`) if the six
+/// bytes are there, refusing an oversized length at once.
+fn peek_header(buf: &[u8], offset: u64, max_payload: u32) -> Result<Option<Header>, FrameError> {
+    // TLS records start with their content type (0x15 alert, 0x16 handshake), then
+    // major version 3; no frame type has these codes, so the check is unambiguous.
+    if let [record @ (TLS_ALERT | TLS_HANDSHAKE), 0x03, ..] = buf {
+        if offset == 0 {
+            return Err(FrameError::PeerSpeaksTls { record: *record });
+        }
+    }
+    let Some(header) = buf.get(..HEADER_LEN) else {
+        return Ok(None);
+    };
+    let length = u32::from_be_bytes([header[2], header[3], header[4], header[5]]);
+    let max = max_payload.min(MAX_PAYLOAD_LEN);
+    if length > max {
+        return Err(FrameError::Oversized {
+            offset,
+            declared: u64::from(length),
+            max: u64::from(max),
+        });
+    }
+    Ok(Some(Header {
+        frame_type: header[0],
+        flags: header[1],
+        length,
+    }))
+}
+
+/// Checks CRC, type and flags of the complete frame `bytes`, then decodes its payload.
+fn decode_complete(bytes: Bytes, header: &Header, offset: u64) -> Result<Frame, FrameError> {
+    let end = HEADER_LEN + header.length as usize;
+    let stored = u32::from_be_bytes([bytes[end], bytes[end + 1], bytes[end + 2], bytes[end + 3]]);
+    let computed = crc32c::crc32c(&bytes[..end]);
+    if stored != computed {
+        return Err(FrameError::Crc {
+            offset,
+            frame_type: header.frame_type,
+            length: header.length,
+            stored,
+            computed,
+        });
+    }
+    let frame_type = FrameType::from_code(header.frame_type).ok_or(FrameError::UnknownType {
+        offset,
+        frame_type: header.frame_type,
+    })?;
+    if header.flags & !KNOWN_FLAGS != 0 {
+        return Err(FrameError::UnknownFlags {
+            offset,
+            frame_type: header.frame_type,
+            flags: header.flags,
+        });
+    }
+    let reader = Reader::new(
+        bytes.slice(HEADER_LEN..end),
+        offset + HEADER_LEN as u64,
+        frame_type.name(),
+    );
+    decode_payload(frame_type, reader)
+}
+
+fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameError> {
+    let frame = match frame_type {
+        FrameType::Hello => {
+            let magic: [u8; 4] = [r.u8("magic")?, r.u8("magic")?, r.u8("magic")?, r.u8("magic")?];
+            if magic != HELLO_MAGIC {
+                r.back(4);
+                return Err(r.fail(
+                    "magic",
+                    format!("{magic:02x?}, expected {HELLO_MAGIC:02x?}: not a segmirror peer"),
+                ));
+            }
+            let min_version = r.u16("min_version")?;
+            let max_version = r.u16("max_version")?;
+            if min_version == 0 || min_version > max_version {
+                r.back(4);
+                return Err(r.fail(
+                    "min_version",
+                    format!("empty version range {min_version}..={max_version}"),
+                ));
+            }
+            Frame::Hello(Hello {
+                min_version,
+                max_version,
+                features_supported: r.u64("features_supported")?,
+                features_required: r.u64("features_required")?,
+                role: r.role()?,
+                link: r.string("link")?,
+                source_cluster_id: r.opt_string("source_cluster_id")?,
+                software: r.string("software")?,
+            })
+        }
+        FrameType::HelloAck => Frame::HelloAck(HelloAck {
+            version: r.u16("version")?,
+            features: r.u64("features")?,
+        }),
+        FrameType::Refuse => Frame::Refuse(Refuse {
+            reason: RefuseReason::from_code(r.u16("reason")?),
+            min_version: r.u16("min_version")?,
+            max_version: r.u16("max_version")?,
+            link: r.string("link")?,
+            message: r.string("message")?,
+        }),
+        FrameType::Chunk => Frame::Chunk(Chunk {
+            partition: r.partition()?,
+            segment_base: r.offset("segment_base")?,
+            position: r.u64("position")?,
+            bytes: r.bytes("bytes")?,
+        }),
+        FrameType::SegmentSeal => {
+            let partition = r.partition()?;
+            let segment_base = r.offset("segment_base")?;
+            let final_size = r.u64("final_size")?;
+            let log_sha256 = r.sha256("log_sha256")?;
+            let count = r.u8("companions")?;
+            if usize::from(count) > CompanionKind::ALL.len() {
+                r.back(1);
+                return Err(r.fail("companions", format!("{count} companions, at most one per kind (4)")));
+            }
+            let mut companions: Vec<Companion> = Vec::with_capacity(usize::from(count));
+            for _ in 0..count {
+                let code = r.u8("kind")?;
+                let Some(kind) = CompanionKind::from_code(code) else {
+                    r.back(1);
+                    return Err(r.fail("kind", format!("unknown companion kind {code}")));
+                };
+                if companions.last().is_some_and(|prev| prev.kind >= kind) {
+                    r.back(1);
+                    return Err(r.fail("kind", format!("{kind:?} repeated or out of kind order")));
+                }
+                let size = r.u64("size")?;
+                let sha256 = r.sha256("sha256")?;
+                let inline = match r.u8("inline")? {
+                    0 => None,
+                    1 => {
+                        let bytes = r.bytes("inline")?;
+                        if bytes.len() as u64 != size {
+                            return Err(r.fail("inline", format!("{} inline bytes, size says {size}", bytes.len())));
+                        }
+                        Some(bytes)
+                    }
+                    other => {
+                        r.back(1);
+                        return Err(r.fail("inline", format!("presence byte {other}, expected 0 or 1")));
+                    }
+                };
+                companions.push(Companion {
+                    kind,
+                    size,
+                    sha256,
+                    inline,
+                });
+            }
+            Frame::SegmentSeal(SegmentSeal {
+                partition,
+                segment_base,
+                final_size,
+                log_sha256,
+                companions,
+            })
+        }
+        FrameType::Ack => Frame::Ack(r.position()?),
+        FrameType::Resume => {
+            let count = r.u32("count")? as usize;
+            // Never trust the count for an allocation: each position takes at least MIN_POSITION_LEN bytes.
+            if count > r.remaining() / MIN_POSITION_LEN {
+                r.back(4);
+                return Err(r.fail(
+                    "count",
+                    format!("{count} positions cannot fit in the {} bytes left", r.remaining() - 4),
+                ));
+            }
+            let mut points = Vec::with_capacity(count);
+            for _ in 0..count {
+                points.push(r.position()?);
+            }
+            Frame::Resume(points)
+        }
+        FrameType::Heartbeat => Frame::Heartbeat {
+            sequence: r.u64("sequence")?,
+        },
+        FrameType::Credit => Frame::Credit { bytes: r.u64("bytes")? },
+        FrameType::Goodbye => Frame::Goodbye(Goodbye {
+            reason: GoodbyeReason::from_code(r.u16("reason")?),
+            message: r.string("message")?,
+        }),
+    };
+    r.finish()?;
+    Ok(frame)
+}
+
+/// Decodes one frame from the start of `buf`, which begins at stream offset
+/// `offset`: `Ok(None)` when more bytes are needed, else the frame and the bytes it took.
+pub fn decode(buf: &[u8], offset: u64, max_payload: u32) -> Result<Option<(Frame, usize)>, FrameError> {
+    let Some(header) = peek_header(buf, offset, max_payload)? else {
+        return Ok(None);
+    };
+    let total = FRAME_OVERHEAD + header.length as usize;
+    let Some(bytes) = buf.get(..total) else {
+        return Ok(None);
+    };
+    let frame = decode_complete(Bytes::copy_from_slice(bytes), &header, offset)?;
+    Ok(Some((frame, total)))
+}
+
+/// `tokio_util` codec for a `Framed` stream. After an error the stream is not
+/// resynchronised: the connection is to be closed (a length cannot be trusted
+/// once a frame failed), and the future tail driver resumes on a new one.
+#[derive(Debug, Clone)]
+pub struct FrameCodec {
+    max_payload: u32,
+    /// Stream offset of the next byte to decode (for error messages).
+    offset: u64,
+}
+
+impl FrameCodec {
+    /// A codec refusing payloads over `max_payload` (clamped to [`MAX_PAYLOAD_LEN`]).
+    pub fn new(max_payload: u32) -> FrameCodec {
+        FrameCodec {
+            max_payload: max_payload.min(MAX_PAYLOAD_LEN),
+            offset: 0,
+        }
+    }
+
+    pub fn max_payload(&self) -> u32 {
+        self.max_payload
+    }
+
+    /// Stream offset of the next byte to decode.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl Default for FrameCodec {
+    fn default() -> FrameCodec {
+        FrameCodec::new(MAX_PAYLOAD_LEN)
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        let Some(header) = peek_header(src, self.offset, self.max_payload)? else {
+            return Ok(None);
+        };
+        let total = FRAME_OVERHEAD + header.length as usize;
+        if src.len() < total {
+            // Bounded: `total` is at most the maximum payload plus the overhead.
+            src.reserve(total - src.len());
+            return Ok(None);
+        }
+        let bytes = src.split_to(total).freeze();
+        let offset = self.offset;
+        self.offset += total as u64;
+        decode_complete(bytes, &header, offset).map(Some)
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => {
+                let need = match peek_header(src, self.offset, self.max_payload)? {
+                    Some(h) => FRAME_OVERHEAD as u64 + u64::from(h.length),
+                    None => HEADER_LEN as u64,
+                };
+                let have = src.len() as u64;
+                src.advance(src.len());
+                Err(FrameError::Truncated {
+                    offset: self.offset,
+                    have,
+                    need,
+                })
+            }
+        }
+    }
+}
+
+impl Encoder<Frame> for FrameCodec {
+    type Error = FrameError;
+
+    fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
+        encode(&frame, self.max_payload, dst)
+    }
+}
+
+impl Encoder<&Frame> for FrameCodec {
+    type Error = FrameError;
+
+    fn encode(&mut self, frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
+        encode(frame, self.max_payload, dst)
+    }
+}

@@ -1,0 +1,358 @@
+//! The versioned handshake, over any byte stream (TCP, TLS, an in-memory pipe).
+//!
+//! Both sides send Hello at once, whoever dialled, so neither waits for the
+//! other to speak first and a dialling applier (pull mode) behaves like a
+//! listening one. Each side checks the peer's Hello by the same rules (magic,
+//! opposite role, overlapping versions, required features, link name, and on
+//! the applier the source cluster id when its mirror already follows one). A
+//! side that finds a mismatch sends a Refuse frame naming its own versions and
+//! link, returns [`DirectError::Refused`] with a message naming both sides, and
+//! closes. The applier decides: when its checks pass it sends HelloAck with the
+//! highest common version and the common features; the shipper checks that
+//! the ack lies within what both offered. Why the applier: it owns the durable
+//! state the session resumes from, so it also answers the Resume that follows.
+//!
+//! The whole exchange runs under one deadline, so a silent peer (a plaintext
+//! client on a TLS port, a wedged process) fails with [`DirectError::Timeout`]
+//! instead of hanging the replication loop.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
+use tokio_util::codec::Framed;
+
+use super::error::{DirectError, Result};
+use super::frame::{Frame, FrameCodec, MAX_PAYLOAD_LEN};
+use super::payload::{Hello, HelloAck, Refuse, RefuseReason, Role};
+
+/// Protocol versions this build speaks. Version 1 is the first.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+pub const MAX_PROTOCOL_VERSION: u16 = 1;
+
+/// Feature bits this build offers. Version 1 defines none yet; the bits are
+/// negotiated (intersection of what both support, refused when one side
+/// requires a bit the other lacks) so later additions need no version bump.
+pub const SUPPORTED_FEATURES: u64 = 0;
+
+/// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
+/// hundred bytes even across continents, and a peer that has not answered by
+/// then is more likely wrong (plaintext vs TLS, wrong port) than slow; the
+/// caller reconnects with backoff.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What this side brings to the handshake.
+#[derive(Debug, Clone)]
+pub struct HandshakeConfig {
+    pub role: Role,
+    pub link: String,
+    /// Shipper: its source cluster id (required). Applier: the one its mirror
+    /// follows, if it already follows one; a shipper of another cluster is refused.
+    pub source_cluster_id: Option<String>,
+    pub min_version: u16,
+    pub max_version: u16,
+    pub features_supported: u64,
+    pub features_required: u64,
+    pub software: String,
+    pub timeout: Duration,
+    pub max_payload: u32,
+}
+
+impl HandshakeConfig {
+    /// This build's versions and features, the default timeout and frame maximum.
+    pub fn new(role: Role, link: impl Into<String>, source_cluster_id: Option<String>) -> HandshakeConfig {
+        HandshakeConfig {
+            role,
+            link: link.into(),
+            source_cluster_id,
+            min_version: MIN_PROTOCOL_VERSION,
+            max_version: MAX_PROTOCOL_VERSION,
+            features_supported: SUPPORTED_FEATURES,
+            features_required: 0,
+            software: format!("segmirror {}", env!("CARGO_PKG_VERSION")),
+            timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_payload: MAX_PAYLOAD_LEN,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |field, reason: String| Err(DirectError::Config { field, reason });
+        if self.min_version == 0 || self.min_version > self.max_version {
+            return bad(
+                "version range",
+                format!("{}..={} is empty", self.min_version, self.max_version),
+            );
+        }
+        if self.link.is_empty() {
+            return bad("link", "empty link name".into());
+        }
+        if self.role == Role::Shipper && self.source_cluster_id.is_none() {
+            return bad("source_cluster_id", "a shipper must name its source cluster".into());
+        }
+        if self.features_required & !self.features_supported != 0 {
+            return bad(
+                "features_required",
+                format!(
+                    "{:#x} is not within the supported {:#x}",
+                    self.features_required, self.features_supported
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            min_version: self.min_version,
+            max_version: self.max_version,
+            features_supported: self.features_supported,
+            features_required: self.features_required,
+            role: self.role,
+            link: self.link.clone(),
+            source_cluster_id: self.source_cluster_id.clone(),
+            software: self.software.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "this {} ({}, protocol {}..={}, link {:?})",
+            self.role, self.software, self.min_version, self.max_version, self.link
+        )
+    }
+}
+
+/// An agreed session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub version: u16,
+    pub features: u64,
+    pub role: Role,
+    pub link: String,
+    /// The shipper's source cluster id.
+    pub source_cluster_id: String,
+    /// The peer's Hello as received (its software string, versions).
+    pub peer: Hello,
+}
+
+fn describe_peer(h: &Hello) -> String {
+    format!(
+        "the {} ({}, protocol {}..={}, link {:?})",
+        h.role, h.software, h.min_version, h.max_version, h.link
+    )
+}
+
+/// What both Hellos agree on, or why they do not.
+fn negotiate(local: &HandshakeConfig, peer: &Hello) -> std::result::Result<HelloAck, (RefuseReason, String)> {
+    let both = format!("{}; {}", local.describe(), describe_peer(peer));
+    if peer.role == local.role {
+        return Err((RefuseReason::Role, format!("both sides are a {}: {both}", local.role)));
+    }
+    let version = local.max_version.min(peer.max_version);
+    if version < local.min_version.max(peer.min_version) {
+        return Err((RefuseReason::Version, format!("no common protocol version: {both}")));
+    }
+    let missing_here = peer.features_required & !local.features_supported;
+    let missing_there = local.features_required & !peer.features_supported;
+    if missing_here | missing_there != 0 {
+        return Err((
+            RefuseReason::Features,
+            format!(
+                "required features missing (this side lacks {missing_here:#x}, the peer lacks {missing_there:#x}): {both}"
+            ),
+        ));
+    }
+    if peer.link != local.link {
+        return Err((
+            RefuseReason::Link,
+            format!(
+                "link names differ: this {} serves {:?}, the {} {:?}",
+                local.role, local.link, peer.role, peer.link
+            ),
+        ));
+    }
+    let (shipper_cluster, expected) = match local.role {
+        Role::Applier => (&peer.source_cluster_id, &local.source_cluster_id),
+        Role::Shipper => (&local.source_cluster_id, &None),
+    };
+    let Some(shipper_cluster) = shipper_cluster else {
+        return Err((
+            RefuseReason::Protocol,
+            format!("the shipper sent no source cluster id: {both}"),
+        ));
+    };
+    if let Some(expected) = expected {
+        if expected != shipper_cluster {
+            return Err((
+                RefuseReason::SourceCluster,
+                format!(
+                    "this applier's mirror follows source cluster {expected:?}, the shipper ships from {shipper_cluster:?} (link {:?})",
+                    local.link
+                ),
+            ));
+        }
+    }
+    Ok(HelloAck {
+        version,
+        features: local.features_supported & peer.features_supported,
+    })
+}
+
+/// Runs the handshake on `stream` and returns the framed stream, ready for the
+/// session's frames, with what was agreed.
+pub async fn handshake<S>(stream: S, config: &HandshakeConfig) -> Result<(Framed<S, FrameCodec>, Session)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    config.check()?;
+    let deadline = Instant::now() + config.timeout;
+    let mut framed = Framed::new(stream, FrameCodec::new(config.max_payload));
+    send(
+        &mut framed,
+        Frame::Hello(config.hello()),
+        deadline,
+        config.timeout,
+        "sending Hello",
+    )
+    .await?;
+    let peer = match recv(&mut framed, deadline, config, "waiting for the peer's Hello").await? {
+        Frame::Hello(h) => h,
+        other => return Err(unexpected("waiting for the peer's Hello", "Hello", &other)),
+    };
+    let ack = match negotiate(config, &peer) {
+        Ok(ack) => ack,
+        Err((reason, message)) => {
+            let refuse = Refuse {
+                reason,
+                min_version: config.min_version,
+                max_version: config.max_version,
+                link: config.link.clone(),
+                message: message.clone(),
+            };
+            // Best effort: the peer may already have refused and closed.
+            let _ = send(
+                &mut framed,
+                Frame::Refuse(refuse),
+                deadline,
+                config.timeout,
+                "sending Refuse",
+            )
+            .await;
+            // Shut the write side down cleanly (TLS close_notify, TCP FIN) so the Refuse is read, not reset away.
+            let _ = tokio::time::timeout_at(deadline, SinkExt::<Frame>::close(&mut framed)).await;
+            return Err(DirectError::Refused { reason, message });
+        }
+    };
+    let source_cluster_id = match config.role {
+        Role::Shipper => config.source_cluster_id.clone(),
+        Role::Applier => peer.source_cluster_id.clone(),
+    }
+    .unwrap_or_default();
+    let agreed = match config.role {
+        Role::Applier => {
+            send(
+                &mut framed,
+                Frame::HelloAck(ack),
+                deadline,
+                config.timeout,
+                "sending HelloAck",
+            )
+            .await?;
+            ack
+        }
+        Role::Shipper => {
+            let got = match recv(&mut framed, deadline, config, "waiting for HelloAck").await? {
+                Frame::HelloAck(a) => a,
+                other => return Err(unexpected("waiting for HelloAck", "HelloAck", &other)),
+            };
+            let low = config.min_version.max(peer.min_version);
+            if got.version < low || got.version > ack.version || got.features & !ack.features != 0 {
+                return Err(DirectError::BadAck {
+                    version: got.version,
+                    features: got.features,
+                    low,
+                    high: ack.version,
+                    offered: ack.features,
+                });
+            }
+            got
+        }
+    };
+    let session = Session {
+        version: agreed.version,
+        features: agreed.features,
+        role: config.role,
+        link: config.link.clone(),
+        source_cluster_id,
+        peer,
+    };
+    Ok((framed, session))
+}
+
+fn unexpected(stage: &'static str, expected: &'static str, got: &Frame) -> DirectError {
+    DirectError::UnexpectedFrame {
+        stage,
+        expected,
+        got: got.name(),
+    }
+}
+
+async fn send<S>(
+    framed: &mut Framed<S, FrameCodec>,
+    frame: Frame,
+    deadline: Instant,
+    timeout: Duration,
+    stage: &'static str,
+) -> Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout_at(deadline, framed.send(frame)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(super::error::FrameError::Io { kind, message })) => Err(DirectError::Io {
+            stage,
+            source: std::io::Error::new(kind, message),
+        }),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(DirectError::Timeout { stage, after: timeout }),
+    }
+}
+
+/// The next frame; a Refuse from the peer becomes [`DirectError::RefusedByPeer`].
+async fn recv<S>(
+    framed: &mut Framed<S, FrameCodec>,
+    deadline: Instant,
+    config: &HandshakeConfig,
+    stage: &'static str,
+) -> Result<Frame>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout_at(deadline, framed.next()).await {
+        Err(_) => Err(DirectError::Timeout {
+            stage,
+            after: config.timeout,
+        }),
+        Ok(None) => Err(DirectError::Closed { stage }),
+        Ok(Some(Err(super::error::FrameError::Io { kind, message }))) => Err(DirectError::Io {
+            stage,
+            source: std::io::Error::new(kind, message),
+        }),
+        Ok(Some(Err(e))) => Err(e.into()),
+        Ok(Some(Ok(Frame::Refuse(r)))) => Err(DirectError::RefusedByPeer {
+            reason: r.reason,
+            local_role: config.role,
+            peer_role: config.role.peer(),
+            message: format!(
+                "{} (the peer speaks protocol {}..={} on link {:?}; {})",
+                r.message,
+                r.min_version,
+                r.max_version,
+                r.link,
+                config.describe()
+            ),
+        }),
+        Ok(Some(Ok(frame))) => Ok(frame),
+    }
+}

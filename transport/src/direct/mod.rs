@@ -1,0 +1,31 @@
+//! The direct transport: shipper and applier talk over one TCP connection,
+//! TLS with mutual authentication unless both sides say `--plaintext`.
+//!
+//! Why a protocol of its own rather than the object store: tail mode ships
+//! appends within milliseconds, acknowledges what is durable and resumes from
+//! there after a cut, and either side may dial so that one of them can sit
+//! behind NAT. The specification is `docs/direct-protocol.md`; this module is
+//! its wire layer so far:
+//! - [`frame`]: the frame envelope (type, flags, length, payload, CRC-32C), the
+//!   typed frames and a `tokio_util` codec, bounded by [`frame::MAX_PAYLOAD_LEN`];
+//! - [`handshake`]: the versioned Hello exchange over any byte stream, with
+//!   refusals sent to the peer and returned locally;
+//! - [`tls`]: rustls configurations from PEM files, client certificates required.
+//!
+//! Planned (issue 9): the session loop that carries chunks, seals, acks, resume,
+//! credit and heartbeats, wired into the shipper and the applier.
+
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod payload;
+#[cfg(feature = "tls")]
+pub mod tls;
+
+pub use error::{DirectError, FrameError};
+pub use frame::{Frame, FrameCodec, FrameType, MAX_PAYLOAD_LEN};
+pub use handshake::{handshake, HandshakeConfig, Session};
+pub use payload::{
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, PartitionRef, Position, Refuse,
+    RefuseReason, Role, SegmentSeal,
+};

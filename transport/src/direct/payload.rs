@@ -1,0 +1,536 @@
+//! The typed payloads of the direct protocol's frames and their field codecs.
+//!
+//! Every integer is big-endian, as in Kafka's own formats, so a hex dump of a
+//! frame reads like the log it carries. Strings are a `u16` length and UTF-8;
+//! byte runs are a `u32` length and the bytes. A decoder never allocates by a
+//! length it has not checked against the bytes actually present: the whole frame
+//! is already in memory (bounded by the maximum frame size) when a payload is read.
+//! See `docs/direct-protocol.md` for the field tables.
+
+use std::fmt;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::error::FrameError;
+
+/// First bytes of a Hello payload: tells a segmirror direct peer from anything
+/// else that happens to frame cleanly.
+pub const HELLO_MAGIC: [u8; 4] = *b"SGMR";
+
+/// A Kafka topic id: 16 bytes (the bucket contract's *lineage* in its character form).
+pub type TopicId = [u8; 16];
+
+/// A SHA-256 digest.
+pub type Sha256 = [u8; 32];
+
+/// Which end of the replication a side is. Independent of who dialled: in push
+/// mode the shipper dials, in pull mode the applier dials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Shipper,
+    Applier,
+}
+
+impl Role {
+    pub const fn code(self) -> u8 {
+        match self {
+            Role::Shipper => 1,
+            Role::Applier => 2,
+        }
+    }
+
+    pub const fn from_code(code: u8) -> Option<Role> {
+        match code {
+            1 => Some(Role::Shipper),
+            2 => Some(Role::Applier),
+            _ => None,
+        }
+    }
+
+    /// The role a compatible peer has.
+    pub const fn peer(self) -> Role {
+        match self {
+            Role::Shipper => Role::Applier,
+            Role::Applier => Role::Shipper,
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Shipper => "shipper",
+            Role::Applier => "applier",
+        })
+    }
+}
+
+/// Why a side refused its peer in the handshake (the `reason` of a Refuse frame).
+/// Codes a newer peer may add decode as [`RefuseReason::Other`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefuseReason {
+    /// The protocol version ranges do not overlap.
+    Version,
+    /// The link names differ.
+    Link,
+    /// The shipper's source cluster id is not the one the applier's mirror follows.
+    SourceCluster,
+    /// Both sides claim the same role.
+    Role,
+    /// A feature one side requires is not supported by the other.
+    Features,
+    /// The peer broke the handshake's rules (bad magic, a field missing).
+    Protocol,
+    /// Another session already serves this link (planned: one session per link).
+    Busy,
+    Other(u16),
+}
+
+impl RefuseReason {
+    pub const fn code(self) -> u16 {
+        match self {
+            RefuseReason::Version => 1,
+            RefuseReason::Link => 2,
+            RefuseReason::SourceCluster => 3,
+            RefuseReason::Role => 4,
+            RefuseReason::Features => 5,
+            RefuseReason::Protocol => 6,
+            RefuseReason::Busy => 7,
+            RefuseReason::Other(code) => code,
+        }
+    }
+
+    pub const fn from_code(code: u16) -> RefuseReason {
+        match code {
+            1 => RefuseReason::Version,
+            2 => RefuseReason::Link,
+            3 => RefuseReason::SourceCluster,
+            4 => RefuseReason::Role,
+            5 => RefuseReason::Features,
+            6 => RefuseReason::Protocol,
+            7 => RefuseReason::Busy,
+            other => RefuseReason::Other(other),
+        }
+    }
+}
+
+impl fmt::Display for RefuseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RefuseReason::Version => f.write_str("protocol version mismatch"),
+            RefuseReason::Link => f.write_str("link name mismatch"),
+            RefuseReason::SourceCluster => f.write_str("source cluster mismatch"),
+            RefuseReason::Role => f.write_str("role conflict"),
+            RefuseReason::Features => f.write_str("required feature missing"),
+            RefuseReason::Protocol => f.write_str("protocol violation"),
+            RefuseReason::Busy => f.write_str("link busy"),
+            RefuseReason::Other(code) => write!(f, "reason code {code}"),
+        }
+    }
+}
+
+/// Why a side closes a session (the `reason` of a Goodbye frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GoodbyeReason {
+    /// Clean stop (SIGTERM/SIGINT); the peer reconnects later.
+    Shutdown,
+    /// An error on the sending side; the message says which.
+    Error,
+    Other(u16),
+}
+
+impl GoodbyeReason {
+    pub const fn code(self) -> u16 {
+        match self {
+            GoodbyeReason::Shutdown => 1,
+            GoodbyeReason::Error => 2,
+            GoodbyeReason::Other(code) => code,
+        }
+    }
+
+    pub const fn from_code(code: u16) -> GoodbyeReason {
+        match code {
+            1 => GoodbyeReason::Shutdown,
+            2 => GoodbyeReason::Error,
+            other => GoodbyeReason::Other(other),
+        }
+    }
+}
+
+/// A companion file of a sealed segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CompanionKind {
+    OffsetIndex,
+    TimeIndex,
+    TxnIndex,
+    ProducerSnapshot,
+}
+
+impl CompanionKind {
+    pub const ALL: [CompanionKind; 4] = [
+        CompanionKind::OffsetIndex,
+        CompanionKind::TimeIndex,
+        CompanionKind::TxnIndex,
+        CompanionKind::ProducerSnapshot,
+    ];
+
+    pub const fn code(self) -> u8 {
+        match self {
+            CompanionKind::OffsetIndex => 1,
+            CompanionKind::TimeIndex => 2,
+            CompanionKind::TxnIndex => 3,
+            CompanionKind::ProducerSnapshot => 4,
+        }
+    }
+
+    pub const fn from_code(code: u8) -> Option<CompanionKind> {
+        match code {
+            1 => Some(CompanionKind::OffsetIndex),
+            2 => Some(CompanionKind::TimeIndex),
+            3 => Some(CompanionKind::TxnIndex),
+            4 => Some(CompanionKind::ProducerSnapshot),
+            _ => None,
+        }
+    }
+}
+
+/// Which partition a frame is about. The topic id makes a recreated topic (a new
+/// lineage) a different partition, as in the bucket contract.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PartitionRef {
+    pub topic: String,
+    pub partition: i32,
+    pub topic_id: TopicId,
+}
+
+/// The first frame each side sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub min_version: u16,
+    pub max_version: u16,
+    /// Feature bits this side can use.
+    pub features_supported: u64,
+    /// Feature bits this side cannot work without.
+    pub features_required: u64,
+    pub role: Role,
+    pub link: String,
+    /// The shipper's source cluster id (always sent by a shipper); an applier
+    /// sends the one its mirror follows, when it knows it.
+    pub source_cluster_id: Option<String>,
+    /// Free text for messages, e.g. `segmirror 0.1.0`.
+    pub software: String,
+}
+
+/// The applier's decision: the session's version and features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloAck {
+    pub version: u16,
+    pub features: u64,
+}
+
+/// A refusal; the sender closes the connection after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refuse {
+    pub reason: RefuseReason,
+    /// The sender's own version range and link name, so the receiver can name both sides.
+    pub min_version: u16,
+    pub max_version: u16,
+    pub link: String,
+    pub message: String,
+}
+
+/// Bytes appended to a partition's active segment, ending on a batch boundary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub partition: PartitionRef,
+    /// Base offset of the segment the bytes belong to (its file name).
+    pub segment_base: i64,
+    /// Byte position in the segment file of the first byte.
+    pub position: u64,
+    pub bytes: Bytes,
+}
+
+/// One companion file of a sealed segment: digest always, bytes when sent inline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Companion {
+    pub kind: CompanionKind,
+    pub size: u64,
+    pub sha256: Sha256,
+    pub inline: Option<Bytes>,
+}
+
+/// A segment is sealed (rolled): its final size and digest, and its companions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentSeal {
+    pub partition: PartitionRef,
+    pub segment_base: i64,
+    pub final_size: u64,
+    /// SHA-256 of the whole sealed `.log`, all chunks together.
+    pub log_sha256: Sha256,
+    /// At most one per kind.
+    pub companions: Vec<Companion>,
+}
+
+/// A position in a partition: segment and byte position in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Position {
+    pub partition: PartitionRef,
+    pub segment_base: i64,
+    pub position: u64,
+}
+
+/// Payload of a Goodbye frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Goodbye {
+    pub reason: GoodbyeReason,
+    pub message: String,
+}
+
+/// Reads the fields of one payload; offsets in errors are absolute.
+pub(crate) struct Reader {
+    buf: Bytes,
+    pos: usize,
+    base: u64,
+    frame: &'static str,
+}
+
+impl Reader {
+    pub(crate) fn new(buf: Bytes, base: u64, frame: &'static str) -> Reader {
+        Reader {
+            buf,
+            pos: 0,
+            base,
+            frame,
+        }
+    }
+
+    fn err(&self, field: &'static str, reason: impl Into<String>) -> FrameError {
+        FrameError::Field {
+            frame: self.frame,
+            field,
+            offset: self.base + self.pos as u64,
+            reason: reason.into(),
+        }
+    }
+
+    fn take(&mut self, field: &'static str, n: usize) -> Result<Bytes, FrameError> {
+        let left = self.buf.len() - self.pos;
+        if n > left {
+            return Err(self.err(field, format!("needs {n} bytes, {left} left in the payload")));
+        }
+        let out = self.buf.slice(self.pos..self.pos + n);
+        self.pos += n;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], FrameError> {
+        let bytes = self.take(field, N)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(&bytes);
+        Ok(out)
+    }
+
+    pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, FrameError> {
+        Ok(self.array::<1>(field)?[0])
+    }
+
+    pub(crate) fn u16(&mut self, field: &'static str) -> Result<u16, FrameError> {
+        Ok(u16::from_be_bytes(self.array(field)?))
+    }
+
+    pub(crate) fn u32(&mut self, field: &'static str) -> Result<u32, FrameError> {
+        Ok(u32::from_be_bytes(self.array(field)?))
+    }
+
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, FrameError> {
+        Ok(u64::from_be_bytes(self.array(field)?))
+    }
+
+    pub(crate) fn i32(&mut self, field: &'static str) -> Result<i32, FrameError> {
+        Ok(i32::from_be_bytes(self.array(field)?))
+    }
+
+    /// A non-negative `i64` (offsets and segment bases are never negative).
+    pub(crate) fn offset(&mut self, field: &'static str) -> Result<i64, FrameError> {
+        let start = self.pos;
+        let v = i64::from_be_bytes(self.array(field)?);
+        if v < 0 {
+            self.pos = start;
+            return Err(self.err(field, format!("negative offset {v}")));
+        }
+        Ok(v)
+    }
+
+    pub(crate) fn string(&mut self, field: &'static str) -> Result<String, FrameError> {
+        let len = usize::from(self.u16(field)?);
+        let start = self.pos;
+        let bytes = self.take(field, len)?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| FrameError::Field {
+            frame: self.frame,
+            field,
+            offset: self.base + (start + e.utf8_error().valid_up_to()) as u64,
+            reason: "not UTF-8".to_string(),
+        })
+    }
+
+    pub(crate) fn opt_string(&mut self, field: &'static str) -> Result<Option<String>, FrameError> {
+        match self.u8(field)? {
+            0 => Ok(None),
+            1 => self.string(field).map(Some),
+            other => {
+                self.pos -= 1;
+                Err(self.err(field, format!("presence byte {other}, expected 0 or 1")))
+            }
+        }
+    }
+
+    pub(crate) fn bytes(&mut self, field: &'static str) -> Result<Bytes, FrameError> {
+        let len = self.u32(field)? as usize;
+        self.take(field, len)
+    }
+
+    pub(crate) fn sha256(&mut self, field: &'static str) -> Result<Sha256, FrameError> {
+        self.array(field)
+    }
+
+    pub(crate) fn partition(&mut self) -> Result<PartitionRef, FrameError> {
+        let topic = self.string("topic")?;
+        if topic.is_empty() {
+            self.pos -= 2;
+            return Err(self.err("topic", "empty topic name"));
+        }
+        let partition = self.i32("partition")?;
+        if partition < 0 {
+            self.pos -= 4;
+            return Err(self.err("partition", format!("negative partition {partition}")));
+        }
+        let topic_id = self.array("topic_id")?;
+        Ok(PartitionRef {
+            topic,
+            partition,
+            topic_id,
+        })
+    }
+
+    pub(crate) fn position(&mut self) -> Result<Position, FrameError> {
+        Ok(Position {
+            partition: self.partition()?,
+            segment_base: self.offset("segment_base")?,
+            position: self.u64("position")?,
+        })
+    }
+
+    pub(crate) fn role(&mut self) -> Result<Role, FrameError> {
+        let code = self.u8("role")?;
+        Role::from_code(code).ok_or_else(|| {
+            self.pos -= 1;
+            self.err("role", format!("unknown role {code}"))
+        })
+    }
+
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Fails with the current position as the field's offset.
+    pub(crate) fn fail(&self, field: &'static str, reason: impl Into<String>) -> FrameError {
+        self.err(field, reason)
+    }
+
+    /// Rewinds `n` bytes, so an error about a value just read points at it.
+    pub(crate) fn back(&mut self, n: usize) {
+        self.pos = self.pos.saturating_sub(n);
+    }
+
+    pub(crate) fn finish(self) -> Result<(), FrameError> {
+        let extra = self.buf.len() - self.pos;
+        if extra == 0 {
+            Ok(())
+        } else {
+            Err(FrameError::TrailingBytes {
+                frame: self.frame,
+                offset: self.base + self.pos as u64,
+                extra: extra as u64,
+            })
+        }
+    }
+}
+
+/// Writes the fields of one payload.
+pub(crate) struct Writer<'a> {
+    pub(crate) out: &'a mut BytesMut,
+    pub(crate) frame: &'static str,
+}
+
+impl Writer<'_> {
+    fn err(&self, field: &'static str, reason: impl Into<String>) -> FrameError {
+        FrameError::Encode {
+            frame: self.frame,
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn string(&mut self, field: &'static str, s: &str) -> Result<(), FrameError> {
+        let len = u16::try_from(s.len()).map_err(|_| {
+            self.err(
+                field,
+                format!("{} bytes, over the {} a string may hold", s.len(), u16::MAX),
+            )
+        })?;
+        self.out.put_u16(len);
+        self.out.put_slice(s.as_bytes());
+        Ok(())
+    }
+
+    pub(crate) fn opt_string(&mut self, field: &'static str, s: Option<&str>) -> Result<(), FrameError> {
+        match s {
+            None => {
+                self.out.put_u8(0);
+                Ok(())
+            }
+            Some(s) => {
+                self.out.put_u8(1);
+                self.string(field, s)
+            }
+        }
+    }
+
+    pub(crate) fn bytes(&mut self, field: &'static str, b: &[u8]) -> Result<(), FrameError> {
+        let len = u32::try_from(b.len()).map_err(|_| self.err(field, format!("{} bytes", b.len())))?;
+        self.out.put_u32(len);
+        self.out.put_slice(b);
+        Ok(())
+    }
+
+    pub(crate) fn offset(&mut self, field: &'static str, v: i64) -> Result<(), FrameError> {
+        if v < 0 {
+            return Err(self.err(field, format!("negative offset {v}")));
+        }
+        self.out.put_i64(v);
+        Ok(())
+    }
+
+    pub(crate) fn partition(&mut self, p: &PartitionRef) -> Result<(), FrameError> {
+        if p.topic.is_empty() {
+            return Err(self.err("topic", "empty topic name"));
+        }
+        if p.partition < 0 {
+            return Err(self.err("partition", format!("negative partition {}", p.partition)));
+        }
+        self.string("topic", &p.topic)?;
+        self.out.put_i32(p.partition);
+        self.out.put_slice(&p.topic_id);
+        Ok(())
+    }
+
+    pub(crate) fn position(&mut self, p: &Position) -> Result<(), FrameError> {
+        self.partition(&p.partition)?;
+        self.offset("segment_base", p.segment_base)?;
+        self.out.put_u64(p.position);
+        Ok(())
+    }
+}
+
+/// Smallest encoding of a [`Position`]: empty topic impossible, so 1-byte topic.
+pub(crate) const MIN_POSITION_LEN: usize = 2 + 1 + 4 + 16 + 8 + 8;

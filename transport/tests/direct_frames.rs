@@ -1,0 +1,540 @@
+//! Frames of the direct protocol: every type round-trips, and truncated,
+//! oversized, corrupt, unknown and malformed frames give typed errors that name
+//! the frame, field and byte offset, without reading or allocating by a hostile length.
+
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
+use segmirror_transport::direct::payload::HELLO_MAGIC;
+use segmirror_transport::direct::{
+    Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, PartitionRef,
+    Position, Refuse, RefuseReason, Role, SegmentSeal,
+};
+use tokio_util::codec::{Decoder, Encoder};
+
+fn encode(frame: &Frame) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    frame::encode(frame, MAX_PAYLOAD_LEN, &mut out).expect("encode");
+    out.to_vec()
+}
+
+/// A frame with a correct CRC around any header and payload.
+fn raw(frame_type: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![frame_type, flags];
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+fn arb_string(max: usize) -> impl Strategy<Value = String> {
+    proptest::collection::vec(any::<char>(), 0..max).prop_map(|c| c.into_iter().collect())
+}
+
+fn arb_partition() -> impl Strategy<Value = PartitionRef> {
+    ("[a-zA-Z0-9._-]{1,40}", 0..i32::MAX, any::<[u8; 16]>()).prop_map(|(topic, partition, topic_id)| PartitionRef {
+        topic,
+        partition,
+        topic_id,
+    })
+}
+
+fn arb_bytes(max: usize) -> impl Strategy<Value = Bytes> {
+    proptest::collection::vec(any::<u8>(), 0..max).prop_map(Bytes::from)
+}
+
+fn arb_position() -> impl Strategy<Value = Position> {
+    (arb_partition(), 0..i64::MAX, any::<u64>()).prop_map(|(partition, segment_base, position)| Position {
+        partition,
+        segment_base,
+        position,
+    })
+}
+
+fn arb_companions() -> impl Strategy<Value = Vec<Companion>> {
+    proptest::collection::vec(
+        (
+            any::<bool>(),
+            any::<[u8; 32]>(),
+            arb_bytes(64),
+            any::<bool>(),
+            any::<u32>(),
+        ),
+        4,
+    )
+    .prop_map(|parts| {
+        CompanionKind::ALL
+            .iter()
+            .zip(parts)
+            .filter(|(_, (keep, ..))| *keep)
+            .map(|(kind, (_, sha256, bytes, inline, size))| Companion {
+                kind: *kind,
+                size: if inline { bytes.len() as u64 } else { u64::from(size) },
+                sha256,
+                inline: inline.then_some(bytes),
+            })
+            .collect()
+    })
+}
+
+fn arb_frame() -> impl Strategy<Value = Frame> {
+    let role = prop_oneof![Just(Role::Shipper), Just(Role::Applier)];
+    let hello = (
+        (1..u16::MAX, any::<u16>(), any::<u64>(), any::<u64>()),
+        role,
+        arb_string(30),
+        proptest::option::of(arb_string(30)),
+        arb_string(30),
+    )
+        .prop_map(|((min, span, sup, req), role, link, cluster, software)| {
+            Frame::Hello(Hello {
+                min_version: min,
+                max_version: min.saturating_add(span),
+                features_supported: sup,
+                features_required: req,
+                role,
+                link,
+                source_cluster_id: cluster,
+                software,
+            })
+        });
+    prop_oneof![
+        hello,
+        (any::<u16>(), any::<u64>()).prop_map(|(version, features)| Frame::HelloAck(HelloAck { version, features })),
+        (
+            any::<u16>(),
+            any::<u16>(),
+            any::<u16>(),
+            arb_string(30),
+            arb_string(200)
+        )
+            .prop_map(|(code, min_version, max_version, link, message)| Frame::Refuse(Refuse {
+                reason: RefuseReason::from_code(code),
+                min_version,
+                max_version,
+                link,
+                message,
+            })),
+        (arb_partition(), 0..i64::MAX, any::<u64>(), arb_bytes(2048)).prop_map(
+            |(partition, segment_base, position, bytes)| Frame::Chunk(Chunk {
+                partition,
+                segment_base,
+                position,
+                bytes,
+            })
+        ),
+        (
+            arb_partition(),
+            0..i64::MAX,
+            any::<u64>(),
+            any::<[u8; 32]>(),
+            arb_companions()
+        )
+            .prop_map(
+                |(partition, segment_base, final_size, log_sha256, companions)| Frame::SegmentSeal(SegmentSeal {
+                    partition,
+                    segment_base,
+                    final_size,
+                    log_sha256,
+                    companions,
+                })
+            ),
+        arb_position().prop_map(Frame::Ack),
+        proptest::collection::vec(arb_position(), 0..20).prop_map(Frame::Resume),
+        any::<u64>().prop_map(|sequence| Frame::Heartbeat { sequence }),
+        any::<u64>().prop_map(|bytes| Frame::Credit { bytes }),
+        (any::<u16>(), arb_string(100)).prop_map(|(code, message)| Frame::Goodbye(Goodbye {
+            reason: GoodbyeReason::from_code(code),
+            message,
+        })),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_frame_round_trips(frame in arb_frame()) {
+        let bytes = encode(&frame);
+        let decoded = frame::decode(&bytes, 0, MAX_PAYLOAD_LEN).expect("decode");
+        prop_assert_eq!(decoded, Some((frame.clone(), bytes.len())));
+        // Every strict prefix asks for more bytes rather than failing or guessing.
+        for cut in [0, 1, HEADER_LEN - 1, HEADER_LEN, bytes.len() / 2, bytes.len() - 1] {
+            prop_assert_eq!(frame::decode(&bytes[..cut], 0, MAX_PAYLOAD_LEN).expect("prefix"), None);
+        }
+    }
+
+    /// The codec decodes a stream of frames fed in arbitrary pieces.
+    #[test]
+    fn codec_decodes_frames_split_anywhere(frames in proptest::collection::vec(arb_frame(), 1..6), piece in 1usize..97) {
+        let mut codec = FrameCodec::default();
+        let mut wire = BytesMut::new();
+        for f in &frames {
+            codec.encode(f, &mut wire).expect("encode");
+        }
+        let total = wire.len() as u64;
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for part in wire.chunks(piece) {
+            buf.extend_from_slice(part);
+            while let Some(f) = codec.decode(&mut buf).expect("decode") {
+                got.push(f);
+            }
+        }
+        prop_assert_eq!(codec.decode_eof(&mut buf).expect("eof"), None);
+        prop_assert_eq!(got, frames);
+        prop_assert_eq!(codec.offset(), total);
+    }
+
+    /// Any single corrupted byte outside the length field is caught by the CRC
+    /// before the payload is read.
+    #[test]
+    fn a_corrupted_byte_fails_the_crc(frame in arb_frame(), at in any::<prop::sample::Index>(), xor in 1u8..=255) {
+        let mut bytes = encode(&frame);
+        let i = at.index(bytes.len());
+        prop_assume!(!(2..HEADER_LEN).contains(&i));
+        bytes[i] ^= xor;
+        match frame::decode(&bytes, 100, MAX_PAYLOAD_LEN) {
+            Err(FrameError::Crc { offset, .. }) => prop_assert_eq!(offset, 100),
+            other => prop_assert!(false, "byte {} corrupted: {:?}", i, other),
+        }
+    }
+
+    /// Hostile input never panics; an error's offset lies inside the input.
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let mut codec = FrameCodec::new(256);
+        let mut buf = BytesMut::from(&data[..]);
+        loop {
+            match codec.decode_eof(&mut buf) {
+                Ok(Some(_)) => continue,
+                Ok(None) => break,
+                Err(e) => {
+                    if let FrameError::Field { offset, .. } | FrameError::Crc { offset, .. } = e {
+                        prop_assert!(offset <= data.len() as u64);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn truncated_stream_is_a_typed_error_at_eof() {
+    let bytes = encode(&Frame::Heartbeat { sequence: 7 });
+    let mut codec = FrameCodec::default();
+    let mut buf = BytesMut::from(&bytes[..bytes.len() - 3]);
+    assert_eq!(codec.decode(&mut buf).expect("partial"), None);
+    assert_eq!(
+        codec.decode_eof(&mut buf),
+        Err(FrameError::Truncated {
+            offset: 0,
+            have: bytes.len() as u64 - 3,
+            need: bytes.len() as u64,
+        })
+    );
+    // Inside the header: the frame's size is not known yet, the header's is.
+    let mut codec = FrameCodec::default();
+    let mut second = BytesMut::from(&bytes[..]);
+    second.extend_from_slice(&bytes[..3]);
+    assert!(codec.decode_eof(&mut second).expect("first").is_some());
+    assert_eq!(
+        codec.decode_eof(&mut second),
+        Err(FrameError::Truncated {
+            offset: bytes.len() as u64,
+            have: 3,
+            need: HEADER_LEN as u64,
+        })
+    );
+}
+
+#[test]
+fn oversized_length_is_refused_from_the_header_alone() {
+    let header = [FrameType::Chunk as u8, 0, 0xff, 0xff, 0xff, 0xf0];
+    assert_eq!(
+        frame::decode(&header, 42, MAX_PAYLOAD_LEN),
+        Err(FrameError::Oversized {
+            offset: 42,
+            declared: 0xffff_fff0,
+            max: u64::from(MAX_PAYLOAD_LEN),
+        })
+    );
+    // The codec neither waits for nor reserves the declared bytes.
+    let mut codec = FrameCodec::new(1024);
+    let mut buf = BytesMut::from(&raw(FrameType::Credit as u8, 0, &[0; 1025])[..HEADER_LEN]);
+    let before = buf.capacity();
+    assert!(matches!(
+        codec.decode(&mut buf),
+        Err(FrameError::Oversized {
+            offset: 0,
+            declared: 1025,
+            max: 1024
+        })
+    ));
+    assert_eq!(buf.capacity(), before);
+    // A configured maximum above the protocol's is clamped.
+    assert_eq!(FrameCodec::new(u32::MAX).max_payload(), MAX_PAYLOAD_LEN);
+}
+
+#[test]
+fn encoding_over_the_maximum_fails_and_leaves_the_buffer_alone() {
+    let chunk = Frame::Chunk(Chunk {
+        partition: PartitionRef {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: [1; 16],
+        },
+        segment_base: 0,
+        position: 0,
+        bytes: Bytes::from(vec![0u8; 2000]),
+    });
+    let mut out = BytesMut::from(&b"kept"[..]);
+    let err = frame::encode(&chunk, 1000, &mut out).expect_err("too big");
+    assert!(
+        matches!(
+            err,
+            FrameError::Encode {
+                frame: "Chunk",
+                field: "length",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(&out[..], b"kept");
+}
+
+#[test]
+fn unknown_type_and_flags_are_typed_errors_after_the_crc() {
+    assert_eq!(
+        frame::decode(&raw(99, 0, b"xyz"), 10, MAX_PAYLOAD_LEN),
+        Err(FrameError::UnknownType {
+            offset: 10,
+            frame_type: 99
+        })
+    );
+    let beat = 5u64.to_be_bytes();
+    assert_eq!(
+        frame::decode(&raw(FrameType::Heartbeat as u8, 0x80, &beat), 0, MAX_PAYLOAD_LEN),
+        Err(FrameError::UnknownFlags {
+            offset: 0,
+            frame_type: 8,
+            flags: 0x80
+        })
+    );
+    // A bad CRC wins over an unknown type: corruption is reported as corruption.
+    let mut bad = raw(99, 0, b"xyz");
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(matches!(
+        frame::decode(&bad, 0, MAX_PAYLOAD_LEN),
+        Err(FrameError::Crc { frame_type: 99, .. })
+    ));
+}
+
+#[test]
+fn malformed_payloads_name_frame_field_and_offset() {
+    // Hello whose magic is wrong.
+    let mut hello = encode(&Frame::Hello(Hello {
+        min_version: 1,
+        max_version: 1,
+        features_supported: 0,
+        features_required: 0,
+        role: Role::Shipper,
+        link: "l".into(),
+        source_cluster_id: None,
+        software: "s".into(),
+    }));
+    hello[HEADER_LEN] = b'X';
+    let payload = &hello[HEADER_LEN..hello.len() - 4];
+    let err = frame::decode(&raw(1, 0, payload), 0, MAX_PAYLOAD_LEN).expect_err("bad magic");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Hello",
+                field: "magic",
+                offset: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // Heartbeat one byte short, and one byte long.
+    let err = frame::decode(&raw(8, 0, &[0; 7]), 0, MAX_PAYLOAD_LEN).expect_err("short");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Heartbeat",
+                field: "sequence",
+                offset: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = frame::decode(&raw(8, 0, &[0; 9]), 0, MAX_PAYLOAD_LEN).expect_err("long");
+    assert_eq!(
+        err,
+        FrameError::TrailingBytes {
+            frame: "Heartbeat",
+            offset: 14,
+            extra: 1
+        }
+    );
+
+    // Resume claiming four billion positions in a few bytes: refused before any allocation.
+    let err = frame::decode(&raw(7, 0, &[0xff, 0xff, 0xff, 0xff, 0, 0]), 0, MAX_PAYLOAD_LEN).expect_err("count");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Resume",
+                field: "count",
+                offset: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // Chunk with a negative segment base; topic "t" (2+1 bytes), partition (4), id (16) before it.
+    let mut chunk = vec![0, 1, b't', 0, 0, 0, 3];
+    chunk.extend_from_slice(&[9; 16]);
+    chunk.extend_from_slice(&(-5i64).to_be_bytes());
+    chunk.extend_from_slice(&0u64.to_be_bytes());
+    chunk.extend_from_slice(&0u32.to_be_bytes());
+    let err = frame::decode(&raw(4, 0, &chunk), 0, MAX_PAYLOAD_LEN).expect_err("negative");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Chunk",
+                field: "segment_base",
+                offset: 29,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // Chunk whose byte run claims more than the payload holds.
+    let mut chunk = vec![0, 1, b't', 0, 0, 0, 3];
+    chunk.extend_from_slice(&[9; 16]);
+    chunk.extend_from_slice(&0i64.to_be_bytes());
+    chunk.extend_from_slice(&0u64.to_be_bytes());
+    chunk.extend_from_slice(&1000u32.to_be_bytes());
+    chunk.extend_from_slice(b"abc");
+    let err = frame::decode(&raw(4, 0, &chunk), 0, MAX_PAYLOAD_LEN).expect_err("run");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "Chunk",
+                field: "bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("needs 1000 bytes, 3 left"), "{err}");
+
+    // A link name that is not UTF-8 points at the bad byte.
+    let mut hello = HELLO_MAGIC.to_vec();
+    hello.extend_from_slice(&[0, 1, 0, 1]);
+    hello.extend_from_slice(&[0; 16]);
+    hello.push(1);
+    hello.extend_from_slice(&[0, 2, b'a', 0xff]);
+    let err = frame::decode(&raw(1, 0, &hello), 0, MAX_PAYLOAD_LEN).expect_err("utf8");
+    assert!(
+        matches!(err, FrameError::Field { frame: "Hello", field: "link", offset, .. } if offset == 6 + 4 + 4 + 16 + 1 + 2 + 1),
+        "{err}"
+    );
+
+    // SegmentSeal listing one companion kind twice.
+    let seal = Frame::SegmentSeal(SegmentSeal {
+        partition: PartitionRef {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: [0; 16],
+        },
+        segment_base: 0,
+        final_size: 10,
+        log_sha256: [0; 32],
+        companions: vec![Companion {
+            kind: CompanionKind::TimeIndex,
+            size: 0,
+            sha256: [0; 32],
+            inline: None,
+        }],
+    });
+    let bytes = encode(&seal);
+    let mut payload = bytes[HEADER_LEN..bytes.len() - 4].to_vec();
+    let n = payload.len();
+    let companion = payload[n - 42..].to_vec();
+    payload[n - 43] = 2;
+    payload.extend_from_slice(&companion);
+    let err = frame::decode(&raw(5, 0, &payload), 0, MAX_PAYLOAD_LEN).expect_err("dup");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "SegmentSeal",
+                field: "kind",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_tls_client_hello_on_a_plaintext_stream_is_named() {
+    // The first bytes of a TLS ClientHello record: handshake (0x16), TLS 1.x (0x03 0x01).
+    let hello = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    let err = frame::decode(&hello, 0, MAX_PAYLOAD_LEN).expect_err("tls");
+    assert_eq!(err, FrameError::PeerSpeaksTls { record: 0x16 });
+    assert!(err.to_string().contains("--plaintext"), "{err}");
+    // The alert a TLS server answers a plaintext Hello with: level fatal, then the description.
+    let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32];
+    assert_eq!(
+        frame::decode(&alert, 0, MAX_PAYLOAD_LEN),
+        Err(FrameError::PeerSpeaksTls { record: 0x15 })
+    );
+    // Only at the start of the stream: later, those bytes are an unknown frame type's header.
+    assert!(matches!(
+        frame::decode(&alert, 1, MAX_PAYLOAD_LEN),
+        Err(FrameError::Oversized { .. })
+    ));
+}
+
+#[test]
+fn frame_overhead_is_ten_bytes() {
+    let bytes = encode(&Frame::Credit { bytes: 1 });
+    assert_eq!(bytes.len(), FRAME_OVERHEAD + 8);
+    assert_eq!(&bytes[..HEADER_LEN], &[9, 0, 0, 0, 0, 8]);
+}
+
+/// Wire bytes per log byte: a Chunk adds the envelope and its fixed fields,
+/// as the specification's table lays them out, and nothing per batch.
+#[test]
+fn a_chunk_costs_its_fixed_fields_and_nothing_more() {
+    let topic = "orders";
+    let chunk = Frame::Chunk(Chunk {
+        partition: PartitionRef {
+            topic: topic.into(),
+            partition: 0,
+            topic_id: [3; 16],
+        },
+        segment_base: 0,
+        position: 0,
+        bytes: Bytes::from(vec![0u8; 64 << 10]),
+    });
+    let fixed = FRAME_OVERHEAD + (2 + topic.len()) + 4 + 16 + 8 + 8 + 4;
+    let encoded = encode(&chunk);
+    assert_eq!(encoded.len(), (64 << 10) + fixed);
+    // Under 0.1 % for a 64 KiB chunk.
+    assert!(fixed * 1000 < 64 << 10, "{fixed} bytes of overhead");
+}
