@@ -198,6 +198,23 @@ impl ProducerSnapshot {
         Ok(ProducerSnapshot { entries })
     }
 
+    /// True when `bytes` are a strict prefix of a snapshot: shorter than the header, or shorter than the entries its
+    /// header counts. Kafka writes a snapshot in place (create, then one write), so a running broker's newest one
+    /// can be seen like this for a moment; a full-length file with a bad CRC or stray bytes is not such a state.
+    pub fn is_torn_write(bytes: &[u8]) -> bool {
+        if bytes.len() < 2 {
+            return true;
+        }
+        if i16::from_be_bytes([bytes[0], bytes[1]]) != SNAPSHOT_VERSION {
+            return false;
+        }
+        let Some(count) = bytes.get(PRODUCER_ENTRIES_OFFSET..HEADER_SIZE) else {
+            return true;
+        };
+        let count = i32::from_be_bytes([count[0], count[1], count[2], count[3]]);
+        count >= 0 && (count as u64) * ENTRY_SIZE as u64 > (bytes.len() - HEADER_SIZE) as u64
+    }
+
     /// Serialise with the CRC filled in, entries in the given order.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_SIZE + self.entries.len() * ENTRY_SIZE);
@@ -275,6 +292,28 @@ mod tests {
         let bytes = ProducerSnapshot::default().to_bytes();
         assert_eq!(bytes.len(), 10);
         assert_eq!(ProducerSnapshot::parse(&bytes), Ok(ProducerSnapshot::default()));
+    }
+
+    #[test]
+    fn every_strict_prefix_is_a_torn_write_and_nothing_else_is() {
+        let bytes = ProducerSnapshot {
+            entries: vec![entry(), entry()],
+        }
+        .to_bytes();
+        for len in 0..bytes.len() {
+            assert!(ProducerSnapshot::is_torn_write(&bytes[..len]), "prefix of {len} bytes");
+            assert!(ProducerSnapshot::parse(&bytes[..len]).is_err());
+        }
+        assert!(!ProducerSnapshot::is_torn_write(&bytes));
+        let mut bad_crc = bytes.clone();
+        bad_crc[3] ^= 1;
+        assert!(!ProducerSnapshot::is_torn_write(&bad_crc));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(!ProducerSnapshot::is_torn_write(&longer));
+        let mut other_version = bytes[..4].to_vec();
+        other_version[1] ^= 0x40;
+        assert!(!ProducerSnapshot::is_torn_write(&other_version));
     }
 
     fn corrupt_at(bytes: &[u8]) -> (u64, Defect) {

@@ -433,7 +433,12 @@ fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Sink<
             // be empty or half written. At load the broker deletes a snapshot it cannot read and rebuilds producer
             // state from an older one and the log (ProducerStateManager.loadFromSnapshot). Under --strict it stays
             // an error, like the newest segment's tail mid-append.
-            Err(e) if is_largest && snapshot.offset >= last_base && !options.strict && e.is_corrupt() => {
+            Err(e)
+                if is_largest
+                    && snapshot.offset >= last_base
+                    && !options.strict
+                    && is_torn_snapshot(&snapshot.path, &e) =>
+            {
                 let finding = Finding::from_error(&e);
                 sink.push(Finding::warning(
                     &snapshot.path,
@@ -474,6 +479,13 @@ fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Sink<
         txn_tracker,
         epochs,
     }
+}
+
+/// The snapshot failed to parse because it is a strict prefix of one (what a broker writing it leaves), read again.
+fn is_torn_snapshot(path: &Path, error: &Error) -> bool {
+    error.is_corrupt()
+        && crate::open::read_capped(path, "producer snapshot", crate::open::MAX_SNAPSHOT_BYTES)
+            .is_ok_and(|bytes| ProducerSnapshot::is_torn_write(&bytes))
 }
 
 fn finish_partition(mut scan: PartitionScan, sink: &mut Sink<'_>) -> Result<PartitionSummary, Error> {

@@ -1070,6 +1070,13 @@ fn an_empty_newest_snapshot_is_a_live_state_only_without_strict() {
         (strict[0].0, strict[0].1.as_str()),
         (Severity::Error, "00000000000000000006.snapshot")
     );
+    // Full length with a bad CRC: not what a write in progress leaves.
+    let mut bad = fs::read(file(&dir, 2, SegmentFileKind::Snapshot)).unwrap();
+    bad[3] ^= 0xff;
+    fs::write(file(&dir, 6, SegmentFileKind::Snapshot), &bad).unwrap();
+    let bad_crc = verify(false);
+    assert_eq!(bad_crc.len(), 1, "{bad_crc:?}");
+    assert_eq!(bad_crc[0].0, Severity::Error);
     // Not the newest: nothing a running broker leaves.
     fs::copy(
         file(&dir, 2, SegmentFileKind::Snapshot),
