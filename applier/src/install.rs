@@ -129,7 +129,7 @@ async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> Result<T> +
 
 #[cfg(feature = "failpoints")]
 fn kill_point(armed: Option<&crate::failpoint::Armed>, point: crate::failpoint::FailPoint) -> Result<()> {
-    crate::failpoint::hit(armed, point)
+    Ok(crate::failpoint::hit(armed, point)?)
 }
 
 /// Stage, validate, place (steps 1 to 4 of the module docs). `Ok(Err(_))` is a refusal; the staging directory is

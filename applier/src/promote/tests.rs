@@ -22,6 +22,7 @@ use segment_format::writer::{
 };
 use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
 
+use super::journal::Planned;
 use super::*;
 
 const LINK: &str = "l";
@@ -291,7 +292,7 @@ fn entry(topic: &str, partition: i32, offset: i64) -> OffsetCheckpointEntry {
 
 fn refusals(err: Error) -> Vec<Refusal> {
     match err {
-        Error::PromoteRefused { refusals } => refusals,
+        Error::Refused { refusals } => refusals,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -482,7 +483,7 @@ fn every_refusal_is_reported_and_nothing_changes() {
         partition: TopicPartition::new(TOPIC, 1),
         path: leftover.clone()
     }));
-    let message = Error::PromoteRefused { refusals: got }.to_string();
+    let message = Error::Refused { refusals: got }.to_string();
     assert!(
         message.contains("2 reasons") && message.contains("--force"),
         "{message}"

@@ -15,6 +15,8 @@ use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 
 use super::tests::{config, fixture_with};
 use super::txn_cut::{abort_markers, find_open_transactions};
+use segment_format::partition_metadata::Uuid;
+
 use super::*;
 
 const TOPIC: &str = "orders";

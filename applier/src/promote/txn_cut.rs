@@ -37,7 +37,7 @@ use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
 use crate::install::MAX_SNAPSHOT_BYTES;
 
 /// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
