@@ -15,10 +15,11 @@ use super::error::{Error, Result};
 use super::files::create_dir;
 use super::txn_cut::CutTransaction;
 
-/// The staging directory inside the target log dir. Not a partition name: the broker refuses to start while it
-/// exists.
-pub const STAGING_DIR: &str = ".segmirror-promote";
-/// The journal of an unfinished promotion, inside [`STAGING_DIR`].
+/// Promotion's work directory inside the target log dir (the journal and the partitions being built). Not a
+/// partition name: the broker refuses to start while it exists. Named apart from the applier's `STAGING_DIR`
+/// (downloads in the mirror root), which is another directory with another purpose.
+pub const PROMOTION_DIR: &str = ".segmirror-promote";
+/// The journal of an unfinished promotion, inside [`PROMOTION_DIR`].
 pub const JOURNAL_FILE: &str = "promotion.json";
 /// `format` of the journal.
 pub const JOURNAL_FORMAT: &str = "segmirror.promotion.v1";

@@ -99,7 +99,7 @@ use report::already_promoted;
 use swap::execute;
 
 pub use error::{Error, Result};
-pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, STAGING_DIR};
+pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
 pub use lock::{LockFailure, LogDirLock};
 pub use plan::{topics_regex, PromoteRequest};
 pub use refusal::{Refusal, Refusals};
@@ -158,7 +158,7 @@ pub(crate) fn promote_with(
             log_dir.display()
         ));
     }
-    let staging = log_dir.join(STAGING_DIR);
+    let staging = log_dir.join(PROMOTION_DIR);
     let mut resumed: BTreeMap<TopicPartition, PromotedPartition> = BTreeMap::new();
     let mut link_from_journal = None;
     // Only with the log dir's lock: an interrupted promotion is finished (or its leftovers removed) by the process

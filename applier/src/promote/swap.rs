@@ -13,7 +13,7 @@ use segmirror_catalog::{Catalog, EventKind, PartitionKey, PartitionState, Subjec
 use super::build::{build, staged, OLD, READY};
 use super::error::Result;
 use super::files::{remove_dir_all, remove_file, rename};
-use super::journal::{Journal, Planned, Step, JOURNAL_FILE, STAGING_DIR};
+use super::journal::{Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
 use super::report::{Outcome, PromotedPartition};
 use super::target;
 
@@ -25,7 +25,7 @@ pub(super) fn execute(
     hook: &mut dyn FnMut(Step),
     outcome: Outcome,
 ) -> Result<Vec<PromotedPartition>> {
-    let staging = log_dir.join(STAGING_DIR);
+    let staging = log_dir.join(PROMOTION_DIR);
     let mut results = Vec::new();
     for p in &journal.partitions {
         results.push(build(journal, p, &staging, outcome, hook)?);
