@@ -35,6 +35,7 @@ pub mod manifest;
 pub mod metadata_log;
 pub mod open;
 pub mod partition_metadata;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod snapshot;

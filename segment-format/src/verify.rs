@@ -99,15 +99,9 @@ impl Report {
     }
 }
 
-/// Told about progress so a front end can draw a bar. Called from the verifying thread(s).
-pub trait Progress: Sync {
-    /// `bytes` more bytes of `.log` data were scanned.
-    fn advance(&self, _bytes: u64) {}
-}
-
-/// A [`Progress`] that ignores everything.
-pub struct NoProgress;
-impl Progress for NoProgress {}
+/// Progress of a verification: [`Progress::advance`] per chunk of `.log` bytes scanned (the workspace's one
+/// observer, re-exported here where verification's callers look for it).
+pub use crate::progress::{NoProgress, Progress};
 
 /// A position in a [`Sink`] to rewind to.
 #[derive(Debug, Clone, Copy)]
@@ -346,8 +340,44 @@ fn verify_log_dir(
 struct SegmentContext {
     /// Base offset of the next segment: every offset here must be below it.
     next_base_offset: Option<i64>,
-    /// The partition's newest segment: the one a running broker appends to.
-    newest: bool,
+    /// How the end of its `.log` is judged (the newest segment is the one a running broker appends to).
+    tail: TailPolicy,
+}
+
+/// How the end of a segment's `.log` (and its indexes) is judged. One value instead of two booleans ("is this the
+/// newest segment" and "strict"), because only three of their four combinations mean something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailPolicy {
+    /// A sealed (rolled) segment: every byte of the `.log` is a complete batch; a partial batch or a zero-filled
+    /// tail is corruption, and its indexes must be trimmed to their entries.
+    Sealed,
+    /// The active segment of a live partition: a partial batch or a zero-filled (preallocated) tail at the end is
+    /// what a broker mid-write leaves, reported as a warning; its indexes may be preallocated.
+    ActiveTolerant,
+    /// The active segment judged strictly (`verify --strict`): its indexes are read as an active segment's, but a
+    /// partial batch or zero tail at the end of the `.log` is an error, as in a sealed segment.
+    ActiveStrict,
+}
+
+impl TailPolicy {
+    /// The policy for the newest segment (`ActiveStrict` under `strict`) or for any other one (`Sealed`).
+    pub fn for_segment(newest: bool, strict: bool) -> Self {
+        match (newest, strict) {
+            (false, _) => TailPolicy::Sealed,
+            (true, false) => TailPolicy::ActiveTolerant,
+            (true, true) => TailPolicy::ActiveStrict,
+        }
+    }
+
+    /// The active segment: its indexes may be preallocated and may run ahead of the `.log`.
+    pub fn is_active(self) -> bool {
+        self != TailPolicy::Sealed
+    }
+
+    /// A partial batch or zero tail at the end of the `.log` is a warning, not an error.
+    pub fn tolerates_partial_tail(self) -> bool {
+        self == TailPolicy::ActiveTolerant
+    }
 }
 
 /// State carried from one segment of a partition to the next.
@@ -388,7 +418,7 @@ fn verify_partition_dir_once(
     for (i, segment) in dir.segments.iter().enumerate() {
         let context = SegmentContext {
             next_base_offset: dir.segments.get(i + 1).map(|s| s.base_offset),
-            newest: i + 1 == dir.segments.len(),
+            tail: TailPolicy::for_segment(i + 1 == dir.segments.len(), options.strict),
         };
         verify_segment(segment, context, options, progress, sink, &mut scan)?;
     }
@@ -517,7 +547,7 @@ fn verify_file(
                         })?;
                     let context = SegmentContext {
                         next_base_offset: dir.segments.get(i + 1).map(|s| s.base_offset),
-                        newest: i + 1 == dir.segments.len(),
+                        tail: TailPolicy::for_segment(i + 1 == dir.segments.len(), options.strict),
                     };
                     (dir.segments[i].clone(), context)
                 }
@@ -525,7 +555,7 @@ fn verify_file(
                     standalone_segment(parent, base_offset),
                     SegmentContext {
                         next_base_offset: None,
-                        newest: true,
+                        tail: TailPolicy::for_segment(true, options.strict),
                     },
                 ),
             };

@@ -36,7 +36,7 @@ use segment_format::manifest::{SegmentRange, MAX_SNAPSHOT_BYTES};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
-use segment_format::verify::{check_segment, SegmentCheck, VerifyOptions};
+use segment_format::verify::{check_segment, SegmentCheck, TailPolicy, VerifyOptions};
 use segment_format::{Defect, Error};
 
 /// Checks of one segment before a failure on changing files is final: the
@@ -332,7 +332,7 @@ pub(crate) fn prepare_sealed(
     let mut attempt = 1;
     let (before, check) = loop {
         let before = stamps(segment, snapshot);
-        let check = match check_segment(segment, Some(next_base_offset), false, &options.verify) {
+        let check = match check_segment(segment, Some(next_base_offset), TailPolicy::Sealed, &options.verify) {
             Ok(c) => c,
             Err(e) => return changed_or(e),
         };
@@ -465,7 +465,12 @@ pub(crate) fn prepare_active(
     let mut attempt = 1;
     let (file_len, check) = loop {
         let before = stamps(&log_only, None);
-        let check = match check_segment(&log_only, None, true, &options.verify) {
+        let check = match check_segment(
+            &log_only,
+            None,
+            TailPolicy::for_segment(true, options.verify.strict),
+            &options.verify,
+        ) {
             Ok(c) => c,
             Err(e) => return changed_or(e),
         };
@@ -847,7 +852,13 @@ mod tests {
             let bases: Vec<i64> = partition.segments.iter().map(|s| s.base_offset).collect();
             for (i, segment) in partition.segments.iter().enumerate() {
                 let next = bases.get(i + 1).copied();
-                let check = check_segment(segment, next, next.is_none(), &VerifyOptions::default()).unwrap();
+                let check = check_segment(
+                    segment,
+                    next,
+                    TailPolicy::for_segment(next.is_none(), false),
+                    &VerifyOptions::default(),
+                )
+                .unwrap();
                 assert!(check.is_sound(), "{}: {:?}", segment.log.display(), check.findings);
                 let bytes = std::fs::read(&segment.log).unwrap();
                 let expected = counts_in(&bytes, check.summary.bytes).unwrap();
@@ -996,7 +1007,7 @@ mod tests {
             txn_index: None,
         };
         let truncator = truncate_when_opened(log.clone(), ends[1]);
-        let check = check_segment(&segment, Some(160), false, &VerifyOptions::default()).unwrap();
+        let check = check_segment(&segment, Some(160), TailPolicy::Sealed, &VerifyOptions::default()).unwrap();
         assert!(truncator.join().unwrap());
         let changed = check.changed_while_read().expect("the check must see the truncation");
         assert_eq!(changed.path, log);
