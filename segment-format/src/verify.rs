@@ -103,9 +103,9 @@ impl Report {
 /// observer, re-exported here where verification's callers look for it).
 pub use crate::progress::{NoProgress, Progress};
 
-/// A position in a [`Sink`] to rewind to.
+/// A position in a [`Findings`] to rewind to.
 #[derive(Debug, Clone, Copy)]
-struct SinkMark {
+struct FindingsMark {
     findings: usize,
     suppressed: u64,
     warnings: u64,
@@ -113,16 +113,16 @@ struct SinkMark {
 }
 
 /// Collects findings with a per-file cap and counts them per partition.
-struct Sink<'r> {
+struct Findings<'r> {
     report: &'r mut Report,
     per_file: std::collections::HashMap<PathBuf, usize>,
     warnings: u64,
     errors: u64,
 }
 
-impl<'r> Sink<'r> {
+impl<'r> Findings<'r> {
     fn new(report: &'r mut Report) -> Self {
-        Sink {
+        Findings {
             report,
             per_file: Default::default(),
             warnings: 0,
@@ -154,9 +154,9 @@ impl<'r> Sink<'r> {
         self.push(Finding::error(path, position, offset, defect));
     }
 
-    /// Where the sink stands, for [`Sink::rewind`].
-    fn mark(&self) -> SinkMark {
-        SinkMark {
+    /// Where the sink stands, for [`Findings::rewind`].
+    fn mark(&self) -> FindingsMark {
+        FindingsMark {
             findings: self.report.findings.len(),
             suppressed: self.report.suppressed_findings,
             warnings: self.warnings,
@@ -167,7 +167,7 @@ impl<'r> Sink<'r> {
     /// Forget everything pushed since `mark`.
     /// Turn the error findings kept since `mark` that `torn` selects into warnings that say the
     /// file changed while it was read. Returns how many were turned.
-    fn downgrade_since(&mut self, mark: &SinkMark, torn: impl Fn(&Finding) -> bool) -> u64 {
+    fn downgrade_since(&mut self, mark: &FindingsMark, torn: impl Fn(&Finding) -> bool) -> u64 {
         let mut turned = 0;
         for f in &mut self.report.findings[mark.findings..] {
             if f.severity == Severity::Error && torn(f) {
@@ -183,7 +183,7 @@ impl<'r> Sink<'r> {
         turned
     }
 
-    fn rewind(&mut self, mark: SinkMark) {
+    fn rewind(&mut self, mark: FindingsMark) {
         for f in self.report.findings.drain(mark.findings..) {
             if let Some(kept) = self.per_file.get_mut(&f.path) {
                 *kept = kept.saturating_sub(1);
@@ -224,7 +224,7 @@ pub fn log_bytes_under(paths: &[PathBuf]) -> u64 {
 /// Verify each path: a log dir, a partition dir, or one file of a partition dir.
 pub fn verify_paths(paths: &[PathBuf], options: &VerifyOptions, progress: &dyn Progress) -> Report {
     let mut report = Report::default();
-    let mut sink = Sink::new(&mut report);
+    let mut sink = Findings::new(&mut report);
     let mut partitions = Vec::new();
     for path in paths {
         let path = &with_name(path);
@@ -299,7 +299,7 @@ fn verify_log_dir(
     path: &Path,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
     partitions: &mut Vec<PartitionSummary>,
 ) {
     let log_dir = match LogDir::open(path) {
@@ -396,7 +396,7 @@ fn verify_partition_dir_once(
     log_start_offset: Option<i64>,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<PartitionSummary, Error> {
     let dir = PartitionDir::open(path)?;
     let mut scan = start_partition(&dir, options, sink);
@@ -426,7 +426,7 @@ fn verify_partition_dir_once(
 }
 
 /// Check the partition-level files and set up the cross-segment state.
-fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Sink<'_>) -> PartitionScan {
+fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Findings<'_>) -> PartitionScan {
     sink.extend(dir.findings.iter().cloned());
     if let Some(pm) = &dir.partition_metadata {
         if let Err(e) = PartitionMetadata::read(pm) {
@@ -506,7 +506,7 @@ fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Sink<
     }
 }
 
-fn finish_partition(mut scan: PartitionScan, sink: &mut Sink<'_>) -> Result<PartitionSummary, Error> {
+fn finish_partition(mut scan: PartitionScan, sink: &mut Findings<'_>) -> Result<PartitionSummary, Error> {
     if let Some(epochs) = scan.epochs.take() {
         sink.extend(epochs.finish());
     }
@@ -523,7 +523,7 @@ fn verify_file(
     path: &Path,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<PartitionSummary, Error> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let parent = with_name(
@@ -639,7 +639,7 @@ fn standalone_segment(dir: &Path, base_offset: i64) -> SegmentFiles {
     }
 }
 
-fn single_file_summary(path: &Path, sink: &mut Sink<'_>) -> Result<PartitionSummary, Error> {
+fn single_file_summary(path: &Path, sink: &mut Findings<'_>) -> Result<PartitionSummary, Error> {
     let (warnings, errors) = sink.take_counts();
     Ok(PartitionSummary {
         path: path.to_path_buf(),

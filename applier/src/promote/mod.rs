@@ -64,6 +64,14 @@
 //!
 //! One target log dir per run; for a topic replicated on several target brokers, promote into each replica's log
 //! dir (identical copies) before starting any of them.
+//!
+//! # Layout
+//! This module only orchestrates ([`promote`]: lock, resume a journal, select, plan, journal, execute). The steps
+//! are modules named by what they do — `plan` (the request, every refusal, the plan, the pause), `journal` (the
+//! durable plan and the crash points), `build` (a partition complete in staging), `swap` (live directories, root
+//! checkpoints, catalog record) — with helpers `restamp`, `txn_cut`, `producer_state`, `target`, [`retention`],
+//! `lock` and `files`. Errors are [`Error`] (this folder's own); the crate's error wraps it. Shared types live in
+//! leaf modules (`journal::Planned`, `report`, `refusal`, `retention::loss`), so no two modules import each other.
 
 mod build;
 mod error;
@@ -224,7 +232,7 @@ pub(crate) fn promote_with(
     };
     let mut todo = Vec::new();
     for p in selected {
-        let tp = TopicPartition::new(p.key.topic.clone(), p.key.partition);
+        let tp = p.key.topic_partition();
         if let Some(done) = resumed.remove(&tp) {
             report.partitions.push(done);
         } else if p.state == PartitionState::Promoted {
@@ -244,10 +252,8 @@ pub(crate) fn promote_with(
             return Err(Error::Refused { refusals });
         }
         let planned = plan.planned;
-        let previous: BTreeMap<TopicPartition, PartitionState> = todo
-            .iter()
-            .map(|p| (TopicPartition::new(p.key.topic.clone(), p.key.partition), p.state))
-            .collect();
+        let previous: BTreeMap<TopicPartition, PartitionState> =
+            todo.iter().map(|p| (p.key.topic_partition(), p.state)).collect();
         pause(catalog, &link, &request.mirror_root, &planned, &previous)?;
         let journal = Journal {
             format: JOURNAL_FORMAT.to_string(),

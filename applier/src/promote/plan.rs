@@ -110,7 +110,7 @@ pub(super) fn plan(
     let now_ms = now_ms();
     let mut ids: BTreeMap<String, BTreeMap<i32, String>> = BTreeMap::new();
     for p in todo {
-        let tp = TopicPartition::new(p.key.topic.clone(), p.key.partition);
+        let tp = p.key.topic_partition();
         // Both sides are inspected even when one refuses, so one run names every problem.
         let mirror = if mirror_exists {
             inspect_mirror(&request.mirror_root, p, &tp, refusals)?
@@ -295,7 +295,7 @@ pub(super) fn pause(
 ) -> Result<()> {
     let mut refusals = Vec::new();
     for p in planned {
-        let key = PartitionKey::new(link, p.topic.clone(), p.partition);
+        let key = PartitionKey::of(link, &p.tp());
         let row = catalog.partition(&key)?;
         if row.state != PartitionState::Paused {
             catalog.set_partition_state(row.id, PartitionState::Paused)?;
@@ -315,7 +315,7 @@ pub(super) fn pause(
     }
     // Undo the pause: nothing else was changed.
     for p in planned {
-        let key = PartitionKey::new(link, p.topic.clone(), p.partition);
+        let key = PartitionKey::of(link, &p.tp());
         if let Some(state) = previous.get(&p.tp()).filter(|s| **s != PartitionState::Paused) {
             let row = catalog.partition(&key)?;
             catalog.set_partition_state(row.id, *state)?;

@@ -71,7 +71,7 @@ fn swap(p: &Planned, log_dir: &Path, staging: &Path, hook: &mut dyn FnMut(Step))
 
 /// Mark the partition promoted in the catalog, with the target topic id.
 fn record(catalog: &mut Catalog, link: &str, p: &Planned, log_dir: &Path) -> Result<()> {
-    let key = PartitionKey::new(link, p.topic.clone(), p.partition);
+    let key = PartitionKey::of(link, &p.tp());
     let row = catalog.partition(&key)?;
     if row.state == PartitionState::Promoted {
         return Ok(());

@@ -16,7 +16,7 @@ fn read_optional(
     entry_size: usize,
     log_len: u64,
     newest: bool,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<Option<Vec<u8>>, Error> {
     let Some(path) = path else {
         return Ok(Some(Vec::new()));
@@ -33,7 +33,7 @@ pub(super) fn verify_segment(
     context: SegmentContext,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
     scan: &mut PartitionScan,
 ) -> Result<(), Error> {
     let base = segment.base_offset;
@@ -237,7 +237,7 @@ fn check_offsets(
     base: i64,
     context: SegmentContext,
     previous_last_offset: Option<i64>,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) {
     let at = Some(info.position);
     let offset = Some(info.base_offset);
@@ -333,7 +333,7 @@ fn report_tail(
     offset: Option<i64>,
     error: &Error,
     context: SegmentContext,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<(), Error> {
     let path = log.path();
     let rest_len = log.len().saturating_sub(position);
@@ -429,7 +429,7 @@ pub fn check_segment_against_epochs(
     claimed: Option<&LeaderEpochCheckpoint>,
 ) -> Result<SegmentCheck, Error> {
     let mut report = Report::default();
-    let mut sink = Sink::new(&mut report);
+    let mut sink = Findings::new(&mut report);
     let mut scan = PartitionScan {
         summary: PartitionSummary {
             path: segment.log.clone(),

@@ -153,12 +153,12 @@ pub(super) fn read_parts(
 }
 
 /// Where downloaded bytes go.
-pub(super) enum Sink {
+pub(super) enum Destination {
     File(PathBuf),
     Discard,
 }
 
-/// A [`Sink`] being filled.
+/// A [`Destination`] being filled.
 struct Filling {
     /// Buffered: a stream may hand over a few KiB at a time.
     file: Option<(std::io::BufWriter<std::fs::File>, PathBuf)>,
@@ -184,11 +184,11 @@ impl Filling {
     }
 }
 
-impl Sink {
+impl Destination {
     fn open(self) -> Result<Filling> {
         let file = match self {
-            Sink::Discard => None,
-            Sink::File(path) => {
+            Destination::Discard => None,
+            Destination::File(path) => {
                 let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
                 Some((std::io::BufWriter::with_capacity(READ_CHUNK, file), path))
             }
