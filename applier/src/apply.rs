@@ -35,12 +35,12 @@ use crate::error::{Error, Result};
 use crate::install::{self, Target};
 use crate::layout::MirrorLayout;
 use crate::plan::{plan, Candidate, Installed, Step};
-use crate::progress::Progress;
 use crate::reconcile;
 use crate::report::{
     ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason,
     SkippedSegment,
 };
+use segment_format::progress::Progress;
 
 /// Topics regex recorded for a link the applier creates in the catalog: the shipper already chose the topics, the
 /// applier mirrors whatever the link's bucket holds.

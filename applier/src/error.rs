@@ -96,10 +96,9 @@ pub enum Error {
         expected: String,
     },
 
-    /// `segmirror promote` will not start (or finish): the target broker, its log dir or the mirror is not in a
-    /// state a promotion may proceed from. Every reason found is listed; nothing was changed for them.
-    #[error("promotion refused: {}", crate::promote::Refusals(refusals))]
-    PromoteRefused { refusals: Vec<crate::promote::Refusal> },
+    /// A promotion failed or was refused (see [`crate::promote::Error`]).
+    #[error(transparent)]
+    Promote(#[from] crate::promote::Error),
 
     /// A background (blocking) task panicked or was cancelled.
     #[error("{what}: background task failed: {message}")]
@@ -109,6 +108,13 @@ pub enum Error {
     #[cfg(feature = "failpoints")]
     #[error("failpoint {0:?} hit")]
     Injected(crate::failpoint::FailPoint),
+}
+
+#[cfg(feature = "failpoints")]
+impl From<crate::failpoint::Injected> for Error {
+    fn from(injected: crate::failpoint::Injected) -> Self {
+        Error::Injected(injected.0)
+    }
 }
 
 impl Error {
@@ -132,6 +138,7 @@ impl Error {
         match self {
             Error::Store(e) => e.is_transient(),
             Error::Catalog(e) => e.is_transient(),
+            Error::Promote(e) => e.is_transient(),
             _ => false,
         }
     }

@@ -1,14 +1,12 @@
 //! Kill points inside the install protocol, compiled only with the `failpoints` feature (the crash tests enable it).
 //!
-//! A crash test arms one point; when the applier reaches it, [`hit`] returns [`Error::Injected`] and the run stops
+//! A crash test arms one point; when the applier reaches it, [`hit`] returns [`Injected`] (which the crate error wraps; this module imports nothing of the crate) and the run stops
 //! right there, exactly as if the process had died: no cleanup runs on the way out (the applier never cleans up on
 //! error paths it could not also recover from after a real crash). The next run must then finish the job from the
 //! state on disk and in the catalog. Like raft-engine's failpoints, this stays out of production builds.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-
-use crate::error::Error;
 
 /// Where in the install of one segment version to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +18,11 @@ pub enum FailPoint {
     /// Every file is in place and fsynced, the leader-epoch checkpoint written; the catalog not yet told.
     BeforeCatalog,
 }
+
+/// A kill point fired: the run must stop here, as if the process had died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("failpoint {0:?} hit")]
+pub struct Injected(pub FailPoint);
 
 /// An armed kill point: fires at the `nth` (1-based) time `point` is reached, once.
 #[derive(Debug)]
@@ -46,8 +49,8 @@ impl Armed {
     }
 }
 
-/// Fail with [`Error::Injected`] if `armed` is set for `point` and this is its `nth` arrival.
-pub(crate) fn hit(armed: Option<&Armed>, point: FailPoint) -> Result<(), Error> {
+/// Fail with [`Injected`] if `armed` is set for `point` and this is its `nth` arrival.
+pub(crate) fn hit(armed: Option<&Armed>, point: FailPoint) -> Result<(), Injected> {
     let Some(armed) = armed else { return Ok(()) };
     if armed.point != point {
         return Ok(());
@@ -55,7 +58,7 @@ pub(crate) fn hit(armed: Option<&Armed>, point: FailPoint) -> Result<(), Error> 
     let seen = armed.seen.fetch_add(1, Ordering::SeqCst) + 1;
     if seen == armed.nth {
         *armed.fired.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        return Err(Error::Injected(point));
+        return Err(Injected(point));
     }
     Ok(())
 }

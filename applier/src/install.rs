@@ -40,14 +40,14 @@ use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
-use segment_format::verify::{check_segment_against_epochs, VerifyOptions};
+use segment_format::verify::{check_segment_against_epochs, TailPolicy, VerifyOptions};
 use segmirror_catalog::SegmentVersion;
 use segmirror_shipper::store::Hasher;
 use segmirror_shipper::Store;
 
 use crate::error::{Error, Result};
-use crate::progress::Progress;
 use crate::report::{Refusal, MAX_REPORTED_FINDINGS};
+use segment_format::progress::Progress;
 
 /// Largest producer snapshot read for validation: the bucket contract's limit (46 bytes per producer, room for ~5.8
 /// million producers, far beyond any real partition, while a hostile object cannot make the applier read gigabytes
@@ -129,7 +129,7 @@ async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> Result<T> +
 
 #[cfg(feature = "failpoints")]
 fn kill_point(armed: Option<&crate::failpoint::Armed>, point: crate::failpoint::FailPoint) -> Result<()> {
-    crate::failpoint::hit(armed, point)
+    Ok(crate::failpoint::hit(armed, point)?)
 }
 
 /// Stage, validate, place (steps 1 to 4 of the module docs). `Ok(Err(_))` is a refusal; the staging directory is
@@ -466,7 +466,12 @@ fn validate(
     let check = match check_segment_against_epochs(
         &segment,
         Some(m.next_offset),
-        !m.sealed,
+        // An unsealed version is the source's active segment (preallocated indexes), cut at a complete batch.
+        if m.sealed {
+            TailPolicy::Sealed
+        } else {
+            TailPolicy::ActiveStrict
+        },
         &options,
         claimed_epochs.as_ref(),
     ) {

@@ -46,7 +46,6 @@ mod install;
 mod layout;
 mod lock;
 pub mod plan;
-mod progress;
 pub mod promote;
 mod reconcile;
 pub mod report;
@@ -57,8 +56,8 @@ pub use error::{Error, Result};
 pub use install::MAX_SNAPSHOT_BYTES;
 pub use layout::{MirrorLayout, STAGING_DIR};
 pub use lock::{lock_mirror, MirrorLock, APPLY_HOLDER_FILE, APPLY_LOCK_FILE};
-pub use progress::{NoProgress, Progress};
 pub use report::{
     ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason, SkipSegment,
     SkippedSegment, Verdict,
 };
+pub use segment_format::progress::{NoProgress, Progress};

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::partition::{PartitionId, PartitionKey};
+use crate::key::{PartitionId, PartitionKey};
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

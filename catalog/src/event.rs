@@ -3,16 +3,17 @@
 //!
 //! Every catalog state change appends its event in the same transaction, so the log never claims something the
 //! tables do not show (and vice versa). Callers append their own events (a segment rejected by validation, a
-//! reconciliation after a restart, a lineage break they acted on) with [`Catalog::append_event`]. The kind is typed;
+//! reconciliation after a restart, a lineage break they acted on) with [`Catalog::append_event`] (in `link`: it checks the link exists; this module reads no other table). The kind is typed;
 //! the detail is free text for humans. Ordering is by row id, not by the wall clock.
 
-use rusqlite::{params, Connection, Row, TransactionBehavior};
+use rusqlite::{params, Connection, Row};
 use serde::Serialize;
 
+use segment_format::now_ms;
+
 use crate::error::Result;
-use crate::link::load_link;
-use crate::partition::PartitionKey;
-use crate::{now_ms, text_enum, Catalog};
+use crate::key::PartitionKey;
+use crate::{text_enum, Catalog};
 
 text_enum! {
     /// What an event records.
@@ -44,7 +45,7 @@ pub enum Subject<'a> {
 }
 
 impl<'a> Subject<'a> {
-    fn link(self) -> &'a str {
+    pub(crate) fn link(self) -> &'a str {
         match self {
             Subject::Link(link) => link,
             Subject::Partition(key) => &key.link,
@@ -92,16 +93,6 @@ fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
 }
 
 impl Catalog {
-    /// Appends an event and returns its id. `NotFound` if the subject's link does not exist (the partition itself
-    /// need not be recorded: an event may explain why it was not).
-    pub fn append_event(&mut self, subject: Subject<'_>, kind: EventKind, detail: &str) -> Result<i64> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        load_link(&tx, subject.link())?;
-        let id = insert_event(&tx, subject, kind, detail)?;
-        tx.commit()?;
-        Ok(id)
-    }
-
     /// The newest `limit` events, newest first: all of them (`None`), a link's (including its partitions'), or one
     /// partition's.
     pub fn events(&self, subject: Option<Subject<'_>>, limit: usize) -> Result<Vec<Event>> {

@@ -31,6 +31,7 @@
 
 mod error;
 mod event;
+mod key;
 mod link;
 mod mirror_root;
 mod partition;
@@ -40,15 +41,15 @@ mod segment;
 mod status;
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
 
 pub use error::{ConflictReason, Entity, Error, Location, Result, UnknownValue};
 pub use event::{Event, EventKind, Subject};
+pub use key::{PartitionId, PartitionKey};
 pub use link::{Link, LinkSpec, LinkState};
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
-pub use partition::{MirrorPartition, PartitionId, PartitionKey, PartitionState, Upsert};
+pub use partition::{MirrorPartition, PartitionState, Upsert};
 pub use path::{
     canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_catalog_path, default_data_dir,
     mirror_catalog_path, CATALOG_FILE_NAME, MIRRORS_DIR, ROOT_HASH_HEX_DIGITS, ROOT_NAME_MAX_CHARS,
@@ -113,15 +114,6 @@ impl Catalog {
         let mode: String = self.conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
         Ok(mode.to_ascii_lowercase())
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch, for `*_at_ms` columns. Display only: ordering uses row ids, so a
-/// clock that steps backwards cannot reorder history.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Declares a state enum stored as lower-case text: `as_str`, `Display`, and rusqlite conversions. An unknown text

@@ -6,11 +6,12 @@
 //! them before calling [`Catalog::create_link`].
 
 use rusqlite::{params, OptionalExtension, Row, TransactionBehavior};
+use segment_format::now_ms;
 use serde::Serialize;
 
 use crate::error::{Entity, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
-use crate::{now_ms, text_enum, Catalog};
+use crate::{text_enum, Catalog};
 
 text_enum! {
     /// Lifecycle of a link.
@@ -75,6 +76,16 @@ pub(crate) fn load_link(conn: &rusqlite::Connection, name: &str) -> Result<Link>
 }
 
 impl Catalog {
+    /// Appends an event and returns its id. `NotFound` if the subject's link does not exist (the partition itself
+    /// need not be recorded: an event may explain why it was not).
+    pub fn append_event(&mut self, subject: Subject<'_>, kind: EventKind, detail: &str) -> Result<i64> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        load_link(&tx, subject.link())?;
+        let id = insert_event(&tx, subject, kind, detail)?;
+        tx.commit()?;
+        Ok(id)
+    }
+
     /// Records a new link in state `active`. `AlreadyExists` if the name is taken.
     pub fn create_link(&mut self, spec: &LinkSpec) -> Result<Link> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

@@ -9,13 +9,12 @@
 //! States: `mirroring` (the applier installs), `paused` (kept, not applied — the applier's policy), and `promoted`
 //! (terminal: the partition was handed to a real broker and is never written again).
 
-use std::fmt;
-
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde::Serialize;
 
 use crate::error::{Entity, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
+use crate::key::{PartitionId, PartitionKey};
 use crate::link::{load_link, LinkState};
 use crate::{text_enum, Catalog};
 
@@ -28,49 +27,6 @@ text_enum! {
         Paused => "paused",
         /// Terminal: handed to a real broker; never written by the applier again.
         Promoted => "promoted",
-    }
-}
-
-/// Catalog row id of a mirror partition; stable for the life of the catalog.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct PartitionId(pub(crate) i64);
-
-impl PartitionId {
-    /// The raw row id.
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for PartitionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// The natural key of a mirror partition.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct PartitionKey {
-    pub link: String,
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl PartitionKey {
-    pub fn new(link: impl Into<String>, topic: impl Into<String>, partition: i32) -> Self {
-        PartitionKey {
-            link: link.into(),
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl fmt::Display for PartitionKey {
-    /// `link/topic-partition`, the partition directory name prefixed by the link.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}-{}", self.link, self.topic, self.partition)
     }
 }
 

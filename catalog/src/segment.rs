@@ -18,12 +18,14 @@
 //! version: recording a pending newer version of an installed segment leaves the installed row as it is.
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use segment_format::now_ms;
 use segmirror_transport::succession::{self, succession, Content, Gap, GapKind, Verdict};
 
 use crate::error::{ConflictReason, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
-use crate::partition::{load_partition_by_id, load_writable, MirrorPartition, PartitionId};
-use crate::{now_ms, text_enum, Catalog};
+use crate::key::PartitionId;
+use crate::partition::{load_partition_by_id, load_writable, MirrorPartition};
+use crate::{text_enum, Catalog};
 
 text_enum! {
     /// How far a segment version has come.
@@ -391,7 +393,8 @@ mod tests {
 
     use super::*;
     use crate::error::Entity;
-    use crate::partition::{PartitionKey, PartitionState};
+    use crate::key::PartitionKey;
+    use crate::partition::PartitionState;
     use crate::test_support::{created, link_spec, seg};
 
     fn setup() -> (Catalog, PartitionId, PartitionKey) {

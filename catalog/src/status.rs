@@ -4,12 +4,13 @@
 //! are plain serde structs: the JSON form is what `--json` prints, and its field names are a public contract.
 
 use rusqlite::params;
+use segment_format::now_ms;
 use serde::Serialize;
 
 use crate::error::Result;
 use crate::link::{Link, LinkState};
 use crate::partition::PartitionState;
-use crate::{now_ms, Catalog};
+use crate::Catalog;
 
 /// Everything `segmirror status` shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -131,7 +132,7 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::PartitionKey;
+    use crate::key::PartitionKey;
     use crate::test_support::{created, link_spec, seg};
 
     #[test]

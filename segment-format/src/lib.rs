@@ -35,12 +35,17 @@ pub mod manifest;
 pub mod metadata_log;
 pub mod open;
 pub mod partition_metadata;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod snapshot;
+pub mod time;
+pub mod topic_partition;
 pub mod txn_index;
 pub mod varint;
 
 pub use error::{Defect, Error, IndexKind, ParseError, Result};
+pub use time::now_ms;
+pub use topic_partition::TopicPartition;
 pub mod verify;
 pub mod writer;

@@ -99,19 +99,13 @@ impl Report {
     }
 }
 
-/// Told about progress so a front end can draw a bar. Called from the verifying thread(s).
-pub trait Progress: Sync {
-    /// `bytes` more bytes of `.log` data were scanned.
-    fn advance(&self, _bytes: u64) {}
-}
+/// Progress of a verification: [`Progress::advance`] per chunk of `.log` bytes scanned (the workspace's one
+/// observer, re-exported here where verification's callers look for it).
+pub use crate::progress::{NoProgress, Progress};
 
-/// A [`Progress`] that ignores everything.
-pub struct NoProgress;
-impl Progress for NoProgress {}
-
-/// A position in a [`Sink`] to rewind to.
+/// A position in a [`Findings`] to rewind to.
 #[derive(Debug, Clone, Copy)]
-struct SinkMark {
+struct FindingsMark {
     findings: usize,
     suppressed: u64,
     warnings: u64,
@@ -119,16 +113,16 @@ struct SinkMark {
 }
 
 /// Collects findings with a per-file cap and counts them per partition.
-struct Sink<'r> {
+struct Findings<'r> {
     report: &'r mut Report,
     per_file: std::collections::HashMap<PathBuf, usize>,
     warnings: u64,
     errors: u64,
 }
 
-impl<'r> Sink<'r> {
+impl<'r> Findings<'r> {
     fn new(report: &'r mut Report) -> Self {
-        Sink {
+        Findings {
             report,
             per_file: Default::default(),
             warnings: 0,
@@ -160,9 +154,9 @@ impl<'r> Sink<'r> {
         self.push(Finding::error(path, position, offset, defect));
     }
 
-    /// Where the sink stands, for [`Sink::rewind`].
-    fn mark(&self) -> SinkMark {
-        SinkMark {
+    /// Where the sink stands, for [`Findings::rewind`].
+    fn mark(&self) -> FindingsMark {
+        FindingsMark {
             findings: self.report.findings.len(),
             suppressed: self.report.suppressed_findings,
             warnings: self.warnings,
@@ -173,7 +167,7 @@ impl<'r> Sink<'r> {
     /// Forget everything pushed since `mark`.
     /// Turn the error findings kept since `mark` that `torn` selects into warnings that say the
     /// file changed while it was read. Returns how many were turned.
-    fn downgrade_since(&mut self, mark: &SinkMark, torn: impl Fn(&Finding) -> bool) -> u64 {
+    fn downgrade_since(&mut self, mark: &FindingsMark, torn: impl Fn(&Finding) -> bool) -> u64 {
         let mut turned = 0;
         for f in &mut self.report.findings[mark.findings..] {
             if f.severity == Severity::Error && torn(f) {
@@ -189,7 +183,7 @@ impl<'r> Sink<'r> {
         turned
     }
 
-    fn rewind(&mut self, mark: SinkMark) {
+    fn rewind(&mut self, mark: FindingsMark) {
         for f in self.report.findings.drain(mark.findings..) {
             if let Some(kept) = self.per_file.get_mut(&f.path) {
                 *kept = kept.saturating_sub(1);
@@ -230,7 +224,7 @@ pub fn log_bytes_under(paths: &[PathBuf]) -> u64 {
 /// Verify each path: a log dir, a partition dir, or one file of a partition dir.
 pub fn verify_paths(paths: &[PathBuf], options: &VerifyOptions, progress: &dyn Progress) -> Report {
     let mut report = Report::default();
-    let mut sink = Sink::new(&mut report);
+    let mut sink = Findings::new(&mut report);
     let mut partitions = Vec::new();
     for path in paths {
         let path = &with_name(path);
@@ -305,7 +299,7 @@ fn verify_log_dir(
     path: &Path,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
     partitions: &mut Vec<PartitionSummary>,
 ) {
     let log_dir = match LogDir::open(path) {
@@ -346,8 +340,44 @@ fn verify_log_dir(
 struct SegmentContext {
     /// Base offset of the next segment: every offset here must be below it.
     next_base_offset: Option<i64>,
-    /// The partition's newest segment: the one a running broker appends to.
-    newest: bool,
+    /// How the end of its `.log` is judged (the newest segment is the one a running broker appends to).
+    tail: TailPolicy,
+}
+
+/// How the end of a segment's `.log` (and its indexes) is judged. One value instead of two booleans ("is this the
+/// newest segment" and "strict"), because only three of their four combinations mean something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailPolicy {
+    /// A sealed (rolled) segment: every byte of the `.log` is a complete batch; a partial batch or a zero-filled
+    /// tail is corruption, and its indexes must be trimmed to their entries.
+    Sealed,
+    /// The active segment of a live partition: a partial batch or a zero-filled (preallocated) tail at the end is
+    /// what a broker mid-write leaves, reported as a warning; its indexes may be preallocated.
+    ActiveTolerant,
+    /// The active segment judged strictly (`verify --strict`): its indexes are read as an active segment's, but a
+    /// partial batch or zero tail at the end of the `.log` is an error, as in a sealed segment.
+    ActiveStrict,
+}
+
+impl TailPolicy {
+    /// The policy for the newest segment (`ActiveStrict` under `strict`) or for any other one (`Sealed`).
+    pub fn for_segment(newest: bool, strict: bool) -> Self {
+        match (newest, strict) {
+            (false, _) => TailPolicy::Sealed,
+            (true, false) => TailPolicy::ActiveTolerant,
+            (true, true) => TailPolicy::ActiveStrict,
+        }
+    }
+
+    /// The active segment: its indexes may be preallocated and may run ahead of the `.log`.
+    pub fn is_active(self) -> bool {
+        self != TailPolicy::Sealed
+    }
+
+    /// A partial batch or zero tail at the end of the `.log` is a warning, not an error.
+    pub fn tolerates_partial_tail(self) -> bool {
+        self == TailPolicy::ActiveTolerant
+    }
 }
 
 /// State carried from one segment of a partition to the next.
@@ -366,7 +396,7 @@ fn verify_partition_dir_once(
     log_start_offset: Option<i64>,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<PartitionSummary, Error> {
     let dir = PartitionDir::open(path)?;
     let mut scan = start_partition(&dir, options, sink);
@@ -388,7 +418,7 @@ fn verify_partition_dir_once(
     for (i, segment) in dir.segments.iter().enumerate() {
         let context = SegmentContext {
             next_base_offset: dir.segments.get(i + 1).map(|s| s.base_offset),
-            newest: i + 1 == dir.segments.len(),
+            tail: TailPolicy::for_segment(i + 1 == dir.segments.len(), options.strict),
         };
         verify_segment(segment, context, options, progress, sink, &mut scan)?;
     }
@@ -396,7 +426,7 @@ fn verify_partition_dir_once(
 }
 
 /// Check the partition-level files and set up the cross-segment state.
-fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Sink<'_>) -> PartitionScan {
+fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Findings<'_>) -> PartitionScan {
     sink.extend(dir.findings.iter().cloned());
     if let Some(pm) = &dir.partition_metadata {
         if let Err(e) = PartitionMetadata::read(pm) {
@@ -488,7 +518,7 @@ fn is_torn_snapshot(path: &Path, error: &Error) -> bool {
             .is_ok_and(|bytes| ProducerSnapshot::is_torn_write(&bytes))
 }
 
-fn finish_partition(mut scan: PartitionScan, sink: &mut Sink<'_>) -> Result<PartitionSummary, Error> {
+fn finish_partition(mut scan: PartitionScan, sink: &mut Findings<'_>) -> Result<PartitionSummary, Error> {
     if let Some(epochs) = scan.epochs.take() {
         sink.extend(epochs.finish());
     }
@@ -505,7 +535,7 @@ fn verify_file(
     path: &Path,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<PartitionSummary, Error> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let parent = with_name(
@@ -529,7 +559,7 @@ fn verify_file(
                         })?;
                     let context = SegmentContext {
                         next_base_offset: dir.segments.get(i + 1).map(|s| s.base_offset),
-                        newest: i + 1 == dir.segments.len(),
+                        tail: TailPolicy::for_segment(i + 1 == dir.segments.len(), options.strict),
                     };
                     (dir.segments[i].clone(), context)
                 }
@@ -537,7 +567,7 @@ fn verify_file(
                     standalone_segment(parent, base_offset),
                     SegmentContext {
                         next_base_offset: None,
-                        newest: true,
+                        tail: TailPolicy::for_segment(true, options.strict),
                     },
                 ),
             };
@@ -621,7 +651,7 @@ fn standalone_segment(dir: &Path, base_offset: i64) -> SegmentFiles {
     }
 }
 
-fn single_file_summary(path: &Path, sink: &mut Sink<'_>) -> Result<PartitionSummary, Error> {
+fn single_file_summary(path: &Path, sink: &mut Findings<'_>) -> Result<PartitionSummary, Error> {
     let (warnings, errors) = sink.take_counts();
     Ok(PartitionSummary {
         path: path.to_path_buf(),

@@ -153,25 +153,15 @@ pub fn default_shipper_id() -> String {
     format!("segmirror-seed@{host}:{}", std::process::id())
 }
 
-/// Told about progress so a front end can draw a bar. Called from the seeding
-/// task; must be cheap.
-pub trait SeedProgress: Sync {
-    /// Discovery is done: the selected partitions hold `bytes` of `.log` data
-    /// in `segments` segments.
-    fn start(&self, _bytes: u64, _segments: u64) {}
-    /// `segments` more segments (`bytes` of `.log` data) are done: shipped, or
-    /// found already shipped.
-    fn advance(&self, _bytes: u64, _segments: u64) {}
-}
-
-/// A [`SeedProgress`] that ignores everything.
-pub struct NoProgress;
-impl SeedProgress for NoProgress {}
+/// Progress of a seed (the workspace's one observer): [`Progress::planned`] once after discovery with every
+/// selected segment and its `.log` bytes, then [`Progress::advance`] and [`Progress::segment_done`] per segment
+/// shipped or found already shipped.
+pub use segment_format::progress::{NoProgress, Progress};
 
 /// Ship everything `config` selects to `store` (see the module doc). Fails only
 /// on an invalid configuration; everything that happens to partitions is in
 /// the report.
-pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgress) -> Result<SeedReport> {
+pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn Progress) -> Result<SeedReport> {
     config.validate()?;
     let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
     let discovery = tokio::task::spawn_blocking(move || source::discover(&log_dirs, &topics))
@@ -180,9 +170,9 @@ pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgres
             what: "discover partitions".into(),
             message: e.to_string(),
         })?;
-    progress.start(
-        discovery.sources.iter().map(|s| s.log_bytes).sum(),
+    progress.planned(
         discovery.sources.iter().map(|s| s.segments).sum(),
+        discovery.sources.iter().map(|s| s.log_bytes).sum(),
     );
     for e in &discovery.log_dir_errors {
         tracing::error!(error = %e, "log dir skipped");

@@ -51,7 +51,7 @@ mod local;
 mod url;
 
 pub use io::{digest_of, Hasher};
-use io::{hash_range, read_exact_hashing, read_parts, Sink};
+use io::{hash_range, read_exact_hashing, read_parts, Dest};
 pub use listing::{is_temporary_name, Listing, SkippedEntry, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};
 
@@ -573,7 +573,7 @@ impl Store {
         let location = object_path(key)?;
         let result = self
             .retrying("get", key, |_| async {
-                let sink = Sink::File(path.to_path_buf());
+                let sink = Dest::File(path.to_path_buf());
                 let digest = self.download(key, &location, Some(expected_size), sink).await?;
                 if digest.sha256 != *expected_sha256 {
                     return Err(Error::Mismatch {
@@ -597,13 +597,13 @@ impl Store {
     /// auditor's check of a data object).
     pub async fn hash_object(&self, key: &str) -> Result<Digest> {
         let location = object_path(key)?;
-        self.retrying("get", key, |_| self.download(key, &location, None, Sink::Discard))
+        self.retrying("get", key, |_| self.download(key, &location, None, Dest::Discard))
             .await
     }
 
     /// One download attempt: the stream is consumed here, bytes are hashed and
     /// written on a blocking thread.
-    async fn download(&self, key: &str, location: &ObjectPath, expected: Option<u64>, sink: Sink) -> Result<Digest> {
+    async fn download(&self, key: &str, location: &ObjectPath, expected: Option<u64>, sink: Dest) -> Result<Digest> {
         self.check_regular(key).await?;
         let get = self
             .inner
@@ -627,8 +627,8 @@ impl Store {
                 let start = get.range.start;
                 let len = get.range.end.saturating_sub(start);
                 tokio::task::spawn_blocking(move || match sink {
-                    Sink::File(dest) => local::get(file, &object_path, start, len, &dest),
-                    Sink::Discard => hash_range(file, &object_path, start, len),
+                    Dest::File(dest) => local::get(file, &object_path, start, len, &dest),
+                    Dest::Discard => hash_range(file, &object_path, start, len),
                 })
                 .await
                 .map_err(|e| task_error(key, e))??
@@ -652,7 +652,7 @@ impl Store {
         key: &str,
         mut stream: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
         size: u64,
-        sink: Sink,
+        sink: Dest,
     ) -> Result<Digest> {
         let (tx, rx) = mpsc::channel::<Bytes>(DOWNLOAD_QUEUE);
         let writer = tokio::task::spawn_blocking(move || sink.consume(rx));

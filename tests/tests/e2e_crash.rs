@@ -27,19 +27,13 @@ use std::time::{Duration, Instant};
 use segment_format::checkpoint::OffsetCheckpoint;
 use segment_format::dir::{LogDir, PartitionDir};
 use segment_format::metadata_log;
+use segment_format::now_ms;
 use segment_format::partition_metadata::Uuid;
 use segment_format::writer::sample::{write_bulk, write_sample, BulkOptions, SampleOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_catalog::{Catalog, PartitionState};
 use segmirror_tests::mirror::{assert_same_files, files_under};
 use segmirror_tests::segmirror_cli::{segmirror_binary, segmirror_verify};
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 /// When to kill a run.
 enum Kill {

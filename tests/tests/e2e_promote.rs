@@ -34,6 +34,7 @@ use segment_format::dir::{
     LEADER_EPOCH_CHECKPOINT_FILE, PARTITION_METADATA_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
 };
+use segment_format::now_ms;
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segmirror_tests::epoch_probe::{
     java_group_session, python_group_session, write_epoch_partition, GroupProbe, GroupSession,
@@ -44,13 +45,6 @@ use segmirror_tests::mirror::{
 use segmirror_tests::s3::MotoServer;
 use segmirror_tests::shapes::{self, produce_shapes, segment_base_offsets};
 use segmirror_tests::*;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 /// Replaces or adds one partition's entry in a root offset checkpoint, keeping the others.
 fn set_checkpoint(path: &Path, topic: &str, partition: i32, offset: i64) {

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use segment_format::metadata_log::{read_metadata_dir, METADATA_DIR, SNAPSHOT_SUFFIX};
+use segment_format::now_ms;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 use segmirror_catalog::Catalog;
@@ -27,13 +28,6 @@ use segmirror_tests::*;
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 fn s(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| a.to_string()).collect()

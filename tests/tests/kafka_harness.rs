@@ -7,17 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use segment_format::now_ms;
 use segmirror_tests::clients::{kcat_consume, kcat_produce};
 use segmirror_tests::shapes::{segment_base_offsets, Codec, Shape, ShapeOptions, ShapeTopic};
 use segmirror_tests::tools::ConsoleRecord;
 use segmirror_tests::*;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 /// Files of a partition directory with the given extension, sorted by name.
 fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use segment_format::dir::LOCK_FILE;
 
-use crate::error::Error;
+use super::error::Error;
 
 /// An exclusive record lock on `<log dir>/.lock`, held until dropped.
 #[derive(Debug)]

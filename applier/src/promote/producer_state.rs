@@ -31,8 +31,9 @@ use std::path::Path;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::snapshot::ProducerSnapshot;
 
-use super::{txn_cut, Planned};
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
+use super::journal::Planned;
+use super::txn_cut;
 
 /// Start the producer state of the partition being built in `dir` at `end_offset`: an empty active segment there
 /// (unless the last segment, of base `last_base`, already starts there) and an empty producer snapshot.

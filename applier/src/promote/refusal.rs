@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use segment_format::dir::META_PROPERTIES_FILE;
 use serde::Serialize;
 
-use super::retention::RetentionLoss;
-use super::TopicPartition;
+use super::retention::loss::RetentionLoss;
+use segment_format::TopicPartition;
 
 /// Why a promotion will not start. Each names the partition or topic and the file that decided it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

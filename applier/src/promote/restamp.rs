@@ -24,7 +24,7 @@ use segment_format::batch::{
 };
 use segment_format::error::{Defect, Error as FormatError};
 
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
 
 /// Byte position of `partitionLeaderEpoch` in a magic-2 batch.
 pub const PARTITION_LEADER_EPOCH_OFFSET: usize = 12;

@@ -10,8 +10,11 @@ use segment_format::dir::{
 };
 use segment_format::partition_metadata::{PartitionMetadata, TopicId};
 
-use super::{Planned, Refusal, TopicPartition};
-use crate::error::{Error, Result};
+use segment_format::TopicPartition;
+
+use super::error::{Error, Result};
+use super::journal::Planned;
+use super::refusal::Refusal;
 
 /// Leader epoch assumed for a target partition whose `leader-epoch-checkpoint` is missing or empty (it never led):
 /// no leader epoch is lower, so every later epoch of the partition is at least this.

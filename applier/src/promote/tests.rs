@@ -22,6 +22,7 @@ use segment_format::writer::{
 };
 use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
 
+use super::journal::Planned;
 use super::*;
 
 const LINK: &str = "l";
@@ -291,7 +292,7 @@ fn entry(topic: &str, partition: i32, offset: i64) -> OffsetCheckpointEntry {
 
 fn refusals(err: Error) -> Vec<Refusal> {
     match err {
-        Error::PromoteRefused { refusals } => refusals,
+        Error::Refused { refusals } => refusals,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -305,7 +306,7 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
     assert_eq!(report.changed(), 2);
     assert!(report.notes.is_empty(), "{:?}", report.notes);
     assert_eq!(tree(&f.mirror), mirror_before, "the mirror is never changed");
-    assert!(!f.target.join(STAGING_DIR).exists());
+    assert!(!f.target.join(PROMOTION_DIR).exists());
 
     for (w, log_start) in f.written.iter().zip([0, TRIMMED_START]) {
         let p = report.partitions.iter().find(|p| p.partition == w.partition).unwrap();
@@ -482,7 +483,7 @@ fn every_refusal_is_reported_and_nothing_changes() {
         partition: TopicPartition::new(TOPIC, 1),
         path: leftover.clone()
     }));
-    let message = Error::PromoteRefused { refusals: got }.to_string();
+    let message = Error::Refused { refusals: got }.to_string();
     assert!(
         message.contains("2 reasons") && message.contains("--force"),
         "{message}"
@@ -673,13 +674,13 @@ fn a_crash_at_any_step_is_finished_by_the_next_run() {
             listing
                 .findings
                 .iter()
-                .any(|x| x.severity == Severity::Error && x.path.ends_with(STAGING_DIR)),
+                .any(|x| x.severity == Severity::Error && x.path.ends_with(PROMOTION_DIR)),
             "crash at {crash_at:?}: {:?}",
             listing.findings
         );
         if *crash_at == Step::Journaled {
             // A crash in the middle of building leaves a partial `.building` directory.
-            let partial = f.target.join(STAGING_DIR).join("orders-0.building");
+            let partial = f.target.join(PROMOTION_DIR).join("orders-0.building");
             std::fs::create_dir_all(&partial).unwrap();
             std::fs::write(partial.join("00000000000000000000.log"), b"partial").unwrap();
         }
@@ -701,7 +702,7 @@ fn a_crash_at_any_step_is_finished_by_the_next_run() {
 #[test]
 fn a_staging_directory_without_a_journal_is_discarded() {
     let mut f = fixture();
-    let staging = f.target.join(STAGING_DIR);
+    let staging = f.target.join(PROMOTION_DIR);
     std::fs::create_dir_all(staging.join("orders-0.building")).unwrap();
     std::fs::write(staging.join(format!("{JOURNAL_FILE}.tmp")), b"{").unwrap();
     let report = f.promote().unwrap();
@@ -712,7 +713,7 @@ fn a_staging_directory_without_a_journal_is_discarded() {
 #[test]
 fn a_damaged_journal_stops_the_run() {
     let mut f = fixture();
-    let staging = f.target.join(STAGING_DIR);
+    let staging = f.target.join(PROMOTION_DIR);
     std::fs::create_dir_all(&staging).unwrap();
     std::fs::write(staging.join(JOURNAL_FILE), br#"{"format":"segmirror.promotion.v1","link":"l","mirror_root":"/m","partitions":[{"topic":"../x","partition":0,"target_topic_id":"AAAAAAAAAAAAAAAAAAAAAQ","leader_epoch":0,"log_start_offset":0,"log_end_offset":1,"segments":[0],"snapshots":[],"previous_state":"mirroring"}]}"#).unwrap();
     let err = f.promote().unwrap_err();

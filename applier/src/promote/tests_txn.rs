@@ -15,6 +15,8 @@ use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 
 use super::tests::{config, fixture_with};
 use super::txn_cut::{abort_markers, find_open_transactions};
+use segment_format::partition_metadata::Uuid;
+
 use super::*;
 
 const TOPIC: &str = "orders";
@@ -395,7 +397,7 @@ fn a_crash_at_any_step_of_a_cut_is_finished_with_the_journaled_cut() {
         assert!(crashed.is_err(), "the hook fired at {crash_at:?}");
         if *crash_at == Step::Journaled {
             // A crash while building partition 0 leaves a partial copy with a marker already appended.
-            let partial = f.target.join(STAGING_DIR).join(format!("{TOPIC}-0.building"));
+            let partial = f.target.join(PROMOTION_DIR).join(format!("{TOPIC}-0.building"));
             std::fs::create_dir_all(&partial).unwrap();
             std::fs::write(partial.join(segment_file_name(0, SegmentFileKind::Log)), b"partial").unwrap();
         }

@@ -32,13 +32,14 @@ use segment_format::durable::write_atomically;
 use segment_format::error::ParseError;
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::LogFile;
+// The bound the applier installed the mirror's snapshots under (the bucket contract's), so every one it holds is read.
+use segment_format::manifest::MAX_SNAPSHOT_BYTES;
 use segment_format::record::DeepLimits;
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::install::MAX_SNAPSHOT_BYTES;
+use super::error::{Error, Result};
 
 /// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
 /// one: the lowest a coordinator ever uses, and irrelevant on the target (no coordinator there knows the

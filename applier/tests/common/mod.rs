@@ -24,7 +24,7 @@ use segment_format::manifest::{
 };
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{check_segment, VerifyOptions};
+use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WriterConfig};
 use segmirror_applier::{ApplyConfig, ApplyReport, NoProgress};
 use segmirror_catalog::Catalog;
@@ -211,7 +211,13 @@ pub async fn ship_partition_dir_sealing(
     for (i, seg) in pd.segments.iter().enumerate() {
         let base = seg.base_offset;
         let next_base = pd.segments.get(i + 1).map(|s| s.base_offset);
-        let check = check_segment(seg, next_base, next_base.is_none(), &VerifyOptions::default()).unwrap();
+        let check = check_segment(
+            seg,
+            next_base,
+            TailPolicy::for_segment(next_base.is_none(), false),
+            &VerifyOptions::default(),
+        )
+        .unwrap();
         assert!(
             check.is_sound(),
             "source segment {base} of {} is not sound: {:?}",

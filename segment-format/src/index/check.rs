@@ -18,7 +18,7 @@ fn defect(index: IndexKind, message: String) -> Defect {
 /// Findings about one index, with the ambiguous first slot's findings kept aside
 /// until the checker knows whether it is an entry.
 #[derive(Debug)]
-struct Sink {
+struct IndexFindings {
     path: PathBuf,
     kind: IndexKind,
     entry_size: usize,
@@ -27,7 +27,7 @@ struct Sink {
     candidate: Vec<Finding>,
 }
 
-impl Sink {
+impl IndexFindings {
     fn push(&mut self, slot: usize, finding: Finding) {
         if self.ambiguous_first && slot == 0 {
             self.candidate.push(finding);
@@ -122,7 +122,7 @@ pub struct OffsetIndexChecker<'a> {
     prev: Option<(u64, u64, i64)>,
     max_last_offset: Option<i64>,
     candidate_matched: bool,
-    sink: Sink,
+    sink: IndexFindings,
 }
 
 impl<'a> OffsetIndexChecker<'a> {
@@ -131,7 +131,7 @@ impl<'a> OffsetIndexChecker<'a> {
     pub fn new(path: impl AsRef<Path>, entries_bytes: &'a [u8], base_offset: i64, is_newest_segment: bool) -> Self {
         let bytes = entries_bytes;
         let layout = IndexLayout::of(bytes, OFFSET_INDEX_ENTRY_SIZE);
-        let mut sink = Sink {
+        let mut sink = IndexFindings {
             path: path.as_ref().to_path_buf(),
             kind: IndexKind::Offset,
             entry_size: OFFSET_INDEX_ENTRY_SIZE,
@@ -372,7 +372,7 @@ pub struct TimeIndexChecker<'a> {
     running_max_offset: Option<i64>,
     prev_last_offset: Option<i64>,
     candidate_matched: bool,
-    sink: Sink,
+    sink: IndexFindings,
 }
 
 impl<'a> TimeIndexChecker<'a> {
@@ -381,7 +381,7 @@ impl<'a> TimeIndexChecker<'a> {
     pub fn new(path: impl AsRef<Path>, entries_bytes: &'a [u8], base_offset: i64, is_newest_segment: bool) -> Self {
         let bytes = entries_bytes;
         let layout = IndexLayout::of(bytes, TIME_INDEX_ENTRY_SIZE);
-        let mut sink = Sink {
+        let mut sink = IndexFindings {
             path: path.as_ref().to_path_buf(),
             kind: IndexKind::Time,
             entry_size: TIME_INDEX_ENTRY_SIZE,

@@ -46,7 +46,7 @@ pub(super) fn verify_partition_dir(
     log_start_offset: Option<i64>,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<PartitionSummary, Error> {
     let mut attempt = 1;
     // Files found truncated under a scan in an attempt read again: reported once
@@ -107,7 +107,7 @@ pub(super) fn verify_partition_dir(
 fn with_rereads(
     result: Result<PartitionSummary, Error>,
     reread: Vec<Finding>,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<PartitionSummary, Error> {
     if reread.is_empty() {
         return result;

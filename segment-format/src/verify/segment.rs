@@ -16,7 +16,7 @@ fn read_optional(
     entry_size: usize,
     log_len: u64,
     newest: bool,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<Option<Vec<u8>>, Error> {
     let Some(path) = path else {
         return Ok(Some(Vec::new()));
@@ -33,7 +33,7 @@ pub(super) fn verify_segment(
     context: SegmentContext,
     options: &VerifyOptions,
     progress: &dyn Progress,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
     scan: &mut PartitionScan,
 ) -> Result<(), Error> {
     let base = segment.base_offset;
@@ -58,7 +58,7 @@ pub(super) fn verify_segment(
     // Indexes before the log: a running broker appends a batch to the `.log`
     // before its index entries, so every entry read first points into the log
     // read second. The other order sees entries beyond the log of a live segment.
-    let newest = context.newest;
+    let newest = context.tail.is_active();
     let offset_index = read_optional(
         segment.index.as_ref(),
         IndexKind::Offset,
@@ -210,7 +210,7 @@ pub(super) fn verify_segment(
                 }
                 _ => return Err(e),
             };
-            if let Err(changed) = report_tail(&log, position, offset, &e, context, options, sink) {
+            if let Err(changed) = report_tail(&log, position, offset, &e, context, sink) {
                 sink.push(Finding::from_error(&changed));
                 return Ok(());
             }
@@ -237,7 +237,7 @@ fn check_offsets(
     base: i64,
     context: SegmentContext,
     previous_last_offset: Option<i64>,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) {
     let at = Some(info.position);
     let offset = Some(info.base_offset);
@@ -333,8 +333,7 @@ fn report_tail(
     offset: Option<i64>,
     error: &Error,
     context: SegmentContext,
-    options: &VerifyOptions,
-    sink: &mut Sink<'_>,
+    sink: &mut Findings<'_>,
 ) -> Result<(), Error> {
     let path = log.path();
     let rest_len = log.len().saturating_sub(position);
@@ -353,7 +352,7 @@ fn report_tail(
         }
     };
     let offset = if zero_tail { None } else { offset };
-    if context.newest && !options.strict {
+    if context.tail.tolerates_partial_tail() {
         sink.push(Finding::warning(
             path,
             Some(position),
@@ -405,17 +404,18 @@ impl SegmentCheck {
 /// Check one segment (its `.log` and whatever indexes `segment` names) without
 /// the rest of its partition: what the shipper does before uploading a segment
 /// and the applier before installing one. `next_base_offset` bounds the offsets
-/// (the next segment's base, or the manifest's `next`); `newest` tolerates a
-/// partial batch or zero tail at the end (unless `options.strict`). Cross-segment
+/// (the next segment's base, or the manifest's `next`); `tail` says whether a
+/// partial batch or zero tail at the end is tolerated ([`TailPolicy`]; `options.strict`
+/// does not change it: the caller chose the policy). Cross-segment
 /// state is unknown here, so transaction index entries of transactions that began
 /// in an earlier segment are accepted as found, and epochs are not checked.
 pub fn check_segment(
     segment: &SegmentFiles,
     next_base_offset: Option<i64>,
-    newest: bool,
+    tail: TailPolicy,
     options: &VerifyOptions,
 ) -> Result<SegmentCheck, Error> {
-    check_segment_against_epochs(segment, next_base_offset, newest, options, None)
+    check_segment_against_epochs(segment, next_base_offset, tail, options, None)
 }
 
 /// [`check_segment`], also checking every magic-2 batch's `partitionLeaderEpoch` against `claimed` (a leader-epoch
@@ -424,12 +424,12 @@ pub fn check_segment(
 pub fn check_segment_against_epochs(
     segment: &SegmentFiles,
     next_base_offset: Option<i64>,
-    newest: bool,
+    tail: TailPolicy,
     options: &VerifyOptions,
     claimed: Option<&LeaderEpochCheckpoint>,
 ) -> Result<SegmentCheck, Error> {
     let mut report = Report::default();
-    let mut sink = Sink::new(&mut report);
+    let mut sink = Findings::new(&mut report);
     let mut scan = PartitionScan {
         summary: PartitionSummary {
             path: segment.log.clone(),
@@ -439,10 +439,7 @@ pub fn check_segment_against_epochs(
         txn_tracker: TxnTracker::new(),
         epochs: claimed.map(LeaderEpochChecker::new),
     };
-    let context = SegmentContext {
-        next_base_offset,
-        newest,
-    };
+    let context = SegmentContext { next_base_offset, tail };
     verify_segment(segment, context, options, &NoProgress, &mut sink, &mut scan)?;
     let epoch_findings = scan.epochs.take().map(LeaderEpochChecker::finish).unwrap_or_default();
     let summary = finish_partition(scan, &mut sink)?;

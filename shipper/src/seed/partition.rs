@@ -29,7 +29,7 @@ use segment_format::Defect;
 
 use super::plan::{decide, Action, Version};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
-use super::SeedProgress;
+use super::Progress;
 use crate::error::Error;
 use crate::lease::HeldLease;
 use crate::source::{
@@ -50,7 +50,7 @@ pub(crate) struct Context<'a> {
     pub link: &'a str,
     pub shipper_id: &'a str,
     pub prepare: &'a PrepareOptions,
-    pub progress: &'a dyn SeedProgress,
+    pub progress: &'a dyn Progress,
 }
 
 /// Why a partition stops early.
@@ -262,7 +262,8 @@ impl PartitionShipper<'_, '_> {
     /// Count a segment in the progress once, however many attempts see it.
     fn progress(&mut self, base: i64, bytes: u64) {
         if self.counted.insert(base) {
-            self.ctx.progress.advance(bytes, 1);
+            self.ctx.progress.advance(bytes);
+            self.ctx.progress.segment_done();
         }
     }
 

@@ -18,7 +18,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
 use segment_format::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, PartitionKey, MAX_MANIFEST_BYTES};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{check_segment, VerifyOptions};
+use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segment_format::Defect;
@@ -261,14 +261,17 @@ struct CountingProgress {
     segments: AtomicU64,
 }
 
-impl SeedProgress for CountingProgress {
-    fn start(&self, bytes: u64, segments: u64) {
+impl Progress for CountingProgress {
+    fn planned(&self, segments: u64, bytes: u64) {
         *self.started.lock().unwrap() = Some((bytes, segments));
     }
 
-    fn advance(&self, bytes: u64, segments: u64) {
+    fn advance(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::SeqCst);
-        self.segments.fetch_add(segments, Ordering::SeqCst);
+    }
+
+    fn segment_done(&self) {
+        self.segments.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -709,7 +712,7 @@ async fn rebuilt_indexes_of_the_active_prefix_are_what_a_clean_shutdown_leaves()
         let check = check_segment(
             &segment,
             Some(m.next_offset),
-            newest,
+            TailPolicy::for_segment(newest, true),
             &VerifyOptions {
                 deep: true,
                 strict: true,

@@ -37,7 +37,7 @@ use segment_format::manifest::SegmentRange;
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
-use segment_format::verify::{check_segment, SegmentCheck, VerifyOptions};
+use segment_format::verify::{check_segment, SegmentCheck, TailPolicy, VerifyOptions};
 use segment_format::{Defect, Error};
 
 use super::guard::{is_not_found, mtime_ms, stamps, Retry, Stamps, Verdict};
@@ -216,7 +216,7 @@ pub fn bound_sealed(
     let mut retry = Retry::new();
     let (before, check) = loop {
         let before = stamps(segment, snapshot);
-        let check = match check_segment(segment, Some(next_base_offset), false, &options.verify) {
+        let check = match check_segment(segment, Some(next_base_offset), TailPolicy::Sealed, &options.verify) {
             Ok(c) => c,
             Err(e) => return changed_or(e),
         };
@@ -351,7 +351,12 @@ pub fn bound_active(
     let mut retry = Retry::new();
     let (file_len, check) = loop {
         let before = stamps(&log_only, None);
-        let check = match check_segment(&log_only, None, true, &options.verify) {
+        let check = match check_segment(
+            &log_only,
+            None,
+            TailPolicy::for_segment(true, options.verify.strict),
+            &options.verify,
+        ) {
             Ok(c) => c,
             Err(e) => return changed_or(e),
         };
@@ -603,7 +608,13 @@ mod tests {
             let bases: Vec<i64> = partition.segments.iter().map(|s| s.base_offset).collect();
             for (i, segment) in partition.segments.iter().enumerate() {
                 let next = bases.get(i + 1).copied();
-                let check = check_segment(segment, next, next.is_none(), &VerifyOptions::default()).unwrap();
+                let check = check_segment(
+                    segment,
+                    next,
+                    TailPolicy::for_segment(next.is_none(), false),
+                    &VerifyOptions::default(),
+                )
+                .unwrap();
                 assert!(check.is_sound(), "{}: {:?}", segment.log.display(), check.findings);
                 let bytes = std::fs::read(&segment.log).unwrap();
                 let expected = counts_in(&bytes, check.summary.bytes).unwrap();

@@ -183,7 +183,7 @@ mod tests {
     use segment_format::dir::SegmentFiles;
     use segment_format::legacy;
     use segment_format::record::{BatchBuilder, RecordSpec};
-    use segment_format::verify::{check_segment, VerifyOptions};
+    use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
 
     use super::*;
 
@@ -303,7 +303,7 @@ mod tests {
             txn_index: None,
         };
         let truncator = truncate_when_opened(log.clone(), ends[1]);
-        let check = check_segment(&segment, Some(160), false, &VerifyOptions::default()).unwrap();
+        let check = check_segment(&segment, Some(160), TailPolicy::Sealed, &VerifyOptions::default()).unwrap();
         assert!(truncator.join().unwrap());
         let changed = check.changed_while_read().expect("the check must see the truncation");
         assert_eq!(changed.path, log);

@@ -152,13 +152,13 @@ pub(super) fn read_parts(
     Ok(hasher.finish())
 }
 
-/// Where downloaded bytes go.
-pub(super) enum Sink {
+/// Where downloaded bytes go (a destination; "sink" is the transport's word for where segments are shipped).
+pub(super) enum Dest {
     File(PathBuf),
     Discard,
 }
 
-/// A [`Sink`] being filled.
+/// A [`Dest`] being filled.
 struct Filling {
     /// Buffered: a stream may hand over a few KiB at a time.
     file: Option<(std::io::BufWriter<std::fs::File>, PathBuf)>,
@@ -184,11 +184,11 @@ impl Filling {
     }
 }
 
-impl Sink {
+impl Dest {
     fn open(self) -> Result<Filling> {
         let file = match self {
-            Sink::Discard => None,
-            Sink::File(path) => {
+            Dest::Discard => None,
+            Dest::File(path) => {
                 let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
                 Some((std::io::BufWriter::with_capacity(READ_CHUNK, file), path))
             }

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest};
-use segmirror_applier::Error;
 
 use crate::cli::catalog::{open_catalog_of_missing_mirror, open_mirror_catalog, CATALOG_HELP};
 use crate::cli::EXIT_USAGE_OR_IO;
@@ -99,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(Error::PromoteRefused { refusals }) => {
+        Err(promote::Error::Refused { refusals }) => {
             if args.json {
                 println!(
                     "{}",

@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use segment_format::manifest::KeyPrefix;
 use segment_format::verify::VerifyOptions;
 use segmirror_shipper::seed::{
-    self, PartitionStatus, SeedConfig, SeedProgress, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
+    self, PartitionStatus, Progress, SeedConfig, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
 };
 use segmirror_shipper::Store;
 
@@ -81,19 +81,24 @@ impl Bar {
     }
 }
 
-impl SeedProgress for Bar {
-    fn start(&self, bytes: u64, segments: u64) {
-        self.total_segments.store(segments, Ordering::Relaxed);
+impl Progress for Bar {
+    fn planned(&self, segments: u64, bytes: u64) {
+        self.total_segments.fetch_add(segments, Ordering::Relaxed);
         // Hidden when stderr is not a terminal or the input is small.
         let bar = progress::byte_bar(bytes, "seeding");
         bar.set_message(format!("seeding 0/{segments} segments"));
         let _ = self.bar.set(bar);
     }
 
-    fn advance(&self, bytes: u64, segments: u64) {
-        let done = self.segments.fetch_add(segments, Ordering::Relaxed) + segments;
+    fn advance(&self, bytes: u64) {
         if let Some(bar) = self.bar.get() {
             bar.inc(bytes);
+        }
+    }
+
+    fn segment_done(&self) {
+        let done = self.segments.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(bar) = self.bar.get() {
             let total = self.total_segments.load(Ordering::Relaxed);
             bar.set_message(format!("seeding {done}/{total} segments"));
         }

@@ -1,0 +1,127 @@
+//! Building a promoted partition in staging: copies of the mirror's files, every batch restamped to the target's
+//! leader epoch, abort markers for open transactions, empty producer state, the target's `partition.metadata` and
+//! a one-entry `leader-epoch-checkpoint`; fsynced, then renamed `.ready`.
+//!
+//! Why in staging: the live partition directory is replaced by one rename (`swap`), so the broker never sees a
+//! half-built partition; a crash mid-build leaves a `.building` directory that the rerun rebuilds from the
+//! journal, byte for byte the same.
+
+use std::path::{Path, PathBuf};
+
+use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
+use segment_format::dir::{segment_file_name, SegmentFileKind, LEADER_EPOCH_CHECKPOINT_FILE, PARTITION_METADATA_FILE};
+use segment_format::durable::fsync_dir;
+use segment_format::partition_metadata::{PartitionMetadata, Uuid};
+
+use super::error::{Error, Result};
+use super::files::{copy, create_dir, remove_dir_all, rename, sync_file};
+use super::journal::{Journal, Planned, Step, JOURNAL_FILE};
+use super::producer_state;
+use super::refusal::Refusal;
+use super::report::{Outcome, PromotedPartition};
+use super::restamp::walk_log;
+
+/// Suffix of a partition being built in staging.
+pub(super) const BUILDING: &str = "building";
+/// Suffix of a partition built completely, waiting to be swapped in.
+pub(super) const READY: &str = "ready";
+/// Suffix of the target's original partition directory after the swap.
+pub(super) const OLD: &str = "old";
+
+pub(super) fn staged(staging: &Path, p: &Planned, suffix: &str) -> PathBuf {
+    staging.join(format!("{}.{suffix}", p.tp().dir_name()))
+}
+
+/// Build `<tp>.ready` in staging unless it (or the swap after it) already happened.
+pub(super) fn build(
+    journal: &Journal,
+    p: &Planned,
+    staging: &Path,
+    outcome: Outcome,
+    hook: &mut dyn FnMut(Step),
+) -> Result<PromotedPartition> {
+    let ready = staged(staging, p, READY);
+    let old = staged(staging, p, OLD);
+    let mut result = PromotedPartition {
+        topic: p.topic.clone(),
+        partition: p.partition,
+        outcome,
+        target_topic_id: Some(p.target_topic_id.clone()),
+        leader_epoch: Some(p.leader_epoch),
+        log_start_offset: p.log_start_offset,
+        log_end_offset: Some(p.end_offset()),
+        segments: p.segments.len(),
+        log_bytes: 0,
+        batches_restamped: 0,
+        transactions_aborted: p.cut.clone(),
+    };
+    if ready.exists() || old.exists() {
+        return Ok(result);
+    }
+    let building = staged(staging, p, BUILDING);
+    if building.exists() {
+        remove_dir_all(&building)?;
+    }
+    create_dir(&building)?;
+    let source = journal.mirror_root.join(p.tp().dir_name());
+    let mut found_end = None;
+    for base in &p.segments {
+        for kind in [
+            SegmentFileKind::Index,
+            SegmentFileKind::TimeIndex,
+            SegmentFileKind::TxnIndex,
+            SegmentFileKind::Log,
+        ] {
+            let name = segment_file_name(*base, kind);
+            let from = source.join(&name);
+            if kind != SegmentFileKind::Log && !from.exists() {
+                continue;
+            }
+            let to = building.join(&name);
+            copy(&from, &to)?;
+            if kind == SegmentFileKind::Log {
+                let walk = walk_log(&to, Some(p.leader_epoch))?;
+                result.log_bytes += walk.size;
+                result.batches_restamped += walk.restamped;
+                found_end = Some(walk.last_offset.map_or(*base, |o| o.saturating_add(1)));
+            } else {
+                sync_file(&to)?;
+            }
+        }
+    }
+    if let Some(found) = found_end.filter(|f| *f != p.log_end_offset) {
+        return Err(Error::Refused {
+            refusals: vec![Refusal::MirrorChanged {
+                partition: p.tp(),
+                log: source.join(segment_file_name(
+                    p.segments.last().copied().unwrap_or_default(),
+                    SegmentFileKind::Log,
+                )),
+                planned_end_offset: p.log_end_offset,
+                found_end_offset: found,
+            }],
+        });
+    }
+    producer_state::finish(p, &building)?;
+    let topic_id: Uuid = p.target_topic_id.parse().map_err(|e| {
+        Error::io(
+            staging.join(JOURNAL_FILE),
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{e}")),
+        )
+    })?;
+    PartitionMetadata::new(topic_id).write(&building.join(PARTITION_METADATA_FILE))?;
+    let epochs = if p.log_start_offset < p.end_offset() {
+        vec![EpochEntry {
+            epoch: p.leader_epoch,
+            start_offset: p.log_start_offset,
+        }]
+    } else {
+        Vec::new()
+    };
+    LeaderEpochCheckpoint::new(epochs).write(&building.join(LEADER_EPOCH_CHECKPOINT_FILE))?;
+    fsync_dir(&building)?;
+    rename(&building, &ready)?;
+    fsync_dir(staging)?;
+    hook(Step::Built(p.tp()));
+    Ok(result)
+}

@@ -1,0 +1,150 @@
+//! The journal of a promotion: its plan, written durably before anything in the target changes.
+//!
+//! Why: promotion touches many directories of a broker's log dir and the catalog; a crash between any two steps
+//! must be finishable by a rerun that does *exactly* what was decided, not re-decide it from a half-changed disk.
+//! So the plan (every partition, its offsets, epochs, what is cut and when) is journaled in
+//! `<log dir>/.segmirror-promote/promotion.json` first, and every later step reads only the journal.
+
+use std::path::{Path, PathBuf};
+
+use segment_format::durable::{fsync_dir, write_atomically};
+use segment_format::TopicPartition;
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result};
+use super::files::create_dir;
+use super::txn_cut::CutTransaction;
+
+/// Promotion's work directory inside the target log dir (the journal and the partitions being built). Not a
+/// partition name: the broker refuses to start while it exists. Named apart from the applier's `STAGING_DIR`
+/// (downloads in the mirror root), which is another directory with another purpose.
+pub const PROMOTION_DIR: &str = ".segmirror-promote";
+/// The journal of an unfinished promotion, inside [`PROMOTION_DIR`].
+pub const JOURNAL_FILE: &str = "promotion.json";
+/// `format` of the journal.
+pub const JOURNAL_FORMAT: &str = "segmirror.promotion.v1";
+/// Largest journal read back: a few hundred bytes per partition; 64 MiB is far beyond any real promotion and keeps
+/// a damaged file from exhausting memory.
+pub(super) const MAX_JOURNAL_BYTES: u64 = 64 << 20;
+
+/// One partition of a promotion plan, as journaled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Planned {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    /// The target topic id (Kafka's text form).
+    pub(crate) target_topic_id: String,
+    /// The epoch every batch is restamped to.
+    pub(crate) leader_epoch: i32,
+    pub(crate) log_start_offset: i64,
+    pub(crate) log_end_offset: i64,
+    /// Base offsets of the segments to copy (those not wholly below the log start offset), ascending.
+    pub(crate) segments: Vec<i64>,
+    /// The mirror's producer-state snapshots (read to find open transactions; none is copied: the promoted
+    /// partition starts with empty producer state, see `producer_state`).
+    pub(crate) snapshots: Vec<i64>,
+    /// The catalog's state before promotion paused it.
+    pub(crate) previous_state: String,
+    /// Transactions open at `log_end_offset`, aborted by markers from there on (see `txn_cut`).
+    #[serde(default)]
+    pub(crate) cut: Vec<CutTransaction>,
+    /// Timestamp of the abort markers (decided at planning, so a rebuilt partition is identical).
+    #[serde(default)]
+    pub(crate) cut_timestamp: i64,
+}
+
+impl Planned {
+    pub(crate) fn tp(&self) -> TopicPartition {
+        TopicPartition::new(self.topic.clone(), self.partition)
+    }
+
+    pub(crate) fn first_base_offset(&self) -> i64 {
+        self.segments.first().copied().unwrap_or(self.log_end_offset)
+    }
+
+    /// The promoted partition's log end offset: the mirror's, plus one abort marker per cut transaction.
+    pub(crate) fn end_offset(&self) -> i64 {
+        self.log_end_offset.saturating_add(self.cut.len() as i64)
+    }
+}
+
+/// The journal: the plan of an unfinished promotion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Journal {
+    pub(crate) format: String,
+    pub(crate) link: String,
+    pub(crate) mirror_root: PathBuf,
+    pub(crate) partitions: Vec<Planned>,
+}
+
+/// Points between the steps of a promotion, for crash tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The journal is durable; nothing built yet.
+    Journaled,
+    /// A partition's `.ready` directory is complete.
+    Built(TopicPartition),
+    /// The live directory moved to `.old`; the new one not yet in place.
+    MovedAside(TopicPartition),
+    /// The new partition directory is live.
+    Swapped(TopicPartition),
+    /// The root checkpoints are written.
+    Checkpointed,
+    /// The catalog marks every partition promoted; staging still there.
+    Recorded,
+}
+
+/// The journal of an unfinished promotion, if there is one. A journal that cannot be read is an error: the
+/// promotion it describes may be half done, and only it says what to finish.
+pub(super) fn read_journal(staging: &Path) -> Result<Option<Journal>> {
+    let path = staging.join(JOURNAL_FILE);
+    let meta = match std::fs::metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let invalid = |message: String| Error::io(&path, std::io::Error::new(std::io::ErrorKind::InvalidData, message));
+    if meta.len() > MAX_JOURNAL_BYTES {
+        return Err(invalid(format!(
+            "journal of {} bytes exceeds {MAX_JOURNAL_BYTES}",
+            meta.len()
+        )));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    let journal: Journal =
+        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not a promotion journal: {e}")))?;
+    if journal.format != JOURNAL_FORMAT {
+        return Err(invalid(format!(
+            "journal format {:?}, this segmirror writes {JOURNAL_FORMAT:?}",
+            journal.format
+        )));
+    }
+    for p in &journal.partitions {
+        // Names become path components: accept only what Kafka accepts.
+        segment_format::dir::validate_topic_name(&p.topic).map_err(|r| invalid(format!("topic {:?}: {r}", p.topic)))?;
+        let ordered = p.segments.windows(2).all(|w| w.first() < w.last());
+        if p.partition < 0
+            || p.log_start_offset < 0
+            || p.log_start_offset > p.log_end_offset
+            || !ordered
+            || p.segments.iter().chain(&p.snapshots).any(|o| *o < 0)
+        {
+            return Err(invalid(format!("inconsistent plan for {}", p.tp())));
+        }
+    }
+    Ok(Some(journal))
+}
+
+/// Write `journal` durably into `staging` (created if missing, with the log dir fsynced).
+pub(super) fn write_journal(journal: &Journal, log_dir: &Path, staging: &Path) -> Result<()> {
+    create_dir(staging)?;
+    fsync_dir(log_dir)?;
+    let json = serde_json::to_vec_pretty(journal).map_err(|e| {
+        Error::io(
+            staging.join(JOURNAL_FILE),
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
+    })?;
+    write_atomically(&staging.join(JOURNAL_FILE), &json)?;
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! Promotion: hand mirror partitions to a real, stopped Kafka broker.
+//!
+//! A mirror partition (`<mirror-root>/<topic>-<partition>/`) holds the source's segments byte for byte. Promotion
+//! installs them into the target broker's log dir in place of the empty partition the target cluster created for
+//! the same topic, so that the broker serves every record at its source offset, accepts new writes after them and
+//! restarts cleanly; then the catalog marks the partition `promoted` and the applier never writes it again.
+//!
+//! # What the broker needs (each point established against a real Kafka 4.4 broker, `tests/tests/e2e_promote.rs`)
+//! - `partition.metadata` with the **target** cluster's topic id: a directory carrying another id is set aside as
+//!   stray at load.
+//! - Every magic-2 batch's `partitionLeaderEpoch` **restamped** to the target partition's leader epoch, and a
+//!   `leader-epoch-checkpoint` of one entry `(that epoch, log start offset)`. Source epochs are usually higher than
+//!   the target's; a KIP-320 consumer that read a record of epoch 7 from a leader of epoch 2 commits epoch 7, and on
+//!   resuming the Java client refuses the broker's metadata as stale forever while librdkafka's offset validation
+//!   fails and resets to `auto.offset.reset`. The broker itself truncates the "conflicting" epoch cache on becoming
+//!   leader. The field is outside the batch CRC and Kafka's own leader restamps on append, so restamping keeps the
+//!   data valid. docs/promotion.md ("Leader epochs") records the evidence and the rejected options.
+//! - **No producer state of the source's**: the target cluster hands out producer ids the source used, and the
+//!   broker would take a new producer's first batches for duplicates of the source's. No source snapshot is
+//!   copied; after the data comes an empty active segment with an empty producer snapshot at its base, so that
+//!   neither a clean nor an unclean start ever replays a source segment (`producer_state`).
+//! - **No open transaction**: one reaching the mirror's end is aborted by an ABORT marker appended after the data,
+//!   with its `.txnindex` entry (`txn_cut`); the report and the catalog say what was cut. docs/promotion.md
+//!   ("Producer state", "Open transactions") records the evidence.
+//! - Root checkpoints: `recovery-point-offset-checkpoint` = log end offset (no recovery needed),
+//!   `replication-offset-checkpoint` (high watermark) = log end offset, `log-start-offset-checkpoint` = the source's
+//!   log start offset when it lies above the first segment's base offset (Kafka writes it only then; without it
+//!   the broker would serve records the source had deleted), and no stale `cleaner-offset-checkpoint` entry. Other
+//!   partitions' entries are kept.
+//!
+//! # Refusals
+//! Nothing is changed unless every selected partition can be promoted: the broker must be stopped (its log dir
+//! `.lock` free — promotion holds it until done, so a broker started by mistake fails instead of loading half a
+//! partition), the mirror root and the `--link` must exist (they are looked up, never created), the topic must
+//! exist in the target log dir with a `partition.metadata` carrying the topic id the target's metadata log names
+//! and as many partition directories as the mirror has partitions, the target partitions must hold no data
+//! (unless `force`), each mirror partition must be exactly what the catalog says is installed (no leftovers of an
+//! interrupted apply), and the target topic's retention must not delete promoted data at the broker's first
+//! retention check (unless `allow_retention_delete`; [`retention`] says how it is predicted from the target's
+//! metadata log and `server.properties`). The checks go on past the first failure — both sides of every partition
+//! are inspected even when one refuses, and a running broker's log dir is still read — so one run reports every
+//! reason for every partition ([`Refusal`], [`Error::Refused`]; the CLI exits 2).
+//!
+//! # Crash safety
+//! Work happens in `<log dir>/.segmirror-promote/`, a name the broker cannot parse as a partition, so **a broker
+//! refuses to start while a promotion is unfinished** (its log names the directory). In order:
+//! 1. the selected partitions are paused in the catalog (a running applier leaves them alone) and the plan is
+//!    written to `promotion.json` there (the journal);
+//! 2. each partition is built complete in `<topic>-<partition>.building/` (copies, restamped, abort markers, empty
+//!    producer state, fsynced) and renamed `.ready`; what is cut is decided at planning and journaled, so a rebuild
+//!    after a crash writes the same bytes;
+//! 3. each live partition directory is renamed to `<topic>-<partition>.old` in staging and the `.ready` one takes
+//!    its place;
+//! 4. the root checkpoints are rewritten (`durable::write_atomically`);
+//! 5. the catalog marks the partitions promoted (with the target topic id);
+//! 6. the staging directory is removed.
+//!
+//! A rerun after a crash at any point finds the journal, finishes exactly the journaled promotion from the state on
+//! disk (the `.ready`/`.old` names say how far each partition got) and then handles the rest of the request.
+//! Promoting an already promoted partition is a no-op reported as such. Copies are made with `std::fs::copy`
+//! (a kernel copy that can share blocks on file systems with reflinks); hard links are never used, because the
+//! broker rewrites some files in place (the last segment's indexes are resized at load, recovery rebuilds
+//! indexes) and would change the mirror under the catalog.
+//!
+//! One target log dir per run; for a topic replicated on several target brokers, promote into each replica's log
+//! dir (identical copies) before starting any of them.
+//!
+//! # Layout
+//! This module only orchestrates ([`promote`]: lock, resume a journal, select, plan, journal, execute). The steps
+//! are modules named by what they do — `plan` (the request, every refusal, the plan, the pause), `journal` (the
+//! durable plan and the crash points), `build` (a partition complete in staging), `swap` (live directories, root
+//! checkpoints, catalog record) — with helpers `restamp`, `txn_cut`, `producer_state`, `target`, [`retention`],
+//! `lock` and `files`. Errors are [`Error`] (this folder's own); the crate's error wraps it. Shared types live in
+//! leaf modules (`journal::Planned`, `report`, `refusal`, `retention::loss`), so no two modules import each other.
+
+mod build;
+mod error;
+mod files;
+mod journal;
+mod lock;
+mod plan;
+mod producer_state;
+mod refusal;
+mod report;
+mod restamp;
+pub mod retention;
+mod swap;
+mod target;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_txn;
+mod txn_cut;
+
+use std::collections::BTreeMap;
+
+use segment_format::dir::{CLEAN_SHUTDOWN_FILE, META_PROPERTIES_FILE};
+use segment_format::durable::fsync_dir;
+use segment_format::TopicPartition;
+use segmirror_catalog::{Catalog, MirrorPartition, PartitionState};
+
+use files::remove_dir_all;
+pub(crate) use journal::Step;
+use journal::{read_journal, write_journal, Journal};
+use plan::{pause, plan};
+use report::already_promoted;
+use swap::execute;
+
+pub use error::{Error, Result};
+pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
+pub use lock::{LockFailure, LogDirLock};
+pub use plan::{topics_regex, PromoteRequest};
+pub use refusal::{Refusal, Refusals};
+pub use report::{Outcome, PromoteReport, PromotedPartition};
+pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
+pub use retention::loss::RetentionLoss;
+pub use txn_cut::CutTransaction;
+
+/// Promote the selected mirror partitions into the stopped broker's log dir. See the module docs.
+///
+/// Errors: [`Error::Refused`] with every reason when the promotion cannot start (nothing was changed);
+/// I/O, catalog and format errors otherwise (a rerun finishes the job).
+pub fn promote(request: &PromoteRequest, catalog: &mut Catalog) -> Result<PromoteReport> {
+    promote_with(request, catalog, &mut |_| {})
+}
+
+pub(crate) fn promote_with(
+    request: &PromoteRequest,
+    catalog: &mut Catalog,
+    hook: &mut dyn FnMut(Step),
+) -> Result<PromoteReport> {
+    let log_dir = request.log_dir.as_path();
+    // Every reason found is reported at once; the checks below go on as far as they can without the others.
+    let mut refusals = Vec::new();
+    let is_log_dir = log_dir.join(META_PROPERTIES_FILE).is_file();
+    if !is_log_dir {
+        refusals.push(Refusal::NotALogDir {
+            log_dir: log_dir.to_path_buf(),
+        });
+    }
+    let mirror_exists = request.mirror_root.is_dir();
+    if !mirror_exists {
+        refusals.push(Refusal::MirrorRootMissing {
+            path: request.mirror_root.clone(),
+        });
+    }
+    let lock = if is_log_dir {
+        match LogDirLock::try_acquire(log_dir) {
+            Ok(lock) => Some(lock),
+            Err(LockFailure::Held) => {
+                refusals.push(Refusal::BrokerRunning {
+                    lock_file: log_dir.join(segment_format::dir::LOCK_FILE),
+                });
+                None
+            }
+            Err(LockFailure::Io(e)) => return Err(e),
+        }
+    } else {
+        None
+    };
+    let mut notes = Vec::new();
+    if lock.is_some() && !log_dir.join(CLEAN_SHUTDOWN_FILE).exists() {
+        notes.push(format!(
+            "{} has no {CLEAN_SHUTDOWN_FILE}: the broker did not stop cleanly and will recover its partitions from \
+             their recovery points at start (promoted partitions need none)",
+            log_dir.display()
+        ));
+    }
+    let staging = log_dir.join(PROMOTION_DIR);
+    let mut resumed: BTreeMap<TopicPartition, PromotedPartition> = BTreeMap::new();
+    let mut link_from_journal = None;
+    // Only with the log dir's lock: an interrupted promotion is finished (or its leftovers removed) by the process
+    // that holds it.
+    if lock.is_some() {
+        if let Some(journal) = read_journal(&staging)? {
+            notes.push(format!(
+                "finished an interrupted promotion of {} partition(s) of link {:?}",
+                journal.partitions.len(),
+                journal.link
+            ));
+            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed)? {
+                resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
+            }
+            link_from_journal = Some(journal.link);
+        } else if staging.exists() {
+            // A crash before the journal was durable (nothing of it was used) or after the promotion was recorded
+            // (nothing left to do).
+            remove_dir_all(&staging)?;
+            fsync_dir(log_dir)?;
+        }
+    }
+
+    let links: Vec<String> = catalog.links()?.into_iter().map(|l| l.name).collect();
+    let link = match (&request.link, link_from_journal) {
+        // Looked up, never created: a mistyped --link is a refusal.
+        (Some(name), _) if links.contains(name) => Some(name.clone()),
+        (Some(name), _) => {
+            refusals.push(Refusal::UnknownLink {
+                link: name.clone(),
+                links: links.clone(),
+            });
+            None
+        }
+        (None, Some(name)) => Some(name),
+        (None, None) => match links.as_slice() {
+            [one] => Some(one.clone()),
+            _ => {
+                refusals.push(Refusal::NoLink { links: links.clone() });
+                None
+            }
+        },
+    };
+    let Some(link) = link else {
+        return Err(Error::Refused { refusals });
+    };
+    let selected: Vec<MirrorPartition> = catalog
+        .partitions(&link)?
+        .into_iter()
+        .filter(|p| request.topics.as_ref().is_none_or(|re| re.is_match(&p.key.topic)))
+        .collect();
+    if selected.is_empty() && resumed.is_empty() {
+        refusals.push(Refusal::NothingSelected { link });
+        return Err(Error::Refused { refusals });
+    }
+
+    let mut report = PromoteReport {
+        log_dir: log_dir.to_path_buf(),
+        link: link.clone(),
+        partitions: Vec::new(),
+        notes,
+        retention_deletes: Vec::new(),
+    };
+    let mut todo = Vec::new();
+    for p in selected {
+        let tp = p.key.topic_partition();
+        if let Some(done) = resumed.remove(&tp) {
+            report.partitions.push(done);
+        } else if p.state == PartitionState::Promoted {
+            report.partitions.push(already_promoted(&p));
+        } else {
+            todo.push(p);
+        }
+    }
+    report.partitions.extend(resumed.into_values());
+
+    if !todo.is_empty() && is_log_dir {
+        let all = catalog.partitions(&link)?;
+        let plan = plan(request, &all, &todo, mirror_exists, &mut refusals)?;
+        report.notes.extend(plan.notes);
+        report.retention_deletes = plan.retention_deletes;
+        if !refusals.is_empty() {
+            return Err(Error::Refused { refusals });
+        }
+        let planned = plan.planned;
+        let previous: BTreeMap<TopicPartition, PartitionState> =
+            todo.iter().map(|p| (p.key.topic_partition(), p.state)).collect();
+        pause(catalog, &link, &request.mirror_root, &planned, &previous)?;
+        let journal = Journal {
+            format: JOURNAL_FORMAT.to_string(),
+            link: link.clone(),
+            mirror_root: request.mirror_root.clone(),
+            partitions: planned,
+        };
+        write_journal(&journal, log_dir, &staging)?;
+        hook(Step::Journaled);
+        report
+            .partitions
+            .extend(execute(&journal, log_dir, catalog, hook, Outcome::Promoted)?);
+    }
+    if !refusals.is_empty() {
+        return Err(Error::Refused { refusals });
+    }
+    report
+        .partitions
+        .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    drop(lock);
+    Ok(report)
+}

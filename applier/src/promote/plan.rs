@@ -1,0 +1,325 @@
+//! Planning a promotion: every precondition of every selected partition checked on both sides (mirror and target
+//! log dir), every refusal collected, and the partitions that may go planned down to the offsets, epochs and open
+//! transactions; then the planned partitions paused in the catalog.
+//!
+//! Why all refusals at once: an operator fixing one reason at a time, rerunning in between, is what this avoids.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind};
+use segment_format::{now_ms, TopicPartition};
+use segmirror_catalog::{Catalog, MirrorPartition, PartitionKey, PartitionState};
+
+use super::error::{Error, Result};
+use super::journal::Planned;
+use super::refusal::Refusal;
+use super::restamp::walk_log;
+use super::retention::loss::RetentionLoss;
+use super::{retention, target, txn_cut};
+
+/// What to promote, and where.
+#[derive(Debug, Clone, Default)]
+pub struct PromoteRequest {
+    /// The applier's mirror root (`segmirror apply --mirror`).
+    pub mirror_root: PathBuf,
+    /// The stopped target broker's log dir (one entry of its `log.dirs`).
+    pub log_dir: PathBuf,
+    /// The catalog link; `None` when the catalog holds exactly one.
+    pub link: Option<String>,
+    /// Topics to promote; `None` = every topic of the link. Build it with [`topics_regex`] so that it must match
+    /// the whole topic name.
+    pub topics: Option<Regex>,
+    /// Replace target partitions that hold data.
+    pub force: bool,
+    /// The target broker's `server.properties`, for its static defaults (`log.retention.*`, `metadata.log.dir`);
+    /// without it Kafka's defaults are assumed.
+    pub target_config: Option<PathBuf>,
+    /// Promote even when the target topic's retention would delete promoted data at start (or cannot be known);
+    /// the report lists what the broker will delete.
+    pub allow_retention_delete: bool,
+}
+
+/// A topic selection that matches whole topic names only (`orders` does not select `orders-eu`), as Kafka's own
+/// topic regexes (`topics.regex`) are used.
+pub fn topics_regex(pattern: &str) -> std::result::Result<Regex, regex::Error> {
+    Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// What planning found: the partitions to promote, and what an operator should know.
+pub(super) struct Plan {
+    pub(super) planned: Vec<Planned>,
+    pub(super) notes: Vec<String>,
+    /// What the target's retention will delete (refused unless `allow_retention_delete`).
+    pub(super) retention_deletes: Vec<RetentionLoss>,
+}
+
+/// Check every precondition of every partition in `todo` (and of their topics) and plan them; every refusal is
+/// added to `refusals` (nothing is planned to run while there is one).
+pub(super) fn plan(
+    request: &PromoteRequest,
+    all: &[MirrorPartition],
+    todo: &[MirrorPartition],
+    mirror_exists: bool,
+    refusals: &mut Vec<Refusal>,
+) -> Result<Plan> {
+    let mut planned = Vec::new();
+    let mut notes = Vec::new();
+    let mut retention_deletes = Vec::new();
+    let target = target::TargetLogDir::open(&request.log_dir)?;
+    let settings = match retention::TargetSettings::load(&request.log_dir, request.target_config.as_deref()) {
+        Ok(settings) => Some(settings),
+        // The operator named this file: a refusal (retention is not judged without it), not a guess.
+        Err(Error::Format(e)) => {
+            refusals.push(Refusal::TargetConfigUnreadable {
+                path: e.path().to_path_buf(),
+                reason: e.to_string(),
+            });
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let topics: BTreeSet<&str> = todo.iter().map(|p| p.key.topic.as_str()).collect();
+    let mut retentions = BTreeMap::new();
+    for topic in &topics {
+        let mirror_partitions = all.iter().filter(|p| p.key.topic == *topic).count();
+        let target_partitions = target.partition_count(topic);
+        if mirror_partitions != target_partitions {
+            refusals.push(Refusal::PartitionCountMismatch {
+                topic: topic.to_string(),
+                mirror_partitions,
+                target_partitions,
+            });
+        }
+        let Some(settings) = &settings else { continue };
+        match settings.as_ref().map_err(Clone::clone).and_then(|s| s.retention(topic)) {
+            Ok(r) => {
+                retentions.insert(topic.to_string(), r);
+            }
+            Err(unknown) if request.allow_retention_delete => notes.push(format!(
+                "topic {topic}: retention not checked ({unknown}); the target may delete promoted data at start"
+            )),
+            Err(unknown) => refusals.push(Refusal::RetentionUnknown {
+                topic: topic.to_string(),
+                reason: unknown.to_string(),
+            }),
+        }
+    }
+    let now_ms = now_ms();
+    let mut ids: BTreeMap<String, BTreeMap<i32, String>> = BTreeMap::new();
+    for p in todo {
+        let tp = p.key.topic_partition();
+        // Both sides are inspected even when one refuses, so one run names every problem.
+        let mirror = if mirror_exists {
+            inspect_mirror(&request.mirror_root, p, &tp, refusals)?
+        } else {
+            None
+        };
+        let found = target.inspect_partition(&tp, request.force, refusals)?;
+        if let Some(found) = &found {
+            ids.entry(tp.topic.clone())
+                .or_default()
+                .insert(tp.partition, found.topic_id.to_string());
+        }
+        let Some(mirror) = mirror else { continue };
+        if let Some(r) = retentions.get(&tp.topic) {
+            let dir = request.mirror_root.join(tp.dir_name());
+            let ages = retention::segment_ages(&dir, &mirror.segments, mirror.log_end_offset)?;
+            let doomed = retention::predict(r, &ages, now_ms);
+            if let Some(last) = doomed.last() {
+                let loss = RetentionLoss {
+                    partition: tp.clone(),
+                    retention: r.clone(),
+                    now_ms,
+                    cutoff_ms: r.retention_ms.map(|ms| now_ms.saturating_sub(ms)),
+                    oldest_segment_max_timestamp: ages.first().and_then(|a| a.max_timestamp),
+                    log_bytes: ages.iter().map(|a| a.bytes).sum(),
+                    first_kept_offset: last.end_offset,
+                    log_start_offset: mirror.log_start_offset,
+                    log: dir.join(segment_file_name(
+                        doomed.first().map_or(last.base_offset, |d| d.base_offset),
+                        SegmentFileKind::Log,
+                    )),
+                    segments: doomed,
+                };
+                if request.allow_retention_delete {
+                    retention_deletes.push(loss);
+                } else {
+                    refusals.push(Refusal::RetentionWouldDelete(Box::new(loss)));
+                }
+            }
+        }
+        let Some(found) = found else { continue };
+        let cut = txn_cut::find_open_transactions(
+            &request.mirror_root.join(tp.dir_name()),
+            &mirror.segments,
+            &mirror.snapshots,
+            mirror.log_end_offset,
+        )?;
+        planned.push(Planned {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            target_topic_id: found.topic_id.to_string(),
+            leader_epoch: found.leader_epoch,
+            log_start_offset: mirror.log_start_offset,
+            log_end_offset: mirror.log_end_offset,
+            segments: mirror.segments,
+            snapshots: mirror.snapshots,
+            previous_state: p.state.as_str().to_string(),
+            cut,
+            cut_timestamp: now_ms,
+        });
+    }
+    for (topic, ids) in ids {
+        let distinct: BTreeSet<&String> = ids.values().collect();
+        if distinct.len() > 1 {
+            refusals.push(Refusal::TargetTopicIdsDiffer { topic, ids });
+        } else if let (Some(Ok(settings)), Some(id)) = (&settings, distinct.first()) {
+            // The broker keeps a partition directory only if the metadata log names the same topic id.
+            let metadata_topic_id = settings.topic_id(&topic);
+            if metadata_topic_id.as_ref() != Some(*id) {
+                refusals.push(Refusal::TargetTopicIdDisagrees {
+                    topic,
+                    metadata_log: settings.metadata_dir.clone(),
+                    metadata_topic_id,
+                    partition_topic_id: (*id).clone(),
+                });
+            }
+        }
+    }
+    Ok(Plan {
+        planned,
+        notes,
+        retention_deletes,
+    })
+}
+
+/// What a mirror partition holds.
+struct MirrorFacts {
+    log_start_offset: i64,
+    log_end_offset: i64,
+    segments: Vec<i64>,
+    snapshots: Vec<i64>,
+}
+
+fn inspect_mirror(
+    mirror_root: &Path,
+    p: &MirrorPartition,
+    tp: &TopicPartition,
+    refusals: &mut Vec<Refusal>,
+) -> Result<Option<MirrorFacts>> {
+    let dir = mirror_root.join(tp.dir_name());
+    if !dir.is_dir() {
+        refusals.push(Refusal::MirrorPartitionMissing {
+            partition: tp.clone(),
+            path: dir,
+        });
+        return Ok(None);
+    }
+    let listing = PartitionDir::open(&dir)?;
+    let unexpected = listing
+        .temp_files
+        .iter()
+        .chain(listing.transient_files.iter().map(|t| &t.path))
+        .chain(&listing.unknown_files)
+        .chain(&listing.orphan_indexes)
+        .next();
+    if let Some(path) = unexpected {
+        refusals.push(Refusal::MirrorUnexpectedFile {
+            partition: tp.clone(),
+            path: path.clone(),
+        });
+        return Ok(None);
+    }
+    let (Some(first), Some(last)) = (listing.segments.first(), listing.segments.last()) else {
+        refusals.push(Refusal::NothingInstalled {
+            partition: tp.clone(),
+            path: dir,
+        });
+        return Ok(None);
+    };
+    let walk = walk_log(&last.log, None)?;
+    let log_end_offset = walk.last_offset.map_or(last.base_offset, |o| o.saturating_add(1));
+    if p.installed_end_offset != Some(log_end_offset) {
+        refusals.push(Refusal::MirrorCatalogMismatch {
+            partition: tp.clone(),
+            log: last.log.clone(),
+            mirror_end_offset: log_end_offset,
+            catalog_end_offset: p.installed_end_offset,
+        });
+        return Ok(None);
+    }
+    let log_start_offset = p.log_start_offset.max(first.base_offset);
+    if log_start_offset > log_end_offset {
+        refusals.push(Refusal::LogStartBeyondEnd {
+            partition: tp.clone(),
+            log_start_offset,
+            log_end_offset,
+        });
+        return Ok(None);
+    }
+    // A segment whose successor starts at or below the log start offset holds nothing a consumer may read; the
+    // broker's retention would delete it at once, so it is not copied.
+    let bases: Vec<i64> = listing.segments.iter().map(|s| s.base_offset).collect();
+    let segments: Vec<i64> = bases
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bases.get(i + 1).is_none_or(|next| *next > log_start_offset))
+        .map(|(_, b)| *b)
+        .collect();
+    let first_kept = segments.first().copied().unwrap_or(log_end_offset);
+    let snapshots = listing
+        .snapshots
+        .iter()
+        .map(|s| s.offset)
+        .filter(|o| (first_kept..=log_end_offset).contains(o))
+        .collect();
+    Ok(Some(MirrorFacts {
+        log_start_offset,
+        log_end_offset,
+        segments,
+        snapshots,
+    }))
+}
+
+/// Pause the planned partitions in the catalog so that a running applier leaves them alone, then check that
+/// nothing was installed between planning and pausing.
+pub(super) fn pause(
+    catalog: &mut Catalog,
+    link: &str,
+    mirror_root: &Path,
+    planned: &[Planned],
+    previous: &BTreeMap<TopicPartition, PartitionState>,
+) -> Result<()> {
+    let mut refusals = Vec::new();
+    for p in planned {
+        let key = PartitionKey::of(link, &p.tp());
+        let row = catalog.partition(&key)?;
+        if row.state != PartitionState::Paused {
+            catalog.set_partition_state(row.id, PartitionState::Paused)?;
+        }
+        let row = catalog.partition(&key)?;
+        if row.installed_end_offset != Some(p.log_end_offset) {
+            refusals.push(Refusal::MirrorCatalogMismatch {
+                partition: p.tp(),
+                log: mirror_root.join(p.tp().dir_name()),
+                mirror_end_offset: p.log_end_offset,
+                catalog_end_offset: row.installed_end_offset,
+            });
+        }
+    }
+    if refusals.is_empty() {
+        return Ok(());
+    }
+    // Undo the pause: nothing else was changed.
+    for p in planned {
+        let key = PartitionKey::of(link, &p.tp());
+        if let Some(state) = previous.get(&p.tp()).filter(|s| **s != PartitionState::Paused) {
+            let row = catalog.partition(&key)?;
+            catalog.set_partition_state(row.id, *state)?;
+        }
+    }
+    Err(Error::Refused { refusals })
+}

@@ -1,0 +1,84 @@
+//! What a promotion reports: per partition, what happened and what the promoted log now is.
+//!
+//! Kept apart from the steps because the CLI prints it (text or JSON) and tests compare it; a journaled rerun
+//! builds the same entries as the first run.
+
+use segmirror_catalog::MirrorPartition;
+use serde::Serialize;
+use std::path::PathBuf;
+
+use super::retention::loss::RetentionLoss;
+use super::txn_cut::CutTransaction;
+
+/// What happened to one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Installed into the target by this run.
+    Promoted,
+    /// An interrupted promotion of it was finished by this run.
+    Resumed,
+    /// Promoted earlier; nothing done.
+    AlreadyPromoted,
+}
+
+/// One partition of the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromotedPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub outcome: Outcome,
+    /// The target topic id now in `partition.metadata` (as the catalog records it for `AlreadyPromoted`).
+    pub target_topic_id: Option<String>,
+    /// The leader epoch every batch now carries.
+    pub leader_epoch: Option<i32>,
+    pub log_start_offset: i64,
+    pub log_end_offset: Option<i64>,
+    /// Segments and bytes of `.log` copied (0 for `AlreadyPromoted`).
+    pub segments: usize,
+    pub log_bytes: u64,
+    /// Batches whose epoch was rewritten.
+    pub batches_restamped: u64,
+    /// Transactions open at the mirror's end, aborted by this promotion (an ABORT marker each, at
+    /// `marker_offset`; `log_end_offset` counts the markers).
+    pub transactions_aborted: Vec<CutTransaction>,
+}
+
+/// What a promotion did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromoteReport {
+    pub log_dir: PathBuf,
+    pub link: String,
+    pub partitions: Vec<PromotedPartition>,
+    /// Things an operator should know that are not failures.
+    pub notes: Vec<String>,
+    /// Promoted data the target's retention will delete at its first retention check (promoted anyway, as
+    /// `allow_retention_delete` asked).
+    pub retention_deletes: Vec<RetentionLoss>,
+}
+
+impl PromoteReport {
+    /// Partitions this run changed (promoted or resumed).
+    pub fn changed(&self) -> usize {
+        self.partitions
+            .iter()
+            .filter(|p| p.outcome != Outcome::AlreadyPromoted)
+            .count()
+    }
+}
+
+pub(super) fn already_promoted(p: &MirrorPartition) -> PromotedPartition {
+    PromotedPartition {
+        topic: p.key.topic.clone(),
+        partition: p.key.partition,
+        outcome: Outcome::AlreadyPromoted,
+        target_topic_id: p.mirror_topic_id.clone(),
+        leader_epoch: None,
+        log_start_offset: p.log_start_offset,
+        log_end_offset: p.installed_end_offset,
+        segments: 0,
+        log_bytes: 0,
+        batches_restamped: 0,
+        transactions_aborted: Vec::new(),
+    }
+}
