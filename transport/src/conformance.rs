@@ -29,10 +29,10 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
-use segment_format::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
+use crate::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
 
 use crate::error::{Error, MismatchKind};
-use crate::lease::{current_lease, lease_epochs, HeldLease};
+use crate::store::lease::{current_lease, lease_epochs, HeldLease};
 use crate::store::{digest_of, MultipartPolicy, Store, MIN_PART_SIZE};
 
 /// A fresh key prefix for one run: `conformance/<16 hex digits>`.

@@ -1,4 +1,4 @@
-//! The one error type of the shipper crate.
+//! The one error type of the transport crate.
 //!
 //! Callers branch on a few questions, so each has a variant or a predicate: did
 //! the object not exist ([`Error::NotFound`]), did a create-if-absent lose
@@ -8,6 +8,11 @@
 //! ([`Error::is_transient`]). Transience is decided once, when an
 //! `object_store` error is converted ([`classify`]), never by matching messages
 //! at call sites. Every variant names the object key or file it is about.
+//!
+//! A bucket problem is a bucket problem: a key that is not one the contract
+//! builds is [`Error::BadKey`], a malformed manifest or lease is
+//! [`Error::BadDocument`] with a typed [`DocumentProblem`] — never a Kafka
+//! format defect of `segment-format`, whose errors are about log-dir files.
 
 use std::path::PathBuf;
 
@@ -90,7 +95,21 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// A document or key read from the bucket is malformed (the path is the key).
+    /// A key is not one the bucket contract builds (`manifest::keys`): listed
+    /// under the prefix but foreign, or a name that would not be safe as a key.
+    #[error("{key}: {reason}")]
+    BadKey { key: String, reason: String },
+
+    /// A bucket document (manifest or lease) is malformed, of an unknown format, or
+    /// inconsistent with itself or with the key it was read from.
+    #[error("{key}: byte {position}: {problem}")]
+    BadDocument {
+        key: String,
+        position: u64,
+        problem: DocumentProblem,
+    },
+
+    /// A Kafka file (a segment downloaded for a deep audit) failed `segment-format`'s checks.
     #[error(transparent)]
     Format(#[from] segment_format::Error),
 
@@ -110,17 +129,53 @@ pub enum Error {
     #[error("{partition}: could not acquire a lease after {attempts} attempts (other shippers keep winning)")]
     LeaseContention { partition: String, attempts: u32 },
 
-    /// A setting given to the shipper is unusable (a topic pattern that does not
-    /// compile, an illegal link name or shipper id).
-    #[error("{setting}: {reason}")]
-    InvalidSetting { setting: &'static str, reason: String },
-
     /// A background task panicked or was cancelled.
     #[error("{what}: background task failed: {message}")]
     Task { what: String, message: String },
 }
 
+/// What is wrong with a bucket document ([`Error::BadDocument`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DocumentProblem {
+    /// Larger than the reader accepts; refused before parsing.
+    TooLarge { size: u64, limit: u64 },
+    /// Not JSON, another `format`, a missing or invalid field, or a value the contract forbids.
+    Invalid { message: String },
+    /// The leader epochs of a manifest do not increase.
+    Epoch { message: String },
+}
+
+impl std::fmt::Display for DocumentProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DocumentProblem::TooLarge { size, limit } => write!(
+                f,
+                "document of {size} bytes exceeds the limit of {limit} bytes; rejected by its size, not read"
+            ),
+            DocumentProblem::Invalid { message } => write!(f, "manifest: {message}"),
+            DocumentProblem::Epoch { message } => write!(f, "leader epoch: {message}"),
+        }
+    }
+}
+
 impl Error {
+    /// A key the contract does not accept.
+    pub fn bad_key(key: &str, reason: impl Into<String>) -> Self {
+        Error::BadKey {
+            key: key.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A malformed document at `key`.
+    pub fn bad_document(key: &str, position: u64, problem: DocumentProblem) -> Self {
+        Error::BadDocument {
+            key: key.to_string(),
+            position,
+            problem,
+        }
+    }
+
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

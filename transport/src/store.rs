@@ -25,7 +25,7 @@
 //!
 //! Blocking file I/O and hashing run in `spawn_blocking`; network I/O on tokio.
 //! Keys are plain `/`-separated strings relative to the store's root (the folder,
-//! or `bucket/prefix`); build them with `segment_format::manifest`.
+//! or `bucket/prefix`); build them with `crate::manifest`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -40,19 +40,22 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
-use segment_format::manifest::Sha256Digest;
+use crate::manifest::Sha256Digest;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
 
 mod io;
+pub mod lease;
 mod listing;
 mod local;
+mod sink_source;
 mod url;
 
 pub use io::{digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Sink};
-pub use listing::{is_temporary_name, Listing, SkippedEntry, S3_PAGE_KEYS};
+pub use crate::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
+pub use listing::{is_temporary_name, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper
@@ -149,31 +152,12 @@ impl Default for MultipartPolicy {
     }
 }
 
-/// Size and checksums of bytes that went through the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Digest {
-    pub size: u64,
-    /// CRC-32C (Castagnoli) of the whole object.
-    pub crc32c: u32,
-    pub sha256: Sha256Digest,
-}
-
 /// What [`Store::put_file`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutSummary {
     pub digest: Digest,
     /// `None` for a single PUT, else the number of parts uploaded.
     pub multipart_parts: Option<u32>,
-}
-
-/// One listed object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectInfo {
-    /// Relative to the store's root.
-    pub key: String,
-    pub size: u64,
-    pub last_modified_ms: i64,
-    pub e_tag: Option<String>,
 }
 
 fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
@@ -187,10 +171,7 @@ fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
 /// or trailing `/`, no empty, `.` or `..` components): a key is never rewritten.
 fn object_path(key: &str) -> Result<ObjectPath> {
     let bad = |reason: String| {
-        Error::Format(segment_format::Error::BadName {
-            path: PathBuf::from(key),
-            reason,
-        })
+        Error::bad_key(key, reason)
     };
     let path = ObjectPath::parse(key).map_err(|e| bad(format!("not a valid object key: {e}")))?;
     if path.as_ref() != key {

@@ -6,7 +6,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
-use segment_format::manifest::Sha256Digest;
+use crate::manifest::Sha256Digest;
 use tokio::sync::mpsc;
 
 use super::{Digest, READ_CHUNK};
