@@ -33,11 +33,11 @@ use std::path::PathBuf;
 
 use futures::StreamExt;
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
-use segment_format::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
 use segment_format::verify::VerifyOptions;
+use segmirror_transport::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use segmirror_transport::store::Store;
 
 mod partition;
 mod plan;
@@ -60,7 +60,7 @@ pub use select::{TopicFilter, ALL_TOPICS};
 /// four partitions then hold ~100 MiB, nearly all of it the windows of the
 /// segments being verified, and keep both cores of a small machine busy.)
 ///
-/// [`DEFAULT_UPLOAD_CONCURRENCY`]: crate::store::DEFAULT_UPLOAD_CONCURRENCY
+/// [`DEFAULT_UPLOAD_CONCURRENCY`]: segmirror_transport::store::DEFAULT_UPLOAD_CONCURRENCY
 pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
 
 /// What to seed and how.

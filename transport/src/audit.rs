@@ -62,10 +62,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use segment_format::dir::SegmentFileKind;
 use crate::index::{IndexedLineage, IndexedPartition, ManifestRead};
 use crate::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey};
 use crate::traits::SegmentSource;
+use segment_format::dir::SegmentFileKind;
 use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
@@ -353,34 +353,7 @@ fn stale_lease_commits(manifests: &[(String, Manifest)], report: &mut AuditRepor
 }
 
 fn push_error(report: &mut AuditReport, check: Check, key: &str, offset: Option<i64>, err: &Error) {
-    let finding = match err {
-        Error::Format(e) => {
-            let mut f = Finding::from_error(e);
-            f.offset = f.offset.or(offset);
-            f
-        }
-        Error::BadDocument {
-            key: at,
-            position,
-            problem,
-        } => Finding::error(
-            at,
-            Some(*position),
-            offset,
-            Defect::Other {
-                message: problem.to_string(),
-            },
-        ),
-        other => Finding::error(
-            key,
-            None,
-            offset,
-            Defect::Other {
-                message: other.to_string(),
-            },
-        ),
-    };
-    report.push(check, finding);
+    report.push(check, err.finding(key, offset));
 }
 
 async fn audit_lineage(

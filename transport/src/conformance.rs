@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -29,7 +30,6 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
-use crate::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
 
 use crate::error::{Error, MismatchKind};
 use crate::store::lease::{current_lease, lease_epochs, HeldLease};
@@ -672,7 +672,7 @@ mod tests {
         let store = local(dir.path());
         for key in ["../escape", "a/../../b", "/abs", "a//b"] {
             let err = store.put_bytes(key, &b"x"[..]).await.unwrap_err();
-            assert!(matches!(err, Error::Format(_)), "{key}: {err}");
+            assert!(matches!(err, Error::BadKey { .. }), "{key}: {err}");
         }
         assert!(!dir.path().join("escape").exists());
     }

@@ -176,6 +176,40 @@ impl Error {
         }
     }
 
+    /// This error as a report finding about `key` (the object it concerns when the error names none) at `offset`:
+    /// a `segment-format` error keeps its own finding, a bad document its byte position.
+    pub fn finding(&self, key: &str, offset: Option<i64>) -> segment_format::report::Finding {
+        use segment_format::report::Finding;
+        use segment_format::Defect;
+        match self {
+            Error::Format(e) => {
+                let mut f = Finding::from_error(e);
+                f.offset = f.offset.or(offset);
+                f
+            }
+            Error::BadDocument {
+                key: at,
+                position,
+                problem,
+            } => Finding::error(
+                at,
+                Some(*position),
+                offset,
+                Defect::Other {
+                    message: problem.to_string(),
+                },
+            ),
+            other => Finding::error(
+                key,
+                None,
+                offset,
+                Defect::Other {
+                    message: other.to_string(),
+                },
+            ),
+        }
+    }
+
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

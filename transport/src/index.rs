@@ -133,7 +133,11 @@ pub enum ManifestRead {
 
 /// Read and check the manifest at `key` (listed under `prefix`): the one implementation behind
 /// [`SegmentSource::read_manifest`].
-pub async fn read_manifest<S: SegmentSource + ?Sized>(source: &S, prefix: &KeyPrefix, key: &str) -> Result<ManifestRead> {
+pub async fn read_manifest<S: SegmentSource + ?Sized>(
+    source: &S,
+    prefix: &KeyPrefix,
+    key: &str,
+) -> Result<ManifestRead> {
     match source.read_document(key, MAX_MANIFEST_BYTES).await {
         Ok(bytes) => Ok(check_manifest(prefix, key, &bytes)),
         Err(Error::NotFound { .. }) => Ok(ManifestRead::Gone),
@@ -210,7 +214,11 @@ mod tests {
         assert_eq!(index.skipped.len(), 1);
         let foreign: Vec<&str> = index.foreign.iter().map(|f| f.key.as_str()).collect();
         assert_eq!(foreign, ["m/east/t/3/junk", "elsewhere/x"]);
-        assert!(index.foreign[1].reason.contains("not under prefix"), "{:?}", index.foreign);
+        assert!(
+            index.foreign[1].reason.contains("not under prefix"),
+            "{:?}",
+            index.foreign
+        );
         let part = &index.partitions[&p];
         assert_eq!(part.leases.keys().copied().collect::<Vec<_>>(), [2]);
         assert_eq!(part.lineages[&id].manifests[&0].key, manifest);

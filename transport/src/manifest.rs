@@ -492,7 +492,11 @@ impl Manifest {
         Ok(())
     }
 
-    fn validate_files(&self, partition: &PartitionKey, range: SegmentRange) -> std::result::Result<(), DocumentProblem> {
+    fn validate_files(
+        &self,
+        partition: &PartitionKey,
+        range: SegmentRange,
+    ) -> std::result::Result<(), DocumentProblem> {
         let fail = |m: String| Err(manifest_defect(m));
         let mut seen: Vec<SegmentFileKind> = Vec::new();
         let mut file_prefix: Option<&str> = None;

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::manifest::Sha256Digest;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -40,7 +41,6 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
-use crate::manifest::Sha256Digest;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
@@ -52,9 +52,9 @@ mod local;
 mod sink_source;
 mod url;
 
+pub use crate::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
 pub use io::{digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Sink};
-pub use crate::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
 pub use listing::{is_temporary_name, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};
 
@@ -170,9 +170,7 @@ fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
 /// The object path of `key`, which must already be in canonical form (no leading
 /// or trailing `/`, no empty, `.` or `..` components): a key is never rewritten.
 fn object_path(key: &str) -> Result<ObjectPath> {
-    let bad = |reason: String| {
-        Error::bad_key(key, reason)
-    };
+    let bad = |reason: String| Error::bad_key(key, reason);
     let path = ObjectPath::parse(key).map_err(|e| bad(format!("not a valid object key: {e}")))?;
     if path.as_ref() != key {
         return Err(bad(format!("not a canonical object key (would be stored as '{path}')")));

@@ -19,13 +19,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
 use segment_format::dir::{PartitionDir, SegmentFileKind, SegmentFiles};
-use segment_format::manifest::{
-    EpochStart, KeyPrefix, Manifest, ManifestFile, ObjectKey, ObjectKind, PartitionKey, SegmentFileName, ShipperStamp,
-    MANIFEST_FORMAT_V1, MAX_MANIFEST_BYTES,
-};
 use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::Defect;
+use segmirror_transport::manifest::{
+    EpochStart, KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, ShipperStamp, MANIFEST_FORMAT_V1,
+};
 
 use super::plan::{decide, Action, Version};
 use super::prepare::{self, LocalFile, Outcome, PrepareOptions, Prepared, SegmentStats, SourceGuard};
@@ -33,8 +32,9 @@ use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::select::SourcePartition;
 use super::SeedProgress;
 use crate::error::Error;
-use crate::lease::HeldLease;
-use crate::store::{digest_of, Store};
+use segmirror_transport::lease::HeldLease;
+use segmirror_transport::store::{digest_of, Store};
+use segmirror_transport::{BucketIndex, Error as TransportError, ManifestRead, SegmentSource};
 
 /// Fresh starts of one partition after its source changed under a segment. A
 /// broker rolls or compacts a given segment once, so a second look normally
@@ -63,11 +63,17 @@ enum Stop {
 impl From<Error> for Stop {
     fn from(e: Error) -> Stop {
         let kind = match &e {
-            Error::Fenced { .. } | Error::LeaseLost { .. } => FailureKind::Fenced,
-            Error::Io { .. } => FailureKind::Source,
+            Error::Transport(TransportError::Fenced { .. } | TransportError::LeaseLost { .. }) => FailureKind::Fenced,
+            Error::Io { .. } | Error::Transport(TransportError::Io { .. }) => FailureKind::Source,
             _ => FailureKind::Store,
         };
         failed(kind, e.to_string())
+    }
+}
+
+impl From<TransportError> for Stop {
+    fn from(e: TransportError) -> Stop {
+        Stop::from(Error::from(e))
     }
 }
 
@@ -263,19 +269,18 @@ impl PartitionShipper<'_, '_> {
 
     /// List the lineage's manifests (again).
     async fn list_bucket(&mut self) -> Result<(), Stop> {
-        let listed = self.ctx.store.list(&self.key.manifests_dir(&self.topic_id())).await?;
-        let mut keys = BTreeMap::new();
-        for object in listed {
-            if let Ok(ObjectKey {
-                partition,
-                kind: ObjectKind::Manifest { topic_id, base_offset },
-            }) = ObjectKey::parse(self.ctx.prefix, &object.key)
-            {
-                if partition == self.key && topic_id == self.topic_id() {
-                    keys.insert(base_offset, object.key);
-                }
-            }
-        }
+        let listed = self
+            .ctx
+            .store
+            .list_all(&self.key.manifests_dir(&self.topic_id()))
+            .await?;
+        let index = BucketIndex::build(self.ctx.prefix, listed);
+        let keys = index
+            .partitions
+            .get(&self.key)
+            .and_then(|p| p.lineages.get(&self.topic_id()))
+            .map(|l| l.manifests.iter().map(|(&base, o)| (base, o.key.clone())).collect())
+            .unwrap_or_default();
         self.bucket = Bucket {
             keys,
             read: BTreeMap::new(),
@@ -292,24 +297,15 @@ impl PartitionShipper<'_, '_> {
         let Some(key) = self.bucket.keys.get(&base).cloned() else {
             return Ok(None);
         };
-        let manifest = match self.ctx.store.get_bytes(&key, MAX_MANIFEST_BYTES).await {
-            Ok(bytes) => match Manifest::from_json(&key, &bytes) {
-                Ok(m) => match m.check_location(self.ctx.prefix, &key) {
-                    Ok(()) => Some(m),
-                    Err(defect) => {
-                        self.warn(Finding::warning(&key, None, Some(base), defect));
-                        None
-                    }
-                },
-                Err(e) => {
-                    let mut finding = Finding::from_error(&e);
-                    finding.severity = Severity::Warning;
-                    self.warn(finding);
-                    None
-                }
-            },
-            Err(Error::NotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
+        let manifest = match SegmentSource::read_manifest(self.ctx.store, self.ctx.prefix, &key).await? {
+            ManifestRead::Valid(m) => Some(*m),
+            ManifestRead::Invalid(e) => {
+                let mut finding = e.finding(&key, Some(base));
+                finding.severity = Severity::Warning;
+                self.warn(finding);
+                None
+            }
+            ManifestRead::Gone => None,
         };
         self.bucket.read.insert(base, manifest.clone());
         Ok(manifest)
@@ -463,7 +459,7 @@ impl PartitionShipper<'_, '_> {
 
     /// Upload one file of the version `[base, next)`.
     async fn upload(&mut self, base: i64, next: i64, file: &LocalFile) -> Result<ManifestFile, Stop> {
-        let range = segment_format::manifest::SegmentRange::new(base, next)
+        let range = segmirror_transport::manifest::SegmentRange::new(base, next)
             .map_err(|reason| failed(FailureKind::Source, reason))?;
         let name = SegmentFileName::new(base, file.kind);
         let key = self
@@ -473,7 +469,7 @@ impl PartitionShipper<'_, '_> {
         let summary = match self.ctx.store.put_file_prefix(&key, &file.path, Some(file.len)).await {
             Ok(s) => s,
             // The source file vanished or shrank while being read.
-            Err(Error::Io { path, source })
+            Err(TransportError::Io { path, source })
                 if matches!(
                     source.kind(),
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::UnexpectedEof
@@ -547,7 +543,7 @@ impl PartitionShipper<'_, '_> {
         next: i64,
         end: prepare::EndSnapshot,
     ) -> Result<ManifestFile, Stop> {
-        let range = segment_format::manifest::SegmentRange::new(base, next)
+        let range = segmirror_transport::manifest::SegmentRange::new(base, next)
             .map_err(|reason| failed(FailureKind::Source, reason))?;
         let key = self.key.end_snapshot_key(&self.topic_id(), range);
         let digest = digest_of(&end.bytes);
@@ -673,7 +669,7 @@ impl PartitionShipper<'_, '_> {
             .key
             .manifest_key(&self.topic_id(), base)
             .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
-        if let Err(defect) = manifest
+        if let Err(problem) = manifest
             .validate()
             .and_then(|()| manifest.check_location(self.ctx.prefix, &key))
         {
@@ -683,8 +679,8 @@ impl PartitionShipper<'_, '_> {
                     Path::new(&key),
                     None,
                     Some(base),
-                    Defect::Manifest {
-                        message: format!("the source does not make a valid manifest: {defect}"),
+                    Defect::Other {
+                        message: format!("the source does not make a valid manifest: {problem}"),
                     },
                 )],
             }));

@@ -32,12 +32,12 @@ use segment_format::batch::ATTRIBUTES_OFFSET;
 use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
 use segment_format::log::{Frame, LogFile};
-use segment_format::manifest::{SegmentRange, MAX_SNAPSHOT_BYTES};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
 use segment_format::verify::{check_segment, SegmentCheck, VerifyOptions};
 use segment_format::{Defect, Error};
+use segmirror_transport::manifest::{SegmentRange, MAX_SNAPSHOT_BYTES};
 
 /// Checks of one segment before a failure on changing files is final: the
 /// broker's roll completes in milliseconds, so three looks a

@@ -7,7 +7,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::{DATA_DIR, JSON_SUFFIX, KEY_NUMBER_DIGITS, LEASE_DIR, MANIFESTS_DIR, MAX_LINK_LENGTH};
-use segment_format::dir::{classify_partition_file, segment_file_name, validate_topic_name, PartitionFile, SegmentFileKind};
+use segment_format::dir::{
+    classify_partition_file, segment_file_name, validate_topic_name, PartitionFile, SegmentFileKind,
+};
 use segment_format::partition_metadata::Uuid;
 
 use crate::error::{Error, Result};

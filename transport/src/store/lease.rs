@@ -21,8 +21,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::manifest::{KeyPrefix, Lease, ObjectKey, ObjectKind, PartitionKey};
 
 use crate::error::{Error, Result};
-use crate::traits::SegmentSource;
 use crate::store::Store;
+use crate::traits::SegmentSource;
 
 /// Lost create races before [`Error::LeaseContention`]: each loss means another
 /// shipper just took an epoch, so this many in a row means a storm of shippers
@@ -85,9 +85,7 @@ impl HeldLease {
                 .map_or(1, |e| e.saturating_add(1));
             let lease = Lease::new(owner, epoch, now_ms());
             let key = partition.lease_key(epoch);
-            lease
-                .validate()
-                .map_err(|d| Error::bad_document(&key, 0, d))?;
+            lease.validate().map_err(|d| Error::bad_document(&key, 0, d))?;
             if store.put_if_absent(&key, lease.to_json()).await? {
                 tracing::info!(partition = %partition.dir(), epoch, owner, "lease acquired");
                 return Ok(HeldLease {

@@ -1,0 +1,54 @@
+//! The one error type of the shipper crate.
+//!
+//! Everything about the transport (a missing object, a mismatch, fencing, a bad
+//! bucket document) is a [`segmirror_transport::Error`], wrapped whole in
+//! [`Error::Transport`] so callers still ask it the transport's questions
+//! ([`Error::is_transient`]). What is the shipper's own: settings, reading the
+//! source log dirs, background tasks.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The transport failed or refused (see [`segmirror_transport::Error`]).
+    #[error(transparent)]
+    Transport(#[from] segmirror_transport::Error),
+
+    /// A source file is malformed.
+    #[error(transparent)]
+    Format(#[from] segment_format::Error),
+
+    /// A local file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A setting given to the shipper is unusable (a topic pattern that does not
+    /// compile, an illegal link name or shipper id).
+    #[error("{setting}: {reason}")]
+    InvalidSetting { setting: &'static str, reason: String },
+
+    /// A background task panicked or was cancelled.
+    #[error("{what}: background task failed: {message}")]
+    Task { what: String, message: String },
+}
+
+impl Error {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Worth retrying: a transient transport failure only.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Transport(e) if e.is_transient())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
