@@ -25,8 +25,8 @@
 //! planning with it first means nothing is downloaded that would be refused at the end.
 
 use segment_format::dir::SegmentFileKind;
-use segment_format::manifest::Manifest;
 use segmirror_catalog::SegmentRecord;
+use segmirror_transport::manifest::Manifest;
 
 use crate::report::{Refusal, SkipSegment};
 

@@ -78,7 +78,7 @@ pub struct StagedFile {
 /// with [`crate::Error::Fenced`] (or [`crate::Error::LeaseLost`]) when another
 /// shipper took the partition; nothing is committed then.
 #[async_trait]
-pub trait SegmentSink: Send + Sync {
+pub trait SegmentSink: Send + Sync + std::fmt::Debug {
     /// Stage the first `len` bytes of the file at `path` (all of it when `None`) under the data key `key`,
     /// returning the size and digests of the bytes that went.
     async fn stage_file(&self, key: &str, path: &Path, len: Option<u64>) -> Result<StagedFile>;
@@ -100,7 +100,7 @@ pub trait SegmentSink: Send + Sync {
 /// [`fetch_file`](Self::fetch_file). Everything else is provided, once, for
 /// every implementation.
 #[async_trait]
-pub trait SegmentSource: Send + Sync {
+pub trait SegmentSource: Send + Sync + std::fmt::Debug {
     /// Everything under `root` (a `/`-separated key prefix, empty for all), sorted by key. Entries that are not
     /// readable objects are reported in [`Listing::skipped`], never a reason to fail.
     async fn list(&self, root: &str) -> Result<Listing>;

@@ -24,7 +24,7 @@ use segment_format::Defect;
 use segmirror_transport::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, PartitionKey, MAX_MANIFEST_BYTES};
 
 use super::*;
-use crate::audit::{audit_store, AuditOptions};
+use segmirror_transport::audit::{audit_store, AuditOptions};
 use segmirror_transport::store::{digest_of, StoreUrl};
 
 const LINK: &str = "east";
@@ -333,7 +333,7 @@ async fn every_selected_partition_is_shipped_with_valid_manifests() {
         .await
         .unwrap();
     assert!(audit.is_sound(), "{:#?}", audit.findings);
-    assert_eq!(audit.of(crate::audit::Check::OrphanObject).count(), 0);
+    assert_eq!(audit.of(segmirror_transport::audit::Check::OrphanObject).count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
