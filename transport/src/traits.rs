@@ -19,7 +19,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::error::Result;
+use crate::error::{Error, MismatchKind, Result};
 use crate::index::{self, BucketIndex, ManifestRead};
 use crate::manifest::{KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, Sha256Digest, MAX_LEASE_BYTES};
 
@@ -69,6 +69,27 @@ pub struct StagedFile {
     pub digest: Digest,
 }
 
+/// Compare what was received with what was expected: size first, then SHA-256.
+pub fn check_received(key: &str, digest: &Digest, size: u64, sha256: &Sha256Digest) -> Result<()> {
+    if digest.size != size {
+        return Err(Error::Mismatch {
+            key: key.to_string(),
+            what: MismatchKind::Size,
+            expected: size.to_string(),
+            found: digest.size.to_string(),
+        });
+    }
+    if digest.sha256 != *sha256 {
+        return Err(Error::Mismatch {
+            key: key.to_string(),
+            what: MismatchKind::Sha256,
+            expected: sha256.to_string(),
+            found: digest.sha256.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// What a shipper writes to.
 ///
 /// Order of a shipment: [`acquire_lease`](Self::acquire_lease) once per
@@ -97,8 +118,10 @@ pub trait SegmentSink: Send + Sync + std::fmt::Debug {
 /// What an applier, the audit and a resuming shipper read from.
 ///
 /// Primitives: [`list`](Self::list), [`read_document`](Self::read_document),
-/// [`fetch_file`](Self::fetch_file). Everything else is provided, once, for
-/// every implementation.
+/// [`receive_file`](Self::receive_file). Everything else is provided, once, for
+/// every implementation — in particular the check of fetched bytes against what
+/// a manifest promised ([`fetch_file`](Self::fetch_file)), so no backend can
+/// hand over bytes that were not compared with the manifest.
 #[async_trait]
 pub trait SegmentSource: Send + Sync + std::fmt::Debug {
     /// Everything under `root` (a `/`-separated key prefix, empty for all), sorted by key. Entries that are not
@@ -108,9 +131,26 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
     /// A small document, refused with [`crate::Error::TooLarge`] above `limit` bytes before its body is read.
     async fn read_document(&self, key: &str, limit: u64) -> Result<Bytes>;
 
-    /// Fetch `key` into the file at `dest`, verified against `size` (before the first byte) and `sha256`; a
-    /// mismatch is [`crate::Error::Mismatch`] and leaves no file at `dest`.
-    async fn fetch_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest>;
+    /// Write the object `key` into the file at `dest` (created or truncated, fsynced) and return the size and
+    /// digests of the bytes written, computed as they were written. `size` and `sha256` are what the caller
+    /// expects: an implementation may refuse early (a size known before the first byte), but need not —
+    /// [`fetch_file`](Self::fetch_file) compares the returned digest with them in any case. On an error the
+    /// implementation leaves no file at `dest`.
+    async fn receive_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest>;
+
+    /// Fetch `key` into the file at `dest`, verified against `size` and `sha256`: a mismatch is
+    /// [`crate::Error::Mismatch`] and leaves no file at `dest`.
+    async fn fetch_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest> {
+        let digest = self.receive_file(key, dest, size, sha256).await?;
+        match check_received(key, &digest, size, sha256) {
+            Ok(()) => Ok(digest),
+            Err(e) => {
+                let owned = dest.to_path_buf();
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(owned)).await;
+                Err(e)
+            }
+        }
+    }
 
     /// The partitions, lineages and versions under `prefix` (only `prefix/<link>` when a link is named).
     async fn index(&self, prefix: &KeyPrefix, link: Option<&str>) -> Result<BucketIndex> {

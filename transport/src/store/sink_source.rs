@@ -61,7 +61,7 @@ impl SegmentSource for Store {
         self.get_bytes(key, limit).await
     }
 
-    async fn fetch_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest> {
+    async fn receive_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest> {
         self.get_to_file(key, dest, size, sha256).await
     }
 }
