@@ -46,13 +46,14 @@ pub fn partition(what: &str) -> PartitionKey {
     PartitionKey::new(prefix, "conformance", "orders", 3).expect("a valid partition key")
 }
 
-/// Stage a `.log` of [`LOG_BYTES`] and a 16-byte `.index` of the version `[BASE, NEXT)`, from files in `dir`.
+/// Stage a `.log` of [`LOG_BYTES`], a 16-byte `.index` and a 24-byte `.timeindex` of the version `[BASE, NEXT)`, from files in `dir`.
 pub async fn stage_version<T: SegmentSink + ?Sized>(t: &T, p: &PartitionKey, dir: &Path) -> Vec<(ManifestFile, Bytes)> {
     let range = SegmentRange::new(BASE, NEXT).unwrap();
     let mut staged = Vec::new();
     for (kind, bytes) in [
         (SegmentFileKind::Log, test_bytes(LOG_BYTES, 1)),
         (SegmentFileKind::Index, test_bytes(16, 2)),
+        (SegmentFileKind::TimeIndex, test_bytes(24, 3)),
     ] {
         let name = SegmentFileName::new(BASE, kind);
         let key = p.data_key(&TOPIC_ID, range, name).unwrap();
