@@ -40,6 +40,18 @@ async fn moto_store_conforms() {
     conformance::listing(&root).await;
 }
 
+/// The same contract the local folder keeps, through the traits only; and the fault injector over S3, passing
+/// through and then failing, truncating and corrupting chosen calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moto_keeps_the_transport_contract_and_faults_surface() {
+    let server = MotoServer::start().unwrap();
+    conformance::contract::run_all(&moto_store(&server, "team/mirror")).await;
+    let faulty = conformance::faulty::Faulty::new(moto_store(&server, ""));
+    conformance::contract::run_all(&faulty).await;
+    assert_eq!(faulty.injected(), 0);
+    conformance::faults::run_all(&faulty).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moto_fences_a_stale_lease_holder() {
     let server = MotoServer::start().unwrap();
