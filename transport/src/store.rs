@@ -554,14 +554,7 @@ impl Store {
             .retrying("get", key, |_| async {
                 let sink = Sink::File(path.to_path_buf());
                 let digest = self.download(key, &location, Some(expected_size), sink).await?;
-                if digest.sha256 != *expected_sha256 {
-                    return Err(Error::Mismatch {
-                        key: key.to_string(),
-                        what: MismatchKind::Sha256,
-                        expected: expected_sha256.to_string(),
-                        found: digest.sha256.to_string(),
-                    });
-                }
+                crate::traits::check_received(key, &digest, expected_size, expected_sha256)?;
                 Ok(digest)
             })
             .await;

@@ -77,6 +77,11 @@ pub async fn stage_version<T: SegmentSink + ?Sized>(t: &T, p: &PartitionKey, dir
     staged
 }
 
+/// [`stage_version`], the manifest entries only.
+pub async fn staged_files<T: SegmentSink + ?Sized>(t: &T, p: &PartitionKey, dir: &Path) -> Vec<ManifestFile> {
+    stage_version(t, p, dir).await.into_iter().map(|(f, _)| f).collect()
+}
+
 /// A valid manifest for `files` of the version `[BASE, NEXT)` of `p`, committed under `lease_epoch`.
 pub fn manifest_for(p: &PartitionKey, files: Vec<ManifestFile>, lease_epoch: u64) -> Manifest {
     Manifest {
@@ -239,11 +244,7 @@ pub async fn a_committed_version_is_indexed_and_read_back<T: SegmentSink + Segme
 pub async fn a_stale_lease_cannot_commit<T: SegmentSink + SegmentSource + ?Sized>(t: &T) {
     let p = partition("fence");
     let dir = tempfile::tempdir().unwrap();
-    let files: Vec<ManifestFile> = stage_version(t, &p, dir.path())
-        .await
-        .into_iter()
-        .map(|(f, _)| f)
-        .collect();
+    let files = staged_files(t, &p, dir.path()).await;
     let old = t.acquire_lease(&p, "shipper-a").await.unwrap();
     let new = t.acquire_lease(&p, "shipper-b").await.unwrap();
     assert!(new.epoch > old.epoch);
@@ -273,11 +274,7 @@ pub async fn a_stale_lease_cannot_commit<T: SegmentSink + SegmentSource + ?Sized
 pub async fn an_invalid_manifest_is_never_committed<T: SegmentSink + SegmentSource + ?Sized>(t: &T) {
     let p = partition("invalid");
     let dir = tempfile::tempdir().unwrap();
-    let files: Vec<ManifestFile> = stage_version(t, &p, dir.path())
-        .await
-        .into_iter()
-        .map(|(f, _)| f)
-        .collect();
+    let files = staged_files(t, &p, dir.path()).await;
     let lease = t.acquire_lease(&p, "conformance").await.unwrap();
     let mut manifest = manifest_for(&p, files, lease.epoch);
     manifest.first_offset = Some(NEXT + 5);

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::contract::{manifest_for, partition, stage_version, BASE, TOPIC_ID};
+use super::contract::{manifest_for, partition, stage_version, staged_files, BASE, TOPIC_ID};
 use super::faulty::{Fault, Faulty, Op};
 use crate::error::{Error, MismatchKind};
 use crate::index::ManifestRead;
-use crate::manifest::ManifestFile;
 use crate::traits::{SegmentSink, SegmentSource};
 
 /// Run every fault check against `t` (which must have nothing injected).
@@ -50,11 +49,7 @@ pub async fn failed_calls_are_transient_errors_and_do_nothing<T: SegmentSink + S
     let index = t.index(p.prefix(), None).await.unwrap();
     assert!(index.partitions.get(&p).is_none_or(|part| part.leases.is_empty()));
 
-    let files: Vec<ManifestFile> = stage_version(t, &p, dir.path())
-        .await
-        .into_iter()
-        .map(|(f, _)| f)
-        .collect();
+    let files = staged_files(t, &p, dir.path()).await;
     let lease = t.acquire_lease(&p, "me").await.unwrap();
     let manifest = manifest_for(&p, files.clone(), lease.epoch);
     let mkey = p.manifest_key(&TOPIC_ID, BASE).unwrap();
@@ -80,11 +75,7 @@ pub async fn failed_calls_are_transient_errors_and_do_nothing<T: SegmentSink + S
 pub async fn a_lost_commit_answer_is_retried_safely<T: SegmentSink + SegmentSource>(t: &Faulty<T>) {
     let p = partition("fault-lost");
     let dir = tempfile::tempdir().unwrap();
-    let files: Vec<ManifestFile> = stage_version(t, &p, dir.path())
-        .await
-        .into_iter()
-        .map(|(f, _)| f)
-        .collect();
+    let files = staged_files(t, &p, dir.path()).await;
     let lease = t.acquire_lease(&p, "me").await.unwrap();
     let manifest = manifest_for(&p, files, lease.epoch);
     t.inject(Op::Commit, Fault::LoseAnswer);
@@ -122,11 +113,7 @@ pub async fn damaged_deliveries_are_mismatches<T: SegmentSink + SegmentSource>(t
 pub async fn damaged_documents_are_refused<T: SegmentSink + SegmentSource>(t: &Faulty<T>) {
     let p = partition("fault-doc");
     let dir = tempfile::tempdir().unwrap();
-    let files: Vec<ManifestFile> = stage_version(t, &p, dir.path())
-        .await
-        .into_iter()
-        .map(|(f, _)| f)
-        .collect();
+    let files = staged_files(t, &p, dir.path()).await;
     let lease = t.acquire_lease(&p, "me").await.unwrap();
     t.commit(p.prefix(), &lease, &manifest_for(&p, files, lease.epoch))
         .await
