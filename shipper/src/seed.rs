@@ -37,7 +37,7 @@ use segment_format::verify::VerifyOptions;
 use segmirror_transport::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
 
 use crate::error::{Error, Result};
-use segmirror_transport::store::Store;
+use segmirror_transport::Transport;
 
 mod partition;
 mod plan;
@@ -171,7 +171,7 @@ impl SeedProgress for NoProgress {}
 /// Ship everything `config` selects to `store` (see the module doc). Fails only
 /// on an invalid configuration; everything that happens to partitions is in
 /// the report.
-pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn SeedProgress) -> Result<SeedReport> {
+pub async fn seed(store: &dyn Transport, config: &SeedConfig, progress: &dyn SeedProgress) -> Result<SeedReport> {
     config.validate()?;
     let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
     let discovery = tokio::task::spawn_blocking(move || select::discover(&log_dirs, &topics))

@@ -49,4 +49,6 @@ pub use error::{DocumentProblem, Error, MismatchKind, Result};
 pub use index::{BucketIndex, ForeignKey, IndexedLineage, IndexedPartition, ManifestRead};
 pub use store::lease;
 pub use store::{PutSummary, S3Options, Store, StoreUrl};
-pub use traits::{check_received, Digest, Listing, ObjectInfo, SegmentSink, SegmentSource, SkippedEntry, StagedFile};
+pub use traits::{
+    check_received, Digest, Listing, ObjectInfo, SegmentSink, SegmentSource, SkippedEntry, StagedFile, Transport,
+};

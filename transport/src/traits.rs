@@ -179,3 +179,8 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
         index::check_lease(&key, epoch, &bytes)
     }
 }
+
+/// Both sides of one transport: what a shipper needs (it writes, and reads back what it shipped to resume).
+pub trait Transport: SegmentSink + SegmentSource {}
+
+impl<T: SegmentSink + SegmentSource + ?Sized> Transport for T {}

@@ -23,7 +23,8 @@ use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::Defect;
 use segmirror_transport::manifest::{
-    EpochStart, KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, ShipperStamp, MANIFEST_FORMAT_V1,
+    EpochStart, KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, SegmentFileName, ShipperStamp,
+    MANIFEST_FORMAT_V1,
 };
 
 use super::plan::{decide, Action, Version};
@@ -32,9 +33,8 @@ use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::select::SourcePartition;
 use super::SeedProgress;
 use crate::error::Error;
-use segmirror_transport::lease::HeldLease;
-use segmirror_transport::store::{digest_of, Store};
-use segmirror_transport::{BucketIndex, Error as TransportError, ManifestRead, SegmentSource};
+
+use segmirror_transport::{BucketIndex, Error as TransportError, ManifestRead, Transport};
 
 /// Fresh starts of one partition after its source changed under a segment. A
 /// broker rolls or compacts a given segment once, so a second look normally
@@ -44,7 +44,7 @@ pub const PARTITION_ATTEMPTS: u32 = 3;
 
 /// What every partition job shares.
 pub(crate) struct Context<'a> {
-    pub store: &'a Store,
+    pub store: &'a dyn Transport,
     pub prefix: &'a KeyPrefix,
     pub link: &'a str,
     pub shipper_id: &'a str,
@@ -160,7 +160,7 @@ struct PartitionShipper<'c, 's> {
     ctx: &'c Context<'c>,
     source: &'s SourcePartition,
     key: PartitionKey,
-    lease: Option<HeldLease>,
+    lease: Option<Lease>,
     bucket: Bucket,
     /// Segments already counted in progress (a restart must not count them twice).
     counted: BTreeSet<i64>,
@@ -269,11 +269,7 @@ impl PartitionShipper<'_, '_> {
 
     /// List the lineage's manifests (again).
     async fn list_bucket(&mut self) -> Result<(), Stop> {
-        let listed = self
-            .ctx
-            .store
-            .list_all(&self.key.manifests_dir(&self.topic_id()))
-            .await?;
+        let listed = self.ctx.store.list(&self.key.manifests_dir(&self.topic_id())).await?;
         let index = BucketIndex::build(self.ctx.prefix, listed);
         let keys = index
             .partitions
@@ -297,7 +293,7 @@ impl PartitionShipper<'_, '_> {
         let Some(key) = self.bucket.keys.get(&base).cloned() else {
             return Ok(None);
         };
-        let manifest = match SegmentSource::read_manifest(self.ctx.store, self.ctx.prefix, &key).await? {
+        let manifest = match self.ctx.store.read_manifest(self.ctx.prefix, &key).await? {
             ManifestRead::Valid(m) => Some(*m),
             ManifestRead::Invalid(e) => {
                 let mut finding = e.finding(&key, Some(base));
@@ -328,8 +324,8 @@ impl PartitionShipper<'_, '_> {
         if self.lease.is_some() {
             return Ok(false);
         }
-        let lease = HeldLease::acquire(self.ctx.store, &self.key, self.ctx.shipper_id).await?;
-        self.report.lease_epoch = Some(lease.epoch());
+        let lease = self.ctx.store.acquire_lease(&self.key, self.ctx.shipper_id).await?;
+        self.report.lease_epoch = Some(lease.epoch);
         self.lease = Some(lease);
         self.list_bucket().await?;
         Ok(true)
@@ -466,7 +462,7 @@ impl PartitionShipper<'_, '_> {
             .key
             .data_key(&self.topic_id(), range, name)
             .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
-        let summary = match self.ctx.store.put_file_prefix(&key, &file.path, Some(file.len)).await {
+        let summary = match self.ctx.store.stage_file(&key, &file.path, Some(file.len)).await {
             Ok(s) => s,
             // The source file vanished or shrank while being read.
             Err(TransportError::Io { path, source })
@@ -546,8 +542,7 @@ impl PartitionShipper<'_, '_> {
         let range = segmirror_transport::manifest::SegmentRange::new(base, next)
             .map_err(|reason| failed(FailureKind::Source, reason))?;
         let key = self.key.end_snapshot_key(&self.topic_id(), range);
-        let digest = digest_of(&end.bytes);
-        self.ctx.store.put_bytes(&key, end.bytes).await?;
+        let digest = self.ctx.store.stage_bytes(&key, end.bytes.into()).await?.digest;
         self.report.bytes_uploaded += digest.size;
         Ok(ManifestFile {
             name: SegmentFileName::new(next, SegmentFileKind::Snapshot),
@@ -656,7 +651,7 @@ impl PartitionShipper<'_, '_> {
             end_snapshot: None,
             shipper: ShipperStamp {
                 id: self.ctx.shipper_id.to_string(),
-                lease_epoch: self.lease.as_ref().map_or(0, HeldLease::epoch),
+                lease_epoch: self.lease.as_ref().map_or(0, |l| l.epoch),
             },
             created_at_ms: now_ms(),
         }
@@ -688,8 +683,8 @@ impl PartitionShipper<'_, '_> {
         let Some(lease) = &self.lease else {
             return Err(failed(FailureKind::Store, "no lease held at commit".into()));
         };
-        lease.check_still_holder(self.ctx.store).await?;
-        self.ctx.store.put_bytes(&key, manifest.to_json()).await?;
+        // The transport checks the lease (a newer one fences this shipper) and writes the manifest.
+        self.ctx.store.commit(self.ctx.prefix, lease, &manifest).await?;
         tracing::debug!(partition = %self.report.name(), base, next = manifest.next_offset, sealed = manifest.sealed, "committed");
         self.report.segments_shipped += 1;
         self.report.shipped_through = Some(manifest.next_offset);

@@ -25,7 +25,7 @@ use segmirror_transport::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, Parti
 
 use super::*;
 use segmirror_transport::audit::{audit_store, AuditOptions};
-use segmirror_transport::store::{digest_of, StoreUrl};
+use segmirror_transport::store::{digest_of, Store, StoreUrl};
 
 const LINK: &str = "east";
 /// `index.interval.bytes` of the partitions written here: small enough for
