@@ -167,6 +167,21 @@ impl Error {
         }
     }
 
+    /// What arrived at `key` is not what was expected.
+    pub fn mismatch(
+        key: &str,
+        what: MismatchKind,
+        expected: impl std::fmt::Display,
+        found: impl std::fmt::Display,
+    ) -> Self {
+        Error::Mismatch {
+            key: key.to_string(),
+            what,
+            expected: expected.to_string(),
+            found: found.to_string(),
+        }
+    }
+
     /// A malformed document at `key`.
     pub fn bad_document(key: &str, position: u64, problem: DocumentProblem) -> Self {
         Error::BadDocument {

@@ -585,12 +585,7 @@ impl Store {
         let size = get.meta.size;
         if let Some(expected) = expected {
             if size != expected {
-                return Err(Error::Mismatch {
-                    key: key.to_string(),
-                    what: MismatchKind::Size,
-                    expected: expected.to_string(),
-                    found: size.to_string(),
-                });
+                return Err(Error::mismatch(key, MismatchKind::Size, expected, size));
             }
         }
         let digest = match get.payload {
@@ -608,12 +603,7 @@ impl Store {
             GetResultPayload::Stream(stream) => self.download_stream(key, stream, size, sink).await?,
         };
         if digest.size != size {
-            return Err(Error::Mismatch {
-                key: key.to_string(),
-                what: MismatchKind::Size,
-                expected: size.to_string(),
-                found: digest.size.to_string(),
-            });
+            return Err(Error::mismatch(key, MismatchKind::Size, size, digest.size));
         }
         Ok(digest)
     }
@@ -635,12 +625,12 @@ impl Store {
                 Ok(chunk) => {
                     received += chunk.len() as u64;
                     if received > size {
-                        failure = Some(Error::Mismatch {
-                            key: key.to_string(),
-                            what: MismatchKind::Size,
-                            expected: size.to_string(),
-                            found: format!("more than {size}"),
-                        });
+                        failure = Some(Error::mismatch(
+                            key,
+                            MismatchKind::Size,
+                            size,
+                            format!("more than {size}"),
+                        ));
                         break;
                     }
                     // The writer thread only hangs up on a disk error, reported below.

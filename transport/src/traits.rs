@@ -72,20 +72,10 @@ pub struct StagedFile {
 /// Compare what was received with what was expected: size first, then SHA-256.
 pub fn check_received(key: &str, digest: &Digest, size: u64, sha256: &Sha256Digest) -> Result<()> {
     if digest.size != size {
-        return Err(Error::Mismatch {
-            key: key.to_string(),
-            what: MismatchKind::Size,
-            expected: size.to_string(),
-            found: digest.size.to_string(),
-        });
+        return Err(Error::mismatch(key, MismatchKind::Size, size, digest.size));
     }
     if digest.sha256 != *sha256 {
-        return Err(Error::Mismatch {
-            key: key.to_string(),
-            what: MismatchKind::Sha256,
-            expected: sha256.to_string(),
-            found: digest.sha256.to_string(),
-        });
+        return Err(Error::mismatch(key, MismatchKind::Sha256, sha256, digest.sha256));
     }
     Ok(())
 }
