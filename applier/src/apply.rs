@@ -19,15 +19,16 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use futures::StreamExt;
-use segment_format::manifest::{validate_link_name, KeyPrefix, Manifest};
 use segment_format::partition_metadata::Uuid;
 use segment_format::verify::VerifyOptions;
 use segmirror_catalog::{
     Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState, Subject, Upsert,
 };
-use segmirror_shipper::Store;
+use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Manifest};
+use segmirror_transport::SegmentSource;
 
 use crate::bucket::{self, choose_lineage, LineageChoice, ManifestRead, PartitionObjects, MANIFEST_READ_CONCURRENCY};
 use crate::catalog_cell::CatalogCell;
@@ -55,7 +56,7 @@ pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
 /// What to apply, from where, into where.
 #[derive(Debug, Clone)]
 pub struct ApplyConfig {
-    store: Store,
+    store: Arc<dyn SegmentSource>,
     store_url: String,
     prefix: KeyPrefix,
     link: Option<String>,
@@ -68,11 +69,15 @@ pub struct ApplyConfig {
 }
 
 impl ApplyConfig {
-    /// Apply from `store` (its URL as the operator wrote it, recorded for a new link) into `mirror_root`; the root
-    /// key prefix, the store's only link, shallow validation.
-    pub fn new(store: Store, store_url: impl Into<String>, mirror_root: impl Into<PathBuf>) -> Self {
+    /// Apply from `store` (any transport's read side; its URL as the operator wrote it, recorded for a new link)
+    /// into `mirror_root`; the root key prefix, the store's only link, shallow validation.
+    pub fn new(
+        store: impl SegmentSource + 'static,
+        store_url: impl Into<String>,
+        mirror_root: impl Into<PathBuf>,
+    ) -> Self {
         ApplyConfig {
-            store,
+            store: Arc::new(store),
             store_url: store_url.into(),
             prefix: KeyPrefix::root(),
             link: None,
@@ -208,7 +213,12 @@ impl Applier {
                 reason,
             })?;
         }
-        let mut listing = bucket::list(&self.config.store, &self.config.prefix, self.config.link.as_deref()).await?;
+        let mut listing = bucket::list(
+            self.config.store.as_ref(),
+            &self.config.prefix,
+            self.config.link.as_deref(),
+        )
+        .await?;
         report.ignored_keys = std::mem::take(&mut listing.ignored);
         let link = match &self.config.link {
             Some(link) => link.clone(),
@@ -430,7 +440,7 @@ impl Applier {
                 to_read.push((base, info.key.clone()));
             }
         }
-        let (store, prefix) = (&self.config.store, &self.config.prefix);
+        let (store, prefix) = (self.config.store.as_ref(), &self.config.prefix);
         let reads: Vec<(i64, String, Result<ManifestRead>)> = futures::stream::iter(to_read)
             .map(|(base, key)| async move {
                 let read = bucket::read_manifest(store, prefix, &key).await;
@@ -760,7 +770,7 @@ impl Applier {
         }
         let staging_dir = layout.staging_dir(&key.topic, key.partition, manifest.base_offset, manifest.next_offset);
         let target = Target {
-            store: &self.config.store,
+            store: self.config.store.as_ref(),
             partition_dir: dir,
             staging_dir: staging_dir.clone(),
             manifest_key,

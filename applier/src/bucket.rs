@@ -1,20 +1,20 @@
 //! Reading the bucket: which partitions and lineages a link has, and their manifests.
 //!
-//! The bucket is untrusted input. Keys are parsed by `segment_format::manifest` (the one place that knows the
-//! layout) and anything that does not parse is set aside as an [`IgnoredKey`]; a manifest is size-capped before it
-//! is read, validated, and checked against the key it was found at, so a bucket writer can neither point the
-//! applier at another partition's data nor make it build a path from a string it chose. A manifest that fails any
-//! of this is an [`Refusal::InvalidManifest`] — data turned down — while a store that cannot be reached is an
-//! [`Error`].
+//! The bucket is untrusted input. Listing and grouping it, and reading a manifest (size-capped, validated, checked
+//! against the key it was found at), are the transport's, shared with the audit and the shipper
+//! ([`segmirror_transport::index`]); here the applier takes the one link it mirrors, reports foreign keys as
+//! [`IgnoredKey`]s, and turns a manifest the transport found invalid into [`Refusal::InvalidManifest`] — data turned
+//! down — while a store that cannot be reached is an [`Error`].
 //!
 //! Lineages: a partition may hold several source topic ids (the topic was deleted and recreated). Which one the
 //! applier mirrors is decided by [`choose_lineage`], from the listing alone.
 
 use std::collections::BTreeMap;
 
-use segment_format::manifest::{KeyPrefix, Manifest, ObjectKey, ObjectKind, MAX_MANIFEST_BYTES};
 use segment_format::partition_metadata::Uuid;
-use segmirror_shipper::{ObjectInfo, Store};
+use segmirror_transport::index::{self, IndexedLineage, IndexedPartition};
+use segmirror_transport::manifest::{KeyPrefix, Manifest};
+use segmirror_transport::SegmentSource;
 
 use crate::error::{Error, Result};
 use crate::report::{IgnoredKey, Refusal};
@@ -36,75 +36,34 @@ pub(crate) struct LinkObjects {
     pub partitions: BTreeMap<(String, i32), PartitionObjects>,
 }
 
-/// One partition's lineages.
-#[derive(Debug, Default)]
-pub(crate) struct PartitionObjects {
-    pub lineages: BTreeMap<Uuid, Lineage>,
-}
+/// One partition's lineages (and leases, which the applier does not read).
+pub(crate) type PartitionObjects = IndexedPartition;
 
-/// The manifests of one lineage, by base offset.
-#[derive(Debug, Default)]
-pub(crate) struct Lineage {
-    pub manifests: BTreeMap<i64, ObjectInfo>,
-}
+/// The manifests (and data objects) of one lineage, by base offset.
+pub(crate) type Lineage = IndexedLineage;
 
-impl Lineage {
-    /// When the newest manifest was written (the store's clock).
-    pub fn last_modified_ms(&self) -> i64 {
-        self.manifests
-            .values()
-            .map(|o| o.last_modified_ms)
-            .max()
-            .unwrap_or(i64::MIN)
-    }
-}
-
-/// List `prefix`, or only `prefix/<link>` when a link is named, and sort the objects by link, partition and
-/// lineage. Leases and data objects are recognised and left out (the applier finds data through manifests).
-pub(crate) async fn list(store: &Store, prefix: &KeyPrefix, link: Option<&str>) -> Result<Listing> {
-    let root = match link {
-        Some(link) => prefix.join(link),
-        None => prefix.as_str().to_string(),
-    };
+/// List `prefix`, or only `prefix/<link>` when a link is named, through the transport's one bucket index, and sort
+/// the partitions by link.
+pub(crate) async fn list(source: &dyn SegmentSource, prefix: &KeyPrefix, link: Option<&str>) -> Result<Listing> {
+    let index = source.index(prefix, link).await?;
     let mut listing = Listing::default();
-    let listed = store.list_all(&root).await?;
     // Entries the store cannot even call objects (a FIFO, a link, a name that is no legal key) are reported like
     // keys that are not segmirror's: skipped, and nothing else stops.
-    listing.ignored.extend(listed.skipped.into_iter().map(|s| IgnoredKey {
+    listing.ignored.extend(index.skipped.into_iter().map(|s| IgnoredKey {
         key: s.key,
         reason: s.reason,
     }));
-    for object in listed.objects {
-        match ObjectKey::parse(prefix, &object.key) {
-            Ok(ObjectKey { partition, kind }) => {
-                let link_objects = listing.links.entry(partition.link().to_string()).or_default();
-                let entry = link_objects
-                    .partitions
-                    .entry((partition.topic().to_string(), partition.partition()))
-                    .or_default();
-                match kind {
-                    ObjectKind::Manifest { topic_id, base_offset } => {
-                        entry
-                            .lineages
-                            .entry(topic_id)
-                            .or_default()
-                            .manifests
-                            .insert(base_offset, object);
-                    }
-                    ObjectKind::Data { topic_id, .. } => {
-                        entry.lineages.entry(topic_id).or_default();
-                    }
-                    ObjectKind::Lease { .. } => {}
-                }
-            }
-            Err(e) => listing.ignored.push(IgnoredKey {
-                reason: match e {
-                    segment_format::Error::BadName { reason, .. } => reason,
-                    other => other.to_string(),
-                },
-                key: object.key,
-            }),
-        }
+    listing.ignored.extend(index.foreign.into_iter().map(|f| IgnoredKey {
+        key: f.key,
+        reason: f.reason,
+    }));
+    for (partition, objects) in index.partitions {
+        listing
+            .links
+            .entry(partition.link().to_string())
+            .or_default()
+            .partitions
+            .insert((partition.topic().to_string(), partition.partition()), objects);
     }
     Ok(listing)
 }
@@ -120,33 +79,31 @@ pub(crate) enum ManifestRead {
     Gone,
 }
 
-/// Read and check the manifest at `key` (listed under `prefix`).
-pub(crate) async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) -> Result<ManifestRead> {
-    let bytes = match store.get_bytes(key, MAX_MANIFEST_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(segmirror_shipper::Error::NotFound { .. }) => return Ok(ManifestRead::Gone),
-        Err(e @ (segmirror_shipper::Error::TooLarge { .. } | segmirror_shipper::Error::NotRegularFile { .. })) => {
-            return Ok(ManifestRead::Invalid(Refusal::InvalidManifest {
-                reason: e.to_string(),
-            }))
+impl From<index::ManifestRead> for ManifestRead {
+    fn from(read: index::ManifestRead) -> Self {
+        match read {
+            index::ManifestRead::Valid(m) => ManifestRead::Valid(m),
+            index::ManifestRead::Invalid(e) => {
+                ManifestRead::Invalid(Refusal::InvalidManifest { reason: e.to_string() })
+            }
+            index::ManifestRead::Gone => ManifestRead::Gone,
         }
-        Err(e) => return Err(Error::Store(e)),
-    };
-    Ok(check_manifest(prefix, key, &bytes))
+    }
+}
+
+/// Read and check the manifest at `key` (listed under `prefix`).
+pub(crate) async fn read_manifest(source: &dyn SegmentSource, prefix: &KeyPrefix, key: &str) -> Result<ManifestRead> {
+    source
+        .read_manifest(prefix, key)
+        .await
+        .map(ManifestRead::from)
+        .map_err(Error::Store)
 }
 
 /// The pure half of [`read_manifest`].
+#[cfg(test)]
 pub(crate) fn check_manifest(prefix: &KeyPrefix, key: &str, bytes: &[u8]) -> ManifestRead {
-    let manifest = match Manifest::from_json(key, bytes) {
-        Ok(m) => m,
-        Err(e) => return ManifestRead::Invalid(Refusal::InvalidManifest { reason: e.to_string() }),
-    };
-    if let Err(defect) = manifest.check_location(prefix, key) {
-        return ManifestRead::Invalid(Refusal::InvalidManifest {
-            reason: format!("{key}: {defect}"),
-        });
-    }
-    ManifestRead::Valid(Box::new(manifest))
+    index::check_manifest(prefix, key, bytes).into()
 }
 
 /// Which lineage of a partition to apply.
@@ -192,7 +149,7 @@ pub(crate) fn choose_lineage(recorded: Option<&str>, lineages: &BTreeMap<Uuid, L
 
 #[cfg(test)]
 mod tests {
-    use proptest::prelude::*;
+    use segmirror_transport::ObjectInfo;
 
     use super::*;
 
@@ -268,17 +225,6 @@ mod tests {
                 check_manifest(&prefix, "l/t/0/x/manifests/00000000000000000000.json", bytes),
                 ManifestRead::Invalid(Refusal::InvalidManifest { .. })
             ));
-        }
-    }
-
-    proptest! {
-        /// Whatever a bucket holds at a manifest key, reading it never panics, and only a document that is a
-        /// valid manifest for exactly that key is accepted.
-        #[test]
-        fn random_manifest_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
-            let read = check_manifest(&KeyPrefix::root(), "l/t/0/AAAAAAAAAAAAAAAAAAAAAQ/manifests/00000000000000000000.json", &bytes);
-            let refused = matches!(read, ManifestRead::Invalid(Refusal::InvalidManifest { .. }));
-            prop_assert!(refused, "{:?}", read);
         }
     }
 }

@@ -18,7 +18,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The object store failed (after the store's own retries), or a key could not be built.
     #[error(transparent)]
-    Store(#[from] segmirror_shipper::Error),
+    Store(#[from] segmirror_transport::Error),
 
     /// The catalog failed.
     #[error(transparent)]

@@ -36,14 +36,14 @@ use segment_format::dir::{
     classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE,
 };
 use segment_format::durable::fsync_dir;
-use segment_format::manifest::{EpochStart, Manifest, ManifestFile};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::verify::{check_segment_against_epochs, TailPolicy, VerifyOptions};
 use segmirror_catalog::SegmentVersion;
-use segmirror_shipper::store::Hasher;
-use segmirror_shipper::Store;
+use segmirror_transport::manifest::{EpochStart, Manifest, ManifestFile};
+use segmirror_transport::store::Hasher;
+use segmirror_transport::SegmentSource;
 
 use crate::error::{Error, Result};
 use crate::report::{Refusal, MAX_REPORTED_FINDINGS};
@@ -52,7 +52,7 @@ use segment_format::progress::Progress;
 /// Largest producer snapshot read for validation: the bucket contract's limit (46 bytes per producer, room for ~5.8
 /// million producers, far beyond any real partition, while a hostile object cannot make the applier read gigabytes
 /// into memory).
-pub const MAX_SNAPSHOT_BYTES: u64 = segment_format::manifest::MAX_SNAPSHOT_BYTES;
+pub const MAX_SNAPSHOT_BYTES: u64 = segmirror_transport::manifest::MAX_SNAPSHOT_BYTES;
 
 /// The smallest frame a `.log` can hold: a magic-0 message with no key and no value (`LOG_OVERHEAD` 12 +
 /// `RECORD_OVERHEAD_V0` 14). Bounds how many batches, hence index entries, a log of a given size can have.
@@ -81,7 +81,7 @@ const REPLACEMENT_ORDER: [SegmentFileKind; 5] = [
 
 /// One version to install.
 pub(crate) struct Target<'a> {
-    pub store: &'a Store,
+    pub store: &'a dyn SegmentSource,
     pub partition_dir: &'a Path,
     pub staging_dir: PathBuf,
     pub manifest_key: &'a str,
@@ -311,13 +311,13 @@ fn prepare(partition_dir: &Path, staging: &Path, files: &[ManifestFile]) -> Resu
 
 /// Download one file to its staging path; `Ok(Err(_))` when the store's object is not what the manifest promised.
 async fn fetch(
-    store: &Store,
+    store: &dyn SegmentSource,
     f: &ManifestFile,
     path: &Path,
     progress: &dyn Progress,
 ) -> Result<std::result::Result<u64, Refusal>> {
-    use segmirror_shipper::Error as StoreError;
-    match store.get_to_file(&f.key, path, f.size, &f.sha256).await {
+    use segmirror_transport::Error as StoreError;
+    match store.fetch_manifest_file(f, path).await {
         // The staging directory, and this file with it, is removed by the caller on a refusal.
         Ok(digest) if digest.crc32c != f.crc32c => Ok(Err(Refusal::Mismatch {
             key: f.key.clone(),

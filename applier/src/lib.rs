@@ -11,7 +11,7 @@
 //!
 //! The transport's read half (`Store::list`, `get_bytes`, `get_to_file` with streaming size and hash checks) comes
 //! from the shipper crate, `segmirror-shipper`, so both ends of the bucket share one implementation of retries,
-//! integrity checks and URL handling; the bucket layout itself is `segment_format::manifest`.
+//! integrity checks and URL handling; the bucket layout itself is `segmirror_transport::manifest`.
 //!
 //! # Invariants
 //! - **The catalog never claims more than is durable on disk.** A version is recorded installed in one catalog

@@ -27,8 +27,8 @@
 //! planning with it first means nothing is downloaded that would be refused at the end.
 
 use segment_format::dir::SegmentFileKind;
-use segment_format::manifest::Manifest;
 use segmirror_catalog::SegmentRecord;
+use segmirror_transport::manifest::Manifest;
 use segmirror_transport::succession::{self, succession, Content, Verdict};
 
 use crate::report::{Refusal, SkipSegment};

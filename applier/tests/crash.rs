@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use segment_format::manifest::KeyPrefix;
 use segment_format::partition_metadata::Uuid;
 use segmirror_applier::failpoint::{Armed, FailPoint};
 use segmirror_applier::{Error, NoProgress, PartitionOutcome, Verdict, STAGING_DIR};
 use segmirror_catalog::PartitionKey;
+use segmirror_transport::manifest::KeyPrefix;
 
 fn installed_bases(w: &World, topic: &str) -> Vec<i64> {
     let catalog = w.catalog();

@@ -6,10 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use segment_format::manifest::{EpochStart, KeyPrefix};
 use segment_format::partition_metadata::Uuid;
 use segmirror_applier::{ApplyReport, PartitionOutcome, Refusal, Verdict};
 use segmirror_catalog::{EventKind, PartitionKey, Subject};
+use segmirror_transport::manifest::{EpochStart, KeyPrefix};
 
 /// No hostile input may hang a run.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
@@ -111,7 +111,7 @@ async fn a_manifest_missing_from_the_middle_of_a_chain_is_a_refused_gap_not_a_si
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absurd_offsets_and_counts_are_refused_with_the_manifest_key_and_nothing_is_recorded() {
-    type Mutation = fn(&mut segment_format::manifest::Manifest);
+    type Mutation = fn(&mut segmirror_transport::manifest::Manifest);
     let cases: [(&str, Mutation, &str); 6] = [
         (
             "log start offset 2^63-1",

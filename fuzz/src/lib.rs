@@ -570,7 +570,7 @@ pub fn verify_dir(data: &[u8]) {
 /// components; a parsed prefix re-parses to itself; an accepted document
 /// re-serialises to one that is accepted and equal.
 pub fn bucket(data: &[u8]) {
-    use segment_format::manifest::{KeyPrefix, Lease, Manifest, ObjectKey};
+    use segmirror_transport::manifest::{KeyPrefix, Lease, Manifest, ObjectKey};
     let text = String::from_utf8_lossy(data);
     let mut lines = text.splitn(3, '\n');
     let prefix_line = lines.next().unwrap_or_default();
@@ -715,7 +715,7 @@ mod tests {
 
     #[test]
     fn bucket_seeds_are_accepted_documents_at_their_keys() {
-        use segment_format::manifest::{KeyPrefix, Lease, Manifest, ObjectKey};
+        use segmirror_transport::manifest::{KeyPrefix, Lease, Manifest, ObjectKey};
         let seeds = seeds::bucket_inputs();
         assert_eq!(seeds.len(), 5);
         let prefix = KeyPrefix::new("backups/kafka").expect("prefix");

@@ -352,7 +352,7 @@ pub fn text_inputs() -> Vec<Vec<u8>> {
 /// `prefix \n key \n document` inputs: a manifest and a lease at their keys.
 pub fn bucket_inputs() -> Vec<Vec<u8>> {
     use segment_format::dir::SegmentFileKind;
-    use segment_format::manifest::{
+    use segmirror_transport::manifest::{
         EpochStart, KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange,
         Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1,
     };

@@ -53,9 +53,6 @@ pub enum Defect {
     Snapshot { message: String },
     /// A control batch is malformed.
     Control { message: String },
-    /// A bucket document (manifest or lease) is malformed, of an unknown format,
-    /// or inconsistent with itself or with where it is stored.
-    Manifest { message: String },
     /// The file is larger than Kafka ever writes it (`what` names the file kind,
     /// `limit` the bound): rejected by its size, before it is read.
     TooLarge { what: &'static str, size: u64, limit: u64 },
@@ -127,7 +124,6 @@ impl fmt::Display for Defect {
             Defect::Epoch { message } => write!(f, "leader epoch: {message}"),
             Defect::Snapshot { message } => write!(f, "producer snapshot: {message}"),
             Defect::Control { message } => write!(f, "control batch: {message}"),
-            Defect::Manifest { message } => write!(f, "manifest: {message}"),
             Defect::TooLarge { what, size, limit } => write!(
                 f,
                 "{what} of {size} bytes exceeds the limit of {limit} bytes; rejected by its size, not read"

@@ -31,7 +31,6 @@ pub mod index;
 mod java_text;
 pub mod legacy;
 pub mod log;
-pub mod manifest;
 pub mod metadata_log;
 pub mod open;
 pub mod partition_metadata;

@@ -1,86 +1,23 @@
 //! The one error type of the shipper crate.
 //!
-//! Callers branch on a few questions, so each has a variant or a predicate: did
-//! the object not exist ([`Error::NotFound`]), did a create-if-absent lose
-//! ([`Error::AlreadyExists`]), did the bytes not match what a manifest promised
-//! ([`Error::Mismatch`]), is this shipper fenced ([`Error::Fenced`]), and — the
-//! one question the retry loop asks — is it worth trying again
-//! ([`Error::is_transient`]). Transience is decided once, when an
-//! `object_store` error is converted ([`classify`]), never by matching messages
-//! at call sites. Every variant names the object key or file it is about.
+//! Everything about the transport (a missing object, a mismatch, fencing, a bad
+//! bucket document) is a [`segmirror_transport::Error`], wrapped whole in
+//! [`Error::Transport`] so callers still ask it the transport's questions
+//! ([`Error::is_transient`]). What is the shipper's own: settings, reading the
+//! source log dirs, background tasks.
 
 use std::path::PathBuf;
-
-/// What was compared when a download or upload did not match.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MismatchKind {
-    Size,
-    Sha256,
-    Crc32c,
-}
-
-impl std::fmt::Display for MismatchKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            MismatchKind::Size => "size",
-            MismatchKind::Sha256 => "sha256",
-            MismatchKind::Crc32c => "crc32c",
-        })
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A store URL or store option is unusable.
-    #[error("store URL '{url}': {reason}")]
-    BadUrl { url: String, reason: String },
+    /// The transport failed or refused (see [`segmirror_transport::Error`]).
+    #[error(transparent)]
+    Transport(#[from] segmirror_transport::Error),
 
-    /// The object does not exist.
-    #[error("{key}: no such object")]
-    NotFound { key: String },
-
-    /// A create-if-absent put found the object already there.
-    #[error("{key}: object already exists")]
-    AlreadyExists { key: String },
-
-    /// The store cannot do what was asked (e.g. conditional puts disabled).
-    #[error("{key}: {operation} is not supported by this store: {source}")]
-    NotSupported {
-        key: String,
-        operation: &'static str,
-        #[source]
-        source: object_store::Error,
-    },
-
-    /// An object is larger than the caller allows (small documents are capped
-    /// before they are read into memory).
-    #[error("{key}: object of {size} bytes exceeds the limit of {limit} bytes")]
-    TooLarge { key: String, size: u64, limit: u64 },
-
-    /// Downloaded or uploaded bytes differ from what was expected.
-    #[error("{key}: {what} mismatch: expected {expected}, found {found}")]
-    Mismatch {
-        key: String,
-        what: MismatchKind,
-        expected: String,
-        found: String,
-    },
-
-    /// Any other failure of the object store. `transient` is decided by [`classify`].
-    #[error("{key}: {operation} failed{}: {source}", if *transient { " (transient)" } else { "" })]
-    Store {
-        key: String,
-        operation: &'static str,
-        transient: bool,
-        #[source]
-        source: object_store::Error,
-    },
-
-    /// A local-folder store holds something other than a regular file at `key` (a FIFO, socket, device or link):
-    /// never opened (opening a FIFO blocks), never followed.
-    #[error("{key}: {what}, not a regular file: refused (a store holds regular files only)")]
-    NotRegularFile { key: String, what: String },
+    /// A source file is malformed.
+    #[error(transparent)]
+    Format(#[from] segment_format::Error),
 
     /// A local file could not be read or written.
     #[error("{}: {source}", path.display())]
@@ -89,26 +26,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-
-    /// A document or key read from the bucket is malformed (the path is the key).
-    #[error(transparent)]
-    Format(#[from] segment_format::Error),
-
-    /// Another shipper acquired a newer lease on the partition: this one must stop.
-    #[error("{partition}: fenced: holding lease epoch {held_epoch}, but epoch {newer_epoch} exists")]
-    Fenced {
-        partition: String,
-        held_epoch: u64,
-        newer_epoch: u64,
-    },
-
-    /// The lease object this shipper holds was removed from the bucket.
-    #[error("{partition}: lease epoch {epoch} is no longer in the bucket")]
-    LeaseLost { partition: String, epoch: u64 },
-
-    /// Acquiring a lease kept losing races to other shippers.
-    #[error("{partition}: could not acquire a lease after {attempts} attempts (other shippers keep winning)")]
-    LeaseContention { partition: String, attempts: u32 },
 
     /// A setting given to the shipper is unusable (a topic pattern that does not
     /// compile, an illegal link name or shipper id).
@@ -128,156 +45,10 @@ impl Error {
         }
     }
 
-    /// Worth retrying: only store failures that [`classify`] judged transient.
-    /// Everything else (missing objects, mismatches, local disk errors, fencing)
-    /// will fail the same way again.
+    /// Worth retrying: a transient transport failure only.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Store { transient: true, .. })
-    }
-
-    /// Convert an `object_store` error about `key`, classifying it once.
-    pub fn from_store(key: &str, operation: &'static str, source: object_store::Error) -> Self {
-        let key = key.to_string();
-        match source {
-            object_store::Error::NotFound { .. } => Error::NotFound { key },
-            object_store::Error::AlreadyExists { .. } => Error::AlreadyExists { key },
-            // A create-if-absent on S3 answers 412 Precondition Failed.
-            object_store::Error::Precondition { .. } if operation == PUT_IF_ABSENT => Error::AlreadyExists { key },
-            e @ (object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. }) => {
-                Error::NotSupported {
-                    key,
-                    operation,
-                    source: e,
-                }
-            }
-            source => Error::Store {
-                key,
-                operation,
-                transient: classify(&source),
-                source,
-            },
-        }
-    }
-}
-
-/// Name of the create-if-absent operation (a precondition failure there means "exists").
-pub(crate) const PUT_IF_ABSENT: &str = "put if absent";
-
-/// Is an `object_store` error transient? Decided from the error's kind, then from
-/// the first `std::io::Error` in its source chain, then from the HTTP status in
-/// its message.
-///
-/// - Not found, exists, precondition, not modified, unsupported, invalid path,
-///   permission denied, unauthenticated, configuration errors: permanent.
-/// - An I/O error: transient for interruptions, timeouts and broken connections,
-///   permanent otherwise (a full or read-only disk does not heal by retrying).
-/// - An HTTP status 4xx other than 408 and 429: permanent (a request the server
-///   refuses will be refused again). Note that the S3 client has already retried
-///   5xx answers and connection failures with its own backoff before we see them;
-///   we retry them once more at the operation level, which also restarts streams
-///   that broke in the middle.
-/// - Anything else (5xx, timeouts, panicked tasks): transient.
-pub fn classify(error: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    match error {
-        E::NotFound { .. }
-        | E::AlreadyExists { .. }
-        | E::Precondition { .. }
-        | E::NotModified { .. }
-        | E::NotSupported { .. }
-        | E::NotImplemented { .. }
-        | E::InvalidPath { .. }
-        | E::PermissionDenied { .. }
-        | E::Unauthenticated { .. }
-        | E::UnknownConfigurationKey { .. } => false,
-        other => {
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(other);
-            while let Some(e) = source {
-                if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                    return transient_io(io.kind());
-                }
-                source = e.source();
-            }
-            !is_permanent_http_status(&other.to_string())
-        }
-    }
-}
-
-fn transient_io(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind as K;
-    matches!(
-        kind,
-        K::Interrupted
-            | K::TimedOut
-            | K::WouldBlock
-            | K::ConnectionReset
-            | K::ConnectionAborted
-            | K::ConnectionRefused
-            | K::NotConnected
-            | K::BrokenPipe
-            | K::UnexpectedEof
-    )
-}
-
-/// `... status code: 4xx ...` with a status other than 408 (timeout) and 429 (slow down).
-fn is_permanent_http_status(message: &str) -> bool {
-    let Some(at) = message.find("status code: ") else {
-        return false;
-    };
-    let digits: String = message[at + "status code: ".len()..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    match digits.parse::<u16>() {
-        Ok(408 | 429) => false,
-        Ok(code) => (400..500).contains(&code),
-        Err(_) => false,
+        matches!(self, Error::Transport(e) if e.is_transient())
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn generic(source: Box<dyn std::error::Error + Send + Sync>) -> object_store::Error {
-        object_store::Error::Generic { store: "test", source }
-    }
-
-    #[test]
-    fn classification() {
-        let not_found = object_store::Error::NotFound {
-            path: "k".into(),
-            source: "gone".into(),
-        };
-        assert!(!classify(&not_found));
-        assert!(matches!(
-            Error::from_store("k", "get", not_found),
-            Error::NotFound { .. }
-        ));
-        let reset = generic(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
-        assert!(classify(&reset));
-        assert!(Error::from_store("k", "get", reset).is_transient());
-        let full = generic(Box::new(std::io::Error::from(std::io::ErrorKind::StorageFull)));
-        assert!(!classify(&full));
-        assert!(classify(&generic(
-            "Server returned non-2xx status code: 503 Service Unavailable: slow".into()
-        )));
-        assert!(classify(&generic(
-            "Server returned non-2xx status code: 429 Too Many Requests".into()
-        )));
-        assert!(!classify(&generic(
-            "Server returned non-2xx status code: 400 Bad Request: region".into()
-        )));
-        assert!(classify(&generic("something odd".into())));
-        let pre = object_store::Error::Precondition {
-            path: "k".into(),
-            source: "412".into(),
-        };
-        assert!(matches!(
-            Error::from_store("k", PUT_IF_ABSENT, pre),
-            Error::AlreadyExists { .. }
-        ));
-    }
-}

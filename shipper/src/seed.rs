@@ -34,12 +34,12 @@ use std::path::PathBuf;
 
 use futures::StreamExt;
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
-use segment_format::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
 use segment_format::verify::VerifyOptions;
+use segmirror_transport::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
 
 use crate::error::{Error, Result};
 use crate::source::{self, PrepareOptions, Unusable, UnusablePartition};
-use crate::store::Store;
+use segmirror_transport::Transport;
 
 mod partition;
 mod plan;
@@ -60,7 +60,7 @@ pub use crate::source::{TopicFilter, ALL_TOPICS, CHECK_ATTEMPTS, SETTLE_DELAY};
 /// four partitions then hold ~100 MiB, nearly all of it the windows of the
 /// segments being verified, and keep both cores of a small machine busy.)
 ///
-/// [`DEFAULT_UPLOAD_CONCURRENCY`]: crate::store::DEFAULT_UPLOAD_CONCURRENCY
+/// [`DEFAULT_UPLOAD_CONCURRENCY`]: segmirror_transport::store::DEFAULT_UPLOAD_CONCURRENCY
 pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
 
 /// What to seed and how.
@@ -161,7 +161,7 @@ pub use segment_format::progress::{NoProgress, Progress};
 /// Ship everything `config` selects to `store` (see the module doc). Fails only
 /// on an invalid configuration; everything that happens to partitions is in
 /// the report.
-pub async fn seed(store: &Store, config: &SeedConfig, progress: &dyn Progress) -> Result<SeedReport> {
+pub async fn seed(store: &dyn Transport, config: &SeedConfig, progress: &dyn Progress) -> Result<SeedReport> {
     config.validate()?;
     let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
     let discovery = tokio::task::spawn_blocking(move || source::discover(&log_dirs, &topics))

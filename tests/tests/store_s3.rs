@@ -1,4 +1,4 @@
-//! The transport conformance suite (`segmirror_shipper::conformance`) against S3.
+//! The transport conformance suite (`segmirror_transport::conformance`) against S3.
 //!
 //! Always against a local `moto_server` (installed by `scripts/install-test-deps.sh`); in addition against a real
 //! S3-compatible service when `SEGMIRROR_TEST_S3_ENDPOINT` is set (bucket `SEGMIRROR_TEST_S3_BUCKET`, default
@@ -7,13 +7,13 @@
 //! contention, and lease fencing.
 
 use futures::StreamExt;
-use segment_format::manifest::KeyPrefix;
 use segment_format::writer::sample::{write_sample, SampleOptions};
-use segmirror_shipper::audit::{audit_store, AuditOptions, Check};
-use segmirror_shipper::conformance;
 use segmirror_shipper::seed::{seed, NoProgress, SeedConfig};
-use segmirror_shipper::store::{S3Options, Store, StoreUrl, S3_PAGE_KEYS};
 use segmirror_tests::s3::{MotoServer, ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY};
+use segmirror_transport::audit::{audit_store, AuditOptions, Check};
+use segmirror_transport::conformance;
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::store::{S3Options, Store, StoreUrl, S3_PAGE_KEYS};
 
 fn moto_store(server: &MotoServer, prefix: &str) -> Store {
     let url = StoreUrl::parse(&server.store_url(prefix)).unwrap();
@@ -38,6 +38,18 @@ async fn moto_store_conforms() {
     let root = moto_store(&server, "");
     conformance::small_objects(&root).await;
     conformance::listing(&root).await;
+}
+
+/// The same contract the local folder keeps, through the traits only; and the fault injector over S3, passing
+/// through and then failing, truncating and corrupting chosen calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moto_keeps_the_transport_contract_and_faults_surface() {
+    let server = MotoServer::start().unwrap();
+    conformance::contract::run_all(&moto_store(&server, "team/mirror")).await;
+    let faulty = conformance::faulty::Faulty::new(moto_store(&server, ""));
+    conformance::contract::run_all(&faulty).await;
+    assert_eq!(faulty.injected(), 0);
+    conformance::faults::run_all(&faulty).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

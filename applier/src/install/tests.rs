@@ -30,7 +30,7 @@ fn epochs_merge_by_epoch_keeping_the_earliest_start() {
 
 #[test]
 fn index_sizes_are_bounded_by_the_batches_before_anything_is_fetched() {
-    use segment_format::manifest::{SegmentFileName, Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1};
+    use segmirror_transport::manifest::{SegmentFileName, Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1};
     let file = |kind, size| ManifestFile {
         name: SegmentFileName::new(0, kind),
         key: String::new(),

@@ -1,6 +1,6 @@
 use proptest::prelude::*;
-use segment_format::manifest::{ManifestFile, SegmentFileName, Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1};
 use segment_format::partition_metadata::Uuid;
+use segmirror_transport::manifest::{ManifestFile, SegmentFileName, Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1};
 
 use super::*;
 

@@ -33,10 +33,10 @@ use segment_format::error::ParseError;
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::LogFile;
 // The bound the applier installed the mirror's snapshots under (the bucket contract's), so every one it holds is read.
-use segment_format::manifest::MAX_SNAPSHOT_BYTES;
 use segment_format::record::DeepLimits;
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
+use segmirror_transport::manifest::MAX_SNAPSHOT_BYTES;
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};

@@ -18,17 +18,17 @@ use object_store::{
 };
 use segment_format::checkpoint::{leader_epoch_checkpoint_path, LeaderEpochCheckpoint};
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, PARTITION_METADATA_FILE};
-use segment_format::manifest::{
-    EpochStart, KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp,
-    MANIFEST_FORMAT_V1,
-};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WriterConfig};
 use segmirror_applier::{ApplyConfig, ApplyReport, NoProgress};
 use segmirror_catalog::Catalog;
-use segmirror_shipper::{Store, StoreUrl};
+use segmirror_transport::manifest::{
+    EpochStart, KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp,
+    MANIFEST_FORMAT_V1,
+};
+use segmirror_transport::{Store, StoreUrl};
 
 pub const LINK: &str = "east";
 pub const CLUSTER: &str = "source-cluster";

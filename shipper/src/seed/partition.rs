@@ -19,23 +19,22 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use segment_format::checkpoint::EpochEntry;
 use segment_format::dir::{SegmentFileKind, SegmentFiles};
-use segment_format::manifest::{
-    EpochStart, KeyPrefix, Manifest, ManifestFile, ObjectKey, ObjectKind, PartitionKey, SegmentFileName, ShipperStamp,
-    MANIFEST_FORMAT_V1, MAX_MANIFEST_BYTES,
-};
 use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::Defect;
+use segmirror_transport::manifest::{
+    EpochStart, KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, SegmentFileName, ShipperStamp,
+    MANIFEST_FORMAT_V1,
+};
 
 use super::plan::{decide, Action, Version};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::Progress;
 use crate::error::Error;
-use crate::lease::HeldLease;
 use crate::source::{
     self, LocalFile, Outcome, PartitionRead, PrepareOptions, Prepared, SegmentStats, SourceGuard, SourcePartition,
 };
-use crate::store::{digest_of, Store};
+use segmirror_transport::{BucketIndex, Error as TransportError, ManifestRead, Transport};
 
 /// Fresh starts of one partition after its source changed under a segment. A
 /// broker rolls or compacts a given segment once, so a second look normally
@@ -45,7 +44,7 @@ pub const PARTITION_ATTEMPTS: u32 = 3;
 
 /// What every partition job shares.
 pub(crate) struct Context<'a> {
-    pub store: &'a Store,
+    pub store: &'a dyn Transport,
     pub prefix: &'a KeyPrefix,
     pub link: &'a str,
     pub shipper_id: &'a str,
@@ -64,11 +63,17 @@ enum Stop {
 impl From<Error> for Stop {
     fn from(e: Error) -> Stop {
         let kind = match &e {
-            Error::Fenced { .. } | Error::LeaseLost { .. } => FailureKind::Fenced,
-            Error::Io { .. } => FailureKind::Source,
+            Error::Transport(TransportError::Fenced { .. } | TransportError::LeaseLost { .. }) => FailureKind::Fenced,
+            Error::Io { .. } | Error::Transport(TransportError::Io { .. }) => FailureKind::Source,
             _ => FailureKind::Store,
         };
         failed(kind, e.to_string())
+    }
+}
+
+impl From<TransportError> for Stop {
+    fn from(e: TransportError) -> Stop {
+        Stop::from(Error::from(e))
     }
 }
 
@@ -155,7 +160,7 @@ struct PartitionShipper<'c, 's> {
     ctx: &'c Context<'c>,
     source: &'s SourcePartition,
     key: PartitionKey,
-    lease: Option<HeldLease>,
+    lease: Option<Lease>,
     bucket: Bucket,
     /// Segments already counted in progress (a restart must not count them twice).
     counted: BTreeSet<i64>,
@@ -203,18 +208,13 @@ impl PartitionShipper<'_, '_> {
     /// List the lineage's manifests (again).
     async fn list_bucket(&mut self) -> Result<(), Stop> {
         let listed = self.ctx.store.list(&self.key.manifests_dir(&self.topic_id())).await?;
-        let mut keys = BTreeMap::new();
-        for object in listed {
-            if let Ok(ObjectKey {
-                partition,
-                kind: ObjectKind::Manifest { topic_id, base_offset },
-            }) = ObjectKey::parse(self.ctx.prefix, &object.key)
-            {
-                if partition == self.key && topic_id == self.topic_id() {
-                    keys.insert(base_offset, object.key);
-                }
-            }
-        }
+        let index = BucketIndex::build(self.ctx.prefix, listed);
+        let keys = index
+            .partitions
+            .get(&self.key)
+            .and_then(|p| p.lineages.get(&self.topic_id()))
+            .map(|l| l.manifests.iter().map(|(&base, o)| (base, o.key.clone())).collect())
+            .unwrap_or_default();
         self.bucket = Bucket {
             keys,
             read: BTreeMap::new(),
@@ -231,24 +231,15 @@ impl PartitionShipper<'_, '_> {
         let Some(key) = self.bucket.keys.get(&base).cloned() else {
             return Ok(None);
         };
-        let manifest = match self.ctx.store.get_bytes(&key, MAX_MANIFEST_BYTES).await {
-            Ok(bytes) => match Manifest::from_json(&key, &bytes) {
-                Ok(m) => match m.check_location(self.ctx.prefix, &key) {
-                    Ok(()) => Some(m),
-                    Err(defect) => {
-                        self.warn(Finding::warning(&key, None, Some(base), defect));
-                        None
-                    }
-                },
-                Err(e) => {
-                    let mut finding = Finding::from_error(&e);
-                    finding.severity = Severity::Warning;
-                    self.warn(finding);
-                    None
-                }
-            },
-            Err(Error::NotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
+        let manifest = match self.ctx.store.read_manifest(self.ctx.prefix, &key).await? {
+            ManifestRead::Valid(m) => Some(*m),
+            ManifestRead::Invalid(e) => {
+                let mut finding = e.finding(&key, Some(base));
+                finding.severity = Severity::Warning;
+                self.warn(finding);
+                None
+            }
+            ManifestRead::Gone => None,
         };
         self.bucket.read.insert(base, manifest.clone());
         Ok(manifest)
@@ -272,8 +263,8 @@ impl PartitionShipper<'_, '_> {
         if self.lease.is_some() {
             return Ok(false);
         }
-        let lease = HeldLease::acquire(self.ctx.store, &self.key, self.ctx.shipper_id).await?;
-        self.report.lease_epoch = Some(lease.epoch());
+        let lease = self.ctx.store.acquire_lease(&self.key, self.ctx.shipper_id).await?;
+        self.report.lease_epoch = Some(lease.epoch);
         self.lease = Some(lease);
         self.list_bucket().await?;
         Ok(true)
@@ -403,17 +394,17 @@ impl PartitionShipper<'_, '_> {
 
     /// Upload one file of the version `[base, next)`.
     async fn upload(&mut self, base: i64, next: i64, file: &LocalFile) -> Result<ManifestFile, Stop> {
-        let range = segment_format::manifest::SegmentRange::new(base, next)
+        let range = segmirror_transport::manifest::SegmentRange::new(base, next)
             .map_err(|reason| failed(FailureKind::Source, reason))?;
         let name = SegmentFileName::new(base, file.kind);
         let key = self
             .key
             .data_key(&self.topic_id(), range, name)
             .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
-        let summary = match self.ctx.store.put_file_prefix(&key, &file.path, Some(file.len)).await {
+        let summary = match self.ctx.store.stage_file(&key, &file.path, Some(file.len)).await {
             Ok(s) => s,
             // The source file vanished or shrank while being read.
-            Err(Error::Io { path, source })
+            Err(TransportError::Io { path, source })
                 if matches!(
                     source.kind(),
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::UnexpectedEof
@@ -487,11 +478,10 @@ impl PartitionShipper<'_, '_> {
         next: i64,
         end: source::EndSnapshot,
     ) -> Result<ManifestFile, Stop> {
-        let range = segment_format::manifest::SegmentRange::new(base, next)
+        let range = segmirror_transport::manifest::SegmentRange::new(base, next)
             .map_err(|reason| failed(FailureKind::Source, reason))?;
         let key = self.key.end_snapshot_key(&self.topic_id(), range);
-        let digest = digest_of(&end.bytes);
-        self.ctx.store.put_bytes(&key, end.bytes).await?;
+        let digest = self.ctx.store.stage_bytes(&key, end.bytes.into()).await?.digest;
         self.report.bytes_uploaded += digest.size;
         Ok(ManifestFile {
             name: SegmentFileName::new(next, SegmentFileKind::Snapshot),
@@ -596,7 +586,7 @@ impl PartitionShipper<'_, '_> {
             end_snapshot: None,
             shipper: ShipperStamp {
                 id: self.ctx.shipper_id.to_string(),
-                lease_epoch: self.lease.as_ref().map_or(0, HeldLease::epoch),
+                lease_epoch: self.lease.as_ref().map_or(0, |l| l.epoch),
             },
             created_at_ms: now_ms(),
         }
@@ -609,7 +599,7 @@ impl PartitionShipper<'_, '_> {
             .key
             .manifest_key(&self.topic_id(), base)
             .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
-        if let Err(defect) = manifest
+        if let Err(problem) = manifest
             .validate()
             .and_then(|()| manifest.check_location(self.ctx.prefix, &key))
         {
@@ -619,8 +609,8 @@ impl PartitionShipper<'_, '_> {
                     Path::new(&key),
                     None,
                     Some(base),
-                    Defect::Manifest {
-                        message: format!("the source does not make a valid manifest: {defect}"),
+                    Defect::Other {
+                        message: format!("the source does not make a valid manifest: {problem}"),
                     },
                 )],
             }));
@@ -628,8 +618,8 @@ impl PartitionShipper<'_, '_> {
         let Some(lease) = &self.lease else {
             return Err(failed(FailureKind::Store, "no lease held at commit".into()));
         };
-        lease.check_still_holder(self.ctx.store).await?;
-        self.ctx.store.put_bytes(&key, manifest.to_json()).await?;
+        // The transport checks the lease (a newer one fences this shipper) and writes the manifest.
+        self.ctx.store.commit(self.ctx.prefix, lease, &manifest).await?;
         tracing::debug!(partition = %self.report.name(), base, next = manifest.next_offset, sealed = manifest.sealed, "committed");
         self.report.segments_shipped += 1;
         self.report.shipped_through = Some(manifest.next_offset);

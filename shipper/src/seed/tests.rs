@@ -15,17 +15,17 @@ use object_store::{
     PutPayload, PutResult,
 };
 use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
-use segment_format::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, PartitionKey, MAX_MANIFEST_BYTES};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segment_format::Defect;
+use segmirror_transport::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, PartitionKey, MAX_MANIFEST_BYTES};
 
 use super::*;
-use crate::audit::{audit_store, AuditOptions};
-use crate::store::{digest_of, StoreUrl};
+use segmirror_transport::audit::{audit_store, AuditOptions};
+use segmirror_transport::store::{digest_of, Store, StoreUrl};
 
 const LINK: &str = "east";
 /// `index.interval.bytes` of the partitions written here: small enough for
@@ -128,7 +128,7 @@ async fn object(store: &Store, key: &str) -> Vec<u8> {
     store.get_bytes(key, 1 << 30).await.unwrap().to_vec()
 }
 
-fn file(m: &Manifest, kind: SegmentFileKind) -> &segment_format::manifest::ManifestFile {
+fn file(m: &Manifest, kind: SegmentFileKind) -> &segmirror_transport::manifest::ManifestFile {
     m.file(kind).unwrap_or_else(|| panic!("no {kind:?} in {m:?}"))
 }
 
@@ -336,7 +336,7 @@ async fn every_selected_partition_is_shipped_with_valid_manifests() {
         .await
         .unwrap();
     assert!(audit.is_sound(), "{:#?}", audit.findings);
-    assert_eq!(audit.of(crate::audit::Check::OrphanObject).count(), 0);
+    assert_eq!(audit.of(segmirror_transport::audit::Check::OrphanObject).count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,12 +33,12 @@
 use std::path::{Path, PathBuf};
 
 use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
-use segment_format::manifest::SegmentRange;
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
 use segment_format::verify::{check_segment, SegmentCheck, TailPolicy, VerifyOptions};
 use segment_format::{Defect, Error};
+use segmirror_transport::manifest::SegmentRange;
 
 use super::guard::{is_not_found, mtime_ms, stamps, Retry, Stamps, Verdict};
 use super::rebuild::rebuild;

@@ -9,10 +9,10 @@
 
 use std::path::Path;
 
-use segment_format::manifest::MAX_SNAPSHOT_BYTES;
 use segment_format::report::Finding;
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::{Defect, Error};
+use segmirror_transport::manifest::MAX_SNAPSHOT_BYTES;
 
 use super::guard::{is_not_found, mtime_ms};
 

@@ -1,6 +1,6 @@
 //! S3 connection flags shared by every subcommand that opens a store.
 
-use segmirror_shipper::{S3Options, Store, StoreUrl};
+use segmirror_transport::{S3Options, Store, StoreUrl};
 
 /// Flags that override what `AmazonS3Builder::from_env` reads from `AWS_*` variables.
 #[derive(clap::Args, Clone, Debug, Default)]

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
-use segment_format::manifest::KeyPrefix;
 use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
-use segmirror_shipper::{Store, StoreUrl};
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::{Store, StoreUrl};
 
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
 use crate::cli::runtime::Runtime;

@@ -13,14 +13,14 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use segment_format::checkpoint::MetaProperties;
 use segment_format::dir::META_PROPERTIES_FILE;
-use segment_format::manifest::KeyPrefix;
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
 use segment_format::writer::sample::{sample_identity, write_sample, SampleOptions, DEFAULT_NODE_ID};
 use segmirror_applier::{apply, ApplyConfig, Verdict};
 use segmirror_catalog::Catalog;
-use segmirror_shipper::audit::{audit_store, AuditOptions};
 use segmirror_shipper::seed::{seed, SeedConfig};
-use segmirror_shipper::{Store, StoreUrl};
+use segmirror_transport::audit::{audit_store, AuditOptions};
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::{Store, StoreUrl};
 
 use crate::cli::report::{print_sample_summary, print_verify_report, verify_exit_code};
 use crate::cli::runtime::Runtime;

@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
-use segment_format::manifest::KeyPrefix;
 use segment_format::verify::VerifyOptions;
 use segmirror_shipper::seed::{
     self, PartitionStatus, Progress, SeedConfig, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
 };
-use segmirror_shipper::Store;
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::Store;
 
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use segment_format::verify::{self, Progress, Report, VerifyOptions};
 
-use segment_format::manifest::KeyPrefix;
-use segmirror_shipper::audit::{audit_store, AuditOptions, AuditReport};
+use segmirror_transport::audit::{audit_store, AuditOptions, AuditReport};
+use segmirror_transport::manifest::KeyPrefix;
 
 use crate::cli::progress;
 use crate::cli::report::{print_verify_report, verify_exit_code};

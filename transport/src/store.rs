@@ -25,7 +25,7 @@
 //!
 //! Blocking file I/O and hashing run in `spawn_blocking`; network I/O on tokio.
 //! Keys are plain `/`-separated strings relative to the store's root (the folder,
-//! or `bucket/prefix`); build them with `segment_format::manifest`.
+//! or `bucket/prefix`); build them with `crate::manifest`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::manifest::Sha256Digest;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -40,19 +41,21 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
-use segment_format::manifest::Sha256Digest;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
 
 mod io;
+pub mod lease;
 mod listing;
 mod local;
+mod sink_source;
 mod url;
 
+pub use crate::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
 pub use io::{digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Dest};
-pub use listing::{is_temporary_name, Listing, SkippedEntry, S3_PAGE_KEYS};
+pub use listing::{is_temporary_name, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper
@@ -149,31 +152,12 @@ impl Default for MultipartPolicy {
     }
 }
 
-/// Size and checksums of bytes that went through the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Digest {
-    pub size: u64,
-    /// CRC-32C (Castagnoli) of the whole object.
-    pub crc32c: u32,
-    pub sha256: Sha256Digest,
-}
-
 /// What [`Store::put_file`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutSummary {
     pub digest: Digest,
     /// `None` for a single PUT, else the number of parts uploaded.
     pub multipart_parts: Option<u32>,
-}
-
-/// One listed object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectInfo {
-    /// Relative to the store's root.
-    pub key: String,
-    pub size: u64,
-    pub last_modified_ms: i64,
-    pub e_tag: Option<String>,
 }
 
 fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
@@ -186,12 +170,7 @@ fn task_error(what: &str, e: tokio::task::JoinError) -> Error {
 /// The object path of `key`, which must already be in canonical form (no leading
 /// or trailing `/`, no empty, `.` or `..` components): a key is never rewritten.
 fn object_path(key: &str) -> Result<ObjectPath> {
-    let bad = |reason: String| {
-        Error::Format(segment_format::Error::BadName {
-            path: PathBuf::from(key),
-            reason,
-        })
-    };
+    let bad = |reason: String| Error::bad_key(key, reason);
     let path = ObjectPath::parse(key).map_err(|e| bad(format!("not a valid object key: {e}")))?;
     if path.as_ref() != key {
         return Err(bad(format!("not a canonical object key (would be stored as '{path}')")));
@@ -575,14 +554,7 @@ impl Store {
             .retrying("get", key, |_| async {
                 let sink = Dest::File(path.to_path_buf());
                 let digest = self.download(key, &location, Some(expected_size), sink).await?;
-                if digest.sha256 != *expected_sha256 {
-                    return Err(Error::Mismatch {
-                        key: key.to_string(),
-                        what: MismatchKind::Sha256,
-                        expected: expected_sha256.to_string(),
-                        found: digest.sha256.to_string(),
-                    });
-                }
+                crate::traits::check_received(key, &digest, expected_size, expected_sha256)?;
                 Ok(digest)
             })
             .await;
@@ -613,12 +585,7 @@ impl Store {
         let size = get.meta.size;
         if let Some(expected) = expected {
             if size != expected {
-                return Err(Error::Mismatch {
-                    key: key.to_string(),
-                    what: MismatchKind::Size,
-                    expected: expected.to_string(),
-                    found: size.to_string(),
-                });
+                return Err(Error::mismatch(key, MismatchKind::Size, expected, size));
             }
         }
         let digest = match get.payload {
@@ -636,12 +603,7 @@ impl Store {
             GetResultPayload::Stream(stream) => self.download_stream(key, stream, size, sink).await?,
         };
         if digest.size != size {
-            return Err(Error::Mismatch {
-                key: key.to_string(),
-                what: MismatchKind::Size,
-                expected: size.to_string(),
-                found: digest.size.to_string(),
-            });
+            return Err(Error::mismatch(key, MismatchKind::Size, size, digest.size));
         }
         Ok(digest)
     }
@@ -663,12 +625,12 @@ impl Store {
                 Ok(chunk) => {
                     received += chunk.len() as u64;
                     if received > size {
-                        failure = Some(Error::Mismatch {
-                            key: key.to_string(),
-                            what: MismatchKind::Size,
-                            expected: size.to_string(),
-                            found: format!("more than {size}"),
-                        });
+                        failure = Some(Error::mismatch(
+                            key,
+                            MismatchKind::Size,
+                            size,
+                            format!("more than {size}"),
+                        ));
                         break;
                     }
                     // The writer thread only hangs up on a disk error, reported below.

@@ -18,10 +18,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use segment_format::manifest::{KeyPrefix, Lease, ObjectKey, ObjectKind, PartitionKey, MAX_LEASE_BYTES};
+use crate::manifest::{KeyPrefix, Lease, ObjectKey, ObjectKind, PartitionKey};
 
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::traits::SegmentSource;
 
 /// Lost create races before [`Error::LeaseContention`]: each loss means another
 /// shipper just took an epoch, so this many in a row means a storm of shippers
@@ -63,20 +64,7 @@ pub async fn current_lease(store: &Store, partition: &PartitionKey) -> Result<Op
 
 /// Read `lease/<epoch>.json` and check that it names the epoch of its key.
 pub async fn read_lease(store: &Store, partition: &PartitionKey, epoch: u64) -> Result<Lease> {
-    let key = partition.lease_key(epoch);
-    let bytes = store.get_bytes(&key, MAX_LEASE_BYTES).await?;
-    let lease = Lease::from_json(&key, &bytes)?;
-    if lease.epoch != epoch {
-        return Err(Error::Format(segment_format::Error::corrupt(
-            &key,
-            0,
-            None,
-            segment_format::Defect::Manifest {
-                message: format!("lease stored as epoch {epoch} says epoch {}", lease.epoch),
-            },
-        )));
-    }
-    Ok(lease)
+    SegmentSource::read_lease(store, partition, epoch).await
 }
 
 /// A lease this process acquired.
@@ -97,9 +85,7 @@ impl HeldLease {
                 .map_or(1, |e| e.saturating_add(1));
             let lease = Lease::new(owner, epoch, now_ms());
             let key = partition.lease_key(epoch);
-            lease
-                .validate()
-                .map_err(|d| Error::Format(segment_format::Error::corrupt(&key, 0, None, d)))?;
+            lease.validate().map_err(|d| Error::bad_document(&key, 0, d))?;
             if store.put_if_absent(&key, lease.to_json()).await? {
                 tracing::info!(partition = %partition.dir(), epoch, owner, "lease acquired");
                 return Ok(HeldLease {
@@ -113,6 +99,11 @@ impl HeldLease {
             partition: partition.dir(),
             attempts: MAX_ACQUIRE_ATTEMPTS,
         })
+    }
+
+    /// A lease taken earlier (by [`HeldLease::acquire`] or a transport's `acquire_lease`), to check and commit under.
+    pub fn from_parts(partition: PartitionKey, lease: Lease) -> HeldLease {
+        HeldLease { partition, lease }
     }
 
     pub fn epoch(&self) -> u64 {

@@ -68,17 +68,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::index::{IndexedLineage, IndexedPartition, ManifestRead};
+use crate::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey};
+use crate::succession::{self, succession, Content, EpochSpan, Gap, Verdict};
+use crate::traits::SegmentSource;
 use segment_format::dir::SegmentFileKind;
-use segment_format::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey, MAX_MANIFEST_BYTES};
 use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
 use segment_format::Defect;
-use segmirror_transport::succession::{self, succession, Content, EpochSpan, Gap, Verdict};
 
 use crate::error::{Error, Result};
-use crate::lease::read_lease;
-use crate::store::{ObjectInfo, Store};
+use crate::store::lease::read_lease;
+use crate::store::Store;
 
 /// What an audit does beyond reading manifests and listings.
 #[derive(Debug, Clone)]
@@ -219,26 +221,14 @@ fn other(message: String) -> Defect {
     Defect::Other { message }
 }
 
-#[derive(Default)]
-struct LineageObjects {
-    manifests: BTreeMap<i64, ObjectInfo>,
-    data: BTreeMap<String, ObjectInfo>,
-}
-
-#[derive(Default)]
-struct PartitionObjects {
-    leases: BTreeMap<u64, ObjectInfo>,
-    lineages: BTreeMap<Uuid, LineageObjects>,
-}
-
 /// Audit everything under `prefix` (see the module doc).
 pub async fn audit_store(store: &Store, prefix: &KeyPrefix, options: &AuditOptions) -> Result<AuditReport> {
     let mut report = AuditReport {
         prefix: prefix.to_string(),
         ..Default::default()
     };
-    let listed = store.list_all(prefix.as_str()).await?;
-    for skipped in &listed.skipped {
+    let index = SegmentSource::index(store, prefix, None).await?;
+    for skipped in &index.skipped {
         report.warning(
             Check::UnknownKey,
             &skipped.key,
@@ -246,7 +236,7 @@ pub async fn audit_store(store: &Store, prefix: &KeyPrefix, options: &AuditOptio
             other(format!("not an object segmirror can read: {}", skipped.reason)),
         );
     }
-    for leftover in &listed.temporary {
+    for leftover in &index.temporary {
         report.objects += 1;
         report.bytes += leftover.size;
         report.warning(
@@ -260,49 +250,17 @@ pub async fn audit_store(store: &Store, prefix: &KeyPrefix, options: &AuditOptio
             )),
         );
     }
-    let mut partitions: BTreeMap<PartitionKey, PartitionObjects> = BTreeMap::new();
-    for object in listed.objects {
-        report.objects += 1;
-        report.bytes += object.size;
-        match ObjectKey::parse(prefix, &object.key) {
-            Ok(ObjectKey { partition, kind }) => {
-                let entry = partitions.entry(partition).or_default();
-                match kind {
-                    ObjectKind::Lease { epoch } => {
-                        entry.leases.insert(epoch, object);
-                    }
-                    ObjectKind::Manifest { topic_id, base_offset } => {
-                        entry
-                            .lineages
-                            .entry(topic_id)
-                            .or_default()
-                            .manifests
-                            .insert(base_offset, object);
-                    }
-                    ObjectKind::Data { topic_id, .. } => {
-                        entry
-                            .lineages
-                            .entry(topic_id)
-                            .or_default()
-                            .data
-                            .insert(object.key.clone(), object);
-                    }
-                }
-            }
-            Err(e) => {
-                let reason = match e {
-                    segment_format::Error::BadName { reason, .. } => reason,
-                    other => other.to_string(),
-                };
-                report.warning(
-                    Check::UnknownKey,
-                    &object.key,
-                    None,
-                    other(format!("not a segmirror key: {reason}")),
-                );
-            }
-        }
+    report.objects += index.objects;
+    report.bytes += index.bytes;
+    for foreign in &index.foreign {
+        report.warning(
+            Check::UnknownKey,
+            &foreign.key,
+            None,
+            other(format!("not a segmirror key: {}", foreign.reason)),
+        );
     }
+    let partitions = index.partitions;
     for (partition, objects) in partitions {
         let summary = audit_partition(store, &partition, objects, options, &mut report).await;
         report.partitions.push(summary);
@@ -313,7 +271,7 @@ pub async fn audit_store(store: &Store, prefix: &KeyPrefix, options: &AuditOptio
 async fn audit_partition(
     store: &Store,
     partition: &PartitionKey,
-    objects: PartitionObjects,
+    objects: IndexedPartition,
     options: &AuditOptions,
     report: &mut AuditReport,
 ) -> PartitionSummary {
@@ -402,29 +360,14 @@ fn stale_lease_commits(manifests: &[(String, Manifest)], report: &mut AuditRepor
 }
 
 fn push_error(report: &mut AuditReport, check: Check, key: &str, offset: Option<i64>, err: &Error) {
-    let finding = match err {
-        Error::Format(e) => {
-            let mut f = Finding::from_error(e);
-            f.offset = f.offset.or(offset);
-            f
-        }
-        other => Finding::error(
-            key,
-            None,
-            offset,
-            Defect::Other {
-                message: other.to_string(),
-            },
-        ),
-    };
-    report.push(check, finding);
+    report.push(check, err.finding(key, offset));
 }
 
 async fn audit_lineage(
     store: &Store,
     partition: &PartitionKey,
     topic_id: &Uuid,
-    lineage: LineageObjects,
+    lineage: IndexedLineage,
     options: &AuditOptions,
     report: &mut AuditReport,
 ) -> (LineageSummary, Vec<(String, Manifest)>) {
@@ -555,20 +498,15 @@ async fn audit_lineage(
     (summary, valid)
 }
 
+/// The shared [`SegmentSource::read_manifest`], with the check a failure is reported under.
 async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) -> std::result::Result<Manifest, (Check, Error)> {
-    let bytes = match store.get_bytes(key, MAX_MANIFEST_BYTES).await {
-        Ok(b) => b,
-        Err(e @ Error::TooLarge { .. }) => return Err((Check::InvalidManifest, e)),
-        Err(e) => return Err((Check::Unreadable, e)),
-    };
-    let manifest = Manifest::from_json(key, &bytes).map_err(|e| (Check::InvalidManifest, Error::Format(e)))?;
-    manifest.check_location(prefix, key).map_err(|d| {
-        (
-            Check::InvalidManifest,
-            Error::Format(segment_format::Error::corrupt(key, 0, Some(manifest.base_offset), d)),
-        )
-    })?;
-    Ok(manifest)
+    match SegmentSource::read_manifest(store, prefix, key).await {
+        Ok(ManifestRead::Valid(m)) => Ok(*m),
+        Ok(ManifestRead::Invalid(e @ Error::NotRegularFile { .. })) => Err((Check::Unreadable, e)),
+        Ok(ManifestRead::Invalid(e)) => Err((Check::InvalidManifest, e)),
+        Ok(ManifestRead::Gone) => Err((Check::Unreadable, Error::NotFound { key: key.to_string() })),
+        Err(e) => Err((Check::Unreadable, e)),
+    }
 }
 
 /// What the succession rule needs of a manifest: its range, `.log`, leader epochs and commit time.

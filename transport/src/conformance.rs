@@ -1,4 +1,12 @@
-//! The transport conformance suite, and a fault-injecting store.
+//! The transport conformance suites, and fault injection.
+//!
+//! - [`contract`]: what every transport must do, through the traits only
+//!   ([`SegmentSink`](crate::SegmentSink), [`SegmentSource`](crate::SegmentSource)).
+//!   Run for the local folder, S3 and [`faulty::Faulty`] in pass-through mode.
+//! - [`faulty`] and [`faults`]: a wrapper that injects faults into chosen trait
+//!   calls, and the checks that they surface as errors, never as accepted bytes.
+//! - Below: the object-store backend's own suite ([`run_all`]) — multipart,
+//!   retries, create-if-absent atomicity — which only that backend has.
 //!
 //! Every backend a [`Store`] can sit on must behave the same for segmirror to be
 //! correct: round trips are exact, create-if-absent is atomic, listings are
@@ -21,6 +29,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -29,10 +38,13 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
-use segment_format::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
+
+pub mod contract;
+pub mod faults;
+pub mod faulty;
 
 use crate::error::{Error, MismatchKind};
-use crate::lease::{current_lease, lease_epochs, HeldLease};
+use crate::store::lease::{current_lease, lease_epochs, HeldLease};
 use crate::store::{digest_of, MultipartPolicy, Store, MIN_PART_SIZE};
 
 /// A fresh key prefix for one run: `conformance/<16 hex digits>`.
@@ -580,6 +592,28 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn local_folder_store_keeps_the_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        contract::run_all(&local(dir.path())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_fault_injector_passing_through_keeps_the_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        let faulty = faulty::Faulty::new(local(dir.path()));
+        contract::run_all(&faulty).await;
+        assert_eq!(faulty.injected(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn injected_faults_surface_as_errors_on_a_local_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let faulty = faulty::Faulty::new(local(dir.path()).with_retry(fast_retry(1)));
+        faults::run_all(&faulty).await;
+        assert!(faulty.injected() >= 20, "{}", faulty.injected());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn file_url_store_conforms_too() {
         let dir = tempfile::tempdir().unwrap();
         let url = StoreUrl::parse(&format!("file://{}/b", dir.path().display())).unwrap();
@@ -672,7 +706,7 @@ mod tests {
         let store = local(dir.path());
         for key in ["../escape", "a/../../b", "/abs", "a//b"] {
             let err = store.put_bytes(key, &b"x"[..]).await.unwrap_err();
-            assert!(matches!(err, Error::Format(_)), "{key}: {err}");
+            assert!(matches!(err, Error::BadKey { .. }), "{key}: {err}");
         }
         assert!(!dir.path().join("escape").exists());
     }

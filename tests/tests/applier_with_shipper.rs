@@ -2,6 +2,7 @@
 //! the applier installs, byte for byte, and the result verifies sound — for a cleanly shut down source and for a
 //! running one (whose active segments the shipper ships with rebuilt, trimmed indexes).
 
+#[path = "../../applier/tests/common/mod.rs"]
 mod common;
 
 use common::*;

@@ -5,8 +5,8 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use crate::manifest::Sha256Digest;
 use bytes::{Bytes, BytesMut};
-use segment_format::manifest::Sha256Digest;
 use tokio::sync::mpsc;
 
 use super::{Digest, READ_CHUNK};

@@ -3,19 +3,20 @@
 //! disk and by the sweep), a snapshot that does not parse is neither shipped nor installed, and the mirror
 //! verifies sound (`--strict`) with it.
 
+#[path = "../../applier/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
 
 use common::*;
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, META_PROPERTIES_FILE};
-use segment_format::manifest::{KeyPrefix, Manifest, PartitionKey, MAX_MANIFEST_BYTES};
 use segment_format::partition_metadata::Uuid;
 use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
 use segment_format::writer::LogDirIdentity;
 use segmirror_applier::report::{PartitionOutcome, Refusal, Verdict};
 use segmirror_shipper::seed::{self, SeedConfig, SeedReport};
-use segmirror_shipper::store::digest_of;
+use segmirror_transport::manifest::{KeyPrefix, Manifest, PartitionKey, MAX_MANIFEST_BYTES};
+use segmirror_transport::store::digest_of;
 
 const TOPIC: &str = "orders";
 const TOPIC_ID: Uuid = Uuid([9; 16]);

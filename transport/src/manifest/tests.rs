@@ -1,8 +1,6 @@
 //! Tests of the bucket contract: key layout and round trips, hostile keys,
 //! manifest and lease validation, and parsers on random input.
 
-use std::path::PathBuf;
-
 use proptest::prelude::*;
 
 use super::*;
@@ -190,7 +188,7 @@ fn hostile_keys_are_rejected() {
     for key in bad {
         let err = ObjectKey::parse(&prefix, &key).expect_err(&key);
         assert!(
-            matches!(err, Error::BadName { ref path, .. } if path == &PathBuf::from(&key)),
+            matches!(err, Error::BadKey { key: ref at, .. } if at == &key),
             "{key}: {err}"
         );
     }
@@ -232,9 +230,9 @@ fn unknown_fields_are_ignored_and_unknown_formats_rejected() {
     // Syntax errors name the byte: the offending one, or the last one read at EOF.
     for (doc, at) in [(&b"{\n  \"format\" x}"[..], 13), (b"{\n  \"format\": ", 13)] {
         match Manifest::from_json(key, doc).unwrap_err() {
-            Error::Corrupt {
+            Error::BadDocument {
                 position,
-                defect: Defect::Manifest { .. },
+                problem: DocumentProblem::Invalid { .. },
                 ..
             } => assert_eq!(position, at),
             other => panic!("{other}"),
@@ -249,8 +247,8 @@ fn oversized_documents_are_refused_before_parsing() {
     assert!(
         matches!(
             err,
-            Error::Corrupt {
-                defect: Defect::BadLength { .. },
+            Error::BadDocument {
+                problem: DocumentProblem::TooLarge { .. },
                 ..
             }
         ),

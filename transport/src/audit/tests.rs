@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use segment_format::manifest::{
+use crate::manifest::{
     EpochStart, KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp,
     MANIFEST_FORMAT_V1,
 };

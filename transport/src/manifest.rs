@@ -60,9 +60,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dir::SegmentFileKind;
-use crate::error::{Defect, Error, Result};
-use crate::partition_metadata::Uuid;
+use segment_format::dir::SegmentFileKind;
+use segment_format::partition_metadata::Uuid;
+
+use crate::error::{DocumentProblem, Error, Result};
 
 mod keys;
 
@@ -101,8 +102,8 @@ pub const MANIFESTS_DIR: &str = "manifests";
 /// Suffix of manifest and lease objects.
 pub const JSON_SUFFIX: &str = ".json";
 
-fn manifest_defect(message: impl Into<String>) -> Defect {
-    Defect::Manifest {
+fn manifest_defect(message: impl Into<String>) -> DocumentProblem {
+    DocumentProblem::Invalid {
         message: message.into(),
     }
 }
@@ -299,13 +300,13 @@ fn json_position(bytes: &[u8], err: &serde_json::Error) -> u64 {
 
 /// Shared reader: size cap, format check, typed parse.
 fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], format: &str, max: u64) -> Result<T> {
-    let corrupt = |position: u64, defect: Defect| Error::corrupt(key, position, None, defect);
+    let corrupt = |position: u64, problem: DocumentProblem| Error::bad_document(key, position, problem);
     if bytes.len() as u64 > max {
         return Err(corrupt(
             0,
-            Defect::BadLength {
-                field: "document size",
-                value: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+            DocumentProblem::TooLarge {
+                size: bytes.len() as u64,
+                limit: max,
             },
         ));
     }
@@ -342,11 +343,11 @@ fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], forma
 
 impl Manifest {
     /// Parse and [`validate`](Self::validate) a manifest read from `key`. Fails with
-    /// [`Error::Corrupt`] ([`Defect::Manifest`], or [`Defect::BadLength`] above
-    /// [`MAX_MANIFEST_BYTES`]); never panics on hostile bytes.
+    /// [`Error::BadDocument`] ([`DocumentProblem::Invalid`], or [`DocumentProblem::TooLarge`]
+    /// above [`MAX_MANIFEST_BYTES`]); never panics on hostile bytes.
     pub fn from_json(key: &str, bytes: &[u8]) -> Result<Manifest> {
         let manifest: Manifest = parse_document(key, bytes, MANIFEST_FORMAT_V1, MAX_MANIFEST_BYTES)?;
-        manifest.validate().map_err(|d| Error::corrupt(key, 0, None, d))?;
+        manifest.validate().map_err(|d| Error::bad_document(key, 0, d))?;
         Ok(manifest)
     }
 
@@ -392,7 +393,7 @@ impl Manifest {
     /// - epochs strictly increasing in epoch and start offset, non-negative, none
     ///   starting after `next`, at most one starting at or before `base`;
     /// - `max_timestamp >= -1`, `log_start_offset >= 0`, `created_at_ms >= 0`.
-    pub fn validate(&self) -> std::result::Result<(), Defect> {
+    pub fn validate(&self) -> std::result::Result<(), DocumentProblem> {
         let fail = |m: String| Err(manifest_defect(m));
         if self.format != MANIFEST_FORMAT_V1 {
             return fail(format!("format '{}' is not '{MANIFEST_FORMAT_V1}'", self.format));
@@ -451,7 +452,7 @@ impl Manifest {
         self.validate_files(&partition_key, range)
     }
 
-    fn validate_epochs(&self) -> std::result::Result<(), Defect> {
+    fn validate_epochs(&self) -> std::result::Result<(), DocumentProblem> {
         let mut previous: Option<EpochStart> = None;
         let mut at_or_before_base = 0;
         for e in &self.epochs {
@@ -463,7 +464,7 @@ impl Manifest {
             }
             if let Some(p) = previous {
                 if e.epoch <= p.epoch || e.start_offset <= p.start_offset {
-                    return Err(Defect::Epoch {
+                    return Err(DocumentProblem::Epoch {
                         message: format!(
                             "entry ({}, {}) does not follow ({}, {}) in increasing epoch and start offset",
                             e.epoch, e.start_offset, p.epoch, p.start_offset
@@ -491,7 +492,11 @@ impl Manifest {
         Ok(())
     }
 
-    fn validate_files(&self, partition: &PartitionKey, range: SegmentRange) -> std::result::Result<(), Defect> {
+    fn validate_files(
+        &self,
+        partition: &PartitionKey,
+        range: SegmentRange,
+    ) -> std::result::Result<(), DocumentProblem> {
         let fail = |m: String| Err(manifest_defect(m));
         let mut seen: Vec<SegmentFileKind> = Vec::new();
         let mut file_prefix: Option<&str> = None;
@@ -586,7 +591,7 @@ impl Manifest {
     /// key under the same prefix. A manifest copied or written to another place is
     /// refused, so a bucket writer cannot point the applier at another partition's
     /// data.
-    pub fn check_location(&self, prefix: &KeyPrefix, manifest_key: &str) -> std::result::Result<(), Defect> {
+    pub fn check_location(&self, prefix: &KeyPrefix, manifest_key: &str) -> std::result::Result<(), DocumentProblem> {
         let partition = self
             .partition_key(prefix.clone())
             .map_err(|e| manifest_defect(e.to_string()))?;
@@ -671,7 +676,7 @@ impl Lease {
     /// Parse and validate a lease read from `key`.
     pub fn from_json(key: &str, bytes: &[u8]) -> Result<Lease> {
         let lease: Lease = parse_document(key, bytes, LEASE_FORMAT_V1, MAX_LEASE_BYTES)?;
-        lease.validate().map_err(|d| Error::corrupt(key, 0, None, d))?;
+        lease.validate().map_err(|d| Error::bad_document(key, 0, d))?;
         Ok(lease)
     }
 
@@ -680,7 +685,7 @@ impl Lease {
     }
 
     /// Format, owner legal, epoch at least 1, time not negative.
-    pub fn validate(&self) -> std::result::Result<(), Defect> {
+    pub fn validate(&self) -> std::result::Result<(), DocumentProblem> {
         if self.format != LEASE_FORMAT_V1 {
             return Err(manifest_defect(format!(
                 "format '{}' is not '{LEASE_FORMAT_V1}'",

@@ -2,21 +2,20 @@
 //! module) and the strict parser that accepts exactly what they build.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 use super::{DATA_DIR, JSON_SUFFIX, KEY_NUMBER_DIGITS, LEASE_DIR, MANIFESTS_DIR, MAX_LINK_LENGTH};
-use crate::dir::{classify_partition_file, segment_file_name, validate_topic_name, PartitionFile, SegmentFileKind};
+use segment_format::dir::{
+    classify_partition_file, segment_file_name, validate_topic_name, PartitionFile, SegmentFileKind,
+};
+use segment_format::partition_metadata::Uuid;
+
 use crate::error::{Error, Result};
-use crate::partition_metadata::Uuid;
 
 fn bad_name(key: &str, reason: impl Into<String>) -> Error {
-    Error::BadName {
-        path: PathBuf::from(key),
-        reason: reason.into(),
-    }
+    Error::bad_key(key, reason)
 }
 
 /// `[A-Za-z0-9._-]`, the characters of Kafka topic names and of every other
@@ -375,7 +374,7 @@ pub struct ObjectKey {
 
 impl ObjectKey {
     /// Parse a key listed under `prefix`. Accepts exactly the keys the builders of
-    /// [`PartitionKey`] produce; anything else is [`Error::BadName`] with the reason.
+    /// [`PartitionKey`] produce; anything else is [`Error::BadKey`] with the reason.
     pub fn parse(prefix: &KeyPrefix, key: &str) -> Result<ObjectKey> {
         let rest = prefix
             .strip(key)
@@ -388,7 +387,7 @@ impl ObjectKey {
         let partition = parse_partition(partition)
             .ok_or_else(|| bad_name(key, format!("'{partition}' is not a partition number")))?;
         let partition = PartitionKey::new(prefix.clone(), link, topic, partition).map_err(|e| match e {
-            Error::BadName { reason, .. } => bad_name(key, reason),
+            Error::BadKey { reason, .. } => bad_name(key, reason),
             other => other,
         })?;
         let kind = match tail {

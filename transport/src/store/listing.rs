@@ -26,31 +26,11 @@ use std::time::UNIX_EPOCH;
 use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path as ObjectPath;
 
-use super::ObjectInfo;
+use super::{Listing, ObjectInfo, SkippedEntry};
 use crate::error::{Error, Result};
 
 /// Keys per S3 list page (S3's own maximum and default).
 pub const S3_PAGE_KEYS: usize = 1000;
-
-/// An entry of a store that is not an object segmirror can read, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SkippedEntry {
-    /// The key (for a name that is not UTF-8, its lossy form).
-    pub key: String,
-    pub reason: String,
-}
-
-/// Everything a listing found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Listing {
-    /// Objects, sorted by key.
-    pub objects: Vec<ObjectInfo>,
-    /// Entries that are not objects (reported, skipped).
-    pub skipped: Vec<SkippedEntry>,
-    /// `object_store`'s in-progress upload files (`<key>#<n>`) of a local folder, sorted by key: leftovers of an
-    /// upload that was killed, unless one is under way.
-    pub temporary: Vec<ObjectInfo>,
-}
 
 /// `<name>#<digits>`: the name `object_store`'s local store (and ours, see `local`) assembles an upload under.
 pub fn is_temporary_name(name: &str) -> bool {

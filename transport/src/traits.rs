@@ -1,0 +1,176 @@
+//! The two sides of a transport: [`SegmentSink`] (a shipper writes to it) and
+//! [`SegmentSource`] (an applier, the audit and a resuming shipper read from it).
+//!
+//! Why traits: the object store is one way to carry segment versions; a direct
+//! connection between a shipper and an applier is the next. Both must give the
+//! same guarantees (a commit is atomic and after its files, a stale shipper is
+//! fenced, fetched bytes are verified), so the guarantees are stated once here
+//! and checked once by the conformance suite for every implementation.
+//!
+//! Signatures speak the contract's language only — keys built by
+//! [`crate::manifest`], [`Manifest`]s, [`Lease`]s, [`Digest`]s, local paths —
+//! never a backend's types. What *is* shared by every implementation (grouping
+//! a listing into partitions and lineages, reading a manifest size-capped and
+//! checked against its key) is written once, as provided methods on top of a
+//! few primitives.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::error::{Error, MismatchKind, Result};
+use crate::index::{self, BucketIndex, ManifestRead};
+use crate::manifest::{KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, Sha256Digest, MAX_LEASE_BYTES};
+
+/// Size and checksums of bytes that went through a transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest {
+    pub size: u64,
+    /// CRC-32C (Castagnoli) of the whole object.
+    pub crc32c: u32,
+    pub sha256: Sha256Digest,
+}
+
+/// One listed object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Relative to the transport's root.
+    pub key: String,
+    pub size: u64,
+    pub last_modified_ms: i64,
+    pub e_tag: Option<String>,
+}
+
+/// An entry of a transport that is not an object segmirror can read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedEntry {
+    /// The key (for a name that is not UTF-8, its lossy form).
+    pub key: String,
+    pub reason: String,
+}
+
+/// Everything a listing found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Objects, sorted by key.
+    pub objects: Vec<ObjectInfo>,
+    /// Entries that are not objects (reported, skipped).
+    pub skipped: Vec<SkippedEntry>,
+    /// In-progress upload files (`<key>#<n>`) of a local folder, sorted by key: leftovers of an upload that was
+    /// killed, unless one is under way.
+    pub temporary: Vec<ObjectInfo>,
+}
+
+/// One staged file: where it went and what arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedFile {
+    pub key: String,
+    pub digest: Digest,
+}
+
+/// Compare what was received with what was expected: size first, then SHA-256.
+pub fn check_received(key: &str, digest: &Digest, size: u64, sha256: &Sha256Digest) -> Result<()> {
+    if digest.size != size {
+        return Err(Error::mismatch(key, MismatchKind::Size, size, digest.size));
+    }
+    if digest.sha256 != *sha256 {
+        return Err(Error::mismatch(key, MismatchKind::Sha256, sha256, digest.sha256));
+    }
+    Ok(())
+}
+
+/// What a shipper writes to.
+///
+/// Order of a shipment: [`acquire_lease`](Self::acquire_lease) once per
+/// partition; for each segment version, [`stage_file`](Self::stage_file) /
+/// [`stage_bytes`](Self::stage_bytes) for every file its manifest will name,
+/// then [`commit`](Self::commit). A commit checks the lease first and fails
+/// with [`crate::Error::Fenced`] (or [`crate::Error::LeaseLost`]) when another
+/// shipper took the partition; nothing is committed then.
+#[async_trait]
+pub trait SegmentSink: Send + Sync + std::fmt::Debug {
+    /// Stage the first `len` bytes of the file at `path` (all of it when `None`) under the data key `key`,
+    /// returning the size and digests of the bytes that went.
+    async fn stage_file(&self, key: &str, path: &Path, len: Option<u64>) -> Result<StagedFile>;
+
+    /// Stage a small file held in memory (a rebuilt index, a snapshot) under `key`.
+    async fn stage_bytes(&self, key: &str, bytes: Bytes) -> Result<StagedFile>;
+
+    /// Take a new lease on `partition` for `owner`, fencing every older holder.
+    async fn acquire_lease(&self, partition: &PartitionKey, owner: &str) -> Result<Lease>;
+
+    /// Commit `manifest` (whose files are staged) under `lease`: fails with [`crate::Error::Fenced`] when a newer
+    /// lease exists, and with [`crate::Error::BadDocument`] when the manifest is invalid, without writing.
+    async fn commit(&self, prefix: &KeyPrefix, lease: &Lease, manifest: &Manifest) -> Result<()>;
+}
+
+/// What an applier, the audit and a resuming shipper read from.
+///
+/// Primitives: [`list`](Self::list), [`read_document`](Self::read_document),
+/// [`receive_file`](Self::receive_file). Everything else is provided, once, for
+/// every implementation — in particular the check of fetched bytes against what
+/// a manifest promised ([`fetch_file`](Self::fetch_file)), so no backend can
+/// hand over bytes that were not compared with the manifest.
+#[async_trait]
+pub trait SegmentSource: Send + Sync + std::fmt::Debug {
+    /// Everything under `root` (a `/`-separated key prefix, empty for all), sorted by key. Entries that are not
+    /// readable objects are reported in [`Listing::skipped`], never a reason to fail.
+    async fn list(&self, root: &str) -> Result<Listing>;
+
+    /// A small document, refused with [`crate::Error::TooLarge`] above `limit` bytes before its body is read.
+    async fn read_document(&self, key: &str, limit: u64) -> Result<Bytes>;
+
+    /// Write the object `key` into the file at `dest` (created or truncated, fsynced) and return the size and
+    /// digests of the bytes written, computed as they were written. `size` and `sha256` are what the caller
+    /// expects: an implementation may refuse early (a size known before the first byte), but need not —
+    /// [`fetch_file`](Self::fetch_file) compares the returned digest with them in any case. On an error the
+    /// implementation leaves no file at `dest`.
+    async fn receive_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest>;
+
+    /// Fetch `key` into the file at `dest`, verified against `size` and `sha256`: a mismatch is
+    /// [`crate::Error::Mismatch`] and leaves no file at `dest`.
+    async fn fetch_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest> {
+        let digest = self.receive_file(key, dest, size, sha256).await?;
+        match check_received(key, &digest, size, sha256) {
+            Ok(()) => Ok(digest),
+            Err(e) => {
+                let owned = dest.to_path_buf();
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(owned)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The partitions, lineages and versions under `prefix` (only `prefix/<link>` when a link is named).
+    async fn index(&self, prefix: &KeyPrefix, link: Option<&str>) -> Result<BucketIndex> {
+        let root = match link {
+            Some(link) => prefix.join(link),
+            None => prefix.as_str().to_string(),
+        };
+        Ok(BucketIndex::build(prefix, self.list(&root).await?))
+    }
+
+    /// Read the manifest at `key` (listed under `prefix`): size-capped, parsed, validated and checked against
+    /// its key. Only a transport failure is an `Err`; a bad document is [`ManifestRead::Invalid`].
+    async fn read_manifest(&self, prefix: &KeyPrefix, key: &str) -> Result<ManifestRead> {
+        index::read_manifest(self, prefix, key).await
+    }
+
+    /// Fetch one file a manifest names into `dest`, verified against the manifest's size and SHA-256.
+    async fn fetch_manifest_file(&self, file: &ManifestFile, dest: &Path) -> Result<Digest> {
+        self.fetch_file(&file.key, dest, file.size, &file.sha256).await
+    }
+
+    /// The lease at `epoch` of `partition`, checked to name the epoch of its key.
+    async fn read_lease(&self, partition: &PartitionKey, epoch: u64) -> Result<Lease> {
+        let key = partition.lease_key(epoch);
+        let bytes = self.read_document(&key, MAX_LEASE_BYTES).await?;
+        index::check_lease(&key, epoch, &bytes)
+    }
+}
+
+/// Both sides of one transport: what a shipper needs (it writes, and reads back what it shipped to resume).
+pub trait Transport: SegmentSink + SegmentSource {}
+
+impl<T: SegmentSink + SegmentSource + ?Sized> Transport for T {}
