@@ -636,16 +636,16 @@ fn size_problem(kind: SegmentFileKind, size: u64) -> Option<String> {
             "{size} bytes exceed Kafka's segment limit of {} bytes",
             i32::MAX
         )),
-        SegmentFileKind::Index if !size.is_multiple_of(8) => {
+        SegmentFileKind::Index if size % 8 != 0 => {
             Some(format!("{size} bytes is not a whole number of 8-byte entries"))
         }
-        SegmentFileKind::TimeIndex if !size.is_multiple_of(12) => {
+        SegmentFileKind::TimeIndex if size % 12 != 0 => {
             Some(format!("{size} bytes is not a whole number of 12-byte entries"))
         }
-        SegmentFileKind::TxnIndex if !size.is_multiple_of(34) => {
+        SegmentFileKind::TxnIndex if size % 34 != 0 => {
             Some(format!("{size} bytes is not a whole number of 34-byte entries"))
         }
-        SegmentFileKind::Snapshot if size < 10 || !(size - 10).is_multiple_of(46) => Some(format!(
+        SegmentFileKind::Snapshot if size < 10 || (size - 10) % 46 != 0 => Some(format!(
             "{size} bytes is not a 10-byte snapshot header plus 46-byte entries"
         )),
         _ => None,
