@@ -5,8 +5,9 @@
 //! and transaction indexes, text checkpoints, `partition.metadata`, producer-state
 //! snapshots, and the naming of partition directories and segment files.
 //!
-//! It also validates (the engine behind `segmirror verify`) and writes
-//! (a byte-exact partition writer used by tests, the demo and benchmarks).
+//! It also validates (the engine behind `segmirror verify`) and, behind the
+//! `writer` feature, writes (a byte-exact partition writer used by tests, the
+//! demo and benchmarks; not part of the library's core).
 //!
 //! ## Invariants
 //! - Synchronous and policy-free: it reads and writes the files it is given.
@@ -47,4 +48,5 @@ pub use error::{Defect, Error, IndexKind, ParseError, Result};
 pub use time::now_ms;
 pub use topic_partition::TopicPartition;
 pub mod verify;
+#[cfg(feature = "writer")]
 pub mod writer;
