@@ -26,7 +26,6 @@
 //! The catalog applies the same rule again when a version is marked installed ([`segmirror_catalog::Catalog::mark_installed`]);
 //! planning with it first means nothing is downloaded that would be refused at the end.
 
-use segment_format::dir::SegmentFileKind;
 use segmirror_catalog::SegmentRecord;
 use segmirror_transport::manifest::Manifest;
 use segmirror_transport::succession::{self, succession, Content, Verdict};
@@ -106,21 +105,6 @@ pub enum Step {
     Wait { base_offset: i64, reason: String },
 }
 
-/// What the succession rule needs of a manifest. Its `.log`: validation guarantees it exists.
-fn version_of(m: &Manifest) -> succession::Version {
-    let log = m.file(SegmentFileKind::Log);
-    succession::Version::new(
-        m.base_offset,
-        m.next_offset,
-        m.sealed,
-        Content {
-            log_size: log.map_or(0, |f| f.size),
-            last_offset: m.last_offset,
-            sha256: log.map(|f| f.sha256.0),
-        },
-    )
-}
-
 fn conflict(key: &str, m: &Manifest, reason: String) -> Step {
     Step::Refuse {
         key: key.to_string(),
@@ -184,7 +168,7 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
                 if replaces.is_some() {
                     ranges.pop();
                 }
-                ranges.push(version_of(manifest));
+                ranges.push(manifest.succession_version());
                 tail_key = Some(key.clone());
             }
             Step::Skip { .. } => {}
@@ -208,7 +192,7 @@ fn next_step(ranges: &[succession::Version], tail_key: Option<&str>, key: String
     };
     let skip = |why| Step::Skip { base_offset: base, why };
     let empty = m.batches == 0;
-    match succession(ranges, &version_of(&m), m.log_start_offset) {
+    match succession(ranges, &m.succession_version(), m.log_start_offset) {
         Verdict::Same => skip(SkipSegment::AlreadyInstalled),
         Verdict::Replaces { previous_next_offset } => install(m, Some(previous_next_offset)),
         Verdict::SealedGrown { .. }

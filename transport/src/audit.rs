@@ -70,7 +70,7 @@ use std::path::{Path, PathBuf};
 
 use crate::index::{IndexedLineage, IndexedPartition, ManifestRead};
 use crate::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey};
-use crate::succession::{self, succession, Content, EpochSpan, Gap, Verdict};
+use crate::succession::{self, succession, EpochSpan, Gap, Verdict};
 use crate::traits::SegmentSource;
 use segment_format::dir::SegmentFileKind;
 use segment_format::partition_metadata::Uuid;
@@ -509,25 +509,15 @@ async fn read_manifest(store: &Store, prefix: &KeyPrefix, key: &str) -> std::res
     }
 }
 
-/// What the succession rule needs of a manifest: its range, `.log`, leader epochs and commit time.
+/// What the succession rule needs of a manifest, with its leader epochs and commit time (the audit weighs both).
 fn chain_version(m: &Manifest) -> succession::Version {
-    let log = m.file(SegmentFileKind::Log);
     succession::Version {
         epochs: m.epochs.first().zip(m.epochs.last()).map(|(first, last)| EpochSpan {
             first: first.epoch,
             last: last.epoch,
         }),
         committed_at_ms: Some(m.created_at_ms),
-        ..succession::Version::new(
-            m.base_offset,
-            m.next_offset,
-            m.sealed,
-            Content {
-                log_size: log.map_or(0, |f| f.size),
-                last_offset: m.last_offset,
-                sha256: log.map(|f| f.sha256.0),
-            },
-        )
+        ..m.succession_version()
     }
 }
 

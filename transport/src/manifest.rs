@@ -342,6 +342,22 @@ fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], forma
 }
 
 impl Manifest {
+    /// What the succession rule needs of this version: its range, sealing and `.log` content. Leader epochs and the
+    /// commit time are left out; a caller that weighs them (the audit) adds them.
+    pub fn succession_version(&self) -> crate::succession::Version {
+        let log = self.file(SegmentFileKind::Log);
+        crate::succession::Version::new(
+            self.base_offset,
+            self.next_offset,
+            self.sealed,
+            crate::succession::Content {
+                log_size: log.map_or(0, |f| f.size),
+                last_offset: self.last_offset,
+                sha256: log.map(|f| f.sha256.0),
+            },
+        )
+    }
+
     /// Parse and [`validate`](Self::validate) a manifest read from `key`. Fails with
     /// [`Error::BadDocument`] ([`DocumentProblem::Invalid`], or [`DocumentProblem::TooLarge`]
     /// above [`MAX_MANIFEST_BYTES`]); never panics on hostile bytes.

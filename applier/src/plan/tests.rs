@@ -1,4 +1,5 @@
 use proptest::prelude::*;
+use segment_format::dir::SegmentFileKind;
 use segment_format::partition_metadata::Uuid;
 use segmirror_transport::manifest::{ManifestFile, SegmentFileName, Sha256Digest, ShipperStamp, MANIFEST_FORMAT_V1};
 
