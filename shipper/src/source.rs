@@ -37,6 +37,7 @@ pub mod guard;
 pub mod read;
 pub mod rebuild;
 pub mod snapshot;
+pub mod tail;
 
 #[cfg(test)]
 mod tests;
@@ -51,3 +52,4 @@ pub use discover::{
 pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
+pub use tail::{combine_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};
