@@ -32,6 +32,7 @@
 //! callers run them in `spawn_blocking`.
 
 pub mod bound;
+pub mod bound_hw;
 pub mod discover;
 pub mod guard;
 pub mod read;
@@ -44,6 +45,10 @@ mod tests;
 
 pub use bound::{
     bound_active, bound_sealed, seal_in_place, LocalFile, Outcome, PrepareOptions, Prepared, SegmentStats, SourceGuard,
+};
+pub use bound_hw::{
+    bound as upto_bound, Bound, CheckpointHighWatermarks, HighWatermark, HighWatermarkSource, UptoPolicy,
+    CHECKPOINT_INTERVAL,
 };
 pub use discover::{
     discover, Discovery, SkipReason, SkippedPartition, SourcePartition, TopicFilter, Unusable, UnusablePartition,
