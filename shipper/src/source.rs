@@ -39,6 +39,7 @@ pub mod read;
 pub mod rebuild;
 pub mod snapshot;
 pub mod tail;
+pub mod watch;
 
 #[cfg(test)]
 mod tests;
@@ -57,4 +58,5 @@ pub use discover::{
 pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
+pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};
 pub use tail::{combine_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};
