@@ -58,5 +58,5 @@ pub use discover::{
 pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
-pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};
 pub use tail::{combine_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};
+pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};

@@ -411,7 +411,10 @@ fn scan_range_continues_from_a_boundary() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("00000000000000000000.log");
     let mut seg = Vec::new();
-    for (i, size) in [100usize, CHUNK_BYTES + 77, 5_000, 3, 2_000_000].into_iter().enumerate() {
+    for (i, size) in [100usize, CHUNK_BYTES + 77, 5_000, 3, 2_000_000]
+        .into_iter()
+        .enumerate()
+    {
         seg.extend(
             BatchBuilder::new(i as i64)
                 .record(RecordSpec::new(0, 1).with_value(vec![7; size]))
@@ -444,12 +447,17 @@ fn scan_range_continues_from_a_boundary() {
                     ControlFlow::Continue(())
                 })
                 .unwrap_err();
-            assert!(matches!(err, Error::Incomplete { position, .. } if position == last_pos), "{err:?}");
+            assert!(
+                matches!(err, Error::Incomplete { position, .. } if position == last_pos),
+                "{err:?}"
+            );
             assert_eq!(seen, expected.len() - 1);
         }
     }
     // Nothing to scan at or past the end.
-    let s = log.scan_range(seg.len() as u64 + 5, seg.len() as u64, |_| ControlFlow::Continue(())).unwrap();
+    let s = log
+        .scan_range(seg.len() as u64 + 5, seg.len() as u64, |_| ControlFlow::Continue(()))
+        .unwrap();
     assert_eq!((s.frames, s.end), (0, seg.len() as u64));
 }
 

@@ -179,7 +179,6 @@ impl CheckpointHighWatermarks {
         }
         Ok(changed)
     }
-
 }
 
 impl HighWatermarkSource for CheckpointHighWatermarks {

@@ -316,20 +316,29 @@ pub fn read_tail(at: &TailPosition, options: &TailOptions) -> Result<TailRead, E
         (Some(e), _) => Some(e),
         (None, Ok(_)) => None,
         // A batch still being written (or held back past the limit).
-        (None, Err(Error::Incomplete {
-            position, offset, needed, ..
-        })) => (needed > options.max_batch_bytes).then(|| too_large(&at.path, position, offset, needed, options)),
+        (
+            None,
+            Err(Error::Incomplete {
+                position,
+                offset,
+                needed,
+                ..
+            }),
+        ) => (needed > options.max_batch_bytes).then(|| too_large(&at.path, position, offset, needed, options)),
         (None, Err(e)) if e.is_changed_while_read() => {
             return Ok(TailRead::Changed {
                 path: at.path.clone(),
                 reason: e.to_string(),
             })
         }
-        (None, Err(Error::Corrupt {
-            position,
-            defect: Defect::BadLength { value: 0, .. },
-            ..
-        })) if zero_header(&at.path, position)? => None,
+        (
+            None,
+            Err(Error::Corrupt {
+                position,
+                defect: Defect::BadLength { value: 0, .. },
+                ..
+            }),
+        ) if zero_header(&at.path, position)? => None,
         (None, Err(e @ Error::Corrupt { .. })) => Some(e),
         (None, Err(e)) => return Err(e),
     };
@@ -413,11 +422,22 @@ impl<'a> TailScan<'a> {
         let path = &self.at.path;
         let fail = |defect| Error::corrupt(path, info.position, Some(info.base_offset), defect);
         if info.size > self.options.max_batch_bytes {
-            self.corrupt = Some(too_large(path, info.position, Some(info.base_offset), info.size, self.options));
+            self.corrupt = Some(too_large(
+                path,
+                info.position,
+                Some(info.base_offset),
+                info.size,
+                self.options,
+            ));
             return ControlFlow::Break(());
         }
         if let Some(defect) = frame.crc_defect() {
-            self.corrupt = Some(Error::corrupt(path, frame.crc_position(), Some(info.base_offset), defect));
+            self.corrupt = Some(Error::corrupt(
+                path,
+                frame.crc_position(),
+                Some(info.base_offset),
+                defect,
+            ));
             return ControlFlow::Break(());
         }
         if info.base_offset < self.next_offset || info.last_offset < info.base_offset {
@@ -466,7 +486,11 @@ impl<'a> TailScan<'a> {
                 header,
             },
             self.next_offset,
-            if info.magic >= 2 { info.partition_leader_epoch } else { -1 },
+            if info.magic >= 2 {
+                info.partition_leader_epoch
+            } else {
+                -1
+            },
         ));
         self.max_timestamp = self.max_timestamp.max(info.max_timestamp);
         self.batches += 1;

@@ -13,13 +13,23 @@ use super::*;
 /// Batch `i` at `offset` with `records` records, its value size varied by `i`.
 fn batch_at(offset: i64, records: i32, i: usize, epoch: i32) -> Vec<u8> {
     let specs = (0..records)
-        .map(|r| RecordSpec::new(r, 1_700_000_000_000 + i as i64).with_value(vec![b'a' + (i % 26) as u8; 50 + (i * 37) % 900]))
+        .map(|r| {
+            RecordSpec::new(r, 1_700_000_000_000 + i as i64)
+                .with_value(vec![b'a' + (i % 26) as u8; 50 + (i * 37) % 900])
+        })
         .collect::<Vec<_>>();
-    BatchBuilder::new(offset).partition_leader_epoch(epoch).records(specs).build()
+    BatchBuilder::new(offset)
+        .partition_leader_epoch(epoch)
+        .records(specs)
+        .build()
 }
 
 fn append(path: &Path, bytes: &[u8]) {
-    let mut f = std::fs::OpenOptions::new().append(true).create(true).open(path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .unwrap();
     f.write_all(bytes).unwrap();
 }
 
@@ -49,7 +59,11 @@ fn every_byte_is_read_once_across_calls_with_partial_batches() {
         let (chunk, next) = appended(read_tail(at, &TailOptions::default()).unwrap());
         let file = std::fs::read(&path).unwrap();
         assert_eq!(chunk.from, at.position);
-        assert!(boundaries.contains(&chunk.to), "chunk ends at {} off a batch boundary", chunk.to);
+        assert!(
+            boundaries.contains(&chunk.to),
+            "chunk ends at {} off a batch boundary",
+            chunk.to
+        );
         let bytes = &file[chunk.from as usize..chunk.to as usize];
         assert_eq!(chunk.crc32c, crc32c::crc32c(bytes));
         assert_eq!(chunk.pending, file.len() as u64 - chunk.to);
@@ -128,7 +142,16 @@ fn the_bound_and_the_chunk_limit_cut_on_batch_boundaries() {
     let (chunk, at) = appended(read_tail(&start, &bounded).unwrap());
     assert_eq!((chunk.to, chunk.last_offset, chunk.at_bound), (ends[2], Some(5), true));
     // Exactly at a batch end: [6,7] ships too.
-    let (chunk, at) = appended(read_tail(&at, &TailOptions { upto: Some(8), ..bounded }).unwrap());
+    let (chunk, at) = appended(
+        read_tail(
+            &at,
+            &TailOptions {
+                upto: Some(8),
+                ..bounded
+            },
+        )
+        .unwrap(),
+    );
     assert_eq!((chunk.to, chunk.last_offset), (ends[3], Some(7)));
     // A small chunk limit: one batch per call at least, never more than the limit otherwise.
     let limited = TailOptions {
@@ -165,17 +188,26 @@ fn truncated_replaced_deleted_and_rewritten_files_are_typed_outcomes() {
     append(&path, &other);
     append(&path, &batch_at(2, 1, 8, 1));
     assert!(std::fs::metadata(&path).unwrap().len() >= at.position);
-    assert!(matches!(read_tail(&at, &TailOptions::default()).unwrap(), TailRead::Changed { .. }));
+    assert!(matches!(
+        read_tail(&at, &TailOptions::default()).unwrap(),
+        TailRead::Changed { .. }
+    ));
 
     // Replaced by a rename (a compaction swap).
     let swap = dir.path().join("swap.tmp");
     std::fs::write(&swap, [a.clone(), b.clone()].concat()).unwrap();
     std::fs::rename(&swap, &path).unwrap();
-    assert!(matches!(read_tail(&at, &TailOptions::default()).unwrap(), TailRead::Replaced { .. }));
+    assert!(matches!(
+        read_tail(&at, &TailOptions::default()).unwrap(),
+        TailRead::Replaced { .. }
+    ));
 
     // Deleted.
     std::fs::remove_file(&path).unwrap();
-    assert!(matches!(read_tail(&at, &TailOptions::default()).unwrap(), TailRead::Replaced { .. }));
+    assert!(matches!(
+        read_tail(&at, &TailOptions::default()).unwrap(),
+        TailRead::Replaced { .. }
+    ));
 }
 
 #[test]
@@ -251,7 +283,10 @@ fn corrupt_crc_and_backward_offsets_stop_the_chunk_before_them() {
     assert_eq!(chunk.last_offset, Some(51));
     assert!(matches!(
         read_tail(&at, &TailOptions::default()).unwrap(),
-        TailRead::Corrupt(Error::Corrupt { defect: Defect::OffsetOutOfOrder { .. }, .. })
+        TailRead::Corrupt(Error::Corrupt {
+            defect: Defect::OffsetOutOfOrder { .. },
+            ..
+        })
     ));
 }
 

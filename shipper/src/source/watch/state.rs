@@ -111,6 +111,9 @@ pub(super) fn snapshot_partition(dir: &Path) -> std::io::Result<Option<Partition
     Ok(Some(state))
 }
 
+/// A log dir's live partition dirs, and the (topic, partition)s of its `-delete` dirs.
+pub(super) type Listed = (Vec<(PathBuf, PartitionDirName)>, BTreeSet<(String, i32)>);
+
 /// The live partition dirs of a log dir that `filter` selects (internal
 /// topics and `-delete`/`-future`/`-stray` dirs excluded, as
 /// [`discover`](crate::source::discover()) does), and the partitions that
@@ -118,7 +121,7 @@ pub(super) fn snapshot_partition(dir: &Path) -> std::io::Result<Option<Partition
 pub(super) fn list_log_dir(
     log_dir: &Path,
     filter: &TopicFilter,
-) -> std::io::Result<(Vec<(PathBuf, PartitionDirName)>, BTreeSet<(String, i32)>)> {
+) -> std::io::Result<Listed> {
     let mut live = Vec::new();
     let mut deleting = BTreeSet::new();
     for entry in std::fs::read_dir(log_dir)? {
@@ -129,7 +132,9 @@ pub(super) fn list_log_dir(
         }
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Ok(parsed) = PartitionDirName::parse(name) else { continue };
+        let Ok(parsed) = PartitionDirName::parse(name) else {
+            continue;
+        };
         match parsed.kind {
             DirKind::Normal if !parsed.is_internal() && filter.matches(&parsed.topic) => {
                 live.push((entry.path(), parsed));
@@ -310,7 +315,9 @@ pub(super) fn pass(
         for dir in look_at {
             // A partition dir no relist has seen yet is left to the relist its
             // creation marked (or the next rescan).
-            let Some((id, before)) = known.get(&dir).cloned() else { continue };
+            let Some((id, before)) = known.get(&dir).cloned() else {
+                continue;
+            };
             match snapshot_partition(&dir) {
                 Ok(Some(now)) => {
                     diff(&id, &before, &now, out);

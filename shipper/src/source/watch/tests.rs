@@ -22,16 +22,16 @@ fn seg(dir: &Path, base: i64) -> PathBuf {
 }
 
 fn append(path: &Path, n: usize) {
-    let mut f = std::fs::OpenOptions::new().append(true).create(true).open(path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .unwrap();
     f.write_all(&vec![7u8; n]).unwrap();
 }
 
 /// Receive events until one satisfies `pred`; all events seen on the way.
-async fn until(
-    rx: &mut mpsc::Receiver<WatchEvent>,
-    what: &str,
-    pred: impl Fn(&WatchEvent) -> bool,
-) -> Vec<WatchEvent> {
+async fn until(rx: &mut mpsc::Receiver<WatchEvent>, what: &str, pred: impl Fn(&WatchEvent) -> bool) -> Vec<WatchEvent> {
     let mut seen = Vec::new();
     let found = tokio::time::timeout(EVENT_TIMEOUT, async {
         while let Some(e) = rx.recv().await {
@@ -44,7 +44,10 @@ async fn until(
         false
     })
     .await;
-    assert!(matches!(found, Ok(true)), "no {what} within {EVENT_TIMEOUT:?}; seen: {seen:#?}");
+    assert!(
+        matches!(found, Ok(true)),
+        "no {what} within {EVENT_TIMEOUT:?}; seen: {seen:#?}"
+    );
     seen
 }
 
@@ -69,7 +72,10 @@ async fn file_operations_become_partition_events() {
         matches!(e, WatchEvent::PartitionAppeared { partition, active_base: Some(0), segments: 1 } if partition.dir == t0)
     })
     .await;
-    assert!(seen.iter().all(|e| e.partition().is_none_or(|p| p.topic == "t")), "{seen:?}");
+    assert!(
+        seen.iter().all(|e| e.partition().is_none_or(|p| p.topic == "t")),
+        "{seen:?}"
+    );
 
     // A burst of appends: coalesced, ending at the final length.
     let writes = 2000;
@@ -80,21 +86,39 @@ async fn file_operations_become_partition_events() {
         }
     }
     let end = 100 + writes as u64 * 100;
-    let seen = until(&mut rx, "growth to the end", |e| {
-        matches!(e, WatchEvent::ActiveGrew { len, base_offset: 0, .. } if *len == end)
-    })
+    let seen = until(
+        &mut rx,
+        "growth to the end",
+        |e| matches!(e, WatchEvent::ActiveGrew { len, base_offset: 0, .. } if *len == end),
+    )
     .await;
-    let grew = seen.iter().filter(|e| matches!(e, WatchEvent::ActiveGrew { .. })).count();
-    assert!(grew < writes / 2, "{grew} growth events for {writes} appends: not coalesced");
+    let grew = seen
+        .iter()
+        .filter(|e| matches!(e, WatchEvent::ActiveGrew { .. }))
+        .count();
+    assert!(
+        grew < writes / 2,
+        "{grew} growth events for {writes} appends: not coalesced"
+    );
 
     // Roll.
     append(&seg(&t0, 100), 10);
     until(&mut rx, "roll to 100", |e| {
-        matches!(e, WatchEvent::Rolled { previous_base: Some(0), active_base: 100, .. })
+        matches!(
+            e,
+            WatchEvent::Rolled {
+                previous_base: Some(0),
+                active_base: 100,
+                ..
+            }
+        )
     })
     .await;
     append(&seg(&t0, 200), 10);
-    until(&mut rx, "roll to 200", |e| matches!(e, WatchEvent::Rolled { active_base: 200, .. })).await;
+    until(&mut rx, "roll to 200", |e| {
+        matches!(e, WatchEvent::Rolled { active_base: 200, .. })
+    })
+    .await;
 
     // Retention: renamed `.deleted`, removed later.
     let deleted = t0.join("00000000000000000000.log.deleted");
@@ -103,7 +127,9 @@ async fn file_operations_become_partition_events() {
         matches!(e, WatchEvent::LogStartMoved { first_base: 100, .. })
     })
     .await;
-    assert!(seen.iter().any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 0, .. })));
+    assert!(seen
+        .iter()
+        .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 0, .. })));
     std::fs::remove_file(&deleted).unwrap();
 
     // Compaction swap of the sealed segment 100.
@@ -118,9 +144,22 @@ async fn file_operations_become_partition_events() {
     .await;
 
     // The active tail shrinks.
-    std::fs::OpenOptions::new().write(true).open(seg(&t0, 200)).unwrap().set_len(4).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(seg(&t0, 200))
+        .unwrap()
+        .set_len(4)
+        .unwrap();
     until(&mut rx, "active shrank", |e| {
-        matches!(e, WatchEvent::ActiveShrank { base_offset: 200, len: 4, was: 10, .. })
+        matches!(
+            e,
+            WatchEvent::ActiveShrank {
+                base_offset: 200,
+                len: 4,
+                was: 10,
+                ..
+            }
+        )
     })
     .await;
 
@@ -128,7 +167,10 @@ async fn file_operations_become_partition_events() {
     let tmp = root.join("replication-offset-checkpoint.tmp");
     std::fs::write(&tmp, "0\n1\nt 0 5\n").unwrap();
     std::fs::rename(&tmp, root.join("replication-offset-checkpoint")).unwrap();
-    until(&mut rx, "checkpoint change", |e| matches!(e, WatchEvent::HighWatermarksChanged { .. })).await;
+    until(&mut rx, "checkpoint change", |e| {
+        matches!(e, WatchEvent::HighWatermarksChanged { .. })
+    })
+    .await;
 
     // A new partition, then its deletion (renamed `-delete`, then removed).
     let t1 = root.join("t-1");
@@ -141,7 +183,13 @@ async fn file_operations_become_partition_events() {
     let marked = root.join("t-1.0123456789abcdef0123456789abcdef-delete");
     std::fs::rename(&t1, &marked).unwrap();
     until(&mut rx, "t-1 gone, marked for deletion", |e| {
-        matches!(e, WatchEvent::PartitionGone { marked_for_deletion: true, .. }) && is_for(e, &t1)
+        matches!(
+            e,
+            WatchEvent::PartitionGone {
+                marked_for_deletion: true,
+                ..
+            }
+        ) && is_for(e, &t1)
     })
     .await;
     std::fs::remove_dir_all(&marked).unwrap();
@@ -149,7 +197,13 @@ async fn file_operations_become_partition_events() {
     // A partition dir removed outright.
     std::fs::remove_dir_all(&t0).unwrap();
     until(&mut rx, "t-0 gone", |e| {
-        matches!(e, WatchEvent::PartitionGone { marked_for_deletion: false, .. }) && is_for(e, &t0)
+        matches!(
+            e,
+            WatchEvent::PartitionGone {
+                marked_for_deletion: false,
+                ..
+            }
+        ) && is_for(e, &t0)
     })
     .await;
 }
@@ -190,20 +244,39 @@ fn a_full_pass_derives_events_from_listings_alone() {
     std::fs::rename(seg(&p, 0), p.join("00000000000000000000.log.deleted")).unwrap();
     std::fs::write(p.join("00000000000000000040.log.cleaned"), b"x").unwrap();
     let events = run(&mut state);
-    assert!(events.iter().any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 0, .. })));
-    assert!(events.iter().any(|e| matches!(e, WatchEvent::LogStartMoved { first_base: 40, .. })));
-    assert!(events.iter().any(|e| matches!(e, WatchEvent::ActiveGrew { len: 55, .. })));
-    assert!(!events.iter().any(|e| matches!(e, WatchEvent::SegmentReplaced { .. })), "{events:?}");
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 0, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::LogStartMoved { first_base: 40, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::ActiveGrew { len: 55, .. })));
+    assert!(
+        !events.iter().any(|e| matches!(e, WatchEvent::SegmentReplaced { .. })),
+        "{events:?}"
+    );
     // A truncation that removes the active segment: the one before is active again.
     append(&seg(&p, 90), 5);
     run(&mut state);
     std::fs::remove_file(seg(&p, 90)).unwrap();
     let events = run(&mut state);
-    assert!(events.iter().any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 90, .. })));
-    assert!(events.iter().any(|e| matches!(e, WatchEvent::ActiveShrank { base_offset: 40, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 90, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::ActiveShrank { base_offset: 40, .. })));
     std::fs::remove_dir_all(&p).unwrap();
     let events = run(&mut state);
-    assert!(matches!(events.as_slice(), [WatchEvent::PartitionGone { marked_for_deletion: false, .. }]));
+    assert!(matches!(
+        events.as_slice(),
+        [WatchEvent::PartitionGone {
+            marked_for_deletion: false,
+            ..
+        }]
+    ));
 }
 
 #[test]
@@ -216,7 +289,10 @@ fn notifications_mark_the_partition_the_log_dir_or_the_checkpoint() {
     mark_path(&mut d, &dirs, &root.join("t-1"));
     mark_path(&mut d, &dirs, &root.join("replication-offset-checkpoint.tmp"));
     mark_path(&mut d, &dirs, Path::new("/elsewhere/x"));
-    assert_eq!(d.partitions.iter().cloned().collect::<Vec<_>>(), vec![(1, root.join("t-0"))]);
+    assert_eq!(
+        d.partitions.iter().cloned().collect::<Vec<_>>(),
+        vec![(1, root.join("t-0"))]
+    );
     assert_eq!(d.log_dirs.iter().copied().collect::<Vec<_>>(), vec![1]);
     assert_eq!(d.checkpoints.iter().copied().collect::<Vec<_>>(), vec![1]);
     assert!(!d.all);
