@@ -118,10 +118,7 @@ pub(super) type Listed = (Vec<(PathBuf, PartitionDirName)>, BTreeSet<(String, i3
 /// topics and `-delete`/`-future`/`-stray` dirs excluded, as
 /// [`discover`](crate::source::discover()) does), and the partitions that
 /// have a `-delete` dir (marked for deletion).
-pub(super) fn list_log_dir(
-    log_dir: &Path,
-    filter: &TopicFilter,
-) -> std::io::Result<Listed> {
+pub(super) fn list_log_dir(log_dir: &Path, filter: &TopicFilter) -> std::io::Result<Listed> {
     let mut live = Vec::new();
     let mut deleting = BTreeSet::new();
     for entry in std::fs::read_dir(log_dir)? {
