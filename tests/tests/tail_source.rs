@@ -59,20 +59,17 @@ impl Driver {
         };
         let live: BTreeSet<i64> = view.segments.iter().map(|s| s.base_offset()).collect();
         for s in &view.segments {
-            if !self.segments.contains_key(&s.base_offset()) {
-                // A segment below the first one followed was deleted before we saw it: a gap the checks catch.
-                let at = match TailPosition::start(&s.files.log, s.base_offset()) {
-                    Ok(at) => at,
-                    Err(_) => continue, // deleted between the listing and now
+            // A segment deleted before it was seen would be a gap, which the checks catch.
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.segments.entry(s.base_offset()) {
+                // Deleted between the listing and now: nothing to follow.
+                let Ok(at) = TailPosition::start(&s.files.log, s.base_offset()) else {
+                    continue;
                 };
-                self.segments.insert(
-                    s.base_offset(),
-                    Followed {
-                        at,
-                        bytes: Vec::new(),
-                        gone: false,
-                    },
-                );
+                slot.insert(Followed {
+                    at,
+                    bytes: Vec::new(),
+                    gone: false,
+                });
             }
         }
         let options = TailOptions {
