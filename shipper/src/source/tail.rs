@@ -362,6 +362,28 @@ pub fn read_tail(at: &TailPosition, options: &TailOptions) -> Result<TailRead, E
     Ok(TailRead::Appended { chunk, next })
 }
 
+/// Batches from this size (256 KiB) extend the chunk CRC by combining CRCs
+/// rather than hashing the batch again: a combine costs about what hashing
+/// 150 KiB does (measured: 1 Mi batches of 1 KB took 17.7 s to read
+/// combining each, against 0.65 s for a whole scan).
+const COMBINE_MIN_BYTES: usize = 256 * 1024;
+
+/// The chunk CRC `crc` extended by `frame`. A v2 batch's own CRC-32C, just
+/// checked by the scan, covers its bytes from the attributes on; so for a
+/// large batch only the 21 bytes before them are hashed again and the two
+/// CRCs combined, instead of hashing the whole batch a second time. Small
+/// batches, and legacy frames (a CRC-32, not C), are hashed whole.
+fn crc32c_combine_frame(crc: u32, frame: &segment_format::log::Frame<'_>) -> u32 {
+    use segment_format::batch::ATTRIBUTES_OFFSET;
+    match frame.bytes.split_at_checked(ATTRIBUTES_OFFSET) {
+        Some((head, body)) if body.len() >= COMBINE_MIN_BYTES && frame.info.magic >= 2 && frame.crc_matches() => {
+            let head_crc = crc32c::crc32c_append(crc, head);
+            combine_crc32c(head_crc, frame.computed_crc, body.len() as u64)
+        }
+        _ => crc32c::crc32c_append(crc, frame.bytes),
+    }
+}
+
 /// Is the frame header at `position` all zeros (a preallocated tail, not yet written)?
 fn zero_header(path: &Path, position: u64) -> Result<bool, Error> {
     let mut header = [0u8; 12];
@@ -470,7 +492,7 @@ impl<'a> TailScan<'a> {
         if self.batches > 0 && (self.end - self.at.position).saturating_add(info.size) > self.options.max_chunk_bytes {
             return ControlFlow::Break(());
         }
-        self.crc = crc32c::crc32c_append(self.crc, frame.bytes);
+        self.crc = crc32c_combine_frame(self.crc, frame);
         self.first_offset.get_or_insert(info.base_offset);
         let mut header = [0u8; TRIPWIRE_BYTES];
         if let Some(h) = frame.bytes.get(..TRIPWIRE_BYTES) {

@@ -119,6 +119,19 @@ fn chunk_summary_and_combined_crc_match_the_file() {
     assert_eq!(c2.max_timestamp, 1_700_000_000_002);
     let whole = std::fs::read(&path).unwrap();
     assert_eq!(combine_crc32c(c1.crc32c, c2.crc32c, c2.len()), crc32c::crc32c(&whole));
+    // Large batches (whose CRC is combined, not hashed again) between small ones.
+    let big = |offset: i64| {
+        BatchBuilder::new(offset)
+            .record(RecordSpec::new(0, 9).with_value(vec![0xa5; COMBINE_MIN_BYTES + 100]))
+            .build()
+    };
+    append(&path, &big(5));
+    append(&path, &batch_at(6, 1, 3, 1));
+    append(&path, &big(7));
+    let (c3, _) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let whole = std::fs::read(&path).unwrap();
+    assert_eq!(c3.batches, 4);
+    assert_eq!(c3.crc32c, crc32c::crc32c(&whole[c3.from as usize..]));
 }
 
 #[test]
@@ -301,3 +314,4 @@ fn a_preallocated_zero_tail_is_pending_not_corrupt() {
     let (chunk, _) = appended(read_tail(&at, &TailOptions::default()).unwrap());
     assert_eq!((chunk.to, chunk.pending), (a.len() as u64, 4096));
 }
+
