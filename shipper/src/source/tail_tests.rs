@@ -122,6 +122,7 @@ fn chunk_summary_and_combined_crc_match_the_file() {
     // Large batches (whose CRC is combined, not hashed again) between small ones.
     let big = |offset: i64| {
         BatchBuilder::new(offset)
+            .partition_leader_epoch(1)
             .record(RecordSpec::new(0, 9).with_value(vec![0xa5; COMBINE_MIN_BYTES + 100]))
             .build()
     };
