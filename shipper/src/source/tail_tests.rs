@@ -315,4 +315,3 @@ fn a_preallocated_zero_tail_is_pending_not_corrupt() {
     let (chunk, _) = appended(read_tail(&at, &TailOptions::default()).unwrap());
     assert_eq!((chunk.to, chunk.pending), (a.len() as u64, 4096));
 }
-

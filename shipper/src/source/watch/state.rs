@@ -10,7 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use segment_format::dir::{classify_partition_file, DirKind, PartitionDirName, PartitionFile, SegmentFileKind};
+use segment_format::dir::{
+    classify_partition_file, DirKind, PartitionDirName, PartitionFile, SegmentFileKind, TransientSuffix,
+};
 
 use super::{PartitionId, WatchEvent};
 use crate::source::discover::TopicFilter;
@@ -82,31 +84,45 @@ pub(super) fn snapshot_partition(dir: &Path) -> std::io::Result<Option<Partition
         Err(e) => return Err(e),
     };
     let mut state = PartitionState::default();
+    let mut swaps = BTreeMap::new();
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let PartitionFile::Segment {
-            base_offset,
-            kind: SegmentFileKind::Log,
-        } = classify_partition_file(name)
-        {
-            // `symlink_metadata`: a link is not followed (the reader refuses it).
-            match std::fs::symlink_metadata(entry.path()) {
-                Ok(meta) => {
-                    state.segments.insert(
-                        base_offset,
-                        LogStamp {
-                            inode: inode(&meta),
-                            len: meta.len(),
-                        },
-                    );
-                }
-                // Renamed (`.deleted`) or swapped between the listing and the stat.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+        let (base_offset, into) = match classify_partition_file(name) {
+            PartitionFile::Segment {
+                base_offset,
+                kind: SegmentFileKind::Log,
+            } => (base_offset, &mut state.segments),
+            PartitionFile::Transient {
+                base_offset,
+                kind: SegmentFileKind::Log,
+                suffix: TransientSuffix::Swap,
+            } => (base_offset, &mut swaps),
+            _ => continue,
+        };
+        // `symlink_metadata`: a link is not followed (the reader refuses it).
+        match std::fs::symlink_metadata(entry.path()) {
+            Ok(meta) => {
+                into.insert(
+                    base_offset,
+                    LogStamp {
+                        inode: inode(&meta),
+                        len: meta.len(),
+                    },
+                );
             }
+            // Renamed (`.deleted`) or swapped between the listing and the stat.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
+    }
+    // A compaction swap renames the old `.log` away (`.deleted`) before it
+    // renames `<base>.log.swap` to `<base>.log`: in between, the swap file
+    // stands for the segment (the rename keeps its inode), so the swap shows
+    // as one replacement, not as a deletion and a log start move.
+    for (base, stamp) in swaps {
+        state.segments.entry(base).or_insert(stamp);
     }
     Ok(Some(state))
 }
@@ -166,15 +182,20 @@ pub(super) fn diff(id: &PartitionId, old: &PartitionState, new: &PartitionState,
             });
         }
     }
-    // Sealed segments (and the active one) swapped under the same name.
+    // Sealed segments (and the active one) swapped under the same name; or a
+    // segment below the active one that was not there before (a swap whose
+    // window a pass fell into without seeing the `.swap` file).
+    let old_active_base = old_active.map(|(b, _)| b);
     for (base, stamp) in &new.segments {
-        if let Some(before) = old.segments.get(base) {
-            if before.inode != stamp.inode {
-                out.push(WatchEvent::SegmentReplaced {
-                    partition: partition(),
-                    base_offset: *base,
-                });
-            }
+        let replaced = match old.segments.get(base) {
+            Some(before) => before.inode != stamp.inode,
+            None => old_active_base.is_some_and(|a| *base < a),
+        };
+        if replaced {
+            out.push(WatchEvent::SegmentReplaced {
+                partition: partition(),
+                base_offset: *base,
+            });
         }
     }
     match (old_active, new_active) {

@@ -257,6 +257,33 @@ fn a_full_pass_derives_events_from_listings_alone() {
         !events.iter().any(|e| matches!(e, WatchEvent::SegmentReplaced { .. })),
         "{events:?}"
     );
+    // A compaction swap of segment 40 seen mid-way: the new data is `.swap`,
+    // the old `.log` already renamed `.deleted`. One replacement, no deletion.
+    append(&seg(&p, 60), 5);
+    run(&mut state);
+    std::fs::write(p.join("00000000000000000040.log.swap"), b"compacted").unwrap();
+    std::fs::rename(seg(&p, 40), p.join("00000000000000000040.log.deleted")).unwrap();
+    let events = run(&mut state);
+    assert!(
+        matches!(events.as_slice(), [WatchEvent::SegmentReplaced { base_offset: 40, .. }]),
+        "{events:?}"
+    );
+    std::fs::rename(p.join("00000000000000000040.log.swap"), seg(&p, 40)).unwrap();
+    assert!(
+        run(&mut state).is_empty(),
+        "the final rename keeps the inode: nothing new"
+    );
+    // A pass that saw the segment missing, then back: replaced, not silent.
+    std::fs::rename(seg(&p, 40), p.join("moved-away")).unwrap();
+    run(&mut state);
+    std::fs::rename(p.join("moved-away"), seg(&p, 40)).unwrap();
+    let events = run(&mut state);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, WatchEvent::SegmentReplaced { base_offset: 40, .. })),
+        "{events:?}"
+    );
     // A truncation that removes the active segment: the one before is active again.
     append(&seg(&p, 90), 5);
     run(&mut state);
@@ -267,7 +294,7 @@ fn a_full_pass_derives_events_from_listings_alone() {
         .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 90, .. })));
     assert!(events
         .iter()
-        .any(|e| matches!(e, WatchEvent::ActiveShrank { base_offset: 40, .. })));
+        .any(|e| matches!(e, WatchEvent::ActiveShrank { base_offset: 60, .. })));
     std::fs::remove_dir_all(&p).unwrap();
     let events = run(&mut state);
     assert!(matches!(
