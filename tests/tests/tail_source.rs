@@ -10,6 +10,10 @@
 //! CRC of its bytes, the chunks of every segment still on disk concatenate to that segment's bytes, every deleted
 //! segment was read to its end before it went, and the watcher reported rolls, deletions and high-watermark
 //! changes.
+//!
+//! [`a_real_compaction_swap_is_reported_and_a_tail_on_the_old_file_is_told_so`]: compaction is switched on under a
+//! tail that read a sealed segment; the broker's swap shows as `SegmentReplaced` (not as a deletion), the old
+//! position gets `TailRead::Replaced`, and the new file reads from the start to exactly its bytes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -298,4 +302,109 @@ async fn the_watcher_and_the_incremental_reader_follow_a_rolling_partition_exact
         log_end.chunks
     );
     broker.stop().unwrap();
+}
+
+/// A real compaction swap: the watcher reports the sealed segment replaced, a tail position taken on the old file
+/// gets the typed `Replaced` outcome (never the new file's bytes as if they continued the old ones), and the new
+/// file reads from the start as a sound segment with the gaps compaction leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_compaction_swap_is_reported_and_a_tail_on_the_old_file_is_told_so() {
+    const COMPACTED: &str = "tail-compact";
+    let mut broker = KafkaBroker::start(BrokerConfig::new("tail-compact")).unwrap();
+    let bootstrap = broker.bootstrap();
+    // Compaction off while the data is written and read, on afterwards: the swap happens under the tail.
+    let spec = TopicSpec::new(COMPACTED, 1)
+        .config(broker.install().segment_bytes_config(), 24 * 1024)
+        .config("cleanup.policy", "delete")
+        .config("retention.ms", -1)
+        .config("min.cleanable.dirty.ratio", "0.01");
+    admin(&bootstrap, &[spec], &[]).unwrap();
+    let log_dir = broker.log_dir().to_path_buf();
+    let dir = broker.partition_dir(COMPACTED, 0);
+    let config = WatchConfig::new(vec![log_dir.clone()], TopicFilter::new(COMPACTED).unwrap());
+    let (_watcher, mut events) = watch(config).await.unwrap();
+    for round in 0..3 {
+        let mut plan = ProducePlan::new(COMPACTED)
+            .config("linger.ms", "2")
+            .config("batch.size", "4096");
+        let records = (0..50)
+            .map(|i| OutRecord {
+                partition: Some(0),
+                key: Some(format!("key-{i}").into_bytes()),
+                value: Some(vec![b'a' + round as u8; 400]),
+                headers: Vec::new(),
+                timestamp: None,
+            })
+            .collect();
+        plan = plan.step(ProduceStep::Send(records));
+        python_produce(&bootstrap, &plan).unwrap();
+    }
+    // Read the first (sealed) segment to its end.
+    let first = seg_path(&dir, 0);
+    let mut at = TailPosition::start(&first, 0).unwrap();
+    let old_len = std::fs::metadata(&first).unwrap().len();
+    while at.position < old_len {
+        match read_tail(&at, &TailOptions::default()).unwrap() {
+            TailRead::Appended { next, .. } => at = next,
+            other => panic!("{other:?}"),
+        }
+    }
+    broker
+        .tools()
+        .alter_topic_config(COMPACTED, &[("cleanup.policy", "compact")])
+        .unwrap();
+    let seen = tokio::time::timeout(CATCH_UP_TIMEOUT, async {
+        let mut seen = Vec::new();
+        while let Some(e) = events.recv().await {
+            let hit = matches!(&e, WatchEvent::SegmentReplaced { base_offset: 0, .. });
+            seen.push(e);
+            if hit {
+                return seen;
+            }
+        }
+        panic!("the watcher stopped; seen {seen:?}");
+    })
+    .await
+    .expect("no SegmentReplaced for segment 0 after compaction was enabled");
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 0, .. })),
+        "{seen:?}"
+    );
+    // The old position is on a file that is gone: typed, whatever the new file's length.
+    assert!(matches!(
+        read_tail(&at, &TailOptions::default()).unwrap(),
+        TailRead::Replaced { .. }
+    ));
+    // The new file reads from the start: compaction's offset gaps are fine, every byte once.
+    let mut at = TailPosition::start(&first, 0).unwrap();
+    let mut bytes = Vec::new();
+    loop {
+        match read_tail(&at, &TailOptions::default()).unwrap() {
+            TailRead::Appended { chunk, next } if !chunk.is_empty() => {
+                bytes.extend(read_range(&first, chunk.from, chunk.to));
+                at = next;
+            }
+            TailRead::Appended { .. } => break,
+            // A later cleaning pass swapped it again: start over on the newest file.
+            TailRead::Replaced { .. } => {
+                at = TailPosition::start(&first, 0).unwrap();
+                bytes.clear();
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let on_disk = std::fs::read(&first).unwrap();
+    assert!(
+        bytes == on_disk,
+        "{} bytes read, {} on disk",
+        bytes.len(),
+        on_disk.len()
+    );
+    broker.stop().unwrap();
+}
+
+fn seg_path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{base:020}.log"))
 }
