@@ -24,9 +24,12 @@
 //!   so one call on a segment that a slow tail fell behind on stays short.
 //!
 //! The file is read in the bounded buffers of [`LogFile::scan_range`]; a batch
-//! length larger than [`TailOptions::max_batch_bytes`] is refused as corrupt
-//! (naming the file and position) even while the batch is still incomplete,
-//! so a hostile length never makes the reader wait for, or buffer, gigabytes.
+//! length larger than [`TailOptions::max_batch_bytes`], or one that would end
+//! past Kafka's largest segment, is refused as corrupt (naming the file and
+//! position) even while the batch is still incomplete, so a hostile length
+//! never makes the reader wait for, or buffer, gigabytes. (A hostile length
+//! within those limits is waited for like a batch being written; the sealed
+//! segment's full check at the roll refuses it.)
 //!
 //! The file may also have changed under the position. Kafka never rewrites
 //! bytes in place: it truncates (a follower after a leader change), replaces
@@ -48,6 +51,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use segment_format::log::{LogFile, MAX_FRAME_BYTES};
+use segment_format::open::MAX_SEGMENT_BYTES;
 use segment_format::{Defect, Error};
 
 /// Most bytes one [`read_tail`] call returns (64 MiB, or one batch if a batch
@@ -293,7 +297,16 @@ pub fn read_tail(at: &TailPosition, options: &TailOptions) -> Result<TailRead, E
     if let Some(outcome) = identity_outcome(at)? {
         return Ok(outcome);
     }
-    let len_after = std::fs::metadata(&at.path).map_err(|e| Error::io(&at.path, e))?.len();
+    let len_after = match std::fs::metadata(&at.path) {
+        Ok(meta) => meta.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(TailRead::Replaced {
+                path: at.path.clone(),
+                reason: "the file is gone (deleted or renamed)".into(),
+            })
+        }
+        Err(e) => return Err(Error::io(&at.path, e)),
+    };
     if len_after < scan.end.max(at.position) {
         return Ok(TailRead::Truncated {
             path: at.path.clone(),
@@ -324,7 +337,8 @@ pub fn read_tail(at: &TailPosition, options: &TailOptions) -> Result<TailRead, E
                 needed,
                 ..
             }),
-        ) => (needed > options.max_batch_bytes).then(|| too_large(&at.path, position, offset, needed, options)),
+        ) => (needed > options.max_batch_bytes || position.saturating_add(needed) > MAX_SEGMENT_BYTES)
+            .then(|| too_large(&at.path, position, offset, needed, options)),
         (None, Err(e)) if e.is_changed_while_read() => {
             return Ok(TailRead::Changed {
                 path: at.path.clone(),
