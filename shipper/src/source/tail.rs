@@ -90,7 +90,7 @@ pub struct TailPosition {
 pub struct BatchMark {
     /// Position of the batch in the file.
     pub position: u64,
-    /// Its first [`TRIPWIRE_BYTES`] bytes.
+    /// Its first 21 bytes (offset, length, leader epoch, magic, CRC).
     pub header: [u8; TRIPWIRE_BYTES],
 }
 
