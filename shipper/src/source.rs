@@ -71,5 +71,5 @@ pub use discover::{
 pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
-pub use tail::{combine_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};
+pub use tail::{combine_crc32c, prefix_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};
 pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};

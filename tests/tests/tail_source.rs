@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
 use segmirror_shipper::source::{
-    read_partition, read_tail, upto_bound, watch, CheckpointHighWatermarks, HighWatermarkSource, PartitionRead,
-    TailOptions, TailPosition, TailRead, TopicFilter, UptoPolicy, WatchConfig, WatchEvent,
+    prefix_crc32c, read_partition, read_tail, upto_bound, watch, CheckpointHighWatermarks, HighWatermarkSource,
+    PartitionRead, TailOptions, TailPosition, TailRead, TopicFilter, UptoPolicy, WatchConfig, WatchEvent,
 };
 use segmirror_tests::*;
 
@@ -161,6 +161,11 @@ fn check_exactly_once(driver: &Driver, total: i64) -> usize {
                 "deleted segment {base} read to its end"
             );
         } else {
+            assert_eq!(
+                prefix_crc32c(&f.at.path, f.at.position).unwrap(),
+                Some(f.at.prefix_crc32c),
+                "segment {base}: the chunks' combined CRC is the file's"
+            );
             let on_disk = std::fs::read(&f.at.path).unwrap();
             assert!(
                 on_disk == f.bytes,

@@ -45,6 +45,12 @@
 //! ([`combine_crc32c`]) and compares them with a full scan. All outcomes are
 //! typed; `Err` is left for I/O failures.
 //!
+//! When the segment is sealed (a roll), the driver checks it whole once
+//! ([`super::bound_sealed`]) and compares [`prefix_crc32c`] of the file with
+//! [`TailPosition::prefix_crc32c`], the chunks' CRCs combined: equal, the
+//! sealed segment is exactly the bytes already shipped, and its final version
+//! needs only its indexes, snapshot and transaction index on top.
+//!
 //! Blocking (file reads); async callers run it in `spawn_blocking`.
 
 use std::ops::ControlFlow;
@@ -83,6 +89,11 @@ pub struct TailPosition {
     /// Inode of the file the prefix was read from (0 off Unix, where
     /// replacement is then seen only through the tripwire).
     pub inode: u64,
+    /// CRC-32C of the whole validated prefix `[0, position)`: the chunks'
+    /// CRCs combined. When the segment is sealed, [`prefix_crc32c`] of the
+    /// file must give the same: the sealed segment is then exactly the bytes
+    /// shipped, and its final version only adds its indexes and snapshot.
+    pub prefix_crc32c: u32,
 }
 
 /// The header bytes of one validated batch, to tell later that it is still there.
@@ -107,6 +118,7 @@ impl TailPosition {
             last_epoch: -1,
             last_batch: None,
             inode,
+            prefix_crc32c: 0,
         })
     }
 
@@ -115,6 +127,9 @@ impl TailPosition {
         let mut next = self.clone();
         next.position = chunk.to;
         next.inode = inode;
+        if !chunk.is_empty() {
+            next.prefix_crc32c = combine_crc32c(self.prefix_crc32c, chunk.crc32c, chunk.len());
+        }
         if let Some((mark, next_offset, epoch)) = last {
             next.last_batch = Some(mark);
             next.next_offset = next_offset;
@@ -209,6 +224,31 @@ pub enum TailRead {
 pub fn combine_crc32c(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
     // A chunk is at most a segment, and a segment is below 2 GiB.
     crc32c::crc32c_combine(crc_a, crc_b, usize::try_from(len_b).unwrap_or(usize::MAX))
+}
+
+/// Bytes [`prefix_crc32c`] reads at once (1 MiB): bounded memory, few calls.
+const PREFIX_READ_BYTES: usize = 1024 * 1024;
+
+/// The CRC-32C of the first `len` bytes of `path`, read in bounded pieces;
+/// `None` if the file is shorter. One pass per sealed segment (not per
+/// chunk), to compare with [`TailPosition::prefix_crc32c`].
+/// Blocking; async callers run it in `spawn_blocking`.
+pub fn prefix_crc32c(path: &Path, len: u64) -> Result<Option<u32>, Error> {
+    let mut buf = vec![0u8; PREFIX_READ_BYTES];
+    let mut crc = 0u32;
+    let mut at = 0u64;
+    while at < len {
+        let want = usize::try_from(len - at).map_or(PREFIX_READ_BYTES, |n| n.min(PREFIX_READ_BYTES));
+        let Some(piece) = buf.get_mut(..want) else { break };
+        let n = read_at(path, at, piece)?;
+        let Some(read) = piece.get(..n) else { break };
+        if n == 0 {
+            return Ok(None);
+        }
+        crc = crc32c::crc32c_append(crc, read);
+        at += n as u64;
+    }
+    Ok(Some(crc))
 }
 
 fn inode_of(path: &Path) -> Result<u64, Error> {

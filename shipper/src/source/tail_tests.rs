@@ -96,6 +96,10 @@ fn every_byte_is_read_once_across_calls_with_partial_batches() {
     }
     at = check(&at, &mut shipped, &boundaries);
     assert_eq!(shipped, std::fs::read(&path).unwrap(), "every byte once, in order");
+    // The prefix CRC the chunks add up to is the file's, as a sealing check reads it.
+    assert_eq!(at.prefix_crc32c, crc32c::crc32c(&shipped));
+    assert_eq!(prefix_crc32c(&path, at.position).unwrap(), Some(at.prefix_crc32c));
+    assert_eq!(prefix_crc32c(&path, at.position + 1).unwrap(), None);
     assert_eq!(batches_seen, 60);
     assert_eq!((at.next_offset, at.last_epoch), (offset, 3));
     // Nothing new: an empty chunk at the end.
