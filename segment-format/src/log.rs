@@ -497,20 +497,39 @@ impl LogFile {
     /// on two threads (the private `window` module says how) and the next chunk
     /// is read while one is scanned; the frames still reach `f` one by one, in
     /// file order, on the calling thread.
-    pub fn scan<F>(&mut self, mut f: F) -> Result<ScanSummary, Error>
+    pub fn scan<F>(&mut self, f: F) -> Result<ScanSummary, Error>
     where
         F: FnMut(&Frame<'_>) -> ControlFlow<()>,
     {
-        let parallel = self.len >= PARALLEL_MIN_BYTES && helper_available();
-        let chunk_len = |from: u64| (self.len - from).min(CHUNK_BYTES as u64) as usize;
-        let mut summary = ScanSummary::default();
+        self.scan_range(0, self.len, f)
+    }
+
+    /// [`LogFile::scan`] over the bytes `[from, to)` only: `from` must be a
+    /// frame boundary a caller already knows (the end of a prefix it
+    /// validated before, for a reader that follows a growing segment without
+    /// reading it again from byte 0), `to` at most the size at open. A frame
+    /// that crosses `to` is reported as incomplete, as one crossing the end of
+    /// the file is. Memory is bounded as for [`LogFile::scan`]; a `from`
+    /// beyond `to` scans nothing.
+    pub fn scan_range<F>(&mut self, from: u64, to: u64, mut f: F) -> Result<ScanSummary, Error>
+    where
+        F: FnMut(&Frame<'_>) -> ControlFlow<()>,
+    {
+        let limit = to.min(self.len);
+        let from = from.min(limit);
+        let parallel = limit - from >= PARALLEL_MIN_BYTES && helper_available();
+        let chunk_len = |at: u64| (limit - at).min(CHUNK_BYTES as u64) as usize;
+        let mut summary = ScanSummary {
+            end: from,
+            ..ScanSummary::default()
+        };
         let mut current = Chunk::default();
         let mut next = Chunk::default();
-        let first = current.read(&self.file, 0, chunk_len(0), self.len > CHUNK_BYTES as u64);
+        let first = current.read(&self.file, from, chunk_len(from), limit - from > CHUNK_BYTES as u64);
         self.checked(first)?;
         loop {
             let end = current.end();
-            let at_end = end >= self.len;
+            let at_end = end >= limit;
             let file = &self.file;
             // Read the next chunk while this one is scanned (on a second CPU).
             let (chunk_summary, stop, prefetched) = std::thread::scope(|scope| {
@@ -555,9 +574,9 @@ impl LogFile {
                 ..
             }) = &stop
             {
-                if position.saturating_add(*needed) > self.len {
+                if position.saturating_add(*needed) > limit {
                     // The frame runs past the end of the file: no need to read it.
-                    let available = self.len - position;
+                    let available = limit - position;
                     let tail = ParseError::Incomplete {
                         position: *position,
                         offset: *offset,
@@ -591,7 +610,7 @@ impl LogFile {
             let have = next.bytes().len() as u64;
             if have < needed {
                 // A frame larger than a chunk: read the rest of it now.
-                let more = (needed - have).min(self.len - next.end()) as usize;
+                let more = (needed - have).min(limit - next.end()) as usize;
                 self.checked(next.extend(&self.file, more))?;
             }
             std::mem::swap(&mut current, &mut next);

@@ -20,29 +20,49 @@
 //! - [`guard`]: telling that a file changed while it was read (length,
 //!   modification time, inode before and after) and how often to look again.
 //! - [`snapshot`]: the producer snapshot a broker writes at the log end.
+//! - [`tail`]: the active segment read incrementally ([`read_tail`]): from a
+//!   validated position, the newly appended whole CRC-valid batches as a
+//!   [`Chunk`] with its CRC-32C, each byte once; typed outcomes for a file
+//!   truncated, replaced or rewritten under the position.
+//! - [`watch`](mod@watch): notifications (plus a periodic rescan) turned into
+//!   typed, coalesced per-partition events (grew, rolled, segment deleted or
+//!   swapped, partition appeared or gone, high watermarks changed).
+//! - [`bound_hw`]: how far a tail ships ([`UptoPolicy`]): the high watermark
+//!   from `replication-offset-checkpoint` behind the [`HighWatermarkSource`]
+//!   seam, or the log end.
 //!
-//! A driver's loop, as the seed runs it and a tail driver would:
-//! [`discover()`] once (again to find new partitions), then per partition
-//! [`read_partition`], then per segment [`bound_sealed`] or [`bound_active`]
-//! (again as the active segment grows; a roll shows as a new
-//! [`read_partition`] listing where that segment has a successor). An
-//! `Outcome::Changed` means: list the partition again and retry.
+//! A driver's loop, as the seed runs it: [`discover()`] once, then per
+//! partition [`read_partition`], then per segment [`bound_sealed`] or
+//! [`bound_active`]. An `Outcome::Changed` means: list the partition again
+//! and retry. A tail driver instead takes [`watch()`]'s events as hints: on
+//! each it lists the partition again ([`read_partition`]) and continues each
+//! followed segment with [`read_tail`] up to the [`Bound`] of its
+//! [`UptoPolicy`]; a roll shows as a listing where the segment has a
+//! successor, and a `Replaced`/`Truncated`/`Changed` outcome sends it back to
+//! the listing.
 //!
-//! All functions here block (directory listings, file reads, scans); async
-//! callers run them in `spawn_blocking`.
+//! All functions here except [`watch()`] block (directory listings, file
+//! reads, scans); async callers run them in `spawn_blocking`.
 
 pub mod bound;
+pub mod bound_hw;
 pub mod discover;
 pub mod guard;
 pub mod read;
 pub mod rebuild;
 pub mod snapshot;
+pub mod tail;
+pub mod watch;
 
 #[cfg(test)]
 mod tests;
 
 pub use bound::{
     bound_active, bound_sealed, seal_in_place, LocalFile, Outcome, PrepareOptions, Prepared, SegmentStats, SourceGuard,
+};
+pub use bound_hw::{
+    bound as upto_bound, Bound, CheckpointHighWatermarks, HighWatermark, HighWatermarkSource, UptoPolicy,
+    CHECKPOINT_INTERVAL,
 };
 pub use discover::{
     discover, Discovery, SkipReason, SkippedPartition, SourcePartition, TopicFilter, Unusable, UnusablePartition,
@@ -51,3 +71,5 @@ pub use discover::{
 pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
+pub use tail::{combine_crc32c, prefix_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};
+pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};

@@ -403,6 +403,64 @@ fn chunked_scan_matches_the_iterator() {
     }
 }
 
+/// `scan_range` from every frame boundary (and up to a cut inside a frame)
+/// yields exactly the frames of a full scan that lie in the range, over chunk
+/// boundaries and a frame larger than a chunk.
+#[test]
+fn scan_range_continues_from_a_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000000.log");
+    let mut seg = Vec::new();
+    for (i, size) in [100usize, CHUNK_BYTES + 77, 5_000, 3, 2_000_000]
+        .into_iter()
+        .enumerate()
+    {
+        seg.extend(
+            BatchBuilder::new(i as i64)
+                .record(RecordSpec::new(0, 1).with_value(vec![7; size]))
+                .build(),
+        );
+    }
+    std::fs::write(&path, &seg).unwrap();
+    let (all, stop, _) = collect(&seg);
+    assert!(stop.is_none());
+    let frames: Vec<(u64, u64)> = all.iter().map(|f| (f.info.position - 1000, f.info.size)).collect();
+    let mut log = LogFile::open(&path).unwrap();
+    for &(from, _) in &frames {
+        let mut seen = vec![];
+        let summary = log
+            .scan_range(from, seg.len() as u64, |f| {
+                seen.push((f.info.position, f.info.size));
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        let expected: Vec<_> = frames.iter().copied().filter(|(p, _)| *p >= from).collect();
+        assert_eq!(seen, expected);
+        assert_eq!(summary.end, seg.len() as u64);
+        // A limit inside the last frame: that frame is incomplete, the others are seen.
+        let (last_pos, _) = *frames.last().unwrap();
+        if from < last_pos {
+            let mut seen = 0;
+            let err = log
+                .scan_range(from, last_pos + 10, |_| {
+                    seen += 1;
+                    ControlFlow::Continue(())
+                })
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::Incomplete { position, .. } if position == last_pos),
+                "{err:?}"
+            );
+            assert_eq!(seen, expected.len() - 1);
+        }
+    }
+    // Nothing to scan at or past the end.
+    let s = log
+        .scan_range(seg.len() as u64 + 5, seg.len() as u64, |_| ControlFlow::Continue(()))
+        .unwrap();
+    assert_eq!((s.frames, s.end), (0, seg.len() as u64));
+}
+
 proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {

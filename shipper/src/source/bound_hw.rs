@@ -1,0 +1,253 @@
+//! How far a tail ships: the upper bound of what may leave the source.
+//!
+//! Records above a partition's **high watermark** are not committed: a leader
+//! change may still truncate them away, and a mirror that received them would
+//! hold records the source cluster never acknowledged. So by default
+//! ([`UptoPolicy::HighWatermark`]) a tail ships only batches whose last offset
+//! is below the high watermark ([`Bound::upto`] feeds
+//! [`TailOptions::upto`](super::tail::TailOptions::upto)); `--upto log-end`
+//! ([`UptoPolicy::LogEnd`]) ships everything complete and CRC-valid, for the
+//! lowest latency, accepting that the source may truncate what was shipped (a
+//! tail then sees [`TailRead::Truncated`](super::tail::TailRead::Truncated)).
+//!
+//! Where the high watermark comes from is a seam ([`HighWatermarkSource`]):
+//! - [`CheckpointHighWatermarks`] (here) reads the broker's
+//!   `replication-offset-checkpoint` in each log dir (version `0`, a count,
+//!   `topic partition offset` lines). The broker rewrites it (temp file and
+//!   rename) every `replica.high.watermark.checkpoint.interval.ms`,
+//!   [`CHECKPOINT_INTERVAL`] by default, so the bound it gives lags the true
+//!   high watermark by up to that interval plus the watcher's notice (a
+//!   tick). A partition missing from the file (new, or not checkpointed yet)
+//!   has no known bound: nothing of it ships until it appears.
+//! - `ListOffsets` over the Kafka protocol (`--source-bootstrap`), which
+//!   learns the high watermark within a round trip, is another implementation
+//!   of the same trait, outside this module.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+use std::time::{Duration, SystemTime};
+
+use segment_format::checkpoint::OffsetCheckpoint;
+use segment_format::dir::RootCheckpoint;
+use segment_format::Error;
+
+/// Kafka's default `replica.high.watermark.checkpoint.interval.ms` (5000 ms):
+/// how stale the checkpoint's high watermarks may be.
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(5000);
+
+/// How far to ship (`--upto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UptoPolicy {
+    /// Up to the high watermark (committed records only): the default.
+    #[default]
+    HighWatermark,
+    /// Up to the end of the log (every complete, CRC-valid batch).
+    LogEnd,
+}
+
+/// The bound for one partition at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// No bound: to the end of the log.
+    LogEnd,
+    /// Batches whose last offset is below this offset.
+    Below(i64),
+    /// The high watermark is not known yet: nothing ships.
+    Unknown,
+}
+
+impl Bound {
+    /// The bound for [`TailOptions::upto`](super::tail::TailOptions::upto):
+    /// `None` for no bound; an unknown high watermark bounds everything away.
+    pub fn upto(self) -> Option<i64> {
+        match self {
+            Bound::LogEnd => None,
+            Bound::Below(hw) => Some(hw),
+            Bound::Unknown => Some(i64::MIN),
+        }
+    }
+
+    /// May a batch whose last offset is `last_offset` ship?
+    pub fn admits(self, last_offset: i64) -> bool {
+        match self {
+            Bound::LogEnd => true,
+            Bound::Below(hw) => last_offset < hw,
+            Bound::Unknown => false,
+        }
+    }
+}
+
+/// A high watermark and when it was learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HighWatermark {
+    /// The offset (exclusive: the first uncommitted one).
+    pub offset: i64,
+    /// When the source published it (the checkpoint's modification time; the
+    /// response time of a `ListOffsets`).
+    pub as_of: SystemTime,
+}
+
+/// Where high watermarks come from (the seam for `ListOffsets`).
+pub trait HighWatermarkSource: Send + Sync {
+    /// The latest known high watermark of `topic`-`partition`; `None`: unknown.
+    fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark>;
+}
+
+/// The bound `policy` gives for a partition.
+pub fn bound(policy: UptoPolicy, source: &dyn HighWatermarkSource, topic: &str, partition: i32) -> Bound {
+    match policy {
+        UptoPolicy::LogEnd => Bound::LogEnd,
+        UptoPolicy::HighWatermark => match source.high_watermark(topic, partition) {
+            Some(hw) => Bound::Below(hw.offset),
+            None => Bound::Unknown,
+        },
+    }
+}
+
+/// What one log dir's checkpoint held when last read.
+#[derive(Debug, Default)]
+struct Loaded {
+    /// (length, modification time) of the file read (`None`: there was none).
+    stamp: Option<(u64, Option<SystemTime>)>,
+    entries: HashMap<(String, i32), i64>,
+    as_of: Option<SystemTime>,
+}
+
+/// High watermarks from the `replication-offset-checkpoint` of each log dir
+/// (see the module doc). [`reload`](Self::reload) when the watcher reports
+/// the file changed, and on each full rescan; readers see the last load.
+#[derive(Debug)]
+pub struct CheckpointHighWatermarks {
+    log_dirs: Vec<PathBuf>,
+    loaded: RwLock<Vec<Loaded>>,
+}
+
+impl CheckpointHighWatermarks {
+    /// For these log dirs; nothing is read until [`reload`](Self::reload).
+    pub fn new(log_dirs: Vec<PathBuf>) -> Self {
+        let loaded = log_dirs.iter().map(|_| Loaded::default()).collect();
+        CheckpointHighWatermarks {
+            log_dirs,
+            loaded: RwLock::new(loaded),
+        }
+    }
+
+    /// The checkpoint file of a log dir.
+    pub fn checkpoint_path(log_dir: &Path) -> PathBuf {
+        log_dir.join(RootCheckpoint::ReplicationOffset.file_name())
+    }
+
+    /// Read every log dir's checkpoint again; `true` if any high watermark
+    /// changed. (Always parsed: a file of one short line per partition costs
+    /// less than trusting a modification time of coarse granularity.) A missing file clears that log dir's entries
+    /// (a broker that has not written it yet); a corrupt one is an error
+    /// naming it, and the entries read before stay in force (a torn read
+    /// cannot happen: the broker replaces the file by rename).
+    /// Blocking; async callers run it in `spawn_blocking`.
+    pub fn reload(&self) -> Result<bool, Error> {
+        let mut changed = false;
+        for (i, dir) in self.log_dirs.iter().enumerate() {
+            let path = Self::checkpoint_path(dir);
+            let (stamp, fresh) = match std::fs::metadata(&path) {
+                Ok(meta) => {
+                    let stamp = (meta.len(), meta.modified().ok());
+                    let cp = match OffsetCheckpoint::read(&path) {
+                        Ok(cp) => cp,
+                        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                            OffsetCheckpoint::default()
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let entries = cp
+                        .entries
+                        .into_iter()
+                        .map(|e| ((e.topic, e.partition), e.offset))
+                        .collect::<HashMap<_, _>>();
+                    (Some(stamp), entries)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, HashMap::new()),
+                Err(e) => return Err(Error::io(&path, e)),
+            };
+            let mut loaded = self.loaded.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(slot) = loaded.get_mut(i) {
+                changed |= slot.entries != fresh;
+                slot.as_of = stamp.and_then(|(_, m)| m);
+                slot.stamp = stamp;
+                slot.entries = fresh;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+impl HighWatermarkSource for CheckpointHighWatermarks {
+    fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark> {
+        let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
+        // A partition lives in one log dir; if two list it (a move between
+        // dirs), the larger value is the newer.
+        loaded
+            .iter()
+            .filter_map(|l| {
+                let offset = *l.entries.get(&(topic.to_string(), partition))?;
+                Some(HighWatermark {
+                    offset,
+                    as_of: l.as_of.unwrap_or(SystemTime::UNIX_EPOCH),
+                })
+            })
+            .max_by_key(|hw| hw.offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use segment_format::checkpoint::OffsetCheckpointEntry;
+
+    use super::*;
+
+    fn write(dir: &Path, entries: &[(&str, i32, i64)]) {
+        let cp = OffsetCheckpoint {
+            entries: entries
+                .iter()
+                .map(|(t, p, o)| OffsetCheckpointEntry {
+                    topic: (*t).into(),
+                    partition: *p,
+                    offset: *o,
+                })
+                .collect(),
+        };
+        cp.write(&CheckpointHighWatermarks::checkpoint_path(dir)).unwrap();
+    }
+
+    #[test]
+    fn checkpoint_high_watermarks_bound_the_tail_and_follow_rewrites() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let hws = CheckpointHighWatermarks::new(vec![a.path().into(), b.path().into()]);
+        // Nothing written yet: unknown, nothing ships; log-end ignores it.
+        assert!(!hws.reload().unwrap());
+        assert_eq!(bound(UptoPolicy::HighWatermark, &hws, "t", 0), Bound::Unknown);
+        assert_eq!(Bound::Unknown.upto(), Some(i64::MIN));
+        assert_eq!(bound(UptoPolicy::LogEnd, &hws, "t", 0), Bound::LogEnd);
+        write(a.path(), &[("t", 0, 42), ("t", 1, 7)]);
+        write(b.path(), &[("u", 0, 9)]);
+        assert!(hws.reload().unwrap());
+        assert_eq!(bound(UptoPolicy::HighWatermark, &hws, "t", 0), Bound::Below(42));
+        assert_eq!(bound(UptoPolicy::HighWatermark, &hws, "u", 0), Bound::Below(9));
+        assert!(Bound::Below(42).admits(41) && !Bound::Below(42).admits(42));
+        // Unchanged files: nothing changed.
+        assert!(!hws.reload().unwrap());
+        write(a.path(), &[("t", 0, 50), ("t", 1, 7)]);
+        assert!(hws.reload().unwrap());
+        assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(50));
+        // A corrupt checkpoint is an error naming it; the last good values stay.
+        let path = CheckpointHighWatermarks::checkpoint_path(a.path());
+        std::fs::write(&path, "0\n2\nt 0 nonsense\n").unwrap();
+        let err = hws.reload().unwrap_err();
+        assert!(err.to_string().contains("replication-offset-checkpoint"), "{err}");
+        assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(50));
+        // The file removed: its partitions have no known bound.
+        std::fs::remove_file(&path).unwrap();
+        assert!(hws.reload().unwrap());
+        assert_eq!(hws.high_watermark("t", 0), None);
+    }
+}

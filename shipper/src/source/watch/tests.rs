@@ -1,0 +1,326 @@
+//! The watcher over a temp log dir with real file operations: appends in a
+//! burst, a roll, a retention delete (`.deleted` then removal), a compaction
+//! swap (`.cleaned` → `.swap` → `.log`), a truncation, partitions created,
+//! renamed `-delete` and removed, and the high-watermark checkpoint rewritten.
+//! Assertions are on the state reached and the kinds of events seen, never on
+//! exact counts (notifications coalesce); waiting is only for an expected
+//! event, with a timeout.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use super::state::{pass, Dirty, State};
+use super::*;
+
+/// Longest wait for an expected event: generous on a loaded machine; a
+/// passing run waits a tick or two.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn seg(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{base:020}.log"))
+}
+
+fn append(path: &Path, n: usize) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .unwrap();
+    f.write_all(&vec![7u8; n]).unwrap();
+}
+
+/// Receive events until one satisfies `pred`; all events seen on the way.
+async fn until(rx: &mut mpsc::Receiver<WatchEvent>, what: &str, pred: impl Fn(&WatchEvent) -> bool) -> Vec<WatchEvent> {
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(e) = rx.recv().await {
+            let hit = pred(&e);
+            seen.push(e);
+            if hit {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(
+        matches!(found, Ok(true)),
+        "no {what} within {EVENT_TIMEOUT:?}; seen: {seen:#?}"
+    );
+    seen
+}
+
+fn is_for(e: &WatchEvent, dir: &Path) -> bool {
+    e.partition().is_some_and(|p| p.dir == dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_operations_become_partition_events() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let root = log_dir.path().to_path_buf();
+    let t0 = root.join("t-0");
+    std::fs::create_dir(&t0).unwrap();
+    append(&seg(&t0, 0), 100);
+    // Internal topics and other files are not partitions to follow.
+    std::fs::create_dir(root.join("__consumer_offsets-0")).unwrap();
+    let mut config = WatchConfig::new(vec![root.clone()], TopicFilter::all());
+    // Notifications alone must carry every step: no rescan during the test.
+    config.rescan = Duration::from_secs(3600);
+    let (_watcher, mut rx) = watch(config).await.unwrap();
+    let seen = until(&mut rx, "t-0 appeared", |e| {
+        matches!(e, WatchEvent::PartitionAppeared { partition, active_base: Some(0), segments: 1 } if partition.dir == t0)
+    })
+    .await;
+    assert!(
+        seen.iter().all(|e| e.partition().is_none_or(|p| p.topic == "t")),
+        "{seen:?}"
+    );
+
+    // A burst of appends: coalesced, ending at the final length.
+    let writes = 2000;
+    {
+        let mut f = std::fs::OpenOptions::new().append(true).open(seg(&t0, 0)).unwrap();
+        for _ in 0..writes {
+            f.write_all(&[1u8; 100]).unwrap();
+        }
+    }
+    let end = 100 + writes as u64 * 100;
+    let seen = until(
+        &mut rx,
+        "growth to the end",
+        |e| matches!(e, WatchEvent::ActiveGrew { len, base_offset: 0, .. } if *len == end),
+    )
+    .await;
+    let grew = seen
+        .iter()
+        .filter(|e| matches!(e, WatchEvent::ActiveGrew { .. }))
+        .count();
+    assert!(
+        grew < writes / 2,
+        "{grew} growth events for {writes} appends: not coalesced"
+    );
+
+    // Roll.
+    append(&seg(&t0, 100), 10);
+    until(&mut rx, "roll to 100", |e| {
+        matches!(
+            e,
+            WatchEvent::Rolled {
+                previous_base: Some(0),
+                active_base: 100,
+                ..
+            }
+        )
+    })
+    .await;
+    append(&seg(&t0, 200), 10);
+    until(&mut rx, "roll to 200", |e| {
+        matches!(e, WatchEvent::Rolled { active_base: 200, .. })
+    })
+    .await;
+
+    // Retention: renamed `.deleted`, removed later.
+    let deleted = t0.join("00000000000000000000.log.deleted");
+    std::fs::rename(seg(&t0, 0), &deleted).unwrap();
+    let seen = until(&mut rx, "log start at 100", |e| {
+        matches!(e, WatchEvent::LogStartMoved { first_base: 100, .. })
+    })
+    .await;
+    assert!(seen
+        .iter()
+        .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 0, .. })));
+    std::fs::remove_file(&deleted).unwrap();
+
+    // Compaction swap of the sealed segment 100.
+    let cleaned = t0.join("00000000000000000100.log.cleaned");
+    std::fs::write(&cleaned, [3u8; 5]).unwrap();
+    let swap = t0.join("00000000000000000100.log.swap");
+    std::fs::rename(&cleaned, &swap).unwrap();
+    std::fs::rename(&swap, seg(&t0, 100)).unwrap();
+    until(&mut rx, "swap of 100", |e| {
+        matches!(e, WatchEvent::SegmentReplaced { base_offset: 100, .. })
+    })
+    .await;
+
+    // The active tail shrinks.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(seg(&t0, 200))
+        .unwrap()
+        .set_len(4)
+        .unwrap();
+    until(&mut rx, "active shrank", |e| {
+        matches!(
+            e,
+            WatchEvent::ActiveShrank {
+                base_offset: 200,
+                len: 4,
+                was: 10,
+                ..
+            }
+        )
+    })
+    .await;
+
+    // The high-watermark checkpoint is rewritten (temp file and rename).
+    let tmp = root.join("replication-offset-checkpoint.tmp");
+    std::fs::write(&tmp, "0\n1\nt 0 5\n").unwrap();
+    std::fs::rename(&tmp, root.join("replication-offset-checkpoint")).unwrap();
+    until(&mut rx, "checkpoint change", |e| {
+        matches!(e, WatchEvent::HighWatermarksChanged { .. })
+    })
+    .await;
+
+    // A new partition, then its deletion (renamed `-delete`, then removed).
+    let t1 = root.join("t-1");
+    std::fs::create_dir(&t1).unwrap();
+    append(&seg(&t1, 0), 1);
+    until(&mut rx, "t-1 appeared", |e| {
+        matches!(e, WatchEvent::PartitionAppeared { .. }) && is_for(e, &t1)
+    })
+    .await;
+    let marked = root.join("t-1.0123456789abcdef0123456789abcdef-delete");
+    std::fs::rename(&t1, &marked).unwrap();
+    until(&mut rx, "t-1 gone, marked for deletion", |e| {
+        matches!(
+            e,
+            WatchEvent::PartitionGone {
+                marked_for_deletion: true,
+                ..
+            }
+        ) && is_for(e, &t1)
+    })
+    .await;
+    std::fs::remove_dir_all(&marked).unwrap();
+
+    // A partition dir removed outright.
+    std::fs::remove_dir_all(&t0).unwrap();
+    until(&mut rx, "t-0 gone", |e| {
+        matches!(
+            e,
+            WatchEvent::PartitionGone {
+                marked_for_deletion: false,
+                ..
+            }
+        ) && is_for(e, &t0)
+    })
+    .await;
+}
+
+/// The pass alone (what a rescan runs when notifications were lost): the
+/// same state changes give the same events from listings only.
+#[test]
+fn a_full_pass_derives_events_from_listings_alone() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let root = log_dir.path().to_path_buf();
+    let dirs = vec![root.clone()];
+    let filter = TopicFilter::all();
+    let all = Dirty {
+        all: true,
+        ..Dirty::default()
+    };
+    let mut state = State::default();
+    let run = |state: &mut State| {
+        let mut out = Vec::new();
+        pass(state, &all, &dirs, &filter, &mut out);
+        out
+    };
+    assert!(run(&mut state).is_empty());
+    let p = root.join("orders-3");
+    std::fs::create_dir(&p).unwrap();
+    append(&seg(&p, 0), 50);
+    append(&seg(&p, 40), 50);
+    let events = run(&mut state);
+    assert!(matches!(
+        events.as_slice(),
+        [WatchEvent::PartitionAppeared { partition, active_base: Some(40), segments: 2 }]
+            if partition.topic == "orders" && partition.partition == 3
+    ));
+    // Nothing changed: nothing reported.
+    assert!(run(&mut state).is_empty());
+    // Several changes between two passes: each is reported.
+    append(&seg(&p, 40), 5);
+    std::fs::rename(seg(&p, 0), p.join("00000000000000000000.log.deleted")).unwrap();
+    std::fs::write(p.join("00000000000000000040.log.cleaned"), b"x").unwrap();
+    let events = run(&mut state);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 0, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::LogStartMoved { first_base: 40, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::ActiveGrew { len: 55, .. })));
+    assert!(
+        !events.iter().any(|e| matches!(e, WatchEvent::SegmentReplaced { .. })),
+        "{events:?}"
+    );
+    // A compaction swap of segment 40 seen mid-way: the new data is `.swap`,
+    // the old `.log` already renamed `.deleted`. One replacement, no deletion.
+    append(&seg(&p, 60), 5);
+    run(&mut state);
+    std::fs::write(p.join("00000000000000000040.log.swap"), b"compacted").unwrap();
+    std::fs::rename(seg(&p, 40), p.join("00000000000000000040.log.deleted")).unwrap();
+    let events = run(&mut state);
+    assert!(
+        matches!(events.as_slice(), [WatchEvent::SegmentReplaced { base_offset: 40, .. }]),
+        "{events:?}"
+    );
+    std::fs::rename(p.join("00000000000000000040.log.swap"), seg(&p, 40)).unwrap();
+    assert!(
+        run(&mut state).is_empty(),
+        "the final rename keeps the inode: nothing new"
+    );
+    // A pass that saw the segment missing, then back: replaced, not silent.
+    std::fs::rename(seg(&p, 40), p.join("moved-away")).unwrap();
+    run(&mut state);
+    std::fs::rename(p.join("moved-away"), seg(&p, 40)).unwrap();
+    let events = run(&mut state);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, WatchEvent::SegmentReplaced { base_offset: 40, .. })),
+        "{events:?}"
+    );
+    // A truncation that removes the active segment: the one before is active again.
+    append(&seg(&p, 90), 5);
+    run(&mut state);
+    std::fs::remove_file(seg(&p, 90)).unwrap();
+    let events = run(&mut state);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 90, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, WatchEvent::ActiveShrank { base_offset: 60, .. })));
+    std::fs::remove_dir_all(&p).unwrap();
+    let events = run(&mut state);
+    assert!(matches!(
+        events.as_slice(),
+        [WatchEvent::PartitionGone {
+            marked_for_deletion: false,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn notifications_mark_the_partition_the_log_dir_or_the_checkpoint() {
+    let root = PathBuf::from("/data/kafka");
+    let dirs = vec![PathBuf::from("/other"), root.clone()];
+    let mut d = Dirty::default();
+    mark_path(&mut d, &dirs, &root.join("t-0/00000000000000000000.log"));
+    mark_path(&mut d, &dirs, &root.join("t-0/00000000000000000000.index"));
+    mark_path(&mut d, &dirs, &root.join("t-1"));
+    mark_path(&mut d, &dirs, &root.join("replication-offset-checkpoint.tmp"));
+    mark_path(&mut d, &dirs, Path::new("/elsewhere/x"));
+    assert_eq!(
+        d.partitions.iter().cloned().collect::<Vec<_>>(),
+        vec![(1, root.join("t-0"))]
+    );
+    assert_eq!(d.log_dirs.iter().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(d.checkpoints.iter().copied().collect::<Vec<_>>(), vec![1]);
+    assert!(!d.all);
+}
