@@ -69,12 +69,14 @@ impl FaultProxy {
                     continue;
                 };
                 acc.fetch_add(1, Ordering::Relaxed);
-                let (mode_rx, kill_rx, fwd) = (mode_rx.clone(), kill_rx.clone(), fwd.clone());
+                let (mode_rx, mut kill_rx, fwd) = (mode_rx.clone(), kill_rx.clone(), fwd.clone());
+                // A kill commanded from now on ends this connection, even while it dials upstream.
+                let born = kill_rx.borrow_and_update().0;
                 conns.spawn(async move {
                     let Ok(upstream) = TcpStream::connect(upstream).await else {
                         return;
                     };
-                    connection(client, upstream, mode_rx, kill_rx, fwd).await;
+                    connection(client, upstream, born, mode_rx, kill_rx, fwd).await;
                 });
                 // Reap finished connections so the set stays small.
                 while conns.try_join_next().is_some() {}
@@ -150,13 +152,13 @@ impl Drop for FaultProxy {
 async fn connection(
     mut client: TcpStream,
     mut upstream: TcpStream,
+    born: u64,
     mode: watch::Receiver<Mode>,
     mut kill: watch::Receiver<(u64, Kill)>,
     forwarded: Arc<AtomicU64>,
 ) {
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
-    let born = kill.borrow_and_update().0;
     let killed = {
         let (mut cr, mut cw) = client.split();
         let (mut ur, mut uw) = upstream.split();
@@ -168,13 +170,13 @@ async fn connection(
         };
         let killed = async {
             loop {
-                if kill.changed().await.is_err() {
-                    // The proxy is gone: end like a close.
-                    return Kill::Close;
-                }
                 let (generation, kind) = *kill.borrow_and_update();
                 if generation > born {
                     return kind;
+                }
+                if kill.changed().await.is_err() {
+                    // The proxy is gone: end like a close.
+                    return Kill::Close;
                 }
             }
         };
