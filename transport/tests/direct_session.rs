@@ -11,9 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Dialer, LinkEvent};
-use segmirror_transport::direct::session::{
-    ApplierSession, BoxIo, FramedIo, SessionEnd, ShipperSession, ShipperStats,
-};
+use segmirror_transport::direct::session::{ApplierSession, BoxIo, FramedIo, SessionEnd, ShipperSession, ShipperStats};
 use segmirror_transport::direct::testing::FaultProxy;
 use segmirror_transport::direct::tls::{self, TlsFiles};
 use segmirror_transport::direct::{
@@ -57,9 +55,9 @@ impl Security {
     fn acceptor(&self, role: Role) -> Acceptor {
         match self {
             Security::Plain => Acceptor::Plain,
-            Security::Tls { shipper, applier } => {
-                Acceptor::Tls(tls::server_config(if role == Role::Shipper { shipper } else { applier }).expect("server"))
-            }
+            Security::Tls { shipper, applier } => Acceptor::Tls(
+                tls::server_config(if role == Role::Shipper { shipper } else { applier }).expect("server"),
+            ),
         }
     }
 }
@@ -100,7 +98,9 @@ async fn faulty_link(direction: Direction, security: Security) {
     let applier = ApplierSession::new(mem, session_config(WINDOW)).expect("applier");
 
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let proxy = FaultProxy::start(listener.local_addr().expect("addr")).await.expect("proxy");
+    let proxy = FaultProxy::start(listener.local_addr().expect("addr"))
+        .await
+        .expect("proxy");
     let target = proxy.addr().to_string();
     let shutdown = CancellationToken::new();
     let (dial_role, listen_role) = match direction {
@@ -174,7 +174,11 @@ async fn faulty_link(direction: Direction, security: Security) {
         let got = state.parts.get(p).expect("partition applied");
         assert_eq!(got.len(), expected[p].len(), "{p:?}: segments");
         for (g, e) in got.iter().zip(&expected[p]) {
-            assert_eq!((g.base, g.sealed, g.bytes.len()), (e.base, e.sealed, e.bytes.len()), "{p:?}");
+            assert_eq!(
+                (g.base, g.sealed, g.bytes.len()),
+                (e.base, e.sealed, e.bytes.len()),
+                "{p:?}"
+            );
             assert!(g.bytes == e.bytes, "{p:?} segment {}: bytes differ", e.base);
         }
     }
@@ -251,8 +255,15 @@ async fn a_stalled_applier_bounds_the_shippers_in_flight_bytes_and_heartbeats_ke
     }
     // ... and the applier stays stalled for several idle timeouts: only heartbeats flow.
     tokio::time::sleep(idle * 3).await;
-    assert_eq!(state.lock().expect("lock").applied_chunks, 0, "the gate holds the applier");
-    assert!(!s.is_finished() && !a.is_finished(), "heartbeats keep the stalled session open");
+    assert_eq!(
+        state.lock().expect("lock").applied_chunks,
+        0,
+        "the gate holds the applier"
+    );
+    assert!(
+        !s.is_finished() && !a.is_finished(),
+        "heartbeats keep the stalled session open"
+    );
     gate_tx.send_replace(true);
     progress.wait_for(|(bytes, _)| *bytes >= total).await.expect("progress");
     shutdown.cancel();
@@ -262,9 +273,17 @@ async fn a_stalled_applier_bounds_the_shippers_in_flight_bytes_and_heartbeats_ke
 
     let stats = shipper.stats();
     assert_eq!(stats.sessions, 1, "one session throughout the stall");
-    assert!(stats.max_in_flight <= WINDOW, "{} bytes in flight, window {WINDOW}", stats.max_in_flight);
+    assert!(
+        stats.max_in_flight <= WINDOW,
+        "{} bytes in flight, window {WINDOW}",
+        stats.max_in_flight
+    );
     // The window was really reached: within one chunk (at most 4 KiB) of it.
-    assert!(stats.max_in_flight + 4096 > WINDOW, "{} bytes in flight", stats.max_in_flight);
+    assert!(
+        stats.max_in_flight + 4096 > WINDOW,
+        "{} bytes in flight",
+        stats.max_in_flight
+    );
     assert_eq!(state.lock().expect("lock").applied_chunks, chunks);
 }
 
@@ -383,7 +402,10 @@ async fn a_gap_from_a_hostile_shipper_is_refused_unapplied_and_a_resend_is_compa
         other => panic!("{other:?}"),
     }
     let err = a.await.expect("join").expect_err("gap");
-    assert!(matches!(&err, DirectError::Protocol { reason } if reason.contains("gap")), "{err:?}");
+    assert!(
+        matches!(&err, DirectError::Protocol { reason } if reason.contains("gap")),
+        "{err:?}"
+    );
     let state = state.lock().expect("lock");
     assert_eq!(state.applied_chunks, 1);
     assert_eq!(state.checked, 1);
@@ -445,7 +467,9 @@ async fn a_wrong_peer_pauses_the_link_and_is_reported_once() {
     let (mem, _state, _) = MemApplier::new(None);
     let applier = ApplierSession::new(mem, session_config(1 << 20)).expect("applier");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let proxy = FaultProxy::start(listener.local_addr().expect("addr")).await.expect("proxy");
+    let proxy = FaultProxy::start(listener.local_addr().expect("addr"))
+        .await
+        .expect("proxy");
     let (config, _) = link_config(Role::Applier, LINK);
     let shutdown = CancellationToken::new();
     let served = tokio::spawn(listen(listener, Acceptor::Plain, config, applier, shutdown.clone()));

@@ -3,7 +3,6 @@
 //! without a certificate, a client certificate from another CA and a plaintext
 //! client, with errors rather than hangs. Bad PEM files are named in the error.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -14,9 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use segmirror_transport::direct::handshake::DEFAULT_HANDSHAKE_TIMEOUT;
 use segmirror_transport::direct::session::link::{Backoff, LinkConfig, LinkEvent};
-use segmirror_transport::direct::session::{
-    ChunkApplier, ChunkFeed, DurablePosition, FeedItem, SessionConfig,
-};
+use segmirror_transport::direct::session::{ChunkApplier, ChunkFeed, DurablePosition, FeedItem, SessionConfig};
 use segmirror_transport::direct::{
     Chunk, Companion, CompanionKind, DirectError, HandshakeConfig, PartitionRef, Position, Role, SegmentSeal,
 };
@@ -55,7 +53,11 @@ pub fn handshake_config(role: Role, link: &str) -> HandshakeConfig {
 pub fn link_config(role: Role, link: &str) -> (LinkConfig, mpsc::Receiver<LinkEvent>) {
     let (tx, rx) = mpsc::channel(4096);
     let mut config = LinkConfig::new(handshake_config(role, link));
-    config.backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200), Duration::from_secs(60));
+    config.backoff = Backoff::new(
+        Duration::from_millis(10),
+        Duration::from_millis(200),
+        Duration::from_secs(60),
+    );
     config.refusal_pause = Duration::from_secs(3600);
     config.tls_timeout = Duration::from_secs(2);
     config.events = Some(tx);
@@ -147,7 +149,11 @@ impl TestFeed {
     }
 
     pub fn total_chunks(&self) -> u64 {
-        self.items.iter().flatten().filter(|i| matches!(i, FeedItem::Chunk(_))).count() as u64
+        self.items
+            .iter()
+            .flatten()
+            .filter(|i| matches!(i, FeedItem::Chunk(_)))
+            .count() as u64
     }
 }
 
@@ -259,7 +265,9 @@ impl ChunkApplier for MemApplier {
 
     async fn apply_chunk(&mut self, chunk: &Chunk) -> Result<(), DirectError> {
         if let Some(gate) = self.gate.as_mut() {
-            gate.wait_for(|open| *open).await.map_err(|_| fail("gate dropped".into()))?;
+            gate.wait_for(|open| *open)
+                .await
+                .map_err(|_| fail("gate dropped".into()))?;
         }
         let mut state = self.state.lock().expect("lock");
         let segs = state.parts.entry(chunk.partition.clone()).or_default();
@@ -272,7 +280,10 @@ impl ChunkApplier for MemApplier {
             }
             last => {
                 if chunk.position != 0 || last.is_some_and(|l| !l.sealed || l.base > chunk.segment_base) {
-                    return Err(fail(format!("new segment {} at {}", chunk.segment_base, chunk.position)));
+                    return Err(fail(format!(
+                        "new segment {} at {}",
+                        chunk.segment_base, chunk.position
+                    )));
                 }
                 segs.push(Segment {
                     base: chunk.segment_base,

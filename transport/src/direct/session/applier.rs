@@ -96,7 +96,12 @@ impl<A: ChunkApplier> ApplierSession<A> {
 
     /// Runs one session on `framed` (after the handshake) until shutdown, the
     /// peer's Goodbye, or an error.
-    pub async fn run(&mut self, framed: FramedIo, session: &Session, shutdown: &CancellationToken) -> Result<SessionEnd> {
+    pub async fn run(
+        &mut self,
+        framed: FramedIo,
+        session: &Session,
+        shutdown: &CancellationToken,
+    ) -> Result<SessionEnd> {
         let idle = self.config.idle_timeout;
         let (sink, mut stream) = framed.split();
         let (tx, rx) = outbox();
@@ -129,10 +134,9 @@ impl<A: ChunkApplier> ApplierSession<A> {
             let frame = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
-                    say_goodbye(tx, &mut writer, GoodbyeReason::Shutdown, "applier shutting down".into()).await;
+                    say_goodbye(tx, &mut writer, &mut stream, idle, GoodbyeReason::Shutdown, "applier shutting down".into()).await;
                     return Ok(SessionEnd::Shutdown);
                 }
-                r = &mut writer => return Err(writer_ended(r)),
                 frame = stream.next() => {
                     last_recv = Instant::now();
                     match frame {
@@ -141,6 +145,8 @@ impl<A: ChunkApplier> ApplierSession<A> {
                         Some(Ok(frame)) => frame,
                     }
                 }
+                // After the frames: a Goodbye already received explains a writer that failed.
+                r = &mut writer => return Err(writer_ended(r)),
                 _ = tokio::time::sleep_until(last_recv + idle) => {
                     return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
                 }
@@ -165,11 +171,11 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 }
                 Frame::Chunk(chunk) => match self.on_chunk(&mut ends, &chunk).await {
                     Ok(replies) => replies,
-                    Err(e) => return Err(fail(tx, &mut writer, e).await),
+                    Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },
                 Frame::SegmentSeal(seal) => match self.on_seal(&mut ends, &seal).await {
                     Ok(replies) => replies,
-                    Err(e) => return Err(fail(tx, &mut writer, e).await),
+                    Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },
                 other => {
                     let e = DirectError::UnexpectedFrame {
@@ -177,7 +183,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                         expected: "Chunk, SegmentSeal, Heartbeat or Goodbye",
                         got: other.name(),
                     };
-                    return Err(fail(tx, &mut writer, e).await);
+                    return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
                 }
             };
             for frame in replies {
@@ -194,11 +200,18 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let start = (chunk.segment_base, chunk.position);
         let end = (chunk.segment_base, chunk.position + len);
         let gap = |reason: String| DirectError::Protocol {
-            reason: format!("Chunk of {name} at segment {} position {}: {reason}; not applied", start.0, start.1),
+            reason: format!(
+                "Chunk of {name} at segment {} position {}: {reason}; not applied",
+                start.0, start.1
+            ),
         };
         let verdict = match ends.get(&chunk.partition) {
             None if chunk.position == 0 => Verdict::Apply,
-            None => return Err(gap("nothing of the partition is durable, a first chunk must start at 0".into())),
+            None => {
+                return Err(gap(
+                    "nothing of the partition is durable, a first chunk must start at 0".into(),
+                ))
+            }
             Some(d) => {
                 let durable = (d.segment_base, d.position);
                 if chunk.segment_base == d.segment_base {
@@ -299,8 +312,10 @@ impl<A: ChunkApplier> ApplierSession<A> {
 async fn fail(
     tx: tokio::sync::mpsc::Sender<Frame>,
     writer: &mut tokio::task::JoinHandle<Result<()>>,
+    stream: &mut futures::stream::SplitStream<FramedIo>,
+    linger: std::time::Duration,
     e: DirectError,
 ) -> DirectError {
-    say_goodbye(tx, writer, GoodbyeReason::Error, e.to_string()).await;
+    say_goodbye(tx, writer, stream, linger, GoodbyeReason::Error, e.to_string()).await;
     e
 }

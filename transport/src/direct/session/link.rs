@@ -67,7 +67,11 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Backoff {
-        Backoff::new(DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_RESET_AFTER)
+        Backoff::new(
+            DEFAULT_BACKOFF_INITIAL,
+            DEFAULT_BACKOFF_MAX,
+            DEFAULT_BACKOFF_RESET_AFTER,
+        )
     }
 }
 
@@ -89,7 +93,9 @@ impl Backoff {
         let base = self.current.min(self.max);
         self.current = (self.current * 2).min(self.max);
         // Uniform in [0.5, 1.5) x base; without randomness, the base itself.
-        let unit = getrandom::u32().map(|r| f64::from(r) / (f64::from(u32::MAX) + 1.0)).unwrap_or(0.5);
+        let unit = getrandom::u32()
+            .map(|r| f64::from(r) / (f64::from(u32::MAX) + 1.0))
+            .unwrap_or(0.5);
         base.mul_f64(0.5 + unit)
     }
 }
@@ -198,6 +204,7 @@ impl<A: ChunkApplier> SessionRunner for ApplierSession<A> {
     }
 }
 
+#[cfg_attr(not(feature = "tls"), allow(unused_variables))]
 async fn secure_client(tcp: TcpStream, dialer: &Dialer, config: &LinkConfig) -> Result<BoxIo> {
     match dialer {
         Dialer::Plain => Ok(Box::new(tcp)),
@@ -211,6 +218,7 @@ async fn secure_client(tcp: TcpStream, dialer: &Dialer, config: &LinkConfig) -> 
     }
 }
 
+#[cfg_attr(not(feature = "tls"), allow(unused_variables))]
 async fn secure_server(tcp: TcpStream, acceptor: &Acceptor, config: &LinkConfig) -> Result<BoxIo> {
     match acceptor {
         Acceptor::Plain => Ok(Box::new(tcp)),
@@ -224,7 +232,12 @@ async fn secure_server(tcp: TcpStream, acceptor: &Acceptor, config: &LinkConfig)
 async fn connect_once(addr: &str, dialer: &Dialer, config: &LinkConfig) -> Result<(FramedIo, Session)> {
     let tcp = match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
         Ok(Ok(tcp)) => tcp,
-        Ok(Err(source)) => return Err(DirectError::Io { stage: "connecting", source }),
+        Ok(Err(source)) => {
+            return Err(DirectError::Io {
+                stage: "connecting",
+                source,
+            })
+        }
         Err(_) => {
             return Err(DirectError::Timeout {
                 stage: "connecting",

@@ -114,7 +114,10 @@ pub enum SessionEnd {
     /// This side was asked to stop; it sent Goodbye(shutdown).
     Shutdown,
     /// The peer said Goodbye; `message` is its reason.
-    PeerGoodbye { reason: super::payload::GoodbyeReason, message: String },
+    PeerGoodbye {
+        reason: super::payload::GoodbyeReason,
+        message: String,
+    },
 }
 
 /// Any byte stream a session runs over: TCP, TLS over TCP, an in-memory pipe.
@@ -183,7 +186,10 @@ pub(crate) fn spawn_writer(
             }
             io("sending a frame", tokio::time::timeout(timeout, sink.flush()).await)?;
         }
-        io("closing the connection", tokio::time::timeout(timeout, sink.close()).await)
+        io(
+            "closing the connection",
+            tokio::time::timeout(timeout, sink.close()).await,
+        )
     })
 }
 
@@ -216,15 +222,24 @@ pub(crate) fn outbox() -> (mpsc::Sender<Frame>, mpsc::Receiver<Frame>) {
     mpsc::channel(OUTBOX_FRAMES)
 }
 
-/// Sends Goodbye, closes the queue and waits (bounded by the writer's own
-/// timeouts) for the writer to flush and close the stream.
+/// Sends Goodbye, closes the queue, waits (bounded by the writer's own
+/// timeouts) for the writer to flush and shut the write side down, then reads
+/// until the peer closes too (at most `linger`). Why drain: a side that closed
+/// its socket with unread bytes in it would answer the peer's next heartbeat
+/// with a reset, and a reset can destroy the Goodbye before the peer reads it.
 pub(crate) async fn say_goodbye(
     tx: mpsc::Sender<Frame>,
     writer: &mut JoinHandle<Result<()>>,
+    stream: &mut futures::stream::SplitStream<FramedIo>,
+    linger: Duration,
     reason: super::payload::GoodbyeReason,
     message: String,
 ) {
-    let _ = tx.send(Frame::Goodbye(super::payload::Goodbye { reason, message })).await;
+    use futures::StreamExt;
+    let _ = tx
+        .send(Frame::Goodbye(super::payload::Goodbye { reason, message }))
+        .await;
     drop(tx);
     let _ = writer.await;
+    let _ = tokio::time::timeout(linger, async { while let Some(Ok(_)) = stream.next().await {} }).await;
 }

@@ -160,7 +160,12 @@ impl<F: ChunkFeed> ShipperSession<F> {
 
     /// Runs one session on `framed` (after the handshake) until shutdown, the
     /// peer's Goodbye, or an error.
-    pub async fn run(&mut self, framed: FramedIo, session: &Session, shutdown: &CancellationToken) -> Result<SessionEnd> {
+    pub async fn run(
+        &mut self,
+        framed: FramedIo,
+        session: &Session,
+        shutdown: &CancellationToken,
+    ) -> Result<SessionEnd> {
         let max_payload = u64::from(framed.codec().max_payload());
         let idle = self.config.idle_timeout;
         let (sink, mut stream) = framed.split();
@@ -173,10 +178,9 @@ impl<F: ChunkFeed> ShipperSession<F> {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
-                    say_goodbye(tx, &mut writer, GoodbyeReason::Shutdown, "shipper shutting down".into()).await;
+                    say_goodbye(tx, &mut writer, &mut stream, idle, GoodbyeReason::Shutdown, "shipper shutting down".into()).await;
                     return Ok(SessionEnd::Shutdown);
                 }
-                r = &mut writer => return Err(writer_ended(r)),
                 frame = stream.next() => {
                     last_recv = Instant::now();
                     match frame {
@@ -192,6 +196,8 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         Some(Ok(other)) => return Err(peer_frame(other, session, "waiting for Resume")),
                     }
                 }
+                // After the frames: a Goodbye already received explains a writer that failed.
+                r = &mut writer => return Err(writer_ended(r)),
                 _ = tokio::time::sleep_until(last_recv + idle) => {
                     return Err(DirectError::Timeout { stage: "waiting for Resume", after: idle });
                 }
@@ -240,7 +246,6 @@ impl<F: ChunkFeed> ShipperSession<F> {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => peer_goodbye = Some(None),
-                r = &mut writer => return Err(writer_ended(r)),
                 frame = stream.next() => {
                     last_recv = Instant::now();
                     let frame = match frame {
@@ -259,6 +264,8 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         other => return Err(peer_frame(other, session, "streaming")),
                     }
                 }
+                // After the frames: a Goodbye already received explains a writer that failed.
+                r = &mut writer => return Err(writer_ended(r)),
                 _ = tokio::time::sleep_until(last_recv + idle) => {
                     return Err(DirectError::Timeout { stage: "streaming (no frame from the applier)", after: idle });
                 }
@@ -288,7 +295,15 @@ impl<F: ChunkFeed> ShipperSession<F> {
             match peer_goodbye {
                 None => {}
                 Some(None) => {
-                    say_goodbye(tx, &mut writer, GoodbyeReason::Shutdown, "shipper shutting down".into()).await;
+                    say_goodbye(
+                        tx,
+                        &mut writer,
+                        &mut stream,
+                        idle,
+                        GoodbyeReason::Shutdown,
+                        "shipper shutting down".into(),
+                    )
+                    .await;
                     return Ok(SessionEnd::Shutdown);
                 }
                 Some(Some(g)) => {
@@ -344,7 +359,12 @@ impl<F: ChunkFeed> ShipperSession<F> {
 
 /// Checks an item from the feed before it is queued: it continues what was sent
 /// (a feed bug would otherwise reach the applier as a gap) and it can ever fit.
-fn check_item(item: &FeedItem, tracks: &HashMap<PartitionRef, Track>, window: Option<u64>, max_payload: u64) -> Result<()> {
+fn check_item(
+    item: &FeedItem,
+    tracks: &HashMap<PartitionRef, Track>,
+    window: Option<u64>,
+    max_payload: u64,
+) -> Result<()> {
     let local = |reason: String| DirectError::Local {
         what: "the chunk feed",
         source: reason.into(),
