@@ -11,7 +11,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Dialer, LinkEvent};
-use segmirror_transport::direct::session::{ApplierSession, BoxIo, FramedIo, SessionEnd, ShipperSession, ShipperStats};
+use segmirror_transport::direct::session::{
+    ApplierSession, BoxIo, FramedIo, SessionConfig, SessionEnd, ShipperSession, ShipperStats,
+};
 use segmirror_transport::direct::testing::FaultProxy;
 use segmirror_transport::direct::tls::{self, TlsFiles};
 use segmirror_transport::direct::{
@@ -87,13 +89,17 @@ async fn reach(progress: &mut Progress, total: u64, percent: u64) {
 /// Runs a shipper and an applier linked through a fault-injecting proxy, cuts
 /// the connection in every way the proxy knows while the stream flows, and
 /// checks the applier ends with exactly the feed's bytes.
-async fn faulty_link(direction: Direction, security: Security) {
+async fn faulty_link(direction: Direction, security: Security, max_bandwidth: Option<u64>) {
     const WINDOW: u64 = 64 << 10;
     let parts = partitions(3);
     let feed = TestFeed::new(&parts, 240, 20);
     let (total, seals, chunks) = (feed.total_bytes(), feed.total_seals(), feed.total_chunks());
     let expected = feed.expected.clone();
-    let shipper = ShipperSession::new(feed, session_config(WINDOW)).expect("shipper");
+    let shipper_config = SessionConfig {
+        max_bandwidth,
+        ..session_config(WINDOW)
+    };
+    let shipper = ShipperSession::new(feed, shipper_config).expect("shipper");
     let (mem, state, mut progress) = MemApplier::new(None);
     let applier = ApplierSession::new(mem, session_config(WINDOW)).expect("applier");
 
@@ -196,18 +202,19 @@ async fn faulty_link(direction: Direction, security: Security) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_over_a_faulty_plaintext_link_delivers_every_byte_exactly_once() {
-    faulty_link(Direction::Push, Security::Plain).await;
+    faulty_link(Direction::Push, Security::Plain, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pull_over_a_faulty_mutual_tls_link_delivers_every_byte_exactly_once() {
+async fn pull_over_a_faulty_mutual_tls_link_with_a_bandwidth_limit_delivers_every_byte_exactly_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = Ca::new("link CA");
     let security = Security::Tls {
         shipper: ca.leaf(dir.path(), "shipper", &["localhost", "127.0.0.1"]),
         applier: ca.leaf(dir.path(), "applier", &["localhost", "127.0.0.1"]),
     };
-    faulty_link(Direction::Pull, security).await;
+    // With --max-bandwidth (1 MiB/s: the first second is the bucket's burst, the rest of the ~1.6 MB is paced).
+    faulty_link(Direction::Pull, security, Some(1 << 20)).await;
 }
 
 /// A handshaken pair of framed streams over loopback TCP: (shipper side, applier side).

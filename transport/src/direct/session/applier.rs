@@ -129,6 +129,8 @@ impl<A: ChunkApplier> ApplierSession<A> {
             }
         }
 
+        // Credit the shipper still holds: a Chunk or SegmentSeal beyond it breaks the flow control.
+        let mut outstanding = self.config.credit_window;
         let mut last_recv = Instant::now();
         loop {
             let frame = tokio::select! {
@@ -151,6 +153,22 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
                 }
             };
+            let cost = match &frame {
+                Frame::Chunk(c) => chunk_cost(c),
+                Frame::SegmentSeal(s) => seal_cost(s),
+                _ => 0,
+            };
+            if cost > outstanding {
+                let e = DirectError::Protocol {
+                    reason: format!(
+                        "a {} of {cost} bytes exceeds the {outstanding} bytes of credit the shipper holds; not applied",
+                        frame.name()
+                    ),
+                };
+                return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+            }
+            // Granted back in the reply, once applied (or found applied before).
+            outstanding -= cost;
             let replies = match frame {
                 Frame::Heartbeat { .. } => continue,
                 Frame::Goodbye(g) => {
@@ -187,6 +205,9 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 }
             };
             for frame in replies {
+                if let Frame::Credit { bytes } = frame {
+                    outstanding += bytes;
+                }
                 if tx.send(frame).await.is_err() {
                     return Err(writer_ended(writer.await));
                 }

@@ -437,3 +437,25 @@ pub async fn listen<R: SessionRunner>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_maximum_with_jitter_and_resets_after_a_long_session() {
+        let mut b = Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_millis(800),
+            Duration::from_secs(60),
+        );
+        let short = Duration::from_secs(1);
+        for base_ms in [100u64, 200, 400, 800, 800, 800] {
+            let d = b.next(short);
+            let base = Duration::from_millis(base_ms);
+            assert!(d >= base / 2 && d < base * 3 / 2, "{d:?} for base {base:?}");
+        }
+        let d = b.next(Duration::from_secs(60));
+        assert!(d < Duration::from_millis(150), "reset: {d:?}");
+    }
+}
