@@ -503,3 +503,99 @@ async fn a_wrong_peer_pauses_the_link_and_is_reported_once() {
         assert!(!matches!(event, LinkEvent::Paused { .. }), "reported once: {event:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_another_ca_pauses_the_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, other) = (Ca::new("link CA"), Ca::new("some other CA"));
+    let applier_files = ca.leaf(dir.path(), "applier", &["localhost", "127.0.0.1"]);
+    let mut stranger = other.leaf(dir.path(), "stranger", &["localhost"]);
+    stranger.ca = applier_files.ca.clone();
+    let security = Security::Tls {
+        shipper: stranger,
+        applier: applier_files,
+    };
+    let (mem, state, _) = MemApplier::new(None);
+    let applier = ApplierSession::new(mem, session_config(1 << 20)).expect("applier");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let target = listener.local_addr().expect("addr").to_string();
+    let (config, _) = link_config(Role::Applier, LINK);
+    let shutdown = CancellationToken::new();
+    let served = tokio::spawn(listen(
+        listener,
+        security.acceptor(Role::Applier),
+        config,
+        applier,
+        shutdown.clone(),
+    ));
+    let feed = TestFeed::new(&partitions(1), 5, 5);
+    let mut shipper = ShipperSession::new(feed, session_config(1 << 20)).expect("shipper");
+    let (config, mut events) = link_config(Role::Shipper, LINK);
+    let dialer = security.dialer(Role::Shipper);
+    let stop = shutdown.clone();
+    let dialling = tokio::spawn(async move { dial(&target, &dialer, &config, &mut shipper, &stop).await });
+    let event = wait_event(&mut events, |e| {
+        matches!(e, LinkEvent::Paused { .. } | LinkEvent::SessionStarted)
+    })
+    .await;
+    assert!(matches!(event, LinkEvent::Paused { .. }), "{event:?}");
+    shutdown.cancel();
+    dialling.await.expect("join").expect("dial stops cleanly");
+    served.await.expect("join").1.expect("listener stops cleanly");
+    assert!(state.lock().expect("lock").parts.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_refuses_items_beyond_the_credit_it_granted() {
+    let ((mut s_framed, _), (a_framed, a_session)) = pair().await;
+    let (mem, state, _) = MemApplier::new(None);
+    let mut applier = ApplierSession::new(mem, session_config(100)).expect("applier");
+    let a = tokio::spawn(async move { applier.run(a_framed, &a_session, &CancellationToken::new()).await });
+    assert_eq!(next_frame(&mut s_framed).await, Some(Frame::Resume(vec![])));
+    assert_eq!(next_frame(&mut s_framed).await, Some(Frame::Credit { bytes: 100 }));
+    // 150 bytes against a window of 100.
+    s_framed.send(chunk(0, &[1u8; 150])).await.expect("send");
+    match next_frame(&mut s_framed).await {
+        Some(Frame::Goodbye(g)) => assert!(g.message.contains("credit"), "{}", g.message),
+        other => panic!("{other:?}"),
+    }
+    let err = a.await.expect("join").expect_err("over credit");
+    match &err {
+        DirectError::Protocol { reason } => assert!(reason.contains("credit"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(state.lock().expect("lock").applied_chunks, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shipper_refuses_acks_backwards_or_beyond_what_it_sent() {
+    for hostile in ["beyond", "backwards"] {
+        let ((s_framed, s_session), (mut a_framed, _)) = pair().await;
+        let feed = TestFeed::new(&partitions(1), 5, 5);
+        let mut shipper = ShipperSession::new(feed, session_config(1 << 20)).expect("shipper");
+        let s = tokio::spawn(async move { shipper.run(s_framed, &s_session, &CancellationToken::new()).await });
+        let p = partitions(1).remove(0);
+        let at = |position| segmirror_transport::direct::Position {
+            partition: p.clone(),
+            segment_base: 0,
+            position,
+        };
+        a_framed.send(Frame::Resume(vec![at(0)])).await.expect("resume");
+        a_framed.send(Frame::Credit { bytes: 1 << 20 }).await.expect("credit");
+        let Some(Frame::Chunk(first)) = next_frame(&mut a_framed).await else {
+            panic!("a chunk first")
+        };
+        let end = first.bytes.len() as u64;
+        if hostile == "beyond" {
+            a_framed.send(Frame::Ack(at(end + 1_000_000))).await.expect("ack");
+        } else {
+            a_framed.send(Frame::Ack(at(end))).await.expect("ack");
+            a_framed.send(Frame::Ack(at(end - 1))).await.expect("ack");
+        }
+        let err = s.await.expect("join").expect_err(hostile);
+        match &err {
+            DirectError::Protocol { reason } => assert!(reason.contains(hostile), "{reason}"),
+            other => panic!("{hostile}: {other:?}"),
+        }
+    }
+}

@@ -171,6 +171,12 @@ impl DirectError {
     pub fn class(&self) -> ErrorClass {
         match self {
             DirectError::Frame(FrameError::PeerSpeaksTls { .. }) => ErrorClass::WrongPeer,
+            // With TLS 1.3 the client's handshake completes before the server checked the client's
+            // certificate; the server's refusal reaches the client as an alert on its first read.
+            DirectError::Io { source, .. } if is_tls_alert(source.kind(), &source.to_string()) => ErrorClass::WrongPeer,
+            DirectError::Frame(FrameError::Io { kind, message }) if is_tls_alert(*kind, message) => {
+                ErrorClass::WrongPeer
+            }
             DirectError::Frame(FrameError::Encode { .. }) => ErrorClass::Local,
             DirectError::Frame(_)
             | DirectError::Closed { .. }
@@ -188,6 +194,11 @@ impl DirectError {
                 reason: RefuseReason::Busy,
                 ..
             } => ErrorClass::Transient,
+            // rustls reports what it refused (a certificate, an alert, a record that is not TLS) as
+            // InvalidData; a connection cut during the TLS handshake is any other I/O error.
+            DirectError::TlsHandshake { source } if source.kind() != io::ErrorKind::InvalidData => {
+                ErrorClass::Transient
+            }
             DirectError::Refused { .. }
             | DirectError::RefusedByPeer { .. }
             | DirectError::TlsHandshake { .. }
@@ -202,3 +213,9 @@ impl DirectError {
 
 /// Results of the direct transport.
 pub type Result<T, E = DirectError> = std::result::Result<T, E>;
+
+/// An I/O error that is a TLS alert from the peer (rustls: `InvalidData`, "received fatal alert: …"):
+/// the peer refused this side's certificate or TLS parameters.
+fn is_tls_alert(kind: io::ErrorKind, message: &str) -> bool {
+    kind == io::ErrorKind::InvalidData && message.contains("received fatal alert")
+}

@@ -331,7 +331,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
         if track.acked.is_some_and(|prev| at < prev) {
             return Err(DirectError::Protocol {
                 reason: format!(
-                    "Ack for {} at {at:?} is below the previous Ack {:?}: acknowledged positions only move forward",
+                    "Ack for {} at {at:?} goes backwards, below the previous Ack {:?}: acknowledged positions only move forward",
                     tp(&p.partition),
                     track.acked
                 ),
