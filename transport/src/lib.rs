@@ -6,7 +6,7 @@
 //!
 //! - [`succession`]: the one rule for which segment version may follow which, as a pure function returning a typed
 //!   verdict that each caller maps to its own action.
-//! - [`direct`]: the direct protocol's wire layer (frames, handshake, mutual TLS); see `docs/direct-protocol.md`.
+//! - [`direct`]: the direct protocol (frames, handshake, mutual TLS, sessions and links); see `docs/direct-protocol.md`.
 
 pub mod direct;
 pub mod succession;

@@ -295,14 +295,18 @@ async fn a_stalled_applier_bounds_the_shippers_in_flight_bytes_and_heartbeats_ke
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_sends_goodbye_and_the_peer_ends_cleanly() {
+async fn an_idle_session_stays_open_and_shutdown_sends_goodbye_and_the_peer_ends_cleanly() {
     for stopping in [Role::Shipper, Role::Applier] {
         let parts = partitions(1);
         let feed = TestFeed::new(&parts, 10, 5);
         let total = feed.total_bytes();
-        let mut shipper = ShipperSession::new(feed, session_config(1 << 20)).expect("shipper");
+        let config = SessionConfig {
+            idle_timeout: Duration::from_millis(300),
+            ..session_config(1 << 20)
+        };
+        let mut shipper = ShipperSession::new(feed, config.clone()).expect("shipper");
         let (mem, _state, mut progress) = MemApplier::new(None);
-        let mut applier = ApplierSession::new(mem, session_config(1 << 20)).expect("applier");
+        let mut applier = ApplierSession::new(mem, config.clone()).expect("applier");
         let ((s_framed, s_session), (a_framed, a_session)) = pair().await;
         let (stop_s, stop_a) = (CancellationToken::new(), CancellationToken::new());
         let token = stop_a.clone();
@@ -310,6 +314,12 @@ async fn shutdown_sends_goodbye_and_the_peer_ends_cleanly() {
         let token = stop_s.clone();
         let s = tokio::spawn(async move { shipper.run(s_framed, &s_session, &token).await });
         progress.wait_for(|(bytes, _)| *bytes >= total).await.expect("progress");
+        // Nothing left to ship: an idle session, kept alive by heartbeats alone for several idle timeouts.
+        tokio::time::sleep(config.idle_timeout * 4).await;
+        assert!(
+            !s.is_finished() && !a.is_finished(),
+            "heartbeats keep an idle session open"
+        );
         let (stopped, peer) = match stopping {
             Role::Shipper => {
                 stop_s.cancel();
