@@ -8,7 +8,7 @@
 //! its wire layer so far:
 //! - [`frame`]: the frame envelope (type, flags, length, payload, CRC-32C), the
 //!   typed frames and a `tokio_util` codec, bounded by [`frame::MAX_PAYLOAD_LEN`];
-//! - [`handshake`]: the versioned Hello exchange over any byte stream, with
+//! - [`handshake`](mod@handshake): the versioned Hello exchange over any byte stream, with
 //!   refusals sent to the peer and returned locally;
 //! - [`tls`]: rustls configurations from PEM files, client certificates required.
 //!

@@ -127,7 +127,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 /// A boxed [`Io`], so one session type serves plaintext and TLS.
 pub type BoxIo = Box<dyn Io>;
 
-/// The framed stream a session runs on (what [`super::handshake`] returns, boxed).
+/// The framed stream a session runs on (what [`super::handshake()`] returns, boxed).
 pub type FramedIo = Framed<BoxIo, FrameCodec>;
 
 /// Bytes an item costs against the credit window: a chunk's bytes, a seal's
