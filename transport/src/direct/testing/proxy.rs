@@ -233,3 +233,64 @@ where
     }
     let _ = to.shutdown().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream that echoes every connection.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream, data: &[u8]) {
+        s.write_all(data).await.expect("write");
+        let mut back = vec![0u8; data.len()];
+        s.read_exact(&mut back).await.expect("read");
+        assert_eq!(back, data);
+    }
+
+    #[tokio::test]
+    async fn forwards_closes_resets_and_holds_bytes_while_stalled() {
+        let proxy = FaultProxy::start(echo().await).await.expect("proxy");
+        let mut a = TcpStream::connect(proxy.addr()).await.expect("connect");
+        round_trip(&mut a, b"hello").await;
+
+        // Close: the client reads end of stream.
+        proxy.drop_connections();
+        let mut buf = [0u8; 8];
+        assert_eq!(a.read(&mut buf).await.expect("read after close"), 0);
+
+        // Reset: the client's read fails with a reset.
+        let mut b = TcpStream::connect(proxy.addr()).await.expect("connect");
+        round_trip(&mut b, b"again").await;
+        proxy.reset_connections();
+        let err = b.read(&mut buf).await.expect_err("reset");
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+
+        // Stall: bytes written meanwhile arrive, in order, once the link passes again.
+        let mut c = TcpStream::connect(proxy.addr()).await.expect("connect");
+        round_trip(&mut c, b"before").await;
+        proxy.stall();
+        let before = proxy.forwarded();
+        c.write_all(b"held back").await.expect("write");
+        proxy.throttle(1000);
+        let mut back = [0u8; 9];
+        c.read_exact(&mut back).await.expect("read");
+        assert_eq!(&back, b"held back");
+        assert_eq!(proxy.forwarded(), before + 18, "both directions counted");
+        proxy.pass();
+        round_trip(&mut c, b"after").await;
+        assert_eq!(proxy.connections(), 3);
+    }
+}
