@@ -28,7 +28,7 @@
 //! - [`audit`]: the bucket scrubber, beside the contract it checks.
 //! - [`succession`]: the one rule for which segment version may follow which, as a pure function returning a typed
 //!   verdict that the shipper's plan, the applier's plan, the catalog and the audit each map to their action.
-//! - [`direct`]: the direct protocol's wire layer (frames, handshake, mutual TLS); see `docs/direct-protocol.md`.
+//! - [`direct`]: the direct protocol (frames, handshake, mutual TLS, sessions and links); see `docs/direct-protocol.md`.
 //! - `conformance` (tests and the `conformance` feature): the suite every
 //!   backend must pass, and fault-injecting wrappers.
 //!

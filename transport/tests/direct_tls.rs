@@ -3,51 +3,18 @@
 //! without a certificate, a client certificate from another CA and a plaintext
 //! client, with errors rather than hangs. Bad PEM files are named in the error.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use segmirror_transport::direct::tls::{self, TlsFiles};
 use segmirror_transport::direct::{handshake, DirectError, FrameError, HandshakeConfig, Role};
+use support::certs::Ca;
 use tokio::net::{TcpListener, TcpStream};
+
+mod support;
 
 /// Generous: only reached when something hangs; the refusals below must come from TLS itself.
 const TIMEOUT: Duration = Duration::from_secs(20);
-
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().expect("key");
-        Ca {
-            issuer: CertifiedIssuer::self_signed(params, key).expect("CA"),
-        }
-    }
-
-    /// Writes `<name>.crt`, `<name>.key` and `<name>-ca.crt` into `dir`.
-    fn leaf(&self, dir: &Path, name: &str, sans: &[&str]) -> TlsFiles {
-        let mut params =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).expect("params");
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.issuer).expect("sign");
-        let files = TlsFiles {
-            cert: dir.join(format!("{name}.crt")),
-            key: dir.join(format!("{name}.key")),
-            ca: dir.join(format!("{name}-ca.crt")),
-        };
-        std::fs::write(&files.cert, cert.pem()).expect("write cert");
-        std::fs::write(&files.key, key.serialize_pem()).expect("write key");
-        std::fs::write(&files.ca, self.issuer.pem()).expect("write ca");
-        files
-    }
-}
 
 struct Setup {
     _dir: tempfile::TempDir,

@@ -139,7 +139,83 @@ pub enum DirectError {
         #[source]
         source: io::Error,
     },
+
+    /// The peer broke the session's rules (a gap, an Ack beyond what was sent,
+    /// a frame out of place). The connection is closed; the next session resumes.
+    #[error("session protocol: {reason}")]
+    Protocol { reason: String },
+
+    /// This side's chunk feed (shipper) or chunk applier failed; `what` names the step.
+    #[error("{what}: {source}")]
+    Local {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What a link does after a session ended with an error (see `docs/direct-protocol.md` §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// A broken connection or a peer breaking the rules: reconnect with backoff, resume.
+    Transient,
+    /// The wrong peer (refusal, TLS mismatch, bad ack): pause the link for a long
+    /// delay and report once; retrying at once would be a crash loop.
+    WrongPeer,
+    /// This side's configuration, feed or applier: stop the link and report.
+    Local,
+}
+
+impl DirectError {
+    /// How a link reacts to this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            DirectError::Frame(FrameError::PeerSpeaksTls { .. }) => ErrorClass::WrongPeer,
+            // With TLS 1.3 the client's handshake completes before the server checked the client's
+            // certificate; the server's refusal reaches the client as an alert on its first read.
+            DirectError::Io { source, .. } if is_tls_alert(source.kind(), &source.to_string()) => ErrorClass::WrongPeer,
+            DirectError::Frame(FrameError::Io { kind, message }) if is_tls_alert(*kind, message) => {
+                ErrorClass::WrongPeer
+            }
+            DirectError::Frame(FrameError::Encode { .. }) => ErrorClass::Local,
+            DirectError::Frame(_)
+            | DirectError::Closed { .. }
+            | DirectError::Timeout { .. }
+            | DirectError::UnexpectedFrame { .. }
+            | DirectError::Io { .. }
+            | DirectError::Protocol { .. } => ErrorClass::Transient,
+            // Busy: another session still serves the link (often the previous connection of this very peer,
+            // not yet timed out on the other side); it clears by itself.
+            DirectError::Refused {
+                reason: RefuseReason::Busy,
+                ..
+            }
+            | DirectError::RefusedByPeer {
+                reason: RefuseReason::Busy,
+                ..
+            } => ErrorClass::Transient,
+            // rustls reports what it refused (a certificate, an alert, a record that is not TLS) as
+            // InvalidData; a connection cut during the TLS handshake is any other I/O error.
+            DirectError::TlsHandshake { source } if source.kind() != io::ErrorKind::InvalidData => {
+                ErrorClass::Transient
+            }
+            DirectError::Refused { .. }
+            | DirectError::RefusedByPeer { .. }
+            | DirectError::TlsHandshake { .. }
+            | DirectError::BadAck { .. } => ErrorClass::WrongPeer,
+            DirectError::Config { .. }
+            | DirectError::TlsFile { .. }
+            | DirectError::TlsConfig { .. }
+            | DirectError::Local { .. } => ErrorClass::Local,
+        }
+    }
 }
 
 /// Results of the direct transport.
 pub type Result<T, E = DirectError> = std::result::Result<T, E>;
+
+/// An I/O error that is a TLS alert from the peer (rustls: `InvalidData`, "received fatal alert: …"):
+/// the peer refused this side's certificate or TLS parameters.
+fn is_tls_alert(kind: io::ErrorKind, message: &str) -> bool {
+    kind == io::ErrorKind::InvalidData && message.contains("received fatal alert")
+}

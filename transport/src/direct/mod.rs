@@ -8,21 +8,28 @@
 //! its wire layer so far:
 //! - [`frame`]: the frame envelope (type, flags, length, payload, CRC-32C), the
 //!   typed frames and a `tokio_util` codec, bounded by [`frame::MAX_PAYLOAD_LEN`];
-//! - [`handshake`]: the versioned Hello exchange over any byte stream, with
+//! - [`handshake`](mod@handshake): the versioned Hello exchange over any byte stream, with
 //!   refusals sent to the peer and returned locally;
 //! - [`tls`]: rustls configurations from PEM files, client certificates required.
 //!
-//! Planned (issue 9): the session loop that carries chunks, seals, acks, resume,
-//! credit and heartbeats, wired into the shipper and the applier.
+//! - [`session`]: what follows the handshake (resume, chunks, seals, acks,
+//!   credit, heartbeats, goodbye) and the link's connections (dial with
+//!   backoff, listen with one session per link, `--max-bandwidth`);
+//! - `testing` (feature `testing`): a fault-injecting TCP proxy for tests.
+//!
+//! Planned (issue 9): wiring the sessions into the shipper and the applier.
 
 pub mod error;
 pub mod frame;
 pub mod handshake;
 pub mod payload;
+pub mod session;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(feature = "tls")]
 pub mod tls;
 
-pub use error::{DirectError, FrameError};
+pub use error::{DirectError, ErrorClass, FrameError};
 pub use frame::{Frame, FrameCodec, FrameType, MAX_PAYLOAD_LEN};
 pub use handshake::{handshake, HandshakeConfig, Session};
 pub use payload::{

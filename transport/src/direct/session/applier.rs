@@ -1,0 +1,342 @@
+//! The applier's session: Resume from what is durable, credit, chunks applied
+//! in order, Acks only for durable bytes.
+//!
+//! The mirror itself is behind a [`ChunkApplier`] (the applier crate implements
+//! it over the mirror's log dir and catalog). The session owns the order rule:
+//! per partition, a chunk must start exactly where the durable bytes end (the
+//! first chunk of a later segment at 0). A chunk that ends at or below the
+//! durable end was applied before (a resend after a cut): it is compared by
+//! the applier and skipped. A chunk that starts beyond the durable end is a
+//! gap: a protocol error, never installed; the session says Goodbye(error) and
+//! closes, and the next Resume puts both sides right.
+//!
+//! Shutdown never interrupts an apply: a chunk being made durable is finished
+//! first (the applier is never asked to be cancel-safe), then Goodbye goes out.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    chunk_cost, outbox, read_error, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo, SessionConfig,
+    SessionEnd,
+};
+use crate::direct::error::{DirectError, Result};
+use crate::direct::frame::Frame;
+use crate::direct::handshake::Session;
+use crate::direct::payload::{Chunk, GoodbyeReason, PartitionRef, Position, SegmentSeal};
+
+/// A partition's durable end as the applier reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurablePosition {
+    /// Segment and byte position up to which the partition is durable and recorded.
+    pub position: Position,
+    /// Whether that segment is sealed (its SegmentSeal applied); the position is then its final size.
+    pub sealed: bool,
+}
+
+/// The mirror side of the session (the applier crate implements it).
+pub trait ChunkApplier: Send + 'static {
+    /// Per partition, where the durable bytes end; sent as Resume at the start of every session.
+    fn durable_positions(&mut self) -> impl Future<Output = Result<Vec<DurablePosition>>> + Send;
+
+    /// Appends `chunk` (which starts exactly at the partition's durable end, or at
+    /// 0 of a later segment) and returns once its bytes are durable and recorded:
+    /// the session acknowledges it right after. An error here is never acknowledged.
+    fn apply_chunk(&mut self, chunk: &Chunk) -> impl Future<Output = Result<()>> + Send;
+
+    /// `chunk` lies entirely within bytes already durable (a resend): compare and
+    /// fail when they differ (the source changed under the same position).
+    fn check_applied(&mut self, chunk: &Chunk) -> impl Future<Output = Result<()>> + Send;
+
+    /// Seals the segment whose bytes end exactly at `seal.final_size`; returns once durable and recorded.
+    fn apply_seal(&mut self, seal: &SegmentSeal) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Per-partition durable end within a session.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    segment_base: i64,
+    position: u64,
+    sealed: bool,
+}
+
+/// What the session does with one chunk.
+enum Verdict {
+    Apply,
+    AlreadyApplied,
+}
+
+/// The applier's side of sessions on one link; lives across connections.
+pub struct ApplierSession<A> {
+    applier: A,
+    config: SessionConfig,
+}
+
+impl<A: ChunkApplier> ApplierSession<A> {
+    pub fn new(applier: A, config: SessionConfig) -> Result<ApplierSession<A>> {
+        config.check()?;
+        Ok(ApplierSession { applier, config })
+    }
+
+    pub fn applier(&self) -> &A {
+        &self.applier
+    }
+
+    pub fn applier_mut(&mut self) -> &mut A {
+        &mut self.applier
+    }
+
+    pub fn into_applier(self) -> A {
+        self.applier
+    }
+
+    /// Runs one session on `framed` (after the handshake) until shutdown, the
+    /// peer's Goodbye, or an error.
+    pub async fn run(
+        &mut self,
+        framed: FramedIo,
+        session: &Session,
+        shutdown: &CancellationToken,
+    ) -> Result<SessionEnd> {
+        let idle = self.config.idle_timeout;
+        let (sink, mut stream) = framed.split();
+        let (tx, rx) = outbox();
+        let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);
+
+        let durable = self.applier.durable_positions().await?;
+        let mut ends: HashMap<PartitionRef, End> = HashMap::new();
+        for d in &durable {
+            ends.insert(
+                d.position.partition.clone(),
+                End {
+                    segment_base: d.position.segment_base,
+                    position: d.position.position,
+                    sealed: d.sealed,
+                },
+            );
+        }
+        let resume = Frame::Resume(durable.into_iter().map(|d| d.position).collect());
+        let credit = Frame::Credit {
+            bytes: self.config.credit_window,
+        };
+        for frame in [resume, credit] {
+            if tx.send(frame).await.is_err() {
+                return Err(writer_ended(writer.await));
+            }
+        }
+
+        // Credit the shipper still holds: a Chunk or SegmentSeal beyond it breaks the flow control.
+        let mut outstanding = self.config.credit_window;
+        let mut last_recv = Instant::now();
+        loop {
+            let frame = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    say_goodbye(tx, &mut writer, &mut stream, idle, GoodbyeReason::Shutdown, "applier shutting down".into()).await;
+                    return Ok(SessionEnd::Shutdown);
+                }
+                frame = stream.next() => {
+                    last_recv = Instant::now();
+                    match frame {
+                        None => return Err(DirectError::Closed { stage: "streaming" }),
+                        Some(Err(e)) => return Err(read_error(e)),
+                        Some(Ok(frame)) => frame,
+                    }
+                }
+                // After the frames: a Goodbye already received explains a writer that failed.
+                r = &mut writer => return Err(writer_ended(r)),
+                _ = tokio::time::sleep_until(last_recv + idle) => {
+                    return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
+                }
+            };
+            let cost = match &frame {
+                Frame::Chunk(c) => chunk_cost(c),
+                Frame::SegmentSeal(s) => seal_cost(s),
+                _ => 0,
+            };
+            if cost > outstanding {
+                let e = DirectError::Protocol {
+                    reason: format!(
+                        "a {} of {cost} bytes exceeds the {outstanding} bytes of credit the shipper holds; not applied",
+                        frame.name()
+                    ),
+                };
+                return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+            }
+            // Granted back in the reply, once applied (or found applied before).
+            outstanding -= cost;
+            let replies = match frame {
+                Frame::Heartbeat { .. } => continue,
+                Frame::Goodbye(g) => {
+                    drop(tx);
+                    let _ = writer.await;
+                    return Ok(SessionEnd::PeerGoodbye {
+                        reason: g.reason,
+                        message: g.message,
+                    });
+                }
+                Frame::Refuse(r) => {
+                    return Err(DirectError::RefusedByPeer {
+                        reason: r.reason,
+                        local_role: session.role,
+                        peer_role: session.role.peer(),
+                        message: r.message,
+                    })
+                }
+                Frame::Chunk(chunk) => match self.on_chunk(&mut ends, &chunk).await {
+                    Ok(replies) => replies,
+                    Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
+                },
+                Frame::SegmentSeal(seal) => match self.on_seal(&mut ends, &seal).await {
+                    Ok(replies) => replies,
+                    Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
+                },
+                other => {
+                    let e = DirectError::UnexpectedFrame {
+                        stage: "streaming",
+                        expected: "Chunk, SegmentSeal, Heartbeat or Goodbye",
+                        got: other.name(),
+                    };
+                    return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                }
+            };
+            for frame in replies {
+                if let Frame::Credit { bytes } = frame {
+                    outstanding += bytes;
+                }
+                if tx.send(frame).await.is_err() {
+                    return Err(writer_ended(writer.await));
+                }
+            }
+        }
+    }
+
+    async fn on_chunk(&mut self, ends: &mut HashMap<PartitionRef, End>, chunk: &Chunk) -> Result<Vec<Frame>> {
+        let name = tp(&chunk.partition);
+        let len = chunk.bytes.len() as u64;
+        let start = (chunk.segment_base, chunk.position);
+        let end = (chunk.segment_base, chunk.position + len);
+        let gap = |reason: String| DirectError::Protocol {
+            reason: format!(
+                "Chunk of {name} at segment {} position {}: {reason}; not applied",
+                start.0, start.1
+            ),
+        };
+        let verdict = match ends.get(&chunk.partition) {
+            None if chunk.position == 0 => Verdict::Apply,
+            None => {
+                return Err(gap(
+                    "nothing of the partition is durable, a first chunk must start at 0".into(),
+                ))
+            }
+            Some(d) => {
+                let durable = (d.segment_base, d.position);
+                if chunk.segment_base == d.segment_base {
+                    if start == durable && !d.sealed {
+                        Verdict::Apply
+                    } else if end <= durable {
+                        Verdict::AlreadyApplied
+                    } else if start > durable {
+                        return Err(gap(format!("a gap: the durable bytes end at {}", d.position)));
+                    } else if d.sealed {
+                        return Err(gap(format!("the segment is sealed at {}", d.position)));
+                    } else {
+                        return Err(gap(format!(
+                            "it straddles the durable end {} (a resend must start at a chunk boundary)",
+                            d.position
+                        )));
+                    }
+                } else if chunk.segment_base > d.segment_base {
+                    if chunk.position != 0 {
+                        return Err(gap(format!(
+                            "a gap: the first chunk of a new segment must start at 0 (durable: segment {} position {})",
+                            d.segment_base, d.position
+                        )));
+                    }
+                    // A later segment: after a seal, or a retention gap the applier's succession rule judges.
+                    Verdict::Apply
+                } else {
+                    return Err(gap(format!(
+                        "segment {} is older than the durable segment {}",
+                        chunk.segment_base, d.segment_base
+                    )));
+                }
+            }
+        };
+        let credit = Frame::Credit {
+            bytes: chunk_cost(chunk),
+        };
+        match verdict {
+            Verdict::AlreadyApplied => {
+                self.applier.check_applied(chunk).await?;
+                Ok(vec![credit])
+            }
+            Verdict::Apply => {
+                self.applier.apply_chunk(chunk).await?;
+                ends.insert(
+                    chunk.partition.clone(),
+                    End {
+                        segment_base: end.0,
+                        position: end.1,
+                        sealed: false,
+                    },
+                );
+                let ack = Frame::Ack(Position {
+                    partition: chunk.partition.clone(),
+                    segment_base: end.0,
+                    position: end.1,
+                });
+                Ok(vec![ack, credit])
+            }
+        }
+    }
+
+    async fn on_seal(&mut self, ends: &mut HashMap<PartitionRef, End>, seal: &SegmentSeal) -> Result<Vec<Frame>> {
+        let name = tp(&seal.partition);
+        let credit = Frame::Credit { bytes: seal_cost(seal) };
+        let Some(d) = ends.get(&seal.partition).copied() else {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "SegmentSeal of {name} segment {}: nothing of the partition is durable; not applied",
+                    seal.segment_base
+                ),
+            });
+        };
+        if d.segment_base != seal.segment_base || d.position != seal.final_size {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "SegmentSeal of {name} segment {} at final size {}: the durable bytes end at segment {} position {}; not applied",
+                    seal.segment_base, seal.final_size, d.segment_base, d.position
+                ),
+            });
+        }
+        if d.sealed {
+            // Sealed before (a resend after a cut): nothing to do.
+            return Ok(vec![credit]);
+        }
+        self.applier.apply_seal(seal).await?;
+        ends.insert(seal.partition.clone(), End { sealed: true, ..d });
+        let ack = Frame::Ack(Position {
+            partition: seal.partition.clone(),
+            segment_base: seal.segment_base,
+            position: seal.final_size,
+        });
+        Ok(vec![ack, credit])
+    }
+}
+
+/// Tells the shipper why (Goodbye(error)), closes, and returns the error.
+async fn fail(
+    tx: tokio::sync::mpsc::Sender<Frame>,
+    writer: &mut tokio::task::JoinHandle<Result<()>>,
+    stream: &mut futures::stream::SplitStream<FramedIo>,
+    linger: std::time::Duration,
+    e: DirectError,
+) -> DirectError {
+    say_goodbye(tx, writer, stream, linger, GoodbyeReason::Error, e.to_string()).await;
+    e
+}

@@ -1,0 +1,461 @@
+//! Connections of a replication link, for both roles and both directions.
+//!
+//! Push (the applier listens, the shipper dials) and pull (the reverse) use the
+//! same two functions: [`dial`] and [`listen`] take a [`SessionRunner`], which
+//! both [`ShipperSession`] and [`ApplierSession`] are. Each connection runs TCP,
+//! then TLS (unless the link is plaintext), then the handshake, then one session;
+//! the session resumes from the applier's durable positions, so nothing
+//! acknowledged is resent and nothing unacknowledged is lost across connections.
+//!
+//! After a session ends:
+//! - a broken connection or a peer breaking the rules ([`ErrorClass::Transient`],
+//!   also a peer's Goodbye and a `Busy` refusal): the dialler reconnects after a
+//!   jittered exponential backoff ([`Backoff`]);
+//! - the wrong peer ([`ErrorClass::WrongPeer`]: a refusal, a TLS mismatch): the
+//!   dialler reports it once and waits [`DEFAULT_REFUSAL_PAUSE`] before trying
+//!   again, so a misconfigured pair never becomes a crash loop;
+//! - this side's own failure ([`ErrorClass::Local`]): the function returns it.
+//!
+//! A listener serves one session at a time for its link: a second peer that
+//! completes the handshake while a session runs gets a Refuse(`Busy`) frame
+//! and is closed (its dialler retries with backoff: often it is the same peer
+//! reconnecting before this side noticed the old connection died).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::SinkExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{ApplierSession, BoxIo, ChunkApplier, ChunkFeed, FramedIo, SessionEnd, ShipperSession};
+use crate::direct::error::{DirectError, ErrorClass, Result};
+use crate::direct::frame::Frame;
+use crate::direct::handshake::{handshake, HandshakeConfig, Session};
+use crate::direct::payload::{Refuse, RefuseReason};
+
+/// First reconnect delay: 100 ms, so a single cut costs about a round trip, not seconds.
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Longest reconnect delay: 30 s, so a link that comes back is used again within
+/// half a minute while a long outage costs two connection attempts a minute.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A session that lasted this long resets the backoff: 60 s, twice the longest
+/// delay, so a link that flaps after every connection keeps backing off.
+pub const DEFAULT_BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
+/// How long a dialler waits after the peer was refused (or refused it) before
+/// trying again: 5 min. A refusal is a configuration problem (version, link
+/// name, certificate); retrying sooner only fills the logs, and a fixed peer is
+/// picked up within minutes.
+pub const DEFAULT_REFUSAL_PAUSE: Duration = Duration::from_secs(300);
+/// TCP connect timeout: 10 s, about three SYN retransmissions.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections a listener handshakes at once; more are closed at once. 8: one
+/// legitimate peer needs one, and a port scanner cannot pin more than this.
+pub const MAX_PENDING_HANDSHAKES: usize = 8;
+
+/// Exponential backoff with ±50 % jitter (so peers cut at the same moment do not reconnect in step).
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+    pub reset_after: Duration,
+    current: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff::new(
+            DEFAULT_BACKOFF_INITIAL,
+            DEFAULT_BACKOFF_MAX,
+            DEFAULT_BACKOFF_RESET_AFTER,
+        )
+    }
+}
+
+impl Backoff {
+    pub fn new(initial: Duration, max: Duration, reset_after: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max,
+            reset_after,
+            current: initial,
+        }
+    }
+
+    /// The delay before the next attempt, given how long the last session lasted.
+    pub fn next(&mut self, lasted: Duration) -> Duration {
+        if lasted >= self.reset_after {
+            self.current = self.initial;
+        }
+        let base = self.current.min(self.max);
+        self.current = (self.current * 2).min(self.max);
+        // Uniform in [0.5, 1.5) x base; without randomness, the base itself.
+        let unit = getrandom::u32()
+            .map(|r| f64::from(r) / (f64::from(u32::MAX) + 1.0))
+            .unwrap_or(0.5);
+        base.mul_f64(0.5 + unit)
+    }
+}
+
+/// How a dialler secures its connection.
+#[derive(Clone)]
+pub enum Dialer {
+    /// `--plaintext`.
+    Plain,
+    #[cfg(feature = "tls")]
+    /// TLS client; `server_name` is what the server's certificate must name.
+    Tls {
+        config: Arc<rustls::ClientConfig>,
+        server_name: String,
+    },
+}
+
+/// How a listener secures its connections.
+#[derive(Clone)]
+pub enum Acceptor {
+    /// `--plaintext`.
+    Plain,
+    #[cfg(feature = "tls")]
+    Tls(Arc<rustls::ServerConfig>),
+}
+
+/// A link's settings beyond the session's own.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    pub handshake: HandshakeConfig,
+    pub backoff: Backoff,
+    pub refusal_pause: Duration,
+    pub connect_timeout: Duration,
+    /// TLS handshake timeout.
+    pub tls_timeout: Duration,
+    /// Where [`LinkEvent`]s go (dropped when the channel is full).
+    pub events: Option<mpsc::Sender<LinkEvent>>,
+}
+
+impl LinkConfig {
+    pub fn new(handshake: HandshakeConfig) -> LinkConfig {
+        LinkConfig {
+            handshake,
+            backoff: Backoff::default(),
+            refusal_pause: DEFAULT_REFUSAL_PAUSE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            tls_timeout: crate::direct::handshake::DEFAULT_HANDSHAKE_TIMEOUT,
+            events: None,
+        }
+    }
+
+    fn event(&self, event: LinkEvent) {
+        if let Some(tx) = &self.events {
+            let _ = tx.try_send(event);
+        }
+    }
+}
+
+/// What happened on a link, for status displays and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// A session started (handshake done).
+    SessionStarted,
+    /// A session ended; `error` is its error's message and class, if any.
+    SessionEnded {
+        end: Option<SessionEnd>,
+        error: Option<(ErrorClass, String)>,
+    },
+    /// Connecting or the handshake failed transiently.
+    ConnectFailed { error: String },
+    /// The peer is the wrong one; reported once per distinct message, then the link pauses.
+    Paused { error: String, pause: Duration },
+    /// A listener refused a second peer with `Busy`.
+    RefusedBusy,
+}
+
+/// One session on an established connection: what [`dial`] and [`listen`] run.
+pub trait SessionRunner: Send + 'static {
+    fn run_session<'a>(
+        &'a mut self,
+        framed: FramedIo,
+        session: &'a Session,
+        shutdown: &'a CancellationToken,
+    ) -> impl Future<Output = Result<SessionEnd>> + Send + 'a;
+}
+
+impl<F: ChunkFeed> SessionRunner for ShipperSession<F> {
+    fn run_session<'a>(
+        &'a mut self,
+        framed: FramedIo,
+        session: &'a Session,
+        shutdown: &'a CancellationToken,
+    ) -> impl Future<Output = Result<SessionEnd>> + Send + 'a {
+        self.run(framed, session, shutdown)
+    }
+}
+
+impl<A: ChunkApplier> SessionRunner for ApplierSession<A> {
+    fn run_session<'a>(
+        &'a mut self,
+        framed: FramedIo,
+        session: &'a Session,
+        shutdown: &'a CancellationToken,
+    ) -> impl Future<Output = Result<SessionEnd>> + Send + 'a {
+        self.run(framed, session, shutdown)
+    }
+}
+
+#[cfg_attr(not(feature = "tls"), allow(unused_variables))]
+async fn secure_client(tcp: TcpStream, dialer: &Dialer, config: &LinkConfig) -> Result<BoxIo> {
+    match dialer {
+        Dialer::Plain => Ok(Box::new(tcp)),
+        #[cfg(feature = "tls")]
+        Dialer::Tls {
+            config: tls,
+            server_name,
+        } => Ok(Box::new(
+            crate::direct::tls::connect(tls.clone(), server_name, tcp, config.tls_timeout).await?,
+        )),
+    }
+}
+
+#[cfg_attr(not(feature = "tls"), allow(unused_variables))]
+async fn secure_server(tcp: TcpStream, acceptor: &Acceptor, config: &LinkConfig) -> Result<BoxIo> {
+    match acceptor {
+        Acceptor::Plain => Ok(Box::new(tcp)),
+        #[cfg(feature = "tls")]
+        Acceptor::Tls(tls) => Ok(Box::new(
+            crate::direct::tls::accept(tls.clone(), tcp, config.tls_timeout).await?,
+        )),
+    }
+}
+
+async fn connect_once(addr: &str, dialer: &Dialer, config: &LinkConfig) -> Result<(FramedIo, Session)> {
+    let tcp = match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(source)) => {
+            return Err(DirectError::Io {
+                stage: "connecting",
+                source,
+            })
+        }
+        Err(_) => {
+            return Err(DirectError::Timeout {
+                stage: "connecting",
+                after: config.connect_timeout,
+            })
+        }
+    };
+    // Chunks are written whole and flushed; Nagle would only delay acks and heartbeats.
+    let _ = tcp.set_nodelay(true);
+    let io = secure_client(tcp, dialer, config).await?;
+    handshake(io, &config.handshake).await
+}
+
+/// Dials `addr` and runs sessions on it until `shutdown`, reconnecting after
+/// cuts. Returns `Ok` on shutdown, or this side's own ([`ErrorClass::Local`]) error.
+pub async fn dial<R: SessionRunner>(
+    addr: &str,
+    dialer: &Dialer,
+    config: &LinkConfig,
+    runner: &mut R,
+    shutdown: &CancellationToken,
+) -> Result<()> {
+    let mut backoff = config.backoff.clone();
+    let mut reported: Option<String> = None;
+    loop {
+        let started = Instant::now();
+        let connected = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            r = connect_once(addr, dialer, config) => r,
+        };
+        let result = match connected {
+            Ok((framed, session)) => {
+                config.event(LinkEvent::SessionStarted);
+                reported = None;
+                let r = runner.run_session(framed, &session, shutdown).await;
+                config.event(LinkEvent::SessionEnded {
+                    end: r.as_ref().ok().cloned(),
+                    error: r.as_ref().err().map(|e| (e.class(), e.to_string())),
+                });
+                r
+            }
+            Err(e) => {
+                if e.class() == ErrorClass::Transient {
+                    config.event(LinkEvent::ConnectFailed { error: e.to_string() });
+                }
+                Err(e)
+            }
+        };
+        let delay = match result {
+            Ok(SessionEnd::Shutdown) => return Ok(()),
+            Ok(SessionEnd::PeerGoodbye { message, .. }) => {
+                tracing::info!(link = %config.handshake.link, %message, "the peer said goodbye; reconnecting");
+                backoff.next(started.elapsed())
+            }
+            Err(e) => match e.class() {
+                ErrorClass::Local => return Err(e),
+                ErrorClass::Transient => {
+                    tracing::warn!(link = %config.handshake.link, error = %e, "connection lost; reconnecting");
+                    backoff.next(started.elapsed())
+                }
+                ErrorClass::WrongPeer => {
+                    let error = e.to_string();
+                    if reported.as_deref() != Some(error.as_str()) {
+                        tracing::error!(
+                            link = %config.handshake.link, %error, pause = ?config.refusal_pause,
+                            "the peer is not a match; replication on this link pauses"
+                        );
+                        config.event(LinkEvent::Paused {
+                            error: error.clone(),
+                            pause: config.refusal_pause,
+                        });
+                        reported = Some(error);
+                    }
+                    config.refusal_pause
+                }
+            },
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Sends Refuse(Busy) on a connection that completed its handshake while another session runs, and closes it.
+async fn refuse_busy(mut framed: FramedIo, config: &HandshakeConfig) {
+    let refuse = Frame::Refuse(Refuse {
+        reason: RefuseReason::Busy,
+        min_version: config.min_version,
+        max_version: config.max_version,
+        link: config.link.clone(),
+        message: format!(
+            "this {} already serves a session for link {:?}; try again later",
+            config.role, config.link
+        ),
+    });
+    let _ = tokio::time::timeout(config.timeout, async {
+        let _ = framed.send(refuse).await;
+        let _ = SinkExt::<Frame>::close(&mut framed).await;
+    })
+    .await;
+}
+
+/// Accepts connections on `listener` and runs one session at a time on them
+/// until `shutdown`. Returns the runner, with `Ok` on shutdown or this side's
+/// own ([`ErrorClass::Local`]) error.
+pub async fn listen<R: SessionRunner>(
+    listener: TcpListener,
+    acceptor: Acceptor,
+    config: LinkConfig,
+    runner: R,
+    shutdown: CancellationToken,
+) -> (R, Result<()>) {
+    let config = Arc::new(config);
+    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let (ready_tx, mut ready_rx) = mpsc::channel::<(FramedIo, Session)>(MAX_PENDING_HANDSHAKES);
+    let mut runner = Some(runner);
+    let mut active: Option<tokio::task::JoinHandle<(R, Result<SessionEnd>)>> = None;
+    loop {
+        tokio::select! {
+            biased;
+            done = async { active.as_mut().expect("guarded").await }, if active.is_some() => {
+                active = None;
+                let (back, r) = match done {
+                    Ok(pair) => pair,
+                    // A panic is a bug in this process, not the peer's doing: propagate it.
+                    Err(e) => std::panic::resume_unwind(e.into_panic()),
+                };
+                runner = Some(back);
+                config.event(LinkEvent::SessionEnded {
+                    end: r.as_ref().ok().cloned(),
+                    error: r.as_ref().err().map(|e| (e.class(), e.to_string())),
+                });
+                match r {
+                    Ok(SessionEnd::Shutdown) => {}
+                    Ok(SessionEnd::PeerGoodbye { message, .. }) => {
+                        tracing::info!(link = %config.handshake.link, %message, "the peer said goodbye");
+                    }
+                    Err(e) if e.class() == ErrorClass::Local => {
+                        return (runner.take().expect("just returned"), Err(e));
+                    }
+                    Err(e) => tracing::warn!(link = %config.handshake.link, error = %e, "session ended"),
+                }
+            }
+            _ = shutdown.cancelled(), if active.is_none() => {
+                return (runner.take().expect("no session runs"), Ok(()));
+            }
+            accepted = listener.accept() => {
+                let (tcp, peer) = match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        continue;
+                    }
+                };
+                let Ok(permit) = pending.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "too many connections in their handshake; closing this one");
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let (config, acceptor, ready_tx) = (config.clone(), acceptor.clone(), ready_tx.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let r = async {
+                        let io = secure_server(tcp, &acceptor, &config).await?;
+                        handshake(io, &config.handshake).await
+                    }
+                    .await;
+                    match r {
+                        Ok(pair) => {
+                            let _ = ready_tx.send(pair).await;
+                        }
+                        Err(e) => {
+                            tracing::warn!(%peer, link = %config.handshake.link, error = %e, "handshake with a peer failed");
+                            config.event(LinkEvent::ConnectFailed { error: e.to_string() });
+                        }
+                    }
+                });
+            }
+            Some((framed, session)) = ready_rx.recv() => {
+                match runner.take() {
+                    None => {
+                        config.event(LinkEvent::RefusedBusy);
+                        let handshake = config.handshake.clone();
+                        tokio::spawn(async move { refuse_busy(framed, &handshake).await });
+                    }
+                    Some(mut r) => {
+                        config.event(LinkEvent::SessionStarted);
+                        let shutdown = shutdown.clone();
+                        active = Some(tokio::spawn(async move {
+                            let end = r.run_session(framed, &session, &shutdown).await;
+                            (r, end)
+                        }));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_maximum_with_jitter_and_resets_after_a_long_session() {
+        let mut b = Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_millis(800),
+            Duration::from_secs(60),
+        );
+        let short = Duration::from_secs(1);
+        for base_ms in [100u64, 200, 400, 800, 800, 800] {
+            let d = b.next(short);
+            let base = Duration::from_millis(base_ms);
+            assert!(d >= base / 2 && d < base * 3 / 2, "{d:?} for base {base:?}");
+        }
+        let d = b.next(Duration::from_secs(60));
+        assert!(d < Duration::from_millis(150), "reset: {d:?}");
+    }
+}

@@ -1,0 +1,422 @@
+//! The shipper's session: Resume and Credit in, Chunks and SegmentSeals out,
+//! never more payload in flight than the applier granted.
+//!
+//! Where the bytes come from is a [`ChunkFeed`] (the tail driver implements it:
+//! it reads the source's partition directories). At the start of every session
+//! the feed is positioned at the applier's durable positions ([`ChunkFeed::seek`]),
+//! and that is the only resume path: whatever this side had sent and not seen
+//! acknowledged on the previous connection is forgotten, not resent from memory.
+//! Why: the applier's durable position is the only truth after a cut (it may
+//! have made more durable than it could acknowledge), a restarted shipper has
+//! no memory at all, and one path for both means every cut tests the restart.
+//!
+//! In flight: the session records each item it sent and has not seen
+//! acknowledged (partition, end position, cost), which is bounded by the credit
+//! window; an Ack releases what it covers. Acks are checked: never below the
+//! previous one, never beyond what was sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::limiter::TokenBucket;
+use super::{
+    chunk_cost, outbox, read_error, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo, SessionConfig,
+    SessionEnd,
+};
+use crate::direct::error::{DirectError, Result};
+use crate::direct::frame::Frame;
+use crate::direct::handshake::Session;
+use crate::direct::payload::{Chunk, GoodbyeReason, PartitionRef, Position, SegmentSeal};
+
+/// What the shipper sends next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FeedItem {
+    Chunk(Chunk),
+    Seal(SegmentSeal),
+}
+
+impl FeedItem {
+    pub fn partition(&self) -> &PartitionRef {
+        match self {
+            FeedItem::Chunk(c) => &c.partition,
+            FeedItem::Seal(s) => &s.partition,
+        }
+    }
+
+    /// Segment and byte position after this item.
+    pub fn end(&self) -> (i64, u64) {
+        match self {
+            FeedItem::Chunk(c) => (c.segment_base, c.position + c.bytes.len() as u64),
+            FeedItem::Seal(s) => (s.segment_base, s.final_size),
+        }
+    }
+
+    /// Where this item starts (a seal "starts" at its final size: nothing is appended).
+    fn start(&self) -> (i64, u64) {
+        match self {
+            FeedItem::Chunk(c) => (c.segment_base, c.position),
+            FeedItem::Seal(s) => (s.segment_base, s.final_size),
+        }
+    }
+
+    fn cost(&self) -> u64 {
+        match self {
+            FeedItem::Chunk(c) => chunk_cost(c),
+            FeedItem::Seal(s) => seal_cost(s),
+        }
+    }
+
+    fn into_frame(self) -> Frame {
+        match self {
+            FeedItem::Chunk(c) => Frame::Chunk(c),
+            FeedItem::Seal(s) => Frame::SegmentSeal(s),
+        }
+    }
+}
+
+/// The source of what the shipper sends (the tail driver implements it).
+pub trait ChunkFeed: Send + 'static {
+    /// Called at the start of every session with the applier's Resume: afterwards
+    /// [`ChunkFeed::next`] yields, per partition, items that continue exactly from
+    /// these positions (a partition not listed: from the feed's configured start).
+    fn seek(&mut self, resume: &[Position]) -> impl Future<Output = Result<()>> + Send;
+
+    /// The next item, waiting until there is one. Must be cancel-safe (like
+    /// `mpsc::Receiver::recv`): the session drops the future when a frame
+    /// arrives first, and calls again later.
+    fn next(&mut self) -> impl Future<Output = Result<FeedItem>> + Send;
+}
+
+/// What the shipper has seen, across sessions (for status and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShipperStats {
+    /// Sessions that reached streaming (Resume received).
+    pub sessions: u64,
+    /// Payload bytes sent (chunks and inline companions), resends after a cut included.
+    pub bytes_sent: u64,
+    /// Items sent and not yet acknowledged in the current session, as cost.
+    pub in_flight: u64,
+    /// The most ever in flight; never above the credit window.
+    pub max_in_flight: u64,
+    /// Highest acknowledged position per partition: (segment base, byte position).
+    pub acked: HashMap<PartitionRef, (i64, u64)>,
+    /// Resumes that started a partition below a position it had acknowledged:
+    /// the applier lost durable bytes (followed, but reported).
+    pub resume_regressions: u64,
+}
+
+/// One sent, unacknowledged item.
+#[derive(Debug)]
+struct Sent {
+    end: (i64, u64),
+    cost: u64,
+}
+
+/// Per-partition state within a session.
+#[derive(Debug, Default)]
+struct Track {
+    /// End of what was sent (starts at the resume position).
+    sent_end: Option<(i64, u64)>,
+    /// Highest Ack this session (starts at the resume position).
+    acked: Option<(i64, u64)>,
+    unacked: VecDeque<Sent>,
+}
+
+/// The shipper's side of sessions on one link; lives across connections.
+pub struct ShipperSession<F> {
+    feed: F,
+    config: SessionConfig,
+    stats: ShipperStats,
+    limiter: Option<TokenBucket>,
+}
+
+impl<F: ChunkFeed> ShipperSession<F> {
+    pub fn new(feed: F, config: SessionConfig) -> Result<ShipperSession<F>> {
+        config.check()?;
+        let limiter = config.max_bandwidth.map(TokenBucket::new);
+        Ok(ShipperSession {
+            feed,
+            config,
+            stats: ShipperStats::default(),
+            limiter,
+        })
+    }
+
+    pub fn stats(&self) -> &ShipperStats {
+        &self.stats
+    }
+
+    pub fn feed(&self) -> &F {
+        &self.feed
+    }
+
+    pub fn into_feed(self) -> F {
+        self.feed
+    }
+
+    /// Runs one session on `framed` (after the handshake) until shutdown, the
+    /// peer's Goodbye, or an error.
+    pub async fn run(
+        &mut self,
+        framed: FramedIo,
+        session: &Session,
+        shutdown: &CancellationToken,
+    ) -> Result<SessionEnd> {
+        let max_payload = u64::from(framed.codec().max_payload());
+        let idle = self.config.idle_timeout;
+        let (sink, mut stream) = framed.split();
+        let (tx, rx) = outbox();
+        let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);
+        let mut last_recv = Instant::now();
+
+        // RESUMING: the applier's Resume comes first (heartbeats may precede it).
+        let resume = loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    say_goodbye(tx, &mut writer, &mut stream, idle, GoodbyeReason::Shutdown, "shipper shutting down".into()).await;
+                    return Ok(SessionEnd::Shutdown);
+                }
+                frame = stream.next() => {
+                    last_recv = Instant::now();
+                    match frame {
+                        None => return Err(DirectError::Closed { stage: "waiting for Resume" }),
+                        Some(Err(e)) => return Err(read_error(e)),
+                        Some(Ok(Frame::Resume(points))) => break points,
+                        Some(Ok(Frame::Heartbeat { .. })) => {}
+                        Some(Ok(Frame::Goodbye(g))) => {
+                            drop(tx);
+                            let _ = writer.await;
+                            return Ok(SessionEnd::PeerGoodbye { reason: g.reason, message: g.message });
+                        }
+                        Some(Ok(other)) => return Err(peer_frame(other, session, "waiting for Resume")),
+                    }
+                }
+                // After the frames: a Goodbye already received explains a writer that failed.
+                r = &mut writer => return Err(writer_ended(r)),
+                _ = tokio::time::sleep_until(last_recv + idle) => {
+                    return Err(DirectError::Timeout { stage: "waiting for Resume", after: idle });
+                }
+            }
+        };
+        let mut tracks: HashMap<PartitionRef, Track> = HashMap::new();
+        for p in &resume {
+            let at = (p.segment_base, p.position);
+            if let Some(acked) = self.stats.acked.get(&p.partition) {
+                if at < *acked {
+                    self.stats.resume_regressions += 1;
+                    tracing::warn!(
+                        partition = %tp(&p.partition), resume = ?at, acked = ?acked,
+                        "the applier resumes below a position it acknowledged: it lost durable bytes; resending"
+                    );
+                }
+            }
+            self.stats.acked.insert(p.partition.clone(), at);
+            tracks.insert(
+                p.partition.clone(),
+                Track {
+                    sent_end: Some(at),
+                    acked: Some(at),
+                    unacked: VecDeque::new(),
+                },
+            );
+        }
+        self.feed.seek(&resume).await?;
+        self.stats.sessions += 1;
+        self.stats.in_flight = 0;
+
+        // STREAMING.
+        let mut credit: u64 = 0;
+        let mut window: Option<u64> = None;
+        let mut pending: Option<FeedItem> = None;
+        loop {
+            let cost = pending.as_ref().map(FeedItem::cost);
+            let sendable = cost.is_some_and(|c| c <= credit);
+            let send_at = match (sendable, cost, self.limiter.as_mut()) {
+                (true, Some(c), Some(bucket)) => Some(bucket.ready_at(c)),
+                _ => None,
+            };
+            let now = Instant::now();
+            let send_now = sendable && send_at.is_none_or(|at| at <= now);
+            let mut peer_goodbye = None;
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => peer_goodbye = Some(None),
+                frame = stream.next() => {
+                    last_recv = Instant::now();
+                    let frame = match frame {
+                        None => return Err(DirectError::Closed { stage: "streaming" }),
+                        Some(Err(e)) => return Err(read_error(e)),
+                        Some(Ok(frame)) => frame,
+                    };
+                    match frame {
+                        Frame::Heartbeat { .. } => {}
+                        Frame::Credit { bytes } => {
+                            credit = credit.saturating_add(bytes);
+                            window.get_or_insert(bytes);
+                        }
+                        Frame::Ack(p) => self.on_ack(&mut tracks, p)?,
+                        Frame::Goodbye(g) => peer_goodbye = Some(Some(g)),
+                        other => return Err(peer_frame(other, session, "streaming")),
+                    }
+                }
+                // After the frames: a Goodbye already received explains a writer that failed.
+                r = &mut writer => return Err(writer_ended(r)),
+                _ = tokio::time::sleep_until(last_recv + idle) => {
+                    return Err(DirectError::Timeout { stage: "streaming (no frame from the applier)", after: idle });
+                }
+                permit = tx.reserve(), if send_now => {
+                    let Ok(permit) = permit else { return Err(writer_ended(writer.await)) };
+                    let Some(item) = pending.take() else { continue };
+                    let cost = item.cost();
+                    credit -= cost;
+                    if let Some(bucket) = self.limiter.as_mut() {
+                        bucket.take(cost);
+                    }
+                    let track = tracks.entry(item.partition().clone()).or_default();
+                    track.sent_end = Some(item.end());
+                    track.unacked.push_back(Sent { end: item.end(), cost });
+                    self.stats.bytes_sent += cost;
+                    self.stats.in_flight += cost;
+                    self.stats.max_in_flight = self.stats.max_in_flight.max(self.stats.in_flight);
+                    permit.send(item.into_frame());
+                }
+                _ = tokio::time::sleep_until(send_at.unwrap_or(now)), if sendable && !send_now => {}
+                item = self.feed.next(), if pending.is_none() => {
+                    let item = item?;
+                    check_item(&item, &tracks, window, max_payload)?;
+                    pending = Some(item);
+                }
+            }
+            match peer_goodbye {
+                None => {}
+                Some(None) => {
+                    say_goodbye(
+                        tx,
+                        &mut writer,
+                        &mut stream,
+                        idle,
+                        GoodbyeReason::Shutdown,
+                        "shipper shutting down".into(),
+                    )
+                    .await;
+                    return Ok(SessionEnd::Shutdown);
+                }
+                Some(Some(g)) => {
+                    drop(tx);
+                    let _ = writer.await;
+                    return Ok(SessionEnd::PeerGoodbye {
+                        reason: g.reason,
+                        message: g.message,
+                    });
+                }
+            }
+        }
+    }
+
+    fn on_ack(&mut self, tracks: &mut HashMap<PartitionRef, Track>, p: Position) -> Result<()> {
+        let at = (p.segment_base, p.position);
+        let Some(track) = tracks.get_mut(&p.partition) else {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "Ack for partition {} at {at:?}, which this session never sent",
+                    tp(&p.partition)
+                ),
+            });
+        };
+        if track.acked.is_some_and(|prev| at < prev) {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "Ack for {} at {at:?} goes backwards, below the previous Ack {:?}: acknowledged positions only move forward",
+                    tp(&p.partition),
+                    track.acked
+                ),
+            });
+        }
+        if track.sent_end.is_none_or(|sent| at > sent) {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "Ack for {} at {at:?} is beyond what was sent ({:?})",
+                    tp(&p.partition),
+                    track.sent_end
+                ),
+            });
+        }
+        track.acked = Some(at);
+        while track.unacked.front().is_some_and(|s| s.end <= at) {
+            if let Some(sent) = track.unacked.pop_front() {
+                self.stats.in_flight -= sent.cost;
+            }
+        }
+        self.stats.acked.insert(p.partition, at);
+        Ok(())
+    }
+}
+
+/// Checks an item from the feed before it is queued: it continues what was sent
+/// (a feed bug would otherwise reach the applier as a gap) and it can ever fit.
+fn check_item(
+    item: &FeedItem,
+    tracks: &HashMap<PartitionRef, Track>,
+    window: Option<u64>,
+    max_payload: u64,
+) -> Result<()> {
+    let local = |reason: String| DirectError::Local {
+        what: "the chunk feed",
+        source: reason.into(),
+    };
+    let name = tp(item.partition());
+    if let FeedItem::Chunk(c) = item {
+        // Payload: partition (topic string, partition, topic id), segment_base, position, bytes (u32 length + bytes).
+        let fixed = (2 + c.partition.topic.len() + 4 + 16 + 8 + 8 + 4) as u64;
+        if c.bytes.len() as u64 + fixed > max_payload {
+            return Err(local(format!(
+                "a {}-byte chunk of {name} does not fit a frame (maximum payload {max_payload} bytes)",
+                c.bytes.len()
+            )));
+        }
+    }
+    if let Some(window) = window {
+        if item.cost() > window {
+            return Err(local(format!(
+                "a {}-byte item of {name} is larger than the applier's credit window of {window} bytes: it can never be sent",
+                item.cost()
+            )));
+        }
+    }
+    let sent = tracks.get(item.partition()).and_then(|t| t.sent_end);
+    let start = item.start();
+    let continues = match (item, sent) {
+        (FeedItem::Chunk(c), None) => c.position == 0,
+        (FeedItem::Chunk(c), Some(end)) => start == end || (c.segment_base > end.0 && c.position == 0),
+        (FeedItem::Seal(_), Some(end)) => start == end,
+        (FeedItem::Seal(_), None) => false,
+    };
+    if !continues {
+        return Err(local(format!(
+            "{name}: the feed's next item starts at {start:?}, which does not continue what was sent ({sent:?})"
+        )));
+    }
+    Ok(())
+}
+
+/// A frame the shipper does not expect from the applier.
+fn peer_frame(frame: Frame, session: &Session, stage: &'static str) -> DirectError {
+    match frame {
+        Frame::Refuse(r) => DirectError::RefusedByPeer {
+            reason: r.reason,
+            local_role: session.role,
+            peer_role: session.role.peer(),
+            message: r.message,
+        },
+        other => DirectError::UnexpectedFrame {
+            stage,
+            expected: "Resume, Credit, Ack or Heartbeat",
+            got: other.name(),
+        },
+    }
+}
