@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use segment_format::partition_metadata::Uuid;
 
 use crate::error::{DocumentProblem, Error, Result};
-use crate::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey, MAX_MANIFEST_BYTES};
-use crate::traits::{Listing, ObjectInfo, SegmentSource, SkippedEntry};
+use crate::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey};
+use crate::objects::{Listing, ObjectInfo, SkippedEntry};
 
 /// A listed key that is not one of the contract's, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,22 +131,8 @@ pub enum ManifestRead {
     Gone,
 }
 
-/// Read and check the manifest at `key` (listed under `prefix`): the one implementation behind
-/// [`SegmentSource::read_manifest`].
-pub async fn read_manifest<S: SegmentSource + ?Sized>(
-    source: &S,
-    prefix: &KeyPrefix,
-    key: &str,
-) -> Result<ManifestRead> {
-    match source.read_document(key, MAX_MANIFEST_BYTES).await {
-        Ok(bytes) => Ok(check_manifest(prefix, key, &bytes)),
-        Err(Error::NotFound { .. }) => Ok(ManifestRead::Gone),
-        Err(e @ (Error::TooLarge { .. } | Error::NotRegularFile { .. })) => Ok(ManifestRead::Invalid(e)),
-        Err(e) => Err(e),
-    }
-}
-
-/// The pure half of [`read_manifest`]: parse, validate, check the location.
+/// The pure half of [`SegmentSource::read_manifest`](crate::SegmentSource::read_manifest): parse, validate, check
+/// the location.
 pub fn check_manifest(prefix: &KeyPrefix, key: &str, bytes: &[u8]) -> ManifestRead {
     let manifest = match Manifest::from_json(key, bytes) {
         Ok(m) => m,

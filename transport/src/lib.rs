@@ -46,6 +46,7 @@ pub mod direct;
 pub mod error;
 pub mod index;
 pub mod manifest;
+mod objects;
 pub mod store;
 pub mod succession;
 mod traits;

@@ -21,46 +21,11 @@ use bytes::Bytes;
 
 use crate::error::{Error, MismatchKind, Result};
 use crate::index::{self, BucketIndex, ManifestRead};
-use crate::manifest::{KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, Sha256Digest, MAX_LEASE_BYTES};
+use crate::manifest::{
+    KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, Sha256Digest, MAX_LEASE_BYTES, MAX_MANIFEST_BYTES,
+};
 
-/// Size and checksums of bytes that went through a transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Digest {
-    pub size: u64,
-    /// CRC-32C (Castagnoli) of the whole object.
-    pub crc32c: u32,
-    pub sha256: Sha256Digest,
-}
-
-/// One listed object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectInfo {
-    /// Relative to the transport's root.
-    pub key: String,
-    pub size: u64,
-    pub last_modified_ms: i64,
-    pub e_tag: Option<String>,
-}
-
-/// An entry of a transport that is not an object segmirror can read, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SkippedEntry {
-    /// The key (for a name that is not UTF-8, its lossy form).
-    pub key: String,
-    pub reason: String,
-}
-
-/// Everything a listing found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Listing {
-    /// Objects, sorted by key.
-    pub objects: Vec<ObjectInfo>,
-    /// Entries that are not objects (reported, skipped).
-    pub skipped: Vec<SkippedEntry>,
-    /// In-progress upload files (`<key>#<n>`) of a local folder, sorted by key: leftovers of an upload that was
-    /// killed, unless one is under way.
-    pub temporary: Vec<ObjectInfo>,
-}
+pub use crate::objects::{Digest, Listing, ObjectInfo, SkippedEntry};
 
 /// One staged file: where it went and what arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,7 +119,12 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
     /// Read the manifest at `key` (listed under `prefix`): size-capped, parsed, validated and checked against
     /// its key. Only a transport failure is an `Err`; a bad document is [`ManifestRead::Invalid`].
     async fn read_manifest(&self, prefix: &KeyPrefix, key: &str) -> Result<ManifestRead> {
-        index::read_manifest(self, prefix, key).await
+        match self.read_document(key, MAX_MANIFEST_BYTES).await {
+            Ok(bytes) => Ok(index::check_manifest(prefix, key, &bytes)),
+            Err(Error::NotFound { .. }) => Ok(ManifestRead::Gone),
+            Err(e @ (Error::TooLarge { .. } | Error::NotRegularFile { .. })) => Ok(ManifestRead::Invalid(e)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Fetch one file a manifest names into `dest`, verified against the manifest's size and SHA-256.

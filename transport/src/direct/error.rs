@@ -7,7 +7,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::payload::{RefuseReason, Role};
+use super::codes::{RefuseReason, Role};
 
 /// A frame that cannot be decoded. Offsets count bytes from the start of the
 /// stream the decoder has read (from the start of the buffer for [`super::frame::decode`]).

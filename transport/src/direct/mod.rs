@@ -19,6 +19,7 @@
 //!
 //! Planned (issue 9): wiring the sessions into the shipper and the applier.
 
+pub mod codes;
 pub mod error;
 pub mod frame;
 pub mod handshake;
