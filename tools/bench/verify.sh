@@ -10,6 +10,7 @@
 #   all of them read from memory and the comparison is of CPU work, not of the disk.
 #   The "1 core" row pins verify to one CPU (taskset): its CRC helper thread then has no core of its own, which
 #   shows what the second core buys.
+#   SEGMIRROR=path runs that binary instead of building target/release/segmirror (to compare two builds).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SIZE="${1:-4GiB}"
@@ -17,10 +18,10 @@ PARTITIONS="${2:-1}"
 RUNS="${RUNS:-5}"
 BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
 DATA="$BENCH_DIR/verify-$SIZE-$PARTITIONS"
-BIN="$ROOT/target/release/segmirror"
+BIN="${SEGMIRROR:-$ROOT/target/release/segmirror}"
 
 cd "$ROOT"
-cargo build --release -q -p segmirror
+[ -n "${SEGMIRROR:-}" ] || cargo build --release -q -p segmirror
 if [ ! -f "$DATA/.complete" ]; then
     rm -rf "$DATA"
     echo "generating $SIZE in $PARTITIONS partition(s) into $DATA" >&2
@@ -71,7 +72,7 @@ echo "verify benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): $(numfmt --to=iec-i --
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r);" \
     "load average before/after: $LOAD_BEFORE / $LOAD_AFTER;" \
     "other processes used $OTHERS of the machine's CPU time during the measurements"
-echo "reproduce: tools/bench/verify.sh $SIZE $PARTITIONS"
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }RUNS=$RUNS tools/bench/verify.sh $SIZE $PARTITIONS"
 echo
 echo "| command                      | wall s  | MiB/s   | vs cat  | CPU s   | peak RSS MiB |"
 echo "|------------------------------|---------|---------|---------|---------|--------------|"
