@@ -112,7 +112,10 @@ impl TailFeed {
     /// A feed starting every partition at its first segment, byte 0.
     pub fn new(partitions: Vec<TailPartition>, config: TailFeedConfig) -> Self {
         TailFeed {
-            parts: partitions.into_iter().map(|target| PartState { target, at: None }).collect(),
+            parts: partitions
+                .into_iter()
+                .map(|target| PartState { target, at: None })
+                .collect(),
             config,
             cursor: 0,
         }
@@ -174,7 +177,9 @@ impl TailFeed {
             let n = self.parts.len();
             for i in 0..n {
                 let idx = (self.cursor + i) % n;
-                let Some(part) = self.parts.get(idx).cloned() else { continue };
+                let Some(part) = self.parts.get(idx).cloned() else {
+                    continue;
+                };
                 let options = self.options(&part.target.partition);
                 let (state, item) = blocking(move || step(part, &options)).await?;
                 // Committed in the poll the step returned in: cancel-safe.
@@ -306,7 +311,10 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         TailRead::Appended { chunk, next } if !chunk.is_empty() => {
             let bytes = read_range(&at.path, chunk.from, chunk.to)?;
             if crc32c::crc32c(&bytes) != chunk.crc32c {
-                return Err(diverged(&at, "the bytes changed between validating and reading them".into()));
+                return Err(diverged(
+                    &at,
+                    "the bytes changed between validating and reading them".into(),
+                ));
             }
             let item = FeedItem::Chunk(Chunk {
                 partition: part.target.partition.clone(),
