@@ -438,4 +438,6 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 }
 
 #[cfg(test)]
+mod session_tests;
+#[cfg(test)]
 mod tests;

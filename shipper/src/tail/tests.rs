@@ -22,7 +22,7 @@ impl HighWatermarkSource for FixedHw {
     }
 }
 
-fn batch_at(offset: i64, records: i32, i: usize) -> Vec<u8> {
+pub(super) fn batch_at(offset: i64, records: i32, i: usize) -> Vec<u8> {
     let specs = (0..records)
         .map(|r| {
             RecordSpec::new(r, 1_700_000_000_000 + i as i64)
@@ -35,7 +35,7 @@ fn batch_at(offset: i64, records: i32, i: usize) -> Vec<u8> {
         .build()
 }
 
-fn append(path: &Path, bytes: &[u8]) {
+pub(super) fn append(path: &Path, bytes: &[u8]) {
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -45,7 +45,7 @@ fn append(path: &Path, bytes: &[u8]) {
     f.flush().unwrap();
 }
 
-fn partition() -> PartitionRef {
+pub(super) fn partition() -> PartitionRef {
     PartitionRef {
         topic: "events".into(),
         partition: 0,
@@ -53,7 +53,7 @@ fn partition() -> PartitionRef {
     }
 }
 
-fn feed(dir: &Path, upto: UptoPolicy, hw: Option<i64>, max_chunk_bytes: u64) -> TailFeed {
+pub(super) fn feed(dir: &Path, upto: UptoPolicy, hw: Option<i64>, max_chunk_bytes: u64) -> TailFeed {
     let mut config = TailFeedConfig::new(Arc::new(FixedHw(hw)));
     config.upto = upto;
     config.max_chunk_bytes = max_chunk_bytes;
@@ -67,7 +67,7 @@ fn feed(dir: &Path, upto: UptoPolicy, hw: Option<i64>, max_chunk_bytes: u64) -> 
     )
 }
 
-fn sha256(bytes: &[u8]) -> [u8; 32] {
+pub(super) fn sha256(bytes: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes).as_ref());
     out
