@@ -25,6 +25,12 @@
 //! the price of having no memory of the previous session (the session's
 //! module doc explains why resuming only from the applier's position).
 //!
+//! A sealed segment whose file ends inside a batch (bytes after the last
+//! whole batch, not held back by the bound) is not sealed: the feed keeps
+//! waiting on it, since with `preallocate=true` a zero tail may be trimmed
+//! only after the next segment appears. The partition then makes no progress
+//! (reported by status, not yet by an error).
+//!
 //! Cancel safety: [`ChunkFeed::next`] computes a partition's next step on a
 //! blocking thread from a copy of its state and commits the new state only
 //! when the step returns, in the same poll; a future dropped earlier leaves
