@@ -32,6 +32,26 @@ pub enum Error {
     #[error("{setting}: {reason}")]
     InvalidSetting { setting: &'static str, reason: String },
 
+    /// The tail feed's resume position cannot be continued from: the segment
+    /// is gone (retention) or the position is not a batch boundary of it.
+    #[error("tail resume of {partition} at segment {segment_base} byte {position}: {reason}")]
+    ResumeInvalid {
+        partition: String,
+        segment_base: i64,
+        position: u64,
+        reason: String,
+    },
+
+    /// Bytes the tail feed already shipped are not what the source holds now
+    /// (truncated, replaced or rewritten): nothing more of the segment ships.
+    #[error("tail of {partition} segment {segment_base} diverged at byte {position}: {reason}")]
+    Diverged {
+        partition: String,
+        segment_base: i64,
+        position: u64,
+        reason: String,
+    },
+
     /// A background task panicked or was cancelled.
     #[error("{what}: background task failed: {message}")]
     Task { what: String, message: String },

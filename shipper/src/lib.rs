@@ -25,5 +25,6 @@
 pub mod error;
 pub mod seed;
 pub mod source;
+pub mod tail;
 
 pub use error::{Error, Result};

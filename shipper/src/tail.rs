@@ -1,0 +1,449 @@
+//! The tail feed: what a direct-transport [`ShipperSession`] sends, read from
+//! one log dir's partitions as the broker appends to them.
+//!
+//! Per partition the feed holds a [`TailPosition`] and continues it with
+//! [`read_tail`]: each non-empty read becomes a [`FeedItem::Chunk`] of exactly
+//! those bytes, so a segment's chunks are contiguous, end on batch boundaries
+//! and every byte is shipped once. When the segment is sealed (the listing
+//! shows a newer segment and the tail is at the file's end) the feed sends a
+//! [`FeedItem::Seal`]: the final size, the SHA-256 of the `.log` and its
+//! companions; then it continues at the next segment's byte 0.
+//!
+//! Why the seal re-reads the sealed `.log` once: [`read_tail`]'s tripwire only
+//! looks at the last batch, so a rewrite deeper in the prefix would go
+//! unnoticed. The one pass that hashes the file for the seal also computes its
+//! CRC-32C, which must equal [`TailPosition::prefix_crc32c`] (the CRCs of the
+//! chunks shipped, combined); otherwise the feed fails with
+//! [`Error::Diverged`] and never seals bytes that are not the ones shipped.
+//! The listing is taken *before* the tail read, so "sealed" is known about a
+//! file whose end the read then saw: no append can slip in between.
+//!
+//! [`ChunkFeed::seek`] positions every partition at the applier's durable
+//! position by scanning the segment from byte 0 to it (chunk limit: the
+//! distance left), which proves the position a batch boundary and rebuilds the
+//! prefix CRC the seal check needs. One pass per partition per session start,
+//! the price of having no memory of the previous session (the session's
+//! module doc explains why resuming only from the applier's position).
+//!
+//! A sealed segment whose file ends inside a batch (bytes after the last
+//! whole batch, not held back by the bound) is not sealed: the feed keeps
+//! waiting on it, since with `preallocate=true` a zero tail may be trimmed
+//! only after the next segment appears. The partition then makes no progress
+//! (reported by status, not yet by an error).
+//!
+//! Cancel safety: [`ChunkFeed::next`] computes a partition's next step on a
+//! blocking thread from a copy of its state and commits the new state only
+//! when the step returns, in the same poll; a future dropped earlier leaves
+//! the state as it was and the step is simply done again.
+//!
+//! [`ShipperSession`]: segmirror_transport::direct::session::ShipperSession
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Position, SegmentSeal};
+use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
+use segmirror_transport::direct::DirectError;
+
+use crate::error::{Error, Result};
+use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
+use crate::source::read::{read_partition, PartitionRead, SegmentView};
+use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
+
+/// How long [`ChunkFeed::next`] sleeps when no partition has anything new
+/// (100 ms): a tail adds at most this to the latency of an append, and an idle
+/// feed costs a few listings a second.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Most bytes in one chunk (4 MiB, or one batch if larger): well under the
+/// frame limit, and small enough that a credit window holds several.
+pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Bytes read at once when hashing a sealed segment (1 MiB): bounded memory.
+const HASH_READ_BYTES: usize = 1024 * 1024;
+
+/// One partition the feed ships.
+#[derive(Debug, Clone)]
+pub struct TailPartition {
+    pub partition: PartitionRef,
+    /// The partition directory in the source log dir.
+    pub dir: PathBuf,
+}
+
+/// How the feed reads.
+#[derive(Clone)]
+pub struct TailFeedConfig {
+    /// How far to ship: the high watermark by default.
+    pub upto: UptoPolicy,
+    /// Where high watermarks come from (used with [`UptoPolicy::HighWatermark`]).
+    pub high_watermarks: Arc<dyn HighWatermarkSource>,
+    /// [`MAX_FEED_CHUNK_BYTES`].
+    pub max_chunk_bytes: u64,
+    /// [`POLL_INTERVAL`].
+    pub poll_interval: Duration,
+}
+
+impl TailFeedConfig {
+    pub fn new(high_watermarks: Arc<dyn HighWatermarkSource>) -> Self {
+        TailFeedConfig {
+            upto: UptoPolicy::default(),
+            high_watermarks,
+            max_chunk_bytes: MAX_FEED_CHUNK_BYTES,
+            poll_interval: POLL_INTERVAL,
+        }
+    }
+}
+
+/// Where one partition's tail stands.
+#[derive(Debug, Clone)]
+struct PartState {
+    target: TailPartition,
+    /// `None`: not started (the partition had no segment yet).
+    at: Option<TailPosition>,
+}
+
+/// A [`ChunkFeed`] over one log dir's selected partitions (see the module doc).
+pub struct TailFeed {
+    parts: Vec<PartState>,
+    config: TailFeedConfig,
+    /// The partition polled first by the next [`ChunkFeed::next`] (round robin).
+    cursor: usize,
+}
+
+impl TailFeed {
+    /// A feed starting every partition at its first segment, byte 0.
+    pub fn new(partitions: Vec<TailPartition>, config: TailFeedConfig) -> Self {
+        TailFeed {
+            parts: partitions
+                .into_iter()
+                .map(|target| PartState { target, at: None })
+                .collect(),
+            config,
+            cursor: 0,
+        }
+    }
+
+    /// Where a partition's tail stands: (segment base, byte position).
+    pub fn position(&self, partition: &PartitionRef) -> Option<(i64, u64)> {
+        self.parts
+            .iter()
+            .find(|p| &p.target.partition == partition)
+            .and_then(|p| p.at.as_ref().map(|at| (at.base_offset, at.position)))
+    }
+
+    fn options(&self, partition: &PartitionRef) -> TailOptions {
+        let upto = bound(
+            self.config.upto,
+            self.config.high_watermarks.as_ref(),
+            &partition.topic,
+            partition.partition,
+        )
+        .upto();
+        TailOptions {
+            upto,
+            max_chunk_bytes: self.config.max_chunk_bytes,
+            ..TailOptions::default()
+        }
+    }
+
+    /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error.
+    pub async fn seek_positions(&mut self, resume: &[Position]) -> Result<()> {
+        let mut fresh = Vec::with_capacity(self.parts.len());
+        for part in &self.parts {
+            let target = part.target.clone();
+            let point = resume
+                .iter()
+                .find(|p| p.partition == target.partition)
+                .map(|p| (p.segment_base, p.position));
+            let at = match point {
+                None => None,
+                Some((base, position)) => Some(blocking(move || resume_at(&target, base, position)).await?),
+            };
+            fresh.push(PartState {
+                target: part.target.clone(),
+                at,
+            });
+        }
+        for p in resume {
+            if !self.parts.iter().any(|s| s.target.partition == p.partition) {
+                tracing::warn!(partition = %name(&p.partition), "resume position for a partition this feed does not ship: ignored");
+            }
+        }
+        self.parts = fresh;
+        Ok(())
+    }
+
+    /// The next item (see [`ChunkFeed::next`]); the shipper's error.
+    pub async fn next_item(&mut self) -> Result<FeedItem> {
+        loop {
+            let n = self.parts.len();
+            for i in 0..n {
+                let idx = (self.cursor + i) % n;
+                let Some(part) = self.parts.get(idx).cloned() else {
+                    continue;
+                };
+                let options = self.options(&part.target.partition);
+                let (state, item) = blocking(move || step(part, &options)).await?;
+                // Committed in the poll the step returned in: cancel-safe.
+                if let Some(slot) = self.parts.get_mut(idx) {
+                    *slot = state;
+                }
+                if let Some(item) = item {
+                    self.cursor = (idx + 1) % n;
+                    return Ok(item);
+                }
+            }
+            tokio::time::sleep(self.config.poll_interval).await;
+        }
+    }
+}
+
+impl ChunkFeed for TailFeed {
+    async fn seek(&mut self, resume: &[Position]) -> std::result::Result<(), DirectError> {
+        self.seek_positions(resume).await.map_err(local("tail feed seek"))
+    }
+
+    async fn next(&mut self) -> std::result::Result<FeedItem, DirectError> {
+        self.next_item().await.map_err(local("tail feed"))
+    }
+}
+
+fn local(what: &'static str) -> impl Fn(Error) -> DirectError {
+    move |e| DirectError::Local {
+        what,
+        source: Box::new(e),
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Task {
+        what: "tail feed read".into(),
+        message: e.to_string(),
+    })?
+}
+
+fn name(p: &PartitionRef) -> String {
+    format!("{}-{}", p.topic, p.partition)
+}
+
+fn log_path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(segment_file_name(base, SegmentFileKind::Log))
+}
+
+/// A [`TailPosition`] at `position` of segment `base`, proven a batch boundary
+/// by scanning to it from byte 0 (which also yields the prefix CRC).
+fn resume_at(target: &TailPartition, base: i64, position: u64) -> Result<TailPosition> {
+    let invalid = |reason: String| Error::ResumeInvalid {
+        partition: name(&target.partition),
+        segment_base: base,
+        position,
+        reason,
+    };
+    let path = log_path(&target.dir, base);
+    let mut at = match TailPosition::start(&path, base) {
+        Ok(at) => at,
+        Err(segment_format::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(invalid(format!("{} no longer exists (retention?)", path.display())))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    while at.position < position {
+        let options = TailOptions {
+            upto: None,
+            max_chunk_bytes: position - at.position,
+            ..TailOptions::default()
+        };
+        match read_tail(&at, &options)? {
+            TailRead::Appended { chunk, next } => {
+                if chunk.is_empty() {
+                    return Err(invalid(format!(
+                        "{} holds whole batches only up to byte {}",
+                        path.display(),
+                        at.position
+                    )));
+                }
+                if chunk.to > position {
+                    return Err(invalid(format!(
+                        "not a batch boundary of {}: a batch spans [{}, {})",
+                        path.display(),
+                        chunk.to - chunk.len().min(chunk.to - at.position),
+                        chunk.to
+                    )));
+                }
+                at = next;
+            }
+            TailRead::Corrupt(e) => return Err(invalid(format!("not a batch boundary: {e}"))),
+            other => return Err(invalid(format!("{} changed while scanned: {other:?}", path.display()))),
+        }
+    }
+    Ok(at)
+}
+
+/// One partition's next step: its new state and the item, if any.
+fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option<FeedItem>)> {
+    let dir = part.target.dir.clone();
+    // Listed before the read: a segment sealed now ends where the read sees it end.
+    let view = match read_partition(&dir)? {
+        PartitionRead::View(view) => view,
+        PartitionRead::Refused(findings) => {
+            return Err(Error::InvalidSetting {
+                setting: "tail partition",
+                reason: format!("{} is not shippable: {findings:?}", dir.display()),
+            })
+        }
+    };
+    let at = match part.at.take() {
+        Some(at) => at,
+        None => match view.segments.first() {
+            None => return Ok((part, None)),
+            Some(first) => TailPosition::start(&first.files.log, first.base_offset())?,
+        },
+    };
+    let diverged = |at: &TailPosition, reason: String| Error::Diverged {
+        partition: name(&part.target.partition),
+        segment_base: at.base_offset,
+        position: at.position,
+        reason,
+    };
+    let segment = view.segments.iter().find(|s| s.base_offset() == at.base_offset);
+    let next_segment = segment
+        .and_then(|s| s.next_base)
+        .and_then(|nb| view.segments.iter().find(|s| s.base_offset() == nb));
+    match read_tail(&at, options)? {
+        TailRead::Appended { chunk, next } if !chunk.is_empty() => {
+            let bytes = read_range(&at.path, chunk.from, chunk.to)?;
+            if crc32c::crc32c(&bytes) != chunk.crc32c {
+                return Err(diverged(
+                    &at,
+                    "the bytes changed between validating and reading them".into(),
+                ));
+            }
+            let item = FeedItem::Chunk(Chunk {
+                partition: part.target.partition.clone(),
+                segment_base: at.base_offset,
+                position: chunk.from,
+                bytes: Bytes::from(bytes),
+            });
+            part.at = Some(next);
+            Ok((part, Some(item)))
+        }
+        TailRead::Appended { chunk, .. } => match (segment, next_segment) {
+            (Some(segment), Some(next_seg)) if chunk.pending == 0 => {
+                let seal = seal(&part.target.partition, &at, segment, next_seg)?;
+                part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);
+                Ok((part, Some(FeedItem::Seal(seal))))
+            }
+            _ => {
+                part.at = Some(at);
+                Ok((part, None))
+            }
+        },
+        TailRead::Truncated { len, .. } => Err(diverged(&at, format!("the file is {len} bytes now (truncated)"))),
+        TailRead::Replaced { reason, .. } => Err(diverged(&at, format!("replaced: {reason}"))),
+        TailRead::Changed { reason, .. } => Err(diverged(&at, reason)),
+        TailRead::Corrupt(e) => Err(e.into()),
+    }
+}
+
+/// The seal of `segment`, whose tail `at` is at its end: one pass computes the
+/// CRC-32C (checked against the chunks shipped) and the SHA-256.
+fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView, next: &SegmentView) -> Result<SegmentSeal> {
+    let diverged = |reason: String| Error::Diverged {
+        partition: name(partition),
+        segment_base: at.base_offset,
+        position: at.position,
+        reason,
+    };
+    let (size, crc, sha) = hash_file(&at.path)?;
+    if size != at.position {
+        return Err(diverged(format!(
+            "sealed file is {size} bytes, {} were shipped",
+            at.position
+        )));
+    }
+    if crc != at.prefix_crc32c {
+        return Err(diverged(format!(
+            "sealed file's CRC-32C {crc:08x} is not the shipped chunks' {:08x}: bytes changed after shipping",
+            at.prefix_crc32c
+        )));
+    }
+    let mut companions = Vec::new();
+    let files = [
+        (CompanionKind::OffsetIndex, segment.files.index.as_ref(), false),
+        (CompanionKind::TimeIndex, segment.files.time_index.as_ref(), false),
+        (CompanionKind::TxnIndex, segment.files.txn_index.as_ref(), true),
+        (CompanionKind::ProducerSnapshot, next.snapshot.as_ref(), true),
+    ];
+    for (kind, path, inline) in files {
+        let Some(path) = path else { continue };
+        let (size, _, sha256) = hash_file(path)?;
+        let inline = if inline {
+            let bytes = read_range(path, 0, size)?;
+            Some(Bytes::from(bytes))
+        } else {
+            None
+        };
+        companions.push(Companion {
+            kind,
+            size,
+            sha256,
+            inline,
+        });
+    }
+    Ok(SegmentSeal {
+        partition: partition.clone(),
+        segment_base: at.base_offset,
+        final_size: size,
+        log_sha256: sha,
+        companions,
+    })
+}
+
+/// Size, CRC-32C and SHA-256 of a whole file, read in bounded pieces.
+fn hash_file(path: &Path) -> Result<(u64, u32, [u8; 32])> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut buf = vec![0u8; HASH_READ_BYTES];
+    let mut sha = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    let mut crc = 0u32;
+    let mut size = 0u64;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let piece = buf.get(..n).unwrap_or_default();
+        sha.update(piece);
+        crc = crc32c::crc32c_append(crc, piece);
+        size += n as u64;
+    }
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(sha.finish().as_ref());
+    Ok((size, crc, digest))
+}
+
+/// The bytes `[from, to)` of a file (a chunk: bounded by the chunk limit).
+fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    file.seek(SeekFrom::Start(from)).map_err(|e| Error::io(path, e))?;
+    let len = usize::try_from(to.saturating_sub(from)).map_err(|_| {
+        Error::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "range too large"),
+        )
+    })?;
+    let mut bytes = vec![0u8; len];
+    file.read_exact(&mut bytes).map_err(|e| Error::io(path, e))?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod session_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,334 @@
+//! The tail feed over partitions written batch by batch while it runs: every
+//! byte once and in order across rolls, seals that match the files, resume at
+//! a boundary, refused resumes, and a sealed segment rewritten under the feed.
+
+use std::collections::BTreeMap;
+use std::io::{Seek, SeekFrom, Write as _};
+
+use segment_format::record::{BatchBuilder, RecordSpec};
+
+use super::*;
+use crate::source::bound_hw::HighWatermark;
+
+/// A fixed high watermark (or none) for every partition.
+struct FixedHw(Option<i64>);
+
+impl HighWatermarkSource for FixedHw {
+    fn high_watermark(&self, _topic: &str, _partition: i32) -> Option<HighWatermark> {
+        self.0.map(|offset| HighWatermark {
+            offset,
+            as_of: std::time::SystemTime::now(),
+        })
+    }
+}
+
+pub(super) fn batch_at(offset: i64, records: i32, i: usize) -> Vec<u8> {
+    let specs = (0..records)
+        .map(|r| {
+            RecordSpec::new(r, 1_700_000_000_000 + i as i64)
+                .with_value(vec![b'a' + (i % 26) as u8; 50 + (i * 37) % 900])
+        })
+        .collect::<Vec<_>>();
+    BatchBuilder::new(offset)
+        .partition_leader_epoch(1)
+        .records(specs)
+        .build()
+}
+
+pub(super) fn append(path: &Path, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+    f.flush().unwrap();
+}
+
+pub(super) fn partition() -> PartitionRef {
+    PartitionRef {
+        topic: "events".into(),
+        partition: 0,
+        topic_id: [7; 16],
+    }
+}
+
+pub(super) fn feed(dir: &Path, upto: UptoPolicy, hw: Option<i64>, max_chunk_bytes: u64) -> TailFeed {
+    let mut config = TailFeedConfig::new(Arc::new(FixedHw(hw)));
+    config.upto = upto;
+    config.max_chunk_bytes = max_chunk_bytes;
+    config.poll_interval = Duration::from_millis(5);
+    TailFeed::new(
+        vec![TailPartition {
+            partition: partition(),
+            dir: dir.to_path_buf(),
+        }],
+        config,
+    )
+}
+
+pub(super) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes).as_ref());
+    out
+}
+
+/// A partition dir with one segment at 0 holding `n` batches; returns the
+/// dir, the log path, the batch boundaries and the next offset.
+fn written(root: &Path, n: usize) -> (PathBuf, PathBuf, Vec<u64>, i64) {
+    let dir = root.join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = log_path(&dir, 0);
+    std::fs::write(&log, b"").unwrap();
+    let mut boundaries = vec![0u64];
+    let mut offset = 0i64;
+    for i in 0..n {
+        let b = batch_at(offset, 2, i);
+        offset += 2;
+        append(&log, &b);
+        boundaries.push(boundaries.last().unwrap() + b.len() as u64);
+    }
+    (dir, log, boundaries, offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, 3000);
+    feed.seek(&[]).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let runner = tokio::spawn(async move {
+        loop {
+            match feed.next().await {
+                Ok(item) => {
+                    if tx.send(Ok(item)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+
+    // Three segments: 0, then rolls at the offsets reached; the last stays active.
+    let mut bases = vec![0i64];
+    let mut offset = 0i64;
+    std::fs::write(log_path(&dir, 0), b"").unwrap();
+    for seg in 0..3 {
+        let log = log_path(&dir, *bases.last().unwrap());
+        for i in 0..25usize {
+            let b = batch_at(offset, 1 + (i % 3) as i32, i + seg * 100);
+            offset += 1 + (i % 3) as i64;
+            if i % 4 == 0 {
+                // Written in two halves with the feed running in between.
+                let (a, rest) = b.split_at(b.len() / 2);
+                append(&log, a);
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                append(&log, rest);
+            } else {
+                append(&log, &b);
+            }
+            if i % 5 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        if seg < 2 {
+            // Companions of the sealed segment and the snapshot at the next base.
+            let base = *bases.last().unwrap();
+            std::fs::write(dir.join(segment_file_name(base, SegmentFileKind::Index)), vec![1u8; 80]).unwrap();
+            std::fs::write(
+                dir.join(segment_file_name(base, SegmentFileKind::TxnIndex)),
+                vec![2u8; 40],
+            )
+            .unwrap();
+            std::fs::write(dir.join(format!("{offset:020}.snapshot")), vec![3u8; 33]).unwrap();
+            std::fs::write(log_path(&dir, offset), b"").unwrap();
+            bases.push(offset);
+        }
+    }
+    let files: BTreeMap<i64, Vec<u8>> = bases
+        .iter()
+        .map(|&b| (b, std::fs::read(log_path(&dir, b)).unwrap()))
+        .collect();
+    let last = *bases.last().unwrap();
+    let last_len = files[&last].len() as u64;
+
+    let mut shipped: BTreeMap<i64, Vec<u8>> = BTreeMap::new();
+    let mut seals = Vec::new();
+    let mut order = Vec::new();
+    while shipped.get(&last).map_or(0, |b| b.len() as u64) < last_len {
+        let item = rx.recv().await.unwrap().unwrap();
+        match item {
+            FeedItem::Chunk(c) => {
+                assert_eq!(c.partition, partition());
+                let seg = shipped.entry(c.segment_base).or_default();
+                assert_eq!(
+                    c.position,
+                    seg.len() as u64,
+                    "chunk of {} not contiguous",
+                    c.segment_base
+                );
+                assert!(!c.bytes.is_empty());
+                seg.extend_from_slice(&c.bytes);
+                order.push(c.segment_base);
+            }
+            FeedItem::Seal(s) => {
+                assert_eq!(s.final_size, shipped[&s.segment_base].len() as u64);
+                order.push(s.segment_base);
+                seals.push(s);
+            }
+        }
+    }
+    runner.abort();
+    assert_eq!(&shipped, &files, "every byte once, in order");
+    // Segments in order: each sealed before the next starts.
+    assert!(order.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(
+        seals.iter().map(|s| s.segment_base).collect::<Vec<_>>(),
+        bases[..2].to_vec()
+    );
+    for s in &seals {
+        assert_eq!(s.log_sha256, sha256(&files[&s.segment_base]));
+        let kinds: Vec<_> = s
+            .companions
+            .iter()
+            .map(|c| (c.kind, c.size, c.inline.is_some()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (CompanionKind::OffsetIndex, 80, false),
+                (CompanionKind::TxnIndex, 40, true),
+                (CompanionKind::ProducerSnapshot, 33, true),
+            ]
+        );
+        assert_eq!(s.companions[0].sha256, sha256(&[1u8; 80]));
+        assert_eq!(s.companions[2].inline.as_deref(), Some(&[3u8; 33][..]));
+    }
+}
+
+#[tokio::test]
+async fn seek_to_a_mid_segment_boundary_resumes_there() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log, boundaries, _) = written(root.path(), 10);
+    let file = std::fs::read(&log).unwrap();
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    let resume = Position {
+        partition: partition(),
+        segment_base: 0,
+        position: boundaries[4],
+    };
+    feed.seek(std::slice::from_ref(&resume)).await.unwrap();
+    match feed.next().await.unwrap() {
+        FeedItem::Chunk(c) => {
+            assert_eq!((c.segment_base, c.position), (0, boundaries[4]));
+            assert_eq!(&c.bytes[..], &file[boundaries[4] as usize..]);
+        }
+        other => panic!("expected a chunk, got {other:?}"),
+    }
+    assert_eq!(feed.position(&partition()), Some((0, file.len() as u64)));
+}
+
+#[tokio::test]
+async fn high_watermark_bounds_what_ships() {
+    let root = tempfile::tempdir().unwrap();
+    // Batches of 2 records: offsets [0,2), [2,4), ...; a high watermark of 7 admits 3 batches.
+    let (dir, _log, boundaries, _) = written(root.path(), 6);
+    let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(7), MAX_FEED_CHUNK_BYTES);
+    feed.seek(&[]).await.unwrap();
+    match feed.next().await.unwrap() {
+        FeedItem::Chunk(c) => assert_eq!((c.position, c.bytes.len() as u64), (0, boundaries[3])),
+        other => panic!("expected a chunk, got {other:?}"),
+    }
+    assert_eq!(feed.position(&partition()), Some((0, boundaries[3])));
+}
+
+#[tokio::test]
+async fn seek_to_a_deleted_segment_or_a_non_boundary_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, _log, boundaries, _) = written(root.path(), 5);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    let at = |segment_base, position| Position {
+        partition: partition(),
+        segment_base,
+        position,
+    };
+    match feed.seek_positions(&[at(500, 0)]).await {
+        Err(Error::ResumeInvalid {
+            partition,
+            segment_base: 500,
+            position: 0,
+            reason,
+        }) => {
+            assert_eq!(partition, "events-0");
+            assert!(reason.contains("no longer exists"), "{reason}");
+        }
+        other => panic!("expected ResumeInvalid, got {other:?}"),
+    }
+    let inside = boundaries[2] + 5;
+    match feed.seek_positions(&[at(0, inside)]).await {
+        Err(Error::ResumeInvalid { position, reason, .. }) => {
+            assert_eq!(position, inside);
+            assert!(reason.contains("not a batch boundary"), "{reason}");
+        }
+        other => panic!("expected ResumeInvalid, got {other:?}"),
+    }
+    let beyond = boundaries[5] + 10;
+    assert!(matches!(
+        feed.seek_positions(&[at(0, beyond)]).await,
+        Err(Error::ResumeInvalid { .. })
+    ));
+    // Through the ChunkFeed trait: a local error.
+    assert!(matches!(feed.seek(&[at(500, 0)]).await, Err(DirectError::Local { .. })));
+}
+
+#[tokio::test]
+async fn a_sealed_segment_rewritten_under_the_feed_diverges() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log, boundaries, next) = written(root.path(), 8);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    feed.seek(&[]).await.unwrap();
+    match feed.next().await.unwrap() {
+        FeedItem::Chunk(c) => assert_eq!(c.bytes.len() as u64, boundaries[8]),
+        other => panic!("expected a chunk, got {other:?}"),
+    }
+    // A byte inside the first batch changes in place (same inode, same length;
+    // the tripwire on the last batch cannot see it), then the segment rolls.
+    let mut f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    f.seek(SeekFrom::Start(boundaries[1] - 3)).unwrap();
+    f.write_all(b"X").unwrap();
+    drop(f);
+    std::fs::write(log_path(&dir, next), b"").unwrap();
+    match feed.next_item().await {
+        Err(Error::Diverged {
+            partition,
+            segment_base: 0,
+            position,
+            reason,
+        }) => {
+            assert_eq!(partition, "events-0");
+            assert_eq!(position, boundaries[8]);
+            assert!(reason.contains("CRC-32C"), "{reason}");
+        }
+        other => panic!("expected Diverged, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_truncated_segment_diverges() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log, boundaries, _) = written(root.path(), 4);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    feed.seek(&[]).await.unwrap();
+    feed.next().await.unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    f.set_len(boundaries[2]).unwrap();
+    drop(f);
+    assert!(matches!(feed.next_item().await, Err(Error::Diverged { .. })));
+}
