@@ -48,6 +48,7 @@ mod lock;
 pub mod plan;
 pub mod promote;
 mod reconcile;
+pub mod tail;
 pub mod report;
 
 pub use apply::{apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARALLEL_PARTITIONS};
