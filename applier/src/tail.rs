@@ -142,7 +142,9 @@ fn valid_topic(topic: &str) -> bool {
         && topic.len() <= MAX_TOPIC_NAME_LEN
         && topic != "."
         && topic != ".."
-        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 impl TailAppender {
@@ -221,7 +223,9 @@ impl ChunkApplier for TailAppender {
 
     fn check_applied(&mut self, chunk: &Chunk) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let chunk = chunk.clone();
-        self.run("comparing a resent chunk with the mirror", move |i| i.check_applied(&chunk))
+        self.run("comparing a resent chunk with the mirror", move |i| {
+            i.check_applied(&chunk)
+        })
     }
 
     fn apply_seal(&mut self, seal: &SegmentSeal) -> impl std::future::Future<Output = DirectResult<()>> + Send {
@@ -291,7 +295,10 @@ impl Inner {
                 // Written but never recorded, hence never acknowledged: the shipper sends them again.
                 tracing::warn!(path = %path.display(), recorded = s.position, on_disk = len,
                     "truncating unacknowledged bytes after a crash");
-                let file = OpenOptions::new().write(true).open(&path).map_err(|e| TailError::io(&path, e))?;
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| TailError::io(&path, e))?;
                 file.set_len(s.position).map_err(|e| TailError::io(&path, e))?;
                 file.sync_all().map_err(|e| TailError::io(&path, e))?;
             }
@@ -332,13 +339,17 @@ impl Inner {
         let (new_segment, min_offset, exact_offset) = match &prev {
             None => {
                 if chunk.position != 0 {
-                    return Err(order("nothing of the partition is durable, a first chunk must start at 0".into()));
+                    return Err(order(
+                        "nothing of the partition is durable, a first chunk must start at 0".into(),
+                    ));
                 }
                 (true, chunk.segment_base, None)
             }
             Some(s) => {
                 if s.topic_id != p.topic_id {
-                    return Err(order("the topic id differs from the mirrored one (a recreated topic)".into()));
+                    return Err(order(
+                        "the topic id differs from the mirrored one (a recreated topic)".into(),
+                    ));
                 }
                 if chunk.segment_base == s.segment_base {
                     if s.sealed {
@@ -477,7 +488,11 @@ impl Inner {
         let path = self.log_path(&p.topic, p.partition, seal.segment_base);
         let (size, sha) = hash_file(&path)?;
         if size != seal.final_size {
-            return Err(bad(format!("{} holds {size} bytes, not {}", path.display(), seal.final_size)));
+            return Err(bad(format!(
+                "{} holds {size} bytes, not {}",
+                path.display(),
+                seal.final_size
+            )));
         }
         if sha != seal.log_sha256 {
             return Err(bad(format!(
@@ -495,7 +510,11 @@ impl Inner {
                 (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
                     rebuild_index(&path, seal.segment_base, c.kind)?
                 }
-                (None, kind) => return Err(bad(format!("companion {kind:?} sent as a digest only; it cannot be rebuilt"))),
+                (None, kind) => {
+                    return Err(bad(format!(
+                        "companion {kind:?} sent as a digest only; it cannot be rebuilt"
+                    )))
+                }
             };
             let digest = sha256(&bytes);
             if bytes.len() as u64 != c.size || digest != c.sha256 {
@@ -542,7 +561,12 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
     let mut last = None;
     for frame in iter.by_ref() {
         let frame = frame.map_err(|e| match e {
-            segment_format::ParseError::Incomplete { position, needed, available, .. } => bad(
+            segment_format::ParseError::Incomplete {
+                position,
+                needed,
+                available,
+                ..
+            } => bad(
                 position,
                 format!("the chunk does not end on a batch boundary (a batch of {needed} bytes, {available} present)"),
             ),
@@ -552,36 +576,57 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
         if !frame.crc_matches() {
             return Err(bad(
                 frame.crc_position(),
-                format!("CRC stored {:#010x}, computed {:#010x}", frame.stored_crc, frame.computed_crc),
+                format!(
+                    "CRC stored {:#010x}, computed {:#010x}",
+                    frame.stored_crc, frame.computed_crc
+                ),
             ));
         }
         if frame.info.magic < 2 {
-            return Err(bad(at, format!("magic {} (only v2 batches are tailed)", frame.info.magic)));
+            return Err(bad(
+                at,
+                format!("magic {} (only v2 batches are tailed)", frame.info.magic),
+            ));
         }
         match expected {
             Some(e) if frame.info.base_offset != e => {
                 return Err(bad(
                     at,
-                    format!("base offset {}, expected {e} (previous batch's last offset + 1)", frame.info.base_offset),
+                    format!(
+                        "base offset {}, expected {e} (previous batch's last offset + 1)",
+                        frame.info.base_offset
+                    ),
                 ))
             }
             None if frame.info.base_offset < min_offset => {
                 return Err(bad(
                     at,
-                    format!("base offset {} below the segment base {min_offset}", frame.info.base_offset),
+                    format!(
+                        "base offset {} below the segment base {min_offset}",
+                        frame.info.base_offset
+                    ),
                 ))
             }
             _ => {}
         }
         if frame.info.last_offset < frame.info.base_offset {
-            return Err(bad(at, format!("last offset {} below base offset {}", frame.info.last_offset, frame.info.base_offset)));
+            return Err(bad(
+                at,
+                format!(
+                    "last offset {} below base offset {}",
+                    frame.info.last_offset, frame.info.base_offset
+                ),
+            ));
         }
         last = Some(frame.info.last_offset);
         expected = frame.info.last_offset.checked_add(1);
     }
     let end = chunk.position + chunk.bytes.len() as u64;
     if iter.next_position() != end {
-        return Err(bad(iter.next_position(), "the chunk does not end on a batch boundary".into()));
+        return Err(bad(
+            iter.next_position(),
+            "the chunk does not end on a batch boundary".into(),
+        ));
     }
     last.ok_or_else(|| bad(chunk.position, "no batch".into()))
 }

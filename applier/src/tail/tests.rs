@@ -67,7 +67,9 @@ fn segments(dir: &Path) -> Vec<(i64, Vec<u8>)> {
 
 /// Batch boundaries of a log: start positions of every batch, then its end.
 fn boundaries(bytes: &[u8]) -> Vec<usize> {
-    let mut out: Vec<usize> = scan_frames(bytes, 0).map(|f| f.unwrap().info.position as usize).collect();
+    let mut out: Vec<usize> = scan_frames(bytes, 0)
+        .map(|f| f.unwrap().info.position as usize)
+        .collect();
     out.push(bytes.len());
     out
 }
@@ -167,10 +169,16 @@ async fn tail_chunks_in_pieces_reproduce_the_source_byte_for_byte() {
         for (n, c) in chunks_of(*base, bytes, 1 + i % 3).iter().enumerate() {
             a.apply_chunk(c).await.unwrap();
             let end = c.position + c.bytes.len() as u64;
-            assert_eq!(position(&mut a).await, Some((*base, end, false)), "chunk {n} of segment {base}");
+            assert_eq!(
+                position(&mut a).await,
+                Some((*base, end, false)),
+                "chunk {n} of segment {base}"
+            );
         }
         if i < last {
-            a.apply_seal(&seal_of(&f.source, *base, bytes, i % 2 == 0)).await.unwrap();
+            a.apply_seal(&seal_of(&f.source, *base, bytes, i % 2 == 0))
+                .await
+                .unwrap();
             assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, true)));
             for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
                 let name = segment_file_name(*base, kind);
@@ -181,7 +189,11 @@ async fn tail_chunks_in_pieces_reproduce_the_source_byte_for_byte() {
                 );
             }
         }
-        assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base)).unwrap(), bytes, "segment {base}");
+        assert_eq!(
+            &std::fs::read(mirror_log(&f.mirror, *base)).unwrap(),
+            bytes,
+            "segment {base}"
+        );
     }
     // A restarted appender reads the same positions back.
     let mut again = TailAppender::open(&f.mirror).unwrap();
@@ -212,21 +224,30 @@ async fn tail_bad_chunks_are_refused_with_nothing_written() {
     let last = v.len() - 1;
     v[last] ^= 0x55;
     corrupt.bytes = Bytes::from(v);
-    bad.push(("corrupt batch", corrupt));
+    bad.push(("corrupt batch", "CRC stored", corrupt));
     // Ends inside a batch.
-    bad.push(("not on a boundary", chunk(*base, bytes, b[2], b[3] + 10)));
+    bad.push((
+        "not on a boundary",
+        "batch boundary",
+        chunk(*base, bytes, b[2], b[3] + 10),
+    ));
     // A gap: starts one batch beyond the durable end.
-    bad.push(("gap", chunk(*base, bytes, b[3], b[4])));
+    bad.push(("gap", "the durable bytes end at", chunk(*base, bytes, b[3], b[4])));
     // Right position, but the batch after the next one (offsets skip).
     let mut skip = chunk(*base, bytes, b[3], b[4]);
     skip.position = end as u64;
-    bad.push(("offset gap", skip));
+    bad.push(("offset gap", "previous batch's last offset + 1", skip));
     // A later segment while this one is not sealed.
     let (base1, bytes1) = &f.segs[1];
-    bad.push(("unsealed predecessor", chunk(*base1, bytes1, 0, boundaries(bytes1)[1])));
-    for (what, c) in bad {
+    bad.push((
+        "unsealed predecessor",
+        "is not sealed yet",
+        chunk(*base1, bytes1, 0, boundaries(bytes1)[1]),
+    ));
+    for (what, reason, c) in bad {
         let e = a.apply_chunk(&c).await.expect_err(what);
         assert!(matches!(e, DirectError::Local { .. }), "{what}: {e}");
+        assert!(e.to_string().contains(reason), "{what}: {e}");
         assert_eq!(file_len(&path), end as u64, "{what}: nothing written");
         assert_eq!(position(&mut a).await, Some((*base, end as u64, false)), "{what}");
     }
@@ -290,7 +311,11 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
     for (what, seal) in [("log", wrong_log), ("companion", wrong_companion), ("size", wrong_size)] {
         let e = a.apply_seal(&seal).await.expect_err(what);
         assert!(e.to_string().contains("not sealed"), "{what}: {e}");
-        assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, false)), "{what}");
+        assert_eq!(
+            position(&mut a).await,
+            Some((*base, bytes.len() as u64, false)),
+            "{what}"
+        );
         let index = f
             .mirror
             .join(format!("{TOPIC}-{PARTITION}"))
