@@ -435,7 +435,7 @@ impl Inner {
         if !valid_topic(&p.topic) || s.topic_id != p.topic_id {
             return Err(order("not the mirrored topic (name or topic id)".into()));
         }
-        let end = chunk.position.checked_add(len).unwrap_or(u64::MAX);
+        let end = chunk.position.saturating_add(len);
         if chunk.segment_base > s.segment_base || (chunk.segment_base == s.segment_base && end > s.position) {
             return Err(order(format!(
                 "not below the durable end (segment {} position {})",
