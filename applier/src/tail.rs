@@ -37,6 +37,8 @@ use segmirror_transport::store::Hasher;
 use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
+mod session_tests;
+#[cfg(test)]
 mod tests;
 
 /// Directory under the mirror root holding one state file per tailed partition.

@@ -84,7 +84,7 @@ fn chunk(base: i64, bytes: &[u8], from: usize, to: usize) -> Chunk {
 }
 
 /// Chunks of `per` batches each covering the whole segment.
-fn chunks_of(base: i64, bytes: &[u8], per: usize) -> Vec<Chunk> {
+pub(super) fn chunks_of(base: i64, bytes: &[u8], per: usize) -> Vec<Chunk> {
     let b = boundaries(bytes);
     b.iter()
         .step_by(per)
@@ -100,7 +100,7 @@ fn sha(bytes: &[u8]) -> [u8; 32] {
 
 /// A seal with the source's indexes: the offset index inline and the time index as a digest (rebuilt by the
 /// appender), or the reverse.
-fn seal_of(dir: &Path, base: i64, bytes: &[u8], inline_offsets: bool) -> SegmentSeal {
+pub(super) fn seal_of(dir: &Path, base: i64, bytes: &[u8], inline_offsets: bool) -> SegmentSeal {
     let companion = |kind: CompanionKind, file: SegmentFileKind, inline: bool| {
         let b = std::fs::read(dir.join(segment_file_name(base, file))).unwrap();
         Companion {
@@ -122,7 +122,7 @@ fn seal_of(dir: &Path, base: i64, bytes: &[u8], inline_offsets: bool) -> Segment
     }
 }
 
-fn mirror_log(mirror: &Path, base: i64) -> PathBuf {
+pub(super) fn mirror_log(mirror: &Path, base: i64) -> PathBuf {
     mirror
         .join(format!("{TOPIC}-{PARTITION}"))
         .join(segment_file_name(base, SegmentFileKind::Log))
@@ -139,14 +139,14 @@ async fn position(a: &mut TailAppender) -> Option<(i64, u64, bool)> {
         .map(|d| (d.position.segment_base, d.position.position, d.sealed))
 }
 
-struct Fixture {
+pub(super) struct Fixture {
     _tmp: tempfile::TempDir,
-    source: PathBuf,
-    mirror: PathBuf,
-    segs: Vec<(i64, Vec<u8>)>,
+    pub(super) source: PathBuf,
+    pub(super) mirror: PathBuf,
+    pub(super) segs: Vec<(i64, Vec<u8>)>,
 }
 
-fn fixture() -> Fixture {
+pub(super) fn fixture() -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let source = write_source(&tmp.path().join("source"));
     let mirror = tmp.path().join("mirror");
