@@ -360,7 +360,9 @@ impl Inner {
                     if chunk.position != s.position {
                         return Err(order(format!("the durable bytes end at {}", s.position)));
                     }
-                    (false, chunk.segment_base, s.next_offset)
+                    // A segment claimed at 0 (see below) takes its first batch as a new segment does.
+                    let exact = if s.position == 0 { None } else { s.next_offset };
+                    (false, chunk.segment_base, exact)
                 } else if chunk.segment_base > s.segment_base {
                     if !s.sealed {
                         return Err(order(format!(
@@ -388,25 +390,62 @@ impl Inner {
 
         // Only now is anything written.
         let pdir = self.partition_dir(&p.topic, p.partition);
-        if !pdir.exists() {
-            fs::create_dir_all(&pdir).map_err(|e| TailError::io(&pdir, e))?;
-            fsync_dir(&self.root)?;
-        }
         let path = self.log_path(&p.topic, p.partition, chunk.segment_base);
+        if new_segment {
+            // A file the record does not claim was not written here (the bucket install path, another
+            // lineage): never truncated, never appended to.
+            let foreign = match &prev {
+                None => holds_logs(&pdir)?,
+                Some(_) => path.exists(),
+            };
+            if foreign {
+                return Err(order(format!(
+                    "{} already holds segments the tail appender did not write",
+                    pdir.display()
+                )));
+            }
+            if !pdir.exists() {
+                fs::create_dir_all(&pdir).map_err(|e| TailError::io(&pdir, e))?;
+                fsync_dir(&self.root)?;
+            }
+            // Claim the new segment at 0 bytes before creating it: a crash after the create leaves a file the
+            // record owns (truncated back to 0 at restart), never an unclaimed one refused above.
+            let claim = PartitionState {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                topic_id: p.topic_id,
+                segment_base: chunk.segment_base,
+                position: 0,
+                sealed: false,
+                next_offset: prev.as_ref().and_then(|s| s.next_offset),
+            };
+            self.record(name.clone(), claim)?;
+        }
+        // Only a segment at 0 may be created; a missing file with recorded bytes is lost data, never zero-filled.
         let mut file = OpenOptions::new()
             .write(true)
-            .create(true)
+            .create(chunk.position == 0)
             .truncate(false)
             .open(&path)
             .map_err(|e| TailError::io(&path, e))?;
-        // Bytes beyond the record were never acknowledged (a failed earlier attempt); a new segment starts empty.
+        let len = file.metadata().map_err(|e| TailError::io(&path, e))?.len();
+        if len < chunk.position {
+            return Err(TailError::BadState {
+                path,
+                reason: format!(
+                    "{len} bytes on disk, but {} were recorded durable: lost data",
+                    chunk.position
+                ),
+            });
+        }
+        // Bytes beyond the record were never acknowledged (a failed earlier attempt).
         file.set_len(chunk.position).map_err(|e| TailError::io(&path, e))?;
         file.seek(SeekFrom::Start(chunk.position))
             .map_err(|e| TailError::io(&path, e))?;
         file.write_all(&chunk.bytes).map_err(|e| TailError::io(&path, e))?;
         file.sync_all().map_err(|e| TailError::io(&path, e))?;
         drop(file);
-        if new_segment {
+        if chunk.position == 0 {
             fsync_dir(&pdir)?;
         }
         let state = PartitionState {
@@ -631,6 +670,22 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
         ));
     }
     last.ok_or_else(|| bad(chunk.position, "no batch".into()))
+}
+
+/// Whether `dir` holds any `.log` file (a missing directory holds none).
+fn holds_logs(dir: &Path) -> TailResult<bool> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(TailError::io(dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| TailError::io(dir, e))?;
+        if entry.path().extension().and_then(|e| e.to_str()) == Some("log") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn hash_file(path: &Path) -> TailResult<(u64, [u8; 32])> {

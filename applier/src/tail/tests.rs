@@ -350,3 +350,78 @@ async fn tail_resent_chunks_are_compared() {
     // Beyond the durable end is not a resend.
     assert!(a.check_applied(&chunk(*base, bytes, b[1], b[3])).await.is_err());
 }
+
+#[tokio::test]
+async fn tail_never_touches_segments_it_did_not_write() {
+    let f = fixture();
+    let (base, bytes) = &f.segs[0];
+    let path = mirror_log(&f.mirror, *base);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, b"installed by someone else").unwrap();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let e = a
+        .apply_chunk(&chunk(*base, bytes, 0, boundaries(bytes)[1]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("did not write"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"installed by someone else");
+    assert_eq!(position(&mut a).await, None);
+}
+
+#[tokio::test]
+async fn tail_after_a_seal_a_gap_is_accepted_and_an_overlap_refused() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let (base, bytes) = &f.segs[0];
+    for c in chunks_of(*base, bytes, 3) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+    // A segment whose base lies inside the sealed one's offsets.
+    let (base1, bytes1) = &f.segs[1];
+    let mut overlap = chunk(*base1, bytes1, 0, boundaries(bytes1)[1]);
+    overlap.segment_base = base1 - 1;
+    let e = a.apply_chunk(&overlap).await.unwrap_err();
+    assert!(e.to_string().contains("below the next offset"), "{e}");
+    assert!(!mirror_log(&f.mirror, base1 - 1).exists());
+    // Segment 1 gone at the source (retention): segment 2 follows the sealed segment 0.
+    let (base2, bytes2) = &f.segs[2];
+    for c in chunks_of(*base2, bytes2, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base2)).unwrap(), bytes2);
+    assert_eq!(position(&mut a).await, Some((*base2, bytes2.len() as u64, false)));
+}
+
+#[tokio::test]
+async fn tail_a_crash_after_claiming_a_new_segment_resumes_at_its_start() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let (base, bytes) = &f.segs[0];
+    for c in chunks_of(*base, bytes, 3) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+    // The crash: segment 2 (after a retention gap) claimed at 0, created, partly written, never recorded further.
+    let (base2, bytes2) = &f.segs[2];
+    {
+        let mut inner = a.inner.lock().unwrap();
+        let name = tp_name(&pref());
+        let claim = PartitionState {
+            segment_base: *base2,
+            position: 0,
+            sealed: false,
+            ..inner.states[&name].clone()
+        };
+        inner.record(name, claim).unwrap();
+    }
+    std::fs::write(mirror_log(&f.mirror, *base2), &bytes2[..50]).unwrap();
+    drop(a);
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    assert_eq!(position(&mut a).await, Some((*base2, 0, false)));
+    assert_eq!(file_len(&mirror_log(&f.mirror, *base2)), 0);
+    for c in chunks_of(*base2, bytes2, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base2)).unwrap(), bytes2);
+}
