@@ -6,12 +6,25 @@
 //! batch framed, its CRC-32C matching, offsets continuing exactly from the previous batch, the chunk ending on a
 //! batch boundary), and the whole-file SHA-256 is checked at the seal.
 //!
+//! The chunk as a whole needs no check of its own here: the frame that carried it is CRC-32C-checked by the frame
+//! decoder before the session sees it (`docs/direct-protocol.md`, frame envelope); what the appender checks is
+//! what the frame CRC cannot vouch for, the source's batches themselves.
+//!
 //! # Durability order
 //! write the bytes → fsync the `.log` (and the partition directory when the file is new) → record the new end in
 //! the partition's state file (written atomically: temp file, fsync, rename, fsync dir). The record therefore never
 //! claims more than is durable. After a crash the file may be *longer* than the record (bytes written, never
 //! acknowledged): [`TailAppender::durable_positions`] truncates them away. A file *shorter* than the record means
 //! acknowledged bytes were lost: an error, never papered over.
+//!
+//! A new segment is first *claimed* in the state file at 0 bytes, then created: a crash in between leaves a file the
+//! record owns (truncated back to 0 at restart). A `.log` the record does not claim (installed from the bucket, or
+//! left by another lineage) is never truncated or appended to: the chunk is refused. Tailing therefore starts a
+//! partition in an empty directory.
+//!
+//! Offsets must continue exactly (each batch's base offset = the previous batch's last offset + 1) within a
+//! segment, as in an active segment, which Kafka never compacts; across a seal the next segment's base may jump
+//! ahead (retention, as the bucket install path accepts) but never back into the sealed segment's offsets.
 //!
 //! # Where the position is recorded
 //! In `<mirror>/.tail/<topic>-<partition>.json`, not in the catalog: the catalog records whole installed versions
@@ -545,7 +558,10 @@ impl Inner {
         }
         // Companions: all checked before any is written.
         let mut files = Vec::with_capacity(seal.companions.len());
-        for c in &seal.companions {
+        for (i, c) in seal.companions.iter().enumerate() {
+            if seal.companions[..i].iter().any(|o| o.kind == c.kind) {
+                return Err(bad(format!("companion {:?} listed twice", c.kind)));
+            }
             let bytes = match (&c.inline, c.kind) {
                 (Some(b), _) => b.to_vec(),
                 (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
