@@ -306,9 +306,16 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
     wrong_log.log_sha256[0] ^= 1;
     let mut wrong_companion = good.clone();
     wrong_companion.companions[0].sha256[5] ^= 1;
+    let mut twice = good.clone();
+    twice.companions.push(good.companions[0].clone());
     let mut wrong_size = good.clone();
     wrong_size.final_size -= 1;
-    for (what, seal) in [("log", wrong_log), ("companion", wrong_companion), ("size", wrong_size)] {
+    for (what, seal) in [
+        ("log", wrong_log),
+        ("companion", wrong_companion),
+        ("twice", twice),
+        ("size", wrong_size),
+    ] {
         let e = a.apply_seal(&seal).await.expect_err(what);
         assert!(e.to_string().contains("not sealed"), "{what}: {e}");
         assert_eq!(
