@@ -49,6 +49,7 @@ pub mod plan;
 pub mod promote;
 mod reconcile;
 pub mod report;
+pub mod tail;
 
 pub use apply::{apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARALLEL_PARTITIONS};
 pub use bucket::MANIFEST_READ_CONCURRENCY;

@@ -1,0 +1,766 @@
+//! The mirror appender: the applier's side of a direct session ([`ChunkApplier`]), appending shipped chunks to the
+//! mirror's active segments as they arrive instead of installing whole segment versions.
+//!
+//! Why a separate path from [`crate::install`]: a tailed segment grows by chunks, so there is no whole-file digest
+//! to check before the bytes land. Each chunk is therefore checked on its own *before* anything is written (every
+//! batch framed, its CRC-32C matching, offsets continuing exactly from the previous batch, the chunk ending on a
+//! batch boundary), and the whole-file SHA-256 is checked at the seal.
+//!
+//! The chunk as a whole needs no check of its own here: the frame that carried it is CRC-32C-checked by the frame
+//! decoder before the session sees it (`docs/direct-protocol.md`, frame envelope); what the appender checks is
+//! what the frame CRC cannot vouch for, the source's batches themselves.
+//!
+//! # Durability order
+//! write the bytes → fsync the `.log` (and the partition directory when the file is new) → record the new end in
+//! the partition's state file (written atomically: temp file, fsync, rename, fsync dir). The record therefore never
+//! claims more than is durable. After a crash the file may be *longer* than the record (bytes written, never
+//! acknowledged): [`TailAppender::durable_positions`] truncates them away. A file *shorter* than the record means
+//! acknowledged bytes were lost: an error, never papered over.
+//!
+//! A new segment is first *claimed* in the state file at 0 bytes, then created: a crash in between leaves a file the
+//! record owns (truncated back to 0 at restart). A `.log` the record does not claim (installed from the bucket, or
+//! left by another lineage) is never truncated or appended to: the chunk is refused. Tailing therefore starts a
+//! partition in an empty directory.
+//!
+//! Offsets must continue exactly (each batch's base offset = the previous batch's last offset + 1) within a
+//! segment, as in an active segment, which Kafka never compacts; across a seal the next segment's base may jump
+//! ahead (retention, as the bucket install path accepts) but never back into the sealed segment's offsets.
+//!
+//! # Where the position is recorded
+//! In `<mirror>/.tail/<topic>-<partition>.json`, not in the catalog: the catalog records whole installed versions
+//! (size, digests) and has no notion of a growing segment; a small per-partition file written atomically is the
+//! simplest thing that is correct. The state lives outside the partition directory so a Kafka broker handed the
+//! directory at promotion never sees it.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::durable::{fsync_dir, write_atomically};
+use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
+use segment_format::log::{scan_frames, LogFile};
+use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
+use segmirror_transport::direct::payload::{Chunk, CompanionKind, PartitionRef, Position, SegmentSeal, TopicId};
+use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
+use segmirror_transport::store::Hasher;
+use serde::{Deserialize, Serialize};
+
+#[cfg(test)]
+mod session_tests;
+#[cfg(test)]
+mod tests;
+
+/// Directory under the mirror root holding one state file per tailed partition.
+pub const TAIL_STATE_DIR: &str = ".tail";
+
+/// Index interval used to rebuild an offset or time index the shipper sent as a digest only: Kafka's default
+/// `index.interval.bytes`. A topic with another interval gets a different index; the digest check then refuses the
+/// rebuild, and the shipper must send that index inline.
+pub const REBUILD_INDEX_INTERVAL_BYTES: u64 = DEFAULT_INDEX_INTERVAL_BYTES;
+
+/// Longest Kafka topic name (`Topic.MAX_NAME_LENGTH`).
+const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Why the appender refused a chunk or a seal, or could not read its state.
+#[derive(Debug, thiserror::Error)]
+pub enum TailError {
+    #[error("{partition}: topic name {topic:?} is not a valid Kafka topic name; nothing written")]
+    BadTopic { partition: String, topic: String },
+    #[error("{partition}: chunk at segment {segment} position {position}: {reason}; nothing written")]
+    OutOfOrder {
+        partition: String,
+        segment: i64,
+        position: u64,
+        reason: String,
+    },
+    #[error("{partition}: chunk at segment {segment} position {position}: bad batch at byte {at}: {reason}; nothing written")]
+    BadBatch {
+        partition: String,
+        segment: i64,
+        position: u64,
+        at: u64,
+        reason: String,
+    },
+    #[error("{partition}: chunk at segment {segment} position {position} ({len} bytes) differs from the bytes already durable in {}", path.display())]
+    ResendMismatch {
+        partition: String,
+        segment: i64,
+        position: u64,
+        len: u64,
+        path: PathBuf,
+    },
+    #[error("{partition}: seal of segment {segment}: {reason}; not sealed")]
+    BadSeal {
+        partition: String,
+        segment: i64,
+        reason: String,
+    },
+    #[error("{}: {reason}", path.display())]
+    BadState { path: PathBuf, reason: String },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Format(#[from] segment_format::Error),
+}
+
+impl TailError {
+    fn io(path: &Path, source: std::io::Error) -> TailError {
+        TailError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+type TailResult<T> = std::result::Result<T, TailError>;
+
+/// What the state file records for one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct PartitionState {
+    topic: String,
+    partition: i32,
+    topic_id: TopicId,
+    /// The segment being appended to (or the last sealed one).
+    segment_base: i64,
+    /// Bytes of that segment durable and recorded.
+    position: u64,
+    sealed: bool,
+    /// The offset the next batch must start at (last durable batch's last offset + 1); `None` before any batch.
+    next_offset: Option<i64>,
+}
+
+/// The mirror appender over one mirror root. Cloning shares the state (one appender per mirror root).
+#[derive(Clone)]
+pub struct TailAppender {
+    inner: Arc<Mutex<Inner>>,
+}
+
+struct Inner {
+    root: PathBuf,
+    states: HashMap<String, PartitionState>,
+}
+
+fn tp_name(p: &PartitionRef) -> String {
+    format!("{}-{}", p.topic, p.partition)
+}
+
+fn valid_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= MAX_TOPIC_NAME_LEN
+        && topic != "."
+        && topic != ".."
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+impl TailAppender {
+    /// Opens the appender over `root`, reading every partition's state file (the files themselves are checked by
+    /// [`ChunkApplier::durable_positions`], at the start of every session).
+    pub fn open(root: impl Into<PathBuf>) -> TailResult<TailAppender> {
+        let root = root.into();
+        let dir = root.join(TAIL_STATE_DIR);
+        let mut states = HashMap::new();
+        match fs::read_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(TailError::io(&dir, e)),
+            Ok(entries) => {
+                for entry in entries {
+                    let entry = entry.map_err(|e| TailError::io(&dir, e))?;
+                    let path = entry.path();
+                    if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                        continue; // a `.tmp` a crash left behind: the rename never happened
+                    }
+                    let bytes = fs::read(&path).map_err(|e| TailError::io(&path, e))?;
+                    let state: PartitionState = serde_json::from_slice(&bytes).map_err(|e| TailError::BadState {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    let name = format!("{}-{}", state.topic, state.partition);
+                    if !valid_topic(&state.topic) || path.file_stem().and_then(|s| s.to_str()) != Some(name.as_str()) {
+                        return Err(TailError::BadState {
+                            path,
+                            reason: format!("names partition {name}, not the one its file name says"),
+                        });
+                    }
+                    states.insert(name, state);
+                }
+            }
+        }
+        Ok(TailAppender {
+            inner: Arc::new(Mutex::new(Inner { root, states })),
+        })
+    }
+
+    async fn run<T, F>(&self, what: &'static str, f: F) -> DirectResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Inner) -> TailResult<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let joined = tokio::task::spawn_blocking(move || {
+            // A poisoned lock means an earlier apply panicked mid-way: the state on disk is still the truth.
+            let mut guard = inner.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard)
+        })
+        .await;
+        match joined {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(DirectError::Local {
+                what,
+                source: Box::new(e),
+            }),
+            Err(e) => Err(DirectError::Local {
+                what,
+                source: Box::new(e),
+            }),
+        }
+    }
+}
+
+impl ChunkApplier for TailAppender {
+    fn durable_positions(&mut self) -> impl std::future::Future<Output = DirectResult<Vec<DurablePosition>>> + Send {
+        self.run("reading the mirror's durable positions", Inner::durable_positions)
+    }
+
+    fn apply_chunk(&mut self, chunk: &Chunk) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let chunk = chunk.clone();
+        self.run("appending a chunk to the mirror", move |i| i.apply_chunk(&chunk))
+    }
+
+    fn check_applied(&mut self, chunk: &Chunk) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let chunk = chunk.clone();
+        self.run("comparing a resent chunk with the mirror", move |i| {
+            i.check_applied(&chunk)
+        })
+    }
+
+    fn apply_seal(&mut self, seal: &SegmentSeal) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let seal = seal.clone();
+        self.run("sealing a mirror segment", move |i| i.apply_seal(&seal))
+    }
+}
+
+impl Inner {
+    fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.root.join(format!("{topic}-{partition}"))
+    }
+
+    fn log_path(&self, topic: &str, partition: i32, base: i64) -> PathBuf {
+        self.partition_dir(topic, partition)
+            .join(segment_file_name(base, SegmentFileKind::Log))
+    }
+
+    fn state_path(&self, name: &str) -> PathBuf {
+        self.root.join(TAIL_STATE_DIR).join(format!("{name}.json"))
+    }
+
+    fn record(&mut self, name: String, state: PartitionState) -> TailResult<()> {
+        let dir = self.root.join(TAIL_STATE_DIR);
+        if !dir.exists() {
+            fs::create_dir_all(&dir).map_err(|e| TailError::io(&dir, e))?;
+            fsync_dir(&self.root)?;
+        }
+        let bytes = serde_json::to_vec_pretty(&state).map_err(|e| TailError::BadState {
+            path: self.state_path(&name),
+            reason: e.to_string(),
+        })?;
+        write_atomically(&self.state_path(&name), &bytes)?;
+        self.states.insert(name, state);
+        Ok(())
+    }
+
+    /// The recorded positions, after putting each active file back to its recorded length.
+    fn durable_positions(&mut self) -> TailResult<Vec<DurablePosition>> {
+        let mut out = Vec::with_capacity(self.states.len());
+        let mut names: Vec<&String> = self.states.keys().collect();
+        names.sort();
+        for name in names {
+            let s = &self.states[name];
+            let path = self.log_path(&s.topic, s.partition, s.segment_base);
+            let len = match fs::metadata(&path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && s.position == 0 => 0,
+                Err(e) => return Err(TailError::io(&path, e)),
+            };
+            if len < s.position {
+                return Err(TailError::BadState {
+                    path,
+                    reason: format!(
+                        "{len} bytes on disk, but {} bytes were recorded durable (and acknowledged): lost data",
+                        s.position
+                    ),
+                });
+            }
+            if len > s.position {
+                if s.sealed {
+                    return Err(TailError::BadState {
+                        path,
+                        reason: format!("sealed at {} bytes but {len} bytes on disk", s.position),
+                    });
+                }
+                // Written but never recorded, hence never acknowledged: the shipper sends them again.
+                tracing::warn!(path = %path.display(), recorded = s.position, on_disk = len,
+                    "truncating unacknowledged bytes after a crash");
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| TailError::io(&path, e))?;
+                file.set_len(s.position).map_err(|e| TailError::io(&path, e))?;
+                file.sync_all().map_err(|e| TailError::io(&path, e))?;
+            }
+            out.push(DurablePosition {
+                position: Position {
+                    partition: PartitionRef {
+                        topic: s.topic.clone(),
+                        partition: s.partition,
+                        topic_id: s.topic_id,
+                    },
+                    segment_base: s.segment_base,
+                    position: s.position,
+                },
+                sealed: s.sealed,
+            });
+        }
+        Ok(out)
+    }
+
+    fn apply_chunk(&mut self, chunk: &Chunk) -> TailResult<()> {
+        let p = &chunk.partition;
+        let name = tp_name(p);
+        if !valid_topic(&p.topic) || p.partition < 0 {
+            return Err(TailError::BadTopic {
+                partition: name,
+                topic: p.topic.clone(),
+            });
+        }
+        let order = |reason: String| TailError::OutOfOrder {
+            partition: name.clone(),
+            segment: chunk.segment_base,
+            position: chunk.position,
+            reason,
+        };
+        let prev = self.states.get(&name).cloned();
+        // Where the chunk must start, and the offset its first batch must carry (None: any offset at or above
+        // the segment base).
+        let (new_segment, min_offset, exact_offset) = match &prev {
+            None => {
+                if chunk.position != 0 {
+                    return Err(order(
+                        "nothing of the partition is durable, a first chunk must start at 0".into(),
+                    ));
+                }
+                (true, chunk.segment_base, None)
+            }
+            Some(s) => {
+                if s.topic_id != p.topic_id {
+                    return Err(order(
+                        "the topic id differs from the mirrored one (a recreated topic)".into(),
+                    ));
+                }
+                if chunk.segment_base == s.segment_base {
+                    if s.sealed {
+                        return Err(order(format!("the segment is sealed at {}", s.position)));
+                    }
+                    if chunk.position != s.position {
+                        return Err(order(format!("the durable bytes end at {}", s.position)));
+                    }
+                    // A segment claimed at 0 (see below) takes its first batch as a new segment does.
+                    let exact = if s.position == 0 { None } else { s.next_offset };
+                    (false, chunk.segment_base, exact)
+                } else if chunk.segment_base > s.segment_base {
+                    if !s.sealed {
+                        return Err(order(format!(
+                            "segment {} is not sealed yet (durable to {})",
+                            s.segment_base, s.position
+                        )));
+                    }
+                    if chunk.position != 0 {
+                        return Err(order("the first chunk of a new segment must start at 0".into()));
+                    }
+                    let next = s.next_offset.unwrap_or(s.segment_base);
+                    if chunk.segment_base < next {
+                        return Err(order(format!(
+                            "segment base {} is below the next offset {next} of the sealed segment {}",
+                            chunk.segment_base, s.segment_base
+                        )));
+                    }
+                    (true, chunk.segment_base, None)
+                } else {
+                    return Err(order(format!("older than the durable segment {}", s.segment_base)));
+                }
+            }
+        };
+        let last_offset = validate_batches(chunk, &name, min_offset, exact_offset)?;
+
+        // Only now is anything written.
+        let pdir = self.partition_dir(&p.topic, p.partition);
+        let path = self.log_path(&p.topic, p.partition, chunk.segment_base);
+        if new_segment {
+            // A file the record does not claim was not written here (the bucket install path, another
+            // lineage): never truncated, never appended to.
+            let foreign = match &prev {
+                None => holds_logs(&pdir)?,
+                Some(_) => path.exists(),
+            };
+            if foreign {
+                return Err(order(format!(
+                    "{} already holds segments the tail appender did not write",
+                    pdir.display()
+                )));
+            }
+            if !pdir.exists() {
+                fs::create_dir_all(&pdir).map_err(|e| TailError::io(&pdir, e))?;
+                fsync_dir(&self.root)?;
+            }
+            // Claim the new segment at 0 bytes before creating it: a crash after the create leaves a file the
+            // record owns (truncated back to 0 at restart), never an unclaimed one refused above.
+            let claim = PartitionState {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                topic_id: p.topic_id,
+                segment_base: chunk.segment_base,
+                position: 0,
+                sealed: false,
+                next_offset: prev.as_ref().and_then(|s| s.next_offset),
+            };
+            self.record(name.clone(), claim)?;
+        }
+        // Only a segment at 0 may be created; a missing file with recorded bytes is lost data, never zero-filled.
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(chunk.position == 0)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| TailError::io(&path, e))?;
+        let len = file.metadata().map_err(|e| TailError::io(&path, e))?.len();
+        if len < chunk.position {
+            return Err(TailError::BadState {
+                path,
+                reason: format!(
+                    "{len} bytes on disk, but {} were recorded durable: lost data",
+                    chunk.position
+                ),
+            });
+        }
+        // Bytes beyond the record were never acknowledged (a failed earlier attempt).
+        file.set_len(chunk.position).map_err(|e| TailError::io(&path, e))?;
+        file.seek(SeekFrom::Start(chunk.position))
+            .map_err(|e| TailError::io(&path, e))?;
+        file.write_all(&chunk.bytes).map_err(|e| TailError::io(&path, e))?;
+        file.sync_all().map_err(|e| TailError::io(&path, e))?;
+        drop(file);
+        if chunk.position == 0 {
+            fsync_dir(&pdir)?;
+        }
+        let state = PartitionState {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            topic_id: p.topic_id,
+            segment_base: chunk.segment_base,
+            position: chunk.position + chunk.bytes.len() as u64,
+            sealed: false,
+            next_offset: Some(last_offset + 1),
+        };
+        self.record(name, state)
+    }
+
+    fn check_applied(&mut self, chunk: &Chunk) -> TailResult<()> {
+        let p = &chunk.partition;
+        let name = tp_name(p);
+        let len = chunk.bytes.len() as u64;
+        let order = |reason: String| TailError::OutOfOrder {
+            partition: name.clone(),
+            segment: chunk.segment_base,
+            position: chunk.position,
+            reason,
+        };
+        let Some(s) = self.states.get(&name) else {
+            return Err(order("nothing of the partition is durable".into()));
+        };
+        if !valid_topic(&p.topic) || s.topic_id != p.topic_id {
+            return Err(order("not the mirrored topic (name or topic id)".into()));
+        }
+        let end = chunk.position.saturating_add(len);
+        if chunk.segment_base > s.segment_base || (chunk.segment_base == s.segment_base && end > s.position) {
+            return Err(order(format!(
+                "not below the durable end (segment {} position {})",
+                s.segment_base, s.position
+            )));
+        }
+        let path = self.log_path(&p.topic, p.partition, chunk.segment_base);
+        let mut file = File::open(&path).map_err(|e| TailError::io(&path, e))?;
+        let mut on_disk = vec![0u8; chunk.bytes.len()];
+        file.seek(SeekFrom::Start(chunk.position))
+            .map_err(|e| TailError::io(&path, e))?;
+        let same = match file.read_exact(&mut on_disk) {
+            Ok(()) => on_disk == chunk.bytes.as_ref(),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => false,
+            Err(e) => return Err(TailError::io(&path, e)),
+        };
+        if same {
+            Ok(())
+        } else {
+            Err(TailError::ResendMismatch {
+                partition: name.clone(),
+                segment: chunk.segment_base,
+                position: chunk.position,
+                len,
+                path,
+            })
+        }
+    }
+
+    fn apply_seal(&mut self, seal: &SegmentSeal) -> TailResult<()> {
+        let p = &seal.partition;
+        let name = tp_name(p);
+        let bad = |reason: String| TailError::BadSeal {
+            partition: name.clone(),
+            segment: seal.segment_base,
+            reason,
+        };
+        let Some(s) = self.states.get(&name).cloned() else {
+            return Err(bad("nothing of the partition is durable".into()));
+        };
+        if s.topic_id != p.topic_id || s.segment_base != seal.segment_base || s.position != seal.final_size {
+            return Err(bad(format!(
+                "final size {} but the durable bytes end at segment {} position {}",
+                seal.final_size, s.segment_base, s.position
+            )));
+        }
+        if s.sealed {
+            return Ok(());
+        }
+        let path = self.log_path(&p.topic, p.partition, seal.segment_base);
+        let (size, sha) = hash_file(&path)?;
+        if size != seal.final_size {
+            return Err(bad(format!(
+                "{} holds {size} bytes, not {}",
+                path.display(),
+                seal.final_size
+            )));
+        }
+        if sha != seal.log_sha256 {
+            return Err(bad(format!(
+                "SHA-256 of {} is {}, the seal says {}",
+                path.display(),
+                hex(&sha),
+                hex(&seal.log_sha256)
+            )));
+        }
+        // Companions: all checked before any is written.
+        let mut files = Vec::with_capacity(seal.companions.len());
+        for (i, c) in seal.companions.iter().enumerate() {
+            if seal.companions[..i].iter().any(|o| o.kind == c.kind) {
+                return Err(bad(format!("companion {:?} listed twice", c.kind)));
+            }
+            let bytes = match (&c.inline, c.kind) {
+                (Some(b), _) => b.to_vec(),
+                (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
+                    rebuild_index(&path, seal.segment_base, c.kind)?
+                }
+                (None, kind) => {
+                    return Err(bad(format!(
+                        "companion {kind:?} sent as a digest only; it cannot be rebuilt"
+                    )))
+                }
+            };
+            let digest = sha256(&bytes);
+            if bytes.len() as u64 != c.size || digest != c.sha256 {
+                return Err(bad(format!(
+                    "companion {:?}{}: {} bytes SHA-256 {}, the seal says {} bytes SHA-256 {}",
+                    c.kind,
+                    if c.inline.is_some() { "" } else { " (rebuilt)" },
+                    bytes.len(),
+                    hex(&digest),
+                    c.size,
+                    hex(&c.sha256)
+                )));
+            }
+            let kind = match c.kind {
+                CompanionKind::OffsetIndex => SegmentFileKind::Index,
+                CompanionKind::TimeIndex => SegmentFileKind::TimeIndex,
+                CompanionKind::TxnIndex => SegmentFileKind::TxnIndex,
+                CompanionKind::ProducerSnapshot => SegmentFileKind::Snapshot,
+            };
+            files.push((kind, bytes));
+        }
+        let pdir = self.partition_dir(&p.topic, p.partition);
+        for (kind, bytes) in files {
+            write_atomically(&pdir.join(segment_file_name(seal.segment_base, kind)), &bytes)?;
+        }
+        self.record(name, PartitionState { sealed: true, ..s })
+    }
+}
+
+/// Checks every batch of `chunk` before anything is written; returns the last batch's last offset.
+fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i64>) -> TailResult<i64> {
+    let bad = |at: u64, reason: String| TailError::BadBatch {
+        partition: name.to_string(),
+        segment: chunk.segment_base,
+        position: chunk.position,
+        at,
+        reason,
+    };
+    if chunk.bytes.is_empty() {
+        return Err(bad(chunk.position, "an empty chunk".into()));
+    }
+    let mut iter = scan_frames(&chunk.bytes, chunk.position);
+    let mut expected = exact;
+    let mut last = None;
+    for frame in iter.by_ref() {
+        let frame = frame.map_err(|e| match e {
+            segment_format::ParseError::Incomplete {
+                position,
+                needed,
+                available,
+                ..
+            } => bad(
+                position,
+                format!("the chunk does not end on a batch boundary (a batch of {needed} bytes, {available} present)"),
+            ),
+            segment_format::ParseError::Corrupt { position, defect, .. } => bad(position, format!("{defect:?}")),
+        })?;
+        let at = frame.info.position;
+        if !frame.crc_matches() {
+            return Err(bad(
+                frame.crc_position(),
+                format!(
+                    "CRC stored {:#010x}, computed {:#010x}",
+                    frame.stored_crc, frame.computed_crc
+                ),
+            ));
+        }
+        if frame.info.magic < 2 {
+            return Err(bad(
+                at,
+                format!("magic {} (only v2 batches are tailed)", frame.info.magic),
+            ));
+        }
+        match expected {
+            Some(e) if frame.info.base_offset != e => {
+                return Err(bad(
+                    at,
+                    format!(
+                        "base offset {}, expected {e} (previous batch's last offset + 1)",
+                        frame.info.base_offset
+                    ),
+                ))
+            }
+            None if frame.info.base_offset < min_offset => {
+                return Err(bad(
+                    at,
+                    format!(
+                        "base offset {} below the segment base {min_offset}",
+                        frame.info.base_offset
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        if frame.info.last_offset < frame.info.base_offset {
+            return Err(bad(
+                at,
+                format!(
+                    "last offset {} below base offset {}",
+                    frame.info.last_offset, frame.info.base_offset
+                ),
+            ));
+        }
+        last = Some(frame.info.last_offset);
+        expected = frame.info.last_offset.checked_add(1);
+    }
+    let end = chunk.position + chunk.bytes.len() as u64;
+    if iter.next_position() != end {
+        return Err(bad(
+            iter.next_position(),
+            "the chunk does not end on a batch boundary".into(),
+        ));
+    }
+    last.ok_or_else(|| bad(chunk.position, "no batch".into()))
+}
+
+/// Whether `dir` holds any `.log` file (a missing directory holds none).
+fn holds_logs(dir: &Path) -> TailResult<bool> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(TailError::io(dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| TailError::io(dir, e))?;
+        if entry.path().extension().and_then(|e| e.to_str()) == Some("log") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn hash_file(path: &Path) -> TailResult<(u64, [u8; 32])> {
+    let mut file = File::open(path).map_err(|e| TailError::io(path, e))?;
+    let mut hasher = Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(TailError::io(path, e)),
+        };
+        hasher.update(buf.get(..n).unwrap_or_default());
+    }
+    let d = hasher.finish();
+    Ok((d.size, d.sha256.0))
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut h = Hasher::new();
+    h.update(bytes);
+    h.finish().sha256.0
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Rebuilds an offset or time index from the sealed log with [`REBUILD_INDEX_INTERVAL_BYTES`].
+fn rebuild_index(path: &Path, base: i64, kind: CompanionKind) -> TailResult<Vec<u8>> {
+    let mut log = LogFile::open(path)?;
+    let mut offsets = OffsetIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES);
+    let mut times = TimeIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES);
+    let mut failed = None;
+    log.scan(|frame| {
+        let r = match kind {
+            CompanionKind::OffsetIndex => offsets.push(&frame.info),
+            _ => times.push(&frame.info),
+        };
+        match r {
+            Ok(_) => ControlFlow::Continue(()),
+            Err(e) => {
+                failed = Some(format!("{e:?}"));
+                ControlFlow::Break(())
+            }
+        }
+    })?;
+    if let Some(reason) = failed {
+        return Err(TailError::BadState {
+            path: path.to_path_buf(),
+            reason: format!("rebuilding the {kind:?}: {reason}"),
+        });
+    }
+    Ok(match kind {
+        CompanionKind::OffsetIndex => offsets.to_bytes(),
+        _ => {
+            times.seal();
+            times.to_bytes()
+        }
+    })
+}

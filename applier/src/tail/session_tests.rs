@@ -1,0 +1,136 @@
+//! The appender behind a real `ApplierSession` over loopback TCP, fed by a shipper whose feed replays a
+//! writer-made partition as chunks and seals: the mirror ends with the source's bytes, sealed where it sealed.
+
+use std::time::Duration;
+
+use segmirror_transport::direct::handshake::HandshakeConfig;
+use segmirror_transport::direct::payload::{Position, Role};
+use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Dialer, LinkConfig};
+use segmirror_transport::direct::session::{ApplierSession, ChunkFeed, FeedItem, SessionConfig, ShipperSession};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::tests::{chunks_of, fixture, mirror_log, seal_of};
+use super::*;
+
+/// Bound on the whole exchange: a failure guard only, nothing is asserted about speed.
+const GIVE_UP: Duration = Duration::from_secs(60);
+/// How often the test looks at the mirror's durable positions.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Replays fixed items, from the Resume on.
+struct ReplayFeed {
+    items: Vec<FeedItem>,
+    next: usize,
+}
+
+impl ChunkFeed for ReplayFeed {
+    async fn seek(&mut self, resume: &[Position]) -> DirectResult<()> {
+        self.next = 0;
+        if let Some(r) = resume.first() {
+            let covered = |item: &FeedItem| match item {
+                FeedItem::Chunk(c) => {
+                    c.segment_base < r.segment_base
+                        || (c.segment_base == r.segment_base && c.position + c.bytes.len() as u64 <= r.position)
+                }
+                FeedItem::Seal(s) => s.segment_base < r.segment_base,
+            };
+            self.next = self.items.iter().take_while(|i| covered(i)).count();
+        }
+        Ok(())
+    }
+
+    async fn next(&mut self) -> DirectResult<FeedItem> {
+        match self.items.get(self.next).cloned() {
+            Some(item) => {
+                self.next += 1;
+                Ok(item)
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+fn config() -> SessionConfig {
+    SessionConfig {
+        heartbeat_interval: Duration::from_millis(100),
+        idle_timeout: Duration::from_secs(5),
+        credit_window: 4096,
+        max_bandwidth: None,
+    }
+}
+
+fn link(role: Role) -> LinkConfig {
+    LinkConfig::new(HandshakeConfig::new(
+        role,
+        "dr",
+        (role == Role::Shipper).then(|| "cluster-A".to_string()),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_session_over_loopback_mirrors_the_source() {
+    let f = fixture();
+    let last = f.segs.len() - 1;
+    let mut items = Vec::new();
+    for (i, (base, bytes)) in f.segs.iter().enumerate() {
+        items.extend(chunks_of(*base, bytes, 2).into_iter().map(FeedItem::Chunk));
+        if i < last {
+            items.push(FeedItem::Seal(seal_of(&f.source, *base, bytes, true)));
+        }
+    }
+    // Half of it already applied before the session: the Resume must make the shipper continue from there.
+    let mut appender = TailAppender::open(&f.mirror).unwrap();
+    for item in &items[..items.len() / 2] {
+        match item {
+            FeedItem::Chunk(c) => appender.apply_chunk(c).await.unwrap(),
+            FeedItem::Seal(s) => appender.apply_seal(s).await.unwrap(),
+        }
+    }
+    let watcher = appender.clone();
+    let applier = ApplierSession::new(appender, config()).unwrap();
+    let mut shipper = ShipperSession::new(ReplayFeed { items, next: 0 }, config()).unwrap();
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let shutdown = CancellationToken::new();
+    let a = tokio::spawn(listen(
+        listener,
+        Acceptor::Plain,
+        link(Role::Applier),
+        applier,
+        shutdown.clone(),
+    ));
+    let stop = shutdown.clone();
+    let s = tokio::spawn(async move { dial(&addr, &Dialer::Plain, &link(Role::Shipper), &mut shipper, &stop).await });
+
+    let (last_base, last_bytes) = &f.segs[last];
+    let want = (*last_base, last_bytes.len() as u64);
+    let reached = tokio::time::timeout(GIVE_UP, async {
+        let mut w = watcher.clone();
+        loop {
+            let now = w.durable_positions().await.unwrap();
+            if now.first().map(|d| (d.position.segment_base, d.position.position)) == Some(want) {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    shutdown.cancel();
+    let (_, listened) = a.await.unwrap();
+    listened.unwrap();
+    s.await.unwrap().unwrap();
+    assert!(reached.is_ok(), "the mirror never reached {want:?}");
+    for (base, bytes) in &f.segs {
+        assert_eq!(
+            &std::fs::read(mirror_log(&f.mirror, *base)).unwrap(),
+            bytes,
+            "segment {base}"
+        );
+    }
+    let mut w = watcher;
+    let d = w.durable_positions().await.unwrap();
+    assert_eq!(d.len(), 1);
+    assert!(!d[0].sealed, "the active segment is not sealed");
+}
