@@ -45,6 +45,11 @@ enum Command {
     Status(cmd::status::Args),
     /// Install mirror partitions into a stopped Kafka broker's log dir, as that cluster's topics.
     Promote(cmd::promote::Args),
+    /// Stream new batches of Kafka log dirs to a `segmirror tail-apply` over one TCP link (mutual TLS or
+    /// --plaintext), until SIGTERM/SIGINT.
+    Ship(cmd::ship::Args),
+    /// Receive what a `segmirror ship` streams and append it to a mirror root byte for byte, until SIGTERM/SIGINT.
+    TailApply(cmd::tail_apply::Args),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +78,8 @@ fn main() -> ExitCode {
         Command::Apply(args) => cmd::apply::run(args, &runtime),
         Command::Status(args) => cmd::status::run(args),
         Command::Promote(args) => cmd::promote::run(args),
+        Command::Ship(args) => cmd::ship::run(args, &runtime),
+        Command::TailApply(args) => cmd::tail_apply::run(args, &runtime),
     };
     match result {
         Ok(code) => code,

@@ -3,5 +3,7 @@ pub mod demo;
 pub mod generate;
 pub mod promote;
 pub mod seed;
+pub mod ship;
 pub mod status;
+pub mod tail_apply;
 pub mod verify;

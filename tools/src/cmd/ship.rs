@@ -1,0 +1,151 @@
+//! `segmirror ship`: the long-running shipper of the direct transport. Tails the selected partitions of Kafka log
+//! dirs and streams every new batch to a `segmirror tail-apply` over one TCP link (mutual TLS or, on a trusted
+//! network, `--plaintext`), dialling it (`--connect`) or waiting for it to dial (`--listen`), until SIGTERM or
+//! SIGINT; then it says Goodbye and exits 0.
+//!
+//! Why one process per link rather than a step of `seed`: a tail has no end; the session resumes from the
+//! mirror's durable position on every (re)connect, so stopping and restarting `ship` loses and repeats nothing.
+//! Partitions are discovered once at start: a topic created later is shipped after a restart.
+//!
+//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, no partition selected) and on this side's
+//! own failures (a source file that cannot be read or diverged).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, UptoPolicy};
+use segmirror_shipper::source::discover::{discover, TopicFilter, ALL_TOPICS};
+use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
+use segmirror_transport::direct::handshake::HandshakeConfig;
+use segmirror_transport::direct::payload::PartitionRef;
+use segmirror_transport::direct::session::{SessionConfig, ShipperSession};
+use segmirror_transport::direct::Role;
+
+use crate::cli::link::{link_config, run_link, shutdown_on_signal, LinkArgs};
+use crate::cli::runtime::Runtime;
+
+/// How often the high watermarks are re-read from `replication-offset-checkpoint` (500 ms): the broker rewrites it
+/// every `replica.high.watermark.checkpoint.interval.ms` (5 s by default), so this adds well under one broker
+/// interval of latency while costing two small reads a second.
+pub const HW_RELOAD_INTERVAL: Duration = Duration::from_millis(500);
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
+enum Upto {
+    /// Committed records only (the broker's high watermark from replication-offset-checkpoint).
+    #[default]
+    HighWatermark,
+    /// Every complete, CRC-valid batch in the log, committed or not.
+    LogEnd,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A broker log dir to tail (repeat for several).
+    #[arg(long = "log-dir", value_name = "DIR", required = true)]
+    log_dirs: Vec<PathBuf>,
+    /// Topics to ship: a regular expression matched against the whole topic name (internal topics never).
+    #[arg(long, value_name = "REGEX", default_value = ALL_TOPICS)]
+    topics: String,
+    /// How far to ship.
+    #[arg(long, value_enum, default_value_t = Upto::HighWatermark)]
+    upto: Upto,
+    /// Most payload bytes per second on the link (default: no limit).
+    #[arg(long, value_name = "BYTES_PER_S")]
+    max_bandwidth: Option<u64>,
+    #[command(flatten)]
+    link: LinkArgs,
+}
+
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
+    let filter = TopicFilter::new(&args.topics).with_context(|| format!("--topics {:?}", args.topics))?;
+    let found = discover(&args.log_dirs, &filter);
+    for e in &found.log_dir_errors {
+        eprintln!("segmirror ship: error: {e}");
+    }
+    for p in &found.failed {
+        eprintln!(
+            "segmirror ship: cannot ship {}-{} ({}): {:?}",
+            p.topic,
+            p.partition,
+            p.path.display(),
+            p.problem
+        );
+    }
+    if found.sources.is_empty() {
+        bail!(
+            "no partition to ship in {} matching --topics {:?}",
+            args.log_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+            args.topics
+        );
+    }
+    let cluster_id = found.sources[0].cluster_id.clone();
+    if let Some(other) = found.sources.iter().find(|s| s.cluster_id != cluster_id) {
+        bail!(
+            "the log dirs belong to different clusters ({cluster_id} and {} in {}): one ship per source cluster",
+            other.cluster_id,
+            other.dir.display()
+        );
+    }
+    let partitions: Vec<TailPartition> = found
+        .sources
+        .iter()
+        .map(|s| TailPartition {
+            partition: PartitionRef {
+                topic: s.topic.clone(),
+                partition: s.partition,
+                topic_id: s.topic_id.0,
+            },
+            dir: s.dir.clone(),
+        })
+        .collect();
+    eprintln!(
+        "segmirror ship: link {:?}: {} partition(s) of cluster {cluster_id}",
+        args.link.link,
+        partitions.len()
+    );
+    let hws = Arc::new(CheckpointHighWatermarks::new(args.log_dirs.clone()));
+    let mut feed_config = TailFeedConfig::new(hws.clone());
+    feed_config.upto = match args.upto {
+        Upto::HighWatermark => UptoPolicy::HighWatermark,
+        Upto::LogEnd => UptoPolicy::LogEnd,
+    };
+    let feed = TailFeed::new(partitions, feed_config);
+    let session_config = SessionConfig {
+        max_bandwidth: args.max_bandwidth,
+        ..SessionConfig::default()
+    };
+    let session = ShipperSession::new(feed, session_config)?;
+    let link = args.link;
+    runtime.block_on(async move {
+        let shutdown = shutdown_on_signal()?;
+        let endpoint = link.endpoint().await?;
+        let reload = {
+            let (hws, stop) = (hws.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                while !stop.is_cancelled() {
+                    let hws = hws.clone();
+                    match tokio::task::spawn_blocking(move || hws.reload()).await {
+                        Ok(Err(e)) => tracing::warn!(error = %e, "reading the high watermarks"),
+                        Err(e) => tracing::warn!(error = %e, "the high-watermark reader stopped"),
+                        Ok(Ok(_)) => {}
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = tokio::time::sleep(HW_RELOAD_INTERVAL) => {}
+                    }
+                }
+            })
+        };
+        let handshake = HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id));
+        let config = link_config(handshake, None, "ship");
+        let r = run_link(endpoint, config, session, shutdown.clone()).await;
+        shutdown.cancel();
+        let _ = reload.await;
+        r
+    })??;
+    eprintln!("segmirror ship: link stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}

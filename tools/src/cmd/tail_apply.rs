@@ -1,0 +1,49 @@
+//! `segmirror tail-apply`: the long-running applier of the direct transport. Receives what a `segmirror ship`
+//! streams and appends it to a mirror root byte for byte (`applier::tail::TailAppender`, state in
+//! `<mirror>/.tail/`), listening for the shipper (`--listen`) or dialling it (`--connect`), until SIGTERM or
+//! SIGINT; then it says Goodbye and exits 0.
+//!
+//! Why a command of its own rather than flags of `apply`: `apply` installs what a shipper left in an object store
+//! and exits; this one holds a link open forever and takes none of `apply`'s store flags. Keeping them apart keeps
+//! `apply`'s flags and exit codes exactly as they were.
+//!
+//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files) and on this side's own failures (the
+//! mirror cannot be written).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use segmirror_applier::tail::TailAppender;
+use segmirror_transport::direct::handshake::HandshakeConfig;
+use segmirror_transport::direct::session::{ApplierSession, SessionConfig};
+use segmirror_transport::direct::Role;
+
+use crate::cli::link::{link_config, run_link, shutdown_on_signal, LinkArgs};
+use crate::cli::runtime::Runtime;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The mirror root (created if missing): partitions are appended into DIR/<topic>-<partition>/ with Kafka's
+    /// file names. A directory of segmirror's own, never a broker's log dir.
+    #[arg(long, value_name = "DIR")]
+    mirror: PathBuf,
+    #[command(flatten)]
+    link: LinkArgs,
+}
+
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
+    let appender = TailAppender::open(&args.mirror).with_context(|| format!("opening mirror {}", args.mirror.display()))?;
+    let session = ApplierSession::new(appender, SessionConfig::default())?;
+    let link = args.link;
+    runtime.block_on(async move {
+        let shutdown = shutdown_on_signal()?;
+        let endpoint = link.endpoint().await?;
+        let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), None);
+        let config = link_config(handshake, None, "tail-apply");
+        run_link(endpoint, config, session, shutdown).await
+    })??;
+    eprintln!("segmirror tail-apply: link stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
