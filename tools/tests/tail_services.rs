@@ -1,0 +1,347 @@
+//! `segmirror ship` and `segmirror tail-apply` as processes: a source log dir streamed into a mirror over a real
+//! TCP link (plaintext and mutual TLS, push and pull), appends arriving while both run, a clean exit 0 on SIGTERM,
+//! a plaintext shipper refused by a TLS applier without either crashing, and the flag rules (exit 2).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{append, data_batches, segmirror, write_log_dir, PartitionSpec, SegmentSpec};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+
+/// How long a test waits for something that should happen (a guard against hangs, not a speed assertion).
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A running `segmirror` with its stderr collected line by line.
+struct Service {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    name: &'static str,
+}
+
+impl Service {
+    fn start(name: &'static str, args: &[String]) -> Service {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+            .args(args)
+            .env("SEGMIRROR_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Service { child, stderr, name }
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until stderr contains `needle`; panics with the log if the process exits or patience runs out.
+    fn wait_for(&mut self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(at) = log.find(needle) {
+                return log[at + needle.len()..].lines().next().unwrap_or("").to_string();
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("{} exited ({status}) before logging {needle:?}:\n{log}", self.name);
+            }
+            assert!(start.elapsed() < PATIENCE, "{} never logged {needle:?}:\n{log}", self.name);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The address a `--listen 127.0.0.1:0` service bound.
+    fn bound(&mut self) -> String {
+        self.wait_for("listening on ").trim().to_string()
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then the exit code.
+    fn stop(mut self) -> (Option<i32>, String) {
+        // SAFETY: kill(2) on our own child's pid.
+        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(r, 0);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader thread drain the pipe.
+                std::thread::sleep(Duration::from_millis(100));
+                return (status.code(), self.log());
+            }
+            assert!(start.elapsed() < PATIENCE, "{} did not stop:\n{}", self.name, self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A source log dir: two partitions, each with a sealed segment and an active one.
+fn source(root: &Path) -> PathBuf {
+    let dir = root.join("source");
+    let partition = |topic: &str, n: i32| {
+        PartitionSpec::new(
+            topic,
+            n,
+            vec![
+                SegmentSpec::new(data_batches(0, 20, 3, 0)),
+                SegmentSpec::new(data_batches(60, 10, 3, 0)),
+            ],
+        )
+    };
+    write_log_dir(&dir, &[partition("orders", 0), partition("payments", 1)]);
+    dir
+}
+
+/// Every `.log` of the source, relative to the log dir.
+fn logs(log_dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for part in std::fs::read_dir(log_dir).unwrap() {
+        let part = part.unwrap().path();
+        if !part.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&part).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "log") {
+                out.push(f.strip_prefix(log_dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Waits until every source `.log` is in the mirror with the same bytes.
+fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
+    let start = Instant::now();
+    let files = logs(source);
+    assert!(files.len() >= 4);
+    loop {
+        let same = files.iter().all(|f| {
+            std::fs::read(mirror.join(f)).ok().as_deref() == Some(&std::fs::read(source.join(f)).unwrap()[..])
+        });
+        if same {
+            return;
+        }
+        for s in services.iter_mut() {
+            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
+        }
+        let logs: String = services.iter().map(|s| format!("--- {} ---\n{}", s.name, s.log())).collect();
+        assert!(start.elapsed() < PATIENCE, "the mirror never caught up:\n{logs}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Appends two batches to each partition's active segment.
+fn append_more(source: &Path) {
+    for (topic, next) in [("orders-0", 90), ("payments-1", 90)] {
+        let log = source.join(topic).join("00000000000000000060.log");
+        for batch in data_batches(next, 2, 4, 0) {
+            append(&log, &batch);
+        }
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+struct Certs {
+    shipper: Vec<String>,
+    applier: Vec<String>,
+}
+
+/// A CA and one leaf per side (both for `localhost`), as `--tls-*` flags.
+fn certs(dir: &Path) -> Certs {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, "segmirror test CA");
+    let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let ca = dir.join("ca.crt");
+    std::fs::write(&ca, issuer.pem()).unwrap();
+    let leaf = |name: &str| {
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        vec![
+            "--tls-cert".to_string(),
+            c.display().to_string(),
+            "--tls-key".to_string(),
+            k.display().to_string(),
+            "--tls-ca".to_string(),
+            ca.display().to_string(),
+        ]
+    };
+    Certs {
+        shipper: leaf("shipper"),
+        applier: leaf("applier"),
+    }
+}
+
+fn ship_args(source: &Path, direction: &[&str], security: &[String]) -> Vec<String> {
+    let mut args = strings(&["ship", "--log-dir", &source.display().to_string(), "--link", "dr", "--upto", "log-end"]);
+    args.extend(strings(direction));
+    args.extend(security.iter().cloned());
+    args
+}
+
+fn apply_args(mirror: &Path, direction: &[&str], security: &[String]) -> Vec<String> {
+    let mut args = strings(&["tail-apply", "--mirror", &mirror.display().to_string(), "--link", "dr"]);
+    args.extend(strings(direction));
+    args.extend(security.iter().cloned());
+    args
+}
+
+fn assert_clean_exit(service: Service) {
+    let name = service.name;
+    let (code, log) = service.stop();
+    assert_eq!(code, Some(0), "{name} did not exit 0 on SIGTERM:\n{log}");
+    assert!(log.contains("link stopped cleanly"), "{name}:\n{log}");
+}
+
+/// Push (tail-apply listens, ship dials) or pull (ship listens, tail-apply dials); mirrors, appends, stops.
+fn mirror_round_trip(push: bool, tls: bool) {
+    let root = tempfile::tempdir().unwrap();
+    let source = source(root.path());
+    let mirror = root.path().join("mirror");
+    let (ship_sec, apply_sec, server_name) = if tls {
+        let c = certs(root.path());
+        (c.shipper, c.applier, vec!["--tls-server-name".to_string(), "localhost".to_string()])
+    } else {
+        (strings(&["--plaintext"]), strings(&["--plaintext"]), Vec::new())
+    };
+    let (mut applier, mut shipper);
+    if push {
+        applier = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &apply_sec));
+        let addr = applier.bound();
+        let sec: Vec<String> = ship_sec.iter().chain(&server_name).cloned().collect();
+        shipper = Service::start("ship", &ship_args(&source, &["--connect", &addr], &sec));
+    } else {
+        shipper = Service::start("ship", &ship_args(&source, &["--listen", "127.0.0.1:0"], &ship_sec));
+        let addr = shipper.bound();
+        let sec: Vec<String> = apply_sec.iter().chain(&server_name).cloned().collect();
+        applier = Service::start("tail-apply", &apply_args(&mirror, &["--connect", &addr], &sec));
+    }
+    wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
+    shipper.wait_for("connected: session started");
+    applier.wait_for("connected: session started");
+
+    append_more(&source);
+    wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
+
+    // Stop the dialler first: the listener then has no session and stops at once; the reverse order is the other
+    // path (a running session ended by the signal), covered by the other direction.
+    assert_clean_exit(shipper);
+    assert_clean_exit(applier);
+}
+
+#[test]
+fn plaintext_push_mirrors_the_source_and_its_appends_then_stops_cleanly() {
+    mirror_round_trip(true, false);
+}
+
+#[test]
+fn mutual_tls_push_mirrors_the_source_and_its_appends_then_stops_cleanly() {
+    mirror_round_trip(true, true);
+}
+
+#[test]
+fn mutual_tls_pull_mirrors_the_source_and_its_appends_then_stops_cleanly() {
+    mirror_round_trip(false, true);
+}
+
+#[test]
+fn plaintext_pull_mirrors_the_source_and_its_appends_then_stops_cleanly() {
+    mirror_round_trip(false, false);
+}
+
+#[test]
+fn a_plaintext_shipper_is_refused_by_a_tls_applier_and_neither_crashes() {
+    let root = tempfile::tempdir().unwrap();
+    let source = source(root.path());
+    let mirror = root.path().join("mirror");
+    let c = certs(root.path());
+    let mut applier = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &c.applier));
+    let addr = applier.bound();
+    let mut shipper = Service::start(
+        "ship",
+        &ship_args(&source, &["--connect", &addr], &strings(&["--plaintext"])),
+    );
+    shipper.wait_for("connect failed");
+    applier.wait_for("connect failed");
+    assert!(shipper.running(), "ship exited:\n{}", shipper.log());
+    assert!(applier.running(), "tail-apply exited:\n{}", applier.log());
+    assert!(!shipper.log().contains("session started"), "{}", shipper.log());
+    assert!(logs(&mirror).is_empty() || !mirror.exists());
+    assert_clean_exit(shipper);
+    assert_clean_exit(applier);
+}
+
+#[test]
+fn security_flags_are_exactly_one_of_plaintext_and_tls() {
+    let root = tempfile::tempdir().unwrap();
+    let mirror = root.path().join("m").display().to_string();
+    let base = ["tail-apply", "--mirror", &mirror, "--link", "dr", "--listen", "127.0.0.1:0"];
+    let both = segmirror(base.iter().copied().chain(["--plaintext", "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "a"]));
+    both.expect_code(2);
+    assert!(both.stderr.contains("--plaintext") && both.stderr.contains("--tls-cert"), "{both:?}");
+    let neither = segmirror(base);
+    neither.expect_code(2);
+    assert!(neither.stderr.contains("--plaintext|--tls-cert"), "{neither:?}");
+    let cert_only = segmirror(base.iter().copied().chain(["--tls-cert", "c"]));
+    cert_only.expect_code(2);
+    assert!(cert_only.stderr.contains("--tls-key"), "{cert_only:?}");
+    let source = source(root.path()).display().to_string();
+    let ship = segmirror(["ship", "--log-dir", &source, "--link", "dr", "--plaintext"]);
+    ship.expect_code(2);
+    assert!(ship.stderr.contains("--connect"), "{ship:?}");
+}
+
+#[test]
+fn a_missing_pem_file_exits_2_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    let c = certs(root.path());
+    let mirror = root.path().join("m");
+    let missing = root.path().join("nope.key").display().to_string();
+    let mut sec = c.applier.clone();
+    sec[3] = missing.clone();
+    let run = segmirror(apply_args(&mirror, &["--listen", "127.0.0.1:0"], &sec));
+    run.expect_code(2);
+    assert!(run.stderr.contains(&missing), "{run:?}");
+    let garbage = root.path().join("garbage.crt");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let mut sec = c.shipper.clone();
+    sec[5] = garbage.display().to_string();
+    let source = source(root.path());
+    let run = segmirror(ship_args(&source, &["--connect", "127.0.0.1:1"], &sec));
+    run.expect_code(2);
+    assert!(run.stderr.contains(&garbage.display().to_string()), "{run:?}");
+}
