@@ -99,6 +99,10 @@ impl Drop for Service {
     }
 }
 
+/// Kafka's default `index.interval.bytes`: the mirror rebuilds a sealed segment's indexes with it and the seal
+/// compares them with the source's, so the fixture's indexes are built as a default broker builds them.
+const KAFKA_INDEX_INTERVAL: u64 = 4096;
+
 /// A source log dir: two partitions, each with a sealed segment and an active one.
 fn source(root: &Path) -> PathBuf {
     let dir = root.join("source");
@@ -111,6 +115,7 @@ fn source(root: &Path) -> PathBuf {
                 SegmentSpec::new(data_batches(60, 10, 3, 0)),
             ],
         )
+        .index_interval(KAFKA_INDEX_INTERVAL)
     };
     write_log_dir(&dir, &[partition("orders", 0), partition("payments", 1)]);
     dir
@@ -257,8 +262,8 @@ fn mirror_round_trip(push: bool, tls: bool) {
     append_more(&source);
     wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
 
-    // Stop the dialler first: the listener then has no session and stops at once; the reverse order is the other
-    // path (a running session ended by the signal), covered by the other direction.
+    // The shipper first: in push mode it is the dialler (its session ends on the signal), in pull mode the listener
+    // with a session running; the applier then stops with no session (push) or from its reconnect loop (pull).
     assert_clean_exit(shipper);
     assert_clean_exit(applier);
 }
@@ -295,8 +300,12 @@ fn a_plaintext_shipper_is_refused_by_a_tls_applier_and_neither_crashes() {
         "ship",
         &ship_args(&source, &["--connect", &addr], &strings(&["--plaintext"])),
     );
-    shipper.wait_for("connect failed");
+    // The shipper sees a TLS peer and pauses (no reconnect storm); the applier logs the failed handshake.
+    let refusal = shipper.wait_for("refused: ");
+    assert!(refusal.contains("TLS") && refusal.contains("paused for"), "{refusal}");
     applier.wait_for("connect failed");
+    // Still paused, not retrying: exactly one refusal line.
+    assert_eq!(shipper.log().matches("refused: ").count(), 1, "{}", shipper.log());
     assert!(shipper.running(), "ship exited:\n{}", shipper.log());
     assert!(applier.running(), "tail-apply exited:\n{}", applier.log());
     assert!(!shipper.log().contains("session started"), "{}", shipper.log());

@@ -144,7 +144,7 @@ fn spawn_event_logger(link: String, role: &'static str) -> mpsc::Sender<LinkEven
             let line = match &event {
                 LinkEvent::SessionStarted => "connected: session started".to_string(),
                 LinkEvent::SessionEnded { end, error } => match (end, error) {
-                    (_, Some((class, e))) => format!("session ended ({class:?}): {e}; reconnecting"),
+                    (_, Some((class, e))) => format!("session ended ({class:?}): {e}"),
                     (Some(end), None) => format!("session ended: {end:?}"),
                     (None, None) => "session ended".to_string(),
                 },
