@@ -60,7 +60,11 @@ impl Service {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("{} exited ({status}) before logging {needle:?}:\n{log}", self.name);
             }
-            assert!(start.elapsed() < PATIENCE, "{} never logged {needle:?}:\n{log}", self.name);
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} never logged {needle:?}:\n{log}",
+                self.name
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -86,7 +90,12 @@ impl Service {
                 std::thread::sleep(Duration::from_millis(100));
                 return (status.code(), self.log());
             }
-            assert!(start.elapsed() < PATIENCE, "{} did not stop:\n{}", self.name, self.log());
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} did not stop:\n{}",
+                self.name,
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -155,7 +164,10 @@ fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
         for s in services.iter_mut() {
             assert!(s.running(), "{} exited:\n{}", s.name, s.log());
         }
-        let logs: String = services.iter().map(|s| format!("--- {} ---\n{}", s.name, s.log())).collect();
+        let logs: String = services
+            .iter()
+            .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
+            .collect();
         assert!(start.elapsed() < PATIENCE, "the mirror never caught up:\n{logs}");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -212,7 +224,15 @@ fn certs(dir: &Path) -> Certs {
 }
 
 fn ship_args(source: &Path, direction: &[&str], security: &[String]) -> Vec<String> {
-    let mut args = strings(&["ship", "--log-dir", &source.display().to_string(), "--link", "dr", "--upto", "log-end"]);
+    let mut args = strings(&[
+        "ship",
+        "--log-dir",
+        &source.display().to_string(),
+        "--link",
+        "dr",
+        "--upto",
+        "log-end",
+    ]);
     args.extend(strings(direction));
     args.extend(security.iter().cloned());
     args
@@ -239,13 +259,20 @@ fn mirror_round_trip(push: bool, tls: bool) {
     let mirror = root.path().join("mirror");
     let (ship_sec, apply_sec, server_name) = if tls {
         let c = certs(root.path());
-        (c.shipper, c.applier, vec!["--tls-server-name".to_string(), "localhost".to_string()])
+        (
+            c.shipper,
+            c.applier,
+            vec!["--tls-server-name".to_string(), "localhost".to_string()],
+        )
     } else {
         (strings(&["--plaintext"]), strings(&["--plaintext"]), Vec::new())
     };
     let (mut applier, mut shipper);
     if push {
-        applier = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &apply_sec));
+        applier = Service::start(
+            "tail-apply",
+            &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &apply_sec),
+        );
         let addr = applier.bound();
         let sec: Vec<String> = ship_sec.iter().chain(&server_name).cloned().collect();
         shipper = Service::start("ship", &ship_args(&source, &["--connect", &addr], &sec));
@@ -294,7 +321,10 @@ fn a_plaintext_shipper_is_refused_by_a_tls_applier_and_neither_crashes() {
     let source = source(root.path());
     let mirror = root.path().join("mirror");
     let c = certs(root.path());
-    let mut applier = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &c.applier));
+    let mut applier = Service::start(
+        "tail-apply",
+        &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &c.applier),
+    );
     let addr = applier.bound();
     let mut shipper = Service::start(
         "ship",
@@ -318,10 +348,26 @@ fn a_plaintext_shipper_is_refused_by_a_tls_applier_and_neither_crashes() {
 fn security_flags_are_exactly_one_of_plaintext_and_tls() {
     let root = tempfile::tempdir().unwrap();
     let mirror = root.path().join("m").display().to_string();
-    let base = ["tail-apply", "--mirror", &mirror, "--link", "dr", "--listen", "127.0.0.1:0"];
-    let both = segmirror(base.iter().copied().chain(["--plaintext", "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "a"]));
+    let base = [
+        "tail-apply",
+        "--mirror",
+        &mirror,
+        "--link",
+        "dr",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let both =
+        segmirror(
+            base.iter()
+                .copied()
+                .chain(["--plaintext", "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "a"]),
+        );
     both.expect_code(2);
-    assert!(both.stderr.contains("--plaintext") && both.stderr.contains("--tls-cert"), "{both:?}");
+    assert!(
+        both.stderr.contains("--plaintext") && both.stderr.contains("--tls-cert"),
+        "{both:?}"
+    );
     let neither = segmirror(base);
     neither.expect_code(2);
     assert!(neither.stderr.contains("--plaintext|--tls-cert"), "{neither:?}");

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Dialer, LinkConfig, LinkEvent, SessionRunner};
+use segmirror_transport::direct::session::link::{
+    dial, listen, Acceptor, Dialer, LinkConfig, LinkEvent, SessionRunner,
+};
 use segmirror_transport::direct::tls::{client_config, server_config, TlsFiles};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;

@@ -77,7 +77,11 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     if found.sources.is_empty() {
         bail!(
             "no partition to ship in {} matching --topics {:?}",
-            args.log_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+            args.log_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
             args.topics
         );
     }

@@ -34,7 +34,8 @@ pub struct Args {
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
-    let appender = TailAppender::open(&args.mirror).with_context(|| format!("opening mirror {}", args.mirror.display()))?;
+    let appender =
+        TailAppender::open(&args.mirror).with_context(|| format!("opening mirror {}", args.mirror.display()))?;
     let session = ApplierSession::new(appender, SessionConfig::default())?;
     let link = args.link;
     runtime.block_on(async move {
