@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{append, data_batches, segmirror, write_log_dir, PartitionSpec, SegmentSpec};
+use common::{data_batches, segmirror, write_log_dir, PartitionSpec, SegmentSpec};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
 /// How long a test waits for something that should happen (a guard against hangs, not a speed assertion).
@@ -171,6 +171,14 @@ fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
         assert!(start.elapsed() < PATIENCE, "the mirror never caught up:\n{logs}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Appends `bytes` in place, as a broker does (`common::append` rewrites the file, which a tailing shipper rightly
+/// sees as a truncation).
+fn append(path: &Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(bytes).unwrap();
 }
 
 /// Appends two batches to each partition's active segment.
@@ -399,4 +407,79 @@ fn a_missing_pem_file_exits_2_naming_it() {
     let run = segmirror(ship_args(&source, &["--connect", "127.0.0.1:1"], &sec));
     run.expect_code(2);
     assert!(run.stderr.contains(&garbage.display().to_string()), "{run:?}");
+}
+
+/// Rewrites the source's replication-offset-checkpoint (the high watermarks `ship` bounds itself by).
+fn set_high_watermarks(source: &Path, hws: &[(&str, i32, i64)]) {
+    use segment_format::checkpoint::{OffsetCheckpoint, OffsetCheckpointEntry};
+    let tmp = source.join("replication-offset-checkpoint.tmp");
+    OffsetCheckpoint {
+        entries: hws
+            .iter()
+            .map(|&(topic, partition, offset)| OffsetCheckpointEntry {
+                topic: topic.to_string(),
+                partition,
+                offset,
+            })
+            .collect(),
+    }
+    .write(&tmp)
+    .unwrap();
+    // By rename, as the broker does: the shipper never reads half a file.
+    std::fs::rename(
+        &tmp,
+        source.join(segment_format::dir::REPLICATION_OFFSET_CHECKPOINT_FILE),
+    )
+    .unwrap();
+}
+
+/// Waits until the mirror's `rel` holds exactly `len` bytes, equal to the source's first `len`.
+fn wait_prefix(source: &Path, mirror: &Path, rel: &str, len: usize, services: &mut [&mut Service]) {
+    let start = Instant::now();
+    let want = std::fs::read(source.join(rel)).unwrap()[..len].to_vec();
+    while std::fs::read(mirror.join(rel)).ok().as_deref() != Some(&want[..]) {
+        for s in services.iter_mut() {
+            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the mirror's {rel} never became the {len}-byte prefix"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn by_default_only_records_below_the_high_watermark_are_shipped() {
+    let root = tempfile::tempdir().unwrap();
+    let source = source(root.path());
+    let mirror = root.path().join("mirror");
+    let plain = strings(&["--plaintext"]);
+    let mut applier = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &plain));
+    let addr = applier.bound();
+    let mut args = ship_args(&source, &["--connect", &addr], &plain);
+    let upto = args.iter().position(|a| a == "--upto").unwrap();
+    args.drain(upto..upto + 2); // the default: --upto high-watermark
+    let mut shipper = Service::start("ship", &args);
+    wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
+
+    // Two batches appended, the high watermark moved past the first only: the mirror stops at the first.
+    let rel = "orders-0/00000000000000000060.log";
+    let before = std::fs::metadata(source.join(rel)).unwrap().len() as usize;
+    let first = data_batches(90, 1, 4, 0).concat();
+    append(&source.join(rel), &first);
+    append(&source.join(rel), &data_batches(94, 1, 4, 0).concat());
+    set_high_watermarks(&source, &[("orders", 0, 94), ("payments", 1, 90)]);
+    wait_prefix(
+        &source,
+        &mirror,
+        rel,
+        before + first.len(),
+        &mut [&mut applier, &mut shipper],
+    );
+    // Committed: the rest arrives.
+    set_high_watermarks(&source, &[("orders", 0, 98), ("payments", 1, 90)]);
+    wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
+    assert_clean_exit(shipper);
+    assert_clean_exit(applier);
 }
