@@ -483,3 +483,22 @@ fn by_default_only_records_below_the_high_watermark_are_shipped() {
     assert_clean_exit(shipper);
     assert_clean_exit(applier);
 }
+
+#[test]
+fn a_shipper_of_another_cluster_is_refused_and_its_link_pauses() {
+    let root = tempfile::tempdir().unwrap();
+    let source = source(root.path());
+    let mirror = root.path().join("mirror");
+    let plain = strings(&["--plaintext"]);
+    let mut args = apply_args(&mirror, &["--listen", "127.0.0.1:0"], &plain);
+    args.extend(strings(&["--source-cluster-id", "another-cluster"]));
+    let mut applier = Service::start("tail-apply", &args);
+    let addr = applier.bound();
+    let mut shipper = Service::start("ship", &ship_args(&source, &["--connect", &addr], &plain));
+    let refusal = shipper.wait_for("refused: ");
+    assert!(refusal.contains("another-cluster"), "{refusal}");
+    assert!(shipper.running() && applier.running());
+    assert!(logs(&mirror).is_empty());
+    assert_clean_exit(shipper);
+    assert_clean_exit(applier);
+}

@@ -28,6 +28,10 @@ pub struct Args {
     /// file names. A directory of segmirror's own, never a broker's log dir.
     #[arg(long, value_name = "DIR")]
     mirror: PathBuf,
+    /// Accept only a shipper of this source cluster (its `meta.properties` cluster.id); a shipper of another
+    /// cluster is refused and its link pauses. Without it, any cluster's shipper is accepted.
+    #[arg(long, value_name = "ID")]
+    source_cluster_id: Option<String>,
     #[command(flatten)]
     link: LinkArgs,
 }
@@ -41,7 +45,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
         let endpoint = link.endpoint().await?;
-        let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), None);
+        let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
         let config = link_config(handshake, None, "tail-apply");
         run_link(endpoint, config, session, shutdown).await
     })??;
