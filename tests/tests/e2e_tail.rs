@@ -28,7 +28,7 @@ use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
 use segmirror_tests::*;
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::{PartitionRef, Role};
-use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Backoff, Dialer, LinkConfig};
+use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Backoff, Dialer, LinkConfig, LinkEvent};
 use segmirror_transport::direct::session::{ApplierSession, ChunkApplier, SessionConfig, ShipperSession};
 use segmirror_transport::direct::testing::FaultProxy;
 use segmirror_transport::direct::tls::{client_config, server_config, TlsFiles};
@@ -72,14 +72,30 @@ fn session_config() -> SessionConfig {
     }
 }
 
-fn link(role: Role) -> LinkConfig {
+/// Every link event of both sides, with the time since the start, for the failure messages.
+type EventLog = Arc<std::sync::Mutex<Vec<String>>>;
+
+fn link(role: Role, log: &EventLog, start: Instant) -> LinkConfig {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<LinkEvent>(1024);
+    let log = log.clone();
+    tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            let line = format!("{:>6} ms {role:?}: {e:?}", start.elapsed().as_millis());
+            log.lock().unwrap().push(line);
+        }
+    });
     let mut config = LinkConfig::new(HandshakeConfig::new(
         role,
         "dr",
         (role == Role::Shipper).then(|| "source-cluster".to_string()),
     ));
     // Quick reconnects: the test cuts the link many times in a few seconds.
-    config.backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500), Duration::from_secs(5));
+    config.backoff = Backoff::new(
+        Duration::from_millis(50),
+        Duration::from_millis(500),
+        Duration::from_secs(5),
+    );
+    config.events = Some(tx);
     config
 }
 
@@ -141,7 +157,11 @@ fn produce_round(bootstrap: &str, topic: &str, round: usize) {
         plan = plan.step(ProduceStep::Send(records));
     }
     python_produce(bootstrap, &plan).unwrap();
-    let txn = |step: usize| -> Vec<OutRecord> { (0..RECORDS_PER_STEP / 2).map(|i| record(topic, round, step, i, "txn")).collect() };
+    let txn = |step: usize| -> Vec<OutRecord> {
+        (0..RECORDS_PER_STEP / 2)
+            .map(|i| record(topic, round, step, i, "txn"))
+            .collect()
+    };
     let plan = ProducePlan::new(topic)
         .config("transactional.id", format!("{topic}-txn"))
         .config("linger.ms", "2")
@@ -233,29 +253,33 @@ async fn replicate(direction: Direction, topic: &str) {
     let proxy = FaultProxy::start(listener.local_addr().unwrap()).await.unwrap();
     let proxy_addr = proxy.addr().to_string();
     let shutdown = CancellationToken::new();
+    let events: EventLog = Arc::default();
+    let started = Instant::now();
+    let applier_link = link(Role::Applier, &events, started);
+    let shipper_link = link(Role::Shipper, &events, started);
     let (listening, dialing) = match direction {
         Direction::Push => {
             let stop = shutdown.clone();
             let listening = tokio::spawn(async move {
-                let (_, r) = listen(listener, acceptor, link(Role::Applier), applier, stop).await;
+                let (_, r) = listen(listener, acceptor, applier_link, applier, stop).await;
                 r
             });
             let stop = shutdown.clone();
             let mut shipper = shipper;
             let dialing =
-                tokio::spawn(async move { dial(&proxy_addr, &dialer, &link(Role::Shipper), &mut shipper, &stop).await });
+                tokio::spawn(async move { dial(&proxy_addr, &dialer, &shipper_link, &mut shipper, &stop).await });
             (listening, dialing)
         }
         Direction::Pull => {
             let stop = shutdown.clone();
             let listening = tokio::spawn(async move {
-                let (_, r) = listen(listener, acceptor, link(Role::Shipper), shipper, stop).await;
+                let (_, r) = listen(listener, acceptor, shipper_link, shipper, stop).await;
                 r
             });
             let stop = shutdown.clone();
             let mut applier = applier;
             let dialing =
-                tokio::spawn(async move { dial(&proxy_addr, &dialer, &link(Role::Applier), &mut applier, &stop).await });
+                tokio::spawn(async move { dial(&proxy_addr, &dialer, &applier_link, &mut applier, &stop).await });
             (listening, dialing)
         }
     };
@@ -320,10 +344,11 @@ async fn replicate(direction: Direction, topic: &str) {
         }
         assert!(
             Instant::now() < end,
-            "mirror at {durable:?}, source log ends {leos:?}, high watermarks {:?}",
+            "mirror at {durable:?}, source log ends {leos:?}, high watermarks {:?}; link events:\n{}",
             (0..PARTITIONS)
                 .map(|p| hws.high_watermark(topic, p).map(|h| h.offset))
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>(),
+            events.lock().unwrap().join("\n")
         );
         tokio::time::sleep(POLL).await;
     }
@@ -349,7 +374,11 @@ async fn replicate(direction: Direction, topic: &str) {
             src.keys().collect::<Vec<_>>(),
             "partition {p}: segments"
         );
-        assert!(src.len() >= 3, "partition {p}: only {} segments, too few rolls", src.len());
+        assert!(
+            src.len() >= 3,
+            "partition {p}: only {} segments, too few rolls",
+            src.len()
+        );
         let last = *src.keys().next_back().unwrap();
         let mut next = 0i64;
         let (mut batches, mut control, mut transactional, mut companions) = (0u64, 0u64, 0u64, 0u64);
@@ -362,8 +391,15 @@ async fn replicate(direction: Direction, topic: &str) {
             assert!(m == s, "partition {p} segment {base}: bytes");
             for frame in scan_frames(&m, 0) {
                 let frame = frame.unwrap();
-                assert!(frame.crc_matches(), "partition {p} segment {base}: CRC at {}", frame.info.position);
-                assert_eq!(frame.info.base_offset, next, "partition {p} segment {base}: a gap or a repeat");
+                assert!(
+                    frame.crc_matches(),
+                    "partition {p} segment {base}: CRC at {}",
+                    frame.info.position
+                );
+                assert_eq!(
+                    frame.info.base_offset, next,
+                    "partition {p} segment {base}: a gap or a repeat"
+                );
                 next = frame.info.last_offset + 1;
                 batches += 1;
                 control += u64::from(frame.info.is_control);
@@ -386,13 +422,18 @@ async fn replicate(direction: Direction, topic: &str) {
             }
         }
         assert_eq!(next, leos[p as usize], "partition {p}: offsets up to the log end");
-        assert!(control >= 2 && transactional >= 2, "partition {p}: no transactions seen");
+        assert!(
+            control >= 2 && transactional >= 2,
+            "partition {p}: no transactions seen"
+        );
         stats.push((p, mir.len(), batches, control, companions, next));
     }
 
     // The verify engine, strict: no error in the mirror's partitions. Everything it says is printed, so what a
     // promotable partition still lacks is visible.
-    let paths: Vec<PathBuf> = (0..PARTITIONS).map(|p| mirror.path().join(format!("{topic}-{p}"))).collect();
+    let paths: Vec<PathBuf> = (0..PARTITIONS)
+        .map(|p| mirror.path().join(format!("{topic}-{p}")))
+        .collect();
     let report = verify_paths(
         &paths,
         &VerifyOptions {
@@ -426,7 +467,11 @@ async fn replicate(direction: Direction, topic: &str) {
         assert!(expected, "unexpected verify finding: {f:?}");
     }
     for (p, summary) in report.partitions.iter().enumerate() {
-        assert_eq!(summary.last_offset, Some(leos[p] - 1), "verify: partition {p}'s last offset");
+        assert_eq!(
+            summary.last_offset,
+            Some(leos[p] - 1),
+            "verify: partition {p}'s last offset"
+        );
     }
     eprintln!(
         "{direction:?}: {faults} faults, {connections} connections; per partition (p, segments, batches, control, \
