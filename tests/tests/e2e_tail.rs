@@ -425,6 +425,29 @@ async fn replicate(direction: Direction, topic: &str) {
             "partition {p}: no transactions seen"
         );
         stats.push((p, mir.len(), batches, control, companions, next));
+        let mut files: Vec<String> = std::fs::read_dir(&mir_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        eprintln!("mirror partition {p}: {files:?}");
+        // Producer snapshots: which broker file each mirror snapshot's bytes are (Kafka reads a snapshot's offset
+        // from its name, so a snapshot installed under another segment's base is not the broker's file).
+        for name in files.iter().filter(|f| f.ends_with(".snapshot")) {
+            let bytes = std::fs::read(mir_dir.join(name)).unwrap();
+            let same: Vec<String> = std::fs::read_dir(src_dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|path| path.extension().is_some_and(|e| e == "snapshot"))
+                .filter(|path| std::fs::read(path).is_ok_and(|b| b == bytes))
+                .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+                .collect();
+            assert!(
+                !same.is_empty(),
+                "partition {p}: mirror {name} is none of the broker's snapshots"
+            );
+            eprintln!("partition {p}: mirror {name} holds the bytes of the broker's {same:?}");
+        }
     }
 
     // The verify engine, strict: no error in the mirror's partitions. Everything it says is printed, so what a
