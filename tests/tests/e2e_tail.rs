@@ -431,23 +431,13 @@ async fn replicate(direction: Direction, topic: &str) {
             .collect();
         files.sort();
         eprintln!("mirror partition {p}: {files:?}");
-        // Producer snapshots: which broker file each mirror snapshot's bytes are (Kafka reads a snapshot's offset
-        // from its name, so a snapshot installed under another segment's base is not the broker's file).
-        for name in files.iter().filter(|f| f.ends_with(".snapshot")) {
-            let bytes = std::fs::read(mir_dir.join(name)).unwrap();
-            let same: Vec<String> = std::fs::read_dir(src_dir)
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .filter(|path| path.extension().is_some_and(|e| e == "snapshot"))
-                .filter(|path| std::fs::read(path).is_ok_and(|b| b == bytes))
-                .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
-                .collect();
-            assert!(
-                !same.is_empty(),
-                "partition {p}: mirror {name} is none of the broker's snapshots"
-            );
-            eprintln!("partition {p}: mirror {name} holds the bytes of the broker's {same:?}");
-        }
+        // No producer snapshot travels in a v1 seal (a broker names a roll snapshot after the next segment's base,
+        // which the seal does not carry; an earlier build installed each one a segment early). None may appear.
+        let snapshots: Vec<&String> = files.iter().filter(|f| f.ends_with(".snapshot")).collect();
+        assert!(
+            snapshots.is_empty(),
+            "partition {p}: mirror holds snapshots {snapshots:?}"
+        );
     }
 
     // The verify engine, strict: no error in the mirror's partitions. Everything it says is printed, so what a
