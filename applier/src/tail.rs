@@ -585,12 +585,17 @@ impl Inner {
                     hex(&c.sha256)
                 )));
             }
-            let kind = match c.kind {
-                CompanionKind::OffsetIndex => SegmentFileKind::Index,
-                CompanionKind::TimeIndex => SegmentFileKind::TimeIndex,
-                CompanionKind::TxnIndex => SegmentFileKind::TxnIndex,
-                CompanionKind::ProducerSnapshot => SegmentFileKind::Snapshot,
-            };
+            let kind =
+                match c.kind {
+                    CompanionKind::OffsetIndex => SegmentFileKind::Index,
+                    CompanionKind::TimeIndex => SegmentFileKind::TimeIndex,
+                    CompanionKind::TxnIndex => SegmentFileKind::TxnIndex,
+                    CompanionKind::ProducerSnapshot => return Err(bad(
+                        "a producer snapshot companion cannot be placed: it is named after the next segment's base, \
+                         which a version 1 seal does not carry"
+                            .into(),
+                    )),
+                };
             files.push((kind, bytes));
         }
         let pdir = self.partition_dir(&p.topic, p.partition);

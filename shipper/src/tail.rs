@@ -333,7 +333,7 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         }
         TailRead::Appended { chunk, .. } => match (segment, next_segment) {
             (Some(segment), Some(next_seg)) if chunk.pending == 0 => {
-                let seal = seal(&part.target.partition, &at, segment, next_seg)?;
+                let seal = seal(&part.target.partition, &at, segment)?;
                 part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);
                 Ok((part, Some(FeedItem::Seal(seal))))
             }
@@ -351,7 +351,7 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
 
 /// The seal of `segment`, whose tail `at` is at its end: one pass computes the
 /// CRC-32C (checked against the chunks shipped) and the SHA-256.
-fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView, next: &SegmentView) -> Result<SegmentSeal> {
+fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> Result<SegmentSeal> {
     let diverged = |reason: String| Error::Diverged {
         partition: name(partition),
         segment_base: at.base_offset,
@@ -376,7 +376,9 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView, next
         (CompanionKind::OffsetIndex, segment.files.index.as_ref(), false),
         (CompanionKind::TimeIndex, segment.files.time_index.as_ref(), false),
         (CompanionKind::TxnIndex, segment.files.txn_index.as_ref(), true),
-        (CompanionKind::ProducerSnapshot, next.snapshot.as_ref(), true),
+        // No producer snapshot: the one a broker writes at a roll is named after the *next* segment's base, and a
+        // v1 seal carries no offset to name it by, so an applier would place it one segment early. Promotion starts
+        // producer state empty anyway (docs/promotion.md), and a broker rebuilds it from the log without one.
     ];
     for (kind, path, inline) in files {
         let Some(path) = path else { continue };

@@ -310,11 +310,19 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
     twice.companions.push(good.companions[0].clone());
     let mut wrong_size = good.clone();
     wrong_size.final_size -= 1;
+    let mut snapshot = good.clone();
+    snapshot.companions.push(Companion {
+        kind: CompanionKind::ProducerSnapshot,
+        size: 10,
+        sha256: sha2::Sha256::digest([0u8; 10]).into(),
+        inline: Some(Bytes::from(vec![0u8; 10])),
+    });
     for (what, seal) in [
         ("log", wrong_log),
         ("companion", wrong_companion),
         ("twice", twice),
         ("size", wrong_size),
+        ("snapshot", snapshot),
     ] {
         let e = a.apply_seal(&seal).await.expect_err(what);
         assert!(e.to_string().contains("not sealed"), "{what}: {e}");

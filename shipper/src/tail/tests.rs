@@ -205,11 +205,9 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
             vec![
                 (CompanionKind::OffsetIndex, 80, false),
                 (CompanionKind::TxnIndex, 40, true),
-                (CompanionKind::ProducerSnapshot, 33, true),
             ]
         );
         assert_eq!(s.companions[0].sha256, sha256(&[1u8; 80]));
-        assert_eq!(s.companions[2].inline.as_deref(), Some(&[3u8; 33][..]));
     }
 }
 
