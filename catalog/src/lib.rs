@@ -55,6 +55,10 @@ pub use path::{
     mirror_catalog_path, CATALOG_FILE_NAME, MIRRORS_DIR, ROOT_HASH_HEX_DIGITS, ROOT_NAME_MAX_CHARS,
 };
 pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
+
+/// Pause before opening a catalog again after a busy collision (see [`Catalog::open`]): about one short setup
+/// transaction of the other process.
+const OPEN_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 pub use segment::{InstallOutcome, InstallReceipt, PendingOutcome, SegmentRecord, SegmentState, SegmentVersion};
 pub use status::{LinkStatus, PartitionStatus, Status};
 
@@ -77,11 +81,23 @@ impl Catalog {
             })?;
         }
         let location = Location::File(path.to_path_buf());
-        let conn = Connection::open(path).map_err(|source| Error::Open {
-            path: location.clone(),
-            source,
-        })?;
-        Self::prepare(conn, location)
+        // Two processes opening a new catalog at once (two `apply`s started together on a fresh mirror) can meet
+        // SQLITE_BUSY where SQLite does not call the busy handler (switching a new file to WAL, or a lock upgrade it
+        // refuses to avoid a deadlock). Such a collision clears as soon as the other side's short setup commits, so
+        // the whole open is tried again, for at most BUSY_TIMEOUT in all.
+        let started = std::time::Instant::now();
+        loop {
+            let conn = Connection::open(path).map_err(|source| Error::Open {
+                path: location.clone(),
+                source,
+            })?;
+            match Self::prepare(conn, location.clone()) {
+                Err(e) if e.is_transient() && started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(OPEN_RETRY_DELAY);
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Opens a private in-memory catalog (for tests and dry runs). It has no WAL; everything else is as on disk.
@@ -278,6 +294,28 @@ mod tests {
         let reader = Catalog::open(&path).unwrap();
         writer.create_link(&test_support::link_spec("l")).unwrap();
         assert_eq!(reader.links().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn many_opens_of_a_new_catalog_at_once_all_succeed() {
+        for round in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("catalog.sqlite");
+            let start = std::sync::Barrier::new(6);
+            std::thread::scope(|s| {
+                let opens: Vec<_> = (0..6)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            Catalog::open(&path).map(|c| c.schema_version().unwrap())
+                        })
+                    })
+                    .collect();
+                for open in opens {
+                    assert_eq!(open.join().unwrap().unwrap(), SCHEMA_VERSION, "round {round}");
+                }
+            });
+        }
     }
 
     #[test]
