@@ -26,8 +26,7 @@
 //! are addressed by the parsed manifest's Kafka file names only.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::Read;
+use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -42,7 +41,7 @@ use segment_format::snapshot::ProducerSnapshot;
 use segment_format::verify::{check_segment_against_epochs, TailPolicy, VerifyOptions};
 use segmirror_catalog::SegmentVersion;
 use segmirror_transport::manifest::{EpochStart, Manifest, ManifestFile};
-use segmirror_transport::store::Hasher;
+use segmirror_transport::store::digest_file;
 use segmirror_transport::SegmentSource;
 
 use crate::error::{Error, Result};
@@ -57,9 +56,6 @@ pub const MAX_SNAPSHOT_BYTES: u64 = segmirror_transport::manifest::MAX_SNAPSHOT_
 /// The smallest frame a `.log` can hold: a magic-0 message with no key and no value (`LOG_OVERHEAD` 12 +
 /// `RECORD_OVERHEAD_V0` 14). Bounds how many batches, hence index entries, a log of a given size can have.
 const MIN_FRAME_BYTES: u64 = 26;
-
-/// Buffer for hashing files already on disk.
-const HASH_CHUNK: usize = 1 << 20;
 
 /// Rename order of a new segment: the `.log` last, so it never appears without its indexes.
 const NEW_SEGMENT_ORDER: [SegmentFileKind; 5] = [
@@ -295,8 +291,8 @@ fn prepare(partition_dir: &Path, staging: &Path, files: &[ManifestFile]) -> Resu
         let placed = partition_dir.join(&name);
         let reusable = match fs::metadata(&placed) {
             Ok(meta) if meta.is_file() && meta.len() == f.size => {
-                let (size, crc, sha) = hash_file(&placed).map_err(|e| Error::io(&placed, e))?;
-                size == f.size && crc == f.crc32c && sha == f.sha256.0
+                let on_disk = digest_file(&placed).map_err(|e| Error::io(&placed, e))?;
+                on_disk.size == f.size && on_disk.crc32c == f.crc32c && on_disk.sha256 == f.sha256
             }
             _ => false,
         };
@@ -760,26 +756,6 @@ pub(crate) fn ensure_partition_dir(dir: &Path, topic_id: &Uuid) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PartitionMetadata::new(*topic_id).write(&path)?),
         Err(e) => Err(Error::io(&path, e)),
     }
-}
-
-/// Size, CRC-32C and SHA-256 of a file, read in chunks (hashed as the store hashes transfers).
-pub(crate) fn hash_file(path: &Path) -> std::io::Result<(u64, u32, [u8; 32])> {
-    let mut file = File::open(path)?;
-    let mut buf = vec![0u8; HASH_CHUNK];
-    let mut hasher = Hasher::new();
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
-            break;
-        };
-        hasher.update(chunk);
-    }
-    let digest = hasher.finish();
-    Ok((digest.size, digest.crc32c, digest.sha256.0))
 }
 
 /// The manifest's `mtime_ms` as a time, if representable.

@@ -46,7 +46,7 @@ use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{Chunk, CompanionKind, PartitionRef, Position, SegmentSeal, TopicId};
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
-use segmirror_transport::store::Hasher;
+use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
@@ -540,7 +540,8 @@ impl Inner {
             return Ok(());
         }
         let path = self.log_path(&p.topic, p.partition, seal.segment_base);
-        let (size, sha) = hash_file(&path)?;
+        let on_disk = digest_file(&path).map_err(|e| TailError::io(&path, e))?;
+        let (size, sha) = (on_disk.size, on_disk.sha256.0);
         if size != seal.final_size {
             return Err(bad(format!(
                 "{} holds {size} bytes, not {}",
@@ -709,27 +710,8 @@ fn holds_logs(dir: &Path) -> TailResult<bool> {
     Ok(false)
 }
 
-fn hash_file(path: &Path) -> TailResult<(u64, [u8; 32])> {
-    let mut file = File::open(path).map_err(|e| TailError::io(path, e))?;
-    let mut hasher = Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(TailError::io(path, e)),
-        };
-        hasher.update(buf.get(..n).unwrap_or_default());
-    }
-    let d = hasher.finish();
-    Ok((d.size, d.sha256.0))
-}
-
 fn sha256(bytes: &[u8]) -> [u8; 32] {
-    let mut h = Hasher::new();
-    h.update(bytes);
-    h.finish().sha256.0
+    digest_of(bytes).sha256.0
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -48,6 +48,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Position, SegmentSeal};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 use segmirror_transport::direct::DirectError;
+use segmirror_transport::store::digest_file;
 
 use crate::error::{Error, Result};
 use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
@@ -62,9 +63,6 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Most bytes in one chunk (4 MiB, or one batch if larger): well under the
 /// frame limit, and small enough that a credit window holds several.
 pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
-
-/// Bytes read at once when hashing a sealed segment (1 MiB): bounded memory.
-const HASH_READ_BYTES: usize = 1024 * 1024;
 
 /// One partition the feed ships.
 #[derive(Debug, Clone)]
@@ -405,31 +403,12 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
     })
 }
 
-/// Size, CRC-32C and SHA-256 of a whole file, read in bounded pieces.
+/// Size, CRC-32C and SHA-256 of a whole file, streamed (the workspace's one file hasher).
 fn hash_file(path: &Path) -> Result<(u64, u32, [u8; 32])> {
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut buf = vec![0u8; HASH_READ_BYTES];
-    let mut sha = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-    let mut crc = 0u32;
-    let mut size = 0u64;
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io(path, e)),
-        };
-        let piece = buf.get(..n).unwrap_or_default();
-        sha.update(piece);
-        crc = crc32c::crc32c_append(crc, piece);
-        size += n as u64;
-    }
-    let mut digest = [0u8; 32];
-    digest.copy_from_slice(sha.finish().as_ref());
-    Ok((size, crc, digest))
+    let d = digest_file(path).map_err(|e| Error::io(path, e))?;
+    Ok((d.size, d.crc32c, d.sha256.0))
 }
 
-/// The bytes `[from, to)` of a file (a chunk: bounded by the chunk limit).
 fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
     use std::io::{Seek, SeekFrom};
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;

@@ -53,7 +53,7 @@ mod sink_source;
 mod url;
 
 pub use crate::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
-pub use io::{digest_of, Hasher};
+pub use io::{digest_file, digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Dest};
 pub use listing::{is_temporary_name, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};

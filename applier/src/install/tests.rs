@@ -101,23 +101,6 @@ fn mtimes_convert_both_ways_of_the_epoch() {
 }
 
 #[test]
-fn hashing_a_file_matches_hashing_its_bytes() {
-    use sha2::Digest as _;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("f");
-    let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-    fs::write(&path, &bytes).unwrap();
-    let (size, crc, sha) = hash_file(&path).unwrap();
-    assert_eq!(size, bytes.len() as u64);
-    assert_eq!(crc, crc32c::crc32c(&bytes));
-    assert_eq!(
-        sha,
-        <[u8; 32]>::from(sha2::Sha256::digest(&bytes)),
-        "the sha2 crate agrees"
-    );
-}
-
-#[test]
 fn a_new_segment_puts_its_log_last_and_a_replacement_first() {
     let dir = tempfile::tempdir().unwrap();
     let part = dir.path().join("t-0");

@@ -75,6 +75,26 @@ pub fn digest_of(bytes: &[u8]) -> Digest {
     h.finish()
 }
 
+/// Bytes read at a time by [`digest_file`]: large enough that the read calls cost nothing beside the hashing.
+const DIGEST_FILE_READ: usize = 1 << 20;
+
+/// Size, CRC-32C and SHA-256 of a whole file, streamed (blocking: call it off the async runtime). The one
+/// file hasher of the workspace: the applier's install and tail appender and the shipper's tail feed use it.
+pub fn digest_file(path: &Path) -> std::io::Result<Digest> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; DIGEST_FILE_READ];
+    let mut hasher = Hasher::new();
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(hasher.finish()),
+            Ok(n) => hasher.update(buf.get(..n).unwrap_or_default()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Read exactly `len` bytes from the start of `file`, hashing them.
 pub(super) fn read_exact_hashing(file: std::fs::File, len: u64, path: &Path) -> Result<(Bytes, Digest)> {
     let mut hasher = Hasher::new();
@@ -239,6 +259,27 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn digest_file_matches_hashing_its_bytes() {
+        use sha2::Digest as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let Digest {
+            size,
+            crc32c: crc,
+            sha256,
+        } = digest_file(&path).unwrap();
+        assert_eq!(size, bytes.len() as u64);
+        assert_eq!(crc, crc32c::crc32c(&bytes));
+        assert_eq!(
+            sha256.0,
+            <[u8; 32]>::from(sha2::Sha256::digest(&bytes)),
+            "the sha2 crate agrees"
+        );
+    }
 
     proptest! {
         #[test]
