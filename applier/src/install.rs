@@ -291,7 +291,7 @@ fn prepare(partition_dir: &Path, staging: &Path, files: &[ManifestFile]) -> Resu
         let placed = partition_dir.join(&name);
         let reusable = match fs::metadata(&placed) {
             Ok(meta) if meta.is_file() && meta.len() == f.size => {
-                let on_disk = digest_file(&placed).map_err(|e| Error::io(&placed, e))?;
+                let on_disk = digest_file(&placed)?;
                 on_disk.size == f.size && on_disk.crc32c == f.crc32c && on_disk.sha256 == f.sha256
             }
             _ => false,

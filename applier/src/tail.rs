@@ -540,7 +540,7 @@ impl Inner {
             return Ok(());
         }
         let path = self.log_path(&p.topic, p.partition, seal.segment_base);
-        let on_disk = digest_file(&path).map_err(|e| TailError::io(&path, e))?;
+        let on_disk = digest_file(&path)?;
         let (size, sha) = (on_disk.size, on_disk.sha256.0);
         if size != seal.final_size {
             return Err(bad(format!(

@@ -45,10 +45,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::open::{open_regular, read_capped};
+use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Position, SegmentSeal};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 use segmirror_transport::direct::DirectError;
-use segmirror_transport::store::digest_file;
+use segmirror_transport::store::{digest_file, digest_of};
 
 use crate::error::{Error, Result};
 use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
@@ -63,6 +65,10 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Most bytes in one chunk (4 MiB, or one batch if larger): well under the
 /// frame limit, and small enough that a credit window holds several.
 pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Largest companion sent inline in a seal: a seal is one frame, so nothing larger than a frame's payload could
+/// travel; a larger file is refused by its size, naming it, before it is read.
+const MAX_INLINE_COMPANION_BYTES: u64 = MAX_PAYLOAD_LEN as u64;
 
 /// One partition the feed ships.
 #[derive(Debug, Clone)]
@@ -380,12 +386,15 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
     ];
     for (kind, path, inline) in files {
         let Some(path) = path else { continue };
-        let (size, _, sha256) = hash_file(path)?;
-        let inline = if inline {
-            let bytes = read_range(path, 0, size)?;
-            Some(Bytes::from(bytes))
+        // An inline companion is read once, and its digest taken of the bytes that travel; the others are hashed
+        // where they lie.
+        let (size, sha256, inline) = if inline {
+            let bytes = read_capped(path, "inline companion", MAX_INLINE_COMPANION_BYTES)?;
+            let digest = digest_of(&bytes);
+            (digest.size, digest.sha256.0, Some(Bytes::from(bytes)))
         } else {
-            None
+            let (size, _, sha256) = hash_file(path)?;
+            (size, sha256, None)
         };
         companions.push(Companion {
             kind,
@@ -405,13 +414,13 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
 
 /// Size, CRC-32C and SHA-256 of a whole file, streamed (the workspace's one file hasher).
 fn hash_file(path: &Path) -> Result<(u64, u32, [u8; 32])> {
-    let d = digest_file(path).map_err(|e| Error::io(path, e))?;
+    let d = digest_file(path)?;
     Ok((d.size, d.crc32c, d.sha256.0))
 }
 
 fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
     use std::io::{Seek, SeekFrom};
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let (mut file, _) = open_regular(path)?;
     file.seek(SeekFrom::Start(from)).map_err(|e| Error::io(path, e))?;
     let len = usize::try_from(to.saturating_sub(from)).map_err(|_| {
         Error::io(

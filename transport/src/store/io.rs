@@ -79,10 +79,12 @@ pub fn digest_of(bytes: &[u8]) -> Digest {
 const DIGEST_FILE_READ: usize = 1 << 20;
 
 /// Size, CRC-32C and SHA-256 of a whole file, streamed (blocking: call it off the async runtime). The one
-/// file hasher of the workspace: the applier's install and tail appender and the shipper's tail feed use it.
-pub fn digest_file(path: &Path) -> std::io::Result<Digest> {
+/// file hasher of the workspace: the applier's install and tail appender and the shipper's tail feed use it. Only
+/// a regular file is opened (`segment_format::open::open_regular`): a FIFO or symlink put where a segment file
+/// was expected is an error naming it, never a read that blocks or follows the link.
+pub fn digest_file(path: &Path) -> Result<Digest, segment_format::Error> {
     use std::io::Read as _;
-    let mut file = std::fs::File::open(path)?;
+    let (mut file, _) = segment_format::open::open_regular(path)?;
     let mut buf = vec![0u8; DIGEST_FILE_READ];
     let mut hasher = Hasher::new();
     loop {
@@ -90,7 +92,7 @@ pub fn digest_file(path: &Path) -> std::io::Result<Digest> {
             Ok(0) => return Ok(hasher.finish()),
             Ok(n) => hasher.update(buf.get(..n).unwrap_or_default()),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(segment_format::Error::io(path, e)),
         }
     }
 }
@@ -259,6 +261,24 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn digest_file_opens_only_regular_files_and_names_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("f");
+        std::fs::write(&target, b"bytes").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let fifo = dir.path().join("fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        for path in [&link, &fifo] {
+            let e = digest_file(path).unwrap_err();
+            assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        }
+        assert_eq!(digest_file(&target).unwrap().size, 5);
+    }
 
     #[test]
     fn digest_file_matches_hashing_its_bytes() {
