@@ -8,6 +8,8 @@
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found, 2 usage or I/O error.
 
 pub mod catalog;
+pub mod config;
+pub mod logging;
 pub mod link;
 pub mod progress;
 pub mod report;
