@@ -103,3 +103,32 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::*;
+
+    /// The example files of docs/config.md, expanded as `main` does and parsed by clap: every key is a flag the
+    /// command takes, with a value it accepts.
+    #[test]
+    fn the_documented_example_configs_parse() {
+        let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples");
+        for (command, file) in [("ship", "ship.toml"), ("apply", "apply.toml")] {
+            let path = examples.join(file);
+            let args: Vec<OsString> = ["segmirror", command, "--config"]
+                .into_iter()
+                .map(OsString::from)
+                .chain([path.clone().into_os_string()])
+                .collect();
+            let expanded = cli::config::expand(args).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            let cli = Cli::try_parse_from(expanded).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(cli.log_format, LogFormat::Json, "{file}: log-format read");
+            match (command, cli.command) {
+                ("ship", Command::Ship(_)) | ("apply", Command::TailApply(_)) => {}
+                (c, _) => panic!("{file}: `{c}` parsed as another command"),
+            }
+        }
+    }
+}
