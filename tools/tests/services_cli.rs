@@ -60,7 +60,11 @@ impl Service {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("{} exited ({status}) before logging {needle:?}:\n{log}", self.name);
             }
-            assert!(start.elapsed() < PATIENCE, "{} never logged {needle:?}:\n{log}", self.name);
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} never logged {needle:?}:\n{log}",
+                self.name
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -80,7 +84,12 @@ impl Service {
                 std::thread::sleep(Duration::from_millis(100));
                 return (status.code(), self.log());
             }
-            assert!(start.elapsed() < PATIENCE, "{} did not stop:\n{}", self.name, self.log());
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} did not stop:\n{}",
+                self.name,
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -126,7 +135,10 @@ fn wait_mirrored(source: &Path, mirror: &Path, rel: &str, services: &mut [&mut S
         for s in services.iter_mut() {
             assert!(s.running(), "{} exited:\n{}", s.name, s.log());
         }
-        let logs: String = services.iter().map(|s| format!("--- {} ---\n{}", s.name, s.log())).collect();
+        let logs: String = services
+            .iter()
+            .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
+            .collect();
         assert!(start.elapsed() < PATIENCE, "{rel} never mirrored:\n{logs}");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -191,15 +203,30 @@ fn ship_from_a_config_file_to_apply_listen_mirrors_a_topic_created_while_running
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
     assert!(
-        events.iter().any(|e| e["level"] == "INFO" && e["message"] == "listening"),
+        events
+            .iter()
+            .any(|e| e["level"] == "INFO" && e["message"] == "listening"),
         "no JSON `listening` event:\n{apply_log}"
     );
-    assert!(events.iter().all(|e| e["level"].is_string() && e["message"].is_string()), "{apply_log}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["level"].is_string() && e["message"].is_string()),
+        "{apply_log}"
+    );
 }
 
 #[test]
 fn apply_listen_with_a_store_flag_exits_2_with_one_line() {
-    let out = segmirror(&["apply", "--listen", "127.0.0.1:0", "--mirror", "m", "--store", "file:///s"]);
+    let out = segmirror([
+        "apply",
+        "--listen",
+        "127.0.0.1:0",
+        "--mirror",
+        "m",
+        "--store",
+        "file:///s",
+    ]);
     assert_eq!(out.code, Some(2));
     let err = out.stderr.clone();
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -211,13 +238,24 @@ fn a_config_file_with_an_unknown_key_exits_2_naming_the_key_and_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("ship.toml");
     std::fs::write(&config, "link = \"dr\"\nlog-dirs = [\"/x\"]\n").unwrap();
-    let out = segmirror(&["ship", "--config", config.to_str().unwrap()]);
+    let out = segmirror(["ship", "--config", config.to_str().unwrap()]);
     assert_eq!(out.code, Some(2));
     let err = out.stderr.clone();
-    assert!(err.contains("unknown key `log-dirs`") && err.contains("ship.toml"), "{err}");
+    assert!(
+        err.contains("unknown key `log-dirs`") && err.contains("ship.toml"),
+        "{err}"
+    );
     // A value the flag refuses is refused from the file too.
     std::fs::write(&config, "upto = \"sometimes\"\n").unwrap();
-    let out = segmirror(&["ship", "--config", config.to_str().unwrap(), "--log-dir", "/x", "--link", "l"]);
+    let out = segmirror([
+        "ship",
+        "--config",
+        config.to_str().unwrap(),
+        "--log-dir",
+        "/x",
+        "--link",
+        "l",
+    ]);
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.clone().contains("sometimes"));
 }

@@ -296,13 +296,18 @@ mod tests {
     fn refresh_rereads_the_checkpoint_only_once_its_copy_is_older_than_the_interval() {
         let dir = tempfile::tempdir().unwrap();
         // An interval no test run reaches: the second refresh must keep the first read.
-        let hws = CheckpointHighWatermarks::new(vec![dir.path().into()]).with_reload_interval(Duration::from_secs(3600));
+        let hws =
+            CheckpointHighWatermarks::new(vec![dir.path().into()]).with_reload_interval(Duration::from_secs(3600));
         write(dir.path(), &[("t", 0, 5)]);
         hws.refresh();
         assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(5));
         write(dir.path(), &[("t", 0, 9)]);
         hws.refresh();
-        assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(5), "fresh copy: not re-read");
+        assert_eq!(
+            hws.high_watermark("t", 0).map(|h| h.offset),
+            Some(5),
+            "fresh copy: not re-read"
+        );
         // An interval of zero: every refresh reads the file again.
         let hws = CheckpointHighWatermarks::new(vec![dir.path().into()]).with_reload_interval(Duration::ZERO);
         hws.refresh();

@@ -100,7 +100,9 @@ impl Rediscoverer {
             let config = WatchConfig::new(self.config.log_dirs.clone(), self.config.filter.clone());
             match watch(config).await {
                 Ok(w) => self.watcher = Some(w),
-                Err(e) => tracing::warn!(error = %e, "cannot watch the log dirs; listing them every {:?}", self.config.interval),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch the log dirs; listing them every {:?}", self.config.interval)
+                }
             }
         }
         let mut hinted = false;
@@ -156,7 +158,8 @@ impl TailFeed {
         tracing::info!(partition = %name(&part.target.partition), dir = %part.target.dir.display(), reason = %why,
             "partition directory gone (deleted): no longer shipped");
         if let (Some(r), Some(at)) = (&mut self.rediscoverer, &part.at) {
-            r.pending.insert(part.target.partition.clone(), (at.base_offset, at.position));
+            r.pending
+                .insert(part.target.partition.clone(), (at.base_offset, at.position));
         }
         self.cursor = 0;
     }
@@ -234,7 +237,8 @@ impl TailFeed {
             tracing::info!(partition = %name(&p.target.partition), dir = %p.target.dir.display(),
                 "partition no longer listed (deleted): no longer shipped");
             if let Some(at) = &p.at {
-                r.pending.insert(p.target.partition.clone(), (at.base_offset, at.position));
+                r.pending
+                    .insert(p.target.partition.clone(), (at.base_offset, at.position));
             }
         }
         for p in added {

@@ -191,7 +191,12 @@ fn to_args(
     };
     let mut out = Vec::new();
     for (key, value) in table {
-        let Some(kind) = keys.iter().flat_map(|k| k.iter()).find(|(k, _)| k == key).map(|(_, kind)| *kind) else {
+        let Some(kind) = keys
+            .iter()
+            .flat_map(|k| k.iter())
+            .find(|(k, _)| k == key)
+            .map(|(_, kind)| *kind)
+        else {
             let known: Vec<&str> = keys.iter().flat_map(|k| k.iter()).map(|(k, _)| *k).collect();
             bail!(
                 "config file {}: unknown key `{key}` (this command's keys: {})",
@@ -282,17 +287,47 @@ mod tests {
             "link = \"l1\"\nlisten = \"0.0.0.0:9400\"\nplaintext = true\nlog-dir = [\"a\", \"/abs/b\"]\nmax-bandwidth = 1000\ntopics = \"t.*\"\n",
         );
         let p = path.to_str().unwrap();
-        let out = strs(&expand(os(&["segmirror", "ship", "--config", p, "--link", "l2", "--connect", "h:1"])).unwrap());
+        let out = strs(
+            &expand(os(&[
+                "segmirror",
+                "ship",
+                "--config",
+                p,
+                "--link",
+                "l2",
+                "--connect",
+                "h:1",
+            ]))
+            .unwrap(),
+        );
         let tail = &out[7..];
         assert!(!tail.contains(&"l1".to_string()), "--link overrides: {out:?}");
-        assert!(!tail.contains(&"--listen".to_string()), "--connect overrides listen: {out:?}");
+        assert!(
+            !tail.contains(&"--listen".to_string()),
+            "--connect overrides listen: {out:?}"
+        );
         assert!(tail.contains(&"--plaintext".to_string()));
         let a = dir.path().join("a").to_string_lossy().into_owned();
-        assert!(tail.windows(2).any(|w| w == ["--log-dir".to_string(), a.clone()]), "relative to the file: {out:?}");
+        assert!(
+            tail.windows(2).any(|w| w == ["--log-dir".to_string(), a.clone()]),
+            "relative to the file: {out:?}"
+        );
         assert!(tail.windows(2).any(|w| w == ["--log-dir", "/abs/b"]), "{out:?}");
         assert!(tail.windows(2).any(|w| w == ["--max-bandwidth", "1000"]), "{out:?}");
         // A --log-dir on the command line replaces the file's list; --tls-cert overrides plaintext.
-        let out = strs(&expand(os(&["segmirror", "ship", "--config", p, "--log-dir", "x", "--tls-cert", "c"])).unwrap());
+        let out = strs(
+            &expand(os(&[
+                "segmirror",
+                "ship",
+                "--config",
+                p,
+                "--log-dir",
+                "x",
+                "--tls-cert",
+                "c",
+            ]))
+            .unwrap(),
+        );
         assert_eq!(out.iter().filter(|a| *a == "--log-dir").count(), 1, "{out:?}");
         assert!(!out.contains(&"--plaintext".to_string()), "{out:?}");
     }
@@ -303,7 +338,9 @@ mod tests {
         let path = file(dir.path(), "link = \"l\"\nmirror = \"m\"\n");
         let p = path.to_str().unwrap();
         // `mirror` is the applier's key, not the shipper's.
-        let msg = expand(os(&["segmirror", "ship", "--config", p])).unwrap_err().to_string();
+        let msg = expand(os(&["segmirror", "ship", "--config", p]))
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("unknown key `mirror`") && msg.contains(p), "{msg}");
         assert!(expand(os(&["segmirror", "tail-apply", "--config", p])).is_ok());
         let path = file(dir.path(), "max-bandwidth = \"fast\"\n");

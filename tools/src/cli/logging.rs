@@ -31,7 +31,8 @@ pub fn init(format: LogFormat) {
     match format {
         LogFormat::Text => builder.with_env_filter(EnvFilter::from_env(LOG_FILTER_ENV)).init(),
         LogFormat::Json => {
-            let filter = EnvFilter::try_from_env(LOG_FILTER_ENV).unwrap_or_else(|_| EnvFilter::new(JSON_DEFAULT_FILTER));
+            let filter =
+                EnvFilter::try_from_env(LOG_FILTER_ENV).unwrap_or_else(|_| EnvFilter::new(JSON_DEFAULT_FILTER));
             builder.with_env_filter(filter).json().flatten_event(true).init()
         }
     }

@@ -9,8 +9,8 @@
 
 pub mod catalog;
 pub mod config;
-pub mod logging;
 pub mod link;
+pub mod logging;
 pub mod progress;
 pub mod report;
 pub mod runtime;

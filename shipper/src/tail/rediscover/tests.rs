@@ -50,7 +50,10 @@ fn write_partition(log_dir: &Path, topic: &str, batches: usize) -> Vec<u8> {
 
 fn log_dir_with(topics: &[(&str, usize)]) -> (tempfile::TempDir, Vec<Vec<u8>>) {
     let root = tempfile::tempdir().unwrap();
-    let logs = topics.iter().map(|(t, n)| write_partition(root.path(), t, *n)).collect();
+    let logs = topics
+        .iter()
+        .map(|(t, n)| write_partition(root.path(), t, *n))
+        .collect();
     let identity = LogDirIdentity {
         cluster_id: CLUSTER.into(),
         node_id: 1,
@@ -98,7 +101,11 @@ async fn ship_whole(feed: &mut TailFeed, topic: &str, bytes: &[u8]) -> Vec<FeedI
         while got.len() < bytes.len() {
             match feed.next().await.unwrap() {
                 FeedItem::Chunk(c) if c.partition == pref(topic) => {
-                    assert_eq!((c.segment_base, c.position), (0, got.len() as u64), "{topic}: in order, once");
+                    assert_eq!(
+                        (c.segment_base, c.position),
+                        (0, got.len() as u64),
+                        "{topic}: in order, once"
+                    );
                     got.extend_from_slice(&c.bytes);
                 }
                 other => others.push(other),
@@ -124,7 +131,9 @@ async fn a_topic_created_while_running_ships_from_byte_zero_and_a_deleted_one_is
     assert!(feed.position(&pref("beta")).is_some());
 
     // alpha deleted as Kafka does it: renamed `-delete`, later removed. No error; beta goes on.
-    let deleted = root.path().join(format!("alpha-0.{}-delete", "0123456789abcdef0123456789abcdef"));
+    let deleted = root
+        .path()
+        .join(format!("alpha-0.{}-delete", "0123456789abcdef0123456789abcdef"));
     std::fs::rename(root.path().join("alpha-0"), &deleted).unwrap();
     let more = write_partition(root.path(), "gamma", 3);
     ship_whole(&mut feed, "gamma", &more).await;
@@ -187,8 +196,15 @@ async fn a_resume_position_of_a_partition_not_followed_at_start_is_honoured() {
     let FeedItem::Chunk(c) = tokio::time::timeout(ITEM_TIMEOUT, feed.next()).await.unwrap().unwrap() else {
         panic!("a chunk first")
     };
-    assert_eq!((c.partition, c.position), (pref("alpha"), boundary), "continued, not resent from 0");
-    assert_eq!(&c.bytes[..], &logs[0][boundary as usize..boundary as usize + c.bytes.len()]);
+    assert_eq!(
+        (c.partition, c.position),
+        (pref("alpha"), boundary),
+        "continued, not resent from 0"
+    );
+    assert_eq!(
+        &c.bytes[..],
+        &logs[0][boundary as usize..boundary as usize + c.bytes.len()]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
