@@ -259,3 +259,56 @@ fn a_config_file_with_an_unknown_key_exits_2_naming_the_key_and_the_file() {
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.clone().contains("sometimes"));
 }
+
+#[test]
+fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
+    let root = tempfile::tempdir().unwrap();
+    let source = root.path().join("source");
+    write_log_dir(&source, &[partition("orders")]);
+    let mirror = root.path().join("mirror");
+    let mut applier = Service::start(
+        "apply",
+        &[
+            "apply",
+            "--listen",
+            "127.0.0.1:0",
+            "--mirror",
+            mirror.to_str().unwrap(),
+            "--link",
+            "dr",
+            "--plaintext",
+        ]
+        .map(String::from),
+    );
+    let addr = applier.wait_for("listening on ").trim().to_string();
+    let mut shipper = Service::start(
+        "ship",
+        &[
+            "ship",
+            "--log-dir",
+            source.to_str().unwrap(),
+            "--topics",
+            "later",
+            "--upto",
+            "log-end",
+            "--link",
+            "dr",
+            "--plaintext",
+            "--connect",
+            &addr,
+        ]
+        .map(String::from),
+    );
+    shipper.wait_for("waiting for one");
+    shipper.wait_for("connected: session started");
+    let staging = root.path().join("staging");
+    std::fs::create_dir_all(&staging).unwrap();
+    write_partition(&staging, &partition("later"));
+    std::fs::rename(staging.join("later-0"), source.join("later-0")).unwrap();
+    wait_mirrored(&source, &mirror, "later-0", &mut [&mut applier, &mut shipper]);
+    assert!(!mirror.join("orders-0").exists(), "a topic --topics does not select is not shipped");
+    let (code, log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship:\n{log}");
+    let (code, log) = applier.stop();
+    assert_eq!(code, Some(0), "apply:\n{log}");
+}

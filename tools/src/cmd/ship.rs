@@ -8,7 +8,7 @@
 //! Partitions are listed again while running (every second and on the watcher's notice): a topic created later
 //! is shipped from its first byte, a deleted one is dropped (`shipper::tail::rediscover`).
 //!
-//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, no partition selected) and on this side's
+//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, a log dir without a cluster id) and on this side's
 //! own failures (a source file that cannot be read or diverged).
 
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, UptoPolicy};
-use segmirror_shipper::source::discover::{discover, TopicFilter, ALL_TOPICS};
+use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::tail::{Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
@@ -69,18 +69,24 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             p.problem
         );
     }
-    if found.sources.is_empty() {
-        bail!(
-            "no partition to ship in {} matching --topics {:?}",
-            args.log_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            args.topics
-        );
-    }
-    let cluster_id = found.sources[0].cluster_id.clone();
+    // No partition yet is no error: the feed lists the log dirs again and ships a matching topic once created.
+    let cluster_id = match found.sources.first() {
+        Some(first) => first.cluster_id.clone(),
+        None => {
+            let first = args.log_dirs.first().context("no --log-dir")?;
+            let id = log_dir_cluster_id(first).map_err(|e| anyhow::anyhow!("{e}: nothing to ship from"))?;
+            eprintln!(
+                "segmirror ship: no partition in {} matches --topics {:?} yet; waiting for one",
+                args.log_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                args.topics
+            );
+            id
+        }
+    };
     if let Some(other) = found.sources.iter().find(|s| s.cluster_id != cluster_id) {
         bail!(
             "the log dirs belong to different clusters ({cluster_id} and {} in {}): one ship per source cluster",
