@@ -306,7 +306,10 @@ fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
     write_partition(&staging, &partition("later"));
     std::fs::rename(staging.join("later-0"), source.join("later-0")).unwrap();
     wait_mirrored(&source, &mirror, "later-0", &mut [&mut applier, &mut shipper]);
-    assert!(!mirror.join("orders-0").exists(), "a topic --topics does not select is not shipped");
+    assert!(
+        !mirror.join("orders-0").exists(),
+        "a topic --topics does not select is not shipped"
+    );
     let (code, log) = shipper.stop();
     assert_eq!(code, Some(0), "ship:\n{log}");
     let (code, log) = applier.stop();

@@ -17,8 +17,8 @@
 //! so a partition is followed by the same rule whenever it appears. A listing of a log dir is one `readdir` plus
 //! a small read per partition: once a second is negligible next to the feed's own polling.
 //!
-//! All listing runs on a blocking thread; nothing is committed to the feed until every await has returned, so a
-//! dropped [`ChunkFeed::next`](segmirror_transport::direct::session::ChunkFeed::next) future leaves the feed as
+//! All listing runs on a blocking thread, and a listing in flight survives a dropped future; nothing else is
+//! committed to the feed until every await has returned, so a dropped [`ChunkFeed::next`](segmirror_transport::direct::session::ChunkFeed::next) future leaves the feed as
 //! it was (cancel safety, as the feed's step).
 
 use std::collections::{HashMap, HashSet};
@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::{blocking, name, resume_at, PartState, TailFeed, TailPartition};
 use crate::error::Result;
-use crate::source::discover::{discover, TopicFilter};
+use crate::source::discover::{discover, Discovery, TopicFilter};
 use crate::source::watch::{watch, WatchConfig, WatchEvent, Watcher};
 
 /// How often the feed lists its log dirs for new and deleted partitions (1 s): a topic created is shipped within
@@ -74,6 +74,8 @@ pub(super) struct Rediscoverer {
     watcher: Option<(Watcher, mpsc::Receiver<WatchEvent>)>,
     /// The watcher was tried (started or failed): not again.
     watch_tried: bool,
+    /// A listing started and not yet taken in (see [`TailFeed::rediscover`]).
+    listing: Option<tokio::task::JoinHandle<Discovery>>,
     /// Durable positions of partitions not followed when the session started (or dropped since): where a
     /// partition continues if it is listed again.
     pending: HashMap<PartitionRef, (i64, u64)>,
@@ -88,6 +90,7 @@ impl Rediscoverer {
             last: None,
             watcher: None,
             watch_tried: false,
+            listing: None,
             pending: HashMap::new(),
             reported: HashSet::new(),
         }
@@ -169,14 +172,25 @@ impl TailFeed {
         let Some(r) = &mut self.rediscoverer else {
             return Ok(());
         };
-        if !r.due().await && !force {
-            return Ok(());
+        let due = r.due().await;
+        if r.listing.is_none() {
+            if !due && !force {
+                return Ok(());
+            }
+            let (log_dirs, filter) = (r.config.log_dirs.clone(), r.config.filter.clone());
+            r.listing = Some(tokio::task::spawn_blocking(move || discover(&log_dirs, &filter)));
         }
-        let (log_dirs, filter) = (r.config.log_dirs.clone(), r.config.filter.clone());
-        let found = blocking(move || Ok(discover(&log_dirs, &filter))).await?;
-        let Some(r) = &mut self.rediscoverer else {
+        // The listing in flight is kept across a dropped `next` future and awaited again by the next call: a
+        // session that cancels `next` whenever a frame arrives cannot keep restarting it.
+        let Some(listing) = r.listing.as_mut() else {
             return Ok(());
         };
+        let joined = listing.await;
+        r.listing = None;
+        let found = joined.map_err(|e| crate::error::Error::Task {
+            what: "listing the log dirs".into(),
+            message: e.to_string(),
+        })?;
         r.last = Some(Instant::now());
         if let Some(e) = found.log_dir_errors.first() {
             // A log dir that cannot be listed now lists nothing: keep what is followed rather than drop it all.
