@@ -8,8 +8,8 @@
 //! - a selected partition not followed yet is added; it ships from its earliest segment, byte 0, unless the
 //!   applier said at the session's start that it holds some of it (a partition created between two sessions, or
 //!   moved between log dirs), which the feed then continues, after proving the position (the seek's scan);
-//! - a followed partition that is no longer listed (deleted: Kafka renames the directory
-//!   `<topic>-<p>.<uuid>-delete`, then removes it) is dropped, no error: the mirror keeps what it received. A step
+//! - a followed partition whose directory is gone (deleted: Kafka renames the directory
+//!   `<topic>-<p>.<uuid>-delete`, then removes it) and that is no longer listed is dropped, no error: the mirror keeps what it received. A step
 //!   that fails because the partition's directory vanished under it is the same event seen earlier.
 //!
 //! Why a listing rather than the watcher's events alone: the events name directories, the listing applies the
@@ -75,7 +75,7 @@ pub(super) struct Rediscoverer {
     /// The watcher was tried (started or failed): not again.
     watch_tried: bool,
     /// A listing started and not yet taken in (see [`TailFeed::rediscover`]).
-    listing: Option<tokio::task::JoinHandle<Discovery>>,
+    listing: Option<tokio::task::JoinHandle<Listing>>,
     /// Durable positions of partitions not followed when the session started (or dropped since): where a
     /// partition continues if it is listed again.
     pending: HashMap<PartitionRef, (i64, u64)>,
@@ -120,6 +120,12 @@ impl Rediscoverer {
         }
         hinted || self.last.is_none_or(|at| at.elapsed() >= self.config.interval)
     }
+}
+
+/// What one listing found: the partitions selected now, and which followed partitions' directories are gone.
+pub(super) struct Listing {
+    found: Discovery,
+    gone: HashSet<PathBuf>,
 }
 
 /// True when the directory a partition was read from is gone (deleted or renamed `-delete`). Blocking.
@@ -178,7 +184,11 @@ impl TailFeed {
                 return Ok(());
             }
             let (log_dirs, filter) = (r.config.log_dirs.clone(), r.config.filter.clone());
-            r.listing = Some(tokio::task::spawn_blocking(move || discover(&log_dirs, &filter)));
+            let followed: Vec<PathBuf> = self.parts.iter().map(|p| p.target.dir.clone()).collect();
+            r.listing = Some(tokio::task::spawn_blocking(move || Listing {
+                found: discover(&log_dirs, &filter),
+                gone: followed.into_iter().filter(|d| is_gone(d)).collect(),
+            }));
         }
         // The listing in flight is kept across a dropped `next` future and awaited again by the next call: a
         // session that cancels `next` whenever a frame arrives cannot keep restarting it.
@@ -187,7 +197,7 @@ impl TailFeed {
         };
         let joined = listing.await;
         r.listing = None;
-        let found = joined.map_err(|e| crate::error::Error::Task {
+        let Listing { found, gone: gone_dirs } = joined.map_err(|e| crate::error::Error::Task {
             what: "listing the log dirs".into(),
             message: e.to_string(),
         })?;
@@ -241,7 +251,9 @@ impl TailFeed {
         let before = self.parts.len();
         let mut gone = Vec::new();
         self.parts.retain(|p| {
-            let keep = listed_keys.contains(key(&p.target));
+            // Dropped only when its directory is gone: a partition the listing passed over for a moment (its
+            // `partition.metadata` unreadable) keeps its position rather than being rescanned from byte 0.
+            let keep = listed_keys.contains(key(&p.target)) || !gone_dirs.contains(&p.target.dir);
             if !keep {
                 gone.push(p.clone());
             }

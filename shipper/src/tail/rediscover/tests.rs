@@ -219,3 +219,30 @@ async fn the_watcher_alone_brings_a_new_topic_in() {
     let beta = write_partition(root.path(), "beta", 3);
     ship_whole(&mut feed, "beta", &beta).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_partition_the_listing_passes_over_while_its_directory_stays_keeps_its_position() {
+    let (root, logs) = log_dir_with(&[("alpha", 3)]);
+    let mut feed = feed(root.path(), &["alpha"], every_round(root.path()));
+    feed.seek(&[]).await.unwrap();
+    ship_whole(&mut feed, "alpha", &logs[0]).await;
+    // Without its partition.metadata the listing does not select alpha-0; its directory is still there.
+    let dir = root.path().join("alpha-0");
+    std::fs::remove_file(dir.join("partition.metadata")).unwrap();
+    let mut batch = BatchBuilder::new(3).record(RecordSpec::new(0, 1_700_000_000_100).with_value(vec![b'w'; 80]));
+    batch.base_offset = 3;
+    let bytes = batch.build();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("00000000000000000000.log"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .unwrap();
+    let FeedItem::Chunk(c) = tokio::time::timeout(ITEM_TIMEOUT, feed.next()).await.unwrap().unwrap() else {
+        panic!("a chunk")
+    };
+    assert_eq!(
+        (c.partition, c.position, c.bytes.len()),
+        (pref("alpha"), logs[0].len() as u64, bytes.len()),
+        "still followed, continued where it was"
+    );
+}
