@@ -116,6 +116,8 @@ pub struct TailFeed {
     config: TailFeedConfig,
     /// The partition polled first by the next [`ChunkFeed::next`] (round robin).
     cursor: usize,
+    /// Partitions appearing and going while running ([`TailFeed::with_rediscovery`]); `None`: a fixed set.
+    rediscoverer: Option<rediscover::Rediscoverer>,
 }
 
 impl TailFeed {
@@ -128,6 +130,7 @@ impl TailFeed {
                 .collect(),
             config,
             cursor: 0,
+            rediscoverer: None,
         }
     }
 
@@ -139,23 +142,30 @@ impl TailFeed {
             .and_then(|p| p.at.as_ref().map(|at| (at.base_offset, at.position)))
     }
 
-    fn options(&self, partition: &PartitionRef) -> TailOptions {
+    /// The read options of `partition` now: its bound after refreshing the high watermarks (blocking: called on
+    /// the step's blocking thread; a fresh copy costs nothing).
+    fn options(config: &TailFeedConfig, partition: &PartitionRef) -> TailOptions {
+        if config.upto == UptoPolicy::HighWatermark {
+            config.high_watermarks.refresh();
+        }
         let upto = bound(
-            self.config.upto,
-            self.config.high_watermarks.as_ref(),
+            config.upto,
+            config.high_watermarks.as_ref(),
             &partition.topic,
             partition.partition,
         )
         .upto();
         TailOptions {
             upto,
-            max_chunk_bytes: self.config.max_chunk_bytes,
+            max_chunk_bytes: config.max_chunk_bytes,
             ..TailOptions::default()
         }
     }
 
     /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error.
     pub async fn seek_positions(&mut self, resume: &[Position]) -> Result<()> {
+        // Partitions created since the last listing are positioned with the others.
+        self.rediscover(true).await?;
         let mut fresh = Vec::with_capacity(self.parts.len());
         for part in &self.parts {
             let target = part.target.clone();
@@ -172,8 +182,13 @@ impl TailFeed {
                 at,
             });
         }
-        for p in resume {
-            if !self.parts.iter().any(|s| s.target.partition == p.partition) {
+        let unfollowed: Vec<Position> = resume
+            .iter()
+            .filter(|p| !self.parts.iter().any(|s| s.target.partition == p.partition))
+            .cloned()
+            .collect();
+        if !self.keep_pending(&unfollowed) {
+            for p in &unfollowed {
                 tracing::warn!(partition = %name(&p.partition), "resume position for a partition this feed does not ship: ignored");
             }
         }
@@ -183,15 +198,32 @@ impl TailFeed {
 
     /// The next item (see [`ChunkFeed::next`]); the shipper's error.
     pub async fn next_item(&mut self) -> Result<FeedItem> {
-        loop {
+        'round: loop {
+            self.rediscover(false).await?;
             let n = self.parts.len();
             for i in 0..n {
                 let idx = (self.cursor + i) % n;
                 let Some(part) = self.parts.get(idx).cloned() else {
                     continue;
                 };
-                let options = self.options(&part.target.partition);
-                let (state, item) = blocking(move || step(part, &options)).await?;
+                let config = self.config.clone();
+                let stepped = blocking(move || {
+                    let options = Self::options(&config, &part.target.partition);
+                    let dir = part.target.dir.clone();
+                    match step(part, &options) {
+                        // The partition was deleted under the step: not an error (see `rediscover`).
+                        Err(e) if rediscover::is_gone(&dir) => Ok(Err(e)),
+                        r => r.map(Ok),
+                    }
+                })
+                .await?;
+                let (state, item) = match stepped {
+                    Ok(stepped) => stepped,
+                    Err(gone) => {
+                        self.drop_gone(idx, &gone);
+                        continue 'round;
+                    }
+                };
                 // Committed in the poll the step returned in: cancel-safe.
                 if let Some(slot) = self.parts.get_mut(idx) {
                     *slot = state;
@@ -433,6 +465,8 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+pub mod rediscover;
+pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]

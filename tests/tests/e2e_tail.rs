@@ -223,8 +223,8 @@ async fn replicate(direction: Direction, topic: &str) {
         })
         .collect();
 
-    // Shipper: the feed bounded by the high watermark, which a background task reloads from the checkpoint.
-    let hws = Arc::new(CheckpointHighWatermarks::new(vec![log_dir.clone()]));
+    // Shipper: the feed bounded by the high watermark, which the feed refreshes from the checkpoint as it polls.
+    let hws = Arc::new(CheckpointHighWatermarks::new(vec![log_dir.clone()]).with_reload_interval(POLL));
     let mut feed_config = TailFeedConfig::new(hws.clone());
     feed_config.upto = UptoPolicy::HighWatermark;
     feed_config.poll_interval = Duration::from_millis(20);
@@ -281,16 +281,6 @@ async fn replicate(direction: Direction, topic: &str) {
             (listening, dialing)
         }
     };
-    let reload_stop = shutdown.clone();
-    let reloader_hws = hws.clone();
-    let reloader = tokio::spawn(async move {
-        while !reload_stop.is_cancelled() {
-            let h = reloader_hws.clone();
-            tokio::task::spawn_blocking(move || h.reload()).await.unwrap().unwrap();
-            tokio::time::sleep(POLL).await;
-        }
-    });
-
     let producer_topic = topic.to_string();
     let producer = std::thread::spawn(move || {
         for round in 0..ROUNDS {
@@ -354,7 +344,6 @@ async fn replicate(direction: Direction, topic: &str) {
     shutdown.cancel();
     listening.await.unwrap().unwrap();
     dialing.await.unwrap().unwrap();
-    reloader.await.unwrap();
     assert!(
         connections > faults as u64 / 2,
         "{connections} connections through the proxy after {faults} faults"

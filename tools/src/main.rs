@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod cli;
 mod cmd;
 
+use cli::logging::LogFormat;
 use cli::runtime::Runtime;
 use cli::EXIT_USAGE_OR_IO;
 
@@ -22,6 +23,10 @@ use cli::EXIT_USAGE_OR_IO;
 #[derive(Parser)]
 #[command(name = "segmirror", version, about, long_about = None)]
 struct Cli {
+    /// How log events are written to stderr: human lines, or one JSON object per line (level, message, fields;
+    /// with json the filter defaults to info). The filter: SEGMIRROR_LOG.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -39,25 +44,33 @@ enum Command {
     /// Ship Kafka log dirs to an object store once (seed or catch up a mirror); reruns ship only what is new.
     Seed(cmd::seed::Args),
     /// Install what a shipper put in an object store into a mirror directory, byte for byte; reruns install only
-    /// what is new and finish an interrupted run.
+    /// what is new and finish an interrupted run. With --listen ADDR or --connect HOST:PORT instead of the store
+    /// flags: run the tail applier, receiving what a `segmirror ship` streams (flags: `segmirror apply --listen
+    /// ADDR --help`).
     Apply(cmd::apply::Args),
     /// Show the catalog: links, mirror partitions, installed segments and offsets, last events.
     Status(cmd::status::Args),
     /// Install mirror partitions into a stopped Kafka broker's log dir, as that cluster's topics.
     Promote(cmd::promote::Args),
-    /// Stream new batches of Kafka log dirs to a `segmirror tail-apply` over one TCP link (mutual TLS or
-    /// --plaintext), until SIGTERM/SIGINT.
+    /// Stream new batches of Kafka log dirs to a `segmirror apply --listen|--connect` over one TCP link (mutual
+    /// TLS or --plaintext), until SIGTERM/SIGINT.
     Ship(cmd::ship::Args),
     /// Receive what a `segmirror ship` streams and append it to a mirror root byte for byte, until SIGTERM/SIGINT.
+    /// What `segmirror apply --listen|--connect` runs; kept under this name for scripts that use it.
+    #[command(hide = true)]
     TailApply(cmd::tail_apply::Args),
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SEGMIRROR_LOG"))
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = match Cli::try_parse() {
+    // `apply --listen|--connect` and `--config FILE` are resolved on the raw arguments (cli::config).
+    let args = match cli::config::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("segmirror: error: {e:#}");
+            return ExitCode::from(EXIT_USAGE_OR_IO);
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -68,6 +81,7 @@ fn main() -> ExitCode {
             };
         }
     };
+    cli::logging::init(cli.log_format);
     // Built on first use: a command that runs no async work never starts it.
     let runtime = Runtime::new();
     let result = match cli.command {
@@ -86,6 +100,35 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("segmirror: error: {e:#}");
             ExitCode::from(EXIT_USAGE_OR_IO)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::*;
+
+    /// The example files of docs/config.md, expanded as `main` does and parsed by clap: every key is a flag the
+    /// command takes, with a value it accepts.
+    #[test]
+    fn the_documented_example_configs_parse() {
+        let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples");
+        for (command, file) in [("ship", "ship.toml"), ("apply", "apply.toml")] {
+            let path = examples.join(file);
+            let args: Vec<OsString> = ["segmirror", command, "--config"]
+                .into_iter()
+                .map(OsString::from)
+                .chain([path.clone().into_os_string()])
+                .collect();
+            let expanded = cli::config::expand(args).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            let cli = Cli::try_parse_from(expanded).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(cli.log_format, LogFormat::Json, "{file}: log-format read");
+            match (command, cli.command) {
+                ("ship", Command::Ship(_)) | ("apply", Command::TailApply(_)) => {}
+                (c, _) => panic!("{file}: `{c}` parsed as another command"),
+            }
         }
     }
 }

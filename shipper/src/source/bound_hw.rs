@@ -25,8 +25,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
-use std::time::{Duration, SystemTime};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use segment_format::checkpoint::OffsetCheckpoint;
 use segment_format::dir::RootCheckpoint;
@@ -35,6 +35,11 @@ use segment_format::Error;
 /// Kafka's default `replica.high.watermark.checkpoint.interval.ms` (5000 ms):
 /// how stale the checkpoint's high watermarks may be.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(5000);
+
+/// How often [`CheckpointHighWatermarks::refresh`] re-reads the checkpoints (500 ms): the broker rewrites them
+/// every [`CHECKPOINT_INTERVAL`], so this adds a tenth of that to the bound's delay while costing two small reads
+/// a second per log dir.
+pub const RELOAD_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How far to ship (`--upto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -92,6 +97,13 @@ pub struct HighWatermark {
 pub trait HighWatermarkSource: Send + Sync {
     /// The latest known high watermark of `topic`-`partition`; `None`: unknown.
     fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark>;
+
+    /// Bring what [`high_watermark`](Self::high_watermark) answers up to date if the source's copy is older than
+    /// its own refresh interval; cheap when it is not. The tail feed calls it before each partition step, on the
+    /// blocking thread that step runs on, so a source may do blocking I/O here and needs no loop of its own.
+    /// Failures are the source's to report (a log line); the last values known stay in force.
+    /// Default: nothing (a source that keeps itself current, e.g. by a background task).
+    fn refresh(&self) {}
 }
 
 /// The bound `policy` gives for a partition.
@@ -115,22 +127,37 @@ struct Loaded {
 }
 
 /// High watermarks from the `replication-offset-checkpoint` of each log dir
-/// (see the module doc). [`reload`](Self::reload) when the watcher reports
-/// the file changed, and on each full rescan; readers see the last load.
+/// (see the module doc). [`refresh`](HighWatermarkSource::refresh) re-reads
+/// them when the last load is older than the reload interval
+/// ([`RELOAD_INTERVAL`] by default); [`reload`](Self::reload) reads them now.
+/// Readers see the last load.
 #[derive(Debug)]
 pub struct CheckpointHighWatermarks {
     log_dirs: Vec<PathBuf>,
     loaded: RwLock<Vec<Loaded>>,
+    reload_interval: Duration,
+    /// When the last [`refresh`](HighWatermarkSource::refresh) read the files (`None`: never).
+    last_refresh: Mutex<Option<Instant>>,
 }
 
 impl CheckpointHighWatermarks {
-    /// For these log dirs; nothing is read until [`reload`](Self::reload).
+    /// For these log dirs; nothing is read until the first [`refresh`](HighWatermarkSource::refresh) or
+    /// [`reload`](Self::reload).
     pub fn new(log_dirs: Vec<PathBuf>) -> Self {
         let loaded = log_dirs.iter().map(|_| Loaded::default()).collect();
         CheckpointHighWatermarks {
             log_dirs,
             loaded: RwLock::new(loaded),
+            reload_interval: RELOAD_INTERVAL,
+            last_refresh: Mutex::new(None),
         }
+    }
+
+    /// Re-read the checkpoints at most every `interval` on [`refresh`](HighWatermarkSource::refresh)
+    /// (default [`RELOAD_INTERVAL`]).
+    pub fn with_reload_interval(mut self, interval: Duration) -> Self {
+        self.reload_interval = interval;
+        self
     }
 
     /// The checkpoint file of a log dir.
@@ -182,6 +209,20 @@ impl CheckpointHighWatermarks {
 }
 
 impl HighWatermarkSource for CheckpointHighWatermarks {
+    fn refresh(&self) {
+        {
+            // Held only to claim this interval's reload: concurrent callers skip rather than read the files twice.
+            let mut last = self.last_refresh.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < self.reload_interval) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        if let Err(e) = self.reload() {
+            tracing::warn!(error = %e, "reading the high watermarks; the last ones read stay in force");
+        }
+    }
+
     fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark> {
         let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
         // A partition lives in one log dir; if two list it (a move between
@@ -249,5 +290,34 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(hws.reload().unwrap());
         assert_eq!(hws.high_watermark("t", 0), None);
+    }
+
+    #[test]
+    fn refresh_rereads_the_checkpoint_only_once_its_copy_is_older_than_the_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        // An interval no test run reaches: the second refresh must keep the first read.
+        let hws =
+            CheckpointHighWatermarks::new(vec![dir.path().into()]).with_reload_interval(Duration::from_secs(3600));
+        write(dir.path(), &[("t", 0, 5)]);
+        hws.refresh();
+        assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(5));
+        write(dir.path(), &[("t", 0, 9)]);
+        hws.refresh();
+        assert_eq!(
+            hws.high_watermark("t", 0).map(|h| h.offset),
+            Some(5),
+            "fresh copy: not re-read"
+        );
+        // An interval of zero: every refresh reads the file again.
+        let hws = CheckpointHighWatermarks::new(vec![dir.path().into()]).with_reload_interval(Duration::ZERO);
+        hws.refresh();
+        assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(9));
+        write(dir.path(), &[("t", 0, 12)]);
+        hws.refresh();
+        assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(12));
+        // A corrupt file: refresh logs, the last values stay.
+        std::fs::write(CheckpointHighWatermarks::checkpoint_path(dir.path()), "0\n1\nt 0 x\n").unwrap();
+        hws.refresh();
+        assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(12));
     }
 }

@@ -286,6 +286,13 @@ fn dir_kind_name(kind: &DirKind) -> &'static str {
 }
 
 /// The source cluster id from `meta.properties`.
+/// The cluster id of the log dir at `path` (its `meta.properties`): what a shipper that found no partition yet
+/// names its source by. Blocking. The error is a sentence naming the path.
+pub fn log_dir_cluster_id(path: &Path) -> std::result::Result<String, String> {
+    let log_dir = LogDir::open(path).map_err(|e| format!("cannot list log dir: {e}"))?;
+    cluster_id(&log_dir).map_err(|reason| format!("{}: {reason}", path.display()))
+}
+
 fn cluster_id(log_dir: &LogDir) -> std::result::Result<String, String> {
     let path = log_dir
         .meta_properties

@@ -28,6 +28,10 @@ const EVENT_QUEUE: usize = 64;
 #[command(group(clap::ArgGroup::new("direction").required(true).args(["connect", "listen"])))]
 #[command(group(clap::ArgGroup::new("security").required(true).args(["plaintext", "tls_cert"])))]
 pub struct LinkArgs {
+    /// Read settings from this TOML file (keys: the flags' names, e.g. `log-dir`, `tls-cert`; see docs/config.md);
+    /// a flag given here overrides the file's key.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// The link's name; both ends must give the same one.
     #[arg(long, value_name = "NAME")]
     pub link: String,

@@ -8,7 +8,9 @@
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found, 2 usage or I/O error.
 
 pub mod catalog;
+pub mod config;
 pub mod link;
+pub mod logging;
 pub mod progress;
 pub mod report;
 pub mod runtime;

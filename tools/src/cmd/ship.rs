@@ -5,20 +5,20 @@
 //!
 //! Why one process per link rather than a step of `seed`: a tail has no end; the session resumes from the
 //! mirror's durable position on every (re)connect, so stopping and restarting `ship` loses and repeats nothing.
-//! Partitions are discovered once at start: a topic created later is shipped after a restart.
+//! Partitions are listed again while running (every second and on the watcher's notice): a topic created later
+//! is shipped from its first byte, a deleted one is dropped (`shipper::tail::rediscover`).
 //!
-//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, no partition selected) and on this side's
+//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, a log dir without a cluster id) and on this side's
 //! own failures (a source file that cannot be read or diverged).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, UptoPolicy};
-use segmirror_shipper::source::discover::{discover, TopicFilter, ALL_TOPICS};
-use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
+use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
+use segmirror_shipper::tail::{Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
 use segmirror_transport::direct::session::{SessionConfig, ShipperSession};
@@ -26,11 +26,6 @@ use segmirror_transport::direct::Role;
 
 use crate::cli::link::{link_config, run_link, shutdown_on_signal, LinkArgs};
 use crate::cli::runtime::Runtime;
-
-/// How often the high watermarks are re-read from `replication-offset-checkpoint` (500 ms): the broker rewrites it
-/// every `replica.high.watermark.checkpoint.interval.ms` (5 s by default), so this adds well under one broker
-/// interval of latency while costing two small reads a second.
-pub const HW_RELOAD_INTERVAL: Duration = Duration::from_millis(500);
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
 enum Upto {
@@ -74,18 +69,24 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             p.problem
         );
     }
-    if found.sources.is_empty() {
-        bail!(
-            "no partition to ship in {} matching --topics {:?}",
-            args.log_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            args.topics
-        );
-    }
-    let cluster_id = found.sources[0].cluster_id.clone();
+    // No partition yet is no error: the feed lists the log dirs again and ships a matching topic once created.
+    let cluster_id = match found.sources.first() {
+        Some(first) => first.cluster_id.clone(),
+        None => {
+            let first = args.log_dirs.first().context("no --log-dir")?;
+            let id = log_dir_cluster_id(first).map_err(|e| anyhow::anyhow!("{e}: nothing to ship from"))?;
+            eprintln!(
+                "segmirror ship: no partition in {} matches --topics {:?} yet; waiting for one",
+                args.log_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                args.topics
+            );
+            id
+        }
+    };
     if let Some(other) = found.sources.iter().find(|s| s.cluster_id != cluster_id) {
         bail!(
             "the log dirs belong to different clusters ({cluster_id} and {} in {}): one ship per source cluster",
@@ -111,12 +112,16 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         partitions.len()
     );
     let hws = Arc::new(CheckpointHighWatermarks::new(args.log_dirs.clone()));
-    let mut feed_config = TailFeedConfig::new(hws.clone());
+    let mut feed_config = TailFeedConfig::new(hws);
     feed_config.upto = match args.upto {
         Upto::HighWatermark => UptoPolicy::HighWatermark,
         Upto::LogEnd => UptoPolicy::LogEnd,
     };
-    let feed = TailFeed::new(partitions, feed_config);
+    let feed = TailFeed::new(partitions, feed_config).with_rediscovery(Rediscovery::new(
+        args.log_dirs.clone(),
+        filter,
+        cluster_id.clone(),
+    ));
     let session_config = SessionConfig {
         max_bandwidth: args.max_bandwidth,
         ..SessionConfig::default()
@@ -126,29 +131,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
         let endpoint = link.endpoint().await?;
-        let reload = {
-            let (hws, stop) = (hws.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                while !stop.is_cancelled() {
-                    let hws = hws.clone();
-                    match tokio::task::spawn_blocking(move || hws.reload()).await {
-                        Ok(Err(e)) => tracing::warn!(error = %e, "reading the high watermarks"),
-                        Err(e) => tracing::warn!(error = %e, "the high-watermark reader stopped"),
-                        Ok(Ok(_)) => {}
-                    }
-                    tokio::select! {
-                        _ = stop.cancelled() => {}
-                        _ = tokio::time::sleep(HW_RELOAD_INTERVAL) => {}
-                    }
-                }
-            })
-        };
         let handshake = HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id));
         let config = link_config(handshake, None, "ship");
-        let r = run_link(endpoint, config, session, shutdown.clone()).await;
-        shutdown.cancel();
-        let _ = reload.await;
-        r
+        run_link(endpoint, config, session, shutdown).await
     })??;
     eprintln!("segmirror ship: link stopped cleanly");
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,284 @@
+//! Partitions appearing and disappearing while the tail feed runs.
+//!
+//! A shipper runs for months; topics are created and deleted meanwhile. Without this the feed ships the
+//! partitions found at start and a new topic waits for a restart. With a [`Rediscovery`] the feed lists its log
+//! dirs again ([`discover`]) every [`REDISCOVER_INTERVAL`], and at once when the [`watch`](mod@crate::source::watch)
+//! watcher reports a partition directory appearing or going (its events are hints: a lost one only delays the
+//! periodic listing). Then:
+//! - a selected partition not followed yet is added; it ships from its earliest segment, byte 0, unless the
+//!   applier said at the session's start that it holds some of it (a partition created between two sessions, or
+//!   moved between log dirs), which the feed then continues, after proving the position (the seek's scan);
+//! - a followed partition whose directory is gone (deleted: Kafka renames the directory
+//!   `<topic>-<p>.<uuid>-delete`, then removes it) and that is no longer listed is dropped, no error: the mirror keeps what it received. A step
+//!   that fails because the partition's directory vanished under it is the same event seen earlier.
+//!
+//! Why a listing rather than the watcher's events alone: the events name directories, the listing applies the
+//! same rules as the start (topic filter, internal topics, `-future`/`-stray` directories, a topic id present),
+//! so a partition is followed by the same rule whenever it appears. A listing of a log dir is one `readdir` plus
+//! a small read per partition: once a second is negligible next to the feed's own polling.
+//!
+//! All listing runs on a blocking thread, and a listing in flight survives a dropped future; nothing else is
+//! committed to the feed until every await has returned, so a dropped [`ChunkFeed::next`](segmirror_transport::direct::session::ChunkFeed::next) future leaves the feed as
+//! it was (cancel safety, as the feed's step).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use segmirror_transport::direct::payload::{PartitionRef, Position};
+use tokio::sync::mpsc;
+
+use super::{blocking, name, resume_at, PartState, TailFeed, TailPartition};
+use crate::error::Result;
+use crate::source::discover::{discover, Discovery, TopicFilter};
+use crate::source::watch::{watch, WatchConfig, WatchEvent, Watcher};
+
+/// How often the feed lists its log dirs for new and deleted partitions (1 s): a topic created is shipped within
+/// about a second even if its notification was lost, at the cost of one directory listing per log dir a second.
+pub const REDISCOVER_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Where and how often to look for partitions (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Rediscovery {
+    /// The log dirs listed.
+    pub log_dirs: Vec<PathBuf>,
+    /// Which topics are followed (the same filter as at start).
+    pub filter: TopicFilter,
+    /// Only partitions of this source cluster (a link carries one); others are skipped and reported once.
+    pub cluster_id: String,
+    /// [`REDISCOVER_INTERVAL`].
+    pub interval: Duration,
+    /// Also list at once when the file-system watcher reports a partition directory appearing or going (default
+    /// `true`; if the watcher cannot start, the periodic listing alone remains and a warning says so).
+    pub watch: bool,
+}
+
+impl Rediscovery {
+    /// The defaults for these log dirs, topics and cluster.
+    pub fn new(log_dirs: Vec<PathBuf>, filter: TopicFilter, cluster_id: impl Into<String>) -> Self {
+        Rediscovery {
+            log_dirs,
+            filter,
+            cluster_id: cluster_id.into(),
+            interval: REDISCOVER_INTERVAL,
+            watch: true,
+        }
+    }
+}
+
+/// The feed's rediscovery state.
+pub(super) struct Rediscoverer {
+    config: Rediscovery,
+    /// When the log dirs were last listed (`None`: not yet).
+    last: Option<Instant>,
+    watcher: Option<(Watcher, mpsc::Receiver<WatchEvent>)>,
+    /// The watcher was tried (started or failed): not again.
+    watch_tried: bool,
+    /// A listing started and not yet taken in (see [`TailFeed::rediscover`]).
+    listing: Option<tokio::task::JoinHandle<Listing>>,
+    /// Durable positions of partitions not followed when the session started (or dropped since): where a
+    /// partition continues if it is listed again.
+    pending: HashMap<PartitionRef, (i64, u64)>,
+    /// Directories already reported as not followed (another cluster, unusable): reported once.
+    reported: HashSet<PathBuf>,
+}
+
+impl Rediscoverer {
+    pub(super) fn new(config: Rediscovery) -> Self {
+        Rediscoverer {
+            config,
+            last: None,
+            watcher: None,
+            watch_tried: false,
+            listing: None,
+            pending: HashMap::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    /// Is a listing due: never listed, the interval passed, or the watcher saw a partition dir come or go.
+    async fn due(&mut self) -> bool {
+        if self.config.watch && !self.watch_tried {
+            self.watch_tried = true;
+            let config = WatchConfig::new(self.config.log_dirs.clone(), self.config.filter.clone());
+            match watch(config).await {
+                Ok(w) => self.watcher = Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch the log dirs; listing them every {:?}", self.config.interval)
+                }
+            }
+        }
+        let mut hinted = false;
+        if let Some((_, events)) = &mut self.watcher {
+            // Drained every round, so the watcher never waits on the feed; only the partition set matters here.
+            while let Ok(event) = events.try_recv() {
+                hinted |= matches!(
+                    event,
+                    WatchEvent::PartitionAppeared { .. } | WatchEvent::PartitionGone { .. }
+                );
+            }
+        }
+        hinted || self.last.is_none_or(|at| at.elapsed() >= self.config.interval)
+    }
+}
+
+/// What one listing found: the partitions selected now, and which followed partitions' directories are gone.
+pub(super) struct Listing {
+    found: Discovery,
+    gone: HashSet<PathBuf>,
+}
+
+/// True when the directory a partition was read from is gone (deleted or renamed `-delete`). Blocking.
+pub(super) fn is_gone(dir: &Path) -> bool {
+    matches!(std::fs::symlink_metadata(dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// A partition's followed identity.
+fn key(p: &TailPartition) -> &PartitionRef {
+    &p.partition
+}
+
+impl TailFeed {
+    /// Follow partitions appearing and drop those deleted while running (see the module doc).
+    pub fn with_rediscovery(mut self, rediscovery: Rediscovery) -> Self {
+        self.rediscoverer = Some(Rediscoverer::new(rediscovery));
+        self
+    }
+
+    /// Resume positions of the session for partitions the feed does not follow: kept for when they are listed.
+    /// `false` without rediscovery (the caller reports them as ignored).
+    pub(super) fn keep_pending(&mut self, positions: &[Position]) -> bool {
+        let Some(r) = &mut self.rediscoverer else {
+            return false;
+        };
+        r.pending = positions
+            .iter()
+            .map(|p| (p.partition.clone(), (p.segment_base, p.position)))
+            .collect();
+        true
+    }
+
+    /// Forget the partition at `idx` (its directory is gone): no error, the mirror keeps what it has.
+    pub(super) fn drop_gone(&mut self, idx: usize, why: &crate::error::Error) {
+        if idx >= self.parts.len() {
+            return;
+        }
+        let part = self.parts.remove(idx);
+        tracing::info!(partition = %name(&part.target.partition), dir = %part.target.dir.display(), reason = %why,
+            "partition directory gone (deleted): no longer shipped");
+        if let (Some(r), Some(at)) = (&mut self.rediscoverer, &part.at) {
+            r.pending
+                .insert(part.target.partition.clone(), (at.base_offset, at.position));
+        }
+        self.cursor = 0;
+    }
+
+    /// List the log dirs if due (or `force`), then add new partitions and drop deleted ones.
+    pub(super) async fn rediscover(&mut self, force: bool) -> Result<()> {
+        let Some(r) = &mut self.rediscoverer else {
+            return Ok(());
+        };
+        let due = r.due().await;
+        if r.listing.is_none() {
+            if !due && !force {
+                return Ok(());
+            }
+            let (log_dirs, filter) = (r.config.log_dirs.clone(), r.config.filter.clone());
+            let followed: Vec<PathBuf> = self.parts.iter().map(|p| p.target.dir.clone()).collect();
+            r.listing = Some(tokio::task::spawn_blocking(move || Listing {
+                found: discover(&log_dirs, &filter),
+                gone: followed.into_iter().filter(|d| is_gone(d)).collect(),
+            }));
+        }
+        // The listing in flight is kept across a dropped `next` future and awaited again by the next call: a
+        // session that cancels `next` whenever a frame arrives cannot keep restarting it.
+        let Some(listing) = r.listing.as_mut() else {
+            return Ok(());
+        };
+        let joined = listing.await;
+        r.listing = None;
+        let Listing { found, gone: gone_dirs } = joined.map_err(|e| crate::error::Error::Task {
+            what: "listing the log dirs".into(),
+            message: e.to_string(),
+        })?;
+        r.last = Some(Instant::now());
+        if let Some(e) = found.log_dir_errors.first() {
+            // A log dir that cannot be listed now lists nothing: keep what is followed rather than drop it all.
+            tracing::warn!(error = %e, "listing a log dir for new partitions; the partitions followed stay");
+            return Ok(());
+        }
+        let mut listed = Vec::with_capacity(found.sources.len());
+        for s in found.sources {
+            if s.cluster_id != r.config.cluster_id {
+                if r.reported.insert(s.dir.clone()) {
+                    tracing::warn!(dir = %s.dir.display(), cluster = %s.cluster_id, link_cluster = %r.config.cluster_id,
+                        "partition of another cluster: not shipped");
+                }
+                continue;
+            }
+            listed.push(TailPartition {
+                partition: PartitionRef {
+                    topic: s.topic,
+                    partition: s.partition,
+                    topic_id: s.topic_id.0,
+                },
+                dir: s.dir,
+            });
+        }
+        for f in &found.failed {
+            if r.reported.insert(f.path.clone()) {
+                tracing::warn!(dir = %f.path.display(), problem = ?f.problem, "partition cannot be shipped");
+            }
+        }
+        // New partitions, each positioned before anything is committed.
+        let followed: HashSet<&PartitionRef> = self.parts.iter().map(|p| key(&p.target)).collect();
+        let mut added = Vec::new();
+        for target in listed.iter().filter(|t| !followed.contains(key(t))) {
+            let at = match r.pending.get(key(target)).copied() {
+                None => None,
+                Some((base, position)) => {
+                    let t = target.clone();
+                    Some(blocking(move || resume_at(&t, base, position)).await?)
+                }
+            };
+            added.push(PartState {
+                target: target.clone(),
+                at,
+            });
+        }
+        // Committed from here on: no await below.
+        let listed_keys: HashSet<&PartitionRef> = listed.iter().map(key).collect();
+        let before = self.parts.len();
+        let mut gone = Vec::new();
+        self.parts.retain(|p| {
+            // Dropped only when its directory is gone: a partition the listing passed over for a moment (its
+            // `partition.metadata` unreadable) keeps its position rather than being rescanned from byte 0.
+            let keep = listed_keys.contains(key(&p.target)) || !gone_dirs.contains(&p.target.dir);
+            if !keep {
+                gone.push(p.clone());
+            }
+            keep
+        });
+        for p in gone {
+            tracing::info!(partition = %name(&p.target.partition), dir = %p.target.dir.display(),
+                "partition no longer listed (deleted): no longer shipped");
+            if let Some(at) = &p.at {
+                r.pending
+                    .insert(p.target.partition.clone(), (at.base_offset, at.position));
+            }
+        }
+        for p in added {
+            tracing::info!(partition = %name(&p.target.partition), dir = %p.target.dir.display(),
+                resumed = p.at.is_some(), "new partition: shipped from now on");
+            r.pending.remove(key(&p.target));
+            self.parts.push(p);
+        }
+        if self.parts.len() != before {
+            self.cursor = 0;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,317 @@
+//! The services as an operator runs them: `segmirror ship --config FILE` streaming to `segmirror apply --listen`
+//! (the tail applier under its documented name), a topic created while both run mirrored without a restart, JSON
+//! log lines from `--log-format json`, and the usage errors of `apply --listen` and of a config file (exit 2, one
+//! line naming the flag, or the key and the file).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{data_batches, segmirror, write_log_dir, write_partition, PartitionSpec, SegmentSpec};
+
+/// How long a test waits for something that should happen (a guard against hangs, not a speed assertion).
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A running `segmirror` with its stderr collected line by line.
+struct Service {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    name: &'static str,
+}
+
+impl Service {
+    fn start(name: &'static str, args: &[String]) -> Service {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+            .args(args)
+            .env_remove("SEGMIRROR_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Service { child, stderr, name }
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until stderr contains `needle`; the rest of that line.
+    fn wait_for(&mut self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(at) = log.find(needle) {
+                return log[at + needle.len()..].lines().next().unwrap_or("").to_string();
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("{} exited ({status}) before logging {needle:?}:\n{log}", self.name);
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} never logged {needle:?}:\n{log}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then the exit code and the log.
+    fn stop(mut self) -> (Option<i32>, String) {
+        // SAFETY: kill(2) on our own child's pid.
+        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(r, 0);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return (status.code(), self.log());
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} did not stop:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn partition(topic: &str) -> PartitionSpec {
+    PartitionSpec::new(
+        topic,
+        0,
+        vec![
+            SegmentSpec::new(data_batches(0, 10, 3, 0)),
+            SegmentSpec::new(data_batches(30, 5, 3, 0)),
+        ],
+    )
+    .index_interval(4096)
+}
+
+/// Waits until the mirror holds every `.log` of `source`'s `topic-0` with the same bytes.
+fn wait_mirrored(source: &Path, mirror: &Path, rel: &str, services: &mut [&mut Service]) {
+    let start = Instant::now();
+    let dir = source.join(rel);
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    assert!(!files.is_empty());
+    loop {
+        let same = files.iter().all(|f| {
+            let name = f.file_name().unwrap();
+            std::fs::read(mirror.join(rel).join(name)).ok() == Some(std::fs::read(f).unwrap())
+        });
+        if same {
+            return;
+        }
+        for s in services.iter_mut() {
+            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
+        }
+        let logs: String = services
+            .iter()
+            .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
+            .collect();
+        assert!(start.elapsed() < PATIENCE, "{rel} never mirrored:\n{logs}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn ship_from_a_config_file_to_apply_listen_mirrors_a_topic_created_while_running() {
+    let root = tempfile::tempdir().unwrap();
+    let source = root.path().join("source");
+    write_log_dir(&source, &[partition("orders")]);
+    let mirror = root.path().join("mirror");
+
+    // The applier under its documented name, logging JSON lines.
+    let mut applier = Service::start(
+        "apply",
+        &[
+            "--log-format",
+            "json",
+            "apply",
+            "--listen",
+            "127.0.0.1:0",
+            "--mirror",
+            mirror.to_str().unwrap(),
+            "--link",
+            "dr",
+            "--plaintext",
+        ]
+        .map(String::from),
+    );
+    let addr = applier.wait_for("listening on ").trim().to_string();
+
+    // The shipper from a config file (relative log dir, resolved against the file's directory); --connect given
+    // as a flag, the file's `listen` is overridden by it.
+    let config = root.path().join("ship.toml");
+    std::fs::write(
+        &config,
+        "link = \"dr\"\nlisten = \"127.0.0.1:1\"\nplaintext = true\nlog-dir = [\"source\"]\nupto = \"log-end\"\n",
+    )
+    .unwrap();
+    let mut shipper = Service::start(
+        "ship",
+        &["ship", "--config", config.to_str().unwrap(), "--connect", &addr].map(String::from),
+    );
+    wait_mirrored(&source, &mirror, "orders-0", &mut [&mut applier, &mut shipper]);
+
+    // A topic created while both run: written aside, then renamed into the log dir as a broker's directory
+    // appears whole.
+    let staging = root.path().join("staging");
+    std::fs::create_dir_all(&staging).unwrap();
+    write_partition(&staging, &partition("fresh"));
+    std::fs::rename(staging.join("fresh-0"), source.join("fresh-0")).unwrap();
+    wait_mirrored(&source, &mirror, "fresh-0", &mut [&mut applier, &mut shipper]);
+
+    let (code, ship_log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship:\n{ship_log}");
+    let (code, apply_log) = applier.stop();
+    assert_eq!(code, Some(0), "apply:\n{apply_log}");
+    // `--log-format json`: the tracing events are JSON objects with a level and a message.
+    let events: Vec<serde_json::Value> = apply_log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["level"] == "INFO" && e["message"] == "listening"),
+        "no JSON `listening` event:\n{apply_log}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e["level"].is_string() && e["message"].is_string()),
+        "{apply_log}"
+    );
+}
+
+#[test]
+fn apply_listen_with_a_store_flag_exits_2_with_one_line() {
+    let out = segmirror([
+        "apply",
+        "--listen",
+        "127.0.0.1:0",
+        "--mirror",
+        "m",
+        "--store",
+        "file:///s",
+    ]);
+    assert_eq!(out.code, Some(2));
+    let err = out.stderr.clone();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--store") && err.contains("--listen"), "{err}");
+}
+
+#[test]
+fn a_config_file_with_an_unknown_key_exits_2_naming_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ship.toml");
+    std::fs::write(&config, "link = \"dr\"\nlog-dirs = [\"/x\"]\n").unwrap();
+    let out = segmirror(["ship", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2));
+    let err = out.stderr.clone();
+    assert!(
+        err.contains("unknown key `log-dirs`") && err.contains("ship.toml"),
+        "{err}"
+    );
+    // A value the flag refuses is refused from the file too.
+    std::fs::write(&config, "upto = \"sometimes\"\n").unwrap();
+    let out = segmirror([
+        "ship",
+        "--config",
+        config.to_str().unwrap(),
+        "--log-dir",
+        "/x",
+        "--link",
+        "l",
+    ]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.clone().contains("sometimes"));
+}
+
+#[test]
+fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
+    let root = tempfile::tempdir().unwrap();
+    let source = root.path().join("source");
+    write_log_dir(&source, &[partition("orders")]);
+    let mirror = root.path().join("mirror");
+    let mut applier = Service::start(
+        "apply",
+        &[
+            "apply",
+            "--listen",
+            "127.0.0.1:0",
+            "--mirror",
+            mirror.to_str().unwrap(),
+            "--link",
+            "dr",
+            "--plaintext",
+        ]
+        .map(String::from),
+    );
+    let addr = applier.wait_for("listening on ").trim().to_string();
+    let mut shipper = Service::start(
+        "ship",
+        &[
+            "ship",
+            "--log-dir",
+            source.to_str().unwrap(),
+            "--topics",
+            "later",
+            "--upto",
+            "log-end",
+            "--link",
+            "dr",
+            "--plaintext",
+            "--connect",
+            &addr,
+        ]
+        .map(String::from),
+    );
+    shipper.wait_for("waiting for one");
+    shipper.wait_for("connected: session started");
+    let staging = root.path().join("staging");
+    std::fs::create_dir_all(&staging).unwrap();
+    write_partition(&staging, &partition("later"));
+    std::fs::rename(staging.join("later-0"), source.join("later-0")).unwrap();
+    wait_mirrored(&source, &mirror, "later-0", &mut [&mut applier, &mut shipper]);
+    assert!(
+        !mirror.join("orders-0").exists(),
+        "a topic --topics does not select is not shipped"
+    );
+    let (code, log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship:\n{log}");
+    let (code, log) = applier.stop();
+    assert_eq!(code, Some(0), "apply:\n{log}");
+}
