@@ -144,6 +144,29 @@ pub(crate) fn promote_with(
             path: request.mirror_root.clone(),
         });
     }
+    // The mirror's one-applier lock, held to the end: an `apply` or `tail-apply` at work on the mirror could
+    // change a partition between planning and copying (a tail appender grows its active segment with every chunk),
+    // so promotion refuses while one runs, naming it, and keeps them out while it runs.
+    let _mirror_lock = if mirror_exists {
+        match crate::lock::lock_mirror_if_used(&request.mirror_root) {
+            Ok(held) => held,
+            Err(crate::Error::MirrorLocked { path, holder }) => {
+                refusals.push(Refusal::MirrorBusy {
+                    lock_file: path,
+                    holder,
+                });
+                None
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    request.mirror_root.join(crate::APPLY_LOCK_FILE),
+                    std::io::Error::other(e.to_string()),
+                ))
+            }
+        }
+    } else {
+        None
+    };
     let lock = if is_log_dir {
         match LogDirLock::try_acquire(log_dir) {
             Ok(lock) => Some(lock),
