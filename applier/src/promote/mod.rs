@@ -89,6 +89,8 @@ mod target;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_tail;
+#[cfg(test)]
 mod tests_txn;
 mod txn_cut;
 
