@@ -46,10 +46,7 @@ pub enum Refusal {
         on_disk: u64,
     },
     /// A tailed partition's state file cannot be read.
-    TailStateUnreadable {
-        partition: TopicPartition,
-        reason: String,
-    },
+    TailStateUnreadable { partition: TopicPartition, reason: String },
     /// The mirror's log end offset is not what the catalog records as installed.
     MirrorCatalogMismatch {
         partition: TopicPartition,

@@ -112,7 +112,11 @@ fn tailed() -> Tailed {
         let last = w.segments.last().unwrap();
         let txn = dir.join(segment_file_name(last.base_offset, SegmentFileKind::TxnIndex));
         let txn_bytes = std::fs::read(&txn).unwrap_or_default();
-        for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex, SegmentFileKind::TxnIndex] {
+        for kind in [
+            SegmentFileKind::Index,
+            SegmentFileKind::TimeIndex,
+            SegmentFileKind::TxnIndex,
+        ] {
             let _ = std::fs::remove_file(dir.join(segment_file_name(last.base_offset, kind)));
         }
         active.push((last.base_offset, txn_bytes));
@@ -170,7 +174,10 @@ fn a_tailed_partition_is_promoted_with_the_active_segments_companions_rebuilt() 
         for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
             assert!(dir.join(segment_file_name(*base, kind)).is_file(), "{kind:?}");
         }
-        let row = t.f.catalog.partition(&PartitionKey::new(LINK, TOPIC, w.partition)).unwrap();
+        let row =
+            t.f.catalog
+                .partition(&PartitionKey::new(LINK, TOPIC, w.partition))
+                .unwrap();
         assert_eq!(row.state, PartitionState::Promoted);
     }
     let verified = verify_paths(
@@ -210,7 +217,10 @@ fn an_active_segment_longer_than_recorded_is_refused_naming_both_sizes() {
         }]
     );
     let text = refusals[0].to_string();
-    assert!(text.contains(&log.display().to_string()) && text.contains(&format!("{recorded}")), "{text}");
+    assert!(
+        text.contains(&log.display().to_string()) && text.contains(&format!("{recorded}")),
+        "{text}"
+    );
     // Nothing changed: neither partition paused or promoted.
     for p in 0..2 {
         let row = t.f.catalog.partition(&PartitionKey::new(LINK, TOPIC, p)).unwrap();

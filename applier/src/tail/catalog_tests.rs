@@ -142,5 +142,8 @@ async fn tail_catalog_refuses_another_lineage() {
         .to_string();
     assert!(err.contains("recreated"), "{err}");
     assert!(!super::tests::mirror_log(&f.mirror, *base0).exists());
-    assert_eq!(look.partition(&key()).unwrap().source_topic_id, Uuid([9; 16]).to_string());
+    assert_eq!(
+        look.partition(&key()).unwrap().source_topic_id,
+        Uuid([9; 16]).to_string()
+    );
 }

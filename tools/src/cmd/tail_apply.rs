@@ -47,8 +47,13 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     // this one appends (the lock names this process).
     let _lock = lock_mirror(&args.mirror, false)?;
     let (catalog_path, catalog) = open_mirror_catalog(args.catalog, &args.mirror, false)?;
-    let catalog = TailCatalog::open(catalog, &args.link.link)
-        .with_context(|| format!("recording link {} in catalog {}", args.link.link, catalog_path.display()))?;
+    let catalog = TailCatalog::open(catalog, &args.link.link).with_context(|| {
+        format!(
+            "recording link {} in catalog {}",
+            args.link.link,
+            catalog_path.display()
+        )
+    })?;
     let appender = TailAppender::open_with_catalog(&args.mirror, catalog)
         .with_context(|| format!("opening mirror {}", args.mirror.display()))?;
     let session = ApplierSession::new(appender, SessionConfig::default())?;
