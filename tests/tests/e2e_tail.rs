@@ -529,8 +529,11 @@ impl SourceRecords {
     }
 }
 
-/// (partition, offset, key, value) of each record, sorted: what must be identical on source and target.
-fn identity(records: &[Record]) -> Vec<(i32, i64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+/// (partition, offset, key, value) of a record: what must be identical on source and target.
+type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Every record's [`RecordIdentity`], sorted.
+fn identity(records: &[Record]) -> Vec<RecordIdentity> {
     let mut out: Vec<_> = records
         .iter()
         .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
