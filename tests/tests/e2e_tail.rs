@@ -484,8 +484,18 @@ async fn replicate(direction: Direction, topic: &str) {
             dir.join(format!("{base:020}"))
         })
         .collect();
+    // Active segments whose ABORT markers have no `.txnindex` entry in the mirror: promotion must write them.
+    let mut active_aborts: Vec<(i32, String)> = Vec::new();
     for f in &report.findings {
         let on_active = actives.iter().any(|a| f.path.with_extension("") == *a);
+        if let Some(p) = actives.iter().position(|a| f.path.with_extension("") == *a) {
+            if f.path.extension().is_some_and(|e| e == "txnindex") {
+                let name = f.path.file_name().unwrap().to_string_lossy().into_owned();
+                if !active_aborts.contains(&(p as i32, name.clone())) {
+                    active_aborts.push((p as i32, name));
+                }
+            }
+        }
         let text = format!("{:?}", f.defect);
         let expected = on_active
             && ((f.path.extension().is_some_and(|e| e == "index") && text.contains("missing"))
@@ -505,7 +515,8 @@ async fn replicate(direction: Direction, topic: &str) {
     );
     let source = SourceRecords::read(&broker.bootstrap(), topic);
     broker.stop().unwrap();
-    promote_and_check(topic, mirror.path(), &catalog_path, &source, &leos);
+    eprintln!("{direction:?}: active segments with aborted transactions: {active_aborts:?}");
+    promote_and_check(topic, mirror.path(), &catalog_path, &source, &leos, &active_aborts);
 }
 
 /// What consumers of the source read, by isolation level.
@@ -543,7 +554,16 @@ fn identity(records: &[Record]) -> Vec<RecordIdentity> {
 }
 
 /// Promote the tailed mirror into a stopped target broker and check it as the module docs say.
-fn promote_and_check(topic: &str, mirror: &Path, catalog: &Path, source: &SourceRecords, leos: &[i64]) {
+/// `active_aborts`: (partition, `.txnindex` file name) of the active segments whose aborted transactions the
+/// mirror has no index entries for.
+fn promote_and_check(
+    topic: &str,
+    mirror: &Path,
+    catalog: &Path,
+    source: &SourceRecords,
+    leos: &[i64],
+    active_aborts: &[(i32, String)],
+) {
     let mut target = KafkaBroker::start(BrokerConfig::new(&format!("e2e-tail-target-{topic}"))).unwrap();
     let spec = TopicSpec::new(topic, PARTITIONS).config("retention.ms", -1);
     admin(&target.bootstrap(), &[spec], &[]).unwrap();
@@ -558,6 +578,16 @@ fn promote_and_check(topic: &str, mirror: &Path, catalog: &Path, source: &Source
         assert_eq!(p["transactions_aborted"].as_array().map(Vec::len), Some(0), "{p}");
     }
     let dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| target.partition_dir(topic, p)).collect();
+    // Promotion wrote the `.txnindex` the mirror's active segments lacked (verify below checks its entries).
+    for (p, name) in active_aborts {
+        let path = dirs[*p as usize].join(name);
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert!(
+            len > 0,
+            "{}: no transaction index entries after promotion",
+            path.display()
+        );
+    }
     let verify = segmirror_verify(
         &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
         &["--deep", "--strict"],
