@@ -147,3 +147,33 @@ async fn tail_catalog_refuses_another_lineage() {
         Uuid([9; 16]).to_string()
     );
 }
+
+#[tokio::test]
+async fn tail_catalog_records_a_gap_after_a_seal_as_a_log_start_move() {
+    let f = fixture();
+    assert!(f.segs.len() >= 4, "{} segments", f.segs.len());
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, look) = catalogs(tmp.path());
+    let mut a = appender(&f, mine);
+    // Segment 1 is gone at the source before it was shipped (retention): segment 2 follows the sealed segment 0.
+    for i in [0, 2] {
+        let (base, bytes) = &f.segs[i];
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        a.apply_seal(&seal_of(&f.source, *base, bytes, false)).await.unwrap();
+    }
+    let row = look.partition(&key()).unwrap();
+    let installed: Vec<i64> = look
+        .installed_segments(row.id)
+        .unwrap()
+        .iter()
+        .map(|s| s.version.base_offset)
+        .collect();
+    assert_eq!(installed, vec![f.segs[0].0, f.segs[2].0]);
+    assert_eq!(
+        row.log_start_offset, f.segs[2].0,
+        "the source's log start reached segment 2"
+    );
+    assert_eq!(row.installed_end_offset, Some(f.segs[3].0));
+}
