@@ -40,7 +40,6 @@ impl Drop for MirrorLock {
 /// the async runtime).
 pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
     let path = root.join(APPLY_LOCK_FILE);
-    let holder_path = root.join(APPLY_HOLDER_FILE);
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -48,6 +47,24 @@ pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
         .truncate(false)
         .open(&path)
         .map_err(|e| Error::io(&path, e))?;
+    lock_file(root, file, wait)
+}
+
+/// Like [`lock_mirror`] without waiting, for a reader of the mirror that must not change it (`promote`): a mirror
+/// without a lock file has never had an applier, so there is nothing to lock and nothing is created (`None`).
+/// An applier starting afterwards is kept off the partitions promotion works on by their catalog state (paused).
+pub fn lock_mirror_if_used(root: &Path) -> Result<Option<MirrorLock>> {
+    let path = root.join(APPLY_LOCK_FILE);
+    match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(file) => lock_file(root, file, false).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+fn lock_file(root: &Path, file: File, wait: bool) -> Result<MirrorLock> {
+    let path = root.join(APPLY_LOCK_FILE);
+    let holder_path = root.join(APPLY_HOLDER_FILE);
     if wait {
         file.lock().map_err(|e| Error::io(&path, e))?;
     } else {

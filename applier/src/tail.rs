@@ -27,10 +27,14 @@
 //! ahead (retention, as the bucket install path accepts) but never back into the sealed segment's offsets.
 //!
 //! # Where the position is recorded
-//! In `<mirror>/.tail/<topic>-<partition>.json`, not in the catalog: the catalog records whole installed versions
-//! (size, digests) and has no notion of a growing segment; a small per-partition file written atomically is the
+//! The active segment's durable position: in `<mirror>/.tail/<topic>-<partition>.json`, not in the catalog: the
+//! catalog records whole installed versions (size, digests) and has no notion of a growing segment, and a commit
+//! per chunk would put a second fsync on the latency path; a small per-partition file written atomically is the
 //! simplest thing that is correct. The state lives outside the partition directory so a Kafka broker handed the
-//! directory at promotion never sees it.
+//! directory at promotion never sees it. With a catalog ([`TailAppender::open_with_catalog`], what `tail-apply`
+//! runs), the partition and every sealed segment are recorded there too, and paused or promoted partitions are
+//! refused: see `catalog` (this module's child) for what is recorded when, and `active` for how `promote` reads
+//! the state file.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -49,10 +53,17 @@ use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
 
+mod active;
+mod catalog;
+#[cfg(test)]
+mod catalog_tests;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]
 mod tests;
+
+pub use active::{recorded_active_segment, ActiveSegment};
+pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
 
 /// Directory under the mirror root holding one state file per tailed partition.
 pub const TAIL_STATE_DIR: &str = ".tail";
@@ -99,6 +110,16 @@ pub enum TailError {
         segment: i64,
         reason: String,
     },
+    #[error("{partition}: the catalog records the partition {state}; nothing written (a paused or promoted partition is never appended to)")]
+    NotWritable { partition: String, state: String },
+    #[error("{partition}: the catalog records source topic id {recorded}, the shipper sends {offered} (the topic was recreated); nothing written")]
+    LineageBreak {
+        partition: String,
+        recorded: String,
+        offered: String,
+    },
+    #[error("catalog: {0}")]
+    Catalog(#[from] segmirror_catalog::Error),
     #[error("{}: {reason}", path.display())]
     BadState { path: PathBuf, reason: String },
     #[error("{}: {source}", path.display())]
@@ -146,6 +167,9 @@ pub struct TailAppender {
 struct Inner {
     root: PathBuf,
     states: HashMap<String, PartitionState>,
+    /// Where sealed segments are recorded and paused/promoted partitions are looked up (`catalog`); `None` only
+    /// for an appender without a catalog (tests of the appending alone).
+    catalog: Option<TailCatalog>,
 }
 
 fn tp_name(p: &PartitionRef) -> String {
@@ -196,8 +220,20 @@ impl TailAppender {
             }
         }
         Ok(TailAppender {
-            inner: Arc::new(Mutex::new(Inner { root, states })),
+            inner: Arc::new(Mutex::new(Inner {
+                root,
+                states,
+                catalog: None,
+            })),
         })
+    }
+
+    /// Opens the appender over `root` recording in `catalog` (see `catalog`): what `segmirror tail-apply` runs.
+    /// The caller holds the mirror's lock (`crate::lock_mirror`) for as long as the appender is used.
+    pub fn open_with_catalog(root: impl Into<PathBuf>, catalog: TailCatalog) -> TailResult<TailAppender> {
+        let appender = TailAppender::open(root)?;
+        appender.inner.lock().unwrap_or_else(|p| p.into_inner()).catalog = Some(catalog);
+        Ok(appender)
     }
 
     async fn run<T, F>(&self, what: &'static str, f: F) -> DirectResult<T>
@@ -400,6 +436,9 @@ impl Inner {
             }
         };
         let last_offset = validate_batches(chunk, &name, min_offset, exact_offset)?;
+        if let Some(catalog) = &mut self.catalog {
+            catalog.check_writable(p, Some(chunk.segment_base))?;
+        }
 
         // Only now is anything written.
         let pdir = self.partition_dir(&p.topic, p.partition);
@@ -539,6 +578,9 @@ impl Inner {
         if s.sealed {
             return Ok(());
         }
+        if let Some(catalog) = &mut self.catalog {
+            catalog.check_writable(p, None)?;
+        }
         let path = self.log_path(&p.topic, p.partition, seal.segment_base);
         let on_disk = digest_file(&path)?;
         let (size, sha) = (on_disk.size, on_disk.sha256.0);
@@ -602,6 +644,20 @@ impl Inner {
         let pdir = self.partition_dir(&p.topic, p.partition);
         for (kind, bytes) in files {
             write_atomically(&pdir.join(segment_file_name(seal.segment_base, kind)), &bytes)?;
+        }
+        if let Some(catalog) = &mut self.catalog {
+            // After the bytes and companions are durable, before the state file says sealed (`catalog`).
+            let next_offset = s
+                .next_offset
+                .filter(|_| s.position > 0)
+                .ok_or_else(|| bad("the segment holds no batch".into()))?;
+            let record = catalog::SealRecord {
+                segment_base: seal.segment_base,
+                next_offset,
+                size,
+                sha256: sha,
+            };
+            catalog.record_seal(p, &record)?;
         }
         self.record(name, PartitionState { sealed: true, ..s })
     }

@@ -14,6 +14,12 @@
 //! the only findings allowed; they are printed on stderr and are promotion's job.
 //!
 //! Two directions: push (the shipper dials the applier) and pull (the applier dials the shipper).
+//!
+//! Then the tailed mirror is promoted (the appender records its partitions and sealed segments in a catalog, as
+//! `segmirror tail-apply` does): `segmirror promote` into a stopped target broker completes the active segments'
+//! companions, `verify --deep --strict` finds the promoted partitions sound, consumers of the restarted target
+//! read every record exactly once at the source's offsets (`read_committed` without the aborted ones, as on the
+//! source), and a new idempotent producer's record lands right after the mirrored ones (`promote_and_check`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,9 +29,12 @@ use std::time::{Duration, Instant};
 use segment_format::log::scan_frames;
 use segment_format::partition_metadata::PartitionMetadata;
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
-use segmirror_applier::tail::TailAppender;
+use segmirror_applier::tail::{TailAppender, TailCatalog};
+use segmirror_catalog::Catalog;
 use segmirror_shipper::source::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
+use segmirror_tests::mirror::segmirror_promote;
+use segmirror_tests::segmirror_cli::segmirror_verify;
 use segmirror_tests::*;
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::{PartitionRef, Role};
@@ -230,9 +239,15 @@ async fn replicate(direction: Direction, topic: &str) {
     feed_config.poll_interval = Duration::from_millis(20);
     let shipper = ShipperSession::new(TailFeed::new(partitions, feed_config), session_config()).unwrap();
 
-    // Applier: the appender over an empty mirror root.
+    // Applier: the appender over an empty mirror root, recording in a catalog bound to it (as `tail-apply`).
     let mirror = tempfile::tempdir().unwrap();
-    let appender = TailAppender::open(mirror.path()).unwrap();
+    let catalog_dir = tempfile::tempdir().unwrap();
+    let catalog_path = catalog_dir.path().join("catalog.sqlite");
+    let mut catalog = Catalog::open(&catalog_path).unwrap();
+    catalog
+        .bind_mirror_root(&segmirror_catalog::canonical_mirror_root(mirror.path()).unwrap())
+        .unwrap();
+    let appender = TailAppender::open_with_catalog(mirror.path(), TailCatalog::open(catalog, "dr").unwrap()).unwrap();
     let mut watcher = appender.clone();
     let applier = ApplierSession::new(appender, session_config()).unwrap();
 
@@ -458,8 +473,18 @@ async fn replicate(direction: Direction, topic: &str) {
             dir.join(format!("{base:020}"))
         })
         .collect();
+    // Active segments whose ABORT markers have no `.txnindex` entry in the mirror: promotion must write them.
+    let mut active_aborts: Vec<(i32, String)> = Vec::new();
     for f in &report.findings {
         let on_active = actives.iter().any(|a| f.path.with_extension("") == *a);
+        if let Some(p) = actives.iter().position(|a| f.path.with_extension("") == *a) {
+            if f.path.extension().is_some_and(|e| e == "txnindex") {
+                let name = f.path.file_name().unwrap().to_string_lossy().into_owned();
+                if !active_aborts.contains(&(p as i32, name.clone())) {
+                    active_aborts.push((p as i32, name));
+                }
+            }
+        }
         let text = format!("{:?}", f.defect);
         let expected = on_active
             && ((f.path.extension().is_some_and(|e| e == "index") && text.contains("missing"))
@@ -477,7 +502,123 @@ async fn replicate(direction: Direction, topic: &str) {
         "{direction:?}: {faults} faults, {connections} connections; per partition (p, segments, batches, control, \
          companions checked, log end): {stats:?}"
     );
+    let source = SourceRecords::read(&broker.bootstrap(), topic);
     broker.stop().unwrap();
+    eprintln!("{direction:?}: active segments with aborted transactions: {active_aborts:?}");
+    promote_and_check(topic, mirror.path(), &catalog_path, &source, &leos, &active_aborts);
+}
+
+/// What consumers of the source read, by isolation level.
+struct SourceRecords {
+    uncommitted: Vec<Record>,
+    committed: Vec<Record>,
+}
+
+impl SourceRecords {
+    fn read(bootstrap: &str, topic: &str) -> SourceRecords {
+        let uncommitted = consume_all(bootstrap, topic, None, Isolation::ReadUncommitted).unwrap();
+        let committed = consume_all(bootstrap, topic, None, Isolation::ReadCommitted).unwrap();
+        // The producers' aborted transactions are in the log and hidden from read_committed.
+        assert!(
+            committed.len() < uncommitted.len(),
+            "read_committed {} records, read_uncommitted {}",
+            committed.len(),
+            uncommitted.len()
+        );
+        SourceRecords { uncommitted, committed }
+    }
+}
+
+/// (partition, offset, key, value) of a record: what must be identical on source and target.
+type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Every record's [`RecordIdentity`], sorted.
+fn identity(records: &[Record]) -> Vec<RecordIdentity> {
+    let mut out: Vec<_> = records
+        .iter()
+        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Promote the tailed mirror into a stopped target broker and check it as the module docs say.
+/// `active_aborts`: (partition, `.txnindex` file name) of the active segments whose aborted transactions the
+/// mirror has no index entries for.
+fn promote_and_check(
+    topic: &str,
+    mirror: &Path,
+    catalog: &Path,
+    source: &SourceRecords,
+    leos: &[i64],
+    active_aborts: &[(i32, String)],
+) {
+    let mut target = KafkaBroker::start(BrokerConfig::new(&format!("e2e-tail-target-{topic}"))).unwrap();
+    let spec = TopicSpec::new(topic, PARTITIONS).config("retention.ms", -1);
+    admin(&target.bootstrap(), &[spec], &[]).unwrap();
+    target.stop().unwrap();
+    let promote = segmirror_promote(mirror, target.log_dir(), catalog, &["--json"]).unwrap();
+    assert_eq!(promote.code, 0, "{promote}");
+    let report = promote.json().unwrap();
+    for p in report["partitions"].as_array().unwrap() {
+        let partition = p["partition"].as_i64().unwrap() as usize;
+        assert_eq!(p["log_end_offset"].as_i64(), Some(leos[partition]), "{p}");
+        // Every transaction was decided on the source: nothing to cut.
+        assert_eq!(p["transactions_aborted"].as_array().map(Vec::len), Some(0), "{p}");
+    }
+    let dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| target.partition_dir(topic, p)).collect();
+    // Promotion wrote the `.txnindex` the mirror's active segments lacked (verify below checks its entries).
+    for (p, name) in active_aborts {
+        let path = dirs[*p as usize].join(name);
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert!(
+            len > 0,
+            "{}: no transaction index entries after promotion",
+            path.display()
+        );
+    }
+    let verify = segmirror_verify(
+        &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+        &["--deep", "--strict"],
+    )
+    .unwrap();
+    assert_eq!(verify.code, 0, "{verify}");
+
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    let uncommitted = consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap();
+    assert_eq!(
+        identity(&uncommitted),
+        identity(&source.uncommitted),
+        "read_uncommitted on the target"
+    );
+    let committed = consume_all(&tb, topic, None, Isolation::ReadCommitted).unwrap();
+    assert_eq!(
+        identity(&committed),
+        identity(&source.committed),
+        "read_committed on the target"
+    );
+
+    // A new idempotent producer on the target: its record is stored once, right after the mirrored ones.
+    let plan = ProducePlan::new(topic)
+        .config("enable.idempotence", "true")
+        .config("acks", "all")
+        .step(ProduceStep::Send(vec![OutRecord {
+            partition: Some(0),
+            key: Some(b"after-promotion".to_vec()),
+            value: Some(b"target".to_vec()),
+            headers: Vec::new(),
+            timestamp: None,
+        }]));
+    let acked = python_produce(&tb, &plan).unwrap();
+    assert_eq!(acked.len(), 1);
+    assert_eq!(acked[0].offset, leos[0], "the new record follows the mirrored ones");
+    let after = consume_all(&tb, topic, Some(&[0]), Isolation::ReadCommitted).unwrap();
+    let news: Vec<&Record> = after.iter().filter(|r| r.value.as_deref() == Some(b"target")).collect();
+    assert_eq!(news.len(), 1, "stored once");
+    assert_eq!(news[0].offset, leos[0]);
+    assert_eq!(after.last().map(|r| r.offset), Some(leos[0]));
+    target.stop().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -246,8 +246,22 @@ fn ship_args(source: &Path, direction: &[&str], security: &[String]) -> Vec<Stri
     args
 }
 
+/// The catalog a test's `tail-apply` records in: beside the mirror, never in the user's data directory.
+fn catalog_of(mirror: &Path) -> PathBuf {
+    mirror.with_extension("catalog.sqlite")
+}
+
 fn apply_args(mirror: &Path, direction: &[&str], security: &[String]) -> Vec<String> {
-    let mut args = strings(&["tail-apply", "--mirror", &mirror.display().to_string(), "--link", "dr"]);
+    let catalog = catalog_of(mirror).display().to_string();
+    let mut args = strings(&[
+        "tail-apply",
+        "--mirror",
+        &mirror.display().to_string(),
+        "--link",
+        "dr",
+        "--catalog",
+        &catalog,
+    ]);
     args.extend(strings(direction));
     args.extend(security.iter().cloned());
     args
@@ -407,6 +421,40 @@ fn a_missing_pem_file_exits_2_naming_it() {
     let run = segmirror(ship_args(&source, &["--connect", "127.0.0.1:1"], &sec));
     run.expect_code(2);
     assert!(run.stderr.contains(&garbage.display().to_string()), "{run:?}");
+}
+
+#[test]
+fn a_running_tail_apply_holds_the_mirror_against_a_second_one_and_promote() {
+    let root = tempfile::tempdir().unwrap();
+    let mirror = root.path().join("m");
+    let plain = strings(&["--plaintext"]);
+    let mut applier = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &plain));
+    applier.bound();
+    let holder = format!("pid {}", applier.child.id());
+    let second = segmirror(apply_args(&mirror, &["--listen", "127.0.0.1:0"], &plain));
+    second.expect_code(2);
+    assert!(second.stderr.contains(&holder), "{second:?}");
+    let target = root.path().join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let promote = segmirror([
+        "promote".as_ref(),
+        "--mirror".as_ref(),
+        mirror.as_os_str(),
+        "--log-dir".as_ref(),
+        target.as_os_str(),
+        "--catalog".as_ref(),
+        catalog_of(&mirror).as_os_str(),
+    ] as [&std::ffi::OsStr; 7]);
+    promote.expect_code(2);
+    assert!(
+        promote.stderr.contains("held by another applier") && promote.stderr.contains(&holder),
+        "{promote:?}"
+    );
+    assert_clean_exit(applier);
+    // Released at exit: the next one starts.
+    let mut again = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &plain));
+    again.bound();
+    assert_clean_exit(again);
 }
 
 /// Rewrites the source's replication-offset-checkpoint (the high watermarks `ship` bounds itself by).

@@ -20,6 +20,7 @@ use super::producer_state;
 use super::refusal::Refusal;
 use super::report::{Outcome, PromotedPartition};
 use super::restamp::walk_log;
+use super::txn_cut;
 
 /// Suffix of a partition being built in staging.
 pub(super) const BUILDING: &str = "building";
@@ -102,6 +103,9 @@ pub(super) fn build(
             }],
         });
     }
+    if let Some(active) = p.tail_active {
+        complete_tailed_segment(p, &building, active.segment_base)?;
+    }
     producer_state::finish(p, &building)?;
     let topic_id: Uuid = p.target_topic_id.parse().map_err(|e| {
         Error::io(
@@ -124,4 +128,15 @@ pub(super) fn build(
     fsync_dir(staging)?;
     hook(Step::Built(p.tp()));
     Ok(result)
+}
+
+/// The tailed active segment reaches the mirror without companions (the appender writes them only at a seal):
+/// its offset and time index are rebuilt from its batches (`txn_cut::rebuild_indexes`, as Kafka leaves a rolled
+/// segment's; `producer_state::finish` rewrites them identically when it stops being the active segment) and its
+/// `.txnindex` holds the aborted transactions whose ABORT marker lies in it (`txn_cut::txn_index_entries`). Done
+/// before `finish`, which appends the entries of the transactions promotion cuts after these.
+fn complete_tailed_segment(p: &Planned, building: &Path, base: i64) -> Result<()> {
+    let entries = txn_cut::txn_index_entries(building, &p.segments, base)?;
+    txn_cut::write_txn_index(building, base, &entries)?;
+    txn_cut::rebuild_indexes(building, base)
 }

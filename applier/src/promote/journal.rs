@@ -51,6 +51,19 @@ pub(crate) struct Planned {
     /// Timestamp of the abort markers (decided at planning, so a rebuilt partition is identical).
     #[serde(default)]
     pub(crate) cut_timestamp: i64,
+    /// The partition was tailed: its last segment is the tail appender's active segment, which has no companions
+    /// in the mirror (see `build`). `None` for a partition installed by `apply` (and in journals written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tail_active: Option<TailActive>,
+}
+
+/// The tailed active segment of a planned partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TailActive {
+    /// Its base offset (the partition's last segment).
+    pub(crate) segment_base: i64,
+    /// What the catalog recorded installed (the sealed segments' end) at planning, checked again at the pause.
+    pub(crate) catalog_end_offset: Option<i64>,
 }
 
 impl Planned {

@@ -34,12 +34,30 @@
 //! partition), the mirror root and the `--link` must exist (they are looked up, never created), the topic must
 //! exist in the target log dir with a `partition.metadata` carrying the topic id the target's metadata log names
 //! and as many partition directories as the mirror has partitions, the target partitions must hold no data
-//! (unless `force`), each mirror partition must be exactly what the catalog says is installed (no leftovers of an
-//! interrupted apply), and the target topic's retention must not delete promoted data at the broker's first
+//! (unless `force`), no applier may hold the mirror, each mirror partition must be exactly what the catalog says
+//! is installed (no leftovers of an interrupted apply; a tailed partition: plus its active segment, see below), and the target topic's retention must not delete promoted data at the broker's first
 //! retention check (unless `allow_retention_delete`; [`retention`] says how it is predicted from the target's
 //! metadata log and `server.properties`). The checks go on past the first failure — both sides of every partition
 //! are inspected even when one refuses, and a running broker's log dir is still read — so one run reports every
 //! reason for every partition ([`Refusal`], [`Error::Refused`]; the CLI exits 2).
+//!
+//! # Tailed partitions
+//! A partition the tail appender (`crate::tail`, `segmirror tail-apply`) wrote has its sealed segments recorded in
+//! the catalog as installed versions and its **active segment** only in the appender's state file
+//! (`<mirror>/.tail/<tp>.json`: base offset and durable size; why the position stays there is in `crate::tail`'s
+//! `catalog` module). Planning accepts such a partition when its last `.log` is that segment at exactly the
+//! recorded size (bytes beyond it were never acknowledged: a refusal naming the file and both sizes, as is a
+//! shorter file), the catalog's installed end lies at or below its base, and its batches end at the recorded next
+//! offset; the catalog's end is journaled and checked again at the pause. The active segment reaches the mirror
+//! without companions (the appender writes them at a seal), so the build completes them in staging: offset and
+//! time index rebuilt from its batches (`txn_cut::rebuild_indexes`, as for any last segment) and the `.txnindex`
+//! entries of the aborted transactions whose ABORT marker lies in it, computed by segment-format's `TxnTracker`
+//! over the promoted segments from the first (`txn_cut::txn_index_entries`) — the same rule `verify` checks the
+//! index against; the cut's own entries are appended after them. Everything else (restamping, no source producer
+//! state, the cut, root checkpoints, `partition.metadata`) is as for an applied partition. A mirror an applier
+//! holds (the one-applier lock in the mirror root, `crate::lock_mirror`) is refused naming the holder: a
+//! `tail-apply` grows its active segments with every chunk. Promotion takes that lock itself when the mirror has
+//! one (it never creates it: a mirror nobody applied to stays untouched).
 //!
 //! # Crash safety
 //! Work happens in `<log dir>/.segmirror-promote/`, a name the broker cannot parse as a partition, so **a broker
@@ -88,6 +106,8 @@ mod swap;
 mod target;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_tail;
 #[cfg(test)]
 mod tests_txn;
 mod txn_cut;
@@ -144,6 +164,29 @@ pub(crate) fn promote_with(
             path: request.mirror_root.clone(),
         });
     }
+    // The mirror's one-applier lock, held to the end: an `apply` or `tail-apply` at work on the mirror could
+    // change a partition between planning and copying (a tail appender grows its active segment with every chunk),
+    // so promotion refuses while one runs, naming it, and keeps them out while it runs.
+    let _mirror_lock = if mirror_exists {
+        match crate::lock::lock_mirror_if_used(&request.mirror_root) {
+            Ok(held) => held,
+            Err(crate::Error::MirrorLocked { path, holder }) => {
+                refusals.push(Refusal::MirrorBusy {
+                    lock_file: path,
+                    holder,
+                });
+                None
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    request.mirror_root.join(crate::APPLY_LOCK_FILE),
+                    std::io::Error::other(e.to_string()),
+                ))
+            }
+        }
+    } else {
+        None
+    };
     let lock = if is_log_dir {
         match LogDirLock::try_acquire(log_dir) {
             Ok(lock) => Some(lock),

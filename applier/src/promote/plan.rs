@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind};
+use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, SegmentFiles};
 use segment_format::{now_ms, TopicPartition};
 use segmirror_catalog::{Catalog, MirrorPartition, PartitionKey, PartitionState};
 
 use super::error::{Error, Result};
-use super::journal::Planned;
+use super::journal::{Planned, TailActive};
 use super::refusal::Refusal;
 use super::restamp::walk_log;
 use super::retention::loss::RetentionLoss;
@@ -170,6 +170,7 @@ pub(super) fn plan(
             previous_state: p.state.as_str().to_string(),
             cut,
             cut_timestamp: now_ms,
+            tail_active: mirror.tail_active,
         });
     }
     for (topic, ids) in ids {
@@ -202,6 +203,7 @@ struct MirrorFacts {
     log_end_offset: i64,
     segments: Vec<i64>,
     snapshots: Vec<i64>,
+    tail_active: Option<TailActive>,
 }
 
 fn inspect_mirror(
@@ -240,9 +242,20 @@ fn inspect_mirror(
         });
         return Ok(None);
     };
+    let tail_active = match tailed_active_segment(mirror_root, p, tp, last, refusals)? {
+        Tailed::Refused => return Ok(None),
+        Tailed::Active(t) => Some(t),
+        Tailed::No => None,
+    };
     let walk = walk_log(&last.log, None)?;
     let log_end_offset = walk.last_offset.map_or(last.base_offset, |o| o.saturating_add(1));
-    if p.installed_end_offset != Some(log_end_offset) {
+    // A tailed partition: the catalog holds the sealed segments below the active one, whose end the state file
+    // records (checked in `tailed_active_segment`); otherwise the catalog holds everything up to the end.
+    let consistent = match &tail_active {
+        Some(_) => true,
+        None => p.installed_end_offset == Some(log_end_offset),
+    };
+    if !consistent {
         refusals.push(Refusal::MirrorCatalogMismatch {
             partition: tp.clone(),
             log: last.log.clone(),
@@ -281,6 +294,93 @@ fn inspect_mirror(
         log_end_offset,
         segments,
         snapshots,
+        tail_active,
+    }))
+}
+
+/// Whether a mirror partition's last segment is a tailed active segment.
+enum Tailed {
+    /// Not tailed, or the tail's last segment is sealed (and so installed in the catalog).
+    No,
+    Active(TailActive),
+    /// A refusal was recorded.
+    Refused,
+}
+
+/// A tailed partition (one with a tail state file whose last segment is not sealed) is promotable when its last
+/// `.log` is that active segment at exactly the recorded durable size, the catalog's installed (sealed) end lies
+/// at or below its base, and its batches end where the state file says. See `crate::tail` (`catalog`, `active`).
+fn tailed_active_segment(
+    mirror_root: &Path,
+    p: &MirrorPartition,
+    tp: &TopicPartition,
+    last: &SegmentFiles,
+    refusals: &mut Vec<Refusal>,
+) -> Result<Tailed> {
+    let state = match crate::tail::recorded_active_segment(mirror_root, &tp.topic, tp.partition) {
+        Ok(Some(state)) if !state.sealed => state,
+        Ok(_) => return Ok(Tailed::No),
+        Err(e) => {
+            refusals.push(Refusal::TailStateUnreadable {
+                partition: tp.clone(),
+                reason: e.to_string(),
+            });
+            return Ok(Tailed::Refused);
+        }
+    };
+    let log = last
+        .log
+        .with_file_name(segment_file_name(state.segment_base, SegmentFileKind::Log));
+    if last.base_offset > state.segment_base {
+        // A segment beyond the active one: not written by the appender.
+        refusals.push(Refusal::MirrorUnexpectedFile {
+            partition: tp.clone(),
+            path: last.log.clone(),
+        });
+        return Ok(Tailed::Refused);
+    }
+    let on_disk = match std::fs::metadata(&log) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(Error::io(&log, e)),
+    };
+    if on_disk != state.position {
+        refusals.push(Refusal::TailActiveSizeMismatch {
+            partition: tp.clone(),
+            log,
+            recorded: state.position,
+            on_disk,
+        });
+        return Ok(Tailed::Refused);
+    }
+    if last.base_offset < state.segment_base {
+        // Claimed at 0 bytes and never created (a crash in between): the partition ends with its sealed segments.
+        return Ok(Tailed::No);
+    }
+    if p.installed_end_offset.is_some_and(|end| end > state.segment_base) {
+        // The catalog holds the active segment as installed: its seal was recorded in the catalog, and a crash
+        // came before the state file said so. The catalog's end decides.
+        return Ok(Tailed::No);
+    }
+    let walk = walk_log(&log, None)?;
+    let end = walk.last_offset.map_or(state.segment_base, |o| o.saturating_add(1));
+    let recorded_end = if state.position == 0 {
+        state.segment_base
+    } else {
+        state.next_offset.unwrap_or(state.segment_base)
+    };
+    if end != recorded_end {
+        refusals.push(Refusal::MirrorCatalogMismatch {
+            partition: tp.clone(),
+            log,
+            mirror_end_offset: end,
+            catalog_end_offset: Some(recorded_end),
+        });
+        return Ok(Tailed::Refused);
+    }
+    Ok(Tailed::Active(TailActive {
+        segment_base: state.segment_base,
+        catalog_end_offset: p.installed_end_offset,
     }))
 }
 
@@ -301,7 +401,8 @@ pub(super) fn pause(
             catalog.set_partition_state(row.id, PartitionState::Paused)?;
         }
         let row = catalog.partition(&key)?;
-        if row.installed_end_offset != Some(p.log_end_offset) {
+        let expected = p.tail_active.map_or(Some(p.log_end_offset), |t| t.catalog_end_offset);
+        if row.installed_end_offset != expected {
             refusals.push(Refusal::MirrorCatalogMismatch {
                 partition: p.tp(),
                 log: mirror_root.join(p.tp().dir_name()),

@@ -35,6 +35,18 @@ pub enum Refusal {
     MirrorUnexpectedFile { partition: TopicPartition, path: PathBuf },
     /// Nothing is installed for the partition.
     NothingInstalled { partition: TopicPartition, path: PathBuf },
+    /// Another applier (`apply`, `tail-apply`) holds the mirror's lock: it may be writing the partitions.
+    MirrorBusy { lock_file: PathBuf, holder: String },
+    /// A tailed partition's active segment is not the size its state file records durable (bytes beyond it were
+    /// never acknowledged; fewer means acknowledged bytes were lost).
+    TailActiveSizeMismatch {
+        partition: TopicPartition,
+        log: PathBuf,
+        recorded: u64,
+        on_disk: u64,
+    },
+    /// A tailed partition's state file cannot be read.
+    TailStateUnreadable { partition: TopicPartition, reason: String },
     /// The mirror's log end offset is not what the catalog records as installed.
     MirrorCatalogMismatch {
         partition: TopicPartition,
@@ -139,6 +151,24 @@ impl fmt::Display for Refusal {
             ),
             Refusal::NothingInstalled { partition, path } => {
                 write!(f, "{partition}: nothing installed in {}", path.display())
+            }
+            Refusal::MirrorBusy { lock_file, holder } => write!(
+                f,
+                "{} is held by another applier ({holder}): stop `segmirror tail-apply`/`apply` on the mirror first",
+                lock_file.display()
+            ),
+            Refusal::TailActiveSizeMismatch {
+                partition,
+                log,
+                recorded,
+                on_disk,
+            } => write!(
+                f,
+                "{partition}: the tailed active segment {} holds {on_disk} bytes, its state file records {recorded}                  durable (restart `segmirror tail-apply` to put it back to the recorded size, then stop it)",
+                log.display()
+            ),
+            Refusal::TailStateUnreadable { partition, reason } => {
+                write!(f, "{partition}: tail state unreadable: {reason}")
             }
             Refusal::MirrorCatalogMismatch {
                 partition,

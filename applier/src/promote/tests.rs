@@ -22,7 +22,7 @@ use segment_format::writer::{
 };
 use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
 
-use super::journal::Planned;
+use super::journal::{Planned, TailActive};
 use super::*;
 
 const LINK: &str = "l";
@@ -763,6 +763,10 @@ fn journal_round_trips() {
                 marker_offset: 99,
             }],
             cut_timestamp: 1_700_000_000_000,
+            tail_active: Some(TailActive {
+                segment_base: 50,
+                catalog_end_offset: Some(50),
+            }),
         }],
     };
     let dir = tempfile::tempdir().unwrap();

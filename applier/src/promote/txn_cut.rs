@@ -245,6 +245,40 @@ pub fn abort_markers(cut: &[CutTransaction], leader_epoch: i32, timestamp: i64) 
     (bytes, entries)
 }
 
+/// The `.txnindex` entries of segment `base` in the partition `dir` whose segments are `segments` (ascending):
+/// one per ABORT marker in that segment closing a transaction with data, as the broker appends them
+/// ([`TxnTracker`], the rule `verify` checks the index against). For a tailed active segment, which reaches the
+/// mirror without companions. Open transactions are followed from the first segment on (memory bounded by the
+/// number of producers); a transaction open across the first segment's base is taken to start at its first batch
+/// in the mirror, as `verify` without a producer snapshot does.
+pub fn txn_index_entries(dir: &Path, segments: &[i64], base: i64) -> Result<Vec<AbortedTxn>> {
+    let mut tracker = TxnTracker::new();
+    let mut entries = Vec::new();
+    for seg in segments.iter().copied().filter(|s| *s <= base) {
+        let path = dir.join(segment_file_name(seg, SegmentFileKind::Log));
+        let mut log = LogFile::open(&path)?;
+        log.scan(|frame| {
+            if let Some(entry) = tracker.on_batch(&frame.info) {
+                if seg == base {
+                    entries.push(entry);
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+    }
+    Ok(entries)
+}
+
+/// Write the `.txnindex` of segment `base` in `dir` (none when `entries` is empty, as Kafka creates it lazily).
+pub fn write_txn_index(dir: &Path, base: i64, entries: &[AbortedTxn]) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let txn = dir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
+    write_atomically(&txn, &txn_index::serialize(entries))?;
+    Ok(())
+}
+
 /// Largest value of a segment-relative offset or file position (both are 32-bit in Kafka's indexes).
 const MAX_RELATIVE: i64 = i32::MAX as i64;
 

@@ -14,11 +14,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use segmirror_applier::tail::TailAppender;
+use segmirror_applier::lock_mirror;
+use segmirror_applier::tail::{TailAppender, TailCatalog};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::session::{ApplierSession, SessionConfig};
 use segmirror_transport::direct::Role;
 
+use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
 use crate::cli::link::{link_config, run_link, shutdown_on_signal, LinkArgs};
 use crate::cli::runtime::Runtime;
 
@@ -32,14 +34,28 @@ pub struct Args {
     /// cluster is refused and its link pauses. Without it, any cluster's shipper is accepted.
     #[arg(long, value_name = "ID")]
     source_cluster_id: Option<String>,
+    /// The catalog recording the link, the partitions and every sealed segment (what `promote` reads).
+    #[arg(long, value_name = "PATH", long_help = CATALOG_HELP)]
+    catalog: Option<PathBuf>,
     #[command(flatten)]
     link: LinkArgs,
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
-    let appender =
-        TailAppender::open(&args.mirror).with_context(|| format!("opening mirror {}", args.mirror.display()))?;
+    // One applier per mirror, for the whole run: `apply`, another `tail-apply` and `promote` are refused while
+    // this one appends (the lock names this process).
+    let _lock = lock_mirror(&args.mirror, false)?;
+    let (catalog_path, catalog) = open_mirror_catalog(args.catalog, &args.mirror, false)?;
+    let catalog = TailCatalog::open(catalog, &args.link.link).with_context(|| {
+        format!(
+            "recording link {} in catalog {}",
+            args.link.link,
+            catalog_path.display()
+        )
+    })?;
+    let appender = TailAppender::open_with_catalog(&args.mirror, catalog)
+        .with_context(|| format!("opening mirror {}", args.mirror.display()))?;
     let session = ApplierSession::new(appender, SessionConfig::default())?;
     let link = args.link;
     runtime.block_on(async move {

@@ -1,0 +1,187 @@
+//! What the tail appender records in the catalog, so that a tailed mirror is a mirror like any other: `status`
+//! sees it, `promote` accepts it, `apply` and a second `tail-apply` are kept away by the mirror lock.
+//!
+//! # What is recorded where, and why
+//! - **The link** (created if the catalog does not know it, with [`TAIL_STORE_URL`] for its store) and **the
+//!   partition** (link, topic, partition, the source topic id as its lineage), at the first chunk the appender
+//!   sees for the partition, as `apply` records them. A partition of another lineage is refused, never merged.
+//! - **Every sealed segment** as an installed version ([`Catalog::mark_installed`]: base, next and last offsets,
+//!   size, SHA-256, sealed), in one catalog transaction after its bytes and companions are durable and *before*
+//!   the state file says "sealed". A crash between the two leaves the state unsealed: the shipper sends the seal
+//!   again, the appender checks and writes the same companions again and the catalog answers "already installed".
+//!   The catalog therefore never claims more than is durable, and never lags a seal the shipper was told of.
+//! - **The active segment's durable position stays in the state file** (`<mirror>/.tail/<tp>.json`), not in the
+//!   catalog. It changes with every chunk (per chunk fsync is the default policy); a SQLite commit per chunk would
+//!   add a second fsync to the replication latency path for nothing the state file does not already give (it is
+//!   written atomically, after the bytes, and read back by `promote`). The catalog's rule that an installed
+//!   version is whole and digested (size + SHA-256) also does not fit a file that grows by the chunk. So: the
+//!   catalog holds the sealed history, the state file the one growing segment after it; `promote` combines the two
+//!   (`promote::plan`) and refuses a mirror whose active file is not exactly the recorded size.
+//!
+//! # What is refused
+//! Before any byte of a chunk or seal is written, the partition's catalog row is read: a partition that is
+//! `paused` (a promotion is under way, or an operator paused it) or `promoted` (it belongs to a broker now) is
+//! never appended to ([`TailError::NotWritable`]), and a chunk for a segment below the catalog's installed end
+//! (the segment is sealed and installed) is refused. The read is a plain SQLite read (no commit, no fsync).
+//!
+//! A gap between sealed segments (the source deleted a segment before it was shipped) means the source's log
+//! start offset reached the new segment's base; that is recorded (`upsert_partition` moves the log start forward
+//! only) before the new segment is marked installed, which the catalog's succession rule requires.
+
+use std::collections::HashMap;
+
+use segment_format::partition_metadata::Uuid;
+use segmirror_catalog::{Catalog, LinkSpec, PartitionId, PartitionKey, PartitionState, SegmentVersion, Upsert};
+use segmirror_transport::direct::payload::PartitionRef;
+
+use super::{tp_name, TailError, TailResult};
+use crate::APPLIER_TOPICS_REGEX;
+
+/// The store URL a link created by the tail appender records: its data comes over a direct link, not from an
+/// object store. Shown by `status`; nothing reads objects from it.
+pub const TAIL_STORE_URL: &str = "direct:";
+
+/// Prefix of the `manifest_key` recorded for a tailed segment (there is no manifest: the seal frame is its
+/// description). Followed by the partition and the segment's file name, so `status` and events name the segment.
+pub const TAIL_MANIFEST_KEY_PREFIX: &str = "tail:";
+
+/// The catalog as the tail appender uses it: one link, the partitions it has seen.
+#[derive(Debug)]
+pub struct TailCatalog {
+    catalog: Catalog,
+    link: String,
+    ids: HashMap<String, PartitionId>,
+}
+
+/// What a seal records.
+pub(super) struct SealRecord {
+    pub(super) segment_base: i64,
+    /// Offset after the segment's last batch.
+    pub(super) next_offset: i64,
+    pub(super) size: u64,
+    pub(super) sha256: [u8; 32],
+}
+
+impl TailCatalog {
+    /// Binds the appender to `link` in `catalog`, creating the link when the catalog does not know it.
+    pub fn open(mut catalog: Catalog, link: &str) -> TailResult<TailCatalog> {
+        match catalog.link(link) {
+            Ok(_) => {}
+            Err(segmirror_catalog::Error::NotFound { .. }) => {
+                catalog.create_link(&LinkSpec {
+                    name: link.to_string(),
+                    store_url: TAIL_STORE_URL.to_string(),
+                    topics_regex: APPLIER_TOPICS_REGEX.to_string(),
+                    groups_regex: None,
+                })?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(TailCatalog {
+            catalog,
+            link: link.to_string(),
+            ids: HashMap::new(),
+        })
+    }
+
+    /// The catalog (for tests and for callers that want it back).
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    fn key(&self, p: &PartitionRef) -> PartitionKey {
+        PartitionKey::new(&self.link, &p.topic, p.partition)
+    }
+
+    /// The partition's catalog id, recording the partition on first sight (lineage checked).
+    fn id(&mut self, p: &PartitionRef) -> TailResult<PartitionId> {
+        let name = tp_name(p);
+        if let Some(id) = self.ids.get(&name) {
+            return Ok(*id);
+        }
+        let key = self.key(p);
+        let topic_id = Uuid(p.topic_id).to_string();
+        let id = match self.catalog.upsert_partition(&key, &topic_id, 0) {
+            Ok(Upsert::Created(row) | Upsert::Existing(row)) => row.id,
+            Ok(Upsert::LineageBreak { partition, .. }) => {
+                return Err(TailError::LineageBreak {
+                    partition: name,
+                    recorded: partition.source_topic_id,
+                    offered: topic_id,
+                })
+            }
+            Err(segmirror_catalog::Error::Promoted { .. }) => {
+                return Err(TailError::NotWritable {
+                    partition: name,
+                    state: format!("of link {} which is promoted", self.link),
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.ids.insert(name, id);
+        Ok(id)
+    }
+
+    /// Refuses a write to a paused or promoted partition, of another lineage, or a chunk (`chunk_segment`: its
+    /// segment base) into a segment the catalog holds as installed (sealed). Called before anything of a chunk or
+    /// seal is written. A seal of an installed segment is let through: the catalog answers "already installed".
+    pub(super) fn check_writable(&mut self, p: &PartitionRef, chunk_segment: Option<i64>) -> TailResult<()> {
+        let id = self.id(p)?;
+        let row = self.catalog.partition_by_id(id)?;
+        let name = tp_name(p);
+        if row.state != PartitionState::Mirroring {
+            return Err(TailError::NotWritable {
+                partition: name,
+                state: row.state.to_string(),
+            });
+        }
+        let topic_id = Uuid(p.topic_id).to_string();
+        if row.source_topic_id != topic_id {
+            return Err(TailError::LineageBreak {
+                partition: name,
+                recorded: row.source_topic_id,
+                offered: topic_id,
+            });
+        }
+        if let (Some(end), Some(segment_base)) = (row.installed_end_offset, chunk_segment) {
+            if segment_base >= end {
+                return Ok(());
+            }
+            return Err(TailError::OutOfOrder {
+                partition: name,
+                segment: segment_base,
+                position: 0,
+                reason: format!("the catalog holds the partition installed (sealed) up to offset {end}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a sealed segment as installed (see the module docs). Idempotent.
+    pub(super) fn record_seal(&mut self, p: &PartitionRef, seal: &SealRecord) -> TailResult<()> {
+        let id = self.id(p)?;
+        let topic_id = Uuid(p.topic_id).to_string();
+        let row = self.catalog.partition_by_id(id)?;
+        if row.installed_end_offset.is_some_and(|end| seal.segment_base > end) {
+            // Offsets between the installed end and this base were deleted by the source before they were
+            // shipped: its log start offset reached this base.
+            let key = self.key(p);
+            self.catalog.upsert_partition(&key, &topic_id, seal.segment_base)?;
+        }
+        let name = tp_name(p);
+        let version = SegmentVersion {
+            base_offset: seal.segment_base,
+            next_offset: seal.next_offset,
+            last_offset: seal.next_offset.saturating_sub(1),
+            size: seal.size,
+            sha256: seal.sha256,
+            manifest_key: format!(
+                "{TAIL_MANIFEST_KEY_PREFIX}{name}/{}",
+                segment_format::dir::segment_file_name(seal.segment_base, segment_format::dir::SegmentFileKind::Log)
+            ),
+            sealed: true,
+        };
+        self.catalog.mark_installed(id, &topic_id, &version)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,179 @@
+//! The appender with a catalog: seals recorded as installed versions, paused and promoted partitions refused.
+
+use segment_format::partition_metadata::Uuid;
+use segmirror_catalog::{Catalog, PartitionKey, PartitionState};
+use segmirror_transport::direct::session::ChunkApplier;
+use sha2::Digest;
+
+use super::tests::{chunks_of, fixture, seal_of};
+use super::*;
+
+const LINK: &str = "tail-link";
+
+fn appender(f: &super::tests::Fixture, catalog: Catalog) -> TailAppender {
+    TailAppender::open_with_catalog(&f.mirror, TailCatalog::open(catalog, LINK).unwrap()).unwrap()
+}
+
+fn key() -> PartitionKey {
+    PartitionKey::new(LINK, "orders", 2)
+}
+
+/// A catalog file in `dir`, opened twice: one for the appender, one to look at (WAL: readers see commits).
+fn catalogs(dir: &Path) -> (Catalog, Catalog) {
+    let path = dir.join("catalog.sqlite");
+    (Catalog::open(&path).unwrap(), Catalog::open(&path).unwrap())
+}
+
+#[tokio::test]
+async fn tail_catalog_records_each_sealed_segment_as_installed() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, look) = catalogs(tmp.path());
+    let mut a = appender(&f, mine);
+    let (base0, bytes0) = &f.segs[0];
+    for c in chunks_of(*base0, bytes0, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    // Chunks alone record the partition, nothing installed.
+    let row = look.partition(&key()).unwrap();
+    assert_eq!(row.source_topic_id, Uuid([7; 16]).to_string());
+    assert_eq!(row.state, PartitionState::Mirroring);
+    assert_eq!(row.installed_end_offset, None);
+    assert!(look.installed_segments(row.id).unwrap().is_empty());
+
+    a.apply_seal(&seal_of(&f.source, *base0, bytes0, true)).await.unwrap();
+    let (base1, _) = &f.segs[1];
+    let installed = look.installed_segments(row.id).unwrap();
+    assert_eq!(installed.len(), 1, "{installed:?}");
+    let v = &installed[0].version;
+    assert_eq!(
+        (v.base_offset, v.next_offset, v.last_offset, v.size, v.sealed),
+        (*base0, *base1, base1 - 1, bytes0.len() as u64, true)
+    );
+    let digest: [u8; 32] = sha2::Sha256::digest(bytes0).into();
+    assert_eq!(v.sha256, digest);
+    assert_eq!(look.partition(&key()).unwrap().installed_end_offset, Some(*base1));
+
+    // A crash after the catalog recorded the seal but before the state file did: the seal comes again and is
+    // accepted as the same version.
+    let state = f.mirror.join(TAIL_STATE_DIR).join("orders-2.json");
+    let mut recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    recorded["sealed"] = serde_json::Value::Bool(false);
+    std::fs::write(&state, serde_json::to_vec(&recorded).unwrap()).unwrap();
+    let (_, again) = catalogs(tmp.path());
+    let mut b = appender(&f, again);
+    b.durable_positions().await.unwrap();
+    b.apply_seal(&seal_of(&f.source, *base0, bytes0, false)).await.unwrap();
+    assert_eq!(look.installed_segments(row.id).unwrap().len(), 1);
+
+    // The next segment's chunks go on; a chunk into the sealed, installed segment is refused.
+    let (base1, bytes1) = &f.segs[1];
+    for c in chunks_of(*base1, bytes1, 3) {
+        b.apply_chunk(&c).await.unwrap();
+    }
+    b.apply_seal(&seal_of(&f.source, *base1, bytes1, true)).await.unwrap();
+    let ends: Vec<i64> = look
+        .installed_segments(row.id)
+        .unwrap()
+        .iter()
+        .map(|s| s.version.base_offset)
+        .collect();
+    assert_eq!(ends, vec![*base0, *base1]);
+}
+
+#[tokio::test]
+async fn tail_catalog_refuses_chunks_of_paused_and_promoted_partitions() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, mut look) = catalogs(tmp.path());
+    let mut a = appender(&f, mine);
+    let (base0, bytes0) = &f.segs[0];
+    let chunks = chunks_of(*base0, bytes0, 1);
+    assert!(chunks.len() >= 3);
+    a.apply_chunk(&chunks[0]).await.unwrap();
+    let id = look.partition(&key()).unwrap().id;
+    let log = super::tests::mirror_log(&f.mirror, *base0);
+    let len_before = std::fs::metadata(&log).unwrap().len();
+
+    look.set_partition_state(id, PartitionState::Paused).unwrap();
+    let err = a.apply_chunk(&chunks[1]).await.unwrap_err().to_string();
+    assert!(err.contains("orders-2") && err.contains("paused"), "{err}");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), len_before, "nothing written");
+
+    // Resumed: it goes on from where it was.
+    look.set_partition_state(id, PartitionState::Mirroring).unwrap();
+    a.apply_chunk(&chunks[1]).await.unwrap();
+    let len_mid = std::fs::metadata(&log).unwrap().len();
+
+    look.set_partition_state(id, PartitionState::Promoted).unwrap();
+    let err = a.apply_chunk(&chunks[2]).await.unwrap_err().to_string();
+    assert!(err.contains("orders-2") && err.contains("promoted"), "{err}");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), len_mid, "nothing written");
+    // A restarted appender refuses it too, and writes no companion.
+    let (_, again) = catalogs(tmp.path());
+    let mut b = appender(&f, again);
+    b.durable_positions().await.unwrap();
+    let mut rest = chunks[2..].iter();
+    let err = b.apply_chunk(rest.next().unwrap()).await.unwrap_err().to_string();
+    assert!(err.contains("promoted"), "{err}");
+    let index = log.with_extension("index");
+    assert!(!index.exists());
+}
+
+#[tokio::test]
+async fn tail_catalog_refuses_another_lineage() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut mine, look) = catalogs(tmp.path());
+    mine.create_link(&segmirror_catalog::LinkSpec {
+        name: LINK.into(),
+        store_url: "file:///elsewhere".into(),
+        topics_regex: ".*".into(),
+        groups_regex: None,
+    })
+    .unwrap();
+    mine.upsert_partition(&key(), &Uuid([9; 16]).to_string(), 0).unwrap();
+    let mut a = appender(&f, mine);
+    let (base0, bytes0) = &f.segs[0];
+    let err = a
+        .apply_chunk(&chunks_of(*base0, bytes0, 1)[0])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("recreated"), "{err}");
+    assert!(!super::tests::mirror_log(&f.mirror, *base0).exists());
+    assert_eq!(
+        look.partition(&key()).unwrap().source_topic_id,
+        Uuid([9; 16]).to_string()
+    );
+}
+
+#[tokio::test]
+async fn tail_catalog_records_a_gap_after_a_seal_as_a_log_start_move() {
+    let f = fixture();
+    assert!(f.segs.len() >= 4, "{} segments", f.segs.len());
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, look) = catalogs(tmp.path());
+    let mut a = appender(&f, mine);
+    // Segment 1 is gone at the source before it was shipped (retention): segment 2 follows the sealed segment 0.
+    for i in [0, 2] {
+        let (base, bytes) = &f.segs[i];
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        a.apply_seal(&seal_of(&f.source, *base, bytes, false)).await.unwrap();
+    }
+    let row = look.partition(&key()).unwrap();
+    let installed: Vec<i64> = look
+        .installed_segments(row.id)
+        .unwrap()
+        .iter()
+        .map(|s| s.version.base_offset)
+        .collect();
+    assert_eq!(installed, vec![f.segs[0].0, f.segs[2].0]);
+    assert_eq!(
+        row.log_start_offset, f.segs[2].0,
+        "the source's log start reached segment 2"
+    );
+    assert_eq!(row.installed_end_offset, Some(f.segs[3].0));
+}
