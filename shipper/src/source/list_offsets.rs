@@ -42,12 +42,12 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{BufMut, BytesMut};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, ListOffsetsRequest, ListOffsetsResponse, RequestHeader, ResponseHeader,
-    TopicName,
-};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::protocol::{Decodable, Encodable, Message, Request, StrBytes};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, ListOffsetsRequest, ListOffsetsResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -170,7 +170,7 @@ impl BrokerClient {
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("segmirror"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
-        let versions = client.call(ApiKey::ApiVersions, &request, API_VERSIONS_VERSION).await?;
+        let versions: ApiVersionsResponse = client.call(ApiKey::ApiVersions, &request, API_VERSIONS_VERSION).await?;
         if versions.error_code != 0 {
             return Err(client.error(format!("ApiVersions answered {}", error_name(versions.error_code))));
         }
@@ -246,7 +246,9 @@ impl BrokerClient {
     }
 
     /// Send one request and read its response, each bounded in time and size.
-    async fn call<R: Request>(&mut self, key: ApiKey, request: &R, version: i16) -> Result<R::Response> {
+    /// (Generic over encode/decode rather than the crate's `Request`, which it
+    /// implements only with both its client and broker halves built.)
+    async fn call<Q: Encodable, P: Decodable>(&mut self, key: ApiKey, request: &Q, version: i16) -> Result<P> {
         self.correlation_id = self.correlation_id.wrapping_add(1) & i32::MAX;
         let correlation_id = self.correlation_id;
         let header = RequestHeader::default()
@@ -282,7 +284,7 @@ impl BrokerClient {
                 header.correlation_id
             )));
         }
-        let decoded = R::Response::decode(&mut response, version)
+        let decoded = P::decode(&mut response, version)
             .map_err(|e| self.error(format!("malformed {key:?} v{version} response: {e}")))?;
         Ok(decoded)
     }

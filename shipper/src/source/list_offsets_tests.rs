@@ -6,6 +6,7 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ApiVersionsResponse, ListOffsetsRequest, ListOffsetsResponse};
+
 use kafka_protocol::protocol::decode_request_header_from_buffer;
 use tokio::net::TcpListener;
 
@@ -44,14 +45,19 @@ async fn a_peer_speaking_another_protocol_is_refused_by_its_size_prefix() {
         let (mut s, _) = l.accept().await.unwrap();
         let mut buf = [0u8; 256];
         let _ = s.read(&mut buf).await;
-        s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            .await
+            .unwrap();
         // Hold the connection open: the client must not wait for 1.2 GB.
         tokio::time::sleep(Duration::from_secs(2)).await;
     });
     let err = BrokerClient::connect(&addr, TEST_TIMEOUT).await.err().unwrap();
     let msg = err.to_string();
     assert!(msg.contains("not a Kafka broker") && msg.contains(&addr), "{msg}");
-    assert!(msg.contains(&(u32::from_be_bytes(*b"HTTP") as i32).to_string()), "{msg}");
+    assert!(
+        msg.contains(&(u32::from_be_bytes(*b"HTTP") as i32).to_string()),
+        "{msg}"
+    );
     peer.abort();
 }
 
@@ -63,7 +69,9 @@ async fn a_small_frame_with_the_wrong_correlation_id_is_refused() {
         let mut buf = [0u8; 256];
         let _ = s.read(&mut buf).await;
         // A well-sized frame of garbage: 8 bytes, correlation id -7.
-        s.write_all(&[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xf9, 1, 2, 3, 4]).await.unwrap();
+        s.write_all(&[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xf9, 1, 2, 3, 4])
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(2)).await;
     });
     let err = BrokerClient::connect(&addr, TEST_TIMEOUT).await.err().unwrap();
@@ -152,7 +160,10 @@ async fn scripted_broker(l: TcpListener, script: Vec<Vec<ListOffsetsPartitionRes
         let request = ListOffsetsRequest::decode(&mut body, version).unwrap();
         assert_eq!(request.isolation_level, READ_UNCOMMITTED);
         assert_eq!(request.replica_id, BrokerId(CONSUMER_REPLICA_ID));
-        assert!(request.topics[0].partitions.iter().all(|p| p.timestamp == LATEST_TIMESTAMP));
+        assert!(request.topics[0]
+            .partitions
+            .iter()
+            .all(|p| p.timestamp == LATEST_TIMESTAMP));
         let Some(partitions) = script.next() else { return };
         let response = ListOffsetsResponse::default().with_topics(vec![ListOffsetsTopicResponse::default()
             .with_name(TopicName(StrBytes::from_static_str("t")))
