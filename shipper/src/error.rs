@@ -52,6 +52,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// The source broker asked over the Kafka protocol (`--source-bootstrap`)
+    /// is unreachable, or answered something unusable.
+    #[error("source broker {broker}: {reason}")]
+    SourceBroker { broker: String, reason: String },
+
     /// A background task panicked or was cancelled.
     #[error("{what}: background task failed: {message}")]
     Task { what: String, message: String },

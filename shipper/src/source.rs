@@ -30,6 +30,9 @@
 //! - [`bound_hw`]: how far a tail ships ([`UptoPolicy`]): the high watermark
 //!   from `replication-offset-checkpoint` behind the [`HighWatermarkSource`]
 //!   seam, or the log end.
+//! - [`list_offsets`]: the same high watermark asked of the source broker
+//!   with `ListOffsets` over the Kafka protocol (`--source-bootstrap`), a
+//!   round trip behind the broker instead of a checkpoint interval.
 //!
 //! A driver's loop, as the seed runs it: [`discover()`] once, then per
 //! partition [`read_partition`], then per segment [`bound_sealed`] or
@@ -48,6 +51,7 @@ pub mod bound;
 pub mod bound_hw;
 pub mod discover;
 pub mod guard;
+pub mod list_offsets;
 pub mod read;
 pub mod rebuild;
 pub mod snapshot;
@@ -69,6 +73,7 @@ pub use discover::{
     ALL_TOPICS,
 };
 pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
+pub use list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, LIST_OFFSETS_INTERVAL};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
 pub use tail::{combine_crc32c, prefix_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};

@@ -131,4 +131,43 @@ mod tests {
             }
         }
     }
+
+    /// Every flag of a service is a config key and every key one of its flags (a flag added without its key would
+    /// be unreachable from a config file); the flags `apply --listen` refuses are exactly the store apply's own.
+    #[test]
+    fn every_service_flag_is_a_config_key() {
+        use std::collections::BTreeSet;
+
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let not_keys = ["config", "help", "version"];
+        let longs = |args: Vec<&clap::Arg>| -> BTreeSet<String> {
+            args.into_iter()
+                .filter_map(|a| a.get_long())
+                .filter(|l| !not_keys.contains(l))
+                .map(String::from)
+                .collect()
+        };
+        let of = |name: &str| {
+            let sub = cli
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name}"));
+            longs(sub.get_arguments().collect())
+        };
+        let globals = longs(cli.get_arguments().filter(|a| a.is_global_set()).collect());
+        for name in ["ship", "tail-apply"] {
+            let flags: BTreeSet<String> = of(name).union(&globals).cloned().collect();
+            let keys: BTreeSet<String> = cli::config::config_keys(name).into_iter().map(String::from).collect();
+            assert_eq!(
+                flags, keys,
+                "`segmirror {name}`: flags (left) and config keys (right) differ"
+            );
+        }
+        let store_only: BTreeSet<String> = of("apply").difference(&of("tail-apply")).cloned().collect();
+        let refused: BTreeSet<String> = cli::config::batch_apply_flags().iter().map(|f| f.to_string()).collect();
+        assert_eq!(
+            store_only, refused,
+            "the store apply's own flags (left) and those apply --listen refuses (right)"
+        );
+    }
 }

@@ -21,7 +21,7 @@
 //!   has no known bound: nothing of it ships until it appears.
 //! - `ListOffsets` over the Kafka protocol (`--source-bootstrap`), which
 //!   learns the high watermark within a round trip, is another implementation
-//!   of the same trait, outside this module.
+//!   of the same trait, in [`super::list_offsets`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

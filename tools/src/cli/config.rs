@@ -57,16 +57,20 @@ const SHIP_KEYS: &[(&str, Kind)] = &[
     ("topics", Kind::Text),
     ("upto", Kind::Text),
     ("max-bandwidth", Kind::Count),
+    ("source-bootstrap", Kind::Text),
 ];
 
 /// Keys of the tail applier besides [`LINK_KEYS`].
-const TAIL_APPLY_KEYS: &[(&str, Kind)] = &[("mirror", Kind::Path), ("source-cluster-id", Kind::Text)];
+const TAIL_APPLY_KEYS: &[(&str, Kind)] = &[
+    ("mirror", Kind::Path),
+    ("source-cluster-id", Kind::Text),
+    ("catalog", Kind::Path),
+];
 
 /// Flags of the batch `apply` that the tail applier does not take.
 const BATCH_APPLY_FLAGS: &[&str] = &[
     "store",
     "prefix",
-    "catalog",
     "deep",
     "wait",
     "json",
@@ -77,6 +81,23 @@ const BATCH_APPLY_FLAGS: &[&str] = &[
 
 /// Exclusive groups: a flag of one on the command line overrides every key of it in the file.
 const GROUPS: &[&[&str]] = &[&["connect", "listen"], &["plaintext", "tls-cert", "tls-key", "tls-ca"]];
+
+/// The config keys of `command` (`ship`, `tail-apply`): kept equal to the command's flags by a test in `main.rs`.
+#[cfg(test)]
+pub(crate) fn config_keys(command: &str) -> Vec<&'static str> {
+    let tables: &[&[(&str, Kind)]] = match command {
+        "ship" => &[LINK_KEYS, SHIP_KEYS],
+        "tail-apply" => &[LINK_KEYS, TAIL_APPLY_KEYS],
+        _ => &[],
+    };
+    tables.iter().flat_map(|t| t.iter()).map(|(k, _)| *k).collect()
+}
+
+/// [`BATCH_APPLY_FLAGS`], for the same test.
+#[cfg(test)]
+pub(crate) fn batch_apply_flags() -> &'static [&'static str] {
+    BATCH_APPLY_FLAGS
+}
 
 /// The global flags that take a value (skipped when looking for the subcommand).
 const GLOBAL_VALUE_FLAGS: &[&str] = &["--log-format"];

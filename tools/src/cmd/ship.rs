@@ -16,8 +16,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
-use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, UptoPolicy};
+use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
+use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks};
 use segmirror_shipper::tail::{Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
@@ -47,6 +48,11 @@ pub struct Args {
     /// How far to ship.
     #[arg(long, value_enum, default_value_t = Upto::HighWatermark)]
     upto: Upto,
+    /// Learn the high watermarks from this source broker (HOST:PORT of a PLAINTEXT listener) with ListOffsets, a
+    /// round trip behind it, instead of replication-offset-checkpoint (seconds behind). One broker: partitions it
+    /// does not lead keep no bound (nothing of them ships).
+    #[arg(long, value_name = "HOST:PORT")]
+    source_bootstrap: Option<String>,
     /// Most payload bytes per second on the link (default: no limit).
     #[arg(long, value_name = "BYTES_PER_S")]
     max_bandwidth: Option<u64>,
@@ -111,8 +117,30 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         args.link.link,
         partitions.len()
     );
-    let hws = Arc::new(CheckpointHighWatermarks::new(args.log_dirs.clone()));
-    let mut feed_config = TailFeedConfig::new(hws);
+    let high_watermarks: Arc<dyn HighWatermarkSource> = match (&args.source_bootstrap, args.upto) {
+        (Some(bootstrap), Upto::HighWatermark) => {
+            // The partitions known now; the source asks for any other the feed looks up (topics created later).
+            let asked = partitions
+                .iter()
+                .map(|p| (p.partition.topic.clone(), p.partition.partition))
+                .collect();
+            let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
+            eprintln!("segmirror ship: high watermarks from {bootstrap} (ListOffsets)");
+            Arc::new(ListOffsetsHighWatermarks::spawn(
+                &handle,
+                bootstrap.clone(),
+                asked,
+                ListOffsetsConfig::default(),
+            ))
+        }
+        (bootstrap, upto) => {
+            if let (Some(bootstrap), Upto::LogEnd) = (bootstrap, upto) {
+                eprintln!("segmirror ship: warning: --source-bootstrap {bootstrap} is not used with --upto log-end");
+            }
+            Arc::new(CheckpointHighWatermarks::new(args.log_dirs.clone()))
+        }
+    };
+    let mut feed_config = TailFeedConfig::new(high_watermarks);
     feed_config.upto = match args.upto {
         Upto::HighWatermark => UptoPolicy::HighWatermark,
         Upto::LogEnd => UptoPolicy::LogEnd,

@@ -1,0 +1,474 @@
+//! High watermarks over the Kafka protocol (`segmirror ship --source-bootstrap HOST:PORT`).
+//!
+//! Why: the default bound of a tail is the source partition's high watermark
+//! ([`super::bound_hw`]). The broker's `replication-offset-checkpoint` gives it
+//! only every `replica.high.watermark.checkpoint.interval.ms` (5 s by
+//! default), so a tail bounded by the checkpoint lags the source by seconds.
+//! A `ListOffsets` request for the latest offset with isolation level
+//! `READ_UNCOMMITTED` answers with the leader's current high watermark
+//! (Kafka's `Partition.fetchOffsetForTimestamp`: `LATEST_TIMESTAMP` under
+//! `READ_UNCOMMITTED` is `localLog.highWatermark`), within a round trip. Asked
+//! every [`LIST_OFFSETS_INTERVAL`], the bound lags by that interval at most.
+//!
+//! How: the requests and responses are encoded and decoded by the maintained
+//! `kafka-protocol` crate; this module only frames them (a 4-byte size, as
+//! every Kafka request) over a tokio `TcpStream`: `ApiVersions` once per
+//! connection to choose the `ListOffsets` version both sides speak, then one
+//! `ListOffsets` for every selected partition per interval. A background task
+//! spawned by [`ListOffsetsHighWatermarks::spawn`] does the asking and keeps
+//! the answers; [`HighWatermarkSource::high_watermark`] only reads them, so the
+//! tail feed never waits on the network.
+//!
+//! Failures never stop the shipper: an unreachable or misbehaving broker
+//! (every read and write bounded by [`REQUEST_TIMEOUT`], every response by
+//! [`MAX_RESPONSE_BYTES`]) is logged once per distinct error, the connection
+//! dropped and dialled again with a doubling backoff up to
+//! [`MAX_RECONNECT_BACKOFF`]; a partition answered with an error code keeps
+//! its last known high watermark. A partition never answered has none:
+//! [`Bound::Unknown`](super::bound_hw::Bound::Unknown), nothing of it ships.
+//!
+//! Limitations (this issue's single-broker source): only the bootstrap broker
+//! is asked, over a PLAINTEXT listener. A partition it does not lead answers
+//! `NOT_LEADER_OR_FOLLOWER` and keeps its last known (or no) bound; routing by
+//! `Metadata` to each partition's leader, and TLS/SASL listeners, are for the
+//! multi-broker issue. The crate's decoder sizes arrays by their declared
+//! count before reading them; a peer must echo this connection's correlation
+//! id before a body is decoded, which a port speaking another protocol does
+//! not, but a hostile peer posing as the broker could make it allocate.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, ListOffsetsRequest, ListOffsetsResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::bound_hw::{HighWatermark, HighWatermarkSource};
+use crate::{Error, Result};
+
+/// How often the high watermarks are asked for (50 ms): one small request for
+/// all partitions and microseconds of broker time, 20 a second; it bounds how
+/// far behind the true high watermark the tail's bound may be, well under the
+/// tail feed's own poll interval plus the 50 ms latency target of issue 9.
+pub const LIST_OFFSETS_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Longest wait for a connection, a request's write or a response (5 s): a
+/// broker on a live link answers `ListOffsets` in milliseconds; longer means
+/// the broker or the path is stuck, and the connection is dropped and dialled
+/// again rather than waited on.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Largest response read (8 MiB): a `ListOffsets` answer costs tens of bytes
+/// per partition, so this fits hundreds of thousands; a larger size prefix is
+/// a peer that is not a Kafka broker (an HTTP reply reads as ~1.2 GB).
+pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Longest pause between attempts while the broker fails (5 s): reconnects
+/// back off from [`LIST_OFFSETS_INTERVAL`], doubling, so a broker that is down
+/// is not hammered, and one that comes back is asked again within seconds.
+pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The `ApiVersions` request version sent first (3: the first with the client
+/// software name; every broker since Kafka 2.4 speaks it, and an older one
+/// answers in version 0, which the crate cannot read: refused as an error).
+const API_VERSIONS_VERSION: i16 = 3;
+
+/// The lowest `ListOffsets` version used: 2 adds the isolation level.
+const MIN_LIST_OFFSETS_VERSION: i16 = 2;
+
+/// `ListOffsets` timestamp asking for the latest offset (Kafka's `ListOffsetsRequest.LATEST_TIMESTAMP`).
+const LATEST_TIMESTAMP: i64 = -1;
+
+/// Isolation level `READ_UNCOMMITTED`: the latest offset is the high watermark.
+const READ_UNCOMMITTED: i8 = 0;
+
+/// `ReplicaId` of a client that is not a broker (Kafka's `CONSUMER_REPLICA_ID`).
+const CONSUMER_REPLICA_ID: i32 = -1;
+
+/// The client id and software name the broker logs.
+const CLIENT_ID: &str = "segmirror-shipper";
+
+/// Timeouts and pacing of the asking (the named constants by default).
+#[derive(Debug, Clone, Copy)]
+pub struct ListOffsetsConfig {
+    /// [`LIST_OFFSETS_INTERVAL`].
+    pub interval: Duration,
+    /// [`REQUEST_TIMEOUT`].
+    pub request_timeout: Duration,
+    /// [`MAX_RECONNECT_BACKOFF`].
+    pub max_backoff: Duration,
+}
+
+impl Default for ListOffsetsConfig {
+    fn default() -> Self {
+        ListOffsetsConfig {
+            interval: LIST_OFFSETS_INTERVAL,
+            request_timeout: REQUEST_TIMEOUT,
+            max_backoff: MAX_RECONNECT_BACKOFF,
+        }
+    }
+}
+
+/// One partition's answer to a `ListOffsets`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionAnswer {
+    /// The high watermark.
+    HighWatermark(i64),
+    /// The broker's error code for this partition (e.g. 6, `NOT_LEADER_OR_FOLLOWER`).
+    Error(i16),
+    /// The response did not mention the partition.
+    Missing,
+}
+
+/// A Kafka error code with its name, for messages people read.
+pub fn error_name(code: i16) -> String {
+    match ResponseError::try_from_code(code) {
+        Some(ResponseError::Unknown(_)) | None => format!("error code {code}"),
+        Some(e) => format!("{e:?} ({code})"),
+    }
+}
+
+/// One connection to a broker speaking the Kafka protocol.
+pub struct BrokerClient {
+    broker: String,
+    stream: TcpStream,
+    correlation_id: i32,
+    list_offsets_version: i16,
+    timeout: Duration,
+}
+
+impl BrokerClient {
+    /// Dial `broker` (HOST:PORT) and agree on the `ListOffsets` version.
+    pub async fn connect(broker: &str, timeout: Duration) -> Result<Self> {
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(broker)).await {
+            Err(_) => return Err(broker_error(broker, format!("no connection within {timeout:?}"))),
+            Ok(Err(e)) => return Err(broker_error(broker, format!("cannot connect: {e}"))),
+            Ok(Ok(s)) => s,
+        };
+        // Small requests, answered one at a time: no Nagle delay.
+        let _ = stream.set_nodelay(true);
+        // A correlation id a peer must echo, different per connection (a port
+        // speaking another protocol does not echo it).
+        let start = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(1, |d| (d.subsec_nanos() & 0x3fff_ffff) as i32);
+        let mut client = BrokerClient {
+            broker: broker.to_string(),
+            stream,
+            correlation_id: start,
+            list_offsets_version: MIN_LIST_OFFSETS_VERSION,
+            timeout,
+        };
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("segmirror"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let versions: ApiVersionsResponse = client.call(ApiKey::ApiVersions, &request, API_VERSIONS_VERSION).await?;
+        if versions.error_code != 0 {
+            return Err(client.error(format!("ApiVersions answered {}", error_name(versions.error_code))));
+        }
+        let ours = ListOffsetsRequest::VERSIONS;
+        let theirs = versions
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::ListOffsets as i16)
+            .ok_or_else(|| client.error("the broker does not offer ListOffsets".to_string()))?;
+        let max = theirs.max_version.min(ours.max);
+        let min = theirs.min_version.max(ours.min).max(MIN_LIST_OFFSETS_VERSION);
+        if max < min {
+            return Err(client.error(format!(
+                "no common ListOffsets version: the broker speaks {}..={}, segmirror {}..={}",
+                theirs.min_version, theirs.max_version, MIN_LIST_OFFSETS_VERSION, ours.max
+            )));
+        }
+        client.list_offsets_version = max;
+        Ok(client)
+    }
+
+    /// The `ListOffsets` version agreed on.
+    pub fn list_offsets_version(&self) -> i16 {
+        self.list_offsets_version
+    }
+
+    /// The high watermark of each of `partitions` (same order).
+    pub async fn high_watermarks(&mut self, partitions: &[(String, i32)]) -> Result<Vec<PartitionAnswer>> {
+        let mut topics: Vec<ListOffsetsTopic> = Vec::new();
+        for (topic, partition) in partitions {
+            let entry = ListOffsetsPartition::default()
+                .with_partition_index(*partition)
+                .with_timestamp(LATEST_TIMESTAMP);
+            match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+                Some(t) => t.partitions.push(entry),
+                None => topics.push(
+                    ListOffsetsTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.clone())))
+                        .with_partitions(vec![entry]),
+                ),
+            }
+        }
+        let timeout_ms = i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX);
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(CONSUMER_REPLICA_ID))
+            .with_isolation_level(READ_UNCOMMITTED)
+            .with_timeout_ms(timeout_ms)
+            .with_topics(topics);
+        let response: ListOffsetsResponse = self
+            .call(ApiKey::ListOffsets, &request, self.list_offsets_version)
+            .await?;
+        Ok(partitions
+            .iter()
+            .map(|(topic, partition)| {
+                let answer = response
+                    .topics
+                    .iter()
+                    .filter(|t| t.name.0.as_str() == topic)
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == *partition);
+                match answer {
+                    None => PartitionAnswer::Missing,
+                    Some(p) if p.error_code != 0 => PartitionAnswer::Error(p.error_code),
+                    Some(p) if p.offset < 0 => PartitionAnswer::Error(-1),
+                    Some(p) => PartitionAnswer::HighWatermark(p.offset),
+                }
+            })
+            .collect())
+    }
+
+    fn error(&self, reason: String) -> Error {
+        broker_error(&self.broker, reason)
+    }
+
+    /// Send one request and read its response, each bounded in time and size.
+    /// (Generic over encode/decode rather than the crate's `Request`, which it
+    /// implements only with both its client and broker halves built.)
+    async fn call<Q: Encodable, P: Decodable>(&mut self, key: ApiKey, request: &Q, version: i16) -> Result<P> {
+        self.correlation_id = self.correlation_id.wrapping_add(1) & i32::MAX;
+        let correlation_id = self.correlation_id;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .and_then(|()| request.encode(&mut body, version))
+            .map_err(|e| self.error(format!("encoding {key:?} v{version}: {e}")))?;
+        let len = u32::try_from(body.len()).map_err(|_| self.error(format!("{key:?} request too large")))?;
+        let mut frame = BytesMut::with_capacity(body.len() + 4);
+        frame.put_u32(len);
+        frame.extend_from_slice(&body);
+        let timeout = self.timeout;
+        match tokio::time::timeout(timeout, self.stream.write_all(&frame)).await {
+            Err(_) => return Err(self.error(format!("{key:?} request not sent within {timeout:?}"))),
+            Ok(Err(e)) => return Err(self.error(format!("sending {key:?}: {e}"))),
+            Ok(Ok(())) => {}
+        }
+        let mut response = match tokio::time::timeout(timeout, read_frame(&mut self.stream)).await {
+            Err(_) => return Err(self.error(format!("no {key:?} response within {timeout:?}"))),
+            Ok(Err(reason)) => return Err(self.error(format!("reading the {key:?} response: {reason}"))),
+            Ok(Ok(b)) => b,
+        };
+        let header = ResponseHeader::decode(&mut response, key.response_header_version(version))
+            .map_err(|e| self.error(format!("malformed {key:?} response header: {e}")))?;
+        if header.correlation_id != correlation_id {
+            return Err(self.error(format!(
+                "the {key:?} response carries correlation id {} where {correlation_id} was sent: not a Kafka broker, or out of step",
+                header.correlation_id
+            )));
+        }
+        let decoded = P::decode(&mut response, version)
+            .map_err(|e| self.error(format!("malformed {key:?} v{version} response: {e}")))?;
+        Ok(decoded)
+    }
+}
+
+/// One size-prefixed frame, at most [`MAX_RESPONSE_BYTES`].
+async fn read_frame(stream: &mut TcpStream) -> std::result::Result<bytes::Bytes, String> {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => "the broker closed the connection".to_string(),
+        _ => e.to_string(),
+    })?;
+    let size = i32::from_be_bytes(size);
+    let len = usize::try_from(size)
+        .ok()
+        .filter(|&n| (4..=MAX_RESPONSE_BYTES).contains(&n))
+        .ok_or_else(|| {
+            format!("a response size of {size} bytes (at least 4, at most {MAX_RESPONSE_BYTES}): not a Kafka broker")
+        })?;
+    let mut body = BytesMut::zeroed(len);
+    stream
+        .read_exact(&mut body)
+        .await
+        .map_err(|e| format!("{e} ({len}-byte response cut short)"))?;
+    Ok(body.freeze())
+}
+
+fn broker_error(broker: &str, reason: String) -> Error {
+    Error::SourceBroker {
+        broker: broker.to_string(),
+        reason,
+    }
+}
+
+/// What the asking task shares with readers.
+#[derive(Debug, Default)]
+struct Known {
+    high_watermarks: HashMap<(String, i32), HighWatermark>,
+    /// The last failure to ask, until an answer comes.
+    last_error: Option<String>,
+    /// Completed `ListOffsets` round trips.
+    answers: u64,
+    /// The partitions asked for: those given at the start and every one looked up since (a topic created while
+    /// the shipper runs is asked for from its first lookup on).
+    wanted: BTreeSet<(String, i32)>,
+}
+
+/// High watermarks asked of the source broker (see the module doc). Dropping
+/// it stops the asking.
+pub struct ListOffsetsHighWatermarks {
+    known: Arc<RwLock<Known>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ListOffsetsHighWatermarks {
+    /// Start asking `bootstrap` (HOST:PORT) for the high watermarks of
+    /// `partitions`, on `runtime`, every `config.interval`.
+    pub fn spawn(
+        runtime: &tokio::runtime::Handle,
+        bootstrap: String,
+        partitions: Vec<(String, i32)>,
+        config: ListOffsetsConfig,
+    ) -> Self {
+        let known = Arc::new(RwLock::new(Known {
+            wanted: partitions.into_iter().collect(),
+            ..Known::default()
+        }));
+        let task = runtime.spawn(ask(bootstrap, config, known.clone()));
+        ListOffsetsHighWatermarks { known, task }
+    }
+
+    /// Why the last attempt failed, while no answer has come since.
+    pub fn last_error(&self) -> Option<String> {
+        self.known.read().unwrap_or_else(|p| p.into_inner()).last_error.clone()
+    }
+
+    /// How many `ListOffsets` answers came so far.
+    pub fn answers(&self) -> u64 {
+        self.known.read().unwrap_or_else(|p| p.into_inner()).answers
+    }
+}
+
+impl Drop for ListOffsetsHighWatermarks {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HighWatermarkSource for ListOffsetsHighWatermarks {
+    fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark> {
+        let key = (topic.to_string(), partition);
+        {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(hw) = known.high_watermarks.get(&key) {
+                return Some(*hw);
+            }
+            if known.wanted.contains(&key) {
+                return None;
+            }
+        }
+        // Not asked for yet: from the next round on (unknown until then, so nothing of it ships).
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        known.wanted.insert(key);
+        None
+    }
+}
+
+/// The asking loop: runs until the source is dropped.
+async fn ask(bootstrap: String, config: ListOffsetsConfig, known: Arc<RwLock<Known>>) {
+    let mut client: Option<BrokerClient> = None;
+    let mut backoff = config.interval;
+    // Per partition, the error code last logged (logged again only when it changes).
+    let mut partition_errors: HashMap<(String, i32), i16> = HashMap::new();
+    loop {
+        let partitions: Vec<(String, i32)> = {
+            let k = known.read().unwrap_or_else(|p| p.into_inner());
+            k.wanted.iter().cloned().collect()
+        };
+        if partitions.is_empty() {
+            tokio::time::sleep(config.interval).await;
+            continue;
+        }
+        let result = match client.as_mut() {
+            Some(c) => c.high_watermarks(&partitions).await,
+            None => match BrokerClient::connect(&bootstrap, config.request_timeout).await {
+                Ok(mut c) => {
+                    tracing::info!(broker = %bootstrap, version = c.list_offsets_version(), "asking the source broker for high watermarks (ListOffsets)");
+                    let r = c.high_watermarks(&partitions).await;
+                    client = Some(c);
+                    r
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Ok(answers) => {
+                let as_of = SystemTime::now();
+                let mut k = known.write().unwrap_or_else(|p| p.into_inner());
+                if k.last_error.take().is_some() {
+                    tracing::info!(broker = %bootstrap, "the source broker answers ListOffsets again");
+                }
+                k.answers += 1;
+                for ((topic, partition), answer) in partitions.iter().zip(answers) {
+                    let key = (topic.clone(), *partition);
+                    match answer {
+                        PartitionAnswer::HighWatermark(offset) => {
+                            if partition_errors.remove(&key).is_some() {
+                                tracing::info!(topic = %topic, partition, offset, "high watermark known again");
+                            }
+                            k.high_watermarks.insert(key, HighWatermark { offset, as_of });
+                        }
+                        PartitionAnswer::Error(code) => {
+                            if partition_errors.insert(key, code) != Some(code) {
+                                tracing::warn!(topic = %topic, partition, error = %error_name(code), "ListOffsets error for a partition: its last known high watermark stays in force");
+                            }
+                        }
+                        PartitionAnswer::Missing => {
+                            if partition_errors.insert(key, i16::MIN) != Some(i16::MIN) {
+                                tracing::warn!(topic = %topic, partition, "ListOffsets response without this partition: its last known high watermark stays in force");
+                            }
+                        }
+                    }
+                }
+                backoff = config.interval;
+            }
+            Err(e) => {
+                client = None;
+                let message = e.to_string();
+                {
+                    let mut k = known.write().unwrap_or_else(|p| p.into_inner());
+                    if k.last_error.as_deref() != Some(message.as_str()) {
+                        tracing::warn!(error = %message, retry_in = ?backoff, "asking the source broker for high watermarks failed: the last known ones stay in force");
+                    }
+                    k.last_error = Some(message);
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(config.max_backoff);
+                continue;
+            }
+        }
+        tokio::time::sleep(config.interval).await;
+    }
+}
+
+#[cfg(test)]
+#[path = "list_offsets_tests.rs"]
+mod tests;

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Benchmark of issue 9: tail-mode replication latency over loopback mutual TLS. A real single-node KRaft source
+# broker (the harness's Kafka jars), `segmirror ship --connect` (push mode) tailing its log dir and
+# `segmirror tail-apply --listen` appending to a mirror, both as processes; a producer at a fixed rate of 1 KiB
+# records (Kafka's ProducerPerformance, acks=all, linger.ms=0) to a fresh one-partition topic per measurement.
+#
+# Latency: from a batch appended to the source's active .log to the mirror's copy reaching that size, sampled by
+# tools/bench/tail_sampler.py polling both files' sizes every 1 ms (its measured loop period is printed: that is
+# the resolution). p50 / p99 / max over every growth of the source file seen.
+# Modes: log-end (`--upto log-end`), hw-list-offsets (`--upto high-watermark --source-bootstrap`: ListOffsets every
+# 50 ms), hw-checkpoint (`--upto high-watermark` from replication-offset-checkpoint, the broker's default
+# replica.high.watermark.checkpoint.interval.ms = 5 s: expect seconds).
+# Also per measurement: wire bytes per log byte (the shipper's /proc/<pid>/io wchar: TLS records on the socket plus
+# its few log lines, over the source .log bytes), CPU seconds per GiB of log on each side (/proc/<pid>/stat utime +
+# stime, whole process life), and, with an unthrottled producer in log-end mode, the throughput ceiling (log bytes
+# over the time from the first append to the mirror having all of it).
+#
+# Usage: tools/bench/tail.sh
+#   RATES (default "1000 10000 50000") records/s; DURATION (default 30) seconds of producing per measurement;
+#   MODES (default "log-end hw-list-offsets hw-checkpoint"); CEILING_RECORDS (default 1000000; 0 skips it);
+#   RUNS (default 1) measurements per (mode, rate), each reported; BENCH_DIR (default target/bench);
+#   SEGMIRROR=path runs that binary instead of building target/release/segmirror;
+#   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the Kafka jars (libs/).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+RATES="${RATES:-1000 10000 50000}"
+DURATION="${DURATION:-30}"
+MODES="${MODES:-log-end hw-list-offsets hw-checkpoint}"
+CEILING_RECORDS="${CEILING_RECORDS:-1000000}"
+RUNS="${RUNS:-1}"
+BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
+KAFKA_HOME="${SEGMIRROR_KAFKA_HOME:-$ROOT/.cache/kafka/4.4.0}"
+BIN="${SEGMIRROR:-$ROOT/target/release/segmirror}"
+WORK="$BENCH_DIR/tail"
+# Longest wait for the mirror to catch up after the producer stops (the checkpoint mode needs one 5 s interval).
+CATCH_UP_S="${CATCH_UP_S:-60}"
+RECORD_BYTES=1024
+TICK=$(getconf CLK_TCK)
+
+cd "$ROOT"
+[ -n "${SEGMIRROR:-}" ] || cargo build --release -q -p segmirror
+[ -d "$KAFKA_HOME/libs" ] || { echo "no Kafka jars in $KAFKA_HOME/libs (set SEGMIRROR_KAFKA_HOME)" >&2; exit 2; }
+rm -rf "$WORK"
+mkdir -p "$WORK"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+java_cp() { java -Xmx"$1"m -XX:+UseSerialGC -Dlog4j2.configurationFile="$ROOT/tests/kafka/tools-log4j2.properties" \
+    -cp "$KAFKA_HOME/libs/*" "${@:2}"; }
+
+# Test certificates: one CA, a leaf per side (name localhost), mutual TLS.
+CERTS="$WORK/certs"
+mkdir -p "$CERTS"
+(
+    cd "$CERTS"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
+        -keyout ca.key -out ca.crt 2>/dev/null
+    for side in ship apply; do
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$side" \
+            -keyout "$side.key.ec" -out "$side.csr" 2>/dev/null
+        openssl pkcs8 -topk8 -nocrypt -in "$side.key.ec" -out "$side.key"
+        printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' > "$side.ext"
+        openssl x509 -req -in "$side.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile "$side.ext" -out "$side.crt" 2>/dev/null
+    done
+)
+
+# The source broker: single-node KRaft, defaults but for a short retention check (nothing expires here).
+BROKER_PORT=$(free_port) CONTROLLER_PORT=$(free_port)
+LOG_DIR="$WORK/broker/data"
+mkdir -p "$LOG_DIR"
+cat > "$WORK/broker/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT
+controller.listener.names=CONTROLLER
+log.dirs=$LOG_DIR
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+auto.create.topics.enable=false
+EOF
+CLUSTER_ID=$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
+java_cp 256 kafka.tools.StorageTool format "--cluster-id=$CLUSTER_ID" --config "$WORK/broker/server.properties" \
+    > "$WORK/broker/format.out" 2>&1
+java -Xmx1g -Xms1g -XX:+UseG1GC -Dkafka.logs.dir="$WORK/broker" \
+    -Dlog4j2.configurationFile="$ROOT/tests/kafka/broker-log4j2.properties" \
+    -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$WORK/broker/server.properties" > "$WORK/broker/stdout" 2>&1 &
+BROKER_PID=$!
+PIDS+=("$BROKER_PID")
+for _ in $(seq 240); do
+    python3 - "$BROKER_PORT" <<'EOF' && break || sleep 0.5
+import sys
+from confluent_kafka.admin import AdminClient
+a = AdminClient({"bootstrap.servers": "127.0.0.1:" + sys.argv[1]})
+sys.exit(0 if a.list_topics(timeout=2).brokers else 1)
+EOF
+done 2>/dev/null
+BOOTSTRAP="127.0.0.1:$BROKER_PORT"
+
+create_topic() {
+    python3 - "$BOOTSTRAP" "$1" <<'EOF'
+import sys
+from confluent_kafka.admin import AdminClient, NewTopic
+a = AdminClient({"bootstrap.servers": sys.argv[1]})
+for f in a.create_topics([NewTopic(sys.argv[2], 1, 1)]).values():
+    f.result(30)
+EOF
+    for _ in $(seq 200); do [ -f "$LOG_DIR/$1-0/00000000000000000000.log" ] && return; sleep 0.05; done
+    echo "topic $1 has no partition dir" >&2
+    exit 1
+}
+cpu_s() { awk -v t="$TICK" '{ print ($14 + $15) / t }' "/proc/$1/stat"; }
+wchar() { awk '$1 == "wchar:" { print $2 }' "/proc/$1/io"; }
+
+# One measurement: mode, rate (records/s; -1 unthrottled), records. Appends a table row to ROWS.
+declare -a ROWS
+N=0
+measure() {
+    local mode="$1" rate="$2" records="$3"
+    N=$((N + 1))
+    local topic="bench-$N" dir="$WORK/run-$N"
+    mkdir -p "$dir"
+    create_topic "$topic"
+    local port upto=(--upto log-end)
+    port=$(free_port)
+    case "$mode" in
+        hw-list-offsets) upto=(--upto high-watermark --source-bootstrap "$BOOTSTRAP") ;;
+        hw-checkpoint) upto=(--upto high-watermark) ;;
+    esac
+    "$BIN" tail-apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" \
+        --tls-cert "$CERTS/apply.crt" --tls-key "$CERTS/apply.key" --tls-ca "$CERTS/ca.crt" > "$dir/apply.out" 2>&1 &
+    local apply_pid=$!
+    PIDS+=("$apply_pid")
+    "$BIN" ship --log-dir "$LOG_DIR" --topics "$topic" "${upto[@]}" --link bench --connect "localhost:$port" \
+        --tls-cert "$CERTS/ship.crt" --tls-key "$CERTS/ship.key" --tls-ca "$CERTS/ca.crt" > "$dir/ship.out" 2>&1 &
+    local ship_pid=$!
+    PIDS+=("$ship_pid")
+    local src="$LOG_DIR/$topic-0/00000000000000000000.log" mirror="$dir/mirror/$topic-0/00000000000000000000.log"
+    python3 "$ROOT/tools/bench/tail_sampler.py" "$src" "$mirror" "$dir/stop" "$CATCH_UP_S" > "$dir/sampler.out" &
+    local sampler_pid=$!
+    # Fixed rates: every record sent at once (linger.ms=0), so batches reach the log as the rate paces them; the
+    # ceiling: batching as a throughput-minded producer would.
+    local batching=(linger.ms=0)
+    [ "$rate" -ge 0 ] || batching=(linger.ms=5 batch.size=262144)
+    java_cp 512 org.apache.kafka.tools.ProducerPerformance --topic "$topic" --num-records "$records" \
+        --record-size "$RECORD_BYTES" --throughput "$rate" \
+        --producer-props "bootstrap.servers=$BOOTSTRAP" acks=all "${batching[@]}" > "$dir/producer.out" 2>&1
+    touch "$dir/stop"
+    local ok=yes
+    wait "$sampler_pid" || ok=no
+    local ship_cpu apply_cpu ship_w
+    ship_cpu=$(cpu_s "$ship_pid") apply_cpu=$(cpu_s "$apply_pid") ship_w=$(wchar "$ship_pid")
+    kill -TERM "$ship_pid" "$apply_pid"
+    wait "$ship_pid" "$apply_pid" || true
+    if [ "$ok" = yes ] && ! cmp -s "$src" "$mirror"; then ok="differs"; fi
+    local samples p50 p99 max bytes first last done loop
+    read -r samples p50 p99 max bytes first last done loop < "$dir/sampler.out"
+    [ "$ok" = yes ] || { echo "run $N ($mode, $rate/s): mirror ${ok/no/did not catch up}; see $dir" >&2; }
+    LOOP_MS+=("$loop")
+    ROWS+=("$(awk -v m="$mode" -v r="$rate" -v n="$records" -v s="$samples" -v a="$p50" -v b="$p99" -v c="$max" \
+        -v by="$bytes" -v l="$last" -v d="$done" -v sc="$ship_cpu" -v ac="$apply_cpu" -v w="$ship_w" -v ok="$ok" 'BEGIN {
+        gib = by / 1073741824; rec = (l > 0 ? n / l : 0)
+        label = (r < 0 ? "unthrottled" : r)
+        printf "| %-15s | %11s | %8.0f | %7.1f | %7d | %7.1f | %7.1f | %7.1f | %6.3f | %8.1f | %8.1f | %s |",
+            m, label, rec, by / 1048576, s, a, b, c, (by > 0 ? w / by : 0), sc / gib, ac / gib, ok }')")
+    if [ "$rate" -lt 0 ]; then
+        CEILING=$(awk -v by="$bytes" -v l="$last" -v d="$done" 'BEGIN {
+            if (d == "nan") { print "mirror did not catch up"; exit }
+            printf "producer %.0f MiB/s; mirror complete after %.2f s: %.0f MiB/s end to end", by / 1048576 / l, d, by / 1048576 / d }')
+    fi
+}
+
+declare -a LOOP_MS
+CEILING="not measured (CEILING_RECORDS=0)"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for mode in $MODES; do
+    for rate in $RATES; do
+        for run in $(seq "$RUNS"); do
+            echo "measuring $mode at $rate records/s for ${DURATION}s (run $run/$RUNS)" >&2
+            measure "$mode" "$rate" $((rate * DURATION))
+        done
+    done
+done
+if [ "$CEILING_RECORDS" -gt 0 ]; then
+    echo "measuring the throughput ceiling: $CEILING_RECORDS records unthrottled, log-end" >&2
+    measure log-end -1 "$CEILING_RECORDS"
+fi
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+LOOP=$(printf '%s\n' "${LOOP_MS[@]}" | sort -g | tail -n1)
+
+echo
+echo "tail benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): 1 partition, ${RECORD_BYTES}-byte records, acks=all," \
+    "loopback mutual TLS, push mode; ${DURATION}s per measurement; sampler loop period <= ${LOOP} ms (resolution)"
+echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r);" \
+    "load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }RATES=\"$RATES\" DURATION=$DURATION MODES=\"$MODES\"" \
+    "CEILING_RECORDS=$CEILING_RECORDS RUNS=$RUNS tools/bench/tail.sh"
+echo
+echo "| mode            | target rec/s | rec/s    | log MiB | samples | p50 ms  | p99 ms  | max ms  | wire/log | ship CPU s/GiB | apply CPU s/GiB | mirror = source |"
+echo "|-----------------|-------------|----------|---------|---------|---------|---------|---------|----------|----------|----------|-----|"
+printf '%s\n' "${ROWS[@]}"
+echo
+echo "throughput ceiling (log-end, unthrottled producer): $CEILING"
