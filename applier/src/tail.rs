@@ -38,21 +38,27 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
-use segmirror_transport::direct::payload::{Chunk, CompanionKind, PartitionRef, Position, SegmentSeal, TopicId};
+use segmirror_transport::direct::payload::{
+    Chunk, CompanionKind, LogStart, PartitionRef, Position, SegmentSeal, TopicId,
+};
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
 
+mod retention;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]
 mod tests;
+
+pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
 
 /// Directory under the mirror root holding one state file per tailed partition.
 pub const TAIL_STATE_DIR: &str = ".tail";
@@ -146,6 +152,8 @@ pub struct TailAppender {
 struct Inner {
     root: PathBuf,
     states: HashMap<String, PartitionState>,
+    /// How long segments the source deleted are kept ([`retention`]).
+    retain_deleted_for: Duration,
 }
 
 fn tp_name(p: &PartitionRef) -> String {
@@ -196,7 +204,11 @@ impl TailAppender {
             }
         }
         Ok(TailAppender {
-            inner: Arc::new(Mutex::new(Inner { root, states })),
+            inner: Arc::new(Mutex::new(Inner {
+                root,
+                states,
+                retain_deleted_for: DEFAULT_RETAIN_DELETED_FOR,
+            })),
         })
     }
 
@@ -228,7 +240,12 @@ impl TailAppender {
 
 impl ChunkApplier for TailAppender {
     fn durable_positions(&mut self) -> impl std::future::Future<Output = DirectResult<Vec<DurablePosition>>> + Send {
-        self.run("reading the mirror's durable positions", Inner::durable_positions)
+        self.run("reading the mirror's durable positions", |i| {
+            let positions = i.durable_positions()?;
+            // Deletions a crash interrupted, or that came due while no session ran.
+            i.sweep_all()?;
+            Ok(positions)
+        })
     }
 
     fn apply_chunk(&mut self, chunk: &Chunk) -> impl std::future::Future<Output = DirectResult<()>> + Send {
@@ -245,7 +262,15 @@ impl ChunkApplier for TailAppender {
 
     fn apply_seal(&mut self, seal: &SegmentSeal) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let seal = seal.clone();
-        self.run("sealing a mirror segment", move |i| i.apply_seal(&seal))
+        self.run("sealing a mirror segment", move |i| {
+            i.apply_seal(&seal)?;
+            i.sweep_partition(&tp_name(&seal.partition))
+        })
+    }
+
+    fn apply_log_start(&mut self, log_start: &LogStart) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let log_start = log_start.clone();
+        self.run("applying the source's log start", move |i| i.apply_log_start(&log_start))
     }
 }
 

@@ -16,7 +16,7 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::error::FrameError;
 use super::payload::{
-    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, Position, Reader, Refuse, RefuseReason,
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse, RefuseReason,
     SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
 };
 
@@ -54,10 +54,11 @@ pub enum FrameType {
     Heartbeat = 8,
     Credit = 9,
     Goodbye = 10,
+    LogStart = 11,
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 10] = [
+    pub const ALL: [FrameType; 11] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -68,6 +69,7 @@ impl FrameType {
         FrameType::Heartbeat,
         FrameType::Credit,
         FrameType::Goodbye,
+        FrameType::LogStart,
     ];
 
     pub const fn from_code(code: u8) -> Option<FrameType> {
@@ -82,6 +84,7 @@ impl FrameType {
             8 => Some(FrameType::Heartbeat),
             9 => Some(FrameType::Credit),
             10 => Some(FrameType::Goodbye),
+            11 => Some(FrameType::LogStart),
             _ => None,
         }
     }
@@ -98,6 +101,7 @@ impl FrameType {
             FrameType::Heartbeat => "Heartbeat",
             FrameType::Credit => "Credit",
             FrameType::Goodbye => "Goodbye",
+            FrameType::LogStart => "LogStart",
         }
     }
 }
@@ -123,6 +127,8 @@ pub enum Frame {
         bytes: u64,
     },
     Goodbye(Goodbye),
+    /// Shipper → applier (feature `FEATURE_LOG_START`): the source's log start offset.
+    LogStart(LogStart),
 }
 
 impl Frame {
@@ -138,6 +144,7 @@ impl Frame {
             Frame::Heartbeat { .. } => FrameType::Heartbeat,
             Frame::Credit { .. } => FrameType::Credit,
             Frame::Goodbye(_) => FrameType::Goodbye,
+            Frame::LogStart(_) => FrameType::LogStart,
         }
     }
 
@@ -252,6 +259,10 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
         Frame::Goodbye(g) => {
             w.out.put_u16(g.reason.code());
             w.string("message", &g.message)?;
+        }
+        Frame::LogStart(l) => {
+            w.partition(&l.partition)?;
+            w.offset("log_start_offset", l.log_start_offset)?;
         }
     }
     Ok(())
@@ -475,6 +486,10 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
         FrameType::Goodbye => Frame::Goodbye(Goodbye {
             reason: GoodbyeReason::from_code(r.u16("reason")?),
             message: r.string("message")?,
+        }),
+        FrameType::LogStart => Frame::LogStart(LogStart {
+            partition: r.partition()?,
+            log_start_offset: r.offset("log_start_offset")?,
         }),
     };
     r.finish()?;

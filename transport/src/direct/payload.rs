@@ -164,6 +164,14 @@ pub struct SegmentSeal {
     pub companions: Vec<Companion>,
 }
 
+/// The source partition's log start moved: every segment wholly below `log_start_offset` is gone from the source
+/// (retention, `DeleteRecords`). Sent only on sessions that agreed [`super::handshake::FEATURE_LOG_START`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogStart {
+    pub partition: PartitionRef,
+    pub log_start_offset: i64,
+}
+
 /// A position in a partition: segment and byte position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Position {

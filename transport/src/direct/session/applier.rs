@@ -27,7 +27,8 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::payload::{Chunk, GoodbyeReason, PartitionRef, Position, SegmentSeal};
+use crate::direct::handshake::FEATURE_LOG_START;
+use crate::direct::payload::{Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentSeal};
 
 /// A partition's durable end as the applier reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,14 @@ pub trait ChunkApplier: Send + 'static {
 
     /// Seals the segment whose bytes end exactly at `seal.final_size`; returns once durable and recorded.
     fn apply_seal(&mut self, seal: &SegmentSeal) -> impl Future<Output = Result<()>> + Send;
+
+    /// The source's log start moved to `log_start.log_start_offset`: delete (or schedule the deletion of) every
+    /// sealed segment wholly below it; returns once that is recorded. Only on sessions that agreed
+    /// [`FEATURE_LOG_START`]. The default keeps everything (an applier that does not mirror retention).
+    fn apply_log_start(&mut self, log_start: &LogStart) -> impl Future<Output = Result<()>> + Send {
+        let _ = log_start;
+        async { Ok(()) }
+    }
 }
 
 /// Per-partition durable end within a session.
@@ -195,10 +204,17 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     Ok(replies) => replies,
                     Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },
+                Frame::LogStart(l) if session.features & FEATURE_LOG_START != 0 => {
+                    // No position moves: nothing to acknowledge, no credit was taken.
+                    if let Err(e) = self.applier.apply_log_start(&l).await {
+                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    }
+                    continue;
+                }
                 other => {
                     let e = DirectError::UnexpectedFrame {
                         stage: "streaming",
-                        expected: "Chunk, SegmentSeal, Heartbeat or Goodbye",
+                        expected: "Chunk, SegmentSeal, LogStart (when agreed), Heartbeat or Goodbye",
                         got: other.name(),
                     };
                     return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
