@@ -108,6 +108,8 @@ struct PartState {
     target: TailPartition,
     /// `None`: not started (the partition had no segment yet).
     at: Option<TailPosition>,
+    /// The log start last sent in this session ([`log_start`]).
+    log_start_sent: Option<i64>,
 }
 
 /// A [`ChunkFeed`] over one log dir's selected partitions (see the module doc).
@@ -124,7 +126,11 @@ impl TailFeed {
         TailFeed {
             parts: partitions
                 .into_iter()
-                .map(|target| PartState { target, at: None })
+                .map(|target| PartState {
+                    target,
+                    at: None,
+                    log_start_sent: None,
+                })
                 .collect(),
             config,
             cursor: 0,
@@ -170,6 +176,7 @@ impl TailFeed {
             fresh.push(PartState {
                 target: part.target.clone(),
                 at,
+                log_start_sent: None,
             });
         }
         for p in resume {
@@ -300,12 +307,19 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
             })
         }
     };
+    if let Some(item) = log_start::moved(&part.target.partition, &view, &mut part.log_start_sent) {
+        return Ok((part, Some(item)));
+    }
     let at = match part.at.take() {
         Some(at) => at,
         None => match view.segments.first() {
             None => return Ok((part, None)),
             Some(first) => TailPosition::start(&first.files.log, first.base_offset())?,
         },
+    };
+    let at = match log_start::skip_deleted(&view, at.base_offset, at.position) {
+        Some(first) => TailPosition::start(&first.files.log, first.base_offset())?,
+        None => at,
     };
     let diverged = |at: &TailPosition, reason: String| Error::Diverged {
         partition: name(&part.target.partition),
@@ -433,6 +447,7 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+mod log_start;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]

@@ -1,0 +1,47 @@
+//! Retention as the feed sees it: the source's first segment moved up, so the segments before it are gone, and
+//! the applier is told with a [`LogStart`] to delete them on the mirror too (`applier::tail::retention`).
+//!
+//! What is sent is the base offset of the source's first segment, taken from the same listing as the step's read:
+//! a broker deletes whole segments, so that is exactly the boundary below which the source holds nothing. (A log
+//! start moved *inside* the first segment by `DeleteRecords` deletes no file and is not sent.)
+//!
+//! When: whenever it differs from the last one this feed sent in this session, and is above 0 (a log start of 0
+//! deletes nothing, so a partition that never lost a segment never carries the frame). After [`ChunkFeed::seek`]
+//! nothing counts as sent, so every session tells it once: the applier takes it idempotently, and an applier that
+//! missed one (a cut before it was applied) learns it again.
+//!
+//! [`ChunkFeed::seek`]: segmirror_transport::direct::session::ChunkFeed::seek
+
+use segmirror_transport::direct::payload::{LogStart, PartitionRef};
+use segmirror_transport::direct::session::FeedItem;
+
+use crate::source::read::{PartitionView, SegmentView};
+
+#[cfg(test)]
+#[path = "log_start_tests.rs"]
+mod tests;
+
+/// The LogStart to send before anything else of this step, if the source's log start moved since `last_sent`;
+/// updates `last_sent`.
+pub(super) fn moved(partition: &PartitionRef, view: &PartitionView, last_sent: &mut Option<i64>) -> Option<FeedItem> {
+    let first = view.segments.first()?.base_offset();
+    if first <= 0 || *last_sent == Some(first) {
+        return None;
+    }
+    *last_sent = Some(first);
+    Some(FeedItem::LogStart(LogStart {
+        partition: partition.clone(),
+        log_start_offset: first,
+    }))
+}
+
+/// The segment to start at instead of `base` when retention deleted it before any byte of it was shipped (the
+/// feed lagged behind the source's retention): the source's first segment, if it lies beyond `base`. The applier
+/// takes it as a retention gap after the previous segment's seal. A segment deleted *after* some of it was shipped
+/// is not skipped: its seal can no longer be made, and the feed reports the divergence.
+pub(super) fn skip_deleted(view: &PartitionView, base: i64, position: u64) -> Option<&SegmentView> {
+    if position != 0 || view.segments.iter().any(|s| s.base_offset() == base) {
+        return None;
+    }
+    view.segments.first().filter(|first| first.base_offset() > base)
+}
