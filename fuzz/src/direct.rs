@@ -6,7 +6,7 @@
 
 use bytes::BytesMut;
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
-use segmirror_transport::direct::payload::{Companion, CompanionKind, PartitionRef, Position};
+use segmirror_transport::direct::payload::{Companion, CompanionKind, LogStart, PartitionRef, Position};
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
 };
@@ -184,6 +184,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
             ],
         }),
         Frame::Ack(position.clone()),
+        Frame::LogStart(LogStart {
+            partition: position.partition.clone(),
+            log_start_offset: 4242,
+        }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },
         Frame::Credit { bytes: 1 << 20 },

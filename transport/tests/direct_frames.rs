@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::HELLO_MAGIC;
 use segmirror_transport::direct::{
-    Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, PartitionRef,
-    Position, Refuse, RefuseReason, Role, SegmentSeal,
+    Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
+    PartitionRef, Position, Refuse, RefuseReason, Role, SegmentSeal,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -147,6 +147,10 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
         (any::<u16>(), arb_string(100)).prop_map(|(code, message)| Frame::Goodbye(Goodbye {
             reason: GoodbyeReason::from_code(code),
             message,
+        })),
+        (arb_partition(), 0..i64::MAX).prop_map(|(partition, log_start_offset)| Frame::LogStart(LogStart {
+            partition,
+            log_start_offset
         })),
     ]
 }
@@ -537,4 +541,31 @@ fn a_chunk_costs_its_fixed_fields_and_nothing_more() {
     assert_eq!(encoded.len(), (64 << 10) + fixed);
     // Under 0.1 % for a 64 KiB chunk.
     assert!(fixed * 1000 < 64 << 10, "{fixed} bytes of overhead");
+}
+
+#[test]
+fn a_log_start_with_a_negative_offset_names_the_field() {
+    let mut bytes = encode(&Frame::LogStart(LogStart {
+        partition: PartitionRef {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: [1; 16],
+        },
+        log_start_offset: 7,
+    }));
+    // Payload: topic (2 + 1), partition (4), topic id (16), then the offset; make it negative and re-seal the CRC.
+    let at = HEADER_LEN + 2 + 1 + 4 + 16;
+    bytes[at] = 0x80;
+    let end = bytes.len() - 4;
+    let crc = crc32c::crc32c(&bytes[..end]);
+    bytes[end..].copy_from_slice(&crc.to_be_bytes());
+    match frame::decode(&bytes, 0, MAX_PAYLOAD_LEN) {
+        Err(FrameError::Field {
+            frame: "LogStart",
+            field: "log_start_offset",
+            offset,
+            ..
+        }) => assert_eq!(offset, at as u64),
+        other => panic!("expected a field error, got {other:?}"),
+    }
 }
