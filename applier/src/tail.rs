@@ -270,7 +270,9 @@ impl ChunkApplier for TailAppender {
 
     fn apply_log_start(&mut self, log_start: &LogStart) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let log_start = log_start.clone();
-        self.run("applying the source's log start", move |i| i.apply_log_start(&log_start))
+        self.run("applying the source's log start", move |i| {
+            i.apply_log_start(&log_start)
+        })
     }
 }
 

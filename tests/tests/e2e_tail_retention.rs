@@ -158,7 +158,8 @@ async fn a_tailed_mirror_deletes_what_the_brokers_retention_deleted() {
         r
     });
     let stop = shutdown.clone();
-    let dialing = tokio::spawn(async move { dial(&addr, &Dialer::Plain, &link(Role::Shipper), &mut shipper, &stop).await });
+    let dialing =
+        tokio::spawn(async move { dial(&addr, &Dialer::Plain, &link(Role::Shipper), &mut shipper, &stop).await });
 
     let producer = std::thread::spawn(move || produce(&bootstrap));
     while !producer.is_finished() {
@@ -175,7 +176,10 @@ async fn a_tailed_mirror_deletes_what_the_brokers_retention_deleted() {
         let mut now: Snapshot = Vec::new();
         for p in 0..PARTITIONS {
             let src = logs(&source_dirs[p as usize]);
-            let active = src.values().next_back().map_or(0, |path| std::fs::metadata(path).unwrap().len());
+            let active = src
+                .values()
+                .next_back()
+                .map_or(0, |path| std::fs::metadata(path).unwrap().len());
             let mir = logs(&mirror.path().join(format!("{TOPIC}-{p}")));
             let at = durable
                 .iter()
@@ -195,7 +199,10 @@ async fn a_tailed_mirror_deletes_what_the_brokers_retention_deleted() {
             (_, true) => same_since = Some((Instant::now(), now.clone())),
             (_, false) => same_since = None,
         }
-        assert!(Instant::now() < end, "not caught up: (source bases, active size, mirror bases, durable) {now:?}");
+        assert!(
+            Instant::now() < end,
+            "not caught up: (source bases, active size, mirror bases, durable) {now:?}"
+        );
         tokio::time::sleep(POLL).await;
     }
     shutdown.cancel();
@@ -223,11 +230,19 @@ async fn a_tailed_mirror_deletes_what_the_brokers_retention_deleted() {
         for (base, mpath) in &mir {
             let m = std::fs::read(mpath).unwrap();
             let s = std::fs::read(&src[base]).unwrap();
-            assert!(m == s, "partition {p} segment {base}: bytes ({} vs {})", m.len(), s.len());
+            assert!(
+                m == s,
+                "partition {p} segment {base}: bytes ({} vs {})",
+                m.len(),
+                s.len()
+            );
             for frame in scan_frames(&m, 0) {
                 let frame = frame.unwrap();
                 assert!(frame.crc_matches(), "partition {p} segment {base}: CRC");
-                assert_eq!(frame.info.base_offset, next, "partition {p} segment {base}: a gap or a repeat");
+                assert_eq!(
+                    frame.info.base_offset, next,
+                    "partition {p} segment {base}: a gap or a repeat"
+                );
                 next = frame.info.last_offset + 1;
             }
         }
@@ -238,7 +253,10 @@ async fn a_tailed_mirror_deletes_what_the_brokers_retention_deleted() {
                 assert!(offset >= first, "partition {p}: {name} survived the broker's retention");
             }
         }
-        eprintln!("partition {p}: mirror segments {:?}, log end {next}", mir.keys().collect::<Vec<_>>());
+        eprintln!(
+            "partition {p}: mirror segments {:?}, log end {next}",
+            mir.keys().collect::<Vec<_>>()
+        );
     }
 
     let paths: Vec<PathBuf> = (0..PARTITIONS)

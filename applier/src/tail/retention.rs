@@ -67,7 +67,9 @@ pub fn tailed_log_start(root: &Path, topic: &str, partition: i32) -> TailResult<
 }
 
 fn record_path(root: &Path, name: &str) -> PathBuf {
-    root.join(TAIL_STATE_DIR).join(RETENTION_DIR).join(format!("{name}.json"))
+    root.join(TAIL_STATE_DIR)
+        .join(RETENTION_DIR)
+        .join(format!("{name}.json"))
 }
 
 fn read_record(path: &Path) -> TailResult<Option<RetentionState>> {

@@ -193,7 +193,10 @@ async fn tail_session_over_loopback_applies_the_sources_log_start() {
     for (i, (base, bytes)) in f.segs.iter().enumerate() {
         let path = mirror_log(&f.mirror, *base);
         if i < 2 {
-            assert!(!path.exists(), "segment {base} was deleted at the source and must be gone from the mirror");
+            assert!(
+                !path.exists(),
+                "segment {base} was deleted at the source and must be gone from the mirror"
+            );
         } else {
             assert_eq!(&std::fs::read(&path).unwrap(), bytes, "segment {base}");
         }

@@ -62,7 +62,10 @@ async fn tail_feed_sends_the_log_start_when_retention_deletes_segments() {
         kinds.push(matches!(item, FeedItem::Seal(_)));
     }
     assert_eq!(kinds, [false, true, false, true, false]);
-    assert_eq!(feed.position(&partition()), Some((bases[2], std::fs::metadata(log_path(&dir, bases[2])).unwrap().len())));
+    assert_eq!(
+        feed.position(&partition()),
+        Some((bases[2], std::fs::metadata(log_path(&dir, bases[2])).unwrap().len()))
+    );
 
     delete_segment(&dir, bases[0]);
     assert_eq!(log_start_of(&next(&mut feed).await), Some(bases[1]));

@@ -16,8 +16,8 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::error::FrameError;
 use super::payload::{
-    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse, RefuseReason,
-    SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
+    RefuseReason, SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.

@@ -56,16 +56,20 @@ async fn tail_retention_deletes_whole_segments_below_the_log_start_and_records_i
     for base in &bases[..2] {
         assert!(!exists(&mirror_log(&f.mirror, *base)), "segment {base} deleted");
         for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
-            assert!(!exists(&companion(&f.mirror, *base, kind)), "{kind:?} of {base} deleted");
+            assert!(
+                !exists(&companion(&f.mirror, *base, kind)),
+                "{kind:?} of {base} deleted"
+            );
         }
     }
     for (base, bytes) in &f.segs[2..] {
-        assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base)).unwrap(), bytes, "segment {base} kept");
+        assert_eq!(
+            &std::fs::read(mirror_log(&f.mirror, *base)).unwrap(),
+            bytes,
+            "segment {base} kept"
+        );
     }
-    assert_eq!(
-        tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(),
-        Some(start)
-    );
+    assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), Some(start));
     // The tail goes on where it was.
     let (last_base, last_bytes) = f.segs.last().unwrap();
     let d = a.durable_positions().await.unwrap();
@@ -90,14 +94,23 @@ async fn tail_retention_a_log_start_going_backwards_or_of_another_topic_id_chang
     a.apply_log_start(&log_start(&p, bases[1])).await.unwrap();
     assert!(!exists(&mirror_log(&f.mirror, bases[0])));
     a.apply_log_start(&log_start(&p, bases[0])).await.unwrap();
-    assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), Some(bases[1]));
+    assert_eq!(
+        tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(),
+        Some(bases[1])
+    );
     let other = PartitionRef {
         topic_id: [9; 16],
         ..p.clone()
     };
     assert!(a.apply_log_start(&log_start(&other, bases[3])).await.is_err());
-    assert!(exists(&mirror_log(&f.mirror, bases[1])), "nothing deleted for another lineage");
-    assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), Some(bases[1]));
+    assert!(
+        exists(&mirror_log(&f.mirror, bases[1])),
+        "nothing deleted for another lineage"
+    );
+    assert_eq!(
+        tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(),
+        Some(bases[1])
+    );
 }
 
 #[tokio::test]
@@ -128,7 +141,10 @@ async fn tail_retention_keeps_deleted_segments_for_the_configured_time_across_re
     assert!(!exists(&mirror_log(&f.mirror, bases[0])), "segment 0 deleted when due");
     assert!(exists(&mirror_log(&f.mirror, bases[1])), "segment 1 not due yet");
     let record: RetentionState = serde_json::from_slice(&std::fs::read(&record_file).unwrap()).unwrap();
-    assert_eq!(record.below_start_since.keys().copied().collect::<Vec<_>>(), vec![bases[1]]);
+    assert_eq!(
+        record.below_start_since.keys().copied().collect::<Vec<_>>(),
+        vec![bases[1]]
+    );
 }
 
 #[tokio::test]
@@ -155,10 +171,17 @@ async fn tail_retention_an_interrupted_deletion_is_completed_at_the_next_session
     again.durable_positions().await.unwrap();
     for base in &bases[..2] {
         for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
-            assert!(!exists(&companion(&f.mirror, *base, kind)), "{kind:?} of {base} deleted");
+            assert!(
+                !exists(&companion(&f.mirror, *base, kind)),
+                "{kind:?} of {base} deleted"
+            );
         }
     }
     for (base, bytes) in &f.segs[2..] {
-        assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base)).unwrap(), bytes, "segment {base} kept");
+        assert_eq!(
+            &std::fs::read(mirror_log(&f.mirror, *base)).unwrap(),
+            bytes,
+            "segment {base} kept"
+        );
     }
 }
