@@ -52,12 +52,14 @@ use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
 
+mod replace;
 mod retention;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]
 mod tests;
 
+pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
 
 /// Directory under the mirror root holding one state file per tailed partition.
@@ -241,6 +243,8 @@ impl TailAppender {
 impl ChunkApplier for TailAppender {
     fn durable_positions(&mut self) -> impl std::future::Future<Output = DirectResult<Vec<DurablePosition>>> + Send {
         self.run("reading the mirror's durable positions", |i| {
+            // Replacements a crash interrupted: completed (journaled) or discarded (not), before anything else.
+            i.recover_replacements()?;
             let positions = i.durable_positions()?;
             // Deletions a crash interrupted, or that came due while no session ran.
             i.sweep_all()?;
