@@ -46,7 +46,7 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, CompanionKind, LogStart, PartitionRef, Position, SegmentSeal, TopicId,
+    Chunk, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, TopicId,
 };
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
@@ -276,6 +276,13 @@ impl ChunkApplier for TailAppender {
         let log_start = log_start.clone();
         self.run("applying the source's log start", move |i| {
             i.apply_log_start(&log_start)
+        })
+    }
+
+    fn apply_replace(&mut self, piece: &SegmentReplace) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let piece = piece.clone();
+        self.run("applying a replacement of sealed segments", move |i| {
+            i.apply_replace(&piece)
         })
     }
 }

@@ -2,9 +2,10 @@
 //! them, possibly merging several into one with the first one's base) is staged, validated completely and then
 //! installed atomically in place of the old ones.
 //!
-//! This is the applier's half. The wire half (a `SegmentReplace` frame and feature bit, the feed noticing a
-//! replaced sealed segment) is not built yet: [`TailAppender::stage_replacement`] takes the new file's bytes in
-//! pieces as they would arrive, [`TailAppender::install_replacement`] takes what a seal says about it.
+//! The pieces arrive as `SegmentReplace` frames (feature `FEATURE_SEGMENT_REPLACE`, [`Inner::apply_replace`]):
+//! each piece is staged, the last one (with the whole file's size, digest and companions) is validated and
+//! installed. The feed's half (noticing that a sealed segment it shipped was rewritten) is not built yet.
+//! [`TailAppender::stage_replacement`] and [`TailAppender::install_replacement`] are the same two steps.
 //!
 //! # Staging
 //! The bytes go to `<mirror>/.tail/staging/<topic>-<partition>-<base>.log`, outside the partition directory (a
@@ -36,12 +37,12 @@
 use std::io::Write as _;
 
 use segment_format::dir::{classify_partition_file, PartitionFile, TransientSuffix};
-use segmirror_transport::direct::payload::{Companion, Sha256};
+use segmirror_transport::direct::payload::{Companion, SegmentReplace, Sha256};
 
 use super::*;
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 /// Directory under [`TAIL_STATE_DIR`] for staged replacements.
 pub const STAGING_DIR: &str = "staging";
@@ -114,6 +115,29 @@ impl Inner {
             .join(TAIL_STATE_DIR)
             .join(REPLACE_JOURNAL_DIR)
             .join(format!("{name}.json"))
+    }
+
+    /// One `SegmentReplace` piece: staged; the last one installed. Returns once staged (the last: once installed
+    /// and durable). A cut mid-replacement leaves a staged prefix that the next first piece (position 0) replaces.
+    pub(super) fn apply_replace(&mut self, piece: &SegmentReplace) -> TailResult<()> {
+        let Some(&first) = piece.replaced_bases.first() else {
+            return Err(TailError::BadSeal {
+                partition: tp_name(&piece.partition),
+                segment: -1,
+                reason: "replacement of no segment".into(),
+            });
+        };
+        self.stage_replacement(&piece.partition, first, piece.position, &piece.bytes)?;
+        match &piece.end {
+            None => Ok(()),
+            Some(end) => self.install_replacement(&ReplaceSeal {
+                partition: piece.partition.clone(),
+                replaced_bases: piece.replaced_bases.clone(),
+                final_size: end.final_size,
+                log_sha256: end.log_sha256,
+                companions: end.companions.clone(),
+            }),
+        }
     }
 
     fn stage_replacement(&mut self, p: &PartitionRef, base: i64, position: u64, bytes: &[u8]) -> TailResult<()> {

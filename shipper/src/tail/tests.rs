@@ -184,6 +184,7 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
                 seals.push(s);
             }
             FeedItem::LogStart(l) => panic!("no segment was deleted, yet {l:?}"),
+            FeedItem::Replace(r) => panic!("no segment was rewritten, yet {r:?}"),
         }
     }
     runner.abort();

@@ -29,7 +29,7 @@ async fn tail_all(f: &Fixture, a: &mut TailAppender) -> PartitionRef {
 }
 
 /// Every other batch of the given segments, concatenated: what a cleaner merging them could write.
-fn compacted(segs: &[(i64, Vec<u8>)]) -> Vec<u8> {
+pub(in crate::tail) fn compacted(segs: &[(i64, Vec<u8>)]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut n = 0usize;
     for (_, bytes) in segs {
@@ -37,7 +37,7 @@ fn compacted(segs: &[(i64, Vec<u8>)]) -> Vec<u8> {
             let frame = frame.unwrap();
             let from = frame.info.position as usize;
             let to = from + frame.info.size as usize;
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 out.extend_from_slice(&bytes[from..to]);
             }
             n += 1;
@@ -47,7 +47,7 @@ fn compacted(segs: &[(i64, Vec<u8>)]) -> Vec<u8> {
 }
 
 /// The seal of `bytes` replacing `bases`: the offset index inline, the time index as a digest (rebuilt).
-fn replace_seal(partition: &PartitionRef, bases: &[i64], bytes: &[u8]) -> ReplaceSeal {
+pub(in crate::tail) fn replace_seal(partition: &PartitionRef, bases: &[i64], bytes: &[u8]) -> ReplaceSeal {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("r.log");
     std::fs::write(&path, bytes).unwrap();
