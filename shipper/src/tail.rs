@@ -38,6 +38,7 @@
 //!
 //! [`ShipperSession`]: segmirror_transport::direct::session::ShipperSession
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -110,6 +111,10 @@ struct PartState {
     at: Option<TailPosition>,
     /// The log start last sent in this session ([`log_start`]).
     log_start_sent: Option<i64>,
+    /// The versions of the sealed segments this process shipped ([`replace`]).
+    sealed: BTreeMap<i64, replace::Fingerprint>,
+    /// A replacement being sent.
+    replacing: Option<replace::Replacing>,
 }
 
 /// A [`ChunkFeed`] over one log dir's selected partitions (see the module doc).
@@ -130,6 +135,8 @@ impl TailFeed {
                     target,
                     at: None,
                     log_start_sent: None,
+                    sealed: BTreeMap::new(),
+                    replacing: None,
                 })
                 .collect(),
             config,
@@ -177,6 +184,9 @@ impl TailFeed {
                 target: part.target.clone(),
                 at,
                 log_start_sent: None,
+                // What was shipped stays known across sessions of this process; a replacement in progress restarts.
+                sealed: part.sealed.clone(),
+                replacing: None,
             });
         }
         for p in resume {
@@ -321,6 +331,17 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         Some(first) => TailPosition::start(&first.files.log, first.base_offset())?,
         None => at,
     };
+    if let Some(item) = replace::next_piece(
+        &part.target.partition,
+        &view,
+        at.base_offset,
+        &mut part.sealed,
+        &mut part.replacing,
+        options.max_chunk_bytes,
+    )? {
+        part.at = Some(at);
+        return Ok((part, Some(item)));
+    }
     let diverged = |at: &TailPosition, reason: String| Error::Diverged {
         partition: name(&part.target.partition),
         segment_base: at.base_offset,
@@ -352,6 +373,13 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         TailRead::Appended { chunk, .. } => match (segment, next_segment) {
             (Some(segment), Some(next_seg)) if chunk.pending == 0 => {
                 let seal = seal(&part.target.partition, &at, segment)?;
+                part.sealed.insert(
+                    at.base_offset,
+                    replace::Fingerprint {
+                        inode: at.inode,
+                        size: at.position,
+                    },
+                );
                 part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);
                 Ok((part, Some(FeedItem::Seal(seal))))
             }
@@ -389,6 +417,18 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
             at.prefix_crc32c
         )));
     }
+    let companions = companions(segment)?;
+    Ok(SegmentSeal {
+        partition: partition.clone(),
+        segment_base: at.base_offset,
+        final_size: size,
+        log_sha256: sha,
+        companions,
+    })
+}
+
+/// A sealed segment's companions as a seal (or a replacement's last piece) carries them.
+fn companions(segment: &SegmentView) -> Result<Vec<Companion>> {
     let mut companions = Vec::new();
     let files = [
         (CompanionKind::OffsetIndex, segment.files.index.as_ref(), false),
@@ -417,13 +457,7 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
             inline,
         });
     }
-    Ok(SegmentSeal {
-        partition: partition.clone(),
-        segment_base: at.base_offset,
-        final_size: size,
-        log_sha256: sha,
-        companions,
-    })
+    Ok(companions)
 }
 
 /// Size, CRC-32C and SHA-256 of a whole file, streamed (the workspace's one file hasher).
@@ -448,6 +482,7 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 }
 
 mod log_start;
+mod replace;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]

@@ -70,6 +70,9 @@ struct Journal {
     delete: Vec<String>,
     /// File names to rename from `<name>.swap` to `<name>`, `.log` first.
     install: Vec<String>,
+    /// The partition's new state, when the replacement covers the segment it recorded last (sealed).
+    #[serde(default)]
+    record: Option<PartitionState>,
 }
 
 fn swap_name(name: &str) -> String {
@@ -208,14 +211,21 @@ impl Inner {
                 seal.replaced_bases
             )));
         }
-        if (first..=last).contains(&state.segment_base) {
+        // The segment the tail appends to is never rewritten by a cleaner (a shipper bug); the one it sealed last
+        // may be, before the first chunk of the next one arrived: its recorded size then follows the new file.
+        let replaces_recorded = (first..=last).contains(&state.segment_base);
+        if replaces_recorded && !state.sealed {
             return Err(bad(format!(
-                "segment {} is the one the tail appends to (or sealed last); the cleaner never rewrites it",
+                "segment {} is the one the tail appends to; the cleaner never rewrites it",
                 state.segment_base
             )));
         }
-        let Some(upper) = mirror_bases.iter().copied().find(|b| *b > last) else {
-            return Err(bad("no mirror segment follows the replaced range".into()));
+        // The replacement must stay below the next segment; for the last sealed one, below the next offset the
+        // tail expects.
+        let upper = match mirror_bases.iter().copied().find(|b| *b > last) {
+            Some(upper) => upper,
+            None if replaces_recorded => state.next_offset.unwrap_or(i64::MAX),
+            None => return Err(bad("no mirror segment follows the replaced range".into())),
         };
 
         // The staged file: size and digest, then every batch.
@@ -307,6 +317,11 @@ impl Inner {
             partition: p.partition,
             delete,
             install,
+            record: replaces_recorded.then(|| PartitionState {
+                segment_base: first,
+                position: seal.final_size,
+                ..state.clone()
+            }),
         };
         let journal_path = self.journal_path(&name);
         if let Some(dir) = journal_path.parent() {
@@ -329,7 +344,7 @@ impl Inner {
     }
 
     /// Step 3 of the install (idempotent): unlink, rename the `.swap` files, fsync, drop the journal.
-    fn finish_install(&self, journal_path: &Path, journal: &Journal) -> TailResult<()> {
+    fn finish_install(&mut self, journal_path: &Path, journal: &Journal) -> TailResult<()> {
         let pdir = self.partition_dir(&journal.topic, journal.partition);
         for name in &journal.delete {
             let path = pdir.join(name);
@@ -348,6 +363,19 @@ impl Inner {
             }
         }
         fsync_dir(&pdir)?;
+        if let Some(state) = &journal.record {
+            let name = format!("{}-{}", journal.topic, journal.partition);
+            if state.topic != journal.topic || state.partition != journal.partition {
+                return Err(TailError::BadState {
+                    path: journal_path.to_path_buf(),
+                    reason: format!(
+                        "its partition state names {}-{}, not {name}",
+                        state.topic, state.partition
+                    ),
+                });
+            }
+            self.record(name, state.clone())?;
+        }
         fs::remove_file(journal_path).map_err(|e| TailError::io(journal_path, e))?;
         if let Some(dir) = journal_path.parent() {
             fsync_dir(dir)?;

@@ -250,6 +250,7 @@ async fn tail_replace_a_crash_before_the_journal_discards_and_after_it_completes
         partition: p.partition,
         delete,
         install: vec![log_name.clone(), index_name.clone()],
+        record: None,
     };
     let jpath = f
         .mirror
