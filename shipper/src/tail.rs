@@ -71,6 +71,12 @@ pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 /// travel; a larger file is refused by its size, naming it, before it is read.
 const MAX_INLINE_COMPANION_BYTES: u64 = MAX_PAYLOAD_LEN as u64;
 
+/// Largest offset or time index a replacement carries inline (1 MiB: well within a frame and the default credit
+/// window). Why inline at all: the broker's cleaner writes a cleaned segment's indexes as it appends, which need not
+/// be what the applier's rebuild makes of the same log, and a rebuild that does not match the digest would refuse
+/// the replacement again at every try. A larger index travels as a digest and the rebuild must match it.
+pub const MAX_INLINE_REPLACEMENT_INDEX_BYTES: u64 = 1024 * 1024;
+
 /// One partition the feed ships.
 #[derive(Debug, Clone)]
 pub struct TailPartition {
@@ -417,7 +423,7 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
             at.prefix_crc32c
         )));
     }
-    let companions = companions(segment)?;
+    let companions = companions(segment, false)?;
     Ok(SegmentSeal {
         partition: partition.clone(),
         segment_base: at.base_offset,
@@ -427,8 +433,10 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
     })
 }
 
-/// A sealed segment's companions as a seal (or a replacement's last piece) carries them.
-fn companions(segment: &SegmentView) -> Result<Vec<Companion>> {
+/// A sealed segment's companions as a seal (or a replacement's last piece) carries them. `inline_indexes`: the
+/// offset and time indexes travel inline too when at most [`MAX_INLINE_REPLACEMENT_INDEX_BYTES`] (a replacement:
+/// see there).
+fn companions(segment: &SegmentView, inline_indexes: bool) -> Result<Vec<Companion>> {
     let mut companions = Vec::new();
     let files = [
         (CompanionKind::OffsetIndex, segment.files.index.as_ref(), false),
@@ -440,6 +448,10 @@ fn companions(segment: &SegmentView) -> Result<Vec<Companion>> {
     ];
     for (kind, path, inline) in files {
         let Some(path) = path else { continue };
+        let inline = inline
+            || (inline_indexes
+                && std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len()
+                    <= MAX_INLINE_REPLACEMENT_INDEX_BYTES);
         // An inline companion is read once, and its digest taken of the bytes that travel; the others are hashed
         // where they lie.
         let (size, sha256, inline) = if inline {
