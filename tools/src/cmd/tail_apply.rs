@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use segmirror_applier::tail::TailAppender;
+use segmirror_applier::tail::{TailAppender, DEFAULT_RETAIN_DELETED_FOR};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::session::{ApplierSession, SessionConfig};
 use segmirror_transport::direct::Role;
@@ -32,14 +32,24 @@ pub struct Args {
     /// cluster is refused and its link pauses. Without it, any cluster's shipper is accepted.
     #[arg(long, value_name = "ID")]
     source_cluster_id: Option<String>,
+    /// Keep segments the source deleted (retention) this many hours longer on the mirror. Default 0: the mirror
+    /// deletes them as soon as the source's log start passes them.
+    #[arg(long, value_name = "HOURS", default_value_t = DEFAULT_RETAIN_DELETED_FOR.as_secs() / 3600)]
+    retain_deleted_for: u64,
     #[command(flatten)]
     link: LinkArgs,
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
-    let appender =
-        TailAppender::open(&args.mirror).with_context(|| format!("opening mirror {}", args.mirror.display()))?;
+    let keep = args
+        .retain_deleted_for
+        .checked_mul(3600)
+        .map(std::time::Duration::from_secs)
+        .with_context(|| format!("--retain-deleted-for {} hours is too long", args.retain_deleted_for))?;
+    let appender = TailAppender::open(&args.mirror)
+        .with_context(|| format!("opening mirror {}", args.mirror.display()))?
+        .retain_deleted_for(keep);
     let session = ApplierSession::new(appender, SessionConfig::default())?;
     let link = args.link;
     runtime.block_on(async move {
