@@ -330,11 +330,20 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         Some(at) => at,
         None => match view.segments.first() {
             None => return Ok((part, None)),
-            Some(first) => TailPosition::start(&first.files.log, first.base_offset())?,
+            Some(first) => match log_start::start_at(&first.files.log, first.base_offset())? {
+                Some(at) => at,
+                None => return Ok((part, None)), // deleted since the listing: the next one shows what follows
+            },
         },
     };
     let at = match log_start::skip_deleted(&view, at.base_offset, at.position) {
-        Some(first) => TailPosition::start(&first.files.log, first.base_offset())?,
+        Some(first) => match log_start::start_at(&first.files.log, first.base_offset())? {
+            Some(fresh) => fresh,
+            None => {
+                part.at = Some(at);
+                return Ok((part, None));
+            }
+        },
         None => at,
     };
     if let Some(item) = replace::next_piece(
@@ -394,6 +403,11 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
                 Ok((part, None))
             }
         },
+        // Nothing of it shipped yet: retention (or a rewrite) raced the listing; the next step starts it afresh.
+        TailRead::Truncated { .. } | TailRead::Replaced { .. } if at.position == 0 => {
+            part.at = Some(log_start::start_at(&at.path, at.base_offset)?.unwrap_or(at));
+            Ok((part, None))
+        }
         TailRead::Truncated { len, .. } => Err(diverged(&at, format!("the file is {len} bytes now (truncated)"))),
         TailRead::Replaced { reason, .. } => Err(diverged(&at, format!("replaced: {reason}"))),
         TailRead::Changed { reason, .. } => Err(diverged(&at, reason)),

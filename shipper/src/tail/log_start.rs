@@ -15,7 +15,11 @@
 use segmirror_transport::direct::payload::{LogStart, PartitionRef};
 use segmirror_transport::direct::session::FeedItem;
 
+use std::path::Path;
+
+use crate::error::Result;
 use crate::source::read::{PartitionView, SegmentView};
+use crate::source::tail::TailPosition;
 
 #[cfg(test)]
 #[path = "log_start_tests.rs"]
@@ -44,4 +48,13 @@ pub(super) fn skip_deleted(view: &PartitionView, base: i64, position: u64) -> Op
         return None;
     }
     view.segments.first().filter(|first| first.base_offset() > base)
+}
+
+/// A tail position at byte 0 of the segment at `path`, or `None` when retention deleted it since the listing.
+pub(super) fn start_at(path: &Path, base: i64) -> Result<Option<TailPosition>> {
+    match TailPosition::start(path, base) {
+        Ok(at) => Ok(Some(at)),
+        Err(segment_format::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -133,3 +133,26 @@ async fn tail_feed_a_segment_deleted_after_part_of_it_was_shipped_diverges() {
     .unwrap();
     assert!(matches!(item, Err(Error::Diverged { .. })), "{item:?}");
 }
+
+#[tokio::test]
+async fn tail_feed_a_segment_replaced_before_any_of_it_was_shipped_is_read_afresh() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bases = three_segments(&dir, 5);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    feed.seek_positions(&[]).await.unwrap();
+    assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if c.segment_base == bases[0]));
+    assert!(matches!(next(&mut feed).await, FeedItem::Seal(s) if s.segment_base == bases[0]));
+    assert_eq!(feed.position(&partition()), Some((bases[1], 0)));
+    // Another file renamed over segment 1 (another inode) before the feed read any of it.
+    let path = log_path(&dir, bases[1]);
+    let bytes = std::fs::read(&path).unwrap();
+    let other = dir.join("segment.tmp");
+    std::fs::write(&other, &bytes).unwrap();
+    std::fs::rename(&other, &path).unwrap();
+    match next(&mut feed).await {
+        FeedItem::Chunk(c) => assert_eq!((c.segment_base, c.position, &c.bytes[..]), (bases[1], 0, &bytes[..])),
+        other => panic!("expected segment {}'s bytes, got {other:?}", bases[1]),
+    }
+}
