@@ -115,8 +115,8 @@ struct PartState {
     target: TailPartition,
     /// `None`: not started (the partition had no segment yet).
     at: Option<TailPosition>,
-    /// The log start last sent in this session ([`log_start`]).
-    log_start_sent: Option<i64>,
+    /// The log start sent and seen ([`log_start`]).
+    log_start: log_start::Track,
     /// The versions of the sealed segments this process shipped ([`replace`]).
     sealed: BTreeMap<i64, replace::Fingerprint>,
     /// A replacement being sent.
@@ -140,7 +140,7 @@ impl TailFeed {
                 .map(|target| PartState {
                     target,
                     at: None,
-                    log_start_sent: None,
+                    log_start: log_start::Track::default(),
                     sealed: BTreeMap::new(),
                     replacing: None,
                 })
@@ -189,7 +189,7 @@ impl TailFeed {
             fresh.push(PartState {
                 target: part.target.clone(),
                 at,
-                log_start_sent: None,
+                log_start: log_start::Track::default(),
                 // What was shipped stays known across sessions of this process; a replacement in progress restarts.
                 sealed: part.sealed.clone(),
                 replacing: None,
@@ -323,7 +323,15 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
             })
         }
     };
-    if let Some(item) = log_start::moved(&part.target.partition, &view, &mut part.log_start_sent) {
+    // While the cleaner swaps segments in, the listing misses the old ones and the new ones alike: it says nothing
+    // about retention or rewrites until the swap is done.
+    let swapping = replace::swap_in_progress(&dir)?;
+    if swapping {
+        tracing::debug!(dir = %dir.display(), "a segment swap is in progress; retention and rewrites wait for it");
+    } else if let Some(item) = log_start::moved(&part.target.partition, &view, &mut part.log_start) {
+        if let FeedItem::LogStart(l) = &item {
+            replace::forget_below(&mut part.sealed, l.log_start_offset);
+        }
         return Ok((part, Some(item)));
     }
     let at = match part.at.take() {
@@ -336,7 +344,7 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
             },
         },
     };
-    let at = match log_start::skip_deleted(&view, at.base_offset, at.position) {
+    let at = match log_start::skip_deleted(&view, at.base_offset, at.position).filter(|_| !swapping) {
         Some(first) => match log_start::start_at(&first.files.log, first.base_offset())? {
             Some(fresh) => fresh,
             None => {
@@ -346,7 +354,9 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         },
         None => at,
     };
-    if let Some(item) = replace::next_piece(
+    if swapping {
+        // Nothing below; the tail of the active segment is not the cleaner's business and goes on.
+    } else if let Some(item) = replace::next_piece(
         &part.target.partition,
         &view,
         at.base_offset,

@@ -25,14 +25,25 @@ use crate::source::tail::TailPosition;
 #[path = "log_start_tests.rs"]
 mod tests;
 
-/// The LogStart to send before anything else of this step, if the source's log start moved since `last_sent`;
-/// updates `last_sent`.
-pub(super) fn moved(partition: &PartitionRef, view: &PartitionView, last_sent: &mut Option<i64>) -> Option<FeedItem> {
+/// What the feed knows of a partition's log start.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Track {
+    /// Last sent in this session.
+    pub sent: Option<i64>,
+    /// Seen by the previous listing: a move is sent only when two consecutive listings agree, since a listing
+    /// taken while the broker swapped segments in can miss segments that are still there.
+    seen: Option<i64>,
+}
+
+/// The LogStart to send before anything else of this step, if the source's log start moved since the last one
+/// sent (and the previous listing saw the same); updates `track`.
+pub(super) fn moved(partition: &PartitionRef, view: &PartitionView, track: &mut Track) -> Option<FeedItem> {
     let first = view.segments.first()?.base_offset();
-    if first <= 0 || *last_sent == Some(first) {
+    let seen = track.seen.replace(first);
+    if first <= 0 || track.sent == Some(first) || seen != Some(first) {
         return None;
     }
-    *last_sent = Some(first);
+    track.sent = Some(first);
     Some(FeedItem::LogStart(LogStart {
         partition: partition.clone(),
         log_start_offset: first,

@@ -47,6 +47,31 @@ pub(super) struct Replacing {
     fingerprint: Fingerprint,
     /// Bytes sent so far.
     position: u64,
+    /// Seen by two consecutive listings: a listing taken while the broker swapped segments in may show a hole that
+    /// the next one no longer shows, so one listing alone never starts a replacement.
+    confirmed: bool,
+}
+
+/// Whether the broker is swapping segments in (a `.swap` file in `dir`): the old segments may already be renamed
+/// away and the new ones not yet in place, so the listing shows a hole that is neither retention nor a merge.
+pub(super) fn swap_in_progress(dir: &Path) -> Result<bool> {
+    use segment_format::dir::{classify_partition_file, PartitionFile, TransientSuffix};
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        if let PartitionFile::Transient {
+            suffix: TransientSuffix::Swap,
+            ..
+        } = classify_partition_file(&entry.file_name().to_string_lossy())
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The fingerprint of the file at `path`; `None` when it is gone.
@@ -72,7 +97,8 @@ fn inode_of(_: &std::fs::Metadata) -> u64 {
 }
 
 /// The next replacement piece of this partition, if a sealed segment it shipped was rewritten. `sealed` is the
-/// feed's memory of the versions it shipped, `current` the base of the segment it tails (never replaced here).
+/// feed's memory of the versions it shipped (pruned below the log start by [`forget_below`]), `current` the base
+/// of the segment it tails (never replaced here).
 pub(super) fn next_piece(
     partition: &PartitionRef,
     view: &PartitionView,
@@ -81,17 +107,30 @@ pub(super) fn next_piece(
     replacing: &mut Option<Replacing>,
     max_chunk_bytes: u64,
 ) -> Result<Option<FeedItem>> {
-    // Retention took what lies below the first segment: nothing to replace there.
-    if let Some(first) = view.segments.first().map(|s| s.base_offset()) {
-        sealed.retain(|base, _| *base >= first);
-    }
     if let Some(r) = replacing.as_ref() {
         if fingerprint(&r.path)? != Some(r.fingerprint) {
             *replacing = None; // rewritten again: start over from what the listing shows now
         }
     }
-    if replacing.is_none() {
-        *replacing = detect(view, current, sealed)?;
+    match replacing.as_mut() {
+        None => {
+            // A candidate; it starts only if the next step's listing finds the same.
+            *replacing = detect(view, current, sealed)?;
+            return Ok(None);
+        }
+        Some(r) if !r.confirmed => {
+            let again = detect(view, current, sealed)?;
+            match again {
+                Some(a) if a.base == r.base && a.replaced == r.replaced && a.fingerprint == r.fingerprint => {
+                    r.confirmed = true;
+                }
+                other => {
+                    *replacing = other;
+                    return Ok(None);
+                }
+            }
+        }
+        Some(_) => {}
     }
     let Some(r) = replacing.as_mut() else {
         return Ok(None);
@@ -166,7 +205,13 @@ fn detect(view: &PartitionView, current: i64, sealed: &mut BTreeMap<i64, Fingerp
             path: segment.files.log.clone(),
             fingerprint: now,
             position: 0,
+            confirmed: false,
         }));
     }
     Ok(None)
+}
+
+/// Forgets the versions of segments below a log start the applier was told (retention took them).
+pub(super) fn forget_below(sealed: &mut BTreeMap<i64, Fingerprint>, log_start: i64) {
+    sealed.retain(|base, _| *base >= log_start);
 }
