@@ -280,3 +280,24 @@ async fn tail_replace_a_crash_before_the_journal_discards_and_after_it_completes
         );
     }
 }
+
+#[tokio::test]
+async fn tail_replace_of_the_last_sealed_segment_moves_the_recorded_size_with_it() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let p = tail_all(&f, &mut a).await;
+    let last = f.segs.len() - 1;
+    let (base, bytes) = &f.segs[last];
+    a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+    let new = compacted(&f.segs[last..]);
+    stage(&mut a, &p, *base, &new).await;
+    a.install_replacement(&replace_seal(&p, &[*base], &new)).await.unwrap();
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, *base)).unwrap(), new);
+    // A restarted appender finds the state and the file in agreement.
+    let mut again = TailAppender::open(&f.mirror).unwrap();
+    let d = again.durable_positions().await.unwrap();
+    assert_eq!(
+        (d[0].position.segment_base, d[0].position.position, d[0].sealed),
+        (*base, new.len() as u64, true)
+    );
+}
