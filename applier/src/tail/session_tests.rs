@@ -141,6 +141,18 @@ async fn tail_session_over_loopback_mirrors_the_source() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_session_over_loopback_applies_the_sources_log_start() {
+    log_start_session(None).await;
+}
+
+/// A shipper that does not offer the log-start feature: the LogStart item is dropped unsent and the mirror keeps
+/// every segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_session_without_the_log_start_feature_keeps_every_segment() {
+    log_start_session(Some(0)).await;
+}
+
+/// Ships every segment with a LogStart after segment 2's seal; `shipper_features` overrides what the shipper offers.
+async fn log_start_session(shipper_features: Option<u64>) {
     let f = fixture();
     let last = f.segs.len() - 1;
     let mut items = Vec::new();
@@ -172,7 +184,11 @@ async fn tail_session_over_loopback_applies_the_sources_log_start() {
         shutdown.clone(),
     ));
     let stop = shutdown.clone();
-    let s = tokio::spawn(async move { dial(&addr, &Dialer::Plain, &link(Role::Shipper), &mut shipper, &stop).await });
+    let mut shipper_link = link(Role::Shipper);
+    if let Some(features) = shipper_features {
+        shipper_link.handshake.features_supported = features;
+    }
+    let s = tokio::spawn(async move { dial(&addr, &Dialer::Plain, &shipper_link, &mut shipper, &stop).await });
     let (last_base, last_bytes) = &f.segs[last];
     let want = (*last_base, last_bytes.len() as u64);
     let reached = tokio::time::timeout(GIVE_UP, async {
@@ -191,6 +207,18 @@ async fn tail_session_over_loopback_applies_the_sources_log_start() {
     listened.unwrap();
     s.await.unwrap().unwrap();
     assert!(reached.is_ok(), "the mirror never reached {want:?}");
+    let p = seal_of(&f.source, f.segs[0].0, &f.segs[0].1, true).partition;
+    if shipper_features.is_some() {
+        for (base, bytes) in &f.segs {
+            assert_eq!(
+                &std::fs::read(mirror_log(&f.mirror, *base)).unwrap(),
+                bytes,
+                "segment {base} kept"
+            );
+        }
+        assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), None);
+        return;
+    }
     for (i, (base, bytes)) in f.segs.iter().enumerate() {
         let path = mirror_log(&f.mirror, *base);
         if i < 2 {
@@ -202,7 +230,6 @@ async fn tail_session_over_loopback_applies_the_sources_log_start() {
             assert_eq!(&std::fs::read(&path).unwrap(), bytes, "segment {base}");
         }
     }
-    let p = seal_of(&f.source, f.segs[0].0, &f.segs[0].1, true).partition;
     assert_eq!(
         tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(),
         Some(f.segs[2].0)
