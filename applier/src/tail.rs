@@ -42,13 +42,16 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
-use segmirror_transport::direct::payload::{Chunk, CompanionKind, PartitionRef, Position, SegmentSeal, TopicId};
+use segmirror_transport::direct::payload::{
+    Chunk, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, TopicId,
+};
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
@@ -57,6 +60,8 @@ mod active;
 mod catalog;
 #[cfg(test)]
 mod catalog_tests;
+mod replace;
+mod retention;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]
@@ -64,6 +69,8 @@ mod tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
+pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
+pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
 
 /// Directory under the mirror root holding one state file per tailed partition.
 pub const TAIL_STATE_DIR: &str = ".tail";
@@ -170,6 +177,8 @@ struct Inner {
     /// Where sealed segments are recorded and paused/promoted partitions are looked up (`catalog`); `None` only
     /// for an appender without a catalog (tests of the appending alone).
     catalog: Option<TailCatalog>,
+    /// How long segments the source deleted are kept ([`retention`]).
+    retain_deleted_for: Duration,
 }
 
 fn tp_name(p: &PartitionRef) -> String {
@@ -224,6 +233,7 @@ impl TailAppender {
                 root,
                 states,
                 catalog: None,
+                retain_deleted_for: DEFAULT_RETAIN_DELETED_FOR,
             })),
         })
     }
@@ -264,7 +274,14 @@ impl TailAppender {
 
 impl ChunkApplier for TailAppender {
     fn durable_positions(&mut self) -> impl std::future::Future<Output = DirectResult<Vec<DurablePosition>>> + Send {
-        self.run("reading the mirror's durable positions", Inner::durable_positions)
+        self.run("reading the mirror's durable positions", |i| {
+            // Replacements a crash interrupted: completed (journaled) or discarded (not), before anything else.
+            i.recover_replacements()?;
+            let positions = i.durable_positions()?;
+            // Deletions a crash interrupted, or that came due while no session ran.
+            i.sweep_all()?;
+            Ok(positions)
+        })
     }
 
     fn apply_chunk(&mut self, chunk: &Chunk) -> impl std::future::Future<Output = DirectResult<()>> + Send {
@@ -281,7 +298,24 @@ impl ChunkApplier for TailAppender {
 
     fn apply_seal(&mut self, seal: &SegmentSeal) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let seal = seal.clone();
-        self.run("sealing a mirror segment", move |i| i.apply_seal(&seal))
+        self.run("sealing a mirror segment", move |i| {
+            i.apply_seal(&seal)?;
+            i.sweep_partition(&tp_name(&seal.partition))
+        })
+    }
+
+    fn apply_log_start(&mut self, log_start: &LogStart) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let log_start = log_start.clone();
+        self.run("applying the source's log start", move |i| {
+            i.apply_log_start(&log_start)
+        })
+    }
+
+    fn apply_replace(&mut self, piece: &SegmentReplace) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let piece = piece.clone();
+        self.run("applying a replacement of sealed segments", move |i| {
+            i.apply_replace(&piece)
+        })
     }
 }
 

@@ -4,9 +4,11 @@
 //! peer, a proxy, a bit flip on a plaintext link. Kept in a file of its own so
 //! the `segment-format` targets and this one change independently.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
-use segmirror_transport::direct::payload::{Companion, CompanionKind, PartitionRef, Position};
+use segmirror_transport::direct::payload::{
+    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace,
+};
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
 };
@@ -184,6 +186,26 @@ pub fn seeds() -> Vec<Vec<u8>> {
             ],
         }),
         Frame::Ack(position.clone()),
+        Frame::LogStart(LogStart {
+            partition: position.partition.clone(),
+            log_start_offset: 4242,
+        }),
+        Frame::SegmentReplace(SegmentReplace {
+            partition: position.partition.clone(),
+            replaced_bases: vec![100, 250],
+            position: 0,
+            bytes: Bytes::from_static(b"compacted batches"),
+            end: Some(ReplaceEnd {
+                final_size: 17,
+                log_sha256: [4; 32],
+                companions: vec![Companion {
+                    kind: CompanionKind::TxnIndex,
+                    size: 3,
+                    sha256: [5; 32],
+                    inline: Some(Bytes::from_static(b"abc")),
+                }],
+            }),
+        }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },
         Frame::Credit { bytes: 1 << 20 },

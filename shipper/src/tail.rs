@@ -38,6 +38,7 @@
 //!
 //! [`ShipperSession`]: segmirror_transport::direct::session::ShipperSession
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -69,6 +70,12 @@ pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 /// Largest companion sent inline in a seal: a seal is one frame, so nothing larger than a frame's payload could
 /// travel; a larger file is refused by its size, naming it, before it is read.
 const MAX_INLINE_COMPANION_BYTES: u64 = MAX_PAYLOAD_LEN as u64;
+
+/// Largest offset or time index a replacement carries inline (1 MiB: well within a frame and the default credit
+/// window). Why inline at all: the broker's cleaner writes a cleaned segment's indexes as it appends, which need not
+/// be what the applier's rebuild makes of the same log, and a rebuild that does not match the digest would refuse
+/// the replacement again at every try. A larger index travels as a digest and the rebuild must match it.
+pub const MAX_INLINE_REPLACEMENT_INDEX_BYTES: u64 = 1024 * 1024;
 
 /// One partition the feed ships.
 #[derive(Debug, Clone)]
@@ -108,6 +115,25 @@ struct PartState {
     target: TailPartition,
     /// `None`: not started (the partition had no segment yet).
     at: Option<TailPosition>,
+    /// The log start sent and seen ([`log_start`]).
+    log_start: log_start::Track,
+    /// The versions of the sealed segments this process shipped ([`replace`]).
+    sealed: BTreeMap<i64, replace::Fingerprint>,
+    /// A replacement being sent.
+    replacing: Option<replace::Replacing>,
+}
+
+impl PartState {
+    /// A partition at `at` with nothing of it shipped by this process yet.
+    fn new(target: TailPartition, at: Option<TailPosition>) -> PartState {
+        PartState {
+            target,
+            at,
+            log_start: log_start::Track::default(),
+            sealed: BTreeMap::new(),
+            replacing: None,
+        }
+    }
 }
 
 /// A [`ChunkFeed`] over one log dir's selected partitions (see the module doc).
@@ -126,7 +152,7 @@ impl TailFeed {
         TailFeed {
             parts: partitions
                 .into_iter()
-                .map(|target| PartState { target, at: None })
+                .map(|target| PartState::new(target, None))
                 .collect(),
             config,
             cursor: 0,
@@ -180,6 +206,10 @@ impl TailFeed {
             fresh.push(PartState {
                 target: part.target.clone(),
                 at,
+                log_start: log_start::Track::default(),
+                // What was shipped stays known across sessions of this process; a replacement in progress restarts.
+                sealed: part.sealed.clone(),
+                replacing: None,
             });
         }
         let unfollowed: Vec<Position> = resume
@@ -332,13 +362,50 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
             })
         }
     };
+    // While the cleaner swaps segments in, the listing misses the old ones and the new ones alike: it says nothing
+    // about retention or rewrites until the swap is done.
+    let swapping = replace::swap_in_progress(&dir)?;
+    if swapping {
+        tracing::debug!(dir = %dir.display(), "a segment swap is in progress; retention and rewrites wait for it");
+    } else if let Some(item) = log_start::moved(&part.target.partition, &view, &mut part.log_start) {
+        if let FeedItem::LogStart(l) = &item {
+            replace::forget_below(&mut part.sealed, l.log_start_offset);
+        }
+        return Ok((part, Some(item)));
+    }
     let at = match part.at.take() {
         Some(at) => at,
         None => match view.segments.first() {
             None => return Ok((part, None)),
-            Some(first) => TailPosition::start(&first.files.log, first.base_offset())?,
+            Some(first) => match log_start::start_at(&first.files.log, first.base_offset())? {
+                Some(at) => at,
+                None => return Ok((part, None)), // deleted since the listing: the next one shows what follows
+            },
         },
     };
+    let at = match log_start::skip_deleted(&view, at.base_offset, at.position).filter(|_| !swapping) {
+        Some(first) => match log_start::start_at(&first.files.log, first.base_offset())? {
+            Some(fresh) => fresh,
+            None => {
+                part.at = Some(at);
+                return Ok((part, None));
+            }
+        },
+        None => at,
+    };
+    if swapping {
+        // Nothing below; the tail of the active segment is not the cleaner's business and goes on.
+    } else if let Some(item) = replace::next_piece(
+        &part.target.partition,
+        &view,
+        at.base_offset,
+        &mut part.sealed,
+        &mut part.replacing,
+        options.max_chunk_bytes,
+    )? {
+        part.at = Some(at);
+        return Ok((part, Some(item)));
+    }
     let diverged = |at: &TailPosition, reason: String| Error::Diverged {
         partition: name(&part.target.partition),
         segment_base: at.base_offset,
@@ -370,6 +437,13 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         TailRead::Appended { chunk, .. } => match (segment, next_segment) {
             (Some(segment), Some(next_seg)) if chunk.pending == 0 => {
                 let seal = seal(&part.target.partition, &at, segment)?;
+                part.sealed.insert(
+                    at.base_offset,
+                    replace::Fingerprint {
+                        inode: at.inode,
+                        size: at.position,
+                    },
+                );
                 part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);
                 Ok((part, Some(FeedItem::Seal(seal))))
             }
@@ -378,6 +452,11 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
                 Ok((part, None))
             }
         },
+        // Nothing of it shipped yet: retention (or a rewrite) raced the listing; the next step starts it afresh.
+        TailRead::Truncated { .. } | TailRead::Replaced { .. } if at.position == 0 => {
+            part.at = Some(log_start::start_at(&at.path, at.base_offset)?.unwrap_or(at));
+            Ok((part, None))
+        }
         TailRead::Truncated { len, .. } => Err(diverged(&at, format!("the file is {len} bytes now (truncated)"))),
         TailRead::Replaced { reason, .. } => Err(diverged(&at, format!("replaced: {reason}"))),
         TailRead::Changed { reason, .. } => Err(diverged(&at, reason)),
@@ -407,6 +486,20 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
             at.prefix_crc32c
         )));
     }
+    let companions = companions(segment, false)?;
+    Ok(SegmentSeal {
+        partition: partition.clone(),
+        segment_base: at.base_offset,
+        final_size: size,
+        log_sha256: sha,
+        companions,
+    })
+}
+
+/// A sealed segment's companions as a seal (or a replacement's last piece) carries them. `inline_indexes`: the
+/// offset and time indexes travel inline too when at most [`MAX_INLINE_REPLACEMENT_INDEX_BYTES`] (a replacement:
+/// see there).
+fn companions(segment: &SegmentView, inline_indexes: bool) -> Result<Vec<Companion>> {
     let mut companions = Vec::new();
     let files = [
         (CompanionKind::OffsetIndex, segment.files.index.as_ref(), false),
@@ -418,6 +511,10 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
     ];
     for (kind, path, inline) in files {
         let Some(path) = path else { continue };
+        let inline = inline
+            || (inline_indexes
+                && std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len()
+                    <= MAX_INLINE_REPLACEMENT_INDEX_BYTES);
         // An inline companion is read once, and its digest taken of the bytes that travel; the others are hashed
         // where they lie.
         let (size, sha256, inline) = if inline {
@@ -435,13 +532,7 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
             inline,
         });
     }
-    Ok(SegmentSeal {
-        partition: partition.clone(),
-        segment_base: at.base_offset,
-        final_size: size,
-        log_sha256: sha,
-        companions,
-    })
+    Ok(companions)
 }
 
 /// Size, CRC-32C and SHA-256 of a whole file, streamed (the workspace's one file hasher).
@@ -467,6 +558,8 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 
 pub mod rediscover;
 pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
+mod log_start;
+mod replace;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::HELLO_MAGIC;
 use segmirror_transport::direct::{
-    Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, PartitionRef,
-    Position, Refuse, RefuseReason, Role, SegmentSeal,
+    Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
+    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -147,6 +147,30 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
         (any::<u16>(), arb_string(100)).prop_map(|(code, message)| Frame::Goodbye(Goodbye {
             reason: GoodbyeReason::from_code(code),
             message,
+        })),
+        (
+            arb_partition(),
+            proptest::collection::btree_set(0..i64::MAX, 1..5),
+            any::<u64>(),
+            arb_bytes(200),
+            proptest::option::of((any::<u64>(), any::<[u8; 32]>(), arb_companions())),
+        )
+            .prop_map(
+                |(partition, bases, position, bytes, end)| Frame::SegmentReplace(SegmentReplace {
+                    partition,
+                    replaced_bases: bases.into_iter().collect(),
+                    position,
+                    bytes,
+                    end: end.map(|(final_size, log_sha256, companions)| ReplaceEnd {
+                        final_size,
+                        log_sha256,
+                        companions,
+                    }),
+                })
+            ),
+        (arb_partition(), 0..i64::MAX).prop_map(|(partition, log_start_offset)| Frame::LogStart(LogStart {
+            partition,
+            log_start_offset
         })),
     ]
 }
@@ -537,4 +561,68 @@ fn a_chunk_costs_its_fixed_fields_and_nothing_more() {
     assert_eq!(encoded.len(), (64 << 10) + fixed);
     // Under 0.1 % for a 64 KiB chunk.
     assert!(fixed * 1000 < 64 << 10, "{fixed} bytes of overhead");
+}
+
+#[test]
+fn a_log_start_with_a_negative_offset_names_the_field() {
+    let mut bytes = encode(&Frame::LogStart(LogStart {
+        partition: PartitionRef {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: [1; 16],
+        },
+        log_start_offset: 7,
+    }));
+    // Payload: topic (2 + 1), partition (4), topic id (16), then the offset; make it negative and re-seal the CRC.
+    let at = HEADER_LEN + 2 + 1 + 4 + 16;
+    bytes[at] = 0x80;
+    let end = bytes.len() - 4;
+    let crc = crc32c::crc32c(&bytes[..end]);
+    bytes[end..].copy_from_slice(&crc.to_be_bytes());
+    match frame::decode(&bytes, 0, MAX_PAYLOAD_LEN) {
+        Err(FrameError::Field {
+            frame: "LogStart",
+            field: "log_start_offset",
+            offset,
+            ..
+        }) => assert_eq!(offset, at as u64),
+        other => panic!("expected a field error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_segment_replace_with_bases_out_of_order_or_none_names_the_field() {
+    let piece = |bases: Vec<i64>| {
+        Frame::SegmentReplace(SegmentReplace {
+            partition: PartitionRef {
+                topic: "t".into(),
+                partition: 0,
+                topic_id: [1; 16],
+            },
+            replaced_bases: bases,
+            position: 0,
+            bytes: Bytes::from_static(b"x"),
+            end: None,
+        })
+    };
+    let mut out = BytesMut::new();
+    assert!(frame::encode(&piece(vec![]), MAX_PAYLOAD_LEN, &mut out).is_err());
+    assert!(frame::encode(&piece(vec![5, 5]), MAX_PAYLOAD_LEN, &mut out).is_err());
+    assert!(out.is_empty());
+    // Bases 5, 9 on the wire, the second rewritten to 3 and the CRC re-sealed: refused at that base.
+    let mut bytes = encode(&piece(vec![5, 9]));
+    let at = HEADER_LEN + 2 + 1 + 4 + 16 + 2 + 8;
+    bytes[at + 7] = 3;
+    let end = bytes.len() - 4;
+    let crc = crc32c::crc32c(&bytes[..end]);
+    bytes[end..].copy_from_slice(&crc.to_be_bytes());
+    match frame::decode(&bytes, 0, MAX_PAYLOAD_LEN) {
+        Err(FrameError::Field {
+            frame: "SegmentReplace",
+            field: "replaced_bases",
+            offset,
+            ..
+        }) => assert_eq!(offset, at as u64),
+        other => panic!("expected a field error, got {other:?}"),
+    }
 }

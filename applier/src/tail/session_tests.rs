@@ -34,6 +34,8 @@ impl ChunkFeed for ReplayFeed {
                         || (c.segment_base == r.segment_base && c.position + c.bytes.len() as u64 <= r.position)
                 }
                 FeedItem::Seal(s) => s.segment_base < r.segment_base,
+                // Idempotent: resent from wherever the resume lands.
+                FeedItem::LogStart(_) | FeedItem::Replace(_) => true,
             };
             self.next = self.items.iter().take_while(|i| covered(i)).count();
         }
@@ -85,6 +87,8 @@ async fn tail_session_over_loopback_mirrors_the_source() {
         match item {
             FeedItem::Chunk(c) => appender.apply_chunk(c).await.unwrap(),
             FeedItem::Seal(s) => appender.apply_seal(s).await.unwrap(),
+            FeedItem::LogStart(l) => appender.apply_log_start(l).await.unwrap(),
+            FeedItem::Replace(r) => appender.apply_replace(r).await.unwrap(),
         }
     }
     let watcher = appender.clone();
@@ -133,4 +137,176 @@ async fn tail_session_over_loopback_mirrors_the_source() {
     let d = w.durable_positions().await.unwrap();
     assert_eq!(d.len(), 1);
     assert!(!d[0].sealed, "the active segment is not sealed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_session_over_loopback_applies_the_sources_log_start() {
+    log_start_session(None).await;
+}
+
+/// A shipper that does not offer the log-start feature: the LogStart item is dropped unsent and the mirror keeps
+/// every segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_session_without_the_log_start_feature_keeps_every_segment() {
+    log_start_session(Some(0)).await;
+}
+
+/// Ships every segment with a LogStart after segment 2's seal; `shipper_features` overrides what the shipper offers.
+async fn log_start_session(shipper_features: Option<u64>) {
+    let f = fixture();
+    let last = f.segs.len() - 1;
+    let mut items = Vec::new();
+    for (i, (base, bytes)) in f.segs.iter().enumerate() {
+        items.extend(chunks_of(*base, bytes, 2).into_iter().map(FeedItem::Chunk));
+        if i < last {
+            items.push(FeedItem::Seal(seal_of(&f.source, *base, bytes, true)));
+        }
+        if i == 2 {
+            // The source deleted segments 0 and 1 once segment 2 was sealed.
+            items.push(FeedItem::LogStart(segmirror_transport::direct::payload::LogStart {
+                partition: seal_of(&f.source, *base, bytes, true).partition,
+                log_start_offset: f.segs[2].0,
+            }));
+        }
+    }
+    let appender = TailAppender::open(&f.mirror).unwrap();
+    let watcher = appender.clone();
+    let applier = ApplierSession::new(appender, config()).unwrap();
+    let mut shipper = ShipperSession::new(ReplayFeed { items, next: 0 }, config()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let shutdown = CancellationToken::new();
+    let a = tokio::spawn(listen(
+        listener,
+        Acceptor::Plain,
+        link(Role::Applier),
+        applier,
+        shutdown.clone(),
+    ));
+    let stop = shutdown.clone();
+    let mut shipper_link = link(Role::Shipper);
+    if let Some(features) = shipper_features {
+        shipper_link.handshake.features_supported = features;
+    }
+    let s = tokio::spawn(async move { dial(&addr, &Dialer::Plain, &shipper_link, &mut shipper, &stop).await });
+    let (last_base, last_bytes) = &f.segs[last];
+    let want = (*last_base, last_bytes.len() as u64);
+    let reached = tokio::time::timeout(GIVE_UP, async {
+        let mut w = watcher.clone();
+        loop {
+            let now = w.durable_positions().await.unwrap();
+            if now.first().map(|d| (d.position.segment_base, d.position.position)) == Some(want) {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    shutdown.cancel();
+    let (_, listened) = a.await.unwrap();
+    listened.unwrap();
+    s.await.unwrap().unwrap();
+    assert!(reached.is_ok(), "the mirror never reached {want:?}");
+    let p = seal_of(&f.source, f.segs[0].0, &f.segs[0].1, true).partition;
+    if shipper_features.is_some() {
+        for (base, bytes) in &f.segs {
+            assert_eq!(
+                &std::fs::read(mirror_log(&f.mirror, *base)).unwrap(),
+                bytes,
+                "segment {base} kept"
+            );
+        }
+        assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), None);
+        return;
+    }
+    for (i, (base, bytes)) in f.segs.iter().enumerate() {
+        let path = mirror_log(&f.mirror, *base);
+        if i < 2 {
+            assert!(
+                !path.exists(),
+                "segment {base} was deleted at the source and must be gone from the mirror"
+            );
+        } else {
+            assert_eq!(&std::fs::read(&path).unwrap(), bytes, "segment {base}");
+        }
+    }
+    assert_eq!(
+        tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(),
+        Some(f.segs[2].0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_session_over_loopback_installs_a_compacted_replacement() {
+    use segmirror_transport::direct::payload::{ReplaceEnd, SegmentReplace};
+    let f = fixture();
+    let last = f.segs.len() - 1;
+    let mut items = Vec::new();
+    for (i, (base, bytes)) in f.segs.iter().enumerate() {
+        items.extend(chunks_of(*base, bytes, 2).into_iter().map(FeedItem::Chunk));
+        if i < last {
+            items.push(FeedItem::Seal(seal_of(&f.source, *base, bytes, true)));
+        }
+    }
+    // The source's cleaner merged segments 0 and 1: the new file travels in pieces smaller than the credit window.
+    let new = super::replace::tests::compacted(&f.segs[..2]);
+    let bases = [f.segs[0].0, f.segs[1].0];
+    let p = seal_of(&f.source, bases[0], &f.segs[0].1, true).partition;
+    let seal = super::replace::tests::replace_seal(&p, &bases, &new);
+    let pieces: Vec<&[u8]> = new.chunks(1000).collect();
+    for (i, piece) in pieces.iter().enumerate() {
+        items.push(FeedItem::Replace(SegmentReplace {
+            partition: p.clone(),
+            replaced_bases: bases.to_vec(),
+            position: (i * 1000) as u64,
+            bytes: bytes::Bytes::copy_from_slice(piece),
+            end: (i + 1 == pieces.len()).then(|| ReplaceEnd {
+                final_size: seal.final_size,
+                log_sha256: seal.log_sha256,
+                companions: seal.companions.clone(),
+            }),
+        }));
+    }
+    // Then the active segment grows on (a chunk after the replacement shows it was applied in order).
+    let appender = TailAppender::open(&f.mirror).unwrap();
+    let watcher = appender.clone();
+    let applier = ApplierSession::new(appender, config()).unwrap();
+    let mut shipper = ShipperSession::new(ReplayFeed { items, next: 0 }, config()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let shutdown = CancellationToken::new();
+    let a = tokio::spawn(listen(
+        listener,
+        Acceptor::Plain,
+        link(Role::Applier),
+        applier,
+        shutdown.clone(),
+    ));
+    let stop = shutdown.clone();
+    let s = tokio::spawn(async move { dial(&addr, &Dialer::Plain, &link(Role::Shipper), &mut shipper, &stop).await });
+    let merged_away = mirror_log(&f.mirror, bases[1]);
+    let reached = tokio::time::timeout(GIVE_UP, async {
+        let mut w = watcher.clone();
+        loop {
+            w.durable_positions().await.unwrap();
+            if std::fs::read(mirror_log(&f.mirror, bases[0])).ok().as_deref() == Some(&new[..]) && !merged_away.exists()
+            {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    shutdown.cancel();
+    let (_, listened) = a.await.unwrap();
+    listened.unwrap();
+    s.await.unwrap().unwrap();
+    assert!(reached.is_ok(), "the replacement was never installed");
+    for (base, bytes) in &f.segs[2..] {
+        assert_eq!(
+            &std::fs::read(mirror_log(&f.mirror, *base)).unwrap(),
+            bytes,
+            "segment {base}"
+        );
+    }
 }

@@ -241,10 +241,7 @@ impl TailFeed {
                     Some(blocking(move || resume_at(&t, base, position)).await?)
                 }
             };
-            added.push(PartState {
-                target: target.clone(),
-                at,
-            });
+            added.push(PartState::new(target.clone(), at));
         }
         // Committed from here on: no await below.
         let listed_keys: HashSet<&PartitionRef> = listed.iter().map(key).collect();

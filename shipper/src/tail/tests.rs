@@ -183,6 +183,8 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
                 order.push(s.segment_base);
                 seals.push(s);
             }
+            FeedItem::LogStart(l) => panic!("no segment was deleted, yet {l:?}"),
+            FeedItem::Replace(r) => panic!("no segment was rewritten, yet {r:?}"),
         }
     }
     runner.abort();

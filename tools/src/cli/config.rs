@@ -65,6 +65,7 @@ const TAIL_APPLY_KEYS: &[(&str, Kind)] = &[
     ("mirror", Kind::Path),
     ("source-cluster-id", Kind::Text),
     ("catalog", Kind::Path),
+    ("retain-deleted-for", Kind::Count),
 ];
 
 /// Flags of the batch `apply` that the tail applier does not take.

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use segmirror_applier::lock_mirror;
-use segmirror_applier::tail::{TailAppender, TailCatalog};
+use segmirror_applier::tail::{TailAppender, TailCatalog, DEFAULT_RETAIN_DELETED_FOR};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::session::{ApplierSession, SessionConfig};
 use segmirror_transport::direct::Role;
@@ -37,12 +37,21 @@ pub struct Args {
     /// The catalog recording the link, the partitions and every sealed segment (what `promote` reads).
     #[arg(long, value_name = "PATH", long_help = CATALOG_HELP)]
     catalog: Option<PathBuf>,
+    /// Keep segments the source deleted (retention) this many hours longer on the mirror. Default 0: the mirror
+    /// deletes them as soon as the source's log start passes them.
+    #[arg(long, value_name = "HOURS", default_value_t = DEFAULT_RETAIN_DELETED_FOR.as_secs() / 3600)]
+    retain_deleted_for: u64,
     #[command(flatten)]
     link: LinkArgs,
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
+    let keep = args
+        .retain_deleted_for
+        .checked_mul(3600)
+        .map(std::time::Duration::from_secs)
+        .with_context(|| format!("--retain-deleted-for {} hours is too long", args.retain_deleted_for))?;
     // One applier per mirror, for the whole run: `apply`, another `tail-apply` and `promote` are refused while
     // this one appends (the lock names this process).
     let _lock = lock_mirror(&args.mirror, false)?;
@@ -55,7 +64,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         )
     })?;
     let appender = TailAppender::open_with_catalog(&args.mirror, catalog)
-        .with_context(|| format!("opening mirror {}", args.mirror.display()))?;
+        .with_context(|| format!("opening mirror {}", args.mirror.display()))?
+        .retain_deleted_for(keep);
     let session = ApplierSession::new(appender, SessionConfig::default())?;
     let link = args.link;
     runtime.block_on(async move {

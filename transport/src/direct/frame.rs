@@ -16,8 +16,8 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::error::FrameError;
 use super::payload::{
-    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, Position, Reader, Refuse, RefuseReason,
-    SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
+    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.
@@ -54,10 +54,12 @@ pub enum FrameType {
     Heartbeat = 8,
     Credit = 9,
     Goodbye = 10,
+    LogStart = 11,
+    SegmentReplace = 12,
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 10] = [
+    pub const ALL: [FrameType; 12] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -68,6 +70,8 @@ impl FrameType {
         FrameType::Heartbeat,
         FrameType::Credit,
         FrameType::Goodbye,
+        FrameType::LogStart,
+        FrameType::SegmentReplace,
     ];
 
     pub const fn from_code(code: u8) -> Option<FrameType> {
@@ -82,6 +86,8 @@ impl FrameType {
             8 => Some(FrameType::Heartbeat),
             9 => Some(FrameType::Credit),
             10 => Some(FrameType::Goodbye),
+            11 => Some(FrameType::LogStart),
+            12 => Some(FrameType::SegmentReplace),
             _ => None,
         }
     }
@@ -98,6 +104,8 @@ impl FrameType {
             FrameType::Heartbeat => "Heartbeat",
             FrameType::Credit => "Credit",
             FrameType::Goodbye => "Goodbye",
+            FrameType::LogStart => "LogStart",
+            FrameType::SegmentReplace => "SegmentReplace",
         }
     }
 }
@@ -123,6 +131,10 @@ pub enum Frame {
         bytes: u64,
     },
     Goodbye(Goodbye),
+    /// Shipper → applier (feature `FEATURE_LOG_START`): the source's log start offset.
+    LogStart(LogStart),
+    /// Shipper → applier (feature `FEATURE_SEGMENT_REPLACE`): a piece of a compacted replacement.
+    SegmentReplace(SegmentReplace),
 }
 
 impl Frame {
@@ -138,6 +150,8 @@ impl Frame {
             Frame::Heartbeat { .. } => FrameType::Heartbeat,
             Frame::Credit { .. } => FrameType::Credit,
             Frame::Goodbye(_) => FrameType::Goodbye,
+            Frame::LogStart(_) => FrameType::LogStart,
+            Frame::SegmentReplace(_) => FrameType::SegmentReplace,
         }
     }
 
@@ -216,24 +230,7 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
             w.offset("segment_base", s.segment_base)?;
             w.out.put_u64(s.final_size);
             w.out.put_slice(&s.log_sha256);
-            check_companions(&s.companions).map_err(|reason| FrameError::Encode {
-                frame: "SegmentSeal",
-                field: "companions",
-                reason,
-            })?;
-            w.out.put_u8(s.companions.len() as u8);
-            for c in &s.companions {
-                w.out.put_u8(c.kind.code());
-                w.out.put_u64(c.size);
-                w.out.put_slice(&c.sha256);
-                match &c.inline {
-                    None => w.out.put_u8(0),
-                    Some(bytes) => {
-                        w.out.put_u8(1);
-                        w.bytes("inline", bytes)?;
-                    }
-                }
-            }
+            put_companions(&mut w, &s.companions)?;
         }
         Frame::Ack(p) => w.position(p)?,
         Frame::Resume(points) => {
@@ -253,8 +250,117 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
             w.out.put_u16(g.reason.code());
             w.string("message", &g.message)?;
         }
+        Frame::LogStart(l) => {
+            w.partition(&l.partition)?;
+            w.offset("log_start_offset", l.log_start_offset)?;
+        }
+        Frame::SegmentReplace(r) => {
+            w.partition(&r.partition)?;
+            check_replaced_bases(&r.replaced_bases).map_err(|reason| FrameError::Encode {
+                frame: "SegmentReplace",
+                field: "replaced_bases",
+                reason,
+            })?;
+            w.out.put_u16(r.replaced_bases.len() as u16);
+            for base in &r.replaced_bases {
+                w.offset("replaced_bases", *base)?;
+            }
+            w.out.put_u64(r.position);
+            w.bytes("bytes", &r.bytes)?;
+            match &r.end {
+                None => w.out.put_u8(0),
+                Some(end) => {
+                    w.out.put_u8(1);
+                    w.out.put_u64(end.final_size);
+                    w.out.put_slice(&end.log_sha256);
+                    put_companions(&mut w, &end.companions)?;
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// Most segments one SegmentReplace may replace: the count travels as a `u16`.
+pub const MAX_REPLACED_SEGMENTS: usize = u16::MAX as usize;
+
+/// Replaced bases: at least one, at most [`MAX_REPLACED_SEGMENTS`], strictly increasing.
+fn check_replaced_bases(bases: &[i64]) -> Result<(), String> {
+    if bases.is_empty() || bases.len() > MAX_REPLACED_SEGMENTS {
+        return Err(format!("{} replaced bases (1..={MAX_REPLACED_SEGMENTS})", bases.len()));
+    }
+    if bases.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!("{bases:?} is not strictly increasing"));
+    }
+    Ok(())
+}
+
+/// A seal's companion list: `count: u8`, then per companion kind, size, digest and the inline bytes if any.
+fn put_companions(w: &mut Writer<'_>, companions: &[Companion]) -> Result<(), FrameError> {
+    let frame = w.frame;
+    check_companions(companions).map_err(|reason| FrameError::Encode {
+        frame,
+        field: "companions",
+        reason,
+    })?;
+    w.out.put_u8(companions.len() as u8);
+    for c in companions {
+        w.out.put_u8(c.kind.code());
+        w.out.put_u64(c.size);
+        w.out.put_slice(&c.sha256);
+        match &c.inline {
+            None => w.out.put_u8(0),
+            Some(bytes) => {
+                w.out.put_u8(1);
+                w.bytes("inline", bytes)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads what [`put_companions`] wrote.
+fn read_companions(r: &mut Reader) -> Result<Vec<Companion>, FrameError> {
+    let count = r.u8("companions")?;
+    if usize::from(count) > CompanionKind::ALL.len() {
+        r.back(1);
+        return Err(r.fail("companions", format!("{count} companions, at most one per kind (4)")));
+    }
+    let mut companions: Vec<Companion> = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let code = r.u8("kind")?;
+        let Some(kind) = CompanionKind::from_code(code) else {
+            r.back(1);
+            return Err(r.fail("kind", format!("unknown companion kind {code}")));
+        };
+        if companions.last().is_some_and(|prev| prev.kind >= kind) {
+            r.back(1);
+            return Err(r.fail("kind", format!("{kind:?} repeated or out of kind order")));
+        }
+        let size = r.u64("size")?;
+        let sha256 = r.sha256("sha256")?;
+        let inline = match r.u8("inline")? {
+            0 => None,
+            1 => {
+                let bytes = r.bytes("inline")?;
+                if bytes.len() as u64 != size {
+                    return Err(r.fail("inline", format!("{} inline bytes, size says {size}", bytes.len())));
+                }
+                Some(bytes)
+            }
+            other => {
+                r.back(1);
+                return Err(r.fail("inline", format!("presence byte {other}, expected 0 or 1")));
+            }
+        };
+        companions.push(Companion {
+            kind,
+            size,
+            sha256,
+            inline,
+        });
+    }
+    Ok(companions)
 }
 
 /// Companions: in kind order, one per kind, inline bytes as long as the size says.
@@ -404,45 +510,7 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
             let segment_base = r.offset("segment_base")?;
             let final_size = r.u64("final_size")?;
             let log_sha256 = r.sha256("log_sha256")?;
-            let count = r.u8("companions")?;
-            if usize::from(count) > CompanionKind::ALL.len() {
-                r.back(1);
-                return Err(r.fail("companions", format!("{count} companions, at most one per kind (4)")));
-            }
-            let mut companions: Vec<Companion> = Vec::with_capacity(usize::from(count));
-            for _ in 0..count {
-                let code = r.u8("kind")?;
-                let Some(kind) = CompanionKind::from_code(code) else {
-                    r.back(1);
-                    return Err(r.fail("kind", format!("unknown companion kind {code}")));
-                };
-                if companions.last().is_some_and(|prev| prev.kind >= kind) {
-                    r.back(1);
-                    return Err(r.fail("kind", format!("{kind:?} repeated or out of kind order")));
-                }
-                let size = r.u64("size")?;
-                let sha256 = r.sha256("sha256")?;
-                let inline = match r.u8("inline")? {
-                    0 => None,
-                    1 => {
-                        let bytes = r.bytes("inline")?;
-                        if bytes.len() as u64 != size {
-                            return Err(r.fail("inline", format!("{} inline bytes, size says {size}", bytes.len())));
-                        }
-                        Some(bytes)
-                    }
-                    other => {
-                        r.back(1);
-                        return Err(r.fail("inline", format!("presence byte {other}, expected 0 or 1")));
-                    }
-                };
-                companions.push(Companion {
-                    kind,
-                    size,
-                    sha256,
-                    inline,
-                });
-            }
+            let companions = read_companions(&mut r)?;
             Frame::SegmentSeal(SegmentSeal {
                 partition,
                 segment_base,
@@ -476,6 +544,55 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
             reason: GoodbyeReason::from_code(r.u16("reason")?),
             message: r.string("message")?,
         }),
+        FrameType::LogStart => Frame::LogStart(LogStart {
+            partition: r.partition()?,
+            log_start_offset: r.offset("log_start_offset")?,
+        }),
+        FrameType::SegmentReplace => {
+            let partition = r.partition()?;
+            let count = usize::from(r.u16("replaced_bases")?);
+            // Never trust the count for an allocation: each base takes 8 bytes.
+            if count == 0 || count > r.remaining() / 8 {
+                r.back(2);
+                return Err(r.fail(
+                    "replaced_bases",
+                    format!(
+                        "{count} bases: at least one, and they must fit the {} bytes left",
+                        r.remaining() - 2
+                    ),
+                ));
+            }
+            let mut replaced_bases: Vec<i64> = Vec::with_capacity(count);
+            for _ in 0..count {
+                let base = r.offset("replaced_bases")?;
+                if replaced_bases.last().is_some_and(|prev| *prev >= base) {
+                    r.back(8);
+                    return Err(r.fail("replaced_bases", format!("{base} is not above the previous base")));
+                }
+                replaced_bases.push(base);
+            }
+            let position = r.u64("position")?;
+            let bytes = r.bytes("bytes")?;
+            let end = match r.u8("end")? {
+                0 => None,
+                1 => Some(ReplaceEnd {
+                    final_size: r.u64("final_size")?,
+                    log_sha256: r.sha256("log_sha256")?,
+                    companions: read_companions(&mut r)?,
+                }),
+                other => {
+                    r.back(1);
+                    return Err(r.fail("end", format!("presence byte {other}, expected 0 or 1")));
+                }
+            };
+            Frame::SegmentReplace(SegmentReplace {
+                partition,
+                replaced_bases,
+                position,
+                bytes,
+                end,
+            })
+        }
     };
     r.finish()?;
     Ok(frame)

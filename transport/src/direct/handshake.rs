@@ -31,10 +31,22 @@ use super::payload::{Hello, HelloAck, Refuse, RefuseReason, Role};
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
 pub const MAX_PROTOCOL_VERSION: u16 = 1;
 
-/// Feature bits this build offers. Version 1 defines none yet; the bits are
-/// negotiated (intersection of what both support, refused when one side
-/// requires a bit the other lacks) so later additions need no version bump.
-pub const SUPPORTED_FEATURES: u64 = 0;
+/// Feature bit 0: the shipper sends LogStart frames (the source's log start
+/// moved, retention) and the applier deletes what the source deleted
+/// (`docs/direct-protocol.md` §6, LogStart). A session without it simply never
+/// carries the frame: the mirror then keeps every segment it ever received.
+pub const FEATURE_LOG_START: u64 = 1 << 0;
+
+/// Feature bit 1: the shipper may send SegmentReplace frames (a compaction
+/// rewrote sealed segments) and the applier validates and installs them
+/// (`docs/direct-protocol.md` §6, SegmentReplace). Without it the mirror keeps
+/// the versions it sealed.
+pub const FEATURE_SEGMENT_REPLACE: u64 = 1 << 1;
+
+/// Feature bits this build offers. The bits are negotiated (intersection of
+/// what both support, refused when one side requires a bit the other lacks)
+/// so later additions need no version bump.
+pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START | FEATURE_SEGMENT_REPLACE;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by

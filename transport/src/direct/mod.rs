@@ -34,6 +34,6 @@ pub use error::{DirectError, ErrorClass, FrameError};
 pub use frame::{Frame, FrameCodec, FrameType, MAX_PAYLOAD_LEN};
 pub use handshake::{handshake, HandshakeConfig, Session};
 pub use payload::{
-    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, PartitionRef, Position, Refuse,
-    RefuseReason, Role, SegmentSeal,
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, PartitionRef, Position, Refuse,
+    RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal,
 };

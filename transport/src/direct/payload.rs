@@ -164,6 +164,39 @@ pub struct SegmentSeal {
     pub companions: Vec<Companion>,
 }
 
+/// The source partition's log start moved: every segment wholly below `log_start_offset` is gone from the source
+/// (retention, `DeleteRecords`). Sent only on sessions that agreed [`super::handshake::FEATURE_LOG_START`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogStart {
+    pub partition: PartitionRef,
+    pub log_start_offset: i64,
+}
+
+/// A piece of a new version of a range of sealed segments (the source's cleaner rewrote them, possibly merging
+/// several into one with the first one's base): the new file's bytes at `position`, staged by the applier; the
+/// last piece carries `end`, after which the applier validates and installs it in place of `replaced_bases`. Sent
+/// only on sessions that agreed [`super::handshake::FEATURE_SEGMENT_REPLACE`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentReplace {
+    pub partition: PartitionRef,
+    /// The sealed segments replaced, strictly increasing; the first is the new file's base offset.
+    pub replaced_bases: Vec<i64>,
+    /// Byte position of `bytes` in the new file (0 starts the staging over).
+    pub position: u64,
+    pub bytes: Bytes,
+    /// On the last piece: the whole new file's size, digest and companions, as in a seal.
+    pub end: Option<ReplaceEnd>,
+}
+
+/// What the last piece of a [`SegmentReplace`] says about the whole new file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplaceEnd {
+    pub final_size: u64,
+    pub log_sha256: Sha256,
+    /// At most one per kind, in kind order.
+    pub companions: Vec<Companion>,
+}
+
 /// A position in a partition: segment and byte position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Position {

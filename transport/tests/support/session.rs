@@ -157,10 +157,11 @@ impl TestFeed {
     }
 }
 
-fn start_of(item: &FeedItem) -> (i64, u64) {
+fn start_of(item: &FeedItem) -> Option<(i64, u64)> {
     match item {
-        FeedItem::Chunk(c) => (c.segment_base, c.position),
-        FeedItem::Seal(s) => (s.segment_base, s.final_size),
+        FeedItem::Chunk(c) => Some((c.segment_base, c.position)),
+        FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
+        FeedItem::LogStart(_) | FeedItem::Replace(_) => None,
     }
 }
 
@@ -172,7 +173,7 @@ impl ChunkFeed for TestFeed {
                 None => 0,
                 Some(p) => list
                     .iter()
-                    .position(|item| start_of(item) == (p.segment_base, p.position))
+                    .position(|item| start_of(item) == Some((p.segment_base, p.position)))
                     .ok_or_else(|| DirectError::Local {
                         what: "test feed",
                         source: format!("resume at {p:?} is not an item boundary").into(),
@@ -190,7 +191,8 @@ impl ChunkFeed for TestFeed {
                 self.cursor[i] += 1;
                 let cost = match item {
                     FeedItem::Chunk(c) => c.bytes.len() as u64,
-                    FeedItem::Seal(_) => 0,
+                    FeedItem::Seal(_) | FeedItem::LogStart(_) => 0,
+                    FeedItem::Replace(r) => r.bytes.len() as u64,
                 };
                 self.yielded.fetch_add(cost, Ordering::SeqCst);
                 return Ok(item.clone());

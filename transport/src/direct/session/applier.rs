@@ -21,13 +21,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    chunk_cost, outbox, read_error, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo, SessionConfig,
-    SessionEnd,
+    chunk_cost, outbox, read_error, replace_cost, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo,
+    SessionConfig, SessionEnd,
 };
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::payload::{Chunk, GoodbyeReason, PartitionRef, Position, SegmentSeal};
+use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE};
+use crate::direct::payload::{Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal};
 
 /// A partition's durable end as the applier reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,25 @@ pub trait ChunkApplier: Send + 'static {
 
     /// Seals the segment whose bytes end exactly at `seal.final_size`; returns once durable and recorded.
     fn apply_seal(&mut self, seal: &SegmentSeal) -> impl Future<Output = Result<()>> + Send;
+
+    /// The source's log start moved to `log_start.log_start_offset`: delete (or schedule the deletion of) every
+    /// sealed segment wholly below it; returns once that is recorded. Only on sessions that agreed
+    /// [`FEATURE_LOG_START`]. The default keeps everything (an applier that does not mirror retention).
+    fn apply_log_start(&mut self, log_start: &LogStart) -> impl Future<Output = Result<()>> + Send {
+        let _ = log_start;
+        async { Ok(()) }
+    }
+
+    /// Stages a piece of a compacted replacement; on its last piece (`end` set) validates the whole new file and
+    /// installs it in place of the replaced sealed segments. Returns once that is durable. Only on sessions that
+    /// agreed [`FEATURE_SEGMENT_REPLACE`]; the default refuses (an applier that does not install replacements).
+    fn apply_replace(&mut self, piece: &SegmentReplace) -> impl Future<Output = Result<()>> + Send {
+        let reason = format!(
+            "SegmentReplace of {}: this applier does not install replacements",
+            tp(&piece.partition)
+        );
+        async move { Err(DirectError::Protocol { reason }) }
+    }
 }
 
 /// Per-partition durable end within a session.
@@ -156,6 +176,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
             let cost = match &frame {
                 Frame::Chunk(c) => chunk_cost(c),
                 Frame::SegmentSeal(s) => seal_cost(s),
+                Frame::SegmentReplace(r) => replace_cost(r),
                 _ => 0,
             };
             if cost > outstanding {
@@ -195,10 +216,26 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     Ok(replies) => replies,
                     Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },
+                Frame::LogStart(l) if session.features & FEATURE_LOG_START != 0 => {
+                    // No position moves: nothing to acknowledge, no credit was taken.
+                    if let Err(e) = self.applier.apply_log_start(&l).await {
+                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    }
+                    continue;
+                }
+                Frame::SegmentReplace(piece) if session.features & FEATURE_SEGMENT_REPLACE != 0 => {
+                    // No position moves: no Ack; the credit comes back once the piece is durable.
+                    if let Err(e) = self.applier.apply_replace(&piece).await {
+                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    }
+                    vec![Frame::Credit {
+                        bytes: replace_cost(&piece),
+                    }]
+                }
                 other => {
                     let e = DirectError::UnexpectedFrame {
                         stage: "streaming",
-                        expected: "Chunk, SegmentSeal, Heartbeat or Goodbye",
+                        expected: "Chunk, SegmentSeal, LogStart or SegmentReplace (when agreed), Heartbeat or Goodbye",
                         got: other.name(),
                     };
                     return Err(fail(tx, &mut writer, &mut stream, idle, e).await);

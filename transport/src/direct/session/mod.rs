@@ -34,7 +34,7 @@ use tokio_util::codec::Framed;
 
 use super::error::{DirectError, FrameError, Result};
 use super::frame::{Frame, FrameCodec};
-use super::payload::{Chunk, PartitionRef, SegmentSeal};
+use super::payload::{Chunk, PartitionRef, SegmentReplace, SegmentSeal};
 
 pub use applier::{ApplierSession, ChunkApplier, DurablePosition};
 pub use shipper::{ChunkFeed, FeedItem, ShipperSession, ShipperStats};
@@ -143,6 +143,18 @@ pub fn seal_cost(seal: &SegmentSeal) -> u64 {
         .filter_map(|c| c.inline.as_ref())
         .map(|b| b.len() as u64)
         .sum()
+}
+
+/// See [`chunk_cost`]: a replacement piece's bytes plus its inline companion bytes.
+pub fn replace_cost(piece: &SegmentReplace) -> u64 {
+    let inline: u64 = piece
+        .end
+        .iter()
+        .flat_map(|e| e.companions.iter())
+        .filter_map(|c| c.inline.as_ref())
+        .map(|b| b.len() as u64)
+        .sum();
+    piece.bytes.len() as u64 + inline
 }
 
 /// A partition for messages: `topic-partition`.

@@ -24,19 +24,26 @@ use tokio_util::sync::CancellationToken;
 
 use super::limiter::TokenBucket;
 use super::{
-    chunk_cost, outbox, read_error, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo, SessionConfig,
-    SessionEnd,
+    chunk_cost, outbox, read_error, replace_cost, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo,
+    SessionConfig, SessionEnd,
 };
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::payload::{Chunk, GoodbyeReason, PartitionRef, Position, SegmentSeal};
+use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE};
+use crate::direct::payload::{Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal};
 
 /// What the shipper sends next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FeedItem {
     Chunk(Chunk),
     Seal(SegmentSeal),
+    /// The source's log start moved. Not a position in the partition's stream: it costs no credit, is never
+    /// acknowledged, and is dropped (not sent) on a session that did not agree [`FEATURE_LOG_START`].
+    LogStart(LogStart),
+    /// A piece of a compacted replacement of sealed segments. Like a LogStart it moves no position (no Ack; its
+    /// credit comes back once applied), and it is dropped on a session without [`FEATURE_SEGMENT_REPLACE`].
+    Replace(SegmentReplace),
 }
 
 impl FeedItem {
@@ -44,22 +51,26 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => &c.partition,
             FeedItem::Seal(s) => &s.partition,
+            FeedItem::LogStart(l) => &l.partition,
+            FeedItem::Replace(r) => &r.partition,
         }
     }
 
-    /// Segment and byte position after this item.
-    pub fn end(&self) -> (i64, u64) {
+    /// Segment and byte position after this item (`None` for a LogStart, which moves no position).
+    pub fn end(&self) -> Option<(i64, u64)> {
         match self {
-            FeedItem::Chunk(c) => (c.segment_base, c.position + c.bytes.len() as u64),
-            FeedItem::Seal(s) => (s.segment_base, s.final_size),
+            FeedItem::Chunk(c) => Some((c.segment_base, c.position + c.bytes.len() as u64)),
+            FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
+            FeedItem::LogStart(_) | FeedItem::Replace(_) => None,
         }
     }
 
     /// Where this item starts (a seal "starts" at its final size: nothing is appended).
-    fn start(&self) -> (i64, u64) {
+    fn start(&self) -> Option<(i64, u64)> {
         match self {
-            FeedItem::Chunk(c) => (c.segment_base, c.position),
-            FeedItem::Seal(s) => (s.segment_base, s.final_size),
+            FeedItem::Chunk(c) => Some((c.segment_base, c.position)),
+            FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
+            FeedItem::LogStart(_) | FeedItem::Replace(_) => None,
         }
     }
 
@@ -67,6 +78,8 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => chunk_cost(c),
             FeedItem::Seal(s) => seal_cost(s),
+            FeedItem::LogStart(_) => 0,
+            FeedItem::Replace(r) => replace_cost(r),
         }
     }
 
@@ -74,6 +87,8 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => Frame::Chunk(c),
             FeedItem::Seal(s) => Frame::SegmentSeal(s),
+            FeedItem::LogStart(l) => Frame::LogStart(l),
+            FeedItem::Replace(r) => Frame::SegmentReplace(r),
         }
     }
 }
@@ -277,9 +292,11 @@ impl<F: ChunkFeed> ShipperSession<F> {
                     if let Some(bucket) = self.limiter.as_mut() {
                         bucket.take(cost);
                     }
-                    let track = tracks.entry(item.partition().clone()).or_default();
-                    track.sent_end = Some(item.end());
-                    track.unacked.push_back(Sent { end: item.end(), cost });
+                    if let Some(end) = item.end() {
+                        let track = tracks.entry(item.partition().clone()).or_default();
+                        track.sent_end = Some(end);
+                        track.unacked.push_back(Sent { end, cost });
+                    }
                     self.stats.bytes_sent += cost;
                     self.stats.in_flight += cost;
                     self.stats.max_in_flight = self.stats.max_in_flight.max(self.stats.in_flight);
@@ -288,6 +305,15 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 _ = tokio::time::sleep_until(send_at.unwrap_or(now)), if sendable && !send_now => {}
                 item = self.feed.next(), if pending.is_none() => {
                     let item = item?;
+                    let needs = match item {
+                        FeedItem::LogStart(_) => FEATURE_LOG_START,
+                        FeedItem::Replace(_) => FEATURE_SEGMENT_REPLACE,
+                        _ => 0,
+                    };
+                    if session.features & needs != needs {
+                        // The applier cannot take it: the mirror keeps what the source deleted or rewrote.
+                        continue;
+                    }
                     check_item(&item, &tracks, window, max_payload)?;
                     pending = Some(item);
                 }
@@ -389,12 +415,24 @@ fn check_item(
         }
     }
     let sent = tracks.get(item.partition()).and_then(|t| t.sent_end);
-    let start = item.start();
+    if let FeedItem::Replace(r) = item {
+        // Payload: partition, count, bases, position, bytes; the seal part is bounded by the credit check above.
+        let fixed = (2 + r.partition.topic.len() + 4 + 16 + 2 + 8 * r.replaced_bases.len() + 8 + 4 + 1) as u64;
+        if r.bytes.len() as u64 + fixed > max_payload {
+            return Err(local(format!(
+                "a {}-byte replacement piece of {name} does not fit a frame (maximum payload {max_payload} bytes)",
+                r.bytes.len()
+            )));
+        }
+    }
+    let Some(start) = item.start() else {
+        return Ok(()); // a LogStart or a replacement piece continues nothing
+    };
     let continues = match (item, sent) {
         (FeedItem::Chunk(c), None) => c.position == 0,
         (FeedItem::Chunk(c), Some(end)) => start == end || (c.segment_base > end.0 && c.position == 0),
         (FeedItem::Seal(_), Some(end)) => start == end,
-        (FeedItem::Seal(_), None) => false,
+        (FeedItem::Seal(_), None) | (FeedItem::LogStart(_) | FeedItem::Replace(_), _) => false,
     };
     if !continues {
         return Err(local(format!(

@@ -1,0 +1,523 @@
+//! Compaction swaps on a tailed mirror: a new version of a range of sealed segments (the broker's cleaner rewrote
+//! them, possibly merging several into one with the first one's base) is staged, validated completely and then
+//! installed atomically in place of the old ones.
+//!
+//! The pieces arrive as `SegmentReplace` frames (feature `FEATURE_SEGMENT_REPLACE`, [`Inner::apply_replace`]):
+//! each piece is staged, the last one (with the whole file's size, digest and companions) is validated and
+//! installed. The feed's half (noticing that a sealed segment it shipped was rewritten) is not built yet.
+//! [`TailAppender::stage_replacement`] and [`TailAppender::install_replacement`] are the same two steps.
+//!
+//! # Staging
+//! The bytes go to `<mirror>/.tail/staging/<topic>-<partition>-<base>.log`, outside the partition directory (a
+//! broker or `verify` never sees a half-received replacement). Pieces must arrive in order (each starts at the staged
+//! length; position 0 starts over).
+//!
+//! # What is checked before anything in the partition directory changes
+//! - the replaced bases are sealed mirror segments in offset order, contiguous (no mirror segment between them is
+//!   left out), and none is the segment the tail appends to or last sealed (the cleaner never touches the active
+//!   segment, so a replacement of it is a shipper bug);
+//! - the staged file has the seal's size and SHA-256;
+//! - every batch is whole, its CRC-32C matches, it is magic 2, its base offset is at or above the first replaced
+//!   base, offsets strictly increase (a compacted log has gaps, never repeats), and the last offset lies below the
+//!   next mirror segment's base (the replacement covers exactly the replaced range);
+//! - each companion is inline or rebuilt (offset and time index) and matches its digest, as in a seal.
+//!
+//! # Install: the crash protocol (as the broker's `.cleaned` → `.swap` → rename)
+//! 1. the new `.log` and companions are written next to their final names with a `.swap` suffix (a suffix the
+//!    broker and `verify` treat as in transit), fsynced, and the partition directory fsynced;
+//! 2. a journal `.tail/replace/<topic>-<partition>.json` naming the files to delete and the `.swap` files to rename
+//!    is written atomically: the commit point;
+//! 3. the old files that no rename overwrites are unlinked, then each `.swap` is renamed over its final name
+//!    (`.log` first), the directory fsynced, the journal removed.
+//!
+//! A crash before 2 leaves `.swap` files and no journal: the replacement never happened, and the next session start
+//! ([`Inner::recover_replacements`]) removes them. A crash after 2 leaves the journal: the next session start
+//! redoes 3, each step idempotent (an unlinked file is not there, a renamed `.swap` is not there either).
+
+use std::io::Write as _;
+
+use segment_format::dir::{classify_partition_file, PartitionFile, TransientSuffix};
+use segmirror_transport::direct::payload::{Companion, SegmentReplace, Sha256};
+
+use super::*;
+
+#[cfg(test)]
+pub(super) mod tests;
+
+/// Directory under [`TAIL_STATE_DIR`] for staged replacements.
+pub const STAGING_DIR: &str = "staging";
+/// Directory under [`TAIL_STATE_DIR`] for the install journals.
+pub const REPLACE_JOURNAL_DIR: &str = "replace";
+
+/// What a replacement's final piece says about it (as a seal about a segment).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplaceSeal {
+    pub partition: PartitionRef,
+    /// The mirror's sealed segments it replaces, in offset order; the first is the new segment's base.
+    pub replaced_bases: Vec<i64>,
+    pub final_size: u64,
+    pub log_sha256: Sha256,
+    /// At most one per kind, as in a seal.
+    pub companions: Vec<Companion>,
+}
+
+/// The commit record of an install (step 2 of the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Journal {
+    topic: String,
+    partition: i32,
+    /// File names in the partition directory to unlink.
+    delete: Vec<String>,
+    /// File names to rename from `<name>.swap` to `<name>`, `.log` first.
+    install: Vec<String>,
+    /// The partition's new state, when the replacement covers the segment it recorded last (sealed).
+    #[serde(default)]
+    record: Option<PartitionState>,
+}
+
+fn swap_name(name: &str) -> String {
+    format!("{name}{}", TransientSuffix::Swap.suffix())
+}
+
+impl TailAppender {
+    /// Stages `bytes` at `position` of the replacement of `partition` starting at `base` (position 0 starts over).
+    pub async fn stage_replacement(
+        &mut self,
+        partition: &PartitionRef,
+        base: i64,
+        position: u64,
+        bytes: Vec<u8>,
+    ) -> DirectResult<()> {
+        let partition = partition.clone();
+        self.run("staging a replacement segment", move |i| {
+            i.stage_replacement(&partition, base, position, &bytes)
+        })
+        .await
+    }
+
+    /// Validates the staged replacement against `seal` and installs it in place of the replaced segments.
+    pub async fn install_replacement(&mut self, seal: &ReplaceSeal) -> DirectResult<()> {
+        let seal = seal.clone();
+        self.run("installing a replacement segment", move |i| {
+            i.install_replacement(&seal)
+        })
+        .await
+    }
+}
+
+impl Inner {
+    fn staging_path(&self, name: &str, base: i64) -> PathBuf {
+        self.root
+            .join(TAIL_STATE_DIR)
+            .join(STAGING_DIR)
+            .join(format!("{name}-{base:020}.log"))
+    }
+
+    fn journal_path(&self, name: &str) -> PathBuf {
+        self.root
+            .join(TAIL_STATE_DIR)
+            .join(REPLACE_JOURNAL_DIR)
+            .join(format!("{name}.json"))
+    }
+
+    /// One `SegmentReplace` piece: staged; the last one installed. Returns once staged (the last: once installed
+    /// and durable). A cut mid-replacement leaves a staged prefix that the next first piece (position 0) replaces.
+    pub(super) fn apply_replace(&mut self, piece: &SegmentReplace) -> TailResult<()> {
+        let Some(&first) = piece.replaced_bases.first() else {
+            return Err(TailError::BadSeal {
+                partition: tp_name(&piece.partition),
+                segment: -1,
+                reason: "replacement of no segment".into(),
+            });
+        };
+        self.stage_replacement(&piece.partition, first, piece.position, &piece.bytes)?;
+        match &piece.end {
+            None => Ok(()),
+            Some(end) => self.install_replacement(&ReplaceSeal {
+                partition: piece.partition.clone(),
+                replaced_bases: piece.replaced_bases.clone(),
+                final_size: end.final_size,
+                log_sha256: end.log_sha256,
+                companions: end.companions.clone(),
+            }),
+        }
+    }
+
+    fn stage_replacement(&mut self, p: &PartitionRef, base: i64, position: u64, bytes: &[u8]) -> TailResult<()> {
+        let name = tp_name(p);
+        if !valid_topic(&p.topic) || p.partition < 0 {
+            return Err(TailError::BadTopic {
+                partition: name,
+                topic: p.topic.clone(),
+            });
+        }
+        let path = self.staging_path(&name, base);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
+        }
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(position == 0)
+            .truncate(position == 0)
+            .open(&path)
+            .map_err(|e| TailError::io(&path, e))?;
+        let len = file.metadata().map_err(|e| TailError::io(&path, e))?.len();
+        if len != position {
+            return Err(TailError::OutOfOrder {
+                partition: name,
+                segment: base,
+                position,
+                reason: format!("the staged replacement holds {len} bytes: pieces must arrive in order"),
+            });
+        }
+        file.seek(SeekFrom::Start(position))
+            .map_err(|e| TailError::io(&path, e))?;
+        file.write_all(bytes).map_err(|e| TailError::io(&path, e))?;
+        Ok(())
+    }
+
+    fn install_replacement(&mut self, seal: &ReplaceSeal) -> TailResult<()> {
+        let p = &seal.partition;
+        let name = tp_name(p);
+        let first = seal.replaced_bases.first().copied().unwrap_or(-1);
+        let bad = |reason: String| TailError::BadSeal {
+            partition: name.clone(),
+            segment: first,
+            reason: format!("replacement: {reason}"),
+        };
+        let Some(state) = self.states.get(&name).cloned() else {
+            return Err(bad("nothing of the partition is tailed".into()));
+        };
+        if state.topic_id != p.topic_id {
+            return Err(bad("another topic id than the one tailed".into()));
+        }
+        if seal.replaced_bases.is_empty() || seal.replaced_bases.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(bad(format!(
+                "replaced bases {:?} are not a non-empty increasing list",
+                seal.replaced_bases
+            )));
+        }
+        let pdir = self.partition_dir(&p.topic, p.partition);
+        let mirror_bases = log_bases(&pdir)?;
+        let last = seal.replaced_bases[seal.replaced_bases.len() - 1];
+        let in_range: Vec<i64> = mirror_bases
+            .iter()
+            .copied()
+            .filter(|b| (first..=last).contains(b))
+            .collect();
+        if in_range != seal.replaced_bases {
+            return Err(bad(format!(
+                "replaced bases {:?}, but the mirror's segments in that range are {in_range:?}",
+                seal.replaced_bases
+            )));
+        }
+        // The segment the tail appends to is never rewritten by a cleaner (a shipper bug); the one it sealed last
+        // may be, before the first chunk of the next one arrived: its recorded size then follows the new file.
+        let replaces_recorded = (first..=last).contains(&state.segment_base);
+        if replaces_recorded && !state.sealed {
+            return Err(bad(format!(
+                "segment {} is the one the tail appends to; the cleaner never rewrites it",
+                state.segment_base
+            )));
+        }
+        // The replacement must stay below the next segment; for the last sealed one, below the next offset the
+        // tail expects.
+        let upper = match mirror_bases.iter().copied().find(|b| *b > last) {
+            Some(upper) => upper,
+            None if replaces_recorded => state.next_offset.unwrap_or(i64::MAX),
+            None => return Err(bad("no mirror segment follows the replaced range".into())),
+        };
+
+        // The staged file: size and digest, then every batch.
+        let staged = self.staging_path(&name, first);
+        let digest = digest_file(&staged)?;
+        if digest.size != seal.final_size || digest.sha256.0 != seal.log_sha256 {
+            return Err(bad(format!(
+                "{} holds {} bytes SHA-256 {}, the seal says {} bytes SHA-256 {}",
+                staged.display(),
+                digest.size,
+                hex(&digest.sha256.0),
+                seal.final_size,
+                hex(&seal.log_sha256)
+            )));
+        }
+        validate_replacement(&staged, first, upper).map_err(|reason| bad(format!("{}: {reason}", staged.display())))?;
+        let mut companions = Vec::with_capacity(seal.companions.len());
+        for (i, c) in seal.companions.iter().enumerate() {
+            if seal.companions[..i].iter().any(|o| o.kind == c.kind) {
+                return Err(bad(format!("companion {:?} listed twice", c.kind)));
+            }
+            let bytes = match (&c.inline, c.kind) {
+                (Some(b), _) => b.to_vec(),
+                (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => rebuild_index(&staged, first, c.kind)?,
+                (None, kind) => return Err(bad(format!("companion {kind:?} sent as a digest only"))),
+            };
+            let sha = sha256(&bytes);
+            if bytes.len() as u64 != c.size || sha != c.sha256 {
+                return Err(bad(format!(
+                    "companion {:?}: {} bytes SHA-256 {}, the seal says {} bytes SHA-256 {}",
+                    c.kind,
+                    bytes.len(),
+                    hex(&sha),
+                    c.size,
+                    hex(&c.sha256)
+                )));
+            }
+            let kind = match c.kind {
+                CompanionKind::OffsetIndex => SegmentFileKind::Index,
+                CompanionKind::TimeIndex => SegmentFileKind::TimeIndex,
+                CompanionKind::TxnIndex => SegmentFileKind::TxnIndex,
+                CompanionKind::ProducerSnapshot => {
+                    return Err(bad("a producer snapshot companion cannot be placed".into()))
+                }
+            };
+            companions.push((kind, bytes));
+        }
+
+        // 1. The new files beside their final names, as `.swap`, durable.
+        let log_name = segment_file_name(first, SegmentFileKind::Log);
+        let log_swap = pdir.join(swap_name(&log_name));
+        {
+            let f = File::open(&staged).map_err(|e| TailError::io(&staged, e))?;
+            f.sync_all().map_err(|e| TailError::io(&staged, e))?;
+        }
+        fs::rename(&staged, &log_swap).map_err(|e| TailError::io(&log_swap, e))?;
+        let mut install = vec![log_name];
+        for (kind, bytes) in &companions {
+            let final_name = segment_file_name(first, *kind);
+            let path = pdir.join(swap_name(&final_name));
+            let mut f = File::create(&path).map_err(|e| TailError::io(&path, e))?;
+            f.write_all(bytes).map_err(|e| TailError::io(&path, e))?;
+            f.sync_all().map_err(|e| TailError::io(&path, e))?;
+            install.push(final_name);
+        }
+        fsync_dir(&pdir)?;
+        if let Some(dir) = staged.parent() {
+            fsync_dir(dir)?;
+        }
+
+        // 2. The journal: from here on the replacement happens, whatever crashes.
+        let mut delete = Vec::new();
+        for entry in fs::read_dir(&pdir).map_err(|e| TailError::io(&pdir, e))? {
+            let entry = entry.map_err(|e| TailError::io(&pdir, e))?;
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            if let PartitionFile::Segment { base_offset, kind } = classify_partition_file(&file_name) {
+                // The replaced segments' files; producer snapshots are not the cleaner's business.
+                if kind != SegmentFileKind::Snapshot
+                    && (first..upper).contains(&base_offset)
+                    && !install.contains(&file_name)
+                {
+                    delete.push(file_name);
+                }
+            }
+        }
+        delete.sort();
+        let journal = Journal {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            delete,
+            install,
+            record: replaces_recorded.then(|| PartitionState {
+                segment_base: first,
+                position: seal.final_size,
+                ..state.clone()
+            }),
+        };
+        let journal_path = self.journal_path(&name);
+        if let Some(dir) = journal_path.parent() {
+            if !dir.exists() {
+                fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
+                fsync_dir(&self.root.join(TAIL_STATE_DIR))?;
+            }
+        }
+        let bytes = serde_json::to_vec_pretty(&journal).map_err(|e| TailError::BadState {
+            path: journal_path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_atomically(&journal_path, &bytes)?;
+
+        // 3.
+        self.finish_install(&journal_path, &journal)?;
+        tracing::info!(partition = %name, replaced = ?seal.replaced_bases, size = seal.final_size,
+            "installed a compacted replacement");
+        Ok(())
+    }
+
+    /// Step 3 of the install (idempotent): unlink, rename the `.swap` files, fsync, drop the journal.
+    fn finish_install(&mut self, journal_path: &Path, journal: &Journal) -> TailResult<()> {
+        let pdir = self.partition_dir(&journal.topic, journal.partition);
+        for name in &journal.delete {
+            let path = pdir.join(name);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(TailError::io(&path, e)),
+            }
+        }
+        for name in &journal.install {
+            let from = pdir.join(swap_name(name));
+            match fs::rename(&from, pdir.join(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(TailError::io(&from, e)),
+            }
+        }
+        fsync_dir(&pdir)?;
+        if let Some(state) = &journal.record {
+            let name = format!("{}-{}", journal.topic, journal.partition);
+            if state.topic != journal.topic || state.partition != journal.partition {
+                return Err(TailError::BadState {
+                    path: journal_path.to_path_buf(),
+                    reason: format!(
+                        "its partition state names {}-{}, not {name}",
+                        state.topic, state.partition
+                    ),
+                });
+            }
+            self.record(name, state.clone())?;
+        }
+        fs::remove_file(journal_path).map_err(|e| TailError::io(journal_path, e))?;
+        if let Some(dir) = journal_path.parent() {
+            fsync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// At a session start: completes every journaled install, and removes the `.swap` files of installs that
+    /// crashed before their journal (and stale staging files).
+    pub(super) fn recover_replacements(&mut self) -> TailResult<()> {
+        let jdir = self.root.join(TAIL_STATE_DIR).join(REPLACE_JOURNAL_DIR);
+        let mut journaled = Vec::new();
+        match fs::read_dir(&jdir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(TailError::io(&jdir, e)),
+            Ok(entries) => {
+                for entry in entries {
+                    let path = entry.map_err(|e| TailError::io(&jdir, e))?.path();
+                    if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                        continue;
+                    }
+                    let bytes = fs::read(&path).map_err(|e| TailError::io(&path, e))?;
+                    let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| TailError::BadState {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    if !valid_topic(&journal.topic)
+                        || journal
+                            .delete
+                            .iter()
+                            .chain(&journal.install)
+                            .any(|n| !matches!(classify_partition_file(n), PartitionFile::Segment { .. }))
+                    {
+                        return Err(TailError::BadState {
+                            path,
+                            reason: "names a partition or files that are not segment files".into(),
+                        });
+                    }
+                    tracing::warn!(journal = %path.display(), "completing a replacement a crash interrupted");
+                    self.finish_install(&path, &journal)?;
+                    journaled.push(format!("{}-{}", journal.topic, journal.partition));
+                }
+            }
+        }
+        // `.swap` files without a journal: an install that never reached its commit point.
+        let names: Vec<String> = self.states.keys().cloned().collect();
+        for name in names {
+            let Some(s) = self.states.get(&name) else { continue };
+            let pdir = self.partition_dir(&s.topic, s.partition);
+            let Ok(entries) = fs::read_dir(&pdir) else { continue };
+            let mut removed = false;
+            for entry in entries {
+                let entry = entry.map_err(|e| TailError::io(&pdir, e))?;
+                let file_name = entry.file_name().to_string_lossy().into_owned();
+                if let PartitionFile::Transient {
+                    suffix: TransientSuffix::Swap,
+                    ..
+                } = classify_partition_file(&file_name)
+                {
+                    let path = entry.path();
+                    fs::remove_file(&path).map_err(|e| TailError::io(&path, e))?;
+                    removed = true;
+                }
+            }
+            if removed {
+                tracing::warn!(partition = %name, "removed a replacement a crash left uncommitted");
+                fsync_dir(&pdir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The mirror's `.log` base offsets in `dir`, in order.
+fn log_bases(dir: &Path) -> TailResult<Vec<i64>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| TailError::io(dir, e))? {
+        let entry = entry.map_err(|e| TailError::io(dir, e))?;
+        if let PartitionFile::Segment {
+            base_offset,
+            kind: SegmentFileKind::Log,
+        } = classify_partition_file(&entry.file_name().to_string_lossy())
+        {
+            out.push(base_offset);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Every batch of the staged file: whole, CRC-valid, magic 2, offsets strictly increasing within `[first, upper)`.
+fn validate_replacement(path: &Path, first: i64, upper: i64) -> std::result::Result<(), String> {
+    let mut log = LogFile::open(path).map_err(|e| e.to_string())?;
+    let mut problem: Option<String> = None;
+    let mut next_min = first;
+    let summary = log
+        .scan(|frame| {
+            let info = &frame.info;
+            let reason = if !frame.crc_matches() {
+                Some(format!(
+                    "CRC stored {:#010x}, computed {:#010x}",
+                    frame.stored_crc, frame.computed_crc
+                ))
+            } else if info.magic < 2 {
+                Some(format!("magic {}", info.magic))
+            } else if info.base_offset < next_min {
+                Some(format!(
+                    "base offset {} not above the previous batch's last offset (or below the first replaced base {first})",
+                    info.base_offset
+                ))
+            } else if info.last_offset < info.base_offset {
+                Some(format!("last offset {} below base offset {}", info.last_offset, info.base_offset))
+            } else if info.last_offset >= upper {
+                Some(format!(
+                    "last offset {} reaches the next segment's base {upper}",
+                    info.last_offset
+                ))
+            } else {
+                None
+            };
+            match reason {
+                Some(r) => {
+                    problem = Some(format!("batch at byte {}: {r}", info.position));
+                    ControlFlow::Break(())
+                }
+                None => {
+                    next_min = info.last_offset + 1;
+                    ControlFlow::Continue(())
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    if let Some(p) = problem {
+        return Err(p);
+    }
+    // A scan that ended before the file did stopped at a partial batch (the scan reports framing errors itself).
+    if summary.end != log.len() {
+        return Err(format!(
+            "the file does not end on a batch boundary (whole batches end at byte {})",
+            summary.end
+        ));
+    }
+    // No batch at all is allowed: the cleaner may remove every record of a range and still swap the empty file in.
+    Ok(())
+}

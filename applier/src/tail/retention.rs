@@ -1,0 +1,276 @@
+//! Retention on a tailed mirror: the mirror deletes what the source deleted.
+//!
+//! The shipper tells the source partition's log start offset (a `LogStart` frame, feature
+//! `FEATURE_LOG_START`); every mirror segment wholly below it is gone from the source. A segment is wholly below
+//! the log start `L` when a later mirror segment starts at or below `L`: the *first kept* segment is the newest
+//! one whose base is at most `L`, and everything before it goes. The segment being tailed is the newest, so it is
+//! never deleted; neither is a segment that would leave the mirror without a segment holding `L`.
+//!
+//! Why whole segments only: a broker deletes whole segments too (retention and `DeleteRecords` move the log start
+//! inside a segment and leave the segment in place), so the mirror's files stay the source's files.
+//!
+//! # Keeping deleted segments longer
+//! By default ([`DEFAULT_RETAIN_DELETED_FOR`]) a segment goes as soon as the source's log start passes it.
+//! [`TailAppender::retain_deleted_for`] keeps it that much longer, measured from when the appender first saw it
+//! below the log start (recorded, so a restart does not restart the clock). Due segments are deleted whenever a
+//! LogStart or a seal arrives and at the start of every session.
+//!
+//! # Durability order
+//! record the new log start (and the clock of each kept segment) in `.tail/retention/<topic>-<partition>.json`
+//! (written atomically) → unlink each due segment's files, `.log` first → fsync the partition directory → record
+//! again without the deleted segments. A crash anywhere leaves a recorded log start whose deletions the next sweep
+//! (at the latest the next session start) completes: deletion is idempotent, and a companion left without its
+//! `.log` is removed by the same rule (its offset is below the first kept segment).
+//!
+//! # Where promotion finds the log start
+//! In the same record ([`tailed_log_start`]): the catalog recording of tailed segments takes it from there into
+//! the partition's catalog row (`upsert_partition`'s log start), from which promote writes
+//! `log-start-offset-checkpoint`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use segment_format::dir::{classify_partition_file, PartitionFile};
+use segmirror_transport::direct::payload::LogStart;
+
+use super::*;
+
+#[cfg(test)]
+mod tests;
+
+/// How long the mirror keeps a segment after the source deleted it, by default: not at all. Why: the mirror is a
+/// copy of what the source holds; keeping more makes it grow without the bound the source's retention sets, and a
+/// promoted broker would start at another log start than the source. An operator who wants a safety margin
+/// (retention misconfigured on the source) sets [`TailAppender::retain_deleted_for`].
+pub const DEFAULT_RETAIN_DELETED_FOR: Duration = Duration::ZERO;
+
+/// Directory under [`TAIL_STATE_DIR`] holding one retention record per partition. A directory, so the state
+/// reader of `.tail` (which reads `*.json` files only) never mistakes a record for a partition state.
+pub const RETENTION_DIR: &str = "retention";
+
+/// What the retention record holds for one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct RetentionState {
+    pub topic: String,
+    pub partition: i32,
+    pub topic_id: TopicId,
+    /// The source's log start offset as last told.
+    pub log_start: Option<i64>,
+    /// Segments wholly below the log start that are still kept: base offset → when first seen below it (Unix ms).
+    pub below_start_since: BTreeMap<i64, u64>,
+}
+
+/// The log start offset last recorded for a tailed partition of the mirror at `root`, if any.
+pub fn tailed_log_start(root: &Path, topic: &str, partition: i32) -> TailResult<Option<i64>> {
+    let path = record_path(root, &format!("{topic}-{partition}"));
+    Ok(read_record(&path)?.and_then(|r| r.log_start))
+}
+
+fn record_path(root: &Path, name: &str) -> PathBuf {
+    root.join(TAIL_STATE_DIR)
+        .join(RETENTION_DIR)
+        .join(format!("{name}.json"))
+}
+
+fn read_record(path: &Path) -> TailResult<Option<RetentionState>> {
+    match fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(TailError::io(path, e)),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| TailError::BadState {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl TailAppender {
+    /// Keeps segments the source deleted `keep` longer than the source (default [`DEFAULT_RETAIN_DELETED_FOR`]).
+    pub fn retain_deleted_for(self, keep: Duration) -> TailAppender {
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.retain_deleted_for = keep;
+        }
+        self
+    }
+}
+
+impl Inner {
+    fn write_record(&self, name: &str, record: &RetentionState) -> TailResult<()> {
+        let path = record_path(&self.root, name);
+        let Some(dir) = path.parent() else {
+            return Err(TailError::BadState {
+                path,
+                reason: "no parent directory".into(),
+            });
+        };
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
+            fsync_dir(&self.root.join(TAIL_STATE_DIR))?;
+            fsync_dir(&self.root)?;
+        }
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| TailError::BadState {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_atomically(&path, &bytes)?;
+        Ok(())
+    }
+
+    /// The source's log start moved: record it, then delete what is due.
+    pub(super) fn apply_log_start(&mut self, ls: &LogStart) -> TailResult<()> {
+        let p = &ls.partition;
+        let name = tp_name(p);
+        if !valid_topic(&p.topic) || p.partition < 0 {
+            return Err(TailError::BadTopic {
+                partition: name,
+                topic: p.topic.clone(),
+            });
+        }
+        if let Some(s) = self.states.get(&name) {
+            if s.topic_id != p.topic_id {
+                return Err(TailError::OutOfOrder {
+                    partition: name,
+                    segment: s.segment_base,
+                    position: s.position,
+                    reason: "a LogStart for another topic id (a recreated topic) than the one tailed".into(),
+                });
+            }
+        }
+        let path = record_path(&self.root, &name);
+        let mut record = read_record(&path)?.unwrap_or_else(|| RetentionState {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            topic_id: p.topic_id,
+            ..RetentionState::default()
+        });
+        if record.topic_id != p.topic_id {
+            // A recreated topic: what was recorded is about the old lineage.
+            record = RetentionState {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                topic_id: p.topic_id,
+                ..RetentionState::default()
+            };
+        }
+        match record.log_start {
+            Some(old) if old > ls.log_start_offset => {
+                tracing::warn!(partition = %name, recorded = old, told = ls.log_start_offset,
+                    "the source's log start went backwards; keeping the recorded one");
+            }
+            Some(old) if old == ls.log_start_offset => {}
+            _ => {
+                record.log_start = Some(ls.log_start_offset);
+                self.write_record(&name, &record)?;
+            }
+        }
+        self.sweep(&name, record)
+    }
+
+    /// Applies the recorded log start of the partition `name` (if any) again: what came due is deleted.
+    pub(super) fn sweep_partition(&mut self, name: &str) -> TailResult<()> {
+        match read_record(&record_path(&self.root, name))? {
+            Some(record) => self.sweep(name, record),
+            None => Ok(()),
+        }
+    }
+
+    /// Every partition with a retention record (at the start of a session).
+    pub(super) fn sweep_all(&mut self) -> TailResult<()> {
+        let names: Vec<String> = self.states.keys().cloned().collect();
+        for name in names {
+            self.sweep_partition(&name)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the segments of `record`'s partition that are wholly below its log start and due.
+    fn sweep(&mut self, name: &str, mut record: RetentionState) -> TailResult<()> {
+        let Some(log_start) = record.log_start else {
+            return Ok(());
+        };
+        let pdir = self.partition_dir(&record.topic, record.partition);
+        // Every offset-named file of the directory, by offset.
+        let mut files: Vec<(i64, SegmentFileKind, PathBuf)> = Vec::new();
+        let entries = match fs::read_dir(&pdir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(TailError::io(&pdir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| TailError::io(&pdir, e))?;
+            let file_name = entry.file_name();
+            let Some(file_name) = file_name.to_str() else { continue };
+            if let PartitionFile::Segment { base_offset, kind } = classify_partition_file(file_name) {
+                files.push((base_offset, kind, entry.path()));
+            }
+        }
+        let mut log_bases: Vec<i64> = files
+            .iter()
+            .filter(|(_, kind, _)| *kind == SegmentFileKind::Log)
+            .map(|(base, _, _)| *base)
+            .collect();
+        log_bases.sort_unstable();
+        // The newest segment starting at or below the log start holds it: it and everything after it stay.
+        let Some(first_kept) = log_bases.iter().rev().find(|b| **b <= log_start).copied() else {
+            return Ok(());
+        };
+        // Never the segment being tailed (always the newest, so never below `first_kept`; checked all the same).
+        let tailed = self.states.get(name).map(|s| s.segment_base);
+        let keep = self.retain_deleted_for;
+        let now = now_ms();
+        let mut due: Vec<i64> = Vec::new();
+        let mut clock_started = false;
+        for base in log_bases.iter().copied().filter(|b| *b < first_kept) {
+            if tailed == Some(base) {
+                continue;
+            }
+            let since = *record.below_start_since.entry(base).or_insert_with(|| {
+                clock_started = true;
+                now
+            });
+            let kept_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+            if now.saturating_sub(since) >= kept_ms {
+                due.push(base);
+            }
+        }
+        if clock_started {
+            self.write_record(name, &record)?;
+        }
+        // A file goes with the segment it belongs to: the newest log base at or below its offset (none: a
+        // leftover of an interrupted deletion, below every segment).
+        let owner = |offset: i64| log_bases.iter().rev().find(|b| **b <= offset).copied();
+        let mut doomed: Vec<&(i64, SegmentFileKind, PathBuf)> = files
+            .iter()
+            .filter(|(offset, _, _)| {
+                *offset < first_kept && owner(*offset).is_none_or(|b| due.contains(&b) && tailed != Some(b))
+            })
+            .collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        // `.log` first: once it is gone the segment is gone; a companion left by a crash is removed next time.
+        doomed.sort_by_key(|(offset, kind, _)| (*kind != SegmentFileKind::Log, *offset));
+        for (_, _, path) in &doomed {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(TailError::io(path, e)),
+            }
+        }
+        fsync_dir(&pdir)?;
+        tracing::info!(partition = %name, log_start, segments = due.len(), files = doomed.len(),
+            "deleted mirror segments the source deleted");
+        for base in &due {
+            record.below_start_since.remove(base);
+        }
+        self.write_record(name, &record)
+    }
+}
