@@ -59,6 +59,8 @@ use serde::{Deserialize, Serialize};
 mod active;
 mod catalog;
 #[cfg(test)]
+mod catalog_follow_tests;
+#[cfg(test)]
 mod catalog_tests;
 mod replace;
 mod retention;
