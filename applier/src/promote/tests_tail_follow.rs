@@ -120,7 +120,7 @@ async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_
             scan_frames(&bytes, 0)
                 .map(|fr| {
                     let fr = fr.unwrap();
-                    bytes[fr.info.position as usize..(fr.info.position + u64::from(fr.info.size)) as usize].to_vec()
+                    bytes[fr.info.position as usize..(fr.info.position + fr.info.size) as usize].to_vec()
                 })
                 .collect::<Vec<_>>()
         })
