@@ -29,9 +29,9 @@
 //! `.log` is removed by the same rule (its offset is below the first kept segment).
 //!
 //! # Where promotion finds the log start
-//! In the same record ([`tailed_log_start`]): the catalog recording of tailed segments takes it from there into
-//! the partition's catalog row (`upsert_partition`'s log start), from which promote writes
-//! `log-start-offset-checkpoint`.
+//! In the partition's catalog row: every sweep hands the recorded log start ([`tailed_log_start`]) to
+//! `Catalog::advance_log_start` (see the durability order above), and promote writes `log-start-offset-checkpoint`
+//! from the row.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
