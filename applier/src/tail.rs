@@ -59,6 +59,8 @@ use serde::{Deserialize, Serialize};
 mod active;
 mod catalog;
 #[cfg(test)]
+mod catalog_follow_tests;
+#[cfg(test)]
 mod catalog_tests;
 mod replace;
 mod retention;
@@ -809,7 +811,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Rebuilds an offset or time index from the sealed log with [`REBUILD_INDEX_INTERVAL_BYTES`].
-fn rebuild_index(path: &Path, base: i64, kind: CompanionKind) -> TailResult<Vec<u8>> {
+pub(crate) fn rebuild_index(path: &Path, base: i64, kind: CompanionKind) -> TailResult<Vec<u8>> {
     let mut log = LogFile::open(path)?;
     let mut offsets = OffsetIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES);
     let mut times = TimeIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES);

@@ -52,6 +52,14 @@ pub enum Error {
         reason: ConflictReason,
     },
 
+    /// A compaction replacement that does not fit the installed history (see [`ReplacementRefusal`]).
+    #[error("replacement of segments {replaced_bases:?} of {partition} refused: {reason}")]
+    ReplacementRefused {
+        partition: PartitionKey,
+        replaced_bases: Vec<i64>,
+        reason: ReplacementRefusal,
+    },
+
     /// The caller described a segment that cannot be right: `0 <= base <= last < next` must hold, and the size must
     /// fit SQLite's signed 64-bit integers.
     #[error(
@@ -206,6 +214,43 @@ impl fmt::Display for ConflictReason {
                 f,
                 "it starts above the installed end offset {installed_end_offset}, leaving a hole the log start offset \
                  {log_start_offset} does not explain"
+            ),
+        }
+    }
+}
+
+/// Why a compaction replacement was refused ([`Error::ReplacementRefused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplacementRefusal {
+    /// The replaced bases are empty or not strictly increasing.
+    NotIncreasing,
+    /// A replaced base is not an installed segment.
+    NotInstalled { base_offset: i64 },
+    /// The installed segments in the replaced range are not exactly the replaced bases (one was left out).
+    NotContiguous { installed: Vec<i64> },
+    /// A replaced segment is not sealed: a cleaner never rewrites a segment still growing.
+    NotSealed { base_offset: i64 },
+    /// The replacement's last offset lies outside the replaced range `[first base, range_end)`.
+    LastOffsetOutside { last_offset: i64, range_end: i64 },
+}
+
+impl fmt::Display for ReplacementRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplacementRefusal::NotIncreasing => f.write_str("the replaced bases are not a non-empty increasing list"),
+            ReplacementRefusal::NotInstalled { base_offset } => {
+                write!(f, "no installed segment at base offset {base_offset}")
+            }
+            ReplacementRefusal::NotContiguous { installed } => write!(
+                f,
+                "the installed segments in that range are {installed:?}: a replacement covers a contiguous run"
+            ),
+            ReplacementRefusal::NotSealed { base_offset } => {
+                write!(f, "the segment at base offset {base_offset} is not sealed")
+            }
+            ReplacementRefusal::LastOffsetOutside { last_offset, range_end } => write!(
+                f,
+                "its last offset {last_offset} lies outside the replaced range (which ends at {range_end})"
             ),
         }
     }

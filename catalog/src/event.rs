@@ -28,6 +28,11 @@ text_enum! {
         /// A partition switched to a new lineage ([`Catalog::start_new_lineage`]).
         LineageReset => "lineage_reset",
         SegmentInstalled => "segment_installed",
+        /// The source's log start moved forward; installed rows wholly below it were dropped
+        /// ([`Catalog::advance_log_start`]).
+        LogStartMoved => "log_start_moved",
+        /// A run of sealed segments was replaced by the source's compacted version ([`Catalog::replace_sealed`]).
+        SegmentsReplaced => "segments_replaced",
         /// A shipped segment failed validation and was not installed.
         SegmentRejected => "segment_rejected",
         /// After a restart, disk and catalog were compared and brought in line.

@@ -31,6 +31,7 @@
 
 mod error;
 mod event;
+mod follow;
 mod key;
 mod link;
 mod mirror_root;
@@ -44,8 +45,9 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-pub use error::{ConflictReason, Entity, Error, Location, Result, UnknownValue};
+pub use error::{ConflictReason, Entity, Error, Location, ReplacementRefusal, Result, UnknownValue};
 pub use event::{Event, EventKind, Subject};
+pub use follow::{ReplaceOutcome, Replacement, RetentionReceipt};
 pub use key::{PartitionId, PartitionKey};
 pub use link::{Link, LinkSpec, LinkState};
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};

@@ -60,7 +60,7 @@ pub struct SegmentVersion {
 
 impl SegmentVersion {
     /// Checks the description and returns the size as SQLite stores it.
-    fn validate(&self) -> Result<i64> {
+    pub(crate) fn validate(&self) -> Result<i64> {
         let offsets_ok =
             0 <= self.base_offset && self.base_offset <= self.last_offset && self.last_offset < self.next_offset;
         match i64::try_from(self.size) {
@@ -134,7 +134,7 @@ fn segment_from_row(row: &Row<'_>) -> rusqlite::Result<SegmentRecord> {
     })
 }
 
-fn load_segment(conn: &Connection, id: PartitionId, base_offset: i64) -> Result<Option<SegmentRecord>> {
+pub(crate) fn load_segment(conn: &Connection, id: PartitionId, base_offset: i64) -> Result<Option<SegmentRecord>> {
     Ok(conn
         .query_row(
             &format!("SELECT {SEGMENT_COLUMNS} FROM segments WHERE partition_id = ?1 AND base_offset = ?2"),
@@ -177,6 +177,12 @@ fn write_segment(conn: &Connection, id: PartitionId, v: &SegmentVersion, size: i
         ],
     )?;
     Ok(())
+}
+
+/// Writes `v` as an installed row (a replacement's new version, `follow`).
+pub(crate) fn write_installed(conn: &Connection, id: PartitionId, v: &SegmentVersion) -> Result<()> {
+    let size = v.validate()?;
+    write_segment(conn, id, v, size, SegmentState::Installed)
 }
 
 /// How an offered version relates to the installed history.

@@ -109,6 +109,8 @@ mod tests;
 #[cfg(test)]
 mod tests_tail;
 #[cfg(test)]
+mod tests_tail_follow;
+#[cfg(test)]
 mod tests_txn;
 mod txn_cut;
 

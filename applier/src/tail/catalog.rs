@@ -24,6 +24,13 @@
 //! never appended to ([`TailError::NotWritable`]), and a chunk for a segment below the catalog's installed end
 //! (the segment is sealed and installed) is refused. The read is a plain SQLite read (no commit, no fsync).
 //!
+//! **Retention and compaction replacements** (`retention`, `replace`) are recorded with the catalog's own
+//! operations for them ([`Catalog::advance_log_start`], [`Catalog::replace_sealed`]), at the same point of their
+//! crash protocols as a seal: after the files are durable, before the retention record or the replacement
+//! journal says done, so the recovery at session start (which repeats the last step) repeats the catalog call too;
+//! both are idempotent. A replacement is checked against the catalog ([`Catalog::check_replacement`]) before
+//! anything in the partition directory changes, so one the catalog would refuse never reaches the disk.
+//!
 //! A gap between sealed segments (the source deleted a segment before it was shipped) means the source's log
 //! start offset reached the new segment's base; that is recorded (`upsert_partition` moves the log start forward
 //! only) before the new segment is marked installed, which the catalog's succession rule requires.
@@ -31,7 +38,9 @@
 use std::collections::HashMap;
 
 use segment_format::partition_metadata::Uuid;
-use segmirror_catalog::{Catalog, LinkSpec, PartitionId, PartitionKey, PartitionState, SegmentVersion, Upsert};
+use segmirror_catalog::{
+    Catalog, LinkSpec, PartitionId, PartitionKey, PartitionState, Replacement, SegmentVersion, Upsert,
+};
 use segmirror_transport::direct::payload::PartitionRef;
 
 use super::{tp_name, TailError, TailResult};
@@ -183,5 +192,45 @@ impl TailCatalog {
         };
         self.catalog.mark_installed(id, &topic_id, &version)?;
         Ok(())
+    }
+
+    /// Retention: the source's log start `log_start` (from the retention record), after the deletions are durable.
+    pub(super) fn record_log_start(&mut self, p: &PartitionRef, log_start: i64) -> TailResult<()> {
+        let id = self.id(p)?;
+        let topic_id = Uuid(p.topic_id).to_string();
+        self.catalog
+            .advance_log_start(id, &topic_id, log_start)
+            .map_err(|e| self.not_writable(p, e))?;
+        Ok(())
+    }
+
+    /// Whether the catalog accepts replacing `bases` by `r` (nothing written).
+    pub(super) fn check_replacement(&mut self, p: &PartitionRef, bases: &[i64], r: &Replacement) -> TailResult<()> {
+        let id = self.id(p)?;
+        let topic_id = Uuid(p.topic_id).to_string();
+        self.catalog
+            .check_replacement(id, &topic_id, bases, r)
+            .map_err(|e| self.not_writable(p, e))?;
+        Ok(())
+    }
+
+    /// A compaction replacement, after its files are installed durably. Idempotent.
+    pub(super) fn record_replacement(&mut self, p: &PartitionRef, bases: &[i64], r: &Replacement) -> TailResult<()> {
+        let id = self.id(p)?;
+        let topic_id = Uuid(p.topic_id).to_string();
+        self.catalog
+            .replace_sealed(id, &topic_id, bases, r)
+            .map_err(|e| self.not_writable(p, e))?;
+        Ok(())
+    }
+
+    fn not_writable(&self, p: &PartitionRef, e: segmirror_catalog::Error) -> TailError {
+        match e {
+            segmirror_catalog::Error::Promoted { .. } => TailError::NotWritable {
+                partition: tp_name(p),
+                state: PartitionState::Promoted.to_string(),
+            },
+            e => e.into(),
+        }
     }
 }

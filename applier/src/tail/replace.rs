@@ -30,6 +30,11 @@
 //! 3. the old files that no rename overwrites are unlinked, then each `.swap` is renamed over its final name
 //!    (`.log` first), the directory fsynced, the journal removed.
 //!
+//! With a catalog, the replacement is checked against it before step 1 (the replaced bases must be a run of
+//! installed sealed rows: `Catalog::check_replacement`), the journal carries what the catalog records, and step 3
+//! records it (`Catalog::replace_sealed`) after the renames are durable and before the partition state and the
+//! journal's removal say done; the redo at session start repeats it (idempotent).
+//!
 //! A crash before 2 leaves `.swap` files and no journal: the replacement never happened, and the next session start
 //! ([`Inner::recover_replacements`]) removes them. A crash after 2 leaves the journal: the next session start
 //! redoes 3, each step idempotent (an unlinked file is not there, a renamed `.swap` is not there either).
@@ -73,6 +78,31 @@ struct Journal {
     /// The partition's new state, when the replacement covers the segment it recorded last (sealed).
     #[serde(default)]
     record: Option<PartitionState>,
+    /// What the catalog records of it (with a catalog; absent in a journal written without one).
+    #[serde(default)]
+    catalog: Option<CatalogReplace>,
+}
+
+/// The catalog's part of a journaled replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct CatalogReplace {
+    topic_id: TopicId,
+    replaced_bases: Vec<i64>,
+    size: u64,
+    sha256: [u8; 32],
+    last_offset: Option<i64>,
+    manifest_key: String,
+}
+
+impl CatalogReplace {
+    fn replacement(&self) -> segmirror_catalog::Replacement {
+        segmirror_catalog::Replacement {
+            size: self.size,
+            sha256: self.sha256,
+            last_offset: self.last_offset,
+            manifest_key: self.manifest_key.clone(),
+        }
+    }
 }
 
 fn swap_name(name: &str) -> String {
@@ -241,7 +271,8 @@ impl Inner {
                 hex(&seal.log_sha256)
             )));
         }
-        validate_replacement(&staged, first, upper).map_err(|reason| bad(format!("{}: {reason}", staged.display())))?;
+        let last_offset = validate_replacement(&staged, first, upper)
+            .map_err(|reason| bad(format!("{}: {reason}", staged.display())))?;
         let mut companions = Vec::with_capacity(seal.companions.len());
         for (i, c) in seal.companions.iter().enumerate() {
             if seal.companions[..i].iter().any(|o| o.kind == c.kind) {
@@ -273,6 +304,27 @@ impl Inner {
             };
             companions.push((kind, bytes));
         }
+
+        // The catalog must take it too (a run of installed sealed rows), before anything changes on disk.
+        let catalog_part = match &mut self.catalog {
+            None => None,
+            Some(catalog) => {
+                catalog.check_writable(p, None)?;
+                let part = CatalogReplace {
+                    topic_id: p.topic_id,
+                    replaced_bases: seal.replaced_bases.clone(),
+                    size: seal.final_size,
+                    sha256: seal.log_sha256,
+                    last_offset,
+                    manifest_key: format!(
+                        "{TAIL_MANIFEST_KEY_PREFIX}{name}/{}",
+                        segment_file_name(first, SegmentFileKind::Log)
+                    ),
+                };
+                catalog.check_replacement(p, &part.replaced_bases, &part.replacement())?;
+                Some(part)
+            }
+        };
 
         // 1. The new files beside their final names, as `.swap`, durable.
         let log_name = segment_file_name(first, SegmentFileKind::Log);
@@ -322,6 +374,7 @@ impl Inner {
                 position: seal.final_size,
                 ..state.clone()
             }),
+            catalog: catalog_part,
         };
         let journal_path = self.journal_path(&name);
         if let Some(dir) = journal_path.parent() {
@@ -363,6 +416,15 @@ impl Inner {
             }
         }
         fsync_dir(&pdir)?;
+        // The files are durable: the catalog follows, before the state and the journal say done.
+        if let (Some(catalog), Some(c)) = (&mut self.catalog, &journal.catalog) {
+            let p = PartitionRef {
+                topic: journal.topic.clone(),
+                partition: journal.partition,
+                topic_id: c.topic_id,
+            };
+            catalog.record_replacement(&p, &c.replaced_bases, &c.replacement())?;
+        }
         if let Some(state) = &journal.record {
             let name = format!("{}-{}", journal.topic, journal.partition);
             if state.topic != journal.topic || state.partition != journal.partition {
@@ -466,8 +528,9 @@ fn log_bases(dir: &Path) -> TailResult<Vec<i64>> {
     Ok(out)
 }
 
-/// Every batch of the staged file: whole, CRC-valid, magic 2, offsets strictly increasing within `[first, upper)`.
-fn validate_replacement(path: &Path, first: i64, upper: i64) -> std::result::Result<(), String> {
+/// Every batch of the staged file: whole, CRC-valid, magic 2, offsets strictly increasing within `[first, upper)`;
+/// returns the last batch's last offset (`None`: no batch).
+fn validate_replacement(path: &Path, first: i64, upper: i64) -> std::result::Result<Option<i64>, String> {
     let mut log = LogFile::open(path).map_err(|e| e.to_string())?;
     let mut problem: Option<String> = None;
     let mut next_min = first;
@@ -519,5 +582,5 @@ fn validate_replacement(path: &Path, first: i64, upper: i64) -> std::result::Res
         ));
     }
     // No batch at all is allowed: the cleaner may remove every record of a range and still swap the empty file in.
-    Ok(())
+    Ok((next_min > first).then(|| next_min - 1))
 }

@@ -18,14 +18,20 @@
 //! # Durability order
 //! record the new log start (and the clock of each kept segment) in `.tail/retention/<topic>-<partition>.json`
 //! (written atomically) → unlink each due segment's files, `.log` first → fsync the partition directory → record
-//! again without the deleted segments. A crash anywhere leaves a recorded log start whose deletions the next sweep
+//! again without the deleted segments. With a catalog, the log start goes into it (`Catalog::advance_log_start`:
+//! the partition's log start, the rows of segments wholly below it dropped) after the unlinks are durable and
+//! before the record is written again, and at every sweep (a no-op write when nothing changed), so the recovery
+//! sweep at session start brings a catalog a crash left behind up to date. Segments kept longer
+//! ([`TailAppender::retain_deleted_for`]) leave the catalog when the source's log start passes them: they are
+//! outside the partition's log (promote does not copy them), a safety copy on disk only. A partition the catalog
+//! holds paused or promoted is never swept (its files belong to a promotion, or to a broker). A crash anywhere leaves a recorded log start whose deletions the next sweep
 //! (at the latest the next session start) completes: deletion is idempotent, and a companion left without its
 //! `.log` is removed by the same rule (its offset is below the first kept segment).
 //!
 //! # Where promotion finds the log start
-//! In the same record ([`tailed_log_start`]): the catalog recording of tailed segments takes it from there into
-//! the partition's catalog row (`upsert_partition`'s log start), from which promote writes
-//! `log-start-offset-checkpoint`.
+//! In the partition's catalog row: every sweep hands the recorded log start ([`tailed_log_start`]) to
+//! `Catalog::advance_log_start` (see the durability order above), and promote writes `log-start-offset-checkpoint`
+//! from the row.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -186,7 +192,12 @@ impl Inner {
     pub(super) fn sweep_all(&mut self) -> TailResult<()> {
         let names: Vec<String> = self.states.keys().cloned().collect();
         for name in names {
-            self.sweep_partition(&name)?;
+            match self.sweep_partition(&name) {
+                Err(TailError::NotWritable { partition, state }) => {
+                    tracing::info!(%partition, %state, "not sweeping a partition the catalog holds {state}");
+                }
+                other => other?,
+            }
         }
         Ok(())
     }
@@ -196,6 +207,14 @@ impl Inner {
         let Some(log_start) = record.log_start else {
             return Ok(());
         };
+        let pref = PartitionRef {
+            topic: record.topic.clone(),
+            partition: record.partition,
+            topic_id: record.topic_id,
+        };
+        if let Some(catalog) = &mut self.catalog {
+            catalog.check_writable(&pref, None)?;
+        }
         let pdir = self.partition_dir(&record.topic, record.partition);
         // Every offset-named file of the directory, by offset.
         let mut files: Vec<(i64, SegmentFileKind, PathBuf)> = Vec::new();
@@ -220,7 +239,7 @@ impl Inner {
         log_bases.sort_unstable();
         // The newest segment starting at or below the log start holds it: it and everything after it stay.
         let Some(first_kept) = log_bases.iter().rev().find(|b| **b <= log_start).copied() else {
-            return Ok(());
+            return self.log_start_to_catalog(&pref, log_start);
         };
         // Never the segment being tailed (always the newest, so never below `first_kept`; checked all the same).
         let tailed = self.states.get(name).map(|s| s.segment_base);
@@ -254,7 +273,7 @@ impl Inner {
             })
             .collect();
         if doomed.is_empty() {
-            return Ok(());
+            return self.log_start_to_catalog(&pref, log_start);
         }
         // `.log` first: once it is gone the segment is gone; a companion left by a crash is removed next time.
         doomed.sort_by_key(|(offset, kind, _)| (*kind != SegmentFileKind::Log, *offset));
@@ -268,9 +287,20 @@ impl Inner {
         fsync_dir(&pdir)?;
         tracing::info!(partition = %name, log_start, segments = due.len(), files = doomed.len(),
             "deleted mirror segments the source deleted");
+        // The deletions are durable: the catalog follows, before the record drops them (module docs).
+        self.log_start_to_catalog(&pref, log_start)?;
         for base in &due {
             record.below_start_since.remove(base);
         }
         self.write_record(name, &record)
+    }
+}
+
+impl Inner {
+    fn log_start_to_catalog(&mut self, p: &PartitionRef, log_start: i64) -> TailResult<()> {
+        match &mut self.catalog {
+            Some(catalog) => catalog.record_log_start(p, log_start),
+            None => Ok(()),
+        }
     }
 }

@@ -251,6 +251,7 @@ async fn tail_replace_a_crash_before_the_journal_discards_and_after_it_completes
         delete,
         install: vec![log_name.clone(), index_name.clone()],
         record: None,
+        catalog: None,
     };
     let jpath = f
         .mirror
