@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
+use segmirror_applier::APPLY_HOLDER_FILE;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::ports::free_port;
 use segmirror_tests::segmirror_cli::{segmirror_binary, segmirror_verify};
@@ -30,8 +31,11 @@ use segmirror_transport::direct::testing::FaultProxy;
 const PARTITIONS: i32 = 2;
 /// Small segments: many rolls during the run.
 const SEGMENT_BYTES: u64 = 16 * 1024;
-/// Retention keeps about six segments per partition: the broker deletes many while the tail runs.
-const RETENTION_BYTES: u64 = 6 * SEGMENT_BYTES;
+/// Retention keeps about twelve segments per partition: the broker deletes several while the tail runs, but not,
+/// during one disruption (a stall of 11 s plus a reconnect, about 120 KiB per partition at the producers' pace), the
+/// segment the mirror is in: a shipper cannot resume inside a segment the broker has deleted (it exits, see
+/// `resume_after_retention_deleted_the_mirrors_segment` below).
+const RETENTION_BYTES: u64 = 12 * SEGMENT_BYTES;
 const STEPS_PER_ROUND: usize = 3;
 const RECORDS_PER_STEP: usize = 30;
 const VALUE_BYTES: usize = 300;
@@ -105,10 +109,18 @@ impl Service {
 
     /// SIGKILL (no cleanup at all), then the same command again.
     fn kill_and_restart(&mut self) {
+        self.kill();
+        self.restart();
+    }
+
+    fn kill(&mut self) {
         self.assert_running();
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         std::thread::sleep(Duration::from_millis(100));
+    }
+
+    fn restart(&mut self) {
         let old = std::mem::take(&mut *self.stderr.lock().unwrap());
         self.history
             .push_str(&format!("{old}--- {} SIGKILLed and restarted ---\n", self.name));
@@ -410,7 +422,19 @@ fn replicate(direction: Direction, topic: &str) {
             }
             1 => proxy.drop_connections(),
             2 => {
-                applier.kill_and_restart();
+                let killed = applier.child.id();
+                applier.kill();
+                // SIGKILL ran no cleanup: the holder file still names the killed process (the kernel released
+                // its flock).
+                let holder = mirror.path().join(APPLY_HOLDER_FILE);
+                let text = std::fs::read_to_string(&holder).unwrap_or_default();
+                assert!(
+                    text.starts_with(&format!("pid {killed} ")),
+                    "{}: {text:?}",
+                    holder.display()
+                );
+                applier.restart();
+                assert_restarted_applier_holds_the_lock(&mut applier, mirror.path(), &catalog);
                 if direction == Direction::Push {
                     applier.wait_for(listening);
                 }
@@ -546,6 +570,57 @@ fn replicate(direction: Direction, topic: &str) {
     assert_eq!(after.last().map(|r| r.offset), Some(leos[0]));
     target.stop().unwrap();
     drop(rt);
+}
+
+/// The restarted applier takes the mirror lock its killed predecessor left (the holder file names it), and holds
+/// it: a second applier on the same mirror is refused with exit 2 naming it.
+fn assert_restarted_applier_holds_the_lock(applier: &mut Service, mirror: &Path, catalog: &Path) {
+    let pid = applier.child.id();
+    let holder = mirror.join(APPLY_HOLDER_FILE);
+    let start = Instant::now();
+    while !std::fs::read_to_string(&holder)
+        .unwrap_or_default()
+        .starts_with(&format!("pid {pid} "))
+    {
+        applier.assert_running();
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the restarted applier {pid} never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let args = [
+        "apply",
+        "--mirror",
+        mirror.to_str().unwrap(),
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--link",
+        "dr",
+        "--listen",
+        "127.0.0.1:0",
+        "--plaintext",
+    ];
+    let mut second = Service::start("second apply", args.iter().map(|a| a.to_string()).collect());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = second.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "a second applier runs beside the restarted one:\n{}",
+            second.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let log = second.log();
+    assert_eq!(status.code(), Some(2), "second apply:\n{log}");
+    assert!(
+        log.contains(&format!("pid {pid}")),
+        "the refusal names the holder {pid}:\n{log}"
+    );
 }
 
 /// The disruptions take far longer than MIN_ROUNDS rounds: if the producers stopped at MIN_ROUNDS the disruptions
