@@ -1,0 +1,751 @@
+//! Continuous replication with real processes killed mid-stream (issue 9, first "Done when" bullet): a single
+//! Kafka 4.4 broker with small segments and a topic whose `retention.bytes` makes the broker delete segments while
+//! it is produced to (idempotent producers, and a transactional one that commits and aborts) is tailed by
+//! `segmirror ship --upto log-end` and `segmirror apply --listen|--connect` as child processes over mutual TLS,
+//! with transport's `FaultProxy` between them. While data flows the test SIGKILLs the shipper and the applier
+//! (each at least twice, restarting them with the same arguments: a killed applier leaves its mirror lock behind
+//! and the restarted one must take the mirror over) and cuts, resets and stalls the connection.
+//!
+//! After the producers stop and the mirror holds exactly the broker's segments (the deleted ones gone) with the
+//! active one at the source's log end, both services stop on SIGTERM with exit 0, `segmirror promote` installs the
+//! mirror into a stopped target broker, `verify --deep --strict` finds the promoted partitions sound, consumers of
+//! the target read (uncommitted and committed) exactly what the source serves at the end, at identical offsets,
+//! and a new idempotent producer's record lands right after the mirrored ones. Push and pull directions.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use segment_format::log::scan_frames;
+use segmirror_applier::APPLY_HOLDER_FILE;
+use segmirror_tests::mirror::segmirror_promote;
+use segmirror_tests::ports::free_port;
+use segmirror_tests::segmirror_cli::{segmirror_binary, segmirror_verify};
+use segmirror_tests::*;
+use segmirror_transport::direct::testing::FaultProxy;
+
+const PARTITIONS: i32 = 2;
+/// Small segments: many rolls during the run.
+const SEGMENT_BYTES: u64 = 16 * 1024;
+/// Retention keeps about twelve segments per partition: the broker deletes several while the tail runs, but not,
+/// during one disruption (a stall of 11 s plus a reconnect, about 120 KiB per partition at the producers' pace), the
+/// segment the mirror is in: a shipper cannot resume inside a segment the broker has deleted (it exits, see
+/// `resume_after_retention_deleted_the_mirrors_segment` below).
+const RETENTION_BYTES: u64 = 12 * SEGMENT_BYTES;
+const STEPS_PER_ROUND: usize = 3;
+const RECORDS_PER_STEP: usize = 30;
+const VALUE_BYTES: usize = 300;
+/// Rounds produced at least (each one Python idempotent producer and one transactional), and after the faults.
+const MIN_ROUNDS: usize = 4;
+/// Time between two disruptions while the producers run.
+const DISRUPT_EVERY: Duration = Duration::from_millis(1500);
+/// A stall longer than the services' idle timeout (transport's `DEFAULT_IDLE_TIMEOUT`, 10 s), so the stalled session
+/// ends and a new one starts.
+const STALL: Duration = Duration::from_secs(11);
+/// Failure guard for anything the test waits for; nothing is asserted about speed.
+const PATIENCE: Duration = Duration::from_secs(180);
+const POLL: Duration = Duration::from_millis(200);
+/// The compared state must hold this long (three of the harness's 500 ms retention checks) to count as settled.
+const SETTLED_FOR: Duration = Duration::from_millis(1500);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Direction {
+    /// `ship --connect` → proxy → `apply --listen`.
+    Push,
+    /// `apply --connect` → proxy → `ship --listen`.
+    Pull,
+}
+
+/// A running `segmirror` with its stderr collected (as e2e_services), restartable with the same arguments.
+struct Service {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    name: &'static str,
+    args: Vec<String>,
+    /// The logs of the earlier (killed) incarnations, for failure messages.
+    history: String,
+}
+
+impl Service {
+    fn start(name: &'static str, args: Vec<String>) -> Service {
+        let (child, stderr) = spawn(&args);
+        Service {
+            child,
+            stderr,
+            name,
+            args,
+            history: String::new(),
+        }
+    }
+
+    fn log(&self) -> String {
+        format!("{}{}", self.history, self.stderr.lock().unwrap())
+    }
+
+    fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("{} exited ({status}):\n{}", self.name, self.log());
+        }
+    }
+
+    /// Waits until this incarnation logs `needle`.
+    fn wait_for(&mut self, needle: &str) {
+        let start = Instant::now();
+        while !self.stderr.lock().unwrap().contains(needle) {
+            self.assert_running();
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} never logged {needle:?}:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL (no cleanup at all), then the same command again.
+    fn kill_and_restart(&mut self) {
+        self.kill();
+        self.restart();
+    }
+
+    fn kill(&mut self) {
+        self.assert_running();
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    fn restart(&mut self) {
+        let old = std::mem::take(&mut *self.stderr.lock().unwrap());
+        self.history
+            .push_str(&format!("{old}--- {} SIGKILLed and restarted ---\n", self.name));
+        let (child, stderr) = spawn(&self.args);
+        self.child = child;
+        self.stderr = stderr;
+    }
+
+    /// SIGTERM; the exit code and the log.
+    fn stop(mut self) -> (Option<i32>, String) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return (status.code(), self.log());
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{} did not stop:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(args: &[String]) -> (Child, Arc<Mutex<String>>) {
+    let mut child = Command::new(segmirror_binary().unwrap())
+        .args(args)
+        .env("SEGMIRROR_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let pipe = child.stderr.take().unwrap();
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    (child, stderr)
+}
+
+/// PEM files of a CA and two leaves it signed (server and client), as e2e_tail makes them.
+struct Certs {
+    server: [String; 3],
+    client: [String; 3],
+}
+
+fn certs(dir: &Path) -> Certs {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "e2e-processes-ca");
+    let issuer = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let ca = dir.join("ca.crt");
+    std::fs::write(&ca, issuer.pem()).unwrap();
+    let leaf = |name: &str| -> [String; 3] {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        [c, k, ca.clone()].map(|p| p.to_str().unwrap().to_string())
+    };
+    Certs {
+        server: leaf("server"),
+        client: leaf("client"),
+    }
+}
+
+fn tls_args(files: &[String; 3], dialing: bool) -> Vec<String> {
+    let mut out = vec![
+        "--tls-cert".to_string(),
+        files[0].clone(),
+        "--tls-key".into(),
+        files[1].clone(),
+        "--tls-ca".into(),
+        files[2].clone(),
+    ];
+    if dialing {
+        out.extend(["--tls-server-name".to_string(), "localhost".into()]);
+    }
+    out
+}
+
+fn record(round: usize, step: usize, i: usize, tag: &str) -> OutRecord {
+    OutRecord {
+        partition: Some((i % PARTITIONS as usize) as i32),
+        key: Some(format!("{tag}-{round}-{step}-{i}").into_bytes()),
+        value: Some(vec![b'a' + (i % 26) as u8; VALUE_BYTES]),
+        headers: Vec::new(),
+        timestamp: None,
+    }
+}
+
+/// One round: an idempotent producer in flushed steps, then a transactional one that commits one transaction and
+/// aborts another.
+fn produce_round(bootstrap: &str, topic: &str, round: usize) {
+    let mut plan = ProducePlan::new(topic)
+        .config("enable.idempotence", "true")
+        .config("linger.ms", "2")
+        .config("batch.size", "8192");
+    for step in 0..STEPS_PER_ROUND {
+        let records = (0..RECORDS_PER_STEP).map(|i| record(round, step, i, "idem")).collect();
+        plan = plan.step(ProduceStep::Send(records));
+    }
+    python_produce(bootstrap, &plan).unwrap();
+    let txn = |step: usize| -> Vec<OutRecord> {
+        (0..RECORDS_PER_STEP / 2)
+            .map(|i| record(round, step, i, "txn"))
+            .collect()
+    };
+    let plan = ProducePlan::new(topic)
+        .config("transactional.id", format!("{topic}-txn"))
+        .config("linger.ms", "2")
+        .step(ProduceStep::InitTransactions)
+        .step(ProduceStep::BeginTransaction)
+        .step(ProduceStep::Send(txn(0)))
+        .step(ProduceStep::CommitTransaction)
+        .step(ProduceStep::BeginTransaction)
+        .step(ProduceStep::Send(txn(1)))
+        .step(ProduceStep::AbortTransaction);
+    python_produce(bootstrap, &plan).unwrap();
+}
+
+/// The `.log` files of a partition directory, by base offset (none if it does not exist yet).
+fn logs(dir: &Path) -> BTreeMap<i64, PathBuf> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if let Some(base) = name.strip_suffix(".log").and_then(|s| s.parse::<i64>().ok()) {
+            out.insert(base, path);
+        }
+    }
+    out
+}
+
+/// Per partition: the segment bases and the active segment's length.
+type DirState = Vec<(Vec<i64>, u64)>;
+
+fn dir_state(dirs: &[PathBuf]) -> DirState {
+    dirs.iter()
+        .map(|d| {
+            let l = logs(d);
+            let len = l
+                .values()
+                .next_back()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(0, |m| m.len());
+            (l.keys().copied().collect(), len)
+        })
+        .collect()
+}
+
+/// The log end offset of a partition directory: its last segment's last batch + 1.
+fn log_end(dir: &Path) -> i64 {
+    let l = logs(dir);
+    let (&base, path) = l.last_key_value().unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    scan_frames(&bytes, 0)
+        .filter_map(|f| f.ok())
+        .last()
+        .map_or(base, |f| f.info.last_offset + 1)
+}
+
+/// (partition, offset, key, value) of a record: what must be identical on source and target.
+type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Every record's [`RecordIdentity`], sorted.
+fn identity(records: &[Record]) -> Vec<RecordIdentity> {
+    let mut out: Vec<_> = records
+        .iter()
+        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn replicate(direction: Direction, topic: &str) {
+    let mut broker = KafkaBroker::start(BrokerConfig::new(&format!("e2e-procs-{topic}"))).unwrap();
+    let bootstrap = broker.bootstrap();
+    let spec = TopicSpec::new(topic, PARTITIONS)
+        .config(broker.install().segment_bytes_config(), SEGMENT_BYTES)
+        .config("retention.bytes", RETENTION_BYTES)
+        .config("retention.ms", -1);
+    admin(&bootstrap, &[spec], &[]).unwrap();
+    let source_dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| broker.partition_dir(topic, p)).collect();
+
+    let mirror = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let catalog = work.path().join("catalog.sqlite");
+    let certs = certs(work.path());
+    let mirror_dirs: Vec<PathBuf> = (0..PARTITIONS)
+        .map(|p| mirror.path().join(format!("{topic}-{p}")))
+        .collect();
+
+    // The listening side gets a fixed port (a restart binds it again); the dialing side goes through the proxy.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listen_port = free_port().unwrap();
+    let listen_addr = format!("127.0.0.1:{listen_port}");
+    let proxy = rt.block_on(FaultProxy::start(listen_addr.parse().unwrap())).unwrap();
+    let proxy_addr = proxy.addr().to_string();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let mut apply_args = s(&[
+        "apply",
+        "--mirror",
+        mirror.path().to_str().unwrap(),
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--link",
+        "dr",
+    ]);
+    let mut ship_args = s(&[
+        "ship",
+        "--log-dir",
+        broker.log_dir().to_str().unwrap(),
+        "--link",
+        "dr",
+        "--upto",
+        "log-end",
+    ]);
+    match direction {
+        Direction::Push => {
+            apply_args.extend(s(&["--listen", &listen_addr]));
+            apply_args.extend(tls_args(&certs.server, false));
+            ship_args.extend(s(&["--connect", &proxy_addr]));
+            ship_args.extend(tls_args(&certs.client, true));
+        }
+        Direction::Pull => {
+            ship_args.extend(s(&["--listen", &listen_addr]));
+            ship_args.extend(tls_args(&certs.server, false));
+            apply_args.extend(s(&["--connect", &proxy_addr]));
+            apply_args.extend(tls_args(&certs.client, true));
+        }
+    }
+    let listening = "listening on ";
+    let mut applier = Service::start("apply", apply_args);
+    if direction == Direction::Push {
+        applier.wait_for(listening);
+    }
+    let mut shipper = Service::start("ship", ship_args);
+    if direction == Direction::Pull {
+        shipper.wait_for(listening);
+    }
+
+    // Producers at a fixed pace until the disruptions are done (and at least MIN_ROUNDS rounds).
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (stop, bootstrap, topic) = (stop.clone(), bootstrap.clone(), topic.to_string());
+        std::thread::spawn(move || {
+            let mut round = 0;
+            while round < MIN_ROUNDS || !stop.load(Ordering::SeqCst) {
+                produce_round(&bootstrap, &topic, round);
+                round += 1;
+            }
+            round
+        })
+    };
+    // Disruptions while data flows: kill the shipper, cut (FIN), kill the applier, reset (RST), stall past the
+    // idle timeout; twice over.
+    let mut kills = (0, 0);
+    for i in 0..10 {
+        std::thread::sleep(DISRUPT_EVERY);
+        shipper.assert_running();
+        applier.assert_running();
+        match i % 5 {
+            0 => {
+                shipper.kill_and_restart();
+                if direction == Direction::Pull {
+                    shipper.wait_for(listening);
+                }
+                kills.0 += 1;
+            }
+            1 => proxy.drop_connections(),
+            2 => {
+                let killed = applier.child.id();
+                applier.kill();
+                // SIGKILL ran no cleanup: the holder file still names the killed process (the kernel released
+                // its flock).
+                let holder = mirror.path().join(APPLY_HOLDER_FILE);
+                let text = std::fs::read_to_string(&holder).unwrap_or_default();
+                assert!(
+                    text.starts_with(&format!("pid {killed} ")),
+                    "{}: {text:?}",
+                    holder.display()
+                );
+                applier.restart();
+                assert_restarted_applier_holds_the_lock(&mut applier, mirror.path(), &catalog);
+                if direction == Direction::Push {
+                    applier.wait_for(listening);
+                }
+                kills.1 += 1;
+            }
+            3 => proxy.reset_connections(),
+            _ => {
+                proxy.stall();
+                std::thread::sleep(STALL);
+                proxy.pass();
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let rounds = producer.join().unwrap();
+    assert!(kills.0 >= 2 && kills.1 >= 2, "kills {kills:?}");
+    // The disruptions outlast MIN_ROUNDS rounds: had the producers stopped at MIN_ROUNDS, the disruptions might
+    // have hit an idle link.
+    assert!(rounds > MIN_ROUNDS, "the producers ran only {rounds} rounds");
+
+    // Catch up: the mirror holds exactly the broker's segments, the active one as long as the broker's, and that
+    // has held for SETTLED_FOR (the broker's retention has settled).
+    let start = Instant::now();
+    let mut since: Option<(Instant, DirState)> = None;
+    loop {
+        shipper.assert_running();
+        applier.assert_running();
+        let src = dir_state(&source_dirs);
+        let mir = dir_state(&mirror_dirs);
+        if src == mir {
+            match &since {
+                Some((at, state)) if *state == src => {
+                    if at.elapsed() >= SETTLED_FOR {
+                        break;
+                    }
+                }
+                _ => since = Some((Instant::now(), src.clone())),
+            }
+        } else {
+            since = None;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "never caught up: source {src:?}, mirror {mir:?}\n--- ship ---\n{}\n--- apply ---\n{}",
+            shipper.log(),
+            applier.log()
+        );
+        std::thread::sleep(POLL);
+    }
+    let connections = proxy.connections();
+    let (code, log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship:\n{log}");
+    let (code, apply_log) = applier.stop();
+    assert_eq!(code, Some(0), "apply:\n{apply_log}");
+    for (p, (m, s)) in mirror_dirs.iter().zip(&source_dirs).enumerate() {
+        for (base, path) in logs(s) {
+            let (mb, sb) = (
+                std::fs::read(m.join(path.file_name().unwrap())).unwrap(),
+                std::fs::read(&path).unwrap(),
+            );
+            assert!(mb == sb, "partition {p} segment {base}: bytes differ");
+        }
+    }
+    let leos: Vec<i64> = source_dirs.iter().map(|d| log_end(d)).collect();
+    let starts: Vec<i64> = source_dirs.iter().map(|d| *logs(d).keys().next().unwrap()).collect();
+    assert!(
+        starts.iter().all(|&s| s > 0),
+        "the broker's retention deleted nothing: log starts {starts:?}"
+    );
+    eprintln!(
+        "{direction:?}: {rounds} producer rounds, kills (ship, apply) {kills:?}, {connections} proxy connections, \
+         log starts {starts:?}, log ends {leos:?}"
+    );
+
+    let uncommitted = consume_all(&bootstrap, topic, None, Isolation::ReadUncommitted).unwrap();
+    let committed = consume_all(&bootstrap, topic, None, Isolation::ReadCommitted).unwrap();
+    assert!(committed.len() < uncommitted.len(), "no aborted records on the source");
+    broker.stop().unwrap();
+
+    // Promote into a stopped target.
+    let mut target = KafkaBroker::start(BrokerConfig::new(&format!("e2e-procs-target-{topic}"))).unwrap();
+    let spec = TopicSpec::new(topic, PARTITIONS).config("retention.ms", -1);
+    admin(&target.bootstrap(), &[spec], &[]).unwrap();
+    target.stop().unwrap();
+    let promote = segmirror_promote(mirror.path(), target.log_dir(), &catalog, &["--json"]).unwrap();
+    assert_eq!(promote.code, 0, "{promote}");
+    let report = promote.json().unwrap();
+    for p in report["partitions"].as_array().unwrap() {
+        let partition = p["partition"].as_i64().unwrap() as usize;
+        assert_eq!(p["log_end_offset"].as_i64(), Some(leos[partition]), "{p}");
+        assert_eq!(p["transactions_aborted"].as_array().map(Vec::len), Some(0), "{p}");
+    }
+    let dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| target.partition_dir(topic, p)).collect();
+    let verify = segmirror_verify(
+        &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+        &["--deep", "--strict"],
+    )
+    .unwrap();
+    assert_eq!(verify.code, 0, "{verify}");
+
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    let t_uncommitted = consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap();
+    assert_eq!(
+        identity(&t_uncommitted),
+        identity(&uncommitted),
+        "read_uncommitted on the target"
+    );
+    let t_committed = consume_all(&tb, topic, None, Isolation::ReadCommitted).unwrap();
+    assert_eq!(
+        identity(&t_committed),
+        identity(&committed),
+        "read_committed on the target"
+    );
+
+    let plan = ProducePlan::new(topic)
+        .config("enable.idempotence", "true")
+        .config("acks", "all")
+        .step(ProduceStep::Send(vec![OutRecord {
+            partition: Some(0),
+            key: Some(b"after-promotion".to_vec()),
+            value: Some(b"target".to_vec()),
+            headers: Vec::new(),
+            timestamp: None,
+        }]));
+    let acked = python_produce(&tb, &plan).unwrap();
+    assert_eq!(acked.len(), 1);
+    assert_eq!(acked[0].offset, leos[0], "the new record follows the mirrored ones");
+    let after = consume_all(&tb, topic, Some(&[0]), Isolation::ReadCommitted).unwrap();
+    let news: Vec<&Record> = after.iter().filter(|r| r.value.as_deref() == Some(b"target")).collect();
+    assert_eq!(news.len(), 1, "stored once");
+    assert_eq!(after.last().map(|r| r.offset), Some(leos[0]));
+    target.stop().unwrap();
+    drop(rt);
+}
+
+/// The restarted applier takes the mirror lock its killed predecessor left (the holder file names it), and holds
+/// it: a second applier on the same mirror is refused with exit 2 naming it.
+fn assert_restarted_applier_holds_the_lock(applier: &mut Service, mirror: &Path, catalog: &Path) {
+    let pid = applier.child.id();
+    let holder = mirror.join(APPLY_HOLDER_FILE);
+    let start = Instant::now();
+    while !std::fs::read_to_string(&holder)
+        .unwrap_or_default()
+        .starts_with(&format!("pid {pid} "))
+    {
+        applier.assert_running();
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the restarted applier {pid} never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let args = [
+        "apply",
+        "--mirror",
+        mirror.to_str().unwrap(),
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--link",
+        "dr",
+        "--listen",
+        "127.0.0.1:0",
+        "--plaintext",
+    ];
+    let mut second = Service::start("second apply", args.iter().map(|a| a.to_string()).collect());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = second.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "a second applier runs beside the restarted one:\n{}",
+            second.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let log = second.log();
+    assert_eq!(status.code(), Some(2), "second apply:\n{log}");
+    assert!(
+        log.contains(&format!("pid {pid}")),
+        "the refusal names the holder {pid}:\n{log}"
+    );
+}
+
+#[test]
+fn push_processes_killed_mid_stream_promote_exactly_once() {
+    replicate(Direction::Push, "procs-push");
+}
+
+#[test]
+fn pull_processes_killed_mid_stream_promote_exactly_once() {
+    replicate(Direction::Pull, "procs-pull");
+}
+
+/// A shipper that is down while the broker's retention deletes the segment the mirror is in cannot resume: the
+/// applier acknowledges a position inside that segment, the feed's seek refuses it (`ResumeInvalid`, "no longer
+/// exists (retention?)", shipper/src/tail.rs `resume_at`) and `segmirror ship` exits with status 2; every restart
+/// does the same, so the link never recovers (the same happens to a running shipper whose link is cut that long).
+/// What the mirror should do instead is follow the source's log start (delete that segment, as a LogStart frame
+/// would) and go on from the broker's first segment. Ignored until the feed and the appender handle it.
+#[test]
+#[ignore = "issue 9 bug: a shipper cannot resume once retention deleted the mirror's current segment"]
+fn resume_after_retention_deleted_the_mirrors_segment() {
+    let topic = "procs-behind";
+    let mut broker = KafkaBroker::start(BrokerConfig::new("e2e-procs-behind")).unwrap();
+    let bootstrap = broker.bootstrap();
+    let spec = TopicSpec::new(topic, PARTITIONS)
+        .config(broker.install().segment_bytes_config(), SEGMENT_BYTES)
+        .config("retention.bytes", 4 * SEGMENT_BYTES)
+        .config("retention.ms", -1);
+    admin(&bootstrap, &[spec], &[]).unwrap();
+    let source_dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| broker.partition_dir(topic, p)).collect();
+    let mirror = tempfile::tempdir().unwrap();
+    let mirror_dirs: Vec<PathBuf> = (0..PARTITIONS)
+        .map(|p| mirror.path().join(format!("{topic}-{p}")))
+        .collect();
+    let work = tempfile::tempdir().unwrap();
+    let catalog = work.path().join("catalog.sqlite");
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let mut applier = Service::start(
+        "apply",
+        s(&[
+            "apply",
+            "--mirror",
+            mirror.path().to_str().unwrap(),
+            "--catalog",
+            catalog.to_str().unwrap(),
+            "--link",
+            "dr",
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+        ]),
+    );
+    applier.wait_for("listening on ");
+    let log = applier.log();
+    let addr = log
+        .split("listening on ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut shipper = Service::start(
+        "ship",
+        s(&[
+            "ship",
+            "--log-dir",
+            broker.log_dir().to_str().unwrap(),
+            "--link",
+            "dr",
+            "--upto",
+            "log-end",
+            "--connect",
+            &addr,
+            "--plaintext",
+        ]),
+    );
+    let caught_up = |shipper: &mut Service, applier: &mut Service| {
+        let start = Instant::now();
+        loop {
+            shipper.assert_running();
+            applier.assert_running();
+            let (src, mir) = (dir_state(&source_dirs), dir_state(&mirror_dirs));
+            if src == mir {
+                return;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "never caught up: source {src:?}, mirror {mir:?}\n--- ship ---\n{}",
+                shipper.log()
+            );
+            std::thread::sleep(POLL);
+        }
+    };
+    produce_round(&bootstrap, topic, 0);
+    caught_up(&mut shipper, &mut applier);
+    let mirror_active: Vec<i64> = dir_state(&mirror_dirs)
+        .iter()
+        .map(|(b, _)| *b.last().unwrap())
+        .collect();
+
+    // The shipper is down while the broker deletes the segments the mirror is in.
+    shipper.kill();
+    let mut round = 1;
+    loop {
+        let starts: Vec<i64> = dir_state(&source_dirs).iter().map(|(b, _)| b[0]).collect();
+        if starts.iter().zip(&mirror_active).all(|(s, m)| s > m) {
+            break;
+        }
+        assert!(
+            round < 40,
+            "retention never passed the mirror's segments {mirror_active:?}: {starts:?}"
+        );
+        produce_round(&bootstrap, topic, round);
+        round += 1;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    shipper.restart();
+    caught_up(&mut shipper, &mut applier);
+    let (code, log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship:\n{log}");
+    let (code, log) = applier.stop();
+    assert_eq!(code, Some(0), "apply:\n{log}");
+    broker.stop().unwrap();
+}
