@@ -84,6 +84,8 @@ fn measure(part: &PartState, config: &TailFeedConfig) -> Result<Option<SourcePro
         TailRead::Appended { next, .. } => next.next_offset,
         other => return Err(format!("the active segment changed while scanned: {other:?}")),
     };
+    // As fresh as the bound the step after this one uses (cheap when it is fresh already).
+    config.high_watermarks.refresh();
     let high_watermark = config
         .high_watermarks
         .high_watermark(&part.target.partition.topic, part.target.partition.partition)
