@@ -313,7 +313,10 @@ impl ChunkApplier for TailAppender {
         })
     }
 
-    fn apply_progress(&mut self, report: &SourceProgress) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+    fn apply_progress(
+        &mut self,
+        report: &SourceProgress,
+    ) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let report = report.clone();
         self.run("recording the source's progress", move |i| {
             // Advisory (see `progress`): a failure is logged, never the session's.

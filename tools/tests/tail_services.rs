@@ -586,7 +586,10 @@ fn wait_status(
         for s in services.iter_mut() {
             assert!(s.running(), "{} exited:\n{}", s.name, s.log());
         }
-        assert!(start.elapsed() < PATIENCE, "status never showed what was expected: {rows:#?}");
+        assert!(
+            start.elapsed() < PATIENCE,
+            "status never showed what was expected: {rows:#?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -650,7 +653,10 @@ fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
         .output()
         .unwrap();
     let table = String::from_utf8(table.stdout).unwrap();
-    let row = table.lines().find(|l| l.starts_with("orders-0 ")).unwrap_or_else(|| panic!("{table}"));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("orders-0 "))
+        .unwrap_or_else(|| panic!("{table}"));
     let cells: Vec<&str> = row.split_whitespace().collect();
     // partition, source end, seen ("Ns", "ago"), hw, installed, lag offsets, lag bytes, lag s
     assert_eq!(cells[1], "98", "{table}");
@@ -662,7 +668,10 @@ fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
     let stopped = tail_status(&mirror);
     for (name, row) in &stopped {
         assert_eq!(row["lag_offsets"], 8, "{name}: {row}");
-        assert!(row["lag_seconds"].as_u64() >= behind[name]["lag_seconds"].as_u64(), "{name}: {row}");
+        assert!(
+            row["lag_seconds"].as_u64() >= behind[name]["lag_seconds"].as_u64(),
+            "{name}: {row}"
+        );
     }
 
     // The applier back and the bound moved: everything ships and the lag is 0 again.

@@ -662,7 +662,9 @@ fn a_source_progress_with_a_bad_field_names_it() {
     assert_eq!(encode(&progress(Some(80))).len(), encode(&progress(None)).len() + 8);
     let whole = encode(&progress(None));
     for cut in HEADER_LEN..whole.len() {
-        assert!(frame::decode(&whole[..cut], 0, MAX_PAYLOAD_LEN).expect("a prefix is incomplete, not wrong").is_none());
+        assert!(frame::decode(&whole[..cut], 0, MAX_PAYLOAD_LEN)
+            .expect("a prefix is incomplete, not wrong")
+            .is_none());
     }
 }
 

@@ -85,7 +85,10 @@ pub fn recorded_progress(root: &Path, topic: &str, partition: i32) -> Result<Opt
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
     if size > MAX_PROGRESS_FILE_BYTES {
-        return Err(format!("{}: {size} bytes, more than a progress file holds", path.display()));
+        return Err(format!(
+            "{}: {size} bytes, more than a progress file holds",
+            path.display()
+        ));
     }
     let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let p: RecordedProgress = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -121,7 +124,11 @@ pub(super) fn record(root: &Path, report: &SourceProgress, installed_end: Option
         points.retain(|(log_end, _)| *log_end > end);
     }
     let new_end = installed_end.is_none_or(|end| report.log_end_offset > end);
-    if new_end && points.last().is_none_or(|(log_end, _)| report.log_end_offset > *log_end) {
+    if new_end
+        && points
+            .last()
+            .is_none_or(|(log_end, _)| report.log_end_offset > *log_end)
+    {
         points.push((report.log_end_offset, now));
     }
     if points.len() > MAX_PROGRESS_POINTS {

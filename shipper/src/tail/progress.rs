@@ -38,7 +38,12 @@ pub(super) struct Track {
 /// The progress report due for `part` now, if any (blocking: runs on the step's thread).
 pub(super) fn due(part: &mut PartState, config: &TailFeedConfig) -> Option<FeedItem> {
     let interval = config.progress_interval?;
-    if part.progress.last.as_ref().is_some_and(|(at, _)| at.elapsed() < interval) {
+    if part
+        .progress
+        .last
+        .as_ref()
+        .is_some_and(|(at, _)| at.elapsed() < interval)
+    {
         return None;
     }
     let progress = match measure(part, config) {

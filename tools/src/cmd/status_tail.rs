@@ -55,7 +55,9 @@ pub fn tail_lags(root: &Path, status: &Status, now_ms: u64) -> Vec<TailLag> {
             if path.extension().and_then(|e| e.to_str()) != Some("json") {
                 continue;
             }
-            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
             if let Some((topic, partition)) = stem.rsplit_once('-') {
                 if let Ok(partition) = partition.parse::<i32>() {
                     names.insert((topic.to_string(), partition));
@@ -96,7 +98,9 @@ fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64
                 .map_or(0, |since| now_ms.saturating_sub(since) / 1000),
         );
         lag_bytes = match &active {
-            Some(a) if a.segment_base == p.active_segment_base => Some(p.active_segment_size.saturating_sub(a.position)),
+            Some(a) if a.segment_base == p.active_segment_base => {
+                Some(p.active_segment_size.saturating_sub(a.position))
+            }
             // Nothing of the source is missing: no bytes either, whatever segment the mirror is in.
             _ if lag_offsets == Some(0) => Some(0),
             _ => None,
@@ -135,7 +139,9 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
             "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8}{}",
             format!("{}-{}", l.topic, l.partition),
             opt(l.source_log_end_offset.map(|o| o.to_string())),
-            opt(l.source_seen_at_ms.map(|at| format!("{}s ago", now_ms.saturating_sub(at) / 1000))),
+            opt(l
+                .source_seen_at_ms
+                .map(|at| format!("{}s ago", now_ms.saturating_sub(at) / 1000))),
             opt(l.source_high_watermark.map(|o| o.to_string())),
             opt(l.installed_end_offset.map(|o| o.to_string())),
             opt(l.lag_offsets.map(|o| o.to_string())),

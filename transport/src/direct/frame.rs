@@ -16,8 +16,8 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::error::FrameError;
 use super::payload::{
-    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse, SourceProgress,
-    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
+    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, SourceProgress, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.
