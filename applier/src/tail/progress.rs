@@ -157,3 +157,75 @@ pub(super) fn record(root: &Path, report: &SourceProgress, installed_end: Option
     fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use segmirror_transport::direct::payload::PartitionRef;
+
+    use super::*;
+
+    fn report(log_end_offset: i64) -> SourceProgress {
+        SourceProgress {
+            partition: PartitionRef {
+                topic: "orders".into(),
+                partition: 3,
+                topic_id: [7; 16],
+            },
+            log_end_offset,
+            high_watermark: Some(log_end_offset - 1),
+            active_segment_base: 100,
+            active_segment_size: 4096,
+            shipper_time_ms: 1,
+        }
+    }
+
+    #[test]
+    fn the_oldest_report_beyond_the_installed_end_says_since_when_the_mirror_is_behind() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(recorded_progress(root.path(), "orders", 3).unwrap(), None);
+        record(root.path(), &report(120), Some(100)).unwrap();
+        let first = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!(first.points, vec![(120, first.received_at_ms)]);
+        record(root.path(), &report(150), Some(100)).unwrap();
+        let second = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!((second.log_end_offset, second.high_watermark), (150, Some(149)));
+        assert_eq!(second.points.len(), 2);
+        // Behind since the first report while the mirror lacks offset 100..120, since the second beyond 120.
+        assert_eq!(second.behind_since_ms(100), Some(first.received_at_ms));
+        assert_eq!(second.behind_since_ms(130), Some(second.points[1].1));
+        assert_eq!(second.behind_since_ms(150), None);
+        // Installed up to 130: the first point is pruned, the second kept.
+        record(root.path(), &report(150), Some(130)).unwrap();
+        let third = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!(third.points, vec![second.points[1]]);
+        assert!(!progress_path(root.path(), "orders", 3)
+            .with_extension("json.tmp")
+            .exists());
+    }
+
+    #[test]
+    fn points_stay_bounded_and_never_understate_the_lag() {
+        let root = tempfile::tempdir().unwrap();
+        for end in 1..=(MAX_PROGRESS_POINTS as i64 + 10) {
+            record(root.path(), &report(end), Some(0)).unwrap();
+        }
+        let p = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!(p.points.len(), MAX_PROGRESS_POINTS);
+        let oldest = p.points[0].1;
+        assert!(p.points.iter().all(|(_, at)| *at >= oldest));
+        assert_eq!(p.behind_since_ms(0), Some(oldest));
+    }
+
+    #[test]
+    fn a_file_of_another_partition_or_a_bad_topic_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        record(root.path(), &report(10), None).unwrap();
+        let other = progress_path(root.path(), "orders", 4);
+        fs::copy(progress_path(root.path(), "orders", 3), &other).unwrap();
+        let err = recorded_progress(root.path(), "orders", 4).unwrap_err();
+        assert!(err.contains("orders-3"), "{err}");
+        let mut bad = report(10);
+        bad.partition.topic = "../x".into();
+        assert!(record(root.path(), &bad, None).is_err());
+    }
+}

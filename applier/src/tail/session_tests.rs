@@ -35,7 +35,7 @@ impl ChunkFeed for ReplayFeed {
                 }
                 FeedItem::Seal(s) => s.segment_base < r.segment_base,
                 // Idempotent: resent from wherever the resume lands.
-                FeedItem::LogStart(_) | FeedItem::Replace(_) => true,
+                FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => true,
             };
             self.next = self.items.iter().take_while(|i| covered(i)).count();
         }
@@ -89,6 +89,7 @@ async fn tail_session_over_loopback_mirrors_the_source() {
             FeedItem::Seal(s) => appender.apply_seal(s).await.unwrap(),
             FeedItem::LogStart(l) => appender.apply_log_start(l).await.unwrap(),
             FeedItem::Replace(r) => appender.apply_replace(r).await.unwrap(),
+            FeedItem::Progress(p) => appender.apply_progress(p).await.unwrap(),
         }
     }
     let watcher = appender.clone();
