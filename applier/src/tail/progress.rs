@@ -139,7 +139,7 @@ pub(super) fn record(root: &Path, report: &SourceProgress, installed_end: Option
     }
     let recorded = RecordedProgress {
         topic: topic.clone(),
-        partition: partition,
+        partition,
         log_end_offset: report.log_end_offset,
         high_watermark: report.high_watermark,
         active_segment_base: report.active_segment_base,

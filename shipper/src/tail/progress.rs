@@ -29,10 +29,13 @@ use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 /// page cache; beyond it the report gives a lower bound rather than stalling the feed behind a long scan).
 pub const MAX_PROGRESS_SCAN_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The figures of a report that count as a change: log end, high watermark, active segment base and size.
+type Figures = (i64, Option<i64>, i64, u64);
+
 /// What was last reported for a partition in this session.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Track {
-    last: Option<(Instant, (i64, Option<i64>, i64, u64))>,
+    last: Option<(Instant, Figures)>,
 }
 
 /// The progress report due for `part` now, if any (blocking: runs on the step's thread).
