@@ -25,6 +25,10 @@ use super::{PartState, TailFeedConfig};
 use crate::source::read::{read_partition, PartitionRead};
 use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 
+#[cfg(test)]
+#[path = "progress_tests.rs"]
+mod tests;
+
 /// Most bytes one report scans to find the log end (64 MiB: a second's worth of a busy partition read from the
 /// page cache; beyond it the report gives a lower bound rather than stalling the feed behind a long scan).
 pub const MAX_PROGRESS_SCAN_BYTES: u64 = 64 * 1024 * 1024;
