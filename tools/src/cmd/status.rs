@@ -6,6 +6,9 @@
 //! (one per mirror root, see `segmirror_catalog::default_catalog_for_mirror`), so that a host with several mirrors
 //! shows them all without the user knowing where each catalog lives.
 //!
+//! For a tailed mirror it adds the tail replication lag per partition (`status_tail`): the catalog knows only what is
+//! installed, so the source's side comes from the shipper's last progress report, recorded by the applier.
+//!
 //! Exit status: 0, or 2 when the catalog cannot be read.
 
 use std::path::{Path, PathBuf};
