@@ -15,7 +15,7 @@ use serde::Serialize;
 
 /// How the lag columns are defined, shown under `status --help`.
 pub const TAIL_LAG_HELP: &str = "\
-Tail lag (mirrors fed by `segmirror ship` / `segmirror apply --listen|--connect`), per partition: `source end` is \
+Tail lag (mirrors fed by `segmirror ship` and `segmirror tail-apply --listen|--connect`), per partition: `source end` is \
 the source's log end offset as the shipper last reported it (reports go out at most once a second while connected, \
 and `seen` is how long ago the applier received the last one); `hw` the source's high watermark when the shipper \
 knows it; `installed` the offset after the mirror's last durable record. `lag offsets` = source end - installed. \
