@@ -50,7 +50,7 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, TopicId,
+    Chunk, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress, TopicId,
 };
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
@@ -62,6 +62,7 @@ mod catalog;
 mod catalog_follow_tests;
 #[cfg(test)]
 mod catalog_tests;
+mod progress;
 mod replace;
 mod retention;
 #[cfg(test)]
@@ -71,6 +72,7 @@ mod tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
+pub use progress::{progress_path, recorded_progress, RecordedProgress, MAX_PROGRESS_POINTS, PROGRESS_DIR};
 pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
 
@@ -310,6 +312,21 @@ impl ChunkApplier for TailAppender {
         let log_start = log_start.clone();
         self.run("applying the source's log start", move |i| {
             i.apply_log_start(&log_start)
+        })
+    }
+
+    fn apply_progress(
+        &mut self,
+        report: &SourceProgress,
+    ) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let report = report.clone();
+        self.run("recording the source's progress", move |i| {
+            // Advisory (see `progress`): a failure is logged, never the session's.
+            let installed_end = i.states.get(&tp_name(&report.partition)).and_then(|s| s.next_offset);
+            if let Err(reason) = progress::record(&i.root, &report, installed_end) {
+                tracing::warn!(partition = %tp_name(&report.partition), %reason, "source progress not recorded");
+            }
+            Ok(())
         })
     }
 

@@ -7,7 +7,7 @@
 use bytes::{Bytes, BytesMut};
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::{
-    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace,
+    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, SourceProgress,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -189,6 +189,14 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Frame::LogStart(LogStart {
             partition: position.partition.clone(),
             log_start_offset: 4242,
+        }),
+        Frame::SourceProgress(SourceProgress {
+            partition: position.partition.clone(),
+            log_end_offset: 5000,
+            high_watermark: Some(4990),
+            active_segment_base: 4096,
+            active_segment_size: 70_000,
+            shipper_time_ms: 1_700_000_000_000,
         }),
         Frame::SegmentReplace(SegmentReplace {
             partition: position.partition.clone(),

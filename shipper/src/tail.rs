@@ -96,6 +96,10 @@ pub struct TailFeedConfig {
     pub max_chunk_bytes: u64,
     /// [`POLL_INTERVAL`].
     pub poll_interval: Duration,
+    /// How often at most a partition's [`SourceProgress`](segmirror_transport::direct::SourceProgress) goes out
+    /// (`segmirror ship` uses [`PROGRESS_INTERVAL`](segmirror_transport::direct::handshake::PROGRESS_INTERVAL));
+    /// `None`, the library default: never, so a feed yields exactly its chunks, seals and retention items.
+    pub progress_interval: Option<Duration>,
 }
 
 impl TailFeedConfig {
@@ -105,6 +109,7 @@ impl TailFeedConfig {
             high_watermarks,
             max_chunk_bytes: MAX_FEED_CHUNK_BYTES,
             poll_interval: POLL_INTERVAL,
+            progress_interval: None,
         }
     }
 }
@@ -121,6 +126,8 @@ struct PartState {
     sealed: BTreeMap<i64, replace::Fingerprint>,
     /// A replacement being sent.
     replacing: Option<replace::Replacing>,
+    /// The source progress last reported ([`progress`]).
+    progress: progress::Track,
 }
 
 impl PartState {
@@ -132,6 +139,7 @@ impl PartState {
             log_start: log_start::Track::default(),
             sealed: BTreeMap::new(),
             replacing: None,
+            progress: progress::Track::default(),
         }
     }
 }
@@ -210,6 +218,7 @@ impl TailFeed {
                 // What was shipped stays known across sessions of this process; a replacement in progress restarts.
                 sealed: part.sealed.clone(),
                 replacing: None,
+                progress: progress::Track::default(),
             });
         }
         let unfollowed: Vec<Position> = resume
@@ -238,6 +247,10 @@ impl TailFeed {
                 };
                 let config = self.config.clone();
                 let stepped = blocking(move || {
+                    let mut part = part;
+                    if let Some(item) = progress::due(&mut part, &config) {
+                        return Ok(Ok((part, Some(item))));
+                    }
                     let options = Self::options(&config, &part.target.partition);
                     let dir = part.target.dir.clone();
                     match step(part, &options) {
@@ -559,6 +572,7 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 pub mod rediscover;
 pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
 mod log_start;
+mod progress;
 mod replace;
 #[cfg(test)]
 mod session_tests;

@@ -550,3 +550,145 @@ fn a_shipper_of_another_cluster_is_refused_and_its_link_pauses() {
     assert_clean_exit(shipper);
     assert_clean_exit(applier);
 }
+
+/// `segmirror status --json` of a tailed mirror: its `tail` rows by partition name.
+fn tail_status(mirror: &Path) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+        .args(["status", "--json", "--catalog"])
+        .arg(catalog_of(mirror))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["tail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let name = format!("{}-{}", row["topic"].as_str().unwrap(), row["partition"]);
+            (name, row.clone())
+        })
+        .collect()
+}
+
+/// Waits until `status` shows every partition as `want` says; returns the rows.
+fn wait_status(
+    mirror: &Path,
+    services: &mut [&mut Service],
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let start = Instant::now();
+    loop {
+        let rows = tail_status(mirror);
+        if rows.len() == 2 && rows.values().all(&want) {
+            return rows;
+        }
+        for s in services.iter_mut() {
+            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "status never showed what was expected: {rows:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The broker's `replication-offset-checkpoint` of the fixture's two partitions at `hw`, replaced atomically.
+fn write_high_watermarks(source: &Path, hw: i64) {
+    let tmp = source.join("replication-offset-checkpoint.tmp");
+    std::fs::write(&tmp, format!("0\n2\norders 0 {hw}\npayments 1 {hw}\n")).unwrap();
+    std::fs::rename(&tmp, source.join("replication-offset-checkpoint")).unwrap();
+}
+
+/// `status` shows the tail lag: 0 once caught up; while the source holds records the mirror may not have yet
+/// (above the high watermark the shipper is bound to), the exact offsets and bytes behind; still readable with the
+/// applier stopped; 0 again once the bound moves.
+#[test]
+fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
+    let root = tempfile::tempdir().unwrap();
+    let source = source(root.path());
+    let mirror = root.path().join("mirror");
+    // The fixture's partitions end at offset 90 (sealed 0..60, active 60..90).
+    write_high_watermarks(&source, 90);
+    let mut applier = Service::start(
+        "tail-apply",
+        &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &strings(&["--plaintext"])),
+    );
+    let addr = applier.bound();
+    let mut args = ship_args(&source, &["--connect", &addr], &strings(&["--plaintext"]));
+    let upto = args.iter().position(|a| a == "log-end").unwrap();
+    args[upto] = "high-watermark".to_string();
+    let mut shipper = Service::start("ship", &args);
+    wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
+
+    let caught_up = wait_status(&mirror, &mut [&mut applier, &mut shipper], |r| {
+        r["source_log_end_offset"] == 90 && r["installed_end_offset"] == 90
+    });
+    for (name, row) in &caught_up {
+        assert_eq!(row["source_high_watermark"], 90, "{name}: {row}");
+        assert_eq!(row["lag_offsets"], 0, "{name}: {row}");
+        assert_eq!(row["lag_bytes"], 0, "{name}: {row}");
+        assert_eq!(row["lag_seconds"], 0, "{name}: {row}");
+    }
+
+    // The source grows beyond its high watermark: the shipper may not ship it, and says how far the source is.
+    let active = |topic: &str| source.join(topic).join("00000000000000000060.log");
+    let before = std::fs::metadata(active("orders-0")).unwrap().len();
+    append_more(&source);
+    let grown = std::fs::metadata(active("orders-0")).unwrap().len() - before;
+    let behind = wait_status(&mirror, &mut [&mut applier, &mut shipper], |r| {
+        r["source_log_end_offset"] == 98
+    });
+    for (name, row) in &behind {
+        assert_eq!(row["installed_end_offset"], 90, "{name}: {row}");
+        assert_eq!(row["source_high_watermark"], 90, "{name}: {row}");
+        assert_eq!(row["lag_offsets"], 8, "{name}: {row}");
+        assert_eq!(row["lag_bytes"], grown, "{name}: {row}");
+        assert!(row["lag_seconds"].as_u64().is_some(), "{name}: {row}");
+    }
+    let table = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+        .args(["status", "--catalog"])
+        .arg(catalog_of(&mirror))
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("orders-0 "))
+        .unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // partition, source end, seen ("Ns", "ago"), hw, installed, lag offsets, lag bytes, lag s
+    assert_eq!(cells[1], "98", "{table}");
+    assert_eq!(&cells[4..8], &["90", "90", "8", &grown.to_string()], "{table}");
+
+    // With the applier stopped status still reads the last report, and the lag in seconds never goes back.
+    let (code, log) = applier.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let stopped = tail_status(&mirror);
+    for (name, row) in &stopped {
+        assert_eq!(row["lag_offsets"], 8, "{name}: {row}");
+        assert!(
+            row["lag_seconds"].as_u64() >= behind[name]["lag_seconds"].as_u64(),
+            "{name}: {row}"
+        );
+    }
+
+    // The applier back and the bound moved: everything ships and the lag is 0 again.
+    write_high_watermarks(&source, 98);
+    let mut applier = Service::start(
+        "tail-apply",
+        &apply_args(&mirror, &["--listen", &addr], &strings(&["--plaintext"])),
+    );
+    wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
+    let again = wait_status(&mirror, &mut [&mut applier, &mut shipper], |r| {
+        r["installed_end_offset"] == 98 && r["lag_offsets"] == 0
+    });
+    for (name, row) in &again {
+        assert_eq!(row["source_log_end_offset"], 98, "{name}: {row}");
+        assert_eq!(row["lag_bytes"], 0, "{name}: {row}");
+        assert_eq!(row["lag_seconds"], 0, "{name}: {row}");
+    }
+    assert_clean_exit(shipper);
+    assert_clean_exit(applier);
+}

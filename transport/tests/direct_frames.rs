@@ -8,7 +8,7 @@ use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVER
 use segmirror_transport::direct::payload::HELLO_MAGIC;
 use segmirror_transport::direct::{
     Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
-    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal,
+    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, SourceProgress,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -172,6 +172,24 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
             partition,
             log_start_offset
         })),
+        (
+            arb_partition(),
+            0..i64::MAX,
+            proptest::option::of(0..i64::MAX),
+            0..i64::MAX,
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(|(partition, log_end_offset, high_watermark, base, size, at)| {
+                Frame::SourceProgress(SourceProgress {
+                    partition,
+                    log_end_offset,
+                    high_watermark,
+                    active_segment_base: base,
+                    active_segment_size: size,
+                    shipper_time_ms: at,
+                })
+            }),
     ]
 }
 
@@ -587,6 +605,66 @@ fn a_log_start_with_a_negative_offset_names_the_field() {
             ..
         }) => assert_eq!(offset, at as u64),
         other => panic!("expected a field error, got {other:?}"),
+    }
+}
+
+fn progress(high_watermark: Option<i64>) -> Frame {
+    Frame::SourceProgress(SourceProgress {
+        partition: PartitionRef {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: [1; 16],
+        },
+        log_end_offset: 90,
+        high_watermark,
+        active_segment_base: 40,
+        active_segment_size: 4096,
+        shipper_time_ms: 1_700_000_000_000,
+    })
+}
+
+/// Sets `bytes[at] = value` in an encoded frame and re-seals its CRC, so the decoder reaches the field check.
+fn patch(mut bytes: Vec<u8>, at: usize, value: u8) -> Vec<u8> {
+    bytes[at] = value;
+    let end = bytes.len() - 4;
+    let crc = crc32c::crc32c(&bytes[..end]);
+    bytes[end..].copy_from_slice(&crc.to_be_bytes());
+    bytes
+}
+
+#[test]
+fn a_source_progress_with_a_bad_field_names_it() {
+    // Payload: topic (2 + 1), partition (4), topic id (16), log end (8), presence (1), [high watermark (8)], base (8).
+    let after_partition = HEADER_LEN + 2 + 1 + 4 + 16;
+    let cases = [
+        (progress(Some(80)), after_partition, 0x80, "log_end_offset"),
+        (progress(Some(80)), after_partition + 8, 2, "high_watermark"),
+        (progress(Some(80)), after_partition + 9, 0x80, "high_watermark"),
+        (progress(None), after_partition + 9, 0x80, "active_segment_base"),
+        (progress(Some(80)), after_partition + 17, 0x80, "active_segment_base"),
+    ];
+    for (frame, at, value, field) in cases {
+        let bytes = patch(encode(&frame), at, value);
+        match frame::decode(&bytes, 0, MAX_PAYLOAD_LEN) {
+            Err(FrameError::Field {
+                frame: "SourceProgress",
+                field: got,
+                offset,
+                ..
+            }) => {
+                assert_eq!(got, field);
+                assert_eq!(offset, at as u64, "{field}");
+            }
+            other => panic!("{field}: expected a field error, got {other:?}"),
+        }
+    }
+    // Without a high watermark the frame is 8 bytes shorter, and a truncated one is an error, not a panic.
+    assert_eq!(encode(&progress(Some(80))).len(), encode(&progress(None)).len() + 8);
+    let whole = encode(&progress(None));
+    for cut in HEADER_LEN..whole.len() {
+        assert!(frame::decode(&whole[..cut], 0, MAX_PAYLOAD_LEN)
+            .expect("a prefix is incomplete, not wrong")
+            .is_none());
     }
 }
 

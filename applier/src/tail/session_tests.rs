@@ -35,7 +35,7 @@ impl ChunkFeed for ReplayFeed {
                 }
                 FeedItem::Seal(s) => s.segment_base < r.segment_base,
                 // Idempotent: resent from wherever the resume lands.
-                FeedItem::LogStart(_) | FeedItem::Replace(_) => true,
+                FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => true,
             };
             self.next = self.items.iter().take_while(|i| covered(i)).count();
         }
@@ -89,6 +89,7 @@ async fn tail_session_over_loopback_mirrors_the_source() {
             FeedItem::Seal(s) => appender.apply_seal(s).await.unwrap(),
             FeedItem::LogStart(l) => appender.apply_log_start(l).await.unwrap(),
             FeedItem::Replace(r) => appender.apply_replace(r).await.unwrap(),
+            FeedItem::Progress(p) => appender.apply_progress(p).await.unwrap(),
         }
     }
     let watcher = appender.clone();
@@ -309,4 +310,87 @@ async fn tail_session_over_loopback_installs_a_compacted_replacement() {
             "segment {base}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_session_records_the_sources_progress() {
+    progress_session(None).await;
+}
+
+/// A shipper without the source-progress feature drops the report unsent: nothing is recorded, nothing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_session_without_the_progress_feature_records_none() {
+    use segmirror_transport::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE};
+    progress_session(Some(FEATURE_LOG_START | FEATURE_SEGMENT_REPLACE)).await;
+}
+
+/// Ships the first segment with a SourceProgress before its chunks; `shipper_features` overrides the offer.
+async fn progress_session(shipper_features: Option<u64>) {
+    let f = fixture();
+    let (base, bytes) = &f.segs[0];
+    let partition = seal_of(&f.source, *base, bytes, true).partition;
+    let report = SourceProgress {
+        partition: partition.clone(),
+        log_end_offset: 12_345,
+        high_watermark: None,
+        active_segment_base: 12_000,
+        active_segment_size: 777,
+        shipper_time_ms: 42,
+    };
+    let mut items = vec![FeedItem::Progress(report.clone())];
+    items.extend(chunks_of(*base, bytes, 2).into_iter().map(FeedItem::Chunk));
+    let appender = TailAppender::open(&f.mirror).unwrap();
+    let watcher = appender.clone();
+    let applier = ApplierSession::new(appender, config()).unwrap();
+    let mut shipper = ShipperSession::new(ReplayFeed { items, next: 0 }, config()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let shutdown = CancellationToken::new();
+    let a = tokio::spawn(listen(
+        listener,
+        Acceptor::Plain,
+        link(Role::Applier),
+        applier,
+        shutdown.clone(),
+    ));
+    let stop = shutdown.clone();
+    let mut shipper_link = link(Role::Shipper);
+    if let Some(features) = shipper_features {
+        shipper_link.handshake.features_supported = features;
+    }
+    let s = tokio::spawn(async move { dial(&addr, &Dialer::Plain, &shipper_link, &mut shipper, &stop).await });
+    let want = (*base, bytes.len() as u64);
+    let reached = tokio::time::timeout(GIVE_UP, async {
+        let mut w = watcher.clone();
+        loop {
+            let now = w.durable_positions().await.unwrap();
+            if now.first().map(|d| (d.position.segment_base, d.position.position)) == Some(want) {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    shutdown.cancel();
+    let (_, listened) = a.await.unwrap();
+    listened.unwrap();
+    s.await.unwrap().unwrap();
+    assert!(reached.is_ok(), "the mirror never reached {want:?}");
+    // The chunks after the report were applied, so the report (sent before them) was handled first.
+    let recorded = recorded_progress(&f.mirror, &partition.topic, partition.partition).unwrap();
+    if shipper_features.is_some() {
+        assert_eq!(recorded, None);
+        return;
+    }
+    let recorded = recorded.expect("the report was recorded");
+    assert_eq!(
+        (
+            recorded.log_end_offset,
+            recorded.high_watermark,
+            recorded.active_segment_base,
+            recorded.active_segment_size,
+            recorded.shipper_time_ms
+        ),
+        (12_345, None, 12_000, 777, 42)
+    );
 }

@@ -5,5 +5,6 @@ pub mod promote;
 pub mod seed;
 pub mod ship;
 pub mod status;
+mod status_tail;
 pub mod tail_apply;
 pub mod verify;

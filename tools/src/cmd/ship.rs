@@ -141,6 +141,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         }
     };
     let mut feed_config = TailFeedConfig::new(high_watermarks);
+    feed_config.progress_interval = Some(segmirror_transport::direct::handshake::PROGRESS_INTERVAL);
     feed_config.upto = match args.upto {
         Upto::HighWatermark => UptoPolicy::HighWatermark,
         Upto::LogEnd => UptoPolicy::LogEnd,

@@ -6,6 +6,9 @@
 //! (one per mirror root, see `segmirror_catalog::default_catalog_for_mirror`), so that a host with several mirrors
 //! shows them all without the user knowing where each catalog lives.
 //!
+//! For a tailed mirror it adds the tail replication lag per partition (`status_tail`): the catalog knows only what is
+//! installed, so the source's side comes from the shipper's last progress report, recorded by the applier.
+//!
 //! Exit status: 0, or 2 when the catalog cannot be read.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +18,7 @@ use anyhow::{bail, Context as _};
 use segmirror_catalog::{catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionStatus, Status, Subject};
 use serde::Serialize;
 
+use super::status_tail::{self, TailLag};
 use crate::cli::catalog::{catalog_path, data_dir, mirror_catalog_path, CATALOG_HELP};
 
 /// How `status` finds catalogs, shown under its `--help`.
@@ -25,7 +29,7 @@ header. With --json and several catalogs the output is a JSON array of documents
 document.";
 
 #[derive(clap::Args)]
-#[command(after_help = format!("{STATUS_HELP}\n\n{CATALOG_HELP}"))]
+#[command(after_help = format!("{STATUS_HELP}\n\n{}\n\n{CATALOG_HELP}", super::status_tail::TAIL_LAG_HELP))]
 pub struct Args {
     /// The catalog to read. See below for the default.
     #[arg(long, value_name = "PATH", conflicts_with = "mirror")]
@@ -47,6 +51,8 @@ struct StatusDoc<'a> {
     schema_version: u32,
     generated_at_ms: i64,
     links: Vec<LinkDoc<'a>>,
+    /// Tail replication lag per tailed partition of the mirror root (see `status --help`).
+    tail: Vec<TailLag>,
 }
 
 /// A link: the fields of [`LinkStatus`] (its partitions with their last events) and its own last event.
@@ -162,12 +168,18 @@ fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyh
         }
         links.push(LinkDoc::new(link, last_event, partition_docs));
     }
+    let mirror_root = catalog.mirror_root()?;
+    let now = u64::try_from(status.generated_at_ms).unwrap_or(0);
+    let tail = mirror_root
+        .as_deref()
+        .map_or_else(Vec::new, |root| status_tail::tail_lags(root, status, now));
     Ok(StatusDoc {
         catalog: path,
-        mirror_root: catalog.mirror_root()?,
+        mirror_root,
         schema_version: status.schema_version,
         generated_at_ms: status.generated_at_ms,
         links,
+        tail,
     })
 }
 
@@ -226,6 +238,10 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
             );
         }
     }
+    out.push_str(&status_tail::render(
+        &doc.tail,
+        u64::try_from(doc.generated_at_ms).unwrap_or(0),
+    ));
     out
 }
 
@@ -377,6 +393,7 @@ mod tests {
             schema_version: status.schema_version,
             generated_at_ms: status.generated_at_ms,
             links,
+            tail: Vec::new(),
         };
         let table = render_table(&doc, &status);
         let lines: Vec<&str> = table.lines().collect();

@@ -17,7 +17,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::error::FrameError;
 use super::payload::{
     Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
-    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, SourceProgress, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.
@@ -56,10 +56,11 @@ pub enum FrameType {
     Goodbye = 10,
     LogStart = 11,
     SegmentReplace = 12,
+    SourceProgress = 13,
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 12] = [
+    pub const ALL: [FrameType; 13] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -72,6 +73,7 @@ impl FrameType {
         FrameType::Goodbye,
         FrameType::LogStart,
         FrameType::SegmentReplace,
+        FrameType::SourceProgress,
     ];
 
     pub const fn from_code(code: u8) -> Option<FrameType> {
@@ -88,6 +90,7 @@ impl FrameType {
             10 => Some(FrameType::Goodbye),
             11 => Some(FrameType::LogStart),
             12 => Some(FrameType::SegmentReplace),
+            13 => Some(FrameType::SourceProgress),
             _ => None,
         }
     }
@@ -106,6 +109,7 @@ impl FrameType {
             FrameType::Goodbye => "Goodbye",
             FrameType::LogStart => "LogStart",
             FrameType::SegmentReplace => "SegmentReplace",
+            FrameType::SourceProgress => "SourceProgress",
         }
     }
 }
@@ -135,6 +139,8 @@ pub enum Frame {
     LogStart(LogStart),
     /// Shipper → applier (feature `FEATURE_SEGMENT_REPLACE`): a piece of a compacted replacement.
     SegmentReplace(SegmentReplace),
+    /// Shipper → applier (feature `FEATURE_SOURCE_PROGRESS`): where the source stands, for lag reporting.
+    SourceProgress(SourceProgress),
 }
 
 impl Frame {
@@ -152,6 +158,7 @@ impl Frame {
             Frame::Goodbye(_) => FrameType::Goodbye,
             Frame::LogStart(_) => FrameType::LogStart,
             Frame::SegmentReplace(_) => FrameType::SegmentReplace,
+            Frame::SourceProgress(_) => FrameType::SourceProgress,
         }
     }
 
@@ -253,6 +260,20 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
         Frame::LogStart(l) => {
             w.partition(&l.partition)?;
             w.offset("log_start_offset", l.log_start_offset)?;
+        }
+        Frame::SourceProgress(p) => {
+            w.partition(&p.partition)?;
+            w.offset("log_end_offset", p.log_end_offset)?;
+            match p.high_watermark {
+                None => w.out.put_u8(0),
+                Some(hw) => {
+                    w.out.put_u8(1);
+                    w.offset("high_watermark", hw)?;
+                }
+            }
+            w.offset("active_segment_base", p.active_segment_base)?;
+            w.out.put_u64(p.active_segment_size);
+            w.out.put_u64(p.shipper_time_ms);
         }
         Frame::SegmentReplace(r) => {
             w.partition(&r.partition)?;
@@ -548,6 +569,26 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
             partition: r.partition()?,
             log_start_offset: r.offset("log_start_offset")?,
         }),
+        FrameType::SourceProgress => {
+            let partition = r.partition()?;
+            let log_end_offset = r.offset("log_end_offset")?;
+            let high_watermark = match r.u8("high_watermark")? {
+                0 => None,
+                1 => Some(r.offset("high_watermark")?),
+                other => {
+                    r.back(1);
+                    return Err(r.fail("high_watermark", format!("presence byte {other}, expected 0 or 1")));
+                }
+            };
+            Frame::SourceProgress(SourceProgress {
+                partition,
+                log_end_offset,
+                high_watermark,
+                active_segment_base: r.offset("active_segment_base")?,
+                active_segment_size: r.u64("active_segment_size")?,
+                shipper_time_ms: r.u64("shipper_time_ms")?,
+            })
+        }
         FrameType::SegmentReplace => {
             let partition = r.partition()?;
             let count = usize::from(r.u16("replaced_bases")?);

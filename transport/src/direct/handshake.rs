@@ -43,10 +43,22 @@ pub const FEATURE_LOG_START: u64 = 1 << 0;
 /// the versions it sealed.
 pub const FEATURE_SEGMENT_REPLACE: u64 = 1 << 1;
 
+/// Feature bit 2: the shipper sends SourceProgress frames (the source's log end,
+/// high watermark and active segment size) and the applier records them for
+/// `segmirror status` (`docs/direct-protocol.md` §6, SourceProgress). Without
+/// it status cannot tell how far the source is ahead.
+pub const FEATURE_SOURCE_PROGRESS: u64 = 1 << 2;
+
+/// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
+/// read by people and monitoring that poll in seconds; more often would only cost
+/// frames (one per partition each time), less often makes "seconds behind" coarse.
+/// A progress that has not changed is not resent before this interval either.
+pub const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Feature bits this build offers. The bits are negotiated (intersection of
 /// what both support, refused when one side requires a bit the other lacks)
 /// so later additions need no version bump.
-pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START | FEATURE_SEGMENT_REPLACE;
+pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START | FEATURE_SEGMENT_REPLACE | FEATURE_SOURCE_PROGRESS;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by

@@ -172,6 +172,24 @@ pub struct LogStart {
     pub log_start_offset: i64,
 }
 
+/// Where the source partition stands, for lag reporting only: the shipper sends it at most every
+/// [`super::handshake::PROGRESS_INTERVAL`] and when it changes, on sessions that agreed
+/// [`super::handshake::FEATURE_SOURCE_PROGRESS`]. Advisory: it moves no position, costs no credit, gets no Ack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceProgress {
+    pub partition: PartitionRef,
+    /// The source's log end offset (next offset after the last complete batch the shipper saw).
+    pub log_end_offset: i64,
+    /// The source's high watermark, when the shipper knows it (ListOffsets or the replication checkpoint).
+    pub high_watermark: Option<i64>,
+    /// Base offset of the source's active (last) segment.
+    pub active_segment_base: i64,
+    /// Size in bytes of the source's active segment as last read.
+    pub active_segment_size: u64,
+    /// The shipper's wall clock when it took these figures, milliseconds since the Unix epoch.
+    pub shipper_time_ms: u64,
+}
+
 /// A piece of a new version of a range of sealed segments (the source's cleaner rewrote them, possibly merging
 /// several into one with the first one's base): the new file's bytes at `position`, staged by the applier; the
 /// last piece carries `end`, after which the applier validates and installs it in place of `replaced_bases`. Sent

@@ -27,8 +27,10 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE};
-use crate::direct::payload::{Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal};
+use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS};
+use crate::direct::payload::{
+    Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
+};
 
 /// A partition's durable end as the applier reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +75,14 @@ pub trait ChunkApplier: Send + 'static {
             tp(&piece.partition)
         );
         async move { Err(DirectError::Protocol { reason }) }
+    }
+
+    /// Where the source stands (its log end, high watermark, active segment size, the shipper's clock): record it
+    /// for lag reporting. Advisory, so an applier may lose it; only on sessions that agreed
+    /// [`FEATURE_SOURCE_PROGRESS`]. The default ignores it.
+    fn apply_progress(&mut self, progress: &SourceProgress) -> impl Future<Output = Result<()>> + Send {
+        let _ = progress;
+        async { Ok(()) }
     }
 }
 
@@ -223,6 +233,13 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     }
                     continue;
                 }
+                Frame::SourceProgress(p) if session.features & FEATURE_SOURCE_PROGRESS != 0 => {
+                    // Advisory: no position, no credit, no Ack.
+                    if let Err(e) = self.applier.apply_progress(&p).await {
+                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    }
+                    continue;
+                }
                 Frame::SegmentReplace(piece) if session.features & FEATURE_SEGMENT_REPLACE != 0 => {
                     // No position moves: no Ack; the credit comes back once the piece is durable.
                     if let Err(e) = self.applier.apply_replace(&piece).await {
@@ -235,7 +252,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 other => {
                     let e = DirectError::UnexpectedFrame {
                         stage: "streaming",
-                        expected: "Chunk, SegmentSeal, LogStart or SegmentReplace (when agreed), Heartbeat or Goodbye",
+                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace or SourceProgress (when agreed), Heartbeat or Goodbye",
                         got: other.name(),
                     };
                     return Err(fail(tx, &mut writer, &mut stream, idle, e).await);

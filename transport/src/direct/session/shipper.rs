@@ -30,8 +30,10 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE};
-use crate::direct::payload::{Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal};
+use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS};
+use crate::direct::payload::{
+    Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
+};
 
 /// What the shipper sends next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +46,9 @@ pub enum FeedItem {
     /// A piece of a compacted replacement of sealed segments. Like a LogStart it moves no position (no Ack; its
     /// credit comes back once applied), and it is dropped on a session without [`FEATURE_SEGMENT_REPLACE`].
     Replace(SegmentReplace),
+    /// Where the source stands (lag reporting). Moves no position, costs no credit, never acknowledged; dropped
+    /// on a session without [`FEATURE_SOURCE_PROGRESS`].
+    Progress(SourceProgress),
 }
 
 impl FeedItem {
@@ -53,6 +58,7 @@ impl FeedItem {
             FeedItem::Seal(s) => &s.partition,
             FeedItem::LogStart(l) => &l.partition,
             FeedItem::Replace(r) => &r.partition,
+            FeedItem::Progress(p) => &p.partition,
         }
     }
 
@@ -61,7 +67,7 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => Some((c.segment_base, c.position + c.bytes.len() as u64)),
             FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
-            FeedItem::LogStart(_) | FeedItem::Replace(_) => None,
+            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => None,
         }
     }
 
@@ -70,7 +76,7 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => Some((c.segment_base, c.position)),
             FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
-            FeedItem::LogStart(_) | FeedItem::Replace(_) => None,
+            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => None,
         }
     }
 
@@ -78,7 +84,7 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => chunk_cost(c),
             FeedItem::Seal(s) => seal_cost(s),
-            FeedItem::LogStart(_) => 0,
+            FeedItem::LogStart(_) | FeedItem::Progress(_) => 0,
             FeedItem::Replace(r) => replace_cost(r),
         }
     }
@@ -89,6 +95,7 @@ impl FeedItem {
             FeedItem::Seal(s) => Frame::SegmentSeal(s),
             FeedItem::LogStart(l) => Frame::LogStart(l),
             FeedItem::Replace(r) => Frame::SegmentReplace(r),
+            FeedItem::Progress(p) => Frame::SourceProgress(p),
         }
     }
 }
@@ -308,6 +315,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
                     let needs = match item {
                         FeedItem::LogStart(_) => FEATURE_LOG_START,
                         FeedItem::Replace(_) => FEATURE_SEGMENT_REPLACE,
+                        FeedItem::Progress(_) => FEATURE_SOURCE_PROGRESS,
                         _ => 0,
                     };
                     if session.features & needs != needs {
@@ -426,13 +434,13 @@ fn check_item(
         }
     }
     let Some(start) = item.start() else {
-        return Ok(()); // a LogStart or a replacement piece continues nothing
+        return Ok(()); // a LogStart, a replacement piece or a progress report continues nothing
     };
     let continues = match (item, sent) {
         (FeedItem::Chunk(c), None) => c.position == 0,
         (FeedItem::Chunk(c), Some(end)) => start == end || (c.segment_base > end.0 && c.position == 0),
         (FeedItem::Seal(_), Some(end)) => start == end,
-        (FeedItem::Seal(_), None) | (FeedItem::LogStart(_) | FeedItem::Replace(_), _) => false,
+        (FeedItem::Seal(_), None) | (FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_), _) => false,
     };
     if !continues {
         return Err(local(format!(

@@ -1,0 +1,231 @@
+//! The source's progress as the shipper last reported it ([`SourceProgress`]), kept where `segmirror status` reads
+//! it without the applier running: `<mirror>/.tail/progress/<topic>-<partition>.json`.
+//!
+//! Advisory, so written atomically (a temporary file renamed over the old one: a reader sees the old or the new
+//! report, never half of one) but never fsynced: a crash may lose the last reports, which the shipper sends again
+//! within a second of the next session, and an fsync per report would put disk flushes beside the latency path for
+//! nothing that affects correctness. A failure to record one is logged and ignored: it never stops replication.
+//!
+//! Besides the last report the file keeps, for "seconds behind", the points where the source's log end first
+//! reached a new value (log end, when it was received) that the mirror had not installed yet: the first of them
+//! beyond the installed end says since when the source has held a record the mirror lacks. Points the mirror has
+//! installed are pruned at each report; at most [`MAX_PROGRESS_POINTS`] are kept (merging the oldest two, keeping
+//! the earlier time, so the lag is never understated).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use segmirror_transport::direct::payload::SourceProgress;
+use serde::{Deserialize, Serialize};
+
+use super::{tp_name, valid_topic, TAIL_STATE_DIR};
+
+/// Directory under `<mirror>/.tail` holding one progress file per partition.
+pub const PROGRESS_DIR: &str = "progress";
+
+/// Most not-yet-installed log end points kept per partition (128: two minutes of one report a second at full
+/// detail; beyond it the oldest coarsen, which can only overstate the lag).
+pub const MAX_PROGRESS_POINTS: usize = 128;
+
+/// Largest progress file read: a few kilobytes are written; anything far larger is not one of ours.
+const MAX_PROGRESS_FILE_BYTES: u64 = 1 << 20;
+
+/// A partition's last source progress report, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedProgress {
+    pub topic: String,
+    pub partition: i32,
+    /// The source's log end offset (next offset after its last complete batch).
+    pub log_end_offset: i64,
+    /// The source's high watermark, when the shipper knew it.
+    pub high_watermark: Option<i64>,
+    pub active_segment_base: i64,
+    /// Bytes of the source's active segment.
+    pub active_segment_size: u64,
+    /// The shipper's clock when it measured (ms since the Unix epoch).
+    pub shipper_time_ms: u64,
+    /// This applier's clock when the report arrived (ms since the Unix epoch).
+    pub received_at_ms: u64,
+    /// (log end offset, received at ms) where the source's log end first reached a value not installed then;
+    /// increasing in both.
+    #[serde(default)]
+    pub points: Vec<(i64, u64)>,
+}
+
+impl RecordedProgress {
+    /// When (received time, ms) the source was first seen holding an offset at or beyond `installed_end`, the
+    /// offset after the last installed record; `None` when the last report shows nothing beyond it.
+    pub fn behind_since_ms(&self, installed_end: i64) -> Option<u64> {
+        if self.log_end_offset <= installed_end {
+            return None;
+        }
+        self.points
+            .iter()
+            .find(|(end, _)| *end > installed_end)
+            .map(|(_, at)| *at)
+            .or(Some(self.received_at_ms))
+    }
+}
+
+/// The progress file of `topic`-`partition` under the mirror `root`.
+pub fn progress_path(root: &Path, topic: &str, partition: i32) -> PathBuf {
+    root.join(TAIL_STATE_DIR)
+        .join(PROGRESS_DIR)
+        .join(format!("{topic}-{partition}.json"))
+}
+
+/// The recorded progress of `topic`-`partition`, or `None` when there is none; an unreadable file is an error
+/// naming it (as a string: the report is advisory and status shows the reason).
+pub fn recorded_progress(root: &Path, topic: &str, partition: i32) -> Result<Option<RecordedProgress>, String> {
+    let path = progress_path(root, topic, partition);
+    let size = match fs::metadata(&path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    if size > MAX_PROGRESS_FILE_BYTES {
+        return Err(format!(
+            "{}: {size} bytes, more than a progress file holds",
+            path.display()
+        ));
+    }
+    let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let p: RecordedProgress = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if p.topic != topic || p.partition != partition {
+        return Err(format!(
+            "{}: names partition {}-{}, not the one its file name says",
+            path.display(),
+            p.topic,
+            p.partition
+        ));
+    }
+    Ok(Some(p))
+}
+
+/// Records `report` for its partition; `installed_end` is the offset after the mirror's last durable record, if
+/// known (points at or below it are pruned). Blocking.
+pub(super) fn record(root: &Path, report: &SourceProgress, installed_end: Option<i64>) -> Result<(), String> {
+    let (topic, partition) = (&report.partition.topic, report.partition.partition);
+    if !valid_topic(topic) {
+        return Err(format!("{}: not a valid topic name", tp_name(&report.partition)));
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    // An unreadable old file is replaced: the report is what matters, the history only refines it.
+    let mut points = recorded_progress(root, topic, partition)
+        .ok()
+        .flatten()
+        .map(|p| p.points)
+        .unwrap_or_default();
+    if let Some(end) = installed_end {
+        points.retain(|(log_end, _)| *log_end > end);
+    }
+    let new_end = installed_end.is_none_or(|end| report.log_end_offset > end);
+    if new_end
+        && points
+            .last()
+            .is_none_or(|(log_end, _)| report.log_end_offset > *log_end)
+    {
+        points.push((report.log_end_offset, now));
+    }
+    if points.len() > MAX_PROGRESS_POINTS {
+        // Merge the oldest two: the second keeps the first's (earlier) time.
+        let first_at = points[0].1;
+        points.remove(0);
+        points[0].1 = first_at;
+    }
+    let recorded = RecordedProgress {
+        topic: topic.clone(),
+        partition,
+        log_end_offset: report.log_end_offset,
+        high_watermark: report.high_watermark,
+        active_segment_base: report.active_segment_base,
+        active_segment_size: report.active_segment_size,
+        shipper_time_ms: report.shipper_time_ms,
+        received_at_ms: now,
+        points,
+    };
+    let path = progress_path(root, topic, partition);
+    let dir = path.parent().ok_or_else(|| format!("{}: no parent", path.display()))?;
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let bytes = serde_json::to_vec_pretty(&recorded).map_err(|e| e.to_string())?;
+    let tmp = path.with_extension("json.tmp");
+    fs::write(&tmp, &bytes).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use segmirror_transport::direct::payload::PartitionRef;
+
+    use super::*;
+
+    fn report(log_end_offset: i64) -> SourceProgress {
+        SourceProgress {
+            partition: PartitionRef {
+                topic: "orders".into(),
+                partition: 3,
+                topic_id: [7; 16],
+            },
+            log_end_offset,
+            high_watermark: Some(log_end_offset - 1),
+            active_segment_base: 100,
+            active_segment_size: 4096,
+            shipper_time_ms: 1,
+        }
+    }
+
+    #[test]
+    fn the_oldest_report_beyond_the_installed_end_says_since_when_the_mirror_is_behind() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(recorded_progress(root.path(), "orders", 3).unwrap(), None);
+        record(root.path(), &report(120), Some(100)).unwrap();
+        let first = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!(first.points, vec![(120, first.received_at_ms)]);
+        record(root.path(), &report(150), Some(100)).unwrap();
+        let second = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!((second.log_end_offset, second.high_watermark), (150, Some(149)));
+        assert_eq!(second.points.len(), 2);
+        // Behind since the first report while the mirror lacks offset 100..120, since the second beyond 120.
+        assert_eq!(second.behind_since_ms(100), Some(first.received_at_ms));
+        assert_eq!(second.behind_since_ms(130), Some(second.points[1].1));
+        assert_eq!(second.behind_since_ms(150), None);
+        // Installed up to 130: the first point is pruned, the second kept.
+        record(root.path(), &report(150), Some(130)).unwrap();
+        let third = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!(third.points, vec![second.points[1]]);
+        assert!(!progress_path(root.path(), "orders", 3)
+            .with_extension("json.tmp")
+            .exists());
+    }
+
+    #[test]
+    fn points_stay_bounded_and_never_understate_the_lag() {
+        let root = tempfile::tempdir().unwrap();
+        for end in 1..=(MAX_PROGRESS_POINTS as i64 + 10) {
+            record(root.path(), &report(end), Some(0)).unwrap();
+        }
+        let p = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!(p.points.len(), MAX_PROGRESS_POINTS);
+        let oldest = p.points[0].1;
+        assert!(p.points.iter().all(|(_, at)| *at >= oldest));
+        assert_eq!(p.behind_since_ms(0), Some(oldest));
+    }
+
+    #[test]
+    fn a_file_of_another_partition_or_a_bad_topic_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        record(root.path(), &report(10), None).unwrap();
+        let other = progress_path(root.path(), "orders", 4);
+        fs::copy(progress_path(root.path(), "orders", 3), &other).unwrap();
+        let err = recorded_progress(root.path(), "orders", 4).unwrap_err();
+        assert!(err.contains("orders-3"), "{err}");
+        let mut bad = report(10);
+        bad.partition.topic = "../x".into();
+        assert!(record(root.path(), &bad, None).is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! Where the source stands, told to the applier for lag reporting (`segmirror status`): a [`SourceProgress`] per
+//! partition with the source's log end offset, its high watermark when known, the active segment's base and size,
+//! and this shipper's wall clock.
+//!
+//! Why the feed computes it: the applier only knows what it installed, and only the shipper sees the source.
+//! Why at most every [`PROGRESS_INTERVAL`] (`TailFeedConfig::progress_interval`) and only when it changed: it is read by people and monitoring polling in
+//! seconds; an unchanged figure tells the applier nothing new (the report's time is when the source was last seen
+//! *that far*, which is what "seconds behind" needs). After a seek nothing counts as sent, so every session starts
+//! with a fresh report. Advisory: a failure to compute one (a segment deleted under the listing) skips it, never
+//! fails the feed.
+//!
+//! The log end offset is the next offset after the last complete, CRC-valid batch of the active segment, found by
+//! scanning from the feed's own position when it is in the active segment (nothing, when it is caught up), else
+//! from the active segment's start; at most [`MAX_PROGRESS_SCAN_BYTES`] per report, so a far-behind feed reports a
+//! lower bound (the bytes lag is still exact: it comes from the size).
+//!
+//! [`PROGRESS_INTERVAL`]: segmirror_transport::direct::handshake::PROGRESS_INTERVAL
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use segmirror_transport::direct::payload::SourceProgress;
+use segmirror_transport::direct::session::FeedItem;
+
+use super::{PartState, TailFeedConfig};
+use crate::source::read::{read_partition, PartitionRead};
+use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
+
+#[cfg(test)]
+#[path = "progress_tests.rs"]
+mod tests;
+
+/// Most bytes one report scans to find the log end (64 MiB: a second's worth of a busy partition read from the
+/// page cache; beyond it the report gives a lower bound rather than stalling the feed behind a long scan).
+pub const MAX_PROGRESS_SCAN_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The figures of a report that count as a change: log end, high watermark, active segment base and size.
+type Figures = (i64, Option<i64>, i64, u64);
+
+/// What was last reported for a partition in this session.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Track {
+    last: Option<(Instant, Figures)>,
+}
+
+/// The progress report due for `part` now, if any (blocking: runs on the step's thread).
+pub(super) fn due(part: &mut PartState, config: &TailFeedConfig) -> Option<FeedItem> {
+    let interval = config.progress_interval?;
+    if part
+        .progress
+        .last
+        .as_ref()
+        .is_some_and(|(at, _)| at.elapsed() < interval)
+    {
+        return None;
+    }
+    let progress = match measure(part, config) {
+        Ok(p) => p?,
+        Err(reason) => {
+            tracing::debug!(dir = %part.target.dir.display(), %reason, "no source progress this time");
+            return None;
+        }
+    };
+    let key = (
+        progress.log_end_offset,
+        progress.high_watermark,
+        progress.active_segment_base,
+        progress.active_segment_size,
+    );
+    if part.progress.last.as_ref().is_some_and(|(_, last)| *last == key) {
+        return None;
+    }
+    part.progress.last = Some((Instant::now(), key));
+    Some(FeedItem::Progress(progress))
+}
+
+fn measure(part: &PartState, config: &TailFeedConfig) -> Result<Option<SourceProgress>, String> {
+    let view = match read_partition(&part.target.dir).map_err(|e| e.to_string())? {
+        PartitionRead::View(view) => view,
+        PartitionRead::Refused(findings) => return Err(format!("{findings:?}")),
+    };
+    let Some(active) = view.segments.last() else {
+        return Ok(None);
+    };
+    let base = active.base_offset();
+    let size = std::fs::metadata(&active.files.log).map_err(|e| e.to_string())?.len();
+    let from = match &part.at {
+        Some(at) if at.base_offset == base => at.clone(),
+        _ => TailPosition::start(&active.files.log, base).map_err(|e| e.to_string())?,
+    };
+    let options = TailOptions {
+        upto: None,
+        max_chunk_bytes: MAX_PROGRESS_SCAN_BYTES,
+        ..TailOptions::default()
+    };
+    let log_end_offset = match read_tail(&from, &options).map_err(|e| e.to_string())? {
+        TailRead::Appended { next, .. } => next.next_offset,
+        other => return Err(format!("the active segment changed while scanned: {other:?}")),
+    };
+    // As fresh as the bound the step after this one uses (cheap when it is fresh already).
+    config.high_watermarks.refresh();
+    let high_watermark = config
+        .high_watermarks
+        .high_watermark(&part.target.partition.topic, part.target.partition.partition)
+        .map(|hw| hw.offset);
+    let shipper_time_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Ok(Some(SourceProgress {
+        partition: part.target.partition.clone(),
+        log_end_offset,
+        high_watermark,
+        active_segment_base: base,
+        active_segment_size: size,
+        shipper_time_ms,
+    }))
+}

@@ -1,0 +1,55 @@
+//! The feed reports where the source stands: first thing in a session, then only when a figure changed, and
+//! again after a seek.
+
+use segmirror_transport::direct::session::FeedItem;
+
+use super::super::tests::{append, batch_at, feed, partition};
+use super::super::*;
+use crate::source::bound_hw::UptoPolicy;
+
+async fn next(feed: &mut TailFeed) -> FeedItem {
+    tokio::time::timeout(Duration::from_secs(30), feed.next_item())
+        .await
+        .expect("an item")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = log_path(&dir, 0);
+    std::fs::write(&log, b"").unwrap();
+    for i in 0..5 {
+        append(&log, &batch_at(i, 1, i as usize));
+    }
+    // Bound at 3: offsets 3 and 4 stay on the source, so after the chunk only a change makes an item.
+    let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(3), MAX_FEED_CHUNK_BYTES);
+    feed.config.progress_interval = Some(Duration::ZERO);
+    feed.seek_positions(&[]).await.unwrap();
+    let expect = |item: FeedItem, log_end: i64| match item {
+        FeedItem::Progress(p) => {
+            assert_eq!(p.partition, partition());
+            assert_eq!(
+                (
+                    p.log_end_offset,
+                    p.high_watermark,
+                    p.active_segment_base,
+                    p.active_segment_size
+                ),
+                (log_end, Some(3), 0, std::fs::metadata(&log).unwrap().len())
+            );
+            assert!(p.shipper_time_ms > 0);
+        }
+        other => panic!("expected a progress report, got {other:?}"),
+    };
+    expect(next(&mut feed).await, 5);
+    assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if c.position == 0));
+    // The source grows (above the bound): the next item is the report of it, not a repeat of the old one.
+    append(&log, &batch_at(5, 1, 5));
+    expect(next(&mut feed).await, 6);
+    // A new session starts with a report, even unchanged.
+    feed.seek_positions(&[]).await.unwrap();
+    expect(next(&mut feed).await, 6);
+}

@@ -1,0 +1,154 @@
+//! The tail replication lag `segmirror status` shows: per tailed partition of a mirror root, the source's log end
+//! as the shipper last reported it (`applier::tail::RecordedProgress`), what the mirror holds durable (the tail
+//! state file, else the catalog's installed end), and the lag between them in offsets, bytes and seconds.
+//!
+//! Read from files only, so it works with the applier stopped: that is when a lag matters most. The figures are as
+//! fresh as the last report (one a second while a shipper is connected, see `PROGRESS_INTERVAL`); the report's age
+//! is shown beside them.
+
+use std::fs;
+use std::path::Path;
+
+use segmirror_applier::tail::{recorded_active_segment, recorded_progress, PROGRESS_DIR, TAIL_STATE_DIR};
+use segmirror_catalog::Status;
+use serde::Serialize;
+
+/// How the lag columns are defined, shown under `status --help`.
+pub const TAIL_LAG_HELP: &str = "\
+Tail lag (mirrors fed by `segmirror ship` and `segmirror tail-apply --listen|--connect`), per partition: `source end` is \
+the source's log end offset as the shipper last reported it (reports go out at most once a second while connected, \
+and `seen` is how long ago the applier received the last one); `hw` the source's high watermark when the shipper \
+knows it; `installed` the offset after the mirror's last durable record. `lag offsets` = source end - installed. \
+`lag bytes` = the source's active segment size - the mirror's durable bytes of it, when the mirror is in the \
+source's active segment, else `?` (unknown: the mirror is whole segments behind). `lag s` = 0 when the last report \
+shows nothing beyond installed, else now - when the applier first received a report whose source end exceeded \
+installed (since then the source has held a record the mirror lacks); with the applier stopped it keeps growing. \
+Figures are as of the last report.";
+
+/// One tailed partition's lag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TailLag {
+    pub topic: String,
+    pub partition: i32,
+    /// The source's log end offset as last reported; `None` before the first report.
+    pub source_log_end_offset: Option<i64>,
+    pub source_high_watermark: Option<i64>,
+    /// When the applier received the last report (ms since the epoch).
+    pub source_seen_at_ms: Option<u64>,
+    /// The offset after the mirror's last durable record.
+    pub installed_end_offset: Option<i64>,
+    pub lag_offsets: Option<i64>,
+    pub lag_bytes: Option<u64>,
+    pub lag_seconds: Option<u64>,
+    /// Why a figure is missing, when a file could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// Every tailed partition under `root` (one with a tail state or a progress file), in name order.
+pub fn tail_lags(root: &Path, status: &Status, now_ms: u64) -> Vec<TailLag> {
+    let mut names = std::collections::BTreeSet::new();
+    for dir in [root.join(TAIL_STATE_DIR), root.join(TAIL_STATE_DIR).join(PROGRESS_DIR)] {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            if let Some((topic, partition)) = stem.rsplit_once('-') {
+                if let Ok(partition) = partition.parse::<i32>() {
+                    names.insert((topic.to_string(), partition));
+                }
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|(topic, partition)| lag_of(root, status, &topic, partition, now_ms))
+        .collect()
+}
+
+fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64) -> TailLag {
+    let mut problems = Vec::new();
+    let active = recorded_active_segment(root, topic, partition).unwrap_or_else(|e| {
+        problems.push(e.to_string());
+        None
+    });
+    let progress = recorded_progress(root, topic, partition).unwrap_or_else(|e| {
+        problems.push(e);
+        None
+    });
+    let catalog_end = status
+        .links
+        .iter()
+        .flat_map(|l| &l.partitions)
+        .filter(|p| p.topic == topic && p.partition == partition)
+        .filter_map(|p| p.installed_end_offset)
+        .max();
+    let installed = active.as_ref().and_then(|a| a.next_offset).max(catalog_end);
+    let (mut lag_offsets, mut lag_bytes, mut lag_seconds) = (None, None, None);
+    if let Some(p) = &progress {
+        let end = installed.unwrap_or(0);
+        lag_offsets = Some((p.log_end_offset - end).max(0));
+        lag_seconds = Some(
+            p.behind_since_ms(end)
+                .map_or(0, |since| now_ms.saturating_sub(since) / 1000),
+        );
+        lag_bytes = match &active {
+            Some(a) if a.segment_base == p.active_segment_base => {
+                Some(p.active_segment_size.saturating_sub(a.position))
+            }
+            // Nothing of the source is missing: no bytes either, whatever segment the mirror is in.
+            _ if lag_offsets == Some(0) => Some(0),
+            _ => None,
+        };
+    }
+    TailLag {
+        topic: topic.to_string(),
+        partition,
+        source_log_end_offset: progress.as_ref().map(|p| p.log_end_offset),
+        source_high_watermark: progress.as_ref().and_then(|p| p.high_watermark),
+        source_seen_at_ms: progress.as_ref().map(|p| p.received_at_ms),
+        installed_end_offset: installed,
+        lag_offsets,
+        lag_bytes,
+        lag_seconds,
+        problem: (!problems.is_empty()).then(|| problems.join("; ")),
+    }
+}
+
+/// The tail lag rows of the table (nothing when no partition is tailed).
+pub fn render(lags: &[TailLag], now_ms: u64) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if lags.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8}",
+        "tail partition", "source end", "seen", "hw", "installed", "lag offsets", "lag bytes", "lag s"
+    );
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "?".to_string());
+    for l in lags {
+        let _ = writeln!(
+            out,
+            "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8}{}",
+            format!("{}-{}", l.topic, l.partition),
+            opt(l.source_log_end_offset.map(|o| o.to_string())),
+            opt(l
+                .source_seen_at_ms
+                .map(|at| format!("{}s ago", now_ms.saturating_sub(at) / 1000))),
+            opt(l.source_high_watermark.map(|o| o.to_string())),
+            opt(l.installed_end_offset.map(|o| o.to_string())),
+            opt(l.lag_offsets.map(|o| o.to_string())),
+            opt(l.lag_bytes.map(|o| o.to_string())),
+            opt(l.lag_seconds.map(|o| o.to_string())),
+            l.problem.as_ref().map_or(String::new(), |p| format!("  ({p})")),
+        );
+    }
+    out
+}
