@@ -1,12 +1,19 @@
-//! Compaction on a tailed mirror, end to end (issue 9, item 5): a real Kafka 4.4 broker's cleaner rewrites (and
-//! merges) sealed segments of a compacted topic while it is produced to and tailed (`TailFeed` → `ShipperSession`
-//! ↔ `ApplierSession` over loopback → `TailAppender`). The feed notices each rewrite and ships the new version as
-//! SegmentReplace pieces (feature bit 1); the appender validates and installs it atomically.
+//! Retention and compaction on a tailed mirror, end to end (issue 9, item 5): a real Kafka 4.4 broker deletes
+//! (retention) or rewrites and merges (the cleaner) sealed segments of a topic while it is produced to and tailed
+//! (`TailFeed` → `ShipperSession` ↔ `ApplierSession` over loopback → `TailAppender`). For retention the feed tells
+//! the source's log start (a LogStart frame, feature bit 0) and the appender deletes what the broker deleted; for
+//! compaction the feed notices each rewrite and ships the new version as SegmentReplace pieces (feature bit 1),
+//! which the appender validates and installs atomically.
 //!
-//! After the producer stops, the cleaner has settled and the mirror has caught up, the mirror must hold exactly
-//! the broker's segments (same base offsets: merged ones gone), each byte for byte (sealed ones whole; the active
-//! one up to the shipped position, which is then its end), the broker's log must show the cleaner ran (offset gaps),
-//! the mirror's offsets must strictly increase, and strict verify must find no error on a sealed segment.
+//! After the producer stops, the broker's retention or cleaner has settled and the mirror has caught up, the mirror
+//! must hold exactly the broker's segments (same base offsets and SHA-256: what the broker deleted or merged away is
+//! gone; the active one up to the shipped position, which is then its end), every batch CRC-valid, and strict
+//! verify must find no error on a sealed segment. Per kind: after retention the recorded log start is the broker's
+//! first base, offsets run contiguously from it and no file below it survives; after compaction the broker's log
+//! shows the cleaner ran (offset gaps) and the mirror's offsets strictly increase.
+//!
+//! One driver, two scenarios ([`Cleanup`]): what differs is the topic's config, the keys produced, how long the
+//! broker needs to settle, and the checks specific to each.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +23,7 @@ use std::time::{Duration, Instant};
 use segment_format::log::scan_frames;
 use segment_format::partition_metadata::PartitionMetadata;
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
-use segmirror_applier::tail::TailAppender;
+use segmirror_applier::tail::{tailed_log_start, TailAppender};
 use segmirror_shipper::source::{CheckpointHighWatermarks, UptoPolicy};
 use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
 use segmirror_tests::*;
@@ -24,10 +31,10 @@ use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::{PartitionRef, Role};
 use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Dialer, LinkConfig};
 use segmirror_transport::direct::session::{ApplierSession, ChunkApplier, SessionConfig, ShipperSession};
+use sha2::Digest;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-const TOPIC: &str = "tail-compaction";
 const PARTITIONS: i32 = 2;
 const ROUNDS: usize = 8;
 const STEPS_PER_ROUND: usize = 4;
@@ -35,15 +42,59 @@ const RECORDS_PER_STEP: usize = 40;
 const VALUE_BYTES: usize = 300;
 /// Small segments: many rolls while producing.
 const SEGMENT_BYTES: u64 = 16 * 1024;
-/// Distinct keys per partition: each is overwritten many times, so the cleaner has much to remove.
+/// Retention keeps about four segments per partition: the broker deletes many while the tail runs.
+const RETENTION_BYTES: u64 = 4 * SEGMENT_BYTES;
+/// Distinct keys per partition under compaction: each is overwritten many times, so the cleaner has much to remove.
 const KEYS: usize = 60;
 /// Failure guard on the catch-up; nothing is asserted about speed.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often the test looks at the mirror and the broker's directories.
 const POLL: Duration = Duration::from_millis(200);
-/// The state compared must hold this long (ten of the harness's cleaner backoffs, 200 ms) before the test stops
-/// the link: the broker's cleaner has then settled.
-const SETTLED_FOR: Duration = Duration::from_millis(2000);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cleanup {
+    Retention,
+    Compaction,
+}
+
+impl Cleanup {
+    fn topic(self) -> &'static str {
+        match self {
+            Cleanup::Retention => "tail-retention",
+            Cleanup::Compaction => "tail-compaction",
+        }
+    }
+
+    fn spec(self, broker: &KafkaBroker) -> TopicSpec {
+        let spec = TopicSpec::new(self.topic(), PARTITIONS)
+            .config(broker.install().segment_bytes_config(), SEGMENT_BYTES)
+            .config("retention.ms", -1);
+        match self {
+            Cleanup::Retention => spec.config("retention.bytes", RETENTION_BYTES),
+            Cleanup::Compaction => spec
+                .config("cleanup.policy", "compact")
+                .config("min.cleanable.dirty.ratio", "0.01")
+                .config("segment.ms", 2000),
+        }
+    }
+
+    /// Retention: every key distinct. Compaction: [`KEYS`] keys, each overwritten many times.
+    fn key(self, round: usize, step: usize, i: usize) -> Vec<u8> {
+        match self {
+            Cleanup::Retention => format!("k-{round}-{step}-{i}").into_bytes(),
+            Cleanup::Compaction => format!("k-{}", (round * STEPS_PER_ROUND + step + i) % KEYS).into_bytes(),
+        }
+    }
+
+    /// How long the compared state must hold before the test stops the link: three of the harness's retention
+    /// checks (500 ms apart), or ten of its cleaner backoffs (200 ms). The broker has then settled.
+    fn settled_for(self) -> Duration {
+        match self {
+            Cleanup::Retention => Duration::from_millis(1500),
+            Cleanup::Compaction => Duration::from_millis(2000),
+        }
+    }
+}
 
 fn session_config() -> SessionConfig {
     SessionConfig {
@@ -80,9 +131,16 @@ fn logs(dir: &Path) -> BTreeMap<i64, PathBuf> {
     out
 }
 
-fn produce(bootstrap: &str) {
+/// Each segment's base and SHA-256 (a file gone between the listing and the read digests as empty).
+fn digests(logs: &BTreeMap<i64, PathBuf>) -> Vec<(i64, [u8; 32])> {
+    logs.iter()
+        .map(|(b, p)| (*b, sha2::Sha256::digest(std::fs::read(p).unwrap_or_default()).into()))
+        .collect()
+}
+
+fn produce(bootstrap: &str, cleanup: Cleanup) {
     for round in 0..ROUNDS {
-        let mut plan = ProducePlan::new(TOPIC)
+        let mut plan = ProducePlan::new(cleanup.topic())
             .config("enable.idempotence", "true")
             .config("linger.ms", "2")
             .config("batch.size", "8192");
@@ -90,7 +148,7 @@ fn produce(bootstrap: &str) {
             let records = (0..RECORDS_PER_STEP)
                 .map(|i| OutRecord {
                     partition: Some((i % PARTITIONS as usize) as i32),
-                    key: Some(format!("k-{}", (round * STEPS_PER_ROUND + step + i) % KEYS).into_bytes()),
+                    key: Some(cleanup.key(round, step, i)),
                     value: Some(vec![b'a' + (i % 26) as u8; VALUE_BYTES]),
                     headers: Vec::new(),
                     timestamp: None,
@@ -106,25 +164,22 @@ fn produce(bootstrap: &str) {
 /// mirror's segments (base, SHA-256) and durable position.
 type Snapshot = Vec<(Vec<(i64, [u8; 32])>, u64, Vec<(i64, [u8; 32])>, Option<(i64, u64)>)>;
 
-fn digests(logs: &BTreeMap<i64, PathBuf>) -> Vec<(i64, [u8; 32])> {
-    use sha2::Digest;
-    logs.iter()
-        .map(|(b, p)| (*b, sha2::Sha256::digest(std::fs::read(p).unwrap_or_default()).into()))
-        .collect()
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tailed_mirror_deletes_what_the_brokers_retention_deleted() {
+    tail_through(Cleanup::Retention).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
-    let mut broker = KafkaBroker::start(BrokerConfig::new("e2e-tail-compaction")).unwrap();
+    tail_through(Cleanup::Compaction).await;
+}
+
+async fn tail_through(cleanup: Cleanup) {
+    let topic = cleanup.topic();
+    let mut broker = KafkaBroker::start(BrokerConfig::new(&format!("e2e-{topic}"))).unwrap();
     let bootstrap = broker.bootstrap();
-    let spec = TopicSpec::new(TOPIC, PARTITIONS)
-        .config(broker.install().segment_bytes_config(), SEGMENT_BYTES)
-        .config("cleanup.policy", "compact")
-        .config("min.cleanable.dirty.ratio", "0.01")
-        .config("segment.ms", 2000)
-        .config("retention.ms", -1);
-    admin(&bootstrap, &[spec], &[]).unwrap();
-    let source_dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| broker.partition_dir(TOPIC, p)).collect();
+    admin(&bootstrap, &[cleanup.spec(&broker)], &[]).unwrap();
+    let source_dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| broker.partition_dir(topic, p)).collect();
     let topic_id = {
         let end = Instant::now() + Duration::from_secs(30);
         loop {
@@ -138,7 +193,7 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
     let partitions: Vec<TailPartition> = (0..PARTITIONS)
         .map(|p| TailPartition {
             partition: PartitionRef {
-                topic: TOPIC.to_string(),
+                topic: topic.to_string(),
                 partition: p,
                 topic_id,
             },
@@ -169,14 +224,14 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
     let dialing =
         tokio::spawn(async move { dial(&addr, &Dialer::Plain, &link(Role::Shipper), &mut shipper, &stop).await });
 
-    let producer = std::thread::spawn(move || produce(&bootstrap));
+    let producer = std::thread::spawn(move || produce(&bootstrap, cleanup));
     while !producer.is_finished() {
         tokio::time::sleep(POLL).await;
     }
     producer.join().unwrap();
 
     // Caught up and settled: the mirror holds the broker's segments and is durable to the broker's log end, and
-    // that held for SETTLED_FOR.
+    // that held for the scenario's settling time.
     let end = Instant::now() + CATCH_UP_TIMEOUT;
     let mut same_since: Option<(Instant, Snapshot)> = None;
     loop {
@@ -188,7 +243,7 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
                 .values()
                 .next_back()
                 .map_or(0, |path| std::fs::metadata(path).unwrap().len());
-            let mir = logs(&mirror.path().join(format!("{TOPIC}-{p}")));
+            let mir = logs(&mirror.path().join(format!("{topic}-{p}")));
             let at = durable
                 .iter()
                 .find(|d| d.position.partition.partition == p)
@@ -200,7 +255,7 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
             .all(|(src, active, mir, at)| src == mir && src.last().map(|(b, _)| (*b, *active)) == *at);
         match (&same_since, matches) {
             (Some((since, before)), true) if *before == now => {
-                if since.elapsed() >= SETTLED_FOR {
+                if since.elapsed() >= cleanup.settled_for() {
                     break;
                 }
             }
@@ -213,7 +268,7 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
             let listened = listening.await.unwrap();
             let dialed = dialing.await.unwrap();
             panic!(
-                "not caught up: (source bases, active size, mirror bases, durable) {now:?}; applier link: \
+                "not caught up: (source segments, active size, mirror segments, durable) {now:?}; applier link: \
                  {listened:?}; shipper link: {dialed:?}"
             );
         }
@@ -224,17 +279,16 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
     dialing.await.unwrap().unwrap();
 
     for p in 0..PARTITIONS {
-        let src_dir = &source_dirs[p as usize];
-        let mir_dir = mirror.path().join(format!("{TOPIC}-{p}"));
-        let src = logs(src_dir);
+        let mir_dir = mirror.path().join(format!("{topic}-{p}"));
+        let src = logs(&source_dirs[p as usize]);
         let mir = logs(&mir_dir);
         assert_eq!(
             mir.keys().collect::<Vec<_>>(),
             src.keys().collect::<Vec<_>>(),
             "partition {p}: the mirror's segments are the broker's"
         );
-        let mut prev: Option<i64> = None;
-        let mut gaps = 0u64;
+        // Every batch of the mirror, in order: (base offset, last offset).
+        let mut batches: Vec<(i64, i64)> = Vec::new();
         for (base, mpath) in &mir {
             let m = std::fs::read(mpath).unwrap();
             let s = std::fs::read(&src[base]).unwrap();
@@ -247,26 +301,50 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
             for frame in scan_frames(&m, 0) {
                 let frame = frame.unwrap();
                 assert!(frame.crc_matches(), "partition {p} segment {base}: CRC");
-                if let Some(prev) = prev {
-                    assert!(
-                        frame.info.base_offset > prev,
-                        "partition {p} segment {base}: offsets go back"
-                    );
-                    gaps += u64::from(frame.info.base_offset > prev + 1);
-                }
-                prev = Some(frame.info.last_offset);
+                batches.push((frame.info.base_offset, frame.info.last_offset));
             }
         }
-        assert!(gaps > 0, "partition {p}: the broker's cleaner removed nothing");
-        let next = prev.map_or(0, |p| p + 1);
+        let first = *src.keys().next().unwrap();
+        match cleanup {
+            Cleanup::Retention => {
+                assert!(first > 0, "partition {p}: the broker's retention deleted nothing");
+                assert_eq!(
+                    tailed_log_start(mirror.path(), topic, p).unwrap(),
+                    Some(first),
+                    "partition {p}: recorded log start"
+                );
+                let mut next = first;
+                for (base, last) in &batches {
+                    assert_eq!(*base, next, "partition {p}: a gap or a repeat at offset {base}");
+                    next = last + 1;
+                }
+                // No file of a deleted segment is left behind.
+                for entry in std::fs::read_dir(&mir_dir).unwrap() {
+                    let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+                    if let Some(offset) = name.split('.').next().and_then(|s| s.parse::<i64>().ok()) {
+                        assert!(offset >= first, "partition {p}: {name} survived the broker's retention");
+                    }
+                }
+            }
+            Cleanup::Compaction => {
+                let mut gaps = 0u64;
+                for pair in batches.windows(2) {
+                    let ((_, prev_last), (base, _)) = (pair[0], pair[1]);
+                    assert!(base > prev_last, "partition {p}: offsets go back at {base}");
+                    gaps += u64::from(base > prev_last + 1);
+                }
+                assert!(gaps > 0, "partition {p}: the broker's cleaner removed nothing");
+            }
+        }
         eprintln!(
-            "partition {p}: mirror segments {:?}, log end {next}",
-            mir.keys().collect::<Vec<_>>()
+            "partition {p}: mirror segments {:?}, log end {}",
+            mir.keys().collect::<Vec<_>>(),
+            batches.last().map_or(first, |(_, last)| last + 1)
         );
     }
 
     let paths: Vec<PathBuf> = (0..PARTITIONS)
-        .map(|p| mirror.path().join(format!("{TOPIC}-{p}")))
+        .map(|p| mirror.path().join(format!("{topic}-{p}")))
         .collect();
     let report = verify_paths(
         &paths,
