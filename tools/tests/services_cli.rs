@@ -5,102 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::service::{Service, PATIENCE};
 use common::{data_batches, segmirror, write_log_dir, write_partition, PartitionSpec, SegmentSpec};
-
-/// How long a test waits for something that should happen (a guard against hangs, not a speed assertion).
-const PATIENCE: Duration = Duration::from_secs(90);
-
-/// A running `segmirror` with its stderr collected line by line.
-struct Service {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    name: &'static str,
-}
-
-impl Service {
-    fn start(name: &'static str, args: &[String]) -> Service {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_segmirror"))
-            .args(args)
-            .env_remove("SEGMIRROR_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        Service { child, stderr, name }
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits until stderr contains `needle`; the rest of that line.
-    fn wait_for(&mut self, needle: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let log = self.log();
-            if let Some(at) = log.find(needle) {
-                return log[at + needle.len()..].lines().next().unwrap_or("").to_string();
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("{} exited ({status}) before logging {needle:?}:\n{log}", self.name);
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} never logged {needle:?}:\n{log}",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// SIGTERM, then the exit code and the log.
-    fn stop(mut self) -> (Option<i32>, String) {
-        // SAFETY: kill(2) on our own child's pid.
-        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(r, 0);
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return (status.code(), self.log());
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} did not stop:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn partition(topic: &str) -> PartitionSpec {
     PartitionSpec::new(
@@ -152,7 +61,7 @@ fn ship_from_a_config_file_to_apply_listen_mirrors_a_topic_created_while_running
     let mirror = root.path().join("mirror");
 
     // The applier under its documented name, logging JSON lines.
-    let mut applier = Service::start(
+    let mut applier = Service::start_quiet(
         "apply",
         &[
             "--log-format",
@@ -178,7 +87,7 @@ fn ship_from_a_config_file_to_apply_listen_mirrors_a_topic_created_while_running
         "link = \"dr\"\nlisten = \"127.0.0.1:1\"\nplaintext = true\nlog-dir = [\"source\"]\nupto = \"log-end\"\n",
     )
     .unwrap();
-    let mut shipper = Service::start(
+    let mut shipper = Service::start_quiet(
         "ship",
         &["ship", "--config", config.to_str().unwrap(), "--connect", &addr].map(String::from),
     );
@@ -266,7 +175,7 @@ fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
     let source = root.path().join("source");
     write_log_dir(&source, &[partition("orders")]);
     let mirror = root.path().join("mirror");
-    let mut applier = Service::start(
+    let mut applier = Service::start_quiet(
         "apply",
         &[
             "apply",
@@ -281,7 +190,7 @@ fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
         .map(String::from),
     );
     let addr = applier.wait_for("listening on ").trim().to_string();
-    let mut shipper = Service::start(
+    let mut shipper = Service::start_quiet(
         "ship",
         &[
             "ship",

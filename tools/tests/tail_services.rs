@@ -4,109 +4,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::service::{Service, PATIENCE};
 use common::{data_batches, segmirror, write_log_dir, PartitionSpec, SegmentSpec};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-
-/// How long a test waits for something that should happen (a guard against hangs, not a speed assertion).
-const PATIENCE: Duration = Duration::from_secs(90);
-
-/// A running `segmirror` with its stderr collected line by line.
-struct Service {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    name: &'static str,
-}
-
-impl Service {
-    fn start(name: &'static str, args: &[String]) -> Service {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_segmirror"))
-            .args(args)
-            .env("SEGMIRROR_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        Service { child, stderr, name }
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits until stderr contains `needle`; panics with the log if the process exits or patience runs out.
-    fn wait_for(&mut self, needle: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let log = self.log();
-            if let Some(at) = log.find(needle) {
-                return log[at + needle.len()..].lines().next().unwrap_or("").to_string();
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("{} exited ({status}) before logging {needle:?}:\n{log}", self.name);
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} never logged {needle:?}:\n{log}",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The address a `--listen 127.0.0.1:0` service bound.
-    fn bound(&mut self) -> String {
-        self.wait_for("listening on ").trim().to_string()
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// SIGTERM, then the exit code.
-    fn stop(mut self) -> (Option<i32>, String) {
-        // SAFETY: kill(2) on our own child's pid.
-        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(r, 0);
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // Let the reader thread drain the pipe.
-                std::thread::sleep(Duration::from_millis(100));
-                return (status.code(), self.log());
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} did not stop:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Kafka's default `index.interval.bytes`: the mirror rebuilds a sealed segment's indexes with it and the seal
 /// compares them with the source's, so the fixture's indexes are built as a default broker builds them.

@@ -10,6 +10,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod service;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
