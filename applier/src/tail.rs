@@ -438,6 +438,8 @@ impl Inner {
             reason,
         };
         let prev = self.states.get(&name).cloned();
+        // The unsealed segment the chunk passes over, deleted by the source's retention (see below).
+        let mut passed_unsealed = None;
         // Where the chunk must start, and the offset its first batch must carry (None: any offset at or above
         // the segment base).
         let (new_segment, min_offset, exact_offset) = match &prev {
@@ -466,7 +468,15 @@ impl Inner {
                     let exact = if s.position == 0 { None } else { s.next_offset };
                     (false, chunk.segment_base, exact)
                 } else if chunk.segment_base > s.segment_base {
-                    if !s.sealed {
+                    // The source deleted the unsealed segment (a LogStart at or above this chunk's segment came
+                    // first): it will never be sealed and goes as retention deletes (`retention`, "The segment
+                    // being tailed"). Otherwise a segment is left only once sealed.
+                    let deleted_at_source = !s.sealed
+                        && chunk.position == 0
+                        && self.recorded_log_start(&name)?.is_some_and(|l| l >= chunk.segment_base);
+                    if deleted_at_source {
+                        passed_unsealed = Some((s.segment_base, s.position));
+                    } else if !s.sealed {
                         return Err(order(format!(
                             "segment {} is not sealed yet (durable to {})",
                             s.segment_base, s.position
@@ -513,6 +523,9 @@ impl Inner {
                 fs::create_dir_all(&pdir).map_err(|e| TailError::io(&pdir, e))?;
                 fsync_dir(&self.root)?;
             }
+            if let Some((base, position)) = passed_unsealed {
+                self.note_unsealed_deleted(&name, base, position)?;
+            }
             // Claim the new segment at 0 bytes before creating it: a crash after the create leaves a file the
             // record owns (truncated back to 0 at restart), never an unclaimed one refused above.
             let claim = PartitionState {
@@ -525,6 +538,10 @@ impl Inner {
                 next_offset: prev.as_ref().and_then(|s| s.next_offset),
             };
             self.record(name.clone(), claim)?;
+            if passed_unsealed.is_some() {
+                // The claim moved past it: the sweep deletes it now (a crash from here on: at session start).
+                self.sweep_partition(&name)?;
+            }
         }
         // Only a segment at 0 may be created; a missing file with recorded bytes is lost data, never zero-filled.
         let mut file = OpenOptions::new()

@@ -207,14 +207,14 @@ impl TailFeed {
                 .iter()
                 .find(|p| p.partition == target.partition)
                 .map(|p| (p.segment_base, p.position));
-            let at = match point {
-                None => None,
-                Some((base, position)) => Some(blocking(move || resume_at(&target, base, position)).await?),
+            let (at, track) = match point {
+                None => (None, log_start::Track::default()),
+                Some((base, position)) => blocking(move || log_start::resume_or_skip(&target, base, position)).await?,
             };
             fresh.push(PartState {
                 target: part.target.clone(),
                 at,
-                log_start: log_start::Track::default(),
+                log_start: track,
                 // What was shipped stays known across sessions of this process; a replacement in progress restarts.
                 sealed: part.sealed.clone(),
                 replacing: None,
@@ -315,7 +315,7 @@ fn log_path(dir: &Path, base: i64) -> PathBuf {
 
 /// A [`TailPosition`] at `position` of segment `base`, proven a batch boundary
 /// by scanning to it from byte 0 (which also yields the prefix CRC).
-fn resume_at(target: &TailPartition, base: i64, position: u64) -> Result<TailPosition> {
+pub(super) fn resume_at(target: &TailPartition, base: i64, position: u64) -> Result<TailPosition> {
     let invalid = |reason: String| Error::ResumeInvalid {
         partition: name(&target.partition),
         segment_base: base,

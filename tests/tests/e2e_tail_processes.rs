@@ -33,8 +33,8 @@ const PARTITIONS: i32 = 2;
 const SEGMENT_BYTES: u64 = 16 * 1024;
 /// Retention keeps about twelve segments per partition: the broker deletes several while the tail runs, but not,
 /// during one disruption (a stall of 11 s plus a reconnect, about 120 KiB per partition at the producers' pace), the
-/// segment the mirror is in: a shipper cannot resume inside a segment the broker has deleted (it exits, see
-/// `resume_after_retention_deleted_the_mirrors_segment` below).
+/// segment the mirror is in: a shipper resuming after that skips the records lost (see
+/// `resume_after_retention_deleted_the_mirrors_segment` below), which this test's exactly-once check would not allow.
 const RETENTION_BYTES: u64 = 12 * SEGMENT_BYTES;
 const STEPS_PER_ROUND: usize = 3;
 const RECORDS_PER_STEP: usize = 30;
@@ -635,14 +635,12 @@ fn pull_processes_killed_mid_stream_promote_exactly_once() {
     replicate(Direction::Pull, "procs-pull");
 }
 
-/// A shipper that is down while the broker's retention deletes the segment the mirror is in cannot resume: the
-/// applier acknowledges a position inside that segment, the feed's seek refuses it (`ResumeInvalid`, "no longer
-/// exists (retention?)", shipper/src/tail.rs `resume_at`) and `segmirror ship` exits with status 2; every restart
-/// does the same, so the link never recovers (the same happens to a running shipper whose link is cut that long).
-/// What the mirror should do instead is follow the source's log start (delete that segment, as a LogStart frame
-/// would) and go on from the broker's first segment. Ignored until the feed and the appender handle it.
+/// A shipper that is down while the broker's retention deletes the segment the mirror is in: the applier
+/// acknowledges a position inside that segment, which the source no longer holds. The mirror follows the source's
+/// log start as a follower would: the feed sends the LogStart and goes on at the broker's first segment, the
+/// appender drops its unsealed copy of the deleted segment, and the mirror equals the source again, byte for byte,
+/// from the source's log start on.
 #[test]
-#[ignore = "issue 9 bug: a shipper cannot resume once retention deleted the mirror's current segment"]
 fn resume_after_retention_deleted_the_mirrors_segment() {
     let topic = "procs-behind";
     let mut broker = KafkaBroker::start(BrokerConfig::new("e2e-procs-behind")).unwrap();
@@ -743,9 +741,27 @@ fn resume_after_retention_deleted_the_mirrors_segment() {
     }
     shipper.restart();
     caught_up(&mut shipper, &mut applier);
+    // Same segments (so the same log start) and the same bytes in each.
+    for (src, mir) in source_dirs.iter().zip(&mirror_dirs) {
+        for (base, path) in logs(src) {
+            let mirrored = mir.join(path.file_name().unwrap());
+            assert!(
+                std::fs::read(&path).unwrap() == std::fs::read(&mirrored).unwrap(),
+                "segment {base} of {} differs on the mirror",
+                src.display()
+            );
+        }
+    }
+    produce_round(&bootstrap, topic, round);
+    caught_up(&mut shipper, &mut applier);
     let (code, log) = shipper.stop();
     assert_eq!(code, Some(0), "ship:\n{log}");
+    assert!(log.contains("deleted by the source's retention"), "ship:\n{log}");
     let (code, log) = applier.stop();
     assert_eq!(code, Some(0), "apply:\n{log}");
+    assert!(
+        log.contains("deleted the segment being tailed before it was sealed"),
+        "apply:\n{log}"
+    );
     broker.stop().unwrap();
 }

@@ -28,12 +28,25 @@
 //! (at the latest the next session start) completes: deletion is idempotent, and a companion left without its
 //! `.log` is removed by the same rule (its offset is below the first kept segment).
 //!
+//! # The segment being tailed
+//! A log start above the base of the *unsealed* segment being tailed means the source deleted that segment before
+//! the mirror got all of it (the shipper was down or the link cut longer than the source's retention; the
+//! shipper then resumes at the source's first segment and sends its base first, `shipper::tail::log_start`). It
+//! will never be sealed, so it goes like a segment retention deleted, in this order: the record notes its base
+//! as unsealed (due at once) → the partition state claims the log start's segment at byte 0 (nothing active, the
+//! next segment starts there; a session resumes at that claim, which the shipper seeks to, or skips again with a
+//! new LogStart if retention passed it too) → the sweep deletes it as above. A crash before the state is written
+//! resumes at the old position and the shipper tells the log start again; after it, the recovery sweep deletes
+//! the files. With [`TailAppender::retain_deleted_for`] it is deleted all the same: a prefix without indexes is no
+//! valid segment to keep. The offsets from the mirror's next offset up to the log start are lost to the mirror,
+//! as they are to the source (logged at warn on both sides).
+//!
 //! # Where promotion finds the log start
 //! In the partition's catalog row: every sweep hands the recorded log start ([`tailed_log_start`]) to
 //! `Catalog::advance_log_start` (see the durability order above), and promote writes `log-start-offset-checkpoint`
 //! from the row.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use segment_format::dir::{classify_partition_file, PartitionFile};
@@ -64,6 +77,10 @@ pub(super) struct RetentionState {
     pub log_start: Option<i64>,
     /// Segments wholly below the log start that are still kept: base offset → when first seen below it (Unix ms).
     pub below_start_since: BTreeMap<i64, u64>,
+    /// Segments the source deleted before they were sealed (see "The segment being tailed"): due at once, whatever
+    /// [`TailAppender::retain_deleted_for`] says, since an unsealed prefix is no valid segment to keep.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub unsealed: BTreeSet<i64>,
 }
 
 /// The log start offset last recorded for a tailed partition of the mirror at `root`, if any.
@@ -180,6 +197,31 @@ impl Inner {
         self.sweep(&name, record)
     }
 
+    /// The log start recorded for the partition `name`.
+    pub(super) fn recorded_log_start(&self, name: &str) -> TailResult<Option<i64>> {
+        Ok(read_record(&record_path(&self.root, name))?.and_then(|r| r.log_start))
+    }
+
+    /// The source deleted segment `base`, being tailed, before sealing it (the shipper continues at a later
+    /// segment, at or below the recorded log start): noted as due at once, before the partition state moves past
+    /// it (module docs, "The segment being tailed").
+    pub(super) fn note_unsealed_deleted(&mut self, name: &str, base: i64, position: u64) -> TailResult<()> {
+        let path = record_path(&self.root, name);
+        let Some(mut record) = read_record(&path)? else {
+            return Err(TailError::BadState {
+                path,
+                reason: format!("no log start recorded, yet segment {base} is dropped as deleted by the source"),
+            });
+        };
+        tracing::warn!(partition = %name, segment = base, durable_bytes = position, log_start = ?record.log_start,
+            "the source deleted the segment being tailed before it was sealed: dropping the mirror's copy; the \
+             offsets from the mirror's next offset up to the log start are lost to the mirror as to the source");
+        if record.unsealed.insert(base) {
+            self.write_record(name, &record)?;
+        }
+        Ok(())
+    }
+
     /// Applies the recorded log start of the partition `name` (if any) again: what came due is deleted.
     pub(super) fn sweep_partition(&mut self, name: &str) -> TailResult<()> {
         match read_record(&record_path(&self.root, name))? {
@@ -237,18 +279,29 @@ impl Inner {
             .map(|(base, _, _)| *base)
             .collect();
         log_bases.sort_unstable();
-        // The newest segment starting at or below the log start holds it: it and everything after it stay.
-        let Some(first_kept) = log_bases.iter().rev().find(|b| **b <= log_start).copied() else {
-            return self.log_start_to_catalog(&pref, log_start);
-        };
         // Never the segment being tailed (always the newest, so never below `first_kept`; checked all the same).
         let tailed = self.states.get(name).map(|s| s.segment_base);
+        // The newest segment starting at or below the log start holds it: it and everything after it stay. The
+        // tailed segment counts even before its file exists (a claim at byte 0): what precedes it is complete.
+        let Some(first_kept) = log_bases
+            .iter()
+            .copied()
+            .chain(tailed)
+            .filter(|b| *b <= log_start)
+            .max()
+        else {
+            return self.log_start_to_catalog(&pref, log_start);
+        };
         let keep = self.retain_deleted_for;
         let now = now_ms();
         let mut due: Vec<i64> = Vec::new();
         let mut clock_started = false;
         for base in log_bases.iter().copied().filter(|b| *b < first_kept) {
             if tailed == Some(base) {
+                continue;
+            }
+            if record.unsealed.contains(&base) {
+                due.push(base);
                 continue;
             }
             let since = *record.below_start_since.entry(base).or_insert_with(|| {
@@ -291,6 +344,7 @@ impl Inner {
         self.log_start_to_catalog(&pref, log_start)?;
         for base in &due {
             record.below_start_since.remove(base);
+            record.unsealed.remove(base);
         }
         self.write_record(name, &record)
     }

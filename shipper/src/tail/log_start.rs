@@ -17,7 +17,10 @@ use segmirror_transport::direct::session::FeedItem;
 
 use std::path::Path;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::source::read::{read_partition, PartitionRead};
+
+use super::{log_path, name, resume_at, TailPartition};
 use crate::source::read::{PartitionView, SegmentView};
 use crate::source::tail::TailPosition;
 
@@ -33,6 +36,55 @@ pub(super) struct Track {
     /// Seen by the previous listing: a move is sent only when two consecutive listings agree, since a listing
     /// taken while the broker swapped segments in can miss segments that are still there.
     seen: Option<i64>,
+}
+
+impl Track {
+    /// A track whose previous listing saw `first`: the next step sends the LogStart `first` before anything else.
+    fn seen(first: i64) -> Track {
+        Track {
+            sent: None,
+            seen: Some(first),
+        }
+    }
+}
+
+/// Where a session resumes the partition the applier acknowledged up to byte `position` of segment `base`: there
+/// ([`resume_at`]), or, when retention deleted that segment at the source (its file is gone and the source's first
+/// segment `B` starts above it, so every record of it is deleted at the source too), at byte 0 of `B`, with the
+/// LogStart `B` sent first: the applier drops its unsealed copy of the segment on it (`applier::tail::retention`),
+/// as a follower follows the leader's log start. A segment gone without a later first segment to explain it
+/// (a truncation, not retention) stays refused, as does a position that is not a batch boundary.
+///
+/// On a session that did not agree `FEATURE_LOG_START` the session drops the LogStart, and the applier refuses
+/// the first chunk of `B` (its segment is not sealed): the refusal stays clear, on the applier's side.
+pub(super) fn resume_or_skip(
+    target: &TailPartition,
+    base: i64,
+    position: u64,
+) -> Result<(Option<TailPosition>, Track)> {
+    let path = log_path(&target.dir, base);
+    if path.exists() {
+        return Ok((Some(resume_at(target, base, position)?), Track::default()));
+    }
+    let first = match read_partition(&target.dir)? {
+        PartitionRead::View(view) => view.segments.first().map(|s| (s.base_offset(), s.files.log.clone())),
+        PartitionRead::Refused(_) => None,
+    };
+    let Some((first, first_log)) = first.filter(|(b, _)| *b > base) else {
+        // Not retention: today's refusal, naming the missing file.
+        return Err(resume_at(target, base, position)
+            .err()
+            .unwrap_or_else(|| Error::ResumeInvalid {
+                partition: name(&target.partition),
+                segment_base: base,
+                position,
+                reason: format!("{} no longer exists", path.display()),
+            }));
+    };
+    tracing::warn!(partition = %name(&target.partition), segment_base = base, position, log_start = first,
+        "the segment the mirror was appending to was deleted by the source's retention: the mirror loses the \
+         offsets after its durable position up to {first} (deleted at the source too) and continues at {first}");
+    Ok((start_at(&first_log, first)?, Track::seen(first)))
 }
 
 /// The LogStart to send before anything else of this step, if the source's log start moved since the last one

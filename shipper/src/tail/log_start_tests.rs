@@ -166,3 +166,63 @@ async fn tail_feed_a_segment_replaced_before_any_of_it_was_shipped_is_read_afres
         other => panic!("expected segment {}'s bytes, got {other:?}", bases[1]),
     }
 }
+
+#[tokio::test]
+async fn a_resume_into_a_segment_retention_deleted_skips_to_the_source_log_start() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bases = three_segments(&dir, 5);
+    // The mirror acknowledged part of segment 1; retention then deleted segments 0 and 1 at the source.
+    let partway = batch_at(bases[1], 1, bases[1] as usize).len() as u64;
+    delete_segment(&dir, bases[0]);
+    delete_segment(&dir, bases[1]);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    feed.seek_positions(&[Position {
+        partition: partition(),
+        segment_base: bases[1],
+        position: partway,
+    }])
+    .await
+    .unwrap();
+    assert_eq!(feed.position(&partition()), Some((bases[2], 0)));
+    // The LogStart first, then segment 2 from byte 0, whole.
+    assert_eq!(log_start_of(&next(&mut feed).await), Some(bases[2]));
+    match next(&mut feed).await {
+        FeedItem::Chunk(c) => {
+            assert_eq!((c.segment_base, c.position), (bases[2], 0));
+            assert_eq!(
+                c.bytes.len() as u64,
+                std::fs::metadata(log_path(&dir, bases[2])).unwrap().len()
+            );
+        }
+        other => panic!("expected the first chunk of segment {}, got {other:?}", bases[2]),
+    }
+}
+
+#[tokio::test]
+async fn a_resume_into_a_missing_segment_without_a_later_first_segment_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bases = three_segments(&dir, 5);
+    // Segment 2 gone, segments 0 and 1 still there: a truncation, not retention.
+    delete_segment(&dir, bases[2]);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    match feed
+        .seek_positions(&[Position {
+            partition: partition(),
+            segment_base: bases[2],
+            position: 0,
+        }])
+        .await
+    {
+        Err(Error::ResumeInvalid {
+            segment_base, reason, ..
+        }) => {
+            assert_eq!(segment_base, bases[2]);
+            assert!(reason.contains("no longer exists"), "{reason}");
+        }
+        other => panic!("expected ResumeInvalid, got {other:?}"),
+    }
+}

@@ -160,6 +160,7 @@ async fn tail_retention_an_interrupted_deletion_is_completed_at_the_next_session
         topic_id: p.topic_id,
         log_start: Some(bases[2]),
         below_start_since: BTreeMap::new(),
+        unsealed: BTreeSet::new(),
     };
     let record_file = record_path(&f.mirror, &format!("{}-{}", p.topic, p.partition));
     std::fs::create_dir_all(record_file.parent().unwrap()).unwrap();
@@ -183,5 +184,125 @@ async fn tail_retention_an_interrupted_deletion_is_completed_at_the_next_session
             bytes,
             "segment {base} kept"
         );
+    }
+}
+
+/// Segment 0 tailed and sealed, segment 1 tailed partly (its first chunk) and not sealed; returns the partition
+/// and the durable position in segment 1.
+async fn tail_into_segment_1(f: &Fixture, a: &mut TailAppender) -> (PartitionRef, u64) {
+    let (b0, bytes0) = &f.segs[0];
+    for c in chunks_of(*b0, bytes0, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    let seal = seal_of(&f.source, *b0, bytes0, true);
+    a.apply_seal(&seal).await.unwrap();
+    let (b1, bytes1) = &f.segs[1];
+    let first = chunks_of(*b1, bytes1, 2).remove(0);
+    a.apply_chunk(&first).await.unwrap();
+    (seal.partition, first.bytes.len() as u64)
+}
+
+/// Every chunk of segment 2, applied.
+async fn tail_segment_2(f: &Fixture, a: &mut TailAppender) {
+    let (b2, bytes2) = &f.segs[2];
+    for c in chunks_of(*b2, bytes2, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn tail_retention_an_unsealed_segment_the_source_deleted_is_dropped_and_the_tail_goes_on() {
+    let f = fixture();
+    // A long keep: the sealed segment 0 is kept, the unsealed segment 1 goes all the same.
+    let mut a = TailAppender::open(&f.mirror).unwrap().retain_deleted_for(LONG_KEEP);
+    let (p, partway) = tail_into_segment_1(&f, &mut a).await;
+    let bases: Vec<i64> = f.segs.iter().map(|(b, _)| *b).collect();
+    let (b2, bytes2) = &f.segs[2];
+    // Without a LogStart past it, leaving an unsealed segment is refused.
+    let first2 = chunks_of(*b2, bytes2, 2).remove(0);
+    let err = a.apply_chunk(&first2).await.unwrap_err().to_string();
+    assert!(err.contains("not sealed yet"), "{err}");
+    assert!(!exists(&mirror_log(&f.mirror, *b2)));
+    // The source deleted segments 0 and 1: the LogStart alone keeps the segment being tailed.
+    a.apply_log_start(&log_start(&p, *b2)).await.unwrap();
+    assert!(exists(&mirror_log(&f.mirror, bases[1])));
+    // The shipper continues at segment 2: segment 1 is dropped, segment 2 accepted from 0.
+    tail_segment_2(&f, &mut a).await;
+    assert!(!exists(&mirror_log(&f.mirror, bases[1])), "unsealed segment 1 deleted");
+    assert!(
+        exists(&mirror_log(&f.mirror, bases[0])),
+        "sealed segment 0 kept for the long keep"
+    );
+    assert_eq!(&std::fs::read(mirror_log(&f.mirror, *b2)).unwrap(), bytes2);
+    let d = a.durable_positions().await.unwrap();
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        (d[0].position.segment_base, d[0].position.position),
+        (*b2, bytes2.len() as u64)
+    );
+    assert!(partway > 0);
+    let record = read_record(&record_path(&f.mirror, &tp_name(&p))).unwrap().unwrap();
+    assert!(record.unsealed.is_empty(), "{record:?}");
+    assert_eq!(record.log_start, Some(*b2));
+}
+
+#[tokio::test]
+async fn tail_retention_a_crash_while_dropping_an_unsealed_segment_recovers_at_the_next_session() {
+    let bases_of = |f: &Fixture| f.segs.iter().map(|(b, _)| *b).collect::<Vec<i64>>();
+    // Crash after the record noted segment 1 as deleted, before the state moved: the session resumes in
+    // segment 1 (kept), and the shipper's LogStart and segment 2 drop it then.
+    {
+        let f = fixture();
+        let bases = bases_of(&f);
+        let mut a = TailAppender::open(&f.mirror).unwrap();
+        let (p, partway) = tail_into_segment_1(&f, &mut a).await;
+        a.apply_log_start(&log_start(&p, bases[2])).await.unwrap();
+        a.inner
+            .lock()
+            .unwrap()
+            .note_unsealed_deleted(&tp_name(&p), bases[1], partway)
+            .unwrap();
+        drop(a);
+        let mut a = TailAppender::open(&f.mirror).unwrap();
+        let d = a.durable_positions().await.unwrap();
+        assert_eq!(
+            (d[0].position.segment_base, d[0].position.position),
+            (bases[1], partway)
+        );
+        assert!(exists(&mirror_log(&f.mirror, bases[1])));
+        a.apply_log_start(&log_start(&p, bases[2])).await.unwrap();
+        tail_segment_2(&f, &mut a).await;
+        assert!(!exists(&mirror_log(&f.mirror, bases[1])));
+        assert_eq!(&std::fs::read(mirror_log(&f.mirror, bases[2])).unwrap(), &f.segs[2].1);
+    }
+    // Crash after the state claimed segment 2 at 0, before the sweep: the next session start deletes segment 1
+    // and resumes at segment 2 byte 0.
+    {
+        let f = fixture();
+        let bases = bases_of(&f);
+        let mut a = TailAppender::open(&f.mirror).unwrap();
+        let (p, partway) = tail_into_segment_1(&f, &mut a).await;
+        a.apply_log_start(&log_start(&p, bases[2])).await.unwrap();
+        {
+            let mut inner = a.inner.lock().unwrap();
+            let name = tp_name(&p);
+            inner.note_unsealed_deleted(&name, bases[1], partway).unwrap();
+            let claim = PartitionState {
+                segment_base: bases[2],
+                position: 0,
+                ..inner.states[&name].clone()
+            };
+            inner.record(name, claim).unwrap();
+        }
+        drop(a);
+        let mut a = TailAppender::open(&f.mirror).unwrap();
+        let d = a.durable_positions().await.unwrap();
+        assert_eq!((d[0].position.segment_base, d[0].position.position), (bases[2], 0));
+        assert!(
+            !exists(&mirror_log(&f.mirror, bases[1])),
+            "deleted by the recovery sweep"
+        );
+        tail_segment_2(&f, &mut a).await;
+        assert_eq!(&std::fs::read(mirror_log(&f.mirror, bases[2])).unwrap(), &f.segs[2].1);
     }
 }
