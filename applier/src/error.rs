@@ -122,6 +122,15 @@ impl From<crate::failpoint::Injected> for Error {
     }
 }
 
+impl From<crate::lock::LockError> for Error {
+    fn from(e: crate::lock::LockError) -> Self {
+        match e {
+            crate::lock::LockError::Locked { path, holder } => Error::MirrorLocked { path, holder },
+            crate::lock::LockError::Io { path, source } => Error::Io { path, source },
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

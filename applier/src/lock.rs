@@ -13,7 +13,31 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+/// Why the lock could not be taken. The lock's own error (the crate's [`crate::Error`] takes it in as
+/// `MirrorLocked` or `Io`), so that this module imports nothing of the crate and `promote`, which the crate's error
+/// wraps, can take the lock without an import cycle.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{}: the mirror is in use by another applier ({holder}); wait for it or stop it", path.display())]
+    Locked { path: PathBuf, holder: String },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl LockError {
+    fn io(path: &Path, source: std::io::Error) -> LockError {
+        LockError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, LockError>;
 
 /// The lock file in the mirror root. A dot file, like the staging directory, so no one takes it for a partition.
 pub const APPLY_LOCK_FILE: &str = ".segmirror-apply.lock";
@@ -36,7 +60,7 @@ impl Drop for MirrorLock {
 }
 
 /// Take the lock of the mirror at `root` (which must exist). Without `wait`, a lock held by another run fails at
-/// once with [`Error::MirrorLocked`] naming the holder; with `wait`, blocks until the holder is done (call it off
+/// once with [`LockError::Locked`] naming the holder; with `wait`, blocks until the holder is done (call it off
 /// the async runtime).
 pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
     let path = root.join(APPLY_LOCK_FILE);
@@ -46,7 +70,7 @@ pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
+        .map_err(|e| LockError::io(&path, e))?;
     lock_file(root, file, wait)
 }
 
@@ -58,7 +82,7 @@ pub fn lock_mirror_if_used(root: &Path) -> Result<Option<MirrorLock>> {
     match OpenOptions::new().read(true).write(true).open(&path) {
         Ok(file) => lock_file(root, file, false).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(&path, e)),
+        Err(e) => Err(LockError::io(&path, e)),
     }
 }
 
@@ -66,22 +90,22 @@ fn lock_file(root: &Path, file: File, wait: bool) -> Result<MirrorLock> {
     let path = root.join(APPLY_LOCK_FILE);
     let holder_path = root.join(APPLY_HOLDER_FILE);
     if wait {
-        file.lock().map_err(|e| Error::io(&path, e))?;
+        file.lock().map_err(|e| LockError::io(&path, e))?;
     } else {
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Error::MirrorLocked {
+                return Err(LockError::Locked {
                     path: path.clone(),
                     holder: holder(&holder_path),
                 })
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+            Err(std::fs::TryLockError::Error(e)) => return Err(LockError::io(&path, e)),
         }
     }
     let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let stamp = format!("pid {} since {since}\n", std::process::id());
-    std::fs::write(&holder_path, stamp).map_err(|e| Error::io(&holder_path, e))?;
+    std::fs::write(&holder_path, stamp).map_err(|e| LockError::io(&holder_path, e))?;
     Ok(MirrorLock {
         _file: file,
         holder: holder_path,
@@ -108,7 +132,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let held = lock_mirror(dir.path(), false).unwrap();
         match lock_mirror(dir.path(), false) {
-            Err(Error::MirrorLocked { path, holder }) => {
+            Err(LockError::Locked { path, holder }) => {
                 assert_eq!(path, dir.path().join(APPLY_LOCK_FILE));
                 assert!(
                     holder.starts_with(&format!("pid {} since 20", std::process::id())),

@@ -172,7 +172,7 @@ pub(crate) fn promote_with(
     let _mirror_lock = if mirror_exists {
         match crate::lock::lock_mirror_if_used(&request.mirror_root) {
             Ok(held) => held,
-            Err(crate::Error::MirrorLocked { path, holder }) => {
+            Err(crate::lock::LockError::Locked { path, holder }) => {
                 refusals.push(Refusal::MirrorBusy {
                     lock_file: path,
                     holder,

@@ -54,7 +54,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--retain-deleted-for {} hours is too long", args.retain_deleted_for))?;
     // One applier per mirror, for the whole run: `apply`, another `tail-apply` and `promote` are refused while
     // this one appends (the lock names this process).
-    let _lock = lock_mirror(&args.mirror, false)?;
+    let _lock = lock_mirror(&args.mirror, false).map_err(segmirror_applier::Error::from)?;
     let (catalog_path, catalog) = open_mirror_catalog(args.catalog, &args.mirror, false)?;
     let catalog = TailCatalog::open(catalog, &args.link.link).with_context(|| {
         format!(
