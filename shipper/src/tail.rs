@@ -365,6 +365,13 @@ pub(super) fn resume_at(target: &TailPartition, base: i64, position: u64) -> Res
 /// One partition's next step: its new state and the item, if any.
 fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option<FeedItem>)> {
     let dir = part.target.dir.clone();
+    // A partition not started whose directory does not exist yet (the broker has not created it: a topic being
+    // created while the feed starts) is waited for, not taken as deleted. One that was shipped from and is gone
+    // was deleted (`rediscover`); with rediscovery a directory gone before its first step is dropped by the
+    // listing too.
+    if part.at.is_none() && rediscover::is_gone(&dir) {
+        return Ok((part, None));
+    }
     // Listed before the read: a segment sealed now ends where the read sees it end.
     let view = match read_partition(&dir)? {
         PartitionRead::View(view) => view,

@@ -175,6 +175,14 @@ async fn a_tailed_mirror_installs_what_the_brokers_cleaner_rewrote() {
 }
 
 async fn tail_through(cleanup: Cleanup) {
+    // The sessions' logs, captured by the test harness: a failure prints what the feed and the appender did.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "segmirror_shipper=debug,segmirror_applier=debug,segmirror_transport=debug".into()),
+        )
+        .with_test_writer()
+        .try_init();
     let topic = cleanup.topic();
     let mut broker = KafkaBroker::start(BrokerConfig::new(&format!("e2e-{topic}"))).unwrap();
     let bootstrap = broker.bootstrap();

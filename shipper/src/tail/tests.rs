@@ -236,6 +236,27 @@ async fn seek_to_a_mid_segment_boundary_resumes_there() {
     assert_eq!(feed.position(&partition()), Some((0, file.len() as u64)));
 }
 
+/// A partition asked for before the broker created its directory (a topic being created as the feed starts) is
+/// waited for, and shipped from byte 0 once it appears; it is not taken as a deleted partition and dropped.
+#[tokio::test]
+async fn a_partition_whose_directory_appears_later_is_waited_for_and_shipped() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    feed.seek(&[]).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_millis(200), feed.next()).await;
+    assert!(waited.is_err(), "nothing to ship yet, got {waited:?}");
+    let (_, log, _, _) = written(root.path(), 3);
+    let file = std::fs::read(&log).unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), feed.next()).await {
+        Ok(Ok(FeedItem::Chunk(c))) => {
+            assert_eq!((c.segment_base, c.position), (0, 0));
+            assert_eq!(&c.bytes[..], &file[..]);
+        }
+        other => panic!("expected the new partition's first chunk, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn high_watermark_bounds_what_ships() {
     let root = tempfile::tempdir().unwrap();
