@@ -62,6 +62,9 @@ mod catalog;
 mod catalog_follow_tests;
 #[cfg(test)]
 mod catalog_tests;
+mod handover;
+#[cfg(test)]
+mod handover_tests;
 mod progress;
 mod replace;
 mod retention;
@@ -128,6 +131,12 @@ pub enum TailError {
         partition: String,
         recorded: String,
         offered: String,
+    },
+    #[error("{partition}: cannot continue the mirror `apply` installed: {}: {reason}; nothing written", path.display())]
+    HandOver {
+        partition: String,
+        path: PathBuf,
+        reason: String,
     },
     #[error("catalog: {0}")]
     Catalog(#[from] segmirror_catalog::Error),
@@ -281,6 +290,8 @@ impl ChunkApplier for TailAppender {
         self.run("reading the mirror's durable positions", |i| {
             // Replacements a crash interrupted: completed (journaled) or discarded (not), before anything else.
             i.recover_replacements()?;
+            // Partitions `seed`/`apply` installed and no tail has appended to yet: their state derived.
+            i.hand_over()?;
             let positions = i.durable_positions()?;
             // Deletions a crash interrupted, or that came due while no session ran.
             i.sweep_all()?;
@@ -514,6 +525,23 @@ impl Inner {
                 Some(_) => path.exists(),
             };
             if foreign {
+                // Installed by `apply` for another link than this applier's: say so (`handover`).
+                let others = match &self.catalog {
+                    Some(catalog) => catalog.other_links(&p.topic, p.partition)?,
+                    None => Vec::new(),
+                };
+                if let (false, Some(catalog)) = (others.is_empty(), &self.catalog) {
+                    return Err(TailError::HandOver {
+                        partition: name.clone(),
+                        path: pdir,
+                        reason: format!(
+                            "the catalog records it under link {}, this applier serves link {} (use the link \
+                             `apply` used)",
+                            others.join(", "),
+                            catalog.link()
+                        ),
+                    });
+                }
                 return Err(order(format!(
                     "{} already holds segments the tail appender did not write",
                     pdir.display()

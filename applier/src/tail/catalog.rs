@@ -39,7 +39,8 @@ use std::collections::HashMap;
 
 use segment_format::partition_metadata::Uuid;
 use segmirror_catalog::{
-    Catalog, LinkSpec, PartitionId, PartitionKey, PartitionState, Replacement, SegmentVersion, Upsert,
+    Catalog, LinkSpec, MirrorPartition, PartitionId, PartitionKey, PartitionState, Replacement, SegmentRecord,
+    SegmentState, SegmentVersion, Upsert,
 };
 use segmirror_transport::direct::payload::PartitionRef;
 
@@ -60,6 +61,13 @@ pub struct TailCatalog {
     catalog: Catalog,
     link: String,
     ids: HashMap<String, PartitionId>,
+}
+
+/// A partition of this link with installed segments (`handover`): its row and its installed versions, by base.
+#[derive(Debug)]
+pub(super) struct InstalledPartition {
+    pub(super) row: MirrorPartition,
+    pub(super) segments: Vec<SegmentRecord>,
 }
 
 /// What a seal records.
@@ -156,6 +164,14 @@ impl TailCatalog {
             if segment_base >= end {
                 return Ok(());
             }
+            // The last installed version is an unsealed prefix (`apply` installed the source's active segment,
+            // `handover`): the tail continues exactly that segment.
+            let continues_prefix = self.catalog.segment(id, segment_base)?.is_some_and(|s| {
+                s.state == SegmentState::Installed && !s.version.sealed && s.version.next_offset == end
+            });
+            if continues_prefix {
+                return Ok(());
+            }
             return Err(TailError::OutOfOrder {
                 partition: name,
                 segment: segment_base,
@@ -164,6 +180,41 @@ impl TailCatalog {
             });
         }
         Ok(())
+    }
+
+    /// The link's partitions that hold installed segments (`handover`), each with its installed versions.
+    pub(super) fn installed_partitions(&self) -> TailResult<Vec<InstalledPartition>> {
+        let mut out = Vec::new();
+        for row in self.catalog.partitions(&self.link)? {
+            if row.installed_end_offset.is_none() {
+                continue;
+            }
+            let segments = self.catalog.installed_segments(row.id)?;
+            out.push(InstalledPartition { row, segments });
+        }
+        Ok(out)
+    }
+
+    /// The links other than this one under which the catalog records `topic`-`partition` (a mirror directory
+    /// `apply` filled for another link than the one this applier serves).
+    pub(super) fn other_links(&self, topic: &str, partition: i32) -> TailResult<Vec<String>> {
+        let mut out = Vec::new();
+        for link in self.catalog.links()? {
+            if link.name == self.link {
+                continue;
+            }
+            match self.catalog.partition(&PartitionKey::new(&link.name, topic, partition)) {
+                Ok(_) => out.push(link.name),
+                Err(segmirror_catalog::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The link this appender records under.
+    pub(super) fn link(&self) -> &str {
+        &self.link
     }
 
     /// Records a sealed segment as installed (see the module docs). Idempotent.

@@ -20,7 +20,7 @@ const TOPIC_ID: [u8; 16] = [7; 16];
 const SEGMENT_BYTES: u64 = 1500;
 const BATCHES: i64 = 30;
 
-fn pref() -> PartitionRef {
+pub(super) fn pref() -> PartitionRef {
     PartitionRef {
         topic: TOPIC.into(),
         partition: PARTITION,
@@ -66,7 +66,7 @@ fn segments(dir: &Path) -> Vec<(i64, Vec<u8>)> {
 }
 
 /// Batch boundaries of a log: start positions of every batch, then its end.
-fn boundaries(bytes: &[u8]) -> Vec<usize> {
+pub(super) fn boundaries(bytes: &[u8]) -> Vec<usize> {
     let mut out: Vec<usize> = scan_frames(bytes, 0)
         .map(|f| f.unwrap().info.position as usize)
         .collect();
@@ -74,7 +74,7 @@ fn boundaries(bytes: &[u8]) -> Vec<usize> {
     out
 }
 
-fn chunk(base: i64, bytes: &[u8], from: usize, to: usize) -> Chunk {
+pub(super) fn chunk(base: i64, bytes: &[u8], from: usize, to: usize) -> Chunk {
     Chunk {
         partition: pref(),
         segment_base: base,
