@@ -309,7 +309,8 @@ enum Tailed {
 
 /// A tailed partition (one with a tail state file whose last segment is not sealed) is promotable when its last
 /// `.log` is that active segment at exactly the recorded durable size, the catalog's installed (sealed) end lies
-/// at or below its base, and its batches end where the state file says. See `crate::tail` (`catalog`, `active`).
+/// at or below its base (or inside it, below the recorded end: an unsealed prefix the tail took over), and its
+/// batches end where the state file says. See `crate::tail` (`catalog`, `active`).
 fn tailed_active_segment(
     mirror_root: &Path,
     p: &MirrorPartition,
@@ -357,18 +358,22 @@ fn tailed_active_segment(
         // Claimed at 0 bytes and never created (a crash in between): the partition ends with its sealed segments.
         return Ok(Tailed::No);
     }
-    if p.installed_end_offset.is_some_and(|end| end > state.segment_base) {
-        // The catalog holds the active segment as installed: its seal was recorded in the catalog, and a crash
-        // came before the state file said so. The catalog's end decides.
-        return Ok(Tailed::No);
-    }
-    let walk = walk_log(&log, None)?;
-    let end = walk.last_offset.map_or(state.segment_base, |o| o.saturating_add(1));
     let recorded_end = if state.position == 0 {
         state.segment_base
     } else {
         state.next_offset.unwrap_or(state.segment_base)
     };
+    // The catalog's end inside the active segment: either its seal was recorded in the catalog and a crash came
+    // before the state file said so (the catalog's end is then the recorded end, and decides), or the segment is
+    // an unsealed prefix `apply` installed that the tail took over and appended to (`tail::handover`: the
+    // catalog's end lies below the recorded one, and the state file describes the segment).
+    if p.installed_end_offset
+        .is_some_and(|end| end > state.segment_base && end >= recorded_end)
+    {
+        return Ok(Tailed::No);
+    }
+    let walk = walk_log(&log, None)?;
+    let end = walk.last_offset.map_or(state.segment_base, |o| o.saturating_add(1));
     if end != recorded_end {
         refusals.push(Refusal::MirrorCatalogMismatch {
             partition: tp.clone(),

@@ -92,19 +92,29 @@ impl Inner {
             path: path.to_path_buf(),
             reason,
         };
-        let topic_id = row
-            .source_topic_id
-            .parse::<Uuid>()
-            .map_err(|e| refuse(&dir, format!("the catalog's source topic id {:?}: {e}", row.source_topic_id)))?;
+        let topic_id = row.source_topic_id.parse::<Uuid>().map_err(|e| {
+            refuse(
+                &dir,
+                format!("the catalog's source topic id {:?}: {e}", row.source_topic_id),
+            )
+        })?;
         for s in &c.segments {
-            check_size(&self.log_path(&row.key.topic, row.key.partition, s.version.base_offset), s)
-                .map_err(|(path, reason)| refuse(&path, reason))?;
+            check_size(
+                &self.log_path(&row.key.topic, row.key.partition, s.version.base_offset),
+                s,
+            )
+            .map_err(|(path, reason)| refuse(&path, reason))?;
         }
         let listing = PartitionDir::open(&dir)?;
-        let first = c.segments.first().map_or(last.version.base_offset, |s| s.version.base_offset);
-        if let Some(unknown) = listing.segments.iter().find(|f| {
-            f.base_offset >= first && !c.segments.iter().any(|s| s.version.base_offset == f.base_offset)
-        }) {
+        let first = c
+            .segments
+            .first()
+            .map_or(last.version.base_offset, |s| s.version.base_offset);
+        if let Some(unknown) = listing
+            .segments
+            .iter()
+            .find(|f| f.base_offset >= first && !c.segments.iter().any(|s| s.version.base_offset == f.base_offset))
+        {
             return Err(refuse(
                 &unknown.log,
                 "the catalog records no installed version of this segment (the disk is ahead of the catalog: run \

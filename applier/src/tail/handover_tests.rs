@@ -166,7 +166,11 @@ async fn handover_refuses_a_segment_of_another_size_naming_file_and_sizes() {
     let msg = refusal(&mut a).await;
     assert!(msg.contains(&path.display().to_string()), "{msg}");
     assert!(
-        msg.contains(&format!("{} bytes on disk, the catalog recorded {} bytes", grown.len(), f.segs[0].1.len())),
+        msg.contains(&format!(
+            "{} bytes on disk, the catalog recorded {} bytes",
+            grown.len(),
+            f.segs[0].1.len()
+        )),
         "{msg}"
     );
     assert!(!f.mirror.join(TAIL_STATE_DIR).join("orders-2.json").exists());
@@ -181,7 +185,10 @@ async fn handover_refuses_a_missing_segment() {
     let path = mirror_log(&f.mirror, f.segs[0].0);
     std::fs::remove_file(&path).unwrap();
     let msg = refusal(&mut appender(&f, mine, LINK)).await;
-    assert!(msg.contains(&path.display().to_string()) && msg.contains("missing"), "{msg}");
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("missing"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
@@ -272,5 +279,8 @@ async fn handover_refuses_a_shipper_of_another_lineage() {
     let err = a.apply_chunk(&c).await.unwrap_err();
     let msg = format!("{}", std::error::Error::source(&err).unwrap());
     assert!(msg.contains("topic id differs"), "{msg}");
-    assert_eq!(std::fs::metadata(mirror_log(&f.mirror, *base1)).unwrap().len(), cut as u64);
+    assert_eq!(
+        std::fs::metadata(mirror_log(&f.mirror, *base1)).unwrap().len(),
+        cut as u64
+    );
 }
