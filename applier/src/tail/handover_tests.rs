@@ -284,3 +284,46 @@ async fn handover_refuses_a_shipper_of_another_lineage() {
         cut as u64
     );
 }
+
+/// The source rolled and its retention deleted the seeded active segment before the tail started: the shipper
+/// resumes with the LogStart of its first segment (`shipper::tail::log_start::resume_or_skip`); the handed-over
+/// prefix goes as a segment retention deleted, and the tail continues at the source's first segment.
+#[tokio::test]
+async fn handover_of_a_prefix_the_source_deleted_follows_the_log_start() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, mut look) = catalogs(tmp.path());
+    let cut = seed_with_prefix(&f, &mut look);
+    let mut a = appender(&f, mine, LINK);
+    let (base1, _) = &f.segs[1];
+    assert_eq!(positions(&mut a).await, vec![(*base1, cut as u64, false)]);
+    let (base2, bytes2) = &f.segs[2];
+    let log_start = segmirror_transport::direct::payload::LogStart {
+        partition: pref(),
+        log_start_offset: *base2,
+    };
+    a.apply_log_start(&log_start).await.unwrap();
+    for c in chunks_of(*base2, bytes2, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    assert_eq!(positions(&mut a).await, vec![(*base2, bytes2.len() as u64, false)]);
+    assert!(
+        !mirror_log(&f.mirror, f.segs[0].0).exists(),
+        "segment 0 deleted as at the source"
+    );
+    assert!(
+        !mirror_log(&f.mirror, *base1).exists(),
+        "the unsealed prefix deleted as at the source"
+    );
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, *base2)).unwrap(), *bytes2);
+    let row = look.partition(&key(LINK)).unwrap();
+    assert_eq!(row.log_start_offset, *base2);
+    a.apply_seal(&seal_of(&f.source, *base2, bytes2, true)).await.unwrap();
+    let installed: Vec<i64> = look
+        .installed_segments(row.id)
+        .unwrap()
+        .iter()
+        .map(|s| s.version.base_offset)
+        .collect();
+    assert_eq!(installed, vec![*base2]);
+}
