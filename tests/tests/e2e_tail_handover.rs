@@ -204,8 +204,11 @@ fn sizes(dirs: &[PathBuf]) -> Vec<Vec<(i64, u64)>> {
         .collect()
 }
 
-/// (partition, offset, key, value) of every record, sorted: what must be identical on source and target.
-fn identity(records: &[Record]) -> Vec<(i32, i64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+/// (partition, offset, key, value) of a record: what must be identical on source and target.
+type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Every record's [`RecordIdentity`], sorted.
+fn identity(records: &[Record]) -> Vec<RecordIdentity> {
     let mut out: Vec<_> = records
         .iter()
         .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
