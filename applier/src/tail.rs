@@ -18,9 +18,11 @@
 //! acknowledged bytes were lost: an error, never papered over.
 //!
 //! A new segment is first *claimed* in the state file at 0 bytes, then created: a crash in between leaves a file the
-//! record owns (truncated back to 0 at restart). A `.log` the record does not claim (installed from the bucket, or
-//! left by another lineage) is never truncated or appended to: the chunk is refused. Tailing therefore starts a
-//! partition in an empty directory.
+//! record owns (truncated back to 0 at restart). A `.log` the record does not claim (left by another lineage, or
+//! installed from the bucket for another link) is never truncated or appended to: the chunk is refused. A
+//! partition `seed`/`apply` installed for this applier's link gets its record derived from the catalog at the
+//! start of a session, once the files are checked against it (`handover`), and is continued from there; any other
+//! partition starts in an empty directory.
 //!
 //! Offsets must continue exactly (each batch's base offset = the previous batch's last offset + 1) within a
 //! segment, as in an active segment, which Kafka never compacts; across a seal the next segment's base may jump
