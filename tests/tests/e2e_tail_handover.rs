@@ -468,3 +468,141 @@ fn tail_continues_a_mirror_seed_and_apply_produced() {
     );
     target.stop().unwrap();
 }
+
+/// A mirror whose last installed segment no longer has the SHA-256 its catalog recorded (here: a catalog that
+/// recorded zeros) is not taken over: `segmirror apply --listen` stops at the first session with an error naming
+/// the file and both digests, and writes nothing (no tail state, the mirror's files unchanged).
+#[test]
+fn tail_refuses_a_mirror_whose_files_differ_from_the_catalog() {
+    use segment_format::record::{BatchBuilder, RecordSpec};
+    use segment_format::writer::{PartitionWriter, WriterConfig};
+    use segmirror_tests::mirror::{files_under, record_writer_mirror};
+
+    let work = tempfile::tempdir().unwrap();
+    let (source, mirror, catalog) = (
+        work.path().join("source"),
+        work.path().join("mirror"),
+        work.path().join("catalog.sqlite"),
+    );
+    // The same writer-made partition as the source's log dir and as the mirror `apply` left.
+    let write = |root: &Path| {
+        let config = WriterConfig {
+            segment_bytes: 1024,
+            fsync: false,
+            topic_id: Some(segment_format::partition_metadata::Uuid([5; 16])),
+            ..WriterConfig::default()
+        };
+        let mut w = PartitionWriter::create(root, "refused", 0, 0, config).unwrap();
+        w.become_leader(1);
+        for i in 0..20 {
+            let base = w.next_offset();
+            w.append(
+                BatchBuilder::new(base)
+                    .partition_leader_epoch(1)
+                    .record(RecordSpec::new(0, 1_700_000_000_000 + i).with_value(vec![b'x'; 100])),
+            )
+            .unwrap();
+        }
+        w.close().unwrap()
+    };
+    write(&source);
+    // A Kafka log dir: the shipper reads the source cluster id from its meta.properties.
+    segment_format::writer::LogDirIdentity::random(1)
+        .unwrap()
+        .meta_properties()
+        .write(&source.join(segment_format::dir::META_PROPERTIES_FILE))
+        .unwrap();
+    let written = write(&mirror);
+    assert!(written.segments.len() >= 2, "the writer rolled");
+    // Recorded as `apply` records, except that every SHA-256 is zeros: the files do not match the catalog.
+    record_writer_mirror(&catalog, "dr", &written.topic_id.to_string(), &[(&written, 0)]).unwrap();
+    // The mirror's files (apply's lock files aside), with their bytes.
+    let contents = || -> BTreeMap<PathBuf, Vec<u8>> {
+        files_under(&mirror)
+            .unwrap()
+            .into_iter()
+            .filter(|(rel, _)| {
+                let rel = rel.to_string_lossy();
+                !rel.starts_with(".segmirror-apply") && !rel.starts_with(".tail")
+            })
+            .map(|(rel, abs)| (rel, std::fs::read(abs).unwrap()))
+            .collect()
+    };
+    let before = contents();
+
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let args = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let mut applier = Service::start(
+        "apply --listen",
+        &args(&[
+            "apply",
+            "--mirror",
+            &s(&mirror),
+            "--catalog",
+            &s(&catalog),
+            "--link",
+            "dr",
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+        ]),
+    );
+    applier.wait_for("listening on ");
+    let addr = applier
+        .log()
+        .split("listening on ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    let shipper = Service::start(
+        "ship",
+        &args(&[
+            "ship",
+            "--log-dir",
+            &s(&source),
+            "--link",
+            "dr",
+            "--upto",
+            "log-end",
+            "--connect",
+            &addr,
+            "--plaintext",
+        ]),
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = applier.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the applier did not stop:\n{}\n--- ship ---\n{}",
+            applier.log(),
+            shipper.log()
+        );
+        std::thread::sleep(POLL);
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let log = applier.log();
+    assert!(!status.success(), "apply:\n{log}");
+    let last = written.segments.last().unwrap();
+    let last_log = mirror.join("refused-0").join(format!("{:020}.log", last.base_offset));
+    assert!(
+        log.contains("cannot continue the mirror `apply` installed")
+            && log.contains(&last_log.display().to_string())
+            && log.contains(&format!("the catalog recorded {} at install", "0".repeat(64))),
+        "apply:\n{log}"
+    );
+    assert!(!mirror.join(".tail").join("refused-0.json").exists());
+    let after = contents();
+    let changed: Vec<&PathBuf> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|rel| before.get(*rel) != after.get(*rel))
+        .collect();
+    assert!(changed.is_empty(), "the mirror's files changed: {changed:?}");
+}
