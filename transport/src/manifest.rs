@@ -65,7 +65,10 @@ use segment_format::partition_metadata::Uuid;
 
 use crate::error::{DocumentProblem, Error, Result};
 
+mod chunks;
 mod keys;
+
+pub use chunks::{LogChunk, CHUNK_SUFFIX, MANIFEST_FORMAT_V2, MAX_LOG_CHUNKS};
 
 pub use keys::{
     parse_canonical_topic_id, validate_link_name, KeyPrefix, ObjectKey, ObjectKind, PartitionKey, SegmentFileName,
@@ -266,6 +269,10 @@ pub struct Manifest {
     /// left out of the JSON when absent, so both read the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_snapshot: Option<ManifestFile>,
+    /// The `.log` as chunk objects ([`MANIFEST_FORMAT_V2`] only; see `chunks`): contiguous byte ranges from 0 to
+    /// the `.log` entry's size. Left out of the JSON when empty, so a v1 manifest reads and writes as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_chunks: Vec<LogChunk>,
     pub shipper: ShipperStamp,
     pub created_at_ms: i64,
 }
@@ -299,7 +306,8 @@ fn json_position(bytes: &[u8], err: &serde_json::Error) -> u64 {
 }
 
 /// Shared reader: size cap, format check, typed parse.
-fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], format: &str, max: u64) -> Result<T> {
+fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], formats: &[&str], max: u64) -> Result<T> {
+    let format = formats.join("' or '");
     let corrupt = |position: u64, problem: DocumentProblem| Error::bad_document(key, position, problem);
     if bytes.len() as u64 > max {
         return Err(corrupt(
@@ -317,7 +325,7 @@ fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], forma
         )
     })?;
     match probe.format.as_deref() {
-        Some(f) if f == format => {}
+        Some(f) if formats.contains(&f) => {}
         Some(other) => {
             return Err(corrupt(
                 0,
@@ -362,7 +370,8 @@ impl Manifest {
     /// [`Error::BadDocument`] ([`DocumentProblem::Invalid`], or [`DocumentProblem::TooLarge`]
     /// above [`MAX_MANIFEST_BYTES`]); never panics on hostile bytes.
     pub fn from_json(key: &str, bytes: &[u8]) -> Result<Manifest> {
-        let manifest: Manifest = parse_document(key, bytes, MANIFEST_FORMAT_V1, MAX_MANIFEST_BYTES)?;
+        let manifest: Manifest =
+            parse_document(key, bytes, &[MANIFEST_FORMAT_V1, MANIFEST_FORMAT_V2], MAX_MANIFEST_BYTES)?;
         manifest.validate().map_err(|d| Error::bad_document(key, 0, d))?;
         Ok(manifest)
     }
@@ -411,8 +420,11 @@ impl Manifest {
     /// - `max_timestamp >= -1`, `log_start_offset >= 0`, `created_at_ms >= 0`.
     pub fn validate(&self) -> std::result::Result<(), DocumentProblem> {
         let fail = |m: String| Err(manifest_defect(m));
-        if self.format != MANIFEST_FORMAT_V1 {
-            return fail(format!("format '{}' is not '{MANIFEST_FORMAT_V1}'", self.format));
+        if self.format != MANIFEST_FORMAT_V1 && self.format != MANIFEST_FORMAT_V2 {
+            return fail(format!(
+                "format '{}' is neither '{MANIFEST_FORMAT_V1}' nor '{MANIFEST_FORMAT_V2}'",
+                self.format
+            ));
         }
         let partition_key = match self.partition_key(KeyPrefix::root()) {
             Ok(k) => k,
@@ -465,7 +477,12 @@ impl Manifest {
             return fail(format!("created_at_ms {} is negative", self.created_at_ms));
         }
         self.validate_epochs()?;
-        self.validate_files(&partition_key, range)
+        self.validate_files(&partition_key, range)?;
+        let files_prefix = self.files_prefix(&partition_key).unwrap_or_default();
+        let prefixed = self
+            .partition_key(files_prefix)
+            .map_err(|e| manifest_defect(e.to_string()))?;
+        self.validate_chunks(&prefixed)
     }
 
     fn validate_epochs(&self) -> std::result::Result<(), DocumentProblem> {
@@ -632,6 +649,7 @@ impl Manifest {
                 )));
             }
         }
+        self.validate_chunks(&partition)?;
         if let Some(f) = &self.end_snapshot {
             let key = partition.end_snapshot_key(&self.source_topic_id, range);
             if f.key != key {
@@ -691,7 +709,7 @@ impl Lease {
 
     /// Parse and validate a lease read from `key`.
     pub fn from_json(key: &str, bytes: &[u8]) -> Result<Lease> {
-        let lease: Lease = parse_document(key, bytes, LEASE_FORMAT_V1, MAX_LEASE_BYTES)?;
+        let lease: Lease = parse_document(key, bytes, &[LEASE_FORMAT_V1], MAX_LEASE_BYTES)?;
         lease.validate().map_err(|d| Error::bad_document(key, 0, d))?;
         Ok(lease)
     }

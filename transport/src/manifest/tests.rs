@@ -60,6 +60,7 @@ fn manifest(prefix: &str) -> Manifest {
             file(SegmentFileKind::Snapshot, 10 + 46),
         ],
         end_snapshot: None,
+        log_chunks: Vec::new(),
         shipper: ShipperStamp {
             id: "host-a/1234".into(),
             lease_epoch: 2,
