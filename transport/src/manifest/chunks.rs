@@ -172,3 +172,6 @@ impl Manifest {
         KeyPrefix::new(p).ok()
     }
 }
+
+#[cfg(test)]
+mod tests;
