@@ -120,7 +120,12 @@ async fn active_manifest(w: &World) -> (String, Manifest) {
 }
 
 fn mirror_log(w: &World) -> Vec<u8> {
-    std::fs::read(w.mirror().join(format!("{TOPIC}-0")).join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
+    std::fs::read(
+        w.mirror()
+            .join(format!("{TOPIC}-0"))
+            .join(segment_file_name(0, SegmentFileKind::Log)),
+    )
+    .unwrap()
 }
 
 fn source_log(dir: &Path) -> Vec<u8> {
@@ -156,7 +161,11 @@ async fn seed_reruns_upload_only_appended_bytes_and_apply_installs_only_new_chun
         let (_, m) = active_manifest(&w).await;
         assert!(!m.sealed);
         assert_eq!(m.next_offset, next);
-        assert_eq!(m.is_chunked(), run > 0, "the first version is v1, grown ones are chunked");
+        assert_eq!(
+            m.is_chunked(),
+            run > 0,
+            "the first version is v1, grown ones are chunked"
+        );
         if run > 0 {
             // Earlier chunks are referenced unchanged; one new chunk holds the new bytes.
             assert_eq!(m.log_chunks.len(), run as usize + 1);
@@ -172,7 +181,11 @@ async fn seed_reruns_upload_only_appended_bytes_and_apply_installs_only_new_chun
         w.counting.reset();
         let applied = w.apply().await;
         assert_eq!(applied.verdict(), Verdict::Ok, "run {run}: {applied:#?}");
-        assert_eq!(mirror_log(&w), source_log(&dir), "run {run}: the mirror's .log is the source's");
+        assert_eq!(
+            mirror_log(&w),
+            source_log(&dir),
+            "run {run}: the mirror's .log is the source's"
+        );
         if run > 0 {
             // Only the new chunk was downloaded: the installed prefix is proved by its digests, not fetched.
             let data_gets = w.counting.data_gets();
@@ -210,7 +223,10 @@ async fn seed_reruns_upload_only_appended_bytes_and_apply_installs_only_new_chun
     for f in &audit.findings {
         if f.check == Check::OrphanObject {
             let key = f.finding.path.to_string_lossy();
-            assert!(!referenced.contains(&key.as_ref()), "referenced chunk reported as orphan: {key}");
+            assert!(
+                !referenced.contains(&key.as_ref()),
+                "referenced chunk reported as orphan: {key}"
+            );
             assert!(!key.ends_with(".logchunk"), "{key}");
         }
     }
@@ -252,12 +268,23 @@ async fn an_old_format_bucket_applies_and_a_new_seed_continues_it_without_reuplo
 
     let (_, appended) = grow(&dir, next, 10);
     let before = log_object_bytes(&w.path("bucket"));
-    let report = seed::seed(&w.store, &seed_config(&log_dir), &seed::NoProgress).await.unwrap();
+    let report = seed::seed(&w.store, &seed_config(&log_dir), &seed::NoProgress)
+        .await
+        .unwrap();
     assert!(report.is_complete(), "{report:#?}");
     assert_eq!(log_object_bytes(&w.path("bucket")) - before, appended);
     let (_, m) = active_manifest(&w).await;
-    let old_log = shipped.last().unwrap().manifest.file(SegmentFileKind::Log).unwrap().clone();
-    assert_eq!(m.log_chunks[0].key, old_log.key, "the v1 prefix object is the first chunk");
+    let old_log = shipped
+        .last()
+        .unwrap()
+        .manifest
+        .file(SegmentFileKind::Log)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        m.log_chunks[0].key, old_log.key,
+        "the v1 prefix object is the first chunk"
+    );
 
     w.counting.reset();
     let second = w.apply().await;
@@ -271,9 +298,15 @@ async fn chunked_bucket(w: &World) -> (String, Manifest) {
     let log_dir = w.path("source");
     let (dir, next) = source(&log_dir, 20, true);
     let config = seed_config(&log_dir);
-    assert!(seed::seed(&w.store, &config, &seed::NoProgress).await.unwrap().is_complete());
+    assert!(seed::seed(&w.store, &config, &seed::NoProgress)
+        .await
+        .unwrap()
+        .is_complete());
     grow(&dir, next, 12);
-    assert!(seed::seed(&w.store, &config, &seed::NoProgress).await.unwrap().is_complete());
+    assert!(seed::seed(&w.store, &config, &seed::NoProgress)
+        .await
+        .unwrap()
+        .is_complete());
     let (key, m) = active_manifest(w).await;
     assert!(m.is_chunked() && m.log_chunks.len() == 2, "{m:#?}");
     (key, m)
@@ -299,7 +332,11 @@ async fn a_chunk_object_whose_bytes_changed_is_refused_naming_its_key() {
         Refusal::Mismatch { key: k, what, .. } => assert_eq!((k.as_str(), what.as_str()), (key.as_str(), "sha256")),
         other => panic!("{other:?}"),
     }
-    assert!(!w.mirror().join(format!("{TOPIC}-0")).join(segment_file_name(0, SegmentFileKind::Log)).exists());
+    assert!(!w
+        .mirror()
+        .join(format!("{TOPIC}-0"))
+        .join(segment_file_name(0, SegmentFileKind::Log))
+        .exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,7 +367,14 @@ async fn a_chunk_that_does_not_end_on_a_batch_boundary_is_refused() {
         });
     }
     m.validate().unwrap();
-    put_manifest(&w.store, &Shipped { key, manifest: m.clone() }).await;
+    put_manifest(
+        &w.store,
+        &Shipped {
+            key,
+            manifest: m.clone(),
+        },
+    )
+    .await;
     let report = w.apply().await;
     match refusal(&report) {
         Refusal::InvalidManifest { reason } => {
@@ -347,15 +391,28 @@ async fn installed_bytes_that_differ_from_a_referenced_chunk_are_refused_not_ove
     let log_dir = w.path("source");
     let (dir, next) = source(&log_dir, 20, true);
     let config = seed_config(&log_dir);
-    assert!(seed::seed(&w.store, &config, &seed::NoProgress).await.unwrap().is_complete());
+    assert!(seed::seed(&w.store, &config, &seed::NoProgress)
+        .await
+        .unwrap()
+        .is_complete());
     assert_eq!(w.apply().await.verdict(), Verdict::Ok);
     grow(&dir, next, 5);
-    assert!(seed::seed(&w.store, &config, &seed::NoProgress).await.unwrap().is_complete());
+    assert!(seed::seed(&w.store, &config, &seed::NoProgress)
+        .await
+        .unwrap()
+        .is_complete());
     // The referenced first chunk now claims other digests than the installed bytes (a rewritten bucket).
     let (key, mut m) = active_manifest(&w).await;
     let fake = digest_of(b"not the installed bytes");
     m.log_chunks[0].sha256 = fake.sha256;
-    put_manifest(&w.store, &Shipped { key, manifest: m.clone() }).await;
+    put_manifest(
+        &w.store,
+        &Shipped {
+            key,
+            manifest: m.clone(),
+        },
+    )
+    .await;
     let installed = mirror_log(&w);
     let report = w.apply().await;
     match refusal(&report) {

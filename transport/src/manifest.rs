@@ -38,6 +38,11 @@
 //!   `next` is that log end ([`Manifest::end_snapshot`]). It is the one data file not
 //!   named after `base`: without it a mirror's producer state at its end would depend
 //!   on whether the source was running when `seed` read it.
+//! - `data/<base>/<next>/<from:020>.logchunk`: one chunk of a segment's `.log`, the bytes
+//!   `[from, to)` (whole batches) ending where offset `next` starts; listed by a
+//!   [`MANIFEST_FORMAT_V2`] manifest's [`Manifest::log_chunks`] (see `chunks`). A grown
+//!   version of an active segment references the chunks already shipped and adds one for
+//!   the new bytes only, so a rerun of `seed` uploads what was appended, not the prefix.
 //! - `manifests/<base>.json`: a [`Manifest`], the commit point of a segment
 //!   version, written after all its data objects. A later version of the same
 //!   segment (the active segment grew, or was sealed) replaces it; a reader uses
@@ -45,9 +50,13 @@
 //!
 //! # Documents
 //!
-//! Both documents carry a `format` string (`segmirror.manifest.v1`,
-//! `segmirror.lease.v1`). A reader rejects any other format with an error that
-//! names it, so an old segmirror never misreads a newer bucket. Within a format,
+//! Both documents carry a `format` string (`segmirror.manifest.v1` or
+//! `segmirror.manifest.v2`, `segmirror.lease.v1`). A reader rejects any other format
+//! with an error that names it, so an old segmirror never misreads a newer bucket. A v2
+//! manifest is a v1 manifest plus `log_chunks`: its `.log` entry in `files` describes the
+//! assembled `.log` (size, CRC-32C, SHA-256, mtime) and names no object; the chunks are the
+//! objects. Only grown versions are written as v2, so a segment's first version (and every
+//! segment shipped whole) stays readable by a v1-only reader. Within a format,
 //! new fields may be added: readers ignore fields they do not know. Documents are
 //! size-capped ([`MAX_MANIFEST_BYTES`], [`MAX_LEASE_BYTES`]) before parsing.
 //!
@@ -234,7 +243,7 @@ pub struct ShipperStamp {
 /// The commit point of one segment version (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// [`MANIFEST_FORMAT_V1`].
+    /// [`MANIFEST_FORMAT_V1`], or [`MANIFEST_FORMAT_V2`] when the `.log` travels as [`Manifest::log_chunks`].
     pub format: String,
     pub link: String,
     pub topic: String,
@@ -370,8 +379,12 @@ impl Manifest {
     /// [`Error::BadDocument`] ([`DocumentProblem::Invalid`], or [`DocumentProblem::TooLarge`]
     /// above [`MAX_MANIFEST_BYTES`]); never panics on hostile bytes.
     pub fn from_json(key: &str, bytes: &[u8]) -> Result<Manifest> {
-        let manifest: Manifest =
-            parse_document(key, bytes, &[MANIFEST_FORMAT_V1, MANIFEST_FORMAT_V2], MAX_MANIFEST_BYTES)?;
+        let manifest: Manifest = parse_document(
+            key,
+            bytes,
+            &[MANIFEST_FORMAT_V1, MANIFEST_FORMAT_V2],
+            MAX_MANIFEST_BYTES,
+        )?;
         manifest.validate().map_err(|d| Error::bad_document(key, 0, d))?;
         Ok(manifest)
     }
@@ -402,7 +415,7 @@ impl Manifest {
     }
 
     /// Internal consistency, everything that can be checked without the data:
-    /// - `format` is [`MANIFEST_FORMAT_V1`]; link, topic, partition and ids legal;
+    /// - `format` is [`MANIFEST_FORMAT_V1`] or [`MANIFEST_FORMAT_V2`]; link, topic, partition and ids legal;
     /// - `0 <= base <= next`; with batches `base <= first <= last < next`,
     ///   `last - base <= i32::MAX` (Kafka's relative offsets), and
     ///   `batches <= records-or-offsets`: `batches` and `records` at most
@@ -415,6 +428,11 @@ impl Manifest {
     /// - an end snapshot only on an unsealed version with `next > base`, named
     ///   `<next>.snapshot`, a whole snapshot of at most [`MAX_SNAPSHOT_BYTES`], keyed
     ///   `data/<base>/<next>/<next>.snapshot` under the same prefix;
+    /// - chunks (v2 only, at most [`MAX_LOG_CHUNKS`]): contiguous from byte 0 to the `.log`
+    ///   size, each non-empty, `next_offset` strictly increasing and at most `next` (equal to
+    ///   `next` at the last chunk of an unsealed version), each key its chunk key under the
+    ///   same prefix (or, for a chunk from byte 0, the `.log` data key of the v1 version that
+    ///   ended at its `next_offset`); a v1 manifest has none;
     /// - epochs strictly increasing in epoch and start offset, non-negative, none
     ///   starting after `next`, at most one starting at or before `base`;
     /// - `max_timestamp >= -1`, `log_start_offset >= 0`, `created_at_ms >= 0`.

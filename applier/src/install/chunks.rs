@@ -54,9 +54,15 @@ pub(crate) async fn assemble(
     dest: &Path,
     progress: &dyn Progress,
 ) -> Result<std::result::Result<Assembled, Refusal>> {
-    let installed = partition_dir.join(segment_format::dir::segment_file_name(m.base_offset, SegmentFileKind::Log));
+    let installed = partition_dir.join(segment_format::dir::segment_file_name(
+        m.base_offset,
+        SegmentFileKind::Log,
+    ));
     let (chunks, target) = (m.log_chunks.clone(), dest.to_path_buf());
-    let prefix = blocking("copy installed prefix", move || copy_prefix(&installed, &chunks, &target)).await?;
+    let prefix = blocking("copy installed prefix", move || {
+        copy_prefix(&installed, &chunks, &target)
+    })
+    .await?;
     let (reused_chunks, mut whole) = match prefix {
         Ok(p) => p,
         Err(refusal) => return Ok(Err(refusal)),
@@ -115,7 +121,11 @@ fn compare(
     if got.size != size {
         Some(mismatch("size", size.to_string(), got.size.to_string()))
     } else if got.crc32c != crc32c {
-        Some(mismatch("crc32c", format!("{crc32c:08x}"), format!("{:08x}", got.crc32c)))
+        Some(mismatch(
+            "crc32c",
+            format!("{crc32c:08x}"),
+            format!("{:08x}", got.crc32c),
+        ))
     } else if got.sha256 != *sha256 {
         Some(mismatch("sha256", sha256.to_string(), got.sha256.to_string()))
     } else {
@@ -200,7 +210,10 @@ fn check_and_append(
     mut whole: Hasher,
 ) -> Result<std::result::Result<Hasher, Refusal>> {
     let bad = |field: &str, reason: String| Refusal::InvalidManifest {
-        reason: format!("chunk {} (bytes [{}, {})), {field}: {reason}", chunk.key, chunk.from, chunk.to),
+        reason: format!(
+            "chunk {} (bytes [{}, {})), {field}: {reason}",
+            chunk.key, chunk.from, chunk.to
+        ),
     };
     let mut log = LogFile::open(part).map_err(Error::Format)?;
     let mut problem: Option<Refusal> = None;
@@ -248,7 +261,10 @@ fn check_and_append(
     if summary.end != chunk.size() {
         return Ok(Err(bad(
             "to",
-            format!("not a batch boundary (batches end at byte {})", chunk.from + summary.end),
+            format!(
+                "not a batch boundary (batches end at byte {})",
+                chunk.from + summary.end
+            ),
         )));
     }
     if last_next != Some(chunk.next_offset) {

@@ -49,7 +49,12 @@ pub(crate) enum Reading {
         new_bytes: Option<(tempfile::NamedTempFile, Digest)>,
     },
     /// The source's bytes in a referenced chunk's range are not the chunk's.
-    Differs { key: String, from: u64, to: u64, field: &'static str },
+    Differs {
+        key: String,
+        from: u64,
+        to: u64,
+        field: &'static str,
+    },
     /// The file ended before `len` (truncated while read).
     Short { at: u64 },
 }
@@ -150,7 +155,10 @@ mod tests {
         let log = dir.path().join("x.log");
         let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&log, &data).unwrap();
-        let reused = [chunk(0, &data[..1_500_000]), chunk(1_500_000, &data[1_500_000..2_000_000])];
+        let reused = [
+            chunk(0, &data[..1_500_000]),
+            chunk(1_500_000, &data[1_500_000..2_000_000]),
+        ];
         let Reading::Ready { whole, new_bytes } = read_for_chunks(&log, 2_800_000, &reused, dir.path()).unwrap() else {
             panic!("expected ready")
         };

@@ -529,7 +529,10 @@ async fn a_grown_active_segment_alone_is_reshipped_to_new_keys() {
     let old_log = file(&active_before, SegmentFileKind::Log);
     let chunks = &active_after.log_chunks;
     assert_eq!(chunks.len(), 2, "{chunks:#?}");
-    assert_eq!((chunks[0].key.as_str(), chunks[0].to), (old_log.key.as_str(), old_log.size));
+    assert_eq!(
+        (chunks[0].key.as_str(), chunks[0].to),
+        (old_log.key.as_str(), old_log.size)
+    );
     let source_log = std::fs::read(&log).unwrap();
     assert_eq!(chunks[1].size(), source_log.len() as u64 - old_log.size);
     assert_eq!(r.bytes_uploaded - chunks[1].size(), {
@@ -546,7 +549,10 @@ async fn a_grown_active_segment_alone_is_reshipped_to_new_keys() {
         assembled.extend(object(&store, &c.key).await);
     }
     assert_eq!(assembled, source_log);
-    assert_eq!(digest_of(&assembled).sha256, file(active_after, SegmentFileKind::Log).sha256);
+    assert_eq!(
+        digest_of(&assembled).sha256,
+        file(active_after, SegmentFileKind::Log).sha256
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

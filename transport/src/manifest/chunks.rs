@@ -143,7 +143,10 @@ impl Manifest {
             }
             let keys = self.chunk_keys(partition, c).map_err(manifest_defect)?;
             if !keys.contains(&c.key) {
-                return fail(format!("{what}: field key is not its chunk key '{}'", keys.join("' or '")));
+                return fail(format!(
+                    "{what}: field key is not its chunk key '{}'",
+                    keys.join("' or '")
+                ));
             }
             at = c.to;
             previous_next = c.next_offset;

@@ -434,7 +434,10 @@ impl ObjectKey {
                 let range = SegmentRange::new(base, next).map_err(|r| bad_name(key, r))?;
                 if let Some(from) = name.strip_suffix(CHUNK_SUFFIX) {
                     let from = parse_padded_u64(from).ok_or_else(|| {
-                        bad_name(key, format!("'{name}' is not a chunk name (<20-digit byte position>{CHUNK_SUFFIX})"))
+                        bad_name(
+                            key,
+                            format!("'{name}' is not a chunk name (<20-digit byte position>{CHUNK_SUFFIX})"),
+                        )
                     })?;
                     return Ok(ObjectKey {
                         partition,

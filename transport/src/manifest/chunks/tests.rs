@@ -80,6 +80,9 @@ fn chunked(prefix: &str) -> Manifest {
     }
 }
 
+/// A change made to a valid manifest.
+type Edit = Box<dyn Fn(&mut Manifest)>;
+
 fn refused(m: &Manifest) -> String {
     match m.validate() {
         Err(problem) => problem.to_string(),
@@ -99,7 +102,10 @@ fn a_chunked_manifest_round_trips_and_is_where_it_claims() {
         // Under another prefix, the chunk keys betray it.
         let elsewhere = if prefix.is_empty() { "x" } else { "" };
         assert!(parsed
-            .check_location(&KeyPrefix::new(elsewhere).unwrap(), &pk(elsewhere).manifest_key(&tid(), 100).unwrap())
+            .check_location(
+                &KeyPrefix::new(elsewhere).unwrap(),
+                &pk(elsewhere).manifest_key(&tid(), 100).unwrap()
+            )
             .is_err());
         // Objects: the chunks instead of the `.log` entry.
         let keys: Vec<String> = m.objects().into_iter().map(|f| f.key).collect();
@@ -114,7 +120,10 @@ fn chunk_keys_parse_as_chunk_objects_of_their_lineage() {
     let p = pk("pre");
     let range = SegmentRange::new(100, 220).unwrap();
     let key = p.chunk_key(&tid(), range, 1000);
-    assert!(key.ends_with("/data/00000000000000000100/00000000000000000220/00000000000000001000.logchunk"), "{key}");
+    assert!(
+        key.ends_with("/data/00000000000000000100/00000000000000000220/00000000000000001000.logchunk"),
+        "{key}"
+    );
     let parsed = ObjectKey::parse(&KeyPrefix::new("pre").unwrap(), &key).unwrap();
     assert_eq!(
         parsed.kind,
@@ -125,15 +134,22 @@ fn chunk_keys_parse_as_chunk_objects_of_their_lineage() {
         }
     );
     assert_eq!(parsed.to_key(), key);
-    for bad in ["1000.logchunk", "-0000000000000001000.logchunk", "0000000000000000100a.logchunk"] {
+    for bad in [
+        "1000.logchunk",
+        "-0000000000000001000.logchunk",
+        "0000000000000000100a.logchunk",
+    ] {
         let key = format!("{}/{bad}", p.data_dir(&tid(), range));
-        assert!(ObjectKey::parse(&KeyPrefix::new("pre").unwrap(), &key).is_err(), "{key}");
+        assert!(
+            ObjectKey::parse(&KeyPrefix::new("pre").unwrap(), &key).is_err(),
+            "{key}"
+        );
     }
 }
 
 #[test]
 fn hostile_chunk_lists_are_refused_naming_the_chunk_and_field() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>, &str)> = vec![
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "overlap",
             Box::new(|m| m.log_chunks[1].from = 900),
@@ -144,7 +160,11 @@ fn hostile_chunk_lists_are_refused_naming_the_chunk_and_field() {
             Box::new(|m| m.log_chunks.swap(1, 2)),
             "field from is byte 2000, expected 1000",
         ),
-        ("gap", Box::new(|m| m.log_chunks[2].from = 2100), "field from is byte 2100"),
+        (
+            "gap",
+            Box::new(|m| m.log_chunks[2].from = 2100),
+            "field from is byte 2100",
+        ),
         (
             "empty range",
             Box::new(|m| m.log_chunks[2].to = 2000),
