@@ -46,6 +46,12 @@ fn batch(base: i64, i: i64) -> BatchBuilder {
 /// A source (running: no clean-shutdown files) with one partition of `batches` batches in its active segment.
 /// Returns the partition dir and its log end offset.
 fn source(log_dir: &Path, batches: i64, running: bool) -> (PathBuf, i64) {
+    source_rolled(log_dir, batches, running, false)
+}
+
+/// As [`source`]; with `roll` the broker rolled after the last batch (segment 0 sealed, an empty active one).
+/// Deterministic: a longer source's segment 0 starts with a shorter one's bytes.
+fn source_rolled(log_dir: &Path, batches: i64, running: bool, roll: bool) -> (PathBuf, i64) {
     let config = WriterConfig {
         segment_bytes: SEGMENT_BYTES,
         index_interval_bytes: 512,
@@ -58,6 +64,9 @@ fn source(log_dir: &Path, batches: i64, running: bool) -> (PathBuf, i64) {
     w.become_leader(0);
     for i in 0..batches {
         w.append(batch(0, i)).unwrap();
+    }
+    if roll {
+        w.roll().unwrap();
     }
     let written = w.close().unwrap();
     let identity = LogDirIdentity {
@@ -423,4 +432,79 @@ async fn installed_bytes_that_differ_from_a_referenced_chunk_are_refused_not_ove
         other => panic!("{other:?}"),
     }
     assert_eq!(mirror_log(&w), installed, "the installed segment is untouched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sealed_version_references_the_shipped_chunks_and_adds_only_the_rest() {
+    let w = World::new();
+    // One source partition seen three times: running with 20 batches, running with 35, rolled after 50.
+    let (small, _) = source(&w.path("s1"), 20, true);
+    let (grown, _) = source(&w.path("s2"), 35, true);
+    let (rolled, _) = source_rolled(&w.path("s3"), 50, false, true);
+    let bucket = w.path("bucket");
+    let mut chunks_before = Vec::new();
+    for (run, (log_dir, dir)) in [("s1", &small), ("s2", &grown), ("s3", &rolled)]
+        .into_iter()
+        .enumerate()
+    {
+        let before = log_object_bytes(&bucket);
+        let report = seed::seed(&w.store, &seed_config(&w.path(log_dir)), &seed::NoProgress)
+            .await
+            .unwrap();
+        assert!(report.is_complete(), "{log_dir}: {report:#?}");
+        let shipped_before = if run == 0 {
+            0
+        } else {
+            source_log(&[&small, &grown][run - 1]).len() as u64
+        };
+        assert_eq!(
+            log_object_bytes(&bucket) - before,
+            source_log(dir).len() as u64 - shipped_before,
+            "{log_dir}: only the bytes after what was shipped went up"
+        );
+        let (_, m) = active_manifest(&w).await;
+        assert_eq!(m.sealed, run == 2, "{log_dir}");
+        if run > 0 {
+            assert!(m.is_chunked());
+            assert_eq!(
+                m.log_chunks[..chunks_before.len()],
+                chunks_before[..],
+                "{log_dir}: earlier chunks referenced"
+            );
+        }
+        chunks_before = if m.is_chunked() {
+            m.log_chunks.clone()
+        } else {
+            v1_as_chunk(&m)
+        };
+
+        w.counting.reset();
+        let applied = w.apply().await;
+        assert_eq!(applied.verdict(), Verdict::Ok, "{log_dir}: {applied:#?}");
+        assert_eq!(mirror_log(&w), source_log(dir), "{log_dir}");
+        if run > 0 {
+            let gets = w.counting.data_gets();
+            for c in &chunks_before[..chunks_before.len() - 1] {
+                assert!(!gets.contains(&c.key), "{log_dir}: {} downloaded again", c.key);
+            }
+        }
+    }
+    // The sealed segment came with the broker's own indexes.
+    let mirror = w.mirror().join(format!("{TOPIC}-0"));
+    for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+        let name = segment_file_name(0, kind);
+        assert_eq!(
+            std::fs::read(mirror.join(&name)).unwrap(),
+            std::fs::read(rolled.join(&name)).unwrap()
+        );
+    }
+    let verified = verify_paths(
+        &[mirror],
+        &VerifyOptions {
+            deep: true,
+            strict: true,
+        },
+        &NoVerifyProgress,
+    );
+    assert!(verified.is_sound(), "{:#?}", verified.findings);
 }
