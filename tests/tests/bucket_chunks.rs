@@ -122,9 +122,13 @@ fn seed_config(log_dir: &Path) -> SeedConfig {
 }
 
 async fn active_manifest(w: &World) -> (String, Manifest) {
+    manifest_in(&w.store).await
+}
+
+async fn manifest_in(store: &segmirror_transport::Store) -> (String, Manifest) {
     let pk = PartitionKey::new(KeyPrefix::root(), LINK, TOPIC, 0).unwrap();
     let key = pk.manifest_key(&topic_id(), 0).unwrap();
-    let bytes = w.store.get_bytes(&key, MAX_MANIFEST_BYTES).await.unwrap();
+    let bytes = store.get_bytes(&key, MAX_MANIFEST_BYTES).await.unwrap();
     (key.clone(), Manifest::from_json(&key, &bytes).unwrap())
 }
 
@@ -507,4 +511,51 @@ async fn the_sealed_version_references_the_shipped_chunks_and_adds_only_the_rest
         &NoVerifyProgress,
     );
     assert!(verified.is_sound(), "{:#?}", verified.findings);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_travel_through_s3_as_through_a_folder() {
+    use segmirror_tests::s3::{MotoServer, ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY};
+    use segmirror_transport::store::{S3Options, StoreUrl};
+    let server = MotoServer::start().unwrap();
+    let url = server.store_url("");
+    let options = S3Options {
+        endpoint: Some(server.endpoint()),
+        region: Some(REGION.into()),
+        access_key_id: Some(ACCESS_KEY_ID.into()),
+        secret_access_key: Some(SECRET_ACCESS_KEY.into()),
+        session_token: None,
+        allow_http: Some(true),
+    };
+    let store = segmirror_transport::Store::open(&StoreUrl::parse(&url).unwrap(), &options).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = tmp.path().join("source");
+    let (dir, mut next) = source(&log_dir, 20, true);
+    let config = seed_config(&log_dir);
+    let mirror = tmp.path().join("mirror");
+    let catalog = tmp.path().join("catalog/catalog.sqlite");
+    for run in 0..3 {
+        if run > 0 {
+            next = grow(&dir, next, 9).0;
+        }
+        let report = seed::seed(&store, &config, &seed::NoProgress).await.unwrap();
+        assert!(report.is_complete(), "run {run}: {report:#?}");
+        let (_, m) = manifest_in(&store).await;
+        assert_eq!(
+            (m.is_chunked(), m.log_chunks.len()),
+            (run > 0, if run > 0 { run + 1 } else { 0 })
+        );
+        let apply = segmirror_applier::ApplyConfig::new(store.clone(), url.clone(), mirror.clone()).with_link(LINK);
+        let catalog = segmirror_catalog::Catalog::open(&catalog).unwrap();
+        let applied = segmirror_applier::apply(&apply, catalog, &segmirror_applier::NoProgress)
+            .await
+            .unwrap();
+        assert_eq!(applied.verdict(), Verdict::Ok, "run {run}: {applied:#?}");
+        let installed = std::fs::read(
+            mirror
+                .join(format!("{TOPIC}-0"))
+                .join(segment_file_name(0, SegmentFileKind::Log)),
+        );
+        assert_eq!(installed.unwrap(), source_log(&dir), "run {run}");
+    }
 }
