@@ -459,7 +459,7 @@ async fn the_sealed_version_references_the_shipped_chunks_and_adds_only_the_rest
         let shipped_before = if run == 0 {
             0
         } else {
-            source_log(&[&small, &grown][run - 1]).len() as u64
+            source_log([&small, &grown][run - 1]).len() as u64
         };
         assert_eq!(
             log_object_bytes(&bucket) - before,
