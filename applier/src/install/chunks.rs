@@ -303,3 +303,6 @@ fn append(part: &Path, dest: &Path, whole: &mut Hasher) -> Result<()> {
     }
     fs::remove_file(part).map_err(|e| Error::io(PathBuf::from(part), e))
 }
+
+#[cfg(test)]
+mod tests;
