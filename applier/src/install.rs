@@ -149,6 +149,7 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     let mut reused_bytes = 0;
     let mut reused_files = 0;
     let mut downloads = Vec::new();
+    let mut chunked_log = None;
     for (f, source) in files.iter().zip(&sources) {
         match source {
             Source::Reuse(_) => {
@@ -156,12 +157,25 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
                 reused_files += 1;
                 t.progress.advance(f.size);
             }
+            // A chunked `.log` names no object: it is assembled from the installed prefix and its new chunks.
+            Source::Fetch(path) if m.is_chunked() && f.name.kind == SegmentFileKind::Log => {
+                chunked_log = Some(path.clone());
+            }
             Source::Fetch(path) => downloads.push(fetch(t.store, f, path, t.progress)),
         }
     }
     for outcome in futures::future::join_all(downloads).await {
         match outcome? {
             Ok(size) => fetched_bytes += size,
+            Err(refusal) => return refuse(&t.staging_dir, refusal).await,
+        }
+    }
+    if let Some(path) = chunked_log {
+        match chunks::assemble(t.store, m, t.partition_dir, &path, t.progress).await? {
+            Ok(assembled) => {
+                fetched_bytes += assembled.fetched;
+                reused_bytes += assembled.reused;
+            }
             Err(refusal) => return refuse(&t.staging_dir, refusal).await,
         }
     }
@@ -783,5 +797,6 @@ fn set_mtime_and_sync(path: &Path, mtime_ms: i64) -> Result<()> {
     file.sync_all().map_err(|e| Error::io(path, e))
 }
 
+mod chunks;
 #[cfg(test)]
 mod tests;

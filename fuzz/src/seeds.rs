@@ -413,6 +413,7 @@ pub fn bucket_inputs() -> Vec<Vec<u8>> {
         log_start_offset: 0,
         files: files.clone(),
         end_snapshot: None,
+        log_chunks: Vec::new(),
         shipper: ShipperStamp {
             id: "host-a/1234".into(),
             lease_epoch: 2,

@@ -41,6 +41,7 @@ use crate::error::{Error, Result};
 use crate::source::{self, PrepareOptions, Unusable, UnusablePartition};
 use segmirror_transport::Transport;
 
+mod chunks;
 mod partition;
 mod plan;
 mod report;

@@ -385,7 +385,8 @@ async fn audit_lineage(
             }
         };
         let mut intact = true;
-        for file in manifest.all_files() {
+        // Chunks are objects like files: referenced (not orphans), checked to exist, sized and hashed.
+        for file in &manifest.objects() {
             referenced.insert(file.key.clone());
             let Some(object) = lineage.data.get(&file.key) else {
                 report.error(
@@ -650,8 +651,14 @@ async fn deep_verify(
         }
     };
     let mut key_of: BTreeMap<PathBuf, String> = BTreeMap::new();
-    for file in manifest.all_files() {
-        let path = dir.join(file.name.to_string());
+    let chunked = manifest.is_chunked();
+    for (i, file) in manifest.objects().iter().enumerate() {
+        let mut path = dir.join(file.name.to_string());
+        // A chunk is fetched beside the `.log` and appended to it (chunks come in byte order).
+        let chunk = chunked && file.name.kind == SegmentFileKind::Log;
+        if chunk {
+            path = dir.join(format!("chunk-{i}"));
+        }
         if let Err(e) = store.get_to_file(&file.key, &path, file.size, &file.sha256).await {
             let check = match e {
                 Error::Mismatch { .. } => Check::HashMismatch,
@@ -661,6 +668,18 @@ async fn deep_verify(
             return;
         }
         report.bytes_downloaded += file.size;
+        if chunk {
+            let log = dir.join(file.name.to_string());
+            let (p, l) = (path.clone(), log.clone());
+            let appended = tokio::task::spawn_blocking(move || append_chunk(&p, &l))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+            if let Err(e) = appended {
+                push_error(report, Check::Unreadable, &file.key, Some(base), &Error::io(&log, e));
+                return;
+            }
+            continue;
+        }
         key_of.insert(path, file.key.clone());
     }
     let log = dir.join(segment_format::dir::segment_file_name(base, SegmentFileKind::Log));
@@ -735,3 +754,11 @@ async fn deep_verify(
 
 #[cfg(test)]
 mod tests;
+
+/// Append the downloaded chunk at `chunk` to `log` (created on the first), then remove it.
+fn append_chunk(chunk: &Path, log: &Path) -> std::io::Result<()> {
+    let mut from = std::fs::File::open(chunk)?;
+    let mut to = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+    std::io::copy(&mut from, &mut to)?;
+    std::fs::remove_file(chunk)
+}

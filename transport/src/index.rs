@@ -90,7 +90,7 @@ impl BucketIndex {
                                 .manifests
                                 .insert(base_offset, object);
                         }
-                        ObjectKind::Data { topic_id, .. } => {
+                        ObjectKind::Data { topic_id, .. } | ObjectKind::Chunk { topic_id, .. } => {
                             entry
                                 .lineages
                                 .entry(topic_id)

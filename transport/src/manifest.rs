@@ -38,6 +38,11 @@
 //!   `next` is that log end ([`Manifest::end_snapshot`]). It is the one data file not
 //!   named after `base`: without it a mirror's producer state at its end would depend
 //!   on whether the source was running when `seed` read it.
+//! - `data/<base>/<next>/<from:020>.logchunk`: one chunk of a segment's `.log`, the bytes
+//!   `[from, to)` (whole batches) ending where offset `next` starts; listed by a
+//!   [`MANIFEST_FORMAT_V2`] manifest's [`Manifest::log_chunks`] (see `chunks`). A grown
+//!   version of an active segment references the chunks already shipped and adds one for
+//!   the new bytes only, so a rerun of `seed` uploads what was appended, not the prefix.
 //! - `manifests/<base>.json`: a [`Manifest`], the commit point of a segment
 //!   version, written after all its data objects. A later version of the same
 //!   segment (the active segment grew, or was sealed) replaces it; a reader uses
@@ -45,9 +50,13 @@
 //!
 //! # Documents
 //!
-//! Both documents carry a `format` string (`segmirror.manifest.v1`,
-//! `segmirror.lease.v1`). A reader rejects any other format with an error that
-//! names it, so an old segmirror never misreads a newer bucket. Within a format,
+//! Both documents carry a `format` string (`segmirror.manifest.v1` or
+//! `segmirror.manifest.v2`, `segmirror.lease.v1`). A reader rejects any other format
+//! with an error that names it, so an old segmirror never misreads a newer bucket. A v2
+//! manifest is a v1 manifest plus `log_chunks`: its `.log` entry in `files` describes the
+//! assembled `.log` (size, CRC-32C, SHA-256, mtime) and names no object; the chunks are the
+//! objects. Only grown versions are written as v2, so a segment's first version (and every
+//! segment shipped whole) stays readable by a v1-only reader. Within a format,
 //! new fields may be added: readers ignore fields they do not know. Documents are
 //! size-capped ([`MAX_MANIFEST_BYTES`], [`MAX_LEASE_BYTES`]) before parsing.
 //!
@@ -65,7 +74,10 @@ use segment_format::partition_metadata::Uuid;
 
 use crate::error::{DocumentProblem, Error, Result};
 
+mod chunks;
 mod keys;
+
+pub use chunks::{LogChunk, CHUNK_SUFFIX, MANIFEST_FORMAT_V2, MAX_LOG_CHUNKS};
 
 pub use keys::{
     parse_canonical_topic_id, validate_link_name, KeyPrefix, ObjectKey, ObjectKind, PartitionKey, SegmentFileName,
@@ -231,7 +243,7 @@ pub struct ShipperStamp {
 /// The commit point of one segment version (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// [`MANIFEST_FORMAT_V1`].
+    /// [`MANIFEST_FORMAT_V1`], or [`MANIFEST_FORMAT_V2`] when the `.log` travels as [`Manifest::log_chunks`].
     pub format: String,
     pub link: String,
     pub topic: String,
@@ -266,6 +278,10 @@ pub struct Manifest {
     /// left out of the JSON when absent, so both read the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_snapshot: Option<ManifestFile>,
+    /// The `.log` as chunk objects ([`MANIFEST_FORMAT_V2`] only; see `chunks`): contiguous byte ranges from 0 to
+    /// the `.log` entry's size. Left out of the JSON when empty, so a v1 manifest reads and writes as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_chunks: Vec<LogChunk>,
     pub shipper: ShipperStamp,
     pub created_at_ms: i64,
 }
@@ -299,7 +315,8 @@ fn json_position(bytes: &[u8], err: &serde_json::Error) -> u64 {
 }
 
 /// Shared reader: size cap, format check, typed parse.
-fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], format: &str, max: u64) -> Result<T> {
+fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], formats: &[&str], max: u64) -> Result<T> {
+    let format = formats.join("' or '");
     let corrupt = |position: u64, problem: DocumentProblem| Error::bad_document(key, position, problem);
     if bytes.len() as u64 > max {
         return Err(corrupt(
@@ -317,7 +334,7 @@ fn parse_document<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8], forma
         )
     })?;
     match probe.format.as_deref() {
-        Some(f) if f == format => {}
+        Some(f) if formats.contains(&f) => {}
         Some(other) => {
             return Err(corrupt(
                 0,
@@ -362,7 +379,12 @@ impl Manifest {
     /// [`Error::BadDocument`] ([`DocumentProblem::Invalid`], or [`DocumentProblem::TooLarge`]
     /// above [`MAX_MANIFEST_BYTES`]); never panics on hostile bytes.
     pub fn from_json(key: &str, bytes: &[u8]) -> Result<Manifest> {
-        let manifest: Manifest = parse_document(key, bytes, MANIFEST_FORMAT_V1, MAX_MANIFEST_BYTES)?;
+        let manifest: Manifest = parse_document(
+            key,
+            bytes,
+            &[MANIFEST_FORMAT_V1, MANIFEST_FORMAT_V2],
+            MAX_MANIFEST_BYTES,
+        )?;
         manifest.validate().map_err(|d| Error::bad_document(key, 0, d))?;
         Ok(manifest)
     }
@@ -393,7 +415,7 @@ impl Manifest {
     }
 
     /// Internal consistency, everything that can be checked without the data:
-    /// - `format` is [`MANIFEST_FORMAT_V1`]; link, topic, partition and ids legal;
+    /// - `format` is [`MANIFEST_FORMAT_V1`] or [`MANIFEST_FORMAT_V2`]; link, topic, partition and ids legal;
     /// - `0 <= base <= next`; with batches `base <= first <= last < next`,
     ///   `last - base <= i32::MAX` (Kafka's relative offsets), and
     ///   `batches <= records-or-offsets`: `batches` and `records` at most
@@ -406,13 +428,21 @@ impl Manifest {
     /// - an end snapshot only on an unsealed version with `next > base`, named
     ///   `<next>.snapshot`, a whole snapshot of at most [`MAX_SNAPSHOT_BYTES`], keyed
     ///   `data/<base>/<next>/<next>.snapshot` under the same prefix;
+    /// - chunks (v2 only, at most [`MAX_LOG_CHUNKS`]): contiguous from byte 0 to the `.log`
+    ///   size, each non-empty, `next_offset` strictly increasing and at most `next` (equal to
+    ///   `next` at the last chunk of an unsealed version), each key its chunk key under the
+    ///   same prefix (or, for a chunk from byte 0, the `.log` data key of the v1 version that
+    ///   ended at its `next_offset`); a v1 manifest has none;
     /// - epochs strictly increasing in epoch and start offset, non-negative, none
     ///   starting after `next`, at most one starting at or before `base`;
     /// - `max_timestamp >= -1`, `log_start_offset >= 0`, `created_at_ms >= 0`.
     pub fn validate(&self) -> std::result::Result<(), DocumentProblem> {
         let fail = |m: String| Err(manifest_defect(m));
-        if self.format != MANIFEST_FORMAT_V1 {
-            return fail(format!("format '{}' is not '{MANIFEST_FORMAT_V1}'", self.format));
+        if self.format != MANIFEST_FORMAT_V1 && self.format != MANIFEST_FORMAT_V2 {
+            return fail(format!(
+                "format '{}' is neither '{MANIFEST_FORMAT_V1}' nor '{MANIFEST_FORMAT_V2}'",
+                self.format
+            ));
         }
         let partition_key = match self.partition_key(KeyPrefix::root()) {
             Ok(k) => k,
@@ -465,7 +495,12 @@ impl Manifest {
             return fail(format!("created_at_ms {} is negative", self.created_at_ms));
         }
         self.validate_epochs()?;
-        self.validate_files(&partition_key, range)
+        self.validate_files(&partition_key, range)?;
+        let files_prefix = self.files_prefix(&partition_key).unwrap_or_default();
+        let prefixed = self
+            .partition_key(files_prefix)
+            .map_err(|e| manifest_defect(e.to_string()))?;
+        self.validate_chunks(&prefixed)
     }
 
     fn validate_epochs(&self) -> std::result::Result<(), DocumentProblem> {
@@ -632,6 +667,7 @@ impl Manifest {
                 )));
             }
         }
+        self.validate_chunks(&partition)?;
         if let Some(f) = &self.end_snapshot {
             let key = partition.end_snapshot_key(&self.source_topic_id, range);
             if f.key != key {
@@ -691,7 +727,7 @@ impl Lease {
 
     /// Parse and validate a lease read from `key`.
     pub fn from_json(key: &str, bytes: &[u8]) -> Result<Lease> {
-        let lease: Lease = parse_document(key, bytes, LEASE_FORMAT_V1, MAX_LEASE_BYTES)?;
+        let lease: Lease = parse_document(key, bytes, &[LEASE_FORMAT_V1], MAX_LEASE_BYTES)?;
         lease.validate().map_err(|d| Error::bad_document(key, 0, d))?;
         Ok(lease)
     }

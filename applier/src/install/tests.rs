@@ -64,6 +64,7 @@ fn index_sizes_are_bounded_by_the_batches_before_anything_is_fetched() {
             file(SegmentFileKind::Snapshot, 56),
         ],
         end_snapshot: None,
+        log_chunks: Vec::new(),
         shipper: ShipperStamp {
             id: "s".into(),
             lease_epoch: 1,

@@ -39,6 +39,7 @@ fn manifest(base: i64, next: i64, sealed: bool, content: u8) -> Box<Manifest> {
             file(SegmentFileKind::TimeIndex, 0),
         ],
         end_snapshot: None,
+        log_chunks: Vec::new(),
         shipper: ShipperStamp {
             id: "s".into(),
             lease_epoch: 1,

@@ -281,6 +281,7 @@ pub async fn ship_partition_dir_sealing(
             log_start_offset: log_start,
             files,
             end_snapshot: None,
+            log_chunks: Vec::new(),
             shipper: ShipperStamp {
                 id: "test-shipper".into(),
                 lease_epoch: 1,

@@ -23,10 +23,11 @@ use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::Defect;
 use segmirror_transport::manifest::{
-    EpochStart, KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, SegmentFileName, ShipperStamp,
-    MANIFEST_FORMAT_V1,
+    EpochStart, KeyPrefix, Lease, LogChunk, Manifest, ManifestFile, PartitionKey, SegmentFileName, ShipperStamp,
+    MANIFEST_FORMAT_V1, MANIFEST_FORMAT_V2, MAX_LOG_CHUNKS,
 };
 
+use super::chunks::{previous_chunks, read_for_chunks, Reading};
 use super::plan::{decide, Action, Version};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::Progress;
@@ -355,12 +356,17 @@ impl PartitionShipper<'_, '_> {
                 self.progress(base, progress_bytes);
                 Ok(())
             }
-            _ => {
+            (_, shipped) => {
                 let prepared = match (prepared.take(), next_base) {
                     (Some(p), _) => p,
                     (None, next) => self.prepare(segment, next, snapshot.clone()).await?,
                 };
-                self.ship(segment, snapshot, *prepared, end, common).await?;
+                // A grown version of a shipped active segment references what was shipped and uploads the rest.
+                let reuse = match &shipped {
+                    Some(m) if !m.sealed => previous_chunks(m),
+                    _ => Vec::new(),
+                };
+                self.ship(segment, snapshot, *prepared, end, common, reuse).await?;
                 self.progress(base, progress_bytes);
                 Ok(())
             }
@@ -425,6 +431,92 @@ impl PartitionShipper<'_, '_> {
         })
     }
 
+    /// The `.log` of `[base, next)` as chunks: `reuse` (checked against the source's bytes) plus one new chunk
+    /// of the bytes after them, ending where `chunk_next` starts. Returns the `.log` entry (the assembled file; its
+    /// key names no object) and every chunk.
+    async fn upload_chunked(
+        &mut self,
+        base: i64,
+        next: i64,
+        chunk_next: i64,
+        file: &LocalFile,
+        reuse: &[LogChunk],
+        sealed: bool,
+    ) -> Result<Option<(ManifestFile, Vec<LogChunk>)>, Stop> {
+        let range = |next| {
+            segmirror_transport::manifest::SegmentRange::new(base, next)
+                .map_err(|reason| failed(FailureKind::Source, reason))
+        };
+        let staging = self.ctx.prepare.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let (path, len, reused) = (file.path.clone(), file.len, reuse.to_vec());
+        let reading = blocking("read source for chunks", move || {
+            read_for_chunks(&path, len, &reused, &staging)
+        })
+        .await?
+        .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?;
+        let (whole, new_bytes) = match reading {
+            Reading::Ready { whole, new_bytes } => (whole, new_bytes),
+            Reading::Short { at } => {
+                return Err(Stop::Changed(format!(
+                    "{}: ends at byte {at}, below the verified {len}",
+                    file.path.display()
+                )))
+            }
+            // A sealed segment the cleaner compacted since its active prefix was shipped: its bytes legitimately
+            // differ; it is shipped whole, to new keys, as before chunks.
+            Reading::Differs { key, field, .. } if sealed => {
+                tracing::info!(partition = %self.report.name(), base, key, field, "sealed segment rewritten since its prefix was shipped; shipping it whole");
+                return Ok(None);
+            }
+            Reading::Differs { key, from, to, field } => {
+                return Err(Stop::Status(PartitionStatus::Diverged {
+                    base_offset: base,
+                    shipped_next_offset: reuse.last().map_or(base, |c| c.next_offset),
+                    source_next_offset: next,
+                    reason: format!(
+                        "the source's bytes [{from}, {to}) differ from shipped chunk {key} ({field}): it was \
+                         truncated and rewritten; the shipped chunks are not overwritten"
+                    ),
+                }))
+            }
+        };
+        let mut chunks = reuse.to_vec();
+        if let Some((temp, digest)) = new_bytes {
+            let from = reuse.last().map_or(0, |c| c.to);
+            let key = self.key.chunk_key(&self.topic_id(), range(chunk_next)?, from);
+            let staged = self.ctx.store.stage_file(&key, temp.path(), None).await?;
+            if staged.digest != digest {
+                return Err(Stop::Changed(format!(
+                    "{}: the uploaded chunk differs from the bytes read",
+                    file.path.display()
+                )));
+            }
+            self.report.bytes_uploaded += digest.size;
+            chunks.push(LogChunk {
+                from,
+                to: from + digest.size,
+                next_offset: chunk_next,
+                key,
+                crc32c: digest.crc32c,
+                sha256: digest.sha256,
+            });
+        }
+        let name = SegmentFileName::new(base, SegmentFileKind::Log);
+        let key = self
+            .key
+            .data_key(&self.topic_id(), range(next)?, name)
+            .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
+        let log = ManifestFile {
+            name,
+            key,
+            size: whole.size,
+            crc32c: whole.crc32c,
+            sha256: whole.sha256,
+            mtime_ms: file.mtime_ms,
+        };
+        Ok(Some((log, chunks)))
+    }
+
     /// Upload a prepared version, check the source did not change, commit.
     async fn ship(
         &mut self,
@@ -433,12 +525,35 @@ impl PartitionShipper<'_, '_> {
         prepared: Prepared,
         end: Option<source::EndSnapshot>,
         common: &Common<'_>,
+        reuse: Vec<LogChunk>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
         let next = prepared.range.next();
+        let log_len = prepared.log_len();
+        // Chunked when there is something to reference, the source grew past it, and the list stays bounded (else
+        // the segment is shipped whole once, v1, and chunking starts again from that version).
+        let mut chunked = reuse.last().is_some_and(|c| c.to < log_len) && reuse.len() < MAX_LOG_CHUNKS;
         let mut files = Vec::with_capacity(prepared.files.len());
+        let mut chunks = Vec::new();
         for file in &prepared.files {
-            let shipped = self.upload(base, next, file).await?;
+            let shipped = if chunked && file.kind == SegmentFileKind::Log {
+                let chunk_next = prepared.stats.last_offset.map_or(next, |l| l.saturating_add(1));
+                match self
+                    .upload_chunked(base, next, chunk_next, file, &reuse, prepared.sealed)
+                    .await?
+                {
+                    Some((log, all)) => {
+                        chunks = all;
+                        log
+                    }
+                    None => {
+                        chunked = false;
+                        self.upload(base, next, file).await?
+                    }
+                }
+            } else {
+                self.upload(base, next, file).await?
+            };
             if let (SegmentFileKind::Log, SourceGuard::LogCrc32c(crc)) = (file.kind, &prepared.guard) {
                 if shipped.crc32c != *crc {
                     return Err(Stop::Changed(format!(
@@ -465,6 +580,10 @@ impl PartitionShipper<'_, '_> {
             self.warn(warning);
         }
         let mut manifest = self.manifest(base, next, prepared.sealed, files, common, prepared.stats);
+        if chunked {
+            manifest.format = MANIFEST_FORMAT_V2.to_string();
+            manifest.log_chunks = chunks;
+        }
         if let Some(end) = end.filter(|_| !prepared.sealed && next > base) {
             manifest.end_snapshot = Some(self.upload_end_snapshot(base, next, end).await?);
         }
@@ -513,6 +632,8 @@ impl PartitionShipper<'_, '_> {
             max_timestamp: shipped.max_timestamp,
         };
         let mut manifest = self.manifest(base, next, false, shipped.files, common, stats);
+        manifest.format = shipped.format;
+        manifest.log_chunks = shipped.log_chunks;
         manifest.end_snapshot = Some(self.upload_end_snapshot(base, next, end).await?);
         self.commit(manifest).await
     }
@@ -552,7 +673,10 @@ impl PartitionShipper<'_, '_> {
             records: shipped.records,
             max_timestamp: shipped.max_timestamp,
         };
-        let manifest = self.manifest(base, shipped.next_offset, true, files, common, stats);
+        let mut manifest = self.manifest(base, shipped.next_offset, true, files, common, stats);
+        // The chunks are the sealed segment's `.log` as they were for the unsealed version.
+        manifest.format = shipped.format;
+        manifest.log_chunks = shipped.log_chunks;
         self.commit(manifest).await
     }
 
@@ -584,6 +708,7 @@ impl PartitionShipper<'_, '_> {
             log_start_offset: common.log_start_offset,
             files,
             end_snapshot: None,
+            log_chunks: Vec::new(),
             shipper: ShipperStamp {
                 id: self.ctx.shipper_id.to_string(),
                 lease_epoch: self.lease.as_ref().map_or(0, |l| l.epoch),

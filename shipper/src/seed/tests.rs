@@ -523,9 +523,35 @@ async fn a_grown_active_segment_alone_is_reshipped_to_new_keys() {
         assert_eq!(digest_of(&object(&store, &f.key).await).sha256, f.sha256);
         assert!(!active_after.files.iter().any(|g| g.key == f.key));
     }
+    // The grown version is chunked (v2): the old version's `.log` object is referenced as its first chunk, and
+    // only the appended batch was uploaded, as a chunk of its own. Together they are the source's `.log`.
+    assert!(active_after.is_chunked(), "{active_after:#?}");
+    let old_log = file(&active_before, SegmentFileKind::Log);
+    let chunks = &active_after.log_chunks;
+    assert_eq!(chunks.len(), 2, "{chunks:#?}");
     assert_eq!(
-        object(&store, &file(active_after, SegmentFileKind::Log).key).await,
-        std::fs::read(&log).unwrap()
+        (chunks[0].key.as_str(), chunks[0].to),
+        (old_log.key.as_str(), old_log.size)
+    );
+    let source_log = std::fs::read(&log).unwrap();
+    assert_eq!(chunks[1].size(), source_log.len() as u64 - old_log.size);
+    assert_eq!(r.bytes_uploaded - chunks[1].size(), {
+        // Besides the new bytes only the (rebuilt) index files of the new version went up.
+        active_after
+            .files
+            .iter()
+            .filter(|f| f.name.kind != SegmentFileKind::Log)
+            .map(|f| f.size)
+            .sum::<u64>()
+    });
+    let mut assembled = Vec::new();
+    for c in chunks {
+        assembled.extend(object(&store, &c.key).await);
+    }
+    assert_eq!(assembled, source_log);
+    assert_eq!(
+        digest_of(&assembled).sha256,
+        file(active_after, SegmentFileKind::Log).sha256
     );
 }
 

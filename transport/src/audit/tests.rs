@@ -152,6 +152,7 @@ impl Bucket {
             log_start_offset: s.log_start_offset,
             files,
             end_snapshot: None,
+            log_chunks: Vec::new(),
             shipper: ShipperStamp {
                 id: "test-shipper".into(),
                 lease_epoch: s.lease_epoch,

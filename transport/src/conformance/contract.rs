@@ -103,6 +103,7 @@ pub fn manifest_for(p: &PartitionKey, files: Vec<ManifestFile>, lease_epoch: u64
         log_start_offset: 0,
         files,
         end_snapshot: None,
+        log_chunks: Vec::new(),
         shipper: ShipperStamp {
             id: "conformance".into(),
             lease_epoch,

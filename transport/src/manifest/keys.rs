@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DATA_DIR, JSON_SUFFIX, KEY_NUMBER_DIGITS, LEASE_DIR, MANIFESTS_DIR, MAX_LINK_LENGTH};
+use super::{CHUNK_SUFFIX, DATA_DIR, JSON_SUFFIX, KEY_NUMBER_DIGITS, LEASE_DIR, MANIFESTS_DIR, MAX_LINK_LENGTH};
 use segment_format::dir::{
     classify_partition_file, segment_file_name, validate_topic_name, PartitionFile, SegmentFileKind,
 };
@@ -337,6 +337,14 @@ impl PartitionKey {
         Ok(format!("{dir}/{file}"))
     }
 
+    /// `<lineage>/data/<base:020>/<next:020>/<from:020>.logchunk`: the bytes `[from, ..)` of the `.log` of segment
+    /// `base` that end where offset `next` starts (a chunk of a `segmirror.manifest.v2` version). `next` and `from`
+    /// are in the key, so a chunk is never overwritten by different bytes: the same key is only ever written again
+    /// by a rerun with the same source bytes.
+    pub fn chunk_key(&self, topic_id: &Uuid, range: SegmentRange, from: u64) -> String {
+        format!("{}/{}{CHUNK_SUFFIX}", self.data_dir(topic_id, range), padded(from))
+    }
+
     /// `<lineage>/data/<base:020>/<next:020>/<next:020>.snapshot`: the producer snapshot a broker wrote at the log
     /// end (`next`) of the version `[base, next)`, the one file of a version not named after its base.
     pub fn end_snapshot_key(&self, topic_id: &Uuid, range: SegmentRange) -> String {
@@ -362,6 +370,12 @@ pub enum ObjectKind {
         topic_id: Uuid,
         range: SegmentRange,
         file: SegmentFileName,
+    },
+    /// A chunk of a segment's `.log` ([`PartitionKey::chunk_key`]).
+    Chunk {
+        topic_id: Uuid,
+        range: SegmentRange,
+        from: u64,
     },
 }
 
@@ -418,6 +432,18 @@ impl ObjectKey {
                 let next = parse_padded_offset(next)
                     .ok_or_else(|| bad_name(key, format!("'{next}' is not a 20-digit next offset")))?;
                 let range = SegmentRange::new(base, next).map_err(|r| bad_name(key, r))?;
+                if let Some(from) = name.strip_suffix(CHUNK_SUFFIX) {
+                    let from = parse_padded_u64(from).ok_or_else(|| {
+                        bad_name(
+                            key,
+                            format!("'{name}' is not a chunk name (<20-digit byte position>{CHUNK_SUFFIX})"),
+                        )
+                    })?;
+                    return Ok(ObjectKey {
+                        partition,
+                        kind: ObjectKind::Chunk { topic_id, range, from },
+                    });
+                }
                 let file: SegmentFileName = name.parse().map_err(|r: String| bad_name(key, r))?;
                 let end_snapshot = file.kind == SegmentFileKind::Snapshot && file.base_offset == next;
                 if file.base_offset != base && !end_snapshot {
@@ -447,6 +473,7 @@ impl ObjectKey {
             ObjectKind::Data { topic_id, range, file } => {
                 format!("{}/{file}", self.partition.data_dir(topic_id, *range))
             }
+            ObjectKind::Chunk { topic_id, range, from } => self.partition.chunk_key(topic_id, *range, *from),
         }
     }
 }

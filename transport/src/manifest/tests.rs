@@ -60,6 +60,7 @@ fn manifest(prefix: &str) -> Manifest {
             file(SegmentFileKind::Snapshot, 10 + 46),
         ],
         end_snapshot: None,
+        log_chunks: Vec::new(),
         shipper: ShipperStamp {
             id: "host-a/1234".into(),
             lease_epoch: 2,
@@ -219,10 +220,10 @@ fn unknown_fields_are_ignored_and_unknown_formats_rejected() {
     let mut v: serde_json::Value = serde_json::from_slice(&manifest("").to_json()).unwrap();
     v["added_in_a_later_v1"] = serde_json::json!({"x": 1});
     Manifest::from_json(key, &serde_json::to_vec(&v).unwrap()).unwrap();
-    v["format"] = "segmirror.manifest.v2".into();
+    v["format"] = "segmirror.manifest.v3".into();
     let err = Manifest::from_json(key, &serde_json::to_vec(&v).unwrap()).unwrap_err();
     assert!(
-        err.to_string().contains("unsupported format 'segmirror.manifest.v2'"),
+        err.to_string().contains("unsupported format 'segmirror.manifest.v3'"),
         "{err}"
     );
     let err = Manifest::from_json(key, b"{\"link\": 1}").unwrap_err();
