@@ -60,6 +60,7 @@ fn arb_companions() -> impl Strategy<Value = Vec<Companion>> {
             arb_bytes(64),
             any::<bool>(),
             any::<u32>(),
+            proptest::option::of(any::<u32>()),
         ),
         4,
     )
@@ -68,10 +69,12 @@ fn arb_companions() -> impl Strategy<Value = Vec<Companion>> {
             .iter()
             .zip(parts)
             .filter(|(_, (keep, ..))| *keep)
-            .map(|(kind, (_, sha256, bytes, inline, size))| Companion {
+            .map(|(kind, (_, sha256, bytes, inline, size, interval))| Companion {
                 kind: *kind,
                 size: if inline { bytes.len() as u64 } else { u64::from(size) },
                 sha256,
+                index_interval: interval
+                    .filter(|_| !inline && matches!(kind, CompanionKind::OffsetIndex | CompanionKind::TimeIndex)),
                 inline: inline.then_some(bytes),
             })
             .collect()
@@ -510,6 +513,7 @@ fn malformed_payloads_name_frame_field_and_offset() {
             size: 0,
             sha256: [0; 32],
             inline: None,
+            index_interval: None,
         }],
     });
     let bytes = encode(&seal);
@@ -530,6 +534,57 @@ fn malformed_payloads_name_frame_field_and_offset() {
         ),
         "{err}"
     );
+}
+
+/// Companion form 2 (an index to rebuild with the named `index.interval.bytes`, feature bit 3): round trip, and only
+/// for an offset or time index sent as a digest; a form byte beyond 2 is refused by name.
+#[test]
+fn an_index_interval_travels_only_with_a_digest_only_index() {
+    let seal = |kind, inline: Option<Bytes>, index_interval| {
+        Frame::SegmentSeal(SegmentSeal {
+            partition: PartitionRef {
+                topic: "t".into(),
+                partition: 0,
+                topic_id: [0; 16],
+            },
+            segment_base: 0,
+            final_size: 10,
+            log_sha256: [0; 32],
+            companions: vec![Companion {
+                kind,
+                size: inline.as_ref().map_or(96, |b| b.len() as u64),
+                sha256: [9; 32],
+                inline,
+                index_interval,
+            }],
+        })
+    };
+    let ok = seal(CompanionKind::OffsetIndex, None, Some(1024));
+    let bytes = encode(&ok);
+    // The companion ends with form byte 2 and the interval.
+    assert_eq!(&bytes[bytes.len() - 9..bytes.len() - 4], &[2, 0, 0, 4, 0]);
+    assert_eq!(frame::decode(&bytes, 0, MAX_PAYLOAD_LEN).unwrap().map(|(f, _)| f), Some(ok));
+
+    for bad in [
+        seal(CompanionKind::TxnIndex, None, Some(1024)),
+        seal(CompanionKind::TimeIndex, Some(Bytes::from_static(b"abc")), Some(1024)),
+    ] {
+        let mut out = BytesMut::new();
+        let err = frame::encode(&bad, MAX_PAYLOAD_LEN, &mut out).expect_err("encoded");
+        assert!(err.to_string().contains("index interval"), "{err}");
+    }
+    // Decoding: form 2 on a txn index, and form 3.
+    let bytes = encode(&seal(CompanionKind::OffsetIndex, None, Some(1024)));
+    let mut payload = bytes[HEADER_LEN..bytes.len() - 4].to_vec();
+    let n = payload.len();
+    let kind_at = n - 4 - 1 - 32 - 8 - 1;
+    payload[kind_at] = CompanionKind::TxnIndex.code();
+    let err = frame::decode(&raw(5, 0, &payload), 0, MAX_PAYLOAD_LEN).expect_err("txn index with an interval");
+    assert!(err.to_string().contains("no index interval"), "{err}");
+    payload[kind_at] = CompanionKind::OffsetIndex.code();
+    payload[n - 5] = 3;
+    let err = frame::decode(&raw(5, 0, &payload), 0, MAX_PAYLOAD_LEN).expect_err("form 3");
+    assert!(matches!(err, FrameError::Field { field: "inline", .. }), "{err}");
 }
 
 #[test]

@@ -329,11 +329,15 @@ fn put_companions(w: &mut Writer<'_>, companions: &[Companion]) -> Result<(), Fr
         w.out.put_u8(c.kind.code());
         w.out.put_u64(c.size);
         w.out.put_slice(&c.sha256);
-        match &c.inline {
-            None => w.out.put_u8(0),
-            Some(bytes) => {
+        match (&c.inline, c.index_interval) {
+            (None, None) => w.out.put_u8(0),
+            (Some(bytes), _) => {
                 w.out.put_u8(1);
                 w.bytes("inline", bytes)?;
+            }
+            (None, Some(interval)) => {
+                w.out.put_u8(2);
+                w.out.put_u32(interval);
             }
         }
     }
@@ -360,18 +364,25 @@ fn read_companions(r: &mut Reader) -> Result<Vec<Companion>, FrameError> {
         }
         let size = r.u64("size")?;
         let sha256 = r.sha256("sha256")?;
-        let inline = match r.u8("inline")? {
-            0 => None,
+        let (inline, index_interval) = match r.u8("inline")? {
+            0 => (None, None),
             1 => {
                 let bytes = r.bytes("inline")?;
                 if bytes.len() as u64 != size {
                     return Err(r.fail("inline", format!("{} inline bytes, size says {size}", bytes.len())));
                 }
-                Some(bytes)
+                (Some(bytes), None)
+            }
+            2 if matches!(kind, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
+                (None, Some(r.u32("index_interval")?))
+            }
+            2 => {
+                r.back(1);
+                return Err(r.fail("inline", format!("{kind:?} has no index interval to rebuild with")));
             }
             other => {
                 r.back(1);
-                return Err(r.fail("inline", format!("presence byte {other}, expected 0 or 1")));
+                return Err(r.fail("inline", format!("form byte {other}, expected 0, 1 or 2")));
             }
         };
         companions.push(Companion {
@@ -379,6 +390,7 @@ fn read_companions(r: &mut Reader) -> Result<Vec<Companion>, FrameError> {
             size,
             sha256,
             inline,
+            index_interval,
         });
     }
     Ok(companions)
@@ -395,6 +407,14 @@ fn check_companions(companions: &[Companion]) -> Result<(), String> {
         }
     }
     for c in companions {
+        if c.index_interval.is_some()
+            && (c.inline.is_some() || !matches!(c.kind, CompanionKind::OffsetIndex | CompanionKind::TimeIndex))
+        {
+            return Err(format!(
+                "{:?}: an index interval goes only with an offset or time index sent as a digest",
+                c.kind
+            ));
+        }
         if let Some(bytes) = &c.inline {
             if bytes.len() as u64 != c.size {
                 return Err(format!(

@@ -150,6 +150,11 @@ pub struct Companion {
     pub size: u64,
     pub sha256: Sha256,
     pub inline: Option<Bytes>,
+    /// An offset or time index sent as a digest only, to be rebuilt with this `index.interval.bytes` instead of
+    /// Kafka's default 4096 (the source topic's own interval, which the shipper read off the broker's index). Never
+    /// with `inline`; sent only on sessions that agreed
+    /// [`FEATURE_INDEX_INTERVAL`](super::handshake::FEATURE_INDEX_INTERVAL).
+    pub index_interval: Option<u32>,
 }
 
 /// A segment is sealed (rolled): its final size and digest, and its companions.

@@ -120,6 +120,7 @@ impl TestFeed {
                         size: snapshot.len() as u64,
                         sha256: [1; 32],
                         inline: Some(snapshot),
+                        index_interval: None,
                     }],
                 }));
                 segments.push(Segment {

@@ -30,7 +30,9 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS};
+use crate::direct::handshake::{
+    FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
+};
 use crate::direct::payload::{
     Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
 };
@@ -39,6 +41,7 @@ use crate::direct::payload::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FeedItem {
     Chunk(Chunk),
+    /// A seal; its companions' index intervals are dropped on a session without [`FEATURE_INDEX_INTERVAL`].
     Seal(SegmentSeal),
     /// The source's log start moved. Not a position in the partition's stream: it costs no credit, is never
     /// acknowledged, and is dropped (not sent) on a session that did not agree [`FEATURE_LOG_START`].
@@ -311,7 +314,13 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 }
                 _ = tokio::time::sleep_until(send_at.unwrap_or(now)), if sendable && !send_now => {}
                 item = self.feed.next(), if pending.is_none() => {
-                    let item = item?;
+                    let mut item = item?;
+                    if session.features & FEATURE_INDEX_INTERVAL == 0 {
+                        // The applier rebuilds with Kafka's default, and its digest check decides.
+                        if let FeedItem::Seal(seal) = &mut item {
+                            seal.companions.iter_mut().for_each(|c| c.index_interval = None);
+                        }
+                    }
                     let needs = match item {
                         FeedItem::LogStart(_) => FEATURE_LOG_START,
                         FeedItem::Replace(_) => FEATURE_SEGMENT_REPLACE,
