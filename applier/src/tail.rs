@@ -50,7 +50,8 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, Companion, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress, TopicId,
+    Chunk, Companion, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
+    TopicId,
 };
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};

@@ -563,7 +563,10 @@ fn an_index_interval_travels_only_with_a_digest_only_index() {
     let bytes = encode(&ok);
     // The companion ends with form byte 2 and the interval.
     assert_eq!(&bytes[bytes.len() - 9..bytes.len() - 4], &[2, 0, 0, 4, 0]);
-    assert_eq!(frame::decode(&bytes, 0, MAX_PAYLOAD_LEN).unwrap().map(|(f, _)| f), Some(ok));
+    assert_eq!(
+        frame::decode(&bytes, 0, MAX_PAYLOAD_LEN).unwrap().map(|(f, _)| f),
+        Some(ok)
+    );
 
     for bad in [
         seal(CompanionKind::TxnIndex, None, Some(1024)),

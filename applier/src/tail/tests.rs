@@ -465,7 +465,10 @@ async fn tail_seal_rebuilds_indexes_with_the_interval_it_names() {
     times.seal();
     let (offsets, times) = (offsets.to_bytes(), times.to_bytes());
     let default = std::fs::read(f.source.join(segment_file_name(*base, SegmentFileKind::Index))).unwrap();
-    assert_ne!(offsets, default, "the interval must change the index for the test to mean anything");
+    assert_ne!(
+        offsets, default,
+        "the interval must change the index for the test to mean anything"
+    );
     let digest = |kind, b: &[u8], index_interval| Companion {
         kind,
         size: b.len() as u64,
@@ -488,6 +491,12 @@ async fn tail_seal_rebuilds_indexes_with_the_interval_it_names() {
     a.apply_seal(&seal(Some(INTERVAL as u32))).await.unwrap();
     assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, true)));
     let dir = f.mirror.join(format!("{TOPIC}-{PARTITION}"));
-    assert_eq!(std::fs::read(dir.join(segment_file_name(*base, SegmentFileKind::Index))).unwrap(), offsets);
-    assert_eq!(std::fs::read(dir.join(segment_file_name(*base, SegmentFileKind::TimeIndex))).unwrap(), times);
+    assert_eq!(
+        std::fs::read(dir.join(segment_file_name(*base, SegmentFileKind::Index))).unwrap(),
+        offsets
+    );
+    assert_eq!(
+        std::fs::read(dir.join(segment_file_name(*base, SegmentFileKind::TimeIndex))).unwrap(),
+        times
+    );
 }

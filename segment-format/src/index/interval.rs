@@ -157,7 +157,10 @@ mod tests {
         }
         // The default index fits the default.
         let default = index(50, &bs, DEFAULT_INDEX_INTERVAL_BYTES);
-        assert_eq!(pick_interval(&fit(50, &bs, &default).unwrap()), DEFAULT_INDEX_INTERVAL_BYTES);
+        assert_eq!(
+            pick_interval(&fit(50, &bs, &default).unwrap()),
+            DEFAULT_INDEX_INTERVAL_BYTES
+        );
     }
 
     #[test]
@@ -165,7 +168,13 @@ mod tests {
         let bs = batches(0, &[300; 40]);
         let mut entries = index(0, &bs, 1024);
         // A broker restarted after batch 10 counts again from there: the next entry comes early.
-        entries.insert(1, OffsetIndexEntry { relative_offset: 23, position: 3300 });
+        entries.insert(
+            1,
+            OffsetIndexEntry {
+                relative_offset: 23,
+                position: 3300,
+            },
+        );
         entries.retain(|e| e.position != 3600);
         assert_eq!(fit(0, &bs, &entries), None);
         // An entry at a position no batch starts at, or with another offset than its batch's last.
@@ -177,16 +186,32 @@ mod tests {
         assert_eq!(fit(0, &bs, &offset), None);
         // An entry beyond the last batch, and one at the segment's first batch.
         let mut beyond = index(0, &bs, 1024);
-        beyond.push(OffsetIndexEntry { relative_offset: 200, position: 30_000 });
+        beyond.push(OffsetIndexEntry {
+            relative_offset: 200,
+            position: 30_000,
+        });
         assert_eq!(fit(0, &bs, &beyond), None);
-        assert_eq!(fit(0, &bs, &[OffsetIndexEntry { relative_offset: 1, position: 0 }]), None);
+        assert_eq!(
+            fit(
+                0,
+                &bs,
+                &[OffsetIndexEntry {
+                    relative_offset: 1,
+                    position: 0
+                }]
+            ),
+            None
+        );
     }
 
     #[test]
     fn an_empty_index_fits_every_interval_at_least_the_segment() {
         let bs = batches(0, &[100; 5]);
         assert_eq!(fit(0, &bs, &[]), Some(400..=MAX_INDEX_INTERVAL_BYTES));
-        assert_eq!(pick_interval(&(400..=MAX_INDEX_INTERVAL_BYTES)), DEFAULT_INDEX_INTERVAL_BYTES);
+        assert_eq!(
+            pick_interval(&(400..=MAX_INDEX_INTERVAL_BYTES)),
+            DEFAULT_INDEX_INTERVAL_BYTES
+        );
         assert_eq!(pick_interval(&(5000..=5000)), 5000);
     }
 

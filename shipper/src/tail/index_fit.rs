@@ -66,7 +66,11 @@ pub(super) fn fit(log: &Path, base: i64, index: &Path, time_index: Option<&Path>
         },
     };
     let same = offsets == index_bytes && time_bytes.is_none_or(|t| t == times);
-    Ok(if same { IndexForm::Rebuild(interval) } else { IndexForm::Broker })
+    Ok(if same {
+        IndexForm::Rebuild(interval)
+    } else {
+        IndexForm::Broker
+    })
 }
 
 /// The offset and time index bytes a rebuild with `interval` gives (`None`: the builders refused a batch), feeding

@@ -141,6 +141,16 @@ impl TestFeed {
         }
     }
 
+    /// Every seal carries `companions` instead of the default snapshot.
+    pub fn with_seal_companions(mut self, companions: Vec<Companion>) -> TestFeed {
+        for item in self.items.iter_mut().flatten() {
+            if let FeedItem::Seal(seal) = item {
+                seal.companions = companions.clone();
+            }
+        }
+        self
+    }
+
     pub fn total_bytes(&self) -> u64 {
         self.expected.values().flatten().map(|s| s.bytes.len() as u64).sum()
     }
