@@ -73,7 +73,9 @@ mod tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
-pub use progress::{progress_path, recorded_progress, RecordedProgress, MAX_PROGRESS_POINTS, PROGRESS_DIR};
+pub use progress::{
+    progress_path, recorded_progress, RecordedProgress, RecordedShipped, MAX_PROGRESS_POINTS, PROGRESS_DIR,
+};
 pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
 

@@ -7,7 +7,8 @@
 use bytes::{Bytes, BytesMut};
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::{
-    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, SourceProgress,
+    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, Shipped,
+    SourceProgress,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -206,6 +207,11 @@ pub fn seeds() -> Vec<Vec<u8>> {
             active_segment_base: 4096,
             active_segment_size: 70_000,
             shipper_time_ms: 1_700_000_000_000,
+            shipped: Some(Shipped {
+                segment_base: 4096,
+                position: 1200,
+                end_offset: 4150,
+            }),
         }),
         Frame::SegmentReplace(SegmentReplace {
             partition: position.partition.clone(),

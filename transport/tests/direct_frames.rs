@@ -8,7 +8,8 @@ use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVER
 use segmirror_transport::direct::payload::HELLO_MAGIC;
 use segmirror_transport::direct::{
     Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
-    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, SourceProgress,
+    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, Shipped,
+    SourceProgress,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -181,9 +182,10 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
             proptest::option::of(0..i64::MAX),
             0..i64::MAX,
             any::<u64>(),
-            any::<u64>()
+            any::<u64>(),
+            proptest::option::of((0..i64::MAX, any::<u64>(), 0..i64::MAX)),
         )
-            .prop_map(|(partition, log_end_offset, high_watermark, base, size, at)| {
+            .prop_map(|(partition, log_end_offset, high_watermark, base, size, at, shipped)| {
                 Frame::SourceProgress(SourceProgress {
                     partition,
                     log_end_offset,
@@ -191,6 +193,11 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                     active_segment_base: base,
                     active_segment_size: size,
                     shipper_time_ms: at,
+                    shipped: shipped.map(|(segment_base, position, end_offset)| Shipped {
+                        segment_base,
+                        position,
+                        end_offset,
+                    }),
                 })
             }),
     ]
@@ -678,6 +685,7 @@ fn progress(high_watermark: Option<i64>) -> Frame {
         active_segment_base: 40,
         active_segment_size: 4096,
         shipper_time_ms: 1_700_000_000_000,
+        shipped: None,
     })
 }
 
@@ -724,6 +732,56 @@ fn a_source_progress_with_a_bad_field_names_it() {
             .expect("a prefix is incomplete, not wrong")
             .is_none());
     }
+}
+
+/// The shipped position (feature bit 4) trails the frame: a frame without it (an older shipper's) decodes as
+/// `None`, one with it round-trips, and a partial or negative one is a field error naming it.
+#[test]
+fn a_source_progress_carries_the_shipped_position_after_the_older_fields() {
+    let Frame::SourceProgress(mut with) = progress(Some(80)) else {
+        unreachable!()
+    };
+    with.shipped = Some(Shipped {
+        segment_base: 40,
+        position: 1000,
+        end_offset: 77,
+    });
+    let old = encode(&progress(Some(80)));
+    let new = encode(&Frame::SourceProgress(with.clone()));
+    assert_eq!(new.len(), old.len() + 24);
+    // The older fields are the same bytes: the extension only appends.
+    assert_eq!(&new[HEADER_LEN..old.len() - 4], &old[HEADER_LEN..old.len() - 4]);
+    let decoded = |bytes: &[u8]| frame::decode(bytes, 0, MAX_PAYLOAD_LEN).map(|f| f.map(|(f, _)| f));
+    assert_eq!(decoded(&old).unwrap(), Some(progress(Some(80))));
+    assert_eq!(decoded(&new).unwrap(), Some(Frame::SourceProgress(with)));
+    // Only part of the block: the payload ends inside a field.
+    let payload = &new[HEADER_LEN..new.len() - 4];
+    let partial = raw(13, 0, &payload[..payload.len() - 5]);
+    assert!(
+        matches!(
+            decoded(&partial),
+            Err(FrameError::Field {
+                field: "shipped_end_offset",
+                ..
+            })
+        ),
+        "{:?}",
+        decoded(&partial)
+    );
+    // A negative shipped offset.
+    let at = new.len() - 4 - 24;
+    let negative = patch(new.clone(), at, 0x80);
+    assert!(
+        matches!(
+            decoded(&negative),
+            Err(FrameError::Field {
+                field: "shipped_segment_base",
+                ..
+            })
+        ),
+        "{:?}",
+        decoded(&negative)
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The feed reports where the source stands: first thing in a session, then only when a figure changed, and
 //! again after a seek.
 
+use segmirror_transport::direct::payload::Shipped;
 use segmirror_transport::direct::session::FeedItem;
 
 use super::super::tests::{append, batch_at, feed, partition};
@@ -52,4 +53,45 @@ async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() 
     // A new session starts with a report, even unchanged.
     feed.seek_positions(&[]).await.unwrap();
     expect(next(&mut feed).await, 6);
+}
+
+/// A report says how far the feed has shipped: nothing before the first chunk, the chunk's end after it.
+#[tokio::test]
+async fn tail_feed_reports_how_far_it_has_shipped() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = log_path(&dir, 0);
+    std::fs::write(&log, b"").unwrap();
+    for i in 0..5 {
+        append(&log, &batch_at(i, 1, i as usize));
+    }
+    let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(3), MAX_FEED_CHUNK_BYTES);
+    feed.config.progress_interval = Some(Duration::ZERO);
+    feed.seek_positions(&[]).await.unwrap();
+    let shipped = |item: FeedItem| match item {
+        FeedItem::Progress(p) => p.shipped,
+        other => panic!("expected a progress report, got {other:?}"),
+    };
+    let nothing = Shipped {
+        segment_base: 0,
+        position: 0,
+        end_offset: 0,
+    };
+    assert_eq!(shipped(next(&mut feed).await), Some(nothing));
+    let chunk_end = match next(&mut feed).await {
+        FeedItem::Chunk(c) => c.position + c.bytes.len() as u64,
+        other => panic!("expected a chunk, got {other:?}"),
+    };
+    // The source grows: the report of it carries the position after the chunk (offsets 0..3, the bound).
+    append(&log, &batch_at(5, 1, 5));
+    let after = shipped(next(&mut feed).await);
+    assert_eq!(
+        after,
+        Some(Shipped {
+            segment_base: 0,
+            position: chunk_end,
+            end_offset: 3
+        })
+    );
 }

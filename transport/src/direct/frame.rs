@@ -17,7 +17,8 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::error::FrameError;
 use super::payload::{
     Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
-    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, SourceProgress, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC,
+    MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.
@@ -274,6 +275,11 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
             w.offset("active_segment_base", p.active_segment_base)?;
             w.out.put_u64(p.active_segment_size);
             w.out.put_u64(p.shipper_time_ms);
+            if let Some(shipped) = &p.shipped {
+                w.offset("shipped_segment_base", shipped.segment_base)?;
+                w.out.put_u64(shipped.position);
+                w.offset("shipped_end_offset", shipped.end_offset)?;
+            }
         }
         Frame::SegmentReplace(r) => {
             w.partition(&r.partition)?;
@@ -607,6 +613,16 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                 active_segment_base: r.offset("active_segment_base")?,
                 active_segment_size: r.u64("active_segment_size")?,
                 shipper_time_ms: r.u64("shipper_time_ms")?,
+                // Feature bit 4: present when bytes follow (an older shipper's frame ends here).
+                shipped: if r.remaining() > 0 {
+                    Some(Shipped {
+                        segment_base: r.offset("shipped_segment_base")?,
+                        position: r.u64("shipped_position")?,
+                        end_offset: r.offset("shipped_end_offset")?,
+                    })
+                } else {
+                    None
+                },
             })
         }
         FrameType::SegmentReplace => {
