@@ -36,6 +36,7 @@ use segmirror_shipper::source::{CheckpointHighWatermarks, HighWatermarkSource, U
 use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::segmirror_verify;
+use segmirror_tests::service::{Settle, Settling};
 use segmirror_tests::*;
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::{PartitionRef, Role};
@@ -337,7 +338,7 @@ async fn replicate(direction: Direction, topic: &str, index_interval: Option<u64
 
     // Catch up: every partition's durable mirror position is the source's log end (its last segment's end), and
     // the high watermark has reached the log end offset.
-    let end = Instant::now() + CATCH_UP_TIMEOUT;
+    let mut settle = Settle::new(Duration::ZERO, CATCH_UP_TIMEOUT);
     let mut leos = vec![0i64; PARTITIONS as usize];
     loop {
         let durable = watcher.durable_positions().await.unwrap();
@@ -357,17 +358,17 @@ async fn replicate(direction: Direction, topic: &str, index_interval: Option<u64
                 .map(|d| (d.position.segment_base, d.position.position));
             caught_up &= at == Some((base, bytes.len() as u64));
         }
-        if caught_up {
-            break;
+        match settle.observe(caught_up, ()) {
+            Settling::Settled => break,
+            Settling::Waiting => {}
+            Settling::TimedOut => panic!(
+                "mirror at {durable:?}, source log ends {leos:?}, high watermarks {:?}; link events:\n{}",
+                (0..PARTITIONS)
+                    .map(|p| hws.high_watermark(topic, p).map(|h| h.offset))
+                    .collect::<Vec<_>>(),
+                events.lock().unwrap().join("\n")
+            ),
         }
-        assert!(
-            Instant::now() < end,
-            "mirror at {durable:?}, source log ends {leos:?}, high watermarks {:?}; link events:\n{}",
-            (0..PARTITIONS)
-                .map(|p| hws.high_watermark(topic, p).map(|h| h.offset))
-                .collect::<Vec<_>>(),
-            events.lock().unwrap().join("\n")
-        );
         tokio::time::sleep(POLL).await;
     }
     let connections = proxy.connections();
