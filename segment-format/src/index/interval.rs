@@ -108,21 +108,8 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(k, &size)| {
-                let b = BatchInfo {
-                    position,
-                    size,
-                    magic: 2,
-                    base_offset: base + 2 * k as i64,
-                    last_offset: base + 2 * k as i64 + 1,
-                    max_timestamp: 1000 + k as i64,
-                    partition_leader_epoch: 0,
-                    producer_id: -1,
-                    producer_epoch: -1,
-                    is_transactional: false,
-                    control: None,
-                    is_control: false,
-                    records_count: 2,
-                };
+                let base = base + 2 * k as i64;
+                let b = crate::index::tests::b(position, size, base, base + 1, 1000 + k as i64);
                 position += size;
                 b
             })

@@ -15,16 +15,22 @@ async fn next(feed: &mut TailFeed) -> FeedItem {
         .unwrap()
 }
 
-#[tokio::test]
-async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("events-0");
+/// A partition directory under `root` whose one segment holds five one-record batches: (directory, `.log`).
+fn five_batches(root: &Path) -> (PathBuf, PathBuf) {
+    let dir = root.join("events-0");
     std::fs::create_dir_all(&dir).unwrap();
     let log = log_path(&dir, 0);
     std::fs::write(&log, b"").unwrap();
     for i in 0..5 {
         append(&log, &batch_at(i, 1, i as usize));
     }
+    (dir, log)
+}
+
+#[tokio::test]
+async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log) = five_batches(root.path());
     // Bound at 3: offsets 3 and 4 stay on the source, so after the chunk only a change makes an item.
     let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(3), MAX_FEED_CHUNK_BYTES);
     feed.config.progress_interval = Some(Duration::ZERO);
@@ -59,13 +65,7 @@ async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() 
 #[tokio::test]
 async fn tail_feed_reports_how_far_it_has_shipped() {
     let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("events-0");
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = log_path(&dir, 0);
-    std::fs::write(&log, b"").unwrap();
-    for i in 0..5 {
-        append(&log, &batch_at(i, 1, i as usize));
-    }
+    let (dir, log) = five_batches(root.path());
     let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(3), MAX_FEED_CHUNK_BYTES);
     feed.config.progress_interval = Some(Duration::ZERO);
     feed.seek_positions(&[]).await.unwrap();
