@@ -52,7 +52,8 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress, TopicId,
+    Chunk, Companion, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
+    TopicId,
 };
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
@@ -77,16 +78,19 @@ mod tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
-pub use progress::{progress_path, recorded_progress, RecordedProgress, MAX_PROGRESS_POINTS, PROGRESS_DIR};
+pub use progress::{
+    progress_path, recorded_progress, RecordedProgress, RecordedShipped, MAX_PROGRESS_POINTS, PROGRESS_DIR,
+};
 pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
 
 /// Directory under the mirror root holding one state file per tailed partition.
 pub const TAIL_STATE_DIR: &str = ".tail";
 
-/// Index interval used to rebuild an offset or time index the shipper sent as a digest only: Kafka's default
-/// `index.interval.bytes`. A topic with another interval gets a different index; the digest check then refuses the
-/// rebuild, and the shipper must send that index inline.
+/// Index interval used to rebuild an offset or time index the shipper sent as a digest only and without an interval
+/// of its own (`Companion::index_interval`, feature bit 3): Kafka's default `index.interval.bytes`. A topic with
+/// another interval gets its own from the shipper, which read it off the broker's index; a rebuild that still
+/// differs from the broker's is refused by the digest check.
 pub const REBUILD_INDEX_INTERVAL_BYTES: u64 = DEFAULT_INDEX_INTERVAL_BYTES;
 
 /// Longest Kafka topic name (`Topic.MAX_NAME_LENGTH`).
@@ -708,7 +712,7 @@ impl Inner {
             let bytes = match (&c.inline, c.kind) {
                 (Some(b), _) => b.to_vec(),
                 (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
-                    rebuild_index(&path, seal.segment_base, c.kind)?
+                    rebuild_index_with(&path, seal.segment_base, c.kind, rebuild_interval(c))?
                 }
                 (None, kind) => {
                     return Err(bad(format!(
@@ -721,7 +725,10 @@ impl Inner {
                 return Err(bad(format!(
                     "companion {:?}{}: {} bytes SHA-256 {}, the seal says {} bytes SHA-256 {}",
                     c.kind,
-                    if c.inline.is_some() { "" } else { " (rebuilt)" },
+                    match c.inline {
+                        Some(_) => String::new(),
+                        None => format!(" (rebuilt) with index.interval.bytes {}", rebuild_interval(c)),
+                    },
                     bytes.len(),
                     hex(&digest),
                     c.size,
@@ -874,11 +881,22 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The interval a digest-only index companion is rebuilt with: its own, else [`REBUILD_INDEX_INTERVAL_BYTES`].
+pub(crate) fn rebuild_interval(c: &Companion) -> u64 {
+    c.index_interval.map_or(REBUILD_INDEX_INTERVAL_BYTES, u64::from)
+}
+
 /// Rebuilds an offset or time index from the sealed log with [`REBUILD_INDEX_INTERVAL_BYTES`].
+#[cfg(test)]
 pub(crate) fn rebuild_index(path: &Path, base: i64, kind: CompanionKind) -> TailResult<Vec<u8>> {
+    rebuild_index_with(path, base, kind, REBUILD_INDEX_INTERVAL_BYTES)
+}
+
+/// Rebuilds an offset or time index from the sealed log with `interval` (`index.interval.bytes`).
+pub(crate) fn rebuild_index_with(path: &Path, base: i64, kind: CompanionKind, interval: u64) -> TailResult<Vec<u8>> {
     let mut log = LogFile::open(path)?;
-    let mut offsets = OffsetIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES);
-    let mut times = TimeIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES);
+    let mut offsets = OffsetIndexBuilder::new(base, interval);
+    let mut times = TimeIndexBuilder::new(base, interval);
     let mut failed = None;
     log.scan(|frame| {
         let r = match kind {

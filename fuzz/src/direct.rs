@@ -7,7 +7,8 @@
 use bytes::{Bytes, BytesMut};
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::{
-    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, SourceProgress,
+    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, Shipped,
+    SourceProgress,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -176,12 +177,21 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     size: 8,
                     sha256: [2; 32],
                     inline: Some(bytes::Bytes::from_static(&[0, 0, 0, 5, 0, 0, 0x10, 0])),
+                    index_interval: None,
+                },
+                Companion {
+                    kind: CompanionKind::TimeIndex,
+                    size: 12,
+                    sha256: [4; 32],
+                    inline: None,
+                    index_interval: Some(1024),
                 },
                 Companion {
                     kind: CompanionKind::ProducerSnapshot,
                     size: 120,
                     sha256: [3; 32],
                     inline: None,
+                    index_interval: None,
                 },
             ],
         }),
@@ -197,6 +207,11 @@ pub fn seeds() -> Vec<Vec<u8>> {
             active_segment_base: 4096,
             active_segment_size: 70_000,
             shipper_time_ms: 1_700_000_000_000,
+            shipped: Some(Shipped {
+                segment_base: 4096,
+                position: 1200,
+                end_offset: 4150,
+            }),
         }),
         Frame::SegmentReplace(SegmentReplace {
             partition: position.partition.clone(),
@@ -211,6 +226,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     size: 3,
                     sha256: [5; 32],
                     inline: Some(Bytes::from_static(b"abc")),
+                    index_interval: None,
                 }],
             }),
         }),

@@ -245,9 +245,11 @@ fn ensure_in_range(batch: &BatchInfo, base_offset: i64) -> Result<(), ParseError
 
 mod build;
 mod check;
+mod interval;
 
 pub use build::{OffsetIndexBuilder, TimeIndexBuilder};
 pub use check::{OffsetIndexChecker, TimeIndexChecker};
+pub use interval::{pick_interval, IntervalFit, MAX_INDEX_INTERVAL_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -46,6 +46,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Position, SegmentSeal};
@@ -71,8 +72,8 @@ pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 /// travel; a larger file is refused by its size, naming it, before it is read.
 const MAX_INLINE_COMPANION_BYTES: u64 = MAX_PAYLOAD_LEN as u64;
 
-/// Largest offset or time index a replacement carries inline (1 MiB: well within a frame and the default credit
-/// window). Why inline at all: the broker's cleaner writes a cleaned segment's indexes as it appends, which need not
+/// Largest offset or time index a replacement (or a seal whose indexes no `index.interval.bytes` rebuilds) carries
+/// inline (1 MiB: well within a frame and the default credit window). Why inline at all: the broker's cleaner writes a cleaned segment's indexes as it appends, which need not
 /// be what the applier's rebuild makes of the same log, and a rebuild that does not match the digest would refuse
 /// the replacement again at every try. A larger index travels as a digest and the rebuild must match it.
 pub const MAX_INLINE_REPLACEMENT_INDEX_BYTES: u64 = 1024 * 1024;
@@ -506,7 +507,20 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
             at.prefix_crc32c
         )));
     }
-    let companions = companions(segment, false)?;
+    let form = match &segment.files.index {
+        Some(index) => index_fit::fit(&at.path, at.base_offset, index, segment.files.time_index.as_deref())?,
+        None => IndexForm::Rebuild(DEFAULT_INDEX_INTERVAL_BYTES),
+    };
+    if form == IndexForm::Broker {
+        tracing::warn!(
+            partition = %name(partition),
+            segment = at.base_offset,
+            "no index.interval.bytes rebuilds the broker's offset and time index (a broker restarted inside the \
+             segment?): they travel inline up to {MAX_INLINE_REPLACEMENT_INDEX_BYTES} bytes, else the applier \
+             refuses the seal"
+        );
+    }
+    let companions = companions(segment, form == IndexForm::Broker, form.interval())?;
     Ok(SegmentSeal {
         partition: partition.clone(),
         segment_base: at.base_offset,
@@ -517,9 +531,10 @@ fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> R
 }
 
 /// A sealed segment's companions as a seal (or a replacement's last piece) carries them. `inline_indexes`: the
-/// offset and time indexes travel inline too when at most [`MAX_INLINE_REPLACEMENT_INDEX_BYTES`] (a replacement:
-/// see there).
-fn companions(segment: &SegmentView, inline_indexes: bool) -> Result<Vec<Companion>> {
+/// offset and time indexes travel inline too when at most [`MAX_INLINE_REPLACEMENT_INDEX_BYTES`] (a replacement,
+/// see there; a seal whose indexes no interval rebuilds, `index_fit`). `index_interval`: the interval the applier
+/// rebuilds digest-only indexes with, when not Kafka's default.
+fn companions(segment: &SegmentView, inline_indexes: bool, index_interval: Option<u32>) -> Result<Vec<Companion>> {
     let mut companions = Vec::new();
     let files = [
         (CompanionKind::OffsetIndex, segment.files.index.as_ref(), false),
@@ -545,11 +560,16 @@ fn companions(segment: &SegmentView, inline_indexes: bool) -> Result<Vec<Compani
             let (size, _, sha256) = hash_file(path)?;
             (size, sha256, None)
         };
+        let index_interval = match kind {
+            CompanionKind::OffsetIndex | CompanionKind::TimeIndex if inline.is_none() => index_interval,
+            _ => None,
+        };
         companions.push(Companion {
             kind,
             size,
             sha256,
             inline,
+            index_interval,
         });
     }
     Ok(companions)
@@ -578,6 +598,8 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 
 pub mod rediscover;
 pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
+mod index_fit;
+use index_fit::IndexForm;
 mod log_start;
 mod progress;
 mod replace;

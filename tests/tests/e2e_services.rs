@@ -3,106 +3,16 @@
 //! `<topic>-<p>.<uuid>-delete`) is dropped by the shipper without an error while the other topics go on. The
 //! broker's files are the ground truth: every `.log` of a live partition equals its mirror byte for byte.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use segmirror_tests::clients::{admin, kcat_produce};
-use segmirror_tests::segmirror_cli::segmirror_binary;
+use segmirror_tests::service::Service;
 use segmirror_tests::tools::TOPIC_COMMAND;
 use segmirror_tests::{BrokerConfig, KafkaBroker, TopicSpec};
 
 /// How long the test waits for something that should happen (a guard against hangs, not a speed assertion).
 const PATIENCE: Duration = Duration::from_secs(120);
-
-/// A running `segmirror` with its stderr collected.
-struct Service {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    name: &'static str,
-}
-
-impl Service {
-    fn start(name: &'static str, args: &[&str]) -> Service {
-        let mut child = Command::new(segmirror_binary().unwrap())
-            .args(args)
-            .env("SEGMIRROR_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        Service { child, stderr, name }
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!("{} exited ({status}):\n{}", self.name, self.log());
-        }
-    }
-
-    fn wait_for(&mut self, needle: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let log = self.log();
-            if let Some(at) = log.find(needle) {
-                return log[at + needle.len()..].lines().next().unwrap_or("").to_string();
-            }
-            self.assert_running();
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} never logged {needle:?}:\n{log}",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// SIGTERM; the exit code and the log.
-    fn stop(mut self) -> (Option<i32>, String) {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return (status.code(), self.log());
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} did not stop:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn produce(bootstrap: &str, topic: &str, tag: &str, n: usize) {
     let values: Vec<String> = (0..n).map(|i| format!("{tag}-{i}")).collect();
@@ -131,7 +41,7 @@ fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
         }
         let all: String = services
             .iter()
-            .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
+            .map(|s| format!("--- {} ---\n{}", s.name(), s.log()))
             .collect();
         assert!(
             start.elapsed() < PATIENCE,
@@ -153,7 +63,7 @@ fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
     let mirror_root = mirror.path().to_str().unwrap().to_string();
     let mut applier = Service::start(
         "apply",
-        &[
+        [
             "apply",
             "--listen",
             "127.0.0.1:0",
@@ -163,12 +73,13 @@ fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
             "dr",
             "--plaintext",
         ],
-    );
+    )
+    .patience(PATIENCE);
     let addr = applier.wait_for("listening on ").trim().to_string();
     let log_dir = broker.log_dir().to_str().unwrap().to_string();
     let mut shipper = Service::start(
         "ship",
-        &[
+        [
             "ship",
             "--log-dir",
             &log_dir,
@@ -180,7 +91,8 @@ fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
             "--upto",
             "log-end",
         ],
-    );
+    )
+    .patience(PATIENCE);
     let alpha = broker.partition_dir("alpha", 0);
     wait_mirrored(
         &alpha,

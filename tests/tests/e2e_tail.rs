@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use segment_format::index::{OffsetIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::scan_frames;
 use segment_format::partition_metadata::PartitionMetadata;
 use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
@@ -35,6 +36,7 @@ use segmirror_shipper::source::{CheckpointHighWatermarks, HighWatermarkSource, U
 use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::segmirror_verify;
+use segmirror_tests::service::{Settle, Settling};
 use segmirror_tests::*;
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::{PartitionRef, Role};
@@ -201,12 +203,26 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-async fn replicate(direction: Direction, topic: &str) {
+/// The offset index a rebuild of the `.log` at `path` with `interval` gives.
+fn rebuilt_offset_index(path: &Path, base: i64, interval: u64) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut builder = OffsetIndexBuilder::new(base, interval);
+    for frame in scan_frames(&bytes, 0) {
+        builder.push(&frame.unwrap().info).unwrap();
+    }
+    builder.to_bytes()
+}
+
+/// `index_interval`: the topic's `index.interval.bytes` when not Kafka's default.
+async fn replicate(direction: Direction, topic: &str, index_interval: Option<u64>) {
     let mut broker = KafkaBroker::start(BrokerConfig::new(&format!("e2e-tail-{topic}"))).unwrap();
     let bootstrap = broker.bootstrap();
-    let spec = TopicSpec::new(topic, PARTITIONS)
+    let mut spec = TopicSpec::new(topic, PARTITIONS)
         .config(broker.install().segment_bytes_config(), SEGMENT_BYTES)
         .config("retention.ms", -1);
+    if let Some(interval) = index_interval {
+        spec = spec.config("index.interval.bytes", interval);
+    }
     admin(&bootstrap, &[spec], &[]).unwrap();
     let log_dir = broker.log_dir().to_path_buf();
     let source_dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| broker.partition_dir(topic, p)).collect();
@@ -322,7 +338,7 @@ async fn replicate(direction: Direction, topic: &str) {
 
     // Catch up: every partition's durable mirror position is the source's log end (its last segment's end), and
     // the high watermark has reached the log end offset.
-    let end = Instant::now() + CATCH_UP_TIMEOUT;
+    let mut settle = Settle::new(Duration::ZERO, CATCH_UP_TIMEOUT);
     let mut leos = vec![0i64; PARTITIONS as usize];
     loop {
         let durable = watcher.durable_positions().await.unwrap();
@@ -342,17 +358,17 @@ async fn replicate(direction: Direction, topic: &str) {
                 .map(|d| (d.position.segment_base, d.position.position));
             caught_up &= at == Some((base, bytes.len() as u64));
         }
-        if caught_up {
-            break;
+        match settle.observe(caught_up, ()) {
+            Settling::Settled => break,
+            Settling::Waiting => {}
+            Settling::TimedOut => panic!(
+                "mirror at {durable:?}, source log ends {leos:?}, high watermarks {:?}; link events:\n{}",
+                (0..PARTITIONS)
+                    .map(|p| hws.high_watermark(topic, p).map(|h| h.offset))
+                    .collect::<Vec<_>>(),
+                events.lock().unwrap().join("\n")
+            ),
         }
-        assert!(
-            Instant::now() < end,
-            "mirror at {durable:?}, source log ends {leos:?}, high watermarks {:?}; link events:\n{}",
-            (0..PARTITIONS)
-                .map(|p| hws.high_watermark(topic, p).map(|h| h.offset))
-                .collect::<Vec<_>>(),
-            events.lock().unwrap().join("\n")
-        );
         tokio::time::sleep(POLL).await;
     }
     let connections = proxy.connections();
@@ -384,6 +400,7 @@ async fn replicate(direction: Direction, topic: &str) {
         let last = *src.keys().next_back().unwrap();
         let mut next = 0i64;
         let (mut batches, mut control, mut transactional, mut companions) = (0u64, 0u64, 0u64, 0u64);
+        let mut differs_from_default = 0u64;
         for (base, mpath) in &mir {
             let m = std::fs::read(mpath).unwrap();
             let s = std::fs::read(&src[base]).unwrap();
@@ -417,13 +434,26 @@ async fn replicate(direction: Direction, topic: &str) {
                         companions += 1;
                     }
                 }
-                assert!(
-                    mir_dir.join(format!("{base:020}.index")).exists(),
-                    "partition {p}: sealed segment {base} has no offset index"
-                );
+                for ext in ["index", "timeindex"] {
+                    assert!(
+                        mir_dir.join(format!("{base:020}.{ext}")).exists(),
+                        "partition {p}: sealed segment {base} has no .{ext}"
+                    );
+                }
+                // With another interval the broker's index is not what Kafka's default would give: the test then
+                // proves the mirror took the topic's own interval, not the default.
+                if index_interval.is_some() {
+                    let default = rebuilt_offset_index(&src[base], *base, DEFAULT_INDEX_INTERVAL_BYTES);
+                    let broker_index = std::fs::read(src_dir.join(format!("{base:020}.index"))).unwrap();
+                    differs_from_default += u64::from(default != broker_index);
+                }
             }
         }
         assert_eq!(next, leos[p as usize], "partition {p}: offsets up to the log end");
+        assert!(
+            index_interval.is_none() || differs_from_default > 0,
+            "partition {p}: every broker index equals a default-interval rebuild; the test proves nothing"
+        );
         assert!(
             control >= 2 && transactional >= 2,
             "partition {p}: no transactions seen"
@@ -623,10 +653,17 @@ fn promote_and_check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_over_mutual_tls_through_faults_mirrors_a_live_broker_byte_for_byte() {
-    replicate(Direction::Push, "tail-push").await;
+    replicate(Direction::Push, "tail-push", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pull_over_mutual_tls_through_faults_mirrors_a_live_broker_byte_for_byte() {
-    replicate(Direction::Pull, "tail-pull").await;
+    replicate(Direction::Pull, "tail-pull", None).await;
+}
+
+/// A topic with `index.interval.bytes=1024`: the sealed segments' indexes on the mirror are still the broker's own,
+/// byte for byte, and promotion gives consumers the same offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_of_a_topic_with_a_1024_byte_index_interval_mirrors_the_brokers_indexes() {
+    replicate(Direction::Push, "tail-interval", Some(1024)).await;
 }

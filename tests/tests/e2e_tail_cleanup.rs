@@ -26,6 +26,7 @@ use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
 use segmirror_applier::tail::{tailed_log_start, TailAppender};
 use segmirror_shipper::source::{CheckpointHighWatermarks, UptoPolicy};
 use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
+use segmirror_tests::service::{Settle, Settling};
 use segmirror_tests::*;
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::{PartitionRef, Role};
@@ -240,8 +241,7 @@ async fn tail_through(cleanup: Cleanup) {
 
     // Caught up and settled: the mirror holds the broker's segments and is durable to the broker's log end, and
     // that held for the scenario's settling time.
-    let end = Instant::now() + CATCH_UP_TIMEOUT;
-    let mut same_since: Option<(Instant, Snapshot)> = None;
+    let mut settle = Settle::new(cleanup.settled_for(), CATCH_UP_TIMEOUT);
     loop {
         let durable = watcher.durable_positions().await.unwrap();
         let mut now: Snapshot = Vec::new();
@@ -261,24 +261,19 @@ async fn tail_through(cleanup: Cleanup) {
         let matches = now
             .iter()
             .all(|(src, active, mir, at)| src == mir && src.last().map(|(b, _)| (*b, *active)) == *at);
-        match (&same_since, matches) {
-            (Some((since, before)), true) if *before == now => {
-                if since.elapsed() >= cleanup.settled_for() {
-                    break;
-                }
-            }
-            (_, true) => same_since = Some((Instant::now(), now.clone())),
-            (_, false) => same_since = None,
-        }
-        if Instant::now() >= end {
-            // The link's own ending says why (a refusal, a divergence): stop both sides and show it.
-            shutdown.cancel();
-            let listened = listening.await.unwrap();
-            let dialed = dialing.await.unwrap();
-            panic!(
-                "not caught up: (source segments, active size, mirror segments, durable) {now:?}; applier link: \
+        match settle.observe(matches, now.clone()) {
+            Settling::Settled => break,
+            Settling::Waiting => {}
+            Settling::TimedOut => {
+                // The link's own ending says why (a refusal, a divergence): stop both sides and show it.
+                shutdown.cancel();
+                let listened = listening.await.unwrap();
+                let dialed = dialing.await.unwrap();
+                panic!(
+                    "not caught up: (source segments, active size, mirror segments, durable) {now:?}; applier link: \
                  {listened:?}; shipper link: {dialed:?}"
-            );
+                );
+            }
         }
         tokio::time::sleep(POLL).await;
     }

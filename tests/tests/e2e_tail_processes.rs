@@ -13,18 +13,17 @@
 //! and a new idempotent producer's record lands right after the mirrored ones. Push and pull directions.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
 use segmirror_applier::APPLY_HOLDER_FILE;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::ports::free_port;
-use segmirror_tests::segmirror_cli::{segmirror_binary, segmirror_verify};
+use segmirror_tests::segmirror_cli::segmirror_verify;
+use segmirror_tests::service::{Service, Settle, Settling};
 use segmirror_tests::*;
 use segmirror_transport::direct::testing::FaultProxy;
 
@@ -58,127 +57,6 @@ enum Direction {
     Push,
     /// `apply --connect` → proxy → `ship --listen`.
     Pull,
-}
-
-/// A running `segmirror` with its stderr collected (as e2e_services), restartable with the same arguments.
-struct Service {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    name: &'static str,
-    args: Vec<String>,
-    /// The logs of the earlier (killed) incarnations, for failure messages.
-    history: String,
-}
-
-impl Service {
-    fn start(name: &'static str, args: Vec<String>) -> Service {
-        let (child, stderr) = spawn(&args);
-        Service {
-            child,
-            stderr,
-            name,
-            args,
-            history: String::new(),
-        }
-    }
-
-    fn log(&self) -> String {
-        format!("{}{}", self.history, self.stderr.lock().unwrap())
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!("{} exited ({status}):\n{}", self.name, self.log());
-        }
-    }
-
-    /// Waits until this incarnation logs `needle`.
-    fn wait_for(&mut self, needle: &str) {
-        let start = Instant::now();
-        while !self.stderr.lock().unwrap().contains(needle) {
-            self.assert_running();
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} never logged {needle:?}:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// SIGKILL (no cleanup at all), then the same command again.
-    fn kill_and_restart(&mut self) {
-        self.kill();
-        self.restart();
-    }
-
-    fn kill(&mut self) {
-        self.assert_running();
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-    }
-
-    fn restart(&mut self) {
-        let old = std::mem::take(&mut *self.stderr.lock().unwrap());
-        self.history
-            .push_str(&format!("{old}--- {} SIGKILLed and restarted ---\n", self.name));
-        let (child, stderr) = spawn(&self.args);
-        self.child = child;
-        self.stderr = stderr;
-    }
-
-    /// SIGTERM; the exit code and the log.
-    fn stop(mut self) -> (Option<i32>, String) {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return (status.code(), self.log());
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} did not stop:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(args: &[String]) -> (Child, Arc<Mutex<String>>) {
-    let mut child = Command::new(segmirror_binary().unwrap())
-        .args(args)
-        .env("SEGMIRROR_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let pipe = child.stderr.take().unwrap();
-    let sink = stderr.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            let mut s = sink.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
-    (child, stderr)
 }
 
 /// PEM files of a CA and two leaves it signed (server and client), as e2e_tail makes them.
@@ -425,7 +303,7 @@ fn replicate(direction: Direction, topic: &str) {
             }
             1 => proxy.drop_connections(),
             2 => {
-                let killed = applier.child.id();
+                let killed = applier.pid();
                 applier.kill();
                 // SIGKILL ran no cleanup: the holder file still names the killed process (the kernel released
                 // its flock).
@@ -460,31 +338,21 @@ fn replicate(direction: Direction, topic: &str) {
 
     // Catch up: the mirror holds exactly the broker's segments, the active one as long as the broker's, and that
     // has held for SETTLED_FOR (the broker's retention has settled).
-    let start = Instant::now();
-    let mut since: Option<(Instant, DirState)> = None;
+    let mut settle = Settle::new(SETTLED_FOR, PATIENCE);
     loop {
         shipper.assert_running();
         applier.assert_running();
         let src = dir_state(&source_dirs);
         let mir = dir_state(&mirror_dirs);
-        if src == mir {
-            match &since {
-                Some((at, state)) if *state == src => {
-                    if at.elapsed() >= SETTLED_FOR {
-                        break;
-                    }
-                }
-                _ => since = Some((Instant::now(), src.clone())),
-            }
-        } else {
-            since = None;
+        match settle.observe(src == mir, src.clone()) {
+            Settling::Settled => break,
+            Settling::Waiting => {}
+            Settling::TimedOut => panic!(
+                "never caught up: source {src:?}, mirror {mir:?}\n--- ship ---\n{}\n--- apply ---\n{}",
+                shipper.log(),
+                applier.log()
+            ),
         }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "never caught up: source {src:?}, mirror {mir:?}\n--- ship ---\n{}\n--- apply ---\n{}",
-            shipper.log(),
-            applier.log()
-        );
         std::thread::sleep(POLL);
     }
     let connections = proxy.connections();
@@ -577,7 +445,7 @@ fn replicate(direction: Direction, topic: &str) {
 /// The restarted applier takes the mirror lock its killed predecessor left (the holder file names it), and holds
 /// it: a second applier on the same mirror is refused with exit 2 naming it.
 fn assert_restarted_applier_holds_the_lock(applier: &mut Service, mirror: &Path, catalog: &Path) {
-    let pid = applier.child.id();
+    let pid = applier.pid();
     let holder = mirror.join(APPLY_HOLDER_FILE);
     let start = Instant::now();
     while !std::fs::read_to_string(&holder)
@@ -603,10 +471,10 @@ fn assert_restarted_applier_holds_the_lock(applier: &mut Service, mirror: &Path,
         "127.0.0.1:0",
         "--plaintext",
     ];
-    let mut second = Service::start("second apply", args.iter().map(|a| a.to_string()).collect());
+    let mut second = Service::start("second apply", args.iter());
     let start = Instant::now();
     let status = loop {
-        if let Some(status) = second.child.try_wait().unwrap() {
+        if let Some(status) = second.exited() {
             break status;
         }
         assert!(

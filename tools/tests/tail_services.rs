@@ -534,6 +534,7 @@ fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
         assert_eq!(row["lag_offsets"], 0, "{name}: {row}");
         assert_eq!(row["lag_bytes"], 0, "{name}: {row}");
         assert_eq!(row["lag_seconds"], 0, "{name}: {row}");
+        assert_eq!(row["shipped_end_offset"], 90, "{name}: {row}");
     }
 
     // The source grows beyond its high watermark: the shipper may not ship it, and says how far the source is.
@@ -550,6 +551,8 @@ fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
         assert_eq!(row["lag_offsets"], 8, "{name}: {row}");
         assert_eq!(row["lag_bytes"], grown, "{name}: {row}");
         assert!(row["lag_seconds"].as_u64().is_some(), "{name}: {row}");
+        // The shipper has the records above the bound in view but ships none of them.
+        assert_eq!(row["shipped_end_offset"], 90, "{name}: {row}");
     }
     let table = Command::new(env!("CARGO_BIN_EXE_segmirror"))
         .args(["status", "--catalog"])
@@ -565,6 +568,8 @@ fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
     // partition, source end, seen ("Ns", "ago"), hw, installed, lag offsets, lag bytes, lag s
     assert_eq!(cells[1], "98", "{table}");
     assert_eq!(&cells[4..8], &["90", "90", "8", &grown.to_string()], "{table}");
+    // lag s, then shipped.
+    assert_eq!(cells[9], "90", "{table}");
 
     // With the applier stopped status still reads the last report, and the lag in seconds never goes back.
     let (code, log) = applier.stop();
@@ -592,6 +597,7 @@ fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
         assert_eq!(row["source_log_end_offset"], 98, "{name}: {row}");
         assert_eq!(row["lag_bytes"], 0, "{name}: {row}");
         assert_eq!(row["lag_seconds"], 0, "{name}: {row}");
+        assert_eq!(row["shipped_end_offset"], 98, "{name}: {row}");
     }
     assert_clean_exit(shipper);
     assert_clean_exit(applier);

@@ -8,7 +8,8 @@ use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVER
 use segmirror_transport::direct::payload::HELLO_MAGIC;
 use segmirror_transport::direct::{
     Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
-    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, SourceProgress,
+    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, Shipped,
+    SourceProgress,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -60,6 +61,7 @@ fn arb_companions() -> impl Strategy<Value = Vec<Companion>> {
             arb_bytes(64),
             any::<bool>(),
             any::<u32>(),
+            proptest::option::of(any::<u32>()),
         ),
         4,
     )
@@ -68,10 +70,12 @@ fn arb_companions() -> impl Strategy<Value = Vec<Companion>> {
             .iter()
             .zip(parts)
             .filter(|(_, (keep, ..))| *keep)
-            .map(|(kind, (_, sha256, bytes, inline, size))| Companion {
+            .map(|(kind, (_, sha256, bytes, inline, size, interval))| Companion {
                 kind: *kind,
                 size: if inline { bytes.len() as u64 } else { u64::from(size) },
                 sha256,
+                index_interval: interval
+                    .filter(|_| !inline && matches!(kind, CompanionKind::OffsetIndex | CompanionKind::TimeIndex)),
                 inline: inline.then_some(bytes),
             })
             .collect()
@@ -178,9 +182,10 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
             proptest::option::of(0..i64::MAX),
             0..i64::MAX,
             any::<u64>(),
-            any::<u64>()
+            any::<u64>(),
+            proptest::option::of((0..i64::MAX, any::<u64>(), 0..i64::MAX)),
         )
-            .prop_map(|(partition, log_end_offset, high_watermark, base, size, at)| {
+            .prop_map(|(partition, log_end_offset, high_watermark, base, size, at, shipped)| {
                 Frame::SourceProgress(SourceProgress {
                     partition,
                     log_end_offset,
@@ -188,6 +193,11 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                     active_segment_base: base,
                     active_segment_size: size,
                     shipper_time_ms: at,
+                    shipped: shipped.map(|(segment_base, position, end_offset)| Shipped {
+                        segment_base,
+                        position,
+                        end_offset,
+                    }),
                 })
             }),
     ]
@@ -510,6 +520,7 @@ fn malformed_payloads_name_frame_field_and_offset() {
             size: 0,
             sha256: [0; 32],
             inline: None,
+            index_interval: None,
         }],
     });
     let bytes = encode(&seal);
@@ -530,6 +541,60 @@ fn malformed_payloads_name_frame_field_and_offset() {
         ),
         "{err}"
     );
+}
+
+/// Companion form 2 (an index to rebuild with the named `index.interval.bytes`, feature bit 3): round trip, and only
+/// for an offset or time index sent as a digest; a form byte beyond 2 is refused by name.
+#[test]
+fn an_index_interval_travels_only_with_a_digest_only_index() {
+    let seal = |kind, inline: Option<Bytes>, index_interval| {
+        Frame::SegmentSeal(SegmentSeal {
+            partition: PartitionRef {
+                topic: "t".into(),
+                partition: 0,
+                topic_id: [0; 16],
+            },
+            segment_base: 0,
+            final_size: 10,
+            log_sha256: [0; 32],
+            companions: vec![Companion {
+                kind,
+                size: inline.as_ref().map_or(96, |b| b.len() as u64),
+                sha256: [9; 32],
+                inline,
+                index_interval,
+            }],
+        })
+    };
+    let ok = seal(CompanionKind::OffsetIndex, None, Some(1024));
+    let bytes = encode(&ok);
+    // The companion ends with form byte 2 and the interval.
+    assert_eq!(&bytes[bytes.len() - 9..bytes.len() - 4], &[2, 0, 0, 4, 0]);
+    assert_eq!(
+        frame::decode(&bytes, 0, MAX_PAYLOAD_LEN).unwrap().map(|(f, _)| f),
+        Some(ok)
+    );
+
+    for bad in [
+        seal(CompanionKind::TxnIndex, None, Some(1024)),
+        seal(CompanionKind::TimeIndex, Some(Bytes::from_static(b"abc")), Some(1024)),
+    ] {
+        let mut out = BytesMut::new();
+        let err = frame::encode(&bad, MAX_PAYLOAD_LEN, &mut out).expect_err("encoded");
+        assert!(err.to_string().contains("index interval"), "{err}");
+    }
+    // Decoding: form 2 on a txn index, and form 3.
+    let bytes = encode(&seal(CompanionKind::OffsetIndex, None, Some(1024)));
+    let mut payload = bytes[HEADER_LEN..bytes.len() - 4].to_vec();
+    let n = payload.len();
+    let kind_at = n - 4 - 1 - 32 - 8 - 1;
+    payload[kind_at] = CompanionKind::TxnIndex.code();
+    let err = frame::decode(&raw(5, 0, &payload), 0, MAX_PAYLOAD_LEN).expect_err("txn index with an interval");
+    assert!(err.to_string().contains("no index interval"), "{err}");
+    payload[kind_at] = CompanionKind::OffsetIndex.code();
+    payload[n - 5] = 3;
+    let err = frame::decode(&raw(5, 0, &payload), 0, MAX_PAYLOAD_LEN).expect_err("form 3");
+    assert!(matches!(err, FrameError::Field { field: "inline", .. }), "{err}");
 }
 
 #[test]
@@ -620,6 +685,7 @@ fn progress(high_watermark: Option<i64>) -> Frame {
         active_segment_base: 40,
         active_segment_size: 4096,
         shipper_time_ms: 1_700_000_000_000,
+        shipped: None,
     })
 }
 
@@ -666,6 +732,56 @@ fn a_source_progress_with_a_bad_field_names_it() {
             .expect("a prefix is incomplete, not wrong")
             .is_none());
     }
+}
+
+/// The shipped position (feature bit 4) trails the frame: a frame without it (an older shipper's) decodes as
+/// `None`, one with it round-trips, and a partial or negative one is a field error naming it.
+#[test]
+fn a_source_progress_carries_the_shipped_position_after_the_older_fields() {
+    let Frame::SourceProgress(mut with) = progress(Some(80)) else {
+        unreachable!()
+    };
+    with.shipped = Some(Shipped {
+        segment_base: 40,
+        position: 1000,
+        end_offset: 77,
+    });
+    let old = encode(&progress(Some(80)));
+    let new = encode(&Frame::SourceProgress(with.clone()));
+    assert_eq!(new.len(), old.len() + 24);
+    // The older fields are the same bytes: the extension only appends.
+    assert_eq!(&new[HEADER_LEN..old.len() - 4], &old[HEADER_LEN..old.len() - 4]);
+    let decoded = |bytes: &[u8]| frame::decode(bytes, 0, MAX_PAYLOAD_LEN).map(|f| f.map(|(f, _)| f));
+    assert_eq!(decoded(&old).unwrap(), Some(progress(Some(80))));
+    assert_eq!(decoded(&new).unwrap(), Some(Frame::SourceProgress(with)));
+    // Only part of the block: the payload ends inside a field.
+    let payload = &new[HEADER_LEN..new.len() - 4];
+    let partial = raw(13, 0, &payload[..payload.len() - 5]);
+    assert!(
+        matches!(
+            decoded(&partial),
+            Err(FrameError::Field {
+                field: "shipped_end_offset",
+                ..
+            })
+        ),
+        "{:?}",
+        decoded(&partial)
+    );
+    // A negative shipped offset.
+    let at = new.len() - 4 - 24;
+    let negative = patch(new.clone(), at, 0x80);
+    assert!(
+        matches!(
+            decoded(&negative),
+            Err(FrameError::Field {
+                field: "shipped_segment_base",
+                ..
+            })
+        ),
+        "{:?}",
+        decoded(&negative)
+    );
 }
 
 #[test]

@@ -609,3 +609,46 @@ async fn a_shipper_refuses_acks_backwards_or_beyond_what_it_sent() {
         }
     }
 }
+
+/// A seal's index interval (companion form 2) goes out only on a session that agreed feature bit 3; without it the
+/// shipper drops the interval, so an applier that cannot read the form never receives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seals_index_interval_is_sent_only_when_its_feature_was_agreed() {
+    use segmirror_transport::direct::handshake::FEATURE_INDEX_INTERVAL;
+    use segmirror_transport::direct::payload::{Companion, CompanionKind};
+    for agreed in [true, false] {
+        let ((s_framed, mut s_session), (mut a_framed, _)) = pair().await;
+        assert_ne!(
+            s_session.features & FEATURE_INDEX_INTERVAL,
+            0,
+            "this build offers the bit"
+        );
+        if !agreed {
+            s_session.features &= !FEATURE_INDEX_INTERVAL;
+        }
+        let feed = TestFeed::new(&partitions(1), 1, 1).with_seal_companions(vec![Companion {
+            kind: CompanionKind::OffsetIndex,
+            size: 96,
+            sha256: [3; 32],
+            inline: None,
+            index_interval: Some(1024),
+        }]);
+        let mut shipper = ShipperSession::new(feed, session_config(1 << 20)).expect("shipper");
+        let stop = CancellationToken::new();
+        let stopper = stop.clone();
+        let s = tokio::spawn(async move { shipper.run(s_framed, &s_session, &stopper).await });
+        a_framed.send(Frame::Resume(vec![])).await.expect("resume");
+        a_framed.send(Frame::Credit { bytes: 1 << 20 }).await.expect("credit");
+        let seal = loop {
+            match next_frame(&mut a_framed).await {
+                Some(Frame::SegmentSeal(seal)) => break seal,
+                Some(Frame::Chunk(_) | Frame::Heartbeat { .. }) => continue,
+                other => panic!("{other:?}"),
+            }
+        };
+        let interval = seal.companions[0].index_interval;
+        assert_eq!(interval, agreed.then_some(1024), "agreed: {agreed}");
+        stop.cancel();
+        let _ = s.await.expect("join");
+    }
+}

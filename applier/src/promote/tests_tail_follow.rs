@@ -54,6 +54,7 @@ fn inline(kind: CompanionKind, bytes: Vec<u8>) -> Companion {
         size: bytes.len() as u64,
         sha256: sha(&bytes),
         inline: Some(Bytes::from(bytes)),
+        index_interval: None,
     }
 }
 

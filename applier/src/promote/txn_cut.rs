@@ -317,6 +317,14 @@ pub fn append_markers(dir: &Path, base: i64, markers: &[u8], entries: &[AbortedT
 /// rolls the segment (trimmed, the time index sealed with the segment's largest timestamp): the segment stops
 /// being the active one at promotion, and the broker rebuilds (and so re-reads producer state from) a segment
 /// whose indexes fail its load-time checks.
+///
+/// With Kafka's default `index.interval.bytes` whatever the topic's: the mirror does not record the source topic's
+/// interval, the target topic's may differ from it, and any interval gives indexes the broker accepts. Kafka does
+/// not check offset or time index contents at load (`LogSegment.sanityCheck`: "Sanity checks for time index and
+/// offset index are skipped"), a lookup needs only entries that are lower bounds on batch boundaries
+/// (`OffsetIndex.lookup` takes the largest entry at or below the target and scans the log from its position), and
+/// appends after the load continue with the broker's own interval (`bytesSinceLastIndexEntry` starts at 0 for a
+/// loaded segment). What differs is only how sparse this prefix's index is.
 pub fn rebuild_indexes(dir: &Path, base: i64) -> Result<()> {
     let log_path = dir.join(segment_file_name(base, SegmentFileKind::Log));
     let mut offsets = OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);

@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use segmirror_transport::direct::payload::SourceProgress;
+use segmirror_transport::direct::payload::{Shipped, SourceProgress};
 use serde::{Deserialize, Serialize};
 
 use super::{tp_name, valid_topic, TAIL_STATE_DIR};
@@ -51,6 +51,30 @@ pub struct RecordedProgress {
     /// increasing in both.
     #[serde(default)]
     pub points: Vec<(i64, u64)>,
+    /// The shipper's send position as of the report (`None`: a shipper that does not report it, or a file written
+    /// before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shipped: Option<RecordedShipped>,
+}
+
+/// The shipper's send position ([`Shipped`]) as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedShipped {
+    pub segment_base: i64,
+    /// Bytes of that segment shipped.
+    pub position: u64,
+    /// The offset after the last shipped record.
+    pub end_offset: i64,
+}
+
+impl From<Shipped> for RecordedShipped {
+    fn from(s: Shipped) -> Self {
+        RecordedShipped {
+            segment_base: s.segment_base,
+            position: s.position,
+            end_offset: s.end_offset,
+        }
+    }
 }
 
 impl RecordedProgress {
@@ -147,6 +171,7 @@ pub(super) fn record(root: &Path, report: &SourceProgress, installed_end: Option
         shipper_time_ms: report.shipper_time_ms,
         received_at_ms: now,
         points,
+        shipped: report.shipped.map(RecordedShipped::from),
     };
     let path = progress_path(root, topic, partition);
     let dir = path.parent().ok_or_else(|| format!("{}: no parent", path.display()))?;
@@ -176,6 +201,7 @@ mod tests {
             active_segment_base: 100,
             active_segment_size: 4096,
             shipper_time_ms: 1,
+            shipped: None,
         }
     }
 
@@ -201,6 +227,32 @@ mod tests {
         assert!(!progress_path(root.path(), "orders", 3)
             .with_extension("json.tmp")
             .exists());
+    }
+
+    #[test]
+    fn the_shipped_position_is_recorded_when_reported_and_absent_from_older_files() {
+        let root = tempfile::tempdir().unwrap();
+        record(root.path(), &report(120), Some(100)).unwrap();
+        assert_eq!(
+            recorded_progress(root.path(), "orders", 3).unwrap().unwrap().shipped,
+            None
+        );
+        let mut with = report(130);
+        with.shipped = Some(Shipped {
+            segment_base: 100,
+            position: 2048,
+            end_offset: 125,
+        });
+        record(root.path(), &with, Some(100)).unwrap();
+        let p = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert_eq!(
+            p.shipped,
+            Some(RecordedShipped {
+                segment_base: 100,
+                position: 2048,
+                end_offset: 125
+            })
+        );
     }
 
     #[test]

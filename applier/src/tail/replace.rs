@@ -280,7 +280,9 @@ impl Inner {
             }
             let bytes = match (&c.inline, c.kind) {
                 (Some(b), _) => b.to_vec(),
-                (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => rebuild_index(&staged, first, c.kind)?,
+                (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
+                    rebuild_index_with(&staged, first, c.kind, rebuild_interval(c))?
+                }
                 (None, kind) => return Err(bad(format!("companion {kind:?} sent as a digest only"))),
             };
             let sha = sha256(&bytes);

@@ -336,6 +336,7 @@ async fn progress_session(shipper_features: Option<u64>) {
         active_segment_base: 12_000,
         active_segment_size: 777,
         shipper_time_ms: 42,
+        shipped: None,
     };
     let mut items = vec![FeedItem::Progress(report.clone())];
     items.extend(chunks_of(*base, bytes, 2).into_iter().map(FeedItem::Chunk));

@@ -108,6 +108,7 @@ pub(super) fn seal_of(dir: &Path, base: i64, bytes: &[u8], inline_offsets: bool)
             size: b.len() as u64,
             sha256: sha(&b),
             inline: inline.then(|| Bytes::from(b)),
+            index_interval: None,
         }
     };
     SegmentSeal {
@@ -316,6 +317,7 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
         size: 10,
         sha256: sha2::Sha256::digest([0u8; 10]).into(),
         inline: Some(Bytes::from(vec![0u8; 10])),
+        index_interval: None,
     });
     for (what, seal) in [
         ("log", wrong_log),
@@ -439,4 +441,62 @@ async fn tail_a_crash_after_claiming_a_new_segment_resumes_at_its_start() {
         a.apply_chunk(&c).await.unwrap();
     }
     assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base2)).unwrap(), bytes2);
+}
+
+/// A seal naming another `index.interval.bytes` (feature bit 3): the indexes are rebuilt with it, and installed
+/// equal to what the source's broker wrote; the same digests without the interval are refused.
+#[tokio::test]
+async fn tail_seal_rebuilds_indexes_with_the_interval_it_names() {
+    const INTERVAL: u64 = 200;
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let (base, bytes) = &f.segs[0];
+    for c in chunks_of(*base, bytes, 4) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    // The indexes of a broker at INTERVAL.
+    let mut offsets = segment_format::index::OffsetIndexBuilder::new(*base, INTERVAL);
+    let mut times = segment_format::index::TimeIndexBuilder::new(*base, INTERVAL);
+    for frame in scan_frames(bytes, 0) {
+        let info = frame.unwrap().info;
+        offsets.push(&info).unwrap();
+        times.push(&info).unwrap();
+    }
+    times.seal();
+    let (offsets, times) = (offsets.to_bytes(), times.to_bytes());
+    let default = std::fs::read(f.source.join(segment_file_name(*base, SegmentFileKind::Index))).unwrap();
+    assert_ne!(
+        offsets, default,
+        "the interval must change the index for the test to mean anything"
+    );
+    let digest = |kind, b: &[u8], index_interval| Companion {
+        kind,
+        size: b.len() as u64,
+        sha256: sha(b),
+        inline: None,
+        index_interval,
+    };
+    let seal = |interval| SegmentSeal {
+        partition: pref(),
+        segment_base: *base,
+        final_size: bytes.len() as u64,
+        log_sha256: sha(bytes),
+        companions: vec![
+            digest(CompanionKind::OffsetIndex, &offsets, interval),
+            digest(CompanionKind::TimeIndex, &times, interval),
+        ],
+    };
+    let e = a.apply_seal(&seal(None)).await.unwrap_err();
+    assert!(e.to_string().contains("index.interval.bytes 4096"), "{e}");
+    a.apply_seal(&seal(Some(INTERVAL as u32))).await.unwrap();
+    assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, true)));
+    let dir = f.mirror.join(format!("{TOPIC}-{PARTITION}"));
+    assert_eq!(
+        std::fs::read(dir.join(segment_file_name(*base, SegmentFileKind::Index))).unwrap(),
+        offsets
+    );
+    assert_eq!(
+        std::fs::read(dir.join(segment_file_name(*base, SegmentFileKind::TimeIndex))).unwrap(),
+        times
+    );
 }

@@ -3,7 +3,7 @@ use crate::error::IndexKind;
 use crate::report::{Finding, Severity};
 use proptest::prelude::*;
 
-fn b(position: u64, size: u64, base: i64, last: i64, max_ts: i64) -> BatchInfo {
+pub(super) fn b(position: u64, size: u64, base: i64, last: i64, max_ts: i64) -> BatchInfo {
     BatchInfo {
         position,
         size,

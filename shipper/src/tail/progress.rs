@@ -1,6 +1,7 @@
 //! Where the source stands, told to the applier for lag reporting (`segmirror status`): a [`SourceProgress`] per
 //! partition with the source's log end offset, its high watermark when known, the active segment's base and size,
-//! and this shipper's wall clock.
+//! this shipper's wall clock, and how far the feed has shipped (its position: read and handed to the session, in
+//! flight or acknowledged; the session drops it on a link without feature bit 4).
 //!
 //! Why the feed computes it: the applier only knows what it installed, and only the shipper sees the source.
 //! Why at most every [`PROGRESS_INTERVAL`] (`TailFeedConfig::progress_interval`) and only when it changed: it is read by people and monitoring polling in
@@ -18,7 +19,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use segmirror_transport::direct::payload::SourceProgress;
+use segmirror_transport::direct::payload::{Shipped, SourceProgress};
 use segmirror_transport::direct::session::FeedItem;
 
 use super::{PartState, TailFeedConfig};
@@ -33,7 +34,10 @@ mod tests;
 /// page cache; beyond it the report gives a lower bound rather than stalling the feed behind a long scan).
 pub const MAX_PROGRESS_SCAN_BYTES: u64 = 64 * 1024 * 1024;
 
-/// The figures of a report that count as a change: log end, high watermark, active segment base and size.
+/// The figures of a report that count as a change: log end, high watermark, active segment base and size. Not the
+/// shipped position: it moves with every chunk, and a report per chunk would be noise; a report taken before the
+/// step's chunk therefore shows the position before it until the next change, which `status` covers by never
+/// showing less shipped than installed (whatever is installed was shipped).
 type Figures = (i64, Option<i64>, i64, u64);
 
 /// What was last reported for a partition in this session.
@@ -113,5 +117,19 @@ fn measure(part: &PartState, config: &TailFeedConfig) -> Result<Option<SourcePro
         active_segment_base: base,
         active_segment_size: size,
         shipper_time_ms,
+        shipped: match &part.at {
+            Some(at) => Some(Shipped {
+                segment_base: at.base_offset,
+                position: at.position,
+                end_offset: at.next_offset,
+            }),
+            // Not started, and the applier holds nothing of it (else the seek set a position): nothing shipped,
+            // which starts at the source's first segment.
+            None => view.segments.first().map(|first| Shipped {
+                segment_base: first.base_offset(),
+                position: 0,
+                end_offset: first.base_offset(),
+            }),
+        },
     }))
 }

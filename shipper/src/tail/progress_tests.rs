@@ -1,6 +1,7 @@
 //! The feed reports where the source stands: first thing in a session, then only when a figure changed, and
 //! again after a seek.
 
+use segmirror_transport::direct::payload::Shipped;
 use segmirror_transport::direct::session::FeedItem;
 
 use super::super::tests::{append, batch_at, feed, partition};
@@ -14,16 +15,22 @@ async fn next(feed: &mut TailFeed) -> FeedItem {
         .unwrap()
 }
 
-#[tokio::test]
-async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("events-0");
+/// A partition directory under `root` whose one segment holds five one-record batches: (directory, `.log`).
+fn five_batches(root: &Path) -> (PathBuf, PathBuf) {
+    let dir = root.join("events-0");
     std::fs::create_dir_all(&dir).unwrap();
     let log = log_path(&dir, 0);
     std::fs::write(&log, b"").unwrap();
     for i in 0..5 {
         append(&log, &batch_at(i, 1, i as usize));
     }
+    (dir, log)
+}
+
+#[tokio::test]
+async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log) = five_batches(root.path());
     // Bound at 3: offsets 3 and 4 stay on the source, so after the chunk only a change makes an item.
     let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(3), MAX_FEED_CHUNK_BYTES);
     feed.config.progress_interval = Some(Duration::ZERO);
@@ -52,4 +59,39 @@ async fn tail_feed_reports_the_sources_log_end_high_watermark_and_active_size() 
     // A new session starts with a report, even unchanged.
     feed.seek_positions(&[]).await.unwrap();
     expect(next(&mut feed).await, 6);
+}
+
+/// A report says how far the feed has shipped: nothing before the first chunk, the chunk's end after it.
+#[tokio::test]
+async fn tail_feed_reports_how_far_it_has_shipped() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log) = five_batches(root.path());
+    let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(3), MAX_FEED_CHUNK_BYTES);
+    feed.config.progress_interval = Some(Duration::ZERO);
+    feed.seek_positions(&[]).await.unwrap();
+    let shipped = |item: FeedItem| match item {
+        FeedItem::Progress(p) => p.shipped,
+        other => panic!("expected a progress report, got {other:?}"),
+    };
+    let nothing = Shipped {
+        segment_base: 0,
+        position: 0,
+        end_offset: 0,
+    };
+    assert_eq!(shipped(next(&mut feed).await), Some(nothing));
+    let chunk_end = match next(&mut feed).await {
+        FeedItem::Chunk(c) => c.position + c.bytes.len() as u64,
+        other => panic!("expected a chunk, got {other:?}"),
+    };
+    // The source grows: the report of it carries the position after the chunk (offsets 0..3, the bound).
+    append(&log, &batch_at(5, 1, 5));
+    let after = shipped(next(&mut feed).await);
+    assert_eq!(
+        after,
+        Some(Shipped {
+            segment_base: 0,
+            position: chunk_end,
+            end_offset: 3
+        })
+    );
 }

@@ -156,7 +156,7 @@ pub(super) fn next_piece(
         }
         let segment = view.segments.iter().find(|s| s.base_offset() == r.base);
         let companions = match segment {
-            Some(segment) => companions(segment, true)?,
+            Some(segment) => companions(segment, true, None)?,
             None => {
                 *replacing = None;
                 return Ok(None);

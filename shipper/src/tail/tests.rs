@@ -67,6 +67,15 @@ pub(super) fn feed(dir: &Path, upto: UptoPolicy, hw: Option<i64>, max_chunk_byte
     )
 }
 
+/// The offset index of the `.log` at `path` at Kafka's default interval.
+fn default_offset_index(path: &Path, base: i64) -> Vec<u8> {
+    let mut builder = segment_format::index::OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+    for frame in segment_format::log::scan_frames(&std::fs::read(path).unwrap(), 0) {
+        builder.push(&frame.unwrap().info).unwrap();
+    }
+    builder.to_bytes()
+}
+
 pub(super) fn sha256(bytes: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes).as_ref());
@@ -117,6 +126,7 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
 
     // Three segments: 0, then rolls at the offsets reached; the last stays active.
     let mut bases = vec![0i64];
+    let mut indexes = BTreeMap::new();
     let mut offset = 0i64;
     std::fs::write(log_path(&dir, 0), b"").unwrap();
     for seg in 0..3 {
@@ -141,7 +151,11 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
         if seg < 2 {
             // Companions of the sealed segment and the snapshot at the next base.
             let base = *bases.last().unwrap();
-            std::fs::write(dir.join(segment_file_name(base, SegmentFileKind::Index)), vec![1u8; 80]).unwrap();
+            // The offset index a broker at the default interval writes (one no interval rebuilds travels inline).
+            let index = default_offset_index(&log, base);
+            assert!(!index.is_empty());
+            std::fs::write(dir.join(segment_file_name(base, SegmentFileKind::Index)), &index).unwrap();
+            indexes.insert(base, index);
             std::fs::write(
                 dir.join(segment_file_name(base, SegmentFileKind::TxnIndex)),
                 vec![2u8; 40],
@@ -206,11 +220,12 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
         assert_eq!(
             kinds,
             vec![
-                (CompanionKind::OffsetIndex, 80, false),
+                (CompanionKind::OffsetIndex, indexes[&s.segment_base].len() as u64, false),
                 (CompanionKind::TxnIndex, 40, true),
             ]
         );
-        assert_eq!(s.companions[0].sha256, sha256(&[1u8; 80]));
+        assert_eq!(s.companions[0].sha256, sha256(&indexes[&s.segment_base]));
+        assert_eq!(s.companions[0].index_interval, None, "Kafka's default goes unnamed");
     }
 }
 

@@ -23,6 +23,8 @@ knows it; `installed` the offset after the mirror's last durable record. `lag of
 source's active segment, else `?` (unknown: the mirror is whole segments behind). `lag s` = 0 when the last report \
 shows nothing beyond installed, else now - when the applier first received a report whose source end exceeded \
 installed (since then the source has held a record the mirror lacks); with the applier stopped it keeps growing. \
+`shipped` the offset after the last record the shipper has read and sent (in flight or installed), as of the last \
+report and never less than installed; `?` when the shipper does not report it (an older one). \
 Figures are as of the last report.";
 
 /// One tailed partition's lag.
@@ -35,6 +37,9 @@ pub struct TailLag {
     pub source_high_watermark: Option<i64>,
     /// When the applier received the last report (ms since the epoch).
     pub source_seen_at_ms: Option<u64>,
+    /// The offset after the last record the shipper sent, as last reported and at least `installed_end_offset`
+    /// (whatever is installed was shipped; a report taken just before a chunk went out shows less).
+    pub shipped_end_offset: Option<i64>,
     /// The offset after the mirror's last durable record.
     pub installed_end_offset: Option<i64>,
     pub lag_offsets: Option<i64>,
@@ -112,6 +117,10 @@ fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64
         source_log_end_offset: progress.as_ref().map(|p| p.log_end_offset),
         source_high_watermark: progress.as_ref().and_then(|p| p.high_watermark),
         source_seen_at_ms: progress.as_ref().map(|p| p.received_at_ms),
+        shipped_end_offset: progress
+            .as_ref()
+            .and_then(|p| p.shipped)
+            .map(|s| s.end_offset.max(installed.unwrap_or(0))),
         installed_end_offset: installed,
         lag_offsets,
         lag_bytes,
@@ -129,14 +138,14 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8}",
-        "tail partition", "source end", "seen", "hw", "installed", "lag offsets", "lag bytes", "lag s"
+        "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8} {:>14}",
+        "tail partition", "source end", "seen", "hw", "installed", "lag offsets", "lag bytes", "lag s", "shipped"
     );
     let opt = |v: Option<String>| v.unwrap_or_else(|| "?".to_string());
     for l in lags {
         let _ = writeln!(
             out,
-            "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8}{}",
+            "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8} {:>14}{}",
             format!("{}-{}", l.topic, l.partition),
             opt(l.source_log_end_offset.map(|o| o.to_string())),
             opt(l
@@ -147,6 +156,7 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
             opt(l.lag_offsets.map(|o| o.to_string())),
             opt(l.lag_bytes.map(|o| o.to_string())),
             opt(l.lag_seconds.map(|o| o.to_string())),
+            opt(l.shipped_end_offset.map(|o| o.to_string())),
             l.problem.as_ref().map_or(String::new(), |p| format!("  ({p})")),
         );
     }

@@ -17,7 +17,8 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::error::FrameError;
 use super::payload::{
     Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
-    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, SourceProgress, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC,
+    MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.
@@ -274,6 +275,11 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
             w.offset("active_segment_base", p.active_segment_base)?;
             w.out.put_u64(p.active_segment_size);
             w.out.put_u64(p.shipper_time_ms);
+            if let Some(shipped) = &p.shipped {
+                w.offset("shipped_segment_base", shipped.segment_base)?;
+                w.out.put_u64(shipped.position);
+                w.offset("shipped_end_offset", shipped.end_offset)?;
+            }
         }
         Frame::SegmentReplace(r) => {
             w.partition(&r.partition)?;
@@ -329,11 +335,15 @@ fn put_companions(w: &mut Writer<'_>, companions: &[Companion]) -> Result<(), Fr
         w.out.put_u8(c.kind.code());
         w.out.put_u64(c.size);
         w.out.put_slice(&c.sha256);
-        match &c.inline {
-            None => w.out.put_u8(0),
-            Some(bytes) => {
+        match (&c.inline, c.index_interval) {
+            (None, None) => w.out.put_u8(0),
+            (Some(bytes), _) => {
                 w.out.put_u8(1);
                 w.bytes("inline", bytes)?;
+            }
+            (None, Some(interval)) => {
+                w.out.put_u8(2);
+                w.out.put_u32(interval);
             }
         }
     }
@@ -360,18 +370,25 @@ fn read_companions(r: &mut Reader) -> Result<Vec<Companion>, FrameError> {
         }
         let size = r.u64("size")?;
         let sha256 = r.sha256("sha256")?;
-        let inline = match r.u8("inline")? {
-            0 => None,
+        let (inline, index_interval) = match r.u8("inline")? {
+            0 => (None, None),
             1 => {
                 let bytes = r.bytes("inline")?;
                 if bytes.len() as u64 != size {
                     return Err(r.fail("inline", format!("{} inline bytes, size says {size}", bytes.len())));
                 }
-                Some(bytes)
+                (Some(bytes), None)
+            }
+            2 if matches!(kind, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
+                (None, Some(r.u32("index_interval")?))
+            }
+            2 => {
+                r.back(1);
+                return Err(r.fail("inline", format!("{kind:?} has no index interval to rebuild with")));
             }
             other => {
                 r.back(1);
-                return Err(r.fail("inline", format!("presence byte {other}, expected 0 or 1")));
+                return Err(r.fail("inline", format!("form byte {other}, expected 0, 1 or 2")));
             }
         };
         companions.push(Companion {
@@ -379,6 +396,7 @@ fn read_companions(r: &mut Reader) -> Result<Vec<Companion>, FrameError> {
             size,
             sha256,
             inline,
+            index_interval,
         });
     }
     Ok(companions)
@@ -395,6 +413,14 @@ fn check_companions(companions: &[Companion]) -> Result<(), String> {
         }
     }
     for c in companions {
+        if c.index_interval.is_some()
+            && (c.inline.is_some() || !matches!(c.kind, CompanionKind::OffsetIndex | CompanionKind::TimeIndex))
+        {
+            return Err(format!(
+                "{:?}: an index interval goes only with an offset or time index sent as a digest",
+                c.kind
+            ));
+        }
         if let Some(bytes) = &c.inline {
             if bytes.len() as u64 != c.size {
                 return Err(format!(
@@ -587,6 +613,16 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                 active_segment_base: r.offset("active_segment_base")?,
                 active_segment_size: r.u64("active_segment_size")?,
                 shipper_time_ms: r.u64("shipper_time_ms")?,
+                // Feature bit 4: present when bytes follow (an older shipper's frame ends here).
+                shipped: if r.remaining() > 0 {
+                    Some(Shipped {
+                        segment_base: r.offset("shipped_segment_base")?,
+                        position: r.u64("shipped_position")?,
+                        end_offset: r.offset("shipped_end_offset")?,
+                    })
+                } else {
+                    None
+                },
             })
         }
         FrameType::SegmentReplace => {

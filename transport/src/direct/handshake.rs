@@ -49,6 +49,18 @@ pub const FEATURE_SEGMENT_REPLACE: u64 = 1 << 1;
 /// it status cannot tell how far the source is ahead.
 pub const FEATURE_SOURCE_PROGRESS: u64 = 1 << 2;
 
+/// Feature bit 3: a seal's offset or time index sent as a digest may name the `index.interval.bytes` to rebuild
+/// it with (companion form 2, `docs/direct-protocol.md` §3.3), so a topic with another interval than Kafka's default
+/// gets the broker's own indexes on the mirror without their bytes on the wire. On a session without it the shipper
+/// drops the interval, and an applier rebuilding with the default refuses such a seal by its digest (as before the
+/// bit existed): upgrade the applier.
+pub const FEATURE_INDEX_INTERVAL: u64 = 1 << 3;
+
+/// Feature bit 4: a SourceProgress frame ends with the shipper's send position of the partition (`shipped`, for
+/// the "shipped" column of `segmirror status`; `docs/direct-protocol.md` §3.3). An applier without it would refuse
+/// the trailing bytes, so a shipper sends them only when the bit was agreed.
+pub const FEATURE_PROGRESS_SHIPPED: u64 = 1 << 4;
+
 /// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
 /// read by people and monitoring that poll in seconds; more often would only cost
 /// frames (one per partition each time), less often makes "seconds behind" coarse.
@@ -58,7 +70,11 @@ pub const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_sec
 /// Feature bits this build offers. The bits are negotiated (intersection of
 /// what both support, refused when one side requires a bit the other lacks)
 /// so later additions need no version bump.
-pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START | FEATURE_SEGMENT_REPLACE | FEATURE_SOURCE_PROGRESS;
+pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START
+    | FEATURE_SEGMENT_REPLACE
+    | FEATURE_SOURCE_PROGRESS
+    | FEATURE_INDEX_INTERVAL
+    | FEATURE_PROGRESS_SHIPPED;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by

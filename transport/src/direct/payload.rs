@@ -150,6 +150,11 @@ pub struct Companion {
     pub size: u64,
     pub sha256: Sha256,
     pub inline: Option<Bytes>,
+    /// An offset or time index sent as a digest only, to be rebuilt with this `index.interval.bytes` instead of
+    /// Kafka's default 4096 (the source topic's own interval, which the shipper read off the broker's index). Never
+    /// with `inline`; sent only on sessions that agreed
+    /// [`FEATURE_INDEX_INTERVAL`](super::handshake::FEATURE_INDEX_INTERVAL).
+    pub index_interval: Option<u32>,
 }
 
 /// A segment is sealed (rolled): its final size and digest, and its companions.
@@ -188,6 +193,22 @@ pub struct SourceProgress {
     pub active_segment_size: u64,
     /// The shipper's wall clock when it took these figures, milliseconds since the Unix epoch.
     pub shipper_time_ms: u64,
+    /// How far the shipper has read this partition and handed it to the connection; sent only on sessions that
+    /// agreed [`FEATURE_PROGRESS_SHIPPED`](super::handshake::FEATURE_PROGRESS_SHIPPED) (an older applier would
+    /// refuse the trailing bytes).
+    pub shipped: Option<Shipped>,
+}
+
+/// The shipper's send position of a partition: everything before it was read from the source and handed to the
+/// connection (in flight or acknowledged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shipped {
+    /// Base offset of the segment the shipper is in.
+    pub segment_base: i64,
+    /// Byte position in that segment up to which it has shipped (a batch boundary).
+    pub position: u64,
+    /// The offset after the last shipped record (`segment_base` when none of the segment is shipped).
+    pub end_offset: i64,
 }
 
 /// A piece of a new version of a range of sealed segments (the source's cleaner rewrote them, possibly merging

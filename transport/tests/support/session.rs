@@ -120,6 +120,7 @@ impl TestFeed {
                         size: snapshot.len() as u64,
                         sha256: [1; 32],
                         inline: Some(snapshot),
+                        index_interval: None,
                     }],
                 }));
                 segments.push(Segment {
@@ -138,6 +139,16 @@ impl TestFeed {
             yielded: Arc::new(AtomicU64::new(0)),
             expected,
         }
+    }
+
+    /// Every seal carries `companions` instead of the default snapshot.
+    pub fn with_seal_companions(mut self, companions: Vec<Companion>) -> TestFeed {
+        for item in self.items.iter_mut().flatten() {
+            if let FeedItem::Seal(seal) = item {
+                seal.companions = companions.clone();
+            }
+        }
+        self
     }
 
     pub fn total_bytes(&self) -> u64 {

@@ -58,6 +58,7 @@ pub(in crate::tail) fn replace_seal(partition: &PartitionRef, bases: &[i64], byt
             size: b.len() as u64,
             sha256: sha256(&b),
             inline: inline.then(|| Bytes::from(b)),
+            index_interval: None,
         }
     };
     ReplaceSeal {

@@ -30,7 +30,10 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS};
+use crate::direct::handshake::{
+    FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE,
+    FEATURE_SOURCE_PROGRESS,
+};
 use crate::direct::payload::{
     Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
 };
@@ -39,6 +42,7 @@ use crate::direct::payload::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FeedItem {
     Chunk(Chunk),
+    /// A seal; its companions' index intervals are dropped on a session without [`FEATURE_INDEX_INTERVAL`].
     Seal(SegmentSeal),
     /// The source's log start moved. Not a position in the partition's stream: it costs no credit, is never
     /// acknowledged, and is dropped (not sent) on a session that did not agree [`FEATURE_LOG_START`].
@@ -47,7 +51,8 @@ pub enum FeedItem {
     /// credit comes back once applied), and it is dropped on a session without [`FEATURE_SEGMENT_REPLACE`].
     Replace(SegmentReplace),
     /// Where the source stands (lag reporting). Moves no position, costs no credit, never acknowledged; dropped
-    /// on a session without [`FEATURE_SOURCE_PROGRESS`].
+    /// on a session without [`FEATURE_SOURCE_PROGRESS`], sent without its `shipped` position on one without
+    /// [`FEATURE_PROGRESS_SHIPPED`].
     Progress(SourceProgress),
 }
 
@@ -311,7 +316,16 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 }
                 _ = tokio::time::sleep_until(send_at.unwrap_or(now)), if sendable && !send_now => {}
                 item = self.feed.next(), if pending.is_none() => {
-                    let item = item?;
+                    let mut item = item?;
+                    match &mut item {
+                        // The applier rebuilds with Kafka's default, and its digest check decides.
+                        FeedItem::Seal(seal) if session.features & FEATURE_INDEX_INTERVAL == 0 => {
+                            seal.companions.iter_mut().for_each(|c| c.index_interval = None);
+                        }
+                        // An older applier would refuse the trailing bytes.
+                        FeedItem::Progress(p) if session.features & FEATURE_PROGRESS_SHIPPED == 0 => p.shipped = None,
+                        _ => {}
+                    }
                     let needs = match item {
                         FeedItem::LogStart(_) => FEATURE_LOG_START,
                         FeedItem::Replace(_) => FEATURE_SEGMENT_REPLACE,

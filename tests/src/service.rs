@@ -1,0 +1,259 @@
+//! `segmirror` services (`ship`, `apply --listen|--connect`) as child processes, for end-to-end tests that run
+//! them as an operator would: started with their arguments, their stderr collected, waited on for a log line,
+//! SIGKILLed and restarted with the same arguments, or stopped with SIGTERM (the exit code and the log returned).
+//!
+//! Why one module: the services tests and the tail process tests drive the same binary the same way, and a fix
+//! to how a child is watched (a hang guard, a lost log line) belongs to both.
+//!
+//! Also here: [`Settle`], the "caught up, and still so after a while" rule the tail tests wait on.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::segmirror_cli::segmirror_binary;
+
+/// How long a service is waited for (a log line, an exit after SIGTERM) before the test fails: a guard against
+/// hangs, never a speed assertion. Three minutes: a shipper restarted into a broker's retention can take a minute
+/// to log what it waits for on a loaded two-core machine. [`Service::patience`] sets another.
+pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(180);
+
+/// How often a wait looks at the log or the child again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A running `segmirror` with its stderr collected, restartable with the same arguments. Killed when dropped.
+pub struct Service {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    name: String,
+    args: Vec<String>,
+    /// The logs of the earlier (killed) incarnations, for failure messages.
+    history: String,
+    patience: Duration,
+}
+
+impl Service {
+    /// Starts `segmirror <args>` (`SEGMIRROR_LOG=info`); `name` says which service in failure messages.
+    pub fn start<S: AsRef<str>>(name: &str, args: impl IntoIterator<Item = S>) -> Service {
+        let args: Vec<String> = args.into_iter().map(|a| a.as_ref().to_string()).collect();
+        let (child, stderr) = spawn(&args);
+        Service {
+            child,
+            stderr,
+            name: name.to_string(),
+            args,
+            history: String::new(),
+            patience: DEFAULT_PATIENCE,
+        }
+    }
+
+    /// Waits of at most `patience` from now on.
+    pub fn patience(mut self, patience: Duration) -> Service {
+        self.patience = patience;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Everything logged so far, earlier incarnations first.
+    pub fn log(&self) -> String {
+        format!("{}{}", self.history, self.stderr.lock().unwrap())
+    }
+
+    /// The process id of the current incarnation.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status, once the service has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Fails the test, with the log, when the service has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.exited() {
+            panic!("{} exited ({status}):\n{}", self.name, self.log());
+        }
+    }
+
+    /// Waits until this incarnation logs `needle`; returns the rest of that line.
+    pub fn wait_for(&mut self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let current = self.stderr.lock().unwrap().clone();
+            if let Some(at) = current.find(needle) {
+                return current[at + needle.len()..].lines().next().unwrap_or("").to_string();
+            }
+            self.assert_running();
+            assert!(
+                start.elapsed() < self.patience,
+                "{} never logged {needle:?}:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// SIGKILL (no cleanup at all), then the same command again.
+    pub fn kill_and_restart(&mut self) {
+        self.kill();
+        self.restart();
+    }
+
+    /// SIGKILL; the service must have been running.
+    pub fn kill(&mut self) {
+        self.assert_running();
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    /// The same command again, after [`Service::kill`].
+    pub fn restart(&mut self) {
+        let old = std::mem::take(&mut *self.stderr.lock().unwrap());
+        self.history
+            .push_str(&format!("{old}--- {} SIGKILLed and restarted ---\n", self.name));
+        let (child, stderr) = spawn(&self.args);
+        self.child = child;
+        self.stderr = stderr;
+    }
+
+    /// SIGTERM; the exit code and the log.
+    pub fn stop(mut self) -> (Option<i32>, String) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // The last lines the reader thread has yet to collect.
+                std::thread::sleep(Duration::from_millis(100));
+                return (status.code(), self.log());
+            }
+            assert!(
+                start.elapsed() < self.patience,
+                "{} did not stop:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(args: &[String]) -> (Child, Arc<Mutex<String>>) {
+    let mut child = Command::new(segmirror_binary().unwrap())
+        .args(args)
+        .env("SEGMIRROR_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let pipe = child.stderr.take().unwrap();
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    (child, stderr)
+}
+
+/// What a [`Settle`] says about an observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settling {
+    /// Caught up, with the same state for the whole settling time: stop waiting.
+    Settled,
+    /// Not yet: look again.
+    Waiting,
+    /// The patience ran out before.
+    TimedOut,
+}
+
+/// "Caught up, and the same for a while": a mirror must equal its source and stay equal while the broker's
+/// background work (retention, the cleaner) could still change the source. Fed one observation per poll by the
+/// test's own loop (which knows how to look, synchronously or not, and what to print on a timeout).
+#[derive(Debug)]
+pub struct Settle<S> {
+    since: Option<(Instant, S)>,
+    settled_for: Duration,
+    deadline: Instant,
+}
+
+impl<S: PartialEq> Settle<S> {
+    /// Settled once caught up with an unchanged state for `settled_for` (zero: at the first observation caught
+    /// up); timed out after `patience` from now.
+    pub fn new(settled_for: Duration, patience: Duration) -> Settle<S> {
+        Settle {
+            since: None,
+            settled_for,
+            deadline: Instant::now() + patience,
+        }
+    }
+
+    /// One observation: whether the mirror is caught up, and the state compared between observations.
+    pub fn observe(&mut self, caught_up: bool, state: S) -> Settling {
+        self.observe_at(Instant::now(), caught_up, state)
+    }
+
+    fn observe_at(&mut self, now: Instant, caught_up: bool, state: S) -> Settling {
+        match &self.since {
+            _ if !caught_up => self.since = None,
+            Some((_, before)) if *before == state => {}
+            _ => self.since = Some((now, state)),
+        }
+        if self
+            .since
+            .as_ref()
+            .is_some_and(|(at, _)| now.duration_since(*at) >= self.settled_for)
+        {
+            Settling::Settled
+        } else if now >= self.deadline {
+            Settling::TimedOut
+        } else {
+            Settling::Waiting
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settles_only_on_an_unchanged_caught_up_state() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut s = Settle::new(Duration::from_millis(30), Duration::from_secs(3600));
+        assert_eq!(s.observe_at(at(0), true, 1), Settling::Waiting);
+        // Changed after 40 ms: the settling time starts again; not caught up: it stops.
+        assert_eq!(s.observe_at(at(40), true, 2), Settling::Waiting);
+        assert_eq!(s.observe_at(at(50), false, 2), Settling::Waiting);
+        assert_eq!(s.observe_at(at(60), true, 2), Settling::Waiting);
+        assert_eq!(s.observe_at(at(80), true, 2), Settling::Waiting);
+        assert_eq!(s.observe_at(at(90), true, 2), Settling::Settled);
+        // Zero settling time: the first caught-up observation; past the deadline, a timeout.
+        let mut zero = Settle::new(Duration::ZERO, Duration::from_secs(3600));
+        assert_eq!(zero.observe_at(at(0), true, ()), Settling::Settled);
+        let mut late = Settle::new(Duration::from_secs(1), Duration::from_secs(1));
+        assert_eq!(late.observe_at(at(0), true, ()), Settling::Waiting);
+        assert_eq!(late.observe_at(at(5000), false, ()), Settling::TimedOut);
+    }
+}
