@@ -38,7 +38,7 @@
 //!
 //! [`ShipperSession`]: segmirror_transport::direct::session::ShipperSession
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,6 +66,14 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Most bytes in one chunk (4 MiB, or one batch if larger): well under the
 /// frame limit, and small enough that a credit window holds several.
 pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Most chunks and seals of one partition sent and not yet acknowledged (2; see
+/// [`ChunkFeed::max_unacked_per_partition`]): one being made durable by the applier while the next is on the
+/// wire, so a partition catching up keeps both sides busy; whatever the broker appends meanwhile waits in the
+/// source file and goes as one chunk when an Ack releases the partition. More would only queue small chunks
+/// (each waits for all before it: the latency a credit window of small chunks had, p99 1.5-2 s at 10k records/s),
+/// one would leave the applier idle for a round trip and a read per chunk.
+pub const MAX_UNACKED_PER_PARTITION: usize = 2;
 
 /// Largest companion sent inline in a seal: a seal is one frame, so nothing larger than a frame's payload could
 /// travel; a larger file is refused by its size, naming it, before it is read.
@@ -100,6 +108,8 @@ pub struct TailFeedConfig {
     /// (`segmirror ship` uses [`PROGRESS_INTERVAL`](segmirror_transport::direct::handshake::PROGRESS_INTERVAL));
     /// `None`, the library default: never, so a feed yields exactly its chunks, seals and retention items.
     pub progress_interval: Option<Duration>,
+    /// [`MAX_UNACKED_PER_PARTITION`]; `None`: only the session's credit window bounds what is in flight.
+    pub max_unacked_per_partition: Option<usize>,
 }
 
 impl TailFeedConfig {
@@ -110,6 +120,7 @@ impl TailFeedConfig {
             max_chunk_bytes: MAX_FEED_CHUNK_BYTES,
             poll_interval: POLL_INTERVAL,
             progress_interval: None,
+            max_unacked_per_partition: Some(MAX_UNACKED_PER_PARTITION),
         }
     }
 }
@@ -152,6 +163,9 @@ pub struct TailFeed {
     cursor: usize,
     /// Partitions appearing and going while running ([`TailFeed::with_rediscovery`]); `None`: a fixed set.
     rediscoverer: Option<rediscover::Rediscoverer>,
+    /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
+    /// the source file and go as one chunk.
+    held: HashSet<PartitionRef>,
 }
 
 impl TailFeed {
@@ -165,6 +179,7 @@ impl TailFeed {
             config,
             cursor: 0,
             rediscoverer: None,
+            held: HashSet::new(),
         }
     }
 
@@ -198,6 +213,8 @@ impl TailFeed {
 
     /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error.
     pub async fn seek_positions(&mut self, resume: &[Position]) -> Result<()> {
+        // A new session holds nothing.
+        self.held.clear();
         // Partitions created since the last listing are positioned with the others.
         self.rediscover(true).await?;
         let mut fresh = Vec::with_capacity(self.parts.len());
@@ -242,9 +259,13 @@ impl TailFeed {
             let n = self.parts.len();
             for i in 0..n {
                 let idx = (self.cursor + i) % n;
-                let Some(part) = self.parts.get(idx).cloned() else {
+                let Some(part) = self.parts.get(idx) else {
                     continue;
                 };
+                if self.held.contains(&part.target.partition) {
+                    continue;
+                }
+                let part = part.clone();
                 let config = self.config.clone();
                 let stepped = blocking(move || {
                     let mut part = part;
@@ -288,6 +309,18 @@ impl ChunkFeed for TailFeed {
 
     async fn next(&mut self) -> std::result::Result<FeedItem, DirectError> {
         self.next_item().await.map_err(local("tail feed"))
+    }
+
+    fn max_unacked_per_partition(&self) -> Option<usize> {
+        self.config.max_unacked_per_partition
+    }
+
+    fn hold(&mut self, partition: &PartitionRef, held: bool) {
+        if held {
+            self.held.insert(partition.clone());
+        } else {
+            self.held.remove(partition);
+        }
     }
 }
 
