@@ -58,9 +58,13 @@ use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
 use crate::source::read::{read_partition, PartitionRead, SegmentView};
 use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 
-/// How long [`ChunkFeed::next`] sleeps when no partition has anything new
-/// (100 ms): a tail adds at most this to the latency of an append, and an idle
-/// feed costs a few listings a second.
+/// How long [`ChunkFeed::next`] waits at most when no partition has anything
+/// new (100 ms): an idle feed costs a few listings a second. It waits less when
+/// told of news: the log-dir watcher's events (an append is seen within the
+/// watcher's 20 ms coalescing tick), the high watermarks moving (a
+/// `ListOffsets` bound is followed as soon as it moves), or an Ack releasing a
+/// held partition (the session drops the wait). The poll is the safety net for
+/// lost notifications and the bound of the checkpoint high watermark.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Most bytes in one chunk (4 MiB, or one batch if larger): well under the
@@ -163,6 +167,9 @@ pub struct TailFeed {
     cursor: usize,
     /// Partitions appearing and going while running ([`TailFeed::with_rediscovery`]); `None`: a fixed set.
     rediscoverer: Option<rediscover::Rediscoverer>,
+    /// Moves when a high watermark moves (the source's [`HighWatermarkSource::changes`], with the high-watermark
+    /// bound); taken at the first [`TailFeed::next_item`].
+    hw_changes: Option<tokio::sync::watch::Receiver<u64>>,
     /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
     /// the source file and go as one chunk.
     held: HashSet<PartitionRef>,
@@ -180,6 +187,7 @@ impl TailFeed {
             cursor: 0,
             rediscoverer: None,
             held: HashSet::new(),
+            hw_changes: None,
         }
     }
 
@@ -254,7 +262,14 @@ impl TailFeed {
 
     /// The next item (see [`ChunkFeed::next`]); the shipper's error.
     pub async fn next_item(&mut self) -> Result<FeedItem> {
+        if self.hw_changes.is_none() && self.config.upto == UptoPolicy::HighWatermark {
+            self.hw_changes = self.config.high_watermarks.changes();
+        }
         'round: loop {
+            // The bounds this round sees are at least as new as this: a move after it wakes the wait below.
+            if let Some(changes) = &mut self.hw_changes {
+                changes.borrow_and_update();
+            }
             self.rediscover(false).await?;
             let n = self.parts.len();
             for i in 0..n {
@@ -297,7 +312,40 @@ impl TailFeed {
                     return Ok(item);
                 }
             }
-            tokio::time::sleep(self.config.poll_interval).await;
+            self.wait_for_news().await;
+        }
+    }
+
+    /// After a round with nothing to ship: waits for the poll interval, or less when the watcher reports a change
+    /// in the log dirs or the high watermarks move (see [`POLL_INTERVAL`]). Cancel-safe (each branch is).
+    async fn wait_for_news(&mut self) {
+        let TailFeed {
+            hw_changes,
+            rediscoverer,
+            config,
+            ..
+        } = self;
+        let hw = async {
+            match hw_changes {
+                // A closed channel (its source gone) is no news: the poll remains.
+                Some(changes) => {
+                    if changes.changed().await.is_err() {
+                        std::future::pending::<()>().await
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let watcher = async {
+            match rediscoverer {
+                Some(r) => r.next_event().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(config.poll_interval) => {}
+            _ = hw => {}
+            _ = watcher => {}
         }
     }
 }
