@@ -135,7 +135,7 @@ async fn the_applier_applies_chunks_already_received_as_one_group_and_acks_only_
     ] {
         s_framed.feed(Frame::Chunk(c)).await.expect("feed");
     }
-    s_framed.flush().await.expect("flush");
+    SinkExt::<Frame>::flush(&mut s_framed).await.expect("flush");
     gate_tx.send_replace(true);
 
     // Every Ack names a position the applier had made durable before it was sent, the second group's Acks
