@@ -49,6 +49,9 @@ cd "$ROOT"
 [ -d "$KAFKA_HOME/libs" ] || { echo "no Kafka jars in $KAFKA_HOME/libs (set SEGMIRROR_KAFKA_HOME)" >&2; exit 2; }
 rm -rf "$WORK"
 mkdir -p "$WORK"
+# The applier's catalogs in a data dir of this run: one left by an earlier run at the same mirror path (another
+# topic id) would refuse the new topic as a recreated one.
+export SEGMIRROR_HOME="$WORK/home"
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
