@@ -11,7 +11,9 @@ use futures::{SinkExt, StreamExt};
 use segmirror_transport::direct::session::{
     ApplierSession, BoxIo, ChunkApplier, ChunkFeed, DurablePosition, FeedItem, FramedIo, SessionEnd, ShipperSession,
 };
-use segmirror_transport::direct::{handshake, Chunk, DirectError, Frame, PartitionRef, Position, Role, SegmentSeal, Session};
+use segmirror_transport::direct::{
+    handshake, Chunk, DirectError, Frame, PartitionRef, Position, Role, SegmentSeal, Session,
+};
 use support::session::*;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -151,7 +153,11 @@ async fn the_applier_applies_chunks_already_received_as_one_group_and_acks_only_
                 d.ends
             );
             if p.position == 300 {
-                assert_eq!(d.ends.get(&1), Some(&50), "the whole group is durable before its first Ack");
+                assert_eq!(
+                    d.ends.get(&1),
+                    Some(&50),
+                    "the whole group is durable before its first Ack"
+                );
             }
         }
         frames.push(frame);
@@ -234,10 +240,7 @@ async fn the_shipper_keeps_at_most_the_feeds_bound_of_items_unacknowledged_per_p
     });
     // Plenty of credit: only the bound holds the shipper back.
     a_framed.send(Frame::Resume(vec![])).await.expect("resume");
-    a_framed
-        .send(Frame::Credit { bytes: 1 << 20 })
-        .await
-        .expect("credit");
+    a_framed.send(Frame::Credit { bytes: 1 << 20 }).await.expect("credit");
     let position = |frame: Frame| match frame {
         Frame::Chunk(c) => c.position,
         other => panic!("expected a chunk, got {other:?}"),
