@@ -307,7 +307,14 @@ impl ChunkApplier for TailAppender {
 
     fn apply_chunk(&mut self, chunk: &Chunk) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let chunk = chunk.clone();
-        self.run("appending a chunk to the mirror", move |i| i.apply_chunk(&chunk))
+        self.run("appending a chunk to the mirror", move |i| {
+            i.apply_chunks(std::slice::from_ref(&chunk))
+        })
+    }
+
+    fn apply_chunks(&mut self, chunks: &[Chunk]) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let chunks = chunks.to_vec();
+        self.run("appending chunks to the mirror", move |i| i.apply_chunks(&chunks))
     }
 
     fn check_applied(&mut self, chunk: &Chunk) -> impl std::future::Future<Output = DirectResult<()>> + Send {
@@ -439,7 +446,38 @@ impl Inner {
         Ok(out)
     }
 
-    fn apply_chunk(&mut self, chunk: &Chunk) -> TailResult<()> {
+    /// Appends a group of chunks (the session's group commit): every chunk checked and written in order, then
+    /// each file written to fsynced once (and its directory when the file is new), then each partition's state
+    /// recorded once. On an error nothing more is recorded: bytes written and not recorded were never acknowledged,
+    /// and are cut off by the next write to the segment or at the next session start.
+    fn apply_chunks(&mut self, chunks: &[Chunk]) -> TailResult<()> {
+        let mut unsynced = Unsynced::new();
+        for chunk in chunks {
+            self.write_chunk(chunk, &mut unsynced)?;
+        }
+        self.commit(unsynced)
+    }
+
+    /// Makes what `unsynced` holds durable, then records it: the record never claims more than is durable.
+    fn commit(&mut self, unsynced: Unsynced) -> TailResult<()> {
+        for w in unsynced.values() {
+            let file = File::open(&w.path).map_err(|e| TailError::io(&w.path, e))?;
+            file.sync_all().map_err(|e| TailError::io(&w.path, e))?;
+            if w.created {
+                if let Some(pdir) = w.path.parent() {
+                    fsync_dir(pdir)?;
+                }
+            }
+        }
+        for (name, w) in unsynced {
+            self.record(name, w.state)?;
+        }
+        Ok(())
+    }
+
+    /// Checks `chunk` against where its partition stands (recorded, or as the group's chunks before it left it)
+    /// and writes it, not yet durable: noted in `unsynced`.
+    fn write_chunk(&mut self, chunk: &Chunk, unsynced: &mut Unsynced) -> TailResult<()> {
         let p = &chunk.partition;
         let name = tp_name(p);
         if !valid_topic(&p.topic) || p.partition < 0 {
@@ -454,7 +492,10 @@ impl Inner {
             position: chunk.position,
             reason,
         };
-        let prev = self.states.get(&name).cloned();
+        let prev = unsynced
+            .get(&name)
+            .map(|w| w.state.clone())
+            .or_else(|| self.states.get(&name).cloned());
         // The unsealed segment the chunk passes over, deleted by the source's retention (see below).
         let mut passed_unsealed = None;
         // Where the chunk must start, and the offset its first batch must carry (None: any offset at or above
@@ -524,6 +565,9 @@ impl Inner {
         let pdir = self.partition_dir(&p.topic, p.partition);
         let path = self.log_path(&p.topic, p.partition, chunk.segment_base);
         if new_segment {
+            // The claim below is recorded at once: what the group wrote before it is made durable and recorded
+            // first, so a record never runs ahead of the bytes.
+            self.commit(std::mem::take(unsynced))?;
             // A file the record does not claim was not written here (the bucket install path, another
             // lineage): never truncated, never appended to.
             let foreign = match &prev {
@@ -599,11 +643,7 @@ impl Inner {
         file.seek(SeekFrom::Start(chunk.position))
             .map_err(|e| TailError::io(&path, e))?;
         file.write_all(&chunk.bytes).map_err(|e| TailError::io(&path, e))?;
-        file.sync_all().map_err(|e| TailError::io(&path, e))?;
         drop(file);
-        if chunk.position == 0 {
-            fsync_dir(&pdir)?;
-        }
         let state = PartitionState {
             topic: p.topic.clone(),
             partition: p.partition,
@@ -613,7 +653,9 @@ impl Inner {
             sealed: false,
             next_offset: Some(last_offset + 1),
         };
-        self.record(name, state)
+        let created = chunk.position == 0 || unsynced.get(&name).is_some_and(|w| w.created);
+        unsynced.insert(name, Unsynced1 { path, state, created });
+        Ok(())
     }
 
     fn check_applied(&mut self, chunk: &Chunk) -> TailResult<()> {
@@ -768,6 +810,19 @@ impl Inner {
         }
         self.record(name, PartitionState { sealed: true, ..s })
     }
+}
+
+/// Chunks of a group written and not yet durable, per partition (see `Inner::apply_chunks`).
+type Unsynced = HashMap<String, Unsynced1>;
+
+/// One partition's part of [`Unsynced`].
+struct Unsynced1 {
+    /// The segment file written to.
+    path: PathBuf,
+    /// The state the partition will be recorded in.
+    state: PartitionState,
+    /// The file was created by the group: its directory entry needs an fsync too.
+    created: bool,
 }
 
 /// Checks every batch of `chunk` before anything is written; returns the last batch's last offset.

@@ -38,7 +38,7 @@
 //!
 //! [`ShipperSession`]: segmirror_transport::direct::session::ShipperSession
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,14 +59,26 @@ use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
 use crate::source::read::{read_partition, PartitionRead, SegmentView};
 use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 
-/// How long [`ChunkFeed::next`] sleeps when no partition has anything new
-/// (100 ms): a tail adds at most this to the latency of an append, and an idle
-/// feed costs a few listings a second.
+/// How long [`ChunkFeed::next`] waits at most when no partition has anything
+/// new (100 ms): an idle feed costs a few listings a second. It waits less when
+/// told of news: the log-dir watcher's events (an append is seen within the
+/// watcher's 20 ms coalescing tick), the high watermarks moving (a
+/// `ListOffsets` bound is followed as soon as it moves), or an Ack releasing a
+/// held partition (the session drops the wait). The poll is the safety net for
+/// lost notifications and the bound of the checkpoint high watermark.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Most bytes in one chunk (4 MiB, or one batch if larger): well under the
 /// frame limit, and small enough that a credit window holds several.
 pub const MAX_FEED_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Most chunks and seals of one partition sent and not yet acknowledged (2; see
+/// [`ChunkFeed::max_unacked_per_partition`]): one being made durable by the applier while the next is on the
+/// wire, so a partition catching up keeps both sides busy; whatever the broker appends meanwhile waits in the
+/// source file and goes as one chunk when an Ack releases the partition. More would only queue small chunks
+/// (each waits for all before it: the latency a credit window of small chunks had, p99 1.5-2 s at 10k records/s),
+/// one would leave the applier idle for a round trip and a read per chunk.
+pub const MAX_UNACKED_PER_PARTITION: usize = 2;
 
 /// Largest companion sent inline in a seal: a seal is one frame, so nothing larger than a frame's payload could
 /// travel; a larger file is refused by its size, naming it, before it is read.
@@ -101,6 +113,8 @@ pub struct TailFeedConfig {
     /// (`segmirror ship` uses [`PROGRESS_INTERVAL`](segmirror_transport::direct::handshake::PROGRESS_INTERVAL));
     /// `None`, the library default: never, so a feed yields exactly its chunks, seals and retention items.
     pub progress_interval: Option<Duration>,
+    /// [`MAX_UNACKED_PER_PARTITION`]; `None`: only the session's credit window bounds what is in flight.
+    pub max_unacked_per_partition: Option<usize>,
 }
 
 impl TailFeedConfig {
@@ -111,6 +125,7 @@ impl TailFeedConfig {
             max_chunk_bytes: MAX_FEED_CHUNK_BYTES,
             poll_interval: POLL_INTERVAL,
             progress_interval: None,
+            max_unacked_per_partition: Some(MAX_UNACKED_PER_PARTITION),
         }
     }
 }
@@ -153,6 +168,12 @@ pub struct TailFeed {
     cursor: usize,
     /// Partitions appearing and going while running ([`TailFeed::with_rediscovery`]); `None`: a fixed set.
     rediscoverer: Option<rediscover::Rediscoverer>,
+    /// Moves when a high watermark moves (the source's [`HighWatermarkSource::changes`], with the high-watermark
+    /// bound); taken at the first [`TailFeed::next_item`].
+    hw_changes: Option<tokio::sync::watch::Receiver<u64>>,
+    /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
+    /// the source file and go as one chunk.
+    held: HashSet<PartitionRef>,
 }
 
 impl TailFeed {
@@ -166,6 +187,8 @@ impl TailFeed {
             config,
             cursor: 0,
             rediscoverer: None,
+            held: HashSet::new(),
+            hw_changes: None,
         }
     }
 
@@ -199,6 +222,8 @@ impl TailFeed {
 
     /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error.
     pub async fn seek_positions(&mut self, resume: &[Position]) -> Result<()> {
+        // A new session holds nothing.
+        self.held.clear();
         // Partitions created since the last listing are positioned with the others.
         self.rediscover(true).await?;
         let mut fresh = Vec::with_capacity(self.parts.len());
@@ -238,14 +263,25 @@ impl TailFeed {
 
     /// The next item (see [`ChunkFeed::next`]); the shipper's error.
     pub async fn next_item(&mut self) -> Result<FeedItem> {
+        if self.hw_changes.is_none() && self.config.upto == UptoPolicy::HighWatermark {
+            self.hw_changes = self.config.high_watermarks.changes();
+        }
         'round: loop {
+            // The bounds this round sees are at least as new as this: a move after it wakes the wait below.
+            if let Some(changes) = &mut self.hw_changes {
+                changes.borrow_and_update();
+            }
             self.rediscover(false).await?;
             let n = self.parts.len();
             for i in 0..n {
                 let idx = (self.cursor + i) % n;
-                let Some(part) = self.parts.get(idx).cloned() else {
+                let Some(part) = self.parts.get(idx) else {
                     continue;
                 };
+                if self.held.contains(&part.target.partition) {
+                    continue;
+                }
+                let part = part.clone();
                 let config = self.config.clone();
                 let stepped = blocking(move || {
                     let mut part = part;
@@ -277,7 +313,40 @@ impl TailFeed {
                     return Ok(item);
                 }
             }
-            tokio::time::sleep(self.config.poll_interval).await;
+            self.wait_for_news().await;
+        }
+    }
+
+    /// After a round with nothing to ship: waits for the poll interval, or less when the watcher reports a change
+    /// in the log dirs or the high watermarks move (see [`POLL_INTERVAL`]). Cancel-safe (each branch is).
+    async fn wait_for_news(&mut self) {
+        let TailFeed {
+            hw_changes,
+            rediscoverer,
+            config,
+            ..
+        } = self;
+        let hw = async {
+            match hw_changes {
+                // A closed channel (its source gone) is no news: the poll remains.
+                Some(changes) => {
+                    if changes.changed().await.is_err() {
+                        std::future::pending::<()>().await
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let watcher = async {
+            match rediscoverer {
+                Some(r) => r.next_event().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(config.poll_interval) => {}
+            _ = hw => {}
+            _ = watcher => {}
         }
     }
 }
@@ -289,6 +358,18 @@ impl ChunkFeed for TailFeed {
 
     async fn next(&mut self) -> std::result::Result<FeedItem, DirectError> {
         self.next_item().await.map_err(local("tail feed"))
+    }
+
+    fn max_unacked_per_partition(&self) -> Option<usize> {
+        self.config.max_unacked_per_partition
+    }
+
+    fn hold(&mut self, partition: &PartitionRef, held: bool) {
+        if held {
+            self.held.insert(partition.clone());
+        } else {
+            self.held.remove(partition);
+        }
     }
 }
 

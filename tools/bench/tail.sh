@@ -14,11 +14,17 @@
 # its few log lines, over the source .log bytes), CPU seconds per GiB of log on each side (/proc/<pid>/stat utime +
 # stime, whole process life), and, with an unthrottled producer in log-end mode, the throughput ceiling (log bytes
 # over the time from the first append to the mirror having all of it).
+# Tail catch-up (BACKLOG_MIB > 0): the ceiling without the producer in the way. BACKLOG_MIB of 1 KiB records are
+# written first (unthrottled, nothing shipping), then `segmirror tail-apply` and `segmirror ship --upto log-end`
+# are started and timed from their start (process start and TLS handshake included) to the mirror holding every
+# byte; reported next to `cp` + `sync FILE` of the same .log in the same run (the copy reads from the page cache,
+# as the shipper does).
 #
 # Usage: tools/bench/tail.sh
 #   RATES (default "1000 10000 50000") records/s; DURATION (default 30) seconds of producing per measurement;
 #   MODES (default "log-end hw-list-offsets hw-checkpoint"); CEILING_RECORDS (default 1000000; 0 skips it);
-#   RUNS (default 1) measurements per (mode, rate), each reported; BENCH_DIR (default target/bench);
+#   RUNS (default 1) measurements per (mode, rate), each reported; BACKLOG_MIB (default 0: skipped; at most 1000,
+#   one segment) for the tail catch-up; BENCH_DIR (default target/bench);
 #   SEGMIRROR=path runs that binary instead of building target/release/segmirror;
 #   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the Kafka jars (libs/).
 set -euo pipefail
@@ -27,6 +33,7 @@ RATES="${RATES:-1000 10000 50000}"
 DURATION="${DURATION:-30}"
 MODES="${MODES:-log-end hw-list-offsets hw-checkpoint}"
 CEILING_RECORDS="${CEILING_RECORDS:-1000000}"
+BACKLOG_MIB="${BACKLOG_MIB:-0}"
 RUNS="${RUNS:-1}"
 BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
 KAFKA_HOME="${SEGMIRROR_KAFKA_HOME:-$ROOT/.cache/kafka/4.4.0}"
@@ -42,6 +49,9 @@ cd "$ROOT"
 [ -d "$KAFKA_HOME/libs" ] || { echo "no Kafka jars in $KAFKA_HOME/libs (set SEGMIRROR_KAFKA_HOME)" >&2; exit 2; }
 rm -rf "$WORK"
 mkdir -p "$WORK"
+# The applier's catalogs in a data dir of this run: one left by an earlier run at the same mirror path (another
+# topic id) would refuse the new topic as a recreated one.
+export SEGMIRROR_HOME="$WORK/home"
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -181,8 +191,68 @@ measure() {
     fi
 }
 
+# The tail catch-up: a backlog written first, then ship + apply timed to the mirror holding all of it.
+measure_backlog() {
+    local mib="$1"
+    N=$((N + 1))
+    local topic="bench-$N" dir="$WORK/run-$N"
+    mkdir -p "$dir"
+    create_topic "$topic"
+    java_cp 512 org.apache.kafka.tools.ProducerPerformance --topic "$topic" --num-records $((mib * 1024)) \
+        --record-size "$RECORD_BYTES" --throughput -1 \
+        --producer-props "bootstrap.servers=$BOOTSTRAP" acks=all linger.ms=5 batch.size=262144 > "$dir/producer.out" 2>&1
+    local src="$LOG_DIR/$topic-0/00000000000000000000.log" mirror="$dir/mirror/$topic-0/00000000000000000000.log"
+    local bytes port
+    bytes=$(stat -c %s "$src")
+    port=$(free_port)
+    local start
+    start=$(date +%s.%N)
+    "$BIN" tail-apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" \
+        --tls-cert "$CERTS/apply.crt" --tls-key "$CERTS/apply.key" --tls-ca "$CERTS/ca.crt" > "$dir/apply.out" 2>&1 &
+    local apply_pid=$!
+    PIDS+=("$apply_pid")
+    "$BIN" ship --log-dir "$LOG_DIR" --topics "$topic" --upto log-end --link bench --connect "localhost:$port" \
+        --tls-cert "$CERTS/ship.crt" --tls-key "$CERTS/ship.key" --tls-ca "$CERTS/ca.crt" > "$dir/ship.out" 2>&1 &
+    local ship_pid=$!
+    PIDS+=("$ship_pid")
+    local done_at
+    done_at=$(python3 -c '
+import os, sys, time
+path, want, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+t0 = time.time()
+while time.time() - t0 < limit:
+    try:
+        if os.stat(path).st_size >= want:
+            print("%.6f" % time.time())
+            sys.exit(0)
+    except FileNotFoundError:
+        pass
+    time.sleep(0.002)
+print("nan")
+' "$mirror" "$bytes" "$CATCH_UP_S")
+    local ship_cpu apply_cpu
+    ship_cpu=$(cpu_s "$ship_pid") apply_cpu=$(cpu_s "$apply_pid")
+    kill -TERM "$ship_pid" "$apply_pid"
+    wait "$ship_pid" "$apply_pid" || true
+    local ok=yes
+    [ "$done_at" != nan ] || ok="did not catch up"
+    [ "$ok" != yes ] || cmp -s "$src" "$mirror" || ok=differs
+    local copy="$dir/copy.log" cstart cend
+    cstart=$(date +%s.%N)
+    cp "$src" "$copy" && sync "$copy"
+    cend=$(date +%s.%N)
+    rm -f "$copy"
+    BACKLOG=$(awk -v by="$bytes" -v s="$start" -v d="$done_at" -v cs="$cstart" -v ce="$cend" -v sc="$ship_cpu" \
+        -v ac="$apply_cpu" -v ok="$ok" 'BEGIN {
+        mib = by / 1048576; gib = by / 1073741824
+        if (d == "nan") { printf "%.0f MiB of backlog: mirror did not catch up", mib; exit }
+        printf "%.0f MiB of backlog in %.2f s: %.0f MiB/s (cp + sync of the same .log: %.2f s, %.0f MiB/s; tail/cp %.2f); ship CPU %.1f s/GiB, apply CPU %.1f s/GiB; mirror = source: %s",
+            mib, d - s, mib / (d - s), ce - cs, mib / (ce - cs), (ce - cs) / (d - s), sc / gib, ac / gib, ok }')
+}
+
 declare -a LOOP_MS
 CEILING="not measured (CEILING_RECORDS=0)"
+BACKLOG="not measured (BACKLOG_MIB=0)"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for mode in $MODES; do
     for rate in $RATES; do
@@ -196,6 +266,11 @@ if [ "$CEILING_RECORDS" -gt 0 ]; then
     echo "measuring the throughput ceiling: $CEILING_RECORDS records unthrottled, log-end" >&2
     measure log-end -1 "$CEILING_RECORDS"
 fi
+if [ "$BACKLOG_MIB" -gt 0 ]; then
+    [ "$BACKLOG_MIB" -le 1000 ] || { echo "BACKLOG_MIB must be at most 1000 (one segment)" >&2; exit 2; }
+    echo "measuring the tail catch-up: a backlog of $BACKLOG_MIB MiB, then ship + apply" >&2
+    measure_backlog "$BACKLOG_MIB"
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 LOOP=$(printf '%s\n' "${LOOP_MS[@]}" | sort -g | tail -n1)
 
@@ -205,10 +280,11 @@ echo "tail benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): 1 partition, ${RECORD_BY
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r);" \
     "load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
 echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }RATES=\"$RATES\" DURATION=$DURATION MODES=\"$MODES\"" \
-    "CEILING_RECORDS=$CEILING_RECORDS RUNS=$RUNS tools/bench/tail.sh"
+    "CEILING_RECORDS=$CEILING_RECORDS RUNS=$RUNS BACKLOG_MIB=$BACKLOG_MIB tools/bench/tail.sh"
 echo
 echo "| mode            | target rec/s | rec/s    | log MiB | samples | p50 ms  | p99 ms  | max ms  | wire/log | ship CPU s/GiB | apply CPU s/GiB | mirror = source |"
 echo "|-----------------|-------------|----------|---------|---------|---------|---------|---------|----------|----------|----------|-----|"
 printf '%s\n' "${ROWS[@]}"
 echo
 echo "throughput ceiling (log-end, unthrottled producer): $CEILING"
+echo "tail catch-up (log-end, backlog written first): $BACKLOG"

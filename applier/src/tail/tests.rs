@@ -500,3 +500,47 @@ async fn tail_seal_rebuilds_indexes_with_the_interval_it_names() {
         times
     );
 }
+
+#[tokio::test]
+async fn tail_a_group_of_chunks_is_recorded_once_all_of_it_is_durable() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let (base, bytes) = &f.segs[0];
+    let group = chunks_of(*base, bytes, 1);
+    assert!(group.len() >= 3, "several chunks: {}", group.len());
+    a.apply_chunks(&group).await.unwrap();
+    assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, false)));
+    assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base)).unwrap(), bytes);
+    // Recorded in the state file, not only in memory: a restarted appender reads the group's end back.
+    let mut again = TailAppender::open(&f.mirror).unwrap();
+    assert_eq!(position(&mut again).await, Some((*base, bytes.len() as u64, false)));
+}
+
+#[tokio::test]
+async fn tail_a_group_with_a_bad_chunk_records_none_of_it() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let end = started(&f, &mut a).await;
+    let (base, bytes) = &f.segs[0];
+    let b = boundaries(bytes);
+    let path = mirror_log(&f.mirror, *base);
+    // A good chunk, then one with a flipped byte: the call fails, and nothing of the group is recorded (so
+    // nothing of it is acknowledged), though the good chunk's bytes were written.
+    let good = chunk(*base, bytes, b[2], b[3]);
+    let mut corrupt = chunk(*base, bytes, b[3], b[4]);
+    let mut v = corrupt.bytes.to_vec();
+    v[0] ^= 0x55;
+    corrupt.bytes = Bytes::from(v);
+    let e = a.apply_chunks(&[good.clone(), corrupt]).await.unwrap_err();
+    assert!(e.to_string().contains("bad batch"), "{e}");
+    assert_eq!(position(&mut a).await, Some((*base, end as u64, false)));
+    // A restart cuts the unrecorded bytes off ...
+    drop(a);
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    assert_eq!(position(&mut a).await, Some((*base, end as u64, false)));
+    assert_eq!(file_len(&path), end as u64);
+    // ... and the group sent again applies.
+    a.apply_chunks(&[good, chunk(*base, bytes, b[3], b[4])]).await.unwrap();
+    assert_eq!(position(&mut a).await, Some((*base, b[4] as u64, false)));
+    assert_eq!(std::fs::read(&path).unwrap(), bytes[..b[4]]);
+}

@@ -104,6 +104,13 @@ pub trait HighWatermarkSource: Send + Sync {
     /// Failures are the source's to report (a log line); the last values known stay in force.
     /// Default: nothing (a source that keeps itself current, e.g. by a background task).
     fn refresh(&self) {}
+
+    /// A counter that moves whenever a high watermark this source answers moves, for a source that learns them
+    /// in the background: the tail feed, finding nothing to ship, waits on it as well as on its poll interval, so
+    /// a bound that moves is followed at once rather than at the next poll. Default: `None` (the feed polls).
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// The bound `policy` gives for a partition.

@@ -336,6 +336,8 @@ struct Known {
 /// it stops the asking.
 pub struct ListOffsetsHighWatermarks {
     known: Arc<RwLock<Known>>,
+    /// Moves whenever a high watermark moves ([`HighWatermarkSource::changes`]).
+    changed: tokio::sync::watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -352,8 +354,9 @@ impl ListOffsetsHighWatermarks {
             wanted: partitions.into_iter().collect(),
             ..Known::default()
         }));
-        let task = runtime.spawn(ask(bootstrap, config, known.clone()));
-        ListOffsetsHighWatermarks { known, task }
+        let (changes, changed) = tokio::sync::watch::channel(0u64);
+        let task = runtime.spawn(ask(bootstrap, config, known.clone(), changes));
+        ListOffsetsHighWatermarks { known, changed, task }
     }
 
     /// Why the last attempt failed, while no answer has come since.
@@ -374,6 +377,10 @@ impl Drop for ListOffsetsHighWatermarks {
 }
 
 impl HighWatermarkSource for ListOffsetsHighWatermarks {
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.changed.clone())
+    }
+
     fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark> {
         let key = (topic.to_string(), partition);
         {
@@ -393,7 +400,12 @@ impl HighWatermarkSource for ListOffsetsHighWatermarks {
 }
 
 /// The asking loop: runs until the source is dropped.
-async fn ask(bootstrap: String, config: ListOffsetsConfig, known: Arc<RwLock<Known>>) {
+async fn ask(
+    bootstrap: String,
+    config: ListOffsetsConfig,
+    known: Arc<RwLock<Known>>,
+    changes: tokio::sync::watch::Sender<u64>,
+) {
     let mut client: Option<BrokerClient> = None;
     let mut backoff = config.interval;
     // Per partition, the error code last logged (logged again only when it changes).
@@ -427,6 +439,7 @@ async fn ask(bootstrap: String, config: ListOffsetsConfig, known: Arc<RwLock<Kno
                     tracing::info!(broker = %bootstrap, "the source broker answers ListOffsets again");
                 }
                 k.answers += 1;
+                let mut moved = false;
                 for ((topic, partition), answer) in partitions.iter().zip(answers) {
                     let key = (topic.clone(), *partition);
                     match answer {
@@ -434,7 +447,10 @@ async fn ask(bootstrap: String, config: ListOffsetsConfig, known: Arc<RwLock<Kno
                             if partition_errors.remove(&key).is_some() {
                                 tracing::info!(topic = %topic, partition, offset, "high watermark known again");
                             }
-                            k.high_watermarks.insert(key, HighWatermark { offset, as_of });
+                            let previous = k.high_watermarks.insert(key, HighWatermark { offset, as_of });
+                            if previous.is_none_or(|p| p.offset != offset) {
+                                moved = true;
+                            }
                         }
                         PartitionAnswer::Error(code) => {
                             if partition_errors.insert(key, code) != Some(code) {
@@ -447,6 +463,10 @@ async fn ask(bootstrap: String, config: ListOffsetsConfig, known: Arc<RwLock<Kno
                             }
                         }
                     }
+                }
+                drop(k);
+                if moved {
+                    changes.send_modify(|n| *n = n.wrapping_add(1));
                 }
                 backoff = config.interval;
             }

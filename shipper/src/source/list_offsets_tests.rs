@@ -211,3 +211,31 @@ fn error_codes_are_named() {
     assert_eq!(error_name(6), "NotLeaderOrFollower (6)");
     assert_eq!(error_name(-999), "error code -999");
 }
+
+#[tokio::test]
+async fn changes_move_only_when_a_high_watermark_moves() {
+    let (l, addr) = listener().await;
+    let script = vec![
+        vec![answer(0, 0, 42)],
+        // The same answer: no news for the feed.
+        vec![answer(0, 0, 42)],
+        vec![answer(0, 0, 50)],
+        // An error keeps 50: no news either.
+        vec![answer(0, 6, -1)],
+    ];
+    let broker = tokio::spawn(scripted_broker(l, script));
+    let source = ListOffsetsHighWatermarks::spawn(
+        &tokio::runtime::Handle::current(),
+        addr,
+        vec![("t".to_string(), 0)],
+        config(),
+    );
+    let changes = source.changes().expect("a ListOffsets source reports its changes");
+    broker.await.unwrap();
+    while source.last_error().is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(source.answers(), 4);
+    // Two moves: unknown -> 42, 42 -> 50.
+    assert_eq!(*changes.borrow(), 2);
+}

@@ -74,6 +74,8 @@ pub(super) struct Rediscoverer {
     watcher: Option<(Watcher, mpsc::Receiver<WatchEvent>)>,
     /// The watcher was tried (started or failed): not again.
     watch_tried: bool,
+    /// The watcher reported a partition directory appearing or going since the last listing.
+    hinted: bool,
     /// A listing started and not yet taken in (see [`TailFeed::rediscover`]).
     listing: Option<tokio::task::JoinHandle<Listing>>,
     /// Durable positions of partitions not followed when the session started (or dropped since): where a
@@ -90,6 +92,7 @@ impl Rediscoverer {
             last: None,
             watcher: None,
             watch_tried: false,
+            hinted: false,
             listing: None,
             pending: HashMap::new(),
             reported: HashSet::new(),
@@ -108,18 +111,40 @@ impl Rediscoverer {
                 }
             }
         }
-        let mut hinted = false;
         if let Some((_, events)) = &mut self.watcher {
             // Drained every round, so the watcher never waits on the feed; only the partition set matters here.
             while let Ok(event) = events.try_recv() {
-                hinted |= matches!(
-                    event,
-                    WatchEvent::PartitionAppeared { .. } | WatchEvent::PartitionGone { .. }
-                );
+                self.hinted |= is_partition_hint(&event);
             }
         }
-        hinted || self.last.is_none_or(|at| at.elapsed() >= self.config.interval)
+        std::mem::take(&mut self.hinted) || self.last.is_none_or(|at| at.elapsed() >= self.config.interval)
     }
+
+    /// Waits for the watcher's next event (any: a partition's active segment grew, rolled, a partition came or
+    /// went); forever without a watcher. Cancel-safe: an event received is noted before anything else can
+    /// happen. The feed waits on it when a round found nothing to ship, so an append is seen within the
+    /// watcher's coalescing tick rather than at the next poll.
+    pub(super) async fn next_event(&mut self) {
+        let Some((_, events)) = &mut self.watcher else {
+            return std::future::pending().await;
+        };
+        match events.recv().await {
+            Some(event) => self.hinted |= is_partition_hint(&event),
+            // The watcher stopped: the feed's poll is all that is left.
+            None => {
+                self.watcher = None;
+                std::future::pending::<()>().await
+            }
+        }
+    }
+}
+
+/// A partition directory appeared or went: the partition set may have changed.
+fn is_partition_hint(event: &WatchEvent) -> bool {
+    matches!(
+        event,
+        WatchEvent::PartitionAppeared { .. } | WatchEvent::PartitionGone { .. }
+    )
 }
 
 /// What one listing found: the partitions selected now, and which followed partitions' directories are gone.

@@ -369,3 +369,58 @@ async fn a_truncated_segment_diverges() {
     drop(f);
     assert!(matches!(feed.next_item().await, Err(Error::Diverged { .. })));
 }
+
+/// Two partitions with data: a held one is passed over and what it gathers meanwhile goes as one chunk when it is
+/// released; a new session (seek) holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_partition_is_passed_over_and_ships_what_it_gathered_as_one_chunk_when_released() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir0, log0, boundaries0, offset0) = written(root.path(), 3);
+    let dir1 = root.path().join("events-1");
+    std::fs::create_dir_all(&dir1).unwrap();
+    append(&log_path(&dir1, 0), &batch_at(0, 2, 0));
+    let p1 = PartitionRef {
+        partition: 1,
+        ..partition()
+    };
+    let mut config = TailFeedConfig::new(Arc::new(FixedHw(None)));
+    config.upto = UptoPolicy::LogEnd;
+    config.poll_interval = Duration::from_millis(5);
+    let targets = vec![
+        TailPartition {
+            partition: partition(),
+            dir: dir0.clone(),
+        },
+        TailPartition {
+            partition: p1.clone(),
+            dir: dir1.clone(),
+        },
+    ];
+    let mut feed = TailFeed::new(targets, config);
+    assert_eq!(feed.max_unacked_per_partition(), Some(MAX_UNACKED_PER_PARTITION));
+    feed.seek(&[]).await.unwrap();
+    let chunk_of = |item: FeedItem| match item {
+        FeedItem::Chunk(c) => c,
+        other => panic!("expected a chunk, got {other:?}"),
+    };
+
+    // Partition 0 comes first in the round, but it is held: partition 1's chunk comes.
+    feed.hold(&partition(), true);
+    assert_eq!(chunk_of(feed.next().await.unwrap()).partition, p1);
+    // While held, partition 0 grows; released, everything it holds goes as one chunk.
+    let more = batch_at(offset0, 2, 3);
+    append(&log0, &more);
+    feed.hold(&partition(), false);
+    let c = chunk_of(feed.next().await.unwrap());
+    assert_eq!(c.partition, partition());
+    assert_eq!(
+        (c.position, c.bytes.len() as u64),
+        (0, boundaries0[3] + more.len() as u64)
+    );
+
+    // A new session starts with nothing held.
+    feed.hold(&partition(), true);
+    feed.hold(&p1, true);
+    feed.seek(&[]).await.unwrap();
+    assert!(feed.held.is_empty(), "{:?}", feed.held);
+}

@@ -14,6 +14,18 @@
 //! acknowledged (partition, end position, cost), which is bounded by the credit
 //! window; an Ack releases what it covers. Acks are checked: never below the
 //! previous one, never beyond what was sent.
+//!
+//! In flight per partition, when the feed asks for it
+//! ([`ChunkFeed::max_unacked_per_partition`]): a partition with that many items
+//! unacknowledged is *held* ([`ChunkFeed::hold`]) until an Ack releases it. Why:
+//! the credit window bounds memory, not latency. A tail that sends every few
+//! records as soon as it sees them fills a 16 MiB window with thousands of small
+//! chunks, each made durable on its own, and a new record waits behind all of
+//! them (issue 9's benchmark: p99 1.5-2 s at 10k records/s). Held back, the
+//! bytes wait in the source file instead, and the next read takes all of them
+//! as one chunk: the queue stays as short as the bound, and the chunk size
+//! follows the rate by itself (small when the link keeps up, up to the feed's
+//! chunk limit when it is behind).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -116,6 +128,22 @@ pub trait ChunkFeed: Send + 'static {
     /// `mpsc::Receiver::recv`): the session drops the future when a frame
     /// arrives first, and calls again later.
     fn next(&mut self) -> impl Future<Output = Result<FeedItem>> + Send;
+
+    /// At most this many positioned items (chunks and seals) of one partition sent and not yet acknowledged;
+    /// `None` (the default): only the credit window bounds them. A feed whose source keeps accumulating while it
+    /// waits (a tail of a growing file) sets a small bound: what arrives while a partition is held is read later as
+    /// one larger chunk instead of many small ones queued behind each other (see the module doc).
+    fn max_unacked_per_partition(&self) -> Option<usize> {
+        None
+    }
+
+    /// The session holds `partition` (`held`: it has [`ChunkFeed::max_unacked_per_partition`] items unacknowledged)
+    /// or releases it (an Ack came). A feed should yield no item of a held partition until it is released; one it
+    /// yields anyway waits in the session (and with it every other partition) until the release. A new session
+    /// starts with nothing held: [`ChunkFeed::seek`] releases every partition. The default ignores it.
+    fn hold(&mut self, partition: &PartitionRef, held: bool) {
+        let _ = (partition, held);
+    }
 }
 
 /// What the shipper has seen, across sessions (for status and tests).
@@ -129,6 +157,9 @@ pub struct ShipperStats {
     pub in_flight: u64,
     /// The most ever in flight; never above the credit window.
     pub max_in_flight: u64,
+    /// The most items (chunks and seals) of one partition ever unacknowledged at once; never above the feed's
+    /// [`ChunkFeed::max_unacked_per_partition`] when it sets one.
+    pub max_unacked_items: usize,
     /// Highest acknowledged position per partition: (segment base, byte position).
     pub acked: HashMap<PartitionRef, (i64, u64)>,
     /// Resumes that started a partition below a position it had acknowledged:
@@ -257,12 +288,20 @@ impl<F: ChunkFeed> ShipperSession<F> {
         self.stats.in_flight = 0;
 
         // STREAMING.
+        let per_partition = self.feed.max_unacked_per_partition().map(|n| n.max(1));
         let mut credit: u64 = 0;
         let mut window: Option<u64> = None;
         let mut pending: Option<FeedItem> = None;
         loop {
             let cost = pending.as_ref().map(FeedItem::cost);
-            let sendable = cost.is_some_and(|c| c <= credit);
+            // A held partition's item (a feed that ignores holds) waits for the Ack that releases it.
+            let held = match (&pending, per_partition) {
+                (Some(item), Some(limit)) if item.end().is_some() => {
+                    tracks.get(item.partition()).is_some_and(|t| t.unacked.len() >= limit)
+                }
+                _ => false,
+            };
+            let sendable = !held && cost.is_some_and(|c| c <= credit);
             let send_at = match (sendable, cost, self.limiter.as_mut()) {
                 (true, Some(c), Some(bucket)) => Some(bucket.ready_at(c)),
                 _ => None,
@@ -286,7 +325,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
                             credit = credit.saturating_add(bytes);
                             window.get_or_insert(bytes);
                         }
-                        Frame::Ack(p) => self.on_ack(&mut tracks, p)?,
+                        Frame::Ack(p) => self.on_ack(&mut tracks, p, per_partition)?,
                         Frame::Goodbye(g) => peer_goodbye = Some(Some(g)),
                         other => return Err(peer_frame(other, session, "streaming")),
                     }
@@ -308,6 +347,10 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         let track = tracks.entry(item.partition().clone()).or_default();
                         track.sent_end = Some(end);
                         track.unacked.push_back(Sent { end, cost });
+                        if per_partition.is_some_and(|limit| track.unacked.len() >= limit) {
+                            self.feed.hold(item.partition(), true);
+                        }
+                        self.stats.max_unacked_items = self.stats.max_unacked_items.max(track.unacked.len());
                     }
                     self.stats.bytes_sent += cost;
                     self.stats.in_flight += cost;
@@ -366,7 +409,12 @@ impl<F: ChunkFeed> ShipperSession<F> {
         }
     }
 
-    fn on_ack(&mut self, tracks: &mut HashMap<PartitionRef, Track>, p: Position) -> Result<()> {
+    fn on_ack(
+        &mut self,
+        tracks: &mut HashMap<PartitionRef, Track>,
+        p: Position,
+        per_partition: Option<usize>,
+    ) -> Result<()> {
         let at = (p.segment_base, p.position);
         let Some(track) = tracks.get_mut(&p.partition) else {
             return Err(DirectError::Protocol {
@@ -395,10 +443,14 @@ impl<F: ChunkFeed> ShipperSession<F> {
             });
         }
         track.acked = Some(at);
+        let was_held = per_partition.is_some_and(|limit| track.unacked.len() >= limit);
         while track.unacked.front().is_some_and(|s| s.end <= at) {
             if let Some(sent) = track.unacked.pop_front() {
                 self.stats.in_flight -= sent.cost;
             }
+        }
+        if was_held && per_partition.is_some_and(|limit| track.unacked.len() < limit) {
+            self.feed.hold(&p.partition, false);
         }
         self.stats.acked.insert(p.partition, at);
         Ok(())
