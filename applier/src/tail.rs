@@ -60,6 +60,9 @@ use serde::{Deserialize, Serialize};
 
 mod active;
 mod catalog;
+mod companions;
+#[cfg(test)]
+mod companions_tests;
 #[cfg(test)]
 mod catalog_follow_tests;
 #[cfg(test)]
@@ -178,6 +181,11 @@ struct PartitionState {
     sealed: bool,
     /// The offset the next batch must start at (last durable batch's last offset + 1); `None` before any batch.
     next_offset: Option<i64>,
+    /// The transactions open at `position`, for the `.txnindex` entries of ABORT markers still to come
+    /// (`companions`); `None` in a state file written before they were recorded, or derived by the hand-over:
+    /// then derived from the segments at the next session start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    open_transactions: Option<Vec<companions::OpenTransaction>>,
 }
 
 /// The mirror appender over one mirror root. Cloning shares the state (one appender per mirror root).
@@ -194,6 +202,8 @@ struct Inner {
     catalog: Option<TailCatalog>,
     /// How long segments the source deleted are kept ([`retention`]).
     retain_deleted_for: Duration,
+    /// The offset and time index of each unsealed segment, as far as recorded (`companions`).
+    indexes: companions::IndexMap,
 }
 
 fn tp_name(p: &PartitionRef) -> String {
@@ -249,6 +259,7 @@ impl TailAppender {
                 states,
                 catalog: None,
                 retain_deleted_for: DEFAULT_RETAIN_DELETED_FOR,
+                indexes: companions::IndexMap::new(),
             })),
         })
     }
@@ -295,6 +306,8 @@ impl ChunkApplier for TailAppender {
             // Partitions `seed`/`apply` installed and no tail has appended to yet: their state derived.
             i.hand_over()?;
             let positions = i.durable_positions()?;
+            // The unsealed segments' `.txnindex`, offset and time index matched to the recorded positions.
+            i.recover_companions()?;
             // Deletions a crash interrupted, or that came due while no session ran.
             i.sweep_all()?;
             Ok(positions)
@@ -511,10 +524,12 @@ impl Inner {
                 }
             }
         };
-        let last_offset = validate_batches(chunk, &name, min_offset, exact_offset)?;
+        let (last_offset, batches) = validate_batches(chunk, &name, min_offset, exact_offset)?;
         if let Some(catalog) = &mut self.catalog {
             catalog.check_writable(p, Some(chunk.segment_base))?;
         }
+        // The `.txnindex` entries and index entries the chunk adds, and the transactions open after it.
+        let mut companions = self.chunk_companions(&name, chunk, &batches, new_segment)?;
 
         // Only now is anything written.
         let pdir = self.partition_dir(&p.topic, p.partition);
@@ -566,6 +581,12 @@ impl Inner {
                 position: 0,
                 sealed: false,
                 next_offset: prev.as_ref().and_then(|s| s.next_offset),
+                open_transactions: Some(
+                    self.states
+                        .get(&name)
+                        .and_then(|s| s.open_transactions.clone())
+                        .unwrap_or_default(),
+                ),
             };
             self.record(name.clone(), claim)?;
             if passed_unsealed.is_some() {
@@ -600,6 +621,7 @@ impl Inner {
         if chunk.position == 0 {
             fsync_dir(&pdir)?;
         }
+        self.write_chunk_companions(&pdir, chunk, &mut companions)?;
         let state = PartitionState {
             topic: p.topic.clone(),
             partition: p.partition,
@@ -608,8 +630,11 @@ impl Inner {
             position: chunk.position + chunk.bytes.len() as u64,
             sealed: false,
             next_offset: Some(last_offset + 1),
+            open_transactions: Some(companions.open.clone()),
         };
-        self.record(name, state)
+        self.record(name.clone(), state)?;
+        self.keep_indexes(name, companions);
+        Ok(())
     }
 
     fn check_applied(&mut self, chunk: &Chunk) -> TailResult<()> {
@@ -681,6 +706,8 @@ impl Inner {
         if let Some(catalog) = &mut self.catalog {
             catalog.check_writable(p, None)?;
         }
+        // The seal's companions replace the ones kept while the segment was active.
+        self.forget_indexes(&name);
         let path = self.log_path(&p.topic, p.partition, seal.segment_base);
         let on_disk = digest_file(&path)?;
         let (size, sha) = (on_disk.size, on_disk.sha256.0);
@@ -763,8 +790,13 @@ impl Inner {
     }
 }
 
-/// Checks every batch of `chunk` before anything is written; returns the last batch's last offset.
-fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i64>) -> TailResult<i64> {
+/// Checks every batch of `chunk` before anything is written; returns the last batch's last offset and the batches.
+fn validate_batches(
+    chunk: &Chunk,
+    name: &str,
+    min_offset: i64,
+    exact: Option<i64>,
+) -> TailResult<(i64, Vec<segment_format::batch::BatchInfo>)> {
     let bad = |at: u64, reason: String| TailError::BadBatch {
         partition: name.to_string(),
         segment: chunk.segment_base,
@@ -778,6 +810,7 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
     let mut iter = scan_frames(&chunk.bytes, chunk.position);
     let mut expected = exact;
     let mut last = None;
+    let mut batches = Vec::new();
     for frame in iter.by_ref() {
         let frame = frame.map_err(|e| match e {
             segment_format::ParseError::Incomplete {
@@ -839,6 +872,7 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
         }
         last = Some(frame.info.last_offset);
         expected = frame.info.last_offset.checked_add(1);
+        batches.push(frame.info.clone());
     }
     let end = chunk.position + chunk.bytes.len() as u64;
     if iter.next_position() != end {
@@ -847,7 +881,8 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
             "the chunk does not end on a batch boundary".into(),
         ));
     }
-    last.ok_or_else(|| bad(chunk.position, "no batch".into()))
+    let last = last.ok_or_else(|| bad(chunk.position, "no batch".into()))?;
+    Ok((last, batches))
 }
 
 /// Whether `dir` holds any `.log` file (a missing directory holds none).

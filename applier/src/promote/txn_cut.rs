@@ -252,20 +252,13 @@ pub fn abort_markers(cut: &[CutTransaction], leader_epoch: i32, timestamp: i64) 
 /// number of producers); a transaction open across the first segment's base is taken to start at its first batch
 /// in the mirror, as `verify` without a producer snapshot does.
 pub fn txn_index_entries(dir: &Path, segments: &[i64], base: i64) -> Result<Vec<AbortedTxn>> {
-    let mut tracker = TxnTracker::new();
-    let mut entries = Vec::new();
-    for seg in segments.iter().copied().filter(|s| *s <= base) {
-        let path = dir.join(segment_file_name(seg, SegmentFileKind::Log));
-        let mut log = LogFile::open(&path)?;
-        log.scan(|frame| {
-            if let Some(entry) = tracker.on_batch(&frame.info) {
-                if seg == base {
-                    entries.push(entry);
-                }
-            }
-            ControlFlow::Continue(())
-        })?;
-    }
+    let paths: Vec<_> = segments
+        .iter()
+        .filter(|s| **s <= base)
+        .map(|s| dir.join(segment_file_name(*s, SegmentFileKind::Log)))
+        .collect();
+    let paths: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    let (_, entries) = txn_index::follow_segments(&paths, None, TxnTracker::new())?;
     Ok(entries)
 }
 
