@@ -15,7 +15,9 @@
 //! the partition's state file (written atomically: temp file, fsync, rename, fsync dir). The record therefore never
 //! claims more than is durable. After a crash the file may be *longer* than the record (bytes written, never
 //! acknowledged): [`TailAppender::durable_positions`] truncates them away. A file *shorter* than the record means
-//! acknowledged bytes were lost: an error, never papered over.
+//! acknowledged bytes were lost: an error, never papered over. Between the `.log` fsync and the record, the active
+//! segment's derived companions are written (`.txnindex` entries durably, offset and time index entries without an
+//! fsync; `companions` says why and how a start repairs them), so `verify --strict` is sound on a stopped mirror.
 //!
 //! A new segment is first *claimed* in the state file at 0 bytes, then created: a crash in between leaves a file the
 //! record owns (truncated back to 0 at restart). A `.log` the record does not claim (left by another lineage, or
@@ -60,13 +62,13 @@ use serde::{Deserialize, Serialize};
 
 mod active;
 mod catalog;
-mod companions;
-#[cfg(test)]
-mod companions_tests;
 #[cfg(test)]
 mod catalog_follow_tests;
 #[cfg(test)]
 mod catalog_tests;
+mod companions;
+#[cfg(test)]
+mod companions_tests;
 mod handover;
 #[cfg(test)]
 mod handover_tests;
@@ -769,6 +771,18 @@ impl Inner {
             files.push((kind, bytes));
         }
         let pdir = self.partition_dir(&p.topic, p.partition);
+        // An offset or time index the seal does not carry (the broker had none) is rebuilt as a rolled segment's
+        // rather than left as the appender kept it while active (`companions`: a time index without its final
+        // entry); the appender's `.txnindex` stays (its entries are the broker's rule).
+        for (kind, companion) in [
+            (SegmentFileKind::Index, CompanionKind::OffsetIndex),
+            (SegmentFileKind::TimeIndex, CompanionKind::TimeIndex),
+        ] {
+            if !files.iter().any(|(k, _)| *k == kind) && pdir.join(segment_file_name(seal.segment_base, kind)).exists()
+            {
+                files.push((kind, rebuild_index(&path, seal.segment_base, companion)?));
+            }
+        }
         for (kind, bytes) in files {
             write_atomically(&pdir.join(segment_file_name(seal.segment_base, kind)), &bytes)?;
         }
@@ -872,7 +886,7 @@ fn validate_batches(
         }
         last = Some(frame.info.last_offset);
         expected = frame.info.last_offset.checked_add(1);
-        batches.push(frame.info.clone());
+        batches.push(frame.info);
     }
     let end = chunk.position + chunk.bytes.len() as u64;
     if iter.next_position() != end {

@@ -462,7 +462,11 @@ async fn replicate(direction: Direction, topic: &str) {
     // None at all, on sealed or active segments: the appender keeps each active segment's `.txnindex` (an entry
     // per aborted transaction, its first offset possibly segments back), offset and time index right as it
     // appends, so the stopped mirror is sound as it stands.
-    assert!(report.findings.is_empty(), "verify findings on the stopped mirror: {:#?}", report.findings);
+    assert!(
+        report.findings.is_empty(),
+        "verify findings on the stopped mirror: {:#?}",
+        report.findings
+    );
     // The same through the CLI: `segmirror verify --deep --strict` on the stopped mirror exits 0.
     let verify = segmirror_verify(
         &paths.iter().map(PathBuf::as_path).collect::<Vec<_>>(),

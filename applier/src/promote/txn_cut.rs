@@ -247,8 +247,8 @@ pub fn abort_markers(cut: &[CutTransaction], leader_epoch: i32, timestamp: i64) 
 
 /// The `.txnindex` entries of segment `base` in the partition `dir` whose segments are `segments` (ascending):
 /// one per ABORT marker in that segment closing a transaction with data, as the broker appends them
-/// ([`TxnTracker`], the rule `verify` checks the index against). For a tailed active segment, which reaches the
-/// mirror without companions. Open transactions are followed from the first segment on (memory bounded by the
+/// ([`TxnTracker`], the rule `verify` checks the index against). For a tailed active segment, whose companions on the
+/// mirror are derived ones (`tail::companions`), rewritten at promotion. Open transactions are followed from the first segment on (memory bounded by the
 /// number of producers); a transaction open across the first segment's base is taken to start at its first batch
 /// in the mirror, as `verify` without a producer snapshot does.
 pub fn txn_index_entries(dir: &Path, segments: &[i64], base: i64) -> Result<Vec<AbortedTxn>> {

@@ -136,9 +136,13 @@ impl Inner {
             return Ok(open.clone());
         }
         let pdir = self.partition_dir(&s.topic, s.partition);
-        let listing = PartitionDir::open(&pdir)?;
-        let segments: Vec<(i64, PathBuf)> = listing
-            .segments
+        // The directory is created before any state names it; one deleted since holds no transaction.
+        let listed = if pdir.exists() {
+            PartitionDir::open(&pdir)?.segments
+        } else {
+            Vec::new()
+        };
+        let segments: Vec<(i64, PathBuf)> = listed
             .iter()
             .filter(|f| f.base_offset <= s.segment_base)
             .map(|f| (f.base_offset, f.log.clone()))
@@ -146,7 +150,7 @@ impl Inner {
         let paths: Vec<&Path> = segments.iter().map(|(_, p)| p.as_path()).collect();
         let last_is_active = segments.last().is_some_and(|(b, _)| *b == s.segment_base);
         let (tracker, entries) = txn_index::follow_segments(&paths, Some(s.position), TxnTracker::new())?;
-        if !s.sealed {
+        if !s.sealed && pdir.exists() {
             let entries = if last_is_active { entries } else { Vec::new() };
             write_txn_index(&pdir, s.segment_base, &entries)?;
         }
@@ -244,7 +248,10 @@ impl Inner {
             }
         }
         ai.position = position;
-        ai.write(&pdir)?;
+        if position > 0 {
+            // Nothing to index yet otherwise: the files come with the first chunk.
+            ai.write(&pdir)?;
+        }
         Ok(ai)
     }
 

@@ -229,7 +229,11 @@ async fn companions_after_a_handover_with_an_open_transaction() {
     for i in 0..last {
         let (base, bytes) = &f.segs[i];
         install(&f, &mut look, LINK, *base, bytes, Some(f.segs[i + 1].0));
-        for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex, SegmentFileKind::TxnIndex] {
+        for kind in [
+            SegmentFileKind::Index,
+            SegmentFileKind::TimeIndex,
+            SegmentFileKind::TxnIndex,
+        ] {
             if let Some(b) = companion(&f.source, *base, kind) {
                 std::fs::write(mdir.join(segment_file_name(*base, kind)), b).unwrap();
             }
@@ -254,4 +258,37 @@ async fn companions_after_a_handover_with_an_open_transaction() {
         a.apply_chunk(&chunk(*base, bytes, w[0], w[1])).await.unwrap();
     }
     assert_sound(&f);
+}
+
+#[tokio::test]
+async fn a_seal_without_indexes_leaves_them_as_a_rolled_segments() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    a.durable_positions().await.unwrap();
+    let (base, bytes) = &f.segs[0];
+    for c in chunks_of(*base, bytes, 3) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    let mdir = mirror_log(&f.mirror, 0).parent().unwrap().to_path_buf();
+    // While active: the appender's own time index, without the final entry a roll appends.
+    let active_times = companion(&mdir, *base, SegmentFileKind::TimeIndex).unwrap();
+    let mut seal = seal_of(&f.source, *base, bytes, true);
+    seal.companions.clear();
+    a.apply_seal(&seal).await.unwrap();
+    for kind in [
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+        SegmentFileKind::TxnIndex,
+    ] {
+        assert_eq!(
+            companion(&mdir, *base, kind),
+            companion(&f.source, *base, kind),
+            "{kind:?} of the sealed segment"
+        );
+    }
+    assert_ne!(
+        Some(active_times),
+        companion(&mdir, *base, SegmentFileKind::TimeIndex),
+        "the roll's final time index entry"
+    );
 }
