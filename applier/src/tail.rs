@@ -15,7 +15,9 @@
 //! the partition's state file (written atomically: temp file, fsync, rename, fsync dir). The record therefore never
 //! claims more than is durable. After a crash the file may be *longer* than the record (bytes written, never
 //! acknowledged): [`TailAppender::durable_positions`] truncates them away. A file *shorter* than the record means
-//! acknowledged bytes were lost: an error, never papered over.
+//! acknowledged bytes were lost: an error, never papered over. Between the `.log` fsync and the record, the active
+//! segment's derived companions are written (`.txnindex` entries durably, offset and time index entries without an
+//! fsync; `companions` says why and how a start repairs them), so `verify --strict` is sound on a stopped mirror.
 //!
 //! A new segment is first *claimed* in the state file at 0 bytes, then created: a crash in between leaves a file the
 //! record owns (truncated back to 0 at restart). A `.log` the record does not claim (left by another lineage, or
@@ -65,6 +67,9 @@ mod catalog;
 mod catalog_follow_tests;
 #[cfg(test)]
 mod catalog_tests;
+mod companions;
+#[cfg(test)]
+mod companions_tests;
 mod handover;
 #[cfg(test)]
 mod handover_tests;
@@ -182,6 +187,11 @@ struct PartitionState {
     sealed: bool,
     /// The offset the next batch must start at (last durable batch's last offset + 1); `None` before any batch.
     next_offset: Option<i64>,
+    /// The transactions open at `position`, for the `.txnindex` entries of ABORT markers still to come
+    /// (`companions`); `None` in a state file written before they were recorded, or derived by the hand-over:
+    /// then derived from the segments at the next session start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    open_transactions: Option<Vec<companions::OpenTransaction>>,
 }
 
 /// The mirror appender over one mirror root. Cloning shares the state (one appender per mirror root).
@@ -198,6 +208,8 @@ struct Inner {
     catalog: Option<TailCatalog>,
     /// How long segments the source deleted are kept ([`retention`]).
     retain_deleted_for: Duration,
+    /// The offset and time index of each unsealed segment, as far as recorded (`companions`).
+    indexes: companions::IndexMap,
 }
 
 fn tp_name(p: &PartitionRef) -> String {
@@ -253,6 +265,7 @@ impl TailAppender {
                 states,
                 catalog: None,
                 retain_deleted_for: DEFAULT_RETAIN_DELETED_FOR,
+                indexes: companions::IndexMap::new(),
             })),
         })
     }
@@ -299,6 +312,8 @@ impl ChunkApplier for TailAppender {
             // Partitions `seed`/`apply` installed and no tail has appended to yet: their state derived.
             i.hand_over()?;
             let positions = i.durable_positions()?;
+            // The unsealed segments' `.txnindex`, offset and time index matched to the recorded positions.
+            i.recover_companions()?;
             // Deletions a crash interrupted, or that came due while no session ran.
             i.sweep_all()?;
             Ok(positions)
@@ -556,10 +571,14 @@ impl Inner {
                 }
             }
         };
-        let last_offset = validate_batches(chunk, &name, min_offset, exact_offset)?;
+        let (last_offset, batches) = validate_batches(chunk, &name, min_offset, exact_offset)?;
         if let Some(catalog) = &mut self.catalog {
             catalog.check_writable(p, Some(chunk.segment_base))?;
         }
+        // The `.txnindex` entries and index entries the chunk adds, and the transactions open after it.
+        // Continuing a chunk of this group: its open transactions are not recorded yet.
+        let group_open = unsynced.get(&name).and_then(|w| w.state.open_transactions.clone());
+        let mut companions = self.chunk_companions(&name, chunk, &batches, new_segment, group_open)?;
 
         // Only now is anything written.
         let pdir = self.partition_dir(&p.topic, p.partition);
@@ -614,6 +633,12 @@ impl Inner {
                 position: 0,
                 sealed: false,
                 next_offset: prev.as_ref().and_then(|s| s.next_offset),
+                open_transactions: Some(
+                    self.states
+                        .get(&name)
+                        .and_then(|s| s.open_transactions.clone())
+                        .unwrap_or_default(),
+                ),
             };
             self.record(name.clone(), claim)?;
             if passed_unsealed.is_some() {
@@ -644,6 +669,9 @@ impl Inner {
             .map_err(|e| TailError::io(&path, e))?;
         file.write_all(&chunk.bytes).map_err(|e| TailError::io(&path, e))?;
         drop(file);
+        // The `.txnindex` entries durable (a crash before the record: cut back at the next start), the index
+        // entries written; the directory entry of a new file is made durable with the group (`commit`).
+        self.write_chunk_companions(&pdir, chunk, &mut companions)?;
         let state = PartitionState {
             topic: p.topic.clone(),
             partition: p.partition,
@@ -652,9 +680,13 @@ impl Inner {
             position: chunk.position + chunk.bytes.len() as u64,
             sealed: false,
             next_offset: Some(last_offset + 1),
+            open_transactions: Some(companions.open.clone()),
         };
         let created = chunk.position == 0 || unsynced.get(&name).is_some_and(|w| w.created);
-        unsynced.insert(name, Unsynced1 { path, state, created });
+        unsynced.insert(name.clone(), Unsynced1 { path, state, created });
+        // Kept at the chunk's end so the group's next chunk of the partition continues them; should the group
+        // fail, they are ahead of the record and the next chunk (at the recorded position) rebuilds them.
+        self.keep_indexes(name, companions);
         Ok(())
     }
 
@@ -727,6 +759,8 @@ impl Inner {
         if let Some(catalog) = &mut self.catalog {
             catalog.check_writable(p, None)?;
         }
+        // The seal's companions replace the ones kept while the segment was active.
+        self.forget_indexes(&name);
         let path = self.log_path(&p.topic, p.partition, seal.segment_base);
         let on_disk = digest_file(&path)?;
         let (size, sha) = (on_disk.size, on_disk.sha256.0);
@@ -791,6 +825,18 @@ impl Inner {
             files.push((kind, bytes));
         }
         let pdir = self.partition_dir(&p.topic, p.partition);
+        // An offset or time index the seal does not carry (the broker had none) is rebuilt as a rolled segment's
+        // rather than left as the appender kept it while active (`companions`: a time index without its final
+        // entry); the appender's `.txnindex` stays (its entries are the broker's rule).
+        for (kind, companion) in [
+            (SegmentFileKind::Index, CompanionKind::OffsetIndex),
+            (SegmentFileKind::TimeIndex, CompanionKind::TimeIndex),
+        ] {
+            if !files.iter().any(|(k, _)| *k == kind) && pdir.join(segment_file_name(seal.segment_base, kind)).exists()
+            {
+                files.push((kind, rebuild_index(&path, seal.segment_base, companion)?));
+            }
+        }
         for (kind, bytes) in files {
             write_atomically(&pdir.join(segment_file_name(seal.segment_base, kind)), &bytes)?;
         }
@@ -825,8 +871,13 @@ struct Unsynced1 {
     created: bool,
 }
 
-/// Checks every batch of `chunk` before anything is written; returns the last batch's last offset.
-fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i64>) -> TailResult<i64> {
+/// Checks every batch of `chunk` before anything is written; returns the last batch's last offset and the batches.
+fn validate_batches(
+    chunk: &Chunk,
+    name: &str,
+    min_offset: i64,
+    exact: Option<i64>,
+) -> TailResult<(i64, Vec<segment_format::batch::BatchInfo>)> {
     let bad = |at: u64, reason: String| TailError::BadBatch {
         partition: name.to_string(),
         segment: chunk.segment_base,
@@ -840,6 +891,7 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
     let mut iter = scan_frames(&chunk.bytes, chunk.position);
     let mut expected = exact;
     let mut last = None;
+    let mut batches = Vec::new();
     for frame in iter.by_ref() {
         let frame = frame.map_err(|e| match e {
             segment_format::ParseError::Incomplete {
@@ -901,6 +953,7 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
         }
         last = Some(frame.info.last_offset);
         expected = frame.info.last_offset.checked_add(1);
+        batches.push(frame.info);
     }
     let end = chunk.position + chunk.bytes.len() as u64;
     if iter.next_position() != end {
@@ -909,7 +962,8 @@ fn validate_batches(chunk: &Chunk, name: &str, min_offset: i64, exact: Option<i6
             "the chunk does not end on a batch boundary".into(),
         ));
     }
-    last.ok_or_else(|| bad(chunk.position, "no batch".into()))
+    let last = last.ok_or_else(|| bad(chunk.position, "no batch".into()))?;
+    Ok((last, batches))
 }
 
 /// Whether `dir` holds any `.log` file (a missing directory holds none).
@@ -942,7 +996,6 @@ pub(crate) fn rebuild_interval(c: &Companion) -> u64 {
 }
 
 /// Rebuilds an offset or time index from the sealed log with [`REBUILD_INDEX_INTERVAL_BYTES`].
-#[cfg(test)]
 pub(crate) fn rebuild_index(path: &Path, base: i64, kind: CompanionKind) -> TailResult<Vec<u8>> {
     rebuild_index_with(path, base, kind, REBUILD_INDEX_INTERVAL_BYTES)
 }

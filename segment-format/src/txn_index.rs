@@ -492,6 +492,37 @@ fn index_defect(message: String) -> Defect {
     }
 }
 
+/// Follows the transactions of a partition through `segments` (`.log` paths in offset order, each the
+/// segment after the previous one) with `tracker`, and returns the tracker at the end with the index entries
+/// the *last* segment's ABORT markers call for. `last_end` bounds the last segment to its first bytes (a
+/// mirror's recorded end, beyond which a crash may have left bytes nobody acknowledged). What both the
+/// promotion of a tailed active segment and the tail appender's hand-over use to derive a `.txnindex` they
+/// never received; memory is one map entry per open transaction, as the tracker's.
+pub fn follow_segments(
+    segments: &[&Path],
+    last_end: Option<u64>,
+    mut tracker: TxnTracker,
+) -> Result<(TxnTracker, Vec<AbortedTxn>), crate::Error> {
+    let mut entries = Vec::new();
+    for (i, path) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        let mut log = crate::log::LogFile::open(path)?;
+        let end = match last_end {
+            Some(end) if last => end.min(log.len()),
+            _ => log.len(),
+        };
+        log.scan_range(0, end, |frame| {
+            if let Some(entry) = tracker.on_batch(&frame.info) {
+                if last {
+                    entries.push(entry);
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+    }
+    Ok((tracker, entries))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

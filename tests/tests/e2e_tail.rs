@@ -7,11 +7,9 @@
 //! After the producers stop and the mirror has caught up with every partition's log end, the mirror must hold the
 //! source's segments byte for byte (sealed ones whole, SHA-256 equal; the active one up to the shipped position, which
 //! is then its end), the companions it installed at the seals must equal the broker's, its batches must carry
-//! contiguous offsets from 0 to the log end with no repeat, and the verify engine (strict) must find no error in its
-//! sealed segments. On each partition's *active* segment it reports exactly what the appender does not write
-//! before a seal: the offset index (a warning) and, with an aborted transaction in it, the `.txnindex` entry for
-//! the ABORT marker (an error: READ_COMMITTED readers of a promoted copy would see aborted records). Those two are
-//! the only findings allowed; they are printed on stderr and are promotion's job.
+//! contiguous offsets from 0 to the log end with no repeat, and the verify engine (strict, deep) must find nothing
+//! at all in it, active segments included (the appender keeps their `.txnindex`, offset and time index right as it
+//! appends); `segmirror verify --deep --strict` on the stopped mirror exits 0.
 //!
 //! Two directions: push (the shipper dials the applier) and pull (the applier dials the shipper).
 //!
@@ -474,8 +472,7 @@ async fn replicate(direction: Direction, topic: &str, index_interval: Option<u64
         );
     }
 
-    // The verify engine, strict: no error in the mirror's partitions. Everything it says is printed, so what a
-    // promotable partition still lacks is visible.
+    // The verify engine, strict and deep, on the stopped mirror (every finding printed before the assertion).
     let paths: Vec<PathBuf> = (0..PARTITIONS)
         .map(|p| mirror.path().join(format!("{topic}-{p}")))
         .collect();
@@ -492,34 +489,31 @@ async fn replicate(direction: Direction, topic: &str, index_interval: Option<u64
     }
     assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);
     assert_eq!(report.suppressed_findings, 0);
-    // The only findings allowed are on each partition's *active* segment, whose companions the appender writes
-    // only at the seal: its offset index is missing (a warning: the broker rebuilds it at load) and, when the
-    // segment holds an aborted transaction, its missing `.txnindex` has no entry for the ABORT marker (an error for
-    // a promotable partition: promotion must rebuild it). Anything on a sealed segment fails the test.
-    let actives: Vec<PathBuf> = (0..PARTITIONS)
-        .map(|p| {
-            let dir = mirror.path().join(format!("{topic}-{p}"));
-            let (&base, _) = logs(&dir).last_key_value().unwrap();
-            dir.join(format!("{base:020}"))
-        })
-        .collect();
-    // Active segments whose ABORT markers have no `.txnindex` entry in the mirror: promotion must write them.
+    // None at all, on sealed or active segments: the appender keeps each active segment's `.txnindex` (an entry
+    // per aborted transaction, its first offset possibly segments back), offset and time index right as it
+    // appends, so the stopped mirror is sound as it stands.
+    assert!(
+        report.findings.is_empty(),
+        "verify findings on the stopped mirror: {:#?}",
+        report.findings
+    );
+    // The same through the CLI: `segmirror verify --deep --strict` on the stopped mirror exits 0.
+    let verify = segmirror_verify(
+        &paths.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+        &["--deep", "--strict"],
+    )
+    .unwrap();
+    assert_eq!(verify.code, 0, "{verify}");
+    // Active segments holding aborted transactions (their `.txnindex` non-empty on the mirror): promotion must
+    // keep their entries.
     let mut active_aborts: Vec<(i32, String)> = Vec::new();
-    for f in &report.findings {
-        let on_active = actives.iter().any(|a| f.path.with_extension("") == *a);
-        if let Some(p) = actives.iter().position(|a| f.path.with_extension("") == *a) {
-            if f.path.extension().is_some_and(|e| e == "txnindex") {
-                let name = f.path.file_name().unwrap().to_string_lossy().into_owned();
-                if !active_aborts.contains(&(p as i32, name.clone())) {
-                    active_aborts.push((p as i32, name));
-                }
-            }
+    for p in 0..PARTITIONS {
+        let dir = mirror.path().join(format!("{topic}-{p}"));
+        let (&base, _) = logs(&dir).last_key_value().unwrap();
+        let name = format!("{base:020}.txnindex");
+        if std::fs::metadata(dir.join(&name)).is_ok_and(|m| m.len() > 0) {
+            active_aborts.push((p, name));
         }
-        let text = format!("{:?}", f.defect);
-        let expected = on_active
-            && ((f.path.extension().is_some_and(|e| e == "index") && text.contains("missing"))
-                || (f.path.extension().is_some_and(|e| e == "txnindex") && text.contains("ABORT marker")));
-        assert!(expected, "unexpected verify finding: {f:?}");
     }
     for (p, summary) in report.partitions.iter().enumerate() {
         assert_eq!(
@@ -573,8 +567,8 @@ fn identity(records: &[Record]) -> Vec<RecordIdentity> {
 }
 
 /// Promote the tailed mirror into a stopped target broker and check it as the module docs say.
-/// `active_aborts`: (partition, `.txnindex` file name) of the active segments whose aborted transactions the
-/// mirror has no index entries for.
+/// `active_aborts`: (partition, `.txnindex` file name) of the mirror's active segments holding aborted
+/// transactions, whose entries the promoted copy must keep.
 fn promote_and_check(
     topic: &str,
     mirror: &Path,
@@ -597,7 +591,7 @@ fn promote_and_check(
         assert_eq!(p["transactions_aborted"].as_array().map(Vec::len), Some(0), "{p}");
     }
     let dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| target.partition_dir(topic, p)).collect();
-    // Promotion wrote the `.txnindex` the mirror's active segments lacked (verify below checks its entries).
+    // Promotion kept the active segments' `.txnindex` (verify below checks its entries).
     for (p, name) in active_aborts {
         let path = dirs[*p as usize].join(name);
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);

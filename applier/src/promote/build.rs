@@ -130,8 +130,8 @@ pub(super) fn build(
     Ok(result)
 }
 
-/// The tailed active segment reaches the mirror without companions (the appender writes them only at a seal):
-/// its offset and time index are rebuilt from its batches (`txn_cut::rebuild_indexes`, as Kafka leaves a rolled
+/// The tailed active segment's companions on the mirror are derived (`tail::companions`: index files not fsynced,
+/// none on a mirror tailed by an older build), so they are rewritten from the promoted bytes: its offset and time index are rebuilt from its batches (`txn_cut::rebuild_indexes`, as Kafka leaves a rolled
 /// segment's; `producer_state::finish` rewrites them identically when it stops being the active segment) and its
 /// `.txnindex` holds the aborted transactions whose ABORT marker lies in it (`txn_cut::txn_index_entries`). Done
 /// before `finish`, which appends the entries of the transactions promotion cuts after these.

@@ -48,8 +48,9 @@
 //! `catalog` module). Planning accepts such a partition when its last `.log` is that segment at exactly the
 //! recorded size (bytes beyond it were never acknowledged: a refusal naming the file and both sizes, as is a
 //! shorter file), the catalog's installed end lies at or below its base, and its batches end at the recorded next
-//! offset; the catalog's end is journaled and checked again at the pause. The active segment reaches the mirror
-//! without companions (the appender writes them at a seal), so the build completes them in staging: offset and
+//! offset; the catalog's end is journaled and checked again at the pause. The active segment's companions on the
+//! mirror are the appender's own, derived and possibly stale (their index files are not fsynced; a mirror tailed
+//! before the appender kept them has none), so the build rewrites them in staging from the bytes it promotes: offset and
 //! time index rebuilt from its batches (`txn_cut::rebuild_indexes`, as for any last segment) and the `.txnindex`
 //! entries of the aborted transactions whose ABORT marker lies in it, computed by segment-format's `TxnTracker`
 //! over the promoted segments from the first (`txn_cut::txn_index_entries`) — the same rule `verify` checks the

@@ -1,5 +1,5 @@
 //! Promotion of tailed mirror partitions: the catalog holds the sealed segments, the tail state file the active
-//! one, which has no companions in the mirror (the tail appender writes them only at a seal).
+//! one, which has no companions in the mirror (as a mirror tailed before the appender kept them leaves it).
 
 use std::path::{Path, PathBuf};
 

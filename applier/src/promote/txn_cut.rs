@@ -247,25 +247,18 @@ pub fn abort_markers(cut: &[CutTransaction], leader_epoch: i32, timestamp: i64) 
 
 /// The `.txnindex` entries of segment `base` in the partition `dir` whose segments are `segments` (ascending):
 /// one per ABORT marker in that segment closing a transaction with data, as the broker appends them
-/// ([`TxnTracker`], the rule `verify` checks the index against). For a tailed active segment, which reaches the
-/// mirror without companions. Open transactions are followed from the first segment on (memory bounded by the
+/// ([`TxnTracker`], the rule `verify` checks the index against). For a tailed active segment, whose companions on the
+/// mirror are derived ones (`tail::companions`), rewritten at promotion. Open transactions are followed from the first segment on (memory bounded by the
 /// number of producers); a transaction open across the first segment's base is taken to start at its first batch
 /// in the mirror, as `verify` without a producer snapshot does.
 pub fn txn_index_entries(dir: &Path, segments: &[i64], base: i64) -> Result<Vec<AbortedTxn>> {
-    let mut tracker = TxnTracker::new();
-    let mut entries = Vec::new();
-    for seg in segments.iter().copied().filter(|s| *s <= base) {
-        let path = dir.join(segment_file_name(seg, SegmentFileKind::Log));
-        let mut log = LogFile::open(&path)?;
-        log.scan(|frame| {
-            if let Some(entry) = tracker.on_batch(&frame.info) {
-                if seg == base {
-                    entries.push(entry);
-                }
-            }
-            ControlFlow::Continue(())
-        })?;
-    }
+    let paths: Vec<_> = segments
+        .iter()
+        .filter(|s| **s <= base)
+        .map(|s| dir.join(segment_file_name(*s, SegmentFileKind::Log)))
+        .collect();
+    let paths: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    let (_, entries) = txn_index::follow_segments(&paths, None, TxnTracker::new())?;
     Ok(entries)
 }
 

@@ -109,15 +109,22 @@ async fn tail_catalog_refuses_chunks_of_paused_and_promoted_partitions() {
     let err = a.apply_chunk(&chunks[2]).await.unwrap_err().to_string();
     assert!(err.contains("orders-2") && err.contains("promoted"), "{err}");
     assert_eq!(std::fs::metadata(&log).unwrap().len(), len_mid, "nothing written");
-    // A restarted appender refuses it too, and writes no companion.
+    // A restarted appender refuses it too, and writes no companion: the index the appender kept while the
+    // partition was mirrored (`companions`) stays the very file it was.
+    let index = log.with_extension("index");
+    let own_index = || {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&index).unwrap();
+        (m.ino(), m.mtime_nsec(), std::fs::read(&index).unwrap())
+    };
+    let before = own_index();
     let (_, again) = catalogs(tmp.path());
     let mut b = appender(&f, again);
     b.durable_positions().await.unwrap();
     let mut rest = chunks[2..].iter();
     let err = b.apply_chunk(rest.next().unwrap()).await.unwrap_err().to_string();
     assert!(err.contains("promoted"), "{err}");
-    let index = log.with_extension("index");
-    assert!(!index.exists());
+    assert!(own_index() == before, "no companion written");
 }
 
 #[tokio::test]

@@ -152,6 +152,8 @@ impl Inner {
             position: last.version.size,
             sealed: last.version.sealed,
             next_offset: Some(last_offset.saturating_add(1)),
+            // Derived from the segments once recorded (`companions`).
+            open_transactions: None,
         }))
     }
 }

@@ -10,7 +10,7 @@ use sha2::Digest;
 use super::tests::{boundaries, chunk, chunks_of, fixture, mirror_log, pref, seal_of, Fixture};
 use super::*;
 
-const LINK: &str = "seeded";
+pub(super) const LINK: &str = "seeded";
 const TOPIC_ID: [u8; 16] = [7; 16];
 
 fn key(link: &str) -> PartitionKey {
@@ -18,7 +18,7 @@ fn key(link: &str) -> PartitionKey {
 }
 
 /// A catalog file in `dir`, opened twice: one for the appender, one to set up and look at.
-fn catalogs(dir: &Path) -> (Catalog, Catalog) {
+pub(super) fn catalogs(dir: &Path) -> (Catalog, Catalog) {
     let path = dir.join("catalog.sqlite");
     let setup = Catalog::open(&path).unwrap();
     (Catalog::open(&path).unwrap(), setup)
@@ -27,7 +27,7 @@ fn catalogs(dir: &Path) -> (Catalog, Catalog) {
 /// Installs `bytes` as segment `base` of the mirror the way `apply` leaves it: the `.log` in the partition
 /// directory, the version recorded installed in `catalog` under `link` (sealed with `next` its next offset, or an
 /// unsealed prefix ending at its last batch).
-fn install(f: &Fixture, catalog: &mut Catalog, link: &str, base: i64, bytes: &[u8], next: Option<i64>) {
+pub(super) fn install(f: &Fixture, catalog: &mut Catalog, link: &str, base: i64, bytes: &[u8], next: Option<i64>) {
     if catalog.link(link).is_err() {
         catalog
             .create_link(&segmirror_catalog::LinkSpec {
@@ -70,7 +70,7 @@ fn seed_with_prefix(f: &Fixture, catalog: &mut Catalog) -> usize {
     cut
 }
 
-fn appender(f: &Fixture, catalog: Catalog, link: &str) -> TailAppender {
+pub(super) fn appender(f: &Fixture, catalog: Catalog, link: &str) -> TailAppender {
     TailAppender::open_with_catalog(&f.mirror, TailCatalog::open(catalog, link).unwrap()).unwrap()
 }
 

@@ -148,8 +148,13 @@ pub(super) struct Fixture {
 }
 
 pub(super) fn fixture() -> Fixture {
+    fixture_with(write_source)
+}
+
+/// A fixture whose source partition `write` writes (under the given root; it returns the partition directory).
+pub(super) fn fixture_with(write: fn(&Path) -> PathBuf) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
-    let source = write_source(&tmp.path().join("source"));
+    let source = write(&tmp.path().join("source"));
     let mirror = tmp.path().join("mirror");
     let segs = segments(&source);
     assert!(segs.len() >= 3, "the source must roll: {} segments", segs.len());
@@ -319,6 +324,17 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
         inline: Some(Bytes::from(vec![0u8; 10])),
         index_interval: None,
     });
+    // The appender keeps the active segment's own index (`companions`); a refused seal leaves that file alone.
+    let index = f
+        .mirror
+        .join(format!("{TOPIC}-{PARTITION}"))
+        .join(segment_file_name(*base, SegmentFileKind::Index));
+    let own_index = || {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&index).unwrap();
+        (m.ino(), std::fs::read(&index).unwrap())
+    };
+    let before = own_index();
     for (what, seal) in [
         ("log", wrong_log),
         ("companion", wrong_companion),
@@ -333,11 +349,7 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
             Some((*base, bytes.len() as u64, false)),
             "{what}"
         );
-        let index = f
-            .mirror
-            .join(format!("{TOPIC}-{PARTITION}"))
-            .join(segment_file_name(*base, SegmentFileKind::Index));
-        assert!(!index.exists(), "{what}: no companion written");
+        assert!(own_index() == before, "{what}: no companion written");
     }
     // A rebuilt index that does not match its digest (written with another interval) is refused too.
     let mut wrong_rebuild = good.clone();

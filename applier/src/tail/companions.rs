@@ -1,0 +1,359 @@
+//! The active segment's companions on a tailed mirror: its `.txnindex`, offset index and time index, kept right
+//! as chunks are appended, so `verify --strict` on a stopped mirror finds the active segment as sound as the
+//! sealed ones (whose companions the seal ships from the broker).
+//!
+//! # `.txnindex`: kept durable, in step with the position
+//! An ABORT marker's entry needs the first offset of that producer's open transaction, which may lie segments
+//! earlier. The transactions open at the recorded position (producer id → first offset) are therefore part of
+//! the partition's state file, written atomically with the position at each chunk, and fed to a
+//! [`TxnTracker`] (the rule `verify` checks the index against, as the broker's `ProducerStateManager` follows
+//! it) for the next chunk. A chunk's entries are computed before anything is written and appended to the
+//! `.txnindex` *after* the `.log` is durable and *before* the record, with an fsync of their own: only a chunk
+//! holding an ABORT marker of a transaction with data pays it, so the per-chunk latency path is unchanged.
+//! A crash can only leave entries beyond the record (never fewer than it claims): a session start drops the
+//! entries at or above the recorded next offset, and a torn last entry. A state file written before this was
+//! recorded (or one the hand-over derived from the catalog) has no open set: it is derived by scanning the
+//! partition's segments from the first (as `promote` does for a tailed segment; a transaction open across the
+//! first segment's base is taken to start at its first batch in the mirror, as `verify` takes it), and the
+//! active segment's `.txnindex` is rewritten from that scan.
+//!
+//! # Offset and time index: maintained without fsync, rebuilt at start
+//! They are derived from the `.log` alone, so they are kept in memory ([`OffsetIndexBuilder`],
+//! [`TimeIndexBuilder`], the broker's own entry rule at [`REBUILD_INDEX_INTERVAL_BYTES`]) and each chunk's new
+//! entries are appended to the files *without* an fsync: the per-chunk latency stays one `.log` fsync plus the
+//! state file. A crash may leave them stale or torn; the first session start of the next process rebuilds both
+//! from the `.log` up to the recorded position before anything reads them (so does any chunk that finds the
+//! in-memory copy missing or behind, e.g. after a failed attempt). `verify` is therefore sound on a mirror after
+//! a clean stop, and after a crash once the applier ran again. A seal replaces them with the broker's own.
+
+use std::collections::HashMap;
+
+use segment_format::batch::BatchInfo;
+use segment_format::dir::PartitionDir;
+use segment_format::index::{serialize_offset_index, serialize_time_index};
+use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
+
+use super::*;
+
+/// A transaction open at the recorded position of a tailed partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct OpenTransaction {
+    pub producer_id: i64,
+    /// First offset of the transaction in the partition (possibly in an earlier segment).
+    pub first_offset: i64,
+}
+
+pub(super) fn tracker_of(open: &[OpenTransaction]) -> TxnTracker {
+    TxnTracker::with_open_transactions(open.iter().map(|o| (o.producer_id, o.first_offset)))
+}
+
+/// The tracker's open transactions, in order of first offset.
+pub(super) fn open_of(tracker: &TxnTracker) -> Vec<OpenTransaction> {
+    tracker
+        .open_transactions()
+        .map(|(producer_id, first_offset)| OpenTransaction {
+            producer_id,
+            first_offset,
+        })
+        .collect()
+}
+
+/// The offset and time index of an unsealed segment, in memory, and how much of each is in its file.
+pub(super) struct ActiveIndexes {
+    base: i64,
+    /// The `.log` bytes the builders have seen (the recorded position once the chunk is recorded).
+    position: u64,
+    offsets: OffsetIndexBuilder,
+    times: TimeIndexBuilder,
+    /// Entries already in the files; `None`: the files are (re)written whole at the next write.
+    written: Option<(usize, usize)>,
+}
+
+impl ActiveIndexes {
+    fn new(base: i64) -> ActiveIndexes {
+        ActiveIndexes {
+            base,
+            position: 0,
+            offsets: OffsetIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES),
+            times: TimeIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES),
+            written: None,
+        }
+    }
+
+    fn push(&mut self, batch: &BatchInfo) -> std::result::Result<(), segment_format::ParseError> {
+        self.offsets.push(batch)?;
+        self.times.push(batch)?;
+        self.position = batch.position + batch.size;
+        Ok(())
+    }
+
+    /// Writes what the files lack: the new entries appended, or the whole files when not written yet. No fsync
+    /// (module docs).
+    fn write(&mut self, pdir: &Path) -> TailResult<()> {
+        let (from_o, from_t) = self.written.unwrap_or((0, 0));
+        let whole = self.written.is_none();
+        let o = &self.offsets.entries()[from_o.min(self.offsets.entries().len())..];
+        let t = &self.times.entries()[from_t.min(self.times.entries().len())..];
+        for (kind, bytes) in [
+            (SegmentFileKind::Index, serialize_offset_index(o)),
+            (SegmentFileKind::TimeIndex, serialize_time_index(t)),
+        ] {
+            if bytes.is_empty() && !whole {
+                continue;
+            }
+            let path = pdir.join(segment_file_name(self.base, kind));
+            let mut file = OpenOptions::new()
+                .create(true)
+                .append(!whole)
+                .write(true)
+                .truncate(whole)
+                .open(&path)
+                .map_err(|e| TailError::io(&path, e))?;
+            file.write_all(&bytes).map_err(|e| TailError::io(&path, e))?;
+        }
+        self.written = Some((self.offsets.entries().len(), self.times.entries().len()));
+        Ok(())
+    }
+}
+
+/// What one chunk adds to the active segment's companions, computed before anything is written.
+pub(super) struct ChunkCompanions {
+    /// `.txnindex` entries of the chunk's ABORT markers.
+    aborted: Vec<AbortedTxn>,
+    /// The transactions open after the chunk (recorded with the new position).
+    pub open: Vec<OpenTransaction>,
+    indexes: ActiveIndexes,
+}
+
+impl Inner {
+    /// The transactions open at the recorded position of `name` (none for a partition without state), derived
+    /// and recorded first when the state file does not hold them (module docs).
+    fn open_transactions(&mut self, name: &str) -> TailResult<Vec<OpenTransaction>> {
+        let Some(s) = self.states.get(name).cloned() else {
+            return Ok(Vec::new());
+        };
+        if let Some(open) = &s.open_transactions {
+            return Ok(open.clone());
+        }
+        let pdir = self.partition_dir(&s.topic, s.partition);
+        // The directory is created before any state names it; one deleted since holds no transaction.
+        let listed = if pdir.exists() {
+            PartitionDir::open(&pdir)?.segments
+        } else {
+            Vec::new()
+        };
+        let segments: Vec<(i64, PathBuf)> = listed
+            .iter()
+            .filter(|f| f.base_offset <= s.segment_base)
+            .map(|f| (f.base_offset, f.log.clone()))
+            .collect();
+        let paths: Vec<&Path> = segments.iter().map(|(_, p)| p.as_path()).collect();
+        let last_is_active = segments.last().is_some_and(|(b, _)| *b == s.segment_base);
+        let (tracker, entries) = txn_index::follow_segments(&paths, Some(s.position), TxnTracker::new())?;
+        if !s.sealed && pdir.exists() {
+            let entries = if last_is_active { entries } else { Vec::new() };
+            write_txn_index(&pdir, s.segment_base, &entries)?;
+        }
+        let open = open_of(&tracker);
+        tracing::info!(partition = %name, open = open.len(), "open transactions derived from the mirror's segments");
+        self.record(
+            name.to_string(),
+            PartitionState {
+                open_transactions: Some(open.clone()),
+                ..s
+            },
+        )?;
+        Ok(open)
+    }
+
+    /// At the start of a session, after the positions are checked: every partition's open transactions known,
+    /// and every unsealed segment's companions made to match its recorded position (module docs).
+    pub(super) fn recover_companions(&mut self) -> TailResult<()> {
+        let mut names: Vec<String> = self.states.keys().cloned().collect();
+        names.sort();
+        for name in names {
+            let s = self.states[&name].clone();
+            if let Some(catalog) = &mut self.catalog {
+                let p = PartitionRef {
+                    topic: s.topic.clone(),
+                    partition: s.partition,
+                    topic_id: s.topic_id,
+                };
+                // A paused or promoted partition is never written to, derived files included (a resumed one gets
+                // them at its next chunk).
+                match catalog.check_writable(&p, None) {
+                    Ok(()) => {}
+                    Err(TailError::NotWritable { .. } | TailError::LineageBreak { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            self.open_transactions(&name)?;
+            let s = self.states[&name].clone();
+            if s.sealed {
+                continue;
+            }
+            let indexes = self.active_indexes(&name, s.segment_base, s.position)?;
+            self.indexes.insert(name, indexes);
+        }
+        Ok(())
+    }
+
+    /// The in-memory indexes of `name`'s unsealed segment `base` at `position`, taken out of the map (put back
+    /// only once a chunk is recorded, so a failed attempt never leaves them ahead of the record); rebuilt from
+    /// the `.log`, with its `.txnindex` cut back to the record, when missing or not at that point.
+    fn active_indexes(&mut self, name: &str, base: i64, position: u64) -> TailResult<ActiveIndexes> {
+        if let Some(ai) = self.indexes.remove(name) {
+            if ai.base == base && ai.position == position && ai.written.is_some() {
+                return Ok(ai);
+            }
+        }
+        let Some(s) = self.states.get(name).cloned() else {
+            return Ok(ActiveIndexes::new(base));
+        };
+        let pdir = self.partition_dir(&s.topic, s.partition);
+        // Entries a crash (or a failed attempt) left at or beyond the recorded end, and a torn last one.
+        let cut = if position == 0 {
+            base
+        } else {
+            s.next_offset.unwrap_or(base)
+        };
+        let txn_path = pdir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
+        match fs::read(&txn_path) {
+            Ok(bytes) => {
+                let parsed = TxnIndex::parse(&bytes);
+                let kept: Vec<AbortedTxn> = parsed.entries.iter().copied().filter(|e| e.last_offset < cut).collect();
+                if kept.len() != parsed.entries.len() || parsed.trailing_bytes != 0 {
+                    tracing::warn!(path = %txn_path.display(), dropped = parsed.entries.len() - kept.len(),
+                        "dropping .txnindex entries beyond the recorded end");
+                    write_txn_index(&pdir, base, &kept)?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(TailError::io(&txn_path, e)),
+        }
+        let mut ai = ActiveIndexes::new(base);
+        if position > 0 {
+            let log_path = self.log_path(&s.topic, s.partition, base);
+            let mut log = LogFile::open(&log_path)?;
+            let mut failed = None;
+            log.scan_range(0, position, |frame| match ai.push(&frame.info) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    failed = Some(e);
+                    ControlFlow::Break(())
+                }
+            })?;
+            if let Some(e) = failed {
+                return Err(TailError::Format(e.at(&log_path)));
+            }
+        }
+        ai.position = position;
+        if position > 0 {
+            // Nothing to index yet otherwise: the files come with the first chunk.
+            ai.write(&pdir)?;
+        }
+        Ok(ai)
+    }
+
+    /// The companions chunk `chunk` (its batches `batches`, checked) adds to `name`'s segment, computed before
+    /// anything is written; `new_segment`: the chunk starts a segment, no earlier bytes of it count; `group_open`:
+    /// the transactions open after the group's previous chunk of the partition, when there is one (not recorded
+    /// yet).
+    pub(super) fn chunk_companions(
+        &mut self,
+        name: &str,
+        chunk: &Chunk,
+        batches: &[BatchInfo],
+        new_segment: bool,
+        group_open: Option<Vec<OpenTransaction>>,
+    ) -> TailResult<ChunkCompanions> {
+        let open = match group_open {
+            Some(open) => open,
+            None => self.open_transactions(name)?,
+        };
+        let mut tracker = tracker_of(&open);
+        let aborted: Vec<AbortedTxn> = batches.iter().filter_map(|b| tracker.on_batch(b)).collect();
+        let mut indexes = if new_segment || chunk.position == 0 {
+            self.indexes.remove(name);
+            ActiveIndexes::new(chunk.segment_base)
+        } else {
+            self.active_indexes(name, chunk.segment_base, chunk.position)?
+        };
+        for b in batches {
+            indexes.push(b).map_err(|e| TailError::BadBatch {
+                partition: name.to_string(),
+                segment: chunk.segment_base,
+                position: chunk.position,
+                at: b.position,
+                reason: format!("cannot be indexed in this segment: {e:?}"),
+            })?;
+        }
+        Ok(ChunkCompanions {
+            aborted,
+            open: open_of(&tracker),
+            indexes,
+        })
+    }
+
+    /// Writes the chunk's companions once its bytes are durable and before its record: the `.txnindex` entries
+    /// durably (only when there are any), the index entries without an fsync (module docs).
+    pub(super) fn write_chunk_companions(
+        &mut self,
+        pdir: &Path,
+        chunk: &Chunk,
+        companions: &mut ChunkCompanions,
+    ) -> TailResult<()> {
+        let base = chunk.segment_base;
+        let txn_path = pdir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
+        if chunk.position == 0 {
+            // Left by an attempt at this segment that was never recorded.
+            match fs::remove_file(&txn_path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(TailError::io(&txn_path, e)),
+            }
+        }
+        if !companions.aborted.is_empty() {
+            let created = !txn_path.exists();
+            let mut file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&txn_path)
+                .map_err(|e| TailError::io(&txn_path, e))?;
+            file.write_all(&txn_index::serialize(&companions.aborted))
+                .map_err(|e| TailError::io(&txn_path, e))?;
+            file.sync_all().map_err(|e| TailError::io(&txn_path, e))?;
+            if created {
+                fsync_dir(pdir)?;
+            }
+        }
+        companions.indexes.write(pdir)
+    }
+
+    /// After the chunk is recorded: its indexes are the partition's current ones.
+    pub(super) fn keep_indexes(&mut self, name: String, companions: ChunkCompanions) {
+        self.indexes.insert(name, companions.indexes);
+    }
+
+    /// A seal (or anything else that ends the segment) makes the in-memory indexes stale.
+    pub(super) fn forget_indexes(&mut self, name: &str) {
+        self.indexes.remove(name);
+    }
+}
+
+/// Writes segment `base`'s `.txnindex` holding `entries` (removed when there are none: Kafka creates it lazily).
+fn write_txn_index(pdir: &Path, base: i64, entries: &[AbortedTxn]) -> TailResult<()> {
+    let path = pdir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
+    if entries.is_empty() {
+        return match fs::remove_file(&path) {
+            Ok(()) => fsync_dir(pdir).map_err(TailError::from),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(TailError::io(&path, e)),
+        };
+    }
+    write_atomically(&path, &txn_index::serialize(entries))?;
+    Ok(())
+}
+
+/// The in-memory indexes of every partition's unsealed segment.
+pub(super) type IndexMap = HashMap<String, ActiveIndexes>;
