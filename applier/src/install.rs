@@ -319,6 +319,32 @@ fn prepare(partition_dir: &Path, staging: &Path, files: &[ManifestFile]) -> Resu
     Ok(sources)
 }
 
+/// What a store's failure to deliver an object the manifest names means: a refusal of the manifest (its object
+/// is not what it promised, missing, or not a regular file; `object` names its kind), or this side's error.
+pub(crate) fn store_refusal(e: segmirror_transport::Error, object: &str) -> Result<Refusal> {
+    use segmirror_transport::Error as StoreError;
+    match e {
+        StoreError::Mismatch {
+            key,
+            what,
+            expected,
+            found,
+        } => Ok(Refusal::Mismatch {
+            key,
+            what: what.to_string(),
+            expected,
+            found,
+        }),
+        StoreError::NotFound { key } => Ok(Refusal::InvalidManifest {
+            reason: format!("it names {object} {key}, which is not in the store"),
+        }),
+        e @ StoreError::NotRegularFile { .. } => Ok(Refusal::InvalidManifest {
+            reason: format!("it names {object} {e}"),
+        }),
+        e => Err(Error::Store(e)),
+    }
+}
+
 /// Download one file to its staging path; `Ok(Err(_))` when the store's object is not what the manifest promised.
 async fn fetch(
     store: &dyn SegmentSource,
@@ -326,7 +352,6 @@ async fn fetch(
     path: &Path,
     progress: &dyn Progress,
 ) -> Result<std::result::Result<u64, Refusal>> {
-    use segmirror_transport::Error as StoreError;
     match store.fetch_manifest_file(f, path).await {
         // The staging directory, and this file with it, is removed by the caller on a refusal.
         Ok(digest) if digest.crc32c != f.crc32c => Ok(Err(Refusal::Mismatch {
@@ -339,24 +364,7 @@ async fn fetch(
             progress.advance(digest.size);
             Ok(Ok(digest.size))
         }
-        Err(StoreError::Mismatch {
-            key,
-            what,
-            expected,
-            found,
-        }) => Ok(Err(Refusal::Mismatch {
-            key,
-            what: what.to_string(),
-            expected,
-            found,
-        })),
-        Err(StoreError::NotFound { key }) => Ok(Err(Refusal::InvalidManifest {
-            reason: format!("it names data object {key}, which is not in the store"),
-        })),
-        Err(e @ StoreError::NotRegularFile { .. }) => Ok(Err(Refusal::InvalidManifest {
-            reason: format!("it names data object {e}"),
-        })),
-        Err(e) => Err(Error::Store(e)),
+        Err(e) => store_refusal(e, "data object").map(Err),
     }
 }
 

@@ -58,9 +58,9 @@ impl Service {
         &self.name
     }
 
-    /// Everything logged so far, earlier incarnations first.
+    /// Everything logged so far, earlier incarnations first, without the terminal colours of its fields.
     pub fn log(&self) -> String {
-        format!("{}{}", self.history, self.stderr.lock().unwrap())
+        strip_ansi(&format!("{}{}", self.history, self.stderr.lock().unwrap()))
     }
 
     /// The process id of the current incarnation.
@@ -86,7 +86,7 @@ impl Service {
         loop {
             let current = self.stderr.lock().unwrap().clone();
             if let Some(at) = current.find(needle) {
-                return current[at + needle.len()..].lines().next().unwrap_or("").to_string();
+                return strip_ansi(current[at + needle.len()..].lines().next().unwrap_or(""));
             }
             self.assert_running();
             assert!(
@@ -256,4 +256,22 @@ mod tests {
         assert_eq!(late.observe_at(at(0), true, ()), Settling::Waiting);
         assert_eq!(late.observe_at(at(5000), false, ()), Settling::TimedOut);
     }
+}
+
+/// `s` without ANSI escape sequences (`ESC [ ... m`).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -14,14 +14,12 @@
 //! And the refusal, without a broker: a mirror whose files no longer match its catalog is not taken over.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use segmirror_tests::mirror::segmirror_promote;
-use segmirror_tests::segmirror_cli::{run_segmirror, segmirror_binary, segmirror_verify};
+use segmirror_tests::segmirror_cli::{run_segmirror, segmirror_verify};
+use segmirror_tests::service::Service;
 use segmirror_tests::*;
 
 const TOPIC: &str = "handover";
@@ -38,108 +36,6 @@ const QUIET_RECORDS: usize = 2;
 const PATIENCE: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(200);
 
-/// A running `segmirror` service with its stderr collected.
-struct Service {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    name: &'static str,
-}
-
-impl Service {
-    fn start(name: &'static str, args: &[String]) -> Service {
-        let mut child = Command::new(segmirror_binary().unwrap())
-            .args(args)
-            .env("SEGMIRROR_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        Service { child, stderr, name }
-    }
-
-    /// The log so far, without the terminal colours of its fields.
-    fn log(&self) -> String {
-        strip_ansi(&self.stderr.lock().unwrap())
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!("{} exited ({status}):\n{}", self.name, self.log());
-        }
-    }
-
-    fn wait_for(&mut self, needle: &str) {
-        let start = Instant::now();
-        while !self.stderr.lock().unwrap().contains(needle) {
-            self.assert_running();
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} never logged {needle:?}:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// SIGTERM; the exit code and the log.
-    fn stop(mut self) -> (Option<i32>, String) {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return (status.code(), self.log());
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{} did not stop:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `s` without ANSI escape sequences (`ESC [ ... m`).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 fn record(partition: i32, round: usize, i: usize, tag: &str) -> OutRecord {
     OutRecord {
@@ -301,17 +197,7 @@ fn tail_continues_a_mirror_seed_and_apply_produced() {
             "--plaintext",
         ]),
     );
-    applier.wait_for("listening on ");
-    let addr = applier
-        .log()
-        .split("listening on ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .to_string();
+    let addr = applier.wait_for("listening on ").trim().to_string();
     let mut shipper = Service::start(
         "ship",
         &args(&[
@@ -536,17 +422,7 @@ fn tail_refuses_a_mirror_whose_files_differ_from_the_catalog() {
             "--plaintext",
         ]),
     );
-    applier.wait_for("listening on ");
-    let addr = applier
-        .log()
-        .split("listening on ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .to_string();
+    let addr = applier.wait_for("listening on ").trim().to_string();
     let shipper = Service::start(
         "ship",
         &args(&[

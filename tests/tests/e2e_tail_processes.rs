@@ -550,17 +550,7 @@ fn resume_after_retention_deleted_the_mirrors_segment() {
             "--plaintext",
         ]),
     );
-    applier.wait_for("listening on ");
-    let log = applier.log();
-    let addr = log
-        .split("listening on ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .to_string();
+    let addr = applier.wait_for("listening on ").trim().to_string();
     let mut shipper = Service::start(
         "ship",
         s(&[

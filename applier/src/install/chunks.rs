@@ -177,27 +177,9 @@ async fn fetch_chunk(
     chunk: &LogChunk,
     part: &Path,
 ) -> Result<std::result::Result<(), Refusal>> {
-    use segmirror_transport::Error as StoreError;
     match store.fetch_file(&chunk.key, part, chunk.size(), &chunk.sha256).await {
         Ok(digest) => Ok(compare(&chunk.key, chunk.size(), chunk.crc32c, &chunk.sha256, &digest).map_or(Ok(()), Err)),
-        Err(StoreError::Mismatch {
-            key,
-            what,
-            expected,
-            found,
-        }) => Ok(Err(Refusal::Mismatch {
-            key,
-            what: what.to_string(),
-            expected,
-            found,
-        })),
-        Err(StoreError::NotFound { key }) => Ok(Err(Refusal::InvalidManifest {
-            reason: format!("it names chunk object {key}, which is not in the store"),
-        })),
-        Err(e @ StoreError::NotRegularFile { .. }) => Ok(Err(Refusal::InvalidManifest {
-            reason: format!("it names chunk object {e}"),
-        })),
-        Err(e) => Err(Error::Store(e)),
+        Err(e) => super::store_refusal(e, "chunk object").map(Err),
     }
 }
 
