@@ -233,6 +233,24 @@ impl<S: PartialEq> Settle<S> {
     }
 }
 
+/// `s` without ANSI escape sequences (`ESC [ ... m`).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,22 +274,4 @@ mod tests {
         assert_eq!(late.observe_at(at(0), true, ()), Settling::Waiting);
         assert_eq!(late.observe_at(at(5000), false, ()), Settling::TimedOut);
     }
-}
-
-/// `s` without ANSI escape sequences (`ESC [ ... m`).
-pub fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

@@ -36,7 +36,6 @@ const QUIET_RECORDS: usize = 2;
 const PATIENCE: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(200);
 
-
 fn record(partition: i32, round: usize, i: usize, tag: &str) -> OutRecord {
     OutRecord {
         partition: Some(partition),
@@ -440,7 +439,7 @@ fn tail_refuses_a_mirror_whose_files_differ_from_the_catalog() {
     );
     let start = Instant::now();
     let status = loop {
-        if let Some(status) = applier.child.try_wait().unwrap() {
+        if let Some(status) = applier.exited() {
             break status;
         }
         assert!(
