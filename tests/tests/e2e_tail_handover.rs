@@ -183,7 +183,7 @@ fn tail_continues_a_mirror_seed_and_apply_produced() {
     // The tail on the same mirror and catalog.
     let mut applier = Service::start(
         "apply --listen",
-        &args(&[
+        args(&[
             "apply",
             "--mirror",
             &s(&mirror),
@@ -199,7 +199,7 @@ fn tail_continues_a_mirror_seed_and_apply_produced() {
     let addr = applier.wait_for("listening on ").trim().to_string();
     let mut shipper = Service::start(
         "ship",
-        &args(&[
+        args(&[
             "ship",
             "--log-dir",
             &s(broker.log_dir()),
@@ -408,7 +408,7 @@ fn tail_refuses_a_mirror_whose_files_differ_from_the_catalog() {
     let args = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
     let mut applier = Service::start(
         "apply --listen",
-        &args(&[
+        args(&[
             "apply",
             "--mirror",
             &s(&mirror),
@@ -424,7 +424,7 @@ fn tail_refuses_a_mirror_whose_files_differ_from_the_catalog() {
     let addr = applier.wait_for("listening on ").trim().to_string();
     let shipper = Service::start(
         "ship",
-        &args(&[
+        args(&[
             "ship",
             "--log-dir",
             &s(&source),
