@@ -2,10 +2,20 @@
 # THE test command of segmirror (README and CI call it): installs the test dependencies (Kafka jars, kcat, Python
 # clients), then runs every test of the workspace, including the ones that start real Kafka brokers.
 # The harness finds the other Kafka versions (tests/kafka/kafka-compat.versions) next to SEGMIRROR_KAFKA_HOME.
-# Extra arguments go to `cargo test`, e.g. `scripts/test-all.sh -p segmirror-tests --test kafka_harness`.
+# Extra arguments go to one plain `cargo test`, e.g. `scripts/test-all.sh -p segmirror-tests --test kafka_harness`.
 #
 # Debug profile: the workspace compiles much faster than with --release on a 2-core machine and the tests are
 # dominated by JVM start-up, not by our code's speed.
+#
+# The whole suite (no arguments) is built once and then run as jobs in SEGMIRROR_TEST_JOBS lanes (default 2):
+# one job per real-broker test file of tests/tests, one for every other crate of the workspace. Why: `cargo test`
+# runs its test binaries one after the other, and a real-broker test spends most of its time waiting for JVMs,
+# clients and settling directories (a binary of them keeps about one core busy), so one lane leaves the machine
+# half idle and the suite grew past CI's budget. Jobs start longest first (SLOW_FIRST, from the timings this
+# script prints at the end) so that the lanes end together. Each job's output is printed whole when it ends;
+# the summary table names every job's time and result, and the exit code is 1 if any job failed.
+# Tests of different jobs run in different processes: a test that needs a port takes one from the kernel
+# (tests/src/ports.rs), never a fixed one, and keeps its files in its own temporary directory.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,7 +26,75 @@ bash "$ROOT/scripts/install-test-deps.sh"
 KAFKA_VERSION="$(tr -d '[:space:]' < "$ROOT/tests/kafka/kafka.version")"
 export SEGMIRROR_KAFKA_HOME="$ROOT/.cache/kafka/$KAFKA_VERSION"
 
-if [ "$#" -eq 0 ]; then
-    set -- --workspace
+if [ "$#" -ne 0 ]; then
+    exec cargo test --no-fail-fast "$@"
 fi
-exec cargo test --no-fail-fast "$@"
+
+LANES="${SEGMIRROR_TEST_JOBS:-2}"
+# The slowest jobs, slowest first (seconds measured alone on a quiet 2-core machine, for orientation).
+SLOW_FIRST=(
+    e2e_promote            # ~210
+    e2e_promote_producers  # ~110
+    e2e_tail_processes     # ~100
+    kafka_harness          # ~90
+    e2e_tail               # ~80
+    real_kafka_format      # ~65
+)
+
+cargo test --workspace --no-run
+
+jobs=()
+for name in "${SLOW_FIRST[@]}"; do
+    jobs+=("-p segmirror-tests --test $name")
+done
+jobs+=("--workspace --exclude segmirror-tests")
+for file in tests/tests/*.rs; do
+    name="$(basename "$file" .rs)"
+    case " ${SLOW_FIRST[*]} " in
+        *" $name "*) ;;
+        *) jobs+=("-p segmirror-tests --test $name") ;;
+    esac
+done
+jobs+=("-p segmirror-tests --lib" "-p segmirror-tests --doc")
+
+LOGS="$(mktemp -d "${TMPDIR:-/tmp}/segmirror-test-all-XXXXXX")"
+export LOGS
+
+run_job() {
+    local index="$1" args="$2" start rc
+    start="$(date +%s)"
+    set +e
+    # shellcheck disable=SC2086 # the job's arguments are words
+    cargo test --no-fail-fast $args >"$LOGS/$index.log" 2>&1
+    rc=$?
+    set -e
+    printf '%s %s\n' "$rc" "$(($(date +%s) - start))" >"$LOGS/$index.rc"
+    {
+        flock 9
+        printf '\n===== cargo test %s (exit %s, %ss) =====\n' "$args" "$rc" "$(($(date +%s) - start))"
+        cat "$LOGS/$index.log"
+    } 9>"$LOGS/print.lock"
+}
+export -f run_job
+
+for i in "${!jobs[@]}"; do
+    printf '%s\0%s\0' "$i" "${jobs[$i]}"
+done | xargs -0 -n 2 -P "$LANES" bash -c 'run_job "$0" "$1"'
+
+failed=0
+printf '\n===== summary (%s lanes) =====\n' "$LANES"
+printf '%-50s %8s  %s\n' "job" "seconds" "result"
+for i in "${!jobs[@]}"; do
+    if [ -f "$LOGS/$i.rc" ]; then
+        read -r rc secs <"$LOGS/$i.rc"
+    else
+        rc="not run" secs="-"
+    fi
+    if [ "$rc" = "0" ]; then result="ok"; else result="FAILED ($rc)"; failed=1; fi
+    printf '%-50s %8s  %s\n' "${jobs[$i]}" "$secs" "$result"
+done
+passed="$(cat "$LOGS"/*.log | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')"
+failures="$(cat "$LOGS"/*.log | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')"
+printf 'tests: %s passed, %s failed\n' "$passed" "$failures"
+rm -rf "$LOGS"
+exit "$failed"

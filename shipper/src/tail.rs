@@ -174,6 +174,39 @@ pub struct TailFeed {
     /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
     /// the source file and go as one chunk.
     held: HashSet<PartitionRef>,
+    /// The partition step running on the blocking pool, if any ([`InFlightStep`]).
+    step: Option<InFlightStep>,
+    /// Counts [`TailFeed::seek_positions`]: a step started before the latest seek is stale.
+    generation: u64,
+    /// How many steps were started (tests check that a dropped `next` does not start another).
+    #[cfg(test)]
+    steps_started: u64,
+}
+
+/// What a partition step returns: its new state and the item it yielded, or (inner `Err`) the error of a partition
+/// whose directory was deleted under it.
+type Stepped = std::result::Result<(PartState, Option<FeedItem>), Error>;
+
+/// A partition step on the blocking pool, kept across a dropped `next` future and awaited again by the next call.
+/// Why: the session drops `next` whenever a frame (an Ack, a heartbeat) arrives, and a step cannot be stopped once it
+/// runs; a feed that started a new one each time ran the same seal (a whole-segment hash and index rebuild, seconds
+/// for a 1 GiB segment) many times at once when acks came faster than a seal finished: blocking threads and memory
+/// without bound (GiBs), and a shutdown that waited for all of them. Now at most one step runs at a time.
+struct InFlightStep {
+    partition: PartitionRef,
+    /// [`TailFeed::generation`] when it started.
+    generation: u64,
+    handle: tokio::task::JoinHandle<Result<Stepped>>,
+}
+
+/// What finishing the step in flight gave.
+enum Finished {
+    /// No step was in flight, or its result is stale (a seek since, or its partition no longer followed).
+    Nothing,
+    /// Committed to the partition at this index, with the item it yielded.
+    Stepped(usize, Option<FeedItem>),
+    /// The partition's directory was deleted under the step: dropped (the partition list changed).
+    Dropped,
 }
 
 impl TailFeed {
@@ -189,6 +222,10 @@ impl TailFeed {
             rediscoverer: None,
             held: HashSet::new(),
             hw_changes: None,
+            step: None,
+            generation: 0,
+            #[cfg(test)]
+            steps_started: 0,
         }
     }
 
@@ -222,8 +259,9 @@ impl TailFeed {
 
     /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error.
     pub async fn seek_positions(&mut self, resume: &[Position]) -> Result<()> {
-        // A new session holds nothing.
+        // A new session holds nothing, and a step started before this seek is stale.
         self.held.clear();
+        self.generation += 1;
         // Partitions created since the last listing are positioned with the others.
         self.rediscover(true).await?;
         let mut fresh = Vec::with_capacity(self.parts.len());
@@ -271,6 +309,17 @@ impl TailFeed {
             if let Some(changes) = &mut self.hw_changes {
                 changes.borrow_and_update();
             }
+            // A step a dropped `next` left running is finished (and committed) first.
+            match self.finish_step().await? {
+                Finished::Nothing => {}
+                Finished::Dropped => continue 'round,
+                Finished::Stepped(idx, item) => {
+                    if let Some(item) = item {
+                        self.cursor = (idx + 1) % self.parts.len().max(1);
+                        return Ok(item);
+                    }
+                }
+            }
             self.rediscover(false).await?;
             let n = self.parts.len();
             for i in 0..n {
@@ -281,39 +330,82 @@ impl TailFeed {
                 if self.held.contains(&part.target.partition) {
                     continue;
                 }
-                let part = part.clone();
-                let config = self.config.clone();
-                let stepped = blocking(move || {
-                    let mut part = part;
-                    if let Some(item) = progress::due(&mut part, &config) {
-                        return Ok(Ok((part, Some(item))));
+                self.start_step(part.clone());
+                match self.finish_step().await? {
+                    Finished::Nothing => {}
+                    Finished::Dropped => continue 'round,
+                    Finished::Stepped(idx, item) => {
+                        if let Some(item) = item {
+                            self.cursor = (idx + 1) % self.parts.len().max(1);
+                            return Ok(item);
+                        }
                     }
-                    let options = Self::options(&config, &part.target.partition);
-                    let dir = part.target.dir.clone();
-                    match step(part, &options) {
-                        // The partition was deleted under the step: not an error (see `rediscover`).
-                        Err(e) if rediscover::is_gone(&dir) => Ok(Err(e)),
-                        r => r.map(Ok),
-                    }
-                })
-                .await?;
-                let (state, item) = match stepped {
-                    Ok(stepped) => stepped,
-                    Err(gone) => {
-                        self.drop_gone(idx, &gone);
-                        continue 'round;
-                    }
-                };
-                // Committed in the poll the step returned in: cancel-safe.
-                if let Some(slot) = self.parts.get_mut(idx) {
-                    *slot = state;
-                }
-                if let Some(item) = item {
-                    self.cursor = (idx + 1) % n;
-                    return Ok(item);
                 }
             }
             self.wait_for_news().await;
+        }
+    }
+
+    /// Starts `part`'s step on the blocking pool (no step may be in flight).
+    fn start_step(&mut self, part: PartState) {
+        let partition = part.target.partition.clone();
+        let config = self.config.clone();
+        let handle = tokio::task::spawn_blocking(move || {
+            let mut part = part;
+            if let Some(item) = progress::due(&mut part, &config) {
+                return Ok(Ok((part, Some(item))));
+            }
+            let options = Self::options(&config, &part.target.partition);
+            let dir = part.target.dir.clone();
+            match step(part, &options) {
+                // The partition was deleted under the step: not an error (see `rediscover`).
+                Err(e) if rediscover::is_gone(&dir) => Ok(Err(e)),
+                r => r.map(Ok),
+            }
+        });
+        self.step = Some(InFlightStep {
+            partition,
+            generation: self.generation,
+            handle,
+        });
+        #[cfg(test)]
+        {
+            self.steps_started += 1;
+        }
+    }
+
+    /// Awaits the step in flight, if any, and commits its result to its partition, wherever that is in the list
+    /// now. Cancel-safe: the step stays in flight until its result is taken, in the poll it completes in.
+    async fn finish_step(&mut self) -> Result<Finished> {
+        let Some(step) = self.step.as_mut() else {
+            return Ok(Finished::Nothing);
+        };
+        let joined = (&mut step.handle).await;
+        let Some(InFlightStep {
+            partition, generation, ..
+        }) = self.step.take()
+        else {
+            return Ok(Finished::Nothing);
+        };
+        let stepped = joined.map_err(|e| Error::Task {
+            what: "tail feed read".into(),
+            message: e.to_string(),
+        })??;
+        let Some(idx) = self.parts.iter().position(|p| p.target.partition == partition) else {
+            return Ok(Finished::Nothing);
+        };
+        if generation != self.generation {
+            return Ok(Finished::Nothing);
+        }
+        match stepped {
+            Ok((state, item)) => {
+                self.parts[idx] = state;
+                Ok(Finished::Stepped(idx, item))
+            }
+            Err(gone) => {
+                self.drop_gone(idx, &gone);
+                Ok(Finished::Dropped)
+            }
         }
     }
 

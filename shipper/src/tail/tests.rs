@@ -424,3 +424,40 @@ async fn a_held_partition_is_passed_over_and_ships_what_it_gathered_as_one_chunk
     feed.seek(&[]).await.unwrap();
     assert!(feed.held.is_empty(), "{:?}", feed.held);
 }
+
+/// A session drops `next` whenever a frame arrives. The step that call started keeps running on the blocking pool
+/// and is awaited again by the next call: however often `next` is dropped, one step runs at a time, and its result
+/// is taken once (the first chunk, at byte 0, exactly once).
+#[test]
+fn a_dropped_next_leaves_its_step_running_and_starts_no_other() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (dir, _log, boundaries, _) = written(root.path(), 5);
+    rt.block_on(async {
+        let mut feed = feed(&dir, UptoPolicy::LogEnd, None, 1 << 20);
+        feed.seek(&[]).await.unwrap();
+        // The only blocking thread is busy until released: a step started now cannot run yet.
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let blocker = tokio::task::spawn_blocking(move || blocked.recv());
+        for _ in 0..50 {
+            let polled = tokio::time::timeout(Duration::ZERO, feed.next()).await;
+            assert!(polled.is_err(), "the step cannot have run: {polled:?}");
+        }
+        assert_eq!(feed.steps_started, 1, "a dropped next started another step");
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        match feed.next().await.unwrap() {
+            FeedItem::Chunk(c) => {
+                assert_eq!((c.segment_base, c.position), (0, 0));
+                assert_eq!(c.bytes.len() as u64, *boundaries.last().unwrap());
+            }
+            other => panic!("expected the first chunk, got {other:?}"),
+        }
+        assert_eq!(feed.position(&partition()), Some((0, *boundaries.last().unwrap())));
+    });
+}
