@@ -36,7 +36,8 @@
 # Usage: tools/bench/mm2.sh
 #   SIZE_GIB (default 4; decimals allowed: 0.25) of 1 KiB records for the catch-up; PARTITIONS (default 4; also
 #   MirrorMaker 2's tasks.max); RATES (default "1000 10000"); DURATION (default 30) seconds per latency measurement;
-#   SM_MODES (default "high-watermark log-end"); MM2_VERSION (default 4.3.1); MM2_HOME (default
+#   SM_MODES (default "high-watermark log-end"); MM2_PROPS (lines appended to mm2.properties, e.g. producer
+#   tuning: "target.producer.batch.size = 262144"; default none: Kafka's defaults); MM2_VERSION (default 4.3.1); MM2_HOME (default
 #   .cache/connect-mirror/<version>: its libs/ holds the jars); BENCH_DIR (default target/bench; the run's data is
 #   removed at the end unless KEEP=1); SEGMIRROR=path runs that binary instead of building target/release/segmirror;
 #   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars.
@@ -217,6 +218,8 @@ offset.storage.replication.factor = 1
 status.storage.replication.factor = 1
 config.storage.replication.factor = 1
 target.producer.compression.type = lz4
+${MM2_PROPS:+# MM2_PROPS (tuning given to this run)}
+${MM2_PROPS:-}
 EOF
 brokers_mark
 start=$(date +%s.%N)
@@ -225,7 +228,7 @@ java -Xms256M -Xmx2G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccu
     org.apache.kafka.connect.mirror.MirrorMaker "$WORK/mm2/mm2.properties" > "$WORK/mm2/mm2.log" 2>&1 &
 MM2_PID=$!
 PIDS+=("$MM2_PID")
-read -r done_at copied < <(python3 "$PROBE" wait-ends "$SRC_BOOT" "$TGT_BOOT" "$TOPIC" "$CATCH_UP_S")
+read -r done_at copied first_at < <(python3 "$PROBE" wait-ends "$SRC_BOOT" "$TGT_BOOT" "$TOPIC" "$CATCH_UP_S")
 ok=yes
 [ "$done_at" != nan ] || ok="did-not-catch-up"
 catchup_row "MirrorMaker-2" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" \
@@ -277,7 +280,7 @@ echo "catch-up topic: $(numfmt --to=iec-i --suffix=B "$LOG_BYTES") of .log in $P
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)," \
     "$(free -g | awk '$1 == "Mem:" { print $2 }') GiB RAM; load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
 echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }SIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
-    "DURATION=$DURATION SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION tools/bench/mm2.sh"
+    "DURATION=$DURATION SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION${MM2_PROPS:+ MM2_PROPS=\"$MM2_PROPS\"} tools/bench/mm2.sh"
 echo
 echo "Catch-up (CPU: every process, both brokers included on both sides; ratios: segmirror / MirrorMaker 2)"
 echo
@@ -289,6 +292,10 @@ printf '%s\n' "${CATCHUP[@]}" | awk -v g="$GIB" -v b="$LOG_BYTES" -v mm="$MM2_RO
       printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.3fx | %.1f / %.1f / %.1f | %.0f / %.0f | %s |\n",
         $1, $2, rate / 1048576, (m_rate > 0 ? rate / m_rate : 0), cpu, (m_cpu > 0 ? cpu / m_cpu : 0), $4, $5, $6,
         $7 / 1024, $8 / 1024, $9 }'
+awk -v s="$start" -v f="$first_at" -v d="$done_at" -v b="$LOG_BYTES" 'BEGIN {
+    if (f == "nan" || d == "nan") exit
+    printf "MirrorMaker 2 start-up (process start to the first record on the target): %.1f s; from then on %.1f MiB/s\n",
+        f - s, (d > f ? b / (d - f) / 1048576 : 0) }'
 echo
 echo "Continuous latency, producer send -> MirrorMaker 2: consumer receive on the target topic;" \
     "segmirror: the batch complete in the MIRROR's .log (readable by consumers after promotion, not before)"

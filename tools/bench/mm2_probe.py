@@ -7,7 +7,7 @@ catch-up waits. One file so the bench has one Python helper; each subcommand pri
       time). Each value starts with its send time (time.time() at produce(), ASCII, then a space) and is padded to
       1 KiB. Prints the number of records acknowledged.
   consume BOOTSTRAP TOPIC EXPECTED TIMEOUT_S
-      Reads the topic from the beginning (MirrorMaker 2's target topic) until EXPECTED records arrived or
+      Reads partition 0 of the topic from the beginning (MirrorMaker 2's target topic) until EXPECTED records arrived or
       TIMEOUT_S passed; latency of a record = receive time (when poll handed it over) - its send time.
   mirror LOG_FILE EXPECTED TIMEOUT_S
       Follows a mirror partition's .log (segmirror's side) polling its size every 1 ms, parsing every complete
@@ -18,7 +18,8 @@ catch-up waits. One file so the bench has one Python helper; each subcommand pri
   wait-ends SOURCE_BOOTSTRAP TARGET_BOOTSTRAP TOPIC TIMEOUT_S
       Sum of the source partitions' end offsets (the records to copy: the topic has no transactions), then polls the
       target's every 100 ms until the sum is reached (MirrorMaker 2 does not keep offsets, but copies each record
-      once in a run without failures, so counts compare). Prints the time reached (epoch s) and the count, or nan.
+      once in a run without failures, so counts compare). Prints the time reached (epoch s) or nan, the count, and
+      when the first record was seen on the target (epoch s: the end of MirrorMaker 2's start-up) or nan.
   wait-files SOURCE_LOG_DIR MIRROR_DIR TOPIC TIMEOUT_S
       Sum of the source's .log sizes of the topic's partitions, then polls the mirror's every 2 ms until reached.
       Prints the time reached (epoch s) and the bytes, or nan.
@@ -75,11 +76,13 @@ def produce(bootstrap, topic, rate, seconds):
 
 
 def consume(bootstrap, topic, expected, timeout_s):
-    from confluent_kafka import Consumer
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mm2-bench-" + topic, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-    c.subscribe([topic])
+    # Assigned, not subscribed: a group join waits for the broker's group.initial.rebalance.delay.ms (3 s), which
+    # would count as MirrorMaker 2's latency.
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mm2-bench", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     latencies = []
     loops = 0
     started = time.monotonic()
@@ -178,16 +181,19 @@ def wait_ends(source, target, topic, timeout_s):
     src.close()
     tgt = Consumer({"bootstrap.servers": target, "group.id": "mm2-bench-ends"})
     started = time.monotonic()
+    first = "nan"
     while time.monotonic() - started < timeout_s:
         try:
             have = end_offsets(tgt, topic)
         except Exception:  # the topic may not exist yet (MirrorMaker 2 creates it)
             have = 0
+        if have > 0 and first == "nan":
+            first = "%.6f" % time.time()
         if have >= want:
-            print("%.6f %d" % (time.time(), want))
+            print("%.6f %d %s" % (time.time(), want, first))
             return
         time.sleep(0.1)
-    print("nan %d" % want)
+    print("nan %d %s" % (want, first))
 
 
 def log_bytes(root, topic):
