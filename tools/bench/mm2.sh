@@ -34,7 +34,8 @@
 #    (idle) while segmirror is measured; segmirror's processes run only during their own measurements.
 #
 # Usage: tools/bench/mm2.sh
-#   SIZE_GIB (default 4; decimals allowed: 0.25) of 1 KiB records for the catch-up; PARTITIONS (default 4; also
+#   SIZE_GIB (default 4; decimals allowed: 0.25) of 1 KiB records for the catch-up; MM2_MAX_S (default 3600) stops
+#   MirrorMaker 2's catch-up early (its row is then for the share it copied); PARTITIONS (default 4; also
 #   MirrorMaker 2's tasks.max); RATES (default "1000 10000"); DURATION (default 30) seconds per latency measurement;
 #   SM_MODES (default "high-watermark log-end"); MM2_PROPS (lines appended to mm2.properties, e.g. producer
 #   tuning: "target.producer.batch.size = 262144"; default none: Kafka's defaults); MM2_VERSION (default 4.3.1); MM2_HOME (default
@@ -55,8 +56,11 @@ BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
 KAFKA_HOME="${SEGMIRROR_KAFKA_HOME:-$ROOT/.cache/kafka/4.4.0}"
 BIN="${SEGMIRROR:-$ROOT/target/release/segmirror}"
 WORK="$BENCH_DIR/mm2"
-# Longest wait for one catch-up (MirrorMaker 2 at a few MiB/s on a loaded machine needs many minutes for 4 GiB).
+# Longest wait for one of segmirror's catch-ups.
 CATCH_UP_S="${CATCH_UP_S:-3600}"
+# Longest MirrorMaker 2 catch-up: past it, its row is what it copied so far (share of records x source bytes) in
+# that time. On a loaded 2-CPU machine it copies about 1 MiB/s, so 4 GiB would take over an hour.
+MM2_MAX_S="${MM2_MAX_S:-3600}"
 # Longest wait, after the producer of a latency measurement stops, for the last record to arrive.
 DRAIN_S=60
 RECORD_BYTES=1024
@@ -228,11 +232,13 @@ java -Xms256M -Xmx2G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccu
     org.apache.kafka.connect.mirror.MirrorMaker "$WORK/mm2/mm2.properties" > "$WORK/mm2/mm2.log" 2>&1 &
 MM2_PID=$!
 PIDS+=("$MM2_PID")
-read -r done_at copied first_at < <(python3 "$PROBE" wait-ends "$SRC_BOOT" "$TGT_BOOT" "$TOPIC" "$CATCH_UP_S")
+read -r done_at records copied first_at < <(python3 "$PROBE" wait-ends "$SRC_BOOT" "$TGT_BOOT" "$TOPIC" "$MM2_MAX_S")
 ok=yes
-[ "$done_at" != nan ] || ok="did-not-catch-up"
+# Stopped by MM2_MAX_S: MirrorMaker 2's row is for the part it copied (its share of the source's bytes).
+[ "$copied" -ge "$records" ] || ok="partial:$(awk -v c="$copied" -v r="$records" 'BEGIN { printf "%.1f", 100 * c / r }')%-in-${MM2_MAX_S}s"
 catchup_row "MirrorMaker-2" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" \
     "$(cpu_s "$MM2_PID")" "$(hwm_kib "$MM2_PID")" "$ok"
+MM2_BYTES=$(awk -v c="$copied" -v r="$records" -v b="$LOG_BYTES" 'BEGIN { printf "%.0f", b * c / r }')
 # What MirrorMaker 2 wrote on the target: the first batch's codec (attributes & 7: 0 none, 3 lz4) and the size.
 TGT_LOG="$WORK/target/data"
 TGT_BYTES=$(find "$TGT_LOG" -path "*/$TOPIC-*/*.log" -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
@@ -268,31 +274,30 @@ for rate in $RATES; do
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-GIB=$(awk -v b="$LOG_BYTES" 'BEGIN { print b / 1073741824 }')
 MM2_ROW=$(printf '%s\n' "${CATCHUP[@]}" | awk '$1 == "MirrorMaker-2"')
 echo
 echo "MirrorMaker 2 side by side, $(date -u '+%Y-%m-%d %H:%M UTC'): MirrorMaker 2 $MM2_VERSION (dedicated" \
     "driver, identity replication policy, tasks.max=$PARTITIONS) and segmirror $("$BIN" --version | awk '{ print $2 }')" \
     "between two single-node Kafka $(basename "$KAFKA_HOME") brokers"
 echo "catch-up topic: $(numfmt --to=iec-i --suffix=B "$LOG_BYTES") of .log in $PARTITIONS partitions" \
-    "($RECORDS records of $RECORD_BYTES bytes, lz4); MirrorMaker 2 copied $copied records," \
+    "($RECORDS records of $RECORD_BYTES bytes, lz4); MirrorMaker 2 copied $copied of $records records," \
     "its target .log: $(numfmt --to=iec-i --suffix=B "$TGT_BYTES") ($TGT_CODEC)"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)," \
     "$(free -g | awk '$1 == "Mem:" { print $2 }') GiB RAM; load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
 echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }SIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
-    "DURATION=$DURATION SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION${MM2_PROPS:+ MM2_PROPS=\"$MM2_PROPS\"} tools/bench/mm2.sh"
+    "DURATION=$DURATION MM2_MAX_S=$MM2_MAX_S SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION${MM2_PROPS:+ MM2_PROPS=\"$MM2_PROPS\"} tools/bench/mm2.sh"
 echo
 echo "Catch-up (CPU: every process, both brokers included on both sides; ratios: segmirror / MirrorMaker 2)"
 echo
 echo "| side | wall s | MiB/s | throughput vs MM2 | CPU s/GiB, all | CPU vs MM2 | CPU s: mirroring / src broker / tgt broker | peak RSS MiB: mirroring / brokers | copy = source |"
 echo "|---|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${CATCHUP[@]}" | awk -v g="$GIB" -v b="$LOG_BYTES" -v mm="$MM2_ROW" 'BEGIN {
-        split(mm, m, " "); m_rate = (m[2] > 0 ? b / m[2] : 0); m_cpu = m[3] / g }
-    { rate = ($2 > 0 ? b / $2 : 0); cpu = $3 / g
+printf '%s\n' "${CATCHUP[@]}" | awk -v b="$LOG_BYTES" -v mb="$MM2_BYTES" -v mm="$MM2_ROW" 'BEGIN {
+        split(mm, m, " "); m_rate = (m[2] > 0 ? mb / m[2] : 0); m_cpu = m[3] / (mb / 1073741824) }
+    { by = ($1 == "MirrorMaker-2" ? mb : b); rate = ($2 > 0 ? by / $2 : 0); cpu = $3 / (by / 1073741824)
       printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.3fx | %.1f / %.1f / %.1f | %.0f / %.0f | %s |\n",
         $1, $2, rate / 1048576, (m_rate > 0 ? rate / m_rate : 0), cpu, (m_cpu > 0 ? cpu / m_cpu : 0), $4, $5, $6,
         $7 / 1024, $8 / 1024, $9 }'
-awk -v s="$start" -v f="$first_at" -v d="$done_at" -v b="$LOG_BYTES" 'BEGIN {
+awk -v s="$start" -v f="$first_at" -v d="$done_at" -v b="$MM2_BYTES" 'BEGIN {
     if (f == "nan" || d == "nan") exit
     printf "MirrorMaker 2 start-up (process start to the first record on the target): %.1f s; from then on %.1f MiB/s\n",
         f - s, (d > f ? b / (d - f) / 1048576 : 0) }'

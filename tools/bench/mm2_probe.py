@@ -17,9 +17,10 @@ catch-up waits. One file so the bench has one Python helper; each subcommand pri
       Both print: records p50_ms p99_ms max_ms loop_ms (loop_ms: the mean poll period, the resolution).
   wait-ends SOURCE_BOOTSTRAP TARGET_BOOTSTRAP TOPIC TIMEOUT_S
       Sum of the source partitions' end offsets (the records to copy: the topic has no transactions), then polls the
-      target's every 100 ms until the sum is reached (MirrorMaker 2 does not keep offsets, but copies each record
-      once in a run without failures, so counts compare). Prints the time reached (epoch s) or nan, the count, and
-      when the first record was seen on the target (epoch s: the end of MirrorMaker 2's start-up) or nan.
+      target's every 100 ms until the sum is reached or TIMEOUT_S passed (MirrorMaker 2 does not keep offsets, but
+      copies each record once in a run without failures, so counts compare). Prints the time it stopped (epoch s),
+      the source's count, the target's count then, and when the first record was seen on the target (epoch s: the
+      end of MirrorMaker 2's start-up) or nan.
   wait-files SOURCE_LOG_DIR MIRROR_DIR TOPIC TIMEOUT_S
       Sum of the source's .log sizes of the topic's partitions, then polls the mirror's every 2 ms until reached.
       Prints the time reached (epoch s) and the bytes, or nan.
@@ -182,18 +183,18 @@ def wait_ends(source, target, topic, timeout_s):
     tgt = Consumer({"bootstrap.servers": target, "group.id": "mm2-bench-ends"})
     started = time.monotonic()
     first = "nan"
-    while time.monotonic() - started < timeout_s:
+    have = 0
+    while True:
         try:
             have = end_offsets(tgt, topic)
         except Exception:  # the topic may not exist yet (MirrorMaker 2 creates it)
-            have = 0
+            pass
         if have > 0 and first == "nan":
             first = "%.6f" % time.time()
-        if have >= want:
-            print("%.6f %d %s" % (time.time(), want, first))
-            return
+        if have >= want or time.monotonic() - started >= timeout_s:
+            break
         time.sleep(0.1)
-    print("nan %d %s" % (want, first))
+    print("%.6f %d %d %s" % (time.time(), want, have, first))
 
 
 def log_bytes(root, topic):
