@@ -292,11 +292,12 @@ echo
 echo "| side | wall s | MiB/s | throughput vs MM2 | CPU s/GiB, all | CPU vs MM2 | CPU s: mirroring / src broker / tgt broker | peak RSS MiB: mirroring / brokers | copy = source |"
 echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${CATCHUP[@]}" | awk -v b="$LOG_BYTES" -v mb="$MM2_BYTES" -v mm="$MM2_ROW" 'BEGIN {
-        split(mm, m, " "); m_rate = (m[2] > 0 ? mb / m[2] : 0); m_cpu = m[3] / (mb / 1073741824) }
-    { by = ($1 == "MirrorMaker-2" ? mb : b); rate = ($2 > 0 ? by / $2 : 0); cpu = $3 / (by / 1073741824)
-      printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.3fx | %.1f / %.1f / %.1f | %.0f / %.0f | %s |\n",
-        $1, $2, rate / 1048576, (m_rate > 0 ? rate / m_rate : 0), cpu, (m_cpu > 0 ? cpu / m_cpu : 0), $4, $5, $6,
-        $7 / 1024, $8 / 1024, $9 }'
+        split(mm, m, " "); m_rate = (m[2] > 0 ? mb / m[2] : 0); m_cpu = (mb > 0 ? m[3] / (mb / 1073741824) : 0) }
+    { by = ($1 == "MirrorMaker-2" ? mb : b); rate = ($2 > 0 ? by / $2 : 0)
+      cpu = (by > 0 ? sprintf("%.1f", $3 / (by / 1073741824)) : "-")
+      tr = (m_rate > 0 ? sprintf("%.2fx", rate / m_rate) : "-"); cr = (m_cpu > 0 && by > 0 ? sprintf("%.3fx", cpu / m_cpu) : "-")
+      printf "| %s | %.1f | %.1f | %s | %s | %s | %.1f / %.1f / %.1f | %.0f / %.0f | %s |\n",
+        $1, $2, rate / 1048576, tr, cpu, cr, $4, $5, $6, $7 / 1024, $8 / 1024, $9 }'
 awk -v s="$start" -v f="$first_at" -v d="$done_at" -v b="$MM2_BYTES" 'BEGIN {
     if (f == "nan" || d == "nan") exit
     printf "MirrorMaker 2 start-up (process start to the first record on the target): %.1f s; from then on %.1f MiB/s\n",
