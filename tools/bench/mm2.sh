@@ -56,8 +56,11 @@ BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
 KAFKA_HOME="${SEGMIRROR_KAFKA_HOME:-$ROOT/.cache/kafka/4.4.0}"
 BIN="${SEGMIRROR:-$ROOT/target/release/segmirror}"
 WORK="$BENCH_DIR/mm2"
-# Longest wait for one of segmirror's catch-ups.
+# Longest wait for one of segmirror's catch-ups, and for its mirror to grow at all (a stall ends the measurement).
 CATCH_UP_S="${CATCH_UP_S:-3600}"
+STALL_S="${STALL_S:-120}"
+# Longest wait for a segmirror process to exit after SIGTERM.
+STOP_S=30
 # Longest MirrorMaker 2 catch-up: past it, its row is what it copied so far (share of records x source bytes) in
 # that time. On a loaded 2-CPU machine it copies about 1 MiB/s, so 4 GiB would take over an hour.
 MM2_MAX_S="${MM2_MAX_S:-3600}"
@@ -181,19 +184,30 @@ start_pair() {
     SHIP_PID=$!
     PIDS+=("$SHIP_PID")
 }
-stop_pair() { kill -TERM "$SHIP_PID" "$APPLY_PID"; wait "$SHIP_PID" "$APPLY_PID" || true; }
 
 echo "catch-up: segmirror ship + apply --listen" >&2
 brokers_mark
 start=$(date +%s.%N)
 start_pair "$WORK/tail" "$TOPIC" --upto high-watermark --source-bootstrap "$SRC_BOOT"
-read -r done_at _ < <(python3 "$PROBE" wait-files "$SRC_LOG" "$WORK/tail/mirror" "$TOPIC" "$CATCH_UP_S")
+r=$(python3 "$PROBE" wait-files "$SRC_LOG" "$WORK/tail/mirror" "$TOPIC" "$CATCH_UP_S" "$STALL_S")
+read -r done_at want have <<< "$r"
 own_cpu=$(awk -v a="$(cpu_s "$SHIP_PID")" -v b="$(cpu_s "$APPLY_PID")" 'BEGIN { print a + b }')
 own_rss=$(printf '%s\n' "$(hwm_kib "$SHIP_PID")" "$(hwm_kib "$APPLY_PID")" | sort -n | tail -n1)
 ok=yes
-[ "$done_at" != nan ] || ok="did-not-catch-up"
+if [ "$done_at" = nan ]; then
+    ok="stalled:$(awk -v h="$have" -v w="$want" 'BEGIN { printf "%.1f", 100 * h / w }')%-then-no-growth-for-${STALL_S}s"
+    done_at=$(date +%s.%N)
+fi
 catchup_row "segmirror-ship+apply(tail)" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" \
     "$own_cpu" "$own_rss" "$ok"
+# A shipper that ignores SIGTERM (seen once, stalled) is killed after STOP_S.
+stop_pair() {
+    kill -TERM "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
+    local i
+    for i in $(seq $((STOP_S * 10))); do kill -0 "$SHIP_PID" 2>/dev/null || kill -0 "$APPLY_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
+    wait "$SHIP_PID" "$APPLY_PID" || true
+}
 stop_pair
 [ "$ok" != yes ] || CATCHUP[-1]="${CATCHUP[-1]% *} $(same_logs "$WORK/tail/mirror")"
 rm -rf "$WORK/tail"
@@ -232,7 +246,8 @@ java -Xms256M -Xmx2G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccu
     org.apache.kafka.connect.mirror.MirrorMaker "$WORK/mm2/mm2.properties" > "$WORK/mm2/mm2.log" 2>&1 &
 MM2_PID=$!
 PIDS+=("$MM2_PID")
-read -r done_at records copied first_at < <(python3 "$PROBE" wait-ends "$SRC_BOOT" "$TGT_BOOT" "$TOPIC" "$MM2_MAX_S")
+r=$(python3 "$PROBE" wait-ends "$SRC_BOOT" "$TGT_BOOT" "$TOPIC" "$MM2_MAX_S")
+read -r done_at records copied first_at <<< "$r"
 ok=yes
 # Stopped by MM2_MAX_S: MirrorMaker 2's row is for the part it copied (its share of the source's bytes).
 [ "$copied" -ge "$records" ] || ok="partial:$(awk -v c="$copied" -v r="$records" 'BEGIN { printf "%.1f", 100 * c / r }')%-in-${MM2_MAX_S}s"

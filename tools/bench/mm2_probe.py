@@ -21,9 +21,10 @@ catch-up waits. One file so the bench has one Python helper; each subcommand pri
       copies each record once in a run without failures, so counts compare). Prints the time it stopped (epoch s),
       the source's count, the target's count then, and when the first record was seen on the target (epoch s: the
       end of MirrorMaker 2's start-up) or nan.
-  wait-files SOURCE_LOG_DIR MIRROR_DIR TOPIC TIMEOUT_S
-      Sum of the source's .log sizes of the topic's partitions, then polls the mirror's every 2 ms until reached.
-      Prints the time reached (epoch s) and the bytes, or nan.
+  wait-files SOURCE_LOG_DIR MIRROR_DIR TOPIC TIMEOUT_S STALL_S
+      Sum of the source's .log sizes of the topic's partitions, then polls the mirror's every 2 ms until reached,
+      TIMEOUT_S passed or the mirror did not grow for STALL_S. Prints the time reached (epoch s) or nan, the source's
+      bytes and the mirror's.
 """
 import glob
 import os
@@ -201,15 +202,19 @@ def log_bytes(root, topic):
     return sum(os.stat(f).st_size for f in glob.glob(os.path.join(root, glob.escape(topic) + "-*", "*.log")))
 
 
-def wait_files(source, mirror_dir, topic, timeout_s):
+def wait_files(source, mirror_dir, topic, timeout_s, stall_s):
     want = log_bytes(source, topic)
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if log_bytes(mirror_dir, topic) >= want:
-            print("%.6f %d" % (time.time(), want))
+    started = last_growth = time.monotonic()
+    have = 0
+    while time.monotonic() - started < timeout_s and time.monotonic() - last_growth < stall_s:
+        now_have = log_bytes(mirror_dir, topic)
+        if now_have >= want:
+            print("%.6f %d %d" % (time.time(), want, now_have))
             return
+        if now_have > have:
+            have, last_growth = now_have, time.monotonic()
         time.sleep(0.002)
-    print("nan %d" % want)
+    print("nan %d %d" % (want, have))
 
 
 def main():
@@ -223,7 +228,7 @@ def main():
     elif cmd == "wait-ends":
         wait_ends(args[0], args[1], args[2], float(args[3]))
     elif cmd == "wait-files":
-        wait_files(args[0], args[1], args[2], float(args[3]))
+        wait_files(args[0], args[1], args[2], float(args[3]), float(args[4]))
     else:
         raise SystemExit("unknown subcommand " + cmd)
 
