@@ -184,6 +184,17 @@ start_pair() {
     SHIP_PID=$!
     PIDS+=("$SHIP_PID")
 }
+# A shipper that ignores SIGTERM (seen with a stalled tail catch-up) is killed after STOP_S.
+stop_pair() {
+    kill -TERM "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
+    local i
+    for i in $(seq $((STOP_S * 10))); do
+        kill -0 "$SHIP_PID" 2>/dev/null || kill -0 "$APPLY_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
+    wait "$SHIP_PID" "$APPLY_PID" || true
+}
 
 echo "catch-up: segmirror ship + apply --listen" >&2
 brokers_mark
@@ -200,14 +211,6 @@ if [ "$done_at" = nan ]; then
 fi
 catchup_row "segmirror-ship+apply(tail)" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" \
     "$own_cpu" "$own_rss" "$ok"
-# A shipper that ignores SIGTERM (seen once, stalled) is killed after STOP_S.
-stop_pair() {
-    kill -TERM "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
-    local i
-    for i in $(seq $((STOP_S * 10))); do kill -0 "$SHIP_PID" 2>/dev/null || kill -0 "$APPLY_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
-    wait "$SHIP_PID" "$APPLY_PID" || true
-}
 stop_pair
 [ "$ok" != yes ] || CATCHUP[-1]="${CATCHUP[-1]% *} $(same_logs "$WORK/tail/mirror")"
 rm -rf "$WORK/tail"
@@ -308,6 +311,9 @@ echo "| side | wall s | MiB/s | throughput vs MM2 | CPU s/GiB, all | CPU vs MM2 
 echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${CATCHUP[@]}" | awk -v b="$LOG_BYTES" -v mb="$MM2_BYTES" -v mm="$MM2_ROW" 'BEGIN {
         split(mm, m, " "); m_rate = (m[2] > 0 ? mb / m[2] : 0); m_cpu = (mb > 0 ? m[3] / (mb / 1073741824) : 0) }
+    $9 ~ /^stalled/ { # no throughput or cost per GiB of a copy that did not finish; see the last column
+      printf "| %s | %.1f | - | - | - | - | %.1f / %.1f / %.1f | %.0f / %.0f | %s |\n", $1, $2, $4, $5, $6,
+        $7 / 1024, $8 / 1024, $9; next }
     { by = ($1 == "MirrorMaker-2" ? mb : b); rate = ($2 > 0 ? by / $2 : 0)
       cpu = (by > 0 ? sprintf("%.1f", $3 / (by / 1073741824)) : "-")
       tr = (m_rate > 0 ? sprintf("%.2fx", rate / m_rate) : "-"); cr = (m_cpu > 0 && by > 0 ? sprintf("%.3fx", cpu / m_cpu) : "-")
