@@ -42,9 +42,10 @@ WORK="$BENCH_DIR/tail"
 # Longest wait for the mirror to catch up after the producer stops (the checkpoint mode needs one 5 s interval).
 CATCH_UP_S="${CATCH_UP_S:-60}"
 RECORD_BYTES=1024
-TICK=$(getconf CLK_TCK)
 
 cd "$ROOT"
+# shellcheck source=tools/bench/lib.sh
+source "$ROOT/tools/bench/lib.sh"
 [ -n "${SEGMIRROR:-}" ] || cargo build --release -q -p segmirror
 [ -d "$KAFKA_HOME/libs" ] || { echo "no Kafka jars in $KAFKA_HOME/libs (set SEGMIRROR_KAFKA_HOME)" >&2; exit 2; }
 rm -rf "$WORK"
@@ -59,78 +60,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-java_cp() { java -Xmx"$1"m -XX:+UseSerialGC -Dlog4j2.configurationFile="$ROOT/tests/kafka/tools-log4j2.properties" \
-    -cp "$KAFKA_HOME/libs/*" "${@:2}"; }
-
-# Test certificates: one CA, a leaf per side (name localhost), mutual TLS.
 CERTS="$WORK/certs"
-mkdir -p "$CERTS"
-(
-    cd "$CERTS"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
-        -keyout ca.key -out ca.crt 2>/dev/null
-    for side in ship apply; do
-        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$side" \
-            -keyout "$side.key.ec" -out "$side.csr" 2>/dev/null
-        openssl pkcs8 -topk8 -nocrypt -in "$side.key.ec" -out "$side.key"
-        printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' > "$side.ext"
-        openssl x509 -req -in "$side.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
-            -extfile "$side.ext" -out "$side.crt" 2>/dev/null
-    done
-)
+bench_certs "$CERTS"
 
-# The source broker: single-node KRaft, defaults but for a short retention check (nothing expires here).
-BROKER_PORT=$(free_port) CONTROLLER_PORT=$(free_port)
-LOG_DIR="$WORK/broker/data"
-mkdir -p "$LOG_DIR"
-cat > "$WORK/broker/server.properties" <<EOF
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT
-controller.listener.names=CONTROLLER
-log.dirs=$LOG_DIR
-num.partitions=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-auto.create.topics.enable=false
-EOF
-CLUSTER_ID=$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
-java_cp 256 kafka.tools.StorageTool format "--cluster-id=$CLUSTER_ID" --config "$WORK/broker/server.properties" \
-    > "$WORK/broker/format.out" 2>&1
-java -Xmx1g -Xms1g -XX:+UseG1GC -Dkafka.logs.dir="$WORK/broker" \
-    -Dlog4j2.configurationFile="$ROOT/tests/kafka/broker-log4j2.properties" \
-    -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$WORK/broker/server.properties" > "$WORK/broker/stdout" 2>&1 &
-BROKER_PID=$!
-PIDS+=("$BROKER_PID")
-for _ in $(seq 240); do
-    python3 - "$BROKER_PORT" <<'EOF' && break || sleep 0.5
-import sys
-from confluent_kafka.admin import AdminClient
-a = AdminClient({"bootstrap.servers": "127.0.0.1:" + sys.argv[1]})
-sys.exit(0 if a.list_topics(timeout=2).brokers else 1)
-EOF
-done 2>/dev/null
-BOOTSTRAP="127.0.0.1:$BROKER_PORT"
+# The source broker: single-node KRaft, Kafka's defaults (tools/bench/lib.sh).
+mkdir -p "$WORK/broker"
+start_broker "$WORK/broker"
+LOG_DIR="$BROKER_LOG_DIR" BOOTSTRAP="$BROKER_BOOTSTRAP"
 
-create_topic() {
-    python3 - "$BOOTSTRAP" "$1" <<'EOF'
-import sys
-from confluent_kafka.admin import AdminClient, NewTopic
-a = AdminClient({"bootstrap.servers": sys.argv[1]})
-for f in a.create_topics([NewTopic(sys.argv[2], 1, 1)]).values():
-    f.result(30)
-EOF
-    for _ in $(seq 200); do [ -f "$LOG_DIR/$1-0/00000000000000000000.log" ] && return; sleep 0.05; done
-    echo "topic $1 has no partition dir" >&2
-    exit 1
-}
-cpu_s() { awk -v t="$TICK" '{ print ($14 + $15) / t }' "/proc/$1/stat"; }
 wchar() { awk '$1 == "wchar:" { print $2 }' "/proc/$1/io"; }
 
 # One measurement: mode, rate (records/s; -1 unthrottled), records. Appends a table row to ROWS.
@@ -141,7 +78,7 @@ measure() {
     N=$((N + 1))
     local topic="bench-$N" dir="$WORK/run-$N"
     mkdir -p "$dir"
-    create_topic "$topic"
+    create_topic "$BOOTSTRAP" "$LOG_DIR" "$topic"
     local port upto=(--upto log-end)
     port=$(free_port)
     case "$mode" in
@@ -197,7 +134,7 @@ measure_backlog() {
     N=$((N + 1))
     local topic="bench-$N" dir="$WORK/run-$N"
     mkdir -p "$dir"
-    create_topic "$topic"
+    create_topic "$BOOTSTRAP" "$LOG_DIR" "$topic"
     java_cp 512 org.apache.kafka.tools.ProducerPerformance --topic "$topic" --num-records $((mib * 1024)) \
         --record-size "$RECORD_BYTES" --throughput -1 \
         --producer-props "bootstrap.servers=$BOOTSTRAP" acks=all linger.ms=5 batch.size=262144 > "$dir/producer.out" 2>&1
