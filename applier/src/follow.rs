@@ -18,6 +18,9 @@
 //! - **A stop between runs**: the shutdown future is looked at only between runs, so a signal never interrupts an
 //!   install (which is crash-safe anyway: staging, rename, catalog last).
 //!
+//! A link the store does not hold yet (the follower started before the shipper's first commit) is waited for, with
+//! a note in the run's report, not an error.
+//!
 //! A refused version stops its partition in that run, as in `apply`; the next run tries again (a shipper may commit
 //! a newer version that supersedes it), and the caller reports a refusal once, not every poll.
 //!
@@ -94,7 +97,16 @@ pub async fn follow(
     let mut stats = FollowStats::default();
     tokio::pin!(shutdown);
     loop {
-        let report = applier.run(&NoProgress).await?;
+        let report = match applier.run(&NoProgress).await {
+            Ok(report) => report,
+            // A follower may start before the shipper's first commit: the link is not in the store yet. It waits
+            // (the caller shows the note, so a mistyped link is visible), rather than exit as a one-shot apply.
+            Err(e @ Error::UnknownLink { .. }) => ApplyReport {
+                notes: vec![format!("waiting: {e}")],
+                ..ApplyReport::default()
+            },
+            Err(e) => return Err(e),
+        };
         stats.runs += 1;
         stats.segments_installed += report.segments_installed() as u64;
         stats.bytes_fetched += report.bytes_fetched();

@@ -159,6 +159,11 @@ fn run_follow(
             catalog,
             async move { shutdown.cancelled().await },
             |report| {
+                for note in &report.notes {
+                    if last_problem.insert(format!("note {note}"), String::new()).is_none() {
+                        eprintln!("segmirror apply: {note}");
+                    }
+                }
                 for k in &report.ignored_keys {
                     if last_problem.insert(format!("key {:?}", k.key), k.reason.clone()).is_none() {
                         eprintln!("segmirror apply: warning: ignored {:?}: {}", k.key, k.reason);
