@@ -110,7 +110,8 @@ async fn copy_data(from: &Store, to: &Store) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_waits_for_the_link_installs_new_versions_refuses_a_lie_by_key_and_field_holds_the_mirror_and_never_writes() {
+async fn a_follower_waits_for_the_link_installs_new_versions_refuses_a_lie_by_key_and_field_holds_the_mirror_and_never_writes(
+) {
     let w = World::new();
     let id = Uuid([1; 16]);
     let src1 = write_partition(&w.path("src1"), "orders", id, 30, 2048);
@@ -144,12 +145,22 @@ async fn a_follower_waits_for_the_link_installs_new_versions_refuses_a_lie_by_ke
         .await
     });
     // Started before the shipper's first commit: the follower waits for the link, saying so.
-    let waiting = |reports: &[ApplyReport]| reports.iter().any(|r| r.notes.iter().any(|n| n.starts_with("waiting: ")));
-    until("a note that the link is not there yet", || waiting(&reports.lock().unwrap())).await;
+    let waiting = |reports: &[ApplyReport]| {
+        reports
+            .iter()
+            .any(|r| r.notes.iter().any(|n| n.starts_with("waiting: ")))
+    };
+    until("a note that the link is not there yet", || {
+        waiting(&reports.lock().unwrap())
+    })
+    .await;
     let first = ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &src1).await;
     assert!(first.len() >= 3);
     let mirror = w.mirror();
-    until("the first source", || tree(&mirror.join("orders-0")) == expected_mirror_files(&src1)).await;
+    until("the first source", || {
+        tree(&mirror.join("orders-0")) == expected_mirror_files(&src1)
+    })
+    .await;
 
     // The mirror is the follower's while it runs: another apply is refused.
     match segmirror_applier::apply(&w.config(), w.catalog(), &NoProgress).await {
@@ -196,7 +207,10 @@ async fn a_follower_waits_for_the_link_installs_new_versions_refuses_a_lie_by_ke
     for s in &second[resealed..] {
         put_manifest(&w.store, s).await;
     }
-    until("the second source", || tree(&mirror.join("orders-0")) == expected_mirror_files(&src2)).await;
+    until("the second source", || {
+        tree(&mirror.join("orders-0")) == expected_mirror_files(&src2)
+    })
+    .await;
     stop.send(()).unwrap();
     let stats = follower.await.unwrap().unwrap();
     assert!(stats.runs >= 3, "{stats:?}");

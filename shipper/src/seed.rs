@@ -192,7 +192,10 @@ impl HeldLeases {
 
     fn forget(&self, key: &PartitionKey) {
         self.leases.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-        self.fenced.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+        self.fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone());
     }
 
     fn is_fenced(&self, key: &PartitionKey) -> bool {
@@ -201,7 +204,13 @@ impl HeldLeases {
 
     /// Partitions this process was fenced from.
     pub fn fenced(&self) -> Vec<PartitionKey> {
-        let mut keys: Vec<PartitionKey> = self.fenced.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        let mut keys: Vec<PartitionKey> = self
+            .fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
         keys.sort();
         keys
     }

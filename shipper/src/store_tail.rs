@@ -171,9 +171,12 @@ pub async fn run(
             reason: "must be positive".into(),
         });
     }
-    let (_watcher, mut events) = watch(WatchConfig::new(config.seed.log_dirs.clone(), config.seed.topics.clone()))
-        .await
-        .map_err(Error::Format)?;
+    let (_watcher, mut events) = watch(WatchConfig::new(
+        config.seed.log_dirs.clone(),
+        config.seed.topics.clone(),
+    ))
+    .await
+    .map_err(Error::Format)?;
     let held = HeldLeases::default();
     let mut stats = RoundStats::default();
     let mut trigger = RoundTrigger::default();

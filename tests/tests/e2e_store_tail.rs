@@ -358,16 +358,28 @@ fn replicate(bucket: Bucket, stopped_for: Duration, topic: &str) {
     target.restart().unwrap();
     let tb = target.bootstrap();
     let t_uncommitted = consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap();
-    assert_eq!(identity(&t_uncommitted), identity(&uncommitted), "read_uncommitted on the target");
+    assert_eq!(
+        identity(&t_uncommitted),
+        identity(&uncommitted),
+        "read_uncommitted on the target"
+    );
     let t_committed = consume_all(&tb, topic, None, Isolation::ReadCommitted).unwrap();
-    assert_eq!(identity(&t_committed), identity(&committed), "read_committed on the target");
+    assert_eq!(
+        identity(&t_committed),
+        identity(&committed),
+        "read_committed on the target"
+    );
     target.stop().unwrap();
 }
 
 #[test]
 fn through_a_local_folder_two_followers_one_stopped_and_restarted_promote_exactly_once() {
     let bucket = tempfile::tempdir().unwrap();
-    replicate(Bucket::Local(bucket.path().join("bucket")), LOCAL_STOPPED_FOR, "store-local");
+    replicate(
+        Bucket::Local(bucket.path().join("bucket")),
+        LOCAL_STOPPED_FOR,
+        "store-local",
+    );
 }
 
 #[test]

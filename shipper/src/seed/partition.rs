@@ -152,7 +152,14 @@ pub(crate) async fn ship_partition(ctx: &Context<'_>, source: SourcePartition) -
         match shipper.attempt().await {
             Ok(()) => break,
             Err(Stop::Status(status)) => {
-                if let (Some(held), PartitionStatus::Failed { kind: FailureKind::Fenced, .. }) = (ctx.held, &status) {
+                if let (
+                    Some(held),
+                    PartitionStatus::Failed {
+                        kind: FailureKind::Fenced,
+                        ..
+                    },
+                ) = (ctx.held, &status)
+                {
                     // A newer lease took the partition: this shipper never writes it again under the old one.
                     held.forget(&shipper.key);
                 }

@@ -56,7 +56,10 @@ async fn rounds_keep_one_lease_and_upload_each_appended_byte_once_as_a_chunk_end
         // Only this round's bytes went up as data, in one new chunk; the rest is the version's small indexes.
         let new_chunk = last.log_chunks.last().unwrap();
         let appended = sizes[sizes.len() - 1] - sizes[sizes.len() - 2];
-        assert_eq!((new_chunk.from, new_chunk.to), (sizes[sizes.len() - 2], sizes[sizes.len() - 1]));
+        assert_eq!(
+            (new_chunk.from, new_chunk.to),
+            (sizes[sizes.len() - 2], sizes[sizes.len() - 1])
+        );
         assert_eq!(new_chunk.next_offset, next, "the chunk ends after its last batch");
         let indexes: u64 = last
             .files
@@ -130,7 +133,9 @@ async fn a_partition_fenced_by_a_second_shipper_is_never_written_again_by_this_r
             "round {round}: {r:#?}"
         );
         assert!(
-            !rec.puts().iter().any(|k| k.contains("/manifests/") || k.starts_with(&pk.lease_dir())),
+            !rec.puts()
+                .iter()
+                .any(|k| k.contains("/manifests/") || k.starts_with(&pk.lease_dir())),
             "round {round}: no manifest and no lease written after the fence: {:?}",
             rec.puts()
         );

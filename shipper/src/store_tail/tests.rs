@@ -24,9 +24,15 @@ const INTERVAL: Duration = Duration::from_millis(500);
 #[test]
 fn a_round_waits_for_a_change_then_for_the_interval_or_the_byte_threshold() {
     let mut t = RoundTrigger::default();
-    assert!(!t.due(Duration::from_secs(60), INTERVAL, 1000), "nothing changed: no round, however long");
+    assert!(
+        !t.due(Duration::from_secs(60), INTERVAL, 1000),
+        "nothing changed: no round, however long"
+    );
     t.observe(&grew(0, 0, 100));
-    assert!(!t.due(Duration::from_millis(100), INTERVAL, 1000), "changed, interval not up");
+    assert!(
+        !t.due(Duration::from_millis(100), INTERVAL, 1000),
+        "changed, interval not up"
+    );
     assert!(t.due(INTERVAL, INTERVAL, 1000), "changed and the interval is up");
     // Growth is counted from the length each partition had, across partitions.
     t.observe(&grew(0, 0, 600));

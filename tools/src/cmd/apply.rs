@@ -165,7 +165,10 @@ fn run_follow(
                     }
                 }
                 for k in &report.ignored_keys {
-                    if last_problem.insert(format!("key {:?}", k.key), k.reason.clone()).is_none() {
+                    if last_problem
+                        .insert(format!("key {:?}", k.key), k.reason.clone())
+                        .is_none()
+                    {
                         eprintln!("segmirror apply: warning: ignored {:?}: {}", k.key, k.reason);
                     }
                 }

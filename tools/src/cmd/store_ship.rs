@@ -18,7 +18,9 @@ use std::time::Duration;
 use anyhow::bail;
 use segment_format::verify::VerifyOptions;
 use segmirror_shipper::seed::{PartitionStatus, SeedConfig, TopicFilter, ALL_TOPICS};
-use segmirror_shipper::store_tail::{self, StoreTailConfig, StoreTailEnd, DEFAULT_UPLOAD_BYTES, DEFAULT_UPLOAD_INTERVAL};
+use segmirror_shipper::store_tail::{
+    self, StoreTailConfig, StoreTailEnd, DEFAULT_UPLOAD_BYTES, DEFAULT_UPLOAD_INTERVAL,
+};
 use segmirror_transport::manifest::KeyPrefix;
 
 use crate::cli::runtime::Runtime;
@@ -113,9 +115,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
                         "refused segment {base_offset:?}: {}",
                         findings.first().map(ToString::to_string).unwrap_or_default()
                     )),
-                    PartitionStatus::Diverged { base_offset, reason, .. } => {
-                        Some(format!("diverged at segment {base_offset}: {reason}"))
-                    }
+                    PartitionStatus::Diverged {
+                        base_offset, reason, ..
+                    } => Some(format!("diverged at segment {base_offset}: {reason}")),
                     PartitionStatus::Failed { kind, error } => Some(format!("failed ({kind:?}): {error}")),
                 };
                 match problem {
