@@ -63,7 +63,9 @@ pub struct ApplyConfig {
     mirror_root: PathBuf,
     verify: VerifyOptions,
     parallel_partitions: usize,
-    wait_for_lock: bool,
+    pub(crate) wait_for_lock: bool,
+    /// The caller holds the mirror lock for all its runs (follow mode): a run does not take it again.
+    pub(crate) lock_held: bool,
     #[cfg(feature = "failpoints")]
     failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
 }
@@ -85,6 +87,7 @@ impl ApplyConfig {
             verify: VerifyOptions::default(),
             parallel_partitions: DEFAULT_PARALLEL_PARTITIONS,
             wait_for_lock: false,
+            lock_held: false,
             #[cfg(feature = "failpoints")]
             failpoint: None,
         }
@@ -197,10 +200,16 @@ impl Applier {
         let mut report = ApplyReport::default();
         let root = self.config.mirror_root.clone();
         let wait = self.config.wait_for_lock;
-        // One applier per mirror: the lock is taken before anything in the mirror is touched, held to the end.
+        let lock_held = self.config.lock_held;
+        // One applier per mirror: the lock is taken before anything in the mirror is touched, held to the end (in
+        // follow mode the follower holds it for all its runs).
         let (layout, cleared, _lock) = tokio::task::spawn_blocking(move || -> Result<_> {
             let layout = MirrorLayout::open(&root)?;
-            let lock = crate::lock::lock_mirror(layout.root(), wait)?;
+            let lock = if lock_held {
+                None
+            } else {
+                Some(crate::lock::lock_mirror(layout.root(), wait)?)
+            };
             let cleared = reconcile::clear_staging(&layout)?;
             Ok((layout, cleared, lock))
         })

@@ -42,6 +42,7 @@ mod catalog_cell;
 mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
+pub mod follow;
 mod install;
 mod layout;
 mod lock;

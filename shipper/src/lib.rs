@@ -25,6 +25,7 @@
 pub mod error;
 pub mod seed;
 pub mod source;
+pub mod store_tail;
 pub mod tail;
 
 pub use error::{Error, Result};

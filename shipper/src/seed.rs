@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use futures::StreamExt;
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::verify::VerifyOptions;
-use segmirror_transport::manifest::{validate_link_name, KeyPrefix, MAX_ID_LENGTH};
+use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Lease, PartitionKey, MAX_ID_LENGTH};
 
 use crate::error::{Error, Result};
 use crate::source::{self, PrepareOptions, Unusable, UnusablePartition};
@@ -45,6 +45,8 @@ mod chunks;
 mod partition;
 mod plan;
 mod report;
+#[cfg(test)]
+mod round_tests;
 #[cfg(test)]
 mod tests;
 
@@ -163,6 +165,69 @@ pub use segment_format::progress::{NoProgress, Progress};
 /// on an invalid configuration; everything that happens to partitions is in
 /// the report.
 pub async fn seed(store: &dyn Transport, config: &SeedConfig, progress: &dyn Progress) -> Result<SeedReport> {
+    seed_round(store, config, progress, None).await
+}
+
+/// The leases a continuous shipper (`crate::store_tail`) keeps between its rounds, one per partition: taking a
+/// new lease every round would add a lease object per partition per round to the bucket and, worse, let a second
+/// shipper's lease be overtaken by this one's next round instead of fencing it. A fenced partition's lease is
+/// forgotten and never taken again by the same process.
+#[derive(Debug, Default)]
+pub struct HeldLeases {
+    leases: std::sync::Mutex<std::collections::HashMap<PartitionKey, Lease>>,
+    fenced: std::sync::Mutex<std::collections::HashSet<PartitionKey>>,
+}
+
+impl HeldLeases {
+    fn get(&self, key: &PartitionKey) -> Option<Lease> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    }
+
+    fn keep(&self, key: &PartitionKey, lease: &Lease) {
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), lease.clone());
+    }
+
+    fn forget(&self, key: &PartitionKey) {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone());
+    }
+
+    fn is_fenced(&self, key: &PartitionKey) -> bool {
+        self.fenced.lock().unwrap_or_else(|p| p.into_inner()).contains(key)
+    }
+
+    /// Partitions this process was fenced from.
+    pub fn fenced(&self) -> Vec<PartitionKey> {
+        let mut keys: Vec<PartitionKey> = self
+            .fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// The epoch held for `key`, if any.
+    pub fn epoch(&self, key: &PartitionKey) -> Option<u64> {
+        self.get(key).map(|l| l.epoch)
+    }
+}
+
+/// One round of a seed: as [`seed`], keeping leases in `held` across rounds when given.
+pub async fn seed_round(
+    store: &dyn Transport,
+    config: &SeedConfig,
+    progress: &dyn Progress,
+    held: Option<&HeldLeases>,
+) -> Result<SeedReport> {
     config.validate()?;
     let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
     let discovery = tokio::task::spawn_blocking(move || source::discover(&log_dirs, &topics))
@@ -190,6 +255,7 @@ pub async fn seed(store: &dyn Transport, config: &SeedConfig, progress: &dyn Pro
         shipper_id: &config.shipper_id,
         prepare: &prepare,
         progress,
+        held,
     };
     let mut partitions: Vec<PartitionReport> = futures::stream::iter(discovery.sources)
         .map(|source| partition::ship_partition(&context, source))

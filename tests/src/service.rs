@@ -28,6 +28,8 @@ pub struct Service {
     stderr: Arc<Mutex<String>>,
     name: String,
     args: Vec<String>,
+    /// Extra environment variables (e.g. the `AWS_*` of an S3-compatible server), kept for restarts.
+    env: Vec<(String, String)>,
     /// The logs of the earlier (killed) incarnations, for failure messages.
     history: String,
     patience: Duration,
@@ -36,13 +38,24 @@ pub struct Service {
 impl Service {
     /// Starts `segmirror <args>` (`SEGMIRROR_LOG=info`); `name` says which service in failure messages.
     pub fn start<S: AsRef<str>>(name: &str, args: impl IntoIterator<Item = S>) -> Service {
+        Service::start_with_env(name, args, &[])
+    }
+
+    /// As [`Service::start`], with extra environment variables (kept for restarts).
+    pub fn start_with_env<S: AsRef<str>>(
+        name: &str,
+        args: impl IntoIterator<Item = S>,
+        env: &[(&str, String)],
+    ) -> Service {
         let args: Vec<String> = args.into_iter().map(|a| a.as_ref().to_string()).collect();
-        let (child, stderr) = spawn(&args);
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let (child, stderr) = spawn(&args, &env);
         Service {
             child,
             stderr,
             name: name.to_string(),
             args,
+            env,
             history: String::new(),
             patience: DEFAULT_PATIENCE,
         }
@@ -118,7 +131,7 @@ impl Service {
         let old = std::mem::take(&mut *self.stderr.lock().unwrap());
         self.history
             .push_str(&format!("{old}--- {} SIGKILLed and restarted ---\n", self.name));
-        let (child, stderr) = spawn(&self.args);
+        let (child, stderr) = spawn(&self.args, &self.env);
         self.child = child;
         self.stderr = stderr;
     }
@@ -155,9 +168,10 @@ impl Drop for Service {
     }
 }
 
-fn spawn(args: &[String]) -> (Child, Arc<Mutex<String>>) {
+fn spawn(args: &[String], env: &[(String, String)]) -> (Child, Arc<Mutex<String>>) {
     let mut child = Command::new(segmirror_binary().unwrap())
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env("SEGMIRROR_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -59,6 +59,10 @@ enum Command {
     /// What `segmirror apply --listen|--connect` runs; kept under this name for scripts that use it.
     #[command(hide = true)]
     TailApply(cmd::tail_apply::Args),
+    /// Ship Kafka log dirs to an object store continuously, until SIGTERM/SIGINT. What `segmirror ship --store URL`
+    /// runs (flags: `segmirror ship --store URL --help`).
+    #[command(hide = true)]
+    StoreShip(cmd::store_ship::Args),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Command::Promote(args) => cmd::promote::run(args),
         Command::Ship(args) => cmd::ship::run(args, &runtime),
         Command::TailApply(args) => cmd::tail_apply::run(args, &runtime),
+        Command::StoreShip(args) => cmd::store_ship::run(args, &runtime),
     };
     match result {
         Ok(code) => code,

@@ -51,6 +51,9 @@ pub(crate) struct Context<'a> {
     pub shipper_id: &'a str,
     pub prepare: &'a PrepareOptions,
     pub progress: &'a dyn Progress,
+    /// Leases kept from earlier rounds of a continuous shipper (`None`: a one-shot seed, which takes a lease at the
+    /// first write of each partition and lets it go at the end).
+    pub held: Option<&'a super::HeldLeases>,
 }
 
 /// Why a partition stops early.
@@ -124,11 +127,22 @@ pub(crate) async fn ship_partition(ctx: &Context<'_>, source: SourcePartition) -
             return report;
         }
     };
+    if ctx.held.is_some_and(|h| h.is_fenced(&key)) {
+        report.status = PartitionStatus::Failed {
+            kind: FailureKind::Fenced,
+            error: format!(
+                "{}: fenced by a newer lease earlier in this run; another shipper owns it now",
+                report.name()
+            ),
+        };
+        return report;
+    }
+    let lease = ctx.held.and_then(|h| h.get(&key));
     let mut shipper = PartitionShipper {
         ctx,
         source: &source,
         key,
-        lease: None,
+        lease,
         bucket: Bucket::default(),
         counted: BTreeSet::new(),
         report,
@@ -138,6 +152,17 @@ pub(crate) async fn ship_partition(ctx: &Context<'_>, source: SourcePartition) -
         match shipper.attempt().await {
             Ok(()) => break,
             Err(Stop::Status(status)) => {
+                if let (
+                    Some(held),
+                    PartitionStatus::Failed {
+                        kind: FailureKind::Fenced,
+                        ..
+                    },
+                ) = (ctx.held, &status)
+                {
+                    // A newer lease took the partition: this shipper never writes it again under the old one.
+                    held.forget(&shipper.key);
+                }
                 shipper.report.status = status;
                 break;
             }
@@ -266,6 +291,9 @@ impl PartitionShipper<'_, '_> {
         }
         let lease = self.ctx.store.acquire_lease(&self.key, self.ctx.shipper_id).await?;
         self.report.lease_epoch = Some(lease.epoch);
+        if let Some(held) = self.ctx.held {
+            held.keep(&self.key, &lease);
+        }
         self.lease = Some(lease);
         self.list_bucket().await?;
         Ok(true)

@@ -27,12 +27,12 @@ use super::*;
 use segmirror_transport::audit::{audit_store, AuditOptions};
 use segmirror_transport::store::{digest_of, Store, StoreUrl};
 
-const LINK: &str = "east";
+pub(super) const LINK: &str = "east";
 /// `index.interval.bytes` of the partitions written here: small enough for
 /// several index entries per 4 KiB segment.
 const INDEX_INTERVAL: u64 = 512;
 
-fn local_store(root: &Path) -> Store {
+pub(super) fn local_store(root: &Path) -> Store {
     Store::open(
         &StoreUrl::Local {
             root: root.to_path_buf(),
@@ -42,7 +42,7 @@ fn local_store(root: &Path) -> Store {
     .unwrap()
 }
 
-fn config(log_dir: &Path) -> SeedConfig {
+pub(super) fn config(log_dir: &Path) -> SeedConfig {
     let mut c = SeedConfig::new(vec![log_dir.to_path_buf()], LINK).unwrap();
     c.shipper_id = "test-shipper".into();
     c.index_interval_bytes = INDEX_INTERVAL;
@@ -61,13 +61,13 @@ fn sample(log_dir: &Path, running: bool) -> segment_format::writer::sample::Mani
     .unwrap()
 }
 
-fn topic_id(n: u8) -> Uuid {
+pub(super) fn topic_id(n: u8) -> Uuid {
     Uuid([n; 16])
 }
 
 /// One partition of `batches` batches of ~300 bytes in 4 KiB segments (so
 /// several segments), two leader epochs.
-fn write_partition(log_dir: &Path, topic: &str, batches: usize, running: bool, id: Uuid) -> PartitionWriter {
+pub(super) fn write_partition(log_dir: &Path, topic: &str, batches: usize, running: bool, id: Uuid) -> PartitionWriter {
     let config = WriterConfig {
         segment_bytes: 4096,
         index_interval_bytes: INDEX_INTERVAL,
@@ -83,7 +83,7 @@ fn write_partition(log_dir: &Path, topic: &str, batches: usize, running: bool, i
     w
 }
 
-fn batch(base: i64, i: usize) -> BatchBuilder {
+pub(super) fn batch(base: i64, i: usize) -> BatchBuilder {
     let ts = 1_700_000_000_000 + i as i64 * 1000;
     BatchBuilder::new(base)
         .partition_leader_epoch(if i < 10 { 0 } else { 3 })
@@ -95,7 +95,7 @@ fn batch(base: i64, i: usize) -> BatchBuilder {
         .record(RecordSpec::new(1, ts + 1).with_value(vec![b'w'; 10]))
 }
 
-fn finish_log_dir(log_dir: &Path, partitions: &[segment_format::writer::WrittenPartition], running: bool) {
+pub(super) fn finish_log_dir(log_dir: &Path, partitions: &[segment_format::writer::WrittenPartition], running: bool) {
     let identity = LogDirIdentity {
         cluster_id: "test-cluster-id".into(),
         node_id: 1,
@@ -110,7 +110,7 @@ fn finish_log_dir(log_dir: &Path, partitions: &[segment_format::writer::WrittenP
 }
 
 /// The valid manifests of a partition's lineage, by base offset.
-async fn manifests(store: &Store, topic: &str, partition: i32, id: Uuid) -> Vec<Manifest> {
+pub(super) async fn manifests(store: &Store, topic: &str, partition: i32, id: Uuid) -> Vec<Manifest> {
     let key = PartitionKey::new(KeyPrefix::root(), LINK, topic, partition).unwrap();
     let mut out = Vec::new();
     for object in store.list(&key.manifests_dir(&id)).await.unwrap() {
@@ -124,7 +124,7 @@ async fn manifests(store: &Store, topic: &str, partition: i32, id: Uuid) -> Vec<
     out
 }
 
-async fn object(store: &Store, key: &str) -> Vec<u8> {
+pub(super) async fn object(store: &Store, key: &str) -> Vec<u8> {
     store.get_bytes(key, 1 << 30).await.unwrap().to_vec()
 }
 
@@ -133,7 +133,7 @@ fn file(m: &Manifest, kind: SegmentFileKind) -> &segmirror_transport::manifest::
 }
 
 /// Records every put and can inject a lease when a partition's second segment starts uploading.
-struct RecordingStore {
+pub(super) struct RecordingStore {
     inner: Arc<dyn ObjectStore>,
     puts: Mutex<Vec<String>>,
     manifests_committed: AtomicU64,
@@ -151,11 +151,11 @@ impl RecordingStore {
         })
     }
 
-    fn puts(&self) -> Vec<String> {
+    pub(super) fn puts(&self) -> Vec<String> {
         self.puts.lock().unwrap().clone()
     }
 
-    fn clear(&self) {
+    pub(super) fn clear(&self) {
         self.puts.lock().unwrap().clear();
     }
 
@@ -248,7 +248,7 @@ impl ObjectStore for RecordingStore {
     }
 }
 
-fn recording(dir: &Path) -> (Arc<RecordingStore>, Store) {
+pub(super) fn recording(dir: &Path) -> (Arc<RecordingStore>, Store) {
     let rec = RecordingStore::new(&dir.join("bucket"));
     let store = Store::from_object_store(rec.clone(), "recording");
     (rec, store)
@@ -462,7 +462,7 @@ async fn a_rerun_ships_nothing_new_and_writes_nothing() {
 }
 
 /// Append a complete batch at `offset` to a `.log` behind the writer's back, as a broker would.
-fn append_batch(log: &Path, offset: i64, i: usize) -> u64 {
+pub(super) fn append_batch(log: &Path, offset: i64, i: usize) -> u64 {
     let bytes = batch(offset, i).build();
     let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
     f.write_all(&bytes).unwrap();

@@ -74,6 +74,8 @@ const BATCH_APPLY_FLAGS: &[&str] = &[
     "prefix",
     "deep",
     "wait",
+    "follow",
+    "poll-interval-ms",
     "json",
     "s3-endpoint",
     "s3-region",
@@ -112,6 +114,14 @@ pub fn expand(args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     let mut args = args;
     let given = flags_given(&args[sub + 1..]);
     let config = config_path(&args[sub + 1..]);
+    if args[sub].to_str() == Some("ship") && given.contains("store") {
+        // The continuous shipper through a bucket: a command of its own (`cmd::store_ship`), flags only.
+        if config.is_some() {
+            bail!("ship --store takes flags only; --config is for the direct link's ship");
+        }
+        args[sub] = OsString::from("store-ship");
+        return Ok(args);
+    }
     let table = match &config {
         Some(path) => Some(load(path)?),
         None => None,
@@ -299,6 +309,19 @@ mod tests {
         let err = expand(os(&["segmirror", "apply", "--listen", "0:1", "--store", "file:///s"])).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("--store") && !msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn ship_with_a_store_is_the_store_shipper_and_takes_no_config_file() {
+        let out = expand(os(&["segmirror", "ship", "--store", "s3://b", "--log-dir", "k"])).unwrap();
+        assert_eq!(strs(&out)[1], "store-ship");
+        let out = expand(os(&["segmirror", "ship", "--store=/b"])).unwrap();
+        assert_eq!(strs(&out)[1], "store-ship");
+        let err = expand(os(&["segmirror", "ship", "--store", "/b", "--config", "x.toml"])).unwrap_err();
+        assert!(err.to_string().contains("flags only"), "{err}");
+        // Without --store, ship is the direct link's.
+        let out = expand(os(&["segmirror", "ship", "--connect", "h:1"])).unwrap();
+        assert_eq!(strs(&out)[1], "ship");
     }
 
     #[test]

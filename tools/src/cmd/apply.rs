@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
+use segmirror_applier::follow::{follow, FollowConfig, DEFAULT_POLL_INTERVAL};
 use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{Store, StoreUrl};
@@ -55,6 +56,15 @@ pub struct Args {
     /// When another apply is running on the same mirror, wait for it to finish instead of exiting with status 2.
     #[arg(long)]
     wait: bool,
+    /// Keep running: install each new version a `segmirror ship --store` commits, polling the store, until
+    /// SIGTERM/SIGINT (then exit 0). Holds the mirror for the whole run; never writes to the store, so several
+    /// followers (each with its own mirror and catalog) can follow one store.
+    #[arg(long)]
+    follow: bool,
+    /// With --follow: milliseconds between two looks at the store.
+    #[arg(long, value_name = "MS", requires = "follow", default_value_t = DEFAULT_POLL_INTERVAL.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    poll_interval_ms: u64,
 }
 
 /// A bar over the bytes the plan will install, created once planning is done (the total is then known).
@@ -112,6 +122,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     if let Some(link) = &args.link {
         config = config.with_link(link);
     }
+    if args.follow {
+        return run_follow(config, catalog, &args, runtime);
+    }
     let bar = Bar::default();
     let report = runtime.block_on(segmirror_applier::apply(&config, catalog, &bar))??;
     bar.finish();
@@ -121,6 +134,75 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         print_text(&report, &args.mirror, &catalog_path);
     }
     Ok(exit_code(&report))
+}
+
+/// `--follow`: runs until a signal; one line per run that installed something, a refusal or failure once per
+/// partition until it changes.
+fn run_follow(
+    config: ApplyConfig,
+    catalog: segmirror_catalog::Catalog,
+    args: &Args,
+    runtime: &Runtime,
+) -> anyhow::Result<ExitCode> {
+    let mut follow_config = FollowConfig::new(config);
+    follow_config.poll_interval = std::time::Duration::from_millis(args.poll_interval_ms);
+    let mirror = args.mirror.display().to_string();
+    eprintln!(
+        "segmirror apply: following {} into {mirror} (every {} ms) until SIGTERM/SIGINT",
+        args.store, args.poll_interval_ms
+    );
+    let mut last_problem: std::collections::BTreeMap<String, String> = Default::default();
+    let stats = runtime.block_on(async {
+        let shutdown = crate::cli::link::shutdown_on_signal()?;
+        let stats = follow(
+            &follow_config,
+            catalog,
+            async move { shutdown.cancelled().await },
+            |report| {
+                for note in &report.notes {
+                    if last_problem.insert(format!("note {note}"), String::new()).is_none() {
+                        eprintln!("segmirror apply: {note}");
+                    }
+                }
+                for k in &report.ignored_keys {
+                    if last_problem
+                        .insert(format!("key {:?}", k.key), k.reason.clone())
+                        .is_none()
+                    {
+                        eprintln!("segmirror apply: warning: ignored {:?}: {}", k.key, k.reason);
+                    }
+                }
+                for p in &report.partitions {
+                    if !p.installed.is_empty() {
+                        let through = p.installed.iter().map(|i| i.next_offset).max().unwrap_or_default();
+                        eprintln!(
+                            "segmirror apply: {}: installed {} version(s), through offset {through}",
+                            p.name(),
+                            p.installed.len()
+                        );
+                    }
+                    match (detail(p), &p.outcome) {
+                        (Some(line), PartitionOutcome::Refused(_) | PartitionOutcome::Failed { .. }) => {
+                            if last_problem.get(&p.name()) != Some(&line) {
+                                eprintln!("segmirror apply: {}: {line}", p.name());
+                                last_problem.insert(p.name(), line);
+                            }
+                        }
+                        _ => {
+                            last_problem.remove(&p.name());
+                        }
+                    }
+                }
+            },
+        )
+        .await?;
+        anyhow::Ok(stats)
+    })??;
+    eprintln!(
+        "segmirror apply: stopped after {} run(s): {} version(s) installed, {} byte(s) fetched",
+        stats.runs, stats.segments_installed, stats.bytes_fetched
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// 2 when a partition failed, else 1 when a segment was refused, else 0.

@@ -1,0 +1,239 @@
+//! Continuous replication through a bucket (`segmirror ship --store`): for sites where neither side can reach the
+//! other and both reach one bucket.
+//!
+//! Why rounds of `seed` and not a second uploader: the bucket contract (manifest v2 `log_chunks`, the succession
+//! rule, leases, the applier's checks) is exactly what a rerun of `seed` already produces — a grown active segment
+//! goes up as one new chunk object plus a new manifest version referencing the chunks shipped before, a rolled
+//! segment gets its sealed version (indexes, producer snapshot, transaction index) re-committed over the shipped
+//! chunks, and nothing already in the bucket is uploaded again. Writing those versions a second way would mean two
+//! implementations of one public contract. So a continuous shipper is a loop of seed rounds with two additions:
+//!
+//! - **When a round starts.** The log-dir watcher ([`crate::source::watch`]) says when something changed; a round
+//!   starts once [`StoreTailConfig::upload_interval`] has passed since the previous one, or at once when the
+//!   active segments grew by [`StoreTailConfig::upload_bytes`] — whichever comes first — and never on a blind
+//!   sleep with nothing changed (the watcher's periodic rescan is the safety net for lost notifications).
+//! - **Leases kept between rounds** ([`HeldLeases`]): a partition's lease is taken at its first write and kept,
+//!   so rounds add no lease objects; a second shipper on the same bucket prefix takes a newer lease and fences this
+//!   one at its next commit, after which this process never writes that partition again and
+//!   [`run`] returns [`StoreTailEnd::Fenced`] (the caller exits non-zero). Two shippers thus never interleave
+//!   manifests beyond the one commit the lease check's two requests allow (reported by the audit as
+//!   `StaleLeaseCommit`).
+//!
+//! What each round still costs, proportional to the active segment (not yet incremental): the seed's verification
+//! of the active segment from byte 0, the rebuild of its offset/time indexes, and the hash of the already shipped
+//! prefix against the referenced chunks' digests (local reads, no upload). That is bounded by the segment size
+//! (`log.segment.bytes`), not by the topic; see ARCHITECTURE.md "Tail through a bucket".
+//!
+//! Bounds: the bucket tail ships every complete, CRC-valid batch (`--upto log-end`); the high-watermark bound of the
+//! direct tail is not applied by seed's active-segment preparation yet, so the command line refuses it for
+//! `--store` rather than ship uncommitted records under that name. Retention and compaction are handled as `seed`
+//! handles them (a deleted segment is simply no longer shipped — the applier follows the log start the manifests
+//! carry; a compacted sealed segment is shipped whole again as a new version).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::seed::{self, HeldLeases, NoProgress, PartitionStatus, SeedConfig, SeedReport};
+use crate::source::watch::{watch, PartitionId, WatchConfig, WatchEvent};
+use segmirror_transport::Transport;
+
+/// Default time between upload rounds (500 ms): the target is an object-store tail p99 of 2 s from send to
+/// the mirror, and a record waits at most one interval before its round starts, plus the round (a few requests) and
+/// the applier's poll; fewer rounds mean fewer PUTs (each round of a grown partition is one chunk object and one
+/// manifest: at 500 ms, ~14k requests per partition a day at the most).
+pub const DEFAULT_UPLOAD_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Default growth of the active segments that starts a round before the interval is up (8 MiB): a fast producer
+/// then uploads chunks of about this size (big enough that per-request overhead stays small next to the transfer,
+/// small enough that one chunk uploads in well under the interval on a 1 Gbit/s link) instead of letting one round
+/// carry an interval's worth of a high rate.
+pub const DEFAULT_UPLOAD_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How a continuous shipper runs.
+#[derive(Debug, Clone)]
+pub struct StoreTailConfig {
+    /// What each round ships (log dirs, topics, link, prefix, shipper id...).
+    pub seed: SeedConfig,
+    /// [`DEFAULT_UPLOAD_INTERVAL`].
+    pub upload_interval: Duration,
+    /// [`DEFAULT_UPLOAD_BYTES`].
+    pub upload_bytes: u64,
+}
+
+impl StoreTailConfig {
+    pub fn new(seed: SeedConfig) -> Self {
+        StoreTailConfig {
+            seed,
+            upload_interval: DEFAULT_UPLOAD_INTERVAL,
+            upload_bytes: DEFAULT_UPLOAD_BYTES,
+        }
+    }
+}
+
+/// Why [`run`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreTailEnd {
+    /// The shutdown future completed (after the round under way, if any, committed or stopped).
+    Stopped,
+    /// Another shipper took the lease of these partitions (`topic-partition`): this one stopped.
+    Fenced(Vec<String>),
+}
+
+/// What the rounds of a run did, for the caller's log and tests.
+#[derive(Debug, Default, Clone)]
+pub struct RoundStats {
+    pub rounds: u64,
+    pub segments_shipped: u64,
+    pub bytes_uploaded: u64,
+}
+
+/// When the next round is due, from what the watcher said. Pure, so the timing rule is tested without a clock.
+#[derive(Debug, Default)]
+pub struct RoundTrigger {
+    /// Something changed since the last round started.
+    dirty: bool,
+    /// Bytes the active segments grew by since the last round started.
+    grown: u64,
+    /// The last length seen per partition's active segment (base, len).
+    lengths: HashMap<PartitionId, (i64, u64)>,
+}
+
+impl RoundTrigger {
+    /// Take in one watcher event.
+    pub fn observe(&mut self, event: &WatchEvent) {
+        match event {
+            WatchEvent::ActiveGrew {
+                partition,
+                base_offset,
+                len,
+            } => {
+                let before = match self.lengths.get(partition) {
+                    Some((base, was)) if base == base_offset => *was,
+                    _ => 0,
+                };
+                self.grown = self.grown.saturating_add(len.saturating_sub(before));
+                self.lengths.insert(partition.clone(), (*base_offset, *len));
+                self.dirty = true;
+            }
+            WatchEvent::Rolled {
+                partition, active_base, ..
+            } => {
+                self.lengths.insert(partition.clone(), (*active_base, 0));
+                self.dirty = true;
+            }
+            WatchEvent::PartitionGone { partition, .. } => {
+                self.lengths.remove(partition);
+                self.dirty = true;
+            }
+            // A listing problem is retried by the watcher; nothing to ship because of it.
+            WatchEvent::Unreadable { .. } => {}
+            _ => self.dirty = true,
+        }
+    }
+
+    /// Start a round now (`true`), given the time since the last round started.
+    pub fn due(&self, since_last: Duration, interval: Duration, bytes: u64) -> bool {
+        self.dirty && (since_last >= interval || self.grown >= bytes)
+    }
+
+    /// A round starts: what it will see is no longer pending.
+    pub fn started(&mut self) {
+        self.dirty = false;
+        self.grown = 0;
+    }
+
+    /// Something must be looked at again at the next round (a partition a round could not finish).
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+}
+
+/// Ship continuously until `shutdown` completes or this shipper is fenced (see the module doc). `on_round` sees
+/// every round's report (for logging). Fails only when nothing can run at all (an invalid configuration, a
+/// watcher that cannot start).
+pub async fn run(
+    store: &dyn Transport,
+    config: &StoreTailConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+    mut on_round: impl FnMut(&SeedReport),
+) -> Result<(StoreTailEnd, RoundStats)> {
+    config.seed.validate()?;
+    if config.upload_interval.is_zero() || config.upload_bytes == 0 {
+        return Err(Error::InvalidSetting {
+            setting: "upload interval/bytes",
+            reason: "must be positive".into(),
+        });
+    }
+    let (_watcher, mut events) = watch(WatchConfig::new(
+        config.seed.log_dirs.clone(),
+        config.seed.topics.clone(),
+    ))
+    .await
+    .map_err(Error::Format)?;
+    let held = HeldLeases::default();
+    let mut stats = RoundStats::default();
+    let mut trigger = RoundTrigger::default();
+    tokio::pin!(shutdown);
+    // The first round at once: whatever the source holds now.
+    let mut last_round = Instant::now();
+    let mut first = true;
+    loop {
+        if first || trigger.due(last_round.elapsed(), config.upload_interval, config.upload_bytes) {
+            first = false;
+            trigger.started();
+            last_round = Instant::now();
+            // A round runs to its end (a few requests): a signal is answered between rounds, so a stop never
+            // leaves more than a seed killed mid-round would (data objects without a manifest, overwritten later).
+            let report = seed::seed_round(store, &config.seed, &NoProgress, Some(&held)).await?;
+            stats.rounds += 1;
+            stats.segments_shipped += report.segments_shipped();
+            stats.bytes_uploaded += report.bytes_uploaded();
+            on_round(&report);
+            let fenced: Vec<String> = report
+                .partitions
+                .iter()
+                .filter(|p| {
+                    matches!(
+                        p.status,
+                        PartitionStatus::Failed {
+                            kind: seed::FailureKind::Fenced,
+                            ..
+                        }
+                    )
+                })
+                .map(|p| p.name())
+                .collect();
+            if !fenced.is_empty() {
+                return Ok((StoreTailEnd::Fenced(fenced), stats));
+            }
+            // A round that failed transiently on a partition leaves it to the next one.
+            if report.has_failures() {
+                trigger.mark_dirty();
+            }
+        }
+        let wait = if trigger.is_dirty() {
+            config.upload_interval.saturating_sub(last_round.elapsed())
+        } else {
+            // Nothing pending: sleep until an event (the bound keeps the loop responsive to nothing else).
+            Duration::from_secs(3600)
+        };
+        tokio::select! {
+            () = &mut shutdown => return Ok((StoreTailEnd::Stopped, stats)),
+            event = events.recv() => match event {
+                Some(e) => trigger.observe(&e),
+                None => return Err(Error::Task { what: "log-dir watcher".into(), message: "stopped".into() }),
+            },
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,69 @@
+use std::path::PathBuf;
+
+use super::*;
+
+fn pid(p: i32) -> PartitionId {
+    PartitionId {
+        log_dir: PathBuf::from("/k"),
+        dir: PathBuf::from(format!("/k/t-{p}")),
+        topic: "t".into(),
+        partition: p,
+    }
+}
+
+fn grew(p: i32, base: i64, len: u64) -> WatchEvent {
+    WatchEvent::ActiveGrew {
+        partition: pid(p),
+        base_offset: base,
+        len,
+    }
+}
+
+const INTERVAL: Duration = Duration::from_millis(500);
+
+#[test]
+fn a_round_waits_for_a_change_then_for_the_interval_or_the_byte_threshold() {
+    let mut t = RoundTrigger::default();
+    assert!(
+        !t.due(Duration::from_secs(60), INTERVAL, 1000),
+        "nothing changed: no round, however long"
+    );
+    t.observe(&grew(0, 0, 100));
+    assert!(
+        !t.due(Duration::from_millis(100), INTERVAL, 1000),
+        "changed, interval not up"
+    );
+    assert!(t.due(INTERVAL, INTERVAL, 1000), "changed and the interval is up");
+    // Growth is counted from the length each partition had, across partitions.
+    t.observe(&grew(0, 0, 600));
+    t.observe(&grew(1, 0, 399));
+    assert!(!t.due(Duration::ZERO, INTERVAL, 1000), "999 bytes grown");
+    t.observe(&grew(1, 0, 400));
+    assert!(t.due(Duration::ZERO, INTERVAL, 1000), "1000 bytes grown: at once");
+    t.started();
+    assert!(!t.due(Duration::from_secs(60), INTERVAL, 1000), "a round took it all");
+    // After a round, growth counts from the last lengths, not from zero.
+    t.observe(&grew(0, 0, 700));
+    assert!(!t.due(Duration::ZERO, INTERVAL, 150));
+    t.observe(&grew(0, 0, 850));
+    assert!(t.due(Duration::ZERO, INTERVAL, 150));
+    // A roll starts a new segment's count at zero and is a change by itself.
+    t.started();
+    t.observe(&WatchEvent::Rolled {
+        partition: pid(0),
+        previous_base: Some(0),
+        active_base: 50,
+    });
+    assert!(t.due(INTERVAL, INTERVAL, 1000));
+    t.observe(&grew(0, 50, 1000));
+    assert!(t.due(Duration::ZERO, INTERVAL, 1000));
+    // An unreadable listing is no change.
+    t.started();
+    t.observe(&WatchEvent::Unreadable {
+        path: "/k".into(),
+        reason: "EIO".into(),
+    });
+    assert!(!t.is_dirty());
+    t.mark_dirty();
+    assert!(t.due(INTERVAL, INTERVAL, 1000));
+}
