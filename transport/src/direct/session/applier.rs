@@ -244,12 +244,12 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);
 
         let cluster = session.features & FEATURE_CLUSTER_SHIPPERS != 0;
-        // Feature bit 6: nothing is resumed; every partition is claimed first.
-        let durable = if cluster {
-            Vec::new()
-        } else {
-            self.applier.durable_positions().await?
-        };
+        // Called in every session: an applier puts its files right there (a crash's leftovers). Feature bit 6:
+        // nothing is resumed, every partition is claimed first.
+        let mut durable = self.applier.durable_positions().await?;
+        if cluster {
+            durable.clear();
+        }
         let mut claimed: HashSet<PartitionRef> = HashSet::new();
         let node = session.peer.shipper_node_id.unwrap_or(-1);
         let mut ends: HashMap<PartitionRef, End> = HashMap::new();

@@ -46,6 +46,7 @@ struct State<A> {
 pub struct Cluster<A> {
     state: Arc<Mutex<State<A>>>,
     serials: Arc<AtomicU64>,
+    fenced: Arc<AtomicU64>,
 }
 
 impl<A> Clone for Cluster<A> {
@@ -53,6 +54,7 @@ impl<A> Clone for Cluster<A> {
         Cluster {
             state: self.state.clone(),
             serials: self.serials.clone(),
+            fenced: self.fenced.clone(),
         }
     }
 }
@@ -66,7 +68,13 @@ impl<A: ChunkApplier> Cluster<A> {
                 members: HashMap::new(),
             })),
             serials: Arc::new(AtomicU64::new(0)),
+            fenced: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Apply calls refused because the calling session did not hold a partition (for status and tests).
+    pub fn fenced(&self) -> u64 {
+        self.fenced.load(Ordering::Relaxed)
     }
 
     /// The applier for one session of shipper `node` (a new session of the same node replaces the previous
@@ -78,6 +86,7 @@ impl<A: ChunkApplier> Cluster<A> {
         self.state.lock().await.members.insert(node, (serial, tx));
         ClusterMember {
             state: self.state.clone(),
+            fenced: self.fenced.clone(),
             node,
             serial,
             revokes: rx,
@@ -103,6 +112,7 @@ impl<A: ChunkApplier> Cluster<A> {
 /// One session's view of a [`Cluster`]: a [`ChunkApplier`] that appends only to partitions this session holds.
 pub struct ClusterMember<A> {
     state: Arc<Mutex<State<A>>>,
+    fenced: Arc<AtomicU64>,
     node: i32,
     serial: u64,
     revokes: mpsc::UnboundedReceiver<Revoke>,
@@ -139,45 +149,62 @@ impl<A> State<A> {
     }
 }
 
+impl<A> ClusterMember<A> {
+    /// [`State::check`], counted when it refuses.
+    fn fence<'p>(
+        &self,
+        state: &State<A>,
+        what: &'static str,
+        partitions: impl IntoIterator<Item = &'p PartitionRef>,
+    ) -> Result<()> {
+        let r = state.check(self.serial, what, partitions);
+        if r.is_err() {
+            self.fenced.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
 impl<A: ChunkApplier> ChunkApplier for ClusterMember<A> {
-    /// Nothing: in a session of several shippers every partition is claimed first.
+    /// The applier's (its recovery runs at every session start); the session resumes none of them, since in a
+    /// session of several shippers every partition is claimed first.
     async fn durable_positions(&mut self) -> Result<Vec<DurablePosition>> {
-        Ok(Vec::new())
+        self.state.lock().await.applier.durable_positions().await
     }
 
     async fn apply_chunk(&mut self, chunk: &Chunk) -> Result<()> {
         let mut state = self.state.lock().await;
-        state.check(self.serial, "Chunk", [&chunk.partition])?;
+        self.fence(&state, "Chunk", [&chunk.partition])?;
         state.applier.apply_chunk(chunk).await
     }
 
     async fn apply_chunks(&mut self, chunks: &[Chunk]) -> Result<()> {
         let mut state = self.state.lock().await;
-        state.check(self.serial, "Chunk", chunks.iter().map(|c| &c.partition))?;
+        self.fence(&state, "Chunk", chunks.iter().map(|c| &c.partition))?;
         state.applier.apply_chunks(chunks).await
     }
 
     async fn check_applied(&mut self, chunk: &Chunk) -> Result<()> {
         let mut state = self.state.lock().await;
-        state.check(self.serial, "Chunk", [&chunk.partition])?;
+        self.fence(&state, "Chunk", [&chunk.partition])?;
         state.applier.check_applied(chunk).await
     }
 
     async fn apply_seal(&mut self, seal: &SegmentSeal) -> Result<()> {
         let mut state = self.state.lock().await;
-        state.check(self.serial, "SegmentSeal", [&seal.partition])?;
+        self.fence(&state, "SegmentSeal", [&seal.partition])?;
         state.applier.apply_seal(seal).await
     }
 
     async fn apply_log_start(&mut self, log_start: &LogStart) -> Result<()> {
         let mut state = self.state.lock().await;
-        state.check(self.serial, "LogStart", [&log_start.partition])?;
+        self.fence(&state, "LogStart", [&log_start.partition])?;
         state.applier.apply_log_start(log_start).await
     }
 
     async fn apply_replace(&mut self, piece: &SegmentReplace) -> Result<()> {
         let mut state = self.state.lock().await;
-        state.check(self.serial, "SegmentReplace", [&piece.partition])?;
+        self.fence(&state, "SegmentReplace", [&piece.partition])?;
         state.applier.apply_replace(piece).await
     }
 
@@ -192,7 +219,7 @@ impl<A: ChunkApplier> ChunkApplier for ClusterMember<A> {
 
     async fn apply_roll(&mut self, roll: &Roll) -> Result<()> {
         let mut state = self.state.lock().await;
-        state.check(self.serial, "Roll", [&roll.partition])?;
+        self.fence(&state, "Roll", [&roll.partition])?;
         state.applier.apply_roll(roll).await
     }
 
