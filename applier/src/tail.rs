@@ -65,11 +65,11 @@ mod active;
 mod catalog;
 #[cfg(test)]
 mod catalog_follow_tests;
+#[cfg(test)]
+mod catalog_tests;
 mod claims;
 #[cfg(test)]
 mod claims_tests;
-#[cfg(test)]
-mod catalog_tests;
 mod companions;
 #[cfg(test)]
 mod companions_tests;
@@ -85,8 +85,8 @@ mod session_tests;
 mod tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
-pub use claims::{claim_path, recorded_claim, ClaimRecord, CLAIMS_DIR, ROLL_INDEX_INTERVAL_BYTES};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
+pub use claims::{claim_path, recorded_claim, ClaimRecord, CLAIMS_DIR, ROLL_INDEX_INTERVAL_BYTES};
 pub use progress::{
     progress_path, recorded_progress, RecordedProgress, RecordedShipped, MAX_PROGRESS_POINTS, PROGRESS_DIR,
 };
@@ -380,7 +380,11 @@ impl ChunkApplier for TailAppender {
         })
     }
 
-    fn claim(&mut self, node: i32, claim: &Claim) -> impl std::future::Future<Output = DirectResult<ClaimDecision>> + Send {
+    fn claim(
+        &mut self,
+        node: i32,
+        claim: &Claim,
+    ) -> impl std::future::Future<Output = DirectResult<ClaimDecision>> + Send {
         let claim = claim.clone();
         self.run("recording a shipper's claim", move |i| i.claim(node, &claim))
     }

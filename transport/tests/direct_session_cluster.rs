@@ -298,7 +298,9 @@ async fn claims_by_epoch_hand_a_partition_over_and_every_byte_lands_once() {
         // Node 2 becomes the leader at epoch 2: granted at the mirror's end; node 1 is revoked.
         two.claims.send(claim(2)).unwrap();
         wait_seen(&two, |s| s.results.len() == 2).await;
-        let granted = two.seen.lock().unwrap().results[1].resume_position().expect("granted at a position");
+        let granted = two.seen.lock().unwrap().results[1]
+            .resume_position()
+            .expect("granted at a position");
         assert_eq!((granted.segment_base, granted.position), (0, half));
         wait_seen(&one, |s| !s.revokes.is_empty()).await;
         assert_eq!(
@@ -403,7 +405,10 @@ async fn a_revoke_mid_flight_discards_the_old_holders_chunks_unapplied() {
         let at = granted.map_or(0, |p| p.position);
         // What node 1 got applied ends exactly where node 2 was granted: nothing of node 1 after the grant.
         assert_eq!(applier.state.lock().unwrap().applied_bytes, at);
-        assert!(at < total_bytes(), "node 1 shipped everything before the grant; the test proves nothing");
+        assert!(
+            at < total_bytes(),
+            "node 1 shipped everything before the grant; the test proves nothing"
+        );
         two.limit.send_replace(CHUNKS);
         wait_bytes(&mut applier.progress, total_bytes()).await;
 
@@ -412,12 +417,20 @@ async fn a_revoke_mid_flight_discards_the_old_holders_chunks_unapplied() {
         // more than was applied of it: those chunks were in flight at the grant and were discarded.
         let (stats, r) = one.task.await.unwrap();
         r.unwrap();
-        assert!(stats.bytes_sent > at, "node 1 sent {} bytes, {at} applied", stats.bytes_sent);
+        assert!(
+            stats.bytes_sent > at,
+            "node 1 sent {} bytes, {at} applied",
+            stats.bytes_sent
+        );
         assert_eq!(stats.sessions, 1, "node 1's session never ended: {stats:?}");
         two.task.await.unwrap().1.unwrap();
         applier.task.await.unwrap().unwrap();
         let state = applier.state.lock().unwrap();
-        assert_eq!(state.parts[&partition()][0].bytes, expected_bytes(), "every byte once, in order");
+        assert_eq!(
+            state.parts[&partition()][0].bytes,
+            expected_bytes(),
+            "every byte once, in order"
+        );
         assert_eq!(state.applied_bytes, total_bytes(), "no fenced byte appended");
     })
     .await

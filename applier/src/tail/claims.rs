@@ -107,19 +107,23 @@ impl Inner {
             reason: e.to_string(),
         })?;
         write_atomically(&path, &bytes)?;
-        let durable = self.states.get(&tp_name(p)).filter(|s| s.topic_id == p.topic_id).map(|s| {
-            (
-                DurablePosition {
-                    position: Position {
-                        partition: p.clone(),
-                        segment_base: s.segment_base,
-                        position: s.position,
+        let durable = self
+            .states
+            .get(&tp_name(p))
+            .filter(|s| s.topic_id == p.topic_id)
+            .map(|s| {
+                (
+                    DurablePosition {
+                        position: Position {
+                            partition: p.clone(),
+                            segment_base: s.segment_base,
+                            position: s.position,
+                        },
+                        sealed: s.sealed,
                     },
-                    sealed: s.sealed,
-                },
-                s.next_offset.unwrap_or(s.segment_base),
-            )
-        });
+                    s.next_offset.unwrap_or(s.segment_base),
+                )
+            });
         Ok(match durable {
             Some((durable, end_offset)) => ClaimDecision::Granted {
                 durable: Some(durable),

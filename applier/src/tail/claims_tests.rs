@@ -41,14 +41,23 @@ async fn claims_are_granted_by_leader_epoch_and_the_fence_survives_a_restart() {
     let chunks = chunks_of(*base, bytes, 2);
     a.apply_chunk(&chunks[0]).await.unwrap();
     let end = chunks[0].position + chunks[0].bytes.len() as u64;
-    let next_offset = scan_frames(&chunks[0].bytes, 0).last().unwrap().unwrap().info.last_offset + 1;
+    let next_offset = scan_frames(&chunks[0].bytes, 0)
+        .last()
+        .unwrap()
+        .unwrap()
+        .info
+        .last_offset
+        + 1;
     // Same node, same epoch (a reconnect): granted at the durable end, with the mirror's end offset.
     match a.claim(1, &claim(3)).await.unwrap() {
         ClaimDecision::Granted {
             durable: Some(d),
             end_offset,
         } => {
-            assert_eq!((d.position.segment_base, d.position.position, d.sealed), (*base, end, false));
+            assert_eq!(
+                (d.position.segment_base, d.position.position, d.sealed),
+                (*base, end, false)
+            );
             assert_eq!(end_offset, next_offset);
         }
         other => panic!("{other:?}"),
@@ -97,7 +106,7 @@ async fn a_rolled_mirror_layout_segment_is_sound_and_the_next_follows_the_new_la
     let (base0, bytes0) = &f.segs[0];
     let frames: Vec<_> = scan_frames(bytes0, 0).map(|fr| fr.unwrap().info).collect();
     assert!(frames.len() >= 4, "enough batches to split");
-    let cut = frames[frames.len() / 2].clone();
+    let cut = frames[frames.len() / 2];
     let cut_at = cut.position as usize;
     let cut_offset = cut.base_offset;
     a.apply_chunk(&chunk(*base0, bytes0, 0, cut_at)).await.unwrap();
@@ -110,7 +119,11 @@ async fn a_rolled_mirror_layout_segment_is_sound_and_the_next_follows_the_new_la
         next_offset: next,
         log_sha256: None,
     };
-    let err = a.apply_roll(&roll(*base0, cut_at, cut_offset + 1)).await.unwrap_err().to_string();
+    let err = a
+        .apply_roll(&roll(*base0, cut_at, cut_offset + 1))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("next offset"), "{err}");
     a.apply_roll(&roll(*base0, cut_at, cut_offset)).await.unwrap();
     // Rolled again (a resend after a cut): nothing happens.
