@@ -54,10 +54,10 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, Companion, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
-    TopicId,
+    Chunk, Claim, Companion, CompanionKind, LogStart, PartitionRef, Position, Roll, SegmentReplace, SegmentSeal,
+    SourceProgress, TopicId,
 };
-use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
+use segmirror_transport::direct::session::{ChunkApplier, ClaimDecision, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +67,9 @@ mod catalog;
 mod catalog_follow_tests;
 #[cfg(test)]
 mod catalog_tests;
+mod claims;
+#[cfg(test)]
+mod claims_tests;
 mod companions;
 #[cfg(test)]
 mod companions_tests;
@@ -83,6 +86,7 @@ mod tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
+pub use claims::{claim_path, recorded_claim, ClaimRecord, CLAIMS_DIR, ROLL_INDEX_INTERVAL_BYTES};
 pub use progress::{
     progress_path, recorded_progress, RecordedProgress, RecordedShipped, MAX_PROGRESS_POINTS, PROGRESS_DIR,
 };
@@ -373,6 +377,23 @@ impl ChunkApplier for TailAppender {
         let piece = piece.clone();
         self.run("applying a replacement of sealed segments", move |i| {
             i.apply_replace(&piece)
+        })
+    }
+
+    fn claim(
+        &mut self,
+        node: i32,
+        claim: &Claim,
+    ) -> impl std::future::Future<Output = DirectResult<ClaimDecision>> + Send {
+        let claim = claim.clone();
+        self.run("recording a shipper's claim", move |i| i.claim(node, &claim))
+    }
+
+    fn apply_roll(&mut self, roll: &Roll) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        let roll = roll.clone();
+        self.run("rolling a mirror-layout segment", move |i| {
+            i.apply_roll(&roll)?;
+            i.sweep_partition(&tp_name(&roll.partition))
         })
     }
 }

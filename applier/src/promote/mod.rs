@@ -112,6 +112,8 @@ mod tests_tail;
 #[cfg(test)]
 mod tests_tail_follow;
 #[cfg(test)]
+mod tests_tail_roll;
+#[cfg(test)]
 mod tests_txn;
 mod txn_cut;
 
