@@ -34,6 +34,7 @@ LANES="${SEGMIRROR_TEST_JOBS:-2}"
 # The slowest jobs, slowest first (seconds measured alone on a quiet 2-core machine, for orientation).
 SLOW_FIRST=(
     e2e_promote            # ~210
+    e2e_store_tail         # ~140 (one follower stopped for a minute)
     e2e_promote_producers  # ~110
     e2e_tail_processes     # ~100
     kafka_harness          # ~90
