@@ -7,8 +7,8 @@
 use bytes::{Bytes, BytesMut};
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::{
-    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, Shipped,
-    SourceProgress,
+    Companion, CompanionKind, LogEnd, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, Shipped,
+    SourceProgress, Truncate, TruncateMode,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -229,6 +229,24 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     index_interval: None,
                 }],
             }),
+        }),
+        Frame::ResumeWithEnds {
+            positions: vec![position.clone()],
+            ends: vec![LogEnd {
+                end_offset: 120,
+                last_epoch: 3,
+            }],
+        },
+        Frame::Truncate(Truncate {
+            partition: position.partition.clone(),
+            truncate_to: 100,
+            segment_base: 0,
+            position: 4096,
+            mode: TruncateMode::LogEnd,
+            mirror_end_offset: 120,
+            mirror_epoch: 3,
+            source_epoch: 3,
+            source_end_offset: 100,
         }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },

@@ -35,5 +35,6 @@ pub use frame::{Frame, FrameCodec, FrameType, MAX_PAYLOAD_LEN};
 pub use handshake::{handshake, HandshakeConfig, Session};
 pub use payload::{
     Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, PartitionRef, Position, Refuse,
-    RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, Shipped, SourceProgress,
+    RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode,
 };
+pub use payload::{LogEnd, LOG_END_LEN};
