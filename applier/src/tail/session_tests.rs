@@ -35,7 +35,7 @@ impl ChunkFeed for ReplayFeed {
                 }
                 FeedItem::Seal(s) => s.segment_base < r.segment_base,
                 // Idempotent: resent from wherever the resume lands.
-                FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => true,
+                FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Truncate(_) => true,
             };
             self.next = self.items.iter().take_while(|i| covered(i)).count();
         }
@@ -90,6 +90,7 @@ async fn tail_session_over_loopback_mirrors_the_source() {
             FeedItem::LogStart(l) => appender.apply_log_start(l).await.unwrap(),
             FeedItem::Replace(r) => appender.apply_replace(r).await.unwrap(),
             FeedItem::Progress(p) => appender.apply_progress(p).await.unwrap(),
+            FeedItem::Truncate(t) => panic!("no truncation in this history, yet {t:?}"),
         }
     }
     let watcher = appender.clone();

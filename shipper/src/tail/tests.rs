@@ -200,6 +200,7 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
             FeedItem::LogStart(l) => panic!("no segment was deleted, yet {l:?}"),
             FeedItem::Replace(r) => panic!("no segment was rewritten, yet {r:?}"),
             FeedItem::Progress(p) => panic!("progress reports are off by default, yet {p:?}"),
+            FeedItem::Truncate(t) => panic!("no log ends were given, yet {t:?}"),
         }
     }
     runner.abort();

@@ -132,12 +132,14 @@ pub trait ChunkFeed: Send + 'static {
     /// these positions (a partition not listed: from the feed's configured start).
     fn seek(&mut self, resume: &[Position]) -> impl Future<Output = Result<()>> + Send;
 
-    /// Called right before [`ChunkFeed::seek`] with the mirror's end per Resume position, when the applier sent
-    /// them (a session that agreed [`FEATURE_TRUNCATE`]); empty otherwise. A feed that compares them with its
-    /// source's leader epochs yields a [`FeedItem::Truncate`] first for a partition whose source no longer holds
-    /// the mirror's end. The default ignores them.
-    fn log_ends(&mut self, ends: &[(Position, LogEnd)]) {
-        let _ = ends;
+    /// Called right before [`ChunkFeed::seek`]: `agreed` when the session agreed [`FEATURE_TRUNCATE`], with the
+    /// mirror's end per Resume position the applier sent (none when it holds nothing). A feed that compares them
+    /// with its source's leader epochs yields a [`FeedItem::Truncate`] first for a partition whose source no longer
+    /// holds the mirror's end; with `agreed` it may also end a session on a divergence it sees while streaming
+    /// ([`DirectError::SourceDiverged`]), so that the next Resume tells it where the mirror ends. The default
+    /// ignores them.
+    fn log_ends(&mut self, agreed: bool, ends: &[(Position, LogEnd)]) {
+        let _ = (agreed, ends);
     }
 
     /// The next item, waiting until there is one. Must be cancel-safe (like
@@ -303,7 +305,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 },
             );
         }
-        self.feed.log_ends(&log_ends);
+        self.feed.log_ends(session.features & FEATURE_TRUNCATE != 0, &log_ends);
         self.feed.seek(&resume).await?;
         self.stats.sessions += 1;
         self.stats.in_flight = 0;
