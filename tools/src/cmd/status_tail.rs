@@ -162,3 +162,40 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
     }
     out
 }
+
+/// The truncation rows of the table (nothing when there were none): per partition the offset range `[from, to)`,
+/// what happened to it (`truncated`: removed from the mirror and kept in the archive file named, relative to the
+/// mirror root; `diverged`: the source lost committed records, nothing removed, the partition stopped) and the
+/// leader-epoch evidence.
+pub fn render_truncations(rows: &[segmirror_catalog::TruncationRecord]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if rows.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<32} {:<9} {:>14} {:>14} {:>8}  archive / evidence",
+        "truncated partition", "kind", "from offset", "to offset", "size"
+    );
+    for r in rows {
+        let kind = match r.kind {
+            segmirror_catalog::TruncationKind::Truncated => "truncated",
+            segmirror_catalog::TruncationKind::Diverged => "diverged",
+        };
+        let _ = writeln!(
+            out,
+            "{:<32} {:<9} {:>14} {:>14} {:>8}  {} (mirror epoch {}, source epoch {} ends at {})",
+            format!("{}-{}", r.topic, r.partition),
+            kind,
+            r.from_offset,
+            r.to_offset,
+            r.size.map_or("-".to_string(), |s| format!("{s} B")),
+            r.archive_path.as_deref().unwrap_or("partition stopped"),
+            r.mirror_epoch,
+            r.source_epoch,
+            r.source_end_offset
+        );
+    }
+    out
+}
