@@ -76,13 +76,13 @@ mod handover_tests;
 mod progress;
 mod replace;
 mod retention;
-mod truncate;
-#[cfg(test)]
-mod truncate_tests;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]
 mod tests;
+mod truncate;
+#[cfg(test)]
+mod truncate_tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
@@ -416,7 +416,9 @@ impl ChunkApplier for TailAppender {
         positions: &[DurablePosition],
     ) -> impl std::future::Future<Output = DirectResult<Option<Vec<LogEnd>>>> + Send {
         let positions = positions.to_vec();
-        self.run("reading the mirror's log ends", move |i| i.log_ends(&positions).map(Some))
+        self.run("reading the mirror's log ends", move |i| {
+            i.log_ends(&positions).map(Some)
+        })
     }
 
     fn apply_truncate(

@@ -194,7 +194,14 @@ mod tests {
         tables.sort();
         assert_eq!(
             tables,
-            ["events", "links", "mirror_partitions", "mirror_root", "segments", "truncations"]
+            [
+                "events",
+                "links",
+                "mirror_partitions",
+                "mirror_root",
+                "segments",
+                "truncations"
+            ]
         );
         let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
         assert!(fk);

@@ -265,7 +265,10 @@ impl TailFeed {
                 (_, diverge::Verdict::Diverged { truncate, at }) => {
                     let lost = format!(
                         "the mirror ends at offset {} in leader epoch {}; the source's epoch {} ends at {}",
-                        truncate.mirror_end_offset, truncate.mirror_epoch, truncate.source_epoch, truncate.source_end_offset
+                        truncate.mirror_end_offset,
+                        truncate.mirror_epoch,
+                        truncate.source_epoch,
+                        truncate.source_end_offset
                     );
                     if truncate.mode == TruncateMode::HighWatermark {
                         tracing::error!(partition = %name(&target.partition), truncate_to = truncate.truncate_to, %lost,

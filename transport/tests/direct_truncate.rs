@@ -113,12 +113,24 @@ fn log_ends_that_do_not_match_the_positions_are_refused() {
     // Encoding: one end per position, and at least one.
     for (positions, ends) in [
         (vec![at(0, 1)], vec![]),
-        (vec![], vec![LogEnd { end_offset: 1, last_epoch: 0 }]),
-        (vec![at(0, 1), at(0, 2)], vec![LogEnd { end_offset: 1, last_epoch: 0 }]),
+        (
+            vec![],
+            vec![LogEnd {
+                end_offset: 1,
+                last_epoch: 0,
+            }],
+        ),
+        (
+            vec![at(0, 1), at(0, 2)],
+            vec![LogEnd {
+                end_offset: 1,
+                last_epoch: 0,
+            }],
+        ),
     ] {
         let mut out = BytesMut::new();
-        let e = frame::encode(&Frame::ResumeWithEnds { positions, ends }, MAX_PAYLOAD_LEN, &mut out)
-            .expect_err("refused");
+        let e =
+            frame::encode(&Frame::ResumeWithEnds { positions, ends }, MAX_PAYLOAD_LEN, &mut out).expect_err("refused");
         assert!(matches!(e, FrameError::Encode { field: "ends", .. }), "{e:?}");
         assert!(out.is_empty());
     }
@@ -133,7 +145,14 @@ fn log_ends_that_do_not_match_the_positions_are_refused() {
     for cut in [1, 4, LOG_END_LEN - 1] {
         let e = decode(&raw(7, &one[..one.len() - cut])).expect_err("refused");
         assert!(
-            matches!(&e, FrameError::Field { frame: "Resume", field: "ends", .. }),
+            matches!(
+                &e,
+                FrameError::Field {
+                    frame: "Resume",
+                    field: "ends",
+                    ..
+                }
+            ),
             "cut {cut}: {e:?}"
         );
     }
@@ -151,7 +170,16 @@ fn log_ends_that_do_not_match_the_positions_are_refused() {
     let n = bad.len();
     bad[n - LOG_END_LEN..n - 4].copy_from_slice(&(-1i64).to_be_bytes());
     let e = decode(&raw(7, &bad)).expect_err("refused");
-    assert!(matches!(&e, FrameError::Field { field: "end_offset", .. }), "{e:?}");
+    assert!(
+        matches!(
+            &e,
+            FrameError::Field {
+                field: "end_offset",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]

@@ -100,7 +100,9 @@ mod hex_id {
         let text = String::deserialize(d)?;
         let mut out = [0u8; 16];
         if text.len() != 32 {
-            return Err(serde::de::Error::custom(format!("topic id {text:?}: 32 hex digits expected")));
+            return Err(serde::de::Error::custom(format!(
+                "topic id {text:?}: 32 hex digits expected"
+            )));
         }
         for (i, byte) in out.iter_mut().enumerate() {
             *byte = text

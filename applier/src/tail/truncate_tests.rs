@@ -30,7 +30,11 @@ fn base_at(bytes: &[u8], at: usize) -> i64 {
 
 /// One past the last offset of `bytes`.
 fn end_of(bytes: &[u8]) -> i64 {
-    scan_frames(bytes, 0).map(|f| f.unwrap().info.last_offset).last().unwrap() + 1
+    scan_frames(bytes, 0)
+        .map(|f| f.unwrap().info.last_offset)
+        .last()
+        .unwrap()
+        + 1
 }
 
 /// The mirror: the source's first segment sealed, its second appended whole and not sealed (the active one).
@@ -114,7 +118,12 @@ async fn a_cut_inside_the_active_segment_archives_the_batches_and_continues_ther
     assert_eq!(rows[0].kind, TruncationKind::Truncated);
     assert_eq!((rows[0].from_offset, rows[0].to_offset), (t.truncate_to, end_of(bytes)));
     assert_eq!(rows[0].archive_path.as_deref(), Some(rel.as_str()));
-    assert!(!f.mirror.join(TAIL_STATE_DIR).join(TRUNCATE_JOURNAL_DIR).join("orders-2.json").exists());
+    assert!(!f
+        .mirror
+        .join(TAIL_STATE_DIR)
+        .join(TRUNCATE_JOURNAL_DIR)
+        .join("orders-2.json")
+        .exists());
     // The archive is outside the partition directory.
     assert!(!rel.starts_with("orders-2/"));
 
@@ -281,7 +290,11 @@ async fn a_crash_at_any_step_of_a_truncation_is_finished_at_the_next_start() {
         assert_eq!(std::fs::read(f.mirror.join(&rel)).unwrap(), &bytes[b[k]..], "{point:?}");
         assert_eq!(view.truncations(Some(LINK)).unwrap().len(), 1, "{point:?}");
         assert!(
-            !f.mirror.join(TAIL_STATE_DIR).join(TRUNCATE_JOURNAL_DIR).join("orders-2.json").exists(),
+            !f.mirror
+                .join(TAIL_STATE_DIR)
+                .join(TRUNCATE_JOURNAL_DIR)
+                .join("orders-2.json")
+                .exists(),
             "{point:?}"
         );
         a.apply_chunk(&chunk(*base, bytes, b[k], bytes.len())).await.unwrap();

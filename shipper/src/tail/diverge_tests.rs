@@ -162,10 +162,7 @@ fn a_source_that_holds_the_mirrors_end_agrees_and_an_unanswerable_epoch_is_refus
     let (dir, boundaries) = source(root.path(), &[1, 1, 1, 1, 2, 2]);
     write_epochs(&dir, &[(1, 0), (2, 20)]);
     for (end_offset, last_epoch, position) in [(20, 1, boundaries[4]), (30, 2, boundaries[6]), (10, 1, boundaries[2])] {
-        let end = LogEnd {
-            end_offset,
-            last_epoch,
-        };
+        let end = LogEnd { end_offset, last_epoch };
         assert!(
             matches!(
                 compare(&target(&dir), &resume(position), end, UptoPolicy::LogEnd).unwrap(),

@@ -15,12 +15,12 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::error::FrameError;
+use super::payload::LogEnd;
 use super::payload::{
     Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
     RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode, Writer,
     HELLO_MAGIC, LOG_END_LEN, MIN_POSITION_LEN,
 };
-use super::payload::LogEnd;
 
 /// Header bytes: type, flags, payload length.
 pub const HEADER_LEN: usize = 6;
@@ -654,7 +654,10 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                     }
                     ends.push(LogEnd { end_offset, last_epoch });
                 }
-                Frame::ResumeWithEnds { positions: points, ends }
+                Frame::ResumeWithEnds {
+                    positions: points,
+                    ends,
+                }
             } else {
                 Frame::Resume(points)
             }

@@ -556,10 +556,7 @@ fn check_item(
         (FeedItem::Chunk(c), Some(end)) => start == end || (c.segment_base > end.0 && c.position == 0),
         (FeedItem::Seal(_), Some(end)) => start == end,
         (FeedItem::Seal(_), None)
-        | (
-            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Truncate(_),
-            _,
-        ) => false,
+        | (FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Truncate(_), _) => false,
     };
     if !continues {
         return Err(local(format!(
