@@ -277,7 +277,7 @@ impl TailFeed {
                         tracing::warn!(partition = %name(&target.partition), truncate_to = truncate.truncate_to, %lost,
                             "the source truncated records the mirror holds: truncating the mirror to match");
                     }
-                    (Some(at), log_start::Track::default(), Some(truncate))
+                    (Some(at), log_start::Track::default(), Some(*truncate))
                 }
                 (None, _) => (None, log_start::Track::default(), None),
                 (Some((base, position)), diverge::Verdict::Agrees) => {

@@ -66,7 +66,7 @@ pub(super) enum Verdict {
     Agrees,
     /// The source diverged below the mirror's end: send `truncate` first, then continue at `at` (log-end mode) or
     /// ship nothing more (high-watermark mode).
-    Diverged { truncate: Truncate, at: TailPosition },
+    Diverged { truncate: Box<Truncate>, at: TailPosition },
 }
 
 /// Compares the mirror's end (`resume`, `end`) with the source partition `target` (see the module doc). Blocking.
@@ -107,7 +107,7 @@ pub(super) fn compare(target: &TailPartition, resume: &Position, end: LogEnd, up
         UptoPolicy::HighWatermark => TruncateMode::HighWatermark,
     };
     Ok(Verdict::Diverged {
-        truncate: Truncate {
+        truncate: Box::new(Truncate {
             partition: target.partition.clone(),
             truncate_to,
             segment_base,
@@ -117,7 +117,7 @@ pub(super) fn compare(target: &TailPartition, resume: &Position, end: LogEnd, up
             mirror_epoch: end.last_epoch,
             source_epoch: answer.epoch,
             source_end_offset: answer.end_offset,
-        },
+        }),
         at,
     })
 }

@@ -399,6 +399,7 @@ mod tests {
             generated_at_ms: status.generated_at_ms,
             links,
             tail: Vec::new(),
+            truncations: Vec::new(),
         };
         let table = render_table(&doc, &status);
         let lines: Vec<&str> = table.lines().collect();

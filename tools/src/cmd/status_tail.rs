@@ -199,3 +199,50 @@ pub fn render_truncations(rows: &[segmirror_catalog::TruncationRecord]) -> Strin
     }
     out
 }
+
+#[cfg(test)]
+mod truncation_tests {
+    use segmirror_catalog::{TruncationKind, TruncationRecord};
+
+    use super::render_truncations;
+
+    #[test]
+    fn truncations_show_their_ranges_and_archive() {
+        assert_eq!(render_truncations(&[]), "");
+        let row = |kind, archive: Option<&str>| TruncationRecord {
+            link: "l".into(),
+            topic: "orders".into(),
+            partition: 3,
+            kind,
+            from_offset: 120,
+            to_offset: 150,
+            mirror_epoch: 4,
+            source_epoch: 4,
+            source_end_offset: 120,
+            archive_path: archive.map(str::to_string),
+            sha256: None,
+            size: archive.map(|_| 2048),
+            at_ms: 0,
+        };
+        let table = render_truncations(&[
+            row(TruncationKind::Truncated, Some(".archive/orders-3/a.log")),
+            row(TruncationKind::Diverged, None),
+        ]);
+        let lines: Vec<&str> = table.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        for (line, kind, tail) in [
+            (lines[1], "truncated", ".archive/orders-3/a.log"),
+            (lines[2], "diverged", "partition stopped"),
+        ] {
+            assert!(line.starts_with("orders-3"), "{line}");
+            assert!(
+                line.contains(kind) && line.contains(" 120 ") && line.contains(" 150 "),
+                "{line}"
+            );
+            assert!(
+                line.contains(tail) && line.contains("source epoch 4 ends at 120"),
+                "{line}"
+            );
+        }
+    }
+}

@@ -172,7 +172,7 @@ fn start_of(item: &FeedItem) -> Option<(i64, u64)> {
     match item {
         FeedItem::Chunk(c) => Some((c.segment_base, c.position)),
         FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
-        FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => None,
+        FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Truncate(_) => None,
     }
 }
 
@@ -202,7 +202,7 @@ impl ChunkFeed for TestFeed {
                 self.cursor[i] += 1;
                 let cost = match item {
                     FeedItem::Chunk(c) => c.bytes.len() as u64,
-                    FeedItem::Seal(_) | FeedItem::LogStart(_) | FeedItem::Progress(_) => 0,
+                    FeedItem::Seal(_) | FeedItem::LogStart(_) | FeedItem::Progress(_) | FeedItem::Truncate(_) => 0,
                     FeedItem::Replace(r) => r.bytes.len() as u64,
                 };
                 self.yielded.fetch_add(cost, Ordering::SeqCst);
