@@ -216,3 +216,111 @@ fn hostile_truncate_fields_are_refused_naming_them() {
     let e = decode(&raw(14, &long)).expect_err("long");
     assert!(matches!(&e, FrameError::TrailingBytes { .. }), "{e:?}");
 }
+
+mod support;
+
+mod session {
+    use bytes::Bytes;
+    use futures::{SinkExt, StreamExt};
+    use segmirror_transport::direct::handshake::FEATURE_TRUNCATE;
+    use segmirror_transport::direct::session::{ApplierSession, BoxIo, FramedIo};
+    use segmirror_transport::direct::{handshake, Chunk, DirectError, Frame, GoodbyeReason, Role, Session};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_util::sync::CancellationToken;
+
+    use super::support::session::*;
+    use super::{Truncate, TruncateMode};
+
+    /// A shipper's framed stream and an applier session task; `truncate` says whether the applier offers bit 5.
+    async fn pair(truncate: bool) -> ((FramedIo, Session), (FramedIo, Session)) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let applier = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let mut config = handshake_config(Role::Applier, LINK);
+            if !truncate {
+                config.features_supported &= !FEATURE_TRUNCATE;
+            }
+            handshake(Box::new(tcp) as BoxIo, &config).await
+        });
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let shipper = handshake(Box::new(tcp) as BoxIo, &handshake_config(Role::Shipper, LINK))
+            .await
+            .expect("shipper handshake");
+        (shipper, applier.await.expect("join").expect("applier handshake"))
+    }
+
+    async fn goodbye(framed: &mut FramedIo) -> String {
+        loop {
+            match framed.next().await {
+                Some(Ok(Frame::Goodbye(g))) => {
+                    assert_eq!(g.reason, GoodbyeReason::Error);
+                    return g.message;
+                }
+                Some(Ok(_)) => continue,
+                other => panic!("expected Goodbye, got {other:?}"),
+            }
+        }
+    }
+
+    fn truncate_at(position: u64) -> Frame {
+        Frame::Truncate(Truncate {
+            partition: partitions(1).remove(0),
+            truncate_to: 10,
+            segment_base: 0,
+            position,
+            mode: TruncateMode::LogEnd,
+            mirror_end_offset: 20,
+            mirror_epoch: 1,
+            source_epoch: 1,
+            source_end_offset: 10,
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_truncate_without_the_bit_or_not_below_the_durable_end_is_refused_naming_the_partition() {
+        // Without bit 5: an unexpected frame.
+        let ((mut s_framed, _), (a_framed, a_session)) = pair(false).await;
+        assert_eq!(a_session.features & FEATURE_TRUNCATE, 0);
+        let (mem, _, _) = MemApplier::new(None);
+        let mut applier = ApplierSession::new(mem, session_config(1 << 20)).expect("applier");
+        let a = tokio::spawn(async move { applier.run(a_framed, &a_session, &CancellationToken::new()).await });
+        s_framed.send(truncate_at(0)).await.expect("send");
+        let message = goodbye(&mut s_framed).await;
+        assert!(message.contains("Truncate"), "{message}");
+        let err = a.await.expect("join").expect_err("refused");
+        assert!(
+            matches!(err, DirectError::UnexpectedFrame { got: "Truncate", .. }),
+            "{err:?}"
+        );
+
+        // With it: a Truncate at or beyond the durable end (here 100 bytes of segment 0) is a protocol error.
+        let ((mut s_framed, _), (a_framed, a_session)) = pair(true).await;
+        assert_ne!(a_session.features & FEATURE_TRUNCATE, 0);
+        let (mem, state, _) = MemApplier::new(None);
+        let mut applier = ApplierSession::new(mem, session_config(1 << 20)).expect("applier");
+        let a = tokio::spawn(async move { applier.run(a_framed, &a_session, &CancellationToken::new()).await });
+        s_framed
+            .send(Frame::Chunk(Chunk {
+                partition: partitions(1).remove(0),
+                segment_base: 0,
+                position: 0,
+                bytes: Bytes::from_static(&[5u8; 100]),
+            }))
+            .await
+            .expect("send");
+        s_framed.send(truncate_at(100)).await.expect("send");
+        let message = goodbye(&mut s_framed).await;
+        for needle in [
+            partitions(1)[0].topic.as_str(),
+            "offset 10",
+            "position 100",
+            "not below the durable end",
+        ] {
+            assert!(message.contains(needle), "{needle:?} not in {message}");
+        }
+        let err = a.await.expect("join").expect_err("refused");
+        assert!(matches!(err, DirectError::Protocol { .. }), "{err:?}");
+        assert_eq!(state.lock().expect("lock").applied_chunks, 1);
+    }
+}
