@@ -17,6 +17,14 @@ pub enum FailPoint {
     AfterRename(u32),
     /// Every file is in place and fsynced, the leader-epoch checkpoint written; the catalog not yet told.
     BeforeCatalog,
+    /// A tail truncation (`tail::truncate`): its journal written, nothing else.
+    TruncateJournaled,
+    /// A tail truncation: the archive durable, the mirror not cut.
+    TruncateArchived,
+    /// A tail truncation: the mirror cut, the catalog not told.
+    TruncateCut,
+    /// A tail truncation: the catalog told, the state file not.
+    TruncateRecorded,
 }
 
 /// A kill point fired: the run must stop here, as if the process had died.

@@ -54,8 +54,8 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, Claim, Companion, CompanionKind, LogStart, PartitionRef, Position, Roll, SegmentReplace, SegmentSeal,
-    SourceProgress, TopicId,
+    Chunk, Claim, Companion, CompanionKind, LogEnd, LogStart, PartitionRef, Position, Roll, SegmentReplace,
+    SegmentSeal, SourceProgress, TopicId, Truncate,
 };
 use segmirror_transport::direct::session::{ChunkApplier, ClaimDecision, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
@@ -83,6 +83,9 @@ mod retention;
 mod session_tests;
 #[cfg(test)]
 mod tests;
+mod truncate;
+#[cfg(test)]
+mod truncate_tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
@@ -92,6 +95,7 @@ pub use progress::{
 };
 pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
+pub use truncate::{archive_path, ArchivedRange, ARCHIVE_DIR, TRUNCATE_JOURNAL_DIR};
 
 /// Directory under the mirror root holding one state file per tailed partition.
 pub const TAIL_STATE_DIR: &str = ".tail";
@@ -153,6 +157,17 @@ pub enum TailError {
         path: PathBuf,
         reason: String,
     },
+    #[error("{partition}: Truncate to offset {truncate_to} (segment {segment} position {position}): {reason}; nothing truncated")]
+    Truncate {
+        partition: String,
+        truncate_to: i64,
+        segment: i64,
+        position: u64,
+        reason: String,
+    },
+    #[cfg(feature = "failpoints")]
+    #[error("failpoint {0:?} hit")]
+    Injected(crate::failpoint::FailPoint),
     #[error("catalog: {0}")]
     Catalog(#[from] segmirror_catalog::Error),
     #[error("{}: {reason}", path.display())]
@@ -177,6 +192,19 @@ impl TailError {
 }
 
 type TailResult<T> = std::result::Result<T, TailError>;
+
+/// The steps of a truncation a crash test can stop after (`truncate`'s crash protocol; the applier's failpoints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TruncateStep {
+    /// The journal is written; nothing else.
+    Journaled,
+    /// The archive and its sidecar are durable; the mirror not cut.
+    Archived,
+    /// The mirror's `.log` is cut; the catalog not told.
+    Cut,
+    /// The catalog recorded it; the state file still names the old end.
+    Recorded,
+}
 
 /// What the state file records for one partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,6 +242,9 @@ struct Inner {
     retain_deleted_for: Duration,
     /// The offset and time index of each unsealed segment, as far as recorded (`companions`).
     indexes: companions::IndexMap,
+    /// An armed kill point (crash tests).
+    #[cfg(feature = "failpoints")]
+    failpoint: Option<Arc<crate::failpoint::Armed>>,
 }
 
 fn tp_name(p: &PartitionRef) -> String {
@@ -270,6 +301,8 @@ impl TailAppender {
                 catalog: None,
                 retain_deleted_for: DEFAULT_RETAIN_DELETED_FOR,
                 indexes: companions::IndexMap::new(),
+                #[cfg(feature = "failpoints")]
+                failpoint: None,
             })),
         })
     }
@@ -280,6 +313,13 @@ impl TailAppender {
         let appender = TailAppender::open(root)?;
         appender.inner.lock().unwrap_or_else(|p| p.into_inner()).catalog = Some(catalog);
         Ok(appender)
+    }
+
+    /// Arms a kill point (crash tests): the appender stops there as if the process had died.
+    #[cfg(feature = "failpoints")]
+    pub fn with_failpoint(self, armed: Arc<crate::failpoint::Armed>) -> TailAppender {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).failpoint = Some(armed);
+        self
     }
 
     async fn run<T, F>(&self, what: &'static str, f: F) -> DirectResult<T>
@@ -313,6 +353,8 @@ impl ChunkApplier for TailAppender {
         self.run("reading the mirror's durable positions", |i| {
             // Replacements a crash interrupted: completed (journaled) or discarded (not), before anything else.
             i.recover_replacements()?;
+            // Truncations a crash interrupted: finished from their journals, before the positions are checked.
+            i.recover_truncations()?;
             // Partitions `seed`/`apply` installed and no tail has appended to yet: their state derived.
             i.hand_over()?;
             let positions = i.durable_positions()?;
@@ -373,6 +415,24 @@ impl ChunkApplier for TailAppender {
         })
     }
 
+    fn log_ends(
+        &mut self,
+        positions: &[DurablePosition],
+    ) -> impl std::future::Future<Output = DirectResult<Option<Vec<LogEnd>>>> + Send {
+        let positions = positions.to_vec();
+        self.run("reading the mirror's log ends", move |i| {
+            i.log_ends(&positions).map(Some)
+        })
+    }
+
+    fn apply_truncate(
+        &mut self,
+        truncate: &Truncate,
+    ) -> impl std::future::Future<Output = DirectResult<Option<Position>>> + Send {
+        let truncate = truncate.clone();
+        self.run("truncating the mirror", move |i| i.apply_truncate(&truncate))
+    }
+
     fn apply_replace(&mut self, piece: &SegmentReplace) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let piece = piece.clone();
         self.run("applying a replacement of sealed segments", move |i| {
@@ -399,6 +459,24 @@ impl ChunkApplier for TailAppender {
 }
 
 impl Inner {
+    /// Stops here when a crash test armed this step's kill point.
+    fn kill_point(&self, step: TruncateStep) -> TailResult<()> {
+        #[cfg(feature = "failpoints")]
+        {
+            use crate::failpoint::FailPoint;
+            let point = match step {
+                TruncateStep::Journaled => FailPoint::TruncateJournaled,
+                TruncateStep::Archived => FailPoint::TruncateArchived,
+                TruncateStep::Cut => FailPoint::TruncateCut,
+                TruncateStep::Recorded => FailPoint::TruncateRecorded,
+            };
+            crate::failpoint::hit(self.failpoint.as_deref(), point).map_err(|i| TailError::Injected(i.0))?;
+        }
+        #[cfg(not(feature = "failpoints"))]
+        let _ = step;
+        Ok(())
+    }
+
     fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
         self.root.join(format!("{topic}-{partition}"))
     }

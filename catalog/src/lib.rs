@@ -40,6 +40,7 @@ mod path;
 mod schema;
 mod segment;
 mod status;
+mod truncation;
 
 use std::path::Path;
 
@@ -63,6 +64,7 @@ pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
 const OPEN_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 pub use segment::{InstallOutcome, InstallReceipt, PendingOutcome, SegmentRecord, SegmentState, SegmentVersion};
 pub use status::{LinkStatus, PartitionStatus, Status};
+pub use truncation::{TruncationKind, TruncationRecord};
 
 /// An open catalog. One per process is enough; see the crate docs for the sync API and durability.
 #[derive(Debug)]

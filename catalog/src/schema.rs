@@ -82,6 +82,29 @@ pub const MIGRATIONS: &[&str] = &[
         path TEXT NOT NULL CHECK (length(path) > 0)
     ) STRICT;
     "#,
+    // 3: source truncations (issue 10): batches the source no longer holds, removed from the mirror and kept in
+    // its archive (`truncated`), or a source that lost committed records, recorded and not truncated (`diverged`).
+    r#"
+    CREATE TABLE truncations (
+        id                INTEGER PRIMARY KEY,
+        link              TEXT NOT NULL REFERENCES links (name),
+        topic             TEXT NOT NULL CHECK (length(topic) > 0),
+        partition         INTEGER NOT NULL CHECK (partition >= 0),
+        kind              TEXT NOT NULL CHECK (kind IN ('truncated', 'diverged')),
+        from_offset       INTEGER NOT NULL CHECK (from_offset >= 0),
+        to_offset         INTEGER NOT NULL,
+        mirror_epoch      INTEGER NOT NULL,
+        source_epoch      INTEGER NOT NULL,
+        source_end_offset INTEGER NOT NULL,
+        archive_path      TEXT,
+        sha256            BLOB CHECK (sha256 IS NULL OR length(sha256) = 32),
+        size              INTEGER CHECK (size IS NULL OR size >= 0),
+        at_ms             INTEGER NOT NULL,
+        CHECK (from_offset < to_offset),
+        CHECK ((kind = 'truncated') = (archive_path IS NOT NULL)),
+        UNIQUE (link, topic, partition, kind, from_offset, to_offset)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this code writes and understands.
@@ -171,7 +194,14 @@ mod tests {
         tables.sort();
         assert_eq!(
             tables,
-            ["events", "links", "mirror_partitions", "mirror_root", "segments"]
+            [
+                "events",
+                "links",
+                "mirror_partitions",
+                "mirror_root",
+                "segments",
+                "truncations"
+            ]
         );
         let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
         assert!(fk);

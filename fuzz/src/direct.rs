@@ -10,6 +10,7 @@ use segmirror_transport::direct::handshake::FEATURE_CLUSTER_SHIPPERS;
 use segmirror_transport::direct::payload::{
     Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, Revoke, Roll, SegmentReplace,
     Shipped, SourceProgress,
+    LogEnd, Truncate, TruncateMode,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -276,6 +277,24 @@ pub fn seeds() -> Vec<Vec<u8>> {
             final_size: 4096,
             next_offset: 1042,
             log_sha256: Some([6; 32]),
+        }),
+        Frame::ResumeWithEnds {
+            positions: vec![position.clone()],
+            ends: vec![LogEnd {
+                end_offset: 120,
+                last_epoch: 3,
+            }],
+        },
+        Frame::Truncate(Truncate {
+            partition: position.partition.clone(),
+            truncate_to: 100,
+            segment_base: 0,
+            position: 4096,
+            mode: TruncateMode::LogEnd,
+            mirror_end_offset: 120,
+            mirror_epoch: 3,
+            source_epoch: 3,
+            source_end_offset: 100,
         }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },

@@ -49,7 +49,9 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
-use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Position, SegmentSeal};
+use segmirror_transport::direct::payload::{
+    Chunk, Companion, CompanionKind, LogEnd, PartitionRef, Position, SegmentSeal, TruncateMode,
+};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 use segmirror_transport::direct::DirectError;
 use segmirror_transport::store::{digest_file, digest_of};
@@ -144,6 +146,10 @@ struct PartState {
     replacing: Option<replace::Replacing>,
     /// The source progress last reported ([`progress`]).
     progress: progress::Track,
+    /// A Truncate to send before anything else of the partition ([`diverge`]).
+    truncate: Option<segmirror_transport::direct::payload::Truncate>,
+    /// The source lost committed data (a divergence in high-watermark mode): nothing more of it ships.
+    stopped: bool,
 }
 
 impl PartState {
@@ -156,6 +162,8 @@ impl PartState {
             sealed: BTreeMap::new(),
             replacing: None,
             progress: progress::Track::default(),
+            truncate: None,
+            stopped: false,
         }
     }
 }
@@ -174,6 +182,11 @@ pub struct TailFeed {
     /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
     /// the source file and go as one chunk.
     held: HashSet<PartitionRef>,
+    /// The session agreed `FEATURE_TRUNCATE` ([`ChunkFeed::log_ends`]): a divergence seen while streaming ends the
+    /// session (the next Resume tells where the mirror ends) instead of stopping the feed.
+    truncation: bool,
+    /// The mirror's end per Resume position, for the epoch comparison of the next [`ChunkFeed::seek`] ([`diverge`]).
+    log_ends: Vec<(Position, LogEnd)>,
     /// The partition step running on the blocking pool, if any ([`InFlightStep`]).
     step: Option<InFlightStep>,
     /// Counts [`TailFeed::seek_positions`]: a step started before the latest seek is stale.
@@ -226,6 +239,8 @@ impl TailFeed {
             generation: 0,
             #[cfg(test)]
             steps_started: 0,
+            truncation: false,
+            log_ends: Vec::new(),
         }
     }
 
@@ -271,9 +286,42 @@ impl TailFeed {
                 .iter()
                 .find(|p| p.partition == target.partition)
                 .map(|p| (p.segment_base, p.position));
-            let (at, track) = match point {
-                None => (None, log_start::Track::default()),
-                Some((base, position)) => blocking(move || log_start::resume_or_skip(&target, base, position)).await?,
+            let end = self
+                .log_ends
+                .iter()
+                .find(|(p, _)| p.partition == target.partition)
+                .map(|(p, e)| (p.clone(), *e));
+            let upto = self.config.upto;
+            let verdict = match end {
+                Some((resume, end)) => {
+                    let target = target.clone();
+                    blocking(move || diverge::compare(&target, &resume, end, upto)).await?
+                }
+                None => diverge::Verdict::Agrees,
+            };
+            let (at, track, truncate) = match (point, verdict) {
+                (_, diverge::Verdict::Diverged { truncate, at }) => {
+                    let lost = format!(
+                        "the mirror ends at offset {} in leader epoch {}; the source's epoch {} ends at {}",
+                        truncate.mirror_end_offset,
+                        truncate.mirror_epoch,
+                        truncate.source_epoch,
+                        truncate.source_end_offset
+                    );
+                    if truncate.mode == TruncateMode::HighWatermark {
+                        tracing::error!(partition = %name(&target.partition), truncate_to = truncate.truncate_to, %lost,
+                            "the source lost committed records the mirror holds (high-watermark mode): the partition stops");
+                    } else {
+                        tracing::warn!(partition = %name(&target.partition), truncate_to = truncate.truncate_to, %lost,
+                            "the source truncated records the mirror holds: truncating the mirror to match");
+                    }
+                    (Some(at), log_start::Track::default(), Some(*truncate))
+                }
+                (None, _) => (None, log_start::Track::default(), None),
+                (Some((base, position)), diverge::Verdict::Agrees) => {
+                    let (at, track) = blocking(move || log_start::resume_or_skip(&target, base, position)).await?;
+                    (at, track, None)
+                }
             };
             fresh.push(PartState {
                 target: part.target.clone(),
@@ -283,6 +331,8 @@ impl TailFeed {
                 sealed: part.sealed.clone(),
                 replacing: None,
                 progress: progress::Track::default(),
+                truncate,
+                stopped: false,
             });
         }
         let unfollowed: Vec<Position> = resume
@@ -449,7 +499,24 @@ impl ChunkFeed for TailFeed {
     }
 
     async fn next(&mut self) -> std::result::Result<FeedItem, DirectError> {
-        self.next_item().await.map_err(local("tail feed"))
+        match self.next_item().await {
+            // The applier takes truncations: end the session, and the next Resume's log ends say where to cut.
+            Err(Error::Diverged {
+                partition,
+                segment_base,
+                position,
+                reason,
+            }) if self.truncation => Err(DirectError::SourceDiverged {
+                partition,
+                reason: format!("segment {segment_base} position {position}: {reason}"),
+            }),
+            r => r.map_err(local("tail feed")),
+        }
+    }
+
+    fn log_ends(&mut self, agreed: bool, ends: &[(Position, LogEnd)]) {
+        self.truncation = agreed;
+        self.log_ends = ends.to_vec();
     }
 
     fn max_unacked_per_partition(&self) -> Option<usize> {
@@ -538,6 +605,14 @@ pub(super) fn resume_at(target: &TailPartition, base: i64, position: u64) -> Res
 
 /// One partition's next step: its new state and the item, if any.
 fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option<FeedItem>)> {
+    if let Some(truncate) = part.truncate.take() {
+        // Before anything else of the partition; in high-watermark mode it is the last thing of it.
+        part.stopped = truncate.mode == TruncateMode::HighWatermark;
+        return Ok((part, Some(FeedItem::Truncate(truncate))));
+    }
+    if part.stopped {
+        return Ok((part, None));
+    }
     let dir = part.target.dir.clone();
     // A partition not started whose directory does not exist yet (the broker has not created it: a topic being
     // created while the feed starts) is waited for, not taken as deleted. One that was shipped from and is gone
@@ -771,6 +846,7 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 
 pub mod rediscover;
 pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
+pub mod diverge;
 mod index_fit;
 use index_fit::IndexForm;
 mod log_start;

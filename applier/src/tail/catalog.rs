@@ -182,6 +182,18 @@ impl TailCatalog {
         Ok(())
     }
 
+    /// The offset up to which the catalog holds `p` installed as whole versions (`truncate` never cuts below it).
+    pub(super) fn installed_end(&mut self, p: &PartitionRef) -> TailResult<Option<i64>> {
+        let id = self.id(p)?;
+        Ok(self.catalog.partition_by_id(id)?.installed_end_offset)
+    }
+
+    /// Records a truncation or divergence (`truncate`); idempotent.
+    pub(super) fn record_truncation(&mut self, r: &segmirror_catalog::TruncationRecord) -> TailResult<()> {
+        self.catalog.record_truncation(r)?;
+        Ok(())
+    }
+
     /// The link's partitions that hold installed segments (`handover`), each with its installed versions.
     pub(super) fn installed_partitions(&self) -> TailResult<Vec<InstalledPartition>> {
         let mut out = Vec::new();

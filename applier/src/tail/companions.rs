@@ -166,6 +166,17 @@ impl Inner {
         Ok(open)
     }
 
+    /// After a truncation recorded `name` at its new end: its open transactions derived again from the segments and
+    /// its active indexes rebuilt there (`.txnindex` entries beyond the cut dropped).
+    pub(super) fn open_transactions_at_cut(&mut self, name: &str) -> TailResult<()> {
+        self.open_transactions(name)?;
+        if let Some(s) = self.states.get(name).cloned() {
+            let indexes = self.active_indexes(name, s.segment_base, s.position)?;
+            self.indexes.insert(name.to_string(), indexes);
+        }
+        Ok(())
+    }
+
     /// At the start of a session, after the positions are checked: every partition's open transactions known,
     /// and every unsealed segment's companions made to match its recorded position (module docs).
     pub(super) fn recover_companions(&mut self) -> TailResult<()> {

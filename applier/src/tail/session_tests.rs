@@ -35,7 +35,7 @@ impl ChunkFeed for ReplayFeed {
                 }
                 FeedItem::Seal(s) => s.segment_base < r.segment_base,
                 // Idempotent: resent from wherever the resume lands.
-                FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => true,
+                FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Truncate(_) => true,
                 FeedItem::Claim(_) | FeedItem::Roll(_) => unreachable!("not in this feed"),
             };
             self.next = self.items.iter().take_while(|i| covered(i)).count();
@@ -92,6 +92,7 @@ async fn tail_session_over_loopback_mirrors_the_source() {
             FeedItem::Replace(r) => appender.apply_replace(r).await.unwrap(),
             FeedItem::Progress(p) => appender.apply_progress(p).await.unwrap(),
             FeedItem::Claim(_) | FeedItem::Roll(_) => unreachable!("not in this feed"),
+            FeedItem::Truncate(t) => panic!("no truncation in this history, yet {t:?}"),
         }
     }
     let watcher = appender.clone();

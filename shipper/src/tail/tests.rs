@@ -201,6 +201,7 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
             FeedItem::Replace(r) => panic!("no segment was rewritten, yet {r:?}"),
             FeedItem::Progress(p) => panic!("progress reports are off by default, yet {p:?}"),
             other @ (FeedItem::Claim(_) | FeedItem::Roll(_)) => panic!("a single-broker feed, yet {other:?}"),
+            FeedItem::Truncate(t) => panic!("no log ends were given, yet {t:?}"),
         }
     }
     runner.abort();

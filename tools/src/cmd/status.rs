@@ -53,6 +53,9 @@ struct StatusDoc<'a> {
     links: Vec<LinkDoc<'a>>,
     /// Tail replication lag per tailed partition of the mirror root (see `status --help`).
     tail: Vec<TailLag>,
+    /// Source truncations the tail applier followed (offset ranges and archive files) or refused to follow (a
+    /// source that lost committed records), oldest first.
+    truncations: Vec<segmirror_catalog::TruncationRecord>,
 }
 
 /// A link: the fields of [`LinkStatus`] (its partitions with their last events) and its own last event.
@@ -180,6 +183,7 @@ fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyh
         generated_at_ms: status.generated_at_ms,
         links,
         tail,
+        truncations: catalog.truncations(None)?,
     })
 }
 
@@ -242,6 +246,7 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
         &doc.tail,
         u64::try_from(doc.generated_at_ms).unwrap_or(0),
     ));
+    out.push_str(&status_tail::render_truncations(&doc.truncations));
     out
 }
 
@@ -394,6 +399,7 @@ mod tests {
             generated_at_ms: status.generated_at_ms,
             links,
             tail: Vec::new(),
+            truncations: Vec::new(),
         };
         let table = render_table(&doc, &status);
         let lines: Vec<&str> = table.lines().collect();

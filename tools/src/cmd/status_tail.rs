@@ -162,3 +162,87 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
     }
     out
 }
+
+/// The truncation rows of the table (nothing when there were none): per partition the offset range `[from, to)`,
+/// what happened to it (`truncated`: removed from the mirror and kept in the archive file named, relative to the
+/// mirror root; `diverged`: the source lost committed records, nothing removed, the partition stopped) and the
+/// leader-epoch evidence.
+pub fn render_truncations(rows: &[segmirror_catalog::TruncationRecord]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if rows.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<32} {:<9} {:>14} {:>14} {:>8}  archive / evidence",
+        "truncated partition", "kind", "from offset", "to offset", "size"
+    );
+    for r in rows {
+        let kind = match r.kind {
+            segmirror_catalog::TruncationKind::Truncated => "truncated",
+            segmirror_catalog::TruncationKind::Diverged => "diverged",
+        };
+        let _ = writeln!(
+            out,
+            "{:<32} {:<9} {:>14} {:>14} {:>8}  {} (mirror epoch {}, source epoch {} ends at {})",
+            format!("{}-{}", r.topic, r.partition),
+            kind,
+            r.from_offset,
+            r.to_offset,
+            r.size.map_or("-".to_string(), |s| format!("{s} B")),
+            r.archive_path.as_deref().unwrap_or("partition stopped"),
+            r.mirror_epoch,
+            r.source_epoch,
+            r.source_end_offset
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod truncation_tests {
+    use segmirror_catalog::{TruncationKind, TruncationRecord};
+
+    use super::render_truncations;
+
+    #[test]
+    fn truncations_show_their_ranges_and_archive() {
+        assert_eq!(render_truncations(&[]), "");
+        let row = |kind, archive: Option<&str>| TruncationRecord {
+            link: "l".into(),
+            topic: "orders".into(),
+            partition: 3,
+            kind,
+            from_offset: 120,
+            to_offset: 150,
+            mirror_epoch: 4,
+            source_epoch: 4,
+            source_end_offset: 120,
+            archive_path: archive.map(str::to_string),
+            sha256: None,
+            size: archive.map(|_| 2048),
+            at_ms: 0,
+        };
+        let table = render_truncations(&[
+            row(TruncationKind::Truncated, Some(".archive/orders-3/a.log")),
+            row(TruncationKind::Diverged, None),
+        ]);
+        let lines: Vec<&str> = table.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        for (line, kind, tail) in [
+            (lines[1], "truncated", ".archive/orders-3/a.log"),
+            (lines[2], "diverged", "partition stopped"),
+        ] {
+            assert!(line.starts_with("orders-3"), "{line}");
+            assert!(
+                line.contains(kind) && line.contains(" 120 ") && line.contains(" 150 "),
+                "{line}"
+            );
+            assert!(
+                line.contains(tail) && line.contains("source epoch 4 ends at 120"),
+                "{line}"
+            );
+        }
+    }
+}

@@ -156,6 +156,11 @@ pub enum DirectError {
         holder_node: i32,
         holder_epoch: i32,
     },
+    /// The shipper's source no longer holds bytes it shipped (truncated or rewritten under the feed), on a session
+    /// that agreed `FEATURE_TRUNCATE`: the session ends so that the next one's Resume says where the mirror ends
+    /// and the feed can send a Truncate (`docs/direct-protocol.md` §6, Truncate). Transient.
+    #[error("the source diverged from what was shipped ({partition}): {reason}; resuming to truncate")]
+    SourceDiverged { partition: String, reason: String },
 
     /// This side's chunk feed (shipper) or chunk applier failed; `what` names the step.
     #[error("{what}: {source}")]
@@ -196,7 +201,8 @@ impl DirectError {
             | DirectError::UnexpectedFrame { .. }
             | DirectError::Io { .. }
             | DirectError::Protocol { .. }
-            | DirectError::Fenced { .. } => ErrorClass::Transient,
+            | DirectError::Fenced { .. }
+            | DirectError::SourceDiverged { .. } => ErrorClass::Transient,
             // Busy: another session still serves the link (often the previous connection of this very peer,
             // not yet timed out on the other side); it clears by itself.
             DirectError::Refused {

@@ -18,8 +18,8 @@ use super::error::FrameError;
 use super::handshake::FEATURE_CLUSTER_SHIPPERS;
 use super::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello,
-    HelloAck, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
-    SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
+    HelloAck, LogEnd, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
+    SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode, Writer, HELLO_MAGIC, LOG_END_LEN, MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.
@@ -59,6 +59,7 @@ pub enum FrameType {
     LogStart = 11,
     SegmentReplace = 12,
     SourceProgress = 13,
+    Truncate = 14,
     Claim = 15,
     ClaimResult = 16,
     Revoke = 17,
@@ -66,7 +67,7 @@ pub enum FrameType {
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 17] = [
+    pub const ALL: [FrameType; 18] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -80,6 +81,7 @@ impl FrameType {
         FrameType::LogStart,
         FrameType::SegmentReplace,
         FrameType::SourceProgress,
+        FrameType::Truncate,
         FrameType::Claim,
         FrameType::ClaimResult,
         FrameType::Revoke,
@@ -101,6 +103,7 @@ impl FrameType {
             11 => Some(FrameType::LogStart),
             12 => Some(FrameType::SegmentReplace),
             13 => Some(FrameType::SourceProgress),
+            14 => Some(FrameType::Truncate),
             15 => Some(FrameType::Claim),
             16 => Some(FrameType::ClaimResult),
             17 => Some(FrameType::Revoke),
@@ -128,6 +131,7 @@ impl FrameType {
             FrameType::ClaimResult => "ClaimResult",
             FrameType::Revoke => "Revoke",
             FrameType::Roll => "Roll",
+            FrameType::Truncate => "Truncate",
         }
     }
 }
@@ -144,6 +148,12 @@ pub enum Frame {
     Ack(Position),
     /// Applier → shipper after the handshake: per partition, the acknowledged position to resume from.
     Resume(Vec<Position>),
+    /// A Resume on a session that agreed `FEATURE_TRUNCATE`: each position followed by the mirror's [`LogEnd`]
+    /// (`ends[i]` belongs to `positions[i]`; both non-empty and of one length, else it is a plain [`Frame::Resume`]).
+    ResumeWithEnds {
+        positions: Vec<Position>,
+        ends: Vec<LogEnd>,
+    },
     /// Either way; `sequence` counts up per sender.
     Heartbeat {
         sequence: u64,
@@ -167,6 +177,8 @@ pub enum Frame {
     Revoke(Revoke),
     /// Shipper → applier (feature `FEATURE_CLUSTER_SHIPPERS`): a mirror-layout segment ends here.
     Roll(Roll),
+    /// Shipper → applier (feature `FEATURE_TRUNCATE`): the source no longer holds the mirror's end.
+    Truncate(Truncate),
 }
 
 impl Frame {
@@ -178,7 +190,7 @@ impl Frame {
             Frame::Chunk(_) => FrameType::Chunk,
             Frame::SegmentSeal(_) => FrameType::SegmentSeal,
             Frame::Ack(_) => FrameType::Ack,
-            Frame::Resume(_) => FrameType::Resume,
+            Frame::Resume(_) | Frame::ResumeWithEnds { .. } => FrameType::Resume,
             Frame::Heartbeat { .. } => FrameType::Heartbeat,
             Frame::Credit { .. } => FrameType::Credit,
             Frame::Goodbye(_) => FrameType::Goodbye,
@@ -189,6 +201,7 @@ impl Frame {
             Frame::ClaimResult(_) => FrameType::ClaimResult,
             Frame::Revoke(_) => FrameType::Revoke,
             Frame::Roll(_) => FrameType::Roll,
+            Frame::Truncate(_) => FrameType::Truncate,
         }
     }
 
@@ -295,6 +308,43 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
             for p in points {
                 w.position(p)?;
             }
+        }
+        Frame::ResumeWithEnds { positions, ends } => {
+            if positions.is_empty() || positions.len() != ends.len() {
+                return Err(FrameError::Encode {
+                    frame: "Resume",
+                    field: "ends",
+                    reason: format!(
+                        "{} log ends for {} positions: one per position, and at least one",
+                        ends.len(),
+                        positions.len()
+                    ),
+                });
+            }
+            let n = u32::try_from(positions.len()).map_err(|_| FrameError::Encode {
+                frame: "Resume",
+                field: "count",
+                reason: format!("{} positions", positions.len()),
+            })?;
+            w.out.put_u32(n);
+            for p in positions {
+                w.position(p)?;
+            }
+            for e in ends {
+                w.offset("end_offset", e.end_offset)?;
+                w.out.put_i32(e.last_epoch);
+            }
+        }
+        Frame::Truncate(t) => {
+            w.partition(&t.partition)?;
+            w.offset("truncate_to", t.truncate_to)?;
+            w.offset("segment_base", t.segment_base)?;
+            w.out.put_u64(t.position);
+            w.out.put_u8(t.mode.code());
+            w.offset("mirror_end_offset", t.mirror_end_offset)?;
+            w.out.put_i32(t.mirror_epoch);
+            w.out.put_i32(t.source_epoch);
+            w.offset("source_end_offset", t.source_end_offset)?;
         }
         Frame::Heartbeat { sequence } => w.out.put_u64(*sequence),
         Frame::Credit { bytes } => w.out.put_u64(*bytes),
@@ -692,7 +742,73 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
             for _ in 0..count {
                 points.push(r.position()?);
             }
-            Frame::Resume(points)
+            // Feature bit 5: a log end per position follows (an older applier's frame ends here).
+            if r.remaining() > 0 {
+                if count == 0 || r.remaining() != count * LOG_END_LEN {
+                    return Err(r.fail(
+                        "ends",
+                        format!(
+                            "{} bytes after {count} positions: the log ends take exactly {} bytes ({LOG_END_LEN} per position)",
+                            r.remaining(),
+                            count * LOG_END_LEN
+                        ),
+                    ));
+                }
+                let mut ends = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let end_offset = r.offset("end_offset")?;
+                    let last_epoch = r.i32("last_epoch")?;
+                    if last_epoch < -1 {
+                        r.back(4);
+                        return Err(r.fail("last_epoch", format!("{last_epoch}: an epoch is -1 (none) or above")));
+                    }
+                    ends.push(LogEnd { end_offset, last_epoch });
+                }
+                Frame::ResumeWithEnds {
+                    positions: points,
+                    ends,
+                }
+            } else {
+                Frame::Resume(points)
+            }
+        }
+        FrameType::Truncate => {
+            let partition = r.partition()?;
+            let truncate_to = r.offset("truncate_to")?;
+            let segment_base = r.offset("segment_base")?;
+            if segment_base > truncate_to {
+                r.back(8);
+                return Err(r.fail(
+                    "segment_base",
+                    format!("{segment_base} is above truncate_to {truncate_to}: the segment cannot hold it"),
+                ));
+            }
+            let position = r.u64("position")?;
+            let mode = r.u8("mode")?;
+            let Some(mode) = TruncateMode::from_code(mode) else {
+                r.back(1);
+                return Err(r.fail("mode", format!("{mode}, expected 1 (log end) or 2 (high watermark)")));
+            };
+            let mirror_end_offset = r.offset("mirror_end_offset")?;
+            let mirror_epoch = r.i32("mirror_epoch")?;
+            let source_epoch = r.i32("source_epoch")?;
+            let source_end_offset = r.offset("source_end_offset")?;
+            for (field, epoch) in [("mirror_epoch", mirror_epoch), ("source_epoch", source_epoch)] {
+                if epoch < -1 {
+                    return Err(r.fail(field, format!("{epoch}: an epoch is -1 (none) or above")));
+                }
+            }
+            Frame::Truncate(Truncate {
+                partition,
+                truncate_to,
+                segment_base,
+                position,
+                mode,
+                mirror_end_offset,
+                mirror_epoch,
+                source_epoch,
+                source_end_offset,
+            })
         }
         FrameType::Heartbeat => Frame::Heartbeat {
             sequence: r.u64("sequence")?,

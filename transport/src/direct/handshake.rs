@@ -61,6 +61,12 @@ pub const FEATURE_INDEX_INTERVAL: u64 = 1 << 3;
 /// the trailing bytes, so a shipper sends them only when the bit was agreed.
 pub const FEATURE_PROGRESS_SHIPPED: u64 = 1 << 4;
 
+/// Feature bit 5: each Resume position is followed by the mirror's [`LogEnd`](super::payload::LogEnd) (its end
+/// offset and last leader epoch, read off its own batches), and the shipper may send Truncate frames (frame 14):
+/// the source truncated what was shipped (`--upto log-end`: the applier truncates the mirror to match and archives
+/// what it removes) or lost committed data (`--upto high-watermark`: the applier records it and the partition
+/// stops). Without it a source shorter than the mirror stops the session (`docs/direct-protocol.md` §6, Truncate).
+pub const FEATURE_TRUNCATE: u64 = 1 << 5;
 /// Feature bit 6: several shippers (one beside each source broker) on one link. A shipper offering it names its
 /// broker in its Hello (`shipper_node_id`) and requires it; the applier serves one session per (link, node id), lists
 /// nothing in Resume, and grants partitions by leader epoch (Claim, ClaimResult, Revoke), and a mirror segment may
@@ -81,7 +87,8 @@ pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START
     | FEATURE_SOURCE_PROGRESS
     | FEATURE_INDEX_INTERVAL
     | FEATURE_PROGRESS_SHIPPED
-    | FEATURE_CLUSTER_SHIPPERS;
+    | FEATURE_CLUSTER_SHIPPERS
+    | FEATURE_TRUNCATE;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by

@@ -36,5 +36,6 @@ pub use handshake::{handshake, HandshakeConfig, Session};
 pub use payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello,
     HelloAck, LogStart, PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
-    SegmentSeal, Shipped, SourceProgress,
+    SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode,
 };
+pub use payload::{LogEnd, LOG_END_LEN};

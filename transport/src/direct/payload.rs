@@ -181,6 +181,72 @@ pub struct LogStart {
     pub log_start_offset: i64,
 }
 
+/// Where a partition of the mirror ends, by its own bytes: the offset after its last batch and that batch's
+/// partition leader epoch. Sent per Resume position on sessions that agreed
+/// [`super::handshake::FEATURE_TRUNCATE`], so the shipper can ask its source where the two logs agree, as a Kafka
+/// follower asks its leader with `OffsetsForLeaderEpoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LogEnd {
+    /// One past the mirror's last offset (the segment base when the mirror holds no batch).
+    pub end_offset: i64,
+    /// The partition leader epoch of the mirror's last v2 batch; `-1` when it holds none (empty, or legacy only).
+    pub last_epoch: i32,
+}
+
+/// Bytes one [`LogEnd`] takes on the wire: `end_offset: offset`, `last_epoch: i32`.
+pub const LOG_END_LEN: usize = 12;
+
+/// What the shipper's bound was when it found the divergence, so the applier knows whether to truncate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TruncateMode {
+    /// `--upto log-end`: records above the high watermark were shipped and the source dropped them; the applier
+    /// truncates to match, keeping what it removes in its archive.
+    LogEnd,
+    /// `--upto high-watermark`: only committed records were shipped, so the source lost committed data. The
+    /// applier records the divergence and stops the partition; nothing is truncated.
+    HighWatermark,
+}
+
+impl TruncateMode {
+    pub const fn code(self) -> u8 {
+        match self {
+            TruncateMode::LogEnd => 1,
+            TruncateMode::HighWatermark => 2,
+        }
+    }
+
+    pub const fn from_code(code: u8) -> Option<TruncateMode> {
+        match code {
+            1 => Some(TruncateMode::LogEnd),
+            2 => Some(TruncateMode::HighWatermark),
+            _ => None,
+        }
+    }
+}
+
+/// The source no longer holds what the mirror holds from `truncate_to` on (shipper → applier, only on sessions
+/// that agreed [`super::handshake::FEATURE_TRUNCATE`]). `segment_base`/`position` name where the batch starting at
+/// `truncate_to` lies (the source's layout, which the mirror shares below the divergence); the rest is the
+/// evidence: the mirror's end as its Resume said it, and the source's answer to "where does your log end for the
+/// mirror's last epoch" (Kafka's `LeaderEpochFileCache.endOffsetFor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncate {
+    pub partition: PartitionRef,
+    /// The first offset removed: the base offset of a batch the mirror holds (or of the segment at `position` 0).
+    pub truncate_to: i64,
+    pub segment_base: i64,
+    /// Byte position in `segment_base` where the batch at `truncate_to` starts: the mirror's new end.
+    pub position: u64,
+    pub mode: TruncateMode,
+    /// The mirror's end as its Resume said it.
+    pub mirror_end_offset: i64,
+    pub mirror_epoch: i32,
+    /// The source's answer for `mirror_epoch`: the largest epoch it has at or below it (`-1`: none) and where that
+    /// epoch ends in its log.
+    pub source_epoch: i32,
+    pub source_end_offset: i64,
+}
+
 /// Where the source partition stands, for lag reporting only: the shipper sends it at most every
 /// [`super::handshake::PROGRESS_INTERVAL`] and when it changes, on sessions that agreed
 /// [`super::handshake::FEATURE_SOURCE_PROGRESS`]. Advisory: it moves no position, costs no credit, gets no Ack.

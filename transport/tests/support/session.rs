@@ -173,7 +173,11 @@ fn start_of(item: &FeedItem) -> Option<(i64, u64)> {
         FeedItem::Chunk(c) => Some((c.segment_base, c.position)),
         FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
         FeedItem::Roll(r) => Some((r.segment_base, r.final_size)),
-        FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Claim(_) => None,
+        FeedItem::LogStart(_)
+        | FeedItem::Replace(_)
+        | FeedItem::Progress(_)
+        | FeedItem::Claim(_)
+        | FeedItem::Truncate(_) => None,
     }
 }
 
@@ -207,7 +211,8 @@ impl ChunkFeed for TestFeed {
                     | FeedItem::LogStart(_)
                     | FeedItem::Progress(_)
                     | FeedItem::Claim(_)
-                    | FeedItem::Roll(_) => 0,
+                    | FeedItem::Roll(_)
+                    | FeedItem::Truncate(_) => 0,
                     FeedItem::Replace(r) => r.bytes.len() as u64,
                 };
                 self.yielded.fetch_add(cost, Ordering::SeqCst);

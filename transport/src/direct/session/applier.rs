@@ -47,11 +47,11 @@ use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
 use crate::direct::payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LogStart, PartitionRef, Position, Revoke, Roll,
-    SegmentReplace, SegmentSeal, SourceProgress,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LogEnd, LogStart, PartitionRef, Position,
+    Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
 };
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
@@ -153,6 +153,29 @@ pub trait ChunkApplier: Send + 'static {
         let reason = format!(
             "SegmentReplace of {}: this applier does not install replacements",
             tp(&piece.partition)
+        );
+        async move { Err(DirectError::Protocol { reason }) }
+    }
+
+    /// The mirror's end per durable position (same order, one each), read off the mirror's own batches: sent with
+    /// the Resume on sessions that agreed [`FEATURE_TRUNCATE`]. `None` (the default): this applier does not take
+    /// truncations, and the Resume goes without them.
+    fn log_ends(&mut self, positions: &[DurablePosition]) -> impl Future<Output = Result<Option<Vec<LogEnd>>>> + Send {
+        let _ = positions;
+        async { Ok(None) }
+    }
+
+    /// The source no longer holds the mirror's bytes from `truncate.truncate_to` on. The session has checked that
+    /// `(segment_base, position)` lies below the partition's durable end; the applier checks the rest against its
+    /// bytes. In [`TruncateMode::LogEnd`](crate::direct::payload::TruncateMode::LogEnd) it removes them (archived),
+    /// and returns the new durable end once that is durable and recorded; in `HighWatermark` mode it records the
+    /// divergence, truncates nothing, and returns `None` (the partition stops). Only on sessions that agreed
+    /// [`FEATURE_TRUNCATE`]; the default refuses.
+    fn apply_truncate(&mut self, truncate: &Truncate) -> impl Future<Output = Result<Option<Position>>> + Send {
+        let reason = format!(
+            "Truncate of {} to offset {}: this applier does not truncate",
+            tp(&truncate.partition),
+            truncate.truncate_to
         );
         async move { Err(DirectError::Protocol { reason }) }
     }
@@ -263,7 +286,22 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 },
             );
         }
-        let resume = Frame::Resume(durable.into_iter().map(|d| d.position).collect());
+        let log_ends = if session.features & FEATURE_TRUNCATE != 0 && !durable.is_empty() {
+            self.applier.log_ends(&durable).await?
+        } else {
+            None
+        };
+        let positions: Vec<Position> = durable.into_iter().map(|d| d.position).collect();
+        let resume = match log_ends {
+            Some(ends) if ends.len() == positions.len() => Frame::ResumeWithEnds { positions, ends },
+            Some(ends) => {
+                return Err(DirectError::Local {
+                    what: "the mirror's log ends",
+                    source: format!("{} log ends for {} durable positions", ends.len(), positions.len()).into(),
+                })
+            }
+            None => Frame::Resume(positions),
+        };
         let credit = Frame::Credit {
             bytes: self.config.credit_window,
         };
@@ -476,6 +514,13 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     }
                     continue;
                 }
+                Frame::Truncate(t) if session.features & FEATURE_TRUNCATE != 0 => {
+                    // No credit was taken and no Ack follows: the shipper moved its own position when it sent it.
+                    if let Err(e) = self.on_truncate(&mut ends, &t).await {
+                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    }
+                    continue;
+                }
                 Frame::SegmentReplace(piece) if session.features & FEATURE_SEGMENT_REPLACE != 0 => {
                     // No position moves: no Ack; the credit comes back once the piece is durable.
                     match self.applier.apply_replace(&piece).await {
@@ -492,7 +537,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 other => {
                     let e = DirectError::UnexpectedFrame {
                         stage: "streaming",
-                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace, SourceProgress, Claim or Roll (when agreed), Heartbeat or Goodbye",
+                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace, SourceProgress, Claim, Roll or Truncate (when agreed), Heartbeat or Goodbye",
                         got: other.name(),
                     };
                     return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
@@ -593,6 +638,39 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 Some(prev) => *prev = at,
                 None => acks.push(at),
             }
+        }
+        Ok(())
+    }
+
+    /// A Truncate: only below what the partition holds durably (the applier checks the bytes), then its durable
+    /// end is where the applier says it now is.
+    async fn on_truncate(&mut self, ends: &mut HashMap<PartitionRef, End>, t: &Truncate) -> Result<()> {
+        let name = tp(&t.partition);
+        let Some(d) = ends.get(&t.partition).copied() else {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "Truncate of {name} to offset {} (segment {} position {}): nothing of the partition is durable; not applied",
+                    t.truncate_to, t.segment_base, t.position
+                ),
+            });
+        };
+        if (t.segment_base, t.position) >= (d.segment_base, d.position) {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "Truncate of {name} to offset {} at segment {} position {}: not below the durable end (segment {} position {}); not applied",
+                    t.truncate_to, t.segment_base, t.position, d.segment_base, d.position
+                ),
+            });
+        }
+        if let Some(at) = self.applier.apply_truncate(t).await? {
+            ends.insert(
+                t.partition.clone(),
+                End {
+                    segment_base: at.segment_base,
+                    position: at.position,
+                    sealed: false,
+                },
+            );
         }
         Ok(())
     }

@@ -52,11 +52,11 @@ use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
     FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED,
-    FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
+    FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
 use crate::direct::payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LogStart, PartitionRef, Position, Revoke, Roll,
-    SegmentReplace, SegmentSeal, SourceProgress,
+    Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LogEnd, LogStart, PartitionRef, Position, Revoke, Roll,
+    SegmentReplace, SegmentSeal, SourceProgress, Truncate,
 };
 
 /// What the shipper sends next.
@@ -82,6 +82,11 @@ pub enum FeedItem {
     /// Feature bit 6: the mirror segment ends here, where no file of this shipper's broker ends. Positioned like a
     /// seal (acknowledged at its final size), costs no credit; a local error on a session without the bit.
     Roll(Roll),
+    /// The source no longer holds what was shipped from `truncate_to` on (only after a Resume with log ends, on a
+    /// session that agreed [`FEATURE_TRUNCATE`]; the feed yields it before any other positioned item of the
+    /// partition). Costs no credit and gets no Ack: sending it moves the partition's position back to
+    /// `(segment_base, position)`, from where the feed continues.
+    Truncate(Truncate),
 }
 
 impl FeedItem {
@@ -94,6 +99,7 @@ impl FeedItem {
             FeedItem::Progress(p) => &p.partition,
             FeedItem::Claim(c) => &c.partition,
             FeedItem::Roll(r) => &r.partition,
+            FeedItem::Truncate(t) => &t.partition,
         }
     }
 
@@ -103,7 +109,11 @@ impl FeedItem {
             FeedItem::Chunk(c) => Some((c.segment_base, c.position + c.bytes.len() as u64)),
             FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
             FeedItem::Roll(r) => Some((r.segment_base, r.final_size)),
-            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Claim(_) => None,
+            FeedItem::LogStart(_)
+            | FeedItem::Replace(_)
+            | FeedItem::Progress(_)
+            | FeedItem::Claim(_)
+            | FeedItem::Truncate(_) => None,
         }
     }
 
@@ -113,7 +123,11 @@ impl FeedItem {
             FeedItem::Chunk(c) => Some((c.segment_base, c.position)),
             FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
             FeedItem::Roll(r) => Some((r.segment_base, r.final_size)),
-            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Claim(_) => None,
+            FeedItem::LogStart(_)
+            | FeedItem::Replace(_)
+            | FeedItem::Progress(_)
+            | FeedItem::Claim(_)
+            | FeedItem::Truncate(_) => None,
         }
     }
 
@@ -121,7 +135,11 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => chunk_cost(c),
             FeedItem::Seal(s) => seal_cost(s),
-            FeedItem::LogStart(_) | FeedItem::Progress(_) | FeedItem::Claim(_) | FeedItem::Roll(_) => 0,
+            FeedItem::LogStart(_)
+            | FeedItem::Progress(_)
+            | FeedItem::Claim(_)
+            | FeedItem::Roll(_)
+            | FeedItem::Truncate(_) => 0,
             FeedItem::Replace(r) => replace_cost(r),
         }
     }
@@ -135,6 +153,7 @@ impl FeedItem {
             FeedItem::Progress(p) => Frame::SourceProgress(p),
             FeedItem::Claim(c) => Frame::Claim(c),
             FeedItem::Roll(r) => Frame::Roll(r),
+            FeedItem::Truncate(t) => Frame::Truncate(t),
         }
     }
 }
@@ -145,6 +164,16 @@ pub trait ChunkFeed: Send + 'static {
     /// [`ChunkFeed::next`] yields, per partition, items that continue exactly from
     /// these positions (a partition not listed: from the feed's configured start).
     fn seek(&mut self, resume: &[Position]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Called right before [`ChunkFeed::seek`]: `agreed` when the session agreed [`FEATURE_TRUNCATE`], with the
+    /// mirror's end per Resume position the applier sent (none when it holds nothing). A feed that compares them
+    /// with its source's leader epochs yields a [`FeedItem::Truncate`] first for a partition whose source no longer
+    /// holds the mirror's end; with `agreed` it may also end a session on a divergence it sees while streaming
+    /// ([`DirectError::SourceDiverged`]), so that the next Resume tells it where the mirror ends. The default
+    /// ignores them.
+    fn log_ends(&mut self, agreed: bool, ends: &[(Position, LogEnd)]) {
+        let _ = (agreed, ends);
+    }
 
     /// The next item, waiting until there is one. Must be cancel-safe (like
     /// `mpsc::Receiver::recv`): the session drops the future when a frame
@@ -267,7 +296,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
         let mut last_recv = Instant::now();
 
         // RESUMING: the applier's Resume comes first (heartbeats may precede it).
-        let resume = loop {
+        let (resume, log_ends) = loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -279,7 +308,11 @@ impl<F: ChunkFeed> ShipperSession<F> {
                     match frame {
                         None => return Err(DirectError::Closed { stage: "waiting for Resume" }),
                         Some(Err(e)) => return Err(read_error(e)),
-                        Some(Ok(Frame::Resume(points))) => break points,
+                        Some(Ok(Frame::Resume(points))) => break (points, Vec::new()),
+                        Some(Ok(Frame::ResumeWithEnds { positions, ends })) if session.features & FEATURE_TRUNCATE != 0 => {
+                            let with_ends = positions.iter().cloned().zip(ends).collect();
+                            break (positions, with_ends);
+                        }
                         Some(Ok(Frame::Heartbeat { .. })) => {}
                         Some(Ok(Frame::Goodbye(g))) => {
                             drop(tx);
@@ -318,6 +351,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 },
             );
         }
+        self.feed.log_ends(session.features & FEATURE_TRUNCATE != 0, &log_ends);
         self.feed.seek(&resume).await?;
         self.stats.sessions += 1;
         self.stats.in_flight = 0;
@@ -436,6 +470,14 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 permit = tx.reserve(), if send_now => {
                     let Ok(permit) = permit else { return Err(writer_ended(writer.await)) };
                     let Some(item) = pending.take() else { continue };
+                    if let FeedItem::Truncate(t) = &item {
+                        // The partition's position moves back to where the mirror will end (checked in `check_item`).
+                        let at = (t.segment_base, t.position);
+                        let track = tracks.entry(t.partition.clone()).or_default();
+                        track.sent_end = Some(at);
+                        track.acked = Some(at);
+                        self.stats.acked.insert(t.partition.clone(), at);
+                    }
                     let cost = item.cost();
                     credit -= cost;
                     if let Some(bucket) = self.limiter.as_mut() {
@@ -469,6 +511,12 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         // An older applier would refuse the trailing bytes.
                         FeedItem::Progress(p) if session.features & FEATURE_PROGRESS_SHIPPED == 0 => p.shipped = None,
                         _ => {}
+                    }
+                    if matches!(item, FeedItem::Truncate(_)) && session.features & FEATURE_TRUNCATE == 0 {
+                        return Err(DirectError::Local {
+                            what: "the chunk feed",
+                            source: format!("{}: a Truncate on a session without the truncate feature", tp(item.partition())).into(),
+                        });
                     }
                     let needs = match item {
                         FeedItem::LogStart(_) => FEATURE_LOG_START,
@@ -626,6 +674,18 @@ fn check_item(
             )));
         }
     }
+    if let FeedItem::Truncate(t) = item {
+        // Only with nothing of the partition in flight, and only back from what was sent.
+        let track = tracks.get(item.partition());
+        let at = (t.segment_base, t.position);
+        if track.is_some_and(|t| !t.unacked.is_empty()) || sent.is_none_or(|end| at >= end) {
+            return Err(local(format!(
+                "{name}: a Truncate to {at:?} with {} items in flight and {sent:?} sent: only back from what was sent, with nothing in flight",
+                track.map_or(0, |t| t.unacked.len())
+            )));
+        }
+        return Ok(());
+    }
     let Some(start) = item.start() else {
         return Ok(()); // a LogStart, a replacement piece, a progress report or a claim continues nothing
     };
@@ -634,7 +694,14 @@ fn check_item(
         (FeedItem::Chunk(c), Some(end)) => start == end || (c.segment_base > end.0 && c.position == 0),
         (FeedItem::Seal(_) | FeedItem::Roll(_), Some(end)) => start == end,
         (FeedItem::Seal(_) | FeedItem::Roll(_), None)
-        | (FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Claim(_), _) => false,
+        | (
+            FeedItem::LogStart(_)
+            | FeedItem::Replace(_)
+            | FeedItem::Progress(_)
+            | FeedItem::Claim(_)
+            | FeedItem::Truncate(_),
+            _,
+        ) => false,
     };
     if !continues {
         return Err(local(format!(

@@ -1,0 +1,303 @@
+//! Truncations of a tailed mirror: inside the active segment, at its base, refused into a sealed segment, at the
+//! log start, and on hostile evidence; archive, catalog and state after each crash point of the protocol.
+
+use std::sync::Arc;
+
+use segment_format::log::scan_frames;
+use segmirror_catalog::{Catalog, TruncationKind};
+use segmirror_transport::direct::payload::{LogEnd, Truncate, TruncateMode};
+use segmirror_transport::direct::session::ChunkApplier;
+
+use super::tests::{boundaries, chunk, chunks_of, fixture, mirror_log, pref, seal_of, Fixture};
+use super::*;
+use crate::failpoint::{Armed, FailPoint};
+
+const LINK: &str = "tail-link";
+
+fn catalogs(dir: &Path) -> (Catalog, Catalog) {
+    let path = dir.join("catalog.sqlite");
+    (Catalog::open(&path).unwrap(), Catalog::open(&path).unwrap())
+}
+
+fn open(f: &Fixture, catalog: Catalog) -> TailAppender {
+    TailAppender::open_with_catalog(&f.mirror, TailCatalog::open(catalog, LINK).unwrap()).unwrap()
+}
+
+/// Base offset of the batch at byte `at` of `bytes`.
+fn base_at(bytes: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// One past the last offset of `bytes`.
+fn end_of(bytes: &[u8]) -> i64 {
+    scan_frames(bytes, 0)
+        .map(|f| f.unwrap().info.last_offset)
+        .last()
+        .unwrap()
+        + 1
+}
+
+/// The mirror: the source's first segment sealed, its second appended whole and not sealed (the active one).
+async fn mirrored(f: &Fixture, a: &mut TailAppender) {
+    a.durable_positions().await.unwrap();
+    let (base0, bytes0) = &f.segs[0];
+    for c in chunks_of(*base0, bytes0, 3) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    a.apply_seal(&seal_of(&f.source, *base0, bytes0, true)).await.unwrap();
+    let (base1, bytes1) = &f.segs[1];
+    for c in chunks_of(*base1, bytes1, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+}
+
+/// A Truncate of the active segment (the source's second) at its `k`-th batch boundary, with consistent evidence.
+fn cut_at(f: &Fixture, k: usize) -> Truncate {
+    let (base, bytes) = &f.segs[1];
+    let b = boundaries(bytes);
+    let to = if b[k] == 0 { *base } else { base_at(bytes, b[k]) };
+    Truncate {
+        partition: pref(),
+        truncate_to: to,
+        segment_base: *base,
+        position: b[k] as u64,
+        mode: TruncateMode::LogEnd,
+        mirror_end_offset: end_of(bytes),
+        mirror_epoch: 3,
+        source_epoch: 3,
+        source_end_offset: to,
+    }
+}
+
+fn refused(e: &segmirror_transport::direct::DirectError, needles: &[&str]) {
+    let text = e.to_string();
+    for n in needles {
+        assert!(text.contains(n), "{n:?} not in: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_cut_inside_the_active_segment_archives_the_batches_and_continues_there() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cat, view) = catalogs(tmp.path());
+    let mut a = open(&f, cat);
+    mirrored(&f, &mut a).await;
+    let (base, bytes) = &f.segs[1];
+    let b = boundaries(bytes);
+    let k = b.len() / 2;
+    let t = cut_at(&f, k);
+    // The Resume's log end is read off the mirror's bytes.
+    let positions = a.durable_positions().await.unwrap();
+    let ends = a.log_ends(&positions).await.unwrap().unwrap();
+    assert_eq!(
+        ends,
+        vec![LogEnd {
+            end_offset: end_of(bytes),
+            last_epoch: 3
+        }]
+    );
+
+    let at = a.apply_truncate(&t).await.unwrap().expect("a new end");
+    assert_eq!((at.segment_base, at.position), (*base, b[k] as u64));
+    let log = mirror_log(&f.mirror, *base);
+    assert_eq!(std::fs::read(&log).unwrap(), &bytes[..b[k]]);
+    // The archive: the removed bytes, raw batches, with a sidecar naming the range.
+    let rel = archive_path("orders", 2, t.truncate_to, end_of(bytes));
+    let archived = std::fs::read(f.mirror.join(&rel)).unwrap();
+    assert_eq!(archived, &bytes[b[k]..]);
+    assert!(scan_frames(&archived, 0).all(|fr| fr.is_ok()));
+    let sidecar: ArchivedRange =
+        serde_json::from_slice(&std::fs::read(f.mirror.join(&rel).with_extension("json")).unwrap()).unwrap();
+    assert_eq!((sidecar.from_offset, sidecar.to_offset), (t.truncate_to, end_of(bytes)));
+    assert_eq!(sidecar.batches as usize, b.len() - 1 - k);
+    assert_eq!(sidecar.sha256.as_deref(), Some(hex(&sha256(&archived)).as_str()));
+    // The catalog lists it; nothing is left in the journal.
+    let rows = view.truncations(Some(LINK)).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].kind, TruncationKind::Truncated);
+    assert_eq!((rows[0].from_offset, rows[0].to_offset), (t.truncate_to, end_of(bytes)));
+    assert_eq!(rows[0].archive_path.as_deref(), Some(rel.as_str()));
+    assert!(!f
+        .mirror
+        .join(TAIL_STATE_DIR)
+        .join(TRUNCATE_JOURNAL_DIR)
+        .join("orders-2.json")
+        .exists());
+    // The archive is outside the partition directory.
+    assert!(!rel.starts_with("orders-2/"));
+
+    // A restarted appender resumes at the cut and takes the source's batches from there again.
+    drop(a);
+    let mut a = open(&f, Catalog::open(tmp.path().join("catalog.sqlite")).unwrap());
+    let positions = a.durable_positions().await.unwrap();
+    assert_eq!(positions[0].position.position, b[k] as u64);
+    a.apply_chunk(&chunk(*base, bytes, b[k], bytes.len())).await.unwrap();
+    assert_eq!(std::fs::read(&log).unwrap(), *bytes);
+}
+
+#[tokio::test]
+async fn a_cut_at_the_active_segments_base_empties_it() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cat, view) = catalogs(tmp.path());
+    let mut a = open(&f, cat);
+    mirrored(&f, &mut a).await;
+    let (base, bytes) = &f.segs[1];
+    let t = cut_at(&f, 0);
+    assert_eq!(t.truncate_to, *base);
+    let at = a.apply_truncate(&t).await.unwrap().expect("a new end");
+    assert_eq!((at.segment_base, at.position), (*base, 0));
+    assert_eq!(std::fs::metadata(mirror_log(&f.mirror, *base)).unwrap().len(), 0);
+    assert_eq!(view.truncations(Some(LINK)).unwrap().len(), 1);
+    // The log end is now the sealed segment's.
+    let positions = a.durable_positions().await.unwrap();
+    let ends = a.log_ends(&positions).await.unwrap().unwrap();
+    assert_eq!(ends[0].end_offset, *base);
+    a.apply_chunk(&chunk(*base, bytes, 0, bytes.len())).await.unwrap();
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, *base)).unwrap(), *bytes);
+}
+
+#[tokio::test]
+async fn cuts_into_a_sealed_segment_at_the_log_start_or_off_the_evidence_are_refused() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cat, view) = catalogs(tmp.path());
+    let mut a = open(&f, cat);
+    mirrored(&f, &mut a).await;
+    let (base0, bytes0) = &f.segs[0];
+    let (base1, bytes1) = &f.segs[1];
+    let b1 = boundaries(bytes1);
+    let k = b1.len() / 2;
+
+    let mut into_sealed = cut_at(&f, k);
+    into_sealed.segment_base = *base0;
+    into_sealed.position = boundaries(bytes0)[2] as u64;
+    into_sealed.truncate_to = base_at(bytes0, boundaries(bytes0)[2]);
+    into_sealed.source_end_offset = into_sealed.truncate_to;
+    let mut not_boundary = cut_at(&f, k);
+    not_boundary.position += 1;
+    let mut wrong_offset = cut_at(&f, k);
+    wrong_offset.truncate_to += 1;
+    wrong_offset.source_end_offset += 1;
+    let mut wrong_end = cut_at(&f, k);
+    wrong_end.mirror_end_offset += 5;
+    let mut wrong_epoch = cut_at(&f, k);
+    wrong_epoch.mirror_epoch = 4;
+    let mut above_source = cut_at(&f, k);
+    above_source.source_end_offset = above_source.truncate_to - 1;
+    let mut kept_diverge = cut_at(&f, k);
+    kept_diverge.source_epoch = 2;
+    let mut beyond = cut_at(&f, k);
+    beyond.position = bytes1.len() as u64;
+    beyond.truncate_to = end_of(bytes1);
+    let mut other_lineage = cut_at(&f, k);
+    other_lineage.partition.topic_id = [8; 16];
+    let sealed_segment = format!("segment {base0}");
+    let cases: Vec<(Truncate, Vec<&str>)> = vec![
+        (into_sealed, vec!["orders-2", "sealed", &sealed_segment]),
+        (not_boundary, vec!["orders-2", "not a batch boundary"]),
+        (wrong_offset, vec!["orders-2", "starts at offset"]),
+        (wrong_end, vec!["orders-2", "bytes end at offset"]),
+        (wrong_epoch, vec!["orders-2", "epoch 4"]),
+        (above_source, vec!["orders-2", "above where the source"]),
+        (kept_diverge, vec!["orders-2", "above the source's epoch 2"]),
+        (beyond, vec!["orders-2", "nothing to truncate"]),
+        (other_lineage, vec!["orders-2", "topic id"]),
+    ];
+    let log = mirror_log(&f.mirror, *base1);
+    for (t, needles) in cases {
+        let e = a.apply_truncate(&t).await.expect_err("refused");
+        refused(&e, &needles);
+        refused(&e, &[&format!("offset {}", t.truncate_to)]);
+        assert_eq!(std::fs::read(&log).unwrap(), *bytes1, "nothing changed after {e}");
+    }
+    assert!(view.truncations(None).unwrap().is_empty());
+    assert!(!f.mirror.join(ARCHIVE_DIR).exists());
+
+    // At the log start: a mirror of one unsealed segment cut at its base keeps nothing.
+    let g = fixture();
+    let mut a = TailAppender::open(&g.mirror).unwrap();
+    a.durable_positions().await.unwrap();
+    let (base, bytes) = &g.segs[0];
+    a.apply_chunk(&chunk(*base, bytes, 0, bytes.len())).await.unwrap();
+    let t = Truncate {
+        partition: pref(),
+        truncate_to: *base,
+        segment_base: *base,
+        position: 0,
+        mode: TruncateMode::LogEnd,
+        mirror_end_offset: end_of(bytes),
+        mirror_epoch: 3,
+        source_epoch: 3,
+        source_end_offset: *base,
+    };
+    let e = a.apply_truncate(&t).await.expect_err("refused");
+    refused(&e, &["orders-2", "log start"]);
+}
+
+#[tokio::test]
+async fn in_high_watermark_mode_the_divergence_is_recorded_and_nothing_cut() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cat, view) = catalogs(tmp.path());
+    let mut a = open(&f, cat);
+    mirrored(&f, &mut a).await;
+    let (base, bytes) = &f.segs[1];
+    let mut t = cut_at(&f, 2);
+    t.mode = TruncateMode::HighWatermark;
+    assert_eq!(a.apply_truncate(&t).await.unwrap(), None);
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, *base)).unwrap(), *bytes);
+    let rows = view.truncations(Some(LINK)).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].kind, TruncationKind::Diverged);
+    assert_eq!((rows[0].from_offset, rows[0].to_offset), (t.truncate_to, end_of(bytes)));
+    assert_eq!(rows[0].archive_path, None);
+}
+
+#[tokio::test]
+async fn a_crash_at_any_step_of_a_truncation_is_finished_at_the_next_start() {
+    for point in [
+        FailPoint::TruncateJournaled,
+        FailPoint::TruncateArchived,
+        FailPoint::TruncateCut,
+        FailPoint::TruncateRecorded,
+    ] {
+        let f = fixture();
+        let tmp = tempfile::tempdir().unwrap();
+        let (cat, view) = catalogs(tmp.path());
+        let armed = Arc::new(Armed::new(point, 1));
+        let mut a = open(&f, cat).with_failpoint(Arc::clone(&armed));
+        mirrored(&f, &mut a).await;
+        let (base, bytes) = &f.segs[1];
+        let b = boundaries(bytes);
+        let k = b.len() / 2;
+        let t = cut_at(&f, k);
+        let e = a.apply_truncate(&t).await.expect_err("killed");
+        assert!(armed.fired(), "{point:?}: {e}");
+        drop(a);
+
+        let mut a = open(&f, Catalog::open(tmp.path().join("catalog.sqlite")).unwrap());
+        let positions = a.durable_positions().await.unwrap();
+        assert_eq!(
+            (positions[0].position.segment_base, positions[0].position.position),
+            (*base, b[k] as u64),
+            "{point:?}"
+        );
+        let log = mirror_log(&f.mirror, *base);
+        assert_eq!(std::fs::read(&log).unwrap(), &bytes[..b[k]], "{point:?}");
+        let rel = archive_path("orders", 2, t.truncate_to, end_of(bytes));
+        assert_eq!(std::fs::read(f.mirror.join(&rel)).unwrap(), &bytes[b[k]..], "{point:?}");
+        assert_eq!(view.truncations(Some(LINK)).unwrap().len(), 1, "{point:?}");
+        assert!(
+            !f.mirror
+                .join(TAIL_STATE_DIR)
+                .join(TRUNCATE_JOURNAL_DIR)
+                .join("orders-2.json")
+                .exists(),
+            "{point:?}"
+        );
+        a.apply_chunk(&chunk(*base, bytes, b[k], bytes.len())).await.unwrap();
+        assert_eq!(std::fs::read(&log).unwrap(), *bytes, "{point:?}");
+    }
+}
