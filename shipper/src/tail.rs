@@ -56,6 +56,7 @@ use segmirror_transport::store::{digest_file, digest_of};
 
 use crate::error::{Error, Result};
 use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
+use crate::source::leadership::LeadershipSource;
 use crate::source::read::{read_partition, PartitionRead, SegmentView};
 use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 
@@ -115,6 +116,11 @@ pub struct TailFeedConfig {
     pub progress_interval: Option<Duration>,
     /// [`MAX_UNACKED_PER_PARTITION`]; `None`: only the session's credit window bounds what is in flight.
     pub max_unacked_per_partition: Option<usize>,
+    /// With a source of several brokers (`segmirror ship --cluster`): ship only the partitions this broker leads
+    /// ([`LeadershipSource`]); a partition whose leadership is lost is not read from the next step on (what is in
+    /// flight may still be acknowledged: the applier's fencing by leader epoch is the guarantee, this the
+    /// courtesy). `None`, the default: a single-broker source, every selected partition ships.
+    pub leadership: Option<Arc<dyn LeadershipSource>>,
 }
 
 impl TailFeedConfig {
@@ -126,6 +132,7 @@ impl TailFeedConfig {
             poll_interval: POLL_INTERVAL,
             progress_interval: None,
             max_unacked_per_partition: Some(MAX_UNACKED_PER_PARTITION),
+            leadership: None,
         }
     }
 }
@@ -174,6 +181,9 @@ pub struct TailFeed {
     /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
     /// the source file and go as one chunk.
     held: HashSet<PartitionRef>,
+    /// Moves when the partitions this broker leads change ([`LeadershipSource::changes`]); taken at the first
+    /// [`TailFeed::next_item`].
+    leadership_changes: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl TailFeed {
@@ -189,6 +199,16 @@ impl TailFeed {
             rediscoverer: None,
             held: HashSet::new(),
             hw_changes: None,
+            leadership_changes: None,
+        }
+    }
+
+    /// Whether this feed may read `partition` now: always for a single-broker source; with a
+    /// [`LeadershipSource`], only while this broker leads it.
+    pub fn leads(&self, partition: &PartitionRef) -> bool {
+        match &self.config.leadership {
+            None => true,
+            Some(l) => l.led_epoch(&partition.topic, partition.partition).is_some(),
         }
     }
 
@@ -266,9 +286,15 @@ impl TailFeed {
         if self.hw_changes.is_none() && self.config.upto == UptoPolicy::HighWatermark {
             self.hw_changes = self.config.high_watermarks.changes();
         }
+        if self.leadership_changes.is_none() {
+            self.leadership_changes = self.config.leadership.as_ref().and_then(|l| l.changes());
+        }
         'round: loop {
             // The bounds this round sees are at least as new as this: a move after it wakes the wait below.
             if let Some(changes) = &mut self.hw_changes {
+                changes.borrow_and_update();
+            }
+            if let Some(changes) = &mut self.leadership_changes {
                 changes.borrow_and_update();
             }
             self.rediscover(false).await?;
@@ -278,7 +304,7 @@ impl TailFeed {
                 let Some(part) = self.parts.get(idx) else {
                     continue;
                 };
-                if self.held.contains(&part.target.partition) {
+                if self.held.contains(&part.target.partition) || !self.leads(&part.target.partition) {
                     continue;
                 }
                 let part = part.clone();
@@ -322,10 +348,21 @@ impl TailFeed {
     async fn wait_for_news(&mut self) {
         let TailFeed {
             hw_changes,
+            leadership_changes,
             rediscoverer,
             config,
             ..
         } = self;
+        let leadership = async {
+            match leadership_changes {
+                Some(changes) => {
+                    if changes.changed().await.is_err() {
+                        std::future::pending::<()>().await
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
         let hw = async {
             match hw_changes {
                 // A closed channel (its source gone) is no news: the poll remains.
@@ -346,6 +383,7 @@ impl TailFeed {
         tokio::select! {
             _ = tokio::time::sleep(config.poll_interval) => {}
             _ = hw => {}
+            _ = leadership => {}
             _ = watcher => {}
         }
     }

@@ -222,7 +222,12 @@ async fn resolve(addr: &str) -> Vec<SocketAddr> {
 }
 
 /// One answer from a connection whose node is known to be ours.
-async fn answer_from(client: &mut BrokerClient, bootstrap: &str, node_id: i32, identified: &mut bool) -> Result<MetadataResponse> {
+async fn answer_from(
+    client: &mut BrokerClient,
+    bootstrap: &str,
+    node_id: i32,
+    identified: &mut bool,
+) -> Result<MetadataResponse> {
     let answer = client.metadata().await?;
     if !*identified {
         let peer = client.peer_addr().ok_or_else(|| Error::SourceBroker {
@@ -235,10 +240,12 @@ async fn answer_from(client: &mut BrokerClient, bootstrap: &str, node_id: i32, i
             let addrs = resolve(&addr).await;
             resolved.insert(addr, addrs);
         }
-        let answering = answering_node(&answer, peer, |a| resolved.get(a).cloned().unwrap_or_default())
-            .map_err(|reason| Error::SourceBroker {
-                broker: bootstrap.to_string(),
-                reason,
+        let answering =
+            answering_node(&answer, peer, |a| resolved.get(a).cloned().unwrap_or_default()).map_err(|reason| {
+                Error::SourceBroker {
+                    broker: bootstrap.to_string(),
+                    reason,
+                }
             })?;
         if answering != node_id {
             return Err(Error::SourceBroker {
@@ -259,7 +266,9 @@ async fn answer_from(client: &mut BrokerClient, bootstrap: &str, node_id: i32, i
 pub async fn check_node(bootstrap: &str, node_id: i32, timeout: Duration) -> Result<()> {
     let mut client = BrokerClient::connect(bootstrap, timeout).await?;
     let mut identified = false;
-    answer_from(&mut client, bootstrap, node_id, &mut identified).await.map(drop)
+    answer_from(&mut client, bootstrap, node_id, &mut identified)
+        .await
+        .map(drop)
 }
 
 /// The asking loop: runs until the source is dropped.
@@ -328,7 +337,6 @@ fn note_error(known: &RwLock<Known>, bootstrap: &str, message: String, retry_in:
     }
     k.last_error = Some(message);
 }
-
 
 #[cfg(test)]
 #[path = "leadership_tests.rs"]

@@ -56,7 +56,12 @@ fn led_partitions_are_those_this_node_leads_without_error() {
             topic(
                 "t",
                 0,
-                vec![partition(0, 1, 5, 0), partition(1, 2, 7, 0), partition(2, 1, 3, 5), partition(3, -1, 4, 0)],
+                vec![
+                    partition(0, 1, 5, 0),
+                    partition(1, 2, 7, 0),
+                    partition(2, 1, 3, 5),
+                    partition(3, -1, 4, 0),
+                ],
             ),
             // A topic answered with an error: nothing of it led.
             topic("u", 3, vec![partition(0, 1, 1, 0)]),
@@ -75,7 +80,11 @@ fn led_partitions_are_those_this_node_leads_without_error() {
 fn the_answering_node_is_found_by_its_advertised_address() {
     let peer: SocketAddr = "127.0.0.1:9093".parse().unwrap();
     let a = answer(
-        vec![broker(1, "127.0.0.1", 9092), broker(2, "localhost", 9093), broker(3, "10.0.0.3", 9093)],
+        vec![
+            broker(1, "127.0.0.1", 9092),
+            broker(2, "localhost", 9093),
+            broker(3, "10.0.0.3", 9093),
+        ],
         vec![],
     );
     let resolve = |addr: &str| -> Vec<SocketAddr> {
@@ -86,7 +95,10 @@ fn the_answering_node_is_found_by_its_advertised_address() {
     };
     assert_eq!(answering_node(&a, peer, resolve), Ok(2));
     let err = answering_node(&a, "127.0.0.1:1".parse().unwrap(), resolve).unwrap_err();
-    assert!(err.contains("node 1 at 127.0.0.1:9092") && err.contains("127.0.0.1:1"), "{err}");
+    assert!(
+        err.contains("node 1 at 127.0.0.1:9092") && err.contains("127.0.0.1:1"),
+        "{err}"
+    );
     let twice = answer(vec![broker(1, "127.0.0.1", 9093), broker(2, "localhost", 9093)], vec![]);
     let err = answering_node(&twice, peer, resolve).unwrap_err();
     assert!(err.contains("several nodes"), "{err}");
@@ -130,7 +142,11 @@ async fn scripted_broker(l: TcpListener, me: i32, script: Vec<Vec<MetadataRespon
     let mut script = script.into_iter();
     while let Ok(mut body) = read_frame(&mut s).await {
         let header = decode_request_header_from_buffer(&mut body).unwrap();
-        let (key, version, id) = (header.request_api_key, header.request_api_version, header.correlation_id);
+        let (key, version, id) = (
+            header.request_api_key,
+            header.request_api_version,
+            header.correlation_id,
+        );
         if key == ApiKey::ApiVersions as i16 {
             let versions = ApiVersionsResponse::default().with_api_keys(vec![
                 ApiVersion::default()
@@ -212,8 +228,14 @@ async fn a_bootstrap_of_another_node_is_refused_naming_both() {
         2,
         vec![vec![topic("t", 0, vec![partition(0, 1, 5, 0)])]],
     ));
-    let err = check_node(&addr, 1, Duration::from_secs(5)).await.unwrap_err().to_string();
-    assert!(err.contains("is node 2") && err.contains("node 1") && err.contains(&addr), "{err}");
+    let err = check_node(&addr, 1, Duration::from_secs(5))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is node 2") && err.contains("node 1") && err.contains(&addr),
+        "{err}"
+    );
     broker.abort();
 
     // The asking task refuses every answer of that node too: node 1's partitions are never led.
@@ -223,7 +245,13 @@ async fn a_bootstrap_of_another_node_is_refused_naming_both() {
         2,
         vec![vec![topic("t", 0, vec![partition(0, 1, 5, 0)])]],
     ));
-    let source = MetadataLeadership::spawn(&tokio::runtime::Handle::current(), addr, 1, Duration::from_millis(10), config());
+    let source = MetadataLeadership::spawn(
+        &tokio::runtime::Handle::current(),
+        addr,
+        1,
+        Duration::from_millis(10),
+        config(),
+    );
     while source.last_error().is_none() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -424,3 +424,106 @@ async fn a_held_partition_is_passed_over_and_ships_what_it_gathered_as_one_chunk
     feed.seek(&[]).await.unwrap();
     assert!(feed.held.is_empty(), "{:?}", feed.held);
 }
+
+/// Leadership set by the test; every set moves the change counter.
+struct SetLeadership {
+    led: std::sync::Mutex<BTreeMap<i32, i32>>,
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl SetLeadership {
+    fn set(&self, partition: i32, epoch: Option<i32>) {
+        let mut led = self.led.lock().unwrap();
+        match epoch {
+            Some(e) => led.insert(partition, e),
+            None => led.remove(&partition),
+        };
+        self.changes.send_modify(|n| *n += 1);
+    }
+}
+
+impl crate::source::leadership::LeadershipSource for SetLeadership {
+    fn node_id(&self) -> i32 {
+        1
+    }
+    fn led_epoch(&self, _topic: &str, partition: i32) -> Option<i32> {
+        self.led.lock().unwrap().get(&partition).copied()
+    }
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.changes.subscribe())
+    }
+}
+
+/// With a leadership source only led partitions ship; one whose leadership is lost ships nothing more, and one
+/// that becomes led wakes the feed (the poll interval is an hour: only the change can wake it) and ships what it
+/// holds from where it stood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_led_partitions_ship_and_a_leadership_change_wakes_the_feed() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir0, log0, boundaries0, offset0) = written(root.path(), 3);
+    let dir1 = root.path().join("events-1");
+    std::fs::create_dir_all(&dir1).unwrap();
+    let first1 = batch_at(0, 2, 0);
+    append(&log_path(&dir1, 0), &first1);
+    let p1 = PartitionRef {
+        partition: 1,
+        ..partition()
+    };
+    let leadership = Arc::new(SetLeadership {
+        led: std::sync::Mutex::new(BTreeMap::from([(1, 4)])),
+        changes: tokio::sync::watch::channel(0).0,
+    });
+    let mut config = TailFeedConfig::new(Arc::new(FixedHw(None)));
+    config.upto = UptoPolicy::LogEnd;
+    config.poll_interval = Duration::from_secs(3600);
+    config.leadership = Some(leadership.clone());
+    let targets = vec![
+        TailPartition {
+            partition: partition(),
+            dir: dir0.clone(),
+        },
+        TailPartition {
+            partition: p1.clone(),
+            dir: dir1.clone(),
+        },
+    ];
+    let mut feed = TailFeed::new(targets, config);
+    feed.seek(&[]).await.unwrap();
+    let chunk_of = |item: FeedItem| match item {
+        FeedItem::Chunk(c) => c,
+        other => panic!("expected a chunk, got {other:?}"),
+    };
+    assert!(!feed.leads(&partition()) && feed.leads(&p1));
+    // Only partition 1 is led: its chunk comes, partition 0's bytes stay.
+    let c = chunk_of(feed.next().await.unwrap());
+    assert_eq!(
+        (c.partition.clone(), c.position, c.bytes.len()),
+        (p1.clone(), 0, first1.len())
+    );
+    assert_eq!(feed.position(&partition()), None, "nothing of partition 0 read");
+
+    // Leadership moves: partition 0 comes to this broker, partition 1 goes. Partition 1 grows but ships nothing.
+    leadership.set(1, None);
+    append(&log_path(&dir1, 0), &batch_at(2, 2, 1));
+    let waiting = tokio::spawn(async move {
+        let item = feed.next().await.unwrap();
+        (feed, item)
+    });
+    leadership.set(0, Some(5));
+    let (mut feed, item) = waiting.await.unwrap();
+    let c = chunk_of(item);
+    assert_eq!(
+        (c.partition.clone(), c.position, c.bytes.len() as u64),
+        (partition(), 0, boundaries0[3])
+    );
+    // Partition 0 grows: it ships; partition 1's new batch still does not.
+    let more = batch_at(offset0, 2, 3);
+    append(&log0, &more);
+    let c = chunk_of(feed.next().await.unwrap());
+    assert_eq!((c.partition.clone(), c.position), (partition(), boundaries0[3]));
+    assert_eq!(
+        feed.position(&p1),
+        Some((0, first1.len() as u64)),
+        "partition 1 not read since its leadership went"
+    );
+}
