@@ -718,6 +718,7 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 pub mod rediscover;
 pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
 mod index_fit;
+pub mod layout;
 use index_fit::IndexForm;
 mod log_start;
 mod progress;
