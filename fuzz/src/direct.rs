@@ -6,9 +6,10 @@
 
 use bytes::{Bytes, BytesMut};
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
+use segmirror_transport::direct::handshake::FEATURE_CLUSTER_SHIPPERS;
 use segmirror_transport::direct::payload::{
-    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, Shipped,
-    SourceProgress,
+    Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, Revoke, Roll, SegmentReplace,
+    Shipped, SourceProgress,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -148,6 +149,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             link: "dr".into(),
             source_cluster_id: Some("MkU3OEVBNTcwNTJENDM2Qk".into()),
             software: "segmirror 0.1.0".into(),
+            shipper_node_id: None,
         }),
         Frame::HelloAck(HelloAck {
             version: 1,
@@ -229,6 +231,51 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     index_interval: None,
                 }],
             }),
+        }),
+        // Feature bit 6: a cluster shipper's Hello (trailing node id), claims, revocations, rolls.
+        Frame::Hello(Hello {
+            min_version: 1,
+            max_version: 1,
+            features_supported: FEATURE_CLUSTER_SHIPPERS,
+            features_required: FEATURE_CLUSTER_SHIPPERS,
+            role: Role::Shipper,
+            link: "dr".into(),
+            source_cluster_id: Some("MkU3OEVBNTcwNTJENDM2Qk".into()),
+            software: "segmirror 0.1.0".into(),
+            shipper_node_id: Some(2),
+        }),
+        Frame::Claim(Claim {
+            partition: position.partition.clone(),
+            leader_epoch: 7,
+        }),
+        Frame::ClaimResult(ClaimResult {
+            partition: position.partition.clone(),
+            verdict: ClaimVerdict::Granted {
+                durable: Some(ClaimedAt {
+                    segment_base: 1000,
+                    position: 4096,
+                    end_offset: 1042,
+                }),
+            },
+        }),
+        Frame::ClaimResult(ClaimResult {
+            partition: position.partition.clone(),
+            verdict: ClaimVerdict::Refused {
+                holder_node: 1,
+                holder_epoch: 8,
+            },
+        }),
+        Frame::Revoke(Revoke {
+            partition: position.partition.clone(),
+            holder_node: 3,
+            holder_epoch: 9,
+        }),
+        Frame::Roll(Roll {
+            partition: position.partition.clone(),
+            segment_base: 1000,
+            final_size: 4096,
+            next_offset: 1042,
+            log_sha256: Some([6; 32]),
         }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },

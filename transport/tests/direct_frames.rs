@@ -6,10 +6,11 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::HELLO_MAGIC;
+use segmirror_transport::direct::handshake::FEATURE_CLUSTER_SHIPPERS;
 use segmirror_transport::direct::{
-    Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
-    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, Shipped,
-    SourceProgress,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
+    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace, SegmentSeal,
+    Shipped, SourceProgress,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -101,6 +102,9 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 link,
                 source_cluster_id: cluster,
                 software,
+                // Present exactly when a shipper offers bit 6 (the codec refuses anything else).
+                shipper_node_id: (role == Role::Shipper && sup & FEATURE_CLUSTER_SHIPPERS != 0)
+                    .then_some((sup >> 32) as i32 & i32::MAX),
             })
         });
     prop_oneof![
@@ -200,6 +204,52 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                     }),
                 })
             }),
+        (arb_partition(), 0..i32::MAX).prop_map(|(partition, leader_epoch)| Frame::Claim(Claim {
+            partition,
+            leader_epoch
+        })),
+        (
+            arb_partition(),
+            proptest::option::of(proptest::option::of((0..i64::MAX, any::<u64>(), 0..i64::MAX))),
+            (0..i32::MAX, 0..i32::MAX),
+        )
+            .prop_map(|(partition, granted, (holder_node, holder_epoch))| {
+                let verdict = match granted {
+                    Some(durable) => ClaimVerdict::Granted {
+                        durable: durable.map(|(segment_base, position, end_offset)| ClaimedAt {
+                            segment_base,
+                            position,
+                            end_offset,
+                        }),
+                    },
+                    None => ClaimVerdict::Refused {
+                        holder_node,
+                        holder_epoch,
+                    },
+                };
+                Frame::ClaimResult(ClaimResult { partition, verdict })
+            }),
+        (arb_partition(), 0..i32::MAX, 0..i32::MAX).prop_map(|(partition, holder_node, holder_epoch)| {
+            Frame::Revoke(Revoke {
+                partition,
+                holder_node,
+                holder_epoch,
+            })
+        }),
+        (
+            arb_partition(),
+            0..i64::MAX / 2,
+            1..i64::MAX / 2,
+            any::<u64>(),
+            proptest::option::of(any::<[u8; 32]>())
+        )
+            .prop_map(|(partition, segment_base, span, final_size, log_sha256)| Frame::Roll(Roll {
+                partition,
+                segment_base,
+                final_size,
+                next_offset: segment_base + span,
+                log_sha256,
+            })),
     ]
 }
 
@@ -396,6 +446,7 @@ fn malformed_payloads_name_frame_field_and_offset() {
         link: "l".into(),
         source_cluster_id: None,
         software: "s".into(),
+        shipper_node_id: None,
     }));
     hello[HEADER_LEN] = b'X';
     let payload = &hello[HEADER_LEN..hello.len() - 4];

@@ -145,6 +145,18 @@ pub enum DirectError {
     #[error("session protocol: {reason}")]
     Protocol { reason: String },
 
+    /// Feature bit 6: `what` (a Chunk, SegmentSeal, Roll, …) of a partition this session no longer holds: another
+    /// shipper's claim displaced it (or it never claimed the partition). The item is discarded, not applied; the
+    /// session's other partitions go on (`docs/direct-protocol.md` §6.1).
+    #[error("{what} of {}-{}: fenced, node {holder_node} holds the partition at leader epoch {holder_epoch}; discarded, nothing of it applied", partition.topic, partition.partition)]
+    Fenced {
+        what: &'static str,
+        partition: super::payload::PartitionRef,
+        /// The holder's node and epoch; -1 when nobody holds it (this session never claimed it).
+        holder_node: i32,
+        holder_epoch: i32,
+    },
+
     /// This side's chunk feed (shipper) or chunk applier failed; `what` names the step.
     #[error("{what}: {source}")]
     Local {
@@ -183,7 +195,8 @@ impl DirectError {
             | DirectError::Timeout { .. }
             | DirectError::UnexpectedFrame { .. }
             | DirectError::Io { .. }
-            | DirectError::Protocol { .. } => ErrorClass::Transient,
+            | DirectError::Protocol { .. }
+            | DirectError::Fenced { .. } => ErrorClass::Transient,
             // Busy: another session still serves the link (often the previous connection of this very peer,
             // not yet timed out on the other side); it clears by itself.
             DirectError::Refused {

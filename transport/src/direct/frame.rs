@@ -15,9 +15,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::error::FrameError;
+use super::handshake::FEATURE_CLUSTER_SHIPPERS;
 use super::payload::{
-    Chunk, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
-    RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
+    RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC,
     MIN_POSITION_LEN,
 };
 
@@ -58,10 +59,14 @@ pub enum FrameType {
     LogStart = 11,
     SegmentReplace = 12,
     SourceProgress = 13,
+    Claim = 15,
+    ClaimResult = 16,
+    Revoke = 17,
+    Roll = 18,
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 13] = [
+    pub const ALL: [FrameType; 17] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -75,6 +80,10 @@ impl FrameType {
         FrameType::LogStart,
         FrameType::SegmentReplace,
         FrameType::SourceProgress,
+        FrameType::Claim,
+        FrameType::ClaimResult,
+        FrameType::Revoke,
+        FrameType::Roll,
     ];
 
     pub const fn from_code(code: u8) -> Option<FrameType> {
@@ -92,6 +101,10 @@ impl FrameType {
             11 => Some(FrameType::LogStart),
             12 => Some(FrameType::SegmentReplace),
             13 => Some(FrameType::SourceProgress),
+            15 => Some(FrameType::Claim),
+            16 => Some(FrameType::ClaimResult),
+            17 => Some(FrameType::Revoke),
+            18 => Some(FrameType::Roll),
             _ => None,
         }
     }
@@ -111,6 +124,10 @@ impl FrameType {
             FrameType::LogStart => "LogStart",
             FrameType::SegmentReplace => "SegmentReplace",
             FrameType::SourceProgress => "SourceProgress",
+            FrameType::Claim => "Claim",
+            FrameType::ClaimResult => "ClaimResult",
+            FrameType::Revoke => "Revoke",
+            FrameType::Roll => "Roll",
         }
     }
 }
@@ -142,6 +159,14 @@ pub enum Frame {
     SegmentReplace(SegmentReplace),
     /// Shipper → applier (feature `FEATURE_SOURCE_PROGRESS`): where the source stands, for lag reporting.
     SourceProgress(SourceProgress),
+    /// Shipper → applier (feature `FEATURE_CLUSTER_SHIPPERS`): claim a partition at a leader epoch.
+    Claim(Claim),
+    /// Applier → shipper (feature `FEATURE_CLUSTER_SHIPPERS`): the answer to a Claim.
+    ClaimResult(ClaimResult),
+    /// Applier → shipper (feature `FEATURE_CLUSTER_SHIPPERS`): another node holds the partition now.
+    Revoke(Revoke),
+    /// Shipper → applier (feature `FEATURE_CLUSTER_SHIPPERS`): a mirror-layout segment ends here.
+    Roll(Roll),
 }
 
 impl Frame {
@@ -160,6 +185,10 @@ impl Frame {
             Frame::LogStart(_) => FrameType::LogStart,
             Frame::SegmentReplace(_) => FrameType::SegmentReplace,
             Frame::SourceProgress(_) => FrameType::SourceProgress,
+            Frame::Claim(_) => FrameType::Claim,
+            Frame::ClaimResult(_) => FrameType::ClaimResult,
+            Frame::Revoke(_) => FrameType::Revoke,
+            Frame::Roll(_) => FrameType::Roll,
         }
     }
 
@@ -215,6 +244,21 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
             w.string("link", &h.link)?;
             w.opt_string("source_cluster_id", h.source_cluster_id.as_deref())?;
             w.string("software", &h.software)?;
+            let wants_node = h.role == Role::Shipper && h.features_supported & FEATURE_CLUSTER_SHIPPERS != 0;
+            match (h.shipper_node_id, wants_node) {
+                (Some(node), true) if node >= 0 => w.out.put_i32(node),
+                (None, false) => {}
+                (node, _) => {
+                    return Err(FrameError::Encode {
+                        frame: "Hello",
+                        field: "shipper_node_id",
+                        reason: format!(
+                            "{node:?} with role {} and features {:#x}: a shipper offering bit 6 names its node (≥ 0), nobody else does",
+                            h.role, h.features_supported
+                        ),
+                    })
+                }
+            }
         }
         Frame::HelloAck(a) => {
             w.out.put_u16(a.version);
@@ -279,6 +323,60 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                 w.offset("shipped_segment_base", shipped.segment_base)?;
                 w.out.put_u64(shipped.position);
                 w.offset("shipped_end_offset", shipped.end_offset)?;
+            }
+        }
+        Frame::Claim(c) => {
+            w.partition(&c.partition)?;
+            w.epoch("leader_epoch", c.leader_epoch)?;
+        }
+        Frame::ClaimResult(c) => {
+            w.partition(&c.partition)?;
+            match &c.verdict {
+                ClaimVerdict::Granted { durable } => {
+                    w.out.put_u8(1);
+                    match durable {
+                        None => w.out.put_u8(0),
+                        Some(at) => {
+                            w.out.put_u8(1);
+                            w.offset("segment_base", at.segment_base)?;
+                            w.out.put_u64(at.position);
+                            w.offset("end_offset", at.end_offset)?;
+                        }
+                    }
+                }
+                ClaimVerdict::Refused {
+                    holder_node,
+                    holder_epoch,
+                } => {
+                    w.out.put_u8(0);
+                    w.epoch("holder_node", *holder_node)?;
+                    w.epoch("holder_epoch", *holder_epoch)?;
+                }
+            }
+        }
+        Frame::Revoke(r) => {
+            w.partition(&r.partition)?;
+            w.epoch("holder_node", r.holder_node)?;
+            w.epoch("holder_epoch", r.holder_epoch)?;
+        }
+        Frame::Roll(r) => {
+            w.partition(&r.partition)?;
+            w.offset("segment_base", r.segment_base)?;
+            w.out.put_u64(r.final_size);
+            w.offset("next_offset", r.next_offset)?;
+            if r.next_offset <= r.segment_base {
+                return Err(FrameError::Encode {
+                    frame: "Roll",
+                    field: "next_offset",
+                    reason: format!("{} is not above the segment base {}", r.next_offset, r.segment_base),
+                });
+            }
+            match &r.log_sha256 {
+                None => w.out.put_u8(0),
+                Some(d) => {
+                    w.out.put_u8(1);
+                    w.out.put_slice(d);
+                }
             }
         }
         Frame::SegmentReplace(r) => {
@@ -524,15 +622,28 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                     format!("empty version range {min_version}..={max_version}"),
                 ));
             }
+            let features_supported = r.u64("features_supported")?;
+            let features_required = r.u64("features_required")?;
+            let role = r.role()?;
+            let link = r.string("link")?;
+            let source_cluster_id = r.opt_string("source_cluster_id")?;
+            let software = r.string("software")?;
+            // Feature bit 6: a shipper offering it names its broker; anything else after `software` is trailing.
+            let shipper_node_id = if role == Role::Shipper && features_supported & FEATURE_CLUSTER_SHIPPERS != 0 {
+                Some(r.epoch("shipper_node_id")?)
+            } else {
+                None
+            };
             Frame::Hello(Hello {
                 min_version,
                 max_version,
-                features_supported: r.u64("features_supported")?,
-                features_required: r.u64("features_required")?,
-                role: r.role()?,
-                link: r.string("link")?,
-                source_cluster_id: r.opt_string("source_cluster_id")?,
-                software: r.string("software")?,
+                features_supported,
+                features_required,
+                role,
+                link,
+                source_cluster_id,
+                software,
+                shipper_node_id,
             })
         }
         FrameType::HelloAck => Frame::HelloAck(HelloAck {
@@ -623,6 +734,71 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                 } else {
                     None
                 },
+            })
+        }
+        FrameType::Claim => Frame::Claim(Claim {
+            partition: r.partition()?,
+            leader_epoch: r.epoch("leader_epoch")?,
+        }),
+        FrameType::ClaimResult => {
+            let partition = r.partition()?;
+            let verdict = match r.u8("granted")? {
+                1 => match r.u8("durable")? {
+                    0 => ClaimVerdict::Granted { durable: None },
+                    1 => ClaimVerdict::Granted {
+                        durable: Some(ClaimedAt {
+                            segment_base: r.offset("segment_base")?,
+                            position: r.u64("position")?,
+                            end_offset: r.offset("end_offset")?,
+                        }),
+                    },
+                    other => {
+                        r.back(1);
+                        return Err(r.fail("durable", format!("presence byte {other}, expected 0 or 1")));
+                    }
+                },
+                0 => ClaimVerdict::Refused {
+                    holder_node: r.epoch("holder_node")?,
+                    holder_epoch: r.epoch("holder_epoch")?,
+                },
+                other => {
+                    r.back(1);
+                    return Err(r.fail("granted", format!("{other}, expected 0 (refused) or 1 (granted)")));
+                }
+            };
+            Frame::ClaimResult(ClaimResult { partition, verdict })
+        }
+        FrameType::Revoke => Frame::Revoke(Revoke {
+            partition: r.partition()?,
+            holder_node: r.epoch("holder_node")?,
+            holder_epoch: r.epoch("holder_epoch")?,
+        }),
+        FrameType::Roll => {
+            let partition = r.partition()?;
+            let segment_base = r.offset("segment_base")?;
+            let final_size = r.u64("final_size")?;
+            let next_offset = r.offset("next_offset")?;
+            if next_offset <= segment_base {
+                r.back(8);
+                return Err(r.fail(
+                    "next_offset",
+                    format!("{next_offset} is not above the segment base {segment_base}"),
+                ));
+            }
+            let log_sha256 = match r.u8("log_sha256")? {
+                0 => None,
+                1 => Some(r.sha256("log_sha256")?),
+                other => {
+                    r.back(1);
+                    return Err(r.fail("log_sha256", format!("presence byte {other}, expected 0 or 1")));
+                }
+            };
+            Frame::Roll(Roll {
+                partition,
+                segment_base,
+                final_size,
+                next_offset,
+                log_sha256,
             })
         }
         FrameType::SegmentReplace => {

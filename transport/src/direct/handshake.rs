@@ -61,6 +61,12 @@ pub const FEATURE_INDEX_INTERVAL: u64 = 1 << 3;
 /// the trailing bytes, so a shipper sends them only when the bit was agreed.
 pub const FEATURE_PROGRESS_SHIPPED: u64 = 1 << 4;
 
+/// Feature bit 6: several shippers (one beside each source broker) on one link. A shipper offering it names its
+/// broker in its Hello (`shipper_node_id`) and requires it; the applier serves one session per (link, node id), lists
+/// nothing in Resume, and grants partitions by leader epoch (Claim, ClaimResult, Revoke), and a mirror segment may
+/// end where no broker file ends (Roll). `docs/direct-protocol.md` §6.1.
+pub const FEATURE_CLUSTER_SHIPPERS: u64 = 1 << 6;
+
 /// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
 /// read by people and monitoring that poll in seconds; more often would only cost
 /// frames (one per partition each time), less often makes "seconds behind" coarse.
@@ -74,7 +80,8 @@ pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START
     | FEATURE_SEGMENT_REPLACE
     | FEATURE_SOURCE_PROGRESS
     | FEATURE_INDEX_INTERVAL
-    | FEATURE_PROGRESS_SHIPPED;
+    | FEATURE_PROGRESS_SHIPPED
+    | FEATURE_CLUSTER_SHIPPERS;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by
@@ -97,6 +104,9 @@ pub struct HandshakeConfig {
     pub software: String,
     pub timeout: Duration,
     pub max_payload: u32,
+    /// Shipper only: the source broker it runs beside. `Some` makes its Hello offer *and require*
+    /// [`FEATURE_CLUSTER_SHIPPERS`] and name the node; `None` offers neither (one shipper per link).
+    pub shipper_node_id: Option<i32>,
 }
 
 impl HandshakeConfig {
@@ -113,7 +123,23 @@ impl HandshakeConfig {
             software: format!("segmirror {}", env!("CARGO_PKG_VERSION")),
             timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_payload: MAX_PAYLOAD_LEN,
+            shipper_node_id: None,
         }
+    }
+
+    /// An applier serving several shippers on its link: it requires [`FEATURE_CLUSTER_SHIPPERS`], so a shipper
+    /// without a node id (which would ship without claims) is refused (`Features`).
+    pub fn cluster_applier(link: impl Into<String>, source_cluster_id: Option<String>) -> HandshakeConfig {
+        let mut config = HandshakeConfig::new(Role::Applier, link, source_cluster_id);
+        config.features_required |= FEATURE_CLUSTER_SHIPPERS;
+        config
+    }
+
+    /// A shipper beside broker `node_id` of a cluster (see [`HandshakeConfig::shipper_node_id`]).
+    pub fn cluster_shipper(link: impl Into<String>, source_cluster_id: String, node_id: i32) -> HandshakeConfig {
+        let mut config = HandshakeConfig::new(Role::Shipper, link, Some(source_cluster_id));
+        config.shipper_node_id = Some(node_id);
+        config
     }
 
     fn check(&self) -> Result<()> {
@@ -130,6 +156,13 @@ impl HandshakeConfig {
         if self.role == Role::Shipper && self.source_cluster_id.is_none() {
             return bad("source_cluster_id", "a shipper must name its source cluster".into());
         }
+        match (self.role, self.shipper_node_id) {
+            (Role::Applier, Some(_)) => return bad("shipper_node_id", "only a shipper names its node".into()),
+            (Role::Shipper, Some(node)) if node < 0 => {
+                return bad("shipper_node_id", format!("{node}: a broker node id is never negative"))
+            }
+            _ => {}
+        }
         if self.features_required & !self.features_supported != 0 {
             return bad(
                 "features_required",
@@ -142,16 +175,29 @@ impl HandshakeConfig {
         Ok(())
     }
 
+    /// This side's Hello. A shipper's bit 6 follows its node id: offered and required with one (an applier that
+    /// does not know the bit could not decode the trailing node id), neither without.
     fn hello(&self) -> Hello {
+        let (mut supported, mut required) = (self.features_supported, self.features_required);
+        if self.role == Role::Shipper {
+            if self.shipper_node_id.is_some() {
+                supported |= FEATURE_CLUSTER_SHIPPERS;
+                required |= FEATURE_CLUSTER_SHIPPERS;
+            } else {
+                supported &= !FEATURE_CLUSTER_SHIPPERS;
+                required &= !FEATURE_CLUSTER_SHIPPERS;
+            }
+        }
         Hello {
             min_version: self.min_version,
             max_version: self.max_version,
-            features_supported: self.features_supported,
-            features_required: self.features_required,
+            features_supported: supported,
+            features_required: required,
             role: self.role,
             link: self.link.clone(),
             source_cluster_id: self.source_cluster_id.clone(),
             software: self.software.clone(),
+            shipper_node_id: if self.role == Role::Shipper { self.shipper_node_id } else { None },
         }
     }
 
@@ -193,8 +239,10 @@ fn negotiate(local: &HandshakeConfig, peer: &Hello) -> std::result::Result<Hello
     if version < local.min_version.max(peer.min_version) {
         return Err((RefuseReason::Version, format!("no common protocol version: {both}")));
     }
-    let missing_here = peer.features_required & !local.features_supported;
-    let missing_there = local.features_required & !peer.features_supported;
+    // What this side's Hello offered (a shipper's bit 6 follows its node id).
+    let me = local.hello();
+    let missing_here = peer.features_required & !me.features_supported;
+    let missing_there = me.features_required & !peer.features_supported;
     if missing_here | missing_there != 0 {
         return Err((
             RefuseReason::Features,
@@ -235,7 +283,7 @@ fn negotiate(local: &HandshakeConfig, peer: &Hello) -> std::result::Result<Hello
     }
     Ok(HelloAck {
         version,
-        features: local.features_supported & peer.features_supported,
+        features: me.features_supported & peer.features_supported,
     })
 }
 

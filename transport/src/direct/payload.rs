@@ -112,6 +112,10 @@ pub struct Hello {
     pub source_cluster_id: Option<String>,
     /// Free text for messages, e.g. `segmirror 0.1.0`.
     pub software: String,
+    /// The source broker beside which a shipper runs: present exactly when `role` is shipper and
+    /// `features_supported` has [`FEATURE_CLUSTER_SHIPPERS`](super::handshake::FEATURE_CLUSTER_SHIPPERS) (a
+    /// trailing field, so an older applier never sees it: it lacks the bit, and the shipper requires it).
+    pub shipper_node_id: Option<i32>,
 }
 
 /// The applier's decision: the session's version and features.
@@ -244,6 +248,75 @@ pub struct Position {
     pub position: u64,
 }
 
+/// Shipper → applier (feature bit 6): "my broker leads `partition` at `leader_epoch`; let me ship it".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub partition: PartitionRef,
+    /// The partition's current leader epoch in the source's metadata (≥ 0).
+    pub leader_epoch: i32,
+}
+
+/// Where a granted partition continues: its durable position (exactly as a Resume entry) and the mirror's end
+/// offset (the offset after its last batch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedAt {
+    pub segment_base: i64,
+    pub position: u64,
+    pub end_offset: i64,
+}
+
+/// The applier's answer to a [`Claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimVerdict {
+    /// Granted; `durable` is `None` when nothing of the partition is in the mirror (start at the source's first
+    /// segment).
+    Granted { durable: Option<ClaimedAt> },
+    /// Refused: another node holds the partition at this epoch (or the claim's epoch is below the granted one).
+    Refused { holder_node: i32, holder_epoch: i32 },
+}
+
+/// Applier → shipper (feature bit 6), one per Claim in Claim order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimResult {
+    pub partition: PartitionRef,
+    pub verdict: ClaimVerdict,
+}
+
+impl ClaimResult {
+    /// The durable position of a grant as a Resume entry (`None`: refused, or nothing durable yet).
+    pub fn resume_position(&self) -> Option<Position> {
+        match &self.verdict {
+            ClaimVerdict::Granted { durable: Some(at) } => Some(Position {
+                partition: self.partition.clone(),
+                segment_base: at.segment_base,
+                position: at.position,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Applier → shipper (feature bit 6): another node now holds `partition`; this session may append nothing more to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoke {
+    pub partition: PartitionRef,
+    pub holder_node: i32,
+    pub holder_epoch: i32,
+}
+
+/// Shipper → applier (feature bit 6): the mirror's segment `segment_base` ends at `final_size` bytes, where no broker
+/// file of the new holder ends; the applier builds its companions itself. The next segment starts at `next_offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roll {
+    pub partition: PartitionRef,
+    pub segment_base: i64,
+    pub final_size: u64,
+    /// The next segment's base offset: the offset after this segment's last batch (above `segment_base`).
+    pub next_offset: i64,
+    /// SHA-256 of the whole mirror segment, when the shipper computed it (else the applier hashes).
+    pub log_sha256: Option<Sha256>,
+}
+
 /// Payload of a Goodbye frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Goodbye {
@@ -313,6 +386,17 @@ impl Reader {
 
     pub(crate) fn i32(&mut self, field: &'static str) -> Result<i32, FrameError> {
         Ok(i32::from_be_bytes(self.array(field)?))
+    }
+
+    /// A non-negative `i32`: a broker node id or a leader epoch (Kafka's "none" is -1, which never travels).
+    pub(crate) fn epoch(&mut self, field: &'static str) -> Result<i32, FrameError> {
+        let start = self.pos;
+        let v = i32::from_be_bytes(self.array(field)?);
+        if v < 0 {
+            self.pos = start;
+            return Err(self.err(field, format!("negative value {v}")));
+        }
+        Ok(v)
     }
 
     /// A non-negative `i64` (offsets and segment bases are never negative).
@@ -465,6 +549,15 @@ impl Writer<'_> {
         let len = u32::try_from(b.len()).map_err(|_| self.err(field, format!("{} bytes", b.len())))?;
         self.out.put_u32(len);
         self.out.put_slice(b);
+        Ok(())
+    }
+
+    /// See [`Reader::epoch`].
+    pub(crate) fn epoch(&mut self, field: &'static str, v: i32) -> Result<(), FrameError> {
+        if v < 0 {
+            return Err(self.err(field, format!("negative value {v}")));
+        }
+        self.out.put_i32(v);
         Ok(())
     }
 

@@ -13,6 +13,14 @@
 //! Shutdown never interrupts an apply: a chunk being made durable is finished
 //! first (the applier is never asked to be cancel-safe), then Goodbye goes out.
 //!
+//! Several shippers (feature bit 6, `docs/direct-protocol.md` §6.1): the Resume lists nothing; a partition is
+//! appended to only after this session's Claim of it was granted ([`ChunkApplier::claim`]), and only until a
+//! Revoke ([`ChunkApplier::next_revoke`]) or a [`DirectError::Fenced`] from the applier ends the grant. Whatever of
+//! a partition this session does not hold is discarded (credit granted back, no Ack, a warning), and the session's
+//! other partitions go on: a shipper that lost leadership is not a broken peer. The lock that makes the fence
+//! exact (no chunk of the old holder applied after the new holder's grant) is the applier's: see
+//! [`super::cluster`].
+//!
 //! Group commit: when a Chunk arrives, the Chunks already received behind it
 //! (decoded without waiting, at most [`MAX_GROUP_CHUNKS`], each within the
 //! credit) are applied with it in one [`ChunkApplier::apply_chunks`] call, so
@@ -24,7 +32,7 @@
 //! shipper behind a fast source sends many small chunks, and per-chunk fsyncs
 //! made the applier the queue they waited in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 use futures::{FutureExt, StreamExt};
@@ -38,9 +46,12 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS};
+use crate::direct::handshake::{
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
+};
 use crate::direct::payload::{
-    Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LogStart, PartitionRef, Position, Revoke, Roll,
+    SegmentReplace, SegmentSeal, SourceProgress,
 };
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
@@ -55,6 +66,45 @@ pub struct DurablePosition {
     pub position: Position,
     /// Whether that segment is sealed (its SegmentSeal applied); the position is then its final size.
     pub sealed: bool,
+}
+
+/// What the applier decided on a [`Claim`] (feature bit 6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimDecision {
+    /// Granted and recorded durably; `durable` is where the partition continues (`None`: nothing of it in the
+    /// mirror yet) and `end_offset` the offset after the mirror's last batch of it.
+    Granted {
+        durable: Option<DurablePosition>,
+        end_offset: i64,
+    },
+    /// Another node holds it at `holder_epoch` (or the claim's epoch is below the granted one).
+    Refused { holder_node: i32, holder_epoch: i32 },
+}
+
+impl ClaimDecision {
+    /// The ClaimResult frame of this decision.
+    pub fn result(&self, partition: &PartitionRef) -> ClaimResult {
+        let verdict = match self {
+            ClaimDecision::Granted { durable, end_offset } => ClaimVerdict::Granted {
+                durable: durable.as_ref().map(|d| ClaimedAt {
+                    segment_base: d.position.segment_base,
+                    position: d.position.position,
+                    end_offset: *end_offset,
+                }),
+            },
+            ClaimDecision::Refused {
+                holder_node,
+                holder_epoch,
+            } => ClaimVerdict::Refused {
+                holder_node: *holder_node,
+                holder_epoch: *holder_epoch,
+            },
+        };
+        ClaimResult {
+            partition: partition.clone(),
+            verdict,
+        }
+    }
 }
 
 /// The mirror side of the session (the applier crate implements it).
@@ -114,6 +164,32 @@ pub trait ChunkApplier: Send + 'static {
         let _ = progress;
         async { Ok(()) }
     }
+
+    /// Feature bit 6: shipper `node` claims a partition at `claim.leader_epoch`. Grants when the epoch is above the
+    /// highest granted one, or equal to it from the same node; records the grant durably before returning (so a
+    /// restarted applier fences too). The default refuses (an applier that does not arbitrate claims).
+    fn claim(&mut self, node: i32, claim: &Claim) -> impl Future<Output = Result<ClaimDecision>> + Send {
+        let reason = format!(
+            "Claim of {} by node {node}: this applier does not arbitrate claims",
+            tp(&claim.partition)
+        );
+        async move { Err(DirectError::Protocol { reason }) }
+    }
+
+    /// Feature bit 6: the mirror segment ends at `roll.final_size` (the durable end) where no broker file ends;
+    /// check it, build its companions from its batches and seal it; returns once durable and recorded. The
+    /// default refuses.
+    fn apply_roll(&mut self, roll: &Roll) -> impl Future<Output = Result<()>> + Send {
+        let reason = format!("Roll of {}: this applier does not build segments", tp(&roll.partition));
+        async move { Err(DirectError::Protocol { reason }) }
+    }
+
+    /// Feature bit 6, several sessions on one mirror: the next grant of another session that displaced a claim of
+    /// this one. Cancel-safe (the session drops it when a frame comes first). The default never yields (one
+    /// session: nobody displaces it).
+    fn next_revoke(&mut self) -> impl Future<Output = Revoke> + Send {
+        std::future::pending()
+    }
 }
 
 /// Per-partition durable end within a session.
@@ -167,7 +243,15 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let (tx, rx) = outbox();
         let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);
 
-        let durable = self.applier.durable_positions().await?;
+        let cluster = session.features & FEATURE_CLUSTER_SHIPPERS != 0;
+        // Feature bit 6: nothing is resumed; every partition is claimed first.
+        let durable = if cluster {
+            Vec::new()
+        } else {
+            self.applier.durable_positions().await?
+        };
+        let mut claimed: HashSet<PartitionRef> = HashSet::new();
+        let node = session.peer.shipper_node_id.unwrap_or(-1);
         let mut ends: HashMap<PartitionRef, End> = HashMap::new();
         for d in &durable {
             ends.insert(
@@ -208,6 +292,18 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     r = &mut writer => return Err(writer_ended(r)),
                     _ = tokio::time::sleep_until(last_recv + idle) => {
                         return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
+                    }
+                    revoke = self.applier.next_revoke() => {
+                        tracing::warn!(
+                            partition = %tp(&revoke.partition), holder = revoke.holder_node, epoch = revoke.holder_epoch,
+                            "another shipper's claim displaced this session's: revoked"
+                        );
+                        claimed.remove(&revoke.partition);
+                        ends.remove(&revoke.partition);
+                        if tx.send(Frame::Revoke(revoke)).await.is_err() {
+                            return Err(writer_ended(writer.await));
+                        }
+                        continue;
                     }
                 },
             };
@@ -269,19 +365,103 @@ impl<A: ChunkApplier> ApplierSession<A> {
                             }
                         }
                     }
-                    match self.on_chunks(&mut ends, group).await {
-                        Ok(replies) => replies,
+                    let mut credit = 0;
+                    if cluster {
+                        // Chunks of partitions this session does not hold are discarded, their credit granted back.
+                        group.retain(|c| {
+                            let held = claimed.contains(&c.partition);
+                            if !held {
+                                credit += chunk_cost(c);
+                                discard("Chunk", &c.partition);
+                            }
+                            held
+                        });
+                    }
+                    match self.on_chunks(&mut ends, &mut claimed, cluster, group).await {
+                        Ok(mut replies) => {
+                            if let Some(Frame::Credit { bytes }) = replies.last_mut() {
+                                *bytes += credit;
+                            }
+                            replies
+                        }
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                 }
+                Frame::SegmentSeal(seal) if cluster && !claimed.contains(&seal.partition) => {
+                    discard("SegmentSeal", &seal.partition);
+                    vec![Frame::Credit { bytes: seal_cost(&seal) }]
+                }
                 Frame::SegmentSeal(seal) => match self.on_seal(&mut ends, &seal).await {
                     Ok(replies) => replies,
+                    Err(DirectError::Fenced { partition, .. }) if cluster => {
+                        unclaim(&mut claimed, &mut ends, &partition, "SegmentSeal");
+                        vec![Frame::Credit { bytes: seal_cost(&seal) }]
+                    }
                     Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },
+                Frame::Claim(c) if cluster => {
+                    let decision = match self.applier.claim(node, &c).await {
+                        Ok(d) => d,
+                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
+                    };
+                    match &decision {
+                        ClaimDecision::Granted { durable, .. } => {
+                            claimed.insert(c.partition.clone());
+                            match durable {
+                                Some(d) => {
+                                    ends.insert(
+                                        c.partition.clone(),
+                                        End {
+                                            segment_base: d.position.segment_base,
+                                            position: d.position.position,
+                                            sealed: d.sealed,
+                                        },
+                                    );
+                                }
+                                None => {
+                                    ends.remove(&c.partition);
+                                }
+                            }
+                        }
+                        ClaimDecision::Refused { .. } => {
+                            claimed.remove(&c.partition);
+                            ends.remove(&c.partition);
+                        }
+                    }
+                    vec![Frame::ClaimResult(decision.result(&c.partition))]
+                }
+                Frame::Roll(roll) if cluster && !claimed.contains(&roll.partition) => {
+                    discard("Roll", &roll.partition);
+                    continue;
+                }
+                Frame::Roll(roll) if cluster => match self.on_roll(&mut ends, &roll).await {
+                    Ok(replies) => replies,
+                    Err(DirectError::Fenced { partition, .. }) => {
+                        unclaim(&mut claimed, &mut ends, &partition, "Roll");
+                        continue;
+                    }
+                    Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
+                },
+                Frame::LogStart(l) if cluster && !claimed.contains(&l.partition) => {
+                    discard("LogStart", &l.partition);
+                    continue;
+                }
+                Frame::SegmentReplace(piece) if cluster && !claimed.contains(&piece.partition) => {
+                    discard("SegmentReplace", &piece.partition);
+                    vec![Frame::Credit {
+                        bytes: replace_cost(&piece),
+                    }]
+                }
+                // Advisory: a report of a partition another shipper holds is not this one's to make.
+                Frame::SourceProgress(p) if cluster && !claimed.contains(&p.partition) => continue,
                 Frame::LogStart(l) if session.features & FEATURE_LOG_START != 0 => {
                     // No position moves: nothing to acknowledge, no credit was taken.
-                    if let Err(e) = self.applier.apply_log_start(&l).await {
-                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    match self.applier.apply_log_start(&l).await {
+                        Ok(()) => {}
+                        Err(DirectError::Fenced { partition, .. }) if cluster => {
+                            unclaim(&mut claimed, &mut ends, &partition, "LogStart")
+                        }
+                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                     continue;
                 }
@@ -294,8 +474,12 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 }
                 Frame::SegmentReplace(piece) if session.features & FEATURE_SEGMENT_REPLACE != 0 => {
                     // No position moves: no Ack; the credit comes back once the piece is durable.
-                    if let Err(e) = self.applier.apply_replace(&piece).await {
-                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    match self.applier.apply_replace(&piece).await {
+                        Ok(()) => {}
+                        Err(DirectError::Fenced { partition, .. }) if cluster => {
+                            unclaim(&mut claimed, &mut ends, &partition, "SegmentReplace")
+                        }
+                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                     vec![Frame::Credit {
                         bytes: replace_cost(&piece),
@@ -304,7 +488,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 other => {
                     let e = DirectError::UnexpectedFrame {
                         stage: "streaming",
-                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace or SourceProgress (when agreed), Heartbeat or Goodbye",
+                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace, SourceProgress, Claim or Roll (when agreed), Heartbeat or Goodbye",
                         got: other.name(),
                     };
                     return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
@@ -323,12 +507,23 @@ impl<A: ChunkApplier> ApplierSession<A> {
 
     /// Applies a group of chunks (see the module doc): each judged against the durable ends as the chunks before
     /// it leave them; resends are compared once every chunk before them is applied.
-    async fn on_chunks(&mut self, ends: &mut HashMap<PartitionRef, End>, group: Vec<Chunk>) -> Result<Vec<Frame>> {
+    async fn on_chunks(
+        &mut self,
+        ends: &mut HashMap<PartitionRef, End>,
+        claimed: &mut HashSet<PartitionRef>,
+        cluster: bool,
+        group: Vec<Chunk>,
+    ) -> Result<Vec<Frame>> {
         let mut credit = 0u64;
         let mut acks: Vec<Position> = Vec::new();
         let mut batch: Vec<Chunk> = Vec::with_capacity(group.len());
         for chunk in group {
             credit += chunk_cost(&chunk);
+            if cluster && !claimed.contains(&chunk.partition) {
+                // Fenced by an earlier chunk of this group (feature bit 6): discarded.
+                discard("Chunk", &chunk.partition);
+                continue;
+            }
             match verdict(ends, &chunk)? {
                 Verdict::Apply => {
                     let (base, end) = (chunk.segment_base, chunk.position + chunk.bytes.len() as u64);
@@ -345,12 +540,16 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     batch.push(chunk);
                 }
                 Verdict::AlreadyApplied => {
-                    self.apply_batch(&mut batch, &mut acks).await?;
-                    self.applier.check_applied(&chunk).await?;
+                    self.apply_batch(&mut batch, &mut acks, ends, claimed).await?;
+                    match self.applier.check_applied(&chunk).await {
+                        Ok(()) => {}
+                        Err(DirectError::Fenced { partition, .. }) => unclaim(claimed, ends, &partition, "Chunk"),
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
-        self.apply_batch(&mut batch, &mut acks).await?;
+        self.apply_batch(&mut batch, &mut acks, ends, claimed).await?;
         let mut replies: Vec<Frame> = acks.into_iter().map(Frame::Ack).collect();
         replies.push(Frame::Credit { bytes: credit });
         Ok(replies)
@@ -358,11 +557,28 @@ impl<A: ChunkApplier> ApplierSession<A> {
 
     /// Makes `batch` durable, then notes one Ack per partition at its highest position (in `acks`, in the order
     /// the partitions first appear).
-    async fn apply_batch(&mut self, batch: &mut Vec<Chunk>, acks: &mut Vec<Position>) -> Result<()> {
-        if batch.is_empty() {
-            return Ok(());
+    /// A partition the applier reports fenced ([`DirectError::Fenced`], feature bit 6) loses its chunks of the
+    /// batch (discarded, no Ack) and its claim; the rest of the batch is applied.
+    async fn apply_batch(
+        &mut self,
+        batch: &mut Vec<Chunk>,
+        acks: &mut Vec<Position>,
+        ends: &mut HashMap<PartitionRef, End>,
+        claimed: &mut HashSet<PartitionRef>,
+    ) -> Result<()> {
+        loop {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            match self.applier.apply_chunks(batch).await {
+                Ok(()) => break,
+                Err(DirectError::Fenced { partition, .. }) if batch.iter().any(|c| c.partition == partition) => {
+                    batch.retain(|c| c.partition != partition);
+                    unclaim(claimed, ends, &partition, "Chunk");
+                }
+                Err(e) => return Err(e),
+            }
         }
-        self.applier.apply_chunks(batch).await?;
         for chunk in batch.drain(..) {
             let at = Position {
                 partition: chunk.partition,
@@ -409,6 +625,60 @@ impl<A: ChunkApplier> ApplierSession<A> {
         });
         Ok(vec![ack, credit])
     }
+}
+
+impl<A: ChunkApplier> ApplierSession<A> {
+    /// A Roll (feature bit 6): like a seal, exactly at the durable end of an unsealed segment; acknowledged at its
+    /// final size. A Roll of a segment sealed before (a resend after a cut) is skipped.
+    async fn on_roll(&mut self, ends: &mut HashMap<PartitionRef, End>, roll: &Roll) -> Result<Vec<Frame>> {
+        let name = tp(&roll.partition);
+        let Some(d) = ends.get(&roll.partition).copied() else {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "Roll of {name} segment {}: nothing of the partition is durable; not applied",
+                    roll.segment_base
+                ),
+            });
+        };
+        if d.segment_base != roll.segment_base || d.position != roll.final_size {
+            return Err(DirectError::Protocol {
+                reason: format!(
+                    "Roll of {name} segment {} at final size {}: the durable bytes end at segment {} position {}; not applied",
+                    roll.segment_base, roll.final_size, d.segment_base, d.position
+                ),
+            });
+        }
+        if d.sealed {
+            return Ok(Vec::new());
+        }
+        self.applier.apply_roll(roll).await?;
+        ends.insert(roll.partition.clone(), End { sealed: true, ..d });
+        Ok(vec![Frame::Ack(Position {
+            partition: roll.partition.clone(),
+            segment_base: roll.segment_base,
+            position: roll.final_size,
+        })])
+    }
+}
+
+/// An item of a partition this session does not hold (feature bit 6): discarded, said once per item.
+fn discard(what: &'static str, partition: &PartitionRef) {
+    tracing::warn!(
+        partition = %tp(partition), what,
+        "refused: this shipper's session does not hold the partition (another claim displaced it, or it never claimed it); discarded"
+    );
+}
+
+/// The applier fenced `partition` (another session's grant displaced this one's): forget the claim.
+fn unclaim(
+    claimed: &mut HashSet<PartitionRef>,
+    ends: &mut HashMap<PartitionRef, End>,
+    partition: &PartitionRef,
+    what: &'static str,
+) {
+    discard(what, partition);
+    claimed.remove(partition);
+    ends.remove(partition);
 }
 
 /// What the session does with `chunk`, given the partitions' durable ends (see the module doc); a gap is an error.

@@ -16,6 +16,10 @@
 //!   again, so a misconfigured pair never becomes a crash loop;
 //! - this side's own failure ([`ErrorClass::Local`]): the function returns it.
 //!
+//! [`listen_cluster`] serves several shippers of one source cluster on one link (feature bit 6): one session per
+//! (link, shipper node id) at the same time, all applying into one [`Cluster`]; a second session of the same node
+//! is refused `Busy` as below.
+//!
 //! A listener serves one session at a time for its link: a second peer that
 //! completes the handshake while a session runs gets a Refuse(`Busy`) frame
 //! and is closed (its dialler retries with backoff: often it is the same peer
@@ -31,10 +35,12 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{ApplierSession, BoxIo, ChunkApplier, ChunkFeed, FramedIo, SessionEnd, ShipperSession};
+use super::{
+    ApplierSession, BoxIo, ChunkApplier, ChunkFeed, Cluster, FramedIo, SessionConfig, SessionEnd, ShipperSession,
+};
 use crate::direct::error::{DirectError, ErrorClass, Result};
 use crate::direct::frame::Frame;
-use crate::direct::handshake::{handshake, HandshakeConfig, Session};
+use crate::direct::handshake::{handshake, HandshakeConfig, Session, FEATURE_CLUSTER_SHIPPERS};
 use crate::direct::payload::{Refuse, RefuseReason};
 
 /// First reconnect delay: 100 ms, so a single cut costs about a round trip, not seconds.
@@ -323,16 +329,22 @@ pub async fn dial<R: SessionRunner>(
 }
 
 /// Sends Refuse(Busy) on a connection that completed its handshake while another session runs, and closes it.
-async fn refuse_busy(mut framed: FramedIo, config: &HandshakeConfig) {
+async fn refuse_busy(framed: FramedIo, config: &HandshakeConfig) {
+    let message = format!(
+        "this {} already serves a session for link {:?}; try again later",
+        config.role, config.link
+    );
+    refuse_after_handshake(framed, config, RefuseReason::Busy, message).await
+}
+
+/// Sends Refuse(`reason`) as the first frame after the handshake, and closes.
+async fn refuse_after_handshake(mut framed: FramedIo, config: &HandshakeConfig, reason: RefuseReason, message: String) {
     let refuse = Frame::Refuse(Refuse {
-        reason: RefuseReason::Busy,
+        reason,
         min_version: config.min_version,
         max_version: config.max_version,
         link: config.link.clone(),
-        message: format!(
-            "this {} already serves a session for link {:?}; try again later",
-            config.role, config.link
-        ),
+        message,
     });
     let _ = tokio::time::timeout(config.timeout, async {
         let _ = framed.send(refuse).await;
@@ -433,6 +445,136 @@ pub async fn listen<R: SessionRunner>(
                         }));
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Accepts connections on `listener` and serves the shippers of one source cluster on one link (feature bit 6,
+/// `docs/direct-protocol.md` §6.1): one session per shipper node id at the same time, each an [`ApplierSession`]
+/// over a [`Cluster::member`] of `cluster`; a second session of a node already served is refused `Busy`. The
+/// handshake requires bit 6 (added to `config` here), so a shipper that cannot claim is refused `Features`. Runs
+/// until `shutdown` (then waits for the sessions to say goodbye) or a session's [`ErrorClass::Local`] error (then
+/// the other sessions are shut down and the error returned).
+pub async fn listen_cluster<A: ChunkApplier>(
+    listener: TcpListener,
+    acceptor: Acceptor,
+    mut config: LinkConfig,
+    cluster: Cluster<A>,
+    session_config: SessionConfig,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    session_config.check()?;
+    config.handshake.features_required |= FEATURE_CLUSTER_SHIPPERS;
+    config.handshake.features_supported |= FEATURE_CLUSTER_SHIPPERS;
+    let config = Arc::new(config);
+    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let (ready_tx, mut ready_rx) = mpsc::channel::<(FramedIo, Session)>(MAX_PENDING_HANDSHAKES);
+    // The sessions' own token: cancelled on shutdown and when one session fails locally.
+    let sessions_stop = shutdown.child_token();
+    let mut active: std::collections::HashSet<i32> = std::collections::HashSet::new();
+    let mut tasks: tokio::task::JoinSet<(i32, Result<SessionEnd>)> = tokio::task::JoinSet::new();
+    let mut failed: Option<DirectError> = None;
+    loop {
+        tokio::select! {
+            biased;
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                let (node, r) = match done {
+                    Ok(pair) => pair,
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(e) => {
+                        tracing::error!(error = %e, "a session task was cancelled");
+                        continue;
+                    }
+                };
+                active.remove(&node);
+                config.event(LinkEvent::SessionEnded {
+                    end: r.as_ref().ok().cloned(),
+                    error: r.as_ref().err().map(|e| (e.class(), e.to_string())),
+                });
+                match r {
+                    Ok(SessionEnd::Shutdown) => {}
+                    Ok(SessionEnd::PeerGoodbye { message, .. }) => {
+                        tracing::info!(link = %config.handshake.link, node, %message, "the shipper said goodbye");
+                    }
+                    Err(e) if e.class() == ErrorClass::Local => {
+                        tracing::error!(link = %config.handshake.link, node, error = %e, "this applier failed; stopping every session");
+                        failed.get_or_insert(e);
+                        sessions_stop.cancel();
+                    }
+                    Err(e) => tracing::warn!(link = %config.handshake.link, node, error = %e, "session ended"),
+                }
+            }
+            _ = sessions_stop.cancelled(), if tasks.is_empty() => {
+                return match failed {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+            }
+            accepted = listener.accept(), if !sessions_stop.is_cancelled() => {
+                let (tcp, peer) = match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        continue;
+                    }
+                };
+                let Ok(permit) = pending.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "too many connections in their handshake; closing this one");
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let (config, acceptor, ready_tx) = (config.clone(), acceptor.clone(), ready_tx.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let r = async {
+                        let io = secure_server(tcp, &acceptor, &config).await?;
+                        handshake(io, &config.handshake).await
+                    }
+                    .await;
+                    match r {
+                        Ok(pair) => {
+                            let _ = ready_tx.send(pair).await;
+                        }
+                        Err(e) => {
+                            tracing::warn!(%peer, link = %config.handshake.link, error = %e, "handshake with a peer failed");
+                            config.event(LinkEvent::ConnectFailed { error: e.to_string() });
+                        }
+                    }
+                });
+            }
+            Some((framed, session)) = ready_rx.recv(), if !sessions_stop.is_cancelled() => {
+                let Some(node) = session.peer.shipper_node_id else {
+                    // Unreachable through the handshake (bit 6 is required), kept as a refusal rather than a panic.
+                    let handshake = config.handshake.clone();
+                    tokio::spawn(async move {
+                        let message = "this applier serves several shippers: a shipper must name its node (feature bit 6)".to_string();
+                        refuse_after_handshake(framed, &handshake, RefuseReason::Features, message).await
+                    });
+                    continue;
+                };
+                if !active.insert(node) {
+                    config.event(LinkEvent::RefusedBusy);
+                    let handshake = config.handshake.clone();
+                    tokio::spawn(async move {
+                        let message = format!(
+                            "this applier already serves a session of shipper node {node} on link {:?}; try again later",
+                            handshake.link
+                        );
+                        refuse_after_handshake(framed, &handshake, RefuseReason::Busy, message).await
+                    });
+                    continue;
+                }
+                config.event(LinkEvent::SessionStarted);
+                let (cluster, session_config, stop) = (cluster.clone(), session_config.clone(), sessions_stop.clone());
+                tasks.spawn(async move {
+                    let member = cluster.member(node).await;
+                    let r = match ApplierSession::new(member, session_config) {
+                        Ok(mut s) => s.run(framed, &session, &stop).await,
+                        Err(e) => Err(e),
+                    };
+                    (node, r)
+                });
             }
         }
     }

@@ -9,6 +9,8 @@
 //! - [`link`]: connections for both roles and both directions (push, pull):
 //!   [`link::dial`] with jittered exponential backoff, [`link::listen`] with one
 //!   session per link (a second peer is refused `Busy`), refusals that pause.
+//! - [`cluster`]: several shippers on one mirror (feature bit 6): a [`Cluster`] shares one [`ChunkApplier`]
+//!   between the link's sessions and fences partitions by claim.
 //! - [`limiter`]: the shipper's `--max-bandwidth` token bucket.
 //!
 //! Why the shape: each side reads the peer in one loop and writes through a
@@ -19,6 +21,7 @@
 //! credit window.
 
 pub mod applier;
+pub mod cluster;
 pub mod limiter;
 pub mod link;
 pub mod shipper;
@@ -36,7 +39,8 @@ use super::error::{DirectError, FrameError, Result};
 use super::frame::{Frame, FrameCodec};
 use super::payload::{Chunk, PartitionRef, SegmentReplace, SegmentSeal};
 
-pub use applier::{ApplierSession, ChunkApplier, DurablePosition};
+pub use applier::{ApplierSession, ChunkApplier, ClaimDecision, DurablePosition};
+pub use cluster::{Cluster, ClusterMember};
 pub use shipper::{ChunkFeed, FeedItem, ShipperSession, ShipperStats};
 
 /// Heartbeat interval: a side that has sent nothing else for this long sends a

@@ -15,6 +15,14 @@
 //! window; an Ack releases what it covers. Acks are checked: never below the
 //! previous one, never beyond what was sent.
 //!
+//! Several shippers on one link (feature bit 6, `docs/direct-protocol.md` §6.1): the feed yields a
+//! [`FeedItem::Claim`] before it ships a partition; the session sends it and passes the applier's answer back
+//! ([`ChunkFeed::claim_result`]); a granted partition continues from the position in the answer, exactly as after a
+//! Resume. Until the answer comes, an item of that partition waits in the session. A [`Revoke`] forgets the
+//! partition's in-flight items (their credit comes back from the applier) and tells the feed
+//! ([`ChunkFeed::revoked`]); an item of a revoked partition the feed yields anyway is dropped, and an Ack that
+//! crossed the Revoke is ignored.
+//!
 //! In flight per partition, when the feed asks for it
 //! ([`ChunkFeed::max_unacked_per_partition`]): a partition with that many items
 //! unacknowledged is *held* ([`ChunkFeed::hold`]) until an Ack releases it. Why:
@@ -27,7 +35,7 @@
 //! follows the rate by itself (small when the link keeps up, up to the feed's
 //! chunk limit when it is behind).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 
 use futures::StreamExt;
@@ -43,11 +51,12 @@ use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
-    FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE,
     FEATURE_SOURCE_PROGRESS,
 };
 use crate::direct::payload::{
-    Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
+    Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LogStart, PartitionRef, Position, Revoke, Roll,
+    SegmentReplace, SegmentSeal, SourceProgress,
 };
 
 /// What the shipper sends next.
@@ -66,6 +75,13 @@ pub enum FeedItem {
     /// on a session without [`FEATURE_SOURCE_PROGRESS`], sent without its `shipped` position on one without
     /// [`FEATURE_PROGRESS_SHIPPED`].
     Progress(SourceProgress),
+    /// Feature bit 6: claim a partition at the leader epoch at which this shipper's broker leads it. Moves no
+    /// position and costs no credit; the answer comes to [`ChunkFeed::claim_result`]. Dropped on a session without
+    /// [`FEATURE_CLUSTER_SHIPPERS`] (there is nobody to share with).
+    Claim(Claim),
+    /// Feature bit 6: the mirror segment ends here, where no file of this shipper's broker ends. Positioned like a
+    /// seal (acknowledged at its final size), costs no credit; a local error on a session without the bit.
+    Roll(Roll),
 }
 
 impl FeedItem {
@@ -76,6 +92,8 @@ impl FeedItem {
             FeedItem::LogStart(l) => &l.partition,
             FeedItem::Replace(r) => &r.partition,
             FeedItem::Progress(p) => &p.partition,
+            FeedItem::Claim(c) => &c.partition,
+            FeedItem::Roll(r) => &r.partition,
         }
     }
 
@@ -84,7 +102,8 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => Some((c.segment_base, c.position + c.bytes.len() as u64)),
             FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
-            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => None,
+            FeedItem::Roll(r) => Some((r.segment_base, r.final_size)),
+            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Claim(_) => None,
         }
     }
 
@@ -93,7 +112,8 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => Some((c.segment_base, c.position)),
             FeedItem::Seal(s) => Some((s.segment_base, s.final_size)),
-            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) => None,
+            FeedItem::Roll(r) => Some((r.segment_base, r.final_size)),
+            FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Claim(_) => None,
         }
     }
 
@@ -101,7 +121,7 @@ impl FeedItem {
         match self {
             FeedItem::Chunk(c) => chunk_cost(c),
             FeedItem::Seal(s) => seal_cost(s),
-            FeedItem::LogStart(_) | FeedItem::Progress(_) => 0,
+            FeedItem::LogStart(_) | FeedItem::Progress(_) | FeedItem::Claim(_) | FeedItem::Roll(_) => 0,
             FeedItem::Replace(r) => replace_cost(r),
         }
     }
@@ -113,6 +133,8 @@ impl FeedItem {
             FeedItem::LogStart(l) => Frame::LogStart(l),
             FeedItem::Replace(r) => Frame::SegmentReplace(r),
             FeedItem::Progress(p) => Frame::SourceProgress(p),
+            FeedItem::Claim(c) => Frame::Claim(c),
+            FeedItem::Roll(r) => Frame::Roll(r),
         }
     }
 }
@@ -143,6 +165,19 @@ pub trait ChunkFeed: Send + 'static {
     /// starts with nothing held: [`ChunkFeed::seek`] releases every partition. The default ignores it.
     fn hold(&mut self, partition: &PartitionRef, held: bool) {
         let _ = (partition, held);
+    }
+
+    /// Feature bit 6: the applier's answer to a [`FeedItem::Claim`]. Granted: yield the partition's items from
+    /// [`ClaimResult::resume_position`] on (nothing durable: from the source's first segment), exactly as after
+    /// [`ChunkFeed::seek`]; refused: yield none of it (another node holds it). The default ignores it.
+    fn claim_result(&mut self, result: &ClaimResult) {
+        let _ = result;
+    }
+
+    /// Feature bit 6: another shipper holds `revoke.partition` now; yield nothing more of it (what was in flight
+    /// is forgotten; a later claim starts from its grant's position). The default ignores it.
+    fn revoked(&mut self, revoke: &Revoke) {
+        let _ = revoke;
     }
 }
 
@@ -292,7 +327,26 @@ impl<F: ChunkFeed> ShipperSession<F> {
         let mut credit: u64 = 0;
         let mut window: Option<u64> = None;
         let mut pending: Option<FeedItem> = None;
+        // Feature bit 6: claims sent and not answered yet; partitions granted; partitions revoked (or refused).
+        let cluster = session.features & FEATURE_CLUSTER_SHIPPERS != 0;
+        let mut awaiting: HashSet<PartitionRef> = HashSet::new();
+        let mut granted: HashSet<PartitionRef> = HashSet::new();
+        let mut lost: HashSet<PartitionRef> = HashSet::new();
+        // The pending item waited for its partition's claim answer: checked once the answer is in.
+        let mut unchecked = false;
         loop {
+            if unchecked && pending.as_ref().is_some_and(|i| !awaiting.contains(i.partition())) {
+                unchecked = false;
+                if let Some(item) = pending.take() {
+                    if granted.contains(item.partition()) {
+                        check_item(&item, &tracks, window, max_payload)?;
+                        pending = Some(item);
+                    } else {
+                        tracing::debug!(partition = %tp(item.partition()), "dropping an item of a partition not granted");
+                    }
+                }
+            }
+            let waiting = unchecked;
             let cost = pending.as_ref().map(FeedItem::cost);
             // A held partition's item (a feed that ignores holds) waits for the Ack that releases it.
             let held = match (&pending, per_partition) {
@@ -301,7 +355,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 }
                 _ => false,
             };
-            let sendable = !held && cost.is_some_and(|c| c <= credit);
+            let sendable = !held && !waiting && cost.is_some_and(|c| c <= credit);
             let send_at = match (sendable, cost, self.limiter.as_mut()) {
                 (true, Some(c), Some(bucket)) => Some(bucket.ready_at(c)),
                 _ => None,
@@ -325,7 +379,51 @@ impl<F: ChunkFeed> ShipperSession<F> {
                             credit = credit.saturating_add(bytes);
                             window.get_or_insert(bytes);
                         }
+                        // An Ack that crossed a Revoke: the partition is no longer this session's.
+                        Frame::Ack(p) if cluster && lost.contains(&p.partition) && !tracks.contains_key(&p.partition) => {}
                         Frame::Ack(p) => self.on_ack(&mut tracks, p, per_partition)?,
+                        Frame::ClaimResult(r) if cluster => {
+                            if !awaiting.remove(&r.partition) {
+                                return Err(DirectError::Protocol {
+                                    reason: format!("ClaimResult for {}, which this session did not claim", tp(&r.partition)),
+                                });
+                            }
+                            match &r.verdict {
+                                ClaimVerdict::Granted { .. } => {
+                                    let at = r.resume_position().map(|p| (p.segment_base, p.position));
+                                    if let Some(at) = at {
+                                        self.stats.acked.insert(r.partition.clone(), at);
+                                    }
+                                    tracks.insert(r.partition.clone(), Track { sent_end: at, acked: at, unacked: VecDeque::new() });
+                                    granted.insert(r.partition.clone());
+                                    lost.remove(&r.partition);
+                                }
+                                ClaimVerdict::Refused { holder_node, holder_epoch } => {
+                                    tracing::info!(partition = %tp(&r.partition), holder_node, holder_epoch, "claim refused: another node holds the partition");
+                                    granted.remove(&r.partition);
+                                    lost.insert(r.partition.clone());
+                                }
+                            }
+                            self.feed.claim_result(&r);
+                        }
+                        Frame::Revoke(r) if cluster => {
+                            tracing::warn!(partition = %tp(&r.partition), holder_node = r.holder_node, holder_epoch = r.holder_epoch, "revoked: another node holds the partition now");
+                            if let Some(track) = tracks.remove(&r.partition) {
+                                // Their credit comes back from the applier, which discards them.
+                                let cost: u64 = track.unacked.iter().map(|s| s.cost).sum();
+                                self.stats.in_flight = self.stats.in_flight.saturating_sub(cost);
+                                if per_partition.is_some_and(|limit| track.unacked.len() >= limit) {
+                                    self.feed.hold(&r.partition, false);
+                                }
+                            }
+                            granted.remove(&r.partition);
+                            lost.insert(r.partition.clone());
+                            if pending.as_ref().is_some_and(|i| i.partition() == &r.partition && !matches!(i, FeedItem::Claim(_))) {
+                                pending = None;
+                                unchecked = false;
+                            }
+                            self.feed.revoked(&r);
+                        }
                         Frame::Goodbye(g) => peer_goodbye = Some(Some(g)),
                         other => return Err(peer_frame(other, session, "streaming")),
                     }
@@ -342,6 +440,9 @@ impl<F: ChunkFeed> ShipperSession<F> {
                     credit -= cost;
                     if let Some(bucket) = self.limiter.as_mut() {
                         bucket.take(cost);
+                    }
+                    if let FeedItem::Claim(c) = &item {
+                        awaiting.insert(c.partition.clone());
                     }
                     if let Some(end) = item.end() {
                         let track = tracks.entry(item.partition().clone()).or_default();
@@ -373,11 +474,37 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         FeedItem::LogStart(_) => FEATURE_LOG_START,
                         FeedItem::Replace(_) => FEATURE_SEGMENT_REPLACE,
                         FeedItem::Progress(_) => FEATURE_SOURCE_PROGRESS,
+                        FeedItem::Claim(_) => FEATURE_CLUSTER_SHIPPERS,
                         _ => 0,
                     };
                     if session.features & needs != needs {
                         // The applier cannot take it: the mirror keeps what the source deleted or rewrote.
                         continue;
+                    }
+                    if let (FeedItem::Roll(r), false) = (&item, cluster) {
+                        return Err(DirectError::Local {
+                            what: "the chunk feed",
+                            source: format!("a Roll of {} on a session without feature bit 6 (several shippers)", tp(&r.partition)).into(),
+                        });
+                    }
+                    if cluster && !matches!(item, FeedItem::Claim(_)) {
+                        let p = item.partition();
+                        if awaiting.contains(p) {
+                            // Waits for the claim's answer, then is checked against the granted position.
+                            unchecked = true;
+                            pending = Some(item);
+                            continue;
+                        }
+                        if !granted.contains(p) {
+                            if lost.contains(p) {
+                                tracing::debug!(partition = %tp(p), "dropping an item of a revoked partition");
+                                continue;
+                            }
+                            return Err(DirectError::Local {
+                                what: "the chunk feed",
+                                source: format!("an item of {}, which this shipper never claimed (feature bit 6: claim first)", tp(p)).into(),
+                            });
+                        }
                     }
                     check_item(&item, &tracks, window, max_payload)?;
                     pending = Some(item);
@@ -500,13 +627,14 @@ fn check_item(
         }
     }
     let Some(start) = item.start() else {
-        return Ok(()); // a LogStart, a replacement piece or a progress report continues nothing
+        return Ok(()); // a LogStart, a replacement piece, a progress report or a claim continues nothing
     };
     let continues = match (item, sent) {
         (FeedItem::Chunk(c), None) => c.position == 0,
         (FeedItem::Chunk(c), Some(end)) => start == end || (c.segment_base > end.0 && c.position == 0),
-        (FeedItem::Seal(_), Some(end)) => start == end,
-        (FeedItem::Seal(_), None) | (FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_), _) => false,
+        (FeedItem::Seal(_) | FeedItem::Roll(_), Some(end)) => start == end,
+        (FeedItem::Seal(_) | FeedItem::Roll(_), None)
+        | (FeedItem::LogStart(_) | FeedItem::Replace(_) | FeedItem::Progress(_) | FeedItem::Claim(_), _) => false,
     };
     if !continues {
         return Err(local(format!(
@@ -527,7 +655,7 @@ fn peer_frame(frame: Frame, session: &Session, stage: &'static str) -> DirectErr
         },
         other => DirectError::UnexpectedFrame {
             stage,
-            expected: "Resume, Credit, Ack or Heartbeat",
+            expected: "Resume, Credit, Ack, ClaimResult or Revoke (feature bit 6) or Heartbeat",
             got: other.name(),
         },
     }
