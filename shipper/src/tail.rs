@@ -49,7 +49,9 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
-use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Position, SegmentSeal};
+use segmirror_transport::direct::payload::{
+    Chunk, ClaimResult, Companion, CompanionKind, PartitionRef, Position, Revoke, SegmentSeal,
+};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 use segmirror_transport::direct::DirectError;
 use segmirror_transport::store::{digest_file, digest_of};
@@ -151,6 +153,11 @@ struct PartState {
     replacing: Option<replace::Replacing>,
     /// The source progress last reported ([`progress`]).
     progress: progress::Track,
+    /// With a source of several brokers: where the partition stands with the applier ([`cluster`]).
+    claim: cluster::ClaimState,
+    /// With a source of several brokers: the mirror's segment continued from this replica's segment in another
+    /// layout, until that segment ends ([`layout`]).
+    translate: Option<layout::Translation>,
 }
 
 impl PartState {
@@ -163,6 +170,8 @@ impl PartState {
             sealed: BTreeMap::new(),
             replacing: None,
             progress: progress::Track::default(),
+            claim: cluster::ClaimState::default(),
+            translate: None,
         }
     }
 }
@@ -265,6 +274,9 @@ impl TailFeed {
                 sealed: part.sealed.clone(),
                 replacing: None,
                 progress: progress::Track::default(),
+                // A new session claims every partition again.
+                claim: cluster::ClaimState::default(),
+                translate: None,
             });
         }
         let unfollowed: Vec<Position> = resume
@@ -304,7 +316,43 @@ impl TailFeed {
                 let Some(part) = self.parts.get(idx) else {
                     continue;
                 };
-                if self.held.contains(&part.target.partition) || !self.leads(&part.target.partition) {
+                if self.held.contains(&part.target.partition) {
+                    continue;
+                }
+                let gate = match &self.config.leadership {
+                    None => cluster::Gate::Step,
+                    Some(l) => {
+                        let led = l.led_epoch(&part.target.partition.topic, part.target.partition.partition);
+                        match self.parts.get_mut(idx) {
+                            Some(part) => cluster::gate(part, led),
+                            None => continue,
+                        }
+                    }
+                };
+                let Some(part) = self.parts.get(idx) else { continue };
+                match gate {
+                    cluster::Gate::Step => {}
+                    cluster::Gate::Skip => continue,
+                    cluster::Gate::Claim(claim) => {
+                        self.cursor = (idx + 1) % n;
+                        return Ok(FeedItem::Claim(claim));
+                    }
+                    cluster::Gate::Position(durable) => {
+                        let part = part.clone();
+                        let (state, first) = blocking(move || cluster::position(part, durable)).await?;
+                        if let Some(slot) = self.parts.get_mut(idx) {
+                            *slot = state;
+                        }
+                        if let Some(item) = first {
+                            self.cursor = (idx + 1) % n;
+                            return Ok(item);
+                        }
+                        // Positioned (or still waiting for this replica to reach the mirror's end): the step
+                        // below continues it in this round, at once.
+                    }
+                }
+                let Some(part) = self.parts.get(idx) else { continue };
+                if cluster::pending(part) {
                     continue;
                 }
                 let part = part.clone();
@@ -331,6 +379,11 @@ impl TailFeed {
                     }
                 };
                 // Committed in the poll the step returned in: cancel-safe.
+                let mut state = state;
+                let item = match item {
+                    Some(item) => Some(cluster::translate(&mut state, item)?),
+                    None => None,
+                };
                 if let Some(slot) = self.parts.get_mut(idx) {
                     *slot = state;
                 }
@@ -407,6 +460,18 @@ impl ChunkFeed for TailFeed {
             self.held.insert(partition.clone());
         } else {
             self.held.remove(partition);
+        }
+    }
+
+    fn claim_result(&mut self, result: &ClaimResult) {
+        if let Some(part) = self.parts.iter_mut().find(|p| p.target.partition == result.partition) {
+            cluster::answered(part, &result.verdict);
+        }
+    }
+
+    fn revoked(&mut self, revoke: &Revoke) {
+        if let Some(part) = self.parts.iter_mut().find(|p| p.target.partition == revoke.partition) {
+            cluster::revoked(part);
         }
     }
 }
@@ -717,6 +782,7 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 
 pub mod rediscover;
 pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
+mod cluster;
 mod index_fit;
 pub mod layout;
 use index_fit::IndexForm;

@@ -5,12 +5,12 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
-use segmirror_transport::direct::payload::HELLO_MAGIC;
 use segmirror_transport::direct::handshake::FEATURE_CLUSTER_SHIPPERS;
+use segmirror_transport::direct::payload::HELLO_MAGIC;
 use segmirror_transport::direct::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
-    PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace, SegmentSeal,
-    Shipped, SourceProgress,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Frame, FrameError, Goodbye,
+    GoodbyeReason, Hello, HelloAck, LogStart, PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role,
+    Roll, SegmentReplace, SegmentSeal, Shipped, SourceProgress,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -243,13 +243,15 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
             any::<u64>(),
             proptest::option::of(any::<[u8; 32]>())
         )
-            .prop_map(|(partition, segment_base, span, final_size, log_sha256)| Frame::Roll(Roll {
-                partition,
-                segment_base,
-                final_size,
-                next_offset: segment_base + span,
-                log_sha256,
-            })),
+            .prop_map(
+                |(partition, segment_base, span, final_size, log_sha256)| Frame::Roll(Roll {
+                    partition,
+                    segment_base,
+                    final_size,
+                    next_offset: segment_base + span,
+                    log_sha256,
+                })
+            ),
     ]
 }
 

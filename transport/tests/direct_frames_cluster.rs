@@ -115,11 +115,19 @@ fn a_cluster_shippers_hello_carries_its_node_id_and_nobody_elses_does() {
     assert_eq!(offset, (HEADER_LEN + n - 4) as u64);
     assert!(reason.contains("-1"), "{reason}");
     // An applier's Hello (or a shipper's without bit 6) with 4 bytes more: trailing bytes, as for an older decoder.
-    let mut applier = payload(&encode(&Frame::Hello(hello(Role::Applier, FEATURE_CLUSTER_SHIPPERS, None))));
+    let mut applier = payload(&encode(&Frame::Hello(hello(
+        Role::Applier,
+        FEATURE_CLUSTER_SHIPPERS,
+        None,
+    ))));
     applier.extend_from_slice(&5i32.to_be_bytes());
     assert!(matches!(
         frame::decode(&raw(FrameType::Hello, &applier), 0, MAX_PAYLOAD_LEN),
-        Err(FrameError::TrailingBytes { frame: "Hello", extra: 4, .. })
+        Err(FrameError::TrailingBytes {
+            frame: "Hello",
+            extra: 4,
+            ..
+        })
     ));
 }
 

@@ -11,7 +11,7 @@ use super::*;
 use crate::source::bound_hw::HighWatermark;
 
 /// A fixed high watermark (or none) for every partition.
-struct FixedHw(Option<i64>);
+pub(super) struct FixedHw(pub(super) Option<i64>);
 
 impl HighWatermarkSource for FixedHw {
     fn high_watermark(&self, _topic: &str, _partition: i32) -> Option<HighWatermark> {
@@ -200,6 +200,7 @@ async fn every_byte_once_in_order_across_rolls_with_matching_seals() {
             FeedItem::LogStart(l) => panic!("no segment was deleted, yet {l:?}"),
             FeedItem::Replace(r) => panic!("no segment was rewritten, yet {r:?}"),
             FeedItem::Progress(p) => panic!("progress reports are off by default, yet {p:?}"),
+            other @ (FeedItem::Claim(_) | FeedItem::Roll(_)) => panic!("a single-broker feed, yet {other:?}"),
         }
     }
     runner.abort();
@@ -426,13 +427,13 @@ async fn a_held_partition_is_passed_over_and_ships_what_it_gathered_as_one_chunk
 }
 
 /// Leadership set by the test; every set moves the change counter.
-struct SetLeadership {
-    led: std::sync::Mutex<BTreeMap<i32, i32>>,
-    changes: tokio::sync::watch::Sender<u64>,
+pub(super) struct SetLeadership {
+    pub(super) led: std::sync::Mutex<BTreeMap<i32, i32>>,
+    pub(super) changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl SetLeadership {
-    fn set(&self, partition: i32, epoch: Option<i32>) {
+    pub(super) fn set(&self, partition: i32, epoch: Option<i32>) {
         let mut led = self.led.lock().unwrap();
         match epoch {
             Some(e) => led.insert(partition, e),
@@ -494,7 +495,9 @@ async fn only_led_partitions_ship_and_a_leadership_change_wakes_the_feed() {
         other => panic!("expected a chunk, got {other:?}"),
     };
     assert!(!feed.leads(&partition()) && feed.leads(&p1));
-    // Only partition 1 is led: its chunk comes, partition 0's bytes stay.
+    // Only partition 1 is led: it is claimed at its epoch, and once granted (nothing in the mirror yet) its chunk
+    // comes; partition 0's bytes stay.
+    claim_granted(&mut feed, &p1, 4).await;
     let c = chunk_of(feed.next().await.unwrap());
     assert_eq!(
         (c.partition.clone(), c.position, c.bytes.len()),
@@ -511,7 +514,15 @@ async fn only_led_partitions_ship_and_a_leadership_change_wakes_the_feed() {
     });
     leadership.set(0, Some(5));
     let (mut feed, item) = waiting.await.unwrap();
-    let c = chunk_of(item);
+    assert_eq!(
+        item,
+        FeedItem::Claim(segmirror_transport::direct::payload::Claim {
+            partition: partition(),
+            leader_epoch: 5
+        })
+    );
+    grant(&mut feed, &partition(), None);
+    let c = chunk_of(feed.next().await.unwrap());
     assert_eq!(
         (c.partition.clone(), c.position, c.bytes.len() as u64),
         (partition(), 0, boundaries0[3])
@@ -526,4 +537,26 @@ async fn only_led_partitions_ship_and_a_leadership_change_wakes_the_feed() {
         Some((0, first1.len() as u64)),
         "partition 1 not read since its leadership went"
     );
+}
+
+/// The applier's grant of `partition`, `durable` as its ClaimResult carries it.
+pub(super) fn grant(
+    feed: &mut TailFeed,
+    partition: &PartitionRef,
+    durable: Option<segmirror_transport::direct::payload::ClaimedAt>,
+) {
+    use segmirror_transport::direct::payload::{ClaimResult, ClaimVerdict};
+    feed.claim_result(&ClaimResult {
+        partition: partition.clone(),
+        verdict: ClaimVerdict::Granted { durable },
+    });
+}
+
+/// The feed's next item is the claim of `partition` at `epoch`; the applier grants it with nothing durable.
+pub(super) async fn claim_granted(feed: &mut TailFeed, partition: &PartitionRef, epoch: i32) {
+    match feed.next().await.unwrap() {
+        FeedItem::Claim(c) => assert_eq!((&c.partition, c.leader_epoch), (partition, epoch)),
+        other => panic!("expected a claim, got {other:?}"),
+    }
+    grant(feed, partition, None);
 }

@@ -17,9 +17,9 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::error::FrameError;
 use super::handshake::FEATURE_CLUSTER_SHIPPERS;
 use super::payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, Position, Reader, Refuse,
-    RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC,
-    MIN_POSITION_LEN,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello,
+    HelloAck, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
+    SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC, MIN_POSITION_LEN,
 };
 
 /// Header bytes: type, flags, payload length.

@@ -197,7 +197,11 @@ impl HandshakeConfig {
             link: self.link.clone(),
             source_cluster_id: self.source_cluster_id.clone(),
             software: self.software.clone(),
-            shipper_node_id: if self.role == Role::Shipper { self.shipper_node_id } else { None },
+            shipper_node_id: if self.role == Role::Shipper {
+                self.shipper_node_id
+            } else {
+                None
+            },
         }
     }
 

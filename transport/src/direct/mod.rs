@@ -34,6 +34,7 @@ pub use error::{DirectError, ErrorClass, FrameError};
 pub use frame::{Frame, FrameCodec, FrameType, MAX_PAYLOAD_LEN};
 pub use handshake::{handshake, HandshakeConfig, Session};
 pub use payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart, PartitionRef, Position, Refuse,
-    RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace, SegmentSeal, Shipped, SourceProgress,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello,
+    HelloAck, LogStart, PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
+    SegmentSeal, Shipped, SourceProgress,
 };

@@ -389,13 +389,17 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 }
                 Frame::SegmentSeal(seal) if cluster && !claimed.contains(&seal.partition) => {
                     discard("SegmentSeal", &seal.partition);
-                    vec![Frame::Credit { bytes: seal_cost(&seal) }]
+                    vec![Frame::Credit {
+                        bytes: seal_cost(&seal),
+                    }]
                 }
                 Frame::SegmentSeal(seal) => match self.on_seal(&mut ends, &seal).await {
                     Ok(replies) => replies,
                     Err(DirectError::Fenced { partition, .. }) if cluster => {
                         unclaim(&mut claimed, &mut ends, &partition, "SegmentSeal");
-                        vec![Frame::Credit { bytes: seal_cost(&seal) }]
+                        vec![Frame::Credit {
+                            bytes: seal_cost(&seal),
+                        }]
                     }
                     Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },

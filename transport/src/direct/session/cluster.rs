@@ -184,7 +184,10 @@ impl<A: ChunkApplier> ChunkApplier for ClusterMember<A> {
     async fn apply_progress(&mut self, progress: &SourceProgress) -> Result<()> {
         let mut state = self.state.lock().await;
         // Advisory: the holder's report counts, another's is dropped.
-        if state.check(self.serial, "SourceProgress", [&progress.partition]).is_err() {
+        if state
+            .check(self.serial, "SourceProgress", [&progress.partition])
+            .is_err()
+        {
             return Ok(());
         }
         state.applier.apply_progress(progress).await

@@ -51,8 +51,8 @@ use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE,
-    FEATURE_SOURCE_PROGRESS,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED,
+    FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
 };
 use crate::direct::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LogStart, PartitionRef, Position, Revoke, Roll,
