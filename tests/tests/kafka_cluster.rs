@@ -4,11 +4,37 @@
 
 use std::path::{Path, PathBuf};
 
+use segmirror_shipper::source::leadership::{check_node, node_id_of_log_dir, LeadershipSource, MetadataLeadership};
+use segmirror_shipper::source::list_offsets::ListOffsetsConfig;
 use segmirror_tests::broker::read_properties;
 use segmirror_tests::wait::wait_for;
 use segmirror_tests::*;
 
 const TOPIC: &str = "replicated";
+
+/// The leader epoch at which node `id` leads `TOPIC`-0 by segmirror's own `Metadata` client asking that node
+/// (`None`: it does not lead it), once the first answer is in.
+fn led_epoch_by_segmirror(rt: &tokio::runtime::Runtime, cluster: &KafkaCluster, id: i32) -> Option<i32> {
+    let node = cluster.node(id).unwrap();
+    assert_eq!(node_id_of_log_dir(node.log_dir()).unwrap(), id);
+    rt.block_on(check_node(&node.bootstrap(), id, std::time::Duration::from_secs(10)))
+        .unwrap();
+    let source = MetadataLeadership::spawn(
+        rt.handle(),
+        node.bootstrap(),
+        id,
+        std::time::Duration::from_millis(50),
+        ListOffsetsConfig::default(),
+    );
+    wait_for(
+        "a Metadata answer",
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(20),
+        || Ok((source.answers() > 0).then_some(())),
+    )
+    .unwrap();
+    source.led_epoch(TOPIC, 0)
+}
 
 /// The `.log` files of a partition directory, in offset order.
 fn segment_files(dir: &Path) -> Vec<PathBuf> {
@@ -70,6 +96,29 @@ fn three_node_cluster_replicates_and_moves_leadership_when_the_leader_is_killed(
     let leader = state.leader;
     assert!(cluster.node_ids().contains(&leader), "{state:?}");
 
+    // segmirror's Metadata view agrees with the Python client's: only the leader leads, at some epoch; a node's
+    // bootstrap named with another node's id is refused.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut first_epoch = None;
+    for id in cluster.node_ids() {
+        let epoch = led_epoch_by_segmirror(&rt, &cluster, id);
+        assert_eq!(epoch.is_some(), id == leader, "node {id}: {epoch:?}");
+        first_epoch = first_epoch.or(epoch);
+    }
+    let other = cluster.node_ids().into_iter().find(|id| *id != leader).unwrap();
+    let err = rt
+        .block_on(check_node(
+            &cluster.node(leader).unwrap().bootstrap(),
+            other,
+            std::time::Duration::from_secs(10),
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("is node {leader}")) && err.contains(&format!("node {other}")),
+        "{err}"
+    );
+
     let mut sent = produce(&mut cluster, 0, 300);
     assert_eq!(sent.last().map(|r| r.offset), Some(299));
 
@@ -77,6 +126,8 @@ fn three_node_cluster_replicates_and_moves_leadership_when_the_leader_is_killed(
     cluster.kill(leader).unwrap();
     let new_leader = cluster.wait_for_new_leader(TOPIC, 0, leader).unwrap();
     assert_ne!(new_leader, leader);
+    let new_epoch = led_epoch_by_segmirror(&rt, &cluster, new_leader).expect("the new leader leads");
+    assert!(new_epoch > first_epoch.unwrap(), "{new_epoch} after {first_epoch:?}");
     sent.extend(produce(&mut cluster, 300, 300));
     assert_eq!(
         sent.last().map(|r| r.offset),
