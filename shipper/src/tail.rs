@@ -50,7 +50,7 @@ use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{
-    Chunk, Companion, CompanionKind, LogEnd, PartitionRef, Position, SegmentSeal, TruncateMode,
+    Chunk, ClaimResult, Companion, CompanionKind, LogEnd, PartitionRef, Position, Revoke, SegmentSeal, TruncateMode,
 };
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 use segmirror_transport::direct::DirectError;
@@ -58,6 +58,7 @@ use segmirror_transport::store::{digest_file, digest_of};
 
 use crate::error::{Error, Result};
 use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
+use crate::source::leadership::LeadershipSource;
 use crate::source::read::{read_partition, PartitionRead, SegmentView};
 use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 
@@ -117,6 +118,11 @@ pub struct TailFeedConfig {
     pub progress_interval: Option<Duration>,
     /// [`MAX_UNACKED_PER_PARTITION`]; `None`: only the session's credit window bounds what is in flight.
     pub max_unacked_per_partition: Option<usize>,
+    /// With a source of several brokers (`segmirror ship --cluster`): ship only the partitions this broker leads
+    /// ([`LeadershipSource`]); a partition whose leadership is lost is not read from the next step on (what is in
+    /// flight may still be acknowledged: the applier's fencing by leader epoch is the guarantee, this the
+    /// courtesy). `None`, the default: a single-broker source, every selected partition ships.
+    pub leadership: Option<Arc<dyn LeadershipSource>>,
 }
 
 impl TailFeedConfig {
@@ -128,6 +134,7 @@ impl TailFeedConfig {
             poll_interval: POLL_INTERVAL,
             progress_interval: None,
             max_unacked_per_partition: Some(MAX_UNACKED_PER_PARTITION),
+            leadership: None,
         }
     }
 }
@@ -150,6 +157,11 @@ struct PartState {
     truncate: Option<segmirror_transport::direct::payload::Truncate>,
     /// The source lost committed data (a divergence in high-watermark mode): nothing more of it ships.
     stopped: bool,
+    /// With a source of several brokers: where the partition stands with the applier ([`cluster`]).
+    claim: cluster::ClaimState,
+    /// With a source of several brokers: the mirror's segment continued from this replica's segment in another
+    /// layout, until that segment ends ([`layout`]).
+    translate: Option<layout::Translation>,
 }
 
 impl PartState {
@@ -164,6 +176,8 @@ impl PartState {
             progress: progress::Track::default(),
             truncate: None,
             stopped: false,
+            claim: cluster::ClaimState::default(),
+            translate: None,
         }
     }
 }
@@ -182,6 +196,9 @@ pub struct TailFeed {
     /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
     /// the source file and go as one chunk.
     held: HashSet<PartitionRef>,
+    /// Moves when the partitions this broker leads change ([`LeadershipSource::changes`]); taken at the first
+    /// [`TailFeed::next_item`].
+    leadership_changes: Option<tokio::sync::watch::Receiver<u64>>,
     /// The session agreed `FEATURE_TRUNCATE` ([`ChunkFeed::log_ends`]): a divergence seen while streaming ends the
     /// session (the next Resume tells where the mirror ends) instead of stopping the feed.
     truncation: bool,
@@ -241,6 +258,16 @@ impl TailFeed {
             steps_started: 0,
             truncation: false,
             log_ends: Vec::new(),
+            leadership_changes: None,
+        }
+    }
+
+    /// Whether this feed may read `partition` now: always for a single-broker source; with a
+    /// [`LeadershipSource`], only while this broker leads it.
+    pub fn leads(&self, partition: &PartitionRef) -> bool {
+        match &self.config.leadership {
+            None => true,
+            Some(l) => l.led_epoch(&partition.topic, partition.partition).is_some(),
         }
     }
 
@@ -333,6 +360,9 @@ impl TailFeed {
                 progress: progress::Track::default(),
                 truncate,
                 stopped: false,
+                // A new session claims every partition again.
+                claim: cluster::ClaimState::default(),
+                translate: None,
             });
         }
         let unfollowed: Vec<Position> = resume
@@ -354,9 +384,15 @@ impl TailFeed {
         if self.hw_changes.is_none() && self.config.upto == UptoPolicy::HighWatermark {
             self.hw_changes = self.config.high_watermarks.changes();
         }
+        if self.leadership_changes.is_none() {
+            self.leadership_changes = self.config.leadership.as_ref().and_then(|l| l.changes());
+        }
         'round: loop {
             // The bounds this round sees are at least as new as this: a move after it wakes the wait below.
             if let Some(changes) = &mut self.hw_changes {
+                changes.borrow_and_update();
+            }
+            if let Some(changes) = &mut self.leadership_changes {
                 changes.borrow_and_update();
             }
             // A step a dropped `next` left running is finished (and committed) first.
@@ -378,6 +414,42 @@ impl TailFeed {
                     continue;
                 };
                 if self.held.contains(&part.target.partition) {
+                    continue;
+                }
+                let gate = match &self.config.leadership {
+                    None => cluster::Gate::Step,
+                    Some(l) => {
+                        let led = l.led_epoch(&part.target.partition.topic, part.target.partition.partition);
+                        match self.parts.get_mut(idx) {
+                            Some(part) => cluster::gate(part, led),
+                            None => continue,
+                        }
+                    }
+                };
+                let Some(part) = self.parts.get(idx) else { continue };
+                match gate {
+                    cluster::Gate::Step => {}
+                    cluster::Gate::Skip => continue,
+                    cluster::Gate::Claim(claim) => {
+                        self.cursor = (idx + 1) % n;
+                        return Ok(FeedItem::Claim(claim));
+                    }
+                    cluster::Gate::Position(durable) => {
+                        let part = part.clone();
+                        let (state, first) = blocking(move || cluster::position(part, durable)).await?;
+                        if let Some(slot) = self.parts.get_mut(idx) {
+                            *slot = state;
+                        }
+                        if let Some(item) = first {
+                            self.cursor = (idx + 1) % n;
+                            return Ok(item);
+                        }
+                        // Positioned (or still waiting for this replica to reach the mirror's end): the step
+                        // below continues it in this round, at once.
+                    }
+                }
+                let Some(part) = self.parts.get(idx) else { continue };
+                if cluster::pending(part) {
                     continue;
                 }
                 self.start_step(part.clone());
@@ -448,7 +520,13 @@ impl TailFeed {
             return Ok(Finished::Nothing);
         }
         match stepped {
-            Ok((state, item)) => {
+            Ok((mut state, item)) => {
+                // With a source of several brokers, an item of a mirror segment continued from this replica is
+                // addressed to the mirror's layout ([`cluster::translate`]).
+                let item = match item {
+                    Some(item) => Some(cluster::translate(&mut state, item)?),
+                    None => None,
+                };
                 self.parts[idx] = state;
                 Ok(Finished::Stepped(idx, item))
             }
@@ -464,10 +542,21 @@ impl TailFeed {
     async fn wait_for_news(&mut self) {
         let TailFeed {
             hw_changes,
+            leadership_changes,
             rediscoverer,
             config,
             ..
         } = self;
+        let leadership = async {
+            match leadership_changes {
+                Some(changes) => {
+                    if changes.changed().await.is_err() {
+                        std::future::pending::<()>().await
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
         let hw = async {
             match hw_changes {
                 // A closed channel (its source gone) is no news: the poll remains.
@@ -488,6 +577,7 @@ impl TailFeed {
         tokio::select! {
             _ = tokio::time::sleep(config.poll_interval) => {}
             _ = hw => {}
+            _ = leadership => {}
             _ = watcher => {}
         }
     }
@@ -528,6 +618,18 @@ impl ChunkFeed for TailFeed {
             self.held.insert(partition.clone());
         } else {
             self.held.remove(partition);
+        }
+    }
+
+    fn claim_result(&mut self, result: &ClaimResult) {
+        if let Some(part) = self.parts.iter_mut().find(|p| p.target.partition == result.partition) {
+            cluster::answered(part, &result.verdict);
+        }
+    }
+
+    fn revoked(&mut self, revoke: &Revoke) {
+        if let Some(part) = self.parts.iter_mut().find(|p| p.target.partition == revoke.partition) {
+            cluster::revoked(part);
         }
     }
 }
@@ -846,8 +948,10 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 
 pub mod rediscover;
 pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
+mod cluster;
 pub mod diverge;
 mod index_fit;
+pub mod layout;
 use index_fit::IndexForm;
 mod log_start;
 mod progress;

@@ -192,7 +192,8 @@ def admin(request):
     client = AdminClient({"bootstrap.servers": request["bootstrap"]})
     creates = request.get("create", [])
     if creates:
-        new_topics = [NewTopic(t["name"], num_partitions=t.get("partitions", 1), replication_factor=1,
+        new_topics = [NewTopic(t["name"], num_partitions=t.get("partitions", 1),
+                               replication_factor=t.get("replication_factor", 1),
                                config=t.get("config", {})) for t in creates]
         for name, future in client.create_topics(new_topics, operation_timeout=30, request_timeout=60).items():
             try:
@@ -223,10 +224,26 @@ def admin(request):
     print(json.dumps(result))
 
 
+def leaders(request):
+    """Each partition's leader, replicas and in-sync replicas of the requested topics, as the cluster's metadata
+    says now (-1: no leader)."""
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient({"bootstrap.servers": request["bootstrap"]})
+    result = {}
+    for name in request["topics"]:
+        meta = client.list_topics(name, timeout=10).topics.get(name)
+        if meta is None or meta.error is not None:
+            fail(f"metadata of topic {name!r}: {None if meta is None else meta.error}")
+        result[name] = {str(p.id): {"leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs)}
+                        for p in meta.partitions.values()}
+    print(json.dumps(result))
+
+
 def main():
-    commands = {"produce": produce, "consume": consume, "admin": admin}
+    commands = {"produce": produce, "consume": consume, "admin": admin, "leaders": leaders}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        fail("usage: kafka_client.py produce|consume|admin < request.json")
+        fail("usage: kafka_client.py produce|consume|admin|leaders < request.json")
     try:
         request = json.load(sys.stdin)
         commands[sys.argv[1]](request)

@@ -58,6 +58,9 @@ pub struct BrokerConfig {
     pub start_timeout: Duration,
     /// Kafka version to run (an installed one, see [`KafkaInstall::version`]); `None` = the pinned default.
     pub kafka_version: Option<String>,
+    /// (PLAINTEXT, CONTROLLER) ports; `None` = two fresh ones. A cluster chooses them before any node starts, since
+    /// every node's `controller.quorum.voters` names all controllers.
+    pub ports: Option<(u16, u16)>,
 }
 
 impl BrokerConfig {
@@ -70,7 +73,14 @@ impl BrokerConfig {
             properties: BTreeMap::new(),
             start_timeout: DEFAULT_START_TIMEOUT,
             kafka_version: None,
+            ports: None,
         }
+    }
+
+    /// Listens on these (PLAINTEXT, CONTROLLER) ports instead of fresh ones.
+    pub fn ports(mut self, broker: u16, controller: u16) -> Self {
+        self.ports = Some((broker, controller));
+        self
     }
 
     /// Runs this Kafka version instead of the pinned default (it must be installed: see
@@ -148,11 +158,22 @@ pub struct KafkaBroker {
     controller_port: u16,
     child: Option<Child>,
     starts: u32,
+    /// Where in `broker.log` the latest launch began, until it was seen serving.
+    launched_at: Option<u64>,
 }
 
 impl KafkaBroker {
     /// Formats (if needed) and starts a broker, returning once it serves clients.
     pub fn start(config: BrokerConfig) -> Result<KafkaBroker> {
+        let mut broker = Self::spawn(config)?;
+        broker.wait_until_started()?;
+        Ok(broker)
+    }
+
+    /// Formats (if needed) and launches a broker without waiting for it to serve: the nodes of a cluster serve
+    /// only once a quorum of them runs, so they are all launched first and then waited for
+    /// ([`wait_until_started`](Self::wait_until_started)).
+    pub fn spawn(config: BrokerConfig) -> Result<KafkaBroker> {
         let install = match &config.kafka_version {
             Some(version) => KafkaInstall::version(version)?,
             None => KafkaInstall::locate()?,
@@ -169,16 +190,35 @@ impl KafkaBroker {
             work_path,
             log_dir,
             cluster_id: String::new(),
-            broker_port: free_port()?,
-            controller_port: free_port()?,
+            broker_port: match config.ports {
+                Some((b, _)) => b,
+                None => free_port()?,
+            },
+            controller_port: match config.ports {
+                Some((_, c)) => c,
+                None => free_port()?,
+            },
             child: None,
             starts: 0,
+            launched_at: None,
             config,
         };
         broker.write_server_properties()?;
         broker.cluster_id = broker.format_if_needed()?;
         broker.launch()?;
         Ok(broker)
+    }
+
+    /// Waits until the latest launch serves clients (at once if it was already seen serving).
+    pub fn wait_until_started(&mut self) -> Result<()> {
+        match self.launched_at {
+            Some(from) => {
+                self.wait_until_serving(&self.log_file(), from)?;
+                self.launched_at = None;
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     /// Starts the broker again on the same log dir and ports (after [`stop`](Self::stop) or [`kill`](Self::kill)).
@@ -189,7 +229,8 @@ impl KafkaBroker {
                 self.config.name
             );
         }
-        self.launch()
+        self.launch()?;
+        self.wait_until_started()
     }
 
     /// `host:port` of the PLAINTEXT listener.
@@ -432,7 +473,8 @@ impl KafkaBroker {
             .spawn()
             .context("spawning java kafka.Kafka")?;
         self.child = Some(child);
-        self.wait_until_serving(&log_path, from)
+        self.launched_at = Some(from);
+        Ok(())
     }
 
     fn wait_until_serving(&mut self, log_path: &Path, from: u64) -> Result<()> {

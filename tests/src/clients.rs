@@ -138,7 +138,7 @@ fn headers_json(headers: &[Header]) -> Value {
     Value::Array(headers.iter().map(|h| json!([h.key, b64(&h.value)])).collect())
 }
 
-fn run_python(command: &str, request: &Value) -> Result<String> {
+pub(crate) fn run_python(command: &str, request: &Value) -> Result<String> {
     require_python_client()?;
     let script = python_client_script();
     let mut child = Command::new("python3")

@@ -13,6 +13,7 @@
 
 pub mod broker;
 pub mod clients;
+pub mod cluster;
 pub mod dump;
 pub mod epoch_probe;
 pub mod install;
@@ -31,6 +32,7 @@ pub use clients::{
     admin, consume_all, kcat_consume, kcat_produce, python_produce, Header, Isolation, OutRecord, ProducePlan,
     ProduceStep, Record, TimestampType, TopicInfo,
 };
+pub use cluster::{ClusterConfig, KafkaCluster, PartitionState};
 pub use install::KafkaInstall;
 pub use shapes::{produce_all_shapes, Shape, ShapeOptions, ShapeTopic};
 pub use tools::{dump_log_segments, KafkaTools, TopicDescription, TopicSpec};

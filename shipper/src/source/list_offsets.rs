@@ -44,8 +44,8 @@ use bytes::{BufMut, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, ListOffsetsRequest, ListOffsetsResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -83,6 +83,10 @@ const API_VERSIONS_VERSION: i16 = 3;
 
 /// The lowest `ListOffsets` version used: 2 adds the isolation level.
 const MIN_LIST_OFFSETS_VERSION: i16 = 2;
+
+/// The lowest `Metadata` version used: 7 adds each partition's leader epoch
+/// ([`super::leadership`]).
+const MIN_METADATA_VERSION: i16 = 7;
 
 /// `ListOffsets` timestamp asking for the latest offset (Kafka's `ListOffsetsRequest.LATEST_TIMESTAMP`).
 const LATEST_TIMESTAMP: i64 = -1;
@@ -142,6 +146,8 @@ pub struct BrokerClient {
     stream: TcpStream,
     correlation_id: i32,
     list_offsets_version: i16,
+    /// The `Metadata` version both sides speak, if any at or above [`MIN_METADATA_VERSION`].
+    metadata_version: Option<i16>,
     timeout: Duration,
 }
 
@@ -165,6 +171,7 @@ impl BrokerClient {
             stream,
             correlation_id: start,
             list_offsets_version: MIN_LIST_OFFSETS_VERSION,
+            metadata_version: None,
             timeout,
         };
         let request = ApiVersionsRequest::default()
@@ -189,7 +196,37 @@ impl BrokerClient {
             )));
         }
         client.list_offsets_version = max;
+        client.metadata_version = versions
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::Metadata as i16)
+            .map(|k| k.max_version.min(MetadataRequest::VERSIONS.max))
+            .filter(|&v| v >= MIN_METADATA_VERSION);
         Ok(client)
+    }
+
+    /// The address of the broker this connection reached.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.peer_addr().ok()
+    }
+
+    /// The cluster's metadata as this broker knows it: every broker, and every topic's partitions with their
+    /// leader and leader epoch ([`super::leadership`]).
+    pub async fn metadata(&mut self) -> Result<MetadataResponse> {
+        let version = self.metadata_version.ok_or_else(|| {
+            self.error(format!(
+                "the broker offers no Metadata version at or above {MIN_METADATA_VERSION} (the first with leader epochs)"
+            ))
+        })?;
+        // All topics (null list), no topic created by asking.
+        let request = MetadataRequest::default()
+            .with_topics(None)
+            .with_allow_auto_topic_creation(false);
+        let response: MetadataResponse = self.call(ApiKey::Metadata, &request, version).await?;
+        if response.error_code != 0 {
+            return Err(self.error(format!("Metadata answered {}", error_name(response.error_code))));
+        }
+        Ok(response)
     }
 
     /// The `ListOffsets` version agreed on.
@@ -291,7 +328,7 @@ impl BrokerClient {
 }
 
 /// One size-prefixed frame, at most [`MAX_RESPONSE_BYTES`].
-async fn read_frame(stream: &mut TcpStream) -> std::result::Result<bytes::Bytes, String> {
+pub(super) async fn read_frame(stream: &mut TcpStream) -> std::result::Result<bytes::Bytes, String> {
     let mut size = [0u8; 4];
     stream.read_exact(&mut size).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => "the broker closed the connection".to_string(),

@@ -40,7 +40,7 @@ pub(super) struct Track {
 
 impl Track {
     /// A track whose previous listing saw `first`: the next step sends the LogStart `first` before anything else.
-    fn seen(first: i64) -> Track {
+    pub(super) fn seen(first: i64) -> Track {
         Track {
             sent: None,
             seen: Some(first),

@@ -11,7 +11,7 @@ use super::*;
 use crate::source::bound_hw::HighWatermark;
 
 /// A fixed high watermark (or none) for every partition.
-struct FixedHw(Option<i64>);
+pub(super) struct FixedHw(pub(super) Option<i64>);
 
 impl HighWatermarkSource for FixedHw {
     fn high_watermark(&self, _topic: &str, _partition: i32) -> Option<HighWatermark> {
@@ -462,4 +462,139 @@ fn a_dropped_next_leaves_its_step_running_and_starts_no_other() {
         }
         assert_eq!(feed.position(&partition()), Some((0, *boundaries.last().unwrap())));
     });
+}
+
+/// Leadership set by the test; every set moves the change counter.
+pub(super) struct SetLeadership {
+    pub(super) led: std::sync::Mutex<BTreeMap<i32, i32>>,
+    pub(super) changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl SetLeadership {
+    pub(super) fn set(&self, partition: i32, epoch: Option<i32>) {
+        let mut led = self.led.lock().unwrap();
+        match epoch {
+            Some(e) => led.insert(partition, e),
+            None => led.remove(&partition),
+        };
+        self.changes.send_modify(|n| *n += 1);
+    }
+}
+
+impl crate::source::leadership::LeadershipSource for SetLeadership {
+    fn node_id(&self) -> i32 {
+        1
+    }
+    fn led_epoch(&self, _topic: &str, partition: i32) -> Option<i32> {
+        self.led.lock().unwrap().get(&partition).copied()
+    }
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.changes.subscribe())
+    }
+}
+
+/// With a leadership source only led partitions ship; one whose leadership is lost ships nothing more, and one
+/// that becomes led wakes the feed (the poll interval is an hour: only the change can wake it) and ships what it
+/// holds from where it stood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_led_partitions_ship_and_a_leadership_change_wakes_the_feed() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir0, log0, boundaries0, offset0) = written(root.path(), 3);
+    let dir1 = root.path().join("events-1");
+    std::fs::create_dir_all(&dir1).unwrap();
+    let first1 = batch_at(0, 2, 0);
+    append(&log_path(&dir1, 0), &first1);
+    let p1 = PartitionRef {
+        partition: 1,
+        ..partition()
+    };
+    let leadership = Arc::new(SetLeadership {
+        led: std::sync::Mutex::new(BTreeMap::from([(1, 4)])),
+        changes: tokio::sync::watch::channel(0).0,
+    });
+    let mut config = TailFeedConfig::new(Arc::new(FixedHw(None)));
+    config.upto = UptoPolicy::LogEnd;
+    config.poll_interval = Duration::from_secs(3600);
+    config.leadership = Some(leadership.clone());
+    let targets = vec![
+        TailPartition {
+            partition: partition(),
+            dir: dir0.clone(),
+        },
+        TailPartition {
+            partition: p1.clone(),
+            dir: dir1.clone(),
+        },
+    ];
+    let mut feed = TailFeed::new(targets, config);
+    feed.seek(&[]).await.unwrap();
+    let chunk_of = |item: FeedItem| match item {
+        FeedItem::Chunk(c) => c,
+        other => panic!("expected a chunk, got {other:?}"),
+    };
+    assert!(!feed.leads(&partition()) && feed.leads(&p1));
+    // Only partition 1 is led: it is claimed at its epoch, and once granted (nothing in the mirror yet) its chunk
+    // comes; partition 0's bytes stay.
+    claim_granted(&mut feed, &p1, 4).await;
+    let c = chunk_of(feed.next().await.unwrap());
+    assert_eq!(
+        (c.partition.clone(), c.position, c.bytes.len()),
+        (p1.clone(), 0, first1.len())
+    );
+    assert_eq!(feed.position(&partition()), None, "nothing of partition 0 read");
+
+    // Leadership moves: partition 0 comes to this broker, partition 1 goes. Partition 1 grows but ships nothing.
+    leadership.set(1, None);
+    append(&log_path(&dir1, 0), &batch_at(2, 2, 1));
+    let waiting = tokio::spawn(async move {
+        let item = feed.next().await.unwrap();
+        (feed, item)
+    });
+    leadership.set(0, Some(5));
+    let (mut feed, item) = waiting.await.unwrap();
+    assert_eq!(
+        item,
+        FeedItem::Claim(segmirror_transport::direct::payload::Claim {
+            partition: partition(),
+            leader_epoch: 5
+        })
+    );
+    grant(&mut feed, &partition(), None);
+    let c = chunk_of(feed.next().await.unwrap());
+    assert_eq!(
+        (c.partition.clone(), c.position, c.bytes.len() as u64),
+        (partition(), 0, boundaries0[3])
+    );
+    // Partition 0 grows: it ships; partition 1's new batch still does not.
+    let more = batch_at(offset0, 2, 3);
+    append(&log0, &more);
+    let c = chunk_of(feed.next().await.unwrap());
+    assert_eq!((c.partition.clone(), c.position), (partition(), boundaries0[3]));
+    assert_eq!(
+        feed.position(&p1),
+        Some((0, first1.len() as u64)),
+        "partition 1 not read since its leadership went"
+    );
+}
+
+/// The applier's grant of `partition`, `durable` as its ClaimResult carries it.
+pub(super) fn grant(
+    feed: &mut TailFeed,
+    partition: &PartitionRef,
+    durable: Option<segmirror_transport::direct::payload::ClaimedAt>,
+) {
+    use segmirror_transport::direct::payload::{ClaimResult, ClaimVerdict};
+    feed.claim_result(&ClaimResult {
+        partition: partition.clone(),
+        verdict: ClaimVerdict::Granted { durable },
+    });
+}
+
+/// The feed's next item is the claim of `partition` at `epoch`; the applier grants it with nothing durable.
+pub(super) async fn claim_granted(feed: &mut TailFeed, partition: &PartitionRef, epoch: i32) {
+    match feed.next().await.unwrap() {
+        FeedItem::Claim(c) => assert_eq!((&c.partition, c.leader_epoch), (partition, epoch)),
+        other => panic!("expected a claim, got {other:?}"),
+    }
+    grant(feed, partition, None);
 }

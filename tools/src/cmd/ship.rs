@@ -18,7 +18,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
-use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks};
+use segmirror_shipper::source::leadership::{check_node, node_id_of_log_dir, MetadataLeadership, LEADERSHIP_INTERVAL};
+use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, REQUEST_TIMEOUT};
 use segmirror_shipper::tail::{Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
@@ -53,6 +54,12 @@ pub struct Args {
     /// does not lead keep no bound (nothing of them ships).
     #[arg(long, value_name = "HOST:PORT")]
     source_bootstrap: Option<String>,
+    /// The source is one broker of several (issue 10): ship only the partitions this broker leads (asked of
+    /// --source-bootstrap, which must be this broker: its node id is checked against the log dir's
+    /// meta.properties), each claimed from the applier at its leader epoch. Needs an applier serving several
+    /// shippers on the link (feature bit 6); one shipper runs beside each broker.
+    #[arg(long, requires = "source_bootstrap")]
+    cluster: bool,
     /// Most payload bytes per second on the link (default: no limit).
     #[arg(long, value_name = "BYTES_PER_S")]
     max_bandwidth: Option<u64>,
@@ -141,6 +148,34 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         }
     };
     let mut feed_config = TailFeedConfig::new(high_watermarks);
+    let node_id = match (&args.source_bootstrap, args.cluster) {
+        (Some(bootstrap), true) => {
+            let mut ids = Vec::new();
+            for dir in &args.log_dirs {
+                ids.push(
+                    node_id_of_log_dir(dir).with_context(|| format!("--cluster: the node id of {}", dir.display()))?,
+                );
+            }
+            ids.dedup();
+            let [node_id] = ids[..] else {
+                bail!("--cluster: the log dirs belong to different nodes ({ids:?}); one shipper per broker");
+            };
+            let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
+            runtime
+                .block_on(check_node(bootstrap, node_id, REQUEST_TIMEOUT))?
+                .with_context(|| format!("--cluster: --source-bootstrap {bootstrap}"))?;
+            eprintln!("segmirror ship: node {node_id} of the source cluster: shipping the partitions it leads ({bootstrap}, Metadata)");
+            feed_config.leadership = Some(Arc::new(MetadataLeadership::spawn(
+                &handle,
+                bootstrap.clone(),
+                node_id,
+                LEADERSHIP_INTERVAL,
+                ListOffsetsConfig::default(),
+            )));
+            Some(node_id)
+        }
+        _ => None,
+    };
     feed_config.progress_interval = Some(segmirror_transport::direct::handshake::PROGRESS_INTERVAL);
     feed_config.upto = match args.upto {
         Upto::HighWatermark => UptoPolicy::HighWatermark,
@@ -160,7 +195,10 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
         let endpoint = link.endpoint().await?;
-        let handshake = HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id));
+        let handshake = match node_id {
+            Some(node_id) => HandshakeConfig::cluster_shipper(link.link.clone(), cluster_id, node_id),
+            None => HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id)),
+        };
         let config = link_config(handshake, None, "ship");
         run_link(endpoint, config, session, shutdown).await
     })??;
