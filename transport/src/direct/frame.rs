@@ -20,6 +20,7 @@ use super::payload::{
     RefuseReason, ReplaceEnd, SegmentReplace, SegmentSeal, Shipped, SourceProgress, Writer, HELLO_MAGIC,
     MIN_POSITION_LEN,
 };
+use super::payload::{LayoutSegment, MirrorLayout, MAX_LAYOUT_SEGMENTS_PER_FRAME};
 
 /// Header bytes: type, flags, payload length.
 pub const HEADER_LEN: usize = 6;
@@ -58,10 +59,11 @@ pub enum FrameType {
     LogStart = 11,
     SegmentReplace = 12,
     SourceProgress = 13,
+    MirrorLayout = 19,
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 13] = [
+    pub const ALL: [FrameType; 14] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -75,6 +77,7 @@ impl FrameType {
         FrameType::LogStart,
         FrameType::SegmentReplace,
         FrameType::SourceProgress,
+        FrameType::MirrorLayout,
     ];
 
     pub const fn from_code(code: u8) -> Option<FrameType> {
@@ -92,6 +95,7 @@ impl FrameType {
             11 => Some(FrameType::LogStart),
             12 => Some(FrameType::SegmentReplace),
             13 => Some(FrameType::SourceProgress),
+            19 => Some(FrameType::MirrorLayout),
             _ => None,
         }
     }
@@ -111,6 +115,7 @@ impl FrameType {
             FrameType::LogStart => "LogStart",
             FrameType::SegmentReplace => "SegmentReplace",
             FrameType::SourceProgress => "SourceProgress",
+            FrameType::MirrorLayout => "MirrorLayout",
         }
     }
 }
@@ -142,6 +147,8 @@ pub enum Frame {
     SegmentReplace(SegmentReplace),
     /// Shipper → applier (feature `FEATURE_SOURCE_PROGRESS`): where the source stands, for lag reporting.
     SourceProgress(SourceProgress),
+    /// Applier → shipper right after Resume (feature `FEATURE_MIRROR_LAYOUT`): a partition's sealed segments.
+    MirrorLayout(MirrorLayout),
 }
 
 impl Frame {
@@ -160,6 +167,7 @@ impl Frame {
             Frame::LogStart(_) => FrameType::LogStart,
             Frame::SegmentReplace(_) => FrameType::SegmentReplace,
             Frame::SourceProgress(_) => FrameType::SourceProgress,
+            Frame::MirrorLayout(_) => FrameType::MirrorLayout,
         }
     }
 
@@ -281,6 +289,20 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                 w.offset("shipped_end_offset", shipped.end_offset)?;
             }
         }
+        Frame::MirrorLayout(l) => {
+            w.partition(&l.partition)?;
+            check_layout(&l.segments).map_err(|reason| FrameError::Encode {
+                frame: "MirrorLayout",
+                field: "segments",
+                reason,
+            })?;
+            w.out.put_u8(u8::from(l.last));
+            w.out.put_u32(l.segments.len() as u32);
+            for s in &l.segments {
+                w.offset("base", s.base)?;
+                w.out.put_u64(s.size);
+            }
+        }
         Frame::SegmentReplace(r) => {
             w.partition(&r.partition)?;
             check_replaced_bases(&r.replaced_bases).map_err(|reason| FrameError::Encode {
@@ -304,6 +326,20 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A MirrorLayout's segments: at most [`MAX_LAYOUT_SEGMENTS_PER_FRAME`], bases strictly increasing.
+fn check_layout(segments: &[LayoutSegment]) -> Result<(), String> {
+    if segments.len() > MAX_LAYOUT_SEGMENTS_PER_FRAME {
+        return Err(format!(
+            "{} segments, at most {MAX_LAYOUT_SEGMENTS_PER_FRAME} per frame",
+            segments.len()
+        ));
+    }
+    if segments.windows(2).any(|w| w[0].base >= w[1].base) {
+        return Err("segment bases are not strictly increasing".into());
     }
     Ok(())
 }
@@ -623,6 +659,46 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                 } else {
                     None
                 },
+            })
+        }
+        FrameType::MirrorLayout => {
+            let partition = r.partition()?;
+            let last = match r.u8("last")? {
+                0 => false,
+                1 => true,
+                other => {
+                    r.back(1);
+                    return Err(r.fail("last", format!("flag byte {other}, expected 0 or 1")));
+                }
+            };
+            let count = r.u32("count")? as usize;
+            // Never trust the count for an allocation: each segment takes 16 bytes.
+            if count > MAX_LAYOUT_SEGMENTS_PER_FRAME || count > r.remaining() / 16 {
+                r.back(4);
+                return Err(r.fail(
+                    "count",
+                    format!(
+                        "{count} segments: at most {MAX_LAYOUT_SEGMENTS_PER_FRAME}, and they must fit the {} bytes left",
+                        r.remaining() - 4
+                    ),
+                ));
+            }
+            let mut segments: Vec<LayoutSegment> = Vec::with_capacity(count);
+            for _ in 0..count {
+                let base = r.offset("base")?;
+                if segments.last().is_some_and(|prev| prev.base >= base) {
+                    r.back(8);
+                    return Err(r.fail("base", format!("{base} is not above the previous base")));
+                }
+                segments.push(LayoutSegment {
+                    base,
+                    size: r.u64("size")?,
+                });
+            }
+            Frame::MirrorLayout(MirrorLayout {
+                partition,
+                last,
+                segments,
             })
         }
         FrameType::SegmentReplace => {

@@ -61,6 +61,13 @@ pub const FEATURE_INDEX_INTERVAL: u64 = 1 << 3;
 /// the trailing bytes, so a shipper sends them only when the bit was agreed.
 pub const FEATURE_PROGRESS_SHIPPED: u64 = 1 << 4;
 
+/// Feature bit 7: right after Resume the applier sends MirrorLayout frames (frame 19): per partition of the
+/// Resume, the mirror's sealed segments (base, size). The shipper compares them with the source's segments and
+/// replaces every one the cleaner rewrote while it did not run (`docs/direct-protocol.md` §6, MirrorLayout).
+/// Without it the shipper knows only what it shipped itself, and a mirror keeps the larger versions of segments
+/// compacted while no shipper ran.
+pub const FEATURE_MIRROR_LAYOUT: u64 = 1 << 7;
+
 /// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
 /// read by people and monitoring that poll in seconds; more often would only cost
 /// frames (one per partition each time), less often makes "seconds behind" coarse.
@@ -74,7 +81,8 @@ pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START
     | FEATURE_SEGMENT_REPLACE
     | FEATURE_SOURCE_PROGRESS
     | FEATURE_INDEX_INTERVAL
-    | FEATURE_PROGRESS_SHIPPED;
+    | FEATURE_PROGRESS_SHIPPED
+    | FEATURE_MIRROR_LAYOUT;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by

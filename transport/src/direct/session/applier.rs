@@ -38,9 +38,12 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
-use crate::direct::handshake::{FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS};
+use crate::direct::handshake::{
+    FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
+};
 use crate::direct::payload::{
-    Chunk, GoodbyeReason, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
+    Chunk, GoodbyeReason, LayoutSegment, LogStart, MirrorLayout, PartitionRef, Position, SegmentReplace, SegmentSeal,
+    SourceProgress, MAX_LAYOUT_SEGMENTS_PER_FRAME,
 };
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
@@ -105,6 +108,14 @@ pub trait ChunkApplier: Send + 'static {
             tp(&piece.partition)
         );
         async move { Err(DirectError::Protocol { reason }) }
+    }
+
+    /// Per partition, the mirror's sealed segments (base, `.log` size, bases increasing); sent as MirrorLayout
+    /// frames right after Resume on sessions that agreed [`FEATURE_MIRROR_LAYOUT`], for every partition of the
+    /// Resume (one missing here goes as an empty list). Called after [`ChunkApplier::durable_positions`]. The
+    /// default knows none.
+    fn mirror_layout(&mut self) -> impl Future<Output = Result<Vec<(PartitionRef, Vec<LayoutSegment>)>>> + Send {
+        async { Ok(Vec::new()) }
     }
 
     /// Where the source stands (its log end, high watermark, active segment size, the shipper's clock): record it
@@ -179,11 +190,17 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 },
             );
         }
+        let resumed: Vec<PartitionRef> = durable.iter().map(|d| d.position.partition.clone()).collect();
         let resume = Frame::Resume(durable.into_iter().map(|d| d.position).collect());
-        let credit = Frame::Credit {
+        let mut first = vec![resume];
+        if session.features & FEATURE_MIRROR_LAYOUT != 0 {
+            let layout = self.applier.mirror_layout().await?;
+            first.extend(layout_frames(&resumed, layout));
+        }
+        first.push(Frame::Credit {
             bytes: self.config.credit_window,
-        };
-        for frame in [resume, credit] {
+        });
+        for frame in first {
             if tx.send(frame).await.is_err() {
                 return Err(writer_ended(writer.await));
             }
@@ -409,6 +426,35 @@ impl<A: ChunkApplier> ApplierSession<A> {
         });
         Ok(vec![ack, credit])
     }
+}
+
+/// The MirrorLayout frames of the partitions of a Resume, in its order: each partition's sealed segments in frames
+/// of at most [`MAX_LAYOUT_SEGMENTS_PER_FRAME`], the last one flagged (an empty list is one empty, flagged frame).
+fn layout_frames(resumed: &[PartitionRef], mut layout: Vec<(PartitionRef, Vec<LayoutSegment>)>) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for partition in resumed {
+        let segments = layout
+            .iter_mut()
+            .find(|(p, _)| p == partition)
+            .map(|(_, s)| std::mem::take(s))
+            .unwrap_or_default();
+        let mut pieces = segments.chunks(MAX_LAYOUT_SEGMENTS_PER_FRAME).peekable();
+        if pieces.peek().is_none() {
+            frames.push(Frame::MirrorLayout(MirrorLayout {
+                partition: partition.clone(),
+                last: true,
+                segments: Vec::new(),
+            }));
+        }
+        while let Some(piece) = pieces.next() {
+            frames.push(Frame::MirrorLayout(MirrorLayout {
+                partition: partition.clone(),
+                last: pieces.peek().is_none(),
+                segments: piece.to_vec(),
+            }));
+        }
+    }
+    frames
 }
 
 /// What the session does with `chunk`, given the partitions' durable ends (see the module doc); a gap is an error.

@@ -37,7 +37,7 @@ use super::frame::{Frame, FrameCodec};
 use super::payload::{Chunk, PartitionRef, SegmentReplace, SegmentSeal};
 
 pub use applier::{ApplierSession, ChunkApplier, DurablePosition};
-pub use shipper::{ChunkFeed, FeedItem, ShipperSession, ShipperStats};
+pub use shipper::{ChunkFeed, FeedItem, Layouts, ShipperSession, ShipperStats, MAX_LAYOUT_SEGMENTS};
 
 /// Heartbeat interval: a side that has sent nothing else for this long sends a
 /// Heartbeat. 1 s keeps NAT mappings alive (they expire after tens of seconds
