@@ -54,8 +54,8 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, Companion, CompanionKind, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal, SourceProgress,
-    TopicId,
+    Chunk, Companion, CompanionKind, LayoutSegment, LogStart, PartitionRef, Position, SegmentReplace, SegmentSeal,
+    SourceProgress, TopicId,
 };
 use segmirror_transport::direct::session::{ChunkApplier, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
@@ -367,6 +367,12 @@ impl ChunkApplier for TailAppender {
             }
             Ok(())
         })
+    }
+
+    fn mirror_layout(
+        &mut self,
+    ) -> impl std::future::Future<Output = DirectResult<Vec<(PartitionRef, Vec<LayoutSegment>)>>> + Send {
+        self.run("listing the mirror's sealed segments", |i| i.mirror_layout())
     }
 
     fn apply_replace(&mut self, piece: &SegmentReplace) -> impl std::future::Future<Output = DirectResult<()>> + Send {

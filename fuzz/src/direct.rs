@@ -7,8 +7,8 @@
 use bytes::{Bytes, BytesMut};
 use segmirror_transport::direct::frame::{self, FrameCodec, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::{
-    Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, SegmentReplace, Shipped,
-    SourceProgress,
+    Companion, CompanionKind, LayoutSegment, LogStart, MirrorLayout, PartitionRef, Position, ReplaceEnd,
+    SegmentReplace, Shipped, SourceProgress,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -228,7 +228,16 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     inline: Some(Bytes::from_static(b"abc")),
                     index_interval: None,
                 }],
+                next_base: Some(400),
             }),
+        }),
+        Frame::MirrorLayout(MirrorLayout {
+            partition: position.partition.clone(),
+            last: true,
+            segments: vec![
+                LayoutSegment { base: 0, size: 4096 },
+                LayoutSegment { base: 100, size: 512 },
+            ],
         }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },

@@ -38,7 +38,7 @@
 //!
 //! [`ShipperSession`]: segmirror_transport::direct::session::ShipperSession
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,8 +49,10 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
-use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Position, SegmentSeal};
-use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
+use segmirror_transport::direct::payload::{
+    Chunk, Companion, CompanionKind, LayoutSegment, PartitionRef, Position, SegmentSeal,
+};
+use segmirror_transport::direct::session::{ChunkFeed, FeedItem, Layouts};
 use segmirror_transport::direct::DirectError;
 use segmirror_transport::store::{digest_file, digest_of};
 
@@ -142,6 +144,9 @@ struct PartState {
     sealed: BTreeMap<i64, replace::Fingerprint>,
     /// A replacement being sent.
     replacing: Option<replace::Replacing>,
+    /// The mirror's unsealed segment a cleaner merged into a sealed source segment ([`resume`]): the tail waits
+    /// until the replacement covering it is sent, since the applier takes the next segment only after it.
+    awaits: Option<i64>,
     /// The source progress last reported ([`progress`]).
     progress: progress::Track,
 }
@@ -155,6 +160,7 @@ impl PartState {
             log_start: log_start::Track::default(),
             sealed: BTreeMap::new(),
             replacing: None,
+            awaits: None,
             progress: progress::Track::default(),
         }
     }
@@ -174,6 +180,8 @@ pub struct TailFeed {
     /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
     /// the source file and go as one chunk.
     held: HashSet<PartitionRef>,
+    /// The applier's MirrorLayout for the next seek ([`ChunkFeed::mirror_layout`]); `None`: not agreed.
+    layout: Option<HashMap<PartitionRef, Vec<LayoutSegment>>>,
 }
 
 impl TailFeed {
@@ -189,6 +197,7 @@ impl TailFeed {
             rediscoverer: None,
             held: HashSet::new(),
             hw_changes: None,
+            layout: None,
         }
     }
 
@@ -227,23 +236,34 @@ impl TailFeed {
         // Partitions created since the last listing are positioned with the others.
         self.rediscover(true).await?;
         let mut fresh = Vec::with_capacity(self.parts.len());
+        // The mirror's layout, when the applier sent one, is what the memory of shipped versions starts from (it
+        // knows what was installed, whoever shipped it); otherwise what this process shipped stays known across
+        // its sessions. A replacement in progress restarts either way.
+        let layout = self.layout.take();
         for part in &self.parts {
             let target = part.target.clone();
             let point = resume
                 .iter()
                 .find(|p| p.partition == target.partition)
                 .map(|p| (p.segment_base, p.position));
-            let (at, track) = match point {
-                None => (None, log_start::Track::default()),
-                Some((base, position)) => blocking(move || log_start::resume_or_skip(&target, base, position)).await?,
+            let memory = match &layout {
+                Some(layout) => replace::from_layout(layout.get(&target.partition).map_or(&[][..], |l| l.as_slice())),
+                None => part.sealed.clone(),
+            };
+            let layout_known = layout.is_some();
+            let resumed = match point {
+                None => resume::Resumed::fresh(memory),
+                Some((base, position)) => {
+                    blocking(move || resume::resume(&target, base, position, memory, layout_known)).await?
+                }
             };
             fresh.push(PartState {
                 target: part.target.clone(),
-                at,
-                log_start: track,
-                // What was shipped stays known across sessions of this process; a replacement in progress restarts.
-                sealed: part.sealed.clone(),
+                at: resumed.at,
+                log_start: resumed.track,
+                sealed: resumed.sealed,
                 replacing: None,
+                awaits: resumed.awaits,
                 progress: progress::Track::default(),
             });
         }
@@ -362,6 +382,10 @@ impl ChunkFeed for TailFeed {
 
     fn max_unacked_per_partition(&self) -> Option<usize> {
         self.config.max_unacked_per_partition
+    }
+
+    fn mirror_layout(&mut self, layout: Option<Layouts>) {
+        self.layout = layout.map(|l| l.into_iter().collect());
     }
 
     fn hold(&mut self, partition: &PartitionRef, held: bool) {
@@ -495,6 +519,8 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         },
         None => at,
     };
+    // The replacement covering the mirror's merged-away unsealed segment goes before anything of the next segment.
+    part.awaits = part.awaits.filter(|b| part.sealed.contains_key(b));
     if swapping {
         // Nothing below; the tail of the active segment is not the cleaner's business and goes on.
     } else if let Some(item) = replace::next_piece(
@@ -507,6 +533,10 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
     )? {
         part.at = Some(at);
         return Ok((part, Some(item)));
+    }
+    if part.awaits.is_some() {
+        part.at = Some(at);
+        return Ok((part, None));
     }
     let diverged = |at: &TailPosition, reason: String| Error::Diverged {
         partition: name(&part.target.partition),
@@ -539,13 +569,8 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         TailRead::Appended { chunk, .. } => match (segment, next_segment) {
             (Some(segment), Some(next_seg)) if chunk.pending == 0 => {
                 let seal = seal(&part.target.partition, &at, segment)?;
-                part.sealed.insert(
-                    at.base_offset,
-                    replace::Fingerprint {
-                        inode: at.inode,
-                        size: at.position,
-                    },
-                );
+                part.sealed
+                    .insert(at.base_offset, replace::Fingerprint::of(at.inode, at.position));
                 part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);
                 Ok((part, Some(FeedItem::Seal(seal))))
             }
@@ -684,6 +709,7 @@ use index_fit::IndexForm;
 mod log_start;
 mod progress;
 mod replace;
+mod resume;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]

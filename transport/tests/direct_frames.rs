@@ -11,6 +11,7 @@ use segmirror_transport::direct::{
     PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, Shipped,
     SourceProgress,
 };
+use segmirror_transport::direct::payload::{LayoutSegment, MirrorLayout};
 use tokio_util::codec::{Decoder, Encoder};
 
 fn encode(frame: &Frame) -> Vec<u8> {
@@ -169,6 +170,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                         final_size,
                         log_sha256,
                         companions,
+                        next_base: None,
                     }),
                 })
             ),
@@ -200,6 +202,16 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                     }),
                 })
             }),
+        (
+            arb_partition(),
+            any::<bool>(),
+            proptest::collection::btree_map(0..i64::MAX, any::<u64>(), 0..20)
+        )
+            .prop_map(|(partition, last, segments)| Frame::MirrorLayout(MirrorLayout {
+                partition,
+                last,
+                segments: segments.into_iter().map(|(base, size)| LayoutSegment { base, size }).collect(),
+            })),
     ]
 }
 

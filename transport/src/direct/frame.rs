@@ -323,6 +323,9 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                     w.out.put_u64(end.final_size);
                     w.out.put_slice(&end.log_sha256);
                     put_companions(&mut w, &end.companions)?;
+                    if let Some(next_base) = end.next_base {
+                        w.offset("next_base", next_base)?;
+                    }
                 }
             }
         }
@@ -732,6 +735,12 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                     final_size: r.u64("final_size")?,
                     log_sha256: r.sha256("log_sha256")?,
                     companions: read_companions(&mut r)?,
+                    // Feature bit 7: present when bytes follow (an older shipper's frame ends here).
+                    next_base: if r.remaining() > 0 {
+                        Some(r.offset("next_base")?)
+                    } else {
+                        None
+                    },
                 }),
                 other => {
                     r.back(1);

@@ -234,6 +234,10 @@ pub struct ReplaceEnd {
     pub log_sha256: Sha256,
     /// At most one per kind, in kind order.
     pub companions: Vec<Companion>,
+    /// The base of the source segment that follows the new file (the end of its offset range). Sent only on
+    /// sessions that agreed [`super::handshake::FEATURE_MIRROR_LAYOUT`] (a trailing field an older applier would
+    /// refuse); required by an applier when the replacement covers the segment it is appending to.
+    pub next_base: Option<i64>,
 }
 
 /// Applier → shipper right after Resume, on sessions that agreed

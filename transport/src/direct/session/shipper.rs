@@ -389,6 +389,12 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         }
                         // An older applier would refuse the trailing bytes.
                         FeedItem::Progress(p) if session.features & FEATURE_PROGRESS_SHIPPED == 0 => p.shipped = None,
+                        // Likewise the trailing next base of a replacement's end.
+                        FeedItem::Replace(r) if session.features & FEATURE_MIRROR_LAYOUT == 0 => {
+                            if let Some(end) = &mut r.end {
+                                end.next_base = None;
+                            }
+                        }
                         _ => {}
                     }
                     let needs = match item {
