@@ -520,7 +520,9 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         None => at,
     };
     // The replacement covering the mirror's merged-away unsealed segment goes before anything of the next segment.
-    part.awaits = part.awaits.filter(|b| part.sealed.contains_key(b));
+    part.awaits = part
+        .awaits
+        .filter(|b| part.sealed.get(b).is_some_and(|f| f.unsealed));
     if swapping {
         // Nothing below; the tail of the active segment is not the cleaner's business and goes on.
     } else if let Some(item) = replace::next_piece(

@@ -66,14 +66,16 @@ pub(super) fn resume(
     target: &TailPartition,
     base: i64,
     position: u64,
-    mut sealed: BTreeMap<i64, Fingerprint>,
+    sealed: BTreeMap<i64, Fingerprint>,
     layout_known: bool,
 ) -> Result<Resumed> {
     let mirror_sealed = layout_known && sealed.get(&base).is_some_and(|f| f.size == position);
     let path = log_path(&target.dir, base);
-    let view = || match read_partition(&target.dir)? {
-        PartitionRead::View(view) => Ok(Some(view)),
-        PartitionRead::Refused(_) => Ok(None),
+    let view = || -> Result<Option<PartitionView>> {
+        Ok(match read_partition(&target.dir)? {
+            PartitionRead::View(view) => Some(view),
+            PartitionRead::Refused(_) => None,
+        })
     };
     if path.exists() {
         if mirror_sealed && std::fs::metadata(&path).is_ok_and(|m| m.len() != position) {
