@@ -287,14 +287,16 @@ impl Inner {
             None if covers_tail => {
                 let Some(next_base) = seal.next_base else {
                     return Err(bad(format!(
-                        "segment {} is the one the tail appends to; a replacement of it must name the source's next                          segment base (a shipper without the MirrorLayout feature)",
+                        "segment {} is the one the tail appends to; a replacement of it must name the source's next \
+                         segment base (a shipper without the MirrorLayout feature)",
                         state.segment_base
                     )));
                 };
                 let end = state.next_offset.unwrap_or(state.segment_base);
                 if next_base < end || next_base <= last {
                     return Err(bad(format!(
-                        "it ends at the next segment base {next_base}, below the mirror's end offset {end} in                          segment {last}: records the mirror holds would be lost"
+                        "it ends at the next segment base {next_base}, below the mirror's end offset {end} in \
+                         segment {last}: records the mirror holds would be lost"
                     )));
                 }
                 next_base

@@ -133,9 +133,11 @@ async fn tail_replace_hostile_replacements_of_the_tailed_segment_are_refused_wit
     ];
     for (bases, next_base, bytes, expected) in cases {
         stage(&mut a, &p, bases[0], bytes).await;
+        // Companions built for base 0 (what the bytes hold); the checks above them refuse first.
         let seal = ReplaceSeal {
+            replaced_bases: bases.clone(),
             next_base,
-            ..replace_seal(&p, &bases, bytes)
+            ..replace_seal(&p, &[b0], bytes)
         };
         let err = a.install_replacement(&seal).await.expect_err("refused").to_string();
         assert!(err.contains(expected), "{bases:?} {next_base:?}: {err}");
