@@ -4,7 +4,7 @@
 //!
 //! The pieces arrive as `SegmentReplace` frames (feature `FEATURE_SEGMENT_REPLACE`, [`Inner::apply_replace`]):
 //! each piece is staged, the last one (with the whole file's size, digest and companions) is validated and
-//! installed. The feed's half (noticing that a sealed segment it shipped was rewritten) is not built yet.
+//! installed. The feed's half (noticing that a sealed segment was rewritten) is `shipper::tail::replace`.
 //! [`TailAppender::stage_replacement`] and [`TailAppender::install_replacement`] are the same two steps.
 //!
 //! # Staging
@@ -13,14 +13,31 @@
 //! length; position 0 starts over).
 //!
 //! # What is checked before anything in the partition directory changes
-//! - the replaced bases are sealed mirror segments in offset order, contiguous (no mirror segment between them is
-//!   left out), and none is the segment the tail appends to or last sealed (the cleaner never touches the active
-//!   segment, so a replacement of it is a shipper bug);
+//! - the replaced bases are mirror segments in offset order, contiguous (no mirror segment between them is left
+//!   out); the segment the tail sealed last may be among them, the one it appends to only as the last one and
+//!   with the source's next segment base (below);
 //! - the staged file has the seal's size and SHA-256;
 //! - every batch is whole, its CRC-32C matches, it is magic 2, its base offset is at or above the first replaced
 //!   base, offsets strictly increase (a compacted log has gaps, never repeats), and the last offset lies below the
 //!   next mirror segment's base (the replacement covers exactly the replaced range);
 //! - each companion is inline or rebuilt (offset and time index) and matches its digest, as in a seal.
+//!
+//! # The segment being appended to
+//! The cleaner never touches the source's active segment, but the mirror's active segment may be one the source
+//! rolled, and cleaned, while the link was down: the shipper resumes there and finds it merged into an earlier
+//! segment or rewritten alone (`shipper::tail::resume`). The replacement then names the source's next segment
+//! base (`ReplaceEnd::next_base`, feature bit 7), which must lie at or above the mirror's end offset (else records
+//! the mirror holds would be lost) and bounds the batches; the partition's state becomes the new segment sealed
+//! at its size with that base as its next offset, so the next chunk starts the source's next segment at 0. The
+//! open transactions there are derived from the segments (`companions`). In the catalog the sealed rows before the
+//! tailed segment are replaced by a version ending at that base (an unsealed hand-over row is dropped with them),
+//! or, replacing the tailed segment alone, it is recorded as that segment's seal.
+//!
+//! Decision: the records the mirror held are not compared with the new version's. A cleaner rewrites a batch it
+//! removes records from (other bytes), and drops the last records of a merged segment when later segments
+//! overwrite their keys (another last offset), so neither bytes nor an end offset can be required to match; what
+//! is checked is what a replica of a compacted log can check: offsets strictly increasing within the replaced
+//! range, every batch whole and CRC-valid, and the size and digest the shipper read.
 //!
 //! # Install: the crash protocol (as the broker's `.cleaned` → `.swap` → rename)
 //! 1. the new `.log` and companions are written next to their final names with a `.swap` suffix (a suffix the

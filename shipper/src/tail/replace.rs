@@ -13,10 +13,16 @@
 //! replacement over at byte 0, which the applier takes as a fresh staging). The last piece carries the size,
 //! SHA-256 and companions, as a seal does. Only then does the memory take the new fingerprint.
 //!
-//! What is not covered: segments rewritten while no feed ran in this process (the memory starts with what this
-//! process sealed and what a seek finds), and a replacement whose last piece was sent but not installed before a
-//! cut (the memory already holds the new fingerprint). The mirror then keeps the earlier version, which holds
-//! every record the new one holds (compaction only removes), so it stays sound, only larger.
+//! Where the memory starts: with the applier's MirrorLayout (feature bit 7) every session starts from the mirror's
+//! actual sealed segments, by base and size ([`from_layout`]; a size match is then remembered by inode), so a
+//! rewrite made while no feed ran in this process, or a replacement cut before its install, is found and sent.
+//! The segment the mirror appends to, when the source's cleaner rewrote or merged it, is in the memory as an
+//! `unsealed` entry that never matches (`resume`), so the sealed source segment covering it replaces it.
+//!
+//! What is not covered without the layout (an older applier): the memory starts with what this process sealed,
+//! so segments rewritten while no feed of this process ran, and a replacement whose last piece was sent but not
+//! installed before a cut (the memory already holds the new fingerprint), are not replaced. The mirror then keeps
+//! the earlier version, which holds every record the new one holds (compaction only removes): sound, only larger.
 
 use std::collections::BTreeMap;
 
