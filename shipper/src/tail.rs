@@ -586,6 +586,27 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
             part.at = Some(log_start::start_at(&at.path, at.base_offset)?.unwrap_or(at));
             Ok((part, None))
         }
+        // The segment changed under the tail while the cleaner swaps files in: the swap's end shows what it is.
+        TailRead::Truncated { .. } | TailRead::Replaced { .. } | TailRead::Changed { .. } if swapping => {
+            part.at = Some(at);
+            Ok((part, None))
+        }
+        // A segment the source rolled and its cleaner rewrote or merged before the tail reached its end: covered by
+        // the sealed segment that holds it now, as at a resume (`resume`).
+        TailRead::Truncated { .. } | TailRead::Replaced { .. } | TailRead::Changed { .. }
+            if resume::covering(&view, at.base_offset).is_some() =>
+        {
+            let s = resume::covering(&view, at.base_offset).unwrap_or(at.base_offset);
+            match resume::cover(&part.target, &view, s, at.base_offset, at.position, part.sealed.clone(), false) {
+                Ok(r) => {
+                    part.at = r.at.or(Some(at));
+                    part.sealed = r.sealed;
+                    part.awaits = r.awaits;
+                    Ok((part, None))
+                }
+                Err(e) => Err(diverged(&at, format!("rewritten by the cleaner after the roll, and not covered: {e}"))),
+            }
+        }
         TailRead::Truncated { len, .. } => Err(diverged(&at, format!("the file is {len} bytes now (truncated)"))),
         TailRead::Replaced { reason, .. } => Err(diverged(&at, format!("replaced: {reason}"))),
         TailRead::Changed { reason, .. } => Err(diverged(&at, reason)),

@@ -115,7 +115,7 @@ pub(super) fn resume(
 }
 
 /// The base of the sealed source segment whose offset range holds `base`.
-fn covering(view: &PartitionView, base: i64) -> Option<i64> {
+pub(super) fn covering(view: &PartitionView, base: i64) -> Option<i64> {
     view.segments
         .iter()
         .find(|s| s.base_offset() <= base && s.next_base.is_some_and(|n| n > base))
@@ -138,7 +138,7 @@ fn successor(view: &PartitionView, base: i64) -> Result<Option<TailPosition>> {
 
 /// The mirror's segment `base` (held up to `position`) lies inside the sealed source segment at `s`: continue at
 /// its successor, the replacement of the mirror's segments in its range first.
-fn cover(
+pub(super) fn cover(
     target: &TailPartition,
     view: &PartitionView,
     s: i64,

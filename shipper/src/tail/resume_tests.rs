@@ -204,3 +204,22 @@ async fn a_feed_resumed_at_a_sealed_segment_the_cleaner_rewrote_continues_after_
     }
     assert_eq!(replaced, Some(vec![5]));
 }
+
+#[tokio::test]
+async fn a_segment_merged_away_while_the_feed_tails_it_is_covered_and_the_tail_goes_on() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    four_segments(&dir);
+    // Chunks of at most 700 bytes (a batch or two): the feed seals 0 and stops inside 5.
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, 700);
+    feed.seek_positions(&[]).await.unwrap();
+    while feed.position(&partition()).is_none_or(|(b, p)| b != 5 || p == 0) {
+        next(&mut feed).await;
+    }
+    let (_, position) = feed.position(&partition()).unwrap();
+    assert!(position < std::fs::metadata(log_path(&dir, 5)).unwrap().len());
+    let merged = compact(&dir, &[0, 5]);
+    assert_eq!(replacement(&mut feed).await, (vec![0, 5], merged, Some(10)));
+    assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if (c.segment_base, c.position) == (10, 0)));
+}
