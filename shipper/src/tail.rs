@@ -583,7 +583,17 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         },
         // Nothing of it shipped yet: retention (or a rewrite) raced the listing; the next step starts it afresh.
         TailRead::Truncated { .. } | TailRead::Replaced { .. } if at.position == 0 => {
-            part.at = Some(log_start::start_at(&at.path, at.base_offset)?.unwrap_or(at));
+            let fresh = match log_start::start_at(&at.path, at.base_offset)? {
+                Some(fresh) => Some(fresh),
+                // Merged into an earlier sealed segment by the cleaner: nothing of it was sent, so the tail goes on
+                // after the segment that holds it, whose replacement follows from the memory.
+                None if !swapping => match resume::covering(&view, at.base_offset) {
+                    Some(s) if s < at.base_offset => resume::successor(&view, s)?,
+                    _ => None,
+                },
+                None => None,
+            };
+            part.at = Some(fresh.unwrap_or(at));
             Ok((part, None))
         }
         // The segment changed under the tail while the cleaner swaps files in: the swap's end shows what it is.

@@ -318,7 +318,19 @@ impl Inner {
                 }
                 next_base
             }
-            None if replaces_recorded => state.next_offset.unwrap_or(i64::MAX),
+            // The last sealed one merged with segments the mirror has not received yet: the source's next base.
+            None if replaces_recorded => match seal.next_base {
+                Some(next_base) => {
+                    let end = state.next_offset.unwrap_or(state.segment_base);
+                    if next_base < end {
+                        return Err(bad(format!(
+                            "it ends at the next segment base {next_base}, below the mirror's end offset {end}"
+                        )));
+                    }
+                    next_base
+                }
+                None => state.next_offset.unwrap_or(i64::MAX),
+            },
             None => return Err(bad("no mirror segment follows the replaced range".into())),
         };
 
@@ -393,7 +405,7 @@ impl Inner {
                         "{TAIL_MANIFEST_KEY_PREFIX}{name}/{}",
                         segment_file_name(first, SegmentFileKind::Log)
                     ),
-                    next_offset: covers_tail.then_some(upper),
+                    next_offset: (replaces_recorded && seal.next_base.is_some()).then_some(upper),
                 };
                 if part.seal_record().is_none() {
                     catalog.check_replacement(p, &part.replaced_bases, &part.replacement())?;
@@ -451,8 +463,16 @@ impl Inner {
                 sealed: true,
                 // Covering the tail: the source's next segment base is where the next chunk's offsets start, and
                 // the transactions open there are derived from the new segments (`companions`).
-                next_offset: if covers_tail { Some(upper) } else { state.next_offset },
-                open_transactions: if covers_tail { None } else { state.open_transactions.clone() },
+                next_offset: if replaces_recorded && seal.next_base.is_some() {
+                    Some(upper)
+                } else {
+                    state.next_offset
+                },
+                open_transactions: if replaces_recorded && seal.next_base.is_some() {
+                    None
+                } else {
+                    state.open_transactions.clone()
+                },
                 ..state.clone()
             }),
             catalog: catalog_part,

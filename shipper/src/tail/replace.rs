@@ -224,6 +224,11 @@ pub(super) fn next_piece(
 fn detect(view: &PartitionView, current: i64, sealed: &mut BTreeMap<i64, Fingerprint>) -> Result<Option<Replacing>> {
     for segment in view.segments.iter().filter(|s| s.base_offset() < current) {
         let base = segment.base_offset();
+        if segment.next_base.is_some_and(|n| n > current) {
+            // It holds the feed's own segment (merged into it): the tail moves past it first (`resume::cover`),
+            // and the range it replaces is then whole.
+            continue;
+        }
         let upper = segment.next_base.unwrap_or(current).min(current);
         let shipped: Vec<i64> = sealed.range(base..upper).map(|(b, _)| *b).collect();
         if shipped.is_empty() {

@@ -123,7 +123,7 @@ pub(super) fn covering(view: &PartitionView, base: i64) -> Option<i64> {
 }
 
 /// Byte 0 of the segment after the one at `base` in `view` (`None`: none, or deleted since the listing).
-fn successor(view: &PartitionView, base: i64) -> Result<Option<TailPosition>> {
+pub(super) fn successor(view: &PartitionView, base: i64) -> Result<Option<TailPosition>> {
     let next = view
         .segments
         .iter()
