@@ -158,7 +158,9 @@ fn rows_after(conn: &Connection, id: PartitionId, last: i64, next: i64) -> Resul
          AND base_offset < ?3 ORDER BY base_offset",
     )?;
     let rows = stmt
-        .query_map(params![id.0, last, next], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? != 0)))?
+        .query_map(params![id.0, last, next], |row| {
+            Ok((row.get(0)?, row.get::<_, i64>(1)? != 0))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     Ok(rows)
 }
@@ -374,7 +376,10 @@ mod tests {
                 ..replacement(Some(next - 10))
             };
             assert!(
-                matches!(cat.replace_sealed(id, "src", &bases, &r), Err(Error::ReplacementRefused { .. })),
+                matches!(
+                    cat.replace_sealed(id, "src", &bases, &r),
+                    Err(Error::ReplacementRefused { .. })
+                ),
                 "{bases:?} up to {next}"
             );
         }

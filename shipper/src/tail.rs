@@ -520,9 +520,7 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         None => at,
     };
     // The replacement covering the mirror's merged-away unsealed segment goes before anything of the next segment.
-    part.awaits = part
-        .awaits
-        .filter(|b| part.sealed.get(b).is_some_and(|f| f.unsealed));
+    part.awaits = part.awaits.filter(|b| part.sealed.get(b).is_some_and(|f| f.unsealed));
     if swapping {
         // Nothing below; the tail of the active segment is not the cleaner's business and goes on.
     } else if let Some(item) = replace::next_piece(
@@ -607,14 +605,25 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
             if resume::covering(&view, at.base_offset).is_some() =>
         {
             let s = resume::covering(&view, at.base_offset).unwrap_or(at.base_offset);
-            match resume::cover(&part.target, &view, s, at.base_offset, at.position, part.sealed.clone(), false) {
+            match resume::cover(
+                &part.target,
+                &view,
+                s,
+                at.base_offset,
+                at.position,
+                part.sealed.clone(),
+                false,
+            ) {
                 Ok(r) => {
                     part.at = r.at.or(Some(at));
                     part.sealed = r.sealed;
                     part.awaits = r.awaits;
                     Ok((part, None))
                 }
-                Err(e) => Err(diverged(&at, format!("rewritten by the cleaner after the roll, and not covered: {e}"))),
+                Err(e) => Err(diverged(
+                    &at,
+                    format!("rewritten by the cleaner after the roll, and not covered: {e}"),
+                )),
             }
         }
         TailRead::Truncated { len, .. } => Err(diverged(&at, format!("the file is {len} bytes now (truncated)"))),

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -342,8 +342,9 @@ fn replicate(direction: Direction, topic: &str) {
 
     // Producers at a fixed pace until the disruptions are done (and at least MIN_ROUNDS rounds).
     let stop = Arc::new(AtomicBool::new(false));
+    let done_rounds = Arc::new(AtomicUsize::new(0));
     let producer = {
-        let (stop, bootstrap, topics) = (stop.clone(), bootstrap.clone(), topics.clone());
+        let (stop, bootstrap, topics, done) = (stop.clone(), bootstrap.clone(), topics.clone(), done_rounds.clone());
         std::thread::spawn(move || {
             let mut round = 0;
             while round < MIN_ROUNDS || !stop.load(Ordering::SeqCst) {
@@ -351,14 +352,19 @@ fn replicate(direction: Direction, topic: &str) {
                     produce_round(&bootstrap, topic, *cleanup, round);
                 }
                 round += 1;
+                done.store(round, Ordering::SeqCst);
             }
             round
         })
     };
     // Disruptions while data flows: kill the shipper, cut (FIN), kill the applier, reset (RST), stall past the
-    // idle timeout; twice over.
+    // idle timeout; twice over at least, and on until the producers finished MIN_ROUNDS rounds (a loaded machine
+    // produces slowly), so the disruptions always overlap the production.
     let mut kills = (0, 0);
-    for i in 0..10 {
+    for i in 0.. {
+        if i >= 10 && i % 5 == 0 && done_rounds.load(Ordering::SeqCst) >= MIN_ROUNDS {
+            break;
+        }
         std::thread::sleep(DISRUPT_EVERY);
         shipper.assert_running();
         applier.assert_running();

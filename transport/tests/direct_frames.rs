@@ -6,12 +6,12 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::payload::HELLO_MAGIC;
+use segmirror_transport::direct::payload::{LayoutSegment, MirrorLayout};
 use segmirror_transport::direct::{
     Chunk, Companion, CompanionKind, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, LogStart,
     PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Role, SegmentReplace, SegmentSeal, Shipped,
     SourceProgress,
 };
-use segmirror_transport::direct::payload::{LayoutSegment, MirrorLayout};
 use tokio_util::codec::{Decoder, Encoder};
 
 fn encode(frame: &Frame) -> Vec<u8> {
@@ -210,7 +210,10 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
             .prop_map(|(partition, last, segments)| Frame::MirrorLayout(MirrorLayout {
                 partition,
                 last,
-                segments: segments.into_iter().map(|(base, size)| LayoutSegment { base, size }).collect(),
+                segments: segments
+                    .into_iter()
+                    .map(|(base, size)| LayoutSegment { base, size })
+                    .collect(),
             })),
     ]
 }

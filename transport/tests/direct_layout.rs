@@ -89,7 +89,17 @@ fn a_mirror_layout_over_the_frame_limit_or_not_increasing_is_not_encoded() {
             &mut out,
         )
         .expect_err("refused");
-        assert!(matches!(err, FrameError::Encode { frame: "MirrorLayout", field: "segments", .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                FrameError::Encode {
+                    frame: "MirrorLayout",
+                    field: "segments",
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(out.is_empty());
     }
 }
@@ -99,7 +109,17 @@ fn hostile_mirror_layouts_name_the_field() {
     // A count far beyond the bytes present: refused before any allocation.
     let payload = layout_head(1, u32::MAX);
     let err = decode(&raw(19, &payload)).expect_err("count");
-    assert!(matches!(err, FrameError::Field { frame: "MirrorLayout", field: "count", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "MirrorLayout",
+                field: "count",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // A count above the per-frame maximum, even with the bytes present.
     let n = MAX_LAYOUT_SEGMENTS_PER_FRAME as u32 + 1;
@@ -109,7 +129,17 @@ fn hostile_mirror_layouts_name_the_field() {
         payload.put_u64(1);
     }
     let err = decode(&raw(19, &payload)).expect_err("too many");
-    assert!(matches!(err, FrameError::Field { frame: "MirrorLayout", field: "count", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "MirrorLayout",
+                field: "count",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // Bases not increasing.
     let mut payload = layout_head(0, 2);
@@ -118,19 +148,49 @@ fn hostile_mirror_layouts_name_the_field() {
         payload.put_u64(1);
     }
     let err = decode(&raw(19, &payload)).expect_err("not increasing");
-    assert!(matches!(err, FrameError::Field { frame: "MirrorLayout", field: "base", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "MirrorLayout",
+                field: "base",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // A negative base.
     let mut payload = layout_head(0, 1);
     payload.put_i64(-1);
     payload.put_u64(1);
     let err = decode(&raw(19, &payload)).expect_err("negative");
-    assert!(matches!(err, FrameError::Field { frame: "MirrorLayout", field: "base", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "MirrorLayout",
+                field: "base",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // A flag byte other than 0 or 1.
     let payload = layout_head(2, 0);
     let err = decode(&raw(19, &payload)).expect_err("flag");
-    assert!(matches!(err, FrameError::Field { frame: "MirrorLayout", field: "last", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FrameError::Field {
+                frame: "MirrorLayout",
+                field: "last",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     // Bytes after the list.
     let mut payload = layout_head(1, 0);

@@ -74,7 +74,10 @@ async fn the_shipper_collects_each_partitions_layout_across_frames_before_seekin
     let stopper = stop.clone();
     let s = tokio::spawn(async move { shipper.run(s_framed, &s_session, &stopper).await });
     let parts = partitions(2);
-    a_framed.send(Frame::Resume(vec![at(&parts[0]), at(&parts[1])])).await.unwrap();
+    a_framed
+        .send(Frame::Resume(vec![at(&parts[0]), at(&parts[1])]))
+        .await
+        .unwrap();
     let layouts = [
         (0, false, vec![seg(0, 100), seg(4, 50)]),
         (1, true, vec![]),
@@ -103,7 +106,10 @@ async fn the_shipper_collects_each_partitions_layout_across_frames_before_seekin
         (parts[0].clone(), vec![seg(0, 100), seg(4, 50), seg(8, 70)]),
         (parts[1].clone(), vec![]),
     ];
-    assert_eq!(*seen.lock().unwrap(), vec![format!("{:?}", Some(expected)), "seek 2".to_string()]);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![format!("{:?}", Some(expected)), "seek 2".to_string()]
+    );
     stop.cancel();
     let _ = s.await.expect("join");
 }
@@ -114,22 +120,42 @@ async fn hostile_layouts_end_the_session_naming_the_partition() {
     let cases: Vec<(Vec<MirrorLayout>, &str)> = vec![
         // A partition the Resume does not name.
         (
-            vec![MirrorLayout { partition: parts[1].clone(), last: true, segments: vec![] }],
+            vec![MirrorLayout {
+                partition: parts[1].clone(),
+                last: true,
+                segments: vec![],
+            }],
             "does not name",
         ),
         // Bases going backwards across two frames.
         (
             vec![
-                MirrorLayout { partition: parts[0].clone(), last: false, segments: vec![seg(5, 1)] },
-                MirrorLayout { partition: parts[0].clone(), last: true, segments: vec![seg(5, 1)] },
+                MirrorLayout {
+                    partition: parts[0].clone(),
+                    last: false,
+                    segments: vec![seg(5, 1)],
+                },
+                MirrorLayout {
+                    partition: parts[0].clone(),
+                    last: true,
+                    segments: vec![seg(5, 1)],
+                },
             ],
             "not above the previous frame's last base",
         ),
         // A second list after the last frame.
         (
             vec![
-                MirrorLayout { partition: parts[0].clone(), last: true, segments: vec![] },
-                MirrorLayout { partition: parts[0].clone(), last: true, segments: vec![] },
+                MirrorLayout {
+                    partition: parts[0].clone(),
+                    last: true,
+                    segments: vec![],
+                },
+                MirrorLayout {
+                    partition: parts[0].clone(),
+                    last: true,
+                    segments: vec![],
+                },
             ],
             "",
         ),
@@ -146,11 +172,23 @@ async fn hostile_layouts_end_the_session_naming_the_partition() {
         let err = s.await.expect("join").expect_err("refused");
         if expected.is_empty() {
             // The second list arrives once streaming started: an unexpected frame there.
-            assert!(matches!(err, DirectError::UnexpectedFrame { got: "MirrorLayout", .. }), "{err:?}");
+            assert!(
+                matches!(
+                    err,
+                    DirectError::UnexpectedFrame {
+                        got: "MirrorLayout",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
         } else {
             match &err {
                 DirectError::Protocol { reason } => {
-                    assert!(reason.contains(expected) && reason.contains("MirrorLayout of"), "{reason}");
+                    assert!(
+                        reason.contains(expected) && reason.contains("MirrorLayout of"),
+                        "{reason}"
+                    );
                 }
                 other => panic!("{other:?}"),
             }
@@ -187,7 +225,9 @@ async fn the_applier_sends_every_resume_partitions_layout_in_bounded_frames() {
     use segmirror_transport::direct::payload::MAX_LAYOUT_SEGMENTS_PER_FRAME;
     let ((mut s_framed, _), (a_framed, a_session)) = pair().await;
     let parts = partitions(2);
-    let long: Vec<LayoutSegment> = (0..MAX_LAYOUT_SEGMENTS_PER_FRAME as i64 + 3).map(|b| seg(b * 10, 5)).collect();
+    let long: Vec<LayoutSegment> = (0..MAX_LAYOUT_SEGMENTS_PER_FRAME as i64 + 3)
+        .map(|b| seg(b * 10, 5))
+        .collect();
     let applier = LayoutApplier {
         durable: parts
             .iter()
@@ -221,9 +261,30 @@ async fn the_applier_sends_every_resume_partitions_layout_in_bounded_frames() {
         })
         .collect();
     assert_eq!(layouts.len(), 3);
-    assert_eq!((layouts[0].partition == parts[0], layouts[0].last, layouts[0].segments.len()), (true, false, MAX_LAYOUT_SEGMENTS_PER_FRAME));
-    assert_eq!((layouts[1].partition == parts[0], layouts[1].last, layouts[1].segments.len()), (true, true, 3));
-    assert_eq!((layouts[2].partition == parts[1], layouts[2].last, layouts[2].segments.len()), (true, true, 0));
+    assert_eq!(
+        (
+            layouts[0].partition == parts[0],
+            layouts[0].last,
+            layouts[0].segments.len()
+        ),
+        (true, false, MAX_LAYOUT_SEGMENTS_PER_FRAME)
+    );
+    assert_eq!(
+        (
+            layouts[1].partition == parts[0],
+            layouts[1].last,
+            layouts[1].segments.len()
+        ),
+        (true, true, 3)
+    );
+    assert_eq!(
+        (
+            layouts[2].partition == parts[1],
+            layouts[2].last,
+            layouts[2].segments.len()
+        ),
+        (true, true, 0)
+    );
     let all: Vec<LayoutSegment> = layouts[..2].iter().flat_map(|l| l.segments.clone()).collect();
     assert_eq!(all, long);
     stop.cancel();

@@ -397,7 +397,11 @@ impl Inner {
                 let part = CatalogReplace {
                     topic_id: p.topic_id,
                     covers_tail_only: covers_tail && replaced_bases.is_empty(),
-                    replaced_bases: if replaced_bases.is_empty() { vec![first] } else { replaced_bases },
+                    replaced_bases: if replaced_bases.is_empty() {
+                        vec![first]
+                    } else {
+                        replaced_bases
+                    },
                     size: seal.final_size,
                     sha256: seal.log_sha256,
                     last_offset,

@@ -82,7 +82,10 @@ pub(super) fn resume(
             // Sealed on the mirror, rewritten at the source: the replacement follows from the memory.
             if let Some(view) = view()? {
                 if let Some(at) = successor(&view, base)? {
-                    return Ok(Resumed { at: Some(at), ..Resumed::fresh(sealed) });
+                    return Ok(Resumed {
+                        at: Some(at),
+                        ..Resumed::fresh(sealed)
+                    });
                 }
             }
         }

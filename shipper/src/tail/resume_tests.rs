@@ -71,7 +71,10 @@ async fn replacement(feed: &mut TailFeed) -> (Vec<i64>, Vec<u8>, Option<i64>) {
                 assert_eq!(r.position, bytes.len() as u64, "pieces in order");
                 bytes.extend_from_slice(&r.bytes);
                 if let Some(end) = r.end {
-                    assert_eq!((end.final_size, end.log_sha256), (bytes.len() as u64, super::super::tests::sha256(&bytes)));
+                    assert_eq!(
+                        (end.final_size, end.log_sha256),
+                        (bytes.len() as u64, super::super::tests::sha256(&bytes))
+                    );
                     return (r.replaced_bases, bytes, end.next_base);
                 }
             }
@@ -91,7 +94,10 @@ fn at(base: i64, position: u64) -> Position {
 fn layout(segments: &[(i64, u64)]) -> Option<Layouts> {
     Some(vec![(
         partition(),
-        segments.iter().map(|&(base, size)| LayoutSegment { base, size }).collect(),
+        segments
+            .iter()
+            .map(|&(base, size)| LayoutSegment { base, size })
+            .collect(),
     )])
 }
 
@@ -167,8 +173,10 @@ async fn a_feed_seeded_from_the_mirror_layout_sends_the_rewrites_made_while_it_w
     assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if (c.segment_base, c.position) == (15, sizes[3])));
 
     // A layout equal to the source: nothing to replace.
-    let sizes_now: Vec<(i64, u64)> =
-        [0, 5].iter().map(|&b| (b, std::fs::metadata(log_path(&dir, b)).unwrap().len())).collect();
+    let sizes_now: Vec<(i64, u64)> = [0, 5]
+        .iter()
+        .map(|&b| (b, std::fs::metadata(log_path(&dir, b)).unwrap().len()))
+        .collect();
     let end = std::fs::metadata(log_path(&dir, 15)).unwrap().len();
     let mut feed2 = super::super::tests::feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
     feed2.mirror_layout(layout(&sizes_now));

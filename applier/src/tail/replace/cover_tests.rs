@@ -34,7 +34,10 @@ fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
-            (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
         })
         .collect()
 }
@@ -65,8 +68,16 @@ async fn tail_replace_covering_the_tailed_segment_installs_it_sealed_and_the_nex
 
     assert_eq!(std::fs::read(mirror_log(&f.mirror, b0)).unwrap(), merged);
     let dir = mirror_log(&f.mirror, b0).parent().unwrap().to_path_buf();
-    for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex, SegmentFileKind::TxnIndex] {
-        assert!(!dir.join(segment_file_name(b1, kind)).exists(), "{kind:?} of the tailed segment gone");
+    for kind in [
+        SegmentFileKind::Log,
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+        SegmentFileKind::TxnIndex,
+    ] {
+        assert!(
+            !dir.join(segment_file_name(b1, kind)).exists(),
+            "{kind:?} of the tailed segment gone"
+        );
     }
     let d = a.durable_positions().await.unwrap();
     assert_eq!(
@@ -75,7 +86,13 @@ async fn tail_replace_covering_the_tailed_segment_installs_it_sealed_and_the_nex
     );
     // The layout the next session sends lists it.
     let layout = a.mirror_layout().await.unwrap();
-    assert_eq!(layout[0].1, vec![LayoutSegment { base: b0, size: merged.len() as u64 }]);
+    assert_eq!(
+        layout[0].1,
+        vec![LayoutSegment {
+            base: b0,
+            size: merged.len() as u64
+        }]
+    );
     // The next segment follows from byte 0, and seals.
     let (_, s2) = &f.segs[2];
     for c in chunks_of(b2, s2, 2) {
@@ -125,9 +142,19 @@ async fn tail_replace_hostile_replacements_of_the_tailed_segment_are_refused_wit
         // No next segment base (a shipper without the MirrorLayout feature).
         (vec![b0, b1], None, &merged, "must name the source's next segment base"),
         // A next base below what the mirror holds of the tailed segment.
-        (vec![b0, b1], Some(mirror_end - 1), &merged, "below the mirror's end offset"),
+        (
+            vec![b0, b1],
+            Some(mirror_end - 1),
+            &merged,
+            "below the mirror's end offset",
+        ),
         // The replaced set is not the mirror's segments there.
-        (vec![b0, b1 + 1], Some(b2), &merged, "the mirror's segments in that range are"),
+        (
+            vec![b0, b1 + 1],
+            Some(b2),
+            &merged,
+            "the mirror's segments in that range are",
+        ),
         // Batches below the first replaced base.
         (vec![b1], Some(b2), &merged, "below the first replaced base"),
     ];
@@ -141,8 +168,45 @@ async fn tail_replace_hostile_replacements_of_the_tailed_segment_are_refused_wit
         };
         let err = a.install_replacement(&seal).await.expect_err("refused").to_string();
         assert!(err.contains(expected), "{bases:?} {next_base:?}: {err}");
-        assert!(err.contains("orders-2") && err.contains(&format!("segment {}", bases[0])), "{err}");
+        assert!(
+            err.contains("orders-2") && err.contains(&format!("segment {}", bases[0])),
+            "{err}"
+        );
         assert_eq!(contents(&dir), before, "nothing changed: {bases:?} {next_base:?}");
         assert_eq!(a.durable_positions().await.unwrap(), positions);
+    }
+}
+
+#[tokio::test]
+async fn tail_replace_of_the_last_sealed_segment_merged_with_unreceived_ones_reaches_the_next_base() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    // Segment 0 sealed, nothing of 1 received yet: the source merged 0 and 1 meanwhile.
+    let (b0, s0) = &f.segs[0];
+    for c in chunks_of(*b0, s0, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    let seal0 = seal_of(&f.source, *b0, s0, true);
+    a.apply_seal(&seal0).await.unwrap();
+    let p = seal0.partition.clone();
+    let (b2, s2) = (f.segs[2].0, &f.segs[2].1);
+    let merged = compacted(&f.segs[..2]);
+    // Without the next base it reaches beyond the mirror's end: refused.
+    stage(&mut a, &p, *b0, &merged).await;
+    let err = a
+        .install_replacement(&replace_seal(&p, &[*b0], &merged))
+        .await
+        .expect_err("beyond the end");
+    assert!(err.to_string().contains("reaches the next segment's base"), "{err}");
+    // With it: installed, and segment 2 follows.
+    stage(&mut a, &p, *b0, &merged).await;
+    let seal = ReplaceSeal {
+        next_base: Some(b2),
+        ..replace_seal(&p, &[*b0], &merged)
+    };
+    a.install_replacement(&seal).await.unwrap();
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, *b0)).unwrap(), merged);
+    for c in chunks_of(b2, s2, 2) {
+        a.apply_chunk(&c).await.unwrap();
     }
 }

@@ -47,8 +47,8 @@ use crate::direct::handshake::{
     FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
 };
 use crate::direct::payload::{
-    Chunk, GoodbyeReason, LayoutSegment, LogStart, MirrorLayout, PartitionRef, Position, SegmentReplace,
-    SegmentSeal, SourceProgress,
+    Chunk, GoodbyeReason, LayoutSegment, LogStart, MirrorLayout, PartitionRef, Position, SegmentReplace, SegmentSeal,
+    SourceProgress,
 };
 
 /// Most sealed segments one partition's MirrorLayout may list in total (1,048,576: at Kafka's smallest useful
@@ -565,7 +565,11 @@ async fn receive_layout(
                     after: idle,
                 })
             }
-            Ok(None) => return Err(DirectError::Closed { stage: "waiting for MirrorLayout" }),
+            Ok(None) => {
+                return Err(DirectError::Closed {
+                    stage: "waiting for MirrorLayout",
+                })
+            }
             Ok(Some(Err(e))) => return Err(read_error(e)),
             Ok(Some(Ok(frame))) => frame,
         };
