@@ -55,8 +55,9 @@ pub struct Replacement {
     pub manifest_key: String,
     /// The new version's end when it also covers the partition's tail beyond the replaced rows (a cleaner merged
     /// the segment being tailed into an earlier one: the source's next segment base). `None`: the replaced rows'
-    /// end. At or above that end; rows starting between the last replaced base and it must be unsealed (a tail
-    /// handed over from `apply`) and are dropped with the others.
+    /// end. At or above that end; rows starting between the last replaced base and it (a tail handed over from
+    /// `apply`, or the tailed segment sealed in the catalog by a crash before the tail recorded it) are dropped with
+    /// the others.
     pub next_offset: Option<i64>,
 }
 
@@ -128,13 +129,6 @@ fn plan_replacement(conn: &Connection, p: &MirrorPartition, bases: &[i64], r: &R
                 last_offset: next.saturating_sub(1),
                 range_end: end,
             }));
-        }
-        for (base, sealed) in rows_after(conn, p.id, last, next)? {
-            if sealed {
-                return Err(refuse(ReplacementRefusal::NotContiguous {
-                    installed: in_range.iter().copied().chain([base]).collect(),
-                }));
-            }
         }
         end = next;
     }
@@ -368,9 +362,9 @@ mod tests {
             cat.replace_sealed(id, "src", &[200], &r).unwrap(),
             ReplaceOutcome::AlreadyReplaced
         );
-        // An end below the replaced rows' end, or a sealed row between the replaced ones and the end: refused.
+        // An end below the replaced rows' end: refused.
         let (mut cat, id, _) = setup();
-        for (bases, next) in [(vec![200, 300], 350), (vec![0, 100], 250)] {
+        for (bases, next) in [(vec![200, 300], 350), (vec![0, 100], 150)] {
             let r = Replacement {
                 next_offset: Some(next),
                 ..replacement(Some(next - 10))

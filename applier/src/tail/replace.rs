@@ -388,20 +388,13 @@ impl Inner {
             None => None,
             Some(catalog) => {
                 catalog.check_writable(p, None)?;
-                // The tailed segment is no sealed row of the catalog: the sealed rows before it are replaced, and
-                // the new version reaches the source's next segment base.
-                let mut replaced_bases = seal.replaced_bases.clone();
-                if covers_tail {
-                    replaced_bases.pop();
-                }
-                let part = CatalogReplace {
+                // The tailed segment is usually no sealed row of the catalog (it may be one: a crash between the
+                // catalog's seal and the state file's): then the sealed rows before it are replaced, and the new
+                // version reaches the source's next segment base.
+                let mut part = CatalogReplace {
                     topic_id: p.topic_id,
-                    covers_tail_only: covers_tail && replaced_bases.is_empty(),
-                    replaced_bases: if replaced_bases.is_empty() {
-                        vec![first]
-                    } else {
-                        replaced_bases
-                    },
+                    covers_tail_only: false,
+                    replaced_bases: seal.replaced_bases.clone(),
                     size: seal.final_size,
                     sha256: seal.log_sha256,
                     last_offset,
@@ -411,8 +404,17 @@ impl Inner {
                     ),
                     next_offset: (replaces_recorded && seal.next_base.is_some()).then_some(upper),
                 };
-                if part.seal_record().is_none() {
-                    catalog.check_replacement(p, &part.replaced_bases, &part.replacement())?;
+                let whole = catalog.check_replacement(p, &part.replaced_bases, &part.replacement());
+                if whole.is_err() && covers_tail {
+                    part.replaced_bases.pop();
+                    if part.replaced_bases.is_empty() {
+                        part.replaced_bases = vec![first];
+                        part.covers_tail_only = true;
+                    } else {
+                        catalog.check_replacement(p, &part.replaced_bases, &part.replacement())?;
+                    }
+                } else {
+                    whole?;
                 }
                 Some(part)
             }
