@@ -34,7 +34,7 @@ fn compact(dir: &Path, bases: &[i64]) -> Vec<u8> {
         for frame in scan_frames(&bytes, 0) {
             let info = frame.unwrap().info;
             if n.is_multiple_of(2) {
-                out.extend_from_slice(&bytes[info.position as usize..(info.position + u64::from(info.size)) as usize]);
+                out.extend_from_slice(&bytes[info.position as usize..(info.position + info.size) as usize]);
             }
             n += 1;
         }
@@ -52,7 +52,7 @@ fn compact(dir: &Path, bases: &[i64]) -> Vec<u8> {
 fn after_batches(dir: &Path, base: i64, n: usize) -> u64 {
     let bytes = std::fs::read(log_path(dir, base)).unwrap();
     let info = scan_frames(&bytes, 0).nth(n - 1).unwrap().unwrap().info;
-    info.position + u64::from(info.size)
+    info.position + info.size
 }
 
 async fn next(feed: &mut TailFeed) -> FeedItem {

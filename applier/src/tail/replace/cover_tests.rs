@@ -138,7 +138,9 @@ async fn tail_replace_hostile_replacements_of_the_tailed_segment_are_refused_wit
     // What the mirror holds of segment 1 ends here.
     let mirror_end = end_offset(&std::fs::read(mirror_log(&f.mirror, b1)).unwrap());
 
-    let cases: Vec<(Vec<i64>, Option<i64>, &[u8], &str)> = vec![
+    // (replaced bases, next base, bytes, what the refusal says)
+    type Case<'a> = (Vec<i64>, Option<i64>, &'a [u8], &'a str);
+    let cases: Vec<Case> = vec![
         // No next segment base (a shipper without the MirrorLayout feature).
         (vec![b0, b1], None, &merged, "must name the source's next segment base"),
         // A next base below what the mirror holds of the tailed segment.
