@@ -54,8 +54,8 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
-    Chunk, Claim, Companion, CompanionKind, LogEnd, LogStart, PartitionRef, Position, Roll, SegmentReplace,
-    SegmentSeal, SourceProgress, TopicId, Truncate,
+    Chunk, Claim, Companion, CompanionKind, LayoutSegment, LogEnd, LogStart, PartitionRef, Position, Roll,
+    SegmentReplace, SegmentSeal, SourceProgress, TopicId, Truncate,
 };
 use segmirror_transport::direct::session::{ChunkApplier, ClaimDecision, DurablePosition};
 use segmirror_transport::store::{digest_file, digest_of};
@@ -431,6 +431,12 @@ impl ChunkApplier for TailAppender {
     ) -> impl std::future::Future<Output = DirectResult<Option<Position>>> + Send {
         let truncate = truncate.clone();
         self.run("truncating the mirror", move |i| i.apply_truncate(&truncate))
+    }
+
+    fn mirror_layout(
+        &mut self,
+    ) -> impl std::future::Future<Output = DirectResult<Vec<(PartitionRef, Vec<LayoutSegment>)>>> + Send {
+        self.run("listing the mirror's sealed segments", |i| i.mirror_layout())
     }
 
     fn apply_replace(&mut self, piece: &SegmentReplace) -> impl std::future::Future<Output = DirectResult<()>> + Send {

@@ -53,6 +53,12 @@ pub struct Replacement {
     pub last_offset: Option<i64>,
     /// What the new version came from (recorded as its `manifest_key`).
     pub manifest_key: String,
+    /// The new version's end when it also covers the partition's tail beyond the replaced rows (a cleaner merged
+    /// the segment being tailed into an earlier one: the source's next segment base). `None`: the replaced rows'
+    /// end. At or above that end; rows starting between the last replaced base and it (a tail handed over from
+    /// `apply`, or the tailed segment sealed in the catalog by a crash before the tail recorded it) are dropped with
+    /// the others.
+    pub next_offset: Option<i64>,
 }
 
 /// What [`Catalog::replace_sealed`] did.
@@ -117,6 +123,15 @@ fn plan_replacement(conn: &Connection, p: &MirrorPartition, bases: &[i64], r: &R
         }
         end = row.version.next_offset;
     }
+    if let Some(next) = r.next_offset {
+        if next < end {
+            return Err(refuse(ReplacementRefusal::LastOffsetOutside {
+                last_offset: next.saturating_sub(1),
+                range_end: end,
+            }));
+        }
+        end = next;
+    }
     let v = new_version(end);
     if let Some(last_offset) = r.last_offset {
         if last_offset < first || last_offset >= end {
@@ -128,6 +143,20 @@ fn plan_replacement(conn: &Connection, p: &MirrorPartition, bases: &[i64], r: &R
     }
     v.validate()?;
     Ok(ReplaceOutcome::Replaced(v))
+}
+
+/// Rows (base, sealed) starting in `(last, next)`: the tail a replacement with a `next_offset` also covers.
+fn rows_after(conn: &Connection, id: PartitionId, last: i64, next: i64) -> Result<Vec<(i64, bool)>> {
+    let mut stmt = conn.prepare(
+        "SELECT base_offset, sealed FROM segments WHERE partition_id = ?1 AND base_offset > ?2 \
+         AND base_offset < ?3 ORDER BY base_offset",
+    )?;
+    let rows = stmt
+        .query_map(params![id.0, last, next], |row| {
+            Ok((row.get(0)?, row.get::<_, i64>(1)? != 0))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
 }
 
 fn same_content(a: &SegmentVersion, b: &SegmentVersion) -> bool {
@@ -242,7 +271,11 @@ impl Catalog {
             }
             sum
         };
-        for base in &replaced_bases[1..] {
+        let covered: Vec<i64> = match (replacement.next_offset, replaced_bases.last()) {
+            (Some(next), Some(&last)) => rows_after(&tx, id, last, next)?.into_iter().map(|(b, _)| b).collect(),
+            _ => Vec::new(),
+        };
+        for base in replaced_bases[1..].iter().chain(&covered) {
             tx.execute(
                 "DELETE FROM segments WHERE partition_id = ?1 AND base_offset = ?2",
                 params![id.0, base],
@@ -307,7 +340,44 @@ mod tests {
             sha256: [3; 32],
             last_offset: last,
             manifest_key: "tail:orders-0/x".into(),
+            next_offset: None,
         }
+    }
+
+    #[test]
+    fn replacement_covering_the_tail_takes_its_next_offset_and_drops_the_unsealed_row() {
+        let (mut cat, id, key) = setup();
+        // A tail handed over from `apply`: an unsealed row after the sealed ones.
+        cat.mark_installed(id, "src", &seg(400, 450)).unwrap();
+        let r = Replacement {
+            next_offset: Some(520),
+            ..replacement(Some(505))
+        };
+        let outcome = cat.replace_sealed(id, "src", &[200, 300], &r).unwrap();
+        assert!(matches!(outcome, ReplaceOutcome::Replaced(ref v) if (v.next_offset, v.last_offset) == (520, 505)));
+        assert_eq!(bases(&cat, id), [(0, 100), (100, 200), (200, 520)]);
+        assert!(kinds(&cat, &key).contains(&EventKind::SegmentsReplaced));
+        // Again (a journal redo): nothing written.
+        assert_eq!(
+            cat.replace_sealed(id, "src", &[200], &r).unwrap(),
+            ReplaceOutcome::AlreadyReplaced
+        );
+        // An end below the replaced rows' end: refused.
+        let (mut cat, id, _) = setup();
+        for (bases, next) in [(vec![200, 300], 350), (vec![0, 100], 150)] {
+            let r = Replacement {
+                next_offset: Some(next),
+                ..replacement(Some(next - 10))
+            };
+            assert!(
+                matches!(
+                    cat.replace_sealed(id, "src", &bases, &r),
+                    Err(Error::ReplacementRefused { .. })
+                ),
+                "{bases:?} up to {next}"
+            );
+        }
+        assert_eq!(bases(&cat, id).len(), 4);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use segmirror_transport::direct::payload::{
     Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, LogStart, PartitionRef, Position, ReplaceEnd, Revoke, Roll, SegmentReplace,
     Shipped, SourceProgress,
     LogEnd, Truncate, TruncateMode,
+    LayoutSegment, MirrorLayout,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -231,6 +232,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     inline: Some(Bytes::from_static(b"abc")),
                     index_interval: None,
                 }],
+                next_base: Some(400),
             }),
         }),
         // Feature bit 6: a cluster shipper's Hello (trailing node id), claims, revocations, rolls.
@@ -295,6 +297,14 @@ pub fn seeds() -> Vec<Vec<u8>> {
             mirror_epoch: 3,
             source_epoch: 3,
             source_end_offset: 100,
+        }),
+        Frame::MirrorLayout(MirrorLayout {
+            partition: position.partition.clone(),
+            last: true,
+            segments: vec![
+                LayoutSegment { base: 0, size: 4096 },
+                LayoutSegment { base: 100, size: 512 },
+            ],
         }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },

@@ -38,7 +38,7 @@
 //!
 //! [`ShipperSession`]: segmirror_transport::direct::session::ShipperSession
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,9 +50,10 @@ use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{
-    Chunk, ClaimResult, Companion, CompanionKind, LogEnd, PartitionRef, Position, Revoke, SegmentSeal, TruncateMode,
+    Chunk, ClaimResult, Companion, CompanionKind, LayoutSegment, LogEnd, PartitionRef, Position, Revoke, SegmentSeal,
+    TruncateMode,
 };
-use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
+use segmirror_transport::direct::session::{ChunkFeed, FeedItem, Layouts};
 use segmirror_transport::direct::DirectError;
 use segmirror_transport::store::{digest_file, digest_of};
 
@@ -151,6 +152,9 @@ struct PartState {
     sealed: BTreeMap<i64, replace::Fingerprint>,
     /// A replacement being sent.
     replacing: Option<replace::Replacing>,
+    /// The mirror's unsealed segment a cleaner merged into a sealed source segment ([`resume`]): the tail waits
+    /// until the replacement covering it is sent, since the applier takes the next segment only after it.
+    awaits: Option<i64>,
     /// The source progress last reported ([`progress`]).
     progress: progress::Track,
     /// A Truncate to send before anything else of the partition ([`diverge`]).
@@ -173,6 +177,7 @@ impl PartState {
             log_start: log_start::Track::default(),
             sealed: BTreeMap::new(),
             replacing: None,
+            awaits: None,
             progress: progress::Track::default(),
             truncate: None,
             stopped: false,
@@ -196,6 +201,8 @@ pub struct TailFeed {
     /// Partitions the session holds ([`ChunkFeed::hold`]): not read until released, so their new bytes gather in
     /// the source file and go as one chunk.
     held: HashSet<PartitionRef>,
+    /// The applier's MirrorLayout for the next seek ([`ChunkFeed::mirror_layout`]); `None`: not agreed.
+    layout: Option<HashMap<PartitionRef, Vec<LayoutSegment>>>,
     /// Moves when the partitions this broker leads change ([`LeadershipSource::changes`]); taken at the first
     /// [`TailFeed::next_item`].
     leadership_changes: Option<tokio::sync::watch::Receiver<u64>>,
@@ -259,6 +266,7 @@ impl TailFeed {
             truncation: false,
             log_ends: Vec::new(),
             leadership_changes: None,
+            layout: None,
         }
     }
 
@@ -307,12 +315,21 @@ impl TailFeed {
         // Partitions created since the last listing are positioned with the others.
         self.rediscover(true).await?;
         let mut fresh = Vec::with_capacity(self.parts.len());
+        // The mirror's layout, when the applier sent one, is what the memory of shipped versions starts from (it
+        // knows what was installed, whoever shipped it); otherwise what this process shipped stays known across
+        // its sessions. A replacement in progress restarts either way.
+        let layout = self.layout.take();
         for part in &self.parts {
             let target = part.target.clone();
             let point = resume
                 .iter()
                 .find(|p| p.partition == target.partition)
                 .map(|p| (p.segment_base, p.position));
+            let memory = match &layout {
+                Some(layout) => replace::from_layout(layout.get(&target.partition).map_or(&[][..], |l| l.as_slice())),
+                None => part.sealed.clone(),
+            };
+            let layout_known = layout.is_some();
             let end = self
                 .log_ends
                 .iter()
@@ -326,7 +343,7 @@ impl TailFeed {
                 }
                 None => diverge::Verdict::Agrees,
             };
-            let (at, track, truncate) = match (point, verdict) {
+            let (resumed, truncate) = match (point, verdict) {
                 (_, diverge::Verdict::Diverged { truncate, at }) => {
                     let lost = format!(
                         "the mirror ends at offset {} in leader epoch {}; the source's epoch {} ends at {}",
@@ -342,21 +359,24 @@ impl TailFeed {
                         tracing::warn!(partition = %name(&target.partition), truncate_to = truncate.truncate_to, %lost,
                             "the source truncated records the mirror holds: truncating the mirror to match");
                     }
-                    (Some(at), log_start::Track::default(), Some(*truncate))
+                    let mut resumed = resume::Resumed::fresh(memory);
+                    resumed.at = Some(at);
+                    (resumed, Some(*truncate))
                 }
-                (None, _) => (None, log_start::Track::default(), None),
+                (None, _) => (resume::Resumed::fresh(memory), None),
                 (Some((base, position)), diverge::Verdict::Agrees) => {
-                    let (at, track) = blocking(move || log_start::resume_or_skip(&target, base, position)).await?;
-                    (at, track, None)
+                    let resumed =
+                        blocking(move || resume::resume(&target, base, position, memory, layout_known)).await?;
+                    (resumed, None)
                 }
             };
             fresh.push(PartState {
                 target: part.target.clone(),
-                at,
-                log_start: track,
-                // What was shipped stays known across sessions of this process; a replacement in progress restarts.
-                sealed: part.sealed.clone(),
+                at: resumed.at,
+                log_start: resumed.track,
+                sealed: resumed.sealed,
                 replacing: None,
+                awaits: resumed.awaits,
                 progress: progress::Track::default(),
                 truncate,
                 stopped: false,
@@ -613,6 +633,10 @@ impl ChunkFeed for TailFeed {
         self.config.max_unacked_per_partition
     }
 
+    fn mirror_layout(&mut self, layout: Option<Layouts>) {
+        self.layout = layout.map(|l| l.into_iter().collect());
+    }
+
     fn hold(&mut self, partition: &PartitionRef, held: bool) {
         if held {
             self.held.insert(partition.clone());
@@ -764,6 +788,8 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         },
         None => at,
     };
+    // The replacement covering the mirror's merged-away unsealed segment goes before anything of the next segment.
+    part.awaits = part.awaits.filter(|b| part.sealed.get(b).is_some_and(|f| f.unsealed));
     if swapping {
         // Nothing below; the tail of the active segment is not the cleaner's business and goes on.
     } else if let Some(item) = replace::next_piece(
@@ -776,6 +802,10 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
     )? {
         part.at = Some(at);
         return Ok((part, Some(item)));
+    }
+    if part.awaits.is_some() {
+        part.at = Some(at);
+        return Ok((part, None));
     }
     let diverged = |at: &TailPosition, reason: String| Error::Diverged {
         partition: name(&part.target.partition),
@@ -808,13 +838,8 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         TailRead::Appended { chunk, .. } => match (segment, next_segment) {
             (Some(segment), Some(next_seg)) if chunk.pending == 0 => {
                 let seal = seal(&part.target.partition, &at, segment)?;
-                part.sealed.insert(
-                    at.base_offset,
-                    replace::Fingerprint {
-                        inode: at.inode,
-                        size: at.position,
-                    },
-                );
+                part.sealed
+                    .insert(at.base_offset, replace::Fingerprint::of(at.inode, at.position));
                 part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);
                 Ok((part, Some(FeedItem::Seal(seal))))
             }
@@ -825,8 +850,50 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         },
         // Nothing of it shipped yet: retention (or a rewrite) raced the listing; the next step starts it afresh.
         TailRead::Truncated { .. } | TailRead::Replaced { .. } if at.position == 0 => {
-            part.at = Some(log_start::start_at(&at.path, at.base_offset)?.unwrap_or(at));
+            let fresh = match log_start::start_at(&at.path, at.base_offset)? {
+                Some(fresh) => Some(fresh),
+                // Merged into an earlier sealed segment by the cleaner: nothing of it was sent, so the tail goes on
+                // after the segment that holds it, whose replacement follows from the memory.
+                None if !swapping => match resume::covering(&view, at.base_offset) {
+                    Some(s) if s < at.base_offset => resume::successor(&view, s)?,
+                    _ => None,
+                },
+                None => None,
+            };
+            part.at = Some(fresh.unwrap_or(at));
             Ok((part, None))
+        }
+        // The segment changed under the tail while the cleaner swaps files in: the swap's end shows what it is.
+        TailRead::Truncated { .. } | TailRead::Replaced { .. } | TailRead::Changed { .. } if swapping => {
+            part.at = Some(at);
+            Ok((part, None))
+        }
+        // A segment the source rolled and its cleaner rewrote or merged before the tail reached its end: covered by
+        // the sealed segment that holds it now, as at a resume (`resume`).
+        TailRead::Truncated { .. } | TailRead::Replaced { .. } | TailRead::Changed { .. }
+            if resume::covering(&view, at.base_offset).is_some() =>
+        {
+            let s = resume::covering(&view, at.base_offset).unwrap_or(at.base_offset);
+            match resume::cover(
+                &part.target,
+                &view,
+                s,
+                at.base_offset,
+                at.position,
+                part.sealed.clone(),
+                false,
+            ) {
+                Ok(r) => {
+                    part.at = r.at.or(Some(at));
+                    part.sealed = r.sealed;
+                    part.awaits = r.awaits;
+                    Ok((part, None))
+                }
+                Err(e) => Err(diverged(
+                    &at,
+                    format!("rewritten by the cleaner after the roll, and not covered: {e}"),
+                )),
+            }
         }
         TailRead::Truncated { len, .. } => Err(diverged(&at, format!("the file is {len} bytes now (truncated)"))),
         TailRead::Replaced { reason, .. } => Err(diverged(&at, format!("replaced: {reason}"))),
@@ -956,6 +1023,7 @@ use index_fit::IndexForm;
 mod log_start;
 mod progress;
 mod replace;
+mod resume;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! Continuous replication with real processes killed mid-stream (issue 9, first "Done when" bullet): a single
-//! Kafka 4.4 broker with small segments and a topic whose `retention.bytes` makes the broker delete segments while
-//! it is produced to (idempotent producers, and a transactional one that commits and aborts) is tailed by
+//! Kafka 4.4 broker with small segments, one topic whose `retention.bytes` makes the broker delete segments and one
+//! whose cleaner compacts them (`cleanup.policy=compact`, keys overwritten many times) while both are produced to
+//! (idempotent producers, and a transactional one that commits and aborts), is tailed by
 //! `segmirror ship --upto log-end` and `segmirror apply --listen|--connect` as child processes over mutual TLS,
 //! with transport's `FaultProxy` between them. While data flows the test SIGKILLs the shipper and the applier
 //! (each at least twice, restarting them with the same arguments: a killed applier leaves its mirror lock behind
 //! and the restarted one must take the mirror over) and cuts, resets and stalls the connection.
 //!
-//! After the producers stop and the mirror holds exactly the broker's segments (the deleted ones gone) with the
-//! active one at the source's log end, both services stop on SIGTERM with exit 0, `verify --strict` finds the
+//! After the producers stop and the mirror holds exactly the broker's segments (the deleted ones gone, the compacted
+//! ones at their rewritten size) with the active one at the source's log end, both services stop on SIGTERM with exit 0, `verify --strict` finds the
 //! stopped mirror sound (active segments included, after the kills), `segmirror promote` installs the
 //! mirror into a stopped target broker, `verify --deep --strict` finds the promoted partitions sound, consumers of
 //! the target read (uncommitted and committed) exactly what the source serves at the end, at identical offsets,
@@ -15,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,12 @@ const SEGMENT_BYTES: u64 = 16 * 1024;
 /// segment the mirror is in: a shipper resuming after that skips the records lost (see
 /// `resume_after_retention_deleted_the_mirrors_segment` below), which this test's exactly-once check would not allow.
 const RETENTION_BYTES: u64 = 12 * SEGMENT_BYTES;
+/// Distinct keys per partition of the compacted topic: each is overwritten many times while the test runs, so the
+/// broker's cleaner rewrites (and merges) sealed segments the mirror already holds.
+const COMPACTED_KEYS: usize = 20;
+/// The compacted topic's active segment rolls at least this often (ms), so the cleaner gets sealed segments to
+/// clean even at the producers' pace.
+const COMPACTED_SEGMENT_MS: u64 = 2000;
 const STEPS_PER_ROUND: usize = 3;
 const RECORDS_PER_STEP: usize = 30;
 const VALUE_BYTES: usize = 300;
@@ -106,10 +113,43 @@ fn tls_args(files: &[String; 3], dialing: bool) -> Vec<String> {
     out
 }
 
-fn record(round: usize, step: usize, i: usize, tag: &str) -> OutRecord {
+/// How a topic of the run is cleaned up by the broker.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cleanup {
+    /// `retention.bytes`: whole segments deleted; every key distinct.
+    Retention,
+    /// `cleanup.policy=compact`: sealed segments rewritten; [`COMPACTED_KEYS`] keys, overwritten many times.
+    Compaction,
+}
+
+impl Cleanup {
+    fn spec(self, broker: &KafkaBroker, topic: &str) -> TopicSpec {
+        let spec = TopicSpec::new(topic, PARTITIONS)
+            .config(broker.install().segment_bytes_config(), SEGMENT_BYTES)
+            .config("retention.ms", -1);
+        match self {
+            Cleanup::Retention => spec.config("retention.bytes", RETENTION_BYTES),
+            Cleanup::Compaction => spec
+                .config("cleanup.policy", "compact")
+                .config("min.cleanable.dirty.ratio", "0.01")
+                .config("segment.ms", COMPACTED_SEGMENT_MS),
+        }
+    }
+
+    fn key(self, tag: &str, round: usize, step: usize, i: usize) -> Vec<u8> {
+        match self {
+            Cleanup::Retention => format!("{tag}-{round}-{step}-{i}").into_bytes(),
+            Cleanup::Compaction => {
+                format!("{tag}-{}", (round * STEPS_PER_ROUND + step + i) % COMPACTED_KEYS).into_bytes()
+            }
+        }
+    }
+}
+
+fn record(cleanup: Cleanup, round: usize, step: usize, i: usize, tag: &str) -> OutRecord {
     OutRecord {
         partition: Some((i % PARTITIONS as usize) as i32),
-        key: Some(format!("{tag}-{round}-{step}-{i}").into_bytes()),
+        key: Some(cleanup.key(tag, round, step, i)),
         value: Some(vec![b'a' + (i % 26) as u8; VALUE_BYTES]),
         headers: Vec::new(),
         timestamp: None,
@@ -118,19 +158,21 @@ fn record(round: usize, step: usize, i: usize, tag: &str) -> OutRecord {
 
 /// One round: an idempotent producer in flushed steps, then a transactional one that commits one transaction and
 /// aborts another.
-fn produce_round(bootstrap: &str, topic: &str, round: usize) {
+fn produce_round(bootstrap: &str, topic: &str, cleanup: Cleanup, round: usize) {
     let mut plan = ProducePlan::new(topic)
         .config("enable.idempotence", "true")
         .config("linger.ms", "2")
         .config("batch.size", "8192");
     for step in 0..STEPS_PER_ROUND {
-        let records = (0..RECORDS_PER_STEP).map(|i| record(round, step, i, "idem")).collect();
+        let records = (0..RECORDS_PER_STEP)
+            .map(|i| record(cleanup, round, step, i, "idem"))
+            .collect();
         plan = plan.step(ProduceStep::Send(records));
     }
     python_produce(bootstrap, &plan).unwrap();
     let txn = |step: usize| -> Vec<OutRecord> {
         (0..RECORDS_PER_STEP / 2)
-            .map(|i| record(round, step, i, "txn"))
+            .map(|i| record(cleanup, round, step, i, "txn"))
             .collect()
     };
     let plan = ProducePlan::new(topic)
@@ -162,19 +204,16 @@ fn logs(dir: &Path) -> BTreeMap<i64, PathBuf> {
     out
 }
 
-/// Per partition: the segment bases and the active segment's length.
-type DirState = Vec<(Vec<i64>, u64)>;
+/// Per partition: every segment's base and length (a compacted segment keeps its base and shrinks).
+type DirState = Vec<Vec<(i64, u64)>>;
 
 fn dir_state(dirs: &[PathBuf]) -> DirState {
     dirs.iter()
         .map(|d| {
-            let l = logs(d);
-            let len = l
-                .values()
-                .next_back()
-                .and_then(|p| std::fs::metadata(p).ok())
-                .map_or(0, |m| m.len());
-            (l.keys().copied().collect(), len)
+            logs(d)
+                .into_iter()
+                .map(|(base, p)| (base, std::fs::metadata(p).map_or(0, |m| m.len())))
+                .collect()
         })
         .collect()
 }
@@ -190,6 +229,22 @@ fn log_end(dir: &Path) -> i64 {
         .map_or(base, |f| f.info.last_offset + 1)
 }
 
+/// How many times the offsets of a partition directory's batches jump (the cleaner removed what lay between).
+fn offset_gaps(dir: &Path) -> usize {
+    let mut gaps = 0;
+    let mut next = None;
+    for path in logs(dir).values() {
+        let bytes = std::fs::read(path).unwrap();
+        for frame in scan_frames(&bytes, 0).filter_map(|f| f.ok()) {
+            if next.is_some_and(|n| frame.info.base_offset > n) {
+                gaps += 1;
+            }
+            next = Some(frame.info.last_offset + 1);
+        }
+    }
+    gaps
+}
+
 /// (partition, offset, key, value) of a record: what must be identical on source and target.
 type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
 
@@ -203,22 +258,33 @@ fn identity(records: &[Record]) -> Vec<RecordIdentity> {
     out
 }
 
+/// The partitions of a run, topic by topic: the retained topic's first, then the compacted one's.
+fn partitions(topics: &[(String, Cleanup)]) -> Vec<(String, Cleanup, i32)> {
+    topics
+        .iter()
+        .flat_map(|(t, c)| (0..PARTITIONS).map(move |p| (t.clone(), *c, p)))
+        .collect()
+}
+
 fn replicate(direction: Direction, topic: &str) {
     let mut broker = KafkaBroker::start(BrokerConfig::new(&format!("e2e-procs-{topic}"))).unwrap();
     let bootstrap = broker.bootstrap();
-    let spec = TopicSpec::new(topic, PARTITIONS)
-        .config(broker.install().segment_bytes_config(), SEGMENT_BYTES)
-        .config("retention.bytes", RETENTION_BYTES)
-        .config("retention.ms", -1);
-    admin(&bootstrap, &[spec], &[]).unwrap();
-    let source_dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| broker.partition_dir(topic, p)).collect();
+    let topics = vec![
+        (topic.to_string(), Cleanup::Retention),
+        (format!("{topic}-compacted"), Cleanup::Compaction),
+    ];
+    let specs: Vec<TopicSpec> = topics.iter().map(|(t, c)| c.spec(&broker, t)).collect();
+    admin(&bootstrap, &specs, &[]).unwrap();
+    let parts = partitions(&topics);
+    let source_dirs: Vec<PathBuf> = parts.iter().map(|(t, _, p)| broker.partition_dir(t, *p)).collect();
 
     let mirror = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let catalog = work.path().join("catalog.sqlite");
     let certs = certs(work.path());
-    let mirror_dirs: Vec<PathBuf> = (0..PARTITIONS)
-        .map(|p| mirror.path().join(format!("{topic}-{p}")))
+    let mirror_dirs: Vec<PathBuf> = parts
+        .iter()
+        .map(|(t, _, p)| mirror.path().join(format!("{t}-{p}")))
         .collect();
 
     // The listening side gets a fixed port (a restart binds it again); the dialing side goes through the proxy.
@@ -276,21 +342,29 @@ fn replicate(direction: Direction, topic: &str) {
 
     // Producers at a fixed pace until the disruptions are done (and at least MIN_ROUNDS rounds).
     let stop = Arc::new(AtomicBool::new(false));
+    let done_rounds = Arc::new(AtomicUsize::new(0));
     let producer = {
-        let (stop, bootstrap, topic) = (stop.clone(), bootstrap.clone(), topic.to_string());
+        let (stop, bootstrap, topics, done) = (stop.clone(), bootstrap.clone(), topics.clone(), done_rounds.clone());
         std::thread::spawn(move || {
             let mut round = 0;
             while round < MIN_ROUNDS || !stop.load(Ordering::SeqCst) {
-                produce_round(&bootstrap, &topic, round);
+                for (topic, cleanup) in &topics {
+                    produce_round(&bootstrap, topic, *cleanup, round);
+                }
                 round += 1;
+                done.store(round, Ordering::SeqCst);
             }
             round
         })
     };
     // Disruptions while data flows: kill the shipper, cut (FIN), kill the applier, reset (RST), stall past the
-    // idle timeout; twice over.
+    // idle timeout; twice over at least, and on until the producers finished MIN_ROUNDS rounds (a loaded machine
+    // produces slowly), so the disruptions always overlap the production.
     let mut kills = (0, 0);
-    for i in 0..10 {
+    for i in 0.. {
+        if i >= 10 && i % 5 == 0 && done_rounds.load(Ordering::SeqCst) >= MIN_ROUNDS {
+            break;
+        }
         std::thread::sleep(DISRUPT_EVERY);
         shipper.assert_running();
         applier.assert_running();
@@ -337,8 +411,9 @@ fn replicate(direction: Direction, topic: &str) {
     // have hit an idle link.
     assert!(rounds > MIN_ROUNDS, "the producers ran only {rounds} rounds");
 
-    // Catch up: the mirror holds exactly the broker's segments, the active one as long as the broker's, and that
-    // has held for SETTLED_FOR (the broker's retention has settled).
+    // Catch up: the mirror holds exactly the broker's segments at the broker's lengths (compacted ones included,
+    // the active one as long as the broker's), and that has held for SETTLED_FOR (the broker's retention and
+    // cleaner have settled).
     let mut settle = Settle::new(SETTLED_FOR, PATIENCE);
     loop {
         shipper.assert_running();
@@ -369,45 +444,71 @@ fn replicate(direction: Direction, topic: &str) {
     )
     .unwrap();
     assert_eq!(verify.code, 0, "{verify}");
-    for (p, (m, s)) in mirror_dirs.iter().zip(&source_dirs).enumerate() {
+    for ((t, _, p), (m, s)) in parts.iter().zip(mirror_dirs.iter().zip(&source_dirs)) {
         for (base, path) in logs(s) {
             let (mb, sb) = (
                 std::fs::read(m.join(path.file_name().unwrap())).unwrap(),
                 std::fs::read(&path).unwrap(),
             );
-            assert!(mb == sb, "partition {p} segment {base}: bytes differ");
+            assert!(mb == sb, "{t}-{p} segment {base}: bytes differ");
         }
     }
     let leos: Vec<i64> = source_dirs.iter().map(|d| log_end(d)).collect();
     let starts: Vec<i64> = source_dirs.iter().map(|d| *logs(d).keys().next().unwrap()).collect();
-    assert!(
-        starts.iter().all(|&s| s > 0),
-        "the broker's retention deleted nothing: log starts {starts:?}"
-    );
+    for ((t, cleanup, p), (dir, start)) in parts.iter().zip(source_dirs.iter().zip(&starts)) {
+        match cleanup {
+            Cleanup::Retention => assert!(*start > 0, "{t}-{p}: the broker's retention deleted nothing"),
+            // The cleaner removed records: offsets in the broker's log are no longer contiguous.
+            Cleanup::Compaction => assert!(offset_gaps(dir) > 0, "{t}-{p}: the broker's cleaner removed nothing"),
+        }
+    }
     eprintln!(
         "{direction:?}: {rounds} producer rounds, kills (ship, apply) {kills:?}, {connections} proxy connections, \
          log starts {starts:?}, log ends {leos:?}"
     );
 
-    let uncommitted = consume_all(&bootstrap, topic, None, Isolation::ReadUncommitted).unwrap();
-    let committed = consume_all(&bootstrap, topic, None, Isolation::ReadCommitted).unwrap();
-    assert!(committed.len() < uncommitted.len(), "no aborted records on the source");
+    let read = |bootstrap: &str, isolation| -> Vec<Vec<Record>> {
+        topics
+            .iter()
+            .map(|(t, _)| consume_all(bootstrap, t, None, isolation).unwrap())
+            .collect()
+    };
+    let uncommitted = read(&bootstrap, Isolation::ReadUncommitted);
+    let committed = read(&bootstrap, Isolation::ReadCommitted);
+    for ((t, _), (u, c)) in topics.iter().zip(uncommitted.iter().zip(&committed)) {
+        assert!(c.len() < u.len(), "{t}: no aborted records on the source");
+    }
     broker.stop().unwrap();
 
     // Promote into a stopped target.
     let mut target = KafkaBroker::start(BrokerConfig::new(&format!("e2e-procs-target-{topic}"))).unwrap();
-    let spec = TopicSpec::new(topic, PARTITIONS).config("retention.ms", -1);
-    admin(&target.bootstrap(), &[spec], &[]).unwrap();
+    let specs: Vec<TopicSpec> = topics
+        .iter()
+        .map(|(t, c)| {
+            let spec = TopicSpec::new(t, PARTITIONS).config("retention.ms", -1);
+            match c {
+                Cleanup::Retention => spec,
+                Cleanup::Compaction => spec.config("cleanup.policy", "compact"),
+            }
+        })
+        .collect();
+    admin(&target.bootstrap(), &specs, &[]).unwrap();
     target.stop().unwrap();
     let promote = segmirror_promote(mirror.path(), target.log_dir(), &catalog, &["--json"]).unwrap();
     assert_eq!(promote.code, 0, "{promote}");
     let report = promote.json().unwrap();
-    for p in report["partitions"].as_array().unwrap() {
-        let partition = p["partition"].as_i64().unwrap() as usize;
-        assert_eq!(p["log_end_offset"].as_i64(), Some(leos[partition]), "{p}");
+    let promoted = report["partitions"].as_array().unwrap();
+    assert_eq!(promoted.len(), parts.len(), "{report}");
+    for p in promoted {
+        let (t, partition) = (p["topic"].as_str().unwrap(), p["partition"].as_i64().unwrap() as i32);
+        let i = parts
+            .iter()
+            .position(|(pt, _, pp)| pt == t && *pp == partition)
+            .unwrap();
+        assert_eq!(p["log_end_offset"].as_i64(), Some(leos[i]), "{p}");
         assert_eq!(p["transactions_aborted"].as_array().map(Vec::len), Some(0), "{p}");
     }
-    let dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| target.partition_dir(topic, p)).collect();
+    let dirs: Vec<PathBuf> = parts.iter().map(|(t, _, p)| target.partition_dir(t, *p)).collect();
     let verify = segmirror_verify(
         &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
         &["--deep", "--strict"],
@@ -417,18 +518,20 @@ fn replicate(direction: Direction, topic: &str) {
 
     target.restart().unwrap();
     let tb = target.bootstrap();
-    let t_uncommitted = consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap();
-    assert_eq!(
-        identity(&t_uncommitted),
-        identity(&uncommitted),
-        "read_uncommitted on the target"
-    );
-    let t_committed = consume_all(&tb, topic, None, Isolation::ReadCommitted).unwrap();
-    assert_eq!(
-        identity(&t_committed),
-        identity(&committed),
-        "read_committed on the target"
-    );
+    let t_uncommitted = read(&tb, Isolation::ReadUncommitted);
+    let t_committed = read(&tb, Isolation::ReadCommitted);
+    for (i, (t, _)) in topics.iter().enumerate() {
+        assert_eq!(
+            identity(&t_uncommitted[i]),
+            identity(&uncommitted[i]),
+            "{t}: read_uncommitted on the target"
+        );
+        assert_eq!(
+            identity(&t_committed[i]),
+            identity(&committed[i]),
+            "{t}: read_committed on the target"
+        );
+    }
 
     let plan = ProducePlan::new(topic)
         .config("enable.idempotence", "true")
@@ -583,18 +686,18 @@ fn resume_after_retention_deleted_the_mirrors_segment() {
             std::thread::sleep(POLL);
         }
     };
-    produce_round(&bootstrap, topic, 0);
+    produce_round(&bootstrap, topic, Cleanup::Retention, 0);
     caught_up(&mut shipper, &mut applier);
     let mirror_active: Vec<i64> = dir_state(&mirror_dirs)
         .iter()
-        .map(|(b, _)| *b.last().unwrap())
+        .map(|segments| segments.last().unwrap().0)
         .collect();
 
     // The shipper is down while the broker deletes the segments the mirror is in.
     shipper.kill();
     let mut round = 1;
     loop {
-        let starts: Vec<i64> = dir_state(&source_dirs).iter().map(|(b, _)| b[0]).collect();
+        let starts: Vec<i64> = dir_state(&source_dirs).iter().map(|segments| segments[0].0).collect();
         if starts.iter().zip(&mirror_active).all(|(s, m)| s > m) {
             break;
         }
@@ -602,7 +705,7 @@ fn resume_after_retention_deleted_the_mirrors_segment() {
             round < 40,
             "retention never passed the mirror's segments {mirror_active:?}: {starts:?}"
         );
-        produce_round(&bootstrap, topic, round);
+        produce_round(&bootstrap, topic, Cleanup::Retention, round);
         round += 1;
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -619,7 +722,7 @@ fn resume_after_retention_deleted_the_mirrors_segment() {
             );
         }
     }
-    produce_round(&bootstrap, topic, round);
+    produce_round(&bootstrap, topic, Cleanup::Retention, round);
     caught_up(&mut shipper, &mut applier);
     let (code, log) = shipper.stop();
     assert_eq!(code, Some(0), "ship:\n{log}");

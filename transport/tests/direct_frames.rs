@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::handshake::FEATURE_CLUSTER_SHIPPERS;
 use segmirror_transport::direct::payload::HELLO_MAGIC;
+use segmirror_transport::direct::payload::{LayoutSegment, MirrorLayout};
 use segmirror_transport::direct::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Frame, FrameError, Goodbye,
     GoodbyeReason, Hello, HelloAck, LogStart, PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role,
@@ -173,6 +174,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                         final_size,
                         log_sha256,
                         companions,
+                        next_base: None,
                     }),
                 })
             ),
@@ -252,6 +254,19 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                     log_sha256,
                 })
             ),
+        (
+            arb_partition(),
+            any::<bool>(),
+            proptest::collection::btree_map(0..i64::MAX, any::<u64>(), 0..20)
+        )
+            .prop_map(|(partition, last, segments)| Frame::MirrorLayout(MirrorLayout {
+                partition,
+                last,
+                segments: segments
+                    .into_iter()
+                    .map(|(base, size)| LayoutSegment { base, size })
+                    .collect(),
+            })),
     ]
 }
 

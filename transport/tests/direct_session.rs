@@ -591,6 +591,13 @@ async fn a_shipper_refuses_acks_backwards_or_beyond_what_it_sent() {
             position,
         };
         a_framed.send(Frame::Resume(vec![at(0)])).await.expect("resume");
+        // Feature bit 7 is agreed: the partition's (empty) list of sealed segments follows the Resume.
+        let layout = segmirror_transport::direct::payload::MirrorLayout {
+            partition: p.clone(),
+            last: true,
+            segments: Vec::new(),
+        };
+        a_framed.send(Frame::MirrorLayout(layout)).await.expect("layout");
         a_framed.send(Frame::Credit { bytes: 1 << 20 }).await.expect("credit");
         let Some(Frame::Chunk(first)) = next_frame(&mut a_framed).await else {
             panic!("a chunk first")

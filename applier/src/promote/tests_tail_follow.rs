@@ -146,6 +146,7 @@ async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_
             inline(CompanionKind::OffsetIndex, index(CompanionKind::OffsetIndex)),
             inline(CompanionKind::TimeIndex, index(CompanionKind::TimeIndex)),
         ],
+        next_base: None,
     })
     .await
     .unwrap();

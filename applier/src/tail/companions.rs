@@ -128,7 +128,7 @@ pub(super) struct ChunkCompanions {
 impl Inner {
     /// The transactions open at the recorded position of `name` (none for a partition without state), derived
     /// and recorded first when the state file does not hold them (module docs).
-    fn open_transactions(&mut self, name: &str) -> TailResult<Vec<OpenTransaction>> {
+    pub(super) fn open_transactions(&mut self, name: &str) -> TailResult<Vec<OpenTransaction>> {
         let Some(s) = self.states.get(name).cloned() else {
             return Ok(Vec::new());
         };

@@ -4,7 +4,7 @@
 //!
 //! The pieces arrive as `SegmentReplace` frames (feature `FEATURE_SEGMENT_REPLACE`, [`Inner::apply_replace`]):
 //! each piece is staged, the last one (with the whole file's size, digest and companions) is validated and
-//! installed. The feed's half (noticing that a sealed segment it shipped was rewritten) is not built yet.
+//! installed. The feed's half (noticing that a sealed segment was rewritten) is `shipper::tail::replace`.
 //! [`TailAppender::stage_replacement`] and [`TailAppender::install_replacement`] are the same two steps.
 //!
 //! # Staging
@@ -13,14 +13,31 @@
 //! length; position 0 starts over).
 //!
 //! # What is checked before anything in the partition directory changes
-//! - the replaced bases are sealed mirror segments in offset order, contiguous (no mirror segment between them is
-//!   left out), and none is the segment the tail appends to or last sealed (the cleaner never touches the active
-//!   segment, so a replacement of it is a shipper bug);
+//! - the replaced bases are mirror segments in offset order, contiguous (no mirror segment between them is left
+//!   out); the segment the tail sealed last may be among them, the one it appends to only as the last one and
+//!   with the source's next segment base (below);
 //! - the staged file has the seal's size and SHA-256;
 //! - every batch is whole, its CRC-32C matches, it is magic 2, its base offset is at or above the first replaced
 //!   base, offsets strictly increase (a compacted log has gaps, never repeats), and the last offset lies below the
 //!   next mirror segment's base (the replacement covers exactly the replaced range);
 //! - each companion is inline or rebuilt (offset and time index) and matches its digest, as in a seal.
+//!
+//! # The segment being appended to
+//! The cleaner never touches the source's active segment, but the mirror's active segment may be one the source
+//! rolled, and cleaned, while the link was down: the shipper resumes there and finds it merged into an earlier
+//! segment or rewritten alone (`shipper::tail::resume`). The replacement then names the source's next segment
+//! base (`ReplaceEnd::next_base`, feature bit 7), which must lie at or above the mirror's end offset (else records
+//! the mirror holds would be lost) and bounds the batches; the partition's state becomes the new segment sealed
+//! at its size with that base as its next offset, so the next chunk starts the source's next segment at 0. The
+//! open transactions there are derived from the segments (`companions`). In the catalog the sealed rows before the
+//! tailed segment are replaced by a version ending at that base (an unsealed hand-over row is dropped with them),
+//! or, replacing the tailed segment alone, it is recorded as that segment's seal.
+//!
+//! Decision: the records the mirror held are not compared with the new version's. A cleaner rewrites a batch it
+//! removes records from (other bytes), and drops the last records of a merged segment when later segments
+//! overwrite their keys (another last offset), so neither bytes nor an end offset can be required to match; what
+//! is checked is what a replica of a compacted log can check: offsets strictly increasing within the replaced
+//! range, every batch whole and CRC-valid, and the size and digest the shipper read.
 //!
 //! # Install: the crash protocol (as the broker's `.cleaned` → `.swap` → rename)
 //! 1. the new `.log` and companions are written next to their final names with a `.swap` suffix (a suffix the
@@ -42,10 +59,12 @@
 use std::io::Write as _;
 
 use segment_format::dir::{classify_partition_file, PartitionFile, TransientSuffix};
-use segmirror_transport::direct::payload::{Companion, SegmentReplace, Sha256};
+use segmirror_transport::direct::payload::{Companion, LayoutSegment, SegmentReplace, Sha256};
 
 use super::*;
 
+#[cfg(test)]
+mod cover_tests;
 #[cfg(test)]
 pub(super) mod tests;
 
@@ -64,6 +83,9 @@ pub struct ReplaceSeal {
     pub log_sha256: Sha256,
     /// At most one per kind, as in a seal.
     pub companions: Vec<Companion>,
+    /// The base of the source segment after the new one (feature bit 7); required when the replacement covers
+    /// the segment the tail appends to.
+    pub next_base: Option<i64>,
 }
 
 /// The commit record of an install (step 2 of the module doc).
@@ -92,6 +114,12 @@ struct CatalogReplace {
     sha256: [u8; 32],
     last_offset: Option<i64>,
     manifest_key: String,
+    /// The new version's end when it covers the tail (module doc, "The segment being appended to").
+    #[serde(default)]
+    next_offset: Option<i64>,
+    /// It replaces the tailed segment alone (no sealed catalog row): the catalog records it as that segment's seal.
+    #[serde(default)]
+    covers_tail_only: bool,
 }
 
 impl CatalogReplace {
@@ -101,6 +129,20 @@ impl CatalogReplace {
             sha256: self.sha256,
             last_offset: self.last_offset,
             manifest_key: self.manifest_key.clone(),
+            next_offset: self.next_offset,
+        }
+    }
+
+    /// A replacement of the tailed segment alone (no sealed row replaced): recorded as that segment's seal.
+    fn seal_record(&self) -> Option<catalog::SealRecord> {
+        match (self.replaced_bases.as_slice(), self.next_offset) {
+            ([base], Some(next_offset)) if self.covers_tail_only => Some(catalog::SealRecord {
+                segment_base: *base,
+                next_offset,
+                size: self.size,
+                sha256: self.sha256,
+            }),
+            _ => None,
         }
     }
 }
@@ -169,6 +211,7 @@ impl Inner {
                 final_size: end.final_size,
                 log_sha256: end.log_sha256,
                 companions: end.companions.clone(),
+                next_base: end.next_base,
             }),
         }
     }
@@ -241,20 +284,53 @@ impl Inner {
                 seal.replaced_bases
             )));
         }
-        // The segment the tail appends to is never rewritten by a cleaner (a shipper bug); the one it sealed last
-        // may be, before the first chunk of the next one arrived: its recorded size then follows the new file.
+        // The one the tail sealed last may be rewritten before the first chunk of the next one arrived: its
+        // recorded size then follows the new file. The one it appends to only as the last one replaced, when the
+        // source rolled it and its cleaner merged or rewrote it while the link was down (the shipper resumed there):
+        // the source's next segment base bounds the replacement and becomes the mirror's end (see the module doc).
         let replaces_recorded = (first..=last).contains(&state.segment_base);
-        if replaces_recorded && !state.sealed {
+        let covers_tail = replaces_recorded && !state.sealed;
+        if covers_tail && last != state.segment_base {
             return Err(bad(format!(
-                "segment {} is the one the tail appends to; the cleaner never rewrites it",
+                "segment {} is the one the tail appends to, but not the last one replaced",
                 state.segment_base
             )));
         }
         // The replacement must stay below the next segment; for the last sealed one, below the next offset the
-        // tail expects.
+        // tail expects; for the tailed one, below the source's next segment base, which must not lie below what
+        // the mirror holds.
         let upper = match mirror_bases.iter().copied().find(|b| *b > last) {
             Some(upper) => upper,
-            None if replaces_recorded => state.next_offset.unwrap_or(i64::MAX),
+            None if covers_tail => {
+                let Some(next_base) = seal.next_base else {
+                    return Err(bad(format!(
+                        "segment {} is the one the tail appends to; a replacement of it must name the source's next \
+                         segment base (a shipper without the MirrorLayout feature)",
+                        state.segment_base
+                    )));
+                };
+                let end = state.next_offset.unwrap_or(state.segment_base);
+                if next_base < end || next_base <= last {
+                    return Err(bad(format!(
+                        "it ends at the next segment base {next_base}, below the mirror's end offset {end} in \
+                         segment {last}: records the mirror holds would be lost"
+                    )));
+                }
+                next_base
+            }
+            // The last sealed one merged with segments the mirror has not received yet: the source's next base.
+            None if replaces_recorded => match seal.next_base {
+                Some(next_base) => {
+                    let end = state.next_offset.unwrap_or(state.segment_base);
+                    if next_base < end {
+                        return Err(bad(format!(
+                            "it ends at the next segment base {next_base}, below the mirror's end offset {end}"
+                        )));
+                    }
+                    next_base
+                }
+                None => state.next_offset.unwrap_or(i64::MAX),
+            },
             None => return Err(bad("no mirror segment follows the replaced range".into())),
         };
 
@@ -312,8 +388,12 @@ impl Inner {
             None => None,
             Some(catalog) => {
                 catalog.check_writable(p, None)?;
-                let part = CatalogReplace {
+                // The tailed segment is usually no sealed row of the catalog (it may be one: a crash between the
+                // catalog's seal and the state file's): then the sealed rows before it are replaced, and the new
+                // version reaches the source's next segment base.
+                let mut part = CatalogReplace {
                     topic_id: p.topic_id,
+                    covers_tail_only: false,
                     replaced_bases: seal.replaced_bases.clone(),
                     size: seal.final_size,
                     sha256: seal.log_sha256,
@@ -322,8 +402,20 @@ impl Inner {
                         "{TAIL_MANIFEST_KEY_PREFIX}{name}/{}",
                         segment_file_name(first, SegmentFileKind::Log)
                     ),
+                    next_offset: (replaces_recorded && seal.next_base.is_some()).then_some(upper),
                 };
-                catalog.check_replacement(p, &part.replaced_bases, &part.replacement())?;
+                let whole = catalog.check_replacement(p, &part.replaced_bases, &part.replacement());
+                if whole.is_err() && covers_tail {
+                    part.replaced_bases.pop();
+                    if part.replaced_bases.is_empty() {
+                        part.replaced_bases = vec![first];
+                        part.covers_tail_only = true;
+                    } else {
+                        catalog.check_replacement(p, &part.replaced_bases, &part.replacement())?;
+                    }
+                } else {
+                    whole?;
+                }
                 Some(part)
             }
         };
@@ -374,6 +466,19 @@ impl Inner {
             record: replaces_recorded.then(|| PartitionState {
                 segment_base: first,
                 position: seal.final_size,
+                sealed: true,
+                // Covering the tail: the source's next segment base is where the next chunk's offsets start, and
+                // the transactions open there are derived from the new segments (`companions`).
+                next_offset: if replaces_recorded && seal.next_base.is_some() {
+                    Some(upper)
+                } else {
+                    state.next_offset
+                },
+                open_transactions: if replaces_recorded && seal.next_base.is_some() {
+                    None
+                } else {
+                    state.open_transactions.clone()
+                },
                 ..state.clone()
             }),
             catalog: catalog_part,
@@ -425,7 +530,10 @@ impl Inner {
                 partition: journal.partition,
                 topic_id: c.topic_id,
             };
-            catalog.record_replacement(&p, &c.replaced_bases, &c.replacement())?;
+            match c.seal_record() {
+                Some(record) => catalog.record_seal(&p, &record)?,
+                None => catalog.record_replacement(&p, &c.replaced_bases, &c.replacement())?,
+            }
         }
         if let Some(state) = &journal.record {
             let name = format!("{}-{}", journal.topic, journal.partition);
@@ -438,7 +546,13 @@ impl Inner {
                     ),
                 });
             }
-            self.record(name, state.clone())?;
+            // The active segment's kept indexes belong to a segment that is gone now.
+            self.forget_indexes(&name);
+            let derive = state.open_transactions.is_none();
+            self.record(name.clone(), state.clone())?;
+            if derive {
+                self.open_transactions(&name)?;
+            }
         }
         fs::remove_file(journal_path).map_err(|e| TailError::io(journal_path, e))?;
         if let Some(dir) = journal_path.parent() {
@@ -510,6 +624,37 @@ impl Inner {
             }
         }
         Ok(())
+    }
+}
+
+impl Inner {
+    /// Per tailed partition, its sealed segments on disk (base, `.log` size): every `.log` but the one the tail
+    /// appends to. What the shipper compares with the source to find the rewrites made while it did not run.
+    pub(super) fn mirror_layout(&self) -> TailResult<Vec<(PartitionRef, Vec<LayoutSegment>)>> {
+        let mut out = Vec::with_capacity(self.states.len());
+        for s in self.states.values() {
+            let pdir = self.partition_dir(&s.topic, s.partition);
+            let mut segments = Vec::new();
+            if pdir.exists() {
+                for base in log_bases(&pdir)? {
+                    if base == s.segment_base && !s.sealed {
+                        continue;
+                    }
+                    let path = pdir.join(segment_file_name(base, SegmentFileKind::Log));
+                    let size = fs::metadata(&path).map_err(|e| TailError::io(&path, e))?.len();
+                    segments.push(LayoutSegment { base, size });
+                }
+            }
+            out.push((
+                PartitionRef {
+                    topic: s.topic.clone(),
+                    partition: s.partition,
+                    topic_id: s.topic_id,
+                },
+                segments,
+            ));
+        }
+        Ok(out)
     }
 }
 

@@ -268,6 +268,7 @@ async fn tail_session_over_loopback_installs_a_compacted_replacement() {
                 final_size: seal.final_size,
                 log_sha256: seal.log_sha256,
                 companions: seal.companions.clone(),
+                next_base: None,
             }),
         }));
     }

@@ -13,15 +13,21 @@
 //! replacement over at byte 0, which the applier takes as a fresh staging). The last piece carries the size,
 //! SHA-256 and companions, as a seal does. Only then does the memory take the new fingerprint.
 //!
-//! What is not covered: segments rewritten while no feed ran in this process (the memory starts with what this
-//! process sealed and what a seek finds), and a replacement whose last piece was sent but not installed before a
-//! cut (the memory already holds the new fingerprint). The mirror then keeps the earlier version, which holds
-//! every record the new one holds (compaction only removes), so it stays sound, only larger.
+//! Where the memory starts: with the applier's MirrorLayout (feature bit 7) every session starts from the mirror's
+//! actual sealed segments, by base and size ([`from_layout`]; a size match is then remembered by inode), so a
+//! rewrite made while no feed ran in this process, or a replacement cut before its install, is found and sent.
+//! The segment the mirror appends to, when the source's cleaner rewrote or merged it, is in the memory as an
+//! `unsealed` entry that never matches (`resume`), so the sealed source segment covering it replaces it.
+//!
+//! What is not covered without the layout (an older applier): the memory starts with what this process sealed,
+//! so segments rewritten while no feed of this process ran, and a replacement whose last piece was sent but not
+//! installed before a cut (the memory already holds the new fingerprint), are not replaced. The mirror then keeps
+//! the earlier version, which holds every record the new one holds (compaction only removes): sound, only larger.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use segmirror_transport::direct::payload::{ReplaceEnd, SegmentReplace};
+use segmirror_transport::direct::payload::{LayoutSegment, ReplaceEnd, SegmentReplace};
 use segmirror_transport::direct::session::FeedItem;
 
 use super::*;
@@ -34,8 +40,46 @@ mod tests;
 /// What identifies one version of a sealed segment file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Fingerprint {
-    pub inode: u64,
+    /// `None`: known from the applier's MirrorLayout, which knows sizes only; the size then decides, and a match
+    /// takes the file's inode from then on.
+    pub inode: Option<u64>,
     pub size: u64,
+    /// The mirror's segment being tailed, which the source no longer holds as such (the cleaner merged it into a
+    /// sealed segment, `resume`): never a match, so the covering source segment replaces it.
+    pub unsealed: bool,
+}
+
+impl Fingerprint {
+    /// The fingerprint of a sealed version this feed read itself.
+    pub(super) fn of(inode: u64, size: u64) -> Fingerprint {
+        Fingerprint {
+            inode: Some(inode),
+            size,
+            unsealed: false,
+        }
+    }
+
+    /// Whether the file now at the segment's name (`now`, read from disk) is the version this describes.
+    fn matches(&self, now: &Fingerprint) -> bool {
+        !self.unsealed && self.size == now.size && self.inode.is_none_or(|i| Some(i) == now.inode)
+    }
+}
+
+/// The feed's memory seeded from the applier's MirrorLayout: the mirror's sealed segments by base and size.
+pub(super) fn from_layout(segments: &[LayoutSegment]) -> BTreeMap<i64, Fingerprint> {
+    segments
+        .iter()
+        .map(|s| {
+            (
+                s.base,
+                Fingerprint {
+                    inode: None,
+                    size: s.size,
+                    unsealed: false,
+                },
+            )
+        })
+        .collect()
 }
 
 /// A replacement being sent.
@@ -77,10 +121,7 @@ pub(super) fn swap_in_progress(dir: &Path) -> Result<bool> {
 /// The fingerprint of the file at `path`; `None` when it is gone.
 pub(super) fn fingerprint(path: &Path) -> Result<Option<Fingerprint>> {
     match std::fs::metadata(path) {
-        Ok(m) => Ok(Some(Fingerprint {
-            inode: inode_of(&m),
-            size: m.len(),
-        })),
+        Ok(m) => Ok(Some(Fingerprint::of(inode_of(&m), m.len()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io(path, e)),
     }
@@ -166,6 +207,7 @@ pub(super) fn next_piece(
             final_size: digest.size,
             log_sha256: digest.sha256.0,
             companions,
+            next_base: segment.and_then(|s| s.next_base),
         });
         for base in &r.replaced {
             sealed.remove(base);
@@ -182,6 +224,11 @@ pub(super) fn next_piece(
 fn detect(view: &PartitionView, current: i64, sealed: &mut BTreeMap<i64, Fingerprint>) -> Result<Option<Replacing>> {
     for segment in view.segments.iter().filter(|s| s.base_offset() < current) {
         let base = segment.base_offset();
+        if segment.next_base.is_some_and(|n| n > current) {
+            // It holds the feed's own segment (merged into it): the tail moves past it first (`resume::cover`),
+            // and the range it replaces is then whole.
+            continue;
+        }
         let upper = segment.next_base.unwrap_or(current).min(current);
         let shipped: Vec<i64> = sealed.range(base..upper).map(|(b, _)| *b).collect();
         if shipped.is_empty() {
@@ -190,8 +237,15 @@ fn detect(view: &PartitionView, current: i64, sealed: &mut BTreeMap<i64, Fingerp
         let Some(now) = fingerprint(&segment.files.log)? else {
             continue; // gone since the listing: the next step sees the new state
         };
-        if shipped == [base] && sealed.get(&base) == Some(&now) {
-            continue;
+        if shipped == [base] {
+            match sealed.get_mut(&base) {
+                Some(known) if known.matches(&now) => {
+                    // Known by size only (the mirror's layout): from now on by this file's inode too.
+                    *known = now;
+                    continue;
+                }
+                _ => {}
+            }
         }
         if shipped.first() != Some(&base) {
             // A remembered segment inside a range whose first segment this process never sealed: not a cleaner's

@@ -58,6 +58,7 @@ const SHIP_KEYS: &[(&str, Kind)] = &[
     ("upto", Kind::Text),
     ("max-bandwidth", Kind::Count),
     ("source-bootstrap", Kind::Text),
+    ("cluster", Kind::Switch),
 ];
 
 /// Keys of the tail applier besides [`LINK_KEYS`].

@@ -21,6 +21,7 @@ use super::payload::{
     HelloAck, LogEnd, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
     SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode, Writer, HELLO_MAGIC, LOG_END_LEN, MIN_POSITION_LEN,
 };
+use super::payload::{LayoutSegment, MirrorLayout, MAX_LAYOUT_SEGMENTS_PER_FRAME};
 
 /// Header bytes: type, flags, payload length.
 pub const HEADER_LEN: usize = 6;
@@ -64,10 +65,11 @@ pub enum FrameType {
     ClaimResult = 16,
     Revoke = 17,
     Roll = 18,
+    MirrorLayout = 19,
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 18] = [
+    pub const ALL: [FrameType; 19] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -86,6 +88,7 @@ impl FrameType {
         FrameType::ClaimResult,
         FrameType::Revoke,
         FrameType::Roll,
+        FrameType::MirrorLayout,
     ];
 
     pub const fn from_code(code: u8) -> Option<FrameType> {
@@ -108,6 +111,7 @@ impl FrameType {
             16 => Some(FrameType::ClaimResult),
             17 => Some(FrameType::Revoke),
             18 => Some(FrameType::Roll),
+            19 => Some(FrameType::MirrorLayout),
             _ => None,
         }
     }
@@ -132,6 +136,7 @@ impl FrameType {
             FrameType::Revoke => "Revoke",
             FrameType::Roll => "Roll",
             FrameType::Truncate => "Truncate",
+            FrameType::MirrorLayout => "MirrorLayout",
         }
     }
 }
@@ -179,6 +184,8 @@ pub enum Frame {
     Roll(Roll),
     /// Shipper → applier (feature `FEATURE_TRUNCATE`): the source no longer holds the mirror's end.
     Truncate(Truncate),
+    /// Applier → shipper right after Resume (feature `FEATURE_MIRROR_LAYOUT`): a partition's sealed segments.
+    MirrorLayout(MirrorLayout),
 }
 
 impl Frame {
@@ -202,6 +209,7 @@ impl Frame {
             Frame::Revoke(_) => FrameType::Revoke,
             Frame::Roll(_) => FrameType::Roll,
             Frame::Truncate(_) => FrameType::Truncate,
+            Frame::MirrorLayout(_) => FrameType::MirrorLayout,
         }
     }
 
@@ -429,6 +437,20 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                 }
             }
         }
+        Frame::MirrorLayout(l) => {
+            w.partition(&l.partition)?;
+            check_layout(&l.segments).map_err(|reason| FrameError::Encode {
+                frame: "MirrorLayout",
+                field: "segments",
+                reason,
+            })?;
+            w.out.put_u8(u8::from(l.last));
+            w.out.put_u32(l.segments.len() as u32);
+            for s in &l.segments {
+                w.offset("base", s.base)?;
+                w.out.put_u64(s.size);
+            }
+        }
         Frame::SegmentReplace(r) => {
             w.partition(&r.partition)?;
             check_replaced_bases(&r.replaced_bases).map_err(|reason| FrameError::Encode {
@@ -449,9 +471,26 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                     w.out.put_u64(end.final_size);
                     w.out.put_slice(&end.log_sha256);
                     put_companions(&mut w, &end.companions)?;
+                    if let Some(next_base) = end.next_base {
+                        w.offset("next_base", next_base)?;
+                    }
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A MirrorLayout's segments: at most [`MAX_LAYOUT_SEGMENTS_PER_FRAME`], bases strictly increasing.
+fn check_layout(segments: &[LayoutSegment]) -> Result<(), String> {
+    if segments.len() > MAX_LAYOUT_SEGMENTS_PER_FRAME {
+        return Err(format!(
+            "{} segments, at most {MAX_LAYOUT_SEGMENTS_PER_FRAME} per frame",
+            segments.len()
+        ));
+    }
+    if segments.windows(2).any(|w| w[0].base >= w[1].base) {
+        return Err("segment bases are not strictly increasing".into());
     }
     Ok(())
 }
@@ -917,6 +956,46 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                 log_sha256,
             })
         }
+        FrameType::MirrorLayout => {
+            let partition = r.partition()?;
+            let last = match r.u8("last")? {
+                0 => false,
+                1 => true,
+                other => {
+                    r.back(1);
+                    return Err(r.fail("last", format!("flag byte {other}, expected 0 or 1")));
+                }
+            };
+            let count = r.u32("count")? as usize;
+            // Never trust the count for an allocation: each segment takes 16 bytes.
+            if count > MAX_LAYOUT_SEGMENTS_PER_FRAME || count > r.remaining() / 16 {
+                r.back(4);
+                return Err(r.fail(
+                    "count",
+                    format!(
+                        "{count} segments: at most {MAX_LAYOUT_SEGMENTS_PER_FRAME}, and they must fit the {} bytes left",
+                        r.remaining() - 4
+                    ),
+                ));
+            }
+            let mut segments: Vec<LayoutSegment> = Vec::with_capacity(count);
+            for _ in 0..count {
+                let base = r.offset("base")?;
+                if segments.last().is_some_and(|prev| prev.base >= base) {
+                    r.back(8);
+                    return Err(r.fail("base", format!("{base} is not above the previous base")));
+                }
+                segments.push(LayoutSegment {
+                    base,
+                    size: r.u64("size")?,
+                });
+            }
+            Frame::MirrorLayout(MirrorLayout {
+                partition,
+                last,
+                segments,
+            })
+        }
         FrameType::SegmentReplace => {
             let partition = r.partition()?;
             let count = usize::from(r.u16("replaced_bases")?);
@@ -948,6 +1027,12 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                     final_size: r.u64("final_size")?,
                     log_sha256: r.sha256("log_sha256")?,
                     companions: read_companions(&mut r)?,
+                    // Feature bit 7: present when bytes follow (an older shipper's frame ends here).
+                    next_base: if r.remaining() > 0 {
+                        Some(r.offset("next_base")?)
+                    } else {
+                        None
+                    },
                 }),
                 other => {
                     r.back(1);

@@ -72,6 +72,12 @@ pub const FEATURE_TRUNCATE: u64 = 1 << 5;
 /// nothing in Resume, and grants partitions by leader epoch (Claim, ClaimResult, Revoke), and a mirror segment may
 /// end where no broker file ends (Roll). `docs/direct-protocol.md` §6.1.
 pub const FEATURE_CLUSTER_SHIPPERS: u64 = 1 << 6;
+/// Feature bit 7: right after Resume the applier sends MirrorLayout frames (frame 19): per partition of the
+/// Resume, the mirror's sealed segments (base, size). The shipper compares them with the source's segments and
+/// replaces every one the cleaner rewrote while it did not run (`docs/direct-protocol.md` §6, MirrorLayout).
+/// Without it the shipper knows only what it shipped itself, and a mirror keeps the larger versions of segments
+/// compacted while no shipper ran.
+pub const FEATURE_MIRROR_LAYOUT: u64 = 1 << 7;
 
 /// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
 /// read by people and monitoring that poll in seconds; more often would only cost
@@ -88,7 +94,8 @@ pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START
     | FEATURE_INDEX_INTERVAL
     | FEATURE_PROGRESS_SHIPPED
     | FEATURE_CLUSTER_SHIPPERS
-    | FEATURE_TRUNCATE;
+    | FEATURE_TRUNCATE
+    | FEATURE_MIRROR_LAYOUT;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by

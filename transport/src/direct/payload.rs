@@ -304,7 +304,35 @@ pub struct ReplaceEnd {
     pub log_sha256: Sha256,
     /// At most one per kind, in kind order.
     pub companions: Vec<Companion>,
+    /// The base of the source segment that follows the new file (the end of its offset range). Sent only on
+    /// sessions that agreed [`super::handshake::FEATURE_MIRROR_LAYOUT`] (a trailing field an older applier would
+    /// refuse); required by an applier when the replacement covers the segment it is appending to.
+    pub next_base: Option<i64>,
 }
+
+/// Applier → shipper right after Resume, on sessions that agreed
+/// [`super::handshake::FEATURE_MIRROR_LAYOUT`]: part of the list of one partition's *sealed* mirror segments
+/// (base offset and `.log` size, bases strictly increasing), so a shipper that has no memory of what it shipped (a
+/// restart) can tell which source segments the cleaner rewrote meanwhile. A long list travels in several frames of
+/// at most [`MAX_LAYOUT_SEGMENTS_PER_FRAME`] segments; the partition's last frame has `last` set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorLayout {
+    pub partition: PartitionRef,
+    /// The last frame of this partition's list.
+    pub last: bool,
+    pub segments: Vec<LayoutSegment>,
+}
+
+/// One sealed mirror segment of a [`MirrorLayout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayoutSegment {
+    pub base: i64,
+    pub size: u64,
+}
+
+/// Most segments in one MirrorLayout frame (4,096: 64 KiB of entries, well inside any frame limit; a partition
+/// with more segments takes several frames).
+pub const MAX_LAYOUT_SEGMENTS_PER_FRAME: usize = 4096;
 
 /// A position in a partition: segment and byte position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

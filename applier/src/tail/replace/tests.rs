@@ -70,6 +70,7 @@ pub(in crate::tail) fn replace_seal(partition: &PartitionRef, bases: &[i64], byt
             companion(CompanionKind::OffsetIndex, true),
             companion(CompanionKind::TimeIndex, false),
         ],
+        next_base: None,
     }
 }
 

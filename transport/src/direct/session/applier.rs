@@ -47,11 +47,13 @@ use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_LOG_START, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT, FEATURE_SEGMENT_REPLACE,
+    FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
 use crate::direct::payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LogEnd, LogStart, PartitionRef, Position,
-    Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
+    PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
+    MAX_LAYOUT_SEGMENTS_PER_FRAME,
 };
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
@@ -180,6 +182,14 @@ pub trait ChunkApplier: Send + 'static {
         async move { Err(DirectError::Protocol { reason }) }
     }
 
+    /// Per partition, the mirror's sealed segments (base, `.log` size, bases increasing); sent as MirrorLayout
+    /// frames right after Resume on sessions that agreed [`FEATURE_MIRROR_LAYOUT`], for every partition of the
+    /// Resume (one missing here goes as an empty list). Called after [`ChunkApplier::durable_positions`]. The
+    /// default knows none.
+    fn mirror_layout(&mut self) -> impl Future<Output = Result<Vec<(PartitionRef, Vec<LayoutSegment>)>>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
     /// Where the source stands (its log end, high watermark, active segment size, the shipper's clock): record it
     /// for lag reporting. Advisory, so an applier may lose it; only on sessions that agreed
     /// [`FEATURE_SOURCE_PROGRESS`]. The default ignores it.
@@ -286,6 +296,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 },
             );
         }
+        let resumed: Vec<PartitionRef> = durable.iter().map(|d| d.position.partition.clone()).collect();
         let log_ends = if session.features & FEATURE_TRUNCATE != 0 && !durable.is_empty() {
             self.applier.log_ends(&durable).await?
         } else {
@@ -302,10 +313,15 @@ impl<A: ChunkApplier> ApplierSession<A> {
             }
             None => Frame::Resume(positions),
         };
-        let credit = Frame::Credit {
+        let mut first = vec![resume];
+        if session.features & FEATURE_MIRROR_LAYOUT != 0 {
+            let layout = self.applier.mirror_layout().await?;
+            first.extend(layout_frames(&resumed, layout));
+        }
+        first.push(Frame::Credit {
             bytes: self.config.credit_window,
-        };
-        for frame in [resume, credit] {
+        });
+        for frame in first {
             if tx.send(frame).await.is_err() {
                 return Err(writer_ended(writer.await));
             }
@@ -761,6 +777,35 @@ fn unclaim(
     discard(what, partition);
     claimed.remove(partition);
     ends.remove(partition);
+}
+
+/// The MirrorLayout frames of the partitions of a Resume, in its order: each partition's sealed segments in frames
+/// of at most [`MAX_LAYOUT_SEGMENTS_PER_FRAME`], the last one flagged (an empty list is one empty, flagged frame).
+fn layout_frames(resumed: &[PartitionRef], mut layout: Vec<(PartitionRef, Vec<LayoutSegment>)>) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for partition in resumed {
+        let segments = layout
+            .iter_mut()
+            .find(|(p, _)| p == partition)
+            .map(|(_, s)| std::mem::take(s))
+            .unwrap_or_default();
+        let mut pieces = segments.chunks(MAX_LAYOUT_SEGMENTS_PER_FRAME).peekable();
+        if pieces.peek().is_none() {
+            frames.push(Frame::MirrorLayout(MirrorLayout {
+                partition: partition.clone(),
+                last: true,
+                segments: Vec::new(),
+            }));
+        }
+        while let Some(piece) = pieces.next() {
+            frames.push(Frame::MirrorLayout(MirrorLayout {
+                partition: partition.clone(),
+                last: pieces.peek().is_none(),
+                segments: piece.to_vec(),
+            }));
+        }
+    }
+    frames
 }
 
 /// What the session does with `chunk`, given the partitions' durable ends (see the module doc); a gap is an error.

@@ -51,13 +51,21 @@ use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED,
-    FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT,
+    FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
 use crate::direct::payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LogEnd, LogStart, PartitionRef, Position, Revoke, Roll,
-    SegmentReplace, SegmentSeal, SourceProgress, Truncate,
+    Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
+    PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
 };
+
+/// Most sealed segments one partition's MirrorLayout may list in total (1,048,576: at Kafka's smallest useful
+/// segment sizes far beyond any real partition, and 16 MiB of entries at most): a peer that never ends a list
+/// cannot grow the shipper's memory without bound.
+pub const MAX_LAYOUT_SEGMENTS: usize = 1 << 20;
+
+/// Per partition of a Resume, the mirror's sealed segments as the applier's MirrorLayout frames listed them.
+pub type Layouts = Vec<(PartitionRef, Vec<LayoutSegment>)>;
 
 /// What the shipper sends next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +187,13 @@ pub trait ChunkFeed: Send + 'static {
     /// `mpsc::Receiver::recv`): the session drops the future when a frame
     /// arrives first, and calls again later.
     fn next(&mut self) -> impl Future<Output = Result<FeedItem>> + Send;
+
+    /// Called at the start of every session right before [`ChunkFeed::seek`]: the mirror's sealed segments per
+    /// partition of the Resume when the session agreed [`FEATURE_MIRROR_LAYOUT`], else `None` (the feed knows
+    /// only what it shipped itself). The default ignores it.
+    fn mirror_layout(&mut self, layout: Option<Layouts>) {
+        let _ = layout;
+    }
 
     /// At most this many positioned items (chunks and seals) of one partition sent and not yet acknowledged;
     /// `None` (the default): only the credit window bounds them. A feed whose source keeps accumulating while it
@@ -352,6 +367,12 @@ impl<F: ChunkFeed> ShipperSession<F> {
             );
         }
         self.feed.log_ends(session.features & FEATURE_TRUNCATE != 0, &log_ends);
+        let layout = if session.features & FEATURE_MIRROR_LAYOUT != 0 {
+            Some(receive_layout(&mut stream, &resume, session, idle).await?)
+        } else {
+            None
+        };
+        self.feed.mirror_layout(layout);
         self.feed.seek(&resume).await?;
         self.stats.sessions += 1;
         self.stats.in_flight = 0;
@@ -510,6 +531,12 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         }
                         // An older applier would refuse the trailing bytes.
                         FeedItem::Progress(p) if session.features & FEATURE_PROGRESS_SHIPPED == 0 => p.shipped = None,
+                        // Likewise the trailing next base of a replacement's end.
+                        FeedItem::Replace(r) if session.features & FEATURE_MIRROR_LAYOUT == 0 => {
+                            if let Some(end) = &mut r.end {
+                                end.next_base = None;
+                            }
+                        }
                         _ => {}
                     }
                     if matches!(item, FeedItem::Truncate(_)) && session.features & FEATURE_TRUNCATE == 0 {
@@ -709,6 +736,70 @@ fn check_item(
         )));
     }
     Ok(())
+}
+
+/// The MirrorLayout frames that follow a Resume: until every partition of the Resume has its last frame. A layout
+/// of a partition the Resume does not name, a second list of a partition, bases not increasing across frames, or
+/// more than [`MAX_LAYOUT_SEGMENTS`] in one list are protocol errors naming the partition.
+async fn receive_layout(
+    stream: &mut futures::stream::SplitStream<FramedIo>,
+    resume: &[Position],
+    session: &Session,
+    idle: std::time::Duration,
+) -> Result<Layouts> {
+    let mut lists: Vec<(PartitionRef, Vec<LayoutSegment>, bool)> = resume
+        .iter()
+        .map(|p| (p.partition.clone(), Vec::new(), false))
+        .collect();
+    while lists.iter().any(|(_, _, done)| !*done) {
+        let frame = match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                return Err(DirectError::Timeout {
+                    stage: "waiting for MirrorLayout",
+                    after: idle,
+                })
+            }
+            Ok(None) => {
+                return Err(DirectError::Closed {
+                    stage: "waiting for MirrorLayout",
+                })
+            }
+            Ok(Some(Err(e))) => return Err(read_error(e)),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let MirrorLayout {
+            partition,
+            last,
+            segments,
+        } = match frame {
+            Frame::Heartbeat { .. } => continue,
+            Frame::MirrorLayout(l) => l,
+            other => return Err(peer_frame(other, session, "waiting for MirrorLayout")),
+        };
+        let bad = |reason: String| DirectError::Protocol {
+            reason: format!("MirrorLayout of {}: {reason}", tp(&partition)),
+        };
+        let Some((_, list, done)) = lists.iter_mut().find(|(p, _, _)| *p == partition) else {
+            return Err(bad("a partition the Resume does not name".into()));
+        };
+        if *done {
+            return Err(bad("a second list after its last frame".into()));
+        }
+        if let (Some(prev), Some(first)) = (list.last(), segments.first()) {
+            if first.base <= prev.base {
+                return Err(bad(format!(
+                    "base {} is not above the previous frame's last base {}",
+                    first.base, prev.base
+                )));
+            }
+        }
+        if list.len() + segments.len() > MAX_LAYOUT_SEGMENTS {
+            return Err(bad(format!("more than {MAX_LAYOUT_SEGMENTS} segments")));
+        }
+        list.extend(segments);
+        *done = last;
+    }
+    Ok(lists.into_iter().map(|(p, list, _)| (p, list)).collect())
 }
 
 /// A frame the shipper does not expect from the applier.
