@@ -747,6 +747,8 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
     if part.at.is_none() && rediscover::is_gone(&dir) {
         return Ok((part, None));
     }
+    // A swap that began before the listing is seen here even if it ends before the check after it.
+    let swapping_before = replace::swap_in_progress(&dir)?;
     // Listed before the read: a segment sealed now ends where the read sees it end.
     let view = match read_partition(&dir)? {
         PartitionRead::View(view) => view,
@@ -758,8 +760,10 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         }
     };
     // While the cleaner swaps segments in, the listing misses the old ones and the new ones alike: it says nothing
-    // about retention or rewrites until the swap is done.
-    let swapping = replace::swap_in_progress(&dir)?;
+    // about retention or rewrites until the swap is done. Checked before and after the listing: a listing taken
+    // inside a swap that ended before the check after it still misses segments (a cleaner merging the first
+    // segment away for a moment looked like retention, and a LogStart above the first segment reached the mirror).
+    let swapping = swapping_before || replace::swap_in_progress(&dir)?;
     if swapping {
         tracing::debug!(dir = %dir.display(), "a segment swap is in progress; retention and rewrites wait for it");
     } else if let Some(item) = log_start::moved(&part.target.partition, &view, &mut part.log_start) {
