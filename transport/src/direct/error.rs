@@ -151,7 +151,7 @@ pub enum DirectError {
     #[error("{what} of {}-{}: fenced, node {holder_node} holds the partition at leader epoch {holder_epoch}; discarded, nothing of it applied", partition.topic, partition.partition)]
     Fenced {
         what: &'static str,
-        partition: super::payload::PartitionRef,
+        partition: super::codes::PartitionRef,
         /// The holder's node and epoch; -1 when nobody holds it (this session never claimed it).
         holder_node: i32,
         holder_epoch: i32,

@@ -14,8 +14,8 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
+use super::codes::FEATURE_CLUSTER_SHIPPERS;
 use super::error::FrameError;
-use super::handshake::FEATURE_CLUSTER_SHIPPERS;
 use super::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello,
     HelloAck, LogEnd, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,

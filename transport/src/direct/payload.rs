@@ -16,8 +16,7 @@ use super::error::FrameError;
 /// else that happens to frame cleanly.
 pub const HELLO_MAGIC: [u8; 4] = *b"SGMR";
 
-/// A Kafka topic id: 16 bytes (the bucket contract's *lineage* in its character form).
-pub type TopicId = [u8; 16];
+pub use super::codes::TopicId;
 
 /// A SHA-256 digest.
 pub type Sha256 = [u8; 32];
@@ -87,14 +86,7 @@ impl CompanionKind {
     }
 }
 
-/// Which partition a frame is about. The topic id makes a recreated topic (a new
-/// lineage) a different partition, as in the bucket contract.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PartitionRef {
-    pub topic: String,
-    pub partition: i32,
-    pub topic_id: TopicId,
-}
+pub use super::codes::PartitionRef;
 
 /// The first frame each side sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
