@@ -398,36 +398,7 @@ pub async fn listen<R: SessionRunner>(
                 return (runner.take().expect("no session runs"), Ok(()));
             }
             accepted = listener.accept() => {
-                let (tcp, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        continue;
-                    }
-                };
-                let Ok(permit) = pending.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, "too many connections in their handshake; closing this one");
-                    continue;
-                };
-                let _ = tcp.set_nodelay(true);
-                let (config, acceptor, ready_tx) = (config.clone(), acceptor.clone(), ready_tx.clone());
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    let r = async {
-                        let io = secure_server(tcp, &acceptor, &config).await?;
-                        handshake(io, &config.handshake).await
-                    }
-                    .await;
-                    match r {
-                        Ok(pair) => {
-                            let _ = ready_tx.send(pair).await;
-                        }
-                        Err(e) => {
-                            tracing::warn!(%peer, link = %config.handshake.link, error = %e, "handshake with a peer failed");
-                            config.event(LinkEvent::ConnectFailed { error: e.to_string() });
-                        }
-                    }
-                });
+                start_handshake(accepted, &pending, &config, &acceptor, &ready_tx);
             }
             Some((framed, session)) = ready_rx.recv() => {
                 match runner.take() {
@@ -512,36 +483,7 @@ pub async fn listen_cluster<A: ChunkApplier>(
                 };
             }
             accepted = listener.accept(), if !sessions_stop.is_cancelled() => {
-                let (tcp, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        continue;
-                    }
-                };
-                let Ok(permit) = pending.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, "too many connections in their handshake; closing this one");
-                    continue;
-                };
-                let _ = tcp.set_nodelay(true);
-                let (config, acceptor, ready_tx) = (config.clone(), acceptor.clone(), ready_tx.clone());
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    let r = async {
-                        let io = secure_server(tcp, &acceptor, &config).await?;
-                        handshake(io, &config.handshake).await
-                    }
-                    .await;
-                    match r {
-                        Ok(pair) => {
-                            let _ = ready_tx.send(pair).await;
-                        }
-                        Err(e) => {
-                            tracing::warn!(%peer, link = %config.handshake.link, error = %e, "handshake with a peer failed");
-                            config.event(LinkEvent::ConnectFailed { error: e.to_string() });
-                        }
-                    }
-                });
+                start_handshake(accepted, &pending, &config, &acceptor, &ready_tx);
             }
             Some((framed, session)) = ready_rx.recv(), if !sessions_stop.is_cancelled() => {
                 let Some(node) = session.peer.shipper_node_id else {
@@ -578,6 +520,49 @@ pub async fn listen_cluster<A: ChunkApplier>(
             }
         }
     }
+}
+
+/// An accepted connection: its TLS and protocol handshake run on a task of their own (a silent peer cannot delay a
+/// running session), at most [`MAX_PENDING_HANDSHAKES`] at once (more are closed at once); a completed one goes to
+/// `ready`, a failed one is logged and reported as [`LinkEvent::ConnectFailed`]. Shared by [`listen`] and
+/// [`listen_cluster`].
+fn start_handshake(
+    accepted: std::io::Result<(TcpStream, std::net::SocketAddr)>,
+    pending: &Arc<Semaphore>,
+    config: &Arc<LinkConfig>,
+    acceptor: &Acceptor,
+    ready_tx: &mpsc::Sender<(FramedIo, Session)>,
+) {
+    let (tcp, peer) = match accepted {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!(error = %e, "accepting a connection failed");
+            return;
+        }
+    };
+    let Ok(permit) = pending.clone().try_acquire_owned() else {
+        tracing::warn!(%peer, "too many connections in their handshake; closing this one");
+        return;
+    };
+    let _ = tcp.set_nodelay(true);
+    let (config, acceptor, ready_tx) = (config.clone(), acceptor.clone(), ready_tx.clone());
+    tokio::spawn(async move {
+        let _permit = permit;
+        let r = async {
+            let io = secure_server(tcp, &acceptor, &config).await?;
+            handshake(io, &config.handshake).await
+        }
+        .await;
+        match r {
+            Ok(pair) => {
+                let _ = ready_tx.send(pair).await;
+            }
+            Err(e) => {
+                tracing::warn!(%peer, link = %config.handshake.link, error = %e, "handshake with a peer failed");
+                config.event(LinkEvent::ConnectFailed { error: e.to_string() });
+            }
+        }
+    });
 }
 
 #[cfg(test)]
