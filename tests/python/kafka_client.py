@@ -194,7 +194,8 @@ def admin(request):
     client = AdminClient({"bootstrap.servers": request["bootstrap"]})
     creates = request.get("create", [])
     if creates:
-        new_topics = [NewTopic(t["name"], replica_assignment=t["replica_assignment"], config=t.get("config", {}))
+        new_topics = [NewTopic(t["name"], num_partitions=len(t["replica_assignment"]),
+                               replica_assignment=t["replica_assignment"], config=t.get("config", {}))
                       if "replica_assignment" in t else
                       NewTopic(t["name"], num_partitions=t.get("partitions", 1),
                                replication_factor=t.get("replication_factor", 1),

@@ -119,7 +119,9 @@ fn identity(records: &[Record]) -> Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>)> 
 #[test]
 fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost_batches_archived() {
     let started = Instant::now();
+    let lap = |what: &str| eprintln!("e2e_tail_truncate: {what} at {:.1} s", started.elapsed().as_secs_f64());
     let mut cluster = KafkaCluster::start(ClusterConfig::new("unclean").unclean_leader_election(true)).unwrap();
+    lap("cluster started");
     create_topic_on(
         &mut cluster,
         TOPIC,
@@ -176,12 +178,14 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     )
     .patience(PATIENCE);
 
+    lap("topic and services up");
     // 1. P records on both replicas.
     let committed = send(&mut cluster, "p", P, "all");
     assert_eq!(committed.last().map(|r| r.offset), Some(P as i64 - 1));
     wait_mirror(&mirror_dir, || log_bytes(&a_dir), &mut ship, &mut apply);
     assert_eq!(log_bytes(&b_dir), log_bytes(&a_dir), "B holds what A holds");
 
+    lap("phase 1 (P)");
     // 2. B dies; the ISR shrinks to {A}; X records reach A alone, and the mirror.
     cluster.kill(B).unwrap();
     wait_partition(&mut cluster, TOPIC, 0, "ISR {A}", |s| s.leader == A && s.isr == [A]).unwrap();
@@ -194,6 +198,7 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     let a_before = log_bytes(&a_dir);
     assert_eq!(log_count(&a_dir), 1, "the test's data stays in one segment");
 
+    lap("phase 2 (X)");
     // 3. A dies; B comes back outside the ISR and is elected uncleanly; Y records go to B from offset P.
     cluster.kill(A).unwrap();
     cluster.restart(B).unwrap();
@@ -205,6 +210,7 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
         "B continues at P: the X offsets are reused"
     );
 
+    lap("phase 3 (unclean election, Y)");
     // 4. A comes back as B's follower and truncates X away; the shipper (still running) makes the mirror follow.
     cluster.restart(A).unwrap();
     let start = Instant::now();
@@ -213,25 +219,45 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
         std::thread::sleep(POLL);
     }
     let a_after = log_bytes(&a_dir);
-    assert_ne!(a_after[..a_before.len().min(a_after.len())], a_before[..a_before.len().min(a_after.len())]);
+    assert_ne!(
+        a_after[..a_before.len().min(a_after.len())],
+        a_before[..a_before.len().min(a_after.len())]
+    );
     wait_mirror(&mirror_dir, || log_bytes(&a_dir), &mut ship, &mut apply);
     let (code, ship_log) = ship.stop();
     assert_eq!(code, Some(0), "ship:\n{ship_log}");
     let (code, apply_log) = apply.stop();
     assert_eq!(code, Some(0), "apply:\n{apply_log}");
-    assert_eq!(log_bytes(&mirror_dir), log_bytes(&a_dir), "the mirror is A's log byte for byte");
+    assert_eq!(
+        log_bytes(&mirror_dir),
+        log_bytes(&a_dir),
+        "the mirror is A's log byte for byte"
+    );
+    for line in ship_log.lines().chain(apply_log.lines()) {
+        if ["diverg", "truncat", "Truncate"].iter().any(|w| line.contains(w)) {
+            eprintln!("e2e_tail_truncate: {line}");
+        }
+    }
     assert!(
         apply_log.contains("mirror truncated; the removed batches are in the archive"),
         "apply:\n{apply_log}"
     );
 
+    lap("phase 4 (A truncated, mirror followed)");
     // The archive: exactly the X batches A held, at their offsets, in the epoch A wrote them.
     let frames: Vec<_> = scan_frames(&a_before, 0).map(|f| f.unwrap().info).collect();
-    let cut = frames.iter().find(|f| f.base_offset == P as i64).expect("a batch starts at P");
+    let cut = frames
+        .iter()
+        .find(|f| f.base_offset == P as i64)
+        .expect("a batch starts at P");
     let x_epoch = cut.partition_leader_epoch;
     let rel = archive_path(TOPIC, 0, P as i64, (P + X) as i64);
     let archived = std::fs::read(mirror.join(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}\napply:\n{apply_log}"));
-    assert_eq!(archived, &a_before[cut.position as usize..], "the archive holds A's X bytes");
+    assert_eq!(
+        archived,
+        &a_before[cut.position as usize..],
+        "the archive holds A's X bytes"
+    );
     let archived_frames: Vec<_> = scan_frames(&archived, 0).map(|f| f.unwrap().info).collect();
     assert_eq!(archived_frames.first().map(|f| f.base_offset), Some(P as i64));
     assert_eq!(archived_frames.last().map(|f| f.last_offset + 1), Some((P + X) as i64));
@@ -241,7 +267,10 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
         .map(|f| f.unwrap().info)
         .find(|f| f.base_offset == P as i64)
         .map(|f| f.partition_leader_epoch);
-    assert!(y_epoch > Some(x_epoch), "Y is in a later epoch: {y_epoch:?} after {x_epoch}");
+    assert!(
+        y_epoch > Some(x_epoch),
+        "Y is in a later epoch: {y_epoch:?} after {x_epoch}"
+    );
 
     // The catalog and `segmirror status` name the range.
     let rows = Catalog::open(&catalog).unwrap().truncations(Some(LINK)).unwrap();
@@ -275,9 +304,15 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     assert_eq!(identity(&source_records), expected);
     drop(cluster);
 
+    lap("checks");
     // Promotion into a stopped target: exactly P+Y records at the source's offsets.
     let mut target = KafkaBroker::start(BrokerConfig::new("unclean-target")).unwrap();
-    admin(&target.bootstrap(), &[TopicSpec::new(TOPIC, 1).config("retention.ms", -1)], &[]).unwrap();
+    admin(
+        &target.bootstrap(),
+        &[TopicSpec::new(TOPIC, 1).config("retention.ms", -1)],
+        &[],
+    )
+    .unwrap();
     target.stop().unwrap();
     let promote = segmirror_promote(&mirror, target.log_dir(), &catalog, &["--json"]).unwrap();
     assert_eq!(promote.code, 0, "{promote}");
@@ -288,5 +323,5 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     let consumed = consume_all(&target.bootstrap(), TOPIC, None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(identity(&consumed), expected, "the target's records");
     target.stop().unwrap();
-    eprintln!("e2e_tail_truncate: {:.1} s", started.elapsed().as_secs_f64());
+    lap("promoted and consumed (end)");
 }
