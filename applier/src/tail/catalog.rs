@@ -188,6 +188,23 @@ impl TailCatalog {
         Ok(self.catalog.partition_by_id(id)?.installed_end_offset)
     }
 
+    /// The installed versions of `p`, by base (`truncate` checks which of them a cut reaches).
+    pub(super) fn installed_segments(&mut self, p: &PartitionRef) -> TailResult<Vec<SegmentRecord>> {
+        let id = self.id(p)?;
+        Ok(self.catalog.installed_segments(id)?)
+    }
+
+    /// A truncation into sealed history (`truncate`): the installed rows from `from_base` on dropped, the installed
+    /// end set back to it. Idempotent.
+    pub(super) fn truncate_installed(&mut self, p: &PartitionRef, from_base: i64) -> TailResult<()> {
+        let id = self.id(p)?;
+        let topic_id = Uuid(p.topic_id).to_string();
+        self.catalog
+            .truncate_installed(id, &topic_id, from_base)
+            .map_err(|e| self.not_writable(p, e))?;
+        Ok(())
+    }
+
     /// Records a truncation or divergence (`truncate`); idempotent.
     pub(super) fn record_truncation(&mut self, r: &segmirror_catalog::TruncationRecord) -> TailResult<()> {
         self.catalog.record_truncation(r)?;
