@@ -182,12 +182,6 @@ impl TailCatalog {
         Ok(())
     }
 
-    /// The offset up to which the catalog holds `p` installed as whole versions (`truncate` never cuts below it).
-    pub(super) fn installed_end(&mut self, p: &PartitionRef) -> TailResult<Option<i64>> {
-        let id = self.id(p)?;
-        Ok(self.catalog.partition_by_id(id)?.installed_end_offset)
-    }
-
     /// The installed versions of `p`, by base (`truncate` checks which of them a cut reaches).
     pub(super) fn installed_segments(&mut self, p: &PartitionRef) -> TailResult<Vec<SegmentRecord>> {
         let id = self.id(p)?;
