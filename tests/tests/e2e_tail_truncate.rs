@@ -6,9 +6,13 @@
 //! quorum and nothing would be elected). ONE plain `segmirror ship --upto log-end` runs on A's log dir (it ships
 //! A's replica whatever A's role) and one `segmirror apply --listen` writes the mirror.
 //!
+//! Segments are small ([`SEGMENT_BYTES`]): P fills most of the first one and X crosses A's first roll, so the
+//! truncation reaches *below the last roll*: Kafka's `truncateTo` deletes A's second segment and makes the first one
+//! active again, and the mirror must do the same with a segment it had sealed (issue 10 item 2's hard case).
+//!
 //! 1. `P` records with `acks=all`: A and B hold them.
-//! 2. B is killed; the ISR shrinks to {A}; `X` records with `acks=1` go to A only, and the mirror gets them (log-end
-//!    mode ships what is not committed). A's partition directory is copied.
+//! 2. B is killed; the ISR shrinks to {A}; `X` records with `acks=1` go to A only (its first segment rolls among
+//!    them), and the mirror gets them (log-end mode ships what is not committed). A's segments are copied.
 //! 3. A is killed. B restarts: not in the ISR, it becomes leader only by an unclean election. `Y` records go to B,
 //!    from offset `P` on (the X offsets are reused by other records).
 //! 4. A restarts and follows B: it truncates X away (`OffsetsForLeaderEpoch` / the fetch's diverging epoch) and
@@ -16,16 +20,16 @@
 //!    takes): it sees A's log shrink or change, ends the session, and the next Resume's epoch comparison sends a
 //!    Truncate to `P`.
 //!
-//! Then: the mirror's `.log` equals A's byte for byte (and B's), `verify --strict` finds it sound, the archive holds
-//! exactly the X batches A held (parsed, with their offsets and epoch), the catalog and `segmirror status` show the
-//! range `[P, P+X)`, and promotion into a stopped target broker gives consumers exactly the P+Y records at the
-//! source's offsets.
+//! Then: the mirror's segments equal A's byte for byte (A's batches equal B's), `verify --strict` finds it sound, the
+//! archive holds exactly the X batches A held (parsed, with their offsets and epoch: the first segment's tail, then
+//! its second segment whole), the catalog and `segmirror status` show the range `[P, P+X)`, and promotion into a
+//! stopped target broker gives consumers exactly the P+Y records at the source's offsets.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
-use segmirror_applier::tail::archive_path;
+use segmirror_applier::tail::{archive_path, ArchivedRange, RemovedSegment};
 use segmirror_catalog::{Catalog, TruncationKind};
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::{run_segmirror, segmirror_verify};
@@ -44,6 +48,9 @@ const P: usize = 30;
 const X: usize = 20;
 const Y: usize = 35;
 const VALUE_BYTES: usize = 120;
+/// The topic's segment size (`internal.segment.bytes`): P takes about 4.3 KiB, X about 2.9 KiB in batches of at
+/// most ~1.1 KiB, so the first segment takes P and X's first batch or two, and rolls among X.
+const SEGMENT_BYTES: u64 = 6000;
 /// Failure guard for anything waited for; nothing is asserted about speed.
 const PATIENCE: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(100);
@@ -67,38 +74,44 @@ fn send(cluster: &mut KafkaCluster, tag: &str, n: usize, acks: &str) -> Vec<Reco
     python_produce(&cluster.bootstrap(), &plan).unwrap()
 }
 
-/// The one `.log` of a partition directory (the test's data stays in the first segment), its bytes.
-fn log_bytes(dir: &Path) -> Vec<u8> {
-    std::fs::read(dir.join(format!("{:020}.log", 0))).unwrap_or_default()
-}
-
-fn log_count(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
+/// Every `.log` of a partition directory: (base offset, bytes), in offset order.
+fn segments(dir: &Path) -> Vec<(i64, Vec<u8>)> {
+    let mut out: Vec<(i64, Vec<u8>)> = std::fs::read_dir(dir)
         .map(|d| {
-            d.filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.path().extension().and_then(|x| x.to_str()) == Some("log"))
+            d.filter_map(|e| {
+                let path = e.ok()?.path();
+                let base = path.file_name()?.to_str()?.strip_suffix(".log")?.parse().ok()?;
+                Some((base, std::fs::read(&path).ok()?))
             })
-            .count()
+            .collect()
         })
-        .unwrap_or(0)
+        .unwrap_or_default();
+    out.sort();
+    out
 }
 
-/// Waits until the mirror's log equals `expected()` byte for byte, both services still running.
-fn wait_mirror(mirror: &Path, expected: impl Fn() -> Vec<u8>, ship: &mut Service, apply: &mut Service) {
+/// A replica's batches: its segments' bytes concatenated (replicas holding the same batches give the same bytes
+/// wherever each rolled).
+fn batches(dir: &Path) -> Vec<u8> {
+    segments(dir).into_iter().flat_map(|(_, b)| b).collect()
+}
+
+/// Waits until the mirror's segments equal the source's byte for byte, both services still running.
+fn wait_mirror(mirror: &Path, source: &Path, ship: &mut Service, apply: &mut Service) {
     let start = Instant::now();
+    let sizes = |segs: Vec<(i64, Vec<u8>)>| segs.into_iter().map(|(b, v)| (b, v.len())).collect::<Vec<_>>();
     loop {
         ship.assert_running();
         apply.assert_running();
-        let want = expected();
-        if !want.is_empty() && log_bytes(mirror) == want {
+        let want = segments(source);
+        if !want.is_empty() && segments(mirror) == want {
             return;
         }
         assert!(
             start.elapsed() < PATIENCE,
-            "the mirror ({} B) never equalled the source ({} B)\n--- ship ---\n{}\n--- apply ---\n{}",
-            log_bytes(mirror).len(),
-            want.len(),
+            "the mirror {:?} never equalled the source {:?}\n--- ship ---\n{}\n--- apply ---\n{}",
+            sizes(segments(mirror)),
+            sizes(want),
             ship.log(),
             apply.log()
         );
@@ -122,11 +135,15 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     let lap = |what: &str| eprintln!("e2e_tail_truncate: {what} at {:.1} s", started.elapsed().as_secs_f64());
     let mut cluster = KafkaCluster::start(ClusterConfig::new("unclean").unclean_leader_election(true)).unwrap();
     lap("cluster started");
+    let segment_bytes = cluster.node(A).unwrap().install().segment_bytes_config();
     create_topic_on(
         &mut cluster,
         TOPIC,
         &[vec![A, B]],
-        &[("min.insync.replicas", "1".to_string())],
+        &[
+            ("min.insync.replicas", "1".to_string()),
+            (segment_bytes, SEGMENT_BYTES.to_string()),
+        ],
     )
     .unwrap();
     wait_partition(&mut cluster, TOPIC, 0, "led by A with B in sync", |s| {
@@ -182,8 +199,8 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     // 1. P records on both replicas.
     let committed = send(&mut cluster, "p", P, "all");
     assert_eq!(committed.last().map(|r| r.offset), Some(P as i64 - 1));
-    wait_mirror(&mirror_dir, || log_bytes(&a_dir), &mut ship, &mut apply);
-    assert_eq!(log_bytes(&b_dir), log_bytes(&a_dir), "B holds what A holds");
+    wait_mirror(&mirror_dir, &a_dir, &mut ship, &mut apply);
+    assert_eq!(batches(&b_dir), batches(&a_dir), "B holds what A holds");
 
     lap("phase 1 (P)");
     // 2. B dies; the ISR shrinks to {A}; X records reach A alone, and the mirror.
@@ -194,9 +211,15 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
         (lost.first().map(|r| r.offset), lost.last().map(|r| r.offset)),
         (Some(P as i64), Some((P + X) as i64 - 1))
     );
-    wait_mirror(&mirror_dir, || log_bytes(&a_dir), &mut ship, &mut apply);
-    let a_before = log_bytes(&a_dir);
-    assert_eq!(log_count(&a_dir), 1, "the test's data stays in one segment");
+    wait_mirror(&mirror_dir, &a_dir, &mut ship, &mut apply);
+    let a_segments = segments(&a_dir);
+    assert_eq!(
+        a_segments.len(),
+        2,
+        "X crosses A's first roll: {:?}",
+        a_segments.iter().map(|(b, v)| (*b, v.len())).collect::<Vec<_>>()
+    );
+    let a_before = batches(&a_dir);
 
     lap("phase 2 (X)");
     // 3. A dies; B comes back outside the ISR and is elected uncleanly; Y records go to B from offset P.
@@ -214,23 +237,19 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     // 4. A comes back as B's follower and truncates X away; the shipper (still running) makes the mirror follow.
     cluster.restart(A).unwrap();
     let start = Instant::now();
-    while log_bytes(&a_dir) != log_bytes(&b_dir) {
+    while batches(&a_dir) != batches(&b_dir) {
         assert!(start.elapsed() < PATIENCE, "A never caught up with B");
         std::thread::sleep(POLL);
     }
-    let a_after = log_bytes(&a_dir);
-    assert_ne!(
-        a_after[..a_before.len().min(a_after.len())],
-        a_before[..a_before.len().min(a_after.len())]
-    );
-    wait_mirror(&mirror_dir, || log_bytes(&a_dir), &mut ship, &mut apply);
+    let a_after = batches(&a_dir);
+    wait_mirror(&mirror_dir, &a_dir, &mut ship, &mut apply);
     let (code, ship_log) = ship.stop();
     assert_eq!(code, Some(0), "ship:\n{ship_log}");
     let (code, apply_log) = apply.stop();
     assert_eq!(code, Some(0), "apply:\n{apply_log}");
     assert_eq!(
-        log_bytes(&mirror_dir),
-        log_bytes(&a_dir),
+        segments(&mirror_dir),
+        segments(&a_dir),
         "the mirror is A's log byte for byte"
     );
     for line in ship_log.lines().chain(apply_log.lines()) {
@@ -251,6 +270,10 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
         .find(|f| f.base_offset == P as i64)
         .expect("a batch starts at P");
     let x_epoch = cut.partition_leader_epoch;
+    assert!(
+        cut.position < a_segments[0].1.len() as u64,
+        "X's first batch is in A's first segment: the cut lies in a segment the mirror had sealed"
+    );
     let rel = archive_path(TOPIC, 0, P as i64, (P + X) as i64);
     let archived = std::fs::read(mirror.join(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}\napply:\n{apply_log}"));
     assert_eq!(
@@ -263,6 +286,16 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
     assert_eq!(archived_frames.last().map(|f| f.last_offset + 1), Some((P + X) as i64));
     assert!(archived_frames.len() >= 2, "several batches: {}", archived_frames.len());
     assert!(archived_frames.iter().all(|f| f.partition_leader_epoch == x_epoch));
+    let sidecar: ArchivedRange =
+        serde_json::from_slice(&std::fs::read(mirror.join(&rel).with_extension("json")).unwrap()).unwrap();
+    assert_eq!(
+        sidecar.removed_segments,
+        vec![RemovedSegment {
+            base: a_segments[1].0,
+            size: a_segments[1].1.len() as u64
+        }],
+        "A's second segment archived whole"
+    );
     let y_epoch = scan_frames(&a_after, 0)
         .map(|f| f.unwrap().info)
         .find(|f| f.base_offset == P as i64)
@@ -293,7 +326,7 @@ fn an_unclean_election_truncates_the_source_and_the_mirror_follows_with_the_lost
         "{line}"
     );
 
-    // The stopped mirror is sound (the cut active segment's companions rebuilt).
+    // The stopped mirror is sound (the cut segment's companions rebuilt as an active one's, or sealed again).
     let verify = segmirror_verify(&[mirror_dir.as_path()], &["--strict"]).unwrap();
     assert_eq!(verify.code, 0, "{verify}");
 

@@ -319,13 +319,20 @@ async fn a_source_truncated_below_its_last_roll_makes_the_sealed_segment_active_
     for (_, bytes) in &before[1..] {
         removed.extend_from_slice(bytes);
     }
-    let end = scan_frames(&removed, 0).map(|f| f.expect("frame").info.last_offset).last().expect("batches") + 1;
+    let end = scan_frames(&removed, 0)
+        .map(|f| f.expect("frame").info.last_offset)
+        .last()
+        .expect("batches")
+        + 1;
     let rel = archive_path(TOPIC, 0, at, end);
     assert_eq!(std::fs::read(mirror.join(&rel)).expect("archive"), removed);
     let catalog = Catalog::open(&catalog).expect("catalog");
     let rows = catalog.truncations(Some(LINK)).expect("rows");
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].kind, rows[0].from_offset, rows[0].to_offset), (TruncationKind::Truncated, at, end));
+    assert_eq!(
+        (rows[0].kind, rows[0].from_offset, rows[0].to_offset),
+        (TruncationKind::Truncated, at, end)
+    );
     // The catalog holds nothing installed from the cut segment on: it is the active one again.
     let row = catalog
         .partition(&segmirror_catalog::PartitionKey::new(LINK, TOPIC, 0))

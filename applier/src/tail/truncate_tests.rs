@@ -346,22 +346,40 @@ fn cut_into_first(f: &Fixture, k: usize, half: usize) -> Truncate {
 /// and active at the cut, the later ones gone with their companions, the archive holding the removed bytes in
 /// order, the catalog holding nothing installed from the first segment on, one truncation row, no journal; then
 /// the source's batches from the cut on are taken again, the first segment sealed again, the next ones follow.
-async fn check_cut_into_first(f: &Fixture, a: &mut TailAppender, view: &Catalog, t: &Truncate, half: usize, what: &str) {
+async fn check_cut_into_first(
+    f: &Fixture,
+    a: &mut TailAppender,
+    view: &Catalog,
+    t: &Truncate,
+    half: usize,
+    what: &str,
+) {
     let (base0, bytes0) = &f.segs[0];
     let cut = t.position as usize;
     let positions = a.durable_positions().await.unwrap();
     assert_eq!(
-        (positions[0].position.segment_base, positions[0].position.position, positions[0].sealed),
+        (
+            positions[0].position.segment_base,
+            positions[0].position.position,
+            positions[0].sealed
+        ),
         (*base0, t.position, false),
         "{what}"
     );
     let ends = a.log_ends(&positions).await.unwrap().unwrap();
     assert_eq!(ends[0].end_offset, t.truncate_to, "{what}");
-    assert_eq!(std::fs::read(mirror_log(&f.mirror, *base0)).unwrap(), &bytes0[..cut], "{what}");
+    assert_eq!(
+        std::fs::read(mirror_log(&f.mirror, *base0)).unwrap(),
+        &bytes0[..cut],
+        "{what}"
+    );
     let pdir = f.mirror.join("orders-2");
     for (base, _) in &f.segs[1..3] {
         for kind in SegmentFileKind::ALL {
-            assert!(!pdir.join(segment_file_name(*base, kind)).exists(), "{what}: {kind:?} of {base}");
+            assert!(
+                !pdir.join(segment_file_name(*base, kind)).exists(),
+                "{what}: {kind:?} of {base}"
+            );
         }
     }
     let mut expected = bytes0[cut..].to_vec();
@@ -370,9 +388,14 @@ async fn check_cut_into_first(f: &Fixture, a: &mut TailAppender, view: &Catalog,
     let rel = archive_path("orders", 2, t.truncate_to, t.mirror_end_offset);
     let archived = std::fs::read(f.mirror.join(&rel)).unwrap();
     assert_eq!(archived, expected, "{what}");
-    let offsets: Vec<i64> = scan_frames(&archived, 0).map(|fr| fr.unwrap().info.base_offset).collect();
+    let offsets: Vec<i64> = scan_frames(&archived, 0)
+        .map(|fr| fr.unwrap().info.base_offset)
+        .collect();
     assert_eq!(offsets.first(), Some(&t.truncate_to), "{what}");
-    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{what}: one run in offset order");
+    assert!(
+        offsets.windows(2).all(|w| w[0] < w[1]),
+        "{what}: one run in offset order"
+    );
     let sidecar: ArchivedRange =
         serde_json::from_slice(&std::fs::read(f.mirror.join(&rel).with_extension("json")).unwrap()).unwrap();
     assert_eq!(
@@ -383,7 +406,11 @@ async fn check_cut_into_first(f: &Fixture, a: &mut TailAppender, view: &Catalog,
     assert_eq!(sidecar.uninstall_from, Some(*base0), "{what}");
     let rows = view.truncations(Some(LINK)).unwrap();
     assert_eq!(rows.len(), 1, "{what}");
-    assert_eq!((rows[0].from_offset, rows[0].to_offset), (t.truncate_to, t.mirror_end_offset), "{what}");
+    assert_eq!(
+        (rows[0].from_offset, rows[0].to_offset),
+        (t.truncate_to, t.mirror_end_offset),
+        "{what}"
+    );
     assert_eq!(rows[0].size, Some(expected.len() as u64), "{what}");
     let key = segmirror_catalog::PartitionKey::new(LINK, "orders", 2);
     let row = view.partition(&key).unwrap();
@@ -430,7 +457,12 @@ async fn a_cut_into_a_sealed_segment_makes_it_active_again_and_removes_the_later
         .mirror
         .join("orders-2")
         .join(segment_file_name(f.segs[0].0, SegmentFileKind::Index));
-    let rebuilt = rebuild_index(&mirror_log(&f.mirror, f.segs[0].0), f.segs[0].0, CompanionKind::OffsetIndex).unwrap();
+    let rebuilt = rebuild_index(
+        &mirror_log(&f.mirror, f.segs[0].0),
+        f.segs[0].0,
+        CompanionKind::OffsetIndex,
+    )
+    .unwrap();
     assert_eq!(std::fs::read(&index).unwrap_or_default(), rebuilt);
     check_cut_into_first(&f, &mut a, &view, &t, half, "no crash").await;
 }
