@@ -119,8 +119,11 @@ fn wait_mirror(mirror: &Path, source: &Path, ship: &mut Service, apply: &mut Ser
     }
 }
 
-/// (offset, key, value) of each record, in offset order.
-fn identity(records: &[Record]) -> Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+/// (offset, key, value) of a record: what must be identical on source and target.
+type RecordIdentity = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Each record's [`RecordIdentity`], in offset order.
+fn identity(records: &[Record]) -> Vec<RecordIdentity> {
     let mut out: Vec<_> = records
         .iter()
         .map(|r| (r.offset, r.key.clone(), r.value.clone()))
