@@ -160,7 +160,7 @@ async fn a_cut_at_the_active_segments_base_empties_it() {
 }
 
 #[tokio::test]
-async fn cuts_into_a_sealed_segment_at_the_log_start_or_off_the_evidence_are_refused() {
+async fn cuts_outside_the_mirror_at_the_log_start_or_off_the_evidence_are_refused() {
     let f = fixture();
     let tmp = tempfile::tempdir().unwrap();
     let (cat, view) = catalogs(tmp.path());
@@ -488,4 +488,60 @@ async fn a_crash_at_any_step_of_a_cut_into_a_sealed_segment_is_finished_at_the_n
         let mut a = open(&f, Catalog::open(tmp.path().join("catalog.sqlite")).unwrap());
         check_cut_into_first(&f, &mut a, &view, &t, half, &format!("{point:?}")).await;
     }
+}
+
+#[tokio::test]
+async fn a_journal_naming_removed_segments_out_of_order_is_refused_with_nothing_changed() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cat, view) = catalogs(tmp.path());
+    let armed = Arc::new(Armed::new(FailPoint::TruncateJournaled, 1));
+    let mut a = open(&f, cat).with_failpoint(Arc::clone(&armed));
+    let half = mirrored_three(&f, &mut a).await;
+    let t = cut_into_first(&f, 2, half);
+    a.apply_truncate(&t).await.expect_err("killed");
+    drop(a);
+    let journal = f
+        .mirror
+        .join(TAIL_STATE_DIR)
+        .join(TRUNCATE_JOURNAL_DIR)
+        .join("orders-2.json");
+    let written: ArchivedRange = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
+    assert_eq!(written.removed_segments.len(), 2);
+    let pdir = f.mirror.join("orders-2");
+    let files = || {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&pdir)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (
+                    p.file_name().unwrap().to_string_lossy().to_string(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files();
+    // A hostile journal: the segments removed whole not above the cut one, or not in order.
+    for removed in [
+        vec![RemovedSegment {
+            base: f.segs[0].0,
+            size: 10,
+        }],
+        written.removed_segments.iter().rev().copied().collect(),
+    ] {
+        let hostile = ArchivedRange {
+            removed_segments: removed,
+            ..written.clone()
+        };
+        std::fs::write(&journal, serde_json::to_vec(&hostile).unwrap()).unwrap();
+        let mut a = open(&f, Catalog::open(tmp.path().join("catalog.sqlite")).unwrap());
+        let e = a.durable_positions().await.expect_err("refused");
+        refused(&e, &["orders-2.json", "does not describe orders-2"]);
+        assert_eq!(files(), before, "nothing changed after {e}");
+    }
+    assert!(view.truncations(None).unwrap().is_empty());
+    assert!(!f.mirror.join(ARCHIVE_DIR).exists());
 }
