@@ -95,7 +95,7 @@ pub use progress::{
 };
 pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
-pub use truncate::{archive_path, ArchivedRange, ARCHIVE_DIR, TRUNCATE_JOURNAL_DIR};
+pub use truncate::{archive_path, ArchivedRange, RemovedSegment, ARCHIVE_DIR, TRUNCATE_JOURNAL_DIR};
 
 /// Directory under the mirror root holding one state file per tailed partition.
 pub const TAIL_STATE_DIR: &str = ".tail";

@@ -6,12 +6,13 @@
 //! A `diverged` row is a source that lost committed records (high-watermark mode): recorded, nothing removed, the
 //! partition stopped.
 
-use rusqlite::{params, Row};
+use rusqlite::{params, Row, TransactionBehavior};
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
-use crate::key::PartitionKey;
+use crate::key::{PartitionId, PartitionKey};
+use crate::partition::load_writable;
 use crate::Catalog;
 
 /// What happened to the range.
@@ -138,6 +139,54 @@ impl Catalog {
         Ok(inserted)
     }
 
+    /// A source truncation that reached into installed history (an unclean election cut below the source's last
+    /// roll): every installed row at or above `from_base` is dropped and the installed end set back to
+    /// `from_base`, with an event, in one transaction; the base offsets dropped, in order. The caller has archived
+    /// the bytes and made `from_base` the segment it appends to (its state file): the catalog again holds only the
+    /// sealed history below the active segment. Idempotent: a repeat drops nothing and writes nothing.
+    ///
+    /// Errors (nothing written): `NotFound`, `Promoted`, `LineageBreak`, `InvalidOffset`.
+    pub fn truncate_installed(&mut self, id: PartitionId, source_topic_id: &str, from_base: i64) -> Result<Vec<i64>> {
+        if from_base < 0 {
+            return Err(Error::InvalidOffset {
+                field: "truncated segment base",
+                value: from_base,
+            });
+        }
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let p = load_writable(&tx, id, source_topic_id)?;
+        let dropped: Vec<i64> = {
+            let mut stmt = tx.prepare(
+                "SELECT base_offset FROM segments WHERE partition_id = ?1 AND state = 'installed' \
+                 AND base_offset >= ?2 ORDER BY base_offset",
+            )?;
+            let rows = stmt
+                .query_map(params![id.0, from_base], |row| row.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            rows
+        };
+        if dropped.is_empty() {
+            return Ok(dropped);
+        }
+        tx.execute(
+            "DELETE FROM segments WHERE partition_id = ?1 AND state = 'installed' AND base_offset >= ?2",
+            params![id.0, from_base],
+        )?;
+        tx.execute(
+            "UPDATE mirror_partitions SET installed_end_offset = ?2 WHERE id = ?1",
+            params![id.0, from_base],
+        )?;
+        let detail = format!(
+            "source truncated into installed history: {} installed segment(s) {dropped:?} dropped, installed end \
+             offset {:?} -> {from_base} (the first one is the segment appended to again)",
+            dropped.len(),
+            p.installed_end_offset
+        );
+        insert_event(&tx, Subject::Partition(&p.key), EventKind::Note, &detail)?;
+        tx.commit()?;
+        Ok(dropped)
+    }
+
     /// Every recorded truncation of `link` (all links with `None`), oldest first.
     pub fn truncations(&self, link: Option<&str>) -> Result<Vec<TruncationRecord>> {
         const COLUMNS: &str = "link, topic, partition, at_ms, kind, from_offset, to_offset, mirror_epoch, \
@@ -200,5 +249,42 @@ mod tests {
         let mut bad = record(TruncationKind::Diverged, 70);
         bad.to_offset = 70;
         assert!(cat.record_truncation(&bad).is_err());
+    }
+
+    #[test]
+    fn a_truncation_into_installed_history_drops_the_rows_from_its_segment_on_once() {
+        use crate::test_support::{created, seg};
+        use crate::SegmentVersion;
+        let mut cat = Catalog::open_in_memory().unwrap();
+        cat.create_link(&crate::test_support::link_spec("l")).unwrap();
+        let key = PartitionKey::new("l", "t", 0);
+        let id = created(cat.upsert_partition(&key, "src", 0).unwrap()).id;
+        for (b, n) in [(0, 100), (100, 200), (200, 300)] {
+            let v = SegmentVersion {
+                sealed: true,
+                ..seg(b, n)
+            };
+            cat.mark_installed(id, "src", &v).unwrap();
+        }
+        assert_eq!(cat.truncate_installed(id, "src", 100).unwrap(), vec![100, 200]);
+        let left: Vec<i64> = cat
+            .installed_segments(id)
+            .unwrap()
+            .iter()
+            .map(|s| s.version.base_offset)
+            .collect();
+        assert_eq!(left, vec![0]);
+        assert_eq!(cat.partition_by_id(id).unwrap().installed_end_offset, Some(100));
+        // A repeat (crash recovery) drops nothing; segment 100 can be sealed again, with other content.
+        assert!(cat.truncate_installed(id, "src", 100).unwrap().is_empty());
+        let v = SegmentVersion {
+            sealed: true,
+            ..seg(100, 150)
+        };
+        cat.mark_installed(id, "src", &v).unwrap();
+        // Another lineage or a negative base is refused, nothing written.
+        assert!(cat.truncate_installed(id, "other", 0).is_err());
+        assert!(cat.truncate_installed(id, "src", -1).is_err());
+        assert_eq!(cat.installed_segments(id).unwrap().len(), 2);
     }
 }

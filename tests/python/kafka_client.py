@@ -29,6 +29,8 @@ consume query:
 
 admin request (one process for many topics: a JVM tool call per topic costs a second or more here):
   {"bootstrap": ..., "create": [{"name": "t", "partitions": 2, "config": {"k": "v"}}], "describe": ["t", ...]}
+  A create entry may name "replica_assignment": [[node ids of partition 0], ...] instead of partitions and a
+  replication factor (the first node of each list is the preferred leader).
   Creates the topics (waiting until each has a leader), then prints
   {"topics": {"t": {"topic_id": "<base64 uuid as in partition.metadata>", "partitions": 2}}} for the described ones.
 
@@ -192,7 +194,10 @@ def admin(request):
     client = AdminClient({"bootstrap.servers": request["bootstrap"]})
     creates = request.get("create", [])
     if creates:
-        new_topics = [NewTopic(t["name"], num_partitions=t.get("partitions", 1),
+        new_topics = [NewTopic(t["name"], num_partitions=len(t["replica_assignment"]),
+                               replica_assignment=t["replica_assignment"], config=t.get("config", {}))
+                      if "replica_assignment" in t else
+                      NewTopic(t["name"], num_partitions=t.get("partitions", 1),
                                replication_factor=t.get("replication_factor", 1),
                                config=t.get("config", {})) for t in creates]
         for name, future in client.create_topics(new_topics, operation_timeout=30, request_timeout=60).items():
@@ -203,9 +208,10 @@ def admin(request):
         # Creation returns when the controller accepted it; wait until every partition has a leader.
         deadline = time.monotonic() + 30
         for t in creates:
+            expected = len(t["replica_assignment"]) if "replica_assignment" in t else t.get("partitions", 1)
             while True:
                 meta = client.list_topics(t["name"], timeout=10).topics.get(t["name"])
-                if (meta is not None and meta.error is None and len(meta.partitions) == t.get("partitions", 1)
+                if (meta is not None and meta.error is None and len(meta.partitions) == expected
                         and all(p.leader >= 0 for p in meta.partitions.values())):
                     break
                 if time.monotonic() > deadline:

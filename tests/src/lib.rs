@@ -25,6 +25,7 @@ pub mod segmirror_cli;
 pub mod service;
 pub mod shapes;
 pub mod tools;
+pub mod unclean;
 pub mod wait;
 
 pub use broker::{BrokerConfig, KafkaBroker, CLEAN_SHUTDOWN_FILE};

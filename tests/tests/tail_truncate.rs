@@ -3,7 +3,9 @@
 //! `TailAppender` with a catalog. The source is then truncated below what was shipped and continued under a new
 //! leader epoch (its `leader-epoch-checkpoint` updated as a broker does), and a second session must bring the
 //! mirror back to the source byte for byte, with the removed batches in the archive and the catalog; in
-//! high-watermark mode the same divergence is recorded and nothing is cut.
+//! high-watermark mode the same divergence is recorded and nothing is cut. And a source with small segments
+//! truncated below its last roll (Kafka's `truncateTo`: the later segments deleted, the older one active again):
+//! the mirror's sealed segment becomes the active one again, the later ones go to the archive whole.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -239,4 +241,102 @@ async fn in_high_watermark_mode_a_source_that_lost_committed_records_stops_the_p
     assert_eq!(rows[0].kind, TruncationKind::Diverged);
     assert_eq!((rows[0].from_offset, rows[0].to_offset), (at, at + 12));
     assert!(!mirror.join(".archive").exists());
+}
+
+/// A source partition of several small segments: 12 batches of 3 records in leader epoch 3. Returns its directory.
+fn write_rolled_source(root: &Path) -> PathBuf {
+    let cfg = WriterConfig {
+        fsync: false,
+        segment_bytes: 1024,
+        topic_id: Some(Uuid(TOPIC_ID)),
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(root, TOPIC, 0, 0, cfg).expect("writer");
+    w.become_leader(3);
+    for _ in 0..12 {
+        let at = w.next_offset();
+        w.append(batch(at, 3, b'a')).expect("append");
+    }
+    let dir = w.dir().to_path_buf();
+    w.close().expect("close");
+    dir
+}
+
+/// Every `.log` of a partition directory: (base offset, bytes), in offset order.
+fn logs(dir: &Path) -> Vec<(i64, Vec<u8>)> {
+    let mut out: Vec<(i64, Vec<u8>)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| {
+                let path = e.ok()?.path();
+                let base = path.file_name()?.to_str()?.strip_suffix(".log")?.parse().ok()?;
+                Some((base, std::fs::read(&path).ok()?))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_truncated_below_its_last_roll_makes_the_sealed_segment_active_again() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let source = write_rolled_source(&tmp.path().join("source"));
+    let mirror = tmp.path().join("mirror");
+    let catalog = tmp.path().join("catalog.sqlite");
+    let mirror_dir = mirror.join(format!("{TOPIC}-0"));
+    let same = || logs(&source) == logs(&mirror_dir);
+
+    session(&source, &mirror, &catalog, UptoPolicy::LogEnd, same).await;
+    let before = logs(&source);
+    assert!(before.len() >= 3, "the source rolled: {} segments", before.len());
+
+    // Kafka's truncateTo into the first segment at its second batch: the later segments (and their companions and
+    // snapshots) deleted, the first cut, then 5 batches of epoch 5 appended there.
+    let (base0, bytes0) = &before[0];
+    let frames: Vec<_> = scan_frames(bytes0, 0).map(|f| f.expect("frame").info).collect();
+    let (cut, at) = (frames[1].position as usize, frames[1].base_offset);
+    for entry in std::fs::read_dir(&source).expect("source") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        let offset = name.split('.').next().and_then(|n| n.parse::<i64>().ok());
+        if offset.is_some_and(|o| o > at) {
+            std::fs::remove_file(&path).expect("remove");
+        }
+    }
+    let mut kept = bytes0[..cut].to_vec();
+    for i in 0..5 {
+        kept.extend_from_slice(&batch(at + 3 * i, 5, b'z').build());
+    }
+    std::fs::write(source.join(segment_file_name(*base0, SegmentFileKind::Log)), &kept).expect("write");
+    std::fs::write(source.join("leader-epoch-checkpoint"), format!("0\n2\n3 0\n5 {at}\n")).expect("epochs");
+    assert_eq!(logs(&source).len(), 1);
+
+    session(&source, &mirror, &catalog, UptoPolicy::LogEnd, same).await;
+    assert_eq!(logs(&mirror_dir), logs(&source));
+    // The archive: the first segment's removed batches, then every later segment whole, in offset order.
+    let mut removed = bytes0[cut..].to_vec();
+    for (_, bytes) in &before[1..] {
+        removed.extend_from_slice(bytes);
+    }
+    let end = scan_frames(&removed, 0)
+        .map(|f| f.expect("frame").info.last_offset)
+        .last()
+        .expect("batches")
+        + 1;
+    let rel = archive_path(TOPIC, 0, at, end);
+    assert_eq!(std::fs::read(mirror.join(&rel)).expect("archive"), removed);
+    let catalog = Catalog::open(&catalog).expect("catalog");
+    let rows = catalog.truncations(Some(LINK)).expect("rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].kind, rows[0].from_offset, rows[0].to_offset),
+        (TruncationKind::Truncated, at, end)
+    );
+    // The catalog holds nothing installed from the cut segment on: it is the active one again.
+    let row = catalog
+        .partition(&segmirror_catalog::PartitionKey::new(LINK, TOPIC, 0))
+        .expect("partition");
+    assert!(catalog.installed_segments(row.id).expect("segments").is_empty());
+    assert_eq!(row.installed_end_offset, Some(*base0));
 }

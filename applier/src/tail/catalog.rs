@@ -182,10 +182,21 @@ impl TailCatalog {
         Ok(())
     }
 
-    /// The offset up to which the catalog holds `p` installed as whole versions (`truncate` never cuts below it).
-    pub(super) fn installed_end(&mut self, p: &PartitionRef) -> TailResult<Option<i64>> {
+    /// The installed versions of `p`, by base (`truncate` checks which of them a cut reaches).
+    pub(super) fn installed_segments(&mut self, p: &PartitionRef) -> TailResult<Vec<SegmentRecord>> {
         let id = self.id(p)?;
-        Ok(self.catalog.partition_by_id(id)?.installed_end_offset)
+        Ok(self.catalog.installed_segments(id)?)
+    }
+
+    /// A truncation into sealed history (`truncate`): the installed rows from `from_base` on dropped, the installed
+    /// end set back to it. Idempotent.
+    pub(super) fn truncate_installed(&mut self, p: &PartitionRef, from_base: i64) -> TailResult<()> {
+        let id = self.id(p)?;
+        let topic_id = Uuid(p.topic_id).to_string();
+        self.catalog
+            .truncate_installed(id, &topic_id, from_base)
+            .map_err(|e| self.not_writable(p, e))?;
+        Ok(())
     }
 
     /// Records a truncation or divergence (`truncate`); idempotent.

@@ -8,27 +8,40 @@
 //! when its bytes agree with the evidence: the partition's active segment holds a batch starting at exactly
 //! `position` with base offset `truncate_to`; its last batch ends at the `mirror_end_offset` in the `mirror_epoch`
 //! the Truncate repeats; `truncate_to` is not above the source's end offset for that epoch; every batch kept is of
-//! an epoch the source's answer covers; the cut is above the mirror's first offset (something remains) and above
-//! what the catalog holds installed as whole versions. Anything else is refused naming partition and offsets, with
-//! nothing changed.
+//! an epoch the source's answer covers; the cut is above the mirror's first offset (something remains). Installed
+//! versions the cut reaches must be segments the tail itself sealed (never what `apply` installed from the bucket).
+//! Anything else is refused naming partition and offsets, with nothing changed.
 //!
-//! Cutting into a sealed segment (the source rolled after the divergence point, then truncated back into the older
-//! segment) is refused for now: it needs a sealed catalog version made active again.
+//! # A cut into a sealed segment
+//! An unclean election can truncate the source below its last roll: Kafka's `truncateTo` then deletes every
+//! segment above the one holding the cut and makes that one active again. The mirror shares the source's layout
+//! below the divergence, so it does the same: the segments above the cut one are removed whole (their bytes follow
+//! the cut segment's in the archive, so the archive stays one run of valid batches in offset order), the cut
+//! segment's sealed companions are dropped (its offset and time index are rebuilt as an active segment's, its
+//! `.txnindex` derived again), producer snapshots above the cut go (as Kafka deletes them), and the catalog's
+//! installed rows from the cut segment on are dropped with the installed end set back to its base
+//! ([`segmirror_catalog::Catalog::truncate_installed`]): the catalog again holds the sealed history below the
+//! active segment, the state file the active segment. The shipper continues there and seals the segment again
+//! when the source rolls.
 //!
 //! # The crash protocol
-//! 1. a journal `<mirror>/.tail/truncations/<topic>-<partition>.json` (atomic) names the cut and the archive;
+//! 1. a journal `<mirror>/.tail/truncations/<topic>-<partition>.json` (atomic) names the cut, the segments removed
+//!    whole, and the archive;
 //! 2. the archive `<mirror>/.archive/<topic>-<partition>/<from:020>-<to:020>.log`: the removed bytes, raw valid
 //!    Kafka batches, streamed with their SHA-256 into a temporary file, fsynced, renamed, directory fsynced; then
 //!    its JSON sidecar (offsets, epochs, size, SHA-256, time, reason);
-//! 3. the mirror's `.log` cut to `position`, fsynced;
-//! 4. the catalog row (`truncations`, idempotent);
-//! 5. the state file at the new end (its open transactions derived again, the active indexes rebuilt);
+//! 3. the segments above the cut one deleted (highest first), producer snapshots above the cut and the cut
+//!    segment's offset and time index deleted, the mirror's `.log` cut to `position`, fsynced, directory fsynced;
+//! 4. the catalog: installed rows from the cut segment dropped (only when the cut reached them), the truncation
+//!    row (`truncations`); both idempotent;
+//! 5. the state file at the new end, unsealed (its open transactions derived again, the active indexes rebuilt);
 //! 6. the journal removed.
 //!
 //! A crash anywhere leaves the journal; the next session start ([`Inner::recover_truncations`], before the
 //! positions are read) repeats every step from 2 (each is idempotent: an archive already in place is checked by
-//! size, a file already cut is left alone). The state file is written last among the changes, so until then the
-//! recorded position still claims the removed bytes, and the journal is what explains a file shorter than it.
+//! size, files already deleted or cut are left alone). The state file is written last among the changes, so until
+//! then the recorded position still claims the removed bytes, and the journal is what explains a file shorter
+//! than it (or gone).
 //!
 //! The archive lives outside every partition directory (a broker handed the directory at promotion never sees it,
 //! and `promote` reads only partition directories and the state files).
@@ -38,6 +51,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::log::LogFile;
 use segmirror_catalog::{TruncationKind, TruncationRecord};
@@ -87,6 +101,27 @@ pub struct ArchivedRange {
     /// Hex SHA-256 of the archive (the sidecar only; the journal is written before it is known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// Segments above the cut one, removed whole (the cut reached into sealed history), in offset order; their
+    /// bytes follow the cut segment's in the archive.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_segments: Vec<RemovedSegment>,
+    /// The catalog's installed rows from this base on are dropped (the cut reached installed versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uninstall_from: Option<i64>,
+}
+
+/// A segment a truncation removes whole: its base and the bytes of it archived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedSegment {
+    pub base: i64,
+    pub size: u64,
+}
+
+impl ArchivedRange {
+    /// Bytes the archive holds: the cut segment's tail, then every segment removed whole.
+    pub fn archived_size(&self) -> u64 {
+        (self.end_position - self.position) + self.removed_segments.iter().map(|r| r.size).sum::<u64>()
+    }
 }
 
 mod hex_id {
@@ -239,24 +274,43 @@ impl Inner {
         if t.mode == TruncateMode::HighWatermark {
             return self.record_divergence(t, &s).map(|()| None);
         }
-        if t.segment_base != s.segment_base || s.sealed {
+        if t.segment_base > s.segment_base {
             return Err(refuse(format!(
-                "the cut lies in segment {}, the mirror appends to segment {}{}: cutting into a sealed segment is not supported",
-                t.segment_base,
-                s.segment_base,
-                if s.sealed { " (sealed)" } else { "" }
+                "the cut lies in segment {}, above the segment {} the mirror appends to",
+                t.segment_base, s.segment_base
             )));
         }
-        if t.position >= s.position {
+        let pdir = self.partition_dir(&s.topic, s.partition);
+        let listed = segment_format::dir::PartitionDir::open(&pdir)?.segments;
+        if let Some(f) = listed.iter().find(|f| f.base_offset > s.segment_base) {
             return Err(refuse(format!(
-                "the mirror's segment ends at byte {}: nothing to truncate",
-                s.position
+                "the mirror holds segment {} above the segment {} it appends to",
+                f.base_offset, s.segment_base
             )));
         }
-        let path = self.log_path(&s.topic, s.partition, s.segment_base);
-        let found = scan(&path, t.position, s.position)?;
+        // The bytes of a mirror segment that count: the recorded position of the one appended to (or sealed last),
+        // the whole file of a sealed one before it.
+        let durable_len = |base: i64, path: &Path| -> TailResult<u64> {
+            if base == s.segment_base {
+                Ok(s.position)
+            } else {
+                fs::metadata(path).map(|m| m.len()).map_err(|e| TailError::io(path, e))
+            }
+        };
+        if t.segment_base < s.segment_base && !listed.iter().any(|f| f.base_offset == t.segment_base) {
+            return Err(refuse(format!("the mirror holds no segment {}", t.segment_base)));
+        }
+        let path = self.log_path(&s.topic, s.partition, t.segment_base);
+        let cut_len = durable_len(t.segment_base, &path)?;
+        if t.position >= cut_len {
+            return Err(refuse(format!(
+                "the mirror's segment {} ends at byte {cut_len}: nothing to truncate",
+                t.segment_base
+            )));
+        }
+        let found = scan(&path, t.position, cut_len)?;
         let boundary = if t.position == 0 {
-            Some(s.segment_base)
+            Some(t.segment_base)
         } else {
             found.at_cut
         };
@@ -266,13 +320,32 @@ impl Inner {
                 None => format!("byte {} is not a batch boundary of {}", t.position, path.display()),
             }));
         }
-        let Some((end_offset, end_epoch)) = found.end else {
-            return Err(refuse(format!("{} holds no batch", path.display())));
+        // The segments above the cut one go whole (a cut below the last roll, module docs).
+        let mut removed_segments = Vec::new();
+        let (mut batches, mut last_epoch) = (found.batches, found.last_epoch);
+        for f in listed.iter().filter(|f| f.base_offset > t.segment_base) {
+            let size = durable_len(f.base_offset, &f.log)?;
+            if size > 0 {
+                let more = scan(&f.log, 0, size)?;
+                batches += more.batches;
+                last_epoch = more.last_epoch;
+            }
+            removed_segments.push(RemovedSegment {
+                base: f.base_offset,
+                size,
+            });
+        }
+        // The mirror's end, read off its bytes as for the Resume.
+        let durable = DurablePosition {
+            position: position_of(&t.partition, s.segment_base, s.position),
+            sealed: s.sealed,
         };
-        if (end_offset, end_epoch) != (t.mirror_end_offset, t.mirror_epoch) {
+        let end = log_end(&pdir, &durable)?;
+        let end_offset = end.end_offset;
+        if (end.end_offset, end.last_epoch) != (t.mirror_end_offset, t.mirror_epoch) {
             return Err(refuse(format!(
-                "the evidence names the mirror's end as offset {} in epoch {}, its bytes end at offset {end_offset} in epoch {end_epoch}",
-                t.mirror_end_offset, t.mirror_epoch
+                "the evidence names the mirror's end as offset {} in epoch {}, its bytes end at offset {} in epoch {}",
+                t.mirror_end_offset, t.mirror_epoch, end.end_offset, end.last_epoch
             )));
         }
         if t.truncate_to > t.source_end_offset {
@@ -287,38 +360,45 @@ impl Inner {
                 found.kept_epoch, t.source_epoch
             )));
         }
-        let pdir = self.partition_dir(&s.topic, s.partition);
-        let log_start = segment_format::dir::PartitionDir::open(&pdir)?
-            .segments
-            .first()
-            .map_or(s.segment_base, |f| f.base_offset);
+        let log_start = listed.first().map_or(s.segment_base, |f| f.base_offset);
         if t.truncate_to <= log_start {
             return Err(refuse(format!(
                 "offset {} is at or below the mirror's log start {log_start}: nothing would remain",
                 t.truncate_to
             )));
         }
+        // Installed versions the cut reaches: only segments the tail sealed itself, from the cut segment on.
+        let mut uninstall_from = None;
         if let Some(catalog) = &mut self.catalog {
-            if let Some(installed) = catalog.installed_end(&t.partition)? {
-                if t.truncate_to < installed {
+            for row in catalog.installed_segments(&t.partition)? {
+                let v = &row.version;
+                if v.next_offset <= t.truncate_to {
+                    continue;
+                }
+                let tail_sealed = v.sealed
+                    && v.base_offset >= t.segment_base
+                    && v.manifest_key.starts_with(super::TAIL_MANIFEST_KEY_PREFIX);
+                if !tail_sealed {
                     return Err(refuse(format!(
-                        "the catalog holds the partition installed as whole versions up to offset {installed}"
+                        "the catalog holds the partition installed as whole versions up to offset {} (segment {} from {})",
+                        v.next_offset, v.base_offset, v.manifest_key
                     )));
                 }
+                uninstall_from = Some(t.segment_base);
             }
         }
         let range = ArchivedRange {
             topic: s.topic.clone(),
             partition: s.partition,
             topic_id: s.topic_id,
-            segment_base: s.segment_base,
+            segment_base: t.segment_base,
             position: t.position,
-            end_position: s.position,
+            end_position: cut_len,
             from_offset: t.truncate_to,
             to_offset: end_offset,
-            batches: found.batches,
+            batches,
             first_epoch: found.first_epoch,
-            last_epoch: found.last_epoch,
+            last_epoch,
             mirror_epoch: t.mirror_epoch,
             source_epoch: t.source_epoch,
             source_end_offset: t.source_end_offset,
@@ -329,6 +409,8 @@ impl Inner {
                 t.source_epoch, t.source_end_offset, t.mirror_epoch
             ),
             sha256: None,
+            removed_segments,
+            uninstall_from,
         };
         tracing::warn!(partition = %name, from = range.from_offset, to = range.to_offset, archive = %range.archive,
             "the source truncated what the mirror holds: archiving and truncating");
@@ -349,20 +431,27 @@ impl Inner {
     /// Steps 2 to 6 of the module docs, from the journal's range; each idempotent.
     fn finish_truncation(&mut self, name: &str, range: ArchivedRange) -> TailResult<(i64, u64)> {
         let log = self.log_path(&range.topic, range.partition, range.segment_base);
+        let pdir = self.partition_dir(&range.topic, range.partition);
         let archive = self.root.join(&range.archive);
         let sha = match fs::metadata(&archive) {
-            Ok(m) if m.len() == range.end_position - range.position => sha256_file(&archive)?,
+            Ok(m) if m.len() == range.archived_size() => sha256_file(&archive)?,
             Ok(m) => {
                 return Err(TailError::BadState {
                     path: archive,
                     reason: format!(
                         "the archive holds {} bytes, the journal names {}",
                         m.len(),
-                        range.end_position - range.position
+                        range.archived_size()
                     ),
                 })
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_archive(&log, &archive, &range)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut pieces = vec![(log.clone(), range.position, range.end_position)];
+                for r in &range.removed_segments {
+                    pieces.push((self.log_path(&range.topic, range.partition, r.base), 0, r.size));
+                }
+                write_archive(&pieces, &archive)?
+            }
             Err(e) => return Err(TailError::io(&archive, e)),
         };
         let sidecar = archive.with_extension("json");
@@ -377,6 +466,18 @@ impl Inner {
         write_atomically(&sidecar, &bytes)?;
         self.kill_point(crate::tail::TruncateStep::Archived)?;
 
+        // The segments above the cut one, highest first (a crash leaves a prefix of the log), then what is derived
+        // from the removed offsets: producer snapshots above the cut, the cut segment's offset and time index
+        // (rebuilt below as an active segment's; a sealed one's covered its whole length).
+        for r in range.removed_segments.iter().rev() {
+            for kind in SegmentFileKind::ALL {
+                remove_if_present(&pdir.join(segment_file_name(r.base, kind)))?;
+            }
+        }
+        remove_snapshots_above(&pdir, range.from_offset)?;
+        for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+            remove_if_present(&pdir.join(segment_file_name(range.segment_base, kind)))?;
+        }
         let len = fs::metadata(&log).map_err(|e| TailError::io(&log, e))?.len();
         if len > range.position {
             let file = OpenOptions::new()
@@ -386,9 +487,18 @@ impl Inner {
             file.set_len(range.position).map_err(|e| TailError::io(&log, e))?;
             file.sync_all().map_err(|e| TailError::io(&log, e))?;
         }
+        fsync_dir(&pdir)?;
         self.kill_point(crate::tail::TruncateStep::Cut)?;
 
         if let Some(catalog) = &mut self.catalog {
+            if let Some(base) = range.uninstall_from {
+                let p = PartitionRef {
+                    topic: range.topic.clone(),
+                    partition: range.partition,
+                    topic_id: range.topic_id,
+                };
+                catalog.truncate_installed(&p, base)?;
+            }
             catalog.record_truncation(&TruncationRecord {
                 link: catalog.link().to_string(),
                 topic: range.topic.clone(),
@@ -401,7 +511,7 @@ impl Inner {
                 source_end_offset: range.source_end_offset,
                 archive_path: Some(range.archive.clone()),
                 sha256: Some(sha),
-                size: Some(range.end_position - range.position),
+                size: Some(range.archived_size()),
                 at_ms: range.at_ms,
             })?;
         }
@@ -492,6 +602,15 @@ impl Inner {
             if path.file_stem().and_then(|s| s.to_str()) != Some(name.as_str())
                 || range.archive != archive_path(&range.topic, range.partition, range.from_offset, range.to_offset)
                 || range.position >= range.end_position
+                || range
+                    .removed_segments
+                    .iter()
+                    .scan(range.segment_base, |prev, r| {
+                        let ordered = r.base > *prev;
+                        *prev = r.base;
+                        Some(ordered)
+                    })
+                    .any(|ordered| !ordered)
             {
                 return Err(TailError::BadState {
                     path,
@@ -524,44 +643,77 @@ fn position_of(p: &PartitionRef, segment_base: i64, position: u64) -> Position {
     }
 }
 
-/// Copies `[range.position, range.end_position)` of `log` into `archive` (temporary file, fsync, rename, fsync
-/// directory), streaming; its SHA-256.
-fn write_archive(log: &Path, archive: &Path, range: &ArchivedRange) -> TailResult<[u8; 32]> {
-    copy_range(log, archive, range)?;
+/// Copies each piece `(file, from, to)` (the byte range `[from, to)` of a `.log`), in order, into `archive`
+/// (temporary file, fsync, rename, fsync directory), streaming; its SHA-256.
+fn write_archive(pieces: &[(PathBuf, u64, u64)], archive: &Path) -> TailResult<[u8; 32]> {
+    copy_pieces(pieces, archive)?;
     sha256_file(archive)
 }
 
-fn copy_range(log: &Path, archive: &Path, range: &ArchivedRange) -> TailResult<()> {
+fn copy_pieces(pieces: &[(PathBuf, u64, u64)], archive: &Path) -> TailResult<()> {
     let dir = archive.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
-    let len = fs::metadata(log).map_err(|e| TailError::io(log, e))?.len();
-    if len < range.end_position {
-        return Err(TailError::BadState {
-            path: log.to_path_buf(),
-            reason: format!(
-                "{len} bytes, but the truncation journal names {} and no archive holds them",
-                range.end_position
-            ),
-        });
-    }
     let tmp = archive.with_extension("log.tmp");
-    let mut src = File::open(log).map_err(|e| TailError::io(log, e))?;
-    src.seek(SeekFrom::Start(range.position))
-        .map_err(|e| TailError::io(log, e))?;
     let mut out = File::create(&tmp).map_err(|e| TailError::io(&tmp, e))?;
-    let mut left = range.end_position - range.position;
     let mut buf = vec![0u8; ARCHIVE_COPY_BYTES];
-    while left > 0 {
-        let want = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
-        let piece = &mut buf[..want];
-        src.read_exact(piece).map_err(|e| TailError::io(log, e))?;
-        out.write_all(piece).map_err(|e| TailError::io(&tmp, e))?;
-        left -= want as u64;
+    for (log, from, to) in pieces {
+        if from == to {
+            continue;
+        }
+        let len = fs::metadata(log).map_err(|e| TailError::io(log, e))?.len();
+        if len < *to {
+            return Err(TailError::BadState {
+                path: log.to_path_buf(),
+                reason: format!("{len} bytes, but the truncation journal names {to} and no archive holds them"),
+            });
+        }
+        let mut src = File::open(log).map_err(|e| TailError::io(log, e))?;
+        src.seek(SeekFrom::Start(*from)).map_err(|e| TailError::io(log, e))?;
+        let mut left = to - from;
+        while left > 0 {
+            let want = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
+            let piece = &mut buf[..want];
+            src.read_exact(piece).map_err(|e| TailError::io(log, e))?;
+            out.write_all(piece).map_err(|e| TailError::io(&tmp, e))?;
+            left -= want as u64;
+        }
     }
     out.sync_all().map_err(|e| TailError::io(&tmp, e))?;
     drop(out);
     fs::rename(&tmp, archive).map_err(|e| TailError::io(archive, e))?;
     fsync_dir(dir)?;
+    Ok(())
+}
+
+/// Removes `path`; a file already gone is fine (a repeat after a crash).
+fn remove_if_present(path: &Path) -> TailResult<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(TailError::io(path, e)),
+    }
+}
+
+/// Removes the producer snapshots (`<offset>.snapshot`) of `pdir` above `offset`: they describe producer state
+/// after records the truncation removed (Kafka deletes them on truncation too).
+fn remove_snapshots_above(pdir: &Path, offset: i64) -> TailResult<()> {
+    let entries = match fs::read_dir(pdir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(TailError::io(pdir, e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(|e| TailError::io(pdir, e))?.path();
+        let above = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".snapshot"))
+            .and_then(|n| n.parse::<i64>().ok())
+            .is_some_and(|at| at > offset);
+        if above {
+            remove_if_present(&path)?;
+        }
+    }
     Ok(())
 }
 

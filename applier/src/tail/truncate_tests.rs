@@ -1,5 +1,6 @@
-//! Truncations of a tailed mirror: inside the active segment, at its base, refused into a sealed segment, at the
-//! log start, and on hostile evidence; archive, catalog and state after each crash point of the protocol.
+//! Truncations of a tailed mirror: inside the active segment, at its base, into a sealed segment (which becomes the
+//! active one again, the later ones removed whole), refused at the log start and on hostile evidence; archive,
+//! catalog and state after each crash point of the protocol.
 
 use std::sync::Arc;
 
@@ -159,7 +160,7 @@ async fn a_cut_at_the_active_segments_base_empties_it() {
 }
 
 #[tokio::test]
-async fn cuts_into_a_sealed_segment_at_the_log_start_or_off_the_evidence_are_refused() {
+async fn cuts_outside_the_mirror_at_the_log_start_or_off_the_evidence_are_refused() {
     let f = fixture();
     let tmp = tempfile::tempdir().unwrap();
     let (cat, view) = catalogs(tmp.path());
@@ -170,11 +171,13 @@ async fn cuts_into_a_sealed_segment_at_the_log_start_or_off_the_evidence_are_ref
     let b1 = boundaries(bytes1);
     let k = b1.len() / 2;
 
-    let mut into_sealed = cut_at(&f, k);
-    into_sealed.segment_base = *base0;
-    into_sealed.position = boundaries(bytes0)[2] as u64;
-    into_sealed.truncate_to = base_at(bytes0, boundaries(bytes0)[2]);
-    into_sealed.source_end_offset = into_sealed.truncate_to;
+    let mut no_segment = cut_at(&f, k);
+    no_segment.segment_base = *base0 + 1;
+    no_segment.position = boundaries(bytes0)[2] as u64;
+    no_segment.truncate_to = base_at(bytes0, boundaries(bytes0)[2]);
+    no_segment.source_end_offset = no_segment.truncate_to;
+    let mut above_active = cut_at(&f, k);
+    above_active.segment_base = *base1 + 1;
     let mut not_boundary = cut_at(&f, k);
     not_boundary.position += 1;
     let mut wrong_offset = cut_at(&f, k);
@@ -193,9 +196,10 @@ async fn cuts_into_a_sealed_segment_at_the_log_start_or_off_the_evidence_are_ref
     beyond.truncate_to = end_of(bytes1);
     let mut other_lineage = cut_at(&f, k);
     other_lineage.partition.topic_id = [8; 16];
-    let sealed_segment = format!("segment {base0}");
+    let no_such = format!("no segment {}", *base0 + 1);
     let cases: Vec<(Truncate, Vec<&str>)> = vec![
-        (into_sealed, vec!["orders-2", "sealed", &sealed_segment]),
+        (no_segment, vec!["orders-2", &no_such]),
+        (above_active, vec!["orders-2", "above the segment"]),
         (not_boundary, vec!["orders-2", "not a batch boundary"]),
         (wrong_offset, vec!["orders-2", "starts at offset"]),
         (wrong_end, vec!["orders-2", "bytes end at offset"]),
@@ -300,4 +304,244 @@ async fn a_crash_at_any_step_of_a_truncation_is_finished_at_the_next_start() {
         a.apply_chunk(&chunk(*base, bytes, b[k], bytes.len())).await.unwrap();
         assert_eq!(std::fs::read(&log).unwrap(), *bytes, "{point:?}");
     }
+}
+
+/// The mirror of three segments: the source's first two sealed, the first half of its third appended (the active
+/// one). Returns the third's appended length.
+async fn mirrored_three(f: &Fixture, a: &mut TailAppender) -> usize {
+    a.durable_positions().await.unwrap();
+    for (base, bytes) in &f.segs[..2] {
+        for c in chunks_of(*base, bytes, 3) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+    }
+    let (base2, bytes2) = &f.segs[2];
+    let b2 = boundaries(bytes2);
+    let half = b2[b2.len() / 2];
+    a.apply_chunk(&chunk(*base2, bytes2, 0, half)).await.unwrap();
+    half
+}
+
+/// A Truncate into the first (sealed) segment at its `k`-th batch boundary, the mirror ending at `half` of the
+/// third.
+fn cut_into_first(f: &Fixture, k: usize, half: usize) -> Truncate {
+    let (base0, bytes0) = &f.segs[0];
+    let b0 = boundaries(bytes0);
+    let to = base_at(bytes0, b0[k]);
+    Truncate {
+        partition: pref(),
+        truncate_to: to,
+        segment_base: *base0,
+        position: b0[k] as u64,
+        mode: TruncateMode::LogEnd,
+        mirror_end_offset: end_of(&f.segs[2].1[..half]),
+        mirror_epoch: 3,
+        source_epoch: 3,
+        source_end_offset: to,
+    }
+}
+
+/// What a cut into the first segment leaves, checked after it and after every crash point: the first segment cut
+/// and active at the cut, the later ones gone with their companions, the archive holding the removed bytes in
+/// order, the catalog holding nothing installed from the first segment on, one truncation row, no journal; then
+/// the source's batches from the cut on are taken again, the first segment sealed again, the next ones follow.
+async fn check_cut_into_first(
+    f: &Fixture,
+    a: &mut TailAppender,
+    view: &Catalog,
+    t: &Truncate,
+    half: usize,
+    what: &str,
+) {
+    let (base0, bytes0) = &f.segs[0];
+    let cut = t.position as usize;
+    let positions = a.durable_positions().await.unwrap();
+    assert_eq!(
+        (
+            positions[0].position.segment_base,
+            positions[0].position.position,
+            positions[0].sealed
+        ),
+        (*base0, t.position, false),
+        "{what}"
+    );
+    let ends = a.log_ends(&positions).await.unwrap().unwrap();
+    assert_eq!(ends[0].end_offset, t.truncate_to, "{what}");
+    assert_eq!(
+        std::fs::read(mirror_log(&f.mirror, *base0)).unwrap(),
+        &bytes0[..cut],
+        "{what}"
+    );
+    let pdir = f.mirror.join("orders-2");
+    for (base, _) in &f.segs[1..3] {
+        for kind in SegmentFileKind::ALL {
+            assert!(
+                !pdir.join(segment_file_name(*base, kind)).exists(),
+                "{what}: {kind:?} of {base}"
+            );
+        }
+    }
+    let mut expected = bytes0[cut..].to_vec();
+    expected.extend_from_slice(&f.segs[1].1);
+    expected.extend_from_slice(&f.segs[2].1[..half]);
+    let rel = archive_path("orders", 2, t.truncate_to, t.mirror_end_offset);
+    let archived = std::fs::read(f.mirror.join(&rel)).unwrap();
+    assert_eq!(archived, expected, "{what}");
+    let offsets: Vec<i64> = scan_frames(&archived, 0)
+        .map(|fr| fr.unwrap().info.base_offset)
+        .collect();
+    assert_eq!(offsets.first(), Some(&t.truncate_to), "{what}");
+    assert!(
+        offsets.windows(2).all(|w| w[0] < w[1]),
+        "{what}: one run in offset order"
+    );
+    let sidecar: ArchivedRange =
+        serde_json::from_slice(&std::fs::read(f.mirror.join(&rel).with_extension("json")).unwrap()).unwrap();
+    assert_eq!(
+        sidecar.removed_segments.iter().map(|r| r.base).collect::<Vec<_>>(),
+        vec![f.segs[1].0, f.segs[2].0],
+        "{what}"
+    );
+    assert_eq!(sidecar.uninstall_from, Some(*base0), "{what}");
+    let rows = view.truncations(Some(LINK)).unwrap();
+    assert_eq!(rows.len(), 1, "{what}");
+    assert_eq!(
+        (rows[0].from_offset, rows[0].to_offset),
+        (t.truncate_to, t.mirror_end_offset),
+        "{what}"
+    );
+    assert_eq!(rows[0].size, Some(expected.len() as u64), "{what}");
+    let key = segmirror_catalog::PartitionKey::new(LINK, "orders", 2);
+    let row = view.partition(&key).unwrap();
+    assert!(view.installed_segments(row.id).unwrap().is_empty(), "{what}");
+    assert_eq!(row.installed_end_offset, Some(*base0), "{what}");
+    assert!(
+        !f.mirror
+            .join(TAIL_STATE_DIR)
+            .join(TRUNCATE_JOURNAL_DIR)
+            .join("orders-2.json")
+            .exists(),
+        "{what}"
+    );
+
+    // The source's batches again, from the cut: the first segment grows, is sealed again, the next ones follow.
+    a.apply_chunk(&chunk(*base0, bytes0, cut, bytes0.len())).await.unwrap();
+    a.apply_seal(&seal_of(&f.source, *base0, bytes0, true)).await.unwrap();
+    let (base1, bytes1) = &f.segs[1];
+    a.apply_chunk(&chunk(*base1, bytes1, 0, bytes1.len())).await.unwrap();
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, *base0)).unwrap(), *bytes0, "{what}");
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, *base1)).unwrap(), *bytes1, "{what}");
+    let installed: Vec<i64> = view
+        .installed_segments(row.id)
+        .unwrap()
+        .iter()
+        .map(|s| s.version.base_offset)
+        .collect();
+    assert_eq!(installed, vec![*base0], "{what}");
+}
+
+#[tokio::test]
+async fn a_cut_into_a_sealed_segment_makes_it_active_again_and_removes_the_later_ones() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cat, view) = catalogs(tmp.path());
+    let mut a = open(&f, cat);
+    let half = mirrored_three(&f, &mut a).await;
+    let k = boundaries(&f.segs[0].1).len() / 2;
+    let t = cut_into_first(&f, k, half);
+    let at = a.apply_truncate(&t).await.unwrap().expect("a new end");
+    assert_eq!((at.segment_base, at.position), (f.segs[0].0, t.position));
+    // The cut segment's offset index is an active segment's again: rebuilt up to the cut.
+    let index = f
+        .mirror
+        .join("orders-2")
+        .join(segment_file_name(f.segs[0].0, SegmentFileKind::Index));
+    let rebuilt = rebuild_index(
+        &mirror_log(&f.mirror, f.segs[0].0),
+        f.segs[0].0,
+        CompanionKind::OffsetIndex,
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(&index).unwrap_or_default(), rebuilt);
+    check_cut_into_first(&f, &mut a, &view, &t, half, "no crash").await;
+}
+
+#[tokio::test]
+async fn a_crash_at_any_step_of_a_cut_into_a_sealed_segment_is_finished_at_the_next_start() {
+    for point in [
+        FailPoint::TruncateJournaled,
+        FailPoint::TruncateArchived,
+        FailPoint::TruncateCut,
+        FailPoint::TruncateRecorded,
+    ] {
+        let f = fixture();
+        let tmp = tempfile::tempdir().unwrap();
+        let (cat, view) = catalogs(tmp.path());
+        let armed = Arc::new(Armed::new(point, 1));
+        let mut a = open(&f, cat).with_failpoint(Arc::clone(&armed));
+        let half = mirrored_three(&f, &mut a).await;
+        let t = cut_into_first(&f, 3, half);
+        let e = a.apply_truncate(&t).await.expect_err("killed");
+        assert!(armed.fired(), "{point:?}: {e}");
+        drop(a);
+        let mut a = open(&f, Catalog::open(tmp.path().join("catalog.sqlite")).unwrap());
+        check_cut_into_first(&f, &mut a, &view, &t, half, &format!("{point:?}")).await;
+    }
+}
+
+#[tokio::test]
+async fn a_journal_naming_removed_segments_out_of_order_is_refused_with_nothing_changed() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cat, view) = catalogs(tmp.path());
+    let armed = Arc::new(Armed::new(FailPoint::TruncateJournaled, 1));
+    let mut a = open(&f, cat).with_failpoint(Arc::clone(&armed));
+    let half = mirrored_three(&f, &mut a).await;
+    let t = cut_into_first(&f, 2, half);
+    a.apply_truncate(&t).await.expect_err("killed");
+    drop(a);
+    let journal = f
+        .mirror
+        .join(TAIL_STATE_DIR)
+        .join(TRUNCATE_JOURNAL_DIR)
+        .join("orders-2.json");
+    let written: ArchivedRange = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
+    assert_eq!(written.removed_segments.len(), 2);
+    let pdir = f.mirror.join("orders-2");
+    let files = || {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&pdir)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (
+                    p.file_name().unwrap().to_string_lossy().to_string(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files();
+    // A hostile journal: the segments removed whole not above the cut one, or not in order.
+    for removed in [
+        vec![RemovedSegment {
+            base: f.segs[0].0,
+            size: 10,
+        }],
+        written.removed_segments.iter().rev().copied().collect(),
+    ] {
+        let hostile = ArchivedRange {
+            removed_segments: removed,
+            ..written.clone()
+        };
+        std::fs::write(&journal, serde_json::to_vec(&hostile).unwrap()).unwrap();
+        let mut a = open(&f, Catalog::open(tmp.path().join("catalog.sqlite")).unwrap());
+        let e = a.durable_positions().await.expect_err("refused");
+        refused(&e, &["orders-2.json", "does not describe orders-2"]);
+        assert_eq!(files(), before, "nothing changed after {e}");
+    }
+    assert!(view.truncations(None).unwrap().is_empty());
+    assert!(!f.mirror.join(ARCHIVE_DIR).exists());
 }
