@@ -258,6 +258,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     segment_base: 1000,
                     position: 4096,
                     end_offset: 1042,
+                    last_batch_crc: Some(0x1234_5678),
                 }),
             },
         }),

@@ -212,16 +212,22 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
         })),
         (
             arb_partition(),
-            proptest::option::of(proptest::option::of((0..i64::MAX, any::<u64>(), 0..i64::MAX))),
+            proptest::option::of(proptest::option::of((
+                0..i64::MAX,
+                any::<u64>(),
+                0..i64::MAX,
+                proptest::option::of(any::<u32>()),
+            ))),
             (0..i32::MAX, 0..i32::MAX),
         )
             .prop_map(|(partition, granted, (holder_node, holder_epoch))| {
                 let verdict = match granted {
                     Some(durable) => ClaimVerdict::Granted {
-                        durable: durable.map(|(segment_base, position, end_offset)| ClaimedAt {
+                        durable: durable.map(|(segment_base, position, end_offset, last_batch_crc)| ClaimedAt {
                             segment_base,
                             position,
                             end_offset,
+                            last_batch_crc,
                         }),
                     },
                     None => ClaimVerdict::Refused {

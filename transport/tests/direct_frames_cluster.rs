@@ -166,6 +166,7 @@ fn claim_results_with_bad_presence_bytes_or_extra_bytes_are_refused() {
                 segment_base: 100,
                 position: 4096,
                 end_offset: 140,
+                last_batch_crc: None,
             }),
         },
     }));
@@ -212,6 +213,51 @@ fn claim_results_with_bad_presence_bytes_or_extra_bytes_are_refused() {
     bad[PARTITION_LEN + 1..PARTITION_LEN + 5].copy_from_slice(&(-3i32).to_be_bytes());
     let (_, field, _, _) = field_error(&raw(FrameType::ClaimResult, &bad));
     assert_eq!(field, "holder_node");
+}
+
+/// The CRC of the mirror's last batch is a trailing field of a granted ClaimResult: absent, the payload ends after
+/// the end offset (as before the field existed); present, exactly four more bytes. A payload cut inside it is
+/// refused naming the field, one with more is refused as trailing bytes.
+#[test]
+fn a_claim_results_last_batch_crc_is_an_optional_trailing_field() {
+    let at = |crc| {
+        Frame::ClaimResult(ClaimResult {
+            partition: partition(),
+            verdict: ClaimVerdict::Granted {
+                durable: Some(ClaimedAt {
+                    segment_base: 100,
+                    position: 4096,
+                    end_offset: 140,
+                    last_batch_crc: crc,
+                }),
+            },
+        })
+    };
+    let without = payload(&encode(&at(None)));
+    let with = payload(&encode(&at(Some(0xdead_beef))));
+    assert_eq!(with.len(), without.len() + 4);
+    assert_eq!(&with[..without.len()], without.as_slice());
+    assert_eq!(&with[without.len()..], &0xdead_beefu32.to_be_bytes());
+    let (decoded, _) = frame::decode(&raw(FrameType::ClaimResult, &with), 0, MAX_PAYLOAD_LEN)
+        .unwrap()
+        .unwrap();
+    assert_eq!(decoded, at(Some(0xdead_beef)));
+    // Cut inside the CRC.
+    let cut = &with[..with.len() - 1];
+    let (frame, field, offset, _) = field_error(&raw(FrameType::ClaimResult, cut));
+    assert_eq!((frame.as_str(), field.as_str()), ("ClaimResult", "last_batch_crc"));
+    assert_eq!(offset, (HEADER_LEN + without.len()) as u64);
+    // One byte more than a CRC.
+    let mut long = with.clone();
+    long.push(0);
+    assert!(matches!(
+        frame::decode(&raw(FrameType::ClaimResult, &long), 0, MAX_PAYLOAD_LEN),
+        Err(FrameError::TrailingBytes {
+            frame: "ClaimResult",
+            extra: 1,
+            ..
+        })
+    ));
 }
 
 #[test]

@@ -165,7 +165,11 @@ impl ChunkApplier for ClaimMem {
             .await?
             .into_iter()
             .find(|d| d.position.partition == claim.partition);
-        Ok(ClaimDecision::Granted { durable, end_offset: 0 })
+        Ok(ClaimDecision::Granted {
+            durable,
+            end_offset: 0,
+            last_batch_crc: None,
+        })
     }
 }
 

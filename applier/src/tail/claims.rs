@@ -23,6 +23,7 @@ use segmirror_transport::direct::session::{ClaimDecision, DurablePosition};
 use segmirror_transport::store::digest_file;
 use serde::{Deserialize, Serialize};
 
+use super::truncate::last_batch;
 use super::{rebuild_index_with, tp_name, Inner, TailError, TailResult, TAIL_STATE_DIR};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::direct::payload::CompanionKind;
@@ -125,13 +126,20 @@ impl Inner {
                 )
             });
         Ok(match durable {
-            Some((durable, end_offset)) => ClaimDecision::Granted {
-                durable: Some(durable),
-                end_offset,
-            },
+            Some((durable, end_offset)) => {
+                // Read off the mirror's bytes (as the Resume's log ends are), not remembered: what the new holder
+                // must match is what the mirror holds.
+                let (_, last_batch_crc) = last_batch(&self.partition_dir(&p.topic, p.partition), &durable)?;
+                ClaimDecision::Granted {
+                    durable: Some(durable),
+                    end_offset,
+                    last_batch_crc,
+                }
+            }
             None => ClaimDecision::Granted {
                 durable: None,
                 end_offset: 0,
+                last_batch_crc: None,
             },
         })
     }

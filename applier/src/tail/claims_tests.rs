@@ -34,31 +34,30 @@ async fn claims_are_granted_by_leader_epoch_and_the_fence_survives_a_restart() {
         a.claim(1, &claim(3)).await.unwrap(),
         ClaimDecision::Granted {
             durable: None,
-            end_offset: 0
+            end_offset: 0,
+            last_batch_crc: None
         }
     );
     let (base, bytes) = &f.segs[0];
     let chunks = chunks_of(*base, bytes, 2);
     a.apply_chunk(&chunks[0]).await.unwrap();
     let end = chunks[0].position + chunks[0].bytes.len() as u64;
-    let next_offset = scan_frames(&chunks[0].bytes, 0)
-        .last()
-        .unwrap()
-        .unwrap()
-        .info
-        .last_offset
-        + 1;
+    let last = scan_frames(&chunks[0].bytes, 0).last().unwrap().unwrap();
+    let (next_offset, last_crc) = (last.info.last_offset + 1, last.stored_crc);
     // Same node, same epoch (a reconnect): granted at the durable end, with the mirror's end offset.
     match a.claim(1, &claim(3)).await.unwrap() {
         ClaimDecision::Granted {
             durable: Some(d),
             end_offset,
+            last_batch_crc,
         } => {
             assert_eq!(
                 (d.position.segment_base, d.position.position, d.sealed),
                 (*base, end, false)
             );
             assert_eq!(end_offset, next_offset);
+            // The CRC of the batch ending at the end offset, read off the mirror: the new holder's proof.
+            assert_eq!(last_batch_crc, Some(last_crc));
         }
         other => panic!("{other:?}"),
     }

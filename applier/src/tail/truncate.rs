@@ -165,6 +165,8 @@ struct Scan {
     batches: u64,
     /// One past the last offset of the segment's last batch, and that batch's epoch.
     end: Option<(i64, i32)>,
+    /// The stored CRC of the segment's last batch.
+    end_crc: Option<u32>,
 }
 
 fn scan(path: &Path, cut: u64, end: u64) -> TailResult<Scan> {
@@ -176,6 +178,7 @@ fn scan(path: &Path, cut: u64, end: u64) -> TailResult<Scan> {
         last_epoch: -1,
         batches: 0,
         end: None,
+        end_crc: None,
     };
     log.scan_range(0, end, |frame| {
         let info = &frame.info;
@@ -192,6 +195,7 @@ fn scan(path: &Path, cut: u64, end: u64) -> TailResult<Scan> {
             s.last_epoch = info.partition_leader_epoch;
         }
         s.end = Some((info.last_offset + 1, info.partition_leader_epoch));
+        s.end_crc = Some(frame.stored_crc);
         ControlFlow::Continue(())
     })?;
     Ok(s)
@@ -200,6 +204,12 @@ fn scan(path: &Path, cut: u64, end: u64) -> TailResult<Scan> {
 /// The mirror's end for a Resume: the last batch at or before the durable position (the previous segment's last
 /// batch when the position is a segment's byte 0), read off the files.
 pub(super) fn log_end(pdir: &Path, d: &DurablePosition) -> TailResult<LogEnd> {
+    last_batch(pdir, d).map(|(end, _)| end)
+}
+
+/// [`log_end`] and the stored CRC of that last batch (`None`: no batch at or before the position), for a claim's
+/// grant (feature bit 6: the new holder proves its replica holds the same batch there).
+pub(super) fn last_batch(pdir: &Path, d: &DurablePosition) -> TailResult<(LogEnd, Option<u32>)> {
     let base = d.position.segment_base;
     let listed = if pdir.exists() {
         segment_format::dir::PartitionDir::open(pdir)?.segments
@@ -219,23 +229,32 @@ pub(super) fn log_end(pdir: &Path, d: &DurablePosition) -> TailResult<LogEnd> {
                 (prev.log.clone(), len)
             }
             None => {
-                return Ok(LogEnd {
-                    end_offset: base,
-                    last_epoch: -1,
-                })
+                return Ok((
+                    LogEnd {
+                        end_offset: base,
+                        last_epoch: -1,
+                    },
+                    None,
+                ))
             }
         }
     };
     let s = scan(&path, u64::MAX, to)?;
     Ok(match s.end {
-        Some((end_offset, epoch)) => LogEnd {
-            end_offset,
-            last_epoch: epoch.max(-1),
-        },
-        None => LogEnd {
-            end_offset: base,
-            last_epoch: -1,
-        },
+        Some((end_offset, epoch)) => (
+            LogEnd {
+                end_offset,
+                last_epoch: epoch.max(-1),
+            },
+            s.end_crc,
+        ),
+        None => (
+            LogEnd {
+                end_offset: base,
+                last_epoch: -1,
+            },
+            None,
+        ),
     })
 }
 

@@ -142,7 +142,7 @@ pub(super) fn position(mut part: PartState, durable: Option<ClaimedAt>) -> Resul
         segment_base: at.segment_base,
         position: at.position,
         end_offset: at.end_offset,
-        last_batch_crc: None,
+        last_batch_crc: at.last_batch_crc,
     };
     let mut first = None;
     match handover(&name(&part.target.partition), &segments, mirror)? {

@@ -86,6 +86,7 @@ async fn a_grant_mid_segment_continues_the_mirror_segment_then_rolls_it_and_foll
             segment_base: 4,
             position: d,
             end_offset: 8,
+            last_batch_crc: None,
         }),
     );
     let mut mirror4 = bytes(&batches, 4, 8);
@@ -143,6 +144,7 @@ async fn a_grant_where_this_replica_rolled_rolls_first_and_agreeing_layouts_cont
             segment_base: 4,
             position: d,
             end_offset: 6,
+            last_batch_crc: None,
         }),
     );
     match feed.next().await.unwrap() {
@@ -171,6 +173,7 @@ async fn a_grant_where_this_replica_rolled_rolls_first_and_agreeing_layouts_cont
             segment_base: 6,
             position: d,
             end_offset: 8,
+            last_batch_crc: None,
         }),
     );
     match feed.next().await.unwrap() {
@@ -243,6 +246,7 @@ async fn a_revoked_or_refused_partition_is_claimed_again_only_at_a_higher_epoch(
             segment_base: 4,
             position: d,
             end_offset: 6,
+            last_batch_crc: None,
         }),
     );
     assert!(matches!(feed.next().await.unwrap(), FeedItem::Roll(r) if r.segment_base == 4 && r.next_offset == 6));
@@ -265,8 +269,49 @@ async fn a_grant_this_replica_cannot_continue_is_a_divergence() {
             segment_base: 4,
             position: 77,
             end_offset: 7,
+            last_batch_crc: None,
         }),
     );
     let err = feed.next().await.unwrap_err().to_string();
     assert!(err.contains("ends at offset 7") && err.contains("6..=7"), "{err}");
+}
+
+/// The grant names the CRC of the mirror's last batch: the replica's batch ending there must carry it. The same
+/// batch continues; another batch at the same offsets (a different CRC) is a divergence naming both CRCs, and
+/// nothing of the partition is shipped.
+#[tokio::test]
+async fn a_grant_whose_last_batch_crc_differs_from_the_replicas_is_refused_naming_both() {
+    let crc = |b: &[u8]| segment_format::batch::parse_header(b).unwrap().crc;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    let batches = replica(&dir);
+    let here = crc(&batches[&6]);
+    for (mirror_crc, same) in [(here, true), (here ^ 0x5a5a, false)] {
+        let (mut feed, _l) = cluster_feed(&dir, 3);
+        feed.seek(&[]).await.unwrap();
+        claimed(&mut feed, 3).await;
+        grant(
+            &mut feed,
+            &partition(),
+            Some(ClaimedAt {
+                segment_base: 4,
+                position: size(&batches, 4, 8),
+                end_offset: 8,
+                last_batch_crc: Some(mirror_crc),
+            }),
+        );
+        let next = feed.next().await;
+        if same {
+            match next.unwrap() {
+                FeedItem::Chunk(c) => assert_eq!(c.bytes.as_ref(), bytes(&batches, 8, 10).as_slice()),
+                other => panic!("expected this replica's batches from 8 on, got {other:?}"),
+            }
+        } else {
+            let err = next.unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{here:#010x}")) && err.contains(&format!("{mirror_crc:#010x}")),
+                "{err}"
+            );
+        }
+    }
 }

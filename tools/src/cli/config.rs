@@ -67,6 +67,7 @@ const TAIL_APPLY_KEYS: &[(&str, Kind)] = &[
     ("source-cluster-id", Kind::Text),
     ("catalog", Kind::Path),
     ("retain-deleted-for", Kind::Count),
+    ("cluster", Kind::Switch),
 ];
 
 /// Flags of the batch `apply` that the tail applier does not take.

@@ -57,8 +57,9 @@ pub struct Args {
     /// The source is one broker of several (issue 10): ship only the partitions this broker leads (asked of
     /// --source-bootstrap, which must be this broker: its node id is checked against the log dir's
     /// meta.properties), each claimed from the applier at its leader epoch. Needs an applier serving several
-    /// shippers on the link (feature bit 6); one shipper runs beside each broker.
-    #[arg(long, requires = "source_bootstrap")]
+    /// shippers on the link (`segmirror apply --listen ADDR --cluster`, feature bit 6), which this shipper dials
+    /// (--connect); one shipper runs beside each broker.
+    #[arg(long, requires = "source_bootstrap", conflicts_with = "listen")]
     cluster: bool,
     /// Most payload bytes per second on the link (default: no limit).
     #[arg(long, value_name = "BYTES_PER_S")]

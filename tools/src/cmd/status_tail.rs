@@ -9,8 +9,11 @@
 use std::fs;
 use std::path::Path;
 
-use segmirror_applier::tail::{recorded_active_segment, recorded_progress, PROGRESS_DIR, TAIL_STATE_DIR};
+use segmirror_applier::tail::{
+    recorded_active_segment, recorded_claim, recorded_progress, CLAIMS_DIR, PROGRESS_DIR, TAIL_STATE_DIR,
+};
 use segmirror_catalog::Status;
+use segmirror_transport::direct::payload::PartitionRef;
 use serde::Serialize;
 
 /// How the lag columns are defined, shown under `status --help`.
@@ -25,7 +28,8 @@ shows nothing beyond installed, else now - when the applier first received a rep
 installed (since then the source has held a record the mirror lacks); with the applier stopped it keeps growing. \
 `shipped` the offset after the last record the shipper has read and sent (in flight or installed), as of the last \
 report and never less than installed; `?` when the shipper does not report it (an older one). \
-Figures are as of the last report.";
+Figures are as of the last report. With a source cluster (`apply --listen --cluster`), `claim` is the source broker \
+(node id) whose shipper holds the partition and the leader epoch it was granted at (`-` before any claim).";
 
 /// One tailed partition's lag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -45,6 +49,12 @@ pub struct TailLag {
     pub lag_offsets: Option<i64>,
     pub lag_bytes: Option<u64>,
     pub lag_seconds: Option<u64>,
+    /// With several shippers (`apply --cluster`): the source node whose shipper holds the partition's claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_node: Option<i32>,
+    /// The leader epoch that claim was granted at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_epoch: Option<i32>,
     /// Why a figure is missing, when a file could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
@@ -53,7 +63,8 @@ pub struct TailLag {
 /// Every tailed partition under `root` (one with a tail state or a progress file), in name order.
 pub fn tail_lags(root: &Path, status: &Status, now_ms: u64) -> Vec<TailLag> {
     let mut names = std::collections::BTreeSet::new();
-    for dir in [root.join(TAIL_STATE_DIR), root.join(TAIL_STATE_DIR).join(PROGRESS_DIR)] {
+    let tail = root.join(TAIL_STATE_DIR);
+    for dir in [tail.clone(), tail.join(PROGRESS_DIR), tail.join(CLAIMS_DIR)] {
         let Ok(entries) = fs::read_dir(&dir) else { continue };
         for entry in entries.flatten() {
             let path = entry.path();
@@ -84,6 +95,19 @@ fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64
     });
     let progress = recorded_progress(root, topic, partition).unwrap_or_else(|e| {
         problems.push(e);
+        None
+    });
+    // Only the path of the record depends on the partition: the topic id is not part of it.
+    let claim = recorded_claim(
+        root,
+        &PartitionRef {
+            topic: topic.to_string(),
+            partition,
+            topic_id: Default::default(),
+        },
+    )
+    .unwrap_or_else(|e| {
+        problems.push(e.to_string());
         None
     });
     let catalog_end = status
@@ -125,6 +149,8 @@ fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64
         lag_offsets,
         lag_bytes,
         lag_seconds,
+        claim_node: claim.as_ref().map(|c| c.node),
+        claim_epoch: claim.as_ref().map(|c| c.epoch),
         problem: (!problems.is_empty()).then(|| problems.join("; ")),
     }
 }
@@ -136,16 +162,31 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
     if lags.is_empty() {
         return out;
     }
+    // The claim column only for a mirror of several shippers: a single shipper's table stays as it was.
+    let claims = lags.iter().any(|l| l.claim_node.is_some());
     let _ = writeln!(
         out,
-        "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8} {:>14}",
-        "tail partition", "source end", "seen", "hw", "installed", "lag offsets", "lag bytes", "lag s", "shipped"
+        "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8} {:>14}{}",
+        "tail partition",
+        "source end",
+        "seen",
+        "hw",
+        "installed",
+        "lag offsets",
+        "lag bytes",
+        "lag s",
+        "shipped",
+        if claims {
+            format!(" {:>16}", "claim")
+        } else {
+            String::new()
+        }
     );
     let opt = |v: Option<String>| v.unwrap_or_else(|| "?".to_string());
     for l in lags {
         let _ = writeln!(
             out,
-            "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8} {:>14}{}",
+            "{:<32} {:>14} {:>8} {:>14} {:>14} {:>12} {:>12} {:>8} {:>14}{}{}",
             format!("{}-{}", l.topic, l.partition),
             opt(l.source_log_end_offset.map(|o| o.to_string())),
             opt(l
@@ -157,6 +198,11 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
             opt(l.lag_bytes.map(|o| o.to_string())),
             opt(l.lag_seconds.map(|o| o.to_string())),
             opt(l.shipped_end_offset.map(|o| o.to_string())),
+            match (claims, l.claim_node, l.claim_epoch) {
+                (false, _, _) => String::new(),
+                (true, Some(node), Some(epoch)) => format!(" {:>16}", format!("node {node} @{epoch}")),
+                (true, _, _) => format!(" {:>16}", "-"),
+            },
             l.problem.as_ref().map_or(String::new(), |p| format!("  ({p})")),
         );
     }

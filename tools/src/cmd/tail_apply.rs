@@ -3,6 +3,14 @@
 //! `<mirror>/.tail/`), listening for the shipper (`--listen`) or dialling it (`--connect`), until SIGTERM or
 //! SIGINT; then it says Goodbye and exits 0.
 //!
+//! `--cluster` (issue 10): the source is a cluster with one `segmirror ship --cluster` beside each broker. The
+//! applier listens and serves one session per shipper node id at the same time (`link::listen_cluster`), all
+//! appending through one `session::Cluster`, which lets only the holder of a partition's claim append to it (the
+//! grant is by leader epoch, recorded under `<mirror>/.tail/claims/` before it is answered). Only with `--listen`:
+//! dialling out (`--connect`) reaches one shipper, and which broker leads a partition moves, so a pulling applier
+//! would have to know and dial every broker; the shippers dial the one applier instead, and `--cluster --connect`
+//! is a usage error (exit 2).
+//!
 //! Why a command of its own rather than flags of `apply`: `apply` installs what a shipper left in an object store
 //! and exits; this one holds a link open forever and takes none of `apply`'s store flags. Keeping them apart keeps
 //! `apply`'s flags and exit codes exactly as they were.
@@ -17,11 +25,12 @@ use anyhow::Context as _;
 use segmirror_applier::lock_mirror;
 use segmirror_applier::tail::{TailAppender, TailCatalog, DEFAULT_RETAIN_DELETED_FOR};
 use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::session::{ApplierSession, SessionConfig};
+use segmirror_transport::direct::session::link::listen_cluster;
+use segmirror_transport::direct::session::{ApplierSession, Cluster, SessionConfig};
 use segmirror_transport::direct::Role;
 
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
-use crate::cli::link::{link_config, run_link, shutdown_on_signal, LinkArgs};
+use crate::cli::link::{link_config, run_link, shutdown_on_signal, Endpoint, LinkArgs};
 use crate::cli::runtime::Runtime;
 
 #[derive(clap::Args)]
@@ -41,6 +50,11 @@ pub struct Args {
     /// deletes them as soon as the source's log start passes them.
     #[arg(long, value_name = "HOURS", default_value_t = DEFAULT_RETAIN_DELETED_FOR.as_secs() / 3600)]
     retain_deleted_for: u64,
+    /// Serve the shippers of a source cluster (one `segmirror ship --cluster` beside each broker), one session per
+    /// broker at the same time; each partition is appended to only by the shipper whose claim (by leader epoch)
+    /// holds it. Needs --listen: the shippers dial this applier (with --connect it could reach one of them only).
+    #[arg(long, conflicts_with = "connect")]
+    cluster: bool,
     #[command(flatten)]
     link: LinkArgs,
 }
@@ -66,15 +80,29 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let appender = TailAppender::open_with_catalog(&args.mirror, catalog)
         .with_context(|| format!("opening mirror {}", args.mirror.display()))?
         .retain_deleted_for(keep);
-    let session = ApplierSession::new(appender, SessionConfig::default())?;
     let link = args.link;
-    runtime.block_on(async move {
-        let shutdown = shutdown_on_signal()?;
-        let endpoint = link.endpoint().await?;
-        let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
-        let config = link_config(handshake, None, "tail-apply");
-        run_link(endpoint, config, session, shutdown).await
-    })??;
+    let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
+    if args.cluster {
+        let cluster = Cluster::new(appender);
+        runtime.block_on(async move {
+            let shutdown = shutdown_on_signal()?;
+            let Endpoint::Listen { listener, acceptor } = link.endpoint().await? else {
+                // clap refuses --cluster with --connect; kept as an error rather than a panic.
+                anyhow::bail!("--cluster needs --listen ADDR");
+            };
+            eprintln!("segmirror tail-apply: serving the shippers of a source cluster (one session per broker)");
+            let config = link_config(handshake, None, "tail-apply");
+            Ok(listen_cluster(listener, acceptor, config, cluster, SessionConfig::default(), shutdown).await?)
+        })??;
+    } else {
+        let session = ApplierSession::new(appender, SessionConfig::default())?;
+        runtime.block_on(async move {
+            let shutdown = shutdown_on_signal()?;
+            let endpoint = link.endpoint().await?;
+            let config = link_config(handshake, None, "tail-apply");
+            run_link(endpoint, config, session, shutdown).await
+        })??;
+    }
     eprintln!("segmirror tail-apply: link stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }

@@ -399,6 +399,9 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                             w.offset("segment_base", at.segment_base)?;
                             w.out.put_u64(at.position);
                             w.offset("end_offset", at.end_offset)?;
+                            if let Some(crc) = at.last_batch_crc {
+                                w.out.put_u32(crc);
+                            }
                         }
                     }
                 }
@@ -905,6 +908,13 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                             segment_base: r.offset("segment_base")?,
                             position: r.u64("position")?,
                             end_offset: r.offset("end_offset")?,
+                            // Trailing: absent when the payload ends here; more bytes than a CRC are refused as
+                            // trailing bytes below.
+                            last_batch_crc: if r.remaining() > 0 {
+                                Some(r.u32("last_batch_crc")?)
+                            } else {
+                                None
+                            },
                         }),
                     },
                     other => {

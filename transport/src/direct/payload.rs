@@ -349,6 +349,11 @@ pub struct ClaimedAt {
     pub segment_base: i64,
     pub position: u64,
     pub end_offset: i64,
+    /// The CRC (as stored in its header) of the mirror's last batch, the one ending at `end_offset - 1`: the new
+    /// holder proves that its replica's batch there is the same one before it appends after it. A trailing field
+    /// (`None`: not sent, e.g. by an applier built before it); with nothing in the mirror below the position there
+    /// is no batch to name.
+    pub last_batch_crc: Option<u32>,
 }
 
 /// The applier's answer to a [`Claim`].

@@ -78,6 +78,8 @@ pub enum ClaimDecision {
     Granted {
         durable: Option<DurablePosition>,
         end_offset: i64,
+        /// The stored CRC of the mirror's last batch (the one ending at `end_offset - 1`), when there is one.
+        last_batch_crc: Option<u32>,
     },
     /// Another node holds it at `holder_epoch` (or the claim's epoch is below the granted one).
     Refused { holder_node: i32, holder_epoch: i32 },
@@ -87,11 +89,16 @@ impl ClaimDecision {
     /// The ClaimResult frame of this decision.
     pub fn result(&self, partition: &PartitionRef) -> ClaimResult {
         let verdict = match self {
-            ClaimDecision::Granted { durable, end_offset } => ClaimVerdict::Granted {
+            ClaimDecision::Granted {
+                durable,
+                end_offset,
+                last_batch_crc,
+            } => ClaimVerdict::Granted {
                 durable: durable.as_ref().map(|d| ClaimedAt {
                     segment_base: d.position.segment_base,
                     position: d.position.position,
                     end_offset: *end_offset,
+                    last_batch_crc: *last_batch_crc,
                 }),
             },
             ClaimDecision::Refused {
