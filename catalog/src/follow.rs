@@ -103,8 +103,9 @@ fn plan_replacement(conn: &Connection, p: &MirrorPartition, bases: &[i64], r: &R
         manifest_key: r.manifest_key.clone(),
         sealed: true,
     };
-    // Done already (a repeat after a crash): the first row is the new version, the others are gone.
-    let done = new_version(first_row.version.next_offset);
+    // Done already (a repeat after a crash): the first row is the new version (its end included, when one is
+    // given: the same bytes with a later end extend the range), the others are gone.
+    let done = new_version(r.next_offset.unwrap_or(first_row.version.next_offset));
     if in_range == [first] && first_row.version.sealed && same_content(&first_row.version, &done) {
         return Ok(ReplaceOutcome::AlreadyReplaced);
     }
