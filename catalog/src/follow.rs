@@ -481,6 +481,34 @@ mod tests {
         cat.mark_installed(id, "src", &next).unwrap();
     }
 
+    /// The tail appender's compaction hole (`applier::tail::catalog`): the last sealed segment's bytes unchanged,
+    /// its range extended to the next segment's base. Not taken for a repeat of an earlier replacement.
+    #[test]
+    fn same_bytes_with_a_later_end_extend_the_range() {
+        let (mut cat, id, _) = setup();
+        let row = cat.segment(id, 300).unwrap().unwrap().version;
+        let r = Replacement {
+            size: row.size,
+            sha256: row.sha256,
+            last_offset: Some(row.last_offset),
+            manifest_key: row.manifest_key.clone(),
+            next_offset: Some(450),
+        };
+        let outcome = cat.replace_sealed(id, "src", &[300], &r).unwrap();
+        assert!(matches!(outcome, ReplaceOutcome::Replaced(ref v) if (v.next_offset, v.last_offset) == (450, 399)));
+        assert_eq!(bases(&cat, id).last(), Some(&(300, 450)));
+        assert_eq!(
+            cat.replace_sealed(id, "src", &[300], &r).unwrap(),
+            ReplaceOutcome::AlreadyReplaced
+        );
+        // Without an end, the same bytes are the version installed.
+        let same = Replacement { next_offset: None, ..r };
+        assert_eq!(
+            cat.replace_sealed(id, "src", &[300], &same).unwrap(),
+            ReplaceOutcome::AlreadyReplaced
+        );
+    }
+
     #[test]
     fn replacements_that_are_not_a_run_of_installed_sealed_segments_are_refused() {
         let (mut cat, id, key) = setup();

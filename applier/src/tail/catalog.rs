@@ -302,8 +302,9 @@ impl TailCatalog {
                     "no installed segment below a seal above the installed end: the catalog's log start moves to it");
                 self.catalog.upsert_partition(&self.key(p), &topic_id, base)?;
             }
-            // Anything else (an unsealed prefix below it): the catalog's succession rule refuses the seal, naming
-            // the missing offsets.
+            // Anything else: the range reaches the base already (a seal repeated after a crash between the two
+            // catalog calls), or an unsealed prefix lies below it, which the catalog's succession rule refuses,
+            // naming the missing offsets.
             Some(_) => {}
         }
         Ok(())
