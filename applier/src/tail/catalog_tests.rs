@@ -234,9 +234,10 @@ fn seal_rebuilt(base: i64, bytes: &[u8]) -> SegmentSeal {
 }
 
 /// The issue-9 bug of compacted topics under process kills: the feed reached a segment only after the source's
-/// cleaner had rewritten it, so its last batch ends below the next segment's base (the cleaner removed the
-/// segment's newest records, never its offset range). The next seal starts above the installed end: a hole
-/// *inside* the previous segment's range, not a segment the source deleted. The catalog's log start stays where
+/// cleaner had rewritten it, so its offsets have holes (taken, as a Kafka follower takes them) and its last batch
+/// ends below the next segment's base (the cleaner removed the segment's newest records, never its offset range).
+/// The next seal starts above the installed end: a hole *inside* the previous segment's range, not a segment the
+/// source deleted. The catalog's log start stays where
 /// the source's is (0), the cleaned segment's range reaches the next base, and `promote` keeps every segment.
 #[tokio::test]
 async fn tail_catalog_takes_a_cleaned_segments_hole_as_its_range_not_a_log_start_move() {
@@ -250,11 +251,13 @@ async fn tail_catalog_takes_a_cleaned_segments_hole_as_its_range_not_a_log_start
         a.apply_chunk(&c).await.unwrap();
     }
     a.apply_seal(&seal_of(&f.source, *base0, bytes0, true)).await.unwrap();
-    // Segment 1 as the cleaner left it: its last batch removed (overwritten keys).
+    // Segment 1 as the cleaner left it: its second batch and its last removed (overwritten keys), so its offsets
+    // have a hole inside and one at the end.
     let (base1, bytes1) = &f.segs[1];
     let b = super::tests::boundaries(bytes1);
-    assert!(b.len() >= 3, "{b:?}");
-    let cleaned = &bytes1[..b[b.len() - 2]];
+    assert!(b.len() >= 5, "{b:?}");
+    let cleaned = [&bytes1[..b[1]], &bytes1[b[2]..b[b.len() - 2]]].concat();
+    let cleaned = &cleaned[..];
     for c in chunks_of(*base1, cleaned, 2) {
         a.apply_chunk(&c).await.unwrap();
     }
