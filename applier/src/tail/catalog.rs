@@ -31,9 +31,17 @@
 //! both are idempotent. A replacement is checked against the catalog ([`Catalog::check_replacement`]) before
 //! anything in the partition directory changes, so one the catalog would refuse never reaches the disk.
 //!
-//! A gap between sealed segments (the source deleted a segment before it was shipped) means the source's log
-//! start offset reached the new segment's base; that is recorded (`upsert_partition` moves the log start forward
-//! only) before the new segment is marked installed, which the catalog's succession rule requires.
+//! **A gap between sealed segments** (a seal whose base lies above the installed end) is a hole the source's
+//! cleaner left at the end of the previous segment: the feed reached that segment only after it was cleaned (it
+//! lagged behind a kill or a cut), and the cleaner removes a segment's newest records but never its offset range,
+//! which in Kafka ends at the next segment's base. The previous sealed row's range is extended to the new base
+//! ([`Catalog::replace_sealed`] with the same bytes and that end) before the new segment is marked installed,
+//! which the catalog's succession rule requires. The log start does **not** move: it follows the source's only
+//! (the `LogStart` frame, `retention`). A gap that retention made (the feed skipped a segment the source deleted)
+//! needs nothing more: retention deletes from the front, so the previous segment is gone at the source too, and
+//! the LogStart that says so (before the seal, or soon after it) moves the log start and drops that row. Moving
+//! the log start on the gap instead gave a compacted partition a log start above its oldest surviving keys while
+//! the rows and files below stayed, and `promote` dropped them (issue 9).
 
 use std::collections::HashMap;
 
@@ -282,8 +290,10 @@ impl TailCatalog {
             .find(|s| s.version.base_offset < base);
         match last {
             Some(prev) if prev.version.sealed && prev.version.next_offset == end => {
-                tracing::info!(partition = %name, segment = prev.version.base_offset, last_offset = prev.version.last_offset,
-                    next_segment = base, "a sealed segment ends below the next segment's base (compacted): its range reaches that base; the log start stays {}", row.log_start_offset);
+                tracing::info!(partition = %name, segment = prev.version.base_offset,
+                    last_offset = prev.version.last_offset, next_segment = base, log_start = row.log_start_offset,
+                    "a sealed segment ends below the next segment's base (the cleaner's hole): its range reaches \
+                     that base, the log start stays");
                 let replacement = Replacement {
                     size: prev.version.size,
                     sha256: prev.version.sha256,
