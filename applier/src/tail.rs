@@ -3,7 +3,7 @@
 //!
 //! Why a separate path from [`crate::install`]: a tailed segment grows by chunks, so there is no whole-file digest
 //! to check before the bytes land. Each chunk is therefore checked on its own *before* anything is written (every
-//! batch framed, its CRC-32C matching, offsets continuing exactly from the previous batch, the chunk ending on a
+//! batch framed, its CRC-32C matching, offsets increasing from the previous batch, the chunk ending on a
 //! batch boundary), and the whole-file SHA-256 is checked at the seal.
 //!
 //! The chunk as a whole needs no check of its own here: the frame that carried it is CRC-32C-checked by the frame
@@ -26,9 +26,13 @@
 //! start of a session, once the files are checked against it (`handover`), and is continued from there; any other
 //! partition starts in an empty directory.
 //!
-//! Offsets must continue exactly (each batch's base offset = the previous batch's last offset + 1) within a
-//! segment, as in an active segment, which Kafka never compacts; across a seal the next segment's base may jump
-//! ahead (retention, as the bucket install path accepts) but never back into the sealed segment's offsets.
+//! Offsets must increase within a segment (each batch's base offset at least the previous batch's last offset + 1),
+//! the rule a Kafka follower applies to what it fetches; they need not continue exactly: a segment the source's
+//! cleaner rewrote before the feed reached it (the feed lagged behind a kill or a cut) is shipped from byte 0 as it
+//! now is, with the holes the cleaner left (as is a replica's log fetched from a compacted leader). Byte positions
+//! continue exactly and every batch's CRC is checked, so nothing is skipped unseen. Across a seal the next
+//! segment's base may jump ahead (retention, or the cleaner's hole at the end of the sealed segment: `catalog`)
+//! but never back into the sealed segment's offsets.
 //!
 //! # Where the position is recorded
 //! The active segment's durable position: in `<mirror>/.tail/<topic>-<partition>.json`, not in the catalog: the
@@ -620,7 +624,7 @@ impl Inner {
         let mut passed_unsealed = None;
         // Where the chunk must start, and the offset its first batch must carry (None: any offset at or above
         // the segment base).
-        let (new_segment, min_offset, exact_offset) = match &prev {
+        let (new_segment, min_offset, floor_offset) = match &prev {
             None => {
                 if chunk.position != 0 {
                     return Err(order(
@@ -643,8 +647,8 @@ impl Inner {
                         return Err(order(format!("the durable bytes end at {}", s.position)));
                     }
                     // A segment claimed at 0 (see below) takes its first batch as a new segment does.
-                    let exact = if s.position == 0 { None } else { s.next_offset };
-                    (false, chunk.segment_base, exact)
+                    let floor = if s.position == 0 { None } else { s.next_offset };
+                    (false, chunk.segment_base, floor)
                 } else if chunk.segment_base > s.segment_base {
                     // The source deleted the unsealed segment (a LogStart at or above this chunk's segment came
                     // first): it will never be sealed and goes as retention deletes (`retention`, "The segment
@@ -676,7 +680,7 @@ impl Inner {
                 }
             }
         };
-        let (last_offset, batches) = validate_batches(chunk, &name, min_offset, exact_offset)?;
+        let (last_offset, batches) = validate_batches(chunk, &name, min_offset, floor_offset)?;
         if let Some(catalog) = &mut self.catalog {
             catalog.check_writable(p, Some(chunk.segment_base))?;
         }
@@ -981,7 +985,7 @@ fn validate_batches(
     chunk: &Chunk,
     name: &str,
     min_offset: i64,
-    exact: Option<i64>,
+    floor: Option<i64>,
 ) -> TailResult<(i64, Vec<segment_format::batch::BatchInfo>)> {
     let bad = |at: u64, reason: String| TailError::BadBatch {
         partition: name.to_string(),
@@ -994,7 +998,7 @@ fn validate_batches(
         return Err(bad(chunk.position, "an empty chunk".into()));
     }
     let mut iter = scan_frames(&chunk.bytes, chunk.position);
-    let mut expected = exact;
+    let mut expected = floor;
     let mut last = None;
     let mut batches = Vec::new();
     for frame in iter.by_ref() {
@@ -1027,11 +1031,12 @@ fn validate_batches(
             ));
         }
         match expected {
-            Some(e) if frame.info.base_offset != e => {
+            Some(e) if frame.info.base_offset < e => {
                 return Err(bad(
                     at,
                     format!(
-                        "base offset {}, expected {e} (previous batch's last offset + 1)",
+                        "base offset {}, expected at least {e} (previous batch's last offset + 1: offsets must \
+                         increase)",
                         frame.info.base_offset
                     ),
                 ))

@@ -54,8 +54,9 @@ pub struct Replacement {
     /// What the new version came from (recorded as its `manifest_key`).
     pub manifest_key: String,
     /// The new version's end when it also covers the partition's tail beyond the replaced rows (a cleaner merged
-    /// the segment being tailed into an earlier one: the source's next segment base). `None`: the replaced rows'
-    /// end. At or above that end; rows starting between the last replaced base and it (a tail handed over from
+    /// the segment being tailed into an earlier one: the source's next segment base; or the tail appender's last
+    /// sealed segment, cleaned before it was shipped, reaches the next segment's base over the hole the cleaner
+    /// left at its end). `None`: the replaced rows' end. At or above that end; rows starting between the last replaced base and it (a tail handed over from
     /// `apply`, or the tailed segment sealed in the catalog by a crash before the tail recorded it) are dropped with
     /// the others.
     pub next_offset: Option<i64>,
@@ -103,8 +104,9 @@ fn plan_replacement(conn: &Connection, p: &MirrorPartition, bases: &[i64], r: &R
         manifest_key: r.manifest_key.clone(),
         sealed: true,
     };
-    // Done already (a repeat after a crash): the first row is the new version, the others are gone.
-    let done = new_version(first_row.version.next_offset);
+    // Done already (a repeat after a crash): the first row is the new version (its end included, when one is
+    // given: the same bytes with a later end extend the range), the others are gone.
+    let done = new_version(r.next_offset.unwrap_or(first_row.version.next_offset));
     if in_range == [first] && first_row.version.sealed && same_content(&first_row.version, &done) {
         return Ok(ReplaceOutcome::AlreadyReplaced);
     }
@@ -478,6 +480,34 @@ mod tests {
             ..seg(400, 500)
         };
         cat.mark_installed(id, "src", &next).unwrap();
+    }
+
+    /// The tail appender's compaction hole (`applier::tail::catalog`): the last sealed segment's bytes unchanged,
+    /// its range extended to the next segment's base. Not taken for a repeat of an earlier replacement.
+    #[test]
+    fn same_bytes_with_a_later_end_extend_the_range() {
+        let (mut cat, id, _) = setup();
+        let row = cat.segment(id, 300).unwrap().unwrap().version;
+        let r = Replacement {
+            size: row.size,
+            sha256: row.sha256,
+            last_offset: Some(row.last_offset),
+            manifest_key: row.manifest_key.clone(),
+            next_offset: Some(450),
+        };
+        let outcome = cat.replace_sealed(id, "src", &[300], &r).unwrap();
+        assert!(matches!(outcome, ReplaceOutcome::Replaced(ref v) if (v.next_offset, v.last_offset) == (450, 399)));
+        assert_eq!(bases(&cat, id).last(), Some(&(300, 450)));
+        assert_eq!(
+            cat.replace_sealed(id, "src", &[300], &r).unwrap(),
+            ReplaceOutcome::AlreadyReplaced
+        );
+        // Without an end, the same bytes are the version installed.
+        let same = Replacement { next_offset: None, ..r };
+        assert_eq!(
+            cat.replace_sealed(id, "src", &[300], &same).unwrap(),
+            ReplaceOutcome::AlreadyReplaced
+        );
     }
 
     #[test]

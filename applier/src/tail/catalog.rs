@@ -31,9 +31,17 @@
 //! both are idempotent. A replacement is checked against the catalog ([`Catalog::check_replacement`]) before
 //! anything in the partition directory changes, so one the catalog would refuse never reaches the disk.
 //!
-//! A gap between sealed segments (the source deleted a segment before it was shipped) means the source's log
-//! start offset reached the new segment's base; that is recorded (`upsert_partition` moves the log start forward
-//! only) before the new segment is marked installed, which the catalog's succession rule requires.
+//! **A gap between sealed segments** (a seal whose base lies above the installed end) is a hole the source's
+//! cleaner left at the end of the previous segment: the feed reached that segment only after it was cleaned (it
+//! lagged behind a kill or a cut), and the cleaner removes a segment's newest records but never its offset range,
+//! which in Kafka ends at the next segment's base. The previous sealed row's range is extended to the new base
+//! ([`Catalog::replace_sealed`] with the same bytes and that end) before the new segment is marked installed,
+//! which the catalog's succession rule requires. The log start does **not** move: it follows the source's only
+//! (the `LogStart` frame, `retention`). A gap that retention made (the feed skipped a segment the source deleted)
+//! needs nothing more: retention deletes from the front, so the previous segment is gone at the source too, and
+//! the LogStart that says so (before the seal, or soon after it) moves the log start and drops that row. Moving
+//! the log start on the gap instead gave a compacted partition a log start above its oldest surviving keys while
+//! the rows and files below stayed, and `promote` dropped them (issue 9).
 
 use std::collections::HashMap;
 
@@ -245,11 +253,8 @@ impl TailCatalog {
         let id = self.id(p)?;
         let topic_id = Uuid(p.topic_id).to_string();
         let row = self.catalog.partition_by_id(id)?;
-        if row.installed_end_offset.is_some_and(|end| seal.segment_base > end) {
-            // Offsets between the installed end and this base were deleted by the source before they were
-            // shipped: its log start offset reached this base.
-            let key = self.key(p);
-            self.catalog.upsert_partition(&key, &topic_id, seal.segment_base)?;
+        if let Some(end) = row.installed_end_offset.filter(|end| seal.segment_base > *end) {
+            self.bridge_hole(p, id, &row, end, seal.segment_base)?;
         }
         let name = tp_name(p);
         let version = SegmentVersion {
@@ -268,13 +273,76 @@ impl TailCatalog {
         Ok(())
     }
 
+    /// A seal of segment `base` above the installed end `end` (module docs, "A gap between sealed segments"): the
+    /// offsets `[end, base)` are a hole inside the last installed segment's range (the cleaner removed its newest
+    /// records before the feed read it), unless the source's log start already passed them (retention). Kafka's
+    /// rule decides: a segment's range ends at the next segment's base, whatever its last batch; and retention
+    /// deletes from the front, so a segment the source deleted between the two would have taken the earlier one
+    /// with it, and the LogStart telling it (sent before the seal, or soon after) drops that one's row anyway.
+    fn bridge_hole(
+        &mut self,
+        p: &PartitionRef,
+        id: PartitionId,
+        row: &MirrorPartition,
+        end: i64,
+        base: i64,
+    ) -> TailResult<()> {
+        let name = tp_name(p);
+        let topic_id = Uuid(p.topic_id).to_string();
+        if row.log_start_offset >= base {
+            // Retention, already recorded (a LogStart at or above this base).
+            return Ok(());
+        }
+        let last = self
+            .catalog
+            .installed_segments(id)?
+            .into_iter()
+            .rev()
+            .find(|s| s.version.base_offset < base);
+        match last {
+            Some(prev) if prev.version.sealed && prev.version.next_offset == end => {
+                tracing::info!(partition = %name, segment = prev.version.base_offset,
+                    last_offset = prev.version.last_offset, next_segment = base, log_start = row.log_start_offset,
+                    "a sealed segment ends below the next segment's base (the cleaner's hole): its range reaches \
+                     that base, the log start stays");
+                let replacement = Replacement {
+                    size: prev.version.size,
+                    sha256: prev.version.sha256,
+                    last_offset: Some(prev.version.last_offset),
+                    manifest_key: prev.version.manifest_key.clone(),
+                    next_offset: Some(base),
+                };
+                self.catalog
+                    .replace_sealed(id, &topic_id, &[prev.version.base_offset], &replacement)
+                    .map_err(|e| self.not_writable(p, e))?;
+            }
+            // Nothing installed below it any more: every earlier row went with the source's retention, which
+            // reached this segment too before the LogStart telling it arrived.
+            None => {
+                tracing::warn!(partition = %name, from = row.log_start_offset, to = base, installed_end = end,
+                    "no installed segment below a seal above the installed end: the catalog's log start moves to it");
+                self.catalog.upsert_partition(&self.key(p), &topic_id, base)?;
+            }
+            // Anything else: the range reaches the base already (a seal repeated after a crash between the two
+            // catalog calls), or an unsealed prefix lies below it, which the catalog's succession rule refuses,
+            // naming the missing offsets.
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
     /// Retention: the source's log start `log_start` (from the retention record), after the deletions are durable.
     pub(super) fn record_log_start(&mut self, p: &PartitionRef, log_start: i64) -> TailResult<()> {
         let id = self.id(p)?;
         let topic_id = Uuid(p.topic_id).to_string();
-        self.catalog
+        let receipt = self
+            .catalog
             .advance_log_start(id, &topic_id, log_start)
             .map_err(|e| self.not_writable(p, e))?;
+        if receipt.moved {
+            tracing::info!(partition = %tp_name(p), to = log_start, dropped = ?receipt.dropped,
+                cause = "the source's log start (LogStart)", "the catalog's log start moves");
+        }
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 
 use segment_format::partition_metadata::Uuid;
 use segmirror_catalog::{Catalog, PartitionKey, PartitionState};
+use segmirror_transport::direct::payload::LogStart;
 use segmirror_transport::direct::session::ChunkApplier;
 use sha2::Digest;
 
@@ -155,32 +156,134 @@ async fn tail_catalog_refuses_another_lineage() {
     );
 }
 
+/// Retention skipped a segment: segment 1 is gone at the source before it was shipped, so segment 2 follows the
+/// sealed segment 0. Retention deletes from the front, so segment 0 is gone at the source too, and the feed tells
+/// it with a LogStart (`shipper::tail::log_start`), before the seal of segment 2 or, when the listings raced,
+/// after it. The gap alone moves nothing (at the applier it looks like a cleaned segment's hole, see the next
+/// test); the LogStart moves the log start to segment 2 and takes segment 0 with it, in either order.
 #[tokio::test]
 async fn tail_catalog_records_a_gap_after_a_seal_as_a_log_start_move() {
+    for log_start_first in [true, false] {
+        let f = fixture();
+        assert!(f.segs.len() >= 4, "{} segments", f.segs.len());
+        let tmp = tempfile::tempdir().unwrap();
+        let (mine, look) = catalogs(tmp.path());
+        let mut a = appender(&f, mine);
+        let log_start = LogStart {
+            partition: super::tests::pref(),
+            log_start_offset: f.segs[2].0,
+        };
+        for i in [0, 2] {
+            let (base, bytes) = &f.segs[i];
+            for c in chunks_of(*base, bytes, 2) {
+                a.apply_chunk(&c).await.unwrap();
+            }
+            if i == 2 && log_start_first {
+                a.apply_log_start(&log_start).await.unwrap();
+            }
+            a.apply_seal(&seal_of(&f.source, *base, bytes, false)).await.unwrap();
+        }
+        let row = look.partition(&key()).unwrap();
+        if !log_start_first {
+            assert_eq!(row.log_start_offset, 0, "the gap alone moves nothing");
+            a.apply_log_start(&log_start).await.unwrap();
+        }
+        let row = look.partition(&key()).unwrap();
+        let installed: Vec<i64> = look
+            .installed_segments(row.id)
+            .unwrap()
+            .iter()
+            .map(|s| s.version.base_offset)
+            .collect();
+        assert_eq!(installed, vec![f.segs[2].0], "LogStart first: {log_start_first}");
+        assert_eq!(
+            row.log_start_offset, f.segs[2].0,
+            "the source's log start reached segment 2"
+        );
+        assert_eq!(row.installed_end_offset, Some(f.segs[3].0));
+        assert!(!super::tests::mirror_log(&f.mirror, f.segs[0].0).exists());
+    }
+}
+
+/// The seal of `bytes` as segment `base`, its indexes rebuilt from them (a cleaned segment has no source index to
+/// read here): the offset index inline, the time index as a digest.
+fn seal_rebuilt(base: i64, bytes: &[u8]) -> SegmentSeal {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("s.log");
+    std::fs::write(&path, bytes).unwrap();
+    let companion = |kind: CompanionKind, inline: bool| {
+        let b = rebuild_index(&path, base, kind).unwrap();
+        segmirror_transport::direct::payload::Companion {
+            kind,
+            size: b.len() as u64,
+            sha256: sha2::Sha256::digest(&b).into(),
+            inline: inline.then(|| bytes::Bytes::from(b)),
+            index_interval: None,
+        }
+    };
+    SegmentSeal {
+        partition: super::tests::pref(),
+        segment_base: base,
+        final_size: bytes.len() as u64,
+        log_sha256: sha2::Sha256::digest(bytes).into(),
+        companions: vec![
+            companion(CompanionKind::OffsetIndex, true),
+            companion(CompanionKind::TimeIndex, false),
+        ],
+    }
+}
+
+/// The issue-9 bug of compacted topics under process kills: the feed reached a segment only after the source's
+/// cleaner had rewritten it, so its offsets have holes (taken, as a Kafka follower takes them) and its last batch
+/// ends below the next segment's base (the cleaner removed the segment's newest records, never its offset range).
+/// The next seal starts above the installed end: a hole *inside* the previous segment's range, not a segment the
+/// source deleted. The catalog's log start stays where
+/// the source's is (0), the cleaned segment's range reaches the next base, and `promote` keeps every segment.
+#[tokio::test]
+async fn tail_catalog_takes_a_cleaned_segments_hole_as_its_range_not_a_log_start_move() {
     let f = fixture();
     assert!(f.segs.len() >= 4, "{} segments", f.segs.len());
     let tmp = tempfile::tempdir().unwrap();
     let (mine, look) = catalogs(tmp.path());
     let mut a = appender(&f, mine);
-    // Segment 1 is gone at the source before it was shipped (retention): segment 2 follows the sealed segment 0.
-    for i in [0, 2] {
-        let (base, bytes) = &f.segs[i];
-        for c in chunks_of(*base, bytes, 2) {
-            a.apply_chunk(&c).await.unwrap();
-        }
-        a.apply_seal(&seal_of(&f.source, *base, bytes, false)).await.unwrap();
+    let (base0, bytes0) = &f.segs[0];
+    for c in chunks_of(*base0, bytes0, 2) {
+        a.apply_chunk(&c).await.unwrap();
     }
+    a.apply_seal(&seal_of(&f.source, *base0, bytes0, true)).await.unwrap();
+    // Segment 1 as the cleaner left it: its second batch and its last removed (overwritten keys), so its offsets
+    // have a hole inside and one at the end.
+    let (base1, bytes1) = &f.segs[1];
+    let b = super::tests::boundaries(bytes1);
+    assert!(b.len() >= 5, "{b:?}");
+    let cleaned = [&bytes1[..b[1]], &bytes1[b[2]..b[b.len() - 2]]].concat();
+    let cleaned = &cleaned[..];
+    for c in chunks_of(*base1, cleaned, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    a.apply_seal(&seal_rebuilt(*base1, cleaned)).await.unwrap();
+    let (base2, bytes2) = &f.segs[2];
+    for c in chunks_of(*base2, bytes2, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    a.apply_seal(&seal_of(&f.source, *base2, bytes2, false)).await.unwrap();
+
     let row = look.partition(&key()).unwrap();
-    let installed: Vec<i64> = look
+    assert_eq!(row.log_start_offset, 0, "no retention happened at the source");
+    let installed: Vec<(i64, i64)> = look
         .installed_segments(row.id)
         .unwrap()
         .iter()
-        .map(|s| s.version.base_offset)
+        .map(|s| (s.version.base_offset, s.version.next_offset))
         .collect();
-    assert_eq!(installed, vec![f.segs[0].0, f.segs[2].0]);
     assert_eq!(
-        row.log_start_offset, f.segs[2].0,
-        "the source's log start reached segment 2"
+        installed,
+        vec![(*base0, *base1), (*base1, *base2), (*base2, f.segs[3].0)],
+        "the cleaned segment's range reaches the next segment's base"
     );
+    assert!(look.installed_segments(row.id).unwrap()[1].version.last_offset < base2 - 1);
     assert_eq!(row.installed_end_offset, Some(f.segs[3].0));
+    for base in [base0, base1, base2] {
+        assert!(super::tests::mirror_log(&f.mirror, *base).exists());
+    }
 }

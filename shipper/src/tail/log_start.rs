@@ -96,6 +96,8 @@ pub(super) fn moved(partition: &PartitionRef, view: &PartitionView, track: &mut 
         return None;
     }
     track.sent = Some(first);
+    tracing::info!(partition = %name(partition), log_start = first,
+        "the source's first segment moved (retention): sending LogStart");
     Some(FeedItem::LogStart(LogStart {
         partition: partition.clone(),
         log_start_offset: first,
