@@ -640,9 +640,9 @@ fn pull_processes_killed_mid_stream_promote_exactly_once() {
 }
 
 /// Push mode, with a compacted topic beside the retained one (it covers everything a push run of the retained topic
-/// alone does, so there is no such run of its own: the suite's time goes to what a run adds): the broker's cleaner rewrites and merges sealed
-/// segments while the services are killed, so the feed often reaches a segment only after it was cleaned (its last
-/// batch below the next segment's base). The mirror's log start of the compacted partitions stays the source's (0):
+/// alone would, so there is no such run of its own): the broker's cleaner rewrites and merges sealed segments while
+/// the services are killed, so the feed often reaches a segment only after it was cleaned (its last batch below the
+/// next segment's base). The mirror's log start of the compacted partitions stays the source's (0):
 /// promoted, their consumers read the oldest surviving keys too.
 #[test]
 fn push_processes_killed_mid_stream_with_compaction_promote_exactly_once() {
