@@ -634,9 +634,11 @@ fn assert_restarted_applier_holds_the_lock(applier: &mut Service, mirror: &Path,
     );
 }
 
+/// Pull mode (the applier dials the shipper), with the compacted topic too: the issue asks for retention and
+/// compaction in both directions.
 #[test]
-fn pull_processes_killed_mid_stream_promote_exactly_once() {
-    replicate(Direction::Pull, "procs-pull", false);
+fn pull_processes_killed_mid_stream_with_compaction_promote_exactly_once() {
+    replicate(Direction::Pull, "procs-pull-c", true);
 }
 
 /// Push mode, with a compacted topic beside the retained one (it covers everything a push run of the retained topic
