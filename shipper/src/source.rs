@@ -56,6 +56,7 @@ pub mod list_offsets;
 pub mod read;
 pub mod rebuild;
 pub mod snapshot;
+pub mod incremental;
 pub mod tail;
 pub mod watch;
 

@@ -28,6 +28,7 @@ use segmirror_transport::manifest::{
 };
 
 use super::chunks::{previous_chunks, read_for_chunks, Reading};
+use crate::source::incremental::ActiveTail;
 use super::plan::{decide, Action, Version};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::Progress;
@@ -308,9 +309,12 @@ impl PartitionShipper<'_, '_> {
         common: &Common<'_>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
+        // A continuous shipper's round of the active segment from the state kept since the last: the reading of
+        // the new bytes and the state after them, kept once the version is committed.
+        let mut incremental: Option<(Reading, ActiveTail)> = None;
         // The source version: cheap for a sealed segment (its range is known
         // from the listing), a full preparation for the active one.
-        let (source, mut prepared) = match next_base {
+        let (source, prepared) = match next_base {
             Some(next) => {
                 let log_size = match tokio::fs::metadata(&segment.log).await {
                     Ok(m) => m.len(),
@@ -324,7 +328,18 @@ impl PartitionShipper<'_, '_> {
                 (source, None)
             }
             None => {
-                let prepared = self.prepare(segment, None, snapshot.clone()).await?;
+                let prepared = match self.incremental(segment, snapshot.clone()).await? {
+                    Some((prepared, reading, state)) => {
+                        incremental = Some((reading, state));
+                        prepared
+                    }
+                    None => {
+                        if let Some(held) = self.ctx.held {
+                            held.count_full_read();
+                        }
+                        self.prepare(segment, None, snapshot.clone()).await?
+                    }
+                };
                 self.report.excluded_tail_bytes = prepared.excluded_tail;
                 let source = Version {
                     next: prepared.range.next(),
@@ -366,11 +381,49 @@ impl PartitionShipper<'_, '_> {
                 return Ok(());
             }
         }
+        let active = next_base.is_none();
+        let (reading, state) = match incremental {
+            Some((reading, state)) => (Some(reading), Some(state)),
+            None => (None, None),
+        };
+        let outcome = self
+            .act(segment, snapshot, common, (action, shipped, source), prepared, next_base, end, reading)
+            .await;
+        if outcome.is_ok() && active {
+            match state {
+                // Committed (or nothing new): the bucket's version is the state's.
+                Some(state) => {
+                    if let Some(held) = self.ctx.held {
+                        held.keep_tail(&self.source.dir, state);
+                    }
+                }
+                None => self.establish(segment).await?,
+            }
+        }
+        if outcome.is_ok() {
+            self.progress(base, progress_bytes);
+        }
+        outcome
+    }
+
+    /// What `segment` decided, done.
+    #[allow(clippy::too_many_arguments)]
+    async fn act(
+        &mut self,
+        segment: &SegmentFiles,
+        snapshot: Option<PathBuf>,
+        common: &Common<'_>,
+        (action, shipped, source): (Action, Option<Manifest>, Version),
+        mut prepared: Option<Box<Prepared>>,
+        next_base: Option<i64>,
+        end: Option<source::EndSnapshot>,
+        reading: Option<Reading>,
+    ) -> Result<(), Stop> {
+        let base = segment.base_offset;
         match (action, shipped) {
             (Action::Skip, shipped) => {
                 self.report.segments_already_shipped += 1;
                 self.report.shipped_through = shipped.map(|m| m.next_offset);
-                self.progress(base, progress_bytes);
                 Ok(())
             }
             (Action::Diverged(d), Some(shipped)) => Err(Stop::Status(PartitionStatus::Diverged {
@@ -379,11 +432,7 @@ impl PartitionShipper<'_, '_> {
                 source_next_offset: source.next,
                 reason: d.describe().to_string(),
             })),
-            (Action::Seal, Some(shipped)) => {
-                self.seal(segment, snapshot, shipped, common).await?;
-                self.progress(base, progress_bytes);
-                Ok(())
-            }
+            (Action::Seal, Some(shipped)) => self.seal(segment, snapshot, shipped, common).await,
             (_, shipped) => {
                 let prepared = match (prepared.take(), next_base) {
                     (Some(p), _) => p,
@@ -394,11 +443,127 @@ impl PartitionShipper<'_, '_> {
                     Some(m) if !m.sealed => previous_chunks(m),
                     _ => Vec::new(),
                 };
-                self.ship(segment, snapshot, *prepared, end, common, reuse).await?;
-                self.progress(base, progress_bytes);
-                Ok(())
+                self.ship(segment, snapshot, *prepared, end, common, reuse, reading).await
             }
         }
+    }
+
+    /// The active segment's version from the state a continuous shipper kept since its last round, reading only
+    /// the bytes appended since (`source::incremental`): the prepared version, the reading `upload_chunked` would
+    /// otherwise make of the whole prefix, and the state after it. `None` when there is no state, or it is not the
+    /// version the bucket holds, or it cannot continue: then the segment is prepared from byte 0, as `seed` does.
+    async fn incremental(
+        &mut self,
+        segment: &SegmentFiles,
+        snapshot: Option<PathBuf>,
+    ) -> Result<Option<(Box<Prepared>, Reading, ActiveTail)>, Stop> {
+        let Some(held) = self.ctx.held else { return Ok(None) };
+        let Some(state) = held.tail(&self.source.dir) else {
+            return Ok(None);
+        };
+        held.drop_tail(&self.source.dir);
+        let base = segment.base_offset;
+        if state.tail.base_offset != base || *state.path() != segment.log || self.ctx.prepare.verify.deep {
+            return Ok(None);
+        }
+        // The state must describe exactly the version in the bucket (another shipper may have committed between
+        // rounds; its lease then fences this one at the commit anyway).
+        let matches = self.shipped(base).await?.is_some_and(|m| {
+            let log = m.file(SegmentFileKind::Log);
+            let digest = state.digest();
+            !m.sealed
+                && m.next_offset == state.next_offset()
+                && log.is_some_and(|f| f.size == digest.size && f.sha256 == digest.sha256 && f.crc32c == digest.crc32c)
+        });
+        if !matches {
+            return Ok(None);
+        }
+        let staging = self.ctx.prepare.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let (options, seg) = (self.ctx.prepare.clone(), segment.clone());
+        let partition = self.report.name();
+        let built = blocking("read the active segment's new bytes", move || {
+            let (next, read, pending, new_bytes) = match source::incremental::advance(&state, None, Some(&staging)) {
+                Ok(source::incremental::Advance::Grown {
+                    next,
+                    read,
+                    pending,
+                    new_bytes,
+                }) => (next, read, pending, new_bytes),
+                Ok(source::incremental::Advance::Unusable(reason)) => {
+                    tracing::info!(%partition, base, reason, "active segment read from byte 0 again");
+                    return Ok(None);
+                }
+                Err(e) => {
+                    tracing::info!(%partition, base, error = %e, "active segment read from byte 0 again");
+                    return Ok(None);
+                }
+            };
+            let log_mtime = source::guard::mtime_ms(&seg.log)?;
+            let (offset_index, time_index) = (next.offset_index(), next.time_index());
+            let version = source::bound::ActiveFiles {
+                prefix: next.len(),
+                next: next.next_offset(),
+                log_mtime,
+                offset_index: &offset_index,
+                time_index: &time_index,
+            };
+            let (files, dir, warnings) = source::bound::active_files(&seg, snapshot.as_deref(), &options, &version)?;
+            let whole = next.digest();
+            let range = segmirror_transport::manifest::SegmentRange::new(base, next.next_offset()).map_err(|reason| {
+                segment_format::Error::BadName {
+                    path: seg.log.clone(),
+                    reason,
+                }
+            })?;
+            let prepared = Prepared {
+                range,
+                sealed: false,
+                files,
+                stats: next.stats,
+                guard: source::SourceGuard::LogCrc32c(whole.crc32c),
+                excluded_tail: pending,
+                warnings,
+                staging: Some(dir),
+            };
+            Ok(Some((Box::new(prepared), Reading::Ready { whole, new_bytes }, *next, read)))
+        })
+        .await?
+        .map_err(|e: segment_format::Error| Stop::Changed(e.to_string()))?;
+        Ok(built.map(|(prepared, reading, next, read)| {
+            held.count_tail_read(read);
+            (prepared, reading, next)
+        }))
+    }
+
+    /// Establish the state a continuous shipper's next rounds continue from: the active segment's prefix the bucket
+    /// now holds, read once and compared with the manifest's `.log` entry (a source that no longer has those bytes
+    /// gets no state; the next round prepares it from byte 0 again).
+    async fn establish(&mut self, segment: &SegmentFiles) -> Result<(), Stop> {
+        let Some(held) = self.ctx.held else { return Ok(()) };
+        let base = segment.base_offset;
+        let Some(Some(m)) = self.bucket.read.get(&base).cloned() else {
+            return Ok(());
+        };
+        let Some(log) = m.file(SegmentFileKind::Log).cloned() else {
+            return Ok(());
+        };
+        if m.sealed || self.ctx.prepare.verify.deep {
+            return Ok(());
+        }
+        held.count_full_read();
+        let (path, interval) = (segment.log.clone(), self.ctx.prepare.index_interval_bytes);
+        let state = blocking("establish the active segment's state", move || {
+            let start = source::incremental::ActiveTail::start(&path, base, interval)?;
+            source::incremental::advance(&start, Some(log.size), None)
+        })
+        .await?;
+        if let Ok(source::incremental::Advance::Grown { next, .. }) = state {
+            let digest = next.digest();
+            if digest.size == log.size && digest.sha256 == log.sha256 && next.next_offset() == m.next_offset {
+                held.keep_tail(&self.source.dir, *next);
+            }
+        }
+        Ok(())
     }
 
     async fn prepare(
@@ -470,6 +635,7 @@ impl PartitionShipper<'_, '_> {
         file: &LocalFile,
         reuse: &[LogChunk],
         sealed: bool,
+        reading: Option<Reading>,
     ) -> Result<Option<(ManifestFile, Vec<LogChunk>)>, Stop> {
         let range = |next| {
             segmirror_transport::manifest::SegmentRange::new(base, next)
@@ -477,11 +643,15 @@ impl PartitionShipper<'_, '_> {
         };
         let staging = self.ctx.prepare.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
         let (path, len, reused) = (file.path.clone(), file.len, reuse.to_vec());
-        let reading = blocking("read source for chunks", move || {
-            read_for_chunks(&path, len, &reused, &staging)
-        })
-        .await?
-        .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?;
+        // A continuous shipper's incremental round read the new bytes already, and only those.
+        let reading = match reading {
+            Some(reading) => reading,
+            None => blocking("read source for chunks", move || {
+                read_for_chunks(&path, len, &reused, &staging)
+            })
+            .await?
+            .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?,
+        };
         let (whole, new_bytes) = match reading {
             Reading::Ready { whole, new_bytes } => (whole, new_bytes),
             Reading::Short { at } => {
@@ -554,6 +724,7 @@ impl PartitionShipper<'_, '_> {
         end: Option<source::EndSnapshot>,
         common: &Common<'_>,
         reuse: Vec<LogChunk>,
+        mut reading: Option<Reading>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
         let next = prepared.range.next();
@@ -567,7 +738,7 @@ impl PartitionShipper<'_, '_> {
             let shipped = if chunked && file.kind == SegmentFileKind::Log {
                 let chunk_next = prepared.stats.last_offset.map_or(next, |l| l.saturating_add(1));
                 match self
-                    .upload_chunked(base, next, chunk_next, file, &reuse, prepared.sealed)
+                    .upload_chunked(base, next, chunk_next, file, &reuse, prepared.sealed, reading.take())
                     .await?
                 {
                     Some((log, all)) => {
