@@ -93,7 +93,7 @@ pub async fn follow(
     .map_err(|e| Error::task("lock the mirror", e))??;
     let mut apply = config.apply.clone();
     apply.lock_held = true;
-    let mut applier = Applier::new(apply, catalog);
+    let mut applier = Applier::new(apply, catalog).appending();
     let mut stats = FollowStats::default();
     tokio::pin!(shutdown);
     loop {
