@@ -51,12 +51,12 @@ pub mod bound;
 pub mod bound_hw;
 pub mod discover;
 pub mod guard;
+pub mod incremental;
 pub mod leadership;
 pub mod list_offsets;
 pub mod read;
 pub mod rebuild;
 pub mod snapshot;
-pub mod incremental;
 pub mod tail;
 pub mod watch;
 

@@ -104,7 +104,8 @@ impl Shipper {
 }
 
 fn mirror_log(root: &Path) -> PathBuf {
-    root.join(format!("{TOPIC}-0")).join(segment_file_name(0, SegmentFileKind::Log))
+    root.join(format!("{TOPIC}-0"))
+        .join(segment_file_name(0, SegmentFileKind::Log))
 }
 
 async fn run(applier: &mut Applier) -> ApplyReport {
@@ -217,7 +218,9 @@ async fn a_hostile_chunk_or_a_lying_claim_is_refused_by_key_and_field_and_leaves
     bad[30] ^= 1;
     w.store.put_bytes(&chunk.key, bad).await.unwrap();
     match refusal(&run(&mut applier).await) {
-        Refusal::Mismatch { key: k, what, .. } => assert_eq!((k.as_str(), what.as_str()), (chunk.key.as_str(), "sha256")),
+        Refusal::Mismatch { key: k, what, .. } => {
+            assert_eq!((k.as_str(), what.as_str()), (chunk.key.as_str(), "sha256"))
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(std::fs::read(&installed).unwrap(), good, "nothing appended");
@@ -242,5 +245,9 @@ async fn a_hostile_chunk_or_a_lying_claim_is_refused_by_key_and_field_and_leaves
         std::fs::read(&installed).unwrap(),
         std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
     );
-    assert_eq!(applier.append_proof_bytes_read(), proofs, "the prefix was not read back again");
+    assert_eq!(
+        applier.append_proof_bytes_read(),
+        proofs,
+        "the prefix was not read back again"
+    );
 }

@@ -150,7 +150,10 @@ fn inode_of(meta: &fs::Metadata) -> u64 {
 /// Install `t`'s version by appending (module doc). `Ok(None)`: this path does not apply (or the installed bytes
 /// cannot be proven); the caller installs through staging. `Ok(Some(Err(_)))`: a refusal naming the key and field;
 /// nothing was written.
-pub(crate) async fn try_append(t: &Target<'_>, cache: &AppendCache) -> Result<Option<std::result::Result<Placed, Refusal>>> {
+pub(crate) async fn try_append(
+    t: &Target<'_>,
+    cache: &AppendCache,
+) -> Result<Option<std::result::Result<Placed, Refusal>>> {
     let m = t.manifest;
     if !t.replaces
         || !m.is_chunked()
@@ -168,7 +171,9 @@ pub(crate) async fn try_append(t: &Target<'_>, cache: &AppendCache) -> Result<Op
     ) else {
         return Ok(None);
     };
-    let installed = t.partition_dir.join(segment_file_name(m.base_offset, SegmentFileKind::Log));
+    let installed = t
+        .partition_dir
+        .join(segment_file_name(m.base_offset, SegmentFileKind::Log));
     // Companions this path keeps as they are must be the version's: the snapshot at the base, no transaction index.
     let companions_fit = {
         let (dir, m) = (t.partition_dir.to_path_buf(), m.clone());
@@ -181,7 +186,10 @@ pub(crate) async fn try_append(t: &Target<'_>, cache: &AppendCache) -> Result<Op
     let proven = {
         let (path, chunks) = (installed.clone(), m.log_chunks.clone());
         let base = m.base_offset;
-        blocking("prove the installed prefix", move || prove(&path, base, &chunks, cached)).await?
+        blocking("prove the installed prefix", move || {
+            prove(&path, base, &chunks, cached)
+        })
+        .await?
     };
     let Some((mut proven, read)) = proven else {
         return Ok(None);
@@ -260,7 +268,10 @@ pub(crate) async fn try_append(t: &Target<'_>, cache: &AppendCache) -> Result<Op
         .or_else(|| claims_disagree(m, &proven.totals, t.manifest_key))
         .or_else(|| {
             epoch_problem.map(|message| Refusal::Epochs {
-                message: format!("{}: the manifest's leader epochs disagree with its batches: {message}", t.manifest_key),
+                message: format!(
+                    "{}: the manifest's leader epochs disagree with its batches: {message}",
+                    t.manifest_key
+                ),
             })
         });
     if let Some(refusal) = problem {
@@ -299,7 +310,11 @@ pub(crate) async fn try_append(t: &Target<'_>, cache: &AppendCache) -> Result<Op
 
     // Write: the `.log` (append, fsync), then the indexes (atomically), the epochs, the directory.
     let written = {
-        let (path, dir, range) = (installed.clone(), t.partition_dir.to_path_buf(), (m.base_offset, m.next_offset));
+        let (path, dir, range) = (
+            installed.clone(),
+            t.partition_dir.to_path_buf(),
+            (m.base_offset, m.next_offset),
+        );
         let (log_mtime, index_mtime, time_mtime) = (log.mtime_ms, index.mtime_ms, time_index.mtime_ms);
         let old_size = before.size;
         blocking("append to the installed segment", move || {
@@ -482,9 +497,21 @@ fn claims_disagree(m: &Manifest, t: &Totals, manifest_key: &str) -> Option<Refus
     let claims = [
         ("batches", m.batches.to_string(), t.batches.to_string()),
         ("records", m.records.to_string(), t.records.to_string()),
-        ("first offset", format!("{:?}", m.first_offset), format!("{:?}", t.first_offset)),
-        ("last offset", format!("{:?}", m.last_offset), format!("{:?}", t.last_offset)),
-        ("max timestamp", m.max_timestamp.to_string(), t.max_timestamp.to_string()),
+        (
+            "first offset",
+            format!("{:?}", m.first_offset),
+            format!("{:?}", t.first_offset),
+        ),
+        (
+            "last offset",
+            format!("{:?}", m.last_offset),
+            format!("{:?}", t.last_offset),
+        ),
+        (
+            "max timestamp",
+            m.max_timestamp.to_string(),
+            t.max_timestamp.to_string(),
+        ),
         (
             "next offset of an unsealed segment",
             m.next_offset.to_string(),
@@ -500,4 +527,3 @@ fn claims_disagree(m: &Manifest, t: &Totals, manifest_key: &str) -> Option<Refus
             data,
         })
 }
-

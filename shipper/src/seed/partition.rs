@@ -28,11 +28,11 @@ use segmirror_transport::manifest::{
 };
 
 use super::chunks::{previous_chunks, read_for_chunks, Reading};
-use crate::source::incremental::ActiveTail;
 use super::plan::{decide, Action, Version};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::Progress;
 use crate::error::Error;
+use crate::source::incremental::ActiveTail;
 use crate::source::{
     self, LocalFile, Outcome, PartitionRead, PrepareOptions, Prepared, SegmentStats, SourceGuard, SourcePartition,
 };
@@ -387,7 +387,16 @@ impl PartitionShipper<'_, '_> {
             None => (None, None),
         };
         let outcome = self
-            .act(segment, snapshot, common, (action, shipped, source), prepared, next_base, end, reading)
+            .act(
+                segment,
+                snapshot,
+                common,
+                (action, shipped, source),
+                prepared,
+                next_base,
+                end,
+                reading,
+            )
             .await;
         if outcome.is_ok() && active {
             match state {
@@ -443,7 +452,8 @@ impl PartitionShipper<'_, '_> {
                     Some(m) if !m.sealed => previous_chunks(m),
                     _ => Vec::new(),
                 };
-                self.ship(segment, snapshot, *prepared, end, common, reuse, reading).await
+                self.ship(segment, snapshot, *prepared, end, common, reuse, reading)
+                    .await
             }
         }
     }
@@ -509,12 +519,13 @@ impl PartitionShipper<'_, '_> {
             };
             let (files, dir, warnings) = source::bound::active_files(&seg, snapshot.as_deref(), &options, &version)?;
             let whole = next.digest();
-            let range = segmirror_transport::manifest::SegmentRange::new(base, next.next_offset()).map_err(|reason| {
-                segment_format::Error::BadName {
-                    path: seg.log.clone(),
-                    reason,
-                }
-            })?;
+            let range =
+                segmirror_transport::manifest::SegmentRange::new(base, next.next_offset()).map_err(|reason| {
+                    segment_format::Error::BadName {
+                        path: seg.log.clone(),
+                        reason,
+                    }
+                })?;
             let prepared = Prepared {
                 range,
                 sealed: false,
@@ -525,7 +536,12 @@ impl PartitionShipper<'_, '_> {
                 warnings,
                 staging: Some(dir),
             };
-            Ok(Some((Box::new(prepared), Reading::Ready { whole, new_bytes }, *next, read)))
+            Ok(Some((
+                Box::new(prepared),
+                Reading::Ready { whole, new_bytes },
+                *next,
+                read,
+            )))
         })
         .await?
         .map_err(|e: segment_format::Error| Stop::Changed(e.to_string()))?;
@@ -627,6 +643,7 @@ impl PartitionShipper<'_, '_> {
     /// The `.log` of `[base, next)` as chunks: `reuse` (checked against the source's bytes) plus one new chunk
     /// of the bytes after them, ending where `chunk_next` starts. Returns the `.log` entry (the assembled file; its
     /// key names no object) and every chunk.
+    #[allow(clippy::too_many_arguments)]
     async fn upload_chunked(
         &mut self,
         base: i64,
@@ -715,7 +732,9 @@ impl PartitionShipper<'_, '_> {
         Ok(Some((log, chunks)))
     }
 
-    /// Upload a prepared version, check the source did not change, commit.
+    /// Upload a prepared version, check the source did not change, commit. `reading`: the new bytes an incremental
+    /// round read already.
+    #[allow(clippy::too_many_arguments)]
     async fn ship(
         &mut self,
         segment: &SegmentFiles,

@@ -199,7 +199,11 @@ async fn a_round_reads_only_the_appended_bytes_and_commits_the_version_a_full_se
             .await
             .unwrap();
         assert!(report.is_complete(), "{report:#?}");
-        assert_eq!(held.full_reads(), 2, "round {round}: the segment was not read from byte 0 again");
+        assert_eq!(
+            held.full_reads(),
+            2,
+            "round {round}: the segment was not read from byte 0 again"
+        );
         assert_eq!(
             held.tail_bytes_read() - read_before,
             appended,
@@ -210,7 +214,10 @@ async fn a_round_reads_only_the_appended_bytes_and_commits_the_version_a_full_se
         assert_eq!(incremental.next_offset, next);
         let fresh_dir = tempfile::tempdir().unwrap();
         let fresh = super::tests::local_store(fresh_dir.path());
-        assert!(seed(&fresh, &config(&log_dir), &NoProgress).await.unwrap().is_complete());
+        assert!(seed(&fresh, &config(&log_dir), &NoProgress)
+            .await
+            .unwrap()
+            .is_complete());
         let full = manifests(&fresh, "orders", 0, w.topic_id).await.pop().unwrap();
         assert_eq!(essence(&incremental), essence(&full), "round {round}");
     }

@@ -47,14 +47,26 @@ fn advancing_piece_by_piece_gives_the_indexes_and_digest_of_a_full_rebuild_and_s
     let complete = bytes.len() as u64 - (more.len() / 2) as u64;
     assert_eq!((state.len(), read), (complete, complete - established));
     let (file, digest) = staged.unwrap();
-    assert_eq!(std::fs::read(file.path()).unwrap(), &bytes[established as usize..complete as usize]);
-    assert_eq!(digest, segmirror_transport::store::digest_of(&bytes[established as usize..complete as usize]));
+    assert_eq!(
+        std::fs::read(file.path()).unwrap(),
+        &bytes[established as usize..complete as usize]
+    );
+    assert_eq!(
+        digest,
+        segmirror_transport::store::digest_of(&bytes[established as usize..complete as usize])
+    );
     // Everything a version of that prefix is derived from equals the from-scratch results.
     let rebuilt = rebuild(&log, 100, complete, 4096).unwrap().unwrap();
     assert_eq!(state.offset_index(), rebuilt.offset_index);
     assert_eq!(state.time_index(), rebuilt.time_index);
-    assert_eq!(state.digest(), segmirror_transport::store::digest_of(&bytes[..complete as usize]));
-    assert_eq!((state.next_offset(), state.stats.batches, state.stats.records), (offset, 6, 27));
+    assert_eq!(
+        state.digest(),
+        segmirror_transport::store::digest_of(&bytes[..complete as usize])
+    );
+    assert_eq!(
+        (state.next_offset(), state.stats.batches, state.stats.records),
+        (offset, 6, 27)
+    );
 }
 
 #[test]
@@ -66,7 +78,14 @@ fn what_the_state_cannot_continue_is_unusable_with_the_reason() {
     let (state, _, _) = grown(advance(&ActiveTail::start(&log, 0, 4096).unwrap(), None, None).unwrap());
     // A legacy message after it: its record count is the full scan's.
     let mut with_legacy = bytes.clone();
-    with_legacy.extend(legacy::encode_message(2, 1, 1_000, TimestampType::CreateTime, None, Some(b"v")));
+    with_legacy.extend(legacy::encode_message(
+        2,
+        1,
+        1_000,
+        TimestampType::CreateTime,
+        None,
+        Some(b"v"),
+    ));
     std::fs::write(&log, &with_legacy).unwrap();
     match advance(&state, None, None).unwrap() {
         Advance::Unusable(reason) => assert!(reason.contains("legacy"), "{reason}"),
