@@ -187,6 +187,11 @@ pub struct HeldLeases {
     tail_bytes_read: std::sync::atomic::AtomicU64,
     /// Active segments read from byte 0 (a full preparation, or establishing a state).
     full_reads: std::sync::atomic::AtomicU64,
+    /// Sealed manifests read or committed, by key: a round decides on every segment of a partition, and reading
+    /// each sealed one's manifest again every round would be one GET per segment per round. A sealed version at a
+    /// key changes only when the segment is shipped whole again (compaction) — by this shipper, which updates the
+    /// entry at its commit, or by one that took a newer lease, which fences this one at its next commit.
+    sealed: std::sync::Mutex<std::collections::HashMap<String, segmirror_transport::manifest::Manifest>>,
 }
 
 impl HeldLeases {
@@ -245,6 +250,23 @@ impl HeldLeases {
 
     pub(crate) fn drop_tail(&self, dir: &std::path::Path) {
         self.tails.lock().unwrap_or_else(|p| p.into_inner()).remove(dir);
+    }
+
+    pub(crate) fn sealed_manifest(&self, key: &str) -> Option<segmirror_transport::manifest::Manifest> {
+        self.sealed.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    }
+
+    /// Remember the manifest at `key` if it is sealed, forget it otherwise.
+    pub(crate) fn note_manifest(&self, key: &str, manifest: Option<&segmirror_transport::manifest::Manifest>) {
+        let mut sealed = self.sealed.lock().unwrap_or_else(|p| p.into_inner());
+        match manifest.filter(|m| m.sealed) {
+            Some(m) => {
+                sealed.insert(key.to_string(), m.clone());
+            }
+            None => {
+                sealed.remove(key);
+            }
+        }
     }
 
     pub(crate) fn count_tail_read(&self, bytes: u64) {

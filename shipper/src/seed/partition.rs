@@ -258,6 +258,10 @@ impl PartitionShipper<'_, '_> {
         let Some(key) = self.bucket.keys.get(&base).cloned() else {
             return Ok(None);
         };
+        if let Some(m) = self.ctx.held.and_then(|h| h.sealed_manifest(&key)) {
+            self.bucket.read.insert(base, Some(m.clone()));
+            return Ok(Some(m));
+        }
         let manifest = match self.ctx.store.read_manifest(self.ctx.prefix, &key).await? {
             ManifestRead::Valid(m) => Some(*m),
             ManifestRead::Invalid(e) => {
@@ -268,6 +272,9 @@ impl PartitionShipper<'_, '_> {
             }
             ManifestRead::Gone => None,
         };
+        if let Some(held) = self.ctx.held {
+            held.note_manifest(&key, manifest.as_ref());
+        }
         self.bucket.read.insert(base, manifest.clone());
         Ok(manifest)
     }
@@ -966,6 +973,9 @@ impl PartitionShipper<'_, '_> {
         tracing::debug!(partition = %self.report.name(), base, next = manifest.next_offset, sealed = manifest.sealed, "committed");
         self.report.segments_shipped += 1;
         self.report.shipped_through = Some(manifest.next_offset);
+        if let Some(held) = self.ctx.held {
+            held.note_manifest(&key, Some(&manifest));
+        }
         self.bucket.keys.insert(base, key);
         self.bucket.read.insert(base, Some(manifest));
         Ok(())

@@ -174,12 +174,13 @@ async fn a_round_reads_only_the_appended_bytes_and_commits_the_version_a_full_se
         .close()
         .unwrap();
     finish_log_dir(&log_dir, std::slice::from_ref(&w), true);
-    let (_rec, store) = recording(dir.path());
+    let (rec, store) = recording(dir.path());
     let held = HeldLeases::default();
     assert!(seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
         .await
         .unwrap()
         .is_complete());
+    assert!(w.segments.len() >= 3, "sealed segments too: {}", w.segments.len());
     // The first round prepares the active segment from byte 0 and establishes the state from the bucket's version.
     assert_eq!(held.full_reads(), 2);
     assert_eq!(held.tail_bytes_read(), 0);
@@ -195,10 +196,18 @@ async fn a_round_reads_only_the_appended_bytes_and_commits_the_version_a_full_se
         }
         let appended = std::fs::metadata(&log).unwrap().len() - before;
         let read_before = held.tail_bytes_read();
+        rec.clear();
         let report = seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
             .await
             .unwrap();
         assert!(report.is_complete(), "{report:#?}");
+        let manifest_reads: Vec<String> = rec.gets().into_iter().filter(|k| k.contains("/manifests/")).collect();
+        assert_eq!(
+            manifest_reads.len(),
+            1,
+            "round {round}: only the active segment's manifest is read, the sealed ones are remembered: \
+             {manifest_reads:?}"
+        );
         assert_eq!(
             held.full_reads(),
             2,
