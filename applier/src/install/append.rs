@@ -26,7 +26,9 @@
 //! anything else proves the installed bytes again by reading them once (still no copy).
 //!
 //! Not done here (the staged install handles them, as before): a sealed version (its `.log` is the installed one;
-//! only companions are added), a version with a transaction index or a log-end snapshot, deep validation, an index
+//! only companions are added), a version with a transaction index or a log-end snapshot, new batches with a
+//! transaction marker other than COMMIT (an ABORT needs its `.txnindex` entry checked), legacy frames or offsets an
+//! index cannot hold, deep validation, an index
 //! the shipper built with another interval than [`APPEND_INDEX_INTERVAL_BYTES`] (its digest then differs from the
 //! rebuild), and an installed file that does not end on one of the version's chunk boundaries.
 
@@ -37,7 +39,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use segment_format::batch::BatchInfo;
+use segment_format::batch::{BatchInfo, ControlType};
 use segment_format::checkpoint::leader_epoch_checkpoint_path;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
@@ -88,16 +90,19 @@ struct Proven {
     offset_index: OffsetIndexBuilder,
     time_index: TimeIndexBuilder,
     totals: Totals,
-    legacy: bool,
+    /// A batch this path leaves to the staged install's full validation: a legacy frame (its record count), a
+    /// control batch other than a decoded COMMIT (an ABORT marker needs its `.txnindex` entry; an undecodable key
+    /// is a defect), an offset the indexes cannot hold relative to the base.
+    needs_full: bool,
 }
 
 impl Proven {
     fn push(&mut self, info: &BatchInfo) {
-        // The index builders fail only on offsets the chunk checks refuse first (below the base, not increasing).
-        let _ = self.offset_index.push(info);
-        let _ = self.time_index.push(info);
+        let indexed = self.offset_index.push(info).and_then(|_| self.time_index.push(info));
         self.totals.add(info);
-        self.legacy |= info.magic < 2;
+        self.needs_full |= info.magic < 2
+            || (info.is_control && !matches!(info.control, Some(ControlType::Commit)))
+            || indexed.is_err();
     }
 }
 
@@ -199,7 +204,7 @@ pub(crate) async fn try_append(
         .fetch_add(read, std::sync::atomic::Ordering::Relaxed);
     let before = proven.clone();
     let new_chunks: Vec<LogChunk> = m.log_chunks.iter().skip(proven.chunks.len()).cloned().collect();
-    if new_chunks.is_empty() || proven.legacy {
+    if new_chunks.is_empty() || proven.needs_full {
         cache.keep(&installed, before);
         return Ok(None);
     }
@@ -256,8 +261,8 @@ pub(crate) async fn try_append(
         fetched += chunk.size();
         parts.push(part);
     }
-    if proven.legacy {
-        // Legacy frames' record counts are the full validation's to establish.
+    if proven.needs_full {
+        // Legacy frames, transaction markers, offsets the indexes cannot hold: the full validation's to judge.
         super::remove_staging(&staging).await?;
         cache.keep(&installed, before);
         return Ok(None);
@@ -443,7 +448,7 @@ fn prove(path: &Path, base: i64, chunks: &[LogChunk], cached: Option<Proven>) ->
             records: 0,
             max_timestamp: -1,
         },
-        legacy: false,
+        needs_full: false,
     };
     let mut log = LogFile::open(path).map_err(Error::Format)?;
     let scanned = log.scan_range(0, size, |frame| {

@@ -17,7 +17,8 @@
 //! What does not continue an `ActiveTail` (the caller drops it and prepares the segment from byte 0 as `seed`
 //! does, then establishes a new one): the file truncated, replaced or rewritten under the position, a corrupt batch
 //! (the full path reports it with its findings), a legacy (magic 0/1) frame (whose record counts only a deep scan
-//! knows), deep verification (decompressing every record is what `bound_active` does), or a shipped version in the
+//! knows), an ABORT marker (the broker writes its `.txnindex` entry just after the marker; the full scan checks the
+//! entry is there and waits for it, so no version ships a marker without its entry), deep verification (decompressing every record is what `bound_active` does), or a shipped version in the
 //! bucket that is not the one this state was established against.
 //!
 //! Blocking (file reads); async callers run it in `spawn_blocking`.
@@ -26,6 +27,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use segment_format::batch::ControlType;
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
 use segment_format::log::scan_frames;
 use segment_format::Error;
@@ -221,6 +223,14 @@ fn index_batches(state: &mut ActiveTail, bytes: &[u8], from: u64) -> Option<Stri
             return Some(format!(
                 "byte {}: a legacy (magic {}) frame; its records are counted by the full scan",
                 info.position, info.magic
+            ));
+        }
+        if info.is_control && !matches!(info.control, Some(ControlType::Commit)) {
+            // An ABORT marker needs its `.txnindex` entry, which the broker writes just after the marker: the full
+            // scan checks the entry is there (and waits for it), so a version never ships a marker without it.
+            return Some(format!(
+                "byte {}: a transaction marker at offset {} (its transaction index entry is the full scan's to check)",
+                info.position, info.base_offset
             ));
         }
         if let Err(e) = state.offset_index.push(info).and_then(|_| state.time_index.push(info)) {

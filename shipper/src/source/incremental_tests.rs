@@ -91,6 +91,31 @@ fn what_the_state_cannot_continue_is_unusable_with_the_reason() {
         Advance::Unusable(reason) => assert!(reason.contains("legacy"), "{reason}"),
         other => panic!("{other:?}"),
     }
+    // An ABORT marker after it (a COMMIT marker continues).
+    let marker = |base, control_type| {
+        segment_format::control::end_txn_marker_batch(
+            base,
+            1_000,
+            0,
+            7,
+            0,
+            segment_format::control::EndTxnMarker {
+                control_type,
+                coordinator_epoch: 0,
+            },
+        )
+    };
+    let mut with_commit = bytes.clone();
+    with_commit.extend(marker(2, segment_format::batch::ControlType::Commit));
+    std::fs::write(&log, &with_commit).unwrap();
+    let (after_commit, _, _) = grown(advance(&state, None, None).unwrap());
+    assert_eq!(after_commit.next_offset(), 3);
+    with_commit.extend(marker(3, segment_format::batch::ControlType::Abort));
+    std::fs::write(&log, &with_commit).unwrap();
+    match advance(&after_commit, None, None).unwrap() {
+        Advance::Unusable(reason) => assert!(reason.contains("transaction marker at offset 3"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
     // A corrupt batch after it.
     let mut bad = batch(2, 1);
     let last = bad.len() - 1;
