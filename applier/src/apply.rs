@@ -157,6 +157,8 @@ pub async fn apply(config: &ApplyConfig, catalog: Catalog, progress: &dyn Progre
 pub struct Applier {
     config: ApplyConfig,
     catalog: CatalogCell,
+    /// Follow mode's state of the active segments it appends to (`install::append`); `None` for one-shot runs.
+    appends: Option<install::append::AppendCache>,
 }
 
 /// A partition after planning, before installing.
@@ -186,7 +188,22 @@ impl Applier {
         Applier {
             config,
             catalog: CatalogCell::new(catalog),
+            appends: None,
         }
+    }
+
+    /// Runs of a follower: a grown active segment's new chunks are appended to the installed file in place (after
+    /// every check), with state kept between runs, instead of a staged copy of the whole version
+    /// (`install::append`).
+    pub fn appending(mut self) -> Self {
+        self.appends = Some(install::append::AppendCache::default());
+        self
+    }
+
+    /// Bytes of installed `.log`s read back to prove them before appending (a test hook): zero for a run whose
+    /// appends continued the state kept since the previous run.
+    pub fn append_proof_bytes_read(&self) -> u64 {
+        self.appends.as_ref().map_or(0, |a| a.proof_bytes_read())
     }
 
     /// The catalog back, unless a catalog call's task died.
@@ -787,6 +804,7 @@ impl Applier {
             replaces: replaces.is_some(),
             verify: &self.config.verify,
             progress,
+            appends: self.appends.as_ref(),
             #[cfg(feature = "failpoints")]
             failpoint: self.config.failpoint.clone(),
         };

@@ -24,10 +24,11 @@
 //! A refused version stops its partition in that run, as in `apply`; the next run tries again (a shipper may commit
 //! a newer version that supersedes it), and the caller reports a refusal once, not every poll.
 //!
-//! Cost per run (not yet incremental): a grown active segment's new version is installed through staging, so the
-//! installed prefix is copied locally into staging (never downloaded again: proven by the chunk digests) and the
-//! whole version is validated before the rename. That is proportional to the active segment (bounded by
-//! `log.segment.bytes`), not to the topic.
+//! Cost per run: a follower's applier appends (`Applier::appending`, `install::append`): a grown active segment's
+//! new chunks are checked and appended to the installed `.log` in place, its prefix proven once per process and
+//! kept, so a run costs the listing, the unsettled manifests and the new chunks — not the segment. Versions the
+//! append path does not take (a seal, a transaction index, another index interval) are installed through staging
+//! as by `apply`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -93,7 +94,7 @@ pub async fn follow(
     .map_err(|e| Error::task("lock the mirror", e))??;
     let mut apply = config.apply.clone();
     apply.lock_held = true;
-    let mut applier = Applier::new(apply, catalog);
+    let mut applier = Applier::new(apply, catalog).appending();
     let mut stats = FollowStats::default();
     tokio::pin!(shutdown);
     loop {

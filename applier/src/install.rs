@@ -86,6 +86,8 @@ pub(crate) struct Target<'a> {
     pub replaces: bool,
     pub verify: &'a VerifyOptions,
     pub progress: &'a dyn Progress,
+    /// Follow mode: a grown active segment is appended to in place (`append`) when it can be.
+    pub appends: Option<&'a append::AppendCache>,
     #[cfg(feature = "failpoints")]
     pub failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
 }
@@ -134,6 +136,11 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     let m = t.manifest;
     if let Some(refusal) = implausible_sizes(m) {
         return Ok(Err(refusal));
+    }
+    if let Some(cache) = t.appends {
+        if let Some(outcome) = append::try_append(t, cache).await? {
+            return Ok(outcome);
+        }
     }
     // The segment's files, then the log-end snapshot if the version has one (always last: `validate` and `place`
     // tell it from the base snapshot by position).
@@ -595,6 +602,15 @@ fn validate(
             Err(e) => return Err(Error::Format(e)),
         }
     }
+    merged_checkpoint(m, partition_dir)
+}
+
+/// The partition's `leader-epoch-checkpoint` with the version's epochs merged in (`None`: unchanged), or the refusal
+/// when they do not merge into increasing start offsets.
+pub(crate) fn merged_checkpoint(
+    m: &Manifest,
+    partition_dir: &Path,
+) -> Result<std::result::Result<Option<LeaderEpochCheckpoint>, Refusal>> {
     let checkpoint_path = leader_epoch_checkpoint_path(partition_dir);
     let existing = match fs::metadata(&checkpoint_path) {
         Ok(_) => LeaderEpochCheckpoint::read(&checkpoint_path)?.entries,
@@ -805,6 +821,7 @@ fn set_mtime_and_sync(path: &Path, mtime_ms: i64) -> Result<()> {
     file.sync_all().map_err(|e| Error::io(path, e))
 }
 
+pub(crate) mod append;
 mod chunks;
 #[cfg(test)]
 mod tests;

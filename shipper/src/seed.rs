@@ -38,6 +38,7 @@ use segment_format::verify::VerifyOptions;
 use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Lease, PartitionKey, MAX_ID_LENGTH};
 
 use crate::error::{Error, Result};
+use crate::source::incremental::ActiveTail;
 use crate::source::{self, PrepareOptions, Unusable, UnusablePartition};
 use segmirror_transport::Transport;
 
@@ -168,14 +169,29 @@ pub async fn seed(store: &dyn Transport, config: &SeedConfig, progress: &dyn Pro
     seed_round(store, config, progress, None).await
 }
 
-/// The leases a continuous shipper (`crate::store_tail`) keeps between its rounds, one per partition: taking a
-/// new lease every round would add a lease object per partition per round to the bucket and, worse, let a second
-/// shipper's lease be overtaken by this one's next round instead of fencing it. A fenced partition's lease is
-/// forgotten and never taken again by the same process.
+/// What a continuous shipper (`crate::store_tail`) keeps between its rounds, per partition:
+///
+/// - **its lease**: taking a new lease every round would add a lease object per partition per round to the bucket
+///   and, worse, let a second shipper's lease be overtaken by this one's next round instead of fencing it. A fenced
+///   partition's lease is forgotten and never taken again by the same process.
+/// - **its active segment's shipped prefix** ([`ActiveTail`]): so a round reads, checks, hashes and indexes only the
+///   bytes appended since the last one (`source::incremental`), instead of the whole segment. Established from the
+///   version in the bucket once (at the first round, and after anything the state cannot continue), advanced only
+///   once a round's manifest is committed.
 #[derive(Debug, Default)]
 pub struct HeldLeases {
     leases: std::sync::Mutex<std::collections::HashMap<PartitionKey, Lease>>,
     fenced: std::sync::Mutex<std::collections::HashSet<PartitionKey>>,
+    tails: std::sync::Mutex<std::collections::HashMap<PathBuf, ActiveTail>>,
+    /// Bytes the incremental rounds read from active segments (a test hook and a log figure).
+    tail_bytes_read: std::sync::atomic::AtomicU64,
+    /// Active segments read from byte 0 (a full preparation, or establishing a state).
+    full_reads: std::sync::atomic::AtomicU64,
+    /// Sealed manifests read or committed, by key: a round decides on every segment of a partition, and reading
+    /// each sealed one's manifest again every round would be one GET per segment per round. A sealed version at a
+    /// key changes only when the segment is shipped whole again (compaction) — by this shipper, which updates the
+    /// entry at its commit, or by one that took a newer lease, which fences this one at its next commit.
+    sealed: std::sync::Mutex<std::collections::HashMap<String, segmirror_transport::manifest::Manifest>>,
 }
 
 impl HeldLeases {
@@ -218,6 +234,58 @@ impl HeldLeases {
     /// The epoch held for `key`, if any.
     pub fn epoch(&self, key: &PartitionKey) -> Option<u64> {
         self.get(key).map(|l| l.epoch)
+    }
+
+    /// The shipped prefix of the active segment of the partition in `dir`, if one is kept.
+    pub(crate) fn tail(&self, dir: &std::path::Path) -> Option<ActiveTail> {
+        self.tails.lock().unwrap_or_else(|p| p.into_inner()).get(dir).cloned()
+    }
+
+    pub(crate) fn keep_tail(&self, dir: &std::path::Path, tail: ActiveTail) {
+        self.tails
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(dir.to_path_buf(), tail);
+    }
+
+    pub(crate) fn drop_tail(&self, dir: &std::path::Path) {
+        self.tails.lock().unwrap_or_else(|p| p.into_inner()).remove(dir);
+    }
+
+    pub(crate) fn sealed_manifest(&self, key: &str) -> Option<segmirror_transport::manifest::Manifest> {
+        self.sealed.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    }
+
+    /// Remember the manifest at `key` if it is sealed, forget it otherwise.
+    pub(crate) fn note_manifest(&self, key: &str, manifest: Option<&segmirror_transport::manifest::Manifest>) {
+        let mut sealed = self.sealed.lock().unwrap_or_else(|p| p.into_inner());
+        match manifest.filter(|m| m.sealed) {
+            Some(m) => {
+                sealed.insert(key.to_string(), m.clone());
+            }
+            None => {
+                sealed.remove(key);
+            }
+        }
+    }
+
+    pub(crate) fn count_tail_read(&self, bytes: u64) {
+        self.tail_bytes_read
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_full_read(&self) {
+        self.full_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes the incremental rounds read from active segments so far.
+    pub fn tail_bytes_read(&self) -> u64 {
+        self.tail_bytes_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many times an active segment was read from byte 0 so far (full preparations and established states).
+    pub fn full_reads(&self) -> u64 {
+        self.full_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

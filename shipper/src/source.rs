@@ -51,6 +51,7 @@ pub mod bound;
 pub mod bound_hw;
 pub mod discover;
 pub mod guard;
+pub mod incremental;
 pub mod leadership;
 pub mod list_offsets;
 pub mod read;

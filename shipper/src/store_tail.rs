@@ -19,10 +19,12 @@
 //!   manifests beyond the one commit the lease check's two requests allow (reported by the audit as
 //!   `StaleLeaseCommit`).
 //!
-//! What each round still costs, proportional to the active segment (not yet incremental): the seed's verification
-//! of the active segment from byte 0, the rebuild of its offset/time indexes, and the hash of the already shipped
-//! prefix against the referenced chunks' digests (local reads, no upload). That is bounded by the segment size
-//! (`log.segment.bytes`), not by the topic; see ARCHITECTURE.md "Tail through a bucket".
+//! - **Incremental rounds.** The same [`HeldLeases`] keeps each partition's active-segment state
+//!   ([`crate::source::incremental::ActiveTail`]) between rounds, so a round reads, checks, hashes and indexes only
+//!   the bytes appended since the last one and commits the version a one-shot seed would; the state is rebuilt from
+//!   the bucket once (first round, restart, or anything it cannot continue). What a round still writes in
+//!   proportion to the segment is the version's rebuilt offset/time index (~0.5% of it); see ARCHITECTURE.md "Tail
+//!   through a bucket" for the latency model.
 //!
 //! Bounds: the bucket tail ships every complete, CRC-valid batch (`--upto log-end`); the high-watermark bound of the
 //! direct tail is not applied by seed's active-segment preparation yet, so the command line refuses it for

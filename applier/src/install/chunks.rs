@@ -105,7 +105,7 @@ pub(crate) async fn assemble(
 }
 
 /// Compare a digest with what a manifest entry says; the refusal names `key` and the field.
-fn compare(
+pub(super) fn compare(
     key: &str,
     size: u64,
     crc32c: u32,
@@ -172,7 +172,7 @@ fn copy_prefix(
 }
 
 /// Download one chunk to `part`, verified against its size, SHA-256 and CRC-32C.
-async fn fetch_chunk(
+pub(super) async fn fetch_chunk(
     store: &dyn SegmentSource,
     chunk: &LogChunk,
     part: &Path,
@@ -191,6 +191,22 @@ fn check_and_append(
     dest: &Path,
     mut whole: Hasher,
 ) -> Result<std::result::Result<Hasher, Refusal>> {
+    if let Err(refusal) = check_chunk(chunk, previous_next, part, &mut |_| {})? {
+        return Ok(Err(refusal));
+    }
+    append(part, dest, &mut whole)?;
+    Ok(Ok(whole))
+}
+
+/// The checks of one downloaded chunk at `part`: whole batches only, every batch CRC, offsets above
+/// `previous_next - 1`, the last batch ending at the chunk's `next_offset`. `on_batch` sees each batch (its position
+/// in the chunk file, not in the segment). A refusal names the chunk's key and the field.
+pub(super) fn check_chunk(
+    chunk: &LogChunk,
+    previous_next: i64,
+    part: &Path,
+    on_batch: &mut dyn FnMut(&segment_format::batch::BatchInfo),
+) -> Result<std::result::Result<(), Refusal>> {
     let bad = |field: &str, reason: String| Refusal::InvalidManifest {
         reason: format!(
             "chunk {} (bytes [{}, {})), {field}: {reason}",
@@ -227,6 +243,7 @@ fn check_and_append(
         }
         expected_min = frame.info.last_offset.saturating_add(1);
         last_next = Some(expected_min);
+        on_batch(&frame.info);
         ControlFlow::Continue(())
     });
     let summary = match scanned {
@@ -259,13 +276,11 @@ fn check_and_append(
             ),
         )));
     }
-    drop(log);
-    append(part, dest, &mut whole)?;
-    Ok(Ok(whole))
+    Ok(Ok(()))
 }
 
 /// Append `part` to `dest` while hashing, then remove `part`.
-fn append(part: &Path, dest: &Path, whole: &mut Hasher) -> Result<()> {
+pub(super) fn append(part: &Path, dest: &Path, whole: &mut Hasher) -> Result<()> {
     let mut from = File::open(part).map_err(|e| Error::io(part, e))?;
     let mut to = OpenOptions::new()
         .append(true)

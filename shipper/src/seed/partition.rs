@@ -32,6 +32,7 @@ use super::plan::{decide, Action, Version};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::Progress;
 use crate::error::Error;
+use crate::source::incremental::ActiveTail;
 use crate::source::{
     self, LocalFile, Outcome, PartitionRead, PrepareOptions, Prepared, SegmentStats, SourceGuard, SourcePartition,
 };
@@ -257,6 +258,10 @@ impl PartitionShipper<'_, '_> {
         let Some(key) = self.bucket.keys.get(&base).cloned() else {
             return Ok(None);
         };
+        if let Some(m) = self.ctx.held.and_then(|h| h.sealed_manifest(&key)) {
+            self.bucket.read.insert(base, Some(m.clone()));
+            return Ok(Some(m));
+        }
         let manifest = match self.ctx.store.read_manifest(self.ctx.prefix, &key).await? {
             ManifestRead::Valid(m) => Some(*m),
             ManifestRead::Invalid(e) => {
@@ -267,6 +272,9 @@ impl PartitionShipper<'_, '_> {
             }
             ManifestRead::Gone => None,
         };
+        if let Some(held) = self.ctx.held {
+            held.note_manifest(&key, manifest.as_ref());
+        }
         self.bucket.read.insert(base, manifest.clone());
         Ok(manifest)
     }
@@ -308,9 +316,12 @@ impl PartitionShipper<'_, '_> {
         common: &Common<'_>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
+        // A continuous shipper's round of the active segment from the state kept since the last: the reading of
+        // the new bytes and the state after them, kept once the version is committed.
+        let mut incremental: Option<(Reading, ActiveTail)> = None;
         // The source version: cheap for a sealed segment (its range is known
         // from the listing), a full preparation for the active one.
-        let (source, mut prepared) = match next_base {
+        let (source, prepared) = match next_base {
             Some(next) => {
                 let log_size = match tokio::fs::metadata(&segment.log).await {
                     Ok(m) => m.len(),
@@ -324,7 +335,18 @@ impl PartitionShipper<'_, '_> {
                 (source, None)
             }
             None => {
-                let prepared = self.prepare(segment, None, snapshot.clone()).await?;
+                let prepared = match self.incremental(segment, snapshot.clone()).await? {
+                    Some((prepared, reading, state)) => {
+                        incremental = Some((reading, state));
+                        prepared
+                    }
+                    None => {
+                        if let Some(held) = self.ctx.held {
+                            held.count_full_read();
+                        }
+                        self.prepare(segment, None, snapshot.clone()).await?
+                    }
+                };
                 self.report.excluded_tail_bytes = prepared.excluded_tail;
                 let source = Version {
                     next: prepared.range.next(),
@@ -366,11 +388,58 @@ impl PartitionShipper<'_, '_> {
                 return Ok(());
             }
         }
+        let active = next_base.is_none();
+        let (reading, state) = match incremental {
+            Some((reading, state)) => (Some(reading), Some(state)),
+            None => (None, None),
+        };
+        let outcome = self
+            .act(
+                segment,
+                snapshot,
+                common,
+                (action, shipped, source),
+                prepared,
+                next_base,
+                end,
+                reading,
+            )
+            .await;
+        if outcome.is_ok() && active {
+            match state {
+                // Committed (or nothing new): the bucket's version is the state's.
+                Some(state) => {
+                    if let Some(held) = self.ctx.held {
+                        held.keep_tail(&self.source.dir, state);
+                    }
+                }
+                None => self.establish(segment).await?,
+            }
+        }
+        if outcome.is_ok() {
+            self.progress(base, progress_bytes);
+        }
+        outcome
+    }
+
+    /// What `segment` decided, done.
+    #[allow(clippy::too_many_arguments)]
+    async fn act(
+        &mut self,
+        segment: &SegmentFiles,
+        snapshot: Option<PathBuf>,
+        common: &Common<'_>,
+        (action, shipped, source): (Action, Option<Manifest>, Version),
+        mut prepared: Option<Box<Prepared>>,
+        next_base: Option<i64>,
+        end: Option<source::EndSnapshot>,
+        reading: Option<Reading>,
+    ) -> Result<(), Stop> {
+        let base = segment.base_offset;
         match (action, shipped) {
             (Action::Skip, shipped) => {
                 self.report.segments_already_shipped += 1;
                 self.report.shipped_through = shipped.map(|m| m.next_offset);
-                self.progress(base, progress_bytes);
                 Ok(())
             }
             (Action::Diverged(d), Some(shipped)) => Err(Stop::Status(PartitionStatus::Diverged {
@@ -379,11 +448,7 @@ impl PartitionShipper<'_, '_> {
                 source_next_offset: source.next,
                 reason: d.describe().to_string(),
             })),
-            (Action::Seal, Some(shipped)) => {
-                self.seal(segment, snapshot, shipped, common).await?;
-                self.progress(base, progress_bytes);
-                Ok(())
-            }
+            (Action::Seal, Some(shipped)) => self.seal(segment, snapshot, shipped, common).await,
             (_, shipped) => {
                 let prepared = match (prepared.take(), next_base) {
                     (Some(p), _) => p,
@@ -394,9 +459,8 @@ impl PartitionShipper<'_, '_> {
                     Some(m) if !m.sealed => previous_chunks(m),
                     _ => Vec::new(),
                 };
-                self.ship(segment, snapshot, *prepared, end, common, reuse).await?;
-                self.progress(base, progress_bytes);
-                Ok(())
+                self.ship(segment, snapshot, *prepared, end, common, reuse, reading)
+                    .await
             }
         }
     }
@@ -462,6 +526,7 @@ impl PartitionShipper<'_, '_> {
     /// The `.log` of `[base, next)` as chunks: `reuse` (checked against the source's bytes) plus one new chunk
     /// of the bytes after them, ending where `chunk_next` starts. Returns the `.log` entry (the assembled file; its
     /// key names no object) and every chunk.
+    #[allow(clippy::too_many_arguments)]
     async fn upload_chunked(
         &mut self,
         base: i64,
@@ -470,6 +535,7 @@ impl PartitionShipper<'_, '_> {
         file: &LocalFile,
         reuse: &[LogChunk],
         sealed: bool,
+        reading: Option<Reading>,
     ) -> Result<Option<(ManifestFile, Vec<LogChunk>)>, Stop> {
         let range = |next| {
             segmirror_transport::manifest::SegmentRange::new(base, next)
@@ -477,11 +543,15 @@ impl PartitionShipper<'_, '_> {
         };
         let staging = self.ctx.prepare.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
         let (path, len, reused) = (file.path.clone(), file.len, reuse.to_vec());
-        let reading = blocking("read source for chunks", move || {
-            read_for_chunks(&path, len, &reused, &staging)
-        })
-        .await?
-        .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?;
+        // A continuous shipper's incremental round read the new bytes already, and only those.
+        let reading = match reading {
+            Some(reading) => reading,
+            None => blocking("read source for chunks", move || {
+                read_for_chunks(&path, len, &reused, &staging)
+            })
+            .await?
+            .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?,
+        };
         let (whole, new_bytes) = match reading {
             Reading::Ready { whole, new_bytes } => (whole, new_bytes),
             Reading::Short { at } => {
@@ -545,7 +615,9 @@ impl PartitionShipper<'_, '_> {
         Ok(Some((log, chunks)))
     }
 
-    /// Upload a prepared version, check the source did not change, commit.
+    /// Upload a prepared version, check the source did not change, commit. `reading`: the new bytes an incremental
+    /// round read already.
+    #[allow(clippy::too_many_arguments)]
     async fn ship(
         &mut self,
         segment: &SegmentFiles,
@@ -554,6 +626,7 @@ impl PartitionShipper<'_, '_> {
         end: Option<source::EndSnapshot>,
         common: &Common<'_>,
         reuse: Vec<LogChunk>,
+        mut reading: Option<Reading>,
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
         let next = prepared.range.next();
@@ -567,7 +640,7 @@ impl PartitionShipper<'_, '_> {
             let shipped = if chunked && file.kind == SegmentFileKind::Log {
                 let chunk_next = prepared.stats.last_offset.map_or(next, |l| l.saturating_add(1));
                 match self
-                    .upload_chunked(base, next, chunk_next, file, &reuse, prepared.sealed)
+                    .upload_chunked(base, next, chunk_next, file, &reuse, prepared.sealed, reading.take())
                     .await?
                 {
                     Some((log, all)) => {
@@ -776,6 +849,9 @@ impl PartitionShipper<'_, '_> {
         tracing::debug!(partition = %self.report.name(), base, next = manifest.next_offset, sealed = manifest.sealed, "committed");
         self.report.segments_shipped += 1;
         self.report.shipped_through = Some(manifest.next_offset);
+        if let Some(held) = self.ctx.held {
+            held.note_manifest(&key, Some(&manifest));
+        }
         self.bucket.keys.insert(base, key);
         self.bucket.read.insert(base, Some(manifest));
         Ok(())
@@ -807,6 +883,8 @@ pub(crate) fn epochs_for(entries: &[EpochEntry], base: i64, next: i64) -> Vec<Ep
         })
         .collect()
 }
+
+mod incremental;
 
 #[cfg(test)]
 mod tests {

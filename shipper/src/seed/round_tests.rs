@@ -144,3 +144,136 @@ async fn a_partition_fenced_by_a_second_shipper_is_never_written_again_by_this_r
     assert_eq!(manifests(&store, "orders", 0, w.topic_id).await, before);
     assert_eq!(store.list(&pk.lease_dir()).await.unwrap().len(), 2);
 }
+
+/// The manifest fields a version is judged by, without the stamps (shipper, lease, creation time) and keys.
+fn essence(m: &segmirror_transport::manifest::Manifest) -> String {
+    let files: Vec<String> = m
+        .files
+        .iter()
+        .map(|f| format!("{} {} {:08x} {}", f.name, f.size, f.crc32c, f.sha256))
+        .collect();
+    format!(
+        "[{}, {}) first {:?} last {:?} batches {} records {} max ts {} sealed {} epochs {:?} files {files:?}",
+        m.base_offset,
+        m.next_offset,
+        m.first_offset,
+        m.last_offset,
+        m.batches,
+        m.records,
+        m.max_timestamp,
+        m.sealed,
+        m.epochs
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_reads_only_the_appended_bytes_and_commits_the_version_a_full_seed_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().join("kafka");
+    let w = write_partition(&log_dir, "orders", 30, true, topic_id(7))
+        .close()
+        .unwrap();
+    finish_log_dir(&log_dir, std::slice::from_ref(&w), true);
+    let (rec, store) = recording(dir.path());
+    let held = HeldLeases::default();
+    assert!(seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
+        .await
+        .unwrap()
+        .is_complete());
+    assert!(w.segments.len() >= 3, "sealed segments too: {}", w.segments.len());
+    // The first round prepares the active segment from byte 0 and establishes the state from the bucket's version.
+    assert_eq!(held.full_reads(), 2);
+    assert_eq!(held.tail_bytes_read(), 0);
+
+    let active = w.segments.last().unwrap();
+    let log = w.dir.join(segment_file_name(active.base_offset, SegmentFileKind::Log));
+    let mut next = w.log_end_offset;
+    for round in 0..3 {
+        let before = std::fs::metadata(&log).unwrap().len();
+        for i in 0..(1 + round % 2) {
+            append_batch(&log, next, 50 + round * 2 + i);
+            next += 2;
+        }
+        let appended = std::fs::metadata(&log).unwrap().len() - before;
+        let read_before = held.tail_bytes_read();
+        rec.clear();
+        let report = seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
+            .await
+            .unwrap();
+        assert!(report.is_complete(), "{report:#?}");
+        let manifest_reads: Vec<String> = rec.gets().into_iter().filter(|k| k.contains("/manifests/")).collect();
+        assert_eq!(
+            manifest_reads.len(),
+            1,
+            "round {round}: only the active segment's manifest is read, the sealed ones are remembered: \
+             {manifest_reads:?}"
+        );
+        assert_eq!(
+            held.full_reads(),
+            2,
+            "round {round}: the segment was not read from byte 0 again"
+        );
+        assert_eq!(
+            held.tail_bytes_read() - read_before,
+            appended,
+            "round {round}: exactly the appended bytes were read"
+        );
+        // What the incremental round committed is what a one-shot seed of the same source commits.
+        let incremental = manifests(&store, "orders", 0, w.topic_id).await.pop().unwrap();
+        assert_eq!(incremental.next_offset, next);
+        let fresh_dir = tempfile::tempdir().unwrap();
+        let fresh = super::tests::local_store(fresh_dir.path());
+        assert!(seed(&fresh, &config(&log_dir), &NoProgress)
+            .await
+            .unwrap()
+            .is_complete());
+        let full = manifests(&fresh, "orders", 0, w.topic_id).await.pop().unwrap();
+        assert_eq!(essence(&incremental), essence(&full), "round {round}");
+    }
+    // A round with nothing appended reads nothing and ships nothing.
+    let read_before = held.tail_bytes_read();
+    let report = seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
+        .await
+        .unwrap();
+    assert_eq!(report.segments_shipped(), 0);
+    assert_eq!((held.tail_bytes_read(), held.full_reads()), (read_before, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_rewritten_under_the_kept_state_is_read_again_and_reported_diverged() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().join("kafka");
+    let w = write_partition(&log_dir, "orders", 30, true, topic_id(7))
+        .close()
+        .unwrap();
+    finish_log_dir(&log_dir, std::slice::from_ref(&w), true);
+    let (_rec, store) = recording(dir.path());
+    let held = HeldLeases::default();
+    assert!(seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
+        .await
+        .unwrap()
+        .is_complete());
+    let active = w.segments.last().unwrap();
+    let log = w.dir.join(segment_file_name(active.base_offset, SegmentFileKind::Log));
+    let shipped_len = std::fs::metadata(&log).unwrap().len();
+    let next = w.log_end_offset;
+    append_batch(&log, next, 60);
+    assert!(seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
+        .await
+        .unwrap()
+        .is_complete());
+    assert_eq!(held.full_reads(), 2);
+    // The source truncates the batch shipped last and writes another one in its place (same offsets, other bytes),
+    // then one more: the tripwire sees the rewrite; the state is dropped and the segment read from byte 0.
+    let file = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    file.set_len(shipped_len).unwrap();
+    drop(file);
+    append_batch(&log, next, 61);
+    append_batch(&log, next + 2, 62);
+    let report = seed_round(&store, &config(&log_dir), &NoProgress, Some(&held))
+        .await
+        .unwrap();
+    let r = report.partition("orders", 0).unwrap();
+    assert!(matches!(r.status, PartitionStatus::Diverged { .. }), "{r:#?}");
+    assert_eq!(held.full_reads(), 3, "read from byte 0 once more");
+}

@@ -136,6 +136,7 @@ fn file(m: &Manifest, kind: SegmentFileKind) -> &segmirror_transport::manifest::
 pub(super) struct RecordingStore {
     inner: Arc<dyn ObjectStore>,
     puts: Mutex<Vec<String>>,
+    gets: Mutex<Vec<String>>,
     manifests_committed: AtomicU64,
     fence_after_first_commit: AtomicBool,
 }
@@ -146,6 +147,7 @@ impl RecordingStore {
         Arc::new(RecordingStore {
             inner: Arc::new(LocalFileSystem::new_with_prefix(root).unwrap()),
             puts: Mutex::new(Vec::new()),
+            gets: Mutex::new(Vec::new()),
             manifests_committed: AtomicU64::new(0),
             fence_after_first_commit: AtomicBool::new(false),
         })
@@ -155,8 +157,14 @@ impl RecordingStore {
         self.puts.lock().unwrap().clone()
     }
 
+    /// Keys read since the last [`RecordingStore::clear`].
+    pub(super) fn gets(&self) -> Vec<String> {
+        self.gets.lock().unwrap().clone()
+    }
+
     pub(super) fn clear(&self) {
         self.puts.lock().unwrap().clear();
+        self.gets.lock().unwrap().clear();
     }
 
     /// Before a data put that follows a manifest commit, another shipper takes lease epoch 99.
@@ -220,6 +228,7 @@ impl ObjectStore for RecordingStore {
     }
 
     async fn get_opts(&self, location: &ObjectPath, options: GetOptions) -> object_store::Result<GetResult> {
+        self.gets.lock().unwrap().push(location.to_string());
         self.inner.get_opts(location, options).await
     }
 

@@ -399,6 +399,49 @@ pub fn bound_active(
         }
         Err(reason) => return Ok(Outcome::Changed(reason)),
     };
+    let files = ActiveFiles {
+        prefix,
+        next,
+        log_mtime,
+        offset_index: &rebuilt.offset_index,
+        time_index: &rebuilt.time_index,
+    };
+    let (files, dir, warnings) = active_files(segment, snapshot, options, &files)?;
+    Ok(Outcome::Ready(Box::new(Prepared {
+        range,
+        sealed: false,
+        files,
+        stats,
+        guard: SourceGuard::LogCrc32c(rebuilt.crc32c),
+        excluded_tail: file_len.saturating_sub(prefix),
+        warnings,
+        staging: Some(dir),
+    })))
+}
+
+/// What a version of the active segment is made of besides its `.log` prefix.
+pub(crate) struct ActiveFiles<'a> {
+    /// Bytes of the `.log` prefix.
+    pub prefix: u64,
+    /// One past the prefix's last offset.
+    pub next: i64,
+    pub log_mtime: i64,
+    /// The rebuilt indexes of the prefix.
+    pub offset_index: &'a [u8],
+    pub time_index: &'a [u8],
+}
+
+/// The files of a version of the active segment: its `.log` prefix, the rebuilt indexes (staged), the transaction
+/// index trimmed to the prefix, the producer snapshot at its base. Shared by [`bound_active`] and the continuous
+/// shipper's incremental rounds ([`super::incremental`]), which derive the same version without reading the
+/// prefix again.
+pub(crate) fn active_files(
+    segment: &SegmentFiles,
+    snapshot: Option<&Path>,
+    options: &PrepareOptions,
+    version: &ActiveFiles<'_>,
+) -> std::result::Result<(Vec<LocalFile>, tempfile::TempDir, Vec<Finding>), Error> {
+    let (base, next, log_mtime) = (segment.base_offset, version.next, version.log_mtime);
     let dir = staging_dir(options, &segment.log)?;
     // A rebuilt file keeps its source file's modification time (the `.log`'s if absent).
     let mtime_of = |path: &Option<PathBuf>| path.as_deref().and_then(|p| mtime_ms(p).ok()).unwrap_or(log_mtime);
@@ -406,21 +449,21 @@ pub fn bound_active(
         LocalFile {
             kind: SegmentFileKind::Log,
             path: segment.log.clone(),
-            len: prefix,
+            len: version.prefix,
             mtime_ms: log_mtime,
         },
         staged(
             &dir,
             base,
             SegmentFileKind::Index,
-            &rebuilt.offset_index,
+            version.offset_index,
             mtime_of(&segment.index),
         )?,
         staged(
             &dir,
             base,
             SegmentFileKind::TimeIndex,
-            &rebuilt.time_index,
+            version.time_index,
             mtime_of(&segment.time_index),
         )?,
     ];
@@ -450,16 +493,7 @@ pub fn bound_active(
     }
     let mut warnings = Vec::new();
     files.extend(snapshot_file(snapshot, &mut warnings)?);
-    Ok(Outcome::Ready(Box::new(Prepared {
-        range,
-        sealed: false,
-        files,
-        stats,
-        guard: SourceGuard::LogCrc32c(rebuilt.crc32c),
-        excluded_tail: file_len.saturating_sub(prefix),
-        warnings,
-        staging: Some(dir),
-    })))
+    Ok((files, dir, warnings))
 }
 
 /// The totals of a check, which are exact: the check walks legacy compressed

@@ -1,0 +1,534 @@
+//! Follow mode's install of a grown active segment: the new chunks appended to the installed `.log` in place,
+//! instead of a staged copy of the whole version renamed over it.
+//!
+//! Why: a follower installs a new version of the same active segment every poll. Through [`super::install`] each
+//! one costs a local copy of the installed prefix into staging, a hash of it against the chunk digests, and a
+//! validation of the whole version: proportional to the segment (up to a GiB) for every few KiB shipped. The direct
+//! tail's appender (`crate::tail`) shows the other way: check the new bytes on their own, then write → fsync →
+//! record. Here the record is the catalog's version, as for every install, so the order is: every new chunk
+//! downloaded and checked (size, SHA-256, CRC-32C, whole CRC-valid batches, offsets, its `next_offset`: the checks
+//! of [`super::chunks`]), the assembled file's size, CRC-32C and SHA-256 (from a running hash of the installed
+//! prefix, kept between runs) compared with the manifest's `.log` entry, every claim of the manifest (batches,
+//! records, offsets, max timestamp, each batch's leader epoch) compared with the batches, the version's offset and
+//! time index compared with the ones rebuilt from those batches — all before a byte is written. Then the chunks
+//! are appended to the installed `.log` and it is fsynced, the indexes replaced atomically (the `.log` first, as a
+//! replacement's rename order has it: old, shorter indexes stay correct for a longer log), the epochs merged, and
+//! the caller records the version in the catalog.
+//!
+//! A crash between the append and the catalog leaves a `.log` longer than the catalog's version: what a crash after
+//! the `.log` rename of a replacement leaves too. The next run proves the file again against the chunk digests (a
+//! file ending on a chunk boundary continues; a torn append does not end on one and goes through the staged
+//! install, which downloads what it cannot prove), so nothing is trusted that was not checked.
+//!
+//! What the state kept between runs ([`AppendCache`], per installed `.log`) holds: the file's inode and size, the
+//! chunks it was proven to consist of, the running CRC-32C/SHA-256, the index builders and the batch totals. It is
+//! used only while the file is the same inode at the same size and the new manifest lists the same chunks first;
+//! anything else proves the installed bytes again by reading them once (still no copy).
+//!
+//! Not done here (the staged install handles them, as before): a sealed version (its `.log` is the installed one;
+//! only companions are added), a version with a transaction index or a log-end snapshot, new batches with a
+//! transaction marker other than COMMIT (an ABORT needs its `.txnindex` entry checked), legacy frames or offsets an
+//! index cannot hold, deep validation, an index
+//! the shipper built with another interval than [`APPEND_INDEX_INTERVAL_BYTES`] (its digest then differs from the
+//! rebuild), and an installed file that does not end on one of the version's chunk boundaries.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Read;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use segment_format::batch::{BatchInfo, ControlType};
+use segment_format::checkpoint::leader_epoch_checkpoint_path;
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::durable::{fsync_dir, write_atomically};
+use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
+use segment_format::log::LogFile;
+use segmirror_catalog::SegmentVersion;
+use segmirror_transport::manifest::{LogChunk, Manifest};
+use segmirror_transport::store::{digest_file, digest_of, Hasher};
+
+use super::chunks::{append, check_chunk, compare, fetch_chunk};
+use super::{blocking, merged_checkpoint, set_mtime_and_sync, stale_end_snapshots, Placed, Target};
+use crate::error::{Error, Result};
+use crate::report::Refusal;
+
+/// Interval of the indexes rebuilt from the appended batches and compared with the version's: the shipper's default
+/// (`seed`'s `index_interval_bytes`, Kafka's default `index.interval.bytes`). A shipper run with another one makes
+/// the digests differ, and its versions take the staged install.
+pub const APPEND_INDEX_INTERVAL_BYTES: u64 = DEFAULT_INDEX_INTERVAL_BYTES;
+
+/// Totals of a `.log`'s batches, as a manifest states them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Totals {
+    first_offset: Option<i64>,
+    last_offset: Option<i64>,
+    batches: u64,
+    records: u64,
+    max_timestamp: i64,
+}
+
+impl Totals {
+    fn add(&mut self, info: &BatchInfo) {
+        self.first_offset.get_or_insert(info.base_offset);
+        self.last_offset = Some(info.last_offset);
+        self.batches += 1;
+        self.records += u64::try_from(info.records_count).unwrap_or(0);
+        self.max_timestamp = self.max_timestamp.max(info.max_timestamp);
+    }
+}
+
+/// What is known, and proven, of one installed active `.log` (module doc).
+#[derive(Clone)]
+struct Proven {
+    inode: u64,
+    size: u64,
+    /// The chunks `[0, size)` consists of, proven by their digests.
+    chunks: Vec<LogChunk>,
+    whole: Hasher,
+    offset_index: OffsetIndexBuilder,
+    time_index: TimeIndexBuilder,
+    totals: Totals,
+    /// A batch this path leaves to the staged install's full validation: a legacy frame (its record count), a
+    /// control batch other than a decoded COMMIT (an ABORT marker needs its `.txnindex` entry; an undecodable key
+    /// is a defect), an offset the indexes cannot hold relative to the base.
+    needs_full: bool,
+}
+
+impl Proven {
+    fn push(&mut self, info: &BatchInfo) {
+        let indexed = self.offset_index.push(info).and_then(|_| self.time_index.push(info));
+        self.totals.add(info);
+        self.needs_full |= info.magic < 2
+            || (info.is_control && !matches!(info.control, Some(ControlType::Commit)))
+            || indexed.is_err();
+    }
+}
+
+/// The per-file state follow mode keeps between its runs (module doc). One per applier.
+#[derive(Default)]
+pub struct AppendCache {
+    entries: Mutex<HashMap<PathBuf, Proven>>,
+    /// Bytes of installed `.log`s read to prove them (a cache miss): a test hook and a log figure.
+    proof_bytes_read: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for AppendCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppendCache")
+            .field("proof_bytes_read", &self.proof_bytes_read())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppendCache {
+    /// Bytes of installed `.log`s read back to prove them so far.
+    pub fn proof_bytes_read(&self) -> u64 {
+        self.proof_bytes_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn take(&self, log: &Path) -> Option<Proven> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).remove(log)
+    }
+
+    fn keep(&self, log: &Path, proven: Proven) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(log.to_path_buf(), proven);
+    }
+}
+
+fn inode_of(meta: &fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::MetadataExt::ino(meta)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        0
+    }
+}
+
+/// Install `t`'s version by appending (module doc). `Ok(None)`: this path does not apply (or the installed bytes
+/// cannot be proven); the caller installs through staging. `Ok(Some(Err(_)))`: a refusal naming the key and field;
+/// nothing was written.
+pub(crate) async fn try_append(
+    t: &Target<'_>,
+    cache: &AppendCache,
+) -> Result<Option<std::result::Result<Placed, Refusal>>> {
+    let m = t.manifest;
+    if !t.replaces
+        || !m.is_chunked()
+        || m.sealed
+        || m.end_snapshot.is_some()
+        || m.file(SegmentFileKind::TxnIndex).is_some()
+        || t.verify.deep
+    {
+        return Ok(None);
+    }
+    let (Some(log), Some(index), Some(time_index)) = (
+        m.file(SegmentFileKind::Log).cloned(),
+        m.file(SegmentFileKind::Index).cloned(),
+        m.file(SegmentFileKind::TimeIndex).cloned(),
+    ) else {
+        return Ok(None);
+    };
+    let installed = t
+        .partition_dir
+        .join(segment_file_name(m.base_offset, SegmentFileKind::Log));
+    // Companions this path keeps as they are must be the version's: the snapshot at the base, no transaction index.
+    let companions_fit = {
+        let (dir, m) = (t.partition_dir.to_path_buf(), m.clone());
+        blocking("check installed companions", move || companions_fit(&dir, &m)).await?
+    };
+    if !companions_fit {
+        return Ok(None);
+    }
+    let cached = cache.take(&installed);
+    let proven = {
+        let (path, chunks) = (installed.clone(), m.log_chunks.clone());
+        let base = m.base_offset;
+        blocking("prove the installed prefix", move || {
+            prove(&path, base, &chunks, cached)
+        })
+        .await?
+    };
+    let Some((mut proven, read)) = proven else {
+        return Ok(None);
+    };
+    cache
+        .proof_bytes_read
+        .fetch_add(read, std::sync::atomic::Ordering::Relaxed);
+    let before = proven.clone();
+    let new_chunks: Vec<LogChunk> = m.log_chunks.iter().skip(proven.chunks.len()).cloned().collect();
+    if new_chunks.is_empty() || proven.needs_full {
+        cache.keep(&installed, before);
+        return Ok(None);
+    }
+
+    // Download and check every new chunk before anything is written.
+    let staging = t.staging_dir.clone();
+    {
+        let s = staging.clone();
+        blocking("prepare staging", move || {
+            let _ = fs::remove_dir_all(&s);
+            fs::create_dir_all(&s).map_err(|e| Error::io(&s, e))
+        })
+        .await?;
+    }
+    let mut parts = Vec::with_capacity(new_chunks.len());
+    let mut fetched = 0;
+    let mut previous_next = proven.chunks.last().map_or(m.base_offset, |c| c.next_offset);
+    let mut epoch_problem: Option<String> = None;
+    for (i, chunk) in new_chunks.iter().enumerate() {
+        let part = staging.join(format!("{i}.chunk"));
+        if let Err(refusal) = fetch_chunk(t.store, chunk, &part).await? {
+            super::remove_staging(&staging).await?;
+            cache.keep(&installed, before);
+            return Ok(Some(Err(refusal)));
+        }
+        let (c, p, epochs) = (chunk.clone(), part.clone(), m.epochs.clone());
+        let (state, problem) = (proven, epoch_problem.take());
+        let checked = blocking("check chunk", move || {
+            let mut state = state;
+            let mut problem = problem;
+            let outcome = check_chunk(&c, previous_next, &p, &mut |info| {
+                let mut info = *info;
+                info.position += c.from;
+                if problem.is_none() {
+                    problem = wrong_epoch(&epochs, &info);
+                }
+                state.push(&info);
+            })?;
+            if outcome.is_ok() {
+                hash_file(&p, &mut state.whole)?;
+            }
+            Ok((outcome, state, problem))
+        })
+        .await?;
+        let (outcome, state, problem) = checked;
+        proven = state;
+        epoch_problem = problem;
+        if let Err(refusal) = outcome {
+            super::remove_staging(&staging).await?;
+            cache.keep(&installed, before);
+            return Ok(Some(Err(refusal)));
+        }
+        previous_next = chunk.next_offset;
+        fetched += chunk.size();
+        parts.push(part);
+    }
+    if proven.needs_full {
+        // Legacy frames, transaction markers, offsets the indexes cannot hold: the full validation's to judge.
+        super::remove_staging(&staging).await?;
+        cache.keep(&installed, before);
+        return Ok(None);
+    }
+    let refuse = |refusal: Refusal| Some(Err(refusal));
+    let what = format!("{} (assembled from {} chunks)", log.key, m.log_chunks.len());
+    let problem = compare(&what, log.size, log.crc32c, &log.sha256, &proven.whole.clone().finish())
+        .or_else(|| claims_disagree(m, &proven.totals, t.manifest_key))
+        .or_else(|| {
+            epoch_problem.map(|message| Refusal::Epochs {
+                message: format!(
+                    "{}: the manifest's leader epochs disagree with its batches: {message}",
+                    t.manifest_key
+                ),
+            })
+        });
+    if let Some(refusal) = problem {
+        super::remove_staging(&staging).await?;
+        cache.keep(&installed, before);
+        return Ok(refuse(refusal));
+    }
+    // The version's indexes must be exactly the ones its batches give; otherwise the staged install validates them.
+    let offset_bytes = proven.offset_index.to_bytes();
+    let time_bytes = {
+        let mut closed = proven.time_index.clone();
+        closed.seal();
+        closed.to_bytes()
+    };
+    let same = |f: &segmirror_transport::manifest::ManifestFile, bytes: &[u8]| {
+        let d = digest_of(bytes);
+        d.size == f.size && d.sha256 == f.sha256 && d.crc32c == f.crc32c
+    };
+    if !same(&index, &offset_bytes) || !same(&time_index, &time_bytes) {
+        super::remove_staging(&staging).await?;
+        cache.keep(&installed, before);
+        return Ok(None);
+    }
+    let epochs = {
+        let (m, dir) = (m.clone(), t.partition_dir.to_path_buf());
+        blocking("merge epochs", move || merged_checkpoint(&m, &dir)).await?
+    };
+    let epochs = match epochs {
+        Ok(e) => e,
+        Err(refusal) => {
+            super::remove_staging(&staging).await?;
+            cache.keep(&installed, before);
+            return Ok(refuse(refusal));
+        }
+    };
+
+    // Write: the `.log` (append, fsync), then the indexes (atomically), the epochs, the directory.
+    let written = {
+        let (path, dir, range) = (
+            installed.clone(),
+            t.partition_dir.to_path_buf(),
+            (m.base_offset, m.next_offset),
+        );
+        let (log_mtime, index_mtime, time_mtime) = (log.mtime_ms, index.mtime_ms, time_index.mtime_ms);
+        let old_size = before.size;
+        blocking("append to the installed segment", move || {
+            let appended = (|| -> Result<()> {
+                let mut ignored = Hasher::new();
+                for part in &parts {
+                    append(part, &path, &mut ignored)?;
+                }
+                set_mtime_and_sync(&path, log_mtime)
+            })();
+            if let Err(e) = appended {
+                // Nothing recorded: cut what was written, so the file is the catalog's version again.
+                if let Ok(f) = OpenOptions::new().write(true).open(&path) {
+                    let _ = f.set_len(old_size).and_then(|()| f.sync_all());
+                }
+                return Err(e);
+            }
+            for (kind, bytes, mtime) in [
+                (SegmentFileKind::Index, &offset_bytes, index_mtime),
+                (SegmentFileKind::TimeIndex, &time_bytes, time_mtime),
+            ] {
+                let target = dir.join(segment_file_name(range.0, kind));
+                write_atomically(&target, bytes)?;
+                set_mtime_and_sync(&target, mtime)?;
+            }
+            if let Some(epochs) = epochs {
+                epochs.write(&leader_epoch_checkpoint_path(&dir))?;
+            }
+            for stale in stale_end_snapshots(&dir, range.0, range.1)? {
+                fs::remove_file(&stale).map_err(|e| Error::io(&stale, e))?;
+            }
+            fsync_dir(&dir)?;
+            Ok(())
+        })
+        .await
+    };
+    super::remove_staging(&staging).await?;
+    written?;
+    proven.size = log.size;
+    proven.chunks = m.log_chunks.clone();
+    let reused = before.size;
+    cache.keep(&installed, proven);
+    t.progress.advance(reused + fetched);
+    Ok(Some(Ok(Placed {
+        version: SegmentVersion {
+            base_offset: m.base_offset,
+            next_offset: m.next_offset,
+            last_offset: m.last_offset.unwrap_or(m.base_offset),
+            size: log.size,
+            sha256: log.sha256.0,
+            manifest_key: t.manifest_key.to_string(),
+            sealed: false,
+        },
+        fetched_bytes: fetched,
+        reused_bytes: reused,
+        reused_files: 0,
+    })))
+}
+
+/// The installed companions of the segment are the version's: its producer snapshot at the base (if it has one)
+/// byte for byte, and no transaction index.
+fn companions_fit(dir: &Path, m: &Manifest) -> Result<bool> {
+    let path = |kind| dir.join(segment_file_name(m.base_offset, kind));
+    if path(SegmentFileKind::TxnIndex).exists() {
+        return Ok(false);
+    }
+    let snapshot = path(SegmentFileKind::Snapshot);
+    match (m.file(SegmentFileKind::Snapshot), fs::symlink_metadata(&snapshot)) {
+        (None, Err(_)) => Ok(true),
+        (Some(f), Ok(meta)) if meta.is_file() && meta.len() == f.size => {
+            let d = digest_file(&snapshot)?;
+            Ok(d.sha256 == f.sha256 && d.crc32c == f.crc32c)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// The installed `.log` at `path` as the first chunks of `chunks`: the cached state when it still describes the file
+/// and those chunks, else proven by reading the file once (each chunk's range hashed and compared, the batches
+/// indexed). `None` when it cannot be proven (no such file, not ending on a chunk boundary, bytes that differ).
+/// Returns the bytes read.
+fn prove(path: &Path, base: i64, chunks: &[LogChunk], cached: Option<Proven>) -> Result<Option<(Proven, u64)>> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => meta,
+        _ => return Ok(None),
+    };
+    let (size, inode) = (meta.len(), inode_of(&meta));
+    if let Some(c) = cached {
+        if c.inode == inode && c.size == size && chunks.starts_with(&c.chunks) {
+            return Ok(Some((c, 0)));
+        }
+    }
+    let Some(covered) = chunks.iter().position(|c| c.to == size).map(|i| i + 1) else {
+        return Ok(None);
+    };
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut whole = Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for chunk in chunks.iter().take(covered) {
+        let mut current = Hasher::new();
+        let mut left = chunk.size();
+        while left > 0 {
+            let want = usize::try_from(left.min(buf.len() as u64)).unwrap_or(buf.len());
+            let piece = buf.get_mut(..want).unwrap_or_default();
+            file.read_exact(piece).map_err(|e| Error::io(path, e))?;
+            current.update(piece);
+            whole.update(piece);
+            left -= want as u64;
+        }
+        let got = current.finish();
+        if got.sha256 != chunk.sha256 || got.crc32c != chunk.crc32c || got.size != chunk.size() {
+            return Ok(None);
+        }
+    }
+    let mut proven = Proven {
+        inode,
+        size,
+        chunks: chunks.iter().take(covered).cloned().collect(),
+        whole,
+        offset_index: OffsetIndexBuilder::new(base, APPEND_INDEX_INTERVAL_BYTES),
+        time_index: TimeIndexBuilder::new(base, APPEND_INDEX_INTERVAL_BYTES),
+        totals: Totals {
+            first_offset: None,
+            last_offset: None,
+            batches: 0,
+            records: 0,
+            max_timestamp: -1,
+        },
+        needs_full: false,
+    };
+    let mut log = LogFile::open(path).map_err(Error::Format)?;
+    let scanned = log.scan_range(0, size, |frame| {
+        proven.push(&frame.info);
+        ControlFlow::Continue(())
+    });
+    match scanned {
+        Ok(s) if s.end == size => Ok(Some((proven, size.saturating_mul(2)))),
+        _ => Ok(None),
+    }
+}
+
+/// Hash the file at `path` into `whole`.
+fn hash_file(path: &Path, whole: &mut Hasher) -> Result<()> {
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        whole.update(buf.get(..n).unwrap_or_default());
+    }
+}
+
+/// A magic-2 batch whose leader epoch is not the one the manifest says is in force at its base offset.
+fn wrong_epoch(epochs: &[segmirror_transport::manifest::EpochStart], info: &BatchInfo) -> Option<String> {
+    if info.magic < 2 || epochs.is_empty() {
+        return None;
+    }
+    let expected = epochs
+        .iter()
+        .rev()
+        .find(|e| e.start_offset <= info.base_offset)
+        .map(|e| e.epoch);
+    (expected != Some(info.partition_leader_epoch)).then(|| {
+        format!(
+            "at offset {}: batch epoch {}, the manifest says {}",
+            info.base_offset,
+            info.partition_leader_epoch,
+            expected.map_or_else(|| "none".to_string(), |e| e.to_string())
+        )
+    })
+}
+
+/// The first claim of `m` its batches contradict (the claims the staged install's validation compares).
+fn claims_disagree(m: &Manifest, t: &Totals, manifest_key: &str) -> Option<Refusal> {
+    let next_from_data = t.last_offset.map_or(m.base_offset, |l| l.saturating_add(1));
+    let claims = [
+        ("batches", m.batches.to_string(), t.batches.to_string()),
+        ("records", m.records.to_string(), t.records.to_string()),
+        (
+            "first offset",
+            format!("{:?}", m.first_offset),
+            format!("{:?}", t.first_offset),
+        ),
+        (
+            "last offset",
+            format!("{:?}", m.last_offset),
+            format!("{:?}", t.last_offset),
+        ),
+        (
+            "max timestamp",
+            m.max_timestamp.to_string(),
+            t.max_timestamp.to_string(),
+        ),
+        (
+            "next offset of an unsealed segment",
+            m.next_offset.to_string(),
+            next_from_data.to_string(),
+        ),
+    ];
+    claims
+        .into_iter()
+        .find(|(_, manifest, data)| manifest != data)
+        .map(|(what, manifest, data)| Refusal::ManifestDataMismatch {
+            what: format!("{what} (in {manifest_key})"),
+            manifest,
+            data,
+        })
+}

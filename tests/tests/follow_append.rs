@@ -1,0 +1,253 @@
+//! Follow mode's in-place append (issue 10, item 3): a follower installs each grown version of the active segment
+//! the continuous shipper's rounds commit by appending the new chunks to the installed `.log` — the same file
+//! (inode), no staged copy of the prefix, the prefix read back only once per follower — after every check, and
+//! the mirror is the one a staged install of the same bucket gives, byte for byte. A hostile chunk or a lying
+//! manifest is refused naming the key and field, and leaves the installed file as it was.
+
+#[path = "../../applier/tests/common/mod.rs"]
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::partition_metadata::Uuid;
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
+use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
+use segmirror_applier::{Applier, ApplyConfig, ApplyReport, NoProgress, PartitionOutcome, Refusal, Verdict};
+use segmirror_catalog::Catalog;
+use segmirror_shipper::seed::{self, HeldLeases, SeedConfig};
+use segmirror_transport::manifest::{KeyPrefix, Manifest, PartitionKey, MAX_MANIFEST_BYTES};
+
+const TOPIC: &str = "orders";
+
+fn topic_id() -> Uuid {
+    Uuid([5; 16])
+}
+
+fn batch(base: i64, i: i64) -> BatchBuilder {
+    let ts = 1_700_000_000_000 + i * 1000;
+    BatchBuilder::new(base)
+        .partition_leader_epoch(0)
+        .record(
+            RecordSpec::new(0, ts)
+                .with_key(format!("k{i}"))
+                .with_value(vec![b'v'; 300]),
+        )
+        .record(RecordSpec::new(1, ts + 1).with_value(vec![b'w'; 20]))
+}
+
+/// A running source with one partition of `batches` batches in its active segment: its dir and log end offset.
+fn source(log_dir: &Path, batches: i64) -> (PathBuf, i64) {
+    let config = WriterConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 4096,
+        running: true,
+        fsync: false,
+        topic_id: Some(topic_id()),
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(log_dir, TOPIC, 0, 0, config).unwrap();
+    w.become_leader(0);
+    for i in 0..batches {
+        w.append(batch(0, i)).unwrap();
+    }
+    let written = w.close().unwrap();
+    let identity = LogDirIdentity {
+        cluster_id: "test-cluster-id".into(),
+        node_id: 1,
+        directory_id: Uuid([9; 16]),
+    };
+    write_log_dir_files(log_dir, &identity, std::slice::from_ref(&written), LogDirState::Running).unwrap();
+    (written.dir, written.log_end_offset)
+}
+
+/// Append `n` batches at `next` as the broker does: the new end offset and the bytes appended.
+fn grow(partition_dir: &Path, mut next: i64, n: i64) -> (i64, u64) {
+    let log = partition_dir.join(segment_file_name(0, SegmentFileKind::Log));
+    let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
+    let mut bytes = 0;
+    for i in 0..n {
+        let b = batch(next, 1000 + next + i).build();
+        f.write_all(&b).unwrap();
+        bytes += b.len() as u64;
+        next += 2;
+    }
+    (next, bytes)
+}
+
+struct Shipper {
+    config: SeedConfig,
+    held: HeldLeases,
+}
+
+impl Shipper {
+    fn new(log_dir: &Path) -> Shipper {
+        let mut config = SeedConfig::new(vec![log_dir.to_path_buf()], LINK).unwrap();
+        config.shipper_id = "test-shipper".into();
+        Shipper {
+            config,
+            held: HeldLeases::default(),
+        }
+    }
+
+    /// One round of `ship --store`.
+    async fn round(&self, w: &World) {
+        let report = seed::seed_round(&w.store, &self.config, &seed::NoProgress, Some(&self.held))
+            .await
+            .unwrap();
+        assert!(report.is_complete(), "{report:#?}");
+    }
+}
+
+fn mirror_log(root: &Path) -> PathBuf {
+    root.join(format!("{TOPIC}-0"))
+        .join(segment_file_name(0, SegmentFileKind::Log))
+}
+
+async fn run(applier: &mut Applier) -> ApplyReport {
+    applier.run(&NoProgress).await.unwrap()
+}
+
+async fn active_manifest(w: &World) -> (String, Manifest) {
+    let pk = PartitionKey::new(KeyPrefix::root(), LINK, TOPIC, 0).unwrap();
+    let key = pk.manifest_key(&topic_id(), 0).unwrap();
+    let bytes = w.store.get_bytes(&key, MAX_MANIFEST_BYTES).await.unwrap();
+    (key.clone(), Manifest::from_json(&key, &bytes).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_staged_install_gives() {
+    let w = World::new();
+    let log_dir = w.path("source");
+    let (dir, mut next) = source(&log_dir, 30);
+    let shipper = Shipper::new(&log_dir);
+    shipper.round(&w).await;
+    let mut applier = Applier::new(w.config(), w.catalog()).appending();
+    assert_eq!(run(&mut applier).await.verdict(), Verdict::Ok);
+    let installed = mirror_log(&w.mirror());
+    let inode = std::fs::metadata(&installed).unwrap().ino();
+    let first_size = std::fs::metadata(&installed).unwrap().len();
+
+    for round in 0..3 {
+        let before = std::fs::metadata(&installed).unwrap().len();
+        let (n, appended) = grow(&dir, next, 5 + round);
+        next = n;
+        shipper.round(&w).await;
+        let report = run(&mut applier).await;
+        assert_eq!(report.verdict(), Verdict::Ok, "round {round}: {report:#?}");
+        let p = &report.partitions[0];
+        assert_eq!(p.installed.len(), 1, "round {round}");
+        assert_eq!(
+            (p.bytes_fetched, p.bytes_reused),
+            (appended, before),
+            "round {round}: the new chunk downloaded, the installed prefix kept"
+        );
+        let meta = std::fs::metadata(&installed).unwrap();
+        assert_eq!(meta.ino(), inode, "round {round}: appended in place, not renamed over");
+        assert_eq!(
+            std::fs::read(&installed).unwrap(),
+            std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap(),
+            "round {round}"
+        );
+        // The prefix is read back once, at the first append (hashed and indexed), never again.
+        assert_eq!(applier.append_proof_bytes_read(), 2 * first_size, "round {round}");
+    }
+    let verified = verify_paths(
+        &[w.mirror().join(format!("{TOPIC}-0"))],
+        &VerifyOptions {
+            deep: true,
+            strict: true,
+        },
+        &NoVerifyProgress,
+    );
+    assert!(verified.is_sound(), "{:#?}", verified.findings);
+
+    // The same bucket installed the staged way into another mirror: the same files, byte for byte.
+    let other = w.path("mirror2");
+    std::fs::create_dir_all(&other).unwrap();
+    let config = ApplyConfig::new(w.store.clone(), w.path("bucket").display().to_string(), &other).with_link(LINK);
+    let staged = segmirror_applier::apply(
+        &config,
+        Catalog::open(w.path("catalog2/catalog.sqlite")).unwrap(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(staged.verdict(), Verdict::Ok);
+    assert_eq!(
+        tree(&w.mirror().join(format!("{TOPIC}-0"))),
+        tree(&other.join(format!("{TOPIC}-0")))
+    );
+}
+
+fn refusal(report: &ApplyReport) -> Refusal {
+    match &report.partitions[0].outcome {
+        PartitionOutcome::Refused(r) => r.refusal.clone(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_chunk_or_a_lying_claim_is_refused_by_key_and_field_and_leaves_the_installed_file_alone() {
+    let w = World::new();
+    let log_dir = w.path("source");
+    let (dir, next) = source(&log_dir, 30);
+    let shipper = Shipper::new(&log_dir);
+    shipper.round(&w).await;
+    let mut applier = Applier::new(w.config(), w.catalog()).appending();
+    assert_eq!(run(&mut applier).await.verdict(), Verdict::Ok);
+    let (next, _) = grow(&dir, next, 4);
+    shipper.round(&w).await;
+    assert_eq!(run(&mut applier).await.verdict(), Verdict::Ok);
+    let installed = mirror_log(&w.mirror());
+    let good = std::fs::read(&installed).unwrap();
+    let proofs = applier.append_proof_bytes_read();
+
+    grow(&dir, next, 3);
+    shipper.round(&w).await;
+    let (key, honest) = active_manifest(&w).await;
+    let chunk = honest.log_chunks.last().unwrap().clone();
+    let chunk_bytes = w.store.get_bytes(&chunk.key, u64::MAX).await.unwrap();
+
+    // A chunk object whose bytes changed in the bucket.
+    let mut bad = chunk_bytes.to_vec();
+    bad[30] ^= 1;
+    w.store.put_bytes(&chunk.key, bad).await.unwrap();
+    match refusal(&run(&mut applier).await) {
+        Refusal::Mismatch { key: k, what, .. } => {
+            assert_eq!((k.as_str(), what.as_str()), (chunk.key.as_str(), "sha256"))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&installed).unwrap(), good, "nothing appended");
+    w.store.put_bytes(&chunk.key, chunk_bytes).await.unwrap();
+
+    // A manifest that lies about its record count.
+    let mut lie = honest.clone();
+    lie.records -= 1;
+    w.store.put_bytes(&key, lie.to_json()).await.unwrap();
+    match refusal(&run(&mut applier).await) {
+        Refusal::ManifestDataMismatch { what, .. } => {
+            assert!(what.contains("records") && what.contains(&key), "{what}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&installed).unwrap(), good, "nothing appended");
+
+    // The honest version, committed again, is appended from the state kept across the refusals.
+    w.store.put_bytes(&key, honest.to_json()).await.unwrap();
+    assert_eq!(run(&mut applier).await.verdict(), Verdict::Ok);
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
+    );
+    assert_eq!(
+        applier.append_proof_bytes_read(),
+        proofs,
+        "the prefix was not read back again"
+    );
+}
