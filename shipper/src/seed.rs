@@ -284,7 +284,12 @@ pub async fn seed_round(
     drop(context);
     // A memory that cannot be written costs the next run a scan, nothing else: a warning.
     let saved = tokio::task::spawn_blocking(move || memory.save()).await;
-    if let (Some(file), Err(e)) = (&config.memory_file, saved.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string()))) {
+    if let (Some(file), Err(e)) = (
+        &config.memory_file,
+        saved
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string())),
+    ) {
         tracing::warn!(file = %file.display(), error = e, "seed memory not written: the next run scans the active segments again");
     }
     partitions.extend(discovery.failed.into_iter().map(unusable_report));

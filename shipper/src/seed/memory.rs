@@ -239,7 +239,12 @@ mod tests {
         reloaded.remember(&log, fresh, later());
         let other = dir.path().join("other");
         std::fs::write(&other, b"abcde").unwrap();
-        let times = std::fs::File::open(&log).unwrap().metadata().unwrap().modified().unwrap();
+        let times = std::fs::File::open(&log)
+            .unwrap()
+            .metadata()
+            .unwrap()
+            .modified()
+            .unwrap();
         std::fs::File::options()
             .write(true)
             .open(&other)

@@ -375,7 +375,12 @@ impl PartitionShipper<'_, '_> {
             _ => None,
         };
         // Progress counts the whole `.log`, the unshipped tail included.
-        let progress_bytes = source.log_size + if next_base.is_none() { self.report.excluded_tail_bytes } else { 0 };
+        let progress_bytes = source.log_size
+            + if next_base.is_none() {
+                self.report.excluded_tail_bytes
+            } else {
+                0
+            };
         let mut shipped = self.shipped(base).await?;
         let mut action = decide(shipped.as_ref().map(version_of), source);
         if matches!(action, Action::Ship | Action::Seal) && self.ensure_lease().await? {

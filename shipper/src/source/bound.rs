@@ -331,7 +331,11 @@ pub fn bound_sealed(
         guard: SourceGuard::Stamps(before),
         excluded_tail: 0,
         warnings,
-        log_bytes_scanned: if staging.is_some() { log_len.saturating_mul(2) } else { log_len },
+        log_bytes_scanned: if staging.is_some() {
+            log_len.saturating_mul(2)
+        } else {
+            log_len
+        },
         staging,
         source_identity: None,
     })))
