@@ -281,7 +281,6 @@ pub async fn seed_round(
         .buffer_unordered(config.parallel_partitions.max(1))
         .collect()
         .await;
-    drop(context);
     // A memory that cannot be written costs the next run a scan, nothing else: a warning.
     let saved = tokio::task::spawn_blocking(move || memory.save()).await;
     if let (Some(file), Err(e)) = (
