@@ -73,7 +73,8 @@ impl ActiveFact {
 #[derive(Debug, Serialize, Deserialize)]
 struct Document {
     format: String,
-    /// By `.log` path (UTF-8 paths only; others are not remembered).
+    /// By absolute `.log` path (UTF-8 paths only; others are not remembered), so a run given `--log-dir` relative
+    /// to another working directory finds the same facts.
     active: BTreeMap<String, ActiveFact>,
 }
 
@@ -117,7 +118,7 @@ impl SeedMemory {
     /// The fact about `log` if the file is still exactly as it was when the fact was found, and it was found with
     /// at least the verification `verify` asks for. One `stat`.
     pub(crate) fn recall(&self, log: &Path, verify: &VerifyOptions) -> Option<ActiveFact> {
-        let fact = *self.facts().get(log.to_str()?)?;
+        let fact = *self.facts().get(&key(log)?)?;
         if (verify.deep && !fact.deep) || (verify.strict && !fact.strict) {
             return None;
         }
@@ -127,7 +128,7 @@ impl SeedMemory {
     /// Record what a scan found, if the file's times were old enough when its identity was taken (see the module
     /// doc); otherwise forget what was known about `log`.
     pub(crate) fn remember(&self, log: &Path, fact: ActiveFact, identity_taken: SystemTime) {
-        let Some(key) = log.to_str() else { return };
+        let Some(key) = key(log) else { return };
         let taken_ns = identity_taken
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
@@ -135,9 +136,9 @@ impl SeedMemory {
         let newest = fact.identity.mtime_ns.max(fact.identity.ctime_ns);
         let mut facts = self.facts();
         if newest < taken_ns.saturating_sub(margin) {
-            facts.insert(key.to_string(), fact);
+            facts.insert(key, fact);
         } else {
-            facts.remove(key);
+            facts.remove(&key);
         }
     }
 
@@ -165,6 +166,11 @@ impl SeedMemory {
         temp.persist(file).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// The key of `log`: its absolute path (joined to the working directory, no file system access), if UTF-8.
+fn key(log: &Path) -> Option<String> {
+    std::path::absolute(log).ok()?.to_str().map(str::to_string)
 }
 
 /// The document in `file`; `Ok(None)` if there is none.
@@ -217,6 +223,13 @@ mod tests {
         let shallow = VerifyOptions::default();
         memory.remember(&log, fact, later());
         assert_eq!(memory.recall(&log, &shallow), Some(fact));
+        // A file named relative to the working directory has the key of its absolute name.
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            key(Path::new("kafka/t-0/00000000000000000000.log")),
+            key(&cwd.join("kafka/t-0/00000000000000000000.log"))
+        );
+        assert!(key(Path::new("x.log")).unwrap().starts_with('/'));
         // A deep run does not believe a shallow fact.
         let deep = VerifyOptions {
             deep: true,
