@@ -9,7 +9,8 @@
 //!    the manifest's description of it. The leader epochs are merged with the installed ones and must stay
 //!    increasing. Anything wrong is a [`Refusal`] and nothing under the partition directory has changed.
 //! 3. **Make durable.** Each staged file gets the source's modification time (Kafka uses a `.log`'s mtime for
-//!    time-based retention when its time index is empty) and is fsynced.
+//!    time-based retention when its time index is empty) and is fsynced: the one fsync of each file (a download
+//!    is not fsynced by the transport, so the time is set before the only fsync, not after a first one).
 //! 4. **Rename into place**, in an order that keeps the partition directory loadable after a crash at any point:
 //!    for a new segment the indexes, snapshot and transaction index first and the `.log` last, so a `.log` never
 //!    appears without its indexes; for a longer version replacing the installed one, the `.log` first, because the

@@ -43,6 +43,9 @@ use crate::source::{self, PrepareOptions, Unusable, UnusablePartition};
 use segmirror_transport::Transport;
 
 mod chunks;
+mod memory;
+#[cfg(test)]
+mod memory_tests;
 mod partition;
 mod plan;
 mod report;
@@ -51,6 +54,7 @@ mod round_tests;
 #[cfg(test)]
 mod tests;
 
+pub use memory::{SeedMemory, MAX_MEMORY_BYTES, MEMORY_FORMAT, RACY_MARGIN};
 pub use partition::PARTITION_ATTEMPTS;
 pub use report::{FailureKind, PartitionReport, PartitionStatus, SeedReport, SkipReason, SkippedPartition};
 
@@ -91,6 +95,9 @@ pub struct SeedConfig {
     pub index_interval_bytes: u64,
     /// Where rebuilt index files are staged (default: the system temp dir).
     pub staging_dir: Option<PathBuf>,
+    /// The seed's memory of the active segments it scanned ([`SeedMemory`]), kept between runs in this local file
+    /// so that a rerun with nothing new reads no segment (`None`: every run scans every active segment).
+    pub memory_file: Option<PathBuf>,
 }
 
 impl SeedConfig {
@@ -107,6 +114,7 @@ impl SeedConfig {
             parallel_partitions: DEFAULT_PARALLEL_PARTITIONS,
             index_interval_bytes: DEFAULT_INDEX_INTERVAL_BYTES,
             staging_dir: None,
+            memory_file: None,
         };
         config.validate()?;
         Ok(config)
@@ -316,7 +324,18 @@ pub async fn seed_round(
         index_interval_bytes: config.index_interval_bytes,
         staging_dir: config.staging_dir.clone(),
     };
+    let memory = match config.memory_file.clone() {
+        Some(file) => tokio::task::spawn_blocking(move || SeedMemory::load(&file))
+            .await
+            .map_err(|e| Error::Task {
+                what: "read the seed memory".into(),
+                message: e.to_string(),
+            })?,
+        None => SeedMemory::in_memory(),
+    };
+    let memory = std::sync::Arc::new(memory);
     let context = partition::Context {
+        memory: &memory,
         store,
         prefix: &config.prefix,
         link: &config.link,
@@ -330,6 +349,16 @@ pub async fn seed_round(
         .buffer_unordered(config.parallel_partitions.max(1))
         .collect()
         .await;
+    // A memory that cannot be written costs the next run a scan, nothing else: a warning.
+    let saved = tokio::task::spawn_blocking(move || memory.save()).await;
+    if let (Some(file), Err(e)) = (
+        &config.memory_file,
+        saved
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string())),
+    ) {
+        tracing::warn!(file = %file.display(), error = e, "seed memory not written: the next run scans the active segments again");
+    }
     partitions.extend(discovery.failed.into_iter().map(unusable_report));
     partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     Ok(SeedReport {

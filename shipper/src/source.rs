@@ -74,7 +74,7 @@ pub use discover::{
     discover, Discovery, SkipReason, SkippedPartition, SourcePartition, TopicFilter, Unusable, UnusablePartition,
     ALL_TOPICS,
 };
-pub use guard::{stamps, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
+pub use guard::{file_identity, stamps, FileIdentity, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, LIST_OFFSETS_INTERVAL};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};

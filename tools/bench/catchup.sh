@@ -5,6 +5,9 @@
 # both are measured to the same point: every byte on disk. segmirror additionally checks every batch CRC on both
 # sides, computes SHA-256 and CRC-32C of every object and verifies them on download, and fsyncs what it installs.
 #
+# After each segmirror measurement a rerun of `seed` with nothing new is timed as well (outside the catch-up time):
+# with `--memory` (a binary that has it) the rerun reads no segment (issue 12).
+#
 # Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS]     (defaults: 4GiB, 8 partitions)
 #   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
 #   the generated topic is kept (marker file) and reused by later runs with the same SIZE and PARTITIONS.
@@ -46,10 +49,13 @@ LOG_BYTES=$(find "${PARTS[@]}" -name '*.log' -printf '%s\n' | awk '{ s += $1 } E
 
 COPY_A="$WORK/copy-a" COPY_B="$WORK/copy-b"
 STORE="$WORK/store" MIRROR="$WORK/mirror" CATALOG="$WORK/catalog.sqlite"
+MEMORY="$WORK/seed-memory.json"
+MEMORY_ARGS=()
+if "$BIN" seed --help | grep -q -- '--memory'; then MEMORY_ARGS=(--memory "$MEMORY"); fi
 T="$WORK/.time"
 CACHE_MODE="cold (page cache dropped before each measurement)"
 reset() {
-    rm -rf "$COPY_A" "$COPY_B" "$STORE" "$MIRROR" "$CATALOG" "$CATALOG"-*
+    rm -rf "$COPY_A" "$COPY_B" "$STORE" "$MIRROR" "$CATALOG" "$CATALOG"-* "$MEMORY"
     sync
     if ! { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
         CACHE_MODE="warm (dropping the page cache was refused; the source was read once before each measurement)"
@@ -92,7 +98,7 @@ timed() {
     eval "$into+=(\"$e $(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }') $m\")"
 }
 
-declare -a COPY SEED APPLY SYNC WHOLE
+declare -a COPY SEED APPLY SYNC WHOLE NOOP
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq "$RUNS"); do
     echo "run $run/$RUNS" >&2
@@ -102,13 +108,14 @@ for run in $(seq "$RUNS"); do
     wait_idle
     reset
     start=$(date +%s.%N)
-    timed SEED "$WORK/seed.out" "$BIN" seed --log-dir "$SRC" --store "$STORE"
+    timed SEED "$WORK/seed.out" "$BIN" seed --log-dir "$SRC" --store "$STORE" "${MEMORY_ARGS[@]}"
     timed APPLY "$WORK/apply.out" "$BIN" apply --store "$STORE" --mirror "$MIRROR" --catalog "$CATALOG"
     timed SYNC /dev/null sync
     end=$(date +%s.%N)
     cpu=$(printf '%s\n' "${SEED[-1]}" "${APPLY[-1]}" "${SYNC[-1]}" | awk '{ c += $2 } END { print c }')
     rss=$(printf '%s\n' "${SEED[-1]}" "${APPLY[-1]}" | awk '$3 > m { m = $3 } END { print m }')
     WHOLE+=("$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') $cpu $rss")
+    timed NOOP "$WORK/noop.out" "$BIN" seed --log-dir "$SRC" --store "$STORE" "${MEMORY_ARGS[@]}"
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -150,6 +157,7 @@ row "segmirror seed + apply + sync" "${WHOLE[@]}"
 row "  segmirror seed" "${SEED[@]}"
 row "  segmirror apply" "${APPLY[@]}"
 row "  sync" "${SYNC[@]}"
+row "segmirror seed, no-op rerun${MEMORY_ARGS:+ (--memory)}" "${NOOP[@]}"
 echo
 walls() { printf '%s\n' "$@" | awk '{ printf "%s ", $1 }'; }
-echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")"
+echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")| no-op seed $(walls "${NOOP[@]}")"

@@ -539,7 +539,8 @@ impl Store {
     }
 
     /// Download `key` into the file at `path` (created or truncated), checking the
-    /// size before the first byte and SHA-256 at the end; the file is fsynced.
+    /// size before the first byte and SHA-256 at the end; the file is not fsynced
+    /// (see [`SegmentSource::receive_file`](crate::SegmentSource::receive_file)).
     /// Never holds more than a few chunks in memory. On any failure the file is
     /// removed; a mismatch is [`Error::Mismatch`] and is not retried.
     pub async fn get_to_file(

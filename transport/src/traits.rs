@@ -86,7 +86,9 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
     /// A small document, refused with [`crate::Error::TooLarge`] above `limit` bytes before its body is read.
     async fn read_document(&self, key: &str, limit: u64) -> Result<Bytes>;
 
-    /// Write the object `key` into the file at `dest` (created or truncated, fsynced) and return the size and
+    /// Write the object `key` into the file at `dest` (created or truncated; not fsynced: a caller that keeps the
+    /// file makes it durable itself, once, after everything it changes on it — the applier sets the source's
+    /// modification time first — and a caller that copies it elsewhere and deletes it pays nothing) and return the size and
     /// digests of the bytes written, computed as they were written. `size` and `sha256` are what the caller
     /// expects: an implementation may refuse early (a size known before the first byte), but need not —
     /// [`fetch_file`](Self::fetch_file) compares the returned digest with them in any case. On an error the

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use segment_format::checkpoint::EpochEntry;
@@ -46,6 +47,8 @@ pub const PARTITION_ATTEMPTS: u32 = 3;
 
 /// What every partition job shares.
 pub(crate) struct Context<'a> {
+    /// What earlier scans found in active segments (see `memory`).
+    pub memory: &'a std::sync::Arc<super::SeedMemory>,
     pub store: &'a dyn Transport,
     pub prefix: &'a KeyPrefix,
     pub link: &'a str,
@@ -335,25 +338,50 @@ impl PartitionShipper<'_, '_> {
                 (source, None)
             }
             None => {
-                let prepared = match self.incremental(segment, snapshot.clone()).await? {
-                    Some((prepared, reading, state)) => {
-                        incremental = Some((reading, state));
-                        prepared
-                    }
-                    None => {
-                        if let Some(held) = self.ctx.held {
-                            held.count_full_read();
+                let from_state = self.incremental(segment, snapshot.clone()).await?;
+                if let Some((prepared, reading, state)) = from_state {
+                    incremental = Some((reading, state));
+                    self.report.excluded_tail_bytes = prepared.excluded_tail;
+                    let source = Version {
+                        next: prepared.range.next(),
+                        sealed: false,
+                        log_size: prepared.files.first().map_or(0, |f| f.len),
+                    };
+                    (source, Some(prepared))
+                } else {
+                    let (log, verify) = (segment.log.clone(), self.ctx.prepare.verify.clone());
+                    let memory = self.ctx.memory;
+                    // The file exactly as an earlier scan found it: its version without reading it (see `memory`).
+                    match blocking("stat segment", {
+                        let memory = Arc::clone(memory);
+                        move || memory.recall(&log, &verify)
+                    })
+                    .await?
+                    {
+                        Some(fact) => {
+                            self.report.excluded_tail_bytes = fact.excluded_tail();
+                            let source = Version {
+                                next: fact.next,
+                                sealed: false,
+                                log_size: fact.prefix,
+                            };
+                            (source, None)
                         }
-                        self.prepare(segment, None, snapshot.clone()).await?
+                        None => {
+                            if let Some(held) = self.ctx.held {
+                                held.count_full_read();
+                            }
+                            let prepared = self.prepare(segment, None, snapshot.clone()).await?;
+                            self.report.excluded_tail_bytes = prepared.excluded_tail;
+                            let source = Version {
+                                next: prepared.range.next(),
+                                sealed: false,
+                                log_size: prepared.files.first().map_or(0, |f| f.len),
+                            };
+                            (source, Some(prepared))
+                        }
                     }
-                };
-                self.report.excluded_tail_bytes = prepared.excluded_tail;
-                let source = Version {
-                    next: prepared.range.next(),
-                    sealed: false,
-                    log_size: prepared.files.first().map_or(0, |f| f.len),
-                };
-                (source, Some(prepared))
+                }
             }
         };
         let end = match later_snapshots
@@ -373,7 +401,12 @@ impl PartitionShipper<'_, '_> {
             _ => None,
         };
         // Progress counts the whole `.log`, the unshipped tail included.
-        let progress_bytes = source.log_size + prepared.as_ref().map_or(0, |p| p.excluded_tail);
+        let progress_bytes = source.log_size
+            + if next_base.is_none() {
+                self.report.excluded_tail_bytes
+            } else {
+                0
+            };
         let mut shipped = self.shipped(base).await?;
         let mut action = decide(shipped.as_ref().map(version_of), source);
         if matches!(action, Action::Ship | Action::Seal) && self.ensure_lease().await? {
@@ -452,7 +485,17 @@ impl PartitionShipper<'_, '_> {
             (_, shipped) => {
                 let prepared = match (prepared.take(), next_base) {
                     (Some(p), _) => p,
-                    (None, next) => self.prepare(segment, next, snapshot.clone()).await?,
+                    (None, next) => {
+                        let p = self.prepare(segment, next, snapshot.clone()).await?;
+                        if next.is_none() && p.range.next() != source.next {
+                            // The active segment grew since the remembered scan: decide on what it holds now.
+                            return Err(Stop::Changed(format!(
+                                "{}: grew while its shipped version was compared",
+                                segment.log.display()
+                            )));
+                        }
+                        p
+                    }
                 };
                 // A grown version of a shipped active segment references what was shipped and uploads the rest.
                 let reuse = match &shipped {
@@ -472,6 +515,7 @@ impl PartitionShipper<'_, '_> {
         snapshot: Option<PathBuf>,
     ) -> Result<Box<Prepared>, Stop> {
         let segment = segment.clone();
+        let segment_log = segment.log.clone();
         let options = self.ctx.prepare.clone();
         let base = segment.base_offset;
         let outcome = blocking("prepare segment", move || match next_base {
@@ -481,7 +525,20 @@ impl PartitionShipper<'_, '_> {
         .await?
         .map_err(source_error)?;
         match outcome {
-            Outcome::Ready(p) => Ok(p),
+            Outcome::Ready(p) => {
+                self.report.log_bytes_scanned += p.log_bytes_scanned;
+                if let (None, Some((identity, taken))) = (next_base, p.source_identity) {
+                    let fact = super::memory::ActiveFact {
+                        identity,
+                        prefix: p.log_len(),
+                        next: p.range.next(),
+                        deep: self.ctx.prepare.verify.deep,
+                        strict: self.ctx.prepare.verify.strict,
+                    };
+                    self.ctx.memory.remember(&segment_log, fact, taken);
+                }
+                Ok(p)
+            }
             Outcome::Refused(findings) => Err(Stop::Status(PartitionStatus::Refused {
                 base_offset: Some(base),
                 findings,
@@ -546,11 +603,15 @@ impl PartitionShipper<'_, '_> {
         // A continuous shipper's incremental round read the new bytes already, and only those.
         let reading = match reading {
             Some(reading) => reading,
-            None => blocking("read source for chunks", move || {
-                read_for_chunks(&path, len, &reused, &staging)
-            })
-            .await?
-            .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?,
+            None => {
+                let reading = blocking("read source for chunks", move || {
+                    read_for_chunks(&path, len, &reused, &staging)
+                })
+                .await?
+                .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?;
+                self.report.log_bytes_scanned += len;
+                reading
+            }
         };
         let (whole, new_bytes) = match reading {
             Reading::Ready { whole, new_bytes } => (whole, new_bytes),

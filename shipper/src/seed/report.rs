@@ -79,6 +79,10 @@ pub struct PartitionReport {
     /// Bytes after the last complete batch of the active segment, not shipped
     /// (a batch the broker is still writing, or a preallocated zero tail).
     pub excluded_tail_bytes: u64,
+    /// Bytes of source `.log` files the passes of this run covered (verification, index rebuilding, hashing
+    /// referenced chunks); uploads are counted in `bytes_uploaded`. A rerun with nothing new and the seed's
+    /// memory reads none.
+    pub log_bytes_scanned: u64,
     /// The lease epoch this run held, if it needed one.
     pub lease_epoch: Option<u64>,
     /// Things worth knowing that did not stop the partition (a producer
@@ -100,6 +104,7 @@ impl PartitionReport {
             bytes_uploaded: 0,
             shipped_through: None,
             excluded_tail_bytes: 0,
+            log_bytes_scanned: 0,
             lease_epoch: None,
             warnings: Vec::new(),
         }

@@ -40,7 +40,7 @@ use segment_format::verify::{check_segment, SegmentCheck, TailPolicy, VerifyOpti
 use segment_format::{Defect, Error};
 use segmirror_transport::manifest::SegmentRange;
 
-use super::guard::{is_not_found, mtime_ms, stamps, Retry, Stamps, Verdict};
+use super::guard::{file_identity, is_not_found, mtime_ms, stamps, FileIdentity, Retry, Stamps, Verdict};
 use super::rebuild::rebuild;
 
 /// How segments are checked and indexes rebuilt.
@@ -111,6 +111,13 @@ pub struct Prepared {
     pub warnings: Vec<Finding>,
     /// Holds rebuilt files until this is dropped.
     pub staging: Option<tempfile::TempDir>,
+    /// The active segment's `.log` as it was when the check that found this prefix began, and when that was
+    /// (`None` for a sealed segment): the prefix, its offsets and `excluded_tail` hold for a file with exactly this
+    /// identity (appends after it only add bytes the check did not count). What the seed's memory records.
+    pub source_identity: Option<(FileIdentity, std::time::SystemTime)>,
+    /// Bytes of the source `.log` the passes over it covered (the check, and the index rebuild where there was
+    /// one): the read-counting seam that shows what a rerun skipped.
+    pub log_bytes_scanned: u64,
 }
 
 impl Prepared {
@@ -324,7 +331,13 @@ pub fn bound_sealed(
         guard: SourceGuard::Stamps(before),
         excluded_tail: 0,
         warnings,
+        log_bytes_scanned: if staging.is_some() {
+            log_len.saturating_mul(2)
+        } else {
+            log_len
+        },
         staging,
+        source_identity: None,
     })))
 }
 
@@ -349,7 +362,8 @@ pub fn bound_active(
         txn_index: segment.txn_index.clone(),
     };
     let mut retry = Retry::new();
-    let (file_len, check) = loop {
+    let (file_len, check, identity) = loop {
+        let identity = file_identity(&segment.log).map(|i| (i, std::time::SystemTime::now()));
         let before = stamps(&log_only, None);
         let check = match check_segment(
             &log_only,
@@ -361,7 +375,7 @@ pub fn bound_active(
             Err(e) => return changed_or(e),
         };
         if check.is_sound() {
-            break (before.log().map_or(0, |s| s.len), check);
+            break (before.log().map_or(0, |s| s.len), check, identity);
         }
         // Appends never touch complete batches; a failure is corruption unless
         // the segment was truncated or replaced meanwhile (then the stamps moved
@@ -416,6 +430,9 @@ pub fn bound_active(
         excluded_tail: file_len.saturating_sub(prefix),
         warnings,
         staging: Some(dir),
+        // Only a prefix inside the identity's length is what the file held then (one past it was appended since).
+        source_identity: identity.filter(|(i, _)| prefix <= i.len),
+        log_bytes_scanned: file_len.max(prefix).saturating_add(prefix),
     })))
 }
 

@@ -130,6 +130,45 @@ pub fn stamps(segment: &SegmentFiles, snapshot: Option<&Path>) -> Stamps {
     Stamps(paths.into_iter().map(|p| (p.to_path_buf(), stamp(p))).collect())
 }
 
+/// Everything the file system says about which file this is and when it last changed: device and inode (a rename
+/// over it, as compaction's swap, changes them), length, and modification and status-change times to the
+/// nanosecond (any write moves the first, and setting the first back moves the second). Two equal identities of one
+/// path, taken at two times, mean the bytes were not written in between; the seed's memory of what it found in an
+/// active segment (`crate::seed`) is believed only under that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// The [`FileIdentity`] of `path` (`None`: it is not there, or this is not Unix, where no such stamp is kept).
+pub fn file_identity(path: &Path) -> Option<FileIdentity> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
+        Some(FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 /// Milliseconds since the epoch (negative before it).
 pub fn mtime_ms(path: &Path) -> std::result::Result<i64, Error> {
     let modified = std::fs::metadata(path)

@@ -61,6 +61,12 @@ pub struct Args {
     /// Who is shipping, recorded in leases and manifests (default: segmirror-seed@<host>:<pid>).
     #[arg(long, value_name = "ID")]
     shipper_id: Option<String>,
+    /// A local file where the seed remembers what it found in each active segment (the file's device, inode,
+    /// length and times, and its complete batches), so that a rerun skips reading a segment that has not changed
+    /// since (a rerun with nothing new then reads no segment). Created if missing; a damaged one is ignored with a
+    /// warning. Keep it on the source host, one per set of log dirs; it is never uploaded.
+    #[arg(long, value_name = "FILE")]
+    memory: Option<PathBuf>,
     /// Print the report as one JSON document instead of a table.
     #[arg(long)]
     json: bool,
@@ -128,6 +134,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         strict: false,
     };
     config.parallel_partitions = args.parallel.max(1);
+    config.memory_file = args.memory.clone();
     if let Some(id) = &args.shipper_id {
         config.shipper_id = id.clone();
     }

@@ -196,11 +196,10 @@ impl Filling {
         Ok(())
     }
 
-    /// Fsync a file; the digest of everything written.
+    /// Flush a file (written, not fsynced: the caller fsyncs what it keeps); the digest of everything written.
     fn finish(self) -> Result<Digest> {
         if let Some((out, path)) = self.file {
-            let file = out.into_inner().map_err(|e| Error::io(&path, e.into_error()))?;
-            file.sync_all().map_err(|e| Error::io(&path, e))?;
+            out.into_inner().map_err(|e| Error::io(&path, e.into_error()))?;
         }
         Ok(self.hasher.finish())
     }
@@ -222,7 +221,7 @@ impl Dest {
     }
 
     /// Runs on a blocking thread: hash (and write) every chunk until the sender is
-    /// dropped; fsync a file at the end.
+    /// dropped.
     pub(super) fn consume(self, mut rx: mpsc::Receiver<Bytes>) -> Result<Digest> {
         let mut sink = self.open()?;
         while let Some(chunk) = rx.blocking_recv() {

@@ -14,7 +14,8 @@
 //! `<file>#<n>` next to its final name (such names are never listed) and
 //! renamed into place when complete, so a reader never sees a partial object.
 //! Like `object_store`'s folder store (with its default settings), an upload is
-//! not fsynced. A download is: the caller renames it into a mirror.
+//! not fsynced. Neither is a download: the caller fsyncs what it keeps, once (issue 12: the applier fsynced every
+//! staged file twice, here and after setting its modification time).
 //!
 //! Everything here is blocking; the store runs it in `spawn_blocking`.
 
@@ -178,7 +179,7 @@ pub(super) fn put(
 }
 
 /// Download `len` bytes of a local store's `object` (at `object_path`) from
-/// `start` into a new file at `dest`, fsynced. Stops early at the end of the
+/// `start` into a new file at `dest` (write-behind started, not fsynced). Stops early at the end of the
 /// object; the caller compares the digest's size.
 pub(super) fn get(mut object: File, object_path: &Path, start: u64, len: u64, dest: &Path) -> Result<Digest> {
     use std::io::{Seek, SeekFrom};
@@ -201,7 +202,6 @@ pub(super) fn get(mut object: File, object_path: &Path, start: u64, len: u64, de
             break;
         }
     }
-    out.sync_all().map_err(|e| Error::io(dest, e))?;
     Ok(hasher.finish())
 }
 

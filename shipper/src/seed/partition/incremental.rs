@@ -89,6 +89,10 @@ impl PartitionShipper<'_, '_> {
                 excluded_tail: pending,
                 warnings,
                 staging: Some(dir),
+                // Nothing of the file is remembered by the one-shot seed's memory here: the kept state is this
+                // process's own (`source_identity` is for that memory).
+                source_identity: None,
+                log_bytes_scanned: read,
             };
             Ok(Some((
                 Box::new(prepared),
