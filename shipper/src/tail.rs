@@ -808,6 +808,21 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         return Ok((part, Some(item)));
     }
     if part.awaits.is_some() {
+        // The tail waits at byte 0 of the segment after the covering one, and nothing of it is shipped yet. When
+        // the cleaner merges that segment into the covering one too, the wait moves on to the new successor: the
+        // covering segment now holds the feed's position, and `replace::detect` passes over a segment holding it,
+        // so without the move its replacement was never found and the partition stalled (seen in e2e_tail_processes).
+        let mut at = at;
+        if at.position == 0 && !swapping {
+            if let Some(s) = resume::covering(&view, at.base_offset).filter(|s| *s < at.base_offset) {
+                if let Some(next) = resume::successor(&view, s)? {
+                    tracing::info!(partition = %name(&part.target.partition), from = at.base_offset,
+                        covered_by = s, to = next.base_offset,
+                        "the segment the tail waits at was merged into the covering segment too: waiting at its successor");
+                    at = next;
+                }
+            }
+        }
         part.at = Some(at);
         return Ok((part, None));
     }

@@ -231,3 +231,22 @@ async fn a_segment_merged_away_while_the_feed_tails_it_is_covered_and_the_tail_g
     assert_eq!(replacement(&mut feed).await, (vec![0, 5], merged, Some(10)));
     assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if (c.segment_base, c.position) == (10, 0)));
 }
+
+#[tokio::test]
+async fn a_segment_merged_into_the_covering_one_while_its_replacement_waits_moves_the_wait_on() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let sizes = four_segments(&dir);
+    // The mirror: 0 sealed, 5 unsealed after two batches; the cleaner merged 0 and 5 (the resume waits at 10).
+    let position = after_batches(&dir, 5, 2);
+    compact(&dir, &[0, 5]);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    feed.mirror_layout(layout(&[(0, sizes[0])]));
+    feed.seek_positions(&[at(5, position)]).await.unwrap();
+    // Before the replacement's first step is confirmed, the cleaner merges 10 into 0 as well: 0 now covers the
+    // position the tail waits at.
+    let merged = compact(&dir, &[0, 10]);
+    assert_eq!(replacement(&mut feed).await, (vec![0, 5], merged, Some(15)));
+    assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if (c.segment_base, c.position) == (15, 0)));
+}
