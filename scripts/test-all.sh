@@ -33,7 +33,7 @@ fi
 LANES="${SEGMIRROR_TEST_JOBS:-2}"
 # The slowest jobs, slowest first (seconds measured alone on a quiet 2-core machine, for orientation).
 SLOW_FIRST=(
-    e2e_tail_processes     # ~150 (three runs with process kills; the compacted ones are ignored: issue 9)
+    e2e_tail_processes     # ~200 (push and pull runs with compaction and process kills, in parallel)
     e2e_promote            # ~210
     e2e_store_tail         # ~140 (one follower stopped for a minute)
     e2e_tail_cluster       # ~120 (a 3-node cluster, a target broker; 116-200 s on a loaded machine)

@@ -333,10 +333,17 @@ pub fn write_partition(log_dir: &Path, topic: &str, topic_id: Uuid, batches: i64
 }
 
 /// Every file under `dir` (recursively) with its bytes, by path relative to `dir`; a mirror's lock file (which
-/// names the last run that held it) is the applier's, not content, and is left out.
+/// names the last run that held it) is the applier's, not content, and is left out. A file or directory that
+/// vanishes between the listing and the read (a running follower renaming its staged files in) is left out too:
+/// tests poll a live mirror with this until it matches, and a stopped mirror has no such files.
 pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => panic!("listing {}: {e}", dir.display()),
+        };
+        for entry in entries {
             let path = entry.unwrap().path();
             if path
                 .file_name()
@@ -348,7 +355,13 @@ pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
                 walk(root, &path, out);
             } else {
                 let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.insert(rel, std::fs::read(&path).unwrap());
+                match std::fs::read(&path) {
+                    Ok(bytes) => {
+                        out.insert(rel, bytes);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => panic!("reading {}: {e}", path.display()),
+                }
             }
         }
     }
