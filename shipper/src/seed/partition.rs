@@ -342,12 +342,7 @@ impl PartitionShipper<'_, '_> {
                 if let Some((prepared, reading, state)) = from_state {
                     incremental = Some((reading, state));
                     self.report.excluded_tail_bytes = prepared.excluded_tail;
-                    let source = Version {
-                        next: prepared.range.next(),
-                        sealed: false,
-                        log_size: prepared.files.first().map_or(0, |f| f.len),
-                    };
-                    (source, Some(prepared))
+                    (active_version(&prepared), Some(prepared))
                 } else {
                     let (log, verify) = (segment.log.clone(), self.ctx.prepare.verify.clone());
                     let memory = self.ctx.memory;
@@ -373,12 +368,7 @@ impl PartitionShipper<'_, '_> {
                             }
                             let prepared = self.prepare(segment, None, snapshot.clone()).await?;
                             self.report.excluded_tail_bytes = prepared.excluded_tail;
-                            let source = Version {
-                                next: prepared.range.next(),
-                                sealed: false,
-                                log_size: prepared.files.first().map_or(0, |f| f.len),
-                            };
-                            (source, Some(prepared))
+                            (active_version(&prepared), Some(prepared))
                         }
                     }
                 }
@@ -946,6 +936,15 @@ pub(crate) fn epochs_for(entries: &[EpochEntry], base: i64, next: i64) -> Vec<Ep
 }
 
 mod incremental;
+
+/// The version of the active segment a preparation describes: its offsets and the `.log` prefix it ships.
+fn active_version(prepared: &Prepared) -> Version {
+    Version {
+        next: prepared.range.next(),
+        sealed: false,
+        log_size: prepared.files.first().map_or(0, |f| f.len),
+    }
+}
 
 #[cfg(test)]
 mod tests {
