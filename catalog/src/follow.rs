@@ -56,7 +56,8 @@ pub struct Replacement {
     /// The new version's end when it also covers the partition's tail beyond the replaced rows (a cleaner merged
     /// the segment being tailed into an earlier one: the source's next segment base; or the tail appender's last
     /// sealed segment, cleaned before it was shipped, reaches the next segment's base over the hole the cleaner
-    /// left at its end). `None`: the replaced rows' end. At or above that end; rows starting between the last replaced base and it (a tail handed over from
+    /// left at its end; or the mirror's next segment lies above the replaced rows' end, because a segment the cleaner
+    /// merged into this one never reached the mirror). `None`: the replaced rows' end. At or above that end; rows starting between the last replaced base and it (a tail handed over from
     /// `apply`, or the tailed segment sealed in the catalog by a crash before the tail recorded it) are dropped with
     /// the others.
     pub next_offset: Option<i64>,

@@ -263,3 +263,54 @@ async fn tail_catalog_paused_partition_is_neither_swept_nor_replaced() {
         c.partition(&key()).unwrap().source_topic_id
     );
 }
+
+/// Seen in e2e_tail_processes (pull, compaction): the tail sealed segment 1 (catalog row `[b1, b2)`), the source's
+/// cleaner merged segment 2 into segment 0 before the tail reached it, so the tail went on at segment 3; then the
+/// merged segment 0 arrives as a replacement of the mirror's `[b0, b1]`, holding records up to `b3`. The catalog
+/// must take it ending at the mirror's next segment (`b3`), not refuse it at the old row's end (`b2`).
+#[tokio::test]
+async fn tail_catalog_replacement_reaching_over_a_segment_the_mirror_never_received_ends_at_the_next_mirror_segment() {
+    let f = fixture();
+    assert!(f.segs.len() >= 4, "four segments needed: {}", f.segs.len());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = with_catalog(&f, tmp.path());
+    let bases: Vec<i64> = f.segs.iter().map(|(b, _)| *b).collect();
+    let mut p = None;
+    for i in [0, 1] {
+        let (base, bytes) = &f.segs[i];
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        let seal = seal_of(&f.source, *base, bytes, true);
+        p = Some(seal.partition.clone());
+        a.apply_seal(&seal).await.unwrap();
+    }
+    let p = p.unwrap();
+    // Segment 2 never reaches the mirror: the tail goes on at segment 3.
+    let (b3, s3) = &f.segs[3];
+    for c in chunks_of(*b3, s3, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    let c = look(tmp.path());
+    let id = c.partition(&key()).unwrap().id;
+    assert_eq!(c.segment(id, bases[1]).unwrap().unwrap().version.next_offset, bases[2]);
+
+    let new = compacted(&f.segs[..3]);
+    assert!(
+        last_offset(&new) >= bases[2],
+        "the merged segment reaches beyond row 1's end"
+    );
+    a.stage_replacement(&p, bases[0], 0, new.clone()).await.unwrap();
+    let seal = ReplaceSeal {
+        next_base: Some(bases[3]),
+        ..replace_seal(&p, &bases[..2], &new)
+    };
+    a.install_replacement(&seal).await.unwrap();
+    assert_eq!(std::fs::read(mirror_log(&f.mirror, bases[0])).unwrap(), new);
+    let merged = c.segment(id, bases[0]).unwrap().unwrap().version;
+    assert_eq!((merged.next_offset, merged.last_offset), (bases[3], last_offset(&new)));
+    assert_eq!(catalog_rows(&c), mirror_sealed(&f));
+    // The tail goes on at segment 3 and its seal follows the replaced history.
+    a.apply_seal(&seal_of(&f.source, *b3, s3, true)).await.unwrap();
+    assert_eq!(catalog_rows(&c).last().unwrap().0, *b3);
+}

@@ -299,7 +299,8 @@ impl Inner {
         // The replacement must stay below the next segment; for the last sealed one, below the next offset the
         // tail expects; for the tailed one, below the source's next segment base, which must not lie below what
         // the mirror holds.
-        let upper = match mirror_bases.iter().copied().find(|b| *b > last) {
+        let next_mirror_base = mirror_bases.iter().copied().find(|b| *b > last);
+        let upper = match next_mirror_base {
             Some(upper) => upper,
             None if covers_tail => {
                 let Some(next_base) = seal.next_base else {
@@ -402,7 +403,10 @@ impl Inner {
                         "{TAIL_MANIFEST_KEY_PREFIX}{name}/{}",
                         segment_file_name(first, SegmentFileKind::Log)
                     ),
-                    next_offset: (replaces_recorded && seal.next_base.is_some()).then_some(upper),
+                    // Up to the mirror's next segment too: its catalog rows may end below it, when a segment
+                    // the cleaner merged into this one never reached the mirror (the tail went on past it).
+                    next_offset: ((replaces_recorded && seal.next_base.is_some()) || next_mirror_base.is_some())
+                        .then_some(upper),
                 };
                 let whole = catalog.check_replacement(p, &part.replaced_bases, &part.replacement());
                 if whole.is_err() && covers_tail {
