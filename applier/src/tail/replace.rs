@@ -602,7 +602,10 @@ impl Inner {
                 }
             }
         }
-        // `.swap` files without a journal: an install that never reached its commit point.
+        // `.swap` files without a journal: an install that never reached its commit point. And `<name>.tmp` files:
+        // the staging file of an atomic rewrite (a seal's companions, a checkpoint) that a crash stopped before its
+        // rename, the rewrite's commit point; the rewrite is redone or superseded (a seal resent, or covered by a
+        // replacement), so nothing reads them, and `promote` refuses a mirror that still holds one.
         let names: Vec<String> = self.states.keys().cloned().collect();
         for name in names {
             let Some(s) = self.states.get(&name) else { continue };
@@ -615,7 +618,8 @@ impl Inner {
                 if let PartitionFile::Transient {
                     suffix: TransientSuffix::Swap,
                     ..
-                } = classify_partition_file(&file_name)
+                }
+                | PartitionFile::Temp { .. } = classify_partition_file(&file_name)
                 {
                     let path = entry.path();
                     fs::remove_file(&path).map_err(|e| TailError::io(&path, e))?;
@@ -623,7 +627,7 @@ impl Inner {
                 }
             }
             if removed {
-                tracing::warn!(partition = %name, "removed a replacement a crash left uncommitted");
+                tracing::warn!(partition = %name, "removed files a crash left uncommitted (.swap, .tmp)");
                 fsync_dir(&pdir)?;
             }
         }

@@ -304,3 +304,31 @@ async fn tail_replace_of_the_last_sealed_segment_moves_the_recorded_size_with_it
         (*base, new.len() as u64, true)
     );
 }
+
+/// Seen in e2e_tail_processes (pull, compaction): the applier was killed inside a seal's `write_atomically` of a
+/// companion (`<base>.index.tmp` written, not yet renamed), and the seal was never redone (a replacement covered
+/// the segment after the restart); `promote` then refused the mirror for the stray file. The next session start
+/// removes such staging files, whatever else it finds.
+#[tokio::test]
+async fn tail_session_start_removes_the_staging_files_of_an_interrupted_atomic_rewrite() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    tail_all(&f, &mut a).await;
+    drop(a);
+    let dir = pdir(&f);
+    let before = contents(&dir);
+    let base = f.segs[1].0;
+    for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+        let name = segment_file_name(base, kind);
+        std::fs::write(dir.join(format!("{name}.tmp")), b"half a companion").unwrap();
+    }
+    std::fs::write(dir.join("leader-epoch-checkpoint.tmp"), b"0\n").unwrap();
+    assert_ne!(contents(&dir), before);
+    let mut again = TailAppender::open(&f.mirror).unwrap();
+    again.durable_positions().await.unwrap();
+    assert_eq!(
+        contents(&dir),
+        before,
+        "the staging files are gone, nothing else changed"
+    );
+}
