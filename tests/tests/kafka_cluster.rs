@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use segmirror_shipper::source::leadership::{check_node, node_id_of_log_dir, LeadershipSource, MetadataLeadership};
+use segmirror_shipper::source::leadership::{
+    check_node, node_id_of_log_dir, LeadershipSource, MetadataLeadership, NodeCheck,
+};
 use segmirror_shipper::source::list_offsets::ListOffsetsConfig;
 use segmirror_tests::broker::read_properties;
 use segmirror_tests::wait::wait_for;
@@ -17,8 +19,11 @@ const TOPIC: &str = "replicated";
 fn led_epoch_by_segmirror(rt: &tokio::runtime::Runtime, cluster: &KafkaCluster, id: i32) -> Option<i32> {
     let node = cluster.node(id).unwrap();
     assert_eq!(node_id_of_log_dir(node.log_dir()).unwrap(), id);
-    rt.block_on(check_node(&node.bootstrap(), id, std::time::Duration::from_secs(10)))
-        .unwrap();
+    assert_eq!(
+        rt.block_on(check_node(&node.bootstrap(), id, std::time::Duration::from_secs(10)))
+            .unwrap(),
+        NodeCheck::Confirmed
+    );
     let source = MetadataLeadership::spawn(
         rt.handle(),
         node.bootstrap(),

@@ -261,14 +261,29 @@ async fn answer_from(
     Ok(answer)
 }
 
-/// Asks `bootstrap` once which node it is; an error unless it is `node_id` (the check `segmirror ship` makes
-/// before starting, so a misconfigured shipper refuses at once).
-pub async fn check_node(bootstrap: &str, node_id: i32, timeout: Duration) -> Result<()> {
-    let mut client = BrokerClient::connect(bootstrap, timeout).await?;
+/// What [`check_node`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeCheck {
+    /// The broker answered and is the node the log dir belongs to.
+    Confirmed,
+    /// No connection to the broker (it is down or restarting): nothing is known yet. The leadership source keeps
+    /// asking and, until an answer, leads nothing (nothing is shipped); the identity is checked on its first answer.
+    Unreachable { reason: String },
+}
+
+/// Asks `bootstrap` once which node it is: an error unless it is `node_id` (the check `segmirror ship` makes
+/// before starting, so a misconfigured shipper refuses at once). A broker that cannot be reached is
+/// [`NodeCheck::Unreachable`], not an error: a shipper restarted beside a broker that is still down waits for it
+/// rather than exiting (a service manager would restart it in a loop).
+pub async fn check_node(bootstrap: &str, node_id: i32, timeout: Duration) -> Result<NodeCheck> {
+    let mut client = match BrokerClient::connect(bootstrap, timeout).await {
+        Ok(client) => client,
+        Err(e) => return Ok(NodeCheck::Unreachable { reason: e.to_string() }),
+    };
     let mut identified = false;
     answer_from(&mut client, bootstrap, node_id, &mut identified)
         .await
-        .map(drop)
+        .map(|_| NodeCheck::Confirmed)
 }
 
 /// The asking loop: runs until the source is dropped.

@@ -221,6 +221,29 @@ async fn leadership_follows_the_answers_and_expires_when_the_broker_is_gone() {
 }
 
 #[tokio::test]
+async fn a_bootstrap_that_does_not_answer_is_unreachable_not_refused() {
+    // A port nothing listens on (bound, then closed): a shipper restarted beside a broker that is still down.
+    let (l, addr) = listener().await;
+    drop(l);
+    match check_node(&addr, 1, Duration::from_secs(5)).await.unwrap() {
+        NodeCheck::Unreachable { reason } => assert!(reason.contains(&addr), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // The same node answering: confirmed.
+    let (l, addr) = listener().await;
+    let broker = tokio::spawn(scripted_broker(
+        l,
+        1,
+        vec![vec![topic("t", 0, vec![partition(0, 1, 5, 0)])]],
+    ));
+    assert_eq!(
+        check_node(&addr, 1, Duration::from_secs(5)).await.unwrap(),
+        NodeCheck::Confirmed
+    );
+    broker.abort();
+}
+
+#[tokio::test]
 async fn a_bootstrap_of_another_node_is_refused_naming_both() {
     let (l, addr) = listener().await;
     let broker = tokio::spawn(scripted_broker(

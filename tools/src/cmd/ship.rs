@@ -9,7 +9,9 @@
 //! is shipped from its first byte, a deleted one is dropped (`shipper::tail::rediscover`).
 //!
 //! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, a log dir without a cluster id) and on this side's
-//! own failures (a source file that cannot be read or diverged).
+//! own failures (a source file that cannot be read or diverged). With `--cluster`, a `--source-bootstrap` that is
+//! another node is a usage error; one that does not answer yet is not (a shipper restarted beside a broker still
+//! down waits for it, leading and shipping nothing until the broker answers as the log dir's node).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +20,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
-use segmirror_shipper::source::leadership::{check_node, node_id_of_log_dir, MetadataLeadership, LEADERSHIP_INTERVAL};
+use segmirror_shipper::source::leadership::{
+    check_node, node_id_of_log_dir, MetadataLeadership, NodeCheck, LEADERSHIP_INTERVAL,
+};
 use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, REQUEST_TIMEOUT};
 use segmirror_shipper::tail::{Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
@@ -162,9 +166,15 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
                 bail!("--cluster: the log dirs belong to different nodes ({ids:?}); one shipper per broker");
             };
             let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
-            runtime
+            let check = runtime
                 .block_on(check_node(bootstrap, node_id, REQUEST_TIMEOUT))?
                 .with_context(|| format!("--cluster: --source-bootstrap {bootstrap}"))?;
+            if let NodeCheck::Unreachable { reason } = check {
+                eprintln!(
+                    "segmirror ship: warning: --source-bootstrap {bootstrap} does not answer ({reason}); shipping \
+                     nothing until node {node_id} answers (checked then)"
+                );
+            }
             eprintln!("segmirror ship: node {node_id} of the source cluster: shipping the partitions it leads ({bootstrap}, Metadata)");
             feed_config.leadership = Some(Arc::new(MetadataLeadership::spawn(
                 &handle,
