@@ -234,3 +234,25 @@ fn corrupt_input_is_an_error_naming_file_and_offset_and_a_cut_tail_is_tolerated(
     assert!(e.contains("__consumer_offsets-3/00000000000000000000.log") && e.contains("offset 1"), "{e}");
     assert!(e.contains("OffsetCommitValue version 9"), "{e}");
 }
+
+proptest::proptest! {
+    /// A CRC-valid batch whose record bytes were changed (the CRC computed after the change, as a buggy writer
+    /// would) is read or refused with an error, never a panic, compressed or not.
+    #[test]
+    fn resealed_mutated_batches_never_panic(
+        at in proptest::prelude::any::<proptest::sample::Index>(),
+        byte in proptest::prelude::any::<u8>(),
+        gzip in proptest::prelude::any::<bool>(),
+    ) {
+        let records = [commit("g", "t", 0, 1, 4), commit("g", "t", 1, 2, 3), (group_metadata_key("g"), None)];
+        let codec = if gzip { Compression::Gzip } else { Compression::None };
+        let mut bytes = batch(0, &records, Some(3), codec);
+        // Past the header (61 bytes): the records (or the compressed stream).
+        let i = 61 + at.index(bytes.len() - 61);
+        bytes[i] = byte;
+        crate::batch::seal_crc(&mut bytes);
+        let root = tempfile::tempdir().unwrap();
+        let dir = partition_dir(root.path(), 0, &[(0, vec![bytes, marker(3, 3, true)])]);
+        let _ = read_partition_dir(&dir, &OffsetsFilter::default());
+    }
+}
