@@ -178,7 +178,9 @@ impl ConsumerOffsets {
                     }
                 }
             }
-            GroupRecord::GroupMetadata { group, value } => self.set_group(group, GroupType::Classic, value.is_some())?,
+            GroupRecord::GroupMetadata { group, value } => {
+                self.set_group(group, GroupType::Classic, value.is_some())?
+            }
             GroupRecord::Group {
                 group,
                 group_type,
@@ -267,11 +269,7 @@ pub fn read_partition_dir(dir: &Path, filter: &OffsetsFilter<'_>) -> Result<Cons
 
 /// Replay one partition directory into `state`. Transactions do not span partitions (each partition has its own
 /// markers), so pending commits still open at the end of one stay pending, keyed by producer id.
-pub fn read_partition_into(
-    state: &mut ConsumerOffsets,
-    dir: &Path,
-    filter: &OffsetsFilter<'_>,
-) -> Result<(), Error> {
+pub fn read_partition_into(state: &mut ConsumerOffsets, dir: &Path, filter: &OffsetsFilter<'_>) -> Result<(), Error> {
     let listing = PartitionDir::open(dir)?;
     if listing.name.topic != CONSUMER_OFFSETS_TOPIC {
         return Err(Error::corrupt(
@@ -287,7 +285,12 @@ pub fn read_partition_into(
         ));
     }
     if let Some(f) = listing.findings.iter().find(|f| f.severity == Severity::Error) {
-        return Err(Error::corrupt(&f.path, f.position.unwrap_or(0), f.offset, f.defect.clone()));
+        return Err(Error::corrupt(
+            &f.path,
+            f.position.unwrap_or(0),
+            f.offset,
+            f.defect.clone(),
+        ));
     }
     let last = listing.segments.len().saturating_sub(1);
     for (i, segment) in listing.segments.iter().enumerate() {

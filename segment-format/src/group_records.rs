@@ -80,8 +80,18 @@ fn group_record_type(record_type: i16) -> Option<GroupRecordType> {
         4 => t("ConsumerGroupPartitionMetadataKey", Consumer, None, false),
         5 => t("ConsumerGroupMemberMetadataKey", Consumer, Some("MemberId"), false),
         6 => t("ConsumerGroupTargetAssignmentMetadataKey", Consumer, None, false),
-        7 => t("ConsumerGroupTargetAssignmentMemberKey", Consumer, Some("MemberId"), false),
-        8 => t("ConsumerGroupCurrentMemberAssignmentKey", Consumer, Some("MemberId"), false),
+        7 => t(
+            "ConsumerGroupTargetAssignmentMemberKey",
+            Consumer,
+            Some("MemberId"),
+            false,
+        ),
+        8 => t(
+            "ConsumerGroupCurrentMemberAssignmentKey",
+            Consumer,
+            Some("MemberId"),
+            false,
+        ),
         9 => t("ShareGroupPartitionMetadataKey", Share, None, false),
         10 => t("ShareGroupMemberMetadataKey", Share, Some("MemberId"), false),
         11 => t("ShareGroupMetadataKey", Share, None, true),
@@ -98,8 +108,18 @@ fn group_record_type(record_type: i16) -> Option<GroupRecordType> {
         17 => t("StreamsGroupMetadataKey", Streams, None, true),
         19 => t("StreamsGroupMemberMetadataKey", Streams, Some("MemberId"), false),
         20 => t("StreamsGroupTargetAssignmentMetadataKey", Streams, None, false),
-        21 => t("StreamsGroupTargetAssignmentMemberKey", Streams, Some("MemberId"), false),
-        22 => t("StreamsGroupCurrentMemberAssignmentKey", Streams, Some("MemberId"), false),
+        21 => t(
+            "StreamsGroupTargetAssignmentMemberKey",
+            Streams,
+            Some("MemberId"),
+            false,
+        ),
+        22 => t(
+            "StreamsGroupCurrentMemberAssignmentKey",
+            Streams,
+            Some("MemberId"),
+            false,
+        ),
         23 => t("StreamsGroupTopologyKey", Streams, None, false),
         _ => None,
     }
@@ -384,16 +404,13 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8], String> {
         let at = self.pos;
-        let bytes = at
-            .checked_add(n)
-            .and_then(|end| self.buf.get(at..end))
-            .ok_or_else(|| {
-                format!(
-                    "{}: {field} needs {n} byte(s) at byte {at}, {} left",
-                    self.part,
-                    self.remaining()
-                )
-            })?;
+        let bytes = at.checked_add(n).and_then(|end| self.buf.get(at..end)).ok_or_else(|| {
+            format!(
+                "{}: {field} needs {n} byte(s) at byte {at}, {} left",
+                self.part,
+                self.remaining()
+            )
+        })?;
         self.pos = at + n;
         Ok(bytes)
     }
@@ -420,9 +437,10 @@ impl<'a> Cursor<'a> {
         let at = self.pos;
         let mut value: u32 = 0;
         for i in 0..5 {
-            let b = *self.buf.get(self.pos).ok_or_else(|| {
-                format!("{}: {field}: ends inside the varint starting at byte {at}", self.part)
-            })?;
+            let b = *self
+                .buf
+                .get(self.pos)
+                .ok_or_else(|| format!("{}: {field}: ends inside the varint starting at byte {at}", self.part))?;
             self.pos += 1;
             let bits = u32::from(b & 0x7f);
             if i == 4 && bits > 0x0f {
@@ -433,7 +451,10 @@ impl<'a> Cursor<'a> {
                 return Ok(value);
             }
         }
-        Err(format!("{}: {field}: varint at byte {at} is longer than 5 bytes", self.part))
+        Err(format!(
+            "{}: {field}: varint at byte {at} is longer than 5 bytes",
+            self.part
+        ))
     }
 
     fn utf8(&self, bytes: &'a [u8], field: &str, at: usize) -> Result<String, String> {
@@ -477,7 +498,12 @@ impl<'a> Cursor<'a> {
         let at = self.pos;
         let len = if flexible {
             match self.uvarint(field)? {
-                0 => return Err(format!("{}: {field} at byte {at} is null, which it may not be", self.part)),
+                0 => {
+                    return Err(format!(
+                        "{}: {field} at byte {at} is null, which it may not be",
+                        self.part
+                    ))
+                }
                 n => (n - 1) as usize,
             }
         } else {
@@ -492,7 +518,12 @@ impl<'a> Cursor<'a> {
         let at = self.pos;
         let count = if flexible {
             match self.uvarint(field)? {
-                0 => return Err(format!("{}: {field} at byte {at} is null, which it may not be", self.part)),
+                0 => {
+                    return Err(format!(
+                        "{}: {field} at byte {at} is null, which it may not be",
+                        self.part
+                    ))
+                }
                 n => (n - 1) as usize,
             }
         } else {

@@ -37,16 +37,30 @@ fn parse_csv(out: &str) -> Offsets {
 /// line breaks, so it is read as a sequence of 4-field rows after the header.
 fn parse_reset_plan(out: &str) -> Offsets {
     let words: Vec<&str> = out.split_whitespace().collect();
-    let start = words.iter().position(|w| *w == "NEW-OFFSET").expect("a NEW-OFFSET header") + 1;
+    let start = words
+        .iter()
+        .position(|w| *w == "NEW-OFFSET")
+        .expect("a NEW-OFFSET header")
+        + 1;
     let rows = &words[start..];
     assert_eq!(rows.len() % 4, 0, "reset plan {out:?}");
     rows.chunks(4)
-        .map(|r| ((r[0].to_string(), r[1].to_string(), r[2].parse().unwrap()), r[3].parse().unwrap()))
+        .map(|r| {
+            (
+                (r[0].to_string(), r[1].to_string(), r[2].parse().unwrap()),
+                r[3].parse().unwrap(),
+            )
+        })
         .collect()
 }
 
 fn segmirror_offsets(log_dir: &std::path::Path, extra: &[&str]) -> Offsets {
-    let mut args = vec!["offsets".to_string(), "--log-dir".into(), log_dir.display().to_string(), "--csv".into()];
+    let mut args = vec![
+        "offsets".to_string(),
+        "--log-dir".into(),
+        log_dir.display().to_string(),
+        "--csv".into(),
+    ];
     args.extend(extra.iter().map(|s| s.to_string()));
     let run = run_segmirror(&args).unwrap();
     assert_eq!(run.code, 0, "segmirror {:?}: {}", run.args, run.stderr);
@@ -90,7 +104,14 @@ fn run(version: &str) {
     // Classic groups: the Java console consumer (commits what it consumed when it exits) and librdkafka.
     let consumed = tools.console_consume_group(TOPIC, "java-classic", 7, &[]).unwrap();
     assert_eq!(consumed, 7);
-    python_group_commit(&bootstrap, TOPIC, "py-classic", GroupProtocol::Classic, &[(0, 3), (1, 4)]).unwrap();
+    python_group_commit(
+        &bootstrap,
+        TOPIC,
+        "py-classic",
+        GroupProtocol::Classic,
+        &[(0, 3), (1, 4)],
+    )
+    .unwrap();
     // A later commit replaces an earlier one; another topic of the same group.
     python_group_commit(&bootstrap, TOPIC, "py-classic", GroupProtocol::Classic, &[(0, 5)]).unwrap();
     python_group_commit(&bootstrap, OTHER_TOPIC, "py-classic", GroupProtocol::Classic, &[(1, 9)]).unwrap();
@@ -127,7 +148,11 @@ fn run(version: &str) {
 
     broker.stop().unwrap();
     let log_dir = broker.log_dir().to_path_buf();
-    assert_eq!(segmirror_offsets(&log_dir, &[]), described, "segmirror offsets vs kafka-consumer-groups --describe");
+    assert_eq!(
+        segmirror_offsets(&log_dir, &[]),
+        described,
+        "segmirror offsets vs kafka-consumer-groups --describe"
+    );
 
     // Filters: a group regex and a topic regex, each matching whole names.
     let filtered = segmirror_offsets(&log_dir, &["--groups", "py-.*|txn-group", "--topics", TOPIC]);
@@ -137,7 +162,10 @@ fn run(version: &str) {
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     assert_eq!(filtered, expected);
-    assert!(segmirror_offsets(&log_dir, &["--groups", "py"]).is_empty(), "a regex matches whole ids");
+    assert!(
+        segmirror_offsets(&log_dir, &["--groups", "py"]).is_empty(),
+        "a regex matches whole ids"
+    );
 
     // The table names every group and says where it read from.
     let table = run_segmirror(["offsets", "--log-dir", &log_dir.display().to_string()]).unwrap();
@@ -145,16 +173,21 @@ fn run(version: &str) {
     eprintln!("Kafka {version}: segmirror offsets\n{}", table.stdout);
     assert!(table.stdout.starts_with("GROUP"), "{}", table.stdout);
     assert!(
-        table
-            .stdout
-            .contains(&format!("{} offset(s) of", described.len())),
+        table.stdout.contains(&format!("{} offset(s) of", described.len())),
         "{}",
         table.stdout
     );
 
     // Kafka's own tool reads the CSV: reset every group listed to what it says (a dry run prints the plan).
-    let csv = run_segmirror(["offsets", "--log-dir", &log_dir.display().to_string(), "--csv", "--groups", "py-classic"])
-        .unwrap();
+    let csv = run_segmirror([
+        "offsets",
+        "--log-dir",
+        &log_dir.display().to_string(),
+        "--csv",
+        "--groups",
+        "py-classic",
+    ])
+    .unwrap();
     let file = log_dir.parent().unwrap().join("reset.csv");
     std::fs::write(&file, &csv.stdout).unwrap();
     broker.restart().unwrap();
@@ -176,8 +209,14 @@ fn run(version: &str) {
         )
         .unwrap();
     let planned = parse_reset_plan(&plan);
-    let expected: Offsets = described.into_iter().filter(|((g, _, _), _)| g == "py-classic").collect();
-    assert_eq!(planned, expected, "kafka-consumer-groups --reset-offsets --from-file plan:\n{plan}");
+    let expected: Offsets = described
+        .into_iter()
+        .filter(|((g, _, _), _)| g == "py-classic")
+        .collect();
+    assert_eq!(
+        planned, expected,
+        "kafka-consumer-groups --reset-offsets --from-file plan:\n{plan}"
+    );
 }
 
 #[test]

@@ -53,7 +53,11 @@ fn plain(base: i64, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<u8> {
 }
 
 fn marker(base: i64, producer_id: i64, commit: bool) -> Vec<u8> {
-    let kind = if commit { ControlType::Commit } else { ControlType::Abort };
+    let kind = if commit {
+        ControlType::Commit
+    } else {
+        ControlType::Abort
+    };
     BatchBuilder::new(base)
         .producer(producer_id, 0, -1)
         .transactional(true)
@@ -107,7 +111,14 @@ fn latest_commit_wins_tombstones_delete_and_group_tombstones_keep_offsets() {
                 0,
                 vec![
                     plain(0, &[(group_metadata_key("a"), Some(group_metadata_value(&classic)))]),
-                    plain(1, &[commit("a", "t", 0, 10, 3), commit("a", "t", 1, 20, 0), commit("b", "t", 0, 5, 1)]),
+                    plain(
+                        1,
+                        &[
+                            commit("a", "t", 0, 10, 3),
+                            commit("a", "t", 1, 20, 0),
+                            commit("b", "t", 0, 5, 1),
+                        ],
+                    ),
                     // A KIP-848 group: its records are decoded, not needed for offsets.
                     plain(
                         4,
@@ -126,7 +137,13 @@ fn latest_commit_wins_tombstones_delete_and_group_tombstones_keep_offsets() {
                     // Group b deleted: its offsets' tombstones, then its metadata tombstone.
                     plain(8, &[tombstone("b", "t", 0), (group_metadata_key("b"), None)]),
                     // Group a's metadata removed (converted to a consumer group): offsets stay.
-                    plain(10, &[(group_metadata_key("a"), None), (group_record_key(3, "a", None), Some(vec![0, 0]))]),
+                    plain(
+                        10,
+                        &[
+                            (group_metadata_key("a"), None),
+                            (group_record_key(3, "a", None), Some(vec![0, 0])),
+                        ],
+                    ),
                 ],
             ),
         ],
@@ -154,7 +171,12 @@ fn transactional_commits_count_only_when_committed() {
                 plain(0, &[commit("g", "t", 0, 100, 3), commit("g", "t", 1, 100, 3)]),
                 // Producer 1 commits 110 for p0, producer 2 commits 999 for p0 and p1 and aborts.
                 batch(2, &[commit("g", "t", 0, 110, 3)], Some(1), Compression::None),
-                batch(3, &[commit("g", "t", 0, 999, 3), commit("g", "t", 1, 999, 3)], Some(2), Compression::Lz4),
+                batch(
+                    3,
+                    &[commit("g", "t", 0, 999, 3), commit("g", "t", 1, 999, 3)],
+                    Some(2),
+                    Compression::Lz4,
+                ),
                 marker(5, 2, false),
                 marker(6, 1, true),
                 // Producer 3's commit is overtaken by a plain commit at a later log offset before its marker:
@@ -174,7 +196,10 @@ fn transactional_commits_count_only_when_committed() {
     let state = read_partition_dir(&dir, &OffsetsFilter::default()).unwrap();
     assert_eq!(offsets(&state), vec![row("g", "t", 0, 110), row("g", "t", 1, 140)]);
     assert!(state.offsets.values().next().unwrap().transactional);
-    let open: Vec<_> = state.open_transactions().map(|(pid, k, v)| (pid, k.partition, v.offset)).collect();
+    let open: Vec<_> = state
+        .open_transactions()
+        .map(|(pid, k, v)| (pid, k.partition, v.offset))
+        .collect();
     assert_eq!(open, vec![(4, 2, 50)]);
 }
 
@@ -186,7 +211,13 @@ fn filters_keep_only_matching_groups_and_topics_and_legacy_messages_are_read() {
     partition_dir(
         root.path(),
         1,
-        &[(0, vec![legacy, plain(1, &[commit("keep", "t", 0, 1, 4), commit("keep", "x", 0, 2, 4)])])],
+        &[(
+            0,
+            vec![
+                legacy,
+                plain(1, &[commit("keep", "t", 0, 1, 4), commit("keep", "x", 0, 2, 4)]),
+            ],
+        )],
     );
     partition_dir(root.path(), 2, &[(0, vec![plain(0, &[commit("drop", "t", 0, 9, 4)])])]);
     // Another topic's directory in the log dir is not read.
@@ -195,7 +226,12 @@ fn filters_keep_only_matching_groups_and_topics_and_legacy_messages_are_read() {
     let all = read_log_dir(root.path(), &OffsetsFilter::default()).unwrap();
     assert_eq!(
         offsets(&all),
-        vec![row("drop", "t", 0, 9), row("keep", "t", 0, 1), row("keep", "x", 0, 2), row("old", "t", 0, 3)]
+        vec![
+            row("drop", "t", 0, 9),
+            row("keep", "t", 0, 1),
+            row("keep", "x", 0, 2),
+            row("old", "t", 0, 3)
+        ]
     );
     assert_eq!(all.partitions_read.len(), 3);
     let filter = OffsetsFilter {
@@ -212,26 +248,46 @@ fn corrupt_input_is_an_error_naming_file_and_offset_and_a_cut_tail_is_tolerated(
     let good = plain(0, &[commit("g", "t", 0, 1, 3)]);
     let next = plain(1, &[commit("g", "t", 0, 2, 3)]);
     // A partial last batch in the newest segment: a broker stopped mid-write; the complete batches count.
-    let dir = partition_dir(root.path(), 0, &[(0, vec![good.clone(), next[..next.len() - 3].to_vec()])]);
+    let dir = partition_dir(
+        root.path(),
+        0,
+        &[(0, vec![good.clone(), next[..next.len() - 3].to_vec()])],
+    );
     let state = read_partition_dir(&dir, &OffsetsFilter::default()).unwrap();
     assert_eq!(offsets(&state), vec![row("g", "t", 0, 1)]);
     // The same cut in an older segment is an error.
-    let dir = partition_dir(root.path(), 1, &[(0, vec![good.clone(), next[..next.len() - 3].to_vec()]), (2, vec![])]);
-    let e = read_partition_dir(&dir, &OffsetsFilter::default()).unwrap_err().to_string();
+    let dir = partition_dir(
+        root.path(),
+        1,
+        &[(0, vec![good.clone(), next[..next.len() - 3].to_vec()]), (2, vec![])],
+    );
+    let e = read_partition_dir(&dir, &OffsetsFilter::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("00000000000000000000.log"), "{e}");
     // A flipped byte: CRC mismatch.
     let mut flipped = good.clone();
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
     let dir = partition_dir(root.path(), 2, &[(0, vec![flipped])]);
-    let e = read_partition_dir(&dir, &OffsetsFilter::default()).unwrap_err().to_string();
-    assert!(e.contains("00000000000000000000.log") && e.to_lowercase().contains("crc"), "{e}");
+    let e = read_partition_dir(&dir, &OffsetsFilter::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("00000000000000000000.log") && e.to_lowercase().contains("crc"),
+        "{e}"
+    );
     // A CRC-valid batch whose record value is of an unknown version: names file, byte, offset and field.
     let mut bad = commit("g", "t", 0, 1, 3);
     bad.1.as_mut().unwrap()[..2].copy_from_slice(&9i16.to_be_bytes());
     let dir = partition_dir(root.path(), 3, &[(0, vec![good, plain(1, &[bad])])]);
-    let e = read_partition_dir(&dir, &OffsetsFilter::default()).unwrap_err().to_string();
-    assert!(e.contains("__consumer_offsets-3/00000000000000000000.log") && e.contains("offset 1"), "{e}");
+    let e = read_partition_dir(&dir, &OffsetsFilter::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("__consumer_offsets-3/00000000000000000000.log") && e.contains("offset 1"),
+        "{e}"
+    );
     assert!(e.contains("OffsetCommitValue version 9"), "{e}");
 }
 

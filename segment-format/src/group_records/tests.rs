@@ -35,18 +35,38 @@ fn offset_commit_key_v0_and_v1_literal_bytes() {
 #[test]
 fn offset_commit_value_every_version() {
     // v0: offset, metadata, commitTimestamp.
-    let v0 = [&0i16.to_be_bytes()[..], &42i64.to_be_bytes(), &[0, 1, b'm'], &5i64.to_be_bytes()].concat();
+    let v0 = [
+        &0i16.to_be_bytes()[..],
+        &42i64.to_be_bytes(),
+        &[0, 1, b'm'],
+        &5i64.to_be_bytes(),
+    ]
+    .concat();
     let d = decode_offset_commit_value(&v0).unwrap();
     assert_eq!((d.offset, d.metadata.as_str(), d.commit_timestamp), (42, "m", 5));
     assert_eq!((d.leader_epoch, d.expire_timestamp), (None, None));
     // v1 adds expireTimestamp after commitTimestamp.
-    let v1 = [&1i16.to_be_bytes()[..], &42i64.to_be_bytes(), &[0, 0], &5i64.to_be_bytes(), &9i64.to_be_bytes()].concat();
+    let v1 = [
+        &1i16.to_be_bytes()[..],
+        &42i64.to_be_bytes(),
+        &[0, 0],
+        &5i64.to_be_bytes(),
+        &9i64.to_be_bytes(),
+    ]
+    .concat();
     assert_eq!(decode_offset_commit_value(&v1).unwrap().expire_timestamp, Some(9));
     // v2 is v0's layout.
     let v2 = [&2i16.to_be_bytes()[..], &v0[2..]].concat();
     assert_eq!(decode_offset_commit_value(&v2).unwrap().offset, 42);
     // v3 puts leaderEpoch after offset; -1 means none.
-    let v3 = [&3i16.to_be_bytes()[..], &42i64.to_be_bytes(), &(-1i32).to_be_bytes(), &[0, 0], &5i64.to_be_bytes()].concat();
+    let v3 = [
+        &3i16.to_be_bytes()[..],
+        &42i64.to_be_bytes(),
+        &(-1i32).to_be_bytes(),
+        &[0, 0],
+        &5i64.to_be_bytes(),
+    ]
+    .concat();
     assert_eq!(decode_offset_commit_value(&v3).unwrap().leader_epoch, None);
     // v4 is flexible: compact string metadata, tagged fields (topicId = tag 0).
     let v4 = [
@@ -60,10 +80,17 @@ fn offset_commit_value_every_version() {
     ]
     .concat();
     let d = decode_offset_commit_value(&v4).unwrap();
-    assert_eq!((d.leader_epoch, d.topic_id, d.metadata.as_str()), (Some(3), Some([7; 16]), "m"));
+    assert_eq!(
+        (d.leader_epoch, d.topic_id, d.metadata.as_str()),
+        (Some(3), Some([7; 16]), "m")
+    );
     for version in 0..=4 {
         let v = value(version);
-        assert_eq!(decode_offset_commit_value(&offset_commit_value(&v)).unwrap(), v, "v{version}");
+        assert_eq!(
+            decode_offset_commit_value(&offset_commit_value(&v)).unwrap(),
+            v,
+            "v{version}"
+        );
     }
 }
 
@@ -121,10 +148,19 @@ fn group_metadata_every_version() {
         assert_eq!(value.unwrap(), v, "v{version}");
     }
     // v0 literal: an empty group with null protocol and leader.
-    let v0 = [&0i16.to_be_bytes()[..], &[0, 0], &0i32.to_be_bytes(), &[0xff, 0xff, 0xff, 0xff], &0i32.to_be_bytes()]
-        .concat();
+    let v0 = [
+        &0i16.to_be_bytes()[..],
+        &[0, 0],
+        &0i32.to_be_bytes(),
+        &[0xff, 0xff, 0xff, 0xff],
+        &0i32.to_be_bytes(),
+    ]
+    .concat();
     let d = decode_group_metadata_value(&v0).unwrap();
-    assert_eq!((d.protocol_type.as_str(), d.protocol, d.leader, d.members.len()), ("", None, None, 0));
+    assert_eq!(
+        (d.protocol_type.as_str(), d.protocol, d.leader, d.members.len()),
+        ("", None, None, 0)
+    );
 }
 
 #[test]
@@ -209,7 +245,12 @@ fn errors_name_the_field_and_byte() {
     let at = 2 + 10 + 4 + 7 + 2 + 8;
     value[at..at + 4].copy_from_slice(&i32::MAX.to_be_bytes());
     let e = decode_group_metadata_value(&value).unwrap_err();
-    assert!(e.starts_with(&format!("value: GroupMetadataValue.members at byte {at} claims 2147483647 elements")), "{e}");
+    assert!(
+        e.starts_with(&format!(
+            "value: GroupMetadataValue.members at byte {at} claims 2147483647 elements"
+        )),
+        "{e}"
+    );
     let bad_utf8 = [0u8, 2, 0, 1, 0xff];
     let e = decode_record(Some(&bad_utf8), None).unwrap_err();
     assert!(e.contains("GroupMetadataKey.group at byte 2 is not UTF-8"), "{e}");

@@ -133,7 +133,14 @@ fn write_table(out: &mut impl Write, all: &[ConsumerOffsets]) -> std::io::Result
             ]
         })
         .collect();
-    let header = ["GROUP", "TOPIC", "PARTITION", "OFFSET", "LEADER-EPOCH", "COMMITTED-AT-MS"];
+    let header = [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "OFFSET",
+        "LEADER-EPOCH",
+        "COMMITTED-AT-MS",
+    ];
     let mut widths = header.map(str::len);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -141,11 +148,7 @@ fn write_table(out: &mut impl Write, all: &[ConsumerOffsets]) -> std::io::Result
         }
     }
     let line = |out: &mut dyn Write, cells: [&str; 6]| -> std::io::Result<()> {
-        let text: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
         writeln!(out, "{}", text.join("  ").trim_end())
     };
     line(out, header)?;
