@@ -312,3 +312,102 @@ proptest::proptest! {
         let _ = read_partition_dir(&dir, &OffsetsFilter::default());
     }
 }
+
+/// Throughput of the replay against the plain record walk of the same bytes (what `verify --deep` does per batch),
+/// on a `__consumer_offsets` partition shaped like a busy cluster's: 1,000,000 uncompressed v4 offset commits (the
+/// coordinator's default codec is none) in batches of 50, 200,000 distinct (group, topic, partition), each committed
+/// five times, in 64 MiB segments. Prints a table; run with
+/// `cargo test -p segment-format --release --lib -- --ignored --nocapture consumer_offsets_throughput`.
+#[test]
+#[ignore = "a measurement: run it in release with --nocapture"]
+fn consumer_offsets_throughput() {
+    use std::time::Instant;
+    const GROUPS: usize = 2_000;
+    const PARTITIONS: usize = 100; // per group: 10 topics x 10 partitions
+    const ROUNDS: i64 = 5;
+    const PER_BATCH: usize = 50;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(format!("{CONSUMER_OFFSETS_TOPIC}-0"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut segment, mut segment_base, mut offset) = (Vec::new(), 0i64, 0i64);
+    let mut pending = Vec::with_capacity(PER_BATCH);
+    let flush_segment = |segment: &mut Vec<u8>, base: i64| {
+        std::fs::write(dir.join(format!("{base:020}.log")), &segment).unwrap();
+        segment.clear();
+    };
+    for round in 0..ROUNDS {
+        for g in 0..GROUPS {
+            for p in 0..PARTITIONS {
+                let group = format!("consumer-group-{g:05}");
+                let topic = format!("events-{:02}", p / 10);
+                pending.push(commit(&group, &topic, (p % 10) as i32, round * 1_000 + g as i64, 4));
+                if pending.len() == PER_BATCH {
+                    segment.extend_from_slice(&plain(offset, &pending));
+                    offset += PER_BATCH as i64;
+                    pending.clear();
+                    if segment.len() >= 64 << 20 {
+                        flush_segment(&mut segment, segment_base);
+                        segment_base = offset;
+                    }
+                }
+            }
+        }
+    }
+    flush_segment(&mut segment, segment_base);
+    let bytes: u64 = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let records = offset as f64;
+    let mib = bytes as f64 / (1 << 20) as f64;
+
+    // Baseline: scan every segment, check CRCs and walk every record, touching key and value lengths.
+    let walk = || {
+        let mut touched = 0usize;
+        let listing = PartitionDir::open(&dir).unwrap();
+        for segment in &listing.segments {
+            let mut file = LogFile::open(&segment.log).unwrap();
+            file.scan(|frame| {
+                assert!(frame.crc_matches());
+                let header = parse_header(frame.bytes).unwrap();
+                for_each_record(frame.bytes, &header, &DeepLimits::default(), |r| {
+                    touched += r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        }
+        touched
+    };
+    let replay = || read_partition_dir(&dir, &OffsetsFilter::default()).unwrap();
+    // Warm the page cache, then time each three times and keep the best.
+    assert!(walk() > 0);
+    let best = |f: &dyn Fn() -> usize| {
+        (0..3)
+            .map(|_| {
+                let start = Instant::now();
+                std::hint::black_box(f());
+                start.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let state = replay();
+    assert_eq!(state.offsets.len(), GROUPS * PARTITIONS);
+    assert!(state.offsets.values().all(|o| o.offset >= (ROUNDS - 1) * 1_000));
+    let walk_s = best(&walk);
+    let replay_s = best(&|| replay().offsets.len());
+    println!("consumer offsets: {records} records, {mib:.0} MiB, {} distinct offsets", state.offsets.len());
+    println!("| pass | s | MiB/s | records/s | vs walk |");
+    println!("|---|---|---|---|---|");
+    for (name, s) in [("record walk (baseline)", walk_s), ("offsets replay", replay_s)] {
+        println!(
+            "| {name} | {s:.3} | {:.0} | {:.2}M | {:.2}x |",
+            mib / s,
+            records / s / 1e6,
+            s / walk_s
+        );
+    }
+    println!("cargo test -p segment-format --release --lib -- --ignored --nocapture consumer_offsets_throughput");
+}
