@@ -398,7 +398,10 @@ fn consumer_offsets_throughput() {
     assert!(state.offsets.values().all(|o| o.offset >= (ROUNDS - 1) * 1_000));
     let walk_s = best(&walk);
     let replay_s = best(&|| replay().offsets.len());
-    println!("consumer offsets: {records} records, {mib:.0} MiB, {} distinct offsets", state.offsets.len());
+    println!(
+        "consumer offsets: {records} records, {mib:.0} MiB, {} distinct offsets",
+        state.offsets.len()
+    );
     println!("| pass | s | MiB/s | records/s | vs walk |");
     println!("|---|---|---|---|---|");
     for (name, s) in [("record walk (baseline)", walk_s), ("offsets replay", replay_s)] {
