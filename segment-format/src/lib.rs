@@ -24,10 +24,12 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod compression;
+pub mod consumer_offsets;
 pub mod control;
 pub mod dir;
 pub mod durable;
 pub mod error;
+pub mod group_records;
 pub mod index;
 mod java_text;
 pub mod legacy;

@@ -34,6 +34,17 @@ admin request (one process for many topics: a JVM tool call per topic costs a se
   Creates the topics (waiting until each has a leader), then prints
   {"topics": {"t": {"topic_id": "<base64 uuid as in partition.metadata>", "partitions": 2}}} for the described ones.
 
+group commit (a member of a consumer group commits offsets, then leaves):
+  {"bootstrap": ..., "topic": "t", "group": "g", "protocol": "classic"|"consumer", "commit": [[partition, offset], ...]}
+  Subscribes to the topic with group.protocol = protocol (KIP-848 for "consumer"), waits until it has an
+  assignment, commits exactly the given offsets synchronously (auto commit off), closes. Prints {"committed": n}.
+
+txn offsets (a transactional producer commits offsets for a group with sendOffsetsToTransaction):
+  {"bootstrap": ..., "topic": "t", "group": "g", "transactional_id": "x",
+   "transactions": [{"offsets": [[partition, offset], ...], "end": "commit"|"abort"}, ...]}
+  Each transaction sends the offsets (group metadata of a consumer that never joins: generation -1, as a simple
+  consumer group) and is committed or aborted. Prints {"transactions": n}.
+
 Any failure exits non-zero with the reason on stderr.
 """
 
@@ -246,10 +257,55 @@ def leaders(request):
     print(json.dumps(result))
 
 
+def group_commit(request):
+    topic = request["topic"]
+    consumer = Consumer({
+        "bootstrap.servers": request["bootstrap"],
+        "group.id": request["group"],
+        "group.protocol": request.get("protocol", "classic"),
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while not consumer.assignment():
+        if time.monotonic() > deadline:
+            fail(f"group {request['group']!r}: no assignment after 60 s")
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
+            fail(f"group {request['group']!r}: {msg.error()}")
+    offsets = [TopicPartition(topic, p, o) for p, o in request["commit"]]
+    for tp in consumer.commit(offsets=offsets, asynchronous=False):
+        if tp.error is not None:
+            fail(f"group {request['group']!r}: commit of {tp.topic}-{tp.partition}: {tp.error}")
+    consumer.close()
+    print(json.dumps({"committed": len(offsets)}))
+
+
+def txn_offsets(request):
+    topic = request["topic"]
+    producer = Producer({"bootstrap.servers": request["bootstrap"],
+                         "transactional.id": request["transactional_id"]})
+    consumer = Consumer({"bootstrap.servers": request["bootstrap"], "group.id": request["group"],
+                         "enable.auto.commit": False})
+    metadata = consumer.consumer_group_metadata()
+    producer.init_transactions(60)
+    for txn in request["transactions"]:
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(topic, p, o) for p, o in txn["offsets"]], metadata, 60)
+        if txn["end"] == "commit":
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+    consumer.close()
+    print(json.dumps({"transactions": len(request["transactions"])}))
+
+
 def main():
-    commands = {"produce": produce, "consume": consume, "admin": admin, "leaders": leaders}
+    commands = {"produce": produce, "consume": consume, "admin": admin, "leaders": leaders,
+                "group": group_commit, "txn_offsets": txn_offsets}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        fail("usage: kafka_client.py produce|consume|admin|leaders < request.json")
+        fail("usage: kafka_client.py produce|consume|admin|leaders|group|txn_offsets < request.json")
     try:
         request = json.load(sys.stdin)
         commands[sys.argv[1]](request)

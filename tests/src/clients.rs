@@ -271,6 +271,55 @@ pub fn consume_all(
         .collect()
 }
 
+/// A consumer group protocol: the classic one (JoinGroup/SyncGroup) or KIP-848's (`group.protocol=consumer`, Kafka
+/// 4.x).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    Classic,
+    Consumer,
+}
+
+impl GroupProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+}
+
+/// A member of `group` (Python client, `protocol`) subscribes to `topic`, commits exactly `offsets` (partition,
+/// offset) and leaves.
+pub fn python_group_commit(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    protocol: GroupProtocol,
+    offsets: &[(i32, i64)],
+) -> Result<()> {
+    let request = json!({"bootstrap": bootstrap, "topic": topic, "group": group, "protocol": protocol.as_str(),
+                         "commit": offsets});
+    run_python("group", &request).map(drop)
+}
+
+/// A transactional producer (`transactional_id`) commits offsets of `topic` for `group` with
+/// sendOffsetsToTransaction, one transaction per entry, committed when its flag is true and aborted otherwise.
+pub fn python_txn_offsets(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    transactional_id: &str,
+    transactions: &[(&[(i32, i64)], bool)],
+) -> Result<()> {
+    let transactions: Vec<Value> = transactions
+        .iter()
+        .map(|(offsets, commit)| json!({"offsets": offsets, "end": if *commit { "commit" } else { "abort" }}))
+        .collect();
+    let request = json!({"bootstrap": bootstrap, "topic": topic, "group": group,
+                         "transactional_id": transactional_id, "transactions": transactions});
+    run_python("txn_offsets", &request).map(drop)
+}
+
 /// Topic metadata from the Python admin client.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct TopicInfo {

@@ -27,6 +27,7 @@ pub const DELETE_RECORDS_COMMAND: &str = "org.apache.kafka.tools.DeleteRecordsCo
 pub const PRODUCER_PERFORMANCE: &str = "org.apache.kafka.tools.ProducerPerformance";
 pub const CONSOLE_PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
 pub const CONSOLE_CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
+pub const CONSUMER_GROUP_COMMAND: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
 pub const DUMP_LOG_SEGMENTS: &str = "org.apache.kafka.tools.DumpLogSegments";
 pub const STORAGE_TOOL: &str = "kafka.tools.StorageTool";
 
@@ -260,6 +261,53 @@ impl KafkaTools {
         run_tool(self.install, CONSOLE_PRODUCER, &args, Some(input.as_bytes())).map(drop)
     }
 
+    /// Java `ConsoleConsumer` as a member of `group` (from the earliest offset of `topic`, `properties` as
+    /// `--consumer-property`), stopping after `max_messages`; on exit it commits what it consumed. Returns how
+    /// many records it printed.
+    pub fn console_consume_group(
+        &self,
+        topic: &str,
+        group: &str,
+        max_messages: usize,
+        properties: &[(&str, &str)],
+    ) -> Result<usize> {
+        let mut args: Vec<String> = [
+            "--bootstrap-server",
+            &self.bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--from-beginning",
+            "--max-messages",
+            &max_messages.to_string(),
+            "--timeout-ms",
+            "30000",
+        ]
+        .map(String::from)
+        .to_vec();
+        for (k, v) in properties {
+            args.push("--consumer-property".into());
+            args.push(format!("{k}={v}"));
+        }
+        let out = run_tool(self.install, CONSOLE_CONSUMER, &args, None)?;
+        Ok(out.lines().filter(|l| !l.starts_with("Processed a total")).count())
+    }
+
+    /// `kafka-consumer-groups --describe --all-groups`: the committed offset of every (group, topic, partition)
+    /// that has one (`CURRENT-OFFSET` not `-`).
+    pub fn describe_group_offsets(&self) -> Result<BTreeMap<(String, String, i32), i64>> {
+        let args = ["--bootstrap-server", &self.bootstrap, "--describe", "--all-groups"].map(String::from);
+        let out = self.run(CONSUMER_GROUP_COMMAND, &args)?;
+        parse_group_offsets(&out)
+    }
+
+    /// `kafka-consumer-groups --delete --group GROUP` (the group must have no members).
+    pub fn delete_group(&self, group: &str) -> Result<()> {
+        let args = ["--bootstrap-server", &self.bootstrap, "--delete", "--group", group].map(String::from);
+        self.run(CONSUMER_GROUP_COMMAND, &args).map(drop)
+    }
+
     /// Java `ConsoleConsumer` on one partition from the earliest offset, stopping after `max_messages` (or after
     /// 10 s without a record). Prints and parses timestamp, partition, offset, headers, key and value.
     pub fn console_consume(&self, topic: &str, partition: i32, max_messages: usize) -> Result<Vec<ConsoleConsumed>> {
@@ -334,6 +382,29 @@ fn run_tool(install: &'static KafkaInstall, main_class: &str, args: &[String], s
         );
     }
     Ok(stdout)
+}
+
+/// Rows of `kafka-consumer-groups --describe` (`GROUP TOPIC PARTITION CURRENT-OFFSET ...`, under a header line per
+/// group) with a committed offset.
+pub fn parse_group_offsets(out: &str) -> Result<BTreeMap<(String, String, i32), i64>> {
+    let mut offsets = BTreeMap::new();
+    for line in out.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [group, topic, partition, current, ..] = fields[..] else {
+            continue;
+        };
+        let Ok(partition) = partition.parse::<i32>() else {
+            continue; // a header line, or a message
+        };
+        if current == "-" {
+            continue;
+        }
+        let offset = current
+            .parse::<i64>()
+            .with_context(|| format!("CURRENT-OFFSET of describe line {line:?}"))?;
+        offsets.insert((group.to_string(), topic.to_string(), partition), offset);
+    }
+    Ok(offsets)
 }
 
 fn parse_topic_description(out: &str) -> Result<TopicDescription> {

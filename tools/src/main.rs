@@ -52,6 +52,9 @@ enum Command {
     Status(cmd::status::Args),
     /// Install mirror partitions into a stopped Kafka broker's log dir, as that cluster's topics.
     Promote(cmd::promote::Args),
+    /// Show the consumer groups' committed offsets from a broker's `__consumer_offsets` segments on disk, or
+    /// export them as the CSV `kafka-consumer-groups --reset-offsets --from-file` reads.
+    Offsets(cmd::offsets::Args),
     /// Stream new batches of Kafka log dirs to a `segmirror apply --listen|--connect` over one TCP link (mutual
     /// TLS or --plaintext), until SIGTERM/SIGINT.
     Ship(cmd::ship::Args),
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Apply(args) => cmd::apply::run(args, &runtime),
         Command::Status(args) => cmd::status::run(args),
         Command::Promote(args) => cmd::promote::run(args),
+        Command::Offsets(args) => cmd::offsets::run(args),
         Command::Ship(args) => cmd::ship::run(args, &runtime),
         Command::TailApply(args) => cmd::tail_apply::run(args, &runtime),
         Command::StoreShip(args) => cmd::store_ship::run(args, &runtime),

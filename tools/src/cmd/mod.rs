@@ -1,6 +1,7 @@
 pub mod apply;
 pub mod demo;
 pub mod generate;
+pub mod offsets;
 pub mod promote;
 pub mod seed;
 pub mod ship;

@@ -1,0 +1,199 @@
+//! `segmirror offsets`: the consumer groups' committed offsets, read from a broker's `__consumer_offsets`
+//! segments on disk (no client, no running broker), as a table, or as the CSV `kafka-consumer-groups.sh
+//! --reset-offsets --from-file` reads.
+//!
+//! Why: the offsets a group committed on the source are what its consumers resume from after a failover; this
+//! command shows them from the log dir alone, and exports them for Kafka's own tool. Shipping them over a link and
+//! committing them at failover build on the same reader (`segment_format::consumer_offsets`).
+//!
+//! Exit status: 0; 1 when a `__consumer_offsets` segment is corrupt; 2 on usage or I/O errors.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use segment_format::consumer_offsets::{read_log_dir, ConsumerOffsets, OffsetsFilter};
+use segment_format::Error as FormatError;
+
+use crate::cli::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+
+const OFFSETS_HELP: &str = "\
+Offsets are replayed as Kafka's group coordinator loads them: the latest commit per (group, topic, partition); \
+tombstones (offset expiry, `kafka-consumer-groups --delete` and --delete-offsets) delete; offsets committed in a \
+transaction (sendOffsetsToTransaction) count only once its COMMIT marker is in the log. On a running broker the \
+newest commits may not be on disk yet: stop the broker (or read a copy) for exact figures.\n\n\
+--csv prints `group,topic,partition,offset` lines, which `kafka-consumer-groups.sh --bootstrap-server B \
+--reset-offsets --from-file FILE --all-groups --execute` (or with the --group options of the groups listed) reads.";
+
+#[derive(clap::Args)]
+#[command(after_help = OFFSETS_HELP)]
+pub struct Args {
+    /// A broker's log dir (an entry of its `log.dirs`) holding `__consumer_offsets-N` partitions; repeat for
+    /// several.
+    #[arg(long = "log-dir", value_name = "DIR", required = true)]
+    log_dirs: Vec<PathBuf>,
+    /// Only groups whose id matches this regular expression (the whole id).
+    #[arg(long, value_name = "REGEX")]
+    groups: Option<String>,
+    /// Only offsets of topics whose name matches this regular expression (the whole name).
+    #[arg(long, value_name = "REGEX")]
+    topics: Option<String>,
+    /// Print CSV lines `group,topic,partition,offset` (no header) for `kafka-consumer-groups --reset-offsets
+    /// --from-file`, instead of a table.
+    #[arg(long)]
+    csv: bool,
+}
+
+/// `pattern` matching a whole name (as `promote --topics` and the links' regexes do).
+fn whole_name_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{pattern})$"))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let groups = args
+        .groups
+        .as_deref()
+        .map(whole_name_regex)
+        .transpose()
+        .context("--groups is not a valid regular expression")?;
+    let topics = args
+        .topics
+        .as_deref()
+        .map(whole_name_regex)
+        .transpose()
+        .context("--topics is not a valid regular expression")?;
+    let filter = OffsetsFilter {
+        group: Box::new(|g| groups.as_ref().is_none_or(|r| r.is_match(g))),
+        topic: Box::new(|t| topics.as_ref().is_none_or(|r| r.is_match(t))),
+    };
+    let mut all = Vec::new();
+    for dir in &args.log_dirs {
+        match read_log_dir(dir, &filter) {
+            Ok(state) => all.push(state),
+            Err(e @ (FormatError::Corrupt { .. } | FormatError::Incomplete { .. })) => {
+                eprintln!("segmirror: corrupt __consumer_offsets data: {e}");
+                return Ok(ExitCode::from(EXIT_CORRUPT));
+            }
+            Err(e) => {
+                eprintln!("segmirror: error: {e}");
+                return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
+            }
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if args.csv {
+        write_csv(&mut out, &all)?;
+    } else {
+        write_table(&mut out, &all)?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One CSV field as Jackson's CSV reader (what `kafka-consumer-groups` uses) reads it: quoted when it holds a
+/// comma, a quote or a line break, quotes doubled.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn write_csv(out: &mut impl Write, all: &[ConsumerOffsets]) -> std::io::Result<()> {
+    for state in all {
+        for (key, committed) in &state.offsets {
+            writeln!(
+                out,
+                "{},{},{},{}",
+                csv_field(&key.group),
+                csv_field(&key.topic),
+                key.partition,
+                committed.offset
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn write_table(out: &mut impl Write, all: &[ConsumerOffsets]) -> std::io::Result<()> {
+    let rows: Vec<[String; 6]> = all
+        .iter()
+        .flat_map(|s| s.offsets.iter())
+        .map(|(k, v)| {
+            [
+                k.group.clone(),
+                k.topic.clone(),
+                k.partition.to_string(),
+                v.offset.to_string(),
+                v.leader_epoch.map_or_else(|| "-".to_string(), |e| e.to_string()),
+                format!("{}{}", v.commit_timestamp, if v.transactional { " (txn)" } else { "" }),
+            ]
+        })
+        .collect();
+    let header = [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "OFFSET",
+        "LEADER-EPOCH",
+        "COMMITTED-AT-MS",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |out: &mut dyn Write, cells: [&str; 6]| -> std::io::Result<()> {
+        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        writeln!(out, "{}", text.join("  ").trim_end())
+    };
+    line(out, header)?;
+    for row in &rows {
+        line(out, row.each_ref().map(String::as_str))?;
+    }
+    let partitions: usize = all.iter().map(|s| s.partitions_read.len()).sum();
+    let groups: usize = all
+        .iter()
+        .flat_map(|s| s.offsets.keys().map(|k| &k.group))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    writeln!(
+        out,
+        "{} offset(s) of {groups} group(s), from {partitions} __consumer_offsets partition(s)",
+        rows.len()
+    )?;
+    for state in all {
+        for (producer_id, key, pending) in state.open_transactions() {
+            writeln!(
+                out,
+                "not counted: offset {} of {} {}-{} committed by producer {producer_id} in a transaction with no \
+                 marker yet",
+                pending.offset, key.group, key.topic, key.partition
+            )?;
+        }
+        if state.unknown_records > 0 {
+            writeln!(
+                out,
+                "skipped: {} record(s) of a type this version does not know (Kafka skips them too)",
+                state.unknown_records
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_as_jackson_reads_them() {
+        assert_eq!(csv_field("group-1"), "group-1");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+}
