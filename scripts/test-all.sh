@@ -37,6 +37,7 @@ SLOW_FIRST=(
     e2e_promote            # ~210
     e2e_store_tail         # ~140 (one follower stopped for a minute)
     e2e_tail_cluster       # ~120 (a 3-node cluster, a target broker; 116-200 s on a loaded machine)
+    e2e_store_hw           # ~170 on a loaded machine (a 3-node cluster, a follower frozen in the ISR)
     e2e_promote_producers  # ~110
     e2e_tail_truncate      # ~100 (a 3-node cluster, an unclean election, a target broker)
     kafka_harness          # ~90

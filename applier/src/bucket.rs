@@ -43,9 +43,11 @@ pub(crate) type PartitionObjects = IndexedPartition;
 pub(crate) type Lineage = IndexedLineage;
 
 /// List `prefix`, or only `prefix/<link>` when a link is named, through the transport's one bucket index, and sort
-/// the partitions by link.
+/// the partitions by link. Only manifests and leases are listed ([`SegmentSource::index_versions`]): the applier
+/// reads the manifests and fetches what they name, so the chunks a continuous shipper adds every round cost a poll
+/// nothing.
 pub(crate) async fn list(source: &dyn SegmentSource, prefix: &KeyPrefix, link: Option<&str>) -> Result<Listing> {
-    let index = source.index(prefix, link).await?;
+    let index = source.index_versions(prefix, link).await?;
     let mut listing = Listing::default();
     // Entries the store cannot even call objects (a FIFO, a link, a name that is no legal key) are reported like
     // keys that are not segmirror's: skipped, and nothing else stops.

@@ -43,6 +43,7 @@ use crate::source::{self, PrepareOptions, Unusable, UnusablePartition};
 use segmirror_transport::Transport;
 
 mod chunks;
+pub mod committed;
 mod memory;
 #[cfg(test)]
 mod memory_tests;
@@ -98,6 +99,8 @@ pub struct SeedConfig {
     /// The seed's memory of the active segments it scanned ([`SeedMemory`]), kept between runs in this local file
     /// so that a rerun with nothing new reads no segment (`None`: every run scans every active segment).
     pub memory_file: Option<PathBuf>,
+    /// Upload committed records only (`--upto high-watermark`, [`committed`]): `None` ships every complete batch.
+    pub committed_only: Option<committed::CommittedOnly>,
 }
 
 impl SeedConfig {
@@ -115,6 +118,7 @@ impl SeedConfig {
             index_interval_bytes: DEFAULT_INDEX_INTERVAL_BYTES,
             staging_dir: None,
             memory_file: None,
+            committed_only: None,
         };
         config.validate()?;
         Ok(config)
@@ -343,6 +347,7 @@ pub async fn seed_round(
         prepare: &prepare,
         progress,
         held,
+        committed: config.committed_only.as_ref(),
     };
     let mut partitions: Vec<PartitionReport> = futures::stream::iter(discovery.sources)
         .map(|source| partition::ship_partition(&context, source))

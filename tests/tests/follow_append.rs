@@ -251,3 +251,145 @@ async fn a_hostile_chunk_or_a_lying_claim_is_refused_by_key_and_field_and_leaves
         "the prefix was not read back again"
     );
 }
+
+/// A read side that counts what its listings returned: the keys a follower's poll had to receive from the store.
+#[derive(Debug)]
+struct CountingListings {
+    inner: segmirror_transport::Store,
+    listings: std::sync::atomic::AtomicU64,
+    keys: std::sync::atomic::AtomicU64,
+}
+
+impl CountingListings {
+    fn note(&self, listing: &segmirror_transport::Listing) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.listings.fetch_add(1, SeqCst);
+        self.keys.fetch_add(
+            (listing.objects.len() + listing.skipped.len() + listing.temporary.len()) as u64,
+            SeqCst,
+        );
+    }
+
+    /// (listings, keys) since the last call.
+    fn take(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.listings.swap(0, SeqCst), self.keys.swap(0, SeqCst))
+    }
+}
+
+#[async_trait::async_trait]
+impl segmirror_transport::SegmentSource for CountingListings {
+    async fn list(&self, root: &str) -> segmirror_transport::Result<segmirror_transport::Listing> {
+        let listing = self.inner.list_all(root).await?;
+        self.note(&listing);
+        Ok(listing)
+    }
+
+    async fn list_versions(
+        &self,
+        prefix: &KeyPrefix,
+        root: &str,
+    ) -> segmirror_transport::Result<segmirror_transport::Listing> {
+        let listing = self.inner.list_versions(prefix, root).await?;
+        self.note(&listing);
+        Ok(listing)
+    }
+
+    async fn read_document(&self, key: &str, limit: u64) -> segmirror_transport::Result<bytes::Bytes> {
+        self.inner.get_bytes(key, limit).await
+    }
+
+    async fn receive_file(
+        &self,
+        key: &str,
+        dest: &Path,
+        size: u64,
+        sha256: &segmirror_transport::manifest::Sha256Digest,
+    ) -> segmirror_transport::Result<segmirror_transport::Digest> {
+        self.inner.get_to_file(key, dest, size, sha256).await
+    }
+}
+
+/// A follower's poll lists only manifests and leases: over many rounds of a continuous shipper (each adding a
+/// chunk and two index objects to the bucket) every poll is one listing of the same few keys, while the bucket grows
+/// by three objects a round; and the mirror still ends byte for byte the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_poll_lists_the_same_few_keys_however_many_rounds_were_shipped() {
+    let w = World::new();
+    let log_dir = w.path("source");
+    let (dir, mut next) = source(&log_dir, 10);
+    let shipper = Shipper::new(&log_dir);
+    shipper.round(&w).await;
+    let counting = std::sync::Arc::new(CountingListings {
+        inner: w.plain_store(),
+        listings: Default::default(),
+        keys: Default::default(),
+    });
+    let config = ApplyConfig::new(
+        ArcSource(counting.clone()),
+        w.path("bucket").display().to_string(),
+        w.mirror(),
+    )
+    .with_link(LINK);
+    let mut applier = Applier::new(config, w.catalog()).appending();
+    assert_eq!(run(&mut applier).await.verdict(), Verdict::Ok);
+    let first = counting.take();
+    let bucket_at_first = w.plain_store().list_all("").await.unwrap().objects.len();
+    const ROUNDS: usize = 40;
+    for round in 0..ROUNDS {
+        next = grow(&dir, next, 2).0;
+        shipper.round(&w).await;
+        let report = run(&mut applier).await;
+        assert_eq!(report.verdict(), Verdict::Ok, "round {round}: {report:#?}");
+        assert_eq!(report.partitions[0].installed.len(), 1, "round {round}");
+        assert_eq!(
+            counting.take(),
+            first,
+            "round {round}: one listing of the manifest and the lease, as at the first poll"
+        );
+    }
+    // What a listing of everything would have cost by now: every round's chunk and indexes.
+    let bucket_now = w.plain_store().list_all("").await.unwrap().objects.len();
+    assert!(
+        bucket_now >= bucket_at_first + 3 * ROUNDS,
+        "{bucket_at_first} -> {bucket_now} objects"
+    );
+    assert_eq!(first, (1, 2), "the manifest and the lease");
+    assert_eq!(
+        std::fs::read(mirror_log(&w.mirror())).unwrap(),
+        std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
+    );
+}
+
+/// `ApplyConfig::new` takes the source by value: a shared one, so the test can read its counters.
+#[derive(Debug)]
+struct ArcSource(std::sync::Arc<CountingListings>);
+
+#[async_trait::async_trait]
+impl segmirror_transport::SegmentSource for ArcSource {
+    async fn list(&self, root: &str) -> segmirror_transport::Result<segmirror_transport::Listing> {
+        self.0.list(root).await
+    }
+
+    async fn list_versions(
+        &self,
+        prefix: &KeyPrefix,
+        root: &str,
+    ) -> segmirror_transport::Result<segmirror_transport::Listing> {
+        self.0.list_versions(prefix, root).await
+    }
+
+    async fn read_document(&self, key: &str, limit: u64) -> segmirror_transport::Result<bytes::Bytes> {
+        self.0.read_document(key, limit).await
+    }
+
+    async fn receive_file(
+        &self,
+        key: &str,
+        dest: &Path,
+        size: u64,
+        sha256: &segmirror_transport::manifest::Sha256Digest,
+    ) -> segmirror_transport::Result<segmirror_transport::Digest> {
+        self.0.receive_file(key, dest, size, sha256).await
+    }
+}

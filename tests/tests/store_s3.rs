@@ -164,3 +164,82 @@ async fn foreign_keys_in_s3_are_reported_and_everything_else_is_listed_and_audit
     assert!(report.is_sound(), "{:#?}", report.findings);
     assert_eq!(report.partitions.len(), sample.partitions.len());
 }
+
+/// A listing of versions (what a follower polls) through S3: every manifest and lease, no data object or chunk,
+/// each lineage's data folded by the server into one entry (`delimiter=/data/`) — across pages (more lineages than
+/// one page holds), under a topic named `data`, past a folded prefix that is no legal path, and under a store prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_of_versions_through_s3_leaves_out_every_data_object() {
+    use segmirror_transport::manifest::in_data_dir;
+    let server = MotoServer::start().unwrap();
+    let store = moto_store(&server, "");
+    let tmp = tempfile::tempdir().unwrap();
+    write_sample(
+        tmp.path(),
+        &SampleOptions {
+            fsync: false,
+            ..SampleOptions::default()
+        },
+    )
+    .unwrap();
+    let prefix = KeyPrefix::new("mirror").unwrap();
+    let mut config = SeedConfig::new(vec![tmp.path().to_path_buf()], "east").unwrap();
+    config.prefix = prefix.clone();
+    let seeded = seed(&store, &config, &NoProgress).await.unwrap();
+    assert!(!seeded.has_failures() && !seeded.has_refusals());
+    // More lineages (each with a data object) than one page of folded prefixes holds, and a topic named `data`.
+    let lineages = S3_PAGE_KEYS + 50;
+    let data_topic = "mirror/east/data/0/AAAAAAAAAAAAAAAAAAAAAQ";
+    let extra: Vec<String> = (0..lineages)
+        .map(|i| format!("mirror/east/zz/{i}/AAAAAAAAAAAAAAAAAAAAAQ/data/00000000000000000000/00000000000000000001/00000000000000000000.log"))
+        .chain([
+            format!("{data_topic}/manifests/00000000000000000000.json"),
+            format!("{data_topic}/data/00000000000000000000/00000000000000000001/00000000000000000000.logchunk"),
+            "mirror/east/zz/0/lease/00000000000000000001.json".to_string(),
+        ])
+        .collect();
+    futures::stream::iter(extra)
+        .map(|key| {
+            let store = &store;
+            async move { store.put_bytes(&key, &b"f"[..]).await.unwrap() }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    server.put_raw_key("mirror/east/x/%2E%2E/data/y").unwrap();
+
+    let everything = store.list_all("mirror/east").await.unwrap();
+    let expected: Vec<String> = everything
+        .objects
+        .iter()
+        .map(|o| o.key.clone())
+        .filter(|k| !in_data_dir(&prefix, k))
+        .collect();
+    assert!(expected
+        .iter()
+        .any(|k| k.ends_with(".json") && k.contains("/manifests/")));
+    assert!(expected.contains(&format!("{data_topic}/manifests/00000000000000000000.json")));
+    assert!(expected.len() < everything.objects.len() / 2, "{expected:?}");
+    let versions = tokio::time::timeout(
+        std::time::Duration::from_secs(300),
+        store.list_versions(&prefix, "mirror/east"),
+    )
+    .await
+    .expect("listing hung")
+    .unwrap();
+    let listed: Vec<String> = versions.objects.iter().map(|o| o.key.clone()).collect();
+    assert_eq!(listed, expected);
+    assert_eq!(versions.skipped.len(), 1, "{:?}", versions.skipped);
+    // Folded by the server (not the whole listing filtered, which would name the key itself).
+    assert!(
+        versions.skipped[0].key.starts_with("mirror/east/x/../data") && !versions.skipped[0].key.ends_with("/y"),
+        "{:?}",
+        versions.skipped
+    );
+
+    // Under a store prefix, keys relative to it; the same set.
+    let prefixed = moto_store(&server, "mirror");
+    let relative = prefixed.list_versions(&KeyPrefix::root(), "east").await.unwrap();
+    let relative: Vec<String> = relative.objects.iter().map(|o| format!("mirror/{}", o.key)).collect();
+    assert_eq!(relative, expected);
+}

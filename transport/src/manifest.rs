@@ -80,8 +80,8 @@ mod keys;
 pub use chunks::{LogChunk, CHUNK_SUFFIX, MANIFEST_FORMAT_V2, MAX_LOG_CHUNKS};
 
 pub use keys::{
-    parse_canonical_topic_id, validate_link_name, KeyPrefix, ObjectKey, ObjectKind, PartitionKey, SegmentFileName,
-    SegmentRange,
+    in_data_dir, is_data_dir, parse_canonical_topic_id, validate_link_name, KeyPrefix, ObjectKey, ObjectKind,
+    PartitionKey, SegmentFileName, SegmentRange,
 };
 
 /// `format` of a v1 manifest.

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::manifest::Sha256Digest;
+use crate::manifest::{in_data_dir, is_data_dir, KeyPrefix, Sha256Digest};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -746,7 +746,7 @@ impl Store {
                 .map_err(|e| task_error(prefix, e))?;
         }
         if let Some((lister, store_prefix)) = &self.s3_lister {
-            return self.list_s3(lister.as_ref(), store_prefix, prefix).await;
+            return self.list_s3(lister.as_ref(), store_prefix, prefix, None).await;
         }
         let objects = self.list_generic(prefix, location.as_ref()).await?;
         Ok(Listing {
@@ -755,12 +755,16 @@ impl Store {
         })
     }
 
-    /// S3, page by page with `start-after` (see `listing`).
+    /// S3, page by page with `start-after` (see `listing`). With `versions`, a listing of versions
+    /// ([`Store::list_versions`]): each lineage's data directory is folded into one common prefix by the
+    /// delimiter [`listing::DATA_DELIMITER`] and left out; a folded prefix that is not a data directory (a topic
+    /// named `data`, a foreign key) is listed in turn, the same way.
     async fn list_s3(
         &self,
         lister: &dyn object_store::list::PaginatedListStore,
         store_prefix: &str,
         prefix: &str,
+        versions: Option<&KeyPrefix>,
     ) -> Result<Listing> {
         let full: String = [store_prefix, prefix]
             .iter()
@@ -768,7 +772,6 @@ impl Store {
             .copied()
             .collect::<Vec<_>>()
             .join("/");
-        let list_prefix = (!full.is_empty()).then(|| format!("{full}/"));
         let strip = |key: &str| -> String {
             if store_prefix.is_empty() {
                 key.to_string()
@@ -779,43 +782,116 @@ impl Store {
                     .to_string()
             }
         };
+        let delimiter = versions.map(|_| listing::DATA_DELIMITER);
         let mut out = Listing::default();
-        let mut offset: Option<String> = None;
-        let mut page_keys = S3_PAGE_KEYS;
-        loop {
-            let page = self
-                .retrying("list", prefix, |_| {
-                    listing::s3_page(lister, list_prefix.as_deref(), offset.as_deref(), page_keys, prefix)
-                })
-                .await?;
-            match page {
-                listing::Page::Keys { objects, truncated } => {
-                    for meta in objects {
-                        offset = Some(meta.location.to_string());
-                        let mut object = info(meta);
-                        object.key = strip(&object.key);
-                        out.objects.push(object);
+        // The (full) prefixes still to list: the root, then any folded prefix that is not a data directory.
+        let mut roots = vec![(!full.is_empty()).then(|| format!("{full}/"))];
+        while let Some(list_prefix) = roots.pop() {
+            let mut offset: Option<String> = None;
+            let mut page_keys = S3_PAGE_KEYS;
+            loop {
+                let page = self
+                    .retrying("list", prefix, |_| {
+                        listing::s3_page(
+                            lister,
+                            list_prefix.as_deref(),
+                            offset.as_deref(),
+                            page_keys,
+                            delimiter,
+                            prefix,
+                        )
+                    })
+                    .await?;
+                match page {
+                    listing::Page::Keys {
+                        objects,
+                        common_prefixes,
+                        truncated,
+                    } => {
+                        // The next page starts after everything this one covered, keys and folded prefixes alike.
+                        let mut last = offset.take();
+                        for meta in objects {
+                            let key = meta.location.to_string();
+                            if last.as_ref().is_none_or(|l| *l < key) {
+                                last = Some(key);
+                            }
+                            let mut object = info(meta);
+                            object.key = strip(&object.key);
+                            out.objects.push(object);
+                        }
+                        for folded in common_prefixes {
+                            let after = listing::after_folded(&folded);
+                            if last.as_ref().is_none_or(|l| *l < after) {
+                                last = Some(after);
+                            }
+                            let relative = strip(&folded);
+                            if versions.is_some_and(|p| !is_data_dir(p, &relative)) {
+                                roots.push(Some(format!("{folded}/")));
+                            }
+                        }
+                        offset = last;
+                        if !truncated {
+                            break;
+                        }
+                        page_keys = S3_PAGE_KEYS;
                     }
-                    if !truncated {
-                        break;
+                    listing::Page::IllegalKey(key) if page_keys == 1 => {
+                        out.skipped.push(SkippedEntry {
+                            key: strip(&key),
+                            reason: "not a valid object key (an empty, '.' or '..' component, or a control character)"
+                                .into(),
+                        });
+                        // A folded prefix that is no legal path is stepped over whole.
+                        offset = Some(match delimiter {
+                            Some(d) if key.ends_with(d) => listing::after_folded(&key),
+                            _ => key,
+                        });
+                        page_keys = S3_PAGE_KEYS;
                     }
-                    page_keys = S3_PAGE_KEYS;
+                    // Narrow the page until the bad key is alone in it; the keys before it are listed meanwhile.
+                    listing::Page::IllegalKey(_) => page_keys = (page_keys / 2).max(1),
                 }
-                listing::Page::IllegalKey(key) if page_keys == 1 => {
-                    out.skipped.push(SkippedEntry {
-                        key: strip(&key),
-                        reason: "not a valid object key (an empty, '.' or '..' component, or a control character)"
-                            .into(),
-                    });
-                    offset = Some(key);
-                    page_keys = S3_PAGE_KEYS;
-                }
-                // Narrow the page until the bad key is alone in it; the keys before it are listed meanwhile.
-                listing::Page::IllegalKey(_) => page_keys = (page_keys / 2).max(1),
             }
+        }
+        if let Some(p) = versions {
+            out.objects.retain(|o| !in_data_dir(p, &o.key));
         }
         out.objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
+    }
+
+    /// The manifests and leases under `root` (a key under the contract prefix `prefix`, e.g. one link), without
+    /// the data objects and chunks of any lineage ([`in_data_dir`]): what a follower needs each poll, at a cost
+    /// that does not grow with the chunks a continuous shipper adds every round. A local folder's walk does not
+    /// descend into the data directories; S3 folds each into one common prefix (`delimiter=/data/`), so a page of
+    /// 1,000 entries covers up to 1,000 manifests, leases and lineages. A server that refuses that delimiter gets
+    /// the whole listing, filtered (with a warning): correct, only not cheaper.
+    pub async fn list_versions(&self, prefix: &KeyPrefix, root: &str) -> Result<Listing> {
+        let root = root.trim_matches('/');
+        if !root.is_empty() {
+            object_path(root)?;
+        }
+        if let Some(dir) = self.local_root.clone() {
+            let (owned, prefix) = (root.to_string(), prefix.clone());
+            return tokio::task::spawn_blocking(move || {
+                listing::list_local_pruned(&dir, &owned, &|key| is_data_dir(&prefix, key))
+            })
+            .await
+            .map_err(|e| task_error(root, e))?;
+        }
+        if let Some((lister, store_prefix)) = &self.s3_lister {
+            match self.list_s3(lister.as_ref(), store_prefix, root, Some(prefix)).await {
+                Ok(listing) => return Ok(listing),
+                Err(e) if !e.is_transient() => {
+                    tracing::warn!(store = %self.description, root, error = %e,
+                        "listing with delimiter {:?} failed; listing everything instead", listing::DATA_DELIMITER);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut all = self.list_all(root).await?;
+        all.objects.retain(|o| !in_data_dir(prefix, &o.key));
+        Ok(all)
     }
 
     /// Remove a local folder's upload leftovers (`<key>#<n>`, see

@@ -109,13 +109,31 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
         }
     }
 
+    /// The manifests and leases under `root` (a key under the contract prefix `prefix`), without any lineage's
+    /// data objects and chunks ([`crate::manifest::in_data_dir`]): a follower's poll, whose cost must not grow
+    /// with the chunks a continuous shipper adds every round. Default: [`list`](Self::list), filtered (correct,
+    /// not cheaper); a backend that can leave the data out of the listing itself overrides it.
+    async fn list_versions(&self, prefix: &KeyPrefix, root: &str) -> Result<Listing> {
+        let mut listing = self.list(root).await?;
+        listing
+            .objects
+            .retain(|o| !crate::manifest::in_data_dir(prefix, &o.key));
+        Ok(listing)
+    }
+
     /// The partitions, lineages and versions under `prefix` (only `prefix/<link>` when a link is named).
     async fn index(&self, prefix: &KeyPrefix, link: Option<&str>) -> Result<BucketIndex> {
-        let root = match link {
-            Some(link) => prefix.join(link),
-            None => prefix.as_str().to_string(),
-        };
-        Ok(BucketIndex::build(prefix, self.list(&root).await?))
+        Ok(BucketIndex::build(prefix, self.list(&index_root(prefix, link)).await?))
+    }
+
+    /// [`index`](Self::index) from [`list_versions`](Self::list_versions): every lineage's manifests, each
+    /// partition's leases, no data objects ([`crate::IndexedLineage::data`] stays empty). What the applier plans
+    /// from: it reads manifests and fetches the files they name, never the listing's data entries.
+    async fn index_versions(&self, prefix: &KeyPrefix, link: Option<&str>) -> Result<BucketIndex> {
+        Ok(BucketIndex::build(
+            prefix,
+            self.list_versions(prefix, &index_root(prefix, link)).await?,
+        ))
     }
 
     /// Read the manifest at `key` (listed under `prefix`): size-capped, parsed, validated and checked against
@@ -139,6 +157,14 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
         let key = partition.lease_key(epoch);
         let bytes = self.read_document(&key, MAX_LEASE_BYTES).await?;
         index::check_lease(&key, epoch, &bytes)
+    }
+}
+
+/// What an index lists: `prefix`, or `prefix/<link>`.
+fn index_root(prefix: &KeyPrefix, link: Option<&str>) -> String {
+    match link {
+        Some(link) => prefix.join(link),
+        None => prefix.as_str().to_string(),
     }
 }
 

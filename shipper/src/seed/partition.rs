@@ -58,6 +58,8 @@ pub(crate) struct Context<'a> {
     /// Leases kept from earlier rounds of a continuous shipper (`None`: a one-shot seed, which takes a lease at the
     /// first write of each partition and lets it go at the end).
     pub held: Option<&'a super::HeldLeases>,
+    /// Upload committed records only (`super::committed`).
+    pub committed: Option<&'a super::committed::CommittedOnly>,
 }
 
 /// Why a partition stops early.
@@ -681,6 +683,22 @@ impl PartitionShipper<'_, '_> {
     ) -> Result<(), Stop> {
         let base = segment.base_offset;
         let next = prepared.range.next();
+        // Committed records only: nothing of the version leaves before the high watermark covers its last batch.
+        if let (Some(gate), Some(last)) = (self.ctx.committed, prepared.stats.last_offset) {
+            let started = std::time::Instant::now();
+            if let super::committed::Admission::NotYet(bound) =
+                gate.wait(self.key.topic(), self.key.partition(), last).await
+            {
+                return Err(failed(
+                    FailureKind::NotCommitted,
+                    format!(
+                        "segment {base}: offsets up to {last} are not committed at the source yet (high watermark: \
+                         {bound:?} after {:?}); nothing uploaded, a later round ships them",
+                        started.elapsed()
+                    ),
+                ));
+            }
+        }
         let log_len = prepared.log_len();
         // Chunked when there is something to reference, the source grew past it, and the list stays bounded (else
         // the segment is shipped whole once, v1, and chunking starts again from that version).

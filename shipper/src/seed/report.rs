@@ -27,6 +27,9 @@ pub enum FailureKind {
     Source,
     /// The object store failed (after retries) or the lease could not be taken.
     Store,
+    /// `--upto high-watermark`: the source's high watermark did not reach the version's last offset in time
+    /// (`seed::committed`); nothing of it was uploaded, a later round ships it.
+    NotCommitted,
 }
 
 /// How a partition ended.

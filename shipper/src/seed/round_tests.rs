@@ -277,3 +277,93 @@ async fn a_source_rewritten_under_the_kept_state_is_read_again_and_reported_dive
     assert!(matches!(r.status, PartitionStatus::Diverged { .. }), "{r:#?}");
     assert_eq!(held.full_reads(), 3, "read from byte 0 once more");
 }
+
+/// A high-watermark source the test moves.
+#[derive(Default)]
+struct TestHighWatermarks(std::sync::Mutex<Option<i64>>);
+
+impl crate::source::bound_hw::HighWatermarkSource for TestHighWatermarks {
+    fn high_watermark(&self, _topic: &str, _partition: i32) -> Option<crate::source::bound_hw::HighWatermark> {
+        self.0
+            .lock()
+            .unwrap()
+            .map(|offset| crate::source::bound_hw::HighWatermark {
+                offset,
+                as_of: std::time::SystemTime::now(),
+            })
+    }
+}
+
+/// `--upto high-watermark` through a bucket: a round uploads nothing of a version whose last offset the high
+/// watermark does not cover (the partition reports `NotCommitted`), and ships it once the watermark passes it; the
+/// bucket never holds an offset at or above the watermark the round saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_only_rounds_upload_a_version_only_once_the_high_watermark_covers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().join("kafka");
+    let w = write_partition(&log_dir, "orders", 10, true, topic_id(7))
+        .close()
+        .unwrap();
+    finish_log_dir(&log_dir, std::slice::from_ref(&w), true);
+    let (rec, store) = recording(dir.path());
+    let hws = std::sync::Arc::new(TestHighWatermarks::default());
+    let mut config = config(&log_dir);
+    config.committed_only =
+        Some(committed::CommittedOnly::new(hws.clone()).with_wait(std::time::Duration::from_millis(200)));
+    let held = HeldLeases::default();
+    let end = w.log_end_offset;
+    // Unknown, then one short of the log end: nothing goes up, the partition is left to a later round.
+    for hw in [None, Some(end - 1)] {
+        *hws.0.lock().unwrap() = hw;
+        rec.clear();
+        let report = seed_round(&store, &config, &NoProgress, Some(&held)).await.unwrap();
+        let r = report.partition("orders", 0).unwrap();
+        assert!(
+            matches!(
+                &r.status,
+                PartitionStatus::Failed {
+                    kind: FailureKind::NotCommitted,
+                    ..
+                }
+            ),
+            "hw {hw:?}: {r:#?}"
+        );
+        assert!(
+            rec.puts().iter().all(|k| k.contains("/lease/")),
+            "hw {hw:?}: only the lease may be written: {:?}",
+            rec.puts()
+        );
+        assert!(manifests(&store, "orders", 0, w.topic_id).await.is_empty());
+    }
+    // Covered: shipped, through the log end.
+    *hws.0.lock().unwrap() = Some(end);
+    let report = seed_round(&store, &config, &NoProgress, Some(&held)).await.unwrap();
+    assert!(report.is_complete(), "{report:#?}");
+    let shipped = manifests(&store, "orders", 0, w.topic_id).await;
+    assert_eq!(shipped.last().unwrap().next_offset, end);
+    // Grown past the watermark: the grown version waits; the bucket keeps the committed one.
+    let active = w.segments.last().unwrap();
+    let log = w.dir.join(segment_file_name(active.base_offset, SegmentFileKind::Log));
+    append_batch(&log, end, 11);
+    let report = seed_round(&store, &config, &NoProgress, Some(&held)).await.unwrap();
+    assert!(report.has_failures(), "{report:#?}");
+    assert_eq!(
+        manifests(&store, "orders", 0, w.topic_id)
+            .await
+            .last()
+            .unwrap()
+            .next_offset,
+        end
+    );
+    *hws.0.lock().unwrap() = Some(end + 2);
+    let report = seed_round(&store, &config, &NoProgress, Some(&held)).await.unwrap();
+    assert!(report.is_complete(), "{report:#?}");
+    assert_eq!(
+        manifests(&store, "orders", 0, w.topic_id)
+            .await
+            .last()
+            .unwrap()
+            .next_offset,
+        end + 2
+    );
+}

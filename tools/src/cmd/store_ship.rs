@@ -13,11 +13,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
 use segment_format::verify::VerifyOptions;
+use segmirror_shipper::seed::committed::CommittedOnly;
 use segmirror_shipper::seed::{PartitionStatus, SeedConfig, TopicFilter, ALL_TOPICS};
+use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks};
 use segmirror_shipper::store_tail::{
     self, StoreTailConfig, StoreTailEnd, DEFAULT_UPLOAD_BYTES, DEFAULT_UPLOAD_INTERVAL,
 };
@@ -30,9 +33,11 @@ use crate::cli::EXIT_USAGE_OR_IO;
 /// The link name used when `--link` is not given (as `seed`'s).
 pub const DEFAULT_LINK: &str = "default";
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
 enum Upto {
-    /// Committed records only: not available through a store yet (refused with a message).
+    /// Committed records only: a version is uploaded once the source's high watermark (asked of
+    /// --source-bootstrap) covers its last offset.
+    #[default]
     HighWatermark,
     /// Every complete, CRC-valid batch in the log, committed or not.
     LogEnd,
@@ -50,9 +55,13 @@ pub struct Args {
     /// Topics to ship: a comma-separated list of names and regular expressions, each matching a whole topic name.
     #[arg(long, value_name = "REGEX", default_value = ALL_TOPICS)]
     topics: String,
-    /// How far to ship. Through a store only `log-end` is available so far, and must be given explicitly.
-    #[arg(long, value_enum)]
-    upto: Option<Upto>,
+    /// How far to ship: committed records only (needs --source-bootstrap), or every complete batch.
+    #[arg(long, value_enum, default_value_t = Upto::HighWatermark)]
+    upto: Upto,
+    /// Learn the high watermarks from this source broker (HOST:PORT of a PLAINTEXT listener) with ListOffsets, as
+    /// `ship --connect` does; required with --upto high-watermark.
+    #[arg(long, value_name = "HOST:PORT")]
+    source_bootstrap: Option<String>,
     /// Name of the mirror link (the first key component under the prefix), as for `seed` and `apply`.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_LINK)]
     link: String,
@@ -75,14 +84,19 @@ pub struct Args {
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
-    match args.upto {
-        Some(Upto::LogEnd) => {}
-        _ => bail!(
-            "ship --store ships every complete batch up to the log end; the high-watermark bound is available only \
-             over the direct link so far: give --upto log-end (records above the high watermark may then reach the \
-             mirror and later be truncated at the source)"
+    let bootstrap = match (args.upto, &args.source_bootstrap) {
+        (Upto::HighWatermark, Some(bootstrap)) => Some(bootstrap.clone()),
+        (Upto::HighWatermark, None) => bail!(
+            "ship --store --upto high-watermark (the default) asks the source broker for its high watermarks: give \
+             --source-bootstrap HOST:PORT, or --upto log-end to ship every complete batch (records above the high \
+             watermark may then reach the mirror and later be truncated at the source)"
         ),
-    }
+        (Upto::LogEnd, Some(bootstrap)) => {
+            eprintln!("segmirror ship: warning: --source-bootstrap {bootstrap} is not used with --upto log-end");
+            None
+        }
+        (Upto::LogEnd, None) => None,
+    };
     let store = args.s3.open_or_create(&args.store)?;
     let mut seed = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
     seed.prefix = KeyPrefix::new(&args.prefix)?;
@@ -90,6 +104,13 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     seed.verify = VerifyOptions::default();
     if let Some(id) = &args.shipper_id {
         seed.shipper_id = id.clone();
+    }
+    if let Some(bootstrap) = bootstrap {
+        // The direct tail's high-watermark source: partitions are asked for from their first lookup on.
+        let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
+        eprintln!("segmirror ship: committed records only: high watermarks from {bootstrap} (ListOffsets)");
+        let source = ListOffsetsHighWatermarks::spawn(&handle, bootstrap, Vec::new(), ListOffsetsConfig::default());
+        seed.committed_only = Some(CommittedOnly::new(Arc::new(source)));
     }
     seed.validate()?;
     let mut config = StoreTailConfig::new(seed);

@@ -222,6 +222,13 @@ impl<T: SegmentSink + SegmentSource> SegmentSource for Faulty<T> {
         }
     }
 
+    async fn list_versions(&self, prefix: &KeyPrefix, root: &str) -> Result<Listing> {
+        match self.take(Op::List).await {
+            Some(Fault::Fail | Fault::LoseAnswer) => Err(injected_error(Op::List, root)),
+            _ => self.inner.list_versions(prefix, root).await,
+        }
+    }
+
     async fn read_document(&self, key: &str, limit: u64) -> Result<Bytes> {
         match self.take(Op::ReadDocument).await {
             None => self.inner.read_document(key, limit).await,

@@ -477,3 +477,24 @@ impl ObjectKey {
         }
     }
 }
+
+/// Components of a lineage's data directory below the prefix: `<link>/<topic>/<partition>/<topic id>/data`.
+const DATA_DIR_COMPONENTS: usize = 5;
+
+/// Whether `key` (an object key, or a directory key without its trailing `/`, under `prefix`) is a lineage's data
+/// directory or lies inside one (`<link>/<topic>/<partition>/<topic id>/data/...`): a data object or chunk, never a
+/// manifest or a lease. Decided by position, as the builders place keys, so a topic named `data` is not mistaken
+/// for one. What a listing of versions leaves out ([`crate::SegmentSource::list_versions`]).
+pub fn in_data_dir(prefix: &KeyPrefix, key: &str) -> bool {
+    prefix
+        .strip(key)
+        .is_some_and(|rest| rest.split('/').nth(DATA_DIR_COMPONENTS - 1) == Some(DATA_DIR))
+}
+
+/// Whether the directory `dir` (no trailing `/`) is exactly a lineage's data directory (not a directory inside
+/// one, not anything above): the one a listing of versions need not descend into.
+pub fn is_data_dir(prefix: &KeyPrefix, dir: &str) -> bool {
+    prefix
+        .strip(dir)
+        .is_some_and(|rest| rest.split('/').count() == DATA_DIR_COMPONENTS && in_data_dir(prefix, dir))
+}

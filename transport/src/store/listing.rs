@@ -81,6 +81,12 @@ fn object_info(key: String, meta: &std::fs::Metadata) -> ObjectInfo {
 /// Walk `root/prefix` (see the module doc). `prefix` is a canonical key or empty. Fails only when the starting
 /// directory exists and cannot be read.
 pub(super) fn list_local(root: &Path, prefix: &str) -> Result<Listing> {
+    list_local_pruned(root, prefix, &|_| false)
+}
+
+/// [`list_local`], not descending into the directories whose key `prune` accepts (a lineage's data directory, for
+/// a listing of versions): they are neither walked nor reported.
+pub(super) fn list_local_pruned(root: &Path, prefix: &str, prune: &dyn Fn(&str) -> bool) -> Result<Listing> {
     let start = if prefix.is_empty() {
         root.to_path_buf()
     } else {
@@ -158,7 +164,9 @@ pub(super) fn list_local(root: &Path, prefix: &str) -> Result<Listing> {
                 continue;
             }
             if file_type.is_dir() {
-                pending.push_back((entry.path(), child_key));
+                if !prune(&child_key) {
+                    pending.push_back((entry.path(), child_key));
+                }
             } else if file_type.is_file() {
                 let info = object_info(child_key, &meta);
                 if is_temporary_name(name) {
@@ -228,27 +236,42 @@ fn illegal_key(e: &object_store::Error) -> Option<String> {
 pub(super) enum Page {
     Keys {
         objects: Vec<object_store::ObjectMeta>,
+        /// With a delimiter: the groups of keys it folded (without their trailing `/`).
+        common_prefixes: Vec<String>,
         truncated: bool,
     },
     IllegalKey(String),
 }
 
-/// Request one page of at most `max_keys` keys after `offset`.
+/// The delimiter a listing of versions folds each lineage's data directory with: S3 takes any string, so
+/// `<lineage>/data/...` comes back as one common prefix instead of one key per chunk.
+pub(super) const DATA_DELIMITER: &str = "/data/";
+
+/// The smallest string after every key under the common prefix `folded` (given without its trailing `/`, as
+/// `object_store` returns it): `/` is followed by `0` in byte order, so `<folded>0` sorts after `<folded>/...`.
+pub(super) fn after_folded(folded: &str) -> String {
+    format!("{}0", folded.trim_end_matches('/'))
+}
+
+/// Request one page of at most `max_keys` keys after `offset` (folded at `delimiter` when given).
 pub(super) async fn s3_page(
     lister: &dyn PaginatedListStore,
     prefix: Option<&str>,
     offset: Option<&str>,
     max_keys: usize,
+    delimiter: Option<&'static str>,
     what: &str,
 ) -> Result<Page> {
     let options = PaginatedListOptions {
         offset: offset.map(str::to_string),
         max_keys: Some(max_keys),
+        delimiter: delimiter.map(std::borrow::Cow::Borrowed),
         ..Default::default()
     };
     match lister.list_paginated(prefix, options).await {
         Ok(page) => Ok(Page::Keys {
             objects: page.result.objects,
+            common_prefixes: page.result.common_prefixes.iter().map(|p| p.to_string()).collect(),
             truncated: page.page_token.is_some(),
         }),
         Err(e) => match illegal_key(&e) {
@@ -270,6 +293,45 @@ mod tests {
         assert!(!is_temporary_name("#1"));
         assert!(!is_temporary_name("a#1b"));
         assert!(!is_temporary_name("00000000000000000000.log"));
+    }
+
+    #[test]
+    fn a_listing_of_versions_leaves_out_data_directories_by_position_only() {
+        use crate::manifest::{in_data_dir, is_data_dir, KeyPrefix};
+        let prefix = KeyPrefix::new("m").unwrap();
+        let lineage = "m/east/t/0/AAAAAAAAAAAAAAAAAAAAAQ";
+        let chunk = format!("{lineage}/data/00000000000000000000/00000000000000000009/00000000000000000000.logchunk");
+        let manifest = format!("{lineage}/manifests/00000000000000000000.json");
+        // A topic named `data` is a topic, not a data directory.
+        let data_topic = "m/east/data/0/AAAAAAAAAAAAAAAAAAAAAQ/manifests/00000000000000000000.json";
+        let dir = tempfile::tempdir().unwrap();
+        for key in [
+            chunk.as_str(),
+            manifest.as_str(),
+            data_topic,
+            "m/east/t/0/lease/00000000000000000001.json",
+        ] {
+            let path = dir.path().join(key);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b"x").unwrap();
+        }
+        assert!(in_data_dir(&prefix, &chunk) && is_data_dir(&prefix, &format!("{lineage}/data")));
+        assert!(!is_data_dir(&prefix, &chunk) && !is_data_dir(&prefix, "m/east/data"));
+        assert!(!in_data_dir(&prefix, &manifest) && !in_data_dir(&prefix, data_topic));
+        // The same position under another prefix is not one.
+        assert!(!in_data_dir(&KeyPrefix::root(), &chunk));
+        let listing = list_local_pruned(dir.path(), "m/east", &|k| is_data_dir(&prefix, k)).unwrap();
+        let keys: Vec<&str> = listing.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                data_topic,
+                manifest.as_str(),
+                "m/east/t/0/lease/00000000000000000001.json"
+            ]
+        );
+        assert!(listing.skipped.is_empty());
+        assert_eq!(list_local(dir.path(), "m/east").unwrap().objects.len(), 4);
     }
 
     #[test]

@@ -57,6 +57,10 @@ impl SegmentSource for Store {
         self.list_all(root).await
     }
 
+    async fn list_versions(&self, prefix: &KeyPrefix, root: &str) -> Result<Listing> {
+        Store::list_versions(self, prefix, root).await
+    }
+
     async fn read_document(&self, key: &str, limit: u64) -> Result<Bytes> {
         self.get_bytes(key, limit).await
     }
