@@ -41,7 +41,9 @@
 #   tuning: "target.producer.batch.size = 262144"; default none: Kafka's defaults); MM2_VERSION (default 4.3.1); MM2_HOME (default
 #   .cache/connect-mirror/<version>: its libs/ holds the jars); BENCH_DIR (default target/bench; the run's data is
 #   removed at the end unless KEEP=1); SEGMIRROR=path runs that binary instead of building target/release/segmirror;
-#   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars.
+#   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars. While iterating on segmirror:
+#   SKIP_MM2=1 leaves MirrorMaker 2 out (no Maven fetch, no MM2 catch-up or latency rows; the ratios print "-"),
+#   SKIP_SEED=1 leaves the seed + apply row out.
 # Not a test: scripts/test-all.sh does not run it, and nothing here is on the test path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -74,7 +76,9 @@ cd "$ROOT"
 # shellcheck source=tools/bench/lib.sh
 source "$ROOT/tools/bench/lib.sh"
 [ -d "$KAFKA_HOME/libs" ] || { echo "no Kafka jars in $KAFKA_HOME/libs (set SEGMIRROR_KAFKA_HOME)" >&2; exit 2; }
-if [ ! -f "$MM2_HOME/.complete" ]; then
+SKIP_MM2="${SKIP_MM2:-0}"
+SKIP_SEED="${SKIP_SEED:-0}"
+if [ "$SKIP_MM2" != 1 ] && [ ! -f "$MM2_HOME/.complete" ]; then
     echo "fetching connect-mirror $MM2_VERSION and its runtime into $MM2_HOME/libs" >&2
     rm -rf "$MM2_HOME"
     mkdir -p "$MM2_HOME"
@@ -152,6 +156,7 @@ same_logs() { # mirror dir: "yes" when every .log of the topic equals the source
     echo yes
 }
 
+if [ "$SKIP_SEED" != 1 ]; then
 echo "catch-up: segmirror seed + apply + sync" >&2
 brokers_mark
 start=$(date +%s.%N)
@@ -167,6 +172,7 @@ catchup_row "segmirror-seed+apply+sync" "$(awk -v a="$start" -v b="$end" 'BEGIN 
     "$(awk -v a="$seed_cpu" -v b="$apply_cpu" -v c="$sync_cpu" 'BEGIN { print a + b + c }')" \
     "$(printf '%s\n' "$seed_rss" "$apply_rss" | sort -n | tail -n1)" "$(same_logs "$WORK/mirror-seed")"
 rm -rf "$WORK/store" "$WORK/mirror-seed"
+fi
 
 # start_pair DIR TOPIC UPTO...: `segmirror apply --listen` and `segmirror ship --connect` for TOPIC; sets APPLY_PID
 # and SHIP_PID.
@@ -215,6 +221,8 @@ stop_pair
 [ "$ok" != yes ] || CATCHUP[-1]="${CATCHUP[-1]% *} $(same_logs "$WORK/tail/mirror")"
 rm -rf "$WORK/tail"
 
+copied=0 records=$RECORDS TGT_BYTES=0 TGT_CODEC=- MM2_BYTES=0 first_at=nan done_at=nan
+if [ "$SKIP_MM2" != 1 ]; then
 echo "catch-up: MirrorMaker 2 $MM2_VERSION" >&2
 MM2_TOPICS="$TOPIC"
 for rate in $RATES; do MM2_TOPICS="$MM2_TOPICS|lat-$rate-mm2"; done
@@ -262,11 +270,13 @@ TGT_LOG="$WORK/target/data"
 TGT_BYTES=$(find "$TGT_LOG" -path "*/$TOPIC-*/*.log" -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
 TGT_CODEC=$(python3 -c 'import sys; b = open(sys.argv[1], "rb").read(23); print(["none", "gzip", "snappy", "lz4", "zstd"][int.from_bytes(b[21:23], "big") & 7] if len(b) == 23 else "?")' \
     "$TGT_LOG/$TOPIC-0/00000000000000000000.log")
+fi
 
 # Continuous latency: "rate side records p50 p99 max loop" appended to LATENCY.
 declare -a LATENCY
 for rate in $RATES; do
     n=$((rate * DURATION))
+    if [ "$SKIP_MM2" != 1 ]; then
     echo "latency: MirrorMaker 2 at $rate records/s for ${DURATION}s" >&2
     python3 "$PROBE" consume "$TGT_BOOT" "lat-$rate-mm2" "$n" $((DURATION + DRAIN_S)) > "$WORK/lat-$rate-mm2.out" &
     probe=$!
@@ -274,6 +284,7 @@ for rate in $RATES; do
     python3 "$PROBE" produce "$SRC_BOOT" "lat-$rate-mm2" "$rate" "$DURATION" > "$WORK/lat-$rate-mm2.sent"
     wait "$probe"
     LATENCY+=("$rate MirrorMaker-2 $(cat "$WORK/lat-$rate-mm2.out") $(cat "$WORK/lat-$rate-mm2.sent")")
+    fi
     for mode in $SM_MODES; do
         echo "latency: segmirror ($mode) at $rate records/s for ${DURATION}s" >&2
         upto=(--upto log-end)
@@ -292,6 +303,9 @@ for rate in $RATES; do
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
+SKIPPED=""
+[ "$SKIP_MM2" != 1 ] || SKIPPED="SKIP_MM2=1 "
+[ "$SKIP_SEED" != 1 ] || SKIPPED="${SKIPPED}SKIP_SEED=1 "
 MM2_ROW=$(printf '%s\n' "${CATCHUP[@]}" | awk '$1 == "MirrorMaker-2"')
 echo
 echo "MirrorMaker 2 side by side, $(date -u '+%Y-%m-%d %H:%M UTC'): MirrorMaker 2 $MM2_VERSION (dedicated" \
@@ -302,7 +316,7 @@ echo "catch-up topic: $(numfmt --to=iec-i --suffix=B "$LOG_BYTES") of .log in $P
     "its target .log: $(numfmt --to=iec-i --suffix=B "$TGT_BYTES") ($TGT_CODEC)"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)," \
     "$(free -g | awk '$1 == "Mem:" { print $2 }') GiB RAM; load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
-echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }SIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }$SKIPPEDSIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
     "DURATION=$DURATION MM2_MAX_S=$MM2_MAX_S SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION${MM2_PROPS:+ MM2_PROPS=\"$MM2_PROPS\"} tools/bench/mm2.sh"
 echo
 echo "Catch-up (CPU: every process, both brokers included on both sides; ratios: segmirror / MirrorMaker 2)"
