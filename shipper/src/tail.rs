@@ -16,6 +16,7 @@
 //! is read once whole, computing its CRC-32C, which must equal [`TailPosition::prefix_crc32c`] (the CRCs of the
 //! chunks shipped, combined); otherwise the feed fails with [`Error::Diverged`] and never seals bytes that are not
 //! the ones shipped.
+//!
 //! The listing is taken *before* the tail read, so "sealed" is known about a
 //! file whose end the read then saw: no append can slip in between.
 //!

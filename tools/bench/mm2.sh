@@ -43,7 +43,8 @@
 #   removed at the end unless KEEP=1); SEGMIRROR=path runs that binary instead of building target/release/segmirror;
 #   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars. While iterating on segmirror:
 #   SKIP_MM2=1 leaves MirrorMaker 2 out (no Maven fetch, no MM2 catch-up or latency rows; the ratios print "-"),
-#   SKIP_SEED=1 leaves the seed + apply row out.
+#   SKIP_SEED=1 leaves the seed + apply row out. SEAL_AB=1 runs the tail catch-up twice, first with every seal
+#   reading its segment again (SEGMIRROR_SEAL_FULL_READ=1), then as built (running digests).
 # Not a test: scripts/test-all.sh does not run it, and nothing here is on the test path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -176,16 +177,18 @@ fi
 
 # start_pair DIR TOPIC UPTO...: `segmirror apply --listen` and `segmirror ship --connect` for TOPIC; sets APPLY_PID
 # and SHIP_PID.
+# PAIR_ENV: environment assignments for both processes (none by default).
+PAIR_ENV=()
 start_pair() {
     local dir="$1" topic="$2" port
     shift 2
     port=$(free_port)
     mkdir -p "$dir"
-    "$BIN" apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" "${TLS_APPLY[@]}" \
+    env "${PAIR_ENV[@]}" "$BIN" apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" "${TLS_APPLY[@]}" \
         > "$dir/apply.out" 2>&1 &
     APPLY_PID=$!
     PIDS+=("$APPLY_PID")
-    "$BIN" ship --log-dir "$SRC_LOG" --topics "$topic" "$@" --link bench --connect "localhost:$port" \
+    env "${PAIR_ENV[@]}" "$BIN" ship --log-dir "$SRC_LOG" --topics "$topic" "$@" --link bench --connect "localhost:$port" \
         "${TLS_SHIP[@]}" > "$dir/ship.out" 2>&1 &
     SHIP_PID=$!
     PIDS+=("$SHIP_PID")
@@ -202,24 +205,38 @@ stop_pair() {
     wait "$SHIP_PID" "$APPLY_PID" || true
 }
 
-echo "catch-up: segmirror ship + apply --listen" >&2
-brokers_mark
-start=$(date +%s.%N)
-start_pair "$WORK/tail" "$TOPIC" --upto high-watermark --source-bootstrap "$SRC_BOOT"
-r=$(python3 "$PROBE" wait-files "$SRC_LOG" "$WORK/tail/mirror" "$TOPIC" "$CATCH_UP_S" "$STALL_S")
-read -r done_at want have <<< "$r"
-own_cpu=$(awk -v a="$(cpu_s "$SHIP_PID")" -v b="$(cpu_s "$APPLY_PID")" 'BEGIN { print a + b }')
-own_rss=$(printf '%s\n' "$(hwm_kib "$SHIP_PID")" "$(hwm_kib "$APPLY_PID")" | sort -n | tail -n1)
-ok=yes
-if [ "$done_at" = nan ]; then
-    ok="stalled:$(awk -v h="$have" -v w="$want" 'BEGIN { printf "%.1f", 100 * h / w }')%-then-no-growth-for-${STALL_S}s"
-    done_at=$(date +%s.%N)
+# tail_catchup ROW ENV...: one tail catch-up (ship + apply --listen) with ENV for both processes, as row ROW.
+tail_catchup() {
+    local row="$1"
+    shift
+    PAIR_ENV=("$@")
+    echo "catch-up: segmirror ship + apply --listen ($row)" >&2
+    brokers_mark
+    start=$(date +%s.%N)
+    start_pair "$WORK/tail" "$TOPIC" --upto high-watermark --source-bootstrap "$SRC_BOOT"
+    r=$(python3 "$PROBE" wait-files "$SRC_LOG" "$WORK/tail/mirror" "$TOPIC" "$CATCH_UP_S" "$STALL_S")
+    read -r done_at want have <<< "$r"
+    own_cpu=$(awk -v a="$(cpu_s "$SHIP_PID")" -v b="$(cpu_s "$APPLY_PID")" 'BEGIN { print a + b }')
+    own_rss=$(printf '%s\n' "$(hwm_kib "$SHIP_PID")" "$(hwm_kib "$APPLY_PID")" | sort -n | tail -n1)
+    ok=yes
+    if [ "$done_at" = nan ]; then
+        ok="stalled:$(awk -v h="$have" -v w="$want" 'BEGIN { printf "%.1f", 100 * h / w }')%-then-no-growth-for-${STALL_S}s"
+        done_at=$(date +%s.%N)
+    fi
+    catchup_row "$row" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" "$own_cpu" "$own_rss" "$ok"
+    stop_pair
+    [ "$ok" != yes ] || CATCHUP[-1]="${CATCHUP[-1]% *} $(same_logs "$WORK/tail/mirror")"
+    rm -rf "$WORK/tail"
+    PAIR_ENV=()
+}
+# SEAL_AB=1: first the same catch-up with every seal reading its segment again (SEGMIRROR_SEAL_FULL_READ=1, the
+# way before the running digests), each with a home of its own.
+if [ "${SEAL_AB:-0}" = 1 ]; then
+    tail_catchup "segmirror-ship+apply(tail,seal-full-read)" SEGMIRROR_SEAL_FULL_READ=1 SEGMIRROR_HOME="$WORK/home-full"
+    tail_catchup "segmirror-ship+apply(tail)" SEGMIRROR_HOME="$WORK/home-running"
+else
+    tail_catchup "segmirror-ship+apply(tail)"
 fi
-catchup_row "segmirror-ship+apply(tail)" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" \
-    "$own_cpu" "$own_rss" "$ok"
-stop_pair
-[ "$ok" != yes ] || CATCHUP[-1]="${CATCHUP[-1]% *} $(same_logs "$WORK/tail/mirror")"
-rm -rf "$WORK/tail"
 
 copied=0 records=$RECORDS TGT_BYTES=0 TGT_CODEC=- MM2_BYTES=0 first_at=nan done_at=nan
 if [ "$SKIP_MM2" != 1 ]; then
@@ -306,6 +323,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 SKIPPED=""
 [ "$SKIP_MM2" != 1 ] || SKIPPED="SKIP_MM2=1 "
 [ "$SKIP_SEED" != 1 ] || SKIPPED="${SKIPPED}SKIP_SEED=1 "
+[ "${SEAL_AB:-0}" != 1 ] || SKIPPED="${SKIPPED}SEAL_AB=1 "
 MM2_ROW=$(printf '%s\n' "${CATCHUP[@]}" | awk '$1 == "MirrorMaker-2"')
 echo
 echo "MirrorMaker 2 side by side, $(date -u '+%Y-%m-%d %H:%M UTC'): MirrorMaker 2 $MM2_VERSION (dedicated" \
