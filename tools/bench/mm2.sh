@@ -44,7 +44,8 @@
 #   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars. While iterating on segmirror:
 #   SKIP_MM2=1 leaves MirrorMaker 2 out (no Maven fetch, no MM2 catch-up or latency rows; the ratios print "-"),
 #   SKIP_SEED=1 leaves the seed + apply row out. SEAL_AB=1 runs the tail catch-up twice, first with every seal
-#   reading its segment again (SEGMIRROR_SEAL_FULL_READ=1), then as built (running digests).
+#   reading its segment again (SEGMIRROR_SEAL_FULL_READ=1), then as built (running digests); SEAL_AB=2 the other
+#   way round.
 # Not a test: scripts/test-all.sh does not run it, and nothing here is on the test path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -234,6 +235,9 @@ tail_catchup() {
 if [ "${SEAL_AB:-0}" = 1 ]; then
     tail_catchup "segmirror-ship+apply(tail,seal-full-read)" SEGMIRROR_SEAL_FULL_READ=1 SEGMIRROR_HOME="$WORK/home-full"
     tail_catchup "segmirror-ship+apply(tail)" SEGMIRROR_HOME="$WORK/home-running"
+elif [ "${SEAL_AB:-0}" = 2 ]; then # the same, the other way round
+    tail_catchup "segmirror-ship+apply(tail)" SEGMIRROR_HOME="$WORK/home-running"
+    tail_catchup "segmirror-ship+apply(tail,seal-full-read)" SEGMIRROR_SEAL_FULL_READ=1 SEGMIRROR_HOME="$WORK/home-full"
 else
     tail_catchup "segmirror-ship+apply(tail)"
 fi
@@ -319,11 +323,12 @@ for rate in $RATES; do
     done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+printf 'raw catch-up row: %s\n' "${CATCHUP[@]}" >&2
 
 SKIPPED=""
 [ "$SKIP_MM2" != 1 ] || SKIPPED="SKIP_MM2=1 "
 [ "$SKIP_SEED" != 1 ] || SKIPPED="${SKIPPED}SKIP_SEED=1 "
-[ "${SEAL_AB:-0}" != 1 ] || SKIPPED="${SKIPPED}SEAL_AB=1 "
+[ "${SEAL_AB:-0}" = 0 ] || SKIPPED="${SKIPPED}SEAL_AB=$SEAL_AB "
 MM2_ROW=$(printf '%s\n' "${CATCHUP[@]}" | awk '$1 == "MirrorMaker-2"')
 echo
 echo "MirrorMaker 2 side by side, $(date -u '+%Y-%m-%d %H:%M UTC'): MirrorMaker 2 $MM2_VERSION (dedicated" \
@@ -334,7 +339,7 @@ echo "catch-up topic: $(numfmt --to=iec-i --suffix=B "$LOG_BYTES") of .log in $P
     "its target .log: $(numfmt --to=iec-i --suffix=B "$TGT_BYTES") ($TGT_CODEC)"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)," \
     "$(free -g | awk '$1 == "Mem:" { print $2 }') GiB RAM; load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
-echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }$SKIPPEDSIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${SKIPPED}SIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
     "DURATION=$DURATION MM2_MAX_S=$MM2_MAX_S SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION${MM2_PROPS:+ MM2_PROPS=\"$MM2_PROPS\"} tools/bench/mm2.sh"
 echo
 echo "Catch-up (CPU: every process, both brokers included on both sides; ratios: segmirror / MirrorMaker 2)"
