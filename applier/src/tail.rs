@@ -246,6 +246,9 @@ struct Inner {
     retain_deleted_for: Duration,
     /// The offset and time index of each unsealed segment, as far as recorded (`companions`).
     indexes: companions::IndexMap,
+    /// Seals checked against the running digest instead of reading the file (tests check the path taken).
+    #[cfg(test)]
+    running_seals: u64,
     /// An armed kill point (crash tests).
     #[cfg(feature = "failpoints")]
     failpoint: Option<Arc<crate::failpoint::Armed>>,
@@ -305,6 +308,8 @@ impl TailAppender {
                 catalog: None,
                 retain_deleted_for: DEFAULT_RETAIN_DELETED_FOR,
                 indexes: companions::IndexMap::new(),
+                #[cfg(test)]
+                running_seals: 0,
                 #[cfg(feature = "failpoints")]
                 failpoint: None,
             })),
@@ -868,11 +873,33 @@ impl Inner {
         if let Some(catalog) = &mut self.catalog {
             catalog.check_writable(p, None)?;
         }
-        // The seal's companions replace the ones kept while the segment was active.
-        self.forget_indexes(&name);
+        // The seal's companions replace the ones kept while the segment was active; their running digest, when
+        // they cover the whole segment, spares reading it again (`companions`).
         let path = self.log_path(&p.topic, p.partition, seal.segment_base);
-        let on_disk = digest_file(&path)?;
-        let (size, sha) = (on_disk.size, on_disk.sha256.0);
+        let sealing = self.sealing(&name, seal.segment_base, s.position, &path)?;
+        #[cfg(test)]
+        {
+            self.running_seals += u64::from(sealing.is_some());
+        }
+        let (size, sha) = match &sealing {
+            Some(kept) => (s.position, kept.sha256),
+            None => {
+                let on_disk = digest_file(&path)?;
+                (on_disk.size, on_disk.sha256.0)
+            }
+        };
+        // Rebuilt as `rebuild_index_with` would, from what was kept when the interval is the one kept at.
+        let rebuilt = |kind: CompanionKind, interval: u64| -> TailResult<Vec<u8>> {
+            match (&sealing, kind) {
+                (Some(kept), CompanionKind::OffsetIndex) if interval == REBUILD_INDEX_INTERVAL_BYTES => {
+                    Ok(kept.offsets.clone())
+                }
+                (Some(kept), CompanionKind::TimeIndex) if interval == REBUILD_INDEX_INTERVAL_BYTES => {
+                    Ok(kept.times.clone())
+                }
+                _ => rebuild_index_with(&path, seal.segment_base, kind, interval),
+            }
+        };
         if size != seal.final_size {
             return Err(bad(format!(
                 "{} holds {size} bytes, not {}",
@@ -896,9 +923,7 @@ impl Inner {
             }
             let bytes = match (&c.inline, c.kind) {
                 (Some(b), _) => b.to_vec(),
-                (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
-                    rebuild_index_with(&path, seal.segment_base, c.kind, rebuild_interval(c))?
-                }
+                (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => rebuilt(c.kind, rebuild_interval(c))?,
                 (None, kind) => {
                     return Err(bad(format!(
                         "companion {kind:?} sent as a digest only; it cannot be rebuilt"
@@ -943,7 +968,7 @@ impl Inner {
         ] {
             if !files.iter().any(|(k, _)| *k == kind) && pdir.join(segment_file_name(seal.segment_base, kind)).exists()
             {
-                files.push((kind, rebuild_index(&path, seal.segment_base, companion)?));
+                files.push((kind, rebuilt(companion, REBUILD_INDEX_INTERVAL_BYTES)?));
             }
         }
         for (kind, bytes) in files {
@@ -1106,6 +1131,7 @@ pub(crate) fn rebuild_interval(c: &Companion) -> u64 {
 }
 
 /// Rebuilds an offset or time index from the sealed log with [`REBUILD_INDEX_INTERVAL_BYTES`].
+#[cfg(test)]
 pub(crate) fn rebuild_index(path: &Path, base: i64, kind: CompanionKind) -> TailResult<Vec<u8>> {
     rebuild_index_with(path, base, kind, REBUILD_INDEX_INTERVAL_BYTES)
 }

@@ -78,5 +78,7 @@ pub use guard::{file_identity, stamps, FileIdentity, FileStamp, Retry, Stamps, V
 pub use list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, LIST_OFFSETS_INTERVAL};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
-pub use tail::{combine_crc32c, prefix_crc32c, read_tail, Chunk, TailOptions, TailPosition, TailRead};
+pub use tail::{
+    combine_crc32c, prefix_crc32c, read_tail, read_tail_into, Chunk, ChunkContent, TailOptions, TailPosition, TailRead,
+};
 pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};

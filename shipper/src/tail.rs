@@ -9,12 +9,14 @@
 //! [`FeedItem::Seal`]: the final size, the SHA-256 of the `.log` and its
 //! companions; then it continues at the next segment's byte 0.
 //!
-//! Why the seal re-reads the sealed `.log` once: [`read_tail`]'s tripwire only
-//! looks at the last batch, so a rewrite deeper in the prefix would go
-//! unnoticed. The one pass that hashes the file for the seal also computes its
-//! CRC-32C, which must equal [`TailPosition::prefix_crc32c`] (the CRCs of the
-//! chunks shipped, combined); otherwise the feed fails with
-//! [`Error::Diverged`] and never seals bytes that are not the ones shipped.
+//! What a seal checks: [`read_tail`]'s tripwire only looks at the last batch, so a rewrite deeper in the prefix
+//! would go unnoticed by it. A segment this process shipped from byte 0 seals from its running digest
+//! ([`running`]: the SHA-256 and default indexes of the very bytes shipped, taken only while the file has the
+//! inode, size and modification time the last chunk left it with); any other (resumed mid-segment, changed since)
+//! is read once whole, computing its CRC-32C, which must equal [`TailPosition::prefix_crc32c`] (the CRCs of the
+//! chunks shipped, combined); otherwise the feed fails with [`Error::Diverged`] and never seals bytes that are not
+//! the ones shipped.
+//!
 //! The listing is taken *before* the tail read, so "sealed" is known about a
 //! file whose end the read then saw: no append can slip in between.
 //!
@@ -61,7 +63,7 @@ use crate::error::{Error, Result};
 use crate::source::bound_hw::{bound, HighWatermarkSource, UptoPolicy};
 use crate::source::leadership::LeadershipSource;
 use crate::source::read::{read_partition, PartitionRead, SegmentView};
-use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
+use crate::source::tail::{read_tail_into, ChunkContent, TailOptions, TailPosition, TailRead};
 
 /// How long [`ChunkFeed::next`] waits at most when no partition has anything
 /// new (100 ms): an idle feed costs a few listings a second. It waits less when
@@ -166,6 +168,11 @@ struct PartState {
     /// With a source of several brokers: the mirror's segment continued from this replica's segment in another
     /// layout, until that segment ends ([`layout`]).
     translate: Option<layout::Translation>,
+    /// The SHA-256 and default indexes of the segment being shipped, so far ([`running`]); never copied.
+    running: running::RunningSlot,
+    /// Seals made from the running digest (tests check which path a seal took).
+    #[cfg(test)]
+    running_seals: u64,
 }
 
 impl PartState {
@@ -183,6 +190,9 @@ impl PartState {
             stopped: false,
             claim: cluster::ClaimState::default(),
             translate: None,
+            running: running::RunningSlot::default(),
+            #[cfg(test)]
+            running_seals: 0,
         }
     }
 }
@@ -383,6 +393,10 @@ impl TailFeed {
                 // A new session claims every partition again.
                 claim: cluster::ClaimState::default(),
                 translate: None,
+                // Resumed mid-segment: its seal reads the file (`running`).
+                running: running::RunningSlot::default(),
+                #[cfg(test)]
+                running_seals: part.running_seals,
             });
         }
         let unfollowed: Vec<Position> = resume
@@ -472,7 +486,12 @@ impl TailFeed {
                 if cluster::pending(part) {
                     continue;
                 }
-                self.start_step(part.clone());
+                // The running digest moves to the step (a clone carries none) and comes back with its result.
+                let mut part = part.clone();
+                if let Some(slot) = self.parts.get_mut(idx) {
+                    part.running = slot.running.take();
+                }
+                self.start_step(part);
                 match self.finish_step().await? {
                     Finished::Nothing => {}
                     Finished::Dropped => continue 'round,
@@ -703,7 +722,7 @@ pub(super) fn resume_at(target: &TailPartition, base: i64, position: u64) -> Res
             max_chunk_bytes: position - at.position,
             ..TailOptions::default()
         };
-        match read_tail(&at, &options)? {
+        match crate::source::tail::read_tail(&at, &options)? {
             TailRead::Appended { chunk, next } => {
                 if chunk.is_empty() {
                     return Err(invalid(format!(
@@ -836,15 +855,22 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
     let next_segment = segment
         .and_then(|s| s.next_base)
         .and_then(|nb| view.segments.iter().find(|s| s.base_offset() == nb));
-    match read_tail(&at, options)? {
+    let mut content = ChunkContent::default();
+    match read_tail_into(&at, options, &mut content)? {
         TailRead::Appended { chunk, next } if !chunk.is_empty() => {
-            let bytes = read_range(&at.path, chunk.from, chunk.to)?;
-            if crc32c::crc32c(&bytes) != chunk.crc32c {
+            // The bytes the scan checked, batch by batch, are the ones shipped: nothing to read or hash again.
+            let bytes = content.bytes;
+            if bytes.len() as u64 != chunk.len() {
                 return Err(diverged(
                     &at,
-                    "the bytes changed between validating and reading them".into(),
+                    format!(
+                        "the tail read handed over {} bytes for a chunk of {}",
+                        bytes.len(),
+                        chunk.len()
+                    ),
                 ));
             }
+            part.running.advance(&at, &bytes, &content.batches)?;
             let item = FeedItem::Chunk(Chunk {
                 partition: part.target.partition.clone(),
                 segment_base: at.base_offset,
@@ -856,7 +882,12 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
         }
         TailRead::Appended { chunk, .. } => match (segment, next_segment) {
             (Some(segment), Some(next_seg)) if chunk.pending == 0 => {
-                let seal = seal(&part.target.partition, &at, segment)?;
+                let running = part.running.finish_for(&at)?;
+                #[cfg(test)]
+                {
+                    part.running_seals += u64::from(running.is_some());
+                }
+                let seal = seal(&part.target.partition, &at, segment, running)?;
                 part.sealed
                     .insert(at.base_offset, replace::Fingerprint::of(at.inode, at.position));
                 part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);
@@ -921,30 +952,53 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
     }
 }
 
-/// The seal of `segment`, whose tail `at` is at its end: one pass computes the
-/// CRC-32C (checked against the chunks shipped) and the SHA-256.
-fn seal(partition: &PartitionRef, at: &TailPosition, segment: &SegmentView) -> Result<SegmentSeal> {
+/// The seal of `segment`, whose tail `at` is at its end. With a usable running digest (`running`: the segment
+/// shipped from byte 0 by this process, the file as the last chunk left it) its SHA-256 and default indexes are
+/// taken as they are; otherwise one pass over the file computes the CRC-32C (checked against the chunks shipped)
+/// and the SHA-256, and the index interval is fitted from another.
+fn seal(
+    partition: &PartitionRef,
+    at: &TailPosition,
+    segment: &SegmentView,
+    running: Option<running::Finished>,
+) -> Result<SegmentSeal> {
     let diverged = |reason: String| Error::Diverged {
         partition: name(partition),
         segment_base: at.base_offset,
         position: at.position,
         reason,
     };
-    let (size, crc, sha) = hash_file(&at.path)?;
-    if size != at.position {
-        return Err(diverged(format!(
-            "sealed file is {size} bytes, {} were shipped",
-            at.position
-        )));
-    }
-    if crc != at.prefix_crc32c {
-        return Err(diverged(format!(
-            "sealed file's CRC-32C {crc:08x} is not the shipped chunks' {:08x}: bytes changed after shipping",
-            at.prefix_crc32c
-        )));
-    }
+    let (size, sha, default_indexes) = match running {
+        Some(r) => {
+            tracing::debug!(partition = %name(partition), segment = at.base_offset, size = at.position,
+                "sealed with the running digest (no second read)");
+            (at.position, r.sha256, r.default_indexes)
+        }
+        None => {
+            let (size, crc, sha) = hash_file(&at.path)?;
+            if size != at.position {
+                return Err(diverged(format!(
+                    "sealed file is {size} bytes, {} were shipped",
+                    at.position
+                )));
+            }
+            if crc != at.prefix_crc32c {
+                return Err(diverged(format!(
+                    "sealed file's CRC-32C {crc:08x} is not the shipped chunks' {:08x}: bytes changed after shipping",
+                    at.prefix_crc32c
+                )));
+            }
+            (size, sha, None)
+        }
+    };
     let form = match &segment.files.index {
-        Some(index) => index_fit::fit(&at.path, at.base_offset, index, segment.files.time_index.as_deref())?,
+        Some(index) => index_fit::fit(
+            &at.path,
+            at.base_offset,
+            index,
+            segment.files.time_index.as_deref(),
+            default_indexes.as_ref(),
+        )?,
         None => IndexForm::Rebuild(DEFAULT_INDEX_INTERVAL_BYTES),
     };
     if form == IndexForm::Broker {
@@ -1043,6 +1097,7 @@ mod log_start;
 mod progress;
 mod replace;
 mod resume;
+mod running;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]

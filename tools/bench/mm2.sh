@@ -41,7 +41,11 @@
 #   tuning: "target.producer.batch.size = 262144"; default none: Kafka's defaults); MM2_VERSION (default 4.3.1); MM2_HOME (default
 #   .cache/connect-mirror/<version>: its libs/ holds the jars); BENCH_DIR (default target/bench; the run's data is
 #   removed at the end unless KEEP=1); SEGMIRROR=path runs that binary instead of building target/release/segmirror;
-#   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars.
+#   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars. While iterating on segmirror:
+#   SKIP_MM2=1 leaves MirrorMaker 2 out (no Maven fetch, no MM2 catch-up or latency rows; the ratios print "-"),
+#   SKIP_SEED=1 leaves the seed + apply row out. SEAL_AB=1 runs the tail catch-up twice, first with every seal
+#   reading its segment again (SEGMIRROR_SEAL_FULL_READ=1), then as built (running digests); SEAL_AB=2 the other
+#   way round.
 # Not a test: scripts/test-all.sh does not run it, and nothing here is on the test path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -74,7 +78,9 @@ cd "$ROOT"
 # shellcheck source=tools/bench/lib.sh
 source "$ROOT/tools/bench/lib.sh"
 [ -d "$KAFKA_HOME/libs" ] || { echo "no Kafka jars in $KAFKA_HOME/libs (set SEGMIRROR_KAFKA_HOME)" >&2; exit 2; }
-if [ ! -f "$MM2_HOME/.complete" ]; then
+SKIP_MM2="${SKIP_MM2:-0}"
+SKIP_SEED="${SKIP_SEED:-0}"
+if [ "$SKIP_MM2" != 1 ] && [ ! -f "$MM2_HOME/.complete" ]; then
     echo "fetching connect-mirror $MM2_VERSION and its runtime into $MM2_HOME/libs" >&2
     rm -rf "$MM2_HOME"
     mkdir -p "$MM2_HOME"
@@ -152,6 +158,7 @@ same_logs() { # mirror dir: "yes" when every .log of the topic equals the source
     echo yes
 }
 
+if [ "$SKIP_SEED" != 1 ]; then
 echo "catch-up: segmirror seed + apply + sync" >&2
 brokers_mark
 start=$(date +%s.%N)
@@ -167,19 +174,22 @@ catchup_row "segmirror-seed+apply+sync" "$(awk -v a="$start" -v b="$end" 'BEGIN 
     "$(awk -v a="$seed_cpu" -v b="$apply_cpu" -v c="$sync_cpu" 'BEGIN { print a + b + c }')" \
     "$(printf '%s\n' "$seed_rss" "$apply_rss" | sort -n | tail -n1)" "$(same_logs "$WORK/mirror-seed")"
 rm -rf "$WORK/store" "$WORK/mirror-seed"
+fi
 
 # start_pair DIR TOPIC UPTO...: `segmirror apply --listen` and `segmirror ship --connect` for TOPIC; sets APPLY_PID
 # and SHIP_PID.
+# PAIR_ENV: environment assignments for both processes (none by default).
+PAIR_ENV=()
 start_pair() {
     local dir="$1" topic="$2" port
     shift 2
     port=$(free_port)
     mkdir -p "$dir"
-    "$BIN" apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" "${TLS_APPLY[@]}" \
+    env "${PAIR_ENV[@]}" "$BIN" apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" "${TLS_APPLY[@]}" \
         > "$dir/apply.out" 2>&1 &
     APPLY_PID=$!
     PIDS+=("$APPLY_PID")
-    "$BIN" ship --log-dir "$SRC_LOG" --topics "$topic" "$@" --link bench --connect "localhost:$port" \
+    env "${PAIR_ENV[@]}" "$BIN" ship --log-dir "$SRC_LOG" --topics "$topic" "$@" --link bench --connect "localhost:$port" \
         "${TLS_SHIP[@]}" > "$dir/ship.out" 2>&1 &
     SHIP_PID=$!
     PIDS+=("$SHIP_PID")
@@ -196,25 +206,44 @@ stop_pair() {
     wait "$SHIP_PID" "$APPLY_PID" || true
 }
 
-echo "catch-up: segmirror ship + apply --listen" >&2
-brokers_mark
-start=$(date +%s.%N)
-start_pair "$WORK/tail" "$TOPIC" --upto high-watermark --source-bootstrap "$SRC_BOOT"
-r=$(python3 "$PROBE" wait-files "$SRC_LOG" "$WORK/tail/mirror" "$TOPIC" "$CATCH_UP_S" "$STALL_S")
-read -r done_at want have <<< "$r"
-own_cpu=$(awk -v a="$(cpu_s "$SHIP_PID")" -v b="$(cpu_s "$APPLY_PID")" 'BEGIN { print a + b }')
-own_rss=$(printf '%s\n' "$(hwm_kib "$SHIP_PID")" "$(hwm_kib "$APPLY_PID")" | sort -n | tail -n1)
-ok=yes
-if [ "$done_at" = nan ]; then
-    ok="stalled:$(awk -v h="$have" -v w="$want" 'BEGIN { printf "%.1f", 100 * h / w }')%-then-no-growth-for-${STALL_S}s"
-    done_at=$(date +%s.%N)
+# tail_catchup ROW ENV...: one tail catch-up (ship + apply --listen) with ENV for both processes, as row ROW.
+tail_catchup() {
+    local row="$1"
+    shift
+    PAIR_ENV=("$@")
+    echo "catch-up: segmirror ship + apply --listen ($row)" >&2
+    brokers_mark
+    start=$(date +%s.%N)
+    start_pair "$WORK/tail" "$TOPIC" --upto high-watermark --source-bootstrap "$SRC_BOOT"
+    r=$(python3 "$PROBE" wait-files "$SRC_LOG" "$WORK/tail/mirror" "$TOPIC" "$CATCH_UP_S" "$STALL_S")
+    read -r done_at want have <<< "$r"
+    own_cpu=$(awk -v a="$(cpu_s "$SHIP_PID")" -v b="$(cpu_s "$APPLY_PID")" 'BEGIN { print a + b }')
+    own_rss=$(printf '%s\n' "$(hwm_kib "$SHIP_PID")" "$(hwm_kib "$APPLY_PID")" | sort -n | tail -n1)
+    ok=yes
+    if [ "$done_at" = nan ]; then
+        ok="stalled:$(awk -v h="$have" -v w="$want" 'BEGIN { printf "%.1f", 100 * h / w }')%-then-no-growth-for-${STALL_S}s"
+        done_at=$(date +%s.%N)
+    fi
+    catchup_row "$row" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" "$own_cpu" "$own_rss" "$ok"
+    stop_pair
+    [ "$ok" != yes ] || CATCHUP[-1]="${CATCHUP[-1]% *} $(same_logs "$WORK/tail/mirror")"
+    rm -rf "$WORK/tail"
+    PAIR_ENV=()
+}
+# SEAL_AB=1: first the same catch-up with every seal reading its segment again (SEGMIRROR_SEAL_FULL_READ=1, the
+# way before the running digests), each with a home of its own.
+if [ "${SEAL_AB:-0}" = 1 ]; then
+    tail_catchup "segmirror-ship+apply(tail,seal-full-read)" SEGMIRROR_SEAL_FULL_READ=1 SEGMIRROR_HOME="$WORK/home-full"
+    tail_catchup "segmirror-ship+apply(tail)" SEGMIRROR_HOME="$WORK/home-running"
+elif [ "${SEAL_AB:-0}" = 2 ]; then # the same, the other way round
+    tail_catchup "segmirror-ship+apply(tail)" SEGMIRROR_HOME="$WORK/home-running"
+    tail_catchup "segmirror-ship+apply(tail,seal-full-read)" SEGMIRROR_SEAL_FULL_READ=1 SEGMIRROR_HOME="$WORK/home-full"
+else
+    tail_catchup "segmirror-ship+apply(tail)"
 fi
-catchup_row "segmirror-ship+apply(tail)" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" \
-    "$own_cpu" "$own_rss" "$ok"
-stop_pair
-[ "$ok" != yes ] || CATCHUP[-1]="${CATCHUP[-1]% *} $(same_logs "$WORK/tail/mirror")"
-rm -rf "$WORK/tail"
 
+copied=0 records=$RECORDS TGT_BYTES=0 TGT_CODEC=- MM2_BYTES=0 first_at=nan done_at=nan
+if [ "$SKIP_MM2" != 1 ]; then
 echo "catch-up: MirrorMaker 2 $MM2_VERSION" >&2
 MM2_TOPICS="$TOPIC"
 for rate in $RATES; do MM2_TOPICS="$MM2_TOPICS|lat-$rate-mm2"; done
@@ -262,11 +291,13 @@ TGT_LOG="$WORK/target/data"
 TGT_BYTES=$(find "$TGT_LOG" -path "*/$TOPIC-*/*.log" -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
 TGT_CODEC=$(python3 -c 'import sys; b = open(sys.argv[1], "rb").read(23); print(["none", "gzip", "snappy", "lz4", "zstd"][int.from_bytes(b[21:23], "big") & 7] if len(b) == 23 else "?")' \
     "$TGT_LOG/$TOPIC-0/00000000000000000000.log")
+fi
 
 # Continuous latency: "rate side records p50 p99 max loop" appended to LATENCY.
 declare -a LATENCY
 for rate in $RATES; do
     n=$((rate * DURATION))
+    if [ "$SKIP_MM2" != 1 ]; then
     echo "latency: MirrorMaker 2 at $rate records/s for ${DURATION}s" >&2
     python3 "$PROBE" consume "$TGT_BOOT" "lat-$rate-mm2" "$n" $((DURATION + DRAIN_S)) > "$WORK/lat-$rate-mm2.out" &
     probe=$!
@@ -274,6 +305,7 @@ for rate in $RATES; do
     python3 "$PROBE" produce "$SRC_BOOT" "lat-$rate-mm2" "$rate" "$DURATION" > "$WORK/lat-$rate-mm2.sent"
     wait "$probe"
     LATENCY+=("$rate MirrorMaker-2 $(cat "$WORK/lat-$rate-mm2.out") $(cat "$WORK/lat-$rate-mm2.sent")")
+    fi
     for mode in $SM_MODES; do
         echo "latency: segmirror ($mode) at $rate records/s for ${DURATION}s" >&2
         upto=(--upto log-end)
@@ -291,7 +323,12 @@ for rate in $RATES; do
     done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+printf 'raw catch-up row: %s\n' "${CATCHUP[@]}" >&2
 
+SKIPPED=""
+[ "$SKIP_MM2" != 1 ] || SKIPPED="SKIP_MM2=1 "
+[ "$SKIP_SEED" != 1 ] || SKIPPED="${SKIPPED}SKIP_SEED=1 "
+[ "${SEAL_AB:-0}" = 0 ] || SKIPPED="${SKIPPED}SEAL_AB=$SEAL_AB "
 MM2_ROW=$(printf '%s\n' "${CATCHUP[@]}" | awk '$1 == "MirrorMaker-2"')
 echo
 echo "MirrorMaker 2 side by side, $(date -u '+%Y-%m-%d %H:%M UTC'): MirrorMaker 2 $MM2_VERSION (dedicated" \
@@ -302,7 +339,7 @@ echo "catch-up topic: $(numfmt --to=iec-i --suffix=B "$LOG_BYTES") of .log in $P
     "its target .log: $(numfmt --to=iec-i --suffix=B "$TGT_BYTES") ($TGT_CODEC)"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)," \
     "$(free -g | awk '$1 == "Mem:" { print $2 }') GiB RAM; load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
-echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }SIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${SKIPPED}SIZE_GIB=$SIZE_GIB PARTITIONS=$PARTITIONS RATES=\"$RATES\"" \
     "DURATION=$DURATION MM2_MAX_S=$MM2_MAX_S SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION${MM2_PROPS:+ MM2_PROPS=\"$MM2_PROPS\"} tools/bench/mm2.sh"
 echo
 echo "Catch-up (CPU: every process, both brokers included on both sides; ratios: segmirror / MirrorMaker 2)"

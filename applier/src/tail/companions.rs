@@ -17,6 +17,16 @@
 //! first segment's base is taken to start at its first batch in the mirror, as `verify` takes it), and the
 //! active segment's `.txnindex` is rewritten from that scan.
 //!
+//! # Sealing without a second read
+//! The kept indexes also carry the running SHA-256 of the bytes appended (each chunk's, after its batches were
+//! checked and pushed), so a seal of a segment this process appended from byte 0 compares that digest with the
+//! seal's and takes the indexes as they are (the time index with a roll's final entry), instead of reading the
+//! segment again (a digest pass and a scan per index: three passes over a 1 GiB segment, on the session's one
+//! applying thread). Only this process writes the mirror's file, so the bytes it appended are the file's; the size
+//! is still checked on disk. After a start (no running state: the indexes are rebuilt from the file) or a failed
+//! attempt, the seal reads the file as before. So does every seal with `SEGMIRROR_SEAL_FULL_READ=1` in the
+//! environment (the shipper reads it too: the file checked at every seal, and the A/B of the benchmarks).
+//!
 //! # Offset and time index: maintained without fsync, rebuilt at start
 //! They are derived from the `.log` alone, so they are kept in memory ([`OffsetIndexBuilder`],
 //! [`TimeIndexBuilder`], the broker's own entry rule at [`REBUILD_INDEX_INTERVAL_BYTES`]) and each chunk's new
@@ -67,6 +77,20 @@ pub(super) struct ActiveIndexes {
     times: TimeIndexBuilder,
     /// Entries already in the files; `None`: the files are (re)written whole at the next write.
     written: Option<(usize, usize)>,
+    /// The SHA-256 of the `.log` bytes `[0, position)`, when this process appended every one of them; `None`
+    /// after a rebuild from the file (a start, a failed attempt): the seal then reads the file (see "Sealing
+    /// without a second read" in the module doc).
+    sha: Option<aws_lc_rs::digest::Context>,
+}
+
+/// What a seal takes from the indexes kept while the segment was active, when they cover all of it.
+pub(super) struct Sealing {
+    /// SHA-256 of the whole segment as appended.
+    pub sha256: [u8; 32],
+    /// The offset index a rebuild at [`REBUILD_INDEX_INTERVAL_BYTES`] gives.
+    pub offsets: Vec<u8>,
+    /// The time index a rebuild at that interval gives, with the final entry of a roll.
+    pub times: Vec<u8>,
 }
 
 impl ActiveIndexes {
@@ -77,6 +101,14 @@ impl ActiveIndexes {
             offsets: OffsetIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES),
             times: TimeIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES),
             written: None,
+            sha: Some(aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256)),
+        }
+    }
+
+    /// The chunk's bytes, which its batches were pushed for, added to the running SHA-256.
+    fn hash(&mut self, bytes: &[u8]) {
+        if let Some(sha) = &mut self.sha {
+            sha.update(bytes);
         }
     }
 
@@ -219,7 +251,11 @@ impl Inner {
             }
         }
         let Some(s) = self.states.get(name).cloned() else {
-            return Ok(ActiveIndexes::new(base));
+            let mut ai = ActiveIndexes::new(base);
+            if position > 0 {
+                ai.sha = None;
+            }
+            return Ok(ai);
         };
         let pdir = self.partition_dir(&s.topic, s.partition);
         // Entries a crash (or a failed attempt) left at or beyond the recorded end, and a torn last one.
@@ -244,6 +280,8 @@ impl Inner {
         }
         let mut ai = ActiveIndexes::new(base);
         if position > 0 {
+            // Rebuilt from the file: no running digest (the seal reads the file).
+            ai.sha = None;
             let log_path = self.log_path(&s.topic, s.partition, base);
             let mut log = LogFile::open(&log_path)?;
             let mut failed = None;
@@ -299,6 +337,7 @@ impl Inner {
                 reason: format!("cannot be indexed in this segment: {e:?}"),
             })?;
         }
+        indexes.hash(&chunk.bytes);
         Ok(ChunkCompanions {
             aborted,
             open: open_of(&tracker),
@@ -350,6 +389,34 @@ impl Inner {
     pub(super) fn forget_indexes(&mut self, name: &str) {
         self.indexes.remove(name);
     }
+
+    /// For the seal of `name`'s segment `base`, recorded durable up to `position`: its running digest and indexes
+    /// when they cover exactly those bytes and the file holds no more (`None`: the seal reads the file). The
+    /// in-memory indexes are gone either way (as [`Inner::forget_indexes`]).
+    pub(super) fn sealing(&mut self, name: &str, base: i64, position: u64, path: &Path) -> TailResult<Option<Sealing>> {
+        let Some(ai) = self.indexes.remove(name) else {
+            return Ok(None);
+        };
+        let Some(sha) = ai
+            .sha
+            .filter(|_| ai.base == base && ai.position == position && !full_read_forced())
+        else {
+            return Ok(None);
+        };
+        let len = fs::metadata(path).map_err(|e| TailError::io(path, e))?.len();
+        if len != position {
+            return Ok(None);
+        }
+        let mut sha256 = [0u8; 32];
+        sha256.copy_from_slice(sha.finish().as_ref());
+        let mut times = ai.times;
+        times.seal();
+        Ok(Some(Sealing {
+            sha256,
+            offsets: ai.offsets.to_bytes(),
+            times: times.to_bytes(),
+        }))
+    }
 }
 
 /// Writes segment `base`'s `.txnindex` holding `entries` (removed when there are none: Kafka creates it lazily).
@@ -368,3 +435,9 @@ fn write_txn_index(pdir: &Path, base: i64, entries: &[AbortedTxn]) -> TailResult
 
 /// The in-memory indexes of every partition's unsealed segment.
 pub(super) type IndexMap = HashMap<String, ActiveIndexes>;
+
+/// `SEGMIRROR_SEAL_FULL_READ=1`: every seal reads the file (module docs); read once per process.
+fn full_read_forced() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var_os("SEGMIRROR_SEAL_FULL_READ").is_some_and(|v| v == "1"))
+}

@@ -362,6 +362,59 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
     assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, true)));
 }
 
+/// How many seals of `a` were checked against the running digest.
+fn running_seals(a: &TailAppender) -> u64 {
+    a.inner.lock().unwrap().running_seals
+}
+
+/// A segment this appender wrote from byte 0 seals from its running digest and kept indexes (the same files as the
+/// source's); after a restart (no running state) the seal reads the file, so a mirror file changed on disk since
+/// is refused by its SHA-256, and only the sound file seals.
+#[tokio::test]
+async fn tail_seal_uses_the_running_digest_and_after_a_restart_reads_the_file() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    for (base, bytes) in &f.segs[..2] {
+        for c in chunks_of(*base, bytes, 3) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        if *base == f.segs[0].0 {
+            // Both indexes as digests: rebuilt from what was kept.
+            let mut seal = seal_of(&f.source, *base, bytes, true);
+            seal.companions[0].inline = None;
+            a.apply_seal(&seal).await.unwrap();
+            assert_eq!(running_seals(&a), 1, "sealed from the running digest");
+            for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+                let name = segment_file_name(*base, kind);
+                assert_eq!(
+                    std::fs::read(f.mirror.join(format!("{TOPIC}-{PARTITION}")).join(&name)).unwrap(),
+                    std::fs::read(f.source.join(&name)).unwrap(),
+                    "{name}"
+                );
+            }
+        }
+    }
+    // Restarted: segment 1's running state is gone. A byte of it flipped on disk (same size) is found.
+    drop(a);
+    let (base, bytes) = &f.segs[1];
+    let path = mirror_log(&f.mirror, *base);
+    let mut on_disk = std::fs::read(&path).unwrap();
+    on_disk[10] ^= 0x40;
+    std::fs::write(&path, &on_disk).unwrap();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let e = a
+        .apply_seal(&seal_of(&f.source, *base, bytes, false))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("SHA-256"), "{e}");
+    assert_eq!(running_seals(&a), 0);
+    on_disk[10] ^= 0x40;
+    std::fs::write(&path, &on_disk).unwrap();
+    a.apply_seal(&seal_of(&f.source, *base, bytes, false)).await.unwrap();
+    assert_eq!(running_seals(&a), 0, "sealed from the file");
+    assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, true)));
+}
+
 #[tokio::test]
 async fn tail_resent_chunks_are_compared() {
     let f = fixture();

@@ -56,6 +56,7 @@
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use segment_format::batch::BatchInfo;
 use segment_format::log::{LogFile, MAX_FRAME_BYTES};
 use segment_format::open::MAX_SEGMENT_BYTES;
 use segment_format::{Defect, Error};
@@ -306,8 +307,60 @@ fn identity_outcome(at: &TailPosition) -> Result<Option<TailRead>, Error> {
     }
 }
 
+/// The bytes and batches of the chunk a [`read_tail_into`] call returned, as its scan read and checked them: the
+/// caller ships these very bytes instead of reading the range a second time (and hashing it again), so nothing can
+/// change between the check and the copy.
+#[derive(Debug, Default)]
+pub struct ChunkContent {
+    /// The chunk's bytes, `[from, to)` of the file.
+    pub bytes: Vec<u8>,
+    /// Its batches, in file order.
+    pub batches: Vec<BatchInfo>,
+}
+
 /// Continue the tail at `at` (see the module doc).
 pub fn read_tail(at: &TailPosition, options: &TailOptions) -> Result<TailRead, Error> {
+    read_tail_inner(at, options, None)
+}
+
+/// [`read_tail`], also handing over the chunk's bytes and batches in `content` (cleared first; left empty for any
+/// outcome but a non-empty [`TailRead::Appended`]). Memory: the chunk, at most [`TailOptions::max_chunk_bytes`] or
+/// one batch of at most [`TailOptions::max_batch_bytes`].
+pub fn read_tail_into(at: &TailPosition, options: &TailOptions, content: &mut ChunkContent) -> Result<TailRead, Error> {
+    content.bytes.clear();
+    content.batches.clear();
+    let read = read_tail_inner(at, options, Some(content));
+    if !matches!(&read, Ok(TailRead::Appended { .. })) {
+        content.bytes.clear();
+        content.batches.clear();
+    }
+    read
+}
+
+/// The end of the range one call scans: the chunk limit past the position, or the first batch when it is larger
+/// (up to the batch limit; a longer length is left for the scan to report). Why not the file's end: the scan reads
+/// and CRC-checks its window ahead of the frames it hands over, so a tail far behind a segment's end read (and
+/// checked) up to twice the chunk for every chunk it shipped.
+fn scan_limit(at: &TailPosition, options: &TailOptions, len: u64) -> Result<u64, Error> {
+    let mut header = [0u8; 12];
+    let first_batch = match read_at(&at.path, at.position, &mut header)? {
+        12 => {
+            let length = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+            u64::try_from(length).map_or(0, |l| (12 + l).min(options.max_batch_bytes))
+        }
+        _ => 0,
+    };
+    Ok(at
+        .position
+        .saturating_add(options.max_chunk_bytes.max(first_batch))
+        .min(len))
+}
+
+fn read_tail_inner(
+    at: &TailPosition,
+    options: &TailOptions,
+    mut content: Option<&mut ChunkContent>,
+) -> Result<TailRead, Error> {
     if let Some(outcome) = identity_outcome(at)? {
         return Ok(outcome);
     }
@@ -330,8 +383,12 @@ pub fn read_tail(at: &TailPosition, options: &TailOptions) -> Result<TailRead, E
             position: at.position,
         });
     }
-    let mut scan = TailScan::new(at, options);
-    let scanned = log.scan_range(at.position, len, |frame| scan.frame(frame));
+    let limit = scan_limit(at, options, len)?;
+    if let Some(content) = content.as_deref_mut() {
+        content.bytes.reserve(usize::try_from(limit - at.position).unwrap_or(0));
+    }
+    let mut scan = TailScan::new(at, options, content);
+    let scanned = log.scan_range(at.position, limit, |frame| scan.frame(frame));
     // The file as it is after the scan: the same inode, as long as the scan
     // went, and the prefix's last batch where it was.
     if let Some(outcome) = identity_outcome(at)? {
@@ -462,6 +519,8 @@ fn too_large(path: &Path, position: u64, offset: Option<i64>, size: u64, options
 struct TailScan<'a> {
     at: &'a TailPosition,
     options: &'a TailOptions,
+    /// Where the accepted batches' bytes and infos go ([`read_tail_into`]).
+    content: Option<&'a mut ChunkContent>,
     end: u64,
     crc: u32,
     first_offset: Option<i64>,
@@ -476,10 +535,11 @@ struct TailScan<'a> {
 }
 
 impl<'a> TailScan<'a> {
-    fn new(at: &'a TailPosition, options: &'a TailOptions) -> Self {
+    fn new(at: &'a TailPosition, options: &'a TailOptions, content: Option<&'a mut ChunkContent>) -> Self {
         TailScan {
             at,
             options,
+            content,
             end: at.position,
             crc: 0,
             first_offset: None,
@@ -569,6 +629,10 @@ impl<'a> TailScan<'a> {
             },
         ));
         self.max_timestamp = self.max_timestamp.max(info.max_timestamp);
+        if let Some(content) = self.content.as_deref_mut() {
+            content.bytes.extend_from_slice(frame.bytes);
+            content.batches.push(*info);
+        }
         self.batches += 1;
         self.end = info.position + info.size;
         ControlFlow::Continue(())

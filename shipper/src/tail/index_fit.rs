@@ -44,7 +44,15 @@ impl IndexForm {
 }
 
 /// The form for the sealed segment `log` (base offset `base`) with the broker's `index` and `time_index`.
-pub(super) fn fit(log: &Path, base: i64, index: &Path, time_index: Option<&Path>) -> Result<IndexForm> {
+/// `default_built`: the offset and time index a rebuild at [`DEFAULT_INDEX_INTERVAL_BYTES`] gives, when the caller
+/// built them as the segment was shipped (`running`); equal to the broker's, they settle it without reading `log`.
+pub(super) fn fit(
+    log: &Path,
+    base: i64,
+    index: &Path,
+    time_index: Option<&Path>,
+    default_built: Option<&(Vec<u8>, Vec<u8>)>,
+) -> Result<IndexForm> {
     let index_bytes = read_index_file(index)?;
     let parsed = OffsetIndex::parse(&index_bytes);
     // A zero tail or a partial slot (an untrimmed index) is nothing a rebuild writes.
@@ -52,6 +60,11 @@ pub(super) fn fit(log: &Path, base: i64, index: &Path, time_index: Option<&Path>
         return Ok(IndexForm::Broker);
     }
     let time_bytes = time_index.map(read_index_file).transpose()?;
+    if let Some((offsets, times)) = default_built {
+        if *offsets == index_bytes && time_bytes.as_ref().is_none_or(|t| t == times) {
+            return Ok(IndexForm::Rebuild(DEFAULT_INDEX_INTERVAL_BYTES));
+        }
+    }
     let mut fit = IntervalFit::new(base, &parsed.entries);
     let default = rebuild(log, base, DEFAULT_INDEX_INTERVAL_BYTES, Some(&mut fit))?;
     let Some(range) = fit.finish() else {

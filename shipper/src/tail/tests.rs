@@ -359,6 +359,107 @@ async fn a_sealed_segment_rewritten_under_the_feed_diverges() {
     }
 }
 
+/// A segment shipped from byte 0 by this feed seals from its running digest, without reading the file again, and
+/// the seal is the one the full read gives: the file's SHA-256, the broker's index at Kafka's default interval
+/// unnamed. A copy of the state (a resumed segment) seals through the full read, to the same seal.
+#[tokio::test]
+async fn a_segment_shipped_from_byte_0_seals_from_its_running_digest_as_the_full_read_would() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log, boundaries, next) = written(root.path(), 40);
+    let index = default_offset_index(&log, 0);
+    let times = {
+        let mut t = segment_format::index::TimeIndexBuilder::new(0, DEFAULT_INDEX_INTERVAL_BYTES);
+        for frame in segment_format::log::scan_frames(&std::fs::read(&log).unwrap(), 0) {
+            t.push(&frame.unwrap().info).unwrap();
+        }
+        t.seal();
+        t.to_bytes()
+    };
+    assert!(!index.is_empty() && !times.is_empty());
+    std::fs::write(dir.join(segment_file_name(0, SegmentFileKind::Index)), &index).unwrap();
+    std::fs::write(dir.join(segment_file_name(0, SegmentFileKind::TimeIndex)), &times).unwrap();
+    std::fs::write(log_path(&dir, next), b"").unwrap();
+    let file = std::fs::read(&log).unwrap();
+
+    // Shipped from byte 0 in several chunks: the running digest.
+    let mut fresh = feed(&dir, UptoPolicy::LogEnd, None, 3000);
+    fresh.seek(&[]).await.unwrap();
+    let fast = loop {
+        match fresh.next_item().await.unwrap() {
+            FeedItem::Chunk(c) => assert!(c.bytes.len() <= 3000, "chunks of at most the limit"),
+            FeedItem::Seal(s) => break s,
+            other => panic!("expected chunks then a seal, got {other:?}"),
+        }
+    };
+    assert_eq!(fresh.parts[0].running_seals, 1, "sealed from the running digest");
+    assert_eq!(fast.final_size, file.len() as u64);
+    assert_eq!(fast.log_sha256, sha256(&file));
+
+    // Resumed mid-segment (a new session): no running digest, the full read; the same seal.
+    let mut resumed = feed(&dir, UptoPolicy::LogEnd, None, 3000);
+    resumed
+        .seek(&[Position {
+            partition: partition(),
+            segment_base: 0,
+            position: boundaries[20],
+        }])
+        .await
+        .unwrap();
+    let slow = loop {
+        match resumed.next_item().await.unwrap() {
+            FeedItem::Chunk(_) => {}
+            FeedItem::Seal(s) => break s,
+            other => panic!("expected chunks then a seal, got {other:?}"),
+        }
+    };
+    assert_eq!(resumed.parts[0].running_seals, 0, "sealed from the file");
+    assert_eq!(fast, slow);
+    let kinds: Vec<_> = fast
+        .companions
+        .iter()
+        .map(|c| (c.kind, c.size, c.index_interval))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (CompanionKind::OffsetIndex, index.len() as u64, None),
+            (CompanionKind::TimeIndex, times.len() as u64, None),
+        ]
+    );
+    assert_eq!(fast.companions[0].sha256, sha256(&index));
+    assert_eq!(fast.companions[1].sha256, sha256(&times));
+}
+
+/// The running digest is not trusted for a file changed after its last chunk was read: a segment truncated and
+/// written again to the same length (same inode, the last batch as before) takes the full read and diverges.
+#[tokio::test]
+async fn a_segment_rewritten_to_the_same_length_after_shipping_is_not_sealed_from_the_running_digest() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log, boundaries, next) = written(root.path(), 8);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    feed.seek(&[]).await.unwrap();
+    match feed.next_item().await.unwrap() {
+        FeedItem::Chunk(c) => assert_eq!(c.bytes.len() as u64, boundaries[8]),
+        other => panic!("expected a chunk, got {other:?}"),
+    }
+    assert!(feed.parts[0].running.covers(0, boundaries[8]));
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes[(boundaries[2] - 5) as usize] ^= 0x55;
+    let f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    f.set_len(boundaries[1]).unwrap();
+    drop(f);
+    // Past the timestamp granularity of file systems without fine-grained timestamps.
+    std::thread::sleep(Duration::from_millis(20));
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    f.write_all(&bytes[boundaries[1] as usize..]).unwrap();
+    drop(f);
+    std::fs::write(log_path(&dir, next), b"").unwrap();
+    match feed.next_item().await {
+        Err(Error::Diverged { reason, .. }) => assert!(reason.contains("CRC-32C"), "{reason}"),
+        other => panic!("expected Diverged, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_truncated_segment_diverges() {
     let root = tempfile::tempdir().unwrap();
