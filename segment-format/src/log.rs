@@ -685,4 +685,6 @@ fn helper_available() -> bool {
 }
 
 #[cfg(test)]
+mod cost;
+#[cfg(test)]
 mod tests;
