@@ -12,7 +12,8 @@
 # bytes (`generate --records-per-batch 1 --value-bytes 860`), and `segmirror verify` of the source log dir is timed
 # as well against `cat` of the same files (every file of the partition dirs, what verify reads), both from a warm
 # page cache, interleaved, so that the comparison is of CPU work: e.g. `tools/bench/catchup.sh 512MiB 200
-# --small-batches`.
+# --small-batches`. `verify` of the partition dirs named one by one (verified one after the other, as every log dir
+# was before issue 12) is timed beside it.
 #
 # Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS] [--small-batches]     (defaults: 4GiB, 8 partitions)
 #   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
@@ -133,7 +134,7 @@ for run in $(seq "$RUNS"); do
 done
 
 # --small-batches: verify of the source log dir against cat of the same files, warm page cache, interleaved.
-declare -a CAT VERIFY
+declare -a CAT VERIFY VERIFY_ONE
 if [ -n "$SMALL" ]; then
     "$BIN" verify "$SRC" > "$WORK/verify.out" || { echo "verify does not find $SRC sound" >&2; exit 1; }
     mapfile -t FILES < <(find "${PARTS[@]}" -type f | sort)
@@ -144,6 +145,8 @@ if [ -n "$SMALL" ]; then
         timed CAT /dev/null sh -c 'cat "$@" > /dev/null' cat "${FILES[@]}"
         wait_idle
         timed VERIFY "$WORK/verify.out" "$BIN" verify "$SRC"
+        # The partition dirs named one by one are verified one after the other (the path before issue 12 item 2).
+        timed VERIFY_ONE /dev/null "$BIN" verify "${PARTS[@]}"
     done
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -180,8 +183,8 @@ echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 echo "reproduce: ${SEGMENT_BYTES:+SEGMENT_BYTES=$SEGMENT_BYTES }${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }RUNS=$RUNS" \
     "tools/bench/catchup.sh $SIZE $PARTITIONS${SMALL:+ --small-batches}"
 if [ -n "$SMALL" ]; then
-    echo "batches: $(grep -m1 -o '[0-9]* batches' "$WORK/verify.out" || true) (one record each," \
-        "$(awk -v b="$LOG_BYTES" -v p="${#PARTS[@]}" 'BEGIN { printf "%.1f MiB of .log per partition", b / p / 1048576 }'))"
+    echo "one-record batches of ~930 bytes (generate --records-per-batch 1 --value-bytes 860)," \
+        "$(awk -v b="$LOG_BYTES" -v p="${#PARTS[@]}" 'BEGIN { printf "%.1f MiB of .log per partition", b / p / 1048576 }')"
 fi
 echo
 echo "| command                                  | wall s | MiB/s  | vs copy | CPU s  | peak RSS MiB |"
@@ -196,7 +199,8 @@ if [ -n "$SMALL" ]; then
     base_s=$(col 1 "${CAT[@]}")
     row "cat of the source files (warm; baseline)" "${CAT[@]}"
     row "segmirror verify of the source (warm)" "${VERIFY[@]}"
+    row "  same, partitions one at a time" "${VERIFY_ONE[@]}"
 fi
 echo
 walls() { printf '%s\n' "$@" | awk '{ printf "%s ", $1 }'; }
-echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")| no-op seed $(walls "${NOOP[@]}")${SMALL:+| cat $(walls "${CAT[@]}")| verify $(walls "${VERIFY[@]}")}"
+echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")| no-op seed $(walls "${NOOP[@]}")${SMALL:+| cat $(walls "${CAT[@]}")| verify $(walls "${VERIFY[@]}")| one at a time $(walls "${VERIFY_ONE[@]}")}"
