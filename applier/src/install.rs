@@ -246,11 +246,19 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
         let armed = t.failpoint.clone();
         let checkpoint = staged_checkpoint.map(|(path, _)| path);
         blocking("rename into place", move || {
-            place(&dir, range, &kinds, end.as_ref(), replaces, checkpoint.as_deref(), &|_n| {
-                #[cfg(feature = "failpoints")]
-                kill_point(armed.as_deref(), crate::failpoint::FailPoint::AfterRename(_n))?;
-                Ok(())
-            })
+            place(
+                &dir,
+                range,
+                &kinds,
+                end.as_ref(),
+                replaces,
+                checkpoint.as_deref(),
+                &|_n| {
+                    #[cfg(feature = "failpoints")]
+                    kill_point(armed.as_deref(), crate::failpoint::FailPoint::AfterRename(_n))?;
+                    Ok(())
+                },
+            )
         })
         .await?;
     }

@@ -218,11 +218,23 @@ fn the_log_end_snapshot_is_placed_last_and_stale_ones_of_the_segment_go() {
     let staged_checkpoint = leader_epoch_checkpoint_path(&staging);
     fs::write(&staged_checkpoint, b"new epochs").unwrap();
     let end_seen = std::cell::RefCell::new(Vec::new());
-    place(&part, (7, 20), &files, Some(&end), true, Some(&staged_checkpoint), &|n| {
-        end_seen.borrow_mut().push((n, part.join(&end_name).exists()));
-        assert_eq!(fs::read(&checkpoint).unwrap(), b"old epochs", "the checkpoint is renamed after every file");
-        Ok(())
-    })
+    place(
+        &part,
+        (7, 20),
+        &files,
+        Some(&end),
+        true,
+        Some(&staged_checkpoint),
+        &|n| {
+            end_seen.borrow_mut().push((n, part.join(&end_name).exists()));
+            assert_eq!(
+                fs::read(&checkpoint).unwrap(),
+                b"old epochs",
+                "the checkpoint is renamed after every file"
+            );
+            Ok(())
+        },
+    )
     .unwrap();
     assert_eq!(fs::read(&checkpoint).unwrap(), b"new epochs");
     assert!(!staged_checkpoint.exists());

@@ -67,9 +67,15 @@ fn scan_cost_per_batch() {
     let crc = ns_per_batch(batches, rounds, || {
         frames.iter().map(|f| black_box(crate::batch::compute_crc(f))).count() as u64
     });
-    let in_order = ns_per_batch(batches, rounds, || scan_in_order(&bytes, 0, |_| ControlFlow::Continue(())).0.frames);
+    let in_order = ns_per_batch(batches, rounds, || {
+        scan_in_order(&bytes, 0, |_| ControlFlow::Continue(())).0.frames
+    });
     let file = ns_per_batch(batches, rounds, || {
-        LogFile::open(&log).unwrap().scan(|_| ControlFlow::Continue(())).unwrap().frames
+        LogFile::open(&log)
+            .unwrap()
+            .scan(|_| ControlFlow::Continue(()))
+            .unwrap()
+            .frames
     });
     let verify = ns_per_batch(batches, rounds, || {
         let report = verify_paths(std::slice::from_ref(&dir), &VerifyOptions::default(), &NoProgress);

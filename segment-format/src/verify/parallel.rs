@@ -180,8 +180,19 @@ mod tests {
         }
         let index = logs[1].with_extension("index");
         let len = std::fs::metadata(&index).unwrap().len();
-        std::fs::OpenOptions::new().write(true).open(&index).unwrap().set_len(len.saturating_sub(3)).unwrap();
-        for options in [VerifyOptions::default(), VerifyOptions { deep: true, strict: true }] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&index)
+            .unwrap()
+            .set_len(len.saturating_sub(3))
+            .unwrap();
+        for options in [
+            VerifyOptions::default(),
+            VerifyOptions {
+                deep: true,
+                strict: true,
+            },
+        ] {
             let one = verify_with(1, tmp.path(), &options);
             let four = verify_with(4, tmp.path(), &options);
             assert_eq!(one, four);
@@ -193,7 +204,12 @@ mod tests {
                 .filter(|f| f.to_string().contains("CRC") || f.to_string().contains("crc"))
                 .count();
             assert!(crc_errors >= 3, "{four}");
-            let erroneous = report["partitions"].as_array().unwrap().iter().filter(|p| p["errors"] != 0).count();
+            let erroneous = report["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["errors"] != 0)
+                .count();
             assert!(erroneous >= 3, "{four}");
         }
     }
@@ -217,6 +233,9 @@ mod tests {
         let one = verify_with(1, tmp.path(), &VerifyOptions::default());
         let three = verify_with(3, tmp.path(), &VerifyOptions::default());
         assert_eq!(one, three);
-        assert!(three.contains(&*victim.file_name().unwrap().to_string_lossy()), "{three}");
+        assert!(
+            three.contains(&*victim.file_name().unwrap().to_string_lossy()),
+            "{three}"
+        );
     }
 }

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use segment_format::writer::sample::{
-    write_bulk, write_sample, BulkOptions, SampleOptions, BULK_RECORDS_PER_BATCH, BULK_VALUE_BYTES, DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID,
-    DEFAULT_SAMPLE_SEGMENT_BYTES,
+    write_bulk, write_sample, BulkOptions, SampleOptions, BULK_RECORDS_PER_BATCH, BULK_VALUE_BYTES,
+    DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID, DEFAULT_SAMPLE_SEGMENT_BYTES,
 };
 use segment_format::writer::DEFAULT_SEGMENT_BYTES;
 
