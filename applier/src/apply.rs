@@ -330,6 +330,15 @@ impl Applier {
                 }
             }
         }
+        // The directories of the partitions that install something, created with one fsync of the mirror root.
+        let dirs: Vec<PathBuf> = planned
+            .iter()
+            .filter(|p| p.steps.iter().any(|s| matches!(s, Step::Install { .. })))
+            .map(|p| p.dir.clone())
+            .collect();
+        tokio::task::spawn_blocking(move || install::create_partition_dirs(&dirs))
+            .await
+            .map_err(|e| Error::task("create partition dirs", e))??;
         // Partitions are independent: install several at once (each still in offset order). A failure that ends
         // the run (an injected crash) stops partitions from starting, lets those under way finish, and is returned.
         let stop = AtomicBool::new(false);

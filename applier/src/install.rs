@@ -18,8 +18,9 @@
 //!    one. The log-end producer snapshot (`<next>.snapshot`, only on the last, unsealed version) comes after all of
 //!    them — a snapshot at the log end is legal whatever else is there — and then the stale log-end snapshots of
 //!    shorter versions (offsets strictly inside `(base, next)`) are removed; a crash in between leaves files the
-//!    next run's sweep or reinstall deals with. Then the directory is fsynced and `leader-epoch-checkpoint`
-//!    rewritten atomically.
+//!    next run's sweep or reinstall deals with. Then the partition's new `leader-epoch-checkpoint` (staged and
+//!    fsynced in step 3 with the version's files) is renamed over the old one, and the directory is fsynced once
+//!    for every rename of the version (see [`place`] for why one fsync is enough).
 //! 5. The caller records the version in the catalog, in one transaction — only now, so the catalog never claims
 //!    more than is durable on disk.
 //!
@@ -35,7 +36,7 @@ use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, Leade
 use segment_format::dir::{
     classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE,
 };
-use segment_format::durable::fsync_dir;
+use segment_format::durable::{fsync_dir, write_atomically_unflushed, write_synced};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
@@ -205,13 +206,17 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
         Err(refusal) => return refuse(&t.staging_dir, refusal).await,
     };
 
-    // 3. Make durable.
+    // 3. Make durable (the partition's new leader-epoch checkpoint is staged with the version's files).
     let validated = started.elapsed();
+    let staged_checkpoint = epochs.map(|cp| (leader_epoch_checkpoint_path(&t.staging_dir), cp.encode()));
     {
-        let (sources, files) = (sources.clone(), files.clone());
+        let (sources, files, checkpoint) = (sources.clone(), files.clone(), staged_checkpoint.clone());
         blocking("sync staged files", move || {
             for (f, source) in files.iter().zip(&sources) {
                 set_mtime_and_sync(source.path(), f.mtime_ms)?;
+            }
+            if let Some((path, text)) = &checkpoint {
+                write_synced(path, text.as_bytes())?;
             }
             Ok(())
         })
@@ -239,16 +244,21 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
         let replaces = t.replaces;
         #[cfg(feature = "failpoints")]
         let armed = t.failpoint.clone();
+        let checkpoint = staged_checkpoint.map(|(path, _)| path);
         blocking("rename into place", move || {
-            place(&dir, range, &kinds, end.as_ref(), replaces, &|_n| {
-                #[cfg(feature = "failpoints")]
-                kill_point(armed.as_deref(), crate::failpoint::FailPoint::AfterRename(_n))?;
-                Ok(())
-            })?;
-            if let Some(epochs) = epochs {
-                epochs.write(&leader_epoch_checkpoint_path(&dir))?;
-            }
-            Ok(())
+            place(
+                &dir,
+                range,
+                &kinds,
+                end.as_ref(),
+                replaces,
+                checkpoint.as_deref(),
+                &|_n| {
+                    #[cfg(feature = "failpoints")]
+                    kill_point(armed.as_deref(), crate::failpoint::FailPoint::AfterRename(_n))?;
+                    Ok(())
+                },
+            )
         })
         .await?;
     }
@@ -694,15 +704,25 @@ pub(crate) fn merge_epochs(installed: &[EpochEntry], shipped: &[EpochStart]) -> 
 /// Step 4: rename the staged files of the version `(base, next)` into `dir` in the protocol's order, then its
 /// log-end snapshot `end` (a snapshot at the log end is legal whatever else is there), remove files of that segment
 /// the version does not have and the stale log-end snapshots of shorter versions (offsets strictly inside
-/// `(base, next)`: nothing else the applier installs lives there), fsync the directory. `after_rename(n)` runs
-/// after the `n`-th rename. A crash before the catalog records the version leaves at most files the next run's
-/// sweep or reinstall replaces.
+/// `(base, next)`: nothing else the applier installs lives there), rename the staged `leader-epoch-checkpoint`
+/// (already fsynced) over the partition's, and fsync the directory once for all of it. `after_rename(n)` runs
+/// after the `n`-th segment file's rename. A crash before the catalog records the version leaves at most files the
+/// next run's sweep or reinstall replaces.
+///
+/// The checkpoint is renamed after the segment's files and made durable by the same directory fsync, not by one of
+/// its own after them (one fsync fewer per version whose epochs change, a third of a small partition's directory
+/// fsyncs). A crash before that fsync leaves the old checkpoint or the new one, and the catalog does not record the
+/// version either way; the rerun reinstalls it and merges the same epochs again. Only a file system that persisted
+/// a later rename in a directory without an earlier one could leave the new checkpoint with the old segments: an
+/// epoch starting past the log end, which a broker drops at load (`LogLoader` truncates the epoch cache to the log
+/// end) and the rerun's install covers.
 fn place(
     dir: &Path,
     (base, next): (i64, i64),
     files: &[(SegmentFileKind, Source, String)],
     end: Option<&(Source, String)>,
     replaces: bool,
+    checkpoint: Option<&Path>,
     after_rename: &dyn Fn(u32) -> Result<()>,
 ) -> Result<()> {
     let order = if replaces { REPLACEMENT_ORDER } else { NEW_SEGMENT_ORDER };
@@ -744,6 +764,10 @@ fn place(
     for path in stale_end_snapshots(dir, base, next)? {
         fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
     }
+    if let Some(staged) = checkpoint {
+        let target = leader_epoch_checkpoint_path(dir);
+        fs::rename(staged, &target).map_err(|e| Error::io(&target, e))?;
+    }
     fsync_dir(dir)?;
     Ok(())
 }
@@ -770,8 +794,33 @@ fn stale_end_snapshots(dir: &Path, base: i64, next: i64) -> Result<Vec<PathBuf>>
     Ok(stale)
 }
 
+/// Create the partition directories of `dirs` that do not exist yet, then fsync each parent they were created in
+/// once (not once per partition: a run that starts a mirror of 200 partitions paid 200 fsyncs of the mirror root),
+/// as [`ensure_partition_dir`] does for one, before any of them is recorded in the catalog. A directory that cannot
+/// be created is left to [`ensure_partition_dir`], which reports it for its partition alone; a failed fsync fails
+/// the run (the directories exist, and a later check would take them for durable).
+pub(crate) fn create_partition_dirs(dirs: &[PathBuf]) -> Result<()> {
+    let mut parents = std::collections::BTreeSet::new();
+    for dir in dirs {
+        if !dir.is_dir() && fs::create_dir_all(dir).is_ok() {
+            if let Some(parent) = dir.parent() {
+                parents.insert(parent.to_path_buf());
+            }
+        }
+    }
+    for parent in parents {
+        fsync_dir(&parent)?;
+    }
+    Ok(())
+}
+
 /// Create the partition directory if needed (fsyncing the mirror root) and tag it with the lineage in
 /// `partition.metadata`, before any segment is renamed into it. A directory tagged with another topic id is refused.
+///
+/// A new `partition.metadata` is renamed in without a directory fsync of its own: the install that follows fsyncs
+/// the directory (see [`place`]) before the catalog records anything in it. A crash before that may lose it, and
+/// the rerun writes it again (a directory without one is tagged anew; its segments the catalog does not list are
+/// adopted by their hashes or swept).
 pub(crate) fn ensure_partition_dir(dir: &Path, topic_id: &Uuid) -> Result<()> {
     if !dir.is_dir() {
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -792,7 +841,10 @@ pub(crate) fn ensure_partition_dir(dir: &Path, topic_id: &Uuid) -> Result<()> {
             }
             Ok(())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PartitionMetadata::new(*topic_id).write(&path)?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(write_atomically_unflushed(
+            &path,
+            PartitionMetadata::new(*topic_id).encode().as_bytes(),
+        )?),
         Err(e) => Err(Error::io(&path, e)),
     }
 }

@@ -28,18 +28,29 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 /// content: write `<path>.tmp` (truncating any leftover), fsync it, rename it over
 /// `path`, then fsync the parent directory so the rename survives a crash.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically_unflushed(path, bytes)?;
+    fsync_dir(parent_dir(path))
+}
+
+/// [`write_atomically`] without its last step, the fsync of the parent directory: for a caller that fsyncs that
+/// directory itself later, after more renames into it, before anything depends on the file being there (one
+/// directory fsync for several files). Until then a crash may leave the old content (never a torn mix).
+pub fn write_atomically_unflushed(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
+    write_synced(&tmp, bytes)?;
+    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+/// Write `bytes` to `path` (truncating what is there) and fsync it, for a caller that renames it into place itself.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&tmp)
-        .map_err(|e| Error::io(&tmp, e))?;
-    file.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-    file.sync_all().map_err(|e| Error::io(&tmp, e))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-    fsync_dir(parent_dir(path))
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    file.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    file.sync_all().map_err(|e| Error::io(path, e))
 }
 
 /// Flush a directory's entries (creations, renames, deletions) to disk.

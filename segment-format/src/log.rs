@@ -517,7 +517,7 @@ impl LogFile {
     {
         let limit = to.min(self.len);
         let from = from.min(limit);
-        let parallel = limit - from >= PARALLEL_MIN_BYTES && helper_available();
+        let parallel = limit - from >= PARALLEL_MIN_BYTES && helper_available() && !CRC_HELPER_OFF.get();
         let chunk_len = |at: u64| (limit - at).min(CHUNK_BYTES as u64) as usize;
         let mut summary = ScanSummary {
             end: from,
@@ -658,6 +658,25 @@ where
 /// helper costs tens of microseconds, about the CRC time of a few hundred KiB.
 pub const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
 
+std::thread_local! {
+    /// Set by [`without_crc_helper`] on a thread that is one of several scanning at once.
+    static CRC_HELPER_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with every [`LogFile::scan`] it makes on this thread scanning on this thread alone (no CRC helper, no
+/// read-ahead thread), for a caller that already runs one scan per core (`verify` of many partitions): helpers on
+/// top would only add thread switches.
+pub fn without_crc_helper<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CRC_HELPER_OFF.set(self.0);
+        }
+    }
+    let _restore = Restore(CRC_HELPER_OFF.replace(true));
+    f()
+}
+
 /// Whether a second thread can run at the same time: not on a single core (or
 /// a one-CPU container), where the helper would only add switches.
 fn helper_available() -> bool {
@@ -665,5 +684,7 @@ fn helper_available() -> bool {
     *AVAILABLE.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
 }
 
+#[cfg(test)]
+mod cost;
 #[cfg(test)]
 mod tests;

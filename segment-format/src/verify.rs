@@ -30,6 +30,7 @@ use crate::txn_index::{TxnIndexChecker, TxnTracker, ABORTED_TXN_SIZE};
 
 mod bounded;
 mod live;
+mod parallel;
 mod segment;
 
 use segment::verify_segment;
@@ -324,15 +325,17 @@ fn verify_log_dir(
         }
     }
     sink.take_counts();
-    for entry in &log_dir.partitions {
-        let log_start = log_start_offsets
-            .as_ref()
-            .and_then(|cp| cp.get(&entry.name.topic, entry.name.partition));
-        match verify_partition_dir(&entry.path, log_start, options, progress, sink) {
-            Ok(summary) => partitions.push(summary),
-            Err(e) => sink.report.io_errors.push(e.to_string()),
-        }
-    }
+    let jobs: Vec<_> = log_dir
+        .partitions
+        .iter()
+        .map(|entry| parallel::PartitionJob {
+            path: entry.path.clone(),
+            log_start_offset: log_start_offsets
+                .as_ref()
+                .and_then(|cp| cp.get(&entry.name.topic, entry.name.partition)),
+        })
+        .collect();
+    parallel::verify_partitions(&jobs, options, progress, sink, partitions);
 }
 
 /// Where one segment sits in its partition, which decides what its tail may look like.

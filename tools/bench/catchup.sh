@@ -8,7 +8,14 @@
 # After each segmirror measurement a rerun of `seed` with nothing new is timed as well (outside the catch-up time):
 # with `--memory` (a binary that has it) the rerun reads no segment (issue 12).
 #
-# Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS]     (defaults: 4GiB, 8 partitions)
+# With --small-batches (issue 12, item 2: many small partitions) the topic is written in one-record batches of ~930
+# bytes (`generate --records-per-batch 1 --value-bytes 860`), and `segmirror verify` of the source log dir is timed
+# as well against `cat` of the same files (every file of the partition dirs, what verify reads), both from a warm
+# page cache, interleaved, so that the comparison is of CPU work: e.g. `tools/bench/catchup.sh 512MiB 200
+# --small-batches`. `verify` of the partition dirs named one by one (verified one after the other, as every log dir
+# was before issue 12) is timed beside it.
+#
+# Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS] [--small-batches]     (defaults: 4GiB, 8 partitions)
 #   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
 #   the generated topic is kept (marker file) and reused by later runs with the same SIZE and PARTITIONS.
 #   SEGMENT_BYTES (default: generate's, Kafka's 1GiB) sets the topic's segment.bytes.
@@ -28,7 +35,15 @@ PARTITIONS="${2:-8}"
 RUNS="${RUNS:-3}"
 BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
 SEGMENT_BYTES="${SEGMENT_BYTES:-}"
-WORK="$BENCH_DIR/catchup-$SIZE-$PARTITIONS${SEGMENT_BYTES:+-seg$SEGMENT_BYTES}"
+SMALL=""
+case "${3:-}" in
+    --small-batches) SMALL=1 ;;
+    "") ;;
+    *) echo "unknown option: $3 (expected --small-batches)" >&2; exit 2 ;;
+esac
+GEN_ARGS=()
+[ -z "$SMALL" ] || GEN_ARGS=(--records-per-batch 1 --value-bytes 860)
+WORK="$BENCH_DIR/catchup-$SIZE-$PARTITIONS${SEGMENT_BYTES:+-seg$SEGMENT_BYTES}${SMALL:+-small}"
 SRC="$WORK/src"
 BIN="${SEGMIRROR:-$ROOT/target/release/segmirror}"
 
@@ -39,7 +54,7 @@ if [ ! -f "$WORK/.complete" ]; then
     rm -rf "$SRC"
     echo "generating $SIZE in $PARTITIONS partition(s) into $SRC" >&2
     "$BIN" generate --out "$SRC" --bulk-bytes "$SIZE" --partitions "$PARTITIONS" \
-        ${SEGMENT_BYTES:+--segment-bytes "$SEGMENT_BYTES"} --no-fsync >&2
+        ${SEGMENT_BYTES:+--segment-bytes "$SEGMENT_BYTES"} "${GEN_ARGS[@]}" --no-fsync >&2
     sync
     touch "$WORK/.complete"
 fi
@@ -117,6 +132,23 @@ for run in $(seq "$RUNS"); do
     WHOLE+=("$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') $cpu $rss")
     timed NOOP "$WORK/noop.out" "$BIN" seed --log-dir "$SRC" --store "$STORE" "${MEMORY_ARGS[@]}"
 done
+
+# --small-batches: verify of the source log dir against cat of the same files, warm page cache, interleaved.
+declare -a CAT VERIFY VERIFY_ONE
+if [ -n "$SMALL" ]; then
+    "$BIN" verify "$SRC" > "$WORK/verify.out" || { echo "verify does not find $SRC sound" >&2; exit 1; }
+    mapfile -t FILES < <(find "${PARTS[@]}" -type f | sort)
+    for run in $(seq "$RUNS"); do
+        echo "verify run $run/$RUNS" >&2
+        cat "${FILES[@]}" > /dev/null
+        wait_idle
+        timed CAT /dev/null sh -c 'cat "$@" > /dev/null' cat "${FILES[@]}"
+        wait_idle
+        timed VERIFY "$WORK/verify.out" "$BIN" verify "$SRC"
+        # The partition dirs named one by one are verified one after the other (the path before issue 12 item 2).
+        timed VERIFY_ONE /dev/null "$BIN" verify "${PARTS[@]}"
+    done
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The mirror must hold the source's bytes: every .log, .index, .timeindex compared (outside the timings).
@@ -131,12 +163,13 @@ median() { # field number, then "wall cpu rss" lines on stdin
 }
 col() { printf '%s\n' "${@:2}" | median "$1"; }
 copy_s=$(col 1 "${COPY[@]}")
+base_s=$copy_s
 row() { # name, then the runs
     local name="$1"
     shift
     local wall cpu rss
     wall=$(col 1 "$@") cpu=$(col 2 "$@") rss=$(printf '%s\n' "$@" | awk '$3 > m { m = $3 } END { print m }')
-    awk -v n="$name" -v s="$wall" -v c="$cpu" -v r="$rss" -v b="$BYTES" -v base="$copy_s" 'BEGIN {
+    awk -v n="$name" -v s="$wall" -v c="$cpu" -v r="$rss" -v b="$BYTES" -v base="$base_s" 'BEGIN {
         if (s < 0.005) { printf "| %-40s | %6.2f | %6s | %7s | %6.2f | %8.1f |\n", n, s, "-", "-", c, r / 1024; exit }
         printf "| %-40s | %6.2f | %6.0f | %6.2fx | %6.2f | %8.1f |\n", n, s, b / s / 1048576, base / s, c, r / 1024 }'
 }
@@ -148,7 +181,11 @@ echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
     "$(df -T "$WORK" | awk 'NR == 2 { print $2 }') on $(df "$WORK" | awk 'NR == 2 { print $1 }');" \
     "load average before/after: $LOAD_BEFORE / $LOAD_AFTER; measurements started on a busy machine: $BUSY_RUNS"
 echo "reproduce: ${SEGMENT_BYTES:+SEGMENT_BYTES=$SEGMENT_BYTES }${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }RUNS=$RUNS" \
-    "tools/bench/catchup.sh $SIZE $PARTITIONS"
+    "tools/bench/catchup.sh $SIZE $PARTITIONS${SMALL:+ --small-batches}"
+if [ -n "$SMALL" ]; then
+    echo "one-record batches of ~930 bytes (generate --records-per-batch 1 --value-bytes 860)," \
+        "$(awk -v b="$LOG_BYTES" -v p="${#PARTS[@]}" 'BEGIN { printf "%.1f MiB of .log per partition", b / p / 1048576 }')"
+fi
 echo
 echo "| command                                  | wall s | MiB/s  | vs copy | CPU s  | peak RSS MiB |"
 echo "|------------------------------------------|--------|--------|---------|--------|--------------|"
@@ -158,6 +195,12 @@ row "  segmirror seed" "${SEED[@]}"
 row "  segmirror apply" "${APPLY[@]}"
 row "  sync" "${SYNC[@]}"
 row "segmirror seed, no-op rerun${MEMORY_ARGS:+ (--memory)}" "${NOOP[@]}"
+if [ -n "$SMALL" ]; then
+    base_s=$(col 1 "${CAT[@]}")
+    row "cat of the source files (warm; baseline)" "${CAT[@]}"
+    row "segmirror verify of the source (warm)" "${VERIFY[@]}"
+    row "  same, partitions one at a time" "${VERIFY_ONE[@]}"
+fi
 echo
 walls() { printf '%s\n' "$@" | awk '{ printf "%s ", $1 }'; }
-echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")| no-op seed $(walls "${NOOP[@]}")"
+echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")| no-op seed $(walls "${NOOP[@]}")${SMALL:+| cat $(walls "${CAT[@]}")| verify $(walls "${VERIFY[@]}")| one at a time $(walls "${VERIFY_ONE[@]}")}"

@@ -133,7 +133,7 @@ fn a_new_segment_puts_its_log_last_and_a_replacement_first() {
         seen.borrow_mut().push((n, names));
         Ok(())
     };
-    place(&part, (7, 20), &files, None, false, &record).unwrap();
+    place(&part, (7, 20), &files, None, false, None, &record).unwrap();
     let seen = seen.into_inner();
     assert_eq!(seen.len(), 4);
     assert!(seen[..3]
@@ -150,7 +150,7 @@ fn a_new_segment_puts_its_log_last_and_a_replacement_first() {
         let _ = name;
     }
     let first = std::cell::RefCell::new(None);
-    place(&part, (7, 20), &files, None, true, &|n| {
+    place(&part, (7, 20), &files, None, true, None, &|n| {
         if n == 1 {
             *first.borrow_mut() = Some(fs::read(part.join("00000000000000000007.log")).unwrap());
             assert_eq!(fs::read(part.join("00000000000000000007.index")).unwrap(), b"x");
@@ -212,12 +212,32 @@ fn the_log_end_snapshot_is_placed_last_and_stale_ones_of_the_segment_go() {
     ] {
         fs::write(part.join(name), b"old").unwrap();
     }
+    // The partition's new leader-epoch checkpoint, staged and fsynced beside the version's files.
+    let checkpoint = leader_epoch_checkpoint_path(&part);
+    fs::write(&checkpoint, b"old epochs").unwrap();
+    let staged_checkpoint = leader_epoch_checkpoint_path(&staging);
+    fs::write(&staged_checkpoint, b"new epochs").unwrap();
     let end_seen = std::cell::RefCell::new(Vec::new());
-    place(&part, (7, 20), &files, Some(&end), true, &|n| {
-        end_seen.borrow_mut().push((n, part.join(&end_name).exists()));
-        Ok(())
-    })
+    place(
+        &part,
+        (7, 20),
+        &files,
+        Some(&end),
+        true,
+        Some(&staged_checkpoint),
+        &|n| {
+            end_seen.borrow_mut().push((n, part.join(&end_name).exists()));
+            assert_eq!(
+                fs::read(&checkpoint).unwrap(),
+                b"old epochs",
+                "the checkpoint is renamed after every file"
+            );
+            Ok(())
+        },
+    )
     .unwrap();
+    assert_eq!(fs::read(&checkpoint).unwrap(), b"new epochs");
+    assert!(!staged_checkpoint.exists());
     assert_eq!(
         end_seen.into_inner(),
         [(1, false), (2, false), (3, false), (4, true)],

@@ -26,7 +26,7 @@ use crate::partition_metadata::Uuid;
 mod bulk;
 mod shapes;
 
-pub use bulk::{write_bulk, BulkLayout, BulkOptions};
+pub use bulk::{write_bulk, BulkLayout, BulkOptions, BULK_RECORDS_PER_BATCH, BULK_VALUE_BYTES};
 pub use shapes::{
     sample_identity, write_sample, SampleOptions, DEFAULT_SAMPLE_SEGMENT_BYTES, RETAINED_BASE_OFFSET, SHAPES,
 };

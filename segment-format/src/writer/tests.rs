@@ -859,6 +859,42 @@ fn bulk_writes_the_size_asked_and_regenerates() {
     }
 }
 
+/// `records_per_batch` and `value_bytes` make the ~1 KiB one-record batches of the many-small-partitions benchmark.
+#[test]
+fn bulk_writes_small_batches_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let options = BulkOptions {
+        seed: 3,
+        total_bytes: 64 * 1024,
+        partitions: 2,
+        fsync: false,
+        threads: 1,
+        records_per_batch: 1,
+        value_bytes: 860,
+        ..BulkOptions::default()
+    };
+    let manifest = write_bulk(tmp.path(), &options, &|_| {}).unwrap();
+    let layout = manifest.bulk.clone().unwrap();
+    assert_eq!(layout.records_per_batch, 1);
+    for p in &manifest.partitions {
+        let (segments, records) = read_partition(&p.written.dir);
+        let infos: Vec<_> = segments.iter().flat_map(|s| s.infos.iter()).collect();
+        assert_eq!(infos.len() as u64, p.data_records, "one record per batch");
+        assert!(infos.len() > 25, "{} batches", infos.len());
+        let plain = infos.iter().find(|i| i.records_count == 1).unwrap();
+        assert!((900..1000).contains(&plain.size), "{}", plain.size);
+        for r in &records {
+            assert_eq!(r, &layout.record(p.written.partition, r.offset));
+        }
+    }
+    let zero = BulkOptions {
+        records_per_batch: 0,
+        ..options
+    };
+    let err = write_bulk(&tmp.path().join("zero"), &zero, &|_| {}).unwrap_err();
+    assert!(err.to_string().contains("records per batch"), "{err}");
+}
+
 /// One step of a random partition history.
 #[derive(Debug, Clone)]
 enum Step {

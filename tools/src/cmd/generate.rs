@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use segment_format::writer::sample::{
-    write_bulk, write_sample, BulkOptions, SampleOptions, DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID,
-    DEFAULT_SAMPLE_SEGMENT_BYTES,
+    write_bulk, write_sample, BulkOptions, SampleOptions, BULK_RECORDS_PER_BATCH, BULK_VALUE_BYTES,
+    DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID, DEFAULT_SAMPLE_SEGMENT_BYTES,
 };
 use segment_format::writer::DEFAULT_SEGMENT_BYTES;
 
@@ -33,6 +33,13 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_BULK_PARTITIONS, requires = "bulk_bytes",
           value_parser = clap::value_parser!(u32).range(1..))]
     partitions: u32,
+    /// Records per bulk batch (only with --bulk-bytes; default 16). `--records-per-batch 1 --value-bytes 860`
+    /// makes ~930-byte batches, as a producer sending one record at a time writes.
+    #[arg(long, value_name = "N", requires = "bulk_bytes", value_parser = clap::value_parser!(u32).range(1..))]
+    records_per_batch: Option<u32>,
+    /// Value size of each bulk record in bytes (only with --bulk-bytes; default 1000).
+    #[arg(long, value_name = "BYTES", requires = "bulk_bytes")]
+    value_bytes: Option<usize>,
     /// `segment.bytes`: a segment is rolled before it would grow past this. Default 32KiB for the sample (so
     /// every partition has several segments), 1GiB (Kafka's default) for bulk data. Takes size suffixes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -73,6 +80,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 fsync: !args.no_fsync,
                 base_timestamp: args.base_timestamp,
                 node_id: args.node_id,
+                records_per_batch: args.records_per_batch.unwrap_or(BULK_RECORDS_PER_BATCH),
+                value_bytes: args.value_bytes.unwrap_or(BULK_VALUE_BYTES),
                 ..BulkOptions::default()
             };
             let bar = progress::byte_bar(total_bytes, "generating");
@@ -177,6 +186,8 @@ mod tests {
             bulk_bytes: None,
             partitions: DEFAULT_BULK_PARTITIONS,
             segment_bytes: None,
+            records_per_batch: None,
+            value_bytes: None,
             running: false,
             seed: 5,
             base_timestamp: DEFAULT_BASE_TIMESTAMP_MS,

@@ -38,6 +38,11 @@ pub struct BulkOptions {
     pub broker_epoch: i64,
     /// Partitions written at once; 0 means one per available core.
     pub threads: usize,
+    /// Records per batch ([`BULK_RECORDS_PER_BATCH`] by default; 1 with a smaller value makes the ~1 KiB
+    /// batches of a producer that sends one record at a time, the many-small-batches case of issue 12).
+    pub records_per_batch: u32,
+    /// Value size of each record ([`BULK_VALUE_BYTES`] by default).
+    pub value_bytes: usize,
 }
 
 impl Default for BulkOptions {
@@ -54,6 +59,8 @@ impl Default for BulkOptions {
             node_id: DEFAULT_NODE_ID,
             broker_epoch: 1,
             threads: 0,
+            records_per_batch: BULK_RECORDS_PER_BATCH,
+            value_bytes: BULK_VALUE_BYTES,
         }
     }
 }
@@ -132,12 +139,18 @@ pub fn write_bulk(log_dir: &Path, options: &BulkOptions, progress: &(dyn Fn(u64)
             "no partitions to write".into(),
         ));
     }
+    if options.records_per_batch == 0 {
+        return Err(crate::writer::partition::invalid_input(
+            log_dir,
+            "records per batch must be at least 1".into(),
+        ));
+    }
     let layout = BulkLayout {
         seed: options.seed,
         topic: options.topic.clone(),
         partitions: options.partitions,
-        records_per_batch: BULK_RECORDS_PER_BATCH,
-        value_bytes: BULK_VALUE_BYTES,
+        records_per_batch: options.records_per_batch,
+        value_bytes: options.value_bytes,
         compressed_every: BULK_COMPRESSED_EVERY,
         base_timestamp: options.base_timestamp,
     };
