@@ -97,6 +97,7 @@ mod error;
 mod files;
 mod journal;
 mod lock;
+mod log_end;
 mod plan;
 mod producer_state;
 mod refusal;
@@ -134,7 +135,7 @@ use swap::execute;
 pub use error::{Error, Result};
 pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
 pub use lock::{LockFailure, LogDirLock};
-pub use plan::{topics_regex, PromoteRequest};
+pub use plan::{topics_regex, PromoteRequest, DEFAULT_PARALLEL};
 pub use refusal::{Refusal, Refusals};
 pub use report::{Outcome, PromoteReport, PromotedPartition};
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
@@ -226,7 +227,7 @@ pub(crate) fn promote_with(
                 journal.partitions.len(),
                 journal.link
             ));
-            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed)? {
+            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed, request.parallel)? {
                 resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
             }
             link_from_journal = Some(journal.link);
@@ -313,7 +314,7 @@ pub(crate) fn promote_with(
         hook(Step::Journaled);
         report
             .partitions
-            .extend(execute(&journal, log_dir, catalog, hook, Outcome::Promoted)?);
+            .extend(execute(&journal, log_dir, catalog, hook, Outcome::Promoted, request.parallel)?);
     }
     if !refusals.is_empty() {
         return Err(Error::Refused { refusals });
