@@ -231,6 +231,12 @@ pub(super) fn walk_log_from(path: &Path, start: u64, epoch: Option<i32>) -> Resu
 /// ([`write_behind`]); one fsync at the end. The copy holds the same bytes as [`std::fs::copy`] followed by
 /// `walk_log(to, Some(epoch))`, without reading the copy back. Memory: one chunk.
 pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32) -> Result<LogWalk> {
+    copy_log_restamping_in_chunks(from, to, epoch, COPY_CHUNK)
+}
+
+/// [`copy_log_restamping`] with chunks of `chunk` bytes (tests cut headers at every position with small ones).
+fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<LogWalk> {
+    let chunk = chunk.max(1);
     let mut source = File::open(from).map_err(|e| Error::io(from, e))?;
     let size = source.metadata().map_err(|e| Error::io(from, e))?.len();
     let mut out = OpenOptions::new()
@@ -243,7 +249,7 @@ pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32) -> Result<
         size,
         ..LogWalk::default()
     };
-    let chunk = usize::try_from(size.min(COPY_CHUNK as u64)).unwrap_or(COPY_CHUNK);
+    let chunk = usize::try_from(size.min(chunk as u64)).unwrap_or(chunk);
     // The chunk plus room for a header carried over from the previous one.
     let mut buf = vec![0u8; chunk + RECORD_BATCH_OVERHEAD];
     // `buf[..filled]` holds the file's bytes from `buf_start`; `next_frame` is where the next frame starts.
@@ -471,8 +477,78 @@ mod tests {
         ));
     }
 
+    /// The one-pass copy against the two-pass reference (kernel copy, then `walk_log` restamping the copy).
+    fn assert_copy_matches_two_passes(dir: &Path, frames: &[Vec<u8>], epoch: i32, chunk: usize) {
+        let from = write(dir, frames);
+        let reference = dir.join("reference.log");
+        std::fs::copy(&from, &reference).unwrap();
+        let expected = walk_log(&reference, Some(epoch)).unwrap();
+        let to = dir.join("copy.log");
+        let got = copy_log_restamping_in_chunks(&from, &to, epoch, chunk).unwrap();
+        assert_eq!(got, expected, "chunk {chunk}");
+        assert_eq!(
+            std::fs::read(&to).unwrap(),
+            std::fs::read(&reference).unwrap(),
+            "chunk {chunk}"
+        );
+    }
+
+    #[test]
+    fn one_pass_copy_restamps_like_the_two_pass_walk_whatever_the_chunk_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = encode_message(0, 1, 5, TimestampType::CreateTime, None, Some(b"old"));
+        let frames = vec![legacy, batch(1, 3, 7), batch(4, 1, 2), batch(5, 20, 9), batch(25, 2, 2)];
+        let total: usize = frames.iter().map(Vec::len).sum();
+        // Chunks that cut headers before, inside and after the magic byte and the epoch field, and whole files.
+        for chunk in [1, 2, 5, 16, 17, 18, 60, 61, 62, 100, 333, total - 1, total, 1 << 20] {
+            assert_copy_matches_two_passes(dir.path(), &frames, 2, chunk);
+        }
+        assert_copy_matches_two_passes(dir.path(), &[], 2, 7);
+    }
+
+    #[test]
+    fn one_pass_copy_refuses_what_the_walk_refuses_at_the_same_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = batch(0, 2, 1);
+        let second = batch(2, 2, 1);
+        let mut magic = batch(2, 1, 1);
+        magic[16] = 3;
+        let cases: Vec<Vec<u8>> = vec![
+            // A partial batch at the end, and stray bytes too few for a header.
+            [first.as_slice(), &second[..second.len() - 3]].concat(),
+            [first.as_slice(), &[0u8; 5]].concat(),
+            [first.as_slice(), &magic].concat(),
+        ];
+        for bytes in cases {
+            let from = dir.path().join("00000000000000000000.log");
+            std::fs::write(&from, &bytes).unwrap();
+            let walked = walk_log(&from, None).unwrap_err().to_string();
+            for chunk in [3, 40, 1 << 20] {
+                let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 4, chunk)
+                    .unwrap_err()
+                    .to_string();
+                assert_eq!(copied, walked, "chunk {chunk}");
+                assert!(copied.contains("00000000000000000000.log"), "{copied}");
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Hostile bytes never panic the one-pass copy either, and it fails exactly where the walk fails.
+        #[test]
+        fn one_pass_copy_of_random_bytes_agrees_with_the_walk(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            chunk in 1usize..128,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let from = dir.path().join("00000000000000000000.log");
+            std::fs::write(&from, &bytes).unwrap();
+            let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 3, chunk);
+            let walked = walk_log(&from, Some(3));
+            prop_assert_eq!(copied.map_err(|e| e.to_string()), walked.map_err(|e| e.to_string()));
+        }
 
         /// Hostile bytes never panic: the walk ends in a summary or an error.
         #[test]
