@@ -36,7 +36,12 @@ pub(super) fn staged(staging: &Path, p: &Planned, suffix: &str) -> PathBuf {
 /// Build `<tp>.ready` in staging unless it (or the swap after it) already happened; says which (`true`: built now).
 /// Runs on a worker thread of `swap::build_all`, next to other partitions' builds: it touches only this
 /// partition's directories in staging and reads only its mirror partition.
-pub(super) fn build(journal: &Journal, p: &Planned, staging: &Path, outcome: Outcome) -> Result<(PromotedPartition, bool)> {
+pub(super) fn build(
+    journal: &Journal,
+    p: &Planned,
+    staging: &Path,
+    outcome: Outcome,
+) -> Result<(PromotedPartition, bool)> {
     let ready = staged(staging, p, READY);
     let old = staged(staging, p, OLD);
     let mut result = PromotedPartition {

@@ -101,7 +101,8 @@ fn frame_at(log: &Path, position: u64, size: u64) -> Result<Option<super::restam
     let file = File::open(log).map_err(|e| Error::io(log, e))?;
     let remaining = size.saturating_sub(position);
     let mut header = vec![0u8; usize::try_from(remaining.min(RECORD_BATCH_OVERHEAD as u64)).unwrap_or(0)];
-    file.read_exact_at(&mut header, position).map_err(|e| Error::io(log, e))?;
+    file.read_exact_at(&mut header, position)
+        .map_err(|e| Error::io(log, e))?;
     Ok(inspect_frame(log, position, remaining, &header).ok())
 }
 
@@ -111,7 +112,8 @@ fn check_last_batch_crc(log: &Path, position: u64, size: u64) -> Result<()> {
     let mut file = File::open(log).map_err(|e| Error::io(log, e))?;
     let remaining = size.saturating_sub(position);
     let mut header = vec![0u8; usize::try_from(remaining.min(RECORD_BATCH_OVERHEAD as u64)).unwrap_or(0)];
-    file.read_exact_at(&mut header, position).map_err(|e| Error::io(log, e))?;
+    file.read_exact_at(&mut header, position)
+        .map_err(|e| Error::io(log, e))?;
     let frame = inspect_frame(log, position, remaining, &header)?;
     if frame.magic != 2 {
         return Ok(());
@@ -183,10 +185,22 @@ mod tests {
         // Entries as Kafka writes them: the largest offset of an append and the position of its first batch.
         write_index(&log, &[(2, at[1] as u32), (20, at[6] as u32)], 0);
         let end = log_end(&log, BASE).unwrap();
-        assert_eq!(end, LogEnd { end_offset: BASE + 30, walked_from: at[6] });
+        assert_eq!(
+            end,
+            LogEnd {
+                end_offset: BASE + 30,
+                walked_from: at[6]
+            }
+        );
         // A preallocated index (zeros after the entries) gives the same hint.
         write_index(&log, &[(2, at[1] as u32), (20, at[6] as u32)], 1000);
-        assert_eq!(log_end(&log, BASE).unwrap(), LogEnd { end_offset: BASE + 30, walked_from: at[6] });
+        assert_eq!(
+            log_end(&log, BASE).unwrap(),
+            LogEnd {
+                end_offset: BASE + 30,
+                walked_from: at[6]
+            }
+        );
     }
 
     #[test]
@@ -202,7 +216,12 @@ mod tests {
         assert_eq!(log_end(&log, BASE).unwrap(), whole, "only zero-fill");
         // Inside a batch, past the end of the file, at a batch below the entry's offset's batch or past the end
         // offset.
-        for entry in [(20, at[6] as u32 + 7), (20, 1 << 30), (20, at[8] as u32), (40, at[6] as u32)] {
+        for entry in [
+            (20, at[6] as u32 + 7),
+            (20, 1 << 30),
+            (20, at[8] as u32),
+            (40, at[6] as u32),
+        ] {
             write_index(&log, &[entry], 0);
             assert_eq!(log_end(&log, BASE).unwrap(), whole, "{entry:?}");
         }
@@ -211,7 +230,10 @@ mod tests {
         bytes.truncate(bytes.len() - 3);
         std::fs::write(&log, &bytes).unwrap();
         let err = log_end(&log, BASE).unwrap_err().to_string();
-        assert!(err.contains(&log.display().to_string()) && err.contains("past the end"), "{err}");
+        assert!(
+            err.contains(&log.display().to_string()) && err.contains("past the end"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -243,6 +265,12 @@ mod tests {
         let log = dir.path().join(format!("{BASE:020}.log"));
         std::fs::write(&log, b"").unwrap();
         write_index(&log, &[], 10);
-        assert_eq!(log_end(&log, BASE).unwrap(), LogEnd { end_offset: BASE, walked_from: 0 });
+        assert_eq!(
+            log_end(&log, BASE).unwrap(),
+            LogEnd {
+                end_offset: BASE,
+                walked_from: 0
+            }
+        );
     }
 }

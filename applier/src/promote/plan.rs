@@ -15,8 +15,8 @@ use segmirror_catalog::{Catalog, MirrorPartition, PartitionKey, PartitionState};
 
 use super::error::{Error, Result};
 use super::journal::{Planned, TailActive};
-use super::refusal::Refusal;
 use super::log_end::log_end;
+use super::refusal::Refusal;
 use super::retention::loss::RetentionLoss;
 use super::{retention, target, txn_cut};
 

@@ -15,8 +15,8 @@ use segmirror_catalog::{Catalog, EventKind, PartitionKey, PartitionState, Subjec
 use super::build::{build, staged, OLD, READY};
 use super::error::{Error, Result};
 use super::files::{remove_dir_all, remove_file, rename};
-use super::plan::DEFAULT_PARALLEL;
 use super::journal::{Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
+use super::plan::DEFAULT_PARALLEL;
 use super::report::{Outcome, PromotedPartition};
 use super::target;
 

@@ -656,13 +656,23 @@ fn a_partition_refused_while_others_build_in_parallel_leaves_them_built_and_the_
     assert!(!staging.join("orders-1.ready").exists());
     assert!(staging.join(JOURNAL_FILE).is_file());
     assert_eq!(live_files(&f.target), live_before);
-    assert_eq!((f.state(0), f.state(1)), (PartitionState::Paused, PartitionState::Paused));
+    assert_eq!(
+        (f.state(0), f.state(1)),
+        (PartitionState::Paused, PartitionState::Paused)
+    );
     // With the mirror as planned again, a rerun finishes exactly the journaled promotion.
     std::fs::write(&log, &original).unwrap();
     let report = f.promote().unwrap();
-    assert!(report.partitions.iter().all(|p| p.outcome == Outcome::Resumed), "{:?}", report.partitions);
+    assert!(
+        report.partitions.iter().all(|p| p.outcome == Outcome::Resumed),
+        "{:?}",
+        report.partitions
+    );
     assert_eq!(target_state(&f.target), reference);
-    assert_eq!((f.state(0), f.state(1)), (PartitionState::Promoted, PartitionState::Promoted));
+    assert_eq!(
+        (f.state(0), f.state(1)),
+        (PartitionState::Promoted, PartitionState::Promoted)
+    );
 }
 
 #[test]
