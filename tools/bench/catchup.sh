@@ -110,13 +110,17 @@ declare -a COPY SEED APPLY SYNC WHOLE NOOP
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 CATCHUP="${CATCHUP:-1}"
 PROMOTE="${PROMOTE:-1}"
-if [ "$CATCHUP" = 0 ]; then
+if [ "$CATCHUP" = 0 ] && [ -f "$WORK/.mirror-complete" ] && [ -d "$MIRROR" ]; then
+    echo "catch-up not measured (CATCHUP=0): the mirror of an earlier CATCHUP=0 run is reused" >&2
+elif [ "$CATCHUP" = 0 ]; then
     echo "catch-up not measured (CATCHUP=0): one untimed seed + apply" >&2
     reset
     "$BIN" seed --log-dir "$SRC" --store "$STORE" > "$WORK/seed.out" 2>&1
     "$BIN" apply --store "$STORE" --mirror "$MIRROR" --catalog "$CATALOG" > "$WORK/apply.out" 2>&1
     sync
+    touch "$WORK/.mirror-complete"
 fi
+[ "$CATCHUP" = 0 ] || rm -f "$WORK/.mirror-complete"
 for run in $(seq "$([ "$CATCHUP" = 0 ] && echo 0 || echo "$RUNS")"); do
     echo "run $run/$RUNS" >&2
     wait_idle
