@@ -15,6 +15,14 @@
 # --small-batches`. `verify` of the partition dirs named one by one (verified one after the other, as every log dir
 # was before issue 12) is timed beside it.
 #
+# Promote phase (issue 12; PROMOTE=0 skips it): after the catch-up runs, the mirror of the last run is promoted
+# (`segmirror promote --force`) into a fresh copy of a broker-shaped target log dir (generated once: topic `bulk`
+# with as many partitions, leader epoch 3 so that every batch is restamped, as a source's higher epochs are), RUNS
+# times, against `cp -r` of the mirror's partition dirs into a folder + `sync` in the same run, each from a cold page
+# cache (the catalog is restored from a copy taken after apply before each run). PROMOTE_COMPARE=path also times
+# that binary's promote (e.g. a build of main) interleaved with the others; PROMOTE_PARALLEL=N passes --parallel N
+# (to binaries that have it). CATCHUP=0 skips the catch-up measurements (one untimed seed + apply makes the mirror).
+#
 # Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS] [--small-batches]     (defaults: 4GiB, 8 partitions)
 #   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
 #   the generated topic is kept (marker file) and reused by later runs with the same SIZE and PARTITIONS.
@@ -115,7 +123,20 @@ timed() {
 
 declare -a COPY SEED APPLY SYNC WHOLE NOOP
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-for run in $(seq "$RUNS"); do
+CATCHUP="${CATCHUP:-1}"
+PROMOTE="${PROMOTE:-1}"
+if [ "$CATCHUP" = 0 ] && [ -f "$WORK/.mirror-complete" ] && [ -d "$MIRROR" ]; then
+    echo "catch-up not measured (CATCHUP=0): the mirror of an earlier CATCHUP=0 run is reused" >&2
+elif [ "$CATCHUP" = 0 ]; then
+    echo "catch-up not measured (CATCHUP=0): one untimed seed + apply" >&2
+    reset
+    "$BIN" seed --log-dir "$SRC" --store "$STORE" > "$WORK/seed.out" 2>&1
+    "$BIN" apply --store "$STORE" --mirror "$MIRROR" --catalog "$CATALOG" > "$WORK/apply.out" 2>&1
+    sync
+    touch "$WORK/.mirror-complete"
+fi
+[ "$CATCHUP" = 0 ] || rm -f "$WORK/.mirror-complete"
+for run in $(seq "$([ "$CATCHUP" = 0 ] && echo 0 || echo "$RUNS")"); do
     echo "run $run/$RUNS" >&2
     wait_idle
     reset
@@ -149,6 +170,68 @@ if [ -n "$SMALL" ]; then
         timed VERIFY_ONE /dev/null "$BIN" verify "${PARTS[@]}"
     done
 fi
+
+# Promote phase: see the header.
+declare -a PCOPY PROMOTED PROMOTED_CMP
+PROMOTE_TEMPLATE="$WORK/promote-template" PROMOTE_TARGET="$WORK/promote-target" PROMOTE_COPY="$WORK/promote-copy"
+PROMOTE_CATALOG="$WORK/promote-catalog.sqlite" CATALOG_AFTER_APPLY="$WORK/catalog-after-apply.sqlite"
+MIRROR_BYTES=0
+promote_args() { # binary
+    local args=(promote --mirror "$MIRROR" --log-dir "$PROMOTE_TARGET" --catalog "$PROMOTE_CATALOG" --force
+        --allow-retention-delete)
+    if [ -n "${PROMOTE_PARALLEL:-}" ] && "$1" promote --help | grep -q -- '--parallel'; then
+        args+=(--parallel "$PROMOTE_PARALLEL")
+    fi
+    printf '%s\n' "${args[@]}"
+}
+promote_reset() {
+    rm -rf "$PROMOTE_TARGET" "$PROMOTE_COPY" "$PROMOTE_CATALOG" "$PROMOTE_CATALOG"-*
+    cp -a "$PROMOTE_TEMPLATE" "$PROMOTE_TARGET"
+    cp "$CATALOG_AFTER_APPLY" "$PROMOTE_CATALOG"
+    sync
+    if ! { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
+        find "$MIRROR" -type f -exec cat {} + > /dev/null
+    fi
+}
+timed_promote() { # array, binary, output
+    local args
+    mapfile -t args < <(promote_args "$2")
+    timed "$1" "$3" sh -c '"$0" "$@" && sync' "$2" "${args[@]}"
+}
+if [ "$PROMOTE" != 0 ]; then
+    # The catalog as apply left it (promotion marks partitions promoted; each run starts from this copy).
+    rm -f "$CATALOG_AFTER_APPLY"
+    sqlite3 "$CATALOG" ".backup '$CATALOG_AFTER_APPLY'" 2>/dev/null || cp "$CATALOG" "$CATALOG_AFTER_APPLY"
+    rm -rf "$PROMOTE_TEMPLATE"
+    "$BIN" generate --out "$PROMOTE_TEMPLATE" --bulk-bytes 1KiB --partitions "${#PARTS[@]}" --seed 1 --no-fsync \
+        > /dev/null 2>&1
+    for d in "$PROMOTE_TEMPLATE"/bulk-*; do printf '0\n1\n3 0\n' > "$d/leader-epoch-checkpoint"; done
+    mapfile -t MIRROR_PARTS < <(find "$MIRROR" -mindepth 1 -maxdepth 1 -type d -name 'bulk-*' | sort)
+    MIRROR_BYTES=$(du -sb --apparent-size "${MIRROR_PARTS[@]}" | awk '{ s += $1 } END { printf "%.0f\n", s }')
+    for run in $(seq "$RUNS"); do
+        echo "promote run $run/$RUNS" >&2
+        wait_idle
+        promote_reset
+        timed PCOPY /dev/null sh -c "mkdir '$PROMOTE_COPY' && cp -r ${MIRROR_PARTS[*]} '$PROMOTE_COPY/' && sync"
+        if [ -n "${PROMOTE_COMPARE:-}" ]; then
+            wait_idle
+            promote_reset
+            timed_promote PROMOTED_CMP "$PROMOTE_COMPARE" "$WORK/promote-compare.out"
+        fi
+        wait_idle
+        promote_reset
+        timed_promote PROMOTED "$BIN" "$WORK/promote.out"
+        # The promoted partitions hold the mirror's records: every .log as long as the mirror's.
+        for part in "${MIRROR_PARTS[@]}"; do
+            for f in "$part"/*.log; do
+                [ "$(stat -c %s "$f")" = "$(stat -c %s "$PROMOTE_TARGET/$(basename "$part")/$(basename "$f")")" ] || {
+                    echo "promoted copy differs in size: $f" >&2
+                    exit 1
+                }
+            done
+        done
+    done
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The mirror must hold the source's bytes: every .log, .index, .timeindex compared (outside the timings).
@@ -162,7 +245,7 @@ median() { # field number, then "wall cpu rss" lines on stdin
     awk -v f="$1" '{ print $f }' | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
 }
 col() { printf '%s\n' "${@:2}" | median "$1"; }
-copy_s=$(col 1 "${COPY[@]}")
+copy_s=$(col 1 "${COPY[@]}" 2>/dev/null || true)
 base_s=$copy_s
 row() { # name, then the runs
     local name="$1"
@@ -186,6 +269,7 @@ if [ -n "$SMALL" ]; then
     echo "one-record batches of ~930 bytes (generate --records-per-batch 1 --value-bytes 860)," \
         "$(awk -v b="$LOG_BYTES" -v p="${#PARTS[@]}" 'BEGIN { printf "%.1f MiB of .log per partition", b / p / 1048576 }')"
 fi
+if [ "$CATCHUP" != 0 ]; then
 echo
 echo "| command                                  | wall s | MiB/s  | vs copy | CPU s  | peak RSS MiB |"
 echo "|------------------------------------------|--------|--------|---------|--------|--------------|"
@@ -195,12 +279,31 @@ row "  segmirror seed" "${SEED[@]}"
 row "  segmirror apply" "${APPLY[@]}"
 row "  sync" "${SYNC[@]}"
 row "segmirror seed, no-op rerun${MEMORY_ARGS:+ (--memory)}" "${NOOP[@]}"
+fi
 if [ -n "$SMALL" ]; then
     base_s=$(col 1 "${CAT[@]}")
     row "cat of the source files (warm; baseline)" "${CAT[@]}"
     row "segmirror verify of the source (warm)" "${VERIFY[@]}"
     row "  same, partitions one at a time" "${VERIFY_ONE[@]}"
 fi
-echo
 walls() { printf '%s\n' "$@" | awk '{ printf "%s ", $1 }'; }
-echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")| no-op seed $(walls "${NOOP[@]}")${SMALL:+| cat $(walls "${CAT[@]}")| verify $(walls "${VERIFY[@]}")| one at a time $(walls "${VERIFY_ONE[@]}")}"
+if [ "$CATCHUP" != 0 ]; then
+    echo
+    echo "every run, wall s: copy $(walls "${COPY[@]}")| segmirror $(walls "${WHOLE[@]}")| seed $(walls "${SEED[@]}")| apply $(walls "${APPLY[@]}")| no-op seed $(walls "${NOOP[@]}")${SMALL:+| cat $(walls "${CAT[@]}")| verify $(walls "${VERIFY[@]}")| one at a time $(walls "${VERIFY_ONE[@]}")}"
+fi
+if [ "$PROMOTE" != 0 ]; then
+    echo
+    echo "promote: the mirror ($(numfmt --to=iec-i --suffix=B "$MIRROR_BYTES") in ${#MIRROR_PARTS[@]} partition dir(s)) into a" \
+        "fresh target log dir, every batch restamped, median of $RUNS runs${PROMOTE_PARALLEL:+, --parallel $PROMOTE_PARALLEL}"
+    echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${PROMOTE_COMPARE:+PROMOTE_COMPARE=$PROMOTE_COMPARE }${PROMOTE_PARALLEL:+PROMOTE_PARALLEL=$PROMOTE_PARALLEL }CATCHUP=$CATCHUP RUNS=$RUNS" \
+        "tools/bench/catchup.sh $SIZE $PARTITIONS"
+    echo
+    BYTES="$MIRROR_BYTES" base_s=$(col 1 "${PCOPY[@]}")
+    echo "| command                                  | wall s | MiB/s  | vs copy | CPU s  | peak RSS MiB |"
+    echo "|------------------------------------------|--------|--------|---------|--------|--------------|"
+    row "cp -r mirror partitions, sync (baseline)" "${PCOPY[@]}"
+    row "segmirror promote + sync" "${PROMOTED[@]}"
+    if [ -n "${PROMOTE_COMPARE:-}" ]; then row "$(basename "$PROMOTE_COMPARE") promote + sync" "${PROMOTED_CMP[@]}"; fi
+    echo
+    echo "every run, wall s: copy $(walls "${PCOPY[@]}")| promote $(walls "${PROMOTED[@]}")${PROMOTE_COMPARE:+| compare $(walls "${PROMOTED_CMP[@]}")}"
+fi

@@ -15,11 +15,11 @@ use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 
 use super::error::{Error, Result};
 use super::files::{copy, create_dir, remove_dir_all, rename, sync_file};
-use super::journal::{Journal, Planned, Step, JOURNAL_FILE};
+use super::journal::{Journal, Planned, JOURNAL_FILE};
 use super::producer_state;
 use super::refusal::Refusal;
 use super::report::{Outcome, PromotedPartition};
-use super::restamp::walk_log;
+use super::restamp::copy_log_restamping;
 use super::txn_cut;
 
 /// Suffix of a partition being built in staging.
@@ -33,14 +33,15 @@ pub(super) fn staged(staging: &Path, p: &Planned, suffix: &str) -> PathBuf {
     staging.join(format!("{}.{suffix}", p.tp().dir_name()))
 }
 
-/// Build `<tp>.ready` in staging unless it (or the swap after it) already happened.
+/// Build `<tp>.ready` in staging unless it (or the swap after it) already happened; says which (`true`: built now).
+/// Runs on a worker thread of `swap::build_all`, next to other partitions' builds: it touches only this
+/// partition's directories in staging and reads only its mirror partition.
 pub(super) fn build(
     journal: &Journal,
     p: &Planned,
     staging: &Path,
     outcome: Outcome,
-    hook: &mut dyn FnMut(Step),
-) -> Result<PromotedPartition> {
+) -> Result<(PromotedPartition, bool)> {
     let ready = staged(staging, p, READY);
     let old = staged(staging, p, OLD);
     let mut result = PromotedPartition {
@@ -57,7 +58,7 @@ pub(super) fn build(
         transactions_aborted: p.cut.clone(),
     };
     if ready.exists() || old.exists() {
-        return Ok(result);
+        return Ok((result, false));
     }
     let building = staged(staging, p, BUILDING);
     if building.exists() {
@@ -79,13 +80,14 @@ pub(super) fn build(
                 continue;
             }
             let to = building.join(&name);
-            copy(&from, &to)?;
             if kind == SegmentFileKind::Log {
-                let walk = walk_log(&to, Some(p.leader_epoch))?;
+                // One pass: read, check and restamp the headers in memory, write (see `restamp`).
+                let walk = copy_log_restamping(&from, &to, p.leader_epoch)?;
                 result.log_bytes += walk.size;
                 result.batches_restamped += walk.restamped;
                 found_end = Some(walk.last_offset.map_or(*base, |o| o.saturating_add(1)));
             } else {
+                copy(&from, &to)?;
                 sync_file(&to)?;
             }
         }
@@ -126,8 +128,7 @@ pub(super) fn build(
     fsync_dir(&building)?;
     rename(&building, &ready)?;
     fsync_dir(staging)?;
-    hook(Step::Built(p.tp()));
-    Ok(result)
+    Ok((result, true))
 }
 
 /// The tailed active segment's companions on the mirror are derived (`tail::companions`: index files not fsynced,

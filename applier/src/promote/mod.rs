@@ -67,7 +67,8 @@
 //!    written to `promotion.json` there (the journal);
 //! 2. each partition is built complete in `<topic>-<partition>.building/` (copies, restamped, abort markers, empty
 //!    producer state, fsynced) and renamed `.ready`; what is cut is decided at planning and journaled, so a rebuild
-//!    after a crash writes the same bytes;
+//!    after a crash writes the same bytes. Up to [`PromoteRequest::parallel`] partitions are built at once (they
+//!    share nothing in staging and nothing live changes before every build is done);
 //! 3. each live partition directory is renamed to `<topic>-<partition>.old` in staging and the `.ready` one takes
 //!    its place;
 //! 4. the root checkpoints are rewritten (`durable::write_atomically`);
@@ -76,8 +77,12 @@
 //!
 //! A rerun after a crash at any point finds the journal, finishes exactly the journaled promotion from the state on
 //! disk (the `.ready`/`.old` names say how far each partition got) and then handles the rest of the request.
-//! Promoting an already promoted partition is a no-op reported as such. Copies are made with `std::fs::copy`
-//! (a kernel copy that can share blocks on file systems with reflinks); hard links are never used, because the
+//! Promoting an already promoted partition is a no-op reported as such. A `.log` is copied in one pass that checks
+//! every frame header and restamps the epochs in memory, starting write-back as it goes and fsyncing once
+//! (`restamp::copy_log_restamping`); the other files with `std::fs::copy`. Planning reads a mirror's end offset
+//! from the last batches of its last segment, found through the offset index (`log_end`), not from a walk of the
+//! whole segment: the copy walks every header anyway and refuses a partition that changed. Hard links are never
+//! used, because the
 //! broker rewrites some files in place (the last segment's indexes are resized at load, recovery rebuilds
 //! indexes) and would change the mirror under the catalog.
 //!
@@ -97,6 +102,7 @@ mod error;
 mod files;
 mod journal;
 mod lock;
+mod log_end;
 mod plan;
 mod producer_state;
 mod refusal;
@@ -134,7 +140,7 @@ use swap::execute;
 pub use error::{Error, Result};
 pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
 pub use lock::{LockFailure, LogDirLock};
-pub use plan::{topics_regex, PromoteRequest};
+pub use plan::{topics_regex, PromoteRequest, DEFAULT_PARALLEL};
 pub use refusal::{Refusal, Refusals};
 pub use report::{Outcome, PromoteReport, PromotedPartition};
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
@@ -226,7 +232,7 @@ pub(crate) fn promote_with(
                 journal.partitions.len(),
                 journal.link
             ));
-            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed)? {
+            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed, request.parallel)? {
                 resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
             }
             link_from_journal = Some(journal.link);
@@ -311,9 +317,14 @@ pub(crate) fn promote_with(
         };
         write_journal(&journal, log_dir, &staging)?;
         hook(Step::Journaled);
-        report
-            .partitions
-            .extend(execute(&journal, log_dir, catalog, hook, Outcome::Promoted)?);
+        report.partitions.extend(execute(
+            &journal,
+            log_dir,
+            catalog,
+            hook,
+            Outcome::Promoted,
+            request.parallel,
+        )?);
     }
     if !refusals.is_empty() {
         return Err(Error::Refused { refusals });

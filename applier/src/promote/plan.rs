@@ -15,8 +15,8 @@ use segmirror_catalog::{Catalog, MirrorPartition, PartitionKey, PartitionState};
 
 use super::error::{Error, Result};
 use super::journal::{Planned, TailActive};
+use super::log_end::log_end;
 use super::refusal::Refusal;
-use super::restamp::walk_log;
 use super::retention::loss::RetentionLoss;
 use super::{retention, target, txn_cut};
 
@@ -40,7 +40,13 @@ pub struct PromoteRequest {
     /// Promote even when the target topic's retention would delete promoted data at start (or cannot be known);
     /// the report lists what the broker will delete.
     pub allow_retention_delete: bool,
+    /// How many partitions are built (copied) at once; 0 means [`DEFAULT_PARALLEL`].
+    pub parallel: usize,
 }
+
+/// Partitions built at once by default: enough to keep a disk busy while one partition's files are fsynced and
+/// a CPU busy checking headers, few enough not to turn one sequential copy into many competing ones.
+pub const DEFAULT_PARALLEL: usize = 4;
 
 /// A topic selection that matches whole topic names only (`orders` does not select `orders-eu`), as Kafka's own
 /// topic regexes (`topics.regex`) are used.
@@ -247,8 +253,8 @@ fn inspect_mirror(
         Tailed::Active(t) => Some(t),
         Tailed::No => None,
     };
-    let walk = walk_log(&last.log, None)?;
-    let log_end_offset = walk.last_offset.map_or(last.base_offset, |o| o.saturating_add(1));
+    // From the last batches only (the offset index says where they start): see `log_end`.
+    let log_end_offset = log_end(&last.log, last.base_offset)?.end_offset;
     // A tailed partition: the catalog holds the sealed segments below the active one, whose end the state file
     // records (checked in `tailed_active_segment`); otherwise the catalog holds everything up to the end.
     let consistent = match &tail_active {
@@ -372,8 +378,7 @@ fn tailed_active_segment(
     {
         return Ok(Tailed::No);
     }
-    let walk = walk_log(&log, None)?;
-    let end = walk.last_offset.map_or(state.segment_base, |o| o.saturating_add(1));
+    let end = log_end(&log, state.segment_base)?.end_offset;
     if end != recorded_end {
         refusals.push(Refusal::MirrorCatalogMismatch {
             partition: tp.clone(),

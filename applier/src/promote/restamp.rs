@@ -9,11 +9,14 @@
 //! own leader restamps every batch it appends (`LogValidator`), and the field lies outside the CRC (which covers
 //! bytes 21.. of a batch; `DefaultRecordBatch`), so rewriting those four bytes leaves every batch valid.
 //!
-//! Only the header is read (and at most four bytes written) per batch: the copy itself is a kernel copy
-//! (`std::fs::copy`, which can share blocks on file systems with reflinks), and restamping touches one block per
-//! batch. Legacy (magic 0/1) frames have no epoch field — bytes 12..16 are their CRC — and are left alone. The walk
-//! is strict: a frame that does not fit the file, a length below Kafka's minimum or an unknown magic is an error
-//! naming the file, position and offset; a mirror never holds partial batches.
+//! Promotion restamps while it copies ([`copy_log_restamping`]): each chunk read from the mirror has the headers of
+//! the frames starting in it checked and its epoch fields patched in memory before it is written, so the copy is
+//! never read back (a kernel copy followed by a header walk over the copy cost a second pass of one `lseek` and
+//! one small read per batch). [`walk_log`] restamps a file in place (only the header is read and at most four
+//! bytes written per batch) and inspects one. Legacy (magic 0/1) frames have no epoch field — bytes 12..16 are
+//! their CRC — and are left alone. Both walks are strict: a frame that does not fit the file, a length below
+//! Kafka's minimum or an unknown magic is an error naming the file, position and offset; a mirror never holds
+//! partial batches.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -32,6 +35,11 @@ pub const PARTITION_LEADER_EPOCH_OFFSET: usize = 12;
 const LAST_OFFSET_DELTA_OFFSET: usize = 23;
 /// Read buffer of the header walk: big enough to serve many small batches per read.
 const WALK_BUFFER: usize = 64 * 1024;
+/// Chunk of the one-pass copy: large enough that a read and a write move a lot per system call, small enough
+/// that a few partitions copied in parallel hold little memory.
+const COPY_CHUNK: usize = 1 << 20;
+/// Write-back is started every this many bytes copied.
+const WRITE_BEHIND_BYTES: u64 = 8 << 20;
 
 /// What a walk over one `.log` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,15 +54,113 @@ pub struct LogWalk {
     pub size: u64,
 }
 
-fn corrupt(path: &Path, position: u64, offset: Option<i64>, message: String) -> Error {
+pub(super) fn corrupt(path: &Path, position: u64, offset: Option<i64>, message: String) -> Error {
     Error::Format(FormatError::corrupt(path, position, offset, Defect::Other { message }))
+}
+
+fn partial_header(path: &Path, position: u64, remaining: u64) -> Error {
+    corrupt(
+        path,
+        position,
+        None,
+        format!("{remaining} trailing bytes, too few for a frame header (a partial batch)"),
+    )
+}
+
+/// One frame's header as the walks read it.
+pub(super) struct Frame {
+    pub(super) base_offset: i64,
+    pub(super) magic: i8,
+    /// Bytes of the whole frame, its 12-byte log overhead included.
+    pub(super) size: u64,
+    pub(super) last_offset: i64,
+}
+
+/// Check the frame whose header starts `header` at `position` of `path`, with `remaining` bytes of the file from
+/// there. `header` holds at least [`HEADER_SIZE_UP_TO_MAGIC`] bytes, and [`RECORD_BATCH_OVERHEAD`] for a magic-2
+/// batch (callers pass `min(RECORD_BATCH_OVERHEAD, remaining)`; a shorter magic-2 frame is refused here).
+pub(super) fn inspect_frame(path: &Path, position: u64, remaining: u64, header: &[u8]) -> Result<Frame> {
+    if remaining < HEADER_SIZE_UP_TO_MAGIC as u64 || header.len() < HEADER_SIZE_UP_TO_MAGIC {
+        return Err(partial_header(path, position, remaining));
+    }
+    let base_offset = i64::from_be_bytes(array(header, 0));
+    let length = i32::from_be_bytes(array(header, 8));
+    let magic = header.get(MAGIC_OFFSET).copied().unwrap_or_default() as i8;
+    if length < MIN_FRAME_LENGTH {
+        return Err(corrupt(
+            path,
+            position + 8,
+            Some(base_offset),
+            format!("frame length {length} is below Kafka's minimum {MIN_FRAME_LENGTH}"),
+        ));
+    }
+    let size = LOG_OVERHEAD as u64 + length as u64;
+    if size > remaining {
+        return Err(corrupt(
+            path,
+            position,
+            Some(base_offset),
+            format!("frame of {size} bytes runs past the end of the file ({remaining} bytes left)"),
+        ));
+    }
+    let last_offset = match magic {
+        0 | 1 => base_offset,
+        2 => {
+            if size < RECORD_BATCH_OVERHEAD as u64 || header.len() < RECORD_BATCH_OVERHEAD {
+                return Err(corrupt(
+                    path,
+                    position + 8,
+                    Some(base_offset),
+                    format!("magic-2 batch of {size} bytes is smaller than its {RECORD_BATCH_OVERHEAD}-byte header"),
+                ));
+            }
+            let delta = i32::from_be_bytes(array(header, LAST_OFFSET_DELTA_OFFSET));
+            base_offset.checked_add(i64::from(delta)).ok_or_else(|| {
+                corrupt(
+                    path,
+                    position,
+                    Some(base_offset),
+                    format!("last offset delta {delta} overflows"),
+                )
+            })?
+        }
+        other => {
+            return Err(corrupt(
+                path,
+                position + MAGIC_OFFSET as u64,
+                Some(base_offset),
+                format!("unknown magic {other}"),
+            ))
+        }
+    };
+    Ok(Frame {
+        base_offset,
+        magic,
+        size,
+        last_offset,
+    })
 }
 
 /// Walk `path` and report its frames; with `epoch`, rewrite every magic-2 batch's `partitionLeaderEpoch` that
 /// differs from it. The file must be a whole number of frames.
 pub fn walk_log(path: &Path, epoch: Option<i32>) -> Result<LogWalk> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    walk_log_from(path, 0, epoch).map(|(walk, _)| walk)
+}
+
+/// [`walk_log`] from byte `start` (a frame boundary) to the end; also returns the position of the last frame.
+/// `frames` and `restamped` count only the frames from `start`.
+pub(super) fn walk_log_from(path: &Path, start: u64, epoch: Option<i32>) -> Result<(LogWalk, Option<u64>)> {
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if start > size {
+        return Err(corrupt(
+            path,
+            start,
+            None,
+            format!("walk starts at {start}, past the end of the file ({size} bytes)"),
+        ));
+    }
+    file.seek(SeekFrom::Start(start)).map_err(|e| Error::io(path, e))?;
     let mut reader = BufReader::with_capacity(WALK_BUFFER, file);
     let mut writer = match epoch {
         Some(_) => Some(
@@ -69,104 +175,174 @@ pub fn walk_log(path: &Path, epoch: Option<i32>) -> Result<LogWalk> {
         size,
         ..LogWalk::default()
     };
-    let mut position = 0u64;
+    let mut last_frame = None;
+    let mut position = start;
     let mut header = [0u8; RECORD_BATCH_OVERHEAD];
     while position < size {
         let remaining = size - position;
-        if remaining < HEADER_SIZE_UP_TO_MAGIC as u64 {
-            return Err(corrupt(
-                path,
-                position,
-                None,
-                format!("{remaining} trailing bytes, too few for a frame header (a partial batch)"),
-            ));
+        let want = (RECORD_BATCH_OVERHEAD as u64).min(remaining) as usize;
+        if want < HEADER_SIZE_UP_TO_MAGIC {
+            return Err(partial_header(path, position, remaining));
         }
-        let prefix = header.get_mut(..HEADER_SIZE_UP_TO_MAGIC).unwrap_or_default();
+        // The prefix first: a legacy frame may be shorter than a magic-2 header.
+        let (prefix, rest) = header.split_at_mut(HEADER_SIZE_UP_TO_MAGIC);
         reader.read_exact(prefix).map_err(|e| Error::io(path, e))?;
-        let base_offset = i64::from_be_bytes(array(&header, 0));
-        let length = i32::from_be_bytes(array(&header, 8));
-        let magic = header.get(MAGIC_OFFSET).copied().unwrap_or_default() as i8;
-        if length < MIN_FRAME_LENGTH {
-            return Err(corrupt(
-                path,
-                position + 8,
-                Some(base_offset),
-                format!("frame length {length} is below Kafka's minimum {MIN_FRAME_LENGTH}"),
-            ));
+        let mut consumed = HEADER_SIZE_UP_TO_MAGIC;
+        if prefix.get(MAGIC_OFFSET).copied() == Some(2) {
+            let more = rest.get_mut(..want - HEADER_SIZE_UP_TO_MAGIC).unwrap_or_default();
+            reader.read_exact(more).map_err(|e| Error::io(path, e))?;
+            consumed = want;
         }
-        let frame_size = LOG_OVERHEAD as u64 + length as u64;
-        if frame_size > remaining {
-            return Err(corrupt(
-                path,
-                position,
-                Some(base_offset),
-                format!("frame of {frame_size} bytes runs past the end of the file ({remaining} bytes left)"),
-            ));
+        let frame = inspect_frame(path, position, remaining, header.get(..consumed).unwrap_or_default())?;
+        if frame.magic == 2 {
+            let stored = i32::from_be_bytes(array(&header, PARTITION_LEADER_EPOCH_OFFSET));
+            if let (Some(epoch), Some(out)) = (epoch, writer.as_mut()) {
+                if stored != epoch {
+                    let at = position + PARTITION_LEADER_EPOCH_OFFSET as u64;
+                    out.seek(SeekFrom::Start(at)).map_err(|e| Error::io(path, e))?;
+                    out.write_all(&epoch.to_be_bytes()).map_err(|e| Error::io(path, e))?;
+                    walk.restamped += 1;
+                }
+            }
         }
-        let last_offset = match magic {
-            0 | 1 => base_offset,
-            2 => {
-                if frame_size < RECORD_BATCH_OVERHEAD as u64 {
-                    return Err(corrupt(
-                        path,
-                        position + 8,
-                        Some(base_offset),
-                        format!("magic-2 batch of {frame_size} bytes is smaller than its {RECORD_BATCH_OVERHEAD}-byte header"),
-                    ));
-                }
-                let rest = header.get_mut(HEADER_SIZE_UP_TO_MAGIC..).unwrap_or_default();
-                reader.read_exact(rest).map_err(|e| Error::io(path, e))?;
-                let stored = i32::from_be_bytes(array(&header, PARTITION_LEADER_EPOCH_OFFSET));
-                if let (Some(epoch), Some(out)) = (epoch, writer.as_mut()) {
-                    if stored != epoch {
-                        let at = position + PARTITION_LEADER_EPOCH_OFFSET as u64;
-                        out.seek(SeekFrom::Start(at)).map_err(|e| Error::io(path, e))?;
-                        out.write_all(&epoch.to_be_bytes()).map_err(|e| Error::io(path, e))?;
-                        walk.restamped += 1;
-                    }
-                }
-                let delta = i32::from_be_bytes(array(&header, LAST_OFFSET_DELTA_OFFSET));
-                base_offset.checked_add(i64::from(delta)).ok_or_else(|| {
-                    corrupt(
-                        path,
-                        position,
-                        Some(base_offset),
-                        format!("last offset delta {delta} overflows"),
-                    )
-                })?
-            }
-            other => {
-                return Err(corrupt(
-                    path,
-                    position + MAGIC_OFFSET as u64,
-                    Some(base_offset),
-                    format!("unknown magic {other}"),
-                ))
-            }
-        };
-        let consumed = if magic == 2 {
-            RECORD_BATCH_OVERHEAD
-        } else {
-            HEADER_SIZE_UP_TO_MAGIC
-        } as u64;
-        let skip = i64::try_from(frame_size - consumed).map_err(|_| {
+        let skip = i64::try_from(frame.size - consumed as u64).map_err(|_| {
             corrupt(
                 path,
                 position,
-                Some(base_offset),
-                format!("frame of {frame_size} bytes is too large"),
+                Some(frame.base_offset),
+                format!("frame of {} bytes is too large", frame.size),
             )
         })?;
         reader.seek_relative(skip).map_err(|e| Error::io(path, e))?;
         walk.frames += 1;
-        walk.last_offset = Some(last_offset);
-        position += frame_size;
+        walk.last_offset = Some(frame.last_offset);
+        last_frame = Some(position);
+        position += frame.size;
     }
     if let Some(out) = writer {
         out.sync_all().map_err(|e| Error::io(path, e))?;
     }
+    Ok((walk, last_frame))
+}
+
+/// Copy the `.log` `from` to `to` (created; it must not be in use) in one pass: each chunk is read, the headers of
+/// the frames starting in it are checked as [`walk_log`] checks them and every magic-2 batch's
+/// `partitionLeaderEpoch` is set to `epoch` in the buffer, then the chunk is written and its write-back started
+/// ([`write_behind`]); one fsync at the end. The copy holds the same bytes as [`std::fs::copy`] followed by
+/// `walk_log(to, Some(epoch))`, without reading the copy back. Memory: one chunk.
+pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32) -> Result<LogWalk> {
+    copy_log_restamping_in_chunks(from, to, epoch, COPY_CHUNK)
+}
+
+/// [`copy_log_restamping`] with chunks of `chunk` bytes (tests cut headers at every position with small ones).
+fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<LogWalk> {
+    let chunk = chunk.max(1);
+    let mut source = File::open(from).map_err(|e| Error::io(from, e))?;
+    let size = source.metadata().map_err(|e| Error::io(from, e))?.len();
+    read_ahead(&source);
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(to)
+        .map_err(|e| Error::io(to, e))?;
+    let mut walk = LogWalk {
+        size,
+        ..LogWalk::default()
+    };
+    let chunk = usize::try_from(size.min(chunk as u64)).unwrap_or(chunk);
+    // The chunk plus room for a header carried over from the previous one.
+    let mut buf = vec![0u8; chunk + RECORD_BATCH_OVERHEAD];
+    // `buf[..filled]` holds the file's bytes from `buf_start`; `next_frame` is where the next frame starts.
+    let (mut buf_start, mut filled, mut next_frame) = (0u64, 0usize, 0u64);
+    let mut written_behind = 0u64;
+    let mut read_total = 0u64;
+    while buf_start + (filled as u64) < size {
+        let want = usize::try_from((size - read_total).min(chunk as u64)).unwrap_or(chunk);
+        let target = buf.get_mut(filled..filled + want).unwrap_or_default();
+        source.read_exact(target).map_err(|e| {
+            let message = format!("the file shrank while it was copied (expected {size} bytes): {e}");
+            Error::io(from, std::io::Error::new(e.kind(), message))
+        })?;
+        read_total += want as u64;
+        filled += want;
+        let buf_end = buf_start + filled as u64;
+        // Every frame whose header lies whole in the buffer (or ends the file).
+        while next_frame < buf_end {
+            let remaining = size - next_frame;
+            let need = (RECORD_BATCH_OVERHEAD as u64).min(remaining);
+            if next_frame + need > buf_end {
+                break;
+            }
+            let at = usize::try_from(next_frame - buf_start).unwrap_or(usize::MAX);
+            let header = buf.get_mut(at..at + need as usize).unwrap_or_default();
+            let frame = inspect_frame(from, next_frame, remaining, header)?;
+            if frame.magic == 2 {
+                let field = header
+                    .get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4)
+                    .unwrap_or_default();
+                if field != epoch.to_be_bytes() {
+                    field.copy_from_slice(&epoch.to_be_bytes());
+                    walk.restamped += 1;
+                }
+            }
+            walk.frames += 1;
+            walk.last_offset = Some(frame.last_offset);
+            next_frame += frame.size;
+        }
+        // Write everything before a header cut by the chunk's end; carry that header's start over.
+        let keep_from = if next_frame < buf_end {
+            usize::try_from(next_frame - buf_start).unwrap_or(filled)
+        } else {
+            filled
+        };
+        let done = buf.get(..keep_from).unwrap_or_default();
+        out.write_all(done).map_err(|e| Error::io(to, e))?;
+        buf.copy_within(keep_from..filled, 0);
+        buf_start += keep_from as u64;
+        filled -= keep_from;
+        if buf_start - written_behind >= WRITE_BEHIND_BYTES {
+            write_behind(&out, written_behind, buf_start - written_behind);
+            written_behind = buf_start;
+        }
+    }
+    if filled > 0 || next_frame < size {
+        // Bytes at the end too few for the header of the frame starting there.
+        return Err(partial_header(from, next_frame, size.saturating_sub(next_frame)));
+    }
+    out.sync_all().map_err(|e| Error::io(to, e))?;
     Ok(walk)
 }
+
+/// Ask the kernel to start writing `len` bytes of `file` from `at` to disk without waiting, so that the disk works
+/// while the next chunks are copied instead of all at once in the final fsync. Only a hint; durability comes from
+/// that fsync.
+#[cfg(target_os = "linux")]
+fn write_behind(file: &File, at: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: `sync_file_range` reads no memory of ours; `file` is open for writing and outlives the call. A
+    // failure only means no write-behind.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, nbytes, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn write_behind(_file: &File, _at: u64, _len: u64) {}
+
+/// Tell the kernel `file` is read from start to end (it doubles read-ahead). Only a hint.
+#[cfg(target_os = "linux")]
+fn read_ahead(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open descriptor; the call reads no memory of ours. Failure changes nothing else.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_ahead(_file: &File) {}
 
 /// `N` bytes of `buf` from `at` (zeros past its end; callers read fixed positions of a full header).
 fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
@@ -313,8 +489,78 @@ mod tests {
         ));
     }
 
+    /// The one-pass copy against the two-pass reference (kernel copy, then `walk_log` restamping the copy).
+    fn assert_copy_matches_two_passes(dir: &Path, frames: &[Vec<u8>], epoch: i32, chunk: usize) {
+        let from = write(dir, frames);
+        let reference = dir.join("reference.log");
+        std::fs::copy(&from, &reference).unwrap();
+        let expected = walk_log(&reference, Some(epoch)).unwrap();
+        let to = dir.join("copy.log");
+        let got = copy_log_restamping_in_chunks(&from, &to, epoch, chunk).unwrap();
+        assert_eq!(got, expected, "chunk {chunk}");
+        assert_eq!(
+            std::fs::read(&to).unwrap(),
+            std::fs::read(&reference).unwrap(),
+            "chunk {chunk}"
+        );
+    }
+
+    #[test]
+    fn one_pass_copy_restamps_like_the_two_pass_walk_whatever_the_chunk_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = encode_message(0, 1, 5, TimestampType::CreateTime, None, Some(b"old"));
+        let frames = vec![legacy, batch(1, 3, 7), batch(4, 1, 2), batch(5, 20, 9), batch(25, 2, 2)];
+        let total: usize = frames.iter().map(Vec::len).sum();
+        // Chunks that cut headers before, inside and after the magic byte and the epoch field, and whole files.
+        for chunk in [1, 2, 5, 16, 17, 18, 60, 61, 62, 100, 333, total - 1, total, 1 << 20] {
+            assert_copy_matches_two_passes(dir.path(), &frames, 2, chunk);
+        }
+        assert_copy_matches_two_passes(dir.path(), &[], 2, 7);
+    }
+
+    #[test]
+    fn one_pass_copy_refuses_what_the_walk_refuses_at_the_same_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = batch(0, 2, 1);
+        let second = batch(2, 2, 1);
+        let mut magic = batch(2, 1, 1);
+        magic[16] = 3;
+        let cases: Vec<Vec<u8>> = vec![
+            // A partial batch at the end, and stray bytes too few for a header.
+            [first.as_slice(), &second[..second.len() - 3]].concat(),
+            [first.as_slice(), &[0u8; 5]].concat(),
+            [first.as_slice(), &magic].concat(),
+        ];
+        for bytes in cases {
+            let from = dir.path().join("00000000000000000000.log");
+            std::fs::write(&from, &bytes).unwrap();
+            let walked = walk_log(&from, None).unwrap_err().to_string();
+            for chunk in [3, 40, 1 << 20] {
+                let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 4, chunk)
+                    .unwrap_err()
+                    .to_string();
+                assert_eq!(copied, walked, "chunk {chunk}");
+                assert!(copied.contains("00000000000000000000.log"), "{copied}");
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Hostile bytes never panic the one-pass copy either, and it fails exactly where the walk fails.
+        #[test]
+        fn one_pass_copy_of_random_bytes_agrees_with_the_walk(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            chunk in 1usize..128,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let from = dir.path().join("00000000000000000000.log");
+            std::fs::write(&from, &bytes).unwrap();
+            let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 3, chunk);
+            let walked = walk_log(&from, Some(3));
+            prop_assert_eq!(copied.map_err(|e| e.to_string()), walked.map_err(|e| e.to_string()));
+        }
 
         /// Hostile bytes never panic: the walk ends in a summary or an error.
         #[test]

@@ -578,6 +578,104 @@ fn mirror_must_match_the_catalog() {
 }
 
 #[test]
+fn partitions_built_in_parallel_or_one_at_a_time_give_the_same_log_dir() {
+    let mut states = Vec::new();
+    for parallel in [1, 2, 8] {
+        let mut f = fixture();
+        let request = PromoteRequest {
+            parallel,
+            ..f.request()
+        };
+        let mut built = Vec::new();
+        let report = promote_with(&request, &mut f.catalog, &mut |s| {
+            if let Step::Built(tp) = s {
+                built.push(tp);
+            }
+        })
+        .unwrap();
+        assert_eq!(report.changed(), 2, "parallel {parallel}");
+        built.sort();
+        assert_eq!(
+            built,
+            vec![TopicPartition::new(TOPIC, 0), TopicPartition::new(TOPIC, 1)],
+            "parallel {parallel}: the hook sees every partition built once"
+        );
+        states.push((report.partitions, target_state(&f.target)));
+    }
+    assert_eq!(states[0], states[1]);
+    assert_eq!(states[0], states[2]);
+}
+
+/// The target log dir's files outside promotion's staging directory (what a broker would load).
+fn live_files(target: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = tree(target);
+    files.retain(|path, _| !path.starts_with(PROMOTION_DIR) && path != Path::new(LOCK_FILE));
+    files
+}
+
+#[test]
+fn a_partition_refused_while_others_build_in_parallel_leaves_them_built_and_the_live_log_dir_untouched() {
+    let reference = {
+        let mut f = fixture();
+        f.promote().unwrap();
+        target_state(&f.target)
+    };
+    let mut f = fixture();
+    let live_before = live_files(&f.target);
+    // Partition 1's newest segment grows after planning (as if an applier ignored the pause).
+    let last = f.written[1].segments.last().unwrap().base_offset;
+    let log = f.mirror.join(format!("orders-1/{last:020}.log"));
+    let original = std::fs::read(&log).unwrap();
+    let extra = BatchBuilder::new(f.written[1].log_end_offset)
+        .partition_leader_epoch(7)
+        .record(RecordSpec::new(0, 1).with_value("late"))
+        .build();
+    let request = PromoteRequest {
+        parallel: 2,
+        ..f.request()
+    };
+    let err = promote_with(&request, &mut f.catalog, &mut |s| {
+        if s == Step::Journaled {
+            std::fs::write(&log, [original.as_slice(), &extra].concat()).unwrap();
+        }
+    })
+    .unwrap_err();
+    assert_eq!(
+        refusals(err),
+        vec![Refusal::MirrorChanged {
+            partition: TopicPartition::new(TOPIC, 1),
+            log: log.clone(),
+            planned_end_offset: f.written[1].log_end_offset,
+            found_end_offset: f.written[1].log_end_offset + 1,
+        }]
+    );
+    // The other partition, built next to it, is complete in staging; nothing live changed, and the unfinished
+    // promotion keeps a broker from starting.
+    let staging = f.target.join(PROMOTION_DIR);
+    assert!(staging.join("orders-0.ready").is_dir());
+    assert!(!staging.join("orders-1.ready").exists());
+    assert!(staging.join(JOURNAL_FILE).is_file());
+    assert_eq!(live_files(&f.target), live_before);
+    assert_eq!(
+        (f.state(0), f.state(1)),
+        (PartitionState::Paused, PartitionState::Paused)
+    );
+    // With the mirror as planned again, a rerun finishes exactly the journaled promotion.
+    std::fs::write(&log, &original).unwrap();
+    let report = f.promote().unwrap();
+    assert!(
+        report.partitions.iter().all(|p| p.outcome == Outcome::Resumed),
+        "{:?}",
+        report.partitions
+    );
+    assert_eq!(target_state(&f.target), reference);
+    assert_eq!(
+        (f.state(0), f.state(1)),
+        (PartitionState::Promoted, PartitionState::Promoted)
+    );
+}
+
+#[test]
 fn refuses_a_running_broker_and_a_directory_that_is_not_a_log_dir() {
     let mut f = fixture();
     // A broker holds an fcntl lock on `.lock`; python's lockf takes the same kind.

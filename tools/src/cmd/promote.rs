@@ -61,6 +61,11 @@ pub struct Args {
     /// the report says what the broker will delete.
     #[arg(long)]
     allow_retention_delete: bool,
+    /// How many partitions are copied at once (each file is still fsynced before its partition is renamed into
+    /// place; the crash protocol is the same).
+    #[arg(long, value_name = "N", default_value_t = u16::try_from(promote::DEFAULT_PARALLEL).unwrap_or(1),
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    parallel: u16,
     /// Print one JSON document (the report, or the refusals) instead of text.
     #[arg(long)]
     json: bool,
@@ -88,6 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         force: args.force,
         target_config: args.target_config,
         allow_retention_delete: args.allow_retention_delete,
+        parallel: usize::from(args.parallel),
     };
     match promote::promote(&request, &mut catalog) {
         Ok(report) => {
