@@ -66,38 +66,6 @@ pub fn fsync_dir(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Ask the kernel to start writing `len` bytes of `file` from `at` to disk without waiting (write-behind), so that
-/// the disk works while a copy goes on instead of all at once in its final fsync. Only a hint (a failure means no
-/// write-behind): durability still comes from that fsync. A no-op outside Linux.
-pub fn write_behind(file: &File, at: u64, len: u64) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
-            return;
-        };
-        // SAFETY: `sync_file_range` reads no memory of ours; `file` is open and outlives the call.
-        unsafe {
-            libc::sync_file_range(file.as_raw_fd(), offset, nbytes, libc::SYNC_FILE_RANGE_WRITE);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (file, at, len);
-}
-
-/// Tell the kernel `file` is read from start to end (it doubles read-ahead). Only a hint: a failure changes nothing
-/// else. A no-op outside Linux.
-pub fn read_sequentially(file: &File) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid open descriptor; the call reads no memory of ours.
-        let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = file;
-}
-
 /// The directory holding `path`; `.` for a bare file name.
 fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
