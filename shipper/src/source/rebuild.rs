@@ -393,25 +393,43 @@ mod tests {
     /// A segment truncated while the seed reads it: both of its reads (the
     /// check before upload and the index rebuild) report "changed while read"
     /// naming the file, for the caller to read again; no SIGBUS, no refusal.
+    ///
+    /// The truncation comes from another thread once it sees the file open, so
+    /// on a starved machine it can land only after the reader is done. Such an
+    /// attempt must then have read the whole file consistently (it is retried,
+    /// with a fresh file); a read that ended short without saying so fails at
+    /// once. At least one attempt must see the truncation.
     #[cfg(target_os = "linux")]
     #[test]
     fn seed_reader_reports_a_segment_truncated_under_it() {
+        const ATTEMPTS: usize = 10;
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("00000000000000000000.log");
         let ends = big_log(&log, 160);
         let log = std::fs::canonicalize(&log).unwrap();
         let total = ends[ends.len() - 1];
 
-        let truncator = truncate_when_opened(log.clone(), ends[1]);
-        let rebuilt = rebuild(&log, 0, total, 4096).unwrap();
-        assert!(truncator.join().unwrap());
-        let Err(reason) = rebuilt else {
-            panic!("the rebuild must see the truncation");
-        };
-        assert!(reason.contains("changed while read"), "{reason}");
-        assert!(reason.contains(log.to_str().unwrap()), "{reason}");
+        let mut rebuild_saw_it = false;
+        for _ in 0..ATTEMPTS {
+            big_log(&log, 160);
+            let truncator = truncate_when_opened(log.clone(), ends[1]);
+            let rebuilt = rebuild(&log, 0, total, 4096).unwrap();
+            assert!(truncator.join().unwrap());
+            match rebuilt {
+                Err(reason) => {
+                    assert!(reason.contains("changed while read"), "{reason}");
+                    assert!(reason.contains(log.to_str().unwrap()), "{reason}");
+                    rebuild_saw_it = true;
+                    break;
+                }
+                Ok(whole) => assert_eq!((whole.batches, whole.end), (160, total), "a short read went unnoticed"),
+            }
+        }
+        assert!(
+            rebuild_saw_it,
+            "the rebuild never saw the truncation in {ATTEMPTS} attempts"
+        );
 
-        big_log(&log, 160);
         let segment = SegmentFiles {
             base_offset: 0,
             log: log.clone(),
@@ -419,11 +437,28 @@ mod tests {
             time_index: None,
             txn_index: None,
         };
-        let truncator = truncate_when_opened(log.clone(), ends[1]);
-        let check = check_segment(&segment, Some(160), TailPolicy::Sealed, &VerifyOptions::default()).unwrap();
-        assert!(truncator.join().unwrap());
-        let changed = check.changed_while_read().expect("the check must see the truncation");
-        assert_eq!(changed.path, log);
-        assert!(changed.to_string().contains("truncated while it was read"), "{changed}");
+        let mut check_saw_it = false;
+        for _ in 0..ATTEMPTS {
+            big_log(&log, 160);
+            let truncator = truncate_when_opened(log.clone(), ends[1]);
+            let check = check_segment(&segment, Some(160), TailPolicy::Sealed, &VerifyOptions::default()).unwrap();
+            assert!(truncator.join().unwrap());
+            match check.changed_while_read() {
+                Some(changed) => {
+                    assert_eq!(changed.path, log);
+                    assert!(changed.to_string().contains("truncated while it was read"), "{changed}");
+                    check_saw_it = true;
+                    break;
+                }
+                None => assert!(
+                    check.is_sound(),
+                    "a check that saw no truncation must be sound: {check:?}"
+                ),
+            }
+        }
+        assert!(
+            check_saw_it,
+            "the check never saw the truncation in {ATTEMPTS} attempts"
+        );
     }
 }
