@@ -6,6 +6,7 @@ pub mod promote;
 pub mod seed;
 pub mod ship;
 pub mod status;
+pub mod topics;
 mod status_tail;
 pub mod store_ship;
 pub mod tail_apply;
