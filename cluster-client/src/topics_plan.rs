@@ -133,7 +133,7 @@ pub fn compare(
                 key,
                 None,
                 t.value.clone(),
-                "set on the target only (the source uses its broker default)".into(),
+                "set on the target only; the source uses its broker default".into(),
             ));
         }
     }
