@@ -51,7 +51,10 @@ const NOT_COORDINATOR: i16 = 16;
 const GROUP_ID_NOT_FOUND: i16 = 69;
 
 fn retriable(code: i16) -> bool {
-    matches!(code, COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR)
+    matches!(
+        code,
+        COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR
+    )
 }
 
 /// A topic as the target's metadata shows it.
@@ -310,12 +313,10 @@ impl AdminClient {
             let connection = Connection::connect(&address, CLIENT_ID, self.timeout).await?;
             self.coordinators.insert(address.clone(), connection);
         }
-        self.coordinators
-            .get_mut(&address)
-            .ok_or_else(|| Error::Broker {
-                broker: address.clone(),
-                reason: "coordinator connection lost".into(),
-            })
+        self.coordinators.get_mut(&address).ok_or_else(|| Error::Broker {
+            broker: address.clone(),
+            reason: "coordinator connection lost".into(),
+        })
     }
 
     /// Sleep and go on while a retriable error is within the deadline; fail otherwise.
@@ -340,7 +341,8 @@ impl AdminClient {
         loop {
             let c = self.coordinator(group).await?;
             let version = c.version::<DescribeGroupsRequest>(ApiKey::DescribeGroups, 0)?;
-            let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]);
+            let request =
+                DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]);
             let response: DescribeGroupsResponse = c.call(ApiKey::DescribeGroups, &request, version).await?;
             let broker = c.broker().to_string();
             let described = response
@@ -352,8 +354,10 @@ impl AdminClient {
                     reason: format!("the DescribeGroups response does not mention group {group}"),
                 })?;
             match described.error_code {
-                0 if described.protocol_type.as_str() == "consumer" && described.members.is_empty()
-                    && described.group_state.as_str() != "Empty" && described.group_state.as_str() != "Dead" =>
+                0 if described.protocol_type.as_str() == "consumer"
+                    && described.members.is_empty()
+                    && described.group_state.as_str() != "Empty"
+                    && described.group_state.as_str() != "Dead" =>
                 {
                     // A KIP-848 group shown by the classic describe without its members: ask the new API.
                     return self.consumer_group_state(group).await;
@@ -387,7 +391,8 @@ impl AdminClient {
             let version = c.version::<ConsumerGroupDescribeRequest>(ApiKey::ConsumerGroupDescribe, 0)?;
             let request = ConsumerGroupDescribeRequest::default()
                 .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]);
-            let response: ConsumerGroupDescribeResponse = c.call(ApiKey::ConsumerGroupDescribe, &request, version).await?;
+            let response: ConsumerGroupDescribeResponse =
+                c.call(ApiKey::ConsumerGroupDescribe, &request, version).await?;
             let broker = c.broker().to_string();
             let described = response
                 .groups
@@ -428,7 +433,11 @@ impl AdminClient {
 
     /// Commit `offsets` for `group` as a simple (memberless) commit without leader epochs; per partition, the
     /// broker's error code (0 = committed).
-    pub async fn commit_offsets(&mut self, group: &str, offsets: &[OffsetToCommit]) -> Result<Vec<((String, i32), i16)>> {
+    pub async fn commit_offsets(
+        &mut self,
+        group: &str,
+        offsets: &[OffsetToCommit],
+    ) -> Result<Vec<((String, i32), i16)>> {
         let mut topics: Vec<OffsetCommitRequestTopic> = Vec::new();
         for o in offsets {
             let entry = OffsetCommitRequestPartition::default()

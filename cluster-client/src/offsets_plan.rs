@@ -99,7 +99,10 @@ pub fn plan(offsets: &[SourceGroupOffset], installed: &InstalledEnds) -> BTreeMa
     for o in offsets {
         let end = installed.get(&(o.topic.clone(), o.partition)).copied();
         let (commit, note) = match end {
-            None => (None, Some("the partition is not installed on the target: nothing committed".to_string())),
+            None => (
+                None,
+                Some("the partition is not installed on the target: nothing committed".to_string()),
+            ),
             Some(end) if o.offset > end => (
                 Some(end),
                 Some(format!(
@@ -151,7 +154,11 @@ mod tests {
             &installed,
         );
         let a = &plan["a"];
-        assert_eq!((a[0].commit, a[0].clamped()), (Some(10), false), "at the end exactly: kept");
+        assert_eq!(
+            (a[0].commit, a[0].clamped()),
+            (Some(10), false),
+            "at the end exactly: kept"
+        );
         assert_eq!((a[1].wanted, a[1].commit, a[1].clamped()), (7, Some(5), true));
         assert!(a[1].note.as_deref().unwrap().contains("clamped"));
         let b = &plan["b"];

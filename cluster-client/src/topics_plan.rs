@@ -88,13 +88,14 @@ pub fn compare(
         };
     };
     let mut differences = Vec::new();
-    let difference = |field: &str, source_value: Option<String>, target_value: Option<String>, note: String| Difference {
-        topic: source.name.clone(),
-        field: field.to_string(),
-        source: source_value,
-        target: target_value,
-        note,
-    };
+    let difference =
+        |field: &str, source_value: Option<String>, target_value: Option<String>, note: String| Difference {
+            topic: source.name.clone(),
+            field: field.to_string(),
+            source: source_value,
+            target: target_value,
+            note,
+        };
     if target.partitions != source.partitions {
         differences.push(difference(
             "partitions",
@@ -212,7 +213,14 @@ mod tests {
             replication_factor: 1,
         };
         let check = compare(
-            &topic(3, &[("retention.ms", "1000"), ("cleanup.policy", "compact"), ("no.such.key", "1")]),
+            &topic(
+                3,
+                &[
+                    ("retention.ms", "1000"),
+                    ("cleanup.policy", "compact"),
+                    ("no.such.key", "1"),
+                ],
+            ),
             Some(&target),
             &configs,
         );
@@ -232,6 +240,10 @@ mod tests {
                 ("max.message.bytes", None, Some("2000000")),
             ]
         );
-        assert!(check.differences[1].note.contains("Kafka's default"), "{:?}", check.differences[1]);
+        assert!(
+            check.differences[1].note.contains("Kafka's default"),
+            "{:?}",
+            check.differences[1]
+        );
     }
 }

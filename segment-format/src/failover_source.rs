@@ -55,17 +55,26 @@ impl FailoverSource {
     pub fn read_json(path: &Path) -> Result<FailoverSource, Error> {
         let (file, meta) = crate::open::open_regular(path)?;
         if meta.len() > MAX_SOURCE_FILE_BYTES {
-            return Err(crate::open::too_large(path, "failover source file", meta.len(), MAX_SOURCE_FILE_BYTES));
+            return Err(crate::open::too_large(
+                path,
+                "failover source file",
+                meta.len(),
+                MAX_SOURCE_FILE_BYTES,
+            ));
         }
-        let source: FailoverSource = serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| Error::BadInput {
-            path: path.to_path_buf(),
-            reason: format!("not a failover source JSON file ({{\"topics\": [...], \"offsets\": [...]}}): {e}"),
-        })?;
+        let source: FailoverSource =
+            serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| Error::BadInput {
+                path: path.to_path_buf(),
+                reason: format!("not a failover source JSON file ({{\"topics\": [...], \"offsets\": [...]}}): {e}"),
+            })?;
         for t in &source.topics {
             if t.partitions < 1 {
                 return Err(Error::BadInput {
                     path: path.to_path_buf(),
-                    reason: format!("topic {:?}: partitions must be at least 1, not {}", t.name, t.partitions),
+                    reason: format!(
+                        "topic {:?}: partitions must be at least 1, not {}",
+                        t.name, t.partitions
+                    ),
                 });
             }
         }

@@ -302,6 +302,9 @@ pub fn python_group_commit(
     run_python("group", &request).map(drop)
 }
 
+/// `(partition, offset, value)` of a record a group member read.
+pub type ResumedRecord = (i32, i64, Option<Vec<u8>>);
+
 /// A member of `group` (Python client, `protocol`) subscribes to `topic` (of `partitions` partitions) and reads from
 /// the group's committed offsets (a partition without one is an error, never a reset) to the end of every
 /// partition, committing nothing. Returns `(partition, offset, value)` of every record read, in the order read.
@@ -311,7 +314,7 @@ pub fn python_group_resume(
     partitions: usize,
     group: &str,
     protocol: GroupProtocol,
-) -> Result<Vec<(i32, i64, Option<Vec<u8>>)>> {
+) -> Result<Vec<ResumedRecord>> {
     #[derive(Deserialize)]
     struct Resumed {
         records: Vec<(i32, i64, Option<String>)>,
@@ -352,7 +355,9 @@ pub fn python_group_member(
                          "protocol": protocol.as_str(), "hold_s": hold.as_secs_f64()});
     {
         let mut stdin = child.stdin.take().context("python stdin")?;
-        stdin.write_all(request.to_string().as_bytes()).context("writing the request")?;
+        stdin
+            .write_all(request.to_string().as_bytes())
+            .context("writing the request")?;
     }
     let stdout = child.stdout.take().context("python stdout")?;
     let mut line = String::new();

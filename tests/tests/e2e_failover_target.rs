@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use segmirror_tests::clients::{python_group_commit, python_group_member, python_group_resume, GroupProtocol};
+use segmirror_tests::clients::{
+    python_group_commit, python_group_member, python_group_resume, GroupProtocol, ResumedRecord,
+};
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::{run_segmirror, CliRun};
 use segmirror_tests::*;
@@ -103,10 +105,31 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     tools
         .console_consume_group(ORDERS, "java-848", 50, &[("group.protocol", "consumer")])
         .unwrap();
-    python_group_commit(&source_bootstrap, ORDERS, "py-classic", GroupProtocol::Classic, &[(0, 20), (1, 15)]).unwrap();
-    python_group_commit(&source_bootstrap, ORDERS, "py-848", GroupProtocol::Consumer, &[(0, 10), (1, 33)]).unwrap();
+    python_group_commit(
+        &source_bootstrap,
+        ORDERS,
+        "py-classic",
+        GroupProtocol::Classic,
+        &[(0, 20), (1, 15)],
+    )
+    .unwrap();
+    python_group_commit(
+        &source_bootstrap,
+        ORDERS,
+        "py-848",
+        GroupProtocol::Consumer,
+        &[(0, 10), (1, 33)],
+    )
+    .unwrap();
     for busy in ["busy-classic", "busy-848"] {
-        python_group_commit(&source_bootstrap, ORDERS, busy, GroupProtocol::Classic, &[(0, 5), (1, 5)]).unwrap();
+        python_group_commit(
+            &source_bootstrap,
+            ORDERS,
+            busy,
+            GroupProtocol::Classic,
+            &[(0, 5), (1, 5)],
+        )
+        .unwrap();
     }
 
     // Seed and apply while the source runs (a local folder as the store).
@@ -141,7 +164,14 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     assert_eq!(apply.code, 0, "{apply}");
     // After the last shipment: more records, and a group that read them all.
     produce(&source_bootstrap, ORDERS, &[0], PER_PARTITION, 10);
-    python_group_commit(&source_bootstrap, ORDERS, "ahead", GroupProtocol::Classic, &[(0, 50), (1, 12)]).unwrap();
+    python_group_commit(
+        &source_bootstrap,
+        ORDERS,
+        "ahead",
+        GroupProtocol::Classic,
+        &[(0, 50), (1, 12)],
+    )
+    .unwrap();
     let committed = tools.describe_group_offsets().unwrap();
     let source_records = consume_all(&source_bootstrap, ORDERS, None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(committed[&("ahead".into(), ORDERS.into(), 0)], 50);
@@ -160,12 +190,21 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| (t["topic"].as_str().unwrap().to_string(), t["verdict"].as_str().unwrap().to_string()))
+            .map(|t| {
+                (
+                    t["topic"].as_str().unwrap().to_string(),
+                    t["verdict"].as_str().unwrap().to_string(),
+                )
+            })
             .collect()
     };
     assert_eq!(
         verdicts(&plan),
-        [(LEDGER.to_string(), "missing".to_string()), (ORDERS.to_string(), "missing".to_string())].into()
+        [
+            (LEDGER.to_string(), "missing".to_string()),
+            (ORDERS.to_string(), "missing".to_string())
+        ]
+        .into()
     );
     let check = topics("check", &target_bootstrap, &from_metadata, &[]);
     assert_eq!(check.code, 2, "check: missing topics are a mismatch\n{check}");
@@ -173,7 +212,11 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     assert_eq!(create.code, 0, "{create}");
     assert_eq!(
         verdicts(&create),
-        [(LEDGER.to_string(), "created".to_string()), (ORDERS.to_string(), "created".to_string())].into()
+        [
+            (LEDGER.to_string(), "created".to_string()),
+            (ORDERS.to_string(), "created".to_string())
+        ]
+        .into()
     );
     // Kafka's own view of the target topics.
     for (topic, partitions, configs) in [
@@ -183,7 +226,11 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
         let described = target_tools.describe_topic(topic).unwrap();
         assert_eq!(described.partitions, partitions, "{topic}: {described:?}");
         for (k, v) in configs {
-            assert_eq!(described.configs.get(k).map(String::as_str), Some(v), "{topic} {k}: {described:?}");
+            assert_eq!(
+                described.configs.get(k).map(String::as_str),
+                Some(v),
+                "{topic} {k}: {described:?}"
+            );
         }
     }
     let check = topics("check", &target_bootstrap, &from_metadata, &[]);
@@ -221,14 +268,20 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     assert_eq!(
         differences,
         [
-            ("max.message.bytes".into(), Some("2000000".into()), Some("3000000".into())),
+            (
+                "max.message.bytes".into(),
+                Some("2000000".into()),
+                Some("3000000".into())
+            ),
             ("segment.jitter.ms".into(), None, Some("7".into())),
         ]
     );
     let table = topics("check", &target_bootstrap, &from_metadata, &[]);
     assert_eq!(table.code, 2);
     assert!(
-        table.stdout.contains("orders max.message.bytes: source 2000000, target 3000000"),
+        table
+            .stdout
+            .contains("orders max.message.bytes: source 2000000, target 3000000"),
         "{table}"
     );
     let allowed = topics("check", &target_bootstrap, &from_metadata, &["--allow-differences"]);
@@ -247,7 +300,10 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     let from_file = ["--from", file.to_str().unwrap()];
     let check = topics("check", &target_bootstrap, &from_file, &["--topics", ORDERS]);
     assert_eq!(check.code, 2, "{check}");
-    assert!(check.stdout.contains("orders partitions: source 3, target 2"), "{check}");
+    assert!(
+        check.stdout.contains("orders partitions: source 3, target 2"),
+        "{check}"
+    );
     assert!(!check.stdout.contains("fresh"), "--topics selects: {check}");
     let plan = topics("plan", &target_bootstrap, &from_file, &["--topics", "fresh"]);
     assert_eq!(plan.code, 0, "{plan}");
@@ -260,7 +316,10 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     let mut installed = BTreeMap::new();
     for p in promote.json().unwrap()["partitions"].as_array().unwrap() {
         installed.insert(
-            (p["topic"].as_str().unwrap().to_string(), p["partition"].as_i64().unwrap() as i32),
+            (
+                p["topic"].as_str().unwrap().to_string(),
+                p["partition"].as_i64().unwrap() as i32,
+            ),
             p["log_end_offset"].as_i64().unwrap(),
         );
     }
@@ -296,7 +355,10 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
             .all(|g| g["outcome"] == "planned"),
         "{dry}"
     );
-    assert!(target_tools.describe_group_offsets().unwrap().is_empty(), "a dry run commits nothing");
+    assert!(
+        target_tools.describe_group_offsets().unwrap().is_empty(),
+        "a dry run commits nothing"
+    );
 
     let run = commit(&[]);
     assert_eq!(run.code, 0, "{run}");
@@ -315,7 +377,13 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
         .unwrap()
         .iter()
         .filter(|o| o["clamped"] == true)
-        .map(|o| (o["partition"].as_i64().unwrap(), o["wanted"].as_i64().unwrap(), o["commit"].as_i64().unwrap()))
+        .map(|o| {
+            (
+                o["partition"].as_i64().unwrap(),
+                o["wanted"].as_i64().unwrap(),
+                o["commit"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(clamped, [(0, 50, orders_end(0))]);
 
@@ -328,12 +396,15 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     assert_eq!(target_tools.describe_group_offsets().unwrap(), expected);
 
     // Active members on the target: refused, reported, nothing forced.
-    let members: Vec<std::process::Child> = [("busy-classic", GroupProtocol::Classic), ("busy-848", GroupProtocol::Consumer)]
-        .into_iter()
-        .map(|(g, protocol)| {
-            python_group_member(&target_bootstrap, ORDERS, 2, g, protocol, Duration::from_secs(90)).unwrap()
-        })
-        .collect();
+    let members: Vec<std::process::Child> = [
+        ("busy-classic", GroupProtocol::Classic),
+        ("busy-848", GroupProtocol::Consumer),
+    ]
+    .into_iter()
+    .map(|(g, protocol)| {
+        python_group_member(&target_bootstrap, ORDERS, 2, g, protocol, Duration::from_secs(90)).unwrap()
+    })
+    .collect();
     let refused = commit(&["--groups", "busy-.*", "--json"]);
     for mut m in members {
         let _ = m.kill();
@@ -355,7 +426,7 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
 
     // Each group resumes on the target exactly at its committed offset: record by record, the source's records
     // from there to the installed end.
-    let expected_from = |group: &str| -> Vec<(i32, i64, Option<Vec<u8>>)> {
+    let expected_from = |group: &str| -> Vec<ResumedRecord> {
         source_records
             .iter()
             .filter(|r| {
@@ -365,19 +436,25 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
             .map(|r| (r.partition, r.offset, r.value.clone()))
             .collect()
     };
-    let sorted = |mut v: Vec<(i32, i64, Option<Vec<u8>>)>| {
+    let sorted = |mut v: Vec<ResumedRecord>| {
         v.sort();
         v
     };
-    for (group, protocol) in [("py-classic", GroupProtocol::Classic), ("py-848", GroupProtocol::Consumer)] {
+    for (group, protocol) in [
+        ("py-classic", GroupProtocol::Classic),
+        ("py-848", GroupProtocol::Consumer),
+    ] {
         let read = python_group_resume(&target_bootstrap, ORDERS, 2, group, protocol).unwrap();
         let want = expected_from(group);
         assert_eq!(read.len(), want.len(), "{group}: no record twice, none skipped");
         assert_eq!(sorted(read), want, "{group}");
     }
-    for (group, properties) in [("java-classic", vec![]), ("java-848", vec![("group.protocol", "consumer")])] {
+    for (group, properties) in [
+        ("java-classic", vec![]),
+        ("java-848", vec![("group.protocol", "consumer")]),
+    ] {
         let want = expected_from(group);
-        let read: Vec<(i32, i64, Option<Vec<u8>>)> = target_tools
+        let read: Vec<ResumedRecord> = target_tools
             .console_resume_group(ORDERS, group, want.len(), &properties)
             .unwrap()
             .into_iter()
@@ -389,8 +466,14 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     // The clamped group reads exactly what the target gets next.
     produce(&target_bootstrap, ORDERS, &[0], 1000, 5);
     let read = sorted(python_group_resume(&target_bootstrap, ORDERS, 2, "ahead", GroupProtocol::Classic).unwrap());
-    let new_on_target: Vec<(i32, i64, Option<Vec<u8>>)> = (0..5)
-        .map(|i| (0, orders_end(0) + i, Some(format!("{ORDERS}-0-{}", 1000 + i).into_bytes())))
+    let new_on_target: Vec<ResumedRecord> = (0..5)
+        .map(|i| {
+            (
+                0,
+                orders_end(0) + i,
+                Some(format!("{ORDERS}-0-{}", 1000 + i).into_bytes()),
+            )
+        })
         .collect();
     let mut want = expected_from("ahead");
     want.extend(new_on_target);

@@ -146,7 +146,10 @@ impl BrokerClient {
             .map_err(source_broker_error)?;
         let metadata_version = connection
             .offered(ApiKey::Metadata)
-            .map(|k| k.max.min(<MetadataRequest as kafka_protocol::protocol::Message>::VERSIONS.max))
+            .map(|k| {
+                k.max
+                    .min(<MetadataRequest as kafka_protocol::protocol::Message>::VERSIONS.max)
+            })
             .filter(|&v| v >= MIN_METADATA_VERSION);
         Ok(BrokerClient {
             connection,
