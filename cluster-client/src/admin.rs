@@ -563,3 +563,7 @@ impl AdminClient {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "admin_tests.rs"]
+mod tests;
