@@ -8,7 +8,8 @@
 //! committed at all (there is nothing to resume on) and is reported too.
 //!
 //! The installed log end is read from the partition directories themselves (a mirror root or the target broker's
-//! log dir: the same layout): the newest segment is scanned to its last batch, every CRC checked.
+//! log dir: the same layout): the newest segment is scanned to its last complete batch, every CRC checked (a batch
+//! cut short at its very end is one being appended, and is not counted).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -58,14 +59,20 @@ pub fn partition_log_end(dir: &Path) -> Result<i64, FormatError> {
     let mut log = LogFile::open(&newest.log)?;
     let mut last: Option<i64> = None;
     let mut bad_crc: Option<(u64, i64, Defect)> = None;
-    log.scan(|frame| {
+    let scanned = log.scan(|frame| {
         if let Some(defect) = frame.crc_defect() {
             bad_crc = Some((frame.crc_position(), frame.info.base_offset, defect));
             return ControlFlow::Break(());
         }
         last = Some(frame.info.last_offset);
         ControlFlow::Continue(())
-    })?;
+    });
+    match scanned {
+        // A batch cut short at the end of the newest segment is one being appended (a running target broker, a
+        // tail applier): what is installed is the complete prefix before it.
+        Ok(_) | Err(FormatError::Incomplete { .. }) => {}
+        Err(e) => return Err(e),
+    }
     if let Some((position, offset, defect)) = bad_crc {
         return Err(FormatError::corrupt(&newest.log, position, Some(offset), defect));
     }
@@ -183,8 +190,18 @@ mod tests {
         let ends = installed_log_ends(dir.path(), &|_| true).unwrap();
         assert_eq!(ends, [(("orders".to_string(), 1), 12)].into());
         assert!(installed_log_ends(dir.path(), &|t| t != "orders").unwrap().is_empty());
-        // A flipped byte inside a batch: the CRC check names the file.
+        // A batch being appended (its first 30 bytes): the complete prefix counts.
         let log = dir.path().join("orders-1").join("00000000000000000000.log");
+        let whole = std::fs::read(&log).unwrap();
+        let mut torn = whole.clone();
+        torn.extend_from_slice(&whole[..30]);
+        std::fs::write(&log, &torn).unwrap();
+        assert_eq!(
+            installed_log_ends(dir.path(), &|_| true).unwrap()[&("orders".to_string(), 1)],
+            12
+        );
+        std::fs::write(&log, &whole).unwrap();
+        // A flipped byte inside a batch: the CRC check names the file.
         let mut bytes = std::fs::read(&log).unwrap();
         let last = bytes.len() - 3;
         bytes[last] ^= 0xff;
