@@ -95,9 +95,10 @@ pub struct GroupState {
 }
 
 impl GroupState {
-    /// A simple commit (no member) is accepted only by a group without members.
+    /// A simple commit (no member) is accepted only by a group without members: none listed, and a state that says
+    /// so (`Empty`, or `Dead` for a group the coordinator does not know), whatever the describe omitted.
     pub fn accepts_simple_commit(&self) -> bool {
-        self.members == 0
+        self.members == 0 && matches!(self.state.as_str(), "Empty" | "Dead")
     }
 }
 

@@ -225,6 +225,22 @@ async fn offsets_are_committed_without_member_or_leader_epoch_and_a_loading_coor
     );
 }
 
+#[test]
+fn only_an_empty_or_unknown_group_takes_a_memberless_commit() {
+    let state = |state: &str, members| GroupState {
+        state: state.into(),
+        members,
+        kind: "classic",
+    };
+    assert!(state("Empty", 0).accepts_simple_commit());
+    assert!(state("Dead", 0).accepts_simple_commit());
+    assert!(!state("Stable", 1).accepts_simple_commit());
+    assert!(
+        !state("PreparingRebalance", 0).accepts_simple_commit(),
+        "a state with members, none listed"
+    );
+}
+
 #[tokio::test]
 async fn a_refusal_names_the_broker_the_api_the_group_and_the_error() {
     let (addr, _) = scripted_broker().await;

@@ -2,7 +2,8 @@
 //! on the target cluster, and `segmirror offsets commit` commits the source groups' offsets there, so each group
 //! resumes exactly where it stopped.
 //!
-//! One source broker and one target broker (Kafka 4.4) serve every case:
+//! One source broker and one target broker (Kafka 4.4) serve every case (a leaner run on Kafka 3.9, librdkafka
+//! groups only, follows at the end):
 //! 1. **Topics.** `orders` (2 partitions; `retention.ms`, `cleanup.policy`, `max.message.bytes`) and `ledger`
 //!    (compacted, `min.compaction.lag.ms`) are read from the source broker's metadata log on disk; `topics plan`
 //!    lists them as to create, `topics create` creates them, and Kafka's own `TopicCommand --describe` on the
@@ -20,7 +21,7 @@
 //!    active member on the target (classic and KIP-848) are refused and reported.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use segmirror_tests::clients::{
@@ -79,6 +80,54 @@ fn path(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// `seed` the source log dir into a local folder store and `apply` it into a mirror: (mirror, catalog).
+fn seed_and_apply(source_log_dir: &Path, work: &Path) -> (PathBuf, PathBuf) {
+    let (store, mirror, catalog) = (work.join("store"), work.join("mirror"), work.join("catalog.sqlite"));
+    std::fs::create_dir(&store).unwrap();
+    let seed = segmirror(&[
+        "seed",
+        "--log-dir",
+        &path(source_log_dir),
+        "--store",
+        &path(&store),
+        "--link",
+        "failover",
+    ]);
+    assert_eq!(seed.code, 0, "{seed}");
+    let apply = segmirror(&[
+        "apply",
+        "--store",
+        &path(&store),
+        "--mirror",
+        &path(&mirror),
+        "--catalog",
+        &path(&catalog),
+        "--link",
+        "failover",
+    ]);
+    assert_eq!(apply.code, 0, "{apply}");
+    (mirror, catalog)
+}
+
+/// Stop `target`, promote the mirror into it, start it again: each partition's installed log end.
+fn promote(target: &mut KafkaBroker, mirror: &Path, catalog: &Path) -> BTreeMap<(String, i32), i64> {
+    target.stop().unwrap();
+    let promote = segmirror_promote(mirror, target.log_dir(), catalog, &["--json"]).unwrap();
+    assert_eq!(promote.code, 0, "{promote}");
+    let mut installed = BTreeMap::new();
+    for p in promote.json().unwrap()["partitions"].as_array().unwrap() {
+        installed.insert(
+            (
+                p["topic"].as_str().unwrap().to_string(),
+                p["partition"].as_i64().unwrap() as i32,
+            ),
+            p["log_end_offset"].as_i64().unwrap(),
+        );
+    }
+    target.restart().unwrap();
+    installed
+}
+
 #[test]
 fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     let mut source = KafkaBroker::start(BrokerConfig::new("failover-source")).unwrap();
@@ -134,34 +183,7 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
 
     // Seed and apply while the source runs (a local folder as the store).
     let work = tempfile::tempdir().unwrap();
-    let (store, mirror, catalog) = (
-        work.path().join("store"),
-        work.path().join("mirror"),
-        work.path().join("catalog.sqlite"),
-    );
-    std::fs::create_dir(&store).unwrap();
-    let seed = segmirror(&[
-        "seed",
-        "--log-dir",
-        &path(source.log_dir()),
-        "--store",
-        &path(&store),
-        "--link",
-        "failover",
-    ]);
-    assert_eq!(seed.code, 0, "{seed}");
-    let apply = segmirror(&[
-        "apply",
-        "--store",
-        &path(&store),
-        "--mirror",
-        &path(&mirror),
-        "--catalog",
-        &path(&catalog),
-        "--link",
-        "failover",
-    ]);
-    assert_eq!(apply.code, 0, "{apply}");
+    let (mirror, catalog) = seed_and_apply(source.log_dir(), work.path());
     // After the last shipment: more records, and a group that read them all.
     produce(&source_bootstrap, ORDERS, &[0], PER_PARTITION, 10);
     python_group_commit(
@@ -310,22 +332,9 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     assert!(plan.stdout.contains("to create"), "{plan}");
 
     // 2. Offsets: promote the mirror into the stopped target, start it, commit.
-    target.stop().unwrap();
-    let promote = segmirror_promote(&mirror, target.log_dir(), &catalog, &["--json"]).unwrap();
-    assert_eq!(promote.code, 0, "{promote}");
-    let mut installed = BTreeMap::new();
-    for p in promote.json().unwrap()["partitions"].as_array().unwrap() {
-        installed.insert(
-            (
-                p["topic"].as_str().unwrap().to_string(),
-                p["partition"].as_i64().unwrap() as i32,
-            ),
-            p["log_end_offset"].as_i64().unwrap(),
-        );
-    }
+    let installed = promote(&mut target, &mirror, &catalog);
     let orders_end = |p: i32| installed[&(ORDERS.to_string(), p)];
     assert!(orders_end(0) < 50, "the extra records were not shipped: {installed:?}");
-    target.restart().unwrap();
     let target_bootstrap = target.bootstrap();
     let target_tools = target.tools();
     let target_log_dir = path(target.log_dir());
@@ -478,5 +487,88 @@ fn kafka_4_4_topics_and_group_offsets_fail_over_to_the_target() {
     let mut want = expected_from("ahead");
     want.extend(new_on_target);
     assert_eq!(read, sorted(want), "ahead");
+    target.stop().unwrap();
+}
+
+/// Kafka 3.9 (its classic group coordinator, its metadata log and admin API versions), source and target, with
+/// librdkafka groups only (no JVM tool runs: cheap): topics created from the 3.9 metadata log match, a group
+/// resumes on the target at exactly its committed offset, and a group ahead of the installed data is clamped.
+#[test]
+fn kafka_3_9_topics_and_group_offsets_fail_over_to_the_target() {
+    let version = segmirror_tests::install::compat_kafka_versions()
+        .into_iter()
+        .find(|v| v.starts_with("3."))
+        .expect("tests/kafka/kafka-compat.versions lists a Kafka 3.x version");
+    let config = |name: &str| BrokerConfig::new(name).kafka_version(version);
+    let mut source = KafkaBroker::start(config("failover-source-3")).unwrap();
+    let source_bootstrap = source.bootstrap();
+    let spec = orders_configs()
+        .iter()
+        .fold(TopicSpec::new(ORDERS, 2), |s, (k, v)| s.config(k, v));
+    admin(&source_bootstrap, &[spec], &[]).unwrap();
+    produce(&source_bootstrap, ORDERS, &[0, 1], 0, 20);
+    python_group_commit(
+        &source_bootstrap,
+        ORDERS,
+        "py-classic",
+        GroupProtocol::Classic,
+        &[(0, 8), (1, 12)],
+    )
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (mirror, catalog) = seed_and_apply(source.log_dir(), work.path());
+    produce(&source_bootstrap, ORDERS, &[0], 20, 5);
+    python_group_commit(
+        &source_bootstrap,
+        ORDERS,
+        "ahead",
+        GroupProtocol::Classic,
+        &[(0, 25), (1, 3)],
+    )
+    .unwrap();
+    let source_records = consume_all(&source_bootstrap, ORDERS, None, Isolation::ReadUncommitted).unwrap();
+    source.stop().unwrap();
+    let source_log_dir = path(source.log_dir());
+    let from_metadata = ["--source-metadata-log", source_log_dir.as_str()];
+
+    let mut target = KafkaBroker::start(config("failover-target-3")).unwrap();
+    let create = topics("create", &target.bootstrap(), &from_metadata, &[]);
+    assert_eq!(create.code, 0, "{create}");
+    assert!(create.stdout.contains("created"), "{create}");
+    let check = topics("check", &target.bootstrap(), &from_metadata, &[]);
+    assert_eq!(check.code, 0, "{check}");
+    let installed = promote(&mut target, &mirror, &catalog);
+    let end = |p: i32| installed[&(ORDERS.to_string(), p)];
+    assert_eq!((end(0), end(1)), (20, 20), "{installed:?}");
+    let bootstrap = target.bootstrap();
+    let run = segmirror(&[
+        "offsets",
+        "commit",
+        "--bootstrap",
+        &bootstrap,
+        "--log-dir",
+        &source_log_dir,
+        "--installed",
+        &path(target.log_dir()),
+    ]);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(
+        run.stdout
+            .contains("group ahead orders-0: clamped: 25 is beyond the installed log end 20"),
+        "{run}"
+    );
+    for (group, committed) in [("py-classic", [8, 12]), ("ahead", [20, 3])] {
+        let read = python_group_resume(&bootstrap, ORDERS, 2, group, GroupProtocol::Classic).unwrap();
+        let mut want: Vec<ResumedRecord> = source_records
+            .iter()
+            .filter(|r| r.offset >= committed[r.partition as usize] && r.offset < end(r.partition))
+            .map(|r| (r.partition, r.offset, r.value.clone()))
+            .collect();
+        want.sort();
+        let mut got = read.clone();
+        got.sort();
+        assert_eq!(read.len(), want.len(), "{group}: no record twice, none skipped");
+        assert_eq!(got, want, "{group}");
+    }
     target.stop().unwrap();
 }
