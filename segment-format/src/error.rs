@@ -162,6 +162,9 @@ pub enum Error {
     /// A name (file, directory, topic) is not in the form Kafka uses.
     #[error("{}: {reason}", path.display())]
     BadName { path: PathBuf, reason: String },
+    /// An input file (JSON, properties) that does not hold what it must.
+    #[error("{}: {reason}", path.display())]
+    BadInput { path: PathBuf, reason: String },
     /// Reading or writing `path` failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -238,6 +241,7 @@ impl Error {
             Error::Corrupt { path, .. }
             | Error::Incomplete { path, .. }
             | Error::BadName { path, .. }
+            | Error::BadInput { path, .. }
             | Error::Io { path, .. } => path,
         }
     }

@@ -29,6 +29,7 @@ pub mod control;
 pub mod dir;
 pub mod durable;
 pub mod error;
+pub mod failover_source;
 pub mod group_records;
 pub mod index;
 mod java_text;

@@ -82,7 +82,7 @@ impl Finding {
                     message: format!("incomplete: need {needed} bytes, {available} available"),
                 },
             ),
-            Error::BadName { path, reason } => Finding::error(
+            Error::BadName { path, reason } | Error::BadInput { path, reason } => Finding::error(
                 path,
                 None,
                 None,

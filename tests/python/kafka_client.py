@@ -39,6 +39,14 @@ group commit (a member of a consumer group commits offsets, then leaves):
   Subscribes to the topic with group.protocol = protocol (KIP-848 for "consumer"), waits until it has an
   assignment, commits exactly the given offsets synchronously (auto commit off), closes. Prints {"committed": n}.
 
+group resume (a member of a consumer group reads from the group's committed offsets to the end):
+  {"bootstrap": ..., "topic": "t", "partitions": n, "group": "g", "protocol": "classic"|"consumer",
+   "hold_s": 0}
+  Subscribes with auto.offset.reset "error" (a partition without a committed offset is an error, never a silent
+  reset), waits until all n partitions are assigned, reads each to its end and prints
+  {"records": [[partition, offset, value b64], ...]}, committing nothing. With hold_s > 0 it prints
+  {"assigned": n} once assigned and stays in the group for hold_s seconds instead (an active member).
+
 txn offsets (a transactional producer commits offsets for a group with sendOffsetsToTransaction):
   {"bootstrap": ..., "topic": "t", "group": "g", "transactional_id": "x",
    "transactions": [{"offsets": [[partition, offset], ...], "end": "commit"|"abort"}, ...]}
@@ -282,6 +290,50 @@ def group_commit(request):
     print(json.dumps({"committed": len(offsets)}))
 
 
+def group_resume(request):
+    topic = request["topic"]
+    wanted = int(request["partitions"])
+    consumer = Consumer({
+        "bootstrap.servers": request["bootstrap"],
+        "group.id": request["group"],
+        "group.protocol": request.get("protocol", "classic"),
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    })
+    consumer.subscribe([topic])
+    hold = float(request.get("hold_s", 0))
+    deadline = time.monotonic() + 60
+    records = []
+    at_end = set()
+    announced = False
+    while True:
+        if time.monotonic() > deadline:
+            fail(f"group {request['group']!r}: assignment {consumer.assignment()}, at end {sorted(at_end)} after 60 s")
+        msg = consumer.poll(0.2)
+        if hold > 0 and not announced and len(consumer.assignment()) == wanted:
+            print(json.dumps({"assigned": wanted}), flush=True)
+            announced = True
+            end = time.monotonic() + hold
+            while time.monotonic() < end:
+                consumer.poll(0.2)
+            break
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
+                if len(at_end) == wanted:
+                    break
+                continue
+            fail(f"group {request['group']!r}: {msg.error()}")
+        at_end.discard(msg.partition())
+        records.append([msg.partition(), msg.offset(), b64(msg.value())])
+    consumer.close()
+    if hold <= 0:
+        print(json.dumps({"records": records}))
+
+
 def txn_offsets(request):
     topic = request["topic"]
     producer = Producer({"bootstrap.servers": request["bootstrap"],
@@ -303,9 +355,9 @@ def txn_offsets(request):
 
 def main():
     commands = {"produce": produce, "consume": consume, "admin": admin, "leaders": leaders,
-                "group": group_commit, "txn_offsets": txn_offsets}
+                "group": group_commit, "group_resume": group_resume, "txn_offsets": txn_offsets}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        fail("usage: kafka_client.py produce|consume|admin|leaders|group|txn_offsets < request.json")
+        fail("usage: kafka_client.py produce|consume|admin|leaders|group|group_resume|txn_offsets < request.json")
     try:
         request = json.load(sys.stdin)
         commands[sys.argv[1]](request)

@@ -302,6 +302,76 @@ pub fn python_group_commit(
     run_python("group", &request).map(drop)
 }
 
+/// `(partition, offset, value)` of a record a group member read.
+pub type ResumedRecord = (i32, i64, Option<Vec<u8>>);
+
+/// A member of `group` (Python client, `protocol`) subscribes to `topic` (of `partitions` partitions) and reads from
+/// the group's committed offsets (a partition without one is an error, never a reset) to the end of every
+/// partition, committing nothing. Returns `(partition, offset, value)` of every record read, in the order read.
+pub fn python_group_resume(
+    bootstrap: &str,
+    topic: &str,
+    partitions: usize,
+    group: &str,
+    protocol: GroupProtocol,
+) -> Result<Vec<ResumedRecord>> {
+    #[derive(Deserialize)]
+    struct Resumed {
+        records: Vec<(i32, i64, Option<String>)>,
+    }
+    let request = json!({"bootstrap": bootstrap, "topic": topic, "partitions": partitions, "group": group,
+                         "protocol": protocol.as_str()});
+    let out = run_python("group_resume", &request)?;
+    let resumed: Resumed = serde_json::from_str(out.trim()).with_context(|| format!("group_resume printed {out:?}"))?;
+    resumed
+        .records
+        .into_iter()
+        .map(|(p, o, v)| Ok((p, o, unb64(&v)?)))
+        .collect()
+}
+
+/// Like [`python_group_resume`], but the member stays in the group for `hold` (an active member), in a child
+/// process returned once it has all `partitions` assigned; kill and wait for it when done.
+pub fn python_group_member(
+    bootstrap: &str,
+    topic: &str,
+    partitions: usize,
+    group: &str,
+    protocol: GroupProtocol,
+    hold: std::time::Duration,
+) -> Result<std::process::Child> {
+    use std::io::BufRead;
+    require_python_client()?;
+    let script = python_client_script();
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg("group_resume")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("spawning python3 {}", script.display()))?;
+    let request = json!({"bootstrap": bootstrap, "topic": topic, "partitions": partitions, "group": group,
+                         "protocol": protocol.as_str(), "hold_s": hold.as_secs_f64()});
+    {
+        let mut stdin = child.stdin.take().context("python stdin")?;
+        stdin
+            .write_all(request.to_string().as_bytes())
+            .context("writing the request")?;
+    }
+    let stdout = child.stdout.take().context("python stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .context("reading the member's first line")?;
+    if !line.contains("assigned") {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("group member {group}: printed {line:?} instead of its assignment");
+    }
+    Ok(child)
+}
+
 /// A transactional producer (`transactional_id`) commits offsets of `topic` for `group` with
 /// sendOffsetsToTransaction, one transaction per entry, committed when its flag is true and aborted otherwise.
 pub fn python_txn_offsets(

@@ -61,6 +61,15 @@ impl TopicSpec {
     }
 }
 
+/// Formatter properties of the console consumer whose lines [`parse_console_line`] reads.
+const CONSOLE_PRINT_PROPERTIES: [&str; 5] = [
+    "print.timestamp",
+    "print.partition",
+    "print.offset",
+    "print.headers",
+    "print.key",
+];
+
 /// What `TopicCommand --describe` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicDescription {
@@ -294,6 +303,51 @@ impl KafkaTools {
         Ok(out.lines().filter(|l| !l.starts_with("Processed a total")).count())
     }
 
+    /// Java `ConsoleConsumer` as a member of `group` resuming from its committed offsets (no `--from-beginning`;
+    /// `auto.offset.reset=none`, so a partition without a committed offset fails instead of resetting), stopping
+    /// after `max_messages` or 10 s without a record; printed with partition and offset. Commits on exit.
+    pub fn console_resume_group(
+        &self,
+        topic: &str,
+        group: &str,
+        max_messages: usize,
+        properties: &[(&str, &str)],
+    ) -> Result<Vec<ConsoleConsumed>> {
+        let mut args: Vec<String> = [
+            "--bootstrap-server",
+            &self.bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--max-messages",
+            &max_messages.to_string(),
+            "--timeout-ms",
+            "10000",
+        ]
+        .map(String::from)
+        .to_vec();
+        // Kafka 4.x deprecates --consumer-property (and says so on stdout, among the records).
+        let flag = if self.install.major() >= 4 {
+            "--command-property"
+        } else {
+            "--consumer-property"
+        };
+        for (k, v) in [("auto.offset.reset", "none")].iter().chain(properties) {
+            args.push(flag.into());
+            args.push(format!("{k}={v}"));
+        }
+        for p in CONSOLE_PRINT_PROPERTIES {
+            args.push("--formatter-property".into());
+            args.push(format!("{p}=true"));
+        }
+        let out = run_tool(self.install, CONSOLE_CONSUMER, &args, None)?;
+        out.lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("Processed a total"))
+            .map(|l| parse_console_line(l).with_context(|| format!("parsing console consumer line {l:?}")))
+            .collect()
+    }
+
     /// `kafka-consumer-groups --describe --all-groups`: the committed offset of every (group, topic, partition)
     /// that has one (`CURRENT-OFFSET` not `-`).
     pub fn describe_group_offsets(&self) -> Result<BTreeMap<(String, String, i32), i64>> {
@@ -327,13 +381,7 @@ impl KafkaTools {
         ]
         .map(String::from)
         .to_vec();
-        for p in [
-            "print.timestamp",
-            "print.partition",
-            "print.offset",
-            "print.headers",
-            "print.key",
-        ] {
+        for p in CONSOLE_PRINT_PROPERTIES {
             args.push("--formatter-property".into());
             args.push(format!("{p}=true"));
         }

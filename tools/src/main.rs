@@ -55,6 +55,9 @@ enum Command {
     /// Show the consumer groups' committed offsets from a broker's `__consumer_offsets` segments on disk, or
     /// export them as the CSV `kafka-consumer-groups --reset-offsets --from-file` reads.
     Offsets(cmd::offsets::Args),
+    /// Create or check the source's topics on the target cluster: same partition counts and topic-level configs,
+    /// every difference reported (`topics plan|create|check`).
+    Topics(cmd::topics::Args),
     /// Stream new batches of Kafka log dirs to a `segmirror apply --listen|--connect` over one TCP link (mutual
     /// TLS or --plaintext), until SIGTERM/SIGINT.
     Ship(cmd::ship::Args),
@@ -99,7 +102,8 @@ fn main() -> ExitCode {
         Command::Apply(args) => cmd::apply::run(args, &runtime),
         Command::Status(args) => cmd::status::run(args),
         Command::Promote(args) => cmd::promote::run(args),
-        Command::Offsets(args) => cmd::offsets::run(args),
+        Command::Offsets(args) => cmd::offsets::run(args, &runtime),
+        Command::Topics(args) => cmd::topics::run(args, &runtime),
         Command::Ship(args) => cmd::ship::run(args, &runtime),
         Command::TailApply(args) => cmd::tail_apply::run(args, &runtime),
         Command::StoreShip(args) => cmd::store_ship::run(args, &runtime),

@@ -11,8 +11,8 @@
 //! every [`LIST_OFFSETS_INTERVAL`], the bound lags by that interval at most.
 //!
 //! How: the requests and responses are encoded and decoded by the maintained
-//! `kafka-protocol` crate; this module only frames them (a 4-byte size, as
-//! every Kafka request) over a tokio `TcpStream`: `ApiVersions` once per
+//! `kafka-protocol` crate and framed by `cluster_client::Connection` (shared
+//! with the failover's admin client): `ApiVersions` once per
 //! connection to choose the `ListOffsets` version both sides speak, then one
 //! `ListOffsets` for every selected partition per interval. A background task
 //! spawned by [`ListOffsetsHighWatermarks::spawn`] does the asking and keeps
@@ -40,16 +40,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use bytes::{BufMut, BytesMut};
-use kafka_protocol::error::ResponseError;
+use cluster_client::Connection;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::bound_hw::{HighWatermark, HighWatermarkSource};
 use crate::{Error, Result};
@@ -66,20 +62,15 @@ pub const LIST_OFFSETS_INTERVAL: Duration = Duration::from_millis(50);
 /// again rather than waited on.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Largest response read (8 MiB): a `ListOffsets` answer costs tens of bytes
-/// per partition, so this fits hundreds of thousands; a larger size prefix is
-/// a peer that is not a Kafka broker (an HTTP reply reads as ~1.2 GB).
-pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+/// Largest response read (8 MiB, the shared connection's bound): a
+/// `ListOffsets` answer costs tens of bytes per partition, so this fits
+/// hundreds of thousands.
+pub use cluster_client::connection::MAX_RESPONSE_BYTES;
 
 /// Longest pause between attempts while the broker fails (5 s): reconnects
 /// back off from [`LIST_OFFSETS_INTERVAL`], doubling, so a broker that is down
 /// is not hammered, and one that comes back is asked again within seconds.
 pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
-
-/// The `ApiVersions` request version sent first (3: the first with the client
-/// software name; every broker since Kafka 2.4 speaks it, and an older one
-/// answers in version 0, which the crate cannot read: refused as an error).
-const API_VERSIONS_VERSION: i16 = 3;
 
 /// The lowest `ListOffsets` version used: 2 adds the isolation level.
 const MIN_LIST_OFFSETS_VERSION: i16 = 2;
@@ -133,18 +124,11 @@ pub enum PartitionAnswer {
 }
 
 /// A Kafka error code with its name, for messages people read.
-pub fn error_name(code: i16) -> String {
-    match ResponseError::try_from_code(code) {
-        Some(ResponseError::Unknown(_)) | None => format!("error code {code}"),
-        Some(e) => format!("{e:?} ({code})"),
-    }
-}
+pub use cluster_client::error_name;
 
 /// One connection to a broker speaking the Kafka protocol.
 pub struct BrokerClient {
-    broker: String,
-    stream: TcpStream,
-    correlation_id: i32,
+    connection: Connection,
     list_offsets_version: i16,
     /// The `Metadata` version both sides speak, if any at or above [`MIN_METADATA_VERSION`].
     metadata_version: Option<i16>,
@@ -154,60 +138,30 @@ pub struct BrokerClient {
 impl BrokerClient {
     /// Dial `broker` (HOST:PORT) and agree on the `ListOffsets` version.
     pub async fn connect(broker: &str, timeout: Duration) -> Result<Self> {
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(broker)).await {
-            Err(_) => return Err(broker_error(broker, format!("no connection within {timeout:?}"))),
-            Ok(Err(e)) => return Err(broker_error(broker, format!("cannot connect: {e}"))),
-            Ok(Ok(s)) => s,
-        };
-        // Small requests, answered one at a time: no Nagle delay.
-        let _ = stream.set_nodelay(true);
-        // A correlation id a peer must echo, different per connection (a port
-        // speaking another protocol does not echo it).
-        let start = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(1, |d| (d.subsec_nanos() & 0x3fff_ffff) as i32);
-        let mut client = BrokerClient {
-            broker: broker.to_string(),
-            stream,
-            correlation_id: start,
-            list_offsets_version: MIN_LIST_OFFSETS_VERSION,
-            metadata_version: None,
-            timeout,
-        };
-        let request = ApiVersionsRequest::default()
-            .with_client_software_name(StrBytes::from_static_str("segmirror"))
-            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
-        let versions: ApiVersionsResponse = client.call(ApiKey::ApiVersions, &request, API_VERSIONS_VERSION).await?;
-        if versions.error_code != 0 {
-            return Err(client.error(format!("ApiVersions answered {}", error_name(versions.error_code))));
-        }
-        let ours = ListOffsetsRequest::VERSIONS;
-        let theirs = versions
-            .api_keys
-            .iter()
-            .find(|k| k.api_key == ApiKey::ListOffsets as i16)
-            .ok_or_else(|| client.error("the broker does not offer ListOffsets".to_string()))?;
-        let max = theirs.max_version.min(ours.max);
-        let min = theirs.min_version.max(ours.min).max(MIN_LIST_OFFSETS_VERSION);
-        if max < min {
-            return Err(client.error(format!(
-                "no common ListOffsets version: the broker speaks {}..={}, segmirror {}..={}",
-                theirs.min_version, theirs.max_version, MIN_LIST_OFFSETS_VERSION, ours.max
-            )));
-        }
-        client.list_offsets_version = max;
-        client.metadata_version = versions
-            .api_keys
-            .iter()
-            .find(|k| k.api_key == ApiKey::Metadata as i16)
-            .map(|k| k.max_version.min(MetadataRequest::VERSIONS.max))
+        let connection = Connection::connect(broker, CLIENT_ID, timeout)
+            .await
+            .map_err(source_broker_error)?;
+        let list_offsets_version = connection
+            .version::<ListOffsetsRequest>(ApiKey::ListOffsets, MIN_LIST_OFFSETS_VERSION)
+            .map_err(source_broker_error)?;
+        let metadata_version = connection
+            .offered(ApiKey::Metadata)
+            .map(|k| {
+                k.max
+                    .min(<MetadataRequest as kafka_protocol::protocol::Message>::VERSIONS.max)
+            })
             .filter(|&v| v >= MIN_METADATA_VERSION);
-        Ok(client)
+        Ok(BrokerClient {
+            connection,
+            list_offsets_version,
+            metadata_version,
+            timeout,
+        })
     }
 
     /// The address of the broker this connection reached.
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
-        self.stream.peer_addr().ok()
+        self.connection.peer_addr()
     }
 
     /// The cluster's metadata as this broker knows it: every broker, and every topic's partitions with their
@@ -279,80 +233,38 @@ impl BrokerClient {
     }
 
     fn error(&self, reason: String) -> Error {
-        broker_error(&self.broker, reason)
+        source_broker_error(self.connection.error(reason))
     }
 
-    /// Send one request and read its response, each bounded in time and size.
-    /// (Generic over encode/decode rather than the crate's `Request`, which it
-    /// implements only with both its client and broker halves built.)
+    /// Send one request and read its response over the shared connection (bounded in time and size).
     async fn call<Q: Encodable, P: Decodable>(&mut self, key: ApiKey, request: &Q, version: i16) -> Result<P> {
-        self.correlation_id = self.correlation_id.wrapping_add(1) & i32::MAX;
-        let correlation_id = self.correlation_id;
-        let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, key.request_header_version(version))
-            .and_then(|()| request.encode(&mut body, version))
-            .map_err(|e| self.error(format!("encoding {key:?} v{version}: {e}")))?;
-        let len = u32::try_from(body.len()).map_err(|_| self.error(format!("{key:?} request too large")))?;
-        let mut frame = BytesMut::with_capacity(body.len() + 4);
-        frame.put_u32(len);
-        frame.extend_from_slice(&body);
-        let timeout = self.timeout;
-        match tokio::time::timeout(timeout, self.stream.write_all(&frame)).await {
-            Err(_) => return Err(self.error(format!("{key:?} request not sent within {timeout:?}"))),
-            Ok(Err(e)) => return Err(self.error(format!("sending {key:?}: {e}"))),
-            Ok(Ok(())) => {}
-        }
-        let mut response = match tokio::time::timeout(timeout, read_frame(&mut self.stream)).await {
-            Err(_) => return Err(self.error(format!("no {key:?} response within {timeout:?}"))),
-            Ok(Err(reason)) => return Err(self.error(format!("reading the {key:?} response: {reason}"))),
-            Ok(Ok(b)) => b,
-        };
-        let header = ResponseHeader::decode(&mut response, key.response_header_version(version))
-            .map_err(|e| self.error(format!("malformed {key:?} response header: {e}")))?;
-        if header.correlation_id != correlation_id {
-            return Err(self.error(format!(
-                "the {key:?} response carries correlation id {} where {correlation_id} was sent: not a Kafka broker, or out of step",
-                header.correlation_id
-            )));
-        }
-        let decoded = P::decode(&mut response, version)
-            .map_err(|e| self.error(format!("malformed {key:?} v{version} response: {e}")))?;
-        Ok(decoded)
+        self.connection
+            .call(key, request, version)
+            .await
+            .map_err(source_broker_error)
     }
 }
 
-/// One size-prefixed frame, at most [`MAX_RESPONSE_BYTES`].
-pub(super) async fn read_frame(stream: &mut TcpStream) -> std::result::Result<bytes::Bytes, String> {
-    let mut size = [0u8; 4];
-    stream.read_exact(&mut size).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => "the broker closed the connection".to_string(),
-        _ => e.to_string(),
-    })?;
-    let size = i32::from_be_bytes(size);
-    let len = usize::try_from(size)
-        .ok()
-        .filter(|&n| (4..=MAX_RESPONSE_BYTES).contains(&n))
-        .ok_or_else(|| {
-            format!("a response size of {size} bytes (at least 4, at most {MAX_RESPONSE_BYTES}): not a Kafka broker")
-        })?;
-    let mut body = BytesMut::zeroed(len);
-    stream
-        .read_exact(&mut body)
-        .await
-        .map_err(|e| format!("{e} ({len}-byte response cut short)"))?;
-    Ok(body.freeze())
-}
+/// One size-prefixed frame, at most [`MAX_RESPONSE_BYTES`] (the scripted brokers of the tests read requests with it).
+#[cfg(test)]
+pub(super) use cluster_client::connection::read_frame;
 
-fn broker_error(broker: &str, reason: String) -> Error {
-    Error::SourceBroker {
-        broker: broker.to_string(),
-        reason,
+/// The shared connection's error as the shipper's.
+fn source_broker_error(e: cluster_client::Error) -> Error {
+    match e {
+        cluster_client::Error::Broker { broker, reason } => Error::SourceBroker { broker, reason },
+        e @ cluster_client::Error::Api { .. } => {
+            let text = e.to_string();
+            let broker = match &e {
+                cluster_client::Error::Api { broker, .. } => broker.clone(),
+                cluster_client::Error::Broker { broker, .. } => broker.clone(),
+            };
+            let reason = text
+                .strip_prefix(&format!("broker {broker}: "))
+                .unwrap_or(&text)
+                .to_string();
+            Error::SourceBroker { broker, reason }
+        }
     }
 }
 

@@ -7,8 +7,11 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ApiVersionsResponse, ListOffsetsRequest, ListOffsetsResponse};
 
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::messages::ResponseHeader;
 use kafka_protocol::protocol::decode_request_header_from_buffer;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
 

@@ -9,4 +9,5 @@ pub mod status;
 mod status_tail;
 pub mod store_ship;
 pub mod tail_apply;
+pub mod topics;
 pub mod verify;

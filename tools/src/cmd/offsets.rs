@@ -16,7 +16,10 @@ use anyhow::Context;
 use segment_format::consumer_offsets::{read_log_dir, ConsumerOffsets, OffsetsFilter};
 use segment_format::Error as FormatError;
 
+use crate::cli::runtime::Runtime;
 use crate::cli::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+
+mod commit;
 
 const OFFSETS_HELP: &str = "\
 Offsets are replayed as Kafka's group coordinator loads them: the latest commit per (group, topic, partition); \
@@ -27,8 +30,10 @@ newest commits may not be on disk yet: stop the broker (or read a copy) for exac
 --reset-offsets --from-file FILE --all-groups --execute` (or with the --group options of the groups listed) reads.";
 
 #[derive(clap::Args)]
-#[command(after_help = OFFSETS_HELP)]
+#[command(after_help = OFFSETS_HELP, args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
+    #[command(subcommand)]
+    action: Option<Action>,
     /// A broker's log dir (an entry of its `log.dirs`) holding `__consumer_offsets-N` partitions; repeat for
     /// several.
     #[arg(long = "log-dir", value_name = "DIR", required = true)]
@@ -45,12 +50,22 @@ pub struct Args {
     csv: bool,
 }
 
+#[derive(clap::Subcommand)]
+enum Action {
+    /// Commit the groups' offsets on the target cluster (no leader epoch; each clamped to the partition's installed
+    /// log end), at failover.
+    Commit(commit::Args),
+}
+
 /// `pattern` matching a whole name (as `promote --topics` and the links' regexes do).
-fn whole_name_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+pub(crate) fn whole_name_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
     regex::Regex::new(&format!("^(?:{pattern})$"))
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
+    if let Some(Action::Commit(commit)) = args.action {
+        return commit::run(commit, runtime);
+    }
     let groups = args
         .groups
         .as_deref()
