@@ -304,6 +304,10 @@ impl Applier {
                 report.link_skipped = Some(SkipReason::LinkPromoted);
                 return Ok(report);
             }
+            LinkState::Deleted => {
+                report.link_skipped = Some(SkipReason::LinkDeleted);
+                return Ok(report);
+            }
         }
 
         let mut planned = Vec::new();

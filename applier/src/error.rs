@@ -61,6 +61,10 @@ pub enum Error {
         known: Vec<String>,
     },
 
+    /// A follower's link was promoted or deleted while it ran: nothing is installed under it again.
+    #[error("link '{link}' is {state}: nothing is installed under it again; stopping")]
+    LinkClosed { link: String, state: String },
+
     /// No link was named and the store holds more than one under the prefix.
     #[error("the store holds {} links under prefix '{prefix}' ({}); choose one with --link", links.len(), links.join(", "))]
     AmbiguousLink { prefix: String, links: Vec<String> },
