@@ -81,6 +81,20 @@ pub struct Link {
     pub target: String,
     /// When the link was deleted (state `deleted`).
     pub deleted_at_ms: Option<i64>,
+    /// The id of the shipper's link record whose bucket this record follows: adopted from the first link identity
+    /// object seen ([`Catalog::adopt_peer_link_id`]), never changed after.
+    pub peer_link_id: Option<String>,
+}
+
+/// What [`Catalog::adopt_peer_link_id`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerLink {
+    /// None was recorded: this one is now.
+    Adopted,
+    /// The recorded one.
+    Same,
+    /// Another one is recorded: the offered bucket belongs to another link of the same name.
+    Other { recorded: String },
 }
 
 impl Link {
@@ -101,10 +115,11 @@ impl Link {
 
 /// The `state` column keeps the state a link was deleted in; the tombstone (`deleted_at_ms`) wins.
 pub(crate) const LINK_COLUMNS: &str = "name, link_id, store_url, topics_regex, groups_regex, \
-    CASE WHEN deleted_at_ms IS NULL THEN state ELSE 'deleted' END, created_at_ms, source, target, deleted_at_ms";
+    CASE WHEN deleted_at_ms IS NULL THEN state ELSE 'deleted' END, created_at_ms, source, target, deleted_at_ms, \
+    peer_link_id";
 
 /// How many columns [`LINK_COLUMNS`] selects.
-pub(crate) const LINK_COLUMN_COUNT: usize = 10;
+pub(crate) const LINK_COLUMN_COUNT: usize = 11;
 
 pub(crate) fn link_from_row(row: &Row<'_>) -> rusqlite::Result<Link> {
     Ok(Link {
@@ -118,6 +133,7 @@ pub(crate) fn link_from_row(row: &Row<'_>) -> rusqlite::Result<Link> {
         source: row.get(7)?,
         target: row.get(8)?,
         deleted_at_ms: row.get(9)?,
+        peer_link_id: row.get(10)?,
     })
 }
 
@@ -248,6 +264,24 @@ impl Catalog {
         tx.commit()?;
         link.state = state;
         Ok(link)
+    }
+
+    /// Records `peer_id` (the shipper's link id, from the bucket's link identity object) as the one this link
+    /// follows, if none is recorded yet; says whether it is the recorded one. An event records the adoption.
+    pub fn adopt_peer_link_id(&mut self, name: &str, peer_id: &str) -> Result<PeerLink> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let link = load_link(&tx, name)?;
+        match link.peer_link_id {
+            Some(recorded) if recorded == peer_id => Ok(PeerLink::Same),
+            Some(recorded) => Ok(PeerLink::Other { recorded }),
+            None => {
+                tx.execute("UPDATE links SET peer_link_id = ?2 WHERE name = ?1", params![name, peer_id])?;
+                let detail = format!("follows the shipper's link id {peer_id} (the bucket's link identity)");
+                insert_event(&tx, Subject::Link(name), EventKind::Note, &detail)?;
+                tx.commit()?;
+                Ok(PeerLink::Adopted)
+            }
+        }
     }
 
     /// Replaces a live link's topic and consumer-group regexes (`None` leaves one as it is; `Some(None)` for the
@@ -404,6 +438,20 @@ mod tests {
         assert_eq!((a.id.len(), b.id.len()), (32, 32));
         assert_ne!(a.id, b.id);
         assert_eq!((a.source.as_str(), a.deleted_at_ms), ("", None));
+    }
+
+    #[test]
+    fn the_first_peer_id_is_adopted_and_another_one_named() {
+        let mut cat = Catalog::open_in_memory().unwrap();
+        cat.create_link(&link_spec("l")).unwrap();
+        assert_eq!(cat.link("l").unwrap().peer_link_id, None);
+        assert_eq!(cat.adopt_peer_link_id("l", "aa").unwrap(), PeerLink::Adopted);
+        assert_eq!(cat.adopt_peer_link_id("l", "aa").unwrap(), PeerLink::Same);
+        assert_eq!(
+            cat.adopt_peer_link_id("l", "bb").unwrap(),
+            PeerLink::Other { recorded: "aa".into() }
+        );
+        assert_eq!(cat.link("l").unwrap().peer_link_id.as_deref(), Some("aa"));
     }
 
     #[test]

@@ -107,7 +107,8 @@ pub const MIGRATIONS: &[&str] = &[
     "#,
     // 4: managed links (issue 11): a link's own id (a recreated link gets a new one, so nothing of the old link's
     // bucket or peer is taken for it), its two ends as the operator names them, and `deleted` as a tombstone
-    // (`deleted_at_ms`; `state` keeps the state the link was deleted in, so the CHECK above stays as published).
+    // (`deleted_at_ms`; `state` keeps the state the link was deleted in, so the CHECK above stays as published), and
+    // the id of the shipper's link this (applier's) record adopted from the bucket's link identity object.
     // Links of older catalogs get a random id here.
     r#"
     ALTER TABLE links ADD COLUMN link_id TEXT NOT NULL DEFAULT '';
@@ -115,6 +116,7 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN source TEXT NOT NULL DEFAULT '';
     ALTER TABLE links ADD COLUMN target TEXT NOT NULL DEFAULT '';
     ALTER TABLE links ADD COLUMN deleted_at_ms INTEGER;
+    ALTER TABLE links ADD COLUMN peer_link_id TEXT;
     "#,
 ];
 

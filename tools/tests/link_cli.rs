@@ -249,9 +249,60 @@ fn seed_ships_nothing_for_a_paused_link_follows_its_topics_and_refuses_a_deleted
     seed(&[]).expect_code(0);
     assert!(store.join("bk/orders/0").is_dir());
     assert!(!store.join("bk/other").exists(), "the link's topics regex selects orders only");
+    // The first shipper of the managed link wrote its identity; the applier adopts it and installs.
+    let identity: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store.join("bk/link@identity.json")).unwrap()).unwrap();
+    let id = link(&cat, &["describe", "bk", "--json"]).stdout;
+    let id = serde_json::from_str::<serde_json::Value>(&id).unwrap()["id"].clone();
+    assert_eq!(identity["id"], id);
+    let mirror = root.path().join("mirror");
+    let mirror_cat = root.path().join("mirror-host.sqlite");
+    let apply = || {
+        segmirror([
+            "apply",
+            "--store",
+            store.to_str().unwrap(),
+            "--mirror",
+            mirror.to_str().unwrap(),
+            "--link",
+            "bk",
+            "--catalog",
+            mirror_cat.to_str().unwrap(),
+        ])
+    };
+    let out = apply();
+    out.expect_code(0);
+    assert!(!out.stderr.contains("ignored"), "the identity object is no foreign key: {out}");
+    assert!(mirror.join("orders-0").is_dir());
+    let adopted: serde_json::Value = serde_json::from_str(&link(&mirror_cat, &["describe", "bk", "--json"]).stdout).unwrap();
+    assert_eq!(adopted["peer_link_id"], id);
 
     link(&cat, &["delete", "bk"]).expect_code(0);
     let out = seed(&[]);
     out.expect_code(2);
     assert!(out.stderr.contains("is deleted"), "{out}");
+
+    // Recreated under the same name (nothing of the old one was recorded on the source host): a new id, and the
+    // bucket of the old link is refused, naming both ids.
+    link(&cat, &["create", "bk", "--transport", "store", "--address", store.to_str().unwrap()]).expect_code(0);
+    let new_id = serde_json::from_str::<serde_json::Value>(&link(&cat, &["describe", "bk", "--json"]).stdout).unwrap()
+        ["id"]
+        .clone();
+    assert_ne!(new_id, id);
+    let out = seed(&[]);
+    out.expect_code(2);
+    for needle in [id.as_str().unwrap(), new_id.as_str().unwrap(), "recreated"] {
+        assert!(out.stderr.contains(needle), "{needle} missing:\n{out}");
+    }
+    // A bucket claimed by another link id is refused by the applier that follows the first one.
+    std::fs::write(
+        store.join("bk/link@identity.json"),
+        serde_json::json!({"format": "segmirror.link-identity.v1", "link": "bk", "id": new_id}).to_string(),
+    )
+    .unwrap();
+    let out = apply();
+    out.expect_code(2);
+    for needle in [id.as_str().unwrap(), new_id.as_str().unwrap()] {
+        assert!(out.stderr.contains(needle), "{needle} missing:\n{out}");
+    }
 }

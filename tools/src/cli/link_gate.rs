@@ -153,6 +153,36 @@ pub fn shipper_topics(
     Ok(topics)
 }
 
+/// Claims the store for the link record `link` (the bucket's link identity object, written by the first shipper
+/// of a managed link): refused, naming both ids, when the bucket already belongs to another link of that name.
+pub async fn claim_bucket(
+    role: &str,
+    store: &segmirror_transport::Store,
+    prefix: &segmirror_transport::manifest::KeyPrefix,
+    link: &Link,
+) -> anyhow::Result<()> {
+    use segmirror_transport::link_identity::{claim_link_identity, link_identity_key, IdentityClaim};
+    let key = link_identity_key(prefix, &link.name);
+    match claim_link_identity(store, prefix, &link.name, &link.id)
+        .await
+        .with_context(|| format!("the link identity object {key}"))?
+    {
+        IdentityClaim::Created => {
+            eprintln!("segmirror {role}: link {:?}: wrote its identity {key} (id {})", link.name, link.id);
+            Ok(())
+        }
+        IdentityClaim::Same => Ok(()),
+        IdentityClaim::Other(found) => bail!(
+            "the store's link {:?} belongs to link id {} ({key}), but this host's link {:?} is id {}: a link deleted \
+             and recreated is another link; ship it under another name or another --prefix",
+            link.name,
+            found.id,
+            link.name,
+            link.id
+        ),
+    }
+}
+
 /// Called with the record on every read (e.g. to follow its topics regex).
 pub type OnLink = Arc<dyn Fn(&Link) + Send + Sync>;
 

@@ -21,7 +21,7 @@ use segmirror_transport::Store;
 
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
-use crate::cli::link_gate::{shipper_topics, LinkRecord};
+use crate::cli::link_gate::{claim_bucket, shipper_topics, LinkRecord};
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 use segmirror_catalog::LinkState;
 
@@ -155,6 +155,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         config.shipper_id = id.clone();
     }
     config.validate()?;
+    if let Some((_, link)) = &record {
+        runtime.block_on(claim_bucket("seed", &store, &config.prefix, link))??;
+    }
     // A killed seed leaves the upload temp files of a local folder behind; the next one removes those of its prefix.
     let removed = runtime.block_on(store.remove_leftovers(config.prefix.as_str(), LEFTOVER_MIN_AGE))??;
     if !removed.is_empty() {

@@ -30,7 +30,7 @@ use segmirror_shipper::store_tail::{
 };
 use segmirror_transport::manifest::KeyPrefix;
 
-use crate::cli::link_gate::{refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side};
+use crate::cli::link_gate::{claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side};
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
 use crate::cli::EXIT_USAGE_OR_IO;
@@ -126,6 +126,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         seed.committed_only = Some(CommittedOnly::new(Arc::new(source)));
     }
     seed.validate()?;
+    if let Some((_, link)) = &record {
+        runtime.block_on(claim_bucket("ship", &store, &seed.prefix, link))??;
+    }
     let mut config = StoreTailConfig::new(seed);
     config.upload_interval = Duration::from_millis(args.upload_interval_ms);
     config.upload_bytes = args.upload_bytes;
