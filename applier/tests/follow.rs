@@ -251,18 +251,26 @@ async fn a_follower_installs_nothing_while_the_link_is_paused_catches_up_on_resu
             .filter(|r| r.link_skipped == Some(segmirror_applier::SkipReason::LinkPaused))
             .count()
     };
-    until("a run that saw the pause", || paused_runs(&reports.lock().unwrap()) >= 1).await;
+    until("a run that saw the pause", || {
+        paused_runs(&reports.lock().unwrap()) >= 1
+    })
+    .await;
     let src2 = write_partition(&w.path("src2"), "orders", id, 40, 2048);
     ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &src2).await;
     until("five runs while paused", || paused_runs(&reports.lock().unwrap()) >= 5).await;
     assert_eq!(tree(&mirror), expected_mirror_files(&src1), "paused: nothing installed");
 
     w.catalog().resume_link(LINK).unwrap();
-    until("the second source after resume", || tree(&mirror) == expected_mirror_files(&src2)).await;
+    until("the second source after resume", || {
+        tree(&mirror) == expected_mirror_files(&src2)
+    })
+    .await;
     assert_mirrors(&src2, &mirror);
 
     w.catalog().promote_link(LINK).unwrap();
-    let ended = tokio::time::timeout(CONVERGE, follower).await.expect("the follower stops");
+    let ended = tokio::time::timeout(CONVERGE, follower)
+        .await
+        .expect("the follower stops");
     match ended.unwrap() {
         Err(Error::LinkClosed { link, state }) => assert_eq!((link.as_str(), state.as_str()), (LINK, "promoted")),
         other => panic!("expected LinkClosed, got {other:?}"),

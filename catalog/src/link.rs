@@ -109,7 +109,9 @@ impl Link {
 
     /// The peer address (direct) or the store URL (store); empty for a direct link with no address recorded.
     pub fn address(&self) -> &str {
-        self.store_url.strip_prefix(DIRECT_URL_PREFIX).unwrap_or(&self.store_url)
+        self.store_url
+            .strip_prefix(DIRECT_URL_PREFIX)
+            .unwrap_or(&self.store_url)
     }
 }
 
@@ -152,7 +154,9 @@ pub(crate) fn load_link(conn: &rusqlite::Connection, name: &str) -> Result<Link>
 
 /// What a deleted link still holds in this catalog (its name can be reused only when both are zero).
 fn tombstone_holdings(tx: &rusqlite::Transaction<'_>, name: &str) -> Result<(i64, i64)> {
-    let partitions: i64 = tx.query_row("SELECT count(*) FROM mirror_partitions WHERE link = ?1", [name], |r| r.get(0))?;
+    let partitions: i64 = tx.query_row("SELECT count(*) FROM mirror_partitions WHERE link = ?1", [name], |r| {
+        r.get(0)
+    })?;
     let truncations: i64 = tx.query_row("SELECT count(*) FROM truncations WHERE link = ?1", [name], |r| r.get(0))?;
     Ok((partitions, truncations))
 }
@@ -218,7 +222,10 @@ impl Catalog {
             ],
         )?;
         let link = load_link(&tx, &spec.name)?;
-        let mut detail = format!("id {}, store {}, topics {:?}", link.id, link.store_url, link.topics_regex);
+        let mut detail = format!(
+            "id {}, store {}, topics {:?}",
+            link.id, link.store_url, link.topics_regex
+        );
         if let Some(old) = reused {
             detail.push_str(&format!(" (name reused: deleted link {old} held no partitions)"));
         }
@@ -275,7 +282,10 @@ impl Catalog {
             Some(recorded) if recorded == peer_id => Ok(PeerLink::Same),
             Some(recorded) => Ok(PeerLink::Other { recorded }),
             None => {
-                tx.execute("UPDATE links SET peer_link_id = ?2 WHERE name = ?1", params![name, peer_id])?;
+                tx.execute(
+                    "UPDATE links SET peer_link_id = ?2 WHERE name = ?1",
+                    params![name, peer_id],
+                )?;
                 let detail = format!("follows the shipper's link id {peer_id} (the bucket's link identity)");
                 insert_event(&tx, Subject::Link(name), EventKind::Note, &detail)?;
                 tx.commit()?;
@@ -326,7 +336,12 @@ impl Catalog {
             "UPDATE links SET topics_regex = ?2, groups_regex = ?3 WHERE name = ?1",
             params![name, link.topics_regex, link.groups_regex],
         )?;
-        insert_event(&tx, Subject::Link(name), EventKind::LinkConfigChanged, &changes.join(", "))?;
+        insert_event(
+            &tx,
+            Subject::Link(name),
+            EventKind::LinkConfigChanged,
+            &changes.join(", "),
+        )?;
         tx.commit()?;
         Ok(link)
     }

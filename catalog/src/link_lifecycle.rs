@@ -102,22 +102,25 @@ mod tests {
                 }
                 let events_before = cat.events(None, 100).unwrap().len();
                 let result = cat.set_link_state("l", to);
-                let expected_ok = match (from, to) {
-                    (Deleted, _) => false,
-                    (Promoted, Active | Paused) => false,
-                    _ => true,
-                };
+                let expected_ok = !matches!((from, to), (Deleted, _) | (Promoted, Active | Paused));
                 assert_eq!(result.is_ok(), expected_ok, "{from} -> {to}: {result:?}");
                 let now = cat.link("l").unwrap().state;
                 let wrote = cat.events(None, 100).unwrap().len() - events_before;
                 if expected_ok {
                     assert_eq!(now, to, "{from} -> {to}");
-                    assert_eq!(wrote, usize::from(from != to), "{from} -> {to}: one event per real change");
+                    assert_eq!(
+                        wrote,
+                        usize::from(from != to),
+                        "{from} -> {to}: one event per real change"
+                    );
                 } else {
                     assert_eq!(now, from, "{from} -> {to}: a refusal changes nothing");
                     assert_eq!(wrote, 0);
                     let msg = result.unwrap_err().to_string();
-                    assert!(msg.contains(from.as_str()), "{from} -> {to}: the error names the state: {msg}");
+                    assert!(
+                        msg.contains(from.as_str()),
+                        "{from} -> {to}: the error names the state: {msg}"
+                    );
                 }
             }
         }
@@ -152,7 +155,10 @@ mod tests {
         assert_eq!(cat.set_topics_regex("l", "new-.*").unwrap().topics_regex, "new-.*");
         assert_eq!(cat.link("l").unwrap().topics_regex, "new-.*");
         let l = cat.set_link_regexes("l", None, Some(Some("g.*"))).unwrap();
-        assert_eq!((l.topics_regex.as_str(), l.groups_regex.as_deref()), ("new-.*", Some("g.*")));
+        assert_eq!(
+            (l.topics_regex.as_str(), l.groups_regex.as_deref()),
+            ("new-.*", Some("g.*"))
+        );
         let kinds: Vec<_> = cat.events(None, 2).unwrap().into_iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [EventKind::LinkConfigChanged, EventKind::LinkConfigChanged]);
         // Unchanged: no event.
@@ -161,7 +167,10 @@ mod tests {
         cat.delete_link("l").unwrap();
         assert!(matches!(
             cat.set_topics_regex("l", "x"),
-            Err(Error::LinkTransition { from: LinkState::Deleted, .. })
+            Err(Error::LinkTransition {
+                from: LinkState::Deleted,
+                ..
+            })
         ));
     }
 
@@ -187,7 +196,11 @@ mod tests {
             }
             other => panic!("expected NameOfDeletedLink, got {other:?}"),
         }
-        assert_eq!(cat.link("used").unwrap().state, LinkState::Deleted, "the tombstone stays");
+        assert_eq!(
+            cat.link("used").unwrap().state,
+            LinkState::Deleted,
+            "the tombstone stays"
+        );
         // A live name is still simply taken.
         assert!(matches!(
             cat.create_link(&link_spec("empty")),

@@ -64,7 +64,9 @@ impl Catalog {
                 "SELECT {LINK_COLUMNS}, (SELECT max(at_ms) FROM events e WHERE e.link = links.name) \
                  FROM links ORDER BY name"
             ))?;
-            let rows = stmt.query_map([], |row| Ok((link_from_row(row)?, row.get::<_, Option<i64>>(LINK_COLUMN_COUNT)?)))?;
+            let rows = stmt.query_map([], |row| {
+                Ok((link_from_row(row)?, row.get::<_, Option<i64>>(LINK_COLUMN_COUNT)?))
+            })?;
             rows.collect::<rusqlite::Result<Vec<_>>>()?
         };
 

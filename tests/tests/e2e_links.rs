@@ -63,7 +63,12 @@ fn log_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     entries
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -81,7 +86,10 @@ fn wait_identical(broker: &KafkaBroker, mirror: &Path, topic: &str, services: &m
             s.assert_running();
         }
         if start.elapsed() > PATIENCE {
-            let logs: String = services.iter().map(|s| format!("--- {} ---\n{}", s.name(), s.log())).collect();
+            let logs: String = services
+                .iter()
+                .map(|s| format!("--- {} ---\n{}", s.name(), s.log()))
+                .collect();
             panic!("{topic}-0 never became byte-identical on the mirror\n{logs}");
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -121,16 +129,34 @@ fn new_matching_topics_are_replicated_and_a_paused_link_moves_nothing_until_resu
         link(
             catalog,
             &[
-                "create", "dr", "--transport", "direct", "--address", "127.0.0.1:9400", "--source", "e2e-links",
-                "--target", side, "--topics-regex", "orders.*",
+                "create",
+                "dr",
+                "--transport",
+                "direct",
+                "--address",
+                "127.0.0.1:9400",
+                "--source",
+                "e2e-links",
+                "--target",
+                side,
+                "--topics-regex",
+                "orders.*",
             ],
         );
     }
     let mut applier = Service::start(
         "apply",
         [
-            "apply", "--listen", "127.0.0.1:0", "--plaintext", "--link", "dr", "--mirror", mirror.to_str().unwrap(),
-            "--catalog", mirror_catalog.to_str().unwrap(),
+            "apply",
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+            "--link",
+            "dr",
+            "--mirror",
+            mirror.to_str().unwrap(),
+            "--catalog",
+            mirror_catalog.to_str().unwrap(),
         ],
     )
     .patience(PATIENCE);
@@ -138,8 +164,18 @@ fn new_matching_topics_are_replicated_and_a_paused_link_moves_nothing_until_resu
     let mut shipper = Service::start(
         "ship",
         [
-            "ship", "--connect", &addr, "--plaintext", "--link", "dr", "--upto", "log-end", "--log-dir",
-            broker.log_dir().to_str().unwrap(), "--catalog", source_catalog.to_str().unwrap(),
+            "ship",
+            "--connect",
+            &addr,
+            "--plaintext",
+            "--link",
+            "dr",
+            "--upto",
+            "log-end",
+            "--log-dir",
+            broker.log_dir().to_str().unwrap(),
+            "--catalog",
+            source_catalog.to_str().unwrap(),
         ],
     )
     .patience(PATIENCE);

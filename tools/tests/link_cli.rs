@@ -69,21 +69,58 @@ fn the_lifecycle_refuses_what_it_must_and_lists_as_table_and_json() {
     link(
         &cat,
         &[
-            "create", "dr", "--transport", "direct", "--address", "mirror:9400", "--source", "dc1", "--target", "dc2",
-            "--topics-regex", "orders.*", "--consumer-groups-regex", "app-.*",
+            "create",
+            "dr",
+            "--transport",
+            "direct",
+            "--address",
+            "mirror:9400",
+            "--source",
+            "dc1",
+            "--target",
+            "dc2",
+            "--topics-regex",
+            "orders.*",
+            "--consumer-groups-regex",
+            "app-.*",
         ],
     )
     .expect_code(0)
     .expect_stdout("created link dr (id ");
     link(&cat, &["create", "dr", "--transport", "store", "--address", "/b"]).expect_code(2);
-    link(&cat, &["create", "bad", "--transport", "store", "--address", "/b", "--topics-regex", "a("]).expect_code(2);
-    link(&cat, &["create", "bad", "--transport", "direct", "--address", "no-port"]).expect_code(2);
+    link(
+        &cat,
+        &[
+            "create",
+            "bad",
+            "--transport",
+            "store",
+            "--address",
+            "/b",
+            "--topics-regex",
+            "a(",
+        ],
+    )
+    .expect_code(2);
+    link(
+        &cat,
+        &["create", "bad", "--transport", "direct", "--address", "no-port"],
+    )
+    .expect_code(2);
     link(&cat, &["create", "a/b", "--transport", "store", "--address", "/b"]).expect_code(2);
-    link(&cat, &["create", "bk", "--transport", "store", "--address", "s3://bucket/p"]).expect_code(0);
+    link(
+        &cat,
+        &["create", "bk", "--transport", "store", "--address", "s3://bucket/p"],
+    )
+    .expect_code(0);
 
     let out = link(&cat, &["list"]);
     out.expect_code(0);
-    let row = out.stdout.lines().find(|l| l.starts_with("dr ")).unwrap_or_else(|| panic!("{out}"));
+    let row = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("dr "))
+        .unwrap_or_else(|| panic!("{out}"));
     for field in ["active", "direct", "mirror:9400", "dc1", "dc2", "orders.*", "app-.*"] {
         assert!(row.contains(field), "{field} missing from {row:?}");
     }
@@ -91,22 +128,39 @@ fn the_lifecycle_refuses_what_it_must_and_lists_as_table_and_json() {
     let links = json.as_array().unwrap();
     assert_eq!(links.len(), 2);
     assert_eq!(links[0]["name"], "bk");
-    assert_eq!((links[0]["transport"].as_str(), links[0]["address"].as_str()), (Some("store"), Some("s3://bucket/p")));
+    assert_eq!(
+        (links[0]["transport"].as_str(), links[0]["address"].as_str()),
+        (Some("store"), Some("s3://bucket/p"))
+    );
     let first_id = links[1]["id"].as_str().unwrap().to_string();
     assert_eq!(first_id.len(), 32);
 
-    link(&cat, &["pause", "dr"]).expect_code(0).expect_stdout("active -> paused");
-    link(&cat, &["pause", "dr"]).expect_code(0).expect_stdout("already paused");
-    link(&cat, &["resume", "dr"]).expect_code(0).expect_stdout("paused -> active");
+    link(&cat, &["pause", "dr"])
+        .expect_code(0)
+        .expect_stdout("active -> paused");
+    link(&cat, &["pause", "dr"])
+        .expect_code(0)
+        .expect_stdout("already paused");
+    link(&cat, &["resume", "dr"])
+        .expect_code(0)
+        .expect_stdout("paused -> active");
     link(&cat, &["alter", "dr", "--topics-regex", "orders.*,pay.*"]).expect_code(0);
     let out = link(&cat, &["promote", "dr"]);
-    out.expect_code(0).expect_stdout("active -> promoted").expect_stdout("segmirror promote --mirror");
-    for refused in [&["resume", "dr"][..], &["pause", "dr"], &["alter", "dr", "--topics-regex", "x"]] {
+    out.expect_code(0)
+        .expect_stdout("active -> promoted")
+        .expect_stdout("segmirror promote --mirror");
+    for refused in [
+        &["resume", "dr"][..],
+        &["pause", "dr"],
+        &["alter", "dr", "--topics-regex", "x"],
+    ] {
         let out = link(&cat, refused);
         out.expect_code(2);
         assert!(out.stderr.contains("promoted"), "{refused:?} names the state:\n{out}");
     }
-    link(&cat, &["delete", "dr"]).expect_code(0).expect_stdout("promoted -> deleted");
+    link(&cat, &["delete", "dr"])
+        .expect_code(0)
+        .expect_stdout("promoted -> deleted");
     for refused in [&["resume", "dr"][..], &["delete", "dr"], &["promote", "dr"]] {
         let out = link(&cat, refused);
         out.expect_code(2);
@@ -116,9 +170,17 @@ fn the_lifecycle_refuses_what_it_must_and_lists_as_table_and_json() {
     assert_eq!(described["state"], "deleted");
     assert_eq!(described["topics_regex"], "orders.*,pay.*");
     assert!(described["deleted_at_ms"].is_i64());
-    let kinds: Vec<&str> = described["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = described["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds[0], "link_state_changed");
-    assert!(kinds.contains(&"link_config_changed") && kinds.contains(&"link_created"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"link_config_changed") && kinds.contains(&"link_created"),
+        "{kinds:?}"
+    );
     link(&cat, &["describe", "nope"]).expect_code(2);
 
     // Nothing of the deleted link is recorded (no partitions): its name can be used again, by a new link.
@@ -139,29 +201,62 @@ fn paused_links_move_nothing_resumed_ones_catch_up_and_a_changed_topics_regex_is
     let ship_cat = root.path().join("source-host.sqlite");
     let apply_cat = root.path().join("mirror-host.sqlite");
 
-    link(&ship_cat, &["create", "dr", "--transport", "direct", "--address", "127.0.0.1:1", "--topics-regex", "orders.*"])
-        .expect_code(0);
+    link(
+        &ship_cat,
+        &[
+            "create",
+            "dr",
+            "--transport",
+            "direct",
+            "--address",
+            "127.0.0.1:1",
+            "--topics-regex",
+            "orders.*",
+        ],
+    )
+    .expect_code(0);
     let mut applier = Service::start(
         "apply",
-        &["apply", "--listen", "127.0.0.1:0", "--mirror", mirror.to_str().unwrap(), "--link", "dr", "--plaintext"]
-            .into_iter()
-            .chain(["--catalog", apply_cat.to_str().unwrap()])
-            .map(String::from)
-            .collect::<Vec<_>>(),
+        &[
+            "apply",
+            "--listen",
+            "127.0.0.1:0",
+            "--mirror",
+            mirror.to_str().unwrap(),
+            "--link",
+            "dr",
+            "--plaintext",
+        ]
+        .into_iter()
+        .chain(["--catalog", apply_cat.to_str().unwrap()])
+        .map(String::from)
+        .collect::<Vec<_>>(),
     );
     let addr = applier.bound();
     let mut shipper = Service::start(
         "ship",
-        &["ship", "--log-dir", source.to_str().unwrap(), "--link", "dr", "--plaintext", "--upto", "log-end"]
-            .into_iter()
-            .chain(["--connect", &addr, "--catalog", ship_cat.to_str().unwrap()])
-            .map(String::from)
-            .collect::<Vec<_>>(),
+        &[
+            "ship",
+            "--log-dir",
+            source.to_str().unwrap(),
+            "--link",
+            "dr",
+            "--plaintext",
+            "--upto",
+            "log-end",
+        ]
+        .into_iter()
+        .chain(["--connect", &addr, "--catalog", ship_cat.to_str().unwrap()])
+        .map(String::from)
+        .collect::<Vec<_>>(),
     );
     wait_until("orders mirrored", &mut [&mut applier, &mut shipper], || {
         mirrored(&source, &mirror, "orders-0")
     });
-    assert!(!mirror.join("other-0").exists(), "the link's topics regex does not select `other`");
+    assert!(
+        !mirror.join("other-0").exists(),
+        "the link's topics regex does not select `other`"
+    );
 
     // Paused on the source host: a new matching topic is not shipped...
     link(&ship_cat, &["pause", "dr"]).expect_code(0);
@@ -177,9 +272,11 @@ fn paused_links_move_nothing_resumed_ones_catch_up_and_a_changed_topics_regex_is
 
     // The topics regex changed while running: `other` is picked up without a restart.
     link(&ship_cat, &["alter", "dr", "--topics-regex", "orders.*,other"]).expect_code(0);
-    wait_until("other after the regex change", &mut [&mut applier, &mut shipper], || {
-        mirror.join("other-0").exists() && mirrored(&source, &mirror, "other-0")
-    });
+    wait_until(
+        "other after the regex change",
+        &mut [&mut applier, &mut shipper],
+        || mirror.join("other-0").exists() && mirrored(&source, &mirror, "other-0"),
+    );
 
     // Paused on the mirror host: nothing is installed while the source grows; resumed, it catches up.
     link(&apply_cat, &["pause", "dr"]).expect_code(0);
@@ -237,8 +334,20 @@ fn seed_ships_nothing_for_a_paused_link_follows_its_topics_and_refuses_a_deleted
     out.expect_code(2);
     assert!(out.stderr.contains("segmirror link create"), "{out}");
 
-    link(&cat, &["create", "bk", "--transport", "store", "--address", store.to_str().unwrap(), "--topics-regex", "orders"])
-        .expect_code(0);
+    link(
+        &cat,
+        &[
+            "create",
+            "bk",
+            "--transport",
+            "store",
+            "--address",
+            store.to_str().unwrap(),
+            "--topics-regex",
+            "orders",
+        ],
+    )
+    .expect_code(0);
     link(&cat, &["pause", "bk"]).expect_code(0);
     let out = seed(&[]);
     out.expect_code(0);
@@ -248,7 +357,10 @@ fn seed_ships_nothing_for_a_paused_link_follows_its_topics_and_refuses_a_deleted
     link(&cat, &["resume", "bk"]).expect_code(0);
     seed(&[]).expect_code(0);
     assert!(store.join("bk/orders/0").is_dir());
-    assert!(!store.join("bk/other").exists(), "the link's topics regex selects orders only");
+    assert!(
+        !store.join("bk/other").exists(),
+        "the link's topics regex selects orders only"
+    );
     // The first shipper of the managed link wrote its identity; the applier adopts it and installs.
     let identity: serde_json::Value =
         serde_json::from_slice(&std::fs::read(store.join("bk/link@identity.json")).unwrap()).unwrap();
@@ -272,9 +384,13 @@ fn seed_ships_nothing_for_a_paused_link_follows_its_topics_and_refuses_a_deleted
     };
     let out = apply();
     out.expect_code(0);
-    assert!(!out.stderr.contains("ignored"), "the identity object is no foreign key: {out}");
+    assert!(
+        !out.stderr.contains("ignored"),
+        "the identity object is no foreign key: {out}"
+    );
     assert!(mirror.join("orders-0").is_dir());
-    let adopted: serde_json::Value = serde_json::from_str(&link(&mirror_cat, &["describe", "bk", "--json"]).stdout).unwrap();
+    let adopted: serde_json::Value =
+        serde_json::from_str(&link(&mirror_cat, &["describe", "bk", "--json"]).stdout).unwrap();
     assert_eq!(adopted["peer_link_id"], id);
 
     link(&cat, &["delete", "bk"]).expect_code(0);
@@ -284,7 +400,18 @@ fn seed_ships_nothing_for_a_paused_link_follows_its_topics_and_refuses_a_deleted
 
     // Recreated under the same name (nothing of the old one was recorded on the source host): a new id, and the
     // bucket of the old link is refused, naming both ids.
-    link(&cat, &["create", "bk", "--transport", "store", "--address", store.to_str().unwrap()]).expect_code(0);
+    link(
+        &cat,
+        &[
+            "create",
+            "bk",
+            "--transport",
+            "store",
+            "--address",
+            store.to_str().unwrap(),
+        ],
+    )
+    .expect_code(0);
     let new_id = serde_json::from_str::<serde_json::Value>(&link(&cat, &["describe", "bk", "--json"]).stdout).unwrap()
         ["id"]
         .clone();

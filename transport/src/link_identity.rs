@@ -64,7 +64,10 @@ pub fn parse_link_identity(key: &str, link: &str, bytes: &[u8]) -> Result<LinkId
     let bad = |reason: String| Error::bad_key(key, format!("link identity: {reason}"));
     let doc: LinkIdentity = serde_json::from_slice(bytes).map_err(|e| bad(format!("not a link identity: {e}")))?;
     if doc.format != LINK_IDENTITY_FORMAT {
-        return Err(bad(format!("format {:?}, expected {LINK_IDENTITY_FORMAT:?}", doc.format)));
+        return Err(bad(format!(
+            "format {:?}, expected {LINK_IDENTITY_FORMAT:?}",
+            doc.format
+        )));
     }
     if doc.link != link {
         return Err(bad(format!("names link {:?}, found under link {link:?}", doc.link)));
@@ -115,21 +118,40 @@ mod tests {
     #[tokio::test]
     async fn the_first_claim_writes_the_same_id_is_accepted_another_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&StoreUrl::parse(dir.path().to_str().unwrap()).unwrap(), &Default::default()).unwrap();
+        let store = Store::open(
+            &StoreUrl::parse(dir.path().to_str().unwrap()).unwrap(),
+            &Default::default(),
+        )
+        .unwrap();
         let prefix = KeyPrefix::new("p").unwrap();
-        assert_eq!(claim_link_identity(&store, &prefix, "dr", A).await.unwrap(), IdentityClaim::Created);
-        assert_eq!(claim_link_identity(&store, &prefix, "dr", A).await.unwrap(), IdentityClaim::Same);
+        assert_eq!(
+            claim_link_identity(&store, &prefix, "dr", A).await.unwrap(),
+            IdentityClaim::Created
+        );
+        assert_eq!(
+            claim_link_identity(&store, &prefix, "dr", A).await.unwrap(),
+            IdentityClaim::Same
+        );
         match claim_link_identity(&store, &prefix, "dr", B).await.unwrap() {
             IdentityClaim::Other(found) => assert_eq!(found.id, A),
             other => panic!("expected Other, got {other:?}"),
         }
         // Another link of the prefix has its own.
-        assert_eq!(claim_link_identity(&store, &prefix, "dr2", B).await.unwrap(), IdentityClaim::Created);
+        assert_eq!(
+            claim_link_identity(&store, &prefix, "dr2", B).await.unwrap(),
+            IdentityClaim::Created
+        );
         let key = link_identity_key(&prefix, "dr");
         assert_eq!(key, "p/dr/link@identity.json");
         assert_eq!(link_of_identity_key(&prefix, &key), Some("dr"));
-        assert_eq!(link_of_identity_key(&prefix, "p/dr/orders/0/lease/00000000000000000001.json"), None);
-        assert_eq!(link_of_identity_key(&KeyPrefix::root(), "dr/link@identity.json"), Some("dr"));
+        assert_eq!(
+            link_of_identity_key(&prefix, "p/dr/orders/0/lease/00000000000000000001.json"),
+            None
+        );
+        assert_eq!(
+            link_of_identity_key(&KeyPrefix::root(), "dr/link@identity.json"),
+            Some("dr")
+        );
     }
 
     #[test]
@@ -137,9 +159,18 @@ mod tests {
         let ok = serde_json::to_vec(&LinkIdentity::new("dr", A)).unwrap();
         assert_eq!(parse_link_identity("k", "dr", &ok).unwrap().id, A);
         for (bytes, needle) in [
-            (serde_json::to_vec(&LinkIdentity::new("other", A)).unwrap(), "names link"),
-            (serde_json::to_vec(&LinkIdentity::new("dr", "xyz")).unwrap(), "32 hex digits"),
-            (br#"{"format":"v9","link":"dr","id":"0123456789abcdef0123456789abcdef"}"#.to_vec(), "format"),
+            (
+                serde_json::to_vec(&LinkIdentity::new("other", A)).unwrap(),
+                "names link",
+            ),
+            (
+                serde_json::to_vec(&LinkIdentity::new("dr", "xyz")).unwrap(),
+                "32 hex digits",
+            ),
+            (
+                br#"{"format":"v9","link":"dr","id":"0123456789abcdef0123456789abcdef"}"#.to_vec(),
+                "format",
+            ),
             (b"not json".to_vec(), "not a link identity"),
         ] {
             let err = parse_link_identity("the/key", "dr", &bytes).unwrap_err().to_string();

@@ -168,7 +168,10 @@ pub async fn claim_bucket(
         .with_context(|| format!("the link identity object {key}"))?
     {
         IdentityClaim::Created => {
-            eprintln!("segmirror {role}: link {:?}: wrote its identity {key} (id {})", link.name, link.id);
+            eprintln!(
+                "segmirror {role}: link {:?}: wrote its identity {key} (id {})",
+                link.name, link.id
+            );
             Ok(())
         }
         IdentityClaim::Same => Ok(()),
@@ -278,8 +281,7 @@ pub async fn run_link_gated<R: SessionRunner>(
             (None, Some((std, acceptor))) => {
                 let listener = tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?)
                     .context("the listening socket")?;
-                let (back, result) =
-                    listen(listener, acceptor.clone(), config.clone(), runner, period.clone()).await;
+                let (back, result) = listen(listener, acceptor.clone(), config.clone(), runner, period.clone()).await;
                 runner = back;
                 result.map_err(anyhow::Error::from)
             }
@@ -293,7 +295,10 @@ pub async fn run_link_gated<R: SessionRunner>(
         }
         if let Some(link) = stopped_by {
             refuse_closed(&link, side)?;
-            eprintln!("segmirror {role}: link {:?} is {}: session stopped", link.name, link.state);
+            eprintln!(
+                "segmirror {role}: link {:?} is {}: session stopped",
+                link.name, link.state
+            );
         }
     }
 }

@@ -246,7 +246,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "link {}: topics {:?}, consumer groups {}",
                 link.name,
                 link.topics_regex,
-                link.groups_regex.as_deref().map_or("none".to_string(), |g| format!("{g:?}"))
+                link.groups_regex
+                    .as_deref()
+                    .map_or("none".to_string(), |g| format!("{g:?}"))
             );
         }
         Command::Pause { name } => transition(&mut catalog, &name, LinkState::Paused)?,

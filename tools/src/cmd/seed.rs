@@ -19,9 +19,9 @@ use segmirror_shipper::seed::{
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Store;
 
+use crate::cli::link_gate::{claim_bucket, shipper_topics, LinkRecord};
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
-use crate::cli::link_gate::{claim_bucket, shipper_topics, LinkRecord};
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 use segmirror_catalog::LinkState;
 
@@ -137,7 +137,10 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let topics = shipper_topics("seed", args.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
     if let Some((_, link)) = &record {
         if link.state == LinkState::Paused {
-            eprintln!("segmirror seed: link {:?} is paused: nothing shipped (resume it with `segmirror link resume`)", link.name);
+            eprintln!(
+                "segmirror seed: link {:?} is paused: nothing shipped (resume it with `segmirror link resume`)",
+                link.name
+            );
             return Ok(ExitCode::SUCCESS);
         }
     }

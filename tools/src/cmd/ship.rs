@@ -23,13 +23,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
+use segmirror_catalog::Link;
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::source::leadership::{
     check_node, node_id_of_log_dir, MetadataLeadership, NodeCheck, LEADERSHIP_INTERVAL,
 };
 use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, REQUEST_TIMEOUT};
-use segmirror_catalog::Link;
 use segmirror_shipper::tail::{LiveTopicFilter, Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
@@ -227,12 +227,17 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         }
         match TopicFilter::new(&link.topics_regex) {
             Ok(filter) => {
-                eprintln!("segmirror ship: link {:?}: topics regex now {:?}", link.name, link.topics_regex);
+                eprintln!(
+                    "segmirror ship: link {:?}: topics regex now {:?}",
+                    link.name, link.topics_regex
+                );
                 if let Ok(mut slot) = live.write() {
                     *slot = filter;
                 }
             }
-            Err(e) => tracing::warn!(link = %link.name, error = %e, "the link's topics regex does not compile; keeping the previous one"),
+            Err(e) => {
+                tracing::warn!(link = %link.name, error = %e, "the link's topics regex does not compile; keeping the previous one")
+            }
         }
     });
     let session_config = SessionConfig {

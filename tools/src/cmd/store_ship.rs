@@ -30,7 +30,9 @@ use segmirror_shipper::store_tail::{
 };
 use segmirror_transport::manifest::KeyPrefix;
 
-use crate::cli::link_gate::{claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side};
+use crate::cli::link_gate::{
+    claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side,
+};
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
 use crate::cli::EXIT_USAGE_OR_IO;
@@ -211,9 +213,12 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             }
             let period = shutdown.child_token();
             let following = config.seed.topics.as_str().to_string();
-            let watcher = tokio::spawn(watch_until(record.clone(), on_link.clone(), period.clone(), move |link| {
-                !explicit_topics && link.topics_regex != following
-            }));
+            let watcher = tokio::spawn(watch_until(
+                record.clone(),
+                on_link.clone(),
+                period.clone(),
+                move |link| !explicit_topics && link.topics_regex != following,
+            ));
             let (end, stats) = store_tail::run(&store, &config, period.cancelled(), &mut on_round).await?;
             period.cancel();
             let stopped_by = watcher.await.ok().flatten();

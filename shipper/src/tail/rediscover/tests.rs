@@ -261,7 +261,9 @@ async fn a_live_topics_filter_change_follows_new_topics_and_drops_deselected_one
     feed.seek(&[]).await.unwrap();
     let others = ship_whole(&mut feed, "keep-a", &logs[0]).await;
     assert!(
-        !others.iter().any(|i| matches!(i, FeedItem::Chunk(c) if c.partition == pref("other-b"))),
+        !others
+            .iter()
+            .any(|i| matches!(i, FeedItem::Chunk(c) if c.partition == pref("other-b"))),
         "other-b is not selected"
     );
     assert_eq!(feed.position(&pref("other-b")), None);
@@ -275,7 +277,10 @@ async fn a_live_topics_filter_change_follows_new_topics_and_drops_deselected_one
         }
     })
     .await;
-    assert!(dropped.is_ok(), "keep-a is dropped once the filter no longer selects it");
+    assert!(
+        dropped.is_ok(),
+        "keep-a is dropped once the filter no longer selects it"
+    );
 
     // Selected again: it continues from its kept position (the end it had reached), not from byte 0.
     *live.write().unwrap() = TopicFilter::new("keep-.*,other-.*").unwrap();
