@@ -44,6 +44,7 @@ SLOW_FIRST=(
     e2e_consumer_offsets   # ~90 (Kafka 3.9 and 4.4, classic and KIP-848 groups)
     kafka_harness          # ~90
     e2e_tail               # ~80
+    e2e_links              # 52-88 (one broker; three 3 s quiet windows while paused)
     real_kafka_format      # ~65
 )
 

@@ -304,6 +304,14 @@ impl Applier {
                 report.link_skipped = Some(SkipReason::LinkPromoted);
                 return Ok(report);
             }
+            LinkState::Deleted => {
+                report.link_skipped = Some(SkipReason::LinkDeleted);
+                return Ok(report);
+            }
+        }
+
+        if listing.identities.contains_key(&link) {
+            self.check_link_identity(&link).await?;
         }
 
         let mut planned = Vec::new();
@@ -402,6 +410,29 @@ impl Applier {
             ));
         }
         Ok(recorded.state)
+    }
+
+    /// Reads the store's link identity object and checks it against (or, the first time, records it as) the id
+    /// the catalog's link follows: a bucket of a recreated link of the same name is refused, naming both ids.
+    async fn check_link_identity(&self, link: &str) -> Result<()> {
+        use segmirror_transport::link_identity::{link_identity_key, parse_link_identity, MAX_LINK_IDENTITY_BYTES};
+        let key = link_identity_key(&self.config.prefix, link);
+        let bytes = self.config.store.read_document(&key, MAX_LINK_IDENTITY_BYTES).await?;
+        let identity = parse_link_identity(&key, link, &bytes)?;
+        let (name, id) = (link.to_string(), identity.id.clone());
+        let found = self
+            .catalog
+            .call("link identity", move |c| c.adopt_peer_link_id(&name, &id))
+            .await?;
+        match found {
+            segmirror_catalog::PeerLink::Adopted | segmirror_catalog::PeerLink::Same => Ok(()),
+            segmirror_catalog::PeerLink::Other { recorded } => Err(Error::ForeignLinkBucket {
+                link: link.to_string(),
+                key,
+                bucket_id: identity.id,
+                recorded_id: recorded,
+            }),
+        }
     }
 
     /// Steps 1 to 5 (planning) of the module docs for one partition.

@@ -28,6 +28,8 @@ pub const MANIFEST_READ_CONCURRENCY: usize = 16;
 pub(crate) struct Listing {
     pub links: BTreeMap<String, LinkObjects>,
     pub ignored: Vec<IgnoredKey>,
+    /// The link identity objects listed, by link (`segmirror_transport::link_identity`).
+    pub identities: BTreeMap<String, segmirror_transport::ObjectInfo>,
 }
 
 /// The partitions of one link, by (topic, partition).
@@ -48,7 +50,10 @@ pub(crate) type Lineage = IndexedLineage;
 /// nothing.
 pub(crate) async fn list(source: &dyn SegmentSource, prefix: &KeyPrefix, link: Option<&str>) -> Result<Listing> {
     let index = source.index_versions(prefix, link).await?;
-    let mut listing = Listing::default();
+    let mut listing = Listing {
+        identities: index.link_identities,
+        ..Listing::default()
+    };
     // Entries the store cannot even call objects (a FIFO, a link, a name that is no legal key) are reported like
     // keys that are not segmirror's: skipped, and nothing else stops.
     listing.ignored.extend(index.skipped.into_iter().map(|s| IgnoredKey {

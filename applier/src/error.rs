@@ -61,6 +61,24 @@ pub enum Error {
         known: Vec<String>,
     },
 
+    /// The store's link identity object names another link id than the one this catalog's link follows: the
+    /// source's link was deleted and created again (or another host's link of the same name ships there).
+    #[error(
+        "the store's link '{link}' belongs to link id {bucket_id} ({key}), but this catalog's link '{link}' follows \
+         link id {recorded_id}: a link deleted and recreated is another link; give it another name, or a new mirror \
+         and catalog"
+    )]
+    ForeignLinkBucket {
+        link: String,
+        key: String,
+        bucket_id: String,
+        recorded_id: String,
+    },
+
+    /// A follower's link was promoted or deleted while it ran: nothing is installed under it again.
+    #[error("link '{link}' is {state}: nothing is installed under it again; stopping")]
+    LinkClosed { link: String, state: String },
+
     /// No link was named and the store holds more than one under the prefix.
     #[error("the store holds {} links under prefix '{prefix}' ({}); choose one with --link", links.len(), links.join(", "))]
     AmbiguousLink { prefix: String, links: Vec<String> },

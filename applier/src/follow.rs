@@ -18,6 +18,9 @@
 //! - **A stop between runs**: the shutdown future is looked at only between runs, so a signal never interrupts an
 //!   install (which is crash-safe anyway: staging, rename, catalog last).
 //!
+//! The link's state is read by every run: a paused link installs nothing until resumed (each run reports it
+//! skipped), a promoted or deleted one ends the follower ([`Error::LinkClosed`]).
+//!
 //! A link the store does not hold yet (the follower started before the shipper's first commit) is waited for, with
 //! a note in the run's report, not an error.
 //!
@@ -38,7 +41,7 @@ use segmirror_catalog::Catalog;
 use crate::apply::{Applier, ApplyConfig};
 use crate::error::{Error, Result};
 use crate::layout::MirrorLayout;
-use crate::report::ApplyReport;
+use crate::report::{ApplyReport, SkipReason};
 use segment_format::progress::NoProgress;
 
 /// Default time between two runs of a follower (250 ms): half the shipper's default upload interval (500 ms), so a
@@ -108,6 +111,19 @@ pub async fn follow(
             },
             Err(e) => return Err(e),
         };
+        // A pause is honoured by each run (it installs nothing and says so); promotion and deletion are final.
+        let closed = match report.link_skipped {
+            Some(SkipReason::LinkPromoted) => Some("promoted"),
+            Some(SkipReason::LinkDeleted) => Some("deleted"),
+            _ => None,
+        };
+        if let Some(state) = closed {
+            on_run(&report);
+            return Err(Error::LinkClosed {
+                link: report.link.clone().unwrap_or_default(),
+                state: state.to_string(),
+            });
+        }
         stats.runs += 1;
         stats.segments_installed += report.segments_installed() as u64;
         stats.bytes_fetched += report.bytes_fetched();

@@ -144,6 +144,8 @@ pub enum SkipReason {
     LinkPaused,
     /// The link is promoted: its mirror became a real cluster.
     LinkPromoted,
+    /// The link is deleted (a tombstone in the catalog).
+    LinkDeleted,
     /// The partition is paused in the catalog (a lineage break pauses it, too).
     Paused,
     /// The partition was promoted into a broker; the applier never writes it again.
@@ -158,6 +160,7 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::LinkPaused => f.write_str("link paused"),
             SkipReason::LinkPromoted => f.write_str("link promoted"),
+            SkipReason::LinkDeleted => f.write_str("link deleted"),
             SkipReason::Paused => f.write_str("partition paused"),
             SkipReason::Promoted => f.write_str("partition promoted; never written again"),
             SkipReason::LineageBreak { recorded, offered } => write!(

@@ -222,3 +222,57 @@ async fn a_follower_waits_for_the_link_installs_new_versions_refuses_a_lie_by_ke
     let after = w.apply().await;
     assert_eq!(after.segments_installed(), 0, "{after:#?}");
 }
+
+/// The link's state is read by every run: paused, a follower installs nothing of what the shipper commits (the
+/// mirror stays as it was); resumed, it catches up to the source; promoted, it stops with `LinkClosed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_installs_nothing_while_the_link_is_paused_catches_up_on_resume_and_stops_when_promoted() {
+    let w = World::new();
+    let id = Uuid([2; 16]);
+    let src1 = write_partition(&w.path("src1"), "orders", id, 20, 2048);
+    ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &src1).await;
+    let mut config = FollowConfig::new(w.config());
+    config.poll_interval = Duration::from_millis(20);
+    let reports: Arc<Mutex<Vec<ApplyReport>>> = Arc::default();
+    let seen = reports.clone();
+    let catalog = w.catalog();
+    let follower = tokio::spawn(async move {
+        follow(&config, catalog, std::future::pending(), move |r| {
+            seen.lock().unwrap().push(r.clone())
+        })
+        .await
+    });
+    let mirror = w.mirror().join("orders-0");
+    until("the first source", || tree(&mirror) == expected_mirror_files(&src1)).await;
+
+    w.catalog().pause_link(LINK).unwrap();
+    let paused_runs = |r: &[ApplyReport]| {
+        r.iter()
+            .filter(|r| r.link_skipped == Some(segmirror_applier::SkipReason::LinkPaused))
+            .count()
+    };
+    until("a run that saw the pause", || {
+        paused_runs(&reports.lock().unwrap()) >= 1
+    })
+    .await;
+    let src2 = write_partition(&w.path("src2"), "orders", id, 40, 2048);
+    ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &src2).await;
+    until("five runs while paused", || paused_runs(&reports.lock().unwrap()) >= 5).await;
+    assert_eq!(tree(&mirror), expected_mirror_files(&src1), "paused: nothing installed");
+
+    w.catalog().resume_link(LINK).unwrap();
+    until("the second source after resume", || {
+        tree(&mirror) == expected_mirror_files(&src2)
+    })
+    .await;
+    assert_mirrors(&src2, &mirror);
+
+    w.catalog().promote_link(LINK).unwrap();
+    let ended = tokio::time::timeout(CONVERGE, follower)
+        .await
+        .expect("the follower stops");
+    match ended.unwrap() {
+        Err(Error::LinkClosed { link, state }) => assert_eq!((link.as_str(), state.as_str()), (LINK, "promoted")),
+        other => panic!("expected LinkClosed, got {other:?}"),
+    }
+}

@@ -44,6 +44,27 @@ pub enum Error {
     #[error("{entity} is promoted; the catalog refuses further writes to it")]
     Promoted { entity: Entity },
 
+    /// A link state change (or configuration change) the lifecycle does not allow from `from`
+    /// (`catalog::link_lifecycle`): nothing leaves `deleted`.
+    #[error("link {link:?} is {from}: cannot {action}")]
+    LinkTransition {
+        link: String,
+        from: crate::link::LinkState,
+        action: &'static str,
+    },
+
+    /// `create_link` for the name of a deleted link whose tombstone still holds mirror partitions or truncation
+    /// records: a new link of that name would take them over.
+    #[error(
+        "link {name:?} was deleted but still holds {partitions} mirror partition(s) and {truncations} truncation \
+         record(s); a new link of that name would take them over: choose another name"
+    )]
+    NameOfDeletedLink {
+        name: String,
+        partitions: i64,
+        truncations: i64,
+    },
+
     /// The segment does not fit the partition's installed history (see [`ConflictReason`]).
     #[error("segment at base offset {base_offset} of {partition} conflicts with the installed segments: {reason}")]
     Conflict {

@@ -20,6 +20,8 @@ text_enum! {
     pub enum EventKind {
         LinkCreated => "link_created",
         LinkStateChanged => "link_state_changed",
+        /// A link's topics or consumer-groups regex changed.
+        LinkConfigChanged => "link_config_changed",
         PartitionCreated => "partition_created",
         PartitionStateChanged => "partition_state_changed",
         MirrorTopicIdSet => "mirror_topic_id_set",

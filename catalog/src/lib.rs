@@ -34,6 +34,7 @@ mod event;
 mod follow;
 mod key;
 mod link;
+pub mod link_lifecycle;
 mod mirror_root;
 mod partition;
 mod path;
@@ -50,7 +51,7 @@ pub use error::{ConflictReason, Entity, Error, Location, ReplacementRefusal, Res
 pub use event::{Event, EventKind, Subject};
 pub use follow::{ReplaceOutcome, Replacement, RetentionReceipt};
 pub use key::{PartitionId, PartitionKey};
-pub use link::{Link, LinkSpec, LinkState};
+pub use link::{Link, LinkEnds, LinkSpec, LinkState, PeerLink, Transport, DIRECT_URL_PREFIX};
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionState, Upsert};
 pub use path::{

@@ -175,6 +175,13 @@ impl Catalog {
                 entity: Entity::Link(link.name),
             });
         }
+        if link.state == LinkState::Deleted {
+            return Err(Error::LinkTransition {
+                link: link.name,
+                from: LinkState::Deleted,
+                action: "record a partition under it",
+            });
+        }
         tx.execute(
             "INSERT INTO mirror_partitions (link, topic, partition, source_topic_id, state, log_start_offset) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

@@ -105,6 +105,19 @@ pub const MIGRATIONS: &[&str] = &[
         UNIQUE (link, topic, partition, kind, from_offset, to_offset)
     ) STRICT;
     "#,
+    // 4: managed links (issue 11): a link's own id (a recreated link gets a new one, so nothing of the old link's
+    // bucket or peer is taken for it), its two ends as the operator names them, and `deleted` as a tombstone
+    // (`deleted_at_ms`; `state` keeps the state the link was deleted in, so the CHECK above stays as published), and
+    // the id of the shipper's link this (applier's) record adopted from the bucket's link identity object.
+    // Links of older catalogs get a random id here.
+    r#"
+    ALTER TABLE links ADD COLUMN link_id TEXT NOT NULL DEFAULT '';
+    UPDATE links SET link_id = lower(hex(randomblob(16)));
+    ALTER TABLE links ADD COLUMN source TEXT NOT NULL DEFAULT '';
+    ALTER TABLE links ADD COLUMN target TEXT NOT NULL DEFAULT '';
+    ALTER TABLE links ADD COLUMN deleted_at_ms INTEGER;
+    ALTER TABLE links ADD COLUMN peer_link_id TEXT;
+    "#,
 ];
 
 /// The schema version this code writes and understands.
@@ -214,7 +227,8 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         prepare(&mut conn, &Location::InMemory).unwrap();
         conn.execute(
-            "INSERT INTO links VALUES ('l', 'file:///x', '.*', NULL, 'active', 1)",
+            "INSERT INTO links (name, store_url, topics_regex, groups_regex, state, created_at_ms) \
+             VALUES ('l', 'file:///x', '.*', NULL, 'active', 1)",
             [],
         )
         .unwrap();
@@ -247,7 +261,11 @@ mod tests {
         prepare(&mut conn, &Location::InMemory).unwrap();
         // Unknown state.
         assert!(conn
-            .execute("INSERT INTO links VALUES ('l', 'u', '.*', NULL, 'bogus', 1)", [])
+            .execute(
+                "INSERT INTO links (name, store_url, topics_regex, groups_regex, state, created_at_ms) \
+                 VALUES ('l', 'u', '.*', NULL, 'bogus', 1)",
+                []
+            )
             .is_err());
         // Partition of a link that does not exist (foreign keys are on).
         assert!(conn

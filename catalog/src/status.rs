@@ -8,7 +8,7 @@ use segment_format::now_ms;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::link::{Link, LinkState};
+use crate::link::{link_from_row, LinkState, LINK_COLUMNS, LINK_COLUMN_COUNT};
 use crate::partition::PartitionState;
 use crate::Catalog;
 
@@ -60,23 +60,12 @@ impl Catalog {
         let tx = self.conn.unchecked_transaction()?;
         let schema_version: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let links = {
-            let mut stmt = tx.prepare(
-                "SELECT name, store_url, topics_regex, groups_regex, state, created_at_ms, \
-                        (SELECT max(at_ms) FROM events e WHERE e.link = l.name) \
-                 FROM links l ORDER BY name",
-            )?;
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {LINK_COLUMNS}, (SELECT max(at_ms) FROM events e WHERE e.link = links.name) \
+                 FROM links ORDER BY name"
+            ))?;
             let rows = stmt.query_map([], |row| {
-                Ok((
-                    Link {
-                        name: row.get(0)?,
-                        store_url: row.get(1)?,
-                        topics_regex: row.get(2)?,
-                        groups_regex: row.get(3)?,
-                        state: row.get(4)?,
-                        created_at_ms: row.get(5)?,
-                    },
-                    row.get::<_, Option<i64>>(6)?,
-                ))
+                Ok((link_from_row(row)?, row.get::<_, Option<i64>>(LINK_COLUMN_COUNT)?))
             })?;
             rows.collect::<rusqlite::Result<Vec<_>>>()?
         };

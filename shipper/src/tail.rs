@@ -1087,7 +1087,7 @@ fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 }
 
 pub mod rediscover;
-pub use rediscover::{Rediscovery, REDISCOVER_INTERVAL};
+pub use rediscover::{LiveTopicFilter, Rediscovery, REDISCOVER_INTERVAL};
 mod cluster;
 pub mod diverge;
 mod index_fit;

@@ -50,6 +50,9 @@ enum Command {
     Apply(cmd::apply::Args),
     /// Show the catalog: links, mirror partitions, installed segments and offsets, last events.
     Status(cmd::status::Args),
+    /// Manage replication links: create, list, describe, alter, pause, resume, promote, delete (the catalog of
+    /// this host: the target's mirror catalog, or the source host's data directory catalog that `ship` reads).
+    Link(cmd::link::Args),
     /// Install mirror partitions into a stopped Kafka broker's log dir, as that cluster's topics.
     Promote(cmd::promote::Args),
     /// Show the consumer groups' committed offsets from a broker's `__consumer_offsets` segments on disk, or
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Seed(args) => cmd::seed::run(args, &runtime),
         Command::Apply(args) => cmd::apply::run(args, &runtime),
         Command::Status(args) => cmd::status::run(args),
+        Command::Link(args) => cmd::link::run(args),
         Command::Promote(args) => cmd::promote::run(args),
         Command::Offsets(args) => cmd::offsets::run(args, &runtime),
         Command::Topics(args) => cmd::topics::run(args, &runtime),

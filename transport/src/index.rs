@@ -60,6 +60,8 @@ pub struct BucketIndex {
     pub skipped: Vec<SkippedEntry>,
     /// Upload leftovers of a local folder (`<key>#<n>`).
     pub temporary: Vec<ObjectInfo>,
+    /// The link identity objects ([`crate::link_identity`]), by link.
+    pub link_identities: BTreeMap<String, ObjectInfo>,
     /// Objects and bytes listed (contract keys and foreign keys; not skipped entries).
     pub objects: u64,
     pub bytes: u64,
@@ -75,6 +77,10 @@ impl BucketIndex {
         for object in listing.objects {
             index.objects += 1;
             index.bytes += object.size;
+            if let Some(link) = crate::link_identity::link_of_identity_key(prefix, &object.key) {
+                index.link_identities.insert(link.to_string(), object);
+                continue;
+            }
             match ObjectKey::parse(prefix, &object.key) {
                 Ok(ObjectKey { partition, kind }) => {
                     let entry = index.partitions.entry(partition).or_default();

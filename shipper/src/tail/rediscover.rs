@@ -12,6 +12,11 @@
 //!   `<topic>-<p>.<uuid>-delete`, then removes it) and that is no longer listed is dropped, no error: the mirror keeps what it received. A step
 //!   that fails because the partition's directory vanished under it is the same event seen earlier.
 //!
+//! - with a [`LiveTopicFilter`] (the link's `topics.regex`, which an operator may change while the shipper runs),
+//!   the filter is looked at on every call; a change lists at once, follows the topics it now selects and drops
+//!   the followed ones it no longer selects (their mirrors keep what they received; their positions are kept, so a
+//!   topic selected again continues where it stopped).
+//!
 //! Why a listing rather than the watcher's events alone: the events name directories, the listing applies the
 //! same rules as the start (topic filter, internal topics, `-future`/`-stray` directories, a topic id present),
 //! so a partition is followed by the same rule whenever it appears. A listing of a log dir is one `readdir` plus
@@ -23,6 +28,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use segmirror_transport::direct::payload::{PartitionRef, Position};
@@ -37,13 +43,19 @@ use crate::source::watch::{watch, WatchConfig, WatchEvent, Watcher};
 /// about a second even if its notification was lost, at the cost of one directory listing per log dir a second.
 pub const REDISCOVER_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A topic filter another task may replace while the feed runs (the link's `topics.regex`): the feed reads it on
+/// every rediscovery call.
+pub type LiveTopicFilter = Arc<RwLock<TopicFilter>>;
+
 /// Where and how often to look for partitions (see the module doc).
 #[derive(Debug, Clone)]
 pub struct Rediscovery {
     /// The log dirs listed.
     pub log_dirs: Vec<PathBuf>,
-    /// Which topics are followed (the same filter as at start).
+    /// Which topics are followed (the same filter as at start, unless `live_filter` replaces it).
     pub filter: TopicFilter,
+    /// When set, the filter in force: read on every call, a change applied at once (see the module doc).
+    pub live_filter: Option<LiveTopicFilter>,
     /// Only partitions of this source cluster (a link carries one); others are skipped and reported once.
     pub cluster_id: String,
     /// [`REDISCOVER_INTERVAL`].
@@ -59,6 +71,7 @@ impl Rediscovery {
         Rediscovery {
             log_dirs,
             filter,
+            live_filter: None,
             cluster_id: cluster_id.into(),
             interval: REDISCOVER_INTERVAL,
             watch: true,
@@ -97,6 +110,24 @@ impl Rediscoverer {
             pending: HashMap::new(),
             reported: HashSet::new(),
         }
+    }
+
+    /// Takes the live filter's value if it changed; `true` then (a listing is due at once).
+    fn refresh_filter(&mut self) -> bool {
+        let Some(live) = &self.config.live_filter else {
+            return false;
+        };
+        let current = match live.read() {
+            Ok(f) => f.clone(),
+            // A writer panicked mid-update: the value it left is still a whole filter.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        if current.as_str() == self.config.filter.as_str() {
+            return false;
+        }
+        tracing::info!(from = %self.config.filter.as_str(), to = %current.as_str(), "topics filter changed");
+        self.config.filter = current;
+        true
     }
 
     /// Is a listing due: never listed, the interval passed, or the watcher saw a partition dir come or go.
@@ -203,7 +234,12 @@ impl TailFeed {
         let Some(r) = &mut self.rediscoverer else {
             return Ok(());
         };
-        let due = r.due().await;
+        let refiltered = r.refresh_filter();
+        let due = r.due().await || refiltered;
+        if r.listing.is_some() && refiltered {
+            // A listing under the old filter is in flight: take it, and list again under the new one next call.
+            r.hinted = true;
+        }
         if r.listing.is_none() {
             if !due && !force {
                 return Ok(());
@@ -272,18 +308,26 @@ impl TailFeed {
         let listed_keys: HashSet<&PartitionRef> = listed.iter().map(key).collect();
         let before = self.parts.len();
         let mut gone = Vec::new();
+        let filter = &r.config.filter;
         self.parts.retain(|p| {
-            // Dropped only when its directory is gone: a partition the listing passed over for a moment (its
-            // `partition.metadata` unreadable) keeps its position rather than being rescanned from byte 0.
-            let keep = listed_keys.contains(key(&p.target)) || !gone_dirs.contains(&p.target.dir);
+            // Dropped only when its directory is gone or the filter no longer selects its topic: a partition the
+            // listing passed over for a moment (its `partition.metadata` unreadable) keeps its position rather
+            // than being rescanned from byte 0.
+            let deselected = !filter.matches(&p.target.partition.topic);
+            let keep = listed_keys.contains(key(&p.target)) || !(gone_dirs.contains(&p.target.dir) || deselected);
             if !keep {
-                gone.push(p.clone());
+                gone.push((p.clone(), deselected));
             }
             keep
         });
-        for p in gone {
-            tracing::info!(partition = %name(&p.target.partition), dir = %p.target.dir.display(),
-                "partition no longer listed (deleted): no longer shipped");
+        for (p, deselected) in gone {
+            if deselected {
+                tracing::info!(partition = %name(&p.target.partition), filter = %filter.as_str(),
+                    "topic no longer selected by the topics filter: no longer shipped (its mirror stays)");
+            } else {
+                tracing::info!(partition = %name(&p.target.partition), dir = %p.target.dir.display(),
+                    "partition no longer listed (deleted): no longer shipped");
+            }
             if let Some(at) = &p.at {
                 r.pending
                     .insert(p.target.partition.clone(), (at.base_offset, at.position));

@@ -59,6 +59,7 @@ const SHIP_KEYS: &[(&str, Kind)] = &[
     ("max-bandwidth", Kind::Count),
     ("source-bootstrap", Kind::Text),
     ("cluster", Kind::Switch),
+    ("catalog", Kind::Path),
 ];
 
 /// Keys of the tail applier besides [`LINK_KEYS`].

@@ -10,6 +10,7 @@
 pub mod catalog;
 pub mod config;
 pub mod link;
+pub mod link_gate;
 pub mod logging;
 pub mod progress;
 pub mod report;

@@ -1,6 +1,7 @@
 pub mod apply;
 pub mod demo;
 pub mod generate;
+pub mod link;
 pub mod offsets;
 pub mod promote;
 pub mod seed;

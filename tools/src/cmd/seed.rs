@@ -19,9 +19,11 @@ use segmirror_shipper::seed::{
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Store;
 
+use crate::cli::link_gate::{claim_bucket, shipper_topics, LinkRecord};
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
+use segmirror_catalog::LinkState;
 
 /// The link name used when `--link` is not given.
 pub const DEFAULT_LINK: &str = "default";
@@ -40,8 +42,14 @@ pub struct Args {
     /// Topics to ship: a comma-separated list of topic names and regular expressions, each matching a whole
     /// topic name (as MirrorMaker 2's `topics`). Internal topics (`__consumer_offsets`, `__transaction_state`,
     /// anything `__*`) are never shipped, whatever the pattern.
-    #[arg(long, value_name = "REGEX", default_value = ALL_TOPICS)]
-    topics: String,
+    /// Default: the link record's topics regex (see --catalog), else every topic.
+    #[arg(long, value_name = "REGEX")]
+    topics: Option<String>,
+    /// The source host's catalog holding this link's record (`segmirror link create`): a paused link ships
+    /// nothing, a promoted or deleted one is refused, and its topics regex is the default of --topics. Default: the
+    /// data directory's catalog.sqlite, if it records the link.
+    #[arg(long, value_name = "PATH")]
+    catalog: Option<PathBuf>,
     /// Name of the mirror link: the first key component under the prefix. Use the same name for every run
     /// (and for `apply`) that belongs to one mirror.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_LINK)]
@@ -125,10 +133,21 @@ fn bar() -> Bar {
 pub const LEFTOVER_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
+    let record = LinkRecord::for_shipper(args.catalog.clone(), &args.link)?;
+    let topics = shipper_topics("seed", args.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
+    if let Some((_, link)) = &record {
+        if link.state == LinkState::Paused {
+            eprintln!(
+                "segmirror seed: link {:?} is paused: nothing shipped (resume it with `segmirror link resume`)",
+                link.name
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let store = args.s3.open_or_create(&args.store)?;
     let mut config = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
     config.prefix = KeyPrefix::new(&args.prefix)?;
-    config.topics = TopicFilter::new(&args.topics)?;
+    config.topics = TopicFilter::new(&topics)?;
     config.verify = VerifyOptions {
         deep: args.deep,
         strict: false,
@@ -139,6 +158,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         config.shipper_id = id.clone();
     }
     config.validate()?;
+    if let Some((_, link)) = &record {
+        runtime.block_on(claim_bucket("seed", &store, &config.prefix, link))??;
+    }
     // A killed seed leaves the upload temp files of a local folder behind; the next one removes those of its prefix.
     let removed = runtime.block_on(store.remove_leftovers(config.prefix.as_str(), LEFTOVER_MIN_AGE))??;
     if !removed.is_empty() {

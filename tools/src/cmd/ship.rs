@@ -8,6 +8,11 @@
 //! Partitions are listed again while running (every second and on the watcher's notice): a topic created later
 //! is shipped from its first byte, a deleted one is dropped (`shipper::tail::rediscover`).
 //!
+//! The link's record (the source host's catalog, `segmirror link`; `cli::link_gate`) gates it: paused, the session
+//! ends and nothing ships until resumed; promoted or deleted, it is refused. Without --topics the record's topics
+//! regex selects the partitions and is re-read while running: newly selected topics are shipped, deselected ones
+//! stop (their mirrors keep what they have).
+//!
 //! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, a log dir without a cluster id) and on this side's
 //! own failures (a source file that cannot be read or diverged). With `--cluster`, a `--source-bootstrap` that is
 //! another node is a usage error; one that does not answer yet is not (a shipper restarted beside a broker still
@@ -18,19 +23,21 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
+use segmirror_catalog::Link;
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::source::leadership::{
     check_node, node_id_of_log_dir, MetadataLeadership, NodeCheck, LEADERSHIP_INTERVAL,
 };
 use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, REQUEST_TIMEOUT};
-use segmirror_shipper::tail::{Rediscovery, TailFeed, TailFeedConfig, TailPartition};
+use segmirror_shipper::tail::{LiveTopicFilter, Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
 use segmirror_transport::direct::session::{SessionConfig, ShipperSession};
 use segmirror_transport::direct::Role;
 
-use crate::cli::link::{link_config, run_link, shutdown_on_signal, LinkArgs};
+use crate::cli::link::{link_config, shutdown_on_signal, LinkArgs};
+use crate::cli::link_gate::{run_link_gated, shipper_topics, LinkRecord, OnLink, Side};
 use crate::cli::runtime::Runtime;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
@@ -47,9 +54,17 @@ pub struct Args {
     /// A broker log dir to tail (repeat for several).
     #[arg(long = "log-dir", value_name = "DIR", required = true)]
     log_dirs: Vec<PathBuf>,
-    /// Topics to ship: a regular expression matched against the whole topic name (internal topics never).
-    #[arg(long, value_name = "REGEX", default_value = ALL_TOPICS)]
-    topics: String,
+    /// Topics to ship: a regular expression matched against the whole topic name (internal topics never). Default:
+    /// the link record's topics regex, re-read while running (see --catalog), else every topic. Given, it wins over
+    /// the record's.
+    #[arg(long, value_name = "REGEX")]
+    topics: Option<String>,
+    /// The source host's catalog holding this link's record (`segmirror link create`): its state gates the
+    /// shipper (paused: nothing shipped; promoted or deleted: refused) and its topics regex selects, both re-read
+    /// while running. Default: the data directory's catalog.sqlite, if it records the link; without a record the
+    /// shipper runs from its flags alone.
+    #[arg(long, value_name = "PATH")]
+    catalog: Option<PathBuf>,
     /// How far to ship.
     #[arg(long, value_enum, default_value_t = Upto::HighWatermark)]
     upto: Upto,
@@ -73,7 +88,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
-    let filter = TopicFilter::new(&args.topics).with_context(|| format!("--topics {:?}", args.topics))?;
+    let record = LinkRecord::for_shipper(args.catalog.clone(), &args.link.link)?;
+    let topics = shipper_topics("ship", args.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
+    let filter = TopicFilter::new(&topics).with_context(|| format!("topics {topics:?}"))?;
+    // Without --topics, the link record's regex is followed while running.
+    let live_filter: Option<LiveTopicFilter> = match (&record, &args.topics) {
+        (Some(_), None) => Some(Arc::new(std::sync::RwLock::new(filter.clone()))),
+        _ => None,
+    };
     let found = discover(&args.log_dirs, &filter);
     for e in &found.log_dir_errors {
         eprintln!("segmirror ship: error: {e}");
@@ -100,7 +122,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
                     .map(|d| d.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
-                args.topics
+                topics
             );
             id
         }
@@ -192,11 +214,32 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         Upto::HighWatermark => UptoPolicy::HighWatermark,
         Upto::LogEnd => UptoPolicy::LogEnd,
     };
-    let feed = TailFeed::new(partitions, feed_config).with_rediscovery(Rediscovery::new(
-        args.log_dirs.clone(),
-        filter,
-        cluster_id.clone(),
-    ));
+    let mut rediscovery = Rediscovery::new(args.log_dirs.clone(), filter, cluster_id.clone());
+    rediscovery.live_filter = live_filter.clone();
+    let feed = TailFeed::new(partitions, feed_config).with_rediscovery(rediscovery);
+    let on_link: OnLink = Arc::new(move |link: &Link| {
+        let Some(live) = &live_filter else {
+            return;
+        };
+        let current = live.read().map(|f| f.as_str() == link.topics_regex).unwrap_or(false);
+        if current {
+            return;
+        }
+        match TopicFilter::new(&link.topics_regex) {
+            Ok(filter) => {
+                eprintln!(
+                    "segmirror ship: link {:?}: topics regex now {:?}",
+                    link.name, link.topics_regex
+                );
+                if let Ok(mut slot) = live.write() {
+                    *slot = filter;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(link = %link.name, error = %e, "the link's topics regex does not compile; keeping the previous one")
+            }
+        }
+    });
     let session_config = SessionConfig {
         max_bandwidth: args.max_bandwidth,
         ..SessionConfig::default()
@@ -205,13 +248,13 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let link = args.link;
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
-        let endpoint = link.endpoint().await?;
         let handshake = match node_id {
             Some(node_id) => HandshakeConfig::cluster_shipper(link.link.clone(), cluster_id, node_id),
             None => HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id)),
         };
         let config = link_config(handshake, None, "ship");
-        run_link(endpoint, config, session, shutdown).await
+        let gate = record.map(|(record, _)| (record, Side::Shipper, on_link));
+        run_link_gated(&link, config, session, shutdown, gate, "ship").await
     })??;
     eprintln!("segmirror ship: link stopped cleanly");
     Ok(ExitCode::SUCCESS)

@@ -8,7 +8,11 @@
 //! `--connect`/`--listen` and TLS flags mean nothing here and the store flags nothing there; one `ship` name keeps
 //! the operator's mental model (ship = keep sending), two argument sets keep clap the one place that checks them.
 //!
-//! Exit status: 0 after a signal; 2 on usage errors, when another shipper took over a partition (fenced: this one
+//! The link's record (the source host's catalog, `segmirror link`; `cli::link_gate`) gates it: paused, nothing is
+//! uploaded until resumed; promoted or deleted, refused. Without --topics the record's topics regex selects, re-read
+//! while running (a change starts a new run of rounds with the new filter).
+//!
+//! Exit status: 0 after a signal; 2 on usage errors, a promoted or deleted link, when another shipper took over a partition (fenced: this one
 //! stops rather than fight over the bucket) or when the log dirs cannot be watched.
 
 use std::path::PathBuf;
@@ -26,6 +30,9 @@ use segmirror_shipper::store_tail::{
 };
 use segmirror_transport::manifest::KeyPrefix;
 
+use crate::cli::link_gate::{
+    claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side,
+};
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
 use crate::cli::EXIT_USAGE_OR_IO;
@@ -53,8 +60,14 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     store: String,
     /// Topics to ship: a comma-separated list of names and regular expressions, each matching a whole topic name.
-    #[arg(long, value_name = "REGEX", default_value = ALL_TOPICS)]
-    topics: String,
+    /// Default: the link record's topics regex, re-read while running (see --catalog), else every topic.
+    #[arg(long, value_name = "REGEX")]
+    topics: Option<String>,
+    /// The source host's catalog holding this link's record (`segmirror link create`): paused, nothing is shipped;
+    /// promoted or deleted, refused; both re-read while running. Default: the data directory's catalog.sqlite, if it
+    /// records the link.
+    #[arg(long, value_name = "PATH")]
+    catalog: Option<PathBuf>,
     /// How far to ship: committed records only (needs --source-bootstrap), or every complete batch.
     #[arg(long, value_enum, default_value_t = Upto::HighWatermark)]
     upto: Upto,
@@ -97,10 +110,12 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         }
         (Upto::LogEnd, None) => None,
     };
+    let record = LinkRecord::for_shipper(args.catalog.clone(), &args.link)?;
+    let topics = shipper_topics("ship", args.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
     let store = args.s3.open_or_create(&args.store)?;
     let mut seed = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
     seed.prefix = KeyPrefix::new(&args.prefix)?;
-    seed.topics = TopicFilter::new(&args.topics)?;
+    seed.topics = TopicFilter::new(&topics)?;
     seed.verify = VerifyOptions::default();
     if let Some(id) = &args.shipper_id {
         seed.shipper_id = id.clone();
@@ -113,6 +128,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         seed.committed_only = Some(CommittedOnly::new(Arc::new(source)));
     }
     seed.validate()?;
+    if let Some((_, link)) = &record {
+        runtime.block_on(claim_bucket("ship", &store, &seed.prefix, link))??;
+    }
     let mut config = StoreTailConfig::new(seed);
     config.upload_interval = Duration::from_millis(args.upload_interval_ms);
     config.upload_bytes = args.upload_bytes;
@@ -121,44 +139,99 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         args.store, args.link, args.upload_interval_ms, args.upload_bytes
     );
     let mut reported: std::collections::BTreeMap<String, String> = Default::default();
+    let mut on_round = |report: &segmirror_shipper::seed::SeedReport| {
+        for e in &report.log_dir_errors {
+            if reported.insert(format!("log dir {e}"), String::new()).is_none() {
+                eprintln!("segmirror ship: error: {e}");
+            }
+        }
+        for p in &report.partitions {
+            let problem = match &p.status {
+                PartitionStatus::Complete => None,
+                PartitionStatus::Refused { base_offset, findings } => Some(format!(
+                    "refused segment {base_offset:?}: {}",
+                    findings.first().map(ToString::to_string).unwrap_or_default()
+                )),
+                PartitionStatus::Diverged {
+                    base_offset, reason, ..
+                } => Some(format!("diverged at segment {base_offset}: {reason}")),
+                PartitionStatus::Failed { kind, error } => Some(format!("failed ({kind:?}): {error}")),
+            };
+            match problem {
+                Some(line) if reported.get(&p.name()) != Some(&line) => {
+                    eprintln!("segmirror ship: {}: {line}", p.name());
+                    reported.insert(p.name(), line);
+                }
+                Some(_) => {}
+                None => {
+                    reported.remove(&p.name());
+                }
+            }
+            if p.segments_shipped > 0 {
+                tracing::info!(partition = %p.name(), versions = p.segments_shipped, bytes = p.bytes_uploaded,
+                    through = ?p.shipped_through, "shipped");
+            }
+        }
+    };
+    let explicit_topics = args.topics.is_some();
     let (end, stats) = runtime.block_on(async {
         let shutdown = crate::cli::link::shutdown_on_signal()?;
-        let done = store_tail::run(&store, &config, async move { shutdown.cancelled().await }, |report| {
-            for e in &report.log_dir_errors {
-                if reported.insert(format!("log dir {e}"), String::new()).is_none() {
-                    eprintln!("segmirror ship: error: {e}");
+        let Some((record, _)) = record else {
+            let done = store_tail::run(&store, &config, shutdown.cancelled(), &mut on_round).await?;
+            return anyhow::Ok(done);
+        };
+        // Gated by the link record: each active period is one run of the store tail; a pause (or a new topics
+        // regex, when --topics was not given) ends it, and the next run resumes from the bucket's manifests.
+        let mut total = store_tail::RoundStats::default();
+        let latest: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let seen = latest.clone();
+        let on_link: OnLink = Arc::new(move |link: &segmirror_catalog::Link| {
+            if let Ok(mut slot) = seen.lock() {
+                *slot = Some(link.topics_regex.clone());
+            }
+        });
+        loop {
+            if !until_active(&record, Side::Shipper, "ship", &on_link, &shutdown).await? {
+                return Ok((StoreTailEnd::Stopped, total));
+            }
+            if !explicit_topics {
+                let wanted = latest.lock().ok().and_then(|l| l.clone());
+                if let Some(wanted) = wanted.filter(|w| w != config.seed.topics.as_str()) {
+                    match TopicFilter::new(&wanted) {
+                        Ok(filter) => {
+                            eprintln!("segmirror ship: link {:?}: topics regex now {wanted:?}", args.link);
+                            config.seed.topics = filter;
+                        }
+                        Err(e) => eprintln!(
+                            "segmirror ship: warning: link {:?}'s topics regex {wanted:?} does not compile ({e}); \
+                             keeping {:?}",
+                            args.link,
+                            config.seed.topics.as_str()
+                        ),
+                    }
                 }
             }
-            for p in &report.partitions {
-                let problem = match &p.status {
-                    PartitionStatus::Complete => None,
-                    PartitionStatus::Refused { base_offset, findings } => Some(format!(
-                        "refused segment {base_offset:?}: {}",
-                        findings.first().map(ToString::to_string).unwrap_or_default()
-                    )),
-                    PartitionStatus::Diverged {
-                        base_offset, reason, ..
-                    } => Some(format!("diverged at segment {base_offset}: {reason}")),
-                    PartitionStatus::Failed { kind, error } => Some(format!("failed ({kind:?}): {error}")),
-                };
-                match problem {
-                    Some(line) if reported.get(&p.name()) != Some(&line) => {
-                        eprintln!("segmirror ship: {}: {line}", p.name());
-                        reported.insert(p.name(), line);
-                    }
-                    Some(_) => {}
-                    None => {
-                        reported.remove(&p.name());
-                    }
-                }
-                if p.segments_shipped > 0 {
-                    tracing::info!(partition = %p.name(), versions = p.segments_shipped, bytes = p.bytes_uploaded,
-                        through = ?p.shipped_through, "shipped");
-                }
+            let period = shutdown.child_token();
+            let following = config.seed.topics.as_str().to_string();
+            let watcher = tokio::spawn(watch_until(
+                record.clone(),
+                on_link.clone(),
+                period.clone(),
+                move |link| !explicit_topics && link.topics_regex != following,
+            ));
+            let (end, stats) = store_tail::run(&store, &config, period.cancelled(), &mut on_round).await?;
+            period.cancel();
+            let stopped_by = watcher.await.ok().flatten();
+            total.rounds += stats.rounds;
+            total.segments_shipped += stats.segments_shipped;
+            total.bytes_uploaded += stats.bytes_uploaded;
+            if matches!(end, StoreTailEnd::Fenced(_)) || shutdown.is_cancelled() {
+                return Ok((end, total));
             }
-        })
-        .await?;
-        anyhow::Ok(done)
+            if let Some(link) = stopped_by {
+                refuse_closed(&link, Side::Shipper)?;
+            }
+        }
     })??;
     eprintln!(
         "segmirror ship: {} round(s), {} version(s) committed, {} byte(s) uploaded",

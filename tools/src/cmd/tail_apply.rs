@@ -15,8 +15,12 @@
 //! and exits; this one holds a link open forever and takes none of `apply`'s store flags. Keeping them apart keeps
 //! `apply`'s flags and exit codes exactly as they were.
 //!
-//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files) and on this side's own failures (the
-//! mirror cannot be written).
+//! The link's record in the mirror's catalog gates it (`cli::link_gate`): while `segmirror link pause` holds, no
+//! session is served (nothing installed); on resume the shipper's next session catches up. A promoted or deleted
+//! link is refused (exit 2). With `--cluster` the state is checked at start only.
+//!
+//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files), a promoted or deleted link, and on this
+//! side's own failures (the mirror cannot be written).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,7 +34,8 @@ use segmirror_transport::direct::session::{ApplierSession, Cluster, SessionConfi
 use segmirror_transport::direct::Role;
 
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
-use crate::cli::link::{link_config, run_link, shutdown_on_signal, Endpoint, LinkArgs};
+use crate::cli::link::{link_config, shutdown_on_signal, Endpoint, LinkArgs};
+use crate::cli::link_gate::{refuse_closed, run_link_gated, LinkRecord, Side};
 use crate::cli::runtime::Runtime;
 
 #[derive(clap::Args)]
@@ -77,6 +82,13 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             catalog_path.display()
         )
     })?;
+    // The link's record in this catalog gates the applier: a paused link installs nothing, a promoted or deleted
+    // one is refused (`cli::link_gate`).
+    let record = LinkRecord {
+        catalog: catalog_path.clone(),
+        name: args.link.link.clone(),
+    };
+    refuse_closed(&record.read()?, Side::Applier)?;
     let appender = TailAppender::open_with_catalog(&args.mirror, catalog)
         .with_context(|| format!("opening mirror {}", args.mirror.display()))?
         .retain_deleted_for(keep);
@@ -98,9 +110,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         let session = ApplierSession::new(appender, SessionConfig::default())?;
         runtime.block_on(async move {
             let shutdown = shutdown_on_signal()?;
-            let endpoint = link.endpoint().await?;
             let config = link_config(handshake, None, "tail-apply");
-            run_link(endpoint, config, session, shutdown).await
+            let gate = Some((record, Side::Applier, std::sync::Arc::new(|_: &_| {}) as _));
+            run_link_gated(&link, config, session, shutdown, gate, "tail-apply").await
         })??;
     }
     eprintln!("segmirror tail-apply: link stopped cleanly");

@@ -246,3 +246,57 @@ async fn a_followed_partition_the_listing_passes_over_while_its_directory_stays_
         "still followed, continued where it was"
     );
 }
+
+/// The link's topics filter changed while the feed runs: a topic the new filter selects is followed from byte 0,
+/// one it no longer selects is dropped (its position kept), and selecting it again continues where it stopped
+/// rather than from byte 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_topics_filter_change_follows_new_topics_and_drops_deselected_ones() {
+    let (root, logs) = log_dir_with(&[("keep-a", 3), ("other-b", 4)]);
+    let live: LiveTopicFilter = Arc::new(std::sync::RwLock::new(TopicFilter::new("keep-.*").unwrap()));
+    let mut r = every_round(root.path());
+    r.filter = TopicFilter::new("keep-.*").unwrap();
+    r.live_filter = Some(live.clone());
+    let mut feed = feed(root.path(), &["keep-a"], r);
+    feed.seek(&[]).await.unwrap();
+    let others = ship_whole(&mut feed, "keep-a", &logs[0]).await;
+    assert!(
+        !others
+            .iter()
+            .any(|i| matches!(i, FeedItem::Chunk(c) if c.partition == pref("other-b"))),
+        "other-b is not selected"
+    );
+    assert_eq!(feed.position(&pref("other-b")), None);
+
+    // The filter now selects other-b and no longer keep-a.
+    *live.write().unwrap() = TopicFilter::new("other-.*").unwrap();
+    ship_whole(&mut feed, "other-b", &logs[1]).await;
+    let dropped = tokio::time::timeout(ITEM_TIMEOUT, async {
+        while feed.position(&pref("keep-a")).is_some() {
+            let _ = tokio::time::timeout(Duration::from_millis(50), feed.next()).await;
+        }
+    })
+    .await;
+    assert!(
+        dropped.is_ok(),
+        "keep-a is dropped once the filter no longer selects it"
+    );
+
+    // Selected again: it continues from its kept position (the end it had reached), not from byte 0.
+    *live.write().unwrap() = TopicFilter::new("keep-.*,other-.*").unwrap();
+    let back = tokio::time::timeout(ITEM_TIMEOUT, async {
+        loop {
+            if let Some(at) = feed.position(&pref("keep-a")) {
+                return at;
+            }
+            if let Ok(item) = tokio::time::timeout(Duration::from_millis(50), feed.next()).await {
+                if let FeedItem::Chunk(c) = item.unwrap() {
+                    assert_ne!(c.partition, pref("keep-a"), "nothing of keep-a is shipped again");
+                }
+            }
+        }
+    })
+    .await
+    .expect("keep-a is followed again");
+    assert_eq!(back, (0, logs[0].len() as u64), "continued where it stopped");
+}

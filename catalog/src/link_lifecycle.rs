@@ -1,0 +1,210 @@
+//! The lifecycle of a link: which state changes are allowed, and the plain functions (`pause`, `resume`, `promote`,
+//! `delete`, `set_topics_regex`) that `segmirror link` and the admin API call.
+//!
+//! Why a module of its own: the rules are the contract every front end (CLI, HTTP) and every gate (shipper,
+//! applier) relies on, so they live in one table that the tests walk exhaustively, apart from the SQL in `link`.
+//!
+//! ```text
+//! active ⇄ paused          a temporary disconnect
+//! active | paused → promoted   terminal: the mirror became a real cluster
+//! active | paused | promoted → deleted   a tombstone; nothing leaves it
+//! ```
+//! Asking for the state a link is already in is a no-op (so a retried `pause` succeeds), except for `deleted`.
+
+use crate::error::{Entity, Error, Result};
+use crate::link::{Link, LinkState};
+use crate::Catalog;
+
+/// The verb an operator used to ask for `to`, for error messages.
+fn action(to: LinkState) -> &'static str {
+    match to {
+        LinkState::Active => "resume it",
+        LinkState::Paused => "pause it",
+        LinkState::Promoted => "promote it",
+        LinkState::Deleted => "delete it",
+    }
+}
+
+/// Whether link `name` may move `from` → `to`: `Ok(true)` for a change, `Ok(false)` for a no-op (already there),
+/// [`Error::Promoted`] for leaving `promoted` other than to `deleted`, [`Error::LinkTransition`] for anything out
+/// of `deleted`.
+pub fn check_transition(name: &str, from: LinkState, to: LinkState) -> Result<bool> {
+    use LinkState::*;
+    match (from, to) {
+        (Deleted, _) => Err(Error::LinkTransition {
+            link: name.to_owned(),
+            from,
+            action: action(to),
+        }),
+        (a, b) if a == b => Ok(false),
+        (Promoted, Active | Paused) => Err(Error::Promoted {
+            entity: Entity::Link(name.to_owned()),
+        }),
+        (Active, Paused) | (Paused, Active) | (Active | Paused, Promoted) | (_, Deleted) => Ok(true),
+        // Every pair is listed above; this arm keeps the match total if a state is added.
+        _ => Err(Error::LinkTransition {
+            link: name.to_owned(),
+            from,
+            action: action(to),
+        }),
+    }
+}
+
+impl Catalog {
+    /// `active` → `paused`: shippers and appliers of the link stop moving data until [`Catalog::resume_link`].
+    pub fn pause_link(&mut self, name: &str) -> Result<Link> {
+        self.set_link_state(name, LinkState::Paused)
+    }
+
+    /// `paused` → `active`: the link catches up from where it stopped.
+    pub fn resume_link(&mut self, name: &str) -> Result<Link> {
+        self.set_link_state(name, LinkState::Active)
+    }
+
+    /// `active | paused` → `promoted`, terminal. Only the state: the files are installed into a target broker by
+    /// `segmirror promote` (`applier::promote`), which also refuses a link that was not stopped.
+    pub fn promote_link(&mut self, name: &str) -> Result<Link> {
+        self.set_link_state(name, LinkState::Promoted)
+    }
+
+    /// → `deleted`: a tombstone that keeps the link's partitions and events; see [`Catalog::create_link_with_ends`]
+    /// for when its name can be used again.
+    pub fn delete_link(&mut self, name: &str) -> Result<Link> {
+        self.set_link_state(name, LinkState::Deleted)
+    }
+
+    /// Replaces the topics regex of a live link (the long-running shipper re-reads it).
+    pub fn set_topics_regex(&mut self, name: &str, topics_regex: &str) -> Result<Link> {
+        self.set_link_regexes(name, Some(topics_regex), None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::link_spec;
+    use crate::{EventKind, PartitionKey};
+
+    /// Every (from, to) pair: the whole table, against an independent statement of the rules.
+    #[test]
+    fn every_transition_follows_the_table() {
+        use LinkState::*;
+        for &from in LinkState::ALL {
+            for &to in LinkState::ALL {
+                let mut cat = Catalog::open_in_memory().unwrap();
+                cat.create_link(&link_spec("l")).unwrap();
+                // Reach `from` by an allowed path.
+                match from {
+                    Active => {}
+                    Paused | Promoted | Deleted => {
+                        cat.set_link_state("l", from).unwrap();
+                    }
+                }
+                let events_before = cat.events(None, 100).unwrap().len();
+                let result = cat.set_link_state("l", to);
+                let expected_ok = !matches!((from, to), (Deleted, _) | (Promoted, Active | Paused));
+                assert_eq!(result.is_ok(), expected_ok, "{from} -> {to}: {result:?}");
+                let now = cat.link("l").unwrap().state;
+                let wrote = cat.events(None, 100).unwrap().len() - events_before;
+                if expected_ok {
+                    assert_eq!(now, to, "{from} -> {to}");
+                    assert_eq!(
+                        wrote,
+                        usize::from(from != to),
+                        "{from} -> {to}: one event per real change"
+                    );
+                } else {
+                    assert_eq!(now, from, "{from} -> {to}: a refusal changes nothing");
+                    assert_eq!(wrote, 0);
+                    let msg = result.unwrap_err().to_string();
+                    assert!(
+                        msg.contains(from.as_str()),
+                        "{from} -> {to}: the error names the state: {msg}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_named_functions_move_the_state() {
+        let mut cat = Catalog::open_in_memory().unwrap();
+        cat.create_link(&link_spec("l")).unwrap();
+        assert_eq!(cat.pause_link("l").unwrap().state, LinkState::Paused);
+        assert_eq!(cat.resume_link("l").unwrap().state, LinkState::Active);
+        assert_eq!(cat.promote_link("l").unwrap().state, LinkState::Promoted);
+        let deleted = cat.delete_link("l").unwrap();
+        assert_eq!(deleted.state, LinkState::Deleted);
+        assert!(deleted.deleted_at_ms.is_some());
+        let reread = cat.link("l").unwrap();
+        assert_eq!(reread.state, LinkState::Deleted);
+        assert_eq!(reread.deleted_at_ms, deleted.deleted_at_ms);
+        match cat.resume_link("l") {
+            Err(Error::LinkTransition { link, from, action }) => {
+                assert_eq!((link.as_str(), from, action), ("l", LinkState::Deleted, "resume it"))
+            }
+            other => panic!("expected LinkTransition, got {other:?}"),
+        }
+        assert!(matches!(cat.pause_link("zz"), Err(Error::NotFound { .. })));
+    }
+
+    #[test]
+    fn topics_regex_changes_are_recorded_and_refused_once_deleted() {
+        let mut cat = Catalog::open_in_memory().unwrap();
+        cat.create_link(&link_spec("l")).unwrap();
+        assert_eq!(cat.set_topics_regex("l", "new-.*").unwrap().topics_regex, "new-.*");
+        assert_eq!(cat.link("l").unwrap().topics_regex, "new-.*");
+        let l = cat.set_link_regexes("l", None, Some(Some("g.*"))).unwrap();
+        assert_eq!(
+            (l.topics_regex.as_str(), l.groups_regex.as_deref()),
+            ("new-.*", Some("g.*"))
+        );
+        let kinds: Vec<_> = cat.events(None, 2).unwrap().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [EventKind::LinkConfigChanged, EventKind::LinkConfigChanged]);
+        // Unchanged: no event.
+        cat.set_topics_regex("l", "new-.*").unwrap();
+        assert_eq!(cat.events(None, 100).unwrap().len(), 3);
+        cat.delete_link("l").unwrap();
+        assert!(matches!(
+            cat.set_topics_regex("l", "x"),
+            Err(Error::LinkTransition {
+                from: LinkState::Deleted,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_deleted_name_is_reused_only_when_the_tombstone_holds_nothing() {
+        let mut cat = Catalog::open_in_memory().unwrap();
+        let first = cat.create_link(&link_spec("empty")).unwrap();
+        cat.delete_link("empty").unwrap();
+        let again = cat.create_link(&link_spec("empty")).unwrap();
+        assert_eq!(again.state, LinkState::Active);
+        assert_ne!(again.id, first.id, "a recreated link is another link");
+        assert_eq!(again.id.len(), 32);
+        assert!(again.id.bytes().all(|b| b.is_ascii_hexdigit()));
+
+        cat.create_link(&link_spec("used")).unwrap();
+        cat.upsert_partition(&PartitionKey::new("used", "orders", 0), "src-id", 0)
+            .unwrap();
+        cat.delete_link("used").unwrap();
+        match cat.create_link(&link_spec("used")) {
+            Err(e @ Error::NameOfDeletedLink { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("\"used\"") && msg.contains("1 mirror partition"), "{msg}");
+            }
+            other => panic!("expected NameOfDeletedLink, got {other:?}"),
+        }
+        assert_eq!(
+            cat.link("used").unwrap().state,
+            LinkState::Deleted,
+            "the tombstone stays"
+        );
+        // A live name is still simply taken.
+        assert!(matches!(
+            cat.create_link(&link_spec("empty")),
+            Err(Error::AlreadyExists { .. })
+        ));
+    }
+}

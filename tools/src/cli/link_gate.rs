@@ -1,0 +1,304 @@
+//! A running service's view of its link record: the state gates what it does, re-read every [`GATE_INTERVAL`], so
+//! `segmirror link pause` takes effect without a restart.
+//!
+//! - **active**: data moves.
+//! - **paused**: a direct service ends its session (Goodbye) and moves nothing until resumed; then it runs a new
+//!   session, which resumes from the mirror's durable position, so the link catches up with nothing lost or
+//!   repeated. A listening service keeps its socket bound (the same port after resume), it only stops serving.
+//! - **promoted / deleted**: refused, at start and while running (exit 2, naming the state).
+//!
+//! Where the record is: the applier's is in its mirror's catalog (which `apply` creates implicitly). The shipper's
+//! is the source host's own record (`segmirror link create` there): `--catalog`, else the data directory's
+//! catalog.sqlite. A shipper whose catalog has no record of its link runs unmanaged, from its flags alone, as
+//! before links had records; with `--catalog` given, a missing record is an error.
+//!
+//! Why polling a SQLite file rather than a notification: the record is changed by another process (the CLI, the
+//! admin API) that may run as another user; a read of one row every half second costs nothing next to the data
+//! path, and needs no channel that could be lost.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use segmirror_catalog::{Catalog, Link, LinkState};
+use segmirror_transport::direct::session::link::{dial, listen, LinkConfig, SessionRunner};
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::catalog_path;
+use super::link::{run_link, Endpoint, LinkArgs};
+
+/// How often a running service reads its link record (500 ms): a pause takes effect within about that.
+pub const GATE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Which side reads the record (for the refusal's wording).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Shipper,
+    Applier,
+}
+
+/// Where a service's link record is.
+#[derive(Debug, Clone)]
+pub struct LinkRecord {
+    pub catalog: PathBuf,
+    pub name: String,
+}
+
+impl LinkRecord {
+    /// The source host's record of `link`: in `--catalog`, else in the data directory's catalog if it exists.
+    /// `None`: no such catalog or no such link there (the shipper runs unmanaged); with `--catalog`, either is an
+    /// error.
+    pub fn for_shipper(catalog_arg: Option<PathBuf>, link: &str) -> anyhow::Result<Option<(LinkRecord, Link)>> {
+        let explicit = catalog_arg.is_some();
+        let path = match catalog_path(catalog_arg) {
+            Ok(path) => path,
+            Err(_) if !explicit => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !path.is_file() {
+            if explicit {
+                bail!(
+                    "catalog {} does not exist: record the link there first (`segmirror link create {link} --catalog \
+                     {}`)",
+                    path.display(),
+                    path.display()
+                );
+            }
+            return Ok(None);
+        }
+        let record = LinkRecord {
+            catalog: path,
+            name: link.to_string(),
+        };
+        match record.read() {
+            Ok(l) => Ok(Some((record, l))),
+            Err(e) if !explicit && is_not_found(&e) => Ok(None),
+            Err(e) if is_not_found(&e) => bail!(
+                "catalog {} has no link {link:?}: record it with `segmirror link create {link} --catalog {}`",
+                record.catalog.display(),
+                record.catalog.display()
+            ),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The record now (blocking: opens the catalog).
+    pub fn read(&self) -> anyhow::Result<Link> {
+        let catalog =
+            Catalog::open(&self.catalog).with_context(|| format!("opening catalog {}", self.catalog.display()))?;
+        catalog
+            .link(&self.name)
+            .with_context(|| format!("link {:?} in catalog {}", self.name, self.catalog.display()))
+    }
+
+    /// [`LinkRecord::read`] on a blocking thread.
+    pub async fn read_async(&self) -> anyhow::Result<Link> {
+        let record = self.clone();
+        tokio::task::spawn_blocking(move || record.read())
+            .await
+            .context("reading the link record")?
+    }
+}
+
+fn is_not_found(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<segmirror_catalog::Error>(),
+        Some(segmirror_catalog::Error::NotFound { .. })
+    )
+}
+
+/// Refuses a link that moves no data any more (promoted, deleted), naming its state.
+pub fn refuse_closed(link: &Link, side: Side) -> anyhow::Result<()> {
+    let consequence = match (link.state, side) {
+        (LinkState::Active | LinkState::Paused, _) => return Ok(()),
+        (LinkState::Promoted, Side::Shipper) => "its mirror became a real cluster; shipping to it is refused",
+        (LinkState::Promoted, Side::Applier) => "its mirror became a real cluster; nothing is installed again",
+        (LinkState::Deleted, _) => "nothing is shipped or installed under a deleted link",
+    };
+    bail!("link {:?} is {}: {consequence}", link.name, link.state)
+}
+
+/// The topics a shipper selects: `--topics` if given (it wins over the record, with a warning when they differ),
+/// else the link record's topics regex, else every topic. Also refuses a closed link and says which record is used.
+pub fn shipper_topics(
+    role: &str,
+    explicit: Option<&str>,
+    record: Option<&(LinkRecord, Link)>,
+    all_topics: &str,
+) -> anyhow::Result<String> {
+    let Some((record, link)) = record else {
+        return Ok(explicit.unwrap_or(all_topics).to_string());
+    };
+    refuse_closed(link, Side::Shipper)?;
+    let topics = match explicit {
+        Some(topics) => {
+            if topics != link.topics_regex {
+                eprintln!(
+                    "segmirror {role}: warning: --topics {topics:?} wins over link {:?}'s topics regex {:?}",
+                    link.name, link.topics_regex
+                );
+            }
+            topics.to_string()
+        }
+        None => link.topics_regex.clone(),
+    };
+    eprintln!(
+        "segmirror {role}: link {:?} (id {}) recorded in {}: state {}, topics {topics:?}",
+        link.name,
+        link.id,
+        record.catalog.display(),
+        link.state
+    );
+    Ok(topics)
+}
+
+/// Claims the store for the link record `link` (the bucket's link identity object, written by the first shipper
+/// of a managed link): refused, naming both ids, when the bucket already belongs to another link of that name.
+pub async fn claim_bucket(
+    role: &str,
+    store: &segmirror_transport::Store,
+    prefix: &segmirror_transport::manifest::KeyPrefix,
+    link: &Link,
+) -> anyhow::Result<()> {
+    use segmirror_transport::link_identity::{claim_link_identity, link_identity_key, IdentityClaim};
+    let key = link_identity_key(prefix, &link.name);
+    match claim_link_identity(store, prefix, &link.name, &link.id)
+        .await
+        .with_context(|| format!("the link identity object {key}"))?
+    {
+        IdentityClaim::Created => {
+            eprintln!(
+                "segmirror {role}: link {:?}: wrote its identity {key} (id {})",
+                link.name, link.id
+            );
+            Ok(())
+        }
+        IdentityClaim::Same => Ok(()),
+        IdentityClaim::Other(found) => bail!(
+            "the store's link {:?} belongs to link id {} ({key}), but this host's link {:?} is id {}: a link deleted \
+             and recreated is another link; ship it under another name or another --prefix",
+            link.name,
+            found.id,
+            link.name,
+            link.id
+        ),
+    }
+}
+
+/// Called with the record on every read (e.g. to follow its topics regex).
+pub type OnLink = Arc<dyn Fn(&Link) + Send + Sync>;
+
+/// Waits until the record is active (returns `false` if `shutdown` came first); refuses a closed link.
+pub async fn until_active(
+    record: &LinkRecord,
+    side: Side,
+    role: &str,
+    on_link: &OnLink,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    let mut said = false;
+    loop {
+        let link = record.read_async().await?;
+        refuse_closed(&link, side)?;
+        on_link(&link);
+        if link.state == LinkState::Active {
+            if said {
+                eprintln!("segmirror {role}: link {:?} resumed", link.name);
+            }
+            return Ok(true);
+        }
+        if !said {
+            tracing::info!(link = %link.name, "link paused: moving nothing until it is resumed");
+            eprintln!(
+                "segmirror {role}: link {:?} is paused: moving nothing until it is resumed",
+                link.name
+            );
+            said = true;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(false),
+            () = tokio::time::sleep(GATE_INTERVAL) => {}
+        }
+    }
+}
+
+/// Cancels `period` once the record is no longer active or `stop` says so (returning the record then); read
+/// errors are logged and retried.
+pub async fn watch_until(
+    record: LinkRecord,
+    on_link: OnLink,
+    period: CancellationToken,
+    stop: impl Fn(&Link) -> bool + Send + 'static,
+) -> Option<Link> {
+    loop {
+        tokio::select! {
+            () = period.cancelled() => return None,
+            () = tokio::time::sleep(GATE_INTERVAL) => {}
+        }
+        match record.read_async().await {
+            Ok(link) if link.state == LinkState::Active && !stop(&link) => on_link(&link),
+            Ok(link) => {
+                period.cancel();
+                return Some(link);
+            }
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "reading the link record; trying again"),
+        }
+    }
+}
+
+/// [`run_link`], gated by the link record (see the module doc); without a record, exactly [`run_link`].
+pub async fn run_link_gated<R: SessionRunner>(
+    link_args: &LinkArgs,
+    config: LinkConfig,
+    mut runner: R,
+    shutdown: CancellationToken,
+    gate: Option<(LinkRecord, Side, OnLink)>,
+    role: &str,
+) -> anyhow::Result<()> {
+    let endpoint = link_args.endpoint().await?;
+    let Some((record, side, on_link)) = gate else {
+        return run_link(endpoint, config, runner, shutdown).await;
+    };
+    // A listener is bound once and kept across pauses (a resumed applier answers on the same port).
+    let (dial_to, bound) = match endpoint {
+        Endpoint::Dial { addr, dialer } => (Some((addr, dialer)), None),
+        Endpoint::Listen { listener, acceptor } => {
+            let std = listener.into_std().context("keeping the listening socket")?;
+            (None, Some((std, acceptor)))
+        }
+    };
+    loop {
+        if !until_active(&record, side, role, &on_link, &shutdown).await? {
+            return Ok(());
+        }
+        let period = shutdown.child_token();
+        let watcher = tokio::spawn(watch_until(record.clone(), on_link.clone(), period.clone(), |_| false));
+        let served = match (&dial_to, &bound) {
+            (Some((addr, dialer)), _) => dial(addr, dialer, &config, &mut runner, &period)
+                .await
+                .map_err(anyhow::Error::from),
+            (None, Some((std, acceptor))) => {
+                let listener = tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?)
+                    .context("the listening socket")?;
+                let (back, result) = listen(listener, acceptor.clone(), config.clone(), runner, period.clone()).await;
+                runner = back;
+                result.map_err(anyhow::Error::from)
+            }
+            (None, None) => bail!("no endpoint"),
+        };
+        period.cancel();
+        let stopped_by = watcher.await.ok().flatten();
+        served?;
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        if let Some(link) = stopped_by {
+            refuse_closed(&link, side)?;
+            eprintln!(
+                "segmirror {role}: link {:?} is {}: session stopped",
+                link.name, link.state
+            );
+        }
+    }
+}
