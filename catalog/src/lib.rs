@@ -34,6 +34,7 @@ mod event;
 mod follow;
 mod key;
 mod link;
+mod link_topics;
 mod mirror_root;
 mod partition;
 mod path;

@@ -6,6 +6,7 @@
 //! once, an operator reads one set of flags and one set of log lines for both ends of a link.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -15,8 +16,10 @@ use segmirror_transport::direct::session::link::{
 };
 use segmirror_transport::direct::tls::{client_config, server_config, TlsFiles};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+
+use crate::cli::serve::figures::LinkMeter;
 
 /// Link events buffered for the logger (64): events are a few per reconnect, and the link drops one rather than
 /// block when the logger lags.
@@ -142,11 +145,21 @@ pub fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
     Ok(token)
 }
 
-/// Prints every link event as one line on stderr (and as a tracing event), until the link config is dropped.
-fn spawn_event_logger(link: String, role: &'static str) -> mpsc::Sender<LinkEvent> {
+/// Prints every link event as one line on stderr (and as a tracing event), and counts it in `meter`, until the
+/// link config is dropped.
+fn spawn_event_logger(link: String, role: &'static str, meter: Option<Arc<LinkMeter>>) -> mpsc::Sender<LinkEvent> {
     let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
+            if let Some(meter) = &meter {
+                match &event {
+                    LinkEvent::SessionStarted => meter.session_started(),
+                    LinkEvent::SessionEnded { error, .. } => meter.session_ended(error.is_some()),
+                    LinkEvent::ConnectFailed { .. } | LinkEvent::Paused { .. } | LinkEvent::RefusedBusy => {
+                        meter.error()
+                    }
+                }
+            }
             let line = match &event {
                 LinkEvent::SessionStarted => "connected: session started".to_string(),
                 LinkEvent::SessionEnded { end, error } => match (end, error) {
@@ -165,30 +178,74 @@ fn spawn_event_logger(link: String, role: &'static str) -> mpsc::Sender<LinkEven
     tx
 }
 
-/// The link settings of one side, with events logged.
-pub fn link_config(handshake: HandshakeConfig, refusal_pause: Option<Duration>, role: &'static str) -> LinkConfig {
+/// The link settings of one side, with events logged (and counted in `meter`, for `--metrics-addr`).
+pub fn link_config(
+    handshake: HandshakeConfig,
+    refusal_pause: Option<Duration>,
+    role: &'static str,
+    meter: Option<Arc<LinkMeter>>,
+) -> LinkConfig {
     let link = handshake.link.clone();
     let mut config = LinkConfig::new(handshake);
     if let Some(pause) = refusal_pause {
         config.refusal_pause = pause;
     }
-    config.events = Some(spawn_event_logger(link, role));
+    config.events = Some(spawn_event_logger(link, role, meter));
     config
 }
 
-/// Runs `runner` on the endpoint until `shutdown`: dialling (reconnecting after cuts) or listening (one peer at a
-/// time). `Ok` on shutdown; an error only for this side's own failure (the mirror, the source).
-pub async fn run_link<R: SessionRunner>(
-    endpoint: Endpoint,
-    config: LinkConfig,
+/// Runs `runner` on the link (dialling with reconnects, or listening for one peer at a time) until `shutdown`, but
+/// only while `paused` says `false` (the admin API's pause):
+/// turning `true` ends the session (the peer is told goodbye; a listener is closed, so a dialling shipper finds
+/// nobody and retries with backoff), and turning `false` again opens the endpoint anew and starts a session from
+/// the mirror's durable positions, as after any reconnect. Nothing is shipped or installed in between. `Ok` on
+/// `shutdown`.
+pub async fn run_gated<R: SessionRunner>(
+    link: &LinkArgs,
+    make_config: impl Fn() -> LinkConfig,
     mut runner: R,
+    mut paused: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    match endpoint {
-        Endpoint::Dial { addr, dialer } => Ok(dial(&addr, &dialer, &config, &mut runner, &shutdown).await?),
-        Endpoint::Listen { listener, acceptor } => {
-            let (_runner, r) = listen(listener, acceptor, config, runner, shutdown).await;
-            Ok(r?)
+    loop {
+        while *paused.borrow_and_update() {
+            eprintln!(
+                "segmirror: link {:?}: paused (admin API); nothing moves until resumed",
+                link.link
+            );
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                changed = paused.changed() => if changed.is_err() { return Ok(()) },
+            }
+        }
+        let run = shutdown.child_token();
+        let pauser = {
+            let (mut paused, run) = (paused.clone(), run.clone());
+            tokio::spawn(async move {
+                while paused.changed().await.is_ok() {
+                    if *paused.borrow_and_update() {
+                        run.cancel();
+                        return;
+                    }
+                }
+            })
+        };
+        let endpoint = link.endpoint().await?;
+        let config = make_config();
+        let result = match endpoint {
+            Endpoint::Dial { addr, dialer } => dial(&addr, &dialer, &config, &mut runner, &run)
+                .await
+                .map_err(Into::into),
+            Endpoint::Listen { listener, acceptor } => {
+                let (back, r) = listen(listener, acceptor, config, runner, run.clone()).await;
+                runner = back;
+                r.map_err(anyhow::Error::from)
+            }
+        };
+        pauser.abort();
+        result?;
+        if shutdown.is_cancelled() {
+            return Ok(());
         }
     }
 }

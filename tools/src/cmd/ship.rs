@@ -30,8 +30,11 @@ use segmirror_transport::direct::payload::PartitionRef;
 use segmirror_transport::direct::session::{SessionConfig, ShipperSession};
 use segmirror_transport::direct::Role;
 
-use crate::cli::link::{link_config, run_link, shutdown_on_signal, LinkArgs};
+use crate::cli::link::{link_config, run_gated, shutdown_on_signal, LinkArgs};
 use crate::cli::runtime::Runtime;
+use crate::cli::serve::admin::ShipperAdmin;
+use crate::cli::serve::figures::{LinkMeter, ShipperMeter, Snapshot};
+use crate::cli::serve::{self, App, MetricsArgs};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
 enum Upto {
@@ -70,6 +73,8 @@ pub struct Args {
     max_bandwidth: Option<u64>,
     #[command(flatten)]
     link: LinkArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
@@ -152,7 +157,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             Arc::new(CheckpointHighWatermarks::new(args.log_dirs.clone()))
         }
     };
-    let mut feed_config = TailFeedConfig::new(high_watermarks);
+    let mut feed_config = TailFeedConfig::new(high_watermarks.clone());
     let node_id = match (&args.source_bootstrap, args.cluster) {
         (Some(bootstrap), true) => {
             let mut ids = Vec::new();
@@ -192,6 +197,13 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         Upto::HighWatermark => UptoPolicy::HighWatermark,
         Upto::LogEnd => UptoPolicy::LogEnd,
     };
+    let link_meter = Arc::new(LinkMeter::default());
+    let shipper_meter = Arc::new(ShipperMeter::new(
+        &args.link.link,
+        partitions
+            .iter()
+            .map(|p| (p.partition.topic.clone(), p.partition.partition)),
+    ));
     let feed = TailFeed::new(partitions, feed_config).with_rediscovery(Rediscovery::new(
         args.log_dirs.clone(),
         filter,
@@ -199,19 +211,53 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     ));
     let session_config = SessionConfig {
         max_bandwidth: args.max_bandwidth,
+        observer: args
+            .metrics
+            .metrics_addr
+            .is_some()
+            .then(|| shipper_meter.clone() as Arc<dyn segmirror_transport::direct::session::SessionObserver>),
         ..SessionConfig::default()
     };
     let session = ShipperSession::new(feed, session_config)?;
     let link = args.link;
+    let (gate, paused) = tokio::sync::watch::channel(false);
+    let gate = Arc::new(gate);
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
-        let endpoint = link.endpoint().await?;
-        let handshake = match node_id {
-            Some(node_id) => HandshakeConfig::cluster_shipper(link.link.clone(), cluster_id, node_id),
-            None => HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id)),
+        if let Some(addr) = &args.metrics.metrics_addr {
+            let (name, meter) = (link.link.clone(), link_meter.clone());
+            let snapshot = move || Snapshot {
+                links: vec![meter.row(
+                    &name,
+                    if meter.paused() { "paused" } else { "active" },
+                    &["active", "paused"],
+                    shipper_meter.partitions(),
+                )],
+                partitions: {
+                    high_watermarks.refresh();
+                    shipper_meter.rows(Some(high_watermarks.as_ref()))
+                },
+            };
+            let admin = ShipperAdmin {
+                link: link.link.clone(),
+                topics: args.topics.clone(),
+                gate: gate.clone(),
+                meter: link_meter.clone(),
+            };
+            let app = App {
+                snapshot: Arc::new(snapshot),
+                admin: Arc::new(admin),
+            };
+            serve::start(addr, app, shutdown.clone()).await?;
+        }
+        let make_config = || {
+            let handshake = match node_id {
+                Some(node_id) => HandshakeConfig::cluster_shipper(link.link.clone(), cluster_id.clone(), node_id),
+                None => HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id.clone())),
+            };
+            link_config(handshake, None, "ship", Some(link_meter.clone()))
         };
-        let config = link_config(handshake, None, "ship");
-        run_link(endpoint, config, session, shutdown).await
+        run_gated(&link, make_config, session, paused, shutdown).await
     })??;
     eprintln!("segmirror ship: link stopped cleanly");
     Ok(ExitCode::SUCCESS)
