@@ -29,17 +29,15 @@ fn produce(bootstrap: &str, tag: &str, n: usize) {
     kcat_produce(bootstrap, TOPIC, 0, &records, &[]).unwrap();
 }
 
+/// A partition figure of the last scrape, by metric name.
+type Figure<'a> = &'a dyn Fn(&str) -> Option<f64>;
+
 fn figure(addr: &str, name: &str) -> Option<f64> {
     scrape(addr).unwrap().get(&partition_key(name, LINK, TOPIC, 0)).copied()
 }
 
 /// Waits until `check` holds for `addr`'s scrape; the services must keep running meanwhile.
-fn wait_until(
-    what: &str,
-    addr: &str,
-    services: &mut [&mut Service],
-    check: impl Fn(&dyn Fn(&str) -> Option<f64>) -> bool,
-) {
+fn wait_until(what: &str, addr: &str, services: &mut [&mut Service], check: impl Fn(Figure<'_>) -> bool) {
     let start = Instant::now();
     loop {
         let samples = scrape(addr).unwrap();
@@ -59,7 +57,7 @@ fn wait_until(
     }
 }
 
-fn caught_up_at(end: f64) -> impl Fn(&dyn Fn(&str) -> Option<f64>) -> bool {
+fn caught_up_at(end: f64) -> impl Fn(Figure<'_>) -> bool {
     move |get| {
         get("segmirror_partition_lag_offsets") == Some(0.0)
             && get("segmirror_partition_source_log_end_offset") == Some(end)
