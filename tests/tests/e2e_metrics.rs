@@ -33,15 +33,30 @@ fn produce(bootstrap: &str, tag: &str, n: usize) {
 type Figure<'a> = &'a dyn Fn(&str) -> Option<f64>;
 
 fn figure(addr: &str, name: &str) -> Option<f64> {
-    scrape(addr).unwrap().get(&partition_key(name, LINK, TOPIC, 0)).copied()
+    figure_of(addr, LINK, name)
+}
+
+fn figure_of(addr: &str, link: &str, name: &str) -> Option<f64> {
+    scrape(addr).unwrap().get(&partition_key(name, link, TOPIC, 0)).copied()
 }
 
 /// Waits until `check` holds for `addr`'s scrape; the services must keep running meanwhile.
 fn wait_until(what: &str, addr: &str, services: &mut [&mut Service], check: impl Fn(Figure<'_>) -> bool) {
+    wait_until_of(what, addr, LINK, services, check)
+}
+
+/// [`wait_until`] for the figures of `link`.
+fn wait_until_of(
+    what: &str,
+    addr: &str,
+    link: &str,
+    services: &mut [&mut Service],
+    check: impl Fn(Figure<'_>) -> bool,
+) {
     let start = Instant::now();
     loop {
         let samples = scrape(addr).unwrap();
-        let get = |name: &str| samples.get(&partition_key(name, LINK, TOPIC, 0)).copied();
+        let get = |name: &str| samples.get(&partition_key(name, link, TOPIC, 0)).copied();
         if check(&get) {
             return;
         }
@@ -315,4 +330,120 @@ fn lag_metrics_follow_the_mirror_and_the_admin_api_pauses_and_resumes_the_applie
     let (apply_code, apply_log) = applier.stop();
     assert_eq!(ship_code, Some(0), "{ship_log}");
     assert_eq!(apply_code, Some(0), "{apply_log}");
+
+    // 5. The bucket paths, on the same broker: `ship --store` and `apply --follow` count what their rounds move,
+    // and a follower paused through the admin API installs nothing until resumed.
+    let bucket_link = "bk";
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let store_url = store.to_str().unwrap().to_string();
+    let store_ship_metrics = format!("127.0.0.1:{}", free_port().unwrap());
+    let follow_metrics = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut store_shipper = Service::start(
+        "ship --store",
+        [
+            "ship",
+            "--store",
+            &store_url,
+            "--log-dir",
+            &log_dir,
+            "--link",
+            bucket_link,
+            "--upto",
+            "log-end",
+            "--upload-interval-ms",
+            "200",
+            "--metrics-addr",
+            &store_ship_metrics,
+        ],
+    )
+    .patience(PATIENCE);
+    store_shipper.wait_for("metrics and admin API on ");
+    wait_until_of(
+        "shipped 400 to the bucket",
+        &store_ship_metrics,
+        bucket_link,
+        &mut [&mut store_shipper],
+        |get| {
+            get("segmirror_partition_shipped_offset") == Some(400.0)
+                && get("segmirror_partition_shipped_bytes_total").is_some_and(|b| b > 0.0)
+        },
+    );
+    let follow_mirror = work.path().join("mirror");
+    let follow_catalog = work.path().join("catalog.sqlite");
+    let mut follower = Service::start(
+        "apply --follow",
+        [
+            "apply",
+            "--store",
+            &store_url,
+            "--mirror",
+            follow_mirror.to_str().unwrap(),
+            "--catalog",
+            follow_catalog.to_str().unwrap(),
+            "--link",
+            bucket_link,
+            "--follow",
+            "--poll-interval-ms",
+            "100",
+            "--metrics-addr",
+            &follow_metrics,
+        ],
+    )
+    .patience(PATIENCE);
+    follower.wait_for("metrics and admin API on ");
+    let installed = |addr: &str| figure_of(addr, bucket_link, "segmirror_partition_installed_offset");
+    wait_until_of(
+        "followed to 400",
+        &follow_metrics,
+        bucket_link,
+        &mut [&mut store_shipper, &mut follower],
+        |get| {
+            get("segmirror_partition_installed_offset") == Some(400.0)
+                && get("segmirror_partition_installed_bytes_total").is_some_and(|b| b > 0.0)
+        },
+    );
+    let (code, body) = request(&follow_metrics, "POST", &format!("/v1/links/{bucket_link}/pause"), "").unwrap();
+    assert_eq!(code, 200, "{body}");
+    produce(&bootstrap, "d", 100);
+    wait_until_of(
+        "shipped 500 to the bucket",
+        &store_ship_metrics,
+        bucket_link,
+        &mut [&mut store_shipper],
+        |get| get("segmirror_partition_shipped_offset") == Some(500.0),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(installed(&follow_metrics), Some(400.0), "a paused follower installed");
+    let samples = scrape(&follow_metrics).unwrap();
+    assert_eq!(
+        samples[&format!("segmirror_link_state{{link=\"{bucket_link}\",state=\"paused\"}}")],
+        1.0
+    );
+    // ship --store has no pause yet: it says so.
+    assert_eq!(
+        request(
+            &store_ship_metrics,
+            "POST",
+            &format!("/v1/links/{bucket_link}/pause"),
+            ""
+        )
+        .unwrap()
+        .0,
+        409
+    );
+    let (code, body) = request(&follow_metrics, "POST", &format!("/v1/links/{bucket_link}/resume"), "").unwrap();
+    assert_eq!(code, 200, "{body}");
+    wait_until_of(
+        "followed to 500 after resume",
+        &follow_metrics,
+        bucket_link,
+        &mut [&mut store_shipper, &mut follower],
+        |get| get("segmirror_partition_installed_offset") == Some(500.0),
+    );
+    let (code, log) = follower.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let (code, log) = store_shipper.stop();
+    assert_eq!(code, Some(0), "{log}");
 }

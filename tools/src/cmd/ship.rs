@@ -243,6 +243,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
                 topics: args.topics.clone(),
                 gate: gate.clone(),
                 meter: link_meter.clone(),
+                pausable: true,
             };
             let app = App {
                 snapshot: Arc::new(snapshot),

@@ -152,6 +152,8 @@ pub struct ShipperAdmin {
     pub topics: String,
     pub gate: Arc<PauseGate>,
     pub meter: Arc<LinkMeter>,
+    /// `false` for `ship --store`, whose upload loop has no pause yet (pause and resume answer 409).
+    pub pausable: bool,
 }
 
 impl ShipperAdmin {
@@ -187,6 +189,12 @@ impl ShipperAdmin {
 
     fn set_paused(&self, name: &str, paused: bool) -> Result<LinkView, AdminError> {
         self.check(name)?;
+        if !self.pausable {
+            return Err(AdminError::new(
+                409,
+                "ship --store cannot be paused yet: stop it (SIGTERM) instead",
+            ));
+        }
         self.meter.set_paused(paused);
         self.gate.send_replace(paused);
         Ok(self.view())

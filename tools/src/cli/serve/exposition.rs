@@ -32,6 +32,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("segmirror_partition_lag_seconds", "gauge", "Seconds since the source first held a record not yet shipped (shipper) or installed (applier); 0 when caught up."),
     ("segmirror_partition_shipped_bytes_total", "counter", "Segment bytes handed to the link by this process."),
     ("segmirror_partition_installed_bytes_total", "counter", "Segment bytes made durable in the mirror by this process."),
+    ("segmirror_partition_errors_total", "counter", "Rounds that ended in a refusal or failure for the partition (ship --store, apply --follow)."),
     ("segmirror_partition_state", "gauge", "1 for the partition's current state (label state: caught_up, behind, unknown), 0 for the others."),
 ];
 
@@ -124,6 +125,7 @@ fn partition_samples(out: &mut String, name: &str, row: &PartitionRow) {
         "segmirror_partition_lag_seconds" => row.lag_seconds.map(i128::from),
         "segmirror_partition_shipped_bytes_total" => row.shipped_bytes.map(i128::from),
         "segmirror_partition_installed_bytes_total" => row.installed_bytes.map(i128::from),
+        "segmirror_partition_errors_total" => row.errors.map(i128::from),
         "segmirror_partition_state" => {
             for state in PARTITION_STATES {
                 let v = u8::from(*state == row.state());
@@ -158,6 +160,7 @@ mod tests {
             lag_seconds: Some(7),
             shipped_bytes: None,
             installed_bytes: Some(4096),
+            errors: Some(2),
         }
     }
 
@@ -244,6 +247,10 @@ mod tests {
             samples(&text, "segmirror_link_errors_total"),
             ["segmirror_link_errors_total{link=\"dr\"} 5"]
         );
+        assert_eq!(
+            samples(&text, "segmirror_partition_errors_total"),
+            ["segmirror_partition_errors_total{link=\"dr\",topic=\"orders\",partition=\"3\"} 2"]
+        );
     }
 
     #[test]
@@ -265,6 +272,14 @@ mod tests {
             assert!(line.starts_with('#') || line.starts_with("segmirror_"), "{line:?}");
         }
         assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+
+    #[test]
+    fn the_readme_names_every_metric() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        for (name, _, _) in FAMILIES {
+            assert!(readme.contains(&format!("`{name}")), "README.md does not list {name}");
+        }
     }
 
     #[test]

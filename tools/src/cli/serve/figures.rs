@@ -51,6 +51,8 @@ pub struct PartitionRow {
     pub lag_seconds: Option<u64>,
     pub shipped_bytes: Option<u64>,
     pub installed_bytes: Option<u64>,
+    /// Rounds that ended in an error for this partition (the bucket paths, which report per partition).
+    pub errors: Option<u64>,
 }
 
 impl PartitionRow {
@@ -258,6 +260,7 @@ impl ShipperMeter {
                     lag_seconds: lag_offsets.map(|_| part.behind_since.map_or(0, |t| now.duration_since(t).as_secs())),
                     shipped_bytes: Some(part.shipped_bytes),
                     installed_bytes: None,
+                    errors: None,
                 })
             })
             .collect()
@@ -347,8 +350,86 @@ pub fn applier_rows(link: &str, lags: &[TailLag], meter: &ApplierMeter) -> Vec<P
             lag_seconds: l.lag_seconds,
             shipped_bytes: None,
             installed_bytes: Some(meter.installed_bytes(&l.topic, l.partition)),
+            errors: None,
         })
         .collect()
+}
+
+/// What a bucket round (`ship --store`, `apply --follow`) did to one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundOutcome {
+    /// The offset after the last record shipped (committed to the bucket) or installed, when known.
+    pub through: Option<i64>,
+    /// Bytes uploaded or installed by the round.
+    pub bytes: u64,
+    /// The round ended in a refusal or a failure for the partition.
+    pub failed: bool,
+}
+
+/// The bucket paths' per-partition figures, kept from each round's report (the loops' own callback): the offset
+/// reached, bytes moved and errors. Their source end is not known to them, so no lag is shown.
+#[derive(Debug)]
+pub struct RoundMeter {
+    /// The link's name; an `apply --follow` without `--link` learns it from the first report.
+    link: Mutex<String>,
+    /// `true`: a shipper (`shipped` figures); `false`: an applier (`installed`).
+    shipper: bool,
+    parts: Mutex<BTreeMap<(String, i32), (Option<i64>, u64, u64)>>,
+}
+
+impl RoundMeter {
+    pub fn new(link: &str, shipper: bool) -> RoundMeter {
+        RoundMeter {
+            link: Mutex::new(link.to_string()),
+            shipper,
+            parts: Mutex::default(),
+        }
+    }
+
+    /// Notes one round's outcome for `topic`-`partition`.
+    pub fn round(&self, topic: &str, partition: i32, outcome: RoundOutcome) {
+        let mut parts = lock(&self.parts);
+        let (through, bytes, errors) = parts.entry((topic.to_string(), partition)).or_default();
+        if outcome.through.is_some() {
+            *through = outcome.through.max(*through);
+        }
+        *bytes += outcome.bytes;
+        *errors += u64::from(outcome.failed);
+    }
+
+    pub fn partitions(&self) -> usize {
+        lock(&self.parts).len()
+    }
+
+    pub fn set_link(&self, link: &str) {
+        *lock(&self.link) = link.to_string();
+    }
+
+    pub fn link(&self) -> String {
+        lock(&self.link).clone()
+    }
+
+    pub fn rows(&self) -> Vec<PartitionRow> {
+        let link = self.link();
+        lock(&self.parts)
+            .iter()
+            .map(|((topic, partition), (through, bytes, errors))| PartitionRow {
+                link: link.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                source_log_end: None,
+                high_watermark: None,
+                shipped: if self.shipper { *through } else { None },
+                installed: if self.shipper { None } else { *through },
+                lag_offsets: None,
+                lag_bytes: None,
+                lag_seconds: None,
+                shipped_bytes: self.shipper.then_some(*bytes),
+                installed_bytes: (!self.shipper).then_some(*bytes),
+                errors: Some(*errors),
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -443,6 +524,36 @@ mod tests {
         meter.applied(&[chunk(1)]);
         assert_eq!(meter.installed_bytes("orders", 0), 16);
         assert_eq!(meter.installed_bytes("orders", 1), 0);
+    }
+
+    #[test]
+    fn a_round_meter_keeps_the_furthest_offset_and_sums_bytes_and_errors() {
+        let m = RoundMeter::new("dr", false);
+        let ok = |through, bytes| RoundOutcome {
+            through,
+            bytes,
+            failed: false,
+        };
+        m.round("orders", 1, ok(Some(50), 100));
+        m.round("orders", 1, ok(None, 0));
+        m.round(
+            "orders",
+            1,
+            RoundOutcome {
+                through: None,
+                bytes: 0,
+                failed: true,
+            },
+        );
+        m.round("orders", 1, ok(Some(80), 20));
+        let rows = m.rows();
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(
+            (r.installed, r.installed_bytes, r.errors, r.shipped, r.shipped_bytes),
+            (Some(80), Some(120), Some(1), None, None)
+        );
+        assert_eq!(r.state(), "unknown", "no lag without the source's end");
     }
 
     #[test]
