@@ -1,4 +1,5 @@
-//! The HTTP side of the long-running processes (`segmirror ship`, `segmirror apply --listen|--connect`):
+//! The HTTP side of the long-running processes (`segmirror ship`, `segmirror apply --listen|--connect`, and the
+//! bucket paths `ship --store` and `apply --follow`):
 //! `--metrics-addr HOST:PORT` serves `GET /metrics` (Prometheus text format) and the admin API under `/v1/links`
 //! (JSON; documented in `docs/openapi.yaml`, which a test keeps equal to [`ROUTES`]).
 //!
