@@ -366,6 +366,9 @@ pub struct RoundOutcome {
     pub failed: bool,
 }
 
+/// A partition's totals over the rounds: the furthest offset, bytes, errors.
+type RoundTotals = (Option<i64>, u64, u64);
+
 /// The bucket paths' per-partition figures, kept from each round's report (the loops' own callback): the offset
 /// reached, bytes moved and errors. Their source end is not known to them, so no lag is shown.
 #[derive(Debug)]
@@ -374,7 +377,7 @@ pub struct RoundMeter {
     link: Mutex<String>,
     /// `true`: a shipper (`shipped` figures); `false`: an applier (`installed`).
     shipper: bool,
-    parts: Mutex<BTreeMap<(String, i32), (Option<i64>, u64, u64)>>,
+    parts: Mutex<BTreeMap<(String, i32), RoundTotals>>,
 }
 
 impl RoundMeter {
