@@ -207,6 +207,7 @@ pub async fn run_gated<R: SessionRunner>(
     mut paused: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let mut link = link.clone();
     loop {
         while *paused.borrow_and_update() {
             eprintln!(
@@ -231,6 +232,12 @@ pub async fn run_gated<R: SessionRunner>(
             })
         };
         let endpoint = link.endpoint().await?;
+        if let Endpoint::Listen { listener, .. } = &endpoint {
+            // A resume listens where the first run did, even when the flag said port 0: the peer dials that port.
+            if let Ok(bound) = listener.local_addr() {
+                link.listen = Some(bound.to_string());
+            }
+        }
         let config = make_config();
         let result = match endpoint {
             Endpoint::Dial { addr, dialer } => dial(&addr, &dialer, &config, &mut runner, &run)
