@@ -16,6 +16,7 @@ pub mod clients;
 pub mod cluster;
 pub mod dump;
 pub mod epoch_probe;
+pub mod http;
 pub mod install;
 pub mod mirror;
 pub mod ondisk;

@@ -79,6 +79,7 @@ fn session_config() -> SessionConfig {
         idle_timeout: Duration::from_secs(2),
         credit_window: 64 << 10,
         max_bandwidth: None,
+        observer: None,
     }
 }
 

@@ -103,6 +103,7 @@ fn session_config() -> SessionConfig {
         idle_timeout: Duration::from_secs(5),
         credit_window: 64 << 10,
         max_bandwidth: None,
+        observer: None,
     }
 }
 

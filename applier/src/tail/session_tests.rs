@@ -60,6 +60,7 @@ fn config() -> SessionConfig {
         idle_timeout: Duration::from_secs(5),
         credit_window: 4096,
         max_bandwidth: None,
+        observer: None,
     }
 }
 

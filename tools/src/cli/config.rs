@@ -49,6 +49,7 @@ const LINK_KEYS: &[(&str, Kind)] = &[
     ("tls-ca", Kind::Path),
     ("tls-server-name", Kind::Text),
     ("log-format", Kind::Text),
+    ("metrics-addr", Kind::Text),
 ];
 
 /// Keys of `segmirror ship` besides [`LINK_KEYS`].

@@ -6,6 +6,7 @@
 //! once, an operator reads one set of flags and one set of log lines for both ends of a link.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -17,6 +18,8 @@ use segmirror_transport::direct::tls::{client_config, server_config, TlsFiles};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::cli::serve::figures::LinkMeter;
 
 /// Link events buffered for the logger (64): events are a few per reconnect, and the link drops one rather than
 /// block when the logger lags.
@@ -142,11 +145,21 @@ pub fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
     Ok(token)
 }
 
-/// Prints every link event as one line on stderr (and as a tracing event), until the link config is dropped.
-fn spawn_event_logger(link: String, role: &'static str) -> mpsc::Sender<LinkEvent> {
+/// Prints every link event as one line on stderr (and as a tracing event), and counts it in `meter`, until the
+/// link config is dropped.
+fn spawn_event_logger(link: String, role: &'static str, meter: Option<Arc<LinkMeter>>) -> mpsc::Sender<LinkEvent> {
     let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
+            if let Some(meter) = &meter {
+                match &event {
+                    LinkEvent::SessionStarted => meter.session_started(),
+                    LinkEvent::SessionEnded { error, .. } => meter.session_ended(error.is_some()),
+                    LinkEvent::ConnectFailed { .. } | LinkEvent::Paused { .. } | LinkEvent::RefusedBusy => {
+                        meter.error()
+                    }
+                }
+            }
             let line = match &event {
                 LinkEvent::SessionStarted => "connected: session started".to_string(),
                 LinkEvent::SessionEnded { end, error } => match (end, error) {
@@ -165,14 +178,19 @@ fn spawn_event_logger(link: String, role: &'static str) -> mpsc::Sender<LinkEven
     tx
 }
 
-/// The link settings of one side, with events logged.
-pub fn link_config(handshake: HandshakeConfig, refusal_pause: Option<Duration>, role: &'static str) -> LinkConfig {
+/// The link settings of one side, with events logged (and counted in `meter`, for `--metrics-addr`).
+pub fn link_config(
+    handshake: HandshakeConfig,
+    refusal_pause: Option<Duration>,
+    role: &'static str,
+    meter: Option<Arc<LinkMeter>>,
+) -> LinkConfig {
     let link = handshake.link.clone();
     let mut config = LinkConfig::new(handshake);
     if let Some(pause) = refusal_pause {
         config.refusal_pause = pause;
     }
-    config.events = Some(spawn_event_logger(link, role));
+    config.events = Some(spawn_event_logger(link, role, meter));
     config
 }
 

@@ -15,7 +15,9 @@ pub mod logging;
 pub mod progress;
 pub mod report;
 pub mod runtime;
+pub mod serve;
 pub mod store;
+pub mod tail_lag;
 
 /// Exit status meaning "usage or I/O error".
 pub const EXIT_USAGE_OR_IO: u8 = 2;

@@ -20,6 +20,9 @@ use segmirror_transport::{Store, StoreUrl};
 
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
 use crate::cli::runtime::Runtime;
+use crate::cli::serve::admin::CatalogAdmin;
+use crate::cli::serve::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
+use crate::cli::serve::{self, App, MetricsArgs};
 use crate::cli::store::S3Args;
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
@@ -65,6 +68,9 @@ pub struct Args {
     #[arg(long, value_name = "MS", requires = "follow", default_value_t = DEFAULT_POLL_INTERVAL.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     poll_interval_ms: u64,
+    /// With --follow: metrics and the admin API (see `segmirror apply --listen ADDR --help`).
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 /// A bar over the bytes the plan will install, created once planning is done (the total is then known).
@@ -115,6 +121,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     // A mistyped folder must fail, not be created and reported as applied.
     let store = Store::open_existing(&url, &args.s3.options())?;
     let (catalog_path, catalog) = open_mirror_catalog(args.catalog.clone(), &args.mirror, false)?;
+    if args.metrics.metrics_addr.is_some() && !args.follow {
+        anyhow::bail!("--metrics-addr is for a process that keeps running: give --follow too");
+    }
     let mut config = ApplyConfig::new(store, url.to_string(), &args.mirror)
         .with_prefix(KeyPrefix::new(&args.prefix)?)
         .with_deep_validation(args.deep)
@@ -123,7 +132,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         config = config.with_link(link);
     }
     if args.follow {
-        return run_follow(config, catalog, &args, runtime);
+        return run_follow(config, catalog, catalog_path, &args, runtime);
     }
     let bar = Bar::default();
     let report = runtime.block_on(segmirror_applier::apply(&config, catalog, &bar))??;
@@ -136,11 +145,55 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     Ok(exit_code(&report))
 }
 
+/// The figures of a bucket follower: per partition of its link the catalog's installed end, with the bytes and
+/// errors of this process's rounds (its source end is not known here: no lag).
+fn follower_snapshot(
+    status: &segmirror_catalog::Status,
+    link: &str,
+    link_meter: &LinkMeter,
+    rounds: &RoundMeter,
+) -> Snapshot {
+    let Some(recorded) = status.links.iter().find(|l| l.name == link) else {
+        return Snapshot {
+            links: Vec::new(),
+            partitions: rounds.rows(),
+        };
+    };
+    let state = recorded.state.as_str();
+    let mut partitions = rounds.rows();
+    for p in &recorded.partitions {
+        match partitions
+            .iter_mut()
+            .find(|r| r.topic == p.topic && r.partition == p.partition)
+        {
+            Some(row) => row.installed = p.installed_end_offset.max(row.installed),
+            None => {
+                let row = RoundMeter::new(link, false);
+                row.round(
+                    &p.topic,
+                    p.partition,
+                    RoundOutcome {
+                        through: p.installed_end_offset,
+                        bytes: 0,
+                        failed: false,
+                    },
+                );
+                partitions.extend(row.rows());
+            }
+        }
+    }
+    Snapshot {
+        links: vec![link_meter.row(link, state, &["active", "paused", "promoted", "deleted"], partitions.len())],
+        partitions,
+    }
+}
+
 /// `--follow`: runs until a signal; one line per run that installed something, a refusal or failure once per
 /// partition until it changes.
 fn run_follow(
     config: ApplyConfig,
     catalog: segmirror_catalog::Catalog,
+    catalog_path: PathBuf,
     args: &Args,
     runtime: &Runtime,
 ) -> anyhow::Result<ExitCode> {
@@ -152,13 +205,60 @@ fn run_follow(
         args.store, args.poll_interval_ms
     );
     let mut last_problem: std::collections::BTreeMap<String, String> = Default::default();
+    let meter = std::sync::Arc::new(RoundMeter::new(args.link.as_deref().unwrap_or("?"), false));
     let stats = runtime.block_on(async {
         let shutdown = crate::cli::link::shutdown_on_signal()?;
+        if let Some(addr) = &args.metrics.metrics_addr {
+            // Pausing needs no gate here: every round reads the link's state from the catalog and skips a paused
+            // link (`applier::apply`).
+            let (gate, _) = tokio::sync::watch::channel(false);
+            let link_meter = std::sync::Arc::new(LinkMeter::default());
+            let (rows, path) = (meter.clone(), catalog_path.clone());
+            let snapshot = move || {
+                let link = rows.link();
+                match segmirror_catalog::Catalog::open(&path).and_then(|c| c.status()) {
+                    Ok(status) => follower_snapshot(&status, &link, &link_meter, &rows),
+                    Err(e) => {
+                        tracing::warn!(catalog = %path.display(), error = %e, "metrics: the catalog cannot be read");
+                        Snapshot::default()
+                    }
+                }
+            };
+            let admin = CatalogAdmin {
+                catalog_path: catalog_path.clone(),
+                served: meter.link(),
+                gate: std::sync::Arc::new(gate),
+                meter: std::sync::Arc::new(LinkMeter::default()),
+                pausable: true,
+            };
+            let app = App {
+                snapshot: std::sync::Arc::new(snapshot),
+                admin: std::sync::Arc::new(admin),
+            };
+            serve::start(addr, app, shutdown.clone()).await?;
+        }
         let stats = follow(
             &follow_config,
             catalog,
             async move { shutdown.cancelled().await },
             |report| {
+                if let Some(link) = &report.link {
+                    meter.set_link(link);
+                }
+                for p in &report.partitions {
+                    meter.round(
+                        &p.topic,
+                        p.partition,
+                        RoundOutcome {
+                            through: p.installed.iter().map(|i| i.next_offset).max(),
+                            bytes: p.installed.iter().map(|i| i.log_bytes).sum(),
+                            failed: matches!(
+                                p.outcome,
+                                PartitionOutcome::Refused(_) | PartitionOutcome::Failed { .. }
+                            ),
+                        },
+                    );
+                }
                 for note in &report.notes {
                     if last_problem.insert(format!("note {note}"), String::new()).is_none() {
                         eprintln!("segmirror apply: {note}");

@@ -7,7 +7,6 @@ pub mod promote;
 pub mod seed;
 pub mod ship;
 pub mod status;
-mod status_tail;
 pub mod store_ship;
 pub mod tail_apply;
 pub mod topics;

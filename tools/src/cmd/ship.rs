@@ -39,6 +39,9 @@ use segmirror_transport::direct::Role;
 use crate::cli::link::{link_config, shutdown_on_signal, LinkArgs};
 use crate::cli::link_gate::{run_link_gated, shipper_topics, LinkRecord, OnLink, Side};
 use crate::cli::runtime::Runtime;
+use crate::cli::serve::admin::{CatalogAdmin, LinkAdmin, ShipperAdmin};
+use crate::cli::serve::figures::{LinkMeter, ShipperMeter, Snapshot};
+use crate::cli::serve::{self, App, MetricsArgs};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
 enum Upto {
@@ -85,6 +88,8 @@ pub struct Args {
     max_bandwidth: Option<u64>,
     #[command(flatten)]
     link: LinkArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
@@ -174,7 +179,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             Arc::new(CheckpointHighWatermarks::new(args.log_dirs.clone()))
         }
     };
-    let mut feed_config = TailFeedConfig::new(high_watermarks);
+    let mut feed_config = TailFeedConfig::new(high_watermarks.clone());
     let node_id = match (&args.source_bootstrap, args.cluster) {
         (Some(bootstrap), true) => {
             let mut ids = Vec::new();
@@ -214,10 +219,19 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         Upto::HighWatermark => UptoPolicy::HighWatermark,
         Upto::LogEnd => UptoPolicy::LogEnd,
     };
+    let link_meter = Arc::new(LinkMeter::default());
+    let shipper_meter = Arc::new(ShipperMeter::new(
+        &args.link.link,
+        partitions
+            .iter()
+            .map(|p| (p.partition.topic.clone(), p.partition.partition)),
+    ));
     let mut rediscovery = Rediscovery::new(args.log_dirs.clone(), filter, cluster_id.clone());
     rediscovery.live_filter = live_filter.clone();
     let feed = TailFeed::new(partitions, feed_config).with_rediscovery(rediscovery);
+    let followed_meter = link_meter.clone();
     let on_link: OnLink = Arc::new(move |link: &Link| {
+        followed_meter.set_paused(link.state == segmirror_catalog::LinkState::Paused);
         let Some(live) = &live_filter else {
             return;
         };
@@ -242,17 +256,62 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     });
     let session_config = SessionConfig {
         max_bandwidth: args.max_bandwidth,
+        observer: args
+            .metrics
+            .metrics_addr
+            .is_some()
+            .then(|| shipper_meter.clone() as Arc<dyn segmirror_transport::direct::session::SessionObserver>),
         ..SessionConfig::default()
     };
     let session = ShipperSession::new(feed, session_config)?;
     let link = args.link;
+    let (gate, _) = tokio::sync::watch::channel(false);
+    let gate = Arc::new(gate);
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
+        if let Some(addr) = &args.metrics.metrics_addr {
+            let (name, meter) = (link.link.clone(), link_meter.clone());
+            let snapshot = move || Snapshot {
+                links: vec![meter.row(
+                    &name,
+                    if meter.paused() { "paused" } else { "active" },
+                    &["active", "paused"],
+                    shipper_meter.partitions(),
+                )],
+                partitions: {
+                    high_watermarks.refresh();
+                    shipper_meter.rows(Some(high_watermarks.as_ref()))
+                },
+            };
+            // A recorded link is paused through its record (the gate below reads it); an unmanaged one has no
+            // record to pause.
+            let admin: Arc<dyn LinkAdmin> = match &record {
+                Some((record, _)) => Arc::new(CatalogAdmin {
+                    catalog_path: record.catalog.clone(),
+                    served: link.link.clone(),
+                    gate: gate.clone(),
+                    meter: link_meter.clone(),
+                    pausable: true,
+                }),
+                None => Arc::new(ShipperAdmin {
+                    link: link.link.clone(),
+                    topics: topics.clone(),
+                    gate: gate.clone(),
+                    meter: link_meter.clone(),
+                    pausable: false,
+                }),
+            };
+            let app = App {
+                snapshot: Arc::new(snapshot),
+                admin,
+            };
+            serve::start(addr, app, shutdown.clone()).await?;
+        }
         let handshake = match node_id {
             Some(node_id) => HandshakeConfig::cluster_shipper(link.link.clone(), cluster_id, node_id),
             None => HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id)),
         };
-        let config = link_config(handshake, None, "ship");
+        let config = link_config(handshake, None, "ship", Some(link_meter.clone()));
         let gate = record.map(|(record, _)| (record, Side::Shipper, on_link));
         run_link_gated(&link, config, session, shutdown, gate, "ship").await
     })??;

@@ -18,8 +18,8 @@ use anyhow::{bail, Context as _};
 use segmirror_catalog::{catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionStatus, Status, Subject};
 use serde::Serialize;
 
-use super::status_tail::{self, TailLag};
 use crate::cli::catalog::{catalog_path, data_dir, mirror_catalog_path, CATALOG_HELP};
+use crate::cli::tail_lag::{self as status_tail, TailLag};
 
 /// How `status` finds catalogs, shown under its `--help`.
 const STATUS_HELP: &str = "\
@@ -29,7 +29,7 @@ header. With --json and several catalogs the output is a JSON array of documents
 document.";
 
 #[derive(clap::Args)]
-#[command(after_help = format!("{STATUS_HELP}\n\n{}\n\n{CATALOG_HELP}", super::status_tail::TAIL_LAG_HELP))]
+#[command(after_help = format!("{STATUS_HELP}\n\n{}\n\n{CATALOG_HELP}", crate::cli::tail_lag::TAIL_LAG_HELP))]
 pub struct Args {
     /// The catalog to read. See below for the default.
     #[arg(long, value_name = "PATH", conflicts_with = "mirror")]

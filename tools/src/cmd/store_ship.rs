@@ -34,6 +34,9 @@ use crate::cli::link_gate::{
     claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side,
 };
 use crate::cli::runtime::Runtime;
+use crate::cli::serve::admin::ShipperAdmin;
+use crate::cli::serve::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
+use crate::cli::serve::{self, App, MetricsArgs};
 use crate::cli::store::S3Args;
 use crate::cli::EXIT_USAGE_OR_IO;
 
@@ -94,6 +97,8 @@ pub struct Args {
     /// Who is shipping, recorded in leases and manifests (default: segmirror-seed@<host>:<pid>).
     #[arg(long, value_name = "ID")]
     shipper_id: Option<String>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
@@ -139,6 +144,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         args.store, args.link, args.upload_interval_ms, args.upload_bytes
     );
     let mut reported: std::collections::BTreeMap<String, String> = Default::default();
+    let meter = Arc::new(RoundMeter::new(&args.link, true));
     let mut on_round = |report: &segmirror_shipper::seed::SeedReport| {
         for e in &report.log_dir_errors {
             if reported.insert(format!("log dir {e}"), String::new()).is_none() {
@@ -146,6 +152,15 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             }
         }
         for p in &report.partitions {
+            meter.round(
+                &p.topic,
+                p.partition,
+                RoundOutcome {
+                    through: p.shipped_through,
+                    bytes: p.bytes_uploaded,
+                    failed: !matches!(p.status, PartitionStatus::Complete),
+                },
+            );
             let problem = match &p.status {
                 PartitionStatus::Complete => None,
                 PartitionStatus::Refused { base_offset, findings } => Some(format!(
@@ -176,6 +191,28 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let explicit_topics = args.topics.is_some();
     let (end, stats) = runtime.block_on(async {
         let shutdown = crate::cli::link::shutdown_on_signal()?;
+        if let Some(addr) = &args.metrics.metrics_addr {
+            let (gate, _) = tokio::sync::watch::channel(false);
+            let link_meter = Arc::new(LinkMeter::default());
+            let (rows, link) = (meter.clone(), args.link.clone());
+            let snapshot = move || Snapshot {
+                links: vec![link_meter.row(&link, "active", &["active"], rows.partitions())],
+                partitions: rows.rows(),
+            };
+            // Paused through the link record (`segmirror link pause`), not through this API yet.
+            let admin = ShipperAdmin {
+                link: args.link.clone(),
+                topics: config.seed.topics.as_str().to_string(),
+                gate: Arc::new(gate),
+                meter: Arc::new(LinkMeter::default()),
+                pausable: false,
+            };
+            let app = App {
+                snapshot: Arc::new(snapshot),
+                admin: Arc::new(admin),
+            };
+            serve::start(addr, app, shutdown.clone()).await?;
+        }
         let Some((record, _)) = record else {
             let done = store_tail::run(&store, &config, shutdown.cancelled(), &mut on_round).await?;
             return anyhow::Ok(done);

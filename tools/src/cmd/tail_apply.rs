@@ -24,6 +24,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use segmirror_applier::lock_mirror;
@@ -35,8 +36,12 @@ use segmirror_transport::direct::Role;
 
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
 use crate::cli::link::{link_config, shutdown_on_signal, Endpoint, LinkArgs};
-use crate::cli::link_gate::{refuse_closed, run_link_gated, LinkRecord, Side};
+use crate::cli::link_gate::{refuse_closed, run_link_gated, LinkRecord, OnLink, Side};
 use crate::cli::runtime::Runtime;
+use crate::cli::serve::admin::CatalogAdmin;
+use crate::cli::serve::figures::{applier_rows, ApplierMeter, LinkMeter, Snapshot};
+use crate::cli::serve::{self, App, MetricsArgs};
+use crate::cli::tail_lag::tail_lags;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -62,6 +67,41 @@ pub struct Args {
     cluster: bool,
     #[command(flatten)]
     link: LinkArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+}
+
+/// The applier's figures now: the catalog's links and the mirror's per-partition lag (what `status` shows), with
+/// this process's counters. Blocking (the catalog, the mirror's files).
+fn applier_snapshot(
+    catalog_path: &std::path::Path,
+    mirror: &std::path::Path,
+    served: &str,
+    link_meter: &LinkMeter,
+    meter: &ApplierMeter,
+) -> Snapshot {
+    let status = match segmirror_catalog::Catalog::open(catalog_path).and_then(|c| c.status()) {
+        Ok(status) => status,
+        Err(e) => {
+            tracing::warn!(catalog = %catalog_path.display(), error = %e, "metrics: the catalog cannot be read");
+            return Snapshot::default();
+        }
+    };
+    let now = segment_format::now_ms().max(0) as u64;
+    let lags = tail_lags(mirror, &status, now);
+    let links = status
+        .links
+        .iter()
+        .filter(|l| l.name == served)
+        .map(|l| {
+            let state = l.state.as_str();
+            link_meter.row(&l.name, state, &["active", "paused", "promoted", "deleted"], lags.len())
+        })
+        .collect();
+    Snapshot {
+        links,
+        partitions: applier_rows(served, &lags, meter),
+    }
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
@@ -75,6 +115,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     // this one appends (the lock names this process).
     let _lock = lock_mirror(&args.mirror, false).map_err(segmirror_applier::Error::from)?;
     let (catalog_path, catalog) = open_mirror_catalog(args.catalog, &args.mirror, false)?;
+    let starts_paused = catalog
+        .link(&args.link.link)
+        .is_ok_and(|l| l.state == segmirror_catalog::LinkState::Paused);
     let catalog = TailCatalog::open(catalog, &args.link.link).with_context(|| {
         format!(
             "recording link {} in catalog {}",
@@ -94,24 +137,66 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         .retain_deleted_for(keep);
     let link = args.link;
     let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
+    let link_meter = Arc::new(LinkMeter::default());
+    link_meter.set_paused(starts_paused);
+    let meter = Arc::new(ApplierMeter::default());
+    let metered = args.metrics.metrics_addr.is_some();
+    let session_config = SessionConfig {
+        observer: metered.then(|| meter.clone() as Arc<dyn segmirror_transport::direct::session::SessionObserver>),
+        ..SessionConfig::default()
+    };
+    let (gate, _) = tokio::sync::watch::channel(starts_paused);
+    let gate_meter = link_meter.clone();
+    let gate = Arc::new(gate);
+    let metrics_addr = args.metrics.metrics_addr.clone();
+    let mirror = args.mirror.clone();
+    let event_meter = metered.then(|| link_meter.clone());
+    let start_metrics = move |shutdown: tokio_util::sync::CancellationToken, served: String, pausable: bool| async move {
+        let Some(addr) = metrics_addr else {
+            return anyhow::Ok(());
+        };
+        let (path, link_meter2, meter2, served2) =
+            (catalog_path.clone(), link_meter.clone(), meter.clone(), served.clone());
+        let snapshot = move || applier_snapshot(&path, &mirror, &served2, &link_meter2, &meter2);
+        let admin = CatalogAdmin {
+            catalog_path,
+            served,
+            gate: gate.clone(),
+            meter: link_meter.clone(),
+            pausable,
+        };
+        let app = App {
+            snapshot: Arc::new(snapshot),
+            admin: Arc::new(admin),
+        };
+        serve::start(&addr, app, shutdown).await?;
+        Ok(())
+    };
     if args.cluster {
         let cluster = Cluster::new(appender);
         runtime.block_on(async move {
             let shutdown = shutdown_on_signal()?;
+            start_metrics(shutdown.clone(), link.link.clone(), false).await?;
             let Endpoint::Listen { listener, acceptor } = link.endpoint().await? else {
                 // clap refuses --cluster with --connect; kept as an error rather than a panic.
                 anyhow::bail!("--cluster needs --listen ADDR");
             };
             eprintln!("segmirror tail-apply: serving the shippers of a source cluster (one session per broker)");
-            let config = link_config(handshake, None, "tail-apply");
-            Ok(listen_cluster(listener, acceptor, config, cluster, SessionConfig::default(), shutdown).await?)
+            let config = link_config(handshake, None, "tail-apply", event_meter);
+            Ok(listen_cluster(listener, acceptor, config, cluster, session_config, shutdown).await?)
         })??;
     } else {
-        let session = ApplierSession::new(appender, SessionConfig::default())?;
+        let session = ApplierSession::new(appender, session_config)?;
         runtime.block_on(async move {
             let shutdown = shutdown_on_signal()?;
-            let config = link_config(handshake, None, "tail-apply");
-            let gate = Some((record, Side::Applier, std::sync::Arc::new(|_: &_| {}) as _));
+            start_metrics(shutdown.clone(), link.link.clone(), true).await?;
+            let config = link_config(handshake, None, "tail-apply", event_meter);
+            // The record gates the session (a pause through the admin API or `segmirror link pause` alike); the
+            // metrics show the state it read last.
+            let on_link: OnLink = Arc::new(move |l: &segmirror_catalog::Link| {
+                gate_meter.set_paused(l.state == segmirror_catalog::LinkState::Paused)
+            });
+            let gate = Some((record, Side::Applier, on_link));
             run_link_gated(&link, config, session, shutdown, gate, "tail-apply").await
         })??;
     }

@@ -40,6 +40,7 @@ pub fn session_config(window: u64) -> SessionConfig {
         idle_timeout: Duration::from_millis(1000),
         credit_window: window,
         max_bandwidth: None,
+        observer: None,
     }
 }
 

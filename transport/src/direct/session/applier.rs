@@ -643,7 +643,12 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 return Ok(());
             }
             match self.applier.apply_chunks(batch).await {
-                Ok(()) => break,
+                Ok(()) => {
+                    if let Some(observer) = &self.config.observer {
+                        observer.applied(batch);
+                    }
+                    break;
+                }
                 Err(DirectError::Fenced { partition, .. }) if batch.iter().any(|c| c.partition == partition) => {
                     batch.retain(|c| c.partition != partition);
                     unclaim(claimed, ends, &partition, "Chunk");

@@ -26,6 +26,7 @@ pub mod limiter;
 pub mod link;
 pub mod shipper;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::SplitSink;
@@ -74,6 +75,23 @@ pub struct SessionConfig {
     pub credit_window: u64,
     /// Shipper: `--max-bandwidth` in payload bytes per second; `None` for no limit.
     pub max_bandwidth: Option<u64>,
+    /// Told what the session moves, for metrics (`--metrics-addr`); `None`: nobody listens.
+    pub observer: Option<Arc<dyn SessionObserver>>,
+}
+
+/// Watches what a session moves, for metrics (issue 11 item 6). Called on the session's task right after the
+/// fact, so an implementation must be quick and never block (atomics, or a lock held for a few field updates, no
+/// I/O): the session's throughput is the metrics' cost.
+pub trait SessionObserver: Send + Sync + std::fmt::Debug {
+    /// Shipper: `item` is handed to the connection (sent, not yet acknowledged).
+    fn sent(&self, item: &FeedItem) {
+        let _ = item;
+    }
+
+    /// Applier: `chunks` are durable and recorded (acknowledged right after).
+    fn applied(&self, chunks: &[Chunk]) {
+        let _ = chunks;
+    }
 }
 
 impl Default for SessionConfig {
@@ -83,6 +101,7 @@ impl Default for SessionConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             credit_window: DEFAULT_CREDIT_WINDOW,
             max_bandwidth: None,
+            observer: None,
         }
     }
 }

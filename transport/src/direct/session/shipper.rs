@@ -519,6 +519,9 @@ impl<F: ChunkFeed> ShipperSession<F> {
                     self.stats.bytes_sent += cost;
                     self.stats.in_flight += cost;
                     self.stats.max_in_flight = self.stats.max_in_flight.max(self.stats.in_flight);
+                    if let Some(observer) = &self.config.observer {
+                        observer.sent(&item);
+                    }
                     permit.send(item.into_frame());
                 }
                 _ = tokio::time::sleep_until(send_at.unwrap_or(now)), if sendable && !send_now => {}
