@@ -45,6 +45,7 @@ pub mod conformance;
 pub mod direct;
 pub mod error;
 pub mod index;
+pub mod link_meta;
 pub mod manifest;
 mod objects;
 pub mod store;
