@@ -34,6 +34,7 @@ mod event;
 mod follow;
 mod key;
 mod link;
+mod link_meta;
 mod mirror_root;
 mod partition;
 mod path;
@@ -51,6 +52,7 @@ pub use event::{Event, EventKind, Subject};
 pub use follow::{ReplaceOutcome, Replacement, RetentionReceipt};
 pub use key::{PartitionId, PartitionKey};
 pub use link::{Link, LinkSpec, LinkState};
+pub use link_meta::{LinkOffset, LinkTopic, RecordedMeta};
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionState, Upsert};
 pub use path::{
