@@ -232,10 +232,15 @@ impl MetaPublisher {
             })?;
         let next = match self.next_version {
             Some(v) => v,
-            None => {
-                let last = link_meta::read_manifest(store, &self.prefix, &link).await?;
-                last.map_or(1, |m| m.version + 1)
-            }
+            None => match link_meta::read_manifest(store, &self.prefix, &link).await? {
+                Some(manifest) => {
+                    // What the bucket holds already is not uploaded again (a rerun of `seed`, a restart); a version
+                    // that cannot be read is simply replaced.
+                    self.last = link_meta::read_version(store, &manifest).await.ok();
+                    manifest.version + 1
+                }
+                None => 1,
+            },
         };
         let mut reader = self.reader.take().expect("checked above");
         let (reader, read) = tokio::task::spawn_blocking(move || {
