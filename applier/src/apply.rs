@@ -27,8 +27,8 @@ use segment_format::verify::VerifyOptions;
 use segmirror_catalog::{
     Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState, Subject, Upsert,
 };
-use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Manifest};
 use segmirror_transport::link_meta;
+use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Manifest};
 use segmirror_transport::SegmentSource;
 
 use crate::bucket::{self, choose_lineage, LineageChoice, ManifestRead, PartitionObjects, MANIFEST_READ_CONCURRENCY};
@@ -39,8 +39,8 @@ use crate::layout::MirrorLayout;
 use crate::plan::{plan, Candidate, Installed, Step};
 use crate::reconcile;
 use crate::report::{
-    ApplyReport, InstalledSegment, LinkMetaOutcome, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason,
-    SkippedSegment,
+    ApplyReport, InstalledSegment, LinkMetaOutcome, PartitionOutcome, PartitionReport, Refusal, RefusedSegment,
+    SkipReason, SkippedSegment,
 };
 use segment_format::progress::Progress;
 

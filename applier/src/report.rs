@@ -35,7 +35,11 @@ pub struct ApplyReport {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum LinkMetaOutcome {
     /// A newer version was checked and recorded in the catalog.
-    Recorded { version: u64, topics: usize, offsets: usize },
+    Recorded {
+        version: u64,
+        topics: usize,
+        offsets: usize,
+    },
     /// The bucket's version is the one recorded already.
     Unchanged { version: u64 },
     /// The bucket's metadata was turned down (the error names the key and field) or could not be read; the

@@ -275,7 +275,9 @@ async fn link_metadata_is_recorded_clamped_and_a_hostile_version_refused_without
             }],
         )
     };
-    link_meta::publish(&w.store, &KeyPrefix::root(), &meta(1, end + 5), "test").await.unwrap();
+    link_meta::publish(&w.store, &KeyPrefix::root(), &meta(1, end + 5), "test")
+        .await
+        .unwrap();
     let report = apply(&w).await;
     assert_eq!(
         report.link_meta,
@@ -286,8 +288,14 @@ async fn link_metadata_is_recorded_clamped_and_a_hostile_version_refused_without
         })
     );
     let rows = w.catalog().link_offsets(LINK).unwrap();
-    assert_eq!((rows[0].source_offset, rows[0].committable, rows[0].clamped), (end + 5, Some(end), true));
-    assert_eq!(apply(&w).await.link_meta, Some(LinkMetaOutcome::Unchanged { version: 1 }));
+    assert_eq!(
+        (rows[0].source_offset, rows[0].committable, rows[0].clamped),
+        (end + 5, Some(end), true)
+    );
+    assert_eq!(
+        apply(&w).await.link_meta,
+        Some(LinkMetaOutcome::Unchanged { version: 1 })
+    );
 
     // Version 2's offsets document is hostile (a negative partition) but consistent with its manifest.
     let mut bad = meta(2, 3);
@@ -317,17 +325,27 @@ async fn link_metadata_is_recorded_clamped_and_a_hostile_version_refused_without
         },
     };
     w.store
-        .put_bytes(&link_meta::manifest_key(&KeyPrefix::root(), LINK), serde_json::to_vec(&manifest).unwrap())
+        .put_bytes(
+            &link_meta::manifest_key(&KeyPrefix::root(), LINK),
+            serde_json::to_vec(&manifest).unwrap(),
+        )
         .await
         .unwrap();
     let report = apply(&w).await;
     match &report.link_meta {
         Some(LinkMetaOutcome::Refused { reason }) => {
-            assert!(reason.contains(&offsets_key) && reason.contains("offsets[0].partition"), "{reason}")
+            assert!(
+                reason.contains(&offsets_key) && reason.contains("offsets[0].partition"),
+                "{reason}"
+            )
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
-    assert!(report.ignored_keys.is_empty(), "metadata keys are the contract's: {:?}", report.ignored_keys);
+    assert!(
+        report.ignored_keys.is_empty(),
+        "metadata keys are the contract's: {:?}",
+        report.ignored_keys
+    );
     assert_eq!(w.catalog().link_meta(LINK).unwrap().unwrap().version, 1);
     assert_eq!(w.catalog().link_offsets(LINK).unwrap()[0].source_offset, end + 5);
 }

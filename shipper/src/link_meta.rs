@@ -106,7 +106,11 @@ fn fingerprint(dir: &Path) -> Result<Fingerprint> {
         let entry = entry.map_err(io)?;
         // A file deleted between the listing and the stat (a snapshot cleaned up) changes the fingerprint anyway.
         if let Ok(meta) = entry.metadata() {
-            let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).unwrap_or_default();
+            let mtime = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .unwrap_or_default();
             out.push((entry.file_name(), meta.len(), mtime));
         }
     }
@@ -204,7 +208,11 @@ pub struct MetaPublisher {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Published {
     /// A new version went up.
-    Version { version: u64, topics: usize, offsets: usize },
+    Version {
+        version: u64,
+        topics: usize,
+        offsets: usize,
+    },
     /// Nothing changed since the last version.
     Unchanged,
 }

@@ -62,7 +62,12 @@ fn recorded(catalog: &Path) -> BTreeMap<(String, String, i32), (i64, Option<i64>
         return BTreeMap::new();
     };
     rows.into_iter()
-        .map(|o| ((o.group, o.topic, o.partition), (o.source_offset, o.committable, o.clamped)))
+        .map(|o| {
+            (
+                (o.group, o.topic, o.partition),
+                (o.source_offset, o.committable, o.clamped),
+            )
+        })
         .collect()
 }
 
@@ -77,7 +82,10 @@ fn wait_for<T: std::fmt::Debug>(what: &str, services: &mut [&mut Service], mut p
             s.assert_running();
         }
         if start.elapsed() > PATIENCE {
-            let logs: Vec<String> = services.iter().map(|s| format!("--- {} ---\n{}", s.name(), s.log())).collect();
+            let logs: Vec<String> = services
+                .iter()
+                .map(|s| format!("--- {} ---\n{}", s.name(), s.log()))
+                .collect();
             panic!("{what}: last seen {seen:?}\n{}", logs.join("\n"));
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -167,22 +175,35 @@ fn a_link_carries_topic_configs_and_group_offsets_and_offsets_wait_for_their_dat
     assert_eq!(expected.len(), 3, "{described:?}");
     assert_eq!(expected[&("app-a".into(), TOPIC.into(), 0)], 6);
 
-    wait_for("the link's offsets in the catalog", &mut [&mut shipper, &mut applier], || {
-        let got: Offsets = recorded(&catalog).into_iter().map(|(k, (o, _, _))| (k, o)).collect();
-        (got == expected, got)
-    });
+    wait_for(
+        "the link's offsets in the catalog",
+        &mut [&mut shipper, &mut applier],
+        || {
+            let got: Offsets = recorded(&catalog).into_iter().map(|(k, (o, _, _))| (k, o)).collect();
+            (got == expected, got)
+        },
+    );
     let rows = recorded(&catalog);
     assert_eq!(rows[&("app-a".into(), TOPIC.into(), 0)], (6, Some(6), false));
     // Ahead of the data: clamped to the installed end (10), and said so.
-    wait_for("partition 1 installed through 10", &mut [&mut shipper, &mut applier], || {
-        let row = recorded(&catalog)[&("app-a".to_string(), TOPIC.to_string(), 1)];
-        (row.1 == Some(10), row)
-    });
-    assert_eq!(recorded(&catalog)[&("app-a".into(), TOPIC.into(), 1)], (14, Some(10), true));
+    wait_for(
+        "partition 1 installed through 10",
+        &mut [&mut shipper, &mut applier],
+        || {
+            let row = recorded(&catalog)[&("app-a".to_string(), TOPIC.to_string(), 1)];
+            (row.1 == Some(10), row)
+        },
+    );
+    assert_eq!(
+        recorded(&catalog)[&("app-a".into(), TOPIC.into(), 1)],
+        (14, Some(10), true)
+    );
     let table = link_offsets(&mirror, &catalog, false);
     eprintln!("segmirror offsets --link dr (before the data):\n{table}");
     assert!(
-        table.lines().any(|l| l.starts_with("app-a") && l.contains("clamped: 4 record(s) not installed yet")),
+        table
+            .lines()
+            .any(|l| l.starts_with("app-a") && l.contains("clamped: 4 record(s) not installed yet")),
         "{table}"
     );
 
@@ -194,15 +215,23 @@ fn a_link_carries_topic_configs_and_group_offsets_and_offsets_wait_for_their_dat
     assert_eq!(topics[0].partitions as i32, described_topic.partitions);
     assert_eq!(topics[0].source_topic_id, described_topic.topic_id);
     let configs = tools.describe_topic_configs(TOPIC).unwrap();
-    assert_eq!(configs.get("max.message.bytes").map(String::as_str), Some("200000"), "{configs:?}");
+    assert_eq!(
+        configs.get("max.message.bytes").map(String::as_str),
+        Some("200000"),
+        "{configs:?}"
+    );
     assert_eq!(topics[0].configs, configs, "configs vs kafka-configs --describe");
 
     // The data arrives: the committable offset rises to the committed one.
     produce(&bootstrap, TOPIC, 1, 10, "second");
-    wait_for("partition 1's offset no longer clamped", &mut [&mut shipper, &mut applier], || {
-        let row = recorded(&catalog)[&("app-a".to_string(), TOPIC.to_string(), 1)];
-        (row == (14, Some(14), false), row)
-    });
+    wait_for(
+        "partition 1's offset no longer clamped",
+        &mut [&mut shipper, &mut applier],
+        || {
+            let row = recorded(&catalog)[&("app-a".to_string(), TOPIC.to_string(), 1)];
+            (row == (14, Some(14), false), row)
+        },
+    );
     let csv = link_offsets(&mirror, &catalog, true);
     let committable: Offsets = csv
         .lines()

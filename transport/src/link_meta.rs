@@ -233,7 +233,12 @@ impl TopicsDoc {
             let at = |field: &str| format!("topics[{i}].{field}");
             validate_topic_name(&t.name).map_err(|e| format!("{}: {e}", at("name")))?;
             if i > 0 && self.topics[i - 1].name >= t.name {
-                return Err(format!("{}: {:?} is not after {:?} (sorted, unique)", at("name"), t.name, self.topics[i - 1].name));
+                return Err(format!(
+                    "{}: {:?} is not after {:?} (sorted, unique)",
+                    at("name"),
+                    t.name,
+                    self.topics[i - 1].name
+                ));
             }
             let id = parse_canonical_topic_id(&t.topic_id).map_err(|e| format!("{}: {e}", at("topic_id")))?;
             if !ids.insert(id) {
@@ -248,7 +253,10 @@ impl TopicsDoc {
             }
             for (key, value) in &t.configs {
                 check_kafka_string(&at("configs key"), key, false)?;
-                if !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+                if !key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+                {
                     return Err(format!("{}: {key:?} is not a config name", at("configs")));
                 }
                 check_kafka_string(&format!("{}[{key}]", at("configs")), value, true)?;
@@ -272,7 +280,10 @@ impl OffsetsDoc {
         check_link("link", &self.link, link)?;
         check_kafka_string("groups_regex", &self.groups_regex, false)?;
         if self.offsets.len() > MAX_OFFSETS {
-            return Err(format!("offsets: {} entries, more than {MAX_OFFSETS}", self.offsets.len()));
+            return Err(format!(
+                "offsets: {} entries, more than {MAX_OFFSETS}",
+                self.offsets.len()
+            ));
         }
         for (i, o) in self.offsets.iter().enumerate() {
             let at = |field: &str| format!("offsets[{i}].{field}");
@@ -285,7 +296,11 @@ impl OffsetsDoc {
                 return Err(format!("{}: {} is negative", at("offset"), o.offset));
             }
             if o.leader_epoch.is_some_and(|e| e < 0) {
-                return Err(format!("{}: {:?} is negative (none is null)", at("leader_epoch"), o.leader_epoch));
+                return Err(format!(
+                    "{}: {:?} is negative (none is null)",
+                    at("leader_epoch"),
+                    o.leader_epoch
+                ));
             }
             check_kafka_string(&at("metadata"), &o.metadata, true)?;
             if i > 0 {
@@ -340,8 +355,14 @@ pub fn data_key(prefix: &KeyPrefix, link: &str, version: u64, name: &str) -> Str
 /// What a metadata key is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetaKey {
-    Manifest { link: String },
-    Data { link: String, version: u64, name: &'static str },
+    Manifest {
+        link: String,
+    },
+    Data {
+        link: String,
+        version: u64,
+        name: &'static str,
+    },
 }
 
 /// Parse a key under `prefix` as a link metadata key: exactly what [`manifest_key`] and [`data_key`] build.
@@ -388,7 +409,13 @@ pub fn in_meta_data_dir(prefix: &KeyPrefix, key: &str) -> bool {
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> Error {
-    Error::bad_document(key, 0, DocumentProblem::Invalid { message: message.into() })
+    Error::bad_document(
+        key,
+        0,
+        DocumentProblem::Invalid {
+            message: message.into(),
+        },
+    )
 }
 
 fn parse_json<T: for<'de> Deserialize<'de>>(key: &str, bytes: &[u8]) -> Result<T> {
@@ -434,9 +461,7 @@ pub async fn publish(sink: &dyn SegmentSink, prefix: &KeyPrefix, meta: &LinkMeta
         topics,
         offsets,
     };
-    manifest
-        .validate(prefix, link)
-        .map_err(|m| invalid(&manifest_at, m))?;
+    manifest.validate(prefix, link).map_err(|m| invalid(&manifest_at, m))?;
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| invalid(&manifest_at, e.to_string()))?;
     sink.stage_bytes(&manifest_at, Bytes::from(json)).await?;
     Ok(())
@@ -457,10 +482,7 @@ pub async fn read_manifest(source: &dyn SegmentSource, prefix: &KeyPrefix, link:
 
 /// Read the version `manifest` names: each object size-capped, compared with the manifest's size and SHA-256,
 /// parsed and validated. A refusal names the key and the field.
-pub async fn read_version(
-    source: &dyn SegmentSource,
-    manifest: &MetaManifest,
-) -> Result<LinkMeta> {
+pub async fn read_version(source: &dyn SegmentSource, manifest: &MetaManifest) -> Result<LinkMeta> {
     let link = &manifest.link;
     let fetch = |object: &MetaObject| {
         let object = object.clone();
@@ -468,10 +490,20 @@ pub async fn read_version(
             let bytes = source.read_document(&object.key, object.size).await?;
             let digest = digest_of(&bytes);
             if digest.size != object.size {
-                return Err(Error::mismatch(&object.key, MismatchKind::Size, object.size, digest.size));
+                return Err(Error::mismatch(
+                    &object.key,
+                    MismatchKind::Size,
+                    object.size,
+                    digest.size,
+                ));
             }
             if digest.sha256 != object.sha256 {
-                return Err(Error::mismatch(&object.key, MismatchKind::Sha256, object.sha256, digest.sha256));
+                return Err(Error::mismatch(
+                    &object.key,
+                    MismatchKind::Sha256,
+                    object.sha256,
+                    digest.sha256,
+                ));
             }
             Ok::<_, Error>((object.key, bytes))
         }

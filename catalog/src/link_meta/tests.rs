@@ -51,7 +51,11 @@ fn committable(cat: &Catalog) -> Vec<(String, i32, i64, Option<i64>, bool)> {
 fn offsets_are_clamped_to_the_installed_end_until_the_data_arrives() {
     let mut cat = Catalog::open_in_memory().unwrap();
     cat.create_link(&link_spec("l")).unwrap();
-    let id = created(cat.upsert_partition(&PartitionKey::new("l", "orders", 0), "src", 0).unwrap()).id;
+    let id = created(
+        cat.upsert_partition(&PartitionKey::new("l", "orders", 0), "src", 0)
+            .unwrap(),
+    )
+    .id;
     cat.mark_installed(id, "src", &seg(0, 100)).unwrap();
     assert!(cat
         .record_link_meta(&meta(1, &[("a", 0, 150), ("b", 0, 60), ("c", 1, 5), ("d", 1, 0)]))

@@ -12,7 +12,13 @@ use crate::record::{BatchBuilder, RecordSpec};
 
 pub(super) const TS: i64 = 1_700_000_000_000;
 
-pub(super) fn commit(group: &str, topic: &str, partition: i32, offset: i64, version: i16) -> (Vec<u8>, Option<Vec<u8>>) {
+pub(super) fn commit(
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    version: i16,
+) -> (Vec<u8>, Option<Vec<u8>>) {
     let value = OffsetCommitValue {
         version,
         offset,
@@ -33,7 +39,12 @@ pub(super) fn tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, O
 }
 
 /// A batch of `records` at `base`, transactional for `Some(producer id)`.
-pub(super) fn batch(base: i64, records: &[(Vec<u8>, Option<Vec<u8>>)], txn: Option<i64>, codec: Compression) -> Vec<u8> {
+pub(super) fn batch(
+    base: i64,
+    records: &[(Vec<u8>, Option<Vec<u8>>)],
+    txn: Option<i64>,
+    codec: Compression,
+) -> Vec<u8> {
     let mut b = BatchBuilder::new(base).compression(codec);
     if let Some(pid) = txn {
         b = b.producer(pid, 0, 0).transactional(true);

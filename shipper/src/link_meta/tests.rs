@@ -85,16 +85,29 @@ async fn topics_and_filtered_offsets_are_published_once_per_change() {
     let mut publisher = MetaPublisher::new(MetaReader::new(config).unwrap(), prefix.clone(), "test");
 
     let first = publisher.publish_if_changed(&store).await.unwrap();
-    assert_eq!(first, Published::Version { version: 1, topics: 1, offsets: 1 });
+    assert_eq!(
+        first,
+        Published::Version {
+            version: 1,
+            topics: 1,
+            offsets: 1
+        }
+    );
     let read = link_meta::read_latest(&store, &prefix, "east").await.unwrap().unwrap();
     assert_eq!(read.topics.topics[0].name, "orders");
     assert_eq!(read.topics.topics[0].partitions, 3);
     assert_eq!(read.topics.topics[0].configs["retention.ms"], "60000");
     assert_eq!(read.topics.topics[0].topic_id, orders.to_string());
     let o = &read.offsets.offsets[0];
-    assert_eq!((o.group.as_str(), o.topic.as_str(), o.partition, o.offset), ("app", "orders", 1, 42));
+    assert_eq!(
+        (o.group.as_str(), o.topic.as_str(), o.partition, o.offset),
+        ("app", "orders", 1, 42)
+    );
 
-    assert_eq!(publisher.publish_if_changed(&store).await.unwrap(), Published::Unchanged);
+    assert_eq!(
+        publisher.publish_if_changed(&store).await.unwrap(),
+        Published::Unchanged
+    );
 
     std::fs::OpenOptions::new()
         .append(true)
@@ -103,7 +116,14 @@ async fn topics_and_filtered_offsets_are_published_once_per_change() {
         .write_all(&commit_batch(3, "app", "orders", 1, 50))
         .unwrap();
     let second = publisher.publish_if_changed(&store).await.unwrap();
-    assert_eq!(second, Published::Version { version: 2, topics: 1, offsets: 1 });
+    assert_eq!(
+        second,
+        Published::Version {
+            version: 2,
+            topics: 1,
+            offsets: 1
+        }
+    );
     let read = link_meta::read_latest(&store, &prefix, "east").await.unwrap().unwrap();
     assert_eq!(read.offsets.offsets[0].offset, 50);
 
@@ -113,7 +133,17 @@ async fn topics_and_filtered_offsets_are_published_once_per_change() {
         .unwrap();
     let mut restarted = MetaPublisher::new(MetaReader::new(config).unwrap(), prefix.clone(), "test");
     let third = restarted.publish_if_changed(&store).await.unwrap();
-    assert!(matches!(third, Published::Version { version: 3, offsets: 2, .. }), "{third:?}");
+    assert!(
+        matches!(
+            third,
+            Published::Version {
+                version: 3,
+                offsets: 2,
+                ..
+            }
+        ),
+        "{third:?}"
+    );
 
     // A bad group pattern is refused by name.
     let err = MetaConfig::find(&[], None, "(", TopicFilter::all(), "east").unwrap_err();

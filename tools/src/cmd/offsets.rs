@@ -36,7 +36,12 @@ newest commits may not be on disk yet: stop the broker (or read a copy) for exac
 pub struct Args {
     /// A broker's log dir (an entry of its `log.dirs`) holding `__consumer_offsets-N` partitions; repeat for
     /// several.
-    #[arg(long = "log-dir", value_name = "DIR", required_unless_present = "link", conflicts_with = "link")]
+    #[arg(
+        long = "log-dir",
+        value_name = "DIR",
+        required_unless_present = "link",
+        conflicts_with = "link"
+    )]
     log_dirs: Vec<PathBuf>,
     /// On the applier's host: the offsets shipped over this link, as recorded in the catalog, and what would be
     /// committed on the target now (never beyond the installed data of the partition).
@@ -175,7 +180,15 @@ fn write_link_table(
     recorded: Option<&segmirror_catalog::RecordedMeta>,
     rows: &[LinkOffset],
 ) -> std::io::Result<()> {
-    let header = ["GROUP", "TOPIC", "PARTITION", "SOURCE-OFFSET", "INSTALLED-END", "COMMITTABLE", "NOTE"];
+    let header = [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "SOURCE-OFFSET",
+        "INSTALLED-END",
+        "COMMITTABLE",
+        "NOTE",
+    ];
     let cells: Vec<[String; 7]> = rows
         .iter()
         .map(|o| {
@@ -220,7 +233,10 @@ fn write_link_table(
             r.version,
             r.groups_regex
         ),
-        None => writeln!(out, "no metadata of link {link} recorded yet (is the shipper sending it?)"),
+        None => writeln!(
+            out,
+            "no metadata of link {link} recorded yet (is the shipper sending it?)"
+        ),
     }
 }
 

@@ -85,14 +85,21 @@ async fn a_tampered_object_or_manifest_is_refused_naming_the_key_and_field() {
 
     // Same size, other bytes: the SHA-256 check names the object.
     let original = std::fs::read(&offsets_path).unwrap();
-    let tampered = String::from_utf8(original.clone()).unwrap().replace("\"offset\":40", "\"offset\":99");
+    let tampered = String::from_utf8(original.clone())
+        .unwrap()
+        .replace("\"offset\":40", "\"offset\":99");
     assert_eq!(tampered.len(), original.len());
     std::fs::write(&offsets_path, &tampered).unwrap();
     let err = read_latest(&store, &prefix(), LINK).await.unwrap_err().to_string();
-    assert!(err.contains("offsets.json") && err.to_lowercase().contains("sha"), "{err}");
+    assert!(
+        err.contains("offsets.json") && err.to_lowercase().contains("sha"),
+        "{err}"
+    );
 
     // A consistent manifest over a hostile document: the field is named.
-    let hostile = String::from_utf8(original).unwrap().replace("\"offset\":40", "\"offset\":-4");
+    let hostile = String::from_utf8(original)
+        .unwrap()
+        .replace("\"offset\":40", "\"offset\":-4");
     store
         .put_bytes("m/east/_meta/data/00000000000000000001/offsets.json", hostile.clone())
         .await
@@ -104,7 +111,10 @@ async fn a_tampered_object_or_manifest_is_refused_naming_the_key_and_field() {
     manifest.offsets.sha256 = digest.sha256;
     std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
     let err = read_latest(&store, &prefix(), LINK).await.unwrap_err().to_string();
-    assert!(err.contains("offsets.json") && err.contains("offsets[1].offset"), "{err}");
+    assert!(
+        err.contains("offsets.json") && err.contains("offsets[1].offset"),
+        "{err}"
+    );
 
     // A manifest pointing outside its version's keys, or of another link.
     let mut moved = manifest.clone();
@@ -128,7 +138,10 @@ async fn a_tampered_object_or_manifest_is_refused_naming_the_key_and_field() {
 fn every_field_is_checked() {
     let cases: Vec<(&str, Box<dyn Fn(&mut LinkMeta)>)> = vec![
         ("topics[0].name", Box::new(|m| m.topics.topics[0].name = "a/b".into())),
-        ("topics[0].topic_id", Box::new(|m| m.topics.topics[0].topic_id = "zero".into())),
+        (
+            "topics[0].topic_id",
+            Box::new(|m| m.topics.topics[0].topic_id = "zero".into()),
+        ),
         ("topics[0].partitions", Box::new(|m| m.topics.topics[0].partitions = 0)),
         (
             "topics[0].configs",
@@ -138,10 +151,22 @@ fn every_field_is_checked() {
         ),
         ("format", Box::new(|m| m.topics.format = "segmirror.topics.v9".into())),
         ("link", Box::new(|m| m.offsets.link = "west".into())),
-        ("offsets[0].group", Box::new(|m| m.offsets.offsets[0].group = String::new())),
-        ("offsets[1].partition", Box::new(|m| m.offsets.offsets[1].partition = -1)),
-        ("offsets[0].leader_epoch", Box::new(|m| m.offsets.offsets[0].leader_epoch = Some(-2))),
-        ("offsets[0].metadata", Box::new(|m| m.offsets.offsets[0].metadata = "x".repeat(40_000))),
+        (
+            "offsets[0].group",
+            Box::new(|m| m.offsets.offsets[0].group = String::new()),
+        ),
+        (
+            "offsets[1].partition",
+            Box::new(|m| m.offsets.offsets[1].partition = -1),
+        ),
+        (
+            "offsets[0].leader_epoch",
+            Box::new(|m| m.offsets.offsets[0].leader_epoch = Some(-2)),
+        ),
+        (
+            "offsets[0].metadata",
+            Box::new(|m| m.offsets.offsets[0].metadata = "x".repeat(40_000)),
+        ),
         (
             "offsets[1].group",
             Box::new(|m| {

@@ -39,9 +39,16 @@ fn appends_and_a_completed_cut_frame_are_read_once_and_equal_a_full_replay() {
     append(&log, &commit_marker[..cut]);
     let second = refresh(&mut inc, root.path());
     assert_eq!((second.continued, second.replayed_from_start), (1, 0));
-    assert_eq!(second.bytes_scanned, txn.len() as u64, "only the appended complete frame is read");
+    assert_eq!(
+        second.bytes_scanned,
+        txn.len() as u64,
+        "only the appended complete frame is read"
+    );
     assert_eq!(inc.offsets(), full(root.path()));
-    assert!(inc.offsets().keys().all(|k| k.partition == 0), "the open transaction does not count yet");
+    assert!(
+        inc.offsets().keys().all(|k| k.partition == 0),
+        "the open transaction does not count yet"
+    );
 
     // The rest of the marker arrives, and a plain commit replaces the first offset.
     append(&log, &commit_marker[cut..]);
