@@ -20,6 +20,8 @@ const UNLINKED_TOPIC: &str = "audit";
 const PATIENCE: Duration = Duration::from_secs(60);
 
 type Offsets = BTreeMap<(String, String, i32), i64>;
+/// (group, topic, partition) -> (source offset, committable, clamped).
+type Recorded = BTreeMap<(String, String, i32), (i64, Option<i64>, bool)>;
 
 fn produce(bootstrap: &str, topic: &str, partition: i32, n: usize, tag: &str) {
     let records: Vec<OutRecord> = (0..n)
@@ -53,8 +55,8 @@ fn link_offsets(mirror: &Path, catalog: &Path, csv: bool) -> String {
     run.stdout
 }
 
-/// (group, topic, partition) -> (source offset, committable, clamped), as the catalog says.
-fn recorded(catalog: &Path) -> BTreeMap<(String, String, i32), (i64, Option<i64>, bool)> {
+/// What the catalog says of the link's offsets.
+fn recorded(catalog: &Path) -> Recorded {
     let Ok(catalog) = Catalog::open(catalog) else {
         return BTreeMap::new();
     };

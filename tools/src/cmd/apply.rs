@@ -185,10 +185,10 @@ fn run_follow(
                         );
                         last_problem.remove("link metadata");
                     }
-                    Some(LinkMetaOutcome::Refused { reason }) => {
-                        if last_problem.insert("link metadata".into(), reason.clone()).as_ref() != Some(reason) {
-                            eprintln!("segmirror apply: link metadata refused: {reason}");
-                        }
+                    Some(LinkMetaOutcome::Refused { reason })
+                        if last_problem.insert("link metadata".into(), reason.clone()).as_ref() != Some(reason) =>
+                    {
+                        eprintln!("segmirror apply: link metadata refused: {reason}");
                     }
                     _ => {}
                 }

@@ -134,9 +134,12 @@ async fn a_tampered_object_or_manifest_is_refused_naming_the_key_and_field() {
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
 }
 
+/// A field's name and a change that makes it invalid.
+type Spoiler = (&'static str, Box<dyn Fn(&mut LinkMeta)>);
+
 #[test]
 fn every_field_is_checked() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut LinkMeta)>)> = vec![
+    let cases: Vec<Spoiler> = vec![
         ("topics[0].name", Box::new(|m| m.topics.topics[0].name = "a/b".into())),
         (
             "topics[0].topic_id",
