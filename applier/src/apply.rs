@@ -267,6 +267,7 @@ impl Applier {
             },
         };
         report.link = Some(link.clone());
+        let has_meta = listing.meta_links.contains(&link);
         let objects = match listing.links.remove(&link) {
             Some(objects) => objects,
             // A named link the store does not hold: fine if the catalog knows it (everything was cleaned up from
@@ -378,7 +379,9 @@ impl Applier {
         report
             .partitions
             .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        report.link_meta = self.record_link_meta(&link).await?;
+        if has_meta {
+            report.link_meta = self.record_link_meta(&link).await?;
+        }
         Ok(report)
     }
 

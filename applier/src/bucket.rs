@@ -28,6 +28,8 @@ pub const MANIFEST_READ_CONCURRENCY: usize = 16;
 pub(crate) struct Listing {
     pub links: BTreeMap<String, LinkObjects>,
     pub ignored: Vec<IgnoredKey>,
+    /// Links whose metadata manifest (`<link>/_meta/manifest.json`) was listed: only those are asked for it.
+    pub meta_links: std::collections::BTreeSet<String>,
 }
 
 /// The partitions of one link, by (topic, partition).
@@ -59,6 +61,13 @@ pub(crate) async fn list(source: &dyn SegmentSource, prefix: &KeyPrefix, link: O
         key: f.key,
         reason: f.reason,
     }));
+    for object in &index.meta {
+        if let Some(segmirror_transport::link_meta::MetaKey::Manifest { link }) =
+            segmirror_transport::link_meta::parse_meta_key(prefix, &object.key)
+        {
+            listing.meta_links.insert(link);
+        }
+    }
     for (partition, objects) in index.partitions {
         listing
             .links
