@@ -27,6 +27,7 @@ use segment_format::verify::VerifyOptions;
 use segmirror_catalog::{
     Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState, Subject, Upsert,
 };
+use segmirror_transport::link_meta;
 use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Manifest};
 use segmirror_transport::SegmentSource;
 
@@ -38,8 +39,8 @@ use crate::layout::MirrorLayout;
 use crate::plan::{plan, Candidate, Installed, Step};
 use crate::reconcile;
 use crate::report::{
-    ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason,
-    SkippedSegment,
+    ApplyReport, InstalledSegment, LinkMetaOutcome, PartitionOutcome, PartitionReport, Refusal, RefusedSegment,
+    SkipReason, SkippedSegment,
 };
 use segment_format::progress::Progress;
 
@@ -266,6 +267,7 @@ impl Applier {
             },
         };
         report.link = Some(link.clone());
+        let has_meta = listing.meta_links.contains(&link);
         let objects = match listing.links.remove(&link) {
             Some(objects) => objects,
             // A named link the store does not hold: fine if the catalog knows it (everything was cleaned up from
@@ -385,7 +387,54 @@ impl Applier {
         report
             .partitions
             .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        if has_meta {
+            report.link_meta = self.record_link_meta(&link).await?;
+        }
         Ok(report)
+    }
+
+    /// Record the link's newest metadata if the catalog has an older version (see `segmirror_transport::link_meta`;
+    /// what may be committed is computed against the installed data when read, so recording it after the installs
+    /// or before makes no difference to what a target may commit). A refused or unreadable version is reported, not
+    /// a reason to fail the run.
+    async fn record_link_meta(&self, link: &str) -> Result<Option<LinkMetaOutcome>> {
+        let store = self.config.store.as_ref();
+        let manifest = match link_meta::read_manifest(store, &self.config.prefix, link).await {
+            Ok(None) => return Ok(None),
+            Ok(Some(manifest)) => manifest,
+            Err(e) => return Ok(Some(LinkMetaOutcome::Refused { reason: e.to_string() })),
+        };
+        let name = link.to_string();
+        let recorded = self.catalog.call("link metadata", move |c| c.link_meta(&name)).await?;
+        if recorded.as_ref().is_some_and(|r| r.version >= manifest.version) {
+            return Ok(Some(LinkMetaOutcome::Unchanged {
+                version: manifest.version,
+            }));
+        }
+        let meta = match link_meta::read_version(store, &manifest).await {
+            Ok(meta) => meta,
+            Err(e) => return Ok(Some(LinkMetaOutcome::Refused { reason: e.to_string() })),
+        };
+        let (version, topics, offsets) = (
+            meta.topics.version,
+            meta.topics.topics.len(),
+            meta.offsets.offsets.len(),
+        );
+        match self
+            .catalog
+            .try_call("link metadata", move |c| c.record_link_meta(&meta))
+            .await?
+        {
+            Ok(_) => Ok(Some(LinkMetaOutcome::Recorded {
+                version,
+                topics,
+                offsets,
+            })),
+            Err(e @ segmirror_catalog::Error::Invalid { .. }) => {
+                Ok(Some(LinkMetaOutcome::Refused { reason: e.to_string() }))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The link's state, creating the link (active) if the catalog does not know it.

@@ -30,6 +30,9 @@ pub(crate) struct Listing {
     pub ignored: Vec<IgnoredKey>,
     /// The link identity objects listed, by link (`segmirror_transport::link_identity`).
     pub identities: BTreeMap<String, segmirror_transport::ObjectInfo>,
+
+    /// Links whose metadata manifest (`<link>/_meta/manifest.json`) was listed: only those are asked for it.
+    pub meta_links: std::collections::BTreeSet<String>,
 }
 
 /// The partitions of one link, by (topic, partition).
@@ -64,6 +67,13 @@ pub(crate) async fn list(source: &dyn SegmentSource, prefix: &KeyPrefix, link: O
         key: f.key,
         reason: f.reason,
     }));
+    for object in &index.meta {
+        if let Some(segmirror_transport::link_meta::MetaKey::Manifest { link }) =
+            segmirror_transport::link_meta::parse_meta_key(prefix, &object.key)
+        {
+            listing.meta_links.insert(link);
+        }
+    }
     for (partition, objects) in index.partitions {
         listing
             .links

@@ -26,6 +26,25 @@ pub struct ApplyReport {
     pub staging_cleared: bool,
     /// Things an operator should know that are not failures.
     pub notes: Vec<String>,
+    /// What became of the link's metadata (topics, consumer offsets) this run; `None` when the bucket has none.
+    pub link_meta: Option<LinkMetaOutcome>,
+}
+
+/// The link's metadata at the end of a run ([`segmirror_transport::link_meta`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum LinkMetaOutcome {
+    /// A newer version was checked and recorded in the catalog.
+    Recorded {
+        version: u64,
+        topics: usize,
+        offsets: usize,
+    },
+    /// The bucket's version is the one recorded already.
+    Unchanged { version: u64 },
+    /// The bucket's metadata was turned down (the error names the key and field) or could not be read; the
+    /// catalog keeps the version it had, and the next run tries again.
+    Refused { reason: String },
 }
 
 impl ApplyReport {

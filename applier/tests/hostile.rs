@@ -241,3 +241,111 @@ async fn leader_epochs_that_disagree_with_the_batches_are_refused() {
         assert!(!w.mirror().join("orders-0/leader-epoch-checkpoint").exists(), "{what}");
     }
 }
+
+/// The link's metadata is recorded with the segments; an offset beyond the installed data is clamped; a hostile
+/// version is refused naming the key and field, the segments still install and the catalog keeps the last good one.
+#[tokio::test]
+async fn link_metadata_is_recorded_clamped_and_a_hostile_version_refused_without_stopping_installs() {
+    use segmirror_applier::report::LinkMetaOutcome;
+    use segmirror_transport::link_meta::{self, GroupOffset, LinkMeta, TopicMeta};
+
+    let w = World::new();
+    let shipped = shipped(&w).await;
+    let end = shipped.iter().map(|s| s.manifest.next_offset).max().unwrap();
+    let meta = |version: u64, offset: i64| {
+        LinkMeta::new(
+            LINK,
+            version,
+            5,
+            vec![TopicMeta {
+                name: "orders".into(),
+                topic_id: id(1).to_string(),
+                partitions: 1,
+                configs: Default::default(),
+            }],
+            ".*",
+            vec![GroupOffset {
+                group: "g".into(),
+                topic: "orders".into(),
+                partition: 0,
+                offset,
+                leader_epoch: None,
+                metadata: String::new(),
+                commit_timestamp: 1,
+            }],
+        )
+    };
+    link_meta::publish(&w.store, &KeyPrefix::root(), &meta(1, end + 5), "test")
+        .await
+        .unwrap();
+    let report = apply(&w).await;
+    assert_eq!(
+        report.link_meta,
+        Some(LinkMetaOutcome::Recorded {
+            version: 1,
+            topics: 1,
+            offsets: 1
+        })
+    );
+    let rows = w.catalog().link_offsets(LINK).unwrap();
+    assert_eq!(
+        (rows[0].source_offset, rows[0].committable, rows[0].clamped),
+        (end + 5, Some(end), true)
+    );
+    assert_eq!(
+        apply(&w).await.link_meta,
+        Some(LinkMetaOutcome::Unchanged { version: 1 })
+    );
+
+    // Version 2's offsets document is hostile (a negative partition) but consistent with its manifest.
+    let mut bad = meta(2, 3);
+    bad.offsets.offsets[0].partition = -1;
+    let offsets_key = link_meta::data_key(&KeyPrefix::root(), LINK, 2, link_meta::OFFSETS_NAME);
+    let topics_key = link_meta::data_key(&KeyPrefix::root(), LINK, 2, link_meta::TOPICS_NAME);
+    let offsets_json = serde_json::to_vec(&bad.offsets).unwrap();
+    let topics_json = serde_json::to_vec(&bad.topics).unwrap();
+    w.store.put_bytes(&offsets_key, offsets_json.clone()).await.unwrap();
+    w.store.put_bytes(&topics_key, topics_json.clone()).await.unwrap();
+    let digest = |b: &[u8]| segmirror_transport::store::digest_of(b);
+    let manifest = link_meta::MetaManifest {
+        format: link_meta::META_MANIFEST_FORMAT.into(),
+        link: LINK.into(),
+        version: 2,
+        shipper_id: "mallory".into(),
+        created_at_ms: 0,
+        topics: link_meta::MetaObject {
+            key: topics_key,
+            size: topics_json.len() as u64,
+            sha256: digest(&topics_json).sha256,
+        },
+        offsets: link_meta::MetaObject {
+            key: offsets_key.clone(),
+            size: offsets_json.len() as u64,
+            sha256: digest(&offsets_json).sha256,
+        },
+    };
+    w.store
+        .put_bytes(
+            &link_meta::manifest_key(&KeyPrefix::root(), LINK),
+            serde_json::to_vec(&manifest).unwrap(),
+        )
+        .await
+        .unwrap();
+    let report = apply(&w).await;
+    match &report.link_meta {
+        Some(LinkMetaOutcome::Refused { reason }) => {
+            assert!(
+                reason.contains(&offsets_key) && reason.contains("offsets[0].partition"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(
+        report.ignored_keys.is_empty(),
+        "metadata keys are the contract's: {:?}",
+        report.ignored_keys
+    );
+    assert_eq!(w.catalog().link_meta(LINK).unwrap().unwrap().version, 1);
+    assert_eq!(w.catalog().link_offsets(LINK).unwrap()[0].source_offset, end + 5);
+}

@@ -98,6 +98,10 @@ pub enum Error {
     #[error("invalid {field}: {value} (offsets are never negative)")]
     InvalidOffset { field: &'static str, value: i64 },
 
+    /// A document to record failed its checks (the message names the field).
+    #[error("invalid {what}: {message}")]
+    Invalid { what: &'static str, message: String },
+
     /// The database was migrated by a newer segmirror than this one. Nothing was written to it.
     #[error(
         "catalog {path} has schema version {found}, newer than version {supported} that this segmirror knows; \

@@ -39,6 +39,9 @@ text_enum! {
         SegmentRejected => "segment_rejected",
         /// After a restart, disk and catalog were compared and brought in line.
         Reconciled => "reconciled",
+        /// A new version of the link's metadata (topics, consumer offsets) was recorded
+        /// ([`Catalog::record_link_meta`]).
+        LinkMetaRecorded => "link_meta_recorded",
         /// Anything else worth telling an operator.
         Note => "note",
     }

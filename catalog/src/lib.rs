@@ -35,6 +35,7 @@ mod follow;
 mod key;
 mod link;
 pub mod link_lifecycle;
+mod link_meta;
 mod mirror_root;
 mod partition;
 mod path;
@@ -52,6 +53,7 @@ pub use event::{Event, EventKind, Subject};
 pub use follow::{ReplaceOutcome, Replacement, RetentionReceipt};
 pub use key::{PartitionId, PartitionKey};
 pub use link::{Link, LinkEnds, LinkSpec, LinkState, PeerLink, Transport, DIRECT_URL_PREFIX};
+pub use link_meta::{LinkOffset, LinkTopic, RecordedMeta};
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionState, Upsert};
 pub use path::{

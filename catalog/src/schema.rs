@@ -118,6 +118,47 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN deleted_at_ms INTEGER;
     ALTER TABLE links ADD COLUMN peer_link_id TEXT;
     "#,
+    // 5: a link's metadata as the shipper last sent it (issue 11): the source's topics (partition counts, topic
+    // configs, ids) and its groups' committed offsets, exactly as received; what may be committed is computed
+    // against the installed data when read (`Catalog::link_offsets`), never stored.
+    r#"
+    CREATE TABLE link_meta (
+        link                TEXT PRIMARY KEY NOT NULL REFERENCES links (name),
+        version             INTEGER NOT NULL CHECK (version >= 0),
+        metadata_end_offset INTEGER NOT NULL CHECK (metadata_end_offset >= 0),
+        groups_regex        TEXT NOT NULL,
+        recorded_at_ms      INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE link_topics (
+        link            TEXT NOT NULL REFERENCES links (name),
+        topic           TEXT NOT NULL CHECK (length(topic) > 0),
+        source_topic_id TEXT NOT NULL,
+        partitions      INTEGER NOT NULL CHECK (partitions > 0),
+        PRIMARY KEY (link, topic)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE link_topic_configs (
+        link   TEXT NOT NULL,
+        topic  TEXT NOT NULL,
+        name   TEXT NOT NULL CHECK (length(name) > 0),
+        value  TEXT NOT NULL,
+        PRIMARY KEY (link, topic, name),
+        FOREIGN KEY (link, topic) REFERENCES link_topics (link, topic) ON DELETE CASCADE
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE link_offsets (
+        link             TEXT NOT NULL REFERENCES links (name),
+        group_id         TEXT NOT NULL CHECK (length(group_id) > 0),
+        topic            TEXT NOT NULL CHECK (length(topic) > 0),
+        partition        INTEGER NOT NULL CHECK (partition >= 0),
+        source_offset    INTEGER NOT NULL CHECK (source_offset >= 0),
+        leader_epoch     INTEGER,
+        metadata         TEXT NOT NULL,
+        commit_timestamp INTEGER NOT NULL,
+        PRIMARY KEY (link, group_id, topic, partition)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this code writes and understands.
@@ -209,6 +250,10 @@ mod tests {
             tables,
             [
                 "events",
+                "link_meta",
+                "link_offsets",
+                "link_topic_configs",
+                "link_topics",
                 "links",
                 "mirror_partitions",
                 "mirror_root",

@@ -270,6 +270,17 @@ pub fn read_partition_dir(dir: &Path, filter: &OffsetsFilter<'_>) -> Result<Cons
 /// Replay one partition directory into `state`. Transactions do not span partitions (each partition has its own
 /// markers), so pending commits still open at the end of one stay pending, keyed by producer id.
 pub fn read_partition_into(state: &mut ConsumerOffsets, dir: &Path, filter: &OffsetsFilter<'_>) -> Result<(), Error> {
+    let listing = open_partition_dir(dir)?;
+    let last = listing.segments.len().saturating_sub(1);
+    for (i, segment) in listing.segments.iter().enumerate() {
+        replay_segment(state, &mut LogFile::open(&segment.log)?, 0, i == last, filter)?;
+    }
+    state.partitions_read.push(dir.to_path_buf());
+    Ok(())
+}
+
+/// The listing of a `__consumer_offsets` partition directory, refused if it is another topic's or has errors.
+fn open_partition_dir(dir: &Path) -> Result<PartitionDir, Error> {
     let listing = PartitionDir::open(dir)?;
     if listing.name.topic != CONSUMER_OFFSETS_TOPIC {
         return Err(Error::corrupt(
@@ -292,25 +303,23 @@ pub fn read_partition_into(state: &mut ConsumerOffsets, dir: &Path, filter: &Off
             f.defect.clone(),
         ));
     }
-    let last = listing.segments.len().saturating_sub(1);
-    for (i, segment) in listing.segments.iter().enumerate() {
-        replay_segment(state, &segment.log, i == last, filter)?;
-    }
-    state.partitions_read.push(dir.to_path_buf());
-    Ok(())
+    Ok(listing)
 }
 
-/// Apply every record of one segment. A partial last frame is tolerated only in the newest segment (`tail`).
+/// Apply every record of one segment from byte `from` (a frame boundary) to its end, returning the position after
+/// the last complete frame. A partial last frame is tolerated only in the newest segment (`tail`).
 fn replay_segment(
     state: &mut ConsumerOffsets,
-    path: &Path,
+    file: &mut LogFile,
+    from: u64,
     tail: bool,
     filter: &OffsetsFilter<'_>,
-) -> Result<(), Error> {
-    let mut file = LogFile::open(path)?;
+) -> Result<u64, Error> {
+    let path = &file.path().to_path_buf();
     let limits = DeepLimits::default();
     let mut failure: Option<Error> = None;
-    let scan = file.scan(|frame| {
+    let len = file.len();
+    let scan = file.scan_range(from, len, |frame| {
         let info = &frame.info;
         let fail =
             |offset: i64, message: String| Error::corrupt(path, info.position, Some(offset), Defect::Other { message });
@@ -388,11 +397,14 @@ fn replay_segment(
         return Err(e);
     }
     match scan {
-        Ok(_) => Ok(()),
-        Err(Error::Incomplete { .. }) if tail => Ok(()),
+        Ok(summary) => Ok(summary.end),
+        Err(Error::Incomplete { position, .. }) if tail => Ok(position),
         Err(e) => Err(e),
     }
 }
+
+mod incremental;
+pub use incremental::IncrementalOffsets;
 
 #[cfg(test)]
 mod tests;

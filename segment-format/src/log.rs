@@ -442,6 +442,14 @@ impl LogFile {
         self.len
     }
 
+    /// The opened file's device and inode: which file this is, whatever its path is called later (a reader that
+    /// resumes from a position uses it to know the file is still the one it read, not a cleaned replacement).
+    pub fn identity(&self) -> Result<(u64, u64), Error> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = self.file.metadata().map_err(|e| Error::io(&self.path, e))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -23,6 +23,7 @@
 //! (reported by the audit as orphans, harmless) or an aborted multipart upload.
 
 pub mod error;
+pub mod link_meta;
 pub mod seed;
 pub mod source;
 pub mod store_tail;

@@ -38,6 +38,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::link_meta::{MetaConfig, MetaPublisher, MetaReader, Published};
 use crate::seed::{self, HeldLeases, NoProgress, PartitionStatus, SeedConfig, SeedReport};
 use crate::source::watch::{watch, PartitionId, WatchConfig, WatchEvent};
 use segmirror_transport::Transport;
@@ -63,6 +64,9 @@ pub struct StoreTailConfig {
     pub upload_interval: Duration,
     /// [`DEFAULT_UPLOAD_BYTES`].
     pub upload_bytes: u64,
+    /// The link's topics and consumer offsets, published every [`MetaConfig::interval`] when they changed
+    /// ([`crate::link_meta`]); `None` ships segments only.
+    pub meta: Option<MetaConfig>,
 }
 
 impl StoreTailConfig {
@@ -71,6 +75,7 @@ impl StoreTailConfig {
             seed,
             upload_interval: DEFAULT_UPLOAD_INTERVAL,
             upload_bytes: DEFAULT_UPLOAD_BYTES,
+            meta: None,
         }
     }
 }
@@ -179,6 +184,17 @@ pub async fn run(
     ))
     .await
     .map_err(Error::Format)?;
+    let mut publisher = match &config.meta {
+        Some(meta) => Some(MetaPublisher::new(
+            MetaReader::new(meta.clone())?,
+            config.seed.prefix.clone(),
+            &config.seed.shipper_id,
+        )),
+        None => None,
+    };
+    let mut meta_tick = tokio::time::interval(config.meta.as_ref().map_or(Duration::from_secs(3600), |m| m.interval));
+    meta_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut meta_failure: Option<String> = None;
     let held = HeldLeases::default();
     let mut stats = RoundStats::default();
     let mut trigger = RoundTrigger::default();
@@ -233,6 +249,35 @@ pub async fn run(
                 None => return Err(Error::Task { what: "log-dir watcher".into(), message: "stopped".into() }),
             },
             () = tokio::time::sleep(wait) => {}
+            _ = meta_tick.tick(), if publisher.is_some() => {
+                if let Some(publisher) = publisher.as_mut() {
+                    publish_meta(store, publisher, &mut meta_failure).await;
+                }
+            }
+        }
+    }
+}
+
+/// Publish the link's metadata if it changed; a failure is logged once (until it changes or clears) and retried
+/// at the next tick, never a reason to stop shipping segments.
+async fn publish_meta(store: &dyn Transport, publisher: &mut MetaPublisher, failure: &mut Option<String>) {
+    match publisher.publish_if_changed(store).await {
+        Ok(Published::Version {
+            version,
+            topics,
+            offsets,
+        }) => {
+            tracing::info!(version, topics, offsets, "link metadata published");
+            *failure = None;
+        }
+        Ok(Published::Unchanged) => *failure = None,
+        Err(e) => {
+            let message = e.to_string();
+            if failure.as_ref() != Some(&message) {
+                tracing::warn!(error = %message, "link metadata not published; retrying");
+                eprintln!("segmirror ship: link metadata: {message} (retrying)");
+            }
+            *failure = Some(message);
         }
     }
 }

@@ -168,6 +168,31 @@ impl KafkaTools {
         self.run(CONFIG_COMMAND, &args).map(drop)
     }
 
+    /// `ConfigCommand --describe` of a topic: its topic-level overrides (`Dynamic configs for topic T are:` and one
+    /// `  key=value sensitive=... synonyms={...}` line per override).
+    pub fn describe_topic_configs(&self, topic: &str) -> Result<BTreeMap<String, String>> {
+        let args = [
+            "--bootstrap-server",
+            &self.bootstrap,
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+        ]
+        .map(String::from);
+        let out = self.run(CONFIG_COMMAND, &args)?;
+        let mut configs = BTreeMap::new();
+        for line in out.lines().filter(|l| l.starts_with("  ")) {
+            let pair = line.trim_start().split(" sensitive=").next().unwrap_or_default();
+            let (key, value) = pair
+                .split_once('=')
+                .with_context(|| format!("parsing ConfigCommand --describe line {line:?}:\n{out}"))?;
+            configs.insert(key.to_string(), value.to_string());
+        }
+        Ok(configs)
+    }
+
     /// Latest offsets (high watermarks) per partition, via `GetOffsetShell --time -1`.
     pub fn end_offsets(&self, topic: &str) -> Result<BTreeMap<i32, i64>> {
         self.offsets(topic, "-1")

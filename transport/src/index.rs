@@ -56,6 +56,8 @@ pub struct BucketIndex {
     pub partitions: BTreeMap<PartitionKey, IndexedPartition>,
     /// Objects whose key the contract does not build.
     pub foreign: Vec<ForeignKey>,
+    /// Link metadata objects (`<link>/_meta/...`, [`crate::link_meta`]): the contract's, not a partition's.
+    pub meta: Vec<ObjectInfo>,
     /// Entries that are not objects at all (a FIFO, a link, a name that is no legal key).
     pub skipped: Vec<SkippedEntry>,
     /// Upload leftovers of a local folder (`<key>#<n>`).
@@ -106,6 +108,7 @@ impl BucketIndex {
                         }
                     }
                 }
+                Err(_) if crate::link_meta::parse_meta_key(prefix, &object.key).is_some() => index.meta.push(object),
                 Err(e) => index.foreign.push(ForeignKey {
                     reason: match e {
                         Error::BadKey { reason, .. } => reason,

@@ -46,6 +46,8 @@ pub mod direct;
 pub mod error;
 pub mod index;
 pub mod link_identity;
+
+pub mod link_meta;
 pub mod manifest;
 mod objects;
 pub mod store;

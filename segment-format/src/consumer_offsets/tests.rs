@@ -10,9 +10,15 @@ use crate::group_records::encode::*;
 use crate::group_records::GroupMetadataValue;
 use crate::record::{BatchBuilder, RecordSpec};
 
-const TS: i64 = 1_700_000_000_000;
+pub(super) const TS: i64 = 1_700_000_000_000;
 
-fn commit(group: &str, topic: &str, partition: i32, offset: i64, version: i16) -> (Vec<u8>, Option<Vec<u8>>) {
+pub(super) fn commit(
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    version: i16,
+) -> (Vec<u8>, Option<Vec<u8>>) {
     let value = OffsetCommitValue {
         version,
         offset,
@@ -28,12 +34,17 @@ fn commit(group: &str, topic: &str, partition: i32, offset: i64, version: i16) -
     )
 }
 
-fn tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Option<Vec<u8>>) {
+pub(super) fn tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Option<Vec<u8>>) {
     (offset_commit_key(1, group, topic, partition), None)
 }
 
 /// A batch of `records` at `base`, transactional for `Some(producer id)`.
-fn batch(base: i64, records: &[(Vec<u8>, Option<Vec<u8>>)], txn: Option<i64>, codec: Compression) -> Vec<u8> {
+pub(super) fn batch(
+    base: i64,
+    records: &[(Vec<u8>, Option<Vec<u8>>)],
+    txn: Option<i64>,
+    codec: Compression,
+) -> Vec<u8> {
     let mut b = BatchBuilder::new(base).compression(codec);
     if let Some(pid) = txn {
         b = b.producer(pid, 0, 0).transactional(true);
@@ -48,11 +59,11 @@ fn batch(base: i64, records: &[(Vec<u8>, Option<Vec<u8>>)], txn: Option<i64>, co
     b.build()
 }
 
-fn plain(base: i64, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<u8> {
+pub(super) fn plain(base: i64, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<u8> {
     batch(base, records, None, Compression::None)
 }
 
-fn marker(base: i64, producer_id: i64, commit: bool) -> Vec<u8> {
+pub(super) fn marker(base: i64, producer_id: i64, commit: bool) -> Vec<u8> {
     let kind = if commit {
         ControlType::Commit
     } else {
@@ -70,7 +81,7 @@ fn marker(base: i64, producer_id: i64, commit: bool) -> Vec<u8> {
         .build()
 }
 
-fn partition_dir(root: &Path, n: i32, segments: &[(i64, Vec<Vec<u8>>)]) -> PathBuf {
+pub(super) fn partition_dir(root: &Path, n: i32, segments: &[(i64, Vec<Vec<u8>>)]) -> PathBuf {
     let dir = root.join(format!("{CONSUMER_OFFSETS_TOPIC}-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
     for (base, frames) in segments {
@@ -79,7 +90,7 @@ fn partition_dir(root: &Path, n: i32, segments: &[(i64, Vec<Vec<u8>>)]) -> PathB
     dir
 }
 
-fn offsets(state: &ConsumerOffsets) -> Vec<(String, String, i32, i64)> {
+pub(super) fn offsets(state: &ConsumerOffsets) -> Vec<(String, String, i32, i64)> {
     state
         .offsets
         .iter()
@@ -87,7 +98,7 @@ fn offsets(state: &ConsumerOffsets) -> Vec<(String, String, i32, i64)> {
         .collect()
 }
 
-fn row(g: &str, t: &str, p: i32, o: i64) -> (String, String, i32, i64) {
+pub(super) fn row(g: &str, t: &str, p: i32, o: i64) -> (String, String, i32, i64) {
     (g.into(), t.into(), p, o)
 }
 

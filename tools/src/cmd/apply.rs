@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
 use segmirror_applier::follow::{follow, FollowConfig, DEFAULT_POLL_INTERVAL};
+use segmirror_applier::report::LinkMetaOutcome;
 use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{Store, StoreUrl};
@@ -272,6 +273,25 @@ fn run_follow(
                         eprintln!("segmirror apply: warning: ignored {:?}: {}", k.key, k.reason);
                     }
                 }
+                match &report.link_meta {
+                    Some(LinkMetaOutcome::Recorded {
+                        version,
+                        topics,
+                        offsets,
+                    }) => {
+                        eprintln!(
+                            "segmirror apply: link metadata version {version} recorded: {topics} topic(s), {offsets} \
+                             group offset(s)"
+                        );
+                        last_problem.remove("link metadata");
+                    }
+                    Some(LinkMetaOutcome::Refused { reason })
+                        if last_problem.insert("link metadata".into(), reason.clone()).as_ref() != Some(reason) =>
+                    {
+                        eprintln!("segmirror apply: link metadata refused: {reason}");
+                    }
+                    _ => {}
+                }
                 for p in &report.partitions {
                     if !p.installed.is_empty() {
                         let through = p.installed.iter().map(|i| i.next_offset).max().unwrap_or_default();
@@ -341,6 +361,16 @@ fn detail(p: &PartitionReport) -> Option<String> {
 fn print_text(report: &ApplyReport, mirror: &std::path::Path, catalog: &std::path::Path) {
     for note in &report.notes {
         println!("note: {note}");
+    }
+    match &report.link_meta {
+        Some(LinkMetaOutcome::Recorded {
+            version,
+            topics,
+            offsets,
+        }) => println!("link metadata version {version} recorded: {topics} topic(s), {offsets} group offset(s)"),
+        Some(LinkMetaOutcome::Unchanged { version }) => println!("link metadata version {version}: recorded already"),
+        Some(LinkMetaOutcome::Refused { reason }) => eprintln!("warning: link metadata refused: {reason}"),
+        None => {}
     }
     for k in &report.ignored_keys {
         // Debug form: a key is untrusted text (a newline in it must not forge a line of this report).

@@ -6,6 +6,10 @@
 //! command shows them from the log dir alone, and exports them for Kafka's own tool. Shipping them over a link and
 //! committing them at failover build on the same reader (`segment_format::consumer_offsets`).
 //!
+//! `--link NAME` (on the applier's host) prints instead what the catalog recorded of the link's shipped offsets and
+//! what would be committed on the target now: the source's offset clamped to what is installed of the partition
+//! (`segmirror_catalog::LinkOffset`), each clamped row saying so.
+//!
 //! Exit status: 0; 1 when a `__consumer_offsets` segment is corrupt; 2 on usage or I/O errors.
 
 use std::io::Write;
@@ -15,6 +19,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use segment_format::consumer_offsets::{read_log_dir, ConsumerOffsets, OffsetsFilter};
 use segment_format::Error as FormatError;
+use segmirror_catalog::LinkOffset;
 
 use crate::cli::runtime::Runtime;
 use crate::cli::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -36,8 +41,23 @@ pub struct Args {
     action: Option<Action>,
     /// A broker's log dir (an entry of its `log.dirs`) holding `__consumer_offsets-N` partitions; repeat for
     /// several.
-    #[arg(long = "log-dir", value_name = "DIR", required = true)]
+    #[arg(
+        long = "log-dir",
+        value_name = "DIR",
+        required_unless_present = "link",
+        conflicts_with = "link"
+    )]
     log_dirs: Vec<PathBuf>,
+    /// On the applier's host: the offsets shipped over this link, as recorded in the catalog, and what would be
+    /// committed on the target now (never beyond the installed data of the partition).
+    #[arg(long, value_name = "NAME")]
+    link: Option<String>,
+    /// With --link: the mirror root the catalog belongs to (`segmirror apply --mirror`).
+    #[arg(long, value_name = "DIR", requires = "link")]
+    mirror: Option<PathBuf>,
+    /// With --link: the catalog to read (default: the mirror's, as for `segmirror status`).
+    #[arg(long, value_name = "PATH", requires = "link")]
+    catalog: Option<PathBuf>,
     /// Only groups whose id matches this regular expression (the whole id).
     #[arg(long, value_name = "REGEX")]
     groups: Option<String>,
@@ -65,6 +85,9 @@ pub(crate) fn whole_name_regex(pattern: &str) -> Result<regex::Regex, regex::Err
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     if let Some(Action::Commit(commit)) = args.action {
         return commit::run(commit, runtime);
+    }
+    if let Some(link) = &args.link {
+        return run_link(&args, link);
     }
     let groups = args
         .groups
@@ -105,6 +128,131 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--link`: the catalog's offsets of the link, clamped to the installed data.
+fn run_link(args: &Args, link: &str) -> anyhow::Result<ExitCode> {
+    let groups = args
+        .groups
+        .as_deref()
+        .map(whole_name_regex)
+        .transpose()
+        .context("--groups is not a valid regular expression")?;
+    let topics = args
+        .topics
+        .as_deref()
+        .map(whole_name_regex)
+        .transpose()
+        .context("--topics is not a valid regular expression")?;
+    let catalog = match (&args.catalog, &args.mirror) {
+        (Some(path), _) => {
+            if !path.is_file() {
+                anyhow::bail!("catalog {} does not exist", path.display());
+            }
+            segmirror_catalog::Catalog::open(path)?
+        }
+        (None, Some(mirror)) => crate::cli::catalog::open_mirror_catalog(None, mirror, true)?.1,
+        (None, None) => anyhow::bail!("--link needs --mirror DIR (or --catalog PATH) to find the catalog"),
+    };
+    let rows: Vec<LinkOffset> = catalog
+        .link_offsets(link)?
+        .into_iter()
+        .filter(|o| groups.as_ref().is_none_or(|r| r.is_match(&o.group)))
+        .filter(|o| topics.as_ref().is_none_or(|r| r.is_match(&o.topic)))
+        .collect();
+    let recorded = catalog.link_meta(link)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if args.csv {
+        write_link_csv(&mut out, &rows)?;
+    } else {
+        write_link_table(&mut out, link, recorded.as_ref(), &rows)?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The committable offsets as `kafka-consumer-groups --reset-offsets --from-file` reads them; a partition with
+/// nothing installed has no committable offset and no line.
+fn write_link_csv(out: &mut impl Write, rows: &[LinkOffset]) -> std::io::Result<()> {
+    for o in rows {
+        if let Some(offset) = o.committable {
+            writeln!(
+                out,
+                "{},{},{},{offset}",
+                csv_field(&o.group),
+                csv_field(&o.topic),
+                o.partition
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn write_link_table(
+    out: &mut impl Write,
+    link: &str,
+    recorded: Option<&segmirror_catalog::RecordedMeta>,
+    rows: &[LinkOffset],
+) -> std::io::Result<()> {
+    let header = [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "SOURCE-OFFSET",
+        "INSTALLED-END",
+        "COMMITTABLE",
+        "NOTE",
+    ];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|o| {
+            [
+                o.group.clone(),
+                o.topic.clone(),
+                o.partition.to_string(),
+                o.source_offset.to_string(),
+                o.installed_end_offset.map_or_else(|| "-".into(), |e| e.to_string()),
+                o.committable.map_or_else(|| "-".into(), |e| e.to_string()),
+                if o.clamped {
+                    match o.committable {
+                        Some(c) => format!("clamped: {} record(s) not installed yet", o.source_offset - c),
+                        None => "clamped: nothing installed yet".into(),
+                    }
+                } else {
+                    String::new()
+                },
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |out: &mut dyn Write, cells: [&str; 7]| -> std::io::Result<()> {
+        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        writeln!(out, "{}", text.join("  ").trim_end())
+    };
+    line(out, header)?;
+    for row in &cells {
+        line(out, row.each_ref().map(String::as_str))?;
+    }
+    let clamped = rows.iter().filter(|o| o.clamped).count();
+    match recorded {
+        Some(r) => writeln!(
+            out,
+            "{} offset(s) of link {link} (metadata version {}, groups {:?}), {clamped} clamped to the installed data",
+            rows.len(),
+            r.version,
+            r.groups_regex
+        ),
+        None => writeln!(
+            out,
+            "no metadata of link {link} recorded yet (is the shipper sending it?)"
+        ),
+    }
 }
 
 /// One CSV field as Jackson's CSV reader (what `kafka-consumer-groups` uses) reads it: quoted when it holds a

@@ -69,6 +69,14 @@ pub struct Args {
     /// Who is shipping, recorded in leases and manifests (default: segmirror-seed@<host>:<pid>).
     #[arg(long, value_name = "ID")]
     shipper_id: Option<String>,
+    /// The source broker's `metadata.log.dir` (holding `__cluster_metadata-0`); default: the first --log-dir
+    /// holding it. The link's topics (partition counts, configs, ids) are read from it and uploaded with the link.
+    #[arg(long, value_name = "DIR")]
+    metadata_log_dir: Option<PathBuf>,
+    /// Consumer groups whose committed offsets (from `__consumer_offsets` in the log dirs) the link carries, for
+    /// the link's topics: a regular expression matching whole group ids.
+    #[arg(long, value_name = "REGEX", default_value = segmirror_shipper::link_meta::ALL_GROUPS)]
+    groups: String,
     /// A local file where the seed remembers what it found in each active segment (the file's device, inode,
     /// length and times, and its complete batches), so that a rerun skips reading a segment that has not changed
     /// since (a rerun with nothing new then reads no segment). Created if missing; a damaged one is ignored with a
@@ -170,9 +178,34 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             removed.join(", ")
         );
     }
+    let meta = segmirror_shipper::link_meta::MetaConfig::find(
+        &args.log_dirs,
+        args.metadata_log_dir.as_deref(),
+        &args.groups,
+        config.topics.clone(),
+        &args.link,
+    )?;
     let bar = bar();
     let report = runtime.block_on(seed::seed(&store, &config, &bar))??;
     bar.finish();
+    // The link's topics and group offsets, after the segments: a target reading them finds the data they describe
+    // at least as far as this seed shipped it (offsets beyond it are clamped by the applier in any case).
+    if let Some(meta) = meta {
+        use segmirror_shipper::link_meta::{MetaPublisher, MetaReader, Published};
+        let mut publisher = MetaPublisher::new(MetaReader::new(meta)?, config.prefix.clone(), &config.shipper_id);
+        match runtime.block_on(publisher.publish_if_changed(&store))? {
+            Ok(Published::Version {
+                version,
+                topics,
+                offsets,
+            }) => eprintln!("link metadata version {version}: {topics} topic(s), {offsets} group offset(s)"),
+            Ok(Published::Unchanged) => eprintln!("link metadata unchanged"),
+            Err(e) => {
+                eprintln!("segmirror seed: error: link metadata: {e}");
+                return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
+            }
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

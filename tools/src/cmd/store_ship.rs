@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use segment_format::verify::VerifyOptions;
+use segmirror_shipper::link_meta::{MetaConfig, ALL_GROUPS, DEFAULT_META_INTERVAL};
 use segmirror_shipper::seed::committed::CommittedOnly;
 use segmirror_shipper::seed::{PartitionStatus, SeedConfig, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks};
@@ -99,6 +100,20 @@ pub struct Args {
     shipper_id: Option<String>,
     #[command(flatten)]
     metrics: MetricsArgs,
+
+    /// The source broker's `metadata.log.dir` (the directory holding `__cluster_metadata-0`); default: the first
+    /// --log-dir holding it. The link's topics (partition counts, configs, ids) are read from it.
+    #[arg(long, value_name = "DIR")]
+    metadata_log_dir: Option<PathBuf>,
+    /// Consumer groups whose committed offsets (read from `__consumer_offsets` in the log dirs) the link carries,
+    /// for the link's topics: a regular expression matching whole group ids.
+    #[arg(long, value_name = "REGEX", default_value = ALL_GROUPS)]
+    groups: String,
+    /// Milliseconds between two reads of the metadata log and `__consumer_offsets` (a new version is uploaded only
+    /// when they changed).
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_META_INTERVAL.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    meta_interval_ms: u64,
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
@@ -136,7 +151,32 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     if let Some((_, link)) = &record {
         runtime.block_on(claim_bucket("ship", &store, &seed.prefix, link))??;
     }
+
+    let meta = MetaConfig::find(
+        &args.log_dirs,
+        args.metadata_log_dir.as_deref(),
+        &args.groups,
+        seed.topics.clone(),
+        &args.link,
+    )?;
     let mut config = StoreTailConfig::new(seed);
+    match meta {
+        Some(mut meta) => {
+            meta.interval = Duration::from_millis(args.meta_interval_ms);
+            eprintln!(
+                "segmirror ship: link metadata from {} and groups {:?} every {} ms",
+                meta.metadata_dir.display(),
+                args.groups,
+                args.meta_interval_ms
+            );
+            config.meta = Some(meta);
+        }
+        None => eprintln!(
+            "segmirror ship: warning: no {} in the log dirs: the link carries no topic metadata or consumer \
+             offsets (give --metadata-log-dir)",
+            segment_format::metadata_log::METADATA_DIR
+        ),
+    }
     config.upload_interval = Duration::from_millis(args.upload_interval_ms);
     config.upload_bytes = args.upload_bytes;
     eprintln!(

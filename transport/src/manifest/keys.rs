@@ -485,10 +485,12 @@ const DATA_DIR_COMPONENTS: usize = 5;
 /// directory or lies inside one (`<link>/<topic>/<partition>/<topic id>/data/...`): a data object or chunk, never a
 /// manifest or a lease. Decided by position, as the builders place keys, so a topic named `data` is not mistaken
 /// for one. What a listing of versions leaves out ([`crate::SegmentSource::list_versions`]).
+/// A link's metadata data directory (`<link>/_meta/data`, [`crate::link_meta`]) counts as one too.
 pub fn in_data_dir(prefix: &KeyPrefix, key: &str) -> bool {
     prefix
         .strip(key)
         .is_some_and(|rest| rest.split('/').nth(DATA_DIR_COMPONENTS - 1) == Some(DATA_DIR))
+        || crate::link_meta::in_meta_data_dir(prefix, key)
 }
 
 /// Whether the directory `dir` (no trailing `/`) is exactly a lineage's data directory (not a directory inside
@@ -497,4 +499,5 @@ pub fn is_data_dir(prefix: &KeyPrefix, dir: &str) -> bool {
     prefix
         .strip(dir)
         .is_some_and(|rest| rest.split('/').count() == DATA_DIR_COMPONENTS && in_data_dir(prefix, dir))
+        || crate::link_meta::is_meta_data_dir(prefix, dir)
 }

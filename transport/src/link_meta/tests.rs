@@ -1,0 +1,217 @@
+//! Link metadata through a local bucket: a version round-trips; hostile or tampered objects are refused naming the
+//! key and the field; metadata keys are the contract's (not foreign) and a listing of versions skips their data.
+
+use super::*;
+use crate::store::{Store, StoreUrl};
+use crate::BucketIndex;
+
+const LINK: &str = "east";
+const TOPIC_ID: &str = "MZ3ezZJvTAWUZ0oR9yzcCQ";
+
+fn sample(version: u64) -> LinkMeta {
+    LinkMeta::new(
+        LINK,
+        version,
+        120,
+        vec![TopicMeta {
+            name: "orders".into(),
+            topic_id: TOPIC_ID.into(),
+            partitions: 3,
+            configs: BTreeMap::from([("retention.ms".to_string(), "86400000".to_string())]),
+        }],
+        "app-.*",
+        vec![
+            GroupOffset {
+                group: "app-b".into(),
+                topic: "orders".into(),
+                partition: 0,
+                offset: 40,
+                leader_epoch: None,
+                metadata: String::new(),
+                commit_timestamp: 1,
+            },
+            GroupOffset {
+                group: "app-a".into(),
+                topic: "orders".into(),
+                partition: 2,
+                offset: 7,
+                leader_epoch: Some(0),
+                metadata: "m".into(),
+                commit_timestamp: 2,
+            },
+        ],
+    )
+}
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::parse(dir.path().join("bucket").to_str().unwrap()).unwrap();
+    let store = Store::open(&url, &Default::default()).unwrap();
+    (dir, store)
+}
+
+fn prefix() -> KeyPrefix {
+    KeyPrefix::new("m").unwrap()
+}
+
+#[tokio::test]
+async fn a_version_round_trips_and_the_newest_manifest_wins() {
+    let (_dir, store) = store();
+    assert_eq!(read_latest(&store, &prefix(), LINK).await.unwrap(), None);
+    publish(&store, &prefix(), &sample(1), "test").await.unwrap();
+    let mut second = sample(2);
+    second.offsets.offsets[0].offset = 50;
+    publish(&store, &prefix(), &second, "test").await.unwrap();
+    let read = read_latest(&store, &prefix(), LINK).await.unwrap().unwrap();
+    assert_eq!(read, second);
+    assert_eq!(read.offsets.offsets[0].group, "app-a", "sorted by group");
+    assert!(second.same_content(&read) && !sample(1).same_content(&read));
+
+    // The index sets metadata keys apart, and a listing of versions leaves their data out.
+    let index = BucketIndex::build(&prefix(), SegmentSource::list(&store, "m").await.unwrap());
+    assert!(index.foreign.is_empty(), "{:?}", index.foreign);
+    assert_eq!(index.meta.len(), 5, "two versions of two objects and one manifest");
+    let versions = store.list_versions(&prefix(), "m/east").await.unwrap();
+    let keys: Vec<&str> = versions.objects.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(keys, ["m/east/_meta/manifest.json"]);
+}
+
+#[tokio::test]
+async fn a_tampered_object_or_manifest_is_refused_naming_the_key_and_field() {
+    let (dir, store) = store();
+    publish(&store, &prefix(), &sample(1), "test").await.unwrap();
+    let root = dir.path().join("bucket");
+    let offsets_path = root.join("m/east/_meta/data/00000000000000000001/offsets.json");
+
+    // Same size, other bytes: the SHA-256 check names the object.
+    let original = std::fs::read(&offsets_path).unwrap();
+    let tampered = String::from_utf8(original.clone())
+        .unwrap()
+        .replace("\"offset\":40", "\"offset\":99");
+    assert_eq!(tampered.len(), original.len());
+    std::fs::write(&offsets_path, &tampered).unwrap();
+    let err = read_latest(&store, &prefix(), LINK).await.unwrap_err().to_string();
+    assert!(
+        err.contains("offsets.json") && err.to_lowercase().contains("sha"),
+        "{err}"
+    );
+
+    // A consistent manifest over a hostile document: the field is named.
+    let hostile = String::from_utf8(original)
+        .unwrap()
+        .replace("\"offset\":40", "\"offset\":-4");
+    store
+        .put_bytes("m/east/_meta/data/00000000000000000001/offsets.json", hostile.clone())
+        .await
+        .unwrap();
+    let manifest_path = root.join("m/east/_meta/manifest.json");
+    let mut manifest: MetaManifest = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let digest = digest_of(hostile.as_bytes());
+    manifest.offsets.size = digest.size;
+    manifest.offsets.sha256 = digest.sha256;
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let err = read_latest(&store, &prefix(), LINK).await.unwrap_err().to_string();
+    assert!(
+        err.contains("offsets.json") && err.contains("offsets[1].offset"),
+        "{err}"
+    );
+
+    // A manifest pointing outside its version's keys, or of another link.
+    let mut moved = manifest.clone();
+    moved.topics.key = "m/east/orders/0/../../x".into();
+    std::fs::write(&manifest_path, serde_json::to_vec(&moved).unwrap()).unwrap();
+    let err = read_latest(&store, &prefix(), LINK).await.unwrap_err().to_string();
+    assert!(err.contains("manifest.json") && err.contains("topics.key"), "{err}");
+    let mut foreign = manifest.clone();
+    foreign.link = "west".into();
+    std::fs::write(&manifest_path, serde_json::to_vec(&foreign).unwrap()).unwrap();
+    let err = read_latest(&store, &prefix(), LINK).await.unwrap_err().to_string();
+    assert!(err.contains("link") && err.contains("west"), "{err}");
+
+    // Too large before parsing.
+    std::fs::write(&manifest_path, vec![b' '; MAX_META_MANIFEST_BYTES as usize + 1]).unwrap();
+    let err = read_latest(&store, &prefix(), LINK).await.unwrap_err();
+    assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+}
+
+/// A field's name and a change that makes it invalid.
+type Spoiler = (&'static str, Box<dyn Fn(&mut LinkMeta)>);
+
+#[test]
+fn every_field_is_checked() {
+    let cases: Vec<Spoiler> = vec![
+        ("topics[0].name", Box::new(|m| m.topics.topics[0].name = "a/b".into())),
+        (
+            "topics[0].topic_id",
+            Box::new(|m| m.topics.topics[0].topic_id = "zero".into()),
+        ),
+        ("topics[0].partitions", Box::new(|m| m.topics.topics[0].partitions = 0)),
+        (
+            "topics[0].configs",
+            Box::new(|m| {
+                m.topics.topics[0].configs.insert("a b".into(), "1".into());
+            }),
+        ),
+        ("format", Box::new(|m| m.topics.format = "segmirror.topics.v9".into())),
+        ("link", Box::new(|m| m.offsets.link = "west".into())),
+        (
+            "offsets[0].group",
+            Box::new(|m| m.offsets.offsets[0].group = String::new()),
+        ),
+        (
+            "offsets[1].partition",
+            Box::new(|m| m.offsets.offsets[1].partition = -1),
+        ),
+        (
+            "offsets[0].leader_epoch",
+            Box::new(|m| m.offsets.offsets[0].leader_epoch = Some(-2)),
+        ),
+        (
+            "offsets[0].metadata",
+            Box::new(|m| m.offsets.offsets[0].metadata = "x".repeat(40_000)),
+        ),
+        (
+            "offsets[1].group",
+            Box::new(|m| {
+                let first = m.offsets.offsets[0].clone();
+                m.offsets.offsets[1] = first;
+            }),
+        ),
+        ("version", Box::new(|m| m.offsets.version = 9)),
+    ];
+    assert!(sample(1).validate(LINK).is_ok());
+    for (field, spoil) in cases {
+        let mut meta = sample(1);
+        spoil(&mut meta);
+        let err = meta.validate(LINK).unwrap_err();
+        assert!(err.contains(field), "{field}: {err}");
+    }
+}
+
+#[test]
+fn meta_keys_parse_exactly_as_built() {
+    let p = prefix();
+    assert_eq!(
+        parse_meta_key(&p, &manifest_key(&p, LINK)),
+        Some(MetaKey::Manifest { link: LINK.into() })
+    );
+    assert_eq!(
+        parse_meta_key(&p, &data_key(&p, LINK, 7, OFFSETS_NAME)),
+        Some(MetaKey::Data {
+            link: LINK.into(),
+            version: 7,
+            name: OFFSETS_NAME
+        })
+    );
+    for bad in [
+        "m/east/_meta/data/7/offsets.json",
+        "m/east/_meta/data/00000000000000000007/other.json",
+        "m/east/_meta/0/00000000000000000000.log",
+        "m/../_meta/manifest.json",
+        "x/east/_meta/manifest.json",
+    ] {
+        assert_eq!(parse_meta_key(&p, bad), None, "{bad}");
+    }
+    assert!(crate::manifest::is_data_dir(&p, "m/east/_meta/data"));
+    assert!(!crate::manifest::is_data_dir(&p, "m/east/_meta"));
+}
