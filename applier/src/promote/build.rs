@@ -14,7 +14,7 @@ use segment_format::durable::fsync_dir;
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 
 use super::error::{Error, Result};
-use super::files::{copy, create_dir, remove_dir_all, rename, sync_file};
+use super::files::{copy, create_dir, remove_dir_all, rename, sync_file, write_staged};
 use super::journal::{Journal, Planned, JOURNAL_FILE};
 use super::producer_state;
 use super::refusal::Refusal;
@@ -115,7 +115,10 @@ pub(super) fn build(
             std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{e}")),
         )
     })?;
-    PartitionMetadata::new(topic_id).write(&building.join(PARTITION_METADATA_FILE))?;
+    write_staged(
+        &building.join(PARTITION_METADATA_FILE),
+        PartitionMetadata::new(topic_id).encode().as_bytes(),
+    )?;
     let epochs = if p.log_start_offset < p.end_offset() {
         vec![EpochEntry {
             epoch: p.leader_epoch,
@@ -124,10 +127,13 @@ pub(super) fn build(
     } else {
         Vec::new()
     };
-    LeaderEpochCheckpoint::new(epochs).write(&building.join(LEADER_EPOCH_CHECKPOINT_FILE))?;
+    write_staged(
+        &building.join(LEADER_EPOCH_CHECKPOINT_FILE),
+        LeaderEpochCheckpoint::new(epochs).encode().as_bytes(),
+    )?;
     fsync_dir(&building)?;
+    // Made durable with the other partitions' by one fsync of staging after every build (`swap::execute`).
     rename(&building, &ready)?;
-    fsync_dir(staging)?;
     Ok((result, true))
 }
 

@@ -101,6 +101,7 @@ mod build;
 mod error;
 mod files;
 mod journal;
+mod kcopy;
 mod lock;
 mod log_end;
 mod plan;
