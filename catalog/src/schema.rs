@@ -105,6 +105,11 @@ pub const MIGRATIONS: &[&str] = &[
         UNIQUE (link, topic, partition, kind, from_offset, to_offset)
     ) STRICT;
     "#,
+    // 4 or later: a partition promoted by handing the mirror's files over (renamed into the broker's log dir) names
+    // that log dir; the mirror no longer holds its segments.
+    r#"
+    ALTER TABLE mirror_partitions ADD COLUMN handed_over_to TEXT;
+    "#,
 ];
 
 /// The schema version this code writes and understands.

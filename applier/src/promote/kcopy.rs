@@ -91,29 +91,7 @@ pub(super) fn copy_log_in_kernel(from: &Path, to: &Path, epoch: i32, chunk: usiz
             }
             Err(e) => return Err(Error::io(from, e)),
         }
-        // Every frame whose header is now whole in the copy (or ends the file).
-        while next_frame < copied {
-            let remaining = size - next_frame;
-            let need = (RECORD_BATCH_OVERHEAD as u64).min(remaining);
-            if next_frame + need > copied {
-                break;
-            }
-            let at = usize::try_from(next_frame).unwrap_or(usize::MAX);
-            let header = map.get_mut(at..at.saturating_add(need as usize)).unwrap_or_default();
-            let frame = inspect_frame(from, next_frame, remaining, header)?;
-            if frame.magic == 2 {
-                let field = header
-                    .get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4)
-                    .unwrap_or_default();
-                if field != epoch.to_be_bytes() {
-                    field.copy_from_slice(&epoch.to_be_bytes());
-                    walk.restamped += 1;
-                }
-            }
-            walk.frames += 1;
-            walk.last_offset = Some(frame.last_offset);
-            next_frame += frame.size;
-        }
+        patch_headers(&mut map, from, size, copied, epoch, &mut next_frame, &mut walk)?;
         // Pages before the first unpatched header are final: start their write-back.
         let settled = next_frame.min(copied) / PAGE * PAGE;
         if settled > written_behind {
@@ -128,6 +106,88 @@ pub(super) fn copy_log_in_kernel(from: &Path, to: &Path, epoch: i32, chunk: usiz
     drop(map);
     out.sync_all().map_err(|e| Error::io(to, e))?;
     Ok(KernelCopy::Copied(walk))
+}
+
+/// Check and restamp every frame from `*next_frame` whose header lies whole in `map[..upto]` (or ends the file of
+/// `size` bytes), advancing `*next_frame` past each; errors name `named` (the file the bytes came from).
+fn patch_headers(
+    map: &mut [u8],
+    named: &Path,
+    size: u64,
+    upto: u64,
+    epoch: i32,
+    next_frame: &mut u64,
+    walk: &mut LogWalk,
+) -> Result<()> {
+    while *next_frame < upto {
+        let remaining = size - *next_frame;
+        let need = (RECORD_BATCH_OVERHEAD as u64).min(remaining);
+        if *next_frame + need > upto {
+            break;
+        }
+        let at = usize::try_from(*next_frame).unwrap_or(usize::MAX);
+        let header = map.get_mut(at..at.saturating_add(need as usize)).unwrap_or_default();
+        let frame = inspect_frame(named, *next_frame, remaining, header)?;
+        if frame.magic == 2 {
+            let field = header
+                .get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4)
+                .unwrap_or_default();
+            if field != epoch.to_be_bytes() {
+                field.copy_from_slice(&epoch.to_be_bytes());
+                walk.restamped += 1;
+            }
+        }
+        walk.frames += 1;
+        walk.last_offset = Some(frame.last_offset);
+        *next_frame += frame.size;
+    }
+    Ok(())
+}
+
+/// Frames are walked this far with the kernel's default read-ahead before [`restamp_in_place`] judges their size.
+const PROBE_BYTES: u64 = 1 << 20;
+/// Average frame size above which [`restamp_in_place`] asks for no read-ahead: the walk touches one page per
+/// frame, and reading the pages between them would read the whole file for a few headers.
+const SPARSE_FRAMES: u64 = 16 << 10;
+
+/// Restamp the `.log` at `path` in place (a file handed over by rename, `build`): the same header checks and epoch
+/// patches as the copies, through a shared mapping, touching only the pages that hold headers; fsynced once when
+/// anything changed. Errors name `path`.
+pub(super) fn restamp_in_place(path: &Path, epoch: i32) -> Result<LogWalk> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut walk = LogWalk {
+        size,
+        ..LogWalk::default()
+    };
+    if size == 0 {
+        return Ok(walk);
+    }
+    let len = usize::try_from(size).map_err(|_| Error::io(path, std::io::Error::other("file too large to map")))?;
+    // SAFETY: the file is ours (moved into promotion's staging directory, where nothing else writes while the log
+    // dir's lock is held); its length is not changed while the mapping lives.
+    let mut map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file) }.map_err(|e| Error::io(path, e))?;
+    let mut next_frame = 0u64;
+    let probe = size.min(PROBE_BYTES);
+    patch_headers(&mut map, path, size, probe, epoch, &mut next_frame, &mut walk)?;
+    if walk.frames > 0 && next_frame / walk.frames >= SPARSE_FRAMES {
+        // Only a hint: a failure leaves the default read-ahead.
+        let _ = map.advise(memmap2::Advice::Random);
+    }
+    patch_headers(&mut map, path, size, size, epoch, &mut next_frame, &mut walk)?;
+    if next_frame < size {
+        return Err(partial_header(path, next_frame, size - next_frame));
+    }
+    // fsync writes the pages dirtied through the mapping too.
+    drop(map);
+    if walk.restamped > 0 {
+        file.sync_all().map_err(|e| Error::io(path, e))?;
+    }
+    Ok(walk)
 }
 
 #[cfg(target_os = "linux")]

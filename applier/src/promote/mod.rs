@@ -100,6 +100,7 @@
 mod build;
 mod error;
 mod files;
+mod handover;
 mod journal;
 mod kcopy;
 mod lock;
@@ -132,6 +133,7 @@ use segment_format::TopicPartition;
 use segmirror_catalog::{Catalog, MirrorPartition, PartitionState};
 
 use files::remove_dir_all;
+use handover::KillSwitch;
 pub(crate) use journal::Step;
 use journal::{read_journal, write_journal, Journal};
 use plan::{pause, plan};
@@ -141,7 +143,7 @@ use swap::execute;
 pub use error::{Error, Result};
 pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
 pub use lock::{LockFailure, LogDirLock};
-pub use plan::{topics_regex, PromoteRequest, DEFAULT_PARALLEL};
+pub use plan::{topics_regex, Handover, PromoteRequest, DEFAULT_PARALLEL};
 pub use refusal::{Refusal, Refusals};
 pub use report::{Outcome, PromoteReport, PromotedPartition};
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
@@ -233,7 +235,16 @@ pub(crate) fn promote_with(
                 journal.partitions.len(),
                 journal.link
             ));
-            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed, request.parallel)? {
+            let kill = KillSwitch::of(request);
+            for p in execute(
+                &journal,
+                log_dir,
+                catalog,
+                hook,
+                Outcome::Resumed,
+                request.parallel,
+                kill,
+            )? {
                 resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
             }
             link_from_journal = Some(journal.link);
@@ -325,6 +336,7 @@ pub(crate) fn promote_with(
             hook,
             Outcome::Promoted,
             request.parallel,
+            KillSwitch::of(request),
         )?);
     }
     if !refusals.is_empty() {

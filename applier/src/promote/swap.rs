@@ -15,6 +15,7 @@ use segmirror_catalog::{Catalog, EventKind, PartitionKey, PartitionState, Subjec
 use super::build::{build, staged, OLD, READY};
 use super::error::{Error, Result};
 use super::files::{remove_dir_all, remove_file, rename};
+use super::handover::KillSwitch;
 use super::journal::{Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
 use super::plan::DEFAULT_PARALLEL;
 use super::report::{Outcome, PromotedPartition};
@@ -29,9 +30,10 @@ pub(super) fn execute(
     hook: &mut dyn FnMut(Step),
     outcome: Outcome,
     parallel: usize,
+    kill: KillSwitch<'_>,
 ) -> Result<Vec<PromotedPartition>> {
     let staging = log_dir.join(PROMOTION_DIR);
-    let results = build_all(journal, &staging, outcome, hook, parallel)?;
+    let results = build_all(journal, &staging, outcome, hook, parallel, kill)?;
     // Every `.ready` name durable at once, before anything live changes.
     fsync_dir(&staging)?;
     swap_all(&journal.partitions, log_dir, &staging, hook)?;
@@ -66,6 +68,7 @@ fn build_all(
     outcome: Outcome,
     hook: &mut dyn FnMut(Step),
     parallel: usize,
+    kill: KillSwitch<'_>,
 ) -> Result<Vec<PromotedPartition>> {
     let partitions = &journal.partitions;
     let wanted = if parallel == 0 { DEFAULT_PARALLEL } else { parallel };
@@ -85,7 +88,7 @@ fn build_all(
                 while !stop.load(Ordering::SeqCst) {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(p) = partitions.get(i) else { break };
-                    let built = build(journal, p, staging, outcome);
+                    let built = build(journal, p, staging, outcome, kill);
                     if built.is_err() {
                         stop.store(true, Ordering::SeqCst);
                     }
@@ -186,6 +189,9 @@ fn record(catalog: &mut Catalog, link: &str, p: &Planned, log_dir: &Path) -> Res
         return Ok(());
     }
     catalog.set_mirror_topic_id(row.id, &p.target_topic_id)?;
+    if p.handover {
+        catalog.set_handed_over(row.id, &log_dir.display().to_string())?;
+    }
     let detail = format!(
         "promoted into {}: offsets [{}, {}), {} segment(s), leader epoch restamped to {}, target topic id {} \
          (state before promotion: {}); producer state starts empty at offset {}",
