@@ -77,14 +77,17 @@
 //!
 //! A rerun after a crash at any point finds the journal, finishes exactly the journaled promotion from the state on
 //! disk (the `.ready`/`.old` names say how far each partition got) and then handles the rest of the request.
-//! Promoting an already promoted partition is a no-op reported as such. A `.log` is copied in one pass that checks
-//! every frame header and restamps the epochs in memory, starting write-back as it goes and fsyncing once
-//! (`restamp::copy_log_restamping`); the other files with `std::fs::copy`. Planning reads a mirror's end offset
+//! Promoting an already promoted partition is a no-op reported as such. A `.log` is copied in the kernel
+//! (`copy_file_range`), every frame header of the copy checked and its epoch patched in place through a mapping,
+//! write-back started as it goes and one fsync (`kcopy`; a buffered one-pass copy where the kernel cannot,
+//! `restamp::copy_log_restamping`); the other files with `std::fs::copy`. Planning reads a mirror's end offset
 //! from the last batches of its last segment, found through the offset index (`log_end`), not from a walk of the
 //! whole segment: the copy walks every header anyway and refuses a partition that changed. Hard links are never
 //! used, because the
 //! broker rewrites some files in place (the last segment's indexes are resized at load, recovery rebuilds
-//! indexes) and would change the mirror under the catalog.
+//! indexes) and would change the mirror under the catalog. With [`Handover::Rename`] the mirror's files are instead
+//! renamed into staging (the mirror gives them up, and the catalog records where they went), which is journaled and
+//! finished by a rerun like every other step (`handover`).
 //!
 //! One target log dir per run; for a topic replicated on several target brokers, promote into each replica's log
 //! dir (identical copies) before starting any of them.
@@ -93,7 +96,7 @@
 //! This module only orchestrates ([`promote`]: lock, resume a journal, select, plan, journal, execute). The steps
 //! are modules named by what they do — `plan` (the request, every refusal, the plan, the pause), `journal` (the
 //! durable plan and the crash points), `build` (a partition complete in staging), `swap` (live directories, root
-//! checkpoints, catalog record) — with helpers `restamp`, `txn_cut`, `producer_state`, `target`, [`retention`],
+//! checkpoints, catalog record) — with helpers `restamp`, `kcopy`, `handover`, `txn_cut`, `producer_state`, `target`, [`retention`],
 //! `lock` and `files`. Errors are [`Error`] (this folder's own); the crate's error wraps it. Shared types live in
 //! leaf modules (`journal::Planned`, `report`, `refusal`, `retention::loss`), so no two modules import each other.
 

@@ -9,10 +9,11 @@
 //! own leader restamps every batch it appends (`LogValidator`), and the field lies outside the CRC (which covers
 //! bytes 21.. of a batch; `DefaultRecordBatch`), so rewriting those four bytes leaves every batch valid.
 //!
-//! Promotion restamps while it copies ([`copy_log_restamping`]): each chunk read from the mirror has the headers of
-//! the frames starting in it checked and its epoch fields patched in memory before it is written, so the copy is
-//! never read back (a kernel copy followed by a header walk over the copy cost a second pass of one `lseek` and
-//! one small read per batch). [`walk_log`] restamps a file in place (only the header is read and at most four
+//! Promotion restamps while it copies ([`copy_log_restamping`]): in the kernel, patching the copy's headers in
+//! place (`kcopy`), or, where the kernel cannot copy between the two files, through a buffer: each chunk read from
+//! the mirror has the headers of the frames starting in it checked and its epoch fields patched in memory before it
+//! is written, so the copy is never read back. Both use [`inspect_frame`], so they fail alike. [`walk_log`]
+//! restamps a file in place (only the header is read and at most four
 //! bytes written per batch) and inspects one. Legacy (magic 0/1) frames have no epoch field — bytes 12..16 are
 //! their CRC — and are left alone. Both walks are strict: a frame that does not fit the file, a length below
 //! Kafka's minimum or an unknown magic is an error naming the file, position and offset; a mirror never holds
@@ -548,6 +549,24 @@ mod tests {
         assert_copy_matches_two_passes(dir.path(), &[], 2, 7);
     }
 
+    /// Across file systems (tmpfs to the temp dir's) the kernel may refuse `copy_file_range` (EXDEV since Linux
+    /// 5.19): `copy_log_restamping` then copies through its buffer, with the same bytes either way.
+    #[test]
+    fn a_copy_between_file_systems_restamps_the_same_bytes_whichever_path_it_takes() {
+        let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let frames = vec![batch(0, 3, 7), batch(3, 2, 9), batch(5, 4, 1)];
+        let from = write(shm.path(), &frames);
+        let reference = dir.path().join("reference.log");
+        std::fs::copy(&from, &reference).unwrap();
+        let expected = walk_log(&reference, Some(1)).unwrap();
+        let to = dir.path().join("copy.log");
+        assert_eq!(copy_log_restamping(&from, &to, 1).unwrap(), expected);
+        assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&reference).unwrap());
+    }
+
     #[test]
     fn one_pass_copy_refuses_what_the_walk_refuses_at_the_same_position() {
         let dir = tempfile::tempdir().unwrap();
@@ -593,6 +612,17 @@ mod tests {
             std::fs::write(&from, &bytes).unwrap();
             let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 3, chunk);
             let kernel = kernel_copy_error(&from, &dir.path().join("kernel.log"), 3, chunk);
+            // In place (a handed-over file): same result and same error as the walk, which names the same path.
+            let (in_place, walked_copy) = (dir.path().join("in-place.log"), dir.path().join("walked-copy.log"));
+            std::fs::copy(&from, &in_place).unwrap();
+            std::fs::copy(&from, &walked_copy).unwrap();
+            let walked_in_place =
+                walk_log(&walked_copy, Some(3)).map_err(|e| e.to_string().replace("walked-copy.log", "in-place.log"));
+            prop_assert_eq!(
+                crate::promote::kcopy::restamp_in_place(&in_place, 3).map_err(|e| e.to_string()),
+                walked_in_place
+            );
+            prop_assert_eq!(std::fs::read(&in_place).unwrap(), std::fs::read(&walked_copy).unwrap());
             let walked = walk_log(&from, Some(3));
             let walked = walked.map_err(|e| e.to_string());
             prop_assert_eq!(copied.map_err(|e| e.to_string()), walked.clone());
