@@ -25,6 +25,11 @@ pub enum FailPoint {
     TruncateCut,
     /// A tail truncation: the catalog told, the state file not.
     TruncateRecorded,
+    /// A promotion handing files over by rename: one file of a segment was renamed from the mirror into staging
+    /// (or found absent, for an optional index); `nth` counts them over the run.
+    HandoverRenamed,
+    /// A promotion handing files over by rename: a renamed `.log` was restamped in place.
+    HandoverRestamped,
 }
 
 /// A kill point fired: the run must stop here, as if the process had died.

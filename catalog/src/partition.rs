@@ -281,6 +281,36 @@ impl Catalog {
         Ok(p)
     }
 
+    /// Records that the mirror's files of a partition being promoted were handed over (renamed) into the broker log
+    /// dir `log_dir`: the mirror no longer holds its segments. Refused once the partition is promoted (record this
+    /// first, in the same promotion).
+    pub fn set_handed_over(&mut self, id: PartitionId, log_dir: &str) -> Result<()> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let p = load_partition_by_id(&tx, id)?;
+        refuse_promoted(&p)?;
+        tx.execute(
+            "UPDATE mirror_partitions SET handed_over_to = ?2 WHERE id = ?1",
+            params![id.0, log_dir],
+        )?;
+        insert_event(
+            &tx,
+            Subject::Partition(&p.key),
+            EventKind::Note,
+            &format!("mirror files handed over by rename into {log_dir}; the mirror no longer holds them"),
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The log dir a partition's mirror files were handed over to ([`Catalog::set_handed_over`]), if they were.
+    pub fn handed_over_to(&self, id: PartitionId) -> Result<Option<String>> {
+        Ok(self.conn.query_row(
+            "SELECT handed_over_to FROM mirror_partitions WHERE id = ?1",
+            [id.0],
+            |row| row.get(0),
+        )?)
+    }
+
     /// Switches a partition to a new lineage after a lineage break: forgets its segments, records the new source
     /// topic ID and log start offset, and clears the installed end offset. The caller must have moved the old mirror
     /// data out of the partition directory first (data before catalog). Refused for a promoted partition.

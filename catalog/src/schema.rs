@@ -159,6 +159,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (link, group_id, topic, partition)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 6: a partition promoted by handing the mirror's files over (renamed into the broker's log dir) names
+    // that log dir; the mirror no longer holds its segments.
+    r#"
+    ALTER TABLE mirror_partitions ADD COLUMN handed_over_to TEXT;
+    "#,
 ];
 
 /// The schema version this code writes and understands.

@@ -42,6 +42,9 @@ pub struct PartitionStatus {
     pub state: PartitionState,
     pub source_topic_id: String,
     pub mirror_topic_id: Option<String>,
+    /// The broker log dir the mirror's files were handed over (renamed) into at promotion; `None` when they were
+    /// copied (or the partition is not promoted).
+    pub handed_over_to: Option<String>,
     pub log_start_offset: i64,
     /// Offset after the last installed segment; `None` until one is installed.
     pub installed_end_offset: Option<i64>,
@@ -77,7 +80,8 @@ impl Catalog {
                     (SELECT coalesce(sum(size), 0) FROM segments s WHERE s.partition_id = p.id AND s.state = 'installed'), \
                     (SELECT count(*) FROM segments s WHERE s.partition_id = p.id AND s.state <> 'installed'), \
                     (SELECT max(at_ms) FROM events e \
-                      WHERE e.link = p.link AND e.topic = p.topic AND e.partition = p.partition) \
+                      WHERE e.link = p.link AND e.topic = p.topic AND e.partition = p.partition), \
+                    p.handed_over_to \
              FROM mirror_partitions p WHERE p.link = ?1 ORDER BY p.topic, p.partition",
         )?;
         let mut out = Vec::with_capacity(links.len());
@@ -96,6 +100,7 @@ impl Catalog {
                         bytes_installed: row.get(8)?,
                         segments_pending: row.get(9)?,
                         last_event_at_ms: row.get(10)?,
+                        handed_over_to: row.get(11)?,
                     })
                 })?
                 .collect::<rusqlite::Result<_>>()?;

@@ -94,10 +94,14 @@ const FIRST_SESSION: usize = 25;
 #[test]
 fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() {
     let install = KafkaInstall::locate().unwrap();
-    let (raw, promoted) = ("epoch-raw", "epoch-promoted");
+    let (raw, promoted, handed) = ("epoch-raw", "epoch-promoted", "epoch-handed-over");
     let mut target = KafkaBroker::start(BrokerConfig::new("epochs")).unwrap();
-    let specs = [TopicSpec::new(raw, 1), TopicSpec::new(promoted, 1)];
-    let ids = admin(&target.bootstrap(), &specs, &[raw, promoted]).unwrap();
+    let specs = [
+        TopicSpec::new(raw, 1),
+        TopicSpec::new(promoted, 1),
+        TopicSpec::new(handed, 1),
+    ];
+    let ids = admin(&target.bootstrap(), &specs, &[raw, promoted, handed]).unwrap();
 
     // The source side: identical bytes for both topics (a writer-made partition as a source broker that led in
     // epochs 3 and 7 leaves it), one of them recorded as an applied mirror in a catalog.
@@ -112,6 +116,16 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
     let (written, expected) = write_epoch_partition(&mirror, promoted, 0, &EPOCHS, base_ts).unwrap();
     assert_eq!(written.log_end_offset, RECORDS);
     record_writer_mirror(&catalog, "epochs", &written.topic_id.to_string(), &[(&written, 0)]).unwrap();
+    // A second mirror (its own link and catalog), promoted by handing its files over (`--handover rename`).
+    let (handed_mirror, handed_catalog) = (work.path().join("handed-mirror"), work.path().join("handed.sqlite"));
+    let (handed_written, expected_handed) = write_epoch_partition(&handed_mirror, handed, 0, &EPOCHS, base_ts).unwrap();
+    record_writer_mirror(
+        &handed_catalog,
+        "handed",
+        &handed_written.topic_id.to_string(),
+        &[(&handed_written, 0)],
+    )
+    .unwrap();
 
     // Promotion refuses while the broker runs (it holds the log dir's .lock).
     let run = segmirror_promote(&mirror, target.log_dir(), &catalog, &[]).unwrap();
@@ -162,6 +176,28 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
     assert_eq!(p["leader_epoch"], target_epoch, "{report}");
     assert_eq!(p["batches_restamped"], 8, "{report}");
     assert_eq!(p["target_topic_id"], ids[promoted].topic_id.as_str(), "{report}");
+    assert_eq!(p["handed_over"], false, "{report}");
+
+    // Promotion by handover: the mirror's files are renamed into the log dir and restamped in place.
+    let mirror_log = handed_written.dir.join("00000000000000000000.log");
+    assert!(mirror_log.is_file());
+    let run = segmirror_promote(
+        &handed_mirror,
+        &log_dir,
+        &handed_catalog,
+        &["--json", "--handover", "rename"],
+    )
+    .unwrap();
+    assert_eq!(run.code, 0, "{run}");
+    let report = run.json().unwrap();
+    let p = &report["partitions"][0];
+    assert_eq!(
+        (p["outcome"].as_str(), p["handed_over"].as_bool()),
+        (Some("promoted"), Some(true)),
+        "{report}"
+    );
+    assert_eq!(p["batches_restamped"], 8, "{report}");
+    assert!(!mirror_log.exists(), "the mirror gave its .log up");
 
     target.restart().unwrap();
     let leader_epoch = leader_epoch_from_log(&target, promoted, 0).unwrap();
@@ -172,7 +208,7 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
     let bootstrap = target.bootstrap();
 
     // A plain read of the whole topic works either way.
-    for (topic, want) in [(raw, &expected_raw), (promoted, &expected)] {
+    for (topic, want) in [(raw, &expected_raw), (promoted, &expected), (handed, &expected_handed)] {
         for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
             assert_eq!(
                 &consume_all(&bootstrap, topic, None, isolation).unwrap(),
@@ -239,7 +275,7 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
     }
 
     // New writes continue at the mirror's end, stamped with the broker's epoch.
-    for topic in [raw, promoted] {
+    for topic in [raw, promoted, handed] {
         let records = (0..3)
             .map(|i| OutRecord {
                 partition: Some(0),
@@ -270,6 +306,9 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
     target.restart().unwrap();
     let after = consume_all(&target.bootstrap(), promoted, None, Isolation::ReadCommitted).unwrap();
     assert_eq!(&after[..RECORDS as usize], expected.as_slice());
+    assert_eq!(after.len(), RECORDS as usize + 3);
+    let after = consume_all(&target.bootstrap(), handed, None, Isolation::ReadCommitted).unwrap();
+    assert_eq!(&after[..RECORDS as usize], expected_handed.as_slice());
     assert_eq!(after.len(), RECORDS as usize + 3);
 
     // The alternative to restamping: raise the target epoch to the source's. Each clean restart of this single

@@ -21,7 +21,9 @@
 # times, against `cp -r` of the mirror's partition dirs into a folder + `sync` in the same run, each from a cold page
 # cache (the catalog is restored from a copy taken after apply before each run). PROMOTE_COMPARE=path also times
 # that binary's promote (e.g. a build of main) interleaved with the others; PROMOTE_PARALLEL=N passes --parallel N
-# (to binaries that have it). CATCHUP=0 skips the catch-up measurements (one untimed seed + apply makes the mirror).
+# (to binaries that have it). PROMOTE_HANDOVER=copy|rename|auto passes --handover to $SEGMIRROR's promote only (issue
+# 11 item 5); with rename or auto the mirror is restored from a copy kept beside it before each run (untimed, then the
+# page cache is dropped as for the others), since a handover takes the mirror's files. CATCHUP=0 skips the catch-up measurements (one untimed seed + apply makes the mirror).
 #
 # Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS] [--small-batches]     (defaults: 4GiB, 8 partitions)
 #   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
@@ -179,13 +181,22 @@ MIRROR_BYTES=0
 promote_args() { # binary
     local args=(promote --mirror "$MIRROR" --log-dir "$PROMOTE_TARGET" --catalog "$PROMOTE_CATALOG" --force
         --allow-retention-delete)
+    if [ -n "${PROMOTE_HANDOVER:-}" ] && [ "$1" = "$BIN" ]; then
+        args+=(--handover "$PROMOTE_HANDOVER")
+    fi
     if [ -n "${PROMOTE_PARALLEL:-}" ] && "$1" promote --help | grep -q -- '--parallel'; then
         args+=(--parallel "$PROMOTE_PARALLEL")
     fi
     printf '%s\n' "${args[@]}"
 }
+MIRROR_PRISTINE="$WORK/mirror-pristine"
+handing_over() { [ "${PROMOTE_HANDOVER:-copy}" != copy ]; }
 promote_reset() {
     rm -rf "$PROMOTE_TARGET" "$PROMOTE_COPY" "$PROMOTE_CATALOG" "$PROMOTE_CATALOG"-*
+    if handing_over; then
+        rm -rf "$MIRROR"
+        cp -a "$MIRROR_PRISTINE" "$MIRROR"
+    fi
     cp -a "$PROMOTE_TEMPLATE" "$PROMOTE_TARGET"
     cp "$CATALOG_AFTER_APPLY" "$PROMOTE_CATALOG"
     sync
@@ -208,6 +219,12 @@ if [ "$PROMOTE" != 0 ]; then
     for d in "$PROMOTE_TEMPLATE"/bulk-*; do printf '0\n1\n3 0\n' > "$d/leader-epoch-checkpoint"; done
     mapfile -t MIRROR_PARTS < <(find "$MIRROR" -mindepth 1 -maxdepth 1 -type d -name 'bulk-*' | sort)
     MIRROR_BYTES=$(du -sb --apparent-size "${MIRROR_PARTS[@]}" | awk '{ s += $1 } END { printf "%.0f\n", s }')
+    SIZES_OF="$MIRROR"
+    if handing_over; then
+        rm -rf "$MIRROR_PRISTINE"
+        cp -a "$MIRROR" "$MIRROR_PRISTINE"
+        SIZES_OF="$MIRROR_PRISTINE"
+    fi
     for run in $(seq "$RUNS"); do
         echo "promote run $run/$RUNS" >&2
         wait_idle
@@ -223,7 +240,7 @@ if [ "$PROMOTE" != 0 ]; then
         timed_promote PROMOTED "$BIN" "$WORK/promote.out"
         # The promoted partitions hold the mirror's records: every .log as long as the mirror's.
         for part in "${MIRROR_PARTS[@]}"; do
-            for f in "$part"/*.log; do
+            for f in "$SIZES_OF/$(basename "$part")"/*.log; do
                 [ "$(stat -c %s "$f")" = "$(stat -c %s "$PROMOTE_TARGET/$(basename "$part")/$(basename "$f")")" ] || {
                     echo "promoted copy differs in size: $f" >&2
                     exit 1
@@ -231,6 +248,10 @@ if [ "$PROMOTE" != 0 ]; then
             done
         done
     done
+    if handing_over; then
+        rm -rf "$MIRROR"
+        mv "$MIRROR_PRISTINE" "$MIRROR"
+    fi
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -294,15 +315,15 @@ fi
 if [ "$PROMOTE" != 0 ]; then
     echo
     echo "promote: the mirror ($(numfmt --to=iec-i --suffix=B "$MIRROR_BYTES") in ${#MIRROR_PARTS[@]} partition dir(s)) into a" \
-        "fresh target log dir, every batch restamped, median of $RUNS runs${PROMOTE_PARALLEL:+, --parallel $PROMOTE_PARALLEL}"
-    echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${PROMOTE_COMPARE:+PROMOTE_COMPARE=$PROMOTE_COMPARE }${PROMOTE_PARALLEL:+PROMOTE_PARALLEL=$PROMOTE_PARALLEL }CATCHUP=$CATCHUP RUNS=$RUNS" \
+        "fresh target log dir, every batch restamped, median of $RUNS runs${PROMOTE_PARALLEL:+, --parallel $PROMOTE_PARALLEL}${PROMOTE_HANDOVER:+, --handover $PROMOTE_HANDOVER for $(basename "$BIN")}"
+    echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${PROMOTE_COMPARE:+PROMOTE_COMPARE=$PROMOTE_COMPARE }${PROMOTE_PARALLEL:+PROMOTE_PARALLEL=$PROMOTE_PARALLEL }${PROMOTE_HANDOVER:+PROMOTE_HANDOVER=$PROMOTE_HANDOVER }CATCHUP=$CATCHUP RUNS=$RUNS" \
         "tools/bench/catchup.sh $SIZE $PARTITIONS"
     echo
     BYTES="$MIRROR_BYTES" base_s=$(col 1 "${PCOPY[@]}")
     echo "| command                                  | wall s | MiB/s  | vs copy | CPU s  | peak RSS MiB |"
     echo "|------------------------------------------|--------|--------|---------|--------|--------------|"
     row "cp -r mirror partitions, sync (baseline)" "${PCOPY[@]}"
-    row "segmirror promote + sync" "${PROMOTED[@]}"
+    row "$(basename "$BIN") promote${PROMOTE_HANDOVER:+ --handover $PROMOTE_HANDOVER} + sync" "${PROMOTED[@]}"
     if [ -n "${PROMOTE_COMPARE:-}" ]; then row "$(basename "$PROMOTE_COMPARE") promote + sync" "${PROMOTED_CMP[@]}"; fi
     echo
     echo "every run, wall s: copy $(walls "${PCOPY[@]}")| promote $(walls "${PROMOTED[@]}")${PROMOTE_COMPARE:+| compare $(walls "${PROMOTED_CMP[@]}")}"

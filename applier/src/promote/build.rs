@@ -14,12 +14,14 @@ use segment_format::durable::fsync_dir;
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 
 use super::error::{Error, Result};
-use super::files::{copy, create_dir, remove_dir_all, rename, sync_file};
+use super::files::{copy, create_dir, remove_dir_all, rename, sync_file, write_staged};
+use super::handover::{hand_over_file, KillSwitch};
 use super::journal::{Journal, Planned, JOURNAL_FILE};
+use super::kcopy::restamp_in_place;
 use super::producer_state;
 use super::refusal::Refusal;
 use super::report::{Outcome, PromotedPartition};
-use super::restamp::copy_log_restamping;
+use super::restamp::{copy_log_restamping, LogWalk};
 use super::txn_cut;
 
 /// Suffix of a partition being built in staging.
@@ -41,6 +43,7 @@ pub(super) fn build(
     p: &Planned,
     staging: &Path,
     outcome: Outcome,
+    kill: KillSwitch<'_>,
 ) -> Result<(PromotedPartition, bool)> {
     let ready = staged(staging, p, READY);
     let old = staged(staging, p, OLD);
@@ -55,19 +58,32 @@ pub(super) fn build(
         segments: p.segments.len(),
         log_bytes: 0,
         batches_restamped: 0,
+        handed_over: p.handover,
         transactions_aborted: p.cut.clone(),
     };
     if ready.exists() || old.exists() {
         return Ok((result, false));
     }
     let building = staged(staging, p, BUILDING);
-    if building.exists() {
+    // A handover's `.building` may hold the only copy of files already moved: it is finished, never rebuilt
+    // (`handover`).
+    if building.exists() && !p.handover {
         remove_dir_all(&building)?;
     }
     create_dir(&building)?;
     let source = journal.mirror_root.join(p.tp().dir_name());
     let mut found_end = None;
+    // Abort markers are appended to the last segment: with a cut, its files are copied even in a handover, so a
+    // rerun starts that segment again from the mirror's bytes.
+    let copied_last = p.handover && !p.cut.is_empty();
     for base in &p.segments {
+        if p.handover && !(copied_last && p.segments.last() == Some(base)) {
+            let walk = hand_over_segment(&source, &building, *base, p.leader_epoch, kill)?;
+            result.log_bytes += walk.size;
+            result.batches_restamped += walk.restamped;
+            found_end = Some(walk.last_offset.map_or(*base, |o| o.saturating_add(1)));
+            continue;
+        }
         for kind in [
             SegmentFileKind::Index,
             SegmentFileKind::TimeIndex,
@@ -115,7 +131,10 @@ pub(super) fn build(
             std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{e}")),
         )
     })?;
-    PartitionMetadata::new(topic_id).write(&building.join(PARTITION_METADATA_FILE))?;
+    write_staged(
+        &building.join(PARTITION_METADATA_FILE),
+        PartitionMetadata::new(topic_id).encode().as_bytes(),
+    )?;
     let epochs = if p.log_start_offset < p.end_offset() {
         vec![EpochEntry {
             epoch: p.leader_epoch,
@@ -124,11 +143,48 @@ pub(super) fn build(
     } else {
         Vec::new()
     };
-    LeaderEpochCheckpoint::new(epochs).write(&building.join(LEADER_EPOCH_CHECKPOINT_FILE))?;
+    write_staged(
+        &building.join(LEADER_EPOCH_CHECKPOINT_FILE),
+        LeaderEpochCheckpoint::new(epochs).encode().as_bytes(),
+    )?;
     fsync_dir(&building)?;
+    if p.handover {
+        // The mirror's side of the renames.
+        fsync_dir(&source)?;
+    }
+    // Made durable with the other partitions' by one fsync of staging after every build (`swap::execute`).
     rename(&building, &ready)?;
-    fsync_dir(staging)?;
     Ok((result, true))
+}
+
+/// Move one segment's files from the mirror partition `source` into `building` (what an earlier, interrupted run
+/// moved stays), then restamp its `.log` in place.
+fn hand_over_segment(source: &Path, building: &Path, base: i64, epoch: i32, kill: KillSwitch<'_>) -> Result<LogWalk> {
+    for kind in [
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+        SegmentFileKind::TxnIndex,
+        SegmentFileKind::Log,
+    ] {
+        let name = segment_file_name(base, kind);
+        let (from, to) = (source.join(&name), building.join(&name));
+        if !hand_over_file(&from, &to)? && kind == SegmentFileKind::Log {
+            return Err(Error::io(
+                &from,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "a journaled segment is neither in the mirror nor in {}",
+                        building.display()
+                    ),
+                ),
+            ));
+        }
+        kill.renamed()?;
+    }
+    let walk = restamp_in_place(&building.join(segment_file_name(base, SegmentFileKind::Log)), epoch)?;
+    kill.restamped()?;
+    Ok(walk)
 }
 
 /// The tailed active segment's companions on the mirror are derived (`tail::companions`: index files not fsynced,

@@ -40,6 +40,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// A kill point of a handover was hit (crash tests only).
+    #[cfg(feature = "failpoints")]
+    #[error("failpoint {0:?} hit")]
+    Injected(crate::failpoint::FailPoint),
 }
 
 impl Error {

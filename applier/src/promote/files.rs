@@ -16,6 +16,15 @@ pub(super) fn sync_file(path: &Path) -> Result<()> {
         .map_err(|e| Error::io(path, e))
 }
 
+/// Write a file of a partition being built in staging: written and fsynced in place, without the temporary file
+/// and directory fsync of `durable::write_atomically`. Why that is enough: nothing reads a `.building` directory
+/// (a rerun after a crash removes it and builds it again), and it is renamed `.ready` only after its own fsync,
+/// which makes every entry in it durable at once (`build`).
+pub(super) fn write_staged(path: &Path, bytes: &[u8]) -> Result<()> {
+    segment_format::durable::write_synced(path, bytes)?;
+    Ok(())
+}
+
 pub(super) fn rename(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(from, to).map_err(|e| Error::io(from, e))
 }

@@ -55,6 +55,11 @@ pub(crate) struct Planned {
     /// in the mirror (see `build`). `None` for a partition installed by `apply` (and in journals written before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) tail_active: Option<TailActive>,
+    /// The mirror's files are handed over by rename into staging instead of copied (`--handover`; see `build`).
+    /// Journaled so that a rerun after a crash between renames moves the rest, never rebuilds from a mirror that
+    /// no longer holds them. `false` in journals written before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) handover: bool,
 }
 
 /// The tailed active segment of a planned partition.

@@ -77,14 +77,17 @@
 //!
 //! A rerun after a crash at any point finds the journal, finishes exactly the journaled promotion from the state on
 //! disk (the `.ready`/`.old` names say how far each partition got) and then handles the rest of the request.
-//! Promoting an already promoted partition is a no-op reported as such. A `.log` is copied in one pass that checks
-//! every frame header and restamps the epochs in memory, starting write-back as it goes and fsyncing once
-//! (`restamp::copy_log_restamping`); the other files with `std::fs::copy`. Planning reads a mirror's end offset
+//! Promoting an already promoted partition is a no-op reported as such. A `.log` is copied in the kernel
+//! (`copy_file_range`), every frame header of the copy checked and its epoch patched in place through a mapping,
+//! write-back started as it goes and one fsync (`kcopy`; a buffered one-pass copy where the kernel cannot,
+//! `restamp::copy_log_restamping`); the other files with `std::fs::copy`. Planning reads a mirror's end offset
 //! from the last batches of its last segment, found through the offset index (`log_end`), not from a walk of the
 //! whole segment: the copy walks every header anyway and refuses a partition that changed. Hard links are never
 //! used, because the
 //! broker rewrites some files in place (the last segment's indexes are resized at load, recovery rebuilds
-//! indexes) and would change the mirror under the catalog.
+//! indexes) and would change the mirror under the catalog. With [`Handover::Rename`] the mirror's files are instead
+//! renamed into staging (the mirror gives them up, and the catalog records where they went), which is journaled and
+//! finished by a rerun like every other step (`handover`).
 //!
 //! One target log dir per run; for a topic replicated on several target brokers, promote into each replica's log
 //! dir (identical copies) before starting any of them.
@@ -93,14 +96,16 @@
 //! This module only orchestrates ([`promote`]: lock, resume a journal, select, plan, journal, execute). The steps
 //! are modules named by what they do — `plan` (the request, every refusal, the plan, the pause), `journal` (the
 //! durable plan and the crash points), `build` (a partition complete in staging), `swap` (live directories, root
-//! checkpoints, catalog record) — with helpers `restamp`, `txn_cut`, `producer_state`, `target`, [`retention`],
+//! checkpoints, catalog record) — with helpers `restamp`, `kcopy`, `handover`, `txn_cut`, `producer_state`, `target`, [`retention`],
 //! `lock` and `files`. Errors are [`Error`] (this folder's own); the crate's error wraps it. Shared types live in
 //! leaf modules (`journal::Planned`, `report`, `refusal`, `retention::loss`), so no two modules import each other.
 
 mod build;
 mod error;
 mod files;
+mod handover;
 mod journal;
+mod kcopy;
 mod lock;
 mod log_end;
 mod plan;
@@ -131,6 +136,7 @@ use segment_format::TopicPartition;
 use segmirror_catalog::{Catalog, MirrorPartition, PartitionState};
 
 use files::remove_dir_all;
+use handover::KillSwitch;
 pub(crate) use journal::Step;
 use journal::{read_journal, write_journal, Journal};
 use plan::{pause, plan};
@@ -140,7 +146,7 @@ use swap::execute;
 pub use error::{Error, Result};
 pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
 pub use lock::{LockFailure, LogDirLock};
-pub use plan::{topics_regex, PromoteRequest, DEFAULT_PARALLEL};
+pub use plan::{topics_regex, Handover, PromoteRequest, DEFAULT_PARALLEL};
 pub use refusal::{Refusal, Refusals};
 pub use report::{Outcome, PromoteReport, PromotedPartition};
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
@@ -232,7 +238,16 @@ pub(crate) fn promote_with(
                 journal.partitions.len(),
                 journal.link
             ));
-            for p in execute(&journal, log_dir, catalog, hook, Outcome::Resumed, request.parallel)? {
+            let kill = KillSwitch::of(request);
+            for p in execute(
+                &journal,
+                log_dir,
+                catalog,
+                hook,
+                Outcome::Resumed,
+                request.parallel,
+                kill,
+            )? {
                 resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
             }
             link_from_journal = Some(journal.link);
@@ -324,6 +339,7 @@ pub(crate) fn promote_with(
             hook,
             Outcome::Promoted,
             request.parallel,
+            KillSwitch::of(request),
         )?);
     }
     if !refusals.is_empty() {

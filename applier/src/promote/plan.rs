@@ -42,6 +42,42 @@ pub struct PromoteRequest {
     pub allow_retention_delete: bool,
     /// How many partitions are built (copied) at once; 0 means [`DEFAULT_PARALLEL`].
     pub parallel: usize,
+    /// How the mirror's files reach the log dir: copied (the mirror keeps them) or renamed (handed over).
+    pub handover: Handover,
+    /// Crash tests: a kill point inside handover builds.
+    #[cfg(feature = "failpoints")]
+    pub failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
+}
+
+/// How the mirror's files reach the broker's log dir (`segmirror promote --handover`).
+///
+/// Why renaming is allowed: a promoted partition is terminal (the applier never writes it again), so the mirror
+/// may give its files up; promotion then costs the same for 40 MiB and for 4 GiB, less the epoch restamping, which
+/// touches one header per batch. Why it is not the default: the mirror no longer holds the data afterwards (no
+/// second promotion into another log dir from it, no `verify` of the mirror).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Handover {
+    /// Copy every file (the mirror keeps its data).
+    #[default]
+    Copy,
+    /// Rename the mirror's files into the log dir (same file system only; refused otherwise).
+    Rename,
+    /// Rename when the mirror root and the log dir are on one file system and the promotion covers every
+    /// partition of the link (the link ends with it); copy otherwise.
+    Auto,
+}
+
+impl std::str::FromStr for Handover {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "copy" => Ok(Handover::Copy),
+            "rename" => Ok(Handover::Rename),
+            "auto" => Ok(Handover::Auto),
+            other => Err(format!("unknown handover {other:?} (copy, rename or auto)")),
+        }
+    }
 }
 
 /// Partitions built at once by default: enough to keep a disk busy while one partition's files are fsynced and
@@ -177,6 +213,7 @@ pub(super) fn plan(
             cut,
             cut_timestamp: now_ms,
             tail_active: mirror.tail_active,
+            handover: false,
         });
     }
     for (topic, ids) in ids {
@@ -196,11 +233,69 @@ pub(super) fn plan(
             }
         }
     }
+    let rename = decide_handover(request, all, todo, &mut notes, refusals)?;
+    for p in &mut planned {
+        p.handover = rename;
+    }
     Ok(Plan {
         planned,
         notes,
         retention_deletes,
     })
+}
+
+/// Whether this promotion hands the mirror's files over by rename ([`Handover`]); a refusal for `Rename` across
+/// file systems, a note when `Auto` copies.
+fn decide_handover(
+    request: &PromoteRequest,
+    all: &[MirrorPartition],
+    todo: &[MirrorPartition],
+    notes: &mut Vec<String>,
+    refusals: &mut Vec<Refusal>,
+) -> Result<bool> {
+    if request.handover == Handover::Copy {
+        return Ok(false);
+    }
+    let same_fs = same_file_system(&request.mirror_root, &request.log_dir)?;
+    if request.handover == Handover::Rename {
+        if !same_fs {
+            refusals.push(Refusal::HandoverAcrossFileSystems {
+                mirror_root: request.mirror_root.clone(),
+                log_dir: request.log_dir.clone(),
+            });
+        }
+        return Ok(same_fs);
+    }
+    let left_mirroring = all
+        .iter()
+        .filter(|p| p.state != PartitionState::Promoted && !todo.iter().any(|t| t.key == p.key))
+        .count();
+    let why_copy = if !same_fs {
+        Some("the mirror root and the log dir are on different file systems".to_string())
+    } else if left_mirroring > 0 {
+        Some(format!(
+            "{left_mirroring} partition(s) of the link stay mirrored (the topic selection does not cover the link)"
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = &why_copy {
+        notes.push(format!("--handover auto copies: {why}"));
+    }
+    Ok(why_copy.is_none())
+}
+
+/// Whether `a` and `b` (existing paths) are on the same file system (`st_dev`).
+#[cfg(unix)]
+fn same_file_system(a: &Path, b: &Path) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).map_err(|e| Error::io(p, e));
+    Ok(dev(a)? == dev(b)?)
+}
+
+#[cfg(not(unix))]
+fn same_file_system(_: &Path, _: &Path) -> Result<bool> {
+    Ok(false)
 }
 
 /// What a mirror partition holds.

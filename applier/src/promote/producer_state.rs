@@ -32,6 +32,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::snapshot::ProducerSnapshot;
 
 use super::error::{Error, Result};
+use super::files::write_staged;
 use super::journal::Planned;
 use super::txn_cut;
 
@@ -45,7 +46,10 @@ pub fn start_empty(dir: &Path, last_base: i64, end_offset: i64) -> Result<()> {
             file.sync_all().map_err(|e| Error::io(&path, e))?;
         }
     }
-    ProducerSnapshot::default().write(&dir.join(segment_file_name(end_offset, SegmentFileKind::Snapshot)))?;
+    write_staged(
+        &dir.join(segment_file_name(end_offset, SegmentFileKind::Snapshot)),
+        &ProducerSnapshot::default().to_bytes(),
+    )?;
     Ok(())
 }
 

@@ -29,6 +29,9 @@ pub enum Refusal {
     MirrorRootMissing { path: PathBuf },
     /// No partition of the link matches the topic selection.
     NothingSelected { link: String },
+    /// `--handover rename` where the mirror root and the log dir are on different file systems (a rename cannot
+    /// move a file between them).
+    HandoverAcrossFileSystems { mirror_root: PathBuf, log_dir: PathBuf },
     /// The mirror has no directory for a partition the catalog records.
     MirrorPartitionMissing { partition: TopicPartition, path: PathBuf },
     /// The mirror directory holds a file an applier run leaves only when interrupted (or someone else put there).
@@ -135,6 +138,13 @@ impl fmt::Display for Refusal {
                 f,
                 "mirror root {} does not exist or is not a directory (give the --mirror of `segmirror apply`)",
                 path.display()
+            ),
+            Refusal::HandoverAcrossFileSystems { mirror_root, log_dir } => write!(
+                f,
+                "--handover rename: mirror root {} and log dir {} are on different file systems (use --handover \
+                 copy or auto)",
+                mirror_root.display(),
+                log_dir.display()
             ),
             Refusal::NothingSelected { link } => {
                 write!(f, "no partition of link {link:?} matches the topic selection")

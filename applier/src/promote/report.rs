@@ -39,6 +39,8 @@ pub struct PromotedPartition {
     pub log_bytes: u64,
     /// Batches whose epoch was rewritten.
     pub batches_restamped: u64,
+    /// The mirror's files were handed over by rename (`--handover`), not copied: the mirror no longer holds them.
+    pub handed_over: bool,
     /// Transactions open at the mirror's end, aborted by this promotion (an ABORT marker each, at
     /// `marker_offset`; `log_end_offset` counts the markers).
     pub transactions_aborted: Vec<CutTransaction>,
@@ -79,6 +81,7 @@ pub(super) fn already_promoted(p: &MirrorPartition) -> PromotedPartition {
         segments: 0,
         log_bytes: 0,
         batches_restamped: 0,
+        handed_over: false,
         transactions_aborted: Vec::new(),
     }
 }

@@ -9,10 +9,11 @@
 //! own leader restamps every batch it appends (`LogValidator`), and the field lies outside the CRC (which covers
 //! bytes 21.. of a batch; `DefaultRecordBatch`), so rewriting those four bytes leaves every batch valid.
 //!
-//! Promotion restamps while it copies ([`copy_log_restamping`]): each chunk read from the mirror has the headers of
-//! the frames starting in it checked and its epoch fields patched in memory before it is written, so the copy is
-//! never read back (a kernel copy followed by a header walk over the copy cost a second pass of one `lseek` and
-//! one small read per batch). [`walk_log`] restamps a file in place (only the header is read and at most four
+//! Promotion restamps while it copies ([`copy_log_restamping`]): in the kernel, patching the copy's headers in
+//! place (`kcopy`), or, where the kernel cannot copy between the two files, through a buffer: each chunk read from
+//! the mirror has the headers of the frames starting in it checked and its epoch fields patched in memory before it
+//! is written, so the copy is never read back. Both use [`inspect_frame`], so they fail alike. [`walk_log`]
+//! restamps a file in place (only the header is read and at most four
 //! bytes written per batch) and inspects one. Legacy (magic 0/1) frames have no epoch field — bytes 12..16 are
 //! their CRC — and are left alone. Both walks are strict: a frame that does not fit the file, a length below
 //! Kafka's minimum or an unknown magic is an error naming the file, position and offset; a mirror never holds
@@ -28,6 +29,7 @@ use segment_format::batch::{
 use segment_format::error::{Defect, Error as FormatError};
 
 use super::error::{Error, Result};
+use super::kcopy::{copy_log_in_kernel, KernelCopy, KERNEL_CHUNK};
 
 /// Byte position of `partitionLeaderEpoch` in a magic-2 batch.
 pub const PARTITION_LEADER_EPOCH_OFFSET: usize = 12;
@@ -58,7 +60,7 @@ pub(super) fn corrupt(path: &Path, position: u64, offset: Option<i64>, message: 
     Error::Format(FormatError::corrupt(path, position, offset, Defect::Other { message }))
 }
 
-fn partial_header(path: &Path, position: u64, remaining: u64) -> Error {
+pub(super) fn partial_header(path: &Path, position: u64, remaining: u64) -> Error {
     corrupt(
         path,
         position,
@@ -225,16 +227,26 @@ pub(super) fn walk_log_from(path: &Path, start: u64, epoch: Option<i32>) -> Resu
     Ok((walk, last_frame))
 }
 
-/// Copy the `.log` `from` to `to` (created; it must not be in use) in one pass: each chunk is read, the headers of
-/// the frames starting in it are checked as [`walk_log`] checks them and every magic-2 batch's
-/// `partitionLeaderEpoch` is set to `epoch` in the buffer, then the chunk is written and its write-back started
-/// ([`write_behind`]); one fsync at the end. The copy holds the same bytes as [`std::fs::copy`] followed by
-/// `walk_log(to, Some(epoch))`, without reading the copy back. Memory: one chunk.
+/// Copy the `.log` `from` to `to` (created; it must not be in use), checking every frame header as [`walk_log`]
+/// does and setting every magic-2 batch's `partitionLeaderEpoch` to `epoch`: in the kernel where it can
+/// (`kcopy`), else buffered ([`copy_log_restamping_buffered`]). Either way the copy holds the same bytes as
+/// [`std::fs::copy`] followed by `walk_log(to, Some(epoch))`, is fsynced once and fails with the same errors.
 pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32) -> Result<LogWalk> {
+    match copy_log_in_kernel(from, to, epoch, KERNEL_CHUNK)? {
+        KernelCopy::Copied(walk) => Ok(walk),
+        KernelCopy::Unsupported => copy_log_restamping_buffered(from, to, epoch),
+    }
+}
+
+/// The copy through a buffer, for file systems without `copy_file_range` between the two files: each chunk is
+/// read, the headers of the frames starting in it are checked and restamped in the buffer, then the chunk is
+/// written and its write-back started ([`write_behind`]); one fsync at the end. Memory: one chunk.
+pub(super) fn copy_log_restamping_buffered(from: &Path, to: &Path, epoch: i32) -> Result<LogWalk> {
     copy_log_restamping_in_chunks(from, to, epoch, COPY_CHUNK)
 }
 
-/// [`copy_log_restamping`] with chunks of `chunk` bytes (tests cut headers at every position with small ones).
+/// [`copy_log_restamping_buffered`] with chunks of `chunk` bytes (tests cut headers at every position with small
+/// ones).
 fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<LogWalk> {
     let chunk = chunk.max(1);
     let mut source = File::open(from).map_err(|e| Error::io(from, e))?;
@@ -318,7 +330,7 @@ fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usiz
 /// while the next chunks are copied instead of all at once in the final fsync. Only a hint; durability comes from
 /// that fsync.
 #[cfg(target_os = "linux")]
-fn write_behind(file: &File, at: u64, len: u64) {
+pub(super) fn write_behind(file: &File, at: u64, len: u64) {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
         return;
@@ -331,18 +343,18 @@ fn write_behind(file: &File, at: u64, len: u64) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn write_behind(_file: &File, _at: u64, _len: u64) {}
+pub(super) fn write_behind(_file: &File, _at: u64, _len: u64) {}
 
 /// Tell the kernel `file` is read from start to end (it doubles read-ahead). Only a hint.
 #[cfg(target_os = "linux")]
-fn read_ahead(file: &File) {
+pub(super) fn read_ahead(file: &File) {
     use std::os::fd::AsRawFd;
     // SAFETY: a valid open descriptor; the call reads no memory of ours. Failure changes nothing else.
     let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
 }
 
 #[cfg(not(target_os = "linux"))]
-fn read_ahead(_file: &File) {}
+pub(super) fn read_ahead(_file: &File) {}
 
 /// `N` bytes of `buf` from `at` (zeros past its end; callers read fixed positions of a full header).
 fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
@@ -503,6 +515,25 @@ mod tests {
             std::fs::read(&reference).unwrap(),
             "chunk {chunk}"
         );
+        // The kernel copy, patched in place through the mapping, chunk by chunk.
+        let to = dir.join("kernel.log");
+        let got = match copy_log_in_kernel(&from, &to, epoch, chunk).unwrap() {
+            KernelCopy::Copied(walk) => walk,
+            KernelCopy::Unsupported => panic!("copy_file_range within one directory of a local file system"),
+        };
+        assert_eq!(got, expected, "kernel, chunk {chunk}");
+        assert_eq!(
+            std::fs::read(&to).unwrap(),
+            std::fs::read(&reference).unwrap(),
+            "kernel, chunk {chunk}"
+        );
+    }
+
+    fn kernel_copy_error(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<LogWalk> {
+        match copy_log_in_kernel(from, to, epoch, chunk)? {
+            KernelCopy::Copied(walk) => Ok(walk),
+            KernelCopy::Unsupported => panic!("copy_file_range within one directory of a local file system"),
+        }
     }
 
     #[test]
@@ -516,6 +547,24 @@ mod tests {
             assert_copy_matches_two_passes(dir.path(), &frames, 2, chunk);
         }
         assert_copy_matches_two_passes(dir.path(), &[], 2, 7);
+    }
+
+    /// Across file systems (tmpfs to the temp dir's) the kernel may refuse `copy_file_range` (EXDEV since Linux
+    /// 5.19): `copy_log_restamping` then copies through its buffer, with the same bytes either way.
+    #[test]
+    fn a_copy_between_file_systems_restamps_the_same_bytes_whichever_path_it_takes() {
+        let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let frames = vec![batch(0, 3, 7), batch(3, 2, 9), batch(5, 4, 1)];
+        let from = write(shm.path(), &frames);
+        let reference = dir.path().join("reference.log");
+        std::fs::copy(&from, &reference).unwrap();
+        let expected = walk_log(&reference, Some(1)).unwrap();
+        let to = dir.path().join("copy.log");
+        assert_eq!(copy_log_restamping(&from, &to, 1).unwrap(), expected);
+        assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&reference).unwrap());
     }
 
     #[test]
@@ -541,6 +590,10 @@ mod tests {
                     .to_string();
                 assert_eq!(copied, walked, "chunk {chunk}");
                 assert!(copied.contains("00000000000000000000.log"), "{copied}");
+                let kernel = kernel_copy_error(&from, &dir.path().join("kernel.log"), 4, chunk)
+                    .unwrap_err()
+                    .to_string();
+                assert_eq!(kernel, walked, "kernel, chunk {chunk}");
             }
         }
     }
@@ -558,8 +611,22 @@ mod tests {
             let from = dir.path().join("00000000000000000000.log");
             std::fs::write(&from, &bytes).unwrap();
             let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 3, chunk);
+            let kernel = kernel_copy_error(&from, &dir.path().join("kernel.log"), 3, chunk);
+            // In place (a handed-over file): same result and same error as the walk, which names the same path.
+            let (in_place, walked_copy) = (dir.path().join("in-place.log"), dir.path().join("walked-copy.log"));
+            std::fs::copy(&from, &in_place).unwrap();
+            std::fs::copy(&from, &walked_copy).unwrap();
+            let walked_in_place =
+                walk_log(&walked_copy, Some(3)).map_err(|e| e.to_string().replace("walked-copy.log", "in-place.log"));
+            prop_assert_eq!(
+                crate::promote::kcopy::restamp_in_place(&in_place, 3).map_err(|e| e.to_string()),
+                walked_in_place
+            );
+            prop_assert_eq!(std::fs::read(&in_place).unwrap(), std::fs::read(&walked_copy).unwrap());
             let walked = walk_log(&from, Some(3));
-            prop_assert_eq!(copied.map_err(|e| e.to_string()), walked.map_err(|e| e.to_string()));
+            let walked = walked.map_err(|e| e.to_string());
+            prop_assert_eq!(copied.map_err(|e| e.to_string()), walked.clone());
+            prop_assert_eq!(kernel.map_err(|e| e.to_string()), walked);
         }
 
         /// Hostile bytes never panic: the walk ends in a summary or an error.

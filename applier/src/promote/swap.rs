@@ -15,6 +15,7 @@ use segmirror_catalog::{Catalog, EventKind, PartitionKey, PartitionState, Subjec
 use super::build::{build, staged, OLD, READY};
 use super::error::{Error, Result};
 use super::files::{remove_dir_all, remove_file, rename};
+use super::handover::KillSwitch;
 use super::journal::{Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
 use super::plan::DEFAULT_PARALLEL;
 use super::report::{Outcome, PromotedPartition};
@@ -29,12 +30,13 @@ pub(super) fn execute(
     hook: &mut dyn FnMut(Step),
     outcome: Outcome,
     parallel: usize,
+    kill: KillSwitch<'_>,
 ) -> Result<Vec<PromotedPartition>> {
     let staging = log_dir.join(PROMOTION_DIR);
-    let results = build_all(journal, &staging, outcome, hook, parallel)?;
-    for p in &journal.partitions {
-        swap(p, log_dir, &staging, hook)?;
-    }
+    let results = build_all(journal, &staging, outcome, hook, parallel, kill)?;
+    // Every `.ready` name durable at once, before anything live changes.
+    fsync_dir(&staging)?;
+    swap_all(&journal.partitions, log_dir, &staging, hook)?;
     target::write_root_checkpoints(log_dir, &journal.partitions)?;
     hook(Step::Checkpointed);
     for p in &journal.partitions {
@@ -66,6 +68,7 @@ fn build_all(
     outcome: Outcome,
     hook: &mut dyn FnMut(Step),
     parallel: usize,
+    kill: KillSwitch<'_>,
 ) -> Result<Vec<PromotedPartition>> {
     let partitions = &journal.partitions;
     let wanted = if parallel == 0 { DEFAULT_PARALLEL } else { parallel };
@@ -85,7 +88,7 @@ fn build_all(
                 while !stop.load(Ordering::SeqCst) {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(p) = partitions.get(i) else { break };
-                    let built = build(journal, p, staging, outcome);
+                    let built = build(journal, p, staging, outcome, kill);
                     if built.is_err() {
                         stop.store(true, Ordering::SeqCst);
                     }
@@ -139,25 +142,42 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// Put `<tp>.ready` in place of the live partition directory, keeping the live one as `<tp>.old`.
-fn swap(p: &Planned, log_dir: &Path, staging: &Path, hook: &mut dyn FnMut(Step)) -> Result<()> {
-    let ready = staged(staging, p, READY);
-    let old = staged(staging, p, OLD);
-    let live = log_dir.join(p.tp().dir_name());
-    if !ready.exists() {
-        // Swapped earlier (the journal says it was built, and only a swap removes `.ready`).
-        return Ok(());
+/// Put each `<tp>.ready` in place of its live partition directory, keeping the live one as `<tp>.old`: first every
+/// live directory is moved aside, then every `.ready` one moved in, with one fsync of the log dir and of staging
+/// after each round instead of four per partition. Why that is safe: the names say how far each partition got
+/// (`.old` present: moved aside; `.ready` absent: swapped), whatever subset of the renames a crash kept, and the
+/// root checkpoints are written only after the second round is durable. A partition swapped by an earlier run
+/// (no `.ready`) is skipped.
+fn swap_all(partitions: &[Planned], log_dir: &Path, staging: &Path, hook: &mut dyn FnMut(Step)) -> Result<()> {
+    let pending: Vec<&Planned> = partitions
+        .iter()
+        .filter(|p| staged(staging, p, READY).exists())
+        .collect();
+    let mut moved = Vec::new();
+    for p in &pending {
+        let old = staged(staging, p, OLD);
+        if !old.exists() {
+            rename(&log_dir.join(p.tp().dir_name()), &old)?;
+            moved.push(p.tp());
+        }
     }
-    if !old.exists() {
-        rename(&live, &old)?;
+    if !moved.is_empty() {
         fsync_dir(log_dir)?;
         fsync_dir(staging)?;
-        hook(Step::MovedAside(p.tp()));
     }
-    rename(&ready, &live)?;
-    fsync_dir(staging)?;
-    fsync_dir(log_dir)?;
-    hook(Step::Swapped(p.tp()));
+    for tp in moved {
+        hook(Step::MovedAside(tp));
+    }
+    for p in &pending {
+        rename(&staged(staging, p, READY), &log_dir.join(p.tp().dir_name()))?;
+    }
+    if !pending.is_empty() {
+        fsync_dir(staging)?;
+        fsync_dir(log_dir)?;
+    }
+    for p in pending {
+        hook(Step::Swapped(p.tp()));
+    }
     Ok(())
 }
 
@@ -169,6 +189,9 @@ fn record(catalog: &mut Catalog, link: &str, p: &Planned, log_dir: &Path) -> Res
         return Ok(());
     }
     catalog.set_mirror_topic_id(row.id, &p.target_topic_id)?;
+    if p.handover {
+        catalog.set_handed_over(row.id, &log_dir.display().to_string())?;
+    }
     let detail = format!(
         "promoted into {}: offsets [{}, {}), {} segment(s), leader epoch restamped to {}, target topic id {} \
          (state before promotion: {}); producer state starts empty at offset {}",

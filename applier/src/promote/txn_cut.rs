@@ -40,6 +40,7 @@ use segmirror_transport::manifest::MAX_SNAPSHOT_BYTES;
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
+use super::files::write_staged;
 
 /// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
 /// one: the lowest a coordinator ever uses, and irrelevant on the target (no coordinator there knows the
@@ -338,11 +339,12 @@ pub fn rebuild_indexes(dir: &Path, base: i64) -> Result<()> {
         return Err(Error::Format(e.at(&log_path)));
     }
     times.seal();
-    write_atomically(
+    // Only ever a partition being built in staging (`files::write_staged` says why no temporary file).
+    write_staged(
         &dir.join(segment_file_name(base, SegmentFileKind::Index)),
         &offsets.to_bytes(),
     )?;
-    write_atomically(
+    write_staged(
         &dir.join(segment_file_name(base, SegmentFileKind::TimeIndex)),
         &times.to_bytes(),
     )?;

@@ -66,6 +66,11 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = u16::try_from(promote::DEFAULT_PARALLEL).unwrap_or(1),
           value_parser = clap::value_parser!(u16).range(1..=256))]
     parallel: u16,
+    /// How the mirror's files reach the log dir: `copy` (the mirror keeps them), `rename` (hand them over: the
+    /// promotion no longer grows with the data, but the mirror gives its files up; mirror and log dir must share a
+    /// file system) or `auto` (rename when they share one and every partition of the link is promoted, else copy).
+    #[arg(long, value_name = "MODE", default_value = "copy", value_parser = ["copy", "rename", "auto"])]
+    handover: String,
     /// Print one JSON document (the report, or the refusals) instead of text.
     #[arg(long)]
     json: bool,
@@ -94,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         target_config: args.target_config,
         allow_retention_delete: args.allow_retention_delete,
         parallel: usize::from(args.parallel),
+        handover: args.handover.parse().map_err(anyhow::Error::msg)?,
     };
     match promote::promote(&request, &mut catalog) {
         Ok(report) => {
@@ -135,12 +141,13 @@ fn print_text(report: &PromoteReport) {
             Outcome::AlreadyPromoted => println!("{name}: already promoted (offsets up to {end})"),
             Outcome::Promoted | Outcome::Resumed => {
                 println!(
-                "{name}: {} offsets [{}, {end}) in {} segment(s), {} bytes; {} batch(es) restamped to leader epoch \
+                "{name}: {} offsets [{}, {end}) in {} segment(s), {} bytes{}; {} batch(es) restamped to leader epoch \
                  {}; topic id {}",
                 if p.outcome == Outcome::Resumed { "finished promoting" } else { "promoted" },
                 p.log_start_offset,
                 p.segments,
                 p.log_bytes,
+                if p.handed_over { " handed over by rename (the mirror no longer holds them)" } else { "" },
                 p.batches_restamped,
                 p.leader_epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
                 p.target_topic_id.as_deref().unwrap_or("?"),

@@ -242,6 +242,20 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
             );
         }
     }
+    // Below the table (its columns stay as they are): promoted partitions whose mirror files are gone.
+    for link in &doc.links {
+        for p in &link.partition_docs {
+            let s = p.partition;
+            if let Some(dir) = &s.handed_over_to {
+                let _ = writeln!(
+                    out,
+                    "{}/{}-{}: promoted by handing the mirror's files over (renamed) into {dir}; the mirror no longer \
+                     holds them",
+                    link.link.name, s.topic, s.partition
+                );
+            }
+        }
+    }
     out.push_str(&status_tail::render(
         &doc.tail,
         u64::try_from(doc.generated_at_ms).unwrap_or(0),
