@@ -782,6 +782,7 @@ impl Inner {
         file.seek(SeekFrom::Start(chunk.position))
             .map_err(|e| TailError::io(&path, e))?;
         file.write_all(&chunk.bytes).map_err(|e| TailError::io(&path, e))?;
+        write_behind(&file, chunk.position, chunk.bytes.len() as u64);
         drop(file);
         // The `.txnindex` entries durable (a crash before the record: cut back at the next start), the index
         // entries written; the directory entry of a new file is made durable with the group (`commit`).
@@ -1169,3 +1170,22 @@ pub(crate) fn rebuild_index_with(path: &Path, base: i64, kind: CompanionKind, in
         }
     })
 }
+
+/// Asks the kernel to start writing `len` bytes of `file` from `at` to disk now, without waiting (write-behind):
+/// the disk then works while the group's other chunks are written and the next group is received, instead of all
+/// at once in the group's fsync. Only a hint; durability still comes from that fsync (`commit`).
+#[cfg(target_os = "linux")]
+fn write_behind(file: &File, at: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: `sync_file_range` reads no memory of ours; `file` is open for writing and outlives the call. A
+    // failure only means no write-behind.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, nbytes, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn write_behind(_file: &File, _at: u64, _len: u64) {}

@@ -35,10 +35,11 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::read_ahead::ReadAhead;
 use super::{
     chunk_cost, outbox, read_error, replace_cost, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo,
     SessionConfig, SessionEnd,
@@ -279,7 +280,8 @@ impl<A: ChunkApplier> ApplierSession<A> {
         shutdown: &CancellationToken,
     ) -> Result<SessionEnd> {
         let idle = self.config.idle_timeout;
-        let (sink, mut stream) = framed.split();
+        let (sink, stream) = framed.split();
+        let mut stream = ReadAhead::new(stream, self.config.credit_window);
         let (tx, rx) = outbox();
         let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);
 
@@ -345,7 +347,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 None => tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => {
-                        say_goodbye(tx, &mut writer, &mut stream, idle, GoodbyeReason::Shutdown, "applier shutting down".into()).await;
+                        say_goodbye(tx, &mut writer, stream.inner_mut(), idle, GoodbyeReason::Shutdown, "applier shutting down".into()).await;
                         return Ok(SessionEnd::Shutdown);
                     }
                     frame = stream.next() => frame,
@@ -413,7 +415,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     // The group: the chunks already received behind this one, each within the credit.
                     let mut group = vec![chunk];
                     while group.len() < MAX_GROUP_CHUNKS {
-                        match stream.next().now_or_never() {
+                        match stream.now() {
                             None => break,
                             Some(Some(Ok(Frame::Chunk(next)))) if chunk_cost(&next) <= outstanding => {
                                 outstanding -= chunk_cost(&next);
@@ -438,7 +440,10 @@ impl<A: ChunkApplier> ApplierSession<A> {
                             held
                         });
                     }
-                    match self.on_chunks(&mut ends, &mut claimed, cluster, group).await {
+                    match stream
+                        .during(self.on_chunks(&mut ends, &mut claimed, cluster, group))
+                        .await
+                    {
                         Ok(mut replies) => {
                             if let Some(Frame::Credit { bytes }) = replies.last_mut() {
                                 *bytes += credit;
@@ -454,7 +459,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                         bytes: seal_cost(&seal),
                     }]
                 }
-                Frame::SegmentSeal(seal) => match self.on_seal(&mut ends, &seal).await {
+                Frame::SegmentSeal(seal) => match stream.during(self.on_seal(&mut ends, &seal)).await {
                     Ok(replies) => replies,
                     Err(DirectError::Fenced { partition, .. }) if cluster => {
                         unclaim(&mut claimed, &mut ends, &partition, "SegmentSeal");
@@ -880,10 +885,18 @@ fn verdict(ends: &HashMap<PartitionRef, End>, chunk: &Chunk) -> Result<Verdict> 
 async fn fail(
     tx: tokio::sync::mpsc::Sender<Frame>,
     writer: &mut tokio::task::JoinHandle<Result<()>>,
-    stream: &mut futures::stream::SplitStream<FramedIo>,
+    stream: &mut ReadAhead,
     linger: std::time::Duration,
     e: DirectError,
 ) -> DirectError {
-    say_goodbye(tx, writer, stream, linger, GoodbyeReason::Error, e.to_string()).await;
+    say_goodbye(
+        tx,
+        writer,
+        stream.inner_mut(),
+        linger,
+        GoodbyeReason::Error,
+        e.to_string(),
+    )
+    .await;
     e
 }

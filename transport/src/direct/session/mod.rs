@@ -18,12 +18,14 @@
 //! a stalled link) keeps reading, heartbeats go out while the applier is busy
 //! in a slow fsync, and every send is bounded by the idle timeout. Nothing a
 //! peer sends can make a side buffer more than one frame per direction plus the
-//! credit window.
+//! credit window (the applier: a group being applied plus the frames read ahead
+//! meanwhile, each within the window).
 
 pub mod applier;
 pub mod cluster;
 pub mod limiter;
 pub mod link;
+mod read_ahead;
 pub mod shipper;
 
 use std::sync::Arc;
@@ -56,11 +58,13 @@ pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Credit window the applier grants: at most this many payload bytes (chunk
-/// bytes and inline companion bytes) in flight. 16 MiB is twice the largest
-/// frame, so one maximal chunk is always sendable while the previous one is
-/// applied, and ~130 ms of a 1 Gbit/s link: enough to keep a long fat link busy
-/// while bounding the memory a stalled applier costs the shipper.
-pub const DEFAULT_CREDIT_WINDOW: u64 = 16 << 20;
+/// bytes and inline companion bytes) in flight. 64 MiB is eight of the largest
+/// frames, and ~0.5 s of a 1 Gbit/s link: while the applier makes one group
+/// durable (an fsync of up to the window's bytes), the shipper can still send
+/// the next group, which the applier reads ahead (`read_ahead`); with 16 MiB a
+/// catch-up left the disk idle between groups. Still bounds the memory a
+/// stalled applier costs either side.
+pub const DEFAULT_CREDIT_WINDOW: u64 = 64 << 20;
 
 /// Frames queued for the writer task. Small: the credit window, not this queue,
 /// bounds the bytes in flight; the queue only decouples reading from writing.
