@@ -184,7 +184,12 @@ fn follower_snapshot(
         }
     }
     Snapshot {
-        links: vec![link_meter.row(link, state, &["active", "paused", "promoted", "deleted"], partitions.len())],
+        links: vec![link_meter.row(
+            link,
+            state,
+            &["active", "paused", "promoted", "deleted"],
+            partitions.len(),
+        )],
         partitions,
     }
 }

@@ -100,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         allow_retention_delete: args.allow_retention_delete,
         parallel: usize::from(args.parallel),
         handover: args.handover.parse().map_err(anyhow::Error::msg)?,
+        ..PromoteRequest::default()
     };
     match promote::promote(&request, &mut catalog) {
         Ok(report) => {

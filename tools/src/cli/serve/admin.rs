@@ -120,7 +120,12 @@ impl CatalogAdmin {
         let link = match state {
             LinkState::Paused => catalog.pause_link(name)?,
             LinkState::Active => catalog.resume_link(name)?,
-            other => return Err(AdminError::new(409, format!("link {name:?}: the admin API does not set {other}"))),
+            other => {
+                return Err(AdminError::new(
+                    409,
+                    format!("link {name:?}: the admin API does not set {other}"),
+                ))
+            }
         };
         if name == self.served {
             self.meter.set_paused(state == LinkState::Paused);
