@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
-use segment_format::durable::{fsync_dir, write_atomically};
+use segment_format::durable::{fsync_dir, write_atomically, write_behind};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::{scan_frames, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
@@ -1170,22 +1170,3 @@ pub(crate) fn rebuild_index_with(path: &Path, base: i64, kind: CompanionKind, in
         }
     })
 }
-
-/// Asks the kernel to start writing `len` bytes of `file` from `at` to disk now, without waiting (write-behind):
-/// the disk then works while the group's other chunks are written and the next group is received, instead of all
-/// at once in the group's fsync. Only a hint; durability still comes from that fsync (`commit`).
-#[cfg(target_os = "linux")]
-fn write_behind(file: &File, at: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
-        return;
-    };
-    // SAFETY: `sync_file_range` reads no memory of ours; `file` is open for writing and outlives the call. A
-    // failure only means no write-behind.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, nbytes, libc::SYNC_FILE_RANGE_WRITE);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn write_behind(_file: &File, _at: u64, _len: u64) {}

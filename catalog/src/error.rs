@@ -49,7 +49,7 @@ pub enum Error {
     #[error("link {link:?} is {from}: cannot {action}")]
     LinkTransition {
         link: String,
-        from: crate::link::LinkState,
+        from: crate::link_state::LinkState,
         action: &'static str,
     },
 

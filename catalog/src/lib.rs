@@ -36,6 +36,7 @@ mod key;
 mod link;
 pub mod link_lifecycle;
 mod link_meta;
+mod link_state;
 mod mirror_root;
 mod partition;
 mod path;
@@ -52,8 +53,9 @@ pub use error::{ConflictReason, Entity, Error, Location, ReplacementRefusal, Res
 pub use event::{Event, EventKind, Subject};
 pub use follow::{ReplaceOutcome, Replacement, RetentionReceipt};
 pub use key::{PartitionId, PartitionKey};
-pub use link::{Link, LinkEnds, LinkSpec, LinkState, PeerLink, Transport, DIRECT_URL_PREFIX};
+pub use link::{Link, LinkEnds, LinkSpec, PeerLink, Transport, DIRECT_URL_PREFIX};
 pub use link_meta::{LinkOffset, LinkTopic, RecordedMeta};
+pub use link_state::LinkState;
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionState, Upsert};
 pub use path::{

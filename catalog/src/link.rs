@@ -13,21 +13,8 @@ use serde::Serialize;
 
 use crate::error::{Entity, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
-use crate::{text_enum, Catalog};
-
-text_enum! {
-    /// Lifecycle of a link. The allowed moves are [`crate::link_lifecycle`]'s.
-    pub enum LinkState {
-        /// Shipped and applied.
-        Active => "active",
-        /// A temporary disconnect: nothing is shipped or installed until resumed; the mirror stays read-only.
-        Paused => "paused",
-        /// Terminal: the mirror became a real cluster; nothing is installed again and shipping to it is refused.
-        Promoted => "promoted",
-        /// Terminal: a tombstone. Its partitions and events stay recorded; nothing ships or installs under it.
-        Deleted => "deleted",
-    }
-}
+use crate::link_state::LinkState;
+use crate::Catalog;
 
 /// How a link carries data, derived from its recorded address ([`Link::store_url`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -246,31 +233,6 @@ impl Catalog {
             .prepare(&format!("SELECT {LINK_COLUMNS} FROM links ORDER BY name"))?;
         let links = stmt.query_map([], link_from_row)?.collect::<rusqlite::Result<_>>()?;
         Ok(links)
-    }
-
-    /// Moves a link to `state` if the lifecycle allows it ([`crate::link_lifecycle::check_transition`]). Setting
-    /// the current state is a no-op; leaving `promoted` is [`Error::Promoted`], any other refused move
-    /// [`Error::LinkTransition`]. The link's partitions keep their own states.
-    pub fn set_link_state(&mut self, name: &str, state: LinkState) -> Result<Link> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut link = load_link(&tx, name)?;
-        if !crate::link_lifecycle::check_transition(name, link.state, state)? {
-            return Ok(link);
-        }
-        if state == LinkState::Deleted {
-            link.deleted_at_ms = Some(now_ms());
-            tx.execute(
-                "UPDATE links SET deleted_at_ms = ?2 WHERE name = ?1",
-                params![name, link.deleted_at_ms],
-            )?;
-        } else {
-            tx.execute("UPDATE links SET state = ?2 WHERE name = ?1", params![name, state])?;
-        }
-        let detail = format!("{} -> {}", link.state, state);
-        insert_event(&tx, Subject::Link(name), EventKind::LinkStateChanged, &detail)?;
-        tx.commit()?;
-        link.state = state;
-        Ok(link)
     }
 
     /// Records `peer_id` (the shipper's link id, from the bucket's link identity object) as the one this link

@@ -11,8 +11,13 @@
 //! ```
 //! Asking for the state a link is already in is a no-op (so a retried `pause` succeeds), except for `deleted`.
 
+use rusqlite::{params, TransactionBehavior};
+use segment_format::now_ms;
+
 use crate::error::{Entity, Error, Result};
-use crate::link::{Link, LinkState};
+use crate::event::{insert_event, EventKind, Subject};
+use crate::link::{load_link, Link};
+use crate::link_state::LinkState;
 use crate::Catalog;
 
 /// The verb an operator used to ask for `to`, for error messages.
@@ -51,6 +56,31 @@ pub fn check_transition(name: &str, from: LinkState, to: LinkState) -> Result<bo
 }
 
 impl Catalog {
+    /// Moves a link to `state` if the lifecycle allows it ([`check_transition`]). Setting
+    /// the current state is a no-op; leaving `promoted` is [`Error::Promoted`], any other refused move
+    /// [`Error::LinkTransition`]. The link's partitions keep their own states.
+    pub fn set_link_state(&mut self, name: &str, state: LinkState) -> Result<Link> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut link = load_link(&tx, name)?;
+        if !check_transition(name, link.state, state)? {
+            return Ok(link);
+        }
+        if state == LinkState::Deleted {
+            link.deleted_at_ms = Some(now_ms());
+            tx.execute(
+                "UPDATE links SET deleted_at_ms = ?2 WHERE name = ?1",
+                params![name, link.deleted_at_ms],
+            )?;
+        } else {
+            tx.execute("UPDATE links SET state = ?2 WHERE name = ?1", params![name, state])?;
+        }
+        let detail = format!("{} -> {}", link.state, state);
+        insert_event(&tx, Subject::Link(name), EventKind::LinkStateChanged, &detail)?;
+        tx.commit()?;
+        link.state = state;
+        Ok(link)
+    }
+
     /// `active` → `paused`: shippers and appliers of the link stop moving data until [`Catalog::resume_link`].
     pub fn pause_link(&mut self, name: &str) -> Result<Link> {
         self.set_link_state(name, LinkState::Paused)

@@ -15,7 +15,8 @@ use serde::Serialize;
 use crate::error::{Entity, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
 use crate::key::{PartitionId, PartitionKey};
-use crate::link::{load_link, LinkState};
+use crate::link::load_link;
+use crate::link_state::LinkState;
 use crate::{text_enum, Catalog};
 
 text_enum! {

@@ -8,7 +8,8 @@ use segment_format::now_ms;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::link::{link_from_row, LinkState, LINK_COLUMNS, LINK_COLUMN_COUNT};
+use crate::link::{link_from_row, LINK_COLUMNS, LINK_COLUMN_COUNT};
+use crate::link_state::LinkState;
 use crate::partition::PartitionState;
 use crate::Catalog;
 

@@ -74,6 +74,35 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// Asks the kernel to start writing `len` bytes of `file` from `at` to disk now, without waiting (write-behind), so
+/// the disk works while the next pieces are produced instead of all at once in the final fsync. Only a hint:
+/// durability still comes from that fsync; a failure only means no write-behind.
+#[cfg(target_os = "linux")]
+pub fn write_behind(file: &File, at: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: `sync_file_range` reads no memory of ours; `file` is open and outlives the call.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, nbytes, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn write_behind(_file: &File, _at: u64, _len: u64) {}
+
+/// Tells the kernel `file` is read from start to end (it doubles read-ahead). Only a hint: failure changes nothing.
+#[cfg(target_os = "linux")]
+pub fn read_sequentially(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open descriptor; the call reads no memory of ours.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn read_sequentially(_file: &File) {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -423,13 +423,7 @@ impl LogFile {
                 crate::open::MAX_SEGMENT_BYTES,
             ));
         }
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            // Only a hint (doubles read-ahead): failure changes nothing else.
-            // SAFETY: a valid open descriptor; the call reads no memory of ours.
-            let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
-        }
+        crate::durable::read_sequentially(&file);
         Ok(LogFile { path, file, len })
     }
 

@@ -166,7 +166,7 @@ where
 {
     let exe = crate::segmirror_cli::segmirror_binary()?;
     let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
-    let out = std::process::Command::new(exe)
+    let out = crate::segmirror_cli::segmirror_command()?
         .args(&args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()

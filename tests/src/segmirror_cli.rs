@@ -109,6 +109,29 @@ fn build() -> Result<PathBuf> {
     Ok(exe)
 }
 
+/// The data directory (`SEGMIRROR_HOME`) every `segmirror` this test process starts defaults to: one per test
+/// process, never the user's own, so a catalog or link record left by one test binary (or by the operator) is never
+/// read by another. A test that sets `SEGMIRROR_HOME` itself wins.
+pub fn test_home() -> &'static Path {
+    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let home = std::env::temp_dir().join(format!("segmirror-test-home-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&home).expect("creating the tests' SEGMIRROR_HOME");
+        home
+    })
+}
+
+/// A `segmirror` command with [`test_home`] as its data directory (a later `.env`/`.envs` may replace it).
+pub fn segmirror_command() -> Result<Command> {
+    let mut cmd = Command::new(segmirror_binary()?);
+    cmd.env("SEGMIRROR_HOME", test_home());
+    Ok(cmd)
+}
+
 /// Runs `segmirror <args>` and captures everything.
 pub fn run_segmirror<I, S>(args: I) -> Result<CliRun>
 where
@@ -117,7 +140,7 @@ where
 {
     let exe = segmirror_binary()?;
     let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
-    let out = Command::new(exe)
+    let out = segmirror_command()?
         .args(&args)
         .output()
         .with_context(|| format!("running {}", exe.display()))?;

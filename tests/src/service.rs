@@ -168,8 +168,23 @@ impl Drop for Service {
     }
 }
 
+fn next_shipper_home() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn spawn(args: &[String], env: &[(String, String)]) -> (Child, Arc<Mutex<String>>) {
+    // A shipper gets a data directory of its own: it would otherwise read the link record the applier of the same
+    // test keeps in the shared one (both ends on one host, one catalog) and follow that record's state and regex.
+    let home = if args.first().is_some_and(|a| a == "ship") {
+        let home = crate::segmirror_cli::test_home().join(format!("shipper-{}", next_shipper_home()));
+        std::fs::create_dir_all(&home).unwrap();
+        home
+    } else {
+        crate::segmirror_cli::test_home().to_path_buf()
+    };
     let mut child = Command::new(segmirror_binary().unwrap())
+        .env("SEGMIRROR_HOME", home)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env("SEGMIRROR_LOG", "info")

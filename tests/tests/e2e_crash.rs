@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use segment_format::checkpoint::OffsetCheckpoint;
@@ -33,7 +33,7 @@ use segment_format::writer::sample::{write_bulk, write_sample, BulkOptions, Samp
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_catalog::{Catalog, PartitionState};
 use segmirror_tests::mirror::{assert_same_files, files_under};
-use segmirror_tests::segmirror_cli::{segmirror_binary, segmirror_verify};
+use segmirror_tests::segmirror_cli::{segmirror_command, segmirror_verify};
 
 /// When to kill a run.
 enum Kill {
@@ -58,7 +58,8 @@ struct Outcome {
 fn spawn(args: &[String], log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();
     let err = out.try_clone().unwrap();
-    Command::new(segmirror_binary().unwrap())
+    segmirror_command()
+        .unwrap()
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::from(out))

@@ -458,6 +458,7 @@ fn a_shipper_of_another_cluster_is_refused_and_its_link_pauses() {
 /// `segmirror status --json` of a tailed mirror: its `tail` rows by partition name.
 fn tail_status(mirror: &Path) -> std::collections::BTreeMap<String, serde_json::Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+        .env("SEGMIRROR_HOME", common::service::test_home())
         .args(["status", "--json", "--catalog"])
         .arg(catalog_of(mirror))
         .output()
@@ -555,6 +556,7 @@ fn status_shows_the_tail_lag_in_offsets_bytes_and_seconds() {
         assert_eq!(row["shipped_end_offset"], 90, "{name}: {row}");
     }
     let table = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+        .env("SEGMIRROR_HOME", common::service::test_home())
         .args(["status", "--catalog"])
         .arg(catalog_of(&mirror))
         .output()

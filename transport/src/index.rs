@@ -108,7 +108,7 @@ impl BucketIndex {
                         }
                     }
                 }
-                Err(_) if crate::link_meta::parse_meta_key(prefix, &object.key).is_some() => index.meta.push(object),
+                Err(_) if crate::manifest::parse_meta_key(prefix, &object.key).is_some() => index.meta.push(object),
                 Err(e) => index.foreign.push(ForeignKey {
                     reason: match e {
                         Error::BadKey { reason, .. } => reason,

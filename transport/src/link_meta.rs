@@ -35,17 +35,13 @@ use serde::{Deserialize, Serialize};
 use segment_format::dir::validate_topic_name;
 
 use crate::error::{DocumentProblem, Error, MismatchKind, Result};
-use crate::manifest::{parse_canonical_topic_id, validate_link_name, KeyPrefix, Sha256Digest};
+pub use crate::manifest::{
+    in_meta_data_dir, is_meta_data_dir, meta_data_key as data_key, meta_manifest_key as manifest_key, parse_meta_key,
+    MetaKey, META_DATA_DIR, META_DIR, META_MANIFEST_NAME, OFFSETS_NAME, TOPICS_NAME,
+};
+use crate::manifest::{parse_canonical_topic_id, KeyPrefix, Sha256Digest};
 use crate::store::digest_of;
 use crate::traits::{SegmentSink, SegmentSource};
-
-/// The directory of a link's metadata, beside its topics.
-pub const META_DIR: &str = "_meta";
-/// Where versions' data objects go (left out of a listing of versions).
-pub const META_DATA_DIR: &str = "data";
-pub const META_MANIFEST_NAME: &str = "manifest.json";
-pub const TOPICS_NAME: &str = "topics.json";
-pub const OFFSETS_NAME: &str = "offsets.json";
 
 pub const META_MANIFEST_FORMAT: &str = "segmirror.link-meta.v1";
 pub const TOPICS_FORMAT: &str = "segmirror.topics.v1";
@@ -340,72 +336,6 @@ impl MetaManifest {
         }
         Ok(())
     }
-}
-
-/// `<prefix>/<link>/_meta/manifest.json`.
-pub fn manifest_key(prefix: &KeyPrefix, link: &str) -> String {
-    prefix.join(&format!("{link}/{META_DIR}/{META_MANIFEST_NAME}"))
-}
-
-/// `<prefix>/<link>/_meta/data/<version:020>/<name>`.
-pub fn data_key(prefix: &KeyPrefix, link: &str, version: u64, name: &str) -> String {
-    prefix.join(&format!("{link}/{META_DIR}/{META_DATA_DIR}/{version:020}/{name}"))
-}
-
-/// What a metadata key is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MetaKey {
-    Manifest {
-        link: String,
-    },
-    Data {
-        link: String,
-        version: u64,
-        name: &'static str,
-    },
-}
-
-/// Parse a key under `prefix` as a link metadata key: exactly what [`manifest_key`] and [`data_key`] build.
-pub fn parse_meta_key(prefix: &KeyPrefix, key: &str) -> Option<MetaKey> {
-    let rest = prefix.strip(key)?;
-    let parts: Vec<&str> = rest.split('/').collect();
-    match parts.as_slice() {
-        [link, META_DIR, META_MANIFEST_NAME] if validate_link_name(link).is_ok() => {
-            Some(MetaKey::Manifest { link: link.to_string() })
-        }
-        [link, META_DIR, META_DATA_DIR, version, name] if validate_link_name(link).is_ok() => {
-            let name = [TOPICS_NAME, OFFSETS_NAME].into_iter().find(|n| n == name)?;
-            if version.len() != 20 || !version.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            Some(MetaKey::Data {
-                link: link.to_string(),
-                version: version.parse().ok()?,
-                name,
-            })
-        }
-        _ => None,
-    }
-}
-
-/// Whether `dir` (no trailing `/`) is a link's metadata data directory: a listing of versions need not descend.
-pub fn is_meta_data_dir(prefix: &KeyPrefix, dir: &str) -> bool {
-    prefix.strip(dir).is_some_and(|rest| {
-        let parts: Vec<&str> = rest.split('/').collect();
-        matches!(parts.as_slice(), [link, META_DIR, META_DATA_DIR] if validate_link_name(link).is_ok())
-    })
-}
-
-/// Whether `key` lies inside a link's metadata data directory.
-pub fn in_meta_data_dir(prefix: &KeyPrefix, key: &str) -> bool {
-    prefix.strip(key).is_some_and(|rest| {
-        let mut parts = rest.split('/');
-        let (link, meta, data) = (parts.next(), parts.next(), parts.next());
-        meta == Some(META_DIR)
-            && data == Some(META_DATA_DIR)
-            && parts.next().is_some()
-            && link.is_some_and(|l| validate_link_name(l).is_ok())
-    })
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> Error {

@@ -80,8 +80,10 @@ mod keys;
 pub use chunks::{LogChunk, CHUNK_SUFFIX, MANIFEST_FORMAT_V2, MAX_LOG_CHUNKS};
 
 pub use keys::{
-    in_data_dir, is_data_dir, parse_canonical_topic_id, validate_link_name, KeyPrefix, ObjectKey, ObjectKind,
-    PartitionKey, SegmentFileName, SegmentRange,
+    in_data_dir, in_meta_data_dir, is_data_dir, is_meta_data_dir, meta_data_key, meta_manifest_key,
+    parse_canonical_topic_id, parse_meta_key, validate_link_name, KeyPrefix, MetaKey, ObjectKey, ObjectKind,
+    PartitionKey, SegmentFileName, SegmentRange, META_DATA_DIR, META_DIR, META_MANIFEST_NAME, OFFSETS_NAME,
+    TOPICS_NAME,
 };
 
 /// `format` of a v1 manifest.

@@ -25,7 +25,9 @@ use std::path::Path;
 use segment_format::batch::RECORD_BATCH_OVERHEAD;
 
 use super::error::{Error, Result};
-use super::restamp::{inspect_frame, partial_header, read_ahead, write_behind, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
+use segment_format::durable::{read_sequentially, write_behind};
+
+use super::frames::{inspect_frame, partial_header, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
 
 /// Bytes per `copy_file_range` call: each chunk's headers are patched and its write-back started before the next.
 pub(super) const KERNEL_CHUNK: usize = 8 << 20;
@@ -65,7 +67,7 @@ pub(super) fn copy_log_in_kernel(from: &Path, to: &Path, epoch: i32, chunk: usiz
     let Ok(len) = usize::try_from(size) else {
         return Ok(KernelCopy::Unsupported);
     };
-    read_ahead(&source);
+    read_sequentially(&source);
     let chunk = chunk.max(1);
     // The mapping needs the file at its final length: the copy fills it chunk by chunk from the start.
     out.set_len(size).map_err(|e| Error::io(to, e))?;

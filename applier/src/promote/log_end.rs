@@ -20,7 +20,8 @@ use std::path::Path;
 use segment_format::batch::{ATTRIBUTES_OFFSET, CRC_OFFSET, RECORD_BATCH_OVERHEAD};
 
 use super::error::{Error, Result};
-use super::restamp::{corrupt, inspect_frame, walk_log_from};
+use super::frames::{corrupt, inspect_frame, Frame};
+use super::restamp::walk_log_from;
 
 /// Bytes of one offset index entry: relative offset and position, both 32-bit.
 const INDEX_ENTRY: u64 = 8;
@@ -97,7 +98,7 @@ fn index_hint(log: &Path, base: i64) -> Result<Option<(u64, i64)>> {
 }
 
 /// The frame starting at `position` of `log` (`size` bytes), or `None` when its header does not check out.
-fn frame_at(log: &Path, position: u64, size: u64) -> Result<Option<super::restamp::Frame>> {
+fn frame_at(log: &Path, position: u64, size: u64) -> Result<Option<Frame>> {
     let file = File::open(log).map_err(|e| Error::io(log, e))?;
     let remaining = size.saturating_sub(position);
     let mut header = vec![0u8; usize::try_from(remaining.min(RECORD_BATCH_OVERHEAD as u64)).unwrap_or(0)];

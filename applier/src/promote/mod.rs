@@ -103,6 +103,7 @@
 mod build;
 mod error;
 mod files;
+mod frames;
 mod handover;
 mod journal;
 mod kcopy;

@@ -23,18 +23,14 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use segment_format::batch::{
-    HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, MIN_FRAME_LENGTH, RECORD_BATCH_OVERHEAD,
-};
-use segment_format::error::{Defect, Error as FormatError};
+use segment_format::batch::{HEADER_SIZE_UP_TO_MAGIC, MAGIC_OFFSET, RECORD_BATCH_OVERHEAD};
 
 use super::error::{Error, Result};
+use super::frames::{array, corrupt, inspect_frame, partial_header};
+pub use super::frames::{LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
 use super::kcopy::{copy_log_in_kernel, KernelCopy, KERNEL_CHUNK};
+use segment_format::durable::{read_sequentially, write_behind};
 
-/// Byte position of `partitionLeaderEpoch` in a magic-2 batch.
-pub const PARTITION_LEADER_EPOCH_OFFSET: usize = 12;
-/// Byte position of `lastOffsetDelta` in a magic-2 batch.
-const LAST_OFFSET_DELTA_OFFSET: usize = 23;
 /// Read buffer of the header walk: big enough to serve many small batches per read.
 const WALK_BUFFER: usize = 64 * 1024;
 /// Chunk of the one-pass copy: large enough that a read and a write move a lot per system call, small enough
@@ -42,106 +38,6 @@ const WALK_BUFFER: usize = 64 * 1024;
 const COPY_CHUNK: usize = 1 << 20;
 /// Write-back is started every this many bytes copied.
 const WRITE_BEHIND_BYTES: u64 = 8 << 20;
-
-/// What a walk over one `.log` found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LogWalk {
-    /// Frames (batches and legacy messages) in the file.
-    pub frames: u64,
-    /// Magic-2 batches whose epoch was rewritten (0 when only inspecting).
-    pub restamped: u64,
-    /// Last offset of the last frame; `None` for an empty file.
-    pub last_offset: Option<i64>,
-    /// Bytes of the file.
-    pub size: u64,
-}
-
-pub(super) fn corrupt(path: &Path, position: u64, offset: Option<i64>, message: String) -> Error {
-    Error::Format(FormatError::corrupt(path, position, offset, Defect::Other { message }))
-}
-
-pub(super) fn partial_header(path: &Path, position: u64, remaining: u64) -> Error {
-    corrupt(
-        path,
-        position,
-        None,
-        format!("{remaining} trailing bytes, too few for a frame header (a partial batch)"),
-    )
-}
-
-/// One frame's header as the walks read it.
-pub(super) struct Frame {
-    pub(super) base_offset: i64,
-    pub(super) magic: i8,
-    /// Bytes of the whole frame, its 12-byte log overhead included.
-    pub(super) size: u64,
-    pub(super) last_offset: i64,
-}
-
-/// Check the frame whose header starts `header` at `position` of `path`, with `remaining` bytes of the file from
-/// there. `header` holds at least [`HEADER_SIZE_UP_TO_MAGIC`] bytes, and [`RECORD_BATCH_OVERHEAD`] for a magic-2
-/// batch (callers pass `min(RECORD_BATCH_OVERHEAD, remaining)`; a shorter magic-2 frame is refused here).
-pub(super) fn inspect_frame(path: &Path, position: u64, remaining: u64, header: &[u8]) -> Result<Frame> {
-    if remaining < HEADER_SIZE_UP_TO_MAGIC as u64 || header.len() < HEADER_SIZE_UP_TO_MAGIC {
-        return Err(partial_header(path, position, remaining));
-    }
-    let base_offset = i64::from_be_bytes(array(header, 0));
-    let length = i32::from_be_bytes(array(header, 8));
-    let magic = header.get(MAGIC_OFFSET).copied().unwrap_or_default() as i8;
-    if length < MIN_FRAME_LENGTH {
-        return Err(corrupt(
-            path,
-            position + 8,
-            Some(base_offset),
-            format!("frame length {length} is below Kafka's minimum {MIN_FRAME_LENGTH}"),
-        ));
-    }
-    let size = LOG_OVERHEAD as u64 + length as u64;
-    if size > remaining {
-        return Err(corrupt(
-            path,
-            position,
-            Some(base_offset),
-            format!("frame of {size} bytes runs past the end of the file ({remaining} bytes left)"),
-        ));
-    }
-    let last_offset = match magic {
-        0 | 1 => base_offset,
-        2 => {
-            if size < RECORD_BATCH_OVERHEAD as u64 || header.len() < RECORD_BATCH_OVERHEAD {
-                return Err(corrupt(
-                    path,
-                    position + 8,
-                    Some(base_offset),
-                    format!("magic-2 batch of {size} bytes is smaller than its {RECORD_BATCH_OVERHEAD}-byte header"),
-                ));
-            }
-            let delta = i32::from_be_bytes(array(header, LAST_OFFSET_DELTA_OFFSET));
-            base_offset.checked_add(i64::from(delta)).ok_or_else(|| {
-                corrupt(
-                    path,
-                    position,
-                    Some(base_offset),
-                    format!("last offset delta {delta} overflows"),
-                )
-            })?
-        }
-        other => {
-            return Err(corrupt(
-                path,
-                position + MAGIC_OFFSET as u64,
-                Some(base_offset),
-                format!("unknown magic {other}"),
-            ))
-        }
-    };
-    Ok(Frame {
-        base_offset,
-        magic,
-        size,
-        last_offset,
-    })
-}
 
 /// Walk `path` and report its frames; with `epoch`, rewrite every magic-2 batch's `partitionLeaderEpoch` that
 /// differs from it. The file must be a whole number of frames.
@@ -251,7 +147,7 @@ fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usiz
     let chunk = chunk.max(1);
     let mut source = File::open(from).map_err(|e| Error::io(from, e))?;
     let size = source.metadata().map_err(|e| Error::io(from, e))?.len();
-    read_ahead(&source);
+    read_sequentially(&source);
     let mut out = OpenOptions::new()
         .write(true)
         .create(true)
@@ -326,51 +222,13 @@ fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usiz
     Ok(walk)
 }
 
-/// Ask the kernel to start writing `len` bytes of `file` from `at` to disk without waiting, so that the disk works
-/// while the next chunks are copied instead of all at once in the final fsync. Only a hint; durability comes from
-/// that fsync.
-#[cfg(target_os = "linux")]
-pub(super) fn write_behind(file: &File, at: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
-        return;
-    };
-    // SAFETY: `sync_file_range` reads no memory of ours; `file` is open for writing and outlives the call. A
-    // failure only means no write-behind.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, nbytes, libc::SYNC_FILE_RANGE_WRITE);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(super) fn write_behind(_file: &File, _at: u64, _len: u64) {}
-
-/// Tell the kernel `file` is read from start to end (it doubles read-ahead). Only a hint.
-#[cfg(target_os = "linux")]
-pub(super) fn read_ahead(file: &File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a valid open descriptor; the call reads no memory of ours. Failure changes nothing else.
-    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(super) fn read_ahead(_file: &File) {}
-
-/// `N` bytes of `buf` from `at` (zeros past its end; callers read fixed positions of a full header).
-fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
-    let mut out = [0u8; N];
-    if let Some(src) = buf.get(at..at + N) {
-        out.copy_from_slice(src);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use segment_format::batch::TimestampType;
     use segment_format::batch::{compute_crc, parse_header};
+    use segment_format::error::Error as FormatError;
     use segment_format::legacy::encode_message;
     use segment_format::record::{BatchBuilder, RecordSpec};
 

@@ -90,6 +90,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         open_catalog_of_missing_mirror(args.catalog, &args.mirror)?
     };
+    // The rest: fields that exist only with the applier's `failpoints` feature (crash tests), never set here.
+    #[allow(clippy::needless_update)]
     let request = PromoteRequest {
         mirror_root: args.mirror,
         log_dir: args.log_dir,

@@ -483,6 +483,7 @@ where
     S: AsRef<OsStr>,
 {
     let out = Command::new(env!("CARGO_BIN_EXE_segmirror"))
+        .env("SEGMIRROR_HOME", service::test_home())
         .args(args)
         .output()
         .unwrap();

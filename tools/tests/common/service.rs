@@ -29,7 +29,7 @@ impl Service {
 
     fn spawn(name: &'static str, args: &[String], log_filter: Option<&str>) -> Service {
         let mut command = Command::new(env!("CARGO_BIN_EXE_segmirror"));
-        command.args(args);
+        command.env("SEGMIRROR_HOME", test_home()).args(args);
         match log_filter {
             Some(filter) => command.env("SEGMIRROR_LOG", filter),
             None => command.env_remove("SEGMIRROR_LOG"),
@@ -109,4 +109,19 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The data directory (`SEGMIRROR_HOME`) of every `segmirror` this test process starts: one per process, never the
+/// user's own, so no catalog or link record is shared with another test binary or with the operator.
+pub fn test_home() -> &'static std::path::Path {
+    static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let home = std::env::temp_dir().join(format!("segmirror-tools-test-home-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&home).expect("creating the tests' SEGMIRROR_HOME");
+        home
+    })
 }

@@ -485,12 +485,12 @@ const DATA_DIR_COMPONENTS: usize = 5;
 /// directory or lies inside one (`<link>/<topic>/<partition>/<topic id>/data/...`): a data object or chunk, never a
 /// manifest or a lease. Decided by position, as the builders place keys, so a topic named `data` is not mistaken
 /// for one. What a listing of versions leaves out ([`crate::SegmentSource::list_versions`]).
-/// A link's metadata data directory (`<link>/_meta/data`, [`crate::link_meta`]) counts as one too.
+/// A link's metadata data directory (`<link>/_meta/data`, `crate::link_meta`) counts as one too.
 pub fn in_data_dir(prefix: &KeyPrefix, key: &str) -> bool {
     prefix
         .strip(key)
         .is_some_and(|rest| rest.split('/').nth(DATA_DIR_COMPONENTS - 1) == Some(DATA_DIR))
-        || crate::link_meta::in_meta_data_dir(prefix, key)
+        || in_meta_data_dir(prefix, key)
 }
 
 /// Whether the directory `dir` (no trailing `/`) is exactly a lineage's data directory (not a directory inside
@@ -499,5 +499,83 @@ pub fn is_data_dir(prefix: &KeyPrefix, dir: &str) -> bool {
     prefix
         .strip(dir)
         .is_some_and(|rest| rest.split('/').count() == DATA_DIR_COMPONENTS && in_data_dir(prefix, dir))
-        || crate::link_meta::is_meta_data_dir(prefix, dir)
+        || is_meta_data_dir(prefix, dir)
+}
+
+/// The directory of a link's metadata (`crate::link_meta`), beside its topics.
+pub const META_DIR: &str = "_meta";
+/// Where a link's metadata versions' data objects go (left out of a listing of versions).
+pub const META_DATA_DIR: &str = "data";
+
+/// Whether `dir` (no trailing `/`) is a link's metadata data directory: a listing of versions need not descend.
+pub fn is_meta_data_dir(prefix: &KeyPrefix, dir: &str) -> bool {
+    prefix.strip(dir).is_some_and(|rest| {
+        let parts: Vec<&str> = rest.split('/').collect();
+        matches!(parts.as_slice(), [link, META_DIR, META_DATA_DIR] if validate_link_name(link).is_ok())
+    })
+}
+
+/// Whether `key` lies inside a link's metadata data directory.
+pub fn in_meta_data_dir(prefix: &KeyPrefix, key: &str) -> bool {
+    prefix.strip(key).is_some_and(|rest| {
+        let mut parts = rest.split('/');
+        let (link, meta, data) = (parts.next(), parts.next(), parts.next());
+        meta == Some(META_DIR)
+            && data == Some(META_DATA_DIR)
+            && parts.next().is_some()
+            && link.is_some_and(|l| validate_link_name(l).is_ok())
+    })
+}
+
+/// A link metadata manifest's name (`crate::link_meta`).
+pub const META_MANIFEST_NAME: &str = "manifest.json";
+/// A metadata version's topics document.
+pub const TOPICS_NAME: &str = "topics.json";
+/// A metadata version's offsets document.
+pub const OFFSETS_NAME: &str = "offsets.json";
+
+/// `<prefix>/<link>/_meta/manifest.json`.
+pub fn meta_manifest_key(prefix: &KeyPrefix, link: &str) -> String {
+    prefix.join(&format!("{link}/{META_DIR}/{META_MANIFEST_NAME}"))
+}
+
+/// `<prefix>/<link>/_meta/data/<version:020>/<name>`.
+pub fn meta_data_key(prefix: &KeyPrefix, link: &str, version: u64, name: &str) -> String {
+    prefix.join(&format!("{link}/{META_DIR}/{META_DATA_DIR}/{version:020}/{name}"))
+}
+
+/// What a metadata key is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaKey {
+    Manifest {
+        link: String,
+    },
+    Data {
+        link: String,
+        version: u64,
+        name: &'static str,
+    },
+}
+
+/// Parse a key under `prefix` as a link metadata key: exactly what [`meta_manifest_key`] and [`meta_data_key`] build.
+pub fn parse_meta_key(prefix: &KeyPrefix, key: &str) -> Option<MetaKey> {
+    let rest = prefix.strip(key)?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        [link, META_DIR, META_MANIFEST_NAME] if validate_link_name(link).is_ok() => {
+            Some(MetaKey::Manifest { link: link.to_string() })
+        }
+        [link, META_DIR, META_DATA_DIR, version, name] if validate_link_name(link).is_ok() => {
+            let name = [TOPICS_NAME, OFFSETS_NAME].into_iter().find(|n| n == name)?;
+            if version.len() != 20 || !version.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            Some(MetaKey::Data {
+                link: link.to_string(),
+                version: version.parse().ok()?,
+                name,
+            })
+        }
+        _ => None,
+    }
 }

@@ -23,6 +23,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
+use segment_format::durable::write_behind;
+
 use super::io::Hasher;
 use super::Digest;
 use crate::error::{Error, Result};
@@ -63,26 +65,6 @@ fn hash_mapped(file: &File, start: u64, len: u64, hasher: &mut Hasher) -> std::i
     }
     Ok(())
 }
-
-/// Ask the kernel to start writing `len` bytes of `file` from `at` to disk,
-/// without waiting (write-behind): the disk then works while the next pieces
-/// are copied and hashed, instead of all at once in the final `sync` or fsync,
-/// with the CPU idle. Only a hint; durability still comes from that fsync.
-#[cfg(target_os = "linux")]
-fn write_behind(file: &File, at: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
-        return;
-    };
-    // SAFETY: `sync_file_range` reads no memory of ours; `file` is open for
-    // writing and outlives the call. A failure only means no write-behind.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, nbytes, libc::SYNC_FILE_RANGE_WRITE);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn write_behind(_file: &File, _at: u64, _len: u64) {}
 
 /// Copy up to `len` bytes from `from`'s position to `to`'s (the end of what
 /// was copied before, `at`), then hash them in `to` and start writing them to
