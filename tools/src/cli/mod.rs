@@ -1,5 +1,5 @@
-//! What the subcommands share: exit codes, the catalog location, store flags, progress bars, report printing and
-//! the process's one async runtime.
+//! What the subcommands share: exit codes, the catalog location, store flags, progress bars, report and table
+//! printing and the process's one async runtime.
 //!
 //! Why a module of its own: each command under `cmd/` imports from here and never from another command or from
 //! `main.rs`, so a command can be added, moved or removed without touching the others, and a rule every command
@@ -17,6 +17,7 @@ pub mod report;
 pub mod runtime;
 pub mod serve;
 pub mod store;
+pub mod table;
 pub mod tail_lag;
 
 /// Exit status meaning "usage or I/O error".

@@ -225,20 +225,7 @@ fn write_link_table(
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |out: &mut dyn Write, cells: [&str; 7]| -> std::io::Result<()> {
-        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        writeln!(out, "{}", text.join("  ").trim_end())
-    };
-    line(out, header)?;
-    for row in &cells {
-        line(out, row.each_ref().map(String::as_str))?;
-    }
+    crate::cli::table::print(out, header, &cells)?;
     let clamped = rows.iter().filter(|o| o.clamped).count();
     match recorded {
         Some(r) => writeln!(
@@ -304,20 +291,7 @@ fn write_table(out: &mut impl Write, all: &[ConsumerOffsets]) -> std::io::Result
         "LEADER-EPOCH",
         "COMMITTED-AT-MS",
     ];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |out: &mut dyn Write, cells: [&str; 6]| -> std::io::Result<()> {
-        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        writeln!(out, "{}", text.join("  ").trim_end())
-    };
-    line(out, header)?;
-    for row in &rows {
-        line(out, row.each_ref().map(String::as_str))?;
-    }
+    crate::cli::table::print(out, header, &rows)?;
     let partitions: usize = all.iter().map(|s| s.partitions_read.len()).sum();
     let groups: usize = all
         .iter()

@@ -245,20 +245,7 @@ fn write_table(out: &mut impl Write, checks: &[TopicCheck], mode: Mode) -> std::
         })
         .collect();
     let header = ["TOPIC", "SOURCE-PARTITIONS", "TARGET-PARTITIONS", "VERDICT"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |out: &mut dyn Write, cells: [&str; 4]| -> std::io::Result<()> {
-        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        writeln!(out, "{}", text.join("  ").trim_end())
-    };
-    line(out, header)?;
-    for row in &rows {
-        line(out, row.each_ref().map(String::as_str))?;
-    }
+    crate::cli::table::print(out, header, &rows)?;
     for c in checks {
         if let Some(e) = &c.error {
             writeln!(out, "{}: {e}", c.topic)?;

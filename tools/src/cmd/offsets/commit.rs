@@ -303,20 +303,7 @@ fn write_table(out: &mut impl Write, reports: &[GroupReport]) -> std::io::Result
         })
         .collect();
     let header = ["GROUP", "TOPIC", "PARTITION", "WANTED", "COMMITTED", "OUTCOME"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |out: &mut dyn Write, cells: [&str; 6]| -> std::io::Result<()> {
-        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        writeln!(out, "{}", text.join("  ").trim_end())
-    };
-    line(out, header)?;
-    for row in &rows {
-        line(out, row.each_ref().map(String::as_str))?;
-    }
+    crate::cli::table::print(out, header, &rows)?;
     for g in reports {
         if let Some(e) = &g.error {
             writeln!(out, "group {}: {e}", g.group)?;
