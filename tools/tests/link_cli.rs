@@ -9,8 +9,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::service::{Service, PATIENCE};
-use common::{data_batches, segmirror, write_log_dir, write_partition, PartitionSpec, Run, SegmentSpec};
+use common::service::{wait_mirrored, Service, PATIENCE};
+use common::{create_partition, data_batches, segmirror, write_log_dir, PartitionSpec, Run, SegmentSpec};
 
 fn partition(topic: &str) -> PartitionSpec {
     PartitionSpec::new(topic, 0, vec![SegmentSpec::new(data_batches(0, 10, 3, 0))]).index_interval(4096)
@@ -21,38 +21,6 @@ fn link(catalog: &Path, args: &[&str]) -> Run {
     let mut all = vec!["link", "--catalog", catalog.to_str().unwrap()];
     all.extend_from_slice(args);
     segmirror(all)
-}
-
-/// Does the mirror hold `rel`'s `.log` files with the source's bytes?
-fn mirrored(source: &Path, mirror: &Path, rel: &str) -> bool {
-    std::fs::read_dir(source.join(rel))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .all(|f| std::fs::read(mirror.join(rel).join(f.file_name().unwrap())).ok() == Some(std::fs::read(&f).unwrap()))
-}
-
-fn wait_until(what: &str, services: &mut [&mut Service], mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        for s in services.iter_mut() {
-            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
-        }
-        let logs: String = services
-            .iter()
-            .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
-            .collect();
-        assert!(start.elapsed() < PATIENCE, "never: {what}\n{logs}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A new partition directory appearing whole in `source`, as a broker's does.
-fn create_topic(root: &Path, source: &Path, topic: &str) {
-    let staging = root.join(format!("staging-{topic}"));
-    std::fs::create_dir_all(&staging).unwrap();
-    write_partition(&staging, &partition(topic));
-    std::fs::rename(staging.join(format!("{topic}-0")), source.join(format!("{topic}-0"))).unwrap();
 }
 
 /// Longer than a gate interval and a rediscovery round several times over: what a paused link must not move in.
@@ -198,6 +166,7 @@ fn paused_links_move_nothing_resumed_ones_catch_up_and_a_changed_topics_regex_is
     let source = root.path().join("source");
     write_log_dir(&source, &[partition("orders"), partition("other")]);
     let mirror = root.path().join("mirror");
+    let staging = root.path().join("staging");
     let ship_cat = root.path().join("source-host.sqlite");
     let apply_cat = root.path().join("mirror-host.sqlite");
 
@@ -250,9 +219,7 @@ fn paused_links_move_nothing_resumed_ones_catch_up_and_a_changed_topics_regex_is
         .map(String::from)
         .collect::<Vec<_>>(),
     );
-    wait_until("orders mirrored", &mut [&mut applier, &mut shipper], || {
-        mirrored(&source, &mirror, "orders-0")
-    });
+    wait_mirrored(&source, &mirror, "orders-0", &mut [&mut applier, &mut shipper]);
     assert!(
         !mirror.join("other-0").exists(),
         "the link's topics regex does not select `other`"
@@ -261,37 +228,33 @@ fn paused_links_move_nothing_resumed_ones_catch_up_and_a_changed_topics_regex_is
     // Paused on the source host: a new matching topic is not shipped...
     link(&ship_cat, &["pause", "dr"]).expect_code(0);
     shipper.wait_for("link \"dr\" is paused");
-    create_topic(root.path(), &source, "orders-late");
+    create_partition(&staging, &source, &partition("orders-late"));
     std::thread::sleep(QUIET);
     assert!(!mirror.join("orders-late-0").exists(), "a paused shipper shipped");
     // ...until resumed.
     link(&ship_cat, &["resume", "dr"]).expect_code(0);
-    wait_until("orders-late after resume", &mut [&mut applier, &mut shipper], || {
-        mirror.join("orders-late-0").exists() && mirrored(&source, &mirror, "orders-late-0")
-    });
+    wait_mirrored(&source, &mirror, "orders-late-0", &mut [&mut applier, &mut shipper]);
 
     // The topics regex changed while running: `other` is picked up without a restart.
     link(&ship_cat, &["alter", "dr", "--topics-regex", "orders.*,other"]).expect_code(0);
-    wait_until(
-        "other after the regex change",
-        &mut [&mut applier, &mut shipper],
-        || mirror.join("other-0").exists() && mirrored(&source, &mirror, "other-0"),
-    );
+    wait_mirrored(&source, &mirror, "other-0", &mut [&mut applier, &mut shipper]);
 
     // Paused on the mirror host: nothing is installed while the source grows; resumed, it catches up.
     link(&apply_cat, &["pause", "dr"]).expect_code(0);
     applier.wait_for("link \"dr\" is paused");
-    create_topic(root.path(), &source, "orders-while-applier-paused");
+    create_partition(&staging, &source, &partition("orders-while-applier-paused"));
     std::thread::sleep(QUIET);
     assert!(
         !mirror.join("orders-while-applier-paused-0").exists(),
         "a paused applier installed"
     );
     link(&apply_cat, &["resume", "dr"]).expect_code(0);
-    wait_until("the applier catches up", &mut [&mut applier, &mut shipper], || {
-        mirror.join("orders-while-applier-paused-0").exists()
-            && mirrored(&source, &mirror, "orders-while-applier-paused-0")
-    });
+    wait_mirrored(
+        &source,
+        &mirror,
+        "orders-while-applier-paused-0",
+        &mut [&mut applier, &mut shipper],
+    );
 
     // Promoted on the source host: shipping to it is refused, the shipper stops with exit 2 naming the state.
     link(&ship_cat, &["promote", "dr"]).expect_code(0);

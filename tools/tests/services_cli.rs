@@ -5,11 +5,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use common::service::{Service, PATIENCE};
-use common::{data_batches, segmirror, write_log_dir, write_partition, PartitionSpec, SegmentSpec};
+use common::service::{wait_mirrored, Service};
+use common::{create_partition, data_batches, segmirror, write_log_dir, PartitionSpec, SegmentSpec};
 
 fn partition(topic: &str) -> PartitionSpec {
     PartitionSpec::new(
@@ -23,42 +20,15 @@ fn partition(topic: &str) -> PartitionSpec {
     .index_interval(4096)
 }
 
-/// Waits until the mirror holds every `.log` of `source`'s `topic-0` with the same bytes.
-fn wait_mirrored(source: &Path, mirror: &Path, rel: &str, services: &mut [&mut Service]) {
-    let start = Instant::now();
-    let dir = source.join(rel);
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    assert!(!files.is_empty());
-    loop {
-        let same = files.iter().all(|f| {
-            let name = f.file_name().unwrap();
-            std::fs::read(mirror.join(rel).join(name)).ok() == Some(std::fs::read(f).unwrap())
-        });
-        if same {
-            return;
-        }
-        for s in services.iter_mut() {
-            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
-        }
-        let logs: String = services
-            .iter()
-            .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
-            .collect();
-        assert!(start.elapsed() < PATIENCE, "{rel} never mirrored:\n{logs}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn ship_from_a_config_file_to_apply_listen_mirrors_a_topic_created_while_running() {
     let root = tempfile::tempdir().unwrap();
     let source = root.path().join("source");
     write_log_dir(&source, &[partition("orders")]);
     let mirror = root.path().join("mirror");
+    // A catalog of the test's own: the tests of this binary run at once and share one SEGMIRROR_HOME, whose
+    // default catalog belongs to the first mirror root an applier opens.
+    let catalog = root.path().join("catalog.sqlite");
 
     // The applier under its documented name, logging JSON lines.
     let mut applier = Service::start_quiet(
@@ -71,6 +41,8 @@ fn ship_from_a_config_file_to_apply_listen_mirrors_a_topic_created_while_running
             "127.0.0.1:0",
             "--mirror",
             mirror.to_str().unwrap(),
+            "--catalog",
+            catalog.to_str().unwrap(),
             "--link",
             "dr",
             "--plaintext",
@@ -95,10 +67,7 @@ fn ship_from_a_config_file_to_apply_listen_mirrors_a_topic_created_while_running
 
     // A topic created while both run: written aside, then renamed into the log dir as a broker's directory
     // appears whole.
-    let staging = root.path().join("staging");
-    std::fs::create_dir_all(&staging).unwrap();
-    write_partition(&staging, &partition("fresh"));
-    std::fs::rename(staging.join("fresh-0"), source.join("fresh-0")).unwrap();
+    create_partition(&root.path().join("staging"), &source, &partition("fresh"));
     wait_mirrored(&source, &mirror, "fresh-0", &mut [&mut applier, &mut shipper]);
 
     let (code, ship_log) = shipper.stop();
@@ -175,6 +144,9 @@ fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
     let source = root.path().join("source");
     write_log_dir(&source, &[partition("orders")]);
     let mirror = root.path().join("mirror");
+    // A catalog of the test's own: the tests of this binary run at once and share one SEGMIRROR_HOME, whose
+    // default catalog belongs to the first mirror root an applier opens.
+    let catalog = root.path().join("catalog.sqlite");
     let mut applier = Service::start_quiet(
         "apply",
         &[
@@ -183,6 +155,8 @@ fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
             "127.0.0.1:0",
             "--mirror",
             mirror.to_str().unwrap(),
+            "--catalog",
+            catalog.to_str().unwrap(),
             "--link",
             "dr",
             "--plaintext",
@@ -210,10 +184,7 @@ fn a_shipper_started_before_its_topic_exists_waits_and_ships_it_once_created() {
     );
     shipper.wait_for("waiting for one");
     shipper.wait_for("connected: session started");
-    let staging = root.path().join("staging");
-    std::fs::create_dir_all(&staging).unwrap();
-    write_partition(&staging, &partition("later"));
-    std::fs::rename(staging.join("later-0"), source.join("later-0")).unwrap();
+    create_partition(&root.path().join("staging"), &source, &partition("later"));
     wait_mirrored(&source, &mirror, "later-0", &mut [&mut applier, &mut shipper]);
     assert!(
         !mirror.join("orders-0").exists(),

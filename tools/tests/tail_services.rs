@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::service::{Service, PATIENCE};
+use common::service::{log_files, same_files, wait_until, Service, PATIENCE};
 use common::{data_batches, segmirror, write_log_dir, PartitionSpec, SegmentSpec};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
@@ -36,45 +36,14 @@ fn source(root: &Path) -> PathBuf {
 
 /// Every `.log` of the source, relative to the log dir.
 fn logs(log_dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for part in std::fs::read_dir(log_dir).unwrap() {
-        let part = part.unwrap().path();
-        if !part.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&part).unwrap() {
-            let f = f.unwrap().path();
-            if f.extension().is_some_and(|e| e == "log") {
-                out.push(f.strip_prefix(log_dir).unwrap().to_path_buf());
-            }
-        }
-    }
-    out.sort();
-    out
+    log_files(log_dir, log_dir)
 }
 
 /// Waits until every source `.log` is in the mirror with the same bytes.
 fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
-    let start = Instant::now();
     let files = logs(source);
     assert!(files.len() >= 4);
-    loop {
-        let same = files.iter().all(|f| {
-            std::fs::read(mirror.join(f)).ok().as_deref() == Some(&std::fs::read(source.join(f)).unwrap()[..])
-        });
-        if same {
-            return;
-        }
-        for s in services.iter_mut() {
-            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
-        }
-        let logs: String = services
-            .iter()
-            .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
-            .collect();
-        assert!(start.elapsed() < PATIENCE, "the mirror never caught up:\n{logs}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("the mirror caught up", services, || same_files(source, mirror, &files));
 }
 
 /// Appends `bytes` in place, as a broker does (`common::append` rewrites the file, which a tailing shipper rightly
@@ -387,18 +356,11 @@ fn set_high_watermarks(source: &Path, hws: &[(&str, i32, i64)]) {
 
 /// Waits until the mirror's `rel` holds exactly `len` bytes, equal to the source's first `len`.
 fn wait_prefix(source: &Path, mirror: &Path, rel: &str, len: usize, services: &mut [&mut Service]) {
-    let start = Instant::now();
     let want = std::fs::read(source.join(rel)).unwrap()[..len].to_vec();
-    while std::fs::read(mirror.join(rel)).ok().as_deref() != Some(&want[..]) {
-        for s in services.iter_mut() {
-            assert!(s.running(), "{} exited:\n{}", s.name, s.log());
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "the mirror's {rel} never became the {len}-byte prefix"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let what = format!("the mirror's {rel} as the source's {len}-byte prefix");
+    wait_until(&what, services, || {
+        std::fs::read(mirror.join(rel)).ok().as_deref() == Some(&want[..])
+    });
 }
 
 #[test]

@@ -261,6 +261,15 @@ impl BuiltPartition {
     }
 }
 
+/// A partition directory that appears whole in `log_dir`, as a broker's does: written under `staging`, then renamed
+/// in (a shipper watching `log_dir` never sees it half written).
+pub fn create_partition(staging: &Path, log_dir: &Path, spec: &PartitionSpec) {
+    std::fs::create_dir_all(staging).unwrap();
+    write_partition(staging, spec);
+    let name = format!("{}-{}", spec.topic, spec.partition);
+    std::fs::rename(staging.join(&name), log_dir.join(&name)).unwrap();
+}
+
 /// Write `spec` as `<parent>/<topic>-<partition>`, with the indexes, txn index,
 /// epoch checkpoint, metadata and snapshot a healthy broker leaves.
 pub fn write_partition(parent: &Path, spec: &PartitionSpec) -> BuiltPartition {

@@ -1,7 +1,9 @@
 //! A running `segmirror` service (`ship`, `apply --listen|--connect`) with its stderr collected line by line, for
-//! the CLI tests of the long-running services.
+//! the CLI tests of the long-running services, and the waits those tests share (a condition, a mirror equal to its
+//! source), each failing with every service's log when a service exits or the patience runs out.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -109,6 +111,60 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits until `done()` holds; fails naming `what`, with every service's log, when one of them exits or
+/// [`PATIENCE`] runs out.
+pub fn wait_until(what: &str, services: &mut [&mut Service], mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        for s in services.iter_mut() {
+            assert!(s.running(), "{} exited while waiting for {what}:\n{}", s.name, s.log());
+        }
+        if start.elapsed() >= PATIENCE {
+            let logs: String = services
+                .iter()
+                .map(|s| format!("--- {} ---\n{}", s.name, s.log()))
+                .collect();
+            panic!("never: {what}\n{logs}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The `.log` files of `dir`, relative to `root` (`<partition>/<base>.log`), sorted; with `dir == root`, those of
+/// every partition directory under it.
+pub fn log_files(root: &Path, dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && d == root {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "log") {
+                out.push(path.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Does `mirror` hold each of `files` (relative paths) with `source`'s bytes?
+pub fn same_files(source: &Path, mirror: &Path, files: &[std::path::PathBuf]) -> bool {
+    files
+        .iter()
+        .all(|f| std::fs::read(mirror.join(f)).ok() == Some(std::fs::read(source.join(f)).unwrap()))
+}
+
+/// Waits until `mirror` holds every `.log` of `source`'s partition directory `rel` (e.g. `orders-0`; `""` for
+/// every partition) with the same bytes. The source must have some: an empty comparison proves nothing.
+pub fn wait_mirrored(source: &Path, mirror: &Path, rel: &str, services: &mut [&mut Service]) {
+    let files = log_files(source, &source.join(rel));
+    assert!(!files.is_empty(), "no .log under {}", source.join(rel).display());
+    let what = format!("{} mirrored in {}", source.join(rel).display(), mirror.display());
+    wait_until(&what, services, || same_files(source, mirror, &files));
 }
 
 /// The data directory (`SEGMIRROR_HOME`) of every `segmirror` this test process starts: one per process, never the
