@@ -31,23 +31,26 @@ if [ "$#" -ne 0 ]; then
 fi
 
 LANES="${SEGMIRROR_TEST_JOBS:-2}"
-# The slowest jobs, slowest first (seconds measured alone on a quiet 2-core machine, for orientation).
+# The slowest jobs, slowest first: seconds of the last full run in 2 lanes (session 10, 16:15 UTC, load ~5; the
+# summary prints them), for orientation. `workspace` is the unit tests of every other crate.
 SLOW_FIRST=(
-    e2e_tail_processes     # ~200 (push and pull runs with compaction and process kills, in parallel)
-    e2e_promote            # ~210
-    e2e_store_tail         # ~140 (one follower stopped for a minute)
-    e2e_tail_cluster       # ~120 (a 3-node cluster, a target broker; 116-200 s on a loaded machine)
-    e2e_store_hw           # ~170 on a loaded machine (a 3-node cluster, a follower frozen in the ISR)
-    e2e_promote_producers  # ~110
-    e2e_tail_truncate      # ~100 (a 3-node cluster, an unclean election, a target broker)
-    e2e_failover_target    # ~250 at load 17 (4.4: two brokers, a dozen JVM tool runs; 3.9 alongside, lean)
-
-    e2e_link_metadata      # ~50; 130 at load 14 (one 4.4 broker, ship --store + apply --follow, groups committing)
-    e2e_consumer_offsets   # ~90 (Kafka 3.9 and 4.4, classic and KIP-848 groups)
-    kafka_harness          # ~90
-    e2e_tail               # ~80
-    e2e_links              # 52-88 (one broker; three 3 s quiet windows while paused)
-    real_kafka_format      # ~65
+    e2e_promote            # 359 (four promotions: epochs and handover, every shape, 3.9 -> 4.4 and 4.4 -> 3.9)
+    e2e_tail_processes     # 254 (push and pull runs with compaction and process kills, in parallel)
+    workspace              # 185
+    e2e_tail               # 144
+    e2e_promote_producers  # 140
+    e2e_store_tail         # 132 (one follower stopped for a minute)
+    kafka_harness          # 128
+    e2e_store_hw           # 113 (a 3-node cluster, a follower frozen in the ISR)
+    e2e_failover_target    # 98 (4.4: two brokers, a dozen JVM tool runs; 3.9 alongside, lean)
+    real_kafka_format      # 83
+    e2e_tail_cluster       # 80 (a 3-node cluster, a target broker; 116-200 s on a loaded machine)
+    e2e_tail_truncate      # 78 (a 3-node cluster, an unclean election, a target broker)
+    e2e_tail_handover      # 63
+    store_s3               # 55
+    readme_runbook         # 54
+    e2e_consumer_offsets   # 53 (Kafka 3.9 and 4.4, classic and KIP-848 groups)
+    e2e_link_metadata      # 48; 130 at load 14 (one 4.4 broker, ship --store + apply --follow, groups committing)
 )
 
 # Built with the jobs' own package selections: `-p segmirror-tests` alone unifies other dev-dependency features than
@@ -58,9 +61,12 @@ cargo test -p segmirror-tests --no-run
 
 jobs=()
 for name in "${SLOW_FIRST[@]}"; do
-    jobs+=("-p segmirror-tests --test $name")
+    if [ "$name" = workspace ]; then
+        jobs+=("--workspace --exclude segmirror-tests")
+    else
+        jobs+=("-p segmirror-tests --test $name")
+    fi
 done
-jobs+=("--workspace --exclude segmirror-tests")
 for file in tests/tests/*.rs; do
     name="$(basename "$file" .rs)"
     case " ${SLOW_FIRST[*]} " in
@@ -69,19 +75,38 @@ for file in tests/tests/*.rs; do
     esac
 done
 jobs+=("-p segmirror-tests --lib" "-p segmirror-tests --doc")
+# SEGMIRROR_TEST_ONLY="e2e_links e2e_tail workspace": only these jobs (a test file's name; `workspace`, `lib`, `doc`
+# for the other three), in the same order and lanes: to time a few files, or compare lane counts, the way CI runs.
+if [ -n "${SEGMIRROR_TEST_ONLY:-}" ]; then
+    selected=()
+    for job in "${jobs[@]}"; do
+        case "$job" in
+            --workspace*) name=workspace ;;
+            *--lib) name=lib ;;
+            *--doc) name=doc ;;
+            *) name="${job##* }" ;;
+        esac
+        case " $SEGMIRROR_TEST_ONLY " in *" $name "*) selected+=("$job") ;; esac
+    done
+    jobs=("${selected[@]}")
+fi
 
 LOGS="$(mktemp -d "${TMPDIR:-/tmp}/segmirror-test-all-XXXXXX")"
 export LOGS
 
 run_job() {
-    local index="$1" args="$2" start rc
+    local index="$1" args="$2" start rc cpu
     start="$(date +%s)"
     set +e
+    # bash's `time` counts the CPU of every process the job reaped: the test binaries and the brokers, clients and
+    # segmirror processes they started. Summed over the jobs it says how busy the lanes kept the cores.
+    TIMEFORMAT='%U %S'
     # shellcheck disable=SC2086 # the job's arguments are words
-    cargo test --no-fail-fast $args >"$LOGS/$index.log" 2>&1
+    { time cargo test --no-fail-fast $args >"$LOGS/$index.log" 2>&1; } 2>"$LOGS/$index.cpu"
     rc=$?
     set -e
-    printf '%s %s\n' "$rc" "$(($(date +%s) - start))" >"$LOGS/$index.rc"
+    cpu="$(awk 'END {printf "%.0f", $1 + $2}' "$LOGS/$index.cpu")"
+    printf '%s %s %s\n' "$rc" "$(($(date +%s) - start))" "$cpu" >"$LOGS/$index.rc"
     {
         flock 9
         printf '\n===== cargo test %s (exit %s, %ss) =====\n' "$args" "$rc" "$(($(date +%s) - start))"
@@ -90,22 +115,26 @@ run_job() {
 }
 export -f run_job
 
+RUN_START="$(date +%s)"
 for i in "${!jobs[@]}"; do
     printf '%s\0%s\0' "$i" "${jobs[$i]}"
 done | xargs -0 -n 2 -P "$LANES" bash -c 'run_job "$0" "$1"'
 
-failed=0
-printf '\n===== summary (%s lanes) =====\n' "$LANES"
-printf '%-50s %8s  %s\n' "job" "seconds" "result"
+failed=0 wall_total=0 cpu_total=0 span=$(($(date +%s) - RUN_START))
+printf '\n===== summary (%s lanes, %s s from the first job to the last) =====\n' "$LANES" "$span"
+printf '%-50s %8s %8s  %s\n' "job" "seconds" "cpu-s" "result"
 for i in "${!jobs[@]}"; do
     if [ -f "$LOGS/$i.rc" ]; then
-        read -r rc secs <"$LOGS/$i.rc"
+        read -r rc secs cpu <"$LOGS/$i.rc"
+        wall_total=$((wall_total + secs)) cpu_total=$((cpu_total + cpu))
     else
-        rc="not run" secs="-"
+        rc="not run" secs="-" cpu="-"
     fi
     if [ "$rc" = "0" ]; then result="ok"; else result="FAILED ($rc)"; failed=1; fi
-    printf '%-50s %8s  %s\n' "${jobs[$i]}" "$secs" "$result"
+    printf '%-50s %8s %8s  %s\n' "${jobs[$i]}" "$secs" "$cpu" "$result"
 done
+printf 'jobs: %s s of lane time, %s CPU-s: the tests kept %s cores busy on average\n' "$wall_total" "$cpu_total" \
+    "$(awk -v c="$cpu_total" -v s="$span" 'BEGIN {printf "%.2f", s ? c / s : 0}')"
 passed="$(cat "$LOGS"/*.log | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')"
 failures="$(cat "$LOGS"/*.log | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')"
 printf 'tests: %s passed, %s failed\n' "$passed" "$failures"
