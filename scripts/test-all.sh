@@ -53,12 +53,6 @@ SLOW_FIRST=(
     e2e_link_metadata      # 48; 130 at load 14 (one 4.4 broker, ship --store + apply --follow, groups committing)
 )
 
-# Built with the jobs' own package selections: `-p segmirror-tests` alone unifies other dev-dependency features than
-# `--workspace`, so a `--workspace` build would be a third variant no job runs, and the first job of each kind
-# would compile its own while holding the build lock.
-cargo test --workspace --exclude segmirror-tests --no-run
-cargo test -p segmirror-tests --no-run
-
 jobs=()
 for name in "${SLOW_FIRST[@]}"; do
     if [ "$name" = workspace ]; then
@@ -89,6 +83,19 @@ if [ -n "${SEGMIRROR_TEST_ONLY:-}" ]; then
         case " $SEGMIRROR_TEST_ONLY " in *" $name "*) selected+=("$job") ;; esac
     done
     jobs=("${selected[@]}")
+fi
+
+# Built before the lanes start, with the jobs' own package selections: `-p segmirror-tests` alone unifies other
+# dev-dependency features than `--workspace`, so a `--workspace` build would be a third variant no job runs, and the
+# first job of each kind would compile its own while holding the build lock. A selection builds its jobs only.
+if [ -n "${SEGMIRROR_TEST_ONLY:-}" ]; then
+    for job in "${jobs[@]}"; do
+        # shellcheck disable=SC2086 # the job's arguments are words
+        cargo test $job --no-run
+    done
+else
+    cargo test --workspace --exclude segmirror-tests --no-run
+    cargo test -p segmirror-tests --no-run
 fi
 
 LOGS="$(mktemp -d "${TMPDIR:-/tmp}/segmirror-test-all-XXXXXX")"

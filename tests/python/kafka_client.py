@@ -155,7 +155,8 @@ def produce(plan):
 
 
 def consume(query):
-    topic = query["topic"]
+    """Every record of `topic` (or of each of `topics`, one client for all) from the start to the end."""
+    topics = query.get("topics") or [query["topic"]]
     timeout = float(query.get("timeout_s", 60))
     config = {
         "bootstrap.servers": query["bootstrap"],
@@ -166,15 +167,18 @@ def consume(query):
         "auto.offset.reset": "earliest",
     }
     consumer = Consumer(config)
-    partitions = query.get("partitions")
-    if partitions is None:
-        metadata = consumer.list_topics(topic, timeout=timeout)
-        meta = metadata.topics.get(topic)
-        if meta is None or meta.error is not None:
-            fail(f"topic {topic!r} not found: {meta.error if meta else 'no metadata'}")
-        partitions = sorted(meta.partitions.keys())
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    pending = set(partitions)
+    assignment = []
+    for topic in topics:
+        partitions = query.get("partitions")
+        if partitions is None:
+            metadata = consumer.list_topics(topic, timeout=timeout)
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None:
+                fail(f"topic {topic!r} not found: {meta.error if meta else 'no metadata'}")
+            partitions = sorted(meta.partitions.keys())
+        assignment.extend(TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions)
+    consumer.assign(assignment)
+    pending = {(tp.topic, tp.partition) for tp in assignment}
     deadline = time.monotonic() + timeout
     out = []
     while pending:
@@ -185,16 +189,16 @@ def consume(query):
             continue
         if msg.error() is not None:
             if msg.error().code() == KafkaError._PARTITION_EOF:
-                pending.discard(msg.partition())
+                pending.discard((msg.topic(), msg.partition()))
                 continue
             fail(f"consume error: {msg.error()}")
         kind, ts = msg.timestamp()
         headers = msg.headers() or []
-        out.append({"partition": msg.partition(), "offset": msg.offset(), "timestamp": ts,
+        out.append({"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(), "timestamp": ts,
                     "timestamp_type": ts_type_name(kind), "key": b64(msg.key()), "value": b64(msg.value()),
                     "headers": [[name, b64(value)] for name, value in headers]})
     consumer.close()
-    out.sort(key=lambda r: (r["partition"], r["offset"]))
+    out.sort(key=lambda r: (r["topic"], r["partition"], r["offset"]))
     for rec in out:
         print(json.dumps(rec))
 

@@ -5,9 +5,12 @@
 //! Why one module: the services tests and the tail process tests drive the same binary the same way, and a fix
 //! to how a child is watched (a hang guard, a lost log line) belongs to both.
 //!
-//! Also here: [`Settle`], the "caught up, and still so after a while" rule the tail tests wait on.
+//! Also here: [`Settle`], the "caught up, and still so after a while" rule the tail tests wait on; [`wait_until`],
+//! the plain "until this holds, while every service runs" wait; [`follow_args`], how the tests start an
+//! `apply --follow`.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -203,6 +206,59 @@ fn spawn(args: &[String], env: &[(String, String)]) -> (Child, Arc<Mutex<String>
         }
     });
     (child, stderr)
+}
+
+/// How often [`wait_until`] looks again: a few times per upload or poll interval of the services under test.
+const WAIT_POLL: Duration = Duration::from_millis(200);
+
+/// Waits until `probe` returns `(true, _)`, looking every 200 ms; fails naming `what`, with the last value `probe`
+/// saw and every service's log, when a service exits or `patience` runs out.
+pub fn wait_until<T: std::fmt::Debug>(
+    what: &str,
+    patience: Duration,
+    services: &mut [&mut Service],
+    mut probe: impl FnMut() -> (bool, T),
+) {
+    let start = Instant::now();
+    loop {
+        let (done, seen) = probe();
+        if done {
+            return;
+        }
+        for s in services.iter_mut() {
+            s.assert_running();
+        }
+        if start.elapsed() > patience {
+            let logs: Vec<String> = services
+                .iter()
+                .map(|s| format!("--- {} ---\n{}", s.name(), s.log()))
+                .collect();
+            panic!("never: {what} (last seen {seen:?})\n{}", logs.join("\n"));
+        }
+        std::thread::sleep(WAIT_POLL);
+    }
+}
+
+/// `segmirror apply --store URL --follow` of `link` into its own `mirror` and `catalog`, looking at the bucket every
+/// 100 ms (tests wait on it, an operator would not poll this often).
+pub fn follow_args(url: &str, mirror: &Path, catalog: &Path, link: &str) -> Vec<String> {
+    let (mirror, catalog) = (mirror.display().to_string(), catalog.display().to_string());
+    [
+        "apply",
+        "--store",
+        url,
+        "--mirror",
+        &mirror,
+        "--catalog",
+        &catalog,
+        "--link",
+        link,
+        "--follow",
+        "--poll-interval-ms",
+        "100",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// What a [`Settle`] says about an observation.

@@ -7,12 +7,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use segmirror_catalog::Catalog;
 use segmirror_tests::clients::{python_group_commit, GroupProtocol};
 use segmirror_tests::segmirror_cli::run_segmirror;
-use segmirror_tests::service::Service;
+use segmirror_tests::service::{follow_args, wait_until, Service};
 use segmirror_tests::*;
 
 const TOPIC: &str = "orders";
@@ -73,25 +73,8 @@ fn recorded(catalog: &Path) -> Recorded {
         .collect()
 }
 
-fn wait_for<T: std::fmt::Debug>(what: &str, services: &mut [&mut Service], mut probe: impl FnMut() -> (bool, T)) {
-    let start = Instant::now();
-    loop {
-        let (done, seen) = probe();
-        if done {
-            return;
-        }
-        for s in services.iter_mut() {
-            s.assert_running();
-        }
-        if start.elapsed() > PATIENCE {
-            let logs: Vec<String> = services
-                .iter()
-                .map(|s| format!("--- {} ---\n{}", s.name(), s.log()))
-                .collect();
-            panic!("{what}: last seen {seen:?}\n{}", logs.join("\n"));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+fn wait_for<T: std::fmt::Debug>(what: &str, services: &mut [&mut Service], probe: impl FnMut() -> (bool, T)) {
+    wait_until(what, PATIENCE, services, probe);
 }
 
 #[test]
@@ -141,23 +124,7 @@ fn a_link_carries_topic_configs_and_group_offsets_and_offsets_wait_for_their_dat
             "200",
         ],
     );
-    let mut applier = Service::start(
-        "apply",
-        [
-            "apply",
-            "--store",
-            &url,
-            "--mirror",
-            mirror.to_str().unwrap(),
-            "--catalog",
-            catalog.to_str().unwrap(),
-            "--link",
-            "dr",
-            "--follow",
-            "--poll-interval-ms",
-            "100",
-        ],
-    );
+    let mut applier = Service::start("apply", follow_args(&url, &mirror, &catalog, "dr"));
 
     // Groups commit while both run: two of the link's groups (one on two topics), one group the link does not
     // carry. Partition 1's offset 14 is ahead of the 10 records there: it must stay clamped to the installed end.

@@ -12,10 +12,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use segmirror_tests::segmirror_cli::{run_segmirror, CliRun};
-use segmirror_tests::service::Service;
+use segmirror_tests::service::{wait_until, Service};
 use segmirror_tests::*;
 
 /// Small segments, so every case rolls a few and the comparison covers sealed and active segments.
@@ -76,24 +76,11 @@ fn log_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 fn wait_identical(broker: &KafkaBroker, mirror: &Path, topic: &str, services: &mut [&mut Service]) {
     let source = broker.partition_dir(topic, 0);
     let mirrored = mirror.join(format!("{topic}-0"));
-    let start = Instant::now();
-    loop {
-        let want = log_files(&source);
-        if !want.is_empty() && log_files(&mirrored) == want {
-            return;
-        }
-        for s in services.iter_mut() {
-            s.assert_running();
-        }
-        if start.elapsed() > PATIENCE {
-            let logs: String = services
-                .iter()
-                .map(|s| format!("--- {} ---\n{}", s.name(), s.log()))
-                .collect();
-            panic!("{topic}-0 never became byte-identical on the mirror\n{logs}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let what = format!("{topic}-0 byte-identical on the mirror");
+    wait_until(&what, PATIENCE, services, || {
+        let (want, got) = (log_files(&source), log_files(&mirrored));
+        (!want.is_empty() && got == want, (want.len(), got.len()))
+    });
 }
 
 /// Every file of the mirror with its length: what must not change while a link is paused.

@@ -14,7 +14,7 @@ use segmirror_tests::clients::{admin, kcat_produce};
 use segmirror_tests::http::{partition_key, request, scrape};
 use segmirror_tests::ports::free_port;
 use segmirror_tests::segmirror_cli::run_segmirror;
-use segmirror_tests::service::Service;
+use segmirror_tests::service::{follow_args, Service};
 use segmirror_tests::{BrokerConfig, KafkaBroker, TopicSpec};
 
 /// Guard against hangs, not a speed assertion.
@@ -374,22 +374,9 @@ fn lag_metrics_follow_the_mirror_and_the_admin_api_pauses_and_resumes_the_applie
     let follow_catalog = work.path().join("catalog.sqlite");
     let mut follower = Service::start(
         "apply --follow",
-        [
-            "apply",
-            "--store",
-            &store_url,
-            "--mirror",
-            follow_mirror.to_str().unwrap(),
-            "--catalog",
-            follow_catalog.to_str().unwrap(),
-            "--link",
-            bucket_link,
-            "--follow",
-            "--poll-interval-ms",
-            "100",
-            "--metrics-addr",
-            &follow_metrics,
-        ],
+        follow_args(&store_url, &follow_mirror, &follow_catalog, bucket_link)
+            .into_iter()
+            .chain(["--metrics-addr".to_string(), follow_metrics.clone()]),
     )
     .patience(PATIENCE);
     follower.wait_for("metrics and admin API on ");

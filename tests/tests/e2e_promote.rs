@@ -208,13 +208,10 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
     let bootstrap = target.bootstrap();
 
     // A plain read of the whole topic works either way.
-    for (topic, want) in [(raw, &expected_raw), (promoted, &expected), (handed, &expected_handed)] {
-        for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
-            assert_eq!(
-                &consume_all(&bootstrap, topic, None, isolation).unwrap(),
-                want,
-                "{topic}"
-            );
+    for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
+        let read = consume_topics(&bootstrap, &[raw, promoted, handed], isolation).unwrap();
+        for (topic, want) in [(raw, &expected_raw), (promoted, &expected), (handed, &expected_handed)] {
+            assert_eq!(&read[topic], want, "{topic} {isolation:?}");
         }
     }
 
@@ -304,12 +301,11 @@ fn leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them() 
     // A clean restart serves old and new records.
     target.stop().unwrap();
     target.restart().unwrap();
-    let after = consume_all(&target.bootstrap(), promoted, None, Isolation::ReadCommitted).unwrap();
-    assert_eq!(&after[..RECORDS as usize], expected.as_slice());
-    assert_eq!(after.len(), RECORDS as usize + 3);
-    let after = consume_all(&target.bootstrap(), handed, None, Isolation::ReadCommitted).unwrap();
-    assert_eq!(&after[..RECORDS as usize], expected_handed.as_slice());
-    assert_eq!(after.len(), RECORDS as usize + 3);
+    let after = consume_topics(&target.bootstrap(), &[promoted, handed], Isolation::ReadCommitted).unwrap();
+    for (topic, want) in [(promoted, &expected), (handed, &expected_handed)] {
+        assert_eq!(&after[topic][..RECORDS as usize], want.as_slice(), "{topic}");
+        assert_eq!(after[topic].len(), RECORDS as usize + 3, "{topic}");
+    }
 
     // The alternative to restamping: raise the target epoch to the source's. Each clean restart of this single
     // node bumps it by two (no leader while stopped, a new leader at start); once it reaches 7 the stuck Java
@@ -407,10 +403,12 @@ fn promote_through_s3(source_version: Option<&str>, target_version: Option<&str>
         shape_list.len()
     );
     let shapes = produce_shapes(&source, shape_list, &ShapeOptions::default()).unwrap();
+    let names: Vec<&str> = shapes.iter().map(|t| t.name.as_str()).collect();
     let mut source_records = BTreeMap::new();
-    for topic in &shapes {
-        for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
-            let got = consume_all(&source.bootstrap(), &topic.name, None, isolation).unwrap();
+    for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
+        let mut read = consume_topics(&source.bootstrap(), &names, isolation).unwrap();
+        for topic in &shapes {
+            let got = read.remove(&topic.name).unwrap();
             if let Some(expected) = topic.expected(isolation) {
                 assert_eq!(got, expected, "{} {isolation:?} on the source", topic.name);
             }
@@ -475,7 +473,6 @@ fn promote_through_s3(source_version: Option<&str>, target_version: Option<&str>
     // The target cluster: the same topics and partition counts (new topic ids), stopped for the promotion.
     let mut target = KafkaBroker::start(broker_config("e2e-target", target_version)).unwrap();
     let specs: Vec<TopicSpec> = shapes.iter().map(|t| target_spec(t, target.install())).collect();
-    let names: Vec<&str> = shapes.iter().map(|t| t.name.as_str()).collect();
     let target_ids = admin(&target.bootstrap(), &specs, &names).unwrap();
     target.stop().unwrap();
     let promote = segmirror_promote(&mirror, target.log_dir(), &catalog, &["--json"]).unwrap();
@@ -505,11 +502,11 @@ fn promote_through_s3(source_version: Option<&str>, target_version: Option<&str>
     // transactions hidden under read_committed.
     target.restart().unwrap();
     let bootstrap = target.bootstrap();
-    for topic in &shapes {
-        for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
-            let got = consume_all(&bootstrap, &topic.name, None, isolation).unwrap();
+    for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
+        let read = consume_topics(&bootstrap, &names, isolation).unwrap();
+        for topic in &shapes {
             let want = &source_records[&(topic.name.clone(), isolation == Isolation::ReadCommitted)];
-            assert_eq!(&got, want, "{} {isolation:?} on the target", topic.name);
+            assert_eq!(&read[&topic.name], want, "{} {isolation:?} on the target", topic.name);
         }
     }
     if shape_list.contains(&Shape::Transactions) {
@@ -559,12 +556,13 @@ fn promote_through_s3(source_version: Option<&str>, target_version: Option<&str>
     // A clean restart: the broker loads without recovery and serves old and new records.
     target.stop().unwrap();
     target.restart().unwrap();
+    let read = consume_topics(&target.bootstrap(), &names, Isolation::ReadUncommitted).unwrap();
     for topic in &shapes {
-        let got = consume_all(&target.bootstrap(), &topic.name, None, Isolation::ReadUncommitted).unwrap();
+        let got = &read[&topic.name];
         let mut want = source_records[&(topic.name.clone(), false)].clone();
         want.extend(appended[&topic.name].iter().cloned());
         want.sort_by_key(|r| (r.partition, r.offset));
-        assert_eq!(got, want, "{} after a restart", topic.name);
+        assert_eq!(got, &want, "{} after a restart", topic.name);
     }
     let log = std::fs::read_to_string(target.log_file()).unwrap();
     assert!(

@@ -273,10 +273,8 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
 
     // The source decides: abort. What a read_committed consumer of the source now sees is the truth.
     open.abort();
-    let mut on_source = BTreeMap::new();
-    for topic in names {
-        on_source.insert(topic, consume_all(&sb, topic, None, Isolation::ReadCommitted).unwrap());
-    }
+    let mut read = consume_topics(&sb, &names, Isolation::ReadCommitted).unwrap();
+    let on_source: BTreeMap<&str, Vec<Record>> = names.iter().map(|t| (*t, read.remove(*t).unwrap())).collect();
     for (topic, _) in OPEN_RECORDS {
         let v = values(&on_source[topic]);
         assert!(!v.iter().any(|v| v.starts_with("open-")), "{topic}: {v:?}");
@@ -372,11 +370,12 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     target.restart().unwrap();
     let tb = target.bootstrap();
     let check_committed = |bootstrap: &str, extra: &BTreeMap<&str, Vec<Record>>| {
+        let read = consume_topics(bootstrap, &OPEN_RECORDS.map(|(t, _)| t), Isolation::ReadCommitted).unwrap();
         for (topic, _) in OPEN_RECORDS {
-            let got = consume_all(bootstrap, topic, None, Isolation::ReadCommitted).unwrap();
+            let got = &read[topic];
             let mut want = on_source[topic].clone();
             want.extend(extra.get(topic).cloned().unwrap_or_default());
-            assert_eq!(values(&got), values(&want), "{topic} read_committed on the target");
+            assert_eq!(values(got), values(&want), "{topic} read_committed on the target");
             assert_eq!(
                 got.iter().map(|r| r.offset).collect::<Vec<_>>(),
                 want.iter().map(|r| r.offset).collect::<Vec<_>>(),

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use segmirror_tests::clients::{admin, kcat_produce};
-use segmirror_tests::service::Service;
+use segmirror_tests::service::{wait_until, Service};
 use segmirror_tests::tools::TOPIC_COMMAND;
 use segmirror_tests::{BrokerConfig, KafkaBroker, TopicSpec};
 
@@ -22,8 +22,8 @@ fn produce(bootstrap: &str, topic: &str, tag: &str, n: usize) {
 
 /// Waits until every `.log` of the source partition dir is in the mirror's with the same bytes.
 fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
-    let start = Instant::now();
-    loop {
+    let what = format!("{} mirrored", source.display());
+    wait_until(&what, PATIENCE, services, || {
         let logs: Vec<_> = std::fs::read_dir(source)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -33,23 +33,8 @@ fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
             && logs
                 .iter()
                 .all(|f| std::fs::read(mirror.join(f.file_name().unwrap())).ok() == Some(std::fs::read(f).unwrap()));
-        if same {
-            return;
-        }
-        for s in services.iter_mut() {
-            s.assert_running();
-        }
-        let all: String = services
-            .iter()
-            .map(|s| format!("--- {} ---\n{}", s.name(), s.log()))
-            .collect();
-        assert!(
-            start.elapsed() < PATIENCE,
-            "{} never mirrored:\n{all}",
-            source.display()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        (same, logs.len())
+    });
 }
 
 #[test]

@@ -25,7 +25,7 @@ use segment_format::log::scan_frames;
 use segmirror_tests::mirror::{assert_same_files, segmirror_promote};
 use segmirror_tests::s3::MotoServer;
 use segmirror_tests::segmirror_cli::segmirror_verify;
-use segmirror_tests::service::{Service, Settle, Settling};
+use segmirror_tests::service::{follow_args, Service, Settle, Settling};
 use segmirror_tests::*;
 
 const PARTITIONS: i32 = 2;
@@ -177,23 +177,7 @@ impl Follower {
         let mirror = work.join(format!("mirror-{name}"));
         std::fs::create_dir_all(&mirror).unwrap();
         let catalog = work.join(format!("catalog-{name}.sqlite"));
-        let args = [
-            "apply",
-            "--store",
-            url,
-            "--mirror",
-            mirror.to_str().unwrap(),
-            "--catalog",
-            catalog.to_str().unwrap(),
-            "--link",
-            "dr",
-            "--follow",
-            "--poll-interval-ms",
-            "100",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = follow_args(url, &mirror, &catalog, "dr");
         let dirs = (0..PARTITIONS).map(|p| mirror.join(format!("{topic}-{p}"))).collect();
         Follower {
             mirror,
