@@ -27,7 +27,7 @@ use segment_format::batch::RECORD_BATCH_OVERHEAD;
 use super::error::{Error, Result};
 use segment_format::durable::{read_sequentially, write_behind};
 
-use super::frames::{inspect_frame, partial_header, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
+use super::frames::{inspect_frame, partial_header, restamp_header, LogWalk};
 
 /// Bytes per `copy_file_range` call: each chunk's headers are patched and its write-back started before the next.
 pub(super) const KERNEL_CHUNK: usize = 8 << 20;
@@ -130,14 +130,8 @@ fn patch_headers(
         let at = usize::try_from(*next_frame).unwrap_or(usize::MAX);
         let header = map.get_mut(at..at.saturating_add(need as usize)).unwrap_or_default();
         let frame = inspect_frame(named, *next_frame, remaining, header)?;
-        if frame.magic == 2 {
-            let field = header
-                .get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4)
-                .unwrap_or_default();
-            if field != epoch.to_be_bytes() {
-                field.copy_from_slice(&epoch.to_be_bytes());
-                walk.restamped += 1;
-            }
+        if frame.magic == 2 && restamp_header(header, epoch) {
+            walk.restamped += 1;
         }
         walk.frames += 1;
         walk.last_offset = Some(frame.last_offset);

@@ -26,7 +26,7 @@ use std::path::Path;
 use segment_format::batch::{HEADER_SIZE_UP_TO_MAGIC, MAGIC_OFFSET, RECORD_BATCH_OVERHEAD};
 
 use super::error::{Error, Result};
-use super::frames::{array, corrupt, inspect_frame, partial_header};
+use super::frames::{corrupt, inspect_frame, partial_header, restamp_header};
 pub use super::frames::{LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
 use super::kcopy::{copy_log_in_kernel, KernelCopy, KERNEL_CHUNK};
 use segment_format::durable::{read_sequentially, write_behind};
@@ -93,9 +93,8 @@ pub(super) fn walk_log_from(path: &Path, start: u64, epoch: Option<i32>) -> Resu
         }
         let frame = inspect_frame(path, position, remaining, header.get(..consumed).unwrap_or_default())?;
         if frame.magic == 2 {
-            let stored = i32::from_be_bytes(array(&header, PARTITION_LEADER_EPOCH_OFFSET));
             if let (Some(epoch), Some(out)) = (epoch, writer.as_mut()) {
-                if stored != epoch {
+                if restamp_header(&mut header, epoch) {
                     let at = position + PARTITION_LEADER_EPOCH_OFFSET as u64;
                     out.seek(SeekFrom::Start(at)).map_err(|e| Error::io(path, e))?;
                     out.write_all(&epoch.to_be_bytes()).map_err(|e| Error::io(path, e))?;
@@ -185,14 +184,8 @@ fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usiz
             let at = usize::try_from(next_frame - buf_start).unwrap_or(usize::MAX);
             let header = buf.get_mut(at..at + need as usize).unwrap_or_default();
             let frame = inspect_frame(from, next_frame, remaining, header)?;
-            if frame.magic == 2 {
-                let field = header
-                    .get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4)
-                    .unwrap_or_default();
-                if field != epoch.to_be_bytes() {
-                    field.copy_from_slice(&epoch.to_be_bytes());
-                    walk.restamped += 1;
-                }
+            if frame.magic == 2 && restamp_header(header, epoch) {
+                walk.restamped += 1;
             }
             walk.frames += 1;
             walk.last_offset = Some(frame.last_offset);
