@@ -45,10 +45,17 @@ pub(super) enum KernelCopy {
 
 /// Copy `from` to `to` (created or truncated) with `copy_file_range` in chunks of `chunk` bytes, checking every
 /// frame header of the copy and setting every magic-2 batch's epoch to `epoch` in place; fsync once. The result is
-/// the same bytes and [`LogWalk`] as the buffered copy, or the same error.
-pub(super) fn copy_log_in_kernel(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<KernelCopy> {
+/// the same bytes and [`LogWalk`] as the buffered copy, or the same error. With `limit`, only the file's first
+/// `limit` bytes (a frame boundary: a consistent cut's prefix) are copied.
+pub(super) fn copy_log_in_kernel(
+    from: &Path,
+    to: &Path,
+    epoch: i32,
+    chunk: usize,
+    limit: Option<u64>,
+) -> Result<KernelCopy> {
     let source = File::open(from).map_err(|e| Error::io(from, e))?;
-    let size = source.metadata().map_err(|e| Error::io(from, e))?.len();
+    let size = copy_length(from, source.metadata().map_err(|e| Error::io(from, e))?.len(), limit)?;
     let out = OpenOptions::new()
         .read(true)
         .write(true)
@@ -108,6 +115,22 @@ pub(super) fn copy_log_in_kernel(from: &Path, to: &Path, epoch: i32, chunk: usiz
     drop(map);
     out.sync_all().map_err(|e| Error::io(to, e))?;
     Ok(KernelCopy::Copied(walk))
+}
+
+/// How many bytes of a file of `file_size` bytes a copy takes: `limit` (a prefix), or all of it; a file shorter than
+/// the planned prefix changed under the plan (an error naming it).
+pub(super) fn copy_length(from: &Path, file_size: u64, limit: Option<u64>) -> Result<u64> {
+    match limit {
+        None => Ok(file_size),
+        Some(limit) if limit <= file_size => Ok(limit),
+        Some(limit) => Err(Error::io(
+            from,
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the file has {file_size} bytes, fewer than the {limit} planned to be promoted"),
+            ),
+        )),
+    }
 }
 
 /// Check and restamp every frame from `*next_frame` whose header lies whole in `map[..upto]` (or ends the file of
