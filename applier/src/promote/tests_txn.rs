@@ -572,6 +572,17 @@ fn a_consistent_cut_ends_every_partition_before_its_first_batch_newer_than_t() {
             assert!(data.iter().all(|i| i.max_timestamp <= t));
             assert_eq!(markers.len(), open.len());
             assert!(markers.iter().all(|i| i.control == Some(ControlType::Abort)));
+            // The catalog says what was left behind.
+            let key = segmirror_catalog::PartitionKey::new("l", TOPIC, w.partition);
+            let events = f
+                .catalog
+                .events(Some(segmirror_catalog::Subject::Partition(&key)), 100)
+                .unwrap();
+            let said = format!(
+                "promoted up to offset {cut_offset} of the mirror's {}",
+                w.log_end_offset
+            );
+            assert!(events.iter().any(|e| e.detail.contains(&said)), "{events:?}");
         }
         let verified = verify_paths(
             &[f.target.clone()],
