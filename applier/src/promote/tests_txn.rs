@@ -146,7 +146,7 @@ fn expected_cut(written: &Written) -> Vec<CutTransaction> {
 fn open_batches(w: &WrittenPartition, producer_id: i64, first_offset: i64) -> (u64, u64) {
     let (mut batches, mut bytes) = (0, 0);
     for s in &w.segments {
-        LogFile::open(&w.dir.join(segment_file_name(s.base_offset, SegmentFileKind::Log)))
+        LogFile::open(w.dir.join(segment_file_name(s.base_offset, SegmentFileKind::Log)))
             .unwrap()
             .scan(|f| {
                 let i = &f.info;
