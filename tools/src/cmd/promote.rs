@@ -204,3 +204,74 @@ fn print_text(report: &PromoteReport) {
         report.link
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use promote::{ConsistentCut, Outcome, PromotedPartition};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let base = ["segmirror", "--mirror", "m", "--log-dir", "l"];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
+    #[test]
+    fn consistent_cut_takes_milliseconds_or_rfc_3339_and_refuses_anything_else() {
+        assert_eq!(parse(&[]).unwrap().consistent_cut, None);
+        let ms = parse(&["--consistent-cut", "1700000000123"]).unwrap();
+        assert_eq!(ms.consistent_cut, Some(1_700_000_000_123));
+        let rfc = parse(&["--consistent-cut", "2023-11-14T22:13:20.123Z"]).unwrap();
+        assert_eq!(rfc.consistent_cut, Some(1_700_000_000_123));
+        let err = parse(&["--consistent-cut", "noon"]).err().unwrap().to_string();
+        assert!(err.contains("RFC 3339"), "{err}");
+    }
+
+    #[test]
+    fn the_cut_line_says_where_and_what_was_left_behind() {
+        let mut p = PromotedPartition {
+            topic: "t".into(),
+            partition: 0,
+            outcome: Outcome::Promoted,
+            target_topic_id: None,
+            leader_epoch: Some(1),
+            log_start_offset: 0,
+            log_end_offset: Some(41),
+            mirror_end_offset: Some(40),
+            consistent_cut: None,
+            segments: 1,
+            log_bytes: 100,
+            batches_restamped: 1,
+            handed_over: false,
+            transactions_aborted: Vec::new(),
+        };
+        assert_eq!(
+            cut_summary(&p),
+            "cut at the mirror's end, offset 40: nothing left behind"
+        );
+        p.mirror_end_offset = Some(55);
+        p.consistent_cut = Some(ConsistentCut {
+            timestamp_ms: 1000,
+            mirror_end_offset: 55,
+            cut_offset: 40,
+            left_offsets: 15,
+            left_batches: 3,
+            left_bytes: 900,
+            first_left_offset: 40,
+            first_left_timestamp: 1001,
+            last_segment_bytes: None,
+        });
+        assert_eq!(
+            cut_summary(&p),
+            "cut at offset 40 of the mirror's 55 (consistent cut at 1000 ms); left behind offsets [40, 55): 3 \
+             batch(es), 900 bytes, because the batch at offset 40 has max timestamp 1001 > 1000"
+        );
+    }
+}
