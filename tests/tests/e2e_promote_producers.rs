@@ -53,10 +53,18 @@ const TXN_MANY: &str = "txn-many";
 const OPEN_RECORDS: [(&str, usize); 2] = [(TXN_ONE, 5), (TXN_MANY, 40)];
 /// `internal.segment.bytes` of `TXN_MANY` (small, as the harness's shapes use).
 const SMALL_SEGMENT_BYTES: u32 = 1024;
+/// Promoted on its own with `--consistent-cut` (two partitions; the open transaction also writes partition 0).
+const CUT: &str = "cut";
+/// Records of the open transaction in `CUT` partition 0.
+const CUT_OPEN_RECORDS: usize = 3;
 
 fn record(value: String) -> OutRecord {
+    record_to(0, value)
+}
+
+fn record_to(partition: i32, value: String) -> OutRecord {
     OutRecord {
-        partition: Some(0),
+        partition: Some(partition),
         key: None,
         value: Some(value.into_bytes()),
         headers: vec![],
@@ -69,6 +77,7 @@ fn topic_specs() -> Vec<TopicSpec> {
         TopicSpec::new(IDEM, 1),
         TopicSpec::new(TXN_ONE, 1),
         TopicSpec::new(TXN_MANY, 1).config("internal.segment.bytes", SMALL_SEGMENT_BYTES),
+        TopicSpec::new(CUT, 2),
     ]
 }
 
@@ -110,6 +119,7 @@ impl OpenTransaction {
     fn start(bootstrap: &str) -> OpenTransaction {
         let sends: Vec<serde_json::Value> = OPEN_RECORDS
             .iter()
+            .chain(&[(CUT, CUT_OPEN_RECORDS)])
             .map(|(topic, count)| serde_json::json!({"topic": topic, "partition": 0, "count": count, "prefix": "open"}))
             .collect();
         let request = serde_json::json!({"bootstrap": bootstrap, "transactional_id": "left-open", "sends": sends});
@@ -202,7 +212,7 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     let mut source = KafkaBroker::start(BrokerConfig::new("producers-source")).unwrap();
     let sb = source.bootstrap();
     let names = [IDEM, TXN_ONE, TXN_MANY];
-    admin(&sb, &topic_specs(), &names).unwrap();
+    admin(&sb, &topic_specs(), &[IDEM, TXN_ONE, TXN_MANY, CUT]).unwrap();
     for p in 0..SOURCE_PRODUCERS {
         let plan = ProducePlan::new(IDEM)
             .config("enable.idempotence", "true")
@@ -222,12 +232,40 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
             &["committed-0".into(), "committed-1".into()],
         );
     }
+    let cut_before = |p: i32| {
+        (0..3)
+            .map(|i| record_to(p, format!("before-{p}-{i}")))
+            .collect::<Vec<_>>()
+    };
+    for p in 0..2 {
+        python_produce(&sb, &ProducePlan::new(CUT).step(ProduceStep::Send(cut_before(p)))).unwrap();
+    }
     let open = OpenTransaction::start(&sb);
     // Plain records after the open transaction's: beyond the source's last stable offset while it is open.
     for (topic, _) in OPEN_RECORDS {
         let plan = ProducePlan::new(topic).step(ProduceStep::Send(vec![record("after-open".into())]));
         python_produce(&sb, &plan).unwrap();
     }
+    // The consistent cut's moment: after `CUT`'s first records and the open transaction's, before its last ones
+    // (CreateTime: the producer's clock, this machine's). Partition 1 then gets a record stamped before the cut:
+    // after a newer one, it is left behind too (the promoted log stays a prefix).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let cut_at = segment_format::now_ms();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let mut cut_first_left = BTreeMap::new();
+    for p in 0..2 {
+        let late = python_produce(
+            &sb,
+            &ProducePlan::new(CUT).step(ProduceStep::Send(vec![record_to(p, format!("late-{p}"))])),
+        )
+        .unwrap();
+        cut_first_left.insert(p, late[0].offset);
+    }
+    let old = OutRecord {
+        timestamp: Some(cut_at - 60_000),
+        ..record_to(1, "late-but-stamped-earlier".into())
+    };
+    python_produce(&sb, &ProducePlan::new(CUT).step(ProduceStep::Send(vec![old]))).unwrap();
     let many_segments = log_files(&source.partition_dir(TXN_MANY, 0)).len();
     assert!(many_segments >= 4, "{TXN_MANY} has {many_segments} segments");
     assert_eq!(log_files(&source.partition_dir(TXN_ONE, 0)).len(), 1);
@@ -288,13 +326,21 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         .all(|r| r.last_sequence == RECORDS_PER_SOURCE_PRODUCER as i64 - 1));
     let source_ids: Vec<i64> = source_producers.iter().map(|r| r.producer_id).collect();
     eprintln!("source producers of {IDEM}: {source_producers:?}");
+    let cut_on_source = consume_all(&sb, CUT, None, Isolation::ReadUncommitted).unwrap();
     source.stop().unwrap();
 
     // The target: same topics, stopped, promoted.
     let mut target = KafkaBroker::start(BrokerConfig::new("producers-target")).unwrap();
     admin(&target.bootstrap(), &topic_specs(), &names).unwrap();
     target.stop().unwrap();
-    let promote = segmirror_promote(&mirror, target.log_dir(), &catalog, &["--json"]).unwrap();
+    let cut_ends = promote_with_a_consistent_cut(&mirror, target.log_dir(), &catalog, cut_at, &cut_first_left);
+    let promote = segmirror_promote(
+        &mirror,
+        target.log_dir(),
+        &catalog,
+        &["--json", "--topics", "idem|txn-.*"],
+    )
+    .unwrap();
     assert_eq!(promote.code, 0, "{promote}");
     let report = promote.json().unwrap();
     let mut ends = BTreeMap::new();
@@ -384,6 +430,7 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         }
     };
     check_committed(&tb, &BTreeMap::new());
+    check_consistent_cut(&tb, cut_at, &cut_on_source, &cut_first_left, &cut_ends);
     // No producer state of the source's, no open transaction.
     for topic in names {
         assert_eq!(describe_producers(&tb, topic), vec![], "{topic}");
@@ -471,6 +518,97 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
         );
     }
     target.stop().unwrap();
+}
+
+/// `promote --topics cut --consistent-cut T`: each partition of `CUT` cut at its first record produced after T,
+/// partition 0's open transaction aborted at the cut; returns each partition's promoted end (after the marker).
+fn promote_with_a_consistent_cut(
+    mirror: &Path,
+    log_dir: &Path,
+    catalog: &Path,
+    cut_at: i64,
+    first_left: &BTreeMap<i32, i64>,
+) -> BTreeMap<i32, i64> {
+    let at = cut_at.to_string();
+    let run = segmirror_promote(
+        mirror,
+        log_dir,
+        catalog,
+        &["--json", "--topics", CUT, "--consistent-cut", &at],
+    )
+    .unwrap();
+    assert_eq!(run.code, 0, "{run}");
+    let report = run.json().unwrap();
+    let mut ends = BTreeMap::new();
+    for p in report["partitions"].as_array().unwrap() {
+        assert_eq!(p["topic"], CUT, "{p}");
+        let partition = p["partition"].as_i64().unwrap() as i32;
+        let c = &p["consistent_cut"];
+        let cut_offset = first_left[&partition];
+        assert_eq!(c["timestamp_ms"], cut_at, "{p}");
+        assert_eq!(c["cut_offset"], cut_offset, "{p}");
+        assert_eq!(c["first_left_offset"], cut_offset, "{p}");
+        assert!(c["first_left_timestamp"].as_i64().unwrap() > cut_at, "{p}");
+        // Partition 1 also leaves the record stamped before the cut that came after the newer one.
+        let left = if partition == 1 { 2 } else { 1 };
+        assert_eq!(c["left_offsets"], left, "{p}");
+        assert_eq!(p["mirror_end_offset"], cut_offset + left, "{p}");
+        let aborted = p["transactions_aborted"].as_array().unwrap();
+        let end = p["log_end_offset"].as_i64().unwrap();
+        if partition == 0 {
+            assert_eq!(aborted.len(), 1, "{p}");
+            assert_eq!(aborted[0]["records"], CUT_OPEN_RECORDS as u64, "{p}");
+            assert_eq!(aborted[0]["marker_offset"], cut_offset, "{p}");
+            assert_eq!(end, cut_offset + 1, "{p}");
+        } else {
+            assert!(aborted.is_empty(), "{p}");
+            assert_eq!(end, cut_offset, "{p}");
+        }
+        ends.insert(partition, end);
+    }
+    assert_eq!(ends.len(), 2, "{report}");
+    ends
+}
+
+/// On the started target: a `read_committed` consumer of `CUT` gets every source record up to the cut except the
+/// aborted open transaction's, none newer than T, and is not held back by the transaction; a new transactional
+/// producer commits right after the marker and is read.
+fn check_consistent_cut(
+    bootstrap: &str,
+    cut_at: i64,
+    on_source: &[Record],
+    first_left: &BTreeMap<i32, i64>,
+    ends: &BTreeMap<i32, i64>,
+) {
+    let got = consume_all(bootstrap, CUT, None, Isolation::ReadCommitted).unwrap();
+    let want: Vec<&Record> = on_source
+        .iter()
+        .filter(|r| r.offset < first_left[&r.partition])
+        .filter(|r| !r.value.as_deref().unwrap_or_default().starts_with(b"open"))
+        .collect();
+    let key = |r: &Record| (r.partition, r.offset, r.value.clone(), r.timestamp);
+    assert_eq!(
+        got.iter().map(key).collect::<Vec<_>>(),
+        want.iter().map(|r| key(r)).collect::<Vec<_>>(),
+        "{CUT} read_committed on the target"
+    );
+    assert!(got.iter().all(|r| r.timestamp <= cut_at), "{got:?}");
+    let uncommitted = consume_all(bootstrap, CUT, None, Isolation::ReadUncommitted).unwrap();
+    assert!(uncommitted.iter().all(|r| r.timestamp <= cut_at), "{uncommitted:?}");
+    assert_eq!(
+        uncommitted
+            .iter()
+            .filter(|r| r.value.as_deref().unwrap_or_default().starts_with(b"open"))
+            .count(),
+        CUT_OPEN_RECORDS
+    );
+    let acked = committed_transaction(bootstrap, CUT, "after-the-cut", &["target-after-cut".into()]);
+    assert_eq!(acked[0].offset, ends[&0], "right after the abort marker");
+    let got = consume_all(bootstrap, CUT, Some(&[0]), Isolation::ReadCommitted).unwrap();
+    assert_eq!(
+        got.last().map(|r| r.value.clone()),
+        Some(Some(b"target-after-cut".to_vec()))
+    );
 }
 
 fn target_install() -> &'static KafkaInstall {

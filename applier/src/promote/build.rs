@@ -55,6 +55,8 @@ pub(super) fn build(
         leader_epoch: Some(p.leader_epoch),
         log_start_offset: p.log_start_offset,
         log_end_offset: Some(p.end_offset()),
+        mirror_end_offset: Some(p.mirror_end_offset()),
+        consistent_cut: p.consistent_cut.clone(),
         segments: p.segments.len(),
         log_bytes: 0,
         batches_restamped: 0,
@@ -73,11 +75,13 @@ pub(super) fn build(
     create_dir(&building)?;
     let source = journal.mirror_root.join(p.tp().dir_name());
     let mut found_end = None;
-    // Abort markers are appended to the last segment: with a cut, its files are copied even in a handover, so a
-    // rerun starts that segment again from the mirror's bytes.
-    let copied_last = p.handover && !p.cut.is_empty();
+    // Abort markers are appended to the last segment, and a consistent cut inside it keeps only a prefix: then its
+    // files are copied even in a handover, so a rerun starts that segment again from the mirror's bytes.
+    let limit = p.last_segment_limit();
+    let copied_last = p.handover && (!p.cut.is_empty() || limit.is_some());
     for base in &p.segments {
-        if p.handover && !(copied_last && p.segments.last() == Some(base)) {
+        let is_last = p.segments.last() == Some(base);
+        if p.handover && !(copied_last && is_last) {
             let walk = hand_over_segment(&source, &building, *base, p.leader_epoch, kill)?;
             result.log_bytes += walk.size;
             result.batches_restamped += walk.restamped;
@@ -92,13 +96,15 @@ pub(super) fn build(
         ] {
             let name = segment_file_name(*base, kind);
             let from = source.join(&name);
-            if kind != SegmentFileKind::Log && !from.exists() {
+            // A prefix's companions are rebuilt from the kept bytes below, not copied.
+            let prefix = if is_last { limit } else { None };
+            if kind != SegmentFileKind::Log && (!from.exists() || prefix.is_some()) {
                 continue;
             }
             let to = building.join(&name);
             if kind == SegmentFileKind::Log {
                 // One pass: read, check and restamp the headers in memory, write (see `restamp`).
-                let walk = copy_log_restamping(&from, &to, p.leader_epoch)?;
+                let walk = copy_log_restamping(&from, &to, p.leader_epoch, prefix)?;
                 result.log_bytes += walk.size;
                 result.batches_restamped += walk.restamped;
                 found_end = Some(walk.last_offset.map_or(*base, |o| o.saturating_add(1)));
@@ -121,8 +127,12 @@ pub(super) fn build(
             }],
         });
     }
-    if let Some(active) = p.tail_active {
-        complete_tailed_segment(p, &building, active.segment_base)?;
+    // A tailed active segment (unless a consistent cut left it behind) and a segment cut inside get companions
+    // derived from the promoted bytes.
+    let last = p.segments.last().copied();
+    let tailed = p.tail_active.filter(|t| Some(t.segment_base) == last);
+    if let Some(base) = last.filter(|_| tailed.is_some() || limit.is_some()) {
+        complete_tailed_segment(p, &building, base)?;
     }
     producer_state::finish(p, &building)?;
     let topic_id: Uuid = p.target_topic_id.parse().map_err(|e| {

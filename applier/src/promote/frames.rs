@@ -117,6 +117,21 @@ pub(super) fn inspect_frame(path: &Path, position: u64, remaining: u64, header: 
     })
 }
 
+/// Set the `partitionLeaderEpoch` of the magic-2 batch whose header starts `header` to `epoch`; `true` when it
+/// changed (the field lies outside the batch CRC, see `restamp`). The one place both copies and the in-place walk
+/// patch the epoch, so they cannot drift. A header too short to hold the field is left alone (`inspect_frame` has
+/// refused such a batch already).
+pub(super) fn restamp_header(header: &mut [u8], epoch: i32) -> bool {
+    let wanted = epoch.to_be_bytes();
+    match header.get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4) {
+        Some(field) if field != wanted => {
+            field.copy_from_slice(&wanted);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// `N` bytes of `buf` from `at` (zeros past its end; callers read fixed positions of a full header).
 pub(super) fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
     let mut out = [0u8; N];
@@ -124,4 +139,33 @@ pub(super) fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
         out.copy_from_slice(src);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restamp_header_rewrites_only_the_epoch_field_and_says_whether_it_changed() {
+        let mut header = [0xABu8; RECORD_BATCH_OVERHEAD];
+        header[PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4].copy_from_slice(&7i32.to_be_bytes());
+        let before = header;
+        assert!(restamp_header(&mut header, 3));
+        assert_eq!(
+            &header[PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4],
+            &3i32.to_be_bytes()
+        );
+        assert_eq!(
+            header[..PARTITION_LEADER_EPOCH_OFFSET],
+            before[..PARTITION_LEADER_EPOCH_OFFSET]
+        );
+        assert_eq!(
+            header[PARTITION_LEADER_EPOCH_OFFSET + 4..],
+            before[PARTITION_LEADER_EPOCH_OFFSET + 4..]
+        );
+        assert!(!restamp_header(&mut header, 3), "the same epoch again changes nothing");
+        let mut short = [1u8; PARTITION_LEADER_EPOCH_OFFSET + 2];
+        assert!(!restamp_header(&mut short, 3));
+        assert_eq!(short, [1u8; PARTITION_LEADER_EPOCH_OFFSET + 2]);
+    }
 }

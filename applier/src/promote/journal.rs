@@ -11,6 +11,7 @@ use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::TopicPartition;
 use serde::{Deserialize, Serialize};
 
+use super::consistent_cut::ConsistentCut;
 use super::error::{Error, Result};
 use super::files::create_dir;
 use super::txn_cut::CutTransaction;
@@ -60,6 +61,10 @@ pub(crate) struct Planned {
     /// no longer holds them. `false` in journals written before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) handover: bool,
+    /// The consistent cut (`--consistent-cut`): `log_end_offset` and `segments` are then the cut's, and the last
+    /// segment may be promoted only up to `last_segment_bytes`. `None` in journals written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) consistent_cut: Option<ConsistentCut>,
 }
 
 /// The tailed active segment of a planned partition.
@@ -80,7 +85,20 @@ impl Planned {
         self.segments.first().copied().unwrap_or(self.log_end_offset)
     }
 
-    /// The promoted partition's log end offset: the mirror's, plus one abort marker per cut transaction.
+    /// Where the mirror partition ended at planning (beyond `log_end_offset` when a consistent cut left some behind).
+    pub(crate) fn mirror_end_offset(&self) -> i64 {
+        self.consistent_cut
+            .as_ref()
+            .map_or(self.log_end_offset, |c| c.mirror_end_offset)
+    }
+
+    /// Bytes of the last segment's `.log` promoted when a consistent cut falls inside it.
+    pub(crate) fn last_segment_limit(&self) -> Option<u64> {
+        self.consistent_cut.as_ref().and_then(|c| c.last_segment_bytes)
+    }
+
+    /// The promoted partition's log end offset: the mirror's (or the consistent cut's), plus one abort marker per
+    /// cut transaction.
     pub(crate) fn end_offset(&self) -> i64 {
         self.log_end_offset.saturating_add(self.cut.len() as i64)
     }

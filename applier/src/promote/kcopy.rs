@@ -27,7 +27,7 @@ use segment_format::batch::RECORD_BATCH_OVERHEAD;
 use super::error::{Error, Result};
 use segment_format::durable::{read_sequentially, write_behind};
 
-use super::frames::{inspect_frame, partial_header, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
+use super::frames::{inspect_frame, partial_header, restamp_header, LogWalk};
 
 /// Bytes per `copy_file_range` call: each chunk's headers are patched and its write-back started before the next.
 pub(super) const KERNEL_CHUNK: usize = 8 << 20;
@@ -45,10 +45,17 @@ pub(super) enum KernelCopy {
 
 /// Copy `from` to `to` (created or truncated) with `copy_file_range` in chunks of `chunk` bytes, checking every
 /// frame header of the copy and setting every magic-2 batch's epoch to `epoch` in place; fsync once. The result is
-/// the same bytes and [`LogWalk`] as the buffered copy, or the same error.
-pub(super) fn copy_log_in_kernel(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<KernelCopy> {
+/// the same bytes and [`LogWalk`] as the buffered copy, or the same error. With `limit`, only the file's first
+/// `limit` bytes (a frame boundary: a consistent cut's prefix) are copied.
+pub(super) fn copy_log_in_kernel(
+    from: &Path,
+    to: &Path,
+    epoch: i32,
+    chunk: usize,
+    limit: Option<u64>,
+) -> Result<KernelCopy> {
     let source = File::open(from).map_err(|e| Error::io(from, e))?;
-    let size = source.metadata().map_err(|e| Error::io(from, e))?.len();
+    let size = copy_length(from, source.metadata().map_err(|e| Error::io(from, e))?.len(), limit)?;
     let out = OpenOptions::new()
         .read(true)
         .write(true)
@@ -110,6 +117,22 @@ pub(super) fn copy_log_in_kernel(from: &Path, to: &Path, epoch: i32, chunk: usiz
     Ok(KernelCopy::Copied(walk))
 }
 
+/// How many bytes of a file of `file_size` bytes a copy takes: `limit` (a prefix), or all of it; a file shorter than
+/// the planned prefix changed under the plan (an error naming it).
+pub(super) fn copy_length(from: &Path, file_size: u64, limit: Option<u64>) -> Result<u64> {
+    match limit {
+        None => Ok(file_size),
+        Some(limit) if limit <= file_size => Ok(limit),
+        Some(limit) => Err(Error::io(
+            from,
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the file has {file_size} bytes, fewer than the {limit} planned to be promoted"),
+            ),
+        )),
+    }
+}
+
 /// Check and restamp every frame from `*next_frame` whose header lies whole in `map[..upto]` (or ends the file of
 /// `size` bytes), advancing `*next_frame` past each; errors name `named` (the file the bytes came from).
 fn patch_headers(
@@ -130,14 +153,8 @@ fn patch_headers(
         let at = usize::try_from(*next_frame).unwrap_or(usize::MAX);
         let header = map.get_mut(at..at.saturating_add(need as usize)).unwrap_or_default();
         let frame = inspect_frame(named, *next_frame, remaining, header)?;
-        if frame.magic == 2 {
-            let field = header
-                .get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4)
-                .unwrap_or_default();
-            if field != epoch.to_be_bytes() {
-                field.copy_from_slice(&epoch.to_be_bytes());
-                walk.restamped += 1;
-            }
+        if frame.magic == 2 && restamp_header(header, epoch) {
+            walk.restamped += 1;
         }
         walk.frames += 1;
         walk.last_offset = Some(frame.last_offset);

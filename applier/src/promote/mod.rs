@@ -101,6 +101,7 @@
 //! leaf modules (`journal::Planned`, `report`, `refusal`, `retention::loss`), so no two modules import each other.
 
 mod build;
+mod consistent_cut;
 mod error;
 mod files;
 mod frames;
@@ -144,6 +145,7 @@ use plan::{pause, plan};
 use report::already_promoted;
 use swap::execute;
 
+pub use consistent_cut::{parse_timestamp as parse_cut_timestamp, ConsistentCut};
 pub use error::{Error, Result};
 pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
 pub use lock::{LockFailure, LogDirLock};

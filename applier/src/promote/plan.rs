@@ -18,7 +18,7 @@ use super::journal::{Planned, TailActive};
 use super::log_end::log_end;
 use super::refusal::Refusal;
 use super::retention::loss::RetentionLoss;
-use super::{retention, target, txn_cut};
+use super::{consistent_cut, retention, target, txn_cut};
 
 /// What to promote, and where.
 #[derive(Debug, Clone, Default)]
@@ -44,6 +44,9 @@ pub struct PromoteRequest {
     pub parallel: usize,
     /// How the mirror's files reach the log dir: copied (the mirror keeps them) or renamed (handed over).
     pub handover: Handover,
+    /// Cut every selected partition before its first batch newer than this timestamp (ms since the epoch;
+    /// `consistent_cut` says which timestamp and why); `None` promotes each partition to the mirror's end.
+    pub consistent_cut: Option<i64>,
     /// Crash tests: a kill point inside handover builds.
     #[cfg(feature = "failpoints")]
     pub failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
@@ -194,6 +197,24 @@ pub(super) fn plan(
             }
         }
         let Some(found) = found else { continue };
+        let mut mirror = mirror;
+        let mut consistent = None;
+        if let Some(at) = request.consistent_cut {
+            let dir = request.mirror_root.join(tp.dir_name());
+            if let Some(point) = consistent_cut::find(
+                &dir,
+                &mirror.segments,
+                mirror.log_start_offset,
+                mirror.log_end_offset,
+                at,
+            )? {
+                mirror.log_end_offset = point.cut.cut_offset;
+                mirror.segments = point.segments;
+                let kept = mirror.log_end_offset;
+                mirror.snapshots.retain(|o| *o <= kept);
+                consistent = Some(point.cut);
+            }
+        }
         let cut = txn_cut::find_open_transactions(
             &request.mirror_root.join(tp.dir_name()),
             &mirror.segments,
@@ -214,6 +235,7 @@ pub(super) fn plan(
             cut_timestamp: now_ms,
             tail_active: mirror.tail_active,
             handover: false,
+            consistent_cut: consistent,
         });
     }
     for (topic, ids) in ids {
@@ -506,12 +528,14 @@ pub(super) fn pause(
             catalog.set_partition_state(row.id, PartitionState::Paused)?;
         }
         let row = catalog.partition(&key)?;
-        let expected = p.tail_active.map_or(Some(p.log_end_offset), |t| t.catalog_end_offset);
+        let expected = p
+            .tail_active
+            .map_or(Some(p.mirror_end_offset()), |t| t.catalog_end_offset);
         if row.installed_end_offset != expected {
             refusals.push(Refusal::MirrorCatalogMismatch {
                 partition: p.tp(),
                 log: mirror_root.join(p.tp().dir_name()),
-                mirror_end_offset: p.log_end_offset,
+                mirror_end_offset: p.mirror_end_offset(),
                 catalog_end_offset: row.installed_end_offset,
             });
         }

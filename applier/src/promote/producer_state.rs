@@ -39,7 +39,8 @@ use super::txn_cut;
 /// Start the producer state of the partition being built in `dir` at `end_offset`: an empty active segment there
 /// (unless the last segment, of base `last_base`, already starts there) and an empty producer snapshot.
 pub fn start_empty(dir: &Path, last_base: i64, end_offset: i64) -> Result<()> {
-    if end_offset != last_base {
+    // No segment at all when a consistent cut kept nothing: the broker gets an empty one at the end, too.
+    if end_offset != last_base || !dir.join(segment_file_name(end_offset, SegmentFileKind::Log)).exists() {
         for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
             let path = dir.join(segment_file_name(end_offset, kind));
             let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;

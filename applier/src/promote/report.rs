@@ -7,6 +7,7 @@ use segmirror_catalog::MirrorPartition;
 use serde::Serialize;
 use std::path::PathBuf;
 
+use super::consistent_cut::ConsistentCut;
 use super::retention::loss::RetentionLoss;
 use super::txn_cut::CutTransaction;
 
@@ -34,6 +35,11 @@ pub struct PromotedPartition {
     pub leader_epoch: Option<i32>,
     pub log_start_offset: i64,
     pub log_end_offset: Option<i64>,
+    /// Where the mirror partition ended: `log_end_offset` less the abort markers, unless a consistent cut left
+    /// offsets behind (`consistent_cut` says what and why).
+    pub mirror_end_offset: Option<i64>,
+    /// What `--consistent-cut` left behind (`None`: no batch was newer than the cut, or no consistent cut).
+    pub consistent_cut: Option<ConsistentCut>,
     /// Segments and bytes of `.log` copied (0 for `AlreadyPromoted`).
     pub segments: usize,
     pub log_bytes: u64,
@@ -78,6 +84,8 @@ pub(super) fn already_promoted(p: &MirrorPartition) -> PromotedPartition {
         leader_epoch: None,
         log_start_offset: p.log_start_offset,
         log_end_offset: p.installed_end_offset,
+        mirror_end_offset: None,
+        consistent_cut: None,
         segments: 0,
         log_bytes: 0,
         batches_restamped: 0,

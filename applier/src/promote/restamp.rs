@@ -26,9 +26,9 @@ use std::path::Path;
 use segment_format::batch::{HEADER_SIZE_UP_TO_MAGIC, MAGIC_OFFSET, RECORD_BATCH_OVERHEAD};
 
 use super::error::{Error, Result};
-use super::frames::{array, corrupt, inspect_frame, partial_header};
+use super::frames::{corrupt, inspect_frame, partial_header, restamp_header};
 pub use super::frames::{LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
-use super::kcopy::{copy_log_in_kernel, KernelCopy, KERNEL_CHUNK};
+use super::kcopy::{copy_length, copy_log_in_kernel, KernelCopy, KERNEL_CHUNK};
 use segment_format::durable::{read_sequentially, write_behind};
 
 /// Read buffer of the header walk: big enough to serve many small batches per read.
@@ -93,9 +93,8 @@ pub(super) fn walk_log_from(path: &Path, start: u64, epoch: Option<i32>) -> Resu
         }
         let frame = inspect_frame(path, position, remaining, header.get(..consumed).unwrap_or_default())?;
         if frame.magic == 2 {
-            let stored = i32::from_be_bytes(array(&header, PARTITION_LEADER_EPOCH_OFFSET));
             if let (Some(epoch), Some(out)) = (epoch, writer.as_mut()) {
-                if stored != epoch {
+                if restamp_header(&mut header, epoch) {
                     let at = position + PARTITION_LEADER_EPOCH_OFFSET as u64;
                     out.seek(SeekFrom::Start(at)).map_err(|e| Error::io(path, e))?;
                     out.write_all(&epoch.to_be_bytes()).map_err(|e| Error::io(path, e))?;
@@ -127,26 +126,33 @@ pub(super) fn walk_log_from(path: &Path, start: u64, epoch: Option<i32>) -> Resu
 /// does and setting every magic-2 batch's `partitionLeaderEpoch` to `epoch`: in the kernel where it can
 /// (`kcopy`), else buffered ([`copy_log_restamping_buffered`]). Either way the copy holds the same bytes as
 /// [`std::fs::copy`] followed by `walk_log(to, Some(epoch))`, is fsynced once and fails with the same errors.
-pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32) -> Result<LogWalk> {
-    match copy_log_in_kernel(from, to, epoch, KERNEL_CHUNK)? {
+/// With `limit`, only the first `limit` bytes (a frame boundary: a consistent cut's prefix) are copied.
+pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32, limit: Option<u64>) -> Result<LogWalk> {
+    match copy_log_in_kernel(from, to, epoch, KERNEL_CHUNK, limit)? {
         KernelCopy::Copied(walk) => Ok(walk),
-        KernelCopy::Unsupported => copy_log_restamping_buffered(from, to, epoch),
+        KernelCopy::Unsupported => copy_log_restamping_buffered(from, to, epoch, limit),
     }
 }
 
 /// The copy through a buffer, for file systems without `copy_file_range` between the two files: each chunk is
 /// read, the headers of the frames starting in it are checked and restamped in the buffer, then the chunk is
 /// written and its write-back started ([`write_behind`]); one fsync at the end. Memory: one chunk.
-pub(super) fn copy_log_restamping_buffered(from: &Path, to: &Path, epoch: i32) -> Result<LogWalk> {
-    copy_log_restamping_in_chunks(from, to, epoch, COPY_CHUNK)
+pub(super) fn copy_log_restamping_buffered(from: &Path, to: &Path, epoch: i32, limit: Option<u64>) -> Result<LogWalk> {
+    copy_log_restamping_in_chunks(from, to, epoch, COPY_CHUNK, limit)
 }
 
 /// [`copy_log_restamping_buffered`] with chunks of `chunk` bytes (tests cut headers at every position with small
 /// ones).
-fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<LogWalk> {
+fn copy_log_restamping_in_chunks(
+    from: &Path,
+    to: &Path,
+    epoch: i32,
+    chunk: usize,
+    limit: Option<u64>,
+) -> Result<LogWalk> {
     let chunk = chunk.max(1);
     let mut source = File::open(from).map_err(|e| Error::io(from, e))?;
-    let size = source.metadata().map_err(|e| Error::io(from, e))?.len();
+    let size = copy_length(from, source.metadata().map_err(|e| Error::io(from, e))?.len(), limit)?;
     read_sequentially(&source);
     let mut out = OpenOptions::new()
         .write(true)
@@ -185,14 +191,8 @@ fn copy_log_restamping_in_chunks(from: &Path, to: &Path, epoch: i32, chunk: usiz
             let at = usize::try_from(next_frame - buf_start).unwrap_or(usize::MAX);
             let header = buf.get_mut(at..at + need as usize).unwrap_or_default();
             let frame = inspect_frame(from, next_frame, remaining, header)?;
-            if frame.magic == 2 {
-                let field = header
-                    .get_mut(PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4)
-                    .unwrap_or_default();
-                if field != epoch.to_be_bytes() {
-                    field.copy_from_slice(&epoch.to_be_bytes());
-                    walk.restamped += 1;
-                }
+            if frame.magic == 2 && restamp_header(header, epoch) {
+                walk.restamped += 1;
             }
             walk.frames += 1;
             walk.last_offset = Some(frame.last_offset);
@@ -366,7 +366,7 @@ mod tests {
         std::fs::copy(&from, &reference).unwrap();
         let expected = walk_log(&reference, Some(epoch)).unwrap();
         let to = dir.join("copy.log");
-        let got = copy_log_restamping_in_chunks(&from, &to, epoch, chunk).unwrap();
+        let got = copy_log_restamping_in_chunks(&from, &to, epoch, chunk, None).unwrap();
         assert_eq!(got, expected, "chunk {chunk}");
         assert_eq!(
             std::fs::read(&to).unwrap(),
@@ -375,7 +375,7 @@ mod tests {
         );
         // The kernel copy, patched in place through the mapping, chunk by chunk.
         let to = dir.join("kernel.log");
-        let got = match copy_log_in_kernel(&from, &to, epoch, chunk).unwrap() {
+        let got = match copy_log_in_kernel(&from, &to, epoch, chunk, None).unwrap() {
             KernelCopy::Copied(walk) => walk,
             KernelCopy::Unsupported => panic!("copy_file_range within one directory of a local file system"),
         };
@@ -387,8 +387,40 @@ mod tests {
         );
     }
 
+    /// A consistent cut copies a prefix: the same bytes and walk as the whole copy of just those frames, by both
+    /// copies and for every chunk size; a prefix longer than the file is an error naming it.
+    #[test]
+    fn a_prefix_copy_restamps_exactly_the_frames_before_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let frames = vec![batch(0, 3, 7), batch(3, 2, 9), batch(5, 4, 1)];
+        let whole = write(dir.path(), &frames);
+        let prefix_dir = tempfile::tempdir().unwrap();
+        let prefix = write(prefix_dir.path(), &frames[..2]);
+        let limit = (frames[0].len() + frames[1].len()) as u64;
+        let reference = dir.path().join("reference.log");
+        std::fs::copy(&prefix, &reference).unwrap();
+        let expected = walk_log(&reference, Some(2)).unwrap();
+        assert_eq!(expected.last_offset, Some(4));
+        for chunk in [1, 17, 61, 100, 1 << 20] {
+            let to = dir.path().join("buffered.log");
+            let got = copy_log_restamping_in_chunks(&whole, &to, 2, chunk, Some(limit)).unwrap();
+            assert_eq!(got, expected, "buffered, chunk {chunk}");
+            assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&reference).unwrap());
+            let to = dir.path().join("kernel.log");
+            let KernelCopy::Copied(got) = copy_log_in_kernel(&whole, &to, 2, chunk, Some(limit)).unwrap() else {
+                panic!("copy_file_range within one directory of a local file system")
+            };
+            assert_eq!(got, expected, "kernel, chunk {chunk}");
+            assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&reference).unwrap());
+        }
+        let too_long = std::fs::metadata(&whole).unwrap().len() + 1;
+        let err = copy_log_restamping(&whole, &dir.path().join("x.log"), 2, Some(too_long)).unwrap_err();
+        assert!(err.to_string().contains("00000000000000000000.log"), "{err}");
+        assert!(err.to_string().contains("fewer than"), "{err}");
+    }
+
     fn kernel_copy_error(from: &Path, to: &Path, epoch: i32, chunk: usize) -> Result<LogWalk> {
-        match copy_log_in_kernel(from, to, epoch, chunk)? {
+        match copy_log_in_kernel(from, to, epoch, chunk, None)? {
             KernelCopy::Copied(walk) => Ok(walk),
             KernelCopy::Unsupported => panic!("copy_file_range within one directory of a local file system"),
         }
@@ -421,7 +453,7 @@ mod tests {
         std::fs::copy(&from, &reference).unwrap();
         let expected = walk_log(&reference, Some(1)).unwrap();
         let to = dir.path().join("copy.log");
-        assert_eq!(copy_log_restamping(&from, &to, 1).unwrap(), expected);
+        assert_eq!(copy_log_restamping(&from, &to, 1, None).unwrap(), expected);
         assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&reference).unwrap());
     }
 
@@ -443,7 +475,7 @@ mod tests {
             std::fs::write(&from, &bytes).unwrap();
             let walked = walk_log(&from, None).unwrap_err().to_string();
             for chunk in [3, 40, 1 << 20] {
-                let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 4, chunk)
+                let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 4, chunk, None)
                     .unwrap_err()
                     .to_string();
                 assert_eq!(copied, walked, "chunk {chunk}");
@@ -468,7 +500,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let from = dir.path().join("00000000000000000000.log");
             std::fs::write(&from, &bytes).unwrap();
-            let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 3, chunk);
+            let copied = copy_log_restamping_in_chunks(&from, &dir.path().join("copy.log"), 3, chunk, None);
             let kernel = kernel_copy_error(&from, &dir.path().join("kernel.log"), 3, chunk);
             // In place (a handed-over file): same result and same error as the walk, which names the same path.
             let (in_place, walked_copy) = (dir.path().join("in-place.log"), dir.path().join("walked-copy.log"));

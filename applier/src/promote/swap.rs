@@ -213,6 +213,21 @@ fn record(catalog: &mut Catalog, link: &str, p: &Planned, log_dir: &Path) -> Res
         );
         catalog.append_event(Subject::Partition(&key), EventKind::Note, &detail)?;
     }
+    if let Some(c) = &p.consistent_cut {
+        let detail = format!(
+            "consistent cut at {} ms: promoted up to offset {} of the mirror's {}; left behind {} offset(s) in {} \
+             batch(es), {} bytes (the batch at offset {} has max timestamp {})",
+            c.timestamp_ms,
+            c.cut_offset,
+            c.mirror_end_offset,
+            c.left_offsets,
+            c.left_batches,
+            c.left_bytes,
+            c.first_left_offset,
+            c.first_left_timestamp
+        );
+        catalog.append_event(Subject::Partition(&key), EventKind::Note, &detail)?;
+    }
     catalog.set_partition_state(row.id, PartitionState::Promoted)?;
     Ok(())
 }

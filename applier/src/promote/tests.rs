@@ -858,6 +858,8 @@ fn journal_round_trips() {
                 coordinator_epoch: 2,
                 first_offset: 90,
                 records: 4,
+                batches: 2,
+                bytes: 400,
                 marker_offset: 99,
             }],
             cut_timestamp: 1_700_000_000_000,
@@ -866,6 +868,17 @@ fn journal_round_trips() {
                 catalog_end_offset: Some(50),
             }),
             handover: true,
+            consistent_cut: Some(ConsistentCut {
+                timestamp_ms: 1_700_000_000_000,
+                mirror_end_offset: 120,
+                cut_offset: 99,
+                left_offsets: 21,
+                left_batches: 3,
+                left_bytes: 999,
+                first_left_offset: 99,
+                first_left_timestamp: 1_700_000_000_500,
+                last_segment_bytes: Some(4096),
+            }),
         }],
     };
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! Open-transaction detection and the abort cut at promotion, against writer-made mirrors (the real-broker tests
 //! are `tests/tests/e2e_promote_producers.rs`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use segment_format::batch::ControlType;
@@ -124,16 +125,41 @@ fn expected_cut(written: &Written) -> Vec<CutTransaction> {
         .iter()
         .zip(written.partition.log_end_offset..)
         .map(
-            |(&(producer_id, producer_epoch, first_offset, records), marker_offset)| CutTransaction {
-                producer_id,
-                producer_epoch,
-                coordinator_epoch: if producer_id == DECIDED { 7 } else { 0 },
-                first_offset,
-                records,
-                marker_offset,
+            |(&(producer_id, producer_epoch, first_offset, records), marker_offset)| {
+                let (batches, bytes) = open_batches(&written.partition, producer_id, first_offset);
+                CutTransaction {
+                    producer_id,
+                    producer_epoch,
+                    coordinator_epoch: if producer_id == DECIDED { 7 } else { 0 },
+                    first_offset,
+                    records,
+                    batches,
+                    bytes,
+                    marker_offset,
+                }
             },
         )
         .collect()
+}
+
+/// Batches and bytes of `producer_id`'s data from `first_offset` on (its transaction stays open to the end).
+fn open_batches(w: &WrittenPartition, producer_id: i64, first_offset: i64) -> (u64, u64) {
+    let (mut batches, mut bytes) = (0, 0);
+    for s in &w.segments {
+        LogFile::open(w.dir.join(segment_file_name(s.base_offset, SegmentFileKind::Log)))
+            .unwrap()
+            .scan(|f| {
+                let i = &f.info;
+                if i.producer_id == producer_id && !i.is_control && i.base_offset >= first_offset {
+                    batches += 1;
+                    bytes += i.size;
+                }
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+    }
+    assert!(batches > 0);
+    (batches, bytes)
 }
 
 fn bases(w: &WrittenPartition) -> Vec<i64> {
@@ -197,6 +223,8 @@ fn abort_markers_and_index_entries_are_what_a_coordinator_and_broker_write() {
             coordinator_epoch: 4,
             first_offset: 3,
             records: 9,
+            batches: 3,
+            bytes: 300,
             marker_offset: 100,
         },
         CutTransaction {
@@ -205,6 +233,8 @@ fn abort_markers_and_index_entries_are_what_a_coordinator_and_broker_write() {
             coordinator_epoch: 0,
             first_offset: 80,
             records: 5,
+            batches: 1,
+            bytes: 100,
             marker_offset: 101,
         },
     ];
@@ -450,4 +480,125 @@ fn the_log_end_snapshot_and_the_scan_find_the_same_open_transactions() {
     let scanned = find_open_transactions(&w.dir, &bases(&w), &[], w.log_end_offset).unwrap();
     assert_eq!(with_end, scanned);
     assert!(with_end.is_empty(), "{with_end:?}");
+}
+
+/// Every frame of the promoted partition `dir`'s `.log`s, in offset order.
+fn promoted_frames(dir: &Path) -> Vec<segment_format::batch::BatchInfo> {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    let mut frames = Vec::new();
+    for log in logs {
+        LogFile::open(&log)
+            .unwrap()
+            .scan(|f| {
+                frames.push(f.info);
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+    }
+    frames
+}
+
+/// `--consistent-cut`: each partition ends before its first batch newer than T (the fixture stamps every record
+/// of a batch with `1_700_000_000_000 + base offset`), the transactions open at the cut are aborted there, the
+/// report says what was left behind, and the result is a log a broker loads (strict, deep verify). By copy, and by
+/// rename (the cut segment copied, the segments after it left in the mirror).
+#[test]
+fn a_consistent_cut_ends_every_partition_before_its_first_batch_newer_than_t() {
+    for handover in [Handover::Copy, Handover::Rename] {
+        let (mut f, _) = txn_fixture();
+        // Inside partition 0's segments and partition 1's single segment; the long transaction is open there.
+        let t = 1_700_000_000_000 + f.written[0].log_end_offset / 2;
+        let mirror_frames: Vec<Vec<segment_format::batch::BatchInfo>> =
+            f.written.iter().map(|w| promoted_frames(&w.dir)).collect();
+        let request = PromoteRequest {
+            consistent_cut: Some(t),
+            handover,
+            ..f.promote_request()
+        };
+        let report = promote(&request, &mut f.catalog).unwrap();
+        for (w, before) in f.written.iter().zip(&mirror_frames) {
+            let p = report.partitions.iter().find(|p| p.partition == w.partition).unwrap();
+            let first_left = before.iter().position(|i| i.max_timestamp > t).unwrap();
+            let cut_offset = before[first_left].base_offset;
+            let left = &before[first_left..];
+            let c = p.consistent_cut.as_ref().expect("a cut");
+            assert_eq!(c.timestamp_ms, t);
+            assert_eq!(
+                (c.cut_offset, c.mirror_end_offset),
+                (cut_offset, w.log_end_offset),
+                "{handover:?}"
+            );
+            assert_eq!(c.left_offsets, w.log_end_offset - cut_offset);
+            assert_eq!(c.left_batches, left.len() as u64);
+            assert_eq!(c.left_bytes, left.iter().map(|i| i.size).sum::<u64>());
+            assert_eq!(
+                (c.first_left_offset, c.first_left_timestamp),
+                (cut_offset, before[first_left].max_timestamp)
+            );
+            assert_eq!(p.mirror_end_offset, Some(w.log_end_offset));
+            // The transactions open at the cut (found independently: data without a marker before the cut).
+            let mut open: BTreeMap<i64, i64> = BTreeMap::new();
+            for i in &before[..first_left] {
+                if i.is_control {
+                    open.remove(&i.producer_id);
+                } else if i.is_transactional {
+                    open.entry(i.producer_id).or_insert(i.base_offset);
+                }
+            }
+            assert!(open.contains_key(&LONG_OPEN), "{open:?}");
+            let aborted: BTreeMap<i64, i64> = p
+                .transactions_aborted
+                .iter()
+                .map(|c| (c.producer_id, c.first_offset))
+                .collect();
+            assert_eq!(aborted, open, "{handover:?}");
+            for (k, c) in p.transactions_aborted.iter().enumerate() {
+                assert_eq!(c.marker_offset, cut_offset + k as i64);
+            }
+            assert_eq!(p.log_end_offset, Some(cut_offset + open.len() as i64));
+            // The target: the mirror's frames up to the cut, then the markers; no data newer than T.
+            let dst = f.target.join(format!("{TOPIC}-{}", w.partition));
+            let promoted = promoted_frames(&dst);
+            let (data, markers) = promoted.split_at(first_left);
+            let offsets = |v: &[segment_format::batch::BatchInfo]| -> Vec<(i64, i64)> {
+                v.iter().map(|i| (i.base_offset, i.last_offset)).collect()
+            };
+            assert_eq!(offsets(data), offsets(&before[..first_left]));
+            assert!(data.iter().all(|i| i.max_timestamp <= t));
+            assert_eq!(markers.len(), open.len());
+            assert!(markers.iter().all(|i| i.control == Some(ControlType::Abort)));
+            // The catalog says what was left behind.
+            let key = segmirror_catalog::PartitionKey::new("l", TOPIC, w.partition);
+            let events = f
+                .catalog
+                .events(Some(segmirror_catalog::Subject::Partition(&key)), 100)
+                .unwrap();
+            let said = format!(
+                "promoted up to offset {cut_offset} of the mirror's {}",
+                w.log_end_offset
+            );
+            assert!(events.iter().any(|e| e.detail.contains(&said)), "{events:?}");
+        }
+        let verified = verify_paths(
+            &[f.target.clone()],
+            &VerifyOptions {
+                deep: true,
+                strict: true,
+            },
+            &NoProgress,
+        );
+        assert!(verified.io_errors.is_empty(), "{handover:?}: {:?}", verified.io_errors);
+        assert!(verified.findings.is_empty(), "{handover:?}: {:#?}", verified.findings);
+        if handover == Handover::Rename {
+            // What was left behind stays in the mirror, whole: partition 0's last segment was not taken.
+            let w = &f.written[0];
+            let last = w.segments.last().unwrap().base_offset;
+            assert!(w.dir.join(segment_file_name(last, SegmentFileKind::Log)).exists());
+        }
+    }
 }

@@ -59,6 +59,12 @@ pub struct CutTransaction {
     /// Records of the transaction in the promoted segments (those below the log start offset are not copied),
     /// now aborted.
     pub records: u64,
+    /// Its batches in the promoted segments, and their bytes (what a `read_committed` consumer no longer gets).
+    /// 0 in journals written before they were counted.
+    #[serde(default)]
+    pub batches: u64,
+    #[serde(default)]
+    pub bytes: u64,
     /// Offset of the ABORT marker promotion writes.
     pub marker_offset: i64,
 }
@@ -70,6 +76,8 @@ struct Open {
     producer_epoch: i16,
     coordinator_epoch: i32,
     records: u64,
+    batches: u64,
+    bytes: u64,
 }
 
 /// The producer snapshot the detection starts from: the newest of `snapshots` at or below `end` that reads
@@ -114,6 +122,8 @@ pub fn find_open_transactions(
                             producer_epoch: e.epoch,
                             coordinator_epoch,
                             records: 0,
+                            batches: 0,
+                            bytes: 0,
                         },
                     );
                 }
@@ -139,6 +149,10 @@ pub fn find_open_transactions(
         let mut failure: Option<Error> = None;
         log.scan(|frame| {
             let info = &frame.info;
+            if info.base_offset >= log_end_offset {
+                // Beyond a consistent cut: left behind, not promoted.
+                return ControlFlow::Break(());
+            }
             if info.magic < 2 || info.producer_id < 0 || info.last_offset < scan_from {
                 return ControlFlow::Continue(());
             }
@@ -147,6 +161,8 @@ pub fn find_open_transactions(
                 if info.is_transactional && !info.is_control {
                     if let Some(o) = open.get_mut(&pid).filter(|o| info.base_offset >= o.first_offset) {
                         o.records += u64::try_from(info.records_count).unwrap_or(0);
+                        o.batches += 1;
+                        o.bytes += info.size;
                     }
                 }
                 return ControlFlow::Continue(());
@@ -172,9 +188,13 @@ pub fn find_open_transactions(
                         .copied()
                         .unwrap_or(UNKNOWN_COORDINATOR_EPOCH),
                     records: 0,
+                    batches: 0,
+                    bytes: 0,
                 });
                 o.producer_epoch = o.producer_epoch.max(info.producer_epoch);
                 o.records += u64::try_from(info.records_count).unwrap_or(0);
+                o.batches += 1;
+                o.bytes += info.size;
             }
             ControlFlow::Continue(())
         })?;
@@ -193,6 +213,8 @@ pub fn find_open_transactions(
             coordinator_epoch: o.coordinator_epoch,
             first_offset: o.first_offset,
             records: o.records,
+            batches: o.batches,
+            bytes: o.bytes,
             marker_offset,
         })
         .collect())

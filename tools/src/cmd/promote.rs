@@ -71,6 +71,13 @@ pub struct Args {
     /// file system) or `auto` (rename when they share one and every partition of the link is promoted, else copy).
     #[arg(long, value_name = "MODE", default_value = "copy", value_parser = ["copy", "rename", "auto"])]
     handover: String,
+    /// Cut every partition at one source moment: before its first batch whose max timestamp is newer than
+    /// TIMESTAMP (milliseconds since the epoch, or RFC 3339 such as 2026-12-02T17:00:00Z). The batch's stored max
+    /// timestamp counts, whatever the topic's timestamp type (LogAppendTime: the source broker's append time;
+    /// CreateTime: the producer's). Later batches are left behind even when older (the log stays a contiguous
+    /// prefix); a transaction open at the cut is aborted there. The report says per partition what was left.
+    #[arg(long, value_name = "TIMESTAMP", value_parser = promote::parse_cut_timestamp)]
+    consistent_cut: Option<i64>,
     /// Print one JSON document (the report, or the refusals) instead of text.
     #[arg(long)]
     json: bool,
@@ -102,6 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         allow_retention_delete: args.allow_retention_delete,
         parallel: usize::from(args.parallel),
         handover: args.handover.parse().map_err(anyhow::Error::msg)?,
+        consistent_cut: args.consistent_cut,
         ..PromoteRequest::default()
     };
     match promote::promote(&request, &mut catalog) {
@@ -130,6 +138,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Where a partition was cut and what was left behind (the consistent cut's offsets, batches and bytes, and the
+/// reason), in one line.
+fn cut_summary(p: &promote::PromotedPartition) -> String {
+    let mirror_end = p.mirror_end_offset.map_or_else(|| "?".to_string(), |o| o.to_string());
+    match &p.consistent_cut {
+        Some(c) => format!(
+            "cut at offset {} of the mirror's {mirror_end} (consistent cut at {} ms); left behind offsets [{}, {}): \
+             {} batch(es), {} bytes, because the batch at offset {} has max timestamp {} > {}",
+            c.cut_offset,
+            c.timestamp_ms,
+            c.cut_offset,
+            c.mirror_end_offset,
+            c.left_batches,
+            c.left_bytes,
+            c.first_left_offset,
+            c.first_left_timestamp,
+            c.timestamp_ms
+        ),
+        None => format!("cut at the mirror's end, offset {mirror_end}: nothing left behind"),
+    }
+}
+
 fn print_text(report: &PromoteReport) {
     for note in &report.notes {
         println!("note: {note}");
@@ -155,11 +185,13 @@ fn print_text(report: &PromoteReport) {
                 p.leader_epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
                 p.target_topic_id.as_deref().unwrap_or("?"),
             );
+                println!("{name}: {}", cut_summary(p));
                 for t in &p.transactions_aborted {
                     println!(
-                        "{name}: aborted the transaction open at the mirror's end: producer id {} (epoch {}), first \
-                         offset {}, {} record(s); ABORT marker at offset {}",
-                        t.producer_id, t.producer_epoch, t.first_offset, t.records, t.marker_offset
+                        "{name}: aborted the transaction open at the cut: producer id {} (epoch {}), open since \
+                         offset {}, {} record(s) in {} batch(es), {} bytes (a read_committed consumer skips them); \
+                         ABORT marker at offset {}",
+                        t.producer_id, t.producer_epoch, t.first_offset, t.records, t.batches, t.bytes, t.marker_offset
                     );
                 }
             }
@@ -171,4 +203,75 @@ fn print_text(report: &PromoteReport) {
         report.log_dir.display(),
         report.link
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use promote::{ConsistentCut, Outcome, PromotedPartition};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let base = ["segmirror", "--mirror", "m", "--log-dir", "l"];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
+    #[test]
+    fn consistent_cut_takes_milliseconds_or_rfc_3339_and_refuses_anything_else() {
+        assert_eq!(parse(&[]).unwrap().consistent_cut, None);
+        let ms = parse(&["--consistent-cut", "1700000000123"]).unwrap();
+        assert_eq!(ms.consistent_cut, Some(1_700_000_000_123));
+        let rfc = parse(&["--consistent-cut", "2023-11-14T22:13:20.123Z"]).unwrap();
+        assert_eq!(rfc.consistent_cut, Some(1_700_000_000_123));
+        let err = parse(&["--consistent-cut", "noon"]).err().unwrap().to_string();
+        assert!(err.contains("RFC 3339"), "{err}");
+    }
+
+    #[test]
+    fn the_cut_line_says_where_and_what_was_left_behind() {
+        let mut p = PromotedPartition {
+            topic: "t".into(),
+            partition: 0,
+            outcome: Outcome::Promoted,
+            target_topic_id: None,
+            leader_epoch: Some(1),
+            log_start_offset: 0,
+            log_end_offset: Some(41),
+            mirror_end_offset: Some(40),
+            consistent_cut: None,
+            segments: 1,
+            log_bytes: 100,
+            batches_restamped: 1,
+            handed_over: false,
+            transactions_aborted: Vec::new(),
+        };
+        assert_eq!(
+            cut_summary(&p),
+            "cut at the mirror's end, offset 40: nothing left behind"
+        );
+        p.mirror_end_offset = Some(55);
+        p.consistent_cut = Some(ConsistentCut {
+            timestamp_ms: 1000,
+            mirror_end_offset: 55,
+            cut_offset: 40,
+            left_offsets: 15,
+            left_batches: 3,
+            left_bytes: 900,
+            first_left_offset: 40,
+            first_left_timestamp: 1001,
+            last_segment_bytes: None,
+        });
+        assert_eq!(
+            cut_summary(&p),
+            "cut at offset 40 of the mirror's 55 (consistent cut at 1000 ms); left behind offsets [40, 55): 3 \
+             batch(es), 900 bytes, because the batch at offset 40 has max timestamp 1001 > 1000"
+        );
+    }
 }
