@@ -2,9 +2,10 @@
 //!
 //! Drained means: nothing the catalog knows of is waiting — no shipped segment version waits to be installed, no
 //! partition's source end (as the direct shipper last reported it, or as a group's committed offset proves) lies
-//! beyond what is installed — and nothing changed (installed offsets, pending versions, the link's metadata
-//! version) for `--drain-quiet`, longer than the applier's poll interval: a bucket applier that found nothing new
-//! in that time has installed every version the bucket's manifests listed.
+//! beyond what is installed — and nothing changed (installed offsets, pending versions, the groups' offsets) for
+//! `--drain-quiet`, longer than the applier's poll interval: a bucket applier that found nothing new in that time
+//! has installed every version the bucket's manifests listed. (The link's metadata version is not watched: it
+//! moves with every metadata record of the source, KRaft's periodic no-op records included.)
 //!
 //! What is left behind (the RPO) is reported per partition where the catalog knows it: offsets and bytes the source
 //! reported beyond the installed end (direct links), offsets a consumer group committed beyond it (the records
@@ -51,7 +52,6 @@ impl PartitionView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Snapshot {
     partitions: BTreeMap<(String, i32), PartitionView>,
-    meta_version: Option<u64>,
 }
 
 fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
@@ -91,10 +91,7 @@ fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
             });
         view.known_source_end = view.known_source_end.max(Some(o.source_offset));
     }
-    Ok(Snapshot {
-        partitions,
-        meta_version: catalog.link_meta(&args.link)?.map(|m| m.version),
-    })
+    Ok(Snapshot { partitions })
 }
 
 /// Wait until the link is drained (see the module doc), at most `--drain-timeout`.
@@ -104,6 +101,7 @@ fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
     let deadline = started + Duration::from_secs(args.drain_timeout);
     let mut last = snapshot(args, catalog)?;
     let mut still_since = Instant::now();
+    let mut said_at = Instant::now();
     println!(
         "[cut] draining: waiting until nothing is left to install and nothing changed for {:.1} s (at most {} s)",
         quiet.as_secs_f64(),
@@ -120,6 +118,15 @@ fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
         if last.partitions.values().all(PartitionView::drained) && still_since.elapsed() >= quiet {
             println!("[cut] drained after {:.1} s", started.elapsed().as_secs_f64());
             return Ok(last);
+        }
+        if said_at.elapsed() >= Duration::from_secs(10) {
+            said_at = Instant::now();
+            let behind = last.partitions.values().filter(|v| !v.drained()).count();
+            println!(
+                "[cut] still draining after {:.0} s: {behind} partition(s) with something left, last change {:.1} s ago",
+                started.elapsed().as_secs_f64(),
+                still_since.elapsed().as_secs_f64()
+            );
         }
         if Instant::now() > deadline {
             write_left_behind(&last)?;
