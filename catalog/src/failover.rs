@@ -108,7 +108,12 @@ impl Catalog {
                 message: format!("link {link:?}: step {step:?} is not started, or already finished"),
             });
         }
-        insert_event(&tx, Subject::Link(link), EventKind::FailoverStep, &format!("{step}: finished: {outcome}"))?;
+        insert_event(
+            &tx,
+            Subject::Link(link),
+            EventKind::FailoverStep,
+            &format!("{step}: finished: {outcome}"),
+        )?;
         let select = format!("SELECT {COLUMNS} FROM failover_steps WHERE link = ?1 AND step = ?2");
         let now = tx.query_row(&select, params![link, step], row)?;
         tx.commit()?;
@@ -141,7 +146,10 @@ mod tests {
         let topics = cat.start_failover_step("l", "topics", 1).unwrap();
         assert_eq!((topics.attempts, topics.finished()), (2, false));
         cat.finish_failover_step("l", "topics", "2 created").unwrap();
-        let err = cat.finish_failover_step("l", "topics", "again").unwrap_err().to_string();
+        let err = cat
+            .finish_failover_step("l", "topics", "again")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("topics") && err.contains("already finished"), "{err}");
         let err = cat.finish_failover_step("l", "install", "x").unwrap_err().to_string();
         assert!(err.contains("not started"), "{err}");

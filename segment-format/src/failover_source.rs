@@ -16,8 +16,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::consumer_offsets::{CommittedOffset, ConsumerOffsets};
-use crate::group_records::OffsetCommitKey;
 use crate::error::Error;
+use crate::group_records::OffsetCommitKey;
 use crate::metadata_log::{ClusterMetadata, TopicMetadata};
 
 /// Largest `--from` file read (64 MiB): a few hundred thousand topics or offsets; more is not such a file.

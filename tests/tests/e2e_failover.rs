@@ -105,7 +105,11 @@ fn failover_drains_installs_and_groups_resume_on_the_target_after_a_crash_and_re
     produce(&source_bootstrap, &[0, 1], 0, 40, "first");
 
     let work = tempfile::tempdir().unwrap();
-    let (bucket, mirror, signals) = (work.path().join("bucket"), work.path().join("mirror"), work.path().join("signals"));
+    let (bucket, mirror, signals) = (
+        work.path().join("bucket"),
+        work.path().join("mirror"),
+        work.path().join("signals"),
+    );
     for dir in [&bucket, &mirror, &signals] {
         std::fs::create_dir_all(dir).unwrap();
     }
@@ -158,7 +162,9 @@ fn failover_drains_installs_and_groups_resume_on_the_target_after_a_crash_and_re
     // Groups consume part of the topic on the source and commit: the Java console consumer (30 of the 80 records,
     // spread over both partitions as its fetches go) and librdkafka.
     let source_tools = source.tools();
-    source_tools.console_consume_group(ORDERS, "java-classic", 30, &[]).unwrap();
+    source_tools
+        .console_consume_group(ORDERS, "java-classic", 30, &[])
+        .unwrap();
     python_group_commit(
         &source_bootstrap,
         ORDERS,
@@ -183,7 +189,11 @@ fn failover_drains_installs_and_groups_resume_on_the_target_after_a_crash_and_re
     while recorded_offsets(&catalog) != expected {
         shipper.assert_running();
         applier.assert_running();
-        assert!(start.elapsed() < PATIENCE, "offsets never recorded: {:?}", recorded_offsets(&catalog));
+        assert!(
+            start.elapsed() < PATIENCE,
+            "offsets never recorded: {:?}",
+            recorded_offsets(&catalog)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 
@@ -258,8 +268,14 @@ fn failover_drains_installs_and_groups_resume_on_the_target_after_a_crash_and_re
     println!("--- segmirror failover (rerun) ---\n{log}");
     assert_eq!(code, Some(0), "{log}");
     let failover_seconds = rto_start.elapsed().as_secs_f64();
-    assert!(log.contains("[cut] interrupted earlier; redoing it (attempt 2)"), "{log}");
-    assert!(log.contains("RPO: 0 record offset(s), 0 byte(s) and 0 shipped version(s)"), "drained: {log}");
+    assert!(
+        log.contains("[cut] interrupted earlier; redoing it (attempt 2)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("RPO: 0 record offset(s), 0 byte(s) and 0 shipped version(s)"),
+        "drained: {log}"
+    );
     assert!(log.contains("2 partition(s) installed"), "{log}");
     assert_eq!(
         std::fs::read_to_string(signals.join("stop.requested")).unwrap().trim(),
@@ -285,17 +301,17 @@ fn failover_drains_installs_and_groups_resume_on_the_target_after_a_crash_and_re
     };
     let mut read = python_group_resume(&target_bootstrap, ORDERS, 2, "py-classic", GroupProtocol::Classic).unwrap();
     let rto = rto_start.elapsed().as_secs_f64();
-    let rpo = log
-        .lines()
-        .find(|l| l.contains("RPO:"))
-        .unwrap_or_default()
-        .to_string();
+    let rpo = log.lines().find(|l| l.contains("RPO:")).unwrap_or_default().to_string();
     println!(
         "FAILOVER FIGURES: {rpo}\nFAILOVER FIGURES: RTO {rto:.1} s from the failover's start to the librdkafka group's \
          records read on the target (the failover command itself: {failover_seconds:.1} s, including --drain-quiet 2 \
          s and the target broker's stop and start)"
     );
-    assert_eq!(read.len(), expected_from("py-classic").len(), "no record twice, none skipped");
+    assert_eq!(
+        read.len(),
+        expected_from("py-classic").len(),
+        "no record twice, none skipped"
+    );
     read.sort();
     assert_eq!(read, expected_from("py-classic"));
     let target_tools = target.tools();
@@ -314,7 +330,11 @@ fn failover_drains_installs_and_groups_resume_on_the_target_after_a_crash_and_re
     let described = target_tools.describe_topic(ORDERS).unwrap();
     assert_eq!(described.partitions, 2, "{described:?}");
     for (k, v) in orders_configs() {
-        assert_eq!(described.configs.get(k).map(String::as_str), Some(v), "{k}: {described:?}");
+        assert_eq!(
+            described.configs.get(k).map(String::as_str),
+            Some(v),
+            "{k}: {described:?}"
+        );
     }
     // A new producer writes on the target, after the mirrored records.
     produce(&target_bootstrap, &[0], 1000, 3, "target");
@@ -337,7 +357,10 @@ fn failover_drains_installs_and_groups_resume_on_the_target_after_a_crash_and_re
     for step in ["cut", "topics", "stop-brokers", "install", "start-brokers", "offsets"] {
         assert!(line(&journal, step).contains("done"), "{journal}");
     }
-    assert!(line(&journal, "cut").split_whitespace().nth(2) == Some("2"), "two attempts of cut:\n{journal}");
+    assert!(
+        line(&journal, "cut").split_whitespace().nth(2) == Some("2"),
+        "two attempts of cut:\n{journal}"
+    );
     let again = run_segmirror(failover_args("2")).unwrap();
     assert_eq!(again.code, 0, "{again}");
     assert_eq!(again.stdout.matches("done earlier").count(), 6, "{again}");

@@ -9,7 +9,11 @@ use cluster_client::offsets_commit::{GroupReport, Outcome};
 use cluster_client::topics_plan::{TopicCheck, Verdict};
 
 /// Lines of cells, columns padded to their widest cell.
-pub fn write_columns<const N: usize>(out: &mut dyn Write, header: [&str; N], rows: &[[String; N]]) -> std::io::Result<()> {
+pub fn write_columns<const N: usize>(
+    out: &mut dyn Write,
+    header: [&str; N],
+    rows: &[[String; N]],
+) -> std::io::Result<()> {
     let mut widths = header.map(str::len);
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -141,7 +141,11 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             continue;
         }
         if journaled.attempts > 1 {
-            println!("[{}] interrupted earlier; redoing it (attempt {})", step.name(), journaled.attempts);
+            println!(
+                "[{}] interrupted earlier; redoing it (attempt {})",
+                step.name(),
+                journaled.attempts
+            );
         }
         let step_started = Instant::now();
         match steps::run_step(*step, &args, &mut catalog, runtime) {

@@ -92,7 +92,9 @@ pub fn stop(args: &Args) -> anyhow::Result<String> {
 
 /// Whether the target answers on the bootstrap address with every topic of `topics`.
 async fn answers(bootstrap: &str, topics: &[String], timeout: Duration) -> Result<(), String> {
-    let mut admin = AdminClient::connect(bootstrap, timeout).await.map_err(|e| e.to_string())?;
+    let mut admin = AdminClient::connect(bootstrap, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
     let listed = admin.topics().await.map_err(|e| e.to_string())?;
     match topics.iter().find(|t| !listed.contains_key(*t)) {
         Some(missing) => Err(format!("topic {missing} not listed yet")),

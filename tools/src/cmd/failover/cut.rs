@@ -209,7 +209,10 @@ pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
                 drain(args, catalog)?;
             }
             catalog.promote_link(&args.link)?;
-            println!("[cut] link {} is promoted: its appliers install nothing more", args.link);
+            println!(
+                "[cut] link {} is promoted: its appliers install nothing more",
+                args.link
+            );
         }
     }
     wait_for_appliers(args)?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use cluster_client::admin::AdminClient;
-use cluster_client::offsets_commit::{any_refused_or_failed, commit_planned};
+use cluster_client::offsets_commit::{any_refused_or_failed, commit_planned, Outcome};
 use cluster_client::offsets_plan::{installed_log_ends, plan};
 use cluster_client::topics_plan::Verdict;
 use cluster_client::topics_sync::{sync_topics, TopicsMode};
@@ -83,7 +83,14 @@ fn topics(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<S
     let bootstrap = bootstrap(args)?;
     let checks = runtime.block_on(async {
         let mut admin = AdminClient::connect(bootstrap, timeout).await?;
-        sync_topics(&mut admin, TopicsMode::Create, &source, args.replication_factor, timeout).await
+        sync_topics(
+            &mut admin,
+            TopicsMode::Create,
+            &source,
+            args.replication_factor,
+            timeout,
+        )
+        .await
     })??;
     write_topics(&mut std::io::stdout().lock(), &checks, false)?;
     let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
@@ -190,8 +197,14 @@ fn offsets(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<
     if any_refused_or_failed(&reports) {
         bail!("a group was refused or a commit failed (listed above)");
     }
+    let committed = reports
+        .iter()
+        .filter(|g| g.outcome == Outcome::Committed)
+        .flat_map(|g| &g.offsets)
+        .filter(|o| o.planned.commit.is_some())
+        .count();
     Ok(format!(
-        "{} offset(s) of {groups} group(s) committed, {clamped} clamped to the installed data",
+        "{committed} offset(s) of {groups} group(s) committed ({} recorded), {clamped} clamped to the installed data",
         offsets.len()
     ))
 }
