@@ -42,7 +42,7 @@ SLOW_FIRST=(
     e2e_tail_truncate      # ~100 (a 3-node cluster, an unclean election, a target broker)
     e2e_failover_target    # ~250 at load 17 (4.4: two brokers, a dozen JVM tool runs; 3.9 alongside, lean)
 
-    e2e_failover           # 206 at load 27 (two 4.4 brokers, ship --store + apply --follow, a failover killed and rerun, the target restarted)
+    e2e_failover           # 53-206 (206 at load 27) (two 4.4 brokers, ship --store + apply --follow, a failover killed and rerun, the target restarted)
     e2e_link_metadata      # ~50; 130 at load 14 (one 4.4 broker, ship --store + apply --follow, groups committing)
     e2e_consumer_offsets   # ~90 (Kafka 3.9 and 4.4, classic and KIP-848 groups)
     kafka_harness          # ~90
