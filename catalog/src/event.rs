@@ -42,6 +42,8 @@ text_enum! {
         /// A new version of the link's metadata (topics, consumer offsets) was recorded
         /// ([`Catalog::record_link_meta`]).
         LinkMetaRecorded => "link_meta_recorded",
+        /// A step of `segmirror failover` started or finished ([`Catalog::start_failover_step`]).
+        FailoverStep => "failover_step",
         /// Anything else worth telling an operator.
         Note => "note",
     }

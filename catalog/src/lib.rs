@@ -31,6 +31,7 @@
 
 mod error;
 mod event;
+mod failover;
 mod follow;
 mod key;
 mod link;
@@ -51,10 +52,11 @@ use rusqlite::Connection;
 
 pub use error::{ConflictReason, Entity, Error, Location, ReplacementRefusal, Result, UnknownValue};
 pub use event::{Event, EventKind, Subject};
+pub use failover::FailoverStep;
 pub use follow::{ReplaceOutcome, Replacement, RetentionReceipt};
 pub use key::{PartitionId, PartitionKey};
 pub use link::{Link, LinkEnds, LinkSpec, PeerLink, Transport, DIRECT_URL_PREFIX};
-pub use link_meta::{LinkOffset, LinkTopic, RecordedMeta};
+pub use link_meta::{LinkOffset, RecordedMeta};
 pub use link_state::LinkState;
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionState, Upsert};

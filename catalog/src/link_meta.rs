@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use segment_format::now_ms;
-use segmirror_transport::link_meta::LinkMeta;
+use segmirror_transport::link_meta::{GroupOffset, LinkMeta, TopicMeta};
 use serde::Serialize;
 
 use crate::error::Result;
@@ -27,15 +27,6 @@ pub struct RecordedMeta {
     pub metadata_end_offset: i64,
     pub groups_regex: String,
     pub recorded_at_ms: i64,
-}
-
-/// A source topic of a link, as last recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LinkTopic {
-    pub topic: String,
-    pub source_topic_id: String,
-    pub partitions: u32,
-    pub configs: BTreeMap<String, String>,
 }
 
 /// One group's offset for one partition: as received, and what may be committed now.
@@ -60,6 +51,19 @@ pub struct LinkOffset {
 }
 
 impl LinkOffset {
+    /// The offset as the source committed it (the shape every target-side command reads).
+    pub fn source(&self) -> GroupOffset {
+        GroupOffset {
+            group: self.group.clone(),
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.source_offset,
+            leader_epoch: self.leader_epoch,
+            metadata: self.metadata.clone(),
+            commit_timestamp: self.commit_timestamp,
+        }
+    }
+
     fn clamp(mut self) -> Self {
         let (committable, clamped) = match self.installed_end_offset {
             Some(end) if end >= self.source_offset => (Some(self.source_offset), false),
@@ -171,23 +175,23 @@ impl Catalog {
             .optional()?)
     }
 
-    /// The link's source topics, by name.
-    pub fn link_topics(&self, link: &str) -> Result<Vec<LinkTopic>> {
+    /// The link's source topics, by name, as the shipper sent them.
+    pub fn link_topics(&self, link: &str) -> Result<Vec<TopicMeta>> {
         load_link(&self.conn, link)?;
-        let mut topics: BTreeMap<String, LinkTopic> = BTreeMap::new();
+        let mut topics: BTreeMap<String, TopicMeta> = BTreeMap::new();
         let mut stmt = self
             .conn
             .prepare("SELECT topic, source_topic_id, partitions FROM link_topics WHERE link = ?1 ORDER BY topic")?;
         for row in stmt.query_map([link], |r| {
-            Ok(LinkTopic {
-                topic: r.get(0)?,
-                source_topic_id: r.get(1)?,
+            Ok(TopicMeta {
+                name: r.get(0)?,
+                topic_id: r.get(1)?,
                 partitions: r.get(2)?,
                 configs: BTreeMap::new(),
             })
         })? {
             let t = row?;
-            topics.insert(t.topic.clone(), t);
+            topics.insert(t.name.clone(), t);
         }
         let mut stmt = self
             .conn

@@ -164,6 +164,22 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE mirror_partitions ADD COLUMN handed_over_to TEXT;
     "#,
+    // 7: the journal of `segmirror failover` (issue 11): each step of a link's failover, when it started (and how
+    // often: a rerun after a crash starts an unfinished step again), when it finished and what it found; a rerun
+    // skips finished steps. `outcome` is free text for people (the report of the step).
+    r#"
+    CREATE TABLE failover_steps (
+        link           TEXT NOT NULL REFERENCES links (name),
+        step           TEXT NOT NULL CHECK (length(step) > 0),
+        position       INTEGER NOT NULL CHECK (position >= 0),
+        started_at_ms  INTEGER NOT NULL,
+        attempts       INTEGER NOT NULL CHECK (attempts >= 1),
+        finished_at_ms INTEGER,
+        outcome        TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (link, step),
+        CHECK (finished_at_ms IS NULL OR finished_at_ms >= started_at_ms)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this code writes and understands.
@@ -255,6 +271,7 @@ mod tests {
             tables,
             [
                 "events",
+                "failover_steps",
                 "link_meta",
                 "link_offsets",
                 "link_topic_configs",

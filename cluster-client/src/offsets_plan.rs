@@ -17,7 +17,7 @@ use std::path::Path;
 
 use segment_format::dir::{DirKind, PartitionDir, PartitionDirName};
 use segment_format::error::{Defect, Error as FormatError};
-use segment_format::failover_source::SourceGroupOffset;
+use segment_format::failover_source::GroupOffset;
 use segment_format::log::LogFile;
 use serde::Serialize;
 
@@ -101,7 +101,7 @@ impl PlannedOffset {
 }
 
 /// The offsets to commit, by group, each clamped to its partition's installed log end.
-pub fn plan(offsets: &[SourceGroupOffset], installed: &InstalledEnds) -> BTreeMap<String, Vec<PlannedOffset>> {
+pub fn plan(offsets: &[GroupOffset], installed: &InstalledEnds) -> BTreeMap<String, Vec<PlannedOffset>> {
     let mut groups: BTreeMap<String, Vec<PlannedOffset>> = BTreeMap::new();
     for o in offsets {
         let end = installed.get(&(o.topic.clone(), o.partition)).copied();
@@ -138,13 +138,15 @@ mod tests {
     use segment_format::record::{BatchBuilder, RecordSpec};
     use segment_format::writer::{PartitionWriter, WriterConfig};
 
-    fn offset(group: &str, topic: &str, partition: i32, offset: i64) -> SourceGroupOffset {
-        SourceGroupOffset {
+    fn offset(group: &str, topic: &str, partition: i32, offset: i64) -> GroupOffset {
+        GroupOffset {
             group: group.into(),
             topic: topic.into(),
             partition,
             offset,
+            leader_epoch: Some(3),
             metadata: String::new(),
+            commit_timestamp: 0,
         }
     }
 

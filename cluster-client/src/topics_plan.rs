@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use segment_format::failover_source::SourceTopic;
+use segment_format::failover_source::TopicMeta;
 use serde::Serialize;
 
 use crate::admin::{TargetConfig, TargetTopic, SOURCE_TOPIC_CONFIG};
@@ -73,7 +73,7 @@ fn source_name(source: i8) -> &'static str {
 
 /// Compare `source` with the target's topic (`None`: missing) and its configs.
 pub fn compare(
-    source: &SourceTopic,
+    source: &TopicMeta,
     target: Option<&TargetTopic>,
     configs: &BTreeMap<String, TargetConfig>,
 ) -> TopicCheck {
@@ -81,7 +81,7 @@ pub fn compare(
         return TopicCheck {
             topic: source.name.clone(),
             verdict: Verdict::Missing,
-            source_partitions: source.partitions,
+            source_partitions: source.partitions_i32(),
             target_partitions: None,
             differences: Vec::new(),
             error: None,
@@ -96,12 +96,13 @@ pub fn compare(
             target: target_value,
             note,
         };
-    if target.partitions != source.partitions {
+    let source_partitions = source.partitions_i32();
+    if target.partitions != source_partitions {
         differences.push(difference(
             "partitions",
-            Some(source.partitions.to_string()),
+            Some(source_partitions.to_string()),
             Some(target.partitions.to_string()),
-            if target.partitions > source.partitions {
+            if target.partitions > source_partitions {
                 "the target has more partitions: the extra ones receive nothing from the mirror".into()
             } else {
                 "the target has fewer partitions: the mirror's other partitions have nowhere to go".into()
@@ -145,7 +146,7 @@ pub fn compare(
         } else {
             Verdict::Differs
         },
-        source_partitions: source.partitions,
+        source_partitions: source.partitions_i32(),
         target_partitions: Some(target.partitions),
         differences,
         error: None,
@@ -156,9 +157,10 @@ pub fn compare(
 mod tests {
     use super::*;
 
-    fn topic(partitions: i32, configs: &[(&str, &str)]) -> SourceTopic {
-        SourceTopic {
+    fn topic(partitions: u32, configs: &[(&str, &str)]) -> TopicMeta {
+        TopicMeta {
             name: "orders".into(),
+            topic_id: String::new(),
             partitions,
             configs: configs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         }

@@ -155,12 +155,7 @@ impl MetaReader {
             .topics
             .values()
             .filter(|t| !t.name.starts_with("__") && self.config.topics.matches(&t.name) && !t.partitions.is_empty())
-            .map(|t| TopicMeta {
-                name: t.name.clone(),
-                topic_id: t.topic_id.to_string(),
-                partitions: t.partitions.len() as u32,
-                configs: t.configs.clone(),
-            })
+            .map(TopicMeta::from_metadata)
             .collect();
         let topic_filter = &self.config.topics;
         let groups = &self.groups;
@@ -173,15 +168,7 @@ impl MetaReader {
             .offsets
             .offsets()
             .into_iter()
-            .map(|(key, committed)| GroupOffset {
-                group: key.group,
-                topic: key.topic,
-                partition: key.partition,
-                offset: committed.offset.max(0),
-                leader_epoch: committed.leader_epoch.filter(|e| *e >= 0),
-                metadata: committed.metadata,
-                commit_timestamp: committed.commit_timestamp,
-            })
+            .map(|(key, committed)| GroupOffset::from_committed(&key, &committed))
             .collect();
         Ok(LinkMeta::new(
             &self.config.link,

@@ -36,6 +36,8 @@ pub struct Service {
     /// The logs of the earlier (killed) incarnations, for failure messages.
     history: String,
     patience: Duration,
+    /// Collect stdout into the log too (a command whose report goes to stdout).
+    with_stdout: bool,
 }
 
 impl Service {
@@ -52,7 +54,7 @@ impl Service {
     ) -> Service {
         let args: Vec<String> = args.into_iter().map(|a| a.as_ref().to_string()).collect();
         let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let (child, stderr) = spawn(&args, &env);
+        let (child, stderr) = spawn(&args, &env, false);
         Service {
             child,
             stderr,
@@ -61,6 +63,42 @@ impl Service {
             env,
             history: String::new(),
             patience: DEFAULT_PATIENCE,
+            with_stdout: false,
+        }
+    }
+
+    /// As [`Service::start`], with stdout collected into the log as well (lines of the two streams interleaved as
+    /// they arrive): for a command that reports its progress on stdout, such as `segmirror failover`.
+    pub fn start_with_stdout<S: AsRef<str>>(name: &str, args: impl IntoIterator<Item = S>) -> Service {
+        let args: Vec<String> = args.into_iter().map(|a| a.as_ref().to_string()).collect();
+        let (child, stderr) = spawn(&args, &[], true);
+        Service {
+            child,
+            stderr,
+            name: name.to_string(),
+            args,
+            env: Vec::new(),
+            history: String::new(),
+            patience: DEFAULT_PATIENCE,
+            with_stdout: true,
+        }
+    }
+
+    /// Waits until the service exits by itself: its exit code and the log.
+    pub fn wait_exit(&mut self) -> (Option<i32>, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                std::thread::sleep(Duration::from_millis(100));
+                return (status.code(), self.log());
+            }
+            assert!(
+                start.elapsed() < self.patience,
+                "{} did not exit:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(POLL);
         }
     }
 
@@ -134,7 +172,7 @@ impl Service {
         let old = std::mem::take(&mut *self.stderr.lock().unwrap());
         self.history
             .push_str(&format!("{old}--- {} SIGKILLed and restarted ---\n", self.name));
-        let (child, stderr) = spawn(&self.args, &self.env);
+        let (child, stderr) = spawn(&self.args, &self.env, self.with_stdout);
         self.child = child;
         self.stderr = stderr;
     }
@@ -176,7 +214,7 @@ fn next_shipper_home() -> usize {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-fn spawn(args: &[String], env: &[(String, String)]) -> (Child, Arc<Mutex<String>>) {
+fn spawn(args: &[String], env: &[(String, String)], with_stdout: bool) -> (Child, Arc<Mutex<String>>) {
     // A shipper gets a data directory of its own: it would otherwise read the link record the applier of the same
     // test keeps in the shared one (both ends on one host, one catalog) and follow that record's state and regex.
     let home = if args.first().is_some_and(|a| a == "ship") {
@@ -191,20 +229,25 @@ fn spawn(args: &[String], env: &[(String, String)]) -> (Child, Arc<Mutex<String>
         .args(args)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env("SEGMIRROR_LOG", "info")
-        .stdout(Stdio::null())
+        .stdout(if with_stdout { Stdio::piped() } else { Stdio::null() })
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stderr = Arc::new(Mutex::new(String::new()));
-    let pipe = child.stderr.take().unwrap();
-    let sink = stderr.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            let mut s = sink.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
+    let collect = |pipe: Box<dyn std::io::Read + Send>| {
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+    };
+    collect(Box::new(child.stderr.take().unwrap()));
+    if let Some(out) = child.stdout.take() {
+        collect(Box::new(out));
+    }
     (child, stderr)
 }
 

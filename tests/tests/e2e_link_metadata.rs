@@ -179,10 +179,10 @@ fn a_link_carries_topic_configs_and_group_offsets_and_offsets_wait_for_their_dat
     // Topics: partition count and configs as the source's admin tools say.
     let topics = Catalog::open(&catalog).unwrap().link_topics("dr").unwrap();
     assert_eq!(topics.len(), 1, "only the link's topic: {topics:?}");
-    assert_eq!(topics[0].topic, TOPIC);
+    assert_eq!(topics[0].name, TOPIC);
     let described_topic = tools.describe_topic(TOPIC).unwrap();
     assert_eq!(topics[0].partitions as i32, described_topic.partitions);
-    assert_eq!(topics[0].source_topic_id, described_topic.topic_id);
+    assert_eq!(topics[0].topic_id, described_topic.topic_id);
     let configs = tools.describe_topic_configs(TOPIC).unwrap();
     assert_eq!(
         configs.get("max.message.bytes").map(String::as_str),

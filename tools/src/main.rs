@@ -55,6 +55,9 @@ enum Command {
     Link(cmd::link::Args),
     /// Install mirror partitions into a stopped Kafka broker's log dir, as that cluster's topics.
     Promote(cmd::promote::Args),
+    /// Fail a link over onto its target cluster: cut (drain or now), create/check the topics, stop the brokers,
+    /// install the mirror, start the brokers, commit the consumer offsets; journaled, resumable (`--status`).
+    Failover(cmd::failover::Args),
     /// Show the consumer groups' committed offsets from a broker's `__consumer_offsets` segments on disk, or
     /// export them as the CSV `kafka-consumer-groups --reset-offsets --from-file` reads.
     Offsets(cmd::offsets::Args),
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cmd::status::run(args),
         Command::Link(args) => cmd::link::run(args),
         Command::Promote(args) => cmd::promote::run(args),
+        Command::Failover(args) => cmd::failover::run(args, &runtime),
         Command::Offsets(args) => cmd::offsets::run(args, &runtime),
         Command::Topics(args) => cmd::topics::run(args, &runtime),
         Command::Ship(args) => cmd::ship::run(args, &runtime),

@@ -27,12 +27,15 @@
 //!   checked ([`TopicsDoc::validate`], [`OffsetsDoc::validate`], [`MetaManifest::validate`]); a refusal names the key
 //!   and the field.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use segment_format::dir::validate_topic_name;
+/// The entries of the documents: one shape for every origin of a failover's source data (see
+/// `segment_format::failover_source`).
+pub use segment_format::failover_source::{GroupOffset, TopicMeta};
 
 use crate::error::{DocumentProblem, Error, MismatchKind, Result};
 pub use crate::manifest::{
@@ -62,18 +65,6 @@ pub const MAX_PARTITIONS_PER_TOPIC: u32 = 1 << 20;
 /// Kafka strings (group ids, config names and values, commit metadata) are int16-length-prefixed on the wire.
 pub const MAX_KAFKA_STRING: usize = i16::MAX as usize;
 
-/// One source topic, as the source's metadata log last described it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicMeta {
-    pub name: String,
-    /// The source topic id, canonical text form.
-    pub topic_id: String,
-    /// Partitions `0..partitions`.
-    pub partitions: u32,
-    /// Topic-level config overrides (`retention.ms`, `cleanup.policy`, ...). Keys absent take the cluster's values.
-    pub configs: BTreeMap<String, String>,
-}
-
 /// The link's topics: those of the source that match the link's topics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicsDoc {
@@ -84,19 +75,6 @@ pub struct TopicsDoc {
     pub metadata_end_offset: i64,
     /// Sorted by name, names unique.
     pub topics: Vec<TopicMeta>,
-}
-
-/// One committed offset of a group, as the source's `__consumer_offsets` says. The leader epoch is informational
-/// only: it must never be committed on another cluster (`docs/promotion.md`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupOffset {
-    pub group: String,
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub leader_epoch: Option<i32>,
-    pub metadata: String,
-    pub commit_timestamp: i64,
 }
 
 /// The committed offsets of the link's groups for the link's topics.

@@ -93,6 +93,21 @@ pub fn open_catalog_of_missing_mirror(arg: Option<PathBuf>, mirror: &Path) -> an
     Ok((path, catalog))
 }
 
+/// The catalog a `--link NAME` reads on the applier's host: `--catalog` (which must exist), else the mirror's
+/// (`--mirror`, as for `segmirror status`); one of the two is needed.
+pub fn open_link_catalog(catalog: Option<&Path>, mirror: Option<&Path>) -> anyhow::Result<Catalog> {
+    match (catalog, mirror) {
+        (Some(path), _) => {
+            if !path.is_file() {
+                bail!("catalog {} does not exist", path.display());
+            }
+            Catalog::open(path).with_context(|| format!("opening catalog {}", path.display()))
+        }
+        (None, Some(mirror)) => Ok(open_mirror_catalog(None, mirror, true)?.1),
+        (None, None) => bail!("--link needs --mirror DIR (or --catalog PATH) to find the catalog"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ pub mod serve;
 pub mod store;
 pub mod table;
 pub mod tail_lag;
+pub mod target_report;
 
 /// Exit status meaning "usage or I/O error".
 pub const EXIT_USAGE_OR_IO: u8 = 2;

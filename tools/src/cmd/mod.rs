@@ -1,5 +1,6 @@
 pub mod apply;
 pub mod demo;
+pub mod failover;
 pub mod generate;
 pub mod link;
 pub mod offsets;

@@ -144,16 +144,7 @@ fn run_link(args: &Args, link: &str) -> anyhow::Result<ExitCode> {
         .map(whole_name_regex)
         .transpose()
         .context("--topics is not a valid regular expression")?;
-    let catalog = match (&args.catalog, &args.mirror) {
-        (Some(path), _) => {
-            if !path.is_file() {
-                anyhow::bail!("catalog {} does not exist", path.display());
-            }
-            segmirror_catalog::Catalog::open(path)?
-        }
-        (None, Some(mirror)) => crate::cli::catalog::open_mirror_catalog(None, mirror, true)?.1,
-        (None, None) => anyhow::bail!("--link needs --mirror DIR (or --catalog PATH) to find the catalog"),
-    };
+    let catalog = crate::cli::catalog::open_link_catalog(args.catalog.as_deref(), args.mirror.as_deref())?;
     let rows: Vec<LinkOffset> = catalog
         .link_offsets(link)?
         .into_iter()

@@ -1,6 +1,8 @@
 //! Link metadata through a local bucket: a version round-trips; hostile or tampered objects are refused naming the
 //! key and the field; metadata keys are the contract's (not foreign) and a listing of versions skips their data.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::store::{Store, StoreUrl};
 use crate::BucketIndex;

@@ -1,0 +1,207 @@
+//! `segmirror failover --link NAME`: the whole failover of a link onto its target cluster, in order, resumable
+//! after a crash at any step.
+//!
+//! The steps (each journaled in the catalog, `segmirror_catalog::FailoverStep`):
+//! 1. `cut`: with `--drain`, wait until the link has installed what its source side made available; with `--now`,
+//!    not. Then the link becomes `promoted` (the gate stops its appliers) and the report says, per partition, what
+//!    was left behind (the RPO, where the catalog knows it).
+//! 2. `topics`: create or check the target topics from the link's metadata in the catalog (the code of `segmirror
+//!    topics create`); a difference stops the failover unless `--allow-differences`.
+//! 3. `stop-brokers`: `--stop-hook CMD`, or a message saying what to stop; then wait until each `--log-dir`'s
+//!    `.lock` is free.
+//! 4. `install`: `segmirror promote` of the link's partitions into the log dir (`--handover auto` by default).
+//! 5. `start-brokers`: `--start-hook CMD`, or a message; then wait until `--bootstrap` answers.
+//! 6. `offsets`: commit the link's consumer offsets on the target (the code of `segmirror offsets commit`):
+//!    clamped to the installed log ends, no leader epoch, memberless, read back.
+//!
+//! Why one command and a journal: run by hand, these steps are where a failover goes wrong (a topic created with
+//! another partition count, offsets committed before the data is installed, a step skipped after an interruption).
+//! A rerun with the same flags skips the finished steps and redoes the one that was cut short; every step is
+//! idempotent (the state change is a no-op when already made, `topics create` creates only what is missing,
+//! `promote` finishes its own journaled promotion, a broker already stopped or started is not waited for, the same
+//! offsets are committed again). `--status` shows the journal.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use segmirror_catalog::{Catalog, FailoverStep};
+
+use crate::cli::catalog::open_mirror_catalog;
+use crate::cli::runtime::Runtime;
+use crate::cli::EXIT_USAGE_OR_IO;
+
+mod brokers;
+mod cut;
+mod steps;
+
+const FAILOVER_HELP: &str = "\
+Steps, in order: cut (drain or not, then the link becomes promoted), topics (create/check on the target), \
+stop-brokers, install (promote into --log-dir), start-brokers, offsets (commit the link's groups on the target). \
+Each step is journaled in the catalog; after a crash, run the same command again: finished steps are skipped, the \
+interrupted one is redone. --status shows the journal.\n\n\
+Hooks run with `sh -c` and these environment variables: SEGMIRROR_FAILOVER_LINK, SEGMIRROR_FAILOVER_STEP \
+(stop-brokers or start-brokers), SEGMIRROR_FAILOVER_LOG_DIRS (the --log-dir values, ':'-separated), \
+SEGMIRROR_FAILOVER_BOOTSTRAP. A hook that exits non-zero stops the failover at its step. Without a hook, the \
+command says what to do and waits (the log dir's .lock free; the bootstrap answering).\n\n\
+Exit status: 0 done; 2 a step refused or failed (the message names it; fix and run again), or a usage or I/O \
+error.";
+
+#[derive(clap::Args)]
+#[command(after_help = FAILOVER_HELP)]
+#[command(group(clap::ArgGroup::new("cut_mode").args(["drain", "now"])))]
+pub struct Args {
+    /// The link to fail over (a link of the applier's catalog).
+    #[arg(long, value_name = "NAME")]
+    link: String,
+    /// The mirror root the link installs into (`segmirror apply --mirror`).
+    #[arg(long, value_name = "DIR")]
+    mirror: PathBuf,
+    /// The catalog (default: the mirror's, as for `segmirror apply`).
+    #[arg(long, value_name = "PATH")]
+    catalog: Option<PathBuf>,
+    /// Show where the link's failover is (the journal), change nothing.
+    #[arg(long)]
+    status: bool,
+    /// Wait until the link has installed what its source side made available before cutting.
+    #[arg(long, required_unless_present_any = ["status", "now"])]
+    drain: bool,
+    /// Cut now: what is not installed yet is left behind (and reported).
+    #[arg(long)]
+    now: bool,
+    /// Longest wait for --drain, in seconds; then the failover stops, reporting what is left (rerun with --now to
+    /// cut anyway).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    drain_timeout: u64,
+    /// --drain: how long nothing may change (installed offsets, pending segments, the link's metadata version)
+    /// before the link counts as drained, in seconds; longer than the applier's poll interval.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
+    drain_quiet: f64,
+    /// A broker of the target cluster, HOST:PORT (PLAINTEXT listener).
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "status")]
+    bootstrap: Option<String>,
+    /// The target broker's log dir (one entry of its `log.dirs`).
+    #[arg(long = "log-dir", value_name = "DIR", required_unless_present = "status")]
+    log_dirs: Vec<PathBuf>,
+    /// Run this command (sh -c) to stop the target brokers; without it, the command asks and waits.
+    #[arg(long, value_name = "CMD")]
+    stop_hook: Option<String>,
+    /// Run this command (sh -c) to start the target brokers; without it, the command asks and waits.
+    #[arg(long, value_name = "CMD")]
+    start_hook: Option<String>,
+    /// Longest wait for the brokers to stop, and to answer after they start, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    broker_timeout: u64,
+    /// Go on when a target topic differs from the source's (the differences are still listed).
+    #[arg(long)]
+    allow_differences: bool,
+    /// Replication factor of created topics (default: the target's `default.replication.factor`).
+    #[arg(long, value_name = "N")]
+    replication_factor: Option<i16>,
+    /// How the mirror's files reach the log dir (as `segmirror promote --handover`): `auto` renames when mirror
+    /// and log dir share a file system, so the failover time does not grow with the data.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["copy", "rename", "auto"])]
+    handover: String,
+    /// The target broker's server.properties (as `segmirror promote --target-config`).
+    #[arg(long, value_name = "PATH")]
+    target_config: Option<PathBuf>,
+    /// Promote even where the target topic's retention would delete promoted data (as `segmirror promote`).
+    #[arg(long)]
+    allow_retention_delete: bool,
+    /// Longest wait for one request to the target, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = cluster_client::admin::REQUEST_TIMEOUT.as_secs())]
+    timeout: u64,
+}
+
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
+    let (_, mut catalog) = open_mirror_catalog(args.catalog.clone(), &args.mirror, true)?;
+    let link = catalog.link(&args.link)?;
+    if args.status {
+        print_status(&catalog, &args.link, &link.state.to_string())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let started = Instant::now();
+    println!(
+        "failover of link {} (state {}) into {} at {}",
+        args.link,
+        link.state,
+        args.log_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.bootstrap.as_deref().unwrap_or("?")
+    );
+    for (position, step) in steps::STEPS.iter().enumerate() {
+        let position = u32::try_from(position).unwrap_or(u32::MAX);
+        let journaled = catalog.start_failover_step(&args.link, step.name(), position)?;
+        if journaled.finished() {
+            println!("[{}] done earlier: {}", step.name(), journaled.outcome);
+            continue;
+        }
+        if journaled.attempts > 1 {
+            println!(
+                "[{}] interrupted earlier; redoing it (attempt {})",
+                step.name(),
+                journaled.attempts
+            );
+        }
+        let step_started = Instant::now();
+        match steps::run_step(*step, &args, &mut catalog, runtime) {
+            Ok(outcome) => {
+                catalog.finish_failover_step(&args.link, step.name(), &outcome)?;
+                println!(
+                    "[{}] {outcome} ({:.1} s)",
+                    step.name(),
+                    step_started.elapsed().as_secs_f64()
+                );
+            }
+            Err(e) => {
+                eprintln!(
+                    "segmirror failover: step {} failed: {e:#}\nfix the cause and run the same command again: the \
+                     finished steps are skipped",
+                    step.name()
+                );
+                return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
+            }
+        }
+    }
+    println!(
+        "failover of link {} finished in {:.1} s (this run)",
+        args.link,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The journal as a table.
+fn print_status(catalog: &Catalog, link: &str, state: &str) -> anyhow::Result<()> {
+    let journal: Vec<FailoverStep> = catalog.failover_steps(link).context("reading the failover journal")?;
+    println!("link {link}: state {state}");
+    let rows: Vec<[String; 5]> = steps::STEPS
+        .iter()
+        .map(|step| {
+            let row = journal.iter().find(|s| s.step == step.name());
+            let (state, attempts, took, outcome) = match row {
+                None => ("not started".to_string(), String::new(), String::new(), String::new()),
+                Some(s) => (
+                    if s.finished() { "done" } else { "started, not finished" }.to_string(),
+                    s.attempts.to_string(),
+                    s.finished_at_ms
+                        .map(|f| format!("{:.1} s", (f - s.started_at_ms) as f64 / 1000.0))
+                        .unwrap_or_default(),
+                    s.outcome.clone(),
+                ),
+            };
+            [step.name().to_string(), state, attempts, took, outcome]
+        })
+        .collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    crate::cli::target_report::write_columns(&mut out, ["STEP", "STATE", "ATTEMPTS", "TOOK", "OUTCOME"], &rows)?;
+    Ok(())
+}
+
+/// How long to wait between two looks at something another process changes.
+const POLL: Duration = Duration::from_millis(200);

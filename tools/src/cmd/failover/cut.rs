@@ -1,0 +1,232 @@
+//! The cut: optionally wait for the link to drain, then make it `promoted`, and say what was left behind.
+//!
+//! Drained means: nothing the catalog knows of is waiting — no shipped segment version waits to be installed, no
+//! partition's source end (as the direct shipper last reported it, or as a group's committed offset proves) lies
+//! beyond what is installed — and nothing changed (installed offsets, pending versions, the groups' offsets) for
+//! `--drain-quiet`, longer than the applier's poll interval: a bucket applier that found nothing new in that time
+//! has installed every version the bucket's manifests listed. (The link's metadata version is not watched: it
+//! moves with every metadata record of the source, KRaft's periodic no-op records included.)
+//!
+//! What is left behind (the RPO) is reported per partition where the catalog knows it: offsets and bytes the source
+//! reported beyond the installed end (direct links), offsets a consumer group committed beyond it (the records
+//! exist on the source), and segment versions shipped but not installed. Records produced on the source and
+//! neither shipped nor consumed are invisible from here; the report says so.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use segment_format::now_ms;
+use segmirror_catalog::{Catalog, LinkState};
+
+use super::{Args, POLL};
+use crate::cli::tail_lag::tail_lags;
+use crate::cli::target_report::write_columns;
+
+/// What the catalog knows of one partition at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PartitionView {
+    installed_end: Option<i64>,
+    pending_segments: u64,
+    /// The highest source offset known: the shipper's last report of the source's log end (direct), or a group's
+    /// committed offset.
+    known_source_end: Option<i64>,
+    /// Bytes of the source's active segment the mirror lacks (direct, when the mirror is in that segment).
+    lag_bytes: Option<u64>,
+}
+
+impl PartitionView {
+    fn left_offsets(&self) -> i64 {
+        match (self.known_source_end, self.installed_end) {
+            (Some(source), Some(installed)) => (source - installed).max(0),
+            (Some(source), None) => source.max(0),
+            _ => 0,
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.pending_segments == 0 && self.left_offsets() == 0 && self.lag_bytes.unwrap_or(0) == 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Snapshot {
+    partitions: BTreeMap<(String, i32), PartitionView>,
+}
+
+fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
+    let status = catalog.status()?;
+    let mut partitions: BTreeMap<(String, i32), PartitionView> = BTreeMap::new();
+    if let Some(link) = status.links.iter().find(|l| l.name == args.link) {
+        for p in &link.partitions {
+            partitions.insert(
+                (p.topic.clone(), p.partition),
+                PartitionView {
+                    installed_end: p.installed_end_offset,
+                    pending_segments: p.segments_pending,
+                    known_source_end: None,
+                    lag_bytes: None,
+                },
+            );
+        }
+    }
+    let now = u64::try_from(now_ms()).unwrap_or(0);
+    for lag in tail_lags(&args.mirror, &status, now) {
+        if let Some(view) = partitions.get_mut(&(lag.topic.clone(), lag.partition)) {
+            if lag.installed_end_offset.is_some() {
+                view.installed_end = view.installed_end.max(lag.installed_end_offset);
+            }
+            view.known_source_end = view.known_source_end.max(lag.source_log_end_offset);
+            view.lag_bytes = lag.lag_bytes;
+        }
+    }
+    for o in catalog.link_offsets(&args.link)? {
+        let view = partitions
+            .entry((o.topic.clone(), o.partition))
+            .or_insert(PartitionView {
+                installed_end: None,
+                pending_segments: 0,
+                known_source_end: None,
+                lag_bytes: None,
+            });
+        view.known_source_end = view.known_source_end.max(Some(o.source_offset));
+    }
+    Ok(Snapshot { partitions })
+}
+
+/// Wait until the link is drained (see the module doc), at most `--drain-timeout`.
+fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
+    let quiet = Duration::from_secs_f64(args.drain_quiet.max(0.0));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.drain_timeout);
+    let mut last = snapshot(args, catalog)?;
+    let mut still_since = Instant::now();
+    let mut said_at = Instant::now();
+    println!(
+        "[cut] draining: waiting until nothing is left to install and nothing changed for {:.1} s (at most {} s)",
+        quiet.as_secs_f64(),
+        args.drain_timeout
+    );
+    loop {
+        std::thread::sleep(POLL);
+        let now = snapshot(args, catalog)?;
+        if now != last {
+            last = now;
+            still_since = Instant::now();
+            continue;
+        }
+        if last.partitions.values().all(PartitionView::drained) && still_since.elapsed() >= quiet {
+            println!("[cut] drained after {:.1} s", started.elapsed().as_secs_f64());
+            return Ok(last);
+        }
+        if said_at.elapsed() >= Duration::from_secs(10) {
+            said_at = Instant::now();
+            let behind = last.partitions.values().filter(|v| !v.drained()).count();
+            println!(
+                "[cut] still draining after {:.0} s: {behind} partition(s) with something left, last change {:.1} s ago",
+                started.elapsed().as_secs_f64(),
+                still_since.elapsed().as_secs_f64()
+            );
+        }
+        if Instant::now() > deadline {
+            write_left_behind(&last)?;
+            bail!(
+                "the link did not drain within {} s (what is left is listed above); run again with --now to cut \
+                 anyway",
+                args.drain_timeout
+            );
+        }
+    }
+}
+
+/// Wait until no applier holds the mirror (the gate stops a running one within half a second of `promoted`).
+fn wait_for_appliers(args: &Args) -> anyhow::Result<()> {
+    if !args.mirror.join(segmirror_applier::APPLY_LOCK_FILE).exists() {
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match segmirror_applier::lock_mirror(&args.mirror, false) {
+            Ok(lock) => {
+                drop(lock);
+                return Ok(());
+            }
+            Err(e) if Instant::now() > deadline => {
+                bail!("an applier still holds the mirror 30 s after the link was promoted: {e}")
+            }
+            Err(_) => std::thread::sleep(POLL),
+        }
+    }
+}
+
+fn write_left_behind(snapshot: &Snapshot) -> std::io::Result<()> {
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let rows: Vec<[String; 7]> = snapshot
+        .partitions
+        .iter()
+        .map(|((topic, partition), v)| {
+            [
+                topic.clone(),
+                partition.to_string(),
+                dash(v.installed_end.map(|o| o.to_string())),
+                dash(v.known_source_end.map(|o| o.to_string())),
+                v.left_offsets().to_string(),
+                dash(v.lag_bytes.map(|b| b.to_string())),
+                v.pending_segments.to_string(),
+            ]
+        })
+        .collect();
+    write_columns(
+        &mut std::io::stdout().lock(),
+        [
+            "TOPIC",
+            "PARTITION",
+            "INSTALLED-END",
+            "KNOWN-SOURCE-END",
+            "LEFT-OFFSETS",
+            "LEFT-BYTES",
+            "PENDING-VERSIONS",
+        ],
+        &rows,
+    )
+}
+
+/// The cut step.
+pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
+    let link = catalog.link(&args.link)?;
+    match link.state {
+        LinkState::Promoted => println!("[cut] the link is already promoted: no drain, no change"),
+        LinkState::Deleted => bail!("link {} is deleted", args.link),
+        LinkState::Active | LinkState::Paused => {
+            if args.drain {
+                if link.state == LinkState::Paused {
+                    bail!(
+                        "link {} is paused: nothing moves, so it cannot drain; resume it (`segmirror link resume`) \
+                         or cut with --now",
+                        args.link
+                    );
+                }
+                drain(args, catalog)?;
+            }
+            catalog.promote_link(&args.link)?;
+            println!(
+                "[cut] link {} is promoted: its appliers install nothing more",
+                args.link
+            );
+        }
+    }
+    wait_for_appliers(args)?;
+    let at_cut = snapshot(args, catalog)?;
+    write_left_behind(&at_cut)?;
+    let left_offsets: i64 = at_cut.partitions.values().map(PartitionView::left_offsets).sum();
+    let left_bytes: u64 = at_cut.partitions.values().filter_map(|v| v.lag_bytes).sum();
+    let pending: u64 = at_cut.partitions.values().map(|v| v.pending_segments).sum();
+    let behind = at_cut.partitions.values().filter(|v| !v.drained()).count();
+    let installed: i64 = at_cut.partitions.values().filter_map(|v| v.installed_end).sum();
+    Ok(format!(
+        "RPO: {left_offsets} record offset(s), {left_bytes} byte(s) and {pending} shipped version(s) known on the \
+         source side and not installed, in {behind} of {} partition(s) ({installed} offsets installed; records \
+         neither shipped nor consumed on the source are not known here)",
+        at_cut.partitions.len()
+    ))
+}

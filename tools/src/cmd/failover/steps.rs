@@ -1,0 +1,210 @@
+//! The steps of a failover, in order, and what each does (the journal around them is in `failover.rs`).
+//!
+//! Each step returns its outcome as one line for the journal and the report, or an error that stops the failover
+//! at that step (the rerun redoes it). Each is idempotent: see the module doc of `failover.rs`.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use cluster_client::admin::AdminClient;
+use cluster_client::offsets_commit::{any_refused_or_failed, commit_planned, Outcome};
+use cluster_client::offsets_plan::{installed_log_ends, plan};
+use cluster_client::topics_plan::Verdict;
+use cluster_client::topics_sync::{sync_topics, TopicsMode};
+use segment_format::failover_source::GroupOffset;
+use segmirror_applier::promote::{self, PromoteRequest};
+use segmirror_catalog::Catalog;
+
+use super::{brokers, cut, Args};
+use crate::cli::runtime::Runtime;
+use crate::cli::target_report::{write_commits, write_topics};
+
+/// One step of the sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Cut,
+    Topics,
+    StopBrokers,
+    Install,
+    StartBrokers,
+    Offsets,
+}
+
+/// The sequence.
+pub const STEPS: [Step; 6] = [
+    Step::Cut,
+    Step::Topics,
+    Step::StopBrokers,
+    Step::Install,
+    Step::StartBrokers,
+    Step::Offsets,
+];
+
+impl Step {
+    /// The name in the journal, the report and the hooks' `SEGMIRROR_FAILOVER_STEP`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Cut => "cut",
+            Step::Topics => "topics",
+            Step::StopBrokers => "stop-brokers",
+            Step::Install => "install",
+            Step::StartBrokers => "start-brokers",
+            Step::Offsets => "offsets",
+        }
+    }
+}
+
+pub fn run_step(step: Step, args: &Args, catalog: &mut Catalog, runtime: &Runtime) -> anyhow::Result<String> {
+    match step {
+        Step::Cut => cut::cut(args, catalog),
+        Step::Topics => topics(args, catalog, runtime),
+        Step::StopBrokers => brokers::stop(args),
+        Step::Install => install(args, catalog),
+        Step::StartBrokers => brokers::start(args, runtime),
+        Step::Offsets => offsets(args, catalog, runtime),
+    }
+}
+
+fn bootstrap(args: &Args) -> anyhow::Result<&str> {
+    args.bootstrap.as_deref().context("--bootstrap is needed")
+}
+
+/// Create the link's topics on the target, or check them.
+fn topics(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<String> {
+    if catalog.link_meta(&args.link)?.is_none() {
+        bail!(
+            "no metadata of link {} recorded: the shipper must run with --metadata-log-dir (and --groups) so that the \
+             target topics and offsets are known; or create the topics with `segmirror topics create --from FILE`",
+            args.link
+        );
+    }
+    let source = catalog.link_topics(&args.link)?;
+    let timeout = Duration::from_secs(args.timeout);
+    let bootstrap = bootstrap(args)?;
+    let checks = runtime.block_on(async {
+        let mut admin = AdminClient::connect(bootstrap, timeout).await?;
+        sync_topics(
+            &mut admin,
+            TopicsMode::Create,
+            &source,
+            args.replication_factor,
+            timeout,
+        )
+        .await
+    })??;
+    write_topics(&mut std::io::stdout().lock(), &checks, false)?;
+    let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
+    let summary = format!(
+        "{} topic(s): {} created, {} matching, {} differing, {} failed",
+        checks.len(),
+        count(Verdict::Created),
+        count(Verdict::Matches),
+        count(Verdict::Differs),
+        count(Verdict::Failed)
+    );
+    if !TopicsMode::Create.acceptable(&checks, args.allow_differences) {
+        bail!("{summary} (the differences are listed above; --allow-differences goes on anyway)");
+    }
+    Ok(summary)
+}
+
+/// The one place a failover builds its promotion (so the request's newer fields are wired here only).
+fn promote_request(args: &Args) -> anyhow::Result<PromoteRequest> {
+    let [log_dir] = args.log_dirs.as_slice() else {
+        bail!(
+            "{} --log-dir given: this version promotes into one log dir (one replica); give the log dir of the \
+             broker that holds the topics' partitions",
+            args.log_dirs.len()
+        );
+    };
+    // The rest: fields that exist only with the applier's `failpoints` feature (crash tests), never set here.
+    #[allow(clippy::needless_update)]
+    Ok(PromoteRequest {
+        mirror_root: args.mirror.clone(),
+        log_dir: log_dir.clone(),
+        link: Some(args.link.clone()),
+        topics: None,
+        force: false,
+        target_config: args.target_config.clone(),
+        allow_retention_delete: args.allow_retention_delete,
+        parallel: promote::DEFAULT_PARALLEL,
+        handover: args.handover.parse().map_err(anyhow::Error::msg)?,
+        ..PromoteRequest::default()
+    })
+}
+
+/// Promote the link's partitions into the stopped broker's log dir.
+fn install(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
+    let request = promote_request(args)?;
+    match promote::promote(&request, catalog) {
+        Ok(report) => {
+            for note in &report.notes {
+                println!("note: {note}");
+            }
+            for loss in &report.retention_deletes {
+                println!("retention: {loss}");
+            }
+            let mut renamed = 0;
+            let mut aborted = 0;
+            for p in &report.partitions {
+                renamed += usize::from(p.handed_over);
+                aborted += p.transactions_aborted.len();
+                for t in &p.transactions_aborted {
+                    println!(
+                        "{}-{}: aborted the transaction open at the cut: producer id {}, first offset {}, {} \
+                         record(s); ABORT marker at offset {}",
+                        p.topic, p.partition, t.producer_id, t.first_offset, t.records, t.marker_offset
+                    );
+                }
+            }
+            Ok(format!(
+                "{} partition(s) installed into {} ({} promoted by this run, {renamed} handed over by rename, \
+                 {aborted} open transaction(s) aborted)",
+                report.partitions.len(),
+                report.log_dir.display(),
+                report.changed()
+            ))
+        }
+        Err(promote::Error::Refused { refusals }) => {
+            for r in &refusals {
+                eprintln!("  - {r}");
+            }
+            bail!("promote refused, nothing changed ({} reason(s) above)", refusals.len())
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("promotion failed")),
+    }
+}
+
+/// Commit the link's groups' offsets on the target, clamped to the installed log ends.
+fn offsets(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<String> {
+    let offsets: Vec<GroupOffset> = catalog.link_offsets(&args.link)?.iter().map(|o| o.source()).collect();
+    let topics: Vec<String> = catalog.link_topics(&args.link)?.into_iter().map(|t| t.name).collect();
+    let keep = |t: &str| topics.iter().any(|n| n == t);
+    let mut installed = cluster_client::offsets_plan::InstalledEnds::new();
+    for dir in &args.log_dirs {
+        installed.extend(installed_log_ends(dir, &keep).with_context(|| format!("reading {}", dir.display()))?);
+    }
+    let planned = plan(&offsets, &installed);
+    let groups = planned.len();
+    let clamped: usize = planned.values().flatten().filter(|o| o.clamped()).count();
+    let bootstrap = bootstrap(args)?;
+    let timeout = Duration::from_secs(args.timeout);
+    let reports = runtime.block_on(async {
+        let mut admin = AdminClient::connect(bootstrap, timeout).await?;
+        anyhow::Ok(commit_planned(&mut admin, planned, false).await)
+    })??;
+    write_commits(&mut std::io::stdout().lock(), &reports)?;
+    if any_refused_or_failed(&reports) {
+        bail!("a group was refused or a commit failed (listed above)");
+    }
+    let committed = reports
+        .iter()
+        .filter(|g| g.outcome == Outcome::Committed)
+        .flat_map(|g| &g.offsets)
+        .filter(|o| o.planned.commit.is_some())
+        .count();
+    Ok(format!(
+        "{committed} offset(s) of {groups} group(s) committed ({} recorded), {clamped} clamped to the installed data",
+        offsets.len()
+    ))
+}
