@@ -17,7 +17,8 @@
 //!
 //! The link's record in the mirror's catalog gates it (`cli::link_gate`): while `segmirror link pause` holds, no
 //! session is served (nothing installed); on resume the shipper's next session catches up. A promoted or deleted
-//! link is refused (exit 2). With `--cluster` the state is checked at start only.
+//! link is refused (exit 2). With `--cluster` alike: a pause ends every shipper's session and serves none until
+//! resumed (`link_gate::run_cluster_gated`).
 //!
 //! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files), a promoted or deleted link, and on this
 //! side's own failures (the mirror cannot be written).
@@ -30,13 +31,12 @@ use anyhow::Context as _;
 use segmirror_applier::lock_mirror;
 use segmirror_applier::tail::{TailAppender, TailCatalog, DEFAULT_RETAIN_DELETED_FOR};
 use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::session::link::listen_cluster;
 use segmirror_transport::direct::session::{ApplierSession, Cluster, SessionConfig};
 use segmirror_transport::direct::Role;
 
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
-use crate::cli::link::{link_config, shutdown_on_signal, Endpoint, LinkArgs};
-use crate::cli::link_gate::{refuse_closed, run_link_gated, LinkRecord, OnLink, Side};
+use crate::cli::link::{link_config, shutdown_on_signal, LinkArgs};
+use crate::cli::link_gate::{refuse_closed, run_cluster_gated, run_link_gated, LinkRecord, OnLink, Side};
 use crate::cli::runtime::Runtime;
 use crate::cli::serve::admin::CatalogAdmin;
 use crate::cli::serve::figures::{applier_rows, ApplierMeter, LinkMeter, Snapshot};
@@ -176,14 +176,15 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         let cluster = Cluster::new(appender);
         runtime.block_on(async move {
             let shutdown = shutdown_on_signal()?;
-            start_metrics(shutdown.clone(), link.link.clone(), false).await?;
-            let Endpoint::Listen { listener, acceptor } = link.endpoint().await? else {
-                // clap refuses --cluster with --connect; kept as an error rather than a panic.
-                anyhow::bail!("--cluster needs --listen ADDR");
-            };
+            start_metrics(shutdown.clone(), link.link.clone(), true).await?;
+            let endpoint = link.endpoint().await?;
             eprintln!("segmirror tail-apply: serving the shippers of a source cluster (one session per broker)");
             let config = link_config(handshake, None, "tail-apply", event_meter);
-            Ok(listen_cluster(listener, acceptor, config, cluster, session_config, shutdown).await?)
+            let on_link: OnLink = Arc::new(move |l: &segmirror_catalog::Link| {
+                gate_meter.set_paused(l.state == segmirror_catalog::LinkState::Paused)
+            });
+            let gate = (record, on_link);
+            run_cluster_gated(endpoint, config, cluster, session_config, shutdown, gate, "tail-apply").await
         })??;
     } else {
         let session = ApplierSession::new(appender, session_config)?;
