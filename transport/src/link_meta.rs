@@ -464,4 +464,4 @@ pub async fn read_latest(source: &dyn SegmentSource, prefix: &KeyPrefix, link: &
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
