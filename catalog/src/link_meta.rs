@@ -151,6 +151,20 @@ impl Catalog {
         Ok(true)
     }
 
+    /// Record `meta` as the link's next version, whatever version it carries: the one recorded plus one (1 for the
+    /// first). For a sender whose versions do not continue the catalog's: the direct protocol's shipper counts from
+    /// 1 in every process, while the applier's catalog outlives both. Returns the version recorded. Same checks and
+    /// the same replacement as [`Catalog::record_link_meta`]; one writer per link (the applier holding the mirror).
+    pub fn record_link_meta_as_next(&mut self, meta: &LinkMeta) -> Result<u64> {
+        let link = meta.topics.link.as_str();
+        let next = self.link_meta(link)?.map_or(1, |r| r.version + 1);
+        let mut meta = meta.clone();
+        meta.topics.version = next;
+        meta.offsets.version = next;
+        self.record_link_meta(&meta)?;
+        Ok(next)
+    }
+
     /// The version of the link's metadata last recorded, if any.
     pub fn link_meta(&self, link: &str) -> Result<Option<RecordedMeta>> {
         load_link(&self.conn, link)?;

@@ -30,7 +30,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use segmirror_applier::lock_mirror;
 use segmirror_applier::tail::{TailAppender, TailCatalog, DEFAULT_RETAIN_DELETED_FOR};
-use segmirror_transport::direct::handshake::HandshakeConfig;
+use segmirror_catalog::PeerLink;
+use segmirror_transport::direct::handshake::{HandshakeConfig, PeerLinkIdCheck};
 use segmirror_transport::direct::session::{ApplierSession, Cluster, SessionConfig};
 use segmirror_transport::direct::Role;
 
@@ -104,6 +105,29 @@ fn applier_snapshot(
     }
 }
 
+/// Feature bit 9: the shipper's link id checked against the one this catalog's link follows, adopting the first one
+/// seen (as the bucket's link identity object is, `apply`); a shipper of another link of the same name (deleted and
+/// recreated on the source) is refused naming both ids.
+fn peer_link_id_check(catalog_path: PathBuf, link: String) -> PeerLinkIdCheck {
+    PeerLinkIdCheck(Arc::new(move |shipper_id: &str| {
+        let found = segmirror_catalog::Catalog::open(&catalog_path)
+            .and_then(|mut c| c.adopt_peer_link_id(&link, shipper_id))
+            .map_err(|e| format!("checking the shipper's link id in catalog {}: {e}", catalog_path.display()))?;
+        match found {
+            PeerLink::Adopted => {
+                tracing::info!(link = %link, shipper_link_id = %shipper_id, "this link now follows the shipper's link id");
+                Ok(())
+            }
+            PeerLink::Same => Ok(()),
+            PeerLink::Other { recorded } => Err(format!(
+                "this applier's link {link:?} follows link id {recorded}, the shipper's link {link:?} is id \
+                 {shipper_id}: a link deleted and recreated is another link; ship it under another name, or apply \
+                 it into another mirror"
+            )),
+        }
+    }))
+}
+
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
     let keep = args
@@ -136,7 +160,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("opening mirror {}", args.mirror.display()))?
         .retain_deleted_for(keep);
     let link = args.link;
-    let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
+    let mut handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
+    handshake.peer_link_id = Some(peer_link_id_check(catalog_path.clone(), link.link.clone()));
     let link_meter = Arc::new(LinkMeter::default());
     link_meter.set_paused(starts_paused);
     let meter = Arc::new(ApplierMeter::default());
