@@ -60,6 +60,17 @@ pub struct LinkOffset {
 }
 
 impl LinkOffset {
+    /// With a durable end the catalog does not record: a direct-transport mirror's active segment (its tail state,
+    /// `<mirror>/.tail/`), beyond the sealed segments the catalog knows. The installed end becomes the larger of the
+    /// two and the committable offset is clamped again by the same rule.
+    pub fn with_durable_end(mut self, durable_end: Option<i64>) -> Self {
+        self.installed_end_offset = match (self.installed_end_offset, durable_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.clamp()
+    }
+
     fn clamp(mut self) -> Self {
         let (committable, clamped) = match self.installed_end_offset {
             Some(end) if end >= self.source_offset => (Some(self.source_offset), false),
