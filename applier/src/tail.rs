@@ -467,7 +467,12 @@ impl ChunkApplier for TailAppender {
             let (topics, offsets) = (meta.topics.topics.len(), meta.offsets.offsets.len());
             match catalog.record_link_meta(&meta) {
                 Ok(version) => {
-                    tracing::info!(version, topics, offsets, "recorded the link's metadata (topics, consumer offsets)")
+                    tracing::info!(
+                        version,
+                        topics,
+                        offsets,
+                        "recorded the link's metadata (topics, consumer offsets)"
+                    )
                 }
                 Err(e) => tracing::warn!(error = %e, "the link's metadata was not recorded"),
             }

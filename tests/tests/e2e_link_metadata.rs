@@ -290,8 +290,18 @@ fn create_link(catalog: &Path) -> String {
     link(
         catalog,
         &[
-            "create", "dr", "--transport", "direct", "--address", "127.0.0.1:9400", "--source", "link-meta",
-            "--target", "dr-site", "--topics-regex", TOPIC,
+            "create",
+            "dr",
+            "--transport",
+            "direct",
+            "--address",
+            "127.0.0.1:9400",
+            "--source",
+            "link-meta",
+            "--target",
+            "dr-site",
+            "--topics-regex",
+            TOPIC,
         ],
     );
     Catalog::open(catalog).unwrap().link("dr").unwrap().id
@@ -361,14 +371,25 @@ fn over_the_direct_transport(broker: &KafkaBroker, expected: &Offsets) {
         &mut [&mut shipper, &mut applier],
         || {
             let got: Offsets = recorded(&catalog).into_iter().map(|(k, (o, _, _))| (k, o)).collect();
-            let committable = if got == *expected { csv_offsets(&mirror, &catalog) } else { Offsets::new() };
+            let committable = if got == *expected {
+                csv_offsets(&mirror, &catalog)
+            } else {
+                Offsets::new()
+            };
             (got == *expected && committable == *expected, (got, committable))
         },
     );
     let topics = Catalog::open(&catalog).unwrap().link_topics("dr").unwrap();
     assert_eq!(topics.len(), 1, "only the link's topic: {topics:?}");
-    assert_eq!(topics[0].partitions as i32, tools.describe_topic(TOPIC).unwrap().partitions);
-    assert_eq!(topics[0].configs, tools.describe_topic_configs(TOPIC).unwrap(), "configs vs kafka-configs --describe");
+    assert_eq!(
+        topics[0].partitions as i32,
+        tools.describe_topic(TOPIC).unwrap().partitions
+    );
+    assert_eq!(
+        topics[0].configs,
+        tools.describe_topic_configs(TOPIC).unwrap(),
+        "configs vs kafka-configs --describe"
+    );
 
     // A later commit follows (the shipper sends a new version only when something changed).
     python_group_commit(&bootstrap, TOPIC, "app-b", GroupProtocol::Consumer, &[(0, 9)]).unwrap();
@@ -391,10 +412,19 @@ fn over_the_direct_transport(broker: &KafkaBroker, expected: &Offsets) {
     assert_ne!(new_id, link_id);
     let mut shipper = direct_shipper(&addr, &log_dir, &source_catalog);
     let refusal = shipper.wait_for("the peer is not a match");
-    assert!(refusal.contains(&link_id) && refusal.contains(&new_id), "{refusal}\n{}", shipper.log());
+    assert!(
+        refusal.contains(&link_id) && refusal.contains(&new_id),
+        "{refusal}\n{}",
+        shipper.log()
+    );
     applier.assert_running();
     assert_eq!(
-        Catalog::open(&catalog).unwrap().link("dr").unwrap().peer_link_id.as_deref(),
+        Catalog::open(&catalog)
+            .unwrap()
+            .link("dr")
+            .unwrap()
+            .peer_link_id
+            .as_deref(),
         Some(link_id.as_str()),
         "the adopted id is kept"
     );

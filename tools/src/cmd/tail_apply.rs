@@ -112,7 +112,12 @@ fn peer_link_id_check(catalog_path: PathBuf, link: String) -> PeerLinkIdCheck {
     PeerLinkIdCheck(Arc::new(move |shipper_id: &str| {
         let found = segmirror_catalog::Catalog::open(&catalog_path)
             .and_then(|mut c| c.adopt_peer_link_id(&link, shipper_id))
-            .map_err(|e| format!("checking the shipper's link id in catalog {}: {e}", catalog_path.display()))?;
+            .map_err(|e| {
+                format!(
+                    "checking the shipper's link id in catalog {}: {e}",
+                    catalog_path.display()
+                )
+            })?;
         match found {
             PeerLink::Adopted => {
                 tracing::info!(link = %link, shipper_link_id = %shipper_id, "this link now follows the shipper's link id");

@@ -16,12 +16,12 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::codes::FEATURE_CLUSTER_SHIPPERS;
 use super::error::FrameError;
+use super::payload::{check_link_id, LinkId, LinkMetaPiece, MetaPart};
 use super::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello,
     HelloAck, LogEnd, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
     SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode, Writer, HELLO_MAGIC, LOG_END_LEN, MIN_POSITION_LEN,
 };
-use super::payload::{check_link_id, LinkId, LinkMetaPiece, MetaPart};
 use super::payload::{LayoutSegment, MirrorLayout, MAX_LAYOUT_SEGMENTS_PER_FRAME};
 
 /// Header bytes: type, flags, payload length.
@@ -528,13 +528,20 @@ fn check_meta_piece(part: MetaPart, size: u64, position: u64, len: u64) -> Resul
     if size > part.max_size() {
         return Err((
             "size",
-            format!("a {size}-byte {}, over the maximum of {} bytes", part.name(), part.max_size()),
+            format!(
+                "a {size}-byte {}, over the maximum of {} bytes",
+                part.name(),
+                part.max_size()
+            ),
         ));
     }
     if position.checked_add(len).is_none_or(|end| end > size) {
         return Err((
             "bytes",
-            format!("{len} bytes at position {position} run past the {size}-byte {}", part.name()),
+            format!(
+                "{len} bytes at position {position} run past the {size}-byte {}",
+                part.name()
+            ),
         ));
     }
     Ok(())

@@ -34,7 +34,8 @@ pub const MAX_PROTOCOL_VERSION: u16 = 1;
 
 pub use super::codes::{
     FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LINK_ID, FEATURE_LINK_META, FEATURE_LOG_START,
-    FEATURE_MIRROR_LAYOUT, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
+    FEATURE_MIRROR_LAYOUT, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
+    FEATURE_TRUNCATE,
 };
 
 /// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
@@ -419,12 +420,13 @@ where
                 return Ok(());
             };
             let id = link_id.clone();
-            let verdict = tokio::task::spawn_blocking(move || (check.0)(&id))
-                .await
-                .map_err(|e| DirectError::Local {
-                    what: "checking the shipper's link id",
-                    source: Box::new(e),
-                })?;
+            let verdict =
+                tokio::task::spawn_blocking(move || (check.0)(&id))
+                    .await
+                    .map_err(|e| DirectError::Local {
+                        what: "checking the shipper's link id",
+                        source: Box::new(e),
+                    })?;
             let Err(message) = verdict else {
                 return Ok(());
             };
@@ -435,7 +437,14 @@ where
                 link: config.link.clone(),
                 message: message.clone(),
             };
-            let _ = send(framed, Frame::Refuse(refuse), deadline, config.timeout, "sending Refuse").await;
+            let _ = send(
+                framed,
+                Frame::Refuse(refuse),
+                deadline,
+                config.timeout,
+                "sending Refuse",
+            )
+            .await;
             let _ = tokio::time::timeout_at(deadline, SinkExt::<Frame>::close(framed)).await;
             Err(DirectError::Refused {
                 reason: RefuseReason::Link,

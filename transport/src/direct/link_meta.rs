@@ -123,15 +123,14 @@ impl MetaAssembler {
     /// Takes the next piece; a complete version once its last piece is in.
     pub fn accept(&mut self, piece: LinkMetaPiece) -> Result<Option<LinkMeta>> {
         let bad = |reason: String| DirectError::Protocol {
-            reason: format!(
-                "LinkMeta version {} {}: {reason}",
-                piece.version,
-                piece.part.name()
-            ),
+            reason: format!("LinkMeta version {} {}: {reason}", piece.version, piece.part.name()),
         };
         // The frame decoder checked these already; a caller handing pieces in directly gets the same rule.
         if piece.size > piece.part.max_size()
-            || piece.position.checked_add(piece.bytes.len() as u64).is_none_or(|e| e > piece.size)
+            || piece
+                .position
+                .checked_add(piece.bytes.len() as u64)
+                .is_none_or(|e| e > piece.size)
         {
             return Err(bad(format!(
                 "{} bytes at position {} of a {}-byte document (at most {} bytes)",
@@ -208,7 +207,10 @@ impl MetaAssembler {
                 let doc: TopicsDoc = serde_json::from_slice(&partial.bytes).map_err(|e| invalid(e.to_string()))?;
                 doc.validate(&self.link).map_err(invalid)?;
                 if doc.version != partial.version {
-                    return Err(invalid(format!("version: {}, the frames say {}", doc.version, partial.version)));
+                    return Err(invalid(format!(
+                        "version: {}, the frames say {}",
+                        doc.version, partial.version
+                    )));
                 }
                 self.topics = Some((partial.version, doc));
                 Ok(None)
@@ -217,7 +219,10 @@ impl MetaAssembler {
                 let doc: OffsetsDoc = serde_json::from_slice(&partial.bytes).map_err(|e| invalid(e.to_string()))?;
                 doc.validate(&self.link).map_err(invalid)?;
                 if doc.version != partial.version {
-                    return Err(invalid(format!("version: {}, the frames say {}", doc.version, partial.version)));
+                    return Err(invalid(format!(
+                        "version: {}, the frames say {}",
+                        doc.version, partial.version
+                    )));
                 }
                 let (_, topics) = self.topics.take().expect("offsets are expected only after topics");
                 Ok(Some(LinkMeta { topics, offsets: doc }))

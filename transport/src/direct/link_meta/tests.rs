@@ -72,7 +72,10 @@ fn pieces_out_of_order_missing_or_of_another_version_are_refused() {
     let mut gap = pieces.clone();
     gap.remove(1);
     let e = assemble(gap).unwrap_err().to_string();
-    assert!(e.contains("piece at position 32, the document has 16 bytes so far"), "{e}");
+    assert!(
+        e.contains("piece at position 32, the document has 16 bytes so far"),
+        "{e}"
+    );
     // Offsets of another version after version 1's topics.
     let mut mixed: Vec<_> = pieces[..first_offsets].to_vec();
     mixed.extend(
@@ -94,7 +97,10 @@ fn documents_of_another_link_or_that_do_not_validate_are_refused_naming_the_fiel
     let e = assemble(EncodedLinkMeta::encode(&other).unwrap().pieces(1 << 20))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("topics.json: invalid: link: belongs to link \"west\", not \"east\""), "{e}");
+    assert!(
+        e.contains("topics.json: invalid: link: belongs to link \"west\", not \"east\""),
+        "{e}"
+    );
     // A negative offset: valid JSON, invalid document (encoded by hand, `encode` validates).
     let mut bad = sample(1);
     bad.offsets.offsets[0].offset = -5;
@@ -107,7 +113,10 @@ fn documents_of_another_link_or_that_do_not_validate_are_refused_naming_the_fiel
         ..good
     };
     let e = assemble(forged.pieces(1 << 20)).unwrap_err().to_string();
-    assert!(e.contains("offsets.json: invalid: offsets[0].offset: -5 is negative"), "{e}");
+    assert!(
+        e.contains("offsets.json: invalid: offsets[0].offset: -5 is negative"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -129,16 +138,25 @@ fn a_hostile_size_is_refused_by_the_decoder_before_anything_is_buffered() {
     let n = buf.len();
     buf[n - 4..].copy_from_slice(&crc.to_be_bytes());
     match decode(&mut buf.clone(), MAX_PAYLOAD_LEN) {
-        Err(FrameError::Field { frame, field, reason, .. }) => {
+        Err(FrameError::Field {
+            frame, field, reason, ..
+        }) => {
             assert_eq!((frame, field), ("LinkMeta", "size"));
             assert!(reason.contains("over the maximum of 67108864 bytes"), "{reason}");
         }
         other => panic!("{other:?}"),
     }
     // A piece running past its document, an unknown part: refused naming the field; encoding refuses too.
-    let past = LinkMetaPiece { size: 4, ..piece.clone() };
+    let past = LinkMetaPiece {
+        size: 4,
+        ..piece.clone()
+    };
     let e = encode(&Frame::LinkMeta(past), MAX_PAYLOAD_LEN, &mut BytesMut::new()).unwrap_err();
-    assert!(e.to_string().contains("10 bytes at position 0 run past the 4-byte topics.json"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("10 bytes at position 0 run past the 4-byte topics.json"),
+        "{e}"
+    );
     let mut buf = BytesMut::new();
     encode(&Frame::LinkMeta(piece), MAX_PAYLOAD_LEN, &mut buf).unwrap();
     buf[6 + 8] = 9;
@@ -167,7 +185,12 @@ fn a_truncated_link_meta_frame_is_reported_as_truncated() {
 fn a_link_id_frame_round_trips_and_a_malformed_id_is_refused() {
     let id = "0123456789abcdef0123456789abcdef".to_string();
     let mut buf = BytesMut::new();
-    encode(&Frame::LinkId(crate::direct::LinkId { link_id: id.clone() }), MAX_PAYLOAD_LEN, &mut buf).unwrap();
+    encode(
+        &Frame::LinkId(crate::direct::LinkId { link_id: id.clone() }),
+        MAX_PAYLOAD_LEN,
+        &mut buf,
+    )
+    .unwrap();
     assert_eq!(
         decode(&mut buf, MAX_PAYLOAD_LEN).unwrap(),
         Some(Frame::LinkId(crate::direct::LinkId { link_id: id }))

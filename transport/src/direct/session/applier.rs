@@ -52,12 +52,12 @@ use crate::direct::handshake::{
     FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
 use crate::direct::link_meta::MetaAssembler;
-use crate::link_meta::LinkMeta;
 use crate::direct::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
     PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
     MAX_LAYOUT_SEGMENTS_PER_FRAME,
 };
+use crate::link_meta::LinkMeta;
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
 /// by the credit window already) and how long the first chunk of a group can wait for the others to be written.

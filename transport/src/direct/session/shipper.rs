@@ -50,12 +50,12 @@ use super::{
 };
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
-use crate::direct::link_meta::{EncodedLinkMeta, META_PIECE_BYTES};
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
     FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LINK_META, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT,
     FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
+use crate::direct::link_meta::{EncodedLinkMeta, META_PIECE_BYTES};
 use crate::direct::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
     PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
