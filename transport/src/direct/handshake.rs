@@ -93,7 +93,10 @@ pub struct HandshakeConfig {
 /// The applier's check of a shipper's link id (feature bit 9): `Ok` to go on, `Err(message)` naming both ids to
 /// refuse. Blocking (it may read and write a catalog): the handshake runs it on a blocking thread.
 #[derive(Clone)]
-pub struct PeerLinkIdCheck(pub Arc<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>);
+pub struct PeerLinkIdCheck(pub Arc<LinkIdRule>);
+
+/// See [`PeerLinkIdCheck`]: the shipper's link id in, `Err(message)` to refuse.
+pub type LinkIdRule = dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync;
 
 impl std::fmt::Debug for PeerLinkIdCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
