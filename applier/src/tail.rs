@@ -455,6 +455,31 @@ impl ChunkApplier for TailAppender {
         })
     }
 
+    fn apply_link_meta(
+        &mut self,
+        meta: segmirror_transport::link_meta::LinkMeta,
+    ) -> impl std::future::Future<Output = DirectResult<()>> + Send {
+        self.run("recording the link's metadata", move |i| {
+            // Advisory like a progress report: a version not recorded is logged, the next one replaces it.
+            let Some(catalog) = &mut i.catalog else {
+                return Ok(());
+            };
+            let (topics, offsets) = (meta.topics.topics.len(), meta.offsets.offsets.len());
+            match catalog.record_link_meta(&meta) {
+                Ok(version) => {
+                    tracing::info!(
+                        version,
+                        topics,
+                        offsets,
+                        "recorded the link's metadata (topics, consumer offsets)"
+                    )
+                }
+                Err(e) => tracing::warn!(error = %e, "the link's metadata was not recorded"),
+            }
+            Ok(())
+        })
+    }
+
     fn claim(
         &mut self,
         node: i32,

@@ -64,6 +64,17 @@ impl LinkOffset {
         }
     }
 
+    /// With a durable end the catalog does not record: a direct-transport mirror's active segment (its tail state,
+    /// `<mirror>/.tail/`), beyond the sealed segments the catalog knows. The installed end becomes the larger of the
+    /// two and the committable offset is clamped again by the same rule.
+    pub fn with_durable_end(mut self, durable_end: Option<i64>) -> Self {
+        self.installed_end_offset = match (self.installed_end_offset, durable_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.clamp()
+    }
+
     fn clamp(mut self) -> Self {
         let (committable, clamped) = match self.installed_end_offset {
             Some(end) if end >= self.source_offset => (Some(self.source_offset), false),
@@ -153,6 +164,20 @@ impl Catalog {
         insert_event(&tx, Subject::Link(link), EventKind::LinkMetaRecorded, &detail)?;
         tx.commit()?;
         Ok(true)
+    }
+
+    /// Record `meta` as the link's next version, whatever version it carries: the one recorded plus one (1 for the
+    /// first). For a sender whose versions do not continue the catalog's: the direct protocol's shipper counts from
+    /// 1 in every process, while the applier's catalog outlives both. Returns the version recorded. Same checks and
+    /// the same replacement as [`Catalog::record_link_meta`]; one writer per link (the applier holding the mirror).
+    pub fn record_link_meta_as_next(&mut self, meta: &LinkMeta) -> Result<u64> {
+        let link = meta.topics.link.as_str();
+        let next = self.link_meta(link)?.map_or(1, |r| r.version + 1);
+        let mut meta = meta.clone();
+        meta.topics.version = next;
+        meta.offsets.version = next;
+        self.record_link_meta(&meta)?;
+        Ok(next)
     }
 
     /// The version of the link's metadata last recorded, if any.

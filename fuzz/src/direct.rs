@@ -12,6 +12,7 @@ use segmirror_transport::direct::payload::{
     Shipped, SourceProgress,
     LogEnd, Truncate, TruncateMode,
     LayoutSegment, MirrorLayout,
+    LinkId, LinkMetaPiece, MetaPart,
 };
 use segmirror_transport::direct::{
     Chunk, Frame, FrameError, Goodbye, GoodbyeReason, Hello, HelloAck, Refuse, RefuseReason, Role, SegmentSeal,
@@ -306,6 +307,19 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 LayoutSegment { base: 0, size: 4096 },
                 LayoutSegment { base: 100, size: 512 },
             ],
+        }),
+        // Feature bit 8: a link metadata piece (a document's middle: the size and position checks apply).
+        Frame::LinkMeta(LinkMetaPiece {
+            version: 3,
+            part: MetaPart::Offsets,
+            size: 64,
+            sha256: [9; 32],
+            position: 16,
+            bytes: Bytes::from_static(b"{\"format\":\"segmirror.offsets.v1\""),
+        }),
+        // Feature bit 9: the shipper's link id.
+        Frame::LinkId(LinkId {
+            link_id: "0123456789abcdef0123456789abcdef".into(),
         }),
         Frame::Resume(vec![position.clone(), position]),
         Frame::Heartbeat { sequence: 9 },

@@ -18,6 +18,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use regex::Regex;
 use segment_format::consumer_offsets::{IncrementalOffsets, OffsetsFilter};
 use segment_format::metadata_log::{read_metadata_dir, ClusterMetadata, METADATA_DIR};
+use segmirror_transport::direct::link_meta::EncodedLinkMeta;
 use segmirror_transport::link_meta::{self, GroupOffset, LinkMeta, TopicMeta};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Transport;
@@ -267,3 +268,70 @@ impl MetaPublisher {
 
 #[cfg(test)]
 mod tests;
+
+/// The same topics, configs and offsets, wherever in the metadata log they were read: a KRaft controller appends
+/// a record every half second or so (no-ops, heartbeats), so the log's end moves while nothing the target needs
+/// changed, and a version per read would follow.
+fn same_picture(a: &LinkMeta, b: &LinkMeta) -> bool {
+    a.topics.topics == b.topics.topics
+        && a.offsets.offsets == b.offsets.offsets
+        && a.offsets.groups_regex == b.offsets.groups_regex
+}
+
+/// The newest version of the link's metadata for the direct protocol's sessions (`ShipperSession::with_link_meta`).
+pub type DirectMetaSender = tokio::sync::watch::Sender<Option<std::sync::Arc<EncodedLinkMeta>>>;
+
+/// Reads the link's metadata every `reader.config().interval` and announces each version whose content changed on
+/// `tx`, serialised and hashed for the direct protocol (off the runtime, like the read). Versions count from 1 in
+/// each process: the applier records each as its catalog's next (`Catalog::record_link_meta_as_next`). A read that
+/// fails (a metadata log being rewritten under it, an unreadable `__consumer_offsets` segment) is logged and tried
+/// again at the next interval: segments keep shipping. Returns when no session listens any more.
+pub async fn announce_direct(mut reader: MetaReader, tx: DirectMetaSender) {
+    let interval = reader.config.interval;
+    let mut last: Option<LinkMeta> = None;
+    let mut next = 1u64;
+    loop {
+        let previous = last.take();
+        let joined = tokio::task::spawn_blocking(move || {
+            let read = reader.read(next).map_err(|e| e.to_string()).and_then(|meta| {
+                if previous.as_ref().is_some_and(|p| same_picture(p, &meta)) {
+                    return Ok((meta, None));
+                }
+                let encoded = EncodedLinkMeta::encode(&meta)?;
+                Ok((meta, Some(encoded)))
+            });
+            (reader, previous, read)
+        })
+        .await;
+        let (back, previous, read) = match joined {
+            Ok(triple) => triple,
+            Err(e) => {
+                tracing::error!(error = %e, "the link metadata reader failed; the link carries no more metadata");
+                return;
+            }
+        };
+        reader = back;
+        match read {
+            Ok((meta, Some(encoded))) => {
+                tracing::info!(
+                    version = next,
+                    topics = meta.topics.topics.len(),
+                    offsets = meta.offsets.offsets.len(),
+                    "link metadata changed: sending it"
+                );
+                next += 1;
+                last = Some(meta);
+                tx.send_replace(Some(std::sync::Arc::new(encoded)));
+            }
+            Ok((meta, None)) => last = Some(meta),
+            Err(reason) => {
+                tracing::warn!(%reason, "reading the link's metadata; trying again");
+                last = previous;
+            }
+        }
+        tokio::select! {
+            () = tx.closed() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}

@@ -4,6 +4,11 @@
 //! equal to what `kafka-consumer-groups --describe` says, and the topic's partition count and configs, equal to
 //! what `kafka-configs --describe` says. An offset committed ahead of the installed data is shown clamped (by
 //! `segmirror offsets --link`) until the data arrives.
+//!
+//! Then the same over the direct transport, on the same broker (`ship --connect` / `apply --listen`, feature bits 8
+//! and 9): the applier's catalog gets the same offsets and configs, a later commit follows, the applier adopts the
+//! shipper's link id, and a shipper of the link deleted and recreated on the source host is refused naming both
+//! ids.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -53,6 +58,17 @@ fn link_offsets(mirror: &Path, catalog: &Path, csv: bool) -> String {
     let run = run_segmirror(&args).unwrap();
     assert_eq!(run.code, 0, "segmirror {:?}: {}", run.args, run.stderr);
     run.stdout
+}
+
+/// The committable offsets `segmirror offsets --link dr --csv` gives.
+fn csv_offsets(mirror: &Path, catalog: &Path) -> Offsets {
+    link_offsets(mirror, catalog, true)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            ((f[0].into(), f[1].into(), f[2].parse().unwrap()), f[3].parse().unwrap())
+        })
+        .collect()
 }
 
 /// What the catalog says of the link's offsets.
@@ -201,15 +217,11 @@ fn a_link_carries_topic_configs_and_group_offsets_and_offsets_wait_for_their_dat
             (row == (14, Some(14), false), row)
         },
     );
-    let csv = link_offsets(&mirror, &catalog, true);
-    let committable: Offsets = csv
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            ((f[0].into(), f[1].into(), f[2].parse().unwrap()), f[3].parse().unwrap())
-        })
-        .collect();
-    assert_eq!(committable, expected, "the CSV once everything is installed");
+    assert_eq!(
+        csv_offsets(&mirror, &catalog),
+        expected,
+        "the CSV once everything is installed"
+    );
 
     // A config altered on the source reaches the catalog.
     tools.alter_topic_config(TOPIC, &[("retention.ms", "3600000")]).unwrap();
@@ -228,5 +240,165 @@ fn a_link_carries_topic_configs_and_group_offsets_and_offsets_wait_for_their_dat
         let (code, log) = service.stop();
         assert_eq!(code, Some(0), "{name} on SIGTERM:\n{log}");
     }
+    over_the_direct_transport(&broker, &expected);
     broker.stop().unwrap();
+}
+
+/// `segmirror link ARGS --catalog CATALOG`, expected to exit 0.
+fn link(catalog: &Path, args: &[&str]) -> String {
+    let mut all = vec!["link", "--catalog", catalog.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let run = run_segmirror(all).unwrap();
+    assert_eq!(run.code, 0, "{run}");
+    run.stdout
+}
+
+fn create_link(catalog: &Path) -> String {
+    link(
+        catalog,
+        &[
+            "create",
+            "dr",
+            "--transport",
+            "direct",
+            "--address",
+            "127.0.0.1:9400",
+            "--source",
+            "link-meta",
+            "--target",
+            "dr-site",
+            "--topics-regex",
+            TOPIC,
+        ],
+    );
+    Catalog::open(catalog).unwrap().link("dr").unwrap().id
+}
+
+fn direct_shipper(addr: &str, log_dir: &str, source_catalog: &Path) -> Service {
+    Service::start(
+        "ship",
+        [
+            "ship",
+            "--connect",
+            addr,
+            "--plaintext",
+            "--link",
+            "dr",
+            "--upto",
+            "log-end",
+            "--log-dir",
+            log_dir,
+            "--metadata-log-dir",
+            log_dir,
+            "--groups",
+            "app-.*",
+            "--meta-interval-ms",
+            "200",
+            "--catalog",
+            source_catalog.to_str().unwrap(),
+        ],
+    )
+    .patience(PATIENCE)
+}
+
+/// The direct case (see the module doc). `expected`: the link's groups' offsets as the source describes them now,
+/// every one of them installed already on the source's side.
+fn over_the_direct_transport(broker: &KafkaBroker, expected: &Offsets) {
+    let bootstrap = broker.bootstrap();
+    let tools = broker.tools();
+    let work = tempfile::tempdir().unwrap();
+    let mirror = work.path().join("mirror");
+    let catalog = work.path().join("mirror-host.sqlite");
+    let source_catalog = work.path().join("source-host.sqlite");
+    let link_id = create_link(&source_catalog);
+    let log_dir = broker.log_dir().display().to_string();
+    let mut applier = Service::start(
+        "apply",
+        [
+            "apply",
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+            "--link",
+            "dr",
+            "--mirror",
+            mirror.to_str().unwrap(),
+            "--catalog",
+            catalog.to_str().unwrap(),
+        ],
+    )
+    .patience(PATIENCE);
+    let addr = applier.wait_for("listening on ").trim().to_string();
+    let mut shipper = direct_shipper(&addr, &log_dir, &source_catalog);
+
+    // Every offset recorded as committed, and committable in full once the data is installed (the mirror's
+    // active segments count: `offsets --link --mirror` reads their durable ends).
+    wait_for(
+        "the link's offsets over the direct transport",
+        &mut [&mut shipper, &mut applier],
+        || {
+            let got: Offsets = recorded(&catalog).into_iter().map(|(k, (o, _, _))| (k, o)).collect();
+            let committable = if got == *expected {
+                csv_offsets(&mirror, &catalog)
+            } else {
+                Offsets::new()
+            };
+            (got == *expected && committable == *expected, (got, committable))
+        },
+    );
+    let topics = Catalog::open(&catalog).unwrap().link_topics("dr").unwrap();
+    assert_eq!(topics.len(), 1, "only the link's topic: {topics:?}");
+    assert_eq!(
+        topics[0].partitions as i32,
+        tools.describe_topic(TOPIC).unwrap().partitions
+    );
+    assert_eq!(
+        topics[0].configs,
+        tools.describe_topic_configs(TOPIC).unwrap(),
+        "configs vs kafka-configs --describe"
+    );
+
+    // A later commit follows (the shipper sends a new version only when something changed).
+    python_group_commit(&bootstrap, TOPIC, "app-b", GroupProtocol::Consumer, &[(0, 9)]).unwrap();
+    let key = ("app-b".to_string(), TOPIC.to_string(), 0);
+    wait_for("app-b's new offset", &mut [&mut shipper, &mut applier], || {
+        let row = recorded(&catalog).get(&key).map(|r| r.0);
+        (row == Some(9), row)
+    });
+    assert_eq!(csv_offsets(&mirror, &catalog).get(&key), Some(&9));
+
+    // The applier follows the shipper's link id now.
+    let mirror_link = Catalog::open(&catalog).unwrap().link("dr").unwrap();
+    assert_eq!(mirror_link.peer_link_id.as_deref(), Some(link_id.as_str()));
+
+    // The link deleted and recreated on the source host is another link: its shipper is refused, naming both ids.
+    let (code, log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship on SIGTERM:\n{log}");
+    link(&source_catalog, &["delete", "dr"]);
+    let new_id = create_link(&source_catalog);
+    assert_ne!(new_id, link_id);
+    let mut shipper = direct_shipper(&addr, &log_dir, &source_catalog);
+    let refusal = shipper.wait_for("the peer is not a match");
+    assert!(
+        refusal.contains(&link_id) && refusal.contains(&new_id),
+        "{refusal}\n{}",
+        shipper.log()
+    );
+    applier.assert_running();
+    assert_eq!(
+        Catalog::open(&catalog)
+            .unwrap()
+            .link("dr")
+            .unwrap()
+            .peer_link_id
+            .as_deref(),
+        Some(link_id.as_str()),
+        "the adopted id is kept"
+    );
+
+    for service in [shipper, applier] {
+        let name = service.name().to_string();
+        let (code, log) = service.stop();
+        assert_eq!(code, Some(0), "{name} on SIGTERM:\n{log}");
+    }
 }

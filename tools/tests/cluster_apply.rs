@@ -226,3 +226,70 @@ fn cluster_mode_refuses_pull_on_both_sides_with_exit_2() {
         "{ship}"
     );
 }
+
+/// `segmirror link ARGS --catalog` for the mirror's catalog, expected to exit 0.
+fn link_cli(mirror: &Path, args: &[&str]) {
+    let catalog = catalog_of(mirror).display().to_string();
+    let mut all = vec!["link", "--catalog", catalog.as_str()];
+    all.extend_from_slice(args);
+    segmirror(all).expect_code(0);
+}
+
+#[test]
+fn a_cluster_applier_follows_its_link_record_while_running() {
+    let root = tempfile::tempdir().unwrap();
+    let mirror = root.path().join("mirror");
+    let mut applier = Service::start("apply --cluster", &cluster_apply_args(&mirror));
+    let addr = applier.bound();
+    applier.wait_for("serving the shippers of a source cluster");
+    let orders = PartitionRef {
+        topic: "orders".into(),
+        partition: 0,
+        topic_id: [7; 16],
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut one = shipper(&addr, Some(1)).await.expect("node 1 is served");
+        assert_eq!(
+            claim(&mut one, &orders, 3).await,
+            ClaimVerdict::Granted { durable: None }
+        );
+        // Paused while running: every session ends with a Goodbye.
+        link_cli(&mirror, &["pause", LINK]);
+        match next_frame(&mut one).await {
+            Frame::Goodbye(_) => {}
+            other => panic!("a paused link's session ends with Goodbye, got {other:?}"),
+        }
+    });
+    applier.wait_for("link \"dr\" is paused");
+    // Resumed: served again on the same port, the claim recorded before the pause still holds.
+    link_cli(&mirror, &["resume", LINK]);
+    applier.wait_for("link \"dr\" resumed");
+    rt.block_on(async {
+        let mut two = shipper(&addr, Some(2)).await.expect("served again after resume");
+        assert_eq!(
+            claim(&mut two, &orders, 3).await,
+            ClaimVerdict::Refused {
+                holder_node: 1,
+                holder_epoch: 3
+            },
+            "the grant made before the pause is the mirror's record"
+        );
+    });
+    // Deleted while running: refused, naming the state (exit 2).
+    link_cli(&mirror, &["delete", LINK]);
+    let started = std::time::Instant::now();
+    while applier.running() {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "still running after delete:\n{}",
+            applier.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let code = applier.child.wait().unwrap().code();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let log = applier.log();
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("is deleted"), "{log}");
+}

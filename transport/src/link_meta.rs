@@ -442,4 +442,4 @@ pub async fn read_latest(source: &dyn SegmentSource, prefix: &KeyPrefix, link: &
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -106,3 +106,20 @@ fn a_newer_version_replaces_and_an_older_or_invalid_one_changes_nothing() {
     assert!(cat.record_link_meta(&other).is_err(), "an unknown link is refused");
     assert_eq!(cat.link_meta("l").unwrap().unwrap().version, 3);
 }
+
+#[test]
+fn recorded_as_next_continues_the_catalogs_versions_whatever_version_the_sender_counts() {
+    let mut cat = Catalog::open_in_memory().unwrap();
+    cat.create_link(&link_spec("l")).unwrap();
+    // A direct shipper counts from 1 in each process; the catalog's versions go on.
+    assert_eq!(cat.record_link_meta_as_next(&meta(5, &[("a", 0, 1)])).unwrap(), 1);
+    assert_eq!(cat.record_link_meta_as_next(&meta(1, &[("a", 0, 7)])).unwrap(), 2);
+    assert_eq!(cat.link_meta("l").unwrap().unwrap().version, 2);
+    assert_eq!(committable(&cat)[0].2, 7, "the later document replaced the earlier");
+    // The same checks: a document of another link is refused.
+    let mut other = meta(1, &[]);
+    other.topics.link = "x".into();
+    other.offsets.link = "x".into();
+    assert!(cat.record_link_meta_as_next(&other).is_err());
+    assert_eq!(cat.link_meta("l").unwrap().unwrap().version, 2);
+}

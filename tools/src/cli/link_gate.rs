@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use segmirror_catalog::{Catalog, Link, LinkState};
-use segmirror_transport::direct::session::link::{dial, listen, LinkConfig, SessionRunner};
+use segmirror_transport::direct::session::link::{dial, listen, listen_cluster, LinkConfig, SessionRunner};
+use segmirror_transport::direct::session::{ChunkApplier, Cluster, SessionConfig};
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::catalog_path;
@@ -297,6 +298,58 @@ pub async fn run_link_gated<R: SessionRunner>(
             refuse_closed(&link, side)?;
             eprintln!(
                 "segmirror {role}: link {:?} is {}: session stopped",
+                link.name, link.state
+            );
+        }
+    }
+}
+
+/// `apply --listen --cluster`, gated by the link record like [`run_link_gated`]: while the link is paused no shipper
+/// is served (the socket stays bound, so the shippers reconnect to the same port after resume); a pause ends every
+/// session (Goodbye), a resume serves new ones, which resume from the mirror's durable positions and the claims
+/// recorded under `<mirror>/.tail/claims/`; promoted or deleted: refused, while running too.
+pub async fn run_cluster_gated<A: ChunkApplier + Send + 'static>(
+    endpoint: Endpoint,
+    config: LinkConfig,
+    cluster: Cluster<A>,
+    session_config: SessionConfig,
+    shutdown: CancellationToken,
+    gate: (LinkRecord, OnLink),
+    role: &str,
+) -> anyhow::Result<()> {
+    let (record, on_link) = gate;
+    let Endpoint::Listen { listener, acceptor } = endpoint else {
+        // clap refuses --cluster with --connect; kept as an error rather than a panic.
+        bail!("--cluster needs --listen ADDR");
+    };
+    let std = listener.into_std().context("keeping the listening socket")?;
+    loop {
+        if !until_active(&record, Side::Applier, role, &on_link, &shutdown).await? {
+            return Ok(());
+        }
+        let period = shutdown.child_token();
+        let watcher = tokio::spawn(watch_until(record.clone(), on_link.clone(), period.clone(), |_| false));
+        let listener = tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?)
+            .context("the listening socket")?;
+        let served = listen_cluster(
+            listener,
+            acceptor.clone(),
+            config.clone(),
+            cluster.clone(),
+            session_config.clone(),
+            period.clone(),
+        )
+        .await;
+        period.cancel();
+        let stopped_by = watcher.await.ok().flatten();
+        served?;
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        if let Some(link) = stopped_by {
+            refuse_closed(&link, Side::Applier)?;
+            eprintln!(
+                "segmirror {role}: link {:?} is {}: every shipper's session stopped",
                 link.name, link.state
             );
         }

@@ -199,7 +199,7 @@ fn print_status(catalog: &Catalog, link: &str, state: &str) -> anyhow::Result<()
         .collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    crate::cli::target_report::write_columns(&mut out, ["STEP", "STATE", "ATTEMPTS", "TOOK", "OUTCOME"], &rows)?;
+    crate::cli::table::print(&mut out, ["STEP", "STATE", "ATTEMPTS", "TOOK", "OUTCOME"], &rows)?;
     Ok(())
 }
 

@@ -145,9 +145,25 @@ fn run_link(args: &Args, link: &str) -> anyhow::Result<ExitCode> {
         .transpose()
         .context("--topics is not a valid regular expression")?;
     let catalog = crate::cli::catalog::open_link_catalog(args.catalog.as_deref(), args.mirror.as_deref())?;
+    // A mirror fed over the direct transport holds durable records beyond its sealed segments (the tail state):
+    // they count as installed, by the catalog's own clamping rule.
+    let durable_ends: std::collections::HashMap<(String, i32), i64> = match &args.mirror {
+        Some(mirror) => {
+            let status = catalog.status()?;
+            crate::cli::tail_lag::tail_lags(mirror, &status, 0)
+                .into_iter()
+                .filter_map(|l| Some(((l.topic, l.partition), l.installed_end_offset?)))
+                .collect()
+        }
+        None => Default::default(),
+    };
     let rows: Vec<LinkOffset> = catalog
         .link_offsets(link)?
         .into_iter()
+        .map(|o| {
+            let end = durable_ends.get(&(o.topic.clone(), o.partition)).copied();
+            o.with_durable_end(end)
+        })
         .filter(|o| groups.as_ref().is_none_or(|r| r.is_match(&o.group)))
         .filter(|o| topics.as_ref().is_none_or(|r| r.is_match(&o.topic)))
         .collect();

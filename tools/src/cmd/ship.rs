@@ -21,9 +21,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use segmirror_catalog::Link;
+use segmirror_shipper::link_meta::{announce_direct, MetaConfig, MetaReader, ALL_GROUPS, DEFAULT_META_INTERVAL};
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::source::leadership::{
@@ -86,6 +88,20 @@ pub struct Args {
     /// Most payload bytes per second on the link (default: no limit).
     #[arg(long, value_name = "BYTES_PER_S")]
     max_bandwidth: Option<u64>,
+    /// The source broker's `metadata.log.dir` (the directory holding `__cluster_metadata-0`); default: the first
+    /// --log-dir holding it. The link's topics (partition counts, configs, ids) are read from it and sent to the
+    /// applier, which records them in its catalog (`segmirror topics`, `segmirror offsets`). Not with --cluster.
+    #[arg(long, value_name = "DIR", conflicts_with = "cluster")]
+    metadata_log_dir: Option<PathBuf>,
+    /// Consumer groups whose committed offsets (read from `__consumer_offsets` in the log dirs) the link carries,
+    /// for the link's topics: a regular expression matching whole group ids.
+    #[arg(long, value_name = "REGEX", default_value = ALL_GROUPS)]
+    groups: String,
+    /// Milliseconds between two reads of the metadata log and `__consumer_offsets` (a new version is sent only
+    /// when they changed, and the newest at the start of every session).
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_META_INTERVAL.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    meta_interval_ms: u64,
     #[command(flatten)]
     link: LinkArgs,
     #[command(flatten)]
@@ -226,6 +242,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|p| (p.partition.topic.clone(), p.partition.partition)),
     ));
+    let filter_for_meta = filter.clone();
     let mut rediscovery = Rediscovery::new(args.log_dirs.clone(), filter, cluster_id.clone());
     rediscovery.live_filter = live_filter.clone();
     let feed = TailFeed::new(partitions, feed_config).with_rediscovery(rediscovery);
@@ -263,7 +280,45 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             .then(|| shipper_meter.clone() as Arc<dyn segmirror_transport::direct::session::SessionObserver>),
         ..SessionConfig::default()
     };
-    let session = ShipperSession::new(feed, session_config)?;
+    let mut session = ShipperSession::new(feed, session_config)?;
+    // The link's metadata (feature bit 8): one shipper per broker would each see only the `__consumer_offsets`
+    // partitions its broker holds, so with --cluster none is sent.
+    let meta = match args.cluster {
+        true => None,
+        false => MetaConfig::find(
+            &args.log_dirs,
+            args.metadata_log_dir.as_deref(),
+            &args.groups,
+            filter_for_meta,
+            &args.link.link,
+        )?,
+    };
+    let meta_reader = match meta {
+        Some(mut meta) => {
+            meta.interval = Duration::from_millis(args.meta_interval_ms);
+            eprintln!(
+                "segmirror ship: link metadata from {} and groups {:?} every {} ms",
+                meta.metadata_dir.display(),
+                args.groups,
+                args.meta_interval_ms
+            );
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            session = session.with_link_meta(rx);
+            Some((MetaReader::new(meta)?, tx))
+        }
+        None => {
+            if !args.cluster {
+                eprintln!(
+                    "segmirror ship: warning: no {} in the log dirs: the link carries no topic metadata or consumer \
+                     offsets (give --metadata-log-dir)",
+                    segment_format::metadata_log::METADATA_DIR
+                );
+            }
+            None
+        }
+    };
+    // Feature bit 9: a recorded link names its id to the applier, which refuses another link of the same name.
+    let link_id = record.as_ref().map(|(_, l)| l.id.clone());
     let link = args.link;
     let (gate, _) = tokio::sync::watch::channel(false);
     let gate = Arc::new(gate);
@@ -307,10 +362,14 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             };
             serve::start(addr, app, shutdown.clone()).await?;
         }
-        let handshake = match node_id {
+        if let Some((reader, tx)) = meta_reader {
+            tokio::spawn(announce_direct(reader, tx));
+        }
+        let mut handshake = match node_id {
             Some(node_id) => HandshakeConfig::cluster_shipper(link.link.clone(), cluster_id, node_id),
             None => HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id)),
         };
+        handshake.link_id = link_id;
         let config = link_config(handshake, None, "ship", Some(link_meter.clone()));
         let gate = record.map(|(record, _)| (record, Side::Shipper, on_link));
         run_link_gated(&link, config, session, shutdown, gate, "ship").await

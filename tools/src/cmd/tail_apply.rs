@@ -17,7 +17,8 @@
 //!
 //! The link's record in the mirror's catalog gates it (`cli::link_gate`): while `segmirror link pause` holds, no
 //! session is served (nothing installed); on resume the shipper's next session catches up. A promoted or deleted
-//! link is refused (exit 2). With `--cluster` the state is checked at start only.
+//! link is refused (exit 2). With `--cluster` alike: a pause ends every shipper's session and serves none until
+//! resumed (`link_gate::run_cluster_gated`).
 //!
 //! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files), a promoted or deleted link, and on this
 //! side's own failures (the mirror cannot be written).
@@ -29,14 +30,14 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use segmirror_applier::lock_mirror;
 use segmirror_applier::tail::{TailAppender, TailCatalog, DEFAULT_RETAIN_DELETED_FOR};
-use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::session::link::listen_cluster;
+use segmirror_catalog::PeerLink;
+use segmirror_transport::direct::handshake::{HandshakeConfig, PeerLinkIdCheck};
 use segmirror_transport::direct::session::{ApplierSession, Cluster, SessionConfig};
 use segmirror_transport::direct::Role;
 
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
-use crate::cli::link::{link_config, shutdown_on_signal, Endpoint, LinkArgs};
-use crate::cli::link_gate::{refuse_closed, run_link_gated, LinkRecord, OnLink, Side};
+use crate::cli::link::{link_config, shutdown_on_signal, LinkArgs};
+use crate::cli::link_gate::{refuse_closed, run_cluster_gated, run_link_gated, LinkRecord, OnLink, Side};
 use crate::cli::runtime::Runtime;
 use crate::cli::serve::admin::CatalogAdmin;
 use crate::cli::serve::figures::{applier_rows, ApplierMeter, LinkMeter, Snapshot};
@@ -104,6 +105,34 @@ fn applier_snapshot(
     }
 }
 
+/// Feature bit 9: the shipper's link id checked against the one this catalog's link follows, adopting the first one
+/// seen (as the bucket's link identity object is, `apply`); a shipper of another link of the same name (deleted and
+/// recreated on the source) is refused naming both ids.
+fn peer_link_id_check(catalog_path: PathBuf, link: String) -> PeerLinkIdCheck {
+    PeerLinkIdCheck(Arc::new(move |shipper_id: &str| {
+        let found = segmirror_catalog::Catalog::open(&catalog_path)
+            .and_then(|mut c| c.adopt_peer_link_id(&link, shipper_id))
+            .map_err(|e| {
+                format!(
+                    "checking the shipper's link id in catalog {}: {e}",
+                    catalog_path.display()
+                )
+            })?;
+        match found {
+            PeerLink::Adopted => {
+                tracing::info!(link = %link, shipper_link_id = %shipper_id, "this link now follows the shipper's link id");
+                Ok(())
+            }
+            PeerLink::Same => Ok(()),
+            PeerLink::Other { recorded } => Err(format!(
+                "this applier's link {link:?} follows link id {recorded}, the shipper's link {link:?} is id \
+                 {shipper_id}: a link deleted and recreated is another link; ship it under another name, or apply \
+                 it into another mirror"
+            )),
+        }
+    }))
+}
+
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
     let keep = args
@@ -136,7 +165,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("opening mirror {}", args.mirror.display()))?
         .retain_deleted_for(keep);
     let link = args.link;
-    let handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
+    let mut handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
+    handshake.peer_link_id = Some(peer_link_id_check(catalog_path.clone(), link.link.clone()));
     let link_meter = Arc::new(LinkMeter::default());
     link_meter.set_paused(starts_paused);
     let meter = Arc::new(ApplierMeter::default());
@@ -176,14 +206,15 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         let cluster = Cluster::new(appender);
         runtime.block_on(async move {
             let shutdown = shutdown_on_signal()?;
-            start_metrics(shutdown.clone(), link.link.clone(), false).await?;
-            let Endpoint::Listen { listener, acceptor } = link.endpoint().await? else {
-                // clap refuses --cluster with --connect; kept as an error rather than a panic.
-                anyhow::bail!("--cluster needs --listen ADDR");
-            };
+            start_metrics(shutdown.clone(), link.link.clone(), true).await?;
+            let endpoint = link.endpoint().await?;
             eprintln!("segmirror tail-apply: serving the shippers of a source cluster (one session per broker)");
             let config = link_config(handshake, None, "tail-apply", event_meter);
-            Ok(listen_cluster(listener, acceptor, config, cluster, session_config, shutdown).await?)
+            let on_link: OnLink = Arc::new(move |l: &segmirror_catalog::Link| {
+                gate_meter.set_paused(l.state == segmirror_catalog::LinkState::Paused)
+            });
+            let gate = (record, on_link);
+            run_cluster_gated(endpoint, config, cluster, session_config, shutdown, gate, "tail-apply").await
         })??;
     } else {
         let session = ApplierSession::new(appender, session_config)?;

@@ -170,3 +170,13 @@ pub const FEATURE_CLUSTER_SHIPPERS: u64 = 1 << 6;
 /// Without it the shipper knows only what it shipped itself, and a mirror keeps the larger versions of segments
 /// compacted while no shipper ran.
 pub const FEATURE_MIRROR_LAYOUT: u64 = 1 << 7;
+/// Feature bit 8: the shipper sends its link's metadata (the source's topics with partition counts and configs, and
+/// the consumer groups' committed offsets: the documents of `crate::link_meta`, as a bucket carries them) in
+/// LinkMeta frames (frame 20) whenever it changed, and the applier records each complete version in its catalog
+/// (`docs/direct-protocol.md` §6, LinkMeta). Without it plain `ship` carries segments only.
+pub const FEATURE_LINK_META: u64 = 1 << 8;
+/// Feature bit 9: right after HelloAck the shipper names its link record's id (LinkId, frame 21), and the applier
+/// refuses a shipper of another link of the same name (one deleted and recreated), naming both ids
+/// (`docs/direct-protocol.md` §4, link identity). Offered by a shipper only when it has a link record, by an
+/// applier only when it checks ids.
+pub const FEATURE_LINK_ID: u64 = 1 << 9;

@@ -16,6 +16,7 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::codes::FEATURE_CLUSTER_SHIPPERS;
 use super::error::FrameError;
+use super::payload::{check_link_id, LinkId, LinkMetaPiece, MetaPart};
 use super::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Goodbye, GoodbyeReason, Hello,
     HelloAck, LogEnd, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
@@ -66,10 +67,12 @@ pub enum FrameType {
     Revoke = 17,
     Roll = 18,
     MirrorLayout = 19,
+    LinkMeta = 20,
+    LinkId = 21,
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 19] = [
+    pub const ALL: [FrameType; 21] = [
         FrameType::Hello,
         FrameType::HelloAck,
         FrameType::Refuse,
@@ -89,6 +92,8 @@ impl FrameType {
         FrameType::Revoke,
         FrameType::Roll,
         FrameType::MirrorLayout,
+        FrameType::LinkMeta,
+        FrameType::LinkId,
     ];
 
     pub const fn from_code(code: u8) -> Option<FrameType> {
@@ -112,6 +117,8 @@ impl FrameType {
             17 => Some(FrameType::Revoke),
             18 => Some(FrameType::Roll),
             19 => Some(FrameType::MirrorLayout),
+            20 => Some(FrameType::LinkMeta),
+            21 => Some(FrameType::LinkId),
             _ => None,
         }
     }
@@ -137,6 +144,8 @@ impl FrameType {
             FrameType::Roll => "Roll",
             FrameType::Truncate => "Truncate",
             FrameType::MirrorLayout => "MirrorLayout",
+            FrameType::LinkMeta => "LinkMeta",
+            FrameType::LinkId => "LinkId",
         }
     }
 }
@@ -186,6 +195,10 @@ pub enum Frame {
     Truncate(Truncate),
     /// Applier → shipper right after Resume (feature `FEATURE_MIRROR_LAYOUT`): a partition's sealed segments.
     MirrorLayout(MirrorLayout),
+    /// Shipper → applier (feature `FEATURE_LINK_META`): a piece of a link metadata document.
+    LinkMeta(LinkMetaPiece),
+    /// Shipper → applier right after HelloAck (feature `FEATURE_LINK_ID`): the shipper's link record id.
+    LinkId(LinkId),
 }
 
 impl Frame {
@@ -210,6 +223,8 @@ impl Frame {
             Frame::Roll(_) => FrameType::Roll,
             Frame::Truncate(_) => FrameType::Truncate,
             Frame::MirrorLayout(_) => FrameType::MirrorLayout,
+            Frame::LinkMeta(_) => FrameType::LinkMeta,
+            Frame::LinkId(_) => FrameType::LinkId,
         }
     }
 
@@ -454,6 +469,29 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                 w.out.put_u64(s.size);
             }
         }
+        Frame::LinkMeta(m) => {
+            check_meta_piece(m.part, m.size, m.position, m.bytes.len() as u64).map_err(|(field, reason)| {
+                FrameError::Encode {
+                    frame: "LinkMeta",
+                    field,
+                    reason,
+                }
+            })?;
+            w.out.put_u64(m.version);
+            w.out.put_u8(m.part.code());
+            w.out.put_u64(m.size);
+            w.out.put_slice(&m.sha256);
+            w.out.put_u64(m.position);
+            w.bytes("bytes", &m.bytes)?;
+        }
+        Frame::LinkId(l) => {
+            check_link_id(&l.link_id).map_err(|reason| FrameError::Encode {
+                frame: "LinkId",
+                field: "link_id",
+                reason,
+            })?;
+            w.string("link_id", &l.link_id)?;
+        }
         Frame::SegmentReplace(r) => {
             w.partition(&r.partition)?;
             check_replaced_bases(&r.replaced_bases).map_err(|reason| FrameError::Encode {
@@ -480,6 +518,31 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A LinkMeta piece's sizes: the document within its part's cap, the piece within the document. `Err` names the
+/// field at fault.
+fn check_meta_piece(part: MetaPart, size: u64, position: u64, len: u64) -> Result<(), (&'static str, String)> {
+    if size > part.max_size() {
+        return Err((
+            "size",
+            format!(
+                "a {size}-byte {}, over the maximum of {} bytes",
+                part.name(),
+                part.max_size()
+            ),
+        ));
+    }
+    if position.checked_add(len).is_none_or(|end| end > size) {
+        return Err((
+            "bytes",
+            format!(
+                "{len} bytes at position {position} run past the {size}-byte {}",
+                part.name()
+            ),
+        ));
     }
     Ok(())
 }
@@ -1005,6 +1068,43 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
                 last,
                 segments,
             })
+        }
+        FrameType::LinkMeta => {
+            let version = r.u64("version")?;
+            let code = r.u8("part")?;
+            let Some(part) = MetaPart::from_code(code) else {
+                r.back(1);
+                return Err(r.fail("part", format!("unknown part {code} (1 topics.json, 2 offsets.json)")));
+            };
+            let size = r.u64("size")?;
+            // The document's size is checked against its cap before a byte of it is buffered.
+            if let Err((_, reason)) = check_meta_piece(part, size, 0, 0) {
+                r.back(8);
+                return Err(r.fail("size", reason));
+            }
+            let sha256 = r.sha256("sha256")?;
+            let position = r.u64("position")?;
+            let bytes = r.bytes("bytes")?;
+            if let Err((field, reason)) = check_meta_piece(part, size, position, bytes.len() as u64) {
+                r.back(bytes.len() + 4 + 8);
+                return Err(r.fail(if field == "bytes" { "position" } else { field }, reason));
+            }
+            Frame::LinkMeta(LinkMetaPiece {
+                version,
+                part,
+                size,
+                sha256,
+                position,
+                bytes,
+            })
+        }
+        FrameType::LinkId => {
+            let link_id = r.string("link_id")?;
+            if let Err(reason) = check_link_id(&link_id) {
+                r.back(link_id.len() + 2);
+                return Err(r.fail("link_id", reason));
+            }
+            Frame::LinkId(LinkId { link_id })
         }
         FrameType::SegmentReplace => {
             let partition = r.partition()?;

@@ -16,6 +16,7 @@
 //! client on a TLS port, a wedged process) fails with [`DirectError::Timeout`]
 //! instead of hanging the replication loop.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -32,8 +33,9 @@ pub const MIN_PROTOCOL_VERSION: u16 = 1;
 pub const MAX_PROTOCOL_VERSION: u16 = 1;
 
 pub use super::codes::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT,
-    FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LINK_ID, FEATURE_LINK_META, FEATURE_LOG_START,
+    FEATURE_MIRROR_LAYOUT, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
+    FEATURE_TRUNCATE,
 };
 
 /// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
@@ -52,7 +54,9 @@ pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START
     | FEATURE_PROGRESS_SHIPPED
     | FEATURE_CLUSTER_SHIPPERS
     | FEATURE_TRUNCATE
-    | FEATURE_MIRROR_LAYOUT;
+    | FEATURE_MIRROR_LAYOUT
+    | FEATURE_LINK_META
+    | FEATURE_LINK_ID;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by
@@ -78,6 +82,26 @@ pub struct HandshakeConfig {
     /// Shipper only: the source broker it runs beside. `Some` makes its Hello offer *and require*
     /// [`FEATURE_CLUSTER_SHIPPERS`] and name the node; `None` offers neither (one shipper per link).
     pub shipper_node_id: Option<i32>,
+    /// Shipper only: the id of its link record (`segmirror link create`). `Some` offers [`FEATURE_LINK_ID`] and
+    /// names it in a LinkId frame right after HelloAck; `None` (an unmanaged link) offers no bit.
+    pub link_id: Option<String>,
+    /// Applier only: checks the id a shipper's LinkId names (and adopts the first one seen); `Some` offers
+    /// [`FEATURE_LINK_ID`]. A refusal is sent to the shipper as Refuse(`Link`).
+    pub peer_link_id: Option<PeerLinkIdCheck>,
+}
+
+/// The applier's check of a shipper's link id (feature bit 9): `Ok` to go on, `Err(message)` naming both ids to
+/// refuse. Blocking (it may read and write a catalog): the handshake runs it on a blocking thread.
+#[derive(Clone)]
+pub struct PeerLinkIdCheck(pub Arc<LinkIdRule>);
+
+/// See [`PeerLinkIdCheck`]: the shipper's link id in, `Err(message)` to refuse.
+pub type LinkIdRule = dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync;
+
+impl std::fmt::Debug for PeerLinkIdCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerLinkIdCheck(..)")
+    }
 }
 
 impl HandshakeConfig {
@@ -95,6 +119,8 @@ impl HandshakeConfig {
             timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_payload: MAX_PAYLOAD_LEN,
             shipper_node_id: None,
+            link_id: None,
+            peer_link_id: None,
         }
     }
 
@@ -127,6 +153,16 @@ impl HandshakeConfig {
         if self.role == Role::Shipper && self.source_cluster_id.is_none() {
             return bad("source_cluster_id", "a shipper must name its source cluster".into());
         }
+        match (self.role, &self.link_id, &self.peer_link_id) {
+            (Role::Applier, Some(_), _) => return bad("link_id", "only a shipper names its link id".into()),
+            (Role::Shipper, _, Some(_)) => return bad("peer_link_id", "only an applier checks link ids".into()),
+            (Role::Shipper, Some(id), _) => {
+                if let Err(reason) = super::payload::check_link_id(id) {
+                    return bad("link_id", reason);
+                }
+            }
+            _ => {}
+        }
         match (self.role, self.shipper_node_id) {
             (Role::Applier, Some(_)) => return bad("shipper_node_id", "only a shipper names its node".into()),
             (Role::Shipper, Some(node)) if node < 0 => {
@@ -158,6 +194,15 @@ impl HandshakeConfig {
                 supported &= !FEATURE_CLUSTER_SHIPPERS;
                 required &= !FEATURE_CLUSTER_SHIPPERS;
             }
+        }
+        // Bit 9 only with something to name (a shipper's id) or to check (an applier's rule).
+        let link_ids = match self.role {
+            Role::Shipper => self.link_id.is_some(),
+            Role::Applier => self.peer_link_id.is_some(),
+        };
+        if !link_ids {
+            supported &= !FEATURE_LINK_ID;
+            required &= !FEATURE_LINK_ID;
         }
         Hello {
             min_version: self.min_version,
@@ -342,6 +387,9 @@ where
             got
         }
     };
+    if agreed.features & FEATURE_LINK_ID != 0 {
+        link_identity(&mut framed, config, deadline).await?;
+    }
     let session = Session {
         version: agreed.version,
         features: agreed.features,
@@ -351,6 +399,62 @@ where
         peer,
     };
     Ok((framed, session))
+}
+
+/// Feature bit 9, agreed: the shipper names its link id; the applier checks it (its rule adopts the first id it sees)
+/// and refuses, naming both ids, a shipper of another link of the same name.
+async fn link_identity<S>(framed: &mut Framed<S, FrameCodec>, config: &HandshakeConfig, deadline: Instant) -> Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match config.role {
+        Role::Shipper => {
+            // The bit is offered only with an id (`hello`).
+            let link_id = config.link_id.clone().unwrap_or_default();
+            let frame = Frame::LinkId(super::payload::LinkId { link_id });
+            send(framed, frame, deadline, config.timeout, "sending LinkId").await
+        }
+        Role::Applier => {
+            let link_id = match recv(framed, deadline, config, "waiting for the shipper's LinkId").await? {
+                Frame::LinkId(l) => l.link_id,
+                other => return Err(unexpected("waiting for the shipper's LinkId", "LinkId", &other)),
+            };
+            let Some(check) = config.peer_link_id.clone() else {
+                return Ok(());
+            };
+            let id = link_id.clone();
+            let verdict =
+                tokio::task::spawn_blocking(move || (check.0)(&id))
+                    .await
+                    .map_err(|e| DirectError::Local {
+                        what: "checking the shipper's link id",
+                        source: Box::new(e),
+                    })?;
+            let Err(message) = verdict else {
+                return Ok(());
+            };
+            let refuse = Refuse {
+                reason: RefuseReason::Link,
+                min_version: config.min_version,
+                max_version: config.max_version,
+                link: config.link.clone(),
+                message: message.clone(),
+            };
+            let _ = send(
+                framed,
+                Frame::Refuse(refuse),
+                deadline,
+                config.timeout,
+                "sending Refuse",
+            )
+            .await;
+            let _ = tokio::time::timeout_at(deadline, SinkExt::<Frame>::close(framed)).await;
+            Err(DirectError::Refused {
+                reason: RefuseReason::Link,
+                message,
+            })
+        }
+    }
 }
 
 fn unexpected(stage: &'static str, expected: &'static str, got: &Frame) -> DirectError {

@@ -23,6 +23,7 @@ pub mod codes;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod link_meta;
 pub mod payload;
 pub mod session;
 #[cfg(any(test, feature = "testing"))]
@@ -38,4 +39,4 @@ pub use payload::{
     HelloAck, LogStart, PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
     SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode,
 };
-pub use payload::{LogEnd, LOG_END_LEN};
+pub use payload::{LinkId, LinkMetaPiece, LogEnd, MetaPart, LOG_END_LEN};

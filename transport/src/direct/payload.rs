@@ -326,6 +326,81 @@ pub struct LayoutSegment {
 /// with more segments takes several frames).
 pub const MAX_LAYOUT_SEGMENTS_PER_FRAME: usize = 4096;
 
+/// Which document of a link's metadata version a [`LinkMetaPiece`] carries: the same two documents a bucket holds
+/// under `<link>/_meta/data/<version>/` (`crate::link_meta`), byte for byte as the shipper serialised them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MetaPart {
+    /// `topics.json`: a [`crate::link_meta::TopicsDoc`].
+    Topics,
+    /// `offsets.json`: an [`crate::link_meta::OffsetsDoc`].
+    Offsets,
+}
+
+impl MetaPart {
+    pub const fn code(self) -> u8 {
+        match self {
+            MetaPart::Topics => 1,
+            MetaPart::Offsets => 2,
+        }
+    }
+
+    pub const fn from_code(code: u8) -> Option<MetaPart> {
+        match code {
+            1 => Some(MetaPart::Topics),
+            2 => Some(MetaPart::Offsets),
+            _ => None,
+        }
+    }
+
+    /// The most bytes the document may have: the bucket's caps ([`crate::link_meta::MAX_TOPICS_BYTES`],
+    /// [`crate::link_meta::MAX_OFFSETS_BYTES`]), checked by the decoder before anything is buffered.
+    pub const fn max_size(self) -> u64 {
+        match self {
+            MetaPart::Topics => crate::link_meta::MAX_TOPICS_BYTES,
+            MetaPart::Offsets => crate::link_meta::MAX_OFFSETS_BYTES,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            MetaPart::Topics => "topics.json",
+            MetaPart::Offsets => "offsets.json",
+        }
+    }
+}
+
+/// Shipper → applier on sessions that agreed [`super::codes::FEATURE_LINK_META`]: a piece of one document of a link
+/// metadata version. Every piece repeats the document's whole `size` and `sha256`, so the receiver bounds the
+/// document before it buffers a byte of it and checks the digest once the last piece is in (as a seal's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkMetaPiece {
+    /// The shipper's version of the metadata (the documents' `version` field too).
+    pub version: u64,
+    pub part: MetaPart,
+    /// The whole document's size in bytes (at most [`MetaPart::max_size`]).
+    pub size: u64,
+    /// SHA-256 of the whole document.
+    pub sha256: Sha256,
+    /// Where in the document `bytes` start (`position + bytes.len() <= size`).
+    pub position: u64,
+    pub bytes: Bytes,
+}
+
+/// Shipper → applier right after HelloAck on sessions that agreed [`super::codes::FEATURE_LINK_ID`]: the id of the
+/// shipper's link record (32 lowercase hex digits, as in the bucket's `link@identity.json`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkId {
+    pub link_id: String,
+}
+
+/// A link id: 32 hex digits (a link record's id, `segmirror link create`).
+pub fn check_link_id(id: &str) -> Result<(), String> {
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{id:?} is not 32 hex digits"));
+    }
+    Ok(())
+}
+
 /// A position in a partition: segment and byte position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Position {

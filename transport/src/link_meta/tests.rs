@@ -10,7 +10,7 @@ use crate::BucketIndex;
 const LINK: &str = "east";
 const TOPIC_ID: &str = "MZ3ezZJvTAWUZ0oR9yzcCQ";
 
-fn sample(version: u64) -> LinkMeta {
+pub(crate) fn sample(version: u64) -> LinkMeta {
     LinkMeta::new(
         LINK,
         version,

@@ -84,7 +84,7 @@ pub struct CatalogAdmin {
     pub served: String,
     pub gate: Arc<PauseGate>,
     pub meter: Arc<LinkMeter>,
-    /// Whether the served link's session can be paused (not yet with `--cluster`, several sessions at once).
+    /// Whether the served link's sessions can be paused (`tail-apply` always, `--cluster` too since `run_cluster_gated`).
     pub pausable: bool,
 }
 

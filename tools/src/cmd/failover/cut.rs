@@ -21,7 +21,7 @@ use segmirror_catalog::{Catalog, LinkState};
 
 use super::{Args, POLL};
 use crate::cli::tail_lag::tail_lags;
-use crate::cli::target_report::write_columns;
+use crate::cli::table;
 
 /// What the catalog knows of one partition at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,7 +176,7 @@ fn write_left_behind(snapshot: &Snapshot) -> std::io::Result<()> {
             ]
         })
         .collect();
-    write_columns(
+    table::print(
         &mut std::io::stdout().lock(),
         [
             "TOPIC",

@@ -48,14 +48,16 @@ use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT, FEATURE_SEGMENT_REPLACE,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_LINK_META, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT, FEATURE_SEGMENT_REPLACE,
     FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
+use crate::direct::link_meta::MetaAssembler;
 use crate::direct::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
     PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
     MAX_LAYOUT_SEGMENTS_PER_FRAME,
 };
+use crate::link_meta::LinkMeta;
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
 /// by the credit window already) and how long the first chunk of a group can wait for the others to be written.
@@ -206,6 +208,15 @@ pub trait ChunkApplier: Send + 'static {
         async { Ok(()) }
     }
 
+    /// Feature bit 8: a complete version of the link's metadata (the source's topics and its groups' committed
+    /// offsets), its documents' digests checked and validated against the session's link. Record it (an offset is
+    /// never made committable beyond what is installed: the catalog's rule) or drop it; advisory like a progress
+    /// report, so an applier may log a failure and return `Ok`. The default ignores it.
+    fn apply_link_meta(&mut self, meta: LinkMeta) -> impl Future<Output = Result<()>> + Send {
+        let _ = meta;
+        async { Ok(()) }
+    }
+
     /// Feature bit 6: shipper `node` claims a partition at `claim.leader_epoch`. Grants when the epoch is above the
     /// highest granted one, or equal to it from the same node; records the grant durably before returning (so a
     /// restarted applier fences too). The default refuses (an applier that does not arbitrate claims).
@@ -341,6 +352,8 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let mut last_recv = Instant::now();
         // What the stream yielded after a group of chunks (the frame that ended the group, or the stream's end).
         let mut stashed = None;
+        // Feature bit 8: the link metadata version being received.
+        let mut meta = MetaAssembler::new(&session.link);
         loop {
             let polled = match stashed.take() {
                 Some(polled) => polled,
@@ -542,6 +555,20 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     }
                     continue;
                 }
+                Frame::LinkMeta(piece) if session.features & FEATURE_LINK_META != 0 => {
+                    // No position, no credit, no Ack: a version lost with the connection is sent again at the next
+                    // session's start.
+                    let complete = match meta.accept(piece) {
+                        Ok(complete) => complete,
+                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
+                    };
+                    if let Some(version) = complete {
+                        if let Err(e) = self.applier.apply_link_meta(version).await {
+                            return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                        }
+                    }
+                    continue;
+                }
                 Frame::Truncate(t) if session.features & FEATURE_TRUNCATE != 0 => {
                     // No credit was taken and no Ack follows: the shipper moved its own position when it sent it.
                     if let Err(e) = self.on_truncate(&mut ends, &t).await {
@@ -565,7 +592,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 other => {
                     let e = DirectError::UnexpectedFrame {
                         stage: "streaming",
-                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace, SourceProgress, Claim, Roll or Truncate (when agreed), Heartbeat or Goodbye",
+                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace, SourceProgress, Claim, Roll, Truncate or LinkMeta (when agreed), Heartbeat or Goodbye",
                         got: other.name(),
                     };
                     return Err(fail(tx, &mut writer, &mut stream, idle, e).await);

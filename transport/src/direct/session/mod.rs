@@ -44,7 +44,7 @@ use super::payload::{Chunk, PartitionRef, SegmentReplace, SegmentSeal};
 
 pub use applier::{ApplierSession, ChunkApplier, ClaimDecision, DurablePosition};
 pub use cluster::{Cluster, ClusterMember};
-pub use shipper::{ChunkFeed, FeedItem, Layouts, ShipperSession, ShipperStats, MAX_LAYOUT_SEGMENTS};
+pub use shipper::{ChunkFeed, FeedItem, Layouts, LinkMetaWatch, ShipperSession, ShipperStats, MAX_LAYOUT_SEGMENTS};
 
 /// Heartbeat interval: a side that has sent nothing else for this long sends a
 /// Heartbeat. 1 s keeps NAT mappings alive (they expire after tens of seconds

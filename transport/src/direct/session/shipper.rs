@@ -37,6 +37,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -51,9 +52,10 @@ use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LINK_META, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT,
     FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
 };
+use crate::direct::link_meta::{EncodedLinkMeta, META_PIECE_BYTES};
 use crate::direct::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
     PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
@@ -269,7 +271,12 @@ pub struct ShipperSession<F> {
     config: SessionConfig,
     stats: ShipperStats,
     limiter: Option<TokenBucket>,
+    /// The link's metadata, newest version (feature bit 8): see [`ShipperSession::with_link_meta`].
+    link_meta: Option<LinkMetaWatch>,
 }
+
+/// The newest version of a link's metadata, as a metadata reader publishes it (`None` until its first read).
+pub type LinkMetaWatch = tokio::sync::watch::Receiver<Option<Arc<EncodedLinkMeta>>>;
 
 impl<F: ChunkFeed> ShipperSession<F> {
     pub fn new(feed: F, config: SessionConfig) -> Result<ShipperSession<F>> {
@@ -280,7 +287,17 @@ impl<F: ChunkFeed> ShipperSession<F> {
             config,
             stats: ShipperStats::default(),
             limiter,
+            link_meta: None,
         })
+    }
+
+    /// Sends the link's metadata on sessions that agreed [`FEATURE_LINK_META`]: the newest version at the start of
+    /// every session (the applier may have missed the last one: a cut, a restart), then each new version `watch`
+    /// announces. A version goes out as LinkMeta frames between the positioned items; it costs no credit (its
+    /// size is bounded by the document caps, and one version at a time is in the outbox).
+    pub fn with_link_meta(mut self, watch: LinkMetaWatch) -> ShipperSession<F> {
+        self.link_meta = Some(watch);
+        self
     }
 
     pub fn stats(&self) -> &ShipperStats {
@@ -389,6 +406,16 @@ impl<F: ChunkFeed> ShipperSession<F> {
         let mut lost: HashSet<PartitionRef> = HashSet::new();
         // The pending item waited for its partition's claim answer: checked once the answer is in.
         let mut unchecked = false;
+        // Feature bit 8: the newest metadata version now, then each new one; its frames go out one per turn.
+        let mut meta_watch = match (&self.link_meta, session.features & FEATURE_LINK_META != 0) {
+            (Some(watch), true) => {
+                let mut watch = watch.clone();
+                watch.mark_changed();
+                Some(watch)
+            }
+            _ => None,
+        };
+        let mut meta_frames: VecDeque<Frame> = VecDeque::new();
         loop {
             if unchecked && pending.as_ref().is_some_and(|i| !awaiting.contains(i.partition())) {
                 unchecked = false;
@@ -525,6 +552,25 @@ impl<F: ChunkFeed> ShipperSession<F> {
                     permit.send(item.into_frame());
                 }
                 _ = tokio::time::sleep_until(send_at.unwrap_or(now)), if sendable && !send_now => {}
+                permit = tx.reserve(), if !meta_frames.is_empty() => {
+                    let Ok(permit) = permit else { return Err(writer_ended(writer.await)) };
+                    if let Some(frame) = meta_frames.pop_front() {
+                        permit.send(frame);
+                    }
+                }
+                changed = async { meta_watch.as_mut().expect("guarded").changed().await }, if meta_watch.is_some() && meta_frames.is_empty() => {
+                    match changed {
+                        Ok(()) => {
+                            let newest = meta_watch.as_mut().expect("guarded").borrow_and_update().clone();
+                            if let Some(meta) = newest {
+                                tracing::debug!(version = meta.version, "sending the link's metadata");
+                                meta_frames.extend(meta.pieces(META_PIECE_BYTES).into_iter().map(Frame::LinkMeta));
+                            }
+                        }
+                        // The reader stopped (its own error is reported where it runs): segments go on.
+                        Err(_) => meta_watch = None,
+                    }
+                }
                 item = self.feed.next(), if pending.is_none() => {
                     let mut item = item?;
                     match &mut item {
