@@ -28,8 +28,8 @@ use futures::StreamExt;
 use segment_format::partition_metadata::Uuid;
 use segment_format::verify::VerifyOptions;
 use segmirror_catalog::{
-    Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState, PartitionUpsert,
-    Subject, Upsert,
+    Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState,
+    PartitionUpsert, Subject, Upsert,
 };
 use segmirror_transport::link_meta;
 use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Manifest};

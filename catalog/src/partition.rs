@@ -447,7 +447,11 @@ mod tests {
         };
         assert_eq!(cat.partition(&fresh).unwrap(), created_now);
         assert!(matches!(&outcomes[2], Ok(Upsert::LineageBreak { partition, .. }) if partition.id == foreign.id));
-        assert!(matches!(&outcomes[3], Err(Error::InvalidOffset { value: -1, .. })), "{:?}", outcomes[3]);
+        assert!(
+            matches!(&outcomes[3], Err(Error::InvalidOffset { value: -1, .. })),
+            "{:?}",
+            outcomes[3]
+        );
         assert!(matches!(&outcomes[4], Err(Error::NotFound { .. })), "{:?}", outcomes[4]);
         assert_eq!(cat.partition(&key).unwrap().log_start_offset, 50);
         assert_eq!(cat.partition(&other).unwrap().source_topic_id, "src-X");

@@ -383,7 +383,11 @@ impl Drop for Chunk {
 impl Chunk {
     /// A chunk whose buffer is a spare one when there is one (see [`SPARE_BUFFERS`]).
     fn pooled() -> Chunk {
-        let buf = SPARE_BUFFERS.lock().ok().and_then(|mut spare| spare.pop()).unwrap_or_default();
+        let buf = SPARE_BUFFERS
+            .lock()
+            .ok()
+            .and_then(|mut spare| spare.pop())
+            .unwrap_or_default();
         Chunk {
             buf,
             ..Chunk::default()
@@ -585,7 +589,11 @@ impl LogFile {
         } else {
             (Chunk::pooled(), Chunk::pooled())
         };
-        let first_room = if limit - from > sizes.chunk as u64 { sizes.room } else { 0 };
+        let first_room = if limit - from > sizes.chunk as u64 {
+            sizes.room
+        } else {
+            0
+        };
         let first = current.read(&self.file, from, chunk_len(from, sizes.chunk), first_room);
         self.checked(first)?;
         loop {

@@ -512,7 +512,11 @@ fn one_thread_scans_of_small_batches_reuse_buffers_exactly() {
     without_crc_helper(|| {
         for round in 0..3 {
             for (path, seg) in &files {
-                let from = if round == 2 { scan_frames(seg, 0).nth(150).unwrap().unwrap().info.position } else { 0 };
+                let from = if round == 2 {
+                    scan_frames(seg, 0).nth(150).unwrap().unwrap().info.position
+                } else {
+                    0
+                };
                 let mut seen = Vec::new();
                 let summary = LogFile::open(path)
                     .unwrap()
@@ -523,7 +527,10 @@ fn one_thread_scans_of_small_batches_reuse_buffers_exactly() {
                     .unwrap();
                 let expected = expected(seg, from);
                 assert_eq!(seen, expected, "{} round {round}", path.display());
-                let bad = expected.iter().filter(|(_, computed, stored)| computed != stored).count() as u64;
+                let bad = expected
+                    .iter()
+                    .filter(|(_, computed, stored)| computed != stored)
+                    .count() as u64;
                 assert_eq!(summary.crc_mismatches, bad);
                 assert_eq!(bad, u64::from(from == 0), "the bad CRC lies before the 150th frame");
                 assert_eq!(summary.end, seg.len() as u64);
@@ -543,7 +550,10 @@ fn one_thread_chunks_grow_for_large_frames_only() {
         room: SEQUENTIAL_CHUNK_BYTES,
     };
     sizes.grow_for(1000);
-    assert_eq!((sizes.chunk, sizes.room), (SEQUENTIAL_CHUNK_BYTES, SEQUENTIAL_CHUNK_BYTES));
+    assert_eq!(
+        (sizes.chunk, sizes.room),
+        (SEQUENTIAL_CHUNK_BYTES, SEQUENTIAL_CHUNK_BYTES)
+    );
     sizes.grow_for(300_000);
     assert_eq!((sizes.chunk, sizes.room), (2_400_000, 300_000));
     sizes.grow_for(200_000);
