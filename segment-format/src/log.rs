@@ -57,10 +57,10 @@ pub const CHUNK_BYTES: usize = 8 * 1024 * 1024;
 
 /// Bytes a one-thread scan reads at once to start with (128 KiB, as `cat` reads): the chunk stays in the core's
 /// cache between the `pread` that writes it and the CRC that reads it, and the two buffers are reused from scan to
-/// scan (see [`SPARE_BUFFERS`]). Measured on ~1 KiB batches (`log/cost.rs`): one 2.6 MiB read per file into a
-/// fresh buffer cost more per batch than the scan itself (page faults and zeroing of a new buffer, then a copy that
-/// left the cache before it was scanned). A frame larger than a chunk makes the chunks grow (up to
-/// [`CHUNK_BYTES`]), so that large batches are not carried from chunk to chunk.
+/// scan (see [`SPARE_BUFFERS`]), so a one-thread scan holds 2 x 264 KiB, not 2 x 10 MiB. On ~1 KiB batches
+/// (`log/cost.rs`) it measured as fast as reading a small file whole into a fresh buffer, within the noise of a
+/// loaded machine. A frame larger than a chunk makes the chunks grow (up to [`CHUNK_BYTES`]), so that large
+/// batches are not carried from chunk to chunk.
 const SEQUENTIAL_CHUNK_BYTES: usize = 128 * 1024;
 
 /// Alignment of the bytes a chunk reads into (a page).
