@@ -5,7 +5,10 @@
 //! 2. **Lineage** ([`choose_lineage`]): a newer lineage than the recorded one is a lineage break — an event is
 //!    logged, the partition paused and reported; nothing is merged.
 //! 3. **Read** the manifests not settled in the catalog (installed and sealed ones are immutable and not read
-//!    again, so a rerun over an installed mirror costs a listing, not a download).
+//!    again, so a rerun over an installed mirror costs a listing, not a download). Then every partition read is
+//!    recorded (created, or its log start advanced) in ONE catalog transaction for the run, not one each: a
+//!    partition record describes no file, so it may come before the files (a run that dies before installing leaves
+//!    records with nothing installed, as it did with one transaction each).
 //! 4. **Reconcile** the partition directory with the catalog (see `reconcile`).
 //! 5. **Plan** with the ordering rule (see `plan`), then **install** each planned version (see `install`) and
 //!    record it in the catalog, one transaction per version, only once it is durable.
@@ -25,7 +28,8 @@ use futures::StreamExt;
 use segment_format::partition_metadata::Uuid;
 use segment_format::verify::VerifyOptions;
 use segmirror_catalog::{
-    Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState, Subject, Upsert,
+    Catalog, EventKind, InstallOutcome, LinkSpec, LinkState, PartitionId, PartitionKey, PartitionState,
+    PartitionUpsert, Subject, Upsert,
 };
 use segmirror_transport::link_meta;
 use segmirror_transport::manifest::{validate_link_name, KeyPrefix, Manifest};
@@ -177,8 +181,20 @@ struct Planned {
     log_end: Option<i64>,
 }
 
+/// A partition whose manifests are read, before its catalog record is made or confirmed: every partition of a run
+/// is recorded in one transaction (one commit for hundreds of new partitions, not one each).
+struct Read {
+    key: PartitionKey,
+    topic_id: Uuid,
+    log_start_offset: i64,
+    installed: Vec<Installed>,
+    candidates: Vec<Candidate>,
+}
+
 /// The result of planning one partition.
 enum Prepared {
+    /// Read and checked, waiting for the partition's record ([`Applier::record_partitions`]) to be planned.
+    Read(Box<Read>),
     Planned(Box<Planned>),
     /// Nothing to install; the caller's report says why.
     Done,
@@ -316,14 +332,30 @@ impl Applier {
             self.check_link_identity(&link).await?;
         }
 
-        let mut planned = Vec::new();
+        let mut read = Vec::new();
+        let mut read_reports = Vec::new();
         for ((topic, partition), objects) in objects.partitions {
             let key = PartitionKey::new(link.clone(), topic.clone(), partition);
             let mut partition_report = PartitionReport::new(&topic, partition);
             match self
-                .prepare(&layout, key, objects, &mut partition_report, &mut report.notes)
+                .prepare(key, objects, &mut partition_report, &mut report.notes)
                 .await
             {
+                Ok(Prepared::Read(r)) => {
+                    read.push(r);
+                    read_reports.push(partition_report);
+                }
+                Ok(Prepared::Planned(_) | Prepared::Done) => report.partitions.push(partition_report),
+                Err(e) => {
+                    partition_report.outcome = PartitionOutcome::Failed { error: e.to_string() };
+                    report.partitions.push(partition_report);
+                }
+            }
+        }
+        let upserts = self.record_partitions(&read).await?;
+        let mut planned = Vec::new();
+        for ((r, upsert), mut partition_report) in read.into_iter().zip(upserts).zip(read_reports) {
+            match self.plan_recorded(&layout, *r, upsert, &mut partition_report).await {
                 Ok(Prepared::Planned(p)) => {
                     let installs = p.steps.iter().filter_map(|s| match s {
                         Step::Install { manifest, .. } => Some(manifest.all_files().map(|f| f.size).sum::<u64>()),
@@ -333,7 +365,7 @@ impl Applier {
                     progress.planned(count, bytes);
                     planned.push(p);
                 }
-                Ok(Prepared::Done) => report.partitions.push(partition_report),
+                Ok(Prepared::Read(_) | Prepared::Done) => report.partitions.push(partition_report),
                 Err(e) => {
                     partition_report.outcome = PartitionOutcome::Failed { error: e.to_string() };
                     report.partitions.push(partition_report);
@@ -484,10 +516,10 @@ impl Applier {
         }
     }
 
-    /// Steps 1 to 5 (planning) of the module docs for one partition.
+    /// Steps 1 to 3 of the module docs for one partition (steps 4 and 5 follow in [`Applier::plan_recorded`], once
+    /// the partitions are recorded together).
     async fn prepare(
         &self,
-        layout: &MirrorLayout,
         key: PartitionKey,
         objects: PartitionObjects,
         report: &mut PartitionReport,
@@ -604,14 +636,71 @@ impl Applier {
             }
         }
 
-        let topic_id_text = topic_id.to_string();
-        let upsert_key = key.clone();
-        let upsert = self
-            .catalog
-            .try_call("upsert partition", move |c| {
-                c.upsert_partition(&upsert_key, &topic_id_text, log_start_offset)
+        Ok(Prepared::Read(Box::new(Read {
+            key,
+            topic_id,
+            log_start_offset,
+            installed,
+            candidates,
+        })))
+    }
+
+    /// Record or confirm the partitions `read` in the catalog, all in one transaction; if that transaction fails
+    /// (the database, not a partition), one at a time as before, so that one partition's failure stays its own.
+    async fn record_partitions(
+        &self,
+        read: &[Box<Read>],
+    ) -> Result<Vec<std::result::Result<Upsert, segmirror_catalog::Error>>> {
+        let batch: Vec<PartitionUpsert> = read
+            .iter()
+            .map(|r| PartitionUpsert {
+                key: r.key.clone(),
+                source_topic_id: r.topic_id.to_string(),
+                log_start_offset: r.log_start_offset,
             })
-            .await?;
+            .collect();
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let one_by_one = batch.clone();
+        match self
+            .catalog
+            .try_call("record partitions", move |c| c.upsert_partitions(&batch))
+            .await?
+        {
+            Ok(outcomes) => Ok(outcomes),
+            Err(e) => {
+                tracing::warn!(error = %e, "recording the partitions together failed; recording them one at a time");
+                let mut outcomes = Vec::with_capacity(one_by_one.len());
+                for p in one_by_one {
+                    let outcome = self
+                        .catalog
+                        .try_call("upsert partition", move |c| {
+                            c.upsert_partition(&p.key, &p.source_topic_id, p.log_start_offset)
+                        })
+                        .await?;
+                    outcomes.push(outcome);
+                }
+                Ok(outcomes)
+            }
+        }
+    }
+
+    /// Plan a partition once its record is made or confirmed (`upsert`): reconcile its directory, plan its steps.
+    async fn plan_recorded(
+        &self,
+        layout: &MirrorLayout,
+        read: Read,
+        upsert: std::result::Result<Upsert, segmirror_catalog::Error>,
+        report: &mut PartitionReport,
+    ) -> Result<Prepared> {
+        let Read {
+            key,
+            topic_id,
+            installed,
+            candidates,
+            ..
+        } = read;
         let partition = match upsert {
             Ok(Upsert::Created(p) | Upsert::Existing(p)) => p,
             Ok(Upsert::LineageBreak {

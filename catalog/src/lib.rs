@@ -59,7 +59,7 @@ pub use link::{Link, LinkEnds, LinkSpec, PeerLink, Transport, DIRECT_URL_PREFIX}
 pub use link_meta::{LinkOffset, RecordedMeta};
 pub use link_state::LinkState;
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
-pub use partition::{MirrorPartition, PartitionState, Upsert};
+pub use partition::{MirrorPartition, PartitionState, PartitionUpsert, Upsert};
 pub use path::{
     canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_catalog_path, default_data_dir,
     mirror_catalog_path, CATALOG_FILE_NAME, MIRRORS_DIR, ROOT_HASH_HEX_DIGITS, ROOT_NAME_MAX_CHARS,

@@ -9,7 +9,7 @@
 //! States: `mirroring` (the applier installs), `paused` (kept, not applied — the applier's policy), and `promoted`
 //! (terminal: the partition was handed to a real broker and is never written again).
 
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 use serde::Serialize;
 
 use crate::error::{Entity, Error, Result};
@@ -46,6 +46,14 @@ pub struct MirrorPartition {
     pub log_start_offset: i64,
     /// Offset after the last installed segment; `None` until a segment is installed.
     pub installed_end_offset: Option<i64>,
+}
+
+/// One partition for [`Catalog::upsert_partitions`]: the arguments of [`Catalog::upsert_partition`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionUpsert {
+    pub key: PartitionKey,
+    pub source_topic_id: String,
+    pub log_start_offset: i64,
 }
 
 /// What [`Catalog::upsert_partition`] found.
@@ -138,6 +146,64 @@ fn check_offset(field: &'static str, value: i64) -> Result<()> {
     Ok(())
 }
 
+/// The body of [`Catalog::upsert_partition`] inside the caller's transaction `tx`: writes nothing unless it returns
+/// `Created`, or `Existing` with a higher log start offset; the caller commits.
+fn upsert_in(tx: &Transaction<'_>, key: &PartitionKey, source_topic_id: &str, log_start_offset: i64) -> Result<Upsert> {
+    let link = load_link(tx, &key.link)?;
+    if let Some(mut p) = find_partition(tx, key)? {
+        if p.source_topic_id != source_topic_id {
+            return Ok(Upsert::LineageBreak {
+                partition: p,
+                offered_source_topic_id: source_topic_id.to_owned(),
+            });
+        }
+        if p.state != PartitionState::Promoted && log_start_offset > p.log_start_offset {
+            tx.execute(
+                "UPDATE mirror_partitions SET log_start_offset = ?2 WHERE id = ?1",
+                params![p.id.0, log_start_offset],
+            )?;
+            p.log_start_offset = log_start_offset;
+        }
+        return Ok(Upsert::Existing(p));
+    }
+    if link.state == LinkState::Promoted {
+        return Err(Error::Promoted {
+            entity: Entity::Link(link.name),
+        });
+    }
+    if link.state == LinkState::Deleted {
+        return Err(Error::LinkTransition {
+            link: link.name,
+            from: LinkState::Deleted,
+            action: "record a partition under it",
+        });
+    }
+    tx.execute(
+        "INSERT INTO mirror_partitions (link, topic, partition, source_topic_id, state, log_start_offset) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            key.link,
+            key.topic,
+            key.partition,
+            source_topic_id,
+            PartitionState::Mirroring,
+            log_start_offset
+        ],
+    )?;
+    let id = PartitionId(tx.last_insert_rowid());
+    let detail = format!("source topic id {source_topic_id}, log start offset {log_start_offset}");
+    insert_event(tx, Subject::Partition(key), EventKind::PartitionCreated, &detail)?;
+    Ok(Upsert::Created(MirrorPartition {
+        id,
+        key: key.clone(),
+        source_topic_id: source_topic_id.to_owned(),
+        mirror_topic_id: None,
+        state: PartitionState::Mirroring,
+        log_start_offset,
+        installed_end_offset: None,
+    }))
+}
+
 impl Catalog {
     /// Records the partition `key` of lineage `source_topic_id` if it is new (state `mirroring`, nothing installed),
     /// or confirms it. For an existing partition of the same lineage, a higher `log_start_offset` is recorded (it only
@@ -153,61 +219,29 @@ impl Catalog {
     ) -> Result<Upsert> {
         check_offset("log start offset", log_start_offset)?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let link = load_link(&tx, &key.link)?;
-        if let Some(mut p) = find_partition(&tx, key)? {
-            if p.source_topic_id != source_topic_id {
-                return Ok(Upsert::LineageBreak {
-                    partition: p,
-                    offered_source_topic_id: source_topic_id.to_owned(),
-                });
-            }
-            if p.state != PartitionState::Promoted && log_start_offset > p.log_start_offset {
-                tx.execute(
-                    "UPDATE mirror_partitions SET log_start_offset = ?2 WHERE id = ?1",
-                    params![p.id.0, log_start_offset],
-                )?;
-                tx.commit()?;
-                p.log_start_offset = log_start_offset;
-            }
-            return Ok(Upsert::Existing(p));
-        }
-        if link.state == LinkState::Promoted {
-            return Err(Error::Promoted {
-                entity: Entity::Link(link.name),
-            });
-        }
-        if link.state == LinkState::Deleted {
-            return Err(Error::LinkTransition {
-                link: link.name,
-                from: LinkState::Deleted,
-                action: "record a partition under it",
-            });
-        }
-        tx.execute(
-            "INSERT INTO mirror_partitions (link, topic, partition, source_topic_id, state, log_start_offset) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                key.link,
-                key.topic,
-                key.partition,
-                source_topic_id,
-                PartitionState::Mirroring,
-                log_start_offset
-            ],
-        )?;
-        let id = PartitionId(tx.last_insert_rowid());
-        let detail = format!("source topic id {source_topic_id}, log start offset {log_start_offset}");
-        insert_event(&tx, Subject::Partition(key), EventKind::PartitionCreated, &detail)?;
+        let upsert = upsert_in(&tx, key, source_topic_id, log_start_offset)?;
         tx.commit()?;
-        Ok(Upsert::Created(MirrorPartition {
-            id,
-            key: key.clone(),
-            source_topic_id: source_topic_id.to_owned(),
-            mirror_topic_id: None,
-            state: PartitionState::Mirroring,
-            log_start_offset,
-            installed_end_offset: None,
-        }))
+        Ok(upsert)
+    }
+
+    /// [`Catalog::upsert_partition`] for many partitions in ONE transaction (one commit, one WAL fsync, instead of
+    /// one per partition: an `apply` planning hundreds of new partitions waited for that many fsyncs). Each
+    /// partition gets its own outcome, as if upserted alone and in this order: a refused one (`Promoted`, an unknown
+    /// or deleted link, a negative offset) writes nothing and does not stop the others. A failure of the database
+    /// itself ([`Error::Sqlite`]) fails the whole call, and then nothing is written.
+    pub fn upsert_partitions(&mut self, partitions: &[PartitionUpsert]) -> Result<Vec<Result<Upsert>>> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut outcomes = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let outcome = check_offset("log start offset", p.log_start_offset)
+                .and_then(|()| upsert_in(&tx, &p.key, &p.source_topic_id, p.log_start_offset));
+            match outcome {
+                Err(e @ Error::Sqlite(_)) => return Err(e),
+                other => outcomes.push(other),
+            }
+        }
+        tx.commit()?;
+        Ok(outcomes)
     }
 
     /// The partition `key`.
@@ -376,6 +410,76 @@ mod tests {
         }
         assert_eq!(cat.partition(&key).unwrap().log_start_offset, 50);
         assert_eq!(cat.partitions("l").unwrap().len(), 1);
+    }
+
+    /// The batch gives each partition the outcome it would get alone, in one transaction: a new one is created
+    /// (with its event), an existing one is confirmed or its log start advanced, another lineage is reported and
+    /// left alone, and a refused one (a negative offset, an unknown link) writes nothing and stops no other.
+    #[test]
+    fn upsert_partitions_is_one_transaction_of_individual_outcomes() {
+        let (mut cat, key) = setup();
+        let old = created(cat.upsert_partition(&key, "src-A", 10).unwrap());
+        let other = PartitionKey::new("l", "payments", 1);
+        let foreign = created(cat.upsert_partition(&other, "src-X", 0).unwrap());
+        let fresh = PartitionKey::new("l", "orders", 7);
+        let unknown = PartitionKey::new("nope", "orders", 0);
+        let batch = [
+            (key.clone(), "src-A", 50),
+            (fresh.clone(), "src-A", 3),
+            (other.clone(), "src-Y", 0),
+            (PartitionKey::new("l", "orders", 8), "src-A", -1),
+            (unknown, "src-A", 0),
+        ]
+        .map(|(key, src, lso)| PartitionUpsert {
+            key,
+            source_topic_id: src.to_owned(),
+            log_start_offset: lso,
+        });
+        let outcomes = cat.upsert_partitions(&batch).unwrap();
+        assert_eq!(outcomes.len(), 5);
+        match &outcomes[0] {
+            Ok(Upsert::Existing(p)) => assert_eq!((p.id, p.log_start_offset), (old.id, 50)),
+            other => panic!("{other:?}"),
+        }
+        let created_now = match &outcomes[1] {
+            Ok(Upsert::Created(p)) => p.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(cat.partition(&fresh).unwrap(), created_now);
+        assert!(matches!(&outcomes[2], Ok(Upsert::LineageBreak { partition, .. }) if partition.id == foreign.id));
+        assert!(
+            matches!(&outcomes[3], Err(Error::InvalidOffset { value: -1, .. })),
+            "{:?}",
+            outcomes[3]
+        );
+        assert!(matches!(&outcomes[4], Err(Error::NotFound { .. })), "{:?}", outcomes[4]);
+        assert_eq!(cat.partition(&key).unwrap().log_start_offset, 50);
+        assert_eq!(cat.partition(&other).unwrap().source_topic_id, "src-X");
+        assert_eq!(cat.partitions("l").unwrap().len(), 3, "the refused ones wrote nothing");
+        let events = cat.events(Some(Subject::Partition(&fresh)), 10).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].kind, EventKind::PartitionCreated);
+        assert!(cat.conn.is_autocommit(), "the transaction is committed");
+
+        // One transaction: a database failure on the second new partition leaves the first unwritten too.
+        cat.conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER fail_nine BEFORE INSERT ON mirror_partitions WHEN NEW.partition = 9 \
+                 BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+            )
+            .unwrap();
+        let batch = [5, 9].map(|n| PartitionUpsert {
+            key: PartitionKey::new("l", "orders", n),
+            source_topic_id: "src-A".to_owned(),
+            log_start_offset: 0,
+        });
+        let err = cat.upsert_partitions(&batch).unwrap_err();
+        assert!(matches!(err, Error::Sqlite(_)), "{err:?}");
+        assert!(matches!(
+            cat.partition(&PartitionKey::new("l", "orders", 5)),
+            Err(Error::NotFound { .. })
+        ));
+        assert!(cat.conn.is_autocommit(), "rolled back");
     }
 
     #[test]

@@ -17,9 +17,10 @@
 //! word (no size check made before the access can rule it out), while a read
 //! past it is a short read, reported as [`Defect::ChangedWhileRead`] for the
 //! caller to read again. [`LogFile::scan`] reads into two reusable buffers of
-//! [`CHUNK_BYTES`] (one scanned while the next is read), so the process's memory
-//! stays a few tens of MiB however large the segment: two chunks, plus one batch
-//! when a batch is larger than a chunk (Kafka's `message.max.bytes`, 1 MiB by
+//! [`CHUNK_BYTES`] (one scanned while the next is read; 128 KiB, kept from scan
+//! to scan, when it scans on one thread), so the process's memory stays a few
+//! tens of MiB however large the segment: two chunks, plus one batch when a
+//! batch is larger than a chunk (Kafka's `message.max.bytes`, 1 MiB by
 //! default, bounds batches; the segment size limit bounds them in any case).
 //!
 //! CRCs are nearly all the CPU time of a scan, and one core computing them reads
@@ -54,8 +55,27 @@ pub const RELEASE_INTERVAL: u64 = 8 * 1024 * 1024;
 /// MiB the kernel's copy alone took more CPU than all the CRCs).
 pub const CHUNK_BYTES: usize = 8 * 1024 * 1024;
 
+/// Bytes a one-thread scan reads at once to start with (128 KiB, as `cat` reads): the chunk stays in the core's
+/// cache between the `pread` that writes it and the CRC that reads it, and the two buffers are reused from scan to
+/// scan (see [`SPARE_BUFFERS`]), so a one-thread scan holds 2 x 264 KiB, not 2 x 10 MiB. On ~1 KiB batches
+/// (`log/cost.rs`) it measured as fast as reading a small file whole into a fresh buffer, within the noise of a
+/// loaded machine. A frame larger than a chunk makes the chunks grow (up to [`CHUNK_BYTES`]), so that large
+/// batches are not carried from chunk to chunk.
+const SEQUENTIAL_CHUNK_BYTES: usize = 128 * 1024;
+
 /// Alignment of the bytes a chunk reads into (a page).
 const READ_ALIGN: usize = 4096;
+
+/// Read buffers of finished one-thread scans, kept for the next scan (of any file, on any thread). At most
+/// [`MAX_SPARE_BUFFERS`] of at most [`MAX_SPARE_CAPACITY`] bytes each are kept, so the memory they hold stays
+/// under 3 MiB whatever the process does; a buffer that grew for a large frame is freed, not kept.
+static SPARE_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+/// Spare buffers kept: two per scan for four scans at once (`verify`'s workers, `apply`'s partitions).
+const MAX_SPARE_BUFFERS: usize = 8;
+
+/// Largest buffer kept: a one-thread chunk of the first size, its carry room, and the alignment slack.
+const MAX_SPARE_CAPACITY: usize = 2 * SEQUENTIAL_CHUNK_BYTES + 2 * READ_ALIGN;
 
 /// Largest batch a scan reads (256 MiB): a batch must be in memory whole for
 /// its CRC and records, so a larger one would let one length field decide how
@@ -347,7 +367,33 @@ struct Chunk {
     position: u64,
 }
 
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        if self.buf.capacity() == 0 || self.buf.capacity() > MAX_SPARE_CAPACITY {
+            return;
+        }
+        if let Ok(mut spare) = SPARE_BUFFERS.lock() {
+            if spare.len() < MAX_SPARE_BUFFERS {
+                spare.push(std::mem::take(&mut self.buf));
+            }
+        }
+    }
+}
+
 impl Chunk {
+    /// A chunk whose buffer is a spare one when there is one (see [`SPARE_BUFFERS`]).
+    fn pooled() -> Chunk {
+        let buf = SPARE_BUFFERS
+            .lock()
+            .ok()
+            .and_then(|mut spare| spare.pop())
+            .unwrap_or_default();
+        Chunk {
+            buf,
+            ..Chunk::default()
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
         self.buf.get(self.start..).unwrap_or_default()
     }
@@ -356,10 +402,9 @@ impl Chunk {
         self.position + self.bytes().len() as u64
     }
 
-    /// Read `n` bytes from `position`, leaving [`CARRY_ROOM`] in front (when
-    /// `room`) for a partial frame of the chunk before.
-    fn read(&mut self, file: &File, position: u64, n: usize, room: bool) -> std::io::Result<Result<(), Shrunk>> {
-        let room = if room { CARRY_ROOM } else { 0 };
+    /// Read `n` bytes from `position`, leaving `room` bytes in front for a
+    /// partial frame of the chunk before.
+    fn read(&mut self, file: &File, position: u64, n: usize, room: usize) -> std::io::Result<Result<(), Shrunk>> {
         // Reused buffers are only resized: no zeroing of bytes read over anyway.
         // The bytes read start on a page boundary: the kernel's copy into a
         // misaligned buffer runs at a fraction of its speed (measured: 4-5x
@@ -494,7 +539,8 @@ impl LogFile {
     /// file's path and absolute positions, or [`Defect::ChangedWhileRead`] if
     /// the file ended before its size at open (truncated meanwhile).
     ///
-    /// The file is read [`CHUNK_BYTES`] at a time. When the process may use two
+    /// The file is read [`CHUNK_BYTES`] at a time (128 KiB on one thread, growing
+    /// for large frames). When the process may use two
     /// CPUs, the CRCs of a file of [`PARALLEL_MIN_BYTES`] or more are computed
     /// on two threads (the private `window` module says how) and the next chunk
     /// is read while one is scanned; the frames still reach `f` one by one, in
@@ -520,14 +566,35 @@ impl LogFile {
         let limit = to.min(self.len);
         let from = from.min(limit);
         let parallel = limit - from >= PARALLEL_MIN_BYTES && helper_available() && !CRC_HELPER_OFF.get();
-        let chunk_len = |at: u64| (limit - at).min(CHUNK_BYTES as u64) as usize;
+        // The windowed scan wants large chunks (a hand-off to the helper per chunk); one thread wants small ones
+        // that stay in the cache, larger only when frames are (see `SEQUENTIAL_CHUNK_BYTES`).
+        let mut sizes = if parallel {
+            ChunkSizes {
+                chunk: CHUNK_BYTES,
+                room: CARRY_ROOM,
+            }
+        } else {
+            ChunkSizes {
+                chunk: SEQUENTIAL_CHUNK_BYTES,
+                room: SEQUENTIAL_CHUNK_BYTES,
+            }
+        };
+        let chunk_len = |at: u64, chunk: usize| (limit - at).min(chunk as u64) as usize;
         let mut summary = ScanSummary {
             end: from,
             ..ScanSummary::default()
         };
-        let mut current = Chunk::default();
-        let mut next = Chunk::default();
-        let first = current.read(&self.file, from, chunk_len(from), limit - from > CHUNK_BYTES as u64);
+        let (mut current, mut next) = if parallel {
+            (Chunk::default(), Chunk::default())
+        } else {
+            (Chunk::pooled(), Chunk::pooled())
+        };
+        let first_room = if limit - from > sizes.chunk as u64 {
+            sizes.room
+        } else {
+            0
+        };
+        let first = current.read(&self.file, from, chunk_len(from, sizes.chunk), first_room);
         self.checked(first)?;
         loop {
             let end = current.end();
@@ -536,9 +603,10 @@ impl LogFile {
             // Read the next chunk while this one is scanned (on a second CPU).
             let (chunk_summary, stop, prefetched) = std::thread::scope(|scope| {
                 let reader = (parallel && !at_end).then(|| {
-                    let n = chunk_len(end);
+                    let n = chunk_len(end, sizes.chunk);
                     let next = &mut next;
-                    scope.spawn(move || next.read(file, end, n, true))
+                    let room = sizes.room;
+                    scope.spawn(move || next.read(file, end, n, room))
                 });
                 let (s, stop) = if parallel {
                     window::scan(
@@ -602,7 +670,11 @@ impl LogFile {
             };
             match prefetched {
                 Some(read) => self.checked(read)?,
-                None => self.checked(next.read(&self.file, end, chunk_len(end), true))?,
+                None => {
+                    // A frame larger than the chunk: chunks of several such frames from now on.
+                    sizes.grow_for(needed);
+                    self.checked(next.read(&self.file, end, chunk_len(end, sizes.chunk), sizes.room))?
+                }
             }
             let carry = current
                 .bytes()
@@ -616,6 +688,25 @@ impl LogFile {
                 self.checked(next.extend(&self.file, more))?;
             }
             std::mem::swap(&mut current, &mut next);
+        }
+    }
+}
+
+/// How much a scan reads at once, and the room kept in front of a chunk for the frame the chunk before cut.
+#[derive(Debug, Clone, Copy)]
+struct ChunkSizes {
+    chunk: usize,
+    room: usize,
+}
+
+impl ChunkSizes {
+    /// Make chunks hold eight frames of `needed` bytes (up to [`CHUNK_BYTES`]) and their room one (up to
+    /// [`CARRY_ROOM`]): a frame larger than the chunk is otherwise carried and read in pieces each time.
+    fn grow_for(&mut self, needed: u64) {
+        let needed = usize::try_from(needed).unwrap_or(usize::MAX);
+        if needed > self.chunk {
+            self.chunk = needed.saturating_mul(8).min(CHUNK_BYTES).max(self.chunk);
+            self.room = needed.min(CARRY_ROOM).max(self.room);
         }
     }
 }

@@ -33,9 +33,18 @@ fn ns_per_batch(batches: u64, rounds: usize, mut f: impl FnMut() -> u64) -> f64 
 #[test]
 #[ignore = "a measurement: run in release with --ignored --nocapture"]
 fn scan_cost_per_batch() {
+    // The 64 MiB file takes the windowed two-thread path; the 2.6 MiB one (a partition of the many-small-partitions
+    // benchmark, below `PARALLEL_MIN_BYTES`) the one-thread path, as every file does under `verify`'s workers.
+    for total_bytes in [64 << 20, 2_700_000] {
+        measure(total_bytes);
+    }
+    println!("reproduce: cargo test --release -p segment-format --lib -- --ignored --nocapture scan_cost_per_batch");
+}
+
+fn measure(total_bytes: u64) {
     let tmp = tempfile::tempdir().unwrap();
     let options = BulkOptions {
-        total_bytes: 64 << 20,
+        total_bytes,
         partitions: 1,
         fsync: false,
         records_per_batch: 1,
@@ -47,7 +56,8 @@ fn scan_cost_per_batch() {
     let log = dir.join(crate::dir::segment_file_name(0, crate::dir::SegmentFileKind::Log));
     let bytes = std::fs::read(&log).unwrap();
     let batches = scan_frames(&bytes, 0).count() as u64;
-    let rounds = 7;
+    // Small files repeat more often, so that every layer runs long enough to time.
+    let rounds = if bytes.len() < 8 << 20 { 61 } else { 7 };
 
     let walk = ns_per_batch(batches, rounds, || {
         let mut rest: &[u8] = &bytes;
@@ -75,31 +85,34 @@ fn scan_cost_per_batch() {
     let in_order = ns_per_batch(batches, rounds, || {
         scan_in_order(&bytes, 0, |_| ControlFlow::Continue(())).0.frames
     });
-    let file = ns_per_batch(batches, rounds, || {
+    let scan_file = || {
         LogFile::open(&log)
             .unwrap()
             .scan(|_| ControlFlow::Continue(()))
             .unwrap()
             .frames
-    });
+    };
+    let file = ns_per_batch(batches, rounds, scan_file);
+    let file_one_thread = ns_per_batch(batches, rounds, || without_crc_helper(scan_file));
     let verify = ns_per_batch(batches, rounds, || {
         let report = verify_paths(std::slice::from_ref(&dir), &VerifyOptions::default(), &NoProgress);
         assert!(report.is_sound());
         report.partitions[0].batches
     });
     let size = bytes.len() as f64 / batches as f64;
+    let mib = bytes.len() as f64 / 1048576.0;
     println!();
-    println!("scan cost per batch: {batches} batches of {size:.0} bytes (one partition, 64 MiB, release build)");
-    println!("| layer                                        | ns/batch | MiB/s  |");
-    println!("|----------------------------------------------|----------|--------|");
+    println!("scan cost per batch: {batches} batches of {size:.0} bytes (one partition, {mib:.1} MiB, release build)");
+    println!("| layer                                          | ns/batch | MiB/s  |");
+    println!("|------------------------------------------------|----------|--------|");
     for (name, ns) in [
         ("frame walk (framing + header), no CRC", walk),
         ("CRC-32C alone", crc),
         ("one-thread scan in memory (walk + CRC)", in_order),
         ("LogFile::scan from the page cache", file),
+        ("LogFile::scan, one thread (without_crc_helper)", file_one_thread),
         ("verify of the partition dir", verify),
     ] {
-        println!("| {name:<44} | {ns:>8.1} | {:>6.0} |", size / ns * 1e9 / 1048576.0);
+        println!("| {name:<46} | {ns:>8.1} | {:>6.0} |", size / ns * 1e9 / 1048576.0);
     }
-    println!("reproduce: cargo test --release -p segment-format --lib -- --ignored --nocapture scan_cost_per_batch");
 }

@@ -357,8 +357,19 @@ fn zero_tail_is_read_in_pieces() {
 
 /// Frames cut by chunk boundaries, and a frame larger than a chunk, scan
 /// as the in-memory iterator does.
+/// Run `test` with the scan as the file's size picks it, then on one thread alone (as `verify`'s workers scan): the
+/// two read in chunks of different sizes, and only the one-thread scan grows its chunks for large frames.
+fn both_ways(test: impl Fn()) {
+    test();
+    without_crc_helper(&test);
+}
+
 #[test]
 fn chunked_scan_matches_the_iterator() {
+    both_ways(chunked_scan_matches_the_iterator_once);
+}
+
+fn chunked_scan_matches_the_iterator_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("00000000000000000000.log");
     let mut seg = Vec::new();
@@ -408,6 +419,10 @@ fn chunked_scan_matches_the_iterator() {
 /// boundaries and a frame larger than a chunk.
 #[test]
 fn scan_range_continues_from_a_boundary() {
+    both_ways(scan_range_continues_from_a_boundary_once);
+}
+
+fn scan_range_continues_from_a_boundary_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("00000000000000000000.log");
     let mut seg = Vec::new();
@@ -459,6 +474,94 @@ fn scan_range_continues_from_a_boundary() {
         .scan_range(seg.len() as u64 + 5, seg.len() as u64, |_| ControlFlow::Continue(()))
         .unwrap();
     assert_eq!((s.frames, s.end), (0, seg.len() as u64));
+}
+
+/// Files of ~1 KiB batches over many one-thread chunks, scanned in turn so that each scan reads into buffers the
+/// scan of the other file left (the spare buffers): every frame, CRC and bad CRC is that of the in-memory scan,
+/// never a byte of the other file, also for a frame cut by a chunk boundary and for a scan of a range.
+#[test]
+fn one_thread_scans_of_small_batches_reuse_buffers_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (n, value) in [(700usize, 900usize), (333, 1500)] {
+        let mut seg = Vec::new();
+        for i in 0..n {
+            seg.extend(
+                BatchBuilder::new(i as i64)
+                    .record(RecordSpec::new(0, 1).with_value(vec![(i % 251) as u8; value]))
+                    .build(),
+            );
+        }
+        // A bad CRC in the frame that the first chunk boundary cuts.
+        let cut = scan_frames(&seg, 0)
+            .map(|f| f.unwrap().info)
+            .find(|i| i.position + i.size > SEQUENTIAL_CHUNK_BYTES as u64)
+            .unwrap();
+        seg[(cut.position + cut.size - 1) as usize] ^= 0xff;
+        let path = dir.path().join(format!("{:020}.log", n));
+        std::fs::write(&path, &seg).unwrap();
+        files.push((path, seg));
+    }
+    let expected = |seg: &[u8], from: u64| -> Vec<(u64, u32, u32)> {
+        scan_frames(seg, 0)
+            .map(|f| f.unwrap())
+            .filter(|f| f.info.position >= from)
+            .map(|f| (f.info.position, f.computed_crc, f.stored_crc))
+            .collect()
+    };
+    without_crc_helper(|| {
+        for round in 0..3 {
+            for (path, seg) in &files {
+                let from = if round == 2 {
+                    scan_frames(seg, 0).nth(150).unwrap().unwrap().info.position
+                } else {
+                    0
+                };
+                let mut seen = Vec::new();
+                let summary = LogFile::open(path)
+                    .unwrap()
+                    .scan_range(from, seg.len() as u64, |f| {
+                        seen.push((f.info.position, f.computed_crc, f.stored_crc));
+                        ControlFlow::Continue(())
+                    })
+                    .unwrap();
+                let expected = expected(seg, from);
+                assert_eq!(seen, expected, "{} round {round}", path.display());
+                let bad = expected
+                    .iter()
+                    .filter(|(_, computed, stored)| computed != stored)
+                    .count() as u64;
+                assert_eq!(summary.crc_mismatches, bad);
+                assert_eq!(bad, u64::from(from == 0), "the bad CRC lies before the 150th frame");
+                assert_eq!(summary.end, seg.len() as u64);
+            }
+        }
+    });
+    let spare = SPARE_BUFFERS.lock().unwrap();
+    assert!(spare.len() <= MAX_SPARE_BUFFERS);
+    assert!(spare.iter().all(|b| b.capacity() <= MAX_SPARE_CAPACITY));
+}
+
+/// A frame larger than the chunk makes the one-thread scan read larger chunks from then on, up to `CHUNK_BYTES`.
+#[test]
+fn one_thread_chunks_grow_for_large_frames_only() {
+    let mut sizes = ChunkSizes {
+        chunk: SEQUENTIAL_CHUNK_BYTES,
+        room: SEQUENTIAL_CHUNK_BYTES,
+    };
+    sizes.grow_for(1000);
+    assert_eq!(
+        (sizes.chunk, sizes.room),
+        (SEQUENTIAL_CHUNK_BYTES, SEQUENTIAL_CHUNK_BYTES)
+    );
+    sizes.grow_for(300_000);
+    assert_eq!((sizes.chunk, sizes.room), (2_400_000, 300_000));
+    sizes.grow_for(200_000);
+    assert_eq!((sizes.chunk, sizes.room), (2_400_000, 300_000), "never shrinks");
+    sizes.grow_for(5 << 20);
+    assert_eq!((sizes.chunk, sizes.room), (CHUNK_BYTES, CARRY_ROOM));
+    sizes.grow_for(u64::MAX);
+    assert_eq!((sizes.chunk, sizes.room), (CHUNK_BYTES, CARRY_ROOM));
 }
 
 proptest! {
