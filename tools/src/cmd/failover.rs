@@ -103,6 +103,10 @@ pub struct Args {
     /// and log dir share a file system, so the failover time does not grow with the data.
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["copy", "rename", "auto"])]
     handover: String,
+    /// Cut every partition of the link at one source moment (as `segmirror promote --consistent-cut`):
+    /// milliseconds since the epoch or RFC 3339; the install step's report says per partition what was left behind.
+    #[arg(long, value_name = "TIMESTAMP", value_parser = segmirror_applier::promote::parse_cut_timestamp)]
+    consistent_cut: Option<i64>,
     /// The target broker's server.properties (as `segmirror promote --target-config`).
     #[arg(long, value_name = "PATH")]
     target_config: Option<PathBuf>,

@@ -129,6 +129,7 @@ fn promote_request(args: &Args) -> anyhow::Result<PromoteRequest> {
         allow_retention_delete: args.allow_retention_delete,
         parallel: promote::DEFAULT_PARALLEL,
         handover: args.handover.parse().map_err(anyhow::Error::msg)?,
+        consistent_cut: args.consistent_cut,
         ..PromoteRequest::default()
     })
 }
