@@ -43,7 +43,7 @@ pub struct Rebuilt {
 /// frame under [`COMBINE_MIN_FRAME_BYTES`], and a legacy message (its CRC is a
 /// CRC-32, not C), is hashed again instead.
 #[derive(Debug, Default)]
-struct PrefixCrc {
+pub(crate) struct PrefixCrc {
     crc: u32,
     /// The last frame length shifted over, and its operator: bulk data repeats lengths.
     shift: Option<(usize, u32)>,
@@ -58,8 +58,13 @@ struct PrefixCrc {
 const COMBINE_MIN_FRAME_BYTES: usize = 4096;
 
 impl PrefixCrc {
+    /// The CRC-32C of the frames appended so far.
+    pub(crate) fn value(&self) -> u32 {
+        self.crc
+    }
+
     /// Append `frame` (whose CRC the scan found to match).
-    fn append(&mut self, frame: &Frame<'_>) {
+    pub(crate) fn append(&mut self, frame: &Frame<'_>) {
         let body_crc = (frame.info.magic >= 2).then_some(frame.computed_crc);
         self.append_parts(frame.bytes, body_crc);
     }
