@@ -131,6 +131,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 segment_base,
                 position,
                 bytes,
+                bytes_crc32c: None,
             })
         ),
         (
@@ -401,6 +402,39 @@ fn oversized_length_is_refused_from_the_header_alone() {
     assert_eq!(FrameCodec::new(u32::MAX).max_payload(), MAX_PAYLOAD_LEN);
 }
 
+/// A chunk whose sender knows its bytes' CRC-32C gets the frame CRC combined from it: the very bytes a hashed frame
+/// has, small or large; a wrong CRC gives a frame the receiver refuses, never one it takes.
+#[test]
+fn a_known_chunk_crc_gives_the_same_frame_and_a_wrong_one_a_refused_frame() {
+    for len in [100usize, 256 * 1024, 1024 * 1024 + 7] {
+        let bytes = Bytes::from((0..len).map(|i| (i * 31 % 251) as u8).collect::<Vec<u8>>());
+        let chunk = |bytes_crc32c| {
+            Frame::Chunk(Chunk {
+                partition: PartitionRef {
+                    topic: "t".into(),
+                    partition: 3,
+                    topic_id: [1; 16],
+                },
+                segment_base: 7,
+                position: 4096,
+                bytes: bytes.clone(),
+                bytes_crc32c,
+            })
+        };
+        let hashed = encode(&chunk(None));
+        let known = encode(&chunk(Some(crc32c::crc32c(&bytes))));
+        assert_eq!(hashed, known, "{len} bytes");
+        assert_eq!(frame::decode(&known, 0, MAX_PAYLOAD_LEN), Ok(Some((chunk(None), known.len()))));
+        if len >= 256 * 1024 {
+            let wrong = encode(&chunk(Some(crc32c::crc32c(&bytes) ^ 1)));
+            assert!(
+                matches!(frame::decode(&wrong, 0, MAX_PAYLOAD_LEN), Err(FrameError::Crc { .. })),
+                "{len} bytes"
+            );
+        }
+    }
+}
+
 #[test]
 fn encoding_over_the_maximum_fails_and_leaves_the_buffer_alone() {
     let chunk = Frame::Chunk(Chunk {
@@ -412,6 +446,7 @@ fn encoding_over_the_maximum_fails_and_leaves_the_buffer_alone() {
         segment_base: 0,
         position: 0,
         bytes: Bytes::from(vec![0u8; 2000]),
+        bytes_crc32c: None,
     });
     let mut out = BytesMut::from(&b"kept"[..]);
     let err = frame::encode(&chunk, 1000, &mut out).expect_err("too big");
@@ -712,6 +747,7 @@ fn a_chunk_costs_its_fixed_fields_and_nothing_more() {
         segment_base: 0,
         position: 0,
         bytes: Bytes::from(vec![0u8; 64 << 10]),
+        bytes_crc32c: None,
     });
     let fixed = FRAME_OVERHEAD + (2 + topic.len()) + 4 + 16 + 8 + 8 + 4;
     let encoded = encode(&chunk);

@@ -129,7 +129,7 @@ pub struct Refuse {
 }
 
 /// Bytes appended to a partition's active segment, ending on a batch boundary.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Chunk {
     pub partition: PartitionRef,
     /// Base offset of the segment the bytes belong to (its file name).
@@ -137,7 +137,23 @@ pub struct Chunk {
     /// Byte position in the segment file of the first byte.
     pub position: u64,
     pub bytes: Bytes,
+    /// The CRC-32C of `bytes`, when the sender already has it (the shipper's tail combines it from the batch CRCs
+    /// its scan checked): the frame's CRC is then combined from it instead of hashing the bytes once more. Not sent
+    /// (a decoded chunk has `None`) and not part of equality. A wrong value makes the frame's CRC wrong, so the
+    /// receiver refuses the frame: it can never let other bytes through.
+    pub bytes_crc32c: Option<u32>,
 }
+
+impl PartialEq for Chunk {
+    fn eq(&self, other: &Self) -> bool {
+        self.partition == other.partition
+            && self.segment_base == other.segment_base
+            && self.position == other.position
+            && self.bytes == other.bytes
+    }
+}
+
+impl Eq for Chunk {}
 
 /// One companion file of a sealed segment: digest always, bytes when sent inline.
 #[derive(Debug, Clone, PartialEq, Eq)]
