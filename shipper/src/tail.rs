@@ -876,7 +876,7 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
                 segment_base: at.base_offset,
                 position: chunk.from,
                 bytes: Bytes::from(bytes),
-                bytes_crc32c: Some(chunk.crc32c),
+                crcs: ChunkCrcs::of_bytes(chunk.crc32c),
             });
             part.at = Some(next);
             Ok((part, Some(item)))

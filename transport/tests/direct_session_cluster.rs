@@ -46,7 +46,7 @@ fn chunks() -> Vec<Chunk> {
             segment_base: 0,
             position,
             bytes: Bytes::from(bytes),
-            bytes_crc32c: None,
+            crcs: Default::default(),
         });
         position += out[i].bytes.len() as u64;
     }

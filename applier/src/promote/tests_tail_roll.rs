@@ -65,7 +65,7 @@ fn chunk(partition: i32, base: i64, position: usize, bytes: &[u8]) -> Chunk {
         segment_base: base,
         position: position as u64,
         bytes: Bytes::copy_from_slice(bytes),
-        bytes_crc32c: None,
+        crcs: Default::default(),
     }
 }
 

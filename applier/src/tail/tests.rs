@@ -80,7 +80,7 @@ pub(super) fn chunk(base: i64, bytes: &[u8], from: usize, to: usize) -> Chunk {
         segment_base: base,
         position: from as u64,
         bytes: Bytes::copy_from_slice(&bytes[from..to]),
-        bytes_crc32c: None,
+        crcs: Default::default(),
     }
 }
 

@@ -61,7 +61,7 @@ use segment_format::log::{LogFile, MAX_FRAME_BYTES};
 use segment_format::open::MAX_SEGMENT_BYTES;
 use segment_format::{Defect, Error};
 
-use super::rebuild::PrefixCrc;
+use segment_format::crc_combine::PrefixCrc;
 
 /// Most bytes one [`read_tail`] call returns (64 MiB, or one batch if a batch
 /// is larger): a tail that fell behind catches up in calls of bounded time,

@@ -107,7 +107,7 @@ impl TestFeed {
                         segment_base: base,
                         position: seg.len() as u64,
                         bytes: Bytes::from(bytes.clone()),
-                        bytes_crc32c: None,
+                        crcs: Default::default(),
                     }));
                     seg.extend_from_slice(&bytes);
                 }

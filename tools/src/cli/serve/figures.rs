@@ -505,7 +505,7 @@ mod tests {
             segment_base: 0,
             position: 0,
             bytes: Bytes::from(bytes),
-            bytes_crc32c: None,
+            crcs: Default::default(),
         }));
         let row = &meter.rows(None)[0];
         assert_eq!(
@@ -523,7 +523,7 @@ mod tests {
             segment_base: 0,
             position: 0,
             bytes: Bytes::from(vec![0u8; n]),
-            bytes_crc32c: None,
+            crcs: Default::default(),
         };
         meter.applied(&[chunk(10), chunk(5)]);
         meter.applied(&[chunk(1)]);

@@ -142,7 +142,7 @@ mod tests {
             segment_base: 0,
             position,
             bytes: Bytes::from(vec![1u8; len]),
-            bytes_crc32c: None,
+            crcs: Default::default(),
         })
     }
 
