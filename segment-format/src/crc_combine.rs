@@ -122,4 +122,3 @@ pub fn crc32c_shift_operator(bytes: usize) -> u32 {
 pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
     gf2_multiply(crc32c_shift_operator(len_b), crc_a) ^ crc_b
 }
-

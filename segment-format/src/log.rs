@@ -172,7 +172,11 @@ impl<'a> Iterator for FrameIter<'a> {
             return None;
         }
         let position = self.next_position();
-        while self.known.get(self.next_known).is_some_and(|k| k.position < self.pos as u64) {
+        while self
+            .known
+            .get(self.next_known)
+            .is_some_and(|k| k.position < self.pos as u64)
+        {
             self.next_known += 1;
         }
         let known = self

@@ -52,8 +52,8 @@ use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{
-    Chunk, ClaimResult, Companion, CompanionKind, LayoutSegment, LogEnd, PartitionRef, Position, Revoke, SegmentSeal,
-    TruncateMode,
+    Chunk, ChunkCrcs, ClaimResult, Companion, CompanionKind, LayoutSegment, LogEnd, PartitionRef, Position, Revoke,
+    SegmentSeal, TruncateMode,
 };
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem, Layouts};
 use segmirror_transport::direct::DirectError;

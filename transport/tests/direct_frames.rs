@@ -424,7 +424,10 @@ fn a_known_chunk_crc_gives_the_same_frame_and_a_wrong_one_a_refused_frame() {
         let hashed = encode(&chunk(ChunkCrcs::default()));
         let known = encode(&chunk(ChunkCrcs::of_bytes(crc32c::crc32c(&bytes))));
         assert_eq!(hashed, known, "{len} bytes");
-        assert_eq!(frame::decode(&known, 0, MAX_PAYLOAD_LEN), Ok(Some((chunk(ChunkCrcs::default()), known.len()))));
+        assert_eq!(
+            frame::decode(&known, 0, MAX_PAYLOAD_LEN),
+            Ok(Some((chunk(ChunkCrcs::default()), known.len())))
+        );
         if len >= 256 * 1024 {
             let wrong = encode(&chunk(ChunkCrcs::of_bytes(crc32c::crc32c(&bytes) ^ 1)));
             assert!(
@@ -479,7 +482,12 @@ fn a_chunk_frame_is_checked_batch_by_batch_and_hands_the_batch_crcs_on() {
         Ok(Some((Frame::Chunk(got), n))) => {
             assert_eq!((&got, n), (&chunk, encoded.len()));
             assert_eq!(got.crcs.bytes, Some(crc32c::crc32c(&bytes)));
-            let known: Vec<_> = got.crcs.batches.iter().map(|k| (k.position, k.size, k.crc32c)).collect();
+            let known: Vec<_> = got
+                .crcs
+                .batches
+                .iter()
+                .map(|k| (k.position, k.size, k.crc32c))
+                .collect();
             assert_eq!(known, expected);
         }
         other => panic!("expected the chunk, got {other:?}"),

@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
-use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
 use segment_format::crc_combine::PrefixCrc;
+use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
 use segment_format::log::LogFile;
 use segment_format::Error;
 
@@ -94,7 +94,7 @@ pub fn rebuild(
     Ok(Ok(Rebuilt {
         offset_index: offset_index.to_bytes(),
         time_index: time_index.to_bytes(),
-        crc32c: crc.crc,
+        crc32c: crc.value(),
         batches,
         end,
     }))
@@ -113,6 +113,7 @@ mod tests {
     use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
 
     use super::*;
+    use segment_format::batch::ATTRIBUTES_OFFSET;
     use segment_format::crc_combine::{crc32c_combine, crc32c_shift_operator, gf2_multiply};
 
     /// Costs behind [`COMBINE_MIN_FRAME_BYTES`]: `cargo test -p segmirror-shipper --release --lib prefix_crc_costs
@@ -194,7 +195,7 @@ mod tests {
                 crc.append_parts(&bytes, body_crc);
                 all.extend_from_slice(&bytes);
             }
-            prop_assert_eq!(crc.crc, crc32c::crc32c(&all));
+            prop_assert_eq!(crc.value(), crc32c::crc32c(&all));
         }
 
         #[test]

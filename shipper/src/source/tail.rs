@@ -394,7 +394,9 @@ fn read_tail_inner(
     let scanned = match bytes_out.as_deref_mut() {
         // The range is read once, straight into the buffer that is shipped, and scanned there.
         Some(bytes) => scan_in_place(&at.path, at.position, limit, len, bytes, |frame| scan.frame(frame)),
-        None => log.scan_range(at.position, limit, |frame| scan.frame(frame)).map(|_| ()),
+        None => log
+            .scan_range(at.position, limit, |frame| scan.frame(frame))
+            .map(|_| ()),
     };
     if let Some(bytes) = bytes_out {
         // Only the accepted batches are the chunk; what follows them (a partial batch, batches past the bound or
@@ -501,7 +503,10 @@ where
     buf.reserve_exact(usize::try_from(want).unwrap_or(usize::MAX));
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     file.seek(SeekFrom::Start(from)).map_err(|e| Error::io(path, e))?;
-    (&mut file).take(want).read_to_end(buf).map_err(|e| Error::io(path, e))?;
+    (&mut file)
+        .take(want)
+        .read_to_end(buf)
+        .map_err(|e| Error::io(path, e))?;
     if (buf.len() as u64) < want {
         let at = from + buf.len() as u64;
         return Err(Error::corrupt(

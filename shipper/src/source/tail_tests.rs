@@ -40,7 +40,11 @@ fn read_both(at: &TailPosition, options: &TailOptions) -> Result<TailRead, Error
     let plain = read_tail(at, options);
     let mut content = ChunkContent::default();
     let into = read_tail_into(at, options, &mut content);
-    assert_eq!(format!("{plain:?}"), format!("{into:?}"), "read_tail and read_tail_into differ");
+    assert_eq!(
+        format!("{plain:?}"),
+        format!("{into:?}"),
+        "read_tail and read_tail_into differ"
+    );
     match &into {
         Ok(TailRead::Appended { chunk, .. }) if !chunk.is_empty() => {
             let file = std::fs::read(&at.path).unwrap();

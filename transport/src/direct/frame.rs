@@ -255,7 +255,9 @@ fn encode_inner(frame: &Frame, max_payload: u32, out: &mut BytesMut, start: usiz
         // The chunk's bytes end the frame and their CRC is known: hash only what comes before them.
         Frame::Chunk(Chunk {
             bytes,
-            crcs: ChunkCrcs { bytes: Some(bytes_crc), .. },
+            crcs: ChunkCrcs {
+                bytes: Some(bytes_crc), ..
+            },
             ..
         }) if bytes.len() >= COMBINE_MIN_CHUNK_BYTES => {
             let head_end = out.len() - bytes.len();
@@ -728,7 +730,11 @@ fn decode_complete(bytes: Bytes, header: &Header, offset: u64) -> Result<Frame, 
 /// error as ever. Nothing decoded here is used before the CRC matched.
 fn decode_chunk_hashing_batches(bytes: &Bytes, header: &Header, offset: u64, stored: u32) -> Option<Frame> {
     let end = HEADER_LEN + header.length as usize;
-    let reader = Reader::new(bytes.slice(HEADER_LEN..end), offset + HEADER_LEN as u64, FrameType::Chunk.name());
+    let reader = Reader::new(
+        bytes.slice(HEADER_LEN..end),
+        offset + HEADER_LEN as u64,
+        FrameType::Chunk.name(),
+    );
     let Ok(Frame::Chunk(mut chunk)) = decode_payload(FrameType::Chunk, reader) else {
         return None;
     };
@@ -766,7 +772,9 @@ fn hash_batches(bytes: &[u8]) -> (u32, Vec<KnownCrc>) {
     while let Some(rest) = bytes.get(at..).filter(|r| !r.is_empty()) {
         // Offset (8), length (4), leader epoch (4), magic (1): a v2 batch of `12 + length` bytes.
         let size = match rest.get(8..12) {
-            Some(l) => usize::try_from(i32::from_be_bytes([l[0], l[1], l[2], l[3]])).ok().map(|l| l + 12),
+            Some(l) => usize::try_from(i32::from_be_bytes([l[0], l[1], l[2], l[3]]))
+                .ok()
+                .map(|l| l + 12),
             None => None,
         };
         let batch = size
