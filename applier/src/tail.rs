@@ -55,7 +55,7 @@ use std::time::Duration;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically, write_behind};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
-use segment_format::log::{scan_frames, LogFile};
+use segment_format::log::{scan_frames_known, LogFile};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
     Chunk, Claim, Companion, CompanionKind, LayoutSegment, LogEnd, LogStart, PartitionRef, Position, Roll,
@@ -1048,7 +1048,9 @@ fn validate_batches(
     if chunk.bytes.is_empty() {
         return Err(bad(chunk.position, "an empty chunk".into()));
     }
-    let mut iter = scan_frames(&chunk.bytes, chunk.position);
+    // The CRCs the frame decoder computed for the large batches while it checked the frame's CRC are taken, not
+    // computed again (`ChunkCrcs::batches`).
+    let mut iter = scan_frames_known(&chunk.bytes, chunk.position, &chunk.crcs.batches);
     let mut expected = floor;
     let mut last = None;
     let mut batches = Vec::new();

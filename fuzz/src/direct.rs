@@ -170,6 +170,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             segment_base: 1000,
             position: 0,
             bytes: bytes::Bytes::from_static(&[0; 70]),
+            crcs: Default::default(),
         }),
         Frame::SegmentSeal(SegmentSeal {
             partition,

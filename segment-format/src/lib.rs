@@ -26,6 +26,7 @@ pub mod checkpoint;
 pub mod compression;
 pub mod consumer_offsets;
 pub mod control;
+pub mod crc_combine;
 pub mod dir;
 pub mod durable;
 pub mod error;

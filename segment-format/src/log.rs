@@ -131,6 +131,20 @@ pub struct FrameIter<'a> {
     base: u64,
     pos: usize,
     done: bool,
+    /// CRCs computed already ([`scan_frames_known`]), in position order; `next_known` is the first not passed yet.
+    known: &'a [KnownCrc],
+    next_known: usize,
+}
+
+/// The CRC-32C a v2 frame's check computes (its bytes from the attributes on), already computed by whoever
+/// hashed the bytes before (the direct protocol's decoder checks a chunk frame's CRC batch by batch): the frame at
+/// `position` (relative to the scanned slice) with `size` bytes. Only a v2 frame at exactly that position with
+/// exactly that size takes it; any other is hashed as usual.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownCrc {
+    pub position: u64,
+    pub size: u64,
+    pub crc32c: u32,
 }
 
 /// Scan the frames of `bytes`, whose first byte sits at file position
@@ -139,11 +153,21 @@ pub struct FrameIter<'a> {
 /// Error positions are absolute and name the *start* of the offending frame, so
 /// they are also the end of the well-framed prefix; the defect names the field.
 pub fn scan_frames(bytes: &[u8], base_position: u64) -> FrameIter<'_> {
+    scan_frames_known(bytes, base_position, &[])
+}
+
+/// [`scan_frames`], taking each v2 frame's computed CRC from `known` where it names the frame's position and size,
+/// instead of hashing the frame again (`known` sorted by position). Why: the bytes a direct-protocol chunk carries
+/// were hashed batch by batch to check the frame's CRC; hashing them again for the batch checks was a second
+/// CRC pass over every byte on the applier.
+pub fn scan_frames_known<'a>(bytes: &'a [u8], base_position: u64, known: &'a [KnownCrc]) -> FrameIter<'a> {
     FrameIter {
         bytes,
         base: base_position,
         pos: 0,
         done: false,
+        known,
+        next_known: 0,
     }
 }
 
@@ -168,7 +192,32 @@ impl<'a> Iterator for FrameIter<'a> {
             return None;
         }
         let position = self.next_position();
-        match next_frame(rest, position) {
+        while self
+            .known
+            .get(self.next_known)
+            .is_some_and(|k| k.position < self.pos as u64)
+        {
+            self.next_known += 1;
+        }
+        let known = self
+            .known
+            .get(self.next_known)
+            .filter(|k| k.position == self.pos as u64)
+            .copied();
+        let parsed = match known {
+            None => next_frame(rest, position),
+            Some(k) => frame_at(rest, position).map(|framed| Frame {
+                info: framed.info,
+                bytes: framed.bytes,
+                stored_crc: framed.stored_crc,
+                computed_crc: if framed.info.magic >= 2 && framed.bytes.len() as u64 == k.size {
+                    k.crc32c
+                } else {
+                    compute_crc(framed.info.magic, framed.bytes)
+                },
+            }),
+        };
+        match parsed {
             Ok(frame) => {
                 self.pos += frame.bytes.len();
                 Some(Ok(frame))

@@ -52,8 +52,8 @@ use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{
-    Chunk, ClaimResult, Companion, CompanionKind, LayoutSegment, LogEnd, PartitionRef, Position, Revoke, SegmentSeal,
-    TruncateMode,
+    Chunk, ChunkCrcs, ClaimResult, Companion, CompanionKind, LayoutSegment, LogEnd, PartitionRef, Position, Revoke,
+    SegmentSeal, TruncateMode,
 };
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem, Layouts};
 use segmirror_transport::direct::DirectError;
@@ -876,6 +876,7 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
                 segment_base: at.base_offset,
                 position: chunk.from,
                 bytes: Bytes::from(bytes),
+                crcs: ChunkCrcs::of_bytes(chunk.crc32c),
             });
             part.at = Some(next);
             Ok((part, Some(item)))

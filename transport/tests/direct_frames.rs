@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use segmirror_transport::direct::frame::{self, FrameCodec, FrameType, FRAME_OVERHEAD, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::handshake::FEATURE_CLUSTER_SHIPPERS;
 use segmirror_transport::direct::payload::HELLO_MAGIC;
-use segmirror_transport::direct::payload::{LayoutSegment, MirrorLayout};
+use segmirror_transport::direct::payload::{ChunkCrcs, LayoutSegment, MirrorLayout};
 use segmirror_transport::direct::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Companion, CompanionKind, Frame, FrameError, Goodbye,
     GoodbyeReason, Hello, HelloAck, LogStart, PartitionRef, Position, Refuse, RefuseReason, ReplaceEnd, Revoke, Role,
@@ -131,6 +131,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 segment_base,
                 position,
                 bytes,
+                crcs: Default::default(),
             })
         ),
         (
@@ -401,6 +402,108 @@ fn oversized_length_is_refused_from_the_header_alone() {
     assert_eq!(FrameCodec::new(u32::MAX).max_payload(), MAX_PAYLOAD_LEN);
 }
 
+/// A chunk whose sender knows its bytes' CRC-32C gets the frame CRC combined from it: the very bytes a hashed frame
+/// has, small or large; a wrong CRC gives a frame the receiver refuses, never one it takes.
+#[test]
+fn a_known_chunk_crc_gives_the_same_frame_and_a_wrong_one_a_refused_frame() {
+    for len in [100usize, 256 * 1024, 1024 * 1024 + 7] {
+        let bytes = Bytes::from((0..len).map(|i| (i * 31 % 251) as u8).collect::<Vec<u8>>());
+        let chunk = |crcs| {
+            Frame::Chunk(Chunk {
+                partition: PartitionRef {
+                    topic: "t".into(),
+                    partition: 3,
+                    topic_id: [1; 16],
+                },
+                segment_base: 7,
+                position: 4096,
+                bytes: bytes.clone(),
+                crcs,
+            })
+        };
+        let hashed = encode(&chunk(ChunkCrcs::default()));
+        let known = encode(&chunk(ChunkCrcs::of_bytes(crc32c::crc32c(&bytes))));
+        assert_eq!(hashed, known, "{len} bytes");
+        assert_eq!(
+            frame::decode(&known, 0, MAX_PAYLOAD_LEN),
+            Ok(Some((chunk(ChunkCrcs::default()), known.len())))
+        );
+        if len >= 256 * 1024 {
+            let wrong = encode(&chunk(ChunkCrcs::of_bytes(crc32c::crc32c(&bytes) ^ 1)));
+            assert!(
+                matches!(frame::decode(&wrong, 0, MAX_PAYLOAD_LEN), Err(FrameError::Crc { .. })),
+                "{len} bytes"
+            );
+        }
+    }
+}
+
+/// A v2 batch frame of `size` bytes at `offset` (only its framing: the decoder's batch hashing reads no more).
+fn v2_batch(offset: i64, size: usize, fill: u8) -> Vec<u8> {
+    let mut b = Vec::with_capacity(size);
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&((size - 12) as i32).to_be_bytes());
+    b.extend_from_slice(&5i32.to_be_bytes());
+    b.push(2);
+    b.extend_from_slice(&[0; 4]);
+    b.extend((21..size).map(|i| fill.wrapping_add((i % 253) as u8)));
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// A large chunk frame is checked batch by batch: the decoder hands the large batches' own CRCs on (so the applier
+/// does not hash them again) and still refuses any flipped byte, in a batch body, a header or between batches.
+#[test]
+fn a_chunk_frame_is_checked_batch_by_batch_and_hands_the_batch_crcs_on() {
+    let sizes = [5000usize, 100, 70_000, 4096, 300];
+    let mut bytes = Vec::new();
+    let mut expected = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let batch = v2_batch(i as i64, *size, i as u8);
+        if *size >= 4096 {
+            expected.push((bytes.len() as u64, *size as u64, crc32c::crc32c(&batch[21..])));
+        }
+        bytes.extend_from_slice(&batch);
+    }
+    let chunk = Chunk {
+        partition: PartitionRef {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: [2; 16],
+        },
+        segment_base: 0,
+        position: 0,
+        bytes: Bytes::from(bytes.clone()),
+        crcs: ChunkCrcs::default(),
+    };
+    let encoded = encode(&Frame::Chunk(chunk.clone()));
+    match frame::decode(&encoded, 0, MAX_PAYLOAD_LEN) {
+        Ok(Some((Frame::Chunk(got), n))) => {
+            assert_eq!((&got, n), (&chunk, encoded.len()));
+            assert_eq!(got.crcs.bytes, Some(crc32c::crc32c(&bytes)));
+            let known: Vec<_> = got
+                .crcs
+                .batches
+                .iter()
+                .map(|k| (k.position, k.size, k.crc32c))
+                .collect();
+            assert_eq!(known, expected);
+        }
+        other => panic!("expected the chunk, got {other:?}"),
+    }
+    let payload_start = encoded.len() - 4 - bytes.len();
+    // The topic, a large batch's body, its length field, the last byte of the last (small) batch.
+    for bad_at in [10, payload_start + 35_100, payload_start + 5_109, encoded.len() - 5] {
+        let mut bad = encoded.clone();
+        bad[bad_at] ^= 0x10;
+        assert!(
+            matches!(frame::decode(&bad, 0, MAX_PAYLOAD_LEN), Err(FrameError::Crc { .. })),
+            "flipped byte {bad_at}"
+        );
+    }
+}
+
 #[test]
 fn encoding_over_the_maximum_fails_and_leaves_the_buffer_alone() {
     let chunk = Frame::Chunk(Chunk {
@@ -412,6 +515,7 @@ fn encoding_over_the_maximum_fails_and_leaves_the_buffer_alone() {
         segment_base: 0,
         position: 0,
         bytes: Bytes::from(vec![0u8; 2000]),
+        crcs: Default::default(),
     });
     let mut out = BytesMut::from(&b"kept"[..]);
     let err = frame::encode(&chunk, 1000, &mut out).expect_err("too big");
@@ -712,6 +816,7 @@ fn a_chunk_costs_its_fixed_fields_and_nothing_more() {
         segment_base: 0,
         position: 0,
         bytes: Bytes::from(vec![0u8; 64 << 10]),
+        crcs: Default::default(),
     });
     let fixed = FRAME_OVERHEAD + (2 + topic.len()) + 4 + 16 + 8 + 8 + 4;
     let encoded = encode(&chunk);

@@ -78,6 +78,7 @@ async fn push_mode_agrees_and_the_stream_carries_frames_after_it() {
         segment_base: 100,
         position: 4096,
         bytes: Bytes::from_static(b"batch bytes"),
+        crcs: Default::default(),
     });
     s_framed.send(chunk.clone()).await.expect("send chunk");
     assert_eq!(a_framed.next().await.expect("frame").expect("decoded"), chunk);

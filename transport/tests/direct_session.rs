@@ -376,6 +376,7 @@ fn chunk(position: u64, bytes: &[u8]) -> Frame {
         segment_base: 0,
         position,
         bytes: Bytes::copy_from_slice(bytes),
+        crcs: Default::default(),
     })
 }
 

@@ -42,6 +42,7 @@ fn chunk(p: &PartitionRef, position: u64, len: usize) -> Chunk {
         segment_base: 0,
         position,
         bytes: Bytes::from(vec![position as u8; len]),
+        crcs: Default::default(),
     }
 }
 

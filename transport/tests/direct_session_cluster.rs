@@ -46,6 +46,7 @@ fn chunks() -> Vec<Chunk> {
             segment_base: 0,
             position,
             bytes: Bytes::from(bytes),
+            crcs: Default::default(),
         });
         position += out[i].bytes.len() as u64;
     }

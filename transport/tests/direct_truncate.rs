@@ -306,6 +306,7 @@ mod session {
                 segment_base: 0,
                 position: 0,
                 bytes: Bytes::from_static(&[5u8; 100]),
+                crcs: Default::default(),
             }))
             .await
             .expect("send");

@@ -82,6 +82,7 @@ async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_
                 segment_base: *base,
                 position: 0,
                 bytes: Bytes::from(bytes.clone()),
+                crcs: Default::default(),
             })
             .await
             .unwrap();

@@ -65,6 +65,7 @@ fn chunk(partition: i32, base: i64, position: usize, bytes: &[u8]) -> Chunk {
         segment_base: base,
         position: position as u64,
         bytes: Bytes::copy_from_slice(bytes),
+        crcs: Default::default(),
     }
 }
 

@@ -80,6 +80,7 @@ pub(super) fn chunk(base: i64, bytes: &[u8], from: usize, to: usize) -> Chunk {
         segment_base: base,
         position: from as u64,
         bytes: Bytes::copy_from_slice(&bytes[from..to]),
+        crcs: Default::default(),
     }
 }
 

@@ -61,6 +61,8 @@ use segment_format::log::{LogFile, MAX_FRAME_BYTES};
 use segment_format::open::MAX_SEGMENT_BYTES;
 use segment_format::{Defect, Error};
 
+use segment_format::crc_combine::PrefixCrc;
+
 /// Most bytes one [`read_tail`] call returns (64 MiB, or one batch if a batch
 /// is larger): a tail that fell behind catches up in calls of bounded time,
 /// each a chunk a transport can carry and acknowledge on its own.
@@ -359,7 +361,7 @@ fn scan_limit(at: &TailPosition, options: &TailOptions, len: u64) -> Result<u64,
 fn read_tail_inner(
     at: &TailPosition,
     options: &TailOptions,
-    mut content: Option<&mut ChunkContent>,
+    content: Option<&mut ChunkContent>,
 ) -> Result<TailRead, Error> {
     if let Some(outcome) = identity_outcome(at)? {
         return Ok(outcome);
@@ -384,11 +386,23 @@ fn read_tail_inner(
         });
     }
     let limit = scan_limit(at, options, len)?;
-    if let Some(content) = content.as_deref_mut() {
-        content.bytes.reserve(usize::try_from(limit - at.position).unwrap_or(0));
+    let (mut bytes_out, batches_out) = match content {
+        Some(ChunkContent { bytes, batches }) => (Some(bytes), Some(batches)),
+        None => (None, None),
+    };
+    let mut scan = TailScan::new(at, options, batches_out);
+    let scanned = match bytes_out.as_deref_mut() {
+        // The range is read once, straight into the buffer that is shipped, and scanned there.
+        Some(bytes) => scan_in_place(&at.path, at.position, limit, len, bytes, |frame| scan.frame(frame)),
+        None => log
+            .scan_range(at.position, limit, |frame| scan.frame(frame))
+            .map(|_| ()),
+    };
+    if let Some(bytes) = bytes_out {
+        // Only the accepted batches are the chunk; what follows them (a partial batch, batches past the bound or
+        // the limit, a corrupt one) is read again by the next call.
+        bytes.truncate(usize::try_from(scan.end - at.position).unwrap_or(usize::MAX));
     }
-    let mut scan = TailScan::new(at, options, content);
-    let scanned = log.scan_range(at.position, limit, |frame| scan.frame(frame));
     // The file as it is after the scan: the same inode, as long as the scan
     // went, and the prefix's last batch where it was.
     if let Some(outcome) = identity_outcome(at)? {
@@ -461,7 +475,7 @@ fn read_tail_inner(
     let chunk = Chunk {
         from: at.position,
         to: scan.end,
-        crc32c: scan.crc,
+        crc32c: scan.crc.value(),
         first_offset: scan.first_offset,
         last_offset: scan.last.map(|(_, next, _)| next - 1),
         max_timestamp: scan.max_timestamp,
@@ -473,26 +487,48 @@ fn read_tail_inner(
     Ok(TailRead::Appended { chunk, next })
 }
 
-/// Batches from this size (256 KiB) extend the chunk CRC by combining CRCs
-/// rather than hashing the batch again: a combine costs about what hashing
-/// 150 KiB does (measured: 1 Mi batches of 1 KB took 17.7 s to read
-/// combining each, against 0.65 s for a whole scan).
-const COMBINE_MIN_BYTES: usize = 256 * 1024;
-
-/// The chunk CRC `crc` extended by `frame`. A v2 batch's own CRC-32C, just
-/// checked by the scan, covers its bytes from the attributes on; so for a
-/// large batch only the 21 bytes before them are hashed again and the two
-/// CRCs combined, instead of hashing the whole batch a second time. Small
-/// batches, and legacy frames (a CRC-32, not C), are hashed whole.
-fn crc32c_combine_frame(crc: u32, frame: &segment_format::log::Frame<'_>) -> u32 {
-    use segment_format::batch::ATTRIBUTES_OFFSET;
-    match frame.bytes.split_at_checked(ATTRIBUTES_OFFSET) {
-        Some((head, body)) if body.len() >= COMBINE_MIN_BYTES && frame.info.magic >= 2 && frame.crc_matches() => {
-            let head_crc = crc32c::crc32c_append(crc, head);
-            combine_crc32c(head_crc, frame.computed_crc, body.len() as u64)
-        }
-        _ => crc32c::crc32c_append(crc, frame.bytes),
+/// Reads `[from, to)` of `path` into `buf` (cleared first) and scans the frames there, calling `f` for each, as
+/// [`LogFile::scan_range`] does over its own buffers. Why not that: it reads into buffers of its own, zeroed before
+/// each read, and the caller then copied every accepted frame into the buffer it ships. Here the bytes land once, in
+/// `buf`'s spare capacity (`read_to_end` fills uninitialised capacity without zeroing it), and the accepted prefix of
+/// `buf` is what ships. Memory: `to - from`, which [`scan_limit`] bounds by the chunk limit or one batch. A file that
+/// ends before `to` (`len` when it was opened) was truncated while read: [`Defect::ChangedWhileRead`].
+fn scan_in_place<F>(path: &Path, from: u64, to: u64, len: u64, buf: &mut Vec<u8>, mut f: F) -> Result<(), Error>
+where
+    F: FnMut(&segment_format::log::Frame<'_>) -> ControlFlow<()>,
+{
+    use std::io::{Read, Seek, SeekFrom};
+    buf.clear();
+    let want = to.saturating_sub(from);
+    buf.reserve_exact(usize::try_from(want).unwrap_or(usize::MAX));
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    file.seek(SeekFrom::Start(from)).map_err(|e| Error::io(path, e))?;
+    (&mut file)
+        .take(want)
+        .read_to_end(buf)
+        .map_err(|e| Error::io(path, e))?;
+    if (buf.len() as u64) < want {
+        let at = from + buf.len() as u64;
+        return Err(Error::corrupt(
+            path,
+            at,
+            None,
+            Defect::ChangedWhileRead {
+                message: format!("{len} bytes when opened, but it ends at byte {at}: truncated while it was read"),
+            },
+        ));
     }
+    for frame in segment_format::log::scan_frames(buf, from) {
+        match frame {
+            Ok(frame) => {
+                if f(&frame).is_break() {
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(e.at(path)),
+        }
+    }
+    Ok(())
 }
 
 /// Is the frame header at `position` all zeros (a preallocated tail, not yet written)?
@@ -519,10 +555,11 @@ fn too_large(path: &Path, position: u64, offset: Option<i64>, size: u64, options
 struct TailScan<'a> {
     at: &'a TailPosition,
     options: &'a TailOptions,
-    /// Where the accepted batches' bytes and infos go ([`read_tail_into`]).
-    content: Option<&'a mut ChunkContent>,
+    /// Where the accepted batches' infos go ([`read_tail_into`]; their bytes are already in place).
+    batches_out: Option<&'a mut Vec<BatchInfo>>,
     end: u64,
-    crc: u32,
+    /// The chunk's CRC-32C, combined from the batch CRCs the scan checked: no second pass over the bytes.
+    crc: PrefixCrc,
     first_offset: Option<i64>,
     /// The last accepted batch: its mark, the next offset, its epoch.
     last: Option<(BatchMark, i64, i32)>,
@@ -535,13 +572,13 @@ struct TailScan<'a> {
 }
 
 impl<'a> TailScan<'a> {
-    fn new(at: &'a TailPosition, options: &'a TailOptions, content: Option<&'a mut ChunkContent>) -> Self {
+    fn new(at: &'a TailPosition, options: &'a TailOptions, batches_out: Option<&'a mut Vec<BatchInfo>>) -> Self {
         TailScan {
             at,
             options,
-            content,
+            batches_out,
             end: at.position,
-            crc: 0,
+            crc: PrefixCrc::default(),
             first_offset: None,
             last: None,
             next_offset: at.next_offset,
@@ -606,7 +643,7 @@ impl<'a> TailScan<'a> {
         if self.batches > 0 && (self.end - self.at.position).saturating_add(info.size) > self.options.max_chunk_bytes {
             return ControlFlow::Break(());
         }
-        self.crc = crc32c_combine_frame(self.crc, frame);
+        self.crc.append(frame);
         self.first_offset.get_or_insert(info.base_offset);
         let mut header = [0u8; TRIPWIRE_BYTES];
         if let Some(h) = frame.bytes.get(..TRIPWIRE_BYTES) {
@@ -629,9 +666,8 @@ impl<'a> TailScan<'a> {
             },
         ));
         self.max_timestamp = self.max_timestamp.max(info.max_timestamp);
-        if let Some(content) = self.content.as_deref_mut() {
-            content.bytes.extend_from_slice(frame.bytes);
-            content.batches.push(*info);
+        if let Some(batches) = self.batches_out.as_deref_mut() {
+            batches.push(*info);
         }
         self.batches += 1;
         self.end = info.position + info.size;

@@ -33,6 +33,31 @@ fn append(path: &Path, bytes: &[u8]) {
     f.write_all(bytes).unwrap();
 }
 
+/// [`read_tail`] and [`read_tail_into`] at `at`: both must come to the same outcome, and the content handed over
+/// must be the chunk's very bytes of the file and its batches (the shipped path reads into its own buffer and
+/// scans there; the other scans through [`LogFile::scan_range`]).
+fn read_both(at: &TailPosition, options: &TailOptions) -> Result<TailRead, Error> {
+    let plain = read_tail(at, options);
+    let mut content = ChunkContent::default();
+    let into = read_tail_into(at, options, &mut content);
+    assert_eq!(
+        format!("{plain:?}"),
+        format!("{into:?}"),
+        "read_tail and read_tail_into differ"
+    );
+    match &into {
+        Ok(TailRead::Appended { chunk, .. }) if !chunk.is_empty() => {
+            let file = std::fs::read(&at.path).unwrap();
+            assert_eq!(content.bytes, file[chunk.from as usize..chunk.to as usize]);
+            assert_eq!(crc32c::crc32c(&content.bytes), chunk.crc32c);
+            assert_eq!(content.batches.len() as u64, chunk.batches);
+            assert_eq!(content.batches.first().map(|b| b.position), Some(chunk.from));
+        }
+        _ => assert!(content.bytes.is_empty() && content.batches.is_empty()),
+    }
+    plain
+}
+
 fn appended(read: TailRead) -> (Chunk, TailPosition) {
     match read {
         TailRead::Appended { chunk, next } => (chunk, next),
@@ -56,7 +81,7 @@ fn every_byte_is_read_once_across_calls_with_partial_batches() {
     let mut offset = 100i64;
     let mut batches_seen = 0u64;
     let mut check = |at: &TailPosition, shipped: &mut Vec<u8>, boundaries: &[u64]| -> TailPosition {
-        let (chunk, next) = appended(read_tail(at, &TailOptions::default()).unwrap());
+        let (chunk, next) = appended(read_both(at, &TailOptions::default()).unwrap());
         let file = std::fs::read(&path).unwrap();
         assert_eq!(chunk.from, at.position);
         assert!(
@@ -103,7 +128,7 @@ fn every_byte_is_read_once_across_calls_with_partial_batches() {
     assert_eq!(batches_seen, 60);
     assert_eq!((at.next_offset, at.last_epoch), (offset, 3));
     // Nothing new: an empty chunk at the end.
-    let (chunk, next) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (chunk, next) = appended(read_both(&at, &TailOptions::default()).unwrap());
     assert!(chunk.is_empty() && chunk.first_offset.is_none());
     assert_eq!(next, at);
 }
@@ -115,9 +140,9 @@ fn chunk_summary_and_combined_crc_match_the_file() {
     let at = TailPosition::start(&path, 0).unwrap();
     let (a, b) = (batch_at(0, 2, 1, 0), batch_at(2, 3, 2, 1));
     append(&path, &a);
-    let (c1, at) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (c1, at) = appended(read_both(&at, &TailOptions::default()).unwrap());
     append(&path, &b);
-    let (c2, _) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (c2, _) = appended(read_both(&at, &TailOptions::default()).unwrap());
     assert_eq!((c1.first_offset, c1.last_offset, c1.batches), (Some(0), Some(1), 1));
     assert_eq!((c2.first_offset, c2.last_offset, c2.batches), (Some(2), Some(4), 1));
     assert_eq!(c2.max_timestamp, 1_700_000_000_002);
@@ -127,13 +152,13 @@ fn chunk_summary_and_combined_crc_match_the_file() {
     let big = |offset: i64| {
         BatchBuilder::new(offset)
             .partition_leader_epoch(1)
-            .record(RecordSpec::new(0, 9).with_value(vec![0xa5; COMBINE_MIN_BYTES + 100]))
+            .record(RecordSpec::new(0, 9).with_value(vec![0xa5; 64 * 1024]))
             .build()
     };
     append(&path, &big(5));
     append(&path, &batch_at(6, 1, 3, 1));
     append(&path, &big(7));
-    let (c3, _) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (c3, _) = appended(read_both(&at, &TailOptions::default()).unwrap());
     let whole = std::fs::read(&path).unwrap();
     assert_eq!(c3.batches, 4);
     assert_eq!(c3.crc32c, crc32c::crc32c(&whole[c3.from as usize..]));
@@ -157,11 +182,11 @@ fn the_bound_and_the_chunk_limit_cut_on_batch_boundaries() {
         upto: Some(7),
         ..TailOptions::default()
     };
-    let (chunk, at) = appended(read_tail(&start, &bounded).unwrap());
+    let (chunk, at) = appended(read_both(&start, &bounded).unwrap());
     assert_eq!((chunk.to, chunk.last_offset, chunk.at_bound), (ends[2], Some(5), true));
     // Exactly at a batch end: [6,7] ships too.
     let (chunk, at) = appended(
-        read_tail(
+        read_both(
             &at,
             &TailOptions {
                 upto: Some(8),
@@ -178,7 +203,7 @@ fn the_bound_and_the_chunk_limit_cut_on_batch_boundaries() {
     };
     let mut at = at;
     for &end in &ends[4..] {
-        let (chunk, next) = appended(read_tail(&at, &limited).unwrap());
+        let (chunk, next) = appended(read_both(&at, &limited).unwrap());
         assert_eq!((chunk.to, chunk.batches), (end, 1));
         at = next;
     }
@@ -191,12 +216,12 @@ fn truncated_replaced_deleted_and_rewritten_files_are_typed_outcomes() {
     let (a, b) = (batch_at(0, 1, 1, 0), batch_at(1, 1, 2, 0));
     append(&path, &a);
     append(&path, &b);
-    let (_, at) = appended(read_tail(&TailPosition::start(&path, 0).unwrap(), &TailOptions::default()).unwrap());
+    let (_, at) = appended(read_both(&TailPosition::start(&path, 0).unwrap(), &TailOptions::default()).unwrap());
 
     // Truncated below the position.
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.set_len(a.len() as u64).unwrap();
-    match read_tail(&at, &TailOptions::default()).unwrap() {
+    match read_both(&at, &TailOptions::default()).unwrap() {
         TailRead::Truncated { len, position, .. } => assert_eq!((len, position), (a.len() as u64, at.position)),
         other => panic!("{other:?}"),
     }
@@ -207,7 +232,7 @@ fn truncated_replaced_deleted_and_rewritten_files_are_typed_outcomes() {
     append(&path, &batch_at(2, 1, 8, 1));
     assert!(std::fs::metadata(&path).unwrap().len() >= at.position);
     assert!(matches!(
-        read_tail(&at, &TailOptions::default()).unwrap(),
+        read_both(&at, &TailOptions::default()).unwrap(),
         TailRead::Changed { .. }
     ));
 
@@ -216,14 +241,14 @@ fn truncated_replaced_deleted_and_rewritten_files_are_typed_outcomes() {
     std::fs::write(&swap, [a.clone(), b.clone()].concat()).unwrap();
     std::fs::rename(&swap, &path).unwrap();
     assert!(matches!(
-        read_tail(&at, &TailOptions::default()).unwrap(),
+        read_both(&at, &TailOptions::default()).unwrap(),
         TailRead::Replaced { .. }
     ));
 
     // Deleted.
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(
-        read_tail(&at, &TailOptions::default()).unwrap(),
+        read_both(&at, &TailOptions::default()).unwrap(),
         TailRead::Replaced { .. }
     ));
 }
@@ -240,9 +265,9 @@ fn hostile_lengths_are_refused_naming_file_and_position() {
     append(&path, &hostile);
     let at = TailPosition::start(&path, 0).unwrap();
     // The sound batch ships; the next call stops at the hostile one.
-    let (chunk, at) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (chunk, at) = appended(read_both(&at, &TailOptions::default()).unwrap());
     assert_eq!(chunk.to, a.len() as u64);
-    match read_tail(&at, &TailOptions::default()).unwrap() {
+    match read_both(&at, &TailOptions::default()).unwrap() {
         TailRead::Corrupt(Error::Corrupt {
             path: p,
             position,
@@ -260,7 +285,7 @@ fn hostile_lengths_are_refused_naming_file_and_position() {
         ..TailOptions::default()
     };
     assert!(matches!(
-        read_tail(&at, &small).unwrap(),
+        read_both(&at, &small).unwrap(),
         TailRead::Corrupt(Error::Corrupt { position, defect: Defect::TooLarge { .. }, .. }) if position == a.len() as u64
     ));
 }
@@ -277,10 +302,10 @@ fn corrupt_crc_and_backward_offsets_stop_the_chunk_before_them() {
     append(&path, &bad);
     let at = TailPosition::start(&path, 0).unwrap();
     // The good batch alone ships; the bad one is reported on the next call, and every call after.
-    let (chunk, next) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (chunk, next) = appended(read_both(&at, &TailOptions::default()).unwrap());
     assert_eq!(chunk.to, a.len() as u64);
     for _ in 0..2 {
-        match read_tail(&next, &TailOptions::default()).unwrap() {
+        match read_both(&next, &TailOptions::default()).unwrap() {
             TailRead::Corrupt(Error::Corrupt {
                 defect: Defect::CrcMismatch { .. },
                 position,
@@ -297,10 +322,10 @@ fn corrupt_crc_and_backward_offsets_stop_the_chunk_before_them() {
     seal_crc(&mut back);
     append(&path, &back);
     let at = TailPosition::start(&path, 50).unwrap();
-    let (chunk, at) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (chunk, at) = appended(read_both(&at, &TailOptions::default()).unwrap());
     assert_eq!(chunk.last_offset, Some(51));
     assert!(matches!(
-        read_tail(&at, &TailOptions::default()).unwrap(),
+        read_both(&at, &TailOptions::default()).unwrap(),
         TailRead::Corrupt(Error::Corrupt {
             defect: Defect::OffsetOutOfOrder { .. },
             ..
@@ -316,6 +341,6 @@ fn a_preallocated_zero_tail_is_pending_not_corrupt() {
     append(&path, &a);
     append(&path, &[0u8; 4096]);
     let at = TailPosition::start(&path, 0).unwrap();
-    let (chunk, _) = appended(read_tail(&at, &TailOptions::default()).unwrap());
+    let (chunk, _) = appended(read_both(&at, &TailOptions::default()).unwrap());
     assert_eq!((chunk.to, chunk.pending), (a.len() as u64, 4096));
 }

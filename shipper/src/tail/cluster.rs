@@ -209,6 +209,7 @@ pub(super) fn translate(part: &mut PartState, item: FeedItem) -> Result<FeedItem
                 segment_base: t.mirror_base,
                 position,
                 bytes: c.bytes,
+                crcs: c.crcs,
             }))
         }
         FeedItem::Seal(s) if s.segment_base == t.replica_base => {

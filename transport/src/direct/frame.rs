@@ -22,7 +22,9 @@ use super::payload::{
     HelloAck, LogEnd, LogStart, Position, Reader, Refuse, RefuseReason, ReplaceEnd, Revoke, Role, Roll, SegmentReplace,
     SegmentSeal, Shipped, SourceProgress, Truncate, TruncateMode, Writer, HELLO_MAGIC, LOG_END_LEN, MIN_POSITION_LEN,
 };
-use super::payload::{LayoutSegment, MirrorLayout, MAX_LAYOUT_SEGMENTS_PER_FRAME};
+use super::payload::{ChunkCrcs, LayoutSegment, MirrorLayout, MAX_LAYOUT_SEGMENTS_PER_FRAME};
+use segment_format::crc_combine::{PrefixCrc, COMBINE_MIN_FRAME_BYTES};
+use segment_format::log::KnownCrc;
 
 /// Header bytes: type, flags, payload length.
 pub const HEADER_LEN: usize = 6;
@@ -36,6 +38,11 @@ pub const FRAME_OVERHEAD: usize = HEADER_LEN + TRAILER_LEN;
 /// accepts batches of about 1 MiB (`message.max.bytes`), so 8 MiB leaves room
 /// for raised limits while bounding what one connection may make a side buffer.
 pub const MAX_PAYLOAD_LEN: u32 = 8 << 20;
+
+/// Chunks from this size (4 KiB) with a known CRC get the frame's CRC combined from it rather than hashed, and
+/// chunk frames from this size are decoded batch by batch ([`hash_batches`]): below it a combine (a few
+/// carry-less multiplications, `segment_format::crc_combine`) costs more than hashing the bytes again.
+const COMBINE_MIN_CHUNK_BYTES: usize = COMBINE_MIN_FRAME_BYTES;
 
 /// The flags byte. Version 1 defines no flag; a receiver refuses set bits, so a
 /// later version can give them a meaning that an old peer does not misread.
@@ -259,7 +266,20 @@ fn encode_inner(frame: &Frame, max_payload: u32, out: &mut BytesMut, start: usiz
             reason: format!("{payload_len}-byte payload, over the maximum of {max_payload} bytes"),
         })?;
     out[start + 2..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
-    let crc = crc32c::crc32c(&out[start..]);
+    let crc = match frame {
+        // The chunk's bytes end the frame and their CRC is known: hash only what comes before them.
+        Frame::Chunk(Chunk {
+            bytes,
+            crcs: ChunkCrcs {
+                bytes: Some(bytes_crc), ..
+            },
+            ..
+        }) if bytes.len() >= COMBINE_MIN_CHUNK_BYTES => {
+            let head_end = out.len() - bytes.len();
+            segment_format::crc_combine::crc32c_combine(crc32c::crc32c(&out[start..head_end]), *bytes_crc, bytes.len())
+        }
+        _ => crc32c::crc32c(&out[start..]),
+    };
     out.put_u32(crc);
     Ok(())
 }
@@ -728,6 +748,15 @@ fn peek_header(buf: &[u8], offset: u64, max_payload: u32) -> Result<Option<Heade
 fn decode_complete(bytes: Bytes, header: &Header, offset: u64) -> Result<Frame, FrameError> {
     let end = HEADER_LEN + header.length as usize;
     let stored = u32::from_be_bytes([bytes[end], bytes[end + 1], bytes[end + 2], bytes[end + 3]]);
+    if header.frame_type == FrameType::Chunk as u8
+        && header.flags == KNOWN_FLAGS
+        && header.length as usize >= COMBINE_MIN_CHUNK_BYTES
+    {
+        if let Some(chunk) = decode_chunk_hashing_batches(&bytes, header, offset, stored) {
+            return Ok(chunk);
+        }
+        // Not decodable, or the CRC does not match: the general path below names the error, as always.
+    }
     let computed = crc32c::crc32c(&bytes[..end]);
     if stored != computed {
         return Err(FrameError::Crc {
@@ -755,6 +784,89 @@ fn decode_complete(bytes: Bytes, header: &Header, offset: u64) -> Result<Frame, 
         frame_type.name(),
     );
     decode_payload(frame_type, reader)
+}
+
+/// A large Chunk frame, its CRC checked in one pass that also gives every large v2 batch's own CRC (recorded in
+/// [`ChunkCrcs::batches`] for the applier's batch checks, which then hash nothing again): the chunk's bytes are
+/// hashed batch body by batch body and the pieces combined ([`hash_batches`]). `None` when the payload does not
+/// decode or the CRC does not match: the caller then checks the frame the general way, which reports the same
+/// error as ever. Nothing decoded here is used before the CRC matched.
+fn decode_chunk_hashing_batches(bytes: &Bytes, header: &Header, offset: u64, stored: u32) -> Option<Frame> {
+    let end = HEADER_LEN + header.length as usize;
+    let reader = Reader::new(
+        bytes.slice(HEADER_LEN..end),
+        offset + HEADER_LEN as u64,
+        FrameType::Chunk.name(),
+    );
+    let Ok(Frame::Chunk(mut chunk)) = decode_payload(FrameType::Chunk, reader) else {
+        return None;
+    };
+    // The chunk's bytes end the payload (the decoder refuses trailing bytes); make sure they are those very bytes.
+    let head_end = end.checked_sub(chunk.bytes.len())?;
+    let tail = bytes.get(head_end..end)?;
+    if tail.as_ptr() != chunk.bytes.as_ptr() {
+        return None;
+    }
+    let (bytes_crc, batches) = hash_batches(&chunk.bytes);
+    let crc = segment_format::crc_combine::crc32c_combine(
+        crc32c::crc32c(bytes.get(..head_end)?),
+        bytes_crc,
+        chunk.bytes.len(),
+    );
+    if crc != stored {
+        return None;
+    }
+    chunk.crcs = ChunkCrcs {
+        bytes: Some(bytes_crc),
+        batches,
+    };
+    Some(Frame::Chunk(chunk))
+}
+
+/// The CRC-32C of `bytes` (a chunk: whole v2 batches), computed so that each batch of at least
+/// [`COMBINE_MIN_FRAME_BYTES`] also gets its own CRC (of its bytes from the attributes on) without a second pass:
+/// its first 21 bytes and its body are hashed apart and combined. Smaller batches, and whatever does not parse as
+/// a v2 batch (the applier's checks report it), are hashed as they come.
+fn hash_batches(bytes: &[u8]) -> (u32, Vec<KnownCrc>) {
+    use segment_format::batch::ATTRIBUTES_OFFSET;
+    let mut crc = PrefixCrc::default();
+    let mut known = Vec::new();
+    let mut at = 0usize;
+    while let Some(rest) = bytes.get(at..).filter(|r| !r.is_empty()) {
+        // Offset (8), length (4), leader epoch (4), magic (1): a v2 batch of `12 + length` bytes.
+        let size = match rest.get(8..12) {
+            Some(l) => usize::try_from(i32::from_be_bytes([l[0], l[1], l[2], l[3]]))
+                .ok()
+                .map(|l| l + 12),
+            None => None,
+        };
+        let batch = size
+            .filter(|s| *s >= COMBINE_MIN_FRAME_BYTES && rest.get(16) == Some(&2))
+            .and_then(|s| rest.get(..s));
+        match batch {
+            Some(batch) => {
+                let body_crc = crc32c::crc32c(batch.get(ATTRIBUTES_OFFSET..).unwrap_or_default());
+                crc.append_parts(batch, Some(body_crc));
+                known.push(KnownCrc {
+                    position: at as u64,
+                    size: batch.len() as u64,
+                    crc32c: body_crc,
+                });
+                at += batch.len();
+            }
+            None => match size.and_then(|s| rest.get(..s)).filter(|b| b.len() > ATTRIBUTES_OFFSET) {
+                Some(small) => {
+                    crc.append_parts(small, None);
+                    at += small.len();
+                }
+                None => {
+                    crc.append_parts(rest, None);
+                    break;
+                }
+            },
+        }
+    }
+    (crc.value(), known)
 }
 
 fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameError> {
@@ -817,6 +929,7 @@ fn decode_payload(frame_type: FrameType, mut r: Reader) -> Result<Frame, FrameEr
             segment_base: r.offset("segment_base")?,
             position: r.u64("position")?,
             bytes: r.bytes("bytes")?,
+            crcs: Default::default(),
         }),
         FrameType::SegmentSeal => {
             let partition = r.partition()?;

@@ -129,7 +129,7 @@ pub struct Refuse {
 }
 
 /// Bytes appended to a partition's active segment, ending on a batch boundary.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Chunk {
     pub partition: PartitionRef,
     /// Base offset of the segment the bytes belong to (its file name).
@@ -137,7 +137,46 @@ pub struct Chunk {
     /// Byte position in the segment file of the first byte.
     pub position: u64,
     pub bytes: Bytes,
+    /// CRCs of `bytes` already computed, so that nobody hashes them again. Not sent and not part of equality.
+    pub crcs: ChunkCrcs,
 }
+
+/// CRC-32Cs of a [`Chunk`]'s bytes that one side computed once and the next step reuses (why: the CRC-32C passes
+/// over every byte were a fifth of the shipper's CPU).
+#[derive(Debug, Clone, Default)]
+pub struct ChunkCrcs {
+    /// The CRC-32C of all the bytes, when the sender already has it (the shipper's tail combines it from the batch
+    /// CRCs its scan checked): the frame's CRC is then combined from it instead of hashing the bytes once more. A
+    /// wrong value makes the frame's CRC wrong, so the receiver refuses the frame: it can never let other bytes
+    /// through.
+    pub bytes: Option<u32>,
+    /// Set by the decoder, which checked the frame's CRC by hashing each large v2 batch's body on its own and
+    /// combining: per batch, its position in the chunk, its size and the CRC-32C of its bytes from the attributes
+    /// on (what its stored CRC must equal). A batch check that finds its position and size here takes the CRC
+    /// instead of hashing the batch again ([`segment_format::log::scan_frames_known`]).
+    pub batches: Vec<segment_format::log::KnownCrc>,
+}
+
+impl ChunkCrcs {
+    /// The bytes' CRC-32C is `crc`.
+    pub fn of_bytes(crc: u32) -> ChunkCrcs {
+        ChunkCrcs {
+            bytes: Some(crc),
+            batches: Vec::new(),
+        }
+    }
+}
+
+impl PartialEq for Chunk {
+    fn eq(&self, other: &Self) -> bool {
+        self.partition == other.partition
+            && self.segment_base == other.segment_base
+            && self.position == other.position
+            && self.bytes == other.bytes
+    }
+}
+
+impl Eq for Chunk {}
 
 /// One companion file of a sealed segment: digest always, bytes when sent inline.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -107,6 +107,7 @@ impl TestFeed {
                         segment_base: base,
                         position: seg.len() as u64,
                         bytes: Bytes::from(bytes.clone()),
+                        crcs: Default::default(),
                     }));
                     seg.extend_from_slice(&bytes);
                 }

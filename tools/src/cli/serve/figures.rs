@@ -505,6 +505,7 @@ mod tests {
             segment_base: 0,
             position: 0,
             bytes: Bytes::from(bytes),
+            crcs: Default::default(),
         }));
         let row = &meter.rows(None)[0];
         assert_eq!(
@@ -522,6 +523,7 @@ mod tests {
             segment_base: 0,
             position: 0,
             bytes: Bytes::from(vec![0u8; n]),
+            crcs: Default::default(),
         };
         meter.applied(&[chunk(10), chunk(5)]);
         meter.applied(&[chunk(1)]);

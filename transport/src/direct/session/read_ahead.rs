@@ -142,6 +142,7 @@ mod tests {
             segment_base: 0,
             position,
             bytes: Bytes::from(vec![1u8; len]),
+            crcs: Default::default(),
         })
     }
 
