@@ -93,6 +93,25 @@ pub fn open_catalog_of_missing_mirror(arg: Option<PathBuf>, mirror: &Path) -> an
     Ok((path, catalog))
 }
 
+/// `--mirror` and `--catalog` beside a command's `--link NAME` (`offsets`, `offsets commit`, `topics`): where the
+/// applier's catalog is, read by [`open_link_catalog`].
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LinkCatalogArgs {
+    /// With --link: the mirror root the catalog belongs to (`segmirror apply --mirror`).
+    #[arg(long, value_name = "DIR", requires = "link")]
+    pub mirror: Option<PathBuf>,
+    /// With --link: the catalog to read (default: the mirror's, as for `segmirror status`).
+    #[arg(long, value_name = "PATH", requires = "link")]
+    pub catalog: Option<PathBuf>,
+}
+
+impl LinkCatalogArgs {
+    /// The catalog these flags name.
+    pub fn open(&self) -> anyhow::Result<Catalog> {
+        open_link_catalog(self.catalog.as_deref(), self.mirror.as_deref())
+    }
+}
+
 /// The catalog a `--link NAME` reads on the applier's host: `--catalog` (which must exist), else the mirror's
 /// (`--mirror`, as for `segmirror status`); one of the two is needed.
 pub fn open_link_catalog(catalog: Option<&Path>, mirror: Option<&Path>) -> anyhow::Result<Catalog> {

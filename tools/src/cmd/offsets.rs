@@ -52,12 +52,8 @@ pub struct Args {
     /// committed on the target now (never beyond the installed data of the partition).
     #[arg(long, value_name = "NAME")]
     link: Option<String>,
-    /// With --link: the mirror root the catalog belongs to (`segmirror apply --mirror`).
-    #[arg(long, value_name = "DIR", requires = "link")]
-    mirror: Option<PathBuf>,
-    /// With --link: the catalog to read (default: the mirror's, as for `segmirror status`).
-    #[arg(long, value_name = "PATH", requires = "link")]
-    catalog: Option<PathBuf>,
+    #[command(flatten)]
+    link_catalog: crate::cli::catalog::LinkCatalogArgs,
     /// Only groups whose id matches this regular expression (the whole id).
     #[arg(long, value_name = "REGEX")]
     groups: Option<String>,
@@ -144,10 +140,10 @@ fn run_link(args: &Args, link: &str) -> anyhow::Result<ExitCode> {
         .map(whole_name_regex)
         .transpose()
         .context("--topics is not a valid regular expression")?;
-    let catalog = crate::cli::catalog::open_link_catalog(args.catalog.as_deref(), args.mirror.as_deref())?;
+    let catalog = args.link_catalog.open()?;
     // A mirror fed over the direct transport holds durable records beyond its sealed segments (the tail state):
     // they count as installed, by the catalog's own clamping rule.
-    let durable_ends: std::collections::HashMap<(String, i32), i64> = match &args.mirror {
+    let durable_ends: std::collections::HashMap<(String, i32), i64> = match &args.link_catalog.mirror {
         Some(mirror) => {
             let status = catalog.status()?;
             crate::cli::tail_lag::tail_lags(mirror, &status, 0)

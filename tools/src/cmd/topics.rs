@@ -24,7 +24,6 @@ use segment_format::failover_source::{FailoverSource, TopicMeta};
 use segment_format::metadata_log::{read_metadata_dir, METADATA_DIR};
 use segment_format::Error as FormatError;
 
-use crate::cli::catalog::open_link_catalog;
 use crate::cli::runtime::Runtime;
 use crate::cli::target_report::write_topics;
 use crate::cli::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -72,12 +71,8 @@ struct CommonArgs {
     /// --catalog).
     #[arg(long, value_name = "NAME")]
     link: Option<String>,
-    /// With --link: the mirror root the catalog belongs to (`segmirror apply --mirror`).
-    #[arg(long, value_name = "DIR", requires = "link")]
-    mirror: Option<PathBuf>,
-    /// With --link: the catalog to read (default: the mirror's).
-    #[arg(long, value_name = "PATH", requires = "link")]
-    catalog: Option<PathBuf>,
+    #[command(flatten)]
+    link_catalog: crate::cli::catalog::LinkCatalogArgs,
     /// Only topics whose name matches this regular expression (the whole name).
     #[arg(long, value_name = "REGEX")]
     topics: Option<String>,
@@ -144,7 +139,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
 /// runtime starts). A corrupt metadata log is `Err(FormatError)` inside `Ok`, for its own exit status.
 fn read_source_topics(args: &CommonArgs) -> anyhow::Result<Result<Vec<TopicMeta>, FormatError>> {
     if let Some(link) = &args.link {
-        let catalog = open_link_catalog(args.catalog.as_deref(), args.mirror.as_deref())?;
+        let catalog = args.link_catalog.open()?;
         if catalog.link_meta(link)?.is_none() {
             anyhow::bail!("no metadata of link {link} recorded yet (is the shipper sending it? `--metadata-log-dir`)");
         }

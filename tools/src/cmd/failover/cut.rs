@@ -20,8 +20,8 @@ use segment_format::now_ms;
 use segmirror_catalog::{Catalog, LinkState};
 
 use super::{Args, POLL};
-use crate::cli::tail_lag::tail_lags;
 use crate::cli::table;
+use crate::cli::tail_lag::tail_lags;
 
 /// What the catalog knows of one partition at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]

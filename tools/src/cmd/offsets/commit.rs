@@ -27,7 +27,6 @@ use segment_format::failover_source::{FailoverSource, GroupOffset};
 use segment_format::Error as FormatError;
 
 use super::whole_name_regex;
-use crate::cli::catalog::open_link_catalog;
 use crate::cli::runtime::Runtime;
 use crate::cli::target_report::write_commits;
 use crate::cli::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -57,12 +56,8 @@ pub struct Args {
     /// --catalog).
     #[arg(long, value_name = "NAME")]
     link: Option<String>,
-    /// With --link: the mirror root the catalog belongs to (`segmirror apply --mirror`).
-    #[arg(long, value_name = "DIR", requires = "link")]
-    mirror: Option<PathBuf>,
-    /// With --link: the catalog to read (default: the mirror's).
-    #[arg(long, value_name = "PATH", requires = "link")]
-    catalog: Option<PathBuf>,
+    #[command(flatten)]
+    link_catalog: crate::cli::catalog::LinkCatalogArgs,
     /// Where the data is installed on the target: the mirror root or the target broker's log dir (its partition
     /// directories give each partition's log end).
     #[arg(long, value_name = "DIR")]
@@ -102,7 +97,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     // Blocking reads, before any async work.
     let from_link = match &args.link {
         Some(link) => {
-            let catalog = open_link_catalog(args.catalog.as_deref(), args.mirror.as_deref())?;
+            let catalog = args.link_catalog.open()?;
             if catalog.link_meta(link)?.is_none() {
                 anyhow::bail!("no metadata of link {link} recorded yet (is the shipper sending it? `--groups`)");
             }
