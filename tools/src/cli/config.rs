@@ -61,6 +61,9 @@ const SHIP_KEYS: &[(&str, Kind)] = &[
     ("source-bootstrap", Kind::Text),
     ("cluster", Kind::Switch),
     ("catalog", Kind::Path),
+    ("metadata-log-dir", Kind::Path),
+    ("groups", Kind::Text),
+    ("meta-interval-ms", Kind::Count),
 ];
 
 /// Keys of the tail applier besides [`LINK_KEYS`].
