@@ -542,6 +542,26 @@ impl LogFile {
         self.len == 0
     }
 
+    /// Appends the bytes `[from, to)` of this file to `buf`, through the handle opened by [`LogFile::open`] (no
+    /// second open by path, which could meet a swapped file or a FIFO), into `buf`'s spare capacity without zeroing
+    /// it first. For a caller that ships the very bytes it scans ([`scan_frames`] over them). A file that ends before
+    /// `to` was truncated while read: [`Defect::ChangedWhileRead`], as for a scan.
+    pub fn read_range_into(&self, from: u64, to: u64, buf: &mut Vec<u8>) -> Result<(), Error> {
+        use std::io::{Read, Seek, SeekFrom};
+        let want = to.saturating_sub(from);
+        let start = buf.len();
+        buf.reserve_exact(usize::try_from(want).unwrap_or(usize::MAX));
+        // Reads elsewhere use `pread`, so moving this handle's cursor disturbs none of them.
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(from)).map_err(|e| Error::io(&self.path, e))?;
+        file.take(want).read_to_end(buf).map_err(|e| Error::io(&self.path, e))?;
+        let read = (buf.len() - start) as u64;
+        if read < want {
+            return Err(self.shrunk(from + read));
+        }
+        Ok(())
+    }
+
     /// The error for a file that ended at `at`, before the size it had at open.
     fn shrunk(&self, at: u64) -> Error {
         Error::corrupt(

@@ -393,7 +393,7 @@ fn read_tail_inner(
     let mut scan = TailScan::new(at, options, batches_out);
     let scanned = match bytes_out.as_deref_mut() {
         // The range is read once, straight into the buffer that is shipped, and scanned there.
-        Some(bytes) => scan_in_place(&at.path, at.position, limit, len, bytes, |frame| scan.frame(frame)),
+        Some(bytes) => scan_in_place(&log, at.position, limit, bytes, |frame| scan.frame(frame)),
         None => log
             .scan_range(at.position, limit, |frame| scan.frame(frame))
             .map(|_| ()),
@@ -487,37 +487,18 @@ fn read_tail_inner(
     Ok(TailRead::Appended { chunk, next })
 }
 
-/// Reads `[from, to)` of `path` into `buf` (cleared first) and scans the frames there, calling `f` for each, as
+/// Reads `[from, to)` of `log` into `buf` (cleared first) and scans the frames there, calling `f` for each, as
 /// [`LogFile::scan_range`] does over its own buffers. Why not that: it reads into buffers of its own, zeroed before
 /// each read, and the caller then copied every accepted frame into the buffer it ships. Here the bytes land once, in
-/// `buf`'s spare capacity (`read_to_end` fills uninitialised capacity without zeroing it), and the accepted prefix of
-/// `buf` is what ships. Memory: `to - from`, which [`scan_limit`] bounds by the chunk limit or one batch. A file that
-/// ends before `to` (`len` when it was opened) was truncated while read: [`Defect::ChangedWhileRead`].
-fn scan_in_place<F>(path: &Path, from: u64, to: u64, len: u64, buf: &mut Vec<u8>, mut f: F) -> Result<(), Error>
+/// `buf` ([`LogFile::read_range_into`]: spare capacity, not zeroed), and the accepted prefix of `buf` is what ships.
+/// Memory: `to - from`, which [`scan_limit`] bounds by the chunk limit or one batch. A file that ends before `to` was
+/// truncated while read: [`Defect::ChangedWhileRead`].
+fn scan_in_place<F>(log: &LogFile, from: u64, to: u64, buf: &mut Vec<u8>, mut f: F) -> Result<(), Error>
 where
     F: FnMut(&segment_format::log::Frame<'_>) -> ControlFlow<()>,
 {
-    use std::io::{Read, Seek, SeekFrom};
     buf.clear();
-    let want = to.saturating_sub(from);
-    buf.reserve_exact(usize::try_from(want).unwrap_or(usize::MAX));
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    file.seek(SeekFrom::Start(from)).map_err(|e| Error::io(path, e))?;
-    (&mut file)
-        .take(want)
-        .read_to_end(buf)
-        .map_err(|e| Error::io(path, e))?;
-    if (buf.len() as u64) < want {
-        let at = from + buf.len() as u64;
-        return Err(Error::corrupt(
-            path,
-            at,
-            None,
-            Defect::ChangedWhileRead {
-                message: format!("{len} bytes when opened, but it ends at byte {at}: truncated while it was read"),
-            },
-        ));
-    }
+    log.read_range_into(from, to, buf)?;
     for frame in segment_format::log::scan_frames(buf, from) {
         match frame {
             Ok(frame) => {
@@ -525,7 +506,7 @@ where
                     return Ok(());
                 }
             }
-            Err(e) => return Err(e.at(path)),
+            Err(e) => return Err(e.at(log.path())),
         }
     }
     Ok(())
