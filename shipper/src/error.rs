@@ -74,6 +74,17 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Transport(e) if e.is_transient())
     }
+
+    /// A source file vanished or changed while it was read (a segment the cleaner or retention deleted after the
+    /// listing named it): nothing is wrong with the source, the next listing shows what it holds now.
+    pub fn is_source_changed(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            Error::Format(segment_format::Error::Io { source, .. }) => source.kind() == std::io::ErrorKind::NotFound,
+            Error::Format(e) => e.is_changed_while_read(),
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -888,7 +888,18 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
                 {
                     part.running_seals += u64::from(running.is_some());
                 }
-                let seal = seal(&part.target.partition, &at, segment, running)?;
+                // The listing named the segment's files; the cleaner (or retention) may delete them before they are
+                // read here. Not an error of the source: the next step lists again and finds what replaced them.
+                let seal = match seal(&part.target.partition, &at, segment, running) {
+                    Ok(seal) => seal,
+                    Err(e) if e.is_source_changed() => {
+                        tracing::info!(partition = %name(&part.target.partition), segment = at.base_offset,
+                            "a file of the segment changed while it was sealed, listing again: {e}");
+                        part.at = Some(at);
+                        return Ok((part, None));
+                    }
+                    Err(e) => return Err(e),
+                };
                 part.sealed
                     .insert(at.base_offset, replace::Fingerprint::of(at.inode, at.position));
                 part.at = Some(TailPosition::start(&next_seg.files.log, next_seg.base_offset())?);

@@ -699,3 +699,49 @@ pub(super) async fn claim_granted(feed: &mut TailFeed, partition: &PartitionRef,
     }
     grant(feed, partition, None);
 }
+
+/// The cleaner deleting a sealed segment's companion between the listing and the seal (seen in
+/// e2e_tail_processes: `ship` exited with `….timeindex: No such file or directory`) is a source that changed, which
+/// the feed lists again, not an error that ends the process; an unreadable companion of another kind still is one.
+#[test]
+fn a_companion_deleted_between_the_listing_and_the_seal_is_a_changed_source() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, log, _, next) = written(root.path(), 6);
+    let index = default_offset_index(&log, 0);
+    std::fs::write(dir.join(segment_file_name(0, SegmentFileKind::Index)), &index).unwrap();
+    let time_index = dir.join(segment_file_name(0, SegmentFileKind::TimeIndex));
+    std::fs::write(&time_index, b"").unwrap();
+    std::fs::write(log_path(&dir, next), b"").unwrap();
+    let PartitionRead::View(view) = read_partition(&dir).unwrap() else {
+        panic!("the partition is readable")
+    };
+    let segment = view.segments.iter().find(|s| s.base_offset() == 0).unwrap();
+    assert!(segment.files.time_index.is_some(), "listed with its time index");
+    let start = TailPosition::start(&log, 0).unwrap();
+    let mut content = ChunkContent::default();
+    let TailRead::Appended { next: end, .. } = read_tail_into(&start, &TailOptions::default(), &mut content).unwrap()
+    else {
+        panic!("the segment's batches are read")
+    };
+    assert_eq!(end.position, std::fs::metadata(&log).unwrap().len());
+    assert!(
+        seal(&partition(), &end, segment, None).is_ok(),
+        "sealed while its files are there"
+    );
+
+    std::fs::remove_file(&time_index).unwrap();
+    let gone = seal(&partition(), &end, segment, None).unwrap_err();
+    assert!(gone.to_string().contains(".timeindex"), "names the file: {gone}");
+    assert!(
+        gone.is_source_changed(),
+        "a deleted companion is a changed source: {gone:?}"
+    );
+
+    // A companion that is there but not a regular file is not something a listing again mends.
+    std::fs::create_dir(&time_index).unwrap();
+    let odd = seal(&partition(), &end, segment, None).unwrap_err();
+    assert!(
+        !odd.is_source_changed(),
+        "a directory in a companion's place is an error: {odd:?}"
+    );
+}
