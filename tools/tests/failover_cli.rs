@@ -107,22 +107,85 @@ fn a_failed_step_stops_the_failover_and_a_rerun_skips_what_is_done_and_redoes_it
         "{status}"
     );
 
-    let rerun = failover(&mirror, &catalog, &cut_now);
+    // The rerun with --json: stdout is the report alone (the progress lines go to stderr).
+    let rerun = failover(&mirror, &catalog, &[&cut_now[..], &["--json"][..]].concat());
     rerun.expect_code(2);
     assert!(
-        rerun.stdout.contains("[cut] done earlier: RPO: 0 record offset(s)"),
+        rerun.stderr.contains("[cut] done earlier: RPO: 0 record offset(s)"),
         "{rerun}"
     );
     assert!(
         rerun
-            .stdout
+            .stderr
             .contains("[topics] interrupted earlier; redoing it (attempt 2)"),
         "{rerun}"
     );
     assert!(
-        !rerun.stdout.contains("[cut] link dr is promoted"),
+        !rerun.stderr.contains("[cut] link dr is promoted"),
         "the cut is not redone: {rerun}"
     );
+    let report: serde_json::Value = serde_json::from_str(&rerun.stdout).unwrap_or_else(|e| panic!("{e}: {rerun}"));
+    assert_eq!(report["format"], "segmirror.failover-report.v1", "{report:#}");
+    assert_eq!(report["link"], "dr");
+    assert_eq!(report["link_state_at_start"], "promoted");
+    assert_eq!(report["finished"], false);
+    let steps = report["steps"].as_array().unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["cut", "topics", "stop-brokers", "install", "start-brokers", "offsets"]
+    );
+    let status_of = |i: usize| {
+        (
+            steps[i]["status"].as_str().unwrap(),
+            steps[i]["attempts"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(status_of(0), ("done-earlier", 1), "{report:#}");
+    assert!(
+        steps[0]["took_ms"].is_null() && steps[0]["journal_took_ms"].is_u64(),
+        "{report:#}"
+    );
+    assert!(
+        steps[0]["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("RPO: 0 record offset(s)"),
+        "{report:#}"
+    );
+    assert_eq!(status_of(1), ("failed", 2), "{report:#}");
+    assert!(
+        steps[1]["took_ms"].is_u64() && steps[1]["outcome"].is_null(),
+        "{report:#}"
+    );
+    assert!(
+        steps[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no metadata of link dr recorded"),
+        "{report:#}"
+    );
+    for i in 2..6 {
+        assert_eq!(status_of(i), ("not-run", 0), "{report:#}");
+    }
+    let cut = &report["cut"];
+    assert_eq!(
+        cut["rpo"],
+        serde_json::json!({
+            "left_offsets": 0, "left_bytes": 0, "pending_versions": 0,
+            "partitions_behind": 0, "partitions": 1, "installed_offsets": 30
+        }),
+        "{report:#}"
+    );
+    assert_eq!(
+        cut["left_behind"],
+        serde_json::json!([{
+            "topic": "orders", "partition": 0, "installed_end": 30, "known_source_end": null,
+            "left_offsets": 0, "left_bytes": null, "pending_versions": 0
+        }]),
+        "{report:#}"
+    );
+    assert!(report["offsets"].is_null(), "{report:#}");
     let status = failover(&mirror, &catalog, &["--status"]);
     assert_eq!(journal_line(&status.stdout, "cut")[1..3], ["done", "1"], "{status}");
     assert_eq!(journal_line(&status.stdout, "topics")[4], "2", "{status}");

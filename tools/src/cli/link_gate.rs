@@ -299,8 +299,7 @@ async fn run_gated<S: GatedService>(
 /// A listener is bound once and kept across pauses (a resumed applier answers on the same port): each period
 /// serves on a clone of it.
 fn listener_of(std: &std::net::TcpListener) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?)
-        .context("the listening socket")
+    tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?).context("the listening socket")
 }
 
 /// One session at a time, dialed or listened for.

@@ -19,6 +19,7 @@ use anyhow::bail;
 use segment_format::now_ms;
 use segmirror_catalog::{Catalog, LinkState};
 
+use super::report::{CutReport, Details, LeftBehind, Rpo};
 use super::{Args, POLL};
 use crate::cli::table;
 use crate::cli::tail_lag::tail_lags;
@@ -50,7 +51,7 @@ impl PartitionView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Snapshot {
+pub struct Snapshot {
     partitions: BTreeMap<(String, i32), PartitionView>,
 }
 
@@ -95,7 +96,7 @@ fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
 }
 
 /// Wait until the link is drained (see the module doc), at most `--drain-timeout`.
-fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
+fn drain(args: &Args, catalog: &Catalog, details: &mut Details) -> anyhow::Result<Snapshot> {
     let quiet = Duration::from_secs_f64(args.drain_quiet.max(0.0));
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.drain_timeout);
@@ -129,7 +130,9 @@ fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
             );
         }
         if Instant::now() > deadline {
-            write_left_behind(&last)?;
+            let left = report(&last);
+            write_left_behind(&left)?;
+            details.cut = Some(left);
             bail!(
                 "the link did not drain within {} s (what is left is listed above); run again with --now to cut \
                  anyway",
@@ -159,20 +162,54 @@ fn wait_for_appliers(args: &Args) -> anyhow::Result<()> {
     }
 }
 
-fn write_left_behind(snapshot: &Snapshot) -> std::io::Result<()> {
-    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let rows: Vec<[String; 7]> = snapshot
+/// The left-behind table and its sums (`failover --json`'s `cut`, the human table, the journaled outcome).
+pub fn report(snapshot: &Snapshot) -> CutReport {
+    let left_behind: Vec<LeftBehind> = snapshot
         .partitions
         .iter()
-        .map(|((topic, partition), v)| {
+        .map(|((topic, partition), v)| LeftBehind {
+            topic: topic.clone(),
+            partition: *partition,
+            installed_end: v.installed_end,
+            known_source_end: v.known_source_end,
+            left_offsets: v.left_offsets(),
+            left_bytes: v.lag_bytes,
+            pending_versions: v.pending_segments,
+        })
+        .collect();
+    let views = || snapshot.partitions.values();
+    CutReport {
+        rpo: Rpo {
+            left_offsets: views().map(PartitionView::left_offsets).sum(),
+            left_bytes: views().filter_map(|v| v.lag_bytes).sum(),
+            pending_versions: views().map(|v| v.pending_segments).sum(),
+            partitions_behind: views().filter(|v| !v.drained()).count(),
+            partitions: snapshot.partitions.len(),
+            installed_offsets: views().filter_map(|v| v.installed_end).sum(),
+        },
+        left_behind,
+    }
+}
+
+/// What is left behind now (after the cut, nothing changes it any more: a rerun reports the cut's table).
+pub fn left_behind_now(args: &Args, catalog: &Catalog) -> anyhow::Result<CutReport> {
+    Ok(report(&snapshot(args, catalog)?))
+}
+
+fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let rows: Vec<[String; 7]> = report
+        .left_behind
+        .iter()
+        .map(|row| {
             [
-                topic.clone(),
-                partition.to_string(),
-                dash(v.installed_end.map(|o| o.to_string())),
-                dash(v.known_source_end.map(|o| o.to_string())),
-                v.left_offsets().to_string(),
-                dash(v.lag_bytes.map(|b| b.to_string())),
-                v.pending_segments.to_string(),
+                row.topic.clone(),
+                row.partition.to_string(),
+                dash(row.installed_end.map(|o| o.to_string())),
+                dash(row.known_source_end.map(|o| o.to_string())),
+                row.left_offsets.to_string(),
+                dash(row.left_bytes.map(|b| b.to_string())),
+                row.pending_versions.to_string(),
             ]
         })
         .collect();
@@ -191,8 +228,8 @@ fn write_left_behind(snapshot: &Snapshot) -> std::io::Result<()> {
     )
 }
 
-/// The cut step.
-pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
+/// The cut step; its left-behind table goes to `details.cut` too.
+pub fn cut(args: &Args, catalog: &mut Catalog, details: &mut Details) -> anyhow::Result<String> {
     let link = catalog.link(&args.link)?;
     match link.state {
         LinkState::Promoted => println!("[cut] the link is already promoted: no drain, no change"),
@@ -206,7 +243,7 @@ pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
                         args.link
                     );
                 }
-                drain(args, catalog)?;
+                drain(args, catalog, details)?;
             }
             catalog.promote_link(&args.link)?;
             println!(
@@ -216,17 +253,20 @@ pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
         }
     }
     wait_for_appliers(args)?;
-    let at_cut = snapshot(args, catalog)?;
+    let at_cut = left_behind_now(args, catalog)?;
     write_left_behind(&at_cut)?;
-    let left_offsets: i64 = at_cut.partitions.values().map(PartitionView::left_offsets).sum();
-    let left_bytes: u64 = at_cut.partitions.values().filter_map(|v| v.lag_bytes).sum();
-    let pending: u64 = at_cut.partitions.values().map(|v| v.pending_segments).sum();
-    let behind = at_cut.partitions.values().filter(|v| !v.drained()).count();
-    let installed: i64 = at_cut.partitions.values().filter_map(|v| v.installed_end).sum();
-    Ok(format!(
-        "RPO: {left_offsets} record offset(s), {left_bytes} byte(s) and {pending} shipped version(s) known on the \
-         source side and not installed, in {behind} of {} partition(s) ({installed} offsets installed; records \
-         neither shipped nor consumed on the source are not known here)",
-        at_cut.partitions.len()
-    ))
+    let rpo = &at_cut.rpo;
+    let outcome = format!(
+        "RPO: {} record offset(s), {} byte(s) and {} shipped version(s) known on the source side and not installed, \
+         in {} of {} partition(s) ({} offsets installed; records neither shipped nor consumed on the source are not \
+         known here)",
+        rpo.left_offsets,
+        rpo.left_bytes,
+        rpo.pending_versions,
+        rpo.partitions_behind,
+        rpo.partitions,
+        rpo.installed_offsets
+    );
+    details.cut = Some(at_cut);
+    Ok(outcome)
 }
