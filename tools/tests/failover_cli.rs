@@ -180,7 +180,7 @@ fn a_failed_step_stops_the_failover_and_a_rerun_skips_what_is_done_and_redoes_it
     assert_eq!(
         cut["left_behind"],
         serde_json::json!([{
-            "topic": "orders", "partition": 0, "installed_end": 30, "known_source_end": null,
+            "topic": "orders", "partition": 0, "installed_end": 30, "known_source_end": 30, "bucket_end": 30,
             "left_offsets": 0, "left_bytes": null, "pending_versions": 0
         }]),
         "{report:#}"
@@ -194,4 +194,85 @@ fn a_failed_step_stops_the_failover_and_a_rerun_skips_what_is_done_and_redoes_it
     let bare = failover(&mirror, &catalog, &["--bootstrap", "127.0.0.1:9", "--log-dir", "x"]);
     bare.expect_code(2);
     assert!(bare.stderr.contains("--drain"), "{bare}");
+}
+
+/// A bucket link drains from the bucket's manifests, not only from what the catalog learned: a version shipped
+/// after the applier's last run is in no catalog, yet the drain does not count the link drained, and the report
+/// (here `--json`) says per partition what the bucket holds beyond the installed end.
+#[test]
+fn a_bucket_drain_waits_for_the_bucket_s_newest_version_and_reports_it_left_behind() {
+    let root = tempfile::tempdir().unwrap();
+    let (source, store, mirror, target) = (
+        root.path().join("source"),
+        root.path().join("store"),
+        root.path().join("mirror"),
+        root.path().join("target"),
+    );
+    let catalog = root.path().join("catalog.sqlite");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::create_dir_all(&target).unwrap();
+    let first = SegmentSpec::new(data_batches(0, 10, 3, 0));
+    write_log_dir(&source, &[PartitionSpec::new("orders", 0, vec![first.clone()])]);
+    let seed = || {
+        segmirror(["seed", "--log-dir", &s(&source), "--store", &s(&store), "--link", "dr"]).expect_code(0);
+    };
+    seed();
+    segmirror([
+        "apply",
+        "--store",
+        &s(&store),
+        "--mirror",
+        &s(&mirror),
+        "--catalog",
+        &s(&catalog),
+        "--link",
+        "dr",
+    ])
+    .expect_code(0);
+    // The source grows and the shipper ships it; no applier runs again.
+    write_log_dir(
+        &source,
+        &[PartitionSpec::new(
+            "orders",
+            0,
+            vec![first, SegmentSpec::new(data_batches(30, 10, 3, 0))],
+        )],
+    );
+    seed();
+
+    let drain = failover(
+        &mirror,
+        &catalog,
+        &[
+            "--drain",
+            "--drain-timeout",
+            "1",
+            "--drain-quiet",
+            "0.2",
+            "--bootstrap",
+            "127.0.0.1:9",
+            "--log-dir",
+            target.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    drain.expect_code(2);
+    assert!(drain.stderr.contains("did not drain within 1 s"), "{drain}");
+    assert!(drain.stderr.contains("BUCKET-END"), "the table goes to stderr: {drain}");
+    let report: serde_json::Value = serde_json::from_str(&drain.stdout).unwrap_or_else(|e| panic!("{e}: {drain}"));
+    assert_eq!(report["steps"][0]["status"], "failed", "{report:#}");
+    assert_eq!(report["cut"]["rpo"]["left_offsets"], 30, "{report:#}");
+    assert_eq!(report["cut"]["rpo"]["partitions_behind"], 1, "{report:#}");
+    let row = &report["cut"]["left_behind"][0];
+    assert_eq!(
+        (&row["installed_end"], &row["bucket_end"], &row["left_offsets"]),
+        (&serde_json::json!(30), &serde_json::json!(60), &serde_json::json!(30)),
+        "{report:#}"
+    );
+    let status = failover(&mirror, &catalog, &["--status"]);
+    assert!(
+        status.stdout.contains("link dr: state active"),
+        "an undrained link is not cut: {status}"
+    );
 }

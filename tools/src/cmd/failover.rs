@@ -31,9 +31,11 @@ use segmirror_catalog::{Catalog, FailoverStep};
 
 use crate::cli::catalog::open_mirror_catalog;
 use crate::cli::runtime::Runtime;
+use crate::cli::store::S3Args;
 use crate::cli::EXIT_USAGE_OR_IO;
 
 mod brokers;
+mod bucket;
 mod cut;
 mod report;
 mod steps;
@@ -82,6 +84,12 @@ pub struct Args {
     /// before the link counts as drained, in seconds; longer than the applier's poll interval.
     #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
     drain_quiet: f64,
+    /// Key prefix inside a bucket link's store, as given to `segmirror apply --prefix` (the cut compares the
+    /// bucket's newest versions with what is installed).
+    #[arg(long, value_name = "P", default_value = "")]
+    prefix: String,
+    #[command(flatten)]
+    s3: S3Args,
     /// A broker of the target cluster, HOST:PORT (PLAINTEXT listener).
     #[arg(long, value_name = "HOST:PORT", required_unless_present = "status")]
     bootstrap: Option<String>,
@@ -152,8 +160,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     )?;
     if let Some(out) = json {
         if details.cut.is_none() && run_steps.first().is_some_and(|(s, _, _)| *s == StepStatus::DoneEarlier) {
-            // The cut was done by an earlier run; after it nothing changes what was left behind.
-            details.cut = Some(cut::left_behind_now(&args, &catalog)?);
+            // The cut was done by an earlier run; what is left behind now (nothing is installed after it).
+            details.cut = Some(cut::left_behind_now(&args, &catalog, runtime)?);
         }
         let report = report(&args, &catalog, &state_at_start, started, details, &run_steps)?;
         out.write(&report)?;

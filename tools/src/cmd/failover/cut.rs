@@ -1,16 +1,18 @@
 //! The cut: optionally wait for the link to drain, then make it `promoted`, and say what was left behind.
 //!
-//! Drained means: nothing the catalog knows of is waiting — no shipped segment version waits to be installed, no
+//! Drained means: nothing known on the source side is waiting — no shipped segment version waits to be installed
+//! (in the catalog, or in a bucket link's store: every partition's newest manifest there, the one `apply --follow`
+//! would read next, must be installed up to its end; see `bucket.rs` for why the catalog alone is not enough), no
 //! partition's source end (as the direct shipper last reported it, or as a group's committed offset proves) lies
-//! beyond what is installed — and nothing changed (installed offsets, pending versions, the groups' offsets) for
-//! `--drain-quiet`, longer than the applier's poll interval: a bucket applier that found nothing new in that time
-//! has installed every version the bucket's manifests listed. (The link's metadata version is not watched: it
-//! moves with every metadata record of the source, KRaft's periodic no-op records included.)
+//! beyond what is installed — and nothing changed (installed offsets, pending versions, the bucket's newest ends,
+//! the groups' offsets) for `--drain-quiet`, longer than the applier's poll interval. (The link's metadata version
+//! is not watched: it moves with every metadata record of the source, KRaft's periodic no-op records included.)
 //!
-//! What is left behind (the RPO) is reported per partition where the catalog knows it: offsets and bytes the source
-//! reported beyond the installed end (direct links), offsets a consumer group committed beyond it (the records
-//! exist on the source), and segment versions shipped but not installed. Records produced on the source and
-//! neither shipped nor consumed are invisible from here; the report says so.
+//! What is left behind (the RPO) is reported per partition: offsets and bytes the source reported beyond the
+//! installed end (direct links), offsets the bucket's newest version holds beyond it (bucket links), offsets a
+//! consumer group committed beyond it (the records exist on the source), and segment versions shipped but not
+//! installed. Records produced on the source and neither shipped nor consumed are invisible from here; the report
+//! says so.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,12 +21,22 @@ use anyhow::bail;
 use segment_format::now_ms;
 use segmirror_catalog::{Catalog, LinkState};
 
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::Store;
+
+use super::bucket::{self, Newest};
 use super::report::{CutReport, Details, LeftBehind, Rpo};
 use super::{Args, POLL};
+use crate::cli::runtime::Runtime;
 use crate::cli::table;
 use crate::cli::tail_lag::tail_lags;
 
-/// What the catalog knows of one partition at one moment.
+/// How often a drain reads the bucket's manifests (2 s): a listing and one manifest read per partition, too much
+/// for every [`POLL`] of the catalog, and well below `--drain-quiet`'s default, so a version uploaded during the
+/// quiet period is seen within it.
+const BUCKET_POLL: Duration = Duration::from_secs(2);
+
+/// What the catalog (and a bucket link's store) knows of one partition at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PartitionView {
     installed_end: Option<i64>,
@@ -34,11 +46,18 @@ struct PartitionView {
     known_source_end: Option<i64>,
     /// Bytes of the source's active segment the mirror lacks (direct, when the mirror is in that segment).
     lag_bytes: Option<u64>,
+    /// The end of the newest version the bucket holds (bucket links).
+    bucket_end: Option<i64>,
 }
 
 impl PartitionView {
+    /// The highest source offset known from any side.
+    fn source_end(&self) -> Option<i64> {
+        self.known_source_end.max(self.bucket_end)
+    }
+
     fn left_offsets(&self) -> i64 {
-        match (self.known_source_end, self.installed_end) {
+        match (self.source_end(), self.installed_end) {
             (Some(source), Some(installed)) => (source - installed).max(0),
             (Some(source), None) => source.max(0),
             _ => 0,
@@ -55,7 +74,31 @@ pub struct Snapshot {
     partitions: BTreeMap<(String, i32), PartitionView>,
 }
 
-fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
+/// The bucket's newest versions of a bucket link (`None` for a direct link), as last read.
+type BucketEnds = Option<BTreeMap<(String, i32), Newest>>;
+
+/// The store of a bucket link, and its newest versions read now.
+struct Bucket {
+    store: Option<(Store, KeyPrefix)>,
+}
+
+impl Bucket {
+    fn open(args: &Args, catalog: &Catalog) -> anyhow::Result<Bucket> {
+        let link = catalog.link(&args.link)?;
+        Ok(Bucket {
+            store: bucket::open(args, &link)?,
+        })
+    }
+
+    fn read(&self, args: &Args, runtime: &Runtime) -> anyhow::Result<BucketEnds> {
+        match &self.store {
+            Some((store, prefix)) => Ok(Some(bucket::newest_versions(runtime, store, prefix, &args.link)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+fn snapshot(args: &Args, catalog: &Catalog, bucket: &BucketEnds) -> anyhow::Result<Snapshot> {
     let status = catalog.status()?;
     let mut partitions: BTreeMap<(String, i32), PartitionView> = BTreeMap::new();
     if let Some(link) = status.links.iter().find(|l| l.name == args.link) {
@@ -67,9 +110,20 @@ fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
                     pending_segments: p.segments_pending,
                     known_source_end: None,
                     lag_bytes: None,
+                    bucket_end: None,
                 },
             );
         }
+    }
+    let empty = || PartitionView {
+        installed_end: None,
+        pending_segments: 0,
+        known_source_end: None,
+        lag_bytes: None,
+        bucket_end: None,
+    };
+    for (key, newest) in bucket.iter().flatten() {
+        partitions.entry(key.clone()).or_insert_with(empty).bucket_end = Some(newest.end_offset);
     }
     let now = u64::try_from(now_ms()).unwrap_or(0);
     for lag in tail_lags(&args.mirror, &status, now) {
@@ -82,25 +136,21 @@ fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
         }
     }
     for o in catalog.link_offsets(&args.link)? {
-        let view = partitions
-            .entry((o.topic.clone(), o.partition))
-            .or_insert(PartitionView {
-                installed_end: None,
-                pending_segments: 0,
-                known_source_end: None,
-                lag_bytes: None,
-            });
+        let view = partitions.entry((o.topic.clone(), o.partition)).or_insert_with(empty);
         view.known_source_end = view.known_source_end.max(Some(o.source_offset));
     }
     Ok(Snapshot { partitions })
 }
 
 /// Wait until the link is drained (see the module doc), at most `--drain-timeout`.
-fn drain(args: &Args, catalog: &Catalog, details: &mut Details) -> anyhow::Result<Snapshot> {
+fn drain(args: &Args, catalog: &Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<Snapshot> {
     let quiet = Duration::from_secs_f64(args.drain_quiet.max(0.0));
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.drain_timeout);
-    let mut last = snapshot(args, catalog)?;
+    let bucket = Bucket::open(args, catalog)?;
+    let mut in_bucket = bucket.read(args, runtime)?;
+    let mut bucket_read_at = Instant::now();
+    let mut last = snapshot(args, catalog, &in_bucket)?;
     let mut still_since = Instant::now();
     let mut said_at = Instant::now();
     println!(
@@ -110,7 +160,11 @@ fn drain(args: &Args, catalog: &Catalog, details: &mut Details) -> anyhow::Resul
     );
     loop {
         std::thread::sleep(POLL);
-        let now = snapshot(args, catalog)?;
+        if bucket_read_at.elapsed() >= BUCKET_POLL {
+            in_bucket = bucket.read(args, runtime)?;
+            bucket_read_at = Instant::now();
+        }
+        let now = snapshot(args, catalog, &in_bucket)?;
         if now != last {
             last = now;
             still_since = Instant::now();
@@ -171,7 +225,8 @@ pub fn report(snapshot: &Snapshot) -> CutReport {
             topic: topic.clone(),
             partition: *partition,
             installed_end: v.installed_end,
-            known_source_end: v.known_source_end,
+            known_source_end: v.source_end(),
+            bucket_end: v.bucket_end,
             left_offsets: v.left_offsets(),
             left_bytes: v.lag_bytes,
             pending_versions: v.pending_segments,
@@ -192,13 +247,14 @@ pub fn report(snapshot: &Snapshot) -> CutReport {
 }
 
 /// What is left behind now (after the cut, nothing changes it any more: a rerun reports the cut's table).
-pub fn left_behind_now(args: &Args, catalog: &Catalog) -> anyhow::Result<CutReport> {
-    Ok(report(&snapshot(args, catalog)?))
+pub fn left_behind_now(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<CutReport> {
+    let in_bucket = Bucket::open(args, catalog)?.read(args, runtime)?;
+    Ok(report(&snapshot(args, catalog, &in_bucket)?))
 }
 
 fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
     let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let rows: Vec<[String; 7]> = report
+    let rows: Vec<[String; 8]> = report
         .left_behind
         .iter()
         .map(|row| {
@@ -207,6 +263,7 @@ fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
                 row.partition.to_string(),
                 dash(row.installed_end.map(|o| o.to_string())),
                 dash(row.known_source_end.map(|o| o.to_string())),
+                dash(row.bucket_end.map(|o| o.to_string())),
                 row.left_offsets.to_string(),
                 dash(row.left_bytes.map(|b| b.to_string())),
                 row.pending_versions.to_string(),
@@ -220,6 +277,7 @@ fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
             "PARTITION",
             "INSTALLED-END",
             "KNOWN-SOURCE-END",
+            "BUCKET-END",
             "LEFT-OFFSETS",
             "LEFT-BYTES",
             "PENDING-VERSIONS",
@@ -229,7 +287,7 @@ fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
 }
 
 /// The cut step; its left-behind table goes to `details.cut` too.
-pub fn cut(args: &Args, catalog: &mut Catalog, details: &mut Details) -> anyhow::Result<String> {
+pub fn cut(args: &Args, catalog: &mut Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<String> {
     let link = catalog.link(&args.link)?;
     match link.state {
         LinkState::Promoted => println!("[cut] the link is already promoted: no drain, no change"),
@@ -243,7 +301,7 @@ pub fn cut(args: &Args, catalog: &mut Catalog, details: &mut Details) -> anyhow:
                         args.link
                     );
                 }
-                drain(args, catalog, details)?;
+                drain(args, catalog, runtime, details)?;
             }
             catalog.promote_link(&args.link)?;
             println!(
@@ -253,7 +311,7 @@ pub fn cut(args: &Args, catalog: &mut Catalog, details: &mut Details) -> anyhow:
         }
     }
     wait_for_appliers(args)?;
-    let at_cut = left_behind_now(args, catalog)?;
+    let at_cut = left_behind_now(args, catalog, runtime)?;
     write_left_behind(&at_cut)?;
     let rpo = &at_cut.rpo;
     let outcome = format!(

@@ -100,6 +100,8 @@ pub struct LeftBehind {
     pub installed_end: Option<i64>,
     /// The highest source offset known (a direct shipper's report, a group's commit, the bucket's newest version).
     pub known_source_end: Option<i64>,
+    /// The end of the newest version the bucket holds (bucket links; `null` for a direct link).
+    pub bucket_end: Option<i64>,
     pub left_offsets: i64,
     pub left_bytes: Option<u64>,
     pub pending_versions: u64,

@@ -64,7 +64,7 @@ pub fn run_step(
     details: &mut Details,
 ) -> anyhow::Result<String> {
     match step {
-        Step::Cut => cut::cut(args, catalog, details),
+        Step::Cut => cut::cut(args, catalog, runtime, details),
         Step::Topics => topics(args, catalog, runtime),
         Step::StopBrokers => brokers::stop(args),
         Step::Install => install(args, catalog),
