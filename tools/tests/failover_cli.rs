@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{data_batches, segmirror, write_log_dir, PartitionSpec, Run, SegmentSpec};
 
@@ -34,40 +34,82 @@ fn journal_line(status: &str, step: &str) -> Vec<String> {
         .collect()
 }
 
+/// A link `dr` of one partition (`orders`-0, offsets 0..30 in one segment) seeded into a bucket and applied once.
+struct Seeded {
+    root: tempfile::TempDir,
+    source: PathBuf,
+    store: PathBuf,
+    mirror: PathBuf,
+    target: PathBuf,
+    catalog: PathBuf,
+}
+
+fn first_segment() -> SegmentSpec {
+    SegmentSpec::new(data_batches(0, 10, 3, 0))
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+impl Seeded {
+    fn new() -> Seeded {
+        let root = tempfile::tempdir().unwrap();
+        let at = |name: &str| root.path().join(name);
+        let seeded = Seeded {
+            source: at("source"),
+            store: at("store"),
+            mirror: at("mirror"),
+            target: at("target"),
+            catalog: at("catalog.sqlite"),
+            root,
+        };
+        write_log_dir(
+            &seeded.source,
+            &[PartitionSpec::new("orders", 0, vec![first_segment()])],
+        );
+        std::fs::create_dir_all(&seeded.store).unwrap();
+        std::fs::create_dir_all(&seeded.target).unwrap();
+        seeded.seed();
+        let (store, mirror, catalog) = (s(&seeded.store), s(&seeded.mirror), s(&seeded.catalog));
+        segmirror([
+            "apply",
+            "--store",
+            &store,
+            "--mirror",
+            &mirror,
+            "--catalog",
+            &catalog,
+            "--link",
+            "dr",
+        ])
+        .expect_code(0);
+        seeded
+    }
+
+    fn seed(&self) {
+        segmirror([
+            "seed",
+            "--log-dir",
+            &s(&self.source),
+            "--store",
+            &s(&self.store),
+            "--link",
+            "dr",
+        ])
+        .expect_code(0);
+    }
+}
+
 #[test]
 fn a_failed_step_stops_the_failover_and_a_rerun_skips_what_is_done_and_redoes_it() {
-    let root = tempfile::tempdir().unwrap();
-    let (source, store, mirror, target) = (
-        root.path().join("source"),
-        root.path().join("store"),
-        root.path().join("mirror"),
-        root.path().join("target"),
-    );
-    let catalog = root.path().join("catalog.sqlite");
-    write_log_dir(
-        &source,
-        &[PartitionSpec::new(
-            "orders",
-            0,
-            vec![SegmentSpec::new(data_batches(0, 10, 3, 0))],
-        )],
-    );
-    std::fs::create_dir_all(&store).unwrap();
-    std::fs::create_dir_all(&target).unwrap();
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    segmirror(["seed", "--log-dir", &s(&source), "--store", &s(&store), "--link", "dr"]).expect_code(0);
-    segmirror([
-        "apply",
-        "--store",
-        &s(&store),
-        "--mirror",
-        &s(&mirror),
-        "--catalog",
-        &s(&catalog),
-        "--link",
-        "dr",
-    ])
-    .expect_code(0);
+    let Seeded {
+        root: _root,
+        mirror,
+        target,
+        catalog,
+        ..
+    } = Seeded::new();
     // Nothing listens on the discard port; the topics step fails before it would connect anyway: the link carries
     // no metadata (the source had no metadata log).
     let cut_now = [
@@ -201,49 +243,22 @@ fn a_failed_step_stops_the_failover_and_a_rerun_skips_what_is_done_and_redoes_it
 /// (here `--json`) says per partition what the bucket holds beyond the installed end.
 #[test]
 fn a_bucket_drain_waits_for_the_bucket_s_newest_version_and_reports_it_left_behind() {
-    let root = tempfile::tempdir().unwrap();
-    let (source, store, mirror, target) = (
-        root.path().join("source"),
-        root.path().join("store"),
-        root.path().join("mirror"),
-        root.path().join("target"),
-    );
-    let catalog = root.path().join("catalog.sqlite");
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    std::fs::create_dir_all(&store).unwrap();
-    std::fs::create_dir_all(&target).unwrap();
-    let first = SegmentSpec::new(data_batches(0, 10, 3, 0));
-    write_log_dir(&source, &[PartitionSpec::new("orders", 0, vec![first.clone()])]);
-    let seed = || {
-        segmirror(["seed", "--log-dir", &s(&source), "--store", &s(&store), "--link", "dr"]).expect_code(0);
-    };
-    seed();
-    segmirror([
-        "apply",
-        "--store",
-        &s(&store),
-        "--mirror",
-        &s(&mirror),
-        "--catalog",
-        &s(&catalog),
-        "--link",
-        "dr",
-    ])
-    .expect_code(0);
+    let seeded = Seeded::new();
+    let (mirror, target, catalog) = (&seeded.mirror, &seeded.target, &seeded.catalog);
     // The source grows and the shipper ships it; no applier runs again.
     write_log_dir(
-        &source,
+        &seeded.source,
         &[PartitionSpec::new(
             "orders",
             0,
-            vec![first, SegmentSpec::new(data_batches(30, 10, 3, 0))],
+            vec![first_segment(), SegmentSpec::new(data_batches(30, 10, 3, 0))],
         )],
     );
-    seed();
+    seeded.seed();
 
     let drain = failover(
-        &mirror,
-        &catalog,
+        mirror,
+        catalog,
         &[
             "--drain",
             "--drain-timeout",
@@ -270,7 +285,7 @@ fn a_bucket_drain_waits_for_the_bucket_s_newest_version_and_reports_it_left_behi
         (&serde_json::json!(30), &serde_json::json!(60), &serde_json::json!(30)),
         "{report:#}"
     );
-    let status = failover(&mirror, &catalog, &["--status"]);
+    let status = failover(mirror, catalog, &["--status"]);
     assert!(
         status.stdout.contains("link dr: state active"),
         "an undrained link is not cut: {status}"
