@@ -24,9 +24,10 @@ use segmirror_catalog::{Catalog, LinkState};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Store;
 
-use super::bucket::{self, Newest};
+use super::bucket;
 use super::report::{CutReport, Details, LeftBehind, Rpo};
 use super::{Args, POLL};
+use crate::cli::bucket_ends::BucketEnds;
 use crate::cli::runtime::Runtime;
 use crate::cli::table;
 use crate::cli::tail_lag::tail_lags;
@@ -74,9 +75,6 @@ pub struct Snapshot {
     partitions: BTreeMap<(String, i32), PartitionView>,
 }
 
-/// The bucket's newest versions of a bucket link (`None` for a direct link), as last read.
-type BucketEnds = Option<BTreeMap<(String, i32), Newest>>;
-
 /// The store of a bucket link, and its newest versions read now.
 struct Bucket {
     store: Option<(Store, KeyPrefix)>,
@@ -90,15 +88,16 @@ impl Bucket {
         })
     }
 
-    fn read(&self, args: &Args, runtime: &Runtime) -> anyhow::Result<BucketEnds> {
+    /// The bucket's newest versions (`None` for a direct link).
+    fn read(&self, args: &Args, runtime: &Runtime) -> anyhow::Result<Option<BucketEnds>> {
         match &self.store {
-            Some((store, prefix)) => Ok(Some(bucket::newest_versions(runtime, store, prefix, &args.link)?)),
+            Some((store, prefix)) => Ok(Some(bucket::newest(runtime, store, prefix, &args.link)?)),
             None => Ok(None),
         }
     }
 }
 
-fn snapshot(args: &Args, catalog: &Catalog, bucket: &BucketEnds) -> anyhow::Result<Snapshot> {
+fn snapshot(args: &Args, catalog: &Catalog, bucket: &Option<BucketEnds>) -> anyhow::Result<Snapshot> {
     let status = catalog.status()?;
     let mut partitions: BTreeMap<(String, i32), PartitionView> = BTreeMap::new();
     if let Some(link) = status.links.iter().find(|l| l.name == args.link) {
