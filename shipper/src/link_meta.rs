@@ -269,15 +269,6 @@ impl MetaPublisher {
 #[cfg(test)]
 mod tests;
 
-/// The same topics, configs and offsets, wherever in the metadata log they were read: a KRaft controller appends
-/// a record every half second or so (no-ops, heartbeats), so the log's end moves while nothing the target needs
-/// changed, and a version per read would follow.
-fn same_picture(a: &LinkMeta, b: &LinkMeta) -> bool {
-    a.topics.topics == b.topics.topics
-        && a.offsets.offsets == b.offsets.offsets
-        && a.offsets.groups_regex == b.offsets.groups_regex
-}
-
 /// The newest version of the link's metadata for the direct protocol's sessions (`ShipperSession::with_link_meta`).
 pub type DirectMetaSender = tokio::sync::watch::Sender<Option<std::sync::Arc<EncodedLinkMeta>>>;
 
@@ -294,7 +285,7 @@ pub async fn announce_direct(mut reader: MetaReader, tx: DirectMetaSender) {
         let previous = last.take();
         let joined = tokio::task::spawn_blocking(move || {
             let read = reader.read(next).map_err(|e| e.to_string()).and_then(|meta| {
-                if previous.as_ref().is_some_and(|p| same_picture(p, &meta)) {
+                if previous.as_ref().is_some_and(|p| p.same_content(&meta)) {
                     return Ok((meta, None));
                 }
                 let encoded = EncodedLinkMeta::encode(&meta)?;

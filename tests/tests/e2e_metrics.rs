@@ -389,6 +389,10 @@ fn lag_metrics_follow_the_mirror_and_the_admin_api_pauses_and_resumes_the_applie
         |get| {
             get("segmirror_partition_installed_offset") == Some(400.0)
                 && get("segmirror_partition_installed_bytes_total").is_some_and(|b| b > 0.0)
+                // The bucket's newest version is the follower's source side: caught up.
+                && get("segmirror_partition_shipped_offset") == Some(400.0)
+                && get("segmirror_partition_lag_offsets") == Some(0.0)
+                && get("segmirror_partition_lag_seconds") == Some(0.0)
         },
     );
     let (code, body) = request(&follow_metrics, "POST", &format!("/v1/links/{bucket_link}/pause"), "").unwrap();
@@ -401,7 +405,18 @@ fn lag_metrics_follow_the_mirror_and_the_admin_api_pauses_and_resumes_the_applie
         &mut [&mut store_shipper],
         |get| get("segmirror_partition_shipped_offset") == Some(500.0),
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // The version waits in the bucket: the follower's lag shows it.
+    wait_until_of(
+        "a bucket lag of 100 while paused",
+        &follow_metrics,
+        bucket_link,
+        &mut [&mut store_shipper, &mut follower],
+        |get| {
+            get("segmirror_partition_shipped_offset") == Some(500.0)
+                && get("segmirror_partition_lag_offsets") == Some(100.0)
+                && get("segmirror_partition_lag_seconds").is_some()
+        },
+    );
     assert_eq!(installed(&follow_metrics), Some(400.0), "a paused follower installed");
     let samples = scrape(&follow_metrics).unwrap();
     assert_eq!(
@@ -427,7 +442,11 @@ fn lag_metrics_follow_the_mirror_and_the_admin_api_pauses_and_resumes_the_applie
         &follow_metrics,
         bucket_link,
         &mut [&mut store_shipper, &mut follower],
-        |get| get("segmirror_partition_installed_offset") == Some(500.0),
+        |get| {
+            get("segmirror_partition_installed_offset") == Some(500.0)
+                && get("segmirror_partition_lag_offsets") == Some(0.0)
+                && get("segmirror_partition_lag_seconds") == Some(0.0)
+        },
     );
     let (code, log) = follower.stop();
     assert_eq!(code, Some(0), "{log}");

@@ -159,10 +159,13 @@ impl LinkMeta {
         Ok(())
     }
 
-    /// The same content, whatever the version: a shipper publishes a new version only when this changed.
+    /// The same topics, configs, offsets and group filter, whatever the version and wherever in the source's
+    /// metadata log they were read: a shipper publishes a new version (to a bucket or over the direct protocol)
+    /// only when this changed. `metadata_end_offset` is left out on purpose: a live KRaft controller appends a
+    /// record every half second or so (no-ops, broker registrations), so the log's end moves while nothing a target
+    /// needs changed, and comparing it would publish a version per read.
     pub fn same_content(&self, other: &LinkMeta) -> bool {
         self.topics.topics == other.topics.topics
-            && self.topics.metadata_end_offset == other.topics.metadata_end_offset
             && self.offsets.offsets == other.offsets.offsets
             && self.offsets.groups_regex == other.offsets.groups_regex
     }

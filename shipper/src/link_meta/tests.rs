@@ -32,6 +32,15 @@ fn commit_batch(base: i64, group: &str, topic: &str, partition: i32, offset: i64
         .build()
 }
 
+/// A batch of one KRaft `NoOpRecord` (api key 24, version 0, no fields, no tagged fields) at `base`.
+fn no_op_batch(base: i64) -> Vec<u8> {
+    const FRAME_VERSION: u8 = 1;
+    const NO_OP_RECORD: u8 = 24;
+    BatchBuilder::new(base)
+        .record(RecordSpec::new(0, 0).with_value(vec![FRAME_VERSION, NO_OP_RECORD, 0, 0]))
+        .build()
+}
+
 #[tokio::test]
 async fn topics_and_filtered_offsets_are_published_once_per_change() {
     let dir = tempfile::tempdir().unwrap();
@@ -107,6 +116,27 @@ async fn topics_and_filtered_offsets_are_published_once_per_change() {
     assert_eq!(
         publisher.publish_if_changed(&store).await.unwrap(),
         Published::Unchanged
+    );
+
+    // A live controller appends to the metadata log with nothing the link carries changing (a `NoOpRecord`, as
+    // KRaft writes every half second or so): its end moves, and no version follows.
+    let metadata_log = log_dir.join(METADATA_DIR).join(format!("{:020}.log", 0));
+    let end = read_metadata_dir(&log_dir.join(METADATA_DIR)).unwrap().end_offset;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&metadata_log)
+        .unwrap()
+        .write_all(&no_op_batch(end))
+        .unwrap();
+    assert_eq!(
+        read_metadata_dir(&log_dir.join(METADATA_DIR)).unwrap().end_offset,
+        end + 1,
+        "the metadata log's end moved"
+    );
+    assert_eq!(
+        publisher.publish_if_changed(&store).await.unwrap(),
+        Published::Unchanged,
+        "a moved metadata log end alone is no new version"
     );
 
     std::fs::OpenOptions::new()

@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use segmirror_catalog::{Catalog, Link, LinkState};
-use segmirror_transport::direct::session::link::{dial, listen, listen_cluster, LinkConfig, SessionRunner};
+use segmirror_transport::direct::session::link::{
+    dial, listen, listen_cluster, Acceptor, Dialer, LinkConfig, SessionRunner,
+};
 use segmirror_transport::direct::session::{ChunkApplier, Cluster, SessionConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -248,46 +250,34 @@ pub async fn watch_until(
     }
 }
 
-/// [`run_link`], gated by the link record (see the module doc); without a record, exactly [`run_link`].
-pub async fn run_link_gated<R: SessionRunner>(
-    link_args: &LinkArgs,
-    config: LinkConfig,
-    mut runner: R,
-    shutdown: CancellationToken,
-    gate: Option<(LinkRecord, Side, OnLink)>,
+/// What a gated service runs while its link is active: one period of serving, until `period` is cancelled (a
+/// pause, a closed link, shutdown) or the service ends on its own. The loop around it ([`run_gated`]) is the same
+/// whatever runs: one dialed or listened session ([`run_link_gated`]), or every shipper of a cluster
+/// ([`run_cluster_gated`]).
+trait GatedService {
+    /// What a stop says ended (`"session"`, `"every shipper's session"`).
+    const STOPPED: &'static str;
+
+    async fn serve(&mut self, period: &CancellationToken) -> anyhow::Result<()>;
+}
+
+/// The gate's loop: wait until the link is active, serve until the record says otherwise (or shutdown), say why the
+/// period ended, and again; a closed link is refused (exit 2, naming its state), at start and while running.
+async fn run_gated<S: GatedService>(
+    service: &mut S,
+    record: &LinkRecord,
+    side: Side,
+    on_link: &OnLink,
+    shutdown: &CancellationToken,
     role: &str,
 ) -> anyhow::Result<()> {
-    let endpoint = link_args.endpoint().await?;
-    let Some((record, side, on_link)) = gate else {
-        return run_link(endpoint, config, runner, shutdown).await;
-    };
-    // A listener is bound once and kept across pauses (a resumed applier answers on the same port).
-    let (dial_to, bound) = match endpoint {
-        Endpoint::Dial { addr, dialer } => (Some((addr, dialer)), None),
-        Endpoint::Listen { listener, acceptor } => {
-            let std = listener.into_std().context("keeping the listening socket")?;
-            (None, Some((std, acceptor)))
-        }
-    };
     loop {
-        if !until_active(&record, side, role, &on_link, &shutdown).await? {
+        if !until_active(record, side, role, on_link, shutdown).await? {
             return Ok(());
         }
         let period = shutdown.child_token();
         let watcher = tokio::spawn(watch_until(record.clone(), on_link.clone(), period.clone(), |_| false));
-        let served = match (&dial_to, &bound) {
-            (Some((addr, dialer)), _) => dial(addr, dialer, &config, &mut runner, &period)
-                .await
-                .map_err(anyhow::Error::from),
-            (None, Some((std, acceptor))) => {
-                let listener = tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?)
-                    .context("the listening socket")?;
-                let (back, result) = listen(listener, acceptor.clone(), config.clone(), runner, period.clone()).await;
-                runner = back;
-                result.map_err(anyhow::Error::from)
-            }
-            (None, None) => bail!("no endpoint"),
-        };
+        let served = service.serve(&period).await;
         period.cancel();
         let stopped_by = watcher.await.ok().flatten();
         served?;
@@ -297,10 +287,114 @@ pub async fn run_link_gated<R: SessionRunner>(
         if let Some(link) = stopped_by {
             refuse_closed(&link, side)?;
             eprintln!(
-                "segmirror {role}: link {:?} is {}: session stopped",
-                link.name, link.state
+                "segmirror {role}: link {:?} is {}: {} stopped",
+                link.name,
+                link.state,
+                S::STOPPED
             );
         }
+    }
+}
+
+/// A listener is bound once and kept across pauses (a resumed applier answers on the same port): each period
+/// serves on a clone of it.
+fn listener_of(std: &std::net::TcpListener) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?).context("the listening socket")
+}
+
+/// One session at a time, dialed or listened for.
+struct LinkService<R> {
+    config: LinkConfig,
+    /// `None` only while a listened period holds it (`listen` takes the runner and hands it back).
+    runner: Option<R>,
+    at: GatedEndpoint,
+}
+
+enum GatedEndpoint {
+    Dial {
+        addr: String,
+        dialer: Dialer,
+    },
+    Listen {
+        listener: std::net::TcpListener,
+        acceptor: Acceptor,
+    },
+}
+
+impl<R: SessionRunner> GatedService for LinkService<R> {
+    const STOPPED: &'static str = "session";
+
+    async fn serve(&mut self, period: &CancellationToken) -> anyhow::Result<()> {
+        let Some(mut runner) = self.runner.take() else {
+            bail!("the session runner was lost by an earlier period");
+        };
+        let (runner, result) = match &self.at {
+            GatedEndpoint::Dial { addr, dialer } => {
+                let result = dial(addr, dialer, &self.config, &mut runner, period).await;
+                (runner, result)
+            }
+            GatedEndpoint::Listen { listener, acceptor } => {
+                let listener = listener_of(listener)?;
+                listen(listener, acceptor.clone(), self.config.clone(), runner, period.clone()).await
+            }
+        };
+        self.runner = Some(runner);
+        result.map_err(anyhow::Error::from)
+    }
+}
+
+/// [`run_link`], gated by the link record (see the module doc); without a record, exactly [`run_link`].
+pub async fn run_link_gated<R: SessionRunner>(
+    link_args: &LinkArgs,
+    config: LinkConfig,
+    runner: R,
+    shutdown: CancellationToken,
+    gate: Option<(LinkRecord, Side, OnLink)>,
+    role: &str,
+) -> anyhow::Result<()> {
+    let endpoint = link_args.endpoint().await?;
+    let Some((record, side, on_link)) = gate else {
+        return run_link(endpoint, config, runner, shutdown).await;
+    };
+    let at = match endpoint {
+        Endpoint::Dial { addr, dialer } => GatedEndpoint::Dial { addr, dialer },
+        Endpoint::Listen { listener, acceptor } => GatedEndpoint::Listen {
+            listener: listener.into_std().context("keeping the listening socket")?,
+            acceptor,
+        },
+    };
+    let mut service = LinkService {
+        config,
+        runner: Some(runner),
+        at,
+    };
+    run_gated(&mut service, &record, side, &on_link, &shutdown, role).await
+}
+
+/// Every shipper of a cluster on one listening socket.
+struct ClusterService<A> {
+    listener: std::net::TcpListener,
+    acceptor: Acceptor,
+    config: LinkConfig,
+    cluster: Cluster<A>,
+    session_config: SessionConfig,
+}
+
+impl<A: ChunkApplier + Send + 'static> GatedService for ClusterService<A> {
+    const STOPPED: &'static str = "every shipper's session";
+
+    async fn serve(&mut self, period: &CancellationToken) -> anyhow::Result<()> {
+        let listener = listener_of(&self.listener)?;
+        listen_cluster(
+            listener,
+            self.acceptor.clone(),
+            self.config.clone(),
+            self.cluster.clone(),
+            self.session_config.clone(),
+            period.clone(),
+        )
+        .await
+        .map_err(anyhow::Error::from)
     }
 }
 
@@ -322,36 +416,12 @@ pub async fn run_cluster_gated<A: ChunkApplier + Send + 'static>(
         // clap refuses --cluster with --connect; kept as an error rather than a panic.
         bail!("--cluster needs --listen ADDR");
     };
-    let std = listener.into_std().context("keeping the listening socket")?;
-    loop {
-        if !until_active(&record, Side::Applier, role, &on_link, &shutdown).await? {
-            return Ok(());
-        }
-        let period = shutdown.child_token();
-        let watcher = tokio::spawn(watch_until(record.clone(), on_link.clone(), period.clone(), |_| false));
-        let listener = tokio::net::TcpListener::from_std(std.try_clone().context("the listening socket")?)
-            .context("the listening socket")?;
-        let served = listen_cluster(
-            listener,
-            acceptor.clone(),
-            config.clone(),
-            cluster.clone(),
-            session_config.clone(),
-            period.clone(),
-        )
-        .await;
-        period.cancel();
-        let stopped_by = watcher.await.ok().flatten();
-        served?;
-        if shutdown.is_cancelled() {
-            return Ok(());
-        }
-        if let Some(link) = stopped_by {
-            refuse_closed(&link, Side::Applier)?;
-            eprintln!(
-                "segmirror {role}: link {:?} is {}: every shipper's session stopped",
-                link.name, link.state
-            );
-        }
-    }
+    let mut service = ClusterService {
+        listener: listener.into_std().context("keeping the listening socket")?,
+        acceptor,
+        config,
+        cluster,
+        session_config,
+    };
+    run_gated(&mut service, &record, Side::Applier, &on_link, &shutdown, role).await
 }

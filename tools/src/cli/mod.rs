@@ -7,6 +7,7 @@
 //!
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found, 2 usage or I/O error.
 
+pub mod bucket_ends;
 pub mod catalog;
 pub mod config;
 pub mod link;

@@ -19,10 +19,11 @@ use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionRep
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{Store, StoreUrl};
 
+use crate::cli::bucket_ends::CachedEnds;
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
 use crate::cli::runtime::Runtime;
 use crate::cli::serve::admin::CatalogAdmin;
-use crate::cli::serve::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
+use crate::cli::serve::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
 use crate::cli::serve::{self, App, MetricsArgs};
 use crate::cli::store::S3Args;
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -147,7 +148,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
 }
 
 /// The figures of a bucket follower: per partition of its link the catalog's installed end, with the bytes and
-/// errors of this process's rounds (its source end is not known here: no lag).
+/// errors of this process's rounds (the lag against the bucket's newest versions is added by `add_bucket_lag`).
 fn follower_snapshot(
     status: &segmirror_catalog::Status,
     link: &str,
@@ -220,10 +221,23 @@ fn run_follow(
             let (gate, _) = tokio::sync::watch::channel(false);
             let link_meter = std::sync::Arc::new(LinkMeter::default());
             let (rows, path) = (meter.clone(), catalog_path.clone());
+            let bucket = CachedEnds::new(
+                Store::open_existing(&StoreUrl::parse(&args.store)?, &args.s3.options())?,
+                KeyPrefix::new(&args.prefix)?,
+                tokio::runtime::Handle::current(),
+            );
             let snapshot = move || {
                 let link = rows.link();
                 match segmirror_catalog::Catalog::open(&path).and_then(|c| c.status()) {
-                    Ok(status) => follower_snapshot(&status, &link, &link_meter, &rows),
+                    Ok(status) => {
+                        let mut figures = follower_snapshot(&status, &link, &link_meter, &rows);
+                        // Before the first round, a follower without --link does not know its link ("?").
+                        let ends = (link != "?").then(|| bucket.get(&link)).flatten();
+                        if let Some(ends) = ends {
+                            add_bucket_lag(&link, &mut figures.partitions, &ends, segment_format::now_ms());
+                        }
+                        figures
+                    }
                     Err(e) => {
                         tracing::warn!(catalog = %path.display(), error = %e, "metrics: the catalog cannot be read");
                         Snapshot::default()

@@ -19,7 +19,8 @@
 //! A rerun with the same flags skips the finished steps and redoes the one that was cut short; every step is
 //! idempotent (the state change is a no-op when already made, `topics create` creates only what is missing,
 //! `promote` finishes its own journaled promotion, a broker already stopped or started is not waited for, the same
-//! offsets are committed again). `--status` shows the journal.
+//! offsets are committed again). `--status` shows the journal; `--json` prints the run's report as one document
+//! (`failover/report.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,11 +31,16 @@ use segmirror_catalog::{Catalog, FailoverStep};
 
 use crate::cli::catalog::open_mirror_catalog;
 use crate::cli::runtime::Runtime;
+use crate::cli::store::S3Args;
 use crate::cli::EXIT_USAGE_OR_IO;
 
 mod brokers;
+mod bucket;
 mod cut;
+mod report;
 mod steps;
+
+use report::{Details, Report, StdoutForJson, StepReport, StepStatus, REPORT_FORMAT};
 
 const FAILOVER_HELP: &str = "\
 Steps, in order: cut (drain or not, then the link becomes promoted), topics (create/check on the target), \
@@ -78,6 +84,12 @@ pub struct Args {
     /// before the link counts as drained, in seconds; longer than the applier's poll interval.
     #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
     drain_quiet: f64,
+    /// Key prefix inside a bucket link's store, as given to `segmirror apply --prefix` (the cut compares the
+    /// bucket's newest versions with what is installed).
+    #[arg(long, value_name = "P", default_value = "")]
+    prefix: String,
+    #[command(flatten)]
+    s3: S3Args,
     /// A broker of the target cluster, HOST:PORT (PLAINTEXT listener).
     #[arg(long, value_name = "HOST:PORT", required_unless_present = "status")]
     bootstrap: Option<String>,
@@ -113,6 +125,10 @@ pub struct Args {
     /// Promote even where the target topic's retention would delete promoted data (as `segmirror promote`).
     #[arg(long)]
     allow_retention_delete: bool,
+    /// Print the failover's report as one JSON document on stdout (steps, the cut's left-behind table and RPO,
+    /// the offsets committed; see README's runbook); the progress lines and the hooks' output go to stderr.
+    #[arg(long, conflicts_with = "status")]
+    json: bool,
     /// Longest wait for one request to the target, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = cluster_client::admin::REQUEST_TIMEOUT.as_secs())]
     timeout: u64,
@@ -125,11 +141,47 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         print_status(&catalog, &args.link, &link.state.to_string())?;
         return Ok(ExitCode::SUCCESS);
     }
+    let json = if args.json {
+        Some(StdoutForJson::take().context("keeping stdout for the JSON report")?)
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let mut details = Details::default();
+    let mut run_steps: Vec<(StepStatus, Option<Duration>, Option<String>)> = Vec::new();
+    let state_at_start = link.state.to_string();
+    let code = run_steps_in_order(
+        &args,
+        &state_at_start,
+        &mut catalog,
+        runtime,
+        &mut details,
+        &mut run_steps,
+    )?;
+    if let Some(out) = json {
+        if details.cut.is_none() && run_steps.first().is_some_and(|(s, _, _)| *s == StepStatus::DoneEarlier) {
+            // The cut was done by an earlier run; what is left behind now (nothing is installed after it).
+            details.cut = Some(cut::left_behind_now(&args, &catalog, runtime)?);
+        }
+        let report = report(&args, &catalog, &state_at_start, started, details, &run_steps)?;
+        out.write(&report)?;
+    }
+    Ok(code)
+}
+
+/// Every step not finished yet, in order; `run_steps` gets what happened to each this run, in order.
+fn run_steps_in_order(
+    args: &Args,
+    state_at_start: &str,
+    catalog: &mut Catalog,
+    runtime: &Runtime,
+    details: &mut Details,
+    run_steps: &mut Vec<(StepStatus, Option<Duration>, Option<String>)>,
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     println!(
-        "failover of link {} (state {}) into {} at {}",
+        "failover of link {} (state {state_at_start}) into {} at {}",
         args.link,
-        link.state,
         args.log_dirs
             .iter()
             .map(|d| d.display().to_string())
@@ -142,6 +194,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         let journaled = catalog.start_failover_step(&args.link, step.name(), position)?;
         if journaled.finished() {
             println!("[{}] done earlier: {}", step.name(), journaled.outcome);
+            run_steps.push((StepStatus::DoneEarlier, None, None));
             continue;
         }
         if journaled.attempts > 1 {
@@ -152,7 +205,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             );
         }
         let step_started = Instant::now();
-        match steps::run_step(*step, &args, &mut catalog, runtime) {
+        match steps::run_step(*step, args, catalog, runtime, details) {
             Ok(outcome) => {
                 catalog.finish_failover_step(&args.link, step.name(), &outcome)?;
                 println!(
@@ -160,6 +213,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
                     step.name(),
                     step_started.elapsed().as_secs_f64()
                 );
+                run_steps.push((StepStatus::Done, Some(step_started.elapsed()), None));
             }
             Err(e) => {
                 eprintln!(
@@ -167,6 +221,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
                      finished steps are skipped",
                     step.name()
                 );
+                run_steps.push((StepStatus::Failed, Some(step_started.elapsed()), Some(format!("{e:#}"))));
                 return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
             }
         }
@@ -177,6 +232,53 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--json`'s document: this run's steps beside the journal's attempts, durations and outcomes.
+fn report(
+    args: &Args,
+    catalog: &Catalog,
+    state_at_start: &str,
+    started: Instant,
+    details: Details,
+    run_steps: &[(StepStatus, Option<Duration>, Option<String>)],
+) -> anyhow::Result<Report> {
+    let journal: Vec<FailoverStep> = catalog
+        .failover_steps(&args.link)
+        .context("reading the failover journal")?;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let steps: Vec<StepReport> = steps::STEPS
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let row = journal.iter().find(|s| s.step == step.name());
+            let (status, took, error) = run_steps.get(i).cloned().unwrap_or((StepStatus::NotRun, None, None));
+            StepReport {
+                name: step.name(),
+                status,
+                attempts: row.map_or(0, |r| r.attempts),
+                took_ms: took.map(ms),
+                journal_took_ms: row.and_then(|r| {
+                    r.finished_at_ms
+                        .map(|f| u64::try_from(f - r.started_at_ms).unwrap_or(0))
+                }),
+                outcome: row.filter(|r| r.finished()).map(|r| r.outcome.clone()),
+                error,
+            }
+        })
+        .collect();
+    Ok(Report {
+        format: REPORT_FORMAT,
+        link: args.link.clone(),
+        link_state_at_start: state_at_start.to_string(),
+        finished: steps
+            .iter()
+            .all(|s| matches!(s.status, StepStatus::Done | StepStatus::DoneEarlier)),
+        took_ms: ms(started.elapsed()),
+        steps,
+        cut: details.cut,
+        offsets: details.offsets,
+    })
 }
 
 /// The journal as a table.

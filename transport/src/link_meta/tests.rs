@@ -68,6 +68,9 @@ async fn a_version_round_trips_and_the_newest_manifest_wins() {
     assert_eq!(read, second);
     assert_eq!(read.offsets.offsets[0].group, "app-a", "sorted by group");
     assert!(second.same_content(&read) && !sample(1).same_content(&read));
+    let mut moved = read.clone();
+    moved.topics.metadata_end_offset += 100;
+    assert!(moved.same_content(&read), "the metadata log's end alone is not content");
 
     // The index sets metadata keys apart, and a listing of versions leaves their data out.
     let index = BucketIndex::build(&prefix(), SegmentSource::list(&store, "m").await.unwrap());

@@ -20,6 +20,7 @@ use segmirror_shipper::source::bound_hw::HighWatermarkSource;
 use segmirror_transport::direct::payload::Chunk;
 use segmirror_transport::direct::session::{FeedItem, SessionObserver};
 
+use crate::cli::bucket_ends::BucketEnds;
 use crate::cli::tail_lag::TailLag;
 
 /// One link as `/metrics` shows it.
@@ -435,6 +436,45 @@ impl RoundMeter {
     }
 }
 
+/// A bucket follower's lag (`apply --store URL --follow`): per partition of `ends` (the bucket's newest versions,
+/// `cli::bucket_ends`), `shipped` is the newest version's end, the lag in offsets is that minus the installed end,
+/// and the lag in seconds counts from the newest version's upload (0 when caught up). Bytes are not known from a
+/// manifest's end alone: absent. A partition the bucket holds and this process has no row for yet gets one.
+pub fn add_bucket_lag(link: &str, rows: &mut Vec<PartitionRow>, ends: &BucketEnds, now_ms: i64) {
+    for ((topic, partition), newest) in ends {
+        let at = match rows.iter().position(|r| &r.topic == topic && r.partition == *partition) {
+            Some(at) => at,
+            None => {
+                rows.push(PartitionRow {
+                    link: link.to_string(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    source_log_end: None,
+                    high_watermark: None,
+                    shipped: None,
+                    installed: None,
+                    lag_offsets: None,
+                    lag_bytes: None,
+                    lag_seconds: None,
+                    shipped_bytes: None,
+                    installed_bytes: None,
+                    errors: None,
+                });
+                rows.len() - 1
+            }
+        };
+        let row = &mut rows[at];
+        let lag = (newest.end_offset - row.installed.unwrap_or(0)).max(0);
+        row.shipped = Some(newest.end_offset);
+        row.lag_offsets = Some(lag);
+        row.lag_seconds = Some(if lag == 0 {
+            0
+        } else {
+            u64::try_from(now_ms.saturating_sub(newest.uploaded_at_ms)).unwrap_or(0) / 1000
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -559,6 +599,62 @@ mod tests {
             (Some(80), Some(120), Some(1), None, None)
         );
         assert_eq!(r.state(), "unknown", "no lag without the source's end");
+    }
+
+    #[test]
+    fn a_bucket_follower_s_lag_rises_while_versions_wait_and_is_zero_once_installed() {
+        use crate::cli::bucket_ends::Newest;
+        let meter = RoundMeter::new("east", false);
+        let through = |through| RoundOutcome {
+            through: Some(through),
+            bytes: 0,
+            failed: false,
+        };
+        meter.round("orders", 0, through(30));
+        let mut ends = BucketEnds::new();
+        let newest = |end_offset, uploaded_at_ms| Newest {
+            end_offset,
+            uploaded_at_ms,
+        };
+        ends.insert(("orders".into(), 0), newest(30, 1_000));
+        let lag = |ends: &BucketEnds, now_ms| {
+            let mut rows = meter.rows();
+            add_bucket_lag("east", &mut rows, ends, now_ms);
+            rows.iter()
+                .map(|r| {
+                    (
+                        r.topic.clone(),
+                        r.partition,
+                        r.shipped,
+                        r.installed,
+                        r.lag_offsets,
+                        r.lag_seconds,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            lag(&ends, 9_000),
+            [("orders".into(), 0, Some(30), Some(30), Some(0), Some(0))],
+            "caught up"
+        );
+        // Two versions wait in the bucket, one of a partition not installed at all; the lag grows with time.
+        ends.insert(("orders".into(), 0), newest(60, 10_000));
+        ends.insert(("orders".into(), 1), newest(5, 11_000));
+        assert_eq!(
+            lag(&ends, 14_500),
+            [
+                ("orders".into(), 0, Some(60), Some(30), Some(30), Some(4)),
+                ("orders".into(), 1, Some(5), None, Some(5), Some(3)),
+            ]
+        );
+        assert_eq!(lag(&ends, 20_000)[0].5, Some(10), "rises while the version waits");
+        meter.round("orders", 0, through(60));
+        meter.round("orders", 1, through(5));
+        assert!(
+            lag(&ends, 30_000).iter().all(|r| r.4 == Some(0) && r.5 == Some(0)),
+            "installed: zero"
+        );
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! The cut: optionally wait for the link to drain, then make it `promoted`, and say what was left behind.
 //!
-//! Drained means: nothing the catalog knows of is waiting — no shipped segment version waits to be installed, no
+//! Drained means: nothing known on the source side is waiting — no shipped segment version waits to be installed
+//! (in the catalog, or in a bucket link's store: every partition's newest manifest there, the one `apply --follow`
+//! would read next, must be installed up to its end; see `bucket.rs` for why the catalog alone is not enough), no
 //! partition's source end (as the direct shipper last reported it, or as a group's committed offset proves) lies
-//! beyond what is installed — and nothing changed (installed offsets, pending versions, the groups' offsets) for
-//! `--drain-quiet`, longer than the applier's poll interval: a bucket applier that found nothing new in that time
-//! has installed every version the bucket's manifests listed. (The link's metadata version is not watched: it
-//! moves with every metadata record of the source, KRaft's periodic no-op records included.)
+//! beyond what is installed — and nothing changed (installed offsets, pending versions, the bucket's newest ends,
+//! the groups' offsets) for `--drain-quiet`, longer than the applier's poll interval. (The link's metadata version
+//! is not watched: it moves with every metadata record of the source, KRaft's periodic no-op records included.)
 //!
-//! What is left behind (the RPO) is reported per partition where the catalog knows it: offsets and bytes the source
-//! reported beyond the installed end (direct links), offsets a consumer group committed beyond it (the records
-//! exist on the source), and segment versions shipped but not installed. Records produced on the source and
-//! neither shipped nor consumed are invisible from here; the report says so.
+//! What is left behind (the RPO) is reported per partition: offsets and bytes the source reported beyond the
+//! installed end (direct links), offsets the bucket's newest version holds beyond it (bucket links), offsets a
+//! consumer group committed beyond it (the records exist on the source), and segment versions shipped but not
+//! installed. Records produced on the source and neither shipped nor consumed are invisible from here; the report
+//! says so.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,11 +21,23 @@ use anyhow::bail;
 use segment_format::now_ms;
 use segmirror_catalog::{Catalog, LinkState};
 
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::Store;
+
+use super::bucket;
+use super::report::{CutReport, Details, LeftBehind, Rpo};
 use super::{Args, POLL};
+use crate::cli::bucket_ends::BucketEnds;
+use crate::cli::runtime::Runtime;
 use crate::cli::table;
 use crate::cli::tail_lag::tail_lags;
 
-/// What the catalog knows of one partition at one moment.
+/// How often a drain reads the bucket's manifests (2 s): a listing and one manifest read per partition, too much
+/// for every [`POLL`] of the catalog, and well below `--drain-quiet`'s default, so a version uploaded during the
+/// quiet period is seen within it.
+const BUCKET_POLL: Duration = Duration::from_secs(2);
+
+/// What the catalog (and a bucket link's store) knows of one partition at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PartitionView {
     installed_end: Option<i64>,
@@ -33,11 +47,18 @@ struct PartitionView {
     known_source_end: Option<i64>,
     /// Bytes of the source's active segment the mirror lacks (direct, when the mirror is in that segment).
     lag_bytes: Option<u64>,
+    /// The end of the newest version the bucket holds (bucket links).
+    bucket_end: Option<i64>,
 }
 
 impl PartitionView {
+    /// The highest source offset known from any side.
+    fn source_end(&self) -> Option<i64> {
+        self.known_source_end.max(self.bucket_end)
+    }
+
     fn left_offsets(&self) -> i64 {
-        match (self.known_source_end, self.installed_end) {
+        match (self.source_end(), self.installed_end) {
             (Some(source), Some(installed)) => (source - installed).max(0),
             (Some(source), None) => source.max(0),
             _ => 0,
@@ -50,11 +71,33 @@ impl PartitionView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Snapshot {
+pub struct Snapshot {
     partitions: BTreeMap<(String, i32), PartitionView>,
 }
 
-fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
+/// The store of a bucket link, and its newest versions read now.
+struct Bucket {
+    store: Option<(Store, KeyPrefix)>,
+}
+
+impl Bucket {
+    fn open(args: &Args, catalog: &Catalog) -> anyhow::Result<Bucket> {
+        let link = catalog.link(&args.link)?;
+        Ok(Bucket {
+            store: bucket::open(args, &link)?,
+        })
+    }
+
+    /// The bucket's newest versions (`None` for a direct link).
+    fn read(&self, args: &Args, runtime: &Runtime) -> anyhow::Result<Option<BucketEnds>> {
+        match &self.store {
+            Some((store, prefix)) => Ok(Some(bucket::newest(runtime, store, prefix, &args.link)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+fn snapshot(args: &Args, catalog: &Catalog, bucket: &Option<BucketEnds>) -> anyhow::Result<Snapshot> {
     let status = catalog.status()?;
     let mut partitions: BTreeMap<(String, i32), PartitionView> = BTreeMap::new();
     if let Some(link) = status.links.iter().find(|l| l.name == args.link) {
@@ -66,9 +109,20 @@ fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
                     pending_segments: p.segments_pending,
                     known_source_end: None,
                     lag_bytes: None,
+                    bucket_end: None,
                 },
             );
         }
+    }
+    let empty = || PartitionView {
+        installed_end: None,
+        pending_segments: 0,
+        known_source_end: None,
+        lag_bytes: None,
+        bucket_end: None,
+    };
+    for (key, newest) in bucket.iter().flatten() {
+        partitions.entry(key.clone()).or_insert_with(empty).bucket_end = Some(newest.end_offset);
     }
     let now = u64::try_from(now_ms()).unwrap_or(0);
     for lag in tail_lags(&args.mirror, &status, now) {
@@ -81,25 +135,21 @@ fn snapshot(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
         }
     }
     for o in catalog.link_offsets(&args.link)? {
-        let view = partitions
-            .entry((o.topic.clone(), o.partition))
-            .or_insert(PartitionView {
-                installed_end: None,
-                pending_segments: 0,
-                known_source_end: None,
-                lag_bytes: None,
-            });
+        let view = partitions.entry((o.topic.clone(), o.partition)).or_insert_with(empty);
         view.known_source_end = view.known_source_end.max(Some(o.source_offset));
     }
     Ok(Snapshot { partitions })
 }
 
 /// Wait until the link is drained (see the module doc), at most `--drain-timeout`.
-fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
+fn drain(args: &Args, catalog: &Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<Snapshot> {
     let quiet = Duration::from_secs_f64(args.drain_quiet.max(0.0));
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.drain_timeout);
-    let mut last = snapshot(args, catalog)?;
+    let bucket = Bucket::open(args, catalog)?;
+    let mut in_bucket = bucket.read(args, runtime)?;
+    let mut bucket_read_at = Instant::now();
+    let mut last = snapshot(args, catalog, &in_bucket)?;
     let mut still_since = Instant::now();
     let mut said_at = Instant::now();
     println!(
@@ -109,7 +159,11 @@ fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
     );
     loop {
         std::thread::sleep(POLL);
-        let now = snapshot(args, catalog)?;
+        if bucket_read_at.elapsed() >= BUCKET_POLL {
+            in_bucket = bucket.read(args, runtime)?;
+            bucket_read_at = Instant::now();
+        }
+        let now = snapshot(args, catalog, &in_bucket)?;
         if now != last {
             last = now;
             still_since = Instant::now();
@@ -129,7 +183,9 @@ fn drain(args: &Args, catalog: &Catalog) -> anyhow::Result<Snapshot> {
             );
         }
         if Instant::now() > deadline {
-            write_left_behind(&last)?;
+            let left = report(&last);
+            write_left_behind(&left)?;
+            details.cut = Some(left);
             bail!(
                 "the link did not drain within {} s (what is left is listed above); run again with --now to cut \
                  anyway",
@@ -159,20 +215,57 @@ fn wait_for_appliers(args: &Args) -> anyhow::Result<()> {
     }
 }
 
-fn write_left_behind(snapshot: &Snapshot) -> std::io::Result<()> {
-    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let rows: Vec<[String; 7]> = snapshot
+/// The left-behind table and its sums (`failover --json`'s `cut`, the human table, the journaled outcome).
+pub fn report(snapshot: &Snapshot) -> CutReport {
+    let left_behind: Vec<LeftBehind> = snapshot
         .partitions
         .iter()
-        .map(|((topic, partition), v)| {
+        .map(|((topic, partition), v)| LeftBehind {
+            topic: topic.clone(),
+            partition: *partition,
+            installed_end: v.installed_end,
+            known_source_end: v.source_end(),
+            bucket_end: v.bucket_end,
+            left_offsets: v.left_offsets(),
+            left_bytes: v.lag_bytes,
+            pending_versions: v.pending_segments,
+        })
+        .collect();
+    let views = || snapshot.partitions.values();
+    CutReport {
+        rpo: Rpo {
+            left_offsets: views().map(PartitionView::left_offsets).sum(),
+            left_bytes: views().filter_map(|v| v.lag_bytes).sum(),
+            pending_versions: views().map(|v| v.pending_segments).sum(),
+            partitions_behind: views().filter(|v| !v.drained()).count(),
+            partitions: snapshot.partitions.len(),
+            installed_offsets: views().filter_map(|v| v.installed_end).sum(),
+        },
+        left_behind,
+    }
+}
+
+/// What is left behind now (after the cut, nothing changes it any more: a rerun reports the cut's table).
+pub fn left_behind_now(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<CutReport> {
+    let in_bucket = Bucket::open(args, catalog)?.read(args, runtime)?;
+    Ok(report(&snapshot(args, catalog, &in_bucket)?))
+}
+
+fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let rows: Vec<[String; 8]> = report
+        .left_behind
+        .iter()
+        .map(|row| {
             [
-                topic.clone(),
-                partition.to_string(),
-                dash(v.installed_end.map(|o| o.to_string())),
-                dash(v.known_source_end.map(|o| o.to_string())),
-                v.left_offsets().to_string(),
-                dash(v.lag_bytes.map(|b| b.to_string())),
-                v.pending_segments.to_string(),
+                row.topic.clone(),
+                row.partition.to_string(),
+                dash(row.installed_end.map(|o| o.to_string())),
+                dash(row.known_source_end.map(|o| o.to_string())),
+                dash(row.bucket_end.map(|o| o.to_string())),
+                row.left_offsets.to_string(),
+                dash(row.left_bytes.map(|b| b.to_string())),
+                row.pending_versions.to_string(),
             ]
         })
         .collect();
@@ -183,6 +276,7 @@ fn write_left_behind(snapshot: &Snapshot) -> std::io::Result<()> {
             "PARTITION",
             "INSTALLED-END",
             "KNOWN-SOURCE-END",
+            "BUCKET-END",
             "LEFT-OFFSETS",
             "LEFT-BYTES",
             "PENDING-VERSIONS",
@@ -191,8 +285,8 @@ fn write_left_behind(snapshot: &Snapshot) -> std::io::Result<()> {
     )
 }
 
-/// The cut step.
-pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
+/// The cut step; its left-behind table goes to `details.cut` too.
+pub fn cut(args: &Args, catalog: &mut Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<String> {
     let link = catalog.link(&args.link)?;
     match link.state {
         LinkState::Promoted => println!("[cut] the link is already promoted: no drain, no change"),
@@ -206,7 +300,7 @@ pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
                         args.link
                     );
                 }
-                drain(args, catalog)?;
+                drain(args, catalog, runtime, details)?;
             }
             catalog.promote_link(&args.link)?;
             println!(
@@ -216,17 +310,20 @@ pub fn cut(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
         }
     }
     wait_for_appliers(args)?;
-    let at_cut = snapshot(args, catalog)?;
+    let at_cut = left_behind_now(args, catalog, runtime)?;
     write_left_behind(&at_cut)?;
-    let left_offsets: i64 = at_cut.partitions.values().map(PartitionView::left_offsets).sum();
-    let left_bytes: u64 = at_cut.partitions.values().filter_map(|v| v.lag_bytes).sum();
-    let pending: u64 = at_cut.partitions.values().map(|v| v.pending_segments).sum();
-    let behind = at_cut.partitions.values().filter(|v| !v.drained()).count();
-    let installed: i64 = at_cut.partitions.values().filter_map(|v| v.installed_end).sum();
-    Ok(format!(
-        "RPO: {left_offsets} record offset(s), {left_bytes} byte(s) and {pending} shipped version(s) known on the \
-         source side and not installed, in {behind} of {} partition(s) ({installed} offsets installed; records \
-         neither shipped nor consumed on the source are not known here)",
-        at_cut.partitions.len()
-    ))
+    let rpo = &at_cut.rpo;
+    let outcome = format!(
+        "RPO: {} record offset(s), {} byte(s) and {} shipped version(s) known on the source side and not installed, \
+         in {} of {} partition(s) ({} offsets installed; records neither shipped nor consumed on the source are not \
+         known here)",
+        rpo.left_offsets,
+        rpo.left_bytes,
+        rpo.pending_versions,
+        rpo.partitions_behind,
+        rpo.partitions,
+        rpo.installed_offsets
+    );
+    details.cut = Some(at_cut);
+    Ok(outcome)
 }

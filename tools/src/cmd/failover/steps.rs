@@ -15,6 +15,7 @@ use segment_format::failover_source::GroupOffset;
 use segmirror_applier::promote::{self, PromoteRequest};
 use segmirror_catalog::Catalog;
 
+use super::report::{Details, OffsetsReport};
 use super::{brokers, cut, Args};
 use crate::cli::runtime::Runtime;
 use crate::cli::target_report::{write_commits, write_topics};
@@ -54,14 +55,21 @@ impl Step {
     }
 }
 
-pub fn run_step(step: Step, args: &Args, catalog: &mut Catalog, runtime: &Runtime) -> anyhow::Result<String> {
+/// Run `step`; what it reports besides its outcome line goes to `details` (`failover --json`).
+pub fn run_step(
+    step: Step,
+    args: &Args,
+    catalog: &mut Catalog,
+    runtime: &Runtime,
+    details: &mut Details,
+) -> anyhow::Result<String> {
     match step {
-        Step::Cut => cut::cut(args, catalog),
+        Step::Cut => cut::cut(args, catalog, runtime, details),
         Step::Topics => topics(args, catalog, runtime),
         Step::StopBrokers => brokers::stop(args),
         Step::Install => install(args, catalog),
         Step::StartBrokers => brokers::start(args, runtime),
-        Step::Offsets => offsets(args, catalog, runtime),
+        Step::Offsets => offsets(args, catalog, runtime, details),
     }
 }
 
@@ -177,7 +185,7 @@ fn install(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
 }
 
 /// Commit the link's groups' offsets on the target, clamped to the installed log ends.
-fn offsets(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<String> {
+fn offsets(args: &Args, catalog: &Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<String> {
     let offsets: Vec<GroupOffset> = catalog.link_offsets(&args.link)?.iter().map(|o| o.source()).collect();
     let topics: Vec<String> = catalog.link_topics(&args.link)?.into_iter().map(|t| t.name).collect();
     let keep = |t: &str| topics.iter().any(|n| n == t);
@@ -195,15 +203,22 @@ fn offsets(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<
         anyhow::Ok(commit_planned(&mut admin, planned, false).await)
     })??;
     write_commits(&mut std::io::stdout().lock(), &reports)?;
-    if any_refused_or_failed(&reports) {
-        bail!("a group was refused or a commit failed (listed above)");
-    }
     let committed = reports
         .iter()
         .filter(|g| g.outcome == Outcome::Committed)
         .flat_map(|g| &g.offsets)
         .filter(|o| o.planned.commit.is_some())
         .count();
+    let refused = any_refused_or_failed(&reports);
+    details.offsets = Some(OffsetsReport {
+        recorded: offsets.len(),
+        committed,
+        clamped,
+        groups: reports,
+    });
+    if refused {
+        bail!("a group was refused or a commit failed (listed above)");
+    }
     Ok(format!(
         "{committed} offset(s) of {groups} group(s) committed ({} recorded), {clamped} clamped to the installed data",
         offsets.len()

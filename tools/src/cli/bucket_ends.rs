@@ -1,0 +1,105 @@
+//! Per partition of a bucket link, the newest segment version its store holds (the manifests `apply --follow`
+//! reads next): what the failover's drain compares with the installed ends, and the source side of a bucket
+//! follower's lag in `/metrics`.
+//!
+//! Why from the bucket rather than the catalog: the catalog learns of a version when an applier's poll reads its
+//! manifest, so a version uploaded after the last poll, or while the applier was down, is invisible to it; the
+//! bucket's manifests are what the shipper made available.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use segmirror_transport::index::ManifestRead;
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::{SegmentSource, Store};
+
+/// The newest version of one partition in the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Newest {
+    /// The offset after its last record (the manifest's `next_offset`).
+    pub end_offset: i64,
+    /// When its manifest was written (the store's clock), in milliseconds since the epoch.
+    pub uploaded_at_ms: i64,
+}
+
+/// Per (topic, partition) of `link`.
+pub type BucketEnds = BTreeMap<(String, i32), Newest>;
+
+/// Per partition of `link`, the newest version of its newest lineage (the lineage whose manifest was written
+/// last: a recreated topic's new lineage supersedes the old one). One listing (manifests only) and one manifest
+/// read per partition. A manifest gone when read (superseded and cleaned up meanwhile) is skipped; an invalid one
+/// is an error naming its key.
+pub async fn newest_versions(store: &Store, prefix: &KeyPrefix, link: &str) -> anyhow::Result<BucketEnds> {
+    let index = store
+        .index_versions(prefix, Some(link))
+        .await
+        .with_context(|| format!("listing link {link}'s versions in the store"))?;
+    let mut newest = BTreeMap::new();
+    for (partition, objects) in index.link(link) {
+        let Some(lineage) = objects.lineages.values().max_by_key(|l| l.last_modified_ms()) else {
+            continue;
+        };
+        let Some((_, object)) = lineage.manifests.iter().next_back() else {
+            continue;
+        };
+        match store.read_manifest(prefix, &object.key).await? {
+            ManifestRead::Valid(manifest) => {
+                newest.insert(
+                    (partition.topic().to_string(), partition.partition()),
+                    Newest {
+                        end_offset: manifest.next_offset,
+                        uploaded_at_ms: object.last_modified_ms,
+                    },
+                );
+            }
+            ManifestRead::Gone => {}
+            ManifestRead::Invalid(e) => return Err(anyhow::Error::new(e).context("the bucket's newest manifest")),
+        }
+    }
+    Ok(newest)
+}
+
+/// How long a scrape reuses the bucket's newest versions (5 s): a listing and a manifest read per partition per
+/// scrape would cost an S3 bucket more than the figures are worth; a lag a few seconds old is still a lag.
+pub const BUCKET_ENDS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The newest versions, read at most every [`BUCKET_ENDS_MAX_AGE`] (for `/metrics` of `apply --follow`).
+#[derive(Debug)]
+pub struct CachedEnds {
+    store: Store,
+    prefix: KeyPrefix,
+    runtime: tokio::runtime::Handle,
+    last: std::sync::Mutex<Option<(std::time::Instant, String, BucketEnds)>>,
+}
+
+impl CachedEnds {
+    pub fn new(store: Store, prefix: KeyPrefix, runtime: tokio::runtime::Handle) -> CachedEnds {
+        CachedEnds {
+            store,
+            prefix,
+            runtime,
+            last: std::sync::Mutex::default(),
+        }
+    }
+
+    /// `link`'s newest versions; `None` when the bucket cannot be read (logged). Blocking: call it off the runtime
+    /// (a scrape renders in `spawn_blocking`); concurrent scrapes wait for one read.
+    pub fn get(&self, link: &str) -> Option<BucketEnds> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, of, ends)) = &*last {
+            if of == link && at.elapsed() < BUCKET_ENDS_MAX_AGE {
+                return Some(ends.clone());
+            }
+        }
+        match self.runtime.block_on(newest_versions(&self.store, &self.prefix, link)) {
+            Ok(ends) => {
+                *last = Some((std::time::Instant::now(), link.to_string(), ends.clone()));
+                Some(ends)
+            }
+            Err(e) => {
+                tracing::warn!(link, error = %format!("{e:#}"), "metrics: the bucket's newest versions cannot be read");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! A bucket link's store, for the cut: per partition the newest version shipped (`cli::bucket_ends`), compared with
+//! what is installed. Without it a drain that trusted the catalog plus a quiet period would cut with a version
+//! uploaded after the applier's last poll left behind and report an RPO of 0: a partition is drained when its newest
+//! manifest's end is installed, and what lies between is the left-behind (RPO) a report must show.
+
+use anyhow::Context;
+use segmirror_catalog::{Link, DIRECT_URL_PREFIX};
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::Store;
+
+use super::Args;
+use crate::cli::bucket_ends::{newest_versions, BucketEnds};
+use crate::cli::runtime::Runtime;
+
+/// The store a link's record names, or `None` for a direct link.
+pub fn open(args: &Args, link: &Link) -> anyhow::Result<Option<(Store, KeyPrefix)>> {
+    if link.store_url.starts_with(DIRECT_URL_PREFIX) {
+        return Ok(None);
+    }
+    let store = args
+        .s3
+        .open(&link.store_url)
+        .with_context(|| format!("opening link {}'s store {}", link.name, link.store_url))?;
+    let prefix = KeyPrefix::new(&args.prefix).with_context(|| format!("--prefix {:?}", args.prefix))?;
+    Ok(Some((store, prefix)))
+}
+
+/// Per partition of `link`, the newest version the bucket holds ([`newest_versions`]).
+pub fn newest(runtime: &Runtime, store: &Store, prefix: &KeyPrefix, link: &str) -> anyhow::Result<BucketEnds> {
+    runtime.block_on(newest_versions(store, prefix, link))?
+}
