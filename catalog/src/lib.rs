@@ -41,6 +41,7 @@ mod link_state;
 mod mirror_root;
 mod partition;
 mod path;
+mod replicas;
 mod schema;
 mod segment;
 mod status;

@@ -180,6 +180,17 @@ pub const MIGRATIONS: &[&str] = &[
         CHECK (finished_at_ms IS NULL OR finished_at_ms >= started_at_ms)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 8: every broker log dir a partition was promoted into (replicas: `promote --log-dir A --log-dir B ...`
+    // installs one plan into each replica's log dir). A row is written once that log dir's swap and root
+    // checkpoints are durable, so a rerun after a crash knows which log dirs are finished.
+    r#"
+    CREATE TABLE promoted_replicas (
+        partition_id   INTEGER NOT NULL REFERENCES mirror_partitions (id),
+        log_dir        TEXT NOT NULL CHECK (length(log_dir) > 0),
+        installed_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (partition_id, log_dir)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this code writes and understands.
@@ -279,6 +290,7 @@ mod tests {
                 "links",
                 "mirror_partitions",
                 "mirror_root",
+                "promoted_replicas",
                 "segments",
                 "truncations"
             ]

@@ -232,6 +232,39 @@ impl KafkaCluster {
         )
     }
 
+    /// Stops every node cleanly, all at once (a SIGTERM each, then each waited for in its own thread): the last
+    /// node stopped alone would have no controller quorum for its controlled shutdown.
+    pub fn stop_all(&mut self) -> Result<()> {
+        std::thread::scope(|scope| {
+            let stops: Vec<_> = self
+                .nodes
+                .iter_mut()
+                .map(|node| scope.spawn(move || node.stop()))
+                .collect();
+            stops
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| bail_panic()))
+                .collect::<Result<Vec<()>>>()
+        })?;
+        Ok(())
+    }
+
+    /// Starts every node again at once (one node alone has no quorum to serve with), returning once each serves.
+    pub fn restart_all(&mut self) -> Result<()> {
+        std::thread::scope(|scope| {
+            let starts: Vec<_> = self
+                .nodes
+                .iter_mut()
+                .map(|node| scope.spawn(move || node.restart()))
+                .collect();
+            starts
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| bail_panic()))
+                .collect::<Result<Vec<()>>>()
+        })?;
+        Ok(())
+    }
+
     /// Fails unless every node runs.
     pub fn check_all_running(&mut self) -> Result<()> {
         for (i, node) in self.nodes.iter_mut().enumerate() {
@@ -241,4 +274,8 @@ impl KafkaCluster {
         }
         Ok(())
     }
+}
+
+fn bail_panic() -> Result<()> {
+    Err(anyhow::anyhow!("a node's stop or start panicked"))
 }

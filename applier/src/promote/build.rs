@@ -38,16 +38,9 @@ pub(super) fn staged(staging: &Path, p: &Planned, suffix: &str) -> PathBuf {
 /// Build `<tp>.ready` in staging unless it (or the swap after it) already happened; says which (`true`: built now).
 /// Runs on a worker thread of `swap::build_all`, next to other partitions' builds: it touches only this
 /// partition's directories in staging and reads only its mirror partition.
-pub(super) fn build(
-    journal: &Journal,
-    p: &Planned,
-    staging: &Path,
-    outcome: Outcome,
-    kill: KillSwitch<'_>,
-) -> Result<(PromotedPartition, bool)> {
-    let ready = staged(staging, p, READY);
-    let old = staged(staging, p, OLD);
-    let mut result = PromotedPartition {
+/// The report entry of a planned partition, before anything is copied.
+pub(super) fn planned_result(p: &Planned, outcome: Outcome) -> PromotedPartition {
+    PromotedPartition {
         topic: p.topic.clone(),
         partition: p.partition,
         outcome,
@@ -62,7 +55,20 @@ pub(super) fn build(
         batches_restamped: 0,
         handed_over: p.handover,
         transactions_aborted: p.cut.clone(),
-    };
+        log_dirs: Vec::new(),
+    }
+}
+
+pub(super) fn build(
+    journal: &Journal,
+    p: &Planned,
+    staging: &Path,
+    outcome: Outcome,
+    kill: KillSwitch<'_>,
+) -> Result<(PromotedPartition, bool)> {
+    let ready = staged(staging, p, READY);
+    let old = staged(staging, p, OLD);
+    let mut result = planned_result(p, outcome);
     if ready.exists() || old.exists() {
         return Ok((result, false));
     }

@@ -111,6 +111,76 @@ pub(crate) struct Journal {
     pub(crate) link: String,
     pub(crate) mirror_root: PathBuf,
     pub(crate) partitions: Vec<Planned>,
+    /// Every log dir of the promotion, in the order they are installed, with the partitions each gets (replicas,
+    /// see `replicas`). The same journal is written into every one of them before anything is built, so a rerun
+    /// that finds it in any of them knows the whole promotion. Empty in journals written before: the log dir the
+    /// journal is in, with every partition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) replicas: Vec<ReplicaDir>,
+}
+
+/// One log dir of a promotion into several replicas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReplicaDir {
+    pub(crate) log_dir: PathBuf,
+    /// The journaled partitions this log dir gets, by directory name (`<topic>-<partition>`).
+    pub(crate) partitions: Vec<String>,
+}
+
+impl Journal {
+    /// The journal of each log dir, in order: the partitions it gets, each handed over by rename (when planned so)
+    /// only in the last log dir that gets it — the copies into the others come first, from the mirror's files.
+    /// `found_in` is the log dir of a journal written before replicas (no `replicas`).
+    pub(crate) fn per_log_dir(&self, found_in: &Path) -> Vec<(PathBuf, Journal)> {
+        let replicas = if self.replicas.is_empty() {
+            vec![ReplicaDir {
+                log_dir: found_in.to_path_buf(),
+                partitions: self.partitions.iter().map(|p| p.tp().dir_name()).collect(),
+            }]
+        } else {
+            self.replicas.clone()
+        };
+        replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let later = replicas.get(i + 1..).unwrap_or_default();
+                let partitions = self
+                    .partitions
+                    .iter()
+                    .filter(|p| r.partitions.contains(&p.tp().dir_name()))
+                    .map(|p| {
+                        let name = p.tp().dir_name();
+                        let mut p = p.clone();
+                        p.handover = p.handover && !later.iter().any(|l| l.partitions.contains(&name));
+                        p
+                    })
+                    .collect();
+                let journal = Journal {
+                    partitions,
+                    replicas: Vec::new(),
+                    ..self.clone()
+                };
+                (r.log_dir.clone(), journal)
+            })
+            .collect()
+    }
+
+    /// The log dir a partition's files are handed over to (the last that gets it), if it is handed over.
+    pub(crate) fn handed_over_to(&self, p: &Planned, found_in: &Path) -> Option<PathBuf> {
+        if !p.handover {
+            return None;
+        }
+        let name = p.tp().dir_name();
+        if self.replicas.is_empty() {
+            return Some(found_in.to_path_buf());
+        }
+        self.replicas
+            .iter()
+            .rev()
+            .find(|r| r.partitions.contains(&name))
+            .map(|r| r.log_dir.clone())
+    }
 }
 
 /// Points between the steps of a promotion, for crash tests.
@@ -128,6 +198,9 @@ pub(crate) enum Step {
     Checkpointed,
     /// The catalog marks every partition promoted; staging still there.
     Recorded,
+    /// A log dir other than the last of a promotion into several replicas is finished (its staging removed); the
+    /// next one is not started.
+    ReplicaInstalled(PathBuf),
 }
 
 /// The journal of an unfinished promotion, if there is one. A journal that cannot be read is an error: the
@@ -166,6 +239,18 @@ pub(super) fn read_journal(staging: &Path) -> Result<Option<Journal>> {
             || p.segments.iter().chain(&p.snapshots).any(|o| *o < 0)
         {
             return Err(invalid(format!("inconsistent plan for {}", p.tp())));
+        }
+    }
+    for r in &journal.replicas {
+        if let Some(name) = r
+            .partitions
+            .iter()
+            .find(|n| !journal.partitions.iter().any(|p| p.tp().dir_name() == **n))
+        {
+            return Err(invalid(format!(
+                "log dir {} gets {name}, which the plan does not hold",
+                r.log_dir.display()
+            )));
         }
     }
     Ok(Some(journal))

@@ -89,8 +89,21 @@
 //! renamed into staging (the mirror gives them up, and the catalog records where they went), which is journaled and
 //! finished by a rerun like every other step (`handover`).
 //!
-//! One target log dir per run; for a topic replicated on several target brokers, promote into each replica's log
-//! dir (identical copies) before starting any of them.
+//! # Replicas
+//! A topic replicated on several target brokers is promoted into every replica's log dir in one run
+//! ([`PromoteRequest::replica_log_dirs`]; module `swap`, [`ReplicaReport`]). Why one run and not one per log dir:
+//! the plan fixes bytes (the abort markers' timestamp, the consistent cut, the restamped epoch), and replicas that
+//! differ in them would diverge at the first leader change. So: every log dir is locked; a partition goes into
+//! each named log dir that holds its directory (the brokers the target cluster assigned it to — read from the
+//! stopped brokers' disks, not from a running cluster); its epoch is the highest any of those replicas led in;
+//! the one journal (with the list of log dirs and their partitions) is written into every log dir before
+//! anything is built; then log dir after log dir is built, swapped and checkpointed exactly as for one, and the
+//! catalog records it (`promoted_replicas`) before its journal is removed; the last log dir's pass also marks the
+//! partitions promoted. A rerun that finds the journal in any log dir finishes the rest and skips a log dir
+//! without a journal that the catalog records (finished), or gives the journal to one without either (the crash
+//! came while the journals were written). With [`Handover::Rename`] a partition's files are renamed into the last
+//! log dir that gets it and copied into the others first (never hard-linked: a broker truncates and appends its
+//! files in place, and a shared inode would change the other replica).
 //!
 //! # Layout
 //! This module only orchestrates ([`promote`]: lock, resume a journal, select, plan, journal, execute). The steps
@@ -151,7 +164,7 @@ pub use journal::{JOURNAL_FILE, JOURNAL_FORMAT, PROMOTION_DIR};
 pub use lock::{LockFailure, LogDirLock};
 pub use plan::{topics_regex, Handover, PromoteRequest, DEFAULT_PARALLEL};
 pub use refusal::{Refusal, Refusals};
-pub use report::{Outcome, PromoteReport, PromotedPartition};
+pub use report::{Outcome, PromoteReport, PromotedPartition, ReplicaOutcome, ReplicaReport};
 pub use restamp::{walk_log, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
 pub use retention::loss::RetentionLoss;
 pub use txn_cut::CutTransaction;
@@ -169,14 +182,21 @@ pub(crate) fn promote_with(
     catalog: &mut Catalog,
     hook: &mut dyn FnMut(Step),
 ) -> Result<PromoteReport> {
-    let log_dir = request.log_dir.as_path();
+    let log_dirs = request.log_dirs();
     // Every reason found is reported at once; the checks below go on as far as they can without the others.
     let mut refusals = Vec::new();
-    let is_log_dir = log_dir.join(META_PROPERTIES_FILE).is_file();
-    if !is_log_dir {
-        refusals.push(Refusal::NotALogDir {
-            log_dir: log_dir.to_path_buf(),
-        });
+    let mut is_log_dir = true;
+    for (i, log_dir) in log_dirs.iter().enumerate() {
+        if log_dirs.get(..i).is_some_and(|before| before.contains(log_dir)) {
+            refusals.push(Refusal::DuplicateLogDir {
+                log_dir: log_dir.clone(),
+            });
+        } else if !log_dir.join(META_PROPERTIES_FILE).is_file() {
+            refusals.push(Refusal::NotALogDir {
+                log_dir: log_dir.clone(),
+            });
+            is_log_dir = false;
+        }
     }
     let mirror_exists = request.mirror_root.is_dir();
     if !mirror_exists {
@@ -207,58 +227,71 @@ pub(crate) fn promote_with(
     } else {
         None
     };
-    let lock = if is_log_dir {
-        match LogDirLock::try_acquire(log_dir) {
-            Ok(lock) => Some(lock),
-            Err(LockFailure::Held) => {
-                refusals.push(Refusal::BrokerRunning {
-                    lock_file: log_dir.join(segment_format::dir::LOCK_FILE),
-                });
-                None
-            }
-            Err(LockFailure::Io(e)) => return Err(e),
+    // Every log dir's lock, held to the end (replicas: all of them, so no broker of the cluster starts while its
+    // replicas differ).
+    let mut locks: Locks = Locks::default();
+    let mut all_locked = is_log_dir;
+    if is_log_dir {
+        for log_dir in &log_dirs {
+            all_locked &= locks.acquire(log_dir, &mut refusals)?;
         }
-    } else {
-        None
-    };
-    let mut notes = Vec::new();
-    if lock.is_some() && !log_dir.join(CLEAN_SHUTDOWN_FILE).exists() {
-        notes.push(format!(
-            "{} has no {CLEAN_SHUTDOWN_FILE}: the broker did not stop cleanly and will recover its partitions from \
-             their recovery points at start (promoted partitions need none)",
-            log_dir.display()
-        ));
     }
-    let staging = log_dir.join(PROMOTION_DIR);
-    let mut resumed: BTreeMap<TopicPartition, PromotedPartition> = BTreeMap::new();
-    let mut link_from_journal = None;
-    // Only with the log dir's lock: an interrupted promotion is finished (or its leftovers removed) by the process
-    // that holds it.
-    if lock.is_some() {
-        if let Some(journal) = read_journal(&staging)? {
+    let mut notes = Vec::new();
+    for log_dir in locks.dirs() {
+        if !log_dir.join(CLEAN_SHUTDOWN_FILE).exists() {
             notes.push(format!(
-                "finished an interrupted promotion of {} partition(s) of link {:?}",
-                journal.partitions.len(),
-                journal.link
+                "{} has no {CLEAN_SHUTDOWN_FILE}: the broker did not stop cleanly and will recover its partitions \
+                 from their recovery points at start (promoted partitions need none)",
+                log_dir.display()
             ));
-            let kill = KillSwitch::of(request);
-            for p in execute(
-                &journal,
-                log_dir,
-                catalog,
-                hook,
-                Outcome::Resumed,
-                request.parallel,
-                kill,
-            )? {
-                resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
+        }
+    }
+    let mut resumed: BTreeMap<TopicPartition, PromotedPartition> = BTreeMap::new();
+    let mut replica_reports = Vec::new();
+    let mut link_from_journal = None;
+    // Only with every log dir's lock: an interrupted promotion is finished (or its leftovers removed) by the
+    // process that holds them.
+    if all_locked {
+        let mut finished: Vec<Journal> = Vec::new();
+        for log_dir in &log_dirs {
+            let staging = log_dir.join(PROMOTION_DIR);
+            if let Some(journal) = read_journal(&staging)? {
+                if finished.contains(&journal) {
+                    continue;
+                }
+                // A log dir of the interrupted promotion the request does not name is locked too.
+                for (dir, _) in journal.per_log_dir(log_dir) {
+                    if !locks.acquire(&dir, &mut refusals)? {
+                        return Err(Error::Refused { refusals });
+                    }
+                }
+                notes.push(format!(
+                    "finished an interrupted promotion of {} partition(s) of link {:?}",
+                    journal.partitions.len(),
+                    journal.link
+                ));
+                let kill = KillSwitch::of(request);
+                let executed = execute(
+                    &journal,
+                    log_dir,
+                    catalog,
+                    hook,
+                    Outcome::Resumed,
+                    request.parallel,
+                    kill,
+                )?;
+                for p in executed.partitions {
+                    resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
+                }
+                replica_reports.extend(executed.log_dirs);
+                link_from_journal = Some(journal.link.clone());
+                finished.push(journal);
+            } else if staging.exists() {
+                // A crash before the journal was durable (nothing of it was used) or after the log dir was
+                // recorded (nothing left to do).
+                remove_dir_all(&staging)?;
+                fsync_dir(log_dir)?;
             }
-            link_from_journal = Some(journal.link);
-        } else if staging.exists() {
-            // A crash before the journal was durable (nothing of it was used) or after the promotion was recorded
-            // (nothing left to do).
-            remove_dir_all(&staging)?;
-            fsync_dir(log_dir)?;
         }
     }
 
@@ -296,7 +329,8 @@ pub(crate) fn promote_with(
     }
 
     let mut report = PromoteReport {
-        log_dir: log_dir.to_path_buf(),
+        log_dir: request.log_dir.clone(),
+        log_dirs: replica_reports,
         link: link.clone(),
         partitions: Vec::new(),
         notes,
@@ -332,18 +366,24 @@ pub(crate) fn promote_with(
             link: link.clone(),
             mirror_root: request.mirror_root.clone(),
             partitions: planned,
+            replicas: plan.replicas,
         };
-        write_journal(&journal, log_dir, &staging)?;
+        // One plan, journaled into every log dir before anything is built: a rerun finds it in any of them.
+        for replica in &journal.replicas {
+            write_journal(&journal, &replica.log_dir, &replica.log_dir.join(PROMOTION_DIR))?;
+        }
         hook(Step::Journaled);
-        report.partitions.extend(execute(
+        let executed = execute(
             &journal,
-            log_dir,
+            &request.log_dir,
             catalog,
             hook,
             Outcome::Promoted,
             request.parallel,
             KillSwitch::of(request),
-        )?);
+        )?;
+        report.partitions.extend(executed.partitions);
+        report.log_dirs.extend(executed.log_dirs);
     }
     if !refusals.is_empty() {
         return Err(Error::Refused { refusals });
@@ -351,6 +391,36 @@ pub(crate) fn promote_with(
     report
         .partitions
         .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-    drop(lock);
+    drop(locks);
     Ok(report)
+}
+
+/// The log dirs' locks a run holds.
+#[derive(Default)]
+struct Locks(Vec<(std::path::PathBuf, LogDirLock)>);
+
+impl Locks {
+    /// Take `log_dir`'s lock unless held already: `false` (and a refusal) when its broker runs.
+    fn acquire(&mut self, log_dir: &std::path::Path, refusals: &mut Vec<Refusal>) -> Result<bool> {
+        if self.0.iter().any(|(d, _)| d == log_dir) {
+            return Ok(true);
+        }
+        match LogDirLock::try_acquire(log_dir) {
+            Ok(lock) => {
+                self.0.push((log_dir.to_path_buf(), lock));
+                Ok(true)
+            }
+            Err(LockFailure::Held) => {
+                refusals.push(Refusal::BrokerRunning {
+                    lock_file: log_dir.join(segment_format::dir::LOCK_FILE),
+                });
+                Ok(false)
+            }
+            Err(LockFailure::Io(e)) => Err(e),
+        }
+    }
+
+    fn dirs(&self) -> impl Iterator<Item = &std::path::Path> {
+        self.0.iter().map(|(d, _)| d.as_path())
+    }
 }

@@ -14,7 +14,7 @@ use segment_format::{now_ms, TopicPartition};
 use segmirror_catalog::{Catalog, MirrorPartition, PartitionKey, PartitionState};
 
 use super::error::{Error, Result};
-use super::journal::{Planned, TailActive};
+use super::journal::{Planned, ReplicaDir, TailActive};
 use super::log_end::log_end;
 use super::refusal::Refusal;
 use super::retention::loss::RetentionLoss;
@@ -27,6 +27,11 @@ pub struct PromoteRequest {
     pub mirror_root: PathBuf,
     /// The stopped target broker's log dir (one entry of its `log.dirs`).
     pub log_dir: PathBuf,
+    /// Further stopped brokers' log dirs: the other replicas of the same partitions (`--log-dir` given several
+    /// times). One plan is installed into every log dir that holds a partition's directory, `log_dir` first and
+    /// these in order; with [`Handover::Rename`] a partition's files are renamed into the last of them and copied
+    /// into the others. Empty: `log_dir` only.
+    pub replica_log_dirs: Vec<PathBuf>,
     /// The catalog link; `None` when the catalog holds exactly one.
     pub link: Option<String>,
     /// Topics to promote; `None` = every topic of the link. Build it with [`topics_regex`] so that it must match
@@ -87,6 +92,15 @@ impl std::str::FromStr for Handover {
 /// a CPU busy checking headers, few enough not to turn one sequential copy into many competing ones.
 pub const DEFAULT_PARALLEL: usize = 4;
 
+impl PromoteRequest {
+    /// Every log dir of the request, `log_dir` first.
+    pub fn log_dirs(&self) -> Vec<PathBuf> {
+        std::iter::once(self.log_dir.clone())
+            .chain(self.replica_log_dirs.iter().cloned())
+            .collect()
+    }
+}
+
 /// A topic selection that matches whole topic names only (`orders` does not select `orders-eu`), as Kafka's own
 /// topic regexes (`topics.regex`) are used.
 pub fn topics_regex(pattern: &str) -> std::result::Result<Regex, regex::Error> {
@@ -96,6 +110,8 @@ pub fn topics_regex(pattern: &str) -> std::result::Result<Regex, regex::Error> {
 /// What planning found: the partitions to promote, and what an operator should know.
 pub(super) struct Plan {
     pub(super) planned: Vec<Planned>,
+    /// Each log dir of the request with the partitions it gets (every log dir holding the partition's directory).
+    pub(super) replicas: Vec<ReplicaDir>,
     pub(super) notes: Vec<String>,
     /// What the target's retention will delete (refused unless `allow_retention_delete`).
     pub(super) retention_deletes: Vec<RetentionLoss>,
@@ -113,7 +129,18 @@ pub(super) fn plan(
     let mut planned = Vec::new();
     let mut notes = Vec::new();
     let mut retention_deletes = Vec::new();
-    let target = target::TargetLogDir::open(&request.log_dir)?;
+    let log_dirs = request.log_dirs();
+    let targets = log_dirs
+        .iter()
+        .map(|d| target::TargetLogDir::open(d))
+        .collect::<Result<Vec<_>>>()?;
+    let mut replicas: Vec<ReplicaDir> = log_dirs
+        .iter()
+        .map(|d| ReplicaDir {
+            log_dir: d.clone(),
+            partitions: Vec::new(),
+        })
+        .collect();
     let settings = match retention::TargetSettings::load(&request.log_dir, request.target_config.as_deref()) {
         Ok(settings) => Some(settings),
         // The operator named this file: a refusal (retention is not judged without it), not a guess.
@@ -130,7 +157,15 @@ pub(super) fn plan(
     let mut retentions = BTreeMap::new();
     for topic in &topics {
         let mirror_partitions = all.iter().filter(|p| p.key.topic == *topic).count();
-        let target_partitions = target.partition_count(topic);
+        // With replicas, a broker holds only the partitions assigned to it: together they must hold every one.
+        let target_partitions = match targets.as_slice() {
+            [one] => one.partition_count(topic),
+            several => several
+                .iter()
+                .flat_map(|t| t.partitions_of(topic).iter().copied())
+                .collect::<BTreeSet<i32>>()
+                .len(),
+        };
         if mirror_partitions != target_partitions {
             refusals.push(Refusal::PartitionCountMismatch {
                 topic: topic.to_string(),
@@ -162,11 +197,47 @@ pub(super) fn plan(
         } else {
             None
         };
-        let found = target.inspect_partition(&tp, request.force, refusals)?;
+        // Installed into every log dir holding the partition's directory (Kafka creates it on each replica); with
+        // none, the first log dir's refusal names what is missing.
+        let mut holders: Vec<usize> = (0..targets.len()).filter(|i| targets[*i].holds(&tp)).collect();
+        if holders.is_empty() {
+            holders.push(0);
+        }
+        let mut found: Option<target::TargetFacts> = None;
+        let mut replica_ids: Vec<(PathBuf, String)> = Vec::new();
+        let mut every_replica = true;
+        for i in &holders {
+            match targets[*i].inspect_partition(&tp, request.force, refusals)? {
+                Some(facts) => {
+                    replica_ids.push((log_dirs[*i].clone(), facts.topic_id.to_string()));
+                    // The highest epoch any replica led in: every replica gets the same bytes, and no replica's
+                    // epoch cache is ahead of them.
+                    found = Some(match found {
+                        Some(f) if f.leader_epoch >= facts.leader_epoch => f,
+                        _ => facts,
+                    });
+                }
+                None => every_replica = false,
+            }
+        }
+        if replica_ids
+            .iter()
+            .any(|(_, id)| replica_ids.first().is_some_and(|(_, first)| first != id))
+        {
+            refusals.push(Refusal::ReplicaTopicIdsDiffer {
+                partition: tp.clone(),
+                ids: replica_ids,
+            });
+            every_replica = false;
+        }
+        let found = found.filter(|_| every_replica);
         if let Some(found) = &found {
             ids.entry(tp.topic.clone())
                 .or_default()
                 .insert(tp.partition, found.topic_id.to_string());
+            for i in &holders {
+                replicas[*i].partitions.push(tp.dir_name());
+            }
         }
         let Some(mirror) = mirror else { continue };
         if let Some(r) = retentions.get(&tp.topic) {
@@ -255,12 +326,25 @@ pub(super) fn plan(
             }
         }
     }
-    let rename = decide_handover(request, all, todo, &mut notes, refusals)?;
+    // Renamed only into the last log dir that gets a partition: those must share the mirror's file system.
+    let rename_into: Vec<PathBuf> = replicas
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            r.partitions
+                .iter()
+                .any(|name| !replicas[i + 1..].iter().any(|l| l.partitions.contains(name)))
+        })
+        .map(|(_, r)| r.log_dir.clone())
+        .collect();
+    let rename = decide_handover(request, &rename_into, all, todo, &mut notes, refusals)?;
     for p in &mut planned {
         p.handover = rename;
     }
+    replicas.retain(|r| !r.partitions.is_empty());
     Ok(Plan {
         planned,
+        replicas,
         notes,
         retention_deletes,
     })
@@ -270,6 +354,7 @@ pub(super) fn plan(
 /// file systems, a note when `Auto` copies.
 fn decide_handover(
     request: &PromoteRequest,
+    rename_into: &[PathBuf],
     all: &[MirrorPartition],
     todo: &[MirrorPartition],
     notes: &mut Vec<String>,
@@ -278,14 +363,19 @@ fn decide_handover(
     if request.handover == Handover::Copy {
         return Ok(false);
     }
-    let same_fs = same_file_system(&request.mirror_root, &request.log_dir)?;
-    if request.handover == Handover::Rename {
-        if !same_fs {
-            refusals.push(Refusal::HandoverAcrossFileSystems {
-                mirror_root: request.mirror_root.clone(),
-                log_dir: request.log_dir.clone(),
-            });
+    let mut same_fs = true;
+    for log_dir in rename_into {
+        if !same_file_system(&request.mirror_root, log_dir)? {
+            same_fs = false;
+            if request.handover == Handover::Rename {
+                refusals.push(Refusal::HandoverAcrossFileSystems {
+                    mirror_root: request.mirror_root.clone(),
+                    log_dir: log_dir.clone(),
+                });
+            }
         }
+    }
+    if request.handover == Handover::Rename {
         return Ok(same_fs);
     }
     let left_mirroring = all

@@ -21,6 +21,14 @@ pub enum Refusal {
     BrokerRunning { lock_file: PathBuf },
     /// The target has no `meta.properties`: not a formatted Kafka log dir.
     NotALogDir { log_dir: PathBuf },
+    /// The same log dir was named twice (`--log-dir`): it would get the partitions twice.
+    DuplicateLogDir { log_dir: PathBuf },
+    /// The replicas' log dirs carry different topic ids for one partition (they are not one target cluster's
+    /// replicas of one topic).
+    ReplicaTopicIdsDiffer {
+        partition: TopicPartition,
+        ids: Vec<(PathBuf, String)>,
+    },
     /// The catalog holds no link, or several and none was chosen.
     NoLink { links: Vec<String> },
     /// `--link` names a link the catalog does not hold.
@@ -118,6 +126,16 @@ impl fmt::Display for Refusal {
                 f,
                 "{} has no {META_PROPERTIES_FILE}: not a formatted Kafka log dir",
                 log_dir.display()
+            ),
+            Refusal::DuplicateLogDir { log_dir } => write!(f, "log dir {} is named twice", log_dir.display()),
+            Refusal::ReplicaTopicIdsDiffer { partition, ids } => write!(
+                f,
+                "{partition}: the replicas' log dirs carry different topic ids ({}); name the log dirs of one \
+                 target cluster's brokers",
+                ids.iter()
+                    .map(|(dir, id)| format!("{}: {id}", dir.display()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Refusal::NoLink { links } if links.is_empty() => f.write_str("the catalog holds no link"),
             Refusal::NoLink { links } => write!(

@@ -50,12 +50,41 @@ pub struct PromotedPartition {
     /// Transactions open at the mirror's end, aborted by this promotion (an ABORT marker each, at
     /// `marker_offset`; `log_end_offset` counts the markers).
     pub transactions_aborted: Vec<CutTransaction>,
+    /// The broker log dirs that hold the promoted partition (replicas), in the order they were installed; empty for
+    /// `AlreadyPromoted` (the catalog's `promoted_replicas` lists them).
+    pub log_dirs: Vec<PathBuf>,
+}
+
+/// What happened in one log dir of a promotion into several replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaOutcome {
+    /// Installed by this run.
+    Installed,
+    /// An interrupted promotion into it was finished by this run.
+    Resumed,
+    /// An earlier run of the same interrupted promotion had finished it (same plan, so the same bytes); skipped.
+    FinishedEarlier,
+}
+
+/// One log dir of a promotion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplicaReport {
+    pub log_dir: PathBuf,
+    pub outcome: ReplicaOutcome,
+    /// Partitions it got.
+    pub partitions: usize,
+    /// Bytes of `.log` copied (or handed over) into it by this run.
+    pub log_bytes: u64,
 }
 
 /// What a promotion did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PromoteReport {
+    /// The first log dir of the request.
     pub log_dir: PathBuf,
+    /// Every log dir this run installed into, finished or found finished (replicas), in order.
+    pub log_dirs: Vec<ReplicaReport>,
     pub link: String,
     pub partitions: Vec<PromotedPartition>,
     /// Things an operator should know that are not failures.
@@ -91,5 +120,6 @@ pub(super) fn already_promoted(p: &MirrorPartition) -> PromotedPartition {
         batches_restamped: 0,
         handed_over: false,
         transactions_aborted: Vec::new(),
+        log_dirs: Vec::new(),
     }
 }

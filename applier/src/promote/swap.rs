@@ -16,39 +16,156 @@ use super::build::{build, staged, OLD, READY};
 use super::error::{Error, Result};
 use super::files::{remove_dir_all, remove_file, rename};
 use super::handover::KillSwitch;
-use super::journal::{Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
+use super::journal::{read_journal, write_journal, Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
 use super::plan::DEFAULT_PARALLEL;
-use super::report::{Outcome, PromotedPartition};
+use super::report::{Outcome, PromotedPartition, ReplicaOutcome, ReplicaReport};
 use super::target;
 
-/// Carry out a journaled promotion from whatever state the disk is in, building up to `parallel` partitions at
-/// once. Every step is idempotent.
+/// What [`execute`] did in each log dir, in the journal's order.
+pub(super) struct Executed {
+    /// Per partition, the first log dir's result (bytes and batches counted over every log dir).
+    pub(super) partitions: Vec<PromotedPartition>,
+    pub(super) log_dirs: Vec<ReplicaReport>,
+}
+
+/// Carry out a journaled promotion from whatever state the disk is in, log dir after log dir (replicas: every log
+/// dir the journal names, in its order; `found_in` for a journal written before replicas), building up to
+/// `parallel` partitions at once. Every step is idempotent.
+///
+/// Per log dir: build, swap, root checkpoints, then the catalog records the log dir for its partitions
+/// (`promoted_replicas`), and — in the last log dir only — marks every partition promoted; then that log dir's
+/// journal is removed. So a log dir without a journal whose partitions the catalog records in it is finished and
+/// skipped by a rerun; one without either never got its journal (a crash while the journals were written) and
+/// gets it now: the same plan, so the same bytes as the others.
 pub(super) fn execute(
     journal: &Journal,
-    log_dir: &Path,
+    found_in: &Path,
     catalog: &mut Catalog,
     hook: &mut dyn FnMut(Step),
     outcome: Outcome,
     parallel: usize,
     kill: KillSwitch<'_>,
-) -> Result<Vec<PromotedPartition>> {
-    let staging = log_dir.join(PROMOTION_DIR);
-    let results = build_all(journal, &staging, outcome, hook, parallel, kill)?;
-    // Every `.ready` name durable at once, before anything live changes.
-    fsync_dir(&staging)?;
-    swap_all(&journal.partitions, log_dir, &staging, hook)?;
-    target::write_root_checkpoints(log_dir, &journal.partitions)?;
-    hook(Step::Checkpointed);
-    for p in &journal.partitions {
-        record(catalog, &journal.link, p, log_dir)?;
+) -> Result<Executed> {
+    let dirs = journal.per_log_dir(found_in);
+    let mut merged: Vec<PromotedPartition> = Vec::new();
+    let mut log_dirs = Vec::new();
+    let mut earlier = Vec::new();
+    for (i, (log_dir, sub)) in dirs.iter().enumerate() {
+        let last = i + 1 == dirs.len();
+        let staging = log_dir.join(PROMOTION_DIR);
+        let ids = sub
+            .partitions
+            .iter()
+            .map(|p| {
+                catalog
+                    .partition(&PartitionKey::of(&journal.link, &p.tp()))
+                    .map(|row| row.id)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let name = log_dir.display().to_string();
+        match read_journal(&staging)? {
+            Some(found) if found != *journal => {
+                return Err(Error::io(
+                    staging.join(JOURNAL_FILE),
+                    std::io::Error::other(
+                        "the journal of another promotion: run promote with this log dir alone to finish it first",
+                    ),
+                ))
+            }
+            Some(_) => {}
+            None => {
+                let mut finished = true;
+                for id in &ids {
+                    finished &= catalog.promoted_replicas(*id)?.contains(&name);
+                }
+                if finished {
+                    earlier.push((
+                        log_dir.clone(),
+                        sub.partitions.iter().map(Planned::tp).collect::<Vec<_>>(),
+                    ));
+                    log_dirs.push(ReplicaReport {
+                        log_dir: log_dir.clone(),
+                        outcome: ReplicaOutcome::FinishedEarlier,
+                        partitions: sub.partitions.len(),
+                        log_bytes: 0,
+                    });
+                    continue;
+                }
+                if staging.exists() {
+                    remove_dir_all(&staging)?;
+                }
+                write_journal(journal, log_dir, &staging)?;
+            }
+        }
+        let results = build_all(sub, &staging, outcome, hook, parallel, kill)?;
+        // Every `.ready` name durable at once, before anything live changes.
+        fsync_dir(&staging)?;
+        swap_all(&sub.partitions, log_dir, &staging, hook)?;
+        target::write_root_checkpoints(log_dir, &sub.partitions)?;
+        hook(Step::Checkpointed);
+        catalog.record_promoted_replicas(&ids, &name)?;
+        if last {
+            for p in &journal.partitions {
+                record(
+                    catalog,
+                    &journal.link,
+                    p,
+                    journal.handed_over_to(p, found_in).as_deref(),
+                )?;
+            }
+            hook(Step::Recorded);
+        }
+        // The journal goes first: a staging directory without one holds nothing left to do.
+        remove_file(&staging.join(JOURNAL_FILE))?;
+        fsync_dir(&staging)?;
+        remove_dir_all(&staging)?;
+        fsync_dir(log_dir)?;
+        log_dirs.push(ReplicaReport {
+            log_dir: log_dir.clone(),
+            outcome: match outcome {
+                Outcome::Resumed => ReplicaOutcome::Resumed,
+                _ => ReplicaOutcome::Installed,
+            },
+            partitions: sub.partitions.len(),
+            log_bytes: results.iter().map(|r| r.log_bytes).sum(),
+        });
+        for mut r in results {
+            r.log_dirs = vec![log_dir.clone()];
+            match merged
+                .iter_mut()
+                .find(|m| m.topic == r.topic && m.partition == r.partition)
+            {
+                Some(m) => {
+                    m.log_bytes += r.log_bytes;
+                    m.batches_restamped += r.batches_restamped;
+                    m.handed_over |= r.handed_over;
+                    m.log_dirs.extend(r.log_dirs);
+                }
+                None => merged.push(r),
+            }
+        }
+        if !last {
+            hook(Step::ReplicaInstalled(log_dir.clone()));
+        }
     }
-    hook(Step::Recorded);
-    // The journal goes first: a staging directory without one holds nothing left to do.
-    remove_file(&staging.join(JOURNAL_FILE))?;
-    fsync_dir(&staging)?;
-    remove_dir_all(&staging)?;
-    fsync_dir(log_dir)?;
-    Ok(results)
+    // A partition of a log dir finished earlier still belongs to the report.
+    for p in &journal.partitions {
+        if !merged.iter().any(|m| m.topic == p.topic && m.partition == p.partition) {
+            merged.push(super::build::planned_result(p, outcome));
+        }
+    }
+    for (log_dir, tps) in earlier {
+        for m in merged
+            .iter_mut()
+            .filter(|m| tps.iter().any(|tp| tp.topic == m.topic && tp.partition == m.partition))
+        {
+            m.log_dirs.push(log_dir.clone());
+        }
+    }
+    Ok(Executed {
+        partitions: merged,
+        log_dirs,
+    })
 }
 
 /// Build every journaled partition (`build`), `parallel` at a time (at least one, at most one per partition), in
@@ -181,21 +298,23 @@ fn swap_all(partitions: &[Planned], log_dir: &Path, staging: &Path, hook: &mut d
     Ok(())
 }
 
-/// Mark the partition promoted in the catalog, with the target topic id.
-fn record(catalog: &mut Catalog, link: &str, p: &Planned, log_dir: &Path) -> Result<()> {
+/// Mark the partition promoted in the catalog, with the target topic id (and the log dir its files were handed over
+/// to, if they were).
+fn record(catalog: &mut Catalog, link: &str, p: &Planned, handed_over_to: Option<&Path>) -> Result<()> {
     let key = PartitionKey::of(link, &p.tp());
     let row = catalog.partition(&key)?;
     if row.state == PartitionState::Promoted {
         return Ok(());
     }
     catalog.set_mirror_topic_id(row.id, &p.target_topic_id)?;
-    if p.handover {
-        catalog.set_handed_over(row.id, &log_dir.display().to_string())?;
+    if let Some(dir) = handed_over_to {
+        catalog.set_handed_over(row.id, &dir.display().to_string())?;
     }
+    let dirs = catalog.promoted_replicas(row.id)?;
     let detail = format!(
         "promoted into {}: offsets [{}, {}), {} segment(s), leader epoch restamped to {}, target topic id {} \
          (state before promotion: {}); producer state starts empty at offset {}",
-        log_dir.display(),
+        dirs.join(", "),
         p.log_start_offset,
         p.end_offset(),
         p.segments.len(),

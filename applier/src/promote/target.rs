@@ -52,6 +52,16 @@ impl TargetLogDir {
         })
     }
 
+    /// The partition numbers of `topic` with a directory in this log dir.
+    pub fn partitions_of(&self, topic: &str) -> &[i32] {
+        self.partitions.get(topic).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether this log dir holds a directory for `tp` (its broker is a replica of it).
+    pub fn holds(&self, tp: &TopicPartition) -> bool {
+        self.partitions_of(&tp.topic).contains(&tp.partition)
+    }
+
     /// Partition directories of `topic` in this log dir.
     pub fn partition_count(&self, topic: &str) -> usize {
         self.partitions.get(topic).map_or(0, Vec::len)

@@ -22,7 +22,7 @@ use segment_format::writer::{
 };
 use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
 
-use super::journal::{Planned, TailActive};
+use super::journal::{Planned, ReplicaDir, TailActive};
 use super::*;
 
 const LINK: &str = "l";
@@ -73,9 +73,10 @@ fn write_mirror_partition(root: &Path, partition: i32) -> WrittenPartition {
 }
 
 /// An empty partition as the target broker leaves it after creating the topic and leading it in `TARGET_EPOCH`.
-fn write_target_partition(root: &Path, topic: &str, partition: i32, id: Uuid) -> WrittenPartition {
+/// An empty target partition last led in `epoch`.
+fn write_target_partition_at(root: &Path, topic: &str, partition: i32, id: Uuid, epoch: i32) -> WrittenPartition {
     let mut w = PartitionWriter::create(root, topic, partition, 0, config(id)).unwrap();
-    w.become_leader(TARGET_EPOCH);
+    w.become_leader(epoch);
     w.close().unwrap()
 }
 
@@ -144,51 +145,7 @@ pub(super) fn fixture_with(write: impl Fn(&Path, i32) -> WrittenPartition, start
     let mirror = dir.path().join("mirror");
     let target = dir.path().join("target");
     let written: Vec<WrittenPartition> = (0..2).map(|p| write(&mirror, p)).collect();
-    let mut in_target: Vec<WrittenPartition> = (0..2)
-        .map(|p| write_target_partition(&target, TOPIC, p, TARGET_ID))
-        .collect();
-    // Another topic the broker owns: promotion must leave it and its checkpoint entries alone.
-    let mut other = PartitionWriter::create(&target, "other", 0, 0, config(Uuid([3; 16]))).unwrap();
-    other.become_leader(5);
-    other
-        .append(
-            BatchBuilder::new(0)
-                .partition_leader_epoch(5)
-                .record(RecordSpec::new(0, 5).with_value("x")),
-        )
-        .unwrap();
-    in_target.push(other.close().unwrap());
-    let identity = LogDirIdentity {
-        cluster_id: Uuid([4; 16]).to_string(),
-        node_id: 1,
-        directory_id: Uuid([5; 16]),
-    };
-    write_log_dir_files(
-        &target,
-        &identity,
-        &in_target,
-        LogDirState::CleanShutdown { broker_epoch: 9 },
-    )
-    .unwrap();
-    // The source's timestamps are old: the fixture's target keeps data forever (tests of retention change it).
-    write_target_metadata(&target, &[("retention.ms", "-1")]);
-    // A stale cleaner entry for a promoted partition and a live one for `other`.
-    OffsetCheckpoint {
-        entries: vec![
-            OffsetCheckpointEntry {
-                topic: TOPIC.into(),
-                partition: 0,
-                offset: 0,
-            },
-            OffsetCheckpointEntry {
-                topic: "other".into(),
-                partition: 0,
-                offset: 1,
-            },
-        ],
-    }
-    .write(&target.join(CLEANER_OFFSET_CHECKPOINT_FILE))
-    .unwrap();
+    write_target(&target, 1, &[0, 1], TARGET_EPOCH);
     let mut catalog = Catalog::open_in_memory().unwrap();
     catalog
         .create_link(&LinkSpec {
@@ -207,6 +164,57 @@ pub(super) fn fixture_with(write: impl Fn(&Path, i32) -> WrittenPartition, start
         catalog,
         written,
     }
+}
+
+/// A target log dir as a stopped broker (`node_id`) leaves it after creating `orders` with the given partitions
+/// on it (last led in `epoch`) and another topic, with a metadata log and root checkpoints.
+pub(super) fn write_target(target: &Path, node_id: i32, partitions: &[i32], epoch: i32) {
+    let mut in_target: Vec<WrittenPartition> = partitions
+        .iter()
+        .map(|p| write_target_partition_at(target, TOPIC, *p, TARGET_ID, epoch))
+        .collect();
+    // Another topic the broker owns: promotion must leave it and its checkpoint entries alone.
+    let mut other = PartitionWriter::create(target, "other", 0, 0, config(Uuid([3; 16]))).unwrap();
+    other.become_leader(5);
+    other
+        .append(
+            BatchBuilder::new(0)
+                .partition_leader_epoch(5)
+                .record(RecordSpec::new(0, 5).with_value("x")),
+        )
+        .unwrap();
+    in_target.push(other.close().unwrap());
+    let identity = LogDirIdentity {
+        cluster_id: Uuid([4; 16]).to_string(),
+        node_id,
+        directory_id: Uuid([5; 16]),
+    };
+    write_log_dir_files(
+        target,
+        &identity,
+        &in_target,
+        LogDirState::CleanShutdown { broker_epoch: 9 },
+    )
+    .unwrap();
+    // The source's timestamps are old: the fixture's target keeps data forever (tests of retention change it).
+    write_target_metadata(target, &[("retention.ms", "-1")]);
+    // A stale cleaner entry for a promoted partition and a live one for `other`.
+    OffsetCheckpoint {
+        entries: vec![
+            OffsetCheckpointEntry {
+                topic: TOPIC.into(),
+                partition: 0,
+                offset: 0,
+            },
+            OffsetCheckpointEntry {
+                topic: "other".into(),
+                partition: 0,
+                offset: 1,
+            },
+        ],
+    }
+    .write(&target.join(CLEANER_OFFSET_CHECKPOINT_FILE))
+    .unwrap();
 }
 
 impl Fixture {
@@ -600,7 +608,16 @@ fn partitions_built_in_parallel_or_one_at_a_time_give_the_same_log_dir() {
             vec![TopicPartition::new(TOPIC, 0), TopicPartition::new(TOPIC, 1)],
             "parallel {parallel}: the hook sees every partition built once"
         );
-        states.push((report.partitions, target_state(&f.target)));
+        // The log dir's path differs between fixtures.
+        let partitions: Vec<PromotedPartition> = report
+            .partitions
+            .into_iter()
+            .map(|p| PromotedPartition {
+                log_dirs: Vec::new(),
+                ..p
+            })
+            .collect();
+        states.push((partitions, target_state(&f.target)));
     }
     assert_eq!(states[0], states[1]);
     assert_eq!(states[0], states[2]);
@@ -880,6 +897,10 @@ fn journal_round_trips() {
                 last_segment_bytes: Some(4096),
             }),
         }],
+        replicas: vec![ReplicaDir {
+            log_dir: PathBuf::from("/srv/kafka-2/logs"),
+            partitions: vec![format!("{TOPIC}-3")],
+        }],
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(JOURNAL_FILE), serde_json::to_vec(&journal).unwrap()).unwrap();
@@ -888,6 +909,7 @@ fn journal_round_trips() {
 }
 
 mod refusals;
+mod replicas;
 
 /// The mirror's segment files a promotion took (everything but the segments wholly below partition 1's log start
 /// offset, which stay in the mirror).

@@ -93,7 +93,9 @@ pub struct Args {
     /// A broker of the target cluster, HOST:PORT (PLAINTEXT listener).
     #[arg(long, value_name = "HOST:PORT", required_unless_present = "status")]
     bootstrap: Option<String>,
-    /// The target broker's log dir (one entry of its `log.dirs`).
+    /// The target broker's log dir (one entry of its `log.dirs`); once per broker for replicated topics (each
+    /// partition is installed into every named log dir that holds its directory, with the same bytes; the
+    /// stop-brokers step waits for every one's `.lock`).
     #[arg(long = "log-dir", value_name = "DIR", required_unless_present = "status")]
     log_dirs: Vec<PathBuf>,
     /// Run this command (sh -c) to stop the target brokers; without it, the command asks and waits.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest};
+use segmirror_applier::promote::{self, Outcome, PromoteReport, PromoteRequest, ReplicaOutcome};
 
 use crate::cli::catalog::{open_catalog_of_missing_mirror, open_mirror_catalog, CATALOG_HELP};
 use crate::cli::EXIT_USAGE_OR_IO;
@@ -37,9 +37,13 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     mirror: PathBuf,
     /// The target broker's log dir (one entry of its `log.dirs`). The broker must be stopped, and the topics must
-    /// exist there with as many partitions as the mirror (create them on the target cluster first).
-    #[arg(long, value_name = "DIR")]
-    log_dir: PathBuf,
+    /// exist there with as many partitions as the mirror (create them on the target cluster first). Give it once
+    /// per replica (each stopped broker's log dir) to install one plan into all of them: each partition goes into
+    /// every named log dir that holds its directory (the brokers the target cluster assigned it to), with the same
+    /// bytes (the highest leader epoch of all replicas); with --handover rename the mirror's files are renamed
+    /// into the last of them and copied into the others.
+    #[arg(long, value_name = "DIR", required = true)]
+    log_dir: Vec<PathBuf>,
     /// Promote only the topics whose whole name matches this regular expression (default: every topic of the
     /// link).
     #[arg(long, value_name = "REGEX")]
@@ -99,9 +103,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     // The rest: fields that exist only with the applier's `failpoints` feature (crash tests), never set here.
     #[allow(clippy::needless_update)]
+    let mut log_dirs = args.log_dir.into_iter();
+    let log_dir = log_dirs.next().context("--log-dir is required")?;
     let request = PromoteRequest {
         mirror_root: args.mirror,
-        log_dir: args.log_dir,
+        log_dir,
+        replica_log_dirs: log_dirs.collect(),
         link: args.link,
         topics,
         force: args.force,
@@ -197,12 +204,34 @@ fn print_text(report: &PromoteReport) {
             }
         }
     }
-    println!(
-        "{} partition(s) promoted into {} from link {:?}; start the broker",
-        report.changed(),
-        report.log_dir.display(),
-        report.link
-    );
+    for r in &report.log_dirs {
+        let what = match r.outcome {
+            ReplicaOutcome::Installed => "installed",
+            ReplicaOutcome::Resumed => "finished installing",
+            ReplicaOutcome::FinishedEarlier => "already finished by the interrupted run (same plan, same bytes)",
+        };
+        println!(
+            "log dir {}: {what}: {} partition(s), {} bytes",
+            r.log_dir.display(),
+            r.partitions,
+            r.log_bytes
+        );
+    }
+    if report.log_dirs.len() > 1 {
+        println!(
+            "{} partition(s) promoted into {} log dirs from link {:?}; start the brokers",
+            report.changed(),
+            report.log_dirs.len(),
+            report.link
+        );
+    } else {
+        println!(
+            "{} partition(s) promoted into {} from link {:?}; start the broker",
+            report.changed(),
+            report.log_dir.display(),
+            report.link
+        );
+    }
 }
 
 #[cfg(test)]
@@ -221,6 +250,14 @@ mod tests {
     fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
         let base = ["segmirror", "--mirror", "m", "--log-dir", "l"];
         Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
+    #[test]
+    fn log_dir_is_required_and_may_be_given_once_per_replica() {
+        assert_eq!(parse(&[]).unwrap().log_dir, [PathBuf::from("l")]);
+        let several = parse(&["--log-dir", "b", "--log-dir", "c"]).unwrap();
+        assert_eq!(several.log_dir, ["l", "b", "c"].map(PathBuf::from));
+        assert!(Cli::try_parse_from(["segmirror", "--mirror", "m"]).is_err());
     }
 
     #[test]
@@ -251,6 +288,7 @@ mod tests {
             batches_restamped: 1,
             handed_over: false,
             transactions_aborted: Vec::new(),
+            log_dirs: Vec::new(),
         };
         assert_eq!(
             cut_summary(&p),

@@ -118,18 +118,16 @@ fn topics(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<S
 
 /// The one place a failover builds its promotion (so the request's newer fields are wired here only).
 fn promote_request(args: &Args) -> anyhow::Result<PromoteRequest> {
-    let [log_dir] = args.log_dirs.as_slice() else {
-        bail!(
-            "{} --log-dir given: this version promotes into one log dir (one replica); give the log dir of the \
-             broker that holds the topics' partitions",
-            args.log_dirs.len()
-        );
+    // Every --log-dir is a replica's: each partition goes into every one that holds its directory.
+    let Some((log_dir, replicas)) = args.log_dirs.split_first() else {
+        bail!("no --log-dir given");
     };
     // The rest: fields that exist only with the applier's `failpoints` feature (crash tests), never set here.
     #[allow(clippy::needless_update)]
     Ok(PromoteRequest {
         mirror_root: args.mirror.clone(),
         log_dir: log_dir.clone(),
+        replica_log_dirs: replicas.to_vec(),
         link: Some(args.link.clone()),
         topics: None,
         force: false,
@@ -166,11 +164,29 @@ fn install(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
                     );
                 }
             }
+            for r in &report.log_dirs {
+                println!(
+                    "log dir {}: {:?}, {} partition(s), {} bytes",
+                    r.log_dir.display(),
+                    r.outcome,
+                    r.partitions,
+                    r.log_bytes
+                );
+            }
+            let dirs: Vec<String> = if report.log_dirs.is_empty() {
+                vec![report.log_dir.display().to_string()]
+            } else {
+                report
+                    .log_dirs
+                    .iter()
+                    .map(|r| r.log_dir.display().to_string())
+                    .collect()
+            };
             Ok(format!(
                 "{} partition(s) installed into {} ({} promoted by this run, {renamed} handed over by rename, \
                  {aborted} open transaction(s) aborted)",
                 report.partitions.len(),
-                report.log_dir.display(),
+                dirs.join(", "),
                 report.changed()
             ))
         }
