@@ -190,6 +190,14 @@ fn a_handover_skipping_settled_segments_leaves_the_same_log_dir_as_a_copy() {
     };
     let mut f = fixture_with(write, [0, 0]);
     assert!(f.written.iter().all(|w| w.segments.len() >= 4), "several segments");
+    // The mirror's checkpoints say what the segments hold: partition 0's are all settled, partition 1's first is.
+    let (zero, one) = (&f.written[0], &f.written[1]);
+    let settled = |w: &WrittenPartition, i: usize| {
+        let end = w.segments.get(i + 1).map_or(w.log_end_offset, |s| s.base_offset);
+        MirrorEpochs::read(&w.dir).single_epoch(w.segments[i].base_offset, end) == Some(TARGET)
+    };
+    assert!((0..zero.segments.len()).all(|i| settled(zero, i)));
+    assert!(settled(one, 0) && !settled(one, one.segments.len() - 1));
     let request = PromoteRequest {
         handover: Handover::Rename,
         ..f.promote_request()
