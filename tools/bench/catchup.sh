@@ -17,13 +17,15 @@
 #
 # Promote phase (issue 12; PROMOTE=0 skips it): after the catch-up runs, the mirror of the last run is promoted
 # (`segmirror promote --force`) into a fresh copy of a broker-shaped target log dir (generated once: topic `bulk`
-# with as many partitions, leader epoch 3 so that every batch is restamped, as a source's higher epochs are), RUNS
-# times, against `cp -r` of the mirror's partition dirs into a folder + `sync` in the same run, each from a cold page
-# cache (the catalog is restored from a copy taken after apply before each run). PROMOTE_COMPARE=path also times
+# with as many partitions, leader epoch $PROMOTE_EPOCH, default 3, so that every batch (the source's are epoch 0) is
+# restamped, as a source's higher epochs are; PROMOTE_EPOCH=0 promotes into the source's epoch: nothing to restamp,
+# and a rename handover walks no segment), RUNS times, against `cp -r` of the mirror's partition dirs into a folder +
+# `sync` in the same run, each from a cold page cache (the catalog is restored from a copy taken after apply before each run). PROMOTE_COMPARE=path also times
 # that binary's promote (e.g. a build of main) interleaved with the others; PROMOTE_PARALLEL=N passes --parallel N
-# (to binaries that have it). PROMOTE_HANDOVER=copy|rename|auto passes --handover to $SEGMIRROR's promote only (issue
-# 11 item 5); with rename or auto the mirror is restored from a copy kept beside it before each run (untimed, then the
-# page cache is dropped as for the others), since a handover takes the mirror's files. CATCHUP=0 skips the catch-up measurements (one untimed seed + apply makes the mirror).
+# (to binaries that have it). PROMOTE_HANDOVER=copy|rename|auto passes --handover to $SEGMIRROR's promote and to
+# PROMOTE_COMPARE's if it has the flag (issue 11 item 5); with rename or auto the mirror is restored from a copy kept
+# beside it before each run (untimed, then the page cache is dropped as for the others), since a handover takes the
+# mirror's files. CATCHUP=0 skips the catch-up measurements (one untimed seed + apply makes the mirror).
 #
 # Usage: tools/bench/catchup.sh [SIZE] [PARTITIONS] [--small-batches]     (defaults: 4GiB, 8 partitions)
 #   SIZE takes the suffixes segmirror generate takes (GiB, MiB). Data goes to $BENCH_DIR (default target/bench);
@@ -127,6 +129,7 @@ declare -a COPY SEED APPLY SYNC WHOLE NOOP
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 CATCHUP="${CATCHUP:-1}"
 PROMOTE="${PROMOTE:-1}"
+PROMOTE_EPOCH="${PROMOTE_EPOCH:-3}"
 if [ "$CATCHUP" = 0 ] && [ -f "$WORK/.mirror-complete" ] && [ -d "$MIRROR" ]; then
     echo "catch-up not measured (CATCHUP=0): the mirror of an earlier CATCHUP=0 run is reused" >&2
 elif [ "$CATCHUP" = 0 ]; then
@@ -181,7 +184,7 @@ MIRROR_BYTES=0
 promote_args() { # binary
     local args=(promote --mirror "$MIRROR" --log-dir "$PROMOTE_TARGET" --catalog "$PROMOTE_CATALOG" --force
         --allow-retention-delete)
-    if [ -n "${PROMOTE_HANDOVER:-}" ] && [ "$1" = "$BIN" ]; then
+    if [ -n "${PROMOTE_HANDOVER:-}" ] && { [ "$1" = "$BIN" ] || "$1" promote --help | grep -q -- '--handover'; }; then
         args+=(--handover "$PROMOTE_HANDOVER")
     fi
     if [ -n "${PROMOTE_PARALLEL:-}" ] && "$1" promote --help | grep -q -- '--parallel'; then
@@ -216,7 +219,7 @@ if [ "$PROMOTE" != 0 ]; then
     rm -rf "$PROMOTE_TEMPLATE"
     "$BIN" generate --out "$PROMOTE_TEMPLATE" --bulk-bytes 1KiB --partitions "${#PARTS[@]}" --seed 1 --no-fsync \
         > /dev/null 2>&1
-    for d in "$PROMOTE_TEMPLATE"/bulk-*; do printf '0\n1\n3 0\n' > "$d/leader-epoch-checkpoint"; done
+    for d in "$PROMOTE_TEMPLATE"/bulk-*; do printf '0\n1\n%s 0\n' "$PROMOTE_EPOCH" > "$d/leader-epoch-checkpoint"; done
     mapfile -t MIRROR_PARTS < <(find "$MIRROR" -mindepth 1 -maxdepth 1 -type d -name 'bulk-*' | sort)
     MIRROR_BYTES=$(du -sb --apparent-size "${MIRROR_PARTS[@]}" | awk '{ s += $1 } END { printf "%.0f\n", s }')
     SIZES_OF="$MIRROR"
@@ -315,8 +318,8 @@ fi
 if [ "$PROMOTE" != 0 ]; then
     echo
     echo "promote: the mirror ($(numfmt --to=iec-i --suffix=B "$MIRROR_BYTES") in ${#MIRROR_PARTS[@]} partition dir(s)) into a" \
-        "fresh target log dir, every batch restamped, median of $RUNS runs${PROMOTE_PARALLEL:+, --parallel $PROMOTE_PARALLEL}${PROMOTE_HANDOVER:+, --handover $PROMOTE_HANDOVER for $(basename "$BIN")}"
-    echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${PROMOTE_COMPARE:+PROMOTE_COMPARE=$PROMOTE_COMPARE }${PROMOTE_PARALLEL:+PROMOTE_PARALLEL=$PROMOTE_PARALLEL }${PROMOTE_HANDOVER:+PROMOTE_HANDOVER=$PROMOTE_HANDOVER }CATCHUP=$CATCHUP RUNS=$RUNS" \
+        "fresh target log dir at leader epoch $PROMOTE_EPOCH ($([ "$PROMOTE_EPOCH" = 0 ] && echo "no batch restamped" || echo "every batch restamped")), median of $RUNS runs${PROMOTE_PARALLEL:+, --parallel $PROMOTE_PARALLEL}${PROMOTE_HANDOVER:+, --handover $PROMOTE_HANDOVER}"
+    echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${PROMOTE_COMPARE:+PROMOTE_COMPARE=$PROMOTE_COMPARE }${PROMOTE_PARALLEL:+PROMOTE_PARALLEL=$PROMOTE_PARALLEL }${PROMOTE_HANDOVER:+PROMOTE_HANDOVER=$PROMOTE_HANDOVER }PROMOTE_EPOCH=$PROMOTE_EPOCH CATCHUP=$CATCHUP RUNS=$RUNS" \
         "tools/bench/catchup.sh $SIZE $PARTITIONS"
     echo
     BYTES="$MIRROR_BYTES" base_s=$(col 1 "${PCOPY[@]}")
@@ -324,7 +327,13 @@ if [ "$PROMOTE" != 0 ]; then
     echo "|------------------------------------------|--------|--------|---------|--------|--------------|"
     row "cp -r mirror partitions, sync (baseline)" "${PCOPY[@]}"
     row "$(basename "$BIN") promote${PROMOTE_HANDOVER:+ --handover $PROMOTE_HANDOVER} + sync" "${PROMOTED[@]}"
-    if [ -n "${PROMOTE_COMPARE:-}" ]; then row "$(basename "$PROMOTE_COMPARE") promote + sync" "${PROMOTED_CMP[@]}"; fi
+    if [ -n "${PROMOTE_COMPARE:-}" ]; then
+        cmp_args=$(promote_args "$PROMOTE_COMPARE" | grep -A1 -- '--handover' | tail -1 || true)
+        row "$(basename "$PROMOTE_COMPARE") promote${cmp_args:+ --handover $cmp_args} + sync" "${PROMOTED_CMP[@]}"
+        # The A/B this run is for: the compared binary's wall time over $SEGMIRROR's (> 1: $SEGMIRROR faster).
+        awk -v a="$(col 1 "${PROMOTED_CMP[@]}")" -v b="$(col 1 "${PROMOTED[@]}")" -v n="$(basename "$BIN")" \
+            -v m="$(basename "$PROMOTE_COMPARE")" 'BEGIN { if (b > 0) printf "\n%s promote is %.2fx %s'"'"'s speed (median wall %.2f s vs %.2f s)\n", n, a / b, m, b, a }'
+    fi
     echo
     echo "every run, wall s: copy $(walls "${PCOPY[@]}")| promote $(walls "${PROMOTED[@]}")${PROMOTE_COMPARE:+| compare $(walls "${PROMOTED_CMP[@]}")}"
 fi

@@ -21,8 +21,12 @@ use super::kcopy::restamp_in_place;
 use super::producer_state;
 use super::refusal::Refusal;
 use super::report::{Outcome, PromotedPartition};
-use super::restamp::{copy_log_restamping, LogWalk};
+use super::restamp::copy_log_restamping;
 use super::txn_cut;
+
+mod settled;
+
+use settled::MirrorEpochs;
 
 /// Suffix of a partition being built in staging.
 pub(super) const BUILDING: &str = "building";
@@ -85,13 +89,24 @@ pub(super) fn build(
     // files are copied even in a handover, so a rerun starts that segment again from the mirror's bytes.
     let limit = p.last_segment_limit();
     let copied_last = p.handover && (!p.cut.is_empty() || limit.is_some());
-    for base in &p.segments {
-        let is_last = p.segments.last() == Some(base);
+    // Read before any file moves; it stays in the mirror (`handover`), so a rerun reads the same.
+    let epochs = if p.handover {
+        MirrorEpochs::read(&source)
+    } else {
+        MirrorEpochs::default()
+    };
+    for (i, base) in p.segments.iter().enumerate() {
+        let is_last = i + 1 == p.segments.len();
         if p.handover && !(copied_last && is_last) {
-            let walk = hand_over_segment(&source, &building, *base, p.leader_epoch, kill)?;
-            result.log_bytes += walk.size;
-            result.batches_restamped += walk.restamped;
-            found_end = Some(walk.last_offset.map_or(*base, |o| o.saturating_add(1)));
+            // A segment wholly in the target's epoch needs no walk (`settled`); the tailed active segment holds
+            // bytes no install checked, so it is always walked.
+            let end = p.segments.get(i + 1).copied().unwrap_or(p.log_end_offset);
+            let tailed = p.tail_active.is_some_and(|t| t.segment_base == *base);
+            let settled = !tailed && epochs.single_epoch(*base, end) == Some(p.leader_epoch);
+            let done = hand_over_segment(&source, &building, *base, p.leader_epoch, settled, kill)?;
+            result.log_bytes += done.size;
+            result.batches_restamped += done.restamped;
+            found_end = Some(done.last_offset.map_or(*base, |o| o.saturating_add(1)));
             continue;
         }
         for kind in [
@@ -173,9 +188,27 @@ pub(super) fn build(
     Ok((result, true))
 }
 
+/// What handing over one segment did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HandedOver {
+    size: u64,
+    restamped: u64,
+    last_offset: Option<i64>,
+    /// Every header was walked (`false`: the segment was confirmed to be in the target's epoch, `settled`).
+    walked: bool,
+}
+
 /// Move one segment's files from the mirror partition `source` into `building` (what an earlier, interrupted run
-/// moved stays), then restamp its `.log` in place.
-fn hand_over_segment(source: &Path, building: &Path, base: i64, epoch: i32, kill: KillSwitch<'_>) -> Result<LogWalk> {
+/// moved stays), then restamp its `.log` in place — unless `settled` (the mirror's epochs put the whole segment in
+/// `epoch`) and `settled::confirm` agrees from the file's first and last batches.
+fn hand_over_segment(
+    source: &Path,
+    building: &Path,
+    base: i64,
+    epoch: i32,
+    settled: bool,
+    kill: KillSwitch<'_>,
+) -> Result<HandedOver> {
     for kind in [
         SegmentFileKind::Index,
         SegmentFileKind::TimeIndex,
@@ -198,9 +231,36 @@ fn hand_over_segment(source: &Path, building: &Path, base: i64, epoch: i32, kill
         }
         kill.renamed()?;
     }
-    let walk = restamp_in_place(&building.join(segment_file_name(base, SegmentFileKind::Log)), epoch)?;
+    let log = building.join(segment_file_name(base, SegmentFileKind::Log));
+    let confirmed = if settled {
+        settled::confirm(
+            &log,
+            &building.join(segment_file_name(base, SegmentFileKind::Index)),
+            base,
+            epoch,
+        )?
+    } else {
+        None
+    };
+    let done = match confirmed {
+        Some(s) => HandedOver {
+            size: s.size,
+            restamped: 0,
+            last_offset: s.last_offset,
+            walked: false,
+        },
+        None => {
+            let walk = restamp_in_place(&log, epoch)?;
+            HandedOver {
+                size: walk.size,
+                restamped: walk.restamped,
+                last_offset: walk.last_offset,
+                walked: true,
+            }
+        }
+    };
     kill.restamped()?;
-    Ok(walk)
+    Ok(done)
 }
 
 /// The tailed active segment's companions on the mirror are derived (`tail::companions`: index files not fsynced,

@@ -5,21 +5,26 @@
 //! bytes go from the mirror's page cache to the copy's without leaving the kernel, in chunks; after each chunk the
 //! headers of the frames now whole **in the copy** are checked exactly as [`inspect_frame`] checks them for the
 //! buffered copy (same errors at the same positions, naming the mirror file the bytes came from) and each magic-2
-//! batch's `partitionLeaderEpoch` (outside the batch CRC, see `restamp`) is patched through a shared mapping of
-//! the copy. Positions come only from the copy we own, never from the mirror after copying: a mirror file that
-//! changed under us cannot make us patch the wrong bytes. The headers lie in the page cache the copy just filled,
-//! so the walk costs a page-cache touch per batch, not a read.
+//! batch's `partitionLeaderEpoch` (outside the batch CRC, see `restamp`) is patched. Positions come only from the
+//! copy we own, never from the mirror after copying: a mirror file that changed under us cannot make us patch the
+//! wrong bytes.
+//!
+//! How the headers are read and patched ([`HeaderWalk`]): `pread` of a small window at each frame start (a whole
+//! run of small frames shares one window) and `pwrite` of only the changed bytes. Session 10 patched through a
+//! shared writable mapping of the copy instead; `perf` showed that mapping's page faults (a read and a write fault
+//! per header page, each write fault dirtying a mapped page that write-back then had to write-protect again) and the
+//! munmap of up to a GiB per file took most of promotion's CPU (4 CPU s for 2 GiB against `cp`'s 1), and its
+//! RSS counted every mapped page (970 MiB). Two small system calls per batch touch the same page-cache pages
+//! without mapping them. (See docs/BENCHMARKS.md, "promoteperf".)
 //!
 //! Write-back of each chunk is started (`sync_file_range`) once every header in it is patched — up to the page of
 //! the first frame not yet patched, so no page is written back and dirtied again — and the file is fsynced once.
 //! A file system without `copy_file_range` between these two files (EXDEV, ENOSYS, EINVAL, EOPNOTSUPP on the
 //! first call) gets the buffered one-pass copy (`restamp::copy_log_restamping_buffered`), which writes the same
 //! bytes.
-//!
-//! The mapping can fault (SIGBUS) only if the copy is truncated under us; it is a file of our own in promotion's
-//! staging directory, which nothing else writes while we hold the log dir's lock.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use segment_format::batch::RECORD_BATCH_OVERHEAD;
@@ -27,7 +32,7 @@ use segment_format::batch::RECORD_BATCH_OVERHEAD;
 use super::error::{Error, Result};
 use segment_format::durable::{read_sequentially, write_behind};
 
-use super::frames::{inspect_frame, partial_header, restamp_header, LogWalk};
+use super::frames::{inspect_frame, partial_header, restamp_header, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
 
 /// Bytes per `copy_file_range` call: each chunk's headers are patched and its write-back started before the next.
 pub(super) const KERNEL_CHUNK: usize = 8 << 20;
@@ -71,17 +76,10 @@ pub(super) fn copy_log_in_kernel(
         out.sync_all().map_err(|e| Error::io(to, e))?;
         return Ok(KernelCopy::Copied(walk));
     }
-    let Ok(len) = usize::try_from(size) else {
-        return Ok(KernelCopy::Unsupported);
-    };
     read_sequentially(&source);
     let chunk = chunk.max(1);
-    // The mapping needs the file at its final length: the copy fills it chunk by chunk from the start.
-    out.set_len(size).map_err(|e| Error::io(to, e))?;
-    // SAFETY: `out` is a file of our own in promotion's staging directory, open for reading and writing, and set
-    // to `size` bytes above; nothing else truncates it while the mapping lives (the log dir's lock is held).
-    let mut map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&out) }.map_err(|e| Error::io(to, e))?;
-    let (mut copied, mut next_frame, mut written_behind) = (0u64, 0u64, 0u64);
+    let mut headers = HeaderWalk::new(&out, to, from, size, epoch);
+    let (mut copied, mut written_behind) = (0u64, 0u64);
     while copied < size {
         let want = usize::try_from((size - copied).min(chunk as u64)).unwrap_or(chunk);
         let (mut off_in, mut off_out) = (copied, copied);
@@ -94,25 +92,18 @@ pub(super) fn copy_log_in_kernel(
                 ));
             }
             Ok(n) => copied += n as u64,
-            Err(e) if copied == 0 && unsupported(&e) => {
-                drop(map);
-                return Ok(KernelCopy::Unsupported);
-            }
+            Err(e) if copied == 0 && unsupported(&e) => return Ok(KernelCopy::Unsupported),
             Err(e) => return Err(Error::io(from, e)),
         }
-        patch_headers(&mut map, from, size, copied, epoch, &mut next_frame, &mut walk)?;
+        headers.patch_upto(copied, &mut walk)?;
         // Pages before the first unpatched header are final: start their write-back.
-        let settled = next_frame.min(copied) / PAGE * PAGE;
+        let settled = headers.next_frame.min(copied) / PAGE * PAGE;
         if settled > written_behind {
             write_behind(&out, written_behind, settled - written_behind);
             written_behind = settled;
         }
     }
-    if next_frame < size {
-        // Bytes at the end too few for the header of the frame starting there.
-        return Err(partial_header(from, next_frame, size - next_frame));
-    }
-    drop(map);
+    headers.finish()?;
     out.sync_all().map_err(|e| Error::io(to, e))?;
     Ok(KernelCopy::Copied(walk))
 }
@@ -133,34 +124,97 @@ pub(super) fn copy_length(from: &Path, file_size: u64, limit: Option<u64>) -> Re
     }
 }
 
-/// Check and restamp every frame from `*next_frame` whose header lies whole in `map[..upto]` (or ends the file of
-/// `size` bytes), advancing `*next_frame` past each; errors name `named` (the file the bytes came from).
-fn patch_headers(
-    map: &mut [u8],
-    named: &Path,
+/// Window read at a frame start while frames are large: one header (rounded up), a few bytes per batch.
+const HEADER_WINDOW: usize = 64;
+/// Window read while frames are small (average below [`SMALL_FRAMES`]): many headers per `pread`, and their
+/// patches written back with one `pwrite` of the changed span.
+const RUN_WINDOW: usize = 64 << 10;
+/// Average frame size below which a window holds a run of headers rather than one.
+const SMALL_FRAMES: u64 = 4 << 10;
+
+/// The frame-header walk over a file of our own (the copy, or a handed-over `.log`): each header read with `pread`,
+/// checked ([`inspect_frame`]) and its epoch patched with `pwrite` of the changed bytes only. Format errors name
+/// `named` (the file the bytes came from), I/O errors `path` (the file read and written).
+struct HeaderWalk<'a> {
+    file: &'a File,
+    path: &'a Path,
+    named: &'a Path,
     size: u64,
-    upto: u64,
     epoch: i32,
-    next_frame: &mut u64,
-    walk: &mut LogWalk,
-) -> Result<()> {
-    while *next_frame < upto {
-        let remaining = size - *next_frame;
-        let need = (RECORD_BATCH_OVERHEAD as u64).min(remaining);
-        if *next_frame + need > upto {
-            break;
+    /// Where the next frame starts.
+    next_frame: u64,
+    window: Vec<u8>,
+}
+
+impl<'a> HeaderWalk<'a> {
+    fn new(file: &'a File, path: &'a Path, named: &'a Path, size: u64, epoch: i32) -> Self {
+        HeaderWalk {
+            file,
+            path,
+            named,
+            size,
+            epoch,
+            next_frame: 0,
+            window: Vec::new(),
         }
-        let at = usize::try_from(*next_frame).unwrap_or(usize::MAX);
-        let header = map.get_mut(at..at.saturating_add(need as usize)).unwrap_or_default();
-        let frame = inspect_frame(named, *next_frame, remaining, header)?;
-        if frame.magic == 2 && restamp_header(header, epoch) {
-            walk.restamped += 1;
-        }
-        walk.frames += 1;
-        walk.last_offset = Some(frame.last_offset);
-        *next_frame += frame.size;
     }
-    Ok(())
+
+    /// Check and restamp every frame from `next_frame` whose header lies whole in the file's first `upto` bytes (or
+    /// ends the file), advancing `next_frame` past each.
+    fn patch_upto(&mut self, upto: u64, walk: &mut LogWalk) -> Result<()> {
+        while self.next_frame < upto {
+            let need = (RECORD_BATCH_OVERHEAD as u64).min(self.size - self.next_frame);
+            if self.next_frame + need > upto {
+                break;
+            }
+            let small = walk.frames > 0 && self.next_frame / walk.frames < SMALL_FRAMES;
+            let wanted = if small { RUN_WINDOW } else { HEADER_WINDOW } as u64;
+            // At least the header (`need` bytes fit below `upto`), at most what is copied.
+            let len = wanted.max(need).min(upto - self.next_frame) as usize;
+            let start = self.next_frame;
+            self.window.resize(len, 0);
+            self.file
+                .read_exact_at(&mut self.window, start)
+                .map_err(|e| Error::io(self.path, e))?;
+            // The span of the window changed by patches, written back at once.
+            let mut changed: Option<(usize, usize)> = None;
+            while self.next_frame < upto {
+                let remaining = self.size - self.next_frame;
+                let need = (RECORD_BATCH_OVERHEAD as u64).min(remaining) as usize;
+                let at = usize::try_from(self.next_frame - start).unwrap_or(usize::MAX);
+                let Some(header) = self.window.get_mut(at..at.saturating_add(need)) else {
+                    break;
+                };
+                let frame = inspect_frame(self.named, self.next_frame, remaining, header)?;
+                if frame.magic == 2 && restamp_header(header, self.epoch) {
+                    walk.restamped += 1;
+                    let field = (
+                        at + PARTITION_LEADER_EPOCH_OFFSET,
+                        at + PARTITION_LEADER_EPOCH_OFFSET + 4,
+                    );
+                    changed = Some(changed.map_or(field, |(a, _)| (a, field.1)));
+                }
+                walk.frames += 1;
+                walk.last_offset = Some(frame.last_offset);
+                self.next_frame += frame.size;
+            }
+            if let Some((a, b)) = changed {
+                let bytes = self.window.get(a..b).unwrap_or_default();
+                self.file
+                    .write_all_at(bytes, start + a as u64)
+                    .map_err(|e| Error::io(self.path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The walk reached the end of the file: bytes at the end too few for a header are an error.
+    fn finish(&self) -> Result<()> {
+        if self.next_frame < self.size {
+            return Err(partial_header(self.named, self.next_frame, self.size - self.next_frame));
+        }
+        Ok(())
+    }
 }
 
 /// Frames are walked this far with the kernel's default read-ahead before [`restamp_in_place`] judges their size.
@@ -170,8 +224,8 @@ const PROBE_BYTES: u64 = 1 << 20;
 const SPARSE_FRAMES: u64 = 16 << 10;
 
 /// Restamp the `.log` at `path` in place (a file handed over by rename, `build`): the same header checks and epoch
-/// patches as the copies, through a shared mapping, touching only the pages that hold headers; fsynced once when
-/// anything changed. Errors name `path`.
+/// patches as the copies ([`HeaderWalk`]), touching only the pages that hold headers; fsynced once when anything
+/// changed. Errors name `path`.
 pub(super) fn restamp_in_place(path: &Path, epoch: i32) -> Result<LogWalk> {
     let file = OpenOptions::new()
         .read(true)
@@ -186,28 +240,27 @@ pub(super) fn restamp_in_place(path: &Path, epoch: i32) -> Result<LogWalk> {
     if size == 0 {
         return Ok(walk);
     }
-    let len = usize::try_from(size).map_err(|_| Error::io(path, std::io::Error::other("file too large to map")))?;
-    // SAFETY: the file is ours (moved into promotion's staging directory, where nothing else writes while the log
-    // dir's lock is held); its length is not changed while the mapping lives.
-    let mut map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file) }.map_err(|e| Error::io(path, e))?;
-    let mut next_frame = 0u64;
-    let probe = size.min(PROBE_BYTES);
-    patch_headers(&mut map, path, size, probe, epoch, &mut next_frame, &mut walk)?;
-    if walk.frames > 0 && next_frame / walk.frames >= SPARSE_FRAMES {
-        // Only a hint: a failure leaves the default read-ahead.
-        let _ = map.advise(memmap2::Advice::Random);
+    let mut headers = HeaderWalk::new(&file, path, path, size, epoch);
+    headers.patch_upto(size.min(PROBE_BYTES), &mut walk)?;
+    if walk.frames > 0 && headers.next_frame / walk.frames >= SPARSE_FRAMES {
+        read_randomly(&file);
     }
-    patch_headers(&mut map, path, size, size, epoch, &mut next_frame, &mut walk)?;
-    if next_frame < size {
-        return Err(partial_header(path, next_frame, size - next_frame));
-    }
-    // fsync writes the pages dirtied through the mapping too.
-    drop(map);
+    headers.patch_upto(size, &mut walk)?;
+    headers.finish()?;
     if walk.restamped > 0 {
         file.sync_all().map_err(|e| Error::io(path, e))?;
     }
     Ok(walk)
 }
+
+/// Asks for no read-ahead on `file`. Only a hint: a failure leaves the default read-ahead.
+#[cfg(target_os = "linux")]
+fn read_randomly(file: &File) {
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_randomly(_: &File) {}
 
 #[cfg(target_os = "linux")]
 fn kernel_copy(source: &File, off_in: &mut u64, out: &File, off_out: &mut u64, len: usize) -> std::io::Result<usize> {
