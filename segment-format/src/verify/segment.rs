@@ -481,3 +481,55 @@ pub fn check_segment_observed(
         epoch_findings,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::scan_frames;
+    use crate::record::{BatchBuilder, RecordSpec};
+
+    /// `check_segment_observed` hands over every frame of the scan, in file order, as `scan_frames` yields them
+    /// (a frame with a bad CRC too, while the check reports it), and finds what `check_segment` finds.
+    #[test]
+    fn the_observer_sees_the_checked_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("00000000000000000000.log");
+        let mut bytes = Vec::new();
+        for base in 0..50i64 {
+            let b = BatchBuilder::new(base)
+                .record(RecordSpec::new(0, 1_000 + base).with_value(vec![base as u8; 900]))
+                .build();
+            bytes.extend(b);
+        }
+        let bad = scan_frames(&bytes, 0).nth(20).unwrap().unwrap().info;
+        bytes[(bad.position + bad.size - 5) as usize] ^= 1;
+        std::fs::write(&log, &bytes).unwrap();
+        let segment = SegmentFiles {
+            base_offset: 0,
+            log: log.clone(),
+            index: None,
+            time_index: None,
+            txn_index: None,
+        };
+        let options = VerifyOptions::default();
+        let mut seen = Vec::new();
+        let check = check_segment_observed(&segment, Some(50), TailPolicy::Sealed, &options, None, &mut |f| {
+            seen.push((f.info, f.computed_crc))
+        })
+        .unwrap();
+        let expected: Vec<_> = scan_frames(&bytes, 0)
+            .map(|f| f.unwrap())
+            .map(|f| (f.info, f.computed_crc))
+            .collect();
+        assert!(seen == expected, "the observer's frames differ from the iterator's");
+        let plain = check_segment(&segment, Some(50), TailPolicy::Sealed, &options).unwrap();
+        assert_eq!(check.findings, plain.findings);
+        assert_eq!(check.summary.batches, 50);
+        let crc = check.errors().next().unwrap();
+        assert!(matches!(crc.defect, Defect::CrcMismatch { .. }), "{crc:?}");
+        assert_eq!(
+            (crc.path.as_path(), crc.position),
+            (log.as_path(), Some(bad.position + 17))
+        );
+    }
+}
