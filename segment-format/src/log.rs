@@ -610,10 +610,11 @@ impl LogFile {
     ///
     /// The file is read [`CHUNK_BYTES`] at a time (128 KiB on one thread, growing
     /// for large frames). When the process may use two
-    /// CPUs, the CRCs of a file of [`PARALLEL_MIN_BYTES`] or more are computed
-    /// on two threads (the private `window` module says how) and the next chunk
-    /// is read while one is scanned; the frames still reach `f` one by one, in
-    /// file order, on the calling thread.
+    /// CPUs, the next chunk of a file of [`PARALLEL_MIN_BYTES`] or more is read
+    /// while one is scanned, and the CRCs of a chunk whose frames average
+    /// [`PARALLEL_MIN_MEAN_FRAME_BYTES`] or more are computed on two threads (the
+    /// private `window` module says how); the frames still reach `f` one by one,
+    /// in file order, on the calling thread.
     pub fn scan<F>(&mut self, f: F) -> Result<ScanSummary, Error>
     where
         F: FnMut(&Frame<'_>) -> ControlFlow<()>,
@@ -677,7 +678,7 @@ impl LogFile {
                     let room = sizes.room;
                     scope.spawn(move || next.read(file, end, n, room))
                 });
-                let (s, stop) = if parallel {
+                let (s, stop) = if parallel && frames_are_large(current.bytes()) {
                     window::scan(
                         current.bytes(),
                         current.position,
@@ -819,6 +820,37 @@ where
 /// Files smaller than this (4 MiB) are scanned on one thread: starting the CRC
 /// helper costs tens of microseconds, about the CRC time of a few hundred KiB.
 pub const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Frames smaller than this on average (16 KiB), sampled at the start of a chunk, are scanned on the calling thread
+/// even in a file large enough for the CRC helper: the windowed scan walks the headers in a pass of their own (a
+/// cache miss each) and keeps ~150 bytes of metadata per frame, a cost per frame that on ~1 KiB batches made it
+/// 6-7x the one-thread scan in CPU (session 8), while the CRC of a small frame is too little work to be worth
+/// sharing. The next chunk is still read on the second thread while this one is scanned.
+pub const PARALLEL_MIN_MEAN_FRAME_BYTES: usize = 16 * 1024;
+
+/// Frames sampled at the start of a chunk to judge their size.
+const FRAME_SIZE_SAMPLE: usize = 16;
+
+/// Whether the frames at the start of `bytes` average at least [`PARALLEL_MIN_MEAN_FRAME_BYTES`], judged from
+/// their length fields only (nothing is checked here: the scan that follows reports any defect). A first frame
+/// that does not fit in `bytes` counts whole (a large frame), and bytes that do not frame count as large, so the
+/// windowed scan, which reports them exactly as the one-thread scan does, keeps what it handled before.
+fn frames_are_large(bytes: &[u8]) -> bool {
+    let mut position = 0usize;
+    let mut frames = 0usize;
+    while frames < FRAME_SIZE_SAMPLE {
+        let Some(head) = bytes.get(position..).filter(|rest| rest.len() >= LOG_OVERHEAD) else {
+            break;
+        };
+        let length = be_i32(head, 8);
+        if length < MIN_FRAME_LENGTH {
+            break;
+        }
+        position = position.saturating_add(LOG_OVERHEAD + length as usize);
+        frames += 1;
+    }
+    frames == 0 || position / frames >= PARALLEL_MIN_MEAN_FRAME_BYTES
+}
 
 std::thread_local! {
     /// Set by [`without_crc_helper`] on a thread that is one of several scanning at once.

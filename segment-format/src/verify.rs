@@ -20,7 +20,7 @@ use crate::dir::{
 use crate::error::{Defect, Error, IndexKind, ParseError};
 use crate::index::{OffsetIndexChecker, TimeIndexChecker, OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
 use crate::legacy;
-use crate::log::LogFile;
+use crate::log::{Frame, LogFile};
 use crate::open::MAX_SEGMENT_BYTES;
 use crate::partition_metadata::PartitionMetadata;
 use crate::record::{for_each_record, DeepLimits};
@@ -34,7 +34,7 @@ mod parallel;
 mod segment;
 
 use segment::verify_segment;
-pub use segment::{check_segment, check_segment_against_epochs, SegmentCheck};
+pub use segment::{check_segment, check_segment_against_epochs, check_segment_observed, SegmentCheck};
 
 /// How deep and how strict a verification is.
 #[derive(Debug, Clone, Default)]

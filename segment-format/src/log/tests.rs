@@ -564,6 +564,117 @@ fn one_thread_chunks_grow_for_large_frames_only() {
     assert_eq!((sizes.chunk, sizes.room), (CHUNK_BYTES, CARRY_ROOM));
 }
 
+/// The windowed two-thread scan is taken only for chunks whose first frames average 16 KiB or more.
+#[test]
+fn the_helper_is_for_large_frames_only() {
+    let small: Vec<u8> = (0..40)
+        .flat_map(|i| {
+            BatchBuilder::new(i)
+                .record(RecordSpec::new(0, 1).with_value(vec![7; 900]))
+                .build()
+        })
+        .collect();
+    assert!(!frames_are_large(&small));
+    let large = BatchBuilder::new(0)
+        .record(RecordSpec::new(0, 1).with_value(vec![7; PARALLEL_MIN_MEAN_FRAME_BYTES]))
+        .build();
+    assert!(frames_are_large(&large));
+    // One large frame, cut by the chunk's end: large.
+    assert!(frames_are_large(&large[..100]));
+    // Small frames first, then large ones: judged on the sample at the start.
+    let mut mixed = small[..small.len() / 40 * 3].to_vec();
+    mixed.extend_from_slice(&large);
+    assert!(!frames_are_large(&mixed));
+    // Bytes that do not frame, and no bytes: left to the windowed scan, as before.
+    assert!(frames_are_large(&[0xff; 64]));
+    assert!(frames_are_large(&[]));
+    assert!(frames_are_large(&[0; 11]));
+}
+
+/// A file large enough for the helper but made of ~1 KiB batches (scanned on one thread, in the helper's chunk
+/// sizes), with large batches after them (scanned with the helper), one corrupt CRC in each part and a framing
+/// defect at the end: `LogFile::scan` yields exactly the iterator's frames and stops at the same defect, naming the
+/// file and the frame's position, both ways.
+#[test]
+fn large_files_of_small_batches_scan_as_the_iterator() {
+    both_ways(large_files_of_small_batches_scan_as_the_iterator_once);
+}
+
+fn large_files_of_small_batches_scan_as_the_iterator_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000000.log");
+    let mut seg = Vec::new();
+    let mut offset = 0i64;
+    let mut corrupt_at = Vec::new();
+    while (seg.len() as u64) < PARALLEL_MIN_BYTES + CHUNK_BYTES as u64 {
+        let mut b = BatchBuilder::new(offset)
+            .record(RecordSpec::new(0, 1).with_value(vec![(offset % 251) as u8; 860 + (offset % 7) as usize]))
+            .build();
+        if offset == 7_000 {
+            corrupt_at.push(seg.len() as u64);
+            let last = b.len() - 1;
+            b[last] ^= 0x40;
+        }
+        seg.extend(b);
+        offset += 1;
+    }
+    for i in 0..40 {
+        let mut b = BatchBuilder::new(offset)
+            .record(RecordSpec::new(0, 1).with_value(vec![i as u8; 100_000 + i]))
+            .build();
+        if i == 20 {
+            corrupt_at.push(seg.len() as u64);
+            b[5_000] ^= 1;
+        }
+        seg.extend(b);
+        offset += 1;
+    }
+    let bad_frame = seg.len() as u64;
+    let mut tail = batch(offset, Compression::None, 2);
+    tail[8..12].copy_from_slice(&3i32.to_be_bytes());
+    seg.extend_from_slice(&tail);
+    std::fs::write(&path, &seg).unwrap();
+
+    let mut it = scan_frames(&seg, 0);
+    let expected: Vec<_> = it
+        .by_ref()
+        .map_while(Result::ok)
+        .map(|f| (f.info, f.stored_crc, f.computed_crc))
+        .collect();
+    let mut seen = Vec::new();
+    let err = LogFile::open(&path)
+        .unwrap()
+        .scan(|f| {
+            seen.push((f.info, f.stored_crc, f.computed_crc));
+            ControlFlow::Continue(())
+        })
+        .unwrap_err();
+    assert_eq!(seen.len(), expected.len());
+    assert!(seen == expected, "the scan's frames differ from the iterator's");
+    let mismatched: Vec<u64> = seen
+        .iter()
+        .filter(|(_, stored, computed)| stored != computed)
+        .map(|(info, _, _)| info.position)
+        .collect();
+    assert_eq!(mismatched, corrupt_at);
+    assert_eq!(err.path(), path);
+    match err {
+        Error::Corrupt { position, .. } => assert_eq!(position, bad_frame),
+        other => panic!("{other:?}"),
+    }
+    assert!(err_text_names(&path, bad_frame));
+}
+
+/// The error a scan of `path` ends with names the file and the position.
+fn err_text_names(path: &Path, position: u64) -> bool {
+    let err = LogFile::open(path)
+        .unwrap()
+        .scan(|_| ControlFlow::Continue(()))
+        .unwrap_err();
+    let text = err.to_string();
+    text.contains(&path.display().to_string()) && text.contains(&position.to_string())
+}
+
 proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {

@@ -20,8 +20,12 @@
 //!   the partition writer uses ([`super::rebuild`]), in the form a clean shutdown leaves them
 //!   (trimmed, with the final time-index entry): the shipped prefix is then a
 //!   segment a broker can load as it is. Its `.txnindex` keeps the entries whose
-//!   abort marker is inside the prefix. The CRC-32C of the prefix is computed
-//!   during the rebuild scan and compared with what the upload read.
+//!   abort marker is inside the prefix. The indexes and the CRC-32C of the
+//!   prefix are built from the frames of the check's own scan
+//!   (`verify::check_segment_observed`): the `.log` is read once, not once for
+//!   the check and again for the rebuild. The CRC-32C is compared with what the
+//!   upload read: the guard for a prefix rewritten between the scan and the
+//!   upload.
 //!
 //! A check that fails while the files are changing is retried (a broker that
 //! rolls a segment trims and completes its indexes a moment after the new
@@ -36,12 +40,12 @@ use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
-use segment_format::verify::{check_segment, SegmentCheck, TailPolicy, VerifyOptions};
+use segment_format::verify::{check_segment, check_segment_observed, SegmentCheck, TailPolicy, VerifyOptions};
 use segment_format::{Defect, Error};
 use segmirror_transport::manifest::SegmentRange;
 
 use super::guard::{file_identity, is_not_found, mtime_ms, stamps, FileIdentity, Retry, Stamps, Verdict};
-use super::rebuild::rebuild;
+use super::rebuild::{rebuild, IndexRebuild};
 
 /// How segments are checked and indexes rebuilt.
 #[derive(Debug, Clone)]
@@ -362,20 +366,27 @@ pub fn bound_active(
         txn_index: segment.txn_index.clone(),
     };
     let mut retry = Retry::new();
-    let (file_len, check, identity) = loop {
+    let (file_len, check, identity, rebuilt) = loop {
         let identity = file_identity(&segment.log).map(|i| (i, std::time::SystemTime::now()));
         let before = stamps(&log_only, None);
-        let check = match check_segment(
+        // The indexes of the prefix are built from the check's own scan: every frame it yields is one the check
+        // counts in its summary, and a sound check has no frame with a bad CRC.
+        let mut rebuild = IndexRebuild::new(base, options.index_interval_bytes);
+        let check = match check_segment_observed(
             &log_only,
             None,
             TailPolicy::for_segment(true, options.verify.strict),
             &options.verify,
+            None,
+            &mut |frame| {
+                let _ = rebuild.push(&segment.log, frame);
+            },
         ) {
             Ok(c) => c,
             Err(e) => return changed_or(e),
         };
         if check.is_sound() {
-            break (before.log().map_or(0, |s| s.len), check, identity);
+            break (before.log().map_or(0, |s| s.len), check, identity, rebuild.finish());
         }
         // Appends never touch complete batches; a failure is corruption unless
         // the segment was truncated or replaced meanwhile (then the stamps moved
@@ -403,8 +414,9 @@ pub fn bound_active(
         Ok(m) => m,
         Err(e) => return changed_or(e),
     };
-    let rebuilt = match rebuild(&segment.log, base, prefix, options.index_interval_bytes)? {
+    let rebuilt = match rebuilt {
         Ok(r) if r.batches == stats.batches && r.end == prefix => r,
+        // Not reachable with a sound check (its frames are the ones indexed); kept as the rebuild's own guard.
         Ok(_) => {
             return Ok(Outcome::Changed(format!(
                 "{}: the verified batches changed before they were indexed",
@@ -432,7 +444,8 @@ pub fn bound_active(
         staging: Some(dir),
         // Only a prefix inside the identity's length is what the file held then (one past it was appended since).
         source_identity: identity.filter(|(i, _)| prefix <= i.len),
-        log_bytes_scanned: file_len.max(prefix).saturating_add(prefix),
+        // One pass: the check's scan, which built the indexes too.
+        log_bytes_scanned: file_len.max(prefix),
     })))
 }
 

@@ -9,11 +9,12 @@
 //! compares with what it read: the guard for a prefix that was rewritten
 //! between the scan and the upload.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use segment_format::crc_combine::PrefixCrc;
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
-use segment_format::log::LogFile;
+use segment_format::log::{Frame, LogFile};
 use segment_format::Error;
 
 use super::guard::is_not_found;
@@ -31,6 +32,69 @@ pub struct Rebuilt {
     pub batches: u64,
     /// End of the last batch indexed.
     pub end: u64,
+}
+
+/// The indexes and prefix CRC-32C of a run of frames, built one frame at a time: fed by [`rebuild`]'s own scan, or
+/// by the check's scan (`segment_format::verify::check_segment_observed`, what [`super::bound_active`] does, so the
+/// active segment is read once, not twice).
+#[derive(Debug)]
+pub struct IndexRebuild {
+    offset_index: OffsetIndexBuilder,
+    time_index: TimeIndexBuilder,
+    crc: PrefixCrc,
+    batches: u64,
+    end: u64,
+    /// Why the frames cannot be what was verified; nothing is taken after it.
+    problem: Option<String>,
+}
+
+impl IndexRebuild {
+    pub fn new(base: i64, index_interval_bytes: u64) -> IndexRebuild {
+        IndexRebuild {
+            offset_index: OffsetIndexBuilder::new(base, index_interval_bytes),
+            time_index: TimeIndexBuilder::new(base, index_interval_bytes),
+            crc: PrefixCrc::default(),
+            batches: 0,
+            end: 0,
+            problem: None,
+        }
+    }
+
+    /// Take the next frame of `log`: `Break` once a frame is refused (a CRC that does not match, an offset that
+    /// cannot be indexed), which [`IndexRebuild::finish`] then names.
+    pub fn push(&mut self, log: &Path, frame: &Frame<'_>) -> ControlFlow<()> {
+        if self.problem.is_some() {
+            return ControlFlow::Break(());
+        }
+        let info = &frame.info;
+        if let Some(defect) = frame.crc_defect() {
+            self.problem = Some(format!("{}: byte {}: {defect}", log.display(), frame.crc_position()));
+            return ControlFlow::Break(());
+        }
+        if let Err(e) = self.offset_index.push(info).and_then(|_| self.time_index.push(info)) {
+            self.problem = Some(e.at(log).to_string());
+            return ControlFlow::Break(());
+        }
+        self.crc.append(frame);
+        self.batches += 1;
+        self.end = info.position + info.size;
+        ControlFlow::Continue(())
+    }
+
+    /// The indexes of the frames taken (sealed, as after a roll or close), or why they are not usable.
+    pub fn finish(mut self) -> std::result::Result<Rebuilt, String> {
+        if let Some(problem) = self.problem {
+            return Err(problem);
+        }
+        self.time_index.seal();
+        Ok(Rebuilt {
+            offset_index: self.offset_index.to_bytes(),
+            time_index: self.time_index.to_bytes(),
+            crc32c: self.crc.value(),
+            batches: self.batches,
+            end: self.end,
+        })
+    }
 }
 
 /// Scan the batches that end within `prefix` bytes of `log` and build the
@@ -55,49 +119,23 @@ pub fn rebuild(
             file.len()
         )));
     }
-    let mut offset_index = OffsetIndexBuilder::new(base, index_interval_bytes);
-    let mut time_index = TimeIndexBuilder::new(base, index_interval_bytes);
-    let mut crc = PrefixCrc::default();
-    let mut batches = 0u64;
-    let mut end = 0u64;
-    let mut problem: Option<String> = None;
+    let mut rebuilt = IndexRebuild::new(base, index_interval_bytes);
     // A scan error after the prefix (the partial batch at the tail) is expected;
     // one inside it shows up as `end < prefix` below, except a truncation under
     // the scan, which is named.
     let scanned = file.scan(|frame| {
         let info = &frame.info;
         if info.position.saturating_add(info.size) > prefix {
-            return std::ops::ControlFlow::Break(());
+            return ControlFlow::Break(());
         }
-        if let Some(defect) = frame.crc_defect() {
-            problem = Some(format!("{}: byte {}: {defect}", log.display(), frame.crc_position()));
-            return std::ops::ControlFlow::Break(());
-        }
-        if let Err(e) = offset_index.push(info).and_then(|_| time_index.push(info)) {
-            problem = Some(e.at(log).to_string());
-            return std::ops::ControlFlow::Break(());
-        }
-        crc.append(frame);
-        batches += 1;
-        end = info.position + info.size;
-        std::ops::ControlFlow::Continue(())
+        rebuilt.push(log, frame)
     });
     if let Err(e) = scanned {
         if e.is_changed_while_read() {
             return Ok(Err(e.to_string()));
         }
     }
-    if let Some(problem) = problem {
-        return Ok(Err(problem));
-    }
-    time_index.seal();
-    Ok(Ok(Rebuilt {
-        offset_index: offset_index.to_bytes(),
-        time_index: time_index.to_bytes(),
-        crc32c: crc.value(),
-        batches,
-        end,
-    }))
+    Ok(rebuilt.finish())
 }
 
 #[cfg(test)]

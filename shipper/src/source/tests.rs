@@ -156,6 +156,55 @@ fn the_active_prefix_grows_between_two_bounds_and_never_includes_a_partial_batch
     }
 }
 
+/// The active segment is read once: the indexes and the prefix CRC-32C built from the check's own scan are exactly
+/// those a separate rebuild scan of the prefix (the path before) makes, and a batch with a bad CRC is still refused,
+/// naming the file and the CRC's position.
+#[test]
+fn the_active_segment_is_checked_and_indexed_in_one_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = running_partition(dir.path(), "orders", 300);
+    let view = view_of(&w.dir);
+    let active = view.active().unwrap();
+    let log = log_of(active);
+    append(&log, 300, true);
+    let file_len = std::fs::metadata(&log).unwrap().len();
+
+    let prepared = ready(bound_active(&active.files, None, &options()).unwrap());
+    let prefix = prepared.log_len();
+    assert!(prefix < file_len, "the partial batch is left out");
+    assert_eq!(prepared.log_bytes_scanned, file_len, "one pass over the .log");
+    let separate = rebuild::rebuild(&log, 0, prefix, INDEX_INTERVAL).unwrap().unwrap();
+    assert_eq!((separate.batches, separate.end), (301, prefix));
+    assert_eq!(prepared.guard, SourceGuard::LogCrc32c(separate.crc32c));
+    let staged = |kind| std::fs::read(&prepared.files.iter().find(|f| f.kind == kind).unwrap().path).unwrap();
+    assert_eq!(staged(SegmentFileKind::Index), separate.offset_index);
+    assert_eq!(staged(SegmentFileKind::TimeIndex), separate.time_index);
+    assert!(
+        separate.offset_index.len() > 8 * 10,
+        "entries every {INDEX_INTERVAL} bytes"
+    );
+
+    // One value byte of batch 150 flipped: refused, the finding names the file and the batch's CRC field.
+    let mut bytes = std::fs::read(&log).unwrap();
+    let frames: Vec<_> = segment_format::log::scan_frames(&bytes, 0)
+        .map_while(Result::ok)
+        .map(|f| (f.info.position, f.info.size))
+        .collect();
+    let (position, size) = frames[150];
+    bytes[(position + size - 3) as usize] ^= 0x20;
+    std::fs::write(&log, &bytes).unwrap();
+    let Outcome::Refused(findings) = bound_active(&active.files, None, &options()).unwrap() else {
+        panic!("a corrupt batch was not refused")
+    };
+    let crc = findings
+        .iter()
+        .find(|f| matches!(f.defect, segment_format::Defect::CrcMismatch { .. }))
+        .unwrap_or_else(|| panic!("{findings:?}"));
+    assert_eq!(crc.path, log);
+    assert_eq!(crc.position, Some(position + segment_format::batch::CRC_OFFSET as u64));
+    assert_eq!(crc.offset, Some(150));
+}
+
 #[test]
 fn a_roll_between_two_reads_seals_the_segment_that_was_active() {
     let dir = tempfile::tempdir().unwrap();
