@@ -469,7 +469,7 @@ mod tests {
         let mut peer = Framed::new(theirs, FrameCodec::default());
         peer.feed(Frame::Heartbeat { sequence: 1 }).await.unwrap();
         peer.feed(chunk(0, 1000, false)).await.unwrap();
-        peer.flush().await.unwrap();
+        SinkExt::<Frame>::flush(&mut peer).await.unwrap();
         assert_eq!(ours.next().await.unwrap().unwrap(), Frame::Heartbeat { sequence: 1 });
         assert!(!ours.read_buffer().is_empty(), "the chunk was read with the heartbeat");
         let offset = ours.codec().offset();
