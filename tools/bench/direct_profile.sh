@@ -91,7 +91,9 @@ for e in "${ENTRIES[@]}"; do
     for side in ship apply; do
         echo
         echo "== ${e%%=*} $side: top $TOP symbols (% of the process's samples)"
+        # To a file first: `head` closing the pipe would end the script (pipefail) before the next report.
         perf report -q -i "$PROFILE_OUT/${e%%=*}-$side.data" --no-children --sort dso,sym 2>/dev/null \
-            | grep -v '^$' | head -"$TOP"
+            > "$PROFILE_OUT/${e%%=*}-$side.txt" || true
+        grep -v '^$' "$PROFILE_OUT/${e%%=*}-$side.txt" | sed -n "1,${TOP}p"
     done
 done
