@@ -504,6 +504,108 @@ fn a_chunk_frame_is_checked_batch_by_batch_and_hands_the_batch_crcs_on() {
     }
 }
 
+/// `encode_split` (the writer's vectored path) gives, head + bytes + trailer, exactly the bytes `encode` gives, for
+/// chunks on both sides of the split size and with or without a known CRC, other frames whole in the buffer; a
+/// known CRC that is wrong still gives a frame the receiver refuses, and so does a cut or flipped split frame.
+#[test]
+fn a_split_chunk_frame_is_byte_for_byte_the_encoded_one() {
+    let small = frame::SPLIT_MIN_CHUNK_BYTES - 1;
+    for len in [0usize, 100, small, frame::SPLIT_MIN_CHUNK_BYTES, 1024 * 1024 + 7] {
+        let bytes = Bytes::from((0..len).map(|i| (i * 31 % 251) as u8).collect::<Vec<u8>>());
+        let chunk = |crcs| {
+            Frame::Chunk(Chunk {
+                partition: PartitionRef {
+                    topic: "t".into(),
+                    partition: 3,
+                    topic_id: [1; 16],
+                },
+                segment_base: 7,
+                position: 4096,
+                bytes: bytes.clone(),
+                crcs,
+            })
+        };
+        for crcs in [ChunkCrcs::default(), ChunkCrcs::of_bytes(crc32c::crc32c(&bytes))] {
+            let whole = encode(&chunk(crcs.clone()));
+            let mut out = BytesMut::from(&b"before"[..]);
+            let tail = frame::encode_split(&chunk(crcs), MAX_PAYLOAD_LEN, &mut out).unwrap();
+            assert_eq!(&out[..6], b"before", "what the buffer held stays");
+            let mut split = out[6..].to_vec();
+            match tail {
+                Some(tail) => {
+                    assert!(len >= frame::SPLIT_MIN_CHUNK_BYTES, "{len} bytes split");
+                    assert_eq!(tail.bytes.as_ptr(), bytes.as_ptr(), "the chunk's own bytes, not a copy");
+                    split.extend_from_slice(&tail.bytes);
+                    split.extend_from_slice(&tail.trailer);
+                }
+                None => assert!(len < frame::SPLIT_MIN_CHUNK_BYTES, "{len} bytes not split"),
+            }
+            assert_eq!(split, whole, "{len} bytes");
+            assert_eq!(
+                frame::decode(&split, 0, MAX_PAYLOAD_LEN),
+                Ok(Some((chunk(ChunkCrcs::default()), split.len())))
+            );
+            // Cut short: more bytes needed (a codec at EOF says truncated); a flipped byte: refused.
+            assert_eq!(frame::decode(&split[..split.len() - 1], 0, MAX_PAYLOAD_LEN), Ok(None));
+            let mut bad = split.clone();
+            bad[split.len() / 2] ^= 0x40;
+            assert!(
+                matches!(frame::decode(&bad, 0, MAX_PAYLOAD_LEN), Err(FrameError::Crc { .. })),
+                "{len} bytes, flipped"
+            );
+        }
+        if len >= frame::SPLIT_MIN_CHUNK_BYTES {
+            let mut out = BytesMut::new();
+            let wrong = chunk(ChunkCrcs::of_bytes(crc32c::crc32c(&bytes) ^ 1));
+            let tail = frame::encode_split(&wrong, MAX_PAYLOAD_LEN, &mut out)
+                .unwrap()
+                .expect("split");
+            let mut split = out.to_vec();
+            split.extend_from_slice(&tail.bytes);
+            split.extend_from_slice(&tail.trailer);
+            assert!(
+                matches!(frame::decode(&split, 0, MAX_PAYLOAD_LEN), Err(FrameError::Crc { .. })),
+                "{len} bytes, wrong known CRC"
+            );
+        }
+    }
+    // Not a chunk: encoded whole, nothing left out.
+    let mut out = BytesMut::new();
+    let ack = Frame::Heartbeat { sequence: 9 };
+    assert!(frame::encode_split(&ack, MAX_PAYLOAD_LEN, &mut out).unwrap().is_none());
+    assert_eq!(out.to_vec(), encode(&ack));
+}
+
+/// A split chunk over the maximum fails as `encode` does, naming the length, and leaves the buffer alone.
+#[test]
+fn a_split_chunk_over_the_maximum_fails_and_leaves_the_buffer_alone() {
+    let chunk = Frame::Chunk(Chunk {
+        partition: PartitionRef {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: [1; 16],
+        },
+        segment_base: 0,
+        position: 0,
+        bytes: Bytes::from(vec![0u8; frame::SPLIT_MIN_CHUNK_BYTES + 10]),
+        crcs: Default::default(),
+    });
+    let mut out = BytesMut::from(&b"kept"[..]);
+    let err = frame::encode_split(&chunk, frame::SPLIT_MIN_CHUNK_BYTES as u32, &mut out).expect_err("too big");
+    assert!(
+        matches!(
+            err,
+            FrameError::Encode {
+                frame: "Chunk",
+                field: "length",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(&out[..], b"kept");
+}
+
 #[test]
 fn encoding_over_the_maximum_fails_and_leaves_the_buffer_alone() {
     let chunk = Frame::Chunk(Chunk {

@@ -95,3 +95,34 @@ async fn tail_feed_reports_how_far_it_has_shipped() {
         })
     );
 }
+
+/// A feed further behind than [`super::MAX_PROGRESS_SCAN_BYTES`] reports a lower bound of the log end: the scan stops
+/// near the cap instead of reading and hashing the whole rest of the segment every second.
+#[tokio::test]
+async fn a_feed_far_behind_scans_at_most_the_cap_for_its_report() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = log_path(&dir, 0);
+    std::fs::write(&log, b"").unwrap();
+    // 8 batches of 1000 records of 790-byte values: ~0.8 MiB each, ~6.4 MiB in all.
+    for k in 0..8 {
+        append(&log, &batch_at(k * 1000, 1000, 20));
+    }
+    let size = std::fs::metadata(&log).unwrap().len();
+    assert!(size > super::MAX_PROGRESS_SCAN_BYTES + (1 << 20), "{size} bytes");
+    let mut feed = feed(&dir, UptoPolicy::HighWatermark, Some(8000), MAX_FEED_CHUNK_BYTES);
+    feed.config.progress_interval = Some(Duration::ZERO);
+    feed.seek_positions(&[]).await.unwrap();
+    match next(&mut feed).await {
+        FeedItem::Progress(p) => {
+            assert!(
+                (3000..8000).contains(&p.log_end_offset),
+                "a lower bound from at most the cap's bytes, got {}",
+                p.log_end_offset
+            );
+            assert_eq!(p.active_segment_size, size, "the bytes lag stays exact");
+        }
+        other => panic!("expected a progress report, got {other:?}"),
+    }
+}

@@ -328,10 +328,8 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
             w.string("message", &r.message)?;
         }
         Frame::Chunk(c) => {
-            w.partition(&c.partition)?;
-            w.offset("segment_base", c.segment_base)?;
-            w.out.put_u64(c.position);
-            w.bytes("bytes", &c.bytes)?;
+            put_chunk_head(&mut w, c)?;
+            w.out.put_slice(&c.bytes);
         }
         Frame::SegmentSeal(s) => {
             w.partition(&s.partition)?;
@@ -540,6 +538,91 @@ fn encode_payload(frame: &Frame, out: &mut BytesMut) -> Result<(), FrameError> {
         }
     }
     Ok(())
+}
+
+/// A Chunk's payload up to its bytes: partition, segment base, position and the bytes' length prefix.
+fn put_chunk_head(w: &mut Writer<'_>, c: &Chunk) -> Result<(), FrameError> {
+    w.partition(&c.partition)?;
+    w.offset("segment_base", c.segment_base)?;
+    w.out.put_u64(c.position);
+    let len = u32::try_from(c.bytes.len()).map_err(|_| FrameError::Encode {
+        frame: "Chunk",
+        field: "bytes",
+        reason: format!("{} bytes", c.bytes.len()),
+    })?;
+    w.out.put_u32(len);
+    Ok(())
+}
+
+/// Chunks from this size (64 KiB) are written by [`encode_split`] without being copied into the frame buffer:
+/// below it one copy costs less than the extra slices of a vectored write.
+pub const SPLIT_MIN_CHUNK_BYTES: usize = 64 << 10;
+
+/// The parts of a frame [`encode_split`] leaves out of the buffer: a large chunk's bytes and the frame's trailer,
+/// to be written right after the buffer's bytes (a vectored write), in this order.
+#[derive(Debug, Clone)]
+pub struct SplitTail {
+    pub bytes: Bytes,
+    pub trailer: [u8; TRAILER_LEN],
+}
+
+/// Like [`encode`], but a Chunk of at least [`SPLIT_MIN_CHUNK_BYTES`] is not copied: `out` gets the frame's header
+/// and the payload up to the chunk's bytes, and the returned [`SplitTail`] holds the bytes (a reference to the
+/// same memory) and the CRC trailer. `out` followed by the tail's bytes and trailer is byte for byte what
+/// [`encode`] writes. Why: the chunk's bytes were copied into the frame buffer only to be copied again by TLS (or
+/// the kernel); a vectored write hands them over from where the shipper read them. Other frames: as [`encode`],
+/// and `None`. On an error `out` is left as it was.
+pub fn encode_split(frame: &Frame, max_payload: u32, out: &mut BytesMut) -> Result<Option<SplitTail>, FrameError> {
+    let Frame::Chunk(chunk) = frame else {
+        return encode(frame, max_payload, out).map(|()| None);
+    };
+    if chunk.bytes.len() < SPLIT_MIN_CHUNK_BYTES {
+        return encode(frame, max_payload, out).map(|()| None);
+    }
+    let start = out.len();
+    let result = encode_chunk_head(chunk, max_payload.min(MAX_PAYLOAD_LEN), out, start);
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result.map(Some)
+}
+
+fn encode_chunk_head(
+    chunk: &Chunk,
+    max_payload: u32,
+    out: &mut BytesMut,
+    start: usize,
+) -> Result<SplitTail, FrameError> {
+    out.put_u8(FrameType::Chunk as u8);
+    out.put_u8(0);
+    out.put_u32(0);
+    put_chunk_head(
+        &mut Writer {
+            out,
+            frame: FrameType::Chunk.name(),
+        },
+        chunk,
+    )?;
+    let payload_len = out.len() - start - HEADER_LEN + chunk.bytes.len();
+    let len = u32::try_from(payload_len)
+        .ok()
+        .filter(|len| *len <= max_payload)
+        .ok_or_else(|| FrameError::Encode {
+            frame: FrameType::Chunk.name(),
+            field: "length",
+            reason: format!("{payload_len}-byte payload, over the maximum of {max_payload} bytes"),
+        })?;
+    out[start + 2..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
+    let head_crc = crc32c::crc32c(&out[start..]);
+    // The chunk's CRC when the shipper has it (combined, no pass over the bytes), else one pass over them.
+    let crc = match chunk.crcs.bytes {
+        Some(bytes_crc) => segment_format::crc_combine::crc32c_combine(head_crc, bytes_crc, chunk.bytes.len()),
+        None => crc32c::crc32c_append(head_crc, &chunk.bytes),
+    };
+    Ok(SplitTail {
+        bytes: chunk.bytes.clone(),
+        trailer: crc.to_be_bytes(),
+    })
 }
 
 /// A LinkMeta piece's sizes: the document within its part's cap, the piece within the document. `Err` names the

@@ -35,7 +35,6 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
-use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -291,7 +290,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
         shutdown: &CancellationToken,
     ) -> Result<SessionEnd> {
         let idle = self.config.idle_timeout;
-        let (sink, stream) = framed.split();
+        let (stream, sink) = super::split(framed);
         let mut stream = ReadAhead::new(stream, self.config.credit_window);
         let (tx, rx) = outbox();
         let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);

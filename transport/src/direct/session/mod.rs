@@ -31,15 +31,16 @@ pub mod shipper;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::SplitSink;
-use futures::SinkExt;
-use tokio::io::{AsyncRead, AsyncWrite};
+use std::io::IoSlice;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::codec::Framed;
+use tokio_util::codec::{Framed, FramedParts};
 
 use super::error::{DirectError, FrameError, Result};
-use super::frame::{Frame, FrameCodec};
+use super::frame::{encode_split, Frame, FrameCodec};
 use super::payload::{Chunk, PartitionRef, SegmentReplace, SegmentSeal};
 
 pub use applier::{ApplierSession, ChunkApplier, ClaimDecision, DurablePosition};
@@ -189,24 +190,121 @@ pub(crate) fn tp(p: &PartitionRef) -> String {
     format!("{}-{}", p.topic, p.partition)
 }
 
+/// The receiving half of a session: frames decoded off the read half of the connection.
+pub(crate) type FrameStream = Framed<ReadHalf<BoxIo>, FrameCodec>;
+
+/// The sending half of a session, for [`spawn_writer`]: the connection's write half, what the handshake left
+/// unwritten, and the payload maximum frames are encoded with.
+pub(crate) struct FrameSink {
+    io: WriteHalf<BoxIo>,
+    buf: BytesMut,
+    max_payload: u32,
+}
+
+/// Splits a session's connection (after the handshake) into its receiving and sending halves. Why not
+/// `Framed::split`: its sink copies every frame into its buffer, a 4 MiB chunk included, and TLS (or the kernel)
+/// copies it once more; the writer task writes a large chunk's bytes from where they are (`frame::encode_split`,
+/// a vectored write). The codec, with its stream offset and any bytes already read, goes to the receiving half.
+pub(crate) fn split(framed: FramedIo) -> (FrameStream, FrameSink) {
+    let parts = framed.into_parts();
+    let max_payload = parts.codec.max_payload();
+    let (read, write) = tokio::io::split(parts.io);
+    let mut read_parts = FramedParts::new::<Frame>(read, parts.codec);
+    read_parts.read_buf = parts.read_buf;
+    let stream = Framed::from_parts(read_parts);
+    let sink = FrameSink {
+        io: write,
+        buf: parts.write_buf,
+        max_payload,
+    };
+    (stream, sink)
+}
+
+/// Frame bytes the writer gathers before writing them out, when more frames are queued: small frames (acks,
+/// credits, heartbeats, seals) go out together, a large chunk goes out at once with what was gathered before it.
+const WRITE_GATHER_BYTES: usize = 64 << 10;
+
+impl FrameSink {
+    /// Encodes `frame`; writes what is gathered when a large chunk (with its bytes, in one vectored write) or
+    /// [`WRITE_GATHER_BYTES`] came together.
+    async fn send(&mut self, frame: &Frame) -> Result<()> {
+        match encode_split(frame, self.max_payload, &mut self.buf)? {
+            Some(tail) => {
+                let mut parts = [
+                    IoSlice::new(&self.buf),
+                    IoSlice::new(&tail.bytes),
+                    IoSlice::new(&tail.trailer),
+                ];
+                write_all_vectored(&mut self.io, &mut parts).await?;
+                self.buf.clear();
+            }
+            None if self.buf.len() >= WRITE_GATHER_BYTES => self.write_buf().await?,
+            None => {}
+        }
+        Ok(())
+    }
+
+    async fn write_buf(&mut self) -> Result<()> {
+        self.io.write_all(&self.buf).await.map_err(|source| DirectError::Io {
+            stage: "sending a frame",
+            source,
+        })?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes what is gathered and flushes the connection (TLS records, then the socket).
+    async fn flush(&mut self) -> Result<()> {
+        self.write_buf().await?;
+        self.io.flush().await.map_err(|source| DirectError::Io {
+            stage: "sending a frame",
+            source,
+        })
+    }
+
+    /// Flushes, then shuts the write side down (TLS close_notify, FIN).
+    async fn close(&mut self) -> Result<()> {
+        self.flush().await?;
+        self.io.shutdown().await.map_err(|source| DirectError::Io {
+            stage: "closing the connection",
+            source,
+        })
+    }
+}
+
+/// Writes all of `parts`, in order, with as few writes as the stream takes (TLS: records spanning the parts, no
+/// copy of them beforehand; TCP: `writev`).
+async fn write_all_vectored(io: &mut WriteHalf<BoxIo>, mut parts: &mut [IoSlice<'_>]) -> Result<()> {
+    IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        let n = io.write_vectored(parts).await.map_err(|source| DirectError::Io {
+            stage: "sending a frame",
+            source,
+        })?;
+        if n == 0 {
+            return Err(DirectError::Io {
+                stage: "sending a frame",
+                source: std::io::ErrorKind::WriteZero.into(),
+            });
+        }
+        IoSlice::advance_slices(&mut parts, n);
+    }
+    Ok(())
+}
+
 /// The writer task: sends what the session queues, a Heartbeat after
 /// `heartbeat` without anything to send, each write bounded by `timeout`;
 /// closes the stream (TLS close_notify, FIN) when the queue is closed.
 pub(crate) fn spawn_writer(
-    mut sink: SplitSink<FramedIo, Frame>,
+    mut sink: FrameSink,
     mut rx: mpsc::Receiver<Frame>,
     heartbeat: Duration,
     timeout: Duration,
 ) -> JoinHandle<Result<()>> {
     tokio::spawn(async move {
         let mut sequence = 0u64;
-        let io = |stage: &'static str, r: std::result::Result<std::result::Result<(), FrameError>, _>| match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(FrameError::Io { kind, message })) => Err(DirectError::Io {
-                stage,
-                source: std::io::Error::new(kind, message),
-            }),
-            Ok(Err(e)) => Err(DirectError::from(e)),
+        let bounded = |stage: &'static str, r: std::result::Result<Result<()>, _>| match r {
+            Ok(r) => r,
             Err(_) => Err(DirectError::Timeout { stage, after: timeout }),
         };
         loop {
@@ -218,14 +316,21 @@ pub(crate) fn spawn_writer(
                     Frame::Heartbeat { sequence }
                 }
             };
-            io("sending a frame", tokio::time::timeout(timeout, sink.feed(frame)).await)?;
+            bounded(
+                "sending a frame",
+                tokio::time::timeout(timeout, sink.send(&frame)).await,
+            )?;
+            drop(frame);
             // Batch what is already queued into one flush.
             while let Ok(frame) = rx.try_recv() {
-                io("sending a frame", tokio::time::timeout(timeout, sink.feed(frame)).await)?;
+                bounded(
+                    "sending a frame",
+                    tokio::time::timeout(timeout, sink.send(&frame)).await,
+                )?;
             }
-            io("sending a frame", tokio::time::timeout(timeout, sink.flush()).await)?;
+            bounded("sending a frame", tokio::time::timeout(timeout, sink.flush()).await)?;
         }
-        io(
+        bounded(
             "closing the connection",
             tokio::time::timeout(timeout, sink.close()).await,
         )
@@ -269,7 +374,7 @@ pub(crate) fn outbox() -> (mpsc::Sender<Frame>, mpsc::Receiver<Frame>) {
 pub(crate) async fn say_goodbye(
     tx: mpsc::Sender<Frame>,
     writer: &mut JoinHandle<Result<()>>,
-    stream: &mut futures::stream::SplitStream<FramedIo>,
+    stream: &mut FrameStream,
     linger: Duration,
     reason: super::payload::GoodbyeReason,
     message: String,
@@ -281,4 +386,114 @@ pub(crate) async fn say_goodbye(
     drop(tx);
     let _ = writer.await;
     let _ = tokio::time::timeout(linger, async { while let Some(Ok(_)) = stream.next().await {} }).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use futures::{SinkExt, StreamExt};
+
+    use super::*;
+    use crate::direct::frame::SPLIT_MIN_CHUNK_BYTES;
+    use crate::direct::payload::{ChunkCrcs, PartitionRef};
+
+    fn chunk(position: u64, len: usize, crcs: bool) -> Frame {
+        let bytes = Bytes::from((0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>());
+        Frame::Chunk(Chunk {
+            partition: PartitionRef {
+                topic: "t".into(),
+                partition: 1,
+                topic_id: [3; 16],
+            },
+            segment_base: 0,
+            position,
+            crcs: if crcs {
+                ChunkCrcs::of_bytes(crc32c::crc32c(&bytes))
+            } else {
+                ChunkCrcs::default()
+            },
+            bytes,
+        })
+    }
+
+    /// The writer task's frames, large chunks written from their own bytes among small frames, arrive whole and in
+    /// order at a plain decoder; closing the queue closes the stream after the last frame.
+    #[tokio::test]
+    async fn the_writer_sends_split_chunks_and_small_frames_in_order() {
+        let (ours, theirs) = tokio::io::duplex(64 << 10);
+        let ours: FramedIo = Framed::new(Box::new(ours) as BoxIo, FrameCodec::default());
+        let (_stream, sink) = split(ours);
+        let (tx, rx) = outbox();
+        let writer = spawn_writer(sink, rx, Duration::from_secs(5), Duration::from_secs(10));
+        let frames = vec![
+            Frame::Heartbeat { sequence: 1 },
+            chunk(0, SPLIT_MIN_CHUNK_BYTES, true),
+            chunk(SPLIT_MIN_CHUNK_BYTES as u64, 100, false),
+            Frame::Credit { bytes: 5 },
+            chunk(SPLIT_MIN_CHUNK_BYTES as u64 + 100, 3 << 20, false),
+            chunk((3 << 20) + SPLIT_MIN_CHUNK_BYTES as u64 + 100, 1 << 20, true),
+            Frame::Heartbeat { sequence: 2 },
+        ];
+        let sent = frames.clone();
+        let send = tokio::spawn(async move {
+            for f in sent {
+                tx.send(f).await.unwrap();
+            }
+        });
+        let mut peer = Framed::new(theirs, FrameCodec::default());
+        let mut got = Vec::new();
+        while let Some(frame) = peer.next().await {
+            got.push(frame.expect("a frame the decoder takes"));
+        }
+        send.await.unwrap();
+        writer.await.unwrap().expect("the writer closed cleanly");
+        let strip = |f: Frame| match f {
+            Frame::Chunk(mut c) => {
+                c.crcs = ChunkCrcs::default();
+                Frame::Chunk(c)
+            }
+            f => f,
+        };
+        assert_eq!(
+            got.into_iter().map(strip).collect::<Vec<_>>(),
+            frames.into_iter().map(strip).collect::<Vec<_>>()
+        );
+    }
+
+    /// Bytes the connection's reader already took off the stream (a frame after the one it decoded) stay with the
+    /// receiving half after the split, and so does the codec's stream offset.
+    #[tokio::test]
+    async fn the_split_keeps_what_was_read_ahead_of_it() {
+        let (ours, theirs) = tokio::io::duplex(1 << 20);
+        let mut ours: FramedIo = Framed::new(Box::new(ours) as BoxIo, FrameCodec::default());
+        let mut peer = Framed::new(theirs, FrameCodec::default());
+        peer.feed(Frame::Heartbeat { sequence: 1 }).await.unwrap();
+        peer.feed(chunk(0, 1000, false)).await.unwrap();
+        SinkExt::<Frame>::flush(&mut peer).await.unwrap();
+        assert_eq!(ours.next().await.unwrap().unwrap(), Frame::Heartbeat { sequence: 1 });
+        assert!(!ours.read_buffer().is_empty(), "the chunk was read with the heartbeat");
+        let offset = ours.codec().offset();
+        let (mut stream, _sink) = split(ours);
+        assert_eq!(stream.codec().offset(), offset);
+        let next = tokio::time::timeout(Duration::from_secs(5), stream.next()).await;
+        match next {
+            Ok(Some(Ok(Frame::Chunk(c)))) => assert_eq!(c.bytes.len(), 1000),
+            other => panic!("expected the chunk already read, got {other:?}"),
+        }
+    }
+
+    /// A write that cannot finish (nobody reads the other end) is bounded by the timeout and named.
+    #[tokio::test]
+    async fn a_stalled_split_write_times_out() {
+        let (ours, _theirs) = tokio::io::duplex(1024);
+        let ours: FramedIo = Framed::new(Box::new(ours) as BoxIo, FrameCodec::default());
+        let (_stream, sink) = split(ours);
+        let (tx, rx) = outbox();
+        let writer = spawn_writer(sink, rx, Duration::from_secs(5), Duration::from_millis(200));
+        tx.send(chunk(0, 1 << 20, true)).await.unwrap();
+        match writer.await.unwrap() {
+            Err(DirectError::Timeout { stage, .. }) => assert_eq!(stage, "sending a frame"),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    }
 }

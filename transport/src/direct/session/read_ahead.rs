@@ -17,10 +17,9 @@
 use std::collections::VecDeque;
 use std::future::Future;
 
-use futures::stream::SplitStream;
 use futures::{FutureExt, StreamExt};
 
-use super::{chunk_cost, FramedIo};
+use super::{chunk_cost, FrameStream};
 use crate::direct::error::FrameError;
 use crate::direct::frame::Frame;
 
@@ -33,7 +32,7 @@ pub(crate) type Polled = Option<std::result::Result<Frame, FrameError>>;
 
 /// The receiving half of a session with a queue of frames read ahead (see the module doc).
 pub(crate) struct ReadAhead {
-    stream: SplitStream<FramedIo>,
+    stream: FrameStream,
     queued: VecDeque<Polled>,
     /// Chunk bytes in `queued`.
     queued_bytes: u64,
@@ -44,7 +43,7 @@ pub(crate) struct ReadAhead {
 }
 
 impl ReadAhead {
-    pub(crate) fn new(stream: SplitStream<FramedIo>, limit_bytes: u64) -> ReadAhead {
+    pub(crate) fn new(stream: FrameStream, limit_bytes: u64) -> ReadAhead {
         ReadAhead {
             stream,
             queued: VecDeque::new(),
@@ -55,7 +54,7 @@ impl ReadAhead {
     }
 
     /// The receiving half itself (to drain it after a Goodbye); frames still queued are dropped with it.
-    pub(crate) fn inner_mut(&mut self) -> &mut SplitStream<FramedIo> {
+    pub(crate) fn inner_mut(&mut self) -> &mut FrameStream {
         self.queued.clear();
         self.queued_bytes = 0;
         &mut self.stream
@@ -130,7 +129,7 @@ mod tests {
     use super::*;
     use crate::direct::frame::FrameCodec;
     use crate::direct::payload::{Chunk, Goodbye, GoodbyeReason, PartitionRef};
-    use crate::direct::session::BoxIo;
+    use crate::direct::session::{BoxIo, FramedIo};
 
     fn chunk(position: u64, len: usize) -> Frame {
         Frame::Chunk(Chunk {
@@ -155,7 +154,7 @@ mod tests {
             peer.send(f).await.unwrap();
         }
         // The sending half is not needed: the receiving half stays readable without it.
-        let (_, stream) = ours.split::<Frame>();
+        let (stream, _) = crate::direct::session::split(ours);
         (ReadAhead::new(stream, limit_bytes), peer)
     }
 

@@ -322,7 +322,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
     ) -> Result<SessionEnd> {
         let max_payload = u64::from(framed.codec().max_payload());
         let idle = self.config.idle_timeout;
-        let (sink, mut stream) = framed.split();
+        let (mut stream, sink) = super::split(framed);
         let (tx, rx) = outbox();
         let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);
         let mut last_recv = Instant::now();
@@ -791,7 +791,7 @@ fn check_item(
 /// of a partition the Resume does not name, a second list of a partition, bases not increasing across frames, or
 /// more than [`MAX_LAYOUT_SEGMENTS`] in one list are protocol errors naming the partition.
 async fn receive_layout(
-    stream: &mut futures::stream::SplitStream<FramedIo>,
+    stream: &mut super::FrameStream,
     resume: &[Position],
     session: &Session,
     idle: std::time::Duration,
