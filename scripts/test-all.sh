@@ -40,6 +40,7 @@ SLOW_FIRST=(
     e2e_tail               # 144
     e2e_promote_producers  # 140
     e2e_failover           # 53-206 (206 at load 27) (two 4.4 brokers, ship --store + apply --follow, a failover killed and rerun, the target restarted)
+    e2e_promote_replicas   # 112 at load 16 (a 3-node RF3 target, promoted into three log dirs, stopped and restarted)
     e2e_store_tail         # 132 (one follower stopped for a minute)
     kafka_harness          # 128
     e2e_store_hw           # 113 (a 3-node cluster, a follower frozen in the ISR)
