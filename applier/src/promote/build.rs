@@ -155,7 +155,10 @@ pub(super) fn build(
     if let Some(base) = last.filter(|_| tailed.is_some() || limit.is_some()) {
         complete_tailed_segment(p, &building, base)?;
     }
-    producer_state::finish(p, &building)?;
+    // The last segment's companions are the mirror's, which install checked against its batches (not a tailed
+    // segment's derived ones, not a cut's prefix, no markers to come): sealed from them, not rebuilt by a walk.
+    let kept_last_indexes = tailed.is_none() && limit.is_none() && p.cut.is_empty();
+    producer_state::finish(p, &building, kept_last_indexes)?;
     let topic_id: Uuid = p.target_topic_id.parse().map_err(|e| {
         Error::io(
             staging.join(JOURNAL_FILE),

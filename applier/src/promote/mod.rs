@@ -134,6 +134,8 @@ mod target;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_seal;
+#[cfg(test)]
 mod tests_tail;
 #[cfg(test)]
 mod tests_tail_follow;

@@ -55,8 +55,10 @@ pub fn start_empty(dir: &Path, last_base: i64, end_offset: i64) -> Result<()> {
 }
 
 /// After the segments are copied into `building`: abort the open transactions and start the producer state empty
-/// after them (`txn_cut`, `producer_state`).
-pub(super) fn finish(p: &Planned, building: &Path) -> Result<()> {
+/// after them (`txn_cut`, `producer_state`). `kept_indexes`: the last segment's offset and time index are the
+/// mirror's, checked at install, so they are sealed ([`txn_cut::seal_kept_indexes`]) rather than rebuilt from a
+/// walk of its `.log`.
+pub(super) fn finish(p: &Planned, building: &Path, kept_indexes: bool) -> Result<()> {
     let Some(&first_last_base) = p.segments.last() else {
         return start_empty(building, p.log_end_offset, p.end_offset());
     };
@@ -75,8 +77,11 @@ pub(super) fn finish(p: &Planned, building: &Path) -> Result<()> {
         txn_cut::append_markers(building, last_base, &markers, &entries)?;
     }
     if last_base != p.end_offset() {
-        // It stops being the active segment.
-        txn_cut::rebuild_indexes(building, last_base)?;
+        // It stops being the active segment. Markers appended to it are not in its kept indexes.
+        let sealed = kept_indexes && markers.is_empty() && txn_cut::seal_kept_indexes(building, last_base)?;
+        if !sealed {
+            txn_cut::rebuild_indexes(building, last_base)?;
+        }
     }
     start_empty(building, last_base, p.end_offset())
 }

@@ -25,12 +25,15 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use segment_format::batch::{parse_header, BatchInfo, ControlType};
+use segment_format::batch::{parse_header, BatchInfo, ControlType, NO_TIMESTAMP};
 use segment_format::control::{decode_control_batch, end_txn_marker_batch, EndTxnMarker};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::write_atomically;
 use segment_format::error::ParseError;
-use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
+use segment_format::index::{
+    read_index_file, serialize_offset_index, serialize_time_index, OffsetIndex, OffsetIndexBuilder, TimeIndex,
+    TimeIndexBuilder, TimeIndexEntry, DEFAULT_INDEX_INTERVAL_BYTES,
+};
 use segment_format::log::LogFile;
 // The bound the applier installed the mirror's snapshots under (the bucket contract's), so every one it holds is read.
 use segment_format::record::DeepLimits;
@@ -371,4 +374,100 @@ pub fn rebuild_indexes(dir: &Path, base: i64) -> Result<()> {
         &times.to_bytes(),
     )?;
     Ok(())
+}
+
+/// Make a last segment that stops being the active one an inactive segment the way the broker's roll does
+/// (`LogSegment.onBecomeInactiveSegment`: one final `timeIndex.maybeAppend(maxTimestampSoFar)`, indexes trimmed),
+/// from its kept indexes instead of a walk of the whole `.log`. Returns `false` (nothing written) when the kept
+/// indexes cannot be used — missing, a partial slot, an entry past the end or at no batch, a frame that does not
+/// check — and the caller rebuilds them ([`rebuild_indexes`]).
+///
+/// Why a short read is enough: every time-index entry is the largest timestamp up to the batch holding its offset
+/// (Kafka's `maybeAppend(maxTimestampSoFar, …)`; install checked each entry against the batches, strictly:
+/// `verify::check_segment_against_epochs`), so the time index's last entry covers every batch before the one
+/// holding its offset. The segment's max timestamp is the larger of that entry and the batches from there to the
+/// end, which are found through the offset index and read. That is the batches after the last index entry
+/// (`index.interval.bytes`, 4 KiB by default, and one batch) when timestamps grow, as they do for a producer's
+/// `CreateTime` or `LogAppendTime`: a handed-over segment costs a read of its indexes and its tail, not of its
+/// `.log`, and the failover's install step stops growing with the data (issue 11). The kept indexes also keep the
+/// source broker's own interval.
+///
+/// Both files are replaced atomically: a handover's `.building` holds the only copy of these files, so a crash
+/// must leave either the kept index or the sealed one, never a torn one that a rerun would trust.
+pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
+    let log_path = dir.join(segment_file_name(base, SegmentFileKind::Log));
+    let index_path = dir.join(segment_file_name(base, SegmentFileKind::Index));
+    let time_path = dir.join(segment_file_name(base, SegmentFileKind::TimeIndex));
+    let (Ok(index_bytes), Ok(time_bytes)) = (read_index_file(&index_path), read_index_file(&time_path)) else {
+        return Ok(false);
+    };
+    let offsets = OffsetIndex::parse(&index_bytes);
+    let times = TimeIndex::parse(&time_bytes);
+    if offsets.layout.partial_bytes != 0 || times.layout.partial_bytes != 0 {
+        return Ok(false);
+    }
+    let mut log = LogFile::open(&log_path)?;
+    let size = log.len();
+    // Where the batch holding the time index's last offset is found: the offset index's largest entry at or
+    // below it (the file's start without one).
+    let last_time = times.entries.last().copied();
+    let covered = last_time.map_or(base, |e| e.offset(base));
+    let entry = offsets
+        .entries
+        .iter()
+        .take_while(|e| e.offset(base) <= covered)
+        .last()
+        .copied();
+    let from = match entry.map(|e| u64::try_from(e.position)) {
+        None => 0,
+        Some(Ok(position)) if position < size => position,
+        Some(_) => return Ok(false),
+    };
+    // The roll's entry: the largest batch max timestamp, with the last offset of the first batch reaching it,
+    // appended only when above the last entry's (`TimeIndex.maybeAppend`).
+    let mut max_timestamp = last_time.map_or(NO_TIMESTAMP, |e| e.timestamp);
+    let mut max_offset = None;
+    let mut first_frame = None;
+    let mut bad_frame = false;
+    let scanned = log.scan_range(from, size, |frame| {
+        first_frame.get_or_insert((frame.info.base_offset, frame.info.last_offset));
+        if !frame.crc_matches() || frame.info.last_offset < base {
+            bad_frame = true;
+            return ControlFlow::Break(());
+        }
+        if frame.info.max_timestamp > max_timestamp {
+            max_timestamp = frame.info.max_timestamp;
+            max_offset = Some(frame.info.last_offset);
+        }
+        ControlFlow::Continue(())
+    });
+    let Ok(scanned) = scanned else {
+        return Ok(false);
+    };
+    // The entry must point at the batch holding its offset, and the scan must reach the end of the file.
+    let entry_at_its_batch = entry.is_none_or(|e| {
+        let offset = e.offset(base);
+        first_frame.is_some_and(|(first, last)| first <= offset && offset <= last)
+    });
+    let time_entry_in_scan = last_time.is_none_or(|_| first_frame.is_some_and(|(first, _)| first <= covered));
+    if bad_frame || scanned.end != size || !entry_at_its_batch || !time_entry_in_scan {
+        return Ok(false);
+    }
+    let mut time_entries = times.entries;
+    if let Some(offset) = max_offset {
+        let Ok(relative_offset) = i32::try_from(offset - base) else {
+            return Ok(false);
+        };
+        time_entries.push(TimeIndexEntry {
+            timestamp: max_timestamp,
+            relative_offset,
+        });
+    }
+    if offsets.layout.zero_tail != 0 {
+        write_atomically(&index_path, &serialize_offset_index(&offsets.entries))?;
+    }
+    if max_offset.is_some() || times.layout.zero_tail != 0 {
+        write_atomically(&time_path, &serialize_time_index(&time_entries))?;
+    }
+    Ok(true)
 }

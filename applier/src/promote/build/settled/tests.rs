@@ -210,3 +210,39 @@ fn a_handover_skipping_settled_segments_leaves_the_same_log_dir_as_a_copy() {
     assert_eq!(restamped, by_copy);
     assert_eq!(restamped, vec![0, 7]);
 }
+
+#[test]
+fn the_last_segment_keeps_the_mirrors_indexes_sealed_by_copy_and_by_rename() {
+    use segment_format::index::{OffsetIndex, TimeIndex};
+    for handover in [Handover::Copy, Handover::Rename] {
+        // One segment per partition: the last is the whole partition, with an index entry every 200 bytes (a
+        // rebuild would use Kafka's default 4096 and keep one or two).
+        let write = |root: &Path, p: i32| partition(root, p, &[(TARGET, 30)], 1 << 20);
+        let mut f = fixture_with(write, [0, 0]);
+        let mirror_dir = f.written[0].dir.clone();
+        let read = |dir: &Path, kind| std::fs::read(dir.join(segment_file_name(0, kind))).unwrap();
+        let kept = OffsetIndex::parse(&read(&mirror_dir, SegmentFileKind::Index)).entries;
+        let kept_times = TimeIndex::parse(&read(&mirror_dir, SegmentFileKind::TimeIndex)).entries;
+        assert!(kept.len() > 10, "{handover:?}: {} entries", kept.len());
+        let request = PromoteRequest {
+            handover,
+            ..f.promote_request()
+        };
+        let report = promote(&request, &mut f.catalog).unwrap();
+        assert_eq!(report.partitions.len(), 2);
+        let promoted = f.target.join(mirror_dir.file_name().unwrap());
+        assert_eq!(
+            OffsetIndex::parse(&read(&promoted, SegmentFileKind::Index)).entries,
+            kept,
+            "{handover:?}"
+        );
+        let times = TimeIndex::parse(&read(&promoted, SegmentFileKind::TimeIndex)).entries;
+        assert_eq!(times[..kept_times.len()], kept_times[..], "{handover:?}");
+        // The segment is no longer active: its last time entry is the max timestamp (the last batch's).
+        assert_eq!(
+            i64::from(times.last().unwrap().relative_offset),
+            f.written[0].log_end_offset - 1,
+            "{handover:?}"
+        );
+    }
+}
