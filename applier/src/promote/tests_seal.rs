@@ -174,7 +174,8 @@ fn kept_indexes_that_do_not_describe_the_log_are_not_used_and_not_touched() {
         )
         .unwrap();
     };
-    let cases: [(&str, Box<dyn Fn()>); 4] = [
+    type Breakage<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let cases: [Breakage<'_>; 4] = [
         ("an entry past the end", Box::new(|| rewrite_last(log_len as i32 + 10))),
         ("an entry inside a batch", Box::new(|| rewrite_last(last.position + 1))),
         (
