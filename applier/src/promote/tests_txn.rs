@@ -602,3 +602,82 @@ fn a_consistent_cut_ends_every_partition_before_its_first_batch_newer_than_t() {
         }
     }
 }
+
+#[test]
+fn a_scan_from_a_snapshot_starts_at_the_offset_index_entry_below_it_and_only_where_that_entry_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 200,
+        ..config(Uuid([1; 16]))
+    };
+    let mut w = PartitionWriter::create(dir.path(), TOPIC, 0, 0, cfg).unwrap();
+    w.become_leader(SOURCE_EPOCH);
+    let mut decided = Producer {
+        id: DECIDED,
+        epoch: 0,
+        sequence: 0,
+    };
+    for _ in 0..40 {
+        send(&mut w, &mut decided, 2, true);
+        end(&mut w, &decided, ControlType::Commit, 1);
+    }
+    let mut late = Producer {
+        id: LATE_OPEN,
+        epoch: 0,
+        sequence: 0,
+    };
+    let first = send(&mut w, &mut late, 3, true);
+    let mut idempotent = Producer {
+        id: IDEMPOTENT,
+        epoch: 0,
+        sequence: 0,
+    };
+    for _ in 0..5 {
+        send(&mut w, &mut idempotent, 2, false);
+    }
+    let w = w.close().unwrap();
+    assert_eq!(w.segments.len(), 1, "one segment: the scan starts inside it");
+    assert!(w.snapshots.contains(&w.log_end_offset));
+    let expected = find_open_transactions(&w.dir, &bases(&w), &w.snapshots, w.log_end_offset).unwrap();
+    assert_eq!(
+        expected
+            .iter()
+            .map(|c| (c.producer_id, c.first_offset))
+            .collect::<Vec<_>>(),
+        [(LATE_OPEN, first)]
+    );
+
+    // Break the third frame's length: a scan from the segment's start fails there.
+    let log = w.dir.join(segment_file_name(0, SegmentFileKind::Log));
+    let mut positions = Vec::new();
+    LogFile::open(&log)
+        .unwrap()
+        .scan(|f| {
+            positions.push(f.info.position);
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = usize::try_from(positions[2]).unwrap() + 8;
+    bytes[at..at + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+    std::fs::write(&log, &bytes).unwrap();
+    assert!(
+        find_open_transactions(&w.dir, &bases(&w), &[], w.log_end_offset).is_err(),
+        "without a snapshot the whole segment is read, broken frame included"
+    );
+    // From the log-end snapshot: the transaction open there starts near the end, and the read starts at the
+    // index entry below it, past the broken frame.
+    let got = find_open_transactions(&w.dir, &bases(&w), &w.snapshots, w.log_end_offset).unwrap();
+    assert_eq!(got, expected);
+
+    // An index whose entries do not point at their batches is not trusted: the whole segment is read again.
+    let index = w.dir.join(segment_file_name(0, SegmentFileKind::Index));
+    let mut entries = segment_format::index::OffsetIndex::parse(&std::fs::read(&index).unwrap()).entries;
+    assert!(entries.len() > 5, "{} entries", entries.len());
+    for e in &mut entries {
+        e.position += 1;
+    }
+    std::fs::write(&index, segment_format::index::serialize_offset_index(&entries)).unwrap();
+    assert!(find_open_transactions(&w.dir, &bases(&w), &w.snapshots, w.log_end_offset).is_err());
+}

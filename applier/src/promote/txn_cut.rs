@@ -25,7 +25,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use segment_format::batch::{parse_header, BatchInfo, ControlType, NO_TIMESTAMP};
+use segment_format::batch::{parse_header, BatchInfo, ControlType, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD};
 use segment_format::control::{decode_control_batch, end_txn_marker_batch, EndTxnMarker};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::write_atomically;
@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
 use super::files::write_staged;
+use super::frames::inspect_frame;
 
 /// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
 /// one: the lowest a coordinator ever uses, and irrelevant on the target (no coordinator there knows the
@@ -99,6 +100,37 @@ fn starting_snapshot(dir: &Path, snapshots: &[i64], end: i64) -> Option<(i64, Pr
     })
 }
 
+/// Where a scan of segment `base` (open as `log`) for the batches from `offset` on may start: the position of
+/// the segment's offset-index entry at or below `offset`, when the batch there holds the entry's offset (an entry
+/// is a batch's last offset at the batch's position, so every batch before it ends below `offset`); else 0, the
+/// whole segment. The index is the mirror's, checked against the batches at install; the batch is checked again.
+fn scan_start(dir: &Path, log: &LogFile, base: i64, offset: i64) -> u64 {
+    let index = dir.join(segment_file_name(base, SegmentFileKind::Index));
+    let Ok(bytes) = read_index_file(&index) else {
+        return 0;
+    };
+    let Some(entry) = OffsetIndex::parse(&bytes)
+        .entries
+        .into_iter()
+        .take_while(|e| e.offset(base) <= offset)
+        .last()
+    else {
+        return 0;
+    };
+    let Ok(position) = u64::try_from(entry.position) else {
+        return 0;
+    };
+    let mut header = Vec::with_capacity(RECORD_BATCH_OVERHEAD);
+    let end = position.saturating_add(RECORD_BATCH_OVERHEAD as u64);
+    if end > log.len() || log.read_range_into(position, end, &mut header).is_err() {
+        return 0;
+    }
+    match inspect_frame(log.path(), position, log.len() - position, &header) {
+        Ok(f) if f.magic == 2 && f.base_offset <= entry.offset(base) && entry.offset(base) <= f.last_offset => position,
+        _ => 0,
+    }
+}
+
 /// The transactions open at `log_end_offset` in the mirror partition `dir`, whose segments (base offsets,
 /// ascending) are `segments` and producer snapshots `snapshots`; each gets its marker offset, in order of first
 /// offset from `log_end_offset` on.
@@ -150,7 +182,15 @@ pub fn find_open_transactions(
         let path = dir.join(segment_file_name(*base, SegmentFileKind::Log));
         let mut log = LogFile::open(&path)?;
         let mut failure: Option<Error> = None;
-        log.scan(|frame| {
+        // Nothing before `scan_from` changes the outcome: the segment holding it is read from its offset index's
+        // entry at or below it (a snapshot at the log end reads a few KiB instead of the whole last segment).
+        let from = if *base < scan_from {
+            scan_start(dir, &log, *base, scan_from)
+        } else {
+            0
+        };
+        let len = log.len();
+        log.scan_range(from, len, |frame| {
             let info = &frame.info;
             if info.base_offset >= log_end_offset {
                 // Beyond a consistent cut: left behind, not promoted.
