@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use segmirror_catalog::{catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionStatus, Status, Subject};
+use segmirror_catalog::{
+    catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionState, PartitionStatus, Status, Subject,
+};
 use serde::Serialize;
 
 use crate::cli::bucket_ends::{newest_versions, open_link_store};
@@ -141,6 +143,9 @@ struct PartitionDoc<'a> {
     #[serde(flatten)]
     partition: &'a PartitionStatus,
     last_event: Option<Event>,
+    /// The broker log dirs a promoted partition was installed into (one per replica; absent when none recorded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    promoted_into: Vec<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -212,9 +217,15 @@ fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyh
         for p in &link.partitions {
             let key = PartitionKey::new(link.name.clone(), p.topic.clone(), p.partition);
             let last_event = catalog.events(Some(Subject::Partition(&key)), 1)?.into_iter().next();
+            let promoted_into = if p.state == PartitionState::Promoted {
+                catalog.promoted_replicas(catalog.partition(&key)?.id)?
+            } else {
+                Vec::new()
+            };
             partition_docs.push(PartitionDoc {
                 partition: p,
                 last_event,
+                promoted_into,
             });
         }
         links.push(LinkDoc::new(link, last_event, partition_docs));
@@ -383,6 +394,17 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
     for link in &doc.links {
         for p in &link.partition_docs {
             let s = p.partition;
+            if !p.promoted_into.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "{}/{}-{}: promoted into {} log dir(s): {}",
+                    link.link.name,
+                    s.topic,
+                    s.partition,
+                    p.promoted_into.len(),
+                    p.promoted_into.join(", ")
+                );
+            }
             if let Some(dir) = &s.handed_over_to {
                 let _ = writeln!(
                     out,
@@ -540,6 +562,7 @@ mod tests {
                             )
                             .unwrap()
                             .pop(),
+                        promoted_into: Vec::new(),
                     })
                     .collect();
                 let last_event = catalog.events(Some(Subject::Link(&link.name)), 1).unwrap().pop();
@@ -554,6 +577,7 @@ mod tests {
             links,
             tail: Vec::new(),
             truncations: Vec::new(),
+            bucket: None,
         };
         let table = render_table(&doc, &status);
         let lines: Vec<&str> = table.lines().collect();
