@@ -181,6 +181,22 @@ fn a_mirror_promoted_into_three_replicas_serves_the_same_records_from_every_lead
     )
     .unwrap();
     assert_eq!(verify.code, 0, "{verify}");
+    // The catalog names every log dir each partition went into (`status`).
+    let status = run_segmirror(["status", "--catalog", &p(&catalog), "--json"]).unwrap();
+    assert_eq!(status.code, 0, "{status}");
+    let status = status.json().unwrap();
+    let mut expected_dirs: Vec<String> = dirs.iter().map(|d| p(d)).collect();
+    expected_dirs.sort();
+    for partition in status["links"][0]["partitions"].as_array().unwrap() {
+        let mut into: Vec<String> = partition["promoted_into"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no promoted_into: {partition}"))
+            .iter()
+            .map(|d| d.as_str().unwrap().to_string())
+            .collect();
+        into.sort();
+        assert_eq!(into, expected_dirs, "{partition}");
+    }
 
     cluster.restart_all().unwrap();
     eprintln!("target cluster restarted after {:?}", started.elapsed());

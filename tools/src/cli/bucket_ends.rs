@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
+use segmirror_catalog::DIRECT_URL_PREFIX;
 use segmirror_transport::index::ManifestRead;
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{SegmentSource, Store};
@@ -24,6 +25,23 @@ pub struct Newest {
 
 /// Per (topic, partition) of `link`.
 pub type BucketEnds = BTreeMap<(String, i32), Newest>;
+
+/// The store a link's record names (`store_url`), under `prefix`; `None` for a direct link (no bucket).
+pub fn open_link_store(
+    s3: &crate::cli::store::S3Args,
+    prefix: &str,
+    link: &str,
+    store_url: &str,
+) -> anyhow::Result<Option<(Store, KeyPrefix)>> {
+    if store_url.starts_with(DIRECT_URL_PREFIX) {
+        return Ok(None);
+    }
+    let store = s3
+        .open(store_url)
+        .with_context(|| format!("opening link {link}'s store {store_url}"))?;
+    let prefix = KeyPrefix::new(prefix).with_context(|| format!("--prefix {prefix:?}"))?;
+    Ok(Some((store, prefix)))
+}
 
 /// Per partition of `link`, the newest version of its newest lineage (the lineage whose manifest was written
 /// last: a recreated topic's new lineage supersedes the old one). One listing (manifests only) and one manifest

@@ -9,16 +9,26 @@
 //! For a tailed mirror it adds the tail replication lag per partition (`status_tail`): the catalog knows only what is
 //! installed, so the source's side comes from the shipper's last progress report, recorded by the applier.
 //!
+//! With `--bucket` it also reads each bucket link's store (`cli::bucket_ends`, the reading `apply --follow`'s
+//! `/metrics` and the failover's drain make): per partition the newest version shipped, and the lag of what is
+//! installed behind it in offsets and seconds. Opt-in, because it is the one part that leaves the catalog: a
+//! listing and a manifest read per partition of an S3 bucket.
+//!
 //! Exit status: 0, or 2 when the catalog cannot be read.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use segmirror_catalog::{catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionStatus, Status, Subject};
+use segmirror_catalog::{
+    catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionState, PartitionStatus, Status, Subject,
+};
 use serde::Serialize;
 
+use crate::cli::bucket_ends::{newest_versions, open_link_store};
 use crate::cli::catalog::{catalog_path, data_dir, mirror_catalog_path, CATALOG_HELP};
+use crate::cli::runtime::Runtime;
+use crate::cli::store::S3Args;
 use crate::cli::tail_lag::{self as status_tail, TailLag};
 
 /// How `status` finds catalogs, shown under its `--help`.
@@ -40,6 +50,39 @@ pub struct Args {
     /// Print one JSON document (every field of every link and partition, with its last event) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also read each active or paused bucket link's store (the URL its catalog record names): per partition the
+    /// newest version shipped, and the lag of what is installed behind it, in offsets and in seconds since that
+    /// version's upload (as `apply --follow`'s /metrics). Without it only the catalog is read.
+    #[arg(long)]
+    bucket: bool,
+    /// Key prefix inside the bucket links' stores, as given to `segmirror apply --prefix` (with --bucket).
+    #[arg(long, value_name = "P", default_value = "", requires = "bucket")]
+    prefix: String,
+    #[command(flatten)]
+    s3: S3Args,
+}
+
+/// One bucket link's newest versions against what is installed (`--bucket`).
+#[derive(Serialize, Debug)]
+struct BucketLink {
+    link: String,
+    store_url: String,
+    /// Why the store could not be read (the catalog's figures above still hold).
+    error: Option<String>,
+    partitions: Vec<BucketLag>,
+}
+
+#[derive(Serialize, Debug, PartialEq, Eq)]
+struct BucketLag {
+    topic: String,
+    partition: i32,
+    /// The newest version's end in the bucket (its manifest's `next_offset`).
+    shipped_end_offset: i64,
+    installed_end_offset: Option<i64>,
+    lag_offsets: i64,
+    /// Seconds since the newest version was uploaded, while anything of it is not installed; else 0.
+    lag_seconds: u64,
+    uploaded_at_ms: i64,
 }
 
 /// The JSON document: the catalog's status with each partition's last event.
@@ -56,6 +99,9 @@ struct StatusDoc<'a> {
     /// Source truncations the tail applier followed (offset ranges and archive files) or refused to follow (a
     /// source that lost committed records), oldest first.
     truncations: Vec<segmirror_catalog::TruncationRecord>,
+    /// With `--bucket`: each bucket link's newest versions and the lag behind them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bucket: Option<Vec<BucketLink>>,
 }
 
 /// A link: the fields of [`LinkStatus`] (its partitions with their last events) and its own last event.
@@ -97,10 +143,13 @@ struct PartitionDoc<'a> {
     #[serde(flatten)]
     partition: &'a PartitionStatus,
     last_event: Option<Event>,
+    /// The broker log dirs a promoted partition was installed into (one per replica; absent when none recorded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    promoted_into: Vec<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let paths = match (args.catalog, args.mirror) {
+    let paths = match (args.catalog.clone(), args.mirror.clone()) {
         (Some(path), _) => vec![catalog_path(Some(path))?],
         (None, Some(mirror)) => {
             let (path, _) = mirror_catalog_path(None, &mirror)?;
@@ -127,6 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut docs = Vec::new();
     let mut tables = String::new();
+    let runtime = Runtime::new();
     for path in &paths {
         if !path.exists() {
             bail!(
@@ -136,7 +186,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let catalog = Catalog::open(path).with_context(|| format!("opening catalog {}", path.display()))?;
         let status = catalog.status()?;
-        let doc = status_doc(&catalog, path, &status)?;
+        let mut doc = status_doc(&catalog, path, &status)?;
+        if args.bucket {
+            doc.bucket = Some(bucket_lags(&args, &status, &runtime));
+        }
         if !tables.is_empty() {
             tables.push('\n');
         }
@@ -164,9 +217,15 @@ fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyh
         for p in &link.partitions {
             let key = PartitionKey::new(link.name.clone(), p.topic.clone(), p.partition);
             let last_event = catalog.events(Some(Subject::Partition(&key)), 1)?.into_iter().next();
+            let promoted_into = if p.state == PartitionState::Promoted {
+                catalog.promoted_replicas(catalog.partition(&key)?.id)?
+            } else {
+                Vec::new()
+            };
             partition_docs.push(PartitionDoc {
                 partition: p,
                 last_event,
+                promoted_into,
             });
         }
         links.push(LinkDoc::new(link, last_event, partition_docs));
@@ -184,7 +243,96 @@ fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyh
         links,
         tail,
         truncations: catalog.truncations(None)?,
+        bucket: None,
     })
+}
+
+/// Per active or paused bucket link of `status`, the bucket's newest versions against the installed ends. A store
+/// that cannot be read is reported on its link, not as a failure of `status`.
+fn bucket_lags(args: &Args, status: &Status, runtime: &Runtime) -> Vec<BucketLink> {
+    use segmirror_catalog::LinkState;
+    let now_ms = status.generated_at_ms;
+    let mut out = Vec::new();
+    for link in &status.links {
+        if !matches!(link.state, LinkState::Active | LinkState::Paused) {
+            continue;
+        }
+        let read = open_link_store(&args.s3, &args.prefix, &link.name, &link.store_url).and_then(|store| {
+            store
+                .map(|(store, prefix)| runtime.block_on(newest_versions(&store, &prefix, &link.name))?)
+                .transpose()
+        });
+        let mut entry = BucketLink {
+            link: link.name.clone(),
+            store_url: link.store_url.clone(),
+            error: None,
+            partitions: Vec::new(),
+        };
+        match read {
+            Ok(None) => continue,
+            Ok(Some(ends)) => {
+                for ((topic, partition), newest) in ends {
+                    let installed = link
+                        .partitions
+                        .iter()
+                        .find(|p| p.topic == topic && p.partition == partition)
+                        .and_then(|p| p.installed_end_offset);
+                    let lag = (newest.end_offset - installed.unwrap_or(0)).max(0);
+                    let lag_seconds = if lag == 0 {
+                        0
+                    } else {
+                        u64::try_from(now_ms.saturating_sub(newest.uploaded_at_ms)).unwrap_or(0) / 1000
+                    };
+                    entry.partitions.push(BucketLag {
+                        topic,
+                        partition,
+                        shipped_end_offset: newest.end_offset,
+                        installed_end_offset: installed,
+                        lag_offsets: lag,
+                        lag_seconds,
+                        uploaded_at_ms: newest.uploaded_at_ms,
+                    });
+                }
+            }
+            Err(e) => entry.error = Some(format!("{e:#}")),
+        }
+        out.push(entry);
+    }
+    out
+}
+
+/// The `--bucket` section of the table.
+fn render_bucket(links: &[BucketLink]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for link in links {
+        let _ = writeln!(out, "\nbucket of link {} ({}):", link.link, link.store_url);
+        if let Some(error) = &link.error {
+            let _ = writeln!(out, "  cannot be read: {error}");
+            continue;
+        }
+        if link.partitions.is_empty() {
+            let _ = writeln!(out, "  no versions shipped yet");
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {:<32} {:>14} {:>14} {:>12} {:>8}",
+            "partition", "shipped end", "installed end", "lag offsets", "lag s"
+        );
+        for p in &link.partitions {
+            let _ = writeln!(
+                out,
+                "  {:<32} {:>14} {:>14} {:>12} {:>8}",
+                format!("{}-{}", p.topic, p.partition),
+                p.shipped_end_offset,
+                p.installed_end_offset.map_or("-".to_string(), |o| o.to_string()),
+                p.lag_offsets,
+                p.lag_seconds
+            );
+        }
+    }
+    out
 }
 
 /// The table `segmirror status` prints.
@@ -246,6 +394,17 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
     for link in &doc.links {
         for p in &link.partition_docs {
             let s = p.partition;
+            if !p.promoted_into.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "{}/{}-{}: promoted into {} log dir(s): {}",
+                    link.link.name,
+                    s.topic,
+                    s.partition,
+                    p.promoted_into.len(),
+                    p.promoted_into.join(", ")
+                );
+            }
             if let Some(dir) = &s.handed_over_to {
                 let _ = writeln!(
                     out,
@@ -261,6 +420,9 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
         u64::try_from(doc.generated_at_ms).unwrap_or(0),
     ));
     out.push_str(&status_tail::render_truncations(&doc.truncations));
+    if let Some(bucket) = &doc.bucket {
+        out.push_str(&render_bucket(bucket));
+    }
     out
 }
 
@@ -400,6 +562,7 @@ mod tests {
                             )
                             .unwrap()
                             .pop(),
+                        promoted_into: Vec::new(),
                     })
                     .collect();
                 let last_event = catalog.events(Some(Subject::Link(&link.name)), 1).unwrap().pop();
@@ -414,6 +577,7 @@ mod tests {
             links,
             tail: Vec::new(),
             truncations: Vec::new(),
+            bucket: None,
         };
         let table = render_table(&doc, &status);
         let lines: Vec<&str> = table.lines().collect();

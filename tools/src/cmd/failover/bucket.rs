@@ -3,26 +3,17 @@
 //! uploaded after the applier's last poll left behind and report an RPO of 0: a partition is drained when its newest
 //! manifest's end is installed, and what lies between is the left-behind (RPO) a report must show.
 
-use anyhow::Context;
-use segmirror_catalog::{Link, DIRECT_URL_PREFIX};
+use segmirror_catalog::Link;
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Store;
 
 use super::Args;
-use crate::cli::bucket_ends::{newest_versions, BucketEnds};
+use crate::cli::bucket_ends::{newest_versions, open_link_store, BucketEnds};
 use crate::cli::runtime::Runtime;
 
 /// The store a link's record names, or `None` for a direct link.
 pub fn open(args: &Args, link: &Link) -> anyhow::Result<Option<(Store, KeyPrefix)>> {
-    if link.store_url.starts_with(DIRECT_URL_PREFIX) {
-        return Ok(None);
-    }
-    let store = args
-        .s3
-        .open(&link.store_url)
-        .with_context(|| format!("opening link {}'s store {}", link.name, link.store_url))?;
-    let prefix = KeyPrefix::new(&args.prefix).with_context(|| format!("--prefix {:?}", args.prefix))?;
-    Ok(Some((store, prefix)))
+    open_link_store(&args.s3, &args.prefix, &link.name, &link.store_url)
 }
 
 /// Per partition of `link`, the newest version the bucket holds ([`newest_versions`]).
