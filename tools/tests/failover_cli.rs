@@ -291,3 +291,34 @@ fn a_bucket_drain_waits_for_the_bucket_s_newest_version_and_reports_it_left_behi
         "an undrained link is not cut: {status}"
     );
 }
+
+#[test]
+fn a_cut_made_now_goes_ahead_when_the_bucket_is_gone_and_says_what_it_could_not_count() {
+    let seeded = Seeded::new();
+    // The source site, its bucket included, is lost: the operator fails over with what is installed.
+    std::fs::remove_dir_all(&seeded.store).unwrap();
+    let now = failover(
+        &seeded.mirror,
+        &seeded.catalog,
+        &[
+            "--now",
+            "--bootstrap",
+            "127.0.0.1:9",
+            "--log-dir",
+            seeded.target.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    // The topics step fails (nothing listens there); the cut is done.
+    now.expect_code(2);
+    assert!(
+        now.stderr.contains("[cut] warning: the link's bucket cannot be read"),
+        "{now}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&now.stdout).unwrap_or_else(|e| panic!("{e}: {now}"));
+    assert_eq!(report["steps"][0]["status"], "done", "{report:#}");
+    assert_eq!(report["cut"]["left_behind"][0]["installed_end"], 30, "{report:#}");
+    assert!(report["cut"]["left_behind"][0]["bucket_end"].is_null(), "{report:#}");
+    let status = failover(&seeded.mirror, &seeded.catalog, &["--status"]);
+    assert!(status.stdout.contains("link dr: state promoted"), "{status}");
+}

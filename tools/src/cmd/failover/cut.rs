@@ -246,8 +246,20 @@ pub fn report(snapshot: &Snapshot) -> CutReport {
 }
 
 /// What is left behind now (after the cut, nothing changes it any more: a rerun reports the cut's table).
+/// A bucket that cannot be read does not stop a cut made now: in a disaster the source site's bucket may be gone with
+/// it, and `--now` is how an operator fails over anyway. What is left behind is then what the catalog knows, and
+/// the run says so (a drain, by contrast, needs the bucket: it waits for its newest versions).
 pub fn left_behind_now(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<CutReport> {
-    let in_bucket = Bucket::open(args, catalog)?.read(args, runtime)?;
+    let in_bucket = match Bucket::open(args, catalog).and_then(|bucket| bucket.read(args, runtime)) {
+        Ok(ends) => ends,
+        Err(e) => {
+            println!(
+                "[cut] warning: the link's bucket cannot be read ({e:#}): what is left behind below is what the \
+                 catalog knows; versions shipped but never read by an applier are not counted"
+            );
+            None
+        }
+    };
     Ok(report(&snapshot(args, catalog, &in_bucket)?))
 }
 
