@@ -62,6 +62,19 @@ pub struct Record {
     pub headers: Vec<Header>,
 }
 
+/// (partition, offset, key, value) of a record: what must be identical on source and target.
+pub type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Every record's [`RecordIdentity`], sorted.
+pub fn record_identities(records: &[Record]) -> Vec<RecordIdentity> {
+    let mut out: Vec<_> = records
+        .iter()
+        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
+        .collect();
+    out.sort();
+    out
+}
+
 /// A record to send. `partition: None` lets the client's partitioner choose; `timestamp: None` = now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OutRecord {

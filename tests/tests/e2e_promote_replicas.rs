@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use segmirror_tests::clients::{record_identities, RecordIdentity};
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::{run_segmirror, segmirror_verify};
 use segmirror_tests::wait::wait_for;
@@ -20,17 +21,6 @@ use segmirror_tests::*;
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 2;
 const PER_PARTITION: usize = 60;
-
-type Identity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-
-fn identity(records: &[Record]) -> Vec<Identity> {
-    let mut out: Vec<_> = records
-        .iter()
-        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
-        .collect();
-    out.sort();
-    out
-}
 
 fn records(from: usize, count: usize) -> Vec<OutRecord> {
     (0..PARTITIONS)
@@ -200,10 +190,10 @@ fn a_mirror_promoted_into_three_replicas_serves_the_same_records_from_every_lead
 
     cluster.restart_all().unwrap();
     eprintln!("target cluster restarted after {:?}", started.elapsed());
-    let expected = identity(&source_records);
+    let expected = record_identities(&source_records);
     let on_target = consume_all(&cluster.bootstrap(), TOPIC, None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(
-        identity(&on_target),
+        record_identities(&on_target),
         expected,
         "the target serves the source's records at their offsets"
     );
@@ -213,9 +203,9 @@ fn a_mirror_promoted_into_three_replicas_serves_the_same_records_from_every_lead
     cluster.kill(leader).unwrap();
     let new_leader = cluster.wait_for_new_leader(TOPIC, 0, leader).unwrap();
     let from_new = consume_all(&cluster.bootstrap(), TOPIC, Some(&[0]), Isolation::ReadUncommitted).unwrap();
-    let expected_0: Vec<Identity> = expected.iter().filter(|r| r.0 == 0).cloned().collect();
+    let expected_0: Vec<RecordIdentity> = expected.iter().filter(|r| r.0 == 0).cloned().collect();
     assert_eq!(
-        identity(&from_new),
+        record_identities(&from_new),
         expected_0,
         "node {new_leader}, the new leader of {TOPIC}-0"
     );
@@ -236,7 +226,7 @@ fn a_mirror_promoted_into_three_replicas_serves_the_same_records_from_every_lead
         }
     }
     let after = consume_all(&cluster.bootstrap(), TOPIC, None, Isolation::ReadUncommitted).unwrap();
-    let appended: Vec<Identity> = identity(&after)
+    let appended: Vec<RecordIdentity> = record_identities(&after)
         .into_iter()
         .filter(|r| r.1 >= PER_PARTITION as i64)
         .collect();
@@ -245,7 +235,7 @@ fn a_mirror_promoted_into_three_replicas_serves_the_same_records_from_every_lead
         appended.iter().all(|r| r.1 < PER_PARTITION as i64 + 10),
         "appended right after the promoted records"
     );
-    let kept: Vec<Identity> = identity(&after)
+    let kept: Vec<RecordIdentity> = record_identities(&after)
         .into_iter()
         .filter(|r| r.1 < PER_PARTITION as i64)
         .collect();

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
+use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::{assert_same_files, segmirror_promote};
 use segmirror_tests::s3::MotoServer;
 use segmirror_tests::segmirror_cli::segmirror_verify;
@@ -129,18 +130,6 @@ fn log_end(dir: &Path) -> i64 {
         .filter_map(|f| f.ok())
         .last()
         .map_or(base, |f| f.info.last_offset + 1)
-}
-
-/// (partition, offset, key, value) of a record: what must be identical on source and target.
-type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-
-fn identity(records: &[Record]) -> Vec<RecordIdentity> {
-    let mut out: Vec<_> = records
-        .iter()
-        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
-        .collect();
-    out.sort();
-    out
 }
 
 /// Where the bucket is.
@@ -343,14 +332,14 @@ fn replicate(bucket: Bucket, stopped_for: Duration, topic: &str) {
     let tb = target.bootstrap();
     let t_uncommitted = consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(
-        identity(&t_uncommitted),
-        identity(&uncommitted),
+        record_identities(&t_uncommitted),
+        record_identities(&uncommitted),
         "read_uncommitted on the target"
     );
     let t_committed = consume_all(&tb, topic, None, Isolation::ReadCommitted).unwrap();
     assert_eq!(
-        identity(&t_committed),
-        identity(&committed),
+        record_identities(&t_committed),
+        record_identities(&committed),
         "read_committed on the target"
     );
     target.stop().unwrap();

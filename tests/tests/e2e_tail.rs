@@ -32,6 +32,7 @@ use segmirror_applier::tail::{TailAppender, TailCatalog};
 use segmirror_catalog::Catalog;
 use segmirror_shipper::source::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
+use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::segmirror_verify;
 use segmirror_tests::service::{Settle, Settling};
@@ -554,19 +555,6 @@ impl SourceRecords {
     }
 }
 
-/// (partition, offset, key, value) of a record: what must be identical on source and target.
-type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-
-/// Every record's [`RecordIdentity`], sorted.
-fn identity(records: &[Record]) -> Vec<RecordIdentity> {
-    let mut out: Vec<_> = records
-        .iter()
-        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
-        .collect();
-    out.sort();
-    out
-}
-
 /// Promote the tailed mirror into a stopped target broker and check it as the module docs say.
 /// `active_aborts`: (partition, `.txnindex` file name) of the mirror's active segments holding aborted
 /// transactions, whose entries the promoted copy must keep.
@@ -613,14 +601,14 @@ fn promote_and_check(
     let tb = target.bootstrap();
     let uncommitted = consume_all(&tb, topic, None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(
-        identity(&uncommitted),
-        identity(&source.uncommitted),
+        record_identities(&uncommitted),
+        record_identities(&source.uncommitted),
         "read_uncommitted on the target"
     );
     let committed = consume_all(&tb, topic, None, Isolation::ReadCommitted).unwrap();
     assert_eq!(
-        identity(&committed),
-        identity(&source.committed),
+        record_identities(&committed),
+        record_identities(&source.committed),
         "read_committed on the target"
     );
 

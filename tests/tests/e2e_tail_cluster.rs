@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
+use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::ports::free_port;
 use segmirror_tests::segmirror_cli::segmirror_verify;
@@ -106,18 +107,6 @@ fn batches(dir: &Path) -> (Vec<u8>, i64) {
         }
     }
     (out, end)
-}
-
-/// (partition, offset, key, value): what must be identical on source and target.
-type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-
-fn identity(records: &[Record]) -> Vec<RecordIdentity> {
-    let mut out: Vec<_> = records
-        .iter()
-        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
-        .collect();
-    out.sort();
-    out
 }
 
 fn ship_args(cluster: &KafkaCluster, node: i32, applier: &str) -> Vec<String> {
@@ -400,10 +389,10 @@ fn a_three_broker_source_with_its_leader_and_shipper_killed_promotes_exactly_onc
     assert_eq!(verify.code, 0, "{verify}");
     target.restart().unwrap();
     let target_records = consume_all(&target.bootstrap(), TOPIC, None, Isolation::ReadUncommitted).unwrap();
-    let on_target = identity(&target_records);
+    let on_target = record_identities(&target_records);
     assert_eq!(
         on_target,
-        identity(&source_records),
+        record_identities(&source_records),
         "the target serves what the source served"
     );
     let mut seen = std::collections::BTreeSet::new();

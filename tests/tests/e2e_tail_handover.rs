@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::{run_segmirror, segmirror_verify};
 use segmirror_tests::service::Service;
@@ -99,19 +100,6 @@ fn sizes(dirs: &[PathBuf]) -> Vec<Vec<(i64, u64)>> {
                 .collect()
         })
         .collect()
-}
-
-/// (partition, offset, key, value) of a record: what must be identical on source and target.
-type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-
-/// Every record's [`RecordIdentity`], sorted.
-fn identity(records: &[Record]) -> Vec<RecordIdentity> {
-    let mut out: Vec<_> = records
-        .iter()
-        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
-        .collect();
-    out.sort();
-    out
 }
 
 #[test]
@@ -330,14 +318,14 @@ fn tail_continues_a_mirror_seed_and_apply_produced() {
     let tb = target.bootstrap();
     let t_uncommitted = consume_all(&tb, TOPIC, None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(
-        identity(&t_uncommitted),
-        identity(&uncommitted),
+        record_identities(&t_uncommitted),
+        record_identities(&uncommitted),
         "read_uncommitted on the target"
     );
     let t_committed = consume_all(&tb, TOPIC, None, Isolation::ReadCommitted).unwrap();
     assert_eq!(
-        identity(&t_committed),
-        identity(&committed),
+        record_identities(&t_committed),
+        record_identities(&committed),
         "read_committed on the target"
     );
     target.stop().unwrap();

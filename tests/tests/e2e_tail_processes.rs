@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
 use segmirror_applier::APPLY_HOLDER_FILE;
+use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::ports::free_port;
 use segmirror_tests::segmirror_cli::segmirror_verify;
@@ -246,19 +247,6 @@ fn offset_gaps(dir: &Path) -> usize {
         }
     }
     gaps
-}
-
-/// (partition, offset, key, value) of a record: what must be identical on source and target.
-type RecordIdentity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-
-/// Every record's [`RecordIdentity`], sorted.
-fn identity(records: &[Record]) -> Vec<RecordIdentity> {
-    let mut out: Vec<_> = records
-        .iter()
-        .map(|r| (r.partition, r.offset, r.key.clone(), r.value.clone()))
-        .collect();
-    out.sort();
-    out
 }
 
 /// The partitions of a run, topic by topic: the retained topic's first, then the compacted one's.
@@ -551,13 +539,13 @@ fn replicate(direction: Direction, topic: &str, compaction: bool) {
     let t_committed = read(&tb, Isolation::ReadCommitted);
     for (i, (t, _)) in topics.iter().enumerate() {
         assert_eq!(
-            identity(&t_uncommitted[i]),
-            identity(&uncommitted[i]),
+            record_identities(&t_uncommitted[i]),
+            record_identities(&uncommitted[i]),
             "{t}: read_uncommitted on the target"
         );
         assert_eq!(
-            identity(&t_committed[i]),
-            identity(&committed[i]),
+            record_identities(&t_committed[i]),
+            record_identities(&committed[i]),
             "{t}: read_committed on the target"
         );
     }
