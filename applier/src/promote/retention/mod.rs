@@ -304,7 +304,12 @@ fn indexed_max_timestamp(dir: &Path, base: i64, path: &Path) -> Result<Option<(O
     let (Some(offsets), Some(times)) = (read(SegmentFileKind::Index), read(SegmentFileKind::TimeIndex)) else {
         return Ok(None);
     };
-    let Some(last) = TimeIndex::parse(&times).entries.last().copied() else {
+    let times = TimeIndex::parse(&times);
+    // A partial slot is a torn write (a tailed segment's indexes are kept without fsync): not trusted.
+    if times.layout.partial_bytes != 0 {
+        return Ok(None);
+    }
+    let Some(last) = times.entries.last().copied() else {
         return Ok(None);
     };
     let covered = last.offset(base);
@@ -608,13 +613,25 @@ mod tests {
         let w = w.close().unwrap();
         let path = w.dir.join(segment_file_name(0, SegmentFileKind::Log));
         let index = w.dir.join(segment_file_name(0, SegmentFileKind::Index));
-        let mut entries = OffsetIndex::parse(&std::fs::read(&index).unwrap()).entries;
+        let kept = std::fs::read(&index).unwrap();
+        let mut entries = OffsetIndex::parse(&kept).entries;
         assert!(entries.len() > 5);
         for e in &mut entries {
             e.position += 1;
         }
         std::fs::write(&index, segment_format::index::serialize_offset_index(&entries)).unwrap();
         assert_eq!(indexed_max_timestamp(&w.dir, 0, &path).unwrap(), None);
+        std::fs::write(&index, &kept).unwrap();
+        assert!(indexed_max_timestamp(&w.dir, 0, &path).unwrap().is_some());
+        let time_index = w.dir.join(segment_file_name(0, SegmentFileKind::TimeIndex));
+        let mut torn = std::fs::read(&time_index).unwrap();
+        torn.truncate(torn.len() - 3);
+        std::fs::write(&time_index, torn).unwrap();
+        assert_eq!(
+            indexed_max_timestamp(&w.dir, 0, &path).unwrap(),
+            None,
+            "a torn time index"
+        );
         std::fs::remove_file(w.dir.join(segment_file_name(0, SegmentFileKind::TimeIndex))).unwrap();
         assert_eq!(indexed_max_timestamp(&w.dir, 0, &path).unwrap(), None);
         assert_eq!(
