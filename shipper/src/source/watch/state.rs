@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use segment_format::dir::{
-    classify_partition_file, DirKind, PartitionDirName, PartitionFile, SegmentFileKind, TransientSuffix,
+    classify_partition_file, segment_file_name, DirKind, PartitionDirName, PartitionFile, SegmentFileKind,
+    TransientSuffix,
 };
 
 use super::{PartitionId, WatchEvent};
@@ -125,6 +126,45 @@ pub(super) fn snapshot_partition(dir: &Path) -> std::io::Result<Option<Partition
         state.segments.entry(base).or_insert(stamp);
     }
     Ok(Some(state))
+}
+
+/// Look again, by name, for each segment of `before` that the listing `now` of `dir` lacks, and keep it in `now`
+/// when a file for it still exists.
+///
+/// Why: a directory listing is not atomic. A compaction swap renames `<base>.log.cleaned` to `<base>.log.swap`,
+/// the old `<base>.log` to `.deleted`, then `<base>.log.swap` to `<base>.log`; a rename that lands while `readdir`
+/// is under way can hide the file under both names, and the segment looked deleted (a `SegmentDeleted` and a
+/// `LogStartMoved`, seen in CI's `tail_source` on a real broker), which a tail would follow by dropping the
+/// mirror's segment. At every instant one of those names exists, so stat-ing them in the order the swap goes
+/// through (`.cleaned`, `.swap`, `.log`) finds one unless the segment is really gone (retention renames the
+/// `.log` to `.deleted` with no `.cleaned` or `.swap`).
+pub(super) fn recheck_missing(dir: &Path, before: &PartitionState, now: &mut PartitionState) {
+    let missing: Vec<i64> = before
+        .segments
+        .keys()
+        .filter(|b| !now.segments.contains_key(b))
+        .copied()
+        .collect();
+    for base in missing {
+        let log = segment_file_name(base, SegmentFileKind::Log);
+        let names = [
+            format!("{log}{}", TransientSuffix::Cleaned.suffix()),
+            format!("{log}{}", TransientSuffix::Swap.suffix()),
+            log,
+        ];
+        let found = names
+            .iter()
+            .find_map(|name| std::fs::symlink_metadata(dir.join(name)).ok());
+        if let Some(meta) = found {
+            now.segments.insert(
+                base,
+                LogStamp {
+                    inode: inode(&meta),
+                    len: meta.len(),
+                },
+            );
+        }
+    }
 }
 
 /// A log dir's live partition dirs, and the (topic, partition)s of its `-delete` dirs.
@@ -337,7 +377,8 @@ pub(super) fn pass(
                 continue;
             };
             match snapshot_partition(&dir) {
-                Ok(Some(now)) => {
+                Ok(Some(mut now)) => {
+                    recheck_missing(&dir, &before, &mut now);
                     diff(&id, &before, &now, out);
                     if let Some(slot) = known.get_mut(&dir) {
                         slot.1 = now;

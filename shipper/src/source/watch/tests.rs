@@ -324,3 +324,55 @@ fn notifications_mark_the_partition_the_log_dir_or_the_checkpoint() {
     assert_eq!(d.checkpoints.iter().copied().collect::<Vec<_>>(), vec![1]);
     assert!(!d.all);
 }
+
+/// A listing that missed a segment (a rename landed while `readdir` ran) is checked by name before a deletion is
+/// reported: a swap's `.cleaned`, `.swap` or new `.log` keeps it; only a segment with none of them is gone.
+#[test]
+fn a_segment_the_listing_missed_is_looked_up_by_name_before_it_counts_as_deleted() {
+    use super::state::{recheck_missing, LogStamp, PartitionState};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let stamp = LogStamp { inode: 1, len: 10 };
+    let before = PartitionState {
+        segments: [(0, stamp), (50, stamp), (100, stamp), (150, stamp), (200, stamp)]
+            .into_iter()
+            .collect(),
+    };
+    // 0: mid-swap, only the `.swap` file; 50: the cleaner's output not swapped yet; 100: swapped in since the
+    // listing; 150: deleted by retention; 200: the active segment the listing did see.
+    std::fs::write(p.join("00000000000000000000.log.swap"), b"compacted").unwrap();
+    std::fs::write(p.join("00000000000000000050.log.cleaned"), b"compacted").unwrap();
+    std::fs::write(seg(p, 100), b"compacted").unwrap();
+    std::fs::write(p.join("00000000000000000150.log.deleted"), b"old").unwrap();
+    let mut now = PartitionState {
+        segments: [(200, stamp)].into_iter().collect(),
+    };
+    recheck_missing(p, &before, &mut now);
+    assert_eq!(now.segments.keys().copied().collect::<Vec<_>>(), [0, 50, 100, 200]);
+    assert_eq!(now.segments[&0].len, 9, "the swap file's own stamp");
+    // What the diff reports from there: replacements, not a deletion of 0 or a log start move.
+    let id = PartitionId {
+        log_dir: p.to_path_buf(),
+        dir: p.to_path_buf(),
+        topic: "t".into(),
+        partition: 0,
+    };
+    let mut events = Vec::new();
+    super::state::diff(&id, &before, &now, &mut events);
+    assert!(
+        events
+            .iter()
+            .all(|e| !matches!(e, WatchEvent::SegmentDeleted { base_offset, .. } if *base_offset != 150)),
+        "{events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e, WatchEvent::LogStartMoved { .. })),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 150, .. })),
+        "{events:?}"
+    );
+}
