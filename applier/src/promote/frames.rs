@@ -10,6 +10,8 @@ use segment_format::batch::{
     HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, MIN_FRAME_LENGTH, RECORD_BATCH_OVERHEAD,
 };
 use segment_format::error::{Defect, Error as FormatError};
+use segment_format::index::OffsetIndexEntry;
+use segment_format::log::LogFile;
 
 use super::error::{Error, Result};
 
@@ -139,6 +141,29 @@ pub(super) fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
         out.copy_from_slice(src);
     }
     out
+}
+
+/// Where a read of segment `base` (its `.log` open as `log`) for the batches from `offset` on may start: the
+/// position of the largest entry of its offset index (`entries`, ascending) at or below `offset`, when a magic-2
+/// batch holding that entry's offset starts there — an entry is a batch's offset at the batch's position, so every
+/// batch before it ends below `offset`. `Some(0)` without such an entry (the whole segment); `None` when the entry
+/// does not point at its batch (past the end, inside a frame, at another batch): the index does not describe the
+/// file. The indexes promotion reads are the mirror's, checked against the batches at install; this checks again.
+pub(super) fn indexed_start(log: &LogFile, base: i64, entries: &[OffsetIndexEntry], offset: i64) -> Option<u64> {
+    let Some(entry) = entries.iter().take_while(|e| e.offset(base) <= offset).last() else {
+        return Some(0);
+    };
+    let position = u64::try_from(entry.position).ok()?;
+    let end = position.checked_add(RECORD_BATCH_OVERHEAD as u64)?;
+    let mut header = Vec::with_capacity(RECORD_BATCH_OVERHEAD);
+    if end > log.len() || log.read_range_into(position, end, &mut header).is_err() {
+        return None;
+    }
+    let held = entry.offset(base);
+    match inspect_frame(log.path(), position, log.len() - position, &header) {
+        Ok(f) if f.magic == 2 && f.base_offset <= held && held <= f.last_offset => Some(position),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use segment_format::batch::{parse_header, BatchInfo, ControlType, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD};
+use segment_format::batch::{parse_header, BatchInfo, ControlType, NO_TIMESTAMP};
 use segment_format::control::{decode_control_batch, end_txn_marker_batch, EndTxnMarker};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::write_atomically;
@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
 use super::files::write_staged;
-use super::frames::inspect_frame;
+use super::frames::indexed_start;
 
 /// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
 /// one: the lowest a coordinator ever uses, and irrelevant on the target (no coordinator there knows the
@@ -100,35 +100,14 @@ fn starting_snapshot(dir: &Path, snapshots: &[i64], end: i64) -> Option<(i64, Pr
     })
 }
 
-/// Where a scan of segment `base` (open as `log`) for the batches from `offset` on may start: the position of
-/// the segment's offset-index entry at or below `offset`, when the batch there holds the entry's offset (an entry
-/// is a batch's last offset at the batch's position, so every batch before it ends below `offset`); else 0, the
-/// whole segment. The index is the mirror's, checked against the batches at install; the batch is checked again.
+/// Where a scan of segment `base` (open as `log`) for the batches from `offset` on may start ([`indexed_start`]
+/// over its offset index); 0, the whole segment, when the index is missing or does not describe the file.
 fn scan_start(dir: &Path, log: &LogFile, base: i64, offset: i64) -> u64 {
     let index = dir.join(segment_file_name(base, SegmentFileKind::Index));
-    let Ok(bytes) = read_index_file(&index) else {
-        return 0;
-    };
-    let Some(entry) = OffsetIndex::parse(&bytes)
-        .entries
-        .into_iter()
-        .take_while(|e| e.offset(base) <= offset)
-        .last()
-    else {
-        return 0;
-    };
-    let Ok(position) = u64::try_from(entry.position) else {
-        return 0;
-    };
-    let mut header = Vec::with_capacity(RECORD_BATCH_OVERHEAD);
-    let end = position.saturating_add(RECORD_BATCH_OVERHEAD as u64);
-    if end > log.len() || log.read_range_into(position, end, &mut header).is_err() {
-        return 0;
-    }
-    match inspect_frame(log.path(), position, log.len() - position, &header) {
-        Ok(f) if f.magic == 2 && f.base_offset <= entry.offset(base) && entry.offset(base) <= f.last_offset => position,
-        _ => 0,
-    }
+    read_index_file(&index)
+        .ok()
+        .and_then(|bytes| indexed_start(log, base, &OffsetIndex::parse(&bytes).entries, offset))
+        .unwrap_or(0)
 }
 
 /// The transactions open at `log_end_offset` in the mirror partition `dir`, whose segments (base offsets,
@@ -449,19 +428,11 @@ pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
     let mut log = LogFile::open(&log_path)?;
     let size = log.len();
     // Where the batch holding the time index's last offset is found: the offset index's largest entry at or
-    // below it (the file's start without one).
+    // below it, checked to point at its batch (the file's start without one).
     let last_time = times.entries.last().copied();
     let covered = last_time.map_or(base, |e| e.offset(base));
-    let entry = offsets
-        .entries
-        .iter()
-        .take_while(|e| e.offset(base) <= covered)
-        .last()
-        .copied();
-    let from = match entry.map(|e| u64::try_from(e.position)) {
-        None => 0,
-        Some(Ok(position)) if position < size => position,
-        Some(_) => return Ok(false),
+    let Some(from) = indexed_start(&log, base, &offsets.entries, covered) else {
+        return Ok(false);
     };
     // The roll's entry: the largest batch max timestamp, with the last offset of the first batch reaching it,
     // appended only when above the last entry's (`TimeIndex.maybeAppend`).
@@ -470,7 +441,7 @@ pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
     let mut first_frame = None;
     let mut bad_frame = false;
     let scanned = log.scan_range(from, size, |frame| {
-        first_frame.get_or_insert((frame.info.base_offset, frame.info.last_offset));
+        first_frame.get_or_insert(frame.info.base_offset);
         if !frame.crc_matches() || frame.info.last_offset < base {
             bad_frame = true;
             return ControlFlow::Break(());
@@ -484,13 +455,9 @@ pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
     let Ok(scanned) = scanned else {
         return Ok(false);
     };
-    // The entry must point at the batch holding its offset, and the scan must reach the end of the file.
-    let entry_at_its_batch = entry.is_none_or(|e| {
-        let offset = e.offset(base);
-        first_frame.is_some_and(|(first, last)| first <= offset && offset <= last)
-    });
-    let time_entry_in_scan = last_time.is_none_or(|_| first_frame.is_some_and(|(first, _)| first <= covered));
-    if bad_frame || scanned.end != size || !entry_at_its_batch || !time_entry_in_scan {
+    // The scan must reach the end of the file, from a batch at or below the time index's last offset.
+    let time_entry_in_scan = last_time.is_none_or(|_| first_frame.is_some_and(|first| first <= covered));
+    if bad_frame || scanned.end != size || !time_entry_in_scan {
         return Ok(false);
     }
     let mut time_entries = times.entries;

@@ -41,11 +41,13 @@ use segment_format::checkpoint::MetaProperties;
 use segment_format::dir::{segment_file_name, SegmentFileKind, META_PROPERTIES_FILE};
 use segment_format::error::{Defect, Error as FormatError};
 use segment_format::index::{read_index_file, OffsetIndex, TimeIndex};
+use segment_format::log::LogFile;
 use segment_format::metadata_log::{read_metadata_dir, read_server_properties, ClusterMetadata, METADATA_DIR};
 
 pub mod loss;
 
 use super::error::{Error, Result};
+use super::frames::indexed_start;
 pub use loss::{Age, DeleteReason, DoomedSegment, RetentionLoss, SegmentAge, TopicRetention};
 
 /// Kafka's default `log.retention.hours` (7 days) when nothing sets a retention.
@@ -312,49 +314,13 @@ fn indexed_max_timestamp(dir: &Path, base: i64, path: &Path) -> Result<Option<(O
     let Some(last) = times.entries.last().copied() else {
         return Ok(None);
     };
-    let covered = last.offset(base);
-    let entry = OffsetIndex::parse(&offsets)
-        .entries
-        .into_iter()
-        .take_while(|e| e.offset(base) <= covered)
-        .last();
-    let start = match entry {
-        None => 0,
-        Some(e) => {
-            let Ok(position) = u64::try_from(e.position) else {
-                return Ok(None);
-            };
-            if !batch_holds(path, position, e.offset(base)) {
-                return Ok(None);
-            }
-            position
-        }
+    let log = LogFile::open(path)?;
+    let Some(start) = indexed_start(&log, base, &OffsetIndex::parse(&offsets).entries, last.offset(base)) else {
+        return Ok(None);
     };
     let (tail, size) = max_timestamp(path, start)?;
     let newest = tail.map_or(last.timestamp, |t| t.max(last.timestamp));
     Ok(Some(((newest >= 0).then_some(newest), size)))
-}
-
-/// Whether a magic-2 batch holding `offset` starts at `position` of the `.log` at `path`.
-fn batch_holds(path: &Path, position: u64, offset: i64) -> bool {
-    let Ok(file) = File::open(path) else {
-        return false;
-    };
-    let mut header = [0u8; RECORD_BATCH_OVERHEAD];
-    if file.read_exact_at(&mut header, position).is_err() || header.get(MAGIC_OFFSET).copied() != Some(2) {
-        return false;
-    }
-    let at = |range: std::ops::Range<usize>| {
-        header
-            .get(range)
-            .map(|b| b.iter().fold(0i64, |v, x| v << 8 | i64::from(*x)))
-    };
-    let (Some(base_offset), Some(delta)) = (at(0..8), at(23..27)) else {
-        return false;
-    };
-    // The delta is a signed 32-bit field.
-    let last_offset = base_offset + i64::from(delta as u32 as i32);
-    base_offset <= offset && offset <= last_offset
 }
 
 /// The newest timestamp of a `.log` from `start` (a frame boundary) on: magic-2 batches' `maxTimestamp`, magic-1
