@@ -23,6 +23,20 @@ pub struct Newest {
     pub uploaded_at_ms: i64,
 }
 
+impl Newest {
+    /// How far `installed` (the installed end offset, `None`: nothing yet) is behind this version at `now_ms`: the
+    /// offsets not installed, and the seconds since the version's upload while any are (0 when caught up).
+    pub fn lag(&self, installed: Option<i64>, now_ms: i64) -> (i64, u64) {
+        let offsets = (self.end_offset - installed.unwrap_or(0)).max(0);
+        let seconds = if offsets == 0 {
+            0
+        } else {
+            u64::try_from(now_ms.saturating_sub(self.uploaded_at_ms)).unwrap_or(0) / 1000
+        };
+        (offsets, seconds)
+    }
+}
+
 /// Per (topic, partition) of `link`.
 pub type BucketEnds = BTreeMap<(String, i32), Newest>;
 

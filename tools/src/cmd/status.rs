@@ -277,12 +277,7 @@ fn bucket_lags(args: &Args, status: &Status, runtime: &Runtime) -> Vec<BucketLin
                         .iter()
                         .find(|p| p.topic == topic && p.partition == partition)
                         .and_then(|p| p.installed_end_offset);
-                    let lag = (newest.end_offset - installed.unwrap_or(0)).max(0);
-                    let lag_seconds = if lag == 0 {
-                        0
-                    } else {
-                        u64::try_from(now_ms.saturating_sub(newest.uploaded_at_ms)).unwrap_or(0) / 1000
-                    };
+                    let (lag, lag_seconds) = newest.lag(installed, now_ms);
                     entry.partitions.push(BucketLag {
                         topic,
                         partition,

@@ -464,14 +464,10 @@ pub fn add_bucket_lag(link: &str, rows: &mut Vec<PartitionRow>, ends: &BucketEnd
             }
         };
         let row = &mut rows[at];
-        let lag = (newest.end_offset - row.installed.unwrap_or(0)).max(0);
+        let (lag, seconds) = newest.lag(row.installed, now_ms);
         row.shipped = Some(newest.end_offset);
         row.lag_offsets = Some(lag);
-        row.lag_seconds = Some(if lag == 0 {
-            0
-        } else {
-            u64::try_from(now_ms.saturating_sub(newest.uploaded_at_ms)).unwrap_or(0) / 1000
-        });
+        row.lag_seconds = Some(seconds);
     }
 }
 
