@@ -27,6 +27,15 @@ pub(super) struct LogStamp {
     pub len: u64,
 }
 
+impl LogStamp {
+    fn of(meta: &std::fs::Metadata) -> LogStamp {
+        LogStamp {
+            inode: inode(meta),
+            len: meta.len(),
+        }
+    }
+}
+
 /// One partition's live segments by base offset (transient `.deleted`,
 /// `.cleaned` and `.swap` files are not segments).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -105,13 +114,7 @@ pub(super) fn snapshot_partition(dir: &Path) -> std::io::Result<Option<Partition
         // `symlink_metadata`: a link is not followed (the reader refuses it).
         match std::fs::symlink_metadata(entry.path()) {
             Ok(meta) => {
-                into.insert(
-                    base_offset,
-                    LogStamp {
-                        inode: inode(&meta),
-                        len: meta.len(),
-                    },
-                );
+                into.insert(base_offset, LogStamp::of(&meta));
             }
             // Renamed (`.deleted`) or swapped between the listing and the stat.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -156,13 +159,7 @@ pub(super) fn recheck_missing(dir: &Path, before: &PartitionState, now: &mut Par
             .iter()
             .find_map(|name| std::fs::symlink_metadata(dir.join(name)).ok());
         if let Some(meta) = found {
-            now.segments.insert(
-                base,
-                LogStamp {
-                    inode: inode(&meta),
-                    len: meta.len(),
-                },
-            );
+            now.segments.insert(base, LogStamp::of(&meta));
         }
     }
 }
