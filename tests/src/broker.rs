@@ -1,6 +1,6 @@
-//! One real single-node Kafka (KRaft, `process.roles=broker,controller`) per [`KafkaBroker`], of the pinned
-//! Kafka version or of another installed one ([`BrokerConfig::kafka_version`]; 3.9 and 4.4 start, format and
-//! stop the same way here).
+//! One real Kafka node (KRaft, `process.roles=broker,controller` unless [`NodeRole`] says otherwise) per
+//! [`KafkaBroker`], of the pinned Kafka version or of another installed one ([`BrokerConfig::kafka_version`]; 3.9
+//! and 4.4 start, format and stop the same way here).
 //!
 //! Why a real broker: segmirror's output must be loadable by stock Kafka and readable by stock clients, and only
 //! the real thing proves that. Each broker gets its own free loopback ports, its own cluster id and its own work
@@ -61,6 +61,31 @@ pub struct BrokerConfig {
     /// (PLAINTEXT, CONTROLLER) ports; `None` = two fresh ones. A cluster chooses them before any node starts, since
     /// every node's `controller.quorum.voters` names all controllers.
     pub ports: Option<(u16, u16)>,
+    /// What the node runs (`process.roles`); default both, a single-node cluster.
+    pub role: NodeRole,
+}
+
+/// `process.roles` of a node: a single-node test broker runs both; a [`KafkaCluster`](crate::cluster::KafkaCluster)
+/// splits them (brokers that can all stop cleanly while their controller still runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeRole {
+    /// `broker,controller`: listens on both ports.
+    #[default]
+    Combined,
+    /// `broker` only: listens on the PLAINTEXT port; its controllers are named by `controller.quorum.voters`.
+    Broker,
+    /// `controller` only: listens on the CONTROLLER port and serves no clients.
+    Controller,
+}
+
+impl NodeRole {
+    fn process_roles(self) -> &'static str {
+        match self {
+            NodeRole::Combined => "broker,controller",
+            NodeRole::Broker => "broker",
+            NodeRole::Controller => "controller",
+        }
+    }
 }
 
 impl BrokerConfig {
@@ -74,7 +99,14 @@ impl BrokerConfig {
             start_timeout: DEFAULT_START_TIMEOUT,
             kafka_version: None,
             ports: None,
+            role: NodeRole::Combined,
         }
+    }
+
+    /// Runs as this role instead of a combined broker and controller.
+    pub fn role(mut self, role: NodeRole) -> Self {
+        self.role = role;
+        self
     }
 
     /// Listens on these (PLAINTEXT, CONTROLLER) ports instead of fresh ones.
@@ -309,7 +341,7 @@ impl KafkaBroker {
         }
     }
 
-    /// Clean shutdown: SIGTERM, wait for exit, and check that the broker wrote `.kafka_cleanshutdown`.
+    /// Clean shutdown: SIGTERM, wait for exit, and check that a broker wrote `.kafka_cleanshutdown`.
     pub fn stop(&mut self) -> Result<()> {
         let Some(mut child) = self.child.take() else {
             bail!("broker {} is not running", self.config.name);
@@ -338,7 +370,8 @@ impl KafkaBroker {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        if !self.log_dir.join(CLEAN_SHUTDOWN_FILE).is_file() {
+        // The marker is the log manager's: a controller-only node has none (its metadata log is the Raft client's).
+        if self.config.role != NodeRole::Controller && !self.log_dir.join(CLEAN_SHUTDOWN_FILE).is_file() {
             bail!(
                 "broker {} exited without writing {CLEAN_SHUTDOWN_FILE} in {}. Log tail:\n{}",
                 self.config.name,
@@ -369,23 +402,28 @@ impl KafkaBroker {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let (b, c) = (self.broker_port, self.controller_port);
-        let fixed = [
-            ("process.roles", "broker,controller".to_string()),
+        let role = self.config.role;
+        let listeners = match role {
+            NodeRole::Combined => format!("PLAINTEXT://127.0.0.1:{b},CONTROLLER://127.0.0.1:{c}"),
+            NodeRole::Broker => format!("PLAINTEXT://127.0.0.1:{b}"),
+            NodeRole::Controller => format!("CONTROLLER://127.0.0.1:{c}"),
+        };
+        let mut fixed = vec![
+            ("process.roles", role.process_roles().to_string()),
             ("node.id", "1".to_string()),
             ("controller.quorum.voters", format!("1@127.0.0.1:{c}")),
-            (
-                "listeners",
-                format!("PLAINTEXT://127.0.0.1:{b},CONTROLLER://127.0.0.1:{c}"),
-            ),
-            ("advertised.listeners", format!("PLAINTEXT://127.0.0.1:{b}")),
+            ("listeners", listeners),
             ("controller.listener.names", "CONTROLLER".to_string()),
-            ("inter.broker.listener.name", "PLAINTEXT".to_string()),
             (
                 "listener.security.protocol.map",
                 "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_string(),
             ),
             ("log.dirs", self.log_dir.display().to_string()),
         ];
+        if role != NodeRole::Controller {
+            fixed.push(("advertised.listeners", format!("PLAINTEXT://127.0.0.1:{b}")));
+            fixed.push(("inter.broker.listener.name", "PLAINTEXT".to_string()));
+        }
         for (k, v) in fixed {
             props.insert(k.to_string(), v);
         }
@@ -493,7 +531,11 @@ impl KafkaBroker {
                 seen_started = log_contains_since(log_path, from, STARTED_LINE)?;
             }
             if seen_started {
-                let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.broker_port);
+                let port = match self.config.role {
+                    NodeRole::Controller => self.controller_port,
+                    NodeRole::Combined | NodeRole::Broker => self.broker_port,
+                };
+                let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
                 if TcpStream::connect_timeout(&addr.into(), Duration::from_millis(500)).is_ok() {
                     return Ok(());
                 }

@@ -1,14 +1,17 @@
-//! A real 3-node KRaft Kafka cluster ([`KafkaCluster`]): the source of issue 10's multi-broker tail, where every
+//! A real 3-broker KRaft Kafka cluster ([`KafkaCluster`]): the source of issue 10's multi-broker tail, where every
 //! partition has a replica on each broker, leadership moves when a broker dies, and one shipper runs beside each
-//! broker reading that broker's own log dir.
+//! broker reading that broker's own log dir; and the 3-replica target of a promotion.
 //!
-//! Why combined nodes (`process.roles=broker,controller` on each of the three): one JVM per node instead of four
-//! (a separate controller), which is what two shared cores can start quickly, and killing any one node leaves a
-//! controller quorum of two, so the cluster keeps electing leaders. Each node is a [`KafkaBroker`] (install,
-//! config, ports, format and start-up code are that module's); this module only chooses all ports first (every
-//! node's `controller.quorum.voters` names every controller), launches the three nodes before waiting for any (a
-//! node serves only once a quorum runs), and asks the cluster's metadata through the Python client (an
-//! implementation independent of segmirror's own `Metadata` code, which the tests check against it).
+//! Why three brokers and one dedicated controller (four JVMs, the controller a small one), as production clusters
+//! run, rather than three combined `broker,controller` nodes: a broker's clean shutdown asks the active controller
+//! for a controlled shutdown and waits for the answer (up to five minutes). With combined nodes, stopping all three
+//! races: the nodes whose brokers were answered first take their controllers down with them, and the last broker
+//! is left without a quorum to answer it (a CI run saw exactly that). With a separate controller, the brokers stop
+//! first and the controller last ([`KafkaCluster::stop_all`]), and killing any brokers never costs the quorum.
+//! Each node is a [`KafkaBroker`] (install, config, ports, format and start-up code are that module's); this
+//! module only chooses all ports first, launches every node before waiting for any, and asks the cluster's
+//! metadata through the Python client (an implementation independent of segmirror's own `Metadata` code, which
+//! the tests check against it).
 //!
 //! Failure detection is shortened (broker session 3 s instead of 9 s, replica lag 5 s instead of 30 s) so that a
 //! killed leader's partitions move within seconds.
@@ -20,16 +23,20 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::broker::{random_cluster_id, BrokerConfig, KafkaBroker};
+use crate::broker::{random_cluster_id, BrokerConfig, KafkaBroker, NodeRole};
 use crate::clients::run_python;
 use crate::ports::free_port;
 use crate::wait::wait_for;
 
-/// Nodes in a cluster: the smallest that survives the loss of one (a quorum of 2 of 3 controllers, replication
-/// factor 3 with `min.insync.replicas` 2 still accepting `acks=all` writes).
+/// Brokers in a cluster: the smallest that survives the loss of one (replication factor 3 with
+/// `min.insync.replicas` 2 still accepting `acks=all` writes).
 pub const CLUSTER_NODES: usize = 3;
-/// Heap per node: three JVMs on a small test machine.
+/// Heap per broker: four JVMs on a small test machine.
 pub const CLUSTER_HEAP_MB: u32 = 320;
+/// Heap of the controller (metadata only).
+pub const CONTROLLER_HEAP_MB: u32 = 192;
+/// `node.id` of the controller; the brokers are 1, 2 and 3.
+pub const CONTROLLER_NODE_ID: i32 = 0;
 /// `broker.session.timeout.ms`: how long the controller waits for a silent broker's heartbeat before fencing it
 /// and moving its leaderships (Kafka's default 9 s would make every failover test wait that long).
 pub const BROKER_SESSION_TIMEOUT_MS: u32 = 3000;
@@ -83,53 +90,75 @@ pub struct PartitionState {
     pub isr: Vec<i32>,
 }
 
-/// A running 3-node KRaft cluster; node ids are 1, 2 and 3. Dropping it kills every node.
+/// A running KRaft cluster of three brokers (node ids 1, 2 and 3) and a controller (node id 0, not among
+/// [`node_ids`](KafkaCluster::node_ids)). Dropping it kills every node.
 pub struct KafkaCluster {
     /// Index i holds node id i + 1.
     nodes: Vec<KafkaBroker>,
+    controller: KafkaBroker,
     cluster_id: String,
 }
 
 impl KafkaCluster {
-    /// Formats and starts the three nodes; returns once each serves clients.
+    /// Formats and starts the controller and the three brokers; returns once each serves.
     pub fn start(config: ClusterConfig) -> Result<KafkaCluster> {
         let cluster_id = random_cluster_id()?;
-        let ports: Vec<(u16, u16)> = (0..CLUSTER_NODES)
-            .map(|_| Ok((free_port()?, free_port()?)))
-            .collect::<Result<_>>()?;
-        let voters = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut nodes = Vec::with_capacity(CLUSTER_NODES);
-        for (i, (broker_port, controller_port)) in ports.iter().enumerate() {
-            let node_id = i + 1;
-            let mut node = BrokerConfig::new(&format!("{}-{node_id}", config.name))
+        let controller_port = free_port()?;
+        let voters = format!("{CONTROLLER_NODE_ID}@127.0.0.1:{controller_port}");
+        // The cluster's own settings for a node, then the test's, which win.
+        let with_test_properties = |mut node: BrokerConfig| {
+            for (k, v) in &config.properties {
+                node = node.property(k, v);
+            }
+            node
+        };
+        // Every node gets the cluster-wide defaults: the controller applies them too (it creates topics with
+        // `default.replication.factor` and decides unclean elections by `unclean.leader.election.enable`).
+        let node = |name: String, role: NodeRole, node_id: i32| {
+            BrokerConfig::new(&name)
+                .role(role)
                 .cluster_id(&cluster_id)
-                .heap_mb(CLUSTER_HEAP_MB)
-                .ports(*broker_port, *controller_port)
                 .property("node.id", node_id)
                 .property("controller.quorum.voters", &voters)
+                .property("broker.session.timeout.ms", BROKER_SESSION_TIMEOUT_MS)
+                .property("broker.heartbeat.interval.ms", BROKER_HEARTBEAT_INTERVAL_MS)
                 .property("default.replication.factor", CLUSTER_NODES)
                 .property("min.insync.replicas", 2)
                 .property("offsets.topic.replication.factor", CLUSTER_NODES)
                 .property("transaction.state.log.replication.factor", CLUSTER_NODES)
                 .property("transaction.state.log.min.isr", 2)
                 .property("unclean.leader.election.enable", config.unclean_leader_election)
-                .property("broker.session.timeout.ms", BROKER_SESSION_TIMEOUT_MS)
-                .property("broker.heartbeat.interval.ms", BROKER_HEARTBEAT_INTERVAL_MS)
-                .property("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS);
-            for (k, v) in &config.properties {
-                node = node.property(k, v);
-            }
-            nodes.push(KafkaBroker::spawn(node).with_context(|| format!("launching node {node_id}"))?);
+                .property("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS)
+        };
+        let controller = node(
+            format!("{}-controller", config.name),
+            NodeRole::Controller,
+            CONTROLLER_NODE_ID,
+        )
+        .heap_mb(CONTROLLER_HEAP_MB)
+        .ports(free_port()?, controller_port);
+        let mut controller =
+            KafkaBroker::spawn(with_test_properties(controller)).context("launching the controller")?;
+        let mut nodes = Vec::with_capacity(CLUSTER_NODES);
+        for i in 0..CLUSTER_NODES {
+            let node_id = i as i32 + 1;
+            let broker = node(format!("{}-{node_id}", config.name), NodeRole::Broker, node_id)
+                .heap_mb(CLUSTER_HEAP_MB)
+                .ports(free_port()?, controller_port);
+            nodes.push(
+                KafkaBroker::spawn(with_test_properties(broker))
+                    .with_context(|| format!("launching node {node_id}"))?,
+            );
         }
+        controller.wait_until_started()?;
         for node in &mut nodes {
             node.wait_until_started()?;
         }
-        Ok(KafkaCluster { nodes, cluster_id })
+        Ok(KafkaCluster {
+            nodes,
+            controller,
+            cluster_id,
+        })
     }
 
     pub fn cluster_id(&self) -> &str {
@@ -232,8 +261,8 @@ impl KafkaCluster {
         )
     }
 
-    /// Stops every node cleanly, all at once (a SIGTERM each, then each waited for in its own thread): the last
-    /// node stopped alone would have no controller quorum for its controlled shutdown.
+    /// Stops every broker cleanly, all at once (a SIGTERM each, each waited for in its own thread), then the
+    /// controller, which answered their controlled shutdowns.
     pub fn stop_all(&mut self) -> Result<()> {
         std::thread::scope(|scope| {
             let stops: Vec<_> = self
@@ -246,11 +275,14 @@ impl KafkaCluster {
                 .map(|h| h.join().unwrap_or_else(|_| bail_panic()))
                 .collect::<Result<Vec<()>>>()
         })?;
-        Ok(())
+        self.controller.stop().context("stopping the controller")
     }
 
-    /// Starts every node again at once (one node alone has no quorum to serve with), returning once each serves.
+    /// Starts the controller (a quorum of its own) and then every broker again, returning once each serves.
     pub fn restart_all(&mut self) -> Result<()> {
+        if !self.controller.is_running() {
+            self.controller.restart().context("restarting the controller")?;
+        }
         std::thread::scope(|scope| {
             let starts: Vec<_> = self
                 .nodes
@@ -271,6 +303,9 @@ impl KafkaCluster {
             if !node.is_running() {
                 bail!("node {} is not running", i + 1);
             }
+        }
+        if !self.controller.is_running() {
+            bail!("the controller (node {CONTROLLER_NODE_ID}) is not running");
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ pub mod tools;
 pub mod unclean;
 pub mod wait;
 
-pub use broker::{BrokerConfig, KafkaBroker, CLEAN_SHUTDOWN_FILE};
+pub use broker::{BrokerConfig, KafkaBroker, NodeRole, CLEAN_SHUTDOWN_FILE};
 pub use clients::{
     admin, consume_all, consume_topics, kcat_consume, kcat_produce, python_produce, Header, Isolation, OutRecord,
     ProducePlan, ProduceStep, Record, TimestampType, TopicInfo,

@@ -1,10 +1,10 @@
 //! Helpers for the unclean-election tests on a [`KafkaCluster`]: a topic placed on chosen nodes, and waits on a
 //! partition's metadata (leader, in-sync replicas) to reach a state the test names.
 //!
-//! Why a topic on chosen nodes: the cluster's nodes are combined broker+controller, so killing two of the three
-//! loses the controller quorum and nothing is elected. A partition replicated on two nodes (the third one only a
-//! controller voter for it) can lose both replicas while the quorum lives, which is what an unclean election needs:
-//! the leader alone in the ISR, then dead, then a replica that is not in the ISR coming back.
+//! Why a topic on chosen nodes: an unclean election needs the leader alone in the ISR, then dead, then a replica
+//! that is not in the ISR coming back. A partition replicated on two brokers gives exactly that sequence, and the
+//! third broker stays up as a bystander that serves the cluster's internal topics (replication factor 3,
+//! `min.insync.replicas` 2) while both replicas are down.
 
 use std::collections::BTreeMap;
 

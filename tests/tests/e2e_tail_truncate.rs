@@ -1,10 +1,10 @@
 //! Source truncation by a real unclean leader election (issue 10 item 2), in `--upto log-end` mode.
 //!
-//! A 3-node KRaft cluster (`unclean.leader.election.enable=true`); the topic's one partition is replicated on
-//! nodes A=1 and B=2 only, with `min.insync.replicas=1` (node 3 is a controller voter and a bystander: the nodes
-//! are combined broker+controller, so killing two of the three replicas of an RF-3 partition would lose the
-//! quorum and nothing would be elected). ONE plain `segmirror ship --upto log-end` runs on A's log dir (it ships
-//! A's replica whatever A's role) and one `segmirror apply --listen` writes the mirror.
+//! A 3-broker KRaft cluster (`unclean.leader.election.enable=true`); the topic's one partition is replicated on
+//! brokers A=1 and B=2 only, with `min.insync.replicas=1` (broker 3 is a bystander; the cluster's controller is a
+//! node of its own, so it elects leaders while A and B are both down). ONE plain `segmirror ship --upto log-end`
+//! runs on A's log dir (it ships A's replica whatever A's role) and one `segmirror apply --listen` writes the
+//! mirror.
 //!
 //! Segments are small ([`SEGMENT_BYTES`]): P fills most of the first one and X crosses A's first roll, so the
 //! truncation reaches *below the last roll*: Kafka's `truncateTo` deletes A's second segment and makes the first one
