@@ -36,7 +36,7 @@ use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, Leade
 use segment_format::dir::{
     classify_partition_file, PartitionFile, SegmentFileKind, SegmentFiles, PARTITION_METADATA_FILE,
 };
-use segment_format::durable::{fsync_dir, write_atomically_unflushed, write_synced};
+use segment_format::durable::{drop_cached, fsync_dir, write_atomically_unflushed, write_synced};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
@@ -858,20 +858,23 @@ fn system_time(ms: i64) -> Option<SystemTime> {
     }
 }
 
-/// Give a file the source's modification time and force it (data and metadata) to disk. A file that already has
+/// Give a file the source's modification time and force it (data and metadata) to disk, then free its cached pages
+/// for the next file's writes (`durable::drop_cached`: validation has read it already). A file that already has
 /// that time is only synced.
 fn set_mtime_and_sync(path: &Path, mtime_ms: i64) -> Result<()> {
     let file = OpenOptions::new()
         .write(true)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     if let Some(time) = system_time(mtime_ms) {
-        let current = file.metadata().and_then(|m| m.modified()).ok();
-        if current != Some(time) {
+        if meta.modified().ok() != Some(time) {
             file.set_modified(time).map_err(|e| Error::io(path, e))?;
         }
     }
-    file.sync_all().map_err(|e| Error::io(path, e))
+    file.sync_all().map_err(|e| Error::io(path, e))?;
+    drop_cached(&file, meta.len());
+    Ok(())
 }
 
 pub(crate) mod append;

@@ -53,10 +53,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
-use segment_format::durable::{fsync_dir, write_atomically, write_behind};
+use segment_format::durable::{drop_cached, fsync_dir, write_atomically, write_behind};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::{scan_frames_known, LogFile};
-use segment_format::uncached::{self, Written};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
     Chunk, Claim, Companion, CompanionKind, LayoutSegment, LogEnd, LogStart, PartitionRef, Position, Roll,
@@ -618,6 +617,8 @@ impl Inner {
         for w in unsynced.values() {
             let file = File::open(&w.path).map_err(|e| TailError::io(&w.path, e))?;
             file.sync_all().map_err(|e| TailError::io(&w.path, e))?;
+            // On disk now: its pages freed for the next group's writes (`durable::drop_cached`).
+            drop_cached(&file, w.state.position);
             if w.created {
                 if let Some(pdir) = w.path.parent() {
                     fsync_dir(pdir)?;
@@ -787,7 +788,7 @@ impl Inner {
             }
         }
         // Only a segment at 0 may be created; a missing file with recorded bytes is lost data, never zero-filled.
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .write(true)
             .create(chunk.position == 0)
             .truncate(false)
@@ -805,11 +806,10 @@ impl Inner {
         }
         // Bytes beyond the record were never acknowledged (a failed earlier attempt).
         file.set_len(chunk.position).map_err(|e| TailError::io(&path, e))?;
-        // Past the page cache where the filesystem allows (`uncached`: the cache fill was most of this
-        // process's CPU); the group's fsync below makes it durable either way.
-        if uncached::write_at(&path, chunk.position, &chunk.bytes)? == Written::Cached {
-            write_behind(&file, chunk.position, chunk.bytes.len() as u64);
-        }
+        file.seek(SeekFrom::Start(chunk.position))
+            .map_err(|e| TailError::io(&path, e))?;
+        file.write_all(&chunk.bytes).map_err(|e| TailError::io(&path, e))?;
+        write_behind(&file, chunk.position, chunk.bytes.len() as u64);
         drop(file);
         // The `.txnindex` entries durable (a crash before the record: cut back at the next start), the index
         // entries written; the directory entry of a new file is made durable with the group (`commit`).

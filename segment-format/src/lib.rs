@@ -46,7 +46,6 @@ pub mod snapshot;
 pub mod time;
 pub mod topic_partition;
 pub mod txn_index;
-pub mod uncached;
 pub mod varint;
 
 pub use error::{Defect, Error, IndexKind, ParseError, Result};

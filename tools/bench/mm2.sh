@@ -12,7 +12,8 @@
 #      batch catch-up, as tools/bench/catchup.sh runs it);
 #    - segmirror ship + apply --listen (tail catch-up over loopback mutual TLS, `--upto high-watermark
 #      --source-bootstrap`: committed records only, as MirrorMaker 2 reads) until the mirror's .log files hold
-#      every byte of the source's;
+#      every byte of the source's; then the same with `--plaintext` on both sides (PLAINTEXT_ROW=0 leaves it out),
+#      the like-for-like row: MirrorMaker 2 and the brokers here talk PLAINTEXT;
 #    - MirrorMaker 2 from a cold start (JVM, Connect group, task start-up included) until the sum of the target
 #      topic's end offsets equals the source's. MirrorMaker 2 does not keep offsets (it re-produces each record),
 #      but it copies each record once in a run without failures, so the record counts compare.
@@ -45,7 +46,7 @@
 #   SKIP_MM2=1 leaves MirrorMaker 2 out (no Maven fetch, no MM2 catch-up or latency rows; the ratios print "-"),
 #   SKIP_SEED=1 leaves the seed + apply row out. SEAL_AB=1 runs the tail catch-up twice, first with every seal
 #   reading its segment again (SEGMIRROR_SEAL_FULL_READ=1), then as built (running digests); SEAL_AB=2 the other
-#   way round.
+#   way round. PLAINTEXT_ROW=0 leaves the plaintext tail catch-up out.
 # Not a test: scripts/test-all.sh does not run it, and nothing here is on the test path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -178,19 +179,22 @@ fi
 
 # start_pair DIR TOPIC UPTO...: `segmirror apply --listen` and `segmirror ship --connect` for TOPIC; sets APPLY_PID
 # and SHIP_PID.
-# PAIR_ENV: environment assignments for both processes (none by default).
+# PAIR_ENV: environment assignments for both processes (none by default); PAIR_SHIP / PAIR_APPLY: their transport
+# flags (mutual TLS by default).
 PAIR_ENV=()
+PAIR_SHIP=("${TLS_SHIP[@]}")
+PAIR_APPLY=("${TLS_APPLY[@]}")
 start_pair() {
     local dir="$1" topic="$2" port
     shift 2
     port=$(free_port)
     mkdir -p "$dir"
-    env "${PAIR_ENV[@]}" "$BIN" apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" "${TLS_APPLY[@]}" \
+    env "${PAIR_ENV[@]}" "$BIN" apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" "${PAIR_APPLY[@]}" \
         > "$dir/apply.out" 2>&1 &
     APPLY_PID=$!
     PIDS+=("$APPLY_PID")
     env "${PAIR_ENV[@]}" "$BIN" ship --log-dir "$SRC_LOG" --topics "$topic" "$@" --link bench --connect "localhost:$port" \
-        "${TLS_SHIP[@]}" > "$dir/ship.out" 2>&1 &
+        "${PAIR_SHIP[@]}" > "$dir/ship.out" 2>&1 &
     SHIP_PID=$!
     PIDS+=("$SHIP_PID")
 }
@@ -240,6 +244,11 @@ elif [ "${SEAL_AB:-0}" = 2 ]; then # the same, the other way round
     tail_catchup "segmirror-ship+apply(tail,seal-full-read)" SEGMIRROR_SEAL_FULL_READ=1 SEGMIRROR_HOME="$WORK/home-full"
 else
     tail_catchup "segmirror-ship+apply(tail)"
+fi
+if [ "${PLAINTEXT_ROW:-1}" = 1 ]; then
+    PAIR_SHIP=(--plaintext) PAIR_APPLY=(--plaintext)
+    tail_catchup "segmirror-ship+apply(tail,plaintext)"
+    PAIR_SHIP=("${TLS_SHIP[@]}") PAIR_APPLY=("${TLS_APPLY[@]}")
 fi
 
 copied=0 records=$RECORDS TGT_BYTES=0 TGT_CODEC=- MM2_BYTES=0 first_at=nan done_at=nan
@@ -329,6 +338,7 @@ SKIPPED=""
 [ "$SKIP_MM2" != 1 ] || SKIPPED="SKIP_MM2=1 "
 [ "$SKIP_SEED" != 1 ] || SKIPPED="${SKIPPED}SKIP_SEED=1 "
 [ "${SEAL_AB:-0}" = 0 ] || SKIPPED="${SKIPPED}SEAL_AB=$SEAL_AB "
+[ "${PLAINTEXT_ROW:-1}" = 1 ] || SKIPPED="${SKIPPED}PLAINTEXT_ROW=0 "
 MM2_ROW=$(printf '%s\n' "${CATCHUP[@]}" | awk '$1 == "MirrorMaker-2"')
 echo
 echo "MirrorMaker 2 side by side, $(date -u '+%Y-%m-%d %H:%M UTC'): MirrorMaker 2 $MM2_VERSION (dedicated" \

@@ -213,7 +213,8 @@ def wait_files(source, mirror_dir, topic, timeout_s, stall_s):
             return
         if now_have > have:
             have, last_growth = now_have, time.monotonic()
-        time.sleep(0.002)
+        # 20 ms: 0.1 % of a 15 s catch-up; a 2 ms poll took a tenth of a core from the two being measured.
+        time.sleep(0.02)
     print("nan %d %d" % (want, have))
 
 
