@@ -106,7 +106,9 @@ pub fn write_behind(_file: &File, _at: u64, _len: u64) {}
 pub fn drop_cached(file: &File, len: u64) {
     use std::os::fd::AsRawFd;
     // SAFETY: `sysconf` reads no memory of ours.
-    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(1);
     // Whole pages only: the kernel also drops a last page that holds the end of the file.
     let Ok(len) = libc::off64_t::try_from(len - len % page) else {
         return;
