@@ -227,6 +227,8 @@ tail_catchup() {
     if [ "$done_at" = nan ]; then
         ok="stalled:$(awk -v h="$have" -v w="$want" 'BEGIN { printf "%.1f", 100 * h / w }')%-then-no-growth-for-${STALL_S}s"
         done_at=$(date +%s.%N)
+        echo "$row stalled; the last lines of ship and apply:" >&2
+        tail -n 15 "$WORK/tail/ship.out" "$WORK/tail/apply.out" >&2 || true
     fi
     catchup_row "$row" "$(awk -v a="$start" -v b="$done_at" 'BEGIN { print b - a }')" "$own_cpu" "$own_rss" "$ok"
     stop_pair
@@ -243,11 +245,13 @@ elif [ "${SEAL_AB:-0}" = 2 ]; then # the same, the other way round
     tail_catchup "segmirror-ship+apply(tail)" SEGMIRROR_HOME="$WORK/home-running"
     tail_catchup "segmirror-ship+apply(tail,seal-full-read)" SEGMIRROR_SEAL_FULL_READ=1 SEGMIRROR_HOME="$WORK/home-full"
 else
-    tail_catchup "segmirror-ship+apply(tail)"
+    tail_catchup "segmirror-ship+apply(tail)" SEGMIRROR_HOME="$WORK/home-tls"
 fi
+# A home of its own: the applier's catalog there remembers the first run's mirror (now deleted), and refuses to
+# continue a mirror whose installed segments are missing.
 if [ "${PLAINTEXT_ROW:-1}" = 1 ]; then
     PAIR_SHIP=(--plaintext) PAIR_APPLY=(--plaintext)
-    tail_catchup "segmirror-ship+apply(tail,plaintext)"
+    tail_catchup "segmirror-ship+apply(tail,plaintext)" SEGMIRROR_HOME="$WORK/home-plaintext"
     PAIR_SHIP=("${TLS_SHIP[@]}") PAIR_APPLY=("${TLS_APPLY[@]}")
 fi
 
