@@ -211,9 +211,10 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     let staged_checkpoint = epochs.map(|cp| (leader_epoch_checkpoint_path(&t.staging_dir), cp.encode()));
     {
         let (sources, files, checkpoint) = (sources.clone(), files.clone(), staged_checkpoint.clone());
+        let sealed = m.sealed;
         blocking("sync staged files", move || {
             for (f, source) in files.iter().zip(&sources) {
-                set_mtime_and_sync(source.path(), f.mtime_ms)?;
+                set_mtime_and_sync(source.path(), f.mtime_ms, sealed)?;
             }
             if let Some((path, text)) = &checkpoint {
                 write_synced(path, text.as_bytes())?;
@@ -858,10 +859,12 @@ fn system_time(ms: i64) -> Option<SystemTime> {
     }
 }
 
-/// Give a file the source's modification time and force it (data and metadata) to disk, then free its cached pages
-/// for the next file's writes (`durable::drop_cached`: validation has read it already). A file that already has
+/// Give a file the source's modification time and force it (data and metadata) to disk; a sealed segment's file
+/// then leaves the page cache, its pages freed for the next file's writes (`durable::drop_cached`: validation has
+/// read it already, and nothing reads it again until a failover). An active segment's files stay cached: the next
+/// version of the segment starts by reading the installed `.log` as its prefix (`chunks`). A file that already has
 /// that time is only synced.
-fn set_mtime_and_sync(path: &Path, mtime_ms: i64) -> Result<()> {
+fn set_mtime_and_sync(path: &Path, mtime_ms: i64, sealed: bool) -> Result<()> {
     let file = OpenOptions::new()
         .write(true)
         .open(path)
@@ -873,7 +876,9 @@ fn set_mtime_and_sync(path: &Path, mtime_ms: i64) -> Result<()> {
         }
     }
     file.sync_all().map_err(|e| Error::io(path, e))?;
-    drop_cached(&file, meta.len());
+    if sealed {
+        drop_cached(&file, meta.len());
+    }
     Ok(())
 }
 

@@ -322,13 +322,14 @@ pub(crate) async fn try_append(
         );
         let (log_mtime, index_mtime, time_mtime) = (log.mtime_ms, index.mtime_ms, time_index.mtime_ms);
         let old_size = before.size;
+        let sealed = m.sealed;
         blocking("append to the installed segment", move || {
             let appended = (|| -> Result<()> {
                 let mut ignored = Hasher::new();
                 for part in &parts {
                     append(part, &path, &mut ignored)?;
                 }
-                set_mtime_and_sync(&path, log_mtime)
+                set_mtime_and_sync(&path, log_mtime, sealed)
             })();
             if let Err(e) = appended {
                 // Nothing recorded: cut what was written, so the file is the catalog's version again.
@@ -343,7 +344,7 @@ pub(crate) async fn try_append(
             ] {
                 let target = dir.join(segment_file_name(range.0, kind));
                 write_atomically(&target, bytes)?;
-                set_mtime_and_sync(&target, mtime)?;
+                set_mtime_and_sync(&target, mtime, sealed)?;
             }
             if let Some(epochs) = epochs {
                 epochs.write(&leader_epoch_checkpoint_path(&dir))?;
