@@ -158,12 +158,18 @@ mod tests {
         assert_eq!(fs::read(&path).expect("read"), b"short");
     }
 
+    /// The system's page size.
+    #[cfg(target_os = "linux")]
+    fn page_size() -> usize {
+        // SAFETY: `sysconf` reads no memory of ours.
+        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("a page size")
+    }
+
     /// Pages of `file`'s first `len` bytes in the page cache (`mincore` over a read-only mapping).
     #[cfg(target_os = "linux")]
     fn cached_pages(file: &File, len: usize) -> usize {
         use std::os::fd::AsRawFd;
-        let page = 4096;
-        let pages = len.div_ceil(page);
+        let pages = len.div_ceil(page_size());
         let mut resident = vec![0u8; pages];
         // SAFETY: a private read-only mapping of an open file, never dereferenced here, unmapped before returning;
         // `resident` holds one byte per page of the mapping, as `mincore` requires.
@@ -189,7 +195,9 @@ mod tests {
         use std::io::Write;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("00000000000000000000.log");
-        let len = (1 << 20) + 100;
+        // Sixteen whole pages and a part of one more, whatever the page size.
+        let pages = 17;
+        let len = 16 * page_size() + 100;
         let mut file = OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -198,9 +206,9 @@ mod tests {
             .open(&path)
             .expect("create");
         file.write_all(&vec![7u8; len]).expect("write");
-        assert_eq!(cached_pages(&file, len), 257, "just written: every page cached");
+        assert_eq!(cached_pages(&file, len), pages, "just written: every page cached");
         drop_cached(&file, len as u64);
-        assert!(cached_pages(&file, len) > 200, "dirty pages are not dropped");
+        assert_eq!(cached_pages(&file, len), pages, "dirty pages are not dropped");
         file.sync_all().expect("fsync");
         drop_cached(&file, len as u64);
         assert_eq!(cached_pages(&file, len), 1, "only the partly written last page stays");
