@@ -53,10 +53,16 @@ use segment_format::progress::Progress;
 pub const APPLIER_TOPICS_REGEX: &str = ".*";
 
 /// Partitions installed at once. Installing a segment alternates CPU work (hashing and checking every byte) with
-/// waits for the disk (fsync), and the partitions of a run are independent, so a few at a time keep both cores and
-/// the disk busy; each holds only a few MiB of buffers (its bytes stream through), so four bound memory to tens of
-/// MiB. Segments of one partition are always installed one after the other, in offset order.
-pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
+/// waits for the disk (its fsyncs) and for the catalog (one durable commit per segment), and the partitions of a
+/// run are independent, so several at a time keep both cores and the disk busy: with many small partitions, eight
+/// installed 10 % faster than four on a 2-core machine (docs/BENCHMARKS.md, session 14), and sixteen no faster than
+/// eight. Each holds only a few MiB of buffers (its bytes stream through), so eight bound memory to tens of MiB.
+/// Segments of one partition are always installed one after the other, in offset order.
+pub const DEFAULT_PARALLEL_PARTITIONS: usize = 8;
+
+/// Partitions whose catalog rows and manifests are read at once before planning (reads only; the store's round
+/// trips overlap).
+const PREPARE_CONCURRENCY: usize = 16;
 
 /// What to apply, from where, into where.
 #[derive(Debug, Clone)]
@@ -231,6 +237,7 @@ impl Applier {
     /// One run (see the module docs). `Err` only when nothing could be applied at all: the mirror root is unusable,
     /// the store cannot be listed, the catalog cannot record the link, or several links and none chosen.
     pub async fn run(&mut self, progress: &dyn Progress) -> Result<ApplyReport> {
+        let started = std::time::Instant::now();
         let mut report = ApplyReport::default();
         let root = self.config.mirror_root.clone();
         let wait = self.config.wait_for_lock;
@@ -256,6 +263,7 @@ impl Applier {
                 reason,
             })?;
         }
+        tracing::debug!(elapsed = ?started.elapsed(), "mirror opened");
         let mut listing = bucket::list(
             self.config.store.as_ref(),
             &self.config.prefix,
@@ -332,15 +340,26 @@ impl Applier {
             self.check_link_identity(&link).await?;
         }
 
+        tracing::debug!(elapsed = ?started.elapsed(), "store listed");
         let mut read = Vec::new();
         let mut read_reports = Vec::new();
-        for ((topic, partition), objects) in objects.partitions {
-            let key = PartitionKey::new(link.clone(), topic.clone(), partition);
-            let mut partition_report = PartitionReport::new(&topic, partition);
-            match self
-                .prepare(key, objects, &mut partition_report, &mut report.notes)
-                .await
-            {
+        // Each partition's manifests are read while others' are (a store round trip each); the results come back
+        // in partition order, so the report and its notes do not depend on which read finished first.
+        let this: &Applier = self;
+        let mut prepared = futures::stream::iter(objects.partitions)
+            .map(|((topic, partition), objects)| {
+                let key = PartitionKey::new(link.clone(), topic.clone(), partition);
+                async move {
+                    let mut partition_report = PartitionReport::new(&topic, partition);
+                    let mut notes = Vec::new();
+                    let prepared = this.prepare(key, objects, &mut partition_report, &mut notes).await;
+                    (prepared, partition_report, notes)
+                }
+            })
+            .buffered(PREPARE_CONCURRENCY);
+        while let Some((prepared, mut partition_report, notes)) = prepared.next().await {
+            report.notes.extend(notes);
+            match prepared {
                 Ok(Prepared::Read(r)) => {
                     read.push(r);
                     read_reports.push(partition_report);
@@ -352,6 +371,7 @@ impl Applier {
                 }
             }
         }
+        tracing::debug!(elapsed = ?started.elapsed(), partitions = read.len(), "manifests read");
         let upserts = self.record_partitions(&read).await?;
         let mut planned = Vec::new();
         for ((r, upsert), mut partition_report) in read.into_iter().zip(upserts).zip(read_reports) {
@@ -372,6 +392,7 @@ impl Applier {
                 }
             }
         }
+        tracing::debug!(elapsed = ?started.elapsed(), partitions = planned.len(), "planned");
         // The directories of the partitions that install something, created with one fsync of the mirror root.
         let dirs: Vec<PathBuf> = planned
             .iter()
@@ -408,6 +429,7 @@ impl Applier {
             }
         }
         drop(installs);
+        tracing::debug!(elapsed = ?started.elapsed(), "installed");
         if let Some(e) = failure {
             return Err(e);
         }
@@ -992,6 +1014,7 @@ impl Applier {
         };
         let version = placed.version.clone();
         let source_topic_id = topic_id.to_string();
+        let recording = std::time::Instant::now();
         let receipt = self
             .catalog
             .try_call("mark installed", move |c| {
@@ -1007,7 +1030,14 @@ impl Applier {
             }
             Err(e) => return Err(e.into()),
         };
+        let recorded = recording.elapsed();
         install::remove_staging(&staging_dir).await?;
+        tracing::debug!(
+            key = manifest_key,
+            record_ms = recorded.as_millis(),
+            cleanup_ms = (recording.elapsed() - recorded).as_millis(),
+            "recorded"
+        );
         Ok(Ok(InstalledSegment {
             base_offset: manifest.base_offset,
             next_offset: manifest.next_offset,

@@ -61,16 +61,23 @@ pub use report::{FailureKind, PartitionReport, PartitionStatus, SeedReport, Skip
 
 pub use crate::source::{TopicFilter, ALL_TOPICS, CHECK_ATTEMPTS, SETTLE_DELAY};
 
-/// Partitions shipped at once. Each has at most one file upload in flight, and
-/// a large file is itself uploaded [`DEFAULT_UPLOAD_CONCURRENCY`] parts at a time
-/// (~80 MiB buffered), so four partitions bound memory to a few hundred MiB
-/// while keeping a high-latency link busy; more mostly adds contention for the
-/// disk the segments are read from. (To a local folder nothing is buffered:
-/// four partitions then hold ~100 MiB, nearly all of it the windows of the
-/// segments being verified, and keep both cores of a small machine busy.)
+/// Partitions shipped at once to an object store. Each has at most one file
+/// upload in flight, and a large file is itself uploaded
+/// [`DEFAULT_UPLOAD_CONCURRENCY`] parts at a time (~80 MiB buffered), so four
+/// partitions bound memory to a few hundred MiB while keeping a high-latency
+/// link busy; more mostly adds contention for the disk the segments are read
+/// from.
 ///
 /// [`DEFAULT_UPLOAD_CONCURRENCY`]: segmirror_transport::store::DEFAULT_UPLOAD_CONCURRENCY
 pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
+
+/// Partitions shipped at once to a local folder. Nothing is buffered there (a
+/// file is copied straight into the folder), so a partition holds a few MiB
+/// beyond the windows of the segment being verified; eight rather than four
+/// let one partition's waits (a cold read, a directory created, a rename)
+/// overlap others' hashing: 200 small partitions shipped 8 % faster on a 2-core
+/// machine, and sixteen were no faster (docs/BENCHMARKS.md, session 14).
+pub const DEFAULT_PARALLEL_PARTITIONS_LOCAL: usize = 8;
 
 /// What to seed and how.
 #[derive(Debug, Clone)]

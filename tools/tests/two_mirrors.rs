@@ -1,5 +1,6 @@
 //! Two mirrors on one host with default flags (one `SEGMIRROR_HOME`, the default link name): each gets its own
 //! catalog, both complete byte for byte, `status` shows both; a catalog opened for another mirror root is refused.
+//! One store applied one partition at a time and sixteen at a time gives the same two mirrors.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -233,4 +234,49 @@ fn a_catalog_opened_for_another_mirror_root_exits_2_with_one_line() {
         .output()
         .unwrap();
     assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+}
+
+#[test]
+fn apply_one_partition_at_a_time_or_sixteen_installs_the_same_mirror() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmp.path().canonicalize().unwrap();
+    let home = tmp.join("segmirror-home");
+    let (source, store) = seeded_source(&home, &tmp, "a", 3);
+    let (one, sixteen) = (tmp.join("mirror-one"), tmp.join("mirror-sixteen"));
+
+    let run = apply(&home, &store, &one, &["--parallel", "1", "--json"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let report_one: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let run = apply(&home, &store, &sixteen, &["--parallel", "16", "--json"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let report_sixteen: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+
+    let compared = assert_identical(&source, &one);
+    assert!(compared > 0);
+    assert_eq!(assert_identical(&source, &sixteen), compared);
+    // The reports list the same partitions, in the same order, with the same installs and notes.
+    let installs = |r: &serde_json::Value| -> Vec<(String, usize)> {
+        r["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    format!("{}-{}", p["topic"].as_str().unwrap(), p["partition"]),
+                    p["installed"].as_array().map_or(0, Vec::len),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(installs(&report_one), installs(&report_sixteen));
+    assert!(installs(&report_one).iter().all(|(_, n)| *n > 0), "{report_one}");
+    assert_eq!(report_one["notes"], report_sixteen["notes"]);
+
+    // Zero partitions at a time is no setting: refused before the mirror is touched.
+    let zero = tmp.join("mirror-zero");
+    let run = apply(&home, &store, &zero, &["--parallel", "0"]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("--parallel"), "{}", run.stderr);
+    assert!(run.stderr.contains("must be at least 1"), "{}", run.stderr);
+    assert!(!zero.exists(), "nothing created for a refused flag");
 }

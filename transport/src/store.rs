@@ -332,6 +332,11 @@ impl Store {
     }
 
     /// The underlying store.
+    /// Whether this is a local folder (files are then copied to and from it directly, nothing is buffered).
+    pub fn is_local_folder(&self) -> bool {
+        self.local.is_some()
+    }
+
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
     }

@@ -186,33 +186,29 @@ impl LeaderEpochChecker {
         {
             self.current += 1;
         }
-        let (ok, expected, message) = match self.entries.get(self.current) {
-            None => (
-                false,
-                None,
-                format!("batch epoch {epoch} but leader-epoch-checkpoint has no entries"),
-            ),
-            Some(first) if batch.base_offset < first.start_offset => (
-                epoch <= first.epoch,
-                Some(first.epoch),
-                format!(
-                    "batch epoch {epoch} before the first checkpoint entry (epoch {} from offset {}) is higher than it",
-                    first.epoch, first.start_offset
-                ),
-            ),
-            Some(e) => (
-                epoch == e.epoch,
-                Some(e.epoch),
-                format!(
-                    "batch epoch {epoch} but leader-epoch-checkpoint has epoch {} in force from offset {}",
-                    e.epoch, e.start_offset
-                ),
-            ),
+        // The message is only formatted for a batch that fails (this runs once per batch of every segment).
+        let entries = &self.entries;
+        let current = self.current;
+        let (ok, expected) = match entries.get(current) {
+            None => (false, None),
+            Some(first) if batch.base_offset < first.start_offset => (epoch <= first.epoch, Some(first.epoch)),
+            Some(e) => (epoch == e.epoch, Some(e.epoch)),
         };
         if ok {
             self.last_reported = None;
         } else if self.last_reported != Some((epoch, expected)) {
             self.last_reported = Some((epoch, expected));
+            let message = match entries.get(current) {
+                None => format!("batch epoch {epoch} but leader-epoch-checkpoint has no entries"),
+                Some(first) if batch.base_offset < first.start_offset => format!(
+                    "batch epoch {epoch} before the first checkpoint entry (epoch {} from offset {}) is higher than it",
+                    first.epoch, first.start_offset
+                ),
+                Some(e) => format!(
+                    "batch epoch {epoch} but leader-epoch-checkpoint has epoch {} in force from offset {}",
+                    e.epoch, e.start_offset
+                ),
+            };
             self.findings.push(error(message));
         }
     }

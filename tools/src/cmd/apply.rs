@@ -55,6 +55,10 @@ pub struct Args {
     /// checks framing, every batch CRC, offsets, the indexes, the transaction index and the producer snapshot).
     #[arg(long)]
     deep: bool,
+    /// Partitions installed at once (each one's versions still in offset order).
+    #[arg(long, value_name = "N", default_value_t = segmirror_applier::DEFAULT_PARALLEL_PARTITIONS,
+          value_parser = parse_parallel)]
+    parallel: usize,
     /// Print the report as one JSON document instead of a table.
     #[arg(long)]
     json: bool,
@@ -73,6 +77,15 @@ pub struct Args {
     /// With --follow: metrics and the admin API (see `segmirror apply --listen ADDR --help`).
     #[command(flatten)]
     metrics: MetricsArgs,
+}
+
+/// At least one partition at a time.
+fn parse_parallel(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A bar over the bytes the plan will install, created once planning is done (the total is then known).
@@ -129,7 +142,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let mut config = ApplyConfig::new(store, url.to_string(), &args.mirror)
         .with_prefix(KeyPrefix::new(&args.prefix)?)
         .with_deep_validation(args.deep)
-        .with_wait_for_lock(args.wait);
+        .with_wait_for_lock(args.wait)
+        .with_parallel_partitions(args.parallel);
     if let Some(link) = &args.link {
         config = config.with_link(link);
     }

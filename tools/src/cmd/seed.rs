@@ -15,6 +15,7 @@ use indicatif::ProgressBar;
 use segment_format::verify::VerifyOptions;
 use segmirror_shipper::seed::{
     self, PartitionStatus, Progress, SeedConfig, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
+    DEFAULT_PARALLEL_PARTITIONS_LOCAL,
 };
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Store;
@@ -63,9 +64,10 @@ pub struct Args {
     /// checks framing, every CRC, offsets and indexes).
     #[arg(long)]
     deep: bool,
-    /// Partitions shipped at once.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL_PARTITIONS)]
-    parallel: usize,
+    /// Partitions shipped at once (default: 8 to a local folder, 4 to S3, where each large upload buffers up to
+    /// ~80 MiB).
+    #[arg(long, value_name = "N")]
+    parallel: Option<usize>,
     /// Who is shipping, recorded in leases and manifests (default: segmirror-seed@<host>:<pid>).
     #[arg(long, value_name = "ID")]
     shipper_id: Option<String>,
@@ -160,7 +162,14 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         deep: args.deep,
         strict: false,
     };
-    config.parallel_partitions = args.parallel.max(1);
+    config.parallel_partitions = args
+        .parallel
+        .unwrap_or(if store.is_local_folder() {
+            DEFAULT_PARALLEL_PARTITIONS_LOCAL
+        } else {
+            DEFAULT_PARALLEL_PARTITIONS
+        })
+        .max(1);
     config.memory_file = args.memory.clone();
     if let Some(id) = &args.shipper_id {
         config.shipper_id = id.clone();
