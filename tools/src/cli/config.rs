@@ -83,6 +83,7 @@ const BATCH_APPLY_FLAGS: &[&str] = &[
     "wait",
     "follow",
     "poll-interval-ms",
+    "parallel",
     "json",
     "s3-endpoint",
     "s3-region",
