@@ -405,7 +405,6 @@ impl Applier {
         // Partitions are independent: install several at once (each still in offset order). A failure that ends
         // the run (an injected crash) stops partitions from starting, lets those under way finish, and is returned.
         let stop = AtomicBool::new(false);
-        let this: &Applier = self;
         let mut installs = futures::stream::iter(planned)
             .map(|p| {
                 let (layout, stop) = (&layout, &stop);

@@ -331,12 +331,12 @@ impl Store {
         self.multipart
     }
 
-    /// The underlying store.
     /// Whether this is a local folder (files are then copied to and from it directly, nothing is buffered).
     pub fn is_local_folder(&self) -> bool {
         self.local.is_some()
     }
 
+    /// The underlying store.
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
     }

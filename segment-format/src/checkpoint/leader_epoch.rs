@@ -130,6 +130,48 @@ impl LeaderEpochCheckpoint {
     }
 }
 
+/// What the checkpoint allows the epoch of a batch to be.
+enum Allowed {
+    /// The checkpoint has no entries: no epoch.
+    Nothing,
+    /// The batch is before the first entry: that entry's epoch or lower.
+    AtMost(EpochEntry),
+    /// The epoch of the entry in force at the batch's offset.
+    Exactly(EpochEntry),
+}
+
+impl Allowed {
+    fn admits(&self, epoch: i32) -> bool {
+        match self {
+            Allowed::Nothing => false,
+            Allowed::AtMost(first) => epoch <= first.epoch,
+            Allowed::Exactly(entry) => epoch == entry.epoch,
+        }
+    }
+
+    /// The checkpoint's epoch the batch is held to.
+    fn epoch(&self) -> Option<i32> {
+        match self {
+            Allowed::Nothing => None,
+            Allowed::AtMost(e) | Allowed::Exactly(e) => Some(e.epoch),
+        }
+    }
+
+    fn refusal(&self, epoch: i32) -> String {
+        match self {
+            Allowed::Nothing => format!("batch epoch {epoch} but leader-epoch-checkpoint has no entries"),
+            Allowed::AtMost(first) => format!(
+                "batch epoch {epoch} before the first checkpoint entry (epoch {} from offset {}) is higher than it",
+                first.epoch, first.start_offset
+            ),
+            Allowed::Exactly(e) => format!(
+                "batch epoch {epoch} but leader-epoch-checkpoint has epoch {} in force from offset {}",
+                e.epoch, e.start_offset
+            ),
+        }
+    }
+}
+
 /// Streaming check of batches' `partitionLeaderEpoch` against the checkpoint.
 ///
 /// Feed every batch of the partition in offset order (all segments). Only magic-2
@@ -186,30 +228,17 @@ impl LeaderEpochChecker {
         {
             self.current += 1;
         }
-        // The message is only formatted for a batch that fails (this runs once per batch of every segment).
-        let entries = &self.entries;
-        let current = self.current;
-        let (ok, expected) = match entries.get(current) {
-            None => (false, None),
-            Some(first) if batch.base_offset < first.start_offset => (epoch <= first.epoch, Some(first.epoch)),
-            Some(e) => (epoch == e.epoch, Some(e.epoch)),
+        let allowed = match self.entries.get(self.current) {
+            None => Allowed::Nothing,
+            Some(&first) if batch.base_offset < first.start_offset => Allowed::AtMost(first),
+            Some(&entry) => Allowed::Exactly(entry),
         };
-        if ok {
+        if allowed.admits(epoch) {
             self.last_reported = None;
-        } else if self.last_reported != Some((epoch, expected)) {
-            self.last_reported = Some((epoch, expected));
-            let message = match entries.get(current) {
-                None => format!("batch epoch {epoch} but leader-epoch-checkpoint has no entries"),
-                Some(first) if batch.base_offset < first.start_offset => format!(
-                    "batch epoch {epoch} before the first checkpoint entry (epoch {} from offset {}) is higher than it",
-                    first.epoch, first.start_offset
-                ),
-                Some(e) => format!(
-                    "batch epoch {epoch} but leader-epoch-checkpoint has epoch {} in force from offset {}",
-                    e.epoch, e.start_offset
-                ),
-            };
-            self.findings.push(error(message));
+        } else if self.last_reported != Some((epoch, allowed.epoch())) {
+            self.last_reported = Some((epoch, allowed.epoch()));
+            // Formatted for a failing batch only: this runs once per batch of every segment.
+            self.findings.push(error(allowed.refusal(epoch)));
         }
     }
 
