@@ -1,6 +1,6 @@
 //! Installing one segment version: the crash-safe protocol.
 //!
-//! 1. **Stage.** Every file the manifest lists is downloaded into `<mirror>/.staging/<topic>-<partition>/<base>-<next>/`,
+//! 1. **Stage.** Every file the manifest lists is downloaded into `<mirror>/.staging/<topic>-<partition>.<base>-<next>/`,
 //!    its size, SHA-256 and CRC-32C checked against the manifest while it streams. A file already in the partition
 //!    directory with the manifest's size and hashes (left there by an interrupted run) is used as is, not fetched
 //!    again: this is how a crash between the renames and the catalog commit is recovered without a re-download.

@@ -582,7 +582,13 @@ impl Store {
     /// One download attempt: the stream is consumed here, bytes are hashed and
     /// written on a blocking thread.
     async fn download(&self, key: &str, location: &ObjectPath, expected: Option<u64>, sink: Dest) -> Result<Digest> {
-        self.check_regular(key).await?;
+        if let Some(root) = self.local_root.clone() {
+            // A local folder: opened, checked and copied on one blocking thread (see `listing::open_regular_file`).
+            let owned = key.to_string();
+            return tokio::task::spawn_blocking(move || local::download(&root, &owned, expected, sink))
+                .await
+                .map_err(|e| task_error(key, e))?;
+        }
         let get = self
             .inner
             .get(location)
@@ -663,7 +669,12 @@ impl Store {
     /// more than it reported.
     pub async fn get_bytes(&self, key: &str, limit: u64) -> Result<Bytes> {
         let location = object_path(key)?;
-        self.check_regular(key).await?;
+        if let Some(root) = self.local_root.clone() {
+            let owned = key.to_string();
+            return tokio::task::spawn_blocking(move || local::read(&root, &owned, limit))
+                .await
+                .map_err(|e| task_error(key, e))?;
+        }
         self.retrying("get", key, |_| async {
             let get = self
                 .inner
@@ -708,18 +719,6 @@ impl Store {
             Ok(info(meta))
         })
         .await
-    }
-
-    /// A local folder's object must be a regular file reached through real
-    /// directories (see `listing`); other stores hold only objects.
-    async fn check_regular(&self, key: &str) -> Result<()> {
-        let Some(root) = self.local_root.clone() else {
-            return Ok(());
-        };
-        let owned = key.to_string();
-        tokio::task::spawn_blocking(move || listing::check_regular_file(&root, &owned))
-            .await
-            .map_err(|e| task_error(key, e))?
     }
 
     /// Every object whose key is `prefix` or below `prefix/` (whole components:

@@ -14,9 +14,11 @@
 //!   path can still be stepped over). When a page fails on such a key the page is asked for again with fewer keys,
 //!   down to one, which isolates the bad key; it is reported and the listing continues after it.
 //!
-//! Reading a local object checks first, without opening anything, that every component below the root is a
-//! directory or (the last) a regular file, not a link: opening a FIFO would block forever, and a link could point
-//! out of the store.
+//! Reading a local object opens it in one step that cannot leave the store ([`open_regular_file`]): the kernel
+//! refuses a link anywhere on the way (`openat2` with `RESOLVE_NO_SYMLINKS`), the open cannot block on a FIFO
+//! (`O_NONBLOCK`), and what was opened must be a regular file. Where `openat2` is refused (a kernel before 5.6, a
+//! seccomp filter), every component below the root is first checked without opening anything
+//! ([`check_regular_file`]): a directory or (the last) a regular file, not a link.
 
 use std::collections::VecDeque;
 use std::fs::FileType;
@@ -221,6 +223,47 @@ pub(super) fn check_regular_file(root: &Path, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Open `key` of the local folder `root` (canonical, so free of links itself) for reading, with its size; `None`
+/// if there is no such object. One `openat2` both finds and checks the path, so nothing can be swapped for a link
+/// between a check and the open (issue 12: it also replaces a `statx` per component and a trip through
+/// `object_store`'s blocking pool for every object read). A refusal names the component, as
+/// [`check_regular_file`] does.
+pub(super) fn open_regular_file(root: &Path, key: &str) -> Result<Option<(std::fs::File, u64)>> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let path = root.join(key);
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let opened = match rustix::fs::openat2(rustix::fs::CWD, &path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
+        Ok(fd) => Ok(std::fs::File::from(fd)),
+        // No `openat2` here: check each component, then open without following a link at the end.
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM | rustix::io::Errno::INVAL) => {
+            check_regular_file(root, key)?;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(&path)
+        }
+        Err(e) => Err(std::io::Error::from(e)),
+    };
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // A link or a non-directory on the way: say which component, as the check does.
+        Err(e) => {
+            check_regular_file(root, key)?;
+            return Err(Error::io(&path, e));
+        }
+    };
+    let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+    if !meta.is_file() {
+        return Err(Error::NotRegularFile {
+            key: key.to_string(),
+            what: kind_of(&meta.file_type()).to_string(),
+        });
+    }
+    Ok(Some((file, meta.len())))
+}
+
 /// The full key a path error of `object_store` names, when the error is about a key that is not a legal path.
 fn illegal_key(e: &object_store::Error) -> Option<String> {
     match e {
@@ -284,6 +327,55 @@ pub(super) async fn s3_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_local_object_is_opened_only_through_real_directories_and_only_if_regular() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/obj"), b"seven b").unwrap();
+        let (_, size) = open_regular_file(&root, "a/b/obj").unwrap().expect("a regular object");
+        assert_eq!(size, 7);
+        assert!(open_regular_file(&root, "a/b/missing").unwrap().is_none());
+        assert!(open_regular_file(&root, "a/nothing/obj").unwrap().is_none());
+
+        // A link anywhere on the way, to inside the store or out of it: refused, naming the component.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("obj"), b"secret").unwrap();
+        symlink(outside.path(), root.join("a/out")).unwrap();
+        symlink(root.join("a/b"), root.join("a/in")).unwrap();
+        symlink(root.join("a/b/obj"), root.join("a/b/link")).unwrap();
+        for (key, component) in [("a/out/obj", "a/out"), ("a/in/obj", "a/in"), ("a/b/link", "")] {
+            match open_regular_file(&root, key) {
+                Err(Error::NotRegularFile { key: k, what }) => {
+                    assert_eq!(k, key);
+                    assert!(what.contains("a symbolic link"), "{key}: {what}");
+                    assert!(what.contains(component), "{key}: {what}");
+                }
+                other => panic!("{key}: expected a refusal, got {:?}", other.map(|o| o.map(|(_, n)| n))),
+            }
+        }
+
+        // A file where a directory should be, a directory or a FIFO where the object should be: refused, and the
+        // FIFO is not waited on.
+        let fifo = root.join("a/b/pipe");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for (key, what) in [
+            ("a/b/obj/x", "a regular file"),
+            ("a/b", "a directory"),
+            ("a/b/pipe", "a FIFO"),
+        ] {
+            match open_regular_file(&root, key) {
+                Err(Error::NotRegularFile { what: w, .. }) => assert!(w.contains(what), "{key}: {w}"),
+                other => panic!("{key}: expected a refusal, got {:?}", other.map(|o| o.map(|(_, n)| n))),
+            }
+        }
+    }
 
     #[test]
     fn temporary_names_are_recognised() {

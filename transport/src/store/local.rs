@@ -25,9 +25,9 @@ use std::path::{Path, PathBuf};
 
 use segment_format::durable::write_behind;
 
-use super::io::Hasher;
+use super::io::{hash_range, Dest, Hasher};
 use super::Digest;
-use crate::error::{Error, Result};
+use crate::error::{Error, MismatchKind, Result};
 
 /// Bytes hashed per mapping of a destination: bounds what a transfer adds to
 /// the resident set.
@@ -58,6 +58,7 @@ fn hash_mapped(file: &File, start: u64, len: u64, hasher: &mut Hasher) -> std::i
             memmap2::MmapOptions::new()
                 .offset(start + done)
                 .len(window_len)
+                .populate()
                 .map(file)?
         };
         hasher.update(&map);
@@ -185,6 +186,52 @@ pub(super) fn get(mut object: File, object_path: &Path, start: u64, len: u64, de
         }
     }
     Ok(hasher.finish())
+}
+
+/// Download the whole object `key` of the local folder `root` into `sink`: opened as
+/// [`super::listing::open_regular_file`] opens it, its size checked against `expected` before a byte is copied, and
+/// against the bytes copied after.
+pub(super) fn download(root: &Path, key: &str, expected: Option<u64>, sink: Dest) -> Result<Digest> {
+    let Some((file, size)) = super::listing::open_regular_file(root, key)? else {
+        return Err(Error::NotFound { key: key.to_string() });
+    };
+    if let Some(expected) = expected {
+        if size != expected {
+            return Err(Error::mismatch(key, MismatchKind::Size, expected, size));
+        }
+    }
+    let path = root.join(key);
+    let digest = match sink {
+        Dest::File(dest) => get(file, &path, 0, size, &dest)?,
+        Dest::Discard => hash_range(file, &path, 0, size)?,
+    };
+    if digest.size != size {
+        return Err(Error::mismatch(key, MismatchKind::Size, size, digest.size));
+    }
+    Ok(digest)
+}
+
+/// The bytes of the object `key` of the local folder `root`, refused past `limit` (also when it grows while read).
+pub(super) fn read(root: &Path, key: &str, limit: u64) -> Result<bytes::Bytes> {
+    let Some((file, size)) = super::listing::open_regular_file(root, key)? else {
+        return Err(Error::NotFound { key: key.to_string() });
+    };
+    let too_large = |size| Error::TooLarge {
+        key: key.to_string(),
+        size,
+        limit,
+    };
+    if size > limit {
+        return Err(too_large(size));
+    }
+    let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| Error::io(root.join(key), e))?;
+    if out.len() as u64 > limit {
+        return Err(too_large(out.len() as u64));
+    }
+    Ok(bytes::Bytes::from(out))
 }
 
 #[cfg(test)]
