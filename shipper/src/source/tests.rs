@@ -120,6 +120,47 @@ fn discovery_selects_by_pattern_and_reads_the_partition() {
 }
 
 #[test]
+fn discovery_of_many_partitions_keeps_partition_order_and_every_outcome() {
+    // More partitions than discovery opens at once, with every kind of outcome among them: shipped, skipped for
+    // want of a topic id, failed on a corrupt `partition.metadata`, failed for being in two log dirs.
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("a"), dir.path().join("b"));
+    let topics: Vec<String> = (0..40).map(|i| format!("t{i:02}")).collect();
+    let mut written = Vec::new();
+    for topic in &topics {
+        written.push(running_partition(&first, topic, 1));
+    }
+    finish_log_dir(&first, &written);
+    let twice = running_partition(&second, "t07", 1);
+    finish_log_dir(&second, &[twice]);
+    std::fs::remove_file(first.join("t03-0/partition.metadata")).unwrap();
+    std::fs::write(
+        first.join("t11-0/partition.metadata"),
+        b"version: 9\ntopic_id: nonsense\n",
+    )
+    .unwrap();
+
+    let found = discover(&[first.clone(), second.clone()], &TopicFilter::all());
+    let shipped: Vec<&str> = found.sources.iter().map(|s| s.topic.as_str()).collect();
+    let expected: Vec<&str> = topics
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !["t03", "t07", "t11"].contains(t))
+        .collect();
+    assert_eq!(shipped, expected);
+    assert!(found
+        .sources
+        .iter()
+        .all(|s| s.topic_id == Uuid([5; 16]) && s.segments == 1 && s.log_bytes > 0));
+    let skipped: Vec<(&str, &SkipReason)> = found.skipped.iter().map(|s| (s.topic.as_str(), &s.reason)).collect();
+    assert_eq!(skipped, [("t03", &SkipReason::NoTopicId)]);
+    let failed: Vec<&str> = found.failed.iter().map(|f| f.topic.as_str()).collect();
+    assert_eq!(failed, ["t07", "t11"], "{:?}", found.failed);
+    assert!(matches!(&found.failed[0].problem, Unusable::Source(m) if m.contains("more than one log dir")));
+    assert!(matches!(&found.failed[1].problem, Unusable::Corrupt(_)));
+}
+
+#[test]
 fn the_active_prefix_grows_between_two_bounds_and_never_includes_a_partial_batch() {
     let dir = tempfile::tempdir().unwrap();
     let w = running_partition(dir.path(), "orders", 3);
