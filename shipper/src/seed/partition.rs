@@ -548,7 +548,11 @@ impl PartitionShipper<'_, '_> {
             .key
             .data_key(&self.topic_id(), range, name)
             .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
-        let summary = match self.ctx.store.stage_file(&key, &file.path, Some(file.len)).await {
+        let staged = match &file.rebuilt {
+            Some(bytes) => self.ctx.store.stage_bytes(&key, bytes.clone()).await,
+            None => self.ctx.store.stage_file(&key, &file.path, Some(file.len)).await,
+        };
+        let summary = match staged {
             Ok(s) => s,
             // The source file vanished or shrank while being read.
             Err(TransportError::Io { path, source })

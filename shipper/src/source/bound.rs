@@ -54,7 +54,8 @@ pub struct PrepareOptions {
     pub verify: VerifyOptions,
     /// `index.interval.bytes` of rebuilt indexes.
     pub index_interval_bytes: u64,
-    /// Where rebuilt files are staged (default: the system temp dir).
+    /// Where the continuous shipper's chunk files are staged (default: the system temp dir). Rebuilt indexes are
+    /// not staged: they are uploaded from memory ([`LocalFile::rebuilt`]).
     pub staging_dir: Option<PathBuf>,
 }
 
@@ -63,12 +64,16 @@ pub struct PrepareOptions {
 pub struct LocalFile {
     /// Which of the segment's files this is.
     pub kind: SegmentFileKind,
-    /// The source file, or a rebuilt one in the staging dir.
+    /// The source file; for a rebuilt file, the source file it stands for (named in messages only).
     pub path: PathBuf,
     /// Bytes to upload from the start of the file.
     pub len: u64,
     /// Modification time of the source file this stands for.
     pub mtime_ms: i64,
+    /// The bytes of a file rebuilt here (the indexes of an active segment's prefix or of a segment without them,
+    /// a transaction index trimmed to the prefix), uploaded from memory: a few KiB each, which a temporary file
+    /// and directory per segment only made into more inodes to create and delete (issue 12).
+    pub rebuilt: Option<bytes::Bytes>,
 }
 
 /// Totals of the shipped batches (for the manifest).
@@ -113,8 +118,6 @@ pub struct Prepared {
     pub excluded_tail: u64,
     /// Findings that do not stop the segment from being shipped.
     pub warnings: Vec<Finding>,
-    /// Holds rebuilt files until this is dropped.
-    pub staging: Option<tempfile::TempDir>,
     /// The active segment's `.log` as it was when the check that found this prefix began, and when that was
     /// (`None` for a sealed segment): the prefix, its offsets and `excluded_tail` hold for a file with exactly this
     /// identity (appends after it only add bytes the check did not count). What the seed's memory records.
@@ -271,8 +274,9 @@ pub fn bound_sealed(
         path: segment.log.clone(),
         len: log_len,
         mtime_ms: log_mtime,
+        rebuilt: None,
     }];
-    let mut staging = None;
+    let mut rebuilt_indexes = false;
     if segment.index.is_none() || segment.time_index.is_none() {
         // A broker rebuilds a missing index at load; ship the rebuilt one so the
         // manifest is complete.
@@ -286,26 +290,23 @@ pub fn bound_sealed(
             }
             Err(reason) => return Ok(Outcome::Changed(reason)),
         };
-        let dir = staging_dir(options, &segment.log)?;
         if segment.index.is_none() {
-            files.push(staged(
-                &dir,
-                base,
+            files.push(rebuilt_file(
+                segment,
                 SegmentFileKind::Index,
                 &rebuilt.offset_index,
                 log_mtime,
-            )?);
+            ));
         }
         if segment.time_index.is_none() {
-            files.push(staged(
-                &dir,
-                base,
+            files.push(rebuilt_file(
+                segment,
                 SegmentFileKind::TimeIndex,
                 &rebuilt.time_index,
                 log_mtime,
-            )?);
+            ));
         }
-        staging = Some(dir);
+        rebuilt_indexes = true;
     }
     for (kind, path) in [
         (SegmentFileKind::Index, &segment.index),
@@ -322,6 +323,7 @@ pub fn bound_sealed(
                 path: path.clone(),
                 len,
                 mtime_ms: mtime_ms(path).unwrap_or(log_mtime),
+                rebuilt: None,
             });
         }
     }
@@ -335,12 +337,11 @@ pub fn bound_sealed(
         guard: SourceGuard::Stamps(before),
         excluded_tail: 0,
         warnings,
-        log_bytes_scanned: if staging.is_some() {
+        log_bytes_scanned: if rebuilt_indexes {
             log_len.saturating_mul(2)
         } else {
             log_len
         },
-        staging,
         source_identity: None,
     })))
 }
@@ -432,7 +433,7 @@ pub fn bound_active(
         offset_index: &rebuilt.offset_index,
         time_index: &rebuilt.time_index,
     };
-    let (files, dir, warnings) = active_files(segment, snapshot, options, &files)?;
+    let (files, warnings) = active_files(segment, snapshot, &files)?;
     Ok(Outcome::Ready(Box::new(Prepared {
         range,
         sealed: false,
@@ -441,7 +442,6 @@ pub fn bound_active(
         guard: SourceGuard::LogCrc32c(rebuilt.crc32c),
         excluded_tail: file_len.saturating_sub(prefix),
         warnings,
-        staging: Some(dir),
         // Only a prefix inside the identity's length is what the file held then (one past it was appended since).
         source_identity: identity.filter(|(i, _)| prefix <= i.len),
         // One pass: the check's scan, which built the indexes too.
@@ -461,18 +461,16 @@ pub(crate) struct ActiveFiles<'a> {
     pub time_index: &'a [u8],
 }
 
-/// The files of a version of the active segment: its `.log` prefix, the rebuilt indexes (staged), the transaction
+/// The files of a version of the active segment: its `.log` prefix, the rebuilt indexes (in memory), the transaction
 /// index trimmed to the prefix, the producer snapshot at its base. Shared by [`bound_active`] and the continuous
 /// shipper's incremental rounds ([`super::incremental`]), which derive the same version without reading the
 /// prefix again.
 pub(crate) fn active_files(
     segment: &SegmentFiles,
     snapshot: Option<&Path>,
-    options: &PrepareOptions,
     version: &ActiveFiles<'_>,
-) -> std::result::Result<(Vec<LocalFile>, tempfile::TempDir, Vec<Finding>), Error> {
-    let (base, next, log_mtime) = (segment.base_offset, version.next, version.log_mtime);
-    let dir = staging_dir(options, &segment.log)?;
+) -> std::result::Result<(Vec<LocalFile>, Vec<Finding>), Error> {
+    let (next, log_mtime) = (version.next, version.log_mtime);
     // A rebuilt file keeps its source file's modification time (the `.log`'s if absent).
     let mtime_of = |path: &Option<PathBuf>| path.as_deref().and_then(|p| mtime_ms(p).ok()).unwrap_or(log_mtime);
     let mut files = vec![
@@ -481,21 +479,20 @@ pub(crate) fn active_files(
             path: segment.log.clone(),
             len: version.prefix,
             mtime_ms: log_mtime,
+            rebuilt: None,
         },
-        staged(
-            &dir,
-            base,
+        rebuilt_file(
+            segment,
             SegmentFileKind::Index,
             version.offset_index,
             mtime_of(&segment.index),
-        )?,
-        staged(
-            &dir,
-            base,
+        ),
+        rebuilt_file(
+            segment,
             SegmentFileKind::TimeIndex,
             version.time_index,
             mtime_of(&segment.time_index),
-        )?,
+        ),
     ];
     if let Some(path) = &segment.txn_index {
         let bytes = match std::fs::read(path) {
@@ -512,18 +509,17 @@ pub(crate) fn active_files(
             .collect();
         if !kept.is_empty() {
             let mtime = mtime_ms(path).unwrap_or(log_mtime);
-            files.push(staged(
-                &dir,
-                base,
+            files.push(rebuilt_file(
+                segment,
                 SegmentFileKind::TxnIndex,
                 &txn_index::serialize(&kept),
                 mtime,
-            )?);
+            ));
         }
     }
     let mut warnings = Vec::new();
     files.extend(snapshot_file(snapshot, &mut warnings)?);
-    Ok((files, dir, warnings))
+    Ok((files, warnings))
 }
 
 /// The totals of a check, which are exact: the check walks legacy compressed
@@ -540,31 +536,18 @@ fn stats_of(check: &SegmentCheck) -> SegmentStats {
     }
 }
 
-fn staging_dir(options: &PrepareOptions, near: &Path) -> std::result::Result<tempfile::TempDir, Error> {
-    let mut builder = tempfile::Builder::new();
-    builder.prefix("segmirror-seed-");
-    match &options.staging_dir {
-        Some(dir) => builder.tempdir_in(dir).map_err(|e| Error::io(dir, e)),
-        None => builder.tempdir().map_err(|e| Error::io(near, e)),
-    }
-}
-
-/// Write a rebuilt file into the staging dir under its Kafka name.
-fn staged(
-    dir: &tempfile::TempDir,
-    base: i64,
-    kind: SegmentFileKind,
-    bytes: &[u8],
-    mtime_ms: i64,
-) -> std::result::Result<LocalFile, Error> {
-    let path = dir.path().join(segment_file_name(base, kind));
-    std::fs::write(&path, bytes).map_err(|e| Error::io(&path, e))?;
-    Ok(LocalFile {
+/// A file of `segment` rebuilt here, held in memory. Its `path` names no file (`<name> (rebuilt)` beside the
+/// source's): a reader that took the path instead of the bytes fails instead of reading the broker's own file.
+fn rebuilt_file(segment: &SegmentFiles, kind: SegmentFileKind, bytes: &[u8], mtime_ms: i64) -> LocalFile {
+    LocalFile {
         kind,
-        path,
+        path: segment
+            .log
+            .with_file_name(format!("{} (rebuilt)", segment_file_name(segment.base_offset, kind))),
         len: bytes.len() as u64,
         mtime_ms,
-    })
+        rebuilt: Some(bytes::Bytes::copy_from_slice(bytes)),
+    }
 }
 
 /// The producer snapshot at the segment's base offset, if it parses; a torn or
@@ -581,6 +564,7 @@ fn snapshot_file(
             path: path.to_path_buf(),
             len: std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len(),
             mtime_ms: mtime_ms(path)?,
+            rebuilt: None,
         })),
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => {

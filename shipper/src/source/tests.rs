@@ -185,16 +185,18 @@ fn the_active_prefix_grows_between_two_bounds_and_never_includes_a_partial_batch
     let bytes = std::fs::read(&log).unwrap();
     let prefix = &bytes[..usize::try_from(second.log_len()).unwrap()];
     assert_eq!(second.guard, SourceGuard::LogCrc32c(crc32c::crc32c(prefix)));
-    // Indexes are rebuilt for the prefix (the broker's are preallocated), in the staging dir.
+    // Indexes are rebuilt for the prefix (the broker's are preallocated), in memory: their path names no file, so
+    // nothing can read the broker's preallocated index in their place.
     for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
         let f = second.files.iter().find(|f| f.kind == kind).unwrap();
-        assert!(!f.path.starts_with(&w.dir), "{}", f.path.display());
-        assert_eq!(std::fs::metadata(&f.path).unwrap().len(), f.len);
+        let bytes = f.rebuilt.as_ref().expect("rebuilt in memory");
+        assert_eq!(bytes.len() as u64, f.len);
+        assert!(!f.path.exists(), "{}", f.path.display());
     }
-    // The first bound's staged files are its own: still there, unchanged.
-    for f in first.files.iter().filter(|f| !f.path.starts_with(&w.dir)) {
-        assert_eq!(std::fs::metadata(&f.path).unwrap().len(), f.len, "{}", f.path.display());
-    }
+    // The first bound's rebuilt files are its own: the shorter prefix's indexes.
+    let index_of = |p: &Prepared| p.files.iter().find(|f| f.kind == SegmentFileKind::Index).unwrap().len;
+    assert!(index_of(&first) <= index_of(&second));
+    assert!(first.files.iter().all(|f| f.rebuilt.is_some() != f.path.exists()));
 }
 
 /// The active segment is read once: the indexes and the prefix CRC-32C built from the check's own scan are exactly
@@ -217,7 +219,17 @@ fn the_active_segment_is_checked_and_indexed_in_one_read() {
     let separate = rebuild::rebuild(&log, 0, prefix, INDEX_INTERVAL).unwrap().unwrap();
     assert_eq!((separate.batches, separate.end), (301, prefix));
     assert_eq!(prepared.guard, SourceGuard::LogCrc32c(separate.crc32c));
-    let staged = |kind| std::fs::read(&prepared.files.iter().find(|f| f.kind == kind).unwrap().path).unwrap();
+    let staged = |kind| {
+        prepared
+            .files
+            .iter()
+            .find(|f| f.kind == kind)
+            .unwrap()
+            .rebuilt
+            .clone()
+            .unwrap()
+            .to_vec()
+    };
     assert_eq!(staged(SegmentFileKind::Index), separate.offset_index);
     assert_eq!(staged(SegmentFileKind::TimeIndex), separate.time_index);
     assert!(

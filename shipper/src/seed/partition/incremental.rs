@@ -43,7 +43,7 @@ impl PartitionShipper<'_, '_> {
             return Ok(None);
         }
         let staging = self.ctx.prepare.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
-        let (options, seg) = (self.ctx.prepare.clone(), segment.clone());
+        let seg = segment.clone();
         let partition = self.report.name();
         let built = blocking("read the active segment's new bytes", move || {
             let (next, read, pending, new_bytes) = match source::incremental::advance(&state, None, Some(&staging)) {
@@ -71,7 +71,7 @@ impl PartitionShipper<'_, '_> {
                 offset_index: &offset_index,
                 time_index: &time_index,
             };
-            let (files, dir, warnings) = source::bound::active_files(&seg, snapshot.as_deref(), &options, &version)?;
+            let (files, warnings) = source::bound::active_files(&seg, snapshot.as_deref(), &version)?;
             let whole = next.digest();
             let range =
                 segmirror_transport::manifest::SegmentRange::new(base, next.next_offset()).map_err(|reason| {
@@ -88,7 +88,6 @@ impl PartitionShipper<'_, '_> {
                 guard: source::SourceGuard::LogCrc32c(whole.crc32c),
                 excluded_tail: pending,
                 warnings,
-                staging: Some(dir),
                 // Nothing of the file is remembered by the one-shot seed's memory here: the kept state is this
                 // process's own (`source_identity` is for that memory).
                 source_identity: None,
