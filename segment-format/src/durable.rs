@@ -123,6 +123,46 @@ pub fn drop_cached(file: &File, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn drop_cached(_file: &File, _len: u64) {}
 
+/// How many pages of `file`'s first `len` bytes are in the page cache (`mincore` over a read-only mapping that is
+/// never read): what the tests of [`drop_cached`] and of its callers check, and a diagnostic.
+#[cfg(target_os = "linux")]
+pub fn cached_pages(file: &File, len: u64) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = usize::try_from(len) else {
+        return Err(std::io::Error::other("length does not fit in memory"));
+    };
+    if len == 0 {
+        return Ok(0);
+    }
+    // SAFETY: `sysconf` reads no memory of ours.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(1);
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a private read-only mapping of an open file, never dereferenced, unmapped before returning; `resident`
+    // holds one byte per page of the mapping, as `mincore` requires.
+    unsafe {
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let status = libc::mincore(map, len, resident.as_mut_ptr());
+        let error = std::io::Error::last_os_error();
+        libc::munmap(map, len);
+        if status != 0 {
+            return Err(error);
+        }
+    }
+    Ok(resident.iter().filter(|b| *b & 1 == 1).count() as u64)
+}
+
 /// Tells the kernel `file` is read from start to end (it doubles read-ahead). Only a hint: failure changes nothing.
 #[cfg(target_os = "linux")]
 pub fn read_sequentially(file: &File) {
@@ -165,28 +205,9 @@ mod tests {
         usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("a page size")
     }
 
-    /// Pages of `file`'s first `len` bytes in the page cache (`mincore` over a read-only mapping).
     #[cfg(target_os = "linux")]
-    fn cached_pages(file: &File, len: usize) -> usize {
-        use std::os::fd::AsRawFd;
-        let pages = len.div_ceil(page_size());
-        let mut resident = vec![0u8; pages];
-        // SAFETY: a private read-only mapping of an open file, never dereferenced here, unmapped before returning;
-        // `resident` holds one byte per page of the mapping, as `mincore` requires.
-        unsafe {
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED);
-            assert_eq!(libc::mincore(map, len, resident.as_mut_ptr()), 0);
-            libc::munmap(map, len);
-        }
-        resident.iter().filter(|b| *b & 1 == 1).count()
+    fn cached(file: &File, len: usize) -> u64 {
+        cached_pages(file, len as u64).expect("mincore")
     }
 
     #[cfg(target_os = "linux")]
@@ -206,12 +227,12 @@ mod tests {
             .open(&path)
             .expect("create");
         file.write_all(&vec![7u8; len]).expect("write");
-        assert_eq!(cached_pages(&file, len), pages, "just written: every page cached");
+        assert_eq!(cached(&file, len), pages, "just written: every page cached");
         drop_cached(&file, len as u64);
-        assert_eq!(cached_pages(&file, len), pages, "dirty pages are not dropped");
+        assert_eq!(cached(&file, len), pages, "dirty pages are not dropped");
         file.sync_all().expect("fsync");
         drop_cached(&file, len as u64);
-        assert_eq!(cached_pages(&file, len), 1, "only the partly written last page stays");
+        assert_eq!(cached(&file, len), 1, "only the partly written last page stays");
         assert_eq!(fs::read(&path).expect("read"), vec![7u8; len], "the bytes are intact");
     }
 
