@@ -165,7 +165,7 @@ pub(super) fn put(
 /// `start` into a new file at `dest` (write-behind started, not fsynced). Stops early at the end of the
 /// object; the caller compares the digest's size.
 ///
-/// The object's pages are then dropped from the page cache (`durable::drop_cached`; its clean pages only): an
+/// The object's pages are dropped from the page cache as they are copied (`durable::drop_cached`; clean pages only): an
 /// applier reads each object once, and the freed pages are what its writes to the mirror take next, still hot.
 /// Left cached, every page of the mirror is a fresh one, which on a VM whose free memory goes back to the host costs
 /// a fault in the host (see `durable::drop_cached`): `tools/bench/phase_ab.sh apply` went from 1.25 to 1.09 s and
@@ -190,8 +190,9 @@ pub(super) fn get(mut object: File, object_path: &Path, start: u64, len: u64, de
         if copied == 0 {
             break;
         }
+        // Piece by piece: a segment of a GiB recycles its pages as it goes, not all at its end.
+        segment_format::durable::drop_cached(&object, start + at + copied);
     }
-    segment_format::durable::drop_cached(&object, start + hasher.size());
     Ok(hasher.finish())
 }
 
