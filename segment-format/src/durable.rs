@@ -104,64 +104,121 @@ pub fn write_behind(_file: &File, _at: u64, _len: u64) {}
 /// dropped, and a failure changes nothing.
 #[cfg(target_os = "linux")]
 pub fn drop_cached(file: &File, len: u64) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `sysconf` reads no memory of ours.
-    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .unwrap_or(4096)
-        .max(1);
     // Whole pages only: the kernel also drops a last page that holds the end of the file.
-    let Ok(len) = libc::off64_t::try_from(len - len % page) else {
+    drop_cached_range(file, 0, len - len % page_size());
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn drop_cached(_file: &File, _len: u64) {}
+
+/// The system's page size.
+#[cfg(target_os = "linux")]
+fn page_size() -> u64 {
+    // SAFETY: `sysconf` reads no memory of ours.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(1)
+}
+
+/// Bytes of a file whose page-cache residency is asked at a time: bounds the mapping and the answer (one byte per
+/// page, 16 KiB here) whatever the file's size.
+#[cfg(target_os = "linux")]
+const RESIDENCY_WINDOW: u64 = 64 << 20;
+
+/// Calls `each(page_offset, resident)` for every page of `file`'s first `len` bytes, in order (`mincore` over a
+/// private read-only mapping, a window at a time, that is never read: nothing faults, not even past the end of a
+/// file that shrank meanwhile).
+#[cfg(target_os = "linux")]
+fn for_each_page(file: &File, len: u64, mut each: impl FnMut(u64, bool)) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let page = page_size();
+    let mut at = 0;
+    while at < len {
+        let window = (len - at).min(RESIDENCY_WINDOW);
+        let (Ok(map_len), Ok(offset)) = (usize::try_from(window), libc::off_t::try_from(at)) else {
+            return Err(std::io::Error::other("window does not fit in memory"));
+        };
+        let mut resident = vec![0u8; map_len.div_ceil(page as usize)];
+        // SAFETY: a private read-only mapping of an open file at a page-aligned offset (`at` advances by whole
+        // windows), never dereferenced and unmapped before the block ends; `resident` holds one byte per page of
+        // the mapping, as `mincore` requires.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                offset,
+            );
+            if map == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            let status = libc::mincore(map, map_len, resident.as_mut_ptr());
+            let error = std::io::Error::last_os_error();
+            libc::munmap(map, map_len);
+            if status != 0 {
+                return Err(error);
+            }
+        }
+        for (i, r) in resident.iter().enumerate() {
+            each(at + i as u64 * page, r & 1 == 1);
+        }
+        at += window;
+    }
+    Ok(())
+}
+
+/// How many pages of `file`'s first `len` bytes are in the page cache: what the tests of [`drop_cached`] and of its
+/// callers check, and a diagnostic.
+#[cfg(target_os = "linux")]
+pub fn cached_pages(file: &File, len: u64) -> std::io::Result<u64> {
+    let mut cached = 0;
+    for_each_page(file, len, |_, resident| cached += u64::from(resident))?;
+    Ok(cached)
+}
+
+/// The byte ranges `(start, length)` of `file`'s first `len` bytes that are not in the page cache, in whole pages
+/// (the last may end past `len`, at its page's end). Taken before reading a file that someone else keeps cached, so
+/// that afterwards [`drop_cached_range`] returns only what the read brought in.
+#[cfg(target_os = "linux")]
+pub fn uncached_ranges(file: &File, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    let page = page_size();
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for_each_page(file, len, |at, resident| {
+        if resident {
+            return;
+        }
+        match ranges.last_mut() {
+            Some((start, length)) if *start + *length == at => *length += page,
+            _ => ranges.push((at, page)),
+        }
+    })?;
+    Ok(ranges)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn uncached_ranges(_file: &File, _len: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    Ok(Vec::new())
+}
+
+/// Drops `len` bytes of `file` from `at` from the page cache: its clean pages; a page the range covers only in
+/// part stays, unless it holds the end of the file. Only a hint, as [`drop_cached`].
+#[cfg(target_os = "linux")]
+pub fn drop_cached_range(file: &File, at: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
         return;
     };
     if len == 0 {
         return;
     }
     // SAFETY: a valid open descriptor; the call reads no memory of ours.
-    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, len, libc::POSIX_FADV_DONTNEED) };
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn drop_cached(_file: &File, _len: u64) {}
-
-/// How many pages of `file`'s first `len` bytes are in the page cache (`mincore` over a read-only mapping that is
-/// never read): what the tests of [`drop_cached`] and of its callers check, and a diagnostic.
-#[cfg(target_os = "linux")]
-pub fn cached_pages(file: &File, len: u64) -> std::io::Result<u64> {
-    use std::os::fd::AsRawFd;
-    let Ok(len) = usize::try_from(len) else {
-        return Err(std::io::Error::other("length does not fit in memory"));
-    };
-    if len == 0 {
-        return Ok(0);
-    }
-    // SAFETY: `sysconf` reads no memory of ours.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .unwrap_or(4096)
-        .max(1);
-    let mut resident = vec![0u8; len.div_ceil(page)];
-    // SAFETY: a private read-only mapping of an open file, never dereferenced, unmapped before returning; `resident`
-    // holds one byte per page of the mapping, as `mincore` requires.
-    unsafe {
-        let map = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            file.as_raw_fd(),
-            0,
-        );
-        if map == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let status = libc::mincore(map, len, resident.as_mut_ptr());
-        let error = std::io::Error::last_os_error();
-        libc::munmap(map, len);
-        if status != 0 {
-            return Err(error);
-        }
-    }
-    Ok(resident.iter().filter(|b| *b & 1 == 1).count() as u64)
-}
+pub fn drop_cached_range(_file: &File, _at: u64, _len: u64) {}
 
 /// Tells the kernel `file` is read from start to end (it doubles read-ahead). Only a hint: failure changes nothing.
 #[cfg(target_os = "linux")]
@@ -198,13 +255,6 @@ mod tests {
         assert_eq!(fs::read(&path).expect("read"), b"short");
     }
 
-    /// The system's page size.
-    #[cfg(target_os = "linux")]
-    fn page_size() -> usize {
-        // SAFETY: `sysconf` reads no memory of ours.
-        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("a page size")
-    }
-
     #[cfg(target_os = "linux")]
     fn cached(file: &File, len: usize) -> u64 {
         cached_pages(file, len as u64).expect("mincore")
@@ -218,7 +268,7 @@ mod tests {
         let path = dir.path().join("00000000000000000000.log");
         // Sixteen whole pages and a part of one more, whatever the page size.
         let pages = 17;
-        let len = 16 * page_size() + 100;
+        let len = 16 * page_size() as usize + 100;
         let mut file = OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -234,6 +284,45 @@ mod tests {
         drop_cached(&file, len as u64);
         assert_eq!(cached(&file, len), 1, "only the partly written last page stays");
         assert_eq!(fs::read(&path).expect("read"), vec![7u8; len], "the bytes are intact");
+    }
+
+    /// What a seed does to a broker's segment: note what is not cached, read it all, drop only what it brought in.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_the_pages_a_read_brought_in_are_dropped() {
+        use std::io::Read;
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("00000000000000000000.log");
+        let page = page_size();
+        let len = 64 * page;
+        fs::write(&path, vec![9u8; len as usize]).expect("write");
+        let file = File::open(&path).expect("open");
+        file.sync_all().expect("fsync");
+        drop_cached(&file, len);
+        assert_eq!(cached(&file, len as usize), 0, "nothing cached to begin with");
+        // The broker's own use: pages 8..24 cached.
+        let mut some = vec![0u8; 16 * page as usize];
+        file.read_exact_at(&mut some, 8 * page).expect("read");
+        assert_eq!(cached(&file, len as usize), 16);
+
+        let ranges = uncached_ranges(&file, len).expect("mincore");
+        assert_eq!(ranges, vec![(0, 8 * page), (24 * page, 40 * page)]);
+        (&file).read_to_end(&mut Vec::new()).expect("read all");
+        assert_eq!(cached(&file, len as usize), 64, "a whole read caches every page");
+        for (at, length) in ranges {
+            drop_cached_range(&file, at, length);
+        }
+        assert_eq!(
+            cached(&file, 24 * page as usize),
+            16,
+            "the pages cached before are kept"
+        );
+        assert_eq!(
+            cached(&file, len as usize),
+            16,
+            "the pages the read brought in are gone"
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //!   version: a sealed segment whole and verified, the active one up to its
 //!   last complete CRC-valid batch with indexes rebuilt for that prefix
 //!   ([`rebuild`]); typed outcomes for "corrupt" and "changed under us".
+//! - [`footprint`]: the pages of a segment that were not cached before it
+//!   was read, dropped once it is shipped, so a seed leaves the broker's page
+//!   cache as it found it.
 //! - [`guard`]: telling that a file changed while it was read (length,
 //!   modification time, inode before and after) and how often to look again.
 //! - [`snapshot`]: the producer snapshot a broker writes at the log end.
@@ -50,6 +53,7 @@
 pub mod bound;
 pub mod bound_hw;
 pub mod discover;
+pub mod footprint;
 pub mod guard;
 pub mod incremental;
 pub mod leadership;
@@ -74,6 +78,7 @@ pub use discover::{
     discover, Discovery, SkipReason, SkippedPartition, SourcePartition, TopicFilter, Unusable, UnusablePartition,
     ALL_TOPICS,
 };
+pub use footprint::CacheFootprint;
 pub use guard::{file_identity, stamps, FileIdentity, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, LIST_OFFSETS_INTERVAL};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};

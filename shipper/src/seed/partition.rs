@@ -510,14 +510,19 @@ impl PartitionShipper<'_, '_> {
         let segment_log = segment.log.clone();
         let options = self.ctx.prepare.clone();
         let base = segment.base_offset;
-        let outcome = blocking("prepare segment", move || match next_base {
-            Some(next) => source::bound_sealed(&segment, next, snapshot.as_deref(), &options),
-            None => source::bound_active(&segment, snapshot.as_deref(), &options),
+        let (outcome, footprint) = blocking("prepare segment", move || {
+            // Before the check reads the `.log`: which of its pages the broker had cached (`source::footprint`).
+            let footprint = source::CacheFootprint::before_reading(&segment.log);
+            let outcome = match next_base {
+                Some(next) => source::bound_sealed(&segment, next, snapshot.as_deref(), &options),
+                None => source::bound_active(&segment, snapshot.as_deref(), &options),
+            };
+            (outcome, footprint)
         })
-        .await?
-        .map_err(source_error)?;
-        match outcome {
-            Outcome::Ready(p) => {
+        .await?;
+        match outcome.map_err(source_error)? {
+            Outcome::Ready(mut p) => {
+                p.cache_footprint = footprint;
                 self.report.log_bytes_scanned += p.log_bytes_scanned;
                 if let (None, Some((identity, taken))) = (next_base, p.source_identity) {
                     let fact = super::memory::ActiveFact {
@@ -749,6 +754,11 @@ impl PartitionShipper<'_, '_> {
                     "segment {base}: replaced, truncated or deleted at the source while shipped"
                 )));
             }
+        }
+        // Shipped: the pages the check and the upload brought into the cache go (the broker's own stay).
+        let footprint = prepared.cache_footprint;
+        if footprint.uncached_bytes() > 0 {
+            blocking("drop the segment's pages", move || footprint.release()).await?;
         }
         for warning in prepared.warnings {
             self.warn(warning);

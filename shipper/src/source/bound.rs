@@ -125,6 +125,9 @@ pub struct Prepared {
     /// Bytes of the source `.log` the passes over it covered (the check, and the index rebuild where there was
     /// one): the read-counting seam that shows what a rerun skipped.
     pub log_bytes_scanned: u64,
+    /// The `.log`'s pages that were not cached before the driver read it, to drop once it is shipped (empty from
+    /// the bounding functions: a driver that wants it takes it before calling them, see [`super::footprint`]).
+    pub cache_footprint: super::CacheFootprint,
 }
 
 impl Prepared {
@@ -343,6 +346,7 @@ pub fn bound_sealed(
             log_len
         },
         source_identity: None,
+        cache_footprint: super::CacheFootprint::default(),
     })))
 }
 
@@ -446,6 +450,7 @@ pub fn bound_active(
         source_identity: identity.filter(|(i, _)| prefix <= i.len),
         // One pass: the check's scan, which built the indexes too.
         log_bytes_scanned: file_len.max(prefix),
+        cache_footprint: super::CacheFootprint::default(),
     })))
 }
 

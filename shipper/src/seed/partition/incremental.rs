@@ -92,6 +92,8 @@ impl PartitionShipper<'_, '_> {
                 // process's own (`source_identity` is for that memory).
                 source_identity: None,
                 log_bytes_scanned: read,
+                // The new bytes of an active segment a broker just wrote: its own cached pages.
+                cache_footprint: source::CacheFootprint::default(),
             };
             Ok(Some((
                 Box::new(prepared),
