@@ -19,6 +19,10 @@
 //!
 //! Write-back of each chunk is started (`sync_file_range`) once every header in it is patched — up to the page of
 //! the first frame not yet patched, so no page is written back and dirtied again — and the file is fsynced once.
+//! The mirror's pages are dropped from the page cache chunk by chunk as they are copied: they are read once, and
+//! the copy's writes then reuse them hot instead of taking fresh pages (ARCHITECTURE.md, "Pages read once leave the
+//! page cache").
+//!
 //! A file system without `copy_file_range` between these two files (EXDEV, ENOSYS, EINVAL, EOPNOTSUPP on the
 //! first call) gets the buffered one-pass copy (`restamp::copy_log_restamping_buffered`), which writes the same
 //! bytes.
@@ -30,7 +34,7 @@ use std::path::Path;
 use segment_format::batch::RECORD_BATCH_OVERHEAD;
 
 use super::error::{Error, Result};
-use segment_format::durable::{read_sequentially, write_behind};
+use segment_format::durable::{drop_cached_range, read_sequentially, write_behind};
 
 use super::frames::{inspect_frame, partial_header, restamp_header, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
 
@@ -91,7 +95,13 @@ pub(super) fn copy_log_in_kernel(
                     std::io::Error::new(std::io::ErrorKind::UnexpectedEof, message),
                 ));
             }
-            Ok(n) => copied += n as u64,
+            Ok(n) => {
+                copied += n as u64;
+                // The mirror's copy of these bytes is read once: its pages go back to the free lists for the
+                // copy's next writes to reuse (see `durable::drop_cached`). From the start each time: a large
+                // folio that straddles a chunk's end is dropped only by a range that covers it whole.
+                drop_cached_range(&source, 0, copied);
+            }
             Err(e) if copied == 0 && unsupported(&e) => return Ok(KernelCopy::Unsupported),
             Err(e) => return Err(Error::io(from, e)),
         }

@@ -439,6 +439,39 @@ mod tests {
         assert_copy_matches_two_passes(dir.path(), &[], 2, 7);
     }
 
+    /// The mirror's `.log` is read once by the kernel copy: its pages leave the page cache as they are copied, and
+    /// the copy is the same bytes.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_copy_leaves_the_mirrors_pages_out_of_the_page_cache() {
+        use segment_format::durable::cached_pages;
+        let dir = tempfile::tempdir().unwrap();
+        let frames: Vec<Vec<u8>> = (0..2000).map(|i| batch(i * 3, 3, 7)).collect();
+        let from = write(dir.path(), &frames);
+        let reference = dir.path().join("reference.log");
+        std::fs::copy(&from, &reference).unwrap();
+        let expected = walk_log(&reference, Some(2)).unwrap();
+        let source = std::fs::File::open(&from).unwrap();
+        source.sync_all().unwrap();
+        let len = std::fs::read(&from).unwrap().len() as u64;
+        let before = cached_pages(&source, len).unwrap();
+        assert!(
+            before > 8,
+            "the mirror's file is cached before the copy ({before} pages)"
+        );
+        let to = dir.path().join("kernel.log");
+        let KernelCopy::Copied(got) = copy_log_in_kernel(&from, &to, 2, 64 << 10, None).unwrap() else {
+            panic!("copy_file_range within one directory of a local file system");
+        };
+        let after = cached_pages(&source, len).unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&reference).unwrap());
+        assert!(
+            after <= 1,
+            "the mirror's pages are dropped as copied ({after} of {before} left)"
+        );
+    }
+
     /// Across file systems (tmpfs to the temp dir's) the kernel may refuse `copy_file_range` (EXDEV since Linux
     /// 5.19): `copy_log_restamping` then copies through its buffer, with the same bytes either way.
     #[test]
