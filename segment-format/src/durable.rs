@@ -92,8 +92,10 @@ pub fn write_behind(file: &File, at: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn write_behind(_file: &File, _at: u64, _len: u64) {}
 
-/// Drops the first `len` bytes of `file` from the page cache once they are on disk (call it after an fsync): the
-/// pages go back to the kernel's free lists at once, and the next writes reuse them while they are still hot.
+/// Drops the first `len` bytes of `file` from the page cache once they are on disk (call it after an fsync, or once
+/// bytes that are read only once have been read): the pages go back to the kernel's free lists at once, and the next
+/// writes reuse them while they are still hot. From the file's start every time: a large folio that straddles the
+/// end of an earlier call's range is dropped only by a call that covers it whole.
 /// Why: an applier writes gigabytes that nothing reads until a failover. Left in the cache they crowd out the target
 /// broker's own data, and every write takes a fresh page; on a virtual machine whose free memory goes back to the
 /// host (virtio-balloon free page reporting, the norm in clouds and on this project's test machine) the first touch

@@ -34,7 +34,7 @@ use std::path::Path;
 use segment_format::batch::RECORD_BATCH_OVERHEAD;
 
 use super::error::{Error, Result};
-use segment_format::durable::{drop_cached_range, read_sequentially, write_behind};
+use segment_format::durable::{drop_cached, read_sequentially, write_behind};
 
 use super::frames::{inspect_frame, partial_header, restamp_header, LogWalk, PARTITION_LEADER_EPOCH_OFFSET};
 
@@ -100,7 +100,7 @@ pub(super) fn copy_log_in_kernel(
                 // The mirror's copy of these bytes is read once: its pages go back to the free lists for the
                 // copy's next writes to reuse (see `durable::drop_cached`). From the start each time: a large
                 // folio that straddles a chunk's end is dropped only by a range that covers it whole.
-                drop_cached_range(&source, 0, copied);
+                drop_cached(&source, copied);
             }
             Err(e) if copied == 0 && unsupported(&e) => return Ok(KernelCopy::Unsupported),
             Err(e) => return Err(Error::io(from, e)),
