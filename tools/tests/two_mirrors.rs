@@ -279,4 +279,23 @@ fn apply_one_partition_at_a_time_or_sixteen_installs_the_same_mirror() {
     assert!(run.stderr.contains("--parallel"), "{}", run.stderr);
     assert!(run.stderr.contains("must be at least 1"), "{}", run.stderr);
     assert!(!zero.exists(), "nothing created for a refused flag");
+
+    // The same for `seed`, which once read 0 as 1 without a word.
+    let store_zero = tmp.join("store-zero");
+    let run = segmirror(
+        &home,
+        &[
+            "seed",
+            "--log-dir",
+            s(&source),
+            "--store",
+            s(&store_zero),
+            "--parallel",
+            "0",
+        ],
+    );
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("--parallel"), "{}", run.stderr);
+    assert!(run.stderr.contains("must be at least 1"), "{}", run.stderr);
+    assert!(!store_zero.exists(), "nothing created for a refused flag");
 }

@@ -57,7 +57,7 @@ pub struct Args {
     deep: bool,
     /// Partitions installed at once (each one's versions still in offset order).
     #[arg(long, value_name = "N", default_value_t = segmirror_applier::DEFAULT_PARALLEL_PARTITIONS,
-          value_parser = parse_parallel)]
+          value_parser = super::parse_parallel)]
     parallel: usize,
     /// Print the report as one JSON document instead of a table.
     #[arg(long)]
@@ -77,15 +77,6 @@ pub struct Args {
     /// With --follow: metrics and the admin API (see `segmirror apply --listen ADDR --help`).
     #[command(flatten)]
     metrics: MetricsArgs,
-}
-
-/// At least one partition at a time.
-fn parse_parallel(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".to_string()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// A bar over the bytes the plan will install, created once planning is done (the total is then known).

@@ -12,3 +12,13 @@ pub mod store_ship;
 pub mod tail_apply;
 pub mod topics;
 pub mod verify;
+
+/// `--parallel N` of `seed` and `apply`: at least one partition at a time (0 is refused, naming the flag, rather
+/// than quietly read as 1).
+pub(crate) fn parse_parallel(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -66,7 +66,7 @@ pub struct Args {
     deep: bool,
     /// Partitions shipped at once (default: 8 to a local folder, 4 to S3, where each large upload buffers up to
     /// ~80 MiB).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::parse_parallel)]
     parallel: Option<usize>,
     /// Who is shipping, recorded in leases and manifests (default: segmirror-seed@<host>:<pid>).
     #[arg(long, value_name = "ID")]
@@ -162,14 +162,11 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         deep: args.deep,
         strict: false,
     };
-    config.parallel_partitions = args
-        .parallel
-        .unwrap_or(if store.is_local_folder() {
-            DEFAULT_PARALLEL_PARTITIONS_LOCAL
-        } else {
-            DEFAULT_PARALLEL_PARTITIONS
-        })
-        .max(1);
+    config.parallel_partitions = args.parallel.unwrap_or(if store.is_local_folder() {
+        DEFAULT_PARALLEL_PARTITIONS_LOCAL
+    } else {
+        DEFAULT_PARALLEL_PARTITIONS
+    });
     config.memory_file = args.memory.clone();
     if let Some(id) = &args.shipper_id {
         config.shipper_id = id.clone();

@@ -231,16 +231,25 @@ impl Dest {
     }
 }
 
+/// Bytes hashed between two drops of the range's pages in [`hash_range`].
+const HASH_DROP_EVERY: u64 = 8 << 20;
+
 /// Runs on a blocking thread: size and checksums of the `len` bytes of a file
 /// from `start` on (a local store's object, read directly rather than as a
 /// stream of a few KiB at a time). Stops early at the end of the file; the
 /// caller compares the digest's size.
+///
+/// The pages read are dropped from the page cache as it goes (clean ones only, a hint): the auditor reads every
+/// object of a bucket once, and left cached they would push out what the host keeps there for its own use (the
+/// broker's data on a seeding host), as the applier's download does not either (`local::get`). Each drop covers
+/// the range from `start`, so a large folio straddling an earlier drop's end goes too.
 pub(super) fn hash_range(mut file: std::fs::File, path: &Path, start: u64, len: u64) -> Result<Digest> {
     let read_error = |e| Error::io(path, e);
     file.seek(SeekFrom::Start(start)).map_err(read_error)?;
     let mut hasher = Hasher::new();
     let mut limited = file.take(len);
     let mut buf = vec![0u8; READ_CHUNK];
+    let mut dropped_at = 0u64;
     loop {
         let n = match limited.read(&mut buf) {
             Ok(n) => n,
@@ -251,7 +260,12 @@ pub(super) fn hash_range(mut file: std::fs::File, path: &Path, start: u64, len: 
             Some(chunk) if !chunk.is_empty() => hasher.update(chunk),
             _ => break,
         }
+        if hasher.size() - dropped_at >= HASH_DROP_EVERY {
+            dropped_at = hasher.size();
+            segment_format::durable::drop_cached_range(limited.get_ref(), start, dropped_at);
+        }
     }
+    segment_format::durable::drop_cached_range(limited.get_ref(), start, hasher.size());
     Ok(hasher.finish())
 }
 
@@ -260,6 +274,32 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn hashing_a_range_leaves_its_pages_out_of_the_page_cache() {
+        use segment_format::durable::cached_pages;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("obj");
+        let data: Vec<u8> = (0..(HASH_DROP_EVERY + (3 << 20) + 7))
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        assert!(std::fs::read(&path).unwrap() == data, "read once: cached");
+        let len = data.len() as u64;
+        let pages = len.div_ceil(4096);
+        let before = cached_pages(&file, len).unwrap();
+        assert!(
+            before >= pages / 2,
+            "cached before the hash ({before} of {pages} pages)"
+        );
+        let digest = hash_range(file.try_clone().unwrap(), &path, 0, len).unwrap();
+        assert_eq!(digest, digest_of(&data));
+        let after = cached_pages(&file, len).unwrap();
+        assert!(after <= 1, "the hashed pages are dropped ({after} of {before} left)");
+    }
 
     #[cfg(target_os = "linux")]
     #[test]
