@@ -241,8 +241,9 @@ const HASH_DROP_EVERY: u64 = 8 << 20;
 ///
 /// The pages read are dropped from the page cache as it goes (clean ones only, a hint): the auditor reads every
 /// object of a bucket once, and left cached they would push out what the host keeps there for its own use (the
-/// broker's data on a seeding host), as the applier's download does not either (`local::get`). Each drop covers
-/// the range from `start`, so a large folio straddling an earlier drop's end goes too.
+/// broker's data on a seeding host), as the applier's download does not either (`local::get`). Dropped with
+/// `durable::drop_cached`, as there: from the file's start each time, so a large folio straddling an earlier
+/// drop's end goes too.
 pub(super) fn hash_range(mut file: std::fs::File, path: &Path, start: u64, len: u64) -> Result<Digest> {
     let read_error = |e| Error::io(path, e);
     file.seek(SeekFrom::Start(start)).map_err(read_error)?;
@@ -262,10 +263,10 @@ pub(super) fn hash_range(mut file: std::fs::File, path: &Path, start: u64, len: 
         }
         if hasher.size() - dropped_at >= HASH_DROP_EVERY {
             dropped_at = hasher.size();
-            segment_format::durable::drop_cached_range(limited.get_ref(), start, dropped_at);
+            segment_format::durable::drop_cached(limited.get_ref(), start + dropped_at);
         }
     }
-    segment_format::durable::drop_cached_range(limited.get_ref(), start, hasher.size());
+    segment_format::durable::drop_cached(limited.get_ref(), start + hasher.size());
     Ok(hasher.finish())
 }
 
