@@ -78,6 +78,18 @@ fn is_error_end(e: &LinkEvent) -> bool {
     matches!(e, LinkEvent::SessionEnded { error: Some(_), .. })
 }
 
+/// Cuts the link with `fault` and waits (at most a minute) until the dialler's session ended.
+async fn cut(events: &mut mpsc::Receiver<LinkEvent>, fault: impl FnOnce()) {
+    while events.try_recv().is_ok() {}
+    fault();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        wait_event(events, |e| matches!(e, LinkEvent::SessionEnded { .. })),
+    )
+    .await
+    .expect("the cut ends the dialler's session");
+}
+
 /// Waits until `share` of the bytes are applied.
 async fn reach(progress: &mut Progress, total: u64, percent: u64) {
     progress
@@ -147,11 +159,13 @@ async fn faulty_link(direction: Direction, security: Security, max_bandwidth: Op
         }
     };
 
-    // The faults, each at a point of progress, so the stream is moving when it is cut.
+    // The faults, each at a point of progress, so the stream is moving when it is cut. Each cut is seen to end the
+    // dialler's session before the stream goes on: otherwise a cut the proxy acts on late lets the stream run on,
+    // and the next cut lands on the same session (seen in CI: "4 sessions").
     reach(&mut progress, total, 10).await;
-    proxy.drop_connections();
+    cut(&mut dial_events, || proxy.drop_connections()).await;
     reach(&mut progress, total, 25).await;
-    proxy.reset_connections();
+    cut(&mut dial_events, || proxy.reset_connections()).await;
     reach(&mut progress, total, 40).await;
     // A stall longer than the idle timeout: the dialler's session times out, and
     // its reconnects stall too until the link passes again.
@@ -164,7 +178,10 @@ async fn faulty_link(direction: Direction, security: Security, max_bandwidth: Op
     reach(&mut progress, total, 65).await;
     proxy.pass();
     reach(&mut progress, total, 80).await;
-    proxy.reset_connections();
+    cut(&mut dial_events, || proxy.reset_connections()).await;
+    // The last cut may land after the last byte was applied: the session after it is awaited too, so that the
+    // shutdown below does not race the reconnection the checks count.
+    wait_event(&mut dial_events, |e| matches!(e, LinkEvent::SessionStarted)).await;
     progress
         .wait_for(|(bytes, s)| *bytes >= total && *s >= seals)
         .await
