@@ -214,17 +214,45 @@ impl Marks {
     }
 }
 
+/// A log dir as configured (the watcher's state and events name it so) and as notify names the paths of its
+/// events: absolute. Why both: a log dir given relatively (`ship --log-dir kafka-logs`) gets events about
+/// `/cwd/kafka-logs/...`, which never matched the relative path, so every append waited for the rescan
+/// ([`RESCAN_INTERVAL`]) instead of a tick. Made absolute once, at start, the way notify does it (the working
+/// directory joined in front, symlinks not resolved), so the two name the same files component for component.
+#[derive(Debug, Clone)]
+struct WatchedDir {
+    dir: PathBuf,
+    absolute: PathBuf,
+}
+
+impl WatchedDir {
+    fn new(dir: &Path) -> WatchedDir {
+        WatchedDir {
+            dir: dir.to_path_buf(),
+            // Fails only without a working directory; then notify cannot watch a relative path either.
+            absolute: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
+        }
+    }
+
+    /// `path` under this log dir, relative to it, whichever way the path names it.
+    fn strip<'a>(&self, path: &'a Path) -> Option<&'a Path> {
+        path.strip_prefix(&self.absolute)
+            .or_else(|_| path.strip_prefix(&self.dir))
+            .ok()
+    }
+}
+
 /// Mark what a notification about `path` may have changed.
-fn mark_path(dirty: &mut Dirty, log_dirs: &[PathBuf], path: &Path) {
+fn mark_path(dirty: &mut Dirty, log_dirs: &[WatchedDir], path: &Path) {
     let checkpoint = RootCheckpoint::ReplicationOffset.file_name();
     for (i, log_dir) in log_dirs.iter().enumerate() {
-        if path == log_dir {
+        let Some(rest) = log_dir.strip(path) else { continue };
+        let mut parts = rest.components();
+        let Some(first) = parts.next() else {
+            // The log dir itself.
             dirty.log_dirs.insert(i);
             return;
-        }
-        let Ok(rest) = path.strip_prefix(log_dir) else { continue };
-        let mut parts = rest.components();
-        let Some(first) = parts.next() else { continue };
+        };
         let first = first.as_os_str();
         if parts.next().is_none() {
             // An entry of the log dir: a partition dir created, renamed or
@@ -235,7 +263,8 @@ fn mark_path(dirty: &mut Dirty, log_dirs: &[PathBuf], path: &Path) {
                 dirty.log_dirs.insert(i);
             }
         } else {
-            dirty.partitions.insert((i, log_dir.join(first)));
+            // Named as the state names it: under the log dir as configured.
+            dirty.partitions.insert((i, log_dir.dir.join(first)));
         }
         return;
     }
@@ -255,7 +284,7 @@ pub async fn watch(config: WatchConfig) -> Result<(Watcher, mpsc::Receiver<Watch
     let notify = {
         let marks = marks.clone();
         tokio::task::spawn_blocking(move || -> Result<notify::RecommendedWatcher, Error> {
-            let handler_dirs = log_dirs.clone();
+            let handler_dirs: Vec<WatchedDir> = log_dirs.iter().map(|d| WatchedDir::new(d)).collect();
             let handler_marks = marks.clone();
             let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
                 Ok(event) if !event.need_rescan() => handler_marks.mark(|d| {

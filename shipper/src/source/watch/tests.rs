@@ -309,7 +309,10 @@ fn a_full_pass_derives_events_from_listings_alone() {
 #[test]
 fn notifications_mark_the_partition_the_log_dir_or_the_checkpoint() {
     let root = PathBuf::from("/data/kafka");
-    let dirs = vec![PathBuf::from("/other"), root.clone()];
+    let dirs: Vec<WatchedDir> = [PathBuf::from("/other"), root.clone()]
+        .iter()
+        .map(|d| WatchedDir::new(d))
+        .collect();
     let mut d = Dirty::default();
     mark_path(&mut d, &dirs, &root.join("t-0/00000000000000000000.log"));
     mark_path(&mut d, &dirs, &root.join("t-0/00000000000000000000.index"));
@@ -323,6 +326,27 @@ fn notifications_mark_the_partition_the_log_dir_or_the_checkpoint() {
     assert_eq!(d.log_dirs.iter().copied().collect::<Vec<_>>(), vec![1]);
     assert_eq!(d.checkpoints.iter().copied().collect::<Vec<_>>(), vec![1]);
     assert!(!d.all);
+}
+
+/// A log dir configured relatively: notify's absolute paths mark it, and the partition is named as configured (the
+/// key the watcher's state holds it under).
+#[test]
+fn absolute_notifications_mark_a_relative_log_dir_as_configured() {
+    let given = PathBuf::from("kafka-logs");
+    let absolute = std::env::current_dir().unwrap().join(&given);
+    let dirs = vec![WatchedDir::new(&given)];
+    let mut d = Dirty::default();
+    mark_path(&mut d, &dirs, &absolute.join("t-0/00000000000000000000.log"));
+    mark_path(&mut d, &dirs, &absolute.join("t-1"));
+    mark_path(&mut d, &dirs, &absolute.join("replication-offset-checkpoint"));
+    // The path as given still matches (a platform whose events keep it).
+    mark_path(&mut d, &dirs, &given.join("t-2/00000000000000000000.log"));
+    assert_eq!(
+        d.partitions.iter().cloned().collect::<Vec<_>>(),
+        vec![(0, given.join("t-0")), (0, given.join("t-2"))]
+    );
+    assert_eq!(d.log_dirs.iter().copied().collect::<Vec<_>>(), vec![0]);
+    assert_eq!(d.checkpoints.iter().copied().collect::<Vec<_>>(), vec![0]);
 }
 
 /// A listing that missed a segment (a rename landed while `readdir` ran) is checked by name before a deletion is
@@ -375,4 +399,56 @@ fn a_segment_the_listing_missed_is_looked_up_by_name_before_it_counts_as_deleted
             .any(|e| matches!(e, WatchEvent::SegmentDeleted { base_offset: 150, .. })),
         "{events:?}"
     );
+}
+
+/// `path` relative to the process's working directory (`../..` up to the root, then down), so a test can name a
+/// temp dir relatively without changing the working directory every test of the process shares.
+fn relative_to_cwd(path: &Path) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap();
+    let up = cwd.components().count() - 1;
+    let mut rel: PathBuf = std::iter::repeat_n("..", up).collect();
+    rel.push(path.strip_prefix("/").unwrap());
+    rel
+}
+
+/// A log dir given as a relative path (`ship --log-dir kafka-logs`) is watched through its notifications, not only
+/// by the rescan: notify names the paths of its events absolutely, and they must still be matched to the log dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_log_dir_is_watched_by_its_notifications() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let relative = relative_to_cwd(log_dir.path());
+    assert!(
+        relative.is_relative() && relative.join("..").exists(),
+        "{}",
+        relative.display()
+    );
+    let t0 = relative.join("t-0");
+    std::fs::create_dir(&t0).unwrap();
+    append(&seg(&t0, 0), 100);
+    let mut config = WatchConfig::new(vec![relative.clone()], TopicFilter::all());
+    // No rescan during the test: only the notifications can report the append.
+    config.rescan = Duration::from_secs(3600);
+    let (_watcher, mut rx) = watch(config).await.unwrap();
+    until(
+        &mut rx,
+        "t-0 appeared",
+        |e| matches!(e, WatchEvent::PartitionAppeared { partition, .. } if partition.dir == t0),
+    )
+    .await;
+    append(&seg(&t0, 0), 50);
+    // The event names the partition as configured (relative), as every other event of this watcher does.
+    until(&mut rx, "t-0 grew", |e| {
+        matches!(e, WatchEvent::ActiveGrew { partition, len: 150, .. } if partition.dir == t0 && partition.log_dir == relative)
+    })
+    .await;
+    // A partition created later is reported too (a notification on the log dir itself).
+    let t1 = relative.join("t-1");
+    std::fs::create_dir(&t1).unwrap();
+    append(&seg(&t1, 0), 10);
+    until(
+        &mut rx,
+        "t-1 appeared",
+        |e| matches!(e, WatchEvent::PartitionAppeared { partition, .. } if partition.dir == t1),
+    )
+    .await;
 }
