@@ -12,12 +12,63 @@
 
 use std::path::{Path, PathBuf};
 
-use segment_format::dir::{PartitionDirName, META_PROPERTIES_FILE};
+use segment_format::dir::{OwnEntry, OwnKind, PartitionDirName, META_PROPERTIES_FILE};
 
 use crate::error::{Error, Result};
+use crate::lock::{APPLY_HOLDER_FILE, APPLY_LOCK_FILE};
+use crate::tail::{ARCHIVE_DIR, TAIL_STATE_DIR};
 
 /// Name of the staging directory under the mirror root.
 pub const STAGING_DIR: &str = ".staging";
+
+/// Every entry segmirror keeps in a mirror root beside the partitions: the one-applier lock and its holder, the
+/// staging directory, the tail appender's state (`.tail/`, where all its journals, staging and progress live) and
+/// what truncations archived (`.archive/`), and a catalog placed in the root with `--catalog` (with SQLite's
+/// companions). One list, next to the names' constants, so that `segmirror verify MIRROR` tells the mirror's
+/// own state from a stray directory that is not ours (and that would stop a broker) without a second copy of them.
+pub const MIRROR_ROOT_ENTRIES: &[OwnEntry] = &[
+    OwnEntry {
+        name: APPLY_LOCK_FILE,
+        kind: OwnKind::File,
+    },
+    OwnEntry {
+        name: APPLY_HOLDER_FILE,
+        kind: OwnKind::File,
+    },
+    OwnEntry {
+        name: STAGING_DIR,
+        kind: OwnKind::Dir,
+    },
+    OwnEntry {
+        name: TAIL_STATE_DIR,
+        kind: OwnKind::Dir,
+    },
+    OwnEntry {
+        name: ARCHIVE_DIR,
+        kind: OwnKind::Dir,
+    },
+    OwnEntry {
+        name: segmirror_catalog::CATALOG_FILE_NAME,
+        kind: OwnKind::File,
+    },
+    OwnEntry {
+        name: CATALOG_WAL,
+        kind: OwnKind::File,
+    },
+    OwnEntry {
+        name: CATALOG_SHM,
+        kind: OwnKind::File,
+    },
+    OwnEntry {
+        name: CATALOG_JOURNAL,
+        kind: OwnKind::File,
+    },
+];
+
+// SQLite's files beside a catalog of the default name (`<file>-wal`, `-shm`, `-journal`).
+const CATALOG_WAL: &str = "catalog.sqlite-wal";
+const CATALOG_SHM: &str = "catalog.sqlite-shm";
+const CATALOG_JOURNAL: &str = "catalog.sqlite-journal";
 
 /// The mirror root and the paths below it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +130,14 @@ mod tests {
             layout.staging_dir("orders", 3, 100, 250),
             dir.path().join("mirror/.staging/orders-3.100-250")
         );
+    }
+
+    #[test]
+    fn the_root_entries_name_the_catalogs_companions() {
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let name = format!("{}{suffix}", segmirror_catalog::CATALOG_FILE_NAME);
+            assert!(MIRROR_ROOT_ENTRIES.iter().any(|e| e.name == name), "{name}");
+        }
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub use apply::{apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARAL
 pub use bucket::MANIFEST_READ_CONCURRENCY;
 pub use error::{Error, Result};
 pub use install::MAX_SNAPSHOT_BYTES;
-pub use layout::{MirrorLayout, STAGING_DIR};
+pub use layout::{MirrorLayout, MIRROR_ROOT_ENTRIES, STAGING_DIR};
 pub use lock::{lock_mirror, MirrorLock, APPLY_HOLDER_FILE, APPLY_LOCK_FILE};
 pub use report::{
     ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason, SkipSegment,

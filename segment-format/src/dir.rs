@@ -598,6 +598,24 @@ pub struct PartitionDirEntry {
     pub name: PartitionDirName,
 }
 
+/// An entry that the tool owning a directory keeps beside its partitions (a replica's lock file, its state and
+/// staging directories). A broker would refuse to start on such a directory name, which is why a listing reports
+/// it as an error in a log dir; in the tool's own directory (one without `meta.properties`, which a broker never
+/// loads) it is what it claims to be, and a listing given it ([`LogDir::open_owned_by`]) sets it aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnEntry {
+    pub name: &'static str,
+    pub kind: OwnKind,
+}
+
+/// What an [`OwnEntry`] must be: an entry of that name but of the other kind is not the tool's and is reported as
+/// any unknown entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnKind {
+    Dir,
+    File,
+}
+
 /// The listing of one log directory (an entry of `log.dirs`).
 #[derive(Debug, Clone)]
 pub struct LogDir {
@@ -614,6 +632,8 @@ pub struct LogDir {
     pub remote_log_index_cache: Option<PathBuf>,
     pub temp_files: Vec<PathBuf>,
     pub unknown: Vec<PathBuf>,
+    /// Entries of the tool owning a directory without `meta.properties` ([`LogDir::open_owned_by`]).
+    pub own: Vec<PathBuf>,
     pub findings: Vec<Finding>,
 }
 
@@ -621,6 +641,13 @@ impl LogDir {
     /// List a log directory. Sub-directories whose names the broker cannot parse
     /// are reported as `Error` findings: `LogManager.loadLogs` aborts on them.
     pub fn open(path: &Path) -> Result<LogDir> {
+        LogDir::open_owned_by(path, &[])
+    }
+
+    /// [`LogDir::open`] of a directory that a tool keeps partitions in (a replica's root): the entries of `own`,
+    /// when of their kind, go to [`LogDir::own`] without a finding. Only where no `meta.properties` is: in a
+    /// broker's log dir such an entry still stops the broker, and is reported as in [`LogDir::open`].
+    pub fn open_owned_by(path: &Path, own: &[OwnEntry]) -> Result<LogDir> {
         let mut findings = Vec::new();
         let mut ld = LogDir {
             path: path.to_path_buf(),
@@ -634,9 +661,19 @@ impl LogDir {
             remote_log_index_cache: None,
             temp_files: Vec::new(),
             unknown: Vec::new(),
+            own: Vec::new(),
             findings: Vec::new(),
         };
-        for (name, entry_path, is_dir) in list(path, &mut findings)? {
+        let entries = list(path, &mut findings)?;
+        let broker_dir = entries
+            .iter()
+            .any(|(name, _, is_dir)| !is_dir && name == META_PROPERTIES_FILE);
+        for (name, entry_path, is_dir) in entries {
+            let kind = if is_dir { OwnKind::Dir } else { OwnKind::File };
+            if !broker_dir && own.iter().any(|e| e.name == name && e.kind == kind) {
+                ld.own.push(entry_path);
+                continue;
+            }
             if is_dir {
                 match name.as_str() {
                     METADATA_LOG_DIR => ld.metadata_log = Some(entry_path),
@@ -948,6 +985,50 @@ mod tests {
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].path, p.join("tmp-staging"));
         assert_eq!(ld.unknown.len(), 2);
+    }
+
+    #[test]
+    fn a_tools_own_entries_are_set_aside_outside_a_broker_log_dir_only() {
+        const OWN: &[OwnEntry] = &[
+            OwnEntry {
+                name: ".state",
+                kind: OwnKind::Dir,
+            },
+            OwnEntry {
+                name: ".lock-of-tool",
+                kind: OwnKind::File,
+            },
+            OwnEntry {
+                name: ".wrong-kind",
+                kind: OwnKind::File,
+            },
+        ];
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let p = tmp.path();
+        for d in ["a-0", ".state", ".wrong-kind", ".stray"] {
+            fs::create_dir(p.join(d)).expect("mkdir");
+        }
+        fs::write(p.join(".lock-of-tool"), b"").expect("create");
+        let ld = LogDir::open_owned_by(p, OWN).expect("open");
+        let mut own = ld.own.clone();
+        own.sort();
+        assert_eq!(own, [p.join(".lock-of-tool"), p.join(".state")]);
+        assert_eq!(ld.partitions.len(), 1);
+        // A directory where a file is expected, and a name the tool does not own, stop a broker as before.
+        let mut errors: Vec<_> = ld.findings.iter().map(|f| (f.path.clone(), f.severity)).collect();
+        errors.sort();
+        assert_eq!(
+            errors,
+            [
+                (p.join(".stray"), Severity::Error),
+                (p.join(".wrong-kind"), Severity::Error)
+            ]
+        );
+        // The same entries in a broker's log dir stop the broker: reported as without the list.
+        fs::write(p.join(META_PROPERTIES_FILE), b"version=1\n").expect("create");
+        let ld = LogDir::open_owned_by(p, OWN).expect("open");
+        assert!(ld.own.is_empty());
+        assert_eq!(ld.findings.len(), 4, "{:?}", ld.findings);
     }
 
     proptest! {

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use crate::batch::{parse_header, BatchInfo};
 use crate::checkpoint::{LeaderEpochChecker, LeaderEpochCheckpoint, MetaProperties, OffsetCheckpoint};
 use crate::dir::{
-    classify_partition_file, segment_file_name, LogDir, PartitionDir, PartitionDirName, PartitionFile, RootCheckpoint,
-    SegmentFileKind, SegmentFiles, META_PROPERTIES_FILE,
+    classify_partition_file, segment_file_name, LogDir, OwnEntry, PartitionDir, PartitionDirName, PartitionFile,
+    RootCheckpoint, SegmentFileKind, SegmentFiles, META_PROPERTIES_FILE,
 };
 use crate::error::{Defect, Error, IndexKind, ParseError};
 use crate::index::{OffsetIndexChecker, TimeIndexChecker, OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
@@ -224,13 +224,25 @@ pub fn log_bytes_under(paths: &[PathBuf]) -> u64 {
 
 /// Verify each path: a log dir, a partition dir, or one file of a partition dir.
 pub fn verify_paths(paths: &[PathBuf], options: &VerifyOptions, progress: &dyn Progress) -> Report {
+    verify_paths_owned_by(paths, options, progress, &[])
+}
+
+/// [`verify_paths`] where a log dir may be a tool's own root of partitions: the entries of `own` found in a
+/// directory without `meta.properties` are that tool's state, not directories that stop a broker
+/// ([`LogDir::open_owned_by`]).
+pub fn verify_paths_owned_by(
+    paths: &[PathBuf],
+    options: &VerifyOptions,
+    progress: &dyn Progress,
+    own: &[OwnEntry],
+) -> Report {
     let mut report = Report::default();
     let mut sink = Findings::new(&mut report);
     let mut partitions = Vec::new();
     for path in paths {
         let path = &with_name(path);
         match classify_target(path) {
-            Ok(Target::LogDir) => verify_log_dir(path, options, progress, &mut sink, &mut partitions),
+            Ok(Target::LogDir) => verify_log_dir(path, own, options, progress, &mut sink, &mut partitions),
             Ok(Target::PartitionDir) => match verify_partition_dir(path, None, options, progress, &mut sink) {
                 Ok(summary) => partitions.push(summary),
                 Err(e) => sink.report.io_errors.push(e.to_string()),
@@ -298,12 +310,13 @@ fn classify_target(path: &Path) -> Result<Target, Error> {
 
 fn verify_log_dir(
     path: &Path,
+    own: &[OwnEntry],
     options: &VerifyOptions,
     progress: &dyn Progress,
     sink: &mut Findings<'_>,
     partitions: &mut Vec<PartitionSummary>,
 ) {
-    let log_dir = match LogDir::open(path) {
+    let log_dir = match LogDir::open_owned_by(path, own) {
         Ok(d) => d,
         Err(e) => return sink.report.io_errors.push(e.to_string()),
     };

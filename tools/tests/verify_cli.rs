@@ -131,6 +131,77 @@ fn sound_log_dir() {
     assert_eq!(parts[1]["partition"], 3);
 }
 
+/// A tail mirror's root as `apply --listen` leaves it: the partitions beside segmirror's own state, written out
+/// here by name (not from the applier's list, so that a name dropped from that list fails this test). `verify`
+/// and `verify --strict` call it sound, as the README's runbook expects; a directory that is not segmirror's still
+/// stops a broker and still fails, as does one of segmirror's names at a broker's log dir.
+#[test]
+fn a_mirror_roots_own_state_is_not_a_finding_and_a_stray_directory_still_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mirror");
+    std::fs::create_dir_all(&root).unwrap();
+    let p = orders(&root);
+    for dir in [
+        ".tail/staging",
+        ".tail/replace",
+        ".tail/progress",
+        ".tail/claims",
+        ".tail/truncations",
+        ".tail/retention",
+        ".archive/orders-0",
+        ".staging/orders-0.0-20",
+    ] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    for (file, bytes) in [
+        (".segmirror-apply.lock", &b""[..]),
+        (".segmirror-apply.holder", b"pid 1 since 2026-01-01T00:00:00Z\n"),
+        (".tail/orders-0.json", b"{}"),
+        (
+            ".archive/orders-0/00000000000000000035-00000000000000000040.log",
+            b"archived",
+        ),
+        ("catalog.sqlite", b""),
+        ("catalog.sqlite-wal", b""),
+        ("catalog.sqlite-shm", b""),
+    ] {
+        std::fs::write(root.join(file), bytes).unwrap();
+    }
+    for flags in [&[][..], &["--strict"], &["--strict", "--deep"]] {
+        verify(&[&root], flags)
+            .expect_code(0)
+            .expect_stdout("SOUND: 1 partition(s), 0 error(s), 0 warning(s)");
+    }
+    let report = verify_json(&[&root], &["--strict"], 0);
+    assert_summary(&report.doc["partitions"][0], &p, 2);
+
+    // One of our names of the wrong kind is not ours: `.tail` as a file is an unknown file (a warning).
+    let stray_file = tmp.path().join("mirror-file");
+    std::fs::create_dir_all(&stray_file).unwrap();
+    orders(&stray_file);
+    std::fs::write(stray_file.join(".tail"), b"").unwrap();
+    verify(&[&stray_file], &[]).expect_code(0).expect_stdout("unknown file");
+
+    // A directory that is not ours is reported as before: the broker would not start with it.
+    std::fs::create_dir(root.join(".stray")).unwrap();
+    let run = verify(&[&root], &[]);
+    run.expect_code(1)
+        .expect_stdout("the broker fails to start with this directory present");
+    assert!(
+        !run.stdout.contains(".tail") && !run.stdout.contains(".archive"),
+        "{run}"
+    );
+    std::fs::remove_dir(root.join(".stray")).unwrap();
+
+    // In a broker's log dir, `.tail` is a directory that stops the broker.
+    let logs = tmp.path().join("kafka-logs");
+    write_log_dir(&logs, &[orders_spec()]);
+    std::fs::create_dir(logs.join(".tail")).unwrap();
+    verify(&[&logs], &[])
+        .expect_code(1)
+        .expect_stdout("the broker fails to start with this directory present");
+}
+
 #[test]
 fn sound_single_log_file() {
     let tmp = tempfile::tempdir().unwrap();

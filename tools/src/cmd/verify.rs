@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use segment_format::verify::{self, Progress, Report, VerifyOptions};
+use segmirror_applier::MIRROR_ROOT_ENTRIES;
 
 use segmirror_transport::audit::{audit_store, AuditOptions, AuditReport};
 use segmirror_transport::manifest::KeyPrefix;
@@ -17,7 +18,8 @@ use crate::cli::EXIT_CORRUPT;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Log dirs, partition dirs (`<topic>-<partition>`), single segment files (`.log`, `.index`, ...), or
+    /// Log dirs, mirror roots (segmirror's own lock, `.staging`, `.tail` and `.archive` there are skipped),
+    /// partition dirs (`<topic>-<partition>`), single segment files (`.log`, `.index`, ...), or
     /// stores (`s3://bucket[/prefix]`, `file:///abs/path`) to audit the way a scrubber would: manifests against
     /// their data objects (sizes and SHA-256 re-computed), offset gaps and overlaps between consecutive segments,
     /// epochs moving backwards, topic IDs that changed, leases.
@@ -65,7 +67,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     if !paths.is_empty() {
         let total = verify::log_bytes_under(&paths);
         let bar = BarProgress(progress::byte_bar(total, "verifying"));
-        report = verify::verify_paths(&paths, &options, &bar);
+        // A path may be a mirror root: its lock, staging and tail state are segmirror's, not strays that stop a
+        // broker (a broker's log dir, with `meta.properties`, still has them reported).
+        report = verify::verify_paths_owned_by(&paths, &options, &bar, MIRROR_ROOT_ENTRIES);
         bar.0.finish_and_clear();
     }
     let mut audits = Vec::new();
