@@ -142,6 +142,16 @@ impl TailFeedConfig {
     }
 }
 
+/// What a seek does with a Resume position it cannot prove ([`Error::ResumeInvalid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unprovable {
+    /// The seek fails with it (callers that position a feed themselves, tests).
+    Fail,
+    /// The partition is refused for the session and the others are positioned (a session's Resume: the
+    /// positions are the peer's values; see `TailFeed::refuse_resume`).
+    RefusePartition,
+}
+
 /// Where one partition's tail stands.
 #[derive(Debug, Clone)]
 struct PartState {
@@ -161,7 +171,8 @@ struct PartState {
     progress: progress::Track,
     /// A Truncate to send before anything else of the partition ([`diverge`]).
     truncate: Option<segmirror_transport::direct::payload::Truncate>,
-    /// The source lost committed data (a divergence in high-watermark mode): nothing more of it ships.
+    /// The source lost committed data (a divergence in high-watermark mode), or the applier's Resume position of it
+    /// was refused for the session ([`TailFeed::refuse_resume`]): nothing more of it ships.
     stopped: bool,
     /// With a source of several brokers: where the partition stands with the applier ([`cluster`]).
     claim: cluster::ClaimState,
@@ -225,6 +236,8 @@ pub struct TailFeed {
     step: Option<InFlightStep>,
     /// Counts [`TailFeed::seek_positions`]: a step started before the latest seek is stale.
     generation: u64,
+    /// The partitions whose Resume position the latest seek refused, with why ([`TailFeed::refuse_resume`]).
+    refused: HashMap<PartitionRef, String>,
     /// How many steps were started (tests check that a dropped `next` does not start another).
     #[cfg(test)]
     steps_started: u64,
@@ -271,6 +284,7 @@ impl TailFeed {
             hw_changes: None,
             step: None,
             generation: 0,
+            refused: HashMap::new(),
             #[cfg(test)]
             steps_started: 0,
             truncation: false,
@@ -317,14 +331,21 @@ impl TailFeed {
         }
     }
 
-    /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error.
+    /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error, the first position it cannot prove
+    /// included ([`Unprovable::Fail`]).
     pub async fn seek_positions(&mut self, resume: &[Position]) -> Result<()> {
+        self.seek_with(resume, Unprovable::Fail).await
+    }
+
+    /// Position every partition; a position it cannot prove fails the seek or refuses its partition (`unprovable`).
+    pub async fn seek_with(&mut self, resume: &[Position], unprovable: Unprovable) -> Result<()> {
         // A new session holds nothing, and a step started before this seek is stale.
         self.held.clear();
         self.generation += 1;
         // Partitions created since the last listing are positioned with the others.
         self.rediscover(true).await?;
         let mut fresh = Vec::with_capacity(self.parts.len());
+        self.refused.clear();
         // The mirror's layout, when the applier sent one, is what the memory of shipped versions starts from (it
         // knows what was installed, whoever shipped it); otherwise what this process shipped stays known across
         // its sessions. A replacement in progress restarts either way.
@@ -349,9 +370,16 @@ impl TailFeed {
             let verdict = match end {
                 Some((resume, end)) => {
                     let target = target.clone();
-                    blocking(move || diverge::compare(&target, &resume, end, upto)).await?
+                    blocking(move || diverge::compare(&target, &resume, end, upto)).await
                 }
-                None => diverge::Verdict::Agrees,
+                None => Ok(diverge::Verdict::Agrees),
+            };
+            let verdict = match verdict {
+                Err(e @ Error::ResumeInvalid { .. }) if unprovable == Unprovable::RefusePartition => {
+                    fresh.push(Self::refuse_resume(&mut self.refused, part, e));
+                    continue;
+                }
+                verdict => verdict?,
             };
             let (resumed, truncate) = match (point, verdict) {
                 (_, diverge::Verdict::Diverged { truncate, at }) => {
@@ -375,9 +403,14 @@ impl TailFeed {
                 }
                 (None, _) => (resume::Resumed::fresh(memory), None),
                 (Some((base, position)), diverge::Verdict::Agrees) => {
-                    let resumed =
-                        blocking(move || resume::resume(&target, base, position, memory, layout_known)).await?;
-                    (resumed, None)
+                    match blocking(move || resume::resume(&target, base, position, memory, layout_known)).await {
+                        Ok(resumed) => (resumed, None),
+                        Err(e @ Error::ResumeInvalid { .. }) if unprovable == Unprovable::RefusePartition => {
+                            fresh.push(Self::refuse_resume(&mut self.refused, part, e));
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             };
             fresh.push(PartState {
@@ -411,6 +444,29 @@ impl TailFeed {
         }
         self.parts = fresh;
         Ok(())
+    }
+
+    /// A partition whose Resume position this feed cannot prove ([`Error::ResumeInvalid`]: beyond the segment's
+    /// end or inside a batch of a segment the cleaner did not rewrite, a segment gone without retention or a merge
+    /// to explain it, an epoch the source does not know, a divergence with no truncation point below the position):
+    /// refused for this session, nothing of it shipped, the session's other partitions go on. Why not the process:
+    /// the position is the peer's value (or the source changed under it); why not the session: one partition's
+    /// position must not stop the others. The next session's Resume is checked again (`docs/direct-protocol.md` §6,
+    /// "Resume positions the shipper cannot prove").
+    fn refuse_resume(refused: &mut HashMap<PartitionRef, String>, part: &PartState, e: Error) -> PartState {
+        tracing::error!(partition = %name(&part.target.partition), error = %e,
+            "refusing the applier's Resume position (ResumeInvalid): the partition ships nothing in this session; \
+             the others go on. Re-seed or reset the partition on the mirror if its position stays unprovable");
+        refused.insert(part.target.partition.clone(), e.to_string());
+        let mut state = PartState::new(part.target.clone(), None);
+        state.sealed = part.sealed.clone();
+        state.stopped = true;
+        state
+    }
+
+    /// Why this session refused `partition`'s Resume position, if it did ([`TailFeed::refuse_resume`]).
+    pub fn refused_resume(&self, partition: &PartitionRef) -> Option<&str> {
+        self.refused.get(partition).map(String::as_str)
     }
 
     /// The next item (see [`ChunkFeed::next`]); the shipper's error.
@@ -624,7 +680,10 @@ impl TailFeed {
 
 impl ChunkFeed for TailFeed {
     async fn seek(&mut self, resume: &[Position]) -> std::result::Result<(), DirectError> {
-        self.seek_positions(resume).await.map_err(local("tail feed seek"))
+        // The positions are the applier's: one this feed cannot prove refuses its partition, never the session.
+        self.seek_with(resume, Unprovable::RefusePartition)
+            .await
+            .map_err(local("tail feed seek"))
     }
 
     async fn next(&mut self) -> std::result::Result<FeedItem, DirectError> {

@@ -14,6 +14,11 @@
 //! `--upto high-watermark` mode only committed records were shipped, so the source lost committed data: a Truncate
 //! in mode `HighWatermark` tells the applier to record it, and the partition ships nothing more (logged at error).
 //!
+//! What cannot be proved is refused ([`Error::ResumeInvalid`], the partition refused for the session): an epoch
+//! the source's checkpoint does not answer for (above its latest), and a truncation point at or beyond the Resume
+//! position (the source's batches reach the mirror's position but end at fewer offsets than the mirror says it
+//! holds: its bytes below the position are not the source's, and a Truncate only moves the mirror back).
+//!
 //! What this does not see (as a Kafka follower does not): a source rewritten under the *same* epoch to at least the
 //! mirror's length. A broker bumps the epoch whenever leadership moves, including a restart, so only a hand-edited
 //! log does that; the feed's tripwire sees it while streaming.
@@ -101,6 +106,18 @@ pub(super) fn compare(target: &TailPartition, resume: &Position, end: LogEnd, up
         return Ok(Verdict::Agrees);
     }
     let (segment_base, position, truncate_to) = batch_at(&view, agree_below).map_err(|e| refuse(e.to_string()))?;
+    if (segment_base, position) >= (resume.segment_base, resume.position) {
+        // The source's batches reach the mirror's position, yet end at fewer offsets than the mirror says its bytes
+        // hold: the mirror's bytes below its position are not the source's (a source rewritten under the same
+        // epoch, or a wrong Resume). A Truncate can only move the mirror back, and there is no point below its
+        // position where the two provably agree.
+        return Err(refuse(format!(
+            "the mirror says its bytes end at offset {} in leader epoch {}, but the source's epoch {} ends at offset \
+             {} in a batch at segment {segment_base} byte {position}, at or beyond the mirror's position: the bytes \
+             below that position differ and no truncation point is provable",
+            end.end_offset, end.last_epoch, answer.epoch, answer.end_offset
+        )));
+    }
     let at = super::resume_at(target, segment_base, position)?;
     let mode = match upto {
         UptoPolicy::LogEnd => TruncateMode::LogEnd,

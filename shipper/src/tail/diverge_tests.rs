@@ -277,3 +277,55 @@ async fn a_divergence_while_streaming_ends_the_session_when_truncation_was_agree
         assert_eq!(again, boundaries);
     }
 }
+
+#[tokio::test]
+async fn a_same_epoch_divergence_at_the_mirrors_position_refuses_the_partition_instead_of_a_truncate() {
+    // The mirror's Resume sits at the source's end (byte for byte as long), but says its bytes end at offset 30 in
+    // the source's latest epoch, where the source's epoch 1 ends at 20: no point below the mirror's position
+    // provably agrees. The feed used to yield a Truncate to exactly the Resume position, which the session took
+    // for a feed bug ("only back from what was sent") and which ended the shipper process.
+    let root = tempfile::tempdir().unwrap();
+    let (dir, boundaries) = source(root.path(), &[1; 4]);
+    write_epochs(&dir, &[(1, 0)]);
+    let end = LogEnd {
+        end_offset: 30,
+        last_epoch: 1,
+    };
+    for position in [boundaries[4], boundaries[3] + 1] {
+        match compare(&target(&dir), &resume(position), end, UptoPolicy::LogEnd) {
+            Err(Error::ResumeInvalid { reason, .. }) => {
+                assert!(
+                    reason.contains("offset 30") && reason.contains("ends at offset 20"),
+                    "{reason}"
+                )
+            }
+            other => panic!("position {position}: expected ResumeInvalid, got {other:?}"),
+        }
+    }
+    // The mirror's position is before the source's end (2 batches shorter in bytes): a Truncate would have to go
+    // forward, beyond the position: refused too.
+    match compare(&target(&dir), &resume(boundaries[2]), end, UptoPolicy::LogEnd) {
+        Err(Error::ResumeInvalid { .. }) => {}
+        other => panic!("expected ResumeInvalid, got {other:?}"),
+    }
+    // Through the session's seek: the partition is refused, nothing of it ships, and the seek does not fail.
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, MAX_FEED_CHUNK_BYTES);
+    let mirror = resume(boundaries[4]);
+    feed.log_ends(true, &[(mirror.clone(), end)]);
+    feed.seek(std::slice::from_ref(&mirror))
+        .await
+        .expect("the partition is refused, the seek goes on");
+    assert!(feed
+        .refused_resume(&partition())
+        .is_some_and(|r| r.contains("no truncation point is provable")));
+    let next = tokio::time::timeout(std::time::Duration::from_millis(300), feed.next()).await;
+    assert!(next.is_err(), "the refused partition shipped {next:?}");
+    // A true divergence (the mirror longer than the source in the same epoch) still truncates.
+    let mirror = resume(boundaries[4] + 2 * boundaries[1]);
+    match compare(&target(&dir), &mirror, end, UptoPolicy::LogEnd).unwrap() {
+        Verdict::Diverged { truncate, .. } => {
+            assert_eq!((truncate.truncate_to, truncate.position), (20, boundaries[4]))
+        }
+        other => panic!("expected a divergence, got {other:?}"),
+    }
+}

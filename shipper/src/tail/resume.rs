@@ -13,8 +13,10 @@
 //!   always; with the mirror's layout saying `base` is sealed at `position` but the file now being another size,
 //!   the cleaner rewrote it: continue at its successor, and the rewrite goes as a replacement (the layout is in
 //!   the feed's memory);
-//! - the file is there but not what the mirror holds up to `position` (not a batch boundary, shorter), and it is
-//!   sealed: the cleaner rewrote the segment the mirror was appending to (alone, keeping its base): covered by it;
+//! - the file is there but not what the mirror holds up to `position` (not a batch boundary, shorter), it is
+//!   sealed and it bears the cleaner's trace (offsets of its range no batch holds, [`cleaned`]): the cleaner
+//!   rewrote the segment the mirror was appending to (alone, keeping its base): covered by it; without the trace
+//!   nothing explains the position (beyond the end or inside a batch of bytes the cleaner never changed): refused;
 //! - the file is gone and a sealed source segment covers `base`: covered by it (a merge);
 //! - the file is gone and the source's first segment lies above `base`: retention ([`log_start::resume_or_skip`]);
 //! - anything else stays a refusal naming the file.
@@ -95,10 +97,23 @@ pub(super) fn resume(
                 ..Resumed::fresh(sealed)
             }),
             Err(e @ Error::ResumeInvalid { .. }) => match view()? {
-                // Not the bytes the mirror holds, and sealed: the cleaner rewrote the segment being appended to.
-                Some(view) if covering(&view, base).is_some_and(|s| s == base) => {
-                    cover(target, &view, base, base, position, sealed, mirror_sealed)
-                }
+                // Not the bytes the mirror holds, sealed, and bearing the cleaner's trace: the cleaner rewrote the
+                // segment being appended to. Without the trace the position is impossible (beyond the end, inside
+                // a batch of the bytes the mirror copied): refused, not skipped.
+                Some(view) if covering(&view, base).is_some_and(|s| s == base) => match next_base(&view, base) {
+                    Some(next) if cleaned(&path, base, next) => {
+                        cover(target, &view, base, base, position, sealed, mirror_sealed)
+                    }
+                    _ => Err(Error::ResumeInvalid {
+                        partition: name(&target.partition),
+                        segment_base: base,
+                        position,
+                        reason: format!(
+                            "{e}; and the cleaner did not rewrite it (its batches hold every offset from {base} to \
+                             the next segment's base): the position is not one the mirror can hold"
+                        ),
+                    }),
+                },
                 _ => Err(e),
             },
             Err(e) => Err(e),
@@ -115,6 +130,46 @@ pub(super) fn resume(
         track,
         ..Resumed::fresh(sealed)
     })
+}
+
+/// The base of the segment after the sealed source segment at `base`.
+fn next_base(view: &PartitionView, base: i64) -> Option<i64> {
+    view.segments
+        .iter()
+        .find(|s| s.base_offset() == base)
+        .and_then(|s| s.next_base)
+}
+
+/// Whether the sealed source segment at `path` (offsets `[base, next)`) bears the trace of the broker's cleaner:
+/// an offset of its range no batch holds (a batch removed whole, before the first or after the last one), or a v2
+/// batch holding fewer records than its offset range (records removed from inside it; the cleaner keeps a
+/// batch's base offset and last offset delta). Why: only a rewrite explains a mirror position that is not a
+/// batch boundary of the source's file or lies beyond its end, and a segment the cleaner never touched (a topic
+/// with `cleanup.policy=delete`, a segment with nothing to clean) holds every offset of its range, batch after
+/// batch. Legacy batches, or a file that does not scan, cannot tell: taken as rewritten (the replacement then
+/// reads and checks it). Bounded memory: the file is scanned chunk by chunk.
+fn cleaned(path: &std::path::Path, base: i64, next: i64) -> bool {
+    let Ok(mut log) = segment_format::log::LogFile::open(path) else {
+        return true;
+    };
+    let mut expected = base;
+    let mut trace = false;
+    let scanned = log.scan(|frame| {
+        let info = &frame.info;
+        let dense = info.magic >= 2
+            && info.base_offset == expected
+            && i64::from(info.records_count) == info.last_offset - info.base_offset + 1;
+        if !dense {
+            trace = true;
+            return std::ops::ControlFlow::Break(());
+        }
+        expected = info.last_offset + 1;
+        std::ops::ControlFlow::Continue(())
+    });
+    match scanned {
+        Ok(_) => trace || expected != next,
+        Err(_) => true,
+    }
 }
 
 /// The base of the sealed source segment whose offset range holds `base`.

@@ -4,7 +4,7 @@
 
 use segment_format::log::scan_frames;
 use segmirror_transport::direct::payload::LayoutSegment;
-use segmirror_transport::direct::session::FeedItem;
+use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 
 use super::super::tests::{append, batch_at, feed, partition};
 use super::super::*;
@@ -249,4 +249,110 @@ async fn a_segment_merged_into_the_covering_one_while_its_replacement_waits_move
     let merged = compact(&dir, &[0, 10]);
     assert_eq!(replacement(&mut feed).await, (vec![0, 5], merged, Some(15)));
     assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if (c.segment_base, c.position) == (15, 0)));
+}
+
+/// A feed over two partitions, `events-0` (the one the positions below name) and `other-0`, each with four
+/// segments of five one-record batches that no cleaner touched; returns the feed, `events-0`'s sizes and
+/// `other-0`'s partition.
+fn two_partitions(root: &Path) -> (TailFeed, Vec<u64>, PartitionRef) {
+    let dir = root.join("events-0");
+    let other_dir = root.join("other-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let sizes = four_segments(&dir);
+    four_segments(&other_dir);
+    let other = PartitionRef {
+        topic: "other".into(),
+        partition: 0,
+        topic_id: [9; 16],
+    };
+    let mut config = TailFeedConfig::new(Arc::new(super::super::tests::FixedHw(None)));
+    config.upto = UptoPolicy::LogEnd;
+    config.poll_interval = Duration::from_millis(5);
+    let feed = TailFeed::new(
+        vec![
+            TailPartition {
+                partition: partition(),
+                dir,
+            },
+            TailPartition {
+                partition: other.clone(),
+                dir: other_dir,
+            },
+        ],
+        config,
+    );
+    (feed, sizes, other)
+}
+
+/// Items until none comes for a while: (partition, item).
+async fn drain(feed: &mut TailFeed) -> Vec<FeedItem> {
+    let mut items = Vec::new();
+    while let Ok(item) = tokio::time::timeout(Duration::from_millis(300), feed.next_item()).await {
+        items.push(item.unwrap());
+    }
+    items
+}
+
+/// A position in `events-0` (its directory, its segments' sizes).
+type PositionIn = fn(&Path, &[u64]) -> Position;
+
+#[tokio::test]
+async fn impossible_resume_positions_are_refused_for_the_partition_and_the_others_go_on() {
+    // Positions no mirror can hold in segments no cleaner touched: beyond a sealed segment's end, inside one of
+    // its batches, beyond the active segment's end, a segment the source never had.
+    let cases: [(&str, PositionIn, &str); 4] = [
+        (
+            "beyond a sealed segment's end",
+            |_, sizes| at(5, sizes[1] + 100),
+            "did not rewrite",
+        ),
+        (
+            "inside a batch of a sealed segment",
+            |dir, _| at(5, after_batches(dir, 5, 1) + 7),
+            "did not rewrite",
+        ),
+        (
+            "beyond the active segment's end",
+            |_, sizes| at(15, sizes[3] + 100),
+            "whole batches only up to",
+        ),
+        (
+            "a segment the source never had",
+            |_, _| at(1_000, 0),
+            "no longer exists",
+        ),
+    ];
+    for (case, position, why) in cases {
+        let root = tempfile::tempdir().unwrap();
+        let (mut feed, sizes, other) = two_partitions(root.path());
+        let position = position(&root.path().join("events-0"), &sizes);
+        ChunkFeed::seek(&mut feed, std::slice::from_ref(&position))
+            .await
+            .unwrap_or_else(|e| panic!("{case}: the seek failed instead of refusing the partition: {e}"));
+        let reason = feed
+            .refused_resume(&partition())
+            .unwrap_or_else(|| panic!("{case}: not refused"));
+        assert!(reason.contains(why) && reason.contains("events-0"), "{case}: {reason}");
+        assert_eq!(feed.refused_resume(&other), None, "{case}");
+        // Nothing of the refused partition ships (not the rest of the segment, not the next one); the other
+        // partition ships its three sealed segments.
+        let items = drain(&mut feed).await;
+        assert!(
+            items.iter().all(|i| i.partition() == &other),
+            "{case}: the refused partition shipped {:?}",
+            items.iter().find(|i| i.partition() != &other)
+        );
+        let seals = items.iter().filter(|i| matches!(i, FeedItem::Seal(_))).count();
+        assert_eq!(seals, 3, "{case}: the other partition's sealed segments");
+        // The next session's Resume is checked again: a provable position ships from there.
+        ChunkFeed::seek(&mut feed, &[at(5, sizes[1])]).await.unwrap();
+        assert_eq!(feed.refused_resume(&partition()), None, "{case}");
+        let items = drain(&mut feed).await;
+        let first = items.iter().find(|i| i.partition() == &partition());
+        assert!(
+            matches!(first, Some(FeedItem::Seal(s)) if s.segment_base == 5 && s.final_size == sizes[1]),
+            "{case}: after a provable Resume, {first:?}"
+        );
+    }
 }

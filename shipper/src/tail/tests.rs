@@ -323,8 +323,14 @@ async fn seek_to_a_deleted_segment_or_a_non_boundary_is_refused() {
         feed.seek_positions(&[at(0, beyond)]).await,
         Err(Error::ResumeInvalid { .. })
     ));
-    // Through the ChunkFeed trait: a local error.
-    assert!(matches!(feed.seek(&[at(500, 0)]).await, Err(DirectError::Local { .. })));
+    // Through the ChunkFeed trait (a session's Resume): the partition is refused for the session, naming why, and
+    // the seek goes on; nothing of it ships.
+    feed.seek(&[at(500, 0)]).await.expect("refused, not failed");
+    assert!(feed
+        .refused_resume(&partition())
+        .is_some_and(|r| r.contains("no longer exists")));
+    let next = tokio::time::timeout(Duration::from_millis(300), feed.next()).await;
+    assert!(next.is_err(), "the refused partition shipped {next:?}");
 }
 
 #[tokio::test]
