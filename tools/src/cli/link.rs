@@ -155,9 +155,10 @@ fn spawn_event_logger(link: String, role: &'static str, meter: Option<Arc<LinkMe
                 match &event {
                     LinkEvent::SessionStarted => meter.session_started(),
                     LinkEvent::SessionEnded { error, .. } => meter.session_ended(error.is_some()),
-                    LinkEvent::ConnectFailed { .. } | LinkEvent::Paused { .. } | LinkEvent::RefusedBusy => {
-                        meter.error()
-                    }
+                    LinkEvent::ConnectFailed { .. }
+                    | LinkEvent::Paused { .. }
+                    | LinkEvent::RefusedBusy
+                    | LinkEvent::NoHandshakeSlot { .. } => meter.error(),
                 }
             }
             let line = match &event {
@@ -170,6 +171,14 @@ fn spawn_event_logger(link: String, role: &'static str, meter: Option<Arc<LinkMe
                 LinkEvent::ConnectFailed { error } => format!("connect failed: {error}; reconnecting"),
                 LinkEvent::Paused { error, pause } => format!("refused: {error}; paused for {pause:?}"),
                 LinkEvent::RefusedBusy => "refused a second peer (busy)".to_string(),
+                LinkEvent::NoHandshakeSlot {
+                    peer,
+                    pending,
+                    from_address,
+                } => format!(
+                    "no free handshake slot for {peer} ({pending} connections in their handshake, {from_address} from \
+                     its address): answered busy and closed"
+                ),
             };
             tracing::info!(%link, role, event = ?event, "link event");
             eprintln!("segmirror {role}: link {link:?}: {line}");

@@ -174,3 +174,131 @@ where
         }),
     }
 }
+
+/// Most bytes [`Sniffed`] keeps of what a TLS client read first: a listener's "no free handshake slot" Refuse
+/// (a link name and a sentence) fits many times over.
+const SNIFF_BYTES: usize = 4096;
+
+/// A stream that keeps a copy of the first bytes read from it while they may be a frame (the first byte is a
+/// Refuse frame's type, 0x03, which no TLS record starts with), so that a TLS client whose handshake failed can
+/// tell a listener's refusal in the clear from a TLS failure ([`connect_to_listener`]). Once the first byte says
+/// TLS, it copies nothing more.
+pub struct Sniffed<S> {
+    inner: S,
+    first: Vec<u8>,
+    copying: bool,
+}
+
+impl<S> Sniffed<S> {
+    fn new(inner: S) -> Sniffed<S> {
+        Sniffed {
+            inner,
+            first: Vec::new(),
+            copying: true,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Sniffed<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.copying {
+            let new = &buf.filled()[before..];
+            let room = SNIFF_BYTES - self.first.len();
+            let copy = new.len().min(room);
+            let head = new[..copy].to_vec();
+            self.first.extend_from_slice(&head);
+            self.copying = self.first.first().is_none_or(|&b| b == REFUSE_TYPE) && self.first.len() < SNIFF_BYTES;
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Sniffed<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The Refuse frame's type byte.
+const REFUSE_TYPE: u8 = 3;
+
+/// [`connect`] to a segmirror listener, as `role`: a listener with no free handshake slot answers a Refuse(`Busy`)
+/// frame in the clear instead of TLS (`docs/direct-protocol.md` §4.6), which this reports as the refusal it is
+/// ([`DirectError::RefusedByPeer`], transient: retried with backoff) instead of a TLS failure that blames
+/// certificates.
+pub async fn connect_to_listener<S>(
+    config: Arc<ClientConfig>,
+    server_name: &str,
+    stream: S,
+    timeout: Duration,
+    role: super::Role,
+) -> Result<tokio_rustls::client::TlsStream<Sniffed<S>>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let name = ServerName::try_from(server_name.to_string()).map_err(|e| DirectError::TlsConfig {
+        reason: format!("server name {server_name:?}: {e}"),
+    })?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let connecting = TlsConnector::from(config)
+        .connect(name, Sniffed::new(stream))
+        .into_fallible();
+    match tokio::time::timeout_at(deadline, connecting).await {
+        Ok(Ok(tls)) => Ok(tls),
+        Ok(Err((source, sniffed))) => match sniffed.first.first() {
+            Some(&REFUSE_TYPE) => Err(read_refusal(sniffed, deadline, role)
+                .await
+                .unwrap_or(DirectError::TlsHandshake { source })),
+            _ => Err(DirectError::TlsHandshake { source }),
+        },
+        Err(_) => Err(DirectError::Timeout {
+            stage: "TLS handshake (connecting)",
+            after: timeout,
+        }),
+    }
+}
+
+/// The Refuse frame a listener sent in the clear: from the bytes rustls read and refused, then the rest of the
+/// frame from the stream (by the handshake's deadline). `None` when the bytes are no Refuse frame.
+async fn read_refusal<S>(sniffed: Sniffed<S>, deadline: tokio::time::Instant, role: super::Role) -> Option<DirectError>
+where
+    S: AsyncRead + Unpin,
+{
+    use futures::StreamExt;
+    let Sniffed { inner, first, .. } = sniffed;
+    let bytes = tokio::io::AsyncReadExt::chain(std::io::Cursor::new(first), inner);
+    let mut frames = tokio_util::codec::FramedRead::new(bytes, super::frame::FrameCodec::new(SNIFF_BYTES as u32));
+    match tokio::time::timeout_at(deadline, frames.next()).await {
+        Ok(Some(Ok(super::frame::Frame::Refuse(r)))) => Some(DirectError::RefusedByPeer {
+            reason: r.reason,
+            local_role: role,
+            peer_role: role.peer(),
+            message: r.message,
+        }),
+        _ => None,
+    }
+}

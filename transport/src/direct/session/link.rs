@@ -20,6 +20,12 @@
 //! (link, shipper node id) at the same time, all applying into one [`Cluster`]; a second session of the same node
 //! is refused `Busy` as below.
 //!
+//! Before a session, a listener handshakes each accepted connection on a task of its own, in one of a few slots
+//! (per source address too) and under one deadline from the accept to the end of the protocol handshake: idle
+//! or silent connections cannot keep the real peer out, and one over the limits is told so in the clear, a
+//! Refuse(`Busy`) "no free handshake slot" that plaintext and TLS diallers both read (`docs/direct-protocol.md`
+//! §4.6).
+//!
 //! A listener serves one session at a time for its link: a second peer that
 //! completes the handshake while a session runs gets a Refuse(`Busy`) frame
 //! and is closed (its dialler retries with backoff: often it is the same peer
@@ -58,9 +64,23 @@ pub const DEFAULT_BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
 pub const DEFAULT_REFUSAL_PAUSE: Duration = Duration::from_secs(300);
 /// TCP connect timeout: 10 s, about three SYN retransmissions.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections a listener handshakes at once; more are closed at once. 8: one
-/// legitimate peer needs one, and a port scanner cannot pin more than this.
+/// Connections a listener handshakes at once; more are answered "no free handshake slot" and closed at once. 8:
+/// one legitimate peer needs one, and a port scanner cannot pin more than this.
 pub const MAX_PENDING_HANDSHAKES: usize = 8;
+/// Of those, at most this many from one source address (4, half): one address cannot take every slot, so a peer
+/// that keeps silent connections open (or a scanner) leaves room for the real one; several shippers behind one
+/// NAT still handshake together.
+pub const MAX_PENDING_HANDSHAKES_PER_ADDRESS: usize = 4;
+/// How long an accepted connection may take from TCP accept to the end of its TLS and protocol handshake: 5 s.
+/// A Hello round trip and a TLS handshake are a few round trips even across continents; a connection that has
+/// not finished by then holds its slot for nothing (a silent peer, a scanner) and is closed.
+pub const DEFAULT_ACCEPT_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections over the limits being answered at once (the Refuse written, then read until the peer closes, at
+/// most [`NO_SLOT_LINGER`]); more are closed unanswered, so a flood costs bounded tasks and descriptors.
+const MAX_NO_SLOT_ANSWERS: usize = 64;
+/// How long a "no free handshake slot" answer waits for the peer to read it and close (its unread Hello would
+/// otherwise turn the close into a reset that can destroy the answer before the peer read it).
+const NO_SLOT_LINGER: Duration = Duration::from_secs(1);
 
 /// Exponential backoff with ±50 % jitter (so peers cut at the same moment do not reconnect in step).
 #[derive(Debug, Clone)]
@@ -137,6 +157,12 @@ pub struct LinkConfig {
     pub connect_timeout: Duration,
     /// TLS handshake timeout.
     pub tls_timeout: Duration,
+    /// A listener's deadline per connection, from TCP accept to the end of TLS and the protocol handshake
+    /// ([`DEFAULT_ACCEPT_DEADLINE`]).
+    pub accept_deadline: Duration,
+    /// A listener's handshakes in progress at once ([`MAX_PENDING_HANDSHAKES`]) and per source address
+    /// ([`MAX_PENDING_HANDSHAKES_PER_ADDRESS`]).
+    pub handshake_slots: HandshakeSlots,
     /// Where [`LinkEvent`]s go (dropped when the channel is full).
     pub events: Option<mpsc::Sender<LinkEvent>>,
 }
@@ -149,6 +175,8 @@ impl LinkConfig {
             refusal_pause: DEFAULT_REFUSAL_PAUSE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             tls_timeout: crate::direct::handshake::DEFAULT_HANDSHAKE_TIMEOUT,
+            accept_deadline: DEFAULT_ACCEPT_DEADLINE,
+            handshake_slots: HandshakeSlots::default(),
             events: None,
         }
     }
@@ -156,6 +184,22 @@ impl LinkConfig {
     fn event(&self, event: LinkEvent) {
         if let Some(tx) = &self.events {
             let _ = tx.try_send(event);
+        }
+    }
+}
+
+/// How many connections a listener handshakes at once (see [`LinkConfig::handshake_slots`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeSlots {
+    pub total: usize,
+    pub per_address: usize,
+}
+
+impl Default for HandshakeSlots {
+    fn default() -> HandshakeSlots {
+        HandshakeSlots {
+            total: MAX_PENDING_HANDSHAKES,
+            per_address: MAX_PENDING_HANDSHAKES_PER_ADDRESS,
         }
     }
 }
@@ -176,6 +220,13 @@ pub enum LinkEvent {
     Paused { error: String, pause: Duration },
     /// A listener refused a second peer with `Busy`.
     RefusedBusy,
+    /// A listener answered a connection "no free handshake slot" (Refuse `Busy` before any handshake) and closed
+    /// it: `from_address` handshakes of its address and `pending` in all were in progress.
+    NoHandshakeSlot {
+        peer: std::net::SocketAddr,
+        pending: usize,
+        from_address: usize,
+    },
 }
 
 /// One session on an established connection: what [`dial`] and [`listen`] run.
@@ -219,7 +270,14 @@ async fn secure_client(tcp: TcpStream, dialer: &Dialer, config: &LinkConfig) -> 
             config: tls,
             server_name,
         } => Ok(Box::new(
-            crate::direct::tls::connect(tls.clone(), server_name, tcp, config.tls_timeout).await?,
+            crate::direct::tls::connect_to_listener(
+                tls.clone(),
+                server_name,
+                tcp,
+                config.tls_timeout,
+                config.handshake.role,
+            )
+            .await?,
         )),
     }
 }
@@ -364,8 +422,8 @@ pub async fn listen<R: SessionRunner>(
     shutdown: CancellationToken,
 ) -> (R, Result<()>) {
     let config = Arc::new(config);
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
-    let (ready_tx, mut ready_rx) = mpsc::channel::<(FramedIo, Session)>(MAX_PENDING_HANDSHAKES);
+    let pending = Pending::new(config.handshake_slots);
+    let (ready_tx, mut ready_rx) = mpsc::channel::<(FramedIo, Session)>(config.handshake_slots.total.max(1));
     let mut runner = Some(runner);
     let mut active: Option<tokio::task::JoinHandle<(R, Result<SessionEnd>)>> = None;
     loop {
@@ -439,8 +497,8 @@ pub async fn listen_cluster<A: ChunkApplier>(
     config.handshake.features_required |= FEATURE_CLUSTER_SHIPPERS;
     config.handshake.features_supported |= FEATURE_CLUSTER_SHIPPERS;
     let config = Arc::new(config);
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
-    let (ready_tx, mut ready_rx) = mpsc::channel::<(FramedIo, Session)>(MAX_PENDING_HANDSHAKES);
+    let pending = Pending::new(config.handshake_slots);
+    let (ready_tx, mut ready_rx) = mpsc::channel::<(FramedIo, Session)>(config.handshake_slots.total.max(1));
     // The sessions' own token: cancelled on shutdown and when one session fails locally.
     let sessions_stop = shutdown.child_token();
     let mut active: std::collections::HashSet<i32> = std::collections::HashSet::new();
@@ -522,13 +580,75 @@ pub async fn listen_cluster<A: ChunkApplier>(
     }
 }
 
+/// The handshakes a listener has in progress, in all and per source address, and the "no free handshake slot"
+/// answers being written (see [`start_handshake`]).
+struct Pending {
+    slots: HandshakeSlots,
+    counts: std::sync::Mutex<PendingCounts>,
+    answers: Arc<Semaphore>,
+}
+
+#[derive(Default)]
+struct PendingCounts {
+    total: usize,
+    by_address: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// One handshake slot, given back when dropped.
+struct Slot {
+    pending: Arc<Pending>,
+    address: std::net::IpAddr,
+}
+
+impl Pending {
+    fn new(slots: HandshakeSlots) -> Arc<Pending> {
+        Arc::new(Pending {
+            slots,
+            counts: std::sync::Mutex::new(PendingCounts::default()),
+            answers: Arc::new(Semaphore::new(MAX_NO_SLOT_ANSWERS)),
+        })
+    }
+
+    /// A slot for a connection from `address`, or how many are taken (in all, from `address`).
+    fn take(self: &Arc<Self>, address: std::net::IpAddr) -> std::result::Result<Slot, (usize, usize)> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = counts.by_address.get(&address).copied().unwrap_or(0);
+        if counts.total >= self.slots.total || mine >= self.slots.per_address {
+            return Err((counts.total, mine));
+        }
+        counts.total += 1;
+        counts.by_address.insert(address, mine + 1);
+        Ok(Slot {
+            pending: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.pending.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.total = counts.total.saturating_sub(1);
+        if let std::collections::hash_map::Entry::Occupied(mut e) = counts.by_address.entry(self.address) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+}
+
 /// An accepted connection: its TLS and protocol handshake run on a task of their own (a silent peer cannot delay a
-/// running session), at most [`MAX_PENDING_HANDSHAKES`] at once (more are closed at once); a completed one goes to
-/// `ready`, a failed one is logged and reported as [`LinkEvent::ConnectFailed`]. Shared by [`listen`] and
+/// running session), under one deadline from the accept to the end of the protocol handshake
+/// ([`LinkConfig::accept_deadline`]), in one of [`LinkConfig::handshake_slots`] (in all and per source address);
+/// a completed one goes to `ready`, a failed one is logged and reported as [`LinkEvent::ConnectFailed`]. A
+/// connection over the limits is answered with a Refuse(`Busy`) frame saying "no free handshake slot", written in
+/// the clear before any TLS (its first byte, 0x03, is no TLS record type, so a TLS dialler tells it apart from a
+/// TLS failure: [`crate::direct::tls::connect_to_listener`]), and closed. Shared by [`listen`] and
 /// [`listen_cluster`].
 fn start_handshake(
     accepted: std::io::Result<(TcpStream, std::net::SocketAddr)>,
-    pending: &Arc<Semaphore>,
+    pending: &Arc<Pending>,
     config: &Arc<LinkConfig>,
     acceptor: &Acceptor,
     ready_tx: &mpsc::Sender<(FramedIo, Session)>,
@@ -540,19 +660,41 @@ fn start_handshake(
             return;
         }
     };
-    let Ok(permit) = pending.clone().try_acquire_owned() else {
-        tracing::warn!(%peer, "too many connections in their handshake; closing this one");
-        return;
+    let slot = match pending.take(peer.ip()) {
+        Ok(slot) => slot,
+        Err((in_progress, from_address)) => {
+            tracing::warn!(%peer, in_progress, from_address, "no free handshake slot; answering Busy and closing");
+            config.event(LinkEvent::NoHandshakeSlot {
+                peer,
+                pending: in_progress,
+                from_address,
+            });
+            // Answered only while few answers are being written; beyond that the connection is just closed.
+            if let Ok(permit) = pending.answers.clone().try_acquire_owned() {
+                let handshake = config.handshake.clone();
+                let slots = pending.slots;
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    answer_no_slot(tcp, &handshake, slots, in_progress, from_address).await;
+                });
+            }
+            return;
+        }
     };
     let _ = tcp.set_nodelay(true);
     let (config, acceptor, ready_tx) = (config.clone(), acceptor.clone(), ready_tx.clone());
     tokio::spawn(async move {
-        let _permit = permit;
-        let r = async {
+        let _slot = slot;
+        let deadline = config.accept_deadline;
+        let r = tokio::time::timeout(deadline, async {
             let io = secure_server(tcp, &acceptor, &config).await?;
             handshake(io, &config.handshake).await
-        }
-        .await;
+        })
+        .await
+        .unwrap_or(Err(DirectError::Timeout {
+            stage: "the listener's handshake deadline (TCP accept to the end of TLS and the protocol handshake)",
+            after: deadline,
+        }));
         match r {
             Ok(pair) => {
                 let _ = ready_tx.send(pair).await;
@@ -563,6 +705,46 @@ fn start_handshake(
             }
         }
     });
+}
+
+/// The "no free handshake slot" answer: a Refuse(`Busy`) frame in the clear, the write side shut down, then the
+/// peer's bytes read and dropped until it closes (at most [`NO_SLOT_LINGER`]) so that the close is no reset.
+async fn answer_no_slot(
+    mut tcp: TcpStream,
+    config: &HandshakeConfig,
+    slots: HandshakeSlots,
+    in_progress: usize,
+    from_address: usize,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::codec::Encoder;
+    let message = format!(
+        "the {} had no free handshake slot ({in_progress} of {} connections in their handshake, {from_address} of \
+         at most {} from this address); try again later",
+        config.role, slots.total, slots.per_address
+    );
+    let refuse = Frame::Refuse(Refuse {
+        reason: RefuseReason::Busy,
+        min_version: config.min_version,
+        max_version: config.max_version,
+        link: config.link.clone(),
+        message,
+    });
+    let mut bytes = bytes::BytesMut::new();
+    if crate::direct::frame::FrameCodec::new(config.max_payload)
+        .encode(refuse, &mut bytes)
+        .is_err()
+    {
+        return;
+    }
+    let _ = tokio::time::timeout(NO_SLOT_LINGER, async {
+        tcp.write_all(&bytes).await?;
+        tcp.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while tcp.read(&mut sink).await? > 0 {}
+        std::io::Result::Ok(())
+    })
+    .await;
 }
 
 #[cfg(test)]
