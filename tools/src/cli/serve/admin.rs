@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use segmirror_catalog::{Catalog, Entity, Error as CatalogError, Link, LinkState};
+use segmirror_shipper::source::discover::TopicFilter;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -153,7 +154,9 @@ impl LinkAdmin for CatalogAdmin {
     }
 
     fn set_topics_regex(&self, name: &str, regex: &str) -> Result<LinkView, AdminError> {
-        regex::Regex::new(regex).map_err(|e| AdminError::new(400, format!("topics_regex {regex:?}: {e}")))?;
+        // What `segmirror link alter --topics-regex` accepts, checked by the same function: the shipper's own
+        // reading of the list (comma-separated whole-name regexes), so the API cannot record one it would refuse.
+        TopicFilter::new(regex).map_err(|e| AdminError::new(400, format!("topics_regex {regex:?}: {e}")))?;
         let link = self.open()?.set_topics_regex(name, regex)?;
         Ok(self.view(link))
     }

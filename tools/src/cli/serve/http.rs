@@ -1,24 +1,59 @@
 //! A minimal HTTP/1.1 server for `/metrics` and the admin API: one request per connection (`Connection: close`),
-//! bounded in size and time.
+//! bounded in size, time and number.
 //!
 //! Why not hyper's server: hyper 1 is in the build only with its client features (object_store's reqwest);
 //! turning on `server` changes hyper's features for the whole workspace and rebuilds hyper, reqwest, object_store
 //! and every crate above them, for an endpoint that answers a scraper every few seconds and an operator's curl.
 //! What such clients send is small and simple: a request line, headers, an optional `Content-Length` body. That is
-//! all this reads; anything else (chunked bodies, a request over [`MAX_REQUEST_BYTES`], a client slower than
-//! [`REQUEST_TIMEOUT`]) gets a 4xx and the connection closed, so a bad client costs one task for a few seconds.
+//! all this reads.
+//!
+//! Why every bound: the port is open to whoever reaches it, in the process that appends to the mirror, so nothing
+//! a client does may cost that process more than a fixed amount ([`Limits`]). A head over [`MAX_HEAD_BYTES`] or a
+//! body claimed over [`MAX_BODY_BYTES`] gets 413 before the body is read (a claim of 1 GiB costs nothing); a
+//! client slower than [`REQUEST_TIMEOUT`] gets 408, one that does not read its answer is dropped after
+//! [`RESPONSE_TIMEOUT`]; beyond [`MAX_CONNECTIONS`] at once a connection is answered 503 and closed at once,
+//! without waiting, so idle clients cannot take the descriptors the mirror's own files need.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-/// Largest request read, head and body (64 KiB: an admin body is a regex).
-pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Largest request head read: the request line and the headers, with the blank line that ends them.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Largest body read (an admin body is a regex).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Most connections served at once (a scraper and an operator need a few).
+pub const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send its request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long writing an answer may take (a client that does not read it).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bounds a server keeps; [`Limits::default`] is the constants above (tests shrink them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_head_bytes: usize,
+    pub max_body_bytes: usize,
+    pub max_connections: usize,
+    pub request_timeout: Duration,
+    pub response_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_head_bytes: MAX_HEAD_BYTES,
+            max_body_bytes: MAX_BODY_BYTES,
+            max_connections: MAX_CONNECTIONS,
+            request_timeout: REQUEST_TIMEOUT,
+            response_timeout: RESPONSE_TIMEOUT,
+        }
+    }
+}
 
 /// A parsed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +85,20 @@ impl Response {
     pub fn error(status: u16, message: impl Into<String>) -> Response {
         Response::json(status, &serde_json::json!({ "error": message.into() }))
     }
+
+    /// The whole answer on the wire: status line, headers, body.
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            self.status,
+            reason(self.status),
+            self.content_type,
+            self.body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&self.body);
+        out
+    }
 }
 
 fn reason(status: u16) -> &'static str {
@@ -64,6 +113,7 @@ fn reason(status: u16) -> &'static str {
         413 => "Payload Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
+        503 => "Service Unavailable",
         _ => "Unknown",
     }
 }
@@ -73,8 +123,19 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, request: Request) -> impl std::future::Future<Output = Response> + Send;
 }
 
-/// Serves `listener` until `shutdown`, one task per connection.
+/// Serves `listener` until `shutdown` within the default [`Limits`].
 pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, shutdown: CancellationToken) {
+    serve_with(listener, handler, shutdown, Limits::default()).await
+}
+
+/// Serves `listener` until `shutdown`, one task per connection and at most `limits.max_connections` of them.
+pub async fn serve_with<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    shutdown: CancellationToken,
+    limits: Limits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -87,46 +148,72 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, shutdown:
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refuse_busy(&stream, limits.max_connections);
+            tracing::debug!(%peer, "metrics/admin connection refused: {} connections open", limits.max_connections);
+            continue;
+        };
         let handler = handler.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, handler).await {
+            if let Err(e) = connection(stream, handler, limits).await {
                 tracing::debug!(%peer, error = %e, "metrics/admin connection");
             }
+            drop(slot);
         });
     }
 }
 
-async fn connection<H: Handler>(mut stream: TcpStream, handler: Arc<H>) -> std::io::Result<()> {
-    let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
+/// Answers 503 to a connection over the cap in one non-blocking write (whatever the socket takes now; a client
+/// that reads nothing gets the close alone) and closes it: nothing waits on a client the server has no room for.
+fn refuse_busy(stream: &TcpStream, max_connections: usize) {
+    let answer = Response::error(
+        503,
+        format!("{max_connections} connections are open to this port: try again shortly"),
+    );
+    let _ = stream.try_write(&answer.to_bytes());
+}
+
+async fn connection<H: Handler>(mut stream: TcpStream, handler: Arc<H>, limits: Limits) -> std::io::Result<()> {
+    let response = match tokio::time::timeout(limits.request_timeout, read_request(&mut stream, &limits)).await {
         Err(_) => Response::error(408, "the request was not received in time"),
         Ok(Err(e)) => return Err(e),
         Ok(Ok(Err(refusal))) => refusal,
         Ok(Ok(Ok(request))) => handler.handle(request).await,
     };
-    let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        response.status,
-        reason(response.status),
-        response.content_type,
-        response.body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(&response.body).await?;
-    stream.shutdown().await
+    let write = async {
+        stream.write_all(&response.to_bytes()).await?;
+        stream.shutdown().await
+    };
+    match tokio::time::timeout(limits.response_timeout, write).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read the answer in time",
+        )),
+    }
 }
 
-/// Reads one request; `Ok(Err(response))` for a request refused before it reaches the handler.
-async fn read_request(stream: &mut TcpStream) -> std::io::Result<Result<Request, Response>> {
+/// Reads one request; `Ok(Err(response))` for a request refused before it reaches the handler. Never reads more
+/// than `limits.max_head_bytes` before the head's end, nor a body over `limits.max_body_bytes`.
+async fn read_request(stream: &mut TcpStream, limits: &Limits) -> std::io::Result<Result<Request, Response>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = find(&buf, b"\r\n\r\n") {
-            break i;
+    let mut scanned = 0usize;
+    let head_len = loop {
+        // The terminator may straddle two reads: look again from three bytes before the new ones.
+        if let Some(i) = find(&buf[scanned.saturating_sub(3)..], b"\r\n\r\n") {
+            break scanned.saturating_sub(3) + i + 4;
         }
-        if buf.len() >= MAX_REQUEST_BYTES {
-            return Ok(Err(Response::error(413, "request head too large")));
+        scanned = buf.len();
+        let room = limits.max_head_bytes - buf.len();
+        if room == 0 {
+            return Ok(Err(Response::error(
+                413,
+                format!("request head over {} bytes", limits.max_head_bytes),
+            )));
         }
-        let n = stream.read(&mut chunk).await?;
+        let want = room.min(chunk.len());
+        let n = stream.read(&mut chunk[..want]).await?;
         if n == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
@@ -135,7 +222,7 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Result<Request,
         }
         buf.extend_from_slice(&chunk[..n]);
     };
-    let head = match std::str::from_utf8(&buf[..head_end]) {
+    let head = match std::str::from_utf8(&buf[..head_len - 4]) {
         Ok(h) => h.to_string(),
         Err(_) => return Ok(Err(Response::error(400, "the request head is not UTF-8"))),
     };
@@ -143,22 +230,20 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Result<Request,
         Ok(pair) => pair,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    if length > MAX_REQUEST_BYTES - head_end {
+    if length > limits.max_body_bytes {
         return Ok(Err(Response::error(
             413,
-            format!("body of {length} bytes is too large"),
+            format!("a body of {length} bytes is over {} bytes", limits.max_body_bytes),
         )));
     }
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "closed before the whole body",
-            ));
-        }
-        body.extend_from_slice(&chunk[..n]);
+    let mut body = buf.split_off(head_len);
+    if body.len() < length {
+        let have = body.len();
+        body.resize(length, 0);
+        stream
+            .read_exact(&mut body[have..])
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("closed before the whole body: {e}")))?;
     }
     body.truncate(length);
     Ok(Ok(Request { body, ..request }))
@@ -180,16 +265,20 @@ pub fn parse_head(head: &str) -> Result<(Request, usize), Response> {
     if !version.starts_with("HTTP/1.") {
         return Err(Response::error(400, format!("unsupported protocol {version:?}")));
     }
-    let mut length = 0usize;
+    let mut length: Option<usize> = None;
     for header in lines {
         let Some((name, value)) = header.split_once(':') else {
             return Err(Response::error(400, format!("bad header line {header:?}")));
         };
         let value = value.trim();
         if name.eq_ignore_ascii_case("content-length") {
-            length = value
+            let parsed: usize = value
                 .parse()
                 .map_err(|_| Response::error(400, format!("bad Content-Length {value:?}")))?;
+            if length.is_some_and(|l| l != parsed) {
+                return Err(Response::error(400, "two different Content-Length headers"));
+            }
+            length = Some(parsed);
         } else if name.eq_ignore_ascii_case("transfer-encoding") && !value.eq_ignore_ascii_case("identity") {
             return Err(Response::error(411, "chunked bodies are not read: send Content-Length"));
         }
@@ -201,7 +290,7 @@ pub fn parse_head(head: &str) -> Result<(Request, usize), Response> {
             path,
             body: Vec::new(),
         },
-        length,
+        length.unwrap_or(0),
     ))
 }
 
@@ -231,6 +320,10 @@ mod tests {
             parse_head("POST / HTTP/1.1\r\nContent-Length: -1").unwrap_err().status,
             400
         );
+        let twice = "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 1073741824";
+        assert_eq!(parse_head(twice).unwrap_err().status, 400);
+        let same = "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5";
+        assert_eq!(parse_head(same).unwrap().1, 5);
     }
 
     struct Echo;
@@ -272,9 +365,9 @@ mod tests {
             out.contains("Content-Length: 13\r\n") && out.ends_with("\r\n\r\nPOST /x abcde"),
             "{out}"
         );
-        let big = format!("POST /x HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_REQUEST_BYTES);
+        let big = format!("POST /x HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_BODY_BYTES + 1);
         assert!(roundtrip(addr, big.as_bytes()).await.starts_with("HTTP/1.1 413 "));
-        let endless = vec![b'a'; MAX_REQUEST_BYTES];
+        let endless = vec![b'a'; MAX_HEAD_BYTES];
         assert!(roundtrip(addr, &endless).await.starts_with("HTTP/1.1 413 "));
         stop.cancel();
         server.await.unwrap();

@@ -7,6 +7,13 @@
 //! there. Why off the data path: the scrape reads what the loops already keep (see `figures`) or the mirror's files
 //! on a blocking thread; an admin call is a short catalog transaction on a blocking thread. Nothing here can slow
 //! a session beyond the observers' few field updates.
+//!
+//! Why one blocking call at a time ([`BLOCKING_CALLS`]): each opens the catalog (SQLite). Left unbounded, a storm
+//! of clients made as many blocking threads and catalog connections at once, and SQLite cannot close a
+//! connection's descriptor while another connection of the process (the applier's own) holds a lock on the file
+//! (POSIX locks belong to the process, and closing any descriptor of the file drops them all): it keeps each one
+//! for reuse, so 200 clients at once left 200 descriptors open for good. One at a time, the port costs the
+//! process one catalog descriptor, reused; the HTTP side has its own bounds (`http`).
 
 pub mod admin;
 pub mod exposition;
@@ -17,6 +24,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use admin::{AdminError, LinkAdmin};
@@ -42,6 +50,35 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/links/{name}/topics-regex"),
 ];
 
+/// Blocking calls (a scrape, an admin call) running at once in this process.
+pub const BLOCKING_CALLS: usize = 1;
+/// How long a request waits for its turn before it is answered 503.
+pub const BLOCKING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+static BLOCKING: Semaphore = Semaphore::const_new(BLOCKING_CALLS);
+
+/// Runs `call` on a blocking thread when its turn comes (see the module's doc); `Err(response)` when it did not
+/// come within [`BLOCKING_WAIT`] or the call panicked. The turn is held by the blocking thread itself, so a client
+/// that goes away mid-call does not let the next call start beside it.
+async fn blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, Response> {
+    let turn = match tokio::time::timeout(BLOCKING_WAIT, BLOCKING.acquire()).await {
+        Ok(Ok(turn)) => turn,
+        Ok(Err(_)) | Err(_) => {
+            return Err(Response::error(
+                503,
+                "busy: earlier requests are still being answered; try again shortly",
+            ))
+        }
+    };
+    tokio::task::spawn_blocking(move || {
+        let answer = call();
+        drop(turn);
+        answer
+    })
+    .await
+    .map_err(|e| Response::error(500, format!("the call failed: {e}")))
+}
+
 /// Takes the figures for one scrape; runs on a blocking thread.
 pub type SnapshotFn = dyn Fn() -> Snapshot + Send + Sync;
 
@@ -64,10 +101,10 @@ impl App {
         op: impl FnOnce(&dyn LinkAdmin) -> Result<T, AdminError> + Send + 'static,
     ) -> Response {
         let admin = self.admin.clone();
-        match tokio::task::spawn_blocking(move || op(admin.as_ref())).await {
+        match blocking(move || op(admin.as_ref())).await {
             Ok(Ok(view)) => Response::json(200, &serde_json::to_value(view).unwrap_or_default()),
             Ok(Err(e)) => Response::error(e.status, e.message),
-            Err(e) => Response::error(500, format!("the admin call failed: {e}")),
+            Err(refusal) => refusal,
         }
     }
 }
@@ -125,13 +162,13 @@ impl Handler for App {
         match template {
             "/metrics" => {
                 let snapshot = self.snapshot.clone();
-                match tokio::task::spawn_blocking(move || exposition::render(&snapshot())).await {
+                match blocking(move || exposition::render(&snapshot())).await {
                     Ok(text) => Response {
                         status: 200,
                         content_type: exposition::CONTENT_TYPE,
                         body: text.into_bytes(),
                     },
-                    Err(e) => Response::error(500, format!("taking the figures failed: {e}")),
+                    Err(refusal) => refusal,
                 }
             }
             "/v1/links" => self.admin(|a| a.links()).await,
