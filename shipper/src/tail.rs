@@ -526,7 +526,19 @@ impl TailFeed {
                     }
                     cluster::Gate::Position(durable) => {
                         let part = part.clone();
-                        let (state, first) = blocking(move || cluster::position(part, durable)).await?;
+                        let before = part.clone();
+                        let (state, first) = match blocking(move || cluster::position(part, durable)).await {
+                            // The grant's position is the applier's value, as a Resume's: refused for the session
+                            // (still granted here, so it is not claimed again and again), never the process.
+                            Err(e @ Error::ResumeInvalid { .. }) => {
+                                let mut state = Self::refuse_resume(&mut self.refused, &before, e);
+                                if let cluster::ClaimState::Granted { epoch, .. } = before.claim {
+                                    state.claim = cluster::ClaimState::Granted { epoch, pending: None };
+                                }
+                                (state, None)
+                            }
+                            positioned => positioned?,
+                        };
                         if let Some(slot) = self.parts.get_mut(idx) {
                             *slot = state;
                         }

@@ -362,6 +362,14 @@ impl<F: ChunkFeed> ShipperSession<F> {
             }
         };
         let mut tracks: HashMap<PartitionRef, Track> = HashMap::new();
+        // One position per partition: with two, the feed and the in-flight record would follow different ones (a
+        // continuity check failing on this side, a local error, for the peer's mistake).
+        let mut named = HashSet::new();
+        if let Some(twice) = resume.iter().find(|p| !named.insert(&p.partition)) {
+            return Err(DirectError::Protocol {
+                reason: format!("the Resume names {} twice", tp(&twice.partition)),
+            });
+        }
         for p in &resume {
             let at = (p.segment_base, p.position);
             if let Some(acked) = self.stats.acked.get(&p.partition) {
