@@ -856,7 +856,7 @@ fn step(mut part: PartState, options: &TailOptions) -> Result<(PartState, Option
     let swapping = swapping_before || replace::swap_in_progress(&dir)?;
     if swapping {
         tracing::debug!(dir = %dir.display(), "a segment swap is in progress; retention and rewrites wait for it");
-    } else if let Some(item) = log_start::moved(&part.target.partition, &view, &mut part.log_start) {
+    } else if let Some(item) = log_start::moved(&mut part, &view) {
         if let FeedItem::LogStart(l) = &item {
             replace::forget_below(&mut part.sealed, l.log_start_offset);
         }

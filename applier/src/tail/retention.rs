@@ -41,6 +41,21 @@
 //! valid segment to keep. The offsets from the mirror's next offset up to the log start are lost to the mirror,
 //! as they are to the source (logged at warn on both sides).
 //!
+//! # Beyond the installed end
+//! A log start is applied only within what the mirror holds: at or below the partition's installed end (the
+//! offset after its last durable batch). The shipper never tells more than it shipped (`shipper::tail::log_start`)
+//! and frames are applied in order, so an honest log start beyond the installed end means one thing: retention
+//! deleted at the source whole segments the mirror had not got yet, and the shipper continues at the source's
+//! first segment, whose base it told. Applying such a value at once would let any peer delete the whole mirror
+//! (a log start of 10^12 once deleted every sealed segment), and, recorded, every segment sealed after it. So it
+//! is *held* in the record, deleting nothing, until the shipper proves it by continuing: when the tailed segment
+//! moves to a segment starting above the end the mirror had when the value was told and at or below the value,
+//! that segment's base becomes the log start (the value itself once the installed end reaches it, told again).
+//! A held value also lets the tail leave an unsealed segment for that later one (see above). It is dropped when
+//! another is told and at the start of every session (each session tells its log start again), so a value no
+//! shipper followed never deletes anything. Whatever the log start, the segment being tailed and everything after
+//! it stay.
+//!
 //! # Where promotion finds the log start
 //! In the partition's catalog row: every sweep hands the recorded log start ([`tailed_log_start`]) to
 //! `Catalog::advance_log_start` (see the durability order above), and promote writes `log-start-offset-checkpoint`
@@ -81,6 +96,38 @@ pub(super) struct RetentionState {
     /// [`TailAppender::retain_deleted_for`] says, since an unsealed prefix is no valid segment to keep.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub unsealed: BTreeSet<i64>,
+    /// A log start told beyond the installed end, held until the shipper continues past it (module docs, "Beyond
+    /// the installed end").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldLogStart>,
+}
+
+/// A log start told beyond the partition's installed end (module docs, "Beyond the installed end").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct HeldLogStart {
+    /// The value told.
+    pub log_start: i64,
+    /// The partition's installed end when it was told (`None`: nothing installed).
+    pub installed_end: Option<i64>,
+}
+
+impl HeldLogStart {
+    /// The log start the held value proves, now that the segment being tailed is `tailed`: its base, when the
+    /// shipper continued at a segment past the installed end at the time and not past the value (the retention
+    /// skip the value announced), capped at the value.
+    fn proven_by(&self, tailed: i64) -> Option<i64> {
+        let past_end = self.installed_end.is_none_or(|end| tailed > end);
+        (past_end && tailed <= self.log_start).then_some(tailed)
+    }
+}
+
+/// What a session start does with a held log start no continuation proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Kept (a LogStart or a seal: the session that told it goes on).
+    Keep,
+    /// Dropped (a session start: the new session tells its own).
+    Drop,
 }
 
 /// The log start offset last recorded for a tailed partition of the mirror at `root`, if any.
@@ -89,7 +136,7 @@ pub fn tailed_log_start(root: &Path, topic: &str, partition: i32) -> TailResult<
     Ok(read_record(&path)?.and_then(|r| r.log_start))
 }
 
-fn record_path(root: &Path, name: &str) -> PathBuf {
+pub(super) fn record_path(root: &Path, name: &str) -> PathBuf {
     root.join(TAIL_STATE_DIR)
         .join(RETENTION_DIR)
         .join(format!("{name}.json"))
@@ -183,23 +230,47 @@ impl Inner {
                 ..RetentionState::default()
             };
         }
+        let installed_end = self.states.get(&name).and_then(|s| s.next_offset);
+        let told = ls.log_start_offset;
+        if installed_end.is_none_or(|end| told > end) {
+            // Beyond what the mirror holds: held, nothing deleted (module docs, "Beyond the installed end").
+            let held = HeldLogStart {
+                log_start: told,
+                installed_end,
+            };
+            if record.log_start.is_some_and(|l| l >= told) {
+                tracing::debug!(partition = %name, told, "a log start at or below the recorded one");
+            } else if record.held != Some(held) {
+                tracing::warn!(partition = %name, told, installed_end = ?installed_end,
+                    "a LogStart beyond the mirror's installed end: held, nothing deleted, until the shipper \
+                     continues at a segment past the mirror's end (the source's retention deleted segments the \
+                     mirror had not got)");
+                record.held = Some(held);
+                self.write_record(&name, &record)?;
+            }
+            return self.sweep(&name, record, Held::Keep);
+        }
         match record.log_start {
-            Some(old) if old > ls.log_start_offset => {
-                tracing::warn!(partition = %name, recorded = old, told = ls.log_start_offset,
+            Some(old) if old > told => {
+                tracing::warn!(partition = %name, recorded = old, told,
                     "the source's log start went backwards; keeping the recorded one");
             }
-            Some(old) if old == ls.log_start_offset => {}
+            Some(old) if old == told && record.held.is_none() => {}
             _ => {
-                record.log_start = Some(ls.log_start_offset);
+                record.log_start = Some(record.log_start.map_or(told, |old| old.max(told)));
+                // Told again within the installed range: what was held is replaced.
+                record.held = None;
                 self.write_record(&name, &record)?;
             }
         }
-        self.sweep(&name, record)
+        self.sweep(&name, record, Held::Keep)
     }
 
-    /// The log start recorded for the partition `name`.
+    /// The log start the source told for the partition `name`, recorded or held (module docs, "Beyond the installed
+    /// end"): a tail may leave an unsealed segment for a segment at or below it.
     pub(super) fn recorded_log_start(&self, name: &str) -> TailResult<Option<i64>> {
-        Ok(read_record(&record_path(&self.root, name))?.and_then(|r| r.log_start))
+        let record = read_record(&record_path(&self.root, name))?;
+        Ok(record.and_then(|r| r.log_start.max(r.held.map(|h| h.log_start))))
     }
 
     /// The source deleted segment `base`, being tailed, before sealing it (the shipper continues at a later
@@ -224,8 +295,12 @@ impl Inner {
 
     /// Applies the recorded log start of the partition `name` (if any) again: what came due is deleted.
     pub(super) fn sweep_partition(&mut self, name: &str) -> TailResult<()> {
+        self.sweep_partition_then(name, Held::Keep)
+    }
+
+    fn sweep_partition_then(&mut self, name: &str, held: Held) -> TailResult<()> {
         match read_record(&record_path(&self.root, name))? {
-            Some(record) => self.sweep(name, record),
+            Some(record) => self.sweep(name, record, held),
             None => Ok(()),
         }
     }
@@ -234,8 +309,8 @@ impl Inner {
     pub(super) fn sweep_all(&mut self) -> TailResult<()> {
         let names: Vec<String> = self.states.keys().cloned().collect();
         for name in names {
-            match self.sweep_partition(&name) {
-                Err(TailError::NotWritable { partition, state }) => {
+            match self.sweep_partition_then(&name, Held::Drop) {
+                Err(TailError::NotWritable { partition, state, .. }) => {
                     tracing::info!(%partition, %state, "not sweeping a partition the catalog holds {state}");
                 }
                 other => other?,
@@ -244,8 +319,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Deletes the segments of `record`'s partition that are wholly below its log start and due.
-    fn sweep(&mut self, name: &str, mut record: RetentionState) -> TailResult<()> {
+    /// Deletes the segments of `record`'s partition that are wholly below its log start and due. First a held log
+    /// start the tail's progress proved becomes the log start; one still held is dropped when `held` says so.
+    fn sweep(&mut self, name: &str, mut record: RetentionState, held: Held) -> TailResult<()> {
+        // Never the segment being tailed, nor anything after it.
+        let tailed = self.states.get(name).map(|s| s.segment_base);
+        if let Some(h) = record.held {
+            let proven = tailed.and_then(|t| h.proven_by(t));
+            if let Some(proven) = proven {
+                tracing::info!(partition = %name, log_start = proven, told = h.log_start,
+                    "the shipper continued past the mirror's end: the held log start applies");
+                record.log_start = Some(record.log_start.map_or(proven, |l| l.max(proven)));
+            } else if held == Held::Drop {
+                tracing::warn!(partition = %name, told = h.log_start,
+                    "a LogStart beyond the mirror's installed end that no shipper followed: dropped, nothing deleted");
+            }
+            if proven.is_some() || held == Held::Drop {
+                // A value above the segment proven stays held for the rest of the session: told again once the
+                // installed end reaches it.
+                record.held = proven.filter(|p| *p < h.log_start).map(|_| h);
+                self.write_record(name, &record)?;
+            }
+        }
         let Some(log_start) = record.log_start else {
             return Ok(());
         };
@@ -279,16 +374,16 @@ impl Inner {
             .map(|(base, _, _)| *base)
             .collect();
         log_bases.sort_unstable();
-        // Never the segment being tailed (always the newest, so never below `first_kept`; checked all the same).
-        let tailed = self.states.get(name).map(|s| s.segment_base);
         // The newest segment starting at or below the log start holds it: it and everything after it stay. The
         // tailed segment counts even before its file exists (a claim at byte 0): what precedes it is complete.
+        // Never above the tailed segment: it and what follows it stay whatever the log start.
         let Some(first_kept) = log_bases
             .iter()
             .copied()
             .chain(tailed)
             .filter(|b| *b <= log_start)
             .max()
+            .map(|b| tailed.map_or(b, |t| b.min(t)))
         else {
             return self.log_start_to_catalog(&pref, log_start);
         };

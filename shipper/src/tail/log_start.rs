@@ -1,26 +1,49 @@
-//! Retention as the feed sees it: the source's first segment moved up, so the segments before it are gone, and
-//! the applier is told with a [`LogStart`] to delete them on the mirror too (`applier::tail::retention`).
+//! Retention and `DeleteRecords` as the feed sees them: the source's log start moved up, so the records before it
+//! are gone, and the applier is told with a [`LogStart`] to delete them on the mirror too
+//! (`applier::tail::retention`) and to give a promoted target the same log start.
 //!
-//! What is sent is the base offset of the source's first segment, taken from the same listing as the step's read:
-//! a broker deletes whole segments, so that is exactly the boundary below which the source holds nothing. (A log
-//! start moved *inside* the first segment by `DeleteRecords` deletes no file and is not sent.)
+//! What is sent is the log start a broker would load: the larger of the source log dir's
+//! `log-start-offset-checkpoint` entry for the partition and the base offset of its first segment (taken from the
+//! same listing as the step's read). Retention deletes whole segments, so the first segment's base is always a
+//! boundary below which the source holds nothing; `DeleteRecords` (and retention by time or size past a segment
+//! the broker has not deleted yet) moves the log start *inside* the first segment and deletes no file: only the
+//! checkpoint tells it. Both are needed: a promoted target whose log start is the first segment's base serves the
+//! records `DeleteRecords` erased.
+//!
+//! # The checkpoint lags
+//! The broker writes `log-start-offset-checkpoint` every `log.flush.start.offset.checkpoint.interval.ms` (60 s by
+//! default) and at a clean shutdown, not at each `DeleteRecords`: a log start moved inside a segment reaches the
+//! mirror up to that interval (plus [`POLL_INTERVAL`](super::POLL_INTERVAL)) later. A failover inside that window
+//! promotes the previous log start. The file is read again only when its modification time or length changed, so
+//! a step costs one `stat` of it.
+//!
+//! # Never ahead of what was shipped
+//! A log start inside the first segment is sent only once the feed shipped up to it (its next offset is at or
+//! above it); until then the first segment's base is sent. Frames reach the applier in order, so the applier
+//! never sees an honest log start above what it installed, except where retention deleted whole segments the
+//! mirror had not got yet (the first segment's base, followed by that segment's first chunk): that is the one
+//! case the applier holds such a value for (`applier::tail::retention`, "Beyond the installed end").
 //!
 //! When: whenever it differs from the last one this feed sent in this session, and is above 0 (a log start of 0
-//! deletes nothing, so a partition that never lost a segment never carries the frame). After [`ChunkFeed::seek`]
+//! deletes nothing, so a partition that never lost a record never carries the frame). After [`ChunkFeed::seek`]
 //! nothing counts as sent, so every session tells it once: the applier takes it idempotently, and an applier that
 //! missed one (a cut before it was applied) learns it again.
 //!
 //! [`ChunkFeed::seek`]: segmirror_transport::direct::session::ChunkFeed::seek
 
-use segmirror_transport::direct::payload::{LogStart, PartitionRef};
+use segmirror_transport::direct::payload::LogStart;
 use segmirror_transport::direct::session::FeedItem;
 
 use std::path::Path;
+use std::time::SystemTime;
+
+use segment_format::checkpoint::OffsetCheckpoint;
+use segment_format::dir::RootCheckpoint;
 
 use crate::error::{Error, Result};
 use crate::source::read::{read_partition, PartitionRead};
 
-use super::{log_path, name, resume_at, TailPartition};
+use super::{log_path, name, resume_at, PartState, TailPartition};
 use crate::source::read::{PartitionView, SegmentView};
 use crate::source::tail::TailPosition;
 
@@ -36,6 +59,45 @@ pub(super) struct Track {
     /// Seen by the previous listing: a move is sent only when two consecutive listings agree, since a listing
     /// taken while the broker swapped segments in can miss segments that are still there.
     seen: Option<i64>,
+    /// The source log dir's `log-start-offset-checkpoint` as last read.
+    checkpoint: CheckpointRead,
+}
+
+/// The `log-start-offset-checkpoint` entry of one partition, with the file's stamp when it was read: read again only
+/// when the stamp changes (the broker replaces the file whole, by a rename).
+#[derive(Debug, Clone, Default)]
+struct CheckpointRead {
+    /// Modification time and length of the file read; `None`: not read yet, or the file was missing.
+    stamp: Option<(SystemTime, u64)>,
+    /// The partition's entry (`None`: no entry, so the log start is the first segment's base).
+    entry: Option<i64>,
+}
+
+impl CheckpointRead {
+    /// The partition's entry in the checkpoint of the log dir holding `partition_dir`, reading the file again if it
+    /// changed. A file missing or unreadable counts as no entry, as a broker reads it (logged at warn once per
+    /// version of the file).
+    fn entry(&mut self, partition_dir: &Path, topic: &str, partition: i32) -> Option<i64> {
+        let path = partition_dir.parent()?.join(RootCheckpoint::LogStartOffset.file_name());
+        let stamp = std::fs::metadata(&path)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())));
+        if stamp.is_none() {
+            *self = CheckpointRead::default();
+            return None;
+        }
+        if stamp != self.stamp {
+            self.stamp = stamp;
+            self.entry = match OffsetCheckpoint::read(&path) {
+                Ok(c) => c.get(topic, partition),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ignoring an unreadable log-start-offset-checkpoint");
+                    None
+                }
+            };
+        }
+        self.entry
+    }
 }
 
 impl Track {
@@ -44,6 +106,7 @@ impl Track {
         Track {
             sent: None,
             seen: Some(first),
+            checkpoint: CheckpointRead::default(),
         }
     }
 }
@@ -88,20 +151,37 @@ pub(super) fn resume_or_skip(
 }
 
 /// The LogStart to send before anything else of this step, if the source's log start moved since the last one
-/// sent (and the previous listing saw the same); updates `track`.
-pub(super) fn moved(partition: &PartitionRef, view: &PartitionView, track: &mut Track) -> Option<FeedItem> {
+/// sent (module docs: the checkpoint's entry once the feed shipped up to it, else the first segment's base, and the
+/// first segment's base only once the previous listing saw the same); updates the partition's [`Track`].
+pub(super) fn moved(part: &mut PartState, view: &PartitionView) -> Option<FeedItem> {
+    let (partition, track) = (&part.target.partition, &mut part.log_start);
+    let at = part.at.as_ref();
     let first = view.segments.first()?.base_offset();
     let seen = track.seen.replace(first);
-    if first <= 0 || track.sent == Some(first) || seen != Some(first) {
+    if seen != Some(first) {
         return None;
     }
-    track.sent = Some(first);
-    tracing::info!(partition = %name(partition), log_start = first,
-        "the source's first segment moved (retention): sending LogStart");
+    let checkpoint = track.checkpoint.entry(&view.dir, &partition.topic, partition.partition);
+    let log_start = exact_or_first(first, checkpoint, at.map(|a| a.next_offset));
+    if log_start <= 0 || track.sent.is_some_and(|sent| sent >= log_start) {
+        return None;
+    }
+    track.sent = Some(log_start);
+    tracing::info!(partition = %name(partition), log_start, first_segment = first,
+        "the source's log start moved: sending LogStart");
     Some(FeedItem::LogStart(LogStart {
         partition: partition.clone(),
-        log_start_offset: first,
+        log_start_offset: log_start,
     }))
+}
+
+/// The log start to tell (module docs): the checkpoint's entry `checkpoint` when it lies above the first segment's
+/// base `first` and the feed's next offset `shipped` reached it, else `first`.
+pub(super) fn exact_or_first(first: i64, checkpoint: Option<i64>, shipped: Option<i64>) -> i64 {
+    match (checkpoint, shipped) {
+        (Some(c), Some(shipped)) if c > first && c <= shipped => c,
+        _ => first,
+    }
 }
 
 /// The segment to start at instead of `base` when retention deleted it before any byte of it was shipped (the

@@ -6,6 +6,7 @@ use segmirror_transport::direct::session::FeedItem;
 
 use super::super::tests::{append, batch_at, feed, partition};
 use super::super::*;
+use super::exact_or_first;
 use crate::source::bound_hw::UptoPolicy;
 
 /// Writes segments of `per` one-record batches each; returns their base offsets.
@@ -225,4 +226,129 @@ async fn a_resume_into_a_missing_segment_without_a_later_first_segment_is_refuse
         }
         other => panic!("expected ResumeInvalid, got {other:?}"),
     }
+}
+
+/// Writes the log dir's `log-start-offset-checkpoint` (the directory holding `partition_dir`) with one entry for the
+/// test partition, as a broker does: a new file renamed over the old one.
+fn write_checkpoint(partition_dir: &Path, offset: i64) {
+    use segment_format::checkpoint::{OffsetCheckpoint, OffsetCheckpointEntry};
+    let path = partition_dir.parent().unwrap().join("log-start-offset-checkpoint");
+    OffsetCheckpoint {
+        entries: vec![
+            OffsetCheckpointEntry {
+                topic: "other".into(),
+                partition: 0,
+                offset: 99,
+            },
+            OffsetCheckpointEntry {
+                topic: partition().topic,
+                partition: partition().partition,
+                offset,
+            },
+        ],
+    }
+    .write(&path)
+    .unwrap();
+}
+
+#[test]
+fn the_exact_log_start_is_told_only_inside_what_was_shipped_and_never_below_the_first_segment() {
+    // No entry, or an entry at or below the first segment's base (a broker writes none there; a stale one):
+    // the first segment's base.
+    assert_eq!(exact_or_first(5, None, Some(100)), 5);
+    assert_eq!(exact_or_first(5, Some(3), Some(100)), 5);
+    assert_eq!(exact_or_first(5, Some(5), Some(100)), 5);
+    // Inside the first segment and shipped: exactly the entry.
+    assert_eq!(exact_or_first(5, Some(7), Some(7)), 7);
+    assert_eq!(exact_or_first(5, Some(7), Some(100)), 7);
+    // Not shipped up to it yet, or nothing shipped: the first segment's base until then.
+    assert_eq!(exact_or_first(5, Some(7), Some(6)), 5);
+    assert_eq!(exact_or_first(5, Some(7), None), 5);
+}
+
+#[tokio::test]
+async fn tail_feed_sends_the_checkpointed_log_start_inside_a_segment_once_shipped_up_to_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bases = three_segments(&dir, 5);
+    // DeleteRecords moved the log start to 7, inside segment 5: no file deleted, only the checkpoint says it.
+    write_checkpoint(&dir, 7);
+    // One batch (one offset) per chunk: the feed's next offset is the number of chunks shipped.
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, 1);
+    feed.seek_positions(&[]).await.unwrap();
+    let mut chunks = 0;
+    let told = loop {
+        match next(&mut feed).await {
+            FeedItem::Chunk(c) => {
+                assert!(c.segment_base <= bases[1]);
+                chunks += 1;
+            }
+            FeedItem::Seal(_) => {}
+            other => break log_start_of(&other).expect("a chunk, a seal or the LogStart"),
+        }
+    };
+    // Not before offset 6 was shipped (the applier must hold what the log start keeps), and then exactly 7.
+    assert_eq!((told, chunks), (7, 7));
+    // Once: the rest of the log comes next, with no LogStart.
+    let mut rest = 0;
+    while rest < 8 {
+        let item = next(&mut feed).await;
+        assert_eq!(log_start_of(&item), None, "{item:?}");
+        if matches!(item, FeedItem::Chunk(_)) {
+            rest += 1;
+        }
+    }
+    // A later DeleteRecords into the last segment (the checkpoint rewritten): told again, exactly.
+    write_checkpoint(&dir, 12);
+    assert_eq!(log_start_of(&next(&mut feed).await), Some(12));
+    // A stale, lower entry never takes it back.
+    write_checkpoint(&dir, 8);
+    append(&log_path(&dir, bases[2]), &batch_at(15, 1, 15));
+    assert!(matches!(next(&mut feed).await, FeedItem::Chunk(c) if c.segment_base == bases[2]));
+    // A new session tells it again, first.
+    write_checkpoint(&dir, 12);
+    let (base, position) = feed.position(&partition()).unwrap();
+    feed.seek_positions(&[Position {
+        partition: partition(),
+        segment_base: base,
+        position,
+    }])
+    .await
+    .unwrap();
+    assert_eq!(log_start_of(&next(&mut feed).await), Some(12));
+}
+
+#[tokio::test]
+async fn tail_feed_resuming_below_the_checkpointed_log_start_tells_the_first_segment_until_it_ships_past_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("events-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bases = three_segments(&dir, 5);
+    // Retention deleted segment 0 and DeleteRecords moved the log start to 12, inside segment 10.
+    delete_segment(&dir, bases[0]);
+    write_checkpoint(&dir, 12);
+    let mut feed = feed(&dir, UptoPolicy::LogEnd, None, 1);
+    // The mirror holds segment 5 up to offset 6 (two one-record batches).
+    let partway = (batch_at(5, 1, 5).len() + batch_at(6, 1, 6).len()) as u64;
+    feed.seek_positions(&[Position {
+        partition: partition(),
+        segment_base: bases[1],
+        position: partway,
+    }])
+    .await
+    .unwrap();
+    let mut told = Vec::new();
+    let mut chunks = 0;
+    while chunks < 8 {
+        match next(&mut feed).await {
+            FeedItem::Chunk(_) => chunks += 1,
+            FeedItem::Seal(_) => {}
+            other => told.push((log_start_of(&other).expect("a LogStart"), chunks)),
+        }
+    }
+    // The first segment's base after the second listing, then 12 once offsets 7 to 11 (five chunks) were shipped.
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert_eq!(told[0].0, bases[1]);
+    assert_eq!(told[1], (12, 5));
 }

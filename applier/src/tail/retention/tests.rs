@@ -77,12 +77,95 @@ async fn tail_retention_deletes_whole_segments_below_the_log_start_and_records_i
         (d[0].position.segment_base, d[0].position.position),
         (*last_base, last_bytes.len() as u64)
     );
-    // A log start beyond every segment still keeps the one being tailed.
-    a.apply_log_start(&log_start(&p, last_base + 1_000)).await.unwrap();
+    // A log start at the installed end still keeps the segment being tailed (it holds the end).
+    let end = installed_end(&a, &p);
+    a.apply_log_start(&log_start(&p, end)).await.unwrap();
     assert_eq!(&std::fs::read(mirror_log(&f.mirror, *last_base)).unwrap(), last_bytes);
     for (base, _) in &f.segs[..f.segs.len() - 1] {
         assert!(!exists(&mirror_log(&f.mirror, *base)), "segment {base} deleted");
     }
+    assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), Some(end));
+}
+
+/// The partition's installed end: the offset after its last durable batch.
+fn installed_end(a: &TailAppender, p: &PartitionRef) -> i64 {
+    let inner = a.inner.lock().unwrap();
+    inner.states[&tp_name(p)].next_offset.expect("batches installed")
+}
+
+/// The `.log` files of the mirror's partition, by base offset.
+fn mirror_bases(f: &Fixture) -> Vec<i64> {
+    let dir = mirror_log(&f.mirror, f.segs[0].0).parent().unwrap().to_path_buf();
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log").map(|b| b.parse().unwrap())
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
+
+#[tokio::test]
+async fn tail_retention_a_log_start_beyond_the_installed_end_deletes_nothing_then_or_at_later_seals() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    // Every segment but the last tailed and sealed; the last one tailed, not sealed.
+    let p = tail_all(&f, &mut a).await;
+    let all: Vec<i64> = f.segs.iter().map(|(b, _)| *b).collect();
+    let end = installed_end(&a, &p);
+    // A forged log start far beyond what the mirror holds (and what any source holds): nothing deleted, nothing
+    // recorded as the log start, the catalog-facing value unchanged.
+    a.apply_log_start(&log_start(&p, 1_000_000_000_000)).await.unwrap();
+    a.apply_log_start(&log_start(&p, end + 1)).await.unwrap();
+    assert_eq!(mirror_bases(&f), all, "nothing deleted");
+    assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), None);
+    // The tail goes on: the last segment sealed (a sweep runs at every seal) deletes nothing either.
+    let (last_base, last_bytes) = f.segs.last().unwrap();
+    a.apply_seal(&seal_of(&f.source, *last_base, last_bytes, true))
+        .await
+        .unwrap();
+    assert_eq!(mirror_bases(&f), all, "nothing deleted at the seal");
+    // A new session drops the held value: nothing it could prove later deletes anything.
+    a.durable_positions().await.unwrap();
+    let record = read_record(&record_path(&f.mirror, &tp_name(&p))).unwrap().unwrap();
+    assert_eq!((record.log_start, record.held), (None, None));
+    assert_eq!(mirror_bases(&f), all);
+    // An honest log start within the installed range still applies: whole segments below it go.
+    a.apply_log_start(&log_start(&p, all[1] + 1)).await.unwrap();
+    assert_eq!(mirror_bases(&f), all[1..].to_vec());
+}
+
+#[tokio::test]
+async fn tail_retention_a_held_log_start_applies_when_the_shipper_continues_past_the_end_at_a_sealed_segment() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let bases: Vec<i64> = f.segs.iter().map(|(b, _)| *b).collect();
+    // Segments 0 and 1 tailed and sealed; segment 2 never shipped: retention deleted it at the source, and the
+    // shipper continues at segment 3, telling its base first.
+    let mut p = None;
+    for (base, bytes) in &f.segs[..2] {
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        let seal = seal_of(&f.source, *base, bytes, true);
+        a.apply_seal(&seal).await.unwrap();
+        p = Some(seal.partition);
+    }
+    let p = p.unwrap();
+    assert!(installed_end(&a, &p) < bases[3]);
+    a.apply_log_start(&log_start(&p, bases[3])).await.unwrap();
+    assert_eq!(mirror_bases(&f), bases[..2].to_vec(), "held: nothing deleted yet");
+    let (b3, bytes3) = &f.segs[3];
+    for c in chunks_of(*b3, bytes3, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    // Proven by the segment the shipper continued at: at the next sweep (a seal, or a session start) the
+    // segments below it go and the log start is recorded.
+    a.apply_seal(&seal_of(&f.source, *b3, bytes3, true)).await.unwrap();
+    assert_eq!(mirror_bases(&f), vec![*b3]);
+    assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), Some(*b3));
 }
 
 #[tokio::test]
@@ -161,6 +244,7 @@ async fn tail_retention_an_interrupted_deletion_is_completed_at_the_next_session
         log_start: Some(bases[2]),
         below_start_since: BTreeMap::new(),
         unsealed: BTreeSet::new(),
+        held: None,
     };
     let record_file = record_path(&f.mirror, &format!("{}-{}", p.topic, p.partition));
     std::fs::create_dir_all(record_file.parent().unwrap()).unwrap();
