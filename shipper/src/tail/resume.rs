@@ -39,6 +39,10 @@ use crate::source::tail::TailPosition;
 #[path = "resume_tests.rs"]
 mod tests;
 
+#[cfg(test)]
+#[path = "resume_session_tests.rs"]
+mod session_tests;
+
 /// A partition positioned for a session.
 pub(super) struct Resumed {
     pub at: Option<TailPosition>,
