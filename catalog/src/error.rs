@@ -23,9 +23,13 @@ pub enum Error {
     #[error("{entity} not found in the catalog")]
     NotFound { entity: Entity },
 
-    /// `create_link` for a name that is already taken.
-    #[error("{entity} already exists in the catalog")]
-    AlreadyExists { entity: Entity },
+    /// `create_link` for a name that is already taken; `state`: the existing link's state, so the operator who
+    /// meant to create it learns at once whether it is the live link they expected, a paused one or a promoted one.
+    #[error("{entity} already exists in the catalog{}", .state.map_or(String::new(), |s| format!(" (state {s})")))]
+    AlreadyExists {
+        entity: Entity,
+        state: Option<crate::link_state::LinkState>,
+    },
 
     /// The caller offered data of a different lineage (source topic ID) than the catalog records for the partition:
     /// the source topic was deleted and recreated. Never merged; the caller decides (pause, report, new lineage).

@@ -186,9 +186,10 @@ impl Catalog {
                 tx.execute("DELETE FROM links WHERE name = ?1", [&spec.name])?;
                 reused = Some(old.id);
             }
-            Ok(_) => {
+            Ok(existing) => {
                 return Err(Error::AlreadyExists {
                     entity: Entity::Link(spec.name.clone()),
+                    state: Some(existing.state),
                 })
             }
             Err(Error::NotFound { .. }) => {}
@@ -334,7 +335,7 @@ mod tests {
         cat.create_link(&link_spec("a")).unwrap();
         assert!(matches!(
             cat.create_link(&link_spec("a")),
-            Err(Error::AlreadyExists { entity: Entity::Link(n) }) if n == "a"
+            Err(Error::AlreadyExists { entity: Entity::Link(n), state: Some(LinkState::Active) }) if n == "a"
         ));
         assert!(matches!(
             cat.link("zz"),
@@ -373,6 +374,13 @@ mod tests {
             ));
         }
         assert_eq!(cat.link("a").unwrap().state, LinkState::Promoted);
+        // The refusal says which state the existing link is in.
+        cat.pause_link("a").unwrap();
+        let msg = cat.create_link(&link_spec("a")).unwrap_err().to_string();
+        assert!(
+            msg.contains("\"a\"") && msg.contains("already exists") && msg.contains("state paused"),
+            "{msg}"
+        );
         // Created + 3 real changes; the repeated "paused" wrote nothing.
         let kinds: Vec<_> = cat.events(None, 10).unwrap().into_iter().map(|e| e.kind).collect();
         assert_eq!(

@@ -9,7 +9,9 @@
 //! active | paused → promoted   terminal: the mirror became a real cluster
 //! active | paused | promoted → deleted   a tombstone; nothing leaves it
 //! ```
-//! Asking for the state a link is already in is a no-op (so a retried `pause` succeeds), except for `deleted`.
+//! Asking for the state a link is already in is a no-op (so a retried `pause` or `delete` succeeds: a script that
+//! deletes a link twice, or retries after a lost answer, is told the link is deleted, not refused); any other move
+//! out of `deleted` is refused.
 
 use rusqlite::{params, TransactionBehavior};
 use segment_format::now_ms;
@@ -30,18 +32,18 @@ fn action(to: LinkState) -> &'static str {
     }
 }
 
-/// Whether link `name` may move `from` → `to`: `Ok(true)` for a change, `Ok(false)` for a no-op (already there),
-/// [`Error::Promoted`] for leaving `promoted` other than to `deleted`, [`Error::LinkTransition`] for anything out
-/// of `deleted`.
+/// Whether link `name` may move `from` → `to`: `Ok(true)` for a change, `Ok(false)` for a no-op (already there,
+/// `deleted` included), [`Error::Promoted`] for leaving `promoted` other than to `deleted`,
+/// [`Error::LinkTransition`] for any other move out of `deleted`.
 pub fn check_transition(name: &str, from: LinkState, to: LinkState) -> Result<bool> {
     use LinkState::*;
     match (from, to) {
+        (a, b) if a == b => Ok(false),
         (Deleted, _) => Err(Error::LinkTransition {
             link: name.to_owned(),
             from,
             action: action(to),
         }),
-        (a, b) if a == b => Ok(false),
         (Promoted, Active | Paused) => Err(Error::Promoted {
             entity: Entity::Link(name.to_owned()),
         }),
@@ -132,7 +134,8 @@ mod tests {
                 }
                 let events_before = cat.events(None, 100).unwrap().len();
                 let result = cat.set_link_state("l", to);
-                let expected_ok = !matches!((from, to), (Deleted, _) | (Promoted, Active | Paused));
+                // README: "Asking for the current state again is a no-op; any other move is refused".
+                let expected_ok = from == to || !matches!((from, to), (Deleted, _) | (Promoted, Active | Paused));
                 assert_eq!(result.is_ok(), expected_ok, "{from} -> {to}: {result:?}");
                 let now = cat.link("l").unwrap().state;
                 let wrote = cat.events(None, 100).unwrap().len() - events_before;
@@ -169,6 +172,14 @@ mod tests {
         let reread = cat.link("l").unwrap();
         assert_eq!(reread.state, LinkState::Deleted);
         assert_eq!(reread.deleted_at_ms, deleted.deleted_at_ms);
+        // Deleting it again is a no-op: the tombstone keeps its time and no event is written.
+        let events = cat.events(None, 100).unwrap().len();
+        let again = cat.delete_link("l").unwrap();
+        assert_eq!(
+            (again.state, again.deleted_at_ms),
+            (LinkState::Deleted, deleted.deleted_at_ms)
+        );
+        assert_eq!(cat.events(None, 100).unwrap().len(), events);
         match cat.resume_link("l") {
             Err(Error::LinkTransition { link, from, action }) => {
                 assert_eq!((link.as_str(), from, action), ("l", LinkState::Deleted, "resume it"))

@@ -5,7 +5,8 @@
 //! or from this file.
 //!
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found,
-//! 2 usage or I/O error.
+//! 2 usage or I/O error. A long-running service whose link is promoted or deleted has
+//! reached its link's end, not failed: 0 (`cli::link_gate::end_on_closed`).
 
 use std::process::ExitCode;
 
@@ -14,6 +15,7 @@ use clap::{Parser, Subcommand};
 mod cli;
 mod cmd;
 
+use cli::link_gate::end_on_closed;
 use cli::logging::LogFormat;
 use cli::runtime::Runtime;
 use cli::EXIT_USAGE_OR_IO;
@@ -44,9 +46,9 @@ enum Command {
     /// Ship Kafka log dirs to an object store once (seed or catch up a mirror); reruns ship only what is new.
     Seed(cmd::seed::Args),
     /// Install what a shipper put in an object store into a mirror directory, byte for byte; reruns install only
-    /// what is new and finish an interrupted run. With --listen ADDR or --connect HOST:PORT instead of the store
-    /// flags: run the tail applier, receiving what a `segmirror ship` streams (flags: `segmirror apply --listen
-    /// ADDR --help`).
+    /// what is new and finish an interrupted run (--follow: keep installing). With --listen ADDR or --connect
+    /// HOST:PORT instead of the store flags: run the tail applier, receiving what a `segmirror ship` streams. The
+    /// flags of both modes are listed under `segmirror apply --help`.
     Apply(cmd::apply::Args),
     /// Show the catalog: links, mirror partitions, installed segments and offsets, last events.
     Status(cmd::status::Args),
@@ -82,11 +84,16 @@ fn main() -> ExitCode {
     let args = match cli::config::expand(std::env::args_os().collect()) {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("segmirror: error: {e:#}");
+            eprintln!("segmirror: error: {}", cli::report::error_line(&e));
             return ExitCode::from(EXIT_USAGE_OR_IO);
         }
     };
-    let cli = match Cli::try_parse_from(args) {
+    // `apply`'s help shows the tail applier's flags too (cli::config::apply_with_both_modes).
+    let mut command = cli::config::apply_with_both_modes(<Cli as clap::CommandFactory>::command());
+    let parsed = command
+        .try_get_matches_from_mut(args)
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -105,21 +112,23 @@ fn main() -> ExitCode {
         Command::Generate(args) => cmd::generate::run(args),
         Command::Demo(args) => cmd::demo::run(args, &runtime),
         Command::Seed(args) => cmd::seed::run(args, &runtime),
-        Command::Apply(args) => cmd::apply::run(args, &runtime),
+        // The long-running services end with their link (promoted, deleted): exit 0, saying so.
+        Command::Apply(args) => end_on_closed("apply", cmd::apply::run(args, &runtime)),
         Command::Status(args) => cmd::status::run(args),
         Command::Link(args) => cmd::link::run(args),
         Command::Promote(args) => cmd::promote::run(args),
         Command::Failover(args) => cmd::failover::run(args, &runtime),
         Command::Offsets(args) => cmd::offsets::run(args, &runtime),
         Command::Topics(args) => cmd::topics::run(args, &runtime),
-        Command::Ship(args) => cmd::ship::run(args, &runtime),
-        Command::TailApply(args) => cmd::tail_apply::run(args, &runtime),
-        Command::StoreShip(args) => cmd::store_ship::run(args, &runtime),
+        Command::Ship(args) => end_on_closed("ship", cmd::ship::run(args, &runtime)),
+        Command::TailApply(args) => end_on_closed("tail-apply", cmd::tail_apply::run(args, &runtime)),
+        Command::StoreShip(args) => end_on_closed("ship", cmd::store_ship::run(args, &runtime)),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("segmirror: error: {e:#}");
+            // Each cause once (see `error_line`): a chain whose messages embed their sources' text is not repeated.
+            eprintln!("segmirror: error: {}", cli::report::error_line(&e));
             ExitCode::from(EXIT_USAGE_OR_IO)
         }
     }
@@ -150,6 +159,23 @@ mod tests {
                 ("ship", Command::Ship(_)) | ("apply", Command::TailApply(_)) => {}
                 (c, _) => panic!("{file}: `{c}` parsed as another command"),
             }
+        }
+    }
+
+    /// `apply` with the tail applier's flags added for its help (`cli::config::apply_with_both_modes`) is a valid
+    /// command (clap's own consistency checks: every `requires` and group names an argument that exists), and a
+    /// store apply parses as before.
+    #[test]
+    fn apply_with_both_modes_is_consistent_and_parses_the_store_apply() {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = cli::config::apply_with_both_modes(Cli::command());
+        command.clone().debug_assert();
+        let matches = command
+            .try_get_matches_from(["segmirror", "apply", "--store", "/s", "--mirror", "m", "--follow"])
+            .unwrap();
+        match Cli::from_arg_matches(&matches).unwrap().command {
+            Command::Apply(_) => {}
+            _ => panic!("not the store apply"),
         }
     }
 

@@ -1,7 +1,7 @@
 //! `segmirror link` as an operator runs it, and the services following their link records: the lifecycle with its
 //! refusals (exit 2 naming the state), list/describe as table and JSON, a paused link on either side moving
 //! nothing until resumed (then the mirror catches up byte for byte), the shipper following a changed topics regex
-//! without a restart, and promoted/deleted links refused by `ship` and `seed`. No broker: the source log dirs are
+//! without a restart, promoted links ending `ship` (exit 0) and deleted ones refused by `seed`. No broker: the source log dirs are
 //! written by the test-data writer. Each test has its own catalogs (`--catalog`), never the user's data directory.
 
 mod common;
@@ -129,11 +129,15 @@ fn the_lifecycle_refuses_what_it_must_and_lists_as_table_and_json() {
     link(&cat, &["delete", "dr"])
         .expect_code(0)
         .expect_stdout("promoted -> deleted");
-    for refused in [&["resume", "dr"][..], &["delete", "dr"], &["promote", "dr"]] {
+    for refused in [&["resume", "dr"][..], &["pause", "dr"], &["promote", "dr"]] {
         let out = link(&cat, refused);
         out.expect_code(2);
         assert!(out.stderr.contains("is deleted"), "{refused:?} names the state:\n{out}");
     }
+    // Asking for the state it is in is a no-op, as for every state.
+    link(&cat, &["delete", "dr"])
+        .expect_code(0)
+        .expect_stdout("already deleted");
     let described: serde_json::Value = serde_json::from_str(&link(&cat, &["describe", "dr", "--json"]).stdout).unwrap();
     assert_eq!(described["state"], "deleted");
     assert_eq!(described["topics_regex"], "orders.*,pay.*");
@@ -256,7 +260,7 @@ fn paused_links_move_nothing_resumed_ones_catch_up_and_a_changed_topics_regex_is
         &mut [&mut applier, &mut shipper],
     );
 
-    // Promoted on the source host: shipping to it is refused, the shipper stops with exit 2 naming the state.
+    // Promoted on the source host: the link's end; the shipper stops with exit 0, naming the state.
     link(&ship_cat, &["promote", "dr"]).expect_code(0);
     let start = Instant::now();
     while shipper.running() {
@@ -264,7 +268,7 @@ fn paused_links_move_nothing_resumed_ones_catch_up_and_a_changed_topics_regex_is
         std::thread::sleep(Duration::from_millis(100));
     }
     let code = shipper.child.wait().unwrap().code();
-    assert_eq!(code, Some(2), "{}", shipper.log());
+    assert_eq!(code, Some(0), "{}", shipper.log());
     assert!(shipper.log().contains("is promoted"), "{}", shipper.log());
     let (code, log) = applier.stop();
     assert_eq!(code, Some(0), "{log}");

@@ -16,6 +16,11 @@
 //! tail applier (`tail-apply`, kept as a hidden alias): decided here, on the raw arguments, because the batch
 //! `apply` and the tail applier share flag names (`--mirror`, `--link`) with different requirements. Giving the
 //! tail applier a flag of the batch `apply` (`--store`, ...) is a usage error of one line.
+//!
+//! `apply --help` shows both modes ([`apply_with_both_modes`]): one usage line per mode with its own required
+//! flags, and every flag of each under a heading naming its mode. Asking for help is never rerouted, so `apply
+//! --listen ADDR --help` shows the same page rather than the hidden command's. The tail applier's flags are known
+//! to the store apply's parser only for that page: given without `--listen`/`--connect` they are refused, as before.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -110,6 +115,93 @@ pub(crate) fn batch_apply_flags() -> &'static [&'static str] {
     BATCH_APPLY_FLAGS
 }
 
+/// `apply --help`'s heading over the store apply's own flags.
+const STORE_HEADING: &str = "The store apply (--store URL; --follow keeps it running)";
+
+/// `apply --help`'s heading over the tail applier's own flags.
+const TAIL_HEADING: &str = "The tail applier (--listen ADDR or --connect HOST:PORT)";
+
+/// The group of `--listen`/`--connect` added to `apply` ([`apply_with_both_modes`]).
+const DIRECTION: &str = "tail_direction";
+
+/// The tail applier's usage line: what it requires (also shown by its own usage errors, under the name the
+/// operator typed rather than the hidden `tail-apply`).
+const TAIL_USAGE: &str = "segmirror apply <--listen <ADDR>|--connect <HOST:PORT>> --mirror <DIR> --link <NAME> \
+<--plaintext|--tls-cert <FILE> --tls-key <FILE> --tls-ca <FILE>> [OPTIONS]";
+
+/// `apply`'s usage lines, one per mode: what each mode requires.
+fn apply_usage() -> String {
+    format!(
+        "segmirror apply --store <URL> --mirror <DIR> [--link <NAME>] [--follow] [OPTIONS]\n       {TAIL_USAGE}\n       \
+         segmirror apply --config <FILE> [OPTIONS]   (a file with `listen` or `connect`: the tail applier)"
+    )
+}
+
+/// `root` with its `apply` subcommand showing both modes (see the module doc): the tail applier's flags that the
+/// store apply lacks are added under [`TAIL_HEADING`] (each requiring `--listen` or `--connect`, which always
+/// reroute to `tail-apply` before parsing, so the store apply still refuses them), the store apply's own under
+/// [`STORE_HEADING`], `--store` required only without `--listen`/`--connect`, and one usage line per mode. What
+/// each mode accepts is unchanged: only what `apply --help` shows.
+pub fn apply_with_both_modes(root: clap::Command) -> clap::Command {
+    let Some(tail) = root.find_subcommand("tail-apply").cloned() else {
+        return root;
+    };
+    let root = root.mut_subcommand("tail-apply", |t| t.override_usage(TAIL_USAGE));
+    root.mut_subcommand("apply", |mut apply| {
+        // The store apply's own flags first (`mut_arg` moves a flag to the end: their heading then comes first).
+        for flag in BATCH_APPLY_FLAGS {
+            let id = apply
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag))
+                .map(|a| a.get_id().clone());
+            if let Some(id) = id {
+                apply = apply.mut_arg(id, |a| a.help_heading(STORE_HEADING));
+            }
+        }
+        let own: BTreeSet<String> = apply
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(String::from)
+            .collect();
+        let added: Vec<clap::Arg> = tail
+            .get_arguments()
+            .filter(|a| !a.is_global_set() && a.get_long().is_some_and(|l| !own.contains(l)))
+            .map(|a| {
+                let is_direction = matches!(a.get_long(), Some("listen" | "connect"));
+                let a = a.clone().help_heading(TAIL_HEADING).required(false);
+                if is_direction {
+                    a
+                } else {
+                    a.requires(DIRECTION)
+                }
+            })
+            .collect();
+        apply
+            .args(added)
+            .group(
+                clap::ArgGroup::new(DIRECTION)
+                    .args(["listen", "connect"])
+                    .multiple(false),
+            )
+            .override_usage(apply_usage())
+            .mut_arg("store", |a| a.required(false).required_unless_present(DIRECTION))
+            .mut_arg("link", |a| {
+                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                a.help(format!(
+                    "{help}. Required by the tail applier: the link's name, the same at both ends"
+                ))
+            })
+    })
+}
+
+/// Whether the command line asks for help (`-h`/`--help` before any `--`).
+fn asks_for_help(args: &[OsString]) -> bool {
+    args.iter()
+        .filter_map(|a| a.to_str())
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h" || a == "--help")
+}
+
 /// The global flags that take a value (skipped when looking for the subcommand).
 const GLOBAL_VALUE_FLAGS: &[&str] = &["--log-format"];
 
@@ -138,6 +230,8 @@ pub fn expand(args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     let keys: Vec<&[(&str, Kind)]> = match name.as_str() {
         "ship" => vec![LINK_KEYS, SHIP_KEYS],
         "tail-apply" => vec![LINK_KEYS, TAIL_APPLY_KEYS],
+        // Help shows both modes (`apply_with_both_modes`), whatever else is given.
+        "apply" if asks_for_help(&args[sub + 1..]) => return Ok(args),
         "apply" => {
             let file_link = table
                 .as_ref()

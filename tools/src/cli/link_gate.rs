@@ -5,7 +5,10 @@
 //! - **paused**: a direct service ends its session (Goodbye) and moves nothing until resumed; then it runs a new
 //!   session, which resumes from the mirror's durable position, so the link catches up with nothing lost or
 //!   repeated. A listening service keeps its socket bound (the same port after resume), it only stops serving.
-//! - **promoted / deleted**: refused, at start and while running (exit 2, naming the state).
+//! - **promoted / deleted**: the link's expected end. A long-running service (`ship`, `ship --store`, `apply
+//!   --listen|--connect|--follow`) stops, at start or while running, with one line naming the state and exit 0
+//!   ([`end_on_closed`]): a supervisor that restarts on failure must not restart it, and must not record a failure
+//!   either. A one-shot command asked to move data under such a link (`seed`) is refused (exit 2).
 //!
 //! Where the record is: the applier's is in its mirror's catalog (which `apply` creates implicitly). The shipper's
 //! is the source host's own record (`segmirror link create` there): `--catalog`, else the data directory's
@@ -17,6 +20,7 @@
 //! path, and needs no channel that could be lost.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,15 +115,55 @@ fn is_not_found(e: &anyhow::Error) -> bool {
     )
 }
 
-/// Refuses a link that moves no data any more (promoted, deleted), naming its state.
+/// A link that moves no data any more (promoted, deleted), as the error a gate returns: [`end_on_closed`] turns it
+/// into a service's clean stop, any other caller reports it as an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedLink {
+    pub name: String,
+    pub state: LinkState,
+    pub side: Side,
+}
+
+impl std::fmt::Display for ClosedLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let consequence = match (self.state, self.side) {
+            (LinkState::Promoted, Side::Shipper) => "its mirror became a real cluster; shipping to it is refused",
+            (LinkState::Promoted, Side::Applier) => "its mirror became a real cluster; nothing is installed again",
+            _ => "nothing is shipped or installed under a deleted link",
+        };
+        write!(f, "link {:?} is {}: {consequence}", self.name, self.state)
+    }
+}
+
+impl std::error::Error for ClosedLink {}
+
+/// Refuses a link that moves no data any more (promoted, deleted), naming its state ([`ClosedLink`]).
 pub fn refuse_closed(link: &Link, side: Side) -> anyhow::Result<()> {
-    let consequence = match (link.state, side) {
-        (LinkState::Active | LinkState::Paused, _) => return Ok(()),
-        (LinkState::Promoted, Side::Shipper) => "its mirror became a real cluster; shipping to it is refused",
-        (LinkState::Promoted, Side::Applier) => "its mirror became a real cluster; nothing is installed again",
-        (LinkState::Deleted, _) => "nothing is shipped or installed under a deleted link",
+    match link.state {
+        LinkState::Active | LinkState::Paused => Ok(()),
+        LinkState::Promoted | LinkState::Deleted => Err(ClosedLink {
+            name: link.name.clone(),
+            state: link.state,
+            side,
+        }
+        .into()),
+    }
+}
+
+/// The end of a long-running service's run: a [`ClosedLink`] anywhere in the error's chain is the link's expected
+/// end, said in one line (`segmirror ROLE: link "x" is promoted: ...; stopped`) and exit 0; any other outcome is
+/// returned as it is.
+pub fn end_on_closed(role: &str, result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+    let e = match result {
+        Ok(code) => return Ok(code),
+        Err(e) => e,
     };
-    bail!("link {:?} is {}: {consequence}", link.name, link.state)
+    let Some(closed) = e.chain().find_map(|c| c.downcast_ref::<ClosedLink>()) else {
+        return Err(e);
+    };
+    tracing::info!(link = %closed.name, state = %closed.state, "the link is closed: stopping");
+    eprintln!("segmirror {role}: {closed}; stopped");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The topics a shipper selects: `--topics` if given (it wins over the record, with a warning when they differ),
@@ -262,7 +306,7 @@ trait GatedService {
 }
 
 /// The gate's loop: wait until the link is active, serve until the record says otherwise (or shutdown), say why the
-/// period ended, and again; a closed link is refused (exit 2, naming its state), at start and while running.
+/// period ended, and again; a closed link ends it ([`ClosedLink`]), at start and while running.
 async fn run_gated<S: GatedService>(
     service: &mut S,
     record: &LinkRecord,
@@ -401,7 +445,7 @@ impl<A: ChunkApplier + Send + 'static> GatedService for ClusterService<A> {
 /// `apply --listen --cluster`, gated by the link record like [`run_link_gated`]: while the link is paused no shipper
 /// is served (the socket stays bound, so the shippers reconnect to the same port after resume); a pause ends every
 /// session (Goodbye), a resume serves new ones, which resume from the mirror's durable positions and the claims
-/// recorded under `<mirror>/.tail/claims/`; promoted or deleted: refused, while running too.
+/// recorded under `<mirror>/.tail/claims/`; promoted or deleted: ended ([`ClosedLink`]), while running too.
 pub async fn run_cluster_gated<A: ChunkApplier + Send + 'static>(
     endpoint: Endpoint,
     config: LinkConfig,

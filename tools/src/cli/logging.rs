@@ -25,9 +25,13 @@ pub enum LogFormat {
     Json,
 }
 
-/// Install the subscriber for the whole process (once, before any command runs).
+/// Install the subscriber for the whole process (once, before any command runs). Text lines are coloured only when
+/// stderr is a terminal: a service's stderr is usually a file or a journal, where escape codes are noise that
+/// breaks `grep` and log collectors (`NO_COLOR`, when set, turns colours off on a terminal too).
 pub fn init(format: LogFormat) {
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    use std::io::IsTerminal as _;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(colour);
     match format {
         LogFormat::Text => builder.with_env_filter(EnvFilter::from_env(LOG_FILTER_ENV)).init(),
         LogFormat::Json => {

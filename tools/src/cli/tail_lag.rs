@@ -5,6 +5,11 @@
 //! Read from files only, so it works with the applier stopped: that is when a lag matters most. The figures are as
 //! fresh as the last report (one a second while a shipper is connected, see `PROGRESS_INTERVAL`); the report's age
 //! is shown beside them.
+//!
+//! A figure that is not known is absent, never 0: while the partition's link (or the partition) is not moving data
+//! (paused, promoted, deleted) no session runs and no report comes, so the source may grow without the mirror
+//! hearing of it; the lag is then unknown and `lag_unknown` says why, while the last report's own figures (source
+//! end, high watermark, shipped, with their age) are still shown as what they are.
 
 use std::fs;
 use std::path::Path;
@@ -26,6 +31,8 @@ knows it; `installed` the offset after the mirror's last durable record. `lag of
 source's active segment, else `?` (unknown: the mirror is whole segments behind). `lag s` = 0 when the last report \
 shows nothing beyond installed, else now - when the applier first received a report whose source end exceeded \
 installed (since then the source has held a record the mirror lacks); with the applier stopped it keeps growing. \
+While the link or the partition is paused (or promoted, deleted) no report comes and the three lag columns are `?` \
+(unknown; absent from --json, with `lag_unknown` saying why). \
 `shipped` the offset after the last record the shipper has read and sent (in flight or installed), as of the last \
 report and never less than installed; `?` when the shipper does not report it (an older one). \
 Figures are as of the last report. With a source cluster (`apply --listen --cluster`), `claim` is the source broker \
@@ -55,9 +62,43 @@ pub struct TailLag {
     /// The leader epoch that claim was granted at.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub claim_epoch: Option<i32>,
+    /// Why the lag figures are absent although a report was received: the link or partition moves no data, so no
+    /// report tells how far the source has grown since.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_unknown: Option<String>,
     /// Why a figure is missing, when a file could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+}
+
+/// Why no report reaches the applier for `topic`-`partition`, when its catalog record says it moves no data: its
+/// link (the one recording the partition, else the catalog's only link) is not active, or the partition is not
+/// mirroring. `None`: reports may come.
+fn not_reported(status: &Status, topic: &str, partition: i32) -> Option<String> {
+    use segmirror_catalog::{LinkState, PartitionState};
+    let recorded = status.links.iter().find_map(|l| {
+        l.partitions
+            .iter()
+            .find(|p| p.topic == topic && p.partition == partition)
+            .map(|p| (l, Some(p)))
+    });
+    let (link, p) = match (recorded, &status.links[..]) {
+        (Some(found), _) => found,
+        (None, [only]) => (only, None),
+        (None, _) => return None,
+    };
+    if link.state != LinkState::Active {
+        return Some(format!(
+            "link {:?} is {}: no session, so no report of the source's end",
+            link.name, link.state
+        ));
+    }
+    match p.map(|p| p.state) {
+        Some(state @ (PartitionState::Paused | PartitionState::Promoted)) => {
+            Some(format!("the partition is {state}: no report of the source's end"))
+        }
+        _ => None,
+    }
 }
 
 /// Every tailed partition under `root` (one with a tail state or a progress file), in name order.
@@ -119,7 +160,8 @@ fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64
         .max();
     let installed = active.as_ref().and_then(|a| a.next_offset).max(catalog_end);
     let (mut lag_offsets, mut lag_bytes, mut lag_seconds) = (None, None, None);
-    if let Some(p) = &progress {
+    let lag_unknown = progress.as_ref().and_then(|_| not_reported(status, topic, partition));
+    if let (Some(p), None) = (&progress, &lag_unknown) {
         let end = installed.unwrap_or(0);
         lag_offsets = Some((p.log_end_offset - end).max(0));
         lag_seconds = Some(
@@ -151,6 +193,7 @@ fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64
         lag_seconds,
         claim_node: claim.as_ref().map(|c| c.node),
         claim_epoch: claim.as_ref().map(|c| c.epoch),
+        lag_unknown,
         problem: (!problems.is_empty()).then(|| problems.join("; ")),
     }
 }
@@ -203,7 +246,11 @@ pub fn render(lags: &[TailLag], now_ms: u64) -> String {
                 (true, Some(node), Some(epoch)) => format!(" {:>16}", format!("node {node} @{epoch}")),
                 (true, _, _) => format!(" {:>16}", "-"),
             },
-            l.problem.as_ref().map_or(String::new(), |p| format!("  ({p})")),
+            [&l.lag_unknown, &l.problem]
+                .into_iter()
+                .flatten()
+                .map(|why| format!("  ({why})"))
+                .collect::<String>(),
         );
     }
     out

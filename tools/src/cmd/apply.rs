@@ -1,7 +1,8 @@
 //! `segmirror apply`: install what a shipper put in an object store into a mirror directory, byte for byte, and
 //! record it in the catalog. Reruns install only what is new; an interrupted run is finished by the next one.
 //!
-//! Exit status: 0 when everything shipped is installed (or waits for the shipper, or was skipped on purpose), 1
+//! Exit status: 0 when everything shipped is installed (or waits for the shipper, or was skipped on purpose; with
+//! --follow: after a signal, or once the link is promoted or deleted, its expected end), 1
 //! when a segment was refused (corrupt, or not what its manifest says, or past a hole in the chain), 2 on any other
 //! failure (usage, a store folder that does not exist, a link neither the catalog nor the store has, another apply
 //! holding the mirror, the store, the catalog, the mirror directory). Keys in the store that are not segmirror's are
@@ -21,6 +22,7 @@ use segmirror_transport::{Store, StoreUrl};
 
 use crate::cli::bucket_ends::CachedEnds;
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
+use crate::cli::link_gate::{ClosedLink, Side};
 use crate::cli::runtime::Runtime;
 use crate::cli::serve::admin::CatalogAdmin;
 use crate::cli::serve::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
@@ -66,7 +68,7 @@ pub struct Args {
     #[arg(long)]
     wait: bool,
     /// Keep running: install each new version a `segmirror ship --store` commits, polling the store, until
-    /// SIGTERM/SIGINT (then exit 0). Holds the mirror for the whole run; never writes to the store, so several
+    /// SIGTERM/SIGINT or the link is promoted or deleted (then exit 0). Holds the mirror for the whole run; never writes to the store, so several
     /// followers (each with its own mirror and catalog) can follow one store.
     #[arg(long)]
     follow: bool,
@@ -74,7 +76,7 @@ pub struct Args {
     #[arg(long, value_name = "MS", requires = "follow", default_value_t = DEFAULT_POLL_INTERVAL.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     poll_interval_ms: u64,
-    /// With --follow: metrics and the admin API (see `segmirror apply --listen ADDR --help`).
+    /// With --follow (or the tail applier): metrics and the admin API.
     #[command(flatten)]
     metrics: MetricsArgs,
 }
@@ -339,8 +341,18 @@ fn run_follow(
                 }
             },
         )
-        .await?;
-        anyhow::Ok(stats)
+        .await;
+        match stats {
+            Ok(stats) => anyhow::Ok(stats),
+            // Promoted or deleted: the link's end (`link_gate::end_on_closed` says so and exits 0).
+            Err(segmirror_applier::Error::LinkClosed { link, state }) => Err(ClosedLink {
+                name: link,
+                state: state.parse().unwrap_or(segmirror_catalog::LinkState::Deleted),
+                side: Side::Applier,
+            }
+            .into()),
+            Err(e) => Err(e.into()),
+        }
     })??;
     eprintln!(
         "segmirror apply: stopped after {} run(s): {} version(s) installed, {} byte(s) fetched",

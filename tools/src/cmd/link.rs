@@ -192,7 +192,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 topics_regex,
                 groups_regex: consumer_groups_regex,
             };
-            let link = catalog.create_link_with_ends(&spec, &LinkEnds { source, target })?;
+            let link = match catalog.create_link_with_ends(&spec, &LinkEnds { source, target }) {
+                Ok(link) => link,
+                // The existing link's state is in the message; where to look at the rest of it, too.
+                Err(e @ segmirror_catalog::Error::AlreadyExists { .. }) => {
+                    bail!("{e}; `segmirror link describe {}` shows it", spec.name)
+                }
+                Err(e) => return Err(e.into()),
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&LinkDoc::new(&link))?);
             } else {

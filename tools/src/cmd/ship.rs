@@ -9,14 +9,15 @@
 //! is shipped from its first byte, a deleted one is dropped (`shipper::tail::rediscover`).
 //!
 //! The link's record (the source host's catalog, `segmirror link`; `cli::link_gate`) gates it: paused, the session
-//! ends and nothing ships until resumed; promoted or deleted, it is refused. Without --topics the record's topics
-//! regex selects the partitions and is re-read while running: newly selected topics are shipped, deselected ones
-//! stop (their mirrors keep what they have).
+//! ends and nothing ships until resumed; promoted or deleted, it stops (exit 0, one line naming the state).
+//! Without --topics the record's topics regex selects the partitions and is re-read while running: newly selected
+//! topics are shipped, deselected ones stop (their mirrors keep what they have).
 //!
-//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files, a log dir without a cluster id) and on this side's
-//! own failures (a source file that cannot be read or diverged). With `--cluster`, a `--source-bootstrap` that is
-//! another node is a usage error; one that does not answer yet is not (a shipper restarted beside a broker still
-//! down waits for it, leading and shipping nothing until the broker answers as the log dir's node).
+//! Exit status: 0 after a signal or once the link record is promoted or deleted, 2 on usage errors (flags, PEM
+//! files, a log dir without a cluster id) and on this side's own failures (a source file that cannot be read or
+//! diverged). With `--cluster`, a `--source-bootstrap` that is another node is a usage error; one that does not
+//! answer yet is not (a shipper restarted beside a broker still down waits for it, leading and shipping nothing
+//! until the broker answers as the log dir's node).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,7 +66,7 @@ pub struct Args {
     #[arg(long, value_name = "REGEX")]
     topics: Option<String>,
     /// The source host's catalog holding this link's record (`segmirror link create`): its state gates the
-    /// shipper (paused: nothing shipped; promoted or deleted: refused) and its topics regex selects, both re-read
+    /// shipper (paused: nothing shipped; promoted or deleted: it stops) and its topics regex selects, both re-read
     /// while running. Default: the data directory's catalog.sqlite, if it records the link; without a record the
     /// shipper runs from its flags alone.
     #[arg(long, value_name = "PATH")]

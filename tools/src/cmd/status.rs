@@ -140,8 +140,10 @@ impl<'a> LinkDoc<'a> {
 
 #[derive(Serialize)]
 struct PartitionDoc<'a> {
+    /// The catalog's record, except `installed_end_offset`: the offset after the mirror's last durable record
+    /// whatever delivered it ([`true_end`]).
     #[serde(flatten)]
-    partition: &'a PartitionStatus,
+    partition: std::borrow::Cow<'a, PartitionStatus>,
     last_event: Option<Event>,
     /// The broker log dirs a promoted partition was installed into (one per replica; absent when none recorded).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -208,8 +210,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `p` with its true `installed_end_offset`. The catalog records a segment when it is installed whole: a bucket
+/// version (sealed or not) or a segment the tail applier sealed. The tail applier appends to the active segment
+/// between seals, durably, and records that end in the mirror's tail state only; its row in `tail` has it. One
+/// figure per partition that holds for every delivery mode: the greater of the two.
+fn true_end<'a>(p: &'a PartitionStatus, tail: &[TailLag]) -> std::borrow::Cow<'a, PartitionStatus> {
+    let appended = tail
+        .iter()
+        .find(|t| t.topic == p.topic && t.partition == p.partition)
+        .and_then(|t| t.installed_end_offset);
+    match appended {
+        Some(end) if Some(end) > p.installed_end_offset => {
+            let mut p = p.clone();
+            p.installed_end_offset = Some(end);
+            std::borrow::Cow::Owned(p)
+        }
+        _ => std::borrow::Cow::Borrowed(p),
+    }
+}
+
 /// One catalog's document: its status with each link's and partition's last event.
 fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyhow::Result<StatusDoc<'a>> {
+    let mirror_root = catalog.mirror_root()?;
+    let now = u64::try_from(status.generated_at_ms).unwrap_or(0);
+    let tail = mirror_root
+        .as_deref()
+        .map_or_else(Vec::new, |root| status_tail::tail_lags(root, status, now));
     let mut links = Vec::new();
     for link in &status.links {
         let last_event = catalog.events(Some(Subject::Link(&link.name)), 1)?.into_iter().next();
@@ -223,18 +249,13 @@ fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyh
                 Vec::new()
             };
             partition_docs.push(PartitionDoc {
-                partition: p,
+                partition: true_end(p, &tail),
                 last_event,
                 promoted_into,
             });
         }
         links.push(LinkDoc::new(link, last_event, partition_docs));
     }
-    let mirror_root = catalog.mirror_root()?;
-    let now = u64::try_from(status.generated_at_ms).unwrap_or(0);
-    let tail = mirror_root
-        .as_deref()
-        .map_or_else(Vec::new, |root| status_tail::tail_lags(root, status, now));
     Ok(StatusDoc {
         catalog: path,
         mirror_root,
@@ -366,7 +387,7 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
             );
         }
         for p in &link.partition_docs {
-            let s = p.partition;
+            let s = &p.partition;
             let segments = if s.segments_pending > 0 {
                 format!("{}+{}", s.segments_installed, s.segments_pending)
             } else {
@@ -388,7 +409,7 @@ fn render_table(doc: &StatusDoc<'_>, status: &Status) -> String {
     // Below the table (its columns stay as they are): promoted partitions whose mirror files are gone.
     for link in &doc.links {
         for p in &link.partition_docs {
-            let s = p.partition;
+            let s = &p.partition;
             if !p.promoted_into.is_empty() {
                 let _ = writeln!(
                     out,
@@ -545,7 +566,7 @@ mod tests {
                     .partitions
                     .iter()
                     .map(|p| PartitionDoc {
-                        partition: p,
+                        partition: std::borrow::Cow::Borrowed(p),
                         last_event: catalog
                             .events(
                                 Some(Subject::Partition(&PartitionKey::new(

@@ -9,11 +9,12 @@
 //! the operator's mental model (ship = keep sending), two argument sets keep clap the one place that checks them.
 //!
 //! The link's record (the source host's catalog, `segmirror link`; `cli::link_gate`) gates it: paused, nothing is
-//! uploaded until resumed; promoted or deleted, refused. Without --topics the record's topics regex selects, re-read
-//! while running (a change starts a new run of rounds with the new filter).
+//! uploaded until resumed; promoted or deleted, it stops (exit 0, one line naming the state). Without --topics the
+//! record's topics regex selects, re-read while running (a change starts a new run of rounds with the new filter).
 //!
-//! Exit status: 0 after a signal; 2 on usage errors, a promoted or deleted link, when another shipper took over a partition (fenced: this one
-//! stops rather than fight over the bucket) or when the log dirs cannot be watched.
+//! Exit status: 0 after a signal or once the link record is promoted or deleted; 2 on usage errors, when another
+//! shipper took over a partition (fenced: this one stops rather than fight over the bucket) or when the log dirs
+//! cannot be watched.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,7 +69,7 @@ pub struct Args {
     #[arg(long, value_name = "REGEX")]
     topics: Option<String>,
     /// The source host's catalog holding this link's record (`segmirror link create`): paused, nothing is shipped;
-    /// promoted or deleted, refused; both re-read while running. Default: the data directory's catalog.sqlite, if it
+    /// promoted or deleted, it stops; both re-read while running. Default: the data directory's catalog.sqlite, if it
     /// records the link.
     #[arg(long, value_name = "PATH")]
     catalog: Option<PathBuf>,

@@ -17,11 +17,12 @@
 //!
 //! The link's record in the mirror's catalog gates it (`cli::link_gate`): while `segmirror link pause` holds, no
 //! session is served (nothing installed); on resume the shipper's next session catches up. A promoted or deleted
-//! link is refused (exit 2). With `--cluster` alike: a pause ends every shipper's session and serves none until
-//! resumed (`link_gate::run_cluster_gated`).
+//! link ends it, at start or while running (exit 0, one line naming the state: `link_gate::end_on_closed`). With
+//! `--cluster` alike: a pause ends every shipper's session and serves none until resumed
+//! (`link_gate::run_cluster_gated`).
 //!
-//! Exit status: 0 after a signal, 2 on usage errors (flags, PEM files), a promoted or deleted link, and on this
-//! side's own failures (the mirror cannot be written).
+//! Exit status: 0 after a signal or once the link is promoted or deleted, 2 on usage errors (flags, PEM files) and
+//! on this side's own failures (the mirror cannot be written).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
