@@ -202,6 +202,84 @@ fn a_mirror_roots_own_state_is_not_a_finding_and_a_stray_directory_still_is() {
         .expect_stdout("the broker fails to start with this directory present");
 }
 
+/// The mirror root a real `ship` + `tail-apply` pair leaves, its catalog inside it: sound under `verify` and
+/// `verify --strict` while the applier holds it (lock, holder, `.tail` state) and after both stopped.
+#[test]
+fn a_live_tail_mirror_verifies_sound() {
+    use common::service::{wait_mirrored, Service};
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("source");
+    let partition = |topic: &str, n: i32| {
+        PartitionSpec::new(
+            topic,
+            n,
+            vec![
+                SegmentSpec::new(data_batches(0, 20, 3, 0)),
+                SegmentSpec::new(data_batches(60, 10, 3, 0)),
+            ],
+        )
+        .index_interval(4096)
+    };
+    write_log_dir(&source, &[partition("orders", 0), partition("payments", 1)]);
+    let mirror = tmp.path().join("mirror");
+    let text = |p: &Path| p.display().to_string();
+    let catalog = text(&mirror.join("catalog.sqlite"));
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut applier = Service::start(
+        "tail-apply",
+        &args(&[
+            "tail-apply",
+            "--mirror",
+            &text(&mirror),
+            "--link",
+            "dr",
+            "--catalog",
+            &catalog,
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+        ]),
+    );
+    let addr = applier.bound();
+    let log_dir = text(&source);
+    let mut shipper = Service::start(
+        "ship",
+        &args(&[
+            "ship",
+            "--log-dir",
+            &log_dir,
+            "--link",
+            "dr",
+            "--upto",
+            "log-end",
+            "--connect",
+            &addr,
+            "--plaintext",
+        ]),
+    );
+    wait_mirrored(&source, &mirror, "", &mut [&mut applier, &mut shipper]);
+    for name in [
+        ".segmirror-apply.lock",
+        ".segmirror-apply.holder",
+        ".tail",
+        "catalog.sqlite",
+    ] {
+        assert!(mirror.join(name).exists(), "{name} is not in the live mirror root");
+    }
+    let sound = |when: &str| {
+        for flags in [&[][..], &["--strict"]] {
+            let run = verify(&[&mirror], flags);
+            assert_eq!(run.code, Some(0), "{when}, verify {flags:?}:\n{run}");
+            run.expect_stdout("SOUND: 2 partition(s), 0 error(s), 0 warning(s)");
+        }
+    };
+    sound("while the applier runs");
+    let (ship_code, ship_log) = shipper.stop();
+    let (apply_code, apply_log) = applier.stop();
+    assert_eq!((ship_code, apply_code), (Some(0), Some(0)), "{ship_log}\n{apply_log}");
+    sound("after both stopped");
+}
+
 #[test]
 fn sound_single_log_file() {
     let tmp = tempfile::tempdir().unwrap();
