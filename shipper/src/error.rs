@@ -33,7 +33,11 @@ pub enum Error {
     InvalidSetting { setting: &'static str, reason: String },
 
     /// The tail feed's resume position cannot be continued from: the segment
-    /// is gone (retention) or the position is not a batch boundary of it.
+    /// is gone without retention or a merge to explain it, the position is not
+    /// a batch boundary of it (or lies beyond its end) and no cleaner rewrote
+    /// it, or the mirror's end names an epoch or offsets the source cannot
+    /// place. In a session it refuses that partition for the session, not the
+    /// session (`TailFeed::refused_resume`).
     #[error("tail resume of {partition} at segment {segment_base} byte {position}: {reason}")]
     ResumeInvalid {
         partition: String,

@@ -173,6 +173,11 @@ pub trait ChunkFeed: Send + 'static {
     /// Called at the start of every session with the applier's Resume: afterwards
     /// [`ChunkFeed::next`] yields, per partition, items that continue exactly from
     /// these positions (a partition not listed: from the feed's configured start).
+    /// The positions are the peer's values: one the feed cannot prove (beyond a
+    /// segment's end, inside a batch, a segment or epoch the source never had)
+    /// should refuse that partition for the session (nothing of it yielded, the
+    /// refusal logged), not fail the seek; an error here is this side's own
+    /// ([`DirectError::Local`]: it ends the link, `docs/direct-protocol.md` §6).
     fn seek(&mut self, resume: &[Position]) -> impl Future<Output = Result<()>> + Send;
 
     /// Called right before [`ChunkFeed::seek`]: `agreed` when the session agreed [`FEATURE_TRUNCATE`], with the
