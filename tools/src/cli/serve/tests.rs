@@ -283,7 +283,7 @@ mod hostile {
     async fn connections_over_the_cap_are_refused_at_once_and_idle_ones_time_out() {
         let limits = Limits {
             max_connections: 4,
-            request_timeout: Duration::from_millis(1500),
+            request_timeout: Duration::from_secs(3),
             ..Limits::default()
         };
         let (addr, stop) = server(Length, limits).await;
@@ -299,11 +299,8 @@ mod hostile {
         let started = Instant::now();
         let refused = exchange(addr, b"").await;
         assert_eq!(status(&refused), 503, "{refused}");
-        assert!(
-            started.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            started.elapsed()
-        );
+        // At once: a served client that sends nothing would wait out the request timeout.
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         // A slot given back serves the next client.
         fourth.write_all(b"GET /x HTTP/1.1\r\n\r\n").await.unwrap();
         let mut answer = String::new();
