@@ -48,12 +48,14 @@
 //! deleted at the source whole segments the mirror had not got yet, and the shipper continues at the source's
 //! first segment, whose base it told. Applying such a value at once would let any peer delete the whole mirror
 //! (a log start of 10^12 once deleted every sealed segment), and, recorded, every segment sealed after it. So it
-//! is *held* in the record, deleting nothing, until the shipper proves it by continuing: when the tailed segment
-//! moves to a segment starting above the end the mirror had when the value was told and at or below the value,
-//! that segment's base becomes the log start (the value itself once the installed end reaches it, told again).
-//! A held value also lets the tail leave an unsealed segment for that later one (see above). It is dropped when
-//! another is told and at the start of every session (each session tells its log start again), so a value no
-//! shipper followed never deletes anything. Whatever the log start, the segment being tailed and everything after
+//! is *held* in the record, deleting nothing, until the shipper proves it by continuing as a retention skip does:
+//! when the tail leaves the segment it was tailing then for a segment at or below the value (leaving it unsealed,
+//! as deleted at the source, or, if it was sealed, with a gap after the end the mirror had then), that segment's
+//! base becomes the log start (the value itself once the installed end reaches it, told again). A tail going on
+//! to the next segment (at the end of the sealed one) proves nothing and drops the value. A held value also lets
+//! the tail leave an unsealed segment for that later one (see above). It is dropped as well when another is told
+//! and at the start of every session (each session tells its log start again), so a value no shipper followed
+//! never deletes anything. Whatever the log start, the segment being tailed and everything after
 //! it stay.
 //!
 //! # Where promotion finds the log start
@@ -109,15 +111,24 @@ pub(super) struct HeldLogStart {
     pub log_start: i64,
     /// The partition's installed end when it was told (`None`: nothing installed).
     pub installed_end: Option<i64>,
+    /// The segment being tailed when it was told, and whether it was sealed (`None`: nothing tailed).
+    pub tailed: Option<(i64, bool)>,
 }
 
 impl HeldLogStart {
-    /// The log start the held value proves, now that the segment being tailed is `tailed`: its base, when the
-    /// shipper continued at a segment past the installed end at the time and not past the value (the retention
-    /// skip the value announced), capped at the value.
-    fn proven_by(&self, tailed: i64) -> Option<i64> {
-        let past_end = self.installed_end.is_none_or(|end| tailed > end);
-        (past_end && tailed <= self.log_start).then_some(tailed)
+    /// The log start the held value proves, now that the segment being tailed is `tailed` and `unsealed` holds the
+    /// unsealed segments the tail left as deleted at the source: `tailed`'s base, when the shipper continued there
+    /// as the retention skip the value announced: at a segment not past the value, after leaving the segment
+    /// tailed then unsealed, or, if that one was sealed, with a gap after it (a segment starting right at the
+    /// installed end is the tail going on, which proves nothing).
+    fn proven_by(&self, tailed: i64, unsealed: &BTreeSet<i64>) -> Option<i64> {
+        let skipped = match self.tailed {
+            None => true,
+            Some((base, _)) if base == tailed => false,
+            Some((base, false)) => unsealed.contains(&base),
+            Some((_, true)) => self.installed_end.is_none_or(|end| tailed > end),
+        };
+        (skipped && tailed <= self.log_start).then_some(tailed)
     }
 }
 
@@ -237,6 +248,7 @@ impl Inner {
             let held = HeldLogStart {
                 log_start: told,
                 installed_end,
+                tailed: self.states.get(&name).map(|s| (s.segment_base, s.sealed)),
             };
             if record.log_start.is_some_and(|l| l >= told) {
                 tracing::debug!(partition = %name, told, "a log start at or below the recorded one");
@@ -325,19 +337,22 @@ impl Inner {
         // Never the segment being tailed, nor anything after it.
         let tailed = self.states.get(name).map(|s| s.segment_base);
         if let Some(h) = record.held {
-            let proven = tailed.and_then(|t| h.proven_by(t));
+            let proven = tailed.and_then(|t| h.proven_by(t, &record.unsealed));
+            // The tail left the segment it was tailing when the value was told: it proved the value now or never.
+            let moved_on = tailed.is_some() && tailed != h.tailed.map(|(base, _)| base);
             if let Some(proven) = proven {
                 tracing::info!(partition = %name, log_start = proven, told = h.log_start,
                     "the shipper continued past the mirror's end: the held log start applies");
                 record.log_start = Some(record.log_start.map_or(proven, |l| l.max(proven)));
-            } else if held == Held::Drop {
+            } else if moved_on || held == Held::Drop {
                 tracing::warn!(partition = %name, told = h.log_start,
-                    "a LogStart beyond the mirror's installed end that no shipper followed: dropped, nothing deleted");
+                    "a LogStart beyond the mirror's installed end that the shipper did not follow with the retention \
+                     skip it announces: dropped, nothing deleted");
             }
-            if proven.is_some() || held == Held::Drop {
-                // A value above the segment proven stays held for the rest of the session: told again once the
-                // installed end reaches it.
-                record.held = proven.filter(|p| *p < h.log_start).map(|_| h);
+            if proven.is_some() || moved_on || held == Held::Drop {
+                // Proven or not, a held value acts once: a part of it above the segment proven is the shipper's to
+                // tell again once it shipped up to it (it then lies within the installed range).
+                record.held = None;
                 self.write_record(name, &record)?;
             }
         }

@@ -390,3 +390,54 @@ async fn tail_retention_a_crash_while_dropping_an_unsealed_segment_recovers_at_t
         assert_eq!(&std::fs::read(mirror_log(&f.mirror, bases[2])).unwrap(), &f.segs[2].1);
     }
 }
+
+/// Every chunk of segment `i` of the fixture, then its seal.
+async fn tail_and_seal(f: &Fixture, a: &mut TailAppender, i: usize) -> PartitionRef {
+    let (base, bytes) = &f.segs[i];
+    for c in chunks_of(*base, bytes, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    let seal = seal_of(&f.source, *base, bytes, true);
+    a.apply_seal(&seal).await.unwrap();
+    seal.partition
+}
+
+#[tokio::test]
+async fn tail_retention_a_held_log_start_the_tail_does_not_follow_with_a_skip_never_deletes() {
+    let far = 1_000_000_000_000;
+    // Told while a sealed segment was tailed: the next segments continue right at its end (no gap).
+    {
+        let f = fixture();
+        let mut a = TailAppender::open(&f.mirror).unwrap();
+        tail_and_seal(&f, &mut a, 0).await;
+        let p = tail_and_seal(&f, &mut a, 1).await;
+        a.apply_log_start(&log_start(&p, far)).await.unwrap();
+        for i in 2..f.segs.len() {
+            tail_and_seal(&f, &mut a, i).await;
+        }
+        assert_eq!(mirror_bases(&f), f.segs.iter().map(|(b, _)| *b).collect::<Vec<_>>());
+        let record = read_record(&record_path(&f.mirror, &tp_name(&p))).unwrap().unwrap();
+        assert_eq!(
+            (record.log_start, record.held),
+            (None, None),
+            "dropped once the tail went on"
+        );
+    }
+    // Told while an unsealed segment was tailed: it is completed and sealed, and the tail goes on.
+    {
+        let f = fixture();
+        let mut a = TailAppender::open(&f.mirror).unwrap();
+        let (p, _) = tail_into_segment_1(&f, &mut a).await;
+        a.apply_log_start(&log_start(&p, far)).await.unwrap();
+        let (b1, bytes1) = &f.segs[1];
+        for c in chunks_of(*b1, bytes1, 2).into_iter().skip(1) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        a.apply_seal(&seal_of(&f.source, *b1, bytes1, true)).await.unwrap();
+        for i in 2..f.segs.len() {
+            tail_and_seal(&f, &mut a, i).await;
+        }
+        assert_eq!(mirror_bases(&f), f.segs.iter().map(|(b, _)| *b).collect::<Vec<_>>());
+        assert_eq!(tailed_log_start(&f.mirror, &p.topic, p.partition).unwrap(), None);
+    }
+}
