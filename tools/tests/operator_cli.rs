@@ -164,6 +164,25 @@ fn apply_help_lists_every_flag_of_both_modes_with_their_requirements() {
     }
 }
 
+/// `ship --store`'s help and usage errors name the command typed, not the hidden one it runs.
+#[test]
+fn ship_store_help_names_the_command_typed() {
+    let run = segmirror(["ship", "--store", "/b", "--help"]);
+    run.expect_code(0);
+    assert!(!run.stdout.contains("store-ship"), "{}", run.stdout);
+    let usage = usage(&run.stdout);
+    assert!(
+        usage[0].starts_with("segmirror ship --store <URL> --log-dir <DIR>"),
+        "{usage:?}"
+    );
+    let out = segmirror(["ship", "--store", "/b"]);
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("--log-dir") && !out.stderr.contains("store-ship"),
+        "{out}"
+    );
+}
+
 /// A catalog that cannot be opened: the chain of errors names SQLite's cause once (it used to be repeated by each
 /// error that embeds its source's text).
 #[test]

@@ -129,6 +129,10 @@ const DIRECTION: &str = "tail_direction";
 const TAIL_USAGE: &str = "segmirror apply <--listen <ADDR>|--connect <HOST:PORT>> --mirror <DIR> --link <NAME> \
 <--plaintext|--tls-cert <FILE> --tls-key <FILE> --tls-ca <FILE>> [OPTIONS]";
 
+/// `ship --store`'s usage line (the command `store-ship` it is routed to is hidden).
+const STORE_SHIP_USAGE: &str = "segmirror ship --store <URL> --log-dir <DIR>... \
+<--source-bootstrap <HOST:PORT>|--upto log-end> [OPTIONS]";
+
 /// `apply`'s usage lines, one per mode: what each mode requires.
 fn apply_usage() -> String {
     format!(
@@ -146,7 +150,10 @@ pub fn apply_with_both_modes(root: clap::Command) -> clap::Command {
     let Some(tail) = root.find_subcommand("tail-apply").cloned() else {
         return root;
     };
-    let root = root.mut_subcommand("tail-apply", |t| t.override_usage(TAIL_USAGE));
+    let root = root
+        .mut_subcommand("tail-apply", |t| t.override_usage(TAIL_USAGE))
+        // `ship --store`'s help and usage errors name the command typed too, not the hidden `store-ship`.
+        .mut_subcommand("store-ship", |t| t.override_usage(STORE_SHIP_USAGE));
     root.mut_subcommand("apply", |mut apply| {
         // The store apply's own flags first (`mut_arg` moves a flag to the end: their heading then comes first).
         for flag in BATCH_APPLY_FLAGS {

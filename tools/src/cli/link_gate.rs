@@ -289,7 +289,7 @@ pub async fn watch_until(
                 period.cancel();
                 return Some(link);
             }
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "reading the link record; trying again"),
+            Err(e) => tracing::warn!(error = %super::report::error_line(&e), "reading the link record; trying again"),
         }
     }
 }

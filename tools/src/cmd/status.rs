@@ -310,7 +310,7 @@ fn bucket_lags(args: &Args, status: &Status, runtime: &Runtime) -> Vec<BucketLin
                     });
                 }
             }
-            Err(e) => entry.error = Some(format!("{e:#}")),
+            Err(e) => entry.error = Some(crate::cli::report::error_line(&e)),
         }
         out.push(entry);
     }
