@@ -56,6 +56,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{drop_cached, fsync_dir, write_atomically, write_behind};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::{scan_frames_known, LogFile};
+use segment_format::partition_metadata::Uuid;
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
     Chunk, Claim, Companion, CompanionKind, LayoutSegment, LogEnd, LogStart, PartitionRef, Position, Roll,
@@ -80,6 +81,8 @@ mod companions_tests;
 mod handover;
 #[cfg(test)]
 mod handover_tests;
+#[cfg(test)]
+mod peer_fault_tests;
 mod progress;
 mod replace;
 mod retention;
@@ -148,12 +151,25 @@ pub enum TailError {
         reason: String,
     },
     #[error("{partition}: the catalog records the partition {state}; nothing written (a paused or promoted partition is never appended to)")]
-    NotWritable { partition: String, state: String },
-    #[error("{partition}: the catalog records source topic id {recorded}, the shipper sends {offered} (the topic was recreated); nothing written")]
+    NotWritable {
+        partition: String,
+        state: String,
+        of: PartitionRef,
+    },
+    #[error("{partition}: the mirror holds source topic id {recorded}, the shipper sends {offered} (the source topic was deleted and recreated); nothing written, the partition stops: `segmirror link reset-partition` mirrors the new topic from its start")]
     LineageBreak {
         partition: String,
         recorded: String,
         offered: String,
+        of: PartitionRef,
+    },
+    /// The partition's directory holds what this appender did not write (the bucket path's install for another
+    /// link, files put there by hand): the partition stops until an operator looks.
+    #[error("{partition}: {reason}; nothing written, the partition stops")]
+    Foreign {
+        partition: String,
+        reason: String,
+        of: PartitionRef,
     },
     #[error("{partition}: cannot continue the mirror `apply` installed: {}: {reason}; nothing written", path.display())]
     HandOver {
@@ -191,6 +207,39 @@ impl TailError {
         TailError::Io {
             path: path.to_path_buf(),
             source,
+        }
+    }
+
+    /// Whose fault the error is, as the session needs to know it:
+    /// - what the shipper sent cannot be applied (a bad batch, a gap, a seal or truncation that does not fit the
+    ///   mirror, a name Kafka refuses): [`DirectError::PeerData`], which ends the session only; nothing of it was
+    ///   written, and the next session resumes from what is durable;
+    /// - one partition cannot be written until an operator acts (recreated source topic, paused or promoted
+    ///   partition, files this appender did not write): [`DirectError::PartitionStopped`], and the session goes on
+    ///   with the others;
+    /// - this side's own failure (disk, catalog, the mirror's own files): [`DirectError::Local`], which stops the
+    ///   link.
+    pub fn into_direct(self, what: &'static str) -> DirectError {
+        match self {
+            TailError::BadTopic { .. }
+            | TailError::OutOfOrder { .. }
+            | TailError::BadBatch { .. }
+            | TailError::ResendMismatch { .. }
+            | TailError::BadSeal { .. }
+            | TailError::Truncate { .. } => DirectError::PeerData {
+                what,
+                reason: self.to_string(),
+            },
+            TailError::NotWritable { ref of, .. }
+            | TailError::LineageBreak { ref of, .. }
+            | TailError::Foreign { ref of, .. } => DirectError::PartitionStopped {
+                partition: of.clone(),
+                reason: self.to_string(),
+            },
+            e => DirectError::Local {
+                what,
+                source: Box::new(e),
+            },
         }
     }
 }
@@ -340,15 +389,12 @@ impl TailAppender {
         let joined = tokio::task::spawn_blocking(move || {
             // A poisoned lock means an earlier apply panicked mid-way: the state on disk is still the truth.
             let mut guard = inner.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut guard)
+            f(&mut guard).map_err(|e| guard.refused(e))
         })
         .await;
         match joined {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(DirectError::Local {
-                what,
-                source: Box::new(e),
-            }),
+            Ok(Err(e)) => Err(e.into_direct(what)),
             Err(e) => Err(DirectError::Local {
                 what,
                 source: Box::new(e),
@@ -489,6 +535,24 @@ impl ChunkApplier for TailAppender {
         self.run("recording a shipper's claim", move |i| i.claim(node, &claim))
     }
 
+    fn writable_again(
+        &mut self,
+        stopped: &[PartitionRef],
+    ) -> impl std::future::Future<Output = DirectResult<bool>> + Send {
+        let stopped = stopped.to_vec();
+        self.run("reading whether a stopped partition was reset", move |i| {
+            let Some(catalog) = &mut i.catalog else {
+                return Ok(false);
+            };
+            for p in &stopped {
+                if catalog.writable_again(p)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })
+    }
+
     fn apply_roll(&mut self, roll: &Roll) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let roll = roll.clone();
         self.run("rolling a mirror-layout segment", move |i| {
@@ -499,6 +563,70 @@ impl ChunkApplier for TailAppender {
 }
 
 impl Inner {
+    /// What a refusal leaves behind before the session hears of it: a lineage break pauses the partition in the
+    /// catalog, with an event that says what to do (`status` shows both). Recording it is best effort: the
+    /// refusal stands either way.
+    fn refused(&mut self, e: TailError) -> TailError {
+        if let TailError::LineageBreak { ref of, .. } = e {
+            if let Some(catalog) = &mut self.catalog {
+                if let Err(record) = catalog.hold_lineage(of) {
+                    tracing::warn!(partition = %tp_name(of), error = %record, "the lineage break was not recorded");
+                }
+            }
+        }
+        e
+    }
+
+    /// The operator accepted `p`'s new lineage (`segmirror link reset-partition`): what the mirror holds of the old
+    /// one is moved under `.archive/<topic>-<partition>/lineage-<old id>-<ms>/` (never deleted), its state files
+    /// go, and the catalog records the new lineage with no segments, so the shipper's chunks from 0 install the new
+    /// topic from its start. Files first, the catalog last: a crash in between repeats what is left at the next
+    /// chunk (the lineage stays pending until the switch is recorded).
+    fn reset_lineage(&mut self, p: &PartitionRef) -> TailResult<()> {
+        let name = tp_name(p);
+        let old = self.states.get(&name).map(|s| Uuid(s.topic_id).to_string());
+        if let Some(to) = self.archive_partition(p, &format!("lineage-{}", old.as_deref().unwrap_or("unknown")))? {
+            tracing::warn!(partition = %name, archived = %to.display(), "lineage reset: the old lineage's files archived");
+        }
+        if let Some(catalog) = &mut self.catalog {
+            catalog.switch_lineage(p)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the partition's directory to `.archive/<topic>-<partition>/<label>-<ms>/` (never deleted) and forgets
+    /// its state (the state file, retention and progress records): the partition starts afresh at the next chunk.
+    /// Returns where the files went (`None`: there were none). Idempotent: a crash part-way is finished by a rerun.
+    fn archive_partition(&mut self, p: &PartitionRef, label: &str) -> TailResult<Option<PathBuf>> {
+        let name = tp_name(p);
+        let pdir = self.partition_dir(&p.topic, p.partition);
+        let mut moved = None;
+        if pdir.exists() {
+            let archive = self.root.join(truncate::ARCHIVE_DIR).join(&name);
+            fs::create_dir_all(&archive).map_err(|e| TailError::io(&archive, e))?;
+            let to = archive.join(format!("{label}-{}", segment_format::now_ms()));
+            fs::rename(&pdir, &to).map_err(|e| TailError::io(&pdir, e))?;
+            fsync_dir(&archive)?;
+            fsync_dir(&self.root)?;
+            moved = Some(to);
+        }
+        for path in [
+            self.state_path(&name),
+            retention::record_path(&self.root, &name),
+            progress_path(&self.root, &p.topic, p.partition),
+        ] {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(TailError::io(&path, e)),
+            }
+        }
+        fsync_dir(&self.root.join(TAIL_STATE_DIR))?;
+        self.states.remove(&name);
+        self.indexes.remove(&name);
+        Ok(moved)
+    }
+
     /// Stops here when a crash test armed this step's kill point.
     fn kill_point(&self, step: TruncateStep) -> TailResult<()> {
         #[cfg(feature = "failpoints")]
@@ -607,9 +735,81 @@ impl Inner {
     fn apply_chunks(&mut self, chunks: &[Chunk]) -> TailResult<()> {
         let mut unsynced = Unsynced::new();
         for chunk in chunks {
-            self.write_chunk(chunk, &mut unsynced)?;
+            match self.write_chunk(chunk, &mut unsynced) {
+                Err(TailError::LineageBreak { .. }) if self.lineage_accepted(&chunk.partition)? => {
+                    // What the group wrote before is made durable and recorded first.
+                    self.commit(std::mem::take(&mut unsynced))?;
+                    self.reset_lineage(&chunk.partition)?;
+                    self.write_chunk(chunk, &mut unsynced)?;
+                }
+                r => r?,
+            }
         }
         self.commit(unsynced)
+    }
+
+    /// The unsealed segment `s` names holds bytes its source does not (its seal's digest differs): they are moved out
+    /// of the way, never deleted, and the segment starts again at byte 0, so the next session's Resume makes the
+    /// shipper send it again from its start. A segment above sealed ones is cut as a source truncation is
+    /// (archived, recorded in the catalog: `truncate`); the partition's only segment goes to
+    /// `.archive/<topic>-<partition>/quarantine-<ms>/` with the partition's state, so the partition starts afresh.
+    /// Says what was done.
+    fn quarantine_segment(&mut self, s: &PartitionState, p: &PartitionRef) -> TailResult<String> {
+        let name = tp_name(p);
+        let pdir = self.partition_dir(&p.topic, p.partition);
+        let listed = segment_format::dir::PartitionDir::open(&pdir)?.segments;
+        let first = listed.first().map_or(s.segment_base, |f| f.base_offset);
+        if first < s.segment_base {
+            let durable = DurablePosition {
+                position: Position {
+                    partition: p.clone(),
+                    segment_base: s.segment_base,
+                    position: s.position,
+                },
+                sealed: s.sealed,
+            };
+            let end = truncate::log_end(&pdir, &durable)?;
+            let cut = Truncate {
+                partition: p.clone(),
+                truncate_to: s.segment_base,
+                segment_base: s.segment_base,
+                position: 0,
+                mode: segmirror_transport::direct::payload::TruncateMode::LogEnd,
+                mirror_end_offset: end.end_offset,
+                mirror_epoch: end.last_epoch,
+                source_epoch: -1,
+                source_end_offset: s.segment_base,
+            };
+            self.apply_truncate(&cut)?;
+            tracing::error!(partition = %name, segment = s.segment_base,
+                "the mirror's segment differs from the source's: archived, and resent from its start");
+            return Ok(format!(
+                "the segment's {} bytes were archived (as a truncation) and it is resent from its start",
+                s.position
+            ));
+        }
+        let installed = match &mut self.catalog {
+            Some(catalog) => catalog.installed_segments(p)?.len(),
+            None => 0,
+        };
+        if installed > 0 {
+            return Ok("not quarantined: the catalog records installed segments of the partition".into());
+        }
+        let to = self.archive_partition(p, "quarantine")?.unwrap_or_default();
+        tracing::error!(partition = %name, archived = %to.display(),
+            "the mirror's only segment differs from the source's: archived, and the partition resent from its start");
+        Ok(format!(
+            "the partition's files were archived in {} and it is resent from its start",
+            to.display()
+        ))
+    }
+
+    /// Whether the operator accepted `p`'s lineage in place of the mirror's (see [`Inner::reset_lineage`]).
+    fn lineage_accepted(&mut self, p: &PartitionRef) -> TailResult<bool> {
+        match &mut self.catalog {
+            Some(catalog) => catalog.lineage_accepted(p),
+            None => Ok(false),
+        }
     }
 
     /// Makes what `unsynced` holds durable, then records it: the record never claims more than is durable.
@@ -667,9 +867,12 @@ impl Inner {
             }
             Some(s) => {
                 if s.topic_id != p.topic_id {
-                    return Err(order(
-                        "the topic id differs from the mirrored one (a recreated topic)".into(),
-                    ));
+                    return Err(TailError::LineageBreak {
+                        partition: name.clone(),
+                        recorded: Uuid(s.topic_id).to_string(),
+                        offered: Uuid(p.topic_id).to_string(),
+                        of: p.clone(),
+                    });
                 }
                 if chunk.segment_base == s.segment_base {
                     if s.sealed {
@@ -741,21 +944,26 @@ impl Inner {
                     None => Vec::new(),
                 };
                 if let (false, Some(catalog)) = (others.is_empty(), &self.catalog) {
-                    return Err(TailError::HandOver {
+                    return Err(TailError::Foreign {
                         partition: name.clone(),
-                        path: pdir,
                         reason: format!(
-                            "the catalog records it under link {}, this applier serves link {} (use the link \
-                             `apply` used)",
+                            "cannot continue the mirror `apply` installed in {}: the catalog records it under link \
+                             {}, this applier serves link {} (use the link `apply` used)",
+                            pdir.display(),
                             others.join(", "),
                             catalog.link()
                         ),
+                        of: p.clone(),
                     });
                 }
-                return Err(order(format!(
-                    "{} already holds segments the tail appender did not write",
-                    pdir.display()
-                )));
+                return Err(TailError::Foreign {
+                    partition: name.clone(),
+                    reason: format!(
+                        "{} already holds segments the tail appender did not write",
+                        pdir.display()
+                    ),
+                    of: p.clone(),
+                });
             }
             if !pdir.exists() {
                 fs::create_dir_all(&pdir).map_err(|e| TailError::io(&pdir, e))?;
@@ -936,12 +1144,21 @@ impl Inner {
             )));
         }
         if sha != seal.log_sha256 {
-            return Err(bad(format!(
+            let differs = format!(
                 "SHA-256 of {} is {}, the seal says {}",
                 path.display(),
                 hex(&sha),
                 hex(&seal.log_sha256)
-            )));
+            );
+            // The mirror holds bytes the source does not (a forged chunk, valid batches, applied before this seal
+            // could show it): quarantined like a source truncation, and the segment resent from its start.
+            let done = match self.quarantine_segment(&s, p) {
+                Ok(done) => done,
+                // The bytes cannot even be read as batches: left as they are for an operator (the seal stays
+                // refused, the session ends, nothing more is appended to the segment).
+                Err(e) => format!("not quarantined: {e}"),
+            };
+            return Err(bad(format!("{differs}; {done}")));
         }
         // Companions: all checked before any is written.
         let mut files = Vec::with_capacity(seal.companions.len());

@@ -34,6 +34,7 @@ mod event;
 mod failover;
 mod follow;
 mod key;
+mod lineage;
 mod link;
 pub mod link_lifecycle;
 mod link_meta;
@@ -56,6 +57,7 @@ pub use event::{Event, EventKind, Subject};
 pub use failover::FailoverStep;
 pub use follow::{ReplaceOutcome, Replacement, RetentionReceipt};
 pub use key::{PartitionId, PartitionKey};
+pub use lineage::PendingLineage;
 pub use link::{Link, LinkEnds, LinkSpec, PeerLink, Transport, DIRECT_URL_PREFIX};
 pub use link_meta::{LinkOffset, RecordedMeta};
 pub use link_state::LinkState;
@@ -197,6 +199,8 @@ macro_rules! text_enum {
 }
 pub(crate) use text_enum;
 
+#[cfg(test)]
+mod source_cluster_tests;
 #[cfg(test)]
 pub(crate) mod test_support;
 

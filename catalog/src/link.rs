@@ -257,6 +257,42 @@ impl Catalog {
         }
     }
 
+    /// Records `cluster_id` (a shipper's source cluster, its `meta.properties` cluster.id) as the one this link
+    /// follows, if none is recorded yet; says whether it is the recorded one. An event records the adoption. The
+    /// applier refuses a shipper of another cluster on this answer: a link mirrors one source cluster.
+    pub fn adopt_source_cluster_id(&mut self, name: &str, cluster_id: &str) -> Result<PeerLink> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        load_link(&tx, name)?;
+        let recorded: Option<String> =
+            tx.query_row("SELECT source_cluster_id FROM links WHERE name = ?1", [name], |row| {
+                row.get(0)
+            })?;
+        match recorded {
+            Some(recorded) if recorded == cluster_id => Ok(PeerLink::Same),
+            Some(recorded) => Ok(PeerLink::Other { recorded }),
+            None => {
+                tx.execute(
+                    "UPDATE links SET source_cluster_id = ?2 WHERE name = ?1",
+                    params![name, cluster_id],
+                )?;
+                let detail = format!("follows source cluster {cluster_id} (named by the link's first shipper)");
+                insert_event(&tx, Subject::Link(name), EventKind::Note, &detail)?;
+                tx.commit()?;
+                Ok(PeerLink::Adopted)
+            }
+        }
+    }
+
+    /// The source cluster `name` follows ([`Catalog::adopt_source_cluster_id`]), if one was recorded.
+    pub fn source_cluster_id(&self, name: &str) -> Result<Option<String>> {
+        load_link(&self.conn, name)?;
+        Ok(self
+            .conn
+            .query_row("SELECT source_cluster_id FROM links WHERE name = ?1", [name], |row| {
+                row.get(0)
+            })?)
+    }
+
     /// Replaces a live link's topic and consumer-group regexes (`None` leaves one as it is; `Some(None)` for the
     /// groups mirrors none). The regexes are stored as given: the tools validate them. A deleted or promoted link
     /// is refused ([`Error::LinkTransition`], [`Error::Promoted`]): nothing reads its configuration again.
@@ -337,6 +373,13 @@ mod tests {
             cat.create_link(&link_spec("a")),
             Err(Error::AlreadyExists { entity: Entity::Link(n), state: Some(LinkState::Active) }) if n == "a"
         ));
+        // The refusal says which state the existing link is in.
+        cat.pause_link("a").unwrap();
+        let msg = cat.create_link(&link_spec("a")).unwrap_err().to_string();
+        assert!(
+            msg.contains("\"a\"") && msg.contains("already exists") && msg.contains("state paused"),
+            "{msg}"
+        );
         assert!(matches!(
             cat.link("zz"),
             Err(Error::NotFound { entity: Entity::Link(n) }) if n == "zz"
@@ -374,13 +417,6 @@ mod tests {
             ));
         }
         assert_eq!(cat.link("a").unwrap().state, LinkState::Promoted);
-        // The refusal says which state the existing link is in.
-        cat.pause_link("a").unwrap();
-        let msg = cat.create_link(&link_spec("a")).unwrap_err().to_string();
-        assert!(
-            msg.contains("\"a\"") && msg.contains("already exists") && msg.contains("state paused"),
-            "{msg}"
-        );
         // Created + 3 real changes; the repeated "paused" wrote nothing.
         let kinds: Vec<_> = cat.events(None, 10).unwrap().into_iter().map(|e| e.kind).collect();
         assert_eq!(

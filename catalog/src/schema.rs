@@ -191,6 +191,14 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (partition_id, log_dir)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 9: the source cluster a link's applier follows: the cluster id (`meta.properties`) the first shipper of
+    // the link named, adopted as the peer link id is, so that a shipper of another cluster is refused afterwards.
+    // And a partition's pending lineage: the source topic id a shipper offered after the source topic was deleted
+    // and recreated (the partition paused); an operator's reset lets the applier take it (`lineage`).
+    r#"
+    ALTER TABLE links ADD COLUMN source_cluster_id TEXT;
+    ALTER TABLE mirror_partitions ADD COLUMN pending_lineage TEXT;
+    "#,
 ];
 
 /// The schema version this code writes and understands.

@@ -417,6 +417,49 @@ fn a_shipper_of_another_cluster_is_refused_and_its_link_pauses() {
     assert_clean_exit(applier);
 }
 
+/// Without `--source-cluster-id`, the link follows the cluster its first shipper names (recorded in the catalog): a
+/// shipper of another cluster that dials later is refused naming both ids, and nothing of it is installed.
+#[test]
+fn the_link_follows_its_first_shippers_cluster_and_refuses_another() {
+    let root = tempfile::tempdir().unwrap();
+    let source = source(root.path());
+    let intruder = root.path().join("intruder");
+    write_log_dir(
+        &intruder,
+        &[
+            PartitionSpec::new("intruder", 0, vec![SegmentSpec::new(data_batches(0, 20, 3, 0))])
+                .index_interval(KAFKA_INDEX_INTERVAL),
+        ],
+    );
+    let other_cluster = "T3RoZXJDbHVzdGVySWQwMA";
+    segment_format::checkpoint::MetaProperties {
+        version: segment_format::checkpoint::MetaPropertiesVersion::V1,
+        cluster_id: Some(other_cluster.into()),
+        node_id: Some(1),
+        directory_id: None,
+    }
+    .write(&intruder.join(segment_format::dir::META_PROPERTIES_FILE))
+    .unwrap();
+    let mirror = root.path().join("mirror");
+    let plain = strings(&["--plaintext"]);
+    let mut applier = Service::start("tail-apply", &apply_args(&mirror, &["--listen", "127.0.0.1:0"], &plain));
+    let addr = applier.bound();
+    let mut shipper = Service::start("ship", &ship_args(&source, &["--connect", &addr], &plain));
+    wait_mirrored(&source, &mirror, &mut [&mut applier, &mut shipper]);
+    assert_clean_exit(shipper);
+
+    let mut other = Service::start("ship", &ship_args(&intruder, &["--connect", &addr], &plain));
+    let refusal = other.wait_for("refused: ");
+    assert!(
+        refusal.contains(other_cluster) && refusal.contains("MkU3OEVBNTcwNTJENDM2Qg"),
+        "{refusal}"
+    );
+    assert!(other.running() && applier.running());
+    assert!(!mirror.join("intruder-0").exists());
+    assert_clean_exit(other);
+    assert_clean_exit(applier);
+}
+
 /// `segmirror status --json` of a tailed mirror: its `tail` rows by partition name.
 fn tail_status(mirror: &Path) -> std::collections::BTreeMap<String, serde_json::Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_segmirror"))

@@ -133,12 +133,14 @@ impl TailCatalog {
                     partition: name,
                     recorded: partition.source_topic_id,
                     offered: topic_id,
+                    of: p.clone(),
                 })
             }
             Err(segmirror_catalog::Error::Promoted { .. }) => {
                 return Err(TailError::NotWritable {
                     partition: name,
                     state: format!("of link {} which is promoted", self.link),
+                    of: p.clone(),
                 })
             }
             Err(e) => return Err(e.into()),
@@ -158,6 +160,7 @@ impl TailCatalog {
             return Err(TailError::NotWritable {
                 partition: name,
                 state: row.state.to_string(),
+                of: p.clone(),
             });
         }
         let topic_id = Uuid(p.topic_id).to_string();
@@ -166,6 +169,7 @@ impl TailCatalog {
                 partition: name,
                 recorded: row.source_topic_id,
                 offered: topic_id,
+                of: p.clone(),
             });
         }
         if let (Some(end), Some(segment_base)) = (row.installed_end_offset, chunk_segment) {
@@ -373,11 +377,72 @@ impl TailCatalog {
         Ok(())
     }
 
+    /// The source topic of `p` was recreated (the shipper offers `p.topic_id`, the mirror holds another lineage):
+    /// the partition is paused with the offered lineage pending, and an event says why and what to do, once
+    /// (`segmirror_catalog::Catalog::hold_lineage`). What the mirror holds of the old lineage stays, for promotion
+    /// or a reset.
+    pub(super) fn hold_lineage(&mut self, p: &PartitionRef) -> TailResult<()> {
+        let key = self.key(p);
+        let row = match self.catalog.partition(&key) {
+            Ok(row) => row,
+            Err(segmirror_catalog::Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let remedy = format!(
+            "`segmirror link reset-partition {} {} {}` archives the mirror's copy and mirrors the new topic from its \
+             start",
+            self.link, p.topic, p.partition
+        );
+        self.catalog
+            .hold_lineage(row.id, &Uuid(p.topic_id).to_string(), &remedy)?;
+        Ok(())
+    }
+
+    /// Whether an operator accepted `p`'s lineage (`p.topic_id`) in place of the one the mirror holds (`segmirror
+    /// link reset-partition`): the appender then archives the old lineage and switches ([`Self::switch_lineage`]).
+    pub(super) fn lineage_accepted(&mut self, p: &PartitionRef) -> TailResult<bool> {
+        let row = match self.catalog.partition(&self.key(p)) {
+            Ok(row) => row,
+            Err(segmirror_catalog::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let offered = Uuid(p.topic_id).to_string();
+        Ok(self
+            .catalog
+            .pending_lineage(row.id)?
+            .is_some_and(|pending| pending.accepted && pending.source_topic_id == offered))
+    }
+
+    /// Records `p`'s lineage as the partition's, its old segments forgotten (their files are archived already):
+    /// the data before the catalog, as `start_new_lineage` asks.
+    pub(super) fn switch_lineage(&mut self, p: &PartitionRef) -> TailResult<()> {
+        let row = self.catalog.partition(&self.key(p))?;
+        self.catalog
+            .start_new_lineage(row.id, &Uuid(p.topic_id).to_string(), 0)?;
+        self.catalog.clear_pending_lineage(row.id)?;
+        self.ids.remove(&tp_name(p));
+        Ok(())
+    }
+
+    /// Whether a partition this appender stopped may be applied again: its lineage was accepted, or it was resumed
+    /// (no longer paused).
+    pub(super) fn writable_again(&mut self, p: &PartitionRef) -> TailResult<bool> {
+        if self.lineage_accepted(p)? {
+            return Ok(true);
+        }
+        Ok(match self.catalog.partition(&self.key(p)) {
+            Ok(row) => row.state == PartitionState::Mirroring && row.source_topic_id == Uuid(p.topic_id).to_string(),
+            Err(segmirror_catalog::Error::NotFound { .. }) => true,
+            Err(e) => return Err(e.into()),
+        })
+    }
+
     fn not_writable(&self, p: &PartitionRef, e: segmirror_catalog::Error) -> TailError {
         match e {
             segmirror_catalog::Error::Promoted { .. } => TailError::NotWritable {
                 partition: tp_name(p),
                 state: PartitionState::Promoted.to_string(),
+                of: p.clone(),
             },
             e => e.into(),
         }

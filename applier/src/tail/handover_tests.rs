@@ -238,8 +238,13 @@ async fn handover_skips_a_paused_partition_and_its_chunks_are_refused() {
     assert_eq!(positions(&mut a).await, vec![]);
     let (base0, bytes0) = &f.segs[0];
     let err = a.apply_chunk(&chunks_of(*base0, bytes0, 1)[0]).await.unwrap_err();
-    let msg = format!("{:?}", std::error::Error::source(&err));
-    assert!(msg.contains("NotWritable") && msg.contains("paused"), "{msg}");
+    // The partition alone stops; the session goes on with the others.
+    assert!(
+        matches!(&err, DirectError::PartitionStopped { partition, .. } if *partition == pref()),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("paused"), "{msg}");
     assert_eq!(std::fs::read(mirror_log(&f.mirror, *base0)).unwrap(), *bytes0);
 }
 
@@ -253,7 +258,8 @@ async fn handover_refuses_a_partition_installed_for_another_link() {
     assert_eq!(positions(&mut a).await, vec![]);
     let (base0, bytes0) = &f.segs[0];
     let err = a.apply_chunk(&chunks_of(*base0, bytes0, 1)[0]).await.unwrap_err();
-    let msg = format!("{}", std::error::Error::source(&err).unwrap());
+    assert!(matches!(&err, DirectError::PartitionStopped { .. }), "{err:?}");
+    let msg = err.to_string();
     assert!(
         msg.contains("under link seeded") && msg.contains("serves link other-link"),
         "{msg}"
@@ -277,11 +283,31 @@ async fn handover_refuses_a_shipper_of_another_lineage() {
         ..pref()
     };
     let err = a.apply_chunk(&c).await.unwrap_err();
-    let msg = format!("{}", std::error::Error::source(&err).unwrap());
-    assert!(msg.contains("topic id differs"), "{msg}");
+    assert!(
+        matches!(&err, DirectError::PartitionStopped { partition, .. } if partition.topic_id == [9; 16]),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("recreated") && msg.contains("reset-partition"), "{msg}");
     assert_eq!(
         std::fs::metadata(mirror_log(&f.mirror, *base1)).unwrap().len(),
         cut as u64
+    );
+    // Recorded for `status`: the partition paused, with an event naming both ids and the command; once only.
+    let row = look.partition(&key(LINK)).unwrap();
+    assert_eq!(row.state, CatalogState::Paused);
+    a.apply_chunk(&c).await.unwrap_err();
+    let breaks: Vec<_> = look
+        .events(Some(segmirror_catalog::Subject::Partition(&key(LINK))), 100)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == segmirror_catalog::EventKind::LineageBreak)
+        .collect();
+    assert_eq!(breaks.len(), 1, "{breaks:?}");
+    assert!(
+        breaks[0].detail.contains(&Uuid([9; 16]).to_string()),
+        "{}",
+        breaks[0].detail
     );
 }
 

@@ -8,6 +8,7 @@ use segment_format::log::scan_frames;
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::writer::{PartitionWriter, WriterConfig};
+use segmirror_transport::direct::error::ErrorClass;
 use segmirror_transport::direct::payload::{Companion, CompanionKind, PartitionRef, SegmentSeal};
 use sha2::Digest;
 
@@ -254,7 +255,9 @@ async fn tail_bad_chunks_are_refused_with_nothing_written() {
     ));
     for (what, reason, c) in bad {
         let e = a.apply_chunk(&c).await.expect_err(what);
-        assert!(matches!(e, DirectError::Local { .. }), "{what}: {e}");
+        // The shipper's bytes: the session ends, never the applier (`TailError::into_direct`).
+        assert!(matches!(e, DirectError::PeerData { .. }), "{what}: {e}");
+        assert_eq!(e.class(), ErrorClass::Transient, "{what}: {e}");
         assert!(e.to_string().contains(reason), "{what}: {e}");
         assert_eq!(file_len(&path), end as u64, "{what}: nothing written");
         assert_eq!(position(&mut a).await, Some((*base, end as u64, false)), "{what}");
@@ -310,8 +313,8 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
         a.apply_chunk(&c).await.unwrap();
     }
     let good = seal_of(&f.source, *base, bytes, true);
-    let mut wrong_log = good.clone();
-    wrong_log.log_sha256[0] ^= 1;
+    // (A seal whose `.log` digest differs from the mirror's bytes quarantines the segment instead:
+    // `peer_fault_tests::a_forged_segment_is_quarantined_at_its_seal_and_resent`.)
     let mut wrong_companion = good.clone();
     wrong_companion.companions[0].sha256[5] ^= 1;
     let mut twice = good.clone();
@@ -338,7 +341,6 @@ async fn tail_seal_with_a_wrong_digest_is_refused() {
     };
     let before = own_index();
     for (what, seal) in [
-        ("log", wrong_log),
         ("companion", wrong_companion),
         ("twice", twice),
         ("size", wrong_size),
@@ -400,7 +402,8 @@ async fn tail_seal_uses_the_running_digest_and_after_a_restart_reads_the_file() 
     let (base, bytes) = &f.segs[1];
     let path = mirror_log(&f.mirror, *base);
     let mut on_disk = std::fs::read(&path).unwrap();
-    on_disk[10] ^= 0x40;
+    let last = on_disk.len() - 1;
+    on_disk[last] ^= 0x40;
     std::fs::write(&path, &on_disk).unwrap();
     let mut a = TailAppender::open(&f.mirror).unwrap();
     let e = a
@@ -408,12 +411,16 @@ async fn tail_seal_uses_the_running_digest_and_after_a_restart_reads_the_file() 
         .await
         .unwrap_err();
     assert!(e.to_string().contains("SHA-256"), "{e}");
-    assert_eq!(running_seals(&a), 0);
-    on_disk[10] ^= 0x40;
-    std::fs::write(&path, &on_disk).unwrap();
+    assert_eq!(running_seals(&a), 0, "the file was read");
+    // The segment is quarantined (archived as a truncation) and starts again at byte 0; resent, it seals.
+    assert!(e.to_string().contains("archived"), "{e}");
+    assert_eq!(position(&mut a).await, Some((*base, 0, false)));
+    for c in chunks_of(*base, bytes, 3) {
+        a.apply_chunk(&c).await.unwrap();
+    }
     a.apply_seal(&seal_of(&f.source, *base, bytes, false)).await.unwrap();
-    assert_eq!(running_seals(&a), 0, "sealed from the file");
     assert_eq!(position(&mut a).await, Some((*base, bytes.len() as u64, true)));
+    assert_eq!(&std::fs::read(&path).unwrap(), bytes);
 }
 
 #[tokio::test]

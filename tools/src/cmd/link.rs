@@ -115,6 +115,15 @@ enum Command {
     Promote { name: String },
     /// -> deleted: a tombstone; every service of the link refuses it.
     Delete { name: String },
+    /// Mirror a recreated source topic's partition anew. When the source topic is deleted and recreated (another
+    /// topic id), the applier stops that partition alone (paused, `status` says why) and keeps the old lineage's
+    /// copy. This archives that copy under the mirror's `.archive/` and mirrors the new topic from its start; a
+    /// running applier takes it up within seconds. Give the applier's catalog (--mirror or --catalog).
+    ResetPartition {
+        name: String,
+        topic: String,
+        partition: i32,
+    },
 }
 
 /// A link as `list --json`/`describe --json` print it.
@@ -261,6 +270,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Pause { name } => transition(&mut catalog, &name, LinkState::Paused)?,
         Command::Resume { name } => transition(&mut catalog, &name, LinkState::Active)?,
         Command::Delete { name } => transition(&mut catalog, &name, LinkState::Deleted)?,
+        Command::ResetPartition { name, topic, partition } => {
+            let key = segmirror_catalog::PartitionKey::new(&name, &topic, partition);
+            let (p, pending) = catalog
+                .accept_lineage(&key)
+                .with_context(|| format!("resetting {key} in catalog {}", path.display()))?;
+            println!(
+                "{key}: the mirror's copy of source topic id {} is archived and source topic id {pending} mirrored \
+                 from its start when the applier next hears from the shipper (a running applier: within seconds)",
+                p.source_topic_id
+            );
+        }
         Command::Promote { name } => {
             transition(&mut catalog, &name, LinkState::Promoted)?;
             let catalog_arg = match &args.catalog {

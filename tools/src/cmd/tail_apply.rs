@@ -52,7 +52,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     mirror: PathBuf,
     /// Accept only a shipper of this source cluster (its `meta.properties` cluster.id); a shipper of another
-    /// cluster is refused and its link pauses. Without it, any cluster's shipper is accepted.
+    /// cluster is refused and its link pauses. Without it, the link follows the source cluster its first shipper
+    /// names (recorded in the catalog), and a shipper of another cluster is refused the same way.
     #[arg(long, value_name = "ID")]
     source_cluster_id: Option<String>,
     /// The catalog recording the link, the partitions and every sealed segment (what `promote` reads).
@@ -134,6 +135,34 @@ fn peer_link_id_check(catalog_path: PathBuf, link: String) -> PeerLinkIdCheck {
     }))
 }
 
+/// The shipper's source cluster checked against the one this catalog's link follows, adopting the first one seen
+/// (as the link id is): a link mirrors one source cluster, and a shipper of another one is refused naming both ids,
+/// its topics never installed. `--source-cluster-id` names the cluster up front instead.
+fn peer_source_cluster_check(catalog_path: PathBuf, link: String) -> PeerLinkIdCheck {
+    PeerLinkIdCheck(Arc::new(move |cluster: &str| {
+        let found = segmirror_catalog::Catalog::open(&catalog_path)
+            .and_then(|mut c| c.adopt_source_cluster_id(&link, cluster))
+            .map_err(|e| {
+                format!(
+                    "checking the shipper's source cluster in catalog {}: {e}",
+                    catalog_path.display()
+                )
+            })?;
+        match found {
+            PeerLink::Adopted => {
+                tracing::info!(link = %link, source_cluster = %cluster, "this link now follows the shipper's source cluster");
+                Ok(())
+            }
+            PeerLink::Same => Ok(()),
+            PeerLink::Other { recorded } => Err(format!(
+                "this applier's link {link:?} mirrors source cluster {recorded}, the shipper ships from cluster \
+                 {cluster}: a link mirrors one source cluster; ship the other cluster under another link, into \
+                 another mirror"
+            )),
+        }
+    }))
+}
+
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.mirror).with_context(|| format!("creating mirror root {}", args.mirror.display()))?;
     let keep = args
@@ -168,6 +197,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let link = args.link;
     let mut handshake = HandshakeConfig::new(Role::Applier, link.link.clone(), args.source_cluster_id);
     handshake.peer_link_id = Some(peer_link_id_check(catalog_path.clone(), link.link.clone()));
+    if handshake.source_cluster_id.is_none() {
+        handshake.peer_source_cluster = Some(peer_source_cluster_check(catalog_path.clone(), link.link.clone()));
+    }
     let link_meter = Arc::new(LinkMeter::default());
     link_meter.set_paused(starts_paused);
     let meter = Arc::new(ApplierMeter::default());

@@ -156,6 +156,27 @@ pub enum DirectError {
         holder_node: i32,
         holder_epoch: i32,
     },
+    /// The peer's bytes or values cannot be applied: a batch that fails its CRC-32C, offsets going back, a seal
+    /// whose digest differs from the bytes, a topic name Kafka would refuse, a log start beyond what the mirror
+    /// holds. Nothing of it was applied; the session ends with a Goodbye naming the cause, and the next session
+    /// resumes from what is durable. Transient: a broken or hostile peer ends its own session, never this process.
+    #[error("refused the peer's {what}: {reason}")]
+    PeerData { what: &'static str, reason: String },
+
+    /// `partition` cannot be applied until an operator acts (its source topic was recreated: another topic id;
+    /// the partition was paused): the session discards what it receives of it, as of a partition it does not hold,
+    /// and the link's other partitions go on. The reason says what to do.
+    #[error("{}-{} stopped: {reason}", partition.topic, partition.partition)]
+    PartitionStopped {
+        partition: super::codes::PartitionRef,
+        reason: String,
+    },
+
+    /// A partition this session stopped may be applied again (an operator reset or resumed it): the session ends so
+    /// that the next one resumes it from the mirror's position. Transient.
+    #[error("{reason}; a new session resumes it")]
+    Resync { reason: String },
+
     /// The shipper's source no longer holds bytes it shipped (truncated or rewritten under the feed), on a session
     /// that agreed `FEATURE_TRUNCATE`: the session ends so that the next one's Resume says where the mirror ends
     /// and the feed can send a Truncate (`docs/direct-protocol.md` §6, Truncate). Transient.
@@ -202,6 +223,9 @@ impl DirectError {
             | DirectError::Io { .. }
             | DirectError::Protocol { .. }
             | DirectError::Fenced { .. }
+            | DirectError::PeerData { .. }
+            | DirectError::PartitionStopped { .. }
+            | DirectError::Resync { .. }
             | DirectError::SourceDiverged { .. } => ErrorClass::Transient,
             // Busy: another session still serves the link (often the previous connection of this very peer,
             // not yet timed out on the other side); it clears by itself.

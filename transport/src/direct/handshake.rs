@@ -88,6 +88,10 @@ pub struct HandshakeConfig {
     /// Applier only: checks the id a shipper's LinkId names (and adopts the first one seen); `Some` offers
     /// [`FEATURE_LINK_ID`]. A refusal is sent to the shipper as Refuse(`Link`).
     pub peer_link_id: Option<PeerLinkIdCheck>,
+    /// Applier only, when [`HandshakeConfig::source_cluster_id`] names none: checks the source cluster id a
+    /// shipper's Hello names (and adopts the first one seen, so the link follows one cluster). A refusal is sent
+    /// to the shipper as Refuse(`SourceCluster`), before HelloAck.
+    pub peer_source_cluster: Option<PeerLinkIdCheck>,
 }
 
 /// The applier's check of a shipper's link id (feature bit 9): `Ok` to go on, `Err(message)` naming both ids to
@@ -121,6 +125,7 @@ impl HandshakeConfig {
             shipper_node_id: None,
             link_id: None,
             peer_link_id: None,
+            peer_source_cluster: None,
         }
     }
 
@@ -328,7 +333,24 @@ where
         Frame::Hello(h) => h,
         other => return Err(unexpected("waiting for the peer's Hello", "Hello", &other)),
     };
-    let ack = match negotiate(config, &peer) {
+    let mut verdict = negotiate(config, &peer);
+    if let (Ok(_), Role::Applier, Some(check), Some(cluster)) = (
+        &verdict,
+        config.role,
+        config.peer_source_cluster.clone(),
+        peer.source_cluster_id.clone(),
+    ) {
+        let judged = tokio::task::spawn_blocking(move || (check.0)(&cluster))
+            .await
+            .map_err(|e| DirectError::Local {
+                what: "checking the shipper's source cluster",
+                source: Box::new(e),
+            })?;
+        if let Err(message) = judged {
+            verdict = Err((RefuseReason::SourceCluster, message));
+        }
+    }
+    let ack = match verdict {
         Ok(ack) => ack,
         Err((reason, message)) => {
             let refuse = Refuse {

@@ -63,6 +63,11 @@ use crate::link_meta::LinkMeta;
 /// 64 chunks of a tail's typical tens of KiB are a few MiB, written in a few milliseconds.
 pub const MAX_GROUP_CHUNKS: usize = 64;
 
+/// How often a session with stopped partitions asks whether one may be applied again
+/// ([`ChunkApplier::writable_again`]): 2 s, so an operator's reset takes effect within seconds while a stopped
+/// partition costs one catalog read per interval.
+pub const STOPPED_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A partition's durable end as the applier reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DurablePosition {
@@ -235,6 +240,14 @@ pub trait ChunkApplier: Send + 'static {
         async move { Err(DirectError::Protocol { reason }) }
     }
 
+    /// Whether any of `stopped` (partitions this session stopped on a [`DirectError::PartitionStopped`]) may be
+    /// applied again: an operator reset or resumed it. Asked every [`STOPPED_RECHECK`] while any is stopped; `true`
+    /// ends the session so that the next one resumes them. The default: never.
+    fn writable_again(&mut self, stopped: &[PartitionRef]) -> impl Future<Output = Result<bool>> + Send {
+        let _ = stopped;
+        async { Ok(false) }
+    }
+
     /// Feature bit 6, several sessions on one mirror: the next grant of another session that displaced a claim of
     /// this one. Cancel-safe (the session drops it when a frame comes first). The default never yields (one
     /// session: nobody displaces it).
@@ -303,6 +316,9 @@ impl<A: ChunkApplier> ApplierSession<A> {
             durable.clear();
         }
         let mut claimed: HashSet<PartitionRef> = HashSet::new();
+        // Partitions the applier stopped in this session ([`DirectError::PartitionStopped`]): what comes of them is
+        // discarded, the others go on.
+        let mut stopped: HashSet<PartitionRef> = HashSet::new();
         let node = session.peer.shipper_node_id.unwrap_or(-1);
         let mut ends: HashMap<PartitionRef, End> = HashMap::new();
         for d in &durable {
@@ -353,6 +369,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let mut stashed = None;
         // Feature bit 8: the link metadata version being received.
         let mut meta = MetaAssembler::new(&session.link);
+        let mut recheck = Instant::now() + STOPPED_RECHECK;
         loop {
             let polled = match stashed.take() {
                 Some(polled) => polled,
@@ -367,6 +384,21 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     r = &mut writer => return Err(writer_ended(r)),
                     _ = tokio::time::sleep_until(last_recv + idle) => {
                         return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
+                    }
+                    _ = tokio::time::sleep_until(recheck), if !stopped.is_empty() => {
+                        recheck = Instant::now() + STOPPED_RECHECK;
+                        let list: Vec<PartitionRef> = stopped.iter().cloned().collect();
+                        match self.applier.writable_again(&list).await {
+                            Ok(false) => continue,
+                            Ok(true) => {
+                                let names: Vec<String> = list.iter().map(tp).collect();
+                                let e = DirectError::Resync {
+                                    reason: format!("a stopped partition of {} may be applied again", names.join(", ")),
+                                };
+                                return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                            }
+                            Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
+                        }
                     }
                     revoke = self.applier.next_revoke() => {
                         tracing::warn!(
@@ -441,21 +473,22 @@ impl<A: ChunkApplier> ApplierSession<A> {
                         }
                     }
                     let mut credit = 0;
-                    if cluster {
-                        // Chunks of partitions this session does not hold are discarded, their credit granted back.
-                        group.retain(|c| {
-                            let held = claimed.contains(&c.partition);
-                            if !held {
-                                credit += chunk_cost(c);
-                                discard("Chunk", &c.partition);
-                            }
-                            held
-                        });
-                    }
-                    match stream
-                        .during(self.on_chunks(&mut ends, &mut claimed, cluster, group))
-                        .await
-                    {
+                    // Chunks of partitions this session does not hold (or stopped) are discarded, their credit
+                    // granted back.
+                    group.retain(|c| {
+                        let held = held(cluster, &claimed, &stopped, &c.partition);
+                        if !held {
+                            credit += chunk_cost(c);
+                            discard("Chunk", &c.partition, &stopped);
+                        }
+                        held
+                    });
+                    let mut held_set = Held {
+                        cluster,
+                        claimed: &mut claimed,
+                        stopped: &mut stopped,
+                    };
+                    match stream.during(self.on_chunks(&mut ends, &mut held_set, group)).await {
                         Ok(mut replies) => {
                             if let Some(Frame::Credit { bytes }) = replies.last_mut() {
                                 *bytes += credit;
@@ -465,16 +498,16 @@ impl<A: ChunkApplier> ApplierSession<A> {
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                 }
-                Frame::SegmentSeal(seal) if cluster && !claimed.contains(&seal.partition) => {
-                    discard("SegmentSeal", &seal.partition);
+                Frame::SegmentSeal(seal) if !held(cluster, &claimed, &stopped, &seal.partition) => {
+                    discard("SegmentSeal", &seal.partition, &stopped);
                     vec![Frame::Credit {
                         bytes: seal_cost(&seal),
                     }]
                 }
                 Frame::SegmentSeal(seal) => match stream.during(self.on_seal(&mut ends, &seal)).await {
                     Ok(replies) => replies,
-                    Err(DirectError::Fenced { partition, .. }) if cluster => {
-                        unclaim(&mut claimed, &mut ends, &partition, "SegmentSeal");
+                    Err(e) if is_partition_refusal(&e, cluster) => {
+                        drop_partition(&mut claimed, &mut stopped, &mut ends, e, "SegmentSeal");
                         vec![Frame::Credit {
                             bytes: seal_cost(&seal),
                         }]
@@ -512,36 +545,40 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     }
                     vec![Frame::ClaimResult(decision.result(&c.partition))]
                 }
-                Frame::Roll(roll) if cluster && !claimed.contains(&roll.partition) => {
-                    discard("Roll", &roll.partition);
+                Frame::Roll(roll) if cluster && !held(cluster, &claimed, &stopped, &roll.partition) => {
+                    discard("Roll", &roll.partition, &stopped);
                     continue;
                 }
                 Frame::Roll(roll) if cluster => match self.on_roll(&mut ends, &roll).await {
                     Ok(replies) => replies,
-                    Err(DirectError::Fenced { partition, .. }) => {
-                        unclaim(&mut claimed, &mut ends, &partition, "Roll");
+                    Err(e) if is_partition_refusal(&e, cluster) => {
+                        drop_partition(&mut claimed, &mut stopped, &mut ends, e, "Roll");
                         continue;
                     }
                     Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },
-                Frame::LogStart(l) if cluster && !claimed.contains(&l.partition) => {
-                    discard("LogStart", &l.partition);
+                Frame::LogStart(l) if !held(cluster, &claimed, &stopped, &l.partition) => {
+                    discard("LogStart", &l.partition, &stopped);
                     continue;
                 }
-                Frame::SegmentReplace(piece) if cluster && !claimed.contains(&piece.partition) => {
-                    discard("SegmentReplace", &piece.partition);
+                Frame::SegmentReplace(piece) if !held(cluster, &claimed, &stopped, &piece.partition) => {
+                    discard("SegmentReplace", &piece.partition, &stopped);
                     vec![Frame::Credit {
                         bytes: replace_cost(&piece),
                     }]
                 }
                 // Advisory: a report of a partition another shipper holds is not this one's to make.
-                Frame::SourceProgress(p) if cluster && !claimed.contains(&p.partition) => continue,
+                Frame::SourceProgress(p) if !held(cluster, &claimed, &stopped, &p.partition) => continue,
+                Frame::Truncate(t) if !held(cluster, &claimed, &stopped, &t.partition) => {
+                    discard("Truncate", &t.partition, &stopped);
+                    continue;
+                }
                 Frame::LogStart(l) if session.features & FEATURE_LOG_START != 0 => {
                     // No position moves: nothing to acknowledge, no credit was taken.
                     match self.applier.apply_log_start(&l).await {
                         Ok(()) => {}
-                        Err(DirectError::Fenced { partition, .. }) if cluster => {
-                            unclaim(&mut claimed, &mut ends, &partition, "LogStart")
+                        Err(e) if is_partition_refusal(&e, cluster) => {
+                            drop_partition(&mut claimed, &mut stopped, &mut ends, e, "LogStart")
                         }
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
@@ -570,8 +607,12 @@ impl<A: ChunkApplier> ApplierSession<A> {
                 }
                 Frame::Truncate(t) if session.features & FEATURE_TRUNCATE != 0 => {
                     // No credit was taken and no Ack follows: the shipper moved its own position when it sent it.
-                    if let Err(e) = self.on_truncate(&mut ends, &t).await {
-                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                    match self.on_truncate(&mut ends, &t).await {
+                        Ok(()) => {}
+                        Err(e) if is_partition_refusal(&e, cluster) => {
+                            drop_partition(&mut claimed, &mut stopped, &mut ends, e, "Truncate")
+                        }
+                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                     continue;
                 }
@@ -579,8 +620,8 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     // No position moves: no Ack; the credit comes back once the piece is durable.
                     match self.applier.apply_replace(&piece).await {
                         Ok(()) => {}
-                        Err(DirectError::Fenced { partition, .. }) if cluster => {
-                            unclaim(&mut claimed, &mut ends, &partition, "SegmentReplace")
+                        Err(e) if is_partition_refusal(&e, cluster) => {
+                            drop_partition(&mut claimed, &mut stopped, &mut ends, e, "SegmentReplace")
                         }
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
@@ -613,8 +654,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
     async fn on_chunks(
         &mut self,
         ends: &mut HashMap<PartitionRef, End>,
-        claimed: &mut HashSet<PartitionRef>,
-        cluster: bool,
+        held_set: &mut Held<'_>,
         group: Vec<Chunk>,
     ) -> Result<Vec<Frame>> {
         let mut credit = 0u64;
@@ -622,9 +662,9 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let mut batch: Vec<Chunk> = Vec::with_capacity(group.len());
         for chunk in group {
             credit += chunk_cost(&chunk);
-            if cluster && !claimed.contains(&chunk.partition) {
-                // Fenced by an earlier chunk of this group (feature bit 6): discarded.
-                discard("Chunk", &chunk.partition);
+            if !held(held_set.cluster, held_set.claimed, held_set.stopped, &chunk.partition) {
+                // Fenced (feature bit 6) or stopped by an earlier chunk of this group: discarded.
+                discard("Chunk", &chunk.partition, held_set.stopped);
                 continue;
             }
             match verdict(ends, &chunk)? {
@@ -643,16 +683,18 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     batch.push(chunk);
                 }
                 Verdict::AlreadyApplied => {
-                    self.apply_batch(&mut batch, &mut acks, ends, claimed).await?;
+                    self.apply_batch(&mut batch, &mut acks, ends, held_set).await?;
                     match self.applier.check_applied(&chunk).await {
                         Ok(()) => {}
-                        Err(DirectError::Fenced { partition, .. }) => unclaim(claimed, ends, &partition, "Chunk"),
+                        Err(e) if is_partition_refusal(&e, held_set.cluster) => {
+                            drop_partition(held_set.claimed, held_set.stopped, ends, e, "Chunk")
+                        }
                         Err(e) => return Err(e),
                     }
                 }
             }
         }
-        self.apply_batch(&mut batch, &mut acks, ends, claimed).await?;
+        self.apply_batch(&mut batch, &mut acks, ends, held_set).await?;
         let mut replies: Vec<Frame> = acks.into_iter().map(Frame::Ack).collect();
         replies.push(Frame::Credit { bytes: credit });
         Ok(replies)
@@ -660,14 +702,15 @@ impl<A: ChunkApplier> ApplierSession<A> {
 
     /// Makes `batch` durable, then notes one Ack per partition at its highest position (in `acks`, in the order
     /// the partitions first appear).
-    /// A partition the applier reports fenced ([`DirectError::Fenced`], feature bit 6) loses its chunks of the
-    /// batch (discarded, no Ack) and its claim; the rest of the batch is applied.
+    /// A partition the applier reports fenced ([`DirectError::Fenced`], feature bit 6) or stopped
+    /// ([`DirectError::PartitionStopped`]) loses its chunks of the batch (discarded, no Ack) and its claim; the rest
+    /// of the batch is applied.
     async fn apply_batch(
         &mut self,
         batch: &mut Vec<Chunk>,
         acks: &mut Vec<Position>,
         ends: &mut HashMap<PartitionRef, End>,
-        claimed: &mut HashSet<PartitionRef>,
+        held_set: &mut Held<'_>,
     ) -> Result<()> {
         loop {
             if batch.is_empty() {
@@ -680,9 +723,15 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     }
                     break;
                 }
-                Err(DirectError::Fenced { partition, .. }) if batch.iter().any(|c| c.partition == partition) => {
+                Err(e) if is_partition_refusal(&e, held_set.cluster) => {
+                    let Some(partition) = refused_partition(&e).cloned() else {
+                        return Err(e);
+                    };
+                    if !batch.iter().any(|c| c.partition == partition) {
+                        return Err(e);
+                    }
                     batch.retain(|c| c.partition != partition);
-                    unclaim(claimed, ends, &partition, "Chunk");
+                    drop_partition(held_set.claimed, held_set.stopped, ends, e, "Chunk");
                 }
                 Err(e) => return Err(e),
             }
@@ -802,24 +851,74 @@ impl<A: ChunkApplier> ApplierSession<A> {
     }
 }
 
-/// An item of a partition this session does not hold (feature bit 6): discarded, said once per item.
-fn discard(what: &'static str, partition: &PartitionRef) {
+/// Which partitions a session applies: with several shippers (feature bit 6) only those it claimed; never those
+/// the applier stopped in this session.
+struct Held<'a> {
+    cluster: bool,
+    claimed: &'a mut HashSet<PartitionRef>,
+    stopped: &'a mut HashSet<PartitionRef>,
+}
+
+/// Whether this session applies what it receives of `partition` (see [`Held`]).
+fn held(cluster: bool, claimed: &HashSet<PartitionRef>, stopped: &HashSet<PartitionRef>, p: &PartitionRef) -> bool {
+    (!cluster || claimed.contains(p)) && !stopped.contains(p)
+}
+
+/// An item of a partition this session does not apply (feature bit 6: not held; or stopped): discarded. A stopped
+/// partition was said once when it stopped; what follows of it is only counted at debug level.
+fn discard(what: &'static str, partition: &PartitionRef, stopped: &HashSet<PartitionRef>) {
+    if stopped.contains(partition) {
+        tracing::debug!(partition = %tp(partition), what, "the partition is stopped; discarded");
+        return;
+    }
     tracing::warn!(
         partition = %tp(partition), what,
         "refused: this shipper's session does not hold the partition (another claim displaced it, or it never claimed it); discarded"
     );
 }
 
-/// The applier fenced `partition` (another session's grant displaced this one's): forget the claim.
-fn unclaim(
+/// An error of the applier that concerns one partition only: fenced (feature bit 6, several shippers) or stopped.
+fn is_partition_refusal(e: &DirectError, cluster: bool) -> bool {
+    match e {
+        DirectError::Fenced { .. } => cluster,
+        DirectError::PartitionStopped { .. } => true,
+        _ => false,
+    }
+}
+
+fn refused_partition(e: &DirectError) -> Option<&PartitionRef> {
+    match e {
+        DirectError::Fenced { partition, .. } | DirectError::PartitionStopped { partition, .. } => Some(partition),
+        _ => None,
+    }
+}
+
+/// The applier refused `partition` alone (see [`is_partition_refusal`]): a fenced one loses its claim (another
+/// session's grant displaced this one's), a stopped one is discarded for the rest of the session, said once.
+fn drop_partition(
     claimed: &mut HashSet<PartitionRef>,
+    stopped: &mut HashSet<PartitionRef>,
     ends: &mut HashMap<PartitionRef, End>,
-    partition: &PartitionRef,
+    e: DirectError,
     what: &'static str,
 ) {
-    discard(what, partition);
-    claimed.remove(partition);
-    ends.remove(partition);
+    match e {
+        DirectError::PartitionStopped { partition, reason } => {
+            tracing::error!(
+                partition = %tp(&partition), what, %reason,
+                "the partition stopped; the link's other partitions go on"
+            );
+            claimed.remove(&partition);
+            ends.remove(&partition);
+            stopped.insert(partition);
+        }
+        DirectError::Fenced { partition, .. } => {
+            discard(what, &partition, stopped);
+            claimed.remove(&partition);
+            ends.remove(&partition);
+        }
+        _ => {}
+    }
 }
 
 /// The MirrorLayout frames of the partitions of a Resume, in its order: each partition's sealed segments in frames

@@ -220,6 +220,11 @@ impl<A: ChunkApplier> ChunkApplier for ClusterMember<A> {
         state.applier.apply_progress(progress).await
     }
 
+    async fn writable_again(&mut self, stopped: &[PartitionRef]) -> Result<bool> {
+        let mut state = self.state.lock().await;
+        state.applier.writable_again(stopped).await
+    }
+
     async fn apply_roll(&mut self, roll: &Roll) -> Result<()> {
         let mut state = self.state.lock().await;
         self.fence(&state, "Roll", [&roll.partition])?;
