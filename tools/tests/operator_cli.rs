@@ -1,6 +1,7 @@
 //! What an operator reads from the binary: `apply --help` listing every flag of both of its modes (the store apply
-//! and the tail applier) with each mode's requirements, `segmirror: error:` lines naming each cause once, and log
-//! lines without colour escape codes when stderr is not a terminal.
+//! and the tail applier) with each mode's requirements, `segmirror: error:` lines naming each cause once, log
+//! lines without colour escape codes when stderr is not a terminal, and `ship --store` given a relative `--log-dir`
+//! shipping an append at once (not at the watcher's 10 s rescan).
 
 mod common;
 
@@ -8,8 +9,8 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::segmirror;
 use common::service::{test_home, PATIENCE};
+use common::{data_batches, segmirror, write_log_dir, PartitionSpec, SegmentSpec};
 
 /// The long flags (`--name`) at the start of the option lines of a help page.
 fn option_flags(help: &str) -> BTreeSet<String> {
@@ -264,4 +265,81 @@ fn log_lines_written_to_a_file_carry_no_colour_codes() {
     let text = String::from_utf8_lossy(&bytes);
     assert!(text.contains("listening"), "{text}");
     assert!(!bytes.contains(&0x1b), "an escape code in the log file:\n{text:?}");
+}
+
+/// `ship --store` with a relative `--log-dir` (the working directory the log dir's parent): an append is shipped
+/// as a new version within seconds, well inside the watcher's 10 s rescan, so its file notifications are matched
+/// to the log dir.
+#[test]
+fn ship_store_with_a_relative_log_dir_ships_an_append_within_seconds() {
+    let root = tempfile::tempdir().unwrap();
+    let source = root.path().join("source");
+    write_log_dir(
+        &source,
+        &[PartitionSpec::new("orders", 0, vec![SegmentSpec::new(data_batches(0, 10, 3, 0))]).index_interval(4096)],
+    );
+    let store = root.path().join("bucket");
+    let objects = || -> usize {
+        let mut n = 0;
+        let mut dirs = vec![store.clone()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    dirs.push(e.path());
+                } else {
+                    n += 1;
+                }
+            }
+        }
+        n
+    };
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_segmirror"));
+    command
+        .current_dir(root.path())
+        .env("SEGMIRROR_HOME", common::service::test_home())
+        .args([
+            "ship",
+            "--store",
+            "bucket",
+            "--log-dir",
+            "source",
+            "--link",
+            "bk",
+            "--upto",
+            "log-end",
+        ])
+        .args(["--upload-interval-ms", "100"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = command.spawn().unwrap();
+    let start = Instant::now();
+    let mut settled = (objects(), Instant::now());
+    // The first round's objects, then quiet for a second.
+    while settled.0 == 0 || settled.1.elapsed() < Duration::from_secs(1) {
+        assert!(child.try_wait().unwrap().is_none(), "ship --store exited");
+        assert!(start.elapsed() < PATIENCE, "nothing shipped");
+        let now = objects();
+        if now != settled.0 {
+            settled = (now, Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = source.join("orders-0").join("00000000000000000000.log");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    for batch in data_batches(30, 2, 3, 0) {
+        std::io::Write::write_all(&mut f, &batch).unwrap();
+    }
+    drop(f);
+    let appended = Instant::now();
+    while objects() == settled.0 {
+        assert!(child.try_wait().unwrap().is_none(), "ship --store exited");
+        assert!(
+            appended.elapsed() < Duration::from_secs(5),
+            "the append was not shipped within 5 s (the rescan is 10 s): notifications were not matched"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("append shipped after {:?}", appended.elapsed());
+    let _ = child.kill();
+    let _ = child.wait();
 }
