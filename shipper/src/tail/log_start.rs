@@ -64,11 +64,12 @@ pub(super) struct Track {
 }
 
 /// The `log-start-offset-checkpoint` entry of one partition, with the file's stamp when it was read: read again only
-/// when the stamp changes (the broker replaces the file whole, by a rename).
+/// when the stamp changes (the broker replaces the file whole, by a rename: a new inode each time).
 #[derive(Debug, Clone, Default)]
 struct CheckpointRead {
-    /// Modification time and length of the file read; `None`: not read yet, or the file was missing.
-    stamp: Option<(SystemTime, u64)>,
+    /// Inode (0 off Unix), modification time and length of the file read; `None`: not read yet, or the file was
+    /// missing.
+    stamp: Option<(u64, SystemTime, u64)>,
     /// The partition's entry (`None`: no entry, so the log start is the first segment's base).
     entry: Option<i64>,
 }
@@ -81,7 +82,7 @@ impl CheckpointRead {
         let path = partition_dir.parent()?.join(RootCheckpoint::LogStartOffset.file_name());
         let stamp = std::fs::metadata(&path)
             .ok()
-            .and_then(|m| Some((m.modified().ok()?, m.len())));
+            .and_then(|m| Some((inode(&m), m.modified().ok()?, m.len())));
         if stamp.is_none() {
             *self = CheckpointRead::default();
             return None;
@@ -97,6 +98,18 @@ impl CheckpointRead {
             };
         }
         self.entry
+    }
+}
+
+fn inode(meta: &std::fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::MetadataExt::ino(meta)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        0
     }
 }
 
