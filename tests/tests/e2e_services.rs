@@ -40,15 +40,15 @@ fn wait_mirrored(source: &Path, mirror: &Path, services: &mut [&mut Service]) {
     });
 }
 
-#[test]
-fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
-    let broker = KafkaBroker::start(BrokerConfig::new("e2e-services")).unwrap();
-    let bootstrap = broker.bootstrap();
-    admin(&bootstrap, &[TopicSpec::new("alpha", 1)], &[]).unwrap();
-    produce(&bootstrap, "alpha", "a", 50);
+/// The applier's catalog: beside the mirror, one per test (the tests of this file run at the same time).
+fn catalog_of(mirror: &Path) -> std::path::PathBuf {
+    mirror.with_extension("catalog.sqlite")
+}
 
-    let mirror = tempfile::tempdir().unwrap();
-    let mirror_root = mirror.path().to_str().unwrap().to_string();
+/// `segmirror apply --listen` into `mirror` and `segmirror ship --connect` from the broker's log dir, plaintext,
+/// link `dr`, up to the log end.
+fn start_services(broker: &KafkaBroker, mirror: &Path) -> (Service, Service) {
+    let catalog = catalog_of(mirror);
     let mut applier = Service::start(
         "apply",
         [
@@ -56,7 +56,9 @@ fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
             "--listen",
             "127.0.0.1:0",
             "--mirror",
-            &mirror_root,
+            mirror.to_str().unwrap(),
+            "--catalog",
+            catalog.to_str().unwrap(),
             "--link",
             "dr",
             "--plaintext",
@@ -65,7 +67,7 @@ fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
     .patience(PATIENCE);
     let addr = applier.wait_for("listening on ").trim().to_string();
     let log_dir = broker.log_dir().to_str().unwrap().to_string();
-    let mut shipper = Service::start(
+    let shipper = Service::start(
         "ship",
         [
             "ship",
@@ -81,6 +83,18 @@ fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
         ],
     )
     .patience(PATIENCE);
+    (applier, shipper)
+}
+
+#[test]
+fn ship_follows_topics_created_and_deleted_on_a_live_broker() {
+    let broker = KafkaBroker::start(BrokerConfig::new("e2e-services")).unwrap();
+    let bootstrap = broker.bootstrap();
+    admin(&bootstrap, &[TopicSpec::new("alpha", 1)], &[]).unwrap();
+    produce(&bootstrap, "alpha", "a", 50);
+
+    let mirror = tempfile::tempdir().unwrap();
+    let (mut applier, mut shipper) = start_services(&broker, mirror.path());
     let alpha = broker.partition_dir("alpha", 0);
     wait_mirrored(
         &alpha,
@@ -186,44 +200,9 @@ fn a_recreated_topic_stops_its_partition_alone_until_reset() {
     produce(&bootstrap, "beta", "b", 50);
 
     let mirror = tempfile::tempdir().unwrap();
-    let mirror_root = mirror.path().to_str().unwrap().to_string();
-    // A catalog of its own: the other test of this file runs an applier at the same time.
-    let catalog = mirror.path().with_extension("catalog.sqlite");
+    let catalog = catalog_of(mirror.path());
     let catalog = catalog.to_str().unwrap();
-    let mut applier = Service::start(
-        "apply",
-        [
-            "apply",
-            "--listen",
-            "127.0.0.1:0",
-            "--mirror",
-            &mirror_root,
-            "--catalog",
-            catalog,
-            "--link",
-            "dr",
-            "--plaintext",
-        ],
-    )
-    .patience(PATIENCE);
-    let addr = applier.wait_for("listening on ").trim().to_string();
-    let log_dir = broker.log_dir().to_str().unwrap().to_string();
-    let mut shipper = Service::start(
-        "ship",
-        [
-            "ship",
-            "--log-dir",
-            &log_dir,
-            "--link",
-            "dr",
-            "--plaintext",
-            "--connect",
-            &addr,
-            "--upto",
-            "log-end",
-        ],
-    )
-    .patience(PATIENCE);
+    let (mut applier, mut shipper) = start_services(&broker, mirror.path());
     let (alpha, beta) = (broker.partition_dir("alpha", 0), broker.partition_dir("beta", 0));
     let (alpha_mirror, beta_mirror) = (mirror.path().join("alpha-0"), mirror.path().join("beta-0"));
     wait_mirrored(&alpha, &alpha_mirror, &mut [&mut applier, &mut shipper]);

@@ -90,6 +90,29 @@ fn link(role: Role, events: mpsc::Sender<LinkEvent>) -> LinkConfig {
     config
 }
 
+/// The listening applier over `appender`, until `shutdown`: its address, its task, its link events.
+async fn serve(
+    appender: TailAppender,
+    shutdown: &CancellationToken,
+) -> (
+    String,
+    tokio::task::JoinHandle<(ApplierSession<TailAppender>, DirectResult<()>)>,
+    mpsc::Receiver<LinkEvent>,
+) {
+    let applier = ApplierSession::new(appender, config()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, events) = mpsc::channel(256);
+    let served = tokio::spawn(listen(
+        listener,
+        Acceptor::Plain,
+        link(Role::Applier, tx),
+        applier,
+        shutdown.clone(),
+    ));
+    (addr, served, events)
+}
+
 /// Every chunk and seal of the fixture's partition, as `partition`.
 fn history(f: &Fixture, partition: &PartitionRef) -> Vec<FeedItem> {
     let last = f.segs.len() - 1;
@@ -147,18 +170,8 @@ async fn bad_bytes_end_the_peers_session_never_the_listener_and_the_next_shipper
     let f = fixture();
     let appender = TailAppender::open(&f.mirror).unwrap();
     let watcher = appender.clone();
-    let applier = ApplierSession::new(appender, config()).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let shutdown = CancellationToken::new();
-    let (applier_tx, mut applier_events) = mpsc::channel(64);
-    let served = tokio::spawn(listen(
-        listener,
-        Acceptor::Plain,
-        link(Role::Applier, applier_tx),
-        applier,
-        shutdown.clone(),
-    ));
+    let (addr, served, mut applier_events) = serve(appender, &shutdown).await;
 
     // Three hostile sessions in turn: a batch whose CRC fails, a first chunk that does not start at 0, and a topic
     // name Kafka refuses. Each frame is well formed (its frame CRC is right): only the content is bad.
@@ -267,18 +280,8 @@ async fn a_recreated_topic_stops_its_partition_alone_and_the_others_keep_replica
     }
     let appender = open();
     let watcher = appender.clone();
-    let applier = ApplierSession::new(appender, config()).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let shutdown = CancellationToken::new();
-    let (applier_tx, mut applier_events) = mpsc::channel(256);
-    let served = tokio::spawn(listen(
-        listener,
-        Acceptor::Plain,
-        link(Role::Applier, applier_tx),
-        applier,
-        shutdown.clone(),
-    ));
+    let (addr, served, mut applier_events) = serve(appender, &shutdown).await;
     let mut shipper = ShipperSession::new(Replay { items, next: 0 }, config()).unwrap();
     let (ship_tx, _ship_events) = mpsc::channel(256);
     let stop = shutdown.clone();
