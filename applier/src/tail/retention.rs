@@ -225,6 +225,16 @@ impl Inner {
                 });
             }
         }
+        if ls.log_start_offset < 0 {
+            // No source has a negative log start: bad peer data, refused before anything is recorded.
+            let s = self.states.get(&name);
+            return Err(TailError::OutOfOrder {
+                partition: name,
+                segment: s.map_or(-1, |s| s.segment_base),
+                position: s.map_or(0, |s| s.position),
+                reason: format!("a LogStart at the negative offset {}", ls.log_start_offset),
+            });
+        }
         let path = record_path(&self.root, &name);
         let mut record = read_record(&path)?.unwrap_or_else(|| RetentionState {
             topic: p.topic.clone(),

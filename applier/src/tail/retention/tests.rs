@@ -186,6 +186,9 @@ async fn tail_retention_a_log_start_going_backwards_or_of_another_topic_id_chang
         ..p.clone()
     };
     assert!(a.apply_log_start(&log_start(&other, bases[3])).await.is_err());
+    // A negative one is bad peer data: refused (the session's end, not the process's), nothing recorded.
+    let e = a.apply_log_start(&log_start(&p, -5)).await.unwrap_err();
+    assert!(matches!(e, DirectError::PeerData { .. }), "{e}");
     assert!(
         exists(&mirror_log(&f.mirror, bases[1])),
         "nothing deleted for another lineage"
