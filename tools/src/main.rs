@@ -67,14 +67,15 @@ enum Command {
     /// every difference reported (`topics plan|create|check`).
     Topics(cmd::topics::Args),
     /// Stream new batches of Kafka log dirs to a `segmirror apply --listen|--connect` over one TCP link (mutual
-    /// TLS or --plaintext), until SIGTERM/SIGINT.
+    /// TLS or --plaintext), until SIGTERM/SIGINT. With --store URL instead: upload them to an object store
+    /// continuously, for `segmirror apply --follow`. The flags of both modes are listed under `segmirror ship --help`.
     Ship(cmd::ship::Args),
     /// Receive what a `segmirror ship` streams and append it to a mirror root byte for byte, until SIGTERM/SIGINT.
     /// What `segmirror apply --listen|--connect` runs; kept under this name for scripts that use it.
     #[command(hide = true)]
     TailApply(cmd::tail_apply::Args),
     /// Ship Kafka log dirs to an object store continuously, until SIGTERM/SIGINT. What `segmirror ship --store URL`
-    /// runs (flags: `segmirror ship --store URL --help`).
+    /// runs (its flags are listed under `segmirror ship --help`).
     #[command(hide = true)]
     StoreShip(cmd::store_ship::Args),
 }
@@ -88,8 +89,8 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE_OR_IO);
         }
     };
-    // `apply`'s help shows the tail applier's flags too (cli::config::apply_with_both_modes).
-    let mut command = cli::config::apply_with_both_modes(<Cli as clap::CommandFactory>::command());
+    // `apply`'s and `ship`'s help show both of their modes' flags (cli::config::both_modes).
+    let mut command = cli::config::both_modes(<Cli as clap::CommandFactory>::command());
     let parsed = command
         .try_get_matches_from_mut(args)
         .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
@@ -162,13 +163,13 @@ mod tests {
         }
     }
 
-    /// `apply` with the tail applier's flags added for its help (`cli::config::apply_with_both_modes`) is a valid
+    /// `apply` and `ship` with their other mode's flags added for their help (`cli::config::both_modes`) are a valid
     /// command (clap's own consistency checks: every `requires` and group names an argument that exists), and a
     /// store apply parses as before.
     #[test]
     fn apply_with_both_modes_is_consistent_and_parses_the_store_apply() {
         use clap::{CommandFactory, FromArgMatches};
-        let command = cli::config::apply_with_both_modes(Cli::command());
+        let command = cli::config::both_modes(Cli::command());
         command.clone().debug_assert();
         let matches = command
             .try_get_matches_from(["segmirror", "apply", "--store", "/s", "--mirror", "m", "--follow"])

@@ -165,23 +165,76 @@ fn apply_help_lists_every_flag_of_both_modes_with_their_requirements() {
     }
 }
 
-/// `ship --store`'s help and usage errors name the command typed, not the hidden one it runs.
+/// `ship --help` lists the flags of both of its modes too (the direct link's, and those of `--store`, which runs the
+/// hidden `store-ship`), and `ship --store`'s usage errors name the command typed.
 #[test]
-fn ship_store_help_names_the_command_typed() {
-    let run = segmirror(["ship", "--store", "/b", "--help"]);
-    run.expect_code(0);
-    assert!(!run.stdout.contains("store-ship"), "{}", run.stdout);
-    let usage = usage(&run.stdout);
-    assert!(
-        usage[0].starts_with("segmirror ship --store <URL> --log-dir <DIR>"),
-        "{usage:?}"
-    );
+fn ship_help_lists_both_modes_and_names_the_command_typed() {
+    let store = segmirror(["store-ship", "--help"]);
+    store.expect_code(0);
+    let store_flags = option_flags(&store.stdout);
+    for flag in ["store", "log-dir", "upload-interval-ms", "prefix"] {
+        assert!(
+            store_flags.contains(flag),
+            "store-ship --help lacks --{flag}:\n{}",
+            store.stdout
+        );
+    }
+    for args in [
+        &["ship", "--help"][..],
+        &["ship", "-h"],
+        &["ship", "--store", "/b", "--help"],
+    ] {
+        let run = segmirror(args);
+        run.expect_code(0);
+        let help = &run.stdout;
+        assert!(!help.contains("store-ship"), "{args:?}:\n{help}");
+        let shown = option_flags(help);
+        let missing: Vec<_> = store_flags
+            .iter()
+            .chain(["connect", "listen", "plaintext", "tls-ca"].map(String::from).iter())
+            .filter(|f| !shown.contains(*f))
+            .cloned()
+            .collect();
+        assert!(missing.is_empty(), "{args:?}: --help lacks {missing:?}:\n{help}");
+        let lines = usage(help);
+        let bucket = lines
+            .iter()
+            .find(|l| l.contains("--store"))
+            .unwrap_or_else(|| panic!("{help}"));
+        assert!(
+            bucket.starts_with("segmirror ship --store <URL> --log-dir <DIR>"),
+            "{bucket}"
+        );
+        let direct = lines
+            .iter()
+            .find(|l| l.contains("--connect"))
+            .unwrap_or_else(|| panic!("{help}"));
+        assert!(
+            direct.contains(" --link <NAME>") && direct.contains("--plaintext"),
+            "{direct}"
+        );
+    }
     let out = segmirror(["ship", "--store", "/b"]);
     out.expect_code(2);
     assert!(
         out.stderr.contains("--log-dir") && !out.stderr.contains("store-ship"),
         "{out}"
     );
+    // A bucket flag without --store is still refused by the direct ship.
+    let out = segmirror([
+        "ship",
+        "--log-dir",
+        "/x",
+        "--link",
+        "l",
+        "--connect",
+        "h:1",
+        "--plaintext",
+        "--prefix",
+        "p",
+    ]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("--store"), "{out}");
 }
 
 /// A catalog that cannot be opened: the chain of errors names SQLite's cause once (it used to be repeated by each

@@ -17,10 +17,11 @@
 //! `apply` and the tail applier share flag names (`--mirror`, `--link`) with different requirements. Giving the
 //! tail applier a flag of the batch `apply` (`--store`, ...) is a usage error of one line.
 //!
-//! `apply --help` shows both modes ([`apply_with_both_modes`]): one usage line per mode with its own required
-//! flags, and every flag of each under a heading naming its mode. Asking for help is never rerouted, so `apply
-//! --listen ADDR --help` shows the same page rather than the hidden command's. The tail applier's flags are known
-//! to the store apply's parser only for that page: given without `--listen`/`--connect` they are refused, as before.
+//! `apply --help` and `ship --help` show both of their modes ([`both_modes`]): one usage line per mode with its own
+//! required flags, and every flag of each under a heading naming its mode. Asking for help is never rerouted, so
+//! `apply --listen ADDR --help` shows the same page rather than the hidden command's. The other mode's flags are
+//! known to a command's parser only for that page: given without the flag that routes to that mode (`--listen`,
+//! `--connect`; `--store`), they are refused, as before.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -115,17 +116,8 @@ pub(crate) fn batch_apply_flags() -> &'static [&'static str] {
     BATCH_APPLY_FLAGS
 }
 
-/// `apply --help`'s heading over the store apply's own flags.
-const STORE_HEADING: &str = "The store apply (--store URL; --follow keeps it running)";
-
-/// `apply --help`'s heading over the tail applier's own flags.
-const TAIL_HEADING: &str = "The tail applier (--listen ADDR or --connect HOST:PORT)";
-
-/// The group of `--listen`/`--connect` added to `apply` ([`apply_with_both_modes`]).
-const DIRECTION: &str = "tail_direction";
-
-/// The tail applier's usage line: what it requires (also shown by its own usage errors, under the name the
-/// operator typed rather than the hidden `tail-apply`).
+/// `apply`'s usage line of the tail applier: what it requires (also shown by its own usage errors, under the name
+/// the operator typed rather than the hidden `tail-apply`).
 const TAIL_USAGE: &str = "segmirror apply <--listen <ADDR>|--connect <HOST:PORT>> --mirror <DIR> --link <NAME> \
 <--plaintext|--tls-cert <FILE> --tls-key <FILE> --tls-ca <FILE>> [OPTIONS]";
 
@@ -133,72 +125,115 @@ const TAIL_USAGE: &str = "segmirror apply <--listen <ADDR>|--connect <HOST:PORT>
 const STORE_SHIP_USAGE: &str = "segmirror ship --store <URL> --log-dir <DIR>... \
 <--source-bootstrap <HOST:PORT>|--upto log-end> [OPTIONS]";
 
-/// `apply`'s usage lines, one per mode: what each mode requires.
-fn apply_usage() -> String {
-    format!(
-        "segmirror apply --store <URL> --mirror <DIR> [--link <NAME>] [--follow] [OPTIONS]\n       {TAIL_USAGE}\n       \
-         segmirror apply --config <FILE> [OPTIONS]   (a file with `listen` or `connect`: the tail applier)"
-    )
+/// A command of two modes as its help shows it: the flags only it takes under `own_heading`, the flags only the
+/// other mode's (hidden) command takes added under `other_heading`, each requiring one of `triggers` (the flags
+/// that route a command line to the other mode before parsing, so the command itself still refuses them), and one
+/// usage line per mode.
+struct TwoModes {
+    name: &'static str,
+    own_heading: &'static str,
+    /// The hidden command parsing the other mode.
+    other: &'static str,
+    other_heading: &'static str,
+    /// The other mode's flags that route to it; grouped as `group`.
+    triggers: &'static [&'static str],
+    group: &'static str,
+    usage: String,
+    /// Appended to the help of `--link`, which both modes take with other rules.
+    link_note: &'static str,
 }
 
-/// `root` with its `apply` subcommand showing both modes (see the module doc): the tail applier's flags that the
-/// store apply lacks are added under [`TAIL_HEADING`] (each requiring `--listen` or `--connect`, which always
-/// reroute to `tail-apply` before parsing, so the store apply still refuses them), the store apply's own under
-/// [`STORE_HEADING`], `--store` required only without `--listen`/`--connect`, and one usage line per mode. What
-/// each mode accepts is unchanged: only what `apply --help` shows.
-pub fn apply_with_both_modes(root: clap::Command) -> clap::Command {
-    let Some(tail) = root.find_subcommand("tail-apply").cloned() else {
-        return root;
-    };
-    let root = root
+/// `apply`: the store apply, and the tail applier of `--listen`/`--connect`; `ship`: the direct link, and the
+/// bucket's of `--store`.
+fn two_modes() -> [TwoModes; 2] {
+    [
+        TwoModes {
+            name: "apply",
+            own_heading: "The store apply (--store URL; --follow keeps it running)",
+            other: "tail-apply",
+            other_heading: "The tail applier (--listen ADDR or --connect HOST:PORT)",
+            triggers: &["listen", "connect"],
+            group: "tail_direction",
+            usage: format!(
+                "segmirror apply --store <URL> --mirror <DIR> [--link <NAME>] [--follow] [OPTIONS]\n       \
+                 {TAIL_USAGE}\n       \
+                 segmirror apply --config <FILE> [OPTIONS]   (a file with `listen` or `connect`: the tail applier)"
+            ),
+            link_note: "Required by the tail applier: the link's name, the same at both ends",
+        },
+        TwoModes {
+            name: "ship",
+            own_heading: "The direct link (--connect HOST:PORT or --listen ADDR)",
+            other: "store-ship",
+            other_heading: "Through a bucket (--store URL)",
+            triggers: &["store"],
+            group: "store_mode",
+            usage: format!(
+                "segmirror ship <--connect <HOST:PORT>|--listen <ADDR>> --link <NAME> --log-dir <DIR>... \
+                 <--plaintext|--tls-cert <FILE> --tls-key <FILE> --tls-ca <FILE>> [OPTIONS]\n       \
+                 {STORE_SHIP_USAGE}\n       segmirror ship --config <FILE> [OPTIONS]"
+            ),
+            link_note: "With --store: optional (default `default`), the first key component in the bucket",
+        },
+    ]
+}
+
+/// `root` with `apply` and `ship` showing both of their modes (see the module doc and [`TwoModes`]), and the hidden
+/// commands' usage errors naming the command typed. What each mode accepts is unchanged: only what `--help` shows.
+pub fn both_modes(root: clap::Command) -> clap::Command {
+    let mut root = root
         .mut_subcommand("tail-apply", |t| t.override_usage(TAIL_USAGE))
-        // `ship --store`'s help and usage errors name the command typed too, not the hidden `store-ship`.
         .mut_subcommand("store-ship", |t| t.override_usage(STORE_SHIP_USAGE));
-    root.mut_subcommand("apply", |mut apply| {
-        // The store apply's own flags first (`mut_arg` moves a flag to the end: their heading then comes first).
-        for flag in BATCH_APPLY_FLAGS {
-            let id = apply
-                .get_arguments()
-                .find(|a| a.get_long() == Some(flag))
-                .map(|a| a.get_id().clone());
-            if let Some(id) = id {
-                apply = apply.mut_arg(id, |a| a.help_heading(STORE_HEADING));
-            }
-        }
-        let own: BTreeSet<String> = apply
-            .get_arguments()
+    for mode in two_modes() {
+        let Some(other) = root.find_subcommand(mode.other).cloned() else {
+            continue;
+        };
+        root = root.mut_subcommand(mode.name, |cmd| with_other_mode(cmd, &other, mode));
+    }
+    root
+}
+
+fn with_other_mode(mut cmd: clap::Command, other: &clap::Command, mode: TwoModes) -> clap::Command {
+    let longs = |c: &clap::Command| -> BTreeSet<String> {
+        c.get_arguments()
+            .filter(|a| !a.is_global_set())
             .filter_map(|a| a.get_long())
+            .filter(|l| *l != "help")
             .map(String::from)
-            .collect();
-        let added: Vec<clap::Arg> = tail
+            .collect()
+    };
+    let (own, theirs) = (longs(&cmd), longs(other));
+    // This mode's own flags first (`mut_arg` moves a flag to the end: their heading then comes first).
+    for long in own.difference(&theirs) {
+        let id = cmd
             .get_arguments()
-            .filter(|a| !a.is_global_set() && a.get_long().is_some_and(|l| !own.contains(l)))
-            .map(|a| {
-                let is_direction = matches!(a.get_long(), Some("listen" | "connect"));
-                let a = a.clone().help_heading(TAIL_HEADING).required(false);
-                if is_direction {
-                    a
-                } else {
-                    a.requires(DIRECTION)
-                }
-            })
-            .collect();
-        apply
-            .args(added)
-            .group(
-                clap::ArgGroup::new(DIRECTION)
-                    .args(["listen", "connect"])
-                    .multiple(false),
-            )
-            .override_usage(apply_usage())
-            .mut_arg("store", |a| a.required(false).required_unless_present(DIRECTION))
-            .mut_arg("link", |a| {
-                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
-                a.help(format!(
-                    "{help}. Required by the tail applier: the link's name, the same at both ends"
-                ))
-            })
-    })
+            .find(|a| a.get_long() == Some(long.as_str()))
+            .map(|a| a.get_id().clone());
+        if let Some(id) = id {
+            cmd = cmd.mut_arg(id, |a| a.help_heading(mode.own_heading));
+        }
+    }
+    let added: Vec<clap::Arg> = other
+        .get_arguments()
+        .filter(|a| !a.is_global_set() && a.get_long().is_some_and(|l| !own.contains(l)))
+        .map(|a| {
+            let trigger = a.get_long().is_some_and(|l| mode.triggers.contains(&l));
+            let a = a.clone().help_heading(mode.other_heading).required(false);
+            if trigger {
+                a
+            } else {
+                a.requires(mode.group)
+            }
+        })
+        .collect();
+    let link_note = mode.link_note;
+    cmd.args(added)
+        .group(clap::ArgGroup::new(mode.group).args(mode.triggers).multiple(false))
+        .override_usage(mode.usage)
+        .mut_arg("link", |a| {
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            a.help(format!("{help}. {link_note}"))
+        })
 }
 
 /// Whether the command line asks for help (`-h`/`--help` before any `--`).
@@ -221,6 +256,10 @@ pub fn expand(args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     let mut args = args;
     let given = flags_given(&args[sub + 1..]);
     let config = config_path(&args[sub + 1..]);
+    if asks_for_help(&args[sub + 1..]) && matches!(args[sub].to_str(), Some("apply" | "ship")) {
+        // Help shows both modes (`both_modes`), whatever else is given: nothing is rerouted or read.
+        return Ok(args);
+    }
     if args[sub].to_str() == Some("ship") && given.contains("store") {
         // The continuous shipper through a bucket: a command of its own (`cmd::store_ship`), flags only.
         if config.is_some() {
@@ -237,8 +276,6 @@ pub fn expand(args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     let keys: Vec<&[(&str, Kind)]> = match name.as_str() {
         "ship" => vec![LINK_KEYS, SHIP_KEYS],
         "tail-apply" => vec![LINK_KEYS, TAIL_APPLY_KEYS],
-        // Help shows both modes (`apply_with_both_modes`), whatever else is given.
-        "apply" if asks_for_help(&args[sub + 1..]) => return Ok(args),
         "apply" => {
             let file_link = table
                 .as_ref()

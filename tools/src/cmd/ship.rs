@@ -79,7 +79,7 @@ pub struct Args {
     /// does not lead keep no bound (nothing of them ships).
     #[arg(long, value_name = "HOST:PORT")]
     source_bootstrap: Option<String>,
-    /// The source is one broker of several (issue 10): ship only the partitions this broker leads (asked of
+    /// The source is one broker of several: ship only the partitions this broker leads (asked of
     /// --source-bootstrap, which must be this broker: its node id is checked against the log dir's
     /// meta.properties), each claimed from the applier at its leader epoch. Needs an applier serving several
     /// shippers on the link (`segmirror apply --listen ADDR --cluster`, feature bit 6), which this shipper dials
