@@ -147,9 +147,10 @@ fn tls_pair(dir: &std::path::Path) -> (TlsFiles, TlsFiles) {
 }
 
 /// Eight silent connections, one from each of eight addresses, take every slot; the real shipper is answered "no
-/// free handshake slot" until the accept deadline (1 s) closes them, and its session starts within seconds.
+/// free handshake slot" until the accept deadline (2 s) closes them, and its session starts within seconds.
 async fn silent_connections_are_closed_at_the_deadline(acceptor: Acceptor, dialer: Dialer, plaintext: bool) {
-    let deadline = Duration::from_secs(1);
+    // Long enough that the shipper surely tries while the slots are taken, even on a loaded machine.
+    let deadline = Duration::from_secs(2);
     let mut link = applier(acceptor, deadline).await;
     let connected = Instant::now();
     let mut silent = Vec::new();
