@@ -96,7 +96,7 @@ fn first_chunk(source: &Path) -> Chunk {
     let frames: Vec<_> = segment_format::log::scan_frames(&bytes, 0)
         .map(|f| f.unwrap())
         .collect();
-    let end = (frames[0].info.position + u64::from(frames[0].info.size)) as usize;
+    let end = (frames[0].info.position + frames[0].info.size) as usize;
     let topic_id = segment_format::partition_metadata::PartitionMetadata::read(
         &source.join("orders-0").join("partition.metadata"),
     )
