@@ -33,6 +33,7 @@ use segment_format::ParseError;
 
 pub mod direct;
 pub mod seeds;
+pub mod session;
 
 /// Decompressed bytes below which `batch_deep` also collects the records and
 /// round-trips them through [`BatchBuilder`] (collecting allocates per record;
@@ -624,6 +625,7 @@ pub fn run(target: &str, data: &[u8]) {
         "verify_dir" => verify_dir(data),
         "bucket" => bucket(data),
         "direct_frames" => direct::direct_frames(data),
+        "direct_session" => session::direct_session(data),
         _ => panic!("unknown fuzz target {target}"),
     }
 }
@@ -632,7 +634,7 @@ pub fn run(target: &str, data: &[u8]) {
 mod tests {
     use super::*;
 
-    const TARGETS: [&str; 7] = [
+    const TARGETS: [&str; 8] = [
         "log_scan",
         "batch_deep",
         "index_check",
@@ -640,6 +642,7 @@ mod tests {
         "verify_dir",
         "bucket",
         "direct_frames",
+        "direct_session",
     ];
 
     #[test]

@@ -453,5 +453,6 @@ pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("verify_dir", verify_inputs()),
         ("bucket", bucket_inputs()),
         ("direct_frames", crate::direct::seeds()),
+        ("direct_session", crate::session::seeds()),
     ]
 }
