@@ -104,6 +104,24 @@ pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
 pub use truncate::{archive_path, ArchivedRange, RemovedSegment, ARCHIVE_DIR, TRUNCATE_JOURNAL_DIR};
 
+/// Why a partition stopped (a [`DirectError::PartitionStopped`]), which says when it may be applied again.
+#[derive(Debug, Clone, Copy)]
+enum StopCause {
+    /// Another source topic id: once an operator accepts it (`segmirror link reset-partition`).
+    Lineage,
+    /// Paused or promoted in the catalog: once resumed.
+    Paused,
+    /// Its directory holds files this appender did not write: not in this process.
+    Foreign,
+    /// Its files could not be written or read, at that instant: tried again [`LOCAL_RETRY`] later.
+    Local(std::time::Instant),
+}
+
+/// How long a partition stopped by a local failure of its files waits before a session tries it again: 30 s, so
+/// a full disk freed or a file repaired is picked up within a minute, while a lasting failure costs one session
+/// restart per half minute (the link's backoff grows on top).
+const LOCAL_RETRY: Duration = Duration::from_secs(30);
+
 /// Directory under the mirror root holding one state file per tailed partition.
 pub const TAIL_STATE_DIR: &str = ".tail";
 
@@ -163,6 +181,14 @@ pub enum TailError {
         offered: String,
         of: PartitionRef,
     },
+    /// Writing or reading one partition's files failed on this side (see `Inner::apply_chunks`): that partition
+    /// stops for the session; the next session tries it again.
+    #[error("{}-{}: {source}; the partition stops, tried again at the next session", of.topic, of.partition)]
+    LocalPartition {
+        of: PartitionRef,
+        #[source]
+        source: Box<TailError>,
+    },
     /// The partition's directory holds what this appender did not write (the bucket path's install for another
     /// link, files put there by hand): the partition stops until an operator looks.
     #[error("{partition}: {reason}; nothing written, the partition stops")]
@@ -217,8 +243,9 @@ impl TailError {
     /// - one partition cannot be written until an operator acts (recreated source topic, paused or promoted
     ///   partition, files this appender did not write): [`DirectError::PartitionStopped`], and the session goes on
     ///   with the others;
-    /// - this side's own failure (disk, catalog, the mirror's own files): [`DirectError::Local`], which stops the
-    ///   link.
+    /// - this side's own failure: one partition's files ([`TailError::LocalPartition`]) stop that partition like
+    ///   the above, until the next session tries it again; anything else (the catalog, a group's fsync, the
+    ///   mirror's shared state): [`DirectError::Local`], which stops the link.
     pub fn into_direct(self, what: &'static str) -> DirectError {
         match self {
             TailError::BadTopic { .. }
@@ -232,7 +259,8 @@ impl TailError {
             },
             TailError::NotWritable { ref of, .. }
             | TailError::LineageBreak { ref of, .. }
-            | TailError::Foreign { ref of, .. } => DirectError::PartitionStopped {
+            | TailError::Foreign { ref of, .. }
+            | TailError::LocalPartition { ref of, .. } => DirectError::PartitionStopped {
                 partition: of.clone(),
                 reason: self.to_string(),
             },
@@ -295,6 +323,8 @@ struct Inner {
     retain_deleted_for: Duration,
     /// The offset and time index of each unsealed segment, as far as recorded (`companions`).
     indexes: companions::IndexMap,
+    /// Why each partition stopped in this process (see [`Inner::refused`]), for [`ChunkApplier::writable_again`].
+    stops: HashMap<String, StopCause>,
     /// Seals checked against the running digest instead of reading the file (tests check the path taken).
     #[cfg(test)]
     running_seals: u64,
@@ -357,6 +387,7 @@ impl TailAppender {
                 catalog: None,
                 retain_deleted_for: DEFAULT_RETAIN_DELETED_FOR,
                 indexes: companions::IndexMap::new(),
+                stops: HashMap::new(),
                 #[cfg(test)]
                 running_seals: 0,
                 #[cfg(feature = "failpoints")]
@@ -540,12 +571,18 @@ impl ChunkApplier for TailAppender {
         stopped: &[PartitionRef],
     ) -> impl std::future::Future<Output = DirectResult<bool>> + Send {
         let stopped = stopped.to_vec();
-        self.run("reading whether a stopped partition was reset", move |i| {
-            let Some(catalog) = &mut i.catalog else {
-                return Ok(false);
-            };
+        self.run("reading whether a stopped partition may be applied again", move |i| {
             for p in &stopped {
-                if catalog.writable_again(p)? {
+                let name = tp_name(p);
+                let again = match (i.stops.get(&name), &mut i.catalog) {
+                    // Files this appender did not write: an operator looks, and restarts the applier.
+                    (Some(StopCause::Foreign), _) => false,
+                    (Some(StopCause::Local(at)), _) => at.elapsed() >= LOCAL_RETRY,
+                    (_, Some(catalog)) => catalog.writable_again(p)?,
+                    (_, None) => false,
+                };
+                if again {
+                    i.stops.remove(&name);
                     return Ok(true);
                 }
             }
@@ -567,13 +604,19 @@ impl Inner {
     /// catalog, with an event that says what to do (`status` shows both). Recording it is best effort: the
     /// refusal stands either way.
     fn refused(&mut self, e: TailError) -> TailError {
-        if let TailError::LineageBreak { ref of, .. } = e {
-            if let Some(catalog) = &mut self.catalog {
-                if let Err(record) = catalog.hold_lineage(of) {
-                    tracing::warn!(partition = %tp_name(of), error = %record, "the lineage break was not recorded");
-                }
+        let (of, cause) = match &e {
+            TailError::LineageBreak { of, .. } => (of, StopCause::Lineage),
+            TailError::NotWritable { of, .. } => (of, StopCause::Paused),
+            TailError::Foreign { of, .. } => (of, StopCause::Foreign),
+            TailError::LocalPartition { of, .. } => (of, StopCause::Local(std::time::Instant::now())),
+            _ => return e,
+        };
+        if let (StopCause::Lineage, Some(catalog)) = (&cause, &mut self.catalog) {
+            if let Err(record) = catalog.hold_lineage(of) {
+                tracing::warn!(partition = %tp_name(of), error = %record, "the lineage break was not recorded");
             }
         }
+        self.stops.insert(tp_name(of), cause);
         e
     }
 
@@ -741,6 +784,14 @@ impl Inner {
                     self.commit(std::mem::take(&mut unsynced))?;
                     self.reset_lineage(&chunk.partition)?;
                     self.write_chunk(chunk, &mut unsynced)?;
+                }
+                // This partition's files cannot be written or read (a full or failing disk under its directory, a
+                // state file damaged): it stops, the others go on, and it is tried again at the next session.
+                Err(e @ (TailError::Io { .. } | TailError::BadState { .. } | TailError::Format(_))) => {
+                    return Err(TailError::LocalPartition {
+                        of: chunk.partition.clone(),
+                        source: Box::new(e),
+                    })
                 }
                 r => r?,
             }

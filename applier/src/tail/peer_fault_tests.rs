@@ -474,3 +474,36 @@ async fn a_forged_segment_is_quarantined_at_its_seal_and_resent() {
     assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base0)).unwrap(), bytes0);
     assert_eq!(&std::fs::read(mirror_log(&f.mirror, *base1)).unwrap(), bytes1);
 }
+
+/// One partition's files failing on this side while chunks arrive (here its segment's path became a directory, as
+/// a damaged or misused disk leaves it) stop that partition, not the group nor the link: the other partition's
+/// chunks of the same group are applied once the stopped one's are set aside, as the session does. (At a session's
+/// start the mirror's state is checked whole, and a partition that fails there still stops the applier.)
+#[tokio::test]
+async fn a_local_failure_of_one_partitions_files_stops_that_partition_only() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let other = PartitionRef {
+        partition: pref().partition + 1,
+        ..pref()
+    };
+    let (base, bytes) = &f.segs[0];
+    let chunks = chunks_of(*base, bytes, 2);
+    a.apply_chunk(&chunks[0]).await.unwrap();
+    let path = mirror_log(&f.mirror, *base);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let mut theirs = chunks[0].clone();
+    theirs.partition = other.clone();
+    let e = a.apply_chunks(&[chunks[1].clone(), theirs.clone()]).await.unwrap_err();
+    assert!(
+        matches!(&e, DirectError::PartitionStopped { partition, .. } if *partition == pref()),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("tried again"), "{e}");
+    a.apply_chunks(&[theirs]).await.unwrap();
+    let recorded = a.inner.lock().unwrap().states[&tp_name(&other)].position;
+    assert_eq!(recorded, chunks[0].bytes.len() as u64);
+    // Not before the retry delay: a lasting failure does not restart sessions in a loop.
+    assert!(!a.writable_again(&[pref()]).await.unwrap());
+}
