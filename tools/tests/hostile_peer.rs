@@ -149,14 +149,28 @@ fn hostile_frames_end_only_their_session_and_the_honest_shipper_mirrors_the_sour
     corrupt.bytes = Bytes::from(v);
     let mut gap = good.clone();
     gap.position = 61;
-    let mut bad_name = good.clone();
-    bad_name.partition.topic = "../../etc".into();
+    // A name Kafka refuses, which this side's encoder never writes: a placeholder of the same length replaced in
+    // the encoded frame (the topic's bytes follow the 6-byte header and their u16 length), the CRC sealed again.
+    let mut placeholder = good.clone();
+    placeholder.partition.topic = "x".repeat("../../etc".len());
+    let mut bad_name = bytes::BytesMut::new();
+    segmirror_transport::direct::frame::encode(
+        &Frame::Chunk(placeholder),
+        segmirror_transport::direct::frame::MAX_PAYLOAD_LEN,
+        &mut bad_name,
+    )
+    .unwrap();
+    bad_name[8..8 + 9].copy_from_slice(b"../../etc");
+    let n = bad_name.len();
+    let crc = crc32c::crc32c(&bad_name[..n - 4]);
+    bad_name[n - 4..].copy_from_slice(&crc.to_be_bytes());
     // A frame header announcing a payload over the protocol's maximum, then nothing.
     let oversized = vec![4u8, 0, 0xff, 0xff, 0xff, 0xff];
     let attacks = [
         ("CRC stored", Attack::Chunk(corrupt)),
         ("must start at 0", Attack::Chunk(gap)),
-        ("not a valid Kafka topic name", Attack::Chunk(bad_name)),
+        // Refused by the frame decoder: the connection closes at that frame, without a Goodbye.
+        ("", Attack::Raw(bad_name.to_vec())),
         ("", Attack::Raw(oversized)),
     ];
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -36,7 +36,9 @@ fn arb_string(max: usize) -> impl Strategy<Value = String> {
 }
 
 fn arb_partition() -> impl Strategy<Value = PartitionRef> {
-    ("[a-zA-Z0-9._-]{1,40}", 0..i32::MAX, any::<[u8; 16]>()).prop_map(|(topic, partition, topic_id)| PartitionRef {
+    // Kafka's topic names (the decoder refuses any other): its characters, never `.` or `..`.
+    let topic = "[a-zA-Z0-9._-]{1,40}".prop_filter("Kafka refuses . and ..", |t: &String| t != "." && t != "..");
+    (topic, 0..i32::MAX, any::<[u8; 16]>()).prop_map(|(topic, partition, topic_id)| PartitionRef {
         topic,
         partition,
         topic_id,
@@ -1099,5 +1101,47 @@ fn a_segment_replace_with_bases_out_of_order_or_none_names_the_field() {
             ..
         }) => assert_eq!(offset, at as u64),
         other => panic!("expected a field error, got {other:?}"),
+    }
+}
+
+/// A topic name Kafka refuses (it would name a path outside the receiver's mirror root) is a `Field` error of the
+/// decoder, and this side's encoder refuses to write one.
+#[test]
+fn a_topic_name_kafka_refuses_is_refused_both_ways() {
+    let chunk = |topic: &str| {
+        Frame::Chunk(Chunk {
+            partition: PartitionRef {
+                topic: topic.into(),
+                partition: 0,
+                topic_id: [1; 16],
+            },
+            segment_base: 0,
+            position: 0,
+            bytes: Bytes::from_static(b"x"),
+            crcs: ChunkCrcs::default(),
+        })
+    };
+    for bad in ["..", "a/b", "../etc", "t\u{e9}"] {
+        let mut out = BytesMut::new();
+        let e = frame::encode(&chunk(bad), MAX_PAYLOAD_LEN, &mut out).unwrap_err();
+        assert!(e.to_string().contains("not a valid Kafka topic name"), "{bad}: {e}");
+        // The same bytes as a peer that does not use this encoder sends them.
+        let mut bytes = encode(&chunk(&"x".repeat(bad.len())));
+        bytes[8..8 + bad.len()].copy_from_slice(bad.as_bytes());
+        let n = bytes.len();
+        let crc = crc32c::crc32c(&bytes[..n - 4]);
+        bytes[n - 4..].copy_from_slice(&crc.to_be_bytes());
+        match frame::decode(&bytes, 0, MAX_PAYLOAD_LEN) {
+            Err(FrameError::Field {
+                field: "topic",
+                offset,
+                reason,
+                ..
+            }) => {
+                assert_eq!(offset, 6, "{bad}: the field's own offset");
+                assert!(reason.contains("not a valid Kafka topic name"), "{bad}: {reason}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
     }
 }

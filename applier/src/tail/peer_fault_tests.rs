@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use segmirror_catalog::{Catalog, PartitionKey, PartitionState as CatalogState};
 use segmirror_transport::direct::error::ErrorClass;
+use segmirror_transport::direct::frame::{encode, Frame, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::{Position, Role};
 use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Dialer, LinkConfig, LinkEvent};
@@ -182,19 +183,19 @@ async fn bad_bytes_end_the_peers_session_never_the_listener_and_the_next_shipper
     let last = v.len() - 1;
     v[last] ^= 0x55;
     corrupt.bytes = Bytes::from(v);
-    let mut gap = good[1].clone();
-    gap.position += 1;
-    let mut bad_name = good[0].clone();
-    bad_name.partition.topic = "../etc".into();
+    // A name Kafka refuses (one that would climb out of the mirror root) is refused by the frame decoder itself:
+    // the connection closes at that frame, no Goodbye (the stream cannot be trusted past it).
     let cases = [
-        ("CRC stored", corrupt),
-        ("must start at 0", good[1].clone()),
-        ("not a valid Kafka topic name", bad_name),
+        ("CRC stored", encoded(&corrupt), true),
+        ("must start at 0", encoded(&good[1]), true),
+        ("not a valid Kafka topic name", with_topic(&good[0], "../etc"), false),
     ];
-    for (cause, chunk) in cases {
+    for (cause, frame, goodbye) in cases {
         // A hostile peer speaks the protocol itself: the shipper session would never send such a chunk.
-        let told = hostile_chunk(&addr, chunk).await;
-        assert!(told.contains(cause), "{cause}: the shipper was told {told:?}");
+        let told = hostile_frame(&addr, frame).await;
+        if goodbye {
+            assert!(told.contains(cause), "{cause}: the shipper was told {told:?}");
+        }
         // The applier ended that session as the peer's fault, and goes on listening.
         let (class, message) = event(&mut applier_events, |e| match e {
             LinkEvent::SessionEnded { error: Some(e), .. } => Some(e),
@@ -361,12 +362,33 @@ async fn a_recreated_topic_stops_its_partition_alone_and_the_others_keep_replica
     );
 }
 
-/// Dials `addr` as a shipper, completes the handshake, waits for the applier's credit, sends `chunk` and returns
-/// the message of the Goodbye the applier answers with.
-async fn hostile_chunk(addr: &str, chunk: Chunk) -> String {
-    use futures::{SinkExt, StreamExt};
-    use segmirror_transport::direct::frame::Frame;
+/// `chunk` as a Chunk frame's bytes.
+fn encoded(chunk: &Chunk) -> Vec<u8> {
+    let mut out = bytes::BytesMut::new();
+    encode(&Frame::Chunk(chunk.clone()), MAX_PAYLOAD_LEN, &mut out).unwrap();
+    out.to_vec()
+}
+
+/// `chunk` as a Chunk frame whose topic is `topic`, which this side's encoder refuses to write: encoded with a
+/// placeholder name of the same length, the name's bytes replaced, the frame's CRC-32C sealed again.
+fn with_topic(chunk: &Chunk, topic: &str) -> Vec<u8> {
+    let mut c = chunk.clone();
+    c.partition.topic = "x".repeat(topic.len());
+    let mut out = encoded(&c);
+    // Header (type, flags, length), then the partition: the topic's u16 length and its bytes.
+    out[8..8 + topic.len()].copy_from_slice(topic.as_bytes());
+    let n = out.len();
+    let crc = crc32c::crc32c(&out[..n - 4]);
+    out[n - 4..].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Dials `addr` as a shipper, completes the handshake, waits for the applier's credit, writes `frame` (a frame's
+/// bytes) and returns the message of the Goodbye the applier answers with, or what ended the connection.
+async fn hostile_frame(addr: &str, frame: Vec<u8>) -> String {
+    use futures::StreamExt;
     use segmirror_transport::direct::handshake::handshake;
+    use tokio::io::AsyncWriteExt;
     tokio::time::timeout(GIVE_UP, async {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let config = HandshakeConfig::new(Role::Shipper, "dr", Some("cluster-A".to_string()));
@@ -377,11 +399,13 @@ async fn hostile_chunk(addr: &str, chunk: Chunk) -> String {
                 _ => continue,
             }
         }
-        framed.send(Frame::Chunk(chunk)).await.unwrap();
+        framed.get_mut().write_all(&frame).await.unwrap();
         loop {
-            match framed.next().await.expect("closed without a Goodbye").unwrap() {
-                Frame::Goodbye(g) => return g.message,
-                _ => continue,
+            match framed.next().await {
+                Some(Ok(Frame::Goodbye(g))) => return g.message,
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return format!("connection error: {e}"),
+                None => return "closed".to_string(),
             }
         }
     })

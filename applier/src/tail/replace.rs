@@ -228,12 +228,25 @@ impl Inner {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
         }
-        let mut file = OpenOptions::new()
+        let mut file = match OpenOptions::new()
             .write(true)
             .create(position == 0)
             .truncate(position == 0)
             .open(&path)
-            .map_err(|e| TailError::io(&path, e))?;
+        {
+            Ok(file) => file,
+            // A later piece with nothing staged (its first piece never came, or went with an earlier session):
+            // the peer's order, not this side's disk.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && position > 0 => {
+                return Err(TailError::OutOfOrder {
+                    partition: name,
+                    segment: base,
+                    position,
+                    reason: "nothing of the replacement is staged: pieces must arrive in order from 0".into(),
+                })
+            }
+            Err(e) => return Err(TailError::io(&path, e)),
+        };
         let len = file.metadata().map_err(|e| TailError::io(&path, e))?.len();
         if len != position {
             return Err(TailError::OutOfOrder {

@@ -653,6 +653,12 @@ impl Reader {
             self.pos -= 2;
             return Err(self.err("topic", "empty topic name"));
         }
+        // Kafka's own rule: a name it refuses names no partition, and a receiver builds paths from it (a mirror
+        // partition's directory, the applier's state files), so `..` or `/` must never get past the decoder.
+        if let Err(reason) = segment_format::dir::validate_topic_name(&topic) {
+            self.pos -= 2 + topic.len();
+            return Err(self.err("topic", format!("not a valid Kafka topic name: {reason}")));
+        }
         let partition = self.i32("partition")?;
         if partition < 0 {
             self.pos -= 4;
@@ -777,6 +783,9 @@ impl Writer<'_> {
     pub(crate) fn partition(&mut self, p: &PartitionRef) -> Result<(), FrameError> {
         if p.topic.is_empty() {
             return Err(self.err("topic", "empty topic name"));
+        }
+        if let Err(reason) = segment_format::dir::validate_topic_name(&p.topic) {
+            return Err(self.err("topic", format!("not a valid Kafka topic name: {reason}")));
         }
         if p.partition < 0 {
             return Err(self.err("partition", format!("negative partition {}", p.partition)));

@@ -332,3 +332,19 @@ async fn tail_session_start_removes_the_staging_files_of_an_interrupted_atomic_r
         "the staging files are gone, nothing else changed"
     );
 }
+
+/// A later piece of a replacement whose first piece never came (the fuzzer's finding: it used to end the session
+/// as this side's I/O failure, which stops the link) is the peer's order: refused as such, nothing staged.
+#[tokio::test]
+async fn tail_replace_a_later_piece_with_nothing_staged_is_the_peers_fault() {
+    let f = fixture();
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let p = tail_all(&f, &mut a).await;
+    let (base, bytes) = &f.segs[0];
+    let e = a
+        .stage_replacement(&p, *base, 10, bytes[10..20].to_vec())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, DirectError::PeerData { .. }), "{e:?}");
+    assert!(e.to_string().contains("nothing of the replacement is staged"), "{e}");
+}
