@@ -363,7 +363,16 @@ impl TailCatalog {
         let topic_id = Uuid(p.topic_id).to_string();
         self.catalog
             .check_replacement(id, &topic_id, bases, r)
-            .map_err(|e| self.not_writable(p, e))?;
+            .map_err(|e| match e {
+                // What the shipper asked to replace does not fit what the mirror installed: its fault, refused
+                // before anything is written (the session ends, never the applier).
+                e @ segmirror_catalog::Error::ReplacementRefused { .. } => TailError::BadSeal {
+                    partition: tp_name(p),
+                    segment: bases.first().copied().unwrap_or(-1),
+                    reason: e.to_string(),
+                },
+                e => self.not_writable(p, e),
+            })?;
         Ok(())
     }
 
