@@ -60,15 +60,28 @@ enum Attack {
 /// applier answers with (or, for bytes that are no frame, what the connection's end looked like).
 async fn attack(addr: &str, attack: Attack) -> String {
     tokio::time::timeout(GIVE_UP, async {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let config = HandshakeConfig::new(Role::Shipper, "dr", Some(CLUSTER_ID.to_string()));
-        let (mut framed, _session) = handshake(tcp, &config).await.unwrap();
-        loop {
-            match framed.next().await.expect("closed before credit").unwrap() {
-                Frame::Credit { .. } => break,
-                _ => continue,
+        // The applier serves one session at a time: until it has noticed the previous attack's end, a new peer
+        // is refused Busy after its handshake. Dial again until a session is served.
+        let mut framed = loop {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let config = HandshakeConfig::new(Role::Shipper, "dr", Some(CLUSTER_ID.to_string()));
+            let (mut framed, _session) = handshake(tcp, &config).await.unwrap();
+            let served = loop {
+                match framed.next().await {
+                    Some(Ok(Frame::Credit { .. })) => break true,
+                    Some(Ok(Frame::Refuse(r))) => {
+                        assert!(r.message.contains("already serves a session"), "refused: {}", r.message);
+                        break false;
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(_)) | None => break false,
+                }
+            };
+            if served {
+                break framed;
             }
-        }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         match attack {
             Attack::Chunk(c) => framed.send(Frame::Chunk(c)).await.unwrap(),
             Attack::Raw(bytes) => {
