@@ -131,9 +131,6 @@ pub const TAIL_STATE_DIR: &str = ".tail";
 /// differs from the broker's is refused by the digest check.
 pub const REBUILD_INDEX_INTERVAL_BYTES: u64 = DEFAULT_INDEX_INTERVAL_BYTES;
 
-/// Longest Kafka topic name (`Topic.MAX_NAME_LENGTH`).
-const MAX_TOPIC_NAME_LEN: usize = 249;
-
 /// Why the appender refused a chunk or a seal, or could not read its state.
 #[derive(Debug, thiserror::Error)]
 pub enum TailError {
@@ -337,14 +334,10 @@ fn tp_name(p: &PartitionRef) -> String {
     format!("{}-{}", p.topic, p.partition)
 }
 
+/// Kafka's topic name rule (`segment_format::dir::validate_topic_name`, the one the frame decoder applies too): a
+/// name from a state file or a frame becomes a path under the mirror root only if it passes.
 fn valid_topic(topic: &str) -> bool {
-    !topic.is_empty()
-        && topic.len() <= MAX_TOPIC_NAME_LEN
-        && topic != "."
-        && topic != ".."
-        && topic
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    segment_format::dir::validate_topic_name(topic).is_ok()
 }
 
 impl TailAppender {
@@ -600,9 +593,10 @@ impl ChunkApplier for TailAppender {
 }
 
 impl Inner {
-    /// What a refusal leaves behind before the session hears of it: a lineage break pauses the partition in the
-    /// catalog, with an event that says what to do (`status` shows both). Recording it is best effort: the
-    /// refusal stands either way.
+    /// What a refusal leaves behind before the session hears of it: a partition's stop is remembered with its
+    /// cause (for [`ChunkApplier::writable_again`]), and a lineage break also pauses the partition in the catalog,
+    /// with an event that says what to do (`status` shows both). Recording it is best effort: the refusal stands
+    /// either way.
     fn refused(&mut self, e: TailError) -> TailError {
         let (of, cause) = match &e {
             TailError::LineageBreak { of, .. } => (of, StopCause::Lineage),

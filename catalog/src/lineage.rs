@@ -15,8 +15,17 @@ use rusqlite::{params, TransactionBehavior};
 use crate::error::{Entity, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};
 use crate::key::{PartitionId, PartitionKey};
-use crate::partition::{load_partition_by_id, MirrorPartition, PartitionState};
+use crate::partition::{find_partition, load_partition_by_id, refuse_promoted, MirrorPartition, PartitionState};
 use crate::Catalog;
+
+/// The partition's pending lineage (see the module doc), if any.
+fn pending_of(conn: &rusqlite::Connection, id: PartitionId) -> Result<Option<String>> {
+    Ok(conn.query_row(
+        "SELECT pending_lineage FROM mirror_partitions WHERE id = ?1",
+        [id.0],
+        |r| r.get(0),
+    )?)
+}
 
 /// A partition's lineage offered by a shipper and not (yet) mirrored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,17 +43,8 @@ impl Catalog {
     pub fn hold_lineage(&mut self, id: PartitionId, offered: &str, remedy: &str) -> Result<MirrorPartition> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut p = load_partition_by_id(&tx, id)?;
-        if p.state == PartitionState::Promoted {
-            return Err(Error::Promoted {
-                entity: Entity::Partition(p.key),
-            });
-        }
-        let pending: Option<String> = tx.query_row(
-            "SELECT pending_lineage FROM mirror_partitions WHERE id = ?1",
-            [id.0],
-            |r| r.get(0),
-        )?;
-        if p.state == PartitionState::Paused && pending.as_deref() == Some(offered) {
+        refuse_promoted(&p)?;
+        if p.state == PartitionState::Paused && pending_of(&tx, id)?.as_deref() == Some(offered) {
             return Ok(p);
         }
         tx.execute(
@@ -65,11 +65,7 @@ impl Catalog {
     /// The lineage pending for a partition, if a shipper offered another one.
     pub fn pending_lineage(&self, id: PartitionId) -> Result<Option<PendingLineage>> {
         let p = load_partition_by_id(&self.conn, id)?;
-        let pending: Option<String> = self.conn.query_row(
-            "SELECT pending_lineage FROM mirror_partitions WHERE id = ?1",
-            [id.0],
-            |r| r.get(0),
-        )?;
+        let pending = pending_of(&self.conn, id)?;
         Ok(pending.map(|source_topic_id| PendingLineage {
             source_topic_id,
             accepted: p.state == PartitionState::Mirroring,
@@ -81,29 +77,12 @@ impl Catalog {
     /// lineage is pending: a partition paused for another reason is resumed otherwise. Idempotent.
     pub fn accept_lineage(&mut self, key: &PartitionKey) -> Result<(MirrorPartition, String)> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let id: i64 = tx
-            .query_row(
-                "SELECT id FROM mirror_partitions WHERE link = ?1 AND topic = ?2 AND partition = ?3",
-                params![key.link, key.topic, key.partition],
-                |r| r.get(0),
-            )
-            .map_err(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Error::NotFound {
-                    entity: Entity::Partition(key.clone()),
-                },
-                e => e.into(),
-            })?;
-        let mut p = load_partition_by_id(&tx, PartitionId(id))?;
-        if p.state == PartitionState::Promoted {
-            return Err(Error::Promoted {
-                entity: Entity::Partition(p.key),
-            });
-        }
-        let pending: Option<String> = tx.query_row(
-            "SELECT pending_lineage FROM mirror_partitions WHERE id = ?1",
-            [id],
-            |r| r.get(0),
-        )?;
+        let mut p = find_partition(&tx, key)?.ok_or_else(|| Error::NotFound {
+            entity: Entity::Partition(key.clone()),
+        })?;
+        refuse_promoted(&p)?;
+        let id = p.id;
+        let pending = pending_of(&tx, id)?;
         let Some(pending) = pending else {
             return Err(Error::Invalid {
                 what: "reset",
@@ -114,7 +93,7 @@ impl Catalog {
             });
         };
         if p.state != PartitionState::Mirroring {
-            tx.execute("UPDATE mirror_partitions SET state = 'mirroring' WHERE id = ?1", [id])?;
+            tx.execute("UPDATE mirror_partitions SET state = 'mirroring' WHERE id = ?1", [id.0])?;
             let detail = format!(
                 "reset requested: the mirror's copy of source topic id {} is archived and source topic id {pending} \
                  mirrored from its start when the applier next hears from the shipper",

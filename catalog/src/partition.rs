@@ -103,7 +103,7 @@ pub(crate) fn load_partition_by_id(conn: &Connection, id: PartitionId) -> Result
     })
 }
 
-fn find_partition(conn: &Connection, key: &PartitionKey) -> Result<Option<MirrorPartition>> {
+pub(crate) fn find_partition(conn: &Connection, key: &PartitionKey) -> Result<Option<MirrorPartition>> {
     Ok(conn
         .query_row(
             &format!(
@@ -130,7 +130,7 @@ pub(crate) fn load_writable(conn: &Connection, id: PartitionId, source_topic_id:
     Ok(p)
 }
 
-fn refuse_promoted(p: &MirrorPartition) -> Result<()> {
+pub(crate) fn refuse_promoted(p: &MirrorPartition) -> Result<()> {
     if p.state == PartitionState::Promoted {
         return Err(Error::Promoted {
             entity: Entity::Partition(p.key.clone()),

@@ -436,14 +436,21 @@ impl TailCatalog {
     /// Whether a partition this appender stopped may be applied again: its lineage was accepted, or it was resumed
     /// (no longer paused).
     pub(super) fn writable_again(&mut self, p: &PartitionRef) -> TailResult<bool> {
-        if self.lineage_accepted(p)? {
-            return Ok(true);
-        }
-        Ok(match self.catalog.partition(&self.key(p)) {
-            Ok(row) => row.state == PartitionState::Mirroring && row.source_topic_id == Uuid(p.topic_id).to_string(),
-            Err(segmirror_catalog::Error::NotFound { .. }) => true,
+        let row = match self.catalog.partition(&self.key(p)) {
+            Ok(row) => row,
+            Err(segmirror_catalog::Error::NotFound { .. }) => return Ok(true),
             Err(e) => return Err(e.into()),
-        })
+        };
+        // Both ways need the partition mirroring (an accepted lineage is mirroring with the lineage pending).
+        if row.state != PartitionState::Mirroring {
+            return Ok(false);
+        }
+        let offered = Uuid(p.topic_id).to_string();
+        Ok(row.source_topic_id == offered
+            || self
+                .catalog
+                .pending_lineage(row.id)?
+                .is_some_and(|pending| pending.source_topic_id == offered))
     }
 
     fn not_writable(&self, p: &PartitionRef, e: segmirror_catalog::Error) -> TailError {

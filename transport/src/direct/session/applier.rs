@@ -315,10 +315,11 @@ impl<A: ChunkApplier> ApplierSession<A> {
         if cluster {
             durable.clear();
         }
-        let mut claimed: HashSet<PartitionRef> = HashSet::new();
-        // Partitions the applier stopped in this session ([`DirectError::PartitionStopped`]): what comes of them is
-        // discarded, the others go on.
-        let mut stopped: HashSet<PartitionRef> = HashSet::new();
+        let mut held = Held {
+            cluster,
+            claimed: HashSet::new(),
+            stopped: HashSet::new(),
+        };
         let node = session.peer.shipper_node_id.unwrap_or(-1);
         let mut ends: HashMap<PartitionRef, End> = HashMap::new();
         for d in &durable {
@@ -385,9 +386,9 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     _ = tokio::time::sleep_until(last_recv + idle) => {
                         return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
                     }
-                    _ = tokio::time::sleep_until(recheck), if !stopped.is_empty() => {
+                    _ = tokio::time::sleep_until(recheck), if !held.stopped.is_empty() => {
                         recheck = Instant::now() + STOPPED_RECHECK;
-                        let list: Vec<PartitionRef> = stopped.iter().cloned().collect();
+                        let list: Vec<PartitionRef> = held.stopped.iter().cloned().collect();
                         match self.applier.writable_again(&list).await {
                             Ok(false) => continue,
                             Ok(true) => {
@@ -405,7 +406,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                             partition = %tp(&revoke.partition), holder = revoke.holder_node, epoch = revoke.holder_epoch,
                             "another shipper's claim displaced this session's: revoked"
                         );
-                        claimed.remove(&revoke.partition);
+                        held.claimed.remove(&revoke.partition);
                         ends.remove(&revoke.partition);
                         if tx.send(Frame::Revoke(revoke)).await.is_err() {
                             return Err(writer_ended(writer.await));
@@ -476,19 +477,14 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     // Chunks of partitions this session does not hold (or stopped) are discarded, their credit
                     // granted back.
                     group.retain(|c| {
-                        let held = held(cluster, &claimed, &stopped, &c.partition);
-                        if !held {
+                        let applies = held.applies(&c.partition);
+                        if !applies {
                             credit += chunk_cost(c);
-                            discard("Chunk", &c.partition, &stopped);
+                            held.discard("Chunk", &c.partition);
                         }
-                        held
+                        applies
                     });
-                    let mut held_set = Held {
-                        cluster,
-                        claimed: &mut claimed,
-                        stopped: &mut stopped,
-                    };
-                    match stream.during(self.on_chunks(&mut ends, &mut held_set, group)).await {
+                    match stream.during(self.on_chunks(&mut ends, &mut held, group)).await {
                         Ok(mut replies) => {
                             if let Some(Frame::Credit { bytes }) = replies.last_mut() {
                                 *bytes += credit;
@@ -498,16 +494,16 @@ impl<A: ChunkApplier> ApplierSession<A> {
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                 }
-                Frame::SegmentSeal(seal) if !held(cluster, &claimed, &stopped, &seal.partition) => {
-                    discard("SegmentSeal", &seal.partition, &stopped);
+                Frame::SegmentSeal(seal) if !held.applies(&seal.partition) => {
+                    held.discard("SegmentSeal", &seal.partition);
                     vec![Frame::Credit {
                         bytes: seal_cost(&seal),
                     }]
                 }
                 Frame::SegmentSeal(seal) => match stream.during(self.on_seal(&mut ends, &seal)).await {
                     Ok(replies) => replies,
-                    Err(e) if is_partition_refusal(&e, cluster) => {
-                        drop_partition(&mut claimed, &mut stopped, &mut ends, e, "SegmentSeal");
+                    Err(e) if held.is_refusal(&e) => {
+                        held.drop_partition(&mut ends, e, "SegmentSeal");
                         vec![Frame::Credit {
                             bytes: seal_cost(&seal),
                         }]
@@ -521,7 +517,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     };
                     match &decision {
                         ClaimDecision::Granted { durable, .. } => {
-                            claimed.insert(c.partition.clone());
+                            held.claimed.insert(c.partition.clone());
                             match durable {
                                 Some(d) => {
                                     ends.insert(
@@ -539,47 +535,45 @@ impl<A: ChunkApplier> ApplierSession<A> {
                             }
                         }
                         ClaimDecision::Refused { .. } => {
-                            claimed.remove(&c.partition);
+                            held.claimed.remove(&c.partition);
                             ends.remove(&c.partition);
                         }
                     }
                     vec![Frame::ClaimResult(decision.result(&c.partition))]
                 }
-                Frame::Roll(roll) if cluster && !held(cluster, &claimed, &stopped, &roll.partition) => {
-                    discard("Roll", &roll.partition, &stopped);
+                Frame::Roll(roll) if cluster && !held.applies(&roll.partition) => {
+                    held.discard("Roll", &roll.partition);
                     continue;
                 }
                 Frame::Roll(roll) if cluster => match self.on_roll(&mut ends, &roll).await {
                     Ok(replies) => replies,
-                    Err(e) if is_partition_refusal(&e, cluster) => {
-                        drop_partition(&mut claimed, &mut stopped, &mut ends, e, "Roll");
+                    Err(e) if held.is_refusal(&e) => {
+                        held.drop_partition(&mut ends, e, "Roll");
                         continue;
                     }
                     Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                 },
-                Frame::LogStart(l) if !held(cluster, &claimed, &stopped, &l.partition) => {
-                    discard("LogStart", &l.partition, &stopped);
+                Frame::LogStart(l) if !held.applies(&l.partition) => {
+                    held.discard("LogStart", &l.partition);
                     continue;
                 }
-                Frame::SegmentReplace(piece) if !held(cluster, &claimed, &stopped, &piece.partition) => {
-                    discard("SegmentReplace", &piece.partition, &stopped);
+                Frame::SegmentReplace(piece) if !held.applies(&piece.partition) => {
+                    held.discard("SegmentReplace", &piece.partition);
                     vec![Frame::Credit {
                         bytes: replace_cost(&piece),
                     }]
                 }
                 // Advisory: a report of a partition another shipper holds is not this one's to make.
-                Frame::SourceProgress(p) if !held(cluster, &claimed, &stopped, &p.partition) => continue,
-                Frame::Truncate(t) if !held(cluster, &claimed, &stopped, &t.partition) => {
-                    discard("Truncate", &t.partition, &stopped);
+                Frame::SourceProgress(p) if !held.applies(&p.partition) => continue,
+                Frame::Truncate(t) if !held.applies(&t.partition) => {
+                    held.discard("Truncate", &t.partition);
                     continue;
                 }
                 Frame::LogStart(l) if session.features & FEATURE_LOG_START != 0 => {
                     // No position moves: nothing to acknowledge, no credit was taken.
                     match self.applier.apply_log_start(&l).await {
                         Ok(()) => {}
-                        Err(e) if is_partition_refusal(&e, cluster) => {
-                            drop_partition(&mut claimed, &mut stopped, &mut ends, e, "LogStart")
-                        }
+                        Err(e) if held.is_refusal(&e) => held.drop_partition(&mut ends, e, "LogStart"),
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                     continue;
@@ -609,9 +603,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     // No credit was taken and no Ack follows: the shipper moved its own position when it sent it.
                     match self.on_truncate(&mut ends, &t).await {
                         Ok(()) => {}
-                        Err(e) if is_partition_refusal(&e, cluster) => {
-                            drop_partition(&mut claimed, &mut stopped, &mut ends, e, "Truncate")
-                        }
+                        Err(e) if held.is_refusal(&e) => held.drop_partition(&mut ends, e, "Truncate"),
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                     continue;
@@ -620,9 +612,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     // No position moves: no Ack; the credit comes back once the piece is durable.
                     match self.applier.apply_replace(&piece).await {
                         Ok(()) => {}
-                        Err(e) if is_partition_refusal(&e, cluster) => {
-                            drop_partition(&mut claimed, &mut stopped, &mut ends, e, "SegmentReplace")
-                        }
+                        Err(e) if held.is_refusal(&e) => held.drop_partition(&mut ends, e, "SegmentReplace"),
                         Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
                     }
                     vec![Frame::Credit {
@@ -654,7 +644,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
     async fn on_chunks(
         &mut self,
         ends: &mut HashMap<PartitionRef, End>,
-        held_set: &mut Held<'_>,
+        held: &mut Held,
         group: Vec<Chunk>,
     ) -> Result<Vec<Frame>> {
         let mut credit = 0u64;
@@ -662,9 +652,9 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let mut batch: Vec<Chunk> = Vec::with_capacity(group.len());
         for chunk in group {
             credit += chunk_cost(&chunk);
-            if !held(held_set.cluster, held_set.claimed, held_set.stopped, &chunk.partition) {
+            if !held.applies(&chunk.partition) {
                 // Fenced (feature bit 6) or stopped by an earlier chunk of this group: discarded.
-                discard("Chunk", &chunk.partition, held_set.stopped);
+                held.discard("Chunk", &chunk.partition);
                 continue;
             }
             match verdict(ends, &chunk)? {
@@ -683,18 +673,16 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     batch.push(chunk);
                 }
                 Verdict::AlreadyApplied => {
-                    self.apply_batch(&mut batch, &mut acks, ends, held_set).await?;
+                    self.apply_batch(&mut batch, &mut acks, ends, held).await?;
                     match self.applier.check_applied(&chunk).await {
                         Ok(()) => {}
-                        Err(e) if is_partition_refusal(&e, held_set.cluster) => {
-                            drop_partition(held_set.claimed, held_set.stopped, ends, e, "Chunk")
-                        }
+                        Err(e) if held.is_refusal(&e) => held.drop_partition(ends, e, "Chunk"),
                         Err(e) => return Err(e),
                     }
                 }
             }
         }
-        self.apply_batch(&mut batch, &mut acks, ends, held_set).await?;
+        self.apply_batch(&mut batch, &mut acks, ends, held).await?;
         let mut replies: Vec<Frame> = acks.into_iter().map(Frame::Ack).collect();
         replies.push(Frame::Credit { bytes: credit });
         Ok(replies)
@@ -710,7 +698,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
         batch: &mut Vec<Chunk>,
         acks: &mut Vec<Position>,
         ends: &mut HashMap<PartitionRef, End>,
-        held_set: &mut Held<'_>,
+        held: &mut Held,
     ) -> Result<()> {
         loop {
             if batch.is_empty() {
@@ -723,7 +711,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                     }
                     break;
                 }
-                Err(e) if is_partition_refusal(&e, held_set.cluster) => {
+                Err(e) if held.is_refusal(&e) => {
                     let Some(partition) = refused_partition(&e).cloned() else {
                         return Err(e);
                     };
@@ -731,7 +719,7 @@ impl<A: ChunkApplier> ApplierSession<A> {
                         return Err(e);
                     }
                     batch.retain(|c| c.partition != partition);
-                    drop_partition(held_set.claimed, held_set.stopped, ends, e, "Chunk");
+                    held.drop_partition(ends, e, "Chunk");
                 }
                 Err(e) => return Err(e),
             }
@@ -852,37 +840,61 @@ impl<A: ChunkApplier> ApplierSession<A> {
 }
 
 /// Which partitions a session applies: with several shippers (feature bit 6) only those it claimed; never those
-/// the applier stopped in this session.
-struct Held<'a> {
+/// the applier stopped in this session ([`DirectError::PartitionStopped`]).
+struct Held {
     cluster: bool,
-    claimed: &'a mut HashSet<PartitionRef>,
-    stopped: &'a mut HashSet<PartitionRef>,
+    claimed: HashSet<PartitionRef>,
+    stopped: HashSet<PartitionRef>,
 }
 
-/// Whether this session applies what it receives of `partition` (see [`Held`]).
-fn held(cluster: bool, claimed: &HashSet<PartitionRef>, stopped: &HashSet<PartitionRef>, p: &PartitionRef) -> bool {
-    (!cluster || claimed.contains(p)) && !stopped.contains(p)
-}
-
-/// An item of a partition this session does not apply (feature bit 6: not held; or stopped): discarded. A stopped
-/// partition was said once when it stopped; what follows of it is only counted at debug level.
-fn discard(what: &'static str, partition: &PartitionRef, stopped: &HashSet<PartitionRef>) {
-    if stopped.contains(partition) {
-        tracing::debug!(partition = %tp(partition), what, "the partition is stopped; discarded");
-        return;
+impl Held {
+    /// Whether this session applies what it receives of `p`.
+    fn applies(&self, p: &PartitionRef) -> bool {
+        (!self.cluster || self.claimed.contains(p)) && !self.stopped.contains(p)
     }
-    tracing::warn!(
-        partition = %tp(partition), what,
-        "refused: this shipper's session does not hold the partition (another claim displaced it, or it never claimed it); discarded"
-    );
-}
 
-/// An error of the applier that concerns one partition only: fenced (feature bit 6, several shippers) or stopped.
-fn is_partition_refusal(e: &DirectError, cluster: bool) -> bool {
-    match e {
-        DirectError::Fenced { .. } => cluster,
-        DirectError::PartitionStopped { .. } => true,
-        _ => false,
+    /// An item of a partition this session does not apply: discarded. A stopped partition was said once when it
+    /// stopped; what follows of it is only counted at debug level.
+    fn discard(&self, what: &'static str, partition: &PartitionRef) {
+        if self.stopped.contains(partition) {
+            tracing::debug!(partition = %tp(partition), what, "the partition is stopped; discarded");
+            return;
+        }
+        tracing::warn!(
+            partition = %tp(partition), what,
+            "refused: this shipper's session does not hold the partition (another claim displaced it, or it never claimed it); discarded"
+        );
+    }
+
+    /// Whether the applier's error concerns one partition only: fenced (feature bit 6, several shippers) or stopped.
+    fn is_refusal(&self, e: &DirectError) -> bool {
+        match e {
+            DirectError::Fenced { .. } => self.cluster,
+            DirectError::PartitionStopped { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The applier refused a partition alone (see [`Held::is_refusal`]): a fenced one loses its claim (another
+    /// session's grant displaced this one's), a stopped one is discarded for the rest of the session, said once.
+    fn drop_partition(&mut self, ends: &mut HashMap<PartitionRef, End>, e: DirectError, what: &'static str) {
+        match e {
+            DirectError::PartitionStopped { partition, reason } => {
+                tracing::error!(
+                    partition = %tp(&partition), what, %reason,
+                    "the partition stopped; the link's other partitions go on"
+                );
+                self.claimed.remove(&partition);
+                ends.remove(&partition);
+                self.stopped.insert(partition);
+            }
+            DirectError::Fenced { partition, .. } => {
+                self.discard(what, &partition);
+                self.claimed.remove(&partition);
+                ends.remove(&partition);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -890,34 +902,6 @@ fn refused_partition(e: &DirectError) -> Option<&PartitionRef> {
     match e {
         DirectError::Fenced { partition, .. } | DirectError::PartitionStopped { partition, .. } => Some(partition),
         _ => None,
-    }
-}
-
-/// The applier refused `partition` alone (see [`is_partition_refusal`]): a fenced one loses its claim (another
-/// session's grant displaced this one's), a stopped one is discarded for the rest of the session, said once.
-fn drop_partition(
-    claimed: &mut HashSet<PartitionRef>,
-    stopped: &mut HashSet<PartitionRef>,
-    ends: &mut HashMap<PartitionRef, End>,
-    e: DirectError,
-    what: &'static str,
-) {
-    match e {
-        DirectError::PartitionStopped { partition, reason } => {
-            tracing::error!(
-                partition = %tp(&partition), what, %reason,
-                "the partition stopped; the link's other partitions go on"
-            );
-            claimed.remove(&partition);
-            ends.remove(&partition);
-            stopped.insert(partition);
-        }
-        DirectError::Fenced { partition, .. } => {
-            discard(what, &partition, stopped);
-            claimed.remove(&partition);
-            ends.remove(&partition);
-        }
-        _ => {}
     }
 }
 
