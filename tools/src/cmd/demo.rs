@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use segment_format::checkpoint::MetaProperties;
 use segment_format::dir::META_PROPERTIES_FILE;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths_owned_by, NoProgress, VerifyOptions};
 use segment_format::writer::sample::{sample_identity, write_sample, SampleOptions, DEFAULT_NODE_ID};
 use segmirror_applier::{apply, ApplyConfig, Verdict};
 use segmirror_catalog::Catalog;
@@ -85,13 +85,16 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         "verifying the mirror {} (deep: every record of every batch)",
         mirror.display()
     );
-    let report = verify_paths(
+    // A mirror root: segmirror's own entries in it (the apply lock, state directories) are set aside as
+    // `segmirror verify MIRROR` sets them aside.
+    let report = verify_paths_owned_by(
         std::slice::from_ref(&mirror),
         &VerifyOptions {
             deep: true,
             ..VerifyOptions::default()
         },
         &NoProgress,
+        segmirror_applier::MIRROR_ROOT_ENTRIES,
     );
     print_verify_report(&report);
     let audit = runtime.block_on(audit_store(&store, &KeyPrefix::root(), &AuditOptions::default()))??;
