@@ -447,8 +447,11 @@ fn promote_killed_at_many_points_ends_like_an_uninterrupted_promotion() {
         &source,
         &BulkOptions {
             total_bytes: 48 << 20,
-            partitions: 3,
-            segment_bytes: 2 << 20,
+            // Promotion hands the mirror's files over by rename, so a rerun after a kill is quick: many partitions of
+            // many segments keep each kill point's window (a `.ready` partition waiting for the others, an `.old`
+            // one waiting for removal) wide enough for a poll every 2 ms to land in it on a loaded machine.
+            partitions: 6,
+            segment_bytes: 512 << 10,
             fsync: false,
             base_timestamp,
             ..BulkOptions::default()
