@@ -24,7 +24,7 @@ use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Transport;
 
 use crate::error::{Error, Result};
-use crate::seed::TopicFilter;
+use crate::source::TopicFilter;
 
 /// Default time between reads of the metadata log and `__consumer_offsets` (1 s): a group commit reaches the
 /// bucket within about this plus one upload.

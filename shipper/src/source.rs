@@ -3,8 +3,8 @@
 //! Everything a shipper must know about a source that a broker keeps writing
 //! while it is read lives here, apart from any way of carrying the bytes and
 //! any plan of what to ship: these modules use no store, lease or manifest
-//! listing, so the batch driver [`crate::seed`] and a continuous tail driver
-//! read the source the same way.
+//! listing, so the bucket drivers ([`crate::bucket`]) and the direct feed
+//! ([`crate::direct`]) read the source the same way.
 //!
 //! - [`discover`](mod@discover): the partition directories of a set of log dirs, selected by
 //!   a [`TopicFilter`] (MirrorMaker 2's `topics` list), with internal topics,
@@ -23,8 +23,8 @@
 //! - [`guard`]: telling that a file changed while it was read (length,
 //!   modification time, inode before and after) and how often to look again.
 //! - [`snapshot`]: the producer snapshot a broker writes at the log end.
-//! - [`tail`]: the active segment read incrementally ([`read_tail`]): from a
-//!   validated position, the newly appended whole CRC-valid batches as a
+//! - [`growing`]: the end of the active segment as the broker appends to it,
+//!   read incrementally ([`read_tail`]): from a validated position, the newly appended whole CRC-valid batches as a
 //!   [`Chunk`] with its CRC-32C, each byte once; typed outcomes for a file
 //!   truncated, replaced or rewritten under the position.
 //! - [`watch`](mod@watch): notifications (plus a periodic rescan) turned into
@@ -33,6 +33,10 @@
 //! - [`bound_hw`]: how far a tail ships ([`UptoPolicy`]): the high watermark
 //!   from `replication-offset-checkpoint` behind the [`HighWatermarkSource`]
 //!   seam, or the log end.
+//! - [`leadership`]: which partitions this broker leads, so a shipper ships
+//!   only those (behind the [`LeadershipSource`](leadership::LeadershipSource) seam).
+//! - [`incremental`]: the active segment between the rounds of a bucket
+//!   shipper, continued from what the previous round validated and shipped.
 //! - [`list_offsets`]: the same high watermark asked of the source broker
 //!   with `ListOffsets` over the Kafka protocol (`--source-bootstrap`), a
 //!   round trip behind the broker instead of a checkpoint interval.
@@ -54,6 +58,7 @@ pub mod bound;
 pub mod bound_hw;
 pub mod discover;
 pub mod footprint;
+pub mod growing;
 pub mod guard;
 pub mod incremental;
 pub mod leadership;
@@ -61,7 +66,6 @@ pub mod list_offsets;
 pub mod read;
 pub mod rebuild;
 pub mod snapshot;
-pub mod tail;
 pub mod watch;
 
 #[cfg(test)]
@@ -79,11 +83,11 @@ pub use discover::{
     ALL_TOPICS,
 };
 pub use footprint::CacheFootprint;
+pub use growing::{
+    combine_crc32c, prefix_crc32c, read_tail, read_tail_into, Chunk, ChunkContent, TailOptions, TailPosition, TailRead,
+};
 pub use guard::{file_identity, stamps, FileIdentity, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
 pub use list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, LIST_OFFSETS_INTERVAL};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
-pub use tail::{
-    combine_crc32c, prefix_crc32c, read_tail, read_tail_into, Chunk, ChunkContent, TailOptions, TailPosition, TailRead,
-};
 pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};

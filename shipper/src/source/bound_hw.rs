@@ -5,10 +5,10 @@
 //! hold records the source cluster never acknowledged. So by default
 //! ([`UptoPolicy::HighWatermark`]) a tail ships only batches whose last offset
 //! is below the high watermark ([`Bound::upto`] feeds
-//! [`TailOptions::upto`](super::tail::TailOptions::upto)); `--upto log-end`
+//! [`TailOptions::upto`](super::growing::TailOptions::upto)); `--upto log-end`
 //! ([`UptoPolicy::LogEnd`]) ships everything complete and CRC-valid, for the
 //! lowest latency, accepting that the source may truncate what was shipped (a
-//! tail then sees [`TailRead::Truncated`](super::tail::TailRead::Truncated)).
+//! tail then sees [`TailRead::Truncated`](super::growing::TailRead::Truncated)).
 //!
 //! Where the high watermark comes from is a seam ([`HighWatermarkSource`]):
 //! - [`CheckpointHighWatermarks`] (here) reads the broker's
@@ -63,7 +63,7 @@ pub enum Bound {
 }
 
 impl Bound {
-    /// The bound for [`TailOptions::upto`](super::tail::TailOptions::upto):
+    /// The bound for [`TailOptions::upto`](super::growing::TailOptions::upto):
     /// `None` for no bound; an unknown high watermark bounds everything away.
     pub fn upto(self) -> Option<i64> {
         match self {

@@ -134,7 +134,7 @@ pub fn stamps(segment: &SegmentFiles, snapshot: Option<&Path>) -> Stamps {
 /// over it, as compaction's swap, changes them), length, and modification and status-change times to the
 /// nanosecond (any write moves the first, and setting the first back moves the second). Two equal identities of one
 /// path, taken at two times, mean the bytes were not written in between; the seed's memory of what it found in an
-/// active segment (`crate::seed`) is believed only under that.
+/// active segment (`crate::bucket::seed`) is believed only under that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileIdentity {
     pub dev: u64,

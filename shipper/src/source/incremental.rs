@@ -34,7 +34,7 @@ use segment_format::Error;
 use segmirror_transport::store::Hasher;
 use segmirror_transport::Digest;
 
-use super::tail::{read_tail, TailOptions, TailPosition, TailRead};
+use super::growing::{read_tail, TailOptions, TailPosition, TailRead};
 use super::SegmentStats;
 
 /// Bytes one [`read_tail`] call of [`advance`] returns at most (4 MiB, or one batch if larger): the piece read into

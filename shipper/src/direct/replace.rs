@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use segmirror_transport::direct::payload::{LayoutSegment, ReplaceEnd, SegmentReplace};
 use segmirror_transport::direct::session::FeedItem;
+use segmirror_transport::store::digest_file;
 
 use super::*;
 use crate::source::read::PartitionView;

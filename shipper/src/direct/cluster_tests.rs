@@ -10,9 +10,9 @@ use std::time::Duration;
 use segmirror_transport::direct::payload::{Claim, ClaimResult, ClaimVerdict, ClaimedAt, Revoke};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 
+use crate::direct::tests::{append, batch_at, grant, partition, FixedHw, SetLeadership};
+use crate::direct::{TailFeed, TailFeedConfig, TailPartition};
 use crate::source::bound_hw::UptoPolicy;
-use crate::tail::tests::{append, batch_at, grant, partition, FixedHw, SetLeadership};
-use crate::tail::{TailFeed, TailFeedConfig, TailPartition};
 
 /// This broker's replica: segments at 0 (0-1, 2-3, 4-5), 6 (6-7, 8-9) and 10 (10-11); each batch's content derives
 /// from its offset, so another broker's replica holds the same bytes for it. Returns every batch by offset.

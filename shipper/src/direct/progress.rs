@@ -23,8 +23,8 @@ use segmirror_transport::direct::payload::{Shipped, SourceProgress};
 use segmirror_transport::direct::session::FeedItem;
 
 use super::{PartState, TailFeedConfig};
+use crate::source::growing::{read_tail, TailOptions, TailPosition, TailRead};
 use crate::source::read::{read_partition, PartitionRead};
-use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 
 #[cfg(test)]
 #[path = "progress_tests.rs"]

@@ -15,9 +15,9 @@ use segmirror_transport::direct::payload::{PartitionRef, Position};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem};
 
 use super::*;
+use crate::direct::{TailFeed, TailFeedConfig};
 use crate::source::bound_hw::{CheckpointHighWatermarks, UptoPolicy};
 use crate::source::discover::TopicFilter;
-use crate::tail::{TailFeed, TailFeedConfig};
 
 const CLUSTER: &str = "source-cluster";
 

@@ -6,7 +6,7 @@ use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
 use segment_format::log::scan_frames;
 
 use super::*;
-use crate::tail::tests::batch_at;
+use crate::direct::tests::batch_at;
 
 const BASE: i64 = 500;
 

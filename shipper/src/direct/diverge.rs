@@ -29,8 +29,8 @@ use segmirror_transport::direct::payload::{LogEnd, Position, Truncate, TruncateM
 use super::{log_path, name, TailPartition};
 use crate::error::{Error, Result};
 use crate::source::bound_hw::UptoPolicy;
+use crate::source::growing::{read_tail, TailOptions, TailPosition, TailRead};
 use crate::source::read::{read_partition, PartitionRead, PartitionView};
-use crate::source::tail::{read_tail, TailOptions, TailPosition, TailRead};
 
 /// The source's answer for an epoch: the largest epoch it has at or below the one asked for, and the offset where
 /// that epoch's records end in its log.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use segment_format::dir::{SegmentFileKind, SegmentFiles};
 
 use super::{blocking, PartitionShipper, Stop};
-use crate::seed::chunks::Reading;
+use crate::bucket::seed::chunks::Reading;
 use crate::source::incremental::ActiveTail;
 use crate::source::{self, Prepared};
 

@@ -188,7 +188,7 @@ pub async fn seed(store: &dyn Transport, config: &SeedConfig, progress: &dyn Pro
     seed_round(store, config, progress, None).await
 }
 
-/// What a continuous shipper (`crate::store_tail`) keeps between its rounds, per partition:
+/// What a continuous shipper (`crate::bucket::follow`) keeps between its rounds, per partition:
 ///
 /// - **its lease**: taking a new lease every round would add a lease object per partition per round to the bucket
 ///   and, worse, let a second shipper's lease be overtaken by this one's next round instead of fencing it. A fenced

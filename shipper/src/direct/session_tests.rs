@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use segmirror_transport::direct::handshake::{handshake, HandshakeConfig};
+use segmirror_transport::direct::payload::{Chunk, SegmentSeal};
 use segmirror_transport::direct::session::{
     ApplierSession, BoxIo, ChunkApplier, DurablePosition, SessionConfig, SessionEnd, ShipperSession,
 };

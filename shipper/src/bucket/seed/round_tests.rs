@@ -1,4 +1,4 @@
-//! Rounds of a continuous shipper (`crate::store_tail`): seed rounds that keep their leases.
+//! Rounds of a continuous shipper (`crate::bucket::follow`): seed rounds that keep their leases.
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::manifest::{KeyPrefix, PartitionKey};

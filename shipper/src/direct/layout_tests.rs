@@ -7,7 +7,7 @@ use std::path::Path;
 use segment_format::batch::parse_header;
 
 use super::*;
-use crate::tail::tests::batch_at;
+use crate::direct::tests::batch_at;
 
 /// A replica: segments given as lists of (first offset, records per batch); returns the segments and every batch's
 /// bytes by its first offset.

@@ -37,9 +37,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::bucket::seed::{self, HeldLeases, NoProgress, PartitionStatus, SeedConfig, SeedReport};
 use crate::error::{Error, Result};
 use crate::link_meta::{MetaConfig, MetaPublisher, MetaReader, Published};
-use crate::seed::{self, HeldLeases, NoProgress, PartitionStatus, SeedConfig, SeedReport};
 use crate::source::watch::{watch, PartitionId, WatchConfig, WatchEvent};
 use segmirror_transport::Transport;
 

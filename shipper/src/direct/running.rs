@@ -31,7 +31,7 @@ use segment_format::batch::BatchInfo;
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 
 use crate::error::{Error, Result};
-use crate::source::tail::TailPosition;
+use crate::source::growing::TailPosition;
 
 /// The running digest of one segment from byte 0 to `position`.
 pub(super) struct Running {

@@ -44,8 +44,8 @@ use crate::error::{Error, Result};
 use crate::source::read::{read_partition, PartitionRead};
 
 use super::{log_path, name, resume_at, PartState, TailPartition};
+use crate::source::growing::TailPosition;
 use crate::source::read::{PartitionView, SegmentView};
-use crate::source::tail::TailPosition;
 
 #[cfg(test)]
 #[path = "log_start_tests.rs"]

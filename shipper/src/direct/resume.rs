@@ -32,8 +32,8 @@ use super::log_start::{self, Track};
 use super::replace::Fingerprint;
 use super::{log_path, name, resume_at, TailPartition};
 use crate::error::{Error, Result};
+use crate::source::growing::TailPosition;
 use crate::source::read::{read_partition, PartitionRead, PartitionView};
-use crate::source::tail::TailPosition;
 
 #[cfg(test)]
 #[path = "resume_tests.rs"]

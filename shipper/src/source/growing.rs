@@ -657,5 +657,5 @@ impl<'a> TailScan<'a> {
 }
 
 #[cfg(test)]
-#[path = "tail_tests.rs"]
+#[path = "growing_tests.rs"]
 mod tests;

@@ -24,18 +24,18 @@ use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::Defect;
 use segmirror_transport::manifest::{
-    EpochStart, KeyPrefix, Lease, LogChunk, Manifest, ManifestFile, PartitionKey, SegmentFileName, ShipperStamp,
-    MANIFEST_FORMAT_V1, MANIFEST_FORMAT_V2, MAX_LOG_CHUNKS,
+    EpochStart, KeyPrefix, Lease, LogChunk, Manifest, ManifestFile, PartitionKey, ShipperStamp, MANIFEST_FORMAT_V1,
+    MANIFEST_FORMAT_V2, MAX_LOG_CHUNKS,
 };
 
-use super::chunks::{previous_chunks, read_for_chunks, Reading};
+use super::chunks::{previous_chunks, Reading};
 use super::plan::{decide, Action, Version};
 use super::report::{FailureKind, PartitionReport, PartitionStatus};
 use super::Progress;
 use crate::error::Error;
 use crate::source::incremental::ActiveTail;
 use crate::source::{
-    self, LocalFile, Outcome, PartitionRead, PrepareOptions, Prepared, SegmentStats, SourceGuard, SourcePartition,
+    self, Outcome, PartitionRead, PrepareOptions, Prepared, SegmentStats, SourceGuard, SourcePartition,
 };
 use segmirror_transport::{BucketIndex, Error as TransportError, ManifestRead, Transport};
 
@@ -544,139 +544,6 @@ impl PartitionShipper<'_, '_> {
         }
     }
 
-    /// Upload one file of the version `[base, next)`.
-    async fn upload(&mut self, base: i64, next: i64, file: &LocalFile) -> Result<ManifestFile, Stop> {
-        let range = segmirror_transport::manifest::SegmentRange::new(base, next)
-            .map_err(|reason| failed(FailureKind::Source, reason))?;
-        let name = SegmentFileName::new(base, file.kind);
-        let key = self
-            .key
-            .data_key(&self.topic_id(), range, name)
-            .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
-        let staged = match &file.rebuilt {
-            Some(bytes) => self.ctx.store.stage_bytes(&key, bytes.clone()).await,
-            None => self.ctx.store.stage_file(&key, &file.path, Some(file.len)).await,
-        };
-        let summary = match staged {
-            Ok(s) => s,
-            // The source file vanished or shrank while being read.
-            Err(TransportError::Io { path, source })
-                if matches!(
-                    source.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::UnexpectedEof
-                ) =>
-            {
-                return Err(Stop::Changed(format!("{}: {source}", path.display())))
-            }
-            Err(e) => return Err(e.into()),
-        };
-        self.report.bytes_uploaded += summary.digest.size;
-        Ok(ManifestFile {
-            name,
-            key,
-            size: summary.digest.size,
-            crc32c: summary.digest.crc32c,
-            sha256: summary.digest.sha256,
-            mtime_ms: file.mtime_ms,
-        })
-    }
-
-    /// The `.log` of `[base, next)` as chunks: `reuse` (checked against the source's bytes) plus one new chunk
-    /// of the bytes after them, ending where `chunk_next` starts. Returns the `.log` entry (the assembled file; its
-    /// key names no object) and every chunk.
-    #[allow(clippy::too_many_arguments)]
-    async fn upload_chunked(
-        &mut self,
-        base: i64,
-        next: i64,
-        chunk_next: i64,
-        file: &LocalFile,
-        reuse: &[LogChunk],
-        sealed: bool,
-        reading: Option<Reading>,
-    ) -> Result<Option<(ManifestFile, Vec<LogChunk>)>, Stop> {
-        let range = |next| {
-            segmirror_transport::manifest::SegmentRange::new(base, next)
-                .map_err(|reason| failed(FailureKind::Source, reason))
-        };
-        let staging = self.ctx.prepare.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
-        let (path, len, reused) = (file.path.clone(), file.len, reuse.to_vec());
-        // A continuous shipper's incremental round read the new bytes already, and only those.
-        let reading = match reading {
-            Some(reading) => reading,
-            None => {
-                let reading = blocking("read source for chunks", move || {
-                    read_for_chunks(&path, len, &reused, &staging)
-                })
-                .await?
-                .map_err(|e| Stop::Changed(format!("{}: {e}", file.path.display())))?;
-                self.report.log_bytes_scanned += len;
-                reading
-            }
-        };
-        let (whole, new_bytes) = match reading {
-            Reading::Ready { whole, new_bytes } => (whole, new_bytes),
-            Reading::Short { at } => {
-                return Err(Stop::Changed(format!(
-                    "{}: ends at byte {at}, below the verified {len}",
-                    file.path.display()
-                )))
-            }
-            // A sealed segment the cleaner compacted since its active prefix was shipped: its bytes legitimately
-            // differ; it is shipped whole, to new keys, as before chunks.
-            Reading::Differs { key, field, .. } if sealed => {
-                tracing::info!(partition = %self.report.name(), base, key, field, "sealed segment rewritten since its prefix was shipped; shipping it whole");
-                return Ok(None);
-            }
-            Reading::Differs { key, from, to, field } => {
-                return Err(Stop::Status(PartitionStatus::Diverged {
-                    base_offset: base,
-                    shipped_next_offset: reuse.last().map_or(base, |c| c.next_offset),
-                    source_next_offset: next,
-                    reason: format!(
-                        "the source's bytes [{from}, {to}) differ from shipped chunk {key} ({field}): it was \
-                         truncated and rewritten; the shipped chunks are not overwritten"
-                    ),
-                }))
-            }
-        };
-        let mut chunks = reuse.to_vec();
-        if let Some((temp, digest)) = new_bytes {
-            let from = reuse.last().map_or(0, |c| c.to);
-            let key = self.key.chunk_key(&self.topic_id(), range(chunk_next)?, from);
-            let staged = self.ctx.store.stage_file(&key, temp.path(), None).await?;
-            if staged.digest != digest {
-                return Err(Stop::Changed(format!(
-                    "{}: the uploaded chunk differs from the bytes read",
-                    file.path.display()
-                )));
-            }
-            self.report.bytes_uploaded += digest.size;
-            chunks.push(LogChunk {
-                from,
-                to: from + digest.size,
-                next_offset: chunk_next,
-                key,
-                crc32c: digest.crc32c,
-                sha256: digest.sha256,
-            });
-        }
-        let name = SegmentFileName::new(base, SegmentFileKind::Log);
-        let key = self
-            .key
-            .data_key(&self.topic_id(), range(next)?, name)
-            .map_err(|e| failed(FailureKind::Source, e.to_string()))?;
-        let log = ManifestFile {
-            name,
-            key,
-            size: whole.size,
-            crc32c: whole.crc32c,
-            sha256: whole.sha256,
-            mtime_ms: file.mtime_ms,
-        };
-        Ok(Some((log, chunks)))
-    }
-
     /// Upload a prepared version, check the source did not change, commit. `reading`: the new bytes an incremental
     /// round read already.
     #[allow(clippy::too_many_arguments)]
@@ -771,96 +638,6 @@ impl PartitionShipper<'_, '_> {
         if let Some(end) = end.filter(|_| !prepared.sealed && next > base) {
             manifest.end_snapshot = Some(self.upload_end_snapshot(base, next, end).await?);
         }
-        self.commit(manifest).await
-    }
-
-    /// Upload the log-end producer snapshot of the version `[base, next)`: the bytes that parsed, not the file.
-    async fn upload_end_snapshot(
-        &mut self,
-        base: i64,
-        next: i64,
-        end: source::EndSnapshot,
-    ) -> Result<ManifestFile, Stop> {
-        let range = segmirror_transport::manifest::SegmentRange::new(base, next)
-            .map_err(|reason| failed(FailureKind::Source, reason))?;
-        let key = self.key.end_snapshot_key(&self.topic_id(), range);
-        let digest = self.ctx.store.stage_bytes(&key, end.bytes.into()).await?.digest;
-        self.report.bytes_uploaded += digest.size;
-        Ok(ManifestFile {
-            name: SegmentFileName::new(next, SegmentFileKind::Snapshot),
-            key,
-            size: digest.size,
-            crc32c: digest.crc32c,
-            sha256: digest.sha256,
-            mtime_ms: end.mtime_ms,
-        })
-    }
-
-    /// Re-commit a shipped unsealed version, unchanged, with the log-end snapshot the source wrote since.
-    async fn add_end_snapshot(
-        &mut self,
-        shipped: Manifest,
-        end: source::EndSnapshot,
-        common: &Common<'_>,
-    ) -> Result<(), Stop> {
-        let (base, next) = (shipped.base_offset, shipped.next_offset);
-        if self.ensure_lease().await? && self.shipped(base).await?.as_ref() != Some(&shipped) {
-            // Another shipper committed meanwhile; the next run decides on what is there now.
-            return Ok(());
-        }
-        let stats = SegmentStats {
-            first_offset: shipped.first_offset,
-            last_offset: shipped.last_offset,
-            batches: shipped.batches,
-            records: shipped.records,
-            max_timestamp: shipped.max_timestamp,
-        };
-        let mut manifest = self.manifest(base, next, false, shipped.files, common, stats);
-        manifest.format = shipped.format;
-        manifest.log_chunks = shipped.log_chunks;
-        manifest.end_snapshot = Some(self.upload_end_snapshot(base, next, end).await?);
-        self.commit(manifest).await
-    }
-
-    /// Re-commit a shipped unsealed version, whose range the source has now
-    /// sealed, as sealed (see `plan`). Its objects are reused; a producer
-    /// snapshot the source has gained is uploaded (to a key no manifest names).
-    async fn seal(
-        &mut self,
-        segment: &SegmentFiles,
-        snapshot: Option<PathBuf>,
-        shipped: Manifest,
-        common: &Common<'_>,
-    ) -> Result<(), Stop> {
-        let base = segment.base_offset;
-        let seg = segment.clone();
-        let found = match blocking("stat segment", move || source::seal_in_place(&seg, snapshot.as_deref())).await? {
-            Ok(found) => found,
-            Err(e) => return Err(Stop::Changed(e.to_string())),
-        };
-        for warning in found.warnings {
-            self.warn(warning);
-        }
-        let mut files: Vec<ManifestFile> = shipped.files.clone();
-        for f in &mut files {
-            if let Some((_, mtime)) = found.mtimes.iter().find(|(k, _)| *k == f.name.kind) {
-                f.mtime_ms = *mtime;
-            }
-        }
-        if let (None, Some(local)) = (shipped.file(SegmentFileKind::Snapshot), found.snapshot) {
-            files.push(self.upload(base, shipped.next_offset, &local).await?);
-        }
-        let stats = SegmentStats {
-            first_offset: shipped.first_offset,
-            last_offset: shipped.last_offset,
-            batches: shipped.batches,
-            records: shipped.records,
-            max_timestamp: shipped.max_timestamp,
-        };
-        let mut manifest = self.manifest(base, shipped.next_offset, true, files, common, stats);
-        // The chunks are the sealed segment's `.log` as they were for the unsealed version.
-        manifest.format = shipped.format;
-        manifest.log_chunks = shipped.log_chunks;
         self.commit(manifest).await
     }
 
@@ -968,6 +745,8 @@ pub(crate) fn epochs_for(entries: &[EpochEntry], base: i64, next: i64) -> Vec<Ep
 }
 
 mod incremental;
+mod recommit;
+mod upload;
 
 /// The version of the active segment a preparation describes: its offsets and the `.log` prefix it ships.
 fn active_version(prepared: &Prepared) -> Version {
@@ -979,37 +758,5 @@ fn active_version(prepared: &Prepared) -> Version {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn e(epoch: i32, start_offset: i64) -> EpochEntry {
-        EpochEntry { epoch, start_offset }
-    }
-
-    #[test]
-    fn epochs_in_force_and_starting_inside() {
-        let entries = [e(0, 0), e(1, 100), e(4, 250), e(5, 300)];
-        let starts = |base, next| -> Vec<(i32, i64)> {
-            epochs_for(&entries, base, next)
-                .into_iter()
-                .map(|s| (s.epoch, s.start_offset))
-                .collect()
-        };
-        assert_eq!(starts(0, 100), vec![(0, 0)]);
-        assert_eq!(starts(50, 260), vec![(0, 0), (1, 100), (4, 250)]);
-        assert_eq!(
-            starts(100, 250),
-            vec![(1, 100)],
-            "an epoch starting at next belongs to the next segment"
-        );
-        assert_eq!(
-            starts(300, 300),
-            vec![(5, 300)],
-            "an empty segment keeps the epoch in force at its base"
-        );
-        assert_eq!(starts(400, 500), vec![(5, 300)]);
-        // No epoch known at the base: only those starting inside.
-        assert_eq!(epochs_for(&[e(3, 10)], 0, 20).len(), 1);
-        assert!(epochs_for(&[], 0, 20).is_empty());
-    }
-}
+#[path = "partition_tests.rs"]
+mod tests;

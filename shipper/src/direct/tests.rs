@@ -5,10 +5,15 @@
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write as _};
 
+use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::record::{BatchBuilder, RecordSpec};
+use segmirror_transport::direct::payload::CompanionKind;
 
+use super::seal::seal;
 use super::*;
 use crate::source::bound_hw::HighWatermark;
+use crate::source::growing::{read_tail_into, ChunkContent, TailRead};
+use crate::source::read::{read_partition, PartitionRead};
 
 /// A fixed high watermark (or none) for every partition.
 pub(super) struct FixedHw(pub(super) Option<i64>);
