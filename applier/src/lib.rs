@@ -36,24 +36,25 @@
 //! disk may be ahead of the catalog, never behind; a catalog entry whose files are missing or changed stops the
 //! partition with [`Error::DiskBehindCatalog`] rather than guessing. One applier runs per mirror root at a time.
 
-mod apply;
-mod bucket;
+pub mod bucket;
 mod catalog_cell;
 mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
-pub mod follow;
+// TEMP-ALIAS: remove when callers move
+pub use bucket::follow;
 mod install;
 mod layout;
 mod lock;
-pub mod plan;
+// TEMP-ALIAS: remove when callers move
+pub use bucket::plan;
 pub mod promote;
-mod reconcile;
 pub mod report;
 pub mod tail;
 
-pub use apply::{apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARALLEL_PARTITIONS};
-pub use bucket::MANIFEST_READ_CONCURRENCY;
+pub use bucket::{
+    apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARALLEL_PARTITIONS, MANIFEST_READ_CONCURRENCY,
+};
 pub use error::{Error, Result};
 pub use install::MAX_SNAPSHOT_BYTES;
 pub use layout::{MirrorLayout, MIRROR_ROOT_ENTRIES, STAGING_DIR};

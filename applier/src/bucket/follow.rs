@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use segmirror_catalog::Catalog;
 
-use crate::apply::{Applier, ApplyConfig};
+use super::apply::{Applier, ApplyConfig};
 use crate::error::{Error, Result};
 use crate::layout::MirrorLayout;
 use crate::report::{ApplyReport, SkipReason};
@@ -88,7 +88,11 @@ pub async fn follow(
     // A zero interval would list the bucket in a busy loop; the command line refuses it, a library caller gets 1 ms.
     let poll_interval = config.poll_interval.max(Duration::from_millis(1));
     let root = config.apply.mirror_root().to_path_buf();
-    let wait = config.apply.wait_for_lock;
+    let wait = if config.apply.wait_for_lock {
+        crate::LockWait::Wait
+    } else {
+        crate::LockWait::Fail
+    };
     let _lock = tokio::task::spawn_blocking(move || -> Result<_> {
         let layout = MirrorLayout::open(&root)?;
         Ok(crate::lock::lock_mirror(layout.root(), wait)?)
