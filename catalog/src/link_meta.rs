@@ -1,5 +1,5 @@
 //! A link's metadata on the applier side: the source's topics and its consumer groups' committed offsets, as the
-//! shipper last sent them ([`segmirror_transport::link_meta`]).
+//! shipper last sent them ([`segmirror_contract::link_meta`]).
 //!
 //! Why the received offset is stored and the committable one computed: an offset may arrive before the data it
 //! points past is installed (the shipper reads `__consumer_offsets` and the topic's segments independently). A
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use segment_format::now_ms;
-use segmirror_transport::link_meta::{GroupOffset, LinkMeta, TopicMeta};
+use segmirror_contract::link_meta::{GroupOffset, LinkMeta, TopicMeta};
 use serde::Serialize;
 
 use crate::error::Result;

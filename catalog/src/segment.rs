@@ -10,7 +10,7 @@
 //! starts exactly at the installed end offset — nothing legitimate leaves a hole in the middle of a log (the cleaner
 //! keeps base offsets, retention deletes from the front) — unless the partition is empty or its recorded log start
 //! offset reaches the new base (the source deleted the missing offsets before they were shipped). The rule is
-//! `segmirror_transport::succession`, shared with the applier's planner (`applier::plan`), which applies it first. The
+//! `segmirror_contract::succession`, shared with the applier's planner (`applier::plan`), which applies it first. The
 //! partition's `installed_end_offset` is the `next` of the last installed segment. Installing is idempotent: the same
 //! version again changes nothing, so a restarted applier may repeat its last step.
 //!
@@ -19,7 +19,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use segment_format::now_ms;
-use segmirror_transport::succession::{self, succession, Content, Gap, GapKind, Verdict};
+use segmirror_contract::succession::{self, succession, Content, Gap, GapKind, Verdict};
 
 use crate::error::{ConflictReason, Error, Result};
 use crate::event::{insert_event, EventKind, Subject};

@@ -43,9 +43,10 @@ pub mod contract;
 pub mod faults;
 pub mod faulty;
 
+use crate::digest::digest_of;
 use crate::error::{Error, MismatchKind};
 use crate::store::lease::{current_lease, lease_epochs, HeldLease};
-use crate::store::{digest_of, MultipartPolicy, Store, MIN_PART_SIZE};
+use crate::store::{MultipartPolicy, Store, MIN_PART_SIZE};
 
 /// A fresh key prefix for one run: `conformance/<16 hex digits>`.
 pub fn fresh_prefix(what: &str) -> String {

@@ -43,16 +43,13 @@ pub mod audit;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod direct;
-pub mod error;
-pub mod index;
 pub mod link_identity;
-
 pub mod link_meta;
-pub mod manifest;
-mod objects;
 pub mod store;
-pub mod succession;
 mod traits;
+
+// The pure contract, at the paths the workspace has always used.
+pub use segmirror_contract::{digest, error, index, manifest, succession};
 
 pub use error::{DocumentProblem, Error, MismatchKind, Result};
 pub use index::{BucketIndex, ForeignKey, IndexedLineage, IndexedPartition, ManifestRead};

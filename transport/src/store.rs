@@ -43,8 +43,10 @@ use object_store::prefix::PrefixStore;
 use object_store::{GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use tokio::sync::mpsc;
 
-use crate::error::{Error, MismatchKind, Result, PUT_IF_ABSENT};
+use self::error::{from_store, PUT_IF_ABSENT};
+use crate::error::{Error, MismatchKind, Result};
 
+mod error;
 mod io;
 pub mod lease;
 mod listing;
@@ -53,7 +55,8 @@ mod sink_source;
 mod url;
 
 pub use crate::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
-pub use io::{digest_file, digest_of, Hasher};
+// TEMP-ALIAS: remove when callers move
+pub use crate::digest::{digest_file, digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Dest};
 pub use listing::{is_temporary_name, S3_PAGE_KEYS};
 pub use url::{S3Options, StoreUrl};
@@ -374,7 +377,7 @@ impl Store {
                     .put(location, payload)
                     .await
                     .map(|_| ())
-                    .map_err(|e| Error::from_store(key, "put", e))
+                    .map_err(|e| from_store(key, "put", e))
             }
         })
         .await
@@ -403,7 +406,7 @@ impl Store {
                         .put_opts(location, payload, opts)
                         .await
                         .map(|_| ())
-                        .map_err(|e| Error::from_store(key, PUT_IF_ABSENT, e))
+                        .map_err(|e| from_store(key, PUT_IF_ABSENT, e))
                 }
             })
             .await;
@@ -464,7 +467,7 @@ impl Store {
             self.inner
                 .put(location, PutPayload::from(bytes))
                 .await
-                .map_err(|e| Error::from_store(key, "put", e))?;
+                .map_err(|e| from_store(key, "put", e))?;
             return Ok(PutSummary {
                 digest,
                 multipart_parts: None,
@@ -477,7 +480,7 @@ impl Store {
             .inner
             .put_multipart(location)
             .await
-            .map_err(|e| Error::from_store(key, "start multipart upload", e))?;
+            .map_err(|e| from_store(key, "start multipart upload", e))?;
         let mut writer = WriteMultipart::new_with_chunk_size(upload, part_size);
         let (tx, mut rx) = mpsc::channel::<Bytes>(concurrency);
         let owned = path.to_path_buf();
@@ -486,7 +489,7 @@ impl Store {
         let mut failure: Option<Error> = None;
         while let Some(part) = rx.recv().await {
             if let Err(e) = writer.wait_for_capacity(concurrency).await {
-                failure = Some(Error::from_store(key, "upload part", e));
+                failure = Some(from_store(key, "upload part", e));
                 break;
             }
             writer.put(part);
@@ -506,7 +509,7 @@ impl Store {
         writer
             .finish()
             .await
-            .map_err(|e| Error::from_store(key, "complete multipart upload", e))?;
+            .map_err(|e| from_store(key, "complete multipart upload", e))?;
         Ok(PutSummary {
             digest,
             multipart_parts: Some(parts),
@@ -525,7 +528,7 @@ impl Store {
     ) -> Result<PutSummary> {
         let dest = folder
             .path_to_filesystem(location)
-            .map_err(|e| Error::from_store(key, "put", e))?;
+            .map_err(|e| from_store(key, "put", e))?;
         let (source, owned_key, policy) = (path.to_path_buf(), key.to_string(), self.multipart);
         let (digest, multipart_parts) = tokio::task::spawn_blocking(move || {
             let size = match len {
@@ -589,11 +592,7 @@ impl Store {
                 .await
                 .map_err(|e| task_error(key, e))?;
         }
-        let get = self
-            .inner
-            .get(location)
-            .await
-            .map_err(|e| Error::from_store(key, "get", e))?;
+        let get = self.inner.get(location).await.map_err(|e| from_store(key, "get", e))?;
         let size = get.meta.size;
         if let Some(expected) = expected {
             if size != expected {
@@ -651,7 +650,7 @@ impl Store {
                     }
                 }
                 Err(e) => {
-                    failure = Some(Error::from_store(key, "get", e));
+                    failure = Some(from_store(key, "get", e));
                     break;
                 }
             }
@@ -676,11 +675,7 @@ impl Store {
                 .map_err(|e| task_error(key, e))?;
         }
         self.retrying("get", key, |_| async {
-            let get = self
-                .inner
-                .get(&location)
-                .await
-                .map_err(|e| Error::from_store(key, "get", e))?;
+            let get = self.inner.get(&location).await.map_err(|e| from_store(key, "get", e))?;
             let size = get.meta.size;
             if size > limit {
                 return Err(Error::TooLarge {
@@ -692,7 +687,7 @@ impl Store {
             let mut out = BytesMut::with_capacity(usize::try_from(size).unwrap_or(0));
             let mut stream = get.into_stream();
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| Error::from_store(key, "get", e))?;
+                let chunk = chunk.map_err(|e| from_store(key, "get", e))?;
                 if (out.len() + chunk.len()) as u64 > limit {
                     return Err(Error::TooLarge {
                         key: key.to_string(),
@@ -715,7 +710,7 @@ impl Store {
                 .inner
                 .head(&location)
                 .await
-                .map_err(|e| Error::from_store(key, "head", e))?;
+                .map_err(|e| from_store(key, "head", e))?;
             Ok(info(meta))
         })
         .await
@@ -939,7 +934,7 @@ impl Store {
             let mut stream = self.inner.list(location);
             let mut out = Vec::new();
             while let Some(meta) = stream.next().await {
-                out.push(info(meta.map_err(|e| Error::from_store(prefix, "list", e))?));
+                out.push(info(meta.map_err(|e| from_store(prefix, "list", e))?));
             }
             out.sort_by(|a, b| a.key.cmp(&b.key));
             Ok(out)
@@ -953,7 +948,7 @@ impl Store {
         self.retrying("delete", key, |_| async {
             match self.inner.delete(&location).await {
                 Ok(()) => Ok(()),
-                Err(e) => match Error::from_store(key, "delete", e) {
+                Err(e) => match from_store(key, "delete", e) {
                     Error::NotFound { .. } => Ok(()),
                     other => Err(other),
                 },

@@ -25,7 +25,7 @@ use crate::manifest::{
     KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, Sha256Digest, MAX_LEASE_BYTES, MAX_MANIFEST_BYTES,
 };
 
-pub use crate::objects::{Digest, Listing, ObjectInfo, SkippedEntry};
+pub use segmirror_contract::objects::{Digest, Listing, ObjectInfo, SkippedEntry};
 
 /// One staged file: where it went and what arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]

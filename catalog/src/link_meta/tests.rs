@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use segmirror_transport::link_meta::{GroupOffset, LinkMeta, TopicMeta};
+use segmirror_contract::link_meta::{GroupOffset, LinkMeta, TopicMeta};
 
 use crate::key::PartitionKey;
 use crate::test_support::{created, link_spec, seg};

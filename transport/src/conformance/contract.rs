@@ -13,12 +13,12 @@ use segment_format::dir::SegmentFileKind;
 use segment_format::partition_metadata::Uuid;
 
 use super::{fresh_prefix, test_bytes};
+use crate::digest::digest_of;
 use crate::error::{Error, MismatchKind};
 use crate::index::ManifestRead;
 use crate::manifest::{
     KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp, MANIFEST_FORMAT_V1,
 };
-use crate::store::digest_of;
 use crate::traits::{SegmentSink, SegmentSource, StagedFile};
 
 /// The lineage every check ships.

@@ -26,9 +26,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::digest::digest_of;
 use crate::error::{Error, Result};
 use crate::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
-use crate::store::digest_of;
 use crate::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
 
 /// A call of the transport a fault can be injected into.
@@ -65,10 +65,10 @@ fn injected_error(op: Op, key: &str) -> Error {
         key: key.to_string(),
         operation: "injected fault",
         transient: true,
-        source: object_store::Error::Generic {
+        source: Box::new(object_store::Error::Generic {
             store: "faulty",
             source: format!("{op:?} failed by the fault injector").into(),
-        },
+        }),
     }
 }
 

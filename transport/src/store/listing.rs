@@ -319,7 +319,7 @@ pub(super) async fn s3_page(
         }),
         Err(e) => match illegal_key(&e) {
             Some(key) => Ok(Page::IllegalKey(key)),
-            None => Err(Error::from_store(what, "list", e)),
+            None => Err(super::error::from_store(what, "list", e)),
         },
     }
 }

@@ -25,8 +25,9 @@ use std::path::{Path, PathBuf};
 
 use segment_format::durable::write_behind;
 
-use super::io::{hash_range, Dest, Hasher};
+use super::io::{hash_range, Dest};
 use super::Digest;
+use crate::digest::Hasher;
 use crate::error::{Error, MismatchKind, Result};
 
 /// Bytes hashed per mapping of a destination: bounds what a transfer adds to
@@ -110,7 +111,7 @@ fn create_staging(dest: &Path) -> std::io::Result<(File, PathBuf)> {
 
 /// A failure writing the store's side, as the store reports its own failures.
 fn store_error(key: &str, e: std::io::Error) -> Error {
-    Error::from_store(
+    super::error::from_store(
         key,
         "put",
         object_store::Error::Generic {
@@ -245,7 +246,7 @@ pub(super) fn read(root: &Path, key: &str, limit: u64) -> Result<bytes::Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::digest_of;
+    use crate::digest::digest_of;
 
     fn bytes(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect()

@@ -25,7 +25,7 @@ impl SegmentSink for Store {
     }
 
     async fn stage_bytes(&self, key: &str, bytes: Bytes) -> Result<StagedFile> {
-        let digest = super::digest_of(&bytes);
+        let digest = crate::digest::digest_of(&bytes);
         self.put_bytes(key, bytes).await?;
         Ok(StagedFile {
             key: key.to_string(),

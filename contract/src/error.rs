@@ -5,9 +5,14 @@
 //! ([`Error::AlreadyExists`]), did the bytes not match what a manifest promised
 //! ([`Error::Mismatch`]), is this shipper fenced ([`Error::Fenced`]), and — the
 //! one question the retry loop asks — is it worth trying again
-//! ([`Error::is_transient`]). Transience is decided once, when an
-//! `object_store` error is converted ([`classify`]), never by matching messages
-//! at call sites. Every variant names the object key or file it is about.
+//! ([`Error::is_transient`]). Transience is decided once, when the store
+//! converts its client's error, never by matching messages at call sites.
+//! Every variant names the object key or file it is about.
+//!
+//! Why in the contract: parsing a key, validating a manifest and reading the
+//! bucket index fail with the same variants a store's transfer does, and
+//! callers branch on one set of them. A store client's own error is carried
+//! opaque ([`StoreFailure`]), so no client library is part of this type.
 //!
 //! A bucket problem is a bucket problem: a key that is not one the contract
 //! builds is [`Error::BadKey`], a malformed manifest or lease is
@@ -34,6 +39,10 @@ impl std::fmt::Display for MismatchKind {
     }
 }
 
+/// A store client's own error, the cause of [`Error::Store`] and [`Error::NotSupported`]: opaque, so that the
+/// contract names no store client (the store classifies it before boxing it).
+pub type StoreFailure = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -55,7 +64,7 @@ pub enum Error {
         key: String,
         operation: &'static str,
         #[source]
-        source: object_store::Error,
+        source: StoreFailure,
     },
 
     /// An object is larger than the caller allows (small documents are capped
@@ -72,14 +81,14 @@ pub enum Error {
         found: String,
     },
 
-    /// Any other failure of the object store. `transient` is decided by [`classify`].
+    /// Any other failure of the object store. `transient` is decided once, by the store, from the failure's kind.
     #[error("{key}: {operation} failed{}: {source}", if *transient { " (transient)" } else { "" })]
     Store {
         key: String,
         operation: &'static str,
         transient: bool,
         #[source]
-        source: object_store::Error,
+        source: StoreFailure,
     },
 
     /// A local-folder store holds something other than a regular file at `key` (a FIFO, socket, device or link):
@@ -232,156 +241,12 @@ impl Error {
         }
     }
 
-    /// Worth retrying: only store failures that [`classify`] judged transient.
+    /// Worth retrying: only store failures that the store judged transient.
     /// Everything else (missing objects, mismatches, local disk errors, fencing)
     /// will fail the same way again.
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Store { transient: true, .. })
     }
-
-    /// Convert an `object_store` error about `key`, classifying it once.
-    pub fn from_store(key: &str, operation: &'static str, source: object_store::Error) -> Self {
-        let key = key.to_string();
-        match source {
-            object_store::Error::NotFound { .. } => Error::NotFound { key },
-            object_store::Error::AlreadyExists { .. } => Error::AlreadyExists { key },
-            // A create-if-absent on S3 answers 412 Precondition Failed.
-            object_store::Error::Precondition { .. } if operation == PUT_IF_ABSENT => Error::AlreadyExists { key },
-            e @ (object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. }) => {
-                Error::NotSupported {
-                    key,
-                    operation,
-                    source: e,
-                }
-            }
-            source => Error::Store {
-                key,
-                operation,
-                transient: classify(&source),
-                source,
-            },
-        }
-    }
-}
-
-/// Name of the create-if-absent operation (a precondition failure there means "exists").
-pub(crate) const PUT_IF_ABSENT: &str = "put if absent";
-
-/// Is an `object_store` error transient? Decided from the error's kind, then from
-/// the first `std::io::Error` in its source chain, then from the HTTP status in
-/// its message.
-///
-/// - Not found, exists, precondition, not modified, unsupported, invalid path,
-///   permission denied, unauthenticated, configuration errors: permanent.
-/// - An I/O error: transient for interruptions, timeouts and broken connections,
-///   permanent otherwise (a full or read-only disk does not heal by retrying).
-/// - An HTTP status 4xx other than 408 and 429: permanent (a request the server
-///   refuses will be refused again). Note that the S3 client has already retried
-///   5xx answers and connection failures with its own backoff before we see them;
-///   we retry them once more at the operation level, which also restarts streams
-///   that broke in the middle.
-/// - Anything else (5xx, timeouts, panicked tasks): transient.
-pub fn classify(error: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    match error {
-        E::NotFound { .. }
-        | E::AlreadyExists { .. }
-        | E::Precondition { .. }
-        | E::NotModified { .. }
-        | E::NotSupported { .. }
-        | E::NotImplemented { .. }
-        | E::InvalidPath { .. }
-        | E::PermissionDenied { .. }
-        | E::Unauthenticated { .. }
-        | E::UnknownConfigurationKey { .. } => false,
-        other => {
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(other);
-            while let Some(e) = source {
-                if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                    return transient_io(io.kind());
-                }
-                source = e.source();
-            }
-            !is_permanent_http_status(&other.to_string())
-        }
-    }
-}
-
-fn transient_io(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind as K;
-    matches!(
-        kind,
-        K::Interrupted
-            | K::TimedOut
-            | K::WouldBlock
-            | K::ConnectionReset
-            | K::ConnectionAborted
-            | K::ConnectionRefused
-            | K::NotConnected
-            | K::BrokenPipe
-            | K::UnexpectedEof
-    )
-}
-
-/// `... status code: 4xx ...` with a status other than 408 (timeout) and 429 (slow down).
-fn is_permanent_http_status(message: &str) -> bool {
-    let Some(at) = message.find("status code: ") else {
-        return false;
-    };
-    let digits: String = message[at + "status code: ".len()..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    match digits.parse::<u16>() {
-        Ok(408 | 429) => false,
-        Ok(code) => (400..500).contains(&code),
-        Err(_) => false,
-    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn generic(source: Box<dyn std::error::Error + Send + Sync>) -> object_store::Error {
-        object_store::Error::Generic { store: "test", source }
-    }
-
-    #[test]
-    fn classification() {
-        let not_found = object_store::Error::NotFound {
-            path: "k".into(),
-            source: "gone".into(),
-        };
-        assert!(!classify(&not_found));
-        assert!(matches!(
-            Error::from_store("k", "get", not_found),
-            Error::NotFound { .. }
-        ));
-        let reset = generic(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
-        assert!(classify(&reset));
-        assert!(Error::from_store("k", "get", reset).is_transient());
-        let full = generic(Box::new(std::io::Error::from(std::io::ErrorKind::StorageFull)));
-        assert!(!classify(&full));
-        assert!(classify(&generic(
-            "Server returned non-2xx status code: 503 Service Unavailable: slow".into()
-        )));
-        assert!(classify(&generic(
-            "Server returned non-2xx status code: 429 Too Many Requests".into()
-        )));
-        assert!(!classify(&generic(
-            "Server returned non-2xx status code: 400 Bad Request: region".into()
-        )));
-        assert!(classify(&generic("something odd".into())));
-        let pre = object_store::Error::Precondition {
-            path: "k".into(),
-            source: "412".into(),
-        };
-        assert!(matches!(
-            Error::from_store("k", PUT_IF_ABSENT, pre),
-            Error::AlreadyExists { .. }
-        ));
-    }
-}

@@ -484,7 +484,7 @@ const DATA_DIR_COMPONENTS: usize = 5;
 /// Whether `key` (an object key, or a directory key without its trailing `/`, under `prefix`) is a lineage's data
 /// directory or lies inside one (`<link>/<topic>/<partition>/<topic id>/data/...`): a data object or chunk, never a
 /// manifest or a lease. Decided by position, as the builders place keys, so a topic named `data` is not mistaken
-/// for one. What a listing of versions leaves out ([`crate::SegmentSource::list_versions`]).
+/// for one. What a listing of versions leaves out (`SegmentSource::list_versions` of the transport).
 /// A link's metadata data directory (`<link>/_meta/data`, `crate::link_meta`) counts as one too.
 pub fn in_data_dir(prefix: &KeyPrefix, key: &str) -> bool {
     prefix

@@ -140,7 +140,7 @@ pub enum ManifestRead {
     Gone,
 }
 
-/// The pure half of [`SegmentSource::read_manifest`](crate::SegmentSource::read_manifest): parse, validate, check
+/// The pure half of `SegmentSource::read_manifest` (of the transport): parse, validate, check
 /// the location.
 pub fn check_manifest(prefix: &KeyPrefix, key: &str, bytes: &[u8]) -> ManifestRead {
     let manifest = match Manifest::from_json(key, bytes) {
