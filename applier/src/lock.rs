@@ -2,10 +2,11 @@
 //!
 //! Two `apply` runs on one mirror would each clear the other's staging directory and could each install the same
 //! version; one reported a healthy object as corrupt because the other had removed its staged file mid-check (and
-//! recorded the rejection). So a run takes an exclusive lock on [`APPLY_LOCK_FILE`] in the mirror root before it
+//! recorded the rejection). So a run takes an exclusive lock on the lock file in the mirror root
+//! ([`crate::mirror::apply_lock_file`]) before it
 //! touches anything there, and holds it to the end. The lock is an advisory `flock`, released by the kernel when
 //! the process exits however it exits, so a killed run never leaves the mirror locked. The holder's pid and start
-//! time go to [`APPLY_HOLDER_FILE`] beside it, only to name the holder in the error a second run reports; it is
+//! time go to the holder file beside it ([`crate::mirror::apply_holder_file`]), only to name the holder in the error a second run reports; it is
 //! removed when the lock is released, so a run leaves the mirror as it found it (the lock file itself stays,
 //! empty: removing it while others may be opening it would let two runs lock two different files).
 
@@ -13,9 +14,11 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::mirror::{apply_holder_file, apply_lock_file};
+
 /// Why the lock could not be taken. The lock's own error (the crate's [`crate::Error`] takes it in as
-/// `MirrorLocked` or `Io`), so that this module imports nothing of the crate and `promote`, which the crate's error
-/// wraps, can take the lock without an import cycle.
+/// `MirrorLocked` or `Io`), so that this module needs nothing of the crate but the mirror's paths and `promote`,
+/// which the crate's error wraps, can take the lock without an import cycle.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("{}: the mirror is in use by another applier ({holder}); wait for it or stop it", path.display())]
@@ -39,11 +42,14 @@ impl LockError {
 
 type Result<T> = std::result::Result<T, LockError>;
 
-/// The lock file in the mirror root. A dot file, like the staging directory, so no one takes it for a partition.
-pub const APPLY_LOCK_FILE: &str = ".segmirror-apply.lock";
-
-/// Who holds the lock: `pid <pid> since <RFC 3339 time>`, while it is held.
-pub const APPLY_HOLDER_FILE: &str = ".segmirror-apply.holder";
+/// What taking the lock does when another run holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockWait {
+    /// Block until the holder is done (call it off the async runtime).
+    Wait,
+    /// Fail at once with [`LockError::Locked`], naming the holder.
+    Fail,
+}
 
 /// The held lock; released on drop (or when the process exits).
 #[derive(Debug)]
@@ -59,11 +65,10 @@ impl Drop for MirrorLock {
     }
 }
 
-/// Take the lock of the mirror at `root` (which must exist). Without `wait`, a lock held by another run fails at
-/// once with [`LockError::Locked`] naming the holder; with `wait`, blocks until the holder is done (call it off
-/// the async runtime).
-pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
-    let path = root.join(APPLY_LOCK_FILE);
+/// Take the lock of the mirror at `root` (which must exist). A lock held by another run fails at once naming the
+/// holder, or is waited for, as `wait` says.
+pub fn lock_mirror(root: &Path, wait: LockWait) -> Result<MirrorLock> {
+    let path = apply_lock_file(root);
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -78,21 +83,20 @@ pub fn lock_mirror(root: &Path, wait: bool) -> Result<MirrorLock> {
 /// without a lock file has never had an applier, so there is nothing to lock and nothing is created (`None`).
 /// An applier starting afterwards is kept off the partitions promotion works on by their catalog state (paused).
 pub fn lock_mirror_if_used(root: &Path) -> Result<Option<MirrorLock>> {
-    let path = root.join(APPLY_LOCK_FILE);
+    let path = apply_lock_file(root);
     match OpenOptions::new().read(true).write(true).open(&path) {
-        Ok(file) => lock_file(root, file, false).map(Some),
+        Ok(file) => lock_file(root, file, LockWait::Fail).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(LockError::io(&path, e)),
     }
 }
 
-fn lock_file(root: &Path, file: File, wait: bool) -> Result<MirrorLock> {
-    let path = root.join(APPLY_LOCK_FILE);
-    let holder_path = root.join(APPLY_HOLDER_FILE);
-    if wait {
-        file.lock().map_err(|e| LockError::io(&path, e))?;
-    } else {
-        match file.try_lock() {
+fn lock_file(root: &Path, file: File, wait: LockWait) -> Result<MirrorLock> {
+    let path = apply_lock_file(root);
+    let holder_path = apply_holder_file(root);
+    match wait {
+        LockWait::Wait => file.lock().map_err(|e| LockError::io(&path, e))?,
+        LockWait::Fail => match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(LockError::Locked {
@@ -101,7 +105,7 @@ fn lock_file(root: &Path, file: File, wait: bool) -> Result<MirrorLock> {
                 })
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(LockError::io(&path, e)),
-        }
+        },
     }
     let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let stamp = format!("pid {} since {since}\n", std::process::id());
@@ -130,10 +134,10 @@ mod tests {
     #[test]
     fn a_second_lock_fails_naming_the_holder_and_the_first_release_frees_it() {
         let dir = tempfile::tempdir().unwrap();
-        let held = lock_mirror(dir.path(), false).unwrap();
-        match lock_mirror(dir.path(), false) {
+        let held = lock_mirror(dir.path(), LockWait::Fail).unwrap();
+        match lock_mirror(dir.path(), LockWait::Fail) {
             Err(LockError::Locked { path, holder }) => {
-                assert_eq!(path, dir.path().join(APPLY_LOCK_FILE));
+                assert_eq!(path, apply_lock_file(dir.path()));
                 assert!(
                     holder.starts_with(&format!("pid {} since 20", std::process::id())),
                     "{holder}"
@@ -142,13 +146,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         drop(held);
-        assert!(
-            !dir.path().join(APPLY_HOLDER_FILE).exists(),
-            "released: no holder named"
-        );
-        let again = lock_mirror(dir.path(), false).unwrap();
+        assert!(!apply_holder_file(dir.path()).exists(), "released: no holder named");
+        let again = lock_mirror(dir.path(), LockWait::Fail).unwrap();
         drop(again);
         // The lock file stays, empty: a run leaves the mirror's contents as they were.
-        assert_eq!(std::fs::read(dir.path().join(APPLY_LOCK_FILE)).unwrap(), b"");
+        assert_eq!(std::fs::read(apply_lock_file(dir.path())).unwrap(), b"");
     }
 }

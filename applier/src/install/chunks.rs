@@ -30,6 +30,7 @@ use segmirror_transport::store::Hasher;
 use segmirror_transport::{Digest, SegmentSource};
 
 use super::blocking;
+use crate::chunk_rule::{BatchDefect, ChunkDefect, ChunkRule, Floor, LegacyFrames};
 use crate::error::{Error, Result};
 use crate::report::Refusal;
 
@@ -215,34 +216,33 @@ pub(super) fn check_chunk(
     };
     let mut log = LogFile::open(part).map_err(Error::Format)?;
     let mut problem: Option<Refusal> = None;
-    let mut expected_min = previous_next;
-    let mut last_next = None;
+    // The rule both appliers apply to a chunk (`crate::chunk_rule`); a bucket version may hold legacy frames.
+    let mut rule = ChunkRule::new(Floor::After(previous_next), LegacyFrames::Accept);
     let scanned = log.scan_range(0, chunk.size(), |frame| {
         let at = chunk.from + frame.info.position;
-        if !frame.crc_matches() {
-            problem = Some(bad(
-                "bytes",
-                format!(
-                    "batch at byte {at}: CRC stored {:#010x}, computed {:#010x}",
-                    frame.stored_crc, frame.computed_crc
+        let expected_min = rule.next_floor();
+        if let Err(defect) = rule.accept(frame) {
+            problem = Some(match defect {
+                BatchDefect::Crc { stored, computed } => bad(
+                    "bytes",
+                    format!("batch at byte {at}: CRC stored {stored:#010x}, computed {computed:#010x}"),
                 ),
-            ));
+                // Not refused here (`LegacyFrames::Accept`); named should that ever change.
+                BatchDefect::Legacy { magic } => bad("bytes", format!("batch at byte {at}: magic {magic}")),
+                BatchDefect::BaseBelowExpected { .. }
+                | BatchDefect::BaseBelowSegment { .. }
+                | BatchDefect::LastBelowBase { .. } => bad(
+                    "bytes",
+                    format!(
+                        "batch at byte {at} holds offsets {}..={}, not above {}",
+                        frame.info.base_offset,
+                        frame.info.last_offset,
+                        expected_min - 1
+                    ),
+                ),
+            });
             return ControlFlow::Break(());
         }
-        if frame.info.base_offset < expected_min || frame.info.last_offset < frame.info.base_offset {
-            problem = Some(bad(
-                "bytes",
-                format!(
-                    "batch at byte {at} holds offsets {}..={}, not above {}",
-                    frame.info.base_offset,
-                    frame.info.last_offset,
-                    expected_min - 1
-                ),
-            ));
-            return ControlFlow::Break(());
-        }
-        expected_min = frame.info.last_offset.saturating_add(1);
-        last_next = Some(expected_min);
         on_batch(&frame.info);
         ControlFlow::Continue(())
     });
@@ -257,15 +257,16 @@ pub(super) fn check_chunk(
     if let Some(p) = problem {
         return Ok(Err(p));
     }
-    if summary.end != chunk.size() {
-        return Ok(Err(bad(
-            "to",
-            format!(
-                "not a batch boundary (batches end at byte {})",
-                chunk.from + summary.end
-            ),
-        )));
-    }
+    let last_next = match rule.finish(summary.end, chunk.size()) {
+        Err(ChunkDefect::NotOnBoundary { end }) => {
+            return Ok(Err(bad(
+                "to",
+                format!("not a batch boundary (batches end at byte {})", chunk.from + end),
+            )))
+        }
+        Err(ChunkDefect::NoBatch) => None,
+        Ok(last) => Some(last.saturating_add(1)),
+    };
     if last_next != Some(chunk.next_offset) {
         return Ok(Err(bad(
             "next_offset",

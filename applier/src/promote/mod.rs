@@ -221,7 +221,7 @@ pub(crate) fn promote_with(
             }
             Err(e) => {
                 return Err(Error::io(
-                    request.mirror_root.join(crate::APPLY_LOCK_FILE),
+                    crate::mirror::apply_lock_file(&request.mirror_root),
                     std::io::Error::other(e.to_string()),
                 ))
             }

@@ -15,7 +15,6 @@ use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, Segment
 
 use super::tests::{config, fixture_with, Fixture};
 use super::*;
-use crate::tail::TAIL_STATE_DIR;
 
 const LINK: &str = "l";
 const TOPIC: &str = "orders";
@@ -81,7 +80,7 @@ struct Tailed {
 }
 
 fn state_file(mirror: &Path, partition: i32) -> PathBuf {
-    mirror.join(TAIL_STATE_DIR).join(format!("{TOPIC}-{partition}.json"))
+    crate::mirror::state_file(mirror, &format!("{TOPIC}-{partition}"))
 }
 
 /// The writer's partitions turned into what the tail appender leaves: no companions for the last segment, no
@@ -129,7 +128,7 @@ fn tailed() -> Tailed {
             "sealed": false,
             "next_offset": w.log_end_offset,
         });
-        std::fs::create_dir_all(f.mirror.join(TAIL_STATE_DIR)).unwrap();
+        std::fs::create_dir_all(crate::mirror::tail_dir(&f.mirror)).unwrap();
         std::fs::write(state_file(&f.mirror, w.partition), serde_json::to_vec(&state).unwrap()).unwrap();
         let key = PartitionKey::new(LINK, TOPIC, w.partition);
         let Upsert::Created(p) = catalog.upsert_partition(&key, &SOURCE_ID.to_string(), 0).unwrap() else {
@@ -232,7 +231,7 @@ fn an_active_segment_longer_than_recorded_is_refused_naming_both_sizes() {
 #[test]
 fn promotion_is_refused_while_an_applier_holds_the_mirror() {
     let mut t = tailed();
-    let held = crate::lock_mirror(&t.f.mirror, false).unwrap();
+    let held = crate::lock_mirror(&t.f.mirror, crate::LockWait::Fail).unwrap();
     let refusals = match t.f.promote().unwrap_err() {
         Error::Refused { refusals } => refusals,
         other => panic!("{other:?}"),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use segment_format::verify::{self, Progress, Report, VerifyOptions};
-use segmirror_applier::MIRROR_ROOT_ENTRIES;
+use segmirror_applier::mirror;
 
 use segmirror_transport::audit::{audit_store, AuditOptions, AuditReport};
 use segmirror_transport::manifest::KeyPrefix;
@@ -68,8 +68,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         let total = verify::log_bytes_under(&paths);
         let bar = BarProgress(progress::byte_bar(total, "verifying"));
         // A path may be a mirror root: its lock, staging and tail state are segmirror's, not strays that stop a
-        // broker (a broker's log dir, with `meta.properties`, still has them reported).
-        report = verify::verify_paths_owned_by(&paths, &options, &bar, MIRROR_ROOT_ENTRIES);
+        // broker (the mirror module knows them; a broker's log dir, with `meta.properties`, still has them reported).
+        report = mirror::verify_paths(&paths, &options, &bar);
         bar.0.finish_and_clear();
     }
     let mut audits = Vec::new();

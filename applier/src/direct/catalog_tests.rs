@@ -57,7 +57,7 @@ async fn tail_catalog_records_each_sealed_segment_as_installed() {
 
     // A crash after the catalog recorded the seal but before the state file did: the seal comes again and is
     // accepted as the same version.
-    let state = f.mirror.join(TAIL_STATE_DIR).join("orders-2.json");
+    let state = crate::mirror::state_file(&f.mirror, "orders-2");
     let mut recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
     recorded["sealed"] = serde_json::Value::Bool(false);
     std::fs::write(&state, serde_json::to_vec(&recorded).unwrap()).unwrap();

@@ -66,6 +66,9 @@ use segmirror_transport::direct::session::{ChunkApplier, ClaimDecision, DurableP
 use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
 
+use crate::chunk_rule::{BatchDefect, ChunkDefect, ChunkRule, Floor, LegacyFrames};
+use crate::mirror;
+
 mod active;
 mod catalog;
 #[cfg(test)]
@@ -96,13 +99,11 @@ mod truncate_tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
-pub use claims::{claim_path, recorded_claim, ClaimRecord, CLAIMS_DIR, ROLL_INDEX_INTERVAL_BYTES};
-pub use progress::{
-    progress_path, recorded_progress, RecordedProgress, RecordedShipped, MAX_PROGRESS_POINTS, PROGRESS_DIR,
-};
-pub use replace::{ReplaceSeal, REPLACE_JOURNAL_DIR, STAGING_DIR};
-pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR, RETENTION_DIR};
-pub use truncate::{archive_path, ArchivedRange, RemovedSegment, ARCHIVE_DIR, TRUNCATE_JOURNAL_DIR};
+pub use claims::{claim_path, recorded_claim, ClaimRecord, ROLL_INDEX_INTERVAL_BYTES};
+pub use progress::{progress_path, recorded_progress, RecordedProgress, RecordedShipped, MAX_PROGRESS_POINTS};
+pub use replace::ReplaceSeal;
+pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR};
+pub use truncate::{archive_path, ArchivedRange, RemovedSegment};
 
 /// Why a partition stopped (a [`DirectError::PartitionStopped`]), which says when it may be applied again.
 #[derive(Debug, Clone, Copy)]
@@ -121,9 +122,6 @@ enum StopCause {
 /// a full disk freed or a file repaired is picked up within a minute, while a lasting failure costs one session
 /// restart per half minute (the link's backoff grows on top).
 const LOCAL_RETRY: Duration = Duration::from_secs(30);
-
-/// Directory under the mirror root holding one state file per tailed partition.
-pub const TAIL_STATE_DIR: &str = ".tail";
 
 /// Index interval used to rebuild an offset or time index the shipper sent as a digest only and without an interval
 /// of its own (`Companion::index_interval`, feature bit 3): Kafka's default `index.interval.bytes`. A topic with
@@ -345,7 +343,7 @@ impl TailAppender {
     /// [`ChunkApplier::durable_positions`], at the start of every session).
     pub fn open(root: impl Into<PathBuf>) -> TailResult<TailAppender> {
         let root = root.into();
-        let dir = root.join(TAIL_STATE_DIR);
+        let dir = mirror::tail_dir(&root);
         let mut states = HashMap::new();
         match fs::read_dir(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -354,7 +352,7 @@ impl TailAppender {
                 for entry in entries {
                     let entry = entry.map_err(|e| TailError::io(&dir, e))?;
                     let path = entry.path();
-                    if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                    if !mirror::is_record(&path) {
                         continue; // a `.tmp` a crash left behind: the rename never happened
                     }
                     let bytes = fs::read(&path).map_err(|e| TailError::io(&path, e))?;
@@ -639,7 +637,7 @@ impl Inner {
         let pdir = self.partition_dir(&p.topic, p.partition);
         let mut moved = None;
         if pdir.exists() {
-            let archive = self.root.join(truncate::ARCHIVE_DIR).join(&name);
+            let archive = mirror::partition_archive_dir(&self.root, &name);
             fs::create_dir_all(&archive).map_err(|e| TailError::io(&archive, e))?;
             let to = archive.join(format!("{label}-{}", segment_format::now_ms()));
             fs::rename(&pdir, &to).map_err(|e| TailError::io(&pdir, e))?;
@@ -658,7 +656,7 @@ impl Inner {
                 Err(e) => return Err(TailError::io(&path, e)),
             }
         }
-        fsync_dir(&self.root.join(TAIL_STATE_DIR))?;
+        fsync_dir(&mirror::tail_dir(&self.root))?;
         self.states.remove(&name);
         self.indexes.remove(&name);
         Ok(moved)
@@ -683,7 +681,7 @@ impl Inner {
     }
 
     fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
-        self.root.join(format!("{topic}-{partition}"))
+        mirror::partition_dir(&self.root, topic, partition)
     }
 
     fn log_path(&self, topic: &str, partition: i32, base: i64) -> PathBuf {
@@ -692,11 +690,11 @@ impl Inner {
     }
 
     fn state_path(&self, name: &str) -> PathBuf {
-        self.root.join(TAIL_STATE_DIR).join(format!("{name}.json"))
+        mirror::state_file(&self.root, name)
     }
 
     fn record(&mut self, name: String, state: PartitionState) -> TailResult<()> {
-        let dir = self.root.join(TAIL_STATE_DIR);
+        let dir = mirror::tail_dir(&self.root);
         if !dir.exists() {
             fs::create_dir_all(&dir).map_err(|e| TailError::io(&dir, e))?;
             fsync_dir(&self.root)?;
@@ -1295,7 +1293,9 @@ struct Unsynced1 {
     created: bool,
 }
 
-/// Checks every batch of `chunk` before anything is written; returns the last batch's last offset and the batches.
+/// Checks every batch of `chunk` before anything is written ([`crate::chunk_rule`], v2 batches only); returns the
+/// last batch's last offset and the batches. `floor`: the offset after the durable batches the chunk continues,
+/// `None` for the first chunk of a segment (its first batch anywhere at or above `min_offset`, the segment base).
 fn validate_batches(
     chunk: &Chunk,
     name: &str,
@@ -1312,11 +1312,11 @@ fn validate_batches(
     if chunk.bytes.is_empty() {
         return Err(bad(chunk.position, "an empty chunk".into()));
     }
+    let floor = floor.map_or(Floor::SegmentBase(min_offset), Floor::After);
+    let mut rule = ChunkRule::new(floor, LegacyFrames::Refuse);
     // The CRCs the frame decoder computed for the large batches while it checked the frame's CRC are taken, not
     // computed again (`ChunkCrcs::batches`).
     let mut iter = scan_frames_known(&chunk.bytes, chunk.position, &chunk.crcs.batches);
-    let mut expected = floor;
-    let mut last = None;
     let mut batches = Vec::new();
     for frame in iter.by_ref() {
         let frame = frame.map_err(|e| match e {
@@ -1332,64 +1332,33 @@ fn validate_batches(
             segment_format::ParseError::Corrupt { position, defect, .. } => bad(position, format!("{defect:?}")),
         })?;
         let at = frame.info.position;
-        if !frame.crc_matches() {
-            return Err(bad(
+        rule.accept(&frame).map_err(|defect| match defect {
+            BatchDefect::Crc { stored, computed } => bad(
                 frame.crc_position(),
-                format!(
-                    "CRC stored {:#010x}, computed {:#010x}",
-                    frame.stored_crc, frame.computed_crc
-                ),
-            ));
-        }
-        if frame.info.magic < 2 {
-            return Err(bad(
-                at,
-                format!("magic {} (only v2 batches are tailed)", frame.info.magic),
-            ));
-        }
-        match expected {
-            Some(e) if frame.info.base_offset < e => {
-                return Err(bad(
-                    at,
-                    format!(
-                        "base offset {}, expected at least {e} (previous batch's last offset + 1: offsets must \
-                         increase)",
-                        frame.info.base_offset
-                    ),
-                ))
-            }
-            None if frame.info.base_offset < min_offset => {
-                return Err(bad(
-                    at,
-                    format!(
-                        "base offset {} below the segment base {min_offset}",
-                        frame.info.base_offset
-                    ),
-                ))
-            }
-            _ => {}
-        }
-        if frame.info.last_offset < frame.info.base_offset {
-            return Err(bad(
+                format!("CRC stored {stored:#010x}, computed {computed:#010x}"),
+            ),
+            BatchDefect::Legacy { magic } => bad(at, format!("magic {magic} (only v2 batches are tailed)")),
+            BatchDefect::BaseBelowExpected { base, expected, .. } => bad(
                 at,
                 format!(
-                    "last offset {} below base offset {}",
-                    frame.info.last_offset, frame.info.base_offset
+                    "base offset {base}, expected at least {expected} (previous batch's last offset + 1: offsets \
+                     must increase)"
                 ),
-            ));
-        }
-        last = Some(frame.info.last_offset);
-        expected = frame.info.last_offset.checked_add(1);
+            ),
+            BatchDefect::BaseBelowSegment { base, segment_base, .. } => {
+                bad(at, format!("base offset {base} below the segment base {segment_base}"))
+            }
+            BatchDefect::LastBelowBase { base, last } => {
+                bad(at, format!("last offset {last} below base offset {base}"))
+            }
+        })?;
         batches.push(frame.info);
     }
     let end = chunk.position + chunk.bytes.len() as u64;
-    if iter.next_position() != end {
-        return Err(bad(
-            iter.next_position(),
-            "the chunk does not end on a batch boundary".into(),
-        ));
-    }
-    let last = last.ok_or_else(|| bad(chunk.position, "no batch".into()))?;
+    let last = rule.finish(iter.next_position(), end).map_err(|defect| match defect {
+        ChunkDefect::NotOnBoundary { end } => bad(end, "the chunk does not end on a batch boundary".into()),
+        ChunkDefect::NoBatch => bad(chunk.position, "no batch".into()),
+    })?;
     Ok((last, batches))
 }
 

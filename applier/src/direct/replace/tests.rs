@@ -29,7 +29,7 @@ async fn tail_all(f: &Fixture, a: &mut TailAppender) -> PartitionRef {
 }
 
 /// Every other batch of the given segments, concatenated: what a cleaner merging them could write.
-pub(in crate::tail) fn compacted(segs: &[(i64, Vec<u8>)]) -> Vec<u8> {
+pub(in crate::direct) fn compacted(segs: &[(i64, Vec<u8>)]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut n = 0usize;
     for (_, bytes) in segs {
@@ -47,7 +47,7 @@ pub(in crate::tail) fn compacted(segs: &[(i64, Vec<u8>)]) -> Vec<u8> {
 }
 
 /// The seal of `bytes` replacing `bases`: the offset index inline, the time index as a digest (rebuilt).
-pub(in crate::tail) fn replace_seal(partition: &PartitionRef, bases: &[i64], bytes: &[u8]) -> ReplaceSeal {
+pub(in crate::direct) fn replace_seal(partition: &PartitionRef, bases: &[i64], bytes: &[u8]) -> ReplaceSeal {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("r.log");
     std::fs::write(&path, bytes).unwrap();
@@ -132,12 +132,7 @@ async fn tail_replace_merges_sealed_segments_atomically_after_validation() {
         );
     }
     assert!(!contents(&dir).keys().any(|n| n.ends_with(".swap")), "no .swap left");
-    assert!(!f
-        .mirror
-        .join(TAIL_STATE_DIR)
-        .join(REPLACE_JOURNAL_DIR)
-        .join("orders-2.json")
-        .exists());
+    assert!(!crate::mirror::replace_journal_file(&f.mirror, "orders-2").exists());
     // The tail goes on where it was.
     let (last_base, last_bytes) = f.segs.last().unwrap();
     let d = a.durable_positions().await.unwrap();
@@ -255,11 +250,7 @@ async fn tail_replace_a_crash_before_the_journal_discards_and_after_it_completes
         record: None,
         catalog: None,
     };
-    let jpath = f
-        .mirror
-        .join(TAIL_STATE_DIR)
-        .join(REPLACE_JOURNAL_DIR)
-        .join(format!("{}-{}.json", p.topic, p.partition));
+    let jpath = crate::mirror::replace_journal_file(&f.mirror, &format!("{}-{}", p.topic, p.partition));
     std::fs::create_dir_all(jpath.parent().unwrap()).unwrap();
     std::fs::write(&jpath, serde_json::to_vec(&journal).unwrap()).unwrap();
     std::fs::remove_file(dir.join(&seg1[0])).unwrap();

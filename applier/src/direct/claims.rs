@@ -24,12 +24,10 @@ use segmirror_transport::store::digest_file;
 use serde::{Deserialize, Serialize};
 
 use super::truncate::last_batch;
-use super::{rebuild_index_with, tp_name, Inner, TailError, TailResult, TAIL_STATE_DIR};
+use super::{rebuild_index_with, tp_name, Inner, TailError, TailResult};
+use crate::mirror;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::direct::payload::CompanionKind;
-
-/// Directory under `<mirror>/.tail` holding one claim record per partition.
-pub const CLAIMS_DIR: &str = "claims";
 
 /// Index interval a Roll's offset and time index are rebuilt with: Kafka's default `index.interval.bytes`. The
 /// segment matches no broker file, so there is no broker index to match; the default is what a broker with default
@@ -45,11 +43,9 @@ pub struct ClaimRecord {
     pub epoch: i32,
 }
 
-/// Where the claim record of `partition` lives.
+/// Where the claim record of `partition` lives ([`mirror::claim_file`]).
 pub fn claim_path(root: &std::path::Path, partition: &PartitionRef) -> PathBuf {
-    root.join(TAIL_STATE_DIR)
-        .join(CLAIMS_DIR)
-        .join(format!("{}.json", tp_name(partition)))
+    mirror::claim_file(root, &tp_name(partition))
 }
 
 /// The recorded claim of `partition`, if any.
@@ -92,10 +88,10 @@ impl Inner {
             }
         }
         let path = claim_path(&self.root, p);
-        let dir = self.root.join(TAIL_STATE_DIR).join(CLAIMS_DIR);
+        let dir = mirror::claims_dir(&self.root);
         if !dir.exists() {
             fs::create_dir_all(&dir).map_err(|e| TailError::io(&dir, e))?;
-            fsync_dir(&self.root.join(TAIL_STATE_DIR))?;
+            fsync_dir(&mirror::tail_dir(&self.root))?;
         }
         let record = ClaimRecord {
             topic: p.topic.clone(),

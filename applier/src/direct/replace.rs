@@ -68,11 +68,6 @@ mod cover_tests;
 #[cfg(test)]
 pub(super) mod tests;
 
-/// Directory under [`TAIL_STATE_DIR`] for staged replacements.
-pub const STAGING_DIR: &str = "staging";
-/// Directory under [`TAIL_STATE_DIR`] for the install journals.
-pub const REPLACE_JOURNAL_DIR: &str = "replace";
-
 /// What a replacement's final piece says about it (as a seal about a segment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplaceSeal {
@@ -179,17 +174,11 @@ impl TailAppender {
 
 impl Inner {
     fn staging_path(&self, name: &str, base: i64) -> PathBuf {
-        self.root
-            .join(TAIL_STATE_DIR)
-            .join(STAGING_DIR)
-            .join(format!("{name}-{base:020}.log"))
+        mirror::replace_staging_file(&self.root, name, base)
     }
 
     fn journal_path(&self, name: &str) -> PathBuf {
-        self.root
-            .join(TAIL_STATE_DIR)
-            .join(REPLACE_JOURNAL_DIR)
-            .join(format!("{name}.json"))
+        mirror::replace_journal_file(&self.root, name)
     }
 
     /// One `SegmentReplace` piece: staged; the last one installed. Returns once staged (the last: once installed
@@ -504,7 +493,7 @@ impl Inner {
         if let Some(dir) = journal_path.parent() {
             if !dir.exists() {
                 fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
-                fsync_dir(&self.root.join(TAIL_STATE_DIR))?;
+                fsync_dir(&mirror::tail_dir(&self.root))?;
             }
         }
         let bytes = serde_json::to_vec_pretty(&journal).map_err(|e| TailError::BadState {
@@ -581,7 +570,7 @@ impl Inner {
     /// At a session start: completes every journaled install, and removes the `.swap` files of installs that
     /// crashed before their journal (and stale staging files).
     pub(super) fn recover_replacements(&mut self) -> TailResult<()> {
-        let jdir = self.root.join(TAIL_STATE_DIR).join(REPLACE_JOURNAL_DIR);
+        let jdir = mirror::replace_journal_dir(&self.root);
         let mut journaled = Vec::new();
         match fs::read_dir(&jdir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -589,7 +578,7 @@ impl Inner {
             Ok(entries) => {
                 for entry in entries {
                     let path = entry.map_err(|e| TailError::io(&jdir, e))?.path();
-                    if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                    if !mirror::is_record(&path) {
                         continue;
                     }
                     let bytes = fs::read(&path).map_err(|e| TailError::io(&path, e))?;

@@ -60,13 +60,8 @@ use segmirror_transport::direct::session::DurablePosition;
 use segmirror_transport::store::digest_file;
 use serde::{Deserialize, Serialize};
 
-use super::{hex, tp_name, Inner, PartitionState, TailError, TailResult, TAIL_STATE_DIR};
-
-/// Directory under the mirror root holding what truncations removed, one sub-directory per partition.
-pub const ARCHIVE_DIR: &str = ".archive";
-
-/// Directory under [`TAIL_STATE_DIR`] holding the journal of a truncation in progress.
-pub const TRUNCATE_JOURNAL_DIR: &str = "truncations";
+use super::{hex, tp_name, Inner, PartitionState, TailError, TailResult};
+use crate::mirror;
 
 /// Bytes copied at once into the archive (1 MiB): bounded memory whatever the range.
 const ARCHIVE_COPY_BYTES: usize = 1024 * 1024;
@@ -149,9 +144,9 @@ mod hex_id {
     }
 }
 
-/// The archive file of a range (relative to the mirror root).
+/// The archive file of a range (relative to the mirror root): [`mirror::archive_range_file`].
 pub fn archive_path(topic: &str, partition: i32, from: i64, to: i64) -> String {
-    format!("{ARCHIVE_DIR}/{topic}-{partition}/{from:020}-{to:020}.log")
+    mirror::archive_range_file(topic, partition, from, to)
 }
 
 /// What a scan of the active segment found around the cut.
@@ -260,10 +255,7 @@ pub(super) fn last_batch(pdir: &Path, d: &DurablePosition) -> TailResult<(LogEnd
 
 impl Inner {
     fn truncation_journal(&self, name: &str) -> PathBuf {
-        self.root
-            .join(TAIL_STATE_DIR)
-            .join(TRUNCATE_JOURNAL_DIR)
-            .join(format!("{name}.json"))
+        mirror::truncation_journal_file(&self.root, name)
     }
 
     /// Applies a Truncate (module docs): `Some(new end)` once the cut is durable and recorded, `None` in
@@ -442,7 +434,7 @@ impl Inner {
             reason: e.to_string(),
         })?;
         write_atomically(&jpath, &bytes)?;
-        self.kill_point(crate::tail::TruncateStep::Journaled)?;
+        self.kill_point(crate::direct::TruncateStep::Journaled)?;
         self.finish_truncation(&name, range)
             .map(|(base, position)| Some(position_of(&t.partition, base, position)))
     }
@@ -483,7 +475,7 @@ impl Inner {
             reason: e.to_string(),
         })?;
         write_atomically(&sidecar, &bytes)?;
-        self.kill_point(crate::tail::TruncateStep::Archived)?;
+        self.kill_point(crate::direct::TruncateStep::Archived)?;
 
         // The segments above the cut one, highest first (a crash leaves a prefix of the log), then what is derived
         // from the removed offsets: producer snapshots above the cut, the cut segment's offset and time index
@@ -507,7 +499,7 @@ impl Inner {
             file.sync_all().map_err(|e| TailError::io(&log, e))?;
         }
         fsync_dir(&pdir)?;
-        self.kill_point(crate::tail::TruncateStep::Cut)?;
+        self.kill_point(crate::direct::TruncateStep::Cut)?;
 
         if let Some(catalog) = &mut self.catalog {
             if let Some(base) = range.uninstall_from {
@@ -534,7 +526,7 @@ impl Inner {
                 at_ms: range.at_ms,
             })?;
         }
-        self.kill_point(crate::tail::TruncateStep::Recorded)?;
+        self.kill_point(crate::direct::TruncateStep::Recorded)?;
 
         let state = PartitionState {
             topic: range.topic.clone(),
@@ -597,7 +589,7 @@ impl Inner {
     /// Truncations a crash interrupted: finished from their journals (module docs). At session start, before the
     /// recorded positions are checked against the files.
     pub(super) fn recover_truncations(&mut self) -> TailResult<()> {
-        let dir = self.root.join(TAIL_STATE_DIR).join(TRUNCATE_JOURNAL_DIR);
+        let dir = mirror::truncation_journal_dir(&self.root);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -606,7 +598,7 @@ impl Inner {
         let mut journals = Vec::new();
         for entry in entries {
             let path = entry.map_err(|e| TailError::io(&dir, e))?.path();
-            if path.extension().and_then(|e| e.to_str()) == Some("json") {
+            if mirror::is_record(&path) {
                 journals.push(path);
             }
         }

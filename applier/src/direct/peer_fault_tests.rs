@@ -347,10 +347,7 @@ async fn a_recreated_topic_stops_its_partition_alone_and_the_others_keep_replica
     assert_eq!(row.source_topic_id, Uuid(recreated.topic_id).to_string());
     assert_eq!(catalog.pending_lineage(row.id).unwrap(), None);
     // The old lineage is archived, never deleted.
-    let archive = f
-        .mirror
-        .join(truncate::ARCHIVE_DIR)
-        .join(format!("{}-{}", pref().topic, pref().partition));
+    let archive = crate::mirror::partition_archive_dir(&f.mirror, &format!("{}-{}", pref().topic, pref().partition));
     let kept: Vec<_> = std::fs::read_dir(&archive)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -460,10 +457,7 @@ async fn a_forged_segment_is_quarantined_at_its_seal_and_resent() {
         vec![],
         "the partition starts afresh"
     );
-    let archive = f
-        .mirror
-        .join(truncate::ARCHIVE_DIR)
-        .join(format!("{}-{}", pref().topic, pref().partition));
+    let archive = crate::mirror::partition_archive_dir(&f.mirror, &format!("{}-{}", pref().topic, pref().partition));
     let kept: Vec<_> = std::fs::read_dir(&archive)
         .unwrap()
         .map(|e| e.unwrap().path())

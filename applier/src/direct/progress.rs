@@ -19,10 +19,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use segmirror_transport::direct::payload::{Shipped, SourceProgress};
 use serde::{Deserialize, Serialize};
 
-use super::{tp_name, valid_topic, TAIL_STATE_DIR};
-
-/// Directory under `<mirror>/.tail` holding one progress file per partition.
-pub const PROGRESS_DIR: &str = "progress";
+use super::{tp_name, valid_topic};
+use crate::mirror;
 
 /// Most not-yet-installed log end points kept per partition (128: two minutes of one report a second at full
 /// detail; beyond it the oldest coarsen, which can only overstate the lag).
@@ -94,9 +92,7 @@ impl RecordedProgress {
 
 /// The progress file of `topic`-`partition` under the mirror `root`.
 pub fn progress_path(root: &Path, topic: &str, partition: i32) -> PathBuf {
-    root.join(TAIL_STATE_DIR)
-        .join(PROGRESS_DIR)
-        .join(format!("{topic}-{partition}.json"))
+    mirror::progress_file(root, &format!("{topic}-{partition}"))
 }
 
 /// The recorded progress of `topic`-`partition`, or `None` when there is none; an unreadable file is an error

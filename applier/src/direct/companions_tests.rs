@@ -162,7 +162,7 @@ async fn companions_of_an_abort_spanning_a_roll_match_the_broker() {
     assert_sound(&f);
     // The state file records the transaction still open at the end.
     let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(f.mirror.join(TAIL_STATE_DIR).join("orders-2.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(crate::mirror::state_file(&f.mirror, "orders-2")).unwrap()).unwrap();
     let open = state["open_transactions"].as_array().unwrap();
     assert_eq!(open.len(), 1, "{state}");
     assert_eq!(open[0]["producer_id"], OPEN);
@@ -210,7 +210,7 @@ async fn companions_survive_restarts_crashes_and_old_state_files_mid_transaction
             }
             // A state file written before the open transactions were recorded: derived at the next start.
             1 => {
-                let path = f.mirror.join(TAIL_STATE_DIR).join("orders-2.json");
+                let path = crate::mirror::state_file(&f.mirror, "orders-2");
                 let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
                 state.as_object_mut().unwrap().remove("open_transactions").unwrap();
                 std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();

@@ -198,11 +198,7 @@ async fn tail_catalog_replacement_recovered_after_the_journal_is_recorded() {
             "sha256": seal.log_sha256, "last_offset": last_offset(&new), "manifest_key": "tail:orders-2/x",
         },
     });
-    let jpath = f
-        .mirror
-        .join(TAIL_STATE_DIR)
-        .join(REPLACE_JOURNAL_DIR)
-        .join("orders-2.json");
+    let jpath = crate::mirror::replace_journal_file(&f.mirror, "orders-2");
     std::fs::create_dir_all(jpath.parent().unwrap()).unwrap();
     std::fs::write(&jpath, serde_json::to_vec(&journal).unwrap()).unwrap();
     drop(a);

@@ -9,7 +9,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{PartitionState, TailError, TailResult, TAIL_STATE_DIR};
+use super::{PartitionState, TailError, TailResult};
+use crate::mirror;
 
 /// Largest state file read: a few hundred bytes are written; anything far larger is not one of ours.
 const MAX_STATE_FILE_BYTES: u64 = 64 << 10;
@@ -31,7 +32,7 @@ pub struct ActiveSegment {
 
 /// The state of partition `topic`-`partition` of the mirror at `root`, or `None` when the partition is not tailed.
 pub fn recorded_active_segment(root: &Path, topic: &str, partition: i32) -> TailResult<Option<ActiveSegment>> {
-    let path = root.join(TAIL_STATE_DIR).join(format!("{topic}-{partition}.json"));
+    let path = mirror::state_file(root, &format!("{topic}-{partition}"));
     let size = match fs::metadata(&path) {
         Ok(m) => m.len(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

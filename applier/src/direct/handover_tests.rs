@@ -100,7 +100,7 @@ async fn handover_continues_an_unsealed_prefix_and_seals_it_in_the_catalog() {
     let (base1, bytes1) = &f.segs[1];
     assert_eq!(positions(&mut a).await, vec![(*base1, cut as u64, false)]);
     // The state file now exists: the next session reads it rather than deriving again.
-    assert!(f.mirror.join(TAIL_STATE_DIR).join("orders-2.json").is_file());
+    assert!(crate::mirror::state_file(&f.mirror, "orders-2").is_file());
 
     // The rest of the source's segment 1 continues the prefix, then its seal replaces the unsealed version.
     let b = boundaries(bytes1);
@@ -173,7 +173,7 @@ async fn handover_refuses_a_segment_of_another_size_naming_file_and_sizes() {
         )),
         "{msg}"
     );
-    assert!(!f.mirror.join(TAIL_STATE_DIR).join("orders-2.json").exists());
+    assert!(!crate::mirror::state_file(&f.mirror, "orders-2").exists());
 }
 
 #[tokio::test]

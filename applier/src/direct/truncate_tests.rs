@@ -119,12 +119,7 @@ async fn a_cut_inside_the_active_segment_archives_the_batches_and_continues_ther
     assert_eq!(rows[0].kind, TruncationKind::Truncated);
     assert_eq!((rows[0].from_offset, rows[0].to_offset), (t.truncate_to, end_of(bytes)));
     assert_eq!(rows[0].archive_path.as_deref(), Some(rel.as_str()));
-    assert!(!f
-        .mirror
-        .join(TAIL_STATE_DIR)
-        .join(TRUNCATE_JOURNAL_DIR)
-        .join("orders-2.json")
-        .exists());
+    assert!(!crate::mirror::truncation_journal_file(&f.mirror, "orders-2").exists());
     // The archive is outside the partition directory.
     assert!(!rel.starts_with("orders-2/"));
 
@@ -217,7 +212,7 @@ async fn cuts_outside_the_mirror_at_the_log_start_or_off_the_evidence_are_refuse
         assert_eq!(std::fs::read(&log).unwrap(), *bytes1, "nothing changed after {e}");
     }
     assert!(view.truncations(None).unwrap().is_empty());
-    assert!(!f.mirror.join(ARCHIVE_DIR).exists());
+    assert!(!crate::mirror::archive_dir(&f.mirror).exists());
 
     // At the log start: a mirror of one unsealed segment cut at its base keeps nothing.
     let g = fixture();
@@ -294,11 +289,7 @@ async fn a_crash_at_any_step_of_a_truncation_is_finished_at_the_next_start() {
         assert_eq!(std::fs::read(f.mirror.join(&rel)).unwrap(), &bytes[b[k]..], "{point:?}");
         assert_eq!(view.truncations(Some(LINK)).unwrap().len(), 1, "{point:?}");
         assert!(
-            !f.mirror
-                .join(TAIL_STATE_DIR)
-                .join(TRUNCATE_JOURNAL_DIR)
-                .join("orders-2.json")
-                .exists(),
+            !crate::mirror::truncation_journal_file(&f.mirror, "orders-2").exists(),
             "{point:?}"
         );
         a.apply_chunk(&chunk(*base, bytes, b[k], bytes.len())).await.unwrap();
@@ -417,11 +408,7 @@ async fn check_cut_into_first(
     assert!(view.installed_segments(row.id).unwrap().is_empty(), "{what}");
     assert_eq!(row.installed_end_offset, Some(*base0), "{what}");
     assert!(
-        !f.mirror
-            .join(TAIL_STATE_DIR)
-            .join(TRUNCATE_JOURNAL_DIR)
-            .join("orders-2.json")
-            .exists(),
+        !crate::mirror::truncation_journal_file(&f.mirror, "orders-2").exists(),
         "{what}"
     );
 
@@ -501,11 +488,7 @@ async fn a_journal_naming_removed_segments_out_of_order_is_refused_with_nothing_
     let t = cut_into_first(&f, 2, half);
     a.apply_truncate(&t).await.expect_err("killed");
     drop(a);
-    let journal = f
-        .mirror
-        .join(TAIL_STATE_DIR)
-        .join(TRUNCATE_JOURNAL_DIR)
-        .join("orders-2.json");
+    let journal = crate::mirror::truncation_journal_file(&f.mirror, "orders-2");
     let written: ArchivedRange = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
     assert_eq!(written.removed_segments.len(), 2);
     let pdir = f.mirror.join("orders-2");
@@ -543,5 +526,5 @@ async fn a_journal_naming_removed_segments_out_of_order_is_refused_with_nothing_
         assert_eq!(files(), before, "nothing changed after {e}");
     }
     assert!(view.truncations(None).unwrap().is_empty());
-    assert!(!f.mirror.join(ARCHIVE_DIR).exists());
+    assert!(!crate::mirror::archive_dir(&f.mirror).exists());
 }

@@ -80,10 +80,6 @@ mod tests;
 /// (retention misconfigured on the source) sets [`TailAppender::retain_deleted_for`].
 pub const DEFAULT_RETAIN_DELETED_FOR: Duration = Duration::ZERO;
 
-/// Directory under [`TAIL_STATE_DIR`] holding one retention record per partition. A directory, so the state
-/// reader of `.tail` (which reads `*.json` files only) never mistakes a record for a partition state.
-pub const RETENTION_DIR: &str = "retention";
-
 /// What the retention record holds for one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct RetentionState {
@@ -148,9 +144,7 @@ pub fn tailed_log_start(root: &Path, topic: &str, partition: i32) -> TailResult<
 }
 
 pub(super) fn record_path(root: &Path, name: &str) -> PathBuf {
-    root.join(TAIL_STATE_DIR)
-        .join(RETENTION_DIR)
-        .join(format!("{name}.json"))
+    crate::mirror::retention_file(root, name)
 }
 
 fn read_record(path: &Path) -> TailResult<Option<RetentionState>> {
@@ -194,7 +188,7 @@ impl Inner {
         };
         if !dir.exists() {
             fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
-            fsync_dir(&self.root.join(TAIL_STATE_DIR))?;
+            fsync_dir(&crate::mirror::tail_dir(&self.root))?;
             fsync_dir(&self.root)?;
         }
         let bytes = serde_json::to_vec_pretty(record).map_err(|e| TailError::BadState {
