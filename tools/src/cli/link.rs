@@ -1,29 +1,12 @@
-//! What the two long-running direct-transport services (`ship`, `tail-apply`) share: the `--connect`/`--listen`
-//! choice, the `--plaintext`/`--tls-*` choice, turning them into a [`Dialer`]/[`Acceptor`], logging the link's
-//! events, and the SIGTERM/SIGINT shutdown token.
+//! The `--connect`/`--listen` and `--plaintext`/`--tls-*` flags of the two long-running direct-transport services
+//! (`ship`, `apply --listen|--connect`); the link they describe is run by `segmirror_service::link`.
 //!
-//! Why here: both services must accept exactly the same security flags and report the link the same way; written
-//! once, an operator reads one set of flags and one set of log lines for both ends of a link.
+//! Why one set of flags: both ends of a link must accept exactly the same security flags, so an operator reads one
+//! set for both.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{bail, Context as _};
-use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::session::link::{
-    dial, listen, Acceptor, Dialer, LinkConfig, LinkEvent, SessionRunner,
-};
-use segmirror_transport::direct::tls::{client_config, server_config, TlsFiles};
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-
-use crate::cli::serve::figures::LinkMeter;
-
-/// Link events buffered for the logger (64): events are a few per reconnect, and the link drops one rather than
-/// block when the logger lags.
-const EVENT_QUEUE: usize = 64;
+pub use segmirror_service::link::{link_config, shutdown_on_signal, EndpointConfig};
 
 /// Where the link goes and how it is secured. Exactly one of `--connect`/`--listen`, exactly one of
 /// `--plaintext`/`--tls-cert` (with `--tls-key` and `--tls-ca`).
@@ -61,161 +44,18 @@ pub struct LinkArgs {
     pub tls_server_name: Option<String>,
 }
 
-/// The link, ready to run: a dial target or a bound listener.
-pub enum Endpoint {
-    Dial { addr: String, dialer: Dialer },
-    Listen { listener: TcpListener, acceptor: Acceptor },
-}
-
 impl LinkArgs {
-    fn tls_files(&self) -> Option<TlsFiles> {
-        Some(TlsFiles {
-            cert: self.tls_cert.clone()?,
-            key: self.tls_key.clone()?,
-            ca: self.tls_ca.clone()?,
-        })
-    }
-
-    /// Loads the PEM files (an error names the file) and, for `--listen`, binds the socket. Async: binding needs
-    /// the runtime.
-    pub async fn endpoint(&self) -> anyhow::Result<Endpoint> {
-        let tls = self.tls_files();
-        if !self.plaintext && tls.is_none() {
-            bail!("give --plaintext or all of --tls-cert, --tls-key and --tls-ca");
-        }
-        if let Some(addr) = &self.connect {
-            let dialer = match tls {
-                None => Dialer::Plain,
-                Some(files) => {
-                    let config = client_config(&files)?;
-                    let server_name = match &self.tls_server_name {
-                        Some(name) => name.clone(),
-                        None => host_of(addr)?,
-                    };
-                    Dialer::Tls { config, server_name }
-                }
-            };
-            return Ok(Endpoint::Dial {
-                addr: addr.clone(),
-                dialer,
-            });
-        }
-        let Some(addr) = &self.listen else {
-            bail!("give --connect HOST:PORT or --listen ADDR");
-        };
-        let acceptor = match tls {
-            None => Acceptor::Plain,
-            Some(files) => Acceptor::Tls(server_config(&files)?),
-        };
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?;
-        let bound = listener.local_addr().context("the listening address")?;
-        tracing::info!(link = %self.link, %bound, "listening");
-        eprintln!("segmirror: link {:?}: listening on {bound}", self.link);
-        Ok(Endpoint::Listen { listener, acceptor })
-    }
-}
-
-/// The host part of HOST:PORT or [IPv6]:PORT.
-fn host_of(addr: &str) -> anyhow::Result<String> {
-    let (host, _port) = addr
-        .rsplit_once(':')
-        .with_context(|| format!("--connect {addr:?} is not HOST:PORT"))?;
-    Ok(host.trim_start_matches('[').trim_end_matches(']').to_string())
-}
-
-/// A token cancelled on the first SIGTERM or SIGINT (Ctrl-C).
-pub fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
-    let token = CancellationToken::new();
-    #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    let cancel = token.clone();
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        cancel.cancel();
-    });
-    Ok(token)
-}
-
-/// Prints every link event as one line on stderr (and as a tracing event), and counts it in `meter`, until the
-/// link config is dropped.
-fn spawn_event_logger(link: String, role: &'static str, meter: Option<Arc<LinkMeter>>) -> mpsc::Sender<LinkEvent> {
-    let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
-    tokio::spawn(async move {
-        while let Some(event) = rx.recv().await {
-            if let Some(meter) = &meter {
-                match &event {
-                    LinkEvent::SessionStarted => meter.session_started(),
-                    LinkEvent::SessionEnded { error, .. } => meter.session_ended(error.is_some()),
-                    LinkEvent::ConnectFailed { .. }
-                    | LinkEvent::Paused { .. }
-                    | LinkEvent::RefusedBusy
-                    | LinkEvent::NoHandshakeSlot { .. } => meter.error(),
-                }
-            }
-            let line = match &event {
-                LinkEvent::SessionStarted => "connected: session started".to_string(),
-                LinkEvent::SessionEnded { end, error } => match (end, error) {
-                    (_, Some((class, e))) => format!("session ended ({class:?}): {e}"),
-                    (Some(end), None) => format!("session ended: {end:?}"),
-                    (None, None) => "session ended".to_string(),
-                },
-                LinkEvent::ConnectFailed { error } => format!("connect failed: {error}; reconnecting"),
-                LinkEvent::Paused { error, pause } => format!("refused: {error}; paused for {pause:?}"),
-                LinkEvent::RefusedBusy => "refused a second peer (busy)".to_string(),
-                LinkEvent::NoHandshakeSlot {
-                    peer,
-                    pending,
-                    from_address,
-                } => format!(
-                    "no free handshake slot for {peer} ({pending} connections in their handshake, {from_address} from \
-                     its address): answered busy and closed"
-                ),
-            };
-            tracing::info!(%link, role, event = ?event, "link event");
-            eprintln!("segmirror {role}: link {link:?}: {line}");
-        }
-    });
-    tx
-}
-
-/// The link settings of one side, with events logged (and counted in `meter`, for `--metrics-addr`).
-pub fn link_config(
-    handshake: HandshakeConfig,
-    refusal_pause: Option<Duration>,
-    role: &'static str,
-    meter: Option<Arc<LinkMeter>>,
-) -> LinkConfig {
-    let link = handshake.link.clone();
-    let mut config = LinkConfig::new(handshake);
-    if let Some(pause) = refusal_pause {
-        config.refusal_pause = pause;
-    }
-    config.events = Some(spawn_event_logger(link, role, meter));
-    config
-}
-
-/// Runs `runner` on the endpoint until `shutdown`: dialling (reconnecting after cuts) or listening (one peer at a
-/// time). `Ok` on shutdown; an error only for this side's own failure (the mirror, the source).
-pub async fn run_link<R: SessionRunner>(
-    endpoint: Endpoint,
-    config: LinkConfig,
-    mut runner: R,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    match endpoint {
-        Endpoint::Dial { addr, dialer } => Ok(dial(&addr, &dialer, &config, &mut runner, &shutdown).await?),
-        Endpoint::Listen { listener, acceptor } => {
-            let (_runner, r) = listen(listener, acceptor, config, runner, shutdown).await;
-            Ok(r?)
+    /// The endpoint these flags name.
+    pub fn endpoint_config(&self) -> EndpointConfig {
+        EndpointConfig {
+            link: self.link.clone(),
+            connect: self.connect.clone(),
+            listen: self.listen.clone(),
+            plaintext: self.plaintext,
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            tls_ca: self.tls_ca.clone(),
+            tls_server_name: self.tls_server_name.clone(),
         }
     }
 }

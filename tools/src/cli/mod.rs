@@ -7,20 +7,19 @@
 //!
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found, 2 usage or I/O error.
 
-pub mod bucket_ends;
 pub mod catalog;
 pub mod config;
 pub mod link;
-pub mod link_gate;
 pub mod logging;
+pub mod metrics;
 pub mod progress;
 pub mod report;
-pub mod runtime;
-pub mod serve;
 pub mod store;
 pub mod table;
 pub mod tail_lag;
 pub mod target_report;
+
+pub use segmirror_service::{bucket_ends, link_gate, runtime, serve};
 
 /// Exit status meaning "usage or I/O error".
 pub const EXIT_USAGE_OR_IO: u8 = 2;

@@ -11,6 +11,8 @@ use segment_format::report::Severity;
 use segment_format::verify::Report;
 use segment_format::writer::sample::Manifest;
 
+pub use segmirror_service::error_line;
+
 use super::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
 /// One line per partition, then the totals.
@@ -102,68 +104,4 @@ pub fn print_verify_report(report: &Report) {
         errors,
         report.warnings()
     );
-}
-
-/// An error and its causes on one line, each cause once: `what failed: why: root cause`.
-///
-/// Why not anyhow's `{:#}`: many errors already embed their source's text in their own message (a `thiserror`
-/// message with `{source}`, a context written as `format!("...: {e}")`), and `{:#}` prints that text again for
-/// every link of the chain, so one cause was read two or three times on a line. A cause whose text an earlier part
-/// of the line already holds adds nothing and is left out; every other cause is kept, in order.
-pub fn error_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use anyhow::Context as _;
-
-    use super::error_line;
-
-    #[derive(Debug)]
-    struct Embeds(std::io::Error);
-
-    impl std::fmt::Display for Embeds {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "cannot open catalog /x: {}", self.0)
-        }
-    }
-
-    impl std::error::Error for Embeds {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
-        }
-    }
-
-    #[test]
-    fn each_cause_is_named_once() {
-        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        // A source that embeds its cause, under a context: `{:#}` names "no such file" twice.
-        let e = Err::<(), _>(Embeds(io())).context("opening catalog /x").unwrap_err();
-        assert_eq!(format!("{e:#}").matches("no such file").count(), 2);
-        assert_eq!(
-            error_line(&e),
-            "opening catalog /x: cannot open catalog /x: no such file"
-        );
-        // A chain of distinct causes is kept whole, in order.
-        let e = Err::<(), _>(io())
-            .context("reading x")
-            .context("loading y")
-            .unwrap_err();
-        assert_eq!(error_line(&e), "loading y: reading x: no such file");
-        // A context that repeats its source's whole text keeps the longer one.
-        let e = Err::<(), _>(io()).context("reading x: no such file").unwrap_err();
-        assert_eq!(error_line(&e), "reading x: no such file");
-    }
 }

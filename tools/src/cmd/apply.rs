@@ -23,10 +23,11 @@ use segmirror_transport::{Store, StoreUrl};
 use crate::cli::bucket_ends::CachedEnds;
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
 use crate::cli::link_gate::{ClosedLink, Side};
+use crate::cli::metrics::MetricsArgs;
 use crate::cli::runtime::Runtime;
 use crate::cli::serve::admin::CatalogAdmin;
 use crate::cli::serve::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
-use crate::cli::serve::{self, App, MetricsArgs};
+use crate::cli::serve::{self, App};
 use crate::cli::store::S3Args;
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 

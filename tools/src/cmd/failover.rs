@@ -1,46 +1,28 @@
-//! `segmirror failover --link NAME`: the whole failover of a link onto its target cluster, in order, resumable
-//! after a crash at any step.
-//!
-//! The steps (each journaled in the catalog, `segmirror_catalog::FailoverStep`):
-//! 1. `cut`: with `--drain`, wait until the link has installed what its source side made available; with `--now`,
-//!    not. Then the link becomes `promoted` (the gate stops its appliers) and the report says, per partition, what
-//!    was left behind (the RPO, where the catalog knows it).
-//! 2. `topics`: create or check the target topics from the link's metadata in the catalog (the code of `segmirror
-//!    topics create`); a difference stops the failover unless `--allow-differences`.
-//! 3. `stop-brokers`: `--stop-hook CMD`, or a message saying what to stop; then wait until each `--log-dir`'s
-//!    `.lock` is free.
-//! 4. `install`: `segmirror promote` of the link's partitions into the log dir (`--handover auto` by default).
-//! 5. `start-brokers`: `--start-hook CMD`, or a message; then wait until `--bootstrap` answers.
-//! 6. `offsets`: commit the link's consumer offsets on the target (the code of `segmirror offsets commit`):
-//!    clamped to the installed log ends, no leader epoch, memberless, read back.
-//!
-//! Why one command and a journal: run by hand, these steps are where a failover goes wrong (a topic created with
-//! another partition count, offsets committed before the data is installed, a step skipped after an interruption).
-//! A rerun with the same flags skips the finished steps and redoes the one that was cut short; every step is
-//! idempotent (the state change is a no-op when already made, `topics create` creates only what is missing,
-//! `promote` finishes its own journaled promotion, a broker already stopped or started is not waited for, the same
-//! offsets are committed again). `--status` shows the journal; `--json` prints the run's report as one document
-//! (`failover/report.rs`).
+//! `segmirror failover --link NAME`: the flags, the journal table (`--status`), the printing of the steps' lines
+//! and tables, and the `--json` document; the failover itself (its steps, their order, the journal) is
+//! `segmirror_service::failover`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
+use cluster_client::offsets_commit::GroupReport;
+use cluster_client::topics_plan::TopicCheck;
 use segmirror_catalog::{Catalog, FailoverStep};
+use segmirror_service::failover::report::{CutReport, StepStatus};
+use segmirror_service::failover::{self, steps, CutMode, Failover, FailoverConfig, Narrator, RunEnd};
 
 use crate::cli::catalog::open_mirror_catalog;
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
+use crate::cli::table;
+use crate::cli::target_report::{write_commits, write_topics};
 use crate::cli::EXIT_USAGE_OR_IO;
 
-mod brokers;
-mod bucket;
-mod cut;
 mod report;
-mod steps;
 
-use report::{Details, Report, StdoutForJson, StepReport, StepStatus, REPORT_FORMAT};
+use report::StdoutForJson;
 
 const FAILOVER_HELP: &str = "\
 Steps, in order: cut (drain or not, then the link becomes promoted), topics (create/check on the target), \
@@ -136,6 +118,33 @@ pub struct Args {
     timeout: u64,
 }
 
+impl Args {
+    fn config(&self) -> FailoverConfig {
+        FailoverConfig {
+            link: self.link.clone(),
+            mirror: self.mirror.clone(),
+            catalog: self.catalog.clone(),
+            cut: if self.drain { CutMode::Drain } else { CutMode::Now },
+            drain_timeout: self.drain_timeout,
+            drain_quiet: self.drain_quiet,
+            prefix: self.prefix.clone(),
+            s3: self.s3.options(),
+            bootstrap: self.bootstrap.clone(),
+            log_dirs: self.log_dirs.clone(),
+            stop_hook: self.stop_hook.clone(),
+            start_hook: self.start_hook.clone(),
+            broker_timeout: self.broker_timeout,
+            allow_differences: self.allow_differences,
+            replication_factor: self.replication_factor,
+            handover: self.handover.clone(),
+            consistent_cut: self.consistent_cut,
+            target_config: self.target_config.clone(),
+            allow_retention_delete: self.allow_retention_delete,
+            timeout: self.timeout,
+        }
+    }
+}
+
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let (_, mut catalog) = open_mirror_catalog(args.catalog.clone(), &args.mirror, true)?;
     let link = catalog.link(&args.link)?;
@@ -149,138 +158,51 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         None
     };
     let started = Instant::now();
-    let mut details = Details::default();
-    let mut run_steps: Vec<(StepStatus, Option<Duration>, Option<String>)> = Vec::new();
-    let state_at_start = link.state.to_string();
-    let code = run_steps_in_order(
-        &args,
-        &state_at_start,
-        &mut catalog,
+    let config = args.config();
+    let failover = Failover {
+        config: &config,
         runtime,
-        &mut details,
-        &mut run_steps,
-    )?;
+        out: &Printer,
+    };
+    let state_at_start = link.state.to_string();
+    let mut run = failover::run(&failover, &mut catalog, &state_at_start)?;
     if let Some(out) = json {
-        if details.cut.is_none() && run_steps.first().is_some_and(|(s, _, _)| *s == StepStatus::DoneEarlier) {
+        if run.details.cut.is_none() && run.steps.first().is_some_and(|(s, _, _)| *s == StepStatus::DoneEarlier) {
             // The cut was done by an earlier run; what is left behind now (nothing is installed after it).
-            details.cut = Some(cut::left_behind_now(&args, &catalog, runtime)?);
+            run.details.cut = Some(failover::left_behind_now(&failover, &catalog)?);
         }
-        let report = report(&args, &catalog, &state_at_start, started, details, &run_steps)?;
+        let report = failover::report(&args.link, &catalog, &state_at_start, started, run.details, &run.steps)?;
         out.write(&report)?;
     }
-    Ok(code)
-}
-
-/// Every step not finished yet, in order; `run_steps` gets what happened to each this run, in order.
-fn run_steps_in_order(
-    args: &Args,
-    state_at_start: &str,
-    catalog: &mut Catalog,
-    runtime: &Runtime,
-    details: &mut Details,
-    run_steps: &mut Vec<(StepStatus, Option<Duration>, Option<String>)>,
-) -> anyhow::Result<ExitCode> {
-    let started = Instant::now();
-    println!(
-        "failover of link {} (state {state_at_start}) into {} at {}",
-        args.link,
-        args.log_dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        args.bootstrap.as_deref().unwrap_or("?")
-    );
-    for (position, step) in steps::STEPS.iter().enumerate() {
-        let position = u32::try_from(position).unwrap_or(u32::MAX);
-        let journaled = catalog.start_failover_step(&args.link, step.name(), position)?;
-        if journaled.finished() {
-            println!("[{}] done earlier: {}", step.name(), journaled.outcome);
-            run_steps.push((StepStatus::DoneEarlier, None, None));
-            continue;
-        }
-        if journaled.attempts > 1 {
-            println!(
-                "[{}] interrupted earlier; redoing it (attempt {})",
-                step.name(),
-                journaled.attempts
-            );
-        }
-        let step_started = Instant::now();
-        match steps::run_step(*step, args, catalog, runtime, details) {
-            Ok(outcome) => {
-                catalog.finish_failover_step(&args.link, step.name(), &outcome)?;
-                println!(
-                    "[{}] {outcome} ({:.1} s)",
-                    step.name(),
-                    step_started.elapsed().as_secs_f64()
-                );
-                run_steps.push((StepStatus::Done, Some(step_started.elapsed()), None));
-            }
-            Err(e) => {
-                eprintln!(
-                    "segmirror failover: step {} failed: {e:#}\nfix the cause and run the same command again: the \
-                     finished steps are skipped",
-                    step.name()
-                );
-                run_steps.push((StepStatus::Failed, Some(step_started.elapsed()), Some(format!("{e:#}"))));
-                return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
-            }
-        }
-    }
-    println!(
-        "failover of link {} finished in {:.1} s (this run)",
-        args.link,
-        started.elapsed().as_secs_f64()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `--json`'s document: this run's steps beside the journal's attempts, durations and outcomes.
-fn report(
-    args: &Args,
-    catalog: &Catalog,
-    state_at_start: &str,
-    started: Instant,
-    details: Details,
-    run_steps: &[(StepStatus, Option<Duration>, Option<String>)],
-) -> anyhow::Result<Report> {
-    let journal: Vec<FailoverStep> = catalog
-        .failover_steps(&args.link)
-        .context("reading the failover journal")?;
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let steps: Vec<StepReport> = steps::STEPS
-        .iter()
-        .enumerate()
-        .map(|(i, step)| {
-            let row = journal.iter().find(|s| s.step == step.name());
-            let (status, took, error) = run_steps.get(i).cloned().unwrap_or((StepStatus::NotRun, None, None));
-            StepReport {
-                name: step.name(),
-                status,
-                attempts: row.map_or(0, |r| r.attempts),
-                took_ms: took.map(ms),
-                journal_took_ms: row.and_then(|r| {
-                    r.finished_at_ms
-                        .map(|f| u64::try_from(f - r.started_at_ms).unwrap_or(0))
-                }),
-                outcome: row.filter(|r| r.finished()).map(|r| r.outcome.clone()),
-                error,
-            }
-        })
-        .collect();
-    Ok(Report {
-        format: REPORT_FORMAT,
-        link: args.link.clone(),
-        link_state_at_start: state_at_start.to_string(),
-        finished: steps
-            .iter()
-            .all(|s| matches!(s.status, StepStatus::Done | StepStatus::DoneEarlier)),
-        took_ms: ms(started.elapsed()),
-        steps,
-        cut: details.cut,
-        offsets: details.offsets,
+    Ok(match run.end {
+        RunEnd::Finished => ExitCode::SUCCESS,
+        RunEnd::StoppedAtFailedStep => ExitCode::from(EXIT_USAGE_OR_IO),
     })
+}
+
+/// The steps' lines and tables on stdout, warnings on stderr.
+struct Printer;
+
+impl Narrator for Printer {
+    fn line(&self, text: &str) {
+        println!("{text}");
+    }
+
+    fn warn(&self, text: &str) {
+        eprintln!("{text}");
+    }
+
+    fn topics(&self, checks: &[TopicCheck]) -> std::io::Result<()> {
+        write_topics(&mut std::io::stdout().lock(), checks, false)
+    }
+
+    fn commits(&self, reports: &[GroupReport]) -> std::io::Result<()> {
+        write_commits(&mut std::io::stdout().lock(), reports)
+    }
+
+    fn left_behind(&self, report: &CutReport) -> std::io::Result<()> {
+        write_left_behind(report)
+    }
 }
 
 /// The journal as a table.
@@ -307,9 +229,40 @@ fn print_status(catalog: &Catalog, link: &str, state: &str) -> anyhow::Result<()
         .collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    crate::cli::table::print(&mut out, ["STEP", "STATE", "ATTEMPTS", "TOOK", "OUTCOME"], &rows)?;
+    table::print(&mut out, ["STEP", "STATE", "ATTEMPTS", "TOOK", "OUTCOME"], &rows)?;
     Ok(())
 }
 
-/// How long to wait between two looks at something another process changes.
-const POLL: Duration = Duration::from_millis(200);
+fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let rows: Vec<[String; 8]> = report
+        .left_behind
+        .iter()
+        .map(|row| {
+            [
+                row.topic.clone(),
+                row.partition.to_string(),
+                dash(row.installed_end.map(|o| o.to_string())),
+                dash(row.known_source_end.map(|o| o.to_string())),
+                dash(row.bucket_end.map(|o| o.to_string())),
+                row.left_offsets.to_string(),
+                dash(row.left_bytes.map(|b| b.to_string())),
+                row.pending_versions.to_string(),
+            ]
+        })
+        .collect();
+    table::print(
+        &mut std::io::stdout().lock(),
+        [
+            "TOPIC",
+            "PARTITION",
+            "INSTALLED-END",
+            "KNOWN-SOURCE-END",
+            "BUCKET-END",
+            "LEFT-OFFSETS",
+            "LEFT-BYTES",
+            "PENDING-VERSIONS",
+        ],
+        &rows,
+    )
+}

@@ -101,10 +101,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         open_catalog_of_missing_mirror(args.catalog, &args.mirror)?
     };
-    // The rest: fields that exist only with the applier's `failpoints` feature (crash tests), never set here.
-    #[allow(clippy::needless_update)]
     let mut log_dirs = args.log_dir.into_iter();
     let log_dir = log_dirs.next().context("--log-dir is required")?;
+    // The rest: fields that exist only with the applier's `failpoints` feature (crash tests), never set here.
+    #[allow(clippy::needless_update)]
     let request = PromoteRequest {
         mirror_root: args.mirror,
         log_dir,

@@ -1,17 +1,5 @@
-//! `segmirror ship`: the long-running shipper of the direct transport. Tails the selected partitions of Kafka log
-//! dirs and streams every new batch to a `segmirror tail-apply` over one TCP link (mutual TLS or, on a trusted
-//! network, `--plaintext`), dialling it (`--connect`) or waiting for it to dial (`--listen`), until SIGTERM or
-//! SIGINT; then it says Goodbye and exits 0.
-//!
-//! Why one process per link rather than a step of `seed`: a tail has no end; the session resumes from the
-//! mirror's durable position on every (re)connect, so stopping and restarting `ship` loses and repeats nothing.
-//! Partitions are listed again while running (every second and on the watcher's notice): a topic created later
-//! is shipped from its first byte, a deleted one is dropped (`shipper::tail::rediscover`).
-//!
-//! The link's record (the source host's catalog, `segmirror link`; `cli::link_gate`) gates it: paused, the session
-//! ends and nothing ships until resumed; promoted or deleted, it stops (exit 0, one line naming the state).
-//! Without --topics the record's topics regex selects the partitions and is re-read while running: newly selected
-//! topics are shipped, deselected ones stop (their mirrors keep what they have).
+//! `segmirror ship`: the flags of the long-running direct shipper (`segmirror_service::ship`, which says what it
+//! does and why), and its run until SIGTERM or SIGINT; then it says Goodbye and exits 0.
 //!
 //! Exit status: 0 after a signal or once the link record is promoted or deleted, 2 on usage errors (flags, PEM
 //! files, a log dir without a cluster id) and on this side's own failures (a source file that cannot be read or
@@ -21,30 +9,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{bail, Context as _};
-use segmirror_catalog::Link;
-use segmirror_shipper::link_meta::{announce_direct, MetaConfig, MetaReader, ALL_GROUPS, DEFAULT_META_INTERVAL};
-use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
-use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
-use segmirror_shipper::source::leadership::{
-    check_node, node_id_of_log_dir, MetadataLeadership, NodeCheck, LEADERSHIP_INTERVAL,
-};
-use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, REQUEST_TIMEOUT};
-use segmirror_shipper::tail::{LiveTopicFilter, Rediscovery, TailFeed, TailFeedConfig, TailPartition};
-use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::payload::PartitionRef;
-use segmirror_transport::direct::session::{SessionConfig, ShipperSession};
-use segmirror_transport::direct::Role;
+use segmirror_service::ship::{ShipConfig, ShipService, SourceNodes};
+use segmirror_shipper::link_meta::{ALL_GROUPS, DEFAULT_META_INTERVAL};
+use segmirror_shipper::source::bound_hw::UptoPolicy;
 
-use crate::cli::link::{link_config, shutdown_on_signal, LinkArgs};
-use crate::cli::link_gate::{run_link_gated, shipper_topics, LinkRecord, OnLink, Side};
+use crate::cli::link::{shutdown_on_signal, LinkArgs};
+use crate::cli::metrics::MetricsArgs;
 use crate::cli::runtime::Runtime;
-use crate::cli::serve::admin::{CatalogAdmin, LinkAdmin, ShipperAdmin};
-use crate::cli::serve::figures::{LinkMeter, ShipperMeter, Snapshot};
-use crate::cli::serve::{self, App, MetricsArgs};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
 enum Upto {
@@ -109,271 +81,37 @@ pub struct Args {
     metrics: MetricsArgs,
 }
 
-pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
-    let record = LinkRecord::for_shipper(args.catalog.clone(), &args.link.link)?;
-    let topics = shipper_topics("ship", args.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
-    let filter = TopicFilter::new(&topics).with_context(|| format!("topics {topics:?}"))?;
-    // Without --topics, the link record's regex is followed while running.
-    let live_filter: Option<LiveTopicFilter> = match (&record, &args.topics) {
-        (Some(_), None) => Some(Arc::new(std::sync::RwLock::new(filter.clone()))),
-        _ => None,
-    };
-    let found = discover(&args.log_dirs, &filter);
-    for e in &found.log_dir_errors {
-        eprintln!("segmirror ship: error: {e}");
-    }
-    for p in &found.failed {
-        eprintln!(
-            "segmirror ship: cannot ship {}-{} ({}): {:?}",
-            p.topic,
-            p.partition,
-            p.path.display(),
-            p.problem
-        );
-    }
-    // No partition yet is no error: the feed lists the log dirs again and ships a matching topic once created.
-    let cluster_id = match found.sources.first() {
-        Some(first) => first.cluster_id.clone(),
-        None => {
-            let first = args.log_dirs.first().context("no --log-dir")?;
-            let id = log_dir_cluster_id(first).map_err(|e| anyhow::anyhow!("{e}: nothing to ship from"))?;
-            eprintln!(
-                "segmirror ship: no partition in {} matches --topics {:?} yet; waiting for one",
-                args.log_dirs
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                topics
-            );
-            id
-        }
-    };
-    if let Some(other) = found.sources.iter().find(|s| s.cluster_id != cluster_id) {
-        bail!(
-            "the log dirs belong to different clusters ({cluster_id} and {} in {}): one ship per source cluster",
-            other.cluster_id,
-            other.dir.display()
-        );
-    }
-    let partitions: Vec<TailPartition> = found
-        .sources
-        .iter()
-        .map(|s| TailPartition {
-            partition: PartitionRef {
-                topic: s.topic.clone(),
-                partition: s.partition,
-                topic_id: s.topic_id.0,
+impl Args {
+    fn config(self) -> ShipConfig {
+        ShipConfig {
+            endpoint: self.link.endpoint_config(),
+            log_dirs: self.log_dirs,
+            topics: self.topics,
+            catalog: self.catalog,
+            upto: match self.upto {
+                Upto::HighWatermark => UptoPolicy::HighWatermark,
+                Upto::LogEnd => UptoPolicy::LogEnd,
             },
-            dir: s.dir.clone(),
-        })
-        .collect();
-    eprintln!(
-        "segmirror ship: link {:?}: {} partition(s) of cluster {cluster_id}",
-        args.link.link,
-        partitions.len()
-    );
-    let high_watermarks: Arc<dyn HighWatermarkSource> = match (&args.source_bootstrap, args.upto) {
-        (Some(bootstrap), Upto::HighWatermark) => {
-            // The partitions known now; the source asks for any other the feed looks up (topics created later).
-            let asked = partitions
-                .iter()
-                .map(|p| (p.partition.topic.clone(), p.partition.partition))
-                .collect();
-            let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
-            eprintln!("segmirror ship: high watermarks from {bootstrap} (ListOffsets)");
-            Arc::new(ListOffsetsHighWatermarks::spawn(
-                &handle,
-                bootstrap.clone(),
-                asked,
-                ListOffsetsConfig::default(),
-            ))
+            source_bootstrap: self.source_bootstrap,
+            nodes: if self.cluster {
+                SourceNodes::Cluster
+            } else {
+                SourceNodes::One
+            },
+            max_bandwidth: self.max_bandwidth,
+            metadata_log_dir: self.metadata_log_dir,
+            groups: self.groups,
+            meta_interval_ms: self.meta_interval_ms,
+            metrics_addr: self.metrics.metrics_addr,
         }
-        (bootstrap, upto) => {
-            if let (Some(bootstrap), Upto::LogEnd) = (bootstrap, upto) {
-                eprintln!("segmirror ship: warning: --source-bootstrap {bootstrap} is not used with --upto log-end");
-            }
-            Arc::new(CheckpointHighWatermarks::new(args.log_dirs.clone()))
-        }
-    };
-    let mut feed_config = TailFeedConfig::new(high_watermarks.clone());
-    let node_id = match (&args.source_bootstrap, args.cluster) {
-        (Some(bootstrap), true) => {
-            let mut ids = Vec::new();
-            for dir in &args.log_dirs {
-                ids.push(
-                    node_id_of_log_dir(dir).with_context(|| format!("--cluster: the node id of {}", dir.display()))?,
-                );
-            }
-            ids.dedup();
-            let [node_id] = ids[..] else {
-                bail!("--cluster: the log dirs belong to different nodes ({ids:?}); one shipper per broker");
-            };
-            let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
-            let check = runtime
-                .block_on(check_node(bootstrap, node_id, REQUEST_TIMEOUT))?
-                .with_context(|| format!("--cluster: --source-bootstrap {bootstrap}"))?;
-            if let NodeCheck::Unreachable { reason } = check {
-                eprintln!(
-                    "segmirror ship: warning: --source-bootstrap {bootstrap} does not answer ({reason}); shipping \
-                     nothing until node {node_id} answers (checked then)"
-                );
-            }
-            eprintln!("segmirror ship: node {node_id} of the source cluster: shipping the partitions it leads ({bootstrap}, Metadata)");
-            feed_config.leadership = Some(Arc::new(MetadataLeadership::spawn(
-                &handle,
-                bootstrap.clone(),
-                node_id,
-                LEADERSHIP_INTERVAL,
-                ListOffsetsConfig::default(),
-            )));
-            Some(node_id)
-        }
-        _ => None,
-    };
-    feed_config.progress_interval = Some(segmirror_transport::direct::handshake::PROGRESS_INTERVAL);
-    feed_config.upto = match args.upto {
-        Upto::HighWatermark => UptoPolicy::HighWatermark,
-        Upto::LogEnd => UptoPolicy::LogEnd,
-    };
-    let link_meter = Arc::new(LinkMeter::default());
-    let shipper_meter = Arc::new(ShipperMeter::new(
-        &args.link.link,
-        partitions
-            .iter()
-            .map(|p| (p.partition.topic.clone(), p.partition.partition)),
-    ));
-    let filter_for_meta = filter.clone();
-    let mut rediscovery = Rediscovery::new(args.log_dirs.clone(), filter, cluster_id.clone());
-    rediscovery.live_filter = live_filter.clone();
-    let feed = TailFeed::new(partitions, feed_config).with_rediscovery(rediscovery);
-    let followed_meter = link_meter.clone();
-    let on_link: OnLink = Arc::new(move |link: &Link| {
-        followed_meter.set_paused(link.state == segmirror_catalog::LinkState::Paused);
-        let Some(live) = &live_filter else {
-            return;
-        };
-        let current = live.read().map(|f| f.as_str() == link.topics_regex).unwrap_or(false);
-        if current {
-            return;
-        }
-        match TopicFilter::new(&link.topics_regex) {
-            Ok(filter) => {
-                eprintln!(
-                    "segmirror ship: link {:?}: topics regex now {:?}",
-                    link.name, link.topics_regex
-                );
-                if let Ok(mut slot) = live.write() {
-                    *slot = filter;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(link = %link.name, error = %e, "the link's topics regex does not compile; keeping the previous one")
-            }
-        }
-    });
-    let session_config = SessionConfig {
-        max_bandwidth: args.max_bandwidth,
-        observer: args
-            .metrics
-            .metrics_addr
-            .is_some()
-            .then(|| shipper_meter.clone() as Arc<dyn segmirror_transport::direct::session::SessionObserver>),
-        ..SessionConfig::default()
-    };
-    let mut session = ShipperSession::new(feed, session_config)?;
-    // The link's metadata (feature bit 8): one shipper per broker would each see only the `__consumer_offsets`
-    // partitions its broker holds, so with --cluster none is sent.
-    let meta = match args.cluster {
-        true => None,
-        false => MetaConfig::find(
-            &args.log_dirs,
-            args.metadata_log_dir.as_deref(),
-            &args.groups,
-            filter_for_meta,
-            &args.link.link,
-        )?,
-    };
-    let meta_reader = match meta {
-        Some(mut meta) => {
-            meta.interval = Duration::from_millis(args.meta_interval_ms);
-            eprintln!(
-                "segmirror ship: link metadata from {} and groups {:?} every {} ms",
-                meta.metadata_dir.display(),
-                args.groups,
-                args.meta_interval_ms
-            );
-            let (tx, rx) = tokio::sync::watch::channel(None);
-            session = session.with_link_meta(rx);
-            Some((MetaReader::new(meta)?, tx))
-        }
-        None => {
-            if !args.cluster {
-                eprintln!(
-                    "segmirror ship: warning: no {} in the log dirs: the link carries no topic metadata or consumer \
-                     offsets (give --metadata-log-dir)",
-                    segment_format::metadata_log::METADATA_DIR
-                );
-            }
-            None
-        }
-    };
-    // Feature bit 9: a recorded link names its id to the applier, which refuses another link of the same name.
-    let link_id = record.as_ref().map(|(_, l)| l.id.clone());
-    let link = args.link;
-    let (gate, _) = tokio::sync::watch::channel(false);
-    let gate = Arc::new(gate);
+    }
+}
+
+pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
+    let service = ShipService::prepare(args.config(), runtime)?;
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
-        if let Some(addr) = &args.metrics.metrics_addr {
-            let (name, meter) = (link.link.clone(), link_meter.clone());
-            let snapshot = move || Snapshot {
-                links: vec![meter.row(
-                    &name,
-                    if meter.paused() { "paused" } else { "active" },
-                    &["active", "paused"],
-                    shipper_meter.partitions(),
-                )],
-                partitions: {
-                    high_watermarks.refresh();
-                    shipper_meter.rows(Some(high_watermarks.as_ref()))
-                },
-            };
-            // A recorded link is paused through its record (the gate below reads it); an unmanaged one has no
-            // record to pause.
-            let admin: Arc<dyn LinkAdmin> = match &record {
-                Some((record, _)) => Arc::new(CatalogAdmin {
-                    catalog_path: record.catalog.clone(),
-                    served: link.link.clone(),
-                    gate: gate.clone(),
-                    meter: link_meter.clone(),
-                    pausable: true,
-                }),
-                None => Arc::new(ShipperAdmin {
-                    link: link.link.clone(),
-                    topics: topics.clone(),
-                    gate: gate.clone(),
-                    meter: link_meter.clone(),
-                    pausable: false,
-                }),
-            };
-            let app = App {
-                snapshot: Arc::new(snapshot),
-                admin,
-            };
-            serve::start(addr, app, shutdown.clone()).await?;
-        }
-        if let Some((reader, tx)) = meta_reader {
-            tokio::spawn(announce_direct(reader, tx));
-        }
-        let mut handshake = match node_id {
-            Some(node_id) => HandshakeConfig::cluster_shipper(link.link.clone(), cluster_id, node_id),
-            None => HandshakeConfig::new(Role::Shipper, link.link.clone(), Some(cluster_id)),
-        };
-        handshake.link_id = link_id;
-        let config = link_config(handshake, None, "ship", Some(link_meter.clone()));
-        let gate = record.map(|(record, _)| (record, Side::Shipper, on_link));
-        run_link_gated(&link, config, session, shutdown, gate, "ship").await
+        service.serve(shutdown).await
     })??;
     eprintln!("segmirror ship: link stopped cleanly");
     Ok(ExitCode::SUCCESS)

@@ -278,7 +278,7 @@ fn bucket_lags(args: &Args, status: &Status, runtime: &Runtime) -> Vec<BucketLin
         if !matches!(link.state, LinkState::Active | LinkState::Paused) {
             continue;
         }
-        let read = open_link_store(&args.s3, &args.prefix, &link.name, &link.store_url).and_then(|store| {
+        let read = open_link_store(&args.s3.options(), &args.prefix, &link.name, &link.store_url).and_then(|store| {
             store
                 .map(|(store, prefix)| runtime.block_on(newest_versions(&store, &prefix, &link.name))?)
                 .transpose()

@@ -35,10 +35,11 @@ use segmirror_transport::manifest::KeyPrefix;
 use crate::cli::link_gate::{
     claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side,
 };
+use crate::cli::metrics::MetricsArgs;
 use crate::cli::runtime::Runtime;
 use crate::cli::serve::admin::ShipperAdmin;
 use crate::cli::serve::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
-use crate::cli::serve::{self, App, MetricsArgs};
+use crate::cli::serve::{self, App};
 use crate::cli::store::S3Args;
 use crate::cli::EXIT_USAGE_OR_IO;
 

@@ -39,11 +39,13 @@ use segmirror_transport::direct::Role;
 use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
 use crate::cli::link::{link_config, shutdown_on_signal, LinkArgs};
 use crate::cli::link_gate::{refuse_closed, run_cluster_gated, run_link_gated, LinkRecord, OnLink, Side};
+use crate::cli::metrics::MetricsArgs;
 use crate::cli::runtime::Runtime;
 use crate::cli::serve::admin::CatalogAdmin;
+use segmirror_applier::mirror::tail_lags;
+
 use crate::cli::serve::figures::{applier_rows, ApplierMeter, LinkMeter, Snapshot};
-use crate::cli::serve::{self, App, MetricsArgs};
-use crate::cli::tail_lag::tail_lags;
+use crate::cli::serve::{self, App};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -172,7 +174,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--retain-deleted-for {} hours is too long", args.retain_deleted_for))?;
     // One applier per mirror, for the whole run: `apply`, another `tail-apply` and `promote` are refused while
     // this one appends (the lock names this process).
-    let _lock = lock_mirror(&args.mirror, false).map_err(segmirror_applier::Error::from)?;
+    let _lock = lock_mirror(&args.mirror, segmirror_applier::LockWait::Fail).map_err(segmirror_applier::Error::from)?;
     let (catalog_path, catalog) = open_mirror_catalog(args.catalog, &args.mirror, false)?;
     let starts_paused = catalog
         .link(&args.link.link)
@@ -240,7 +242,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         runtime.block_on(async move {
             let shutdown = shutdown_on_signal()?;
             start_metrics(shutdown.clone(), link.link.clone(), true).await?;
-            let endpoint = link.endpoint().await?;
+            let endpoint = link.endpoint_config().endpoint().await?;
             eprintln!("segmirror tail-apply: serving the shippers of a source cluster (one session per broker)");
             let config = link_config(handshake, None, "tail-apply", event_meter);
             let on_link: OnLink = Arc::new(move |l: &segmirror_catalog::Link| {
@@ -261,7 +263,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
                 gate_meter.set_paused(l.state == segmirror_catalog::LinkState::Paused)
             });
             let gate = Some((record, Side::Applier, on_link));
-            run_link_gated(&link, config, session, shutdown, gate, "tail-apply").await
+            run_link_gated(&link.endpoint_config(), config, session, shutdown, gate, "tail-apply").await
         })??;
     }
     eprintln!("segmirror tail-apply: link stopped cleanly");

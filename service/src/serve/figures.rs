@@ -6,7 +6,7 @@
 //!   durable). Atomics, or a `std` mutex held for a few field updates and never across I/O or an await, so the
 //!   data path pays a hash lookup per item at most.
 //! - **What the mirror's files say** (the applier's per-partition lag): read at scrape time, off the runtime, with
-//!   exactly the code `segmirror status` runs ([`crate::cli::tail_lag`]); the two cannot disagree, and the figures
+//!   exactly the code `segmirror status` runs (`segmirror_applier::mirror::tail_lags`); the two cannot disagree, and the figures
 //!   survive a restart of the applier because they come from the mirror's own records.
 //!
 //! A figure nobody knows is absent (`None`), never a made-up zero.
@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use segmirror_applier::mirror::TailLag;
 use segmirror_shipper::source::bound_hw::HighWatermarkSource;
 use segmirror_transport::direct::payload::Chunk;
 use segmirror_transport::direct::session::{FeedItem, SessionObserver};
 
-use crate::cli::bucket_ends::BucketEnds;
-use crate::cli::tail_lag::TailLag;
+use crate::bucket_ends::BucketEnds;
 
 /// One link as `/metrics` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -437,7 +437,7 @@ impl RoundMeter {
 }
 
 /// A bucket follower's lag (`apply --store URL --follow`): per partition of `ends` (the bucket's newest versions,
-/// `cli::bucket_ends`), `shipped` is the newest version's end, the lag in offsets is that minus the installed end,
+/// `crate::bucket_ends`), `shipped` is the newest version's end, the lag in offsets is that minus the installed end,
 /// and the lag in seconds counts from the newest version's upload (0 when caught up). Bytes are not known from a
 /// manifest's end alone: absent. A partition the bucket holds and this process has no row for yet gets one.
 pub fn add_bucket_lag(link: &str, rows: &mut Vec<PartitionRow>, ends: &BucketEnds, now_ms: i64) {
@@ -599,7 +599,7 @@ mod tests {
 
     #[test]
     fn a_bucket_follower_s_lag_rises_while_versions_wait_and_is_zero_once_installed() {
-        use crate::cli::bucket_ends::Newest;
+        use crate::bucket_ends::Newest;
         let meter = RoundMeter::new("east", false);
         let through = |through| RoundOutcome {
             through: Some(through),

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use segment_format::now_ms;
+use segmirror_applier::mirror::tail_lags;
 use segmirror_catalog::{Catalog, LinkState};
 
 use segmirror_transport::manifest::KeyPrefix;
@@ -26,11 +27,9 @@ use segmirror_transport::Store;
 
 use super::bucket;
 use super::report::{CutReport, Details, LeftBehind, Rpo};
-use super::{Args, POLL};
-use crate::cli::bucket_ends::BucketEnds;
-use crate::cli::runtime::Runtime;
-use crate::cli::table;
-use crate::cli::tail_lag::tail_lags;
+use super::{CutMode, Failover, FailoverConfig, POLL};
+use crate::bucket_ends::BucketEnds;
+use crate::runtime::Runtime;
 
 /// How often a drain reads the bucket's manifests (2 s): a listing and one manifest read per partition, too much
 /// for every [`POLL`] of the catalog, and well below `--drain-quiet`'s default, so a version uploaded during the
@@ -81,26 +80,26 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn open(args: &Args, catalog: &Catalog) -> anyhow::Result<Bucket> {
-        let link = catalog.link(&args.link)?;
+    fn open(config: &FailoverConfig, catalog: &Catalog) -> anyhow::Result<Bucket> {
+        let link = catalog.link(&config.link)?;
         Ok(Bucket {
-            store: bucket::open(args, &link)?,
+            store: bucket::open(config, &link)?,
         })
     }
 
     /// The bucket's newest versions (`None` for a direct link).
-    fn read(&self, args: &Args, runtime: &Runtime) -> anyhow::Result<Option<BucketEnds>> {
+    fn read(&self, config: &FailoverConfig, runtime: &Runtime) -> anyhow::Result<Option<BucketEnds>> {
         match &self.store {
-            Some((store, prefix)) => Ok(Some(bucket::newest(runtime, store, prefix, &args.link)?)),
+            Some((store, prefix)) => Ok(Some(bucket::newest(runtime, store, prefix, &config.link)?)),
             None => Ok(None),
         }
     }
 }
 
-fn snapshot(args: &Args, catalog: &Catalog, bucket: &Option<BucketEnds>) -> anyhow::Result<Snapshot> {
+fn snapshot(config: &FailoverConfig, catalog: &Catalog, bucket: &Option<BucketEnds>) -> anyhow::Result<Snapshot> {
     let status = catalog.status()?;
     let mut partitions: BTreeMap<(String, i32), PartitionView> = BTreeMap::new();
-    if let Some(link) = status.links.iter().find(|l| l.name == args.link) {
+    if let Some(link) = status.links.iter().find(|l| l.name == config.link) {
         for p in &link.partitions {
             partitions.insert(
                 (p.topic.clone(), p.partition),
@@ -125,7 +124,7 @@ fn snapshot(args: &Args, catalog: &Catalog, bucket: &Option<BucketEnds>) -> anyh
         partitions.entry(key.clone()).or_insert_with(empty).bucket_end = Some(newest.end_offset);
     }
     let now = u64::try_from(now_ms()).unwrap_or(0);
-    for lag in tail_lags(&args.mirror, &status, now) {
+    for lag in tail_lags(&config.mirror, &status, now) {
         if let Some(view) = partitions.get_mut(&(lag.topic.clone(), lag.partition)) {
             if lag.installed_end_offset.is_some() {
                 view.installed_end = view.installed_end.max(lag.installed_end_offset);
@@ -134,7 +133,7 @@ fn snapshot(args: &Args, catalog: &Catalog, bucket: &Option<BucketEnds>) -> anyh
             view.lag_bytes = lag.lag_bytes;
         }
     }
-    for o in catalog.link_offsets(&args.link)? {
+    for o in catalog.link_offsets(&config.link)? {
         let view = partitions.entry((o.topic.clone(), o.partition)).or_insert_with(empty);
         view.known_source_end = view.known_source_end.max(Some(o.source_offset));
     }
@@ -142,67 +141,68 @@ fn snapshot(args: &Args, catalog: &Catalog, bucket: &Option<BucketEnds>) -> anyh
 }
 
 /// Wait until the link is drained (see the module doc), at most `--drain-timeout`.
-fn drain(args: &Args, catalog: &Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<Snapshot> {
-    let quiet = Duration::from_secs_f64(args.drain_quiet.max(0.0));
+fn drain(failover: &Failover, catalog: &Catalog, details: &mut Details) -> anyhow::Result<Snapshot> {
+    let Failover { config, runtime, out } = *failover;
+    let quiet = Duration::from_secs_f64(config.drain_quiet.max(0.0));
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.drain_timeout);
-    let bucket = Bucket::open(args, catalog)?;
-    let mut in_bucket = bucket.read(args, runtime)?;
+    let deadline = started + Duration::from_secs(config.drain_timeout);
+    let bucket = Bucket::open(config, catalog)?;
+    let mut in_bucket = bucket.read(config, runtime)?;
     let mut bucket_read_at = Instant::now();
-    let mut last = snapshot(args, catalog, &in_bucket)?;
+    let mut last = snapshot(config, catalog, &in_bucket)?;
     let mut still_since = Instant::now();
     let mut said_at = Instant::now();
-    println!(
+    out.line(&format!(
         "[cut] draining: waiting until nothing is left to install and nothing changed for {:.1} s (at most {} s)",
         quiet.as_secs_f64(),
-        args.drain_timeout
-    );
+        config.drain_timeout
+    ));
     loop {
         std::thread::sleep(POLL);
         if bucket_read_at.elapsed() >= BUCKET_POLL {
-            in_bucket = bucket.read(args, runtime)?;
+            in_bucket = bucket.read(config, runtime)?;
             bucket_read_at = Instant::now();
         }
-        let now = snapshot(args, catalog, &in_bucket)?;
+        let now = snapshot(config, catalog, &in_bucket)?;
         if now != last {
             last = now;
             still_since = Instant::now();
             continue;
         }
         if last.partitions.values().all(PartitionView::drained) && still_since.elapsed() >= quiet {
-            println!("[cut] drained after {:.1} s", started.elapsed().as_secs_f64());
+            out.line(&format!("[cut] drained after {:.1} s", started.elapsed().as_secs_f64()));
             return Ok(last);
         }
         if said_at.elapsed() >= Duration::from_secs(10) {
             said_at = Instant::now();
             let behind = last.partitions.values().filter(|v| !v.drained()).count();
-            println!(
+            out.line(&format!(
                 "[cut] still draining after {:.0} s: {behind} partition(s) with something left, last change {:.1} s ago",
                 started.elapsed().as_secs_f64(),
                 still_since.elapsed().as_secs_f64()
-            );
+            ));
         }
         if Instant::now() > deadline {
             let left = report(&last);
-            write_left_behind(&left)?;
+            out.left_behind(&left)?;
             details.cut = Some(left);
             bail!(
                 "the link did not drain within {} s (what is left is listed above); run again with --now to cut \
                  anyway",
-                args.drain_timeout
+                config.drain_timeout
             );
         }
     }
 }
 
 /// Wait until no applier holds the mirror (the gate stops a running one within half a second of `promoted`).
-fn wait_for_appliers(args: &Args) -> anyhow::Result<()> {
-    if !args.mirror.join(segmirror_applier::APPLY_LOCK_FILE).exists() {
+fn wait_for_appliers(config: &FailoverConfig) -> anyhow::Result<()> {
+    if !segmirror_applier::mirror::apply_lock_file(&config.mirror).exists() {
         return Ok(());
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match segmirror_applier::lock_mirror(&args.mirror, false) {
+        match segmirror_applier::lock_mirror(&config.mirror, segmirror_applier::LockWait::Fail) {
             Ok(lock) => {
                 drop(lock);
                 return Ok(());
@@ -249,81 +249,49 @@ pub fn report(snapshot: &Snapshot) -> CutReport {
 /// A bucket that cannot be read does not stop a cut made now: in a disaster the source site's bucket may be gone with
 /// it, and `--now` is how an operator fails over anyway. What is left behind is then what the catalog knows, and
 /// the run says so (a drain, by contrast, needs the bucket: it waits for its newest versions).
-pub fn left_behind_now(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<CutReport> {
-    let in_bucket = match Bucket::open(args, catalog).and_then(|bucket| bucket.read(args, runtime)) {
+pub fn left_behind_now(failover: &Failover, catalog: &Catalog) -> anyhow::Result<CutReport> {
+    let Failover { config, runtime, out } = *failover;
+    let in_bucket = match Bucket::open(config, catalog).and_then(|bucket| bucket.read(config, runtime)) {
         Ok(ends) => ends,
         Err(e) => {
-            println!(
+            out.line(&format!(
                 "[cut] warning: the link's bucket cannot be read ({e:#}): what is left behind below is what the \
                  catalog knows; versions shipped but never read by an applier are not counted"
-            );
+            ));
             None
         }
     };
-    Ok(report(&snapshot(args, catalog, &in_bucket)?))
-}
-
-fn write_left_behind(report: &CutReport) -> std::io::Result<()> {
-    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let rows: Vec<[String; 8]> = report
-        .left_behind
-        .iter()
-        .map(|row| {
-            [
-                row.topic.clone(),
-                row.partition.to_string(),
-                dash(row.installed_end.map(|o| o.to_string())),
-                dash(row.known_source_end.map(|o| o.to_string())),
-                dash(row.bucket_end.map(|o| o.to_string())),
-                row.left_offsets.to_string(),
-                dash(row.left_bytes.map(|b| b.to_string())),
-                row.pending_versions.to_string(),
-            ]
-        })
-        .collect();
-    table::print(
-        &mut std::io::stdout().lock(),
-        [
-            "TOPIC",
-            "PARTITION",
-            "INSTALLED-END",
-            "KNOWN-SOURCE-END",
-            "BUCKET-END",
-            "LEFT-OFFSETS",
-            "LEFT-BYTES",
-            "PENDING-VERSIONS",
-        ],
-        &rows,
-    )
+    Ok(report(&snapshot(config, catalog, &in_bucket)?))
 }
 
 /// The cut step; its left-behind table goes to `details.cut` too.
-pub fn cut(args: &Args, catalog: &mut Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<String> {
-    let link = catalog.link(&args.link)?;
+pub fn cut(failover: &Failover, catalog: &mut Catalog, details: &mut Details) -> anyhow::Result<String> {
+    let Failover { config, out, .. } = *failover;
+    let link = catalog.link(&config.link)?;
     match link.state {
-        LinkState::Promoted => println!("[cut] the link is already promoted: no drain, no change"),
-        LinkState::Deleted => bail!("link {} is deleted", args.link),
+        LinkState::Promoted => out.line("[cut] the link is already promoted: no drain, no change"),
+        LinkState::Deleted => bail!("link {} is deleted", config.link),
         LinkState::Active | LinkState::Paused => {
-            if args.drain {
+            if config.cut == CutMode::Drain {
                 if link.state == LinkState::Paused {
                     bail!(
                         "link {} is paused: nothing moves, so it cannot drain; resume it (`segmirror link resume`) \
                          or cut with --now",
-                        args.link
+                        config.link
                     );
                 }
-                drain(args, catalog, runtime, details)?;
+                drain(failover, catalog, details)?;
             }
-            catalog.promote_link(&args.link)?;
-            println!(
+            catalog.promote_link(&config.link)?;
+            out.line(&format!(
                 "[cut] link {} is promoted: its appliers install nothing more",
-                args.link
-            );
+                config.link
+            ));
         }
     }
-    wait_for_appliers(args)?;
-    let at_cut = left_behind_now(args, catalog, runtime)?;
-    write_left_behind(&at_cut)?;
+    wait_for_appliers(config)?;
+    let at_cut = left_behind_now(failover, catalog)?;
+    out.left_behind(&at_cut)?;
     let rpo = &at_cut.rpo;
     let outcome = format!(
         "RPO: {} record offset(s), {} byte(s) and {} shipped version(s) known on the source side and not installed, \

@@ -12,7 +12,7 @@ use anyhow::Context;
 use segmirror_catalog::DIRECT_URL_PREFIX;
 use segmirror_transport::index::ManifestRead;
 use segmirror_transport::manifest::KeyPrefix;
-use segmirror_transport::{SegmentSource, Store};
+use segmirror_transport::{S3Options, SegmentSource, Store, StoreUrl};
 
 /// The newest version of one partition in the bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub type BucketEnds = BTreeMap<(String, i32), Newest>;
 
 /// The store a link's record names (`store_url`), under `prefix`; `None` for a direct link (no bucket).
 pub fn open_link_store(
-    s3: &crate::cli::store::S3Args,
+    s3: &S3Options,
     prefix: &str,
     link: &str,
     store_url: &str,
@@ -50,8 +50,8 @@ pub fn open_link_store(
     if store_url.starts_with(DIRECT_URL_PREFIX) {
         return Ok(None);
     }
-    let store = s3
-        .open(store_url)
+    let store = StoreUrl::parse(store_url)
+        .and_then(|url| Store::open_existing(&url, s3))
         .with_context(|| format!("opening link {link}'s store {store_url}"))?;
     let prefix = KeyPrefix::new(prefix).with_context(|| format!("--prefix {prefix:?}"))?;
     Ok(Some((store, prefix)))

@@ -14,13 +14,13 @@ use anyhow::{bail, Context};
 use cluster_client::admin::AdminClient;
 use segmirror_applier::promote::{LockFailure, LogDirLock};
 
-use super::{Args, POLL};
-use crate::cli::runtime::Runtime;
+use super::{FailoverConfig, Narrator, POLL};
+use crate::runtime::Runtime;
 
 /// The log dirs whose `.lock` a running broker holds.
-fn held_log_dirs(args: &Args) -> anyhow::Result<Vec<&Path>> {
+fn held_log_dirs(config: &FailoverConfig) -> anyhow::Result<Vec<&Path>> {
     let mut held = Vec::new();
-    for dir in &args.log_dirs {
+    for dir in &config.log_dirs {
         match LogDirLock::try_acquire(dir) {
             Ok(lock) => drop(lock),
             Err(LockFailure::Held) => held.push(dir.as_path()),
@@ -31,16 +31,19 @@ fn held_log_dirs(args: &Args) -> anyhow::Result<Vec<&Path>> {
 }
 
 /// Run a hook with `sh -c`, its environment naming the step, and fail on a non-zero exit.
-fn run_hook(args: &Args, step: &str, command: &str) -> anyhow::Result<()> {
-    let log_dirs: Vec<String> = args.log_dirs.iter().map(|d| d.display().to_string()).collect();
-    println!("[{step}] running hook: {command}");
+fn run_hook(config: &FailoverConfig, out: &dyn Narrator, step: &str, command: &str) -> anyhow::Result<()> {
+    let log_dirs: Vec<String> = config.log_dirs.iter().map(|d| d.display().to_string()).collect();
+    out.line(&format!("[{step}] running hook: {command}"));
     let status = Command::new("sh")
         .arg("-c")
         .arg(command)
-        .env("SEGMIRROR_FAILOVER_LINK", &args.link)
+        .env("SEGMIRROR_FAILOVER_LINK", &config.link)
         .env("SEGMIRROR_FAILOVER_STEP", step)
         .env("SEGMIRROR_FAILOVER_LOG_DIRS", log_dirs.join(":"))
-        .env("SEGMIRROR_FAILOVER_BOOTSTRAP", args.bootstrap.as_deref().unwrap_or(""))
+        .env(
+            "SEGMIRROR_FAILOVER_BOOTSTRAP",
+            config.bootstrap.as_deref().unwrap_or(""),
+        )
         .status()
         .with_context(|| format!("running the {step} hook `{command}`"))?;
     if !status.success() {
@@ -50,26 +53,26 @@ fn run_hook(args: &Args, step: &str, command: &str) -> anyhow::Result<()> {
 }
 
 /// Stop the target brokers (hook or operator), and wait until their log dirs are free.
-pub fn stop(args: &Args) -> anyhow::Result<String> {
+pub fn stop(config: &FailoverConfig, out: &dyn Narrator) -> anyhow::Result<String> {
     let started = Instant::now();
-    if held_log_dirs(args)?.is_empty() {
+    if held_log_dirs(config)?.is_empty() {
         return Ok("the target broker(s) were already stopped".into());
     }
-    match &args.stop_hook {
-        Some(hook) => run_hook(args, "stop-brokers", hook)?,
+    match &config.stop_hook {
+        Some(hook) => run_hook(config, out, "stop-brokers", hook)?,
         None => {
-            let held: Vec<String> = held_log_dirs(args)?.iter().map(|d| d.display().to_string()).collect();
-            println!(
+            let held: Vec<String> = held_log_dirs(config)?.iter().map(|d| d.display().to_string()).collect();
+            out.line(&format!(
                 "[stop-brokers] STOP the target broker(s) running on log dir(s) {} now (e.g. `kafka-server-stop.sh`, \
                  or the service manager's stop); waiting up to {} s for their .lock to be released",
                 held.join(", "),
-                args.broker_timeout
-            );
+                config.broker_timeout
+            ));
         }
     }
-    let deadline = started + Duration::from_secs(args.broker_timeout);
+    let deadline = started + Duration::from_secs(config.broker_timeout);
     loop {
-        let held = held_log_dirs(args)?;
+        let held = held_log_dirs(config)?;
         if held.is_empty() {
             return Ok(format!(
                 "the target broker(s) stopped after {:.1} s",
@@ -83,7 +86,7 @@ pub fn stop(args: &Args) -> anyhow::Result<String> {
                     .map(|d| d.join(segment_format::dir::LOCK_FILE).display().to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
-                args.broker_timeout
+                config.broker_timeout
             );
         }
         std::thread::sleep(POLL);
@@ -103,23 +106,23 @@ async fn answers(bootstrap: &str, topics: &[String], timeout: Duration) -> Resul
 }
 
 /// Start the target brokers (hook or operator), and wait until the bootstrap answers with the link's topics.
-pub fn start(args: &Args, runtime: &Runtime) -> anyhow::Result<String> {
+pub fn start(config: &FailoverConfig, runtime: &Runtime, out: &dyn Narrator) -> anyhow::Result<String> {
     let started = Instant::now();
-    let bootstrap = args.bootstrap.as_deref().context("--bootstrap is needed")?;
-    let (_, catalog) = crate::cli::catalog::open_mirror_catalog(args.catalog.clone(), &args.mirror, true)?;
-    let topics: Vec<String> = catalog.link_topics(&args.link)?.into_iter().map(|t| t.name).collect();
+    let bootstrap = config.bootstrap.as_deref().context("--bootstrap is needed")?;
+    let (_, catalog) = crate::catalog::open_mirror_catalog(config.catalog.clone(), &config.mirror, true)?;
+    let topics: Vec<String> = catalog.link_topics(&config.link)?.into_iter().map(|t| t.name).collect();
     drop(catalog);
     let probe_timeout = Duration::from_secs(5);
-    if held_log_dirs(args)?.is_empty() {
-        match &args.start_hook {
-            Some(hook) => run_hook(args, "start-brokers", hook)?,
-            None => println!(
+    if held_log_dirs(config)?.is_empty() {
+        match &config.start_hook {
+            Some(hook) => run_hook(config, out, "start-brokers", hook)?,
+            None => out.line(&format!(
                 "[start-brokers] START the target broker(s) now; waiting up to {} s for {bootstrap} to answer",
-                args.broker_timeout
-            ),
+                config.broker_timeout
+            )),
         }
     }
-    let deadline = started + Duration::from_secs(args.broker_timeout);
+    let deadline = started + Duration::from_secs(config.broker_timeout);
     loop {
         match runtime.block_on(answers(bootstrap, &topics, probe_timeout))? {
             Ok(()) => {
@@ -129,7 +132,7 @@ pub fn start(args: &Args, runtime: &Runtime) -> anyhow::Result<String> {
                 ))
             }
             Err(why) if Instant::now() > deadline => {
-                bail!("{bootstrap} does not answer after {} s: {why}", args.broker_timeout)
+                bail!("{bootstrap} does not answer after {} s: {why}", config.broker_timeout)
             }
             Err(_) => std::thread::sleep(POLL),
         }

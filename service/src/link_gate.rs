@@ -32,8 +32,8 @@ use segmirror_transport::direct::session::link::{
 use segmirror_transport::direct::session::{ChunkApplier, Cluster, SessionConfig};
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::catalog_path;
-use super::link::{run_link, Endpoint, LinkArgs};
+use crate::catalog::catalog_path;
+use crate::link::{run_link, Endpoint, EndpointConfig};
 
 /// How often a running service reads its link record (500 ms): a pause takes effect within about that.
 pub const GATE_INTERVAL: Duration = Duration::from_millis(500);
@@ -289,7 +289,7 @@ pub async fn watch_until(
                 period.cancel();
                 return Some(link);
             }
-            Err(e) => tracing::warn!(error = %super::report::error_line(&e), "reading the link record; trying again"),
+            Err(e) => tracing::warn!(error = %crate::error_line(&e), "reading the link record; trying again"),
         }
     }
 }
@@ -389,7 +389,7 @@ impl<R: SessionRunner> GatedService for LinkService<R> {
 
 /// [`run_link`], gated by the link record (see the module doc); without a record, exactly [`run_link`].
 pub async fn run_link_gated<R: SessionRunner>(
-    link_args: &LinkArgs,
+    link_args: &EndpointConfig,
     config: LinkConfig,
     runner: R,
     shutdown: CancellationToken,

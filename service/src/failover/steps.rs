@@ -1,7 +1,7 @@
-//! The steps of a failover, in order, and what each does (the journal around them is in `failover.rs`).
+//! The steps of a failover, in order, and what each does (the journal around them is in `mod.rs`).
 //!
 //! Each step returns its outcome as one line for the journal and the report, or an error that stops the failover
-//! at that step (the rerun redoes it). Each is idempotent: see the module doc of `failover.rs`.
+//! at that step (the rerun redoes it). Each is idempotent: see the module doc of `mod.rs`.
 
 use std::time::Duration;
 
@@ -16,9 +16,8 @@ use segmirror_applier::promote::{self, PromoteRequest};
 use segmirror_catalog::Catalog;
 
 use super::report::{Details, OffsetsReport};
-use super::{brokers, cut, Args};
-use crate::cli::runtime::Runtime;
-use crate::cli::target_report::{write_commits, write_topics};
+use super::{brokers, cut, Failover, FailoverConfig, Narrator};
+use crate::runtime::Runtime;
 
 /// One step of the sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,49 +57,51 @@ impl Step {
 /// Run `step`; what it reports besides its outcome line goes to `details` (`failover --json`).
 pub fn run_step(
     step: Step,
-    args: &Args,
+    failover: &Failover,
     catalog: &mut Catalog,
-    runtime: &Runtime,
     details: &mut Details,
 ) -> anyhow::Result<String> {
+    let Failover {
+        config, runtime, out, ..
+    } = *failover;
     match step {
-        Step::Cut => cut::cut(args, catalog, runtime, details),
-        Step::Topics => topics(args, catalog, runtime),
-        Step::StopBrokers => brokers::stop(args),
-        Step::Install => install(args, catalog),
-        Step::StartBrokers => brokers::start(args, runtime),
-        Step::Offsets => offsets(args, catalog, runtime, details),
+        Step::Cut => cut::cut(failover, catalog, details),
+        Step::Topics => topics(config, catalog, runtime, out),
+        Step::StopBrokers => brokers::stop(config, out),
+        Step::Install => install(config, catalog, out),
+        Step::StartBrokers => brokers::start(config, runtime, out),
+        Step::Offsets => offsets(config, catalog, runtime, out, details),
     }
 }
 
-fn bootstrap(args: &Args) -> anyhow::Result<&str> {
-    args.bootstrap.as_deref().context("--bootstrap is needed")
+fn bootstrap(config: &FailoverConfig) -> anyhow::Result<&str> {
+    config.bootstrap.as_deref().context("--bootstrap is needed")
 }
 
 /// Create the link's topics on the target, or check them.
-fn topics(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<String> {
-    if catalog.link_meta(&args.link)?.is_none() {
+fn topics(config: &FailoverConfig, catalog: &Catalog, runtime: &Runtime, out: &dyn Narrator) -> anyhow::Result<String> {
+    if catalog.link_meta(&config.link)?.is_none() {
         bail!(
             "no metadata of link {} recorded: the shipper must run with --metadata-log-dir (and --groups) so that the \
              target topics and offsets are known; or create the topics with `segmirror topics create --from FILE`",
-            args.link
+            config.link
         );
     }
-    let source = catalog.link_topics(&args.link)?;
-    let timeout = Duration::from_secs(args.timeout);
-    let bootstrap = bootstrap(args)?;
+    let source = catalog.link_topics(&config.link)?;
+    let timeout = Duration::from_secs(config.timeout);
+    let bootstrap = bootstrap(config)?;
     let checks = runtime.block_on(async {
         let mut admin = AdminClient::connect(bootstrap, timeout).await?;
         sync_topics(
             &mut admin,
             TopicsMode::Create,
             &source,
-            args.replication_factor,
+            config.replication_factor,
             timeout,
         )
         .await
     })??;
-    write_topics(&mut std::io::stdout().lock(), &checks, false)?;
+    out.topics(&checks)?;
     let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
     let summary = format!(
         "{} topic(s): {} created, {} matching, {} differing, {} failed",
@@ -110,46 +111,46 @@ fn topics(args: &Args, catalog: &Catalog, runtime: &Runtime) -> anyhow::Result<S
         count(Verdict::Differs),
         count(Verdict::Failed)
     );
-    if !TopicsMode::Create.acceptable(&checks, args.allow_differences) {
+    if !TopicsMode::Create.acceptable(&checks, config.allow_differences) {
         bail!("{summary} (the differences are listed above; --allow-differences goes on anyway)");
     }
     Ok(summary)
 }
 
 /// The one place a failover builds its promotion (so the request's newer fields are wired here only).
-fn promote_request(args: &Args) -> anyhow::Result<PromoteRequest> {
+fn promote_request(config: &FailoverConfig) -> anyhow::Result<PromoteRequest> {
     // Every --log-dir is a replica's: each partition goes into every one that holds its directory.
-    let Some((log_dir, replicas)) = args.log_dirs.split_first() else {
+    let Some((log_dir, replicas)) = config.log_dirs.split_first() else {
         bail!("no --log-dir given");
     };
     // The rest: fields that exist only with the applier's `failpoints` feature (crash tests), never set here.
     #[allow(clippy::needless_update)]
     Ok(PromoteRequest {
-        mirror_root: args.mirror.clone(),
+        mirror_root: config.mirror.clone(),
         log_dir: log_dir.clone(),
         replica_log_dirs: replicas.to_vec(),
-        link: Some(args.link.clone()),
+        link: Some(config.link.clone()),
         topics: None,
         force: false,
-        target_config: args.target_config.clone(),
-        allow_retention_delete: args.allow_retention_delete,
+        target_config: config.target_config.clone(),
+        allow_retention_delete: config.allow_retention_delete,
         parallel: promote::DEFAULT_PARALLEL,
-        handover: args.handover.parse().map_err(anyhow::Error::msg)?,
-        consistent_cut: args.consistent_cut,
+        handover: config.handover.parse().map_err(anyhow::Error::msg)?,
+        consistent_cut: config.consistent_cut,
         ..PromoteRequest::default()
     })
 }
 
 /// Promote the link's partitions into the stopped broker's log dir.
-fn install(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
-    let request = promote_request(args)?;
+fn install(config: &FailoverConfig, catalog: &mut Catalog, out: &dyn Narrator) -> anyhow::Result<String> {
+    let request = promote_request(config)?;
     match promote::promote(&request, catalog) {
         Ok(report) => {
             for note in &report.notes {
-                println!("note: {note}");
+                out.line(&format!("note: {note}"));
             }
             for loss in &report.retention_deletes {
-                println!("retention: {loss}");
+                out.line(&format!("retention: {loss}"));
             }
             let mut renamed = 0;
             let mut aborted = 0;
@@ -157,21 +158,21 @@ fn install(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
                 renamed += usize::from(p.handed_over);
                 aborted += p.transactions_aborted.len();
                 for t in &p.transactions_aborted {
-                    println!(
+                    out.line(&format!(
                         "{}-{}: aborted the transaction open at the cut: producer id {}, first offset {}, {} \
                          record(s); ABORT marker at offset {}",
                         p.topic, p.partition, t.producer_id, t.first_offset, t.records, t.marker_offset
-                    );
+                    ));
                 }
             }
             for r in &report.log_dirs {
-                println!(
+                out.line(&format!(
                     "log dir {}: {:?}, {} partition(s), {} bytes",
                     r.log_dir.display(),
                     r.outcome,
                     r.partitions,
                     r.log_bytes
-                );
+                ));
             }
             let dirs: Vec<String> = if report.log_dirs.is_empty() {
                 vec![report.log_dir.display().to_string()]
@@ -192,7 +193,7 @@ fn install(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
         }
         Err(promote::Error::Refused { refusals }) => {
             for r in &refusals {
-                eprintln!("  - {r}");
+                out.warn(&format!("  - {r}"));
             }
             bail!("promote refused, nothing changed ({} reason(s) above)", refusals.len())
         }
@@ -201,24 +202,30 @@ fn install(args: &Args, catalog: &mut Catalog) -> anyhow::Result<String> {
 }
 
 /// Commit the link's groups' offsets on the target, clamped to the installed log ends.
-fn offsets(args: &Args, catalog: &Catalog, runtime: &Runtime, details: &mut Details) -> anyhow::Result<String> {
-    let offsets: Vec<GroupOffset> = catalog.link_offsets(&args.link)?.iter().map(|o| o.source()).collect();
-    let topics: Vec<String> = catalog.link_topics(&args.link)?.into_iter().map(|t| t.name).collect();
+fn offsets(
+    config: &FailoverConfig,
+    catalog: &Catalog,
+    runtime: &Runtime,
+    out: &dyn Narrator,
+    details: &mut Details,
+) -> anyhow::Result<String> {
+    let offsets: Vec<GroupOffset> = catalog.link_offsets(&config.link)?.iter().map(|o| o.source()).collect();
+    let topics: Vec<String> = catalog.link_topics(&config.link)?.into_iter().map(|t| t.name).collect();
     let keep = |t: &str| topics.iter().any(|n| n == t);
     let mut installed = cluster_client::offsets_plan::InstalledEnds::new();
-    for dir in &args.log_dirs {
+    for dir in &config.log_dirs {
         installed.extend(installed_log_ends(dir, &keep).with_context(|| format!("reading {}", dir.display()))?);
     }
     let planned = plan(&offsets, &installed);
     let groups = planned.len();
     let clamped: usize = planned.values().flatten().filter(|o| o.clamped()).count();
-    let bootstrap = bootstrap(args)?;
-    let timeout = Duration::from_secs(args.timeout);
+    let bootstrap = bootstrap(config)?;
+    let timeout = Duration::from_secs(config.timeout);
     let reports = runtime.block_on(async {
         let mut admin = AdminClient::connect(bootstrap, timeout).await?;
         anyhow::Ok(commit_planned(&mut admin, planned, false).await)
     })??;
-    write_commits(&mut std::io::stdout().lock(), &reports)?;
+    out.commits(&reports)?;
     let committed = reports
         .iter()
         .filter(|g| g.outcome == Outcome::Committed)

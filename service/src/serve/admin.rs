@@ -76,7 +76,7 @@ pub trait LinkAdmin: Send + Sync + 'static {
 }
 
 /// The in-memory pause of a link without a record (`true` while paused). A recorded link is paused through its
-/// record, which `cli::link_gate` reads while running.
+/// record, which `crate::link_gate` reads while running.
 pub type PauseGate = watch::Sender<bool>;
 
 /// The applier's admin: the catalog's links; the served one's pause also reaches the running session.

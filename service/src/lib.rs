@@ -1,0 +1,49 @@
+//! The service layer between the command line (`tools`, binary `segmirror`) and the libraries: what runs for a
+//! long time or in several steps, with its wiring, so it can be used and tested without the binary.
+//!
+//! - [`failover`]: the failover of a link onto its target cluster, its steps, journal and report.
+//! - [`ship::ShipService`]: the direct shipper (discovery, high watermarks, leadership, the link's metadata).
+//! - [`serve`]: the HTTP admin API and `/metrics` of the long-running services, with the figures they keep.
+//! - [`link`] and [`link_gate`]: a direct link's endpoint and events, and the link record that gates a running
+//!   service (pause, resume, promoted, deleted).
+//! - [`bucket_ends`]: per partition of a bucket link, the newest version its store holds (the failover's drain,
+//!   a bucket follower's lag).
+//! - [`catalog`]: where a mirror's catalog lives and how it is opened, the rule every service and command shares.
+//! - [`runtime`]: the process's one async runtime, built on first use.
+//!
+//! Why a crate of its own: the command line keeps argument parsing, config files and printing; a service here takes
+//! its settings as plain values and a shutdown token (`tokio_util::sync::CancellationToken`), so a test (or another
+//! front end) runs it directly.
+
+pub mod bucket_ends;
+pub mod catalog;
+pub mod failover;
+pub mod link;
+pub mod link_gate;
+pub mod runtime;
+pub mod serve;
+pub mod ship;
+
+/// An error and its causes on one line, each cause once: `what failed: why: root cause`.
+///
+/// Why not anyhow's `{:#}`: many errors already embed their source's text in their own message (a `thiserror`
+/// message with `{source}`, a context written as `format!("...: {e}")`), and `{:#}` prints that text again for
+/// every link of the chain, so one cause was read two or three times on a line. A cause whose text an earlier part
+/// of the line already holds adds nothing and is left out; every other cause is kept, in order.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod error_line_tests;
