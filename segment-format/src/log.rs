@@ -41,7 +41,12 @@ use crate::control::shallow_control_type;
 use crate::error::{Defect, Error, ParseError};
 use crate::legacy;
 
+mod chunk;
 mod window;
+
+use chunk::{read_full_at, Chunk, Shrunk};
+#[cfg(test)]
+use chunk::{MAX_SPARE_BUFFERS, MAX_SPARE_CAPACITY, SPARE_BUFFERS};
 
 /// Most frame bytes in one window of the windowed scan (8 MiB, or one frame if
 /// a frame is larger): large enough that the hand-offs to the CRC helper cost
@@ -57,25 +62,11 @@ pub const CHUNK_BYTES: usize = 8 * 1024 * 1024;
 
 /// Bytes a one-thread scan reads at once to start with (128 KiB, as `cat` reads): the chunk stays in the core's
 /// cache between the `pread` that writes it and the CRC that reads it, and the two buffers are reused from scan to
-/// scan (see [`SPARE_BUFFERS`]), so a one-thread scan holds 2 x 264 KiB, not 2 x 10 MiB. On ~1 KiB batches
+/// scan (see `chunk::SPARE_BUFFERS`), so a one-thread scan holds 2 x 264 KiB, not 2 x 10 MiB. On ~1 KiB batches
 /// (`log/cost.rs`) it measured as fast as reading a small file whole into a fresh buffer, within the noise of a
 /// loaded machine. A frame larger than a chunk makes the chunks grow (up to [`CHUNK_BYTES`]), so that large
 /// batches are not carried from chunk to chunk.
 const SEQUENTIAL_CHUNK_BYTES: usize = 128 * 1024;
-
-/// Alignment of the bytes a chunk reads into (a page).
-const READ_ALIGN: usize = 4096;
-
-/// Read buffers of finished one-thread scans, kept for the next scan (of any file, on any thread). At most
-/// [`MAX_SPARE_BUFFERS`] of at most [`MAX_SPARE_CAPACITY`] bytes each are kept, so the memory they hold stays
-/// under 3 MiB whatever the process does; a buffer that grew for a large frame is freed, not kept.
-static SPARE_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
-
-/// Spare buffers kept: two per scan for four scans at once (`verify`'s workers, `apply`'s partitions).
-const MAX_SPARE_BUFFERS: usize = 8;
-
-/// Largest buffer kept: a one-thread chunk of the first size, its carry room, and the alignment slack.
-const MAX_SPARE_CAPACITY: usize = 2 * SEQUENTIAL_CHUNK_BYTES + 2 * READ_ALIGN;
 
 /// Largest batch a scan reads (256 MiB): a batch must be in memory whole for
 /// its CRC and records, so a larger one would let one length field decide how
@@ -358,147 +349,6 @@ pub struct LogFile {
     /// The size at open: a scan reads this many bytes (appends made later are
     /// not seen, as a broker's reader would not see them either).
     len: u64,
-}
-
-/// How a read ended short of what the file's size at open promised.
-struct Shrunk {
-    /// Where the file ended.
-    at: u64,
-}
-
-/// Fill `buf` from `position`, all of it unless the file ends first.
-#[cfg(unix)]
-fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> std::io::Result<Result<(), Shrunk>> {
-    use std::os::unix::fs::FileExt;
-    let mut done = 0;
-    while done < buf.len() {
-        let Some(rest) = buf.get_mut(done..) else { break };
-        match file.read_at(rest, position + done as u64) {
-            Ok(0) => {
-                return Ok(Err(Shrunk {
-                    at: position + done as u64,
-                }))
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(Ok(()))
-}
-
-#[cfg(not(unix))]
-fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> std::io::Result<Result<(), Shrunk>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = file;
-    f.seek(SeekFrom::Start(position))?;
-    let mut done = 0;
-    while done < buf.len() {
-        match f.read(&mut buf[done..]) {
-            Ok(0) => {
-                return Ok(Err(Shrunk {
-                    at: position + done as u64,
-                }))
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(Ok(()))
-}
-
-/// A buffer of file bytes: `buf[start..]` holds the file from `position`.
-#[derive(Default)]
-struct Chunk {
-    buf: Vec<u8>,
-    start: usize,
-    position: u64,
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        if self.buf.capacity() == 0 || self.buf.capacity() > MAX_SPARE_CAPACITY {
-            return;
-        }
-        if let Ok(mut spare) = SPARE_BUFFERS.lock() {
-            if spare.len() < MAX_SPARE_BUFFERS {
-                spare.push(std::mem::take(&mut self.buf));
-            }
-        }
-    }
-}
-
-impl Chunk {
-    /// A chunk whose buffer is a spare one when there is one (see [`SPARE_BUFFERS`]).
-    fn pooled() -> Chunk {
-        let buf = SPARE_BUFFERS
-            .lock()
-            .ok()
-            .and_then(|mut spare| spare.pop())
-            .unwrap_or_default();
-        Chunk {
-            buf,
-            ..Chunk::default()
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        self.buf.get(self.start..).unwrap_or_default()
-    }
-
-    fn end(&self) -> u64 {
-        self.position + self.bytes().len() as u64
-    }
-
-    /// Read `n` bytes from `position`, leaving `room` bytes in front for a
-    /// partial frame of the chunk before.
-    fn read(&mut self, file: &File, position: u64, n: usize, room: usize) -> std::io::Result<Result<(), Shrunk>> {
-        // Reused buffers are only resized: no zeroing of bytes read over anyway.
-        // The bytes read start on a page boundary: the kernel's copy into a
-        // misaligned buffer runs at a fraction of its speed (measured: 4-5x
-        // slower on AMD EPYC with a 16-byte offset, as `malloc` returns).
-        self.buf.resize(room + READ_ALIGN + n, 0);
-        let misalign = (self.buf.as_ptr() as usize + room) % READ_ALIGN;
-        let start = room + (READ_ALIGN - misalign) % READ_ALIGN;
-        self.buf.truncate(start + n);
-        self.start = start;
-        self.position = position;
-        let Some(target) = self.buf.get_mut(start..) else {
-            return Ok(Ok(()));
-        };
-        read_full_at(file, target, position)
-    }
-
-    /// Put `carry` (the file bytes just before this chunk) in front of it.
-    fn prepend(&mut self, carry: &[u8]) {
-        if carry.len() <= self.start {
-            let from = self.start - carry.len();
-            if let Some(room) = self.buf.get_mut(from..self.start) {
-                room.copy_from_slice(carry);
-                self.start = from;
-                self.position -= carry.len() as u64;
-                return;
-            }
-        }
-        let mut joined = Vec::with_capacity(carry.len() + self.bytes().len());
-        joined.extend_from_slice(carry);
-        joined.extend_from_slice(self.bytes());
-        self.position -= carry.len() as u64;
-        self.buf = joined;
-        self.start = 0;
-    }
-
-    /// Append `n` more bytes read from the file after this chunk's end.
-    fn extend(&mut self, file: &File, n: usize) -> std::io::Result<Result<(), Shrunk>> {
-        let end = self.end();
-        let old = self.buf.len();
-        self.buf.resize(old + n, 0);
-        let Some(target) = self.buf.get_mut(old..) else {
-            return Ok(Ok(()));
-        };
-        read_full_at(file, target, end)
-    }
 }
 
 impl LogFile {

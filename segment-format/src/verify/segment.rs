@@ -4,6 +4,7 @@
 //! single segment outside a partition walk.
 
 use super::*;
+use crate::log::ScanSummary;
 
 /// How often (in scanned bytes) progress is reported.
 const PROGRESS_STEP: u64 = 4 * 1024 * 1024;
@@ -52,51 +53,14 @@ fn verify_segment_observed(
 ) -> Result<(), Error> {
     let base = segment.base_offset;
     let log_path = segment.log.as_path();
-    // The `.log`'s size decides before anything is read: one over Kafka's limit
-    // is rejected by it (a 50 GiB sparse file is not scanned for minutes), and
-    // it bounds what the indexes can need.
-    let log_len = match std::fs::symlink_metadata(log_path) {
-        Ok(meta) if meta.len() > MAX_SEGMENT_BYTES => {
-            sink.push(Finding::from_error(&crate::open::too_large(
-                log_path,
-                ".log segment",
-                meta.len(),
-                MAX_SEGMENT_BYTES,
-            )));
-            scan.summary.segments += 1;
-            return Ok(());
-        }
-        Ok(meta) => meta.len(),
-        Err(e) => return Err(Error::io(log_path, e)),
+    let Some(log_len) = log_size(log_path, sink, scan)? else {
+        return Ok(());
     };
     // Indexes before the log: a running broker appends a batch to the `.log`
     // before its index entries, so every entry read first points into the log
     // read second. The other order sees entries beyond the log of a live segment.
     let newest = context.tail.is_active();
-    let offset_index = read_optional(
-        segment.index.as_ref(),
-        IndexKind::Offset,
-        OFFSET_INDEX_ENTRY_SIZE,
-        log_len,
-        newest,
-        sink,
-    )?;
-    let time_index = read_optional(
-        segment.time_index.as_ref(),
-        IndexKind::Time,
-        TIME_INDEX_ENTRY_SIZE,
-        log_len,
-        newest,
-        sink,
-    )?;
-    let txn_index = read_optional(
-        segment.txn_index.as_ref(),
-        IndexKind::Transaction,
-        ABORTED_TXN_SIZE,
-        log_len,
-        newest,
-        sink,
-    )?;
+    let indexes = SegmentIndexes::read(segment, log_len, newest, sink)?;
     let mut log = match LogFile::open(log_path) {
         Ok(log) => log,
         // Not a regular file, or grown past the limit since the `stat`: a finding.
@@ -107,21 +71,9 @@ fn verify_segment_observed(
         }
         Err(e) => return Err(e),
     };
-    let index_path = segment
-        .index
-        .clone()
-        .unwrap_or_else(|| log_path.with_extension("index"));
-    let time_index_path = segment
-        .time_index
-        .clone()
-        .unwrap_or_else(|| log_path.with_extension("timeindex"));
-    let txn_index_path = segment
-        .txn_index
-        .clone()
-        .unwrap_or_else(|| log_path.with_extension("txnindex"));
     if segment.index.is_none() && !log.is_empty() {
         sink.push(Finding::warning(
-            &index_path,
+            &indexes.offset_path,
             None,
             Some(base),
             Defect::Index {
@@ -130,20 +82,169 @@ fn verify_segment_observed(
             },
         ));
     }
-    let mut offset_checker = offset_index
-        .as_deref()
-        .map(|bytes| OffsetIndexChecker::new(&index_path, bytes, base, newest));
-    let mut time_checker = time_index
-        .as_deref()
-        .map(|bytes| TimeIndexChecker::new(&time_index_path, bytes, base, newest));
-    let mut txn_checker = txn_index
-        .as_deref()
-        .map(|bytes| TxnIndexChecker::new(&txn_index_path, bytes, base, newest));
-    let limits = DeepLimits::default();
+    let mut checkers = indexes.checkers(base, newest);
+    let batches = BatchChecks {
+        log_path,
+        base,
+        context,
+        options,
+        limits: DeepLimits::default(),
+    };
     let mut unreported = 0u64;
-    let summary = &mut scan.summary;
-    summary.segments += 1;
+    scan.summary.segments += 1;
     let outcome = log.scan(|frame| {
+        let size = batches.check(frame, scan, &mut checkers, sink);
+        on_frame(frame);
+        unreported += size;
+        if unreported >= PROGRESS_STEP {
+            progress.advance(unreported);
+            unreported = 0;
+        }
+        ControlFlow::Continue(())
+    });
+    progress.advance(unreported);
+    let Some(end) = scan_end(outcome, &log, context, progress, sink)? else {
+        return Ok(());
+    };
+    checkers.finish(end, sink);
+    Ok(())
+}
+
+/// The `.log`'s size, which decides before anything is read: one over Kafka's limit is rejected by it (a 50 GiB
+/// sparse file is not scanned for minutes; `None`, the finding made), and it bounds what the indexes can need.
+fn log_size(log_path: &Path, sink: &mut Findings<'_>, scan: &mut PartitionScan) -> Result<Option<u64>, Error> {
+    match std::fs::symlink_metadata(log_path) {
+        Ok(meta) if meta.len() > MAX_SEGMENT_BYTES => {
+            sink.push(Finding::from_error(&crate::open::too_large(
+                log_path,
+                ".log segment",
+                meta.len(),
+                MAX_SEGMENT_BYTES,
+            )));
+            scan.summary.segments += 1;
+            Ok(None)
+        }
+        Ok(meta) => Ok(Some(meta.len())),
+        Err(e) => Err(Error::io(log_path, e)),
+    }
+}
+
+/// A segment's three indexes as read before its `.log` (`None`: not to be checked, the findings say why), and
+/// where each is (or would be).
+struct SegmentIndexes {
+    offset: Option<Vec<u8>>,
+    time: Option<Vec<u8>>,
+    txn: Option<Vec<u8>>,
+    offset_path: PathBuf,
+    time_path: PathBuf,
+    txn_path: PathBuf,
+}
+
+impl SegmentIndexes {
+    fn read(segment: &SegmentFiles, log_len: u64, newest: bool, sink: &mut Findings<'_>) -> Result<Self, Error> {
+        let offset = read_optional(
+            segment.index.as_ref(),
+            IndexKind::Offset,
+            OFFSET_INDEX_ENTRY_SIZE,
+            log_len,
+            newest,
+            sink,
+        )?;
+        let time = read_optional(
+            segment.time_index.as_ref(),
+            IndexKind::Time,
+            TIME_INDEX_ENTRY_SIZE,
+            log_len,
+            newest,
+            sink,
+        )?;
+        let txn = read_optional(
+            segment.txn_index.as_ref(),
+            IndexKind::Transaction,
+            ABORTED_TXN_SIZE,
+            log_len,
+            newest,
+            sink,
+        )?;
+        let log_path = segment.log.as_path();
+        Ok(SegmentIndexes {
+            offset,
+            time,
+            txn,
+            offset_path: segment
+                .index
+                .clone()
+                .unwrap_or_else(|| log_path.with_extension("index")),
+            time_path: segment
+                .time_index
+                .clone()
+                .unwrap_or_else(|| log_path.with_extension("timeindex")),
+            txn_path: segment
+                .txn_index
+                .clone()
+                .unwrap_or_else(|| log_path.with_extension("txnindex")),
+        })
+    }
+
+    fn checkers(&self, base: i64, newest: bool) -> IndexCheckers<'_> {
+        IndexCheckers {
+            offset: self
+                .offset
+                .as_deref()
+                .map(|bytes| OffsetIndexChecker::new(&self.offset_path, bytes, base, newest)),
+            time: self
+                .time
+                .as_deref()
+                .map(|bytes| TimeIndexChecker::new(&self.time_path, bytes, base, newest)),
+            txn: self
+                .txn
+                .as_deref()
+                .map(|bytes| TxnIndexChecker::new(&self.txn_path, bytes, base, newest)),
+        }
+    }
+}
+
+/// The checkers of a segment's indexes, fed every batch of the scan and judged at the `.log`'s end.
+struct IndexCheckers<'a> {
+    offset: Option<OffsetIndexChecker<'a>>,
+    time: Option<TimeIndexChecker<'a>>,
+    txn: Option<TxnIndexChecker<'a>>,
+}
+
+impl IndexCheckers<'_> {
+    fn finish(self, end: u64, sink: &mut Findings<'_>) {
+        if let Some(checker) = self.offset {
+            sink.extend(checker.finish(end));
+        }
+        if let Some(checker) = self.time {
+            sink.extend(checker.finish(end));
+        }
+        if let Some(checker) = self.txn {
+            sink.extend(checker.finish());
+        }
+    }
+}
+
+/// The checks of one batch of a segment, run beside the scan.
+struct BatchChecks<'s> {
+    log_path: &'s Path,
+    base: i64,
+    context: SegmentContext,
+    options: &'s VerifyOptions,
+    limits: DeepLimits,
+}
+
+impl BatchChecks<'_> {
+    /// Check `frame` (CRC, deep walk, offsets, control key, indexes, epochs) and count it in the partition's
+    /// summary; returns its size, for progress.
+    fn check(
+        &self,
+        frame: &Frame<'_>,
+        scan: &mut PartitionScan,
+        checkers: &mut IndexCheckers<'_>,
+        sink: &mut Findings<'_>,
+    ) -> u64 {
+        let log_path = self.log_path;
         let mut info = frame.info;
         if let Some(defect) = frame.crc_defect() {
             sink.error(log_path, Some(frame.crc_position()), Some(info.base_offset), defect);
@@ -152,8 +253,8 @@ fn verify_segment_observed(
         // A legacy compressed wrapper carries no record count and only its last offset: even a
         // shallow pass walks it (legacy data is rare, and counts and offsets must be right).
         let legacy_wrapper = info.magic < 2 && info.records_count < 0;
-        if options.deep || legacy_wrapper {
-            match deep_walk(frame.bytes, &info, &limits) {
+        if self.options.deep || legacy_wrapper {
+            match deep_walk(frame.bytes, &info, &self.limits) {
                 Ok(walk) => {
                     records = walk.records;
                     // A legacy wrapper's first offset is only known inside it: with it the
@@ -163,7 +264,14 @@ fn verify_segment_observed(
                 Err(e) => sink.push(Finding::from_error(&e.shifted(info.position).at(log_path))),
             }
         }
-        check_offsets(log_path, &info, base, context, scan.previous_last_offset, sink);
+        check_offsets(
+            log_path,
+            &info,
+            self.base,
+            self.context,
+            scan.previous_last_offset,
+            sink,
+        );
         scan.previous_last_offset = Some(info.last_offset.max(scan.previous_last_offset.unwrap_or(i64::MIN)));
         if info.is_control && info.records_count > 0 && info.control.is_none() {
             sink.error(
@@ -188,35 +296,40 @@ fn verify_segment_observed(
                     .map_or(info.max_timestamp, |m| m.max(info.max_timestamp)),
             );
         }
-        if let Some(checker) = offset_checker.as_mut() {
+        if let Some(checker) = checkers.offset.as_mut() {
             checker.on_batch(&info);
         }
-        if let Some(checker) = time_checker.as_mut() {
+        if let Some(checker) = checkers.time.as_mut() {
             checker.on_batch(&info);
         }
         let expected = scan.txn_tracker.on_batch(&info);
-        if let Some(checker) = txn_checker.as_mut() {
+        if let Some(checker) = checkers.txn.as_mut() {
             checker.on_batch(&info, expected.as_ref());
         }
         if let Some(epochs) = scan.epochs.as_mut() {
             epochs.on_batch(log_path, &info);
         }
-        on_frame(frame);
-        unreported += info.size;
-        if unreported >= PROGRESS_STEP {
-            progress.advance(unreported);
-            unreported = 0;
-        }
-        ControlFlow::Continue(())
-    });
-    progress.advance(unreported);
-    let end = match outcome {
-        Ok(s) => s.end,
+        info.size
+    }
+}
+
+/// Where the scan's checks end: the end of the last complete batch, or (a corrupt or incomplete tail, reported by
+/// [`report_tail`]) where it starts; `None` when the file changed under the scan, reported, so the indexes are not
+/// judged against it.
+fn scan_end(
+    outcome: Result<ScanSummary, Error>,
+    log: &LogFile,
+    context: SegmentContext,
+    progress: &dyn Progress,
+    sink: &mut Findings<'_>,
+) -> Result<Option<u64>, Error> {
+    match outcome {
+        Ok(s) => Ok(Some(s.end)),
         Err(e) if e.is_changed_while_read() => {
             // Truncated under the scan: nothing after this describes the file, so
             // the indexes are not judged against it. The caller reads it again.
             sink.push(Finding::from_error(&e));
-            return Ok(());
+            Ok(None)
         }
         Err(e) => {
             let (position, offset) = match &e {
@@ -225,24 +338,14 @@ fn verify_segment_observed(
                 }
                 _ => return Err(e),
             };
-            if let Err(changed) = report_tail(&log, position, offset, &e, context, sink) {
+            if let Err(changed) = report_tail(log, position, offset, &e, context, sink) {
                 sink.push(Finding::from_error(&changed));
-                return Ok(());
+                return Ok(None);
             }
             progress.advance(log.len().saturating_sub(position));
-            position
+            Ok(Some(position))
         }
-    };
-    if let Some(checker) = offset_checker {
-        sink.extend(checker.finish(end));
     }
-    if let Some(checker) = time_checker {
-        sink.extend(checker.finish(end));
-    }
-    if let Some(checker) = txn_checker {
-        sink.extend(checker.finish());
-    }
-    Ok(())
 }
 
 /// Offsets increase across batches and stay inside the segment's range.
