@@ -40,13 +40,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use segment_format::batch::{BatchInfo, ControlType};
-use segment_format::checkpoint::leader_epoch_checkpoint_path;
+use segment_format::checkpoint::{leader_epoch_checkpoint_path, LeaderEpochCheckpoint};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::LogFile;
 use segmirror_catalog::SegmentVersion;
-use segmirror_transport::manifest::{LogChunk, Manifest};
+use segmirror_transport::manifest::{LogChunk, Manifest, ManifestFile};
 use segmirror_transport::store::{digest_file, digest_of, Hasher};
 
 use super::chunks::{append, check_chunk, compare, fetch_chunk};
@@ -160,25 +160,119 @@ pub(crate) async fn try_append(
     cache: &AppendCache,
 ) -> Result<Option<std::result::Result<Placed, Refusal>>> {
     let m = t.manifest;
-    if !t.replaces
-        || !m.is_chunked()
-        || m.sealed
-        || m.end_snapshot.is_some()
-        || m.file(SegmentFileKind::TxnIndex).is_some()
-        || t.verify.deep
-    {
-        return Ok(None);
-    }
-    let (Some(log), Some(index), Some(time_index)) = (
-        m.file(SegmentFileKind::Log).cloned(),
-        m.file(SegmentFileKind::Index).cloned(),
-        m.file(SegmentFileKind::TimeIndex).cloned(),
-    ) else {
+    let Some(files) = VersionFiles::appendable(t) else {
         return Ok(None);
     };
     let installed = t
         .partition_dir
         .join(segment_file_name(m.base_offset, SegmentFileKind::Log));
+    let Some(proven) = prove_installed(t, cache, &installed).await? else {
+        return Ok(None);
+    };
+    let new_chunks: Vec<LogChunk> = m.log_chunks.iter().skip(proven.chunks.len()).cloned().collect();
+    if new_chunks.is_empty() || proven.needs_full {
+        cache.keep(&installed, proven);
+        return Ok(None);
+    }
+    let run = Appending {
+        t,
+        cache,
+        before: proven.clone(),
+        installed,
+        staging: t.staging_dir.clone(),
+    };
+
+    // Download and check every new chunk before anything is written.
+    run.prepare_staging().await?;
+    let checked = match run.fetch_and_check(proven, &new_chunks).await? {
+        Ok(checked) => checked,
+        Err(refusal) => return run.abandon(Some(Err(refusal))).await,
+    };
+    if checked.proven.needs_full {
+        // Legacy frames, transaction markers, offsets the indexes cannot hold: the full validation's to judge.
+        return run.abandon(None).await;
+    }
+    if let Some(refusal) = run.wrong_claim(&files.log, &checked) {
+        return run.abandon(Some(Err(refusal))).await;
+    }
+    // The version's indexes must be exactly the ones its batches give; otherwise the staged install validates them.
+    let Some(indexes) = checked.proven.rebuilt_indexes_if(&files) else {
+        return run.abandon(None).await;
+    };
+    let epochs = {
+        let (m, dir) = (m.clone(), t.partition_dir.to_path_buf());
+        blocking("merge epochs", move || merged_checkpoint(&m, &dir)).await?
+    };
+    let epochs = match epochs {
+        Ok(e) => e,
+        Err(refusal) => return run.abandon(Some(Err(refusal))).await,
+    };
+
+    // Write: the `.log` (append, fsync), then the indexes (atomically), the epochs, the directory.
+    let Checked {
+        mut proven,
+        parts,
+        fetched,
+        ..
+    } = checked;
+    let written = run.write(&files, parts, indexes, epochs).await;
+    super::remove_staging(&run.staging).await?;
+    written?;
+    proven.size = files.log.size;
+    proven.chunks = m.log_chunks.clone();
+    let reused = run.before.size;
+    cache.keep(&run.installed, proven);
+    t.progress.advance(reused + fetched);
+    Ok(Some(Ok(Placed {
+        version: SegmentVersion {
+            base_offset: m.base_offset,
+            next_offset: m.next_offset,
+            last_offset: m.last_offset.unwrap_or(m.base_offset),
+            size: files.log.size,
+            sha256: files.log.sha256.0,
+            manifest_key: t.manifest_key.to_string(),
+            sealed: false,
+        },
+        fetched_bytes: fetched,
+        reused_bytes: reused,
+        reused_files: 0,
+    })))
+}
+
+/// The files of a version this path installs: its `.log` (grown by chunks), and the indexes rebuilt beside it.
+struct VersionFiles {
+    log: ManifestFile,
+    index: ManifestFile,
+    time_index: ManifestFile,
+}
+
+impl VersionFiles {
+    /// `None` when the version is not for this path (module doc): not a longer chunked version of the installed
+    /// active segment, or one with files (a log-end snapshot, a transaction index) or checks (deep) it leaves to the
+    /// staged install.
+    fn appendable(t: &Target<'_>) -> Option<Self> {
+        let m = t.manifest;
+        if !t.replaces
+            || !m.is_chunked()
+            || m.sealed
+            || m.end_snapshot.is_some()
+            || m.file(SegmentFileKind::TxnIndex).is_some()
+            || t.verify.deep
+        {
+            return None;
+        }
+        Some(VersionFiles {
+            log: m.file(SegmentFileKind::Log)?.clone(),
+            index: m.file(SegmentFileKind::Index)?.clone(),
+            time_index: m.file(SegmentFileKind::TimeIndex)?.clone(),
+        })
+    }
+}
+
+/// The installed `.log` at `installed` proven (from the cache, or read once) to be the version's first chunks, with
+/// companions this path keeps as they are; `None` when it cannot be.
+async fn prove_installed(t: &Target<'_>, cache: &AppendCache, installed: &Path) -> Result<Option<Proven>> {
+    let m = t.manifest;
     // Companions this path keeps as they are must be the version's: the snapshot at the base, no transaction index.
     let companions_fit = {
         let (dir, m) = (t.partition_dir.to_path_buf(), m.clone());
@@ -187,141 +281,175 @@ pub(crate) async fn try_append(
     if !companions_fit {
         return Ok(None);
     }
-    let cached = cache.take(&installed);
+    let cached = cache.take(installed);
     let proven = {
-        let (path, chunks) = (installed.clone(), m.log_chunks.clone());
+        let (path, chunks) = (installed.to_path_buf(), m.log_chunks.clone());
         let base = m.base_offset;
         blocking("prove the installed prefix", move || {
             prove(&path, base, &chunks, cached)
         })
         .await?
     };
-    let Some((mut proven, read)) = proven else {
+    let Some((proven, read)) = proven else {
         return Ok(None);
     };
     cache
         .proof_bytes_read
         .fetch_add(read, std::sync::atomic::Ordering::Relaxed);
-    let before = proven.clone();
-    let new_chunks: Vec<LogChunk> = m.log_chunks.iter().skip(proven.chunks.len()).cloned().collect();
-    if new_chunks.is_empty() || proven.needs_full {
-        cache.keep(&installed, before);
-        return Ok(None);
+    Ok(Some(proven))
+}
+
+/// The new chunks downloaded and checked, not written yet.
+struct Checked {
+    /// The installed `.log`'s state extended by the new chunks' batches.
+    proven: Proven,
+    /// The new chunks' staged files, in order.
+    parts: Vec<PathBuf>,
+    fetched: u64,
+    /// The first batch whose leader epoch disagrees with the manifest's.
+    epoch_problem: Option<String>,
+}
+
+/// The indexes rebuilt from the batches, as the version must hold them.
+struct RebuiltIndexes {
+    offset: Vec<u8>,
+    time: Vec<u8>,
+}
+
+impl Proven {
+    /// The offset and time indexes rebuilt from the batches, when they are exactly the version's (`files`).
+    fn rebuilt_indexes_if(&self, files: &VersionFiles) -> Option<RebuiltIndexes> {
+        let offset = self.offset_index.to_bytes();
+        let time = {
+            let mut closed = self.time_index.clone();
+            closed.seal();
+            closed.to_bytes()
+        };
+        let same = |f: &ManifestFile, bytes: &[u8]| {
+            let d = digest_of(bytes);
+            d.size == f.size && d.sha256 == f.sha256 && d.crc32c == f.crc32c
+        };
+        (same(&files.index, &offset) && same(&files.time_index, &time)).then_some(RebuiltIndexes { offset, time })
+    }
+}
+
+/// One append under way: the version, where its chunks are staged, and the installed `.log`'s proven state before
+/// it (kept again in the cache when the version is not appended).
+struct Appending<'a, 't> {
+    t: &'a Target<'t>,
+    cache: &'a AppendCache,
+    installed: PathBuf,
+    staging: PathBuf,
+    before: Proven,
+}
+
+impl Appending<'_, '_> {
+    /// Give the version up (`outcome`: a refusal, or `None` for the staged install): its staging removed, the state
+    /// before it kept.
+    async fn abandon<T>(self, outcome: T) -> Result<T> {
+        super::remove_staging(&self.staging).await?;
+        self.cache.keep(&self.installed, self.before);
+        Ok(outcome)
     }
 
-    // Download and check every new chunk before anything is written.
-    let staging = t.staging_dir.clone();
-    {
-        let s = staging.clone();
+    async fn prepare_staging(&self) -> Result<()> {
+        let s = self.staging.clone();
         blocking("prepare staging", move || {
             let _ = fs::remove_dir_all(&s);
             fs::create_dir_all(&s).map_err(|e| Error::io(&s, e))
         })
-        .await?;
+        .await
     }
-    let mut parts = Vec::with_capacity(new_chunks.len());
-    let mut fetched = 0;
-    let mut previous_next = proven.chunks.last().map_or(m.base_offset, |c| c.next_offset);
-    let mut epoch_problem: Option<String> = None;
-    for (i, chunk) in new_chunks.iter().enumerate() {
-        let part = staging.join(format!("{i}.chunk"));
-        if let Err(refusal) = fetch_chunk(t.store, chunk, &part).await? {
-            super::remove_staging(&staging).await?;
-            cache.keep(&installed, before);
-            return Ok(Some(Err(refusal)));
-        }
-        let (c, p, epochs) = (chunk.clone(), part.clone(), m.epochs.clone());
-        let (state, problem) = (proven, epoch_problem.take());
-        let checked = blocking("check chunk", move || {
-            let mut state = state;
-            let mut problem = problem;
-            let outcome = check_chunk(&c, previous_next, &p, &mut |info| {
-                let mut info = *info;
-                info.position += c.from;
-                if problem.is_none() {
-                    problem = wrong_epoch(&epochs, &info);
-                }
-                state.push(&info);
-            })?;
-            if outcome.is_ok() {
-                hash_file(&p, &mut state.whole)?;
-            }
-            Ok((outcome, state, problem))
-        })
-        .await?;
-        let (outcome, state, problem) = checked;
-        proven = state;
-        epoch_problem = problem;
-        if let Err(refusal) = outcome {
-            super::remove_staging(&staging).await?;
-            cache.keep(&installed, before);
-            return Ok(Some(Err(refusal)));
-        }
-        previous_next = chunk.next_offset;
-        fetched += chunk.size();
-        parts.push(part);
-    }
-    if proven.needs_full {
-        // Legacy frames, transaction markers, offsets the indexes cannot hold: the full validation's to judge.
-        super::remove_staging(&staging).await?;
-        cache.keep(&installed, before);
-        return Ok(None);
-    }
-    let refuse = |refusal: Refusal| Some(Err(refusal));
-    let what = format!("{} (assembled from {} chunks)", log.key, m.log_chunks.len());
-    let problem = compare(&what, log.size, log.crc32c, &log.sha256, &proven.whole.clone().finish())
-        .or_else(|| claims_disagree(m, &proven.totals, t.manifest_key))
-        .or_else(|| {
-            epoch_problem.map(|message| Refusal::Epochs {
-                message: format!(
-                    "{}: the manifest's leader epochs disagree with its batches: {message}",
-                    t.manifest_key
-                ),
-            })
-        });
-    if let Some(refusal) = problem {
-        super::remove_staging(&staging).await?;
-        cache.keep(&installed, before);
-        return Ok(refuse(refusal));
-    }
-    // The version's indexes must be exactly the ones its batches give; otherwise the staged install validates them.
-    let offset_bytes = proven.offset_index.to_bytes();
-    let time_bytes = {
-        let mut closed = proven.time_index.clone();
-        closed.seal();
-        closed.to_bytes()
-    };
-    let same = |f: &segmirror_transport::manifest::ManifestFile, bytes: &[u8]| {
-        let d = digest_of(bytes);
-        d.size == f.size && d.sha256 == f.sha256 && d.crc32c == f.crc32c
-    };
-    if !same(&index, &offset_bytes) || !same(&time_index, &time_bytes) {
-        super::remove_staging(&staging).await?;
-        cache.keep(&installed, before);
-        return Ok(None);
-    }
-    let epochs = {
-        let (m, dir) = (m.clone(), t.partition_dir.to_path_buf());
-        blocking("merge epochs", move || merged_checkpoint(&m, &dir)).await?
-    };
-    let epochs = match epochs {
-        Ok(e) => e,
-        Err(refusal) => {
-            super::remove_staging(&staging).await?;
-            cache.keep(&installed, before);
-            return Ok(refuse(refusal));
-        }
-    };
 
-    // Write: the `.log` (append, fsync), then the indexes (atomically), the epochs, the directory.
-    let written = {
+    /// Download every new chunk into staging and check it (`chunks::check_chunk`), its batches added to `proven`.
+    /// `Ok(Err(_))`: a chunk is refused.
+    async fn fetch_and_check(
+        &self,
+        mut proven: Proven,
+        new_chunks: &[LogChunk],
+    ) -> Result<std::result::Result<Checked, Refusal>> {
+        let (t, m) = (self.t, self.t.manifest);
+        let mut parts = Vec::with_capacity(new_chunks.len());
+        let mut fetched = 0;
+        let mut previous_next = proven.chunks.last().map_or(m.base_offset, |c| c.next_offset);
+        let mut epoch_problem: Option<String> = None;
+        for (i, chunk) in new_chunks.iter().enumerate() {
+            let part = self.staging.join(format!("{i}.chunk"));
+            if let Err(refusal) = fetch_chunk(t.store, chunk, &part).await? {
+                return Ok(Err(refusal));
+            }
+            let (c, p, epochs) = (chunk.clone(), part.clone(), m.epochs.clone());
+            let (state, problem) = (proven, epoch_problem.take());
+            let checked = blocking("check chunk", move || {
+                let mut state = state;
+                let mut problem = problem;
+                let outcome = check_chunk(&c, previous_next, &p, &mut |info| {
+                    let mut info = *info;
+                    info.position += c.from;
+                    if problem.is_none() {
+                        problem = wrong_epoch(&epochs, &info);
+                    }
+                    state.push(&info);
+                })?;
+                if outcome.is_ok() {
+                    hash_file(&p, &mut state.whole)?;
+                }
+                Ok((outcome, state, problem))
+            })
+            .await?;
+            let (outcome, state, problem) = checked;
+            proven = state;
+            epoch_problem = problem;
+            if let Err(refusal) = outcome {
+                return Ok(Err(refusal));
+            }
+            previous_next = chunk.next_offset;
+            fetched += chunk.size();
+            parts.push(part);
+        }
+        Ok(Ok(Checked {
+            proven,
+            parts,
+            fetched,
+            epoch_problem,
+        }))
+    }
+
+    /// The assembled `.log` against the manifest's entry, the manifest's claims and its leader epochs against the
+    /// batches: the first that disagrees.
+    fn wrong_claim(&self, log: &ManifestFile, checked: &Checked) -> Option<Refusal> {
+        let (m, manifest_key) = (self.t.manifest, self.t.manifest_key);
+        let what = format!("{} (assembled from {} chunks)", log.key, m.log_chunks.len());
+        let proven = &checked.proven;
+        compare(&what, log.size, log.crc32c, &log.sha256, &proven.whole.clone().finish())
+            .or_else(|| claims_disagree(m, &proven.totals, manifest_key))
+            .or_else(|| {
+                checked.epoch_problem.clone().map(|message| Refusal::Epochs {
+                    message: format!(
+                        "{manifest_key}: the manifest's leader epochs disagree with its batches: {message}"
+                    ),
+                })
+            })
+    }
+
+    /// Append the staged chunks to the installed `.log` and fsync it (cut back to its old size if that fails), then
+    /// replace the indexes atomically, write the merged epochs, remove stale log-end snapshots, fsync the directory.
+    async fn write(
+        &self,
+        files: &VersionFiles,
+        parts: Vec<PathBuf>,
+        indexes: RebuiltIndexes,
+        epochs: Option<LeaderEpochCheckpoint>,
+    ) -> Result<()> {
+        let m = self.t.manifest;
         let (path, dir, range) = (
-            installed.clone(),
-            t.partition_dir.to_path_buf(),
+            self.installed.clone(),
+            self.t.partition_dir.to_path_buf(),
             (m.base_offset, m.next_offset),
         );
-        let (log_mtime, index_mtime, time_mtime) = (log.mtime_ms, index.mtime_ms, time_index.mtime_ms);
-        let old_size = before.size;
+        let (log_mtime, index_mtime, time_mtime) =
+            (files.log.mtime_ms, files.index.mtime_ms, files.time_index.mtime_ms);
+        let old_size = self.before.size;
         let sealed = m.sealed;
         blocking("append to the installed segment", move || {
             let appended = (|| -> Result<()> {
@@ -339,8 +467,8 @@ pub(crate) async fn try_append(
                 return Err(e);
             }
             for (kind, bytes, mtime) in [
-                (SegmentFileKind::Index, &offset_bytes, index_mtime),
-                (SegmentFileKind::TimeIndex, &time_bytes, time_mtime),
+                (SegmentFileKind::Index, &indexes.offset, index_mtime),
+                (SegmentFileKind::TimeIndex, &indexes.time, time_mtime),
             ] {
                 let target = dir.join(segment_file_name(range.0, kind));
                 write_atomically(&target, bytes)?;
@@ -356,28 +484,7 @@ pub(crate) async fn try_append(
             Ok(())
         })
         .await
-    };
-    super::remove_staging(&staging).await?;
-    written?;
-    proven.size = log.size;
-    proven.chunks = m.log_chunks.clone();
-    let reused = before.size;
-    cache.keep(&installed, proven);
-    t.progress.advance(reused + fetched);
-    Ok(Some(Ok(Placed {
-        version: SegmentVersion {
-            base_offset: m.base_offset,
-            next_offset: m.next_offset,
-            last_offset: m.last_offset.unwrap_or(m.base_offset),
-            size: log.size,
-            sha256: log.sha256.0,
-            manifest_key: t.manifest_key.to_string(),
-            sealed: false,
-        },
-        fetched_bytes: fetched,
-        reused_bytes: reused,
-        reused_files: 0,
-    })))
+    }
 }
 
 /// The installed companions of the segment are the version's: its producer snapshot at the base (if it has one)

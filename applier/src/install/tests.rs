@@ -1,6 +1,10 @@
 //! Unit tests of the install protocol's pieces: epoch merging, size bounds, rename order, lineage tags.
 
+use super::place::place;
+use super::validate::{implausible_sizes, merge_epochs};
 use super::*;
+use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
+use segmirror_transport::manifest::EpochStart;
 
 fn e(epoch: i32, start_offset: i64) -> EpochEntry {
     EpochEntry { epoch, start_offset }
