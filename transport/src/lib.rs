@@ -1,60 +1,43 @@
 //! # segmirror-transport
 //!
-//! The contract between a shipper and an applier, whatever carries the bytes.
+//! The two ways segment versions travel from a shipper to an applier, beside the contract both obey.
 //!
-//! A shipper produces *segment versions* (a Kafka segment's files up to some
-//! offset, plus a manifest that commits them); an applier consumes them. What
-//! both must agree on — how a version is named, what its manifest says and how
-//! a reader checks it, who may commit, how bytes are verified on arrival — does
-//! not depend on whether the bytes travel through an object store or, later,
-//! over a direct connection. So it lives here, apart from both sides, and each
-//! way of carrying bytes is one implementation of the same two traits:
+//! - [`bucket`]: through an object store (a local folder or S3). [`Store`] implements [`SegmentSink`] (what a
+//!   shipper writes to: stage files, commit a manifest under a lease that fences a stale shipper) and
+//!   [`SegmentSource`] (what an applier, the audit or a resuming shipper reads from: the index, manifests
+//!   size-capped and checked against their keys, files verified on arrival). Also the audit, link metadata and
+//!   identity in a bucket, and (feature `conformance`) the suite every backend must pass.
+//! - [`direct`]: over one TCP connection, mutual TLS unless both sides say `--plaintext` (frames, handshake,
+//!   payloads, sessions, links; `docs/direct-protocol.md`). Its sessions do not use the bucket's traits: a shipper
+//!   session reads a [`ChunkFeed`](direct::session::ChunkFeed), an applier session writes through a
+//!   [`ChunkApplier`](direct::session::ChunkApplier), and acknowledges only what the applier made durable.
 //!
-//! - [`SegmentSink`]: what a shipper writes to — stage a version's files,
-//!   commit its manifest, under a lease that fences a stale shipper.
-//! - [`SegmentSource`]: what an applier (or an audit, or a shipper resuming)
-//!   reads from — the index of partitions, lineages and versions, a manifest
-//!   read size-capped and checked against where it was found, a file fetched
-//!   and verified against the size and SHA-256 its manifest promised.
-//!
-//! Modules:
-//! - [`manifest`]: the bucket key scheme and the JSON documents (manifests,
-//!   leases); the one place that builds and parses keys.
-//! - [`index`]: the one listing of a bucket, grouped into partitions, lineages
-//!   and versions, foreign keys set aside; and the one `read_manifest`.
-//! - [`store`]: the object-store backend (local folder or S3): streaming
-//!   transfers with digests computed in passing, retries classified once, and
-//!   leases on create-if-absent puts.
-//! - [`audit`]: the bucket scrubber, beside the contract it checks.
-//! - [`succession`]: the one rule for which segment version may follow which, as a pure function returning a typed
-//!   verdict that the shipper's plan, the applier's plan, the catalog and the audit each map to their action.
-//! - [`direct`]: the direct protocol (frames, handshake, mutual TLS, sessions and links); see `docs/direct-protocol.md`.
-//! - `conformance` (tests and the `conformance` feature): the suite every
-//!   backend must pass, and fault-injecting wrappers.
+//! What both agree on — keys and manifests, the succession rule, the bucket index, the link metadata documents, the
+//! digests, the error type — is the pure crate `segmirror-contract`, re-exported here at the paths the workspace
+//! uses: [`manifest`], [`index`], [`succession`], [`digest`], [`error`].
 //!
 //! ## Invariants
-//! - Nothing read from a transport is trusted: keys are parsed by
-//!   [`manifest`], documents are size-capped and validated, data is hashed.
+//! - Nothing read from a bucket or a peer is trusted: keys are parsed by [`manifest`], documents are size-capped and
+//!   validated, data is hashed; a direct frame is bounded by [`direct::MAX_PAYLOAD_LEN`] and checked field by field.
 //! - A manifest is committed only after every data object it names.
-//! - Bucket problems are this crate's [`Error`]; `segment-format` keeps Kafka's
-//!   format only.
+//! - Bucket problems are the contract's [`Error`] (no object-store type in it); direct-link problems are
+//!   [`direct::DirectError`]; `segment-format` keeps Kafka's format only.
 
-pub mod audit;
-#[cfg(any(test, feature = "conformance"))]
-pub mod conformance;
+pub mod bucket;
 pub mod direct;
-pub mod link_identity;
-pub mod link_meta;
-pub mod store;
-mod traits;
 
-// The pure contract, at the paths the workspace has always used.
 pub use segmirror_contract::{digest, error, index, manifest, succession};
 
+pub use bucket::lease;
+pub use bucket::{
+    check_received, Digest, Listing, ObjectInfo, PutSummary, S3Options, SegmentSink, SegmentSource, SkippedEntry,
+    StagedFile, Store, StoreUrl, Transport,
+};
 pub use error::{DocumentProblem, Error, MismatchKind, Result};
 pub use index::{BucketIndex, ForeignKey, IndexedLineage, IndexedPartition, ManifestRead};
-pub use store::lease;
-pub use store::{PutSummary, S3Options, Store, StoreUrl};
-pub use traits::{
-    check_received, Digest, Listing, ObjectInfo, SegmentSink, SegmentSource, SkippedEntry, StagedFile, Transport,
-};
+
+// TEMP-ALIAS: remove when callers move
+pub use bucket::{audit, link_identity, link_meta, store};
+// TEMP-ALIAS: remove when callers move
+#[cfg(any(test, feature = "conformance"))]
+pub use bucket::conformance;

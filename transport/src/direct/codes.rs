@@ -171,7 +171,7 @@ pub const FEATURE_CLUSTER_SHIPPERS: u64 = 1 << 6;
 /// compacted while no shipper ran.
 pub const FEATURE_MIRROR_LAYOUT: u64 = 1 << 7;
 /// Feature bit 8: the shipper sends its link's metadata (the source's topics with partition counts and configs, and
-/// the consumer groups' committed offsets: the documents of `crate::link_meta`, as a bucket carries them) in
+/// the consumer groups' committed offsets: the documents of `segmirror_contract::link_meta`, as a bucket carries them) in
 /// LinkMeta frames (frame 20) whenever it changed, and the applier records each complete version in its catalog
 /// (`docs/direct-protocol.md` §6, LinkMeta). Without it plain `ship` carries segments only.
 pub const FEATURE_LINK_META: u64 = 1 << 8;

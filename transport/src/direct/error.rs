@@ -1,5 +1,5 @@
 //! Errors of the direct transport: one type for the module, typed fields, so a
-//! caller (the future tail driver) can tell a peer to refuse and pause from a
+//! caller (the shipper's and the applier's direct drivers) can tell a peer to refuse and pause from a
 //! broken connection to retry with backoff, and a person reading the message
 //! learns which frame, field, byte offset, file, version or link name is at fault.
 

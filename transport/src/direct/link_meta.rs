@@ -1,5 +1,5 @@
 //! A link's metadata over the direct protocol (feature bit 8, `docs/direct-protocol.md` §6 LinkMeta): the same two
-//! documents a bucket carries ([`crate::link_meta`]: `topics.json`, `offsets.json`, one type each, serialised
+//! documents a bucket carries ([`segmirror_contract::link_meta`]: `topics.json`, `offsets.json`, one type each, serialised
 //! the same way), cut into LinkMeta frames and put together again.
 //!
 //! Why pieces: a frame holds at most 8 MiB, and a cluster with many groups has larger offset documents (the
@@ -18,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 use super::error::{DirectError, Result};
 use super::frame::MAX_PAYLOAD_LEN;
 use super::payload::{LinkMetaPiece, MetaPart};
-use crate::link_meta::{LinkMeta, OffsetsDoc, TopicsDoc};
+use segmirror_contract::link_meta::{LinkMeta, OffsetsDoc, TopicsDoc};
 
 /// Bytes of a document per LinkMeta frame: 1 MiB. Small beside the chunks' 8 MiB so that a metadata version never
 /// holds a partition's next chunk back for long; a version of a few KiB (the usual) is one frame per document.

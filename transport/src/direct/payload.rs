@@ -366,12 +366,12 @@ pub struct LayoutSegment {
 pub const MAX_LAYOUT_SEGMENTS_PER_FRAME: usize = 4096;
 
 /// Which document of a link's metadata version a [`LinkMetaPiece`] carries: the same two documents a bucket holds
-/// under `<link>/_meta/data/<version>/` (`crate::link_meta`), byte for byte as the shipper serialised them.
+/// under `<link>/_meta/data/<version>/` (`segmirror_contract::link_meta`), byte for byte as the shipper serialised them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MetaPart {
-    /// `topics.json`: a [`crate::link_meta::TopicsDoc`].
+    /// `topics.json`: a [`segmirror_contract::link_meta::TopicsDoc`].
     Topics,
-    /// `offsets.json`: an [`crate::link_meta::OffsetsDoc`].
+    /// `offsets.json`: an [`segmirror_contract::link_meta::OffsetsDoc`].
     Offsets,
 }
 
@@ -391,12 +391,12 @@ impl MetaPart {
         }
     }
 
-    /// The most bytes the document may have: the bucket's caps ([`crate::link_meta::MAX_TOPICS_BYTES`],
-    /// [`crate::link_meta::MAX_OFFSETS_BYTES`]), checked by the decoder before anything is buffered.
+    /// The most bytes the document may have: the bucket's caps ([`segmirror_contract::link_meta::MAX_TOPICS_BYTES`],
+    /// [`segmirror_contract::link_meta::MAX_OFFSETS_BYTES`]), checked by the decoder before anything is buffered.
     pub const fn max_size(self) -> u64 {
         match self {
-            MetaPart::Topics => crate::link_meta::MAX_TOPICS_BYTES,
-            MetaPart::Offsets => crate::link_meta::MAX_OFFSETS_BYTES,
+            MetaPart::Topics => segmirror_contract::link_meta::MAX_TOPICS_BYTES,
+            MetaPart::Offsets => segmirror_contract::link_meta::MAX_OFFSETS_BYTES,
         }
     }
 

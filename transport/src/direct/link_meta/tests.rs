@@ -6,9 +6,9 @@ use bytes::BytesMut;
 use proptest::prelude::*;
 
 use super::*;
+use crate::bucket::link_meta::tests::sample;
 use crate::direct::frame::{encode, Frame};
 use crate::direct::FrameError;
-use crate::link_meta::tests::sample;
 
 fn decode(buf: &mut BytesMut, max: u32) -> std::result::Result<Option<Frame>, FrameError> {
     crate::direct::frame::decode(buf, 0, max).map(|d| d.map(|(frame, _)| frame))
@@ -133,7 +133,7 @@ fn a_hostile_size_is_refused_by_the_decoder_before_anything_is_buffered() {
     encode(&Frame::LinkMeta(piece.clone()), MAX_PAYLOAD_LEN, &mut buf).unwrap();
     // The size field sits after the 6-byte header, version (8) and part (1).
     let at = 6 + 8 + 1;
-    buf[at..at + 8].copy_from_slice(&(crate::link_meta::MAX_TOPICS_BYTES + 1).to_be_bytes());
+    buf[at..at + 8].copy_from_slice(&(segmirror_contract::link_meta::MAX_TOPICS_BYTES + 1).to_be_bytes());
     let crc = crc32c::crc32c(&buf[..buf.len() - 4]);
     let n = buf.len();
     buf[n - 4..].copy_from_slice(&crc.to_be_bytes());
@@ -220,7 +220,7 @@ proptest! {
         meta.offsets.offsets = groups
             .iter()
             .enumerate()
-            .map(|(i, g)| crate::link_meta::GroupOffset { group: g.clone(), offset: offset + i as i64, ..template.clone() })
+            .map(|(i, g)| segmirror_contract::link_meta::GroupOffset { group: g.clone(), offset: offset + i as i64, ..template.clone() })
             .collect();
         let encoded = EncodedLinkMeta::encode(&meta).unwrap();
         prop_assert_eq!(assemble(encoded.pieces(piece_bytes)).unwrap(), vec![meta]);

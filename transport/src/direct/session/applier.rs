@@ -56,7 +56,7 @@ use crate::direct::payload::{
     PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
     MAX_LAYOUT_SEGMENTS_PER_FRAME,
 };
-use crate::link_meta::LinkMeta;
+use segmirror_contract::link_meta::LinkMeta;
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
 /// by the credit window already) and how long the first chunk of a group can wait for the others to be written.

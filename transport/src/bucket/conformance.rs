@@ -1,7 +1,7 @@
 //! The transport conformance suites, and fault injection.
 //!
 //! - [`contract`]: what every transport must do, through the traits only
-//!   ([`SegmentSink`](crate::SegmentSink), [`SegmentSource`](crate::SegmentSource)).
+//!   ([`SegmentSink`](crate::bucket::SegmentSink), [`SegmentSource`](crate::bucket::SegmentSource)).
 //!   Run for the local folder, S3 and [`faulty::Faulty`] in pass-through mode.
 //! - [`faulty`] and [`faults`]: a wrapper that injects faults into chosen trait
 //!   calls, and the checks that they surface as errors, never as accepted bytes.
@@ -43,10 +43,10 @@ pub mod contract;
 pub mod faults;
 pub mod faulty;
 
+use crate::bucket::store::lease::{current_lease, lease_epochs, HeldLease};
+use crate::bucket::store::{MultipartPolicy, Store, MIN_PART_SIZE};
 use crate::digest::digest_of;
 use crate::error::{Error, MismatchKind};
-use crate::store::lease::{current_lease, lease_epochs, HeldLease};
-use crate::store::{MultipartPolicy, Store, MIN_PART_SIZE};
 
 /// A fresh key prefix for one run: `conformance/<16 hex digits>`.
 pub fn fresh_prefix(what: &str) -> String {
@@ -592,7 +592,7 @@ mod tests {
     use object_store::local::LocalFileSystem;
 
     use super::*;
-    use crate::store::{RetryPolicy, StoreUrl};
+    use crate::bucket::store::{RetryPolicy, StoreUrl};
 
     fn local(dir: &std::path::Path) -> Store {
         let url = StoreUrl::parse(dir.join("bucket").to_str().unwrap()).unwrap();

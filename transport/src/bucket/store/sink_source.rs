@@ -10,9 +10,9 @@ use bytes::Bytes;
 
 use super::lease::HeldLease;
 use super::Store;
+use crate::bucket::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
 use crate::error::{Error, Result};
 use crate::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
-use crate::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
 
 #[async_trait]
 impl SegmentSink for Store {

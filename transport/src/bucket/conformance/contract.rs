@@ -13,13 +13,13 @@ use segment_format::dir::SegmentFileKind;
 use segment_format::partition_metadata::Uuid;
 
 use super::{fresh_prefix, test_bytes};
+use crate::bucket::traits::{SegmentSink, SegmentSource, StagedFile};
 use crate::digest::digest_of;
 use crate::error::{Error, MismatchKind};
 use crate::index::ManifestRead;
 use crate::manifest::{
     KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp, MANIFEST_FORMAT_V1,
 };
-use crate::traits::{SegmentSink, SegmentSource, StagedFile};
 
 /// The lineage every check ships.
 pub const TOPIC_ID: Uuid = Uuid([0x5e; 16]);

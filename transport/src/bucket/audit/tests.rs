@@ -13,9 +13,9 @@ use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::report::Severity;
 
 use super::*;
+use crate::bucket::lease::HeldLease;
+use crate::bucket::store::StoreUrl;
 use crate::digest::digest_of;
-use crate::lease::HeldLease;
-use crate::store::StoreUrl;
 
 const LINK: &str = "dc1";
 const TID: Uuid = Uuid([9; 16]);

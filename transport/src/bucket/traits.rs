@@ -1,11 +1,14 @@
-//! The two sides of a transport: [`SegmentSink`] (a shipper writes to it) and
+//! The two sides of a bucket: [`SegmentSink`] (a shipper writes to it) and
 //! [`SegmentSource`] (an applier, the audit and a resuming shipper read from it).
 //!
-//! Why traits: the object store is one way to carry segment versions; a direct
-//! connection between a shipper and an applier is the next. Both must give the
-//! same guarantees (a commit is atomic and after its files, a stale shipper is
-//! fenced, fetched bytes are verified), so the guarantees are stated once here
-//! and checked once by the conformance suite for every implementation.
+//! Why traits: the guarantees a bucket gives (a commit is atomic and after its
+//! files, a stale shipper is fenced, fetched bytes are verified) are stated once
+//! here, checked once by the conformance suite, and relied on by the shipper, the
+//! applier and the audit without naming a backend. [`Store`](super::Store) (a
+//! local folder or S3) implements them, and so does the conformance suite's
+//! fault-injecting wrapper. The direct link does not: it streams chunks between
+//! live sessions (`direct::session::{ChunkFeed, ChunkApplier}`), with guarantees
+//! of its own stated in `docs/direct-protocol.md`.
 //!
 //! Signatures speak the contract's language only — keys built by
 //! [`crate::manifest`], [`Manifest`]s, [`Lease`]s, [`Digest`]s, local paths —

@@ -9,9 +9,9 @@ use bytes::Bytes;
 
 use super::contract::{manifest_for, partition, stage_version, staged_files, BASE, TOPIC_ID};
 use super::faulty::{Fault, Faulty, Op};
+use crate::bucket::traits::{SegmentSink, SegmentSource};
 use crate::error::{Error, MismatchKind};
 use crate::index::ManifestRead;
-use crate::traits::{SegmentSink, SegmentSource};
 
 /// Run every fault check against `t` (which must have nothing injected).
 pub async fn run_all<T: SegmentSink + SegmentSource>(t: &Faulty<T>) {

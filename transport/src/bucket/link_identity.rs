@@ -5,9 +5,9 @@
 
 pub use segmirror_contract::link_identity::*;
 
+use crate::bucket::Store;
 use crate::error::{Error, Result};
 use crate::manifest::KeyPrefix;
-use crate::Store;
 
 /// What [`claim_link_identity`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub async fn claim_link_identity(store: &Store, prefix: &KeyPrefix, link: &str, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::StoreUrl;
+    use crate::bucket::StoreUrl;
 
     const A: &str = "0123456789abcdef0123456789abcdef";
     const B: &str = "fedcba9876543210fedcba9876543210";

@@ -1,4 +1,4 @@
-//! The transport: one [`Store`] over a local folder or an S3 bucket.
+//! The bucket's backend: one [`Store`] over a local folder or an S3 bucket.
 //!
 //! Everything segmirror puts into or takes out of a bucket goes through this
 //! module, so the properties the rest of the system relies on hold in one place:
@@ -25,7 +25,7 @@
 //!
 //! Blocking file I/O and hashing run in `spawn_blocking`; network I/O on tokio.
 //! Keys are plain `/`-separated strings relative to the store's root (the folder,
-//! or `bucket/prefix`); build them with `crate::manifest`.
+//! or `bucket/prefix`); build them with the contract's `manifest`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -54,7 +54,7 @@ mod local;
 mod sink_source;
 mod url;
 
-pub use crate::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
+pub use crate::bucket::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
 // TEMP-ALIAS: remove when callers move
 pub use crate::digest::{digest_file, digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Dest};
@@ -339,11 +339,6 @@ impl Store {
         self.local.is_some()
     }
 
-    /// The underlying store.
-    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
-        &self.inner
-    }
-
     /// Run `op` until it succeeds, fails permanently, or the attempts run out.
     /// `op` gets the attempt number (1-based).
     async fn retrying<T, F, Fut>(&self, operation: &'static str, key: &str, mut op: F) -> Result<T>
@@ -548,7 +543,7 @@ impl Store {
 
     /// Download `key` into the file at `path` (created or truncated), checking the
     /// size before the first byte and SHA-256 at the end; the file is not fsynced
-    /// (see [`SegmentSource::receive_file`](crate::SegmentSource::receive_file)).
+    /// (see [`SegmentSource::receive_file`](crate::bucket::SegmentSource::receive_file)).
     /// Never holds more than a few chunks in memory. On any failure the file is
     /// removed; a mismatch is [`Error::Mismatch`] and is not retried.
     pub async fn get_to_file(
@@ -563,7 +558,7 @@ impl Store {
             .retrying("get", key, |_| async {
                 let sink = Dest::File(path.to_path_buf());
                 let digest = self.download(key, &location, Some(expected_size), sink).await?;
-                crate::traits::check_received(key, &digest, expected_size, expected_sha256)?;
+                crate::bucket::traits::check_received(key, &digest, expected_size, expected_sha256)?;
                 Ok(digest)
             })
             .await;

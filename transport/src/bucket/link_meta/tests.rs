@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::bucket::store::{Store, StoreUrl};
 use crate::digest::digest_of;
-use crate::store::{Store, StoreUrl};
 use crate::BucketIndex;
 
 const LINK: &str = "east";

@@ -26,10 +26,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::bucket::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
 use crate::digest::digest_of;
 use crate::error::{Error, Result};
 use crate::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
-use crate::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
 
 /// A call of the transport a fault can be injected into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
