@@ -187,6 +187,93 @@ pub(crate) fn promote_with(
     let log_dirs = request.log_dirs();
     // Every reason found is reported at once; the checks below go on as far as they can without the others.
     let mut refusals = Vec::new();
+    let is_log_dir = check_log_dirs(&log_dirs, &mut refusals);
+    let mirror_exists = request.mirror_root.is_dir();
+    if !mirror_exists {
+        refusals.push(Refusal::MirrorRootMissing {
+            path: request.mirror_root.clone(),
+        });
+    }
+    let _mirror_lock = if mirror_exists {
+        lock_the_mirror(request, &mut refusals)?
+    } else {
+        None
+    };
+    // Every log dir's lock, held to the end (replicas: all of them, so no broker of the cluster starts while its
+    // replicas differ).
+    let mut locks: Locks = Locks::default();
+    let mut all_locked = is_log_dir;
+    if is_log_dir {
+        for log_dir in &log_dirs {
+            all_locked &= locks.acquire(log_dir, &mut refusals)?;
+        }
+    }
+    let mut notes = unclean_shutdown_notes(&locks);
+    // Only with every log dir's lock: an interrupted promotion is finished (or its leftovers removed) by the
+    // process that holds them.
+    let mut resumed = Resumed::default();
+    if all_locked {
+        resumed = finish_interrupted(request, catalog, hook, &mut locks, &mut refusals, &mut notes)?;
+    }
+
+    let Some(link) = choose_link(request, catalog, resumed.link.take(), &mut refusals)? else {
+        return Err(Error::Refused { refusals });
+    };
+    let selected: Vec<MirrorPartition> = catalog
+        .partitions(&link)?
+        .into_iter()
+        .filter(|p| request.topics.as_ref().is_none_or(|re| re.is_match(&p.key.topic)))
+        .collect();
+    if selected.is_empty() && resumed.partitions.is_empty() {
+        refusals.push(Refusal::NothingSelected { link });
+        return Err(Error::Refused { refusals });
+    }
+
+    let mut report = PromoteReport {
+        log_dir: request.log_dir.clone(),
+        log_dirs: resumed.log_dirs,
+        link: link.clone(),
+        partitions: Vec::new(),
+        notes,
+        retention_deletes: Vec::new(),
+    };
+    let mut todo = Vec::new();
+    for p in selected {
+        let tp = p.key.topic_partition();
+        if let Some(done) = resumed.partitions.remove(&tp) {
+            report.partitions.push(done);
+        } else if p.state == PartitionState::Promoted {
+            report.partitions.push(already_promoted(&p));
+        } else {
+            todo.push(p);
+        }
+    }
+    report.partitions.extend(resumed.partitions.into_values());
+
+    if !todo.is_empty() && is_log_dir {
+        promote_planned(
+            request,
+            catalog,
+            hook,
+            &link,
+            &todo,
+            mirror_exists,
+            &mut refusals,
+            &mut report,
+        )?;
+    }
+    if !refusals.is_empty() {
+        return Err(Error::Refused { refusals });
+    }
+    report
+        .partitions
+        .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    drop(locks);
+    Ok(report)
+}
+
+/// Refuse a log dir named twice or not a formatted Kafka log dir; `false` when one is not.
+fn check_log_dirs(log_dirs: &[std::path::PathBuf], refusals: &mut Vec<Refusal>) -> bool {
     let mut is_log_dir = true;
     for (i, log_dir) in log_dirs.iter().enumerate() {
         if log_dirs.get(..i).is_some_and(|before| before.contains(log_dir)) {
@@ -200,44 +287,31 @@ pub(crate) fn promote_with(
             is_log_dir = false;
         }
     }
-    let mirror_exists = request.mirror_root.is_dir();
-    if !mirror_exists {
-        refusals.push(Refusal::MirrorRootMissing {
-            path: request.mirror_root.clone(),
-        });
-    }
-    // The mirror's one-applier lock, held to the end: an `apply` or `tail-apply` at work on the mirror could
-    // change a partition between planning and copying (a tail appender grows its active segment with every chunk),
-    // so promotion refuses while one runs, naming it, and keeps them out while it runs.
-    let _mirror_lock = if mirror_exists {
-        match crate::lock::lock_mirror_if_used(&request.mirror_root) {
-            Ok(held) => held,
-            Err(crate::lock::LockError::Locked { path, holder }) => {
-                refusals.push(Refusal::MirrorBusy {
-                    lock_file: path,
-                    holder,
-                });
-                None
-            }
-            Err(e) => {
-                return Err(Error::io(
-                    crate::mirror::apply_lock_file(&request.mirror_root),
-                    std::io::Error::other(e.to_string()),
-                ))
-            }
+    is_log_dir
+}
+
+/// The mirror's one-applier lock, held to the end: an `apply` or `tail-apply` at work on the mirror could change a
+/// partition between planning and copying (a tail appender grows its active segment with every chunk), so promotion
+/// refuses while one runs, naming it, and keeps them out while it runs.
+fn lock_the_mirror(request: &PromoteRequest, refusals: &mut Vec<Refusal>) -> Result<Option<crate::lock::MirrorLock>> {
+    match crate::lock::lock_mirror_if_used(&request.mirror_root) {
+        Ok(held) => Ok(held),
+        Err(crate::lock::LockError::Locked { path, holder }) => {
+            refusals.push(Refusal::MirrorBusy {
+                lock_file: path,
+                holder,
+            });
+            Ok(None)
         }
-    } else {
-        None
-    };
-    // Every log dir's lock, held to the end (replicas: all of them, so no broker of the cluster starts while its
-    // replicas differ).
-    let mut locks: Locks = Locks::default();
-    let mut all_locked = is_log_dir;
-    if is_log_dir {
-        for log_dir in &log_dirs {
-            all_locked &= locks.acquire(log_dir, &mut refusals)?;
-        }
+        Err(e) => Err(Error::io(
+            crate::mirror::apply_lock_file(&request.mirror_root),
+            std::io::Error::other(e.to_string()),
+        )),
     }
+}
+
+/// A note for each locked log dir its broker did not stop cleanly.
+fn unclean_shutdown_notes(locks: &Locks) -> Vec<String> {
     let mut notes = Vec::new();
     for log_dir in locks.dirs() {
         if !log_dir.join(CLEAN_SHUTDOWN_FILE).exists() {
@@ -248,58 +322,87 @@ pub(crate) fn promote_with(
             ));
         }
     }
-    let mut resumed: BTreeMap<TopicPartition, PromotedPartition> = BTreeMap::new();
-    let mut replica_reports = Vec::new();
-    let mut link_from_journal = None;
-    // Only with every log dir's lock: an interrupted promotion is finished (or its leftovers removed) by the
-    // process that holds them.
-    if all_locked {
-        let mut finished: Vec<Journal> = Vec::new();
-        for log_dir in &log_dirs {
-            let staging = log_dir.join(PROMOTION_DIR);
-            if let Some(journal) = read_journal(&staging)? {
-                if finished.contains(&journal) {
-                    continue;
-                }
-                // A log dir of the interrupted promotion the request does not name is locked too.
-                for (dir, _) in journal.per_log_dir(log_dir) {
-                    if !locks.acquire(&dir, &mut refusals)? {
-                        return Err(Error::Refused { refusals });
-                    }
-                }
-                notes.push(format!(
-                    "finished an interrupted promotion of {} partition(s) of link {:?}",
-                    journal.partitions.len(),
-                    journal.link
-                ));
-                let kill = KillSwitch::of(request);
-                let executed = execute(
-                    &journal,
-                    log_dir,
-                    catalog,
-                    hook,
-                    Outcome::Resumed,
-                    request.parallel,
-                    kill,
-                )?;
-                for p in executed.partitions {
-                    resumed.insert(TopicPartition::new(p.topic.clone(), p.partition), p);
-                }
-                replica_reports.extend(executed.log_dirs);
-                link_from_journal = Some(journal.link.clone());
-                finished.push(journal);
-            } else if staging.exists() {
-                // A crash before the journal was durable (nothing of it was used) or after the log dir was
-                // recorded (nothing left to do).
-                remove_dir_all(&staging)?;
-                fsync_dir(log_dir)?;
+    notes
+}
+
+/// What finishing interrupted promotions did.
+#[derive(Default)]
+struct Resumed {
+    partitions: BTreeMap<TopicPartition, PromotedPartition>,
+    log_dirs: Vec<ReplicaReport>,
+    /// The link of the (last) interrupted promotion, chosen when the request names none.
+    link: Option<String>,
+}
+
+/// Finish every interrupted promotion found in the request's log dirs (its journal in `PROMOTION_DIR`), or remove
+/// the leftovers of one that crashed before its journal was durable.
+fn finish_interrupted(
+    request: &PromoteRequest,
+    catalog: &mut Catalog,
+    hook: &mut dyn FnMut(Step),
+    locks: &mut Locks,
+    refusals: &mut Vec<Refusal>,
+    notes: &mut Vec<String>,
+) -> Result<Resumed> {
+    let mut resumed = Resumed::default();
+    let mut finished: Vec<Journal> = Vec::new();
+    for log_dir in &request.log_dirs() {
+        let staging = log_dir.join(PROMOTION_DIR);
+        if let Some(journal) = read_journal(&staging)? {
+            if finished.contains(&journal) {
+                continue;
             }
+            // A log dir of the interrupted promotion the request does not name is locked too.
+            for (dir, _) in journal.per_log_dir(log_dir) {
+                if !locks.acquire(&dir, refusals)? {
+                    return Err(Error::Refused {
+                        refusals: std::mem::take(refusals),
+                    });
+                }
+            }
+            notes.push(format!(
+                "finished an interrupted promotion of {} partition(s) of link {:?}",
+                journal.partitions.len(),
+                journal.link
+            ));
+            let kill = KillSwitch::of(request);
+            let executed = execute(
+                &journal,
+                log_dir,
+                catalog,
+                hook,
+                Outcome::Resumed,
+                request.parallel,
+                kill,
+            )?;
+            for p in executed.partitions {
+                resumed
+                    .partitions
+                    .insert(TopicPartition::new(p.topic.clone(), p.partition), p);
+            }
+            resumed.log_dirs.extend(executed.log_dirs);
+            resumed.link = Some(journal.link.clone());
+            finished.push(journal);
+        } else if staging.exists() {
+            // A crash before the journal was durable (nothing of it was used) or after the log dir was
+            // recorded (nothing left to do).
+            remove_dir_all(&staging)?;
+            fsync_dir(log_dir)?;
         }
     }
+    Ok(resumed)
+}
 
+/// The link to promote: the one named (looked up, never created: a mistyped --link is a refusal), else the one an
+/// interrupted promotion was of, else the catalog's only one. `None` with a refusal.
+fn choose_link(
+    request: &PromoteRequest,
+    catalog: &Catalog,
+    link_from_journal: Option<String>,
+    refusals: &mut Vec<Refusal>,
+) -> Result<Option<String>> {
     let links: Vec<String> = catalog.links()?.into_iter().map(|l| l.name).collect();
-    let link = match (&request.link, link_from_journal) {
-        // Looked up, never created: a mistyped --link is a refusal.
+    Ok(match (&request.link, link_from_journal) {
         (Some(name), _) if links.contains(name) => Some(name.clone()),
         (Some(name), _) => {
             refusals.push(Refusal::UnknownLink {
@@ -316,85 +419,59 @@ pub(crate) fn promote_with(
                 None
             }
         },
-    };
-    let Some(link) = link else {
-        return Err(Error::Refused { refusals });
-    };
-    let selected: Vec<MirrorPartition> = catalog
-        .partitions(&link)?
-        .into_iter()
-        .filter(|p| request.topics.as_ref().is_none_or(|re| re.is_match(&p.key.topic)))
-        .collect();
-    if selected.is_empty() && resumed.is_empty() {
-        refusals.push(Refusal::NothingSelected { link });
-        return Err(Error::Refused { refusals });
-    }
+    })
+}
 
-    let mut report = PromoteReport {
-        log_dir: request.log_dir.clone(),
-        log_dirs: replica_reports,
-        link: link.clone(),
-        partitions: Vec::new(),
-        notes,
-        retention_deletes: Vec::new(),
-    };
-    let mut todo = Vec::new();
-    for p in selected {
-        let tp = p.key.topic_partition();
-        if let Some(done) = resumed.remove(&tp) {
-            report.partitions.push(done);
-        } else if p.state == PartitionState::Promoted {
-            report.partitions.push(already_promoted(&p));
-        } else {
-            todo.push(p);
-        }
-    }
-    report.partitions.extend(resumed.into_values());
-
-    if !todo.is_empty() && is_log_dir {
-        let all = catalog.partitions(&link)?;
-        let plan = plan(request, &all, &todo, mirror_exists, &mut refusals)?;
-        report.notes.extend(plan.notes);
-        report.retention_deletes = plan.retention_deletes;
-        if !refusals.is_empty() {
-            return Err(Error::Refused { refusals });
-        }
-        let planned = plan.planned;
-        let previous: BTreeMap<TopicPartition, PartitionState> =
-            todo.iter().map(|p| (p.key.topic_partition(), p.state)).collect();
-        pause(catalog, &link, &request.mirror_root, &planned, &previous)?;
-        let journal = Journal {
-            format: JOURNAL_FORMAT.to_string(),
-            link: link.clone(),
-            mirror_root: request.mirror_root.clone(),
-            partitions: planned,
-            replicas: plan.replicas,
-        };
-        // One plan, journaled into every log dir before anything is built: a rerun finds it in any of them.
-        for replica in &journal.replicas {
-            write_journal(&journal, &replica.log_dir, &replica.log_dir.join(PROMOTION_DIR))?;
-        }
-        hook(Step::Journaled);
-        let executed = execute(
-            &journal,
-            &request.log_dir,
-            catalog,
-            hook,
-            Outcome::Promoted,
-            request.parallel,
-            KillSwitch::of(request),
-        )?;
-        report.partitions.extend(executed.partitions);
-        report.log_dirs.extend(executed.log_dirs);
-    }
+/// Plan the partitions `todo` (every check; a refusal stops here with nothing changed), pause them, journal the
+/// plan into every log dir, then build and hand them over; their outcomes go to `report`.
+#[allow(clippy::too_many_arguments)]
+fn promote_planned(
+    request: &PromoteRequest,
+    catalog: &mut Catalog,
+    hook: &mut dyn FnMut(Step),
+    link: &str,
+    todo: &[MirrorPartition],
+    mirror_exists: bool,
+    refusals: &mut Vec<Refusal>,
+    report: &mut PromoteReport,
+) -> Result<()> {
+    let all = catalog.partitions(link)?;
+    let plan = plan(request, &all, todo, mirror_exists, refusals)?;
+    report.notes.extend(plan.notes);
+    report.retention_deletes = plan.retention_deletes;
     if !refusals.is_empty() {
-        return Err(Error::Refused { refusals });
+        return Err(Error::Refused {
+            refusals: std::mem::take(refusals),
+        });
     }
-    report
-        .partitions
-        .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-    drop(locks);
-    Ok(report)
+    let planned = plan.planned;
+    let previous: BTreeMap<TopicPartition, PartitionState> =
+        todo.iter().map(|p| (p.key.topic_partition(), p.state)).collect();
+    pause(catalog, link, &request.mirror_root, &planned, &previous)?;
+    let journal = Journal {
+        format: JOURNAL_FORMAT.to_string(),
+        link: link.to_string(),
+        mirror_root: request.mirror_root.clone(),
+        partitions: planned,
+        replicas: plan.replicas,
+    };
+    // One plan, journaled into every log dir before anything is built: a rerun finds it in any of them.
+    for replica in &journal.replicas {
+        write_journal(&journal, &replica.log_dir, &replica.log_dir.join(PROMOTION_DIR))?;
+    }
+    hook(Step::Journaled);
+    let executed = execute(
+        &journal,
+        &request.log_dir,
+        catalog,
+        hook,
+        Outcome::Promoted,
+        request.parallel,
+        KillSwitch::of(request),
+    )?;
+    report.partitions.extend(executed.partitions);
+    report.log_dirs.extend(executed.log_dirs);
+    Ok(())
 }
 
 /// The log dirs' locks a run holds.

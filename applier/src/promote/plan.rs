@@ -126,80 +126,140 @@ pub(super) fn plan(
     mirror_exists: bool,
     refusals: &mut Vec<Refusal>,
 ) -> Result<Plan> {
-    let mut planned = Vec::new();
-    let mut notes = Vec::new();
-    let mut retention_deletes = Vec::new();
-    let log_dirs = request.log_dirs();
-    let targets = log_dirs
-        .iter()
-        .map(|d| target::TargetLogDir::open(d))
-        .collect::<Result<Vec<_>>>()?;
-    let mut replicas: Vec<ReplicaDir> = log_dirs
-        .iter()
-        .map(|d| ReplicaDir {
-            log_dir: d.clone(),
-            partitions: Vec::new(),
-        })
-        .collect();
-    let settings = match retention::TargetSettings::load(&request.log_dir, request.target_config.as_deref()) {
-        Ok(settings) => Some(settings),
-        // The operator named this file: a refusal (retention is not judged without it), not a guess.
-        Err(Error::Format(e)) => {
-            refusals.push(Refusal::TargetConfigUnreadable {
-                path: e.path().to_path_buf(),
-                reason: e.to_string(),
-            });
-            None
-        }
-        Err(e) => return Err(e),
-    };
-    let topics: BTreeSet<&str> = todo.iter().map(|p| p.key.topic.as_str()).collect();
-    let mut retentions = BTreeMap::new();
-    for topic in &topics {
-        let mirror_partitions = all.iter().filter(|p| p.key.topic == *topic).count();
-        // With replicas, a broker holds only the partitions assigned to it: together they must hold every one.
-        let target_partitions = match targets.as_slice() {
-            [one] => one.partition_count(topic),
-            several => several
-                .iter()
-                .flat_map(|t| t.partitions_of(topic).iter().copied())
-                .collect::<BTreeSet<i32>>()
-                .len(),
-        };
-        if mirror_partitions != target_partitions {
-            refusals.push(Refusal::PartitionCountMismatch {
-                topic: topic.to_string(),
-                mirror_partitions,
-                target_partitions,
-            });
-        }
-        let Some(settings) = &settings else { continue };
-        match settings.as_ref().map_err(Clone::clone).and_then(|s| s.retention(topic)) {
-            Ok(r) => {
-                retentions.insert(topic.to_string(), r);
+    let mut planner = Planner::new(request, refusals)?;
+    planner.check_topics(all, todo);
+    for p in todo {
+        planner.plan_partition(p, mirror_exists)?;
+    }
+    planner.check_topic_ids();
+    planner.finish(all, todo)
+}
+
+/// One planning walk: the target log dirs and settings read once, what each partition and topic showed so far,
+/// and the refusals found.
+struct Planner<'a> {
+    request: &'a PromoteRequest,
+    refusals: &'a mut Vec<Refusal>,
+    log_dirs: Vec<PathBuf>,
+    targets: Vec<target::TargetLogDir>,
+    /// Each log dir with the partitions it gets.
+    replicas: Vec<ReplicaDir>,
+    /// The target's settings (`None`: `--target-config` unreadable, refused), or why its retention is unknown.
+    settings: Option<std::result::Result<retention::TargetSettings, retention::Unknown>>,
+    /// Each selected topic's retention on the target, where known.
+    retentions: BTreeMap<String, retention::TopicRetention>,
+    /// The target topic id of each planned partition, by topic.
+    ids: BTreeMap<String, BTreeMap<i32, String>>,
+    now_ms: i64,
+    planned: Vec<Planned>,
+    notes: Vec<String>,
+    retention_deletes: Vec<RetentionLoss>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(request: &'a PromoteRequest, refusals: &'a mut Vec<Refusal>) -> Result<Self> {
+        let log_dirs = request.log_dirs();
+        let targets = log_dirs
+            .iter()
+            .map(|d| target::TargetLogDir::open(d))
+            .collect::<Result<Vec<_>>>()?;
+        let replicas: Vec<ReplicaDir> = log_dirs
+            .iter()
+            .map(|d| ReplicaDir {
+                log_dir: d.clone(),
+                partitions: Vec::new(),
+            })
+            .collect();
+        let settings = match retention::TargetSettings::load(&request.log_dir, request.target_config.as_deref()) {
+            Ok(settings) => Some(settings),
+            // The operator named this file: a refusal (retention is not judged without it), not a guess.
+            Err(Error::Format(e)) => {
+                refusals.push(Refusal::TargetConfigUnreadable {
+                    path: e.path().to_path_buf(),
+                    reason: e.to_string(),
+                });
+                None
             }
-            Err(unknown) if request.allow_retention_delete => notes.push(format!(
-                "topic {topic}: retention not checked ({unknown}); the target may delete promoted data at start"
-            )),
-            Err(unknown) => refusals.push(Refusal::RetentionUnknown {
-                topic: topic.to_string(),
-                reason: unknown.to_string(),
-            }),
+            Err(e) => return Err(e),
+        };
+        Ok(Planner {
+            request,
+            refusals,
+            log_dirs,
+            targets,
+            replicas,
+            settings,
+            retentions: BTreeMap::new(),
+            ids: BTreeMap::new(),
+            now_ms: now_ms(),
+            planned: Vec::new(),
+            notes: Vec::new(),
+            retention_deletes: Vec::new(),
+        })
+    }
+
+    /// Per selected topic: as many partitions on the target as in the mirror, and the target's retention known
+    /// (or a note, with `allow_retention_delete`).
+    fn check_topics(&mut self, all: &[MirrorPartition], todo: &[MirrorPartition]) {
+        let topics: BTreeSet<&str> = todo.iter().map(|p| p.key.topic.as_str()).collect();
+        for topic in &topics {
+            let mirror_partitions = all.iter().filter(|p| p.key.topic == *topic).count();
+            // With replicas, a broker holds only the partitions assigned to it: together they must hold every one.
+            let target_partitions = match self.targets.as_slice() {
+                [one] => one.partition_count(topic),
+                several => several
+                    .iter()
+                    .flat_map(|t| t.partitions_of(topic).iter().copied())
+                    .collect::<BTreeSet<i32>>()
+                    .len(),
+            };
+            if mirror_partitions != target_partitions {
+                self.refusals.push(Refusal::PartitionCountMismatch {
+                    topic: topic.to_string(),
+                    mirror_partitions,
+                    target_partitions,
+                });
+            }
+            let Some(settings) = &self.settings else { continue };
+            match settings.as_ref().map_err(Clone::clone).and_then(|s| s.retention(topic)) {
+                Ok(r) => {
+                    self.retentions.insert(topic.to_string(), r);
+                }
+                Err(unknown) if self.request.allow_retention_delete => self.notes.push(format!(
+                    "topic {topic}: retention not checked ({unknown}); the target may delete promoted data at start"
+                )),
+                Err(unknown) => self.refusals.push(Refusal::RetentionUnknown {
+                    topic: topic.to_string(),
+                    reason: unknown.to_string(),
+                }),
+            }
         }
     }
-    let now_ms = now_ms();
-    let mut ids: BTreeMap<String, BTreeMap<i32, String>> = BTreeMap::new();
-    for p in todo {
+
+    /// One partition: both sides inspected (even when one refuses, so one run names every problem), what the
+    /// target's retention would delete, and the plan down to its offsets and open transactions.
+    fn plan_partition(&mut self, p: &MirrorPartition, mirror_exists: bool) -> Result<()> {
         let tp = p.key.topic_partition();
-        // Both sides are inspected even when one refuses, so one run names every problem.
         let mirror = if mirror_exists {
-            inspect_mirror(&request.mirror_root, p, &tp, refusals)?
+            inspect_mirror(&self.request.mirror_root, p, &tp, self.refusals)?
         } else {
             None
         };
-        // Installed into every log dir holding the partition's directory (Kafka creates it on each replica); with
-        // none, the first log dir's refusal names what is missing.
-        let mut holders: Vec<usize> = (0..targets.len()).filter(|i| targets[*i].holds(&tp)).collect();
+        let found = self.inspect_targets(&tp)?;
+        let Some(mirror) = mirror else { return Ok(()) };
+        self.check_retention(&tp, &mirror)?;
+        let Some(found) = found else { return Ok(()) };
+        let planned = self.planned(p, &tp, mirror, &found)?;
+        self.planned.push(planned);
+        Ok(())
+    }
+
+    /// The partition in every log dir holding its directory (Kafka creates it on each replica; with none, the first
+    /// log dir's refusal names what is missing): its facts when every replica has them and they agree on the topic
+    /// id. The log dirs that get it are recorded.
+    fn inspect_targets(&mut self, tp: &TopicPartition) -> Result<Option<target::TargetFacts>> {
+        let targets = &self.targets;
+        let mut holders: Vec<usize> = (0..targets.len()).filter(|i| targets[*i].holds(tp)).collect();
         if holders.is_empty() {
             holders.push(0);
         }
@@ -207,9 +267,9 @@ pub(super) fn plan(
         let mut replica_ids: Vec<(PathBuf, String)> = Vec::new();
         let mut every_replica = true;
         for i in &holders {
-            match targets[*i].inspect_partition(&tp, request.force, refusals)? {
+            match targets[*i].inspect_partition(tp, self.request.force, self.refusals)? {
                 Some(facts) => {
-                    replica_ids.push((log_dirs[*i].clone(), facts.topic_id.to_string()));
+                    replica_ids.push((self.log_dirs[*i].clone(), facts.topic_id.to_string()));
                     // The highest epoch any replica led in: every replica gets the same bytes, and no replica's
                     // epoch cache is ahead of them.
                     found = Some(match found {
@@ -224,7 +284,7 @@ pub(super) fn plan(
             .iter()
             .any(|(_, id)| replica_ids.first().is_some_and(|(_, first)| first != id))
         {
-            refusals.push(Refusal::ReplicaTopicIdsDiffer {
+            self.refusals.push(Refusal::ReplicaTopicIdsDiffer {
                 partition: tp.clone(),
                 ids: replica_ids,
             });
@@ -232,43 +292,61 @@ pub(super) fn plan(
         }
         let found = found.filter(|_| every_replica);
         if let Some(found) = &found {
-            ids.entry(tp.topic.clone())
+            self.ids
+                .entry(tp.topic.clone())
                 .or_default()
                 .insert(tp.partition, found.topic_id.to_string());
             for i in &holders {
-                replicas[*i].partitions.push(tp.dir_name());
+                self.replicas[*i].partitions.push(tp.dir_name());
             }
         }
-        let Some(mirror) = mirror else { continue };
-        if let Some(r) = retentions.get(&tp.topic) {
-            let dir = request.mirror_root.join(tp.dir_name());
-            let ages = retention::segment_ages(&dir, &mirror.segments, mirror.log_end_offset)?;
-            let doomed = retention::predict(r, &ages, now_ms);
-            if let Some(last) = doomed.last() {
-                let loss = RetentionLoss {
-                    partition: tp.clone(),
-                    retention: r.clone(),
-                    now_ms,
-                    cutoff_ms: r.retention_ms.map(|ms| now_ms.saturating_sub(ms)),
-                    oldest_segment_max_timestamp: ages.first().and_then(|a| a.max_timestamp),
-                    log_bytes: ages.iter().map(|a| a.bytes).sum(),
-                    first_kept_offset: last.end_offset,
-                    log_start_offset: mirror.log_start_offset,
-                    log: dir.join(segment_file_name(
-                        doomed.first().map_or(last.base_offset, |d| d.base_offset),
-                        SegmentFileKind::Log,
-                    )),
-                    segments: doomed,
-                };
-                if request.allow_retention_delete {
-                    retention_deletes.push(loss);
-                } else {
-                    refusals.push(Refusal::RetentionWouldDelete(Box::new(loss)));
-                }
+        Ok(found)
+    }
+
+    /// What the target topic's retention would delete of the promoted partition at the broker's first check:
+    /// refused, or reported with `allow_retention_delete`.
+    fn check_retention(&mut self, tp: &TopicPartition, mirror: &MirrorFacts) -> Result<()> {
+        let Some(r) = self.retentions.get(&tp.topic) else {
+            return Ok(());
+        };
+        let now_ms = self.now_ms;
+        let dir = self.request.mirror_root.join(tp.dir_name());
+        let ages = retention::segment_ages(&dir, &mirror.segments, mirror.log_end_offset)?;
+        let doomed = retention::predict(r, &ages, now_ms);
+        if let Some(last) = doomed.last() {
+            let loss = RetentionLoss {
+                partition: tp.clone(),
+                retention: r.clone(),
+                now_ms,
+                cutoff_ms: r.retention_ms.map(|ms| now_ms.saturating_sub(ms)),
+                oldest_segment_max_timestamp: ages.first().and_then(|a| a.max_timestamp),
+                log_bytes: ages.iter().map(|a| a.bytes).sum(),
+                first_kept_offset: last.end_offset,
+                log_start_offset: mirror.log_start_offset,
+                log: dir.join(segment_file_name(
+                    doomed.first().map_or(last.base_offset, |d| d.base_offset),
+                    SegmentFileKind::Log,
+                )),
+                segments: doomed,
+            };
+            if self.request.allow_retention_delete {
+                self.retention_deletes.push(loss);
+            } else {
+                self.refusals.push(Refusal::RetentionWouldDelete(Box::new(loss)));
             }
         }
-        let Some(found) = found else { continue };
-        let mut mirror = mirror;
+        Ok(())
+    }
+
+    /// The partition's plan: the mirror cut at the consistent cut (if asked for), its open transactions found.
+    fn planned(
+        &self,
+        p: &MirrorPartition,
+        tp: &TopicPartition,
+        mut mirror: MirrorFacts,
+        found: &target::TargetFacts,
+    ) -> Result<Planned> {
+        let request = self.request;
         let mut consistent = None;
         if let Some(at) = request.consistent_cut {
             let dir = request.mirror_root.join(tp.dir_name());
@@ -292,7 +370,7 @@ pub(super) fn plan(
             &mirror.snapshots,
             mirror.log_end_offset,
         )?;
-        planned.push(Planned {
+        Ok(Planned {
             topic: tp.topic.clone(),
             partition: tp.partition,
             target_topic_id: found.topic_id.to_string(),
@@ -303,51 +381,60 @@ pub(super) fn plan(
             snapshots: mirror.snapshots,
             previous_state: p.state.as_str().to_string(),
             cut,
-            cut_timestamp: now_ms,
+            cut_timestamp: self.now_ms,
             tail_active: mirror.tail_active,
             handover: false,
             consistent_cut: consistent,
-        });
+        })
     }
-    for (topic, ids) in ids {
-        let distinct: BTreeSet<&String> = ids.values().collect();
-        if distinct.len() > 1 {
-            refusals.push(Refusal::TargetTopicIdsDiffer { topic, ids });
-        } else if let (Some(Ok(settings)), Some(id)) = (&settings, distinct.first()) {
-            // The broker keeps a partition directory only if the metadata log names the same topic id.
-            let metadata_topic_id = settings.topic_id(&topic);
-            if metadata_topic_id.as_ref() != Some(*id) {
-                refusals.push(Refusal::TargetTopicIdDisagrees {
-                    topic,
-                    metadata_log: settings.metadata_dir.clone(),
-                    metadata_topic_id,
-                    partition_topic_id: (*id).clone(),
-                });
+
+    /// Per topic: its planned partitions carry one topic id, the one the target's metadata log names for it.
+    fn check_topic_ids(&mut self) {
+        for (topic, ids) in std::mem::take(&mut self.ids) {
+            let distinct: BTreeSet<&String> = ids.values().collect();
+            if distinct.len() > 1 {
+                self.refusals.push(Refusal::TargetTopicIdsDiffer { topic, ids });
+            } else if let (Some(Ok(settings)), Some(id)) = (&self.settings, distinct.first()) {
+                // The broker keeps a partition directory only if the metadata log names the same topic id.
+                let metadata_topic_id = settings.topic_id(&topic);
+                if metadata_topic_id.as_ref() != Some(*id) {
+                    self.refusals.push(Refusal::TargetTopicIdDisagrees {
+                        topic,
+                        metadata_log: settings.metadata_dir.clone(),
+                        metadata_topic_id,
+                        partition_topic_id: (*id).clone(),
+                    });
+                }
             }
         }
     }
-    // Renamed only into the last log dir that gets a partition: those must share the mirror's file system.
-    let rename_into: Vec<PathBuf> = replicas
-        .iter()
-        .enumerate()
-        .filter(|(i, r)| {
-            r.partitions
-                .iter()
-                .any(|name| !replicas[i + 1..].iter().any(|l| l.partitions.contains(name)))
+
+    /// How the plan hands files over, decided for all its partitions, and the log dirs that get any.
+    fn finish(mut self, all: &[MirrorPartition], todo: &[MirrorPartition]) -> Result<Plan> {
+        let replicas = &self.replicas;
+        // Renamed only into the last log dir that gets a partition: those must share the mirror's file system.
+        let rename_into: Vec<PathBuf> = replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| {
+                r.partitions
+                    .iter()
+                    .any(|name| !replicas[i + 1..].iter().any(|l| l.partitions.contains(name)))
+            })
+            .map(|(_, r)| r.log_dir.clone())
+            .collect();
+        let rename = decide_handover(self.request, &rename_into, all, todo, &mut self.notes, self.refusals)?;
+        for p in &mut self.planned {
+            p.handover = rename;
+        }
+        self.replicas.retain(|r| !r.partitions.is_empty());
+        Ok(Plan {
+            planned: self.planned,
+            replicas: self.replicas,
+            notes: self.notes,
+            retention_deletes: self.retention_deletes,
         })
-        .map(|(_, r)| r.log_dir.clone())
-        .collect();
-    let rename = decide_handover(request, &rename_into, all, todo, &mut notes, refusals)?;
-    for p in &mut planned {
-        p.handover = rename;
     }
-    replicas.retain(|r| !r.partitions.is_empty());
-    Ok(Plan {
-        planned,
-        replicas,
-        notes,
-        retention_deletes,
-    })
 }
 
 /// Whether this promotion hands the mirror's files over by rename ([`Handover`]); a refusal for `Rename` across

@@ -117,26 +117,42 @@ pub enum Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refusal::BrokerRunning { lock_file } => write!(
-                f,
-                "{} is locked: the broker is running; stop it cleanly first",
-                lock_file.display()
-            ),
-            Refusal::NotALogDir { log_dir } => write!(
-                f,
-                "{} has no {META_PROPERTIES_FILE}: not a formatted Kafka log dir",
-                log_dir.display()
-            ),
+            Refusal::NoLink { .. }
+            | Refusal::UnknownLink { .. }
+            | Refusal::MirrorRootMissing { .. }
+            | Refusal::NothingSelected { .. }
+            | Refusal::HandoverAcrossFileSystems { .. }
+            | Refusal::DuplicateLogDir { .. } => self.fmt_selection(f),
+            Refusal::MirrorPartitionMissing { .. }
+            | Refusal::MirrorUnexpectedFile { .. }
+            | Refusal::NothingInstalled { .. }
+            | Refusal::MirrorBusy { .. }
+            | Refusal::TailActiveSizeMismatch { .. }
+            | Refusal::TailStateUnreadable { .. }
+            | Refusal::MirrorCatalogMismatch { .. }
+            | Refusal::LogStartBeyondEnd { .. }
+            | Refusal::MirrorChanged { .. } => self.fmt_mirror(f),
+            Refusal::BrokerRunning { .. }
+            | Refusal::NotALogDir { .. }
+            | Refusal::ReplicaTopicIdsDiffer { .. }
+            | Refusal::TargetPartitionMissing { .. }
+            | Refusal::TargetTopicIdMissing { .. }
+            | Refusal::TargetTopicIdsDiffer { .. }
+            | Refusal::PartitionCountMismatch { .. }
+            | Refusal::TargetNotEmpty { .. }
+            | Refusal::TargetTopicIdDisagrees { .. }
+            | Refusal::TargetConfigUnreadable { .. }
+            | Refusal::RetentionUnknown { .. }
+            | Refusal::RetentionWouldDelete(..) => self.fmt_target(f),
+        }
+    }
+}
+
+impl Refusal {
+    /// What was asked for: the link, the mirror root, the selection, the handover, the log dirs named.
+    fn fmt_selection(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Refusal::DuplicateLogDir { log_dir } => write!(f, "log dir {} is named twice", log_dir.display()),
-            Refusal::ReplicaTopicIdsDiffer { partition, ids } => write!(
-                f,
-                "{partition}: the replicas' log dirs carry different topic ids ({}); name the log dirs of one \
-                 target cluster's brokers",
-                ids.iter()
-                    .map(|(dir, id)| format!("{}: {id}", dir.display()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
             Refusal::NoLink { links } if links.is_empty() => f.write_str("the catalog holds no link"),
             Refusal::NoLink { links } => write!(
                 f,
@@ -167,6 +183,14 @@ impl fmt::Display for Refusal {
             Refusal::NothingSelected { link } => {
                 write!(f, "no partition of link {link:?} matches the topic selection")
             }
+            // Not of this group: `fmt` sends each variant to its own.
+            other => write!(f, "{other:?}"),
+        }
+    }
+
+    /// The mirror: its partitions, files, lock and state against the catalog.
+    fn fmt_mirror(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Refusal::MirrorPartitionMissing { partition, path } => write!(
                 f,
                 "{partition}: the catalog records it, but the mirror has no {}",
@@ -229,6 +253,33 @@ impl fmt::Display for Refusal {
                 "{partition}: the mirror changed during an interrupted promotion: {} ends at offset \
                  {found_end_offset}, the journal planned {planned_end_offset}",
                 log.display()
+            ),
+            // Not of this group: `fmt` sends each variant to its own.
+            other => write!(f, "{other:?}"),
+        }
+    }
+
+    /// The target: its log dirs, partitions, topic ids, metadata log, config and retention.
+    fn fmt_target(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::BrokerRunning { lock_file } => write!(
+                f,
+                "{} is locked: the broker is running; stop it cleanly first",
+                lock_file.display()
+            ),
+            Refusal::NotALogDir { log_dir } => write!(
+                f,
+                "{} has no {META_PROPERTIES_FILE}: not a formatted Kafka log dir",
+                log_dir.display()
+            ),
+            Refusal::ReplicaTopicIdsDiffer { partition, ids } => write!(
+                f,
+                "{partition}: the replicas' log dirs carry different topic ids ({}); name the log dirs of one \
+                 target cluster's brokers",
+                ids.iter()
+                    .map(|(dir, id)| format!("{}: {id}", dir.display()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Refusal::TargetPartitionMissing { partition, path } => write!(
                 f,
@@ -300,6 +351,8 @@ impl fmt::Display for Refusal {
                 "{loss}; raise the target topic's retention.ms/retention.bytes first, or give \
                  --allow-retention-delete to promote anyway"
             ),
+            // Not of this group: `fmt` sends each variant to its own.
+            other => write!(f, "{other:?}"),
         }
     }
 }
