@@ -2,7 +2,9 @@
 //! long time or in several steps, with its wiring, so it can be used and tested without the binary.
 //!
 //! - [`failover`]: the failover of a link onto its target cluster, its steps, journal and report.
+//! - [`apply`]: the appliers, bucket (once or following the store) and direct.
 //! - [`ship::ShipService`]: the direct shipper (discovery, high watermarks, leadership, the link's metadata).
+//! - [`ship_bucket::BucketShipService`]: the continuous shipper through a bucket.
 //! - [`serve`]: the HTTP admin API and `/metrics` of the long-running services, with the figures they keep.
 //! - [`link`] and [`link_gate`]: a direct link's endpoint and events, and the link record that gates a running
 //!   service (pause, resume, promoted, deleted).
@@ -15,6 +17,7 @@
 //! its settings as plain values and a shutdown token (`tokio_util::sync::CancellationToken`), so a test (or another
 //! front end) runs it directly.
 
+pub mod apply;
 pub mod bucket_ends;
 pub mod catalog;
 pub mod failover;
@@ -23,6 +26,7 @@ pub mod link_gate;
 pub mod runtime;
 pub mod serve;
 pub mod ship;
+pub mod ship_bucket;
 
 /// An error and its causes on one line, each cause once: `what failed: why: root cause`.
 ///

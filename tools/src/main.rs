@@ -6,7 +6,7 @@
 //!
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found,
 //! 2 usage or I/O error. A long-running service whose link is promoted or deleted has
-//! reached its link's end, not failed: 0 (`cli::link_gate::end_on_closed`).
+//! reached its link's end, not failed: 0 (`segmirror_service::link_gate::end_on_closed`).
 
 use std::process::ExitCode;
 
@@ -15,10 +15,10 @@ use clap::{Parser, Subcommand};
 mod cli;
 mod cmd;
 
-use cli::link_gate::end_on_closed;
 use cli::logging::LogFormat;
 use cli::runtime::Runtime;
 use cli::EXIT_USAGE_OR_IO;
+use segmirror_service::link_gate::end_on_closed;
 
 /// Physical replication of Apache Kafka partitions: ships the broker's own log
 /// segments byte for byte, so every record keeps its offset.

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-pub use segmirror_service::link::{link_config, shutdown_on_signal, EndpointConfig};
+pub use segmirror_service::link::{shutdown_on_signal, EndpointConfig};
 
 /// Where the link goes and how it is secured. Exactly one of `--connect`/`--listen`, exactly one of
 /// `--plaintext`/`--tls-cert` (with `--tls-key` and `--tls-ca`).

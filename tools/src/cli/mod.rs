@@ -19,7 +19,7 @@ pub mod table;
 pub mod tail_lag;
 pub mod target_report;
 
-pub use segmirror_service::{bucket_ends, link_gate, runtime, serve};
+pub use segmirror_service::runtime;
 
 /// Exit status meaning "usage or I/O error".
 pub const EXIT_USAGE_OR_IO: u8 = 2;

@@ -14,20 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
-use segmirror_applier::follow::{follow, FollowConfig, DEFAULT_POLL_INTERVAL};
+use segmirror_applier::follow::DEFAULT_POLL_INTERVAL;
 use segmirror_applier::report::LinkMetaOutcome;
-use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress, SkipSegment, Verdict};
-use segmirror_transport::manifest::KeyPrefix;
-use segmirror_transport::{Store, StoreUrl};
+use segmirror_applier::{ApplyReport, PartitionOutcome, Progress, SkipSegment, Verdict};
+use segmirror_service::apply::bucket::{detail, BucketApplyConfig, BucketApplyService};
 
-use crate::cli::bucket_ends::CachedEnds;
-use crate::cli::catalog::{open_mirror_catalog, CATALOG_HELP};
-use crate::cli::link_gate::{ClosedLink, Side};
+use crate::cli::catalog::CATALOG_HELP;
 use crate::cli::metrics::MetricsArgs;
 use crate::cli::runtime::Runtime;
-use crate::cli::serve::admin::CatalogAdmin;
-use crate::cli::serve::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
-use crate::cli::serve::{self, App};
 use crate::cli::store::S3Args;
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
@@ -125,27 +119,43 @@ impl Progress for Bar {
     }
 }
 
+impl Args {
+    fn config(&self) -> BucketApplyConfig {
+        BucketApplyConfig {
+            store: self.store.clone(),
+            mirror: self.mirror.clone(),
+            link: self.link.clone(),
+            prefix: self.prefix.clone(),
+            catalog: self.catalog.clone(),
+            s3: self.s3.options(),
+            deep: self.deep,
+            parallel: self.parallel,
+            wait: self.wait,
+            poll_interval_ms: self.poll_interval_ms,
+            metrics_addr: self.metrics.metrics_addr.clone(),
+        }
+    }
+}
+
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
-    let url = StoreUrl::parse(&args.store)?;
-    // A mistyped folder must fail, not be created and reported as applied.
-    let store = Store::open_existing(&url, &args.s3.options())?;
-    let (catalog_path, catalog) = open_mirror_catalog(args.catalog.clone(), &args.mirror, false)?;
+    let service = BucketApplyService::open(args.config())?;
     if args.metrics.metrics_addr.is_some() && !args.follow {
         anyhow::bail!("--metrics-addr is for a process that keeps running: give --follow too");
     }
-    let mut config = ApplyConfig::new(store, url.to_string(), &args.mirror)
-        .with_prefix(KeyPrefix::new(&args.prefix)?)
-        .with_deep_validation(args.deep)
-        .with_wait_for_lock(args.wait)
-        .with_parallel_partitions(args.parallel);
-    if let Some(link) = &args.link {
-        config = config.with_link(link);
-    }
     if args.follow {
-        return run_follow(config, catalog, catalog_path, &args, runtime);
+        let stats = runtime.block_on(async {
+            let shutdown = crate::cli::link::shutdown_on_signal()?;
+            service.follow(shutdown).await
+        })??;
+        eprintln!(
+            "segmirror apply: stopped after {} run(s): {} version(s) installed, {} byte(s) fetched",
+            stats.runs, stats.segments_installed, stats.bytes_fetched
+        );
+        return Ok(ExitCode::SUCCESS);
     }
+    let catalog_path = service.catalog_path().to_path_buf();
     let bar = Bar::default();
-    let report = runtime.block_on(segmirror_applier::apply(&config, catalog, &bar))??;
+    let report = service.run_once(runtime, &bar)?;
     bar.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -153,213 +163,6 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         print_text(&report, &args.mirror, &catalog_path);
     }
     Ok(exit_code(&report))
-}
-
-/// The figures of a bucket follower: per partition of its link the catalog's installed end, with the bytes and
-/// errors of this process's rounds (the lag against the bucket's newest versions is added by `add_bucket_lag`).
-fn follower_snapshot(
-    status: &segmirror_catalog::Status,
-    link: &str,
-    link_meter: &LinkMeter,
-    rounds: &RoundMeter,
-) -> Snapshot {
-    let Some(recorded) = status.links.iter().find(|l| l.name == link) else {
-        return Snapshot {
-            links: Vec::new(),
-            partitions: rounds.rows(),
-        };
-    };
-    let state = recorded.state.as_str();
-    let mut partitions = rounds.rows();
-    for p in &recorded.partitions {
-        match partitions
-            .iter_mut()
-            .find(|r| r.topic == p.topic && r.partition == p.partition)
-        {
-            Some(row) => row.installed = p.installed_end_offset.max(row.installed),
-            None => {
-                let row = RoundMeter::new(link, false);
-                row.round(
-                    &p.topic,
-                    p.partition,
-                    RoundOutcome {
-                        through: p.installed_end_offset,
-                        bytes: 0,
-                        failed: false,
-                    },
-                );
-                partitions.extend(row.rows());
-            }
-        }
-    }
-    Snapshot {
-        links: vec![link_meter.row(
-            link,
-            state,
-            &["active", "paused", "promoted", "deleted"],
-            partitions.len(),
-        )],
-        partitions,
-    }
-}
-
-/// `--follow`: runs until a signal; one line per run that installed something, a refusal or failure once per
-/// partition until it changes.
-fn run_follow(
-    config: ApplyConfig,
-    catalog: segmirror_catalog::Catalog,
-    catalog_path: PathBuf,
-    args: &Args,
-    runtime: &Runtime,
-) -> anyhow::Result<ExitCode> {
-    let mut follow_config = FollowConfig::new(config);
-    follow_config.poll_interval = std::time::Duration::from_millis(args.poll_interval_ms);
-    let mirror = args.mirror.display().to_string();
-    eprintln!(
-        "segmirror apply: following {} into {mirror} (every {} ms) until SIGTERM/SIGINT",
-        args.store, args.poll_interval_ms
-    );
-    let mut last_problem: std::collections::BTreeMap<String, String> = Default::default();
-    let meter = std::sync::Arc::new(RoundMeter::new(args.link.as_deref().unwrap_or("?"), false));
-    let stats = runtime.block_on(async {
-        let shutdown = crate::cli::link::shutdown_on_signal()?;
-        if let Some(addr) = &args.metrics.metrics_addr {
-            // Pausing needs no gate here: every round reads the link's state from the catalog and skips a paused
-            // link (`applier::apply`).
-            let (gate, _) = tokio::sync::watch::channel(false);
-            let link_meter = std::sync::Arc::new(LinkMeter::default());
-            let (rows, path) = (meter.clone(), catalog_path.clone());
-            let bucket = CachedEnds::new(
-                Store::open_existing(&StoreUrl::parse(&args.store)?, &args.s3.options())?,
-                KeyPrefix::new(&args.prefix)?,
-                tokio::runtime::Handle::current(),
-            );
-            let snapshot = move || {
-                let link = rows.link();
-                match segmirror_catalog::Catalog::open(&path).and_then(|c| c.status()) {
-                    Ok(status) => {
-                        let mut figures = follower_snapshot(&status, &link, &link_meter, &rows);
-                        // Before the first round, a follower without --link does not know its link ("?").
-                        let ends = (link != "?").then(|| bucket.get(&link)).flatten();
-                        if let Some(ends) = ends {
-                            add_bucket_lag(&link, &mut figures.partitions, &ends, segment_format::now_ms());
-                        }
-                        figures
-                    }
-                    Err(e) => {
-                        tracing::warn!(catalog = %path.display(), error = %e, "metrics: the catalog cannot be read");
-                        Snapshot::default()
-                    }
-                }
-            };
-            let admin = CatalogAdmin {
-                catalog_path: catalog_path.clone(),
-                served: meter.link(),
-                gate: std::sync::Arc::new(gate),
-                meter: std::sync::Arc::new(LinkMeter::default()),
-                pausable: true,
-            };
-            let app = App {
-                snapshot: std::sync::Arc::new(snapshot),
-                admin: std::sync::Arc::new(admin),
-            };
-            serve::start(addr, app, shutdown.clone()).await?;
-        }
-        let stats = follow(
-            &follow_config,
-            catalog,
-            async move { shutdown.cancelled().await },
-            |report| {
-                if let Some(link) = &report.link {
-                    meter.set_link(link);
-                }
-                for p in &report.partitions {
-                    meter.round(
-                        &p.topic,
-                        p.partition,
-                        RoundOutcome {
-                            through: p.installed.iter().map(|i| i.next_offset).max(),
-                            bytes: p.installed.iter().map(|i| i.log_bytes).sum(),
-                            failed: matches!(
-                                p.outcome,
-                                PartitionOutcome::Refused(_) | PartitionOutcome::Failed { .. }
-                            ),
-                        },
-                    );
-                }
-                for note in &report.notes {
-                    if last_problem.insert(format!("note {note}"), String::new()).is_none() {
-                        eprintln!("segmirror apply: {note}");
-                    }
-                }
-                for k in &report.ignored_keys {
-                    if last_problem
-                        .insert(format!("key {:?}", k.key), k.reason.clone())
-                        .is_none()
-                    {
-                        eprintln!("segmirror apply: warning: ignored {:?}: {}", k.key, k.reason);
-                    }
-                }
-                match &report.link_meta {
-                    Some(LinkMetaOutcome::Recorded {
-                        version,
-                        topics,
-                        offsets,
-                    }) => {
-                        eprintln!(
-                            "segmirror apply: link metadata version {version} recorded: {topics} topic(s), {offsets} \
-                             group offset(s)"
-                        );
-                        last_problem.remove("link metadata");
-                    }
-                    Some(LinkMetaOutcome::Refused { reason })
-                        if last_problem.insert("link metadata".into(), reason.clone()).as_ref() != Some(reason) =>
-                    {
-                        eprintln!("segmirror apply: link metadata refused: {reason}");
-                    }
-                    _ => {}
-                }
-                for p in &report.partitions {
-                    if !p.installed.is_empty() {
-                        let through = p.installed.iter().map(|i| i.next_offset).max().unwrap_or_default();
-                        eprintln!(
-                            "segmirror apply: {}: installed {} version(s), through offset {through}",
-                            p.name(),
-                            p.installed.len()
-                        );
-                    }
-                    match (detail(p), &p.outcome) {
-                        (Some(line), PartitionOutcome::Refused(_) | PartitionOutcome::Failed { .. }) => {
-                            if last_problem.get(&p.name()) != Some(&line) {
-                                eprintln!("segmirror apply: {}: {line}", p.name());
-                                last_problem.insert(p.name(), line);
-                            }
-                        }
-                        _ => {
-                            last_problem.remove(&p.name());
-                        }
-                    }
-                }
-            },
-        )
-        .await;
-        match stats {
-            Ok(stats) => anyhow::Ok(stats),
-            // Promoted or deleted: the link's end (`link_gate::end_on_closed` says so and exits 0).
-            Err(segmirror_applier::Error::LinkClosed { link, state }) => Err(ClosedLink {
-                name: link,
-                state: state.parse().unwrap_or(segmirror_catalog::LinkState::Deleted),
-                side: Side::Applier,
-            }
-            .into()),
-            Err(e) => Err(e.into()),
-        }
-    })??;
-    eprintln!(
-        "segmirror apply: stopped after {} run(s): {} version(s) installed, {} byte(s) fetched",
-        stats.runs, stats.segments_installed, stats.bytes_fetched
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// 2 when a partition failed, else 1 when a segment was refused, else 0.
@@ -378,20 +181,6 @@ fn state_word(outcome: &PartitionOutcome) -> &'static str {
         PartitionOutcome::Refused(_) => "REFUSED",
         PartitionOutcome::Skipped { .. } => "skipped",
         PartitionOutcome::Failed { .. } => "FAILED",
-    }
-}
-
-/// The line under a partition's row, when there is something to explain.
-fn detail(p: &PartitionReport) -> Option<String> {
-    match &p.outcome {
-        PartitionOutcome::Complete => None,
-        PartitionOutcome::Waiting { reason, .. } => Some(format!("waiting: {reason}")),
-        PartitionOutcome::Refused(r) => Some(format!(
-            "refused segment {} ({}); nothing from there on was installed: {}",
-            r.base_offset, r.manifest_key, r.refusal
-        )),
-        PartitionOutcome::Skipped { reason } => Some(format!("skipped: {reason}")),
-        PartitionOutcome::Failed { error } => Some(format!("failed: {error}")),
     }
 }
 
@@ -466,8 +255,9 @@ fn print_text(report: &ApplyReport, mirror: &std::path::Path, catalog: &std::pat
 
 #[cfg(test)]
 mod tests {
+    use segmirror_applier::{PartitionReport, Refusal, RefusedSegment};
+
     use super::*;
-    use segmirror_applier::{Refusal, RefusedSegment};
 
     #[test]
     fn exit_codes_follow_the_verdict() {

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
-use segment_format::verify::VerifyOptions;
+use segment_format::verify::{Depth, Strictness, VerifyOptions};
+use segmirror_service::link_gate::{claim_bucket, shipper_topics, LinkRecord};
 use segmirror_shipper::seed::{
     self, PartitionStatus, Progress, SeedConfig, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
     DEFAULT_PARALLEL_PARTITIONS_LOCAL,
@@ -20,7 +21,6 @@ use segmirror_shipper::seed::{
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Store;
 
-use crate::cli::link_gate::{claim_bucket, shipper_topics, LinkRecord};
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -159,8 +159,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     config.prefix = KeyPrefix::new(&args.prefix)?;
     config.topics = TopicFilter::new(&topics)?;
     config.verify = VerifyOptions {
-        deep: args.deep,
-        strict: false,
+        depth: if args.deep { Depth::Deep } else { Depth::Shallow },
+        strictness: Strictness::Lenient,
     };
     config.parallel_partitions = args.parallel.unwrap_or(if store.is_local_folder() {
         DEFAULT_PARALLEL_PARTITIONS_LOCAL

@@ -9,8 +9,8 @@
 //! For a tailed mirror it adds the tail replication lag per partition (`status_tail`): the catalog knows only what is
 //! installed, so the source's side comes from the shipper's last progress report, recorded by the applier.
 //!
-//! With `--bucket` it also reads each bucket link's store (`cli::bucket_ends`, the reading `apply --follow`'s
-//! `/metrics` and the failover's drain make): per partition the newest version shipped, and the lag of what is
+//! With `--bucket` it also reads each bucket link's store (`segmirror_service::bucket_ends`, the reading `apply
+//! --follow`'s `/metrics` and the failover's drain make): per partition the newest version shipped, and the lag of what is
 //! installed behind it in offsets and seconds. Opt-in, because it is the one part that leaves the catalog: a
 //! listing and a manifest read per partition of an S3 bucket.
 //!
@@ -23,9 +23,9 @@ use anyhow::{bail, Context as _};
 use segmirror_catalog::{
     catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionState, PartitionStatus, Status, Subject,
 };
+use segmirror_service::bucket_ends::{newest_versions, open_link_store};
 use serde::Serialize;
 
-use crate::cli::bucket_ends::{newest_versions, open_link_store};
 use crate::cli::catalog::{catalog_path, data_dir, mirror_catalog_path, CATALOG_HELP};
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
