@@ -1,6 +1,7 @@
 //! Handing a mirror partition's files over to the broker's log dir by rename (`--handover rename|auto`).
 //!
-//! Why: a copy makes failover time grow with the data (7–23 s of a 31–53 s end-to-end run for 4 GiB, issue 11).
+//! Why: a copy makes failover time grow with the data (7–23 s of a 31–53 s end-to-end run for 4 GiB;
+//! docs/BENCHMARKS.md).
 //! When the mirror root and the log dir share a file system, each file is renamed from the mirror partition into
 //! the partition being built in staging, and the `.log`s are restamped in place (`kcopy::restamp_in_place`: one
 //! header touched per batch). Everything else of the build is unchanged: new companions are written next to the

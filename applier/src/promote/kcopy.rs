@@ -1,21 +1,21 @@
 //! Copying a `.log` inside the kernel (`copy_file_range`) and restamping the copy in place.
 //!
-//! Why: `cp` copies in the kernel; promotion read 1 MiB chunks into a buffer, restamped them and wrote them out,
-//! which moves every byte through user space twice and ran at 0.92–0.96x `cp -r` + `sync` (issue 12). Here the
+//! Why: `cp` copies in the kernel; promotion read 1 MiB chunks into a buffer, restamped them and wrote them out, which
+//! moves every byte through user space twice and ran at 0.92–0.96x `cp -r` + `sync` (docs/BENCHMARKS.md). Here the
 //! bytes go from the mirror's page cache to the copy's without leaving the kernel, in chunks; after each chunk the
 //! headers of the frames now whole **in the copy** are checked exactly as [`inspect_frame`] checks them for the
 //! buffered copy (same errors at the same positions, naming the mirror file the bytes came from) and each magic-2
-//! batch's `partitionLeaderEpoch` (outside the batch CRC, see `restamp`) is patched. Positions come only from the
-//! copy we own, never from the mirror after copying: a mirror file that changed under us cannot make us patch the
-//! wrong bytes.
+//! batch's `partitionLeaderEpoch` (outside the batch CRC, see `restamp`) is patched. Positions come only from the copy
+//! we own, never from the mirror after copying: a mirror file that changed under us cannot make us patch the wrong
+//! bytes.
 //!
-//! How the headers are read and patched ([`HeaderWalk`]): `pread` of a small window at each frame start (a whole
-//! run of small frames shares one window) and `pwrite` of only the changed bytes. Session 10 patched through a
-//! shared writable mapping of the copy instead; `perf` showed that mapping's page faults (a read and a write fault
-//! per header page, each write fault dirtying a mapped page that write-back then had to write-protect again) and the
-//! munmap of up to a GiB per file took most of promotion's CPU (4 CPU s for 2 GiB against `cp`'s 1), and its
-//! RSS counted every mapped page (970 MiB). Two small system calls per batch touch the same page-cache pages
-//! without mapping them. (See docs/BENCHMARKS.md, "promoteperf".)
+//! How the headers are read and patched ([`HeaderWalk`]): `pread` of a small window at each frame start (a whole run of
+//! small frames shares one window) and `pwrite` of only the changed bytes. An earlier version patched through a shared
+//! writable mapping of the copy instead; `perf` showed that mapping's page faults (a read and a write fault per header
+//! page, each write fault dirtying a mapped page that write-back then had to write-protect again) and the munmap of up
+//! to a GiB per file took most of promotion's CPU (4 CPU s for 2 GiB against `cp`'s 1), and its RSS counted every
+//! mapped page (970 MiB). Two small system calls per batch touch the same page-cache pages without mapping them. (See
+//! docs/BENCHMARKS.md, "promoteperf".)
 //!
 //! Write-back of each chunk is started (`sync_file_range`) once every header in it is patched — up to the page of
 //! the first frame not yet patched, so no page is written back and dirtied again — and the file is fsynced once.

@@ -290,12 +290,12 @@ pub fn abort_markers(cut: &[CutTransaction], leader_epoch: i32, timestamp: i64) 
     (bytes, entries)
 }
 
-/// The `.txnindex` entries of segment `base` in the partition `dir` whose segments are `segments` (ascending):
-/// one per ABORT marker in that segment closing a transaction with data, as the broker appends them
-/// ([`TxnTracker`], the rule `verify` checks the index against). For a tailed active segment, whose companions on the
-/// mirror are derived ones (`tail::companions`), rewritten at promotion. Open transactions are followed from the first segment on (memory bounded by the
-/// number of producers); a transaction open across the first segment's base is taken to start at its first batch
-/// in the mirror, as `verify` without a producer snapshot does.
+/// The `.txnindex` entries of segment `base` in the partition `dir` whose segments are `segments` (ascending): one per
+/// ABORT marker in that segment closing a transaction with data, as the broker appends them ([`TxnTracker`], the rule
+/// `verify` checks the index against). For a tailed active segment, whose companions on the mirror are derived ones
+/// (`tail::companions`), rewritten at promotion. Open transactions are followed from the first segment on (memory
+/// bounded by the number of producers); a transaction open across the first segment's base is taken to start at its
+/// first batch in the mirror, as `verify` without a producer snapshot does.
 pub fn txn_index_entries(dir: &Path, segments: &[i64], base: i64) -> Result<Vec<AbortedTxn>> {
     let paths: Vec<_> = segments
         .iter()
@@ -408,8 +408,8 @@ pub fn rebuild_indexes(dir: &Path, base: i64) -> Result<()> {
 /// end, which are found through the offset index and read. That is the batches after the last index entry
 /// (`index.interval.bytes`, 4 KiB by default, and one batch) when timestamps grow, as they do for a producer's
 /// `CreateTime` or `LogAppendTime`: a handed-over segment costs a read of its indexes and its tail, not of its
-/// `.log`, and the failover's install step stops growing with the data (issue 11). The kept indexes also keep the
-/// source broker's own interval.
+/// `.log`, and the failover's install step stops growing with the data (docs/BENCHMARKS.md). The kept indexes also
+/// keep the source broker's own interval.
 ///
 /// Both files are replaced atomically: a handover's `.building` holds the only copy of these files, so a crash
 /// must leave either the kept index or the sealed one, never a torn one that a rerun would trust.

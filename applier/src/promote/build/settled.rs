@@ -1,10 +1,10 @@
 //! Segments a rename handover need not walk: every batch already carries the target's leader epoch.
 //!
-//! Why: restamping a handed-over `.log` in place reads one header per batch, which from a cold page cache is a
-//! random read per batch (about 1.6 s per GiB, issue 11): the failover's install step grew with the data. In the
-//! common case — a fresh target topic at epoch 0 and a source whose leader never changed, or any segment written
-//! wholly under the epoch the target now has — the walk would write nothing. Such a segment is renamed and left
-//! alone, so the handover costs a few reads per segment whatever its size.
+//! Why: restamping a handed-over `.log` in place reads one header per batch, which from a cold page cache is a random
+//! read per batch (about 1.6 s per GiB; docs/BENCHMARKS.md): the failover's install step grew with the data. In the
+//! common case — a fresh target topic at epoch 0 and a source whose leader never changed, or any segment written wholly
+//! under the epoch the target now has — the walk would write nothing. Such a segment is renamed and left alone, so the
+//! handover costs a few reads per segment whatever its size.
 //!
 //! What is trusted, and why that keeps promotion's guarantee ("every promoted batch carries the target's epoch"):
 //! 1. The mirror's `leader-epoch-checkpoint` ([`MirrorEpochs`]) is our own output: install writes it only after
