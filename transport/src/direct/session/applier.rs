@@ -38,7 +38,7 @@ use std::future::Future;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::read_ahead::ReadAhead;
+use super::read_ahead::{Polled, ReadAhead};
 use super::{
     chunk_cost, outbox, read_error, replace_cost, say_goodbye, seal_cost, spawn_writer, tp, writer_ended, FramedIo,
     SessionConfig, SessionEnd,
@@ -52,11 +52,15 @@ use crate::direct::handshake::{
 };
 use crate::direct::link_meta::MetaAssembler;
 use crate::direct::payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
-    PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
+    Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Goodbye, GoodbyeReason, LayoutSegment, LogEnd, LogStart,
+    MirrorLayout, PartitionRef, Position, Refuse, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
     MAX_LAYOUT_SEGMENTS_PER_FRAME,
 };
 use segmirror_contract::link_meta::LinkMeta;
+
+mod order;
+
+use order::{End, Held};
 
 /// Most Chunks applied as one group (see the module doc): bounds the bookkeeping of a group (its bytes are bounded
 /// by the credit window already) and how long the first chunk of a group can wait for the others to be written.
@@ -256,20 +260,6 @@ pub trait ChunkApplier: Send + 'static {
     }
 }
 
-/// Per-partition durable end within a session.
-#[derive(Debug, Clone, Copy)]
-struct End {
-    segment_base: i64,
-    position: u64,
-    sealed: bool,
-}
-
-/// What the session does with one chunk.
-enum Verdict {
-    Apply,
-    AlreadyApplied,
-}
-
 /// The applier's side of sessions on one link; lives across connections.
 pub struct ApplierSession<A> {
     applier: A,
@@ -308,22 +298,126 @@ impl<A: ChunkApplier> ApplierSession<A> {
         let (tx, rx) = outbox();
         let mut writer = spawn_writer(sink, rx, self.config.heartbeat_interval, idle);
 
+        let (mut st, first) = self.resume(session).await?;
+        for frame in first {
+            if tx.send(frame).await.is_err() {
+                return Err(writer_ended(writer.await));
+            }
+        }
+        let mut last_recv = Instant::now();
+        st.recheck = Instant::now() + STOPPED_RECHECK;
+        loop {
+            let polled = match st.stashed.take() {
+                Some(polled) => polled,
+                None => tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => {
+                        say_goodbye(tx, &mut writer, stream.inner_mut(), idle, GoodbyeReason::Shutdown, "applier shutting down".into()).await;
+                        return Ok(SessionEnd::Shutdown);
+                    }
+                    frame = stream.next() => frame,
+                    // After the frames: a Goodbye already received explains a writer that failed.
+                    r = &mut writer => return Err(writer_ended(r)),
+                    _ = tokio::time::sleep_until(last_recv + idle) => {
+                        return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
+                    }
+                    _ = tokio::time::sleep_until(st.recheck), if !st.held.stopped.is_empty() => {
+                        st.recheck = Instant::now() + STOPPED_RECHECK;
+                        if let Err(e) = self.recheck_stopped(&st.held).await {
+                            return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+                        }
+                        continue;
+                    }
+                    revoke = self.applier.next_revoke() => {
+                        if tx.send(st.on_revoke(revoke)).await.is_err() {
+                            return Err(writer_ended(writer.await));
+                        }
+                        continue;
+                    }
+                },
+            };
+            last_recv = Instant::now();
+            let frame = match polled {
+                None => return Err(DirectError::Closed { stage: "streaming" }),
+                Some(Err(e)) => return Err(read_error(e)),
+                Some(Ok(frame)) => frame,
+            };
+            let cost = match &frame {
+                Frame::Chunk(c) => chunk_cost(c),
+                Frame::SegmentSeal(s) => seal_cost(s),
+                Frame::SegmentReplace(r) => replace_cost(r),
+                _ => 0,
+            };
+            if cost > st.outstanding {
+                let e = DirectError::Protocol {
+                    reason: format!(
+                        "a {} of {cost} bytes exceeds the {} bytes of credit the shipper holds; not applied",
+                        frame.name(),
+                        st.outstanding
+                    ),
+                };
+                return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+            }
+            // Granted back in the reply, once applied (or found applied before).
+            st.outstanding -= cost;
+            let replies = match self.on_frame(session, &mut st, &mut stream, frame).await {
+                Ok(Step::Reply(replies)) => replies,
+                Ok(Step::Quiet) => continue,
+                Ok(Step::PeerGoodbye(g)) => {
+                    drop(tx);
+                    let _ = writer.await;
+                    return Ok(SessionEnd::PeerGoodbye {
+                        reason: g.reason,
+                        message: g.message,
+                    });
+                }
+                Ok(Step::PeerRefused(r)) => {
+                    return Err(DirectError::RefusedByPeer {
+                        reason: r.reason,
+                        local_role: session.role,
+                        peer_role: session.role.peer(),
+                        message: r.message,
+                    })
+                }
+                Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
+            };
+            for frame in replies {
+                if let Frame::Credit { bytes } = frame {
+                    st.outstanding += bytes;
+                }
+                if tx.send(frame).await.is_err() {
+                    return Err(writer_ended(writer.await));
+                }
+            }
+        }
+    }
+
+    /// The session's start: what is durable (called in every session: an applier puts its files right there, a
+    /// crash's leftovers), and the frames that open the stream: Resume (with the log ends when agreed), the mirror's
+    /// layout (when agreed) and the first Credit. Feature bit 6: nothing is resumed, every partition is claimed
+    /// first.
+    async fn resume(&mut self, session: &Session) -> Result<(Streaming, Vec<Frame>)> {
         let cluster = session.features & FEATURE_CLUSTER_SHIPPERS != 0;
-        // Called in every session: an applier puts its files right there (a crash's leftovers). Feature bit 6:
-        // nothing is resumed, every partition is claimed first.
         let mut durable = self.applier.durable_positions().await?;
         if cluster {
             durable.clear();
         }
-        let mut held = Held {
+        let mut st = Streaming {
             cluster,
-            claimed: HashSet::new(),
-            stopped: HashSet::new(),
+            node: session.peer.shipper_node_id.unwrap_or(-1),
+            held: Held {
+                cluster,
+                claimed: HashSet::new(),
+                stopped: HashSet::new(),
+            },
+            ends: HashMap::new(),
+            outstanding: self.config.credit_window,
+            stashed: None,
+            meta: MetaAssembler::new(&session.link),
+            recheck: Instant::now() + STOPPED_RECHECK,
         };
-        let node = session.peer.shipper_node_id.unwrap_or(-1);
-        let mut ends: HashMap<PartitionRef, End> = HashMap::new();
         for d in &durable {
-            ends.insert(
+            st.ends.insert(
                 d.position.partition.clone(),
                 End {
                     segment_base: d.position.segment_base,
@@ -357,552 +451,242 @@ impl<A: ChunkApplier> ApplierSession<A> {
         first.push(Frame::Credit {
             bytes: self.config.credit_window,
         });
-        for frame in first {
-            if tx.send(frame).await.is_err() {
-                return Err(writer_ended(writer.await));
-            }
-        }
+        Ok((st, first))
+    }
 
-        // Credit the shipper still holds: a Chunk or SegmentSeal beyond it breaks the flow control.
-        let mut outstanding = self.config.credit_window;
-        let mut last_recv = Instant::now();
-        // What the stream yielded after a group of chunks (the frame that ended the group, or the stream's end).
-        let mut stashed = None;
-        // Feature bit 8: the link metadata version being received.
-        let mut meta = MetaAssembler::new(&session.link);
-        let mut recheck = Instant::now() + STOPPED_RECHECK;
-        loop {
-            let polled = match stashed.take() {
-                Some(polled) => polled,
-                None => tokio::select! {
-                    biased;
-                    _ = shutdown.cancelled() => {
-                        say_goodbye(tx, &mut writer, stream.inner_mut(), idle, GoodbyeReason::Shutdown, "applier shutting down".into()).await;
-                        return Ok(SessionEnd::Shutdown);
-                    }
-                    frame = stream.next() => frame,
-                    // After the frames: a Goodbye already received explains a writer that failed.
-                    r = &mut writer => return Err(writer_ended(r)),
-                    _ = tokio::time::sleep_until(last_recv + idle) => {
-                        return Err(DirectError::Timeout { stage: "streaming (no frame from the shipper)", after: idle });
-                    }
-                    _ = tokio::time::sleep_until(recheck), if !held.stopped.is_empty() => {
-                        recheck = Instant::now() + STOPPED_RECHECK;
-                        let list: Vec<PartitionRef> = held.stopped.iter().cloned().collect();
-                        match self.applier.writable_again(&list).await {
-                            Ok(false) => continue,
-                            Ok(true) => {
-                                let names: Vec<String> = list.iter().map(tp).collect();
-                                let e = DirectError::Resync {
-                                    reason: format!("a stopped partition of {} may be applied again", names.join(", ")),
-                                };
-                                return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
-                            }
-                            Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                        }
-                    }
-                    revoke = self.applier.next_revoke() => {
-                        tracing::warn!(
-                            partition = %tp(&revoke.partition), holder = revoke.holder_node, epoch = revoke.holder_epoch,
-                            "another shipper's claim displaced this session's: revoked"
-                        );
-                        held.claimed.remove(&revoke.partition);
-                        ends.remove(&revoke.partition);
-                        if tx.send(Frame::Revoke(revoke)).await.is_err() {
-                            return Err(writer_ended(writer.await));
-                        }
-                        continue;
-                    }
-                },
-            };
-            last_recv = Instant::now();
-            let frame = match polled {
-                None => return Err(DirectError::Closed { stage: "streaming" }),
-                Some(Err(e)) => return Err(read_error(e)),
-                Some(Ok(frame)) => frame,
-            };
-            let cost = match &frame {
-                Frame::Chunk(c) => chunk_cost(c),
-                Frame::SegmentSeal(s) => seal_cost(s),
-                Frame::SegmentReplace(r) => replace_cost(r),
-                _ => 0,
-            };
-            if cost > outstanding {
-                let e = DirectError::Protocol {
-                    reason: format!(
-                        "a {} of {cost} bytes exceeds the {outstanding} bytes of credit the shipper holds; not applied",
-                        frame.name()
-                    ),
-                };
-                return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
+    /// Whether a partition stopped in this session may be applied again (the applier says so): then the session
+    /// ends as a resync, so that the next one resumes it from what is durable.
+    async fn recheck_stopped(&mut self, held: &Held) -> Result<()> {
+        let list: Vec<PartitionRef> = held.stopped.iter().cloned().collect();
+        if self.applier.writable_again(&list).await? {
+            let names: Vec<String> = list.iter().map(tp).collect();
+            return Err(DirectError::Resync {
+                reason: format!("a stopped partition of {} may be applied again", names.join(", ")),
+            });
+        }
+        Ok(())
+    }
+
+    /// What one frame from the shipper does. An error is this session's end: the caller says Goodbye(error).
+    async fn on_frame(
+        &mut self,
+        session: &Session,
+        st: &mut Streaming,
+        stream: &mut ReadAhead,
+        frame: Frame,
+    ) -> Result<Step> {
+        let replies = match frame {
+            Frame::Heartbeat { .. } => return Ok(Step::Quiet),
+            Frame::Goodbye(g) => return Ok(Step::PeerGoodbye(g)),
+            Frame::Refuse(r) => return Ok(Step::PeerRefused(r)),
+            Frame::Chunk(chunk) => self.on_chunk_frame(st, stream, chunk).await?,
+            Frame::SegmentSeal(seal) if !st.held.applies(&seal.partition) => {
+                st.held.discard("SegmentSeal", &seal.partition);
+                vec![Frame::Credit {
+                    bytes: seal_cost(&seal),
+                }]
             }
-            // Granted back in the reply, once applied (or found applied before).
-            outstanding -= cost;
-            let replies = match frame {
-                Frame::Heartbeat { .. } => continue,
-                Frame::Goodbye(g) => {
-                    drop(tx);
-                    let _ = writer.await;
-                    return Ok(SessionEnd::PeerGoodbye {
-                        reason: g.reason,
-                        message: g.message,
-                    });
-                }
-                Frame::Refuse(r) => {
-                    return Err(DirectError::RefusedByPeer {
-                        reason: r.reason,
-                        local_role: session.role,
-                        peer_role: session.role.peer(),
-                        message: r.message,
-                    })
-                }
-                Frame::Chunk(chunk) => {
-                    // The group: the chunks already received behind this one, each within the credit.
-                    let mut group = vec![chunk];
-                    while group.len() < MAX_GROUP_CHUNKS {
-                        match stream.now() {
-                            None => break,
-                            Some(Some(Ok(Frame::Chunk(next)))) if chunk_cost(&next) <= outstanding => {
-                                outstanding -= chunk_cost(&next);
-                                group.push(next);
-                            }
-                            // Anything else (the stream's end or error too) comes after the group is applied.
-                            Some(other) => {
-                                stashed = Some(other);
-                                break;
-                            }
-                        }
-                    }
-                    let mut credit = 0;
-                    // Chunks of partitions this session does not hold (or stopped) are discarded, their credit
-                    // granted back.
-                    group.retain(|c| {
-                        let applies = held.applies(&c.partition);
-                        if !applies {
-                            credit += chunk_cost(c);
-                            held.discard("Chunk", &c.partition);
-                        }
-                        applies
-                    });
-                    match stream.during(self.on_chunks(&mut ends, &mut held, group)).await {
-                        Ok(mut replies) => {
-                            if let Some(Frame::Credit { bytes }) = replies.last_mut() {
-                                *bytes += credit;
-                            }
-                            replies
-                        }
-                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                    }
-                }
-                Frame::SegmentSeal(seal) if !held.applies(&seal.partition) => {
-                    held.discard("SegmentSeal", &seal.partition);
+            Frame::SegmentSeal(seal) => match stream.during(self.on_seal(&mut st.ends, &seal)).await {
+                Ok(replies) => replies,
+                Err(e) if st.held.is_refusal(&e) => {
+                    st.held.drop_partition(&mut st.ends, e, "SegmentSeal");
                     vec![Frame::Credit {
                         bytes: seal_cost(&seal),
                     }]
                 }
-                Frame::SegmentSeal(seal) => match stream.during(self.on_seal(&mut ends, &seal)).await {
-                    Ok(replies) => replies,
-                    Err(e) if held.is_refusal(&e) => {
-                        held.drop_partition(&mut ends, e, "SegmentSeal");
-                        vec![Frame::Credit {
-                            bytes: seal_cost(&seal),
-                        }]
-                    }
-                    Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                },
-                Frame::Claim(c) if cluster => {
-                    let decision = match self.applier.claim(node, &c).await {
-                        Ok(d) => d,
-                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                    };
-                    match &decision {
-                        ClaimDecision::Granted { durable, .. } => {
-                            held.claimed.insert(c.partition.clone());
-                            match durable {
-                                Some(d) => {
-                                    ends.insert(
-                                        c.partition.clone(),
-                                        End {
-                                            segment_base: d.position.segment_base,
-                                            position: d.position.position,
-                                            sealed: d.sealed,
-                                        },
-                                    );
-                                }
-                                None => {
-                                    ends.remove(&c.partition);
-                                }
-                            }
-                        }
-                        ClaimDecision::Refused { .. } => {
-                            held.claimed.remove(&c.partition);
-                            ends.remove(&c.partition);
-                        }
-                    }
-                    vec![Frame::ClaimResult(decision.result(&c.partition))]
-                }
-                Frame::Roll(roll) if cluster && !held.applies(&roll.partition) => {
-                    held.discard("Roll", &roll.partition);
-                    continue;
-                }
-                Frame::Roll(roll) if cluster => match self.on_roll(&mut ends, &roll).await {
-                    Ok(replies) => replies,
-                    Err(e) if held.is_refusal(&e) => {
-                        held.drop_partition(&mut ends, e, "Roll");
-                        continue;
-                    }
-                    Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                },
-                Frame::LogStart(l) if !held.applies(&l.partition) => {
-                    held.discard("LogStart", &l.partition);
-                    continue;
-                }
-                Frame::SegmentReplace(piece) if !held.applies(&piece.partition) => {
-                    held.discard("SegmentReplace", &piece.partition);
-                    vec![Frame::Credit {
-                        bytes: replace_cost(&piece),
-                    }]
-                }
-                // Advisory: a report of a partition another shipper holds is not this one's to make.
-                Frame::SourceProgress(p) if !held.applies(&p.partition) => continue,
-                Frame::Truncate(t) if !held.applies(&t.partition) => {
-                    held.discard("Truncate", &t.partition);
-                    continue;
-                }
-                Frame::LogStart(l) if session.features & FEATURE_LOG_START != 0 => {
-                    // No position moves: nothing to acknowledge, no credit was taken.
-                    match self.applier.apply_log_start(&l).await {
-                        Ok(()) => {}
-                        Err(e) if held.is_refusal(&e) => held.drop_partition(&mut ends, e, "LogStart"),
-                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                    }
-                    continue;
-                }
-                Frame::SourceProgress(p) if session.features & FEATURE_SOURCE_PROGRESS != 0 => {
-                    // Advisory: no position, no credit, no Ack.
-                    if let Err(e) = self.applier.apply_progress(&p).await {
-                        return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
-                    }
-                    continue;
-                }
-                Frame::LinkMeta(piece) if session.features & FEATURE_LINK_META != 0 => {
-                    // No position, no credit, no Ack: a version lost with the connection is sent again at the next
-                    // session's start.
-                    let complete = match meta.accept(piece) {
-                        Ok(complete) => complete,
-                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                    };
-                    if let Some(version) = complete {
-                        if let Err(e) = self.applier.apply_link_meta(version).await {
-                            return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
-                        }
-                    }
-                    continue;
-                }
-                Frame::Truncate(t) if session.features & FEATURE_TRUNCATE != 0 => {
-                    // No credit was taken and no Ack follows: the shipper moved its own position when it sent it.
-                    match self.on_truncate(&mut ends, &t).await {
-                        Ok(()) => {}
-                        Err(e) if held.is_refusal(&e) => held.drop_partition(&mut ends, e, "Truncate"),
-                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                    }
-                    continue;
-                }
-                Frame::SegmentReplace(piece) if session.features & FEATURE_SEGMENT_REPLACE != 0 => {
-                    // No position moves: no Ack; the credit comes back once the piece is durable.
-                    match self.applier.apply_replace(&piece).await {
-                        Ok(()) => {}
-                        Err(e) if held.is_refusal(&e) => held.drop_partition(&mut ends, e, "SegmentReplace"),
-                        Err(e) => return Err(fail(tx, &mut writer, &mut stream, idle, e).await),
-                    }
-                    vec![Frame::Credit {
-                        bytes: replace_cost(&piece),
-                    }]
-                }
-                other => {
-                    let e = DirectError::UnexpectedFrame {
-                        stage: "streaming",
-                        expected: "Chunk, SegmentSeal, LogStart, SegmentReplace, SourceProgress, Claim, Roll, Truncate or LinkMeta (when agreed), Heartbeat or Goodbye",
-                        got: other.name(),
-                    };
-                    return Err(fail(tx, &mut writer, &mut stream, idle, e).await);
-                }
-            };
-            for frame in replies {
-                if let Frame::Credit { bytes } = frame {
-                    outstanding += bytes;
-                }
-                if tx.send(frame).await.is_err() {
-                    return Err(writer_ended(writer.await));
-                }
+                Err(e) => return Err(e),
+            },
+            Frame::Claim(c) if st.cluster => self.on_claim(st, &c).await?,
+            Frame::Roll(roll) if st.cluster && !st.held.applies(&roll.partition) => {
+                st.held.discard("Roll", &roll.partition);
+                return Ok(Step::Quiet);
             }
-        }
+            Frame::Roll(roll) if st.cluster => match self.on_roll(&mut st.ends, &roll).await {
+                Ok(replies) => replies,
+                Err(e) if st.held.is_refusal(&e) => {
+                    st.held.drop_partition(&mut st.ends, e, "Roll");
+                    return Ok(Step::Quiet);
+                }
+                Err(e) => return Err(e),
+            },
+            Frame::LogStart(l) if !st.held.applies(&l.partition) => {
+                st.held.discard("LogStart", &l.partition);
+                return Ok(Step::Quiet);
+            }
+            Frame::SegmentReplace(piece) if !st.held.applies(&piece.partition) => {
+                st.held.discard("SegmentReplace", &piece.partition);
+                vec![Frame::Credit {
+                    bytes: replace_cost(&piece),
+                }]
+            }
+            // Advisory: a report of a partition another shipper holds is not this one's to make.
+            Frame::SourceProgress(p) if !st.held.applies(&p.partition) => return Ok(Step::Quiet),
+            Frame::Truncate(t) if !st.held.applies(&t.partition) => {
+                st.held.discard("Truncate", &t.partition);
+                return Ok(Step::Quiet);
+            }
+            Frame::LogStart(l) if session.features & FEATURE_LOG_START != 0 => {
+                // No position moves: nothing to acknowledge, no credit was taken.
+                match self.applier.apply_log_start(&l).await {
+                    Ok(()) => {}
+                    Err(e) if st.held.is_refusal(&e) => st.held.drop_partition(&mut st.ends, e, "LogStart"),
+                    Err(e) => return Err(e),
+                }
+                return Ok(Step::Quiet);
+            }
+            Frame::SourceProgress(p) if session.features & FEATURE_SOURCE_PROGRESS != 0 => {
+                // Advisory: no position, no credit, no Ack.
+                self.applier.apply_progress(&p).await?;
+                return Ok(Step::Quiet);
+            }
+            Frame::LinkMeta(piece) if session.features & FEATURE_LINK_META != 0 => {
+                // No position, no credit, no Ack: a version lost with the connection is sent again at the next
+                // session's start.
+                if let Some(version) = st.meta.accept(piece)? {
+                    self.applier.apply_link_meta(version).await?;
+                }
+                return Ok(Step::Quiet);
+            }
+            Frame::Truncate(t) if session.features & FEATURE_TRUNCATE != 0 => {
+                // No credit was taken and no Ack follows: the shipper moved its own position when it sent it.
+                match self.on_truncate(&mut st.ends, &t).await {
+                    Ok(()) => {}
+                    Err(e) if st.held.is_refusal(&e) => st.held.drop_partition(&mut st.ends, e, "Truncate"),
+                    Err(e) => return Err(e),
+                }
+                return Ok(Step::Quiet);
+            }
+            Frame::SegmentReplace(piece) if session.features & FEATURE_SEGMENT_REPLACE != 0 => {
+                // No position moves: no Ack; the credit comes back once the piece is durable.
+                match self.applier.apply_replace(&piece).await {
+                    Ok(()) => {}
+                    Err(e) if st.held.is_refusal(&e) => st.held.drop_partition(&mut st.ends, e, "SegmentReplace"),
+                    Err(e) => return Err(e),
+                }
+                vec![Frame::Credit {
+                    bytes: replace_cost(&piece),
+                }]
+            }
+            other => {
+                return Err(DirectError::UnexpectedFrame {
+                    stage: "streaming",
+                    expected: "Chunk, SegmentSeal, LogStart, SegmentReplace, SourceProgress, Claim, Roll, Truncate or LinkMeta (when agreed), Heartbeat or Goodbye",
+                    got: other.name(),
+                })
+            }
+        };
+        Ok(Step::Reply(replies))
     }
 
-    /// Applies a group of chunks (see the module doc): each judged against the durable ends as the chunks before
-    /// it leave them; resends are compared once every chunk before them is applied.
-    async fn on_chunks(
-        &mut self,
-        ends: &mut HashMap<PartitionRef, End>,
-        held: &mut Held,
-        group: Vec<Chunk>,
-    ) -> Result<Vec<Frame>> {
-        let mut credit = 0u64;
-        let mut acks: Vec<Position> = Vec::new();
-        let mut batch: Vec<Chunk> = Vec::with_capacity(group.len());
-        for chunk in group {
-            credit += chunk_cost(&chunk);
-            if !held.applies(&chunk.partition) {
-                // Fenced (feature bit 6) or stopped by an earlier chunk of this group: discarded.
-                held.discard("Chunk", &chunk.partition);
-                continue;
-            }
-            match verdict(ends, &chunk)? {
-                Verdict::Apply => {
-                    let (base, end) = (chunk.segment_base, chunk.position + chunk.bytes.len() as u64);
-                    // `ends` runs ahead of what is durable only until the batch is applied; an error ends the
-                    // session, and with it `ends`.
-                    ends.insert(
-                        chunk.partition.clone(),
-                        End {
-                            segment_base: base,
-                            position: end,
-                            sealed: false,
-                        },
-                    );
-                    batch.push(chunk);
+    /// A Chunk, and the Chunks already received behind it (each within the credit) as one group: those of
+    /// partitions this session does not hold (or stopped) are discarded, their credit granted back; the rest are
+    /// applied together ([`Self::on_chunks`]).
+    async fn on_chunk_frame(&mut self, st: &mut Streaming, stream: &mut ReadAhead, chunk: Chunk) -> Result<Vec<Frame>> {
+        let mut group = vec![chunk];
+        while group.len() < MAX_GROUP_CHUNKS {
+            match stream.now() {
+                None => break,
+                Some(Some(Ok(Frame::Chunk(next)))) if chunk_cost(&next) <= st.outstanding => {
+                    st.outstanding -= chunk_cost(&next);
+                    group.push(next);
                 }
-                Verdict::AlreadyApplied => {
-                    self.apply_batch(&mut batch, &mut acks, ends, held).await?;
-                    match self.applier.check_applied(&chunk).await {
-                        Ok(()) => {}
-                        Err(e) if held.is_refusal(&e) => held.drop_partition(ends, e, "Chunk"),
-                        Err(e) => return Err(e),
-                    }
+                // Anything else (the stream's end or error too) comes after the group is applied.
+                Some(other) => {
+                    st.stashed = Some(other);
+                    break;
                 }
             }
         }
-        self.apply_batch(&mut batch, &mut acks, ends, held).await?;
-        let mut replies: Vec<Frame> = acks.into_iter().map(Frame::Ack).collect();
-        replies.push(Frame::Credit { bytes: credit });
+        let mut credit = 0;
+        group.retain(|c| {
+            let applies = st.held.applies(&c.partition);
+            if !applies {
+                credit += chunk_cost(c);
+                st.held.discard("Chunk", &c.partition);
+            }
+            applies
+        });
+        let mut replies = stream.during(self.on_chunks(&mut st.ends, &mut st.held, group)).await?;
+        if let Some(Frame::Credit { bytes }) = replies.last_mut() {
+            *bytes += credit;
+        }
         Ok(replies)
     }
 
-    /// Makes `batch` durable, then notes one Ack per partition at its highest position (in `acks`, in the order
-    /// the partitions first appear).
-    /// A partition the applier reports fenced ([`DirectError::Fenced`], feature bit 6) or stopped
-    /// ([`DirectError::PartitionStopped`]) loses its chunks of the batch (discarded, no Ack) and its claim; the rest
-    /// of the batch is applied.
-    async fn apply_batch(
-        &mut self,
-        batch: &mut Vec<Chunk>,
-        acks: &mut Vec<Position>,
-        ends: &mut HashMap<PartitionRef, End>,
-        held: &mut Held,
-    ) -> Result<()> {
-        loop {
-            if batch.is_empty() {
-                return Ok(());
-            }
-            match self.applier.apply_chunks(batch).await {
-                Ok(()) => {
-                    if let Some(observer) = &self.config.observer {
-                        observer.applied(batch);
+    /// A Claim (feature bit 6): the applier decides; a grant makes the partition this session's from the durable
+    /// end the applier reports, a refusal forgets it.
+    async fn on_claim(&mut self, st: &mut Streaming, c: &Claim) -> Result<Vec<Frame>> {
+        let decision = self.applier.claim(st.node, c).await?;
+        match &decision {
+            ClaimDecision::Granted { durable, .. } => {
+                st.held.claimed.insert(c.partition.clone());
+                match durable {
+                    Some(d) => {
+                        st.ends.insert(
+                            c.partition.clone(),
+                            End {
+                                segment_base: d.position.segment_base,
+                                position: d.position.position,
+                                sealed: d.sealed,
+                            },
+                        );
                     }
-                    break;
-                }
-                Err(e) if held.is_refusal(&e) => {
-                    let Some(partition) = refused_partition(&e).cloned() else {
-                        return Err(e);
-                    };
-                    if !batch.iter().any(|c| c.partition == partition) {
-                        return Err(e);
+                    None => {
+                        st.ends.remove(&c.partition);
                     }
-                    batch.retain(|c| c.partition != partition);
-                    held.drop_partition(ends, e, "Chunk");
                 }
-                Err(e) => return Err(e),
+            }
+            ClaimDecision::Refused { .. } => {
+                st.held.claimed.remove(&c.partition);
+                st.ends.remove(&c.partition);
             }
         }
-        for chunk in batch.drain(..) {
-            let at = Position {
-                partition: chunk.partition,
-                segment_base: chunk.segment_base,
-                position: chunk.position + chunk.bytes.len() as u64,
-            };
-            match acks.iter_mut().find(|a| a.partition == at.partition) {
-                Some(prev) => *prev = at,
-                None => acks.push(at),
-            }
-        }
-        Ok(())
-    }
-
-    /// A Truncate: only below what the partition holds durably (the applier checks the bytes), then its durable
-    /// end is where the applier says it now is.
-    async fn on_truncate(&mut self, ends: &mut HashMap<PartitionRef, End>, t: &Truncate) -> Result<()> {
-        let name = tp(&t.partition);
-        let Some(d) = ends.get(&t.partition).copied() else {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "Truncate of {name} to offset {} (segment {} position {}): nothing of the partition is durable; not applied",
-                    t.truncate_to, t.segment_base, t.position
-                ),
-            });
-        };
-        if (t.segment_base, t.position) >= (d.segment_base, d.position) {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "Truncate of {name} to offset {} at segment {} position {}: not below the durable end (segment {} position {}); not applied",
-                    t.truncate_to, t.segment_base, t.position, d.segment_base, d.position
-                ),
-            });
-        }
-        if let Some(at) = self.applier.apply_truncate(t).await? {
-            ends.insert(
-                t.partition.clone(),
-                End {
-                    segment_base: at.segment_base,
-                    position: at.position,
-                    sealed: false,
-                },
-            );
-        }
-        Ok(())
-    }
-
-    async fn on_seal(&mut self, ends: &mut HashMap<PartitionRef, End>, seal: &SegmentSeal) -> Result<Vec<Frame>> {
-        let name = tp(&seal.partition);
-        let credit = Frame::Credit { bytes: seal_cost(seal) };
-        let Some(d) = ends.get(&seal.partition).copied() else {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "SegmentSeal of {name} segment {}: nothing of the partition is durable; not applied",
-                    seal.segment_base
-                ),
-            });
-        };
-        if d.segment_base != seal.segment_base || d.position != seal.final_size {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "SegmentSeal of {name} segment {} at final size {}: the durable bytes end at segment {} position {}; not applied",
-                    seal.segment_base, seal.final_size, d.segment_base, d.position
-                ),
-            });
-        }
-        if d.sealed {
-            // Sealed before (a resend after a cut): nothing to do.
-            return Ok(vec![credit]);
-        }
-        self.applier.apply_seal(seal).await?;
-        ends.insert(seal.partition.clone(), End { sealed: true, ..d });
-        let ack = Frame::Ack(Position {
-            partition: seal.partition.clone(),
-            segment_base: seal.segment_base,
-            position: seal.final_size,
-        });
-        Ok(vec![ack, credit])
+        Ok(vec![Frame::ClaimResult(decision.result(&c.partition))])
     }
 }
 
-impl<A: ChunkApplier> ApplierSession<A> {
-    /// A Roll (feature bit 6): like a seal, exactly at the durable end of an unsealed segment; acknowledged at its
-    /// final size. A Roll of a segment sealed before (a resend after a cut) is skipped.
-    async fn on_roll(&mut self, ends: &mut HashMap<PartitionRef, End>, roll: &Roll) -> Result<Vec<Frame>> {
-        let name = tp(&roll.partition);
-        let Some(d) = ends.get(&roll.partition).copied() else {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "Roll of {name} segment {}: nothing of the partition is durable; not applied",
-                    roll.segment_base
-                ),
-            });
-        };
-        if d.segment_base != roll.segment_base || d.position != roll.final_size {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "Roll of {name} segment {} at final size {}: the durable bytes end at segment {} position {}; not applied",
-                    roll.segment_base, roll.final_size, d.segment_base, d.position
-                ),
-            });
-        }
-        if d.sealed {
-            return Ok(Vec::new());
-        }
-        self.applier.apply_roll(roll).await?;
-        ends.insert(roll.partition.clone(), End { sealed: true, ..d });
-        Ok(vec![Frame::Ack(Position {
-            partition: roll.partition.clone(),
-            segment_base: roll.segment_base,
-            position: roll.final_size,
-        })])
-    }
-}
-
-/// Which partitions a session applies: with several shippers (feature bit 6) only those it claimed; never those
-/// the applier stopped in this session ([`DirectError::PartitionStopped`]).
-struct Held {
+/// The state of one session's stream, between frames.
+struct Streaming {
+    /// Feature bit 6: several shippers, partitions claimed.
     cluster: bool,
-    claimed: HashSet<PartitionRef>,
-    stopped: HashSet<PartitionRef>,
+    /// The shipper's broker (feature bit 6), -1 without.
+    node: i32,
+    held: Held,
+    ends: HashMap<PartitionRef, End>,
+    /// Credit the shipper still holds: a Chunk or SegmentSeal beyond it breaks the flow control.
+    outstanding: u64,
+    /// What the stream yielded after a group of chunks (the frame that ended the group, or the stream's end).
+    stashed: Option<Polled>,
+    /// Feature bit 8: the link metadata version being received.
+    meta: MetaAssembler,
+    /// When to ask again whether a stopped partition may be applied.
+    recheck: Instant,
 }
 
-impl Held {
-    /// Whether this session applies what it receives of `p`.
-    fn applies(&self, p: &PartitionRef) -> bool {
-        (!self.cluster || self.claimed.contains(p)) && !self.stopped.contains(p)
-    }
-
-    /// An item of a partition this session does not apply: discarded. A stopped partition was said once when it
-    /// stopped; what follows of it is only counted at debug level.
-    fn discard(&self, what: &'static str, partition: &PartitionRef) {
-        if self.stopped.contains(partition) {
-            tracing::debug!(partition = %tp(partition), what, "the partition is stopped; discarded");
-            return;
-        }
+impl Streaming {
+    /// Another shipper's claim displaced this session's: the partition is no longer this session's; the Revoke to
+    /// send the shipper.
+    fn on_revoke(&mut self, revoke: Revoke) -> Frame {
         tracing::warn!(
-            partition = %tp(partition), what,
-            "refused: this shipper's session does not hold the partition (another claim displaced it, or it never claimed it); discarded"
+            partition = %tp(&revoke.partition), holder = revoke.holder_node, epoch = revoke.holder_epoch,
+            "another shipper's claim displaced this session's: revoked"
         );
-    }
-
-    /// Whether the applier's error concerns one partition only: fenced (feature bit 6, several shippers) or stopped.
-    fn is_refusal(&self, e: &DirectError) -> bool {
-        match e {
-            DirectError::Fenced { .. } => self.cluster,
-            DirectError::PartitionStopped { .. } => true,
-            _ => false,
-        }
-    }
-
-    /// The applier refused a partition alone (see [`Held::is_refusal`]): a fenced one loses its claim (another
-    /// session's grant displaced this one's), a stopped one is discarded for the rest of the session, said once.
-    fn drop_partition(&mut self, ends: &mut HashMap<PartitionRef, End>, e: DirectError, what: &'static str) {
-        match e {
-            DirectError::PartitionStopped { partition, reason } => {
-                tracing::error!(
-                    partition = %tp(&partition), what, %reason,
-                    "the partition stopped; the link's other partitions go on"
-                );
-                self.claimed.remove(&partition);
-                ends.remove(&partition);
-                self.stopped.insert(partition);
-            }
-            DirectError::Fenced { partition, .. } => {
-                self.discard(what, &partition);
-                self.claimed.remove(&partition);
-                ends.remove(&partition);
-            }
-            _ => {}
-        }
+        self.held.claimed.remove(&revoke.partition);
+        self.ends.remove(&revoke.partition);
+        Frame::Revoke(revoke)
     }
 }
 
-fn refused_partition(e: &DirectError) -> Option<&PartitionRef> {
-    match e {
-        DirectError::Fenced { partition, .. } | DirectError::PartitionStopped { partition, .. } => Some(partition),
-        _ => None,
-    }
+/// What the session does after one frame.
+enum Step {
+    /// Send these (Acks, Credit, a ClaimResult).
+    Reply(Vec<Frame>),
+    /// Nothing to send.
+    Quiet,
+    /// The shipper said Goodbye.
+    PeerGoodbye(Goodbye),
+    /// The shipper refused this side.
+    PeerRefused(Refuse),
 }
 
 /// The MirrorLayout frames of the partitions of a Resume, in its order: each partition's sealed segments in frames
@@ -932,62 +716,6 @@ fn layout_frames(resumed: &[PartitionRef], mut layout: Vec<(PartitionRef, Vec<La
         }
     }
     frames
-}
-
-/// What the session does with `chunk`, given the partitions' durable ends (see the module doc); a gap is an error.
-fn verdict(ends: &HashMap<PartitionRef, End>, chunk: &Chunk) -> Result<Verdict> {
-    let name = tp(&chunk.partition);
-    let len = chunk.bytes.len() as u64;
-    let start = (chunk.segment_base, chunk.position);
-    let end = (chunk.segment_base, chunk.position + len);
-    let gap = |reason: String| DirectError::Protocol {
-        reason: format!(
-            "Chunk of {name} at segment {} position {}: {reason}; not applied",
-            start.0, start.1
-        ),
-    };
-    let verdict = match ends.get(&chunk.partition) {
-        None if chunk.position == 0 => Verdict::Apply,
-        None => {
-            return Err(gap(
-                "nothing of the partition is durable, a first chunk must start at 0".into(),
-            ))
-        }
-        Some(d) => {
-            let durable = (d.segment_base, d.position);
-            if chunk.segment_base == d.segment_base {
-                if start == durable && !d.sealed {
-                    Verdict::Apply
-                } else if end <= durable {
-                    Verdict::AlreadyApplied
-                } else if start > durable {
-                    return Err(gap(format!("a gap: the durable bytes end at {}", d.position)));
-                } else if d.sealed {
-                    return Err(gap(format!("the segment is sealed at {}", d.position)));
-                } else {
-                    return Err(gap(format!(
-                        "it straddles the durable end {} (a resend must start at a chunk boundary)",
-                        d.position
-                    )));
-                }
-            } else if chunk.segment_base > d.segment_base {
-                if chunk.position != 0 {
-                    return Err(gap(format!(
-                        "a gap: the first chunk of a new segment must start at 0 (durable: segment {} position {})",
-                        d.segment_base, d.position
-                    )));
-                }
-                // A later segment: after a seal, or a retention gap the applier's succession rule judges.
-                Verdict::Apply
-            } else {
-                return Err(gap(format!(
-                    "segment {} is older than the durable segment {}",
-                    chunk.segment_base, d.segment_base
-                )));
-            }
-        }
-    };
-    Ok(verdict)
 }
 
 /// Tells the shipper why (Goodbye(error)), closes, and returns the error.
