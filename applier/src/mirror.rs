@@ -29,6 +29,8 @@
 //! it cannot parse (`.staging`), so [`MirrorLayout::open`] refuses a root holding `meta.properties`.
 //!
 //! A `<name>` below is a partition's `<topic>-<partition>` (`PartitionDirName`), of a topic already validated.
+//! Not here: promotion's work directory, `.segmirror-promote/`, which lives in the broker's log dir it promotes
+//! into, not in the mirror root (`promote::journal`).
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -62,9 +62,11 @@ use segment_format::dir::{classify_partition_file, PartitionFile, TransientSuffi
 use segmirror_transport::direct::payload::{Companion, LayoutSegment, SegmentReplace, Sha256};
 
 use super::*;
+use staged::{check_staged, Placed};
 
 #[cfg(test)]
 mod cover_tests;
+mod staged;
 #[cfg(test)]
 pub(super) mod tests;
 
@@ -255,12 +257,35 @@ impl Inner {
         let p = &seal.partition;
         let name = tp_name(p);
         let first = seal.replaced_bases.first().copied().unwrap_or(-1);
-        let bad = |reason: String| TailError::BadSeal {
-            partition: name.clone(),
-            segment: first,
-            reason: format!("replacement: {reason}"),
-        };
-        let Some(state) = self.states.get(&name).cloned() else {
+        let (state, range) = self.replaced_range(seal, &name, first)?;
+        // The staged file: size and digest, then every batch and companion.
+        let staged = self.staging_path(&name, first);
+        let (last_offset, companions) = check_staged(seal, &staged, &name, first, range.upper)?;
+        // The catalog must take it too (a run of installed sealed rows), before anything changes on disk.
+        let catalog_part = self.catalog_replacement(seal, &name, &range, last_offset)?;
+        // 1. The new files beside their final names, as `.swap`, durable.
+        let pdir = self.partition_dir(&p.topic, p.partition);
+        let install = write_swaps(&pdir, &staged, first, &companions)?;
+        // 2. The journal: from here on the replacement happens, whatever crashes.
+        let (journal_path, journal) = self.write_journal(seal, &state, &range, install, catalog_part)?;
+        // 3.
+        self.finish_install(&journal_path, &journal)?;
+        tracing::info!(partition = %name, replaced = ?seal.replaced_bases, size = seal.final_size,
+            "installed a compacted replacement");
+        Ok(())
+    }
+
+    /// The mirror segments `seal` replaces, checked against what the mirror holds, and where the replacement must
+    /// end (see the module doc); with the partition's recorded state.
+    fn replaced_range(
+        &self,
+        seal: &ReplaceSeal,
+        name: &str,
+        first: i64,
+    ) -> TailResult<(PartitionState, ReplacedRange)> {
+        let p = &seal.partition;
+        let bad = |reason: String| refused(name, first, reason);
+        let Some(state) = self.states.get(name).cloned() else {
             return Err(bad("nothing of the partition is tailed".into()));
         };
         if state.topic_id != p.topic_id {
@@ -336,58 +361,35 @@ impl Inner {
             },
             None => return Err(bad("no mirror segment follows the replaced range".into())),
         };
+        Ok((
+            state,
+            ReplacedRange {
+                upper,
+                replaces_recorded,
+                covers_tail,
+                next_mirror_base,
+            },
+        ))
+    }
 
-        // The staged file: size and digest, then every batch.
-        let staged = self.staging_path(&name, first);
-        let digest = digest_file(&staged)?;
-        if digest.size != seal.final_size || digest.sha256.0 != seal.log_sha256 {
-            return Err(bad(format!(
-                "{} holds {} bytes SHA-256 {}, the seal says {} bytes SHA-256 {}",
-                staged.display(),
-                digest.size,
-                hex(&digest.sha256.0),
-                seal.final_size,
-                hex(&seal.log_sha256)
-            )));
-        }
-        let last_offset = validate_replacement(&staged, first, upper)
-            .map_err(|reason| bad(format!("{}: {reason}", staged.display())))?;
-        let mut companions = Vec::with_capacity(seal.companions.len());
-        for (i, c) in seal.companions.iter().enumerate() {
-            if seal.companions[..i].iter().any(|o| o.kind == c.kind) {
-                return Err(bad(format!("companion {:?} listed twice", c.kind)));
-            }
-            let bytes = match (&c.inline, c.kind) {
-                (Some(b), _) => b.to_vec(),
-                (None, CompanionKind::OffsetIndex | CompanionKind::TimeIndex) => {
-                    rebuild_index_with(&staged, first, c.kind, rebuild_interval(c))?
-                }
-                (None, kind) => return Err(bad(format!("companion {kind:?} sent as a digest only"))),
-            };
-            let sha = sha256(&bytes);
-            if bytes.len() as u64 != c.size || sha != c.sha256 {
-                return Err(bad(format!(
-                    "companion {:?}: {} bytes SHA-256 {}, the seal says {} bytes SHA-256 {}",
-                    c.kind,
-                    bytes.len(),
-                    hex(&sha),
-                    c.size,
-                    hex(&c.sha256)
-                )));
-            }
-            let kind = match c.kind {
-                CompanionKind::OffsetIndex => SegmentFileKind::Index,
-                CompanionKind::TimeIndex => SegmentFileKind::TimeIndex,
-                CompanionKind::TxnIndex => SegmentFileKind::TxnIndex,
-                CompanionKind::ProducerSnapshot => {
-                    return Err(bad("a producer snapshot companion cannot be placed".into()))
-                }
-            };
-            companions.push((kind, bytes));
-        }
-
-        // The catalog must take it too (a run of installed sealed rows), before anything changes on disk.
-        let catalog_part = match &mut self.catalog {
+    /// What the catalog records of the replacement (with a catalog), checked against its rows before anything
+    /// changes on disk.
+    fn catalog_replacement(
+        &mut self,
+        seal: &ReplaceSeal,
+        name: &str,
+        range: &ReplacedRange,
+        last_offset: Option<i64>,
+    ) -> TailResult<Option<CatalogReplace>> {
+        let p = &seal.partition;
+        let first = seal.replaced_bases.first().copied().unwrap_or(-1);
+        let ReplacedRange {
+            upper,
+            replaces_recorded,
+            covers_tail,
+            next_mirror_base,
+        } = *range;
+        Ok(match &mut self.catalog {
             None => None,
             Some(catalog) => {
                 catalog.check_writable(p, None)?;
@@ -424,31 +426,28 @@ impl Inner {
                 }
                 Some(part)
             }
-        };
+        })
+    }
 
-        // 1. The new files beside their final names, as `.swap`, durable.
-        let log_name = segment_file_name(first, SegmentFileKind::Log);
-        let log_swap = pdir.join(swap_name(&log_name));
-        {
-            let f = File::open(&staged).map_err(|e| TailError::io(&staged, e))?;
-            f.sync_all().map_err(|e| TailError::io(&staged, e))?;
-        }
-        fs::rename(&staged, &log_swap).map_err(|e| TailError::io(&log_swap, e))?;
-        let mut install = vec![log_name];
-        for (kind, bytes) in &companions {
-            let final_name = segment_file_name(first, *kind);
-            let path = pdir.join(swap_name(&final_name));
-            let mut f = File::create(&path).map_err(|e| TailError::io(&path, e))?;
-            f.write_all(bytes).map_err(|e| TailError::io(&path, e))?;
-            f.sync_all().map_err(|e| TailError::io(&path, e))?;
-            install.push(final_name);
-        }
-        fsync_dir(&pdir)?;
-        if let Some(dir) = staged.parent() {
-            fsync_dir(dir)?;
-        }
-
-        // 2. The journal: from here on the replacement happens, whatever crashes.
+    /// Step 2 of the install: the journal naming the files to delete (the replaced segments' in `[first, upper)`)
+    /// and those to rename, written atomically; from here on the replacement happens, whatever crashes.
+    fn write_journal(
+        &self,
+        seal: &ReplaceSeal,
+        state: &PartitionState,
+        range: &ReplacedRange,
+        install: Vec<String>,
+        catalog_part: Option<CatalogReplace>,
+    ) -> TailResult<(PathBuf, Journal)> {
+        let p = &seal.partition;
+        let name = tp_name(p);
+        let first = seal.replaced_bases.first().copied().unwrap_or(-1);
+        let ReplacedRange {
+            upper,
+            replaces_recorded,
+            ..
+        } = *range;
+        let pdir = self.partition_dir(&p.topic, p.partition);
         let mut delete = Vec::new();
         for entry in fs::read_dir(&pdir).map_err(|e| TailError::io(&pdir, e))? {
             let entry = entry.map_err(|e| TailError::io(&pdir, e))?;
@@ -501,12 +500,7 @@ impl Inner {
             reason: e.to_string(),
         })?;
         write_atomically(&journal_path, &bytes)?;
-
-        // 3.
-        self.finish_install(&journal_path, &journal)?;
-        tracing::info!(partition = %name, replaced = ?seal.replaced_bases, size = seal.final_size,
-            "installed a compacted replacement");
-        Ok(())
+        Ok((journal_path, journal))
     }
 
     /// Step 3 of the install (idempotent): unlink, rename the `.swap` files, fsync, drop the journal.
@@ -685,59 +679,50 @@ fn log_bases(dir: &Path) -> TailResult<Vec<i64>> {
     Ok(out)
 }
 
-/// Every batch of the staged file: whole, CRC-valid, magic 2, offsets strictly increasing within `[first, upper)`;
-/// returns the last batch's last offset (`None`: no batch).
-fn validate_replacement(path: &Path, first: i64, upper: i64) -> std::result::Result<Option<i64>, String> {
-    let mut log = LogFile::open(path).map_err(|e| e.to_string())?;
-    let mut problem: Option<String> = None;
-    let mut next_min = first;
-    let summary = log
-        .scan(|frame| {
-            let info = &frame.info;
-            let reason = if !frame.crc_matches() {
-                Some(format!(
-                    "CRC stored {:#010x}, computed {:#010x}",
-                    frame.stored_crc, frame.computed_crc
-                ))
-            } else if info.magic < 2 {
-                Some(format!("magic {}", info.magic))
-            } else if info.base_offset < next_min {
-                Some(format!(
-                    "base offset {} not above the previous batch's last offset (or below the first replaced base {first})",
-                    info.base_offset
-                ))
-            } else if info.last_offset < info.base_offset {
-                Some(format!("last offset {} below base offset {}", info.last_offset, info.base_offset))
-            } else if info.last_offset >= upper {
-                Some(format!(
-                    "last offset {} reaches the next segment's base {upper}",
-                    info.last_offset
-                ))
-            } else {
-                None
-            };
-            match reason {
-                Some(r) => {
-                    problem = Some(format!("batch at byte {}: {r}", info.position));
-                    ControlFlow::Break(())
-                }
-                None => {
-                    next_min = info.last_offset + 1;
-                    ControlFlow::Continue(())
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    if let Some(p) = problem {
-        return Err(p);
+/// The mirror segments a replacement covers and where it must end ([`Inner::replaced_range`]).
+#[derive(Debug, Clone, Copy)]
+struct ReplacedRange {
+    /// The replacement's batches end below this offset (the next segment's base, or the source's).
+    upper: i64,
+    /// It covers the segment the partition's state records last.
+    replaces_recorded: bool,
+    /// That segment is the one the tail appends to (unsealed).
+    covers_tail: bool,
+    /// The mirror's first segment after the replaced ones.
+    next_mirror_base: Option<i64>,
+}
+
+/// A replacement refused: its partition `name`, its first replaced base.
+fn refused(name: &str, first: i64, reason: String) -> TailError {
+    TailError::BadSeal {
+        partition: name.to_string(),
+        segment: first,
+        reason: format!("replacement: {reason}"),
     }
-    // A scan that ended before the file did stopped at a partial batch (the scan reports framing errors itself).
-    if summary.end != log.len() {
-        return Err(format!(
-            "the file does not end on a batch boundary (whole batches end at byte {})",
-            summary.end
-        ));
+}
+
+/// Step 1 of the install: the new `.log` (moved from `staged`) and `companions` beside their final names in `pdir`
+/// as `.swap` files, durable. Returns the final names, `.log` first.
+fn write_swaps(pdir: &Path, staged: &Path, first: i64, companions: &[Placed]) -> TailResult<Vec<String>> {
+    let log_name = segment_file_name(first, SegmentFileKind::Log);
+    let log_swap = pdir.join(swap_name(&log_name));
+    {
+        let f = File::open(staged).map_err(|e| TailError::io(staged, e))?;
+        f.sync_all().map_err(|e| TailError::io(staged, e))?;
     }
-    // No batch at all is allowed: the cleaner may remove every record of a range and still swap the empty file in.
-    Ok((next_min > first).then(|| next_min - 1))
+    fs::rename(staged, &log_swap).map_err(|e| TailError::io(&log_swap, e))?;
+    let mut install = vec![log_name];
+    for (kind, bytes) in companions {
+        let final_name = segment_file_name(first, *kind);
+        let path = pdir.join(swap_name(&final_name));
+        let mut f = File::create(&path).map_err(|e| TailError::io(&path, e))?;
+        f.write_all(bytes).map_err(|e| TailError::io(&path, e))?;
+        f.sync_all().map_err(|e| TailError::io(&path, e))?;
+        install.push(final_name);
+    }
+    fsync_dir(pdir)?;
+    if let Some(dir) = staged.parent() {
+        fsync_dir(dir)?;
+    }
+    Ok(install)
 }

@@ -353,51 +353,9 @@ impl Inner {
         };
         let end = log_end(&pdir, &durable)?;
         let end_offset = end.end_offset;
-        if (end.end_offset, end.last_epoch) != (t.mirror_end_offset, t.mirror_epoch) {
-            return Err(refuse(format!(
-                "the evidence names the mirror's end as offset {} in epoch {}, its bytes end at offset {} in epoch {}",
-                t.mirror_end_offset, t.mirror_epoch, end.end_offset, end.last_epoch
-            )));
-        }
-        if t.truncate_to > t.source_end_offset {
-            return Err(refuse(format!(
-                "the cut is above where the source's epoch {} ends ({})",
-                t.source_epoch, t.source_end_offset
-            )));
-        }
-        if t.source_epoch >= 0 && found.kept_epoch > t.source_epoch {
-            return Err(refuse(format!(
-                "the batches kept end in epoch {}, above the source's epoch {}: they diverge too",
-                found.kept_epoch, t.source_epoch
-            )));
-        }
         let log_start = listed.first().map_or(s.segment_base, |f| f.base_offset);
-        if t.truncate_to <= log_start {
-            return Err(refuse(format!(
-                "offset {} is at or below the mirror's log start {log_start}: nothing would remain",
-                t.truncate_to
-            )));
-        }
-        // Installed versions the cut reaches: only segments the tail sealed itself, from the cut segment on.
-        let mut uninstall_from = None;
-        if let Some(catalog) = &mut self.catalog {
-            for row in catalog.installed_segments(&t.partition)? {
-                let v = &row.version;
-                if v.next_offset <= t.truncate_to {
-                    continue;
-                }
-                let tail_sealed = v.sealed
-                    && v.base_offset >= t.segment_base
-                    && v.manifest_key.starts_with(super::TAIL_MANIFEST_KEY_PREFIX);
-                if !tail_sealed {
-                    return Err(refuse(format!(
-                        "the catalog holds the partition installed as whole versions up to offset {} (segment {} from {})",
-                        v.next_offset, v.base_offset, v.manifest_key
-                    )));
-                }
-                uninstall_from = Some(t.segment_base);
-            }
-        }
+        check_evidence(t, &end, &found, log_start).map_err(refuse)?;
+        let uninstall_from = self.uninstall_from(t, refuse)?;
         let range = ArchivedRange {
             topic: s.topic.clone(),
             partition: s.partition,
@@ -425,18 +383,49 @@ impl Inner {
         };
         tracing::warn!(partition = %name, from = range.from_offset, to = range.to_offset, archive = %range.archive,
             "the source truncated what the mirror holds: archiving and truncating");
-        let jpath = self.truncation_journal(&name);
+        self.write_truncation_journal(&name, &range)?;
+        self.kill_point(crate::direct::TruncateStep::Journaled)?;
+        self.finish_truncation(&name, range)
+            .map(|(base, position)| Some(position_of(&t.partition, base, position)))
+    }
+
+    /// Installed versions the cut reaches: only segments the tail sealed itself, from the cut segment on (their
+    /// rows are dropped from `uninstall_from`); a whole version installed from the bucket refuses the cut.
+    fn uninstall_from(&mut self, t: &Truncate, refuse: impl Fn(String) -> TailError) -> TailResult<Option<i64>> {
+        let mut uninstall_from = None;
+        if let Some(catalog) = &mut self.catalog {
+            for row in catalog.installed_segments(&t.partition)? {
+                let v = &row.version;
+                if v.next_offset <= t.truncate_to {
+                    continue;
+                }
+                let tail_sealed = v.sealed
+                    && v.base_offset >= t.segment_base
+                    && v.manifest_key.starts_with(super::TAIL_MANIFEST_KEY_PREFIX);
+                if !tail_sealed {
+                    return Err(refuse(format!(
+                        "the catalog holds the partition installed as whole versions up to offset {} (segment {} from {})",
+                        v.next_offset, v.base_offset, v.manifest_key
+                    )));
+                }
+                uninstall_from = Some(t.segment_base);
+            }
+        }
+        Ok(uninstall_from)
+    }
+
+    /// Step 1 of the module docs: the journal of the cut, written atomically.
+    fn write_truncation_journal(&self, name: &str, range: &ArchivedRange) -> TailResult<()> {
+        let jpath = self.truncation_journal(name);
         if let Some(dir) = jpath.parent() {
             fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
         }
-        let bytes = serde_json::to_vec_pretty(&range).map_err(|e| TailError::BadState {
+        let bytes = serde_json::to_vec_pretty(range).map_err(|e| TailError::BadState {
             path: jpath.clone(),
             reason: e.to_string(),
         })?;
         write_atomically(&jpath, &bytes)?;
-        self.kill_point(crate::direct::TruncateStep::Journaled)?;
-        self.finish_truncation(&name, range)
-            .map(|(base, position)| Some(position_of(&t.partition, base, position)))
+        Ok(())
     }
 
     /// Steps 2 to 6 of the module docs, from the journal's range; each idempotent.
@@ -730,4 +719,34 @@ fn remove_snapshots_above(pdir: &Path, offset: i64) -> TailResult<()> {
 
 fn sha256_file(path: &Path) -> TailResult<[u8; 32]> {
     Ok(digest_file(path)?.sha256.0)
+}
+
+/// The shipper's evidence for a cut checked against the mirror: its end (`end`, read off its bytes), the source's
+/// epoch, the batches kept (`found`), the mirror's log start. The reason a Truncate is refused, if it is.
+fn check_evidence(t: &Truncate, end: &LogEnd, found: &Scan, log_start: i64) -> Result<(), String> {
+    if (end.end_offset, end.last_epoch) != (t.mirror_end_offset, t.mirror_epoch) {
+        return Err(format!(
+            "the evidence names the mirror's end as offset {} in epoch {}, its bytes end at offset {} in epoch {}",
+            t.mirror_end_offset, t.mirror_epoch, end.end_offset, end.last_epoch
+        ));
+    }
+    if t.truncate_to > t.source_end_offset {
+        return Err(format!(
+            "the cut is above where the source's epoch {} ends ({})",
+            t.source_epoch, t.source_end_offset
+        ));
+    }
+    if t.source_epoch >= 0 && found.kept_epoch > t.source_epoch {
+        return Err(format!(
+            "the batches kept end in epoch {}, above the source's epoch {}: they diverge too",
+            found.kept_epoch, t.source_epoch
+        ));
+    }
+    if t.truncate_to <= log_start {
+        return Err(format!(
+            "offset {} is at or below the mirror's log start {log_start}: nothing would remain",
+            t.truncate_to
+        ));
+    }
+    Ok(())
 }

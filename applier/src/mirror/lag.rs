@@ -160,3 +160,6 @@ fn lag_of(root: &Path, status: &Status, topic: &str, partition: i32, now_ms: u64
         problem: (!problems.is_empty()).then(|| problems.join("; ")),
     }
 }
+
+#[cfg(test)]
+mod tests;
