@@ -8,6 +8,7 @@
 //! 2 usage or I/O error. A long-running service whose link is promoted or deleted has
 //! reached its link's end, not failed: 0 (`segmirror_service::link_gate::end_on_closed`).
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod cli;
 mod cmd;
 
+use cli::config::Mode;
 use cli::logging::LogFormat;
 use cli::runtime::Runtime;
 use cli::EXIT_USAGE_OR_IO;
@@ -80,23 +82,55 @@ enum Command {
     StoreShip(cmd::store_ship::Args),
 }
 
+/// Why a command line was not parsed: its config file (one line, exit 2), or clap's own error (printed as clap
+/// prints it).
+enum ParseError {
+    Config(anyhow::Error),
+    Clap(clap::Error),
+}
+
+/// The command line parsed: a config file's keys added and the mode chosen from clap's first reading
+/// (`cli::config::expand`), then read by the command that runs it (`cli::config::Mode`). `apply`'s and `ship`'s
+/// help show both of their modes' flags (`cli::config::both_modes`).
+fn parse(args: Vec<OsString>) -> Result<Cli, ParseError> {
+    let command = cli::config::both_modes(<Cli as clap::CommandFactory>::command());
+    let routed = cli::config::expand(&command, args).map_err(ParseError::Config)?;
+    let Some(mode) = routed.mode else {
+        return command
+            .try_get_matches_from(routed.args)
+            .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches))
+            .map_err(ParseError::Clap);
+    };
+    let matches = mode
+        .command(command)
+        .try_get_matches_from(routed.args)
+        .map_err(ParseError::Clap)?;
+    let log_format = matches.get_one::<LogFormat>("log_format").copied().unwrap_or_default();
+    let Some(sub) = matches.subcommand_matches(mode.typed()) else {
+        return Err(ParseError::Clap(clap::Error::new(
+            clap::error::ErrorKind::MissingSubcommand,
+        )));
+    };
+    let command = match mode {
+        Mode::TailApply => {
+            <cmd::tail_apply::Args as clap::FromArgMatches>::from_arg_matches(sub).map(Command::TailApply)
+        }
+        Mode::StoreShip => {
+            <cmd::store_ship::Args as clap::FromArgMatches>::from_arg_matches(sub).map(Command::StoreShip)
+        }
+    }
+    .map_err(ParseError::Clap)?;
+    Ok(Cli { log_format, command })
+}
+
 fn main() -> ExitCode {
-    // `apply --listen|--connect` and `--config FILE` are resolved on the raw arguments (cli::config).
-    let args = match cli::config::expand(std::env::args_os().collect()) {
-        Ok(args) => args,
-        Err(e) => {
+    let cli = match parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(ParseError::Config(e)) => {
             eprintln!("segmirror: error: {}", cli::report::error_line(&e));
             return ExitCode::from(EXIT_USAGE_OR_IO);
         }
-    };
-    // `apply`'s and `ship`'s help show both of their modes' flags (cli::config::both_modes).
-    let mut command = cli::config::both_modes(<Cli as clap::CommandFactory>::command());
-    let parsed = command
-        .try_get_matches_from_mut(args)
-        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
-    let cli = match parsed {
-        Ok(cli) => cli,
-        Err(e) => {
+        Err(ParseError::Clap(e)) => {
             let _ = e.print();
             return if e.use_stderr() {
                 ExitCode::from(EXIT_USAGE_OR_IO)
@@ -137,11 +171,9 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use std::ffi::OsString;
-
     use super::*;
 
-    /// The example files of docs/config.md, expanded as `main` does and parsed by clap: every key is a flag the
+    /// The example files of docs/config.md, parsed as `main` does: every key is a flag the
     /// command takes, with a value it accepts.
     #[test]
     fn the_documented_example_configs_parse() {
@@ -153,8 +185,11 @@ mod tests {
                 .map(OsString::from)
                 .chain([path.clone().into_os_string()])
                 .collect();
-            let expanded = cli::config::expand(args).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
-            let cli = Cli::try_parse_from(expanded).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let cli = match parse(args) {
+                Ok(cli) => cli,
+                Err(ParseError::Config(e)) => panic!("{}: {e:#}", path.display()),
+                Err(ParseError::Clap(e)) => panic!("{}: {e}", path.display()),
+            };
             assert_eq!(cli.log_format, LogFormat::Json, "{file}: log-format read");
             match (command, cli.command) {
                 ("ship", Command::Ship(_)) | ("apply", Command::TailApply(_)) => {}

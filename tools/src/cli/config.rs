@@ -13,9 +13,11 @@
 //! exactly when it is valid as a flag, and a flag added to a service is configurable once its key is listed here.
 //!
 //! `segmirror apply` with `--listen`/`--connect` (or a `--config` whose file has `listen` or `connect`) runs the
-//! tail applier (`tail-apply`, kept as a hidden alias): decided here, on the raw arguments, because the batch
-//! `apply` and the tail applier share flag names (`--mirror`, `--link`) with different requirements. Giving the
-//! tail applier a flag of the batch `apply` (`--store`, ...) is a usage error of one line.
+//! tail applier (`tail-apply`, kept as a hidden alias), and `segmirror ship --store` the bucket's shipper
+//! (`store-ship`): clap reads the command line once to see which flags are given ([`expand`]), and the mode's own
+//! command then parses it under the name typed ([`Mode::command`]). Two commands rather than one, because the
+//! batch `apply` and the tail applier share flag names (`--mirror`, `--link`) with different requirements. Giving
+//! the tail applier a flag of the batch `apply` (`--store`, ...) is a usage error of one line.
 //!
 //! `apply --help` and `ship --help` show both of their modes ([`both_modes`]): one usage line per mode with its own
 //! required flags, and every flag of each under a heading naming its mode. Asking for help is never rerouted, so
@@ -236,46 +238,92 @@ fn with_other_mode(mut cmd: clap::Command, other: &clap::Command, mode: TwoModes
         })
 }
 
-/// Whether the command line asks for help (`-h`/`--help` before any `--`).
-fn asks_for_help(args: &[OsString]) -> bool {
-    args.iter()
-        .filter_map(|a| a.to_str())
-        .take_while(|a| *a != "--")
-        .any(|a| a == "-h" || a == "--help")
+/// A command line's hidden command, run under the name typed: the tail applier for `apply --listen|--connect` (or
+/// `apply --config` with a file holding `listen` or `connect`), the bucket's shipper for `ship --store`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `apply` run by `tail-apply`'s definition.
+    TailApply,
+    /// `ship` run by `store-ship`'s definition.
+    StoreShip,
 }
 
-/// The global flags that take a value (skipped when looking for the subcommand).
-const GLOBAL_VALUE_FLAGS: &[&str] = &["--log-format"];
-
-/// The command line with `apply --listen|--connect` turned into the tail applier and a `--config` file's keys
-/// added (see the module doc). Arguments that are not valid UTF-8 are passed through untouched.
-pub fn expand(args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
-    let Some(sub) = subcommand_index(&args) else {
-        return Ok(args);
-    };
-    let mut args = args;
-    let given = flags_given(&args[sub + 1..]);
-    let config = config_path(&args[sub + 1..]);
-    if asks_for_help(&args[sub + 1..]) && matches!(args[sub].to_str(), Some("apply" | "ship")) {
-        // Help shows both modes (`both_modes`), whatever else is given: nothing is rerouted or read.
-        return Ok(args);
+impl Mode {
+    /// The command typed.
+    pub fn typed(self) -> &'static str {
+        match self {
+            Mode::TailApply => "apply",
+            Mode::StoreShip => "ship",
+        }
     }
-    if args[sub].to_str() == Some("ship") && given.contains("store") {
+
+    /// `root` with the typed command's definition replaced by the hidden one's, under the typed name: clap then
+    /// checks the arguments against the mode's own flags and requirements, and its usage errors name the command
+    /// typed.
+    pub fn command(self, root: clap::Command) -> clap::Command {
+        let hidden = match self {
+            Mode::TailApply => "tail-apply",
+            Mode::StoreShip => "store-ship",
+        };
+        let Some(runs) = root.find_subcommand(hidden).cloned() else {
+            return root;
+        };
+        root.mut_subcommand(self.typed(), |_| runs.name(self.typed()))
+    }
+}
+
+/// A command line ready for clap: the arguments (with a config file's keys added) and the mode that parses them.
+#[derive(Debug)]
+pub struct Routed {
+    pub args: Vec<OsString>,
+    /// `None`: the command typed parses them.
+    pub mode: Option<Mode>,
+}
+
+/// The long flags given on the command line to `cmd` (its arguments in `matches`), without their dashes.
+fn given_to(cmd: &clap::Command, matches: &clap::ArgMatches) -> BTreeSet<String> {
+    cmd.get_arguments()
+        .filter(|a| matches.value_source(a.get_id().as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .filter_map(|a| a.get_long())
+        .map(String::from)
+        .collect()
+}
+
+/// The command line with a `--config` file's keys added, and its mode (see the module doc), both read from clap's
+/// own first reading of the arguments (`root` is the command `main` parses with, [`both_modes`]). That reading
+/// ignores errors (a missing required flag): the real parse, by the mode's command, reports them. A command line
+/// that asks for help (or the version) is not routed, so `apply --listen ADDR --help` shows the same page as
+/// `apply --help`. Arguments that are not valid UTF-8 are passed through untouched.
+pub fn expand(root: &clap::Command, args: Vec<OsString>) -> anyhow::Result<Routed> {
+    let unrouted = |args| Ok(Routed { args, mode: None });
+    let Ok(matches) = root.clone().ignore_errors(true).try_get_matches_from(args.iter()) else {
+        return unrouted(args);
+    };
+    let Some((name, sub)) = matches.subcommand() else {
+        return unrouted(args);
+    };
+    let Some(cmd) = root.find_subcommand(name) else {
+        return unrouted(args);
+    };
+    let given = given_to(cmd, sub);
+    let config = sub.try_get_one::<PathBuf>("config").ok().flatten().cloned();
+    if name == "ship" && given.contains("store") {
         // The continuous shipper through a bucket: a command of its own (`cmd::store_ship`), flags only.
         if config.is_some() {
             bail!("ship --store takes flags only; --config is for the direct link's ship");
         }
-        args[sub] = OsString::from("store-ship");
-        return Ok(args);
+        return Ok(Routed {
+            args,
+            mode: Some(Mode::StoreShip),
+        });
     }
     let table = match &config {
         Some(path) => Some(load(path)?),
         None => None,
     };
-    let name = args[sub].to_str().unwrap_or_default().to_string();
-    let keys: Vec<&[(&str, Kind)]> = match name.as_str() {
-        "ship" => vec![LINK_KEYS, SHIP_KEYS],
-        "tail-apply" => vec![LINK_KEYS, TAIL_APPLY_KEYS],
+    let (keys, mode): (Vec<&[(&str, Kind)]>, Option<Mode>) = match name {
+        "ship" => (vec![LINK_KEYS, SHIP_KEYS], None),
+        "tail-apply" => (vec![LINK_KEYS, TAIL_APPLY_KEYS], None),
         "apply" => {
             let file_link = table
                 .as_ref()
@@ -285,7 +333,7 @@ pub fn expand(args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
                 if config.is_some() {
                     bail!("apply --config is for the tail applier (a file with `listen` or `connect`); the store apply takes flags only");
                 }
-                return Ok(args);
+                return unrouted(args);
             }
             if let Some(flag) = BATCH_APPLY_FLAGS.iter().find(|f| given.contains(**f)) {
                 bail!(
@@ -293,57 +341,16 @@ pub fn expand(args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
                     BATCH_APPLY_FLAGS.iter().map(|f| format!("--{f}")).collect::<Vec<_>>().join(", ")
                 );
             }
-            args[sub] = OsString::from("tail-apply");
-            vec![LINK_KEYS, TAIL_APPLY_KEYS]
+            (vec![LINK_KEYS, TAIL_APPLY_KEYS], Some(Mode::TailApply))
         }
-        _ => return Ok(args),
+        _ => return unrouted(args),
     };
+    let mut args = args;
     if let (Some(path), Some(table)) = (config, table) {
-        let all_given = flags_given(&args);
+        let all_given: BTreeSet<String> = given.union(&given_to(root, &matches)).cloned().collect();
         args.extend(to_args(&path, &table, &keys, &all_given)?);
     }
-    Ok(args)
-}
-
-/// Where the subcommand is: the first argument after the program that is not a global flag or its value.
-fn subcommand_index(args: &[OsString]) -> Option<usize> {
-    let mut i = 1;
-    while let Some(arg) = args.get(i) {
-        let s = arg.to_str()?;
-        if GLOBAL_VALUE_FLAGS.contains(&s) {
-            i += 2;
-        } else if s.starts_with('-') {
-            i += 1;
-        } else {
-            return Some(i);
-        }
-    }
-    None
-}
-
-/// The long flags present (`--name` or `--name=value`), without their dashes.
-fn flags_given(args: &[OsString]) -> BTreeSet<String> {
-    args.iter()
-        .filter_map(|a| a.to_str())
-        .take_while(|a| *a != "--")
-        .filter_map(|a| a.strip_prefix("--"))
-        .map(|a| a.split_once('=').map_or(a, |(name, _)| name).to_string())
-        .collect()
-}
-
-/// The value of `--config FILE` / `--config=FILE`, if given.
-fn config_path(args: &[OsString]) -> Option<PathBuf> {
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let s = arg.to_str()?;
-        if s == "--config" {
-            return it.next().map(PathBuf::from);
-        }
-        if let Some(v) = s.strip_prefix("--config=") {
-            return Some(PathBuf::from(v));
-        }
-    }
-    None
+    Ok(Routed { args, mode })
 }
 
 /// The file's table; an error names the file (and TOML's own line and column).
@@ -433,6 +440,11 @@ mod tests {
         args.iter().map(OsString::from).collect()
     }
 
+    /// `args` expanded against the command `main` parses with.
+    fn expand(args: Vec<OsString>) -> anyhow::Result<Routed> {
+        super::expand(&both_modes(<crate::Cli as clap::CommandFactory>::command()), args)
+    }
+
     fn strs(args: &[OsString]) -> Vec<String> {
         args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
     }
@@ -445,13 +457,21 @@ mod tests {
 
     #[test]
     fn apply_with_a_direction_is_the_tail_applier_and_refuses_store_flags() {
-        let out = expand(os(&["segmirror", "apply", "--listen", "0:1", "--mirror", "m"])).unwrap();
-        assert_eq!(strs(&out)[1], "tail-apply");
+        let args = os(&["segmirror", "apply", "--listen", "0:1", "--mirror", "m"]);
+        let out = expand(args.clone()).unwrap();
+        assert_eq!(
+            (out.args, out.mode),
+            (args, Some(Mode::TailApply)),
+            "the command line is left as typed"
+        );
         let out = expand(os(&["segmirror", "--log-format", "json", "apply", "--connect=h:1"])).unwrap();
-        assert_eq!(strs(&out)[3], "tail-apply");
-        // The store apply is left alone.
+        assert_eq!(out.mode, Some(Mode::TailApply));
+        // The store apply is left alone, and so is a request for help.
         let plain = os(&["segmirror", "apply", "--store", "file:///s", "--mirror", "m"]);
-        assert_eq!(expand(plain.clone()).unwrap(), plain);
+        let out = expand(plain.clone()).unwrap();
+        assert_eq!((out.args, out.mode), (plain, None));
+        let out = expand(os(&["segmirror", "apply", "--listen", "0:1", "--help"])).unwrap();
+        assert_eq!(out.mode, None);
         let err = expand(os(&["segmirror", "apply", "--listen", "0:1", "--store", "file:///s"])).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("--store") && !msg.contains('\n'), "{msg}");
@@ -460,14 +480,14 @@ mod tests {
     #[test]
     fn ship_with_a_store_is_the_store_shipper_and_takes_no_config_file() {
         let out = expand(os(&["segmirror", "ship", "--store", "s3://b", "--log-dir", "k"])).unwrap();
-        assert_eq!(strs(&out)[1], "store-ship");
+        assert_eq!(out.mode, Some(Mode::StoreShip));
         let out = expand(os(&["segmirror", "ship", "--store=/b"])).unwrap();
-        assert_eq!(strs(&out)[1], "store-ship");
+        assert_eq!(out.mode, Some(Mode::StoreShip));
         let err = expand(os(&["segmirror", "ship", "--store", "/b", "--config", "x.toml"])).unwrap_err();
         assert!(err.to_string().contains("flags only"), "{err}");
         // Without --store, ship is the direct link's.
         let out = expand(os(&["segmirror", "ship", "--connect", "h:1"])).unwrap();
-        assert_eq!(strs(&out)[1], "ship");
+        assert_eq!((strs(&out.args)[1].as_str(), out.mode), ("ship", None));
     }
 
     #[test]
@@ -489,7 +509,8 @@ mod tests {
                 "--connect",
                 "h:1",
             ]))
-            .unwrap(),
+            .unwrap()
+            .args,
         );
         let tail = &out[7..];
         assert!(!tail.contains(&"l1".to_string()), "--link overrides: {out:?}");
@@ -517,7 +538,8 @@ mod tests {
                 "--tls-cert",
                 "c",
             ]))
-            .unwrap(),
+            .unwrap()
+            .args,
         );
         assert_eq!(out.iter().filter(|a| *a == "--log-dir").count(), 1, "{out:?}");
         assert!(!out.contains(&"--plaintext".to_string()), "{out:?}");
@@ -540,10 +562,10 @@ mod tests {
             .to_string();
         assert!(msg.contains("`max-bandwidth`") && msg.contains("service.toml"), "{msg}");
         let path = file(dir.path(), "link = \n");
-        let msg = format!(
-            "{:#}",
-            expand(os(&["segmirror", "ship", "--config", path.to_str().unwrap()])).unwrap_err()
-        );
+        let msg = match expand(os(&["segmirror", "ship", "--config", path.to_str().unwrap()])) {
+            Ok(_) => panic!("an invalid file was read"),
+            Err(e) => format!("{e:#}"),
+        };
         assert!(msg.contains("service.toml") && msg.contains("TOML"), "{msg}");
     }
 }
