@@ -225,7 +225,7 @@ pub(super) fn check_regular_file(root: &Path, key: &str) -> Result<()> {
 
 /// Open `key` of the local folder `root` (canonical, so free of links itself) for reading, with its size; `None`
 /// if there is no such object. One `openat2` both finds and checks the path, so nothing can be swapped for a link
-/// between a check and the open (issue 12: it also replaces a `statx` per component and a trip through
+/// between a check and the open (and it replaces a `statx` per component and a trip through
 /// `object_store`'s blocking pool for every object read). A refusal names the component, as
 /// [`check_regular_file`] does.
 pub(super) fn open_regular_file(root: &Path, key: &str) -> Result<Option<(std::fs::File, u64)>> {

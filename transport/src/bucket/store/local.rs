@@ -14,7 +14,7 @@
 //! `<file>#<n>` next to its final name (such names are never listed) and
 //! renamed into place when complete, so a reader never sees a partial object.
 //! Like `object_store`'s folder store (with its default settings), an upload is
-//! not fsynced. Neither is a download: the caller fsyncs what it keeps, once (issue 12: the applier fsynced every
+//! not fsynced. Neither is a download: the caller fsyncs what it keeps, once (measured: the applier used to fsync every
 //! staged file twice, here and after setting its modification time).
 //!
 //! Everything here is blocking; the store runs it in `spawn_blocking`.
@@ -170,7 +170,7 @@ pub(super) fn put(
 /// applier reads each object once, and the freed pages are what its writes to the mirror take next, still hot.
 /// Left cached, every page of the mirror is a fresh one, which on a VM whose free memory goes back to the host costs
 /// a fault in the host (see `durable::drop_cached`): `tools/bench/phase_ab.sh apply` went from 1.25 to 1.09 s and
-/// 1.93 to 1.59 CPU s for 200 small partitions (docs/BENCHMARKS.md, session 16).
+/// 1.93 to 1.59 CPU s for 200 small partitions (docs/BENCHMARKS.md).
 pub(super) fn get(mut object: File, object_path: &Path, start: u64, len: u64, dest: &Path) -> Result<Digest> {
     use std::io::{Seek, SeekFrom};
     object

@@ -84,9 +84,9 @@ pub struct SessionConfig {
     pub observer: Option<Arc<dyn SessionObserver>>,
 }
 
-/// Watches what a session moves, for metrics (issue 11 item 6). Called on the session's task right after the
-/// fact, so an implementation must be quick and never block (atomics, or a lock held for a few field updates, no
-/// I/O): the session's throughput is the metrics' cost.
+/// Watches what a session moves, for metrics (what was sent, what was applied). Called on the session's task right
+/// after the fact, so an implementation must be quick and never block (atomics, or a lock held for a few field
+/// updates, no I/O): the session's throughput is the metrics' cost.
 pub trait SessionObserver: Send + Sync + std::fmt::Debug {
     /// Shipper: `item` is handed to the connection (sent, not yet acknowledged).
     fn sent(&self, item: &FeedItem) {

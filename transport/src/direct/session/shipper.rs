@@ -29,7 +29,7 @@
 //! the credit window bounds memory, not latency. A tail that sends every few
 //! records as soon as it sees them fills a 16 MiB window with thousands of small
 //! chunks, each made durable on its own, and a new record waits behind all of
-//! them (issue 9's benchmark: p99 1.5-2 s at 10k records/s). Held back, the
+//! them (the direct tail benchmark, docs/BENCHMARKS.md: p99 1.5-2 s at 10k records/s). Held back, the
 //! bytes wait in the source file instead, and the next read takes all of them
 //! as one chunk: the queue stays as short as the bound, and the chunk size
 //! follows the rate by itself (small when the link keeps up, up to the feed's
@@ -51,15 +51,22 @@ use super::{
 use crate::direct::error::{DirectError, Result};
 use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
+use crate::direct::handshake::{FEATURE_LINK_META, FEATURE_MIRROR_LAYOUT, FEATURE_TRUNCATE};
+// Named by the docs of `FeedItem` and `ChunkFeed`.
+#[cfg(doc)]
 use crate::direct::handshake::{
-    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LINK_META, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT,
-    FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
+    FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LOG_START, FEATURE_PROGRESS_SHIPPED,
+    FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
 };
 use crate::direct::link_meta::{EncodedLinkMeta, META_PIECE_BYTES};
 use crate::direct::payload::{
-    Chunk, Claim, ClaimResult, ClaimVerdict, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout,
-    PartitionRef, Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
+    Chunk, Claim, ClaimResult, Goodbye, GoodbyeReason, LayoutSegment, LogEnd, LogStart, MirrorLayout, PartitionRef,
+    Position, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
 };
+
+mod streaming;
+
+use streaming::Streaming;
 
 /// Most sealed segments one partition's MirrorLayout may list in total (1,048,576: at Kafka's smallest useful
 /// segment sizes far beyond any real partition, and 16 MiB of entries at most): a peer that never ends a list
@@ -333,69 +340,31 @@ impl<F: ChunkFeed> ShipperSession<F> {
         let mut last_recv = Instant::now();
 
         // RESUMING: the applier's Resume comes first (heartbeats may precede it).
-        let (resume, log_ends) = loop {
-            tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => {
-                    say_goodbye(tx, &mut writer, &mut stream, idle, GoodbyeReason::Shutdown, "shipper shutting down".into()).await;
+        let (resume, log_ends) =
+            match await_resume(&mut stream, &mut writer, session, shutdown, idle, &mut last_recv).await? {
+                Opening::Resume(resume, log_ends) => (resume, log_ends),
+                Opening::Shutdown => {
+                    say_goodbye(
+                        tx,
+                        &mut writer,
+                        &mut stream,
+                        idle,
+                        GoodbyeReason::Shutdown,
+                        "shipper shutting down".into(),
+                    )
+                    .await;
                     return Ok(SessionEnd::Shutdown);
                 }
-                frame = stream.next() => {
-                    last_recv = Instant::now();
-                    match frame {
-                        None => return Err(DirectError::Closed { stage: "waiting for Resume" }),
-                        Some(Err(e)) => return Err(read_error(e)),
-                        Some(Ok(Frame::Resume(points))) => break (points, Vec::new()),
-                        Some(Ok(Frame::ResumeWithEnds { positions, ends })) if session.features & FEATURE_TRUNCATE != 0 => {
-                            let with_ends = positions.iter().cloned().zip(ends).collect();
-                            break (positions, with_ends);
-                        }
-                        Some(Ok(Frame::Heartbeat { .. })) => {}
-                        Some(Ok(Frame::Goodbye(g))) => {
-                            drop(tx);
-                            let _ = writer.await;
-                            return Ok(SessionEnd::PeerGoodbye { reason: g.reason, message: g.message });
-                        }
-                        Some(Ok(other)) => return Err(peer_frame(other, session, "waiting for Resume")),
-                    }
+                Opening::PeerGoodbye(g) => {
+                    drop(tx);
+                    let _ = writer.await;
+                    return Ok(SessionEnd::PeerGoodbye {
+                        reason: g.reason,
+                        message: g.message,
+                    });
                 }
-                // After the frames: a Goodbye already received explains a writer that failed.
-                r = &mut writer => return Err(writer_ended(r)),
-                _ = tokio::time::sleep_until(last_recv + idle) => {
-                    return Err(DirectError::Timeout { stage: "waiting for Resume", after: idle });
-                }
-            }
-        };
-        let mut tracks: HashMap<PartitionRef, Track> = HashMap::new();
-        // One position per partition: with two, the feed and the in-flight record would follow different ones (a
-        // continuity check failing on this side, a local error, for the peer's mistake).
-        let mut named = HashSet::new();
-        if let Some(twice) = resume.iter().find(|p| !named.insert(&p.partition)) {
-            return Err(DirectError::Protocol {
-                reason: format!("the Resume names {} twice", tp(&twice.partition)),
-            });
-        }
-        for p in &resume {
-            let at = (p.segment_base, p.position);
-            if let Some(acked) = self.stats.acked.get(&p.partition) {
-                if at < *acked {
-                    self.stats.resume_regressions += 1;
-                    tracing::warn!(
-                        partition = %tp(&p.partition), resume = ?at, acked = ?acked,
-                        "the applier resumes below a position it acknowledged: it lost durable bytes; resending"
-                    );
-                }
-            }
-            self.stats.acked.insert(p.partition.clone(), at);
-            tracks.insert(
-                p.partition.clone(),
-                Track {
-                    sent_end: Some(at),
-                    acked: Some(at),
-                    unacked: VecDeque::new(),
-                },
-            );
-        }
+            };
+        let tracks = self.resumed_tracks(&resume)?;
         self.feed.log_ends(session.features & FEATURE_TRUNCATE != 0, &log_ends);
         let layout = if session.features & FEATURE_MIRROR_LAYOUT != 0 {
             Some(receive_layout(&mut stream, &resume, session, idle).await?)
@@ -408,17 +377,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
         self.stats.in_flight = 0;
 
         // STREAMING.
-        let per_partition = self.feed.max_unacked_per_partition().map(|n| n.max(1));
-        let mut credit: u64 = 0;
-        let mut window: Option<u64> = None;
-        let mut pending: Option<FeedItem> = None;
-        // Feature bit 6: claims sent and not answered yet; partitions granted; partitions revoked (or refused).
-        let cluster = session.features & FEATURE_CLUSTER_SHIPPERS != 0;
-        let mut awaiting: HashSet<PartitionRef> = HashSet::new();
-        let mut granted: HashSet<PartitionRef> = HashSet::new();
-        let mut lost: HashSet<PartitionRef> = HashSet::new();
-        // The pending item waited for its partition's claim answer: checked once the answer is in.
-        let mut unchecked = false;
+        let mut st = Streaming::new(tracks, self.feed.max_unacked_per_partition(), session, max_payload);
         // Feature bit 8: the newest metadata version now, then each new one; its frames go out one per turn.
         let mut meta_watch = match (&self.link_meta, session.features & FEATURE_LINK_META != 0) {
             (Some(watch), true) => {
@@ -430,27 +389,9 @@ impl<F: ChunkFeed> ShipperSession<F> {
         };
         let mut meta_frames: VecDeque<Frame> = VecDeque::new();
         loop {
-            if unchecked && pending.as_ref().is_some_and(|i| !awaiting.contains(i.partition())) {
-                unchecked = false;
-                if let Some(item) = pending.take() {
-                    if granted.contains(item.partition()) {
-                        check_item(&item, &tracks, window, max_payload)?;
-                        pending = Some(item);
-                    } else {
-                        tracing::debug!(partition = %tp(item.partition()), "dropping an item of a partition not granted");
-                    }
-                }
-            }
-            let waiting = unchecked;
-            let cost = pending.as_ref().map(FeedItem::cost);
-            // A held partition's item (a feed that ignores holds) waits for the Ack that releases it.
-            let held = match (&pending, per_partition) {
-                (Some(item), Some(limit)) if item.end().is_some() => {
-                    tracks.get(item.partition()).is_some_and(|t| t.unacked.len() >= limit)
-                }
-                _ => false,
-            };
-            let sendable = !held && !waiting && cost.is_some_and(|c| c <= credit);
+            st.check_waited()?;
+            let cost = st.pending.as_ref().map(FeedItem::cost);
+            let sendable = !st.pending_held() && !st.unchecked && cost.is_some_and(|c| c <= st.credit);
             let send_at = match (sendable, cost, self.limiter.as_mut()) {
                 (true, Some(c), Some(bucket)) => Some(bucket.ready_at(c)),
                 _ => None,
@@ -468,59 +409,8 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         Some(Err(e)) => return Err(read_error(e)),
                         Some(Ok(frame)) => frame,
                     };
-                    match frame {
-                        Frame::Heartbeat { .. } => {}
-                        Frame::Credit { bytes } => {
-                            credit = credit.saturating_add(bytes);
-                            window.get_or_insert(bytes);
-                        }
-                        // An Ack that crossed a Revoke: the partition is no longer this session's.
-                        Frame::Ack(p) if cluster && lost.contains(&p.partition) && !tracks.contains_key(&p.partition) => {}
-                        Frame::Ack(p) => self.on_ack(&mut tracks, p, per_partition)?,
-                        Frame::ClaimResult(r) if cluster => {
-                            if !awaiting.remove(&r.partition) {
-                                return Err(DirectError::Protocol {
-                                    reason: format!("ClaimResult for {}, which this session did not claim", tp(&r.partition)),
-                                });
-                            }
-                            match &r.verdict {
-                                ClaimVerdict::Granted { .. } => {
-                                    let at = r.resume_position().map(|p| (p.segment_base, p.position));
-                                    if let Some(at) = at {
-                                        self.stats.acked.insert(r.partition.clone(), at);
-                                    }
-                                    tracks.insert(r.partition.clone(), Track { sent_end: at, acked: at, unacked: VecDeque::new() });
-                                    granted.insert(r.partition.clone());
-                                    lost.remove(&r.partition);
-                                }
-                                ClaimVerdict::Refused { holder_node, holder_epoch } => {
-                                    tracing::info!(partition = %tp(&r.partition), holder_node, holder_epoch, "claim refused: another node holds the partition");
-                                    granted.remove(&r.partition);
-                                    lost.insert(r.partition.clone());
-                                }
-                            }
-                            self.feed.claim_result(&r);
-                        }
-                        Frame::Revoke(r) if cluster => {
-                            tracing::warn!(partition = %tp(&r.partition), holder_node = r.holder_node, holder_epoch = r.holder_epoch, "revoked: another node holds the partition now");
-                            if let Some(track) = tracks.remove(&r.partition) {
-                                // Their credit comes back from the applier, which discards them.
-                                let cost: u64 = track.unacked.iter().map(|s| s.cost).sum();
-                                self.stats.in_flight = self.stats.in_flight.saturating_sub(cost);
-                                if per_partition.is_some_and(|limit| track.unacked.len() >= limit) {
-                                    self.feed.hold(&r.partition, false);
-                                }
-                            }
-                            granted.remove(&r.partition);
-                            lost.insert(r.partition.clone());
-                            if pending.as_ref().is_some_and(|i| i.partition() == &r.partition && !matches!(i, FeedItem::Claim(_))) {
-                                pending = None;
-                                unchecked = false;
-                            }
-                            self.feed.revoked(&r);
-                        }
-                        Frame::Goodbye(g) => peer_goodbye = Some(Some(g)),
-                        other => return Err(peer_frame(other, session, "streaming")),
+                    if let Some(g) = self.on_peer_frame(&mut st, session, frame)? {
+                        peer_goodbye = Some(Some(g));
                     }
                 }
                 // After the frames: a Goodbye already received explains a writer that failed.
@@ -530,39 +420,8 @@ impl<F: ChunkFeed> ShipperSession<F> {
                 }
                 permit = tx.reserve(), if send_now => {
                     let Ok(permit) = permit else { return Err(writer_ended(writer.await)) };
-                    let Some(item) = pending.take() else { continue };
-                    if let FeedItem::Truncate(t) = &item {
-                        // The partition's position moves back to where the mirror will end (checked in `check_item`).
-                        let at = (t.segment_base, t.position);
-                        let track = tracks.entry(t.partition.clone()).or_default();
-                        track.sent_end = Some(at);
-                        track.acked = Some(at);
-                        self.stats.acked.insert(t.partition.clone(), at);
-                    }
-                    let cost = item.cost();
-                    credit -= cost;
-                    if let Some(bucket) = self.limiter.as_mut() {
-                        bucket.take(cost);
-                    }
-                    if let FeedItem::Claim(c) = &item {
-                        awaiting.insert(c.partition.clone());
-                    }
-                    if let Some(end) = item.end() {
-                        let track = tracks.entry(item.partition().clone()).or_default();
-                        track.sent_end = Some(end);
-                        track.unacked.push_back(Sent { end, cost });
-                        if per_partition.is_some_and(|limit| track.unacked.len() >= limit) {
-                            self.feed.hold(item.partition(), true);
-                        }
-                        self.stats.max_unacked_items = self.stats.max_unacked_items.max(track.unacked.len());
-                    }
-                    self.stats.bytes_sent += cost;
-                    self.stats.in_flight += cost;
-                    self.stats.max_in_flight = self.stats.max_in_flight.max(self.stats.in_flight);
-                    if let Some(observer) = &self.config.observer {
-                        observer.sent(&item);
-                    }
-                    permit.send(item.into_frame());
+                    let Some(item) = st.pending.take() else { continue };
+                    permit.send(self.on_send(&mut st, item));
                 }
                 _ = tokio::time::sleep_until(send_at.unwrap_or(now)), if sendable && !send_now => {}
                 permit = tx.reserve(), if !meta_frames.is_empty() => {
@@ -584,68 +443,7 @@ impl<F: ChunkFeed> ShipperSession<F> {
                         Err(_) => meta_watch = None,
                     }
                 }
-                item = self.feed.next(), if pending.is_none() => {
-                    let mut item = item?;
-                    match &mut item {
-                        // The applier rebuilds with Kafka's default, and its digest check decides.
-                        FeedItem::Seal(seal) if session.features & FEATURE_INDEX_INTERVAL == 0 => {
-                            seal.companions.iter_mut().for_each(|c| c.index_interval = None);
-                        }
-                        // An older applier would refuse the trailing bytes.
-                        FeedItem::Progress(p) if session.features & FEATURE_PROGRESS_SHIPPED == 0 => p.shipped = None,
-                        // Likewise the trailing next base of a replacement's end.
-                        FeedItem::Replace(r) if session.features & FEATURE_MIRROR_LAYOUT == 0 => {
-                            if let Some(end) = &mut r.end {
-                                end.next_base = None;
-                            }
-                        }
-                        _ => {}
-                    }
-                    if matches!(item, FeedItem::Truncate(_)) && session.features & FEATURE_TRUNCATE == 0 {
-                        return Err(DirectError::Local {
-                            what: "the chunk feed",
-                            source: format!("{}: a Truncate on a session without the truncate feature", tp(item.partition())).into(),
-                        });
-                    }
-                    let needs = match item {
-                        FeedItem::LogStart(_) => FEATURE_LOG_START,
-                        FeedItem::Replace(_) => FEATURE_SEGMENT_REPLACE,
-                        FeedItem::Progress(_) => FEATURE_SOURCE_PROGRESS,
-                        FeedItem::Claim(_) => FEATURE_CLUSTER_SHIPPERS,
-                        _ => 0,
-                    };
-                    if session.features & needs != needs {
-                        // The applier cannot take it: the mirror keeps what the source deleted or rewrote.
-                        continue;
-                    }
-                    if let (FeedItem::Roll(r), false) = (&item, cluster) {
-                        return Err(DirectError::Local {
-                            what: "the chunk feed",
-                            source: format!("a Roll of {} on a session without feature bit 6 (several shippers)", tp(&r.partition)).into(),
-                        });
-                    }
-                    if cluster && !matches!(item, FeedItem::Claim(_)) {
-                        let p = item.partition();
-                        if awaiting.contains(p) {
-                            // Waits for the claim's answer, then is checked against the granted position.
-                            unchecked = true;
-                            pending = Some(item);
-                            continue;
-                        }
-                        if !granted.contains(p) {
-                            if lost.contains(p) {
-                                tracing::debug!(partition = %tp(p), "dropping an item of a revoked partition");
-                                continue;
-                            }
-                            return Err(DirectError::Local {
-                                what: "the chunk feed",
-                                source: format!("an item of {}, which this shipper never claimed (feature bit 6: claim first)", tp(p)).into(),
-                            });
-                        }
-                    }
-                    check_item(&item, &tracks, window, max_payload)?;
-                    pending = Some(item);
-                }
+                item = self.feed.next(), if st.pending.is_none() => self.on_feed_item(&mut st, session, item?)?,
             }
             match peer_goodbye {
                 None => {}
@@ -673,131 +471,87 @@ impl<F: ChunkFeed> ShipperSession<F> {
         }
     }
 
-    fn on_ack(
-        &mut self,
-        tracks: &mut HashMap<PartitionRef, Track>,
-        p: Position,
-        per_partition: Option<usize>,
-    ) -> Result<()> {
-        let at = (p.segment_base, p.position);
-        let Some(track) = tracks.get_mut(&p.partition) else {
+    /// The partitions of a Resume, each starting at its position (which also becomes the highest acknowledged one).
+    /// One position per partition: with two, the feed and the in-flight record would follow different ones (a
+    /// continuity check failing on this side, a local error, for the peer's mistake).
+    fn resumed_tracks(&mut self, resume: &[Position]) -> Result<HashMap<PartitionRef, Track>> {
+        let mut tracks: HashMap<PartitionRef, Track> = HashMap::new();
+        let mut named = HashSet::new();
+        if let Some(twice) = resume.iter().find(|p| !named.insert(&p.partition)) {
             return Err(DirectError::Protocol {
-                reason: format!(
-                    "Ack for partition {} at {at:?}, which this session never sent",
-                    tp(&p.partition)
-                ),
-            });
-        };
-        if track.acked.is_some_and(|prev| at < prev) {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "Ack for {} at {at:?} goes backwards, below the previous Ack {:?}: acknowledged positions only move forward",
-                    tp(&p.partition),
-                    track.acked
-                ),
+                reason: format!("the Resume names {} twice", tp(&twice.partition)),
             });
         }
-        if track.sent_end.is_none_or(|sent| at > sent) {
-            return Err(DirectError::Protocol {
-                reason: format!(
-                    "Ack for {} at {at:?} is beyond what was sent ({:?})",
-                    tp(&p.partition),
-                    track.sent_end
-                ),
-            });
-        }
-        track.acked = Some(at);
-        let was_held = per_partition.is_some_and(|limit| track.unacked.len() >= limit);
-        while track.unacked.front().is_some_and(|s| s.end <= at) {
-            if let Some(sent) = track.unacked.pop_front() {
-                self.stats.in_flight -= sent.cost;
+        for p in resume {
+            let at = (p.segment_base, p.position);
+            if let Some(acked) = self.stats.acked.get(&p.partition) {
+                if at < *acked {
+                    self.stats.resume_regressions += 1;
+                    tracing::warn!(
+                        partition = %tp(&p.partition), resume = ?at, acked = ?acked,
+                        "the applier resumes below a position it acknowledged: it lost durable bytes; resending"
+                    );
+                }
             }
+            self.stats.acked.insert(p.partition.clone(), at);
+            tracks.insert(
+                p.partition.clone(),
+                Track {
+                    sent_end: Some(at),
+                    acked: Some(at),
+                    unacked: VecDeque::new(),
+                },
+            );
         }
-        if was_held && per_partition.is_some_and(|limit| track.unacked.len() < limit) {
-            self.feed.hold(&p.partition, false);
-        }
-        self.stats.acked.insert(p.partition, at);
-        Ok(())
+        Ok(tracks)
     }
 }
 
-/// Checks an item from the feed before it is queued: it continues what was sent
-/// (a feed bug would otherwise reach the applier as a gap) and it can ever fit.
-fn check_item(
-    item: &FeedItem,
-    tracks: &HashMap<PartitionRef, Track>,
-    window: Option<u64>,
-    max_payload: u64,
-) -> Result<()> {
-    let local = |reason: String| DirectError::Local {
-        what: "the chunk feed",
-        source: reason.into(),
-    };
-    let name = tp(item.partition());
-    if let FeedItem::Chunk(c) = item {
-        // Payload: partition (topic string, partition, topic id), segment_base, position, bytes (u32 length + bytes).
-        let fixed = (2 + c.partition.topic.len() + 4 + 16 + 8 + 8 + 4) as u64;
-        if c.bytes.len() as u64 + fixed > max_payload {
-            return Err(local(format!(
-                "a {}-byte chunk of {name} does not fit a frame (maximum payload {max_payload} bytes)",
-                c.bytes.len()
-            )));
+/// How a session's opening ended.
+enum Opening {
+    /// The applier's Resume (its log ends per position when the session agreed the truncate feature).
+    Resume(Vec<Position>, Vec<(Position, LogEnd)>),
+    /// This side is shutting down.
+    Shutdown,
+    /// The applier said Goodbye first.
+    PeerGoodbye(Goodbye),
+}
+
+/// Waits for the applier's Resume (heartbeats may precede it), within the idle timeout.
+async fn await_resume(
+    stream: &mut super::FrameStream,
+    writer: &mut tokio::task::JoinHandle<Result<()>>,
+    session: &Session,
+    shutdown: &CancellationToken,
+    idle: std::time::Duration,
+    last_recv: &mut Instant,
+) -> Result<Opening> {
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Ok(Opening::Shutdown),
+            frame = stream.next() => {
+                *last_recv = Instant::now();
+                match frame {
+                    None => return Err(DirectError::Closed { stage: "waiting for Resume" }),
+                    Some(Err(e)) => return Err(read_error(e)),
+                    Some(Ok(Frame::Resume(points))) => return Ok(Opening::Resume(points, Vec::new())),
+                    Some(Ok(Frame::ResumeWithEnds { positions, ends })) if session.features & FEATURE_TRUNCATE != 0 => {
+                        let with_ends = positions.iter().cloned().zip(ends).collect();
+                        return Ok(Opening::Resume(positions, with_ends));
+                    }
+                    Some(Ok(Frame::Heartbeat { .. })) => {}
+                    Some(Ok(Frame::Goodbye(g))) => return Ok(Opening::PeerGoodbye(g)),
+                    Some(Ok(other)) => return Err(peer_frame(other, session, "waiting for Resume")),
+                }
+            }
+            // After the frames: a Goodbye already received explains a writer that failed.
+            r = &mut *writer => return Err(writer_ended(r)),
+            _ = tokio::time::sleep_until(*last_recv + idle) => {
+                return Err(DirectError::Timeout { stage: "waiting for Resume", after: idle });
+            }
         }
     }
-    if let Some(window) = window {
-        if item.cost() > window {
-            return Err(local(format!(
-                "a {}-byte item of {name} is larger than the applier's credit window of {window} bytes: it can never be sent",
-                item.cost()
-            )));
-        }
-    }
-    let sent = tracks.get(item.partition()).and_then(|t| t.sent_end);
-    if let FeedItem::Replace(r) = item {
-        // Payload: partition, count, bases, position, bytes; the seal part is bounded by the credit check above.
-        let fixed = (2 + r.partition.topic.len() + 4 + 16 + 2 + 8 * r.replaced_bases.len() + 8 + 4 + 1) as u64;
-        if r.bytes.len() as u64 + fixed > max_payload {
-            return Err(local(format!(
-                "a {}-byte replacement piece of {name} does not fit a frame (maximum payload {max_payload} bytes)",
-                r.bytes.len()
-            )));
-        }
-    }
-    if let FeedItem::Truncate(t) = item {
-        // Only with nothing of the partition in flight, and only back from what was sent.
-        let track = tracks.get(item.partition());
-        let at = (t.segment_base, t.position);
-        if track.is_some_and(|t| !t.unacked.is_empty()) || sent.is_none_or(|end| at >= end) {
-            return Err(local(format!(
-                "{name}: a Truncate to {at:?} with {} items in flight and {sent:?} sent: only back from what was sent, with nothing in flight",
-                track.map_or(0, |t| t.unacked.len())
-            )));
-        }
-        return Ok(());
-    }
-    let Some(start) = item.start() else {
-        return Ok(()); // a LogStart, a replacement piece, a progress report or a claim continues nothing
-    };
-    let continues = match (item, sent) {
-        (FeedItem::Chunk(c), None) => c.position == 0,
-        (FeedItem::Chunk(c), Some(end)) => start == end || (c.segment_base > end.0 && c.position == 0),
-        (FeedItem::Seal(_) | FeedItem::Roll(_), Some(end)) => start == end,
-        (FeedItem::Seal(_) | FeedItem::Roll(_), None)
-        | (
-            FeedItem::LogStart(_)
-            | FeedItem::Replace(_)
-            | FeedItem::Progress(_)
-            | FeedItem::Claim(_)
-            | FeedItem::Truncate(_),
-            _,
-        ) => false,
-    };
-    if !continues {
-        return Err(local(format!(
-            "{name}: the feed's next item starts at {start:?}, which does not continue what was sent ({sent:?})"
-        )));
-    }
-    Ok(())
 }
 
 /// The MirrorLayout frames that follow a Resume: until every partition of the Resume has its last frame. A layout
