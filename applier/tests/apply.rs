@@ -9,7 +9,7 @@ use std::path::Path;
 use common::*;
 use segment_format::dir::PARTITION_METADATA_FILE;
 use segment_format::partition_metadata::Uuid;
-use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
 use segmirror_applier::{ApplyConfig, Error, PartitionOutcome, Refusal, SkipReason, SkipSegment, Verdict, STAGING_DIR};
 use segmirror_catalog::{EventKind, PartitionKey, PartitionState, Subject};
@@ -94,8 +94,8 @@ async fn a_shipped_sample_set_is_mirrored_byte_for_byte_and_a_rerun_fetches_noth
     let verified = verify_paths(
         &dirs,
         &VerifyOptions {
-            deep: true,
-            strict: false,
+            depth: Depth::Deep,
+            strictness: Strictness::Lenient,
         },
         &NoVerifyProgress,
     );

@@ -18,7 +18,9 @@ use segment_format::batch::{
 };
 use segment_format::checkpoint::{LeaderEpochCheckpoint, MetaProperties, OffsetCheckpoint};
 use segment_format::control;
-use segment_format::dir::{classify_partition_file, is_internal_topic, validate_topic_name, PartitionDirName};
+use segment_format::dir::{
+    classify_partition_file, is_internal_topic, validate_topic_name, PartitionDirName, SegmentRole,
+};
 use segment_format::index::{
     OffsetIndex, OffsetIndexBuilder, OffsetIndexChecker, TimeIndex, TimeIndexBuilder, TimeIndexChecker,
 };
@@ -335,7 +337,11 @@ impl IndexInput {
 /// the indexes the builders derive from a sound log pass the checkers.
 pub fn index_check(data: &[u8]) {
     let input = IndexInput::split(data);
-    let newest = input.flags & 1 != 0;
+    let role = if input.flags & 1 != 0 {
+        SegmentRole::Newest
+    } else {
+        SegmentRole::Sealed
+    };
     let scanned = log_scan(&input.log, 0, false);
     let base = if input.flags & 2 != 0 {
         scanned.batches.first().map_or(0, |b| b.base_offset)
@@ -346,9 +352,9 @@ pub fn index_check(data: &[u8]) {
     let _ = TimeIndex::parse(&input.time_index);
     let _ = TxnIndex::parse(&input.txn_index);
     let path = Path::new("fuzz");
-    let mut offsets = OffsetIndexChecker::new(path, &input.offset_index, base, newest);
-    let mut times = TimeIndexChecker::new(path, &input.time_index, base, newest);
-    let mut txns = TxnIndexChecker::new(path, &input.txn_index, base, newest);
+    let mut offsets = OffsetIndexChecker::new(path, &input.offset_index, base, role);
+    let mut times = TimeIndexChecker::new(path, &input.time_index, base, role);
+    let mut txns = TxnIndexChecker::new(path, &input.txn_index, base, role);
     let mut tracker = TxnTracker::new();
     let mut expected_txn = Vec::new();
     for info in &scanned.batches {
@@ -395,9 +401,9 @@ fn builders_pass_checkers(
     let time_bytes = time_builder.to_bytes();
     let txn_bytes = segment_format::txn_index::serialize(expected_txn);
     let path = Path::new("built");
-    let mut offsets = OffsetIndexChecker::new(path, &offset_bytes, base, false);
-    let mut times = TimeIndexChecker::new(path, &time_bytes, base, false);
-    let mut txns = TxnIndexChecker::new(path, &txn_bytes, base, false);
+    let mut offsets = OffsetIndexChecker::new(path, &offset_bytes, base, SegmentRole::Sealed);
+    let mut times = TimeIndexChecker::new(path, &time_bytes, base, SegmentRole::Sealed);
+    let mut txns = TxnIndexChecker::new(path, &txn_bytes, base, SegmentRole::Sealed);
     let mut tracker = TxnTracker::new();
     for info in &scanned.batches {
         offsets.on_batch(info);
@@ -519,7 +525,7 @@ fn producer_snapshot(data: &[u8]) {
 /// Every finding must name a position inside the file it is about.
 pub fn verify_dir(data: &[u8]) {
     use segment_format::dir::{segment_file_name, SegmentFileKind, LEADER_EPOCH_CHECKPOINT_FILE};
-    use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+    use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
     let input = IndexInput::split(data);
     let Ok(root) = tempfile::tempdir() else { return };
     let dir = root.path().join("fuzz-0");
@@ -546,8 +552,12 @@ pub fn verify_dir(data: &[u8]) {
         }
     }
     let options = VerifyOptions {
-        deep: true,
-        strict: input.flags & 8 != 0,
+        depth: Depth::Deep,
+        strictness: if input.flags & 8 != 0 {
+            Strictness::Strict
+        } else {
+            Strictness::Lenient
+        },
     };
     let report = verify_paths(std::slice::from_ref(&dir), &options, &NoProgress);
     assert!(

@@ -344,6 +344,26 @@ pub fn validate_topic_name(topic: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Where a segment sits in its partition, which decides what its files may look like: the newest segment is the one
+/// a running broker appends to (its indexes preallocated, its `.log` possibly ending inside a batch being written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentRole {
+    /// Rolled: a later segment follows it, and its files are final.
+    Sealed,
+    /// The newest segment of its partition: no segment follows it.
+    Newest,
+}
+
+impl SegmentRole {
+    /// The role of a segment followed by the segment based at `next_base` (`None`: none follows, it is the newest).
+    pub fn with_next(next_base: Option<i64>) -> Self {
+        match next_base {
+            Some(_) => SegmentRole::Sealed,
+            None => SegmentRole::Newest,
+        }
+    }
+}
+
 /// The files of one segment that exist on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentFiles {

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::batch::{BatchInfo, ControlType};
+use crate::dir::SegmentRole;
 use crate::error::{Defect, IndexKind};
 use crate::report::Finding;
 use crate::snapshot::ProducerSnapshot;
@@ -236,7 +237,8 @@ pub struct TxnIndexChecker<'a> {
 
 impl<'a> TxnIndexChecker<'a> {
     /// `bytes` is the whole `.txnindex` (empty if the file does not exist).
-    pub fn new(path: impl AsRef<Path>, bytes: &'a [u8], base_offset: i64, is_newest_segment: bool) -> Self {
+    /// A partial entry at the end is a warning in the [`SegmentRole::Newest`] segment (mid-append), else an error.
+    pub fn new(path: impl AsRef<Path>, bytes: &'a [u8], base_offset: i64, role: SegmentRole) -> Self {
         let path = path.as_ref().to_path_buf();
         let entries = bytes.len() / ABORTED_TXN_SIZE;
         let mut findings = Vec::new();
@@ -248,7 +250,7 @@ impl<'a> TxnIndexChecker<'a> {
                  the broker ignores them",
                 bytes.len()
             ));
-            findings.push(if is_newest_segment {
+            findings.push(if role == SegmentRole::Newest {
                 Finding::warning(&path, Some(at), None, defect)
             } else {
                 Finding::error(&path, Some(at), None, defect)
@@ -623,7 +625,7 @@ mod tests {
 
     fn run(bytes: &[u8], batches: &[BatchInfo]) -> Vec<Finding> {
         let mut t = TxnTracker::new();
-        let mut c = TxnIndexChecker::new("00000000000000000000.txnindex", bytes, 0, false);
+        let mut c = TxnIndexChecker::new("00000000000000000000.txnindex", bytes, 0, SegmentRole::Sealed);
         for b in batches {
             let exp = t.on_batch(b);
             c.on_batch(b, exp.as_ref());
@@ -676,14 +678,14 @@ mod tests {
         bad.version = 1;
         let mut bytes = serialize(&[bad]);
         bytes.extend_from_slice(&[1, 2, 3]);
-        let c = TxnIndexChecker::new("t", &bytes, 10, false);
+        let c = TxnIndexChecker::new("t", &bytes, 10, SegmentRole::Sealed);
         let f = c.finish();
         // version, first > last, below base; partial tail at 34.
         assert_eq!(f.iter().filter(|f| f.position == Some(0)).count(), 3, "{f:?}");
         assert!(f
             .iter()
             .any(|f| f.position == Some(34) && f.severity == Severity::Error));
-        let c = TxnIndexChecker::new("t", &[0; 5], 0, true);
+        let c = TxnIndexChecker::new("t", &[0; 5], 0, SegmentRole::Newest);
         assert_eq!(
             c.finish()[0].severity,
             Severity::Warning,
@@ -721,7 +723,7 @@ mod tests {
                                 batches in proptest::collection::vec((0i64..50, 0i64..4, 0i64..3, 0u8..4), 0..20)) {
             let _ = TxnIndex::parse(&bytes);
             let mut t = TxnTracker::new();
-            let mut c = TxnIndexChecker::new("t", &bytes, 0, false);
+            let mut c = TxnIndexChecker::new("t", &bytes, 0, SegmentRole::Sealed);
             let mut pos = 0;
             let mut off = 0;
             for (gap, len, pid, kind) in batches {

@@ -36,15 +36,48 @@ mod segment;
 use segment::verify_segment;
 pub use segment::{check_segment, check_segment_against_epochs, check_segment_observed, SegmentCheck};
 
+pub use crate::dir::SegmentRole;
+
+/// How much of each batch a verification reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Depth {
+    /// The batch framing, CRCs, offsets, indexes and leader epochs, as a broker's own load checks them (a legacy
+    /// compressed wrapper is walked even so: its record count and first offset are only known inside it).
+    #[default]
+    Shallow,
+    /// Also decompress and walk every record (catches malformed records inside a batch
+    /// whose CRC is valid, which no broker checks).
+    Deep,
+}
+
+/// What a verification makes of the states a running broker legitimately leaves: a partial batch or zero tail at
+/// the end of the newest segment, a torn newest producer snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strictness {
+    /// Warnings: the partition may be live.
+    #[default]
+    Lenient,
+    /// Errors (`verify --strict`): the partition is expected at rest, every file final.
+    Strict,
+}
+
 /// How deep and how strict a verification is.
 #[derive(Debug, Clone, Default)]
 pub struct VerifyOptions {
-    /// Decompress and walk every record (catches malformed records inside a batch
-    /// whose CRC is valid, which no broker checks).
-    pub deep: bool,
-    /// Treat states a running broker legitimately leaves (a partial batch at the
-    /// tail of the newest segment) as errors.
-    pub strict: bool,
+    pub depth: Depth,
+    pub strictness: Strictness,
+}
+
+impl VerifyOptions {
+    /// Every record is walked ([`Depth::Deep`]).
+    pub fn is_deep(&self) -> bool {
+        self.depth == Depth::Deep
+    }
+
+    /// What a running broker leaves is an error ([`Strictness::Strict`]).
+    pub fn is_strict(&self) -> bool {
+        self.strictness == Strictness::Strict
+    }
 }
 
 /// Most findings kept per file; beyond that they are counted, so a segment where
@@ -360,8 +393,8 @@ struct SegmentContext {
     tail: TailPolicy,
 }
 
-/// How the end of a segment's `.log` (and its indexes) is judged. One value instead of two booleans ("is this the
-/// newest segment" and "strict"), because only three of their four combinations mean something.
+/// How the end of a segment's `.log` (and its indexes) is judged. One value instead of a [`SegmentRole`] and a
+/// [`Strictness`], because only three of their four combinations mean something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TailPolicy {
     /// A sealed (rolled) segment: every byte of the `.log` is a complete batch; a partial batch or a zero-filled
@@ -376,12 +409,21 @@ pub enum TailPolicy {
 }
 
 impl TailPolicy {
-    /// The policy for the newest segment (`ActiveStrict` under `strict`) or for any other one (`Sealed`).
-    pub fn for_segment(newest: bool, strict: bool) -> Self {
-        match (newest, strict) {
-            (false, _) => TailPolicy::Sealed,
-            (true, false) => TailPolicy::ActiveTolerant,
-            (true, true) => TailPolicy::ActiveStrict,
+    /// The policy for the newest segment (`ActiveStrict` when strict) or for any other one (`Sealed`).
+    pub fn for_segment(role: SegmentRole, strictness: Strictness) -> Self {
+        match (role, strictness) {
+            (SegmentRole::Sealed, _) => TailPolicy::Sealed,
+            (SegmentRole::Newest, Strictness::Lenient) => TailPolicy::ActiveTolerant,
+            (SegmentRole::Newest, Strictness::Strict) => TailPolicy::ActiveStrict,
+        }
+    }
+
+    /// The role of the segment this policy judges: an active one is the newest.
+    pub fn role(self) -> SegmentRole {
+        if self.is_active() {
+            SegmentRole::Newest
+        } else {
+            SegmentRole::Sealed
         }
     }
 
@@ -432,9 +474,10 @@ fn verify_partition_dir_once(
         }
     }
     for (i, segment) in dir.segments.iter().enumerate() {
+        let next_base_offset = dir.segments.get(i + 1).map(|s| s.base_offset);
         let context = SegmentContext {
-            next_base_offset: dir.segments.get(i + 1).map(|s| s.base_offset),
-            tail: TailPolicy::for_segment(i + 1 == dir.segments.len(), options.strict),
+            next_base_offset,
+            tail: TailPolicy::for_segment(SegmentRole::with_next(next_base_offset), options.strictness),
         };
         verify_segment(segment, context, options, progress, sink, &mut scan)?;
     }
@@ -482,7 +525,7 @@ fn start_partition(dir: &PartitionDir, options: &VerifyOptions, sink: &mut Findi
             Err(e)
                 if is_largest
                     && snapshot.offset >= last_base
-                    && !options.strict
+                    && options.strictness == Strictness::Lenient
                     && is_torn_snapshot(&snapshot.path, &e) =>
             {
                 let finding = Finding::from_error(&e);
@@ -573,9 +616,10 @@ fn verify_file(
                             path: path.to_path_buf(),
                             reason: "no .log file for this segment".into(),
                         })?;
+                    let next_base_offset = dir.segments.get(i + 1).map(|s| s.base_offset);
                     let context = SegmentContext {
-                        next_base_offset: dir.segments.get(i + 1).map(|s| s.base_offset),
-                        tail: TailPolicy::for_segment(i + 1 == dir.segments.len(), options.strict),
+                        next_base_offset,
+                        tail: TailPolicy::for_segment(SegmentRole::with_next(next_base_offset), options.strictness),
                     };
                     (dir.segments[i].clone(), context)
                 }
@@ -583,7 +627,7 @@ fn verify_file(
                     standalone_segment(parent, base_offset),
                     SegmentContext {
                         next_base_offset: None,
-                        tail: TailPolicy::for_segment(true, options.strict),
+                        tail: TailPolicy::for_segment(SegmentRole::Newest, options.strictness),
                     },
                 ),
             };

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use common::*;
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, META_PROPERTIES_FILE};
 use segment_format::partition_metadata::Uuid;
-use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::LogDirIdentity;
 use segmirror_applier::report::{PartitionOutcome, Refusal, Verdict};
 use segmirror_shipper::seed::{self, SeedConfig, SeedReport};
@@ -92,8 +92,8 @@ fn assert_mirror_with_end_snapshot(source: &Path, mirror: &Path, leo: i64) {
     let verified = verify_paths(
         &[mirror.to_path_buf()],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoVerifyProgress,
     );

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
 use segmirror_applier::{PartitionOutcome, Verdict};
 use segmirror_shipper::seed::{self, SeedConfig};
@@ -56,8 +56,8 @@ async fn seed_and_apply(running: bool) {
     let verified = verify_paths(
         &dirs,
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoVerifyProgress,
     );

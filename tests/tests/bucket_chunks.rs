@@ -14,7 +14,7 @@ use common::*;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_applier::{PartitionOutcome, Refusal, Verdict};
 use segmirror_shipper::seed::{self, SeedConfig};
@@ -212,8 +212,8 @@ async fn seed_reruns_upload_only_appended_bytes_and_apply_installs_only_new_chun
     let verified = verify_paths(
         &[w.mirror().join(format!("{TOPIC}-0"))],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoVerifyProgress,
     );
@@ -505,8 +505,8 @@ async fn the_sealed_version_references_the_shipped_chunks_and_adds_only_the_rest
     let verified = verify_paths(
         &[mirror],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoVerifyProgress,
     );

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use segment_format::index::{OffsetIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::scan_frames;
 use segment_format::partition_metadata::PartitionMetadata;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segmirror_applier::tail::{TailAppender, TailCatalog};
 use segmirror_catalog::Catalog;
 use segmirror_shipper::source::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
@@ -481,8 +481,8 @@ async fn replicate(direction: Direction, topic: &str, index_interval: Option<u64
     let report = verify_paths(
         &paths,
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

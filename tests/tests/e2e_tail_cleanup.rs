@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
 use segment_format::partition_metadata::PartitionMetadata;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segmirror_applier::tail::{tailed_log_start, TailAppender};
 use segmirror_shipper::source::{CheckpointHighWatermarks, UptoPolicy};
 use segmirror_shipper::tail::{TailFeed, TailFeedConfig, TailPartition};
@@ -353,8 +353,8 @@ async fn tail_through(cleanup: Cleanup) {
     let report = verify_paths(
         &paths,
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

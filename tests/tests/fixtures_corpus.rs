@@ -18,13 +18,13 @@ use proptest::prelude::*;
 use segment_format::batch::CRC_OFFSET;
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind};
 use segment_format::error::Defect;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segmirror_tests::ondisk::{partition_records, records_digest, scan_log, ScannedBatch};
 use serde::{Deserialize, Serialize};
 
 const DEEP_STRICT: VerifyOptions = VerifyOptions {
-    deep: true,
-    strict: true,
+    depth: Depth::Deep,
+    strictness: Strictness::Strict,
 };
 /// The KRaft metadata log, left out of the corpus (see the regeneration).
 const METADATA_LOG: &str = "__cluster_metadata-0";

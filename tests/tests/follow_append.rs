@@ -15,7 +15,7 @@ use common::*;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{verify_paths, NoProgress as NoVerifyProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_applier::{Applier, ApplyConfig, ApplyReport, NoProgress, PartitionOutcome, Refusal, Verdict};
 use segmirror_catalog::Catalog;
@@ -159,8 +159,8 @@ async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_s
     let verified = verify_paths(
         &[w.mirror().join(format!("{TOPIC}-0"))],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoVerifyProgress,
     );

@@ -29,7 +29,7 @@ use segment_format::dir::{
 use segment_format::error::Defect;
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::report::{Finding, Severity};
-use segment_format::verify::{verify_paths, NoProgress, Report, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Report, Strictness, VerifyOptions};
 use segment_format::writer::sample::{self, write_sample, Manifest, SampleOptions};
 use segmirror_tests::dump::{dump_deep, run_dump, DumpedFile};
 use segmirror_tests::ondisk::{log_records, partition_records, scan_log, scan_partition};
@@ -38,12 +38,12 @@ use segmirror_tests::shapes::{read_offset_checkpoint, segment_base_offsets, Shap
 use segmirror_tests::*;
 
 const DEEP: VerifyOptions = VerifyOptions {
-    deep: true,
-    strict: false,
+    depth: Depth::Deep,
+    strictness: Strictness::Lenient,
 };
 const DEEP_STRICT: VerifyOptions = VerifyOptions {
-    deep: true,
-    strict: true,
+    depth: Depth::Deep,
+    strictness: Strictness::Strict,
 };
 
 fn now_ms() -> i64 {

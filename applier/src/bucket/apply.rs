@@ -28,7 +28,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use segment_format::partition_metadata::Uuid;
 use segment_format::progress::Progress;
-use segment_format::verify::VerifyOptions;
+use segment_format::verify::{Depth, VerifyOptions};
 use segmirror_catalog::{Catalog, PartitionId, PartitionKey, Upsert};
 use segmirror_transport::manifest::{validate_link_name, KeyPrefix};
 use segmirror_transport::SegmentSource;
@@ -117,7 +117,7 @@ impl ApplyConfig {
 
     /// Also decompress every batch and check every record before installing.
     pub fn with_deep_validation(mut self, deep: bool) -> Self {
-        self.verify.deep = deep;
+        self.verify.depth = if deep { Depth::Deep } else { Depth::Shallow };
         self
     }
 

@@ -3,7 +3,7 @@
 //! leader's layout, which `verify --strict` finds sound.
 
 use segment_format::log::scan_frames;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segmirror_transport::direct::payload::Claim;
 use segmirror_transport::direct::session::ChunkApplier;
 
@@ -172,8 +172,8 @@ async fn a_rolled_mirror_layout_segment_is_sound_and_the_next_follows_the_new_la
     let report = verify_paths(
         std::slice::from_ref(&mdir),
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

@@ -10,7 +10,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::txn_index::TxnIndex;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WriterConfig};
 use segmirror_transport::direct::session::ChunkApplier;
 
@@ -130,8 +130,8 @@ fn assert_sound(f: &Fixture) {
     let report = verify_paths(
         std::slice::from_ref(&mdir),
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

@@ -257,7 +257,7 @@ impl VersionFiles {
             || m.sealed
             || m.end_snapshot.is_some()
             || m.file(SegmentFileKind::TxnIndex).is_some()
-            || t.verify.deep
+            || t.verify.is_deep()
         {
             return None;
         }

@@ -13,7 +13,9 @@ use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, Leade
 use segment_format::dir::{SegmentFileKind, SegmentFiles};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
-use segment_format::verify::{check_segment_against_epochs, PartitionSummary, SegmentCheck, TailPolicy, VerifyOptions};
+use segment_format::verify::{
+    check_segment_against_epochs, PartitionSummary, SegmentCheck, Strictness, TailPolicy, VerifyOptions,
+};
 use segmirror_transport::manifest::{EpochStart, Manifest};
 
 use super::{Source, MAX_SNAPSHOT_BYTES};
@@ -75,7 +77,7 @@ pub(super) fn validate(
         Ok(check) => check,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    if let Some(refusal) = version.wrong_claim(&check.summary, verify.deep) {
+    if let Some(refusal) = version.wrong_claim(&check.summary, verify.is_deep()) {
         return Ok(Err(refusal));
     }
     if let Some(message) = epoch_disagreements(&check.epoch_findings) {
@@ -168,8 +170,8 @@ impl<'a> Version<'a> {
         // A shipped version ends at a complete batch: strict. An unsealed one is the source's active segment, whose
         // time index has no closing entry yet.
         let options = VerifyOptions {
-            deep: verify.deep,
-            strict: true,
+            depth: verify.depth,
+            strictness: Strictness::Strict,
         };
         // The manifest's leader epochs are checked against every magic-2 batch's `partitionLeaderEpoch` in the same
         // pass, as `verify` checks a partition against its `leader-epoch-checkpoint`: each batch carries the epoch in

@@ -16,7 +16,7 @@ use segment_format::log::scan_frames;
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::report::Severity;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::writer::{
     write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig, WrittenPartition,
 };
@@ -447,8 +447,8 @@ fn promotes_restamped_copies_with_target_ids_and_checkpoints() {
     let report = verify_paths(
         &[f.target.clone()],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

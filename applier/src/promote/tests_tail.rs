@@ -9,7 +9,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::txn_index::TxnIndex;
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
 
@@ -182,8 +182,8 @@ fn a_tailed_partition_is_promoted_with_the_active_segments_companions_rebuilt() 
     let verified = verify_paths(
         &[t.f.target.clone()],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::log::scan_frames;
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WrittenPartition};
 use segmirror_catalog::{Catalog, PartitionKey};
 use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, LogStart, PartitionRef, SegmentSeal};
@@ -205,8 +205,8 @@ async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_
     let verified = verify_paths(
         &[f.target.clone()],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

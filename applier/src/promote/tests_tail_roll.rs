@@ -9,7 +9,7 @@ use bytes::Bytes;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::log::scan_frames;
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WrittenPartition};
 use segmirror_catalog::Catalog;
 use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, Roll, SegmentSeal};
@@ -165,8 +165,8 @@ async fn a_tailed_mirror_with_rolled_mirror_layout_segments_is_promoted() {
     let verified = verify_paths(
         &[f.target.clone()],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );

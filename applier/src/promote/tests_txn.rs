@@ -11,7 +11,7 @@ use segment_format::log::LogFile;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{AbortedTxn, TxnIndex};
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 
 use super::tests::{config, fixture_with};
@@ -362,8 +362,8 @@ fn promotion_aborts_open_transactions_and_starts_producer_state_empty_after_them
     let verified = verify_paths(
         &[f.target.clone()],
         &VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         },
         &NoProgress,
     );
@@ -587,8 +587,8 @@ fn a_consistent_cut_ends_every_partition_before_its_first_batch_newer_than_t() {
         let verified = verify_paths(
             &[f.target.clone()],
             &VerifyOptions {
-                deep: true,
-                strict: true,
+                depth: Depth::Deep,
+                strictness: Strictness::Strict,
             },
             &NoProgress,
         );

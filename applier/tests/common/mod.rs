@@ -20,7 +20,7 @@ use segment_format::checkpoint::{leader_epoch_checkpoint_path, LeaderEpochCheckp
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, PARTITION_METADATA_FILE};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
+use segment_format::verify::{check_segment, SegmentRole, Strictness, TailPolicy, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WriterConfig};
 use segmirror_applier::{ApplyConfig, ApplyReport, NoProgress};
 use segmirror_catalog::Catalog;
@@ -214,7 +214,7 @@ pub async fn ship_partition_dir_sealing(
         let check = check_segment(
             seg,
             next_base,
-            TailPolicy::for_segment(next_base.is_none(), false),
+            TailPolicy::for_segment(SegmentRole::with_next(next_base), Strictness::Lenient),
             &VerifyOptions::default(),
         )
         .unwrap();

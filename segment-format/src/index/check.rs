@@ -6,6 +6,7 @@ use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
 use crate::batch::BatchInfo;
+use crate::dir::SegmentRole;
 use crate::error::{Defect, IndexKind};
 use crate::report::Finding;
 
@@ -126,9 +127,9 @@ pub struct OffsetIndexChecker<'a> {
 }
 
 impl<'a> OffsetIndexChecker<'a> {
-    /// `entries_bytes` is the whole `.index` file; `is_newest_segment` permits
+    /// `entries_bytes` is the whole `.index` file; [`SegmentRole::Newest`] permits
     /// the zero tail of an active, preallocated index.
-    pub fn new(path: impl AsRef<Path>, entries_bytes: &'a [u8], base_offset: i64, is_newest_segment: bool) -> Self {
+    pub fn new(path: impl AsRef<Path>, entries_bytes: &'a [u8], base_offset: i64, role: SegmentRole) -> Self {
         let bytes = entries_bytes;
         let layout = IndexLayout::of(bytes, OFFSET_INDEX_ENTRY_SIZE);
         let mut sink = IndexFindings {
@@ -199,7 +200,7 @@ impl<'a> OffsetIndexChecker<'a> {
         OffsetIndexChecker {
             bytes,
             base_offset,
-            newest: is_newest_segment,
+            newest: role == SegmentRole::Newest,
             layout,
             checked,
             order,
@@ -376,9 +377,9 @@ pub struct TimeIndexChecker<'a> {
 }
 
 impl<'a> TimeIndexChecker<'a> {
-    /// `entries_bytes` is the whole `.timeindex` file; `is_newest_segment` permits
+    /// `entries_bytes` is the whole `.timeindex` file; [`SegmentRole::Newest`] permits
     /// the zero tail and a missing final entry of the active segment.
-    pub fn new(path: impl AsRef<Path>, entries_bytes: &'a [u8], base_offset: i64, is_newest_segment: bool) -> Self {
+    pub fn new(path: impl AsRef<Path>, entries_bytes: &'a [u8], base_offset: i64, role: SegmentRole) -> Self {
         let bytes = entries_bytes;
         let layout = IndexLayout::of(bytes, TIME_INDEX_ENTRY_SIZE);
         let mut sink = IndexFindings {
@@ -452,7 +453,7 @@ impl<'a> TimeIndexChecker<'a> {
         TimeIndexChecker {
             bytes,
             base_offset,
-            newest: is_newest_segment,
+            newest: role == SegmentRole::Newest,
             layout,
             checked,
             order,

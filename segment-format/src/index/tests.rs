@@ -1,4 +1,5 @@
 use super::*;
+use crate::dir::SegmentRole;
 use crate::error::IndexKind;
 use crate::report::{Finding, Severity};
 use proptest::prelude::*;
@@ -50,14 +51,23 @@ fn ts(timestamp: i64, rel: i32) -> TimeIndexEntry {
     }
 }
 
+/// The role a test names by whether the segment is the newest.
+fn role(newest: bool) -> SegmentRole {
+    if newest {
+        SegmentRole::Newest
+    } else {
+        SegmentRole::Sealed
+    }
+}
+
 fn check_offset(bytes: &[u8], base: i64, newest: bool, batches: &[BatchInfo]) -> Vec<Finding> {
-    let mut c = OffsetIndexChecker::new("00000000000000000100.index", bytes, base, newest);
+    let mut c = OffsetIndexChecker::new("00000000000000000100.index", bytes, base, role(newest));
     batches.iter().for_each(|x| c.on_batch(x));
     c.finish(log_end(batches))
 }
 
 fn check_time(bytes: &[u8], base: i64, newest: bool, batches: &[BatchInfo]) -> Vec<Finding> {
-    let mut c = TimeIndexChecker::new("00000000000000000100.timeindex", bytes, base, newest);
+    let mut c = TimeIndexChecker::new("00000000000000000100.timeindex", bytes, base, role(newest));
     batches.iter().for_each(|x| c.on_batch(x));
     c.finish(log_end(batches))
 }

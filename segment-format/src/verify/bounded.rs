@@ -21,6 +21,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::batch::{LOG_OVERHEAD, MIN_FRAME_LENGTH};
+use crate::dir::SegmentRole;
 use crate::error::{Defect, Error, IndexKind};
 use crate::open::{open_regular, MAX_INDEX_FILE_BYTES};
 use crate::report::Finding;
@@ -114,7 +115,7 @@ pub fn read_index(
     kind: IndexKind,
     entry_size: usize,
     log_len: u64,
-    newest: bool,
+    role: SegmentRole,
     findings: &mut Vec<Finding>,
 ) -> Result<Option<Vec<u8>>, Error> {
     let what = kind_name(kind);
@@ -158,7 +159,7 @@ pub fn read_index(
                 ));
                 return Ok(None);
             }
-            None if !newest => findings.push(Finding::error(
+            None if role == SegmentRole::Sealed => findings.push(Finding::error(
                 path,
                 Some(can_hold),
                 None,
@@ -212,7 +213,7 @@ mod tests {
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(4 << 30).unwrap();
         let mut findings = vec![];
-        let read = read_index(&path, IndexKind::Offset, 8, 1000, true, &mut findings).unwrap();
+        let read = read_index(&path, IndexKind::Offset, 8, 1000, SegmentRole::Newest, &mut findings).unwrap();
         assert!(read.is_none());
         assert!(
             findings[0].to_string().contains("exceeds the limit of 2147483647"),
@@ -223,11 +224,11 @@ mod tests {
         // newest segment, and only the part that can hold entries is read.
         f.set_len(64 << 20).unwrap();
         let mut findings = vec![];
-        let read = read_index(&path, IndexKind::Offset, 8, 1000, true, &mut findings).unwrap();
+        let read = read_index(&path, IndexKind::Offset, 8, 1000, SegmentRole::Newest, &mut findings).unwrap();
         assert_eq!(read.unwrap().len() as u64, max_index_bytes(1000, 8));
         assert!(findings.is_empty(), "{findings:?}");
         // The same in a sealed segment is an error naming where the zeros start.
-        let read = read_index(&path, IndexKind::Offset, 8, 1000, false, &mut findings).unwrap();
+        let read = read_index(&path, IndexKind::Offset, 8, 1000, SegmentRole::Sealed, &mut findings).unwrap();
         assert!(read.is_some());
         assert!(
             findings[0].to_string().contains("zero-filled from byte"),
@@ -238,7 +239,7 @@ mod tests {
         use std::os::unix::fs::FileExt;
         f.write_at(&[1], 50 << 20).unwrap();
         let mut findings = vec![];
-        let read = read_index(&path, IndexKind::Offset, 8, 1000, true, &mut findings).unwrap();
+        let read = read_index(&path, IndexKind::Offset, 8, 1000, SegmentRole::Newest, &mut findings).unwrap();
         assert!(read.is_none());
         assert_eq!(findings[0].position, Some(50 << 20));
     }

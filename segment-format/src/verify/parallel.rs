@@ -189,8 +189,8 @@ mod tests {
         for options in [
             VerifyOptions::default(),
             VerifyOptions {
-                deep: true,
-                strict: true,
+                depth: Depth::Deep,
+                strictness: Strictness::Strict,
             },
         ] {
             let one = verify_with(1, tmp.path(), &options);

@@ -16,14 +16,14 @@ fn read_optional(
     kind: IndexKind,
     entry_size: usize,
     log_len: u64,
-    newest: bool,
+    role: SegmentRole,
     sink: &mut Findings<'_>,
 ) -> Result<Option<Vec<u8>>, Error> {
     let Some(path) = path else {
         return Ok(Some(Vec::new()));
     };
     let mut findings = Vec::new();
-    let read = bounded::read_index(path, kind, entry_size, log_len, newest, &mut findings)?;
+    let read = bounded::read_index(path, kind, entry_size, log_len, role, &mut findings)?;
     sink.extend(findings);
     Ok(read)
 }
@@ -59,8 +59,8 @@ fn verify_segment_observed(
     // Indexes before the log: a running broker appends a batch to the `.log`
     // before its index entries, so every entry read first points into the log
     // read second. The other order sees entries beyond the log of a live segment.
-    let newest = context.tail.is_active();
-    let indexes = SegmentIndexes::read(segment, log_len, newest, sink)?;
+    let role = context.tail.role();
+    let indexes = SegmentIndexes::read(segment, log_len, role, sink)?;
     let mut log = match LogFile::open(log_path) {
         Ok(log) => log,
         // Not a regular file, or grown past the limit since the `stat`: a finding.
@@ -82,7 +82,7 @@ fn verify_segment_observed(
             },
         ));
     }
-    let mut checkers = indexes.checkers(base, newest);
+    let mut checkers = indexes.checkers(base, role);
     let batches = BatchChecks {
         log_path,
         base,
@@ -141,13 +141,13 @@ struct SegmentIndexes {
 }
 
 impl SegmentIndexes {
-    fn read(segment: &SegmentFiles, log_len: u64, newest: bool, sink: &mut Findings<'_>) -> Result<Self, Error> {
+    fn read(segment: &SegmentFiles, log_len: u64, role: SegmentRole, sink: &mut Findings<'_>) -> Result<Self, Error> {
         let offset = read_optional(
             segment.index.as_ref(),
             IndexKind::Offset,
             OFFSET_INDEX_ENTRY_SIZE,
             log_len,
-            newest,
+            role,
             sink,
         )?;
         let time = read_optional(
@@ -155,7 +155,7 @@ impl SegmentIndexes {
             IndexKind::Time,
             TIME_INDEX_ENTRY_SIZE,
             log_len,
-            newest,
+            role,
             sink,
         )?;
         let txn = read_optional(
@@ -163,7 +163,7 @@ impl SegmentIndexes {
             IndexKind::Transaction,
             ABORTED_TXN_SIZE,
             log_len,
-            newest,
+            role,
             sink,
         )?;
         let log_path = segment.log.as_path();
@@ -186,20 +186,20 @@ impl SegmentIndexes {
         })
     }
 
-    fn checkers(&self, base: i64, newest: bool) -> IndexCheckers<'_> {
+    fn checkers(&self, base: i64, role: SegmentRole) -> IndexCheckers<'_> {
         IndexCheckers {
             offset: self
                 .offset
                 .as_deref()
-                .map(|bytes| OffsetIndexChecker::new(&self.offset_path, bytes, base, newest)),
+                .map(|bytes| OffsetIndexChecker::new(&self.offset_path, bytes, base, role)),
             time: self
                 .time
                 .as_deref()
-                .map(|bytes| TimeIndexChecker::new(&self.time_path, bytes, base, newest)),
+                .map(|bytes| TimeIndexChecker::new(&self.time_path, bytes, base, role)),
             txn: self
                 .txn
                 .as_deref()
-                .map(|bytes| TxnIndexChecker::new(&self.txn_path, bytes, base, newest)),
+                .map(|bytes| TxnIndexChecker::new(&self.txn_path, bytes, base, role)),
         }
     }
 }
@@ -253,7 +253,7 @@ impl BatchChecks<'_> {
         // A legacy compressed wrapper carries no record count and only its last offset: even a
         // shallow pass walks it (legacy data is rare, and counts and offsets must be right).
         let legacy_wrapper = info.magic < 2 && info.records_count < 0;
-        if self.options.deep || legacy_wrapper {
+        if self.options.is_deep() || legacy_wrapper {
             match deep_walk(frame.bytes, &info, &self.limits) {
                 Ok(walk) => {
                     records = walk.records;
@@ -523,7 +523,7 @@ impl SegmentCheck {
 /// the rest of its partition: what the shipper does before uploading a segment
 /// and the applier before installing one. `next_base_offset` bounds the offsets
 /// (the next segment's base, or the manifest's `next`); `tail` says whether a
-/// partial batch or zero tail at the end is tolerated ([`TailPolicy`]; `options.strict`
+/// partial batch or zero tail at the end is tolerated ([`TailPolicy`]; `options.strictness`
 /// does not change it: the caller chose the policy). Cross-segment
 /// state is unknown here, so transaction index entries of transactions that began
 /// in an earlier segment are accepted as found, and epochs are not checked.

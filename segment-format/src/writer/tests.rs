@@ -1035,7 +1035,7 @@ proptest! {
 
 #[test]
 fn verify_engine_finds_the_sample_sound() {
-    use crate::verify::{verify_paths, NoProgress, VerifyOptions};
+    use crate::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
     for running in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
         let options = SampleOptions {
@@ -1046,8 +1046,8 @@ fn verify_engine_finds_the_sample_sound() {
         let report = verify_paths(
             &[tmp.path().to_path_buf()],
             &VerifyOptions {
-                deep: true,
-                strict: true,
+                depth: Depth::Deep,
+                strictness: Strictness::Strict,
             },
             &NoProgress,
         );
@@ -1062,7 +1062,7 @@ fn verify_engine_finds_the_sample_sound() {
 #[test]
 fn an_empty_newest_snapshot_is_a_live_state_only_without_strict() {
     use crate::report::Severity;
-    use crate::verify::{verify_paths, NoProgress, VerifyOptions};
+    use crate::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
     let tmp = tempfile::tempdir().unwrap();
     let mut w = PartitionWriter::create(tmp.path(), "snap", 0, 0, quick()).unwrap();
     for i in 0..3 {
@@ -1076,7 +1076,14 @@ fn an_empty_newest_snapshot_is_a_live_state_only_without_strict() {
     let verify = |strict: bool| {
         let report = verify_paths(
             std::slice::from_ref(&dir),
-            &VerifyOptions { deep: true, strict },
+            &VerifyOptions {
+                depth: Depth::Deep,
+                strictness: if strict {
+                    Strictness::Strict
+                } else {
+                    Strictness::Lenient
+                },
+            },
             &NoProgress,
         );
         assert!(report.io_errors.is_empty(), "{:?}", report.io_errors);

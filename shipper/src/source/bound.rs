@@ -40,7 +40,9 @@ use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{self, TxnIndex};
-use segment_format::verify::{check_segment, check_segment_observed, SegmentCheck, TailPolicy, VerifyOptions};
+use segment_format::verify::{
+    check_segment, check_segment_observed, SegmentCheck, SegmentRole, TailPolicy, VerifyOptions,
+};
 use segment_format::{Defect, Error};
 use segmirror_transport::manifest::SegmentRange;
 
@@ -380,7 +382,7 @@ pub fn bound_active(
         let check = match check_segment_observed(
             &log_only,
             None,
-            TailPolicy::for_segment(true, options.verify.strict),
+            TailPolicy::for_segment(SegmentRole::Newest, options.verify.strictness),
             &options.verify,
             None,
             &mut |frame| {
@@ -591,6 +593,7 @@ mod tests {
     use segment_format::dir::PartitionDir;
     use segment_format::legacy;
     use segment_format::record::{BatchBuilder, DeepLimits, RecordSpec};
+    use segment_format::verify::Strictness;
     use segment_format::writer::sample::{write_sample, SampleOptions};
 
     use super::*;
@@ -664,7 +667,7 @@ mod tests {
                 let check = check_segment(
                     segment,
                     next,
-                    TailPolicy::for_segment(next.is_none(), false),
+                    TailPolicy::for_segment(SegmentRole::with_next(next), Strictness::Lenient),
                     &VerifyOptions::default(),
                 )
                 .unwrap();

@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use segment_format::checkpoint::MetaProperties;
 use segment_format::dir::META_PROPERTIES_FILE;
-use segment_format::verify::{verify_paths_owned_by, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths_owned_by, Depth, NoProgress, VerifyOptions};
 use segment_format::writer::sample::{sample_identity, write_sample, SampleOptions, DEFAULT_NODE_ID};
 use segmirror_applier::{apply, ApplyConfig, Verdict};
 use segmirror_catalog::Catalog;
@@ -90,7 +90,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let report = verify_paths_owned_by(
         std::slice::from_ref(&mirror),
         &VerifyOptions {
-            deep: true,
+            depth: Depth::Deep,
             ..VerifyOptions::default()
         },
         &NoProgress,

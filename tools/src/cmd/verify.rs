@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use segment_format::verify::{self, Progress, Report, VerifyOptions};
+use segment_format::verify::{self, Depth, Progress, Report, Strictness, VerifyOptions};
 use segmirror_applier::mirror;
 
 use segmirror_transport::audit::{audit_store, AuditOptions, AuditReport};
@@ -54,8 +54,12 @@ impl Progress for BarProgress {
 /// `runtime` is used only when a store is audited.
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     let options = VerifyOptions {
-        deep: args.deep,
-        strict: args.strict,
+        depth: if args.deep { Depth::Deep } else { Depth::Shallow },
+        strictness: if args.strict {
+            Strictness::Strict
+        } else {
+            Strictness::Lenient
+        },
     };
     // Paths are taken as given, UTF-8 or not (a log dir may hold names Kafka never
     // creates); a store URL is text.

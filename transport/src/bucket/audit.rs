@@ -75,7 +75,7 @@ use crate::succession::{self, succession, EpochSpan, Gap, Verdict};
 use segment_format::dir::SegmentFileKind;
 use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
-use segment_format::verify::{verify_paths, NoProgress, VerifyOptions};
+use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::Defect;
 
 use crate::bucket::store::lease::read_lease;
@@ -694,8 +694,8 @@ async fn deep_verify(
     }
     let verified = tokio::task::spawn_blocking(move || {
         let options = VerifyOptions {
-            deep: true,
-            strict: true,
+            depth: Depth::Deep,
+            strictness: Strictness::Strict,
         };
         verify_paths(&paths, &options, &NoProgress)
     })

@@ -119,7 +119,7 @@ impl SeedMemory {
     /// at least the verification `verify` asks for. One `stat`.
     pub(crate) fn recall(&self, log: &Path, verify: &VerifyOptions) -> Option<ActiveFact> {
         let fact = *self.facts().get(&key(log)?)?;
-        if (verify.deep && !fact.deep) || (verify.strict && !fact.strict) {
+        if (verify.is_deep() && !fact.deep) || (verify.is_strict() && !fact.strict) {
             return None;
         }
         (file_identity(log)? == fact.identity).then_some(fact)
@@ -196,6 +196,8 @@ fn read_document(file: &Path) -> Result<Option<Document>, String> {
 
 #[cfg(test)]
 mod tests {
+    use segment_format::verify::{Depth, Strictness};
+
     use super::*;
 
     fn fact_for(log: &Path) -> ActiveFact {
@@ -232,8 +234,8 @@ mod tests {
         assert!(key(Path::new("x.log")).unwrap().starts_with('/'));
         // A deep run does not believe a shallow fact.
         let deep = VerifyOptions {
-            deep: true,
-            strict: false,
+            depth: Depth::Deep,
+            strictness: Strictness::Lenient,
         };
         assert_eq!(memory.recall(&log, &deep), None);
         memory.save().unwrap();

@@ -529,8 +529,8 @@ impl PartitionShipper<'_, '_> {
                         identity,
                         prefix: p.log_len(),
                         next: p.range.next(),
-                        deep: self.ctx.prepare.verify.deep,
-                        strict: self.ctx.prepare.verify.strict,
+                        deep: self.ctx.prepare.verify.is_deep(),
+                        strict: self.ctx.prepare.verify.is_strict(),
                     };
                     self.ctx.memory.remember(&segment_log, fact, taken);
                 }

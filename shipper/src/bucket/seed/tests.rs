@@ -17,7 +17,7 @@ use object_store::{
 use segment_format::dir::{segment_file_name, SegmentFileKind, SegmentFiles};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segment_format::verify::{check_segment, TailPolicy, VerifyOptions};
+use segment_format::verify::{check_segment, Depth, SegmentRole, Strictness, TailPolicy, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segment_format::Defect;
@@ -743,14 +743,14 @@ async fn rebuilt_indexes_of_the_active_prefix_are_what_a_clean_shutdown_leaves()
         time_index: Some(name(SegmentFileKind::TimeIndex)),
         txn_index: None,
     };
-    for newest in [false, true] {
+    for role in [SegmentRole::Sealed, SegmentRole::Newest] {
         let check = check_segment(
             &segment,
             Some(m.next_offset),
-            TailPolicy::for_segment(newest, true),
+            TailPolicy::for_segment(role, Strictness::Strict),
             &VerifyOptions {
-                deep: true,
-                strict: true,
+                depth: Depth::Deep,
+                strictness: Strictness::Strict,
             },
         )
         .unwrap();

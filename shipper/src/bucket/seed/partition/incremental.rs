@@ -27,7 +27,7 @@ impl PartitionShipper<'_, '_> {
         };
         held.drop_tail(&self.source.dir);
         let base = segment.base_offset;
-        if state.tail.base_offset != base || *state.path() != segment.log || self.ctx.prepare.verify.deep {
+        if state.tail.base_offset != base || *state.path() != segment.log || self.ctx.prepare.verify.is_deep() {
             return Ok(None);
         }
         // The state must describe exactly the version in the bucket (another shipper may have committed between
@@ -122,7 +122,7 @@ impl PartitionShipper<'_, '_> {
         let Some(log) = m.file(SegmentFileKind::Log).cloned() else {
             return Ok(());
         };
-        if m.sealed || self.ctx.prepare.verify.deep {
+        if m.sealed || self.ctx.prepare.verify.is_deep() {
             return Ok(());
         }
         held.count_full_read();
