@@ -11,8 +11,8 @@
 //! mode, for bugs in either side's buffering, and because a chunk's CRC-32C is
 //! the same check the applier and the bucket keep.
 //!
-//! Here: the envelope, the frame types and the codec; each frame kind's payload is written by `encode` and read by
-//! `decode`, one function per kind.
+//! Here: the envelope, the frame types and the codec; each frame kind's payload is written by `put` and read by
+//! `read`, one function per kind.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
@@ -26,11 +26,11 @@ use super::payload::{
 use segment_format::crc_combine::{PrefixCrc, COMBINE_MIN_FRAME_BYTES};
 use segment_format::log::KnownCrc;
 
-mod decode;
-mod encode;
+mod put;
+mod read;
 
-use decode::decode_payload;
-use encode::{encode_payload, put_chunk_head};
+use put::{encode_payload, put_chunk_head};
+use read::decode_payload;
 
 /// Header bytes: type, flags, payload length.
 pub const HEADER_LEN: usize = 6;

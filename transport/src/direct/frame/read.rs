@@ -441,7 +441,7 @@ fn read_segment_replace(r: &mut Reader) -> Result<Frame, FrameError> {
     }))
 }
 
-/// Reads what [`put_companions`] wrote.
+/// Reads what `put::put_companions` wrote.
 fn read_companions(r: &mut Reader) -> Result<Vec<Companion>, FrameError> {
     let count = r.u8("companions")?;
     if usize::from(count) > CompanionKind::ALL.len() {
