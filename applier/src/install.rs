@@ -44,7 +44,7 @@ use segmirror_transport::SegmentSource;
 
 use crate::error::{Error, Result};
 use crate::report::Refusal;
-use place::{place, stale_end_snapshots};
+use place::{place, stale_end_snapshots, Placement};
 use validate::{implausible_sizes, merged_checkpoint, validate};
 
 /// Largest producer snapshot read for validation: the bucket contract's limit (46 bytes per producer, room for ~5.8
@@ -257,7 +257,7 @@ async fn make_durable(
     let (sources, files) = (sources.to_vec(), files.to_vec());
     blocking("sync staged files", move || {
         for (f, source) in files.iter().zip(&sources) {
-            set_mtime_and_sync(source.path(), f.mtime_ms, sealed)?;
+            set_mtime_and_sync(source.path(), f.mtime_ms, PageCache::after_sync(sealed))?;
         }
         if let Some((path, text)) = &checkpoint {
             write_synced(path, text.as_bytes())?;
@@ -284,7 +284,7 @@ async fn place_version(t: &Target<'_>, sources: &[Source], checkpoint: Option<Pa
         .zip(sources.get(m.files.len()))
         .map(|(f, s)| (s.clone(), f.name.to_string()));
     let range = (m.base_offset, m.next_offset);
-    let replaces = t.replaces;
+    let placement = Placement::of(t.replaces);
     #[cfg(feature = "failpoints")]
     let armed = t.failpoint.clone();
     blocking("rename into place", move || {
@@ -293,7 +293,7 @@ async fn place_version(t: &Target<'_>, sources: &[Source], checkpoint: Option<Pa
             range,
             &kinds,
             end.as_ref(),
-            replaces,
+            placement,
             checkpoint.as_deref(),
             &|_n| {
                 #[cfg(feature = "failpoints")]
@@ -463,12 +463,32 @@ fn system_time(ms: i64) -> Option<SystemTime> {
     }
 }
 
+/// What becomes of a synced file's pages in the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageCache {
+    /// Kept: the file is read again soon (an active segment's `.log` is the prefix of its next version).
+    Keep,
+    /// Dropped: nothing reads the file again until a failover (a sealed segment's files, validated already).
+    Drop,
+}
+
+impl PageCache {
+    /// Dropped for a sealed segment's files, kept for an active one's.
+    fn after_sync(sealed: bool) -> Self {
+        if sealed {
+            PageCache::Drop
+        } else {
+            PageCache::Keep
+        }
+    }
+}
+
 /// Give a file the source's modification time and force it (data and metadata) to disk; a sealed segment's file
 /// then leaves the page cache, its pages freed for the next file's writes (`durable::drop_cached`: validation has
 /// read it already, and nothing reads it again until a failover). An active segment's files stay cached: the next
 /// version of the segment starts by reading the installed `.log` as its prefix (`chunks`). A file that already has
 /// that time is only synced.
-fn set_mtime_and_sync(path: &Path, mtime_ms: i64, sealed: bool) -> Result<()> {
+fn set_mtime_and_sync(path: &Path, mtime_ms: i64, cache: PageCache) -> Result<()> {
     let file = OpenOptions::new()
         .write(true)
         .open(path)
@@ -480,7 +500,7 @@ fn set_mtime_and_sync(path: &Path, mtime_ms: i64, sealed: bool) -> Result<()> {
         }
     }
     file.sync_all().map_err(|e| Error::io(path, e))?;
-    if sealed {
+    if cache == PageCache::Drop {
         drop_cached(&file, meta.len());
     }
     Ok(())

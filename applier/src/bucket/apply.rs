@@ -40,7 +40,7 @@ use crate::catalog_cell::CatalogCell;
 use crate::error::{Error, Result};
 use crate::install;
 use crate::layout::MirrorLayout;
-use crate::lock::MirrorLock;
+use crate::lock::{LockWait, MirrorLock};
 use crate::report::{ApplyReport, PartitionOutcome, PartitionReport};
 
 mod execute;
@@ -63,6 +63,15 @@ pub const DEFAULT_PARALLEL_PARTITIONS: usize = 8;
 /// trips overlap).
 const PREPARE_CONCURRENCY: usize = 16;
 
+/// How a run comes to hold the mirror's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunLock {
+    /// The run takes it, waiting for another holder or failing at once.
+    Take(LockWait),
+    /// The caller holds it for all its runs (follow mode): a run does not take it again.
+    HeldByCaller,
+}
+
 /// What to apply, from where, into where.
 #[derive(Debug, Clone)]
 pub struct ApplyConfig {
@@ -73,9 +82,7 @@ pub struct ApplyConfig {
     mirror_root: PathBuf,
     verify: VerifyOptions,
     parallel_partitions: usize,
-    pub(crate) wait_for_lock: bool,
-    /// The caller holds the mirror lock for all its runs (follow mode): a run does not take it again.
-    pub(crate) lock_held: bool,
+    pub(crate) lock: RunLock,
     #[cfg(feature = "failpoints")]
     failpoint: Option<std::sync::Arc<crate::failpoint::Armed>>,
 }
@@ -96,8 +103,7 @@ impl ApplyConfig {
             mirror_root: mirror_root.into(),
             verify: VerifyOptions::default(),
             parallel_partitions: DEFAULT_PARALLEL_PARTITIONS,
-            wait_for_lock: false,
-            lock_held: false,
+            lock: RunLock::Take(LockWait::Fail),
             #[cfg(feature = "failpoints")]
             failpoint: None,
         }
@@ -129,7 +135,7 @@ impl ApplyConfig {
 
     /// When another run holds the mirror's lock, wait for it instead of failing with [`Error::MirrorLocked`].
     pub fn with_wait_for_lock(mut self, wait: bool) -> Self {
-        self.wait_for_lock = wait;
+        self.lock = RunLock::Take(if wait { LockWait::Wait } else { LockWait::Fail });
         self
     }
 
@@ -280,18 +286,12 @@ impl Applier {
     /// Open the mirror root, take its lock (unless the caller holds it), and clear an earlier run's staging.
     async fn open_mirror(&self, report: &mut ApplyReport) -> Result<(MirrorLayout, Option<MirrorLock>)> {
         let root = self.config.mirror_root.clone();
-        let wait = if self.config.wait_for_lock {
-            crate::LockWait::Wait
-        } else {
-            crate::LockWait::Fail
-        };
-        let lock_held = self.config.lock_held;
+        let run_lock = self.config.lock;
         let (layout, cleared, lock) = tokio::task::spawn_blocking(move || -> Result<_> {
             let layout = MirrorLayout::open(&root)?;
-            let lock = if lock_held {
-                None
-            } else {
-                Some(crate::lock::lock_mirror(layout.root(), wait)?)
+            let lock = match run_lock {
+                RunLock::HeldByCaller => None,
+                RunLock::Take(wait) => Some(crate::lock::lock_mirror(layout.root(), wait)?),
             };
             let cleared = reconcile::clear_staging(&layout)?;
             Ok((layout, cleared, lock))

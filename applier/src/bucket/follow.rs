@@ -38,9 +38,10 @@ use std::time::Duration;
 
 use segmirror_catalog::Catalog;
 
-use super::apply::{Applier, ApplyConfig};
+use super::apply::{Applier, ApplyConfig, RunLock};
 use crate::error::{Error, Result};
 use crate::layout::MirrorLayout;
+use crate::lock::LockWait;
 use crate::report::{ApplyReport, SkipReason};
 use segment_format::progress::NoProgress;
 
@@ -88,10 +89,10 @@ pub async fn follow(
     // A zero interval would list the bucket in a busy loop; the command line refuses it, a library caller gets 1 ms.
     let poll_interval = config.poll_interval.max(Duration::from_millis(1));
     let root = config.apply.mirror_root().to_path_buf();
-    let wait = if config.apply.wait_for_lock {
-        crate::LockWait::Wait
-    } else {
-        crate::LockWait::Fail
+    let wait = match config.apply.lock {
+        RunLock::Take(wait) => wait,
+        // Not built by `ApplyConfig`'s API; the follower takes the lock for all its runs all the same.
+        RunLock::HeldByCaller => LockWait::Fail,
     };
     let _lock = tokio::task::spawn_blocking(move || -> Result<_> {
         let layout = MirrorLayout::open(&root)?;
@@ -100,7 +101,7 @@ pub async fn follow(
     .await
     .map_err(|e| Error::task("lock the mirror", e))??;
     let mut apply = config.apply.clone();
-    apply.lock_held = true;
+    apply.lock = RunLock::HeldByCaller;
     let mut applier = Applier::new(apply, catalog).appending();
     let mut stats = FollowStats::default();
     tokio::pin!(shutdown);

@@ -50,7 +50,7 @@ use segmirror_transport::manifest::{LogChunk, Manifest, ManifestFile};
 use segmirror_transport::store::{digest_file, digest_of, Hasher};
 
 use super::chunks::{append, check_chunk, compare, fetch_chunk};
-use super::{blocking, merged_checkpoint, set_mtime_and_sync, stale_end_snapshots, Placed, Target};
+use super::{blocking, merged_checkpoint, set_mtime_and_sync, stale_end_snapshots, PageCache, Placed, Target};
 use crate::error::{Error, Result};
 use crate::report::Refusal;
 
@@ -450,14 +450,14 @@ impl Appending<'_, '_> {
         let (log_mtime, index_mtime, time_mtime) =
             (files.log.mtime_ms, files.index.mtime_ms, files.time_index.mtime_ms);
         let old_size = self.before.size;
-        let sealed = m.sealed;
+        let cache = PageCache::after_sync(m.sealed);
         blocking("append to the installed segment", move || {
             let appended = (|| -> Result<()> {
                 let mut ignored = Hasher::new();
                 for part in &parts {
                     append(part, &path, &mut ignored)?;
                 }
-                set_mtime_and_sync(&path, log_mtime, sealed)
+                set_mtime_and_sync(&path, log_mtime, cache)
             })();
             if let Err(e) = appended {
                 // Nothing recorded: cut what was written, so the file is the catalog's version again.
@@ -472,7 +472,7 @@ impl Appending<'_, '_> {
             ] {
                 let target = dir.join(segment_file_name(range.0, kind));
                 write_atomically(&target, bytes)?;
-                set_mtime_and_sync(&target, mtime, sealed)?;
+                set_mtime_and_sync(&target, mtime, cache)?;
             }
             if let Some(epochs) = epochs {
                 epochs.write(&leader_epoch_checkpoint_path(&dir))?;

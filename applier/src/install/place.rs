@@ -11,6 +11,27 @@ use segment_format::durable::fsync_dir;
 use super::Source;
 use crate::error::{Error, Result};
 
+/// What the placed version is to the partition, which decides the rename order and when files of the segment the
+/// version does not have are removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// A segment the partition does not hold yet: stale files first, the `.log` last.
+    NewSegment,
+    /// A longer version of the installed segment: the `.log` first, stale files after.
+    Replacement,
+}
+
+impl Placement {
+    /// A replacement when the version `replaces` the installed segment at its base.
+    pub(crate) fn of(replaces: bool) -> Self {
+        if replaces {
+            Placement::Replacement
+        } else {
+            Placement::NewSegment
+        }
+    }
+}
+
 /// Rename order of a new segment: the `.log` last, so it never appears without its indexes.
 const NEW_SEGMENT_ORDER: [SegmentFileKind; 5] = [
     SegmentFileKind::Snapshot,
@@ -49,11 +70,14 @@ pub(super) fn place(
     (base, next): (i64, i64),
     files: &[(SegmentFileKind, Source, String)],
     end: Option<&(Source, String)>,
-    replaces: bool,
+    placement: Placement,
     checkpoint: Option<&Path>,
     after_rename: &dyn Fn(u32) -> Result<()>,
 ) -> Result<()> {
-    let order = if replaces { REPLACEMENT_ORDER } else { NEW_SEGMENT_ORDER };
+    let order = match placement {
+        Placement::Replacement => REPLACEMENT_ORDER,
+        Placement::NewSegment => NEW_SEGMENT_ORDER,
+    };
     // Files of this base the version does not have (a kind an older, interrupted version had): not part of it.
     let stale: Vec<PathBuf> = SegmentFileKind::ALL
         .into_iter()
@@ -67,7 +91,7 @@ pub(super) fn place(
         }
         Ok(())
     };
-    if !replaces {
+    if placement == Placement::NewSegment {
         remove_stale()?;
     }
     let mut renamed = 0;
@@ -86,7 +110,7 @@ pub(super) fn place(
         renamed += 1;
         after_rename(renamed)?;
     }
-    if replaces {
+    if placement == Placement::Replacement {
         remove_stale()?;
     }
     for path in stale_end_snapshots(dir, base, next)? {

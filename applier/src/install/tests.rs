@@ -1,6 +1,6 @@
 //! Unit tests of the install protocol's pieces: epoch merging, size bounds, rename order, lineage tags.
 
-use super::place::place;
+use super::place::{place, Placement};
 use super::validate::{implausible_sizes, merge_epochs};
 use super::*;
 use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
@@ -137,7 +137,7 @@ fn a_new_segment_puts_its_log_last_and_a_replacement_first() {
         seen.borrow_mut().push((n, names));
         Ok(())
     };
-    place(&part, (7, 20), &files, None, false, None, &record).unwrap();
+    place(&part, (7, 20), &files, None, Placement::NewSegment, None, &record).unwrap();
     let seen = seen.into_inner();
     assert_eq!(seen.len(), 4);
     assert!(seen[..3]
@@ -154,7 +154,7 @@ fn a_new_segment_puts_its_log_last_and_a_replacement_first() {
         let _ = name;
     }
     let first = std::cell::RefCell::new(None);
-    place(&part, (7, 20), &files, None, true, None, &|n| {
+    place(&part, (7, 20), &files, None, Placement::Replacement, None, &|n| {
         if n == 1 {
             *first.borrow_mut() = Some(fs::read(part.join("00000000000000000007.log")).unwrap());
             assert_eq!(fs::read(part.join("00000000000000000007.index")).unwrap(), b"x");
@@ -227,7 +227,7 @@ fn the_log_end_snapshot_is_placed_last_and_stale_ones_of_the_segment_go() {
         (7, 20),
         &files,
         Some(&end),
-        true,
+        Placement::Replacement,
         Some(&staged_checkpoint),
         &|n| {
             end_seen.borrow_mut().push((n, part.join(&end_name).exists()));

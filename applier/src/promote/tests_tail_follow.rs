@@ -58,20 +58,11 @@ fn inline(kind: CompanionKind, bytes: Vec<u8>) -> Companion {
     }
 }
 
-#[tokio::test]
-async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_the_log_start() {
-    let mut f = fixture_with(write_source, [0, 0]);
-    // The fixture wrote the partitions where the mirror goes: they are the source; the tail writes the mirror.
-    let source = f.mirror.with_file_name("source");
-    std::fs::rename(&f.mirror, &source).unwrap();
-    let catalog_path = source.with_file_name("catalog.sqlite");
-    let mut a = TailAppender::open_with_catalog(
-        &f.mirror,
-        TailCatalog::open(Catalog::open(&catalog_path).unwrap(), LINK).unwrap(),
-    )
-    .unwrap();
+/// Tail every segment of the source partitions `written` (under `source`) into the appender: each one's bytes as one
+/// chunk, every segment but the last sealed with its indexes. Returns each partition's segment bases.
+async fn tail_every_segment(a: &mut TailAppender, source: &Path, written: &[WrittenPartition]) -> Vec<Vec<i64>> {
     let mut bases = Vec::new();
-    for w in &f.written {
+    for w in written {
         let dir = source.join(format!("{TOPIC}-{}", w.partition));
         let segs: Vec<i64> = w.segments.iter().map(|s| s.base_offset).collect();
         assert!(segs.len() >= 4, "the source rolls: {segs:?}");
@@ -104,18 +95,15 @@ async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_
         }
         bases.push(segs);
     }
-    // Partition 0: the source's log start moved inside its third segment; the first two go.
-    let log_start = bases[0][2] + 1;
-    a.apply_log_start(&LogStart {
-        partition: pref(0),
-        log_start_offset: log_start,
-    })
-    .await
-    .unwrap();
-    // Partition 1: the cleaner merged its first two segments, keeping every other batch.
-    let dir1 = f.mirror.join(format!("{TOPIC}-1"));
+    bases
+}
+
+/// Replace partition 1's first two segments (`bases`) in the mirror as the source's cleaner would: merged into one,
+/// keeping every other batch, staged and installed through the appender. Returns the merged `.log`.
+async fn merge_first_two(a: &mut TailAppender, mirror: &Path, source: &Path, bases: &[i64]) -> Vec<u8> {
+    let dir1 = mirror.join(format!("{TOPIC}-1"));
     let mut merged = Vec::new();
-    for (n, frame) in bases[1][..2]
+    for (n, frame) in bases[..2]
         .iter()
         .flat_map(|b| {
             let bytes = std::fs::read(dir1.join(segment_file_name(*b, SegmentFileKind::Log))).unwrap();
@@ -132,15 +120,15 @@ async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_
             merged.extend_from_slice(&frame);
         }
     }
-    a.stage_replacement(&pref(1), bases[1][0], 0, merged.clone())
+    a.stage_replacement(&pref(1), bases[0], 0, merged.clone())
         .await
         .unwrap();
     let staged = source.with_file_name("merged.log");
     std::fs::write(&staged, &merged).unwrap();
-    let index = |kind| rebuild_index(&staged, bases[1][0], kind).unwrap();
+    let index = |kind| rebuild_index(&staged, bases[0], kind).unwrap();
     a.install_replacement(&ReplaceSeal {
         partition: pref(1),
-        replaced_bases: bases[1][..2].to_vec(),
+        replaced_bases: bases[..2].to_vec(),
         final_size: merged.len() as u64,
         log_sha256: sha(&merged),
         companions: vec![
@@ -151,6 +139,32 @@ async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_
     })
     .await
     .unwrap();
+    merged
+}
+
+#[tokio::test]
+async fn a_tailed_mirror_after_retention_and_a_compaction_swap_is_promoted_with_the_log_start() {
+    let mut f = fixture_with(write_source, [0, 0]);
+    // The fixture wrote the partitions where the mirror goes: they are the source; the tail writes the mirror.
+    let source = f.mirror.with_file_name("source");
+    std::fs::rename(&f.mirror, &source).unwrap();
+    let catalog_path = source.with_file_name("catalog.sqlite");
+    let mut a = TailAppender::open_with_catalog(
+        &f.mirror,
+        TailCatalog::open(Catalog::open(&catalog_path).unwrap(), LINK).unwrap(),
+    )
+    .unwrap();
+    let bases = tail_every_segment(&mut a, &source, &f.written).await;
+    // Partition 0: the source's log start moved inside its third segment; the first two go.
+    let log_start = bases[0][2] + 1;
+    a.apply_log_start(&LogStart {
+        partition: pref(0),
+        log_start_offset: log_start,
+    })
+    .await
+    .unwrap();
+    // Partition 1: the cleaner merged its first two segments, keeping every other batch.
+    let merged = merge_first_two(&mut a, &f.mirror, &source, &bases[1]).await;
     drop(a);
 
     f.catalog = Catalog::open(&catalog_path).unwrap();
