@@ -8,7 +8,7 @@
 //!
 //! What is trusted, and why that keeps promotion's guarantee ("every promoted batch carries the target's epoch"):
 //! 1. The mirror's `leader-epoch-checkpoint` ([`MirrorEpochs`]) is our own output: install writes it only after
-//!    checking every magic-2 batch of the version against the manifest's epochs (`install::check`,
+//!    checking every magic-2 batch of the version against the manifest's epochs (`install::validate`,
 //!    `install::append`: "each batch carries the epoch in force at its offset") and merging them without conflict.
 //!    A segment whose offsets lie in one entry's range, of the target's epoch, was checked batch by batch to hold
 //!    that epoch when it was installed. A checkpoint that is missing, unreadable or breaks the invariants Kafka keeps
