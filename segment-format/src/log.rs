@@ -674,7 +674,7 @@ pub const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
 /// Frames smaller than this on average (16 KiB), sampled at the start of a chunk, are scanned on the calling thread
 /// even in a file large enough for the CRC helper: the windowed scan walks the headers in a pass of their own (a
 /// cache miss each) and keeps ~150 bytes of metadata per frame, a cost per frame that on ~1 KiB batches made it
-/// 6-7x the one-thread scan in CPU (session 8), while the CRC of a small frame is too little work to be worth
+/// 6-7x the one-thread scan in CPU, while the CRC of a small frame is too little work to be worth
 /// sharing. The next chunk is still read on the second thread while this one is scanned.
 pub const PARALLEL_MIN_MEAN_FRAME_BYTES: usize = 16 * 1024;
 

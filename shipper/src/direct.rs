@@ -2,15 +2,15 @@
 //! one log dir's partitions as the broker appends to them.
 //!
 //! Per partition the feed holds a [`TailPosition`] and continues it with
-//! [`read_tail`]: each non-empty read becomes a [`FeedItem::Chunk`] of exactly
+//! [`read_tail`](crate::source::read_tail): each non-empty read becomes a [`FeedItem::Chunk`] of exactly
 //! those bytes, so a segment's chunks are contiguous, end on batch boundaries
 //! and every byte is shipped once. When the segment is sealed (the listing
 //! shows a newer segment and the tail is at the file's end) the feed sends a
 //! [`FeedItem::Seal`]: the final size, the SHA-256 of the `.log` and its
 //! companions; then it continues at the next segment's byte 0.
 //!
-//! What a seal checks: [`read_tail`]'s tripwire only looks at the last batch, so a rewrite deeper in the prefix
-//! would go unnoticed by it. A segment this process shipped from byte 0 seals from its running digest
+//! What a seal checks: the tripwire of [`read_tail`](crate::source::read_tail) only looks at the last batch, so a
+//! rewrite deeper in the prefix would go unnoticed by it. A segment this process shipped from byte 0 seals from its running digest
 //! ([`running`]: the SHA-256 and default indexes of the very bytes shipped, taken only while the file has the
 //! inode, size and modification time the last chunk left it with); any other (resumed mid-segment, changed since)
 //! is read once whole, computing its CRC-32C, which must equal [`TailPosition::prefix_crc32c`] (the CRCs of the

@@ -1,4 +1,4 @@
-//! What a scan costs per batch, for the many-small-batches case (issue 12: ~930-byte batches, where per-batch work
+//! What a scan costs per batch, for the many-small-batches case (~930-byte batches, where per-batch work
 //! weighs against the CRC of few bytes). An `#[ignore]`d measurement, run in release:
 //!
 //! ```sh

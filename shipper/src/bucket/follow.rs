@@ -8,8 +8,8 @@
 //! chunks, and nothing already in the bucket is uploaded again. Writing those versions a second way would mean two
 //! implementations of one public contract. So a continuous shipper is a loop of seed rounds with two additions:
 //!
-//! - **When a round starts.** The log-dir watcher ([`crate::source::watch`]) says when something changed; a round
-//!   starts once [`StoreTailConfig::upload_interval`] has passed since the previous one, or at once when the
+//! - **When a round starts.** The log-dir watcher ([`crate::source::watch`](mod@crate::source::watch)) says when
+//!   something changed; a round starts once [`StoreTailConfig::upload_interval`] has passed since the previous one, or at once when the
 //!   active segments grew by [`StoreTailConfig::upload_bytes`] — whichever comes first — and never on a blind
 //!   sleep with nothing changed (the watcher's periodic rescan is the safety net for lost notifications).
 //! - **Leases kept between rounds** ([`HeldLeases`]): a partition's lease is taken at its first write and kept,

@@ -76,7 +76,7 @@ pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
 /// beyond the windows of the segment being verified; eight rather than four
 /// let one partition's waits (a cold read, a directory created, a rename)
 /// overlap others' hashing: 200 small partitions shipped 8 % faster on a 2-core
-/// machine, and sixteen were no faster (docs/BENCHMARKS.md, session 14).
+/// machine, and sixteen were no faster (docs/BENCHMARKS.md).
 pub const DEFAULT_PARALLEL_PARTITIONS_LOCAL: usize = 8;
 
 /// What to seed and how.

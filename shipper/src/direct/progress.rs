@@ -32,7 +32,7 @@ mod tests;
 
 /// Most bytes one report scans to find the log end: 4 MiB, one feed chunk's worth (`MAX_FEED_CHUNK_BYTES`); beyond
 /// it the report gives a lower bound (the bytes lag stays exact). Why not more: the scan reads and CRC-checks what
-/// it covers, once a second per partition. At 64 MiB (until session 11) a catching-up feed of 4 partitions read
+/// it covers, once a second per partition. At 64 MiB (the earlier limit) a catching-up feed of 4 partitions read
 /// and hashed 256 MiB a second for its reports alone: the direct catch-up's profile had the shipper's CRC-32C at
 /// 12.5 % and its file reads at 20 % of its CPU, most of it these scans, more than the shipping itself. A feed that
 /// is caught up scans nothing; one that is behind learns the exact end as it catches up.

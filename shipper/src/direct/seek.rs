@@ -1,5 +1,5 @@
-//! Positioning the feed at the start of a session ([`ChunkFeed::seek`](segmirror_transport::direct::session::ChunkFeed::seek)):
-//! every partition at the applier's durable position, proven a batch boundary by a scan from byte 0 ([`resume_at`]),
+//! Positioning the feed at the start of a session
+//! ([`ChunkFeed::seek`](segmirror_transport::direct::session::ChunkFeed::seek)): every partition at the applier's durable position, proven a batch boundary by a scan from byte 0 ([`resume_at`]),
 //! compared with the mirror's end for a divergence ([`diverge`]), continued over what the cleaner rewrote
 //! ([`resume`]), or refused for the session when it cannot be proven ([`TailFeed::refuse_resume`]).
 //!
@@ -16,8 +16,9 @@ use crate::error::{Error, Result};
 use crate::source::growing::{read_tail, TailOptions, TailPosition, TailRead};
 
 impl TailFeed {
-    /// Position every partition (see [`ChunkFeed::seek`]); the shipper's error, the first position it cannot prove
-    /// included ([`Unprovable::Fail`]).
+    /// Position every partition (see
+    /// [`ChunkFeed::seek`](segmirror_transport::direct::session::ChunkFeed::seek)); the shipper's error, the first
+    /// position it cannot prove included ([`Unprovable::Fail`]).
     pub async fn seek_positions(&mut self, resume: &[Position]) -> Result<()> {
         self.seek_with(resume, Unprovable::Fail).await
     }

@@ -74,7 +74,7 @@ pub struct LocalFile {
     pub mtime_ms: i64,
     /// The bytes of a file rebuilt here (the indexes of an active segment's prefix or of a segment without them,
     /// a transaction index trimmed to the prefix), uploaded from memory: a few KiB each, which a temporary file
-    /// and directory per segment only made into more inodes to create and delete (issue 12).
+    /// and directory per segment only made into more inodes to create and delete.
     pub rebuilt: Option<bytes::Bytes>,
 }
 

@@ -283,7 +283,7 @@ pub fn discover(log_dirs: &[PathBuf], filter: &TopicFilter) -> Discovery {
 }
 
 /// Partition directories opened at once. Opening one is a listing and a few small reads; from a cold cache each
-/// waits for the disk, and one after another 200 partitions kept `seed` from starting for ~0.1 s (issue 12).
+/// waits for the disk, and one after another 200 partitions kept `seed` from starting for ~0.1 s.
 const OPEN_THREADS: usize = 8;
 
 /// What opening a candidate gives (see [`open_candidate`]).

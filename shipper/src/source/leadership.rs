@@ -1,6 +1,6 @@
 //! Which partitions this broker leads, asked of the broker itself over the Kafka protocol (`Metadata`).
 //!
-//! Why: with a source of several brokers (issue 10) one shipper runs beside each broker and reads that broker's
+//! Why: with a source cluster of several brokers one shipper runs beside each broker and reads that broker's
 //! log dir; each partition has a replica on several of them, and exactly one shipper may ship it at a time. The
 //! natural one is the shipper beside the partition's leader: the leader's replica is the one the high watermark is
 //! computed on, and it is the one that keeps growing. So a shipper ships only the partitions its broker leads, at

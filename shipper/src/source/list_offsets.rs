@@ -53,7 +53,7 @@ use crate::{Error, Result};
 /// How often the high watermarks are asked for (50 ms): one small request for
 /// all partitions and microseconds of broker time, 20 a second; it bounds how
 /// far behind the true high watermark the tail's bound may be, well under the
-/// tail feed's own poll interval plus the 50 ms latency target of issue 9.
+/// tail feed's own poll interval plus the direct path's 50 ms latency target.
 pub const LIST_OFFSETS_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Longest wait for a connection, a request's write or a response (5 s): a

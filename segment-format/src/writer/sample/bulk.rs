@@ -39,7 +39,7 @@ pub struct BulkOptions {
     /// Partitions written at once; 0 means one per available core.
     pub threads: usize,
     /// Records per batch ([`BULK_RECORDS_PER_BATCH`] by default; 1 with a smaller value makes the ~1 KiB
-    /// batches of a producer that sends one record at a time, the many-small-batches case of issue 12).
+    /// batches of a producer that sends one record at a time, the many-small-batches case).
     pub records_per_batch: u32,
     /// Value size of each record ([`BULK_VALUE_BYTES`] by default).
     pub value_bytes: usize,
