@@ -41,7 +41,7 @@
 //! needs nothing more: retention deletes from the front, so the previous segment is gone at the source too, and
 //! the LogStart that says so (before the seal, or soon after it) moves the log start and drops that row. Moving
 //! the log start on the gap instead gave a compacted partition a log start above its oldest surviving keys while
-//! the rows and files below stayed, and `promote` dropped them (issue 9).
+//! the rows and files below stayed, and `promote` dropped them.
 
 use std::collections::HashMap;
 

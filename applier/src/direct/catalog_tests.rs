@@ -158,7 +158,7 @@ async fn tail_catalog_refuses_another_lineage() {
 
 /// Retention skipped a segment: segment 1 is gone at the source before it was shipped, so segment 2 follows the
 /// sealed segment 0. Retention deletes from the front, so segment 0 is gone at the source too, and the feed tells
-/// it with a LogStart (`shipper::tail::log_start`), before the seal of segment 2 or, when the listings raced,
+/// it with a LogStart (`shipper::direct::log_start`), before the seal of segment 2 or, when the listings raced,
 /// after it. The gap alone moves nothing (at the applier it looks like a cleaned segment's hole, see the next
 /// test); the LogStart moves the log start to segment 2 and takes segment 0 with it, in either order.
 #[tokio::test]

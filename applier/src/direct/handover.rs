@@ -24,7 +24,7 @@
 //! prefix's end, the seal later replaces the catalog's unsealed version by the sealed one), or, after a sealed
 //! segment, sends that seal again (already applied: nothing to do) and continues at the next segment. Source-side
 //! changes in between (a roll, retention deleting the segment) are the shipper's resume rule
-//! (`shipper::tail::log_start::resume_or_skip`), the same as after any disconnect. The segment's companions from
+//! (`shipper::direct::log_start::resume_or_skip`), the same as after any disconnect. The segment's companions from
 //! `apply` stay as they are until the seal writes the final ones (promote rebuilds an active segment's indexes in
 //! staging anyway).
 //!

@@ -312,7 +312,7 @@ async fn handover_refuses_a_shipper_of_another_lineage() {
 }
 
 /// The source rolled and its retention deleted the seeded active segment before the tail started: the shipper
-/// resumes with the LogStart of its first segment (`shipper::tail::log_start::resume_or_skip`); the handed-over
+/// resumes with the LogStart of its first segment (`shipper::direct::log_start::resume_or_skip`); the handed-over
 /// prefix goes as a segment retention deleted, and the tail continues at the source's first segment.
 #[tokio::test]
 async fn handover_of_a_prefix_the_source_deleted_follows_the_log_start() {

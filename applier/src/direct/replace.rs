@@ -4,7 +4,7 @@
 //!
 //! The pieces arrive as `SegmentReplace` frames (feature `FEATURE_SEGMENT_REPLACE`, [`Inner::apply_replace`]):
 //! each piece is staged, the last one (with the whole file's size, digest and companions) is validated and
-//! installed. The feed's half (noticing that a sealed segment was rewritten) is `shipper::tail::replace`.
+//! installed. The feed's half (noticing that a sealed segment was rewritten) is `shipper::direct::replace`.
 //! [`TailAppender::stage_replacement`] and [`TailAppender::install_replacement`] are the same two steps.
 //!
 //! # Staging
@@ -25,7 +25,7 @@
 //! # The segment being appended to
 //! The cleaner never touches the source's active segment, but the mirror's active segment may be one the source
 //! rolled, and cleaned, while the link was down: the shipper resumes there and finds it merged into an earlier
-//! segment or rewritten alone (`shipper::tail::resume`). The replacement then names the source's next segment
+//! segment or rewritten alone (`shipper::direct::resume`). The replacement then names the source's next segment
 //! base (`ReplaceEnd::next_base`, feature bit 7), which must lie at or above the mirror's end offset (else records
 //! the mirror holds would be lost) and bounds the batches; the partition's state becomes the new segment sealed
 //! at its size with that base as its next offset, so the next chunk starts the source's next segment at 0. The

@@ -31,7 +31,7 @@
 //! # The segment being tailed
 //! A log start above the base of the *unsealed* segment being tailed means the source deleted that segment before
 //! the mirror got all of it (the shipper was down or the link cut longer than the source's retention; the
-//! shipper then resumes at the source's first segment and sends its base first, `shipper::tail::log_start`). It
+//! shipper then resumes at the source's first segment and sends its base first, `shipper::direct::log_start`). It
 //! will never be sealed, so it goes like a segment retention deleted, in this order: the record notes its base
 //! as unsealed (due at once) → the partition state claims the log start's segment at byte 0 (nothing active, the
 //! next segment starts there; a session resumes at that claim, which the shipper seeks to, or skips again with a
@@ -43,7 +43,7 @@
 //!
 //! # Beyond the installed end
 //! A log start is applied only within what the mirror holds: at or below the partition's installed end (the
-//! offset after its last durable batch). The shipper never tells more than it shipped (`shipper::tail::log_start`)
+//! offset after its last durable batch). The shipper never tells more than it shipped (`shipper::direct::log_start`)
 //! and frames are applied in order, so an honest log start beyond the installed end means one thing: retention
 //! deleted at the source whole segments the mirror had not got yet, and the shipper continues at the source's
 //! first segment, whose base it told. Applying such a value at once would let any peer delete the whole mirror
