@@ -98,6 +98,9 @@ const BATCH_APPLY_FLAGS: &[&str] = &[
     "allow-http",
 ];
 
+/// One table of a command's config keys.
+type Keys = &'static [(&'static str, Kind)];
+
 /// Exclusive groups: a flag of one on the command line overrides every key of it in the file.
 const GROUPS: &[&[&str]] = &[&["connect", "listen"], &["plaintext", "tls-cert", "tls-key", "tls-ca"]];
 
@@ -321,7 +324,7 @@ pub fn expand(root: &clap::Command, args: Vec<OsString>) -> anyhow::Result<Route
         Some(path) => Some(load(path)?),
         None => None,
     };
-    let (keys, mode): (Vec<&[(&str, Kind)]>, Option<Mode>) = match name {
+    let (keys, mode): (Vec<Keys>, Option<Mode>) = match name {
         "ship" => (vec![LINK_KEYS, SHIP_KEYS], None),
         "tail-apply" => (vec![LINK_KEYS, TAIL_APPLY_KEYS], None),
         "apply" => {
