@@ -298,3 +298,7 @@ fn peer_source_cluster_check(catalog_path: PathBuf, link: String) -> PeerLinkIdC
         }
     }))
 }
+
+#[cfg(test)]
+#[path = "direct_tests.rs"]
+mod tests;

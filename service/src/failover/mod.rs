@@ -261,3 +261,6 @@ pub fn report(
 
 /// How long to wait between two looks at something another process changes.
 const POLL: Duration = Duration::from_millis(200);
+
+#[cfg(test)]
+mod tests;
