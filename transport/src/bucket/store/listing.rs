@@ -23,13 +23,16 @@
 use std::collections::VecDeque;
 use std::fs::FileType;
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
+use futures::StreamExt;
 use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path as ObjectPath;
 
-use super::{Listing, ObjectInfo, SkippedEntry};
+use super::error::from_store;
+use super::{info, object_path, task_error, Listing, ObjectInfo, SkippedEntry, Store};
 use crate::error::{Error, Result};
+use crate::manifest::{in_data_dir, is_data_dir, KeyPrefix};
 
 /// Keys per S3 list page (S3's own maximum and default).
 pub const S3_PAGE_KEYS: usize = 1000;
@@ -321,6 +324,236 @@ pub(super) async fn s3_page(
             Some(key) => Ok(Page::IllegalKey(key)),
             None => Err(super::error::from_store(what, "list", e)),
         },
+    }
+}
+
+/// A store's listings: what every reader of a bucket starts from, and the one place that chooses how (a local
+/// folder walked here, S3 page by page, any other store through `object_store`).
+impl Store {
+    /// Every object whose key is `prefix` or below `prefix/` (whole components:
+    /// `a/b` does not list `a/bc`), sorted by key. An empty prefix lists the store.
+    /// Entries that are not objects are left out (see [`Store::list_all`]).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let listing = self.list_all(prefix).await?;
+        for skipped in &listing.skipped {
+            tracing::warn!(store = %self.description, key = %skipped.key, reason = %skipped.reason, "not an object; skipped");
+        }
+        Ok(listing.objects)
+    }
+
+    /// Everything under `prefix` (as [`Store::list`]): the objects, the entries
+    /// that are not (reported with their reason, never a reason to fail the
+    /// listing), and a local folder's upload leftovers. Fails only when the store
+    /// cannot be listed at all.
+    pub async fn list_all(&self, prefix: &str) -> Result<Listing> {
+        let prefix = prefix.trim_matches('/');
+        let location = if prefix.is_empty() {
+            None
+        } else {
+            Some(object_path(prefix)?)
+        };
+        if let Some(root) = self.local_root.clone() {
+            let owned = prefix.to_string();
+            return tokio::task::spawn_blocking(move || list_local(&root, &owned))
+                .await
+                .map_err(|e| task_error(prefix, e))?;
+        }
+        if let Some((lister, store_prefix)) = &self.s3_lister {
+            return self.list_s3(lister.as_ref(), store_prefix, prefix, None).await;
+        }
+        let objects = self.list_generic(prefix, location.as_ref()).await?;
+        Ok(Listing {
+            objects,
+            ..Default::default()
+        })
+    }
+
+    /// S3, page by page with `start-after` (see `listing`). With `versions`, a listing of versions
+    /// ([`Store::list_versions`]): each lineage's data directory is folded into one common prefix by the
+    /// delimiter [`DATA_DELIMITER`] and left out; a folded prefix that is not a data directory (a topic
+    /// named `data`, a foreign key) is listed in turn, the same way.
+    async fn list_s3(
+        &self,
+        lister: &dyn object_store::list::PaginatedListStore,
+        store_prefix: &str,
+        prefix: &str,
+        versions: Option<&KeyPrefix>,
+    ) -> Result<Listing> {
+        let full: String = [store_prefix, prefix]
+            .iter()
+            .filter(|p| !p.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("/");
+        let strip = |key: &str| -> String {
+            if store_prefix.is_empty() {
+                key.to_string()
+            } else {
+                key.strip_prefix(store_prefix)
+                    .and_then(|k| k.strip_prefix('/'))
+                    .unwrap_or(key)
+                    .to_string()
+            }
+        };
+        let delimiter = versions.map(|_| DATA_DELIMITER);
+        let mut out = Listing::default();
+        // The (full) prefixes still to list: the root, then any folded prefix that is not a data directory.
+        let mut roots = vec![(!full.is_empty()).then(|| format!("{full}/"))];
+        while let Some(list_prefix) = roots.pop() {
+            let mut offset: Option<String> = None;
+            let mut page_keys = S3_PAGE_KEYS;
+            loop {
+                let page = self
+                    .retrying("list", prefix, |_| {
+                        s3_page(
+                            lister,
+                            list_prefix.as_deref(),
+                            offset.as_deref(),
+                            page_keys,
+                            delimiter,
+                            prefix,
+                        )
+                    })
+                    .await?;
+                match page {
+                    Page::Keys {
+                        objects,
+                        common_prefixes,
+                        truncated,
+                    } => {
+                        // The next page starts after everything this one covered, keys and folded prefixes alike.
+                        let mut last = offset.take();
+                        for meta in objects {
+                            let key = meta.location.to_string();
+                            if last.as_ref().is_none_or(|l| *l < key) {
+                                last = Some(key);
+                            }
+                            let mut object = info(meta);
+                            object.key = strip(&object.key);
+                            out.objects.push(object);
+                        }
+                        for folded in common_prefixes {
+                            let after = after_folded(&folded);
+                            if last.as_ref().is_none_or(|l| *l < after) {
+                                last = Some(after);
+                            }
+                            let relative = strip(&folded);
+                            if versions.is_some_and(|p| !is_data_dir(p, &relative)) {
+                                roots.push(Some(format!("{folded}/")));
+                            }
+                        }
+                        offset = last;
+                        if !truncated {
+                            break;
+                        }
+                        page_keys = S3_PAGE_KEYS;
+                    }
+                    Page::IllegalKey(key) if page_keys == 1 => {
+                        out.skipped.push(SkippedEntry {
+                            key: strip(&key),
+                            reason: "not a valid object key (an empty, '.' or '..' component, or a control character)"
+                                .into(),
+                        });
+                        // A folded prefix that is no legal path is stepped over whole.
+                        offset = Some(match delimiter {
+                            Some(d) if key.ends_with(d) => after_folded(&key),
+                            _ => key,
+                        });
+                        page_keys = S3_PAGE_KEYS;
+                    }
+                    // Narrow the page until the bad key is alone in it; the keys before it are listed meanwhile.
+                    Page::IllegalKey(_) => page_keys = (page_keys / 2).max(1),
+                }
+            }
+        }
+        if let Some(p) = versions {
+            out.objects.retain(|o| !in_data_dir(p, &o.key));
+        }
+        out.objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// The manifests and leases under `root` (a key under the contract prefix `prefix`, e.g. one link), without
+    /// the data objects and chunks of any lineage ([`in_data_dir`]): what a follower needs each poll, at a cost
+    /// that does not grow with the chunks a continuous shipper adds every round. A local folder's walk does not
+    /// descend into the data directories; S3 folds each into one common prefix (`delimiter=/data/`), so a page of
+    /// 1,000 entries covers up to 1,000 manifests, leases and lineages. A server that refuses that delimiter gets
+    /// the whole listing, filtered (with a warning): correct, only not cheaper.
+    pub async fn list_versions(&self, prefix: &KeyPrefix, root: &str) -> Result<Listing> {
+        let root = root.trim_matches('/');
+        if !root.is_empty() {
+            object_path(root)?;
+        }
+        if let Some(dir) = self.local_root.clone() {
+            let (owned, prefix) = (root.to_string(), prefix.clone());
+            return tokio::task::spawn_blocking(move || {
+                list_local_pruned(&dir, &owned, &|key| is_data_dir(&prefix, key))
+            })
+            .await
+            .map_err(|e| task_error(root, e))?;
+        }
+        if let Some((lister, store_prefix)) = &self.s3_lister {
+            match self.list_s3(lister.as_ref(), store_prefix, root, Some(prefix)).await {
+                Ok(listing) => return Ok(listing),
+                Err(e) if !e.is_transient() => {
+                    tracing::warn!(store = %self.description, root, error = %e,
+                        "listing with delimiter {:?} failed; listing everything instead", DATA_DELIMITER);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut all = self.list_all(root).await?;
+        all.objects.retain(|o| !in_data_dir(prefix, &o.key));
+        Ok(all)
+    }
+
+    /// Remove a local folder's upload leftovers (`<key>#<n>`, see
+    /// [`Listing::temporary`]) under `prefix` that were last written at least
+    /// `min_age` ago (an upload under way writes its file continuously). Returns the
+    /// keys removed; nothing for other stores.
+    pub async fn remove_leftovers(&self, prefix: &str, min_age: Duration) -> Result<Vec<String>> {
+        let Some(root) = self.local_root.clone() else {
+            return Ok(Vec::new());
+        };
+        let listing = self.list_all(prefix).await?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let min_age_ms = i64::try_from(min_age.as_millis()).unwrap_or(i64::MAX);
+        let old: Vec<String> = listing
+            .temporary
+            .into_iter()
+            .filter(|t| now_ms.saturating_sub(t.last_modified_ms) >= min_age_ms)
+            .map(|t| t.key)
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let mut removed = Vec::new();
+            for key in old {
+                let path = root.join(&key);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => removed.push(key),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(&path, e)),
+                }
+            }
+            Ok(removed)
+        })
+        .await
+        .map_err(|e| task_error(prefix, e))?
+    }
+
+    /// Any other store, through `object_store`'s listing.
+    async fn list_generic(&self, prefix: &str, location: Option<&ObjectPath>) -> Result<Vec<ObjectInfo>> {
+        self.retrying("list", prefix, |_| async {
+            let mut stream = self.inner.list(location);
+            let mut out = Vec::new();
+            while let Some(meta) = stream.next().await {
+                out.push(info(meta.map_err(|e| from_store(prefix, "list", e))?));
+            }
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(out)
+        })
+        .await
     }
 }
 
