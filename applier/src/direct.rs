@@ -102,10 +102,12 @@ mod truncate_tests;
 
 pub use active::{recorded_active_segment, ActiveSegment};
 pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
-pub use claims::{claim_path, recorded_claim, ClaimRecord, ROLL_INDEX_INTERVAL_BYTES};
+pub use claims::{claim_path, ROLL_INDEX_INTERVAL_BYTES};
 pub use error::TailError;
 use error::TailResult;
-pub use progress::{progress_path, recorded_progress, RecordedProgress, RecordedShipped, MAX_PROGRESS_POINTS};
+pub use progress::{progress_path, MAX_PROGRESS_POINTS};
+// Read by others through `crate::mirror`, which owns the readers; named here too for the applier's own callers.
+pub use crate::mirror::{recorded_claim, recorded_progress, ClaimRecord, RecordedProgress, RecordedShipped};
 pub use replace::ReplaceSeal;
 pub use retention::{tailed_log_start, DEFAULT_RETAIN_DELETED_FOR};
 #[cfg(test)]

@@ -42,14 +42,15 @@ use segment_format::verify::{Progress, Report, VerifyOptions};
 use crate::error::{Error, Result};
 
 mod lag;
+mod records;
 #[cfg(test)]
 mod tests;
 
-pub use crate::direct::{
-    recorded_active_segment, recorded_claim, recorded_progress, tailed_log_start, ActiveSegment, ClaimRecord,
-    RecordedProgress, RecordedShipped,
-};
+// The state file and the retention record are the direct applier's own (it writes and reads them under the lock);
+// their readers for others are its own too, named here so that every reader of the root finds them in one place.
+pub use crate::direct::{recorded_active_segment, tailed_log_start, ActiveSegment};
 pub use lag::{tail_lags, TailLag};
+pub use records::{recorded_claim, recorded_progress, ClaimRecord, RecordedProgress, RecordedShipped};
 
 /// The bucket installer's staging directory: one directory per segment version being downloaded and checked.
 /// Public only because tests look for leftovers by name.

@@ -21,11 +21,10 @@ use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segmirror_transport::direct::payload::{Claim, PartitionRef, Position, Roll, SegmentSeal};
 use segmirror_transport::direct::session::{ClaimDecision, DurablePosition};
 use segmirror_transport::store::digest_file;
-use serde::{Deserialize, Serialize};
 
 use super::truncate::last_batch;
 use super::{rebuild_index_with, tp_name, Inner, TailError, TailResult};
-use crate::mirror;
+use crate::mirror::{self, recorded_claim, ClaimRecord};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::direct::payload::CompanionKind;
 
@@ -34,42 +33,9 @@ use segmirror_transport::direct::payload::CompanionKind;
 /// settings would have written for these batches.
 pub const ROLL_INDEX_INTERVAL_BYTES: u64 = DEFAULT_INDEX_INTERVAL_BYTES;
 
-/// The durable grant of a partition: who ships it, at which leader epoch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClaimRecord {
-    pub topic: String,
-    pub partition: i32,
-    pub node: i32,
-    pub epoch: i32,
-}
-
 /// Where the claim record of `partition` lives ([`mirror::claim_file`]).
 pub fn claim_path(root: &std::path::Path, partition: &PartitionRef) -> PathBuf {
     mirror::claim_file(root, &tp_name(partition))
-}
-
-/// The recorded claim of `partition`, if any.
-pub fn recorded_claim(root: &std::path::Path, partition: &PartitionRef) -> TailResult<Option<ClaimRecord>> {
-    let path = claim_path(root, partition);
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(TailError::io(&path, e)),
-    };
-    let record: ClaimRecord = serde_json::from_slice(&bytes).map_err(|e| TailError::BadState {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    if record.topic != partition.topic || record.partition != partition.partition {
-        return Err(TailError::BadState {
-            path,
-            reason: format!(
-                "names partition {}-{}, not the one its file name says",
-                record.topic, record.partition
-            ),
-        });
-    }
-    Ok(Some(record))
 }
 
 impl Inner {
