@@ -2,8 +2,9 @@
 //! once (`segmirror apply --store`) or continuously (`--follow`).
 //!
 //! A run lists one link's manifests, plans each partition with the succession rule, and installs every planned
-//! version through the shared installer (`crate::install`), which the direct applier does not use for whole
-//! versions but which owns the mirror's file protocol (staging, rename, fsync, catalog last). The parts:
+//! version through the installer (`crate::install`: stage, validate, make durable, rename into place; the catalog
+//! is told last). The installer stays outside this module: it installs a segment version into the mirror from any
+//! `SegmentSource`, whatever chose it. The parts:
 //! - [`apply`]: one run over one link ([`Applier`], [`ApplyConfig`]): gate, lineage, read, reconcile, plan,
 //!   install, sweep, in that order per partition;
 //! - `read`: the bucket as the applier reads it (the listing by link, a manifest checked against its key, the
