@@ -2,8 +2,8 @@
 //! plaintext/TLS choice, turning them into a [`Dialer`]/[`Acceptor`], logging the link's events, and the
 //! SIGTERM/SIGINT shutdown token.
 //!
-//! Why here: both services must accept exactly the same security flags and report the link the same way; written
-//! once, an operator reads one set of flags and one set of log lines for both ends of a link.
+//! Why here: both ends of a link must be secured the same way and report the link the same way; written once, an
+//! operator configures and reads both ends of a link alike.
 
 use std::path::PathBuf;
 use std::sync::Arc;

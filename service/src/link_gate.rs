@@ -6,9 +6,9 @@
 //!   session, which resumes from the mirror's durable position, so the link catches up with nothing lost or
 //!   repeated. A listening service keeps its socket bound (the same port after resume), it only stops serving.
 //! - **promoted / deleted**: the link's expected end. A long-running service (`ship`, `ship --store`, `apply
-//!   --listen|--connect|--follow`) stops, at start or while running, with one line naming the state and exit 0
-//!   ([`end_on_closed`]): a supervisor that restarts on failure must not restart it, and must not record a failure
-//!   either. A one-shot command asked to move data under such a link (`seed`) is refused (exit 2).
+//!   --listen|--connect|--follow`) stops, at start or while running ([`ClosedLink`]; the command line says so in
+//!   one line and exits 0): a supervisor that restarts on failure must not restart it, and must not record a
+//!   failure either. A one-shot command asked to move data under such a link (`seed`) is refused (exit 2).
 //!
 //! Where the record is: the applier's is in its mirror's catalog (which `apply` creates implicitly). The shipper's
 //! is the source host's own record (`segmirror link create` there): `--catalog`, else the data directory's
@@ -20,7 +20,6 @@
 //! path, and needs no channel that could be lost.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,7 +114,7 @@ fn is_not_found(e: &anyhow::Error) -> bool {
     )
 }
 
-/// A link that moves no data any more (promoted, deleted), as the error a gate returns: [`end_on_closed`] turns it
+/// A link that moves no data any more (promoted, deleted), as the error a gate returns: the command line turns it
 /// into a service's clean stop, any other caller reports it as an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedLink {
@@ -148,22 +147,6 @@ pub fn refuse_closed(link: &Link, side: Side) -> anyhow::Result<()> {
         }
         .into()),
     }
-}
-
-/// The end of a long-running service's run: a [`ClosedLink`] anywhere in the error's chain is the link's expected
-/// end, said in one line (`segmirror ROLE: link "x" is promoted: ...; stopped`) and exit 0; any other outcome is
-/// returned as it is.
-pub fn end_on_closed(role: &str, result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
-    let e = match result {
-        Ok(code) => return Ok(code),
-        Err(e) => e,
-    };
-    let Some(closed) = e.chain().find_map(|c| c.downcast_ref::<ClosedLink>()) else {
-        return Err(e);
-    };
-    tracing::info!(link = %closed.name, state = %closed.state, "the link is closed: stopping");
-    eprintln!("segmirror {role}: {closed}; stopped");
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The topics a shipper selects: `--topics` if given (it wins over the record, with a warning when they differ),

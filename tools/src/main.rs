@@ -6,7 +6,7 @@
 //!
 //! Exit codes (shared by every subcommand): 0 success / sound, 1 corruption found,
 //! 2 usage or I/O error. A long-running service whose link is promoted or deleted has
-//! reached its link's end, not failed: 0 (`segmirror_service::link_gate::end_on_closed`).
+//! reached its link's end, not failed: 0 (`cli::report::end_on_closed`).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -18,9 +18,9 @@ mod cmd;
 
 use cli::config::Mode;
 use cli::logging::LogFormat;
+use cli::report::end_on_closed;
 use cli::runtime::Runtime;
 use cli::EXIT_USAGE_OR_IO;
-use segmirror_service::link_gate::end_on_closed;
 
 /// Physical replication of Apache Kafka partitions: ships the broker's own log
 /// segments byte for byte, so every record keeps its offset.

@@ -124,7 +124,7 @@ impl BucketApplyService {
         .await;
         match stats {
             Ok(stats) => anyhow::Ok(stats),
-            // Promoted or deleted: the link's end (`link_gate::end_on_closed` says so and exits 0).
+            // Promoted or deleted: the link's end (the command line says so and exits 0).
             Err(segmirror_applier::Error::LinkClosed { link, state }) => Err(ClosedLink {
                 name: link,
                 state: state.parse().unwrap_or(segmirror_catalog::LinkState::Deleted),

@@ -1,6 +1,6 @@
 //! Report printing more than one command shows: the summary of generated sample partitions (`generate`, `demo`),
-//! a verify report with its exit code (`verify`, `demo`), and an error with its causes on one line (every
-//! command's `segmirror: error:` line).
+//! a verify report with its exit code (`verify`, `demo`), an error with its causes on one line (every command's
+//! `segmirror: error:` line), and the end of a long-running service whose link closed ([`end_on_closed`]).
 //!
 //! Why here: `demo` prints what `generate` and `verify` print, word for word; sharing the printer keeps the two
 //! outputs identical without one command importing another.
@@ -12,6 +12,7 @@ use segment_format::verify::Report;
 use segment_format::writer::sample::Manifest;
 
 pub use segmirror_service::error_line;
+use segmirror_service::link_gate::ClosedLink;
 
 use super::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
 
@@ -104,4 +105,20 @@ pub fn print_verify_report(report: &Report) {
         errors,
         report.warnings()
     );
+}
+
+/// The end of a long-running service's run: a [`ClosedLink`] anywhere in the error's chain is the link's expected
+/// end, said in one line (`segmirror ROLE: link "x" is promoted: ...; stopped`) and exit 0; any other outcome is
+/// returned as it is.
+pub fn end_on_closed(role: &str, result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+    let e = match result {
+        Ok(code) => return Ok(code),
+        Err(e) => e,
+    };
+    let Some(closed) = e.chain().find_map(|c| c.downcast_ref::<ClosedLink>()) else {
+        return Err(e);
+    };
+    tracing::info!(link = %closed.name, state = %closed.state, "the link is closed: stopping");
+    eprintln!("segmirror {role}: {closed}; stopped");
+    Ok(ExitCode::SUCCESS)
 }
