@@ -151,7 +151,8 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     // 3. Make durable (the partition's new leader-epoch checkpoint is staged with the version's files).
     let validated = started.elapsed();
     let staged_checkpoint = epochs.map(|cp| (leader_epoch_checkpoint_path(&t.staging_dir), cp.encode()));
-    make_durable(m.sealed, &files, &sources, staged_checkpoint.clone()).await?;
+    let cache = PageCache::after_sync(m.sealed);
+    make_durable(cache, &files, &sources, staged_checkpoint.clone()).await?;
     #[cfg(feature = "failpoints")]
     kill_point(t.failpoint.as_deref(), crate::failpoint::FailPoint::AfterStaging)?;
 
@@ -249,7 +250,7 @@ async fn stage(t: &Target<'_>, files: &[ManifestFile]) -> Result<std::result::Re
 /// Step 3: each file of the version gets the source's modification time and is fsynced, and the partition's new
 /// `leader-epoch-checkpoint` (`checkpoint`: its staged path and text) is written durably beside them.
 async fn make_durable(
-    sealed: bool,
+    cache: PageCache,
     files: &[ManifestFile],
     sources: &[Source],
     checkpoint: Option<(PathBuf, String)>,
@@ -257,7 +258,7 @@ async fn make_durable(
     let (sources, files) = (sources.to_vec(), files.to_vec());
     blocking("sync staged files", move || {
         for (f, source) in files.iter().zip(&sources) {
-            set_mtime_and_sync(source.path(), f.mtime_ms, PageCache::after_sync(sealed))?;
+            set_mtime_and_sync(source.path(), f.mtime_ms, cache)?;
         }
         if let Some((path, text)) = &checkpoint {
             write_synced(path, text.as_bytes())?;

@@ -14,7 +14,7 @@ use segment_format::dir::{SegmentFileKind, SegmentFiles};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::verify::{
-    check_segment_against_epochs, PartitionSummary, SegmentCheck, Strictness, TailPolicy, VerifyOptions,
+    check_segment_against_epochs, Depth, PartitionSummary, SegmentCheck, Strictness, TailPolicy, VerifyOptions,
 };
 use segmirror_transport::manifest::{EpochStart, Manifest};
 
@@ -77,7 +77,7 @@ pub(super) fn validate(
         Ok(check) => check,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    if let Some(refusal) = version.wrong_claim(&check.summary, verify.is_deep()) {
+    if let Some(refusal) = version.wrong_claim(&check.summary, verify.depth) {
         return Ok(Err(refusal));
     }
     if let Some(message) = epoch_disagreements(&check.epoch_findings) {
@@ -213,14 +213,14 @@ impl<'a> Version<'a> {
     }
 
     /// The manifest's claims about its data (counts, offsets, size, time) against what the check found: the first
-    /// one wrong. `deep`: the check decompressed every batch, so its counts are exact.
-    fn wrong_claim(&self, s: &PartitionSummary, deep: bool) -> Option<Refusal> {
+    /// one wrong. [`Depth::Deep`]: the check decompressed every batch, so its counts are exact.
+    fn wrong_claim(&self, s: &PartitionSummary, depth: Depth) -> Option<Refusal> {
         let (m, manifest_key) = (self.m, self.manifest_key);
         let log_size = m.file(SegmentFileKind::Log).map_or(0, |f| f.size);
         // Without decompression a legacy (magic 0/1) compressed wrapper counts as one record at its last offset, so
         // a shallow check only bounds the record count from below and the first offset from above; a deep one (and
         // any magic-2 segment) gives the exact values the shipper recorded.
-        let exact = deep;
+        let exact = depth == Depth::Deep;
         let first_offset_wrong = match (m.first_offset, s.first_offset) {
             (Some(claimed), Some(found)) => claimed > found || (exact && claimed != found),
             (claimed, found) => claimed != found,

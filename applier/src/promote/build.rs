@@ -18,7 +18,7 @@ use super::files::{copy, create_dir, remove_dir_all, rename, sync_file, write_st
 use super::handover::{hand_over_file, KillSwitch};
 use super::journal::{Journal, Planned, JOURNAL_FILE};
 use super::kcopy::restamp_in_place;
-use super::producer_state;
+use super::producer_state::{self, LastIndexes};
 use super::refusal::Refusal;
 use super::report::{Outcome, PromotedPartition};
 use super::restamp::copy_log_restamping;
@@ -157,8 +157,12 @@ pub(super) fn build(
     }
     // The last segment's companions are the mirror's, which install checked against its batches (not a tailed
     // segment's derived ones, not a cut's prefix, no markers to come): sealed from them, not rebuilt by a walk.
-    let kept_last_indexes = tailed.is_none() && limit.is_none() && p.cut.is_empty();
-    producer_state::finish(p, &building, kept_last_indexes)?;
+    let last_indexes = if tailed.is_none() && limit.is_none() && p.cut.is_empty() {
+        LastIndexes::Kept
+    } else {
+        LastIndexes::Derived
+    };
+    producer_state::finish(p, &building, last_indexes)?;
     let topic_id: Uuid = p.target_topic_id.parse().map_err(|e| {
         Error::io(
             staging.join(JOURNAL_FILE),

@@ -267,7 +267,7 @@ impl<'a> Planner<'a> {
         let mut replica_ids: Vec<(PathBuf, String)> = Vec::new();
         let mut every_replica = true;
         for i in &holders {
-            match targets[*i].inspect_partition(tp, self.request.force, self.refusals)? {
+            match targets[*i].inspect_partition(tp, target::ExistingData::of(self.request.force), self.refusals)? {
                 Some(facts) => {
                     replica_ids.push((self.log_dirs[*i].clone(), facts.topic_id.to_string()));
                     // The highest epoch any replica led in: every replica gets the same bytes, and no replica's

@@ -54,11 +54,19 @@ pub fn start_empty(dir: &Path, last_base: i64, end_offset: i64) -> Result<()> {
     Ok(())
 }
 
+/// Where the last promoted segment's offset and time index come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LastIndexes {
+    /// The mirror's, checked against its batches at install: sealed as they are ([`txn_cut::seal_kept_indexes`]).
+    Kept,
+    /// Derived (a tailed segment's) or cut short: rebuilt from a walk of its `.log`.
+    Derived,
+}
+
 /// After the segments are copied into `building`: abort the open transactions and start the producer state empty
-/// after them (`txn_cut`, `producer_state`). `kept_indexes`: the last segment's offset and time index are the
-/// mirror's, checked at install, so they are sealed ([`txn_cut::seal_kept_indexes`]) rather than rebuilt from a
-/// walk of its `.log`.
-pub(super) fn finish(p: &Planned, building: &Path, kept_indexes: bool) -> Result<()> {
+/// after them (`txn_cut`, `producer_state`). `last_indexes`: where the last segment's offset and time index come from,
+/// which decides whether they are sealed or rebuilt when it stops being the active segment.
+pub(super) fn finish(p: &Planned, building: &Path, last_indexes: LastIndexes) -> Result<()> {
     let Some(&first_last_base) = p.segments.last() else {
         return start_empty(building, p.log_end_offset, p.end_offset());
     };
@@ -78,7 +86,8 @@ pub(super) fn finish(p: &Planned, building: &Path, kept_indexes: bool) -> Result
     }
     if last_base != p.end_offset() {
         // It stops being the active segment. Markers appended to it are not in its kept indexes.
-        let sealed = kept_indexes && markers.is_empty() && txn_cut::seal_kept_indexes(building, last_base)?;
+        let sealed =
+            last_indexes == LastIndexes::Kept && markers.is_empty() && txn_cut::seal_kept_indexes(building, last_base)?;
         if !sealed {
             txn_cut::rebuild_indexes(building, last_base)?;
         }

@@ -20,6 +20,26 @@ use super::refusal::Refusal;
 /// no leader epoch is lower, so every later epoch of the partition is at least this.
 pub const EPOCH_WHEN_UNKNOWN: i32 = 0;
 
+/// What promotion does with a target partition that already holds data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExistingData {
+    /// Refuse it ([`Refusal::TargetNotEmpty`]).
+    Refuse,
+    /// Replace it (`--force`).
+    Replace,
+}
+
+impl ExistingData {
+    /// [`ExistingData::Replace`] with `force`.
+    pub fn of(force: bool) -> Self {
+        if force {
+            ExistingData::Replace
+        } else {
+            ExistingData::Refuse
+        }
+    }
+}
+
 /// The normal (`<topic>-<partition>`) directories of a log dir.
 #[derive(Debug)]
 pub struct TargetLogDir {
@@ -71,7 +91,7 @@ impl TargetLogDir {
     pub fn inspect_partition(
         &self,
         tp: &TopicPartition,
-        force: bool,
+        existing: ExistingData,
         refusals: &mut Vec<Refusal>,
     ) -> Result<Option<TargetFacts>> {
         let dir = self.root.join(tp.dir_name());
@@ -92,7 +112,7 @@ impl TargetLogDir {
         }
         let topic_id = PartitionMetadata::read(&metadata)?.topic_id;
         let listing = PartitionDir::open(&dir)?;
-        if !force {
+        if existing == ExistingData::Refuse {
             for segment in &listing.segments {
                 let size = std::fs::metadata(&segment.log)
                     .map_err(|e| Error::io(&segment.log, e))?
