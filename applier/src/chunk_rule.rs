@@ -1,6 +1,7 @@
 //! The rule a chunk of a growing segment must pass before any of its bytes is written, on both delivery paths: a
 //! chunk frame of the direct link (`crate::direct`, appended as it arrives) and a chunk object of a bucket version
-//! (`crate::install::chunks`, appended to the staged `.log`).
+//! (`crate::install::chunks`, appended to the staged `.log`). A compacted replacement of sealed segments the
+//! direct link sends whole (`crate::direct`'s replace) passes it too, bounded above by the next segment's base.
 //!
 //! Why one rule: a chunk grows a segment no whole-file digest vouches for yet, so each batch is checked on its own
 //! and a chunk accepted by one path must not be refused by the other. The rule, batch by batch in file order:

@@ -2,6 +2,7 @@
 //! "What is checked"): its size and digest, every batch, every companion.
 
 use super::*;
+use crate::chunk_rule::{BatchDefect, ChunkDefect, ChunkRule, Floor, LegacyFrames};
 
 /// A companion to place: its file kind and bytes.
 pub(super) type Placed = (SegmentFileKind, Vec<u8>);
@@ -71,41 +72,37 @@ pub(super) fn check_staged(
 fn validate_replacement(path: &Path, first: i64, upper: i64) -> std::result::Result<Option<i64>, String> {
     let mut log = LogFile::open(path).map_err(|e| e.to_string())?;
     let mut problem: Option<String> = None;
-    let mut next_min = first;
+    // The chunk rule (`crate::chunk_rule`) over the whole file, then the bound of the replaced range.
+    let mut rule = ChunkRule::new(Floor::SegmentBase(first), LegacyFrames::Refuse);
     let summary = log
         .scan(|frame| {
             let info = &frame.info;
-            let reason = if !frame.crc_matches() {
-                Some(format!(
-                    "CRC stored {:#010x}, computed {:#010x}",
-                    frame.stored_crc, frame.computed_crc
-                ))
-            } else if info.magic < 2 {
-                Some(format!("magic {}", info.magic))
-            } else if info.base_offset < next_min {
-                Some(format!(
-                    "base offset {} not above the previous batch's last offset (or below the first replaced base {first})",
-                    info.base_offset
-                ))
-            } else if info.last_offset < info.base_offset {
-                Some(format!("last offset {} below base offset {}", info.last_offset, info.base_offset))
-            } else if info.last_offset >= upper {
-                Some(format!(
+            let reason = match rule.accept(frame) {
+                Err(BatchDefect::Crc { stored, computed }) => {
+                    Some(format!("CRC stored {stored:#010x}, computed {computed:#010x}"))
+                }
+                Err(BatchDefect::Legacy { magic }) => Some(format!("magic {magic}")),
+                Err(BatchDefect::BaseBelowExpected { base, .. } | BatchDefect::BaseBelowSegment { base, .. }) => {
+                    Some(format!(
+                        "base offset {base} not above the previous batch's last offset (or below the first replaced \
+                         base {first})"
+                    ))
+                }
+                Err(BatchDefect::LastBelowBase { base, last }) => {
+                    Some(format!("last offset {last} below base offset {base}"))
+                }
+                Ok(()) if info.last_offset >= upper => Some(format!(
                     "last offset {} reaches the next segment's base {upper}",
                     info.last_offset
-                ))
-            } else {
-                None
+                )),
+                Ok(()) => None,
             };
             match reason {
                 Some(r) => {
                     problem = Some(format!("batch at byte {}: {r}", info.position));
                     ControlFlow::Break(())
                 }
-                None => {
-                    next_min = info.last_offset + 1;
-                    ControlFlow::Continue(())
-                }
+                None => ControlFlow::Continue(()),
             }
         })
         .map_err(|e| e.to_string())?;
@@ -113,12 +110,13 @@ fn validate_replacement(path: &Path, first: i64, upper: i64) -> std::result::Res
         return Err(p);
     }
     // A scan that ended before the file did stopped at a partial batch (the scan reports framing errors itself).
-    if summary.end != log.len() {
-        return Err(format!(
-            "the file does not end on a batch boundary (whole batches end at byte {})",
-            summary.end
-        ));
+    match rule.finish(summary.end, log.len()) {
+        Err(ChunkDefect::NotOnBoundary { end }) => Err(format!(
+            "the file does not end on a batch boundary (whole batches end at byte {end})"
+        )),
+        // No batch at all is allowed: the cleaner may remove every record of a range and still swap the empty file
+        // in.
+        Err(ChunkDefect::NoBatch) => Ok(None),
+        Ok(last) => Ok(Some(last)),
     }
-    // No batch at all is allowed: the cleaner may remove every record of a range and still swap the empty file in.
-    Ok((next_min > first).then(|| next_min - 1))
 }
