@@ -69,18 +69,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::bucket::traits::SegmentSource;
-use crate::index::{IndexedLineage, IndexedPartition, ManifestRead};
-use crate::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey};
-use crate::succession::{self, succession, EpochSpan, Gap, Verdict};
 use segment_format::dir::SegmentFileKind;
 use segment_format::partition_metadata::Uuid;
 use segment_format::report::{Finding, Severity};
 use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::Defect;
+use segmirror_contract::index::{IndexedLineage, IndexedPartition, ManifestRead};
+use segmirror_contract::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, ObjectKind, PartitionKey};
+use segmirror_contract::succession::{self, succession, EpochSpan, Gap, Verdict};
 
 use crate::bucket::store::lease::read_lease;
 use crate::bucket::store::Store;
-use crate::error::{Error, Result};
+use segmirror_contract::error::{Error, Result};
 
 /// What an audit does beyond reading manifests and listings.
 #[derive(Debug, Clone)]

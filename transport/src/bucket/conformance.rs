@@ -29,7 +29,6 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -38,6 +37,7 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
+use segmirror_contract::manifest::{KeyPrefix, PartitionKey, Sha256Digest};
 
 pub mod contract;
 pub mod faults;
@@ -45,8 +45,8 @@ pub mod faulty;
 
 use crate::bucket::store::lease::{current_lease, lease_epochs, HeldLease};
 use crate::bucket::store::{MultipartPolicy, Store, MIN_PART_SIZE};
-use crate::digest::digest_of;
-use crate::error::{Error, MismatchKind};
+use segmirror_contract::digest::digest_of;
+use segmirror_contract::error::{Error, MismatchKind};
 
 /// A fresh key prefix for one run: `conformance/<16 hex digits>`.
 pub fn fresh_prefix(what: &str) -> String {

@@ -6,8 +6,8 @@
 pub use segmirror_contract::link_identity::*;
 
 use crate::bucket::Store;
-use crate::error::{Error, Result};
-use crate::manifest::KeyPrefix;
+use segmirror_contract::error::{Error, Result};
+use segmirror_contract::manifest::KeyPrefix;
 
 /// What [`claim_link_identity`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]

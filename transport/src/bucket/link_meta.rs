@@ -9,8 +9,8 @@ use bytes::Bytes;
 pub use segmirror_contract::link_meta::*;
 
 use crate::bucket::traits::{SegmentSink, SegmentSource};
-use crate::error::{Error, Result};
-use crate::manifest::KeyPrefix;
+use segmirror_contract::error::{Error, Result};
+use segmirror_contract::manifest::KeyPrefix;
 
 /// Publish `meta` as version `meta.topics.version` of its link: both data objects, then the manifest naming them.
 pub async fn publish(sink: &dyn SegmentSink, prefix: &KeyPrefix, meta: &LinkMeta, shipper_id: &str) -> Result<()> {

@@ -33,7 +33,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::manifest::Sha256Digest;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -41,10 +40,11 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use segmirror_contract::manifest::Sha256Digest;
 use tokio::sync::mpsc;
 
 use self::error::{from_store, PUT_IF_ABSENT};
-use crate::error::{Error, MismatchKind, Result};
+use segmirror_contract::error::{Error, MismatchKind, Result};
 
 mod error;
 mod io;
@@ -56,9 +56,9 @@ mod url;
 
 pub use crate::bucket::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
 // TEMP-ALIAS: remove when callers move
-pub use crate::digest::{digest_file, digest_of, Hasher};
 use io::{hash_range, read_exact_hashing, read_parts, Dest};
 pub use listing::{is_temporary_name, S3_PAGE_KEYS};
+pub use segmirror_contract::digest::{digest_file, digest_of, Hasher};
 pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper

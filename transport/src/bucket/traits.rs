@@ -11,7 +11,7 @@
 //! of its own stated in `docs/direct-protocol.md`.
 //!
 //! Signatures speak the contract's language only — keys built by
-//! [`crate::manifest`], [`Manifest`]s, [`Lease`]s, [`Digest`]s, local paths —
+//! [`segmirror_contract::manifest`], [`Manifest`]s, [`Lease`]s, [`Digest`]s, local paths —
 //! never a backend's types. What *is* shared by every implementation (grouping
 //! a listing into partitions and lineages, reading a manifest size-capped and
 //! checked against its key) is written once, as provided methods on top of a
@@ -22,9 +22,9 @@ use std::path::Path;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::error::{Error, MismatchKind, Result};
-use crate::index::{self, BucketIndex, ManifestRead};
-use crate::manifest::{
+use segmirror_contract::error::{Error, MismatchKind, Result};
+use segmirror_contract::index::{self, BucketIndex, ManifestRead};
+use segmirror_contract::manifest::{
     KeyPrefix, Lease, Manifest, ManifestFile, PartitionKey, Sha256Digest, MAX_LEASE_BYTES, MAX_MANIFEST_BYTES,
 };
 
@@ -113,14 +113,14 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
     }
 
     /// The manifests and leases under `root` (a key under the contract prefix `prefix`), without any lineage's
-    /// data objects and chunks ([`crate::manifest::in_data_dir`]): a follower's poll, whose cost must not grow
+    /// data objects and chunks ([`segmirror_contract::manifest::in_data_dir`]): a follower's poll, whose cost must not grow
     /// with the chunks a continuous shipper adds every round. Default: [`list`](Self::list), filtered (correct,
     /// not cheaper); a backend that can leave the data out of the listing itself overrides it.
     async fn list_versions(&self, prefix: &KeyPrefix, root: &str) -> Result<Listing> {
         let mut listing = self.list(root).await?;
         listing
             .objects
-            .retain(|o| !crate::manifest::in_data_dir(prefix, &o.key));
+            .retain(|o| !segmirror_contract::manifest::in_data_dir(prefix, &o.key));
         Ok(listing)
     }
 

@@ -4,18 +4,18 @@
 
 use std::collections::BTreeSet;
 
-use crate::manifest::{
-    EpochStart, KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp,
-    MANIFEST_FORMAT_V1,
-};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::report::Severity;
+use segmirror_contract::manifest::{
+    EpochStart, KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp,
+    MANIFEST_FORMAT_V1,
+};
 
 use super::*;
 use crate::bucket::lease::HeldLease;
 use crate::bucket::store::StoreUrl;
-use crate::digest::digest_of;
+use segmirror_contract::digest::digest_of;
 
 const LINK: &str = "dc1";
 const TID: Uuid = Uuid([9; 16]);

@@ -14,10 +14,10 @@ use segment_format::partition_metadata::Uuid;
 
 use super::{fresh_prefix, test_bytes};
 use crate::bucket::traits::{SegmentSink, SegmentSource, StagedFile};
-use crate::digest::digest_of;
-use crate::error::{Error, MismatchKind};
-use crate::index::ManifestRead;
-use crate::manifest::{
+use segmirror_contract::digest::digest_of;
+use segmirror_contract::error::{Error, MismatchKind};
+use segmirror_contract::index::ManifestRead;
+use segmirror_contract::manifest::{
     KeyPrefix, Manifest, ManifestFile, PartitionKey, SegmentFileName, SegmentRange, ShipperStamp, MANIFEST_FORMAT_V1,
 };
 

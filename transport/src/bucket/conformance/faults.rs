@@ -10,8 +10,8 @@ use bytes::Bytes;
 use super::contract::{manifest_for, partition, stage_version, staged_files, BASE, TOPIC_ID};
 use super::faulty::{Fault, Faulty, Op};
 use crate::bucket::traits::{SegmentSink, SegmentSource};
-use crate::error::{Error, MismatchKind};
-use crate::index::ManifestRead;
+use segmirror_contract::error::{Error, MismatchKind};
+use segmirror_contract::index::ManifestRead;
 
 /// Run every fault check against `t` (which must have nothing injected).
 pub async fn run_all<T: SegmentSink + SegmentSource>(t: &Faulty<T>) {

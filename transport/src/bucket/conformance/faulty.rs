@@ -27,9 +27,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::bucket::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
-use crate::digest::digest_of;
-use crate::error::{Error, Result};
-use crate::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
+use segmirror_contract::digest::digest_of;
+use segmirror_contract::error::{Error, Result};
+use segmirror_contract::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
 
 /// A call of the transport a fault can be injected into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

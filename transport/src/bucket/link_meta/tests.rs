@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::bucket::store::{Store, StoreUrl};
-use crate::digest::digest_of;
 use crate::BucketIndex;
+use segmirror_contract::digest::digest_of;
 
 const LINK: &str = "east";
 const TOPIC_ID: &str = "MZ3ezZJvTAWUZ0oR9yzcCQ";

@@ -1,7 +1,7 @@
 //! The object-store client's errors, converted into the crate's [`Error`] once: classified (transient or not)
 //! here, then carried opaque, so that `object_store`'s types stay inside the bucket code.
 
-use crate::error::Error;
+use segmirror_contract::error::Error;
 
 /// Convert an `object_store` error about `key`, classifying it once.
 pub(crate) fn from_store(key: &str, operation: &'static str, source: object_store::Error) -> Error {

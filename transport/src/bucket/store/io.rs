@@ -10,7 +10,7 @@ use segmirror_contract::digest::Hasher;
 use tokio::sync::mpsc;
 
 use super::{Digest, READ_CHUNK};
-use crate::error::{Error, Result};
+use segmirror_contract::error::{Error, Result};
 
 /// Read exactly `len` bytes from the start of `file`, hashing them.
 pub(super) fn read_exact_hashing(file: std::fs::File, len: u64, path: &Path) -> Result<(Bytes, Digest)> {

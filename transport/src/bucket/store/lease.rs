@@ -18,11 +18,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::manifest::{KeyPrefix, Lease, ObjectKey, ObjectKind, PartitionKey};
+use segmirror_contract::manifest::{KeyPrefix, Lease, ObjectKey, ObjectKind, PartitionKey};
 
 use crate::bucket::store::Store;
 use crate::bucket::traits::SegmentSource;
-use crate::error::{Error, Result};
+use segmirror_contract::error::{Error, Result};
 
 /// Lost create races before [`Error::LeaseContention`]: each loss means another
 /// shipper just took an epoch, so this many in a row means a storm of shippers

@@ -31,8 +31,8 @@ use object_store::path::Path as ObjectPath;
 
 use super::error::from_store;
 use super::{info, object_path, task_error, Listing, ObjectInfo, SkippedEntry, Store};
-use crate::error::{Error, Result};
-use crate::manifest::{in_data_dir, is_data_dir, KeyPrefix};
+use segmirror_contract::error::{Error, Result};
+use segmirror_contract::manifest::{in_data_dir, is_data_dir, KeyPrefix};
 
 /// Keys per S3 list page (S3's own maximum and default).
 pub const S3_PAGE_KEYS: usize = 1000;
@@ -622,7 +622,7 @@ mod tests {
 
     #[test]
     fn a_listing_of_versions_leaves_out_data_directories_by_position_only() {
-        use crate::manifest::{in_data_dir, is_data_dir, KeyPrefix};
+        use segmirror_contract::manifest::{in_data_dir, is_data_dir, KeyPrefix};
         let prefix = KeyPrefix::new("m").unwrap();
         let lineage = "m/east/t/0/AAAAAAAAAAAAAAAAAAAAAQ";
         let chunk = format!("{lineage}/data/00000000000000000000/00000000000000000009/00000000000000000000.logchunk");

@@ -27,8 +27,8 @@ use segment_format::durable::write_behind;
 
 use super::io::{hash_range, Dest};
 use super::Digest;
-use crate::digest::Hasher;
-use crate::error::{Error, MismatchKind, Result};
+use segmirror_contract::digest::Hasher;
+use segmirror_contract::error::{Error, MismatchKind, Result};
 
 /// Bytes hashed per mapping of a destination: bounds what a transfer adds to
 /// the resident set.
@@ -246,7 +246,7 @@ pub(super) fn read(root: &Path, key: &str, limit: u64) -> Result<bytes::Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::digest_of;
+    use segmirror_contract::digest::digest_of;
 
     fn bytes(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect()

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use super::lease::HeldLease;
 use super::Store;
 use crate::bucket::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
-use crate::error::{Error, Result};
-use crate::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
+use segmirror_contract::error::{Error, Result};
+use segmirror_contract::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
 
 #[async_trait]
 impl SegmentSink for Store {
@@ -25,7 +25,7 @@ impl SegmentSink for Store {
     }
 
     async fn stage_bytes(&self, key: &str, bytes: Bytes) -> Result<StagedFile> {
-        let digest = crate::digest::digest_of(&bytes);
+        let digest = segmirror_contract::digest::digest_of(&bytes);
         self.put_bytes(key, bytes).await?;
         Ok(StagedFile {
             key: key.to_string(),

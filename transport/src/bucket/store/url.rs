@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use object_store::path::Path as ObjectPath;
 
-use crate::error::{Error, Result};
+use segmirror_contract::error::{Error, Result};
 
 /// Where a store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
