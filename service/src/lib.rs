@@ -3,6 +3,7 @@
 //!
 //! - [`failover`]: the failover of a link onto its target cluster, its steps, journal and report.
 //! - [`apply`]: the appliers, bucket (once or following the store) and direct.
+//! - [`seed`]: shipping once to an object store.
 //! - [`ship::ShipService`]: the direct shipper (discovery, high watermarks, leadership, the link's metadata).
 //! - [`ship_bucket::BucketShipService`]: the continuous shipper through a bucket.
 //! - [`serve`]: the HTTP admin API and `/metrics` of the long-running services, with the figures they keep.
@@ -24,6 +25,7 @@ pub mod failover;
 pub mod link;
 pub mod link_gate;
 pub mod runtime;
+pub mod seed;
 pub mod serve;
 pub mod ship;
 pub mod ship_bucket;

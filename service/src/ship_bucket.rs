@@ -81,6 +81,7 @@ impl BucketShipService {
         let bootstrap = committed_bootstrap(&config)?;
         let record = LinkRecord::for_shipper(config.catalog.clone(), &config.link)?;
         let topics = shipper_topics("ship", config.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
+        // A local folder that does not exist yet is created: the shipper writes the first objects.
         let store = Store::open(&StoreUrl::parse(&config.store)?, &config.s3)?;
         let mut seed = SeedConfig::new(config.log_dirs.clone(), &config.link)?;
         seed.prefix = KeyPrefix::new(&config.prefix)?;

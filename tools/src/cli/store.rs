@@ -33,13 +33,6 @@ impl S3Args {
         let url = StoreUrl::parse(url)?;
         Ok(Store::open_existing(&url, &self.options())?)
     }
-
-    /// As [`S3Args::open`], creating a local folder that does not exist yet (what
-    /// a shipper writing the first objects wants).
-    pub fn open_or_create(&self, url: &str) -> anyhow::Result<Store> {
-        let url = StoreUrl::parse(url)?;
-        Ok(Store::open(&url, &self.options())?)
-    }
 }
 
 /// True for an argument that names a store rather than a local path.

@@ -1,5 +1,6 @@
 //! `segmirror seed`: ship what Kafka log dirs hold to an object store, once —
-//! to seed a new mirror or catch one up. Reruns ship only what is new.
+//! to seed a new mirror or catch one up. Reruns ship only what is new. The flags,
+//! the progress bar and the report; the seed itself is `segmirror_service::seed`.
 //!
 //! Exit status: 0 when every selected partition is in the store, 1 when a
 //! source segment was refused as corrupt (everything else still shipped), 2 on
@@ -12,19 +13,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
-use segment_format::verify::{Depth, Strictness, VerifyOptions};
-use segmirror_service::link_gate::{claim_bucket, shipper_topics, LinkRecord};
-use segmirror_shipper::seed::{
-    self, PartitionStatus, Progress, SeedConfig, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
-    DEFAULT_PARALLEL_PARTITIONS_LOCAL,
-};
-use segmirror_transport::manifest::KeyPrefix;
+use segment_format::verify::Depth;
+use segmirror_service::seed::{seed_once, SeedOnceConfig, SeedOutcome, Shipped};
+use segmirror_shipper::link_meta::Published;
+use segmirror_shipper::seed::{PartitionStatus, Progress, SeedConfig, SeedReport};
 use segmirror_transport::Store;
 
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
 use crate::cli::{progress, EXIT_CORRUPT, EXIT_USAGE_OR_IO};
-use segmirror_catalog::LinkState;
 
 /// The link name used when `--link` is not given.
 pub const DEFAULT_LINK: &str = "default";
@@ -137,80 +134,59 @@ fn bar() -> Bar {
     }
 }
 
-/// Upload temp files (`<key>#<n>`) untouched this long are leftovers of a killed upload: one under way writes its
-/// file continuously (pieces of a few MiB at disk speed), so a minute without a write means no process is behind it,
-/// while a seed of another link or partition sharing the folder keeps its in-flight files.
-pub const LEFTOVER_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+impl Args {
+    fn config(&self) -> SeedOnceConfig {
+        SeedOnceConfig {
+            log_dirs: self.log_dirs.clone(),
+            store: self.store.clone(),
+            topics: self.topics.clone(),
+            catalog: self.catalog.clone(),
+            link: self.link.clone(),
+            prefix: self.prefix.clone(),
+            s3: self.s3.options(),
+            depth: if self.deep { Depth::Deep } else { Depth::Shallow },
+            parallel: self.parallel,
+            shipper_id: self.shipper_id.clone(),
+            metadata_log_dir: self.metadata_log_dir.clone(),
+            groups: self.groups.clone(),
+            memory: self.memory.clone(),
+        }
+    }
+}
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
-    let record = LinkRecord::for_shipper(args.catalog.clone(), &args.link)?;
-    let topics = shipper_topics("seed", args.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
-    if let Some((_, link)) = &record {
-        if link.state == LinkState::Paused {
+    let bar = bar();
+    let outcome = seed_once(&args.config(), runtime, &bar);
+    bar.finish();
+    let (report, store, config, meta) = match outcome? {
+        SeedOutcome::LinkPaused { link } => {
             eprintln!(
-                "segmirror seed: link {:?} is paused: nothing shipped (resume it with `segmirror link resume`)",
-                link.name
+                "segmirror seed: link {link:?} is paused: nothing shipped (resume it with `segmirror link resume`)"
             );
             return Ok(ExitCode::SUCCESS);
         }
-    }
-    let store = args.s3.open_or_create(&args.store)?;
-    let mut config = SeedConfig::new(args.log_dirs.clone(), &args.link)?;
-    config.prefix = KeyPrefix::new(&args.prefix)?;
-    config.topics = TopicFilter::new(&topics)?;
-    config.verify = VerifyOptions {
-        depth: if args.deep { Depth::Deep } else { Depth::Shallow },
-        strictness: Strictness::Lenient,
-    };
-    config.parallel_partitions = args.parallel.unwrap_or(if store.is_local_folder() {
-        DEFAULT_PARALLEL_PARTITIONS_LOCAL
-    } else {
-        DEFAULT_PARALLEL_PARTITIONS
-    });
-    config.memory_file = args.memory.clone();
-    if let Some(id) = &args.shipper_id {
-        config.shipper_id = id.clone();
-    }
-    config.validate()?;
-    if let Some((_, link)) = &record {
-        runtime.block_on(claim_bucket("seed", &store, &config.prefix, link))??;
-    }
-    // A killed seed leaves the upload temp files of a local folder behind; the next one removes those of its prefix.
-    let removed = runtime.block_on(store.remove_leftovers(config.prefix.as_str(), LEFTOVER_MIN_AGE))??;
-    if !removed.is_empty() {
-        eprintln!(
-            "note: removed {} upload leftover(s) of an interrupted seed: {}",
-            removed.len(),
-            removed.join(", ")
-        );
-    }
-    let meta = segmirror_shipper::link_meta::MetaConfig::find(
-        &args.log_dirs,
-        args.metadata_log_dir.as_deref(),
-        &args.groups,
-        config.topics.clone(),
-        &args.link,
-    )?;
-    let bar = bar();
-    let report = runtime.block_on(seed::seed(&store, &config, &bar))??;
-    bar.finish();
-    // The link's topics and group offsets, after the segments: a target reading them finds the data they describe
-    // at least as far as this seed shipped it (offsets beyond it are clamped by the applier in any case).
-    if let Some(meta) = meta {
-        use segmirror_shipper::link_meta::{MetaPublisher, MetaReader, Published};
-        let mut publisher = MetaPublisher::new(MetaReader::new(meta)?, config.prefix.clone(), &config.shipper_id);
-        match runtime.block_on(publisher.publish_if_changed(&store))? {
-            Ok(Published::Version {
-                version,
-                topics,
-                offsets,
-            }) => eprintln!("link metadata version {version}: {topics} topic(s), {offsets} group offset(s)"),
-            Ok(Published::Unchanged) => eprintln!("link metadata unchanged"),
-            Err(e) => {
-                eprintln!("segmirror seed: error: link metadata: {e}");
-                return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
-            }
+        SeedOutcome::Shipped(shipped) => {
+            let Shipped {
+                report,
+                store,
+                config,
+                meta,
+            } = *shipped;
+            (report, store, config, meta)
         }
+    };
+    match meta {
+        Some(Ok(Published::Version {
+            version,
+            topics,
+            offsets,
+        })) => eprintln!("link metadata version {version}: {topics} topic(s), {offsets} group offset(s)"),
+        Some(Ok(Published::Unchanged)) => eprintln!("link metadata unchanged"),
+        Some(Err(e)) => {
+            eprintln!("segmirror seed: error: link metadata: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
+        }
+        None => {}
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
