@@ -2,10 +2,8 @@
 //! long time or in several steps, with its wiring, so it can be used and tested without the binary.
 //!
 //! - [`failover`]: the failover of a link onto its target cluster, its steps, journal and report.
-//! - [`apply`]: the appliers, bucket (once or following the store) and direct.
-//! - [`seed`]: shipping once to an object store.
-//! - [`ship::ShipService`]: the direct shipper (discovery, high watermarks, leadership, the link's metadata).
-//! - [`ship_bucket::BucketShipService`]: the continuous shipper through a bucket.
+//! - [`apply`]: the appliers, one per delivery mode: bucket (once or following the store) and direct.
+//! - [`ship`]: the shippers, one per delivery mode: direct, bucket (continuous), and once to a bucket (seed).
 //! - [`serve`]: the HTTP admin API and `/metrics` of the long-running services, with the figures they keep.
 //! - [`link`] and [`link_gate`]: a direct link's endpoint and events, and the link record that gates a running
 //!   service (pause, resume, promoted, deleted).
@@ -25,10 +23,8 @@ pub mod failover;
 pub mod link;
 pub mod link_gate;
 pub mod runtime;
-pub mod seed;
 pub mod serve;
 pub mod ship;
-pub mod ship_bucket;
 
 /// An error and its causes on one line, each cause once: `what failed: why: root cause`.
 ///

@@ -1,6 +1,6 @@
 //! `segmirror seed`: ship what Kafka log dirs hold to an object store, once —
 //! to seed a new mirror or catch one up. Reruns ship only what is new. The flags,
-//! the progress bar and the report; the seed itself is `segmirror_service::seed`.
+//! the progress bar and the report; the seed itself is `segmirror_service::ship::seed`.
 //!
 //! Exit status: 0 when every selected partition is in the store, 1 when a
 //! source segment was refused as corrupt (everything else still shipped), 2 on
@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
 use segment_format::verify::Depth;
-use segmirror_service::seed::{seed_once, SeedOnceConfig, SeedOutcome, Shipped};
+use segmirror_service::ship::seed::{seed_once, SeedOnceConfig, SeedOutcome, Shipped};
 use segmirror_shipper::link_meta::Published;
 use segmirror_shipper::seed::{PartitionStatus, Progress, SeedConfig, SeedReport};
 use segmirror_transport::Store;

@@ -1,4 +1,4 @@
-//! `segmirror ship`: the flags of the long-running direct shipper (`segmirror_service::ship`, which says what it
+//! `segmirror ship`: the flags of the long-running direct shipper (`segmirror_service::ship::direct`, which says what it
 //! does and why), and its run until SIGTERM or SIGINT; then it says Goodbye and exits 0.
 //!
 //! Exit status: 0 after a signal or once the link record is promoted or deleted, 2 on usage errors (flags, PEM
@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use segmirror_service::ship::{ShipConfig, ShipService, SourceNodes};
+use segmirror_service::ship::direct::{DirectShipConfig, DirectShipService, SourceNodes};
 use segmirror_shipper::link_meta::{ALL_GROUPS, DEFAULT_META_INTERVAL};
 use segmirror_shipper::source::bound_hw::UptoPolicy;
 
@@ -82,8 +82,8 @@ pub struct Args {
 }
 
 impl Args {
-    fn config(self) -> ShipConfig {
-        ShipConfig {
+    fn config(self) -> DirectShipConfig {
+        DirectShipConfig {
             endpoint: self.link.endpoint_config(),
             log_dirs: self.log_dirs,
             topics: self.topics,
@@ -108,7 +108,7 @@ impl Args {
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
-    let service = ShipService::prepare(args.config(), runtime)?;
+    let service = DirectShipService::prepare(args.config(), runtime)?;
     runtime.block_on(async move {
         let shutdown = shutdown_on_signal()?;
         service.serve(shutdown).await

@@ -1,5 +1,5 @@
 //! `segmirror ship --store URL`: the flags of the continuous shipper through a bucket
-//! (`segmirror_service::ship_bucket`, which says what it does and why), run until SIGTERM/SIGINT, then exit 0.
+//! (`segmirror_service::ship::bucket`, which says what it does and why), run until SIGTERM/SIGINT, then exit 0.
 //!
 //! Why a subcommand of its own behind `ship --store` (the routing is in `cli::config`): the direct `ship`'s
 //! `--connect`/`--listen` and TLS flags mean nothing here and the store flags nothing there; one `ship` name keeps
@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use segmirror_service::ship_bucket::{BucketShipConfig, BucketShipService};
+use segmirror_service::ship::bucket::{BucketShipConfig, BucketShipService};
 use segmirror_shipper::link_meta::{ALL_GROUPS, DEFAULT_META_INTERVAL};
 use segmirror_shipper::source::bound_hw::UptoPolicy;
 use segmirror_shipper::store_tail::{StoreTailEnd, DEFAULT_UPLOAD_BYTES, DEFAULT_UPLOAD_INTERVAL};

@@ -12,8 +12,8 @@
 //! topics the record's topics regex selects the partitions and is re-read while running: newly selected topics are
 //! shipped, deselected ones stop (their mirrors keep what they have).
 //!
-//! In two parts: [`ShipService::prepare`] (blocking: discovery, the high watermark source, leadership, the link's
-//! metadata) and [`ShipService::serve`] (async, until the shutdown token), so the caller installs its signal
+//! In two parts: [`DirectShipService::prepare`] (blocking: discovery, the high watermark source, leadership, the link's
+//! metadata) and [`DirectShipService::serve`] (async, until the shutdown token), so the caller installs its signal
 //! handler where the link starts, and a test runs both with its own token.
 
 use std::path::PathBuf;
@@ -56,7 +56,7 @@ pub enum SourceNodes {
 
 /// What a direct shipper needs to know (the command line's `segmirror ship` flags).
 #[derive(Debug, Clone)]
-pub struct ShipConfig {
+pub struct DirectShipConfig {
     /// The broker log dirs to tail.
     pub log_dirs: Vec<PathBuf>,
     /// Topics to ship (a regular expression); `None`: the link record's regex, else every topic.
@@ -93,8 +93,8 @@ struct Selection {
 }
 
 /// A direct shipper, prepared and ready to serve.
-pub struct ShipService {
-    config: ShipConfig,
+pub struct DirectShipService {
+    config: DirectShipConfig,
     record: Option<(LinkRecord, Link)>,
     topics: String,
     cluster_id: String,
@@ -107,9 +107,9 @@ pub struct ShipService {
     meta_reader: Option<(MetaReader, DirectMetaSender)>,
 }
 
-impl ShipService {
+impl DirectShipService {
     /// Discovers the partitions, sets up the high watermark source, leadership and the link's metadata; blocking.
-    pub fn prepare(config: ShipConfig, runtime: &Runtime) -> anyhow::Result<ShipService> {
+    pub fn prepare(config: DirectShipConfig, runtime: &Runtime) -> anyhow::Result<DirectShipService> {
         let selection = select(&config)?;
         let high_watermarks = high_watermarks(&config, runtime, &selection.partitions)?;
         let mut feed_config = TailFeedConfig::new(high_watermarks.clone());
@@ -147,7 +147,7 @@ impl ShipService {
         };
         let session = ShipperSession::new(feed, session_config)?;
         let (session, meta_reader) = link_meta(&config, filter_for_meta, session)?;
-        Ok(ShipService {
+        Ok(DirectShipService {
             config,
             record,
             topics,
@@ -168,7 +168,7 @@ impl ShipService {
         if let Some(addr) = &self.config.metrics_addr {
             start_metrics(&self, addr, shutdown.clone()).await?;
         }
-        let ShipService {
+        let DirectShipService {
             config,
             record,
             cluster_id,
@@ -196,7 +196,7 @@ impl ShipService {
 }
 
 /// The partitions of the log dirs the topics select, refusing log dirs of different clusters.
-fn select(config: &ShipConfig) -> anyhow::Result<Selection> {
+fn select(config: &DirectShipConfig) -> anyhow::Result<Selection> {
     let record = LinkRecord::for_shipper(config.catalog.clone(), &config.endpoint.link)?;
     let topics = shipper_topics("ship", config.topics.as_deref(), record.as_ref(), ALL_TOPICS)?;
     let filter = TopicFilter::new(&topics).with_context(|| format!("topics {topics:?}"))?;
@@ -273,7 +273,7 @@ fn select(config: &ShipConfig) -> anyhow::Result<Selection> {
 /// The high watermarks: from the source broker (ListOffsets) when one is given and committed records are
 /// shipped, else from the log dirs' replication-offset-checkpoint.
 fn high_watermarks(
-    config: &ShipConfig,
+    config: &DirectShipConfig,
     runtime: &Runtime,
     partitions: &[TailPartition],
 ) -> anyhow::Result<Arc<dyn HighWatermarkSource>> {
@@ -304,7 +304,11 @@ fn high_watermarks(
 
 /// In a cluster: this broker's node id (checked against the source bootstrap), and the leadership the feed
 /// follows; `None` for a single source.
-fn leadership(config: &ShipConfig, runtime: &Runtime, feed_config: &mut TailFeedConfig) -> anyhow::Result<Option<i32>> {
+fn leadership(
+    config: &DirectShipConfig,
+    runtime: &Runtime,
+    feed_config: &mut TailFeedConfig,
+) -> anyhow::Result<Option<i32>> {
     let (Some(bootstrap), SourceNodes::Cluster) = (&config.source_bootstrap, config.nodes) else {
         return Ok(None);
     };
@@ -372,7 +376,11 @@ fn follow_record(meter: Arc<LinkMeter>, live_filter: Option<LiveTopicFilter>) ->
 /// `__consumer_offsets` partitions its broker holds, so in a cluster none is sent.
 type WithMeta = (ShipperSession<TailFeed>, Option<(MetaReader, DirectMetaSender)>);
 
-fn link_meta(config: &ShipConfig, filter: TopicFilter, session: ShipperSession<TailFeed>) -> anyhow::Result<WithMeta> {
+fn link_meta(
+    config: &DirectShipConfig,
+    filter: TopicFilter,
+    session: ShipperSession<TailFeed>,
+) -> anyhow::Result<WithMeta> {
     let meta = match config.nodes {
         SourceNodes::Cluster => None,
         SourceNodes::One => MetaConfig::find(
@@ -411,7 +419,7 @@ fn link_meta(config: &ShipConfig, filter: TopicFilter, session: ShipperSession<T
 
 /// `/metrics` and the admin API: a recorded link is paused through its record (the gate reads it); an unmanaged
 /// one has no record to pause.
-async fn start_metrics(service: &ShipService, addr: &str, shutdown: CancellationToken) -> anyhow::Result<()> {
+async fn start_metrics(service: &DirectShipService, addr: &str, shutdown: CancellationToken) -> anyhow::Result<()> {
     let link = service.config.endpoint.link.clone();
     let (gate, _) = watch::channel(false);
     let gate = Arc::new(gate);

@@ -8,8 +8,8 @@
 //! resumed; promoted or deleted, it stops ([`crate::link_gate::ClosedLink`]). Without explicit topics the record's
 //! topics regex selects, re-read while running (a change starts a new run of rounds with the new filter).
 //!
-//! In two parts, as [`crate::ship::ShipService`]: [`BucketShipService::prepare`] (blocking: the store, the seed
-//! settings, the bucket's link identity, the link's metadata) and [`BucketShipService::serve`] (async).
+//! In two parts, as [`super::direct::DirectShipService`]: [`BucketShipService::prepare`] (blocking: the store, the
+//! seed settings, the bucket's link identity, the link's metadata) and [`BucketShipService::serve`] (async).
 
 use std::path::PathBuf;
 use std::sync::Arc;
