@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use segmirror_catalog::DIRECT_URL_PREFIX;
-use segmirror_transport::index::ManifestRead;
 use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::ManifestRead;
 use segmirror_transport::{S3Options, SegmentSource, Store, StoreUrl};
 
 /// The newest version of one partition in the bucket.

@@ -191,7 +191,7 @@ pub async fn claim_bucket(
     prefix: &segmirror_transport::manifest::KeyPrefix,
     link: &Link,
 ) -> anyhow::Result<()> {
-    use segmirror_transport::link_identity::{claim_link_identity, link_identity_key, IdentityClaim};
+    use segmirror_transport::bucket::link_identity::{claim_link_identity, link_identity_key, IdentityClaim};
     let key = link_identity_key(prefix, &link.name);
     match claim_link_identity(store, prefix, &link.name, &link.id)
         .await

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use segmirror_applier::follow::{follow, FollowConfig, FollowStats};
+use segmirror_applier::bucket::follow::{follow, FollowConfig, FollowStats};
 use segmirror_applier::report::LinkMetaOutcome;
 use segmirror_applier::{ApplyConfig, ApplyReport, PartitionOutcome, PartitionReport, Progress};
 use segmirror_catalog::Catalog;

@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use anyhow::bail;
 use segment_format::verify::VerifyOptions;
+use segmirror_shipper::bucket::follow::{self, RoundStats, StoreTailConfig, StoreTailEnd};
+use segmirror_shipper::bucket::seed::committed::CommittedOnly;
+use segmirror_shipper::bucket::seed::{PartitionStatus, SeedConfig, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::link_meta::MetaConfig;
-use segmirror_shipper::seed::committed::CommittedOnly;
-use segmirror_shipper::seed::{PartitionStatus, SeedConfig, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::source::bound_hw::UptoPolicy;
 use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks};
-use segmirror_shipper::store_tail::{self, RoundStats, StoreTailConfig, StoreTailEnd};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{S3Options, Store, StoreUrl};
 use tokio_util::sync::CancellationToken;
@@ -129,7 +129,7 @@ impl BucketShipService {
         }
         let mut on_round = round_reporter(meter);
         let Some((record, _)) = record else {
-            let done = store_tail::run(&store, &config_tail, shutdown.cancelled(), &mut on_round).await?;
+            let done = follow::run(&store, &config_tail, shutdown.cancelled(), &mut on_round).await?;
             return anyhow::Ok(done);
         };
         let explicit_topics = config.topics.is_some();
@@ -137,7 +137,7 @@ impl BucketShipService {
         let config = &mut config_tail;
         // Gated by the link record: each active period is one run of the store tail; a pause (or a new topics
         // regex, when --topics was not given) ends it, and the next run resumes from the bucket's manifests.
-        let mut total = store_tail::RoundStats::default();
+        let mut total = follow::RoundStats::default();
         let latest: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
         let seen = latest.clone();
         let on_link: OnLink = Arc::new(move |link: &segmirror_catalog::Link| {
@@ -174,7 +174,7 @@ impl BucketShipService {
                 period.clone(),
                 move |link| !explicit_topics && link.topics_regex != following,
             ));
-            let (end, stats) = store_tail::run(&store, config, period.cancelled(), &mut on_round).await?;
+            let (end, stats) = follow::run(&store, config, period.cancelled(), &mut on_round).await?;
             period.cancel();
             let stopped_by = watcher.await.ok().flatten();
             total.rounds += stats.rounds;
@@ -240,9 +240,9 @@ fn tail_config(args: &BucketShipConfig, seed: SeedConfig) -> anyhow::Result<Stor
 }
 
 /// Each round's report: counted in `meter`, each problem said once (again when it changes), shipped versions logged.
-fn round_reporter(meter: Arc<RoundMeter>) -> impl FnMut(&segmirror_shipper::seed::SeedReport) {
+fn round_reporter(meter: Arc<RoundMeter>) -> impl FnMut(&segmirror_shipper::bucket::seed::SeedReport) {
     let mut reported: std::collections::BTreeMap<String, String> = Default::default();
-    move |report: &segmirror_shipper::seed::SeedReport| {
+    move |report: &segmirror_shipper::bucket::seed::SeedReport| {
         for e in &report.log_dir_errors {
             if reported.insert(format!("log dir {e}"), String::new()).is_none() {
                 eprintln!("segmirror ship: error: {e}");

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use segmirror_catalog::Link;
+use segmirror_shipper::direct::{LiveTopicFilter, Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_shipper::link_meta::{announce_direct, DirectMetaSender, MetaConfig, MetaReader};
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
@@ -29,7 +30,6 @@ use segmirror_shipper::source::leadership::{
     check_node, node_id_of_log_dir, MetadataLeadership, NodeCheck, LEADERSHIP_INTERVAL,
 };
 use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, REQUEST_TIMEOUT};
-use segmirror_shipper::tail::{LiveTopicFilter, Rediscovery, TailFeed, TailFeedConfig, TailPartition};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
 use segmirror_transport::direct::session::{SessionConfig, ShipperSession};

@@ -10,11 +10,11 @@ use std::path::PathBuf;
 
 use segment_format::verify::{Depth, Strictness, VerifyOptions};
 use segmirror_catalog::LinkState;
-use segmirror_shipper::link_meta::{MetaConfig, MetaPublisher, MetaReader, Published};
-use segmirror_shipper::seed::{
+use segmirror_shipper::bucket::seed::{
     self, Progress, SeedConfig, SeedReport, TopicFilter, ALL_TOPICS, DEFAULT_PARALLEL_PARTITIONS,
     DEFAULT_PARALLEL_PARTITIONS_LOCAL,
 };
+use segmirror_shipper::link_meta::{MetaConfig, MetaPublisher, MetaReader, Published};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{S3Options, Store, StoreUrl};
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use indicatif::ProgressBar;
-use segmirror_applier::follow::DEFAULT_POLL_INTERVAL;
+use segmirror_applier::bucket::follow::DEFAULT_POLL_INTERVAL;
 use segmirror_applier::report::LinkMetaOutcome;
 use segmirror_applier::{ApplyReport, PartitionOutcome, Progress, SkipSegment, Verdict};
 use segmirror_service::apply::bucket::{detail, BucketApplyConfig, BucketApplyService};

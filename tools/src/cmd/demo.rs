@@ -17,8 +17,8 @@ use segment_format::verify::{verify_paths_owned_by, Depth, NoProgress, VerifyOpt
 use segment_format::writer::sample::{sample_identity, write_sample, SampleOptions, DEFAULT_NODE_ID};
 use segmirror_applier::{apply, ApplyConfig, Verdict};
 use segmirror_catalog::Catalog;
-use segmirror_shipper::seed::{seed, SeedConfig};
-use segmirror_transport::audit::{audit_store, AuditOptions};
+use segmirror_shipper::bucket::seed::{seed, SeedConfig};
+use segmirror_transport::bucket::audit::{audit_store, AuditOptions};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{Store, StoreUrl};
 
@@ -56,7 +56,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     println!();
     println!("seeding {} -> {}", source.display(), store_dir.display());
     let seed_config = SeedConfig::new(vec![source.clone()], DEMO_LINK)?;
-    let seeded = runtime.block_on(seed(&store, &seed_config, &segmirror_shipper::seed::NoProgress))??;
+    let seeded = runtime.block_on(seed(&store, &seed_config, &segmirror_shipper::bucket::seed::NoProgress))??;
     println!(
         "  {} segment(s) of {} partition(s), {} bytes uploaded",
         seeded.segments_shipped(),

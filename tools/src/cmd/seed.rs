@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use indicatif::ProgressBar;
 use segment_format::verify::Depth;
 use segmirror_service::ship::seed::{seed_once, SeedOnceConfig, SeedOutcome, Shipped};
+use segmirror_shipper::bucket::seed::{PartitionStatus, Progress, SeedConfig, SeedReport};
 use segmirror_shipper::link_meta::Published;
-use segmirror_shipper::seed::{PartitionStatus, Progress, SeedConfig, SeedReport};
 use segmirror_transport::Store;
 
 use crate::cli::runtime::Runtime;

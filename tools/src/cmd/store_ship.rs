@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use segmirror_service::ship::bucket::{BucketShipConfig, BucketShipService};
+use segmirror_shipper::bucket::follow::{StoreTailEnd, DEFAULT_UPLOAD_BYTES, DEFAULT_UPLOAD_INTERVAL};
 use segmirror_shipper::link_meta::{ALL_GROUPS, DEFAULT_META_INTERVAL};
 use segmirror_shipper::source::bound_hw::UptoPolicy;
-use segmirror_shipper::store_tail::{StoreTailEnd, DEFAULT_UPLOAD_BYTES, DEFAULT_UPLOAD_INTERVAL};
 
 use crate::cli::metrics::MetricsArgs;
 use crate::cli::runtime::Runtime;

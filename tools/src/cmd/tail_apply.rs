@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use segmirror_applier::tail::DEFAULT_RETAIN_DELETED_FOR;
+use segmirror_applier::direct::DEFAULT_RETAIN_DELETED_FOR;
 use segmirror_service::apply::direct::{DirectApplyConfig, DirectApplyService, SourceNodes};
 
 use crate::cli::catalog::CATALOG_HELP;
