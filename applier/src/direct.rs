@@ -57,13 +57,13 @@ use segment_format::durable::{drop_cached, fsync_dir, write_atomically, write_be
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::{scan_frames_known, LogFile};
 use segment_format::partition_metadata::Uuid;
+use segmirror_transport::digest::{digest_file, digest_of};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
     Chunk, Claim, Companion, CompanionKind, LayoutSegment, LogEnd, LogStart, PartitionRef, Position, Roll,
     SegmentReplace, SegmentSeal, SourceProgress, TopicId, Truncate,
 };
 use segmirror_transport::direct::session::{ChunkApplier, ClaimDecision, DurablePosition};
-use segmirror_transport::store::{digest_file, digest_of};
 use serde::{Deserialize, Serialize};
 
 use crate::mirror;
@@ -395,7 +395,7 @@ impl ChunkApplier for TailAppender {
 
     fn apply_link_meta(
         &mut self,
-        meta: segmirror_transport::link_meta::LinkMeta,
+        meta: segmirror_transport::bucket::link_meta::LinkMeta,
     ) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         self.run("recording the link's metadata", move |i| {
             // Advisory like a progress report: a version not recorded is logged, the next one replaces it.

@@ -118,10 +118,10 @@ pub enum Error {
     #[error(transparent)]
     Promote(#[from] crate::promote::Error),
 
-    /// The continuous appender refused a chunk or a seal (see [`crate::tail::TailError`]). Like promotion, the tail
+    /// The continuous appender refused a chunk or a seal (see [`crate::direct::TailError`]). Like promotion, the tail
     /// appender is a subsystem with an error of its own, wrapped here one way.
     #[error(transparent)]
-    Tail(#[from] crate::tail::TailError),
+    Tail(#[from] crate::direct::TailError),
 
     /// A background (blocking) task panicked or was cancelled.
     #[error("{what}: background task failed: {message}")]

@@ -38,8 +38,8 @@ use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::progress::Progress;
 use segment_format::verify::VerifyOptions;
 use segmirror_catalog::SegmentVersion;
+use segmirror_transport::digest::digest_file;
 use segmirror_transport::manifest::{Manifest, ManifestFile};
-use segmirror_transport::store::digest_file;
 use segmirror_transport::SegmentSource;
 
 use crate::error::{Error, Result};

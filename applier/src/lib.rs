@@ -55,23 +55,15 @@
 pub mod bucket;
 mod catalog_cell;
 mod chunk_rule;
+pub mod direct;
 mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
-// TEMP-ALIAS: remove when callers move
-pub use bucket::follow;
 mod install;
 mod lock;
 pub mod mirror;
-// TEMP-ALIAS: remove when callers move (`crate::layout::MirrorLayout` is `crate::mirror::MirrorLayout`)
-use mirror as layout;
-// TEMP-ALIAS: remove when callers move
-pub use bucket::plan;
 pub mod promote;
 pub mod report;
-pub mod direct;
-// TEMP-ALIAS: remove when callers move
-pub use direct as tail;
 
 pub use bucket::{
     apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARALLEL_PARTITIONS, MANIFEST_READ_CONCURRENCY,
@@ -80,8 +72,6 @@ pub use error::{Error, Result};
 pub use install::MAX_SNAPSHOT_BYTES;
 pub use lock::{lock_mirror, LockWait, MirrorLock};
 pub use mirror::{MirrorLayout, MIRROR_ROOT_ENTRIES};
-// TEMP-ALIAS: remove when callers move (tests name these files; `mirror` builds their paths)
-pub use mirror::{APPLY_HOLDER_FILE, APPLY_LOCK_FILE, INSTALL_STAGING_DIR as STAGING_DIR};
 pub use report::{
     ApplyReport, InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkipReason, SkipSegment,
     SkippedSegment, Verdict,

@@ -30,7 +30,7 @@ pub struct ApplyReport {
     pub link_meta: Option<LinkMetaOutcome>,
 }
 
-/// The link's metadata at the end of a run ([`segmirror_transport::link_meta`]).
+/// The link's metadata at the end of a run ([`segmirror_transport::bucket::link_meta`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum LinkMetaOutcome {

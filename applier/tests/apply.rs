@@ -11,7 +11,8 @@ use segment_format::dir::PARTITION_METADATA_FILE;
 use segment_format::partition_metadata::Uuid;
 use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
-use segmirror_applier::{ApplyConfig, Error, PartitionOutcome, Refusal, SkipReason, SkipSegment, Verdict, STAGING_DIR};
+use segmirror_applier::mirror::INSTALL_STAGING_DIR as STAGING_DIR;
+use segmirror_applier::{ApplyConfig, Error, PartitionOutcome, Refusal, SkipReason, SkipSegment, Verdict};
 use segmirror_catalog::{EventKind, PartitionKey, PartitionState, Subject};
 use segmirror_transport::manifest::KeyPrefix;
 
@@ -171,7 +172,7 @@ async fn a_crc_level_corruption_with_a_matching_sha_is_refused_and_nothing_insta
     let mut bytes = w.store.get_bytes(&log.key, u64::MAX).await.unwrap().to_vec();
     bytes[100] ^= 0xff;
     w.store.put_bytes(&log.key, bytes.clone()).await.unwrap();
-    let digest = segmirror_transport::store::digest_of(&bytes);
+    let digest = segmirror_transport::digest::digest_of(&bytes);
     log.sha256 = digest.sha256;
     log.crc32c = digest.crc32c;
     put_manifest(&w.store, &shipped[0]).await;

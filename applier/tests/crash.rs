@@ -9,7 +9,8 @@ use std::sync::Arc;
 use common::*;
 use segment_format::partition_metadata::Uuid;
 use segmirror_applier::failpoint::{Armed, FailPoint};
-use segmirror_applier::{Error, NoProgress, PartitionOutcome, Verdict, STAGING_DIR};
+use segmirror_applier::mirror::INSTALL_STAGING_DIR as STAGING_DIR;
+use segmirror_applier::{Error, NoProgress, PartitionOutcome, Verdict};
 use segmirror_catalog::PartitionKey;
 use segmirror_transport::manifest::KeyPrefix;
 

@@ -18,7 +18,7 @@ use object_store::{
     PutOptions, PutPayload, PutResult,
 };
 use segment_format::partition_metadata::Uuid;
-use segmirror_applier::follow::{follow, FollowConfig};
+use segmirror_applier::bucket::follow::{follow, FollowConfig};
 use segmirror_applier::{ApplyConfig, ApplyReport, Error, NoProgress, PartitionOutcome, Refusal};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{Store, StoreUrl};

@@ -247,7 +247,7 @@ async fn leader_epochs_that_disagree_with_the_batches_are_refused() {
 #[tokio::test]
 async fn link_metadata_is_recorded_clamped_and_a_hostile_version_refused_without_stopping_installs() {
     use segmirror_applier::report::LinkMetaOutcome;
-    use segmirror_transport::link_meta::{self, GroupOffset, LinkMeta, TopicMeta};
+    use segmirror_transport::bucket::link_meta::{self, GroupOffset, LinkMeta, TopicMeta};
 
     let w = World::new();
     let shipped = shipped(&w).await;
@@ -306,7 +306,7 @@ async fn link_metadata_is_recorded_clamped_and_a_hostile_version_refused_without
     let topics_json = serde_json::to_vec(&bad.topics).unwrap();
     w.store.put_bytes(&offsets_key, offsets_json.clone()).await.unwrap();
     w.store.put_bytes(&topics_key, topics_json.clone()).await.unwrap();
-    let digest = |b: &[u8]| segmirror_transport::store::digest_of(b);
+    let digest = |b: &[u8]| segmirror_transport::digest::digest_of(b);
     let manifest = link_meta::MetaManifest {
         format: link_meta::META_MANIFEST_FORMAT.into(),
         link: LINK.into(),

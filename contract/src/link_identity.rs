@@ -1,7 +1,7 @@
 //! The link identity object: `<prefix>/<link>/link@identity.json`, written once by the first shipper of a managed
 //! link (`seed`, `ship --store`) with the id of its link record, and checked by every later shipper and by the
 //! appliers. Its key and document are here; the create-if-absent write is the bucket's
-//! (`segmirror_transport::link_identity::claim_link_identity`).
+//! (`segmirror_transport::bucket::link_identity::claim_link_identity`).
 //!
 //! Why: a link name says nothing about which link wrote a bucket. A link deleted and created again under the same
 //! name (or another source host's link of that name) gets a new id; a shipper of it finds the old id here and is

@@ -37,7 +37,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use segment_format::batch::Compression;
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segmirror_applier::tail::{TailAppender, TailCatalog};
+use segmirror_applier::direct::{TailAppender, TailCatalog};
 use segmirror_catalog::Catalog;
 use segmirror_transport::direct::error::{DirectError, ErrorClass};
 use segmirror_transport::direct::frame::{self, Frame, HEADER_LEN, MAX_PAYLOAD_LEN};
@@ -53,7 +53,7 @@ use segmirror_transport::direct::payload::{
 };
 use segmirror_transport::direct::session::{ApplierSession, BoxIo, ChunkApplier, SessionConfig};
 use segmirror_transport::direct::{RefuseReason, Role};
-use segmirror_transport::link_meta::{GroupOffset, LinkMeta, TopicMeta};
+use segmirror_transport::bucket::link_meta::{GroupOffset, LinkMeta, TopicMeta};
 use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;

@@ -4,7 +4,7 @@
 //! Why one shape for every origin: the target side (`segmirror topics`, `segmirror offsets commit`, `segmirror
 //! failover`) must not care where this came from — a source broker's `__cluster_metadata-0` and
 //! `__consumer_offsets` dirs read from disk, a JSON file an operator wrote, or what a link shipped
-//! (`segmirror_transport::link_meta`, which re-exports [`TopicMeta`] and [`GroupOffset`] as the entries of its
+//! (`segmirror_transport::bucket::link_meta`, which re-exports [`TopicMeta`] and [`GroupOffset`] as the entries of its
 //! documents, and the applier's catalog). These serde types are that one shape. The JSON file `--from FILE` reads
 //! is `{"topics": [...], "offsets": [...]}`, both optional, and in it the fields a person would not know (topic id,
 //! leader epoch, commit timestamp, metadata, configs) may be left out; the shipped documents are validated

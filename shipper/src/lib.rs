@@ -37,7 +37,3 @@ pub mod link_meta;
 pub mod source;
 
 pub use error::{Error, Result};
-
-pub use bucket::follow as store_tail; // TEMP-ALIAS: remove when callers move
-pub use bucket::seed; // TEMP-ALIAS: remove when callers move
-pub use direct as tail; // TEMP-ALIAS: remove when callers move

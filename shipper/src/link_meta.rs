@@ -1,6 +1,6 @@
 //! What a link carries besides segments, read from the source broker's own disk: its topics (partition counts,
 //! topic-level configs, topic ids: the KRaft metadata log `__cluster_metadata-0`) and its consumer groups' committed
-//! offsets (`__consumer_offsets-*`), filtered to the link's topics and groups ([`segmirror_transport::link_meta`]
+//! offsets (`__consumer_offsets-*`), filtered to the link's topics and groups ([`segmirror_transport::bucket::link_meta`]
 //! has the shapes).
 //!
 //! Why from disk: the shipper runs beside the source broker and reads its log dirs already; asking the cluster
@@ -18,8 +18,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use regex::Regex;
 use segment_format::consumer_offsets::{IncrementalOffsets, OffsetsFilter};
 use segment_format::metadata_log::{read_metadata_dir, ClusterMetadata, METADATA_DIR};
+use segmirror_transport::bucket::link_meta::{self, GroupOffset, LinkMeta, TopicMeta};
 use segmirror_transport::direct::link_meta::EncodedLinkMeta;
-use segmirror_transport::link_meta::{self, GroupOffset, LinkMeta, TopicMeta};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::Transport;
 

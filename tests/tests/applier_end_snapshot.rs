@@ -14,9 +14,9 @@ use segment_format::partition_metadata::Uuid;
 use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::LogDirIdentity;
 use segmirror_applier::report::{PartitionOutcome, Refusal, Verdict};
-use segmirror_shipper::seed::{self, SeedConfig, SeedReport};
+use segmirror_shipper::bucket::seed::{self, SeedConfig, SeedReport};
+use segmirror_transport::digest::digest_of;
 use segmirror_transport::manifest::{KeyPrefix, Manifest, PartitionKey, MAX_MANIFEST_BYTES};
-use segmirror_transport::store::digest_of;
 
 const TOPIC: &str = "orders";
 const TOPIC_ID: Uuid = Uuid([9; 16]);

@@ -1,4 +1,4 @@
-//! The real shipper (`segmirror_shipper::seed`) and the applier agree on the bucket: whatever the shipper commits,
+//! The real shipper (`segmirror_shipper::bucket::seed`) and the applier agree on the bucket: whatever the shipper commits,
 //! the applier installs, byte for byte, and the result verifies sound — for a cleanly shut down source and for a
 //! running one (whose active segments the shipper ships with rebuilt, trimmed indexes).
 
@@ -9,7 +9,7 @@ use common::*;
 use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
 use segmirror_applier::{PartitionOutcome, Verdict};
-use segmirror_shipper::seed::{self, SeedConfig};
+use segmirror_shipper::bucket::seed::{self, SeedConfig};
 
 async fn seed_and_apply(running: bool) {
     let w = World::new();

@@ -17,10 +17,10 @@ use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_applier::{PartitionOutcome, Refusal, Verdict};
-use segmirror_shipper::seed::{self, SeedConfig};
-use segmirror_transport::audit::{audit_store, AuditOptions, Check};
+use segmirror_shipper::bucket::seed::{self, SeedConfig};
+use segmirror_transport::bucket::audit::{audit_store, AuditOptions, Check};
+use segmirror_transport::digest::digest_of;
 use segmirror_transport::manifest::{KeyPrefix, LogChunk, Manifest, PartitionKey, MAX_MANIFEST_BYTES};
-use segmirror_transport::store::digest_of;
 use segmirror_transport::SegmentSink;
 
 const TOPIC: &str = "orders";
@@ -516,7 +516,7 @@ async fn the_sealed_version_references_the_shipped_chunks_and_adds_only_the_rest
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunks_travel_through_s3_as_through_a_folder() {
     use segmirror_tests::s3::{MotoServer, ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY};
-    use segmirror_transport::store::{S3Options, StoreUrl};
+    use segmirror_transport::bucket::store::{S3Options, StoreUrl};
     let server = MotoServer::start().unwrap();
     let url = server.store_url("");
     let options = S3Options {

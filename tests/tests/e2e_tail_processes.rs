@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
-use segmirror_applier::APPLY_HOLDER_FILE;
+use segmirror_applier::mirror::APPLY_HOLDER_FILE;
 use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::ports::free_port;

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use segment_format::log::scan_frames;
-use segmirror_applier::tail::{archive_path, ArchivedRange, RemovedSegment};
+use segmirror_applier::direct::{archive_path, ArchivedRange, RemovedSegment};
 use segmirror_catalog::{Catalog, TruncationKind};
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::{run_segmirror, segmirror_verify};

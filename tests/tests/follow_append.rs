@@ -19,7 +19,7 @@ use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_applier::{Applier, ApplyConfig, ApplyReport, NoProgress, PartitionOutcome, Refusal, Verdict};
 use segmirror_catalog::Catalog;
-use segmirror_shipper::seed::{self, HeldLeases, SeedConfig};
+use segmirror_shipper::bucket::seed::{self, HeldLeases, SeedConfig};
 use segmirror_transport::manifest::{KeyPrefix, Manifest, PartitionKey, MAX_MANIFEST_BYTES};
 
 const TOPIC: &str = "orders";

@@ -1,4 +1,4 @@
-//! The transport conformance suite (`segmirror_transport::conformance`) against S3.
+//! The transport conformance suite (`segmirror_transport::bucket::conformance`) against S3.
 //!
 //! Always against a local `moto_server` (installed by `scripts/install-test-deps.sh`); in addition against a real
 //! S3-compatible service when `SEGMIRROR_TEST_S3_ENDPOINT` is set (bucket `SEGMIRROR_TEST_S3_BUCKET`, default
@@ -8,12 +8,12 @@
 
 use futures::StreamExt;
 use segment_format::writer::sample::{write_sample, SampleOptions};
-use segmirror_shipper::seed::{seed, NoProgress, SeedConfig};
+use segmirror_shipper::bucket::seed::{seed, NoProgress, SeedConfig};
 use segmirror_tests::s3::{MotoServer, ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY};
-use segmirror_transport::audit::{audit_store, AuditOptions, Check};
-use segmirror_transport::conformance;
+use segmirror_transport::bucket::audit::{audit_store, AuditOptions, Check};
+use segmirror_transport::bucket::conformance;
+use segmirror_transport::bucket::store::{S3Options, Store, StoreUrl, S3_PAGE_KEYS};
 use segmirror_transport::manifest::KeyPrefix;
-use segmirror_transport::store::{S3Options, Store, StoreUrl, S3_PAGE_KEYS};
 
 fn moto_store(server: &MotoServer, prefix: &str) -> Store {
     let url = StoreUrl::parse(&server.store_url(prefix)).unwrap();

@@ -35,9 +35,3 @@ pub use bucket::{
 };
 pub use error::{DocumentProblem, Error, MismatchKind, Result};
 pub use index::{BucketIndex, ForeignKey, IndexedLineage, IndexedPartition, ManifestRead};
-
-// TEMP-ALIAS: remove when callers move
-pub use bucket::{audit, link_identity, link_meta, store};
-// TEMP-ALIAS: remove when callers move
-#[cfg(any(test, feature = "conformance"))]
-pub use bucket::conformance;

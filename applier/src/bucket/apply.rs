@@ -39,8 +39,8 @@ use super::reconcile;
 use crate::catalog_cell::CatalogCell;
 use crate::error::{Error, Result};
 use crate::install;
-use crate::layout::MirrorLayout;
 use crate::lock::{LockWait, MirrorLock};
+use crate::mirror::MirrorLayout;
 use crate::report::{ApplyReport, PartitionOutcome, PartitionReport};
 
 mod execute;

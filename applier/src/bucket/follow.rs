@@ -40,8 +40,8 @@ use segmirror_catalog::Catalog;
 
 use super::apply::{Applier, ApplyConfig, RunLock};
 use crate::error::{Error, Result};
-use crate::layout::MirrorLayout;
 use crate::lock::LockWait;
+use crate::mirror::MirrorLayout;
 use crate::report::{ApplyReport, SkipReason};
 use segment_format::progress::NoProgress;
 

@@ -28,7 +28,7 @@ pub const MANIFEST_READ_CONCURRENCY: usize = 16;
 pub(crate) struct Listing {
     pub links: BTreeMap<String, LinkObjects>,
     pub ignored: Vec<IgnoredKey>,
-    /// The link identity objects listed, by link (`segmirror_transport::link_identity`).
+    /// The link identity objects listed, by link (`segmirror_transport::bucket::link_identity`).
     pub identities: BTreeMap<String, segmirror_transport::ObjectInfo>,
 
     /// Links whose metadata manifest (`<link>/_meta/manifest.json`) was listed: only those are asked for it.
@@ -68,8 +68,8 @@ pub(crate) async fn list(source: &dyn SegmentSource, prefix: &KeyPrefix, link: O
         reason: f.reason,
     }));
     for object in &index.meta {
-        if let Some(segmirror_transport::link_meta::MetaKey::Manifest { link }) =
-            segmirror_transport::link_meta::parse_meta_key(prefix, &object.key)
+        if let Some(segmirror_transport::bucket::link_meta::MetaKey::Manifest { link }) =
+            segmirror_transport::bucket::link_meta::parse_meta_key(prefix, &object.key)
         {
             listing.meta_links.insert(link);
         }

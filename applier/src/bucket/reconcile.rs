@@ -29,7 +29,7 @@ use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 
 use super::plan::Installed;
 use crate::error::{Error, Result};
-use crate::layout::MirrorLayout;
+use crate::mirror::MirrorLayout;
 
 /// Remove the whole staging directory of an earlier run. One applier runs per mirror root, so anything there is a
 /// leftover. Returns whether there was one.

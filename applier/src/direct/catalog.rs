@@ -251,7 +251,10 @@ impl TailCatalog {
     /// A version of the link's metadata the shipper sent over the direct protocol (feature bit 8), recorded as the
     /// link's next version (`Catalog::record_link_meta_as_next`): its offsets become committable only up to what
     /// is installed (`Catalog::link_offsets`). Returns the version recorded.
-    pub(super) fn record_link_meta(&mut self, meta: &segmirror_transport::link_meta::LinkMeta) -> TailResult<u64> {
+    pub(super) fn record_link_meta(
+        &mut self,
+        meta: &segmirror_transport::bucket::link_meta::LinkMeta,
+    ) -> TailResult<u64> {
         Ok(self.catalog.record_link_meta_as_next(meta)?)
     }
 

@@ -18,9 +18,9 @@ use std::path::PathBuf;
 
 use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
+use segmirror_transport::digest::digest_file;
 use segmirror_transport::direct::payload::{Claim, PartitionRef, Position, Roll, SegmentSeal};
 use segmirror_transport::direct::session::{ClaimDecision, DurablePosition};
-use segmirror_transport::store::digest_file;
 
 use super::truncate::last_batch;
 use super::{rebuild_index_with, tp_name, Inner, TailError, TailResult};

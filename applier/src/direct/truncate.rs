@@ -55,9 +55,9 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::log::LogFile;
 use segmirror_catalog::{TruncationKind, TruncationRecord};
+use segmirror_transport::digest::digest_file;
 use segmirror_transport::direct::payload::{LogEnd, PartitionRef, Position, Truncate, TruncateMode};
 use segmirror_transport::direct::session::DurablePosition;
-use segmirror_transport::store::digest_file;
 use serde::{Deserialize, Serialize};
 
 use super::{hex, tp_name, Inner, PartitionState, TailError, TailResult};

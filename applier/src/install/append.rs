@@ -4,7 +4,7 @@
 //! Why: a follower installs a new version of the same active segment every poll. Through [`super::install`] each
 //! one costs a local copy of the installed prefix into staging, a hash of it against the chunk digests, and a
 //! validation of the whole version: proportional to the segment (up to a GiB) for every few KiB shipped. The direct
-//! tail's appender (`crate::tail`) shows the other way: check the new bytes on their own, then write → fsync →
+//! tail's appender (`crate::direct`) shows the other way: check the new bytes on their own, then write → fsync →
 //! record. Here the record is the catalog's version, as for every install, so the order is: every new chunk
 //! downloaded and checked (size, SHA-256, CRC-32C, whole CRC-valid batches, offsets, its `next_offset`: the checks
 //! of [`super::chunks`]), the assembled file's size, CRC-32C and SHA-256 (from a running hash of the installed
@@ -46,8 +46,8 @@ use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::LogFile;
 use segmirror_catalog::SegmentVersion;
+use segmirror_transport::digest::{digest_file, digest_of, Hasher};
 use segmirror_transport::manifest::{LogChunk, Manifest, ManifestFile};
-use segmirror_transport::store::{digest_file, digest_of, Hasher};
 
 use super::chunks::{append, check_chunk, compare, fetch_chunk};
 use super::{blocking, merged_checkpoint, set_mtime_and_sync, stale_end_snapshots, PageCache, Placed, Target};

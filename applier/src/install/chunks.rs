@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use segment_format::dir::SegmentFileKind;
 use segment_format::log::LogFile;
 use segment_format::progress::Progress;
+use segmirror_transport::digest::Hasher;
 use segmirror_transport::manifest::{LogChunk, Manifest};
-use segmirror_transport::store::Hasher;
 use segmirror_transport::{Digest, SegmentSource};
 
 use super::blocking;

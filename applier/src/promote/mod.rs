@@ -42,9 +42,9 @@
 //! reason for every partition ([`Refusal`], [`Error::Refused`]; the CLI exits 2).
 //!
 //! # Tailed partitions
-//! A partition the tail appender (`crate::tail`, `segmirror tail-apply`) wrote has its sealed segments recorded in
+//! A partition the tail appender (`crate::direct`, `segmirror tail-apply`) wrote has its sealed segments recorded in
 //! the catalog as installed versions and its **active segment** only in the appender's state file
-//! (`<mirror>/.tail/<tp>.json`: base offset and durable size; why the position stays there is in `crate::tail`'s
+//! (`<mirror>/.tail/<tp>.json`: base offset and durable size; why the position stays there is in `crate::direct`'s
 //! `catalog` module). Planning accepts such a partition when its last `.log` is that segment at exactly the
 //! recorded size (bytes beyond it were never acknowledged: a refusal naming the file and both sizes, as is a
 //! shorter file), the catalog's installed end lies at or below its base, and its batches end at the recorded next

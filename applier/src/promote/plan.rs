@@ -610,7 +610,7 @@ enum Tailed {
 /// A tailed partition (one with a tail state file whose last segment is not sealed) is promotable when its last
 /// `.log` is that active segment at exactly the recorded durable size, the catalog's installed (sealed) end lies
 /// at or below its base (or inside it, below the recorded end: an unsealed prefix the tail took over), and its
-/// batches end where the state file says. See `crate::tail` (`catalog`, `active`).
+/// batches end where the state file says. See `crate::direct` (`catalog`, `active`).
 fn tailed_active_segment(
     mirror_root: &Path,
     p: &MirrorPartition,
@@ -618,7 +618,7 @@ fn tailed_active_segment(
     last: &SegmentFiles,
     refusals: &mut Vec<Refusal>,
 ) -> Result<Tailed> {
-    let state = match crate::tail::recorded_active_segment(mirror_root, &tp.topic, tp.partition) {
+    let state = match crate::direct::recorded_active_segment(mirror_root, &tp.topic, tp.partition) {
         Ok(Some(state)) if !state.sealed => state,
         Ok(_) => return Ok(Tailed::No),
         Err(e) => {

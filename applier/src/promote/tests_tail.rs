@@ -92,7 +92,7 @@ fn tailed() -> Tailed {
     catalog
         .create_link(&LinkSpec {
             name: LINK.into(),
-            store_url: crate::tail::TAIL_STORE_URL.into(),
+            store_url: crate::direct::TAIL_STORE_URL.into(),
             topics_regex: ".*".into(),
             groups_regex: None,
         })

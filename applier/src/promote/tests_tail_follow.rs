@@ -16,7 +16,7 @@ use segmirror_transport::direct::session::ChunkApplier;
 use sha2::Digest;
 
 use super::tests::{config, fixture_with, target_state};
-use crate::tail::{rebuild_index, ReplaceSeal, TailAppender, TailCatalog};
+use crate::direct::{rebuild_index, ReplaceSeal, TailAppender, TailCatalog};
 
 const LINK: &str = "l";
 const TOPIC: &str = "orders";

@@ -17,7 +17,7 @@ use segmirror_transport::direct::session::ChunkApplier;
 use sha2::Digest;
 
 use super::tests::{config, fixture_with};
-use crate::tail::{TailAppender, TailCatalog};
+use crate::direct::{TailAppender, TailCatalog};
 
 const LINK: &str = "l";
 const TOPIC: &str = "orders";

@@ -347,7 +347,7 @@ pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
             let path = entry.unwrap().path();
             if path
                 .file_name()
-                .is_some_and(|n| n == segmirror_applier::APPLY_LOCK_FILE)
+                .is_some_and(|n| n == segmirror_applier::mirror::APPLY_LOCK_FILE)
             {
                 continue;
             }

@@ -68,7 +68,7 @@ pub use crate::source::{TopicFilter, ALL_TOPICS, CHECK_ATTEMPTS, SETTLE_DELAY};
 /// link busy; more mostly adds contention for the disk the segments are read
 /// from.
 ///
-/// [`DEFAULT_UPLOAD_CONCURRENCY`]: segmirror_transport::store::DEFAULT_UPLOAD_CONCURRENCY
+/// [`DEFAULT_UPLOAD_CONCURRENCY`]: segmirror_transport::bucket::store::DEFAULT_UPLOAD_CONCURRENCY
 pub const DEFAULT_PARALLEL_PARTITIONS: usize = 4;
 
 /// Partitions shipped at once to a local folder. Nothing is buffered there (a

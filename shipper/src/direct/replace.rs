@@ -27,9 +27,9 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use segmirror_transport::digest::digest_file;
 use segmirror_transport::direct::payload::{LayoutSegment, ReplaceEnd, SegmentReplace};
 use segmirror_transport::direct::session::FeedItem;
-use segmirror_transport::store::digest_file;
 
 use super::*;
 use crate::source::read::PartitionView;

@@ -9,8 +9,8 @@ use std::path::Path;
 use bytes::Bytes;
 use segment_format::index::DEFAULT_INDEX_INTERVAL_BYTES;
 use segment_format::open::{open_regular, read_capped};
+use segmirror_transport::digest::{digest_file, digest_of};
 use segmirror_transport::direct::payload::{Companion, CompanionKind, PartitionRef, SegmentSeal};
-use segmirror_transport::store::{digest_file, digest_of};
 
 use super::index_fit::{self, IndexForm};
 use super::{name, running, MAX_INLINE_COMPANION_BYTES, MAX_INLINE_REPLACEMENT_INDEX_BYTES};

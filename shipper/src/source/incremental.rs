@@ -31,7 +31,7 @@ use segment_format::batch::ControlType;
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder};
 use segment_format::log::scan_frames;
 use segment_format::Error;
-use segmirror_transport::store::Hasher;
+use segmirror_transport::digest::Hasher;
 use segmirror_transport::Digest;
 
 use super::growing::{read_tail, TailOptions, TailPosition, TailRead};

@@ -53,7 +53,7 @@ fn advancing_piece_by_piece_gives_the_indexes_and_digest_of_a_full_rebuild_and_s
     );
     assert_eq!(
         digest,
-        segmirror_transport::store::digest_of(&bytes[established as usize..complete as usize])
+        segmirror_transport::digest::digest_of(&bytes[established as usize..complete as usize])
     );
     // Everything a version of that prefix is derived from equals the from-scratch results.
     let rebuilt = rebuild(&log, 100, complete, 4096).unwrap().unwrap();
@@ -61,7 +61,7 @@ fn advancing_piece_by_piece_gives_the_indexes_and_digest_of_a_full_rebuild_and_s
     assert_eq!(state.time_index(), rebuilt.time_index);
     assert_eq!(
         state.digest(),
-        segmirror_transport::store::digest_of(&bytes[..complete as usize])
+        segmirror_transport::digest::digest_of(&bytes[..complete as usize])
     );
     assert_eq!(
         (state.next_offset(), state.stats.batches, state.stats.records),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use segment_format::verify::{self, Depth, Progress, Report, Strictness, VerifyOptions};
 use segmirror_applier::mirror;
 
-use segmirror_transport::audit::{audit_store, AuditOptions, AuditReport};
+use segmirror_transport::bucket::audit::{audit_store, AuditOptions, AuditReport};
 use segmirror_transport::manifest::KeyPrefix;
 
 use crate::cli::progress;

@@ -55,10 +55,8 @@ mod sink_source;
 mod url;
 
 pub use crate::bucket::traits::{Digest, Listing, ObjectInfo, SkippedEntry};
-// TEMP-ALIAS: remove when callers move
 use io::{hash_range, read_exact_hashing, read_parts, Dest};
 pub use listing::{is_temporary_name, S3_PAGE_KEYS};
-pub use segmirror_contract::digest::{digest_file, digest_of, Hasher};
 pub use url::{S3Options, StoreUrl};
 
 /// Files at least this large are uploaded in parts. Below it one PUT is cheaper

@@ -10,7 +10,7 @@ use crate::bucket::plan::Step;
 use crate::bucket::reconcile;
 use crate::error::{Error, Result};
 use crate::install::{self, Target};
-use crate::layout::MirrorLayout;
+use crate::mirror::MirrorLayout;
 use crate::report::{InstalledSegment, PartitionOutcome, PartitionReport, Refusal, RefusedSegment, SkippedSegment};
 use segment_format::progress::Progress;
 

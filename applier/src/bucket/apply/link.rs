@@ -2,7 +2,7 @@
 //! its metadata (topic configs, committed offsets) recorded after the installs.
 
 use segmirror_catalog::{LinkSpec, LinkState};
-use segmirror_transport::link_meta;
+use segmirror_transport::bucket::link_meta;
 
 use super::{Applier, APPLIER_TOPICS_REGEX};
 use crate::bucket::read::{self, LinkObjects};
@@ -16,7 +16,7 @@ pub(super) struct ListedLink {
     pub objects: LinkObjects,
     /// The store holds its metadata manifest (`<link>/_meta/manifest.json`).
     pub has_meta: bool,
-    /// The store holds its identity object (`segmirror_transport::link_identity`).
+    /// The store holds its identity object (`segmirror_transport::bucket::link_identity`).
     pub has_identity: bool,
 }
 
@@ -101,7 +101,7 @@ impl Applier {
         })
     }
 
-    /// Record the link's newest metadata if the catalog has an older version (see `segmirror_transport::link_meta`;
+    /// Record the link's newest metadata if the catalog has an older version (see `segmirror_transport::bucket::link_meta`;
     /// what may be committed is computed against the installed data when read, so recording it after the installs
     /// or before makes no difference to what a target may commit). A refused or unreadable version is reported, not
     /// a reason to fail the run.
@@ -172,7 +172,9 @@ impl Applier {
     /// Reads the store's link identity object and checks it against (or, the first time, records it as) the id
     /// the catalog's link follows: a bucket of a recreated link of the same name is refused, naming both ids.
     pub(super) async fn check_link_identity(&self, link: &str) -> Result<()> {
-        use segmirror_transport::link_identity::{link_identity_key, parse_link_identity, MAX_LINK_IDENTITY_BYTES};
+        use segmirror_transport::bucket::link_identity::{
+            link_identity_key, parse_link_identity, MAX_LINK_IDENTITY_BYTES,
+        };
         let key = link_identity_key(&self.config.prefix, link);
         let bytes = self.config.store.read_document(&key, MAX_LINK_IDENTITY_BYTES).await?;
         let identity = parse_link_identity(&key, link, &bytes)?;

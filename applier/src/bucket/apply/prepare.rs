@@ -11,7 +11,7 @@ use crate::bucket::read::{
 };
 use crate::bucket::reconcile;
 use crate::error::{Error, Result};
-use crate::layout::MirrorLayout;
+use crate::mirror::MirrorLayout;
 use crate::report::{PartitionOutcome, PartitionReport, Refusal, SkipReason};
 use futures::StreamExt;
 use segmirror_catalog::PartitionKey;

@@ -2,7 +2,7 @@
 //! a downloaded chunk's bytes (whole batches, CRCs, offsets) before appending it.
 
 use segment_format::record::{BatchBuilder, RecordSpec};
-use segmirror_transport::store::{digest_of, Hasher};
+use segmirror_transport::digest::{digest_of, Hasher};
 
 use super::*;
 

@@ -13,8 +13,8 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use segment_format::dir::SegmentFileKind;
+use segmirror_transport::digest::Hasher;
 use segmirror_transport::manifest::{LogChunk, Manifest};
-use segmirror_transport::store::Hasher;
 use segmirror_transport::Digest;
 
 /// Bytes read at a time while hashing the source prefix (the read is sequential; larger buys nothing).
@@ -135,7 +135,7 @@ pub(crate) fn read_for_chunks(log: &Path, len: u64, reused: &[LogChunk], staging
 #[cfg(test)]
 mod tests {
     use super::*;
-    use segmirror_transport::store::digest_of;
+    use segmirror_transport::digest::digest_of;
 
     fn chunk(from: u64, bytes: &[u8]) -> LogChunk {
         let d = digest_of(bytes);

@@ -1,8 +1,8 @@
 //! Rounds of a continuous shipper (`crate::bucket::follow`): seed rounds that keep their leases.
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segmirror_transport::digest::digest_of;
 use segmirror_transport::manifest::{KeyPrefix, PartitionKey};
-use segmirror_transport::store::digest_of;
 use segmirror_transport::SegmentSink;
 
 use super::tests::{

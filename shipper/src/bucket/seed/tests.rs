@@ -24,8 +24,9 @@ use segment_format::Defect;
 use segmirror_transport::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, PartitionKey, MAX_MANIFEST_BYTES};
 
 use super::*;
-use segmirror_transport::audit::{audit_store, AuditOptions};
-use segmirror_transport::store::{digest_of, Store, StoreUrl};
+use segmirror_transport::bucket::audit::{audit_store, AuditOptions};
+use segmirror_transport::digest::digest_of;
+use segmirror_transport::{Store, StoreUrl};
 
 pub(super) const LINK: &str = "east";
 /// `index.interval.bytes` of the partitions written here: small enough for
@@ -345,7 +346,12 @@ async fn every_selected_partition_is_shipped_with_valid_manifests() {
         .await
         .unwrap();
     assert!(audit.is_sound(), "{:#?}", audit.findings);
-    assert_eq!(audit.of(segmirror_transport::audit::Check::OrphanObject).count(), 0);
+    assert_eq!(
+        audit
+            .of(segmirror_transport::bucket::audit::Check::OrphanObject)
+            .count(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
