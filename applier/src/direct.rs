@@ -85,6 +85,7 @@ mod error;
 mod handover;
 #[cfg(test)]
 mod handover_tests;
+mod lag;
 mod lineage;
 #[cfg(test)]
 mod peer_fault_tests;
@@ -105,6 +106,7 @@ pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
 pub use claims::{claim_path, ROLL_INDEX_INTERVAL_BYTES};
 pub use error::TailError;
 use error::TailResult;
+pub use lag::{tail_lags, TailLag};
 pub use progress::{progress_path, MAX_PROGRESS_POINTS};
 // Read by others through `crate::mirror`, which owns the readers; named here too for the applier's own callers.
 pub use crate::mirror::{recorded_claim, recorded_progress, ClaimRecord, RecordedProgress, RecordedShipped};

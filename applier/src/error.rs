@@ -175,3 +175,12 @@ impl Error {
         }
     }
 }
+
+impl From<crate::mirror::LayoutError> for Error {
+    fn from(e: crate::mirror::LayoutError) -> Error {
+        match e {
+            crate::mirror::LayoutError::Io { path, source } => Error::Io { path, source },
+            crate::mirror::LayoutError::IsLogDir { path } => Error::MirrorIsLogDir { path },
+        }
+    }
+}

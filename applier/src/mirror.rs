@@ -39,17 +39,33 @@ use std::path::{Path, PathBuf};
 use segment_format::dir::{OwnEntry, OwnKind, PartitionDirName, META_PROPERTIES_FILE};
 use segment_format::verify::{Progress, Report, VerifyOptions};
 
-use crate::error::{Error, Result};
-
-mod lag;
 mod records;
 #[cfg(test)]
 mod tests;
 
-// The state file and the retention record are the direct applier's own (it writes and reads them under the lock);
-// their readers for others are its own too, named here so that every reader of the root finds them in one place.
-pub use crate::direct::{recorded_active_segment, tailed_log_start, ActiveSegment};
-pub use lag::{tail_lags, TailLag};
+// The state file and the retention record are the direct applier's own (it writes and reads them under the lock),
+// and so are their readers (`crate::direct::{recorded_active_segment, tailed_log_start}`) and the lag figures
+// built on them (`crate::direct::tail_lags`): this module is the layer below both appliers and imports neither.
+/// A state file under the root that cannot be read or does not hold what its name says. The direct applier turns
+/// it into its own error (`TailError`) unchanged; this module knows no applier's errors, so both can use it.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{}: {reason}", path.display())]
+    BadState { path: PathBuf, reason: String },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// Why a directory cannot be the mirror root ([`MirrorLayout::open`]); the crate's [`Error`](crate::Error) says it
+/// as `Error::Io` or `Error::MirrorIsLogDir`.
+#[derive(Debug)]
+pub enum LayoutError {
+    /// The root could not be created.
+    Io { path: PathBuf, source: std::io::Error },
+    /// The root is a broker's log dir (it holds `meta.properties`).
+    IsLogDir { path: PathBuf },
+}
+
 pub use records::{recorded_claim, recorded_progress, ClaimRecord, RecordedProgress, RecordedShipped};
 
 /// The bucket installer's staging directory: one directory per segment version being downloaded and checked.
@@ -281,10 +297,13 @@ pub struct MirrorLayout {
 
 impl MirrorLayout {
     /// Use `root` (created if missing) as the mirror root. Refused if it is a broker log dir.
-    pub fn open(root: &Path) -> Result<Self> {
-        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    pub fn open(root: &Path) -> Result<Self, LayoutError> {
+        std::fs::create_dir_all(root).map_err(|source| LayoutError::Io {
+            path: root.to_path_buf(),
+            source,
+        })?;
         if root.join(META_PROPERTIES_FILE).exists() {
-            return Err(Error::MirrorIsLogDir {
+            return Err(LayoutError::IsLogDir {
                 path: root.to_path_buf(),
             });
         }

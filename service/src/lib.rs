@@ -7,6 +7,8 @@
 //! - [`serve`]: the HTTP admin API and `/metrics` of the long-running services, with the figures they keep.
 //! - [`link`] and [`link_gate`]: a direct link's endpoint and events, and the link record that gates a running
 //!   service (pause, resume, promoted, deleted).
+//! - [`link_records`]: a link record's lifecycle as the operator drives it (create, alter, pause, resume, promote,
+//!   delete, reset a partition), shared by `segmirror link` and the admin API.
 //! - [`bucket_ends`]: per partition of a bucket link, the newest version its store holds (the failover's drain,
 //!   a bucket follower's lag).
 //! - [`catalog`]: where a mirror's catalog lives and how it is opened, the rule every service and command shares.
@@ -22,6 +24,7 @@ pub mod catalog;
 pub mod failover;
 pub mod link;
 pub mod link_gate;
+pub mod link_records;
 pub mod runtime;
 pub mod serve;
 pub mod ship;

@@ -100,6 +100,15 @@ pub enum TailError {
     Format(#[from] segment_format::Error),
 }
 
+impl From<crate::mirror::StateError> for TailError {
+    fn from(e: crate::mirror::StateError) -> TailError {
+        match e {
+            crate::mirror::StateError::BadState { path, reason } => TailError::BadState { path, reason },
+            crate::mirror::StateError::Io { path, source } => TailError::Io { path, source },
+        }
+    }
+}
+
 impl TailError {
     pub(super) fn io(path: &Path, source: std::io::Error) -> TailError {
         TailError::Io {

@@ -10,8 +10,7 @@ use std::path::Path;
 use segmirror_transport::direct::payload::{PartitionRef, Shipped};
 use serde::{Deserialize, Serialize};
 
-use super::{claim_file, progress_file};
-use crate::direct::TailError;
+use super::{claim_file, progress_file, StateError};
 
 /// Largest progress file read: a few kilobytes are written; anything far larger is not one of ours.
 const MAX_PROGRESS_FILE_BYTES: u64 = 1 << 20;
@@ -115,19 +114,19 @@ pub struct ClaimRecord {
 }
 
 /// The recorded claim of `partition`, if any.
-pub fn recorded_claim(root: &Path, partition: &PartitionRef) -> Result<Option<ClaimRecord>, TailError> {
+pub fn recorded_claim(root: &Path, partition: &PartitionRef) -> Result<Option<ClaimRecord>, StateError> {
     let path = claim_file(root, &format!("{}-{}", partition.topic, partition.partition));
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(TailError::Io { path, source }),
+        Err(source) => return Err(StateError::Io { path, source }),
     };
-    let record: ClaimRecord = serde_json::from_slice(&bytes).map_err(|e| TailError::BadState {
+    let record: ClaimRecord = serde_json::from_slice(&bytes).map_err(|e| StateError::BadState {
         path: path.clone(),
         reason: e.to_string(),
     })?;
     if record.topic != partition.topic || record.partition != partition.partition {
-        return Err(TailError::BadState {
+        return Err(StateError::BadState {
             path,
             reason: format!(
                 "names partition {}-{}, not the one its file name says",

@@ -77,7 +77,7 @@ fn a_broker_log_dir_is_refused() {
     std::fs::write(dir.path().join(META_PROPERTIES_FILE), b"version=1\n").unwrap();
     assert!(matches!(
         MirrorLayout::open(dir.path()),
-        Err(Error::MirrorIsLogDir { path }) if path == dir.path()
+        Err(LayoutError::IsLogDir { path }) if path == dir.path()
     ));
 }
 

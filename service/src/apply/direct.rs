@@ -21,9 +21,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use segmirror_applier::direct::tail_lags;
 use segmirror_applier::direct::{TailAppender, TailCatalog};
 use segmirror_applier::lock_mirror;
-use segmirror_applier::mirror::tail_lags;
 use segmirror_catalog::PeerLink;
 use segmirror_transport::direct::handshake::{HandshakeConfig, PeerLinkIdCheck};
 use segmirror_transport::direct::session::{ApplierSession, Cluster, SessionConfig};

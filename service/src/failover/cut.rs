@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use segment_format::now_ms;
-use segmirror_applier::mirror::tail_lags;
+use segmirror_applier::direct::tail_lags;
 use segmirror_catalog::{Catalog, LinkState};
 
 use segmirror_transport::manifest::KeyPrefix;

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use segmirror_catalog::{Catalog, Entity, Error as CatalogError, Link, LinkState};
-use segmirror_shipper::source::discover::TopicFilter;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -119,8 +118,7 @@ impl CatalogAdmin {
         }
         let mut catalog = self.open()?;
         let link = match state {
-            LinkState::Paused => catalog.pause_link(name)?,
-            LinkState::Active => catalog.resume_link(name)?,
+            LinkState::Paused | LinkState::Active => crate::link_records::set_state(&mut catalog, name, state)?,
             other => {
                 return Err(AdminError::new(
                     409,
@@ -156,7 +154,8 @@ impl LinkAdmin for CatalogAdmin {
     fn set_topics_regex(&self, name: &str, regex: &str) -> Result<LinkView, AdminError> {
         // What `segmirror link alter --topics-regex` accepts, checked by the same function: the shipper's own
         // reading of the list (comma-separated whole-name regexes), so the API cannot record one it would refuse.
-        TopicFilter::new(regex).map_err(|e| AdminError::new(400, format!("topics_regex {regex:?}: {e}")))?;
+        crate::link_records::check_topics_regex(regex)
+            .map_err(|e| AdminError::new(400, format!("topics_regex {regex:?}: {e}")))?;
         let link = self.open()?.set_topics_regex(name, regex)?;
         Ok(self.view(link))
     }

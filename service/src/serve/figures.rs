@@ -6,7 +6,7 @@
 //!   durable). Atomics, or a `std` mutex held for a few field updates and never across I/O or an await, so the
 //!   data path pays a hash lookup per item at most.
 //! - **What the mirror's files say** (the applier's per-partition lag): read at scrape time, off the runtime, with
-//!   exactly the code `segmirror status` runs (`segmirror_applier::mirror::tail_lags`); the two cannot disagree, and the figures
+//!   exactly the code `segmirror status` runs (`segmirror_applier::direct::tail_lags`); the two cannot disagree, and the figures
 //!   survive a restart of the applier because they come from the mirror's own records.
 //!
 //! A figure nobody knows is absent (`None`), never a made-up zero.
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use segmirror_applier::mirror::TailLag;
+use segmirror_applier::direct::TailLag;
 use segmirror_shipper::source::bound_hw::HighWatermarkSource;
 use segmirror_transport::direct::payload::Chunk;
 use segmirror_transport::direct::session::{FeedItem, SessionObserver};

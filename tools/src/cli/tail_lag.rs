@@ -1,9 +1,9 @@
 //! The tail replication lag as `segmirror status` prints it. The figures themselves (per tailed partition of a
 //! mirror root: the source's log end as last reported, what the mirror holds durable, the lag between them) are
-//! read by the applier from its own records ([`segmirror_applier::mirror::tail_lags`]), so every consumer of them
+//! read by the applier from its own records ([`segmirror_applier::direct::tail_lags`]), so every consumer of them
 //! reads the mirror root the same way; this module only explains and renders them.
 
-pub use segmirror_applier::mirror::{tail_lags, TailLag};
+pub use segmirror_applier::direct::{tail_lags, TailLag};
 
 /// How the lag columns are defined, shown under `status --help`.
 pub const TAIL_LAG_HELP: &str = "\

@@ -1,6 +1,6 @@
-use super::super::{claim_file, progress_file, state_file};
 use super::*;
 use crate::direct::{ClaimRecord, RecordedProgress, RecordedShipped};
+use crate::mirror::{claim_file, progress_file, state_file};
 
 fn write(path: std::path::PathBuf, bytes: &[u8]) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();

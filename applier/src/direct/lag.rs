@@ -1,6 +1,6 @@
 //! The direct path's replication lag as `segmirror status`, the failover's checks and the admin server show it:
 //! per tailed partition of a mirror root, the source's log end as the shipper last reported it
-//! ([`RecordedProgress`](super::RecordedProgress)), what the mirror holds durable (the state file, else the
+//! ([`RecordedProgress`](crate::mirror::RecordedProgress)), what the mirror holds durable (the state file, else the
 //! catalog's installed end), and the lag between them in offsets, bytes and seconds.
 //!
 //! Read from the mirror's records only, so it works with the applier stopped: that is when a lag matters most.
@@ -18,7 +18,8 @@ use segmirror_catalog::Status;
 use segmirror_transport::direct::payload::PartitionRef;
 use serde::Serialize;
 
-use super::{recorded_active_segment, recorded_claim, recorded_progress, tailed_partitions};
+use super::recorded_active_segment;
+use crate::mirror::{recorded_claim, recorded_progress, tailed_partitions};
 
 /// One tailed partition's lag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
