@@ -11,6 +11,7 @@
 //!   delete, reset a partition), shared by `segmirror link` and the admin API.
 //! - [`bucket_ends`]: per partition of a bucket link, the newest version its store holds (the failover's drain,
 //!   a bucket follower's lag).
+//! - [`status`]: what `segmirror status` prints, per catalog: links, partitions, tail lag, truncations, bucket lag.
 //! - [`catalog`]: where a mirror's catalog lives and how it is opened, the rule every service and command shares.
 //! - [`runtime`]: the process's one async runtime, built on first use.
 //!
@@ -28,6 +29,7 @@ pub mod link_records;
 pub mod runtime;
 pub mod serve;
 pub mod ship;
+pub mod status;
 
 /// An error and its causes on one line, each cause once: `what failed: why: root cause`.
 ///

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use segmirror_catalog::Catalog;
 pub use segmirror_service::catalog::{
-    catalog_path, data_dir, mirror_catalog_path, open_catalog_of_missing_mirror, open_link_catalog, open_mirror_catalog,
+    catalog_path, mirror_catalog_path, open_catalog_of_missing_mirror, open_link_catalog, open_mirror_catalog,
 };
 
 /// The default catalog location, shown under `--help` of every command that takes `--catalog`.

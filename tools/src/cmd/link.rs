@@ -6,8 +6,9 @@
 //! --store` and `seed` read. Each record's state gates the side that reads it (paused: nothing moves; promoted
 //! or deleted: refused), and the shipper takes the record's topics regex, re-read while it runs.
 //!
-//! Why the lifecycle is in `segmirror_catalog::link_lifecycle` and not here: the admin HTTP API changes the same
-//! records; both front ends call the same plain functions, so a rule cannot differ between them.
+//! Why the lifecycle is in `segmirror_service::link_records` (over `segmirror_catalog::link_lifecycle`) and not
+//! here: the admin HTTP API changes the same records; both front ends call the same plain functions, so a rule
+//! cannot differ between them. This module parses and prints.
 //!
 //! Exit status: 0; 2 on a usage error, an unknown link, or a transition the lifecycle refuses (the message names
 //! the link's state).
@@ -15,10 +16,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _};
-use segmirror_catalog::{Catalog, Event, Link, LinkEnds, LinkSpec, LinkState, Subject, Transport, DIRECT_URL_PREFIX};
-use segmirror_shipper::source::discover::TopicFilter;
-use segmirror_transport::manifest::validate_link_name;
+use segmirror_catalog::{Catalog, Event, Link, LinkState, Transport};
+use segmirror_service::link_records::{self, NewLink};
 use serde::Serialize;
 
 use crate::cli::catalog::{catalog_path, mirror_catalog_path, CATALOG_HELP};
@@ -156,15 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(mirror) => mirror_catalog_path(args.catalog.clone(), mirror)?.0,
         None => catalog_path(args.catalog.clone())?,
     };
-    let creates = matches!(args.command, Command::Create { .. });
-    if !creates && !path.is_file() {
-        bail!(
-            "catalog {} does not exist: no link is recorded there (create one with `segmirror link create`, or give \
-             --catalog/--mirror)",
-            path.display()
-        );
-    }
-    let mut catalog = Catalog::open(&path).with_context(|| format!("opening catalog {}", path.display()))?;
+    let mut catalog = link_records::open(&path, matches!(args.command, Command::Create { .. }))?;
     match args.command {
         Command::Create {
             name,
@@ -176,39 +167,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             consumer_groups_regex,
             json,
         } => {
-            validate_link_name(&name).map_err(|reason| anyhow::anyhow!("link name {name:?}: {reason}"))?;
-            check_topics_regex(&topics_regex)?;
-            if let Some(groups) = &consumer_groups_regex {
-                check_groups_regex(groups)?;
-            }
-            let store_url = match transport {
-                TransportArg::Direct => {
-                    if !address.contains(':') {
-                        bail!("--address {address:?}: a direct link needs the applier's HOST:PORT");
-                    }
-                    format!("{DIRECT_URL_PREFIX}{address}")
-                }
-                TransportArg::Store => {
-                    if address.is_empty() || address.starts_with(DIRECT_URL_PREFIX) {
-                        bail!("--address {address:?}: a store link needs a store URL (a path, file:///..., s3://...)");
-                    }
-                    address
-                }
+            let transport = match transport {
+                TransportArg::Direct => Transport::Direct,
+                TransportArg::Store => Transport::Store,
             };
-            let spec = LinkSpec {
+            let new = NewLink {
                 name,
-                store_url,
+                source,
+                target,
+                transport,
+                address,
                 topics_regex,
                 groups_regex: consumer_groups_regex,
             };
-            let link = match catalog.create_link_with_ends(&spec, &LinkEnds { source, target }) {
-                Ok(link) => link,
-                // The existing link's state is in the message; where to look at the rest of it, too.
-                Err(e @ segmirror_catalog::Error::AlreadyExists { .. }) => {
-                    bail!("{e}; `segmirror link describe {}` shows it", spec.name)
-                }
-                Err(e) => return Err(e.into()),
-            };
+            let link = link_records::create(&mut catalog, new)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&LinkDoc::new(&link))?);
             } else {
@@ -225,9 +197,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Describe { name, json } => {
-            let link = catalog.link(&name)?;
-            let partitions = catalog.partitions(&name)?.len();
-            let events = catalog.events(Some(Subject::Link(&name)), DESCRIBE_EVENTS)?;
+            let (link, partitions, events) = link_records::describe(&catalog, &name, DESCRIBE_EVENTS)?;
             if json {
                 let mut doc = LinkDoc::new(&link);
                 doc.partitions = Some(partitions);
@@ -243,21 +213,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             consumer_groups_regex,
             no_consumer_groups,
         } => {
-            if let Some(topics) = &topics_regex {
-                check_topics_regex(topics)?;
-            }
-            if let Some(groups) = &consumer_groups_regex {
-                check_groups_regex(groups)?;
-            }
             let groups = match (&consumer_groups_regex, no_consumer_groups) {
                 (Some(g), _) => Some(Some(g.as_str())),
                 (None, true) => Some(None),
                 (None, false) => None,
             };
-            if topics_regex.is_none() && groups.is_none() {
-                bail!("nothing to change: give --topics-regex, --consumer-groups-regex or --no-consumer-groups");
-            }
-            let link = catalog.set_link_regexes(&name, topics_regex.as_deref(), groups)?;
+            let link = link_records::alter(&mut catalog, &name, topics_regex.as_deref(), groups)?;
             println!(
                 "link {}: topics {:?}, consumer groups {}",
                 link.name,
@@ -272,9 +233,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Delete { name } => transition(&mut catalog, &name, LinkState::Deleted)?,
         Command::ResetPartition { name, topic, partition } => {
             let key = segmirror_catalog::PartitionKey::new(&name, &topic, partition);
-            let (p, pending) = catalog
-                .accept_lineage(&key)
-                .with_context(|| format!("resetting {key} in catalog {}", path.display()))?;
+            let (p, pending) = link_records::reset_partition(&mut catalog, &path, &key)?;
             println!(
                 "{key}: the mirror's copy of source topic id {} is archived and source topic id {pending} mirrored \
                  from its start when the applier next hears from the shipper (a running applier: within seconds)",
@@ -303,32 +262,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Moves `name` to `to` and says what happened (`from -> to`, or that it already was there).
 fn transition(catalog: &mut Catalog, name: &str, to: LinkState) -> anyhow::Result<()> {
-    let from = catalog.link(name)?.state;
-    let link = match to {
-        LinkState::Active => catalog.resume_link(name)?,
-        LinkState::Paused => catalog.pause_link(name)?,
-        LinkState::Promoted => catalog.promote_link(name)?,
-        LinkState::Deleted => catalog.delete_link(name)?,
-    };
+    let (from, link) = link_records::transition(catalog, name, to)?;
     if from == link.state {
         println!("link {name}: already {}", link.state);
     } else {
         println!("link {name}: {from} -> {}", link.state);
     }
     Ok(())
-}
-
-/// The topics regex as the shipper will read it (a comma-separated list of whole-name regexes).
-fn check_topics_regex(list: &str) -> anyhow::Result<()> {
-    TopicFilter::new(list)
-        .map(|_| ())
-        .map_err(|e| anyhow::anyhow!("--topics-regex {list:?}: {e}"))
-}
-
-fn check_groups_regex(re: &str) -> anyhow::Result<()> {
-    regex::Regex::new(re)
-        .map(|_| ())
-        .map_err(|e| anyhow::anyhow!("--consumer-groups-regex {re:?}: {e}"))
 }
 
 fn print_table(links: &[Link]) {

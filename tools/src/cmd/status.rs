@@ -14,22 +14,21 @@
 //! installed behind it in offsets and seconds. Opt-in, because it is the one part that leaves the catalog: a
 //! listing and a manifest read per partition of an S3 bucket.
 //!
+//! The figures are read by `segmirror_service::status` (a [`StatusDoc`] per catalog); this module takes the flags
+//! and prints them as a table or JSON.
+//!
 //! Exit status: 0, or 2 when the catalog cannot be read.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _};
-use segmirror_catalog::{
-    catalogs_in, Catalog, Event, LinkStatus, PartitionKey, PartitionState, PartitionStatus, Status, Subject,
-};
-use segmirror_service::bucket_ends::{newest_versions, open_link_store};
-use serde::Serialize;
+use segmirror_catalog::{Event, Status};
+use segmirror_service::status::{self as figures, bucket_lags, status_doc, BucketLink, StatusDoc};
 
-use crate::cli::catalog::{catalog_path, data_dir, mirror_catalog_path, CATALOG_HELP};
+use crate::cli::catalog::CATALOG_HELP;
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
-use crate::cli::tail_lag::{self as status_tail, TailLag};
+use crate::cli::tail_lag as status_tail;
 
 /// How `status` finds catalogs, shown under its `--help`.
 const STATUS_HELP: &str = "\
@@ -62,135 +61,17 @@ pub struct Args {
     s3: S3Args,
 }
 
-/// One bucket link's newest versions against what is installed (`--bucket`).
-#[derive(Serialize, Debug)]
-struct BucketLink {
-    link: String,
-    store_url: String,
-    /// Why the store could not be read (the catalog's figures above still hold).
-    error: Option<String>,
-    partitions: Vec<BucketLag>,
-}
-
-#[derive(Serialize, Debug, PartialEq, Eq)]
-struct BucketLag {
-    topic: String,
-    partition: i32,
-    /// The newest version's end in the bucket (its manifest's `next_offset`).
-    shipped_end_offset: i64,
-    installed_end_offset: Option<i64>,
-    lag_offsets: i64,
-    /// Seconds since the newest version was uploaded, while anything of it is not installed; else 0.
-    lag_seconds: u64,
-    uploaded_at_ms: i64,
-}
-
-/// The JSON document: the catalog's status with each partition's last event.
-#[derive(Serialize)]
-struct StatusDoc<'a> {
-    catalog: &'a Path,
-    /// The mirror root the catalog records (none until `apply` has used it).
-    mirror_root: Option<PathBuf>,
-    schema_version: u32,
-    generated_at_ms: i64,
-    links: Vec<LinkDoc<'a>>,
-    /// Tail replication lag per tailed partition of the mirror root (see `status --help`).
-    tail: Vec<TailLag>,
-    /// Source truncations the tail applier followed (offset ranges and archive files) or refused to follow (a
-    /// source that lost committed records), oldest first.
-    truncations: Vec<segmirror_catalog::TruncationRecord>,
-    /// With `--bucket`: each bucket link's newest versions and the lag behind them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    bucket: Option<Vec<BucketLink>>,
-}
-
-/// A link: the fields of [`LinkStatus`] (its partitions with their last events) and its own last event.
-#[derive(Serialize)]
-struct LinkDoc<'a> {
-    #[serde(skip)]
-    link: &'a LinkStatus,
-    name: &'a str,
-    state: segmirror_catalog::LinkState,
-    store_url: &'a str,
-    topics_regex: &'a str,
-    groups_regex: Option<&'a str>,
-    created_at_ms: i64,
-    last_event_at_ms: Option<i64>,
-    last_event: Option<Event>,
-    #[serde(rename = "partitions")]
-    partition_docs: Vec<PartitionDoc<'a>>,
-}
-
-impl<'a> LinkDoc<'a> {
-    fn new(link: &'a LinkStatus, last_event: Option<Event>, partition_docs: Vec<PartitionDoc<'a>>) -> Self {
-        LinkDoc {
-            link,
-            name: &link.name,
-            state: link.state,
-            store_url: &link.store_url,
-            topics_regex: &link.topics_regex,
-            groups_regex: link.groups_regex.as_deref(),
-            created_at_ms: link.created_at_ms,
-            last_event_at_ms: link.last_event_at_ms,
-            last_event,
-            partition_docs,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct PartitionDoc<'a> {
-    /// The catalog's record, except `installed_end_offset`: the offset after the mirror's last durable record
-    /// whatever delivered it ([`true_end`]).
-    #[serde(flatten)]
-    partition: std::borrow::Cow<'a, PartitionStatus>,
-    last_event: Option<Event>,
-    /// The broker log dirs a promoted partition was installed into (one per replica; absent when none recorded).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    promoted_into: Vec<String>,
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let paths = match (args.catalog.clone(), args.mirror.clone()) {
-        (Some(path), _) => vec![catalog_path(Some(path))?],
-        (None, Some(mirror)) => {
-            let (path, _) = mirror_catalog_path(None, &mirror)?;
-            if !path.exists() {
-                bail!(
-                    "no catalog for mirror root {} (expected {}; nothing applied there yet?)",
-                    mirror.display(),
-                    path.display()
-                );
-            }
-            vec![path]
-        }
-        (None, None) => {
-            let dir = data_dir()?;
-            let found = catalogs_in(&dir).with_context(|| format!("listing catalogs in {}", dir.display()))?;
-            if found.is_empty() {
-                bail!(
-                    "no catalog in {} (nothing applied yet? `segmirror apply` creates it)",
-                    dir.display()
-                );
-            }
-            found
-        }
-    };
+    let paths = figures::catalog_paths(args.catalog.clone(), args.mirror.clone())?;
     let mut docs = Vec::new();
     let mut tables = String::new();
     let runtime = Runtime::new();
     for path in &paths {
-        if !path.exists() {
-            bail!(
-                "no catalog at {} (nothing applied yet? `segmirror apply` creates it)",
-                path.display()
-            );
-        }
-        let catalog = Catalog::open(path).with_context(|| format!("opening catalog {}", path.display()))?;
+        let catalog = figures::open(path)?;
         let status = catalog.status()?;
         let mut doc = status_doc(&catalog, path, &status)?;
         if args.bucket {
-            doc.bucket = Some(bucket_lags(&args, &status, &runtime));
+            doc.bucket = Some(bucket_lags(&args.s3.options(), &args.prefix, &status, &runtime));
         }
         if !tables.is_empty() {
             tables.push('\n');
@@ -208,113 +89,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         print!("{tables}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `p` with its true `installed_end_offset`. The catalog records a segment when it is installed whole: a bucket
-/// version (sealed or not) or a segment the tail applier sealed. The tail applier appends to the active segment
-/// between seals, durably, and records that end in the mirror's tail state only; its row in `tail` has it. One
-/// figure per partition that holds for every delivery mode: the greater of the two.
-fn true_end<'a>(p: &'a PartitionStatus, tail: &[TailLag]) -> std::borrow::Cow<'a, PartitionStatus> {
-    let appended = tail
-        .iter()
-        .find(|t| t.topic == p.topic && t.partition == p.partition)
-        .and_then(|t| t.installed_end_offset);
-    match appended {
-        Some(end) if Some(end) > p.installed_end_offset => {
-            let mut p = p.clone();
-            p.installed_end_offset = Some(end);
-            std::borrow::Cow::Owned(p)
-        }
-        _ => std::borrow::Cow::Borrowed(p),
-    }
-}
-
-/// One catalog's document: its status with each link's and partition's last event.
-fn status_doc<'a>(catalog: &Catalog, path: &'a Path, status: &'a Status) -> anyhow::Result<StatusDoc<'a>> {
-    let mirror_root = catalog.mirror_root()?;
-    let now = u64::try_from(status.generated_at_ms).unwrap_or(0);
-    let tail = mirror_root
-        .as_deref()
-        .map_or_else(Vec::new, |root| status_tail::tail_lags(root, status, now));
-    let mut links = Vec::new();
-    for link in &status.links {
-        let last_event = catalog.events(Some(Subject::Link(&link.name)), 1)?.into_iter().next();
-        let mut partition_docs = Vec::new();
-        for p in &link.partitions {
-            let key = PartitionKey::new(link.name.clone(), p.topic.clone(), p.partition);
-            let last_event = catalog.events(Some(Subject::Partition(&key)), 1)?.into_iter().next();
-            let promoted_into = if p.state == PartitionState::Promoted {
-                catalog.promoted_replicas(catalog.partition(&key)?.id)?
-            } else {
-                Vec::new()
-            };
-            partition_docs.push(PartitionDoc {
-                partition: true_end(p, &tail),
-                last_event,
-                promoted_into,
-            });
-        }
-        links.push(LinkDoc::new(link, last_event, partition_docs));
-    }
-    Ok(StatusDoc {
-        catalog: path,
-        mirror_root,
-        schema_version: status.schema_version,
-        generated_at_ms: status.generated_at_ms,
-        links,
-        tail,
-        truncations: catalog.truncations(None)?,
-        bucket: None,
-    })
-}
-
-/// Per active or paused bucket link of `status`, the bucket's newest versions against the installed ends. A store
-/// that cannot be read is reported on its link, not as a failure of `status`.
-fn bucket_lags(args: &Args, status: &Status, runtime: &Runtime) -> Vec<BucketLink> {
-    use segmirror_catalog::LinkState;
-    let now_ms = status.generated_at_ms;
-    let mut out = Vec::new();
-    for link in &status.links {
-        if !matches!(link.state, LinkState::Active | LinkState::Paused) {
-            continue;
-        }
-        let read = open_link_store(&args.s3.options(), &args.prefix, &link.name, &link.store_url).and_then(|store| {
-            store
-                .map(|(store, prefix)| runtime.block_on(newest_versions(&store, &prefix, &link.name))?)
-                .transpose()
-        });
-        let mut entry = BucketLink {
-            link: link.name.clone(),
-            store_url: link.store_url.clone(),
-            error: None,
-            partitions: Vec::new(),
-        };
-        match read {
-            Ok(None) => continue,
-            Ok(Some(ends)) => {
-                for ((topic, partition), newest) in ends {
-                    let installed = link
-                        .partitions
-                        .iter()
-                        .find(|p| p.topic == topic && p.partition == partition)
-                        .and_then(|p| p.installed_end_offset);
-                    let (lag, lag_seconds) = newest.lag(installed, now_ms);
-                    entry.partitions.push(BucketLag {
-                        topic,
-                        partition,
-                        shipped_end_offset: newest.end_offset,
-                        installed_end_offset: installed,
-                        lag_offsets: lag,
-                        lag_seconds,
-                        uploaded_at_ms: newest.uploaded_at_ms,
-                    });
-                }
-            }
-            Err(e) => entry.error = Some(crate::cli::report::error_line(&e)),
-        }
-        out.push(entry);
-    }
-    out
 }
 
 /// The `--bucket` section of the table.
@@ -495,7 +269,7 @@ fn utc(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use segmirror_catalog::{LinkSpec, PartitionState, SegmentVersion, Upsert};
+    use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
 
     #[test]
     fn utc_formats_known_instants() {
@@ -558,43 +332,8 @@ mod tests {
         };
         catalog.set_partition_state(q.id, PartitionState::Paused).unwrap();
         let status = catalog.status().unwrap();
-        let links: Vec<LinkDoc<'_>> = status
-            .links
-            .iter()
-            .map(|link| {
-                let partition_docs = link
-                    .partitions
-                    .iter()
-                    .map(|p| PartitionDoc {
-                        partition: std::borrow::Cow::Borrowed(p),
-                        last_event: catalog
-                            .events(
-                                Some(Subject::Partition(&PartitionKey::new(
-                                    link.name.clone(),
-                                    p.topic.clone(),
-                                    p.partition,
-                                ))),
-                                1,
-                            )
-                            .unwrap()
-                            .pop(),
-                        promoted_into: Vec::new(),
-                    })
-                    .collect();
-                let last_event = catalog.events(Some(Subject::Link(&link.name)), 1).unwrap().pop();
-                LinkDoc::new(link, last_event, partition_docs)
-            })
-            .collect();
-        let doc = StatusDoc {
-            catalog: &path,
-            mirror_root: None,
-            schema_version: status.schema_version,
-            generated_at_ms: status.generated_at_ms,
-            links,
-            tail: Vec::new(),
-            truncations: Vec::new(),
-            bucket: None,
-        };
+        let doc = status_doc(&catalog, &path, &status).unwrap();
+        assert_eq!(doc.mirror_root, None);
         let table = render_table(&doc, &status);
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[1].starts_with("link"), "{table}");
