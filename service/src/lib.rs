@@ -11,7 +11,11 @@
 //!   delete, reset a partition), shared by `segmirror link` and the admin API.
 //! - [`bucket_ends`]: per partition of a bucket link, the newest version its store holds (the failover's drain,
 //!   a bucket follower's lag).
+//! - [`offsets`]: consumer groups' offsets read from `__consumer_offsets` segments, a file or a link's catalog, and
+//!   committed on the target clamped to what is installed (`segmirror offsets [commit]`).
 //! - [`status`]: what `segmirror status` prints, per catalog: links, partitions, tail lag, truncations, bucket lag.
+//! - [`topics`]: the source's topics (metadata log, file or a link's catalog) planned, created or checked on the
+//!   target (`segmirror topics`).
 //! - [`catalog`]: where a mirror's catalog lives and how it is opened, the rule every service and command shares.
 //! - [`runtime`]: the process's one async runtime, built on first use.
 //!
@@ -26,10 +30,12 @@ pub mod failover;
 pub mod link;
 pub mod link_gate;
 pub mod link_records;
+pub mod offsets;
 pub mod runtime;
 pub mod serve;
 pub mod ship;
 pub mod status;
+pub mod topics;
 
 /// An error and its causes on one line, each cause once: `what failed: why: root cause`.
 ///

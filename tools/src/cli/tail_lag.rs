@@ -3,7 +3,7 @@
 //! read by the applier from its own records ([`segmirror_applier::direct::tail_lags`]), so every consumer of them
 //! reads the mirror root the same way; this module only explains and renders them.
 
-pub use segmirror_applier::direct::{tail_lags, TailLag};
+pub use segmirror_applier::direct::TailLag;
 
 /// How the lag columns are defined, shown under `status --help`.
 pub const TAIL_LAG_HELP: &str = "\

@@ -10,16 +10,18 @@
 //! what would be committed on the target now: the source's offset clamped to what is installed of the partition
 //! (`segmirror_catalog::LinkOffset`), each clamped row saying so.
 //!
+//! The reading is `segmirror_service::offsets`; this module parses the flags, prints and chooses the exit status.
+//!
 //! Exit status: 0; 1 when a `__consumer_offsets` segment is corrupt; 2 on usage or I/O errors.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use segment_format::consumer_offsets::{read_log_dir, ConsumerOffsets, OffsetsFilter};
+use segment_format::consumer_offsets::ConsumerOffsets;
 use segment_format::Error as FormatError;
 use segmirror_catalog::LinkOffset;
+use segmirror_service::offsets::{link_offsets, read_log_dirs, Selection};
 
 use crate::cli::runtime::Runtime;
 use crate::cli::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -73,48 +75,25 @@ enum Action {
     Commit(commit::Args),
 }
 
-/// `pattern` matching a whole name (as `promote --topics` and the links' regexes do).
-pub(crate) fn whole_name_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
-    regex::Regex::new(&format!("^(?:{pattern})$"))
-}
-
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     if let Some(Action::Commit(commit)) = args.action {
         return commit::run(commit, runtime);
     }
+    let selection = Selection::new(args.groups.as_deref(), args.topics.as_deref())?;
     if let Some(link) = &args.link {
-        return run_link(&args, link);
+        return run_link(&args, link, &selection);
     }
-    let groups = args
-        .groups
-        .as_deref()
-        .map(whole_name_regex)
-        .transpose()
-        .context("--groups is not a valid regular expression")?;
-    let topics = args
-        .topics
-        .as_deref()
-        .map(whole_name_regex)
-        .transpose()
-        .context("--topics is not a valid regular expression")?;
-    let filter = OffsetsFilter {
-        group: Box::new(|g| groups.as_ref().is_none_or(|r| r.is_match(g))),
-        topic: Box::new(|t| topics.as_ref().is_none_or(|r| r.is_match(t))),
-    };
-    let mut all = Vec::new();
-    for dir in &args.log_dirs {
-        match read_log_dir(dir, &filter) {
-            Ok(state) => all.push(state),
-            Err(e @ (FormatError::Corrupt { .. } | FormatError::Incomplete { .. })) => {
-                eprintln!("segmirror: corrupt __consumer_offsets data: {e}");
-                return Ok(ExitCode::from(EXIT_CORRUPT));
-            }
-            Err(e) => {
-                eprintln!("segmirror: error: {e}");
-                return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
-            }
+    let all = match read_log_dirs(&args.log_dirs, &selection) {
+        Ok(all) => all,
+        Err(e @ (FormatError::Corrupt { .. } | FormatError::Incomplete { .. })) => {
+            eprintln!("segmirror: corrupt __consumer_offsets data: {e}");
+            return Ok(ExitCode::from(EXIT_CORRUPT));
         }
-    }
+        Err(e) => {
+            eprintln!("segmirror: error: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE_OR_IO));
+        }
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if args.csv {
@@ -127,43 +106,9 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
 }
 
 /// `--link`: the catalog's offsets of the link, clamped to the installed data.
-fn run_link(args: &Args, link: &str) -> anyhow::Result<ExitCode> {
-    let groups = args
-        .groups
-        .as_deref()
-        .map(whole_name_regex)
-        .transpose()
-        .context("--groups is not a valid regular expression")?;
-    let topics = args
-        .topics
-        .as_deref()
-        .map(whole_name_regex)
-        .transpose()
-        .context("--topics is not a valid regular expression")?;
+fn run_link(args: &Args, link: &str, selection: &Selection) -> anyhow::Result<ExitCode> {
     let catalog = args.link_catalog.open()?;
-    // A mirror fed over the direct transport holds durable records beyond its sealed segments (the tail state):
-    // they count as installed, by the catalog's own clamping rule.
-    let durable_ends: std::collections::HashMap<(String, i32), i64> = match &args.link_catalog.mirror {
-        Some(mirror) => {
-            let status = catalog.status()?;
-            crate::cli::tail_lag::tail_lags(mirror, &status, 0)
-                .into_iter()
-                .filter_map(|l| Some(((l.topic, l.partition), l.installed_end_offset?)))
-                .collect()
-        }
-        None => Default::default(),
-    };
-    let rows: Vec<LinkOffset> = catalog
-        .link_offsets(link)?
-        .into_iter()
-        .map(|o| {
-            let end = durable_ends.get(&(o.topic.clone(), o.partition)).copied();
-            o.with_durable_end(end)
-        })
-        .filter(|o| groups.as_ref().is_none_or(|r| r.is_match(&o.group)))
-        .filter(|o| topics.as_ref().is_none_or(|r| r.is_match(&o.topic)))
-        .collect();
-    let recorded = catalog.link_meta(link)?;
+    let (rows, recorded) = link_offsets(&catalog, args.link_catalog.mirror.as_deref(), link, selection)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if args.csv {

@@ -6,7 +6,8 @@
 //! where a failover goes wrong quietly. The source's side is read without a client: from its broker's metadata log
 //! on disk (`--source-metadata-log`), from a JSON file (`--from`, `segment_format::failover_source`), or, on the
 //! applier's host, from what a link shipped into the catalog (`--link NAME`). The work is
-//! `cluster_client::topics_sync`, which `segmirror failover` runs too.
+//! `segmirror_service::topics` over `cluster_client::topics_sync`, which `segmirror failover` runs too; this module
+//! parses the flags, prints the checks and chooses the exit status.
 //!
 //! Exit status: 0 when every topic matches (or was created and then matches); 2 when a topic differs (or, for
 //! `check`, is missing) unless `--allow-differences`, when the target refused a creation or a describe, and on
@@ -17,12 +18,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
-use cluster_client::admin::{AdminClient, REQUEST_TIMEOUT};
-use cluster_client::topics_sync::{sync_topics, TopicsMode};
-use segment_format::failover_source::{FailoverSource, TopicMeta};
-use segment_format::metadata_log::{read_metadata_dir, METADATA_DIR};
+use cluster_client::admin::REQUEST_TIMEOUT;
+use cluster_client::topics_sync::TopicsMode;
 use segment_format::Error as FormatError;
+use segmirror_service::offsets::Selection;
+use segmirror_service::topics::{read_source_topics, select, sync, TopicsSource};
 
 use crate::cli::runtime::Runtime;
 use crate::cli::target_report::write_topics;
@@ -96,13 +96,16 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         Action::Create(a) => (TopicsMode::Create, a),
         Action::Check(a) => (TopicsMode::Check, a),
     };
-    let filter = args
-        .topics
-        .as_deref()
-        .map(|p| regex::Regex::new(&format!("^(?:{p})$")))
-        .transpose()
-        .context("--topics is not a valid regular expression")?;
-    let source = match read_source_topics(&args)? {
+    let selection = Selection::new(None, args.topics.as_deref())?;
+    let from = match (&args.link, &args.from) {
+        (Some(link), _) => TopicsSource::Link {
+            catalog: args.link_catalog.open()?,
+            link,
+        },
+        (None, Some(file)) => TopicsSource::File(file),
+        (None, None) => TopicsSource::MetadataLog(args.source_metadata_log.as_deref().unwrap_or(Path::new("."))),
+    };
+    let source = match read_source_topics(from)? {
         Ok(topics) => topics,
         Err(e @ (FormatError::Corrupt { .. } | FormatError::Incomplete { .. })) => {
             eprintln!("segmirror: corrupt metadata log: {e}");
@@ -110,15 +113,16 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    let source: Vec<TopicMeta> = source
-        .into_iter()
-        .filter(|t| filter.as_ref().is_none_or(|r| r.is_match(&t.name)))
-        .collect();
+    let source = select(source, &selection);
     let timeout = Duration::from_secs(args.timeout);
-    let checks = runtime.block_on(async {
-        let mut admin = AdminClient::connect(&args.bootstrap, timeout).await?;
-        sync_topics(&mut admin, mode, &source, args.replication_factor, timeout).await
-    })??;
+    let checks = sync(
+        runtime,
+        &args.bootstrap,
+        timeout,
+        mode,
+        &source,
+        args.replication_factor,
+    )?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if args.json {
@@ -133,26 +137,4 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(EXIT_USAGE_OR_IO)
     })
-}
-
-/// The source topics, from the metadata log, the JSON file or the link's catalog (blocking reads, before the
-/// runtime starts). A corrupt metadata log is `Err(FormatError)` inside `Ok`, for its own exit status.
-fn read_source_topics(args: &CommonArgs) -> anyhow::Result<Result<Vec<TopicMeta>, FormatError>> {
-    if let Some(link) = &args.link {
-        let catalog = args.link_catalog.open()?;
-        if catalog.link_meta(link)?.is_none() {
-            anyhow::bail!("no metadata of link {link} recorded yet (is the shipper sending it? `--metadata-log-dir`)");
-        }
-        return Ok(Ok(catalog.link_topics(link)?));
-    }
-    if let Some(file) = &args.from {
-        return Ok(FailoverSource::read_json(file).map(|s| s.topics));
-    }
-    let dir = args.source_metadata_log.as_deref().unwrap_or(Path::new("."));
-    let dir = if dir.join(METADATA_DIR).is_dir() {
-        dir.join(METADATA_DIR)
-    } else {
-        dir.to_path_buf()
-    };
-    Ok(read_metadata_dir(&dir).map(|m| FailoverSource::topics_from_metadata(&m)))
 }

@@ -18,15 +18,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
-use cluster_client::admin::{AdminClient, REQUEST_TIMEOUT};
-use cluster_client::offsets_commit::{any_refused_or_failed, commit_planned};
-use cluster_client::offsets_plan::{installed_log_ends, plan};
-use segment_format::consumer_offsets::{read_log_dir, OffsetsFilter};
-use segment_format::failover_source::{FailoverSource, GroupOffset};
+use cluster_client::admin::REQUEST_TIMEOUT;
+use cluster_client::offsets_commit::any_refused_or_failed;
 use segment_format::Error as FormatError;
+use segmirror_service::offsets::{commit, read_commit_inputs, shipped_offsets, CommitSource, Selection};
 
-use super::whole_name_regex;
 use crate::cli::runtime::Runtime;
 use crate::cli::target_report::write_commits;
 use crate::cli::{EXIT_CORRUPT, EXIT_USAGE_OR_IO};
@@ -80,60 +76,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
-    let groups = args
-        .groups
-        .as_deref()
-        .map(whole_name_regex)
-        .transpose()
-        .context("--groups is not a valid regular expression")?;
-    let topics = args
-        .topics
-        .as_deref()
-        .map(whole_name_regex)
-        .transpose()
-        .context("--topics is not a valid regular expression")?;
-    let keep_group = |g: &str| groups.as_ref().is_none_or(|r| r.is_match(g));
-    let keep_topic = |t: &str| topics.as_ref().is_none_or(|r| r.is_match(t));
+    let selection = Selection::new(args.groups.as_deref(), args.topics.as_deref())?;
     // Blocking reads, before any async work.
-    let from_link = match &args.link {
-        Some(link) => {
-            let catalog = args.link_catalog.open()?;
-            if catalog.link_meta(link)?.is_none() {
-                anyhow::bail!("no metadata of link {link} recorded yet (is the shipper sending it? `--groups`)");
-            }
-            let offsets: Vec<GroupOffset> = catalog.link_offsets(link)?.iter().map(|o| o.source()).collect();
-            Some(offsets)
-        }
-        None => None,
+    let source = match (&args.link, &args.from) {
+        (Some(link), _) => CommitSource::Link(shipped_offsets(&args.link_catalog.open()?, link)?),
+        (None, Some(file)) => CommitSource::File(file),
+        (None, None) => CommitSource::LogDirs(&args.log_dirs),
     };
-    let read = || -> Result<(Vec<GroupOffset>, _), FormatError> {
-        let offsets = match (&from_link, &args.from) {
-            (Some(offsets), _) => offsets
-                .iter()
-                .filter(|o| keep_group(&o.group) && keep_topic(&o.topic))
-                .cloned()
-                .collect(),
-            (None, Some(file)) => FailoverSource::read_json(file)?
-                .offsets
-                .into_iter()
-                .filter(|o| keep_group(&o.group) && keep_topic(&o.topic))
-                .collect(),
-            (None, None) => {
-                let filter = OffsetsFilter {
-                    group: Box::new(keep_group),
-                    topic: Box::new(keep_topic),
-                };
-                let mut all = Vec::new();
-                for dir in &args.log_dirs {
-                    all.extend(FailoverSource::offsets_from_replay(&read_log_dir(dir, &filter)?));
-                }
-                all
-            }
-        };
-        let installed = installed_log_ends(&args.installed, &keep_topic)?;
-        Ok((offsets, installed))
-    };
-    let (offsets, installed) = match read() {
+    let (offsets, installed) = match read_commit_inputs(&source, &args.installed, &selection) {
         Ok(read) => read,
         Err(e @ (FormatError::Corrupt { .. } | FormatError::Incomplete { .. })) => {
             eprintln!("segmirror: corrupt data: {e}");
@@ -141,11 +91,8 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    let planned = plan(&offsets, &installed);
-    let reports = runtime.block_on(async {
-        let mut admin = AdminClient::connect(&args.bootstrap, Duration::from_secs(args.timeout)).await?;
-        anyhow::Ok(commit_planned(&mut admin, planned, args.dry_run).await)
-    })??;
+    let timeout = Duration::from_secs(args.timeout);
+    let reports = commit(runtime, &args.bootstrap, timeout, &offsets, &installed, args.dry_run)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if args.json {
