@@ -3,10 +3,10 @@
 
 Usage: scripts/module-cycles.py applier catalog segment-format ...   (crate folders)
 
-Why: issue 8 asks for no import cycle between the modules of a crate. Rust allows them, so nothing else catches
+Why: no two modules of a crate may import each other, directly or in a cycle. Rust allows them, so nothing else catches
 one. A module "imports" another when its non-test code names a path through it (`crate::a::b`, `super::x`, or a
 child module `child::item`); items re-exported by a parent count as the parent. Approximate (text, not the
-compiler), but it found every cycle the issue names.
+compiler), but it found every cycle a review had found by hand.
 """
 import os, re, sys
 def modpath(src, f):

@@ -31,7 +31,7 @@ if [ "$#" -ne 0 ]; then
 fi
 
 LANES="${SEGMIRROR_TEST_JOBS:-2}"
-# The slowest jobs, slowest first: seconds of the last full run in 2 lanes (session 10, 16:15 UTC, load ~5; the
+# The slowest jobs, slowest first: seconds of the last full run in 2 lanes (2026-12-02, 16:15 UTC, load ~5; the
 # summary prints them), for orientation. `workspace` is the unit tests of every other crate.
 SLOW_FIRST=(
     e2e_promote            # 359 (four promotions: epochs and handover, every shape, 3.9 -> 4.4 and 4.4 -> 3.9)

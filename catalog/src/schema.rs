@@ -82,7 +82,7 @@ pub const MIGRATIONS: &[&str] = &[
         path TEXT NOT NULL CHECK (length(path) > 0)
     ) STRICT;
     "#,
-    // 3: source truncations (issue 10): batches the source no longer holds, removed from the mirror and kept in
+    // 3: source truncations: batches the source no longer holds, removed from the mirror and kept in
     // its archive (`truncated`), or a source that lost committed records, recorded and not truncated (`diverged`).
     r#"
     CREATE TABLE truncations (
@@ -105,7 +105,7 @@ pub const MIGRATIONS: &[&str] = &[
         UNIQUE (link, topic, partition, kind, from_offset, to_offset)
     ) STRICT;
     "#,
-    // 4: managed links (issue 11): a link's own id (a recreated link gets a new one, so nothing of the old link's
+    // 4: managed links: a link's own id (a recreated link gets a new one, so nothing of the old link's
     // bucket or peer is taken for it), its two ends as the operator names them, and `deleted` as a tombstone
     // (`deleted_at_ms`; `state` keeps the state the link was deleted in, so the CHECK above stays as published), and
     // the id of the shipper's link this (applier's) record adopted from the bucket's link identity object.
@@ -118,7 +118,7 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN deleted_at_ms INTEGER;
     ALTER TABLE links ADD COLUMN peer_link_id TEXT;
     "#,
-    // 5: a link's metadata as the shipper last sent it (issue 11): the source's topics (partition counts, topic
+    // 5: a link's metadata as the shipper last sent it: the source's topics (partition counts, topic
     // configs, ids) and its groups' committed offsets, exactly as received; what may be committed is computed
     // against the installed data when read (`Catalog::link_offsets`), never stored.
     r#"
@@ -164,7 +164,7 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE mirror_partitions ADD COLUMN handed_over_to TEXT;
     "#,
-    // 7: the journal of `segmirror failover` (issue 11): each step of a link's failover, when it started (and how
+    // 7: the journal of `segmirror failover`: each step of a link's failover, when it started (and how
     // often: a rerun after a crash starts an unfinished step again), when it finished and what it found; a rerun
     // skips finished steps. `outcome` is free text for people (the report of the step).
     r#"

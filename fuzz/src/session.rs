@@ -1009,7 +1009,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             .op(Chunk, 0, chunk(0))
             .op(Chunk, 0, chunk(0))
     };
-    // The hostile frames the issue lists, each after a valid start.
+    // The hostile frames a peer could send, each after a valid start.
     out.push(base().op(Chunk, 0, [1, 0, 0, 0, 0x40, 20, 20, 0]).build()); // a bad batch CRC
     out.push(base().op(Chunk, 0, [1, 0xf0, 0, 0, 0, 0, 20, 0]).build()); // offsets going back
     out.push(base().op(Chunk, 0, [1, 0, 1, 7, 0, 0, 20, 0]).build()); // a gap

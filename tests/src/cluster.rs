@@ -1,4 +1,4 @@
-//! A real 3-broker KRaft Kafka cluster ([`KafkaCluster`]): the source of issue 10's multi-broker tail, where every
+//! A real 3-broker KRaft Kafka cluster ([`KafkaCluster`]): the source of the direct tail's cluster mode, where every
 //! partition has a replica on each broker, leadership moves when a broker dies, and one shipper runs beside each
 //! broker reading that broker's own log dir; and the 3-replica target of a promotion.
 //!

@@ -1,4 +1,4 @@
-//! Appendable chunks in buckets (issue 9, item 2): `seed` rerun against a growing active segment uploads only the
+//! Appendable chunks in buckets (manifest v2): `seed` rerun against a growing active segment uploads only the
 //! appended bytes, `apply` after each run installs only what it has not installed (never downloading its installed
 //! prefix again) and gives a mirror equal to the source, the audit counts chunk objects as referenced, a bucket
 //! written in the old (v1, whole prefix) format keeps applying and turns chunked without re-uploading, and hostile

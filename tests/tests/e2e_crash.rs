@@ -1,4 +1,5 @@
-//! Crash safety of `segmirror seed` and `segmirror apply`, end to end (issue 4, "done when").
+//! Crash safety of `segmirror seed` and `segmirror apply`, end to end: whatever point a kill hits, a rerun
+//! finishes the work.
 //!
 //! Both commands run as child processes of the test and are killed with SIGKILL — no cleanup of any kind runs —
 //! at several points: when the first data object appears in the store, after some manifests were committed, when

@@ -1,4 +1,4 @@
-//! `segmirror failover` end to end (issue 11 item 5), on one Kafka 4.4 source broker and one target broker: a link
+//! `segmirror failover` end to end, on one Kafka 4.4 source broker and one target broker: a link
 //! replicates continuously through a bucket (`ship --store` with `--metadata-log-dir`/`--groups`, `apply --follow`);
 //! a Java console group and a librdkafka group consume part of `orders` on the source and commit; more records
 //! arrive; then `segmirror failover --link dr --drain` runs with hooks that stop and start the target broker (the

@@ -1,4 +1,4 @@
-//! A link carries the source's topic metadata and its consumer groups' offsets (issue 11, items 2 and 3, the
+//! A link carries the source's topic metadata and its consumer groups' offsets (the
 //! shipping side), on one Kafka 4.4 broker: while `segmirror ship --store` and `segmirror apply --follow` run,
 //! groups commit on the source; the applier's catalog gets the offsets of the link's groups for the link's topics,
 //! equal to what `kafka-consumer-groups --describe` says, and the topic's partition count and configs, equal to

@@ -1,4 +1,4 @@
-//! Replication links with a lifecycle against a real Kafka 4.4 broker (issue 11, item 1): one broker, `segmirror
+//! Replication links with a lifecycle against a real Kafka 4.4 broker: one broker, `segmirror
 //! ship` and `segmirror apply --listen` as child processes, each host with its own link record (`segmirror link
 //! create`, the source host's catalog and the mirror's).
 //!

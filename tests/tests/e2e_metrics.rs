@@ -1,5 +1,5 @@
-//! The metrics endpoint and the admin API of the long-running services against a live broker (issue 11 item 6,
-//! the "Done when" bullet on metrics, and the admin API of item 1): `segmirror ship --connect` and
+//! The metrics endpoint and the admin API of the long-running services against a live broker (every
+//! figure on `/metrics` for each service, and the link pause/resume of the admin API): `segmirror ship --connect` and
 //! `segmirror apply --listen`, each with `--metrics-addr`, scraped as Prometheus would.
 //!
 //! One broker, one run, in order: the lag reaches zero when the mirror catches up (both sides, and the applier's

@@ -1,4 +1,4 @@
-//! Promotion into a real Kafka broker (issue 4, part 7), end to end.
+//! Promotion into a real Kafka broker, end to end.
 //!
 //! 1. **Leader epochs** ([`leader_epochs_above_the_target_break_consumers_and_promotion_restamps_them`]): the
 //!    experiment behind `segmirror promote`'s epoch handling, kept as a test. The same source-like partition

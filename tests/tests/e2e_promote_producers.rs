@@ -1,4 +1,4 @@
-//! Producer state and open transactions at promotion (issue 7, items 1 and 2), against real Kafka brokers.
+//! Producer state and open transactions at promotion, against real Kafka brokers.
 //!
 //! A running source broker: idempotent producers that take producer ids the target cluster will hand out again,
 //! committed transactions, and a transaction left **open** while `segmirror seed` reads the live log dir (on a

@@ -1,4 +1,4 @@
-//! Promotion into every replica of a replicated target topic (issue 11 item 5): a mirror of `orders` (2
+//! Promotion into every replica of a replicated target topic: a mirror of `orders` (2
 //! partitions, seeded and applied from one source broker) is promoted with one `segmirror promote --log-dir A
 //! --log-dir B --log-dir C` into the three stopped nodes of a 3-node target cluster where `orders` has
 //! replication factor 3. Before the nodes start, every replica's partition directory holds the same bytes and

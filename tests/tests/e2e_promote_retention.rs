@@ -1,4 +1,4 @@
-//! Promotion's planning against real Kafka 4.4 brokers (issue 7, item 3 and promote's refusals of item 8).
+//! Promotion's planning against real Kafka 4.4 brokers: the retention prediction and promote's refusals.
 //!
 //! 1. [`a_real_brokers_metadata_log_is_read_snapshot_first`]: a broker creates, reconfigures and deletes topics and
 //!    sets a dynamic broker default; `segment_format::metadata_log` reads its `__cluster_metadata-0` (a snapshot

@@ -1,5 +1,5 @@
 //! `segmirror ship --store URL --upto high-watermark --source-bootstrap` against a real 3-node Kafka cluster
-//! (issue 10, item 3): only committed records reach the bucket.
+//! (`--upto high-watermark` through a bucket): only committed records reach the bucket.
 //!
 //! Records above the high watermark exist only while an in-sync follower has not fetched them, so one follower of
 //! the partition is frozen (SIGSTOP; the cluster's session and lag timeouts are raised so that it stays in the ISR)

@@ -1,4 +1,4 @@
-//! Continuous replication through a bucket (issue 10, item 3, and its "Done when" bullet on the object store): a
+//! Continuous replication through a bucket (`ship --store`, `apply --follow`, the follower stopped and resumed): a
 //! single Kafka 4.4 broker with small segments is produced to (idempotent producers, and a transactional one that
 //! commits and aborts) while `segmirror ship --store URL --upto log-end` uploads tail chunks and two
 //! `segmirror apply --store URL --follow` (fan-out: each with its own mirror and catalog) install them, all as child
@@ -12,7 +12,7 @@
 //! target broker, `verify --deep --strict` finds the promoted partitions sound and consumers of the target read
 //! (uncommitted and committed) exactly what the source serves, at identical offsets.
 //!
-//! Two stores: the real S3-compatible server (moto), with the applier stopped for a minute as the issue asks, and a
+//! Two stores: the real S3-compatible server (moto), with the follower stopped for a minute, and a
 //! local folder, with a short stop (the fast variant of the same shape).
 
 use std::collections::BTreeMap;

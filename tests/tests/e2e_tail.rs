@@ -1,4 +1,4 @@
-//! Continuous replication end to end (issue 9): a real Kafka 4.4 broker is produced to while the library's tail
+//! Continuous replication end to end: a real Kafka 4.4 broker is produced to while the library's tail
 //! pieces follow it: `TailFeed` over the broker's log dir (bounded by the high watermark from
 //! `replication-offset-checkpoint`) → `ShipperSession` ↔ `ApplierSession` over mutual TLS through a `FaultProxy`
 //! that cuts (FIN), resets (RST) and stalls the connection several times while data flows → `TailAppender` over a

@@ -1,4 +1,4 @@
-//! Retention and compaction on a tailed mirror, end to end (issue 9, item 5): a real Kafka 4.4 broker deletes
+//! Retention and compaction on a tailed mirror, end to end: a real Kafka 4.4 broker deletes
 //! (retention) or rewrites and merges (the cleaner) sealed segments of a topic while it is produced to and tailed
 //! (`TailFeed` → `ShipperSession` ↔ `ApplierSession` over loopback → `TailAppender`). For retention the feed tells
 //! the source's log start (a LogStart frame, feature bit 0) and the appender deletes what the broker deleted; for

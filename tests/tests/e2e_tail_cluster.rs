@@ -1,4 +1,4 @@
-//! Continuous replication of a 3-broker source cluster (issue 10, first "Done when" bullet): a real KRaft cluster
+//! Continuous replication of a 3-broker source cluster (a shipper per broker, leaders moving): a real KRaft cluster
 //! (replication factor 3, `min.insync.replicas` 2, small segments so every replica rolls several times, each at its
 //! own offsets), an idempotent `acks=all` Python producer writing at a steady pace to two partitions, one `segmirror
 //! ship --cluster --upto high-watermark --source-bootstrap <its broker>` beside each broker and one `segmirror apply

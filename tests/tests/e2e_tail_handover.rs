@@ -1,4 +1,4 @@
-//! A tail started on a mirror that `seed`/`apply` produced continues where they ended (issue 9, item 6).
+//! A tail started on a mirror that `seed`/`apply` produced continues where they ended (the hand-over).
 //!
 //! A live Kafka 4.4 broker with small segments: partition 0 rolls several times, partition 1 stays in its first
 //! segment. `segmirror seed` ships both into a local folder store while the broker runs (each active segment as an

@@ -1,4 +1,4 @@
-//! Continuous replication with real processes killed mid-stream (issue 9, first "Done when" bullet): a single
+//! Continuous replication with real processes killed mid-stream (shipper, applier, link; each resumes): a single
 //! Kafka 4.4 broker with small segments, one topic whose `retention.bytes` makes the broker delete segments (and, in
 //! the compacted variant below, one whose cleaner compacts them: `cleanup.policy=compact`, keys overwritten many times)
 //! while they are produced to (idempotent producers, and a transactional one that commits and aborts), is tailed by

@@ -1,4 +1,4 @@
-//! Source truncation by a real unclean leader election (issue 10 item 2), in `--upto log-end` mode.
+//! Source truncation by a real unclean leader election, in `--upto log-end` mode.
 //!
 //! A 3-broker KRaft cluster (`unclean.leader.election.enable=true`); the topic's one partition is replicated on
 //! brokers A=1 and B=2 only, with `min.insync.replicas=1` (broker 3 is a bystander; the cluster's controller is a
@@ -8,7 +8,7 @@
 //!
 //! Segments are small ([`SEGMENT_BYTES`]): P fills most of the first one and X crosses A's first roll, so the
 //! truncation reaches *below the last roll*: Kafka's `truncateTo` deletes A's second segment and makes the first one
-//! active again, and the mirror must do the same with a segment it had sealed (issue 10 item 2's hard case).
+//! active again, and the mirror must do the same with a segment it had sealed (a cut below the last roll).
 //!
 //! 1. `P` records with `acks=all`: A and B hold them.
 //! 2. B is killed; the ISR shrinks to {A}; `X` records with `acks=1` go to A only (its first segment rolls among

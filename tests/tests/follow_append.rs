@@ -1,4 +1,4 @@
-//! Follow mode's in-place append (issue 10, item 3): a follower installs each grown version of the active segment
+//! Follow mode's in-place append: a follower installs each grown version of the active segment
 //! the continuous shipper's rounds commit by appending the new chunks to the installed `.log` — the same file
 //! (inode), no staged copy of the prefix, the prefix read back only once per follower — after every check, and
 //! the mirror is the one a staged install of the same bucket gives, byte for byte. A hostile chunk or a lying

@@ -1,5 +1,5 @@
 //! The `ListOffsets` high-watermark source (`segmirror ship --source-bootstrap`) against a real Kafka 4.4 broker
-//! (issue 9, item 3).
+//! (`--upto high-watermark` with `--source-bootstrap`).
 //!
 //! [`list_offsets_follows_the_real_high_watermark_ahead_of_the_checkpoint_and_survives_a_broker_restart`]: records
 //! are produced (acks=all) to two partitions; the source's answer for each is compared with the broker's own high

@@ -1,4 +1,5 @@
-//! `segment-format` against a real Kafka broker, in both directions (issue 3, parts 5 and 6).
+//! `segment-format` against a real Kafka broker, in both directions: segmirror reads what Kafka wrote, and Kafka
+//! reads what segmirror wrote.
 //!
 //! 1. **Real broker → our reader.** A stock Kafka 4.x fills one topic per on-disk shape (every codec, broker-side
 //!    recompression, idempotent and transactional producers with aborts, a compacted log with `.deleted` files,

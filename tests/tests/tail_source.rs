@@ -1,4 +1,5 @@
-//! The source side of tail mode against a real Kafka 4.4 broker (issue 9, items 1 and 3, the reading half of 2).
+//! The source side of tail mode against a real Kafka 4.4 broker: discovery, reading the tail, the watcher and the
+//! high watermarks.
 //!
 //! [`the_watcher_and_the_incremental_reader_follow_a_rolling_partition_exactly_once`]: a topic with 64 KiB segments
 //! and size-based retention is produced to by a Python producer in many flushed steps while the test follows its

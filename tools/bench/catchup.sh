@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Benchmark of issue 4: catch-up of a generated topic, log dir -> local-folder store -> mirror
+# Benchmark: catch-up of a generated topic, log dir -> local-folder store -> mirror
 # (`segmirror seed && segmirror apply && sync`), against `cp -r` of the same partition dirs into a folder and on
 # into a second folder, then `sync`, in the same run. Both sides write the data twice and end with a `sync`, so
 # both are measured to the same point: every byte on disk. segmirror additionally checks every batch CRC on both
 # sides, computes SHA-256 and CRC-32C of every object and verifies them on download, and fsyncs what it installs.
 #
 # After each segmirror measurement a rerun of `seed` with nothing new is timed as well (outside the catch-up time):
-# with `--memory` (a binary that has it) the rerun reads no segment (issue 12).
+# with `--memory` (a binary that has it) the rerun reads no segment.
 #
-# With --small-batches (issue 12, item 2: many small partitions) the topic is written in one-record batches of ~930
+# With --small-batches (many small partitions) the topic is written in one-record batches of ~930
 # bytes (`generate --records-per-batch 1 --value-bytes 860`), and `segmirror verify` of the source log dir is timed
 # as well against `cat` of the same files (every file of the partition dirs, what verify reads), both from a warm
 # page cache, interleaved, so that the comparison is of CPU work: e.g. `tools/bench/catchup.sh 512MiB 200
 # --small-batches`. `verify` of the partition dirs named one by one (verified one after the other, as every log dir
-# was before issue 12) is timed beside it.
+# was before `verify` ran partitions side by side) is timed beside it.
 #
-# Promote phase (issue 12; PROMOTE=0 skips it): after the catch-up runs, the mirror of the last run is promoted
+# Promote phase (PROMOTE=0 skips it): after the catch-up runs, the mirror of the last run is promoted
 # (`segmirror promote --force`) into a fresh copy of a broker-shaped target log dir (generated once: topic `bulk`
 # with as many partitions, leader epoch $PROMOTE_EPOCH, default 3, so that every batch (the source's are epoch 0) is
 # restamped, as a source's higher epochs are; PROMOTE_EPOCH=0 promotes into the source's epoch: nothing to restamp,
@@ -23,7 +23,7 @@
 # `sync` in the same run, each from a cold page cache (the catalog is restored from a copy taken after apply before each run). PROMOTE_COMPARE=path also times
 # that binary's promote (e.g. a build of main) interleaved with the others; PROMOTE_PARALLEL=N passes --parallel N
 # (to binaries that have it). PROMOTE_HANDOVER=copy|rename|auto passes --handover to $SEGMIRROR's promote and to
-# PROMOTE_COMPARE's if it has the flag (issue 11 item 5); with rename or auto the mirror is restored from a copy kept
+# PROMOTE_COMPARE's if it has the flag; with rename or auto the mirror is restored from a copy kept
 # beside it before each run (untimed, then the page cache is dropped as for the others), since a handover takes the
 # mirror's files. CATCHUP=0 skips the catch-up measurements (one untimed seed + apply makes the mirror).
 #
@@ -171,7 +171,8 @@ if [ -n "$SMALL" ]; then
         timed CAT /dev/null sh -c 'cat "$@" > /dev/null' cat "${FILES[@]}"
         wait_idle
         timed VERIFY "$WORK/verify.out" "$BIN" verify "$SRC"
-        # The partition dirs named one by one are verified one after the other (the path before issue 12 item 2).
+        # The partition dirs named one by one are verified one after the other (the path before `verify` ran
+        # partitions side by side).
         timed VERIFY_ONE /dev/null "$BIN" verify "${PARTS[@]}"
     done
 fi

@@ -7,8 +7,8 @@
 #     byte of the source's; CPU s of both processes;
 #   - the disk's ceiling for the same bytes: `cp -r` of the topic's partition dirs + `sync`, and
 #     `dd if=/dev/zero bs=1M conv=fsync` of as many bytes (one file).
-# Prints a table (MiB/s, ratio to cp + sync, CPU s) and the command that reproduces it. Why: issue 10's throughput
-# target needs the direct path near the disk's speed; this shows how near, in one run (the machine is shared).
+# Prints a table (MiB/s, ratio to cp + sync, CPU s) and the command that reproduces it. Why: the MirrorMaker 2
+# throughput target needs the direct path near the disk's speed; this shows how near, in one run (shared machine).
 #
 # Usage: BINS="before=/path/a after=/path/b" SIZE_GIB=2 PARTITIONS=4 ROUNDS=2 tools/bench/direct_ab.sh
 # Not a test: scripts/test-all.sh does not run it.

@@ -4,7 +4,7 @@
 # `apply --listen` over loopback mutual TLS, `--upto high-watermark --source-bootstrap`) with each process under
 # `perf record` (user and kernel time of that process only: perf_event_paranoid 2 is enough). Prints, per binary
 # and side, the CPU seconds and per GiB, and the hottest symbols (flat: release builds have no frame pointers).
-# Why: issue 10 needs the CPU per GiB of the direct path cut; this says which functions to cut, and the A/B of
+# Why: the direct path's CPU per GiB is what limits it; this says which functions to cut, and the A/B of
 # direct_ab.sh says by how much they were cut.
 #
 # Usage: BINS="before=/path/a after=/path/b" SIZE_GIB=1 PARTITIONS=4 tools/bench/direct_profile.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of issue 11 item 5: the RTO of `segmirror failover` against the size of the mirror. For each SIZE, a
+# Benchmark: the RTO of `segmirror failover` against the size of the mirror. For each SIZE, a
 # generated topic (`bulk`, PARTITIONS partitions, as catchup.sh generates it) is seeded into a local folder store and
 # applied into a mirror (untimed), with the link's metadata read from a real target broker (Kafka 4.4) on which the
 # topic exists; then `segmirror failover --link bench --now --handover auto` runs against that broker, with hooks
@@ -8,7 +8,7 @@
 # check, broker stop, install (handover by rename: mirror and log dir share a file system here), broker start (it
 # loads the installed partitions), offsets step. The failover's own step times are printed from its report.
 #
-# Done-when (issue 11): RTO(4 GiB) / RTO(40 MiB) < 2 on one file system.
+# Target: RTO(4 GiB) / RTO(40 MiB) < 2 on one file system.
 #
 # Usage: tools/bench/failover.sh                                 (SIZES="40MiB 4GiB", PARTITIONS=4, RUNS=1)
 #   SEGMIRROR=path/to/segmirror (default target/release/segmirror, built if absent), KAFKA_HOME (default

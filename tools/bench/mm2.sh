@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of issue 10, item 4: Apache MirrorMaker 2 and segmirror side by side, in one run, on one machine, from
+# Benchmark: Apache MirrorMaker 2 and segmirror side by side, in one run, on one machine, from
 # one source broker. Two single-node KRaft brokers (the harness's Kafka jars): the source, and MirrorMaker 2's target.
 # MirrorMaker 2 (connect-mirror, fetched from Maven Central with tools/bench/mm2/pom.xml into .cache/, reused by
 # later runs) runs as its dedicated driver (org.apache.kafka.connect.mirror.MirrorMaker, one JVM) with the identity

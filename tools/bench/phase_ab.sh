@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interleaved A/B of one catch-up phase between segmirror binaries (issue 12): the same work, the binaries taking
+# Interleaved A/B of one catch-up phase between segmirror binaries: the same work, the binaries taking
 # turns round after round, so that the machine's drift (shared host, page cache, the file system's recently freed
 # inodes) falls on all of them alike. Prints, per binary, the median wall and CPU seconds and every run.
 #

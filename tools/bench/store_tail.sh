@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Benchmark of issue 10, item 3: object-store tail latency. A real single-node KRaft source broker (the harness's
-# Kafka jars), `segmirror ship --store URL --upto log-end --upload-interval-ms 500` uploading tail chunks and
-# `segmirror apply --store URL --follow` installing them into a mirror, both as processes; a producer at a fixed
-# rate of 1 KiB records (Kafka's ProducerPerformance, acks=all, linger.ms=0) to a fresh one-partition topic per
-# measurement. Two stores: a local folder and the S3-compatible server moto (loopback HTTP).
+# Benchmark: object-store tail latency (`ship --store`, `apply --follow`). A real single-node KRaft source broker (the
+# harness's Kafka jars), `segmirror ship --store URL --upto log-end --upload-interval-ms 500` uploading tail chunks and
+# `segmirror apply --store URL --follow` installing them into a mirror, both as processes; a producer at a fixed rate of
+# 1 KiB records (Kafka's ProducerPerformance, acks=all, linger.ms=0) to a fresh one-partition topic per measurement. Two
+# stores: a local folder and the S3-compatible server moto (loopback HTTP).
 #
 # Latency: from a batch appended to the source's active .log to the mirror's copy of that segment reaching that size
 # (tools/bench/tail_sampler.py, polling both sizes every 1 ms): send -> on the source's disk is not included (acks=all

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of issue 9: tail-mode replication latency over loopback mutual TLS. A real single-node KRaft source
+# Benchmark: direct tail replication latency over loopback mutual TLS. A real single-node KRaft source
 # broker (the harness's Kafka jars), `segmirror ship --connect` (push mode) tailing its log dir and
 # `segmirror tail-apply --listen` appending to a mirror, both as processes; a producer at a fixed rate of 1 KiB
 # records (Kafka's ProducerPerformance, acks=all, linger.ms=0) to a fresh one-partition topic per measurement.

@@ -20,8 +20,7 @@
 //! Write-back of each chunk is started (`sync_file_range`) once every header in it is patched — up to the page of
 //! the first frame not yet patched, so no page is written back and dirtied again — and the file is fsynced once.
 //! The mirror's pages are dropped from the page cache chunk by chunk as they are copied: they are read once, and
-//! the copy's writes then reuse them hot instead of taking fresh pages (ARCHITECTURE.md, "Pages read once leave the
-//! page cache").
+//! the copy's writes then reuse them hot instead of taking fresh pages (docs/decisions/0044-drop-read-pages.md).
 //!
 //! A file system without `copy_file_range` between these two files (EXDEV, ENOSYS, EINVAL, EOPNOTSUPP on the
 //! first call) gets the buffered one-pass copy (`restamp::copy_log_restamping_buffered`), which writes the same

@@ -23,8 +23,8 @@
 //!   ([`crate::source::incremental::ActiveTail`]) between rounds, so a round reads, checks, hashes and indexes only
 //!   the bytes appended since the last one and commits the version a one-shot seed would; the state is rebuilt from
 //!   the bucket once (first round, restart, or anything it cannot continue). What a round still writes in
-//!   proportion to the segment is the version's rebuilt offset/time index (~0.5% of it); see ARCHITECTURE.md "Tail
-//!   through a bucket" for the latency model.
+//!   proportion to the segment is the version's rebuilt offset/time index (~0.5% of it); see
+//!   docs/decisions/0019-bucket-follow-rounds.md for the latency model.
 //!
 //! Bounds: the bucket tail ships every complete, CRC-valid batch (`--upto log-end`); the high-watermark bound of the
 //! direct tail is not applied by seed's active-segment preparation yet, so the command line refuses it for
@@ -43,7 +43,7 @@ use crate::link_meta::{MetaConfig, MetaPublisher, MetaReader, Published};
 use crate::source::watch::{watch, PartitionId, WatchConfig, WatchEvent};
 use segmirror_transport::Transport;
 
-/// Default time between upload rounds (500 ms): the issue's target is an object-store tail p99 of 2 s from send to
+/// Default time between upload rounds (500 ms): the target is an object-store tail p99 of 2 s from send to
 /// the mirror, and a record waits at most one interval before its round starts, plus the round (a few requests) and
 /// the applier's poll; fewer rounds mean fewer PUTs (each round of a grown partition is one chunk object and one
 /// manifest: at 500 ms, ~14k requests per partition a day at the most).

@@ -4,7 +4,7 @@
 //! the pages the check brought in). Afterwards those pages are of no use to the broker: left cached, they push out
 //! what its consumers read (the active segment and the recent ones), and on a VM whose free memory goes back to
 //! the host (virtio-balloon free page reporting, the norm in clouds) every page the seed takes next is a fresh one,
-//! which costs a fault in the host (ARCHITECTURE.md, "Written bytes leave the page cache once they are durable").
+//! which costs a fault in the host (docs/decisions/0042-drop-written-pages.md).
 //! So before reading a segment's `.log` the seed notes which of its pages are not cached
 //! ([`CacheFootprint::before_reading`]), and once the segment is shipped it drops those alone
 //! ([`CacheFootprint::release`]): the broker's own cached pages stay where they were. Both are hints: a failure

@@ -54,7 +54,7 @@ use state::{Dirty, State};
 /// How long the watcher gathers notifications before a pass (20 ms): long
 /// enough that a burst of appends (a broker under load appends every few
 /// hundred microseconds) is one pass and one event per partition, short next
-/// to the latency target (p99 50 ms from append to durable on the
+/// to the direct tail's latency target (p99 50 ms from append to durable on the
 /// mirror).
 pub const COALESCE_TICK: Duration = Duration::from_millis(20);
 
