@@ -38,7 +38,7 @@ const VALUE_BYTES: usize = 300;
 /// Producer rounds before the second applier is stopped, and at least after it was restarted.
 const ROUNDS_BEFORE_STOP: usize = 2;
 const ROUNDS_AFTER_RESTART: usize = 2;
-/// The "stopped for a minute", through the real S3-compatible server.
+/// A follower stopped for a whole minute, through the real S3-compatible server.
 const S3_STOPPED_FOR: Duration = Duration::from_secs(60);
 /// The local-folder variant stops the applier only while the producers run a round or two.
 const LOCAL_STOPPED_FOR: Duration = Duration::from_secs(3);

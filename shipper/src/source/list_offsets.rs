@@ -27,7 +27,7 @@
 //! its last known high watermark. A partition never answered has none:
 //! [`Bound::Unknown`](super::bound_hw::Bound::Unknown), nothing of it ships.
 //!
-//! Limitations (this single-broker source): only the bootstrap broker
+//! Limitations (one source broker per shipper): only the bootstrap broker
 //! is asked, over a PLAINTEXT listener. A partition it does not lead answers
 //! `NOT_LEADER_OR_FOLLOWER` and keeps its last known (or no) bound; routing by
 //! `Metadata` to each partition's leader, and TLS/SASL listeners, are for the
