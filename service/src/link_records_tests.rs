@@ -18,7 +18,10 @@ fn new_link(name: &str, transport: Transport, address: &str) -> NewLink {
 fn only_a_creation_may_create_the_catalog() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("catalog.sqlite");
-    let e = open(&path, false).err().expect("refused").to_string();
+    let Err(e) = open(&path, false) else {
+        panic!("a missing catalog is refused")
+    };
+    let e = e.to_string();
     assert!(e.contains("does not exist"), "{e}");
     assert!(!path.exists());
     open(&path, true).unwrap();
