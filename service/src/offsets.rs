@@ -176,3 +176,7 @@ pub fn commit(
         anyhow::Ok(commit_planned(&mut admin, planned, dry_run).await)
     })?
 }
+
+#[cfg(test)]
+#[path = "offsets_tests.rs"]
+mod tests;

@@ -257,3 +257,7 @@ pub fn bucket_lags(s3: &S3Options, prefix: &str, status: &Status, runtime: &Runt
     }
     out
 }
+
+#[cfg(test)]
+#[path = "status_tests.rs"]
+mod tests;

@@ -74,3 +74,7 @@ pub fn sync(
         })?
         .map_err(Into::into)
 }
+
+#[cfg(test)]
+#[path = "topics_tests.rs"]
+mod tests;

@@ -1,0 +1,77 @@
+use segment_format::failover_source::GroupOffset;
+use segmirror_catalog::{Catalog, LinkSpec};
+
+use super::*;
+
+fn offset(group: &str, topic: &str, offset: i64) -> GroupOffset {
+    GroupOffset {
+        group: group.into(),
+        topic: topic.into(),
+        partition: 0,
+        offset,
+        leader_epoch: None,
+        metadata: String::new(),
+        commit_timestamp: 0,
+    }
+}
+
+#[test]
+fn a_selection_matches_whole_names_and_names_its_bad_flag() {
+    let s = Selection::new(Some("app-.*"), Some("orders|payments")).unwrap();
+    assert!(s.keeps_group("app-1") && !s.keeps_group("my-app-1"));
+    assert!(s.keeps_topic("orders") && !s.keeps_topic("orders-dlq"));
+    let all = Selection::new(None, None).unwrap();
+    assert!(all.keeps_group("anything") && all.keeps_topic("anything"));
+    let e = Selection::new(Some("("), None).unwrap_err();
+    assert_eq!(e.to_string(), "--groups is not a valid regular expression");
+    let e = Selection::new(None, Some("[")).unwrap_err();
+    assert_eq!(e.to_string(), "--topics is not a valid regular expression");
+}
+
+#[test]
+fn commit_inputs_keep_the_selected_offsets_of_a_link() {
+    let installed = tempfile::tempdir().unwrap();
+    let shipped = vec![
+        offset("app", "orders", 5),
+        offset("app", "logs", 7),
+        offset("batch", "orders", 9),
+    ];
+    let selection = Selection::new(Some("app"), None).unwrap();
+    let (offsets, ends) = read_commit_inputs(&CommitSource::Link(shipped), installed.path(), &selection).unwrap();
+    let kept: Vec<(&str, &str, i64)> = offsets
+        .iter()
+        .map(|o| (o.group.as_str(), o.topic.as_str(), o.offset))
+        .collect();
+    assert_eq!(kept, [("app", "orders", 5), ("app", "logs", 7)]);
+    assert!(ends.is_empty(), "nothing installed: {ends:?}");
+}
+
+#[test]
+fn a_missing_installed_dir_or_file_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = Selection::default();
+    let gone = dir.path().join("gone");
+    assert!(read_commit_inputs(&CommitSource::Link(Vec::new()), &gone, &all).is_err());
+    assert!(read_commit_inputs(&CommitSource::File(&gone), dir.path(), &all).is_err());
+}
+
+#[test]
+fn a_link_without_recorded_metadata_has_no_offsets_to_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut catalog = Catalog::open(dir.path().join("catalog.sqlite")).unwrap();
+    catalog
+        .create_link(&LinkSpec {
+            name: "east".into(),
+            store_url: "file:///b".into(),
+            topics_regex: ".*".into(),
+            groups_regex: Some(".*".into()),
+        })
+        .unwrap();
+    let e = shipped_offsets(&catalog, "east").unwrap_err();
+    assert!(
+        e.to_string().starts_with("no metadata of link east recorded yet"),
+        "{e}"
+    );
+    let (rows, recorded) = link_offsets(&catalog, None, "east", &Selection::default()).unwrap();
+    assert!(rows.is_empty() && recorded.is_none());
+}
