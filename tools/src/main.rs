@@ -74,12 +74,12 @@ enum Command {
     Ship(cmd::ship::Args),
     /// Receive what a `segmirror ship` streams and append it to a mirror root byte for byte, until SIGTERM/SIGINT.
     /// What `segmirror apply --listen|--connect` runs; kept under this name for scripts that use it.
-    #[command(hide = true)]
-    TailApply(cmd::tail_apply::Args),
+    #[command(name = "tail-apply", hide = true)]
+    ApplyDirect(cmd::apply_direct::Args),
     /// Ship Kafka log dirs to an object store continuously, until SIGTERM/SIGINT. What `segmirror ship --store URL`
     /// runs (its flags are listed under `segmirror ship --help`).
-    #[command(hide = true)]
-    StoreShip(cmd::store_ship::Args),
+    #[command(name = "store-ship", hide = true)]
+    ShipBucket(cmd::ship_bucket::Args),
 }
 
 /// Why a command line was not parsed: its config file (one line, exit 2), or clap's own error (printed as clap
@@ -112,11 +112,11 @@ fn parse(args: Vec<OsString>) -> Result<Cli, ParseError> {
         )));
     };
     let command = match mode {
-        Mode::TailApply => {
-            <cmd::tail_apply::Args as clap::FromArgMatches>::from_arg_matches(sub).map(Command::TailApply)
+        Mode::ApplyDirect => {
+            <cmd::apply_direct::Args as clap::FromArgMatches>::from_arg_matches(sub).map(Command::ApplyDirect)
         }
-        Mode::StoreShip => {
-            <cmd::store_ship::Args as clap::FromArgMatches>::from_arg_matches(sub).map(Command::StoreShip)
+        Mode::ShipBucket => {
+            <cmd::ship_bucket::Args as clap::FromArgMatches>::from_arg_matches(sub).map(Command::ShipBucket)
         }
     }
     .map_err(ParseError::Clap)?;
@@ -156,8 +156,8 @@ fn main() -> ExitCode {
         Command::Offsets(args) => cmd::offsets::run(args, &runtime),
         Command::Topics(args) => cmd::topics::run(args, &runtime),
         Command::Ship(args) => end_on_closed("ship", cmd::ship::run(args, &runtime)),
-        Command::TailApply(args) => end_on_closed("tail-apply", cmd::tail_apply::run(args, &runtime)),
-        Command::StoreShip(args) => end_on_closed("ship", cmd::store_ship::run(args, &runtime)),
+        Command::ApplyDirect(args) => end_on_closed("tail-apply", cmd::apply_direct::run(args, &runtime)),
+        Command::ShipBucket(args) => end_on_closed("ship", cmd::ship_bucket::run(args, &runtime)),
     };
     match result {
         Ok(code) => code,
@@ -192,7 +192,7 @@ mod tests {
             };
             assert_eq!(cli.log_format, LogFormat::Json, "{file}: log-format read");
             match (command, cli.command) {
-                ("ship", Command::Ship(_)) | ("apply", Command::TailApply(_)) => {}
+                ("ship", Command::Ship(_)) | ("apply", Command::ApplyDirect(_)) => {}
                 (c, _) => panic!("{file}: `{c}` parsed as another command"),
             }
         }

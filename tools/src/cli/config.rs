@@ -241,22 +241,22 @@ fn with_other_mode(mut cmd: clap::Command, other: &clap::Command, mode: TwoModes
         })
 }
 
-/// A command line's hidden command, run under the name typed: the tail applier for `apply --listen|--connect` (or
+/// A command line's hidden command, run under the name typed: the direct applier for `apply --listen|--connect` (or
 /// `apply --config` with a file holding `listen` or `connect`), the bucket's shipper for `ship --store`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// `apply` run by `tail-apply`'s definition.
-    TailApply,
-    /// `ship` run by `store-ship`'s definition.
-    StoreShip,
+    /// `apply` run by the direct applier's definition (the hidden `tail-apply`).
+    ApplyDirect,
+    /// `ship` run by the bucket shipper's definition (the hidden `store-ship`).
+    ShipBucket,
 }
 
 impl Mode {
     /// The command typed.
     pub fn typed(self) -> &'static str {
         match self {
-            Mode::TailApply => "apply",
-            Mode::StoreShip => "ship",
+            Mode::ApplyDirect => "apply",
+            Mode::ShipBucket => "ship",
         }
     }
 
@@ -265,8 +265,8 @@ impl Mode {
     /// typed.
     pub fn command(self, root: clap::Command) -> clap::Command {
         let hidden = match self {
-            Mode::TailApply => "tail-apply",
-            Mode::StoreShip => "store-ship",
+            Mode::ApplyDirect => "tail-apply",
+            Mode::ShipBucket => "store-ship",
         };
         let Some(runs) = root.find_subcommand(hidden).cloned() else {
             return root;
@@ -311,13 +311,13 @@ pub fn expand(root: &clap::Command, args: Vec<OsString>) -> anyhow::Result<Route
     let given = given_to(cmd, sub);
     let config = sub.try_get_one::<PathBuf>("config").ok().flatten().cloned();
     if name == "ship" && given.contains("store") {
-        // The continuous shipper through a bucket: a command of its own (`cmd::store_ship`), flags only.
+        // The continuous shipper through a bucket: a command of its own (`cmd::ship_bucket`), flags only.
         if config.is_some() {
             bail!("ship --store takes flags only; --config is for the direct link's ship");
         }
         return Ok(Routed {
             args,
-            mode: Some(Mode::StoreShip),
+            mode: Some(Mode::ShipBucket),
         });
     }
     let table = match &config {
@@ -344,7 +344,7 @@ pub fn expand(root: &clap::Command, args: Vec<OsString>) -> anyhow::Result<Route
                     BATCH_APPLY_FLAGS.iter().map(|f| format!("--{f}")).collect::<Vec<_>>().join(", ")
                 );
             }
-            (vec![LINK_KEYS, TAIL_APPLY_KEYS], Some(Mode::TailApply))
+            (vec![LINK_KEYS, TAIL_APPLY_KEYS], Some(Mode::ApplyDirect))
         }
         _ => return unrouted(args),
     };
@@ -464,11 +464,11 @@ mod tests {
         let out = expand(args.clone()).unwrap();
         assert_eq!(
             (out.args, out.mode),
-            (args, Some(Mode::TailApply)),
+            (args, Some(Mode::ApplyDirect)),
             "the command line is left as typed"
         );
         let out = expand(os(&["segmirror", "--log-format", "json", "apply", "--connect=h:1"])).unwrap();
-        assert_eq!(out.mode, Some(Mode::TailApply));
+        assert_eq!(out.mode, Some(Mode::ApplyDirect));
         // The store apply is left alone, and so is a request for help.
         let plain = os(&["segmirror", "apply", "--store", "file:///s", "--mirror", "m"]);
         let out = expand(plain.clone()).unwrap();
@@ -483,9 +483,9 @@ mod tests {
     #[test]
     fn ship_with_a_store_is_the_store_shipper_and_takes_no_config_file() {
         let out = expand(os(&["segmirror", "ship", "--store", "s3://b", "--log-dir", "k"])).unwrap();
-        assert_eq!(out.mode, Some(Mode::StoreShip));
+        assert_eq!(out.mode, Some(Mode::ShipBucket));
         let out = expand(os(&["segmirror", "ship", "--store=/b"])).unwrap();
-        assert_eq!(out.mode, Some(Mode::StoreShip));
+        assert_eq!(out.mode, Some(Mode::ShipBucket));
         let err = expand(os(&["segmirror", "ship", "--store", "/b", "--config", "x.toml"])).unwrap_err();
         assert!(err.to_string().contains("flags only"), "{err}");
         // Without --store, ship is the direct link's.

@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod config;
+pub mod direct_lag;
 pub mod link;
 pub mod logging;
 pub mod metrics;
@@ -16,7 +17,6 @@ pub mod progress;
 pub mod report;
 pub mod store;
 pub mod table;
-pub mod tail_lag;
 pub mod target_report;
 
 pub use segmirror_service::runtime;

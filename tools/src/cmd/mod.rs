@@ -1,4 +1,5 @@
 pub mod apply;
+pub mod apply_direct;
 pub mod demo;
 pub mod failover;
 pub mod generate;
@@ -7,9 +8,8 @@ pub mod offsets;
 pub mod promote;
 pub mod seed;
 pub mod ship;
+pub mod ship_bucket;
 pub mod status;
-pub mod store_ship;
-pub mod tail_apply;
 pub mod topics;
 pub mod verify;
 

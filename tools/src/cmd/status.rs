@@ -26,9 +26,9 @@ use segmirror_catalog::{Event, Status};
 use segmirror_service::status::{self as figures, bucket_lags, status_doc, BucketLink, StatusDoc};
 
 use crate::cli::catalog::CATALOG_HELP;
+use crate::cli::direct_lag as status_tail;
 use crate::cli::runtime::Runtime;
 use crate::cli::store::S3Args;
-use crate::cli::tail_lag as status_tail;
 
 /// How `status` finds catalogs, shown under its `--help`.
 const STATUS_HELP: &str = "\
@@ -38,7 +38,7 @@ header. With --json and several catalogs the output is a JSON array of documents
 document.";
 
 #[derive(clap::Args)]
-#[command(after_help = format!("{STATUS_HELP}\n\n{}\n\n{CATALOG_HELP}", crate::cli::tail_lag::TAIL_LAG_HELP))]
+#[command(after_help = format!("{STATUS_HELP}\n\n{}\n\n{CATALOG_HELP}", crate::cli::direct_lag::TAIL_LAG_HELP))]
 pub struct Args {
     /// The catalog to read. See below for the default.
     #[arg(long, value_name = "PATH", conflicts_with = "mirror")]
