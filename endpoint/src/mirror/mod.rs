@@ -1,0 +1,2 @@
+//! The replica over a mirror root (placeholder).
+pub mod segments;

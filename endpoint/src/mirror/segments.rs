@@ -1,0 +1,1 @@
+//! Reading a mirror partition directory (placeholder).
