@@ -45,6 +45,7 @@ mod path;
 mod replicas;
 mod schema;
 mod segment;
+mod served_offsets;
 mod status;
 mod truncation;
 
@@ -73,6 +74,7 @@ pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
 /// transaction of the other process.
 const OPEN_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 pub use segment::{InstallOutcome, InstallReceipt, PendingOutcome, SegmentRecord, SegmentState, SegmentVersion};
+pub use served_offsets::ServedOffset;
 pub use status::{LinkStatus, PartitionStatus, Status};
 pub use truncation::{TruncationKind, TruncationRecord};
 

@@ -199,6 +199,22 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN source_cluster_id TEXT;
     ALTER TABLE mirror_partitions ADD COLUMN pending_lineage TEXT;
     "#,
+    // 10: offsets that consumer groups committed through the read-only endpoint (`segmirror serve`), kept
+    // apart from the source's (`link_offsets`, replaced by each metadata version): a commit replaces only the
+    // partitions it names, and failover commits them on the target cluster (`served_offsets`).
+    r#"
+    CREATE TABLE served_offsets (
+        link             TEXT NOT NULL REFERENCES links (name),
+        group_id         TEXT NOT NULL CHECK (length(group_id) > 0),
+        topic            TEXT NOT NULL CHECK (length(topic) > 0),
+        partition        INTEGER NOT NULL CHECK (partition >= 0),
+        committed_offset INTEGER NOT NULL CHECK (committed_offset >= 0),
+        leader_epoch     INTEGER,
+        metadata         TEXT NOT NULL,
+        committed_at_ms  INTEGER NOT NULL,
+        PRIMARY KEY (link, group_id, topic, partition)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this code writes and understands.
@@ -300,6 +316,7 @@ mod tests {
                 "mirror_root",
                 "promoted_replicas",
                 "segments",
+                "served_offsets",
                 "truncations"
             ]
         );
