@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::figures::LinkMeter;
+use crate::admin_port::figures::LinkMeter;
 
 /// Link events buffered for the logger (64): events are a few per reconnect, and the link drops one rather than
 /// block when the logger lags.

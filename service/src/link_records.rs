@@ -1,6 +1,6 @@
 //! The lifecycle of a link's record in a catalog, as the operator drives it: create, alter, pause, resume, promote,
 //! delete, reset a partition, describe. `segmirror link` parses and prints around these functions; the admin HTTP
-//! API (`crate::serve::admin`) pauses, resumes and sets the topics regex through the same ones.
+//! API (`crate::admin_port::admin`) pauses, resumes and sets the topics regex through the same ones.
 //!
 //! Why here: the two front ends change the same records, and a rule written twice drifts (a regex one accepts and
 //! the shipper refuses, a transition one allows and the other does not). The transitions themselves are

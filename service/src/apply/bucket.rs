@@ -24,9 +24,9 @@ use crate::bucket_ends::CachedEnds;
 use crate::catalog::open_mirror_catalog;
 use crate::link_gate::{ClosedLink, Side};
 use crate::runtime::Runtime;
-use crate::serve::admin::CatalogAdmin;
-use crate::serve::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
-use crate::serve::{self, App};
+use crate::admin_port::admin::CatalogAdmin;
+use crate::admin_port::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
+use crate::admin_port::{self, App};
 
 /// What a bucket applier needs to know (the command line's `segmirror apply` store flags).
 #[derive(Debug, Clone)]
@@ -182,7 +182,7 @@ async fn start_metrics(
         snapshot: Arc::new(snapshot),
         admin: Arc::new(admin),
     };
-    serve::start(addr, app, shutdown).await?;
+    admin_port::start(addr, app, shutdown).await?;
     Ok(())
 }
 

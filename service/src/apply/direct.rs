@@ -34,9 +34,9 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::open_mirror_catalog;
 use crate::link::{link_config, EndpointConfig};
 use crate::link_gate::{refuse_closed, run_cluster_gated, run_link_gated, LinkRecord, OnLink, Side};
-use crate::serve::admin::CatalogAdmin;
-use crate::serve::figures::{applier_rows, ApplierMeter, LinkMeter, Snapshot};
-use crate::serve::{self, App};
+use crate::admin_port::admin::CatalogAdmin;
+use crate::admin_port::figures::{applier_rows, ApplierMeter, LinkMeter, Snapshot};
+use crate::admin_port::{self, App};
 pub use crate::ship::SourceNodes;
 
 /// What a direct applier needs to know (the command line's `segmirror apply --listen|--connect` flags).
@@ -206,7 +206,7 @@ async fn start_metrics(
         snapshot: Arc::new(snapshot),
         admin: Arc::new(admin),
     };
-    serve::start(addr, app, shutdown).await?;
+    admin_port::start(addr, app, shutdown).await?;
     Ok(())
 }
 

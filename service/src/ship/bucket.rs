@@ -31,9 +31,9 @@ use crate::link_gate::{
     claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side,
 };
 use crate::runtime::Runtime;
-use crate::serve::admin::ShipperAdmin;
-use crate::serve::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
-use crate::serve::{self, App};
+use crate::admin_port::admin::ShipperAdmin;
+use crate::admin_port::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
+use crate::admin_port::{self, App};
 
 /// What a bucket shipper needs to know (the command line's `segmirror ship --store` flags).
 #[derive(Debug, Clone)]
@@ -313,6 +313,6 @@ async fn start_metrics(
         snapshot: Arc::new(snapshot),
         admin: Arc::new(admin),
     };
-    serve::start(addr, app, shutdown).await?;
+    admin_port::start(addr, app, shutdown).await?;
     Ok(())
 }

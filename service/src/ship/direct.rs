@@ -40,9 +40,9 @@ use tokio_util::sync::CancellationToken;
 use crate::link::{link_config, EndpointConfig};
 use crate::link_gate::{run_link_gated, shipper_topics, LinkRecord, OnLink, Side};
 use crate::runtime::Runtime;
-use crate::serve::admin::{CatalogAdmin, LinkAdmin, ShipperAdmin};
-use crate::serve::figures::{LinkMeter, ShipperMeter, Snapshot};
-use crate::serve::{self, App};
+use crate::admin_port::admin::{CatalogAdmin, LinkAdmin, ShipperAdmin};
+use crate::admin_port::figures::{LinkMeter, ShipperMeter, Snapshot};
+use crate::admin_port::{self, App};
 
 /// Whether the shipper is one of several (one beside each broker of the source cluster).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -457,6 +457,6 @@ async fn start_metrics(service: &DirectShipService, addr: &str, shutdown: Cancel
         snapshot: Arc::new(snapshot),
         admin,
     };
-    serve::start(addr, app, shutdown).await?;
+    admin_port::start(addr, app, shutdown).await?;
     Ok(())
 }

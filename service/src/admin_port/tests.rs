@@ -43,7 +43,7 @@ fn the_openapi_file_lists_exactly_the_served_routes() {
     assert!(text.starts_with("openapi: 3.0"), "not an OpenAPI 3.0 document");
     let documented = openapi_operations(&text);
     let served: BTreeSet<(String, String)> = ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
-    assert_eq!(documented, served, "docs/openapi.yaml and serve::ROUTES differ");
+    assert_eq!(documented, served, "docs/openapi.yaml and admin_port::ROUTES differ");
 }
 
 #[test]
