@@ -614,3 +614,126 @@ fn corrupt_bytes_below_the_bound_are_an_error_not_a_panic() {
         .advance(&p.dir, p.batches[2].info.first_offset)
         .is_err());
 }
+
+#[test]
+fn legacy_messages_and_wrappers_are_walked_and_searched() {
+    use segment_format::batch::TimestampType;
+    use segment_format::legacy::{encode_message, encode_wrapper, LegacySpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = PartitionWriter::create(tmp.path(), "old", 0, 0, config(false)).unwrap();
+    let mut frames = vec![
+        encode_message(0, 1, 100, TimestampType::CreateTime, None, Some(b"a")),
+        encode_message(1, 1, 200, TimestampType::CreateTime, None, Some(b"b")),
+    ];
+    let inner = [(2, 300), (3, 250), (4, 400)].map(|(offset, timestamp)| LegacySpec {
+        offset,
+        timestamp,
+        key: None,
+        value: Some(vec![b'x'; 20]),
+    });
+    frames.push(encode_wrapper(
+        1,
+        Compression::Gzip,
+        TimestampType::CreateTime,
+        -1,
+        &inner,
+    ));
+    frames.push(BatchBuilder::new(5).records(records(2, 500)).build());
+    for f in &frames {
+        w.append_raw(f).unwrap();
+    }
+    let dir = w.close().unwrap().dir;
+    let all: Vec<u8> = frames.concat();
+    let read = |offset, upper, max| {
+        let mut out = Vec::new();
+        read_batches(&dir, offset, upper, max, &mut out).unwrap();
+        out
+    };
+    assert_eq!(read(0, 7, 1 << 20), all);
+    // An offset inside the wrapper returns the wrapper, whose frame offset is its last.
+    assert_eq!(read(3, 7, 1), frames[2]);
+    assert_eq!(read(3, 5, 1 << 20), frames[2]);
+    assert_eq!(read(1, 4, 1 << 20), frames[1], "the wrapper ends at 4, past the bound");
+    let by_time = |target, upper| {
+        offset_for_timestamp(&dir, target, 0, upper)
+            .unwrap()
+            .map(|f| (f.offset, f.timestamp, f.leader_epoch))
+    };
+    assert_eq!(by_time(150, 7), Some((1, 200, None)));
+    assert_eq!(by_time(260, 7), Some((2, 300, None)));
+    assert_eq!(by_time(350, 7), Some((4, 400, None)));
+    assert_eq!(by_time(450, 7), Some((5, 500, None)));
+    assert_eq!(by_time(450, 5), None);
+    let max = max_timestamp(&dir, 5).unwrap().unwrap();
+    assert_eq!((max.offset, max.timestamp), (4, 400));
+    assert_eq!(OpenTransactions::new().advance(&dir, 7).unwrap(), 7);
+}
+
+#[test]
+fn garbage_in_the_files_is_an_error_or_an_answer_never_a_panic() {
+    let p = write(config(true), 0, &mixed_ops());
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let files: Vec<PathBuf> = fs::read_dir(&p.dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut txns = OpenTransactions::new();
+    for round in 0..40 {
+        let file = &files[next() as usize % files.len()];
+        let mut bytes = fs::read(file).unwrap();
+        if bytes.is_empty() {
+            continue;
+        }
+        for _ in 0..1 + next() % 8 {
+            let at = next() as usize % bytes.len();
+            bytes[at] = next() as u8;
+        }
+        if round % 5 == 0 {
+            bytes.truncate(next() as usize % bytes.len());
+        }
+        fs::write(file, &bytes).unwrap();
+        let offset = next() as i64 % p.end;
+        let mut out = Vec::new();
+        let _ = read_batches(&p.dir, offset, p.end, 1 + next() as usize % 5000, &mut out);
+        let _ = aborted_between(&p.dir, offset, p.end);
+        let _ = offset_for_timestamp(&p.dir, 1_000 + (next() % 6_000) as i64, 0, p.end);
+        let _ = max_timestamp(&p.dir, p.end);
+        let _ = epoch_end(&p.dir, (next() % 4) as i32, p.end);
+        let _ = txns.advance(&p.dir, p.end);
+    }
+}
+
+#[test]
+fn last_stable_offset_sees_a_segment_rewritten_in_place() {
+    let p = write(config(true), 0, &mixed_ops());
+    let n = p.batches.len();
+    let (open9, last) = (&p.batches[n - 2], &p.batches[n - 1]);
+    assert_eq!(open9.info.segment_base_offset, last.info.segment_base_offset);
+    let mut txns = OpenTransactions::new();
+    assert_eq!(txns.advance(&p.dir, p.end).unwrap(), open9.info.first_offset);
+    // The source truncated and the mirror was written again, same sizes: producer 9's batch is now plain and the
+    // last one opens producer 10's transaction.
+    let plain = BatchBuilder::new(open9.info.first_offset)
+        .records(records(2, 6_000))
+        .build();
+    let txn10 = BatchBuilder::new(last.info.first_offset)
+        .producer(10, 0, 0)
+        .transactional(true)
+        .records(records(2, 6_100))
+        .build();
+    assert_eq!((plain.len(), txn10.len()), (open9.bytes.len(), last.bytes.len()));
+    let log = p.file(last.info.segment_base_offset, SegmentFileKind::Log);
+    let mut bytes = fs::read(&log).unwrap();
+    bytes[open9.info.position as usize..][..plain.len()].copy_from_slice(&plain);
+    bytes[last.info.position as usize..][..txn10.len()].copy_from_slice(&txn10);
+    let f = fs::OpenOptions::new().write(true).open(&log).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0).unwrap();
+    assert_eq!(txns.advance(&p.dir, p.end).unwrap(), last.info.first_offset);
+    assert_eq!(
+        OpenTransactions::new().advance(&p.dir, p.end).unwrap(),
+        last.info.first_offset
+    );
+}

@@ -72,6 +72,9 @@ struct Cursor {
     identity: (u64, u64),
     /// The byte after the last batch walked.
     position: u64,
+    /// The header of the last batch walked in this segment, if any: a segment truncated and written again since
+    /// has other bytes there.
+    last: Option<Header>,
 }
 
 /// Follows the open transactions of a partition to give its last stable offset, incrementally: each
@@ -147,7 +150,13 @@ impl OpenTransactions {
         let Some(seg) = Segment::open(dir, cursor.base)? else {
             return Ok(true);
         };
-        Ok(seg.identity()? == cursor.identity && seg.len >= cursor.position)
+        if seg.identity()? != cursor.identity || seg.len < cursor.position {
+            return Ok(false);
+        }
+        let Some(last) = cursor.last else {
+            return Ok(true);
+        };
+        Ok(Walker::new(&seg, last.position, i64::MAX).peek()? == Step::Batch(last))
     }
 
     /// Start from the newest usable snapshot, else from the first segment.
@@ -188,6 +197,7 @@ impl OpenTransactions {
             };
             let identity = seg.identity()?;
             let mut walker = Walker::new(&seg, position, upper);
+            let mut last = self.cursor.filter(|c| c.base == seg.base).and_then(|c| c.last);
             let segment_done = loop {
                 // The batch after one ending at `upper` is not looked at.
                 if self.next_offset.is_some_and(|next| next >= upper) {
@@ -198,6 +208,7 @@ impl OpenTransactions {
                     Step::Batch(h) => {
                         self.on_batch(&seg, &h)?;
                         self.next_offset = Some(h.next_offset());
+                        last = Some(h);
                     }
                     Step::End => break true,
                     Step::Partial => break false,
@@ -207,6 +218,7 @@ impl OpenTransactions {
                 base: seg.base,
                 identity,
                 position: walker.position(),
+                last,
             });
             if !segment_done {
                 return Ok(());
@@ -222,6 +234,7 @@ impl OpenTransactions {
                 base: next_base,
                 identity: next_seg.identity()?,
                 position: 0,
+                last: None,
             });
         }
     }

@@ -16,6 +16,7 @@ use segment_format::batch::{
 };
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::{OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
+use segment_format::legacy::RECORD_OVERHEAD_V1;
 use segment_format::open::{MAX_INDEX_FILE_BYTES, MAX_SEGMENT_BYTES};
 
 use super::{format_error, invalid};
@@ -127,6 +128,8 @@ pub(crate) struct Header {
     pub attributes: Attributes,
     pub producer_id: i64,
     pub producer_epoch: i16,
+    /// The stored CRC (v2: CRC-32C of the batch from its attributes; legacy: CRC-32 of the message).
+    pub crc: u32,
 }
 
 impl Header {
@@ -223,10 +226,11 @@ pub(crate) fn parse_header(bytes: &[u8], position: u64, path: &Path) -> io::Resu
                 attributes: Attributes(i16_at(bytes, 21)),
                 producer_id: i64_at(bytes, 43),
                 producer_epoch: i16_at(bytes, 51),
+                crc: i32_at(bytes, 17) as u32,
             }
         }
         0 | 1 => {
-            let has_timestamp = magic == 1 && size >= LEGACY_V1_HEADER as u64 + 8;
+            let has_timestamp = magic == 1 && size >= (LOG_OVERHEAD + RECORD_OVERHEAD_V1) as u64;
             if has_timestamp && bytes.len() < LEGACY_V1_HEADER {
                 return Ok(Parsed::Short {
                     needed: LEGACY_V1_HEADER,
@@ -243,6 +247,7 @@ pub(crate) fn parse_header(bytes: &[u8], position: u64, path: &Path) -> io::Resu
                 attributes: Attributes(0),
                 producer_id: NO_PRODUCER_ID,
                 producer_epoch: NO_PRODUCER_EPOCH,
+                crc: i32_at(bytes, 12) as u32,
             }
         }
         other => return Err(corrupt(format!("unknown magic {other}"))),
