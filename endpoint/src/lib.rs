@@ -26,7 +26,6 @@ pub mod mirror;
 pub mod replica;
 pub mod server;
 
-pub use replica::{
-    AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView,
-};
-pub use server::{serve, EndpointConfig};
+pub use handle::Endpoint;
+pub use replica::{AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView};
+pub use server::{serve, Limits, ServeConfig};

@@ -1,6 +1,124 @@
-//! The listener (placeholder).
-/// How the endpoint listens and what it allows.
+//! The listener: accepts clients (plaintext or TLS), reads their request frames within bounds, answers them in
+//! order, and keeps every client's cost bounded.
+//!
+//! Why the limits are here and not in the handlers: a hostile or broken client shows itself first as bytes on a
+//! socket. The frame size is checked before a byte of the body is read, a connection over the limit is closed at
+//! once, an idle one after `idle`, and a request that does not decode ends that connection only (Kafka does the
+//! same: it closes the channel of a request it cannot parse). One request at a time per connection, as a Kafka
+//! broker processes them, so a client cannot queue unbounded work; the bytes of fetch responses in flight, over
+//! all clients, are bounded by one semaphore (`handle::Endpoint`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+
+use crate::handle::Endpoint;
+
+mod connection;
+
+pub use connection::MAX_REQUEST_BYTES_DEFAULT;
+
+/// How the endpoint presents itself and what it allows one client.
 #[derive(Debug, Clone)]
-pub struct EndpointConfig {}
-/// Serve until shut down (placeholder).
-pub async fn serve() {}
+pub struct ServeConfig {
+    /// The host and port clients are told to connect to (Metadata, FindCoordinator): the listener's address, or
+    /// what `--advertised-listener` says behind NAT or in a container.
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    /// The node id this endpoint answers as: the leader of every partition and the coordinator of every group.
+    pub node_id: i32,
+    /// The cluster id Metadata reports.
+    pub cluster_id: String,
+    pub limits: Limits,
+}
+
+/// What one client, and all of them together, may cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections served at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// Largest request frame read; a larger one ends its connection before its body is read.
+    pub max_request_bytes: usize,
+    /// Bytes of record data held for fetch responses, over all clients at once.
+    pub fetch_memory_bytes: usize,
+    /// A connection with no request for this long is closed.
+    pub idle: Duration,
+    /// The longest a fetch waits for data, whatever its `max_wait_ms` says.
+    pub max_fetch_wait: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            max_request_bytes: MAX_REQUEST_BYTES_DEFAULT,
+            fetch_memory_bytes: 256 << 20,
+            // Kafka's connections.max.idle.ms.
+            idle: Duration::from_secs(600),
+            max_fetch_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serve `endpoint` on `listener` until `shutdown` completes; TLS when `tls` is given (client certificates as that
+/// config requires). Returns when shut down; an accept error is logged and retried after a pause.
+pub async fn serve(
+    listener: TcpListener,
+    endpoint: Arc<Endpoint>,
+    tls: Option<Arc<ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(endpoint.limits().max_connections));
+    let acceptor = tls.map(TlsAcceptor::from);
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors or a reset before accept: pause rather than spin.
+                tracing::warn!(error = %e, "accepting a client failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "refusing a client: {} connections already served", endpoint.limits().max_connections);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let endpoint = endpoint.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            match acceptor {
+                None => run(stream, &endpoint, peer).await,
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await;
+                    match handshake {
+                        Ok(Ok(tls)) => run(tls, &endpoint, peer).await,
+                        Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake refused"),
+                        Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(stream: S, endpoint: &Endpoint, peer: std::net::SocketAddr) {
+    match connection::Connection::new(stream, endpoint).run().await {
+        Ok(()) => tracing::debug!(%peer, "client closed"),
+        Err(e) => tracing::info!(%peer, "client connection ended: {e}"),
+    }
+}

@@ -4,6 +4,7 @@
 //! - [`failover`]: the failover of a link onto its target cluster, its steps, journal and report.
 //! - [`apply`]: the appliers, one per delivery mode: bucket (once or following the store) and direct.
 //! - [`ship`]: the shippers, one per delivery mode: direct, bucket (continuous), and once to a bucket (seed).
+//! - [`serve`]: `segmirror serve`, the read-only Kafka endpoint over a mirror, fed the mirror's durable ends.
 //! - [`admin_port`]: the HTTP admin API and `/metrics` of the long-running services, with the figures they keep.
 //! - [`link`] and [`link_gate`]: a direct link's endpoint and events, and the link record that gates a running
 //!   service (pause, resume, promoted, deleted).
@@ -31,8 +32,9 @@ pub mod link;
 pub mod link_gate;
 pub mod link_records;
 pub mod offsets;
-pub mod runtime;
 pub mod admin_port;
+pub mod runtime;
+pub mod serve;
 pub mod ship;
 pub mod status;
 pub mod topics;

@@ -76,6 +76,9 @@ enum Command {
     /// What `segmirror apply --listen|--connect` runs; kept under this name for scripts that use it.
     #[command(name = "tail-apply", hide = true)]
     ApplyDirect(cmd::apply_direct::Args),
+    /// Serve a mirror's topics read-only to Kafka clients (consumers, consumer groups, kcat) while replication
+    /// runs: a Kafka-protocol listener over the mirror root, at the source's offsets; writes are refused.
+    Serve(cmd::serve::Args),
     /// Ship Kafka log dirs to an object store continuously, until SIGTERM/SIGINT. What `segmirror ship --store URL`
     /// runs (its flags are listed under `segmirror ship --help`).
     #[command(name = "store-ship", hide = true)]
@@ -156,6 +159,7 @@ fn main() -> ExitCode {
         Command::Offsets(args) => cmd::offsets::run(args, &runtime),
         Command::Topics(args) => cmd::topics::run(args, &runtime),
         Command::Ship(args) => end_on_closed("ship", cmd::ship::run(args, &runtime)),
+        Command::Serve(args) => cmd::serve::run(args, &runtime),
         Command::ApplyDirect(args) => end_on_closed("tail-apply", cmd::apply_direct::run(args, &runtime)),
         Command::ShipBucket(args) => end_on_closed("ship", cmd::ship_bucket::run(args, &runtime)),
     };

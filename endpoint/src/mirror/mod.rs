@@ -1,2 +1,254 @@
-//! The replica over a mirror root (placeholder).
+//! The replica over a mirror root: the mirror partitions an applier installs, served as they become durable.
+//!
+//! Who decides what is durable: not this module. The service that runs the endpoint reads the catalog (installed
+//! ends, topics and configs the link carries, the link's state) and the direct applier's state files (the active
+//! segment's durable end), and hands them in as [`LinkFacts`] through [`MirrorReplica::refresh`], on a blocking
+//! thread, every few milliseconds. This module keeps the ends those facts give, follows each partition's open
+//! transactions up to its end for the last stable offset (`segments::OpenTransactions`, which reads only what
+//! is new since the last refresh), and wakes waiting fetches when any end moved. Reads go straight to the files
+//! (`segments`), never past the end the facts gave.
+//!
+//! The ends may move backwards: a source truncation the applier follows takes installed bytes back. A client
+//! that read past the new end gets OFFSET_OUT_OF_RANGE at its next fetch and resets as its policy says; with
+//! `--upto high-watermark` (the shipper's default) only committed records are shipped, and the source never
+//! truncates those except after an unclean leader election.
+
 pub mod segments;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::replica::{AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView};
+
+/// What the service knows of a link's mirror at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkFacts {
+    pub state: ReplicaState,
+    pub topics: Vec<TopicView>,
+    pub partitions: Vec<PartitionFacts>,
+}
+
+/// One mirror partition as the catalog and the applier's records describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionFacts {
+    pub topic: String,
+    pub partition: i32,
+    /// The offset after the last batch durable in the mirror and final (`None`: nothing installed yet).
+    pub durable_end: Option<i64>,
+    /// The source's log start as the link last carried it (the mirror may hold older segments).
+    pub log_start: i64,
+}
+
+/// The replica over one mirror root, for one link.
+pub struct MirrorReplica {
+    link: String,
+    root: PathBuf,
+    served: RwLock<Served>,
+    /// Each partition's transaction follower; one lock, taken by the refresh only.
+    txns: Mutex<HashMap<(String, i32), segments::OpenTransactions>>,
+    changes: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Served {
+    state: Option<ReplicaState>,
+    topics: Vec<TopicView>,
+    ends: BTreeMap<(String, i32), PartitionEnds>,
+}
+
+impl MirrorReplica {
+    /// A replica serving nothing until the first [`MirrorReplica::refresh`].
+    pub fn new(root: impl Into<PathBuf>, link: impl Into<String>) -> Self {
+        Self {
+            link: link.into(),
+            root: root.into(),
+            served: RwLock::new(Served::default()),
+            txns: Mutex::new(HashMap::new()),
+            changes: watch::Sender::new(0),
+        }
+    }
+
+    /// Take in what the service read; wakes waiting fetches when anything served changed. Blocking (it reads the
+    /// batch headers appended since the last refresh). A partition whose files cannot be read keeps its last ends
+    /// and the error is returned with the others, so one bad partition does not hide the rest.
+    pub fn refresh(&self, facts: &LinkFacts) -> Vec<String> {
+        let mut failures = Vec::new();
+        let mut ends = BTreeMap::new();
+        {
+            let previous = self.served.read().map(|s| s.ends.clone()).unwrap_or_default();
+            let mut txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+            for p in &facts.partitions {
+                let key = (p.topic.clone(), p.partition);
+                let dir = self.partition_dir(&p.topic, p.partition);
+                match partition_ends(&dir, p, txns.entry(key.clone()).or_default()) {
+                    Ok(e) => {
+                        ends.insert(key, e);
+                    }
+                    Err(e) => {
+                        failures.push(format!("{}: {e}", dir.display()));
+                        if let Some(old) = previous.get(&key) {
+                            ends.insert(key, *old);
+                        }
+                    }
+                }
+            }
+            txns.retain(|key, _| ends.contains_key(key));
+        }
+        let mut served = self.served.write().unwrap_or_else(|e| e.into_inner());
+        let changed =
+            served.ends != ends || served.topics != facts.topics || served.state.as_ref() != Some(&facts.state);
+        served.ends = ends;
+        served.topics = facts.topics.clone();
+        served.state = Some(facts.state.clone());
+        drop(served);
+        if changed {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        failures
+    }
+
+    fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.root.join(format!("{topic}-{partition}"))
+    }
+
+    fn served_ends(&self, topic: &str, partition: i32) -> Result<PartitionEnds, ReadError> {
+        let served = self.served.read().unwrap_or_else(|e| e.into_inner());
+        served
+            .ends
+            .get(&(topic.to_string(), partition))
+            .copied()
+            .ok_or(ReadError::UnknownPartition)
+    }
+}
+
+/// One partition's ends from its facts and files.
+fn partition_ends(
+    dir: &Path,
+    facts: &PartitionFacts,
+    txns: &mut segments::OpenTransactions,
+) -> io::Result<PartitionEnds> {
+    let Some(end) = facts.durable_end else {
+        let start = facts.log_start.max(0);
+        return Ok(PartitionEnds {
+            log_start: start,
+            high_watermark: start,
+            last_stable: start,
+            leader_epoch: -1,
+        });
+    };
+    let first = segments::log_start(dir)?;
+    let log_start = first.unwrap_or(end).max(facts.log_start).min(end);
+    let last_stable = txns.advance(dir, end)?.clamp(log_start, end);
+    Ok(PartitionEnds {
+        log_start,
+        high_watermark: end,
+        last_stable,
+        leader_epoch: segments::latest_epoch(dir, end)?,
+    })
+}
+
+fn storage(dir: &Path, e: io::Error) -> ReadError {
+    ReadError::Storage(format!("{}: {e}", dir.display()))
+}
+
+impl Replica for MirrorReplica {
+    fn link(&self) -> &str {
+        &self.link
+    }
+
+    fn state(&self) -> ReplicaState {
+        let served = self.served.read().unwrap_or_else(|e| e.into_inner());
+        served.state.clone().unwrap_or(ReplicaState::Replicating)
+    }
+
+    fn topics(&self) -> Vec<TopicView> {
+        self.served.read().map(|s| s.topics.clone()).unwrap_or_default()
+    }
+
+    fn ends(&self, topic: &str, partition: i32) -> Result<PartitionEnds, ReadError> {
+        self.served_ends(topic, partition)
+    }
+
+    fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: usize,
+        isolation: Isolation,
+    ) -> Result<Records, ReadError> {
+        let ends = self.served_ends(topic, partition)?;
+        if offset < ends.log_start || offset > ends.high_watermark {
+            return Err(ReadError::OutOfRange { offset, ends });
+        }
+        let upper = match isolation {
+            Isolation::ReadUncommitted => ends.high_watermark,
+            Isolation::ReadCommitted => ends.last_stable,
+        };
+        let mut records = Records {
+            ends,
+            bytes: Bytes::new(),
+            aborted: Vec::new(),
+        };
+        if offset >= upper {
+            return Ok(records);
+        }
+        let dir = self.partition_dir(topic, partition);
+        let mut buf = Vec::new();
+        let fetched = match segments::read_batches(&dir, offset, upper, max_bytes, &mut buf) {
+            Ok(fetched) => fetched,
+            // Retention deleted the segment since the ends were read: below the log start now.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ReadError::OutOfRange { offset, ends }),
+            Err(e) => return Err(storage(&dir, e)),
+        };
+        if isolation == Isolation::ReadCommitted {
+            if let Some(next) = fetched.next_offset {
+                records.aborted = segments::aborted_between(&dir, offset, next)
+                    .map_err(|e| storage(&dir, e))?
+                    .into_iter()
+                    .map(|a| AbortedTxn {
+                        producer_id: a.producer_id,
+                        first_offset: a.first_offset,
+                    })
+                    .collect();
+            }
+        }
+        records.bytes = Bytes::from(buf);
+        Ok(records)
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, ReadError> {
+        let ends = self.served_ends(topic, partition)?;
+        let dir = self.partition_dir(topic, partition);
+        let found = segments::offset_for_timestamp(&dir, timestamp, ends.log_start, ends.high_watermark)
+            .map_err(|e| storage(&dir, e))?;
+        Ok(found.map(|f| (f.offset, f.timestamp)))
+    }
+
+    fn max_timestamp(&self, topic: &str, partition: i32) -> Result<Option<(i64, i64)>, ReadError> {
+        let ends = self.served_ends(topic, partition)?;
+        let dir = self.partition_dir(topic, partition);
+        let found = segments::max_timestamp(&dir, ends.high_watermark).map_err(|e| storage(&dir, e))?;
+        Ok(found.map(|f| (f.offset, f.timestamp)))
+    }
+
+    fn epoch_end(&self, topic: &str, partition: i32, epoch: i32) -> Result<(i32, i64), ReadError> {
+        let ends = self.served_ends(topic, partition)?;
+        let dir = self.partition_dir(topic, partition);
+        segments::epoch_end(&dir, epoch, ends.high_watermark).map_err(|e| storage(&dir, e))
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}

@@ -7,6 +7,7 @@ pub mod link;
 pub mod offsets;
 pub mod promote;
 pub mod seed;
+pub mod serve;
 pub mod ship;
 pub mod ship_bucket;
 pub mod status;

@@ -1,0 +1,234 @@
+//! Fetch: whole batches from the replica, byte for byte, long-polling until `min_bytes` or `max_wait_ms`.
+//!
+//! What bounds the work: the bytes of records held for responses, over all clients, are taken from one
+//! semaphore before any is read and given back once the response is written (the permit travels with the
+//! response to the connection), so a thousand clients each asking for 50 MiB wait their turn instead of
+//! holding 50 GB. A fetch asks for at most its `max_bytes`; the first batch of a response is returned whole even
+//! when larger (as a broker does, so a client can always make progress), later ones only when they fit.
+//!
+//! Sessions: every answer says session id 0, "no session": clients then send full fetch requests, which every
+//! client supports (a broker answers the same when its session cache is full). A request naming a session is
+//! answered FETCH_SESSION_ID_NOT_FOUND, so the client starts over with a full one.
+//!
+//! Long polling: the replica's change signal (new installs) wakes a waiting fetch, which reads again; the wait
+//! never exceeds `max_wait_ms` nor the endpoint's own cap, and holds no memory permit while it waits.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::offsets::code;
+use super::Endpoint;
+use crate::replica::{Isolation, ReadError, Replica, TopicView};
+
+const UNKNOWN_TOPIC_ID: i16 = 100;
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+
+/// One partition asked for, resolved to a topic name.
+struct Wanted {
+    topic: Option<String>,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+}
+
+/// The answer and the memory permit of its records, to be dropped once written.
+pub(super) struct Answer {
+    pub response: FetchResponse,
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: i16) -> Answer {
+    if request.session_id != 0 {
+        let mut response = FetchResponse::default();
+        response.error_code = FETCH_SESSION_ID_NOT_FOUND;
+        return Answer { response, permit: None };
+    }
+    let by_id = version >= 13;
+    let views = endpoint.replica.topics();
+    let isolation = Isolation::from_wire(request.isolation_level);
+    // The topics as asked (names, or ids from v13), in order, each partition resolved to a name or not found.
+    let asked: Vec<(TopicName, uuid::Uuid, Vec<Wanted>)> = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = if by_id {
+                views
+                    .iter()
+                    .find(|v| v.id == *t.topic_id.as_bytes() && !t.topic_id.is_nil())
+                    .map(name_of)
+            } else {
+                views.iter().find(|v| v.name == t.topic.0.as_str()).map(name_of)
+            };
+            let wanted = t
+                .partitions
+                .iter()
+                .map(|p| Wanted {
+                    topic: name.clone(),
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                })
+                .collect();
+            (t.topic, t.topic_id, wanted)
+        })
+        .collect();
+    let limits = *endpoint.limits();
+    let max_bytes = usize::try_from(request.max_bytes)
+        .unwrap_or(0)
+        .min(limits.fetch_memory_bytes)
+        .max(1);
+    let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+    let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(limits.max_fetch_wait);
+    let deadline = Instant::now() + wait;
+    let asked = Arc::new(asked);
+    let mut changes = endpoint.replica.changes();
+    changes.borrow_and_update();
+    loop {
+        let permit = endpoint
+            .fetch_memory
+            .clone()
+            .acquire_many_owned(u32::try_from(max_bytes).unwrap_or(u32::MAX))
+            .await
+            .ok();
+        let replica = endpoint.replica.clone();
+        let job = asked.clone();
+        let read =
+            tokio::task::spawn_blocking(move || read_all(replica.as_ref(), &job, max_bytes, isolation, by_id)).await;
+        let (topics, total, errors) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!("a fetch's read failed: {e}");
+                let mut response = FetchResponse::default();
+                response.error_code = -1;
+                return Answer { response, permit: None };
+            }
+        };
+        let now = Instant::now();
+        if total >= min_bytes || errors || now >= deadline {
+            let mut response = FetchResponse::default();
+            response.responses = topics;
+            return Answer { response, permit };
+        }
+        drop(permit);
+        // Nothing (or too little) yet: wait for the replica to move, or the deadline.
+        if tokio::time::timeout(deadline - now, changes.changed()).await.is_err() {
+            // Deadline: read once more (cheap) so the answer carries the latest ends.
+            continue;
+        }
+    }
+}
+
+fn name_of(view: &TopicView) -> String {
+    view.name.clone()
+}
+
+/// Read every partition asked; the response topics, the record bytes read, and whether any partition erred.
+fn read_all(
+    replica: &dyn Replica,
+    asked: &[(TopicName, uuid::Uuid, Vec<Wanted>)],
+    max_bytes: usize,
+    isolation: Isolation,
+    by_id: bool,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let mut total = 0usize;
+    let mut errors = false;
+    let topics = asked
+        .iter()
+        .map(|(name, id, wanted)| {
+            let mut out = FetchableTopicResponse::default();
+            out.topic = name.clone();
+            out.topic_id = *id;
+            out.partitions = wanted
+                .iter()
+                .map(|w| {
+                    let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
+                    let data = read_one(replica, w, budget, total == 0, isolation, by_id);
+                    if data.error_code != 0 {
+                        errors = true;
+                    }
+                    total += data.records.as_ref().map_or(0, Bytes::len);
+                    data
+                })
+                .collect();
+            out
+        })
+        .collect();
+    (topics, total, errors)
+}
+
+fn read_one(
+    replica: &dyn Replica,
+    wanted: &Wanted,
+    budget: usize,
+    first: bool,
+    isolation: Isolation,
+    by_id: bool,
+) -> PartitionData {
+    let mut data = PartitionData::default();
+    data.partition_index = wanted.partition;
+    data.high_watermark = -1;
+    data.last_stable_offset = -1;
+    data.log_start_offset = -1;
+    data.aborted_transactions = None;
+    data.records = Some(Bytes::new());
+    let Some(topic) = &wanted.topic else {
+        data.error_code = if by_id {
+            UNKNOWN_TOPIC_ID
+        } else {
+            code(&ReadError::UnknownPartition)
+        };
+        return data;
+    };
+    // A partition past the response's budget is answered with its ends only (a broker does the same).
+    let max = if budget == 0 && !first { 0 } else { budget.max(1) };
+    let read = if max == 0 {
+        replica
+            .ends(topic, wanted.partition)
+            .map(|ends| crate::replica::Records {
+                ends,
+                bytes: Bytes::new(),
+                aborted: Vec::new(),
+            })
+    } else {
+        replica.read(topic, wanted.partition, wanted.offset, max, isolation)
+    };
+    match read {
+        Ok(records) => {
+            data.high_watermark = records.ends.high_watermark;
+            data.last_stable_offset = records.ends.last_stable;
+            data.log_start_offset = records.ends.log_start;
+            // Later partitions get a batch only when it fits what is left (the first may exceed it).
+            let fits = first || records.bytes.len() <= budget;
+            if fits {
+                data.records = Some(records.bytes);
+            }
+            if isolation == Isolation::ReadCommitted {
+                data.aborted_transactions = Some(
+                    records
+                        .aborted
+                        .iter()
+                        .map(|a| {
+                            let mut t = AbortedTransaction::default();
+                            t.producer_id = ProducerId(a.producer_id);
+                            t.first_offset = a.first_offset;
+                            t
+                        })
+                        .collect(),
+                );
+            }
+        }
+        Err(ReadError::OutOfRange { ends, .. }) => {
+            data.error_code = 1;
+            data.high_watermark = ends.high_watermark;
+            data.last_stable_offset = ends.last_stable;
+            data.log_start_offset = ends.log_start;
+        }
+        Err(e) => data.error_code = code(&e),
+    }
+    data
+}

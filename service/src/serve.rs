@@ -1,0 +1,323 @@
+//! `segmirror serve`: the read-only Kafka endpoint (`segmirror_endpoint`) over a mirror root, beside the applier
+//! that fills it.
+//!
+//! What this layer adds to the endpoint: the facts. The endpoint serves what a [`MirrorReplica`] is told is durable;
+//! here a loop reads the catalog (the link's state, its partitions' installed ends and lineages, the topics and
+//! configs the link carries) and the direct applier's state files (the active segment's durable end, written after
+//! the fsync and before the Ack) every [`REFRESH_INTERVAL`], on a blocking thread, and hands them in. Committed
+//! group offsets go to the catalog's `served_offsets` table, so they survive a restart of `serve` and a failover
+//! can commit them on the target.
+//!
+//! What is exposed: a partition's served high watermark is the offset after its last batch durable in the mirror
+//! (the larger of the catalog's installed end and the state file's durable end). With the shipper's default
+//! `--upto high-watermark`, that is committed on the source and final. With `--upto log-end` it may hold records
+//! the source has not committed; a source truncation then takes them back, and a client that read them sees its
+//! next fetch answered OFFSET_OUT_OF_RANGE (both isolation levels: the endpoint cannot tell which of the mirror's
+//! records the source still had to replicate).
+//!
+//! The link gates the endpoint like every service: paused, it keeps serving what is installed (a temporary
+//! disconnect leaves the replica readable); promoted or deleted, the endpoint stops and the command says where the
+//! topics live now.
+
+use std::path::PathBuf;
+use std::str::FromStr as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use segment_format::partition_metadata::Uuid;
+use segmirror_applier::direct::recorded_active_segment;
+use segmirror_catalog::{Catalog, LinkState, ServedOffset};
+use segmirror_endpoint::group::{CommittedOffset, Coordinator, OffsetStore};
+use segmirror_endpoint::mirror::{LinkFacts, MirrorReplica, PartitionFacts};
+use segmirror_endpoint::{Endpoint, Limits, Replica, ReplicaState, ServeConfig, TopicView};
+use segmirror_transport::direct::tls::{server_config, TlsFiles};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::open_mirror_catalog;
+
+/// How often the mirror's durable ends are read: the most a new install waits before a long-polling fetch sees it.
+pub const REFRESH_INTERVAL: Duration = Duration::from_millis(10);
+
+/// What `segmirror serve` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub mirror: PathBuf,
+    pub catalog: Option<PathBuf>,
+    pub link: String,
+    /// The address to listen on.
+    pub listen: String,
+    /// `HOST:PORT` clients are told to connect to; default: the listener's address.
+    pub advertised: Option<String>,
+    /// TLS (client certificates signed by its CA required); `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+    pub limits: Limits,
+}
+
+/// Why the endpoint stopped on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// Shut down by the caller.
+    Shutdown,
+    /// The link left replication: its topics are the target cluster's now (or gone).
+    LinkClosed(ReplicaState),
+}
+
+/// The endpoint, prepared: the listener bound, the catalog read once.
+pub struct ServeService {
+    options: ServeOptions,
+    listener: TcpListener,
+    replica: Arc<MirrorReplica>,
+    facts: Arc<Mutex<FactsReader>>,
+    store: Arc<CatalogOffsets>,
+}
+
+impl ServeService {
+    /// Bind the listener and read the link's facts once (an unknown link, or a mirror without a catalog, is an
+    /// error here rather than an endpoint serving nothing).
+    pub async fn prepare(options: ServeOptions) -> anyhow::Result<Self> {
+        let mirror = options.mirror.clone();
+        let catalog_arg = options.catalog.clone();
+        let link = options.link.clone();
+        let (reader, store) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let (_, catalog) = open_mirror_catalog(catalog_arg.clone(), &mirror, true)?;
+            let record = catalog.link(&link).with_context(|| format!("link {link}"))?;
+            if record.state == LinkState::Deleted {
+                bail!("link {link} is deleted: nothing to serve");
+            }
+            let (_, offsets_catalog) = open_mirror_catalog(catalog_arg, &mirror, true)?;
+            Ok((
+                FactsReader {
+                    catalog,
+                    mirror,
+                    link: link.clone(),
+                },
+                CatalogOffsets {
+                    catalog: Mutex::new(offsets_catalog),
+                    link,
+                },
+            ))
+        })
+        .await??;
+        let listener = TcpListener::bind(&options.listen)
+            .await
+            .with_context(|| format!("listening on {}", options.listen))?;
+        let replica = Arc::new(MirrorReplica::new(options.mirror.clone(), options.link.clone()));
+        let service = Self {
+            options,
+            listener,
+            replica,
+            facts: Arc::new(Mutex::new(reader)),
+            store: Arc::new(store),
+        };
+        service.refresh().await?;
+        Ok(service)
+    }
+
+    /// The address bound.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    async fn refresh(&self) -> anyhow::Result<ReplicaState> {
+        refresh(&self.facts, &self.replica).await
+    }
+
+    /// Serve until `shutdown` or until the link is promoted or deleted.
+    pub async fn serve(self, shutdown: CancellationToken) -> anyhow::Result<Stopped> {
+        let local = self.listener.local_addr()?;
+        let (host, port) = match &self.options.advertised {
+            Some(addr) => split_host_port(addr)?,
+            None => (local.ip().to_string(), i32::from(local.port())),
+        };
+        let tls = self.options.tls.as_ref().map(server_config).transpose()?;
+        let config = ServeConfig {
+            advertised_host: host,
+            advertised_port: port,
+            node_id: 0,
+            cluster_id: format!("segmirror-{}", self.options.link),
+            limits: self.options.limits,
+        };
+        let served: Arc<dyn Replica> = self.replica.clone();
+        let topics = self.replica.clone();
+        let groups = Coordinator::new(
+            self.store.clone(),
+            self.options.link.clone(),
+            Arc::new(move |topic: &str, partition: i32| topics.ends(topic, partition).is_ok()),
+        );
+        let endpoint = Arc::new(Endpoint::new(served, groups, config));
+        tracing::info!(
+            link = %self.options.link,
+            listen = %local,
+            tls = self.options.tls.is_some(),
+            "serving the mirror read-only over the Kafka protocol"
+        );
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(segmirror_endpoint::serve(
+            self.listener,
+            endpoint,
+            tls,
+            stop.clone().cancelled_owned(),
+        ));
+        let mut failing = false;
+        let outcome = loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break Stopped::Shutdown,
+                () = tokio::time::sleep(REFRESH_INTERVAL) => {}
+            }
+            match refresh(&self.facts, &self.replica).await {
+                Ok(ReplicaState::Replicating) => failing = false,
+                Ok(closed) => break Stopped::LinkClosed(closed),
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!("reading the mirror's catalog failed (serving the last ends read): {e:#}");
+                    }
+                    failing = true;
+                }
+            }
+        };
+        stop.cancel();
+        let _ = server.await;
+        Ok(outcome)
+    }
+}
+
+/// Read the facts on a blocking thread and hand them to the replica.
+async fn refresh(facts: &Arc<Mutex<FactsReader>>, replica: &Arc<MirrorReplica>) -> anyhow::Result<ReplicaState> {
+    let facts = facts.clone();
+    let replica = replica.clone();
+    tokio::task::spawn_blocking(move || {
+        let reader = facts.lock().unwrap_or_else(|e| e.into_inner());
+        let read = reader.read()?;
+        for failure in replica.refresh(&read) {
+            tracing::warn!("a mirror partition cannot be served: {failure}");
+        }
+        Ok(read.state)
+    })
+    .await?
+}
+
+/// Reads a link's facts from the catalog and the mirror's state files.
+struct FactsReader {
+    catalog: Catalog,
+    mirror: PathBuf,
+    link: String,
+}
+
+impl FactsReader {
+    fn read(&self) -> anyhow::Result<LinkFacts> {
+        let link = self.catalog.link(&self.link)?;
+        let state = match link.state {
+            LinkState::Active | LinkState::Paused => ReplicaState::Replicating,
+            LinkState::Promoted => ReplicaState::Promoted {
+                target: (!link.target.is_empty()).then(|| link.target.clone()),
+            },
+            LinkState::Deleted => ReplicaState::Deleted,
+        };
+        let carried = self.catalog.link_topics(&self.link).unwrap_or_default();
+        let mut partitions = Vec::new();
+        let mut topics: Vec<TopicView> = Vec::new();
+        for p in self.catalog.partitions(&self.link)? {
+            let key = &p.key;
+            let active = recorded_active_segment(&self.mirror, &key.topic, key.partition)
+                .ok()
+                .flatten()
+                .and_then(|a| a.next_offset);
+            let durable_end = match (p.installed_end_offset, active) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            partitions.push(PartitionFacts {
+                topic: key.topic.clone(),
+                partition: key.partition,
+                durable_end,
+                log_start: p.log_start_offset,
+            });
+            match topics.iter_mut().find(|t| t.name == key.topic) {
+                Some(t) => t.partitions.push(key.partition),
+                None => topics.push(TopicView {
+                    name: key.topic.clone(),
+                    id: Uuid::from_str(&p.source_topic_id).map_or([0; 16], |id| id.0),
+                    partitions: vec![key.partition],
+                    configs: carried
+                        .iter()
+                        .find(|t| t.name == key.topic)
+                        .map(|t| t.configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                        .unwrap_or_default(),
+                }),
+            }
+        }
+        for t in &mut topics {
+            t.partitions.sort_unstable();
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(LinkFacts {
+            state,
+            topics,
+            partitions,
+        })
+    }
+}
+
+/// Group offsets committed through the endpoint, in the catalog (one connection, one commit at a time).
+struct CatalogOffsets {
+    catalog: Mutex<Catalog>,
+    link: String,
+}
+
+impl OffsetStore for CatalogOffsets {
+    fn commit(&self, group: &str, offsets: &[CommittedOffset]) -> Result<(), String> {
+        let now = segment_format::now_ms();
+        let rows: Vec<ServedOffset> = offsets
+            .iter()
+            .map(|o| ServedOffset {
+                topic: o.topic.clone(),
+                partition: o.partition,
+                offset: o.offset,
+                leader_epoch: (o.leader_epoch >= 0).then_some(o.leader_epoch),
+                metadata: o.metadata.clone(),
+                committed_at_ms: now,
+            })
+            .collect();
+        let mut catalog = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        catalog
+            .commit_served_offsets(&self.link, group, &rows)
+            .map_err(|e| e.to_string())
+    }
+
+    fn fetch(&self, group: &str) -> Result<Vec<CommittedOffset>, String> {
+        let catalog = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        let rows = catalog.served_offsets(&self.link, group).map_err(|e| e.to_string())?;
+        Ok(rows
+            .into_iter()
+            .map(|r| CommittedOffset {
+                topic: r.topic,
+                partition: r.partition,
+                offset: r.offset,
+                leader_epoch: r.leader_epoch.unwrap_or(-1),
+                metadata: r.metadata,
+            })
+            .collect())
+    }
+
+    fn groups(&self) -> Result<Vec<String>, String> {
+        let catalog = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        catalog.served_groups(&self.link).map_err(|e| e.to_string())
+    }
+}
+
+/// `HOST:PORT` (a bracketed IPv6 host allowed).
+fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .with_context(|| format!("advertised listener {addr}: expected HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("advertised listener {addr}: {port} is not a port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        bail!("advertised listener {addr}: no host");
+    }
+    Ok((host.to_string(), i32::from(port)))
+}
