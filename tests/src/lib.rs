@@ -23,6 +23,7 @@ pub mod ondisk;
 pub mod ports;
 pub mod s3;
 pub mod segmirror_cli;
+pub mod serve;
 pub mod service;
 pub mod shapes;
 pub mod tools;
