@@ -6,7 +6,7 @@
 //! and CSV and chooses the exit status. The readers are `segment_format::consumer_offsets` and the catalog's
 //! `LinkOffset`; the commit is `cluster_client::offsets_commit`, which the failover runs too.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -122,6 +122,43 @@ pub fn shipped_offsets(catalog: &Catalog, link: &str) -> anyhow::Result<Vec<Grou
         anyhow::bail!("no metadata of link {link} recorded yet (is the shipper sending it? `--groups`)");
     }
     Ok(catalog.link_offsets(link)?.iter().map(|o| o.source()).collect())
+}
+
+/// The offsets a failover commits on the target: the source groups' offsets the link carried, and those of the
+/// groups that consumed from `segmirror serve` (the catalog's served offsets), so a consumer that read the replica
+/// resumes on the target where it left off. One per (group, topic, partition): when a group name committed both on
+/// the source and on the endpoint, the later commit wins (an application that moved from one to the other).
+pub fn failover_offsets(catalog: &Catalog, link: &str) -> anyhow::Result<Vec<GroupOffset>> {
+    let mut by_key: BTreeMap<(String, String, i32), GroupOffset> = BTreeMap::new();
+    let shipped = catalog
+        .link_offsets(link)?
+        .iter()
+        .map(|o| o.source())
+        .collect::<Vec<_>>();
+    let mut served = Vec::new();
+    for group in catalog.served_groups(link)? {
+        for o in catalog.served_offsets(link, &group)? {
+            served.push(GroupOffset {
+                group: group.clone(),
+                topic: o.topic,
+                partition: o.partition,
+                offset: o.offset,
+                leader_epoch: o.leader_epoch,
+                metadata: o.metadata,
+                commit_timestamp: o.committed_at_ms,
+            });
+        }
+    }
+    for offset in shipped.into_iter().chain(served) {
+        let key = (offset.group.clone(), offset.topic.clone(), offset.partition);
+        match by_key.get(&key) {
+            Some(kept) if kept.commit_timestamp >= offset.commit_timestamp => {}
+            _ => {
+                by_key.insert(key, offset);
+            }
+        }
+    }
+    Ok(by_key.into_values().collect())
 }
 
 /// The selected offsets of `source` and the log ends installed under `installed` (blocking reads, before any

@@ -75,3 +75,49 @@ fn a_link_without_recorded_metadata_has_no_offsets_to_commit() {
     let (rows, recorded) = link_offsets(&catalog, None, "east", &Selection::default()).unwrap();
     assert!(rows.is_empty() && recorded.is_none());
 }
+
+#[test]
+fn a_failover_commits_the_groups_that_read_the_served_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut catalog = Catalog::open(dir.path().join("catalog.sqlite")).unwrap();
+    catalog
+        .create_link(&LinkSpec {
+            name: "east".into(),
+            store_url: "file:///b".into(),
+            topics_regex: ".*".into(),
+            groups_regex: Some(".*".into()),
+        })
+        .unwrap();
+    assert!(failover_offsets(&catalog, "east").unwrap().is_empty());
+    let served = |partition: i32, offset: i64, at: i64| segmirror_catalog::ServedOffset {
+        topic: "orders".into(),
+        partition,
+        offset,
+        leader_epoch: Some(4),
+        metadata: "m".into(),
+        committed_at_ms: at,
+    };
+    catalog
+        .commit_served_offsets("east", "readers", &[served(0, 17, 100), served(1, 3, 100)])
+        .unwrap();
+    // A later commit of the same partition replaces the earlier one.
+    catalog
+        .commit_served_offsets("east", "readers", &[served(0, 21, 200)])
+        .unwrap();
+    catalog
+        .commit_served_offsets("east", "reports", &[served(0, 5, 150)])
+        .unwrap();
+    let got: Vec<(String, i32, i64, Option<i32>)> = failover_offsets(&catalog, "east")
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.group, o.partition, o.offset, o.leader_epoch))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("readers".to_string(), 0, 21, Some(4)),
+            ("readers".to_string(), 1, 3, Some(4)),
+            ("reports".to_string(), 0, 5, Some(4)),
+        ]
+    );
+}

@@ -201,7 +201,8 @@ fn install(config: &FailoverConfig, catalog: &mut Catalog, out: &dyn Narrator) -
     }
 }
 
-/// Commit the link's groups' offsets on the target, clamped to the installed log ends.
+/// Commit the link's groups' offsets on the target (the source's and those committed through `segmirror serve`),
+/// clamped to the installed log ends.
 fn offsets(
     config: &FailoverConfig,
     catalog: &Catalog,
@@ -209,7 +210,7 @@ fn offsets(
     out: &dyn Narrator,
     details: &mut Details,
 ) -> anyhow::Result<String> {
-    let offsets: Vec<GroupOffset> = catalog.link_offsets(&config.link)?.iter().map(|o| o.source()).collect();
+    let offsets: Vec<GroupOffset> = crate::offsets::failover_offsets(catalog, &config.link)?;
     let topics: Vec<String> = catalog.link_topics(&config.link)?.into_iter().map(|t| t.name).collect();
     let keep = |t: &str| topics.iter().any(|n| n == t);
     let mut installed = cluster_client::offsets_plan::InstalledEnds::new();
