@@ -18,9 +18,9 @@
 //! assignment sizes, bytes held in all, groups with stored offsets); beyond a cap the request gets a Kafka error
 //! and nothing grows.
 //!
-//! - [`state`]: one group's state machine (pure, no I/O, no locks).
-//! - [`coordinator`]: [`Coordinator`], the async API the handlers call: locking, timers, responses per version.
-//! - [`offsets`]: OffsetCommit, OffsetFetch and DeleteGroups over the store.
+//! - `state`: one group's state machine (pure, no I/O, no locks).
+//! - `coordinator`: [`Coordinator`], the async API the handlers call: locking, timers, responses per version.
+//! - `offsets`: OffsetCommit, OffsetFetch and DeleteGroups over the store.
 
 mod coordinator;
 mod offsets;
