@@ -68,16 +68,18 @@ pub fn read_batches(dir: &Path, offset: i64, upper: i64, max_bytes: usize, out: 
         return Ok(fetched);
     }
     let listing = Listing::of(dir)?;
-    let Some(mut i) = listing.holding(offset) else {
+    let Some(holding) = listing.holding(offset) else {
         return Err(not_held(dir, offset, &listing));
     };
+    let mut i = holding;
     let mut target = offset;
     while let Some(&base) = listing.segments.get(i) {
         if base >= upper {
             break;
         }
         let Some(seg) = Segment::open(dir, base)? else {
-            if fetched.batches == 0 && i == 0 {
+            if i == holding {
+                // Deleted by retention since the listing: the offset is below the log start now.
                 return Err(not_held(dir, offset, &listing));
             }
             break;
@@ -177,7 +179,7 @@ fn read_segment(
             break;
         }
         if let Some(prev) = fetched.next_offset {
-            if h.base_offset < prev && h.last_offset < prev {
+            if h.last_offset < prev {
                 bad = Some(invalid(format!(
                     "{}: byte {position}: offsets go back from {prev} to {}",
                     seg.path.display(),
