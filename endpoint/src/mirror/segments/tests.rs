@@ -737,3 +737,43 @@ fn last_stable_offset_sees_a_segment_rewritten_in_place() {
         last.info.first_offset
     );
 }
+
+#[test]
+fn the_batch_at_upper_is_never_parsed() {
+    let p = write(config(true), 0, &mixed_ops());
+    let cut = p.batches.len() - 3;
+    let at = &p.batches[cut];
+    let upper = at.info.first_offset;
+    let log = p.file(at.info.segment_base_offset, SegmentFileKind::Log);
+    let mut bytes = fs::read(&log).unwrap();
+    // A length no frame can have: parsing it is an error.
+    bytes[at.info.position as usize + 8..][..4].copy_from_slice(&3i32.to_be_bytes());
+    fs::write(&log, &bytes).unwrap();
+    let (out, _) = read_all(&p, 0, upper, 1 << 20);
+    assert_eq!(out, p.bytes_of(0..cut));
+    let (out, _) = read_all(&p, upper - 1, upper, 1 << 20);
+    assert_eq!(out, p.batches[cut - 1].bytes);
+    assert_eq!(OpenTransactions::new().advance(&p.dir, upper).unwrap(), upper);
+    assert!(offset_for_timestamp(&p.dir, i64::MAX, 0, upper).unwrap().is_none());
+    assert!(max_timestamp(&p.dir, upper).unwrap().is_some());
+    assert_eq!(aborted_between(&p.dir, 0, upper).unwrap(), p.aborted);
+    // The walk to it from an index entry or the segment start alike.
+    fs::remove_file(p.file(at.info.segment_base_offset, SegmentFileKind::Index)).unwrap();
+    let (out, _) = read_all(&p, upper - 1, upper, 1 << 20);
+    assert_eq!(out, p.batches[cut - 1].bytes);
+}
+
+#[test]
+fn a_partial_txnindex_entry_being_appended_is_ignored() {
+    let p = write(config(true), 0, &mixed_ops());
+    let with_abort = p
+        .segments()
+        .into_iter()
+        .find(|&b| p.file(b, SegmentFileKind::TxnIndex).exists())
+        .unwrap();
+    let path = p.file(with_abort, SegmentFileKind::TxnIndex);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1, 0, 0]);
+    fs::write(&path, bytes).unwrap();
+    assert_eq!(aborted_between(&p.dir, 0, p.end).unwrap(), p.aborted);
+}
