@@ -377,23 +377,38 @@ fn a_mirror_is_read_while_replication_runs() {
     repl.stop();
 }
 
-/// The Java console producer (`enable.idempotence=false`, so its first request after Metadata is a Produce),
-/// given one record and then the end of its input.
-fn java_console_producer(install: &'static KafkaInstall, bootstrap: &str, topic: &str) -> Client {
+/// Whether a producer asks for a producer id first (InitProducerId) or sends its records straight away (Produce).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Idempotence {
+    /// The Java client's default: InitProducerId first.
+    On,
+    /// `enable.idempotence=false`: its first request after Metadata is a Produce.
+    Off,
+}
+
+/// The Java console producer, given one record and then the end of its input; its exit code, how long it took
+/// and its stderr.
+fn java_console_produce(
+    install: &'static KafkaInstall,
+    bootstrap: &str,
+    topic: &str,
+    idempotence: Idempotence,
+) -> (Option<i32>, Duration, String) {
     let mut cmd = install.java(256, &kafka_support_dir().join("tools-log4j2.properties"));
     cmd.arg(install.main_class(CONSOLE_PRODUCER))
         .args(["--bootstrap-server", bootstrap, "--topic", topic]);
-    for (k, v) in [
-        ("enable.idempotence", "false"),
-        ("acks", "1"),
-        ("request.timeout.ms", "20000"),
-        ("delivery.timeout.ms", "60000"),
-    ] {
+    let mut properties = vec![("request.timeout.ms", "20000"), ("delivery.timeout.ms", "60000")];
+    if idempotence == Idempotence::Off {
+        properties.extend([("enable.idempotence", "false"), ("acks", "1")]);
+    }
+    for (k, v) in properties {
         cmd.arg("--command-property").arg(format!("{k}={v}"));
     }
+    let started = Instant::now();
     let mut client = Client::spawn("kafka-console-producer", cmd, Some("refused-record")).unwrap();
     client.close_stdin();
-    client
+    let code = client.wait_exit(Duration::from_secs(120)).unwrap();
+    (code, started.elapsed(), client.stderr())
 }
 
 /// A producer pointed at the endpoint fails fast with a broker error, not a timeout; the mirror is unchanged.
@@ -427,30 +442,43 @@ fn a_producer_pointed_at_the_endpoint_is_refused() {
     let elapsed = report["elapsed_s"].as_f64().unwrap();
     assert!(elapsed < 20.0, "refused only after {elapsed:.1} s: {report}");
 
-    // The Java producer: its send fails promptly and it says why.
-    let started = Instant::now();
-    let mut java = java_console_producer(repl.broker.install(), &endpoint, topic);
-    let code = java.wait_exit(Duration::from_secs(120)).unwrap();
-    let elapsed = started.elapsed();
-    let stderr = java.stderr();
+    // The Java producer, idempotent (its default: InitProducerId is refused) or not (Produce is refused): its send
+    // fails promptly and it says why.
+    let mut java_errors = String::new();
+    for idempotence in [Idempotence::Off, Idempotence::On] {
+        let (code, elapsed, stderr) = java_console_produce(repl.broker.install(), &endpoint, topic, idempotence);
+        eprintln!("kafka-console-producer, idempotence {idempotence:?}: exit {code:?} after {elapsed:?}\n{stderr}");
+        assert!(
+            stderr.contains("Error when sending message") || code != Some(0),
+            "the Java producer (idempotence {idempotence:?}) reported no error (exit {code:?}):\n{stderr}"
+        );
+        assert!(
+            !stderr.contains("TimeoutException"),
+            "the Java producer (idempotence {idempotence:?}) timed out instead of being refused:\n{stderr}"
+        );
+        assert!(
+            elapsed < Duration::from_secs(45),
+            "the Java producer (idempotence {idempotence:?}) took {elapsed:?}"
+        );
+        java_errors.push_str(&stderr);
+    }
+    let stderr = java_errors;
+    // What the clients show of the endpoint's message depends on the error code: reported, not asserted.
     eprintln!(
-        "kafka-console-producer: exit {code:?} after {elapsed:?}; names the link: {}\n{stderr}",
+        "the link named by confluent-kafka's error: {}, by the Java producer's: {}",
+        report["error_str"].as_str().is_some_and(|s| s.contains(LINK)),
         stderr.contains(LINK)
     );
+    // On the wire: Produce v8 (the first version with a partition error message) is refused with a message
+    // that names the link.
+    let (code, message) = raw_produce(serve.port(), topic);
+    eprintln!("raw Produce v8: error {code}, message {message:?}");
+    assert_ne!(code, 0, "a raw Produce was accepted");
     assert!(
-        stderr.contains("Error when sending message") || code != Some(0),
-        "the Java producer reported no error (exit {code:?}):\n{stderr}"
-    );
-    assert!(
-        !stderr.contains("TimeoutException"),
-        "the Java producer timed out instead of being refused:\n{stderr}"
-    );
-    assert!(elapsed < Duration::from_secs(45), "the Java producer took {elapsed:?}");
-    // Either client's error names the link of the read-only mirror.
-    let message = format!("{} {stderr}", report["error_str"]);
-    assert!(
-        message.contains(LINK),
-        "neither producer's error names the link {LINK:?}: {report}\n{stderr}"
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains(LINK) && m.contains(topic)),
+        "the Produce refusal does not name the link {LINK:?} and the topic: {message:?}"
     );
 
     // Nothing was written: the endpoint serves exactly the source's records.
@@ -763,6 +791,70 @@ fn assert_serving(port: u16, serve: &mut Endpoint, after: &str) {
     for key in [1, 2, 3, 18] {
         assert!(apis.contains(&key), "after {after}: API {key} not announced: {apis:?}");
     }
+}
+
+/// A Kafka string: i16 length and the bytes.
+fn string(s: &str) -> Vec<u8> {
+    let mut out = (s.len() as i16).to_be_bytes().to_vec();
+    out.extend(s.as_bytes());
+    out
+}
+
+/// Reads big-endian fields off a response body.
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> &[u8] {
+        assert!(self.0.len() >= n, "a response shorter than its fields");
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        head
+    }
+    fn i16(&mut self) -> i16 {
+        i16::from_be_bytes(self.take(2).try_into().unwrap())
+    }
+    fn i32(&mut self) -> i32 {
+        i32::from_be_bytes(self.take(4).try_into().unwrap())
+    }
+    fn i64(&mut self) -> i64 {
+        i64::from_be_bytes(self.take(8).try_into().unwrap())
+    }
+    fn nullable_string(&mut self) -> Option<String> {
+        let len = self.i16();
+        (len >= 0).then(|| String::from_utf8_lossy(self.take(len as usize)).into_owned())
+    }
+}
+
+/// A Produce v8 (acks=-1) of an empty record set to partition 0 of `topic`, on a raw connection: the error code
+/// and the error message of the partition's answer.
+fn raw_produce(port: u16, topic: &str) -> (i16, Option<String>) {
+    let mut body = Vec::new();
+    body.extend((-1i16).to_be_bytes()); // transactional id: null
+    body.extend((-1i16).to_be_bytes()); // acks
+    body.extend(5000i32.to_be_bytes()); // timeout
+    body.extend(1i32.to_be_bytes());
+    body.extend(string(topic));
+    body.extend(1i32.to_be_bytes());
+    body.extend(0i32.to_be_bytes()); // partition
+    body.extend(0i32.to_be_bytes()); // records: zero bytes
+    let mut stream = connect(port);
+    stream.write_all(&frame(0, 8, 77, &body)).unwrap();
+    let Outcome::Answered(77, response) = read_response(&mut stream) else {
+        panic!("no answer to a Produce v8");
+    };
+    let mut c = Cursor(&response);
+    assert_eq!(c.i32(), 1, "topics in the Produce answer");
+    assert_eq!(c.nullable_string().as_deref(), Some(topic));
+    assert_eq!(c.i32(), 1, "partitions in the Produce answer");
+    assert_eq!(c.i32(), 0, "partition index");
+    let code = c.i16();
+    let (_base_offset, _append_time, _log_start) = (c.i64(), c.i64(), c.i64());
+    let record_errors = c.i32();
+    for _ in 0..record_errors.max(0) {
+        c.i32();
+        c.nullable_string();
+    }
+    (code, c.nullable_string())
 }
 
 /// Hostile and broken clients, then an honest one: Kafka's error codes or a closed connection for the former, no
