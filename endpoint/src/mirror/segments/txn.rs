@@ -10,7 +10,7 @@ use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{AbortedTxn as IndexEntry, TxnIndex, TxnTracker, ABORTED_TXN_SIZE};
 
 use super::walk::{open_regular, read_at_most, walker_for, Header, Segment, Step, Walker};
-use super::{format_error, Listing};
+use super::Listing;
 use crate::replica::AbortedTxn;
 
 /// `.txnindex` entries read at once (34 bytes each): the memory of a lookup besides its answer.
@@ -126,8 +126,8 @@ impl OpenTransactions {
         Ok(lso.max(log_start.min(upper)))
     }
 
-    /// The last stable offset the last [`OpenTransactions::advance`] found, below its bound: the first offset of
-    /// the oldest open transaction, if any.
+    /// The first offset of the oldest transaction open at the bound of the last [`OpenTransactions::advance`]
+    /// (which may be below the log start, where the last stable offset stops), if any.
     pub fn first_open(&self) -> Option<i64> {
         self.tracker.first_unstable_offset()
     }
@@ -156,7 +156,11 @@ impl OpenTransactions {
         let Some(last) = cursor.last else {
             return Ok(true);
         };
-        Ok(Walker::new(&seg, last.position, i64::MAX).peek()? == Step::Batch(last))
+        match Walker::new(&seg, last.position, i64::MAX).peek() {
+            Ok(step) => Ok(step == Step::Batch(last)),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Start from the newest usable snapshot, else from the first segment.
@@ -172,10 +176,9 @@ impl OpenTransactions {
                     self.restart(Some(offset), TxnTracker::from_snapshot(&snapshot));
                     return Ok(());
                 }
-                // Deleted meanwhile, or being written (a broker writes them in place): an older one will do.
-                Err(e) if e.is_incomplete() || matches!(&e, segment_format::Error::Io { .. }) => continue,
-                Err(segment_format::Error::Corrupt { .. }) => continue,
-                Err(e) => return Err(format_error(e)),
+                // Deleted meanwhile, being written (a broker writes them in place) or damaged: an older one, or
+                // the walk from the first segment, gives the same state.
+                Err(_) => continue,
             }
         }
         self.restart(Some(log_start), TxnTracker::new());
