@@ -49,9 +49,19 @@ pub struct MirrorReplica {
     link: String,
     root: PathBuf,
     served: RwLock<Served>,
-    /// Each partition's transaction follower; one lock, taken by the refresh only.
-    txns: Mutex<HashMap<(String, i32), segments::OpenTransactions>>,
+    /// Each partition as last followed; one lock, taken by the refresh only.
+    followed: Mutex<HashMap<(String, i32), Followed>>,
     changes: watch::Sender<u64>,
+}
+
+/// One partition as the last refresh left it: the facts it was given, the ends it served, and its transaction
+/// follower. Facts equal to the last ones mean nothing moved: the files are not looked at again, so an idle
+/// endpoint costs a catalog read per refresh and nothing per partition.
+#[derive(Default)]
+struct Followed {
+    facts: Option<(Option<i64>, i64)>,
+    ends: Option<PartitionEnds>,
+    txns: segments::OpenTransactions,
 }
 
 #[derive(Default)]
@@ -68,7 +78,7 @@ impl MirrorReplica {
             link: link.into(),
             root: root.into(),
             served: RwLock::new(Served::default()),
-            txns: Mutex::new(HashMap::new()),
+            followed: Mutex::new(HashMap::new()),
             changes: watch::Sender::new(0),
         }
     }
@@ -80,24 +90,35 @@ impl MirrorReplica {
         let mut failures = Vec::new();
         let mut ends = BTreeMap::new();
         {
-            let previous = self.served.read().map(|s| s.ends.clone()).unwrap_or_default();
-            let mut txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+            let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
             for p in &facts.partitions {
                 let key = (p.topic.clone(), p.partition);
+                let entry = followed.entry(key.clone()).or_default();
+                let given = (p.durable_end, p.log_start);
+                if let (Some(last), Some(ends_then)) = (entry.facts, entry.ends) {
+                    if last == given {
+                        ends.insert(key, ends_then);
+                        continue;
+                    }
+                }
                 let dir = self.partition_dir(&p.topic, p.partition);
-                match partition_ends(&dir, p, txns.entry(key.clone()).or_default()) {
+                match partition_ends(&dir, p, &mut entry.txns) {
                     Ok(e) => {
+                        entry.facts = Some(given);
+                        entry.ends = Some(e);
                         ends.insert(key, e);
                     }
                     Err(e) => {
                         failures.push(format!("{}: {e}", dir.display()));
-                        if let Some(old) = previous.get(&key) {
-                            ends.insert(key, *old);
+                        // Keep serving the last ends; the next refresh tries the files again.
+                        entry.facts = None;
+                        if let Some(old) = entry.ends {
+                            ends.insert(key, old);
                         }
                     }
                 }
             }
-            txns.retain(|key, _| ends.contains_key(key));
+            followed.retain(|key, _| ends.contains_key(key));
         }
         let mut served = self.served.write().unwrap_or_else(|e| e.into_inner());
         let changed =
