@@ -479,8 +479,12 @@ impl Coordinator {
         self.lock().groups.get(group).is_some_and(|l| l.group.size() > 0)
     }
 
-    /// OffsetCommit's group check, under the lock (see `Group::validate_commit`); a group without members in
-    /// memory takes only commits with no generation.
+    /// OffsetCommit's group check, under the lock (see `Group::validate_commit`). A group without members in
+    /// memory takes only commits with no generation; a member's commit gets UNKNOWN_MEMBER_ID, as from a broker
+    /// that knows the group but not the member. Why not Kafka's answer for a group it does not know
+    /// (GROUP_ID_NOT_FOUND from v9): membership is not kept across a restart of the endpoint, where a broker keeps
+    /// it in `__consumer_offsets`, so the members of a group that was live before the restart would be told their
+    /// group is gone, which the classic Java consumer treats as fatal; UNKNOWN_MEMBER_ID makes them rejoin.
     pub(super) fn validate_commit(
         &self,
         group: &str,
@@ -495,7 +499,7 @@ impl Coordinator {
         }) {
             Some(result) => result,
             None if generation < 0 => Ok(()),
-            None => Err(ResponseError::IllegalGeneration),
+            None => Err(ResponseError::UnknownMemberId),
         }
     }
 

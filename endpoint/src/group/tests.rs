@@ -263,8 +263,16 @@ fn commit_request(group: &str, member_id: &str, generation: i32, offsets: &[(&st
 
 /// Each partition's error, by (topic, partition).
 async fn commit(c: &Coordinator, req: OffsetCommitRequest) -> BTreeMap<(String, i32), Option<ResponseError>> {
-    let r = c.offset_commit(req, 9).await;
-    encodes(&r, 9);
+    commit_at(c, req, 9).await
+}
+
+async fn commit_at(
+    c: &Coordinator,
+    req: OffsetCommitRequest,
+    version: i16,
+) -> BTreeMap<(String, i32), Option<ResponseError>> {
+    let r = c.offset_commit(req, version).await;
+    encodes(&r, version);
     r.topics
         .iter()
         .flat_map(|t| {
@@ -631,12 +639,20 @@ async fn commits_survive_a_new_coordinator_over_the_same_store() {
     );
     assert_eq!(error(d.groups[1].error_code), Some(ResponseError::GroupIdNotFound));
 
-    // A member of the group from before the restart is told to rejoin.
-    let stale = commit(&c, commit_request("g", "consumer-old", 1, &[("orders", 1, 50)])).await;
-    assert_eq!(
-        stale.into_values().next().flatten(),
-        Some(ResponseError::IllegalGeneration)
-    );
+    // A member of the group from before the restart is told to rejoin (at every version).
+    for version in [8, 9] {
+        let stale = commit_at(
+            &c,
+            commit_request("g", "consumer-old", 1, &[("orders", 1, 50)]),
+            version,
+        )
+        .await;
+        assert_eq!(
+            stale.into_values().next().flatten(),
+            Some(ResponseError::UnknownMemberId)
+        );
+    }
+    assert_eq!(fetched(&c, "g").await, [(-1, -1), (42, 7), (-1, -1)]);
 }
 
 #[tokio::test]
