@@ -14,6 +14,8 @@
 //! truncates those except after an unclean leader election.
 
 pub mod segments;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
