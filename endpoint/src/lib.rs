@@ -15,11 +15,12 @@
 //!   kept by an [`group::OffsetStore`] the service provides (the catalog).
 //! - [`replica`]: what is served, as a trait: topics, per-partition ends (log start, high watermark, last stable
 //!   offset), reads of whole batches, lookups by time and by leader epoch. [`mirror`] implements it over a mirror
-//!   root; the bucket-backed remote read replica implements it over a store.
+//!   root; [`bucket`] (the remote read replica) implements it over a store a shipper fills.
 //!
 //! What is served is only what is durable and final: the replica decides its high watermark (see
 //! [`replica::Replica::ends`]), and a read never returns a byte at or past it.
 
+pub mod bucket;
 pub mod group;
 pub mod handle;
 pub mod mirror;

@@ -1,0 +1,543 @@
+//! The remote read replica: the endpoint over a bucket a shipper fills, without a local mirror.
+//!
+//! Why: analytics, development and reporting clusters that should never touch the source read the replicated
+//! topics straight from the bucket (`segmirror serve --store URL`), with only a bounded local cache.
+//!
+//! How it follows the bucket: [`BucketReplica::refresh`] (the service calls it every interval, as
+//! `apply --follow` polls) lists the link's manifests and leases only (never the data objects: a poll's cost does
+//! not grow with the chunks a continuous shipper adds), reads each manifest it has not read yet (size-capped,
+//! validated and checked against its key by the transport; a manifest is re-read only when its listing entry
+//! changed), and builds each partition's view (`view`): the served segments, the high watermark (the newest
+//! committed manifest's next offset: a manifest is the commit point), the log start and the leader epochs. Of a
+//! partition's lineages (a recreated topic) the one whose newest manifest is newest is served, as the applier
+//! chooses; when it changes, the cache of that partition is dropped.
+//!
+//! How it reads: a fetch, a lookup by time or the last stable offset needs a segment's bytes; the `cache` fetches
+//! that segment version (its `.log`, or the new chunks of a grown active segment, and its companions), verifies
+//! size, CRC-32C and SHA-256 against the manifest before any byte becomes visible, and the mirror's readers
+//! (`crate::mirror::segments`) serve the cached partition directory. A fetch answers from one segment, as Kafka
+//! does. The newest segment of every partition is fetched at each refresh that moved it, so the last stable offset
+//! is followed there (`segments::OpenTransactions`, starting from the segment's producer snapshot when the shipper
+//! shipped one) and a consumer at the end reads from local disk.
+//!
+//! Untrusted bytes: a manifest or object that fails its checks is refused; reads of that segment (and, for the
+//! newest segment, the partition's ends) answer KAFKA_STORAGE_ERROR, the other partitions keep being served, and
+//! the same version is not downloaded again (a new manifest version is).
+//!
+//! Limits: a `read_committed` fetch takes the aborted transactions from the `.txnindex` of its segment and of the
+//! next one (fetched with it, which a consumer reading on needs anyway): an abort whose marker lies two or more
+//! segments after the transaction's data is not seen unless those segments are cached. The link record is not in
+//! the bucket: this replica is always [`ReplicaState::Replicating`].
+
+mod cache;
+mod view;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+use segmirror_transport::bucket::link_meta;
+use segmirror_transport::manifest::{KeyPrefix, Manifest};
+use segmirror_transport::{ManifestRead, ObjectInfo, SegmentSource};
+use tokio::sync::watch;
+
+use crate::mirror::segments;
+use crate::replica::{AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView};
+use cache::{CacheError, Pinned, SegmentCache};
+use view::PartitionView;
+
+/// What a [`BucketReplica`] serves and where it caches.
+#[derive(Debug, Clone)]
+pub struct BucketConfig {
+    /// The contract prefix of the store's keys.
+    pub prefix: KeyPrefix,
+    /// The link whose partitions are served.
+    pub link: String,
+    /// The local cache directory (created; segment files an earlier run left there are removed).
+    pub cache_dir: PathBuf,
+    /// The most bytes the cached segments (and downloads in flight) take.
+    pub cache_size: u64,
+}
+
+/// What one [`BucketReplica::refresh`] saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RefreshReport {
+    /// Partitions served.
+    pub partitions: usize,
+    /// Manifests read from the store this time (new or changed).
+    pub manifests_read: usize,
+    /// What could not be read or was refused, one line each (the partition keeps serving what it can).
+    pub failures: Vec<String>,
+}
+
+/// A manifest's listing entry: when it changes, the manifest is read again.
+type Stamp = (u64, i64, Option<String>);
+
+fn stamp(info: &ObjectInfo) -> Stamp {
+    (info.size, info.last_modified_ms, info.e_tag.clone())
+}
+
+/// One served partition.
+#[derive(Debug, Clone)]
+struct Partition {
+    /// `<topic>-<partition>`: the cache's partition directory.
+    dir_name: String,
+    topic_id: [u8; 16],
+    view: Arc<PartitionView>,
+    ends: PartitionEnds,
+    /// Why the partition answers KAFKA_STORAGE_ERROR, if it does.
+    failure: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Served {
+    topics: Vec<TopicView>,
+    partitions: BTreeMap<(String, i32), Partition>,
+}
+
+/// The replica over a bucket (see the module docs).
+pub struct BucketReplica {
+    link: String,
+    prefix: KeyPrefix,
+    source: Arc<dyn SegmentSource>,
+    /// The runtime the blocking reads fetch missing segments on.
+    runtime: tokio::runtime::Handle,
+    cache: SegmentCache,
+    served: RwLock<Served>,
+    /// Manifests read, by key, with the listing entry they were read at.
+    manifests: Mutex<HashMap<String, (Stamp, Arc<Manifest>)>>,
+    /// Versions refused (a manifest key or a segment version), with why: not fetched again.
+    refused: Mutex<HashMap<String, String>>,
+    txns: Arc<Mutex<HashMap<(String, i32), segments::OpenTransactions>>>,
+    changes: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for BucketReplica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketReplica")
+            .field("link", &self.link)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BucketReplica {
+    /// A replica serving nothing until the first [`BucketReplica::refresh`]. Must be called within a tokio runtime
+    /// (the reads, on blocking threads, fetch on it). Fails when the cache directory cannot be prepared.
+    pub fn new(source: Arc<dyn SegmentSource>, config: &BucketConfig) -> io::Result<Self> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        Ok(Self {
+            link: config.link.clone(),
+            prefix: config.prefix.clone(),
+            source,
+            runtime,
+            cache: SegmentCache::open(&config.cache_dir, config.cache_size)?,
+            served: RwLock::new(Served::default()),
+            manifests: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            txns: Arc::new(Mutex::new(HashMap::new())),
+            changes: watch::Sender::new(0),
+        })
+    }
+
+    /// Bytes in the local cache now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.used()
+    }
+
+    /// Bytes downloaded from the store since the replica was created (segment files and chunks, not manifests).
+    pub fn fetched_bytes(&self) -> u64 {
+        self.cache.fetched()
+    }
+
+    /// Follow the bucket once (see the module docs); wakes waiting fetches when anything served changed. Only a
+    /// store that cannot be listed is an error (everything served stays as it was); a partition that cannot be
+    /// read keeps its last ends, and a refused one answers KAFKA_STORAGE_ERROR, both reported.
+    pub async fn refresh(&self) -> Result<RefreshReport, segmirror_transport::Error> {
+        let source: &dyn SegmentSource = &*self.source;
+        let index = source.index_versions(&self.prefix, Some(&self.link)).await?;
+        let mut report = RefreshReport::default();
+        let configs = match link_meta::read_latest(source, &self.prefix, &self.link).await {
+            Ok(meta) => meta.map(|m| m.topics.topics).unwrap_or_default(),
+            Err(e) => {
+                report.failures.push(format!("link metadata of {}: {e}", self.link));
+                Vec::new()
+            }
+        };
+        let previous: BTreeMap<(String, i32), Partition> =
+            self.served.read().map(|s| s.partitions.clone()).unwrap_or_default();
+        let mut partitions = BTreeMap::new();
+        let mut listed_keys = Vec::new();
+        for (pk, objects) in index.link(&self.link) {
+            let key = (pk.topic().to_string(), pk.partition());
+            let Some((topic_id, lineage)) = objects
+                .lineages
+                .iter()
+                .filter(|(_, l)| !l.manifests.is_empty())
+                .max_by_key(|(id, l)| (l.last_modified_ms(), **id))
+            else {
+                continue;
+            };
+            let dir_name = format!("{}-{}", pk.topic(), pk.partition());
+            let mut manifests = BTreeMap::new();
+            let mut failure = None;
+            for info in lineage.manifests.values() {
+                listed_keys.push(info.key.clone());
+                match self.manifest(info, &mut report).await {
+                    Ok(Some(m)) => {
+                        manifests.insert(m.base_offset, m);
+                    }
+                    Ok(None) => {}
+                    Err(e) => failure = Some(e),
+                }
+            }
+            let old = previous.get(&key);
+            if let Some(reason) = failure {
+                // The store failed mid-partition: keep what was served.
+                report.failures.push(reason);
+                if let Some(old) = old {
+                    partitions.insert(key, old.clone());
+                }
+                continue;
+            }
+            let Some(view) = PartitionView::of(&manifests) else {
+                continue;
+            };
+            if old.is_some_and(|o| o.topic_id != topic_id.0) {
+                // A new lineage: nothing cached or followed of the old one is served again.
+                self.cache.retain(&dir_name, &|_| false);
+                self.txns.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            } else {
+                self.cache.retain(&dir_name, &|base| view.segments.contains_key(&base));
+            }
+            let partition = self
+                .follow_tail(&key, dir_name, topic_id.0, view, old, &mut report)
+                .await;
+            partitions.insert(key, partition);
+        }
+        self.manifests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| listed_keys.contains(k));
+        let topics = topic_views(&partitions, &configs);
+        report.partitions = partitions.len();
+        let mut served = self.served.write().unwrap_or_else(|e| e.into_inner());
+        let changed = served.topics != topics
+            || served.partitions.len() != partitions.len()
+            || served
+                .partitions
+                .iter()
+                .zip(partitions.iter())
+                .any(|((ka, a), (kb, b))| ka != kb || a.ends != b.ends || a.failure != b.failure);
+        served.topics = topics;
+        served.partitions = partitions;
+        drop(served);
+        if changed {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        Ok(report)
+    }
+
+    /// The manifest listed as `info`: the one read before if its listing entry is the same, else read now.
+    /// `Ok(None)`: gone, or refused (reported). `Err`: the store failed.
+    async fn manifest(&self, info: &ObjectInfo, report: &mut RefreshReport) -> Result<Option<Arc<Manifest>>, String> {
+        let stamp = stamp(info);
+        if let Some((s, m)) = self.manifests.lock().unwrap_or_else(|e| e.into_inner()).get(&info.key) {
+            if *s == stamp {
+                return Ok(Some(m.clone()));
+            }
+        }
+        let refusal_key = format!("{}@{stamp:?}", info.key);
+        if let Some(reason) = self.refused.lock().unwrap_or_else(|e| e.into_inner()).get(&refusal_key) {
+            report.failures.push(reason.clone());
+            return Ok(None);
+        }
+        report.manifests_read += 1;
+        match self.source.read_manifest(&self.prefix, &info.key).await {
+            Ok(ManifestRead::Valid(m)) => {
+                let m: Arc<Manifest> = Arc::from(m);
+                self.manifests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(info.key.clone(), (stamp, m.clone()));
+                Ok(Some(m))
+            }
+            Ok(ManifestRead::Invalid(e)) => {
+                let reason = format!("manifest refused: {e}");
+                self.refused
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(refusal_key, reason.clone());
+                report.failures.push(reason);
+                Ok(None)
+            }
+            Ok(ManifestRead::Gone) => Ok(None),
+            Err(e) => Err(format!("reading manifest {}: {e}", info.key)),
+        }
+    }
+
+    /// Cache the partition's newest segment and follow its open transactions: the partition's ends.
+    async fn follow_tail(
+        &self,
+        key: &(String, i32),
+        dir_name: String,
+        topic_id: [u8; 16],
+        view: PartitionView,
+        old: Option<&Partition>,
+        report: &mut RefreshReport,
+    ) -> Partition {
+        let mut ends = PartitionEnds {
+            log_start: view.log_start,
+            high_watermark: view.high_watermark,
+            last_stable: view.high_watermark,
+            leader_epoch: view.latest_epoch(),
+        };
+        let mut partition = Partition {
+            dir_name: dir_name.clone(),
+            topic_id,
+            view: Arc::new(view),
+            ends,
+            failure: None,
+        };
+        let Some(tail) = partition.view.tail().cloned() else {
+            return partition;
+        };
+        let pinned = match self.fetch(&dir_name, &tail).await {
+            Ok(p) => p,
+            Err(CacheError::Refused(reason)) => {
+                report.failures.push(reason.clone());
+                partition.failure = Some(reason);
+                return partition;
+            }
+            Err(CacheError::Failed(reason)) => {
+                report.failures.push(reason.clone());
+                match old {
+                    // Serve the last ends read until the segment can be fetched.
+                    Some(old) if old.failure.is_none() => return old.clone(),
+                    _ => {
+                        partition.failure = Some(reason);
+                        return partition;
+                    }
+                }
+            }
+        };
+        self.cache.set_tail(&dir_name, tail.base_offset);
+        let dir = self.cache.partition_dir(&dir_name);
+        let (txns, key2, end) = (self.txns.clone(), key.clone(), ends.high_watermark);
+        let lso = tokio::task::spawn_blocking(move || {
+            let mut txns = txns.lock().unwrap_or_else(|e| e.into_inner());
+            let result = txns.entry(key2).or_default().advance(&dir, end);
+            drop(pinned);
+            result
+        })
+        .await;
+        match lso {
+            Ok(Ok(lso)) => ends.last_stable = lso.clamp(ends.log_start, ends.high_watermark),
+            Ok(Err(e)) => {
+                let reason = format!("{dir_name}: following open transactions: {e}");
+                report.failures.push(reason.clone());
+                partition.failure = Some(reason);
+            }
+            Err(e) => {
+                report.failures.push(format!("{dir_name}: {e}"));
+                partition.failure = Some(e.to_string());
+            }
+        }
+        partition.ends = ends;
+        partition
+    }
+
+    /// `m`'s segment version in the cache, fetched unless cached; a refused version is not fetched again.
+    async fn fetch(&self, dir_name: &str, m: &Manifest) -> Result<Pinned, CacheError> {
+        let version = format!(
+            "{dir_name}/{}-{}@{}",
+            m.base_offset,
+            m.next_offset,
+            m.file(segment_format::dir::SegmentFileKind::Log)
+                .map_or_else(String::new, |l| l.sha256.to_string())
+        );
+        if let Some(reason) = self.refused.lock().unwrap_or_else(|e| e.into_inner()).get(&version) {
+            return Err(CacheError::Refused(reason.clone()));
+        }
+        let result = self.cache.ensure(&*self.source, dir_name, m).await;
+        if let Err(CacheError::Refused(reason)) = &result {
+            let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded: versions refused are few, and a bucket writing hostile versions forever is cut off here.
+            if refused.len() < 10_000 {
+                refused.insert(version, reason.clone());
+            }
+        }
+        result
+    }
+
+    /// Blocking: [`BucketReplica::fetch`] from a thread off the runtime.
+    fn fetch_blocking(&self, dir_name: &str, m: &Manifest) -> Result<Pinned, ReadError> {
+        self.runtime
+            .block_on(self.fetch(dir_name, m))
+            .map_err(|e| ReadError::Storage(e.to_string()))
+    }
+
+    fn partition(&self, topic: &str, partition: i32) -> Result<Partition, ReadError> {
+        let served = self.served.read().unwrap_or_else(|e| e.into_inner());
+        let p = served
+            .partitions
+            .get(&(topic.to_string(), partition))
+            .cloned()
+            .ok_or(ReadError::UnknownPartition)?;
+        match &p.failure {
+            Some(reason) => Err(ReadError::Storage(reason.clone())),
+            None => Ok(p),
+        }
+    }
+}
+
+/// The topics of the served partitions, with the configs the link's metadata carries.
+fn topic_views(
+    partitions: &BTreeMap<(String, i32), Partition>,
+    configs: &[segment_format::failover_source::TopicMeta],
+) -> Vec<TopicView> {
+    let mut topics: Vec<TopicView> = Vec::new();
+    for ((topic, number), p) in partitions {
+        match topics.last_mut().filter(|t| &t.name == topic) {
+            Some(t) => t.partitions.push(*number),
+            None => topics.push(TopicView {
+                name: topic.clone(),
+                id: p.topic_id,
+                partitions: vec![*number],
+                configs: configs
+                    .iter()
+                    .find(|t| &t.name == topic)
+                    .map(|t| t.configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                    .unwrap_or_default(),
+            }),
+        }
+    }
+    topics
+}
+
+fn storage(dir: &std::path::Path, e: io::Error) -> ReadError {
+    ReadError::Storage(format!("{}: {e}", dir.display()))
+}
+
+impl Replica for BucketReplica {
+    fn link(&self) -> &str {
+        &self.link
+    }
+
+    fn state(&self) -> ReplicaState {
+        ReplicaState::Replicating
+    }
+
+    fn topics(&self) -> Vec<TopicView> {
+        self.served.read().map(|s| s.topics.clone()).unwrap_or_default()
+    }
+
+    fn ends(&self, topic: &str, partition: i32) -> Result<PartitionEnds, ReadError> {
+        self.partition(topic, partition).map(|p| p.ends)
+    }
+
+    fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: usize,
+        isolation: Isolation,
+    ) -> Result<Records, ReadError> {
+        let p = self.partition(topic, partition)?;
+        let ends = p.ends;
+        if offset < ends.log_start || offset > ends.high_watermark {
+            return Err(ReadError::OutOfRange { offset, ends });
+        }
+        let upper = match isolation {
+            Isolation::ReadUncommitted => ends.high_watermark,
+            Isolation::ReadCommitted => ends.last_stable,
+        };
+        let mut records = Records {
+            ends,
+            bytes: Bytes::new(),
+            aborted: Vec::new(),
+        };
+        if offset >= upper {
+            return Ok(records);
+        }
+        let Some(segment) = p.view.holding(offset) else {
+            return Err(ReadError::OutOfRange { offset, ends });
+        };
+        let _pinned = self.fetch_blocking(&p.dir_name, segment)?;
+        // Aborts of this segment's transactions may be recorded in the next segment's `.txnindex`.
+        let _next = match isolation {
+            Isolation::ReadCommitted => p
+                .view
+                .segments
+                .range(segment.next_offset..)
+                .next()
+                .filter(|(&base, _)| base < ends.high_watermark)
+                .map(|(_, m)| self.fetch_blocking(&p.dir_name, m))
+                .transpose()?,
+            Isolation::ReadUncommitted => None,
+        };
+        let dir = self.cache.partition_dir(&p.dir_name);
+        let mut buf = Vec::new();
+        let bound = upper.min(segment.next_offset);
+        let fetched = segments::read_batches(&dir, offset, bound, max_bytes, &mut buf).map_err(|e| storage(&dir, e))?;
+        if isolation == Isolation::ReadCommitted {
+            if let Some(next) = fetched.next_offset {
+                records.aborted = segments::aborted_between(&dir, offset, next)
+                    .map_err(|e| storage(&dir, e))?
+                    .into_iter()
+                    .map(|a| AbortedTxn {
+                        producer_id: a.producer_id,
+                        first_offset: a.first_offset,
+                    })
+                    .collect();
+            }
+        }
+        records.bytes = Bytes::from(buf);
+        Ok(records)
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, ReadError> {
+        let p = self.partition(topic, partition)?;
+        let ends = p.ends;
+        let Some(segment) = p.view.first_at_or_after(timestamp, ends.log_start) else {
+            return Ok(None);
+        };
+        let _pinned = self.fetch_blocking(&p.dir_name, segment)?;
+        let dir = self.cache.partition_dir(&p.dir_name);
+        let start = ends.log_start.max(segment.base_offset);
+        let bound = ends.high_watermark.min(segment.next_offset);
+        let found = segments::offset_for_timestamp(&dir, timestamp, start, bound).map_err(|e| storage(&dir, e))?;
+        Ok(found.map(|f| (f.offset, f.timestamp)))
+    }
+
+    fn max_timestamp(&self, topic: &str, partition: i32) -> Result<Option<(i64, i64)>, ReadError> {
+        let p = self.partition(topic, partition)?;
+        let Some(segment) = p.view.max_timestamp_segment() else {
+            return Ok(None);
+        };
+        let _pinned = self.fetch_blocking(&p.dir_name, segment)?;
+        let dir = self.cache.partition_dir(&p.dir_name);
+        let bound = p.ends.high_watermark.min(segment.next_offset);
+        let found = segments::max_timestamp(&dir, bound).map_err(|e| storage(&dir, e))?;
+        Ok(found.map(|f| (f.offset, f.timestamp)))
+    }
+
+    fn epoch_end(&self, topic: &str, partition: i32, epoch: i32) -> Result<(i32, i64), ReadError> {
+        Ok(self.partition(topic, partition)?.view.epoch_end(epoch))
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}

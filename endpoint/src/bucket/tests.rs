@@ -1,0 +1,391 @@
+//! The remote read replica over a local-folder store the shipper's seed filled: reads equal the source's bytes, a
+//! corrupted object is refused (that segment or partition only), the cache stays under its bound, and a new
+//! manifest version is followed.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::partition_metadata::Uuid;
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
+use segmirror_shipper::bucket::seed::{self, HeldLeases, SeedConfig};
+use segmirror_transport::manifest::KeyPrefix;
+use segmirror_transport::{Store, StoreUrl};
+
+use super::{BucketConfig, BucketReplica};
+use crate::replica::{Isolation, ReadError, Replica};
+
+const LINK: &str = "east";
+const TOPIC: &str = "orders";
+const TS0: i64 = 1_700_000_000_000;
+
+fn batch(i: i64) -> BatchBuilder {
+    batch_at(0, i)
+}
+
+/// Batch `i` (its timestamps), at `base` (the writer assigns its own).
+fn batch_at(base: i64, i: i64) -> BatchBuilder {
+    BatchBuilder::new(base)
+        .partition_leader_epoch(0)
+        .record(
+            RecordSpec::new(0, TS0 + i * 1000)
+                .with_key(format!("k{i}"))
+                .with_value(vec![b'v'; 300]),
+        )
+        .record(RecordSpec::new(1, TS0 + i * 1000 + 1).with_value(vec![b'w'; 20]))
+}
+
+struct World {
+    tmp: tempfile::TempDir,
+    store: Store,
+    shipper: SeedConfig,
+    held: HeldLeases,
+}
+
+impl World {
+    /// A source partition of `batches` batches (two records each) in segments of `segment_bytes`, left as a running
+    /// broker has it, and an empty local-folder bucket.
+    fn new(batches: i64, segment_bytes: u64) -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let log_dir = tmp.path().join("source");
+        let config = WriterConfig {
+            segment_bytes,
+            index_interval_bytes: 1024,
+            running: true,
+            fsync: false,
+            topic_id: Some(Uuid([5; 16])),
+            ..WriterConfig::default()
+        };
+        let mut w = PartitionWriter::create(&log_dir, TOPIC, 0, 0, config).unwrap();
+        w.become_leader(0);
+        for i in 0..batches {
+            w.append(batch(i)).unwrap();
+        }
+        let written = w.close().unwrap();
+        let identity = LogDirIdentity {
+            cluster_id: "test-cluster-id".into(),
+            node_id: 1,
+            directory_id: Uuid([9; 16]),
+        };
+        write_log_dir_files(
+            &log_dir,
+            &identity,
+            std::slice::from_ref(&written),
+            LogDirState::Running,
+        )
+        .unwrap();
+        let bucket = tmp.path().join("bucket");
+        std::fs::create_dir_all(&bucket).unwrap();
+        let store = Store::open(&StoreUrl::parse(bucket.to_str().unwrap()).unwrap(), &Default::default()).unwrap();
+        let mut shipper = SeedConfig::new(vec![log_dir], LINK).unwrap();
+        shipper.shipper_id = "test-shipper".into();
+        World {
+            tmp,
+            store,
+            shipper,
+            held: HeldLeases::default(),
+        }
+    }
+
+    fn source_dir(&self) -> PathBuf {
+        self.tmp.path().join("source").join(format!("{TOPIC}-0"))
+    }
+
+    fn cache_dir(&self) -> PathBuf {
+        self.tmp.path().join("cache")
+    }
+
+    /// One round of the continuous shipper.
+    async fn ship(&self) {
+        let report = seed::seed_round(&self.store, &self.shipper, &seed::NoProgress, Some(&self.held))
+            .await
+            .unwrap();
+        assert!(report.is_complete(), "{report:#?}");
+    }
+
+    fn replica(&self, cache_size: u64) -> Arc<BucketReplica> {
+        let config = BucketConfig {
+            prefix: KeyPrefix::root(),
+            link: LINK.into(),
+            cache_dir: self.cache_dir(),
+            cache_size,
+        };
+        Arc::new(BucketReplica::new(Arc::new(self.store.clone()), &config).unwrap())
+    }
+
+    /// The source's `.log` bytes, segment after segment.
+    fn source_bytes(&self) -> Vec<u8> {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(self.source_dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        logs.iter().flat_map(|p| std::fs::read(p).unwrap()).collect()
+    }
+
+    /// The bucket's object keys (relative paths under the bucket folder) whose name ends with `suffix`.
+    fn objects(&self, suffix: &str) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.tmp.path().join("bucket"), &mut out);
+        out.retain(|p| p.to_str().unwrap().ends_with(suffix));
+        out.sort();
+        out
+    }
+}
+
+/// The offset after the last whole v2 batch in `bytes`.
+fn next_offset(bytes: &[u8]) -> i64 {
+    let mut pos = 0;
+    let mut next = None;
+    while pos + 27 <= bytes.len() {
+        let base = i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap());
+        let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        let delta = i32::from_be_bytes(bytes[pos + 23..pos + 27].try_into().unwrap());
+        next = Some(base + i64::from(delta) + 1);
+        pos += 12 + len;
+    }
+    next.expect("a whole batch")
+}
+
+async fn read(
+    replica: &Arc<BucketReplica>,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<crate::replica::Records, ReadError> {
+    let replica = replica.clone();
+    tokio::task::spawn_blocking(move || replica.read(TOPIC, 0, offset, max_bytes, Isolation::ReadUncommitted))
+        .await
+        .unwrap()
+}
+
+/// Every byte served from `from` to the high watermark, fetch after fetch.
+async fn read_all(replica: &Arc<BucketReplica>, from: i64, max_bytes: usize, check: &dyn Fn()) -> Vec<u8> {
+    let hw = replica.ends(TOPIC, 0).unwrap().high_watermark;
+    let mut offset = from;
+    let mut out = Vec::new();
+    while offset < hw {
+        let records = read(replica, offset, max_bytes).await.unwrap();
+        assert!(!records.bytes.is_empty(), "nothing served at {offset} below {hw}");
+        offset = next_offset(&records.bytes);
+        out.extend_from_slice(&records.bytes);
+        check();
+    }
+    out
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            total += dir_bytes(&e.path());
+        } else {
+            total += e.metadata().unwrap().len();
+        }
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_from_the_bucket_equal_the_source_bytes_at_the_source_offsets() {
+    let w = World::new(60, 4096);
+    w.ship().await;
+    let replica = w.replica(64 << 20);
+    let report = replica.refresh().await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.partitions, 1);
+    let ends = replica.ends(TOPIC, 0).unwrap();
+    assert_eq!((ends.log_start, ends.high_watermark, ends.last_stable), (0, 120, 120));
+    assert_eq!(ends.leader_epoch, 0);
+    let topics = replica.topics();
+    assert_eq!(topics.len(), 1);
+    assert_eq!(
+        (topics[0].name.as_str(), topics[0].id, &topics[0].partitions[..]),
+        (TOPIC, [5; 16], &[0][..])
+    );
+
+    let source = w.source_bytes();
+    assert!(
+        w.objects(".log").len() >= 4,
+        "several segments: {:?}",
+        w.objects(".log")
+    );
+    assert_eq!(read_all(&replica, 0, 1000, &|| {}).await, source);
+    // An offset inside a batch returns that whole batch; the high watermark an empty answer; past it, out of range.
+    let inside = read(&replica, 41, 1).await.unwrap();
+    assert_eq!(i64::from_be_bytes(inside.bytes[..8].try_into().unwrap()), 40);
+    assert!(read(&replica, 120, 1000).await.unwrap().bytes.is_empty());
+    assert!(matches!(
+        read(&replica, 121, 1000).await,
+        Err(ReadError::OutOfRange { .. })
+    ));
+
+    // Lookups by time and epoch, answered from the manifests and the cached segment.
+    let r = replica.clone();
+    let (by_time, max) = tokio::task::spawn_blocking(move || {
+        (
+            r.offset_for_timestamp(TOPIC, 0, TS0 + 37 * 1000).unwrap(),
+            r.max_timestamp(TOPIC, 0).unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(by_time, Some((74, TS0 + 37 * 1000)));
+    assert_eq!(max, Some((119, TS0 + 59 * 1000 + 1)));
+    assert_eq!(replica.epoch_end(TOPIC, 0, 0).unwrap(), (0, 120));
+    assert!(matches!(replica.ends("nope", 0), Err(ReadError::UnknownPartition)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_object_is_refused_and_only_its_segment_answers_a_storage_error() {
+    let w = World::new(60, 4096);
+    w.ship().await;
+    // Flip one byte of the second segment's `.log` object: same size, other digests.
+    let logs = w.objects(".log");
+    let victim = &logs[1];
+    let mut bytes = std::fs::read(victim).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(victim, &bytes).unwrap();
+    let second_base: i64 = victim.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    assert!(second_base > 0);
+
+    let replica = w.replica(64 << 20);
+    let report = replica.refresh().await.unwrap();
+    assert!(report.failures.is_empty(), "the newest segment is sound: {report:?}");
+    let refused = read(&replica, second_base, 1000).await;
+    match refused {
+        Err(ReadError::Storage(reason)) => assert!(reason.contains("sha256") || reason.contains("crc32c"), "{reason}"),
+        other => panic!("expected a storage error, got {other:?}"),
+    }
+    // Nothing of it became visible in the cache, and the other segments keep being served.
+    let cached = w.cache_dir().join(format!("{TOPIC}-0"));
+    assert!(!cached
+        .join(segment_file_name(second_base, SegmentFileKind::Log))
+        .exists());
+    assert!(!read(&replica, 0, 1000).await.unwrap().bytes.is_empty());
+    assert!(!read(&replica, 119, 1000).await.unwrap().bytes.is_empty());
+    // Refused again without downloading it again.
+    assert!(matches!(
+        read(&replica, second_base, 1000).await,
+        Err(ReadError::Storage(_))
+    ));
+
+    // A corrupted newest segment: the partition's ends answer a storage error.
+    let newest = logs.last().unwrap();
+    let mut bytes = std::fs::read(newest).unwrap();
+    bytes[10] ^= 0xff;
+    std::fs::write(newest, &bytes).unwrap();
+    let fresh = w.tmp.path().join("cache2");
+    let config = BucketConfig {
+        prefix: KeyPrefix::root(),
+        link: LINK.into(),
+        cache_dir: fresh,
+        cache_size: 64 << 20,
+    };
+    let other = BucketReplica::new(Arc::new(w.store.clone()), &config).unwrap();
+    let report = other.refresh().await.unwrap();
+    assert_eq!(report.failures.len(), 1, "{report:?}");
+    assert!(matches!(other.ends(TOPIC, 0), Err(ReadError::Storage(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_stays_under_its_bound_while_every_segment_is_read() {
+    let w = World::new(100, 4096);
+    w.ship().await;
+    let segments = w.objects(".log").len();
+    assert!(segments >= 8, "{segments} segments");
+    // Room for about three segments and their indexes.
+    let bound = 3 * (4096 + 2 * 1024);
+    let replica = w.replica(bound);
+    replica.refresh().await.unwrap();
+    let cache = w.cache_dir();
+    let check = || {
+        assert!(replica.cached_bytes() <= bound, "{} > {bound}", replica.cached_bytes());
+        assert!(dir_bytes(&cache) <= bound, "on disk {} > {bound}", dir_bytes(&cache));
+    };
+    let served = read_all(&replica, 0, 1000, &check).await;
+    assert_eq!(served, w.source_bytes());
+    // And again from the start: evicted segments come back.
+    let again = read_all(&replica, 0, 100_000, &check).await;
+    assert_eq!(again, served);
+
+    // A segment larger than the whole cache is a storage error, not a cache over its bound.
+    let tiny = {
+        let config = BucketConfig {
+            prefix: KeyPrefix::root(),
+            link: LINK.into(),
+            cache_dir: w.tmp.path().join("tiny"),
+            cache_size: 1000,
+        };
+        Arc::new(BucketReplica::new(Arc::new(w.store.clone()), &config).unwrap())
+    };
+    let report = tiny.refresh().await.unwrap();
+    assert!(!report.failures.is_empty());
+    assert!(tiny.cached_bytes() <= 1000);
+    assert!(matches!(read(&tiny, 0, 1000).await, Err(ReadError::Storage(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
+    let w = World::new(30, 1 << 20);
+    w.ship().await;
+    let replica = w.replica(64 << 20);
+    replica.refresh().await.unwrap();
+    assert_eq!(replica.ends(TOPIC, 0).unwrap().high_watermark, 60);
+    let mut changes = replica.changes();
+    changes.borrow_and_update();
+    let first = read_all(&replica, 0, 1 << 20, &|| {}).await;
+
+    // The source appends to its active segment; the shipper's next round commits a grown version.
+    for round in 0..3 {
+        let log = w.source_dir().join(segment_file_name(0, SegmentFileKind::Log));
+        let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
+        let start = 60 + round * 10;
+        for i in 0..5 {
+            f.write_all(&batch_at(start + 2 * i, start / 2 + i).build()).unwrap();
+        }
+        drop(f);
+        let log_size = std::fs::metadata(w.source_dir().join(segment_file_name(0, SegmentFileKind::Log)))
+            .unwrap()
+            .len();
+        w.ship().await;
+        let fetched = replica.fetched_bytes();
+        let report = replica.refresh().await.unwrap();
+        // The grown version's new chunk is appended to the cached `.log`: far less than the whole segment again.
+        let now = replica.fetched_bytes() - fetched;
+        assert!(
+            now > 0 && now < log_size / 2,
+            "fetched {now} bytes for a grown .log of {log_size}"
+        );
+        assert!(report.failures.is_empty(), "{report:?}");
+        assert_eq!(report.manifests_read, 1);
+        let hw = replica.ends(TOPIC, 0).unwrap().high_watermark;
+        assert_eq!(hw, start + 10);
+        assert!(changes.has_changed().unwrap(), "a waiting fetch is woken");
+        changes.borrow_and_update();
+        // The tail read from the cache, then everything, equal the source.
+        let tail = read(&replica, start, 1 << 20).await.unwrap();
+        assert_eq!(next_offset(&tail.bytes), hw);
+    }
+    let all = read_all(&replica, 0, 1 << 20, &|| {}).await;
+    assert!(all.starts_with(&first));
+    assert_eq!(all, w.source_bytes());
+    // Nothing new: nothing read, nobody woken.
+    let report = replica.refresh().await.unwrap();
+    assert_eq!(report.manifests_read, 0);
+    assert!(!changes.has_changed().unwrap());
+}
