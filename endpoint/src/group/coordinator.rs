@@ -222,7 +222,11 @@ impl Coordinator {
         let rebalance = match u64::try_from(req.rebalance_timeout_ms) {
             Ok(ms) if version >= 1 && ms > 0 => Duration::from_millis(ms),
             _ => session,
-        };
+        }
+        .min(limits.max_rebalance_timeout);
+        if req.protocols.len() > limits.max_protocols_per_member {
+            return Err(ResponseError::MessageTooLarge);
+        }
         let mut protocols: Vec<(String, Bytes)> = Vec::with_capacity(req.protocols.len());
         let mut size = 0usize;
         for p in &req.protocols {
@@ -230,6 +234,7 @@ impl Coordinator {
             if size > limits.max_member_metadata_bytes {
                 return Err(ResponseError::MessageTooLarge);
             }
+            // A protocol named twice counts once (the first), as in Kafka's keyed collection.
             if !protocols.iter().any(|(n, _)| n == p.name.as_str()) {
                 protocols.push((p.name.to_string(), Bytes::copy_from_slice(&p.metadata)));
             }
@@ -424,14 +429,17 @@ impl Coordinator {
         r
     }
 
-    /// DescribeGroups: state, protocol and members (with subscriptions and assignments once `Stable`).
+    /// DescribeGroups: state, protocol and members (with subscriptions and assignments once `Stable`). A group
+    /// named twice is described once, so that one request cannot multiply the bytes held into its response.
     pub async fn describe_groups(&self, req: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
         let stored_ok = self.load_stored().await.is_ok();
         let mut r = DescribeGroupsResponse::default();
+        let mut seen = HashSet::new();
         let st = self.lock();
         r.groups = req
             .groups
             .iter()
+            .filter(|id| seen.insert(id.0.as_str()))
             .map(|id| {
                 let mut d = DescribedGroup::default();
                 d.group_id = id.clone();

@@ -70,6 +70,11 @@ pub struct GroupLimits {
     /// `group.max.session.timeout.ms`); outside them JoinGroup answers INVALID_SESSION_TIMEOUT.
     pub min_session_timeout: Duration,
     pub max_session_timeout: Duration,
+    /// The longest a rebalance waits for members to rejoin or sync: a member asking for more gets this (Kafka
+    /// has no cap; without one a client could hold a group and its slots for the 24 days an `i32` allows).
+    pub max_rebalance_timeout: Duration,
+    /// Protocols (assignors) one member may offer; beyond, MESSAGE_TOO_LARGE (clients offer a handful).
+    pub max_protocols_per_member: usize,
     /// Groups with members (or members being admitted) at once; a join that would create one more gets
     /// COORDINATOR_NOT_AVAILABLE (retriable: a group that empties frees its place).
     pub max_groups: usize,
@@ -97,6 +102,8 @@ impl Default for GroupLimits {
             initial_rebalance_delay: Duration::from_millis(200),
             min_session_timeout: Duration::from_secs(6),
             max_session_timeout: Duration::from_secs(30 * 60),
+            max_rebalance_timeout: Duration::from_secs(30 * 60),
+            max_protocols_per_member: 64,
             max_groups: 10_000,
             max_members_per_group: 1_000,
             max_member_metadata_bytes: 1 << 20,

@@ -939,3 +939,58 @@ async fn responses_encode_at_every_version_they_answer() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_leader_that_never_sends_the_assignment_is_removed_and_the_waiting_follower_told_to_rejoin() {
+    let c = coordinator(Arc::default(), limits());
+    let a = member_id(&c, "g").await;
+    let b = member_id(&c, "g").await;
+    let tasks: Vec<_> = [&a, &b]
+        .into_iter()
+        .map(|id| {
+            let c = c.clone();
+            let mut req = join_request("g", id, SESSION_MS, &[("range", "x")]);
+            req.rebalance_timeout_ms = 300;
+            tokio::spawn(async move { join(&c, 9, req).await })
+        })
+        .collect();
+    let mut joined = Vec::new();
+    for t in tasks {
+        joined.push(t.await.unwrap());
+    }
+    let leader = joined[0].leader.to_string();
+    let follower = if leader == a { &b } else { &a };
+    let started = tokio::time::Instant::now();
+    let r = sync(&c, sync_request("g", follower, joined[0].generation_id, &[])).await;
+    assert_eq!(error(r.error_code), Some(ResponseError::RebalanceInProgress));
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        heartbeat(&c, "g", &leader, joined[0].generation_id).await,
+        Some(ResponseError::UnknownMemberId)
+    );
+    assert_eq!(c.group_state("g"), Some(GroupState::PreparingRebalance));
+}
+
+#[tokio::test]
+async fn a_join_offering_too_many_protocols_is_refused() {
+    let c = coordinator(
+        Arc::default(),
+        GroupLimits {
+            max_protocols_per_member: 2,
+            ..limits()
+        },
+    );
+    let r = join(
+        &c,
+        9,
+        join_request("g", "", SESSION_MS, &[("a", ""), ("b", ""), ("c", "")]),
+    )
+    .await;
+    assert_eq!(error(r.error_code), Some(ResponseError::MessageTooLarge));
+    let r = join(&c, 9, join_request("g", "", SESSION_MS, &[("a", ""), ("b", "")])).await;
+    assert_eq!(error(r.error_code), Some(ResponseError::MemberIdRequired));
+}
