@@ -576,6 +576,8 @@ async fn drive(coordinator: Coordinator, group_id: String, incarnation: u64, wak
         };
         match next {
             Some(at) => {
+                // Never a busy loop, whatever a deadline computes to.
+                let at = at.max(Instant::now() + Duration::from_millis(1));
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = wake.notified() => {}
