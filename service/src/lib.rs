@@ -5,6 +5,7 @@
 //! - [`apply`]: the appliers, one per delivery mode: bucket (once or following the store) and direct.
 //! - [`ship`]: the shippers, one per delivery mode: direct, bucket (continuous), and once to a bucket (seed).
 //! - [`serve`]: `segmirror serve`, the read-only Kafka endpoint over a mirror, fed the mirror's durable ends.
+//! - [`serve_bucket`]: `segmirror serve --store`, the same endpoint straight from a bucket (the remote read replica).
 //! - [`admin_port`]: the HTTP admin API and `/metrics` of the long-running services, with the figures they keep.
 //! - [`link`] and [`link_gate`]: a direct link's endpoint and events, and the link record that gates a running
 //!   service (pause, resume, promoted, deleted).
@@ -35,6 +36,7 @@ pub mod offsets;
 pub mod admin_port;
 pub mod runtime;
 pub mod serve;
+pub mod serve_bucket;
 pub mod ship;
 pub mod status;
 pub mod topics;

@@ -261,9 +261,9 @@ impl FactsReader {
 }
 
 /// Group offsets committed through the endpoint, in the catalog (one connection, one commit at a time).
-struct CatalogOffsets {
-    catalog: Mutex<Catalog>,
-    link: String,
+pub(crate) struct CatalogOffsets {
+    pub(crate) catalog: Mutex<Catalog>,
+    pub(crate) link: String,
 }
 
 impl OffsetStore for CatalogOffsets {
@@ -308,7 +308,7 @@ impl OffsetStore for CatalogOffsets {
 }
 
 /// `HOST:PORT` (a bracketed IPv6 host allowed).
-fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
+pub(crate) fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
     let (host, port) = addr
         .rsplit_once(':')
         .with_context(|| format!("advertised listener {addr}: expected HOST:PORT"))?;

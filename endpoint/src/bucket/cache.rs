@@ -17,7 +17,8 @@
 //! made by evicting whole segments, least recently used first, never one a read holds (a [`Pinned`]) and the
 //! partitions' newest segments last (the last stable offset is followed in them). A segment larger than the whole
 //! cache, or a cache whose every segment is held, is a storage error for that read only. The cache starts empty:
-//! what an earlier run left is removed, because which version of a segment those files were is not recorded.
+//! what an earlier run left is removed, because which version of a segment those files were is not recorded. Only a
+//! directory this cache created (it holds [`MARKER`]) is emptied; another non-empty directory is refused.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -31,6 +32,8 @@ use segmirror_transport::digest::Hasher;
 use segmirror_transport::manifest::{Manifest, ManifestFile, Sha256Digest};
 use segmirror_transport::{Digest, SegmentSource};
 
+/// The file that marks a directory as a segment cache: only a marked directory is emptied at start.
+pub(crate) const MARKER: &str = ".segmirror-cache";
 /// Name of the directory of downloads in flight.
 const TMP_DIR: &str = ".tmp";
 /// Bytes copied at a time when a chunk is appended.
@@ -133,6 +136,20 @@ impl SegmentCache {
     /// A cache in `root`, emptied of what an earlier run left (see the module docs).
     pub fn open(root: &Path, capacity: u64) -> io::Result<SegmentCache> {
         fs::create_dir_all(root)?;
+        let marker = root.join(MARKER);
+        if !marker.exists() {
+            // Emptying a directory that is not a cache (a mistyped path) would delete someone's files.
+            if fs::read_dir(root)?.next().is_some() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is not empty and not a segment cache (no {MARKER}): choose an empty or new directory",
+                        root.display()
+                    ),
+                ));
+            }
+            fs::write(&marker, b"segmirror serve: segment cache\n")?;
+        }
         for entry in fs::read_dir(root)? {
             let entry = entry?;
             let name = entry.file_name();

@@ -1,0 +1,211 @@
+//! `serve --store` as the command line runs it: prepared over a local-folder store the shipper's seed filled, it
+//! answers Kafka clients, follows the shipper's next rounds, keeps group offsets across restarts, and refuses a
+//! store that does not exist.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use segment_format::partition_metadata::Uuid;
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
+use segmirror_endpoint::group::{CommittedOffset, OffsetStore};
+use segmirror_endpoint::{Limits, Replica};
+use segmirror_shipper::bucket::seed::{self, HeldLeases, SeedConfig};
+use segmirror_transport::{Store, StoreUrl};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+
+use super::{ServeBucketOptions, ServeBucketService};
+use crate::serve::Stopped;
+
+const LINK: &str = "east";
+const TOPIC: &str = "orders";
+
+fn batch(base: i64, i: i64) -> BatchBuilder {
+    BatchBuilder::new(base)
+        .partition_leader_epoch(0)
+        .record(RecordSpec::new(0, 1_700_000_000_000 + i).with_value(vec![b'v'; 200]))
+}
+
+/// A running source of one partition with `batches` one-record batches, its bucket, and a shipper.
+struct World {
+    tmp: tempfile::TempDir,
+    store: Store,
+    shipper: SeedConfig,
+    held: HeldLeases,
+}
+
+impl World {
+    fn new(batches: i64) -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let log_dir = tmp.path().join("source");
+        let config = WriterConfig {
+            segment_bytes: 8192,
+            running: true,
+            fsync: false,
+            topic_id: Some(Uuid([7; 16])),
+            ..WriterConfig::default()
+        };
+        let mut w = PartitionWriter::create(&log_dir, TOPIC, 0, 0, config).unwrap();
+        w.become_leader(0);
+        for i in 0..batches {
+            w.append(batch(0, i)).unwrap();
+        }
+        let written = w.close().unwrap();
+        let identity = LogDirIdentity {
+            cluster_id: "test-cluster-id".into(),
+            node_id: 1,
+            directory_id: Uuid([9; 16]),
+        };
+        write_log_dir_files(
+            &log_dir,
+            &identity,
+            std::slice::from_ref(&written),
+            LogDirState::Running,
+        )
+        .unwrap();
+        std::fs::create_dir_all(tmp.path().join("bucket")).unwrap();
+        let store = Store::open(
+            &StoreUrl::parse(tmp.path().join("bucket").to_str().unwrap()).unwrap(),
+            &Default::default(),
+        )
+        .unwrap();
+        let mut shipper = SeedConfig::new(vec![log_dir], LINK).unwrap();
+        shipper.shipper_id = "test-shipper".into();
+        World {
+            tmp,
+            store,
+            shipper,
+            held: HeldLeases::default(),
+        }
+    }
+
+    async fn ship(&self) {
+        let report = seed::seed_round(&self.store, &self.shipper, &seed::NoProgress, Some(&self.held))
+            .await
+            .unwrap();
+        assert!(report.is_complete(), "{report:#?}");
+    }
+
+    /// The source's newest `.log` (its active segment).
+    fn active_log(&self) -> PathBuf {
+        let dir = self.tmp.path().join("source").join(format!("{TOPIC}-0"));
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        logs.pop().unwrap()
+    }
+
+    fn options(&self) -> ServeBucketOptions {
+        ServeBucketOptions {
+            store: self.tmp.path().join("bucket").display().to_string(),
+            s3: Default::default(),
+            prefix: String::new(),
+            link: LINK.into(),
+            cache_dir: self.tmp.path().join("cache"),
+            cache_size: 16 << 20,
+            poll_interval: Duration::from_millis(20),
+            listen: "127.0.0.1:0".into(),
+            advertised: None,
+            tls: None,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// An ApiVersions v0 request with `correlation` over `addr`: the correlation id and error code answered.
+async fn api_versions(addr: std::net::SocketAddr, correlation: i32) -> (i32, i16) {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut body = Vec::new();
+    body.extend_from_slice(&18i16.to_be_bytes());
+    body.extend_from_slice(&0i16.to_be_bytes());
+    body.extend_from_slice(&correlation.to_be_bytes());
+    body.extend_from_slice(&(-1i16).to_be_bytes());
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    conn.write_all(&frame).await.unwrap();
+    let size = conn.read_i32().await.unwrap();
+    assert!(size >= 6, "{size}");
+    (conn.read_i32().await.unwrap(), conn.read_i16().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_bucket_answers_clients_follows_the_shipper_and_keeps_group_offsets() {
+    let w = World::new(40);
+    w.ship().await;
+    let service = ServeBucketService::prepare(w.options()).await.unwrap();
+    let replica = service.replica().clone();
+    assert_eq!(replica.ends(TOPIC, 0).unwrap().high_watermark, 40);
+    let addr = service.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(service.serve(shutdown.clone()));
+
+    assert_eq!(api_versions(addr, 4242).await, (4242, 0));
+
+    // The source grows, the shipper ships: the served end follows within a few poll intervals.
+    let mut f = std::fs::OpenOptions::new().append(true).open(w.active_log()).unwrap();
+    for i in 0..10 {
+        f.write_all(&batch(40 + i, 40 + i).build()).unwrap();
+    }
+    drop(f);
+    w.ship().await;
+    let mut changes = replica.changes();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while replica.ends(TOPIC, 0).unwrap().high_watermark != 50 {
+            changes.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the new manifest version is followed");
+
+    shutdown.cancel();
+    assert_eq!(running.await.unwrap().unwrap(), Stopped::Shutdown);
+
+    // Group offsets live in the cache directory's catalog and survive a restart; the segment cache does not.
+    let offsets = super::open_offsets(&w.options().cache_dir, LINK, "file:///bucket").unwrap();
+    offsets
+        .commit(
+            "readers",
+            &[CommittedOffset {
+                topic: TOPIC.into(),
+                partition: 0,
+                offset: 17,
+                leader_epoch: 0,
+                metadata: String::new(),
+            }],
+        )
+        .unwrap();
+    drop(offsets);
+    let again = ServeBucketService::prepare(w.options()).await.unwrap();
+    assert_eq!(again.replica().ends(TOPIC, 0).unwrap().high_watermark, 50);
+    let fetched = again.offsets.fetch("readers").unwrap();
+    assert_eq!(fetched.len(), 1);
+    assert_eq!((fetched[0].topic.as_str(), fetched[0].offset), (TOPIC, 17));
+    assert_eq!(again.offsets.groups().unwrap(), ["readers"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_bucket_refuses_a_missing_store_a_foreign_cache_directory_and_an_empty_cache() {
+    let w = World::new(5);
+    w.ship().await;
+    let mut missing = w.options();
+    missing.store = w.tmp.path().join("no-such-bucket").display().to_string();
+    assert!(ServeBucketService::prepare(missing).await.is_err());
+
+    // A non-empty directory that is not a cache is never emptied.
+    let foreign = w.tmp.path().join("home");
+    std::fs::create_dir_all(foreign.join("photos-1")).unwrap();
+    let mut options = w.options();
+    options.cache_dir = foreign.clone();
+    let refused = ServeBucketService::prepare(options).await.err().expect("refused");
+    assert!(format!("{refused:#}").contains("not a segment cache"), "{refused:#}");
+    assert!(foreign.join("photos-1").is_dir());
+
+    let mut empty = w.options();
+    empty.cache_size = 0;
+    assert!(ServeBucketService::prepare(empty).await.is_err());
+}
