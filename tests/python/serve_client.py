@@ -21,6 +21,10 @@ Byte strings travel as standard base64, as in kafka_client.py. Every command rea
   serve_client.py produce    {"bootstrap", "topic", "timeout_s"}
       One record with a plain (non-idempotent) producer: {"delivered": bool, "error_code": int, "error_name",
       "error_str", "retriable": bool, "elapsed_s": float}.
+  serve_client.py lookups    {"bootstrap", "topic", "partitions": [..], "timestamps": [..]}
+      ListOffsets (earliest and latest, read_uncommitted and read_committed; by each timestamp) and
+      DescribeConfigs of the topic: {"watermarks": [[partition, isolation, low, high], ..],
+      "times": [[partition, timestamp, offset], ..], "configs": {name: value}}.
   serve_client.py probe      {"bootstrap", "topic", "unknown_topic", "partition", "offset"}
       The metadata of an unknown topic and a fetch at an offset past the end (auto.offset.reset=error):
       {"unknown_topic": {"code", "name"} | null, "out_of_range": {"code", "name", "str"} | null}.
@@ -195,6 +199,35 @@ def produce(request):
               "retriable": err.retriable(), "elapsed_s": elapsed})
 
 
+def lookups(request):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    topic = request["topic"]
+    result = {"watermarks": [], "times": [], "configs": {}}
+    for isolation in ["read_uncommitted", "read_committed"]:
+        consumer = Consumer({"bootstrap.servers": request["bootstrap"], "group.id": "serve-lookups-unused",
+                             "enable.auto.commit": False, "isolation.level": isolation})
+        for p in request["partitions"]:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            result["watermarks"].append([p, isolation, low, high])
+        if isolation == "read_uncommitted":
+            # One request per timestamp: a request names each partition once.
+            for ts in request["timestamps"]:
+                found = consumer.offsets_for_times([TopicPartition(topic, p, ts) for p in request["partitions"]],
+                                                   timeout=30)
+                for tp in found:
+                    if tp.error is not None:
+                        fail(f"offsets_for_times {tp.partition} at {ts}: {tp.error}")
+                result["times"].extend([tp.partition, ts, tp.offset] for tp in found)
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": request["bootstrap"]})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    for res, future in admin.describe_configs([resource], request_timeout=30).items():
+        for name, entry in future.result().items():
+            result["configs"][name] = entry.value
+    emit(result)
+
+
 def probe(request):
     consumer = Consumer({
         "bootstrap.servers": request["bootstrap"],
@@ -225,9 +258,10 @@ def probe(request):
 
 
 def main():
-    commands = {"follow": follow, "member": member, "committed": committed, "produce": produce, "probe": probe}
+    commands = {"follow": follow, "member": member, "committed": committed, "produce": produce, "probe": probe,
+                "lookups": lookups}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        fail("usage: serve_client.py follow|member|committed|produce|probe < request.json")
+        fail("usage: serve_client.py follow|member|committed|produce|probe|lookups < request.json")
     try:
         # One line: `member` reads its commands from the same stdin afterwards.
         request = json.loads(sys.stdin.readline())

@@ -90,6 +90,11 @@ impl Replication {
                     &addr,
                     "--upto",
                     "log-end",
+                    // The topics' configs travel with the link (DescribeConfigs answers them).
+                    "--metadata-log-dir",
+                    broker.log_dir().to_str().unwrap(),
+                    "--meta-interval-ms",
+                    "200",
                 ],
             )
             .patience(PATIENCE);

@@ -377,6 +377,183 @@ fn a_mirror_is_read_while_replication_runs() {
     repl.stop();
 }
 
+/// What a client looks up besides records (ListOffsets earliest and latest at both isolation levels and by time,
+/// OffsetForLeaderEpoch, DescribeConfigs) is answered as the source answers it.
+#[test]
+fn lookups_are_answered_as_the_source_answers_them() {
+    let topic = "looked-up";
+    let partitions = 2;
+    let mut repl = Replication::start("e2e-serve-lookups", LINK, &[topic_spec(topic, partitions)]);
+    let source = repl.bootstrap();
+    for round in 0..3 {
+        produce_round(&source, topic, partitions, round);
+    }
+    repl.wait_caught_up();
+    let mut serve = repl.start_endpoint();
+    let endpoint = serve.bootstrap();
+    let src_uncommitted = consume_all(&source, topic, None, Isolation::ReadUncommitted).unwrap();
+
+    let last = src_uncommitted.iter().map(|r| r.timestamp).max().unwrap();
+    let timestamps = [
+        src_uncommitted[0].timestamp - 1,
+        src_uncommitted[src_uncommitted.len() / 2].timestamp,
+        last,
+        last + 3_600_000,
+    ];
+    let lookups = |bootstrap: &str| {
+        python_call(
+            "lookups",
+            &json!({"bootstrap": bootstrap, "topic": topic, "partitions": (0..partitions).collect::<Vec<_>>(),
+                    "timestamps": timestamps}),
+            READ_PATIENCE,
+        )
+        .unwrap()
+    };
+    let (served, want) = (lookups(&endpoint), lookups(&source));
+    eprintln!("lookups of the endpoint: {served}");
+    assert_eq!(served["watermarks"], want["watermarks"], "ListOffsets earliest/latest");
+    assert_eq!(served["times"], want["times"], "ListOffsets by time");
+    let source_configs = want["configs"].as_object().unwrap();
+    let served_configs = served["configs"].as_object().unwrap();
+    assert_eq!(
+        served_configs.get("retention.ms").and_then(Value::as_str),
+        Some("-1"),
+        "DescribeConfigs: the topic's retention.ms as the source set it: {served_configs:?}"
+    );
+    for (name, value) in served_configs {
+        assert_eq!(Some(value), source_configs.get(name), "DescribeConfigs {name}");
+    }
+    for timestamp in [-1, -2, -3] {
+        let served = list_offsets(serve.port(), topic, partitions, timestamp);
+        let want = list_offsets(repl.broker.broker_port(), topic, partitions, timestamp);
+        assert_eq!(served, want, "ListOffsets {timestamp}");
+    }
+    for epoch in [0, 7] {
+        let served = offset_for_leader_epoch(serve.port(), topic, partitions, epoch);
+        let want = offset_for_leader_epoch(repl.broker.broker_port(), topic, partitions, epoch);
+        let files: Vec<String> = std::fs::read_dir(repl.mirror.path().join(format!("{topic}-0")))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            served, want,
+            "OffsetForLeaderEpoch of epoch {epoch} (the mirror's {topic}-0 holds {files:?})"
+        );
+    }
+
+    serve.assert_running();
+    serve.stop();
+    repl.stop();
+}
+
+/// An unsigned varint (the flexible versions' lengths).
+fn uvarint(mut n: u32, out: &mut Vec<u8>) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// A flexible request frame: request header v2 (the client id, then no tagged fields), body.
+fn flexible_frame(api_key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
+    let mut header_and_body = vec![0u8]; // no tagged fields in the header
+    header_and_body.extend(body);
+    frame(api_key, version, correlation, &header_and_body)
+}
+
+impl Cursor<'_> {
+    fn uvarint(&mut self) -> u32 {
+        let (mut n, mut shift) = (0u32, 0);
+        loop {
+            let b = self.take(1)[0];
+            n |= u32::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return n;
+            }
+            shift += 7;
+        }
+    }
+    fn compact_string(&mut self) -> String {
+        let len = self.uvarint() as usize;
+        String::from_utf8_lossy(self.take(len.saturating_sub(1))).into_owned()
+    }
+    fn no_tagged_fields(&mut self) {
+        assert_eq!(self.uvarint(), 0, "tagged fields in an answer");
+    }
+}
+
+/// ListOffsets v7 (flexible) of `timestamp` (-1 latest, -2 earliest, -3 the max timestamp) for every partition of
+/// `topic`, read_uncommitted, on a raw connection: per partition, (error code, partition, timestamp, offset).
+fn list_offsets(port: u16, topic: &str, partitions: i32, timestamp: i64) -> Vec<(i16, i32, i64, i64)> {
+    let mut body = Vec::new();
+    body.extend((-1i32).to_be_bytes()); // replica id: a consumer
+    body.push(0); // read_uncommitted
+    uvarint(2, &mut body); // one topic
+    uvarint(topic.len() as u32 + 1, &mut body);
+    body.extend(topic.as_bytes());
+    uvarint(partitions as u32 + 1, &mut body);
+    for p in 0..partitions {
+        body.extend(p.to_be_bytes());
+        body.extend((-1i32).to_be_bytes()); // current leader epoch
+        body.extend(timestamp.to_be_bytes());
+        body.push(0);
+    }
+    body.push(0); // the topic's tagged fields
+    body.push(0); // the body's
+    let mut stream = connect(port);
+    stream.write_all(&flexible_frame(2, 7, 2, &body)).unwrap();
+    let Outcome::Answered(2, response) = read_response(&mut stream) else {
+        panic!("no answer to a ListOffsets v7");
+    };
+    let mut c = Cursor(&response);
+    c.no_tagged_fields(); // response header v1
+    c.i32(); // throttle time
+    assert_eq!(c.uvarint(), 2, "topics in the ListOffsets answer");
+    assert_eq!(c.compact_string(), topic);
+    let n = c.uvarint().saturating_sub(1);
+    let mut out: Vec<(i16, i32, i64, i64)> = (0..n)
+        .map(|_| {
+            let (partition, code, timestamp, offset, _epoch) = (c.i32(), c.i16(), c.i64(), c.i64(), c.i32());
+            c.no_tagged_fields();
+            (code, partition, timestamp, offset)
+        })
+        .collect();
+    out.sort_by_key(|e| e.1);
+    out
+}
+
+/// OffsetForLeaderEpoch v3 of `epoch` for every partition of `topic` on a raw connection: per partition, (error
+/// code, partition, leader epoch, end offset).
+fn offset_for_leader_epoch(port: u16, topic: &str, partitions: i32, epoch: i32) -> Vec<(i16, i32, i32, i64)> {
+    let mut body = Vec::new();
+    body.extend((-1i32).to_be_bytes()); // replica id: a consumer
+    body.extend(1i32.to_be_bytes());
+    body.extend(string(topic));
+    body.extend(partitions.to_be_bytes());
+    for p in 0..partitions {
+        body.extend(p.to_be_bytes());
+        body.extend((-1i32).to_be_bytes()); // current leader epoch: unknown, no fencing
+        body.extend(epoch.to_be_bytes());
+    }
+    let mut stream = connect(port);
+    stream.write_all(&frame(23, 3, 23, &body)).unwrap();
+    let Outcome::Answered(23, response) = read_response(&mut stream) else {
+        panic!("no answer to an OffsetForLeaderEpoch v3");
+    };
+    let mut c = Cursor(&response);
+    c.i32(); // throttle time
+    assert_eq!(c.i32(), 1, "topics in the OffsetForLeaderEpoch answer");
+    assert_eq!(c.nullable_string().as_deref(), Some(topic));
+    let n = c.i32();
+    let mut out: Vec<(i16, i32, i32, i64)> = (0..n).map(|_| (c.i16(), c.i32(), c.i32(), c.i64())).collect();
+    out.sort_by_key(|e| e.1);
+    out
+}
+
 /// Whether a producer asks for a producer id first (InitProducerId) or sends its records straight away (Produce).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Idempotence {
