@@ -6,29 +6,30 @@
 //! holding 50 GB. A fetch asks for at most its `max_bytes`; the first batch of a response is returned whole even
 //! when larger (as a broker does, so a client can always make progress), later ones only when they fit.
 //!
-//! Sessions: every answer says session id 0, "no session": clients then send full fetch requests, which every
-//! client supports (a broker answers the same when its session cache is full). A request naming a session is
-//! answered FETCH_SESSION_ID_NOT_FOUND, so the client starts over with a full one.
+//! Sessions (`sessions`): a request is looked up first (full, incremental, or refused), the partitions it stands
+//! for are read as any fetch reads them, and the answer is made from the session (an incremental answer only
+//! carries partitions with something new). The session's lock is never held while reading or waiting.
 //!
 //! Long polling: the replica's change signal (new installs) wakes a waiting fetch, which reads again; the wait
 //! never exceeds `max_wait_ms` nor the endpoint's own cap, and holds no memory permit while it waits.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::offsets::code;
+use super::sessions::{Asked, Closed, Context, Keying, TopicKey};
 use super::Endpoint;
 use crate::replica::{Isolation, ReadError, Replica, TopicView};
 
 const UNKNOWN_TOPIC_ID: i16 = 100;
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 
-/// One partition asked for, resolved to a topic name.
+/// One partition to read, resolved to a topic name (`None`: not served).
 struct Wanted {
     topic: Option<String>,
     partition: i32,
@@ -43,38 +44,24 @@ pub(super) struct Answer {
 }
 
 pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: i16) -> Answer {
-    if request.session_id != 0 {
+    let views = endpoint.replica.topics();
+    let served = views.iter().map(|v| v.partitions.len()).sum();
+    let (context, asked) = endpoint.sessions.open(version, &request, served, Instant::now());
+    if let Context::Refused(error_code) = context {
         let mut response = FetchResponse::default();
-        response.error_code = FETCH_SESSION_ID_NOT_FOUND;
+        response.error_code = error_code;
         return Answer { response, permit: None };
     }
-    let by_id = version >= 13;
-    let views = endpoint.replica.topics();
+    let by_id = Keying::of(version) == Keying::ById;
     let isolation = Isolation::from_wire(request.isolation_level);
-    // The topics as asked (names, or ids from v13), in order, each partition resolved to a name or not found.
-    let asked: Vec<(TopicName, uuid::Uuid, Vec<Wanted>)> = request
-        .topics
-        .into_iter()
-        .map(|t| {
-            let name = if by_id {
-                views
-                    .iter()
-                    .find(|v| v.id == *t.topic_id.as_bytes() && !t.topic_id.is_nil())
-                    .map(name_of)
-            } else {
-                views.iter().find(|v| v.name == t.topic.0.as_str()).map(name_of)
-            };
-            let wanted = t
-                .partitions
-                .iter()
-                .map(|p| Wanted {
-                    topic: name.clone(),
-                    partition: p.partition,
-                    offset: p.fetch_offset,
-                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
-                })
-                .collect();
-            (t.topic, t.topic_id, wanted)
+    let names = Names::new(&views);
+    let wanted: Vec<Wanted> = asked
+        .iter()
+        .map(|a| Wanted {
+            topic: names.resolve(&a.topic),
+            partition: a.partition,
+            offset: a.offset,
+            max_bytes: usize::try_from(a.max_bytes).unwrap_or(0),
         })
         .collect();
     let limits = *endpoint.limits();
@@ -85,7 +72,7 @@ pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: 
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
     let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(limits.max_fetch_wait);
     let deadline = Instant::now() + wait;
-    let asked = Arc::new(asked);
+    let wanted = Arc::new(wanted);
     let mut changes = endpoint.replica.changes();
     changes.borrow_and_update();
     loop {
@@ -96,10 +83,10 @@ pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: 
             .await
             .ok();
         let replica = endpoint.replica.clone();
-        let job = asked.clone();
+        let job = wanted.clone();
         let read =
             tokio::task::spawn_blocking(move || read_all(replica.as_ref(), &job, max_bytes, isolation, by_id)).await;
-        let (topics, total, errors) = match read {
+        let (partitions, total, errors) = match read {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!("a fetch's read failed: {e}");
@@ -110,9 +97,11 @@ pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: 
         };
         let now = Instant::now();
         if total >= min_bytes || errors || now >= deadline {
-            let mut response = FetchResponse::default();
-            response.responses = topics;
-            return Answer { response, permit };
+            let closed = endpoint.sessions.close(context, &asked, partitions, served, now);
+            return Answer {
+                response: respond(closed, &asked),
+                permit,
+            };
         }
         drop(permit);
         // Nothing (or too little) yet: wait for the replica to move, or the deadline.
@@ -123,42 +112,78 @@ pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: 
     }
 }
 
-fn name_of(view: &TopicView) -> String {
-    view.name.clone()
+/// The served topics by name and by id.
+struct Names<'a> {
+    by_name: HashMap<&'a str, &'a TopicView>,
+    by_id: HashMap<uuid::Uuid, &'a TopicView>,
 }
 
-/// Read every partition asked; the response topics, the record bytes read, and whether any partition erred.
+impl<'a> Names<'a> {
+    fn new(views: &'a [TopicView]) -> Self {
+        Self {
+            by_name: views.iter().map(|v| (v.name.as_str(), v)).collect(),
+            by_id: views
+                .iter()
+                .map(|v| (uuid::Uuid::from_bytes(v.id), v))
+                .filter(|(id, _)| !id.is_nil())
+                .collect(),
+        }
+    }
+
+    fn resolve(&self, topic: &TopicKey) -> Option<String> {
+        match topic {
+            TopicKey::Name(name) => self.by_name.get(name.as_str()).map(|v| v.name.clone()),
+            TopicKey::Id(id) => self.by_id.get(id).map(|v| v.name.clone()),
+        }
+    }
+}
+
+/// The response: the session's fields, its partitions grouped by topic in the order asked.
+fn respond(closed: Closed, asked: &[Asked]) -> FetchResponse {
+    let mut response = FetchResponse::default();
+    response.error_code = closed.error_code;
+    response.session_id = closed.session_id;
+    let mut last: Option<&TopicKey> = None;
+    for (i, data) in closed.partitions {
+        let topic = &asked[i].topic;
+        if last != Some(topic) {
+            let (name, id) = topic.wire();
+            let mut out = FetchableTopicResponse::default();
+            out.topic = name;
+            out.topic_id = id;
+            response.responses.push(out);
+            last = Some(topic);
+        }
+        if let Some(out) = response.responses.last_mut() {
+            out.partitions.push(data);
+        }
+    }
+    response
+}
+
+/// Read every partition asked, in order; their answers, the record bytes read, and whether any partition erred.
 fn read_all(
     replica: &dyn Replica,
-    asked: &[(TopicName, uuid::Uuid, Vec<Wanted>)],
+    wanted: &[Wanted],
     max_bytes: usize,
     isolation: Isolation,
     by_id: bool,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
+) -> (Vec<PartitionData>, usize, bool) {
     let mut total = 0usize;
     let mut errors = false;
-    let topics = asked
+    let partitions = wanted
         .iter()
-        .map(|(name, id, wanted)| {
-            let mut out = FetchableTopicResponse::default();
-            out.topic = name.clone();
-            out.topic_id = *id;
-            out.partitions = wanted
-                .iter()
-                .map(|w| {
-                    let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
-                    let data = read_one(replica, w, budget, total == 0, isolation, by_id);
-                    if data.error_code != 0 {
-                        errors = true;
-                    }
-                    total += data.records.as_ref().map_or(0, Bytes::len);
-                    data
-                })
-                .collect();
-            out
+        .map(|w| {
+            let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
+            let data = read_one(replica, w, budget, total == 0, isolation, by_id);
+            if data.error_code != 0 {
+                errors = true;
+            }
+            total += data.records.as_ref().map_or(0, Bytes::len);
+            data
         })
         .collect();
-    (topics, total, errors)
+    (partitions, total, errors)
 }
 
 fn read_one(

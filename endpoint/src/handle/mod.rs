@@ -21,7 +21,10 @@ mod groups;
 mod metadata;
 mod offsets;
 mod refuse;
+mod sessions;
 mod versions;
+
+pub use sessions::FetchSessionLimits;
 
 #[cfg(test)]
 mod tests;
@@ -61,13 +64,14 @@ pub enum Outcome {
     Malformed(String),
 }
 
-/// The endpoint's shared state: the replica served, the group coordinator, who it says it is, and the memory
-/// bound of fetch responses.
+/// The endpoint's shared state: the replica served, the group coordinator, who it says it is, the memory
+/// bound of fetch responses, and the incremental fetch sessions.
 pub struct Endpoint {
     replica: Arc<dyn Replica>,
     groups: Coordinator,
     config: ServeConfig,
     fetch_memory: Arc<Semaphore>,
+    sessions: sessions::FetchSessions,
 }
 
 impl Endpoint {
@@ -78,7 +82,14 @@ impl Endpoint {
             groups,
             fetch_memory: Arc::new(Semaphore::new(permits)),
             config,
+            sessions: sessions::FetchSessions::new(FetchSessionLimits::default()),
         }
+    }
+
+    /// The same endpoint with other fetch session bounds (`slots: 0` serves every fetch without a session).
+    pub fn with_fetch_sessions(mut self, limits: FetchSessionLimits) -> Self {
+        self.sessions = sessions::FetchSessions::new(limits);
+        self
     }
 
     pub fn limits(&self) -> &Limits {
