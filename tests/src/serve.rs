@@ -198,6 +198,13 @@ impl Replication {
 
     /// The arguments of `segmirror serve` over this mirror, plaintext on `127.0.0.1:port`.
     pub fn serve_args(&self, port: u16) -> Vec<String> {
+        let mut args = self.serve_base_args(port);
+        args.push("--plaintext".into());
+        args
+    }
+
+    /// The arguments of `segmirror serve` over this mirror on `127.0.0.1:port`, without the transport's.
+    fn serve_base_args(&self, port: u16) -> Vec<String> {
         [
             "serve",
             "--mirror",
@@ -208,7 +215,6 @@ impl Replication {
             self.catalog.to_str().unwrap(),
             "--listen",
             &format!("127.0.0.1:{port}"),
-            "--plaintext",
         ]
         .map(String::from)
         .to_vec()
@@ -324,6 +330,18 @@ impl Replication {
         }
         let port = free_port().unwrap();
         let args = self.serve_args(port);
+        let mut service = Service::start("serve", &args).patience(PATIENCE);
+        wait_accepting(&mut service, port);
+        Endpoint::Serve { service, args, port }
+    }
+
+    /// `segmirror serve` over this mirror on a free port with the arguments `more` gives for that port (the
+    /// transport's: `--plaintext`, or the TLS files; `--advertised-listener`), accepting connections. Never the
+    /// reference.
+    pub fn start_serve_with(&self, more: impl FnOnce(u16) -> Vec<String>) -> Endpoint {
+        let port = free_port().unwrap();
+        let mut args = self.serve_base_args(port);
+        args.extend(more(port));
         let mut service = Service::start("serve", &args).patience(PATIENCE);
         wait_accepting(&mut service, port);
         Endpoint::Serve { service, args, port }
