@@ -22,7 +22,7 @@ use crate::handle::Endpoint;
 
 mod connection;
 
-pub use connection::MAX_REQUEST_BYTES_DEFAULT;
+pub use connection::{ConnectionError, MAX_REQUEST_BYTES_DEFAULT};
 
 /// How the endpoint presents itself and what it allows one client.
 #[derive(Debug, Clone)]
@@ -116,8 +116,17 @@ pub async fn serve(
     }
 }
 
+/// Serve one client on an established stream (TLS already done) until it closes or is refused: what [`serve`]
+/// runs per connection, public so that tests and fuzz targets can drive it over an in-memory pipe.
+pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    endpoint: &Endpoint,
+) -> Result<(), connection::ConnectionError> {
+    connection::Connection::new(stream, endpoint).run().await
+}
+
 async fn run<S: AsyncRead + AsyncWrite + Unpin>(stream: S, endpoint: &Endpoint, peer: std::net::SocketAddr) {
-    match connection::Connection::new(stream, endpoint).run().await {
+    match serve_connection(stream, endpoint).await {
         Ok(()) => tracing::debug!(%peer, "client closed"),
         Err(e) => tracing::info!(%peer, "client connection ended: {e}"),
     }

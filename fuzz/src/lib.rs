@@ -34,6 +34,7 @@ use segment_format::txn_index::{TxnIndex, TxnIndexChecker, TxnTracker};
 use segment_format::ParseError;
 
 pub mod direct;
+pub mod endpoint;
 pub mod seeds;
 pub mod session;
 
@@ -636,6 +637,7 @@ pub fn run(target: &str, data: &[u8]) {
         "bucket" => bucket(data),
         "direct_frames" => direct::direct_frames(data),
         "direct_session" => session::direct_session(data),
+        "endpoint_requests" => endpoint::endpoint_requests(data),
         _ => panic!("unknown fuzz target {target}"),
     }
 }
@@ -644,7 +646,7 @@ pub fn run(target: &str, data: &[u8]) {
 mod tests {
     use super::*;
 
-    const TARGETS: [&str; 8] = [
+    const TARGETS: [&str; 9] = [
         "log_scan",
         "batch_deep",
         "index_check",
@@ -653,6 +655,7 @@ mod tests {
         "bucket",
         "direct_frames",
         "direct_session",
+        "endpoint_requests",
     ];
 
     #[test]

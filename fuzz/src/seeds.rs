@@ -454,5 +454,6 @@ pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("bucket", bucket_inputs()),
         ("direct_frames", crate::direct::seeds()),
         ("direct_session", crate::session::seeds()),
+        ("endpoint_requests", crate::endpoint::seeds()),
     ]
 }
