@@ -14,6 +14,13 @@
 //! - Hostile clients (bad frames, absurd sizes, unknown API keys and versions, a thousand idle connections, fetches
 //!   out of range, unknown topics) get Kafka's answers or a closed connection; the endpoint keeps serving honest
 //!   clients, its memory and descriptors bounded.
+//! - Lookups (ListOffsets earliest, latest, by time and max timestamp; OffsetForLeaderEpoch; DescribeConfigs) get
+//!   the source's answers.
+//! - Over mutual TLS behind `--advertised-listener`, clients with a certificate read; others are refused.
+//!
+//! `SEGMIRROR_SERVE_REFERENCE=kafka` runs the same clients and assertions against the source broker itself (all
+//! but the write refusal and TLS tests, which Kafka's plaintext listener cannot pass): a check that the tests
+//! expect what Kafka does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
