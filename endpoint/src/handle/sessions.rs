@@ -424,7 +424,13 @@ impl FetchSessions {
         };
         let all = session.asked();
         cache.touch(id, now);
-        tracing::debug!(session = id, epoch, partitions = all.len(), "incremental fetch");
+        tracing::debug!(
+            session = id,
+            epoch,
+            version,
+            partitions = all.len(),
+            "incremental fetch"
+        );
         (context, all)
     }
 
@@ -547,6 +553,12 @@ impl FetchSessions {
                 partitions.push((i, data));
             }
         }
+        tracing::debug!(
+            session = id,
+            epoch,
+            sent = partitions.len(),
+            "incremental fetch answered"
+        );
         Closed {
             session_id: id,
             error_code: 0,
