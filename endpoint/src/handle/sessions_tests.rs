@@ -1,5 +1,5 @@
-//! Incremental fetch sessions through the endpoint: requests encoded as a client encodes them, answered by
-//! `Endpoint::handle`, over a replica of three partitions held in memory.
+//! Incremental fetch sessions through the endpoint's Fetch handler: requests encoded as a client encodes them,
+//! answers encoded as the connection sends them, over a replica of three partitions held in memory.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
-use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::sync::watch;
 
@@ -15,7 +15,7 @@ use super::{
     FetchSessionLimits, FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR, INVALID_FETCH_SESSION_EPOCH,
 };
 use crate::group::{CommittedOffset, Coordinator, OffsetStore};
-use crate::handle::{Endpoint, Outcome};
+use crate::handle::Endpoint;
 use crate::replica::*;
 use crate::server::{Limits, ServeConfig};
 
@@ -221,17 +221,15 @@ fn request(
     request
 }
 
+/// A fetch as the connection answers it: the request encoded and decoded as `version`, the answer too.
 async fn fetch(endpoint: &Endpoint, version: i16, request: &FetchRequest) -> FetchResponse {
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Fetch as i16;
-    header.request_api_version = version;
     let mut body = BytesMut::new();
     request.encode(&mut body, version).unwrap();
-    match endpoint.handle(&header, ApiKey::Fetch, body.freeze()).await {
-        Outcome::Respond(mut out, _) => FetchResponse::decode(&mut out, version).unwrap(),
-        Outcome::Unsupported => panic!("v{version} unsupported"),
-        Outcome::Malformed(reason) => panic!("{reason}"),
-    }
+    let decoded = FetchRequest::decode(&mut body.freeze(), version).unwrap();
+    let answer = super::super::fetch::answer(endpoint, decoded, version).await;
+    let mut out = BytesMut::new();
+    answer.response.encode(&mut out, version).unwrap();
+    FetchResponse::decode(&mut out.freeze(), version).unwrap()
 }
 
 /// An answer's partitions: (topic, partition, record bytes, high watermark, error), topic ids named back.
