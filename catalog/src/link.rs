@@ -183,6 +183,9 @@ impl Catalog {
                     });
                 }
                 tx.execute("DELETE FROM events WHERE link = ?1", [&spec.name])?;
+                // Group offsets committed through `segmirror serve` belong to the old link's partitions: never
+                // handed to the new one.
+                tx.execute("DELETE FROM served_offsets WHERE link = ?1", [&spec.name])?;
                 tx.execute("DELETE FROM links WHERE name = ?1", [&spec.name])?;
                 reused = Some(old.id);
             }

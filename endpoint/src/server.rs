@@ -121,12 +121,13 @@ pub async fn serve(
 pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     endpoint: &Endpoint,
+    peer: Option<std::net::SocketAddr>,
 ) -> Result<(), connection::ConnectionError> {
-    connection::Connection::new(stream, endpoint).run().await
+    connection::Connection::new(stream, endpoint, peer).run().await
 }
 
 async fn run<S: AsyncRead + AsyncWrite + Unpin>(stream: S, endpoint: &Endpoint, peer: std::net::SocketAddr) {
-    match serve_connection(stream, endpoint).await {
+    match serve_connection(stream, endpoint, Some(peer)).await {
         Ok(()) => tracing::debug!(%peer, "client closed"),
         Err(e) => tracing::info!(%peer, "client connection ended: {e}"),
     }

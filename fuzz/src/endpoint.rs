@@ -95,7 +95,7 @@ pub fn endpoint_requests(data: &[u8]) {
             let _ = client.read_to_end(&mut responses).await;
             responses
         };
-        let (served, responses) = tokio::join!(serve_connection(server, &endpoint), writer);
+        let (served, responses) = tokio::join!(serve_connection(server, &endpoint, None), writer);
         let _ = served;
         check_frames(&responses);
     });

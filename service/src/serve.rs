@@ -305,6 +305,14 @@ impl OffsetStore for CatalogOffsets {
         let catalog = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
         catalog.served_groups(&self.link).map_err(|e| e.to_string())
     }
+
+    fn delete(&self, group: &str) -> Result<(), String> {
+        let mut catalog = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        catalog
+            .delete_served_group(&self.link, group)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// `HOST:PORT` (a bracketed IPv6 host allowed).

@@ -4,10 +4,13 @@
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED at once (see `refuse`).
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator as Found;
-use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestKind, ResponseKind};
+use kafka_protocol::messages::{
+    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{text, Endpoint};
+use crate::group::ClientInfo;
 
 const GROUP: i8 = 0;
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
@@ -61,10 +64,23 @@ fn found(endpoint: &Endpoint, key: StrBytes, refusal: Option<&(i16, String)>) ->
 }
 
 /// A group API, answered by the coordinator; `None` for a request that is not one.
-pub(super) async fn answer(endpoint: &Endpoint, request: RequestKind, version: i16) -> Option<ResponseKind> {
+pub(super) async fn answer(
+    endpoint: &Endpoint,
+    request: RequestKind,
+    version: i16,
+    header: &RequestHeader,
+    host: &str,
+) -> Option<ResponseKind> {
     let groups = &endpoint.groups;
     Some(match request {
-        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(groups.join_group(r, version).await),
+        RequestKind::JoinGroup(r) => {
+            let client = ClientInfo {
+                client_id: header.client_id.as_ref().map(|id| id.to_string()).unwrap_or_default(),
+                client_host: host.to_string(),
+            };
+            ResponseKind::JoinGroup(groups.join_group_from(r, version, &client).await)
+        }
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups.delete_groups(r, version).await),
         RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(groups.sync_group(r, version).await),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups.heartbeat(r, version).await),
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups.leave_group(r, version).await),

@@ -52,6 +52,7 @@ pub const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// What the connection does with a request.
@@ -100,8 +101,9 @@ impl Endpoint {
         &self.replica
     }
 
-    /// Decode the body of a request whose header was read, answer it, encode the answer.
-    pub async fn handle(&self, header: &RequestHeader, api_key: ApiKey, mut body: Bytes) -> Outcome {
+    /// Decode the body of a request whose header was read, answer it, encode the answer. `host`: the client's
+    /// address as group members show it.
+    pub async fn handle(&self, header: &RequestHeader, api_key: ApiKey, mut body: Bytes, host: &str) -> Outcome {
         let version = header.request_api_version;
         if api_key == ApiKey::ApiVersions {
             // Answered whatever its version: an unsupported one gets UNSUPPORTED_VERSION and the table in v0.
@@ -130,7 +132,7 @@ impl Endpoint {
             RequestKind::FindCoordinator(r) => {
                 ResponseKind::FindCoordinator(groups::find_coordinator(self, r, version))
             }
-            other => match groups::answer(self, other, version).await {
+            other => match groups::answer(self, other, version, header, host).await {
                 Some(response) => response,
                 None => return Outcome::Unsupported,
             },

@@ -30,11 +30,15 @@ pub enum ConnectionError {
 pub(super) struct Connection<'a, S> {
     stream: S,
     endpoint: &'a Endpoint,
+    /// The client's address as group members show it (DescribeGroups' client host).
+    host: String,
 }
 
 impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
-    pub(super) fn new(stream: S, endpoint: &'a Endpoint) -> Self {
-        Self { stream, endpoint }
+    pub(super) fn new(stream: S, endpoint: &'a Endpoint, peer: Option<std::net::SocketAddr>) -> Self {
+        // Kafka shows a member's host as "/<ip>".
+        let host = peer.map_or_else(String::new, |p| format!("/{}", p.ip()));
+        Self { stream, endpoint, host }
     }
 
     pub(super) async fn run(mut self) -> Result<(), ConnectionError> {
@@ -45,7 +49,7 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
             let request = parse(frame)?;
             let response = match self
                 .endpoint
-                .handle(&request.header, request.api_key, request.body)
+                .handle(&request.header, request.api_key, request.body, &self.host)
                 .await
             {
                 Outcome::Respond(body, permit) => (body, permit),
