@@ -176,8 +176,9 @@ pub(crate) fn install_staging_root(root: &Path) -> PathBuf {
     root.join(INSTALL_STAGING_DIR)
 }
 
-/// `<root>/.tail`.
-pub(crate) fn tail_dir(root: &Path) -> PathBuf {
+/// `<root>/.tail`: the direct applier's state files, each replaced by a rename on every durable step, so the
+/// directory's modification time changes whenever one does (`segmirror serve` looks there before reading them).
+pub fn tail_dir(root: &Path) -> PathBuf {
     root.join(TAIL_DIR)
 }
 

@@ -141,6 +141,12 @@ impl Catalog {
         Ok(self.conn.query_row("PRAGMA user_version", [], |row| row.get(0))?)
     }
 
+    /// SQLite's `data_version`: changes when another connection commits to the database, so a reader polling the
+    /// catalog knows whether anything can have changed since its last read without reading it.
+    pub fn data_version(&self) -> Result<i64> {
+        Ok(self.conn.query_row("PRAGMA data_version", [], |row| row.get(0))?)
+    }
+
     /// SQLite's journal mode for this database, lower-case (`"wal"` for a file catalog, `"memory"` in memory).
     pub fn journal_mode(&self) -> Result<String> {
         let mode: String = self.conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;

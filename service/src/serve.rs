@@ -22,11 +22,12 @@
 use std::path::PathBuf;
 use std::str::FromStr as _;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
 use segment_format::partition_metadata::Uuid;
 use segmirror_applier::direct::recorded_active_segment;
+use segmirror_applier::mirror::tail_dir;
 use segmirror_catalog::{Catalog, LinkState, ServedOffset};
 use segmirror_endpoint::group::{CommittedOffset, Coordinator, OffsetStore};
 use segmirror_endpoint::mirror::{LinkFacts, MirrorReplica, PartitionFacts};
@@ -92,6 +93,7 @@ impl ServeService {
                     catalog,
                     mirror,
                     link: link.clone(),
+                    last: None,
                 },
                 CatalogOffsets {
                     catalog: Mutex::new(offsets_catalog),
@@ -188,10 +190,12 @@ async fn refresh(facts: &Arc<Mutex<FactsReader>>, replica: &Arc<MirrorReplica>) 
     let facts = facts.clone();
     let replica = replica.clone();
     tokio::task::spawn_blocking(move || {
-        let reader = facts.lock().unwrap_or_else(|e| e.into_inner());
-        let read = reader.read()?;
-        for failure in replica.refresh(&read) {
-            tracing::warn!("a mirror partition cannot be served: {failure}");
+        let mut reader = facts.lock().unwrap_or_else(|e| e.into_inner());
+        let (read, changed) = reader.refreshed()?;
+        if changed {
+            for failure in replica.refresh(&read) {
+                tracing::warn!("a mirror partition cannot be served: {failure}");
+            }
         }
         Ok(read.state)
     })
@@ -203,9 +207,46 @@ struct FactsReader {
     catalog: Catalog,
     mirror: PathBuf,
     link: String,
+    /// The last facts read and what they were read at.
+    last: Option<(Fingerprint, LinkFacts)>,
 }
 
+/// What says whether the facts can have changed: the catalog's `data_version` (another connection committed) and
+/// the modification time of the direct applier's state directory (a state file was replaced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    data_version: i64,
+    state_dir: Option<SystemTime>,
+}
+
+/// A state directory modified this recently is read again even when its time did not change: the kernel stamps
+/// modification times from a coarse clock (a few milliseconds), so two renames within one tick share a time.
+const COARSE_CLOCK_MARGIN: Duration = Duration::from_millis(50);
+
 impl FactsReader {
+    /// The facts, and whether they changed since the last call. Reads nothing but the fingerprint when it did not
+    /// move, so an idle endpoint costs one `PRAGMA` and one `stat` per refresh whatever its partitions.
+    fn refreshed(&mut self) -> anyhow::Result<(LinkFacts, bool)> {
+        let fingerprint = Fingerprint {
+            data_version: self.catalog.data_version()?,
+            state_dir: std::fs::metadata(tail_dir(&self.mirror))
+                .and_then(|m| m.modified())
+                .ok(),
+        };
+        let settled = fingerprint
+            .state_dir
+            .is_none_or(|t| t.elapsed().is_ok_and(|age| age > COARSE_CLOCK_MARGIN));
+        if let Some((last, facts)) = &self.last {
+            if *last == fingerprint && settled {
+                return Ok((facts.clone(), false));
+            }
+        }
+        let facts = self.read()?;
+        let changed = self.last.as_ref().is_none_or(|(_, last)| *last != facts);
+        self.last = Some((fingerprint, facts.clone()));
+        Ok((facts, changed))
+    }
+
     fn read(&self) -> anyhow::Result<LinkFacts> {
         let link = self.catalog.link(&self.link)?;
         let state = match link.state {
