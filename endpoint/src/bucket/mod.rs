@@ -20,14 +20,23 @@
 //! is followed there (`segments::OpenTransactions`, starting from the segment's producer snapshot when the shipper
 //! shipped one) and a consumer at the end reads from local disk.
 //!
-//! Untrusted bytes: a manifest or object that fails its checks is refused; reads of that segment (and, for the
-//! newest segment, the partition's ends) answer KAFKA_STORAGE_ERROR, the other partitions keep being served, and
-//! the same version is not downloaded again (a new manifest version is).
+//! A refresh reads new manifests [`MANIFEST_READ_CONCURRENCY`] at a time and fetches newest segments
+//! [`TAIL_FETCH_CONCURRENCY`] partitions at a time, so a first look at a large remote bucket is not one round trip
+//! after another; the link's metadata (topic configs for DescribeConfigs) is read again only when its manifest
+//! changed.
+//!
+//! Untrusted bytes: a manifest or object that fails its checks is refused; reads of that segment answer
+//! KAFKA_STORAGE_ERROR, and so does the whole partition when the refused object is one of its manifests or its
+//! newest segment (serving the rest could show a shorter log than was served); the other partitions keep being
+//! served, and the same version is not read again (a new manifest version is). A store that fails keeps a
+//! partition's last ends until it answers again.
 //!
 //! Limits: a `read_committed` fetch takes the aborted transactions from the `.txnindex` of its segment and of the
 //! next one (fetched with it, which a consumer reading on needs anyway): an abort whose marker lies two or more
-//! segments after the transaction's data is not seen unless those segments are cached. The link record is not in
-//! the bucket: this replica is always [`ReplicaState::Replicating`].
+//! segments after the transaction's data is not seen unless those segments are cached. The last stable offset is
+//! followed from the newest segment's producer snapshot (the shipper ships the one a broker wrote at the roll); a
+//! transaction open across a roll whose segment came without one is not seen by it. The link record is not in the
+//! bucket: this replica is always [`ReplicaState::Replicating`].
 
 mod cache;
 mod view;
@@ -35,12 +44,14 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
+use futures::StreamExt as _;
+use segment_format::failover_source::TopicMeta;
 use segmirror_transport::bucket::link_meta;
 use segmirror_transport::manifest::{KeyPrefix, Manifest};
 use segmirror_transport::{ManifestRead, ObjectInfo, SegmentSource};
@@ -64,6 +75,13 @@ pub struct BucketConfig {
     pub cache_size: u64,
 }
 
+/// Manifests read from the store at once (as the applier reads them): enough to hide a remote store's round trips.
+pub const MANIFEST_READ_CONCURRENCY: usize = 16;
+/// Partitions whose newest segment is fetched at once.
+pub const TAIL_FETCH_CONCURRENCY: usize = 8;
+/// Refused versions remembered (so that each is downloaded once); beyond, a refused version is fetched again.
+const MAX_REFUSALS_KEPT: usize = 10_000;
+
 /// What one [`BucketReplica::refresh`] saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RefreshReport {
@@ -85,6 +103,7 @@ fn stamp(info: &ObjectInfo) -> Stamp {
 /// One served partition.
 #[derive(Debug, Clone)]
 struct Partition {
+    key: (String, i32),
     /// `<topic>-<partition>`: the cache's partition directory.
     dir_name: String,
     topic_id: [u8; 16],
@@ -92,6 +111,52 @@ struct Partition {
     ends: PartitionEnds,
     /// Why the partition answers KAFKA_STORAGE_ERROR, if it does.
     failure: Option<String>,
+}
+
+impl Partition {
+    /// A partition that answers KAFKA_STORAGE_ERROR for `reason`.
+    fn failed(key: &(String, i32), topic_id: [u8; 16], reason: String) -> Partition {
+        Partition {
+            key: key.clone(),
+            dir_name: format!("{}-{}", key.0, key.1),
+            topic_id,
+            view: Arc::new(PartitionView::default()),
+            ends: PartitionEnds {
+                log_start: 0,
+                high_watermark: 0,
+                last_stable: 0,
+                leader_epoch: -1,
+            },
+            failure: Some(reason),
+        }
+    }
+}
+
+/// What reading one manifest gave.
+enum Read {
+    Valid(Arc<Manifest>),
+    /// Invalid, or not where it claims to be: refused (not read again until its listing entry changes).
+    Refused(String),
+    /// Listed but gone when read.
+    Gone,
+    /// The store failed.
+    Failed(String),
+}
+
+struct ManifestOutcome {
+    read: Read,
+    /// Read from the store this time (not known from before).
+    was_read: bool,
+}
+
+/// A listed partition: its key, the lineage served (its topic id) and that lineage's manifests.
+type Listed = ((String, i32), [u8; 16], Vec<ObjectInfo>);
+
+/// What a refresh does with one partition.
+enum Planned {
+    Keep(Partition),
+    Failed((String, i32), [u8; 16], String),
+    Follow((String, i32), String, [u8; 16], PartitionView),
 }
 
 #[derive(Debug, Default)]
@@ -113,6 +178,8 @@ pub struct BucketReplica {
     manifests: Mutex<HashMap<String, (Stamp, Arc<Manifest>)>>,
     /// Versions refused (a manifest key or a segment version), with why: not fetched again.
     refused: Mutex<HashMap<String, String>>,
+    /// The topics of the link's metadata, with the listing entry of the metadata manifest they were read at.
+    configs: Mutex<Option<(Stamp, Vec<TopicMeta>)>>,
     txns: Arc<Mutex<HashMap<(String, i32), segments::OpenTransactions>>>,
     changes: watch::Sender<u64>,
 }
@@ -140,6 +207,7 @@ impl BucketReplica {
             served: RwLock::new(Served::default()),
             manifests: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
+            configs: Mutex::new(None),
             txns: Arc::new(Mutex::new(HashMap::new())),
             changes: watch::Sender::new(0),
         })
@@ -162,68 +230,101 @@ impl BucketReplica {
         let source: &dyn SegmentSource = &*self.source;
         let index = source.index_versions(&self.prefix, Some(&self.link)).await?;
         let mut report = RefreshReport::default();
-        let configs = match link_meta::read_latest(source, &self.prefix, &self.link).await {
-            Ok(meta) => meta.map(|m| m.topics.topics).unwrap_or_default(),
-            Err(e) => {
-                report.failures.push(format!("link metadata of {}: {e}", self.link));
-                Vec::new()
-            }
-        };
+        let configs = self.link_configs(&index.meta, &mut report).await;
+        // Each partition's lineage (the one whose newest manifest is newest, as the applier chooses).
+        let listed: Vec<Listed> = index
+            .link(&self.link)
+            .filter_map(|(pk, objects)| {
+                let (topic_id, lineage) = objects
+                    .lineages
+                    .iter()
+                    .filter(|(_, l)| !l.manifests.is_empty())
+                    .max_by_key(|(id, l)| (l.last_modified_ms(), **id))?;
+                let key = (pk.topic().to_string(), pk.partition());
+                Some((key, topic_id.0, lineage.manifests.values().cloned().collect()))
+            })
+            .collect();
+        // Every manifest not read yet, a few at a time.
+        let wanted: Vec<ObjectInfo> = listed.iter().flat_map(|(_, _, infos)| infos.iter().cloned()).collect();
+        let reads: HashMap<String, ManifestOutcome> = futures::stream::iter(wanted)
+            .map(|info: ObjectInfo| async move {
+                let outcome = self.manifest(&info).await;
+                (info.key, outcome)
+            })
+            .buffer_unordered(MANIFEST_READ_CONCURRENCY)
+            .collect()
+            .await;
+        report.manifests_read = reads.values().filter(|r| r.was_read).count();
         let previous: BTreeMap<(String, i32), Partition> =
             self.served.read().map(|s| s.partitions.clone()).unwrap_or_default();
-        let mut partitions = BTreeMap::new();
-        let mut listed_keys = Vec::new();
-        for (pk, objects) in index.link(&self.link) {
-            let key = (pk.topic().to_string(), pk.partition());
-            let Some((topic_id, lineage)) = objects
-                .lineages
-                .iter()
-                .filter(|(_, l)| !l.manifests.is_empty())
-                .max_by_key(|(id, l)| (l.last_modified_ms(), **id))
-            else {
-                continue;
-            };
-            let dir_name = format!("{}-{}", pk.topic(), pk.partition());
+        let mut planned = Vec::new();
+        for (key, topic_id, infos) in &listed {
+            let old = previous.get(key);
             let mut manifests = BTreeMap::new();
-            let mut failure = None;
-            for info in lineage.manifests.values() {
-                listed_keys.push(info.key.clone());
-                match self.manifest(info, &mut report).await {
-                    Ok(Some(m)) => {
-                        manifests.insert(m.base_offset, m);
+            let mut trouble = None;
+            for info in infos {
+                match reads.get(&info.key).map(|r| &r.read) {
+                    Some(Read::Valid(m)) => {
+                        manifests.insert(m.base_offset, m.clone());
                     }
-                    Ok(None) => {}
-                    Err(e) => failure = Some(e),
+                    Some(Read::Gone) | None => {}
+                    Some(Read::Refused(reason)) => trouble = Some((true, reason.clone())),
+                    Some(Read::Failed(reason)) => trouble = Some((false, reason.clone())),
                 }
             }
-            let old = previous.get(&key);
-            if let Some(reason) = failure {
-                // The store failed mid-partition: keep what was served.
-                report.failures.push(reason);
-                if let Some(old) = old {
-                    partitions.insert(key, old.clone());
+            if let Some((refused, reason)) = trouble {
+                // A manifest that cannot be read or is refused: serving the others alone could show a shorter
+                // log than was served; the partition keeps what it served (a store failure) or answers
+                // KAFKA_STORAGE_ERROR (a refusal, or nothing served yet) until the manifest is readable.
+                report.failures.push(reason.clone());
+                match old {
+                    Some(old) if !refused => planned.push(Planned::Keep(old.clone())),
+                    _ => planned.push(Planned::Failed(key.clone(), *topic_id, reason)),
                 }
                 continue;
             }
             let Some(view) = PartitionView::of(&manifests) else {
                 continue;
             };
-            if old.is_some_and(|o| o.topic_id != topic_id.0) {
+            let dir_name = format!("{}-{}", key.0, key.1);
+            if old.is_some_and(|o| o.topic_id != *topic_id) {
                 // A new lineage: nothing cached or followed of the old one is served again.
                 self.cache.retain(&dir_name, &|_| false);
-                self.txns.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                self.txns.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
             } else {
                 self.cache.retain(&dir_name, &|base| view.segments.contains_key(&base));
             }
-            let partition = self
-                .follow_tail(&key, dir_name, topic_id.0, view, old, &mut report)
-                .await;
-            partitions.insert(key, partition);
+            planned.push(Planned::Follow(key.clone(), dir_name, *topic_id, view));
         }
+        let previous = &previous;
+        let followed: Vec<(Partition, Vec<String>)> = futures::stream::iter(planned)
+            .map(|plan: Planned| async move {
+                match plan {
+                    Planned::Keep(p) => (p, Vec::new()),
+                    Planned::Failed(key, topic_id, reason) => (Partition::failed(&key, topic_id, reason), Vec::new()),
+                    Planned::Follow(key, dir_name, topic_id, view) => {
+                        let old = previous.get(&key);
+                        self.follow_tail(&key, dir_name, topic_id, view, old).await
+                    }
+                }
+            })
+            .buffer_unordered(TAIL_FETCH_CONCURRENCY)
+            .collect()
+            .await;
+        let mut partitions = BTreeMap::new();
+        for (p, failures) in followed {
+            report.failures.extend(failures);
+            partitions.insert(p.key.clone(), p);
+        }
+        report.failures.sort();
+        let listed_keys: HashSet<&str> = listed
+            .iter()
+            .flat_map(|(_, _, infos)| infos.iter().map(|i| i.key.as_str()))
+            .collect();
         self.manifests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|k, _| listed_keys.contains(k));
+            .retain(|k, _| listed_keys.contains(k.as_str()));
         let topics = topic_views(&partitions, &configs);
         report.partitions = partitions.len();
         let mut served = self.served.write().unwrap_or_else(|e| e.into_inner());
@@ -243,45 +344,84 @@ impl BucketReplica {
         Ok(report)
     }
 
+    /// The topic configs the link's metadata carries, read again only when its manifest's listing entry changed.
+    async fn link_configs(&self, meta: &[ObjectInfo], report: &mut RefreshReport) -> Vec<TopicMeta> {
+        let listed = meta.iter().find(|o| {
+            matches!(
+                link_meta::parse_meta_key(&self.prefix, &o.key),
+                Some(link_meta::MetaKey::Manifest { link }) if link == self.link
+            )
+        });
+        let Some(listed) = listed else {
+            return Vec::new();
+        };
+        let now = stamp(listed);
+        if let Some((seen, topics)) = &*self.configs.lock().unwrap_or_else(|e| e.into_inner()) {
+            if *seen == now {
+                return topics.clone();
+            }
+        }
+        match link_meta::read_latest(&*self.source, &self.prefix, &self.link).await {
+            Ok(meta) => {
+                let topics = meta.map(|m| m.topics.topics).unwrap_or_default();
+                *self.configs.lock().unwrap_or_else(|e| e.into_inner()) = Some((now, topics.clone()));
+                topics
+            }
+            Err(e) => {
+                report.failures.push(format!("link metadata of {}: {e}", self.link));
+                self.configs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map(|(_, t)| t.clone())
+                    .unwrap_or_default()
+            }
+        }
+    }
+
     /// The manifest listed as `info`: the one read before if its listing entry is the same, else read now.
-    /// `Ok(None)`: gone, or refused (reported). `Err`: the store failed.
-    async fn manifest(&self, info: &ObjectInfo, report: &mut RefreshReport) -> Result<Option<Arc<Manifest>>, String> {
+    async fn manifest(&self, info: &ObjectInfo) -> ManifestOutcome {
         let stamp = stamp(info);
+        let known = |read| ManifestOutcome { read, was_read: false };
         if let Some((s, m)) = self.manifests.lock().unwrap_or_else(|e| e.into_inner()).get(&info.key) {
             if *s == stamp {
-                return Ok(Some(m.clone()));
+                return known(Read::Valid(m.clone()));
             }
         }
         let refusal_key = format!("{}@{stamp:?}", info.key);
         if let Some(reason) = self.refused.lock().unwrap_or_else(|e| e.into_inner()).get(&refusal_key) {
-            report.failures.push(reason.clone());
-            return Ok(None);
+            return known(Read::Refused(reason.clone()));
         }
-        report.manifests_read += 1;
-        match self.source.read_manifest(&self.prefix, &info.key).await {
+        let read = match self.source.read_manifest(&self.prefix, &info.key).await {
             Ok(ManifestRead::Valid(m)) => {
                 let m: Arc<Manifest> = Arc::from(m);
                 self.manifests
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(info.key.clone(), (stamp, m.clone()));
-                Ok(Some(m))
+                Read::Valid(m)
             }
             Ok(ManifestRead::Invalid(e)) => {
                 let reason = format!("manifest refused: {e}");
-                self.refused
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(refusal_key, reason.clone());
-                report.failures.push(reason);
-                Ok(None)
+                self.remember_refusal(refusal_key, &reason);
+                Read::Refused(reason)
             }
-            Ok(ManifestRead::Gone) => Ok(None),
-            Err(e) => Err(format!("reading manifest {}: {e}", info.key)),
+            Ok(ManifestRead::Gone) => Read::Gone,
+            Err(e) => Read::Failed(format!("reading manifest {}: {e}", info.key)),
+        };
+        ManifestOutcome { read, was_read: true }
+    }
+
+    /// Remember a refused version (bounded: a bucket writing hostile versions forever is cut off here).
+    fn remember_refusal(&self, version: String, reason: &str) {
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if refused.len() < MAX_REFUSALS_KEPT {
+            refused.insert(version, reason.to_string());
         }
     }
 
-    /// Cache the partition's newest segment and follow its open transactions: the partition's ends.
+    /// Cache the partition's newest segment and follow its open transactions: the partition's ends, and what
+    /// failed.
     async fn follow_tail(
         &self,
         key: &(String, i32),
@@ -289,8 +429,7 @@ impl BucketReplica {
         topic_id: [u8; 16],
         view: PartitionView,
         old: Option<&Partition>,
-        report: &mut RefreshReport,
-    ) -> Partition {
+    ) -> (Partition, Vec<String>) {
         let mut ends = PartitionEnds {
             log_start: view.log_start,
             high_watermark: view.high_watermark,
@@ -298,6 +437,7 @@ impl BucketReplica {
             leader_epoch: view.latest_epoch(),
         };
         let mut partition = Partition {
+            key: key.clone(),
             dir_name: dir_name.clone(),
             topic_id,
             view: Arc::new(view),
@@ -305,51 +445,61 @@ impl BucketReplica {
             failure: None,
         };
         let Some(tail) = partition.view.tail().cloned() else {
-            return partition;
+            return (partition, Vec::new());
         };
         let pinned = match self.fetch(&dir_name, &tail).await {
             Ok(p) => p,
             Err(CacheError::Refused(reason)) => {
-                report.failures.push(reason.clone());
-                partition.failure = Some(reason);
-                return partition;
+                partition.failure = Some(reason.clone());
+                return (partition, vec![reason]);
             }
             Err(CacheError::Failed(reason)) => {
-                report.failures.push(reason.clone());
-                match old {
+                return match old {
                     // Serve the last ends read until the segment can be fetched.
-                    Some(old) if old.failure.is_none() => return old.clone(),
+                    Some(old) if old.failure.is_none() => (old.clone(), vec![reason]),
                     _ => {
-                        partition.failure = Some(reason);
-                        return partition;
+                        partition.failure = Some(reason.clone());
+                        (partition, vec![reason])
                     }
-                }
+                };
             }
         };
         self.cache.set_tail(&dir_name, tail.base_offset);
         let dir = self.cache.partition_dir(&dir_name);
-        let (txns, key2, end) = (self.txns.clone(), key.clone(), ends.high_watermark);
-        let lso = tokio::task::spawn_blocking(move || {
-            let mut txns = txns.lock().unwrap_or_else(|e| e.into_inner());
-            let result = txns.entry(key2).or_default().advance(&dir, end);
+        // Each partition's follower is taken out while it walks, so partitions walk in parallel.
+        let mut follower = self
+            .txns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key)
+            .unwrap_or_default();
+        let end = ends.high_watermark;
+        let walked = tokio::task::spawn_blocking(move || {
+            let result = follower.advance(&dir, end);
             drop(pinned);
-            result
+            (follower, result)
         })
         .await;
-        match lso {
-            Ok(Ok(lso)) => ends.last_stable = lso.clamp(ends.log_start, ends.high_watermark),
-            Ok(Err(e)) => {
-                let reason = format!("{dir_name}: following open transactions: {e}");
-                report.failures.push(reason.clone());
-                partition.failure = Some(reason);
+        let lso = match walked {
+            Ok((follower, result)) => {
+                self.txns
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key.clone(), follower);
+                result.map_err(|e| format!("{dir_name}: following open transactions: {e}"))
             }
-            Err(e) => {
-                report.failures.push(format!("{dir_name}: {e}"));
-                partition.failure = Some(e.to_string());
+            Err(e) => Err(format!("{dir_name}: following open transactions: {e}")),
+        };
+        let mut failures = Vec::new();
+        match lso {
+            Ok(lso) => ends.last_stable = lso.clamp(ends.log_start, ends.high_watermark),
+            Err(reason) => {
+                failures.push(reason.clone());
+                partition.failure = Some(reason);
             }
         }
         partition.ends = ends;
-        partition
+        (partition, failures)
     }
 
     /// `m`'s segment version in the cache, fetched unless cached; a refused version is not fetched again.
@@ -366,11 +516,7 @@ impl BucketReplica {
         }
         let result = self.cache.ensure(&*self.source, dir_name, m).await;
         if let Err(CacheError::Refused(reason)) = &result {
-            let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-            // Bounded: versions refused are few, and a bucket writing hostile versions forever is cut off here.
-            if refused.len() < 10_000 {
-                refused.insert(version, reason.clone());
-            }
+            self.remember_refusal(version, reason);
         }
         result
     }
@@ -397,10 +543,7 @@ impl BucketReplica {
 }
 
 /// The topics of the served partitions, with the configs the link's metadata carries.
-fn topic_views(
-    partitions: &BTreeMap<(String, i32), Partition>,
-    configs: &[segment_format::failover_source::TopicMeta],
-) -> Vec<TopicView> {
+fn topic_views(partitions: &BTreeMap<(String, i32), Partition>, configs: &[TopicMeta]) -> Vec<TopicView> {
     let mut topics: Vec<TopicView> = Vec::new();
     for ((topic, number), p) in partitions {
         match topics.last_mut().filter(|t| &t.name == topic) {

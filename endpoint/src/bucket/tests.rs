@@ -6,6 +6,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use segment_format::batch::ControlType;
+use segment_format::control::EndTxnMarker;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
@@ -48,34 +50,42 @@ impl World {
     /// A source partition of `batches` batches (two records each) in segments of `segment_bytes`, left as a running
     /// broker has it, and an empty local-folder bucket.
     fn new(batches: i64, segment_bytes: u64) -> World {
+        World::with_topics(&[TOPIC], batches, segment_bytes)
+    }
+
+    /// Partition 0 of each of `topics`, each as [`World::new`] writes it.
+    fn with_topics(topics: &[&str], batches: i64, segment_bytes: u64) -> World {
         let tmp = tempfile::tempdir().unwrap();
         let log_dir = tmp.path().join("source");
-        let config = WriterConfig {
-            segment_bytes,
-            index_interval_bytes: 1024,
-            running: true,
-            fsync: false,
-            topic_id: Some(Uuid([5; 16])),
-            ..WriterConfig::default()
-        };
-        let mut w = PartitionWriter::create(&log_dir, TOPIC, 0, 0, config).unwrap();
-        w.become_leader(0);
-        for i in 0..batches {
-            w.append(batch(i)).unwrap();
+        let mut written = Vec::new();
+        for (n, topic) in topics.iter().enumerate() {
+            let config = WriterConfig {
+                segment_bytes,
+                index_interval_bytes: 1024,
+                running: true,
+                fsync: false,
+                topic_id: Some(Uuid([5 + n as u8; 16])),
+                ..WriterConfig::default()
+            };
+            let mut w = PartitionWriter::create(&log_dir, topic, 0, 0, config).unwrap();
+            w.become_leader(0);
+            for i in 0..batches {
+                w.append(batch(i)).unwrap();
+            }
+            written.push(w.close().unwrap());
         }
-        let written = w.close().unwrap();
         let identity = LogDirIdentity {
             cluster_id: "test-cluster-id".into(),
             node_id: 1,
             directory_id: Uuid([9; 16]),
         };
-        write_log_dir_files(
-            &log_dir,
-            &identity,
-            std::slice::from_ref(&written),
-            LogDirState::Running,
-        )
-        .unwrap();
+        write_log_dir_files(&log_dir, &identity, &written, LogDirState::Running).unwrap();
+        World::over(tmp)
+    }
+
+    /// An empty local-folder bucket and a shipper for the source written in `tmp/source`.
+    fn over(tmp: tempfile::TempDir) -> World {
+        let log_dir = tmp.path().join("source");
         let bucket = tmp.path().join("bucket");
         std::fs::create_dir_all(&bucket).unwrap();
         let store = Store::open(&StoreUrl::parse(bucket.to_str().unwrap()).unwrap(), &Default::default()).unwrap();
@@ -158,6 +168,17 @@ fn next_offset(bytes: &[u8]) -> i64 {
         pos += 12 + len;
     }
     next.expect("a whole batch")
+}
+
+async fn read_partition(
+    replica: &Arc<BucketReplica>,
+    topic: &'static str,
+    offset: i64,
+) -> Result<crate::replica::Records, ReadError> {
+    let replica = replica.clone();
+    tokio::task::spawn_blocking(move || replica.read(topic, 0, offset, 1000, Isolation::ReadUncommitted))
+        .await
+        .unwrap()
 }
 
 async fn read(
@@ -388,4 +409,185 @@ async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
     let report = replica.refresh().await.unwrap();
     assert_eq!(report.manifests_read, 0);
     assert!(!changes.has_changed().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_manifest_or_newest_segment_fails_its_partition_only() {
+    const OTHER: &str = "audit";
+    let w = World::with_topics(&[TOPIC, OTHER], 40, 4096);
+    w.ship().await;
+    let replica = w.replica(64 << 20);
+    let report = replica.refresh().await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.partitions, 2);
+    assert_eq!(replica.ends(OTHER, 0).unwrap().high_watermark, 80);
+
+    // A manifest rewritten with garbage: refused, that partition answers a storage error, the other is served.
+    let manifests = w.objects(".json");
+    let newest = manifests
+        .iter()
+        .filter(|p| p.to_str().unwrap().contains(&format!("/{OTHER}/")) && p.to_str().unwrap().contains("/manifests/"))
+        .max()
+        .unwrap()
+        .clone();
+    let original = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, b"{\"format\": \"segmirror.manifest.v1\", \"link\": 1}").unwrap();
+    let report = replica.refresh().await.unwrap();
+    assert_eq!(report.failures.len(), 1, "{report:?}");
+    assert!(report.failures[0].contains("manifest refused"), "{report:?}");
+    assert!(matches!(replica.ends(OTHER, 0), Err(ReadError::Storage(_))));
+    assert!(matches!(
+        read_partition(&replica, OTHER, 0).await,
+        Err(ReadError::Storage(_))
+    ));
+    assert_eq!(replica.ends(TOPIC, 0).unwrap().high_watermark, 80);
+    assert!(!read(&replica, 0, 1000).await.unwrap().bytes.is_empty());
+    // Refused once: not read again while it stays the same.
+    let report = replica.refresh().await.unwrap();
+    assert_eq!((report.manifests_read, report.failures.len()), (0, 1), "{report:?}");
+
+    // Written back (a new listing entry): read again and served again.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&newest, &original).unwrap();
+    let report = replica.refresh().await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(replica.ends(OTHER, 0).unwrap().high_watermark, 80);
+
+    // The other partition's newest `.log` corrupted: a fresh replica refuses it, the first partition is served.
+    let logs: Vec<PathBuf> = w
+        .objects(".log")
+        .into_iter()
+        .filter(|p| p.to_str().unwrap().contains(&format!("/{OTHER}/")))
+        .collect();
+    let tail = logs.last().unwrap();
+    let mut bytes = std::fs::read(tail).unwrap();
+    bytes[20] ^= 0x01;
+    std::fs::write(tail, &bytes).unwrap();
+    let config = BucketConfig {
+        prefix: KeyPrefix::root(),
+        link: LINK.into(),
+        cache_dir: w.tmp.path().join("cache2"),
+        cache_size: 64 << 20,
+    };
+    let fresh = Arc::new(BucketReplica::new(Arc::new(w.store.clone()), &config).unwrap());
+    let report = fresh.refresh().await.unwrap();
+    assert_eq!(report.failures.len(), 1, "{report:?}");
+    assert!(matches!(fresh.ends(OTHER, 0), Err(ReadError::Storage(_))));
+    assert_eq!(read_all(&fresh, 0, 1000, &|| {}).await, w.source_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_directory_it_did_not_create_is_refused_and_left_alone() {
+    let w = World::new(4, 4096);
+    let dir = w.cache_dir();
+    std::fs::create_dir_all(dir.join("photos-1")).unwrap();
+    std::fs::write(dir.join("photos-1").join("a.jpg"), b"x").unwrap();
+    let config = BucketConfig {
+        prefix: KeyPrefix::root(),
+        link: LINK.into(),
+        cache_dir: dir.clone(),
+        cache_size: 1 << 20,
+    };
+    let refused = BucketReplica::new(Arc::new(w.store.clone()), &config).unwrap_err();
+    assert!(refused.to_string().contains("not a segment cache"), "{refused}");
+    assert!(dir.join("photos-1").join("a.jpg").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_stops_at_an_open_transaction_and_lists_an_abort_recorded_a_segment_later() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = tmp.path().join("source");
+    let config = WriterConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 1024,
+        running: true,
+        fsync: false,
+        topic_id: Some(Uuid([5; 16])),
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(&log_dir, TOPIC, 0, 0, config).unwrap();
+    w.become_leader(0);
+    for i in 0..10 {
+        w.append(batch(i)).unwrap();
+    }
+    // Transaction A (producer 7): four batches, then the segment rolls, then A aborts in the next segment.
+    let txn = |pid: i64, seq: i32, i: i64| batch(i).producer(pid, 0, seq).transactional(true);
+    let a_first = w.append(txn(7, 0, 100)).unwrap().first_offset;
+    let a_segment = w.append(txn(7, 2, 101)).unwrap().segment_base_offset;
+    w.append(txn(7, 4, 102)).unwrap();
+    w.append(txn(7, 6, 103)).unwrap();
+    let mut k = 0;
+    while !w.append(batch(200 + k)).unwrap().rolled {
+        k += 1;
+    }
+    let abort = EndTxnMarker {
+        control_type: ControlType::Abort,
+        coordinator_epoch: 1,
+    };
+    let marker = w.append_end_txn_marker(7, 0, abort, TS0 + 300_000, 0).unwrap();
+    assert!(
+        marker.segment_base_offset > a_segment,
+        "the abort is recorded a segment after the data"
+    );
+    // Another segment after the marker's, so that the marker's is not the newest (always cached).
+    let mut k = 0;
+    while !w.append(batch(400 + k)).unwrap().rolled {
+        k += 1;
+    }
+    // Transaction B (producer 8) still open at the end.
+    let b_first = w.append(txn(8, 0, 500)).unwrap().first_offset;
+    let written = w.close().unwrap();
+    let identity = LogDirIdentity {
+        cluster_id: "test-cluster-id".into(),
+        node_id: 1,
+        directory_id: Uuid([9; 16]),
+    };
+    write_log_dir_files(
+        &log_dir,
+        &identity,
+        std::slice::from_ref(&written),
+        LogDirState::Running,
+    )
+    .unwrap();
+    let w = World::over(tmp);
+    w.ship().await;
+    let replica = w.replica(64 << 20);
+    let report = replica.refresh().await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    let ends = replica.ends(TOPIC, 0).unwrap();
+    assert_eq!(ends.high_watermark, written.log_end_offset);
+    assert_eq!(ends.last_stable, b_first, "the open transaction bounds read_committed");
+
+    let committed = |offset: i64| {
+        let r = replica.clone();
+        async move {
+            tokio::task::spawn_blocking(move || r.read(TOPIC, 0, offset, 1 << 20, Isolation::ReadCommitted))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let at_a = committed(a_first).await;
+    assert!(!at_a.bytes.is_empty());
+    assert_eq!(
+        at_a.aborted,
+        [crate::replica::AbortedTxn {
+            producer_id: 7,
+            first_offset: a_first
+        }]
+    );
+    // Nothing at or past the open transaction is served to read_committed; read_uncommitted reads it.
+    let tail_base = *replica
+        .partition(TOPIC, 0)
+        .unwrap()
+        .view
+        .segments
+        .keys()
+        .next_back()
+        .unwrap();
+    let before_b = committed(tail_base).await;
+    assert!(before_b.bytes.is_empty() || next_offset(&before_b.bytes) <= b_first);
+    assert!(committed(b_first).await.bytes.is_empty());
+    let uncommitted = read(&replica, b_first, 1 << 20).await.unwrap();
+    assert_eq!(next_offset(&uncommitted.bytes), ends.high_watermark);
 }
