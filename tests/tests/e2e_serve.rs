@@ -17,10 +17,12 @@
 //! - Lookups (ListOffsets earliest, latest, by time and max timestamp; OffsetForLeaderEpoch; DescribeConfigs) get
 //!   the source's answers.
 //! - Over mutual TLS behind `--advertised-listener`, clients with a certificate read; others are refused.
+//! - Clients that ask for a large Fetch answer and never read it neither starve an honest consumer nor grow the
+//!   endpoint's memory past `--fetch-memory`.
 //!
 //! `SEGMIRROR_SERVE_REFERENCE=kafka` runs the same clients and assertions against the source broker itself (all
-//! but the write refusal and TLS tests, which Kafka's plaintext listener cannot pass): a check that the tests
-//! expect what Kafka does.
+//! but the write refusal and TLS tests, which Kafka's plaintext listener cannot pass; no memory bound for its JVM):
+//! a check that the tests expect what Kafka does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -1339,6 +1341,111 @@ fn a_tls_endpoint_serves_clients_with_certificates_at_its_advertised_address() {
     eprintln!("client without a certificate: exit {code:?}: {err}");
     serve.assert_running();
     assert_same("kcat over TLS after the refusals", &read(&config), &want);
+    serve.stop();
+    repl.stop();
+}
+
+/// A Fetch v4 of partition 0 of `topic` from offset 0 (no wait, `max_bytes` for the response and the partition)
+/// sent on a new connection whose answer is never read: a client that stops reading mid-response.
+fn stalled_fetch(port: u16, topic: &str, max_bytes: i32) -> TcpStream {
+    let mut body = Vec::new();
+    body.extend((-1i32).to_be_bytes()); // replica id: a consumer
+    body.extend(0i32.to_be_bytes()); // max wait
+    body.extend(0i32.to_be_bytes()); // min bytes
+    body.extend(max_bytes.to_be_bytes());
+    body.push(0); // read_uncommitted
+    body.extend(1i32.to_be_bytes());
+    body.extend(string(topic));
+    body.extend(1i32.to_be_bytes());
+    body.extend(0i32.to_be_bytes()); // partition
+    body.extend(0i64.to_be_bytes()); // fetch offset
+    body.extend(max_bytes.to_be_bytes()); // partition max bytes
+    let mut stream = connect(port);
+    stream.write_all(&frame(1, 4, 99, &body)).unwrap();
+    stream
+}
+
+/// Clients that ask for a large response and never read it: the endpoint's fetch memory stays within
+/// `--fetch-memory`, and an honest consumer still reads the whole partition meanwhile.
+#[test]
+fn stalled_readers_neither_starve_honest_ones_nor_grow_memory() {
+    const RECORDS: u64 = 20_000;
+    const FETCH_MEMORY_MIB: u64 = 64;
+    let topic = "bulk";
+    let install = KafkaInstall::locate().unwrap();
+    let spec = TopicSpec::new(topic, 1)
+        .config(install.segment_bytes_config(), 4 << 20)
+        .config("retention.ms", -1);
+    let mut repl = Replication::start("e2e-serve-stalled", LINK, &[spec]);
+    // About 20 MB: several times what the kernel's socket buffers take in of an answer nobody reads.
+    repl.broker
+        .tools()
+        .producer_perf(topic, RECORDS, 1000, &[("acks", "1"), ("compression.type", "none")])
+        .unwrap();
+    repl.wait_caught_up();
+    let mut serve = if reference_mode() {
+        repl.start_endpoint()
+    } else {
+        repl.start_serve_with(|_| {
+            ["--plaintext", "--fetch-memory", &FETCH_MEMORY_MIB.to_string()]
+                .map(String::from)
+                .to_vec()
+        })
+    };
+    let (port, bootstrap) = (serve.port(), serve.bootstrap());
+    let stalled: Vec<TcpStream> = (0..8).map(|_| stalled_fetch(port, topic, i32::MAX)).collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_stalled = vm_rss_kib(serve.pid()).unwrap();
+
+    // An honest reader of the whole partition (offsets only), while the stalled answers are pending.
+    let started = Instant::now();
+    let mut cmd = std::process::Command::new("kcat");
+    cmd.args([
+        "-C",
+        "-b",
+        &bootstrap,
+        "-t",
+        topic,
+        "-p",
+        "0",
+        "-o",
+        "beginning",
+        "-e",
+        "-q",
+        "-f",
+        "%o\n",
+    ])
+    // A request unanswered for 20 s fails the reader (the default waits a minute); Kafka serves all this in ~1 s.
+    .args(["-X", "socket.timeout.ms=20000"]);
+    let mut honest = Client::spawn("kcat -C", cmd, None).unwrap();
+    honest.close_stdin();
+    let code = honest.wait_exit(Duration::from_secs(60));
+    let offsets = honest.lines();
+    eprintln!(
+        "honest reader beside 8 stalled fetches: {} records in {:?}; serve VmRSS {rss_stalled} KiB",
+        offsets.len(),
+        started.elapsed()
+    );
+    assert!(
+        matches!(code, Ok(Some(0))) && offsets.len() as u64 == RECORDS,
+        "an honest reader got {} of {RECORDS} records in {:?} ({code:?}) while 8 connections did not read \
+         their Fetch answers:\n{}\n--- serve ---\n{}",
+        offsets.len(),
+        started.elapsed(),
+        honest.stderr(),
+        serve.log()
+    );
+    assert_eq!(
+        offsets.last().map(String::as_str),
+        Some((RECORDS - 1).to_string().as_str())
+    );
+    serve.assert_running();
+    let rss = vm_rss_kib(serve.pid()).unwrap().max(rss_stalled);
+    assert!(
+        serve.is_reference() || rss < (FETCH_MEMORY_MIB + 100) * 1024,
+        "serve holds {rss} KiB with --fetch-memory {FETCH_MEMORY_MIB}"
+    );
+    drop(stalled);
     serve.stop();
     repl.stop();
 }
