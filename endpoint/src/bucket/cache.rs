@@ -245,7 +245,12 @@ impl SegmentCache {
 
     fn pin_if_cached(&self, id: &SegmentId, m: &Manifest) -> Option<Pinned> {
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        let e = state.entries.get_mut(id).filter(|e| same_version(e, m))?;
+        // The version asked for, or a newer one that extends it (a read holding an older view while the refresh
+        // appended to the segment): the reader never looks past the older version's end.
+        let e = state
+            .entries
+            .get_mut(id)
+            .filter(|e| same_version(e, m) || extends(e, m))?;
         e.pins += 1;
         e.last_used = self.inner.clock.fetch_add(1, Ordering::Relaxed);
         Some(Pinned {
@@ -260,11 +265,7 @@ impl SegmentCache {
         let log = m
             .file(SegmentFileKind::Log)
             .ok_or_else(|| CacheError::Refused(format!("manifest of segment {} lists no .log", m.base_offset)))?;
-        let log_objects: Vec<(String, Sha256Digest, u64)> = if m.is_chunked() {
-            m.log_chunks.iter().map(|c| (c.key.clone(), c.sha256, c.to)).collect()
-        } else {
-            vec![(log.key.clone(), log.sha256, log.size)]
-        };
+        let log_objects = log_objects(m, log);
         let companions: Vec<&ManifestFile> = m.all_files().filter(|f| f.name.kind != SegmentFileKind::Log).collect();
         let companion_bytes: u64 = companions.iter().map(|f| f.size).sum();
         let total = log.size.saturating_add(companion_bytes);
@@ -433,6 +434,26 @@ impl SegmentCache {
         let n = self.inner.tmp_counter.fetch_add(1, Ordering::Relaxed);
         tmp.join(format!("{n}.part"))
     }
+}
+
+/// The objects `m`'s `.log` is made of: its chunks, or the whole `.log`; each with its digest and end.
+fn log_objects(m: &Manifest, log: &ManifestFile) -> Vec<(String, Sha256Digest, u64)> {
+    if m.is_chunked() {
+        m.log_chunks.iter().map(|c| (c.key.clone(), c.sha256, c.to)).collect()
+    } else {
+        vec![(log.key.clone(), log.sha256, log.size)]
+    }
+}
+
+/// Whether the cached version holds `m`'s `.log` as its prefix (same objects, more after them).
+fn extends(e: &Entry, m: &Manifest) -> bool {
+    let Some(log) = m.file(SegmentFileKind::Log) else {
+        return false;
+    };
+    let wanted = log_objects(m, log);
+    e.next >= m.next_offset
+        && e.log_objects.len() >= wanted.len()
+        && e.log_objects.get(..wanted.len()) == Some(&wanted[..])
 }
 
 fn same_version(e: &Entry, m: &Manifest) -> bool {

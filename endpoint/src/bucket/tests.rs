@@ -370,6 +370,7 @@ async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
     let mut changes = replica.changes();
     changes.borrow_and_update();
     let first = read_all(&replica, 0, 1 << 20, &|| {}).await;
+    let mut older = replica.partition(TOPIC, 0).unwrap().view.tail().unwrap().as_ref().clone();
 
     // The source appends to its active segment; the shipper's next round commits a grown version.
     for round in 0..3 {
@@ -401,6 +402,12 @@ async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
         // The tail read from the cache, then everything, equal the source.
         let tail = read(&replica, start, 1 << 20).await.unwrap();
         assert_eq!(next_offset(&tail.bytes), hw);
+        // A read still holding the older view is served by the newer cached version: nothing downloaded again.
+        let before = replica.fetched_bytes();
+        let pinned = replica.fetch(&format!("{TOPIC}-0"), &older).await.unwrap();
+        drop(pinned);
+        assert_eq!(replica.fetched_bytes(), before, "the older version is not fetched over the newer one");
+        older = replica.partition(TOPIC, 0).unwrap().view.tail().unwrap().as_ref().clone();
     }
     let all = read_all(&replica, 0, 1 << 20, &|| {}).await;
     assert!(all.starts_with(&first));
