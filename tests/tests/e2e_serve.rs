@@ -864,6 +864,15 @@ fn a_group_of_two_rebalances_and_resumes_after_restart() {
         commit,
         "OffsetFetch after the restart"
     );
+    // Kafka's own group tool (ListGroups, DescribeGroups, OffsetFetch) sees the same.
+    let described = KafkaTools::new(repl.broker.install(), &endpoint)
+        .describe_group_offsets()
+        .unwrap();
+    let want: BTreeMap<(String, String, i32), i64> = commit
+        .iter()
+        .map(|(p, o)| ((group.to_string(), topic.to_string(), *p), *o))
+        .collect();
+    assert_eq!(described, want, "kafka-consumer-groups --describe --all-groups");
     let resumed = python_group_resume(&endpoint, topic, partitions as usize, group, GroupProtocol::Classic).unwrap();
     let mut got: Vec<(i32, i64, Option<Vec<u8>>)> = resumed;
     got.sort_by_key(|r| (r.0, r.1));
