@@ -447,6 +447,14 @@ impl BucketReplica {
         let Some(tail) = partition.view.tail().cloned() else {
             return (partition, Vec::new());
         };
+        if let Some(old) = old.filter(|o| o.failure.is_none() && o.ends.high_watermark == ends.high_watermark) {
+            if old.view.tail().is_some_and(|t| same_version(t, &tail)) {
+                // Nothing new at the end: the last stable offset stands, and the newest segment need not be
+                // fetched again if it was evicted.
+                partition.ends.last_stable = old.ends.last_stable.clamp(ends.log_start, ends.high_watermark);
+                return (partition, Vec::new());
+            }
+        }
         let pinned = match self.fetch(&dir_name, &tail).await {
             Ok(p) => p,
             Err(CacheError::Refused(reason)) => {
@@ -561,6 +569,12 @@ fn topic_views(partitions: &BTreeMap<(String, i32), Partition>, configs: &[Topic
         }
     }
     topics
+}
+
+/// Whether two manifests describe the same version of a segment.
+fn same_version(a: &Manifest, b: &Manifest) -> bool {
+    let log = |m: &Manifest| m.file(segment_format::dir::SegmentFileKind::Log).map(|l| l.sha256);
+    a.base_offset == b.base_offset && a.next_offset == b.next_offset && log(a) == log(b)
 }
 
 fn storage(dir: &std::path::Path, e: io::Error) -> ReadError {

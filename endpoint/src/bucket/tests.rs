@@ -343,6 +343,12 @@ async fn the_cache_stays_under_its_bound_while_every_segment_is_read() {
     // And again from the start: evicted segments come back.
     let again = read_all(&replica, 0, 100_000, &check).await;
     assert_eq!(again, served);
+    // The newest segment was evicted by the reads from the start; with nothing new, a refresh fetches nothing.
+    let fetched = replica.fetched_bytes();
+    let report = replica.refresh().await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(replica.fetched_bytes(), fetched);
+    assert_eq!(replica.ends(TOPIC, 0).unwrap().last_stable, 200);
 
     // A segment larger than the whole cache is a storage error, not a cache over its bound.
     let tiny = {
@@ -370,7 +376,14 @@ async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
     let mut changes = replica.changes();
     changes.borrow_and_update();
     let first = read_all(&replica, 0, 1 << 20, &|| {}).await;
-    let mut older = replica.partition(TOPIC, 0).unwrap().view.tail().unwrap().as_ref().clone();
+    let mut older = replica
+        .partition(TOPIC, 0)
+        .unwrap()
+        .view
+        .tail()
+        .unwrap()
+        .as_ref()
+        .clone();
 
     // The source appends to its active segment; the shipper's next round commits a grown version.
     for round in 0..3 {
@@ -406,8 +419,19 @@ async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
         let before = replica.fetched_bytes();
         let pinned = replica.fetch(&format!("{TOPIC}-0"), &older).await.unwrap();
         drop(pinned);
-        assert_eq!(replica.fetched_bytes(), before, "the older version is not fetched over the newer one");
-        older = replica.partition(TOPIC, 0).unwrap().view.tail().unwrap().as_ref().clone();
+        assert_eq!(
+            replica.fetched_bytes(),
+            before,
+            "the older version is not fetched over the newer one"
+        );
+        older = replica
+            .partition(TOPIC, 0)
+            .unwrap()
+            .view
+            .tail()
+            .unwrap()
+            .as_ref()
+            .clone();
     }
     let all = read_all(&replica, 0, 1 << 20, &|| {}).await;
     assert!(all.starts_with(&first));
