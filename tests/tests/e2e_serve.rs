@@ -210,6 +210,21 @@ fn a_mirror_is_read_while_replication_runs() {
 
     let mut serve = repl.start_endpoint();
     let endpoint = serve.bootstrap();
+    // Metadata: one broker, at the address the clients used, leading every partition of the topic.
+    let (code, out, err) = kcat(&["-L", "-J", "-b", &endpoint, "-t", topic], &[]);
+    assert_eq!(code, Some(0), "kcat -L: {err}");
+    let metadata: Value = serde_json::from_str(&out).unwrap();
+    let brokers = metadata["brokers"].as_array().unwrap();
+    assert_eq!(brokers.len(), 1, "Metadata's brokers: {metadata}");
+    assert_eq!(brokers[0]["name"].as_str(), Some(endpoint.as_str()), "{metadata}");
+    let leaders: Vec<(i64, i64)> = metadata["topics"][0]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["partition"].as_i64().unwrap(), p["leader"].as_i64().unwrap()))
+        .collect();
+    let leader = brokers[0]["id"].as_i64().unwrap();
+    assert_eq!(leaders, [(0, leader), (1, leader)], "partition leaders: {metadata}");
     let install = repl.broker.install();
     let group = "console-readers";
     let mut readers: Vec<(ReaderKind, Client)> = vec![
