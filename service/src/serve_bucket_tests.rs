@@ -133,6 +133,64 @@ async fn api_versions(addr: std::net::SocketAddr, correlation: i32) -> (i32, i16
     (conn.read_i32().await.unwrap(), conn.read_i16().await.unwrap())
 }
 
+/// A Fetch v4 of `TOPIC` partition 0 at `offset` (read_uncommitted) over `addr`: the partition's error code, high
+/// watermark and record bytes.
+async fn fetch(addr: std::net::SocketAddr, offset: i64) -> (i16, i64, Vec<u8>) {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut body = Vec::new();
+    body.extend_from_slice(&1i16.to_be_bytes()); // Fetch
+    body.extend_from_slice(&4i16.to_be_bytes());
+    body.extend_from_slice(&7i32.to_be_bytes());
+    body.extend_from_slice(&(-1i16).to_be_bytes());
+    body.extend_from_slice(&(-1i32).to_be_bytes()); // replica id
+    body.extend_from_slice(&100i32.to_be_bytes()); // max wait
+    body.extend_from_slice(&1i32.to_be_bytes()); // min bytes
+    body.extend_from_slice(&(1i32 << 20).to_be_bytes());
+    body.push(0); // read_uncommitted
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.extend_from_slice(&(TOPIC.len() as i16).to_be_bytes());
+    body.extend_from_slice(TOPIC.as_bytes());
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.extend_from_slice(&0i32.to_be_bytes());
+    body.extend_from_slice(&offset.to_be_bytes());
+    body.extend_from_slice(&(1i32 << 20).to_be_bytes());
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    conn.write_all(&frame).await.unwrap();
+    let size = conn.read_i32().await.unwrap();
+    let mut response = vec![0u8; size as usize];
+    conn.read_exact(&mut response).await.unwrap();
+    let mut r = &response[..];
+    let mut take = |n: usize| {
+        let (head, rest) = r.split_at(n);
+        r = rest;
+        head.to_vec()
+    };
+    let i32_at = |b: Vec<u8>| i32::from_be_bytes(b.try_into().unwrap());
+    assert_eq!(i32_at(take(4)), 7, "correlation id");
+    take(4); // throttle
+    assert_eq!(i32_at(take(4)), 1, "one topic");
+    let name_len = i16::from_be_bytes(take(2).try_into().unwrap()) as usize;
+    assert_eq!(take(name_len), TOPIC.as_bytes());
+    assert_eq!(i32_at(take(4)), 1, "one partition");
+    assert_eq!(i32_at(take(4)), 0);
+    let error = i16::from_be_bytes(take(2).try_into().unwrap());
+    let hw = i64::from_be_bytes(take(8).try_into().unwrap());
+    take(8); // last stable offset
+    let aborted = i32_at(take(4));
+    assert!(aborted <= 0, "no aborted transactions read_uncommitted");
+    let records = i32_at(take(4));
+    (
+        error,
+        hw,
+        if records > 0 {
+            take(records as usize)
+        } else {
+            Vec::new()
+        },
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_bucket_answers_clients_follows_the_shipper_and_keeps_group_offsets() {
     let w = World::new(40);
@@ -145,6 +203,16 @@ async fn serve_bucket_answers_clients_follows_the_shipper_and_keeps_group_offset
     let running = tokio::spawn(service.serve(shutdown.clone()));
 
     assert_eq!(api_versions(addr, 4242).await, (4242, 0));
+    // A Fetch over the wire: the records are the source's first segment's bytes, fetched from the bucket.
+    let (error, hw, records) = fetch(addr, 0).await;
+    assert_eq!((error, hw), (0, 40));
+    let first_log = w
+        .tmp
+        .path()
+        .join("source")
+        .join(format!("{TOPIC}-0"))
+        .join("00000000000000000000.log");
+    assert_eq!(records, std::fs::read(first_log).unwrap());
 
     // The source grows, the shipper ships: the served end follows within a few poll intervals.
     let mut f = std::fs::OpenOptions::new().append(true).open(w.active_log()).unwrap();
