@@ -296,6 +296,20 @@ impl Catalog {
             })?)
     }
 
+    /// Records where link `name`'s topics live now (the target cluster's bootstrap), when the link names none yet:
+    /// the failover's cut does, so `segmirror serve` and `status` can say where to read after promotion. A target
+    /// already named is kept (the operator's `link create --target` wins). Returns the link as recorded.
+    pub fn name_link_target(&mut self, name: &str, target: &str) -> Result<Link> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let link = load_link(&tx, name)?;
+        if link.target.is_empty() && !target.is_empty() {
+            tx.execute("UPDATE links SET target = ?2 WHERE name = ?1", params![name, target])?;
+        }
+        let link = load_link(&tx, name)?;
+        tx.commit()?;
+        Ok(link)
+    }
+
     /// Replaces a live link's topic and consumer-group regexes (`None` leaves one as it is; `Some(None)` for the
     /// groups mirrors none). The regexes are stored as given: the tools validate them. A deleted or promoted link
     /// is refused ([`Error::LinkTransition`], [`Error::Promoted`]): nothing reads its configuration again.
@@ -366,6 +380,25 @@ mod tests {
         assert_eq!(b.groups_regex.as_deref(), Some("app-.*"));
         let names: Vec<_> = cat.links().unwrap().into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_target_is_named_once_and_an_operators_target_is_kept() {
+        let mut cat = Catalog::open_in_memory().unwrap();
+        cat.create_link(&link_spec("a")).unwrap();
+        assert_eq!(cat.name_link_target("a", "").unwrap().target, "");
+        assert_eq!(cat.name_link_target("a", "target:9092").unwrap().target, "target:9092");
+        assert_eq!(cat.name_link_target("a", "other:9092").unwrap().target, "target:9092");
+        let ends = LinkEnds {
+            source: String::new(),
+            target: "ops:9092".into(),
+        };
+        cat.create_link_with_ends(&link_spec("b"), &ends).unwrap();
+        assert_eq!(cat.name_link_target("b", "target:9092").unwrap().target, "ops:9092");
+        assert!(matches!(
+            cat.name_link_target("missing", "t:1"),
+            Err(Error::NotFound { .. })
+        ));
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub struct ServeService {
     listener: TcpListener,
     replica: Arc<MirrorReplica>,
     facts: Arc<Mutex<FactsReader>>,
-    store: Arc<CatalogOffsets>,
+    store: Arc<MirrorOffsets>,
 }
 
 impl ServeService {
@@ -106,12 +106,16 @@ impl ServeService {
             .await
             .with_context(|| format!("listening on {}", options.listen))?;
         let replica = Arc::new(MirrorReplica::new(options.mirror.clone(), options.link.clone()));
+        let store = Arc::new(MirrorOffsets {
+            store,
+            replica: replica.clone(),
+        });
         let service = Self {
             options,
             listener,
             replica,
             facts: Arc::new(Mutex::new(reader)),
-            store: Arc::new(store),
+            store,
         };
         service.refresh().await?;
         Ok(service)
@@ -298,6 +302,58 @@ impl FactsReader {
             topics,
             partitions,
         })
+    }
+}
+
+/// A mirror's group offsets as the endpoint answers OffsetFetch: those committed through it and, for the partitions
+/// a group never committed here, the source group's offsets the link carried, so an application that moves from
+/// the source cluster to the endpoint resumes where it stood there. Per partition the later commit wins, the rule
+/// `failover` applies (`crate::offsets::failover_offsets`; commit times from two hosts' clocks). An offset past
+/// what the endpoint serves is answered as the served high watermark: the consumer waits there for the mirror to
+/// catch up rather than being reset by OFFSET_OUT_OF_RANGE.
+struct MirrorOffsets {
+    store: CatalogOffsets,
+    replica: Arc<MirrorReplica>,
+}
+
+impl OffsetStore for MirrorOffsets {
+    fn commit(&self, group: &str, offsets: &[CommittedOffset]) -> Result<(), String> {
+        self.store.commit(group, offsets)
+    }
+
+    fn fetch(&self, group: &str) -> Result<Vec<CommittedOffset>, String> {
+        let catalog = self.store.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        let merged = crate::offsets::failover_offsets(&catalog, &self.store.link).map_err(|e| format!("{e:#}"))?;
+        drop(catalog);
+        Ok(merged
+            .into_iter()
+            .filter(|o| o.group == group)
+            .map(|o| {
+                let served = self.replica.ends(&o.topic, o.partition).map(|e| e.high_watermark);
+                CommittedOffset {
+                    offset: served.map_or(o.offset, |end| o.offset.min(end)),
+                    topic: o.topic,
+                    partition: o.partition,
+                    leader_epoch: o.leader_epoch.unwrap_or(-1),
+                    metadata: o.metadata,
+                }
+            })
+            .collect())
+    }
+
+    fn groups(&self) -> Result<Vec<String>, String> {
+        let mut groups = self.store.groups()?;
+        let catalog = self.store.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        let shipped = catalog.link_offsets(&self.store.link).map_err(|e| e.to_string())?;
+        drop(catalog);
+        groups.extend(shipped.into_iter().map(|o| o.source().group));
+        groups.sort_unstable();
+        groups.dedup();
+        Ok(groups)
+    }
+
+    fn delete(&self, group: &str) -> Result<(), String> {
+        self.store.delete(group)
     }
 }
 

@@ -8,7 +8,9 @@
 //! - On the source, group `readers` committed early (3 on every partition), before the application moved to the
 //!   endpoint; group `solo` committed on the source only.
 //! - On the endpoint, `readers` runs as two confluent-kafka members (classic protocol, a rebalance when the second
-//!   joins): each partition is read up to a count of records chosen per partition, and every member commits
+//!   joins): the endpoint answers their OffsetFetch with the source group's offsets the link carried, so they start
+//!   where the group stood on the source (offset 3); each partition is read for a count of records chosen per
+//!   partition, and every member commits
 //!   synchronously what it stored (offsets with the leader epoch of the record read). OffsetFetch on the endpoint
 //!   and the catalog's served offsets then hold exactly those offsets.
 //! - Group `ahead` commits on the endpoint past the end of partition 0 (Kafka accepts any offset).
@@ -317,11 +319,13 @@ fn a_group_that_read_the_endpoint_resumes_on_the_target_at_its_committed_offsets
     }
     let first_records = consume_all(&source_bootstrap, ORDERS, None, Isolation::ReadUncommitted).unwrap();
     assert_eq!(first_records.len(), FIRST * PARTITIONS as usize);
-    // Where the group must stand after reading TAKE[p] records of each partition from its start.
+    // Where the group must stand after reading TAKE[p] records of each partition from where it stood on the source
+    // (the endpoint answers OffsetFetch with the source's offsets for partitions never committed on it).
     let of =
         |records: &[Record], p: i32| -> Vec<Record> { records.iter().filter(|r| r.partition == p).cloned().collect() };
+    let start = READERS_ON_SOURCE as usize;
     let position: Vec<i64> = (0..PARTITIONS)
-        .map(|p| of(&first_records, p)[TAKE[p as usize] - 1].offset + 1)
+        .map(|p| of(&first_records, p)[start + TAKE[p as usize] - 1].offset + 1)
         .collect();
 
     // Two members of `readers` on the endpoint read part of each partition and commit.
@@ -354,7 +358,7 @@ fn a_group_that_read_the_endpoint_resumes_on_the_target_at_its_committed_offsets
         .map(|p| {
             let records = of(&first_records, p);
             let n = TAKE[p as usize];
-            (p as i64, records[0].offset, records[n - 1].offset, n as i64)
+            (p as i64, records[start].offset, records[start + n - 1].offset, n as i64)
         })
         .collect();
     assert_eq!(read, want_read, "(partition, first, last, count) read on the endpoint");

@@ -283,6 +283,10 @@ pub fn cut(failover: &Failover, catalog: &mut Catalog, details: &mut Details) ->
                 drain(failover, catalog, details)?;
             }
             catalog.promote_link(&config.link)?;
+            // Where the topics live now, for `segmirror serve` and `status` to name (an operator's --target kept).
+            if let Some(bootstrap) = &config.bootstrap {
+                catalog.name_link_target(&config.link, bootstrap)?;
+            }
             out.line(&format!(
                 "[cut] link {} is promoted: its appliers install nothing more",
                 config.link
