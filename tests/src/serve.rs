@@ -4,8 +4,9 @@
 //! into `apply --listen`, then `serve` over the mirror with the applier's catalog) and the same kind of client: one
 //! that keeps running while the test produces, prints what it receives as it receives it, and is stopped when the
 //! test has seen enough. [`Replication`] is the scene; [`Client`] is such a process (kcat, the Java console
-//! consumer, `tests/python/serve_client.py`), its stdout collected line by line; the parsers turn each client's
-//! lines into the harness's [`Record`]s or the console consumer's [`ConsoleConsumed`].
+//! consumer, `tests/python/serve_client.py`), its stdout collected line by line; [`records`] says what the tests
+//! produce and turns each client's lines into the harness's records; [`wire`] sends the raw requests no stock
+//! client would.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -15,16 +16,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use serde_json::Value;
 
-use crate::clients::{Header, Isolation, Record, TimestampType};
+use crate::clients::Isolation;
 use crate::install::{kafka_support_dir, repo_root, KafkaInstall};
 use crate::ports::free_port;
 use crate::service::Service;
-use crate::tools::{ConsoleConsumed, ConsoleRecord, TopicSpec, CONSOLE_CONSUMER};
+use crate::tools::{TopicSpec, CONSOLE_CONSUMER};
 use crate::{admin, BrokerConfig, KafkaBroker};
+
+pub mod records;
+pub mod wire;
 
 /// Guard against hangs for anything a test waits on; never a speed assertion.
 pub const PATIENCE: Duration = Duration::from_secs(180);
@@ -591,129 +593,6 @@ pub fn java_console_follow(
         cmd.arg("--formatter-property").arg(format!("{p}=true"));
     }
     Client::spawn(&format!("kafka-console-consumer {}", isolation.as_str()), cmd, None)
-}
-
-fn unb64(value: Option<&Value>) -> Result<Option<Vec<u8>>> {
-    match value {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(B64.decode(s).context("base64")?)),
-        Some(other) => bail!("not base64: {other}"),
-    }
-}
-
-fn timestamp_type(name: &str) -> TimestampType {
-    match name {
-        "CreateTime" | "create" => TimestampType::CreateTime,
-        "LogAppendTime" | "logappend" => TimestampType::LogAppendTime,
-        _ => TimestampType::NoTimestamp,
-    }
-}
-
-/// A record line of `serve_client.py follow`; `Err` for its `{"error": ...}` lines and anything else.
-pub fn parse_python_line(line: &str) -> Result<Record> {
-    let v: Value = serde_json::from_str(line)?;
-    if let Some(e) = v.get("error") {
-        bail!("the client reported an error: {e}");
-    }
-    let int = |f: &str| v.get(f).and_then(Value::as_i64).with_context(|| format!("no {f}"));
-    let mut headers = Vec::new();
-    for h in v.get("headers").and_then(Value::as_array).context("no headers")? {
-        let key = h.get(0).and_then(Value::as_str).context("header name")?.to_string();
-        headers.push(Header {
-            key,
-            value: unb64(h.get(1))?,
-        });
-    }
-    Ok(Record {
-        partition: i32::try_from(int("partition")?)?,
-        offset: int("offset")?,
-        timestamp: int("timestamp")?,
-        timestamp_type: timestamp_type(v.get("timestamp_type").and_then(Value::as_str).unwrap_or("")),
-        key: unb64(v.get("key"))?,
-        value: unb64(v.get("value"))?,
-        headers,
-    })
-}
-
-/// A `kcat -J` line (text data).
-pub fn parse_kcat_line(line: &str) -> Result<Record> {
-    let v: Value = serde_json::from_str(line)?;
-    let text = |f: &str| v.get(f).and_then(Value::as_str).map(|s| s.as_bytes().to_vec());
-    let int = |f: &str| v.get(f).and_then(Value::as_i64).with_context(|| format!("no {f}"));
-    let mut headers = Vec::new();
-    if let Some(list) = v.get("headers").and_then(Value::as_array) {
-        for pair in list.chunks(2) {
-            let key = pair.first().and_then(Value::as_str).context("header name")?.to_string();
-            let value = pair.get(1).and_then(Value::as_str).map(|s| s.as_bytes().to_vec());
-            headers.push(Header { key, value });
-        }
-    }
-    Ok(Record {
-        partition: i32::try_from(int("partition")?)?,
-        offset: int("offset")?,
-        timestamp: int("ts")?,
-        timestamp_type: timestamp_type(v.get("tstype").and_then(Value::as_str).unwrap_or("")),
-        key: text("key"),
-        value: text("payload"),
-        headers,
-    })
-}
-
-/// A console consumer line: `CreateTime:<ts>\tPartition:<p>\tOffset:<o>\t<headers>\t<key>\t<value>`.
-pub fn parse_console_line(line: &str) -> Result<ConsoleConsumed> {
-    let parts: Vec<&str> = line.splitn(6, '\t').collect();
-    let [ts, partition, offset, headers, key, value] = parts[..] else {
-        bail!("expected 6 tab-separated fields");
-    };
-    let (timestamp_type, timestamp) = ts.split_once(':').context("timestamp field")?;
-    let headers = if headers == "NO_HEADERS" {
-        Vec::new()
-    } else {
-        headers
-            .split(',')
-            .map(|h| {
-                h.split_once(':')
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .context("header without ':'")
-            })
-            .collect::<Result<_>>()?
-    };
-    Ok(ConsoleConsumed {
-        timestamp_type: timestamp_type.to_string(),
-        timestamp: timestamp.parse().context("timestamp")?,
-        partition: partition.strip_prefix("Partition:").context("partition")?.parse()?,
-        offset: offset.strip_prefix("Offset:").context("offset")?.parse()?,
-        record: ConsoleRecord {
-            key: (key != "null").then(|| key.to_string()),
-            value: value.to_string(),
-            headers,
-        },
-    })
-}
-
-/// How a record of the harness prints in the console consumer (text keys, values and headers).
-pub fn as_console(r: &Record) -> ConsoleConsumed {
-    let text = |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
-    ConsoleConsumed {
-        timestamp_type: match r.timestamp_type {
-            TimestampType::CreateTime => "CreateTime",
-            TimestampType::LogAppendTime => "LogAppendTime",
-            TimestampType::NoTimestamp => "NoTimestampType",
-        }
-        .to_string(),
-        timestamp: r.timestamp,
-        partition: r.partition,
-        offset: r.offset,
-        record: ConsoleRecord {
-            key: text(&r.key),
-            value: text(&r.value).unwrap_or_else(|| "null".to_string()),
-            headers: r
-                .headers
-                .iter()
-                .map(|h| (h.key.clone(), text(&h.value).unwrap_or_else(|| "null".to_string())))
-                .collect(),
-        },
-    }
 }
 
 /// `VmRSS` of a process, in KiB.
