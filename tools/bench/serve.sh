@@ -27,6 +27,8 @@
 #    WARMUP_S seconds of records at the same rate are produced and read back on the side measured (the topic exists
 #    there and its whole path is running: a cold MirrorMaker 2 JVM or a topic the endpoint does not list yet is not
 #    what is measured); the consumer starts after them.
+#    - source: the same consumer on the source topic itself, the floor every path below includes (this producer,
+#      librdkafka and the source broker on this machine);
 #    - MirrorMaker 2 (tools/bench/mm2.sh's configuration and jars: dedicated driver, identity policy) into the
 #      second broker, the consumer on its target topic; MirrorMaker 2 runs through all the measurements;
 #    - segmirror per mode in SM_MODES (high-watermark = ship `--upto high-watermark --source-bootstrap`, what the
@@ -34,14 +36,17 @@
 #      mutual TLS (the direct link as deployed) + serve --plaintext on the mirror, started per measurement, the
 #      consumer on serve. That is send -> source log -> ship -> apply (fsync, install) -> serve (its catalog refresh
 #      every 10 ms wakes long-polling fetches) -> consumer.
-#    p50 / p99 / max over every record; serve's CPU seconds during the measurement.
+#    p50 / p99 / max over every record; serve's CPU seconds during the measurement. SPLIT=1 also runs
+#    mm2_probe.py's mirror observer (the mirror's .log polled every 1 ms: when each record's batch is complete in the
+#    file) beside the consumer: the share of the latency spent before serve (its own polling takes some CPU from
+#    the measured processes, so it is off by default).
 # The machine has 2 CPUs shared with the clients, brokers and the tools measured: every figure is contended.
 #
 # Usage: tools/bench/serve.sh
 #   SIZE_MIB (default 1024) of 1 KiB records; PARTITIONS (default 8); RUNS (default 3) consumer runs per side;
 #   CACHE (default cold; warm skips dropping the page cache; a BENCH_DIR on tmpfs is always in memory); RATES (default "1000 10000"); DURATION (default 30)
 #   seconds per latency measurement, after WARMUP_S (default 5) seconds of warm-up; SM_MODES (default "high-watermark log-end"); SKIP_MM2=1 leaves MirrorMaker 2
-#   out (its rows say so); SKIP_THROUGHPUT=1 / SKIP_LATENCY=1 leave a part out; MM2_VERSION (default 4.3.1) and
+#   out (its rows say so); SPLIT=1 (see 2); SKIP_THROUGHPUT=1 / SKIP_LATENCY=1 leave a part out; MM2_VERSION (default 4.3.1) and
 #   MM2_HOME (default .cache/connect-mirror/<version>, fetched by tools/bench/mm2.sh); BENCH_DIR (default
 #   target/bench; the run's data is removed at the end unless KEEP=1); SEGMIRROR=path runs that binary instead of
 #   building target/release/segmirror; SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the brokers' jars.
@@ -60,6 +65,7 @@ SM_MODES="${SM_MODES:-high-watermark log-end}"
 SKIP_MM2="${SKIP_MM2:-0}"
 SKIP_THROUGHPUT="${SKIP_THROUGHPUT:-0}"
 SKIP_LATENCY="${SKIP_LATENCY:-0}"
+SPLIT="${SPLIT:-0}"
 MM2_VERSION="${MM2_VERSION:-4.3.1}"
 MM2_HOME="${MM2_HOME:-$ROOT/.cache/connect-mirror/$MM2_VERSION}"
 BENCH_DIR="${BENCH_DIR:-$ROOT/target/bench}"
@@ -173,7 +179,7 @@ start_broker "$WORK/target"
 TGT_PID=$BROKER_PID TGT_BOOT=$BROKER_BOOTSTRAP TGT_LOG=$BROKER_LOG_DIR
 
 RECORDS=$(awk -v m="$SIZE_MIB" -v r="$RECORD_BYTES" 'BEGIN { printf "%.0f", m * 1048576 / r }')
-declare -a TPUT
+TPUT=()
 LOG_BYTES=0 SAME_BYTES=- CACHE_MODE=-
 if [ "$SKIP_THROUGHPUT" != 1 ]; then
     create_topic "$SRC_BOOT" "$SRC_LOG" "$TOPIC" "$PARTITIONS"
@@ -262,9 +268,10 @@ if [ "$SKIP_THROUGHPUT" != 1 ]; then
 fi
 
 # Continuous latency: "rate side sent seen p50 p99 max loop server_cpu_s" appended to LATENCY.
-declare -a LATENCY
+LATENCY=()
 if [ "$SKIP_LATENCY" != 1 ]; then
     for rate in $RATES; do
+        create_topic "$SRC_BOOT" "$SRC_LOG" "lat-$rate-source"
         create_topic "$SRC_BOOT" "$SRC_LOG" "lat-$rate-mm2"
         for mode in $SM_MODES; do create_topic "$SRC_BOOT" "$SRC_LOG" "lat-$rate-$mode"; done
     done
@@ -306,12 +313,14 @@ EOF
         done
         [ "$SKIP_MM2" = 1 ] || sleep 5
     fi
-    # One measurement: DIR (its outputs), TOPIC, BOOTSTRAP of the side read, rate, label, server pid or "-".
+    # One measurement: DIR (its outputs), TOPIC, BOOTSTRAP of the side read, rate, label, server pid or "-", and
+    # for SPLIT=1 the mirror's .log of the topic (or none).
     # WARMUP_S seconds of records at the rate first (mm2_probe.py produce), read back on the side measured: the
     # topic exists there and its path runs before the first timed record; the consumer then starts after them. Appends
-    # "rate label sent received p50 p99 max loop server_cpu_s" to LATENCY.
+    # "rate label sent received p50 p99 max loop server_cpu_s mirror_p50 mirror_p99" to LATENCY.
     latency_run() {
-        local dir="$1" topic="$2" boot="$3" rate="$4" label="$5" pid="$6" r waited start warm probe c0=0 c1=0
+        local dir="$1" topic="$2" boot="$3" rate="$4" label="$5" pid="$6" log="${7:-}" r waited start warm probe
+        local observer="" c0=0 c1=0
         mkdir -p "$dir"
         python3 "$PROBE" produce "$SRC_BOOT" "$topic" "$rate" "$WARMUP_S" > "$dir/warm.sent"
         warm=$(cat "$dir/warm.sent")
@@ -324,15 +333,24 @@ EOF
         python3 "$WAIT" consume-from "$boot" "$topic" "$start" $((rate * DURATION)) $((DURATION + DRAIN_S)) \
             > "$dir/probe.out" 2>> "$dir/probe.err" &
         probe=$!
+        echo "- - - - -" > "$dir/mirror.out"
+        if [ "$SPLIT" = 1 ] && [ -n "$log" ]; then
+            python3 "$WAIT" mirror-from "$log" "$start" $((rate * DURATION)) $((DURATION + DRAIN_S)) > "$dir/mirror.out" &
+            observer=$!
+        fi
         sleep 2
         [ "$pid" = - ] || c0=$(cpu_s "$pid")
         python3 "$PROBE" produce "$SRC_BOOT" "$topic" "$rate" "$DURATION" > "$dir/sent"
         wait "$probe"
         [ "$pid" = - ] || c1=$(cpu_s "$pid")
+        [ -z "$observer" ] || wait "$observer"
         LATENCY+=("$rate $label $(cat "$dir/sent") $(cat "$dir/probe.out") $(
-            [ "$pid" = - ] && echo - || awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')")
+            [ "$pid" = - ] && echo - || awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }') $(
+            awk '{ print $2, $3 }' "$dir/mirror.out")")
     }
     for rate in $RATES; do
+        echo "latency: the source broker itself at $rate records/s for ${DURATION}s" >&2
+        latency_run "$WORK/lat-$rate-source" "lat-$rate-source" "$SRC_BOOT" "$rate" source -
         if [ "$SKIP_MM2" != 1 ]; then
             echo "latency: MirrorMaker 2 at $rate records/s for ${DURATION}s" >&2
             latency_run "$WORK/lat-$rate-mm2" "lat-$rate-mm2" "$TGT_BOOT" "$rate" MirrorMaker-2 -
@@ -344,7 +362,8 @@ EOF
             dir="$WORK/lat-$rate-$mode"
             start_pair "$dir" "lat-$rate-$mode" tls "${upto[@]}"
             start_serve "$dir"
-            latency_run "$dir" "lat-$rate-$mode" "$SERVE_BOOT" "$rate" "serve-$mode" "$SERVE_PID"
+            latency_run "$dir" "lat-$rate-$mode" "$SERVE_BOOT" "$rate" "serve-$mode" "$SERVE_PID" \
+                "$dir/mirror/lat-$rate-$mode-0/00000000000000000000.log"
             stop_pids "$SERVE_PID" "$SHIP_PID" "$APPLY_PID"
         done
     done
@@ -357,6 +376,7 @@ SKIPPED=""
 [ "$SKIP_MM2" != 1 ] || [ -n "$MM2_NOTE" ] || SKIPPED="SKIP_MM2=1 "
 [ "$SKIP_THROUGHPUT" != 1 ] || SKIPPED="${SKIPPED}SKIP_THROUGHPUT=1 "
 [ "$SKIP_LATENCY" != 1 ] || SKIPPED="${SKIPPED}SKIP_LATENCY=1 "
+[ "$SPLIT" != 1 ] || SKIPPED="${SKIPPED}SPLIT=1 "
 echo
 echo "segmirror serve against a stock broker, $(date -u '+%Y-%m-%d %H:%M UTC'): segmirror" \
     "$("$BIN" --version | awk '{ print $2 }'), single-node Kafka $(basename "$KAFKA_HOME") brokers"
@@ -396,16 +416,17 @@ if [ "$SKIP_THROUGHPUT" != 1 ]; then
 fi
 if [ "$SKIP_LATENCY" != 1 ]; then
     echo
-    echo "End-to-end latency, producer send -> consumer receive (MirrorMaker 2: on its target topic; serve-MODE:" \
+    echo "End-to-end latency, producer send -> consumer receive (source: on the source topic itself; MirrorMaker 2:" \
+        "on its target topic; serve-MODE:" \
         "ship --connect -> apply --listen over mutual TLS -> serve, ship --upto MODE); ${DURATION}s per row"
     [ -z "$MM2_NOTE" ] || echo "$MM2_NOTE"
     echo
-    echo "| rate rec/s | side | records sent / received | p50 ms | p99 ms | max ms | p99 vs MM2 | serve CPU s |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| rate rec/s | side | records sent / received | p50 ms | p99 ms | max ms | p99 vs MM2 | serve CPU s | to the mirror p50 / p99 ms (SPLIT=1) |"
+    echo "|---|---|---|---|---|---|---|---|---|"
     for rate in $RATES; do
         mm_p99=$(printf '%s\n' "${LATENCY[@]}" | awk -v r="$rate" '$1 == r && $2 == "MirrorMaker-2" { print $6 }')
         printf '%s\n' "${LATENCY[@]}" | awk -v r="$rate" -v m="${mm_p99:-0}" '$1 == r {
-            printf "| %s | %s | %s / %s | %.1f | %.1f | %.1f | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7,
-                (m > 0 ? sprintf("%.3fx", $6 / m) : "-"), $9 }'
+            printf "| %s | %s | %s / %s | %.1f | %.1f | %.1f | %s | %s | %s / %s |\n", $1, $2, $3, $4, $5, $6, $7,
+                (m > 0 ? sprintf("%.3fx", $6 / m) : "-"), $9, $10, $11 }'
     done
 fi

@@ -11,6 +11,10 @@ target topic and the endpoint, so the two latencies differ only in what carries 
       mm2_probe.py's `consume` (same client settings, same latency, same output line) from OFFSET of partition 0
       rather than from the beginning: the measurement leaves out the warm-up record written before it (so that the
       topic exists on the side measured and its path is running before the first timed record).
+  mirror-from LOG_FILE SKIP EXPECTED TIMEOUT_S
+      mm2_probe.py's `mirror` observer (the mirror's .log polled every 1 ms, a record's time = when its batch is
+      first complete in the file) over the records after the first SKIP (the warm-up): latency TO THE MIRROR, the
+      share of the end-to-end latency spent before serve. Same output line.
   perf-row FILE
       The result line of Kafka's ConsumerPerformance (its header names the columns, which moved between versions)
       as "mb mb_per_s records rebalance_ms fetch_ms fetch_mb_per_s", or "nan ..." when the tool printed none.
@@ -69,6 +73,44 @@ def consume_from(bootstrap, topic, offset, expected, timeout_s):
     return 0
 
 
+def mirror_from(path, skip, expected, timeout_s):
+    from mm2_probe import POLL_S, batch_values, report, sent_at
+
+    latencies = []
+    loops = 0
+    started = time.monotonic()
+    pending = b""
+    seen = 0
+    f = None
+    while len(latencies) < expected and time.monotonic() - started < timeout_s:
+        loops += 1
+        if f is None:
+            try:
+                f = open(path, "rb")
+            except FileNotFoundError:
+                time.sleep(POLL_S)
+                continue
+        chunk = f.read()
+        now = time.time()
+        if not chunk:
+            time.sleep(POLL_S)
+            continue
+        pending += chunk
+        pos = 0
+        while len(pending) - pos >= 12:
+            size = 12 + int.from_bytes(pending[pos + 8 : pos + 12], "big")
+            if len(pending) - pos < size:
+                break
+            for v in batch_values(memoryview(pending)[pos : pos + size]):
+                seen += 1
+                if seen > skip:
+                    latencies.append((now - sent_at(v)) * 1000.0)
+            pos += size
+        pending = pending[pos:]
+    report(latencies, loops, started)
+    return 0
+
+
 def perf_row(path):
     header = None
     with open(path, errors="replace") as f:
@@ -91,6 +133,8 @@ def main():
         return wait_topic(args[0], args[1], int(args[2]), int(args[3]), float(args[4]))
     if cmd == "consume-from":
         return consume_from(args[0], args[1], int(args[2]), int(args[3]), float(args[4]))
+    if cmd == "mirror-from":
+        return mirror_from(args[0], int(args[1]), int(args[2]), float(args[3]))
     if cmd == "perf-row":
         return perf_row(args[0])
     raise SystemExit("unknown subcommand " + cmd)
