@@ -99,9 +99,27 @@ fi
 rm -rf "$WORK"
 mkdir -p "$WORK"
 PIDS=()
+stop_pids() { # pids...: SIGTERM, then SIGKILL after 30 s
+    kill -TERM "$@" 2>/dev/null || true
+    local i p alive
+    for i in $(seq 300); do
+        alive=0
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ "$alive" = 1 ] || break
+        sleep 0.1
+    done
+    kill -KILL "$@" 2>/dev/null || true
+    wait "$@" 2>/dev/null || true
+}
+# Only this shell's own background jobs still running (a pid of one that ended may belong to another process now);
+# MirrorMaker 2 first, while the brokers it talks to still run (it does not exit without them); whatever ignores
+# SIGTERM for 30 s is killed.
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    local live=() p running
+    running=" $(jobs -p | tr '\n' ' ') "
+    for p in "${PIDS[@]}"; do [[ "$running" == *" $p "* ]] && live+=("$p"); done
+    [ -z "${MM2_PID:-}" ] || [[ "$running" != *" $MM2_PID "* ]] || stop_pids "$MM2_PID"
+    [ "${#live[@]}" = 0 ] || stop_pids "${live[@]}"
     [ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -119,18 +137,6 @@ restart_broker() {
         -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$dir/server.properties" >> "$dir/stdout" 2>&1 &
     BROKER_PID=$!
     PIDS+=("$BROKER_PID")
-}
-stop_pids() { # pids...: SIGTERM, then SIGKILL after 30 s
-    kill -TERM "$@" 2>/dev/null || true
-    local i p alive
-    for i in $(seq 300); do
-        alive=0
-        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ "$alive" = 1 ] || break
-        sleep 0.1
-    done
-    kill -KILL "$@" 2>/dev/null || true
-    wait "$@" 2>/dev/null || true
 }
 # start_pair DIR TOPICS SECURITY UPTO...: segmirror apply --listen and ship --connect for TOPICS (a regex) into
 # DIR/mirror with the catalog DIR/catalog.sqlite and SEGMIRROR_HOME DIR/home; SECURITY is "plaintext" or "tls".
