@@ -623,10 +623,28 @@ impl Replica for BucketReplica {
         if offset >= upper {
             return Ok(records);
         }
-        let Some(segment) = p.view.holding(offset) else {
+        let Some(mut segment) = p.view.holding(offset) else {
             return Err(ReadError::OutOfRange { offset, ends });
         };
-        let _pinned = self.fetch_blocking(&p.dir_name, segment)?;
+        let dir = self.cache.partition_dir(&p.dir_name);
+        let mut buf = Vec::new();
+        // One segment per answer, as Kafka reads; a segment with nothing at or after the offset (compaction removed
+        // its last records) hands over to the next one, so the client moves past the gap instead of fetching the
+        // same offset forever.
+        let (from, fetched, _pinned) = loop {
+            let pinned = self.fetch_blocking(&p.dir_name, segment)?;
+            let bound = upper.min(segment.next_offset);
+            let from = offset.max(segment.base_offset);
+            let fetched =
+                segments::read_batches(&dir, from, bound, max_bytes, &mut buf).map_err(|e| storage(&dir, e))?;
+            if fetched.batches > 0 || bound >= upper {
+                break (from, fetched, pinned);
+            }
+            match p.view.segments.range(segment.next_offset..).next() {
+                Some((_, next)) => segment = next,
+                None => break (from, fetched, pinned),
+            }
+        };
         // Aborts of this segment's transactions may be recorded in the next segment's `.txnindex`.
         let _next = match isolation {
             Isolation::ReadCommitted => p
@@ -639,13 +657,9 @@ impl Replica for BucketReplica {
                 .transpose()?,
             Isolation::ReadUncommitted => None,
         };
-        let dir = self.cache.partition_dir(&p.dir_name);
-        let mut buf = Vec::new();
-        let bound = upper.min(segment.next_offset);
-        let fetched = segments::read_batches(&dir, offset, bound, max_bytes, &mut buf).map_err(|e| storage(&dir, e))?;
         if isolation == Isolation::ReadCommitted {
             if let Some(next) = fetched.next_offset {
-                records.aborted = segments::aborted_between(&dir, offset, next)
+                records.aborted = segments::aborted_between(&dir, from, next)
                     .map_err(|e| storage(&dir, e))?
                     .into_iter()
                     .map(|a| AbortedTxn {

@@ -622,3 +622,55 @@ async fn read_committed_stops_at_an_open_transaction_and_lists_an_abort_recorded
     let uncommitted = read(&replica, b_first, 1 << 20).await.unwrap();
     assert_eq!(next_offset(&uncommitted.bytes), ends.high_watermark);
 }
+
+/// A segment whose last records compaction removed (the next segment starts well after its last batch): a fetch
+/// in the gap is answered with the next segment's first batch, as a broker answers, so the consumer moves on.
+#[tokio::test]
+async fn a_fetch_in_a_compaction_gap_at_a_segment_end_gets_the_next_segments_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = tmp.path().join("source");
+    let config = WriterConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 1024,
+        running: true,
+        fsync: false,
+        topic_id: Some(Uuid([5; 16])),
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(&log_dir, TOPIC, 0, 0, config).unwrap();
+    w.become_leader(0);
+    for i in 0..3 {
+        w.append(batch(i)).unwrap();
+    }
+    w.roll().unwrap();
+    let after_gap = w.append_at(20, batch_at(20, 3)).unwrap();
+    w.append(batch(4)).unwrap();
+    let written = w.close().unwrap();
+    let identity = LogDirIdentity {
+        cluster_id: "test-cluster-id".into(),
+        node_id: 1,
+        directory_id: Uuid([9; 16]),
+    };
+    write_log_dir_files(
+        &log_dir,
+        &identity,
+        std::slice::from_ref(&written),
+        LogDirState::Running,
+    )
+    .unwrap();
+    let w = World::over(tmp);
+    w.ship().await;
+    let replica = w.replica(64 << 20);
+    let report = replica.refresh().await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    for offset in [6, 7, 19, 20] {
+        let r = replica.clone();
+        let got = tokio::task::spawn_blocking(move || r.read(TOPIC, 0, offset, 1 << 20, Isolation::ReadUncommitted))
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("offset {offset}: {e}"));
+        assert!(!got.bytes.is_empty(), "offset {offset}: nothing answered");
+        let base = i64::from_be_bytes(got.bytes[..8].try_into().unwrap());
+        assert_eq!(base, after_gap.first_offset, "offset {offset}: the batch after the gap");
+    }
+}

@@ -64,6 +64,7 @@ struct Followed {
     facts: Option<(Option<i64>, i64)>,
     ends: Option<PartitionEnds>,
     txns: segments::OpenTransactions,
+    epochs: segments::EpochHistory,
 }
 
 #[derive(Default)]
@@ -104,7 +105,7 @@ impl MirrorReplica {
                     }
                 }
                 let dir = self.partition_dir(&p.topic, p.partition);
-                match partition_ends(&dir, p, &mut entry.txns) {
+                match partition_ends(&dir, p, &mut entry.txns, &mut entry.epochs) {
                     Ok(e) => {
                         entry.facts = Some(given);
                         entry.ends = Some(e);
@@ -154,6 +155,7 @@ fn partition_ends(
     dir: &Path,
     facts: &PartitionFacts,
     txns: &mut segments::OpenTransactions,
+    epochs: &mut segments::EpochHistory,
 ) -> io::Result<PartitionEnds> {
     let Some(end) = facts.durable_end else {
         let start = facts.log_start.max(0);
@@ -171,7 +173,10 @@ fn partition_ends(
         log_start,
         high_watermark: end,
         last_stable,
-        leader_epoch: segments::latest_epoch(dir, end)?,
+        leader_epoch: {
+            epochs.advance(dir, end)?;
+            epochs.latest()
+        },
     })
 }
 
@@ -267,8 +272,12 @@ impl Replica for MirrorReplica {
 
     fn epoch_end(&self, topic: &str, partition: i32, epoch: i32) -> Result<(i32, i64), ReadError> {
         let ends = self.served_ends(topic, partition)?;
-        let dir = self.partition_dir(topic, partition);
-        segments::epoch_end(&dir, epoch, ends.high_watermark).map_err(|e| storage(&dir, e))
+        // The history the last refresh brought up to these ends (the checkpoint's, or learned from the batches).
+        let followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
+        let history = followed
+            .get(&(topic.to_string(), partition))
+            .ok_or(ReadError::UnknownPartition)?;
+        Ok(history.epochs.end_for(epoch, ends.high_watermark))
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

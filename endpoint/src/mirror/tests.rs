@@ -149,3 +149,43 @@ fn a_transaction_closed_by_its_marker_releases_the_last_stable_offset() {
     replica.refresh(&facts(Some(11)));
     assert_eq!(replica.ends("t", 0).unwrap().last_stable, 11);
 }
+
+/// A partition the direct applier fills has no `leader-epoch-checkpoint`: its epochs are learned from the batch
+/// headers, so Metadata's epoch and OffsetForLeaderEpoch answer as the source broker does.
+#[test]
+fn without_a_checkpoint_the_epochs_come_from_the_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = WriterConfig {
+        fsync: false,
+        segment_bytes: 400,
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(tmp.path(), "t", 0, 0, config).unwrap();
+    let mut starts = Vec::new();
+    for epoch in [0, 0, 3, 3, 3, 5, 5] {
+        let info = w
+            .append(BatchBuilder::new(0).partition_leader_epoch(epoch).records(records(2)))
+            .unwrap();
+        if starts.last().is_none_or(|&(e, _)| e != epoch) {
+            starts.push((epoch, info.first_offset));
+        }
+    }
+    w.close().unwrap();
+    let _ = std::fs::remove_file(tmp.path().join("t-0").join("leader-epoch-checkpoint"));
+    let replica = MirrorReplica::new(tmp.path(), "east");
+    // Only the first four batches are durable: epoch 5 is not known yet.
+    assert!(replica.refresh(&facts(Some(8))).is_empty());
+    assert_eq!(replica.ends("t", 0).unwrap().leader_epoch, 3);
+    assert_eq!(replica.epoch_end("t", 0, 3).unwrap(), (3, 8));
+    assert!(replica.refresh(&facts(Some(14))).is_empty());
+    assert_eq!(replica.ends("t", 0).unwrap().leader_epoch, 5);
+    let start_of = |epoch: i32| starts.iter().find(|(e, _)| *e == epoch).unwrap().1;
+    assert_eq!(replica.epoch_end("t", 0, 5).unwrap(), (5, 14));
+    assert_eq!(replica.epoch_end("t", 0, 3).unwrap(), (3, start_of(5)));
+    assert_eq!(replica.epoch_end("t", 0, 4).unwrap(), (3, start_of(5)));
+    assert_eq!(replica.epoch_end("t", 0, 1).unwrap(), (0, start_of(3)));
+    assert_eq!(replica.epoch_end("t", 0, 6).unwrap(), (-1, -1));
+    // Back below what was walked (a truncation): learned again from the start.
+    assert!(replica.refresh(&facts(Some(4))).is_empty());
+    assert_eq!(replica.ends("t", 0).unwrap().leader_epoch, 0);
+}
