@@ -51,6 +51,9 @@ pub struct Limits {
     pub idle: Duration,
     /// The longest a fetch waits for data, whatever its `max_wait_ms` says.
     pub max_fetch_wait: Duration,
+    /// A client that has not taken a whole response within this long is disconnected: a response holds its share
+    /// of the fetch memory until written, and a client that stopped reading must not keep it.
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -62,6 +65,7 @@ impl Default for Limits {
             // Kafka's connections.max.idle.ms.
             idle: Duration::from_secs(600),
             max_fetch_wait: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }

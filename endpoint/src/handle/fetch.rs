@@ -3,8 +3,11 @@
 //! What bounds the work: the bytes of records held for responses, over all clients, are taken from one
 //! semaphore before any is read and given back once the response is written (the permit travels with the
 //! response to the connection), so a thousand clients each asking for 50 MiB wait their turn instead of
-//! holding 50 GB. A fetch asks for at most its `max_bytes`; the first batch of a response is returned whole even
-//! when larger (as a broker does, so a client can always make progress), later ones only when they fit.
+//! holding 50 GB. A fetch reserves at most its `max_bytes` and at most a sixteenth of that memory, and keeps only
+//! what it read once it has read; the first batch of a response is returned whole even when larger (as a broker
+//! does, so a client can always make progress), later ones only when they fit. A client that stops reading its
+//! answers holds their share until the connection's write timeout ends it: sixteen such clients at once would
+//! make the others wait that long, never grow the memory.
 //!
 //! Sessions (`sessions`): a request is looked up first (full, incremental, or refused), the partitions it stands
 //! for are read as any fetch reads them, and the answer is made from the session (an incremental answer only
@@ -65,8 +68,11 @@ pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: 
         })
         .collect();
     let limits = *endpoint.limits();
+    // One response takes at most a sixteenth of the fetch memory, so that a few clients that stop reading their
+    // answers cannot hold all of it (and the write timeout frees what they hold).
     let max_bytes = usize::try_from(request.max_bytes)
         .unwrap_or(0)
+        .min((limits.fetch_memory_bytes / 16).max(1 << 20))
         .min(limits.fetch_memory_bytes)
         .max(1);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
@@ -97,6 +103,12 @@ pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: 
         };
         let now = Instant::now();
         if total >= min_bytes || errors || now >= deadline {
+            // Keep only the share the answer holds: what was read (the reservation was for the most it could be).
+            let mut permit = permit;
+            if let Some(held) = permit.as_mut() {
+                let unused = held.num_permits().saturating_sub(total.max(1));
+                drop(held.split(unused));
+            }
             let closed = endpoint.sessions.close(context, &asked, partitions, served, now);
             return Answer {
                 response: respond(closed, &asked),

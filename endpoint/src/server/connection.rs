@@ -21,6 +21,8 @@ pub enum ConnectionError {
     TooLarge(i64, usize),
     #[error("idle for {0:?}")]
     Idle(std::time::Duration),
+    #[error("did not take its response within {0:?}")]
+    Stalled(std::time::Duration),
     #[error("malformed request: {0}")]
     Malformed(String),
     #[error("api key {0} version {1} is not served")]
@@ -107,10 +109,16 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
         if header_version >= 1 {
             head.push(0);
         }
-        self.stream.write_all(&head).await?;
-        self.stream.write_all(&body).await?;
-        self.stream.flush().await?;
-        Ok(())
+        let timeout = self.endpoint.limits().write_timeout;
+        let write = async {
+            self.stream.write_all(&head).await?;
+            self.stream.write_all(&body).await?;
+            self.stream.flush().await
+        };
+        match tokio::time::timeout(timeout, write).await {
+            Ok(written) => Ok(written?),
+            Err(_) => Err(ConnectionError::Stalled(timeout)),
+        }
     }
 }
 
