@@ -199,7 +199,7 @@ fn a_kcat_producer_is_refused_with_the_read_only_message() {
         "the producer retried instead of failing fast"
     );
     assert!(
-        stderr.contains("read-only mirror of link east") || stderr.contains("Topic authorization failed"),
+        stderr.contains("read-only mirror of link east") || stderr.contains("Policy violation"),
         "kcat's producer was not told the topic is read-only: {stderr}"
     );
     // Nothing was written: the partition still ends at 14.

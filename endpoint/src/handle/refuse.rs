@@ -1,20 +1,24 @@
 //! The writes a client may try: refused with the error that makes it stop at once, naming the link.
 //!
 //! Why these codes: a producer retries retriable errors until its delivery timeout, which would look like a hang.
-//! TOPIC_AUTHORIZATION_FAILED on Produce and CLUSTER_AUTHORIZATION_FAILED / TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-//! on InitProducerId are fatal in the Java client and in librdkafka: the send fails at once, and Produce v8+
-//! carries our message ("a read-only mirror of link L") to the application. Other writes (CreateTopics,
-//! DeleteRecords, AlterConfigs...) are not in ApiVersions at all, so an admin client refuses them itself
-//! ("the broker does not support ...") without sending anything.
+//! POLICY_VIOLATION on Produce is not retriable in the Java client nor in librdkafka, so the send fails at once, and
+//! the Java client hands the application the broker's message ("topic T is a read-only mirror of link L"); the
+//! authorization codes are as final, but the Java client replaces the message with its own ("Not authorized to
+//! access topics"). An idempotent producer asks for a producer id first: it is given one (nothing is ever written
+//! with it), so that its first send meets the same refusal and message rather than a bare "cluster authorization
+//! failed". A transactional producer is refused at once (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, final): a
+//! transaction coordinator would have to write. Other writes (CreateTopics, DeleteRecords, AlterConfigs...) are not
+//! in ApiVersions at all, so an admin client refuses them itself ("the broker does not support ...").
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse};
 
 use super::{text, Endpoint};
 
-const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+const POLICY_VIOLATION: i16 = 44;
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+/// The producer id handed to an idempotent producer: never used for a write (every Produce is refused).
+const NEVER_WRITTEN_PRODUCER_ID: i64 = 0;
 
 /// What the client is told.
 pub(super) fn read_only(endpoint: &Endpoint, topic: &str) -> String {
@@ -40,7 +44,7 @@ pub(super) fn produce(endpoint: &Endpoint, request: ProduceRequest) -> ProduceRe
                 .map(|p| {
                     let mut r = PartitionProduceResponse::default();
                     r.index = p.index;
-                    r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                    r.error_code = POLICY_VIOLATION;
                     r.base_offset = -1;
                     r.log_append_time_ms = -1;
                     r.log_start_offset = -1;
@@ -59,15 +63,16 @@ pub(super) fn produce(endpoint: &Endpoint, request: ProduceRequest) -> ProduceRe
 pub(super) fn init_producer_id(endpoint: &Endpoint, request: InitProducerIdRequest) -> InitProducerIdResponse {
     tracing::info!(
         link = endpoint.replica.link(),
-        "refusing InitProducerId: the endpoint is read-only"
+        "InitProducerId: an idempotent producer gets an id (its sends are refused), a transactional one is refused"
     );
     let mut response = InitProducerIdResponse::default();
-    response.error_code = if request.transactional_id.as_ref().is_some_and(|id| !id.0.is_empty()) {
-        TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if request.transactional_id.as_ref().is_some_and(|id| !id.0.is_empty()) {
+        response.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        response.producer_id = (-1).into();
+        response.producer_epoch = -1;
     } else {
-        CLUSTER_AUTHORIZATION_FAILED
-    };
-    response.producer_id = (-1).into();
-    response.producer_epoch = -1;
+        response.producer_id = NEVER_WRITTEN_PRODUCER_ID.into();
+        response.producer_epoch = 0;
+    }
     response
 }
