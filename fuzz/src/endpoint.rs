@@ -165,3 +165,30 @@ pub fn seeds() -> Vec<Vec<u8>> {
     all.extend(first.iter().map(|one| [1u8].iter().copied().chain(one.iter().copied()).collect()));
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use super::endpoint_requests;
+
+    /// Inputs the fuzzer found, minimised (`fuzz/regressions/endpoint_requests-*`): a Fetch with a long `max_wait_ms`
+    /// and nothing to read spun for the endpoint's whole 30 s wait cap under a paused clock, because the fetch timed
+    /// its deadline with the wall clock while it waited on the runtime's (it now uses the runtime's clock for both).
+    #[test]
+    fn regressions_pass_quickly() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
+        let mut replayed = 0;
+        for entry in std::fs::read_dir(&dir).expect("fuzz/regressions") {
+            let path = entry.expect("a directory entry").path();
+            if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("endpoint_requests-")) {
+                let started = Instant::now();
+                endpoint_requests(&std::fs::read(&path).expect("a regression input"));
+                assert!(started.elapsed() < Duration::from_secs(5), "{} took {:?}", path.display(), started.elapsed());
+                replayed += 1;
+            }
+        }
+        assert!(replayed > 0, "no endpoint_requests regression in {}", dir.display());
+    }
+}

@@ -18,12 +18,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 
 use super::offsets::code;
 use super::sessions::{Asked, Closed, Context, Keying, TopicKey};

@@ -35,11 +35,12 @@ use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{FetchRequest, TopicName};
+use tokio::time::Instant;
 
 /// A request's epoch that asks for a new session (a full request).
 pub(super) const INITIAL_EPOCH: i32 = 0;
