@@ -28,5 +28,8 @@ pub mod replica;
 pub mod server;
 
 pub use handle::Endpoint;
-pub use replica::{AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView};
+pub use replica::{
+    AbortedTxn, FileSpan, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, SpannedRecords,
+    TopicView,
+};
 pub use server::{serve, Limits, ServeConfig};

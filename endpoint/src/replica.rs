@@ -73,6 +73,35 @@ pub struct Records {
     pub aborted: Vec<AbortedTxn>,
 }
 
+/// A run of whole batches in an open segment file: what a plaintext response sends straight from the file
+/// (`sendfile`), never copied through this process.
+#[derive(Debug, Clone)]
+pub struct FileSpan {
+    pub file: std::sync::Arc<std::fs::File>,
+    pub position: u64,
+    pub len: u64,
+}
+
+/// [`Records`] as file spans instead of bytes: the same batches, located but not read.
+#[derive(Debug, Clone)]
+pub struct SpannedRecords {
+    pub ends: PartitionEnds,
+    pub spans: Vec<FileSpan>,
+    /// Read committed only: transactions aborted in the range.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+impl SpannedRecords {
+    /// Bytes the spans cover.
+    pub fn len(&self) -> u64 {
+        self.spans.iter().map(|s| s.len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Why a partition could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -118,6 +147,18 @@ pub trait Replica: Send + Sync + 'static {
         max_bytes: usize,
         isolation: Isolation,
     ) -> Result<Records, ReadError>;
+    /// As [`Replica::read`], the batches located in their files rather than read, for a response sent with
+    /// `sendfile`; `None` when this replica has no files to send from (then `read` is used). Blocking.
+    fn read_spans(
+        &self,
+        _topic: &str,
+        _partition: i32,
+        _offset: i64,
+        _max_bytes: usize,
+        _isolation: Isolation,
+    ) -> Option<Result<SpannedRecords, ReadError>> {
+        None
+    }
     /// The first offset whose batch's max timestamp is at or after `timestamp`, with that timestamp (ListOffsets
     /// by time); `None` when no served record is that late. Blocking.
     fn offset_for_timestamp(

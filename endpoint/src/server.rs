@@ -12,7 +12,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::rustls::ServerConfig;
@@ -22,7 +21,7 @@ use crate::handle::Endpoint;
 
 mod connection;
 
-pub use connection::{ConnectionError, MAX_REQUEST_BYTES_DEFAULT};
+pub use connection::{ClientStream, ConnectionError, MAX_REQUEST_BYTES_DEFAULT};
 
 /// How the endpoint presents itself and what it allows one client.
 #[derive(Debug, Clone)]
@@ -122,7 +121,7 @@ pub async fn serve(
 
 /// Serve one client on an established stream (TLS already done) until it closes or is refused: what [`serve`]
 /// runs per connection, public so that tests and fuzz targets can drive it over an in-memory pipe.
-pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+pub async fn serve_connection<S: ClientStream>(
     stream: S,
     endpoint: &Endpoint,
     peer: Option<std::net::SocketAddr>,
@@ -130,7 +129,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     connection::Connection::new(stream, endpoint, peer).run().await
 }
 
-async fn run<S: AsyncRead + AsyncWrite + Unpin>(stream: S, endpoint: &Endpoint, peer: std::net::SocketAddr) {
+async fn run<S: ClientStream>(stream: S, endpoint: &Endpoint, peer: std::net::SocketAddr) {
     match serve_connection(stream, endpoint, Some(peer)).await {
         Ok(()) => tracing::debug!(%peer, "client closed"),
         Err(e) => tracing::info!(%peer, "client connection ended: {e}"),

@@ -28,8 +28,9 @@ use tokio::time::Instant;
 
 use super::offsets::code;
 use super::sessions::{Asked, Closed, Context, Keying, TopicKey};
+use super::zero_copy::Placeholders;
 use super::Endpoint;
-use crate::replica::{Isolation, ReadError, Replica, TopicView};
+use crate::replica::{Isolation, ReadError, Replica, SpannedRecords, TopicView};
 
 const UNKNOWN_TOPIC_ID: i16 = 100;
 
@@ -45,16 +46,22 @@ struct Wanted {
 pub(super) struct Answer {
     pub response: FetchResponse,
     pub permit: Option<OwnedSemaphorePermit>,
+    /// The records to send from files, when the client takes them that way (see `zero_copy`).
+    pub placeholders: Placeholders,
 }
 
-pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: i16) -> Answer {
+pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: i16, zero_copy: bool) -> Answer {
     let views = endpoint.replica.topics();
     let served = views.iter().map(|v| v.partitions.len()).sum();
     let (context, asked) = endpoint.sessions.open(version, &request, served, Instant::now());
     if let Context::Refused(error_code) = context {
         let mut response = FetchResponse::default();
         response.error_code = error_code;
-        return Answer { response, permit: None };
+        return Answer {
+            response,
+            permit: None,
+            placeholders: Placeholders::default(),
+        };
     }
     let by_id = Keying::of(version) == Keying::ById;
     let isolation = Isolation::from_wire(request.isolation_level);
@@ -91,29 +98,46 @@ pub(super) async fn answer(endpoint: &Endpoint, request: FetchRequest, version: 
             .ok();
         let replica = endpoint.replica.clone();
         let job = wanted.clone();
-        let read =
-            tokio::task::spawn_blocking(move || read_all(replica.as_ref(), &job, max_bytes, isolation, by_id)).await;
-        let (partitions, total, errors) = match read {
+        let read = tokio::task::spawn_blocking(move || {
+            let mut placeholders = zero_copy.then(Placeholders::default);
+            let read = read_all(
+                replica.as_ref(),
+                &job,
+                max_bytes,
+                isolation,
+                by_id,
+                placeholders.as_mut(),
+            );
+            (read, placeholders.unwrap_or_default())
+        })
+        .await;
+        let ((partitions, total, buffered, errors), placeholders) = match read {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!("a fetch's read failed: {e}");
                 let mut response = FetchResponse::default();
                 response.error_code = -1;
-                return Answer { response, permit: None };
+                return Answer {
+                    response,
+                    permit: None,
+                    placeholders: Placeholders::default(),
+                };
             }
         };
         let now = Instant::now();
         if total >= min_bytes || errors || now >= deadline {
-            // Keep only the share the answer holds: what was read (the reservation was for the most it could be).
+            // Keep only the share the answer holds: what was read into memory (the reservation was for the most it
+            // could be; records sent from files hold none).
             let mut permit = permit;
             if let Some(held) = permit.as_mut() {
-                let unused = held.num_permits().saturating_sub(total.max(1));
+                let unused = held.num_permits().saturating_sub(buffered.max(1));
                 drop(held.split(unused));
             }
             let closed = endpoint.sessions.close(context, &asked, partitions, served, now);
             return Answer {
                 response: respond(closed, &asked),
                 permit,
+                placeholders,
             };
         }
         drop(permit);
@@ -175,30 +199,51 @@ fn respond(closed: Closed, asked: &[Asked]) -> FetchResponse {
 }
 
 /// Read every partition asked, in order; their answers, the record bytes read, and whether any partition erred.
+/// Read every partition asked: the answers, the record bytes in all, those read into memory (not sent from
+/// files), and whether any partition erred. With `placeholders`, records are located in their files rather than
+/// read, where the replica can (`zero_copy`).
 fn read_all(
     replica: &dyn Replica,
     wanted: &[Wanted],
     max_bytes: usize,
     isolation: Isolation,
     by_id: bool,
-) -> (Vec<PartitionData>, usize, bool) {
+    mut placeholders: Option<&mut Placeholders>,
+) -> (Vec<PartitionData>, usize, usize, bool) {
     let mut total = 0usize;
+    let mut buffered = 0usize;
     let mut errors = false;
     let partitions = wanted
         .iter()
         .map(|w| {
             let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
-            let data = read_one(replica, w, budget, total == 0, isolation, by_id);
+            let (data, in_memory) = read_one(
+                replica,
+                w,
+                budget,
+                total == 0,
+                isolation,
+                by_id,
+                placeholders.as_deref_mut(),
+            );
             if data.error_code != 0 {
                 errors = true;
             }
             total += data.records.as_ref().map_or(0, Bytes::len);
+            buffered += in_memory;
             data
         })
         .collect();
-    (partitions, total, errors)
+    (partitions, total, buffered, errors)
 }
 
+/// The records of one read: in memory, or located in files (sent with `sendfile`).
+enum Got {
+    Memory(crate::replica::Records),
+    Files(SpannedRecords),
+}
+
+/// One partition's answer, and the bytes of it read into memory.
 fn read_one(
     replica: &dyn Replica,
     wanted: &Wanted,
@@ -206,7 +251,8 @@ fn read_one(
     first: bool,
     isolation: Isolation,
     by_id: bool,
-) -> PartitionData {
+    placeholders: Option<&mut Placeholders>,
+) -> (PartitionData, usize) {
     let mut data = PartitionData::default();
     data.partition_index = wanted.partition;
     data.high_watermark = -1;
@@ -220,35 +266,45 @@ fn read_one(
         } else {
             code(&ReadError::UnknownPartition)
         };
-        return data;
+        return (data, 0);
     };
     // A partition past the response's budget is answered with its ends only (a broker does the same).
     let max = if budget == 0 && !first { 0 } else { budget.max(1) };
+    let from_files = placeholders.as_ref().is_some_and(|p| max <= p.room());
     let read = if max == 0 {
-        replica
-            .ends(topic, wanted.partition)
-            .map(|ends| crate::replica::Records {
+        replica.ends(topic, wanted.partition).map(|ends| {
+            Got::Memory(crate::replica::Records {
                 ends,
                 bytes: Bytes::new(),
                 aborted: Vec::new(),
             })
+        })
     } else {
-        replica.read(topic, wanted.partition, wanted.offset, max, isolation)
+        let spans = if from_files {
+            replica.read_spans(topic, wanted.partition, wanted.offset, max, isolation)
+        } else {
+            None
+        };
+        match spans {
+            Some(spans) => spans.map(Got::Files),
+            None => replica
+                .read(topic, wanted.partition, wanted.offset, max, isolation)
+                .map(Got::Memory),
+        }
     };
+    let mut in_memory = 0;
     match read {
-        Ok(records) => {
-            data.high_watermark = records.ends.high_watermark;
-            data.last_stable_offset = records.ends.last_stable;
-            data.log_start_offset = records.ends.log_start;
-            // Later partitions get a batch only when it fits what is left (the first may exceed it).
-            let fits = first || records.bytes.len() <= budget;
-            if fits {
-                data.records = Some(records.bytes);
-            }
+        Ok(got) => {
+            let (ends, aborted) = match &got {
+                Got::Memory(r) => (r.ends, &r.aborted),
+                Got::Files(r) => (r.ends, &r.aborted),
+            };
+            data.high_watermark = ends.high_watermark;
+            data.last_stable_offset = ends.last_stable;
+            data.log_start_offset = ends.log_start;
             if isolation == Isolation::ReadCommitted {
                 data.aborted_transactions = Some(
-                    records
-                        .aborted
+                    aborted
                         .iter()
                         .map(|a| {
                             let mut t = AbortedTransaction::default();
@@ -259,6 +315,25 @@ fn read_one(
                         .collect(),
                 );
             }
+            // Later partitions get a batch only when it fits what is left (the first may exceed it).
+            match got {
+                Got::Memory(records) => {
+                    if first || records.bytes.len() <= budget {
+                        in_memory = records.bytes.len();
+                        data.records = Some(records.bytes);
+                    }
+                }
+                Got::Files(records) => {
+                    let len = usize::try_from(records.len()).unwrap_or(usize::MAX);
+                    if first || len <= budget {
+                        // Without room left to send more from files, this partition's records wait for the next
+                        // fetch (its ends are in the answer).
+                        if let Some(placeholder) = placeholders.and_then(|p| p.hold(records.spans, len)) {
+                            data.records = Some(placeholder);
+                        }
+                    }
+                }
+            }
         }
         Err(ReadError::OutOfRange { ends, .. }) => {
             data.error_code = 1;
@@ -268,5 +343,5 @@ fn read_one(
         }
         Err(e) => data.error_code = code(&e),
     }
-    data
+    (data, in_memory)
 }

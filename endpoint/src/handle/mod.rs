@@ -5,15 +5,19 @@
 //! parse; a client only sends one if it ignored ApiVersions. Writes are in the table only so that a producer
 //! pointed here is told, in the error it stops on, that these topics are a read-only mirror (`refuse`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use kafka_protocol::protocol::Encodable;
+
 use crate::group::Coordinator;
 use crate::replica::Replica;
 use crate::server::{Limits, ServeConfig};
+use zero_copy::Spliced;
 
 mod configs;
 mod fetch;
@@ -23,11 +27,16 @@ mod offsets;
 mod refuse;
 mod sessions;
 mod versions;
+mod zero_copy;
+
+pub use zero_copy::Piece;
 
 pub use sessions::FetchSessionLimits;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod zero_copy_tests;
 
 /// The APIs served and the versions of each: what ApiVersions answers.
 ///
@@ -59,6 +68,8 @@ pub const SERVED: &[(ApiKey, i16, i16)] = &[
 pub enum Outcome {
     /// Send this response body; the permit (a fetch's record memory) is released once it is written.
     Respond(BytesMut, Option<OwnedSemaphorePermit>),
+    /// Send these pieces: bytes encoded here, and records straight from segment files (`zero_copy`).
+    RespondSpliced(Vec<Piece>, Option<OwnedSemaphorePermit>),
     /// An api key or version not served: end the connection.
     Unsupported,
     /// The body does not decode: end the connection.
@@ -73,6 +84,8 @@ pub struct Endpoint {
     config: ServeConfig,
     fetch_memory: Arc<Semaphore>,
     sessions: sessions::FetchSessions,
+    /// Record bytes answered straight from segment files (`sendfile`).
+    sent_from_files: AtomicU64,
 }
 
 impl Endpoint {
@@ -82,6 +95,7 @@ impl Endpoint {
             replica,
             groups,
             fetch_memory: Arc::new(Semaphore::new(permits)),
+            sent_from_files: AtomicU64::new(0),
             config,
             sessions: sessions::FetchSessions::new(FetchSessionLimits::default()),
         }
@@ -97,13 +111,25 @@ impl Endpoint {
         &self.config.limits
     }
 
+    /// Record bytes answered straight from segment files so far (plaintext clients of a mirror).
+    pub fn sent_from_files(&self) -> u64 {
+        self.sent_from_files.load(Ordering::Relaxed)
+    }
+
     pub fn replica(&self) -> &Arc<dyn Replica> {
         &self.replica
     }
 
     /// Decode the body of a request whose header was read, answer it, encode the answer. `host`: the client's
-    /// address as group members show it.
-    pub async fn handle(&self, header: &RequestHeader, api_key: ApiKey, mut body: Bytes, host: &str) -> Outcome {
+    /// address as group members show it; `zero_copy`: the connection can send records straight from files.
+    pub async fn handle(
+        &self,
+        header: &RequestHeader,
+        api_key: ApiKey,
+        mut body: Bytes,
+        host: &str,
+        zero_copy: bool,
+    ) -> Outcome {
         let version = header.request_api_version;
         if api_key == ApiKey::ApiVersions {
             // Answered whatever its version: an unsupported one gets UNSUPPORTED_VERSION and the table in v0.
@@ -122,7 +148,23 @@ impl Endpoint {
             RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(offsets::list(self, r).await),
             RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(offsets::epochs(self, r).await),
             RequestKind::Fetch(r) => {
-                let answer = fetch::answer(self, r, version).await;
+                let answer = fetch::answer(self, r, version, zero_copy).await;
+                if !answer.placeholders.is_empty() {
+                    let mut spliced = Spliced::new(answer.placeholders);
+                    return match answer.response.encode(&mut spliced, version) {
+                        Ok(()) => {
+                            let pieces = spliced.finish();
+                            let from_files: u64 = pieces
+                                .iter()
+                                .filter(|p| matches!(p, Piece::File(_)))
+                                .map(Piece::len)
+                                .sum();
+                            self.sent_from_files.fetch_add(from_files, Ordering::Relaxed);
+                            Outcome::RespondSpliced(pieces, answer.permit)
+                        }
+                        Err(e) => Outcome::Malformed(format!("encoding the answer to Fetch v{version}: {e:#}")),
+                    };
+                }
                 permit = answer.permit;
                 ResponseKind::Fetch(answer.response)
             }

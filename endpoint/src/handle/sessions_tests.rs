@@ -226,7 +226,7 @@ async fn fetch(endpoint: &Endpoint, version: i16, request: &FetchRequest) -> Fet
     let mut body = BytesMut::new();
     request.encode(&mut body, version).unwrap();
     let decoded = FetchRequest::decode(&mut body.freeze(), version).unwrap();
-    let answer = super::super::fetch::answer(endpoint, decoded, version).await;
+    let answer = super::super::fetch::answer(endpoint, decoded, version, false).await;
     let mut out = BytesMut::new();
     answer.response.encode(&mut out, version).unwrap();
     FetchResponse::decode(&mut out.freeze(), version).unwrap()

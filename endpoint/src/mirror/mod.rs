@@ -25,7 +25,9 @@ use std::sync::{Mutex, RwLock};
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::replica::{AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView};
+use crate::replica::{
+    AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, SpannedRecords, TopicView,
+};
 
 /// What the service knows of a link's mirror at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +142,26 @@ impl MirrorReplica {
         self.root.join(format!("{topic}-{partition}"))
     }
 
+    /// The ends a read of `offset` answers with and the offset it must stop before (the high watermark, or the last
+    /// stable offset for read_committed); an offset outside the served range is out of range.
+    fn bounds(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        isolation: Isolation,
+    ) -> Result<(PartitionEnds, i64), ReadError> {
+        let ends = self.served_ends(topic, partition)?;
+        if offset < ends.log_start || offset > ends.high_watermark {
+            return Err(ReadError::OutOfRange { offset, ends });
+        }
+        let upper = match isolation {
+            Isolation::ReadUncommitted => ends.high_watermark,
+            Isolation::ReadCommitted => ends.last_stable,
+        };
+        Ok((ends, upper))
+    }
+
     fn served_ends(&self, topic: &str, partition: i32) -> Result<PartitionEnds, ReadError> {
         let served = self.served.read().unwrap_or_else(|e| e.into_inner());
         served
@@ -180,6 +202,30 @@ fn partition_ends(
     })
 }
 
+/// A read's error: a segment retention deleted since the ends were read means the offset is below the log start.
+fn read_error(dir: &Path, e: io::Error, offset: i64, ends: PartitionEnds) -> ReadError {
+    if e.kind() == io::ErrorKind::NotFound {
+        ReadError::OutOfRange { offset, ends }
+    } else {
+        storage(dir, e)
+    }
+}
+
+/// The aborted transactions of `[from, next)` for a read_committed read, none otherwise.
+fn aborted(dir: &Path, from: i64, next: Option<i64>, isolation: Isolation) -> Result<Vec<AbortedTxn>, ReadError> {
+    match (isolation, next) {
+        (Isolation::ReadCommitted, Some(next)) => Ok(segments::aborted_between(dir, from, next)
+            .map_err(|e| storage(dir, e))?
+            .into_iter()
+            .map(|a| AbortedTxn {
+                producer_id: a.producer_id,
+                first_offset: a.first_offset,
+            })
+            .collect()),
+        _ => Ok(Vec::new()),
+    }
+}
+
 fn storage(dir: &Path, e: io::Error) -> ReadError {
     ReadError::Storage(format!("{}: {e}", dir.display()))
 }
@@ -210,14 +256,7 @@ impl Replica for MirrorReplica {
         max_bytes: usize,
         isolation: Isolation,
     ) -> Result<Records, ReadError> {
-        let ends = self.served_ends(topic, partition)?;
-        if offset < ends.log_start || offset > ends.high_watermark {
-            return Err(ReadError::OutOfRange { offset, ends });
-        }
-        let upper = match isolation {
-            Isolation::ReadUncommitted => ends.high_watermark,
-            Isolation::ReadCommitted => ends.last_stable,
-        };
+        let (ends, upper) = self.bounds(topic, partition, offset, isolation)?;
         let mut records = Records {
             ends,
             bytes: Bytes::new(),
@@ -228,26 +267,40 @@ impl Replica for MirrorReplica {
         }
         let dir = self.partition_dir(topic, partition);
         let mut buf = Vec::new();
-        let fetched = match segments::read_batches(&dir, offset, upper, max_bytes, &mut buf) {
-            Ok(fetched) => fetched,
-            // Retention deleted the segment since the ends were read: below the log start now.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ReadError::OutOfRange { offset, ends }),
-            Err(e) => return Err(storage(&dir, e)),
-        };
-        if isolation == Isolation::ReadCommitted {
-            if let Some(next) = fetched.next_offset {
-                records.aborted = segments::aborted_between(&dir, offset, next)
-                    .map_err(|e| storage(&dir, e))?
-                    .into_iter()
-                    .map(|a| AbortedTxn {
-                        producer_id: a.producer_id,
-                        first_offset: a.first_offset,
-                    })
-                    .collect();
-            }
-        }
+        let fetched = segments::read_batches(&dir, offset, upper, max_bytes, &mut buf)
+            .map_err(|e| read_error(&dir, e, offset, ends))?;
+        records.aborted = aborted(&dir, offset, fetched.next_offset, isolation)?;
         records.bytes = Bytes::from(buf);
         Ok(records)
+    }
+
+    fn read_spans(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: usize,
+        isolation: Isolation,
+    ) -> Option<Result<SpannedRecords, ReadError>> {
+        let located = || {
+            let (ends, upper) = self.bounds(topic, partition, offset, isolation)?;
+            if offset >= upper {
+                return Ok(SpannedRecords {
+                    ends,
+                    spans: Vec::new(),
+                    aborted: Vec::new(),
+                });
+            }
+            let dir = self.partition_dir(topic, partition);
+            let (spans, fetched) = segments::span_batches(&dir, offset, upper, max_bytes)
+                .map_err(|e| read_error(&dir, e, offset, ends))?;
+            Ok(SpannedRecords {
+                ends,
+                spans,
+                aborted: aborted(&dir, offset, fetched.next_offset, isolation)?,
+            })
+        };
+        Some(located())
     }
 
     fn offset_for_timestamp(

@@ -38,7 +38,7 @@ mod txn;
 mod walk;
 
 pub use epochs::{epoch_end, latest_epoch, EpochHistory};
-pub use fetch::{read_batches, Fetched, MAX_BATCH_BYTES};
+pub use fetch::{read_batches, span_batches, Fetched, MAX_BATCH_BYTES};
 pub use time::{max_timestamp, offset_for_timestamp, TimestampOffset};
 pub use txn::{aborted_between, OpenTransactions};
 

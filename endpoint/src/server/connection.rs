@@ -5,7 +5,8 @@ use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::handle::{Endpoint, Outcome};
+use crate::handle::{Endpoint, Outcome, Piece};
+use crate::replica::FileSpan;
 
 /// The largest request read by default. A consumer's requests are small (a Fetch of ten thousand partitions is
 /// well under 1 MiB); a producer's Produce, read only to be refused, is as large as its `max.request.size`
@@ -29,6 +30,99 @@ pub enum ConnectionError {
     Unsupported(i16, i16),
 }
 
+/// A client's byte stream, and whether records can be sent to it straight from files.
+///
+/// A plaintext socket can (`sendfile`: the kernel copies from the page cache to the socket); a TLS stream cannot
+/// (the records must be encrypted in this process), nor can an in-memory pipe: those get responses encoded with
+/// their records in one buffer.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+    /// Whether [`ClientStream::send_file`] sends.
+    fn zero_copy(&self) -> bool {
+        false
+    }
+
+    /// Send `span` of its file; called only when [`ClientStream::zero_copy`] is true.
+    fn send_file(&mut self, span: &FileSpan) -> impl std::future::Future<Output = std::io::Result<()>> {
+        let _ = span;
+        async { Err(std::io::Error::from(std::io::ErrorKind::Unsupported)) }
+    }
+}
+
+impl ClientStream for tokio::net::TcpStream {
+    fn zero_copy(&self) -> bool {
+        true
+    }
+
+    async fn send_file(&mut self, span: &FileSpan) -> std::io::Result<()> {
+        send_file(self, span).await
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> ClientStream for tokio_rustls::server::TlsStream<S> {}
+
+impl ClientStream for tokio::io::DuplexStream {}
+
+/// `sendfile(2)` of `span` to `socket`, waiting while the socket's buffer is full. A file shorter than the span
+/// (truncated since the span was located) ends the response early: an error, so the connection is closed rather
+/// than a response sent short of the size it declared.
+#[cfg(target_os = "linux")]
+async fn send_file(socket: &tokio::net::TcpStream, span: &FileSpan) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let end = span.position.saturating_add(span.len);
+    let mut offset = libc::off_t::try_from(span.position).map_err(std::io::Error::other)?;
+    let out = socket.as_raw_fd();
+    let from = span.file.as_raw_fd();
+    loop {
+        let done = u64::try_from(offset).unwrap_or(u64::MAX);
+        if done >= end {
+            return Ok(());
+        }
+        // At most 1 GiB per call (Linux sends at most about 2 GiB per call anyway).
+        let count = usize::try_from((end - done).min(1 << 30)).unwrap_or(1 << 30);
+        socket.writable().await?;
+        let sent = socket.try_io(tokio::io::Interest::WRITABLE, || {
+            // SAFETY: both descriptors are open for the duration of the call (the socket is borrowed, the file is
+            // held by `span`), and `offset` is a valid, exclusively borrowed `off_t`.
+            let n = unsafe { libc::sendfile(out, from, &mut offset, count) };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n)
+            }
+        });
+        match sent {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the segment file ended before the records being sent",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Without `sendfile(2)`: the span read and written through one buffer.
+#[cfg(not(target_os = "linux"))]
+async fn send_file(socket: &mut tokio::net::TcpStream, span: &FileSpan) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut at = span.position;
+    let end = span.position.saturating_add(span.len);
+    while at < end {
+        let want = usize::try_from((end - at).min(buf.len() as u64)).unwrap_or(buf.len());
+        let n = span.file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        socket.write_all(&buf[..n]).await?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 pub(super) struct Connection<'a, S> {
     stream: S,
     endpoint: &'a Endpoint,
@@ -36,7 +130,7 @@ pub(super) struct Connection<'a, S> {
     host: String,
 }
 
-impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
+impl<'a, S: ClientStream> Connection<'a, S> {
     pub(super) fn new(stream: S, endpoint: &'a Endpoint, peer: Option<std::net::SocketAddr>) -> Self {
         // Kafka shows a member's host as "/<ip>".
         let host = peer.map_or_else(String::new, |p| format!("/{}", p.ip()));
@@ -49,12 +143,14 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
                 return Ok(());
             };
             let request = parse(frame)?;
+            let zero_copy = self.stream.zero_copy();
             let response = match self
                 .endpoint
-                .handle(&request.header, request.api_key, request.body, &self.host)
+                .handle(&request.header, request.api_key, request.body, &self.host, zero_copy)
                 .await
             {
-                Outcome::Respond(body, permit) => (body, permit),
+                Outcome::Respond(body, permit) => (vec![Piece::Bytes(body.freeze())], permit),
+                Outcome::RespondSpliced(pieces, permit) => (pieces, permit),
                 Outcome::Unsupported => {
                     return Err(ConnectionError::Unsupported(
                         request.header.request_api_key,
@@ -63,8 +159,8 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
                 }
                 Outcome::Malformed(reason) => return Err(ConnectionError::Malformed(reason)),
             };
-            let (body, _permit) = response;
-            self.write_response(request.response_header_version, request.header.correlation_id, body)
+            let (pieces, _permit) = response;
+            self.write_response(request.response_header_version, request.header.correlation_id, pieces)
                 .await?;
         }
     }
@@ -97,11 +193,11 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
         &mut self,
         header_version: i16,
         correlation_id: i32,
-        body: BytesMut,
+        pieces: Vec<Piece>,
     ) -> Result<(), ConnectionError> {
         // Response header v0: the correlation id; v1 adds an empty tagged-field section (one zero byte).
         let header_len = if header_version >= 1 { 5 } else { 4 };
-        let total = header_len + body.len();
+        let total = header_len as u64 + pieces.iter().map(Piece::len).sum::<u64>();
         let size = i32::try_from(total).map_err(|_| std::io::Error::other("response larger than 2 GiB"))?;
         let mut head = Vec::with_capacity(4 + header_len);
         head.extend_from_slice(&size.to_be_bytes());
@@ -112,7 +208,15 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Connection<'a, S> {
         let timeout = self.endpoint.limits().write_timeout;
         let write = async {
             self.stream.write_all(&head).await?;
-            self.stream.write_all(&body).await?;
+            for piece in &pieces {
+                match piece {
+                    Piece::Bytes(bytes) => self.stream.write_all(bytes).await?,
+                    Piece::File(span) => {
+                        self.stream.flush().await?;
+                        self.stream.send_file(span).await?;
+                    }
+                }
+            }
             self.stream.flush().await
         };
         match tokio::time::timeout(timeout, write).await {

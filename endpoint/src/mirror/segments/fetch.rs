@@ -9,9 +9,11 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
-use super::walk::{parse_header, read_at_most, walker_for, Header, Parsed, Segment, Step};
+use super::walk::{parse_header, read_at_most, walker_for, Header, Parsed, Segment, Step, Walker};
 use super::{invalid, Listing};
+use crate::replica::FileSpan;
 
 /// Largest batch returned (256 MiB, `segment_format::log::MAX_FRAME_BYTES`): the first batch is returned whole
 /// even when larger than `max_bytes` (as Kafka does, so a consumer can always progress), and this bounds what one
@@ -209,4 +211,119 @@ fn not_held(dir: &Path, offset: i64, listing: &Listing) -> io::Error {
         io::ErrorKind::NotFound,
         format!("{}: offset {offset} is not held: {first}", dir.display()),
     )
+}
+
+/// The byte ranges [`read_batches`] would return, without reading them: the open `.log` files and where in them,
+/// for a response the socket takes straight from the files (`sendfile`). Only the batch headers are read (the
+/// walk reads through one small buffer). Same bounds, same errors.
+pub fn span_batches(dir: &Path, offset: i64, upper: i64, max_bytes: usize) -> io::Result<(Vec<FileSpan>, Fetched)> {
+    let mut fetched = Fetched::default();
+    let mut spans = Vec::new();
+    if offset >= upper {
+        return Ok((spans, fetched));
+    }
+    let listing = Listing::of(dir)?;
+    let Some(holding) = listing.holding(offset) else {
+        return Err(not_held(dir, offset, &listing));
+    };
+    let mut i = holding;
+    let mut target = offset;
+    while let Some(&base) = listing.segments.get(i) {
+        if base >= upper {
+            break;
+        }
+        let Some(seg) = Segment::open(dir, base)? else {
+            if i == holding {
+                return Err(not_held(dir, offset, &listing));
+            }
+            break;
+        };
+        let first = match locate(&seg, target, upper)? {
+            Located::Found(h) => h,
+            Located::Upper => break,
+            Located::SegmentEnd => {
+                i += 1;
+                continue;
+            }
+        };
+        let (span, cut) = span_segment(&seg, first, upper, max_bytes, &mut fetched)?;
+        if span.1 > 0 {
+            spans.push(FileSpan {
+                file: Arc::new(seg.file),
+                position: span.0,
+                len: span.1,
+            });
+        }
+        match cut {
+            Cut::Stop => break,
+            Cut::SegmentEnd => {
+                target = fetched.next_offset.unwrap_or(target);
+                i += 1;
+            }
+        }
+    }
+    Ok((spans, fetched))
+}
+
+/// The whole batches of `seg` from `first` that [`read_segment`] would keep: (position, length) and why it ended.
+fn span_segment(
+    seg: &Segment,
+    first: Header,
+    upper: i64,
+    max_bytes: usize,
+    fetched: &mut Fetched,
+) -> io::Result<((u64, u64), Cut)> {
+    let is_first = fetched.batches == 0;
+    if is_first && first.size > MAX_BATCH_BYTES {
+        return Err(invalid(format!(
+            "{}: byte {}: a batch of {} bytes, larger than the {MAX_BATCH_BYTES} bytes a read returns",
+            seg.path.display(),
+            first.position,
+            first.size
+        )));
+    }
+    let mut walker = Walker::new(seg, first.position, upper);
+    let mut kept = 0u64;
+    let mut bad = None;
+    let cut = loop {
+        if fetched.next_offset.is_some_and(|next| next >= upper) {
+            break Cut::Stop;
+        }
+        let h = match walker.next_step() {
+            Ok(Step::Batch(h)) => h,
+            Ok(Step::End) => break Cut::SegmentEnd,
+            Ok(Step::Partial) => break Cut::Stop,
+            Err(e) => {
+                bad = Some(e);
+                break Cut::Stop;
+            }
+        };
+        if h.last_offset >= upper {
+            break Cut::Stop;
+        }
+        let budget = max_bytes.saturating_sub(fetched.bytes) as u64;
+        let first_of_response = fetched.batches == 0;
+        if h.size > budget && !first_of_response {
+            break Cut::Stop;
+        }
+        if let Some(prev) = fetched.next_offset {
+            if h.last_offset < prev {
+                bad = Some(invalid(format!(
+                    "{}: byte {}: offsets go back from {prev} to {}",
+                    seg.path.display(),
+                    h.position,
+                    h.base_offset
+                )));
+                break Cut::Stop;
+            }
+        }
+        kept += h.size;
+        fetched.bytes += h.size as usize;
+        fetched.batches += 1;
+        fetched.next_offset = Some(h.next_offset());
+    };
+    match bad {
+        Some(e) if fetched.batches == 0 => Err(e),
+        _ => Ok(((first.position, kept), cut)),
+    }
 }
