@@ -65,6 +65,20 @@ fn locate(seg: &Segment, target: i64, upper: i64) -> io::Result<Located> {
 /// out of range. A batch that does not frame is an `InvalidData` error if it is the first, else the read stops
 /// before it (the next read reports it).
 pub fn read_batches(dir: &Path, offset: i64, upper: i64, max_bytes: usize, out: &mut Vec<u8>) -> io::Result<Fetched> {
+    each_segment(dir, offset, upper, |seg, first, fetched| {
+        read_segment(&seg, first, upper, max_bytes, out, fetched)
+    })
+}
+
+/// The walk [`read_batches`] and [`span_batches`] share: from the segment holding `offset`, each segment's first
+/// batch at or after the offset reached so far, handed to `take` with the segment, until `take` stops, `upper` is
+/// reached or the segments end.
+fn each_segment(
+    dir: &Path,
+    offset: i64,
+    upper: i64,
+    mut take: impl FnMut(Segment, Header, &mut Fetched) -> io::Result<Cut>,
+) -> io::Result<Fetched> {
     let mut fetched = Fetched::default();
     if offset >= upper {
         return Ok(fetched);
@@ -94,7 +108,7 @@ pub fn read_batches(dir: &Path, offset: i64, upper: i64, max_bytes: usize, out: 
                 continue;
             }
         };
-        match read_segment(&seg, first, upper, max_bytes, out, &mut fetched)? {
+        match take(seg, first, &mut fetched)? {
             Cut::Stop => break,
             Cut::SegmentEnd => {
                 target = fetched.next_offset.unwrap_or(target);
@@ -217,51 +231,18 @@ fn not_held(dir: &Path, offset: i64, listing: &Listing) -> io::Error {
 /// for a response the socket takes straight from the files (`sendfile`). Only the batch headers are read (the
 /// walk reads through one small buffer). Same bounds, same errors.
 pub fn span_batches(dir: &Path, offset: i64, upper: i64, max_bytes: usize) -> io::Result<(Vec<FileSpan>, Fetched)> {
-    let mut fetched = Fetched::default();
     let mut spans = Vec::new();
-    if offset >= upper {
-        return Ok((spans, fetched));
-    }
-    let listing = Listing::of(dir)?;
-    let Some(holding) = listing.holding(offset) else {
-        return Err(not_held(dir, offset, &listing));
-    };
-    let mut i = holding;
-    let mut target = offset;
-    while let Some(&base) = listing.segments.get(i) {
-        if base >= upper {
-            break;
-        }
-        let Some(seg) = Segment::open(dir, base)? else {
-            if i == holding {
-                return Err(not_held(dir, offset, &listing));
-            }
-            break;
-        };
-        let first = match locate(&seg, target, upper)? {
-            Located::Found(h) => h,
-            Located::Upper => break,
-            Located::SegmentEnd => {
-                i += 1;
-                continue;
-            }
-        };
-        let (span, cut) = span_segment(&seg, first, upper, max_bytes, &mut fetched)?;
-        if span.1 > 0 {
+    let fetched = each_segment(dir, offset, upper, |seg, first, fetched| {
+        let ((position, len), cut) = span_segment(&seg, first, upper, max_bytes, fetched)?;
+        if len > 0 {
             spans.push(FileSpan {
                 file: Arc::new(seg.file),
-                position: span.0,
-                len: span.1,
+                position,
+                len,
             });
         }
-        match cut {
-            Cut::Stop => break,
-            Cut::SegmentEnd => {
-                target = fetched.next_offset.unwrap_or(target);
-                i += 1;
-            }
-        }
-    }
+        Ok(cut)
+    })?;
     Ok((spans, fetched))
 }
 
