@@ -133,39 +133,18 @@ impl ServeService {
     /// Serve until `shutdown` or until the link is promoted or deleted.
     pub async fn serve(self, shutdown: CancellationToken) -> anyhow::Result<Stopped> {
         let local = self.listener.local_addr()?;
-        let (host, port) = match &self.options.advertised {
-            Some(addr) => split_host_port(addr)?,
-            None => (local.ip().to_string(), i32::from(local.port())),
-        };
-        let tls = self.options.tls.as_ref().map(server_config).transpose()?;
-        let config = ServeConfig {
-            advertised_host: host,
-            advertised_port: port,
-            node_id: 0,
-            cluster_id: format!("segmirror-{}", self.options.link),
-            limits: self.options.limits,
-        };
-        let served: Arc<dyn Replica> = self.replica.clone();
-        let topics = self.replica.clone();
-        let groups = Coordinator::new(
-            self.store.clone(),
-            self.options.link.clone(),
-            Arc::new(move |topic: &str, partition: i32| topics.ends(topic, partition).is_ok()),
-        );
-        let endpoint = Arc::new(Endpoint::new(served, groups, config));
         tracing::info!(
             link = %self.options.link,
             listen = %local,
             tls = self.options.tls.is_some(),
             "serving the mirror read-only over the Kafka protocol"
         );
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(segmirror_endpoint::serve(
+        let running = Running::start(
             self.listener,
-            endpoint,
-            tls,
-            stop.clone().cancelled_owned(),
-        ));
+            self.replica.clone(),
+            self.store.clone(),
+            &self.options.common(),
+        )?;
         let mut failing = false;
         let outcome = loop {
             tokio::select! {
@@ -183,9 +162,79 @@ impl ServeService {
                 }
             }
         };
-        stop.cancel();
-        let _ = server.await;
+        running.stop().await;
         Ok(outcome)
+    }
+}
+
+/// What the endpoint over a mirror and the one over a bucket are started with alike.
+pub(crate) struct EndpointOptions<'a> {
+    pub link: &'a str,
+    pub advertised: Option<&'a str>,
+    pub tls: Option<&'a TlsFiles>,
+    pub limits: Limits,
+}
+
+impl ServeOptions {
+    fn common(&self) -> EndpointOptions<'_> {
+        EndpointOptions {
+            link: &self.link,
+            advertised: self.advertised.as_deref(),
+            tls: self.tls.as_ref(),
+            limits: self.limits,
+        }
+    }
+}
+
+/// A running endpoint: its listener's task and what stops it.
+pub(crate) struct Running {
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Serve `replica` on `listener`: advertised as the listener's address unless `advertised` says otherwise,
+    /// node 0, cluster id `segmirror-<link>`, groups coordinated here with their offsets in `store`.
+    pub(crate) fn start(
+        listener: TcpListener,
+        replica: Arc<dyn Replica>,
+        store: Arc<dyn OffsetStore>,
+        options: &EndpointOptions<'_>,
+    ) -> anyhow::Result<Running> {
+        let local = listener.local_addr()?;
+        let (host, port) = match options.advertised {
+            Some(addr) => split_host_port(addr)?,
+            None => (local.ip().to_string(), i32::from(local.port())),
+        };
+        let tls = options.tls.map(server_config).transpose()?;
+        let config = ServeConfig {
+            advertised_host: host,
+            advertised_port: port,
+            node_id: 0,
+            cluster_id: format!("segmirror-{}", options.link),
+            limits: options.limits,
+        };
+        let topics = replica.clone();
+        let groups = Coordinator::new(
+            store,
+            options.link.to_string(),
+            Arc::new(move |topic: &str, partition: i32| topics.ends(topic, partition).is_ok()),
+        );
+        let endpoint = Arc::new(Endpoint::new(replica, groups, config));
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(segmirror_endpoint::serve(
+            listener,
+            endpoint,
+            tls,
+            stop.clone().cancelled_owned(),
+        ));
+        Ok(Running { stop, server })
+    }
+
+    /// Stop accepting and wait for the listener's task.
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.server.await;
     }
 }
 

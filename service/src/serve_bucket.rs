@@ -19,15 +19,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use segmirror_catalog::{Catalog, LinkSpec};
 use segmirror_endpoint::bucket::{BucketConfig, BucketReplica};
-use segmirror_endpoint::group::Coordinator;
-use segmirror_endpoint::{Endpoint, Limits, Replica, ServeConfig};
-use segmirror_transport::direct::tls::{server_config, TlsFiles};
+use segmirror_endpoint::Limits;
+use segmirror_transport::direct::tls::TlsFiles;
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{S3Options, Store, StoreUrl};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::{split_host_port, CatalogOffsets, Stopped};
+use crate::serve::{CatalogOffsets, EndpointOptions, Running, Stopped};
 
 /// How often the bucket is listed by default: the most a new manifest waits before a long-polling fetch sees it.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -120,26 +119,6 @@ impl ServeBucketService {
     /// Serve until `shutdown`, following the bucket every poll interval.
     pub async fn serve(self, shutdown: CancellationToken) -> anyhow::Result<Stopped> {
         let local = self.listener.local_addr()?;
-        let (host, port) = match &self.options.advertised {
-            Some(addr) => split_host_port(addr)?,
-            None => (local.ip().to_string(), i32::from(local.port())),
-        };
-        let tls = self.options.tls.as_ref().map(server_config).transpose()?;
-        let config = ServeConfig {
-            advertised_host: host,
-            advertised_port: port,
-            node_id: 0,
-            cluster_id: format!("segmirror-{}", self.options.link),
-            limits: self.options.limits,
-        };
-        let served: Arc<dyn Replica> = self.replica.clone();
-        let topics = self.replica.clone();
-        let groups = Coordinator::new(
-            self.offsets.clone(),
-            self.options.link.clone(),
-            Arc::new(move |topic: &str, partition: i32| topics.ends(topic, partition).is_ok()),
-        );
-        let endpoint = Arc::new(Endpoint::new(served, groups, config));
         tracing::info!(
             link = %self.options.link,
             store = %self.options.store,
@@ -147,13 +126,13 @@ impl ServeBucketService {
             tls = self.options.tls.is_some(),
             "serving the bucket read-only over the Kafka protocol"
         );
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(segmirror_endpoint::serve(
-            self.listener,
-            endpoint,
-            tls,
-            stop.clone().cancelled_owned(),
-        ));
+        let common = EndpointOptions {
+            link: &self.options.link,
+            advertised: self.options.advertised.as_deref(),
+            tls: self.options.tls.as_ref(),
+            limits: self.options.limits,
+        };
+        let running = Running::start(self.listener, self.replica.clone(), self.offsets.clone(), &common)?;
         let mut failing = false;
         let mut reported: Vec<String> = Vec::new();
         loop {
@@ -178,8 +157,7 @@ impl ServeBucketService {
                 }
             }
         }
-        stop.cancel();
-        let _ = server.await;
+        running.stop().await;
         Ok(Stopped::Shutdown)
     }
 }
