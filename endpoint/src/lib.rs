@@ -21,15 +21,17 @@
 //! [`replica::Replica::ends`]), and a read never returns a byte at or past it.
 
 pub mod bucket;
+pub mod config;
 pub mod group;
 pub mod handle;
 pub mod mirror;
 pub mod replica;
 pub mod server;
 
+pub use config::{Limits, ServeConfig, MAX_REQUEST_BYTES_DEFAULT};
 pub use handle::Endpoint;
 pub use replica::{
     AbortedTxn, FileSpan, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, SpannedRecords,
     TopicView,
 };
-pub use server::{serve, Limits, ServeConfig};
+pub use server::serve;

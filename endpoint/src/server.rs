@@ -1,7 +1,7 @@
 //! The listener: accepts clients (plaintext or TLS), reads their request frames within bounds, answers them in
 //! order, and keeps every client's cost bounded.
 //!
-//! Why the limits are here and not in the handlers: a hostile or broken client shows itself first as bytes on a
+//! Why the limits (`config::Limits`) are applied here and not in the handlers: a hostile or broken client shows itself first as bytes on a
 //! socket. The frame size is checked before a byte of the body is read, a connection over the limit is closed at
 //! once, an idle one after `idle`, and a request that does not decode ends that connection only (Kafka does the
 //! same: it closes the channel of a request it cannot parse). One request at a time per connection, as a Kafka
@@ -21,53 +21,7 @@ use crate::handle::Endpoint;
 
 mod connection;
 
-pub use connection::{ClientStream, ConnectionError, MAX_REQUEST_BYTES_DEFAULT};
-
-/// How the endpoint presents itself and what it allows one client.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    /// The host and port clients are told to connect to (Metadata, FindCoordinator): the listener's address, or
-    /// what `--advertised-listener` says behind NAT or in a container.
-    pub advertised_host: String,
-    pub advertised_port: i32,
-    /// The node id this endpoint answers as: the leader of every partition and the coordinator of every group.
-    pub node_id: i32,
-    /// The cluster id Metadata reports.
-    pub cluster_id: String,
-    pub limits: Limits,
-}
-
-/// What one client, and all of them together, may cost.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Connections served at once; one more is closed as soon as it is accepted.
-    pub max_connections: usize,
-    /// Largest request frame read; a larger one ends its connection before its body is read.
-    pub max_request_bytes: usize,
-    /// Bytes of record data held for fetch responses, over all clients at once.
-    pub fetch_memory_bytes: usize,
-    /// A connection with no request for this long is closed.
-    pub idle: Duration,
-    /// The longest a fetch waits for data, whatever its `max_wait_ms` says.
-    pub max_fetch_wait: Duration,
-    /// A client that has not taken a whole response within this long is disconnected: a response holds its share
-    /// of the fetch memory until written, and a client that stopped reading must not keep it.
-    pub write_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_connections: 4096,
-            max_request_bytes: MAX_REQUEST_BYTES_DEFAULT,
-            fetch_memory_bytes: 256 << 20,
-            // Kafka's connections.max.idle.ms.
-            idle: Duration::from_secs(600),
-            max_fetch_wait: Duration::from_secs(30),
-            write_timeout: Duration::from_secs(30),
-        }
-    }
-}
+pub use connection::{ClientStream, ConnectionError};
 
 /// Serve `endpoint` on `listener` until `shutdown` completes; TLS when `tls` is given (client certificates as that
 /// config requires). Returns when shut down; an accept error is logged and retried after a pause.

@@ -14,9 +14,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use kafka_protocol::protocol::Encodable;
 
+use crate::config::{Limits, ServeConfig};
 use crate::group::Coordinator;
 use crate::replica::Replica;
-use crate::server::{Limits, ServeConfig};
 use zero_copy::Spliced;
 
 mod configs;

@@ -14,10 +14,10 @@ use tokio::sync::watch;
 use super::{
     FetchSessionLimits, FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR, INVALID_FETCH_SESSION_EPOCH,
 };
+use crate::config::{Limits, ServeConfig};
 use crate::group::{CommittedOffset, Coordinator, OffsetStore};
 use crate::handle::Endpoint;
 use crate::replica::*;
-use crate::server::{Limits, ServeConfig};
 
 /// Per partition: its log start and its batches.
 type Logs = BTreeMap<(String, i32), (i64, Vec<Vec<u8>>)>;

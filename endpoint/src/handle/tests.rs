@@ -16,9 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::config::{Limits, ServeConfig};
 use crate::group::{CommittedOffset, Coordinator, OffsetStore};
 use crate::replica::*;
-use crate::server::{Limits, ServeConfig};
 use crate::Endpoint;
 
 /// One partition "t"-0 whose batches are opaque byte runs of 100 bytes, one per offset.

@@ -13,10 +13,11 @@ use segment_format::writer::{PartitionWriter, WriterConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::config::{Limits, ServeConfig};
 use crate::group::{CommittedOffset, Coordinator, OffsetStore};
 use crate::mirror::{LinkFacts, MirrorReplica, PartitionFacts};
 use crate::replica::{ReplicaState, TopicView};
-use crate::server::{serve_connection, Limits, ServeConfig};
+use crate::server::serve_connection;
 use crate::Endpoint;
 
 struct NoOffsets;

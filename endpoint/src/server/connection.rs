@@ -8,11 +8,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::handle::{Endpoint, Outcome, Piece};
 use crate::replica::FileSpan;
 
-/// The largest request read by default. A consumer's requests are small (a Fetch of ten thousand partitions is
-/// well under 1 MiB); a producer's Produce, read only to be refused, is as large as its `max.request.size`
-/// (1 MiB by default), so 8 MiB leaves room and still bounds a client at a few MiB.
-pub const MAX_REQUEST_BYTES_DEFAULT: usize = 8 << 20;
-
 /// Why a connection ended other than by the client closing it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectionError {
