@@ -25,6 +25,7 @@
 //! its settings as plain values and a shutdown token (`tokio_util::sync::CancellationToken`), so a test (or another
 //! front end) runs it directly.
 
+pub mod admin_port;
 pub mod apply;
 pub mod bucket_ends;
 pub mod catalog;
@@ -33,7 +34,6 @@ pub mod link;
 pub mod link_gate;
 pub mod link_records;
 pub mod offsets;
-pub mod admin_port;
 pub mod runtime;
 pub mod serve;
 pub mod serve_bucket;

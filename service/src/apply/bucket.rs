@@ -20,13 +20,13 @@ use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{S3Options, Store, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
+use crate::admin_port::admin::CatalogAdmin;
+use crate::admin_port::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
+use crate::admin_port::{self, App};
 use crate::bucket_ends::CachedEnds;
 use crate::catalog::open_mirror_catalog;
 use crate::link_gate::{ClosedLink, Side};
 use crate::runtime::Runtime;
-use crate::admin_port::admin::CatalogAdmin;
-use crate::admin_port::figures::{add_bucket_lag, LinkMeter, RoundMeter, RoundOutcome, Snapshot};
-use crate::admin_port::{self, App};
 
 /// What a bucket applier needs to know (the command line's `segmirror apply` store flags).
 #[derive(Debug, Clone)]

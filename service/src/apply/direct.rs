@@ -31,12 +31,12 @@ use segmirror_transport::direct::Role;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::open_mirror_catalog;
-use crate::link::{link_config, EndpointConfig};
-use crate::link_gate::{refuse_closed, run_cluster_gated, run_link_gated, LinkRecord, OnLink, Side};
 use crate::admin_port::admin::CatalogAdmin;
 use crate::admin_port::figures::{applier_rows, ApplierMeter, LinkMeter, Snapshot};
 use crate::admin_port::{self, App};
+use crate::catalog::open_mirror_catalog;
+use crate::link::{link_config, EndpointConfig};
+use crate::link_gate::{refuse_closed, run_cluster_gated, run_link_gated, LinkRecord, OnLink, Side};
 pub use crate::ship::SourceNodes;
 
 /// What a direct applier needs to know (the command line's `segmirror apply --listen|--connect` flags).

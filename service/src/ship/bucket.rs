@@ -27,13 +27,13 @@ use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{S3Options, Store, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
+use crate::admin_port::admin::ShipperAdmin;
+use crate::admin_port::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
+use crate::admin_port::{self, App};
 use crate::link_gate::{
     claim_bucket, refuse_closed, shipper_topics, until_active, watch_until, LinkRecord, OnLink, Side,
 };
 use crate::runtime::Runtime;
-use crate::admin_port::admin::ShipperAdmin;
-use crate::admin_port::figures::{LinkMeter, RoundMeter, RoundOutcome, Snapshot};
-use crate::admin_port::{self, App};
 
 /// What a bucket shipper needs to know (the command line's `segmirror ship --store` flags).
 #[derive(Debug, Clone)]

@@ -37,12 +37,12 @@ use segmirror_transport::direct::Role;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::link::{link_config, EndpointConfig};
-use crate::link_gate::{run_link_gated, shipper_topics, LinkRecord, OnLink, Side};
-use crate::runtime::Runtime;
 use crate::admin_port::admin::{CatalogAdmin, LinkAdmin, ShipperAdmin};
 use crate::admin_port::figures::{LinkMeter, ShipperMeter, Snapshot};
 use crate::admin_port::{self, App};
+use crate::link::{link_config, EndpointConfig};
+use crate::link_gate::{run_link_gated, shipper_topics, LinkRecord, OnLink, Side};
+use crate::runtime::Runtime;
 
 /// Whether the shipper is one of several (one beside each broker of the source cluster).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
