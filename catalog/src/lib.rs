@@ -73,7 +73,9 @@ pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
 /// Pause before opening a catalog again after a busy collision (see [`Catalog::open`]): about one short setup
 /// transaction of the other process.
 const OPEN_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
-pub use segment::{InstallOutcome, InstallReceipt, PendingOutcome, SegmentRecord, SegmentState, SegmentVersion};
+pub use segment::{
+    InstallOutcome, InstallReceipt, PendingOutcome, Preceded, SegmentRecord, SegmentState, SegmentVersion,
+};
 pub use served_offsets::ServedOffset;
 pub use status::{LinkStatus, PartitionStatus, Status};
 pub use truncation::{TruncationKind, TruncationRecord};

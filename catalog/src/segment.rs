@@ -185,6 +185,17 @@ pub(crate) fn write_installed(conn: &Connection, id: PartitionId, v: &SegmentVer
     write_segment(conn, id, v, size, SegmentState::Installed)
 }
 
+/// What lies between the installed end and a version offered for install.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preceded {
+    /// Installed versions only: the rule applies as it is.
+    ByInstalled,
+    /// Versions without batches cover `[from, base)`: the source's cleaner replaced every record of those segments
+    /// by later ones and the broker keeps their empty files until a later pass merges them. They hold nothing to
+    /// install, so they are never recorded; they close the hole only when they start exactly at the installed end.
+    ByEmpty { from: i64 },
+}
+
 /// How an offered version relates to the installed history.
 enum Fit {
     /// A new segment at or after the installed end.
@@ -198,7 +209,14 @@ enum Fit {
 /// The ordering rule of the module docs: the succession rule's verdict against the installed history, mapped.
 /// The history passed is the installed version at the same base (if any) and the last installed one: every verdict
 /// that needs more (a stale version inside an older one) is an overlap here, which is all the catalog needs.
-fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion, for_install: bool) -> Result<Fit> {
+/// `preceded` may name empty versions between the installed end and `v` (see [`Preceded::ByEmpty`]).
+fn fit(
+    conn: &Connection,
+    p: &MirrorPartition,
+    v: &SegmentVersion,
+    for_install: bool,
+    preceded: Preceded,
+) -> Result<Fit> {
     let conflict = |reason| Error::Conflict {
         partition: p.key.clone(),
         base_offset: v.base_offset,
@@ -208,6 +226,11 @@ fn fit(conn: &Connection, p: &MirrorPartition, v: &SegmentVersion, for_install: 
     let mut chain: Vec<succession::Version> = installed.iter().map(|s| version_of(&s.version)).collect();
     if let Some(last) = last_installed(conn, p.id)?.filter(|l| l.version.base_offset != v.base_offset) {
         chain.push(version_of(&last.version));
+    }
+    if let (Preceded::ByEmpty { from }, Some(last)) = (preceded, chain.last()) {
+        if last.base_offset != v.base_offset && last.next_offset == from && from < v.base_offset {
+            chain.push(succession::Version::new(from, v.base_offset, true, Content::of_size(0)));
+        }
     }
     let overlap = |end| {
         conflict(ConflictReason::Overlap {
@@ -303,7 +326,7 @@ impl Catalog {
         let size = v.validate()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let p = load_writable(&tx, id, source_topic_id)?;
-        match fit(&tx, &p, v, false)? {
+        match fit(&tx, &p, v, false, Preceded::ByInstalled)? {
             Fit::Same | Fit::Replaces { .. } => return Ok(PendingOutcome::InstalledKept),
             Fit::New => write_segment(&tx, id, v, size, state)?,
         }
@@ -325,10 +348,22 @@ impl Catalog {
         source_topic_id: &str,
         v: &SegmentVersion,
     ) -> Result<InstallReceipt> {
+        self.mark_installed_after(id, source_topic_id, v, Preceded::ByInstalled)
+    }
+
+    /// [`Catalog::mark_installed`], for a version that `preceded` says follows empty versions (never recorded) which
+    /// start at the installed end: their range is no hole.
+    pub fn mark_installed_after(
+        &mut self,
+        id: PartitionId,
+        source_topic_id: &str,
+        v: &SegmentVersion,
+        preceded: Preceded,
+    ) -> Result<InstallReceipt> {
         let size = v.validate()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut p = load_writable(&tx, id, source_topic_id)?;
-        let outcome = match fit(&tx, &p, v, true)? {
+        let outcome = match fit(&tx, &p, v, true, preceded)? {
             Fit::Same => {
                 return Ok(InstallReceipt {
                     partition: p,
@@ -392,6 +427,10 @@ impl Catalog {
         Ok(rows)
     }
 }
+
+#[cfg(test)]
+#[path = "segment_empty_tests.rs"]
+mod empty_tests;
 
 #[cfg(test)]
 mod tests {

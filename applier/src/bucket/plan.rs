@@ -19,14 +19,20 @@
 //! - A manifest that lies wholly inside an installed (or planned) segment is stale — the source's cleaner merged it
 //!   into that segment — and is skipped; any other overlap is refused, as is every invalid manifest. A refusal
 //!   stops the partition: installing what follows would leave a hole the source never had.
-//! - Empty versions (no batches) have nothing to install and are skipped.
+//! - Empty versions (no batches) have nothing to install and are skipped. One that follows the chain and is sealed
+//!   still covers its `[base, next)`: the cleaner may empty a segment in the middle of the log (every record replaced
+//!   by a later one with the same key), and the broker keeps the empty file at that base until a later pass merges
+//!   it. The broker serves nothing from it, so nothing needs installing, but the next segment starts at its `next`,
+//!   not at the chain's end: the plan counts the range as planned, and the install after it tells the catalog
+//!   ([`Preceded::ByEmpty`]). On a later run such an empty version lies between installed segments, touching none
+//!   of their offsets, and is skipped again.
 //!
 //! The rule itself is [`segmirror_transport::succession`]; `next_step` maps its verdict to a [`Step`].
 //!
 //! The catalog applies the same rule again when a version is marked installed ([`segmirror_catalog::Catalog::mark_installed`]);
 //! planning with it first means nothing is downloaded that would be refused at the end.
 
-use segmirror_catalog::SegmentRecord;
+use segmirror_catalog::{Preceded, SegmentRecord};
 use segmirror_transport::manifest::Manifest;
 use segmirror_transport::succession::{self, succession, Content, Verdict};
 
@@ -87,11 +93,13 @@ impl Candidate {
 /// What to do with one manifest.
 #[derive(Debug, Clone)]
 pub enum Step {
-    /// Install this version; `replaces` is the installed version's next offset when it replaces one.
+    /// Install this version; `replaces` is the installed version's next offset when it replaces one; `preceded`
+    /// names the empty versions skipped just before it, which cover the offsets from the chain's end to its base.
     Install {
         key: String,
         manifest: Box<Manifest>,
         replaces: Option<i64>,
+        preceded: Preceded,
     },
     /// Pass over it.
     Skip { base_offset: i64, why: SkipSegment },
@@ -134,6 +142,8 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
         })
         .collect();
     let mut tail_key = installed.last().map(|s| s.manifest_key.clone());
+    // The base of the run of empty versions counted as planned since the last install, if any.
+    let mut empty_from: Option<i64> = None;
     let mut steps = Vec::with_capacity(candidates.len());
     for candidate in candidates {
         let (key, m) = match candidate {
@@ -158,16 +168,25 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
             }
             Candidate::Read { key, manifest } => (key, manifest),
         };
-        let step = next_step(&ranges, tail_key.as_deref(), key, m);
-        match &step {
+        let mut covers = None;
+        let mut step = next_step(&ranges, tail_key.as_deref(), key, m, &mut covers);
+        if let Some(range) = covers {
+            empty_from.get_or_insert(range.base_offset);
+            ranges.push(range);
+        }
+        match &mut step {
             Step::Install {
                 key,
                 manifest,
                 replaces,
+                preceded,
             } => {
                 if replaces.is_some() {
                     ranges.pop();
+                } else if let Some(from) = empty_from {
+                    *preceded = Preceded::ByEmpty { from };
                 }
+                empty_from = None;
                 ranges.push(manifest.succession_version());
                 tail_key = Some(key.clone());
             }
@@ -183,12 +202,20 @@ pub fn plan(installed: &[Installed], mut candidates: Vec<Candidate>) -> Vec<Step
 }
 
 /// The step for one manifest: the succession rule's verdict against the installed and planned ranges, mapped.
-fn next_step(ranges: &[succession::Version], tail_key: Option<&str>, key: String, m: Box<Manifest>) -> Step {
+/// `covers` is set to the range of an empty version that follows the chain and counts as planned (module docs).
+fn next_step(
+    ranges: &[succession::Version],
+    tail_key: Option<&str>,
+    key: String,
+    m: Box<Manifest>,
+    covers: &mut Option<succession::Version>,
+) -> Step {
     let base = m.base_offset;
     let install = |m, replaces| Step::Install {
         key: key.clone(),
         manifest: m,
         replaces,
+        preceded: Preceded::ByInstalled,
     };
     let skip = |why| Step::Skip { base_offset: base, why };
     let empty = m.batches == 0;
@@ -222,6 +249,16 @@ fn next_step(ranges: &[succession::Version], tail_key: Option<&str>, key: String
         }
         Verdict::BeforeStart { .. } => skip(SkipSegment::BeforeMirrorStart),
         Verdict::Covered { by } => skip(SkipSegment::Superseded { by }),
+        // An empty version between installed segments, touching none of their offsets: one an earlier run counted
+        // as covered (it is never installed, so it comes back below the installed end).
+        Verdict::Overlap { .. }
+            if empty
+                && !ranges
+                    .iter()
+                    .any(|r| r.base_offset < m.next_offset && base < r.next_offset) =>
+        {
+            skip(SkipSegment::Empty)
+        }
         Verdict::Overlap { end } => conflict(
             &key,
             &m,
@@ -236,9 +273,14 @@ fn next_step(ranges: &[succession::Version], tail_key: Option<&str>, key: String
                  installed before segment {base}"
             ),
         },
-        Verdict::First | Verdict::Next | Verdict::RetentionGap { .. } | Verdict::OffsetGap { .. } if empty => {
+        // Sealed and following the chain exactly: the next segment starts at its `next`.
+        Verdict::Next if empty => {
+            if m.sealed && m.next_offset > base {
+                *covers = Some(m.succession_version());
+            }
             skip(SkipSegment::Empty)
         }
+        Verdict::First | Verdict::RetentionGap { .. } | Verdict::OffsetGap { .. } if empty => skip(SkipSegment::Empty),
         Verdict::OffsetGap { from, to } => Step::Refuse {
             key: key.clone(),
             base_offset: base,

@@ -2,7 +2,7 @@
 //! durable, then sweep the files the catalog does not list.
 
 use segment_format::partition_metadata::Uuid;
-use segmirror_catalog::{EventKind, InstallOutcome, PartitionId, PartitionKey, Subject};
+use segmirror_catalog::{EventKind, InstallOutcome, PartitionId, PartitionKey, Preceded, Subject};
 use segmirror_transport::manifest::Manifest;
 
 use super::{Applier, Planned};
@@ -55,6 +55,7 @@ impl Applier {
                     key: manifest_key,
                     manifest,
                     replaces,
+                    preceded,
                 } => {
                     let outcome = self
                         .install_one(
@@ -67,6 +68,7 @@ impl Applier {
                             &manifest_key,
                             &manifest,
                             replaces,
+                            preceded,
                             progress,
                         )
                         .await;
@@ -179,6 +181,7 @@ impl Applier {
         manifest_key: &str,
         manifest: &Manifest,
         replaces: Option<i64>,
+        preceded: Preceded,
         progress: &dyn Progress,
     ) -> Result<std::result::Result<InstalledSegment, Refusal>> {
         if !*dir_ready {
@@ -212,7 +215,7 @@ impl Applier {
         let receipt = self
             .catalog
             .try_call("mark installed", move |c| {
-                c.mark_installed(id, &source_topic_id, &version)
+                c.mark_installed_after(id, &source_topic_id, &version, preceded)
             })
             .await?;
         let receipt = match receipt {

@@ -246,6 +246,133 @@ fn stale_empty_and_early_manifests_are_skipped() {
     assert_eq!(show(&steps), ["S0:before", "I600"]);
 }
 
+/// A sealed version of the segment at `base` that the cleaner emptied: no batches, an empty `.log`, and still the
+/// range up to the next segment's base.
+fn read_emptied(base: i64, next: i64) -> Candidate {
+    let mut manifest = manifest(base, base, true, 0);
+    manifest.next_offset = next;
+    Candidate::Read {
+        key: format!("m{base}"),
+        manifest,
+    }
+}
+
+/// The installed history after the steps of a run: each install added (or replacing the tail), nothing else.
+fn after(history: &[Installed], steps: &[Step]) -> Vec<Installed> {
+    let mut out = history.to_vec();
+    for step in steps {
+        if let Step::Install { manifest, replaces, .. } = step {
+            if replaces.is_some() {
+                out.pop();
+            }
+            let mut s = installed(manifest.base_offset, manifest.next_offset, manifest.sealed);
+            s.size = manifest.file(SegmentFileKind::Log).map_or(0, |f| f.size);
+            s.sha256 = [0; 32];
+            out.push(s);
+        }
+    }
+    out
+}
+
+#[test]
+fn an_emptied_segment_in_the_middle_of_the_log_covers_its_range() {
+    // Segment 400 was emptied by the cleaner between 297 and 429: both neighbours are installed, 400 is skipped, and
+    // the install of 429 names the empty range before it for the catalog.
+    let candidates = || {
+        vec![
+            read(297, 400, true),
+            read_emptied(400, 429),
+            read(429, 500, true),
+            read(500, 510, false),
+        ]
+    };
+    let steps = plan(&[installed(0, 297, true)], candidates());
+    assert_eq!(show(&steps), ["I297", "S400:empty", "I429", "I500"]);
+    let preceded: Vec<_> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Install { preceded, .. } => Some(*preceded),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        preceded,
+        [
+            Preceded::ByInstalled,
+            Preceded::ByEmpty { from: 400 },
+            Preceded::ByInstalled
+        ]
+    );
+    // A rerun over what the first installed installs nothing and refuses nothing: the empty version now lies between
+    // installed segments.
+    let history = after(&[installed(0, 297, true)], &steps);
+    assert_eq!(
+        history
+            .iter()
+            .map(|s| (s.base_offset, s.next_offset))
+            .collect::<Vec<_>>(),
+        [(0, 297), (297, 400), (429, 500), (500, 510)]
+    );
+    let again = plan(&history, candidates());
+    assert_eq!(
+        show(&again),
+        ["S297:installed", "S400:empty", "S429:installed", "S500:installed"]
+    );
+    // A run stopped after 297 resumes at the empty version.
+    let resumed = plan(&[installed(297, 400, true)], candidates());
+    assert_eq!(show(&resumed), ["S297:installed", "S400:empty", "I429", "I500"]);
+    // Several emptied segments in a row: the range starts at the first.
+    let steps = plan(
+        &[installed(0, 100, true)],
+        vec![read_emptied(100, 120), read_emptied(120, 150), read(150, 160, true)],
+    );
+    assert_eq!(show(&steps), ["S100:empty", "S120:empty", "I150"]);
+    assert!(matches!(
+        steps[2],
+        Step::Install {
+            preceded: Preceded::ByEmpty { from: 100 },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_emptied_segment_explains_no_hole_but_its_own() {
+    // Offsets [100, 120) are missing before the emptied segment: it is skipped, and what follows is still refused.
+    let steps = plan(
+        &[installed(0, 100, true)],
+        vec![read_emptied(120, 150), read(150, 200, true)],
+    );
+    assert_eq!(show(&steps), ["S120:empty", "X150"]);
+    match &steps[1] {
+        Step::Refuse { refusal, .. } => assert!(matches!(refusal, Refusal::Gap { from: 100, to: 150, .. })),
+        other => panic!("{other:?}"),
+    }
+    // Offsets [150, 170) are missing after it.
+    let steps = plan(
+        &[installed(0, 100, true)],
+        vec![read_emptied(100, 150), read(170, 200, true)],
+    );
+    assert_eq!(show(&steps), ["S100:empty", "X170"]);
+    match &steps[1] {
+        Step::Refuse { refusal, .. } => assert!(matches!(refusal, Refusal::Gap { from: 150, to: 170, .. })),
+        other => panic!("{other:?}"),
+    }
+    // An unsealed empty version covers nothing: what follows it waits for nothing and is refused as a hole.
+    let mut unsealed = read_emptied(100, 150);
+    if let Candidate::Read { manifest, .. } = &mut unsealed {
+        manifest.sealed = false;
+    }
+    let steps = plan(&[installed(0, 100, true)], vec![unsealed, read(150, 200, true)]);
+    assert_eq!(show(&steps), ["S100:empty", "X150"]);
+    // An empty version overlapping installed offsets is still refused.
+    let steps = plan(
+        &[installed(0, 100, true), installed(120, 200, true)],
+        vec![read_emptied(90, 120)],
+    );
+    assert_eq!(show(&steps), ["X90"]);
+}
+
 fn arb_candidate() -> impl Strategy<Value = Candidate> {
     (0i64..20, 0i64..6, any::<bool>(), 0u8..3, 0u8..10).prop_map(|(b, len, sealed, content, kind)| {
         let base = b * 10;
