@@ -35,8 +35,10 @@
 //!   sealed (whatever the change), refuse if shorter or empty, refuse same range with other bytes, refuse growing a
 //!   segment that has a successor, else replace. New base inside the chain → skip if it ends before the first
 //!   installed segment, skip if a planned/installed range covers it (no commit-time check), else refuse (overlap).
-//!   After the end: wait if the tail is unsealed (gap or not), skip empty versions, refuse a hole unless the
-//!   manifest's own log start offset reaches its base; an empty mirror starts anywhere.
+//!   After the end: wait if the tail is unsealed (gap or not), skip empty versions (a sealed one that starts at
+//!   the chain's end covers its range: compaction emptied it, and the version after it is installed as
+//!   following it, `catalog::Preceded::ByEmpty`), refuse a hole unless the manifest's own log start offset reaches
+//!   its base; an empty mirror starts anywhere.
 //! - **catalog `segment::fit`** (an offered version vs the installed rows): same base → same as the applier
 //!   (sealed → `SealedChanged`, shorter → `Shrinks`, same range other bytes → `Diverged`, growing under a successor
 //!   → `Overlap`); any new base below the installed end → `Overlap` (no stale/before-start skips: the caller never
