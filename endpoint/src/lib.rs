@@ -7,8 +7,9 @@
 //! offsets, and it refuses every write with the error code that makes a producer fail fast.
 //!
 //! The layers, top down:
-//! - [`server`]: the listener, connections (plaintext or TLS), bounded request frames, and the limits that keep a
-//!   hostile client from costing more than its share (connections, bytes in flight, idle time).
+//! - [`server`]: the listener, connections (plaintext or TLS), bounded request frames, and the limits
+//!   ([`config`]) that keep a hostile client from costing more than its share (connections, bytes in flight, idle
+//!   and write time). Plaintext fetch responses go from the segment files to the socket (`sendfile`).
 //! - [`handle`]: one module per API (ApiVersions, Metadata, ListOffsets, Fetch, OffsetForLeaderEpoch,
 //!   DescribeConfigs, the group APIs, the refusals): decoded request in, response out.
 //! - [`group`]: the classic consumer-group coordinator (join, sync, heartbeat, leave) and the committed offsets,
