@@ -36,6 +36,17 @@
 #      mutual TLS (the direct link as deployed) + serve --plaintext on the mirror, started per measurement, the
 #      consumer on serve. That is send -> source log -> ship -> apply (fsync, install) -> serve (its catalog refresh
 #      every 10 ms wakes long-polling fetches) -> consumer.
+#    - segmirror mode bucket in SM_MODES: the path through an object store, no mirror and no applier. ship --store
+#      (a local folder under the run's directory as the bucket, `--upto high-watermark --source-bootstrap`,
+#      --upload-interval-ms BUCKET_UPLOAD_MS, default 500) + serve --store on the same folder (--cache-dir,
+#      --cache-size BUCKET_CACHE_MIB, default 256, --poll-interval-ms BUCKET_POLL_MS, default 100, --plaintext),
+#      both started per measurement, the consumer on serve. That is send -> source log -> ship (an upload round at
+#      most every interval: segment versions and manifests written to the folder) -> serve (a look at the store
+#      every poll interval, the new segment version fetched into its cache and checked) -> consumer. A local folder
+#      leaves out an object store's own request latency (S3 PUT and GET round trips). SPLIT=1 observes no mirror
+#      file here.
+#      The topic's one segment grows by RATE KiB/s over WARMUP_S + DURATION: serve's cache holds the whole active
+#      segment, so a segment larger than BUCKET_CACHE_MIB shows as fewer records received than sent.
 #    p50 / p99 / max over every record; serve's CPU seconds during the measurement. SPLIT=1 also runs
 #    mm2_probe.py's mirror observer (the mirror's .log polled every 1 ms: when each record's batch is complete in the
 #    file) beside the consumer: the share of the latency spent before serve (its own polling takes some CPU from
@@ -45,7 +56,8 @@
 # Usage: tools/bench/serve.sh
 #   SIZE_MIB (default 1024) of 1 KiB records; PARTITIONS (default 8); RUNS (default 3) consumer runs per side;
 #   CACHE (default cold; warm skips dropping the page cache; a BENCH_DIR on tmpfs is always in memory); RATES (default "1000 10000"); DURATION (default 30)
-#   seconds per latency measurement, after WARMUP_S (default 5) seconds of warm-up; SM_MODES (default "high-watermark log-end"); SKIP_MM2=1 leaves MirrorMaker 2
+#   seconds per latency measurement, after WARMUP_S (default 5) seconds of warm-up; SM_MODES (default "high-watermark log-end";
+#   bucket too: see 2; BUCKET_UPLOAD_MS, BUCKET_POLL_MS, BUCKET_CACHE_MIB set it); SKIP_MM2=1 leaves MirrorMaker 2
 #   out (its rows say so); SPLIT=1 (see 2); SKIP_THROUGHPUT=1 / SKIP_LATENCY=1 leave a part out; MM2_VERSION (default 4.3.1) and
 #   MM2_HOME (default .cache/connect-mirror/<version>, fetched by tools/bench/mm2.sh); BENCH_DIR (default
 #   target/bench; the run's data is removed at the end unless KEEP=1); SEGMIRROR=path runs that binary instead of
@@ -62,6 +74,9 @@ RATES="${RATES:-1000 10000}"
 DURATION="${DURATION:-30}"
 WARMUP_S="${WARMUP_S:-5}"
 SM_MODES="${SM_MODES:-high-watermark log-end}"
+BUCKET_UPLOAD_MS="${BUCKET_UPLOAD_MS:-500}"
+BUCKET_POLL_MS="${BUCKET_POLL_MS:-100}"
+BUCKET_CACHE_MIB="${BUCKET_CACHE_MIB:-256}"
 SKIP_MM2="${SKIP_MM2:-0}"
 SKIP_THROUGHPUT="${SKIP_THROUGHPUT:-0}"
 SKIP_LATENCY="${SKIP_LATENCY:-0}"
@@ -173,6 +188,35 @@ start_serve() {
         wait "$SERVE_PID" 2>/dev/null || true
     done
     echo "segmirror serve did not start (see $dir/serve.out):" >&2
+    tail -n 20 "$dir/serve.out" >&2
+    exit 1
+}
+
+# start_bucket DIR TOPICS: segmirror ship --store DIR/store (a local folder as the bucket, high-watermark) for TOPICS
+# (a regex), then segmirror serve --store on the same folder with its cache in DIR/cache, retried for up to 60 s
+# like start_serve (serve may refuse a store that holds nothing of the link yet). Sets SHIP_PID, SERVE_PID and
+# SERVE_BOOT.
+start_bucket() {
+    local dir="$1" topics="$2" port i
+    mkdir -p "$dir/store"
+    SEGMIRROR_HOME="$dir/home" "$BIN" ship --store "$dir/store" --log-dir "$SRC_LOG" --topics "$topics" --link bench \
+        --upto high-watermark --source-bootstrap "$SRC_BOOT" --upload-interval-ms "$BUCKET_UPLOAD_MS" \
+        > "$dir/ship.out" 2>&1 &
+    SHIP_PID=$!
+    PIDS+=("$SHIP_PID")
+    port=$(free_port)
+    SERVE_BOOT="127.0.0.1:$port"
+    for i in $(seq 60); do
+        SEGMIRROR_HOME="$dir/home" "$BIN" serve --store "$dir/store" --link bench --cache-dir "$dir/cache" \
+            --cache-size "$BUCKET_CACHE_MIB" --poll-interval-ms "$BUCKET_POLL_MS" --listen "$SERVE_BOOT" --plaintext \
+            >> "$dir/serve.out" 2>&1 &
+        SERVE_PID=$!
+        PIDS+=("$SERVE_PID")
+        sleep 1
+        kill -0 "$SERVE_PID" 2>/dev/null && return
+        wait "$SERVE_PID" 2>/dev/null || true
+    done
+    echo "segmirror serve --store did not start (see $dir/serve.out):" >&2
     tail -n 20 "$dir/serve.out" >&2
     exit 1
 }
@@ -362,10 +406,18 @@ EOF
             latency_run "$WORK/lat-$rate-mm2" "lat-$rate-mm2" "$TGT_BOOT" "$rate" MirrorMaker-2 -
         fi
         for mode in $SM_MODES; do
+            dir="$WORK/lat-$rate-$mode"
+            if [ "$mode" = bucket ]; then
+                echo "latency: ship --store -> serve --store (upload every ${BUCKET_UPLOAD_MS} ms, poll every" \
+                    "${BUCKET_POLL_MS} ms) at $rate records/s for ${DURATION}s" >&2
+                start_bucket "$dir" "lat-$rate-$mode"
+                latency_run "$dir" "lat-$rate-$mode" "$SERVE_BOOT" "$rate" "serve-$mode" "$SERVE_PID"
+                stop_pids "$SERVE_PID" "$SHIP_PID"
+                continue
+            fi
             echo "latency: ship -> apply -> serve ($mode) at $rate records/s for ${DURATION}s" >&2
             upto=(--upto log-end)
             [ "$mode" = log-end ] || upto=(--upto high-watermark --source-bootstrap "$SRC_BOOT")
-            dir="$WORK/lat-$rate-$mode"
             start_pair "$dir" "lat-$rate-$mode" tls "${upto[@]}"
             start_serve "$dir"
             latency_run "$dir" "lat-$rate-$mode" "$SERVE_BOOT" "$rate" "serve-$mode" "$SERVE_PID" \
@@ -390,9 +442,12 @@ echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
     "$(free -g | awk '$1 == "Mem:" { print $2 }') GiB RAM, shared (contended); load average before/after:" \
     "$LOAD_BEFORE / $LOAD_AFTER"
 BENCH_ARG=""
+BUCKET_ARG=""
+[[ " $SM_MODES " != *" bucket "* ]] ||
+    BUCKET_ARG="BUCKET_UPLOAD_MS=$BUCKET_UPLOAD_MS BUCKET_POLL_MS=$BUCKET_POLL_MS BUCKET_CACHE_MIB=$BUCKET_CACHE_MIB "
 [ "$BENCH_DIR" = "$ROOT/target/bench" ] || BENCH_ARG="BENCH_DIR=$BENCH_DIR "
 echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }$BENCH_ARG${SKIPPED}SIZE_MIB=$SIZE_MIB PARTITIONS=$PARTITIONS RUNS=$RUNS" \
-    "CACHE=$CACHE_ARG RATES=\"$RATES\" DURATION=$DURATION WARMUP_S=$WARMUP_S SM_MODES=\"$SM_MODES\" MM2_VERSION=$MM2_VERSION tools/bench/serve.sh"
+    "CACHE=$CACHE_ARG RATES=\"$RATES\" DURATION=$DURATION WARMUP_S=$WARMUP_S SM_MODES=\"$SM_MODES\" ${BUCKET_ARG}MM2_VERSION=$MM2_VERSION tools/bench/serve.sh"
 if [ "$SKIP_THROUGHPUT" != 1 ]; then
     echo
     echo "Consumer throughput: ConsumerPerformance reading $RECORDS records of $RECORD_BYTES bytes (lz4) from" \
@@ -424,7 +479,10 @@ if [ "$SKIP_LATENCY" != 1 ]; then
     echo
     echo "End-to-end latency, producer send -> consumer receive (source: on the source topic itself; MirrorMaker 2:" \
         "on its target topic; serve-MODE:" \
-        "ship --connect -> apply --listen over mutual TLS -> serve, ship --upto MODE); ${DURATION}s per row"
+        "ship --connect -> apply --listen over mutual TLS -> serve, ship --upto MODE; serve-bucket: ship --store ->" \
+        "a local folder -> serve --store, upload every ${BUCKET_UPLOAD_MS} ms, poll every ${BUCKET_POLL_MS} ms," \
+        "cache ${BUCKET_CACHE_MIB} MiB);" \
+        "${DURATION}s per row"
     [ -z "$MM2_NOTE" ] || echo "$MM2_NOTE"
     echo
     echo "| rate rec/s | side | records sent / received | p50 ms | p99 ms | max ms | p99 vs MM2 | serve CPU s | to the mirror p50 / p99 ms (SPLIT=1) |"
