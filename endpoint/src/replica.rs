@@ -35,6 +35,20 @@ pub struct PartitionEnds {
     pub leader_epoch: i32,
 }
 
+impl PartitionEnds {
+    /// Where a read of `offset` must stop: the high watermark, or the last stable offset for read_committed. An
+    /// offset below the log start or past the high watermark is out of range (at the high watermark: nothing yet).
+    pub fn read_bound(&self, offset: i64, isolation: Isolation) -> Result<i64, ReadError> {
+        if offset < self.log_start || offset > self.high_watermark {
+            return Err(ReadError::OutOfRange { offset, ends: *self });
+        }
+        Ok(match isolation {
+            Isolation::ReadUncommitted => self.high_watermark,
+            Isolation::ReadCommitted => self.last_stable,
+        })
+    }
+}
+
 /// How far a fetch may read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isolation {

@@ -58,7 +58,7 @@ use segmirror_transport::{ManifestRead, ObjectInfo, SegmentSource};
 use tokio::sync::watch;
 
 use crate::mirror::segments;
-use crate::replica::{AbortedTxn, Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView};
+use crate::replica::{Isolation, PartitionEnds, ReadError, Records, Replica, ReplicaState, TopicView};
 use cache::{CacheError, Pinned, SegmentCache};
 use view::PartitionView;
 
@@ -608,13 +608,7 @@ impl Replica for BucketReplica {
     ) -> Result<Records, ReadError> {
         let p = self.partition(topic, partition)?;
         let ends = p.ends;
-        if offset < ends.log_start || offset > ends.high_watermark {
-            return Err(ReadError::OutOfRange { offset, ends });
-        }
-        let upper = match isolation {
-            Isolation::ReadUncommitted => ends.high_watermark,
-            Isolation::ReadCommitted => ends.last_stable,
-        };
+        let upper = ends.read_bound(offset, isolation)?;
         let mut records = Records {
             ends,
             bytes: Bytes::new(),
@@ -659,14 +653,7 @@ impl Replica for BucketReplica {
         };
         if isolation == Isolation::ReadCommitted {
             if let Some(next) = fetched.next_offset {
-                records.aborted = segments::aborted_between(&dir, from, next)
-                    .map_err(|e| storage(&dir, e))?
-                    .into_iter()
-                    .map(|a| AbortedTxn {
-                        producer_id: a.producer_id,
-                        first_offset: a.first_offset,
-                    })
-                    .collect();
+                records.aborted = segments::aborted_between(&dir, from, next).map_err(|e| storage(&dir, e))?;
             }
         }
         records.bytes = Bytes::from(buf);

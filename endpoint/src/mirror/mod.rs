@@ -152,14 +152,7 @@ impl MirrorReplica {
         isolation: Isolation,
     ) -> Result<(PartitionEnds, i64), ReadError> {
         let ends = self.served_ends(topic, partition)?;
-        if offset < ends.log_start || offset > ends.high_watermark {
-            return Err(ReadError::OutOfRange { offset, ends });
-        }
-        let upper = match isolation {
-            Isolation::ReadUncommitted => ends.high_watermark,
-            Isolation::ReadCommitted => ends.last_stable,
-        };
-        Ok((ends, upper))
+        Ok((ends, ends.read_bound(offset, isolation)?))
     }
 
     fn served_ends(&self, topic: &str, partition: i32) -> Result<PartitionEnds, ReadError> {
@@ -214,14 +207,9 @@ fn read_error(dir: &Path, e: io::Error, offset: i64, ends: PartitionEnds) -> Rea
 /// The aborted transactions of `[from, next)` for a read_committed read, none otherwise.
 fn aborted(dir: &Path, from: i64, next: Option<i64>, isolation: Isolation) -> Result<Vec<AbortedTxn>, ReadError> {
     match (isolation, next) {
-        (Isolation::ReadCommitted, Some(next)) => Ok(segments::aborted_between(dir, from, next)
-            .map_err(|e| storage(dir, e))?
-            .into_iter()
-            .map(|a| AbortedTxn {
-                producer_id: a.producer_id,
-                first_offset: a.first_offset,
-            })
-            .collect()),
+        (Isolation::ReadCommitted, Some(next)) => {
+            segments::aborted_between(dir, from, next).map_err(|e| storage(dir, e))
+        }
         _ => Ok(Vec::new()),
     }
 }
