@@ -129,7 +129,6 @@ pub fn shipped_offsets(catalog: &Catalog, link: &str) -> anyhow::Result<Vec<Grou
 /// resumes on the target where it left off. One per (group, topic, partition): when a group name committed both on
 /// the source and on the endpoint, the later commit wins (an application that moved from one to the other).
 pub fn failover_offsets(catalog: &Catalog, link: &str) -> anyhow::Result<Vec<GroupOffset>> {
-    let mut by_key: BTreeMap<(String, String, i32), GroupOffset> = BTreeMap::new();
     let shipped = catalog
         .link_offsets(link)?
         .iter()
@@ -137,19 +136,46 @@ pub fn failover_offsets(catalog: &Catalog, link: &str) -> anyhow::Result<Vec<Gro
         .collect::<Vec<_>>();
     let mut served = Vec::new();
     for group in catalog.served_groups(link)? {
-        for o in catalog.served_offsets(link, &group)? {
-            served.push(GroupOffset {
-                group: group.clone(),
-                topic: o.topic,
-                partition: o.partition,
-                offset: o.offset,
-                leader_epoch: o.leader_epoch,
-                metadata: o.metadata,
-                commit_timestamp: o.committed_at_ms,
-            });
-        }
+        served.extend(served_offsets(catalog, link, &group)?);
     }
-    for offset in shipped.into_iter().chain(served) {
+    Ok(later_commit_wins(shipped.into_iter().chain(served)))
+}
+
+/// [`failover_offsets`] of one group: what `segmirror serve` answers its OffsetFetch with. Reads only that group's
+/// served offsets.
+pub fn group_offsets(catalog: &Catalog, link: &str, group: &str) -> anyhow::Result<Vec<GroupOffset>> {
+    let shipped = catalog
+        .link_offsets(link)?
+        .iter()
+        .map(|o| o.source())
+        .filter(|o| o.group == group)
+        .collect::<Vec<_>>();
+    Ok(later_commit_wins(
+        shipped.into_iter().chain(served_offsets(catalog, link, group)?),
+    ))
+}
+
+/// `group`'s offsets committed through `segmirror serve`, as group offsets.
+fn served_offsets(catalog: &Catalog, link: &str, group: &str) -> anyhow::Result<Vec<GroupOffset>> {
+    Ok(catalog
+        .served_offsets(link, group)?
+        .into_iter()
+        .map(|o| GroupOffset {
+            group: group.to_string(),
+            topic: o.topic,
+            partition: o.partition,
+            offset: o.offset,
+            leader_epoch: o.leader_epoch,
+            metadata: o.metadata,
+            commit_timestamp: o.committed_at_ms,
+        })
+        .collect())
+}
+
+/// One offset per (group, topic, partition): the one committed last (the first seen on a tie).
+fn later_commit_wins(offsets: impl Iterator<Item = GroupOffset>) -> Vec<GroupOffset> {
+    let mut by_key: BTreeMap<(String, String, i32), GroupOffset> = BTreeMap::new();
+    for offset in offsets {
         let key = (offset.group.clone(), offset.topic.clone(), offset.partition);
         match by_key.get(&key) {
             Some(kept) if kept.commit_timestamp >= offset.commit_timestamp => {}
@@ -158,7 +184,7 @@ pub fn failover_offsets(catalog: &Catalog, link: &str) -> anyhow::Result<Vec<Gro
             }
         }
     }
-    Ok(by_key.into_values().collect())
+    by_key.into_values().collect()
 }
 
 /// The selected offsets of `source` and the log ends installed under `installed` (blocking reads, before any

@@ -120,4 +120,11 @@ fn a_failover_commits_the_groups_that_read_the_served_replica() {
             ("reports".to_string(), 0, 5, Some(4)),
         ]
     );
+    // One group's view, as the endpoint's OffsetFetch reads it: that group only.
+    let readers: Vec<(i32, i64)> = group_offsets(&catalog, "east", "readers")
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.partition, o.offset))
+        .collect();
+    assert_eq!(readers, [(0, 21), (1, 3)]);
 }

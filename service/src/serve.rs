@@ -372,11 +372,10 @@ impl OffsetStore for MirrorOffsets {
 
     fn fetch(&self, group: &str) -> Result<Vec<CommittedOffset>, String> {
         let catalog = self.store.catalog.lock().unwrap_or_else(|e| e.into_inner());
-        let merged = crate::offsets::failover_offsets(&catalog, &self.store.link).map_err(|e| format!("{e:#}"))?;
+        let merged = crate::offsets::group_offsets(&catalog, &self.store.link, group).map_err(|e| format!("{e:#}"))?;
         drop(catalog);
         Ok(merged
             .into_iter()
-            .filter(|o| o.group == group)
             .map(|o| {
                 let served = self.replica.ends(&o.topic, o.partition).map(|e| e.high_watermark);
                 CommittedOffset {
