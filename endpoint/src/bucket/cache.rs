@@ -8,15 +8,17 @@
 //! the assembled file), so no byte is ever served that the manifest did not vouch for.
 //!
 //! Why whole segments: the readers find batches through a segment's `.index` and `.timeindex` and walk its `.log`;
-//! a segment is also the unit a manifest describes and digests. A grown version of a cached active segment (a v2
+//! a segment is also the unit a manifest describes and digests. A chunked version larger than a quarter of the
+//! cache is the exception, cached by chunks (`chunks`). A grown version of a cached active segment (a v2
 //! manifest naming the cached chunks plus new ones) downloads the new chunks only and appends them in place; the
 //! readers never look past the served high watermark, so bytes appended beyond it are invisible until the view
 //! moves.
 //!
 //! The bound: the bytes of every cached file plus the downloads in flight stay at or under `cache_size`. Room is
 //! made by evicting whole segments, least recently used first, never one a read holds (a [`Pinned`]) and the
-//! partitions' newest segments last (the last stable offset is followed in them). A segment larger than the whole
-//! cache, or a cache whose every segment is held, is a storage error for that read only. The cache starts empty:
+//! partitions' newest segments last (the last stable offset is followed in them); chunks count and are evicted
+//! alike. A segment or chunk larger than the whole cache, or a cache whose every item is held, is a storage error
+//! for that read only, naming the `--cache-size` it would need. The cache starts empty:
 //! what an earlier run left is removed, because which version of a segment those files were is not recorded. Only a
 //! directory this cache created (it holds [`MARKER`]) is emptied; another non-empty directory is refused.
 
@@ -31,6 +33,10 @@ use segment_format::dir::SegmentFileKind;
 use segmirror_transport::digest::Hasher;
 use segmirror_transport::manifest::{Manifest, ManifestFile, Sha256Digest};
 use segmirror_transport::{Digest, SegmentSource};
+
+mod chunks;
+
+pub(crate) use chunks::{chunk_first, chunk_holding, ChunkRun, PinnedPart};
 
 /// The file that marks a directory as a segment cache: only a marked directory is emptied at start.
 pub(crate) const MARKER: &str = ".segmirror-cache";
@@ -82,8 +88,57 @@ struct Entry {
 #[derive(Debug, Default)]
 struct State {
     entries: HashMap<SegmentId, Entry>,
+    /// Chunks and companions of the segments cached by chunks (`chunks`).
+    parts: HashMap<chunks::PartId, chunks::PartEntry>,
     /// Bytes of the cached files plus the downloads in flight.
     used: u64,
+}
+
+/// What [`SegmentCache::reserve`] may not evict: the item the room is for.
+#[derive(Clone, Copy)]
+enum Keep<'a> {
+    Segment(&'a SegmentId),
+    Part(&'a chunks::PartId),
+}
+
+impl State {
+    /// Evict the least recently used unheld item (whole segments and chunks alike, partitions' newest segments
+    /// last), other than `keep`; false when every item is held.
+    fn evict_one(&mut self, root: &Path, keep: Keep<'_>) -> bool {
+        let segment = self
+            .entries
+            .iter()
+            .filter(|(k, e)| !matches!(keep, Keep::Segment(id) if id == *k) && e.pins == 0)
+            .map(|(k, e)| ((e.tail, e.last_used), k))
+            .min_by_key(|(rank, _)| *rank)
+            .map(|(rank, k)| (rank, k.clone()));
+        let part = self
+            .parts
+            .iter()
+            .filter(|(k, e)| !matches!(keep, Keep::Part(id) if id == *k) && e.pins == 0)
+            .map(|(k, e)| ((e.tail, e.last_used), k))
+            .min_by_key(|(rank, _)| *rank)
+            .map(|(rank, k)| (rank, k.clone()));
+        match (segment, part) {
+            (Some((a, victim)), Some((b, _))) if a <= b => self.evict_segment(root, &victim),
+            (Some((_, victim)), None) => self.evict_segment(root, &victim),
+            (_, Some((_, victim))) => {
+                if let Some(e) = self.parts.remove(&victim) {
+                    self.used = self.used.saturating_sub(e.bytes);
+                    let _ = fs::remove_file(chunks::part_path(root, &victim));
+                }
+            }
+            (None, None) => return false,
+        }
+        true
+    }
+
+    fn evict_segment(&mut self, root: &Path, victim: &SegmentId) {
+        if let Some(e) = self.entries.remove(victim) {
+            self.used = self.used.saturating_sub(e.bytes);
+            remove_files(&root.join(&victim.0), &e.files);
+        }
+    }
 }
 
 /// The cache (see the module docs).
@@ -100,6 +155,8 @@ struct Inner {
     clock: AtomicU64,
     /// One download at a time per segment, so concurrent fetches of a missing segment download it once.
     loading: Mutex<HashMap<SegmentId, Arc<tokio::sync::Mutex<()>>>>,
+    /// The same, for chunks and companions of segments cached by chunks.
+    loading_parts: chunks::PartLoads,
     tmp_counter: AtomicU64,
     /// Bytes downloaded from the store, in all.
     fetched: AtomicU64,
@@ -156,7 +213,9 @@ impl SegmentCache {
             let Some(name) = name.to_str() else { continue };
             // Only what this cache writes: partition directories and the download directory. A catalog or any
             // other file beside them stays.
-            let is_ours = name == TMP_DIR || segment_format::dir::PartitionDirName::parse(name).is_ok();
+            let is_ours = name == TMP_DIR
+                || name == chunks::CHUNKS_DIR
+                || segment_format::dir::PartitionDirName::parse(name).is_ok();
             if is_ours && entry.file_type()?.is_dir() {
                 fs::remove_dir_all(entry.path())?;
             }
@@ -169,6 +228,7 @@ impl SegmentCache {
                 state: Mutex::new(State::default()),
                 clock: AtomicU64::new(0),
                 loading: Mutex::new(HashMap::new()),
+                loading_parts: Mutex::new(HashMap::new()),
                 tmp_counter: AtomicU64::new(0),
                 fetched: AtomicU64::new(0),
             }),
@@ -195,6 +255,7 @@ impl SegmentCache {
     pub fn retain(&self, dir_name: &str, keep: &dyn Fn(i64) -> bool) {
         let dir = self.partition_dir(dir_name);
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        chunks::retain_parts(&mut state, &self.inner.root, dir_name, keep);
         let gone: Vec<SegmentId> = state
             .entries
             .iter()
@@ -215,6 +276,11 @@ impl SegmentCache {
         for (id, e) in state.entries.iter_mut() {
             if id.0 == dir_name {
                 e.tail = id.1 == base;
+            }
+        }
+        for (id, e) in state.parts.iter_mut() {
+            if id.dir_name == dir_name {
+                e.tail = id.base == base;
             }
         }
     }
@@ -394,29 +460,22 @@ impl SegmentCache {
         let capacity = self.inner.capacity;
         if bytes > capacity {
             return Err(CacheError::Failed(format!(
-                "segment {} of {} needs {bytes} bytes, more than the whole cache ({capacity} bytes)",
-                id.1, id.0
+                "segment {} of {} needs {bytes} bytes, more than the whole cache ({capacity} bytes): serve it with a \
+                 --cache-size of at least {} MiB",
+                id.1,
+                id.0,
+                bytes.div_ceil(1 << 20)
             )));
         }
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         // The version being replaced counts as free: its bytes are given back when the new one is in.
         let replaced = state.entries.get(id).map_or(0, |e| e.bytes);
         while state.used.saturating_sub(replaced).saturating_add(bytes) > capacity {
-            let victim = state
-                .entries
-                .iter()
-                .filter(|(k, e)| *k != id && e.pins == 0)
-                .min_by_key(|(_, e)| (e.tail, e.last_used))
-                .map(|(k, _)| k.clone());
-            let Some(victim) = victim else {
+            if !state.evict_one(&self.inner.root, Keep::Segment(id)) {
                 return Err(CacheError::Failed(format!(
                     "no room in the cache for segment {} of {} ({bytes} bytes): every cached segment is being read",
                     id.1, id.0
                 )));
-            };
-            if let Some(e) = state.entries.remove(&victim) {
-                state.used = state.used.saturating_sub(e.bytes);
-                remove_files(&self.partition_dir(&victim.0), &e.files);
             }
         }
         state.used = state.used.saturating_add(bytes);

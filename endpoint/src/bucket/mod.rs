@@ -16,7 +16,8 @@
 //! that segment version (its `.log`, or the new chunks of a grown active segment, and its companions), verifies
 //! size, CRC-32C and SHA-256 against the manifest before any byte becomes visible, and the mirror's readers
 //! (`crate::mirror::segments`) serve the cached partition directory. A fetch answers from one segment, as Kafka
-//! does. The newest segment of every partition is fetched at each refresh that moved it, so the last stable offset
+//! does. A chunked version too large to cache whole (a growing active segment) is cached and read chunk by chunk
+//! instead (`by_chunks`), so a segment may outgrow the cache. The newest segment of every partition is fetched at each refresh that moved it, so the last stable offset
 //! is followed there (`segments::OpenTransactions`, starting from the segment's producer snapshot when the shipper
 //! shipped one) and a consumer at the end reads from local disk.
 //!
@@ -38,6 +39,7 @@
 //! transaction open across a roll whose segment came without one is not seen by it. The link record is not in the
 //! bucket: this replica is always [`ReplicaState::Replicating`].
 
+mod by_chunks;
 mod cache;
 mod view;
 
@@ -181,6 +183,8 @@ pub struct BucketReplica {
     /// The topics of the link's metadata, with the listing entry of the metadata manifest they were read at.
     configs: Mutex<Option<(Stamp, Vec<TopicMeta>)>>,
     txns: Arc<Mutex<HashMap<(String, i32), segments::OpenTransactions>>>,
+    /// The same, for newest segments held by chunks.
+    chunk_txns: Mutex<HashMap<(String, i32), by_chunks::ChunkFollower>>,
     changes: watch::Sender<u64>,
 }
 
@@ -209,6 +213,7 @@ impl BucketReplica {
             refused: Mutex::new(HashMap::new()),
             configs: Mutex::new(None),
             txns: Arc::new(Mutex::new(HashMap::new())),
+            chunk_txns: Mutex::new(HashMap::new()),
             changes: watch::Sender::new(0),
         })
     }
@@ -291,6 +296,7 @@ impl BucketReplica {
                 // A new lineage: nothing cached or followed of the old one is served again.
                 self.cache.retain(&dir_name, &|_| false);
                 self.txns.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+                self.chunk_txns.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
             } else {
                 self.cache.retain(&dir_name, &|base| view.segments.contains_key(&base));
             }
@@ -455,6 +461,22 @@ impl BucketReplica {
                 return (partition, Vec::new());
             }
         }
+        if self.cache.by_chunks(&tail) {
+            // Too large to hold whole: followed chunk by chunk (`by_chunks`).
+            self.txns.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+            self.cache.set_tail(&dir_name, tail.base_offset);
+            return match self.follow_chunks(key, &dir_name, &tail, ends.high_watermark).await {
+                Ok(lso) => {
+                    partition.ends.last_stable = lso.clamp(ends.log_start, ends.high_watermark);
+                    (partition, Vec::new())
+                }
+                Err(reason) => {
+                    partition.failure = Some(reason.clone());
+                    (partition, vec![reason])
+                }
+            };
+        }
+        self.chunk_txns.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
         let pinned = match self.fetch(&dir_name, &tail).await {
             Ok(p) => p,
             Err(CacheError::Refused(reason)) => {
@@ -512,13 +534,7 @@ impl BucketReplica {
 
     /// `m`'s segment version in the cache, fetched unless cached; a refused version is not fetched again.
     async fn fetch(&self, dir_name: &str, m: &Manifest) -> Result<Pinned, CacheError> {
-        let version = format!(
-            "{dir_name}/{}-{}@{}",
-            m.base_offset,
-            m.next_offset,
-            m.file(segment_format::dir::SegmentFileKind::Log)
-                .map_or_else(String::new, |l| l.sha256.to_string())
-        );
+        let version = by_chunks::version_key(dir_name, m);
         if let Some(reason) = self.refused.lock().unwrap_or_else(|e| e.into_inner()).get(&version) {
             return Err(CacheError::Refused(reason.clone()));
         }
@@ -625,35 +641,41 @@ impl Replica for BucketReplica {
         // One segment per answer, as Kafka reads; a segment with nothing at or after the offset (compaction removed
         // its last records) hands over to the next one, so the client moves past the gap instead of fetching the
         // same offset forever.
-        let (from, fetched, _pinned) = loop {
-            let pinned = self.fetch_blocking(&p.dir_name, segment)?;
+        let (from, fetched, _held) = loop {
             let bound = upper.min(segment.next_offset);
             let from = offset.max(segment.base_offset);
-            let fetched =
-                segments::read_batches(&dir, from, bound, max_bytes, &mut buf).map_err(|e| storage(&dir, e))?;
+            let (fetched, held) = if self.cache.by_chunks(segment) {
+                self.read_by_chunks(&p.dir_name, segment, from, bound, max_bytes, &mut buf)?
+            } else {
+                let pinned = self.fetch_blocking(&p.dir_name, segment)?;
+                let fetched =
+                    segments::read_batches(&dir, from, bound, max_bytes, &mut buf).map_err(|e| storage(&dir, e))?;
+                (fetched, by_chunks::Held::Whole { _pin: pinned })
+            };
             if fetched.batches > 0 || bound >= upper {
-                break (from, fetched, pinned);
+                break (from, fetched, held);
             }
             match p.view.segments.range(segment.next_offset..).next() {
                 Some((_, next)) => segment = next,
-                None => break (from, fetched, pinned),
+                None => break (from, fetched, held),
             }
         };
-        // Aborts of this segment's transactions may be recorded in the next segment's `.txnindex`.
-        let _next = match isolation {
-            Isolation::ReadCommitted => p
-                .view
-                .segments
-                .range(segment.next_offset..)
-                .next()
-                .filter(|(&base, _)| base < ends.high_watermark)
-                .map(|(_, m)| self.fetch_blocking(&p.dir_name, m))
-                .transpose()?,
-            Isolation::ReadUncommitted => None,
-        };
         if isolation == Isolation::ReadCommitted {
-            if let Some(next) = fetched.next_offset {
-                records.aborted = segments::aborted_between(&dir, from, next).map_err(|e| storage(&dir, e))?;
+            if let Some(upto) = fetched.next_offset {
+                // Aborts of this segment's transactions may be recorded in the next segment's `.txnindex`.
+                let next = p
+                    .view
+                    .segments
+                    .range(segment.next_offset..)
+                    .next()
+                    .filter(|(&base, _)| base < ends.high_watermark)
+                    .map(|(_, m)| m);
+                records.aborted = if self.cache.by_chunks(segment) || next.is_some_and(|m| self.cache.by_chunks(m)) {
+                    self.aborted_by_parts(&p, segment, next.map(|m| &**m), from, upto)?
+                } else {
+                    let _next = next.map(|m| self.fetch_blocking(&p.dir_name, m)).transpose()?;
+                    segments::aborted_between(&dir, from, upto).map_err(|e| storage(&dir, e))?
+                };
             }
         }
         records.bytes = Bytes::from(buf);
@@ -671,10 +693,14 @@ impl Replica for BucketReplica {
         let Some(segment) = p.view.first_at_or_after(timestamp, ends.log_start) else {
             return Ok(None);
         };
-        let _pinned = self.fetch_blocking(&p.dir_name, segment)?;
-        let dir = self.cache.partition_dir(&p.dir_name);
         let start = ends.log_start.max(segment.base_offset);
         let bound = ends.high_watermark.min(segment.next_offset);
+        if self.cache.by_chunks(segment) {
+            let found = self.offset_for_timestamp_by_chunks(&p.dir_name, segment, timestamp, start, bound)?;
+            return Ok(found.map(|f| (f.offset, f.timestamp)));
+        }
+        let _pinned = self.fetch_blocking(&p.dir_name, segment)?;
+        let dir = self.cache.partition_dir(&p.dir_name);
         let found = segments::offset_for_timestamp(&dir, timestamp, start, bound).map_err(|e| storage(&dir, e))?;
         Ok(found.map(|f| (f.offset, f.timestamp)))
     }
@@ -684,9 +710,13 @@ impl Replica for BucketReplica {
         let Some(segment) = p.view.max_timestamp_segment() else {
             return Ok(None);
         };
+        let bound = p.ends.high_watermark.min(segment.next_offset);
+        if self.cache.by_chunks(segment) {
+            let found = self.max_timestamp_by_chunks(&p.dir_name, segment, bound)?;
+            return Ok(found.map(|f| (f.offset, f.timestamp)));
+        }
         let _pinned = self.fetch_blocking(&p.dir_name, segment)?;
         let dir = self.cache.partition_dir(&p.dir_name);
-        let bound = p.ends.high_watermark.min(segment.next_offset);
         let found = segments::max_timestamp(&dir, bound).map_err(|e| storage(&dir, e))?;
         Ok(found.map(|f| (f.offset, f.timestamp)))
     }

@@ -674,3 +674,5 @@ async fn a_fetch_in_a_compaction_gap_at_a_segment_end_gets_the_next_segments_bat
         assert_eq!(base, after_gap.first_offset, "offset {offset}: the batch after the gap");
     }
 }
+
+mod by_chunks;

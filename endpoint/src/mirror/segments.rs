@@ -40,7 +40,7 @@ mod walk;
 pub use epochs::{epoch_end, latest_epoch, EpochHistory};
 pub use fetch::{read_batches, span_batches, Fetched, MAX_BATCH_BYTES};
 pub use time::{max_timestamp, offset_for_timestamp, TimestampOffset};
-pub use txn::{aborted_between, OpenTransactions};
+pub use txn::{aborted_between, aborted_in_index, track_file, OpenTransactions, Scan};
 
 /// The segments and producer snapshots of a partition directory, by base offset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::{AbortedTxn as IndexEntry, TxnIndex, TxnTracker, ABORTED_TXN_SIZE};
 
 use super::walk::{open_regular, read_at_most, walker_for, Header, Segment, Step, Walker};
-use super::Listing;
+use super::{invalid, Listing};
 use crate::replica::AbortedTxn;
 
 /// `.txnindex` entries read at once (34 bytes each): the memory of a lookup besides its answer.
@@ -33,35 +33,86 @@ pub fn aborted_between(dir: &Path, from: i64, upper: i64) -> io::Result<Vec<Abor
     }
     let listing = Listing::of(dir)?;
     let first = listing.holding(from).unwrap_or(0);
-    let mut buf = vec![0u8; ABORTED_TXN_SIZE * TXN_ENTRIES_PER_READ];
     for &base in listing.segments.get(first..).unwrap_or_default() {
         let path = dir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
-        let Some((file, _)) = open_regular(&path)? else {
-            continue;
-        };
-        let mut at = 0u64;
-        loop {
-            let got = read_at_most(&file, &mut buf, at)?;
-            let whole = got - got % ABORTED_TXN_SIZE;
-            let entries = TxnIndex::parse(buf.get(..whole).unwrap_or_default()).entries;
-            for e in &entries {
-                if e.last_offset >= from && e.first_offset < upper {
-                    found.push(AbortedTxn {
-                        producer_id: e.producer_id,
-                        first_offset: e.first_offset,
-                    });
-                }
-                if e.last_stable_offset >= upper {
-                    return Ok(found);
-                }
-            }
-            if got < buf.len() {
-                break;
-            }
-            at += got as u64;
+        if aborted_in_index(&path, from, upper, &mut found)? == Scan::Done {
+            break;
         }
     }
     Ok(found)
+}
+
+/// Whether a later `.txnindex` can still concern the range [`aborted_in_index`] was asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// An entry's last stable offset reached the range's end: no later abort concerns it.
+    Done,
+    /// Later segments' indexes may still list aborts of the range.
+    GoOn,
+}
+
+/// The entries of one `.txnindex` file that a `read_committed` fetch of `[from, upper)` must list (the rule of
+/// [`aborted_between`]), appended to `found`. A missing file lists nothing.
+pub fn aborted_in_index(path: &Path, from: i64, upper: i64, found: &mut Vec<AbortedTxn>) -> io::Result<Scan> {
+    let Some((file, _)) = open_regular(path)? else {
+        return Ok(Scan::GoOn);
+    };
+    let mut buf = vec![0u8; ABORTED_TXN_SIZE * TXN_ENTRIES_PER_READ];
+    let mut at = 0u64;
+    loop {
+        let got = read_at_most(&file, &mut buf, at)?;
+        let whole = got - got % ABORTED_TXN_SIZE;
+        let entries = TxnIndex::parse(buf.get(..whole).unwrap_or_default()).entries;
+        for e in &entries {
+            if e.last_offset >= from && e.first_offset < upper {
+                found.push(AbortedTxn {
+                    producer_id: e.producer_id,
+                    first_offset: e.first_offset,
+                });
+            }
+            if e.last_stable_offset >= upper {
+                return Ok(Scan::Done);
+            }
+        }
+        if got < buf.len() {
+            return Ok(Scan::GoOn);
+        }
+        at += got as u64;
+    }
+}
+
+/// Feed `tracker` every batch of the file `<base>.log` in `dir`, from its first byte, below `upper`; the offset
+/// after the last batch fed, `None` when none was. For a piece of a segment held on its own (the remote read
+/// replica's chunks), walked in order by a caller that keeps the tracker between pieces.
+pub fn track_file(tracker: &mut TxnTracker, dir: &Path, base: i64, upper: i64) -> io::Result<Option<i64>> {
+    let Some(seg) = Segment::open(dir, base)? else {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{}: gone while it was being walked",
+                dir.join(segment_file_name(base, SegmentFileKind::Log)).display()
+            ),
+        ));
+    };
+    let mut walker = Walker::new(&seg, 0, upper);
+    let mut next = None;
+    loop {
+        match walker.next_step()? {
+            Step::Batch(h) if h.last_offset >= upper => return Ok(next),
+            Step::Batch(h) => {
+                feed(tracker, &seg, &h)?;
+                next = Some(h.next_offset());
+            }
+            Step::End => return Ok(next),
+            Step::Partial => {
+                return Err(invalid(format!(
+                    "{}: a partial batch at byte {} of a piece that holds whole batches only",
+                    seg.path.display(),
+                    walker.position()
+                )))
+            }
+        }
+    }
 }
 
 /// Where the walk of [`OpenTransactions`] stopped.
@@ -269,28 +320,33 @@ impl OpenTransactions {
     }
 
     fn on_batch(&mut self, seg: &Segment, h: &Header) -> io::Result<()> {
-        if h.magic < 2 || h.producer_id < 0 {
-            return Ok(());
-        }
-        let control = if h.is_control() { control_type(seg, h)? } else { None };
-        let info = BatchInfo {
-            position: h.position,
-            size: h.size,
-            magic: h.magic,
-            base_offset: h.base_offset,
-            last_offset: h.last_offset,
-            max_timestamp: h.max_timestamp,
-            partition_leader_epoch: h.leader_epoch,
-            producer_id: h.producer_id,
-            producer_epoch: h.producer_epoch,
-            is_transactional: h.is_transactional(),
-            control,
-            is_control: h.is_control(),
-            records_count: 0,
-        };
-        let _: Option<IndexEntry> = self.tracker.on_batch(&info);
-        Ok(())
+        feed(&mut self.tracker, seg, h)
     }
+}
+
+/// Feed one batch's header to `tracker` (a control batch's type read from its bytes).
+fn feed(tracker: &mut TxnTracker, seg: &Segment, h: &Header) -> io::Result<()> {
+    if h.magic < 2 || h.producer_id < 0 {
+        return Ok(());
+    }
+    let control = if h.is_control() { control_type(seg, h)? } else { None };
+    let info = BatchInfo {
+        position: h.position,
+        size: h.size,
+        magic: h.magic,
+        base_offset: h.base_offset,
+        last_offset: h.last_offset,
+        max_timestamp: h.max_timestamp,
+        partition_leader_epoch: h.leader_epoch,
+        producer_id: h.producer_id,
+        producer_epoch: h.producer_epoch,
+        is_transactional: h.is_transactional(),
+        control,
+        is_control: h.is_control(),
+        records_count: 0,
+    };
+    let _: Option<IndexEntry> = tracker.on_batch(&info);
+    Ok(())
 }
 
 /// The type of a control batch (COMMIT, ABORT, ...), `None` when it cannot be decoded.
