@@ -38,8 +38,11 @@
 //! - [`incremental`]: the active segment between the rounds of a bucket
 //!   shipper, continued from what the previous round validated and shipped.
 //! - [`list_offsets`]: the same high watermark asked of the source broker
-//!   with `ListOffsets` over the Kafka protocol (`--source-bootstrap`), a
-//!   round trip behind the broker instead of a checkpoint interval.
+//!   with `ListOffsets` over the Kafka protocol, a round trip behind the
+//!   broker instead of a checkpoint interval.
+//! - [`fetch_hw`]: the same high watermark learned as it moves, by a `Fetch`
+//!   the broker parks until it moves (`--source-bootstrap`'s default), with
+//!   `ListOffsets` to learn it first and to fall back on.
 //!
 //! A driver's loop, as the seed runs it: [`discover()`] once, then per
 //! partition [`read_partition`], then per segment [`bound_sealed`] or
@@ -57,6 +60,7 @@
 pub mod bound;
 pub mod bound_hw;
 pub mod discover;
+pub mod fetch_hw;
 pub mod footprint;
 pub mod growing;
 pub mod guard;
@@ -82,6 +86,7 @@ pub use discover::{
     discover, Discovery, SkipReason, SkippedPartition, SourcePartition, TopicFilter, Unusable, UnusablePartition,
     ALL_TOPICS,
 };
+pub use fetch_hw::{FetchHighWatermarks, FetchHwConfig, Learning as HighWatermarkLearning};
 pub use footprint::CacheFootprint;
 pub use growing::{
     combine_crc32c, prefix_crc32c, read_tail, read_tail_into, Chunk, ChunkContent, TailOptions, TailPosition, TailRead,

@@ -7,9 +7,10 @@
 # Latency: from a batch appended to the source's active .log to the mirror's copy reaching that size, sampled by
 # tools/bench/tail_sampler.py polling both files' sizes every 1 ms (its measured loop period is printed: that is
 # the resolution). p50 / p99 / max over every growth of the source file seen.
-# Modes: log-end (`--upto log-end`), hw-list-offsets (`--upto high-watermark --source-bootstrap`: ListOffsets every
-# 50 ms), hw-checkpoint (`--upto high-watermark` from replication-offset-checkpoint, the broker's default
-# replica.high.watermark.checkpoint.interval.ms = 5 s: expect seconds).
+# Modes: log-end (`--upto log-end`), hw-bootstrap (`--upto high-watermark --source-bootstrap`: a Fetch the broker
+# holds until the high watermark moves; `hw-list-offsets` is the same flags, its name from before, when they asked
+# ListOffsets every 50 ms), hw-checkpoint (`--upto high-watermark` from replication-offset-checkpoint, the broker's
+# default replica.high.watermark.checkpoint.interval.ms = 5 s: expect seconds).
 # Also per measurement: wire bytes per log byte (the shipper's /proc/<pid>/io wchar: TLS records on the socket plus
 # its few log lines, over the source .log bytes), CPU seconds per GiB of log on each side (/proc/<pid>/stat utime +
 # stime, whole process life), and, with an unthrottled producer in log-end mode, the throughput ceiling (log bytes
@@ -22,7 +23,7 @@
 #
 # Usage: tools/bench/tail.sh
 #   RATES (default "1000 10000 50000") records/s; DURATION (default 30) seconds of producing per measurement;
-#   MODES (default "log-end hw-list-offsets hw-checkpoint"); CEILING_RECORDS (default 1000000; 0 skips it);
+#   MODES (default "log-end hw-bootstrap hw-checkpoint"); CEILING_RECORDS (default 1000000; 0 skips it);
 #   RUNS (default 1) measurements per (mode, rate), each reported; BACKLOG_MIB (default 0: skipped; at most 1000,
 #   one segment) for the tail catch-up; BENCH_DIR (default target/bench);
 #   SEGMIRROR=path runs that binary instead of building target/release/segmirror;
@@ -31,7 +32,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 RATES="${RATES:-1000 10000 50000}"
 DURATION="${DURATION:-30}"
-MODES="${MODES:-log-end hw-list-offsets hw-checkpoint}"
+MODES="${MODES:-log-end hw-bootstrap hw-checkpoint}"
 CEILING_RECORDS="${CEILING_RECORDS:-1000000}"
 BACKLOG_MIB="${BACKLOG_MIB:-0}"
 RUNS="${RUNS:-1}"
@@ -82,7 +83,7 @@ measure() {
     local port upto=(--upto log-end)
     port=$(free_port)
     case "$mode" in
-        hw-list-offsets) upto=(--upto high-watermark --source-bootstrap "$BOOTSTRAP") ;;
+        hw-bootstrap | hw-list-offsets) upto=(--upto high-watermark --source-bootstrap "$BOOTSTRAP") ;;
         hw-checkpoint) upto=(--upto high-watermark) ;;
     esac
     "$BIN" tail-apply --mirror "$dir/mirror" --link bench --listen "127.0.0.1:$port" \

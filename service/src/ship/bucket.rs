@@ -22,7 +22,7 @@ use segmirror_shipper::bucket::seed::committed::CommittedOnly;
 use segmirror_shipper::bucket::seed::{PartitionStatus, SeedConfig, TopicFilter, ALL_TOPICS};
 use segmirror_shipper::link_meta::MetaConfig;
 use segmirror_shipper::source::bound_hw::UptoPolicy;
-use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks};
+use segmirror_shipper::source::fetch_hw::{FetchHighWatermarks, FetchHwConfig};
 use segmirror_transport::manifest::KeyPrefix;
 use segmirror_transport::{S3Options, Store, StoreUrl};
 use tokio_util::sync::CancellationToken;
@@ -93,8 +93,8 @@ impl BucketShipService {
         if let Some(bootstrap) = bootstrap {
             // The direct tail's high-watermark source: partitions are asked for from their first lookup on.
             let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
-            eprintln!("segmirror ship: committed records only: high watermarks from {bootstrap} (ListOffsets)");
-            let source = ListOffsetsHighWatermarks::spawn(&handle, bootstrap, Vec::new(), ListOffsetsConfig::default());
+            eprintln!("segmirror ship: committed records only: high watermarks from {bootstrap} (long-polling Fetch)");
+            let source = FetchHighWatermarks::spawn(&handle, bootstrap, Vec::new(), FetchHwConfig::default());
             seed.committed_only = Some(CommittedOnly::new(Arc::new(source)));
         }
         seed.validate()?;

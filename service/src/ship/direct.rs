@@ -29,7 +29,8 @@ use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFil
 use segmirror_shipper::source::leadership::{
     check_node, node_id_of_log_dir, MetadataLeadership, NodeCheck, LEADERSHIP_INTERVAL,
 };
-use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, REQUEST_TIMEOUT};
+use segmirror_shipper::source::fetch_hw::{FetchHighWatermarks, FetchHwConfig};
+use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, REQUEST_TIMEOUT};
 use segmirror_transport::direct::handshake::HandshakeConfig;
 use segmirror_transport::direct::payload::PartitionRef;
 use segmirror_transport::direct::session::{SessionConfig, ShipperSession};
@@ -270,8 +271,9 @@ fn select(config: &DirectShipConfig) -> anyhow::Result<Selection> {
     })
 }
 
-/// The high watermarks: from the source broker (ListOffsets) when one is given and committed records are
-/// shipped, else from the log dirs' replication-offset-checkpoint.
+/// The high watermarks: from the source broker (a long-polling Fetch, ListOffsets to learn them first and to fall
+/// back on) when one is given and committed records are shipped, else from the log dirs'
+/// replication-offset-checkpoint.
 fn high_watermarks(
     config: &DirectShipConfig,
     runtime: &Runtime,
@@ -285,12 +287,12 @@ fn high_watermarks(
                 .map(|p| (p.partition.topic.clone(), p.partition.partition))
                 .collect();
             let handle = runtime.block_on(async { tokio::runtime::Handle::current() })?;
-            eprintln!("segmirror ship: high watermarks from {bootstrap} (ListOffsets)");
-            Arc::new(ListOffsetsHighWatermarks::spawn(
+            eprintln!("segmirror ship: high watermarks from {bootstrap} (long-polling Fetch)");
+            Arc::new(FetchHighWatermarks::spawn(
                 &handle,
                 bootstrap.clone(),
                 asked,
-                ListOffsetsConfig::default(),
+                FetchHwConfig::default(),
             ))
         }
         (bootstrap, upto) => {

@@ -19,9 +19,11 @@
 //!   high watermark by up to that interval plus the watcher's notice (a
 //!   tick). A partition missing from the file (new, or not checkpointed yet)
 //!   has no known bound: nothing of it ships until it appears.
-//! - `ListOffsets` over the Kafka protocol (`--source-bootstrap`), which
-//!   learns the high watermark within a round trip, is another implementation
-//!   of the same trait, in [`super::list_offsets`].
+//! - Over the Kafka protocol (`--source-bootstrap`), two more implementations
+//!   of the same trait learn it within a round trip: a `Fetch` the broker
+//!   holds until the high watermark moves, in [`super::fetch_hw`] (the
+//!   default), and `ListOffsets` every 50 ms, in [`super::list_offsets`] (its
+//!   first learning and fallback).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -89,7 +91,7 @@ pub struct HighWatermark {
     /// The offset (exclusive: the first uncommitted one).
     pub offset: i64,
     /// When the source published it (the checkpoint's modification time; the
-    /// response time of a `ListOffsets`).
+    /// response time of a `ListOffsets` or a `Fetch`).
     pub as_of: SystemTime,
 }
 

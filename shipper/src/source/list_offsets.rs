@@ -1,4 +1,6 @@
-//! High watermarks over the Kafka protocol (`segmirror ship --source-bootstrap HOST:PORT`).
+//! High watermarks over the Kafka protocol by `ListOffsets` polling, and the broker connection they share with
+//! [`super::fetch_hw`] (which `segmirror ship --source-bootstrap HOST:PORT` uses: it learns them as they move, and
+//! falls back on this polling when the broker speaks no usable `Fetch`) and [`super::leadership`].
 //!
 //! Why: the default bound of a tail is the source partition's high watermark
 //! ([`super::bound_hw`]). The broker's `replication-offset-checkpoint` gives it
@@ -48,6 +50,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::bound_hw::{HighWatermark, HighWatermarkSource};
+use super::fetch_hw::{MAX_FETCH_VERSION, MIN_FETCH_VERSION};
 use crate::{Error, Result};
 
 /// How often the high watermarks are asked for (50 ms): one small request for
@@ -132,6 +135,8 @@ pub struct BrokerClient {
     list_offsets_version: i16,
     /// The `Metadata` version both sides speak, if any at or above [`MIN_METADATA_VERSION`].
     metadata_version: Option<i16>,
+    /// The `Fetch` version of the long poll ([`super::fetch_hw`]), if the broker speaks one in its range.
+    fetch_version: Option<i16>,
     timeout: Duration,
 }
 
@@ -151,10 +156,15 @@ impl BrokerClient {
                     .min(<MetadataRequest as kafka_protocol::protocol::Message>::VERSIONS.max)
             })
             .filter(|&v| v >= MIN_METADATA_VERSION);
+        let fetch_version = connection.offered(ApiKey::Fetch).and_then(|offered| {
+            let max = offered.max.min(MAX_FETCH_VERSION);
+            (max >= offered.min.max(MIN_FETCH_VERSION)).then_some(max)
+        });
         Ok(BrokerClient {
             connection,
             list_offsets_version,
             metadata_version,
+            fetch_version,
             timeout,
         })
     }
@@ -186,6 +196,12 @@ impl BrokerClient {
     /// The `ListOffsets` version agreed on.
     pub fn list_offsets_version(&self) -> i16 {
         self.list_offsets_version
+    }
+
+    /// The `Fetch` version both sides speak in [`MIN_FETCH_VERSION`]`..=`[`MAX_FETCH_VERSION`] (topics named, not
+    /// by id), for the long poll of [`super::fetch_hw`]; `None`: the broker speaks none of them.
+    pub fn fetch_version(&self) -> Option<i16> {
+        self.fetch_version
     }
 
     /// The high watermark of each of `partitions` (same order).
@@ -232,12 +248,12 @@ impl BrokerClient {
             .collect())
     }
 
-    fn error(&self, reason: String) -> Error {
+    pub(super) fn error(&self, reason: String) -> Error {
         source_broker_error(self.connection.error(reason))
     }
 
     /// Send one request and read its response over the shared connection (bounded in time and size).
-    async fn call<Q: Encodable, P: Decodable>(&mut self, key: ApiKey, request: &Q, version: i16) -> Result<P> {
+    pub(super) async fn call<Q: Encodable, P: Decodable>(&mut self, key: ApiKey, request: &Q, version: i16) -> Result<P> {
         self.connection
             .call(key, request, version)
             .await

@@ -46,9 +46,10 @@ pub struct Args {
     /// How far to ship.
     #[arg(long, value_enum, default_value_t = Upto::HighWatermark)]
     upto: Upto,
-    /// Learn the high watermarks from this source broker (HOST:PORT of a PLAINTEXT listener) with ListOffsets, a
-    /// round trip behind it, instead of replication-offset-checkpoint (seconds behind). One broker: partitions it
-    /// does not lead keep no bound (nothing of them ships).
+    /// Learn the high watermarks from this source broker (HOST:PORT of a PLAINTEXT listener) as they move, by a
+    /// Fetch it holds until they do (ListOffsets first, and every 50 ms if Fetch fails), instead of
+    /// replication-offset-checkpoint (seconds behind). One broker: partitions it does not lead keep no bound
+    /// (nothing of them ships).
     #[arg(long, value_name = "HOST:PORT")]
     source_bootstrap: Option<String>,
     /// The source is one broker of several: ship only the partitions this broker leads (asked of

@@ -56,7 +56,7 @@ pub struct Args {
     /// How far to ship: committed records only (needs --source-bootstrap), or every complete batch.
     #[arg(long, value_enum, default_value_t = Upto::HighWatermark)]
     upto: Upto,
-    /// Learn the high watermarks from this source broker (HOST:PORT of a PLAINTEXT listener) with ListOffsets, as
+    /// Learn the high watermarks from this source broker (HOST:PORT of a PLAINTEXT listener) as they move, as
     /// `ship --connect` does; required with --upto high-watermark.
     #[arg(long, value_name = "HOST:PORT")]
     source_bootstrap: Option<String>,

@@ -12,8 +12,8 @@
 //! uploads nothing, and a later round prepares it again.
 //!
 //! Where the high watermark comes from is the direct tail's seam, reused: [`HighWatermarkSource`] with
-//! [`bound`]/[`Bound::admits`] ([`crate::source::bound_hw`]); the command line gives the `ListOffsets` source
-//! (`--source-bootstrap`), a round trip behind the broker. (The checkpoint file lags by seconds: a version would
+//! [`bound`]/[`Bound::admits`] ([`crate::source::bound_hw`]); the command line gives the long-polling `Fetch`
+//! source ([`crate::source::fetch_hw`], `--source-bootstrap`), a round trip behind the broker. (The checkpoint file lags by seconds: a version would
 //! wait that long each round.)
 
 use std::sync::Arc;
