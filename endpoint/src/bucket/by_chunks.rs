@@ -4,22 +4,22 @@
 //! Every read pins the chunks it reads and stops at their end: a fetch reads a run of chunks from the one holding
 //! its offset (as many as its byte budget reaches), a lookup by time walks the chunks from the one holding the log
 //! start, `MAX_TIMESTAMP` walks them until the one holding the manifest's largest timestamp. The aborted
-//! transactions of a `read_committed` fetch come from the version's `.txnindex` (a companion fetched on its own).
+//! transactions of a `read_committed` fetch come from the `.txnindex` files alone (`aborted`).
 //!
 //! The last stable offset of a newest segment held by chunks is followed by a [`ChunkFollower`]: a transaction
 //! tracker fed the chunks in order, each fetched, walked once and left to eviction, started from the producer
 //! snapshot the shipper shipped at the segment's base (as `segments::OpenTransactions` starts from a snapshot) and
 //! carried from version to version while the new version only adds chunks; any other change starts it again.
 
-use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::dir::SegmentFileKind;
 use segment_format::snapshot::ProducerSnapshot;
 use segment_format::txn_index::TxnTracker;
 use segmirror_transport::manifest::{Manifest, Sha256Digest};
 
 use super::cache::{chunk_first, chunk_holding, CacheError, ChunkRun, Pinned, PinnedPart};
-use super::{storage, BucketReplica, Partition};
-use crate::mirror::segments::{self, Fetched, Scan, TimestampOffset};
-use crate::replica::{AbortedTxn, ReadError};
+use super::{storage, BucketReplica};
+use crate::mirror::segments::{self, Fetched, TimestampOffset};
+use crate::replica::ReadError;
 
 /// What a read holds while it reads: a whole cached segment, or a run of chunks.
 #[derive(Debug)]
@@ -63,7 +63,7 @@ pub(super) fn version_key(dir_name: &str, m: &Manifest) -> String {
     )
 }
 
-fn read_error(e: CacheError) -> ReadError {
+pub(super) fn read_error(e: CacheError) -> ReadError {
     ReadError::Storage(e.to_string())
 }
 
@@ -121,46 +121,6 @@ impl BucketReplica {
         let fetched =
             segments::read_batches(&run.dir, from, bound, max_bytes, buf).map_err(|e| storage(&run.dir, e))?;
         Ok((fetched, Held::Chunks { _run: run }))
-    }
-
-    /// The aborted transactions a `read_committed` fetch of `[from, upper)` in `segment` must list, from its
-    /// `.txnindex` and the next segment's (an abort recorded a segment later), when either is held by chunks.
-    pub(super) fn aborted_by_parts(
-        &self,
-        p: &Partition,
-        segment: &Manifest,
-        next: Option<&Manifest>,
-        from: i64,
-        upper: i64,
-    ) -> Result<Vec<AbortedTxn>, ReadError> {
-        let mut found = Vec::new();
-        for m in std::iter::once(segment).chain(next) {
-            let (path, _held) = if self.cache.by_chunks(m) {
-                let companion = self
-                    .runtime
-                    .block_on(
-                        self.cache
-                            .ensure_companion(&*self.source, &p.dir_name, m, SegmentFileKind::TxnIndex),
-                    )
-                    .map_err(read_error)?;
-                match companion {
-                    Some((path, pinned)) => (path, Held::Part { _pin: pinned }),
-                    None => continue,
-                }
-            } else {
-                let pinned = self.fetch_blocking(&p.dir_name, m)?;
-                let path = self
-                    .cache
-                    .partition_dir(&p.dir_name)
-                    .join(segment_file_name(m.base_offset, SegmentFileKind::TxnIndex));
-                (path, Held::Whole { _pin: pinned })
-            };
-            let scan = segments::aborted_in_index(&path, from, upper, &mut found).map_err(|e| storage(&path, e))?;
-            if scan == Scan::Done {
-                break;
-            }
-        }
-        Ok(found)
     }
 
     /// ListOffsets by time in `m`: the first record at or after `timestamp`, at or after `start`, below `bound`,

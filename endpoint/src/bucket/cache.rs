@@ -309,6 +309,11 @@ impl SegmentCache {
         result
     }
 
+    /// `m`'s version of its segment held for a read if it is cached whole (nothing is fetched).
+    pub fn cached(&self, dir_name: &str, m: &Manifest) -> Option<Pinned> {
+        self.pin_if_cached(&(dir_name.to_string(), m.base_offset), m)
+    }
+
     fn pin_if_cached(&self, id: &SegmentId, m: &Manifest) -> Option<Pinned> {
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         // The version asked for, or a newer one that extends it (a read holding an older view while the refresh

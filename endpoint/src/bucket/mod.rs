@@ -32,13 +32,14 @@
 //! served, and the same version is not read again (a new manifest version is). A store that fails keeps a
 //! partition's last ends until it answers again.
 //!
-//! Limits: a `read_committed` fetch takes the aborted transactions from the `.txnindex` of its segment and of the
-//! next one (fetched with it, which a consumer reading on needs anyway): an abort whose marker lies two or more
-//! segments after the transaction's data is not seen unless those segments are cached. The last stable offset is
-//! followed from the newest segment's producer snapshot (the shipper ships the one a broker wrote at the roll); a
-//! transaction open across a roll whose segment came without one is not seen by it. The link record is not in the
-//! bucket: this replica is always [`ReplicaState::Replicating`].
+//! A `read_committed` fetch takes the aborted transactions from the `.txnindex` files of its segment and the later
+//! ones, as Kafka does, fetching those indexes alone (`aborted`).
+//!
+//! Limits: the last stable offset is followed from the newest segment's producer snapshot (the shipper ships the one
+//! a broker wrote at the roll); a transaction open across a roll whose segment came without one is not seen by it.
+//! The link record is not in the bucket: this replica is always [`ReplicaState::Replicating`].
 
+mod aborted;
 mod by_chunks;
 mod cache;
 mod view;
@@ -662,20 +663,7 @@ impl Replica for BucketReplica {
         };
         if isolation == Isolation::ReadCommitted {
             if let Some(upto) = fetched.next_offset {
-                // Aborts of this segment's transactions may be recorded in the next segment's `.txnindex`.
-                let next = p
-                    .view
-                    .segments
-                    .range(segment.next_offset..)
-                    .next()
-                    .filter(|(&base, _)| base < ends.high_watermark)
-                    .map(|(_, m)| m);
-                records.aborted = if self.cache.by_chunks(segment) || next.is_some_and(|m| self.cache.by_chunks(m)) {
-                    self.aborted_by_parts(&p, segment, next.map(|m| &**m), from, upto)?
-                } else {
-                    let _next = next.map(|m| self.fetch_blocking(&p.dir_name, m)).transpose()?;
-                    segments::aborted_between(&dir, from, upto).map_err(|e| storage(&dir, e))?
-                };
+                records.aborted = self.aborted(&p, segment, from, upto, ends.high_watermark)?;
             }
         }
         records.bytes = Bytes::from(buf);

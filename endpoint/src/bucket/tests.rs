@@ -526,6 +526,17 @@ async fn a_cache_directory_it_did_not_create_is_refused_and_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_committed_stops_at_an_open_transaction_and_lists_an_abort_recorded_a_segment_later() {
+    read_committed_with_an_abort_segments_later(1).await;
+}
+
+/// The segments between the data and the marker are never fetched: only their `.txnindex` files are read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_recorded_three_segments_after_its_data_is_listed() {
+    read_committed_with_an_abort_segments_later(3).await;
+}
+
+/// Transaction A's data in one segment, its ABORT marker `rolls` segments later, transaction B open at the end.
+async fn read_committed_with_an_abort_segments_later(rolls: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let log_dir = tmp.path().join("source");
     let config = WriterConfig {
@@ -548,7 +559,10 @@ async fn read_committed_stops_at_an_open_transaction_and_lists_an_abort_recorded
     w.append(txn(7, 4, 102)).unwrap();
     w.append(txn(7, 6, 103)).unwrap();
     let mut k = 0;
-    while !w.append(batch(200 + k)).unwrap().rolled {
+    for _ in 0..rolls {
+        while !w.append(batch(200 + k)).unwrap().rolled {
+            k += 1;
+        }
         k += 1;
     }
     let abort = EndTxnMarker {
@@ -558,7 +572,7 @@ async fn read_committed_stops_at_an_open_transaction_and_lists_an_abort_recorded
     let marker = w.append_end_txn_marker(7, 0, abort, TS0 + 300_000, 0).unwrap();
     assert!(
         marker.segment_base_offset > a_segment,
-        "the abort is recorded a segment after the data"
+        "the abort is recorded segments after the data"
     );
     // Another segment after the marker's, so that the marker's is not the newest (always cached).
     let mut k = 0;
