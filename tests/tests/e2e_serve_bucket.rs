@@ -7,8 +7,8 @@
 //! watermarks; `segmirror serve --store` over the same folder, following new manifests with a short poll and a
 //! small cache.
 //!
-//! kcat and confluent-kafka (assign mode from offset 0) follow the endpoint at both isolation levels while the
-//! producers run, and go on after they stop; a record produced per partition after every reader is reading must
+//! kcat and confluent-kafka (assign mode from offset 0) follow the endpoint at both isolation levels, and Kafka's
+//! `kafka-console-consumer` in a group at `read_committed`, while the producers run, and go on after they stop; a record produced per partition after every reader is reading must
 //! reach each of them (new manifests are followed). Once serve's ListOffsets latest equals the source's high
 //! watermark on every partition, everything each follower read, and a fresh read of the endpoint by the same
 //! clients, is compared with what the source broker itself serves them, record by record (partition, offset,
@@ -23,11 +23,14 @@ use segmirror_tests::serve::records::*;
 use segmirror_tests::serve::wire::list_offsets;
 use segmirror_tests::serve::*;
 use segmirror_tests::service::Service;
+use segmirror_tests::tools::ConsoleConsumed;
 use segmirror_tests::*;
 
 /// The link the shipper writes under and `serve` serves.
 const LINK: &str = "bucket-replica";
 const TOPIC: &str = "replicated";
+/// The console consumer's group.
+const GROUP: &str = "console-readers";
 const PARTITIONS: i32 = 2;
 /// Pause between two producer rounds: a steady pace rather than a burst.
 const ROUND_PAUSE: Duration = Duration::from_millis(300);
@@ -168,6 +171,7 @@ fn a_bucket_is_read_while_the_shipper_fills_it() {
         ReaderKind::Kcat(Isolation::ReadUncommitted),
         ReaderKind::Python(Isolation::ReadCommitted),
         ReaderKind::Python(Isolation::ReadUncommitted),
+        ReaderKind::JavaGroup,
     ];
     let mut readers: Vec<(ReaderKind, Client)> = kinds
         .iter()
@@ -175,7 +179,9 @@ fn a_bucket_is_read_while_the_shipper_fills_it() {
             let client = match *kind {
                 ReaderKind::Kcat(isolation) => kcat_follow(&endpoint, TOPIC, isolation),
                 ReaderKind::Python(isolation) => python_follow(&endpoint, TOPIC, isolation),
-                ReaderKind::JavaGroup => unreachable!("no group reader here"),
+                ReaderKind::JavaGroup => {
+                    java_console_follow(broker.install(), &endpoint, TOPIC, GROUP, Isolation::ReadCommitted)
+                }
             };
             (*kind, client.unwrap())
         })
@@ -265,11 +271,10 @@ fn a_bucket_is_read_while_the_shipper_fills_it() {
     }
     let want = |kind: ReaderKind| -> &Vec<Record> {
         match kind {
-            ReaderKind::Python(Isolation::ReadCommitted) => &src_committed,
+            ReaderKind::Python(Isolation::ReadCommitted) | ReaderKind::JavaGroup => &src_committed,
             ReaderKind::Python(Isolation::ReadUncommitted) => &src_uncommitted,
             ReaderKind::Kcat(Isolation::ReadCommitted) => &kcat_committed,
             ReaderKind::Kcat(Isolation::ReadUncommitted) => &kcat_uncommitted,
-            ReaderKind::JavaGroup => unreachable!("no group reader here"),
         }
     };
 
@@ -300,6 +305,15 @@ fn a_bucket_is_read_while_the_shipper_fills_it() {
         let (_, lines, stderr) = client.stop();
         let lines = record_lines(kind, &lines);
         let context = format!("{name}, following the endpoint (stderr:\n{stderr})");
+        if kind == ReaderKind::JavaGroup {
+            // The console consumer prints what it shows of a record, not the bytes: compared as it shows them.
+            let mut got: Vec<ConsoleConsumed> = lines.iter().map(|l| parse_console_line(l).unwrap()).collect();
+            got.sort_by_key(|c| (c.partition, c.offset));
+            let want: Vec<ConsoleConsumed> = src_committed.iter().map(as_console).collect();
+            assert_same(&context, &got, &want);
+            eprintln!("{name}: {} records, as the source serves them", got.len());
+            continue;
+        }
         let got = sorted_records(
             lines
                 .iter()
