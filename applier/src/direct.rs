@@ -85,6 +85,7 @@ mod error;
 mod handover;
 #[cfg(test)]
 mod handover_tests;
+mod kept;
 mod lag;
 mod lineage;
 #[cfg(test)]
@@ -106,6 +107,7 @@ pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
 pub use claims::{claim_path, ROLL_INDEX_INTERVAL_BYTES};
 pub use error::TailError;
 use error::TailResult;
+pub use kept::{Kept, KeptEpochs, KeptFile, MAX_KEPT_EPOCHS};
 pub use lag::{tail_lags, TailLag};
 pub use progress::{progress_path, MAX_PROGRESS_POINTS};
 // Read by others through `crate::mirror`, which owns the readers; named here too for the applier's own callers.
@@ -172,6 +174,10 @@ struct PartitionState {
     /// then derived from the segments at the next session start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     open_transactions: Option<Vec<companions::OpenTransaction>>,
+    /// What promotion needs of the partition without reading its data, describing this record's position
+    /// (`kept`); `None` in a state file written before they were kept, or by a step that does not keep them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kept: Option<kept::Kept>,
 }
 
 /// The mirror appender over one mirror root. Cloning shares the state (one appender per mirror root).

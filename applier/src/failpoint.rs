@@ -30,6 +30,14 @@ pub enum FailPoint {
     HandoverRenamed,
     /// A promotion handing files over by rename: a renamed `.log` was restamped in place.
     HandoverRestamped,
+    /// The tail appender (`direct`): a chunk's bytes were written to its `.log`, not fsynced; nothing else.
+    TailChunkWritten,
+    /// The tail appender: a chunk's `.txnindex` entries were made durable and its index entries written.
+    TailCompanionsWritten,
+    /// The tail appender: a group's `.log`s were fsynced; no state recorded.
+    TailGroupSynced,
+    /// The tail appender: a partition's state (position and kept facts) was recorded.
+    TailRecorded,
 }
 
 /// A kill point fired: the run must stop here, as if the process had died.

@@ -28,6 +28,11 @@ pub struct ActiveSegment {
     pub sealed: bool,
     /// The offset after the last durable batch; `None` before any batch.
     pub next_offset: Option<i64>,
+    /// How many transactions are open at `position` (`None`: not recorded, derived at the next session start).
+    pub open_transactions: Option<usize>,
+    /// What the appender kept for promotion at `position` (`super::kept`); `None` when not kept, or kept for
+    /// another position (never trusted then).
+    pub kept: Option<super::Kept>,
 }
 
 /// The state of partition `topic`-`partition` of the mirror at `root`, or `None` when the partition is not tailed.
@@ -58,7 +63,10 @@ pub fn recorded_active_segment(root: &Path, topic: &str, partition: i32) -> Tail
             ),
         });
     }
+    let kept = state.valid_kept().cloned();
     Ok(Some(ActiveSegment {
+        open_transactions: state.open_transactions.as_ref().map(Vec::len),
+        kept,
         state_file: path,
         segment_base: state.segment_base,
         position: state.position,

@@ -47,8 +47,10 @@ impl Inner {
                 }
             }
         }
+        self.tail_kill_point(TailStep::GroupSynced)?;
         for (name, w) in unsynced {
             self.record(name, w.state)?;
+            self.tail_kill_point(TailStep::Recorded)?;
         }
         Ok(())
     }
@@ -85,9 +87,11 @@ impl Inner {
             self.begin_segment(chunk, &name, prev.as_ref(), start.passed_unsealed, unsynced)?;
         }
         write_at(&path, chunk)?;
+        self.tail_kill_point(TailStep::ChunkWritten)?;
         // The `.txnindex` entries durable (a crash before the record: cut back at the next start), the index
         // entries written; the directory entry of a new file is made durable with the group (`commit`).
         self.write_chunk_companions(&pdir, chunk, &mut companions)?;
+        self.tail_kill_point(TailStep::CompanionsWritten)?;
         let state = PartitionState {
             topic: p.topic.clone(),
             partition: p.partition,
@@ -97,6 +101,14 @@ impl Inner {
             sealed: false,
             next_offset: Some(last_offset + 1),
             open_transactions: Some(companions.open.clone()),
+            kept: Some(kept::after_chunk(
+                prev.as_ref(),
+                chunk,
+                start.new_segment,
+                &batches,
+                companions.files(),
+                Some(last_offset + 1),
+            )),
         };
         let created = chunk.position == 0 || unsynced.get(&name).is_some_and(|w| w.created);
         unsynced.insert(name.clone(), Unsynced1 { path, state, created });
@@ -217,6 +229,7 @@ impl Inner {
         }
         // Claim the new segment at 0 bytes before creating it: a crash after the create leaves a file the
         // record owns (truncated back to 0 at restart), never an unclaimed one refused above.
+        let next_offset = prev.and_then(|s| s.next_offset);
         let claim = PartitionState {
             topic: p.topic.clone(),
             partition: p.partition,
@@ -224,7 +237,9 @@ impl Inner {
             segment_base: chunk.segment_base,
             position: 0,
             sealed: false,
-            next_offset: prev.and_then(|s| s.next_offset),
+            next_offset,
+            // The epoch history carries over; the new segment's files start empty.
+            kept: kept::at_claim(prev, chunk.segment_base, next_offset),
             open_transactions: Some(
                 self.states
                     .get(name)
@@ -314,6 +329,35 @@ impl Inner {
                 path,
             })
         }
+    }
+}
+
+/// The steps of appending a group a crash test can stop after (the applier's failpoints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TailStep {
+    ChunkWritten,
+    CompanionsWritten,
+    GroupSynced,
+    Recorded,
+}
+
+impl Inner {
+    /// Stops here when a crash test armed this step's kill point.
+    fn tail_kill_point(&self, step: TailStep) -> TailResult<()> {
+        #[cfg(feature = "failpoints")]
+        {
+            use crate::failpoint::FailPoint;
+            let point = match step {
+                TailStep::ChunkWritten => FailPoint::TailChunkWritten,
+                TailStep::CompanionsWritten => FailPoint::TailCompanionsWritten,
+                TailStep::GroupSynced => FailPoint::TailGroupSynced,
+                TailStep::Recorded => FailPoint::TailRecorded,
+            };
+            crate::failpoint::hit(self.failpoint.as_deref(), point).map_err(|i| TailError::Injected(i.0))?;
+        }
+        #[cfg(not(feature = "failpoints"))]
+        let _ = step;
+        Ok(())
     }
 }
 

@@ -35,6 +35,11 @@
 //! from the `.log` up to the recorded position before anything reads them (so does any chunk that finds the
 //! in-memory copy missing or behind, e.g. after a failed attempt). `verify` is therefore sound on a mirror after
 //! a clean stop, and after a crash once the applier ran again. A seal replaces them with the broker's own.
+//!
+//! # What the record says of them
+//! Each record also carries the three files' entry counts and CRC-32C as written ([`KeptFiles`], `kept`), so that
+//! `promote` can tell, without the `.log`, whether the files on disk are the ones written for the recorded position
+//! (an index write a crash lost does not match, and is rebuilt there).
 
 use std::collections::HashMap;
 
@@ -43,6 +48,7 @@ use segment_format::dir::PartitionDir;
 use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
 
+use super::kept::KeptFiles;
 use super::*;
 
 /// A transaction open at the recorded position of a tailed partition.
@@ -81,6 +87,9 @@ pub(super) struct ActiveIndexes {
     /// after a rebuild from the file (a start, a failed attempt): the seal then reads the file (see "Sealing
     /// without a second read" in the module doc).
     sha: Option<aws_lc_rs::digest::Context>,
+    /// What the three companion files hold as written (entry counts and CRC-32C), recorded with the position
+    /// (`kept`).
+    pub files: KeptFiles,
 }
 
 /// What a seal takes from the indexes kept while the segment was active, when they cover all of it.
@@ -102,6 +111,7 @@ impl ActiveIndexes {
             times: TimeIndexBuilder::new(base, REBUILD_INDEX_INTERVAL_BYTES),
             written: None,
             sha: Some(aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256)),
+            files: KeptFiles::default(),
         }
     }
 
@@ -133,6 +143,11 @@ impl ActiveIndexes {
             if bytes.is_empty() && !whole {
                 continue;
             }
+            // Described before the write: should it fail, the record (which would carry this) is not written.
+            match kind {
+                SegmentFileKind::Index => self.files.offsets_written(whole, o),
+                _ => self.files.times_written(whole, t),
+            }
             let path = pdir.join(segment_file_name(self.base, kind));
             let mut file = OpenOptions::new()
                 .create(true)
@@ -155,6 +170,13 @@ pub(super) struct ChunkCompanions {
     /// The transactions open after the chunk (recorded with the new position).
     pub open: Vec<OpenTransaction>,
     indexes: ActiveIndexes,
+}
+
+impl ChunkCompanions {
+    /// The segment's companion files as they stand once the chunk's are written (`kept`).
+    pub(super) fn files(&self) -> KeptFiles {
+        self.indexes.files
+    }
 }
 
 impl Inner {
@@ -186,6 +208,8 @@ impl Inner {
             let entries = if last_is_active { entries } else { Vec::new() };
             write_txn_index(&pdir, s.segment_base, &entries)?;
         }
+        // The `.txnindex` may have been rewritten: the in-memory description of it is rebuilt with the indexes.
+        self.indexes.remove(name);
         let open = open_of(&tracker);
         tracing::info!(partition = %name, open = open.len(), "open transactions derived from the mirror's segments");
         self.record(
@@ -265,6 +289,7 @@ impl Inner {
             s.next_offset.unwrap_or(base)
         };
         let txn_path = pdir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
+        let mut ai = ActiveIndexes::new(base);
         match fs::read(&txn_path) {
             Ok(bytes) => {
                 let parsed = TxnIndex::parse(&bytes);
@@ -274,11 +299,11 @@ impl Inner {
                         "dropping .txnindex entries beyond the recorded end");
                     write_txn_index(&pdir, base, &kept)?;
                 }
+                ai.files.txn_is(&kept);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(TailError::io(&txn_path, e)),
         }
-        let mut ai = ActiveIndexes::new(base);
         if position > 0 {
             // Rebuilt from the file: no running digest (the seal reads the file).
             ai.sha = None;
@@ -376,6 +401,7 @@ impl Inner {
             if created {
                 fsync_dir(pdir)?;
             }
+            companions.indexes.files.txn_appended(&companions.aborted);
         }
         companions.indexes.write(pdir)
     }

@@ -154,6 +154,8 @@ impl Inner {
             next_offset: Some(last_offset.saturating_add(1)),
             // Derived from the segments once recorded (`companions`).
             open_transactions: None,
+            // Recorded by the first chunk appended (`kept`).
+            kept: None,
         }))
     }
 }

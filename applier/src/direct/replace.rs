@@ -484,6 +484,8 @@ impl Inner {
                 } else {
                     state.open_transactions.clone()
                 },
+                // Facts of the replaced segment's bytes, which are gone.
+                kept: None,
                 ..state.clone()
             }),
             catalog: catalog_part,
@@ -506,6 +508,8 @@ impl Inner {
     /// Step 3 of the install (idempotent): unlink, rename the `.swap` files, fsync, drop the journal.
     fn finish_install(&mut self, journal_path: &Path, journal: &Journal) -> TailResult<()> {
         let pdir = self.partition_dir(&journal.topic, journal.partition);
+        // Before any file changes: the kept epoch history no longer vouches for the replaced bytes (`kept`).
+        self.distrust_epochs_below_active(&format!("{}-{}", journal.topic, journal.partition))?;
         for name in &journal.delete {
             let path = pdir.join(name);
             match fs::remove_file(&path) {

@@ -526,6 +526,8 @@ impl Inner {
             sealed: false,
             next_offset: Some(range.from_offset),
             open_transactions: None,
+            // Recorded again by the next chunk (`kept`).
+            kept: None,
         };
         self.forget_indexes(name);
         self.record(name.to_string(), state)?;

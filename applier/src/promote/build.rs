@@ -22,7 +22,7 @@ use super::producer_state::{self, LastIndexes};
 use super::refusal::Refusal;
 use super::report::{Outcome, PromotedPartition};
 use super::restamp::copy_log_restamping;
-use super::txn_cut;
+use super::{tail_kept, txn_cut};
 
 mod settled;
 
@@ -98,11 +98,21 @@ pub(super) fn build(
     for (i, base) in p.segments.iter().enumerate() {
         let is_last = i + 1 == p.segments.len();
         if p.handover && !(copied_last && is_last) {
-            // A segment wholly in the target's epoch needs no walk (`settled`); the tailed active segment holds
-            // bytes no install checked, so it is always walked.
+            // A segment wholly in the target's epoch needs no walk (`settled`): by the epochs the tail appender
+            // kept where they cover it (`tail_kept`), else by the mirror's checkpoint — never for the tailed
+            // active segment, whose bytes no install checked.
             let end = p.segments.get(i + 1).copied().unwrap_or(p.log_end_offset);
             let tailed = p.tail_active.is_some_and(|t| t.segment_base == *base);
-            let settled = !tailed && epochs.single_epoch(*base, end) == Some(p.leader_epoch);
+            let epoch = match tail_kept::segment_epoch(p.tail_kept.as_ref(), *base, end) {
+                Some(kept) => Some(kept),
+                None if tailed => None,
+                None => epochs.single_epoch(*base, end),
+            };
+            let settled = epoch == Some(p.leader_epoch);
+            #[cfg(test)]
+            if settled && tailed {
+                tail_kept::used::note(&building, "epochs");
+            }
             let done = hand_over_segment(&source, &building, *base, p.leader_epoch, settled, kill)?;
             result.log_bytes += done.size;
             result.batches_restamped += done.restamped;
@@ -152,12 +162,14 @@ pub(super) fn build(
     // derived from the promoted bytes.
     let last = p.segments.last().copied();
     let tailed = p.tail_active.filter(|t| Some(t.segment_base) == last);
+    let mut kept_indexes = false;
     if let Some(base) = last.filter(|_| tailed.is_some() || limit.is_some()) {
-        complete_tailed_segment(p, &building, base)?;
+        kept_indexes = complete_tailed_segment(p, &building, base)?;
     }
     // The last segment's companions are the mirror's, which install checked against its batches (not a tailed
-    // segment's derived ones, not a cut's prefix, no markers to come): sealed from them, not rebuilt by a walk.
-    let last_indexes = if tailed.is_none() && limit.is_none() && p.cut.is_empty() {
+    // segment's derived ones unless they match what the appender kept, not a cut's prefix, no markers to come):
+    // sealed from them, not rebuilt by a walk.
+    let last_indexes = if (kept_indexes || (tailed.is_none() && limit.is_none())) && p.cut.is_empty() {
         LastIndexes::Kept
     } else {
         LastIndexes::Derived
@@ -274,9 +286,22 @@ fn hand_over_segment(
 /// none on a mirror tailed by an older build), so they are rewritten from the promoted bytes: its offset and time index are rebuilt from its batches (`txn_cut::rebuild_indexes`, as Kafka leaves a rolled
 /// segment's; `producer_state::finish` rewrites them identically when it stops being the active segment) and its
 /// `.txnindex` holds the aborted transactions whose ABORT marker lies in it (`txn_cut::txn_index_entries`). Done
-/// before `finish`, which appends the entries of the transactions promotion cuts after these.
-fn complete_tailed_segment(p: &Planned, building: &Path, base: i64) -> Result<()> {
-    let entries = txn_cut::txn_index_entries(building, &p.segments, base)?;
-    txn_cut::write_txn_index(building, base, &entries)?;
-    txn_cut::rebuild_indexes(building, base)
+/// before `finish`, which appends the entries of the transactions promotion cuts after these. What the tail appender
+/// kept replaces each walk whose file matches it (`tail_kept`; not for a consistent cut's prefix). Returns whether
+/// the offset and time index are the kept ones (then sealed by `finish` like an applied segment's).
+fn complete_tailed_segment(p: &Planned, building: &Path, base: i64) -> Result<bool> {
+    let trusted = match (&p.tail_kept, p.last_segment_limit()) {
+        (Some(kept), None) if p.tail_active.is_some_and(|t| t.segment_base == base) => {
+            tail_kept::trust(kept, building, base)?
+        }
+        _ => tail_kept::Trusted::default(),
+    };
+    if !trusted.txn {
+        let entries = txn_cut::txn_index_entries(building, &p.segments, base)?;
+        txn_cut::write_txn_index(building, base, &entries)?;
+    }
+    if !trusted.indexes {
+        txn_cut::rebuild_indexes(building, base)?;
+    }
+    Ok(trusted.indexes)
 }

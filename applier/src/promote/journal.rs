@@ -65,6 +65,10 @@ pub(crate) struct Planned {
     /// segment may be promoted only up to `last_segment_bytes`. `None` in journals written before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) consistent_cut: Option<ConsistentCut>,
+    /// What the tail appender kept of the tailed active segment at the planned size (`tail_kept`), trusted where
+    /// the files match it. `None`: not tailed, not kept (an older appender), and in journals written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tail_kept: Option<crate::direct::Kept>,
 }
 
 /// The tailed active segment of a planned partition.

@@ -50,12 +50,24 @@
 //! shorter file), the catalog's installed end lies at or below its base, and its batches end at the recorded next
 //! offset; the catalog's end is journaled and checked again at the pause. The active segment's companions on the
 //! mirror are the appender's own, derived and possibly stale (their index files are not fsynced; a mirror tailed
-//! before the appender kept them has none), so the build rewrites them in staging from the bytes it promotes: offset and
-//! time index rebuilt from its batches (`txn_cut::rebuild_indexes`, as for any last segment) and the `.txnindex`
-//! entries of the aborted transactions whose ABORT marker lies in it, computed by segment-format's `TxnTracker`
-//! over the promoted segments from the first (`txn_cut::txn_index_entries`) — the same rule `verify` checks the
-//! index against; the cut's own entries are appended after them. Everything else (restamping, no source producer
-//! state, the cut, root checkpoints, `partition.metadata`) is as for an applied partition. A mirror an applier
+//! before the appender kept them has none). Promotion reads no more of a tailed partition's data than of an applied
+//! one's, because the appender **keeps** what it needs in the state file, written atomically with the position it
+//! describes (`crate::direct::Kept`): the entry counts and CRC-32C of the active segment's offset, time and
+//! transaction index, the transactions open at the end, and the leader epochs of every batch it appended. Promotion
+//! **trusts** them only when the state file describes exactly the mirror's end (segment, size, next offset), and each
+//! companion file only when its bytes match (`tail_kept`); the facts are journaled with the plan. Then: no transaction
+//! open means no walk to find one; a segment the kept epochs put wholly in the target's epoch is settled without a
+//! walk as an applied one is (`build::settled`); matching indexes are sealed as an applied last segment's are
+//! (`txn_cut::seal_kept_indexes`, a read of their tail), and the `.txnindex` keeps its recorded entries. Whatever does
+//! not match, or was not kept (an older appender, a state recorded by a hand-over, truncation or replacement), is
+//! derived in staging from the bytes it promotes as before: offset and time index rebuilt from its batches
+//! (`txn_cut::rebuild_indexes`, as for any last segment), the `.txnindex` entries of the aborted transactions whose
+//! ABORT marker lies in it computed by segment-format's `TxnTracker` over the promoted segments from the first
+//! (`txn_cut::txn_index_entries`) — the same rule `verify` checks the index against — and the open transactions by
+//! `txn_cut::find_open_transactions`. An open transaction at the end or a consistent cut still walks from the first
+//! segment (or the newest producer snapshot) to find what to abort. The cut's own entries are appended after the
+//! segment's. Everything else (restamping, no source producer state, the cut, root checkpoints,
+//! `partition.metadata`) is as for an applied partition. A mirror an applier
 //! holds (the one-applier lock in the mirror root, `crate::lock_mirror`) is refused naming the holder: a
 //! `tail-apply` grows its active segments with every chunk. Promotion takes that lock itself when the mirror has
 //! one (it never creates it: a mirror nobody applied to stays untouched).
@@ -130,6 +142,7 @@ mod report;
 mod restamp;
 pub mod retention;
 mod swap;
+mod tail_kept;
 mod target;
 #[cfg(test)]
 mod tests;
@@ -139,6 +152,8 @@ mod tests_seal;
 mod tests_tail;
 #[cfg(test)]
 mod tests_tail_follow;
+#[cfg(test)]
+mod tests_tail_kept;
 #[cfg(test)]
 mod tests_tail_roll;
 #[cfg(test)]

@@ -101,6 +101,21 @@ impl PromoteRequest {
     }
 }
 
+/// The time planning stamps (the abort markers' timestamp, the retention check's now): the clock's, or in tests the
+/// one [`FIXED_NOW_MS`] sets on the planning thread, so that two promotions compared byte for byte cut alike.
+fn planning_time() -> i64 {
+    #[cfg(test)]
+    if let Some(fixed) = FIXED_NOW_MS.with(std::cell::Cell::get) {
+        return fixed;
+    }
+    now_ms()
+}
+
+#[cfg(test)]
+thread_local! {
+    pub(super) static FIXED_NOW_MS: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
+}
+
 /// A topic selection that matches whole topic names only (`orders` does not select `orders-eu`), as Kafka's own
 /// topic regexes (`topics.regex`) are used.
 pub fn topics_regex(pattern: &str) -> std::result::Result<Regex, regex::Error> {
@@ -191,7 +206,7 @@ impl<'a> Planner<'a> {
             settings,
             retentions: BTreeMap::new(),
             ids: BTreeMap::new(),
-            now_ms: now_ms(),
+            now_ms: planning_time(),
             planned: Vec::new(),
             notes: Vec::new(),
             retention_deletes: Vec::new(),
@@ -364,12 +379,28 @@ impl<'a> Planner<'a> {
                 consistent = Some(point.cut);
             }
         }
-        let cut = txn_cut::find_open_transactions(
-            &request.mirror_root.join(tp.dir_name()),
-            &mirror.segments,
-            &mirror.snapshots,
-            mirror.log_end_offset,
-        )?;
+        // The tail appender's record of no transaction open at the end spares the walk (`tail_kept`); a cut,
+        // an open transaction or a producer snapshot (where the walk would start) take the walk.
+        let kept_none_open = consistent.is_none()
+            && mirror.tail_kept.is_some()
+            && mirror.tail_open_transactions == Some(0)
+            && mirror.snapshots.is_empty();
+        let cut = if kept_none_open {
+            #[cfg(test)]
+            super::tail_kept::used::note(&request.mirror_root.join(tp.dir_name()), "open-transactions");
+            Vec::new()
+        } else {
+            txn_cut::find_open_transactions(
+                &request.mirror_root.join(tp.dir_name()),
+                &mirror.segments,
+                &mirror.snapshots,
+                mirror.log_end_offset,
+            )?
+        };
+        // What was kept describes the whole active segment: not a prefix a consistent cut keeps of it.
+        let tail_kept = mirror
+            .tail_kept
+            .filter(|_| consistent.as_ref().is_none_or(|c| c.last_segment_bytes.is_none()));
         Ok(Planned {
             topic: tp.topic.clone(),
             partition: tp.partition,
@@ -385,6 +416,7 @@ impl<'a> Planner<'a> {
             tail_active: mirror.tail_active,
             handover: false,
             consistent_cut: consistent,
+            tail_kept,
         })
     }
 
@@ -504,6 +536,9 @@ struct MirrorFacts {
     segments: Vec<i64>,
     snapshots: Vec<i64>,
     tail_active: Option<TailActive>,
+    /// What the tail appender kept of the active segment, and how many transactions it recorded open at its end.
+    tail_kept: Option<crate::direct::Kept>,
+    tail_open_transactions: Option<usize>,
 }
 
 fn inspect_mirror(
@@ -564,6 +599,7 @@ fn inspect_mirror(
         });
         return Ok(None);
     }
+    let (tail_kept, tail_open_transactions) = kept_at_end(mirror_root, tp, last, log_end_offset)?;
     let log_start_offset = p.log_start_offset.max(first.base_offset);
     if log_start_offset > log_end_offset {
         refusals.push(Refusal::LogStartBeyondEnd {
@@ -595,6 +631,8 @@ fn inspect_mirror(
         segments,
         snapshots,
         tail_active,
+        tail_kept,
+        tail_open_transactions,
     }))
 }
 
@@ -686,6 +724,30 @@ fn tailed_active_segment(
         segment_base: state.segment_base,
         catalog_end_offset: p.installed_end_offset,
     }))
+}
+
+/// What the tail appender kept for promotion (`crate::direct::Kept`) and the transactions it recorded open, when
+/// its state file describes exactly the mirror's end: its segment is the last one (`last`), at the recorded size,
+/// and its next offset is the log end offset found. `(None, None)` otherwise (not tailed, or kept by no appender, or
+/// anything else: promotion then walks, as it always did). A state file that cannot be read was refused already
+/// for an active segment; for a sealed one it only means nothing is trusted.
+fn kept_at_end(
+    mirror_root: &Path,
+    tp: &TopicPartition,
+    last: &SegmentFiles,
+    log_end_offset: i64,
+) -> Result<(Option<crate::direct::Kept>, Option<usize>)> {
+    let Ok(Some(state)) = crate::direct::recorded_active_segment(mirror_root, &tp.topic, tp.partition) else {
+        return Ok((None, None));
+    };
+    if state.kept.is_none() || state.segment_base != last.base_offset || state.next_offset != Some(log_end_offset) {
+        return Ok((None, None));
+    }
+    let size = std::fs::metadata(&last.log).map_err(|e| Error::io(&last.log, e))?.len();
+    if size != state.position {
+        return Ok((None, None));
+    }
+    Ok((state.kept, state.open_transactions))
 }
 
 /// Pause the planned partitions in the catalog so that a running applier leaves them alone, then check that

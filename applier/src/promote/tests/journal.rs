@@ -137,6 +137,7 @@ fn journal_round_trips() {
                 first_left_timestamp: 1_700_000_000_500,
                 last_segment_bytes: Some(4096),
             }),
+            tail_kept: None,
         }],
         replicas: vec![ReplicaDir {
             log_dir: PathBuf::from("/srv/kafka-2/logs"),

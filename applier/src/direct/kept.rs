@@ -1,0 +1,269 @@
+//! What the appender keeps, with every record of a partition's state, so that `promote` need not read the data
+//! it hands over: the active segment's offset, time and transaction index as they stand at the recorded position
+//! (their entry counts and CRC-32C), and the leader epochs of the batches appended ([`KeptEpochs`]).
+//!
+//! Why: a tailed partition's active segment grows to a GiB, and its sealed segments have no leader-epoch
+//! checkpoint (none is shipped). Without these facts promotion walked every batch header of every segment to
+//! restamp epochs, every batch of the partition to find the transactions open at its end and the aborted ones'
+//! `.txnindex` entries, and the active segment twice more to rebuild its indexes: a failover that grew with the
+//! data (docs/BENCHMARKS.md). The appender sees each batch once anyway, when it checks it.
+//!
+//! # Durability, and why promote may trust it
+//! The facts are part of the state file, written atomically with the position they describe ([`Kept::describes`]),
+//! so they are as durable as the position and never ahead of it. They *describe* the companion files, which stay
+//! written as `companions` writes them (offset and time index without an fsync): promotion trusts a file only
+//! when its bytes have exactly the recorded length (the `.txnindex`: at least, entries past the record are a
+//! crash's leftovers) and CRC-32C, and otherwise rebuilds it from the `.log` as before. A state file without the
+//! facts (written by an older build, or by the hand-over, a truncation or a replacement, which record positions
+//! the facts do not describe) makes promotion walk as before; the next chunk records them again.
+//!
+//! # Epochs
+//! A history of `(epoch, start offset)` changes of the batches appended at offsets from [`KeptEpochs::from_offset`]
+//! on. It carries over seals and segment claims, and restarts (at the next chunk's segment base, or its first
+//! batch) whenever the previous record does not carry valid facts, so it never claims offsets it did not see. A
+//! replacement of sealed segments (the source's cleaner) moves `from_offset` up to the active segment: the
+//! replaced bytes were not checked here. Bounded to [`MAX_KEPT_EPOCHS`] changes; a partition past that restarts
+//! its history at its next segment.
+
+use segment_format::batch::BatchInfo;
+use segment_format::index::{serialize_offset_index, serialize_time_index, OffsetIndexEntry, TimeIndexEntry};
+use segment_format::txn_index::{self, AbortedTxn};
+
+use super::*;
+
+/// Most epoch changes kept: a leader change per entry, so far beyond what a partition sees between failovers; a
+/// partition past it is walked at promotion until its history restarts.
+pub const MAX_KEPT_EPOCHS: usize = 512;
+
+/// The entry count and CRC-32C of a companion file's bytes (its entries serialized, nothing else).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeptFile {
+    pub entries: u64,
+    pub crc32c: u32,
+}
+
+impl KeptFile {
+    /// The file grown by `bytes` holding `entries` more entries.
+    fn append(self, bytes: &[u8], entries: usize) -> KeptFile {
+        KeptFile {
+            entries: self.entries + entries as u64,
+            crc32c: crc32c::crc32c_append(self.crc32c, bytes),
+        }
+    }
+
+    fn of(bytes: &[u8], entries: usize) -> KeptFile {
+        KeptFile::default().append(bytes, entries)
+    }
+
+    /// Whether the first `entries` entries of `bytes` (`entry_size` bytes each) are the ones described; with
+    /// `exact`, `bytes` must hold nothing more.
+    pub fn matches(&self, bytes: &[u8], entry_size: usize, exact: bool) -> bool {
+        let Some(len) = usize::try_from(self.entries)
+            .ok()
+            .and_then(|n| n.checked_mul(entry_size))
+        else {
+            return false;
+        };
+        let Some(prefix) = bytes.get(..len) else {
+            return false;
+        };
+        (!exact || bytes.len() == len) && crc32c::crc32c(prefix) == self.crc32c
+    }
+}
+
+/// The leader epochs of the batches appended from `from_offset` on: each change as `(epoch, first offset)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptEpochs {
+    /// Every batch at or above this offset was appended (and checked) by the appender and is in the history.
+    pub from_offset: i64,
+    /// `(epoch, start offset)`, by start offset; the first starts at `from_offset`.
+    pub changes: Vec<(i32, i64)>,
+}
+
+impl KeptEpochs {
+    fn starting(from_offset: i64) -> KeptEpochs {
+        KeptEpochs {
+            from_offset,
+            changes: Vec::new(),
+        }
+    }
+
+    /// The history with `batches` (in offset order, all at or above `from_offset`) added; `None` past the bound.
+    fn with(mut self, batches: &[BatchInfo]) -> Option<KeptEpochs> {
+        for b in batches {
+            let epoch = b.partition_leader_epoch;
+            if self.changes.last().is_none_or(|(e, _)| *e != epoch) {
+                let start = if self.changes.is_empty() {
+                    self.from_offset
+                } else {
+                    b.base_offset
+                };
+                self.changes.push((epoch, start));
+            }
+        }
+        (self.changes.len() <= MAX_KEPT_EPOCHS).then_some(self)
+    }
+
+    /// The one epoch of every batch in the offsets `base..end`, when the history covers them and none changes
+    /// inside; `None` otherwise (or when no batch was seen there).
+    pub fn single_epoch(&self, base: i64, end: i64) -> Option<i32> {
+        if base < self.from_offset {
+            return None;
+        }
+        let (epoch, _) = self.changes.iter().rev().find(|(_, start)| *start <= base)?;
+        let changes_inside = self.changes.iter().any(|(_, start)| *start > base && *start < end);
+        (!changes_inside).then_some(*epoch)
+    }
+
+    /// The history for offsets at or above `offset` only (what lies below is no longer vouched for).
+    pub(super) fn restricted_to(&self, offset: i64) -> KeptEpochs {
+        if offset <= self.from_offset {
+            return self.clone();
+        }
+        let mut changes: Vec<(i32, i64)> = Vec::new();
+        if let Some((epoch, _)) = self.changes.iter().rev().find(|(_, start)| *start <= offset) {
+            changes.push((*epoch, offset));
+        }
+        changes.extend(self.changes.iter().copied().filter(|(_, start)| *start > offset));
+        KeptEpochs {
+            from_offset: offset,
+            changes,
+        }
+    }
+}
+
+/// What a partition's state file keeps for promotion (module docs), describing its state at one position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kept {
+    /// The position described: facts whose segment, size or next offset differ from the state's are not used.
+    pub segment_base: i64,
+    pub position: u64,
+    pub next_offset: Option<i64>,
+    /// The segment's `.index`, `.timeindex` and `.txnindex` at that position.
+    pub offset_index: KeptFile,
+    pub time_index: KeptFile,
+    pub txn_index: KeptFile,
+    /// `None`: not known (past [`MAX_KEPT_EPOCHS`]).
+    pub epochs: Option<KeptEpochs>,
+}
+
+impl Kept {
+    /// Whether these facts describe the state `segment_base`/`position`/`next_offset`.
+    pub fn describes(&self, segment_base: i64, position: u64, next_offset: Option<i64>) -> bool {
+        self.segment_base == segment_base && self.position == position && self.next_offset == next_offset
+    }
+}
+
+impl PartitionState {
+    /// The kept facts, when they describe this state.
+    pub(super) fn valid_kept(&self) -> Option<&Kept> {
+        self.kept
+            .as_ref()
+            .filter(|k| k.describes(self.segment_base, self.position, self.next_offset))
+    }
+}
+
+impl Inner {
+    /// The kept epoch history of `name` restricted to its active segment and beyond, recorded (a replacement of
+    /// sealed segments is about to change bytes below it: module docs). Nothing to do without valid facts.
+    pub(super) fn distrust_epochs_below_active(&mut self, name: &str) -> TailResult<()> {
+        let Some(s) = self.states.get(name).cloned() else {
+            return Ok(());
+        };
+        let Some(k) = s.valid_kept() else { return Ok(()) };
+        let Some(epochs) = &k.epochs else { return Ok(()) };
+        if epochs.from_offset >= s.segment_base {
+            return Ok(());
+        }
+        let kept = Kept {
+            epochs: Some(epochs.restricted_to(s.segment_base)),
+            ..k.clone()
+        };
+        self.record(name.to_string(), PartitionState { kept: Some(kept), ..s })
+    }
+}
+
+/// The running description of the active segment's companion files, as [`ActiveIndexes`] writes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct KeptFiles {
+    pub offset_index: KeptFile,
+    pub time_index: KeptFile,
+    pub txn_index: KeptFile,
+}
+
+impl KeptFiles {
+    pub(super) fn offsets_written(&mut self, whole: bool, entries: &[OffsetIndexEntry]) {
+        let bytes = serialize_offset_index(entries);
+        self.offset_index = if whole {
+            KeptFile::of(&bytes, entries.len())
+        } else {
+            self.offset_index.append(&bytes, entries.len())
+        };
+    }
+
+    pub(super) fn times_written(&mut self, whole: bool, entries: &[TimeIndexEntry]) {
+        let bytes = serialize_time_index(entries);
+        self.time_index = if whole {
+            KeptFile::of(&bytes, entries.len())
+        } else {
+            self.time_index.append(&bytes, entries.len())
+        };
+    }
+
+    /// The `.txnindex` now holds exactly `entries`.
+    pub(super) fn txn_is(&mut self, entries: &[AbortedTxn]) {
+        self.txn_index = KeptFile::of(&txn_index::serialize(entries), entries.len());
+    }
+
+    /// `entries` appended to the `.txnindex`.
+    pub(super) fn txn_appended(&mut self, entries: &[AbortedTxn]) {
+        self.txn_index = self.txn_index.append(&txn_index::serialize(entries), entries.len());
+    }
+}
+
+/// The facts to record with the state a chunk leaves: the segment's files as `files` describes them, and the
+/// epoch history of `prev` (the state the chunk continues, when its facts are valid) with `batches` added.
+pub(super) fn after_chunk(
+    prev: Option<&PartitionState>,
+    chunk: &Chunk,
+    new_segment: bool,
+    batches: &[BatchInfo],
+    files: KeptFiles,
+    next_offset: Option<i64>,
+) -> Kept {
+    let carried = prev.and_then(|s| s.valid_kept()).and_then(|k| k.epochs.clone());
+    let history = match carried {
+        Some(h) => Some(h),
+        // Nothing before this chunk is vouched for: from its segment's start when it starts one, else from its
+        // first batch.
+        None if new_segment || chunk.position == 0 => Some(KeptEpochs::starting(chunk.segment_base)),
+        None => batches.first().map(|b| KeptEpochs::starting(b.base_offset)),
+    };
+    Kept {
+        segment_base: chunk.segment_base,
+        position: chunk.position + chunk.bytes.len() as u64,
+        next_offset,
+        offset_index: files.offset_index,
+        time_index: files.time_index,
+        txn_index: files.txn_index,
+        epochs: history.and_then(|h| h.with(batches)),
+    }
+}
+
+/// The facts of a segment claimed at 0 bytes after `prev`: empty files, `prev`'s epoch history (when valid).
+pub(super) fn at_claim(prev: Option<&PartitionState>, segment_base: i64, next_offset: Option<i64>) -> Option<Kept> {
+    let epochs = prev.and_then(|s| s.valid_kept()).map(|k| k.epochs.clone())?;
+    Some(Kept {
+        segment_base,
+        position: 0,
+        next_offset,
+        offset_index: KeptFile::default(),
+        time_index: KeptFile::default(),
+        txn_index: KeptFile::default(),
+        epochs,
+    })
+}
+
+#[cfg(test)]
+#[path = "kept_tests.rs"]
+mod tests;

@@ -1,0 +1,76 @@
+//! The kept epoch history and file descriptions (`kept`).
+
+use super::*;
+
+fn batch(base: i64, last: i64, epoch: i32) -> BatchInfo {
+    BatchInfo {
+        position: 0,
+        size: 100,
+        magic: 2,
+        base_offset: base,
+        last_offset: last,
+        max_timestamp: 0,
+        partition_leader_epoch: epoch,
+        producer_id: -1,
+        producer_epoch: -1,
+        is_transactional: false,
+        control: None,
+        is_control: false,
+        records_count: 1,
+    }
+}
+
+#[test]
+fn the_history_names_one_epoch_only_for_ranges_it_saw_whole() {
+    let h = KeptEpochs::starting(100)
+        .with(&[batch(105, 109, 3), batch(110, 119, 3), batch(120, 129, 5)])
+        .unwrap();
+    // The first change starts where the history does: offsets 100..105 hold no batch.
+    assert_eq!(h.changes, vec![(3, 100), (5, 120)]);
+    assert_eq!(h.single_epoch(100, 120), Some(3));
+    assert_eq!(h.single_epoch(120, 200), Some(5));
+    assert_eq!(h.single_epoch(110, 121), None, "an epoch starts inside");
+    assert_eq!(h.single_epoch(99, 110), None, "below the history");
+    // Restricted: nothing below the new start, the epoch in force there kept.
+    let r = h.restricted_to(115);
+    assert_eq!(r.changes, vec![(3, 115), (5, 120)]);
+    assert_eq!(r.single_epoch(110, 115), None);
+    assert_eq!(r.single_epoch(115, 120), Some(3));
+    assert_eq!(h.restricted_to(50), h);
+}
+
+#[test]
+fn a_history_past_its_bound_is_dropped() {
+    let batches: Vec<BatchInfo> = (0..=MAX_KEPT_EPOCHS as i64)
+        .map(|i| batch(i, i, i32::try_from(i).unwrap()))
+        .collect();
+    assert!(KeptEpochs::starting(0).with(&batches[..MAX_KEPT_EPOCHS]).is_some());
+    assert!(KeptEpochs::starting(0).with(&batches).is_none());
+}
+
+#[test]
+fn a_file_matches_only_its_described_bytes() {
+    let mut files = KeptFiles::default();
+    let e = |o: i32| OffsetIndexEntry {
+        relative_offset: o,
+        position: o * 10,
+    };
+    files.offsets_written(true, &[e(1)]);
+    files.offsets_written(false, &[e(2), e(3)]);
+    let bytes = serialize_offset_index(&[e(1), e(2), e(3)]);
+    assert_eq!(files.offset_index.entries, 3);
+    assert!(files.offset_index.matches(&bytes, 8, true));
+    assert!(!files.offset_index.matches(&bytes[..16], 8, true), "short");
+    let mut longer = bytes.clone();
+    longer.extend_from_slice(&[0; 8]);
+    assert!(!files.offset_index.matches(&longer, 8, true), "longer");
+    assert!(
+        files.offset_index.matches(&longer, 8, false),
+        "a prefix is enough when not exact"
+    );
+    let mut changed = bytes.clone();
+    changed[9] ^= 1;
+    assert!(!files.offset_index.matches(&changed, 8, true), "changed");
+    files.offsets_written(true, &[e(1)]);
+    assert!(files.offset_index.matches(&bytes[..8], 8, true), "rewritten whole");
+}

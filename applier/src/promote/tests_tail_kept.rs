@@ -1,0 +1,564 @@
+//! Promotion of a mirror the tail appender wrote, from what it kept (`tail_kept`) against the walks: the same
+//! files byte for byte, with transactions committed, aborted and one left open, and several leader epochs; and
+//! the same after the appender is killed at every step of a chunk's append.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use segment_format::batch::ControlType;
+use segment_format::control::EndTxnMarker;
+use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::log::scan_frames;
+use segment_format::partition_metadata::Uuid;
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
+use segmirror_catalog::Catalog;
+use segmirror_transport::direct::payload::{Chunk, Companion, CompanionKind, PartitionRef, SegmentSeal};
+use segmirror_transport::direct::session::ChunkApplier;
+use sha2::Digest;
+
+use super::plan::FIXED_NOW_MS;
+use super::tail_kept::used;
+use super::tests::{config, target_state, write_target};
+use super::*;
+use crate::direct::{TailAppender, TailCatalog};
+use crate::failpoint::{Armed, FailPoint};
+
+const LINK: &str = "l";
+const TOPIC: &str = "orders";
+const SOURCE_ID: Uuid = Uuid([1; 16]);
+/// The epoch the fixture's target partitions last led in (`tests::write_target`).
+const TARGET_EPOCH: i32 = 2;
+/// Batches per chunk, and chunks per group commit.
+const BATCHES_PER_CHUNK: usize = 3;
+const CHUNKS_PER_GROUP: usize = 2;
+
+/// A source partition with transactions committed and aborted in every segment, one aborted across segments,
+/// idempotent writes between, under two leader epochs (partition 0: 1 then the target's, so its later segments
+/// need no restamping; partition 1: 3 then 5) and, with `open_at_end`, a transaction left open at its end.
+fn write_source(root: &Path, partition: i32, shape: Shape) -> WrittenPartition {
+    let cfg = WriterConfig {
+        segment_bytes: shape.segment_bytes,
+        ..config(SOURCE_ID)
+    };
+    let mut w = PartitionWriter::create(root, TOPIC, partition, 0, cfg).unwrap();
+    let mut sequences = [0i32; 4];
+    let mut send = |w: &mut PartitionWriter, producer: usize, transactional: bool, epoch: i32| {
+        let base = w.next_offset();
+        let mut b = BatchBuilder::new(base)
+            .partition_leader_epoch(epoch)
+            .producer(100 + producer as i64, 1, sequences[producer])
+            .transactional(transactional);
+        for i in 0..2 {
+            b = b.record(
+                RecordSpec::new(i, 1_700_000_000_000 + base * 7 % 50).with_value(vec![b'v'; shape.value_bytes]),
+            );
+        }
+        w.append(b).unwrap();
+        sequences[producer] += 2;
+    };
+    let end = |w: &mut PartitionWriter, producer: usize, control_type: ControlType, epoch: i32| {
+        let marker = EndTxnMarker {
+            control_type,
+            coordinator_epoch: 4,
+        };
+        w.append_end_txn_marker(100 + producer as i64, 1, marker, 1_700_000_000_000, epoch)
+            .unwrap();
+    };
+    let epochs = if partition == 0 { [1, TARGET_EPOCH] } else { [3, 5] };
+    for epoch in epochs {
+        w.become_leader(epoch);
+        for round in 0..shape.rounds {
+            send(&mut w, 0, true, epoch);
+            send(&mut w, 1, true, epoch);
+            send(&mut w, 2, false, epoch);
+            let decided = if round % 2 == 0 {
+                ControlType::Abort
+            } else {
+                ControlType::Commit
+            };
+            end(&mut w, 1, decided, epoch);
+            if round % 3 == 2 {
+                end(&mut w, 0, ControlType::Abort, epoch);
+            }
+        }
+    }
+    let last = epochs[1];
+    end(&mut w, 0, ControlType::Commit, last);
+    for _ in 0..shape.tail_batches {
+        send(&mut w, 2, false, last);
+    }
+    if shape.open_at_end {
+        send(&mut w, 3, true, last);
+        send(&mut w, 2, false, last);
+        send(&mut w, 3, true, last);
+    }
+    w.close().unwrap()
+}
+
+/// What [`write_source`] writes.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    open_at_end: bool,
+    /// Rounds of transactions per leader epoch.
+    rounds: usize,
+    segment_bytes: u64,
+    /// Each record's value: batches large enough for the segments' indexes to hold entries (one per 4 KiB).
+    value_bytes: usize,
+    /// Idempotent batches written last, so that the active segment is large enough for several index entries.
+    tail_batches: usize,
+}
+
+impl Shape {
+    fn of(open_at_end: bool) -> Shape {
+        Shape {
+            open_at_end,
+            rounds: 8,
+            segment_bytes: 24_000,
+            value_bytes: 400,
+            tail_batches: 20,
+        }
+    }
+}
+
+fn pref(partition: i32) -> PartitionRef {
+    PartitionRef {
+        topic: TOPIC.into(),
+        partition,
+        topic_id: SOURCE_ID.0,
+    }
+}
+
+fn sha(bytes: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(bytes).into()
+}
+
+fn inline(kind: CompanionKind, bytes: Vec<u8>) -> Companion {
+    Companion {
+        kind,
+        size: bytes.len() as u64,
+        sha256: sha(&bytes),
+        inline: Some(Bytes::from(bytes)),
+        index_interval: None,
+    }
+}
+
+/// One test's directories: the source, the mirror and its catalog, the target log dir.
+struct Site {
+    _dir: Option<tempfile::TempDir>,
+    root: PathBuf,
+    written: Vec<WrittenPartition>,
+}
+
+impl Site {
+    fn new(shape: Shape) -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("site");
+        let written = (0..2).map(|p| write_source(&root.join("source"), p, shape)).collect();
+        write_target(&root.join("target"), 1, &[0, 1], TARGET_EPOCH);
+        std::fs::create_dir_all(root.join("mirror")).unwrap();
+        Site {
+            _dir: Some(dir),
+            root,
+            written,
+        }
+    }
+
+    fn mirror(&self) -> PathBuf {
+        self.root.join("mirror")
+    }
+
+    fn catalog_path(&self) -> PathBuf {
+        self.root.join("catalog.sqlite")
+    }
+
+    fn appender(&self) -> TailAppender {
+        let catalog = TailCatalog::open(Catalog::open(self.catalog_path()).unwrap(), LINK).unwrap();
+        TailAppender::open_with_catalog(self.mirror(), catalog).unwrap()
+    }
+
+    /// The same site copied beside this one (`name`), for a second promotion of the same mirror.
+    fn copy(&self, name: &str) -> Site {
+        let root = self.root.with_file_name(name);
+        copy_dir(&self.root, &root);
+        Site {
+            _dir: None,
+            root,
+            written: self.written.clone(),
+        }
+    }
+
+    /// Every partition's state file without what the appender kept: what an older appender left.
+    fn forget_kept(&self) {
+        forget_kept_in(&self.mirror(), 2);
+    }
+
+    fn promote(&self, handover: Handover) -> Result<PromoteReport> {
+        let mut catalog = Catalog::open(self.catalog_path()).unwrap();
+        let request = PromoteRequest {
+            mirror_root: self.mirror(),
+            log_dir: self.root.join("target"),
+            handover,
+            ..PromoteRequest::default()
+        };
+        FIXED_NOW_MS.with(|t| t.set(Some(1_800_000_000_000)));
+        let report = promote(&request, &mut catalog);
+        FIXED_NOW_MS.with(|t| t.set(None));
+        report
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let path = e.path();
+        if path.is_dir() {
+            copy_dir(&path, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Each segment of the source partition as the chunks it is shipped in (`BATCHES_PER_CHUNK` batches each) and
+/// whether it is sealed (every one but the last).
+fn shipped(site: &Site, w: &WrittenPartition) -> Vec<(i64, Vec<u8>, Vec<usize>, bool)> {
+    let dir = site.root.join("source").join(format!("{TOPIC}-{}", w.partition));
+    let n = w.segments.len();
+    w.segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let bytes = std::fs::read(dir.join(segment_file_name(s.base_offset, SegmentFileKind::Log))).unwrap();
+            let starts: Vec<usize> = scan_frames(&bytes, 0)
+                .map(|f| f.unwrap().info.position as usize)
+                .collect();
+            if i + 1 == n {
+                let index = dir.join(segment_file_name(s.base_offset, SegmentFileKind::Index));
+                let len = std::fs::metadata(&index).unwrap().len();
+                assert!(
+                    len > 8,
+                    "the active segment's index has entries: {index:?} {len} {:?}",
+                    w.segments
+                );
+            }
+            let mut cuts: Vec<usize> = starts.iter().copied().step_by(BATCHES_PER_CHUNK).collect();
+            cuts.push(bytes.len());
+            (s.base_offset, bytes, cuts, i + 1 < n)
+        })
+        .collect()
+}
+
+/// Ship the source into the mirror from where the appender stands (its durable positions, as a session start
+/// reads them): chunks in groups, every segment but the last sealed. Stops at the first error (a kill point).
+async fn ship(site: &Site, a: &mut TailAppender) -> std::result::Result<(), String> {
+    let durable = a.durable_positions().await.map_err(|e| e.to_string())?;
+    for w in &site.written {
+        let at = durable.iter().find(|d| d.position.partition.partition == w.partition);
+        let src = site.root.join("source").join(format!("{TOPIC}-{}", w.partition));
+        for (base, bytes, cuts, sealed) in shipped(site, w) {
+            let (from, is_sealed) = match at {
+                Some(d) if base < d.position.segment_base => continue,
+                Some(d) if base == d.position.segment_base => (d.position.position as usize, d.sealed),
+                _ => (0, false),
+            };
+            let chunks: Vec<Chunk> = cuts
+                .windows(2)
+                .filter(|c| c[0] >= from)
+                .map(|c| Chunk {
+                    partition: pref(w.partition),
+                    segment_base: base,
+                    position: c[0] as u64,
+                    bytes: Bytes::copy_from_slice(&bytes[c[0]..c[1]]),
+                    crcs: Default::default(),
+                })
+                .collect();
+            for group in chunks.chunks(CHUNKS_PER_GROUP) {
+                a.apply_chunks(group).await.map_err(|e| e.to_string())?;
+            }
+            if sealed && !is_sealed {
+                let read = |kind| std::fs::read(src.join(segment_file_name(base, kind))).unwrap();
+                a.apply_seal(&SegmentSeal {
+                    partition: pref(w.partition),
+                    segment_base: base,
+                    final_size: bytes.len() as u64,
+                    log_sha256: sha(&bytes),
+                    companions: vec![
+                        inline(CompanionKind::OffsetIndex, read(SegmentFileKind::Index)),
+                        inline(CompanionKind::TimeIndex, read(SegmentFileKind::TimeIndex)),
+                    ],
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Promote `site` from what was kept and a copy of it with nothing kept (the walks): the same outcome, and when
+/// both succeed the same target log dir, file for file and byte for byte. Returns what the first promotion used of
+/// the kept facts, and whether it succeeded.
+fn promote_both_ways(site: &Site, handover: Handover, copy_name: &str) -> (Vec<&'static str>, bool) {
+    let walked = site.copy(copy_name);
+    walked.forget_kept();
+    let kept = site.promote(handover);
+    let walk = walked.promote(handover);
+    let used = used::under(&site.root);
+    assert!(used::under(&walked.root).is_empty(), "nothing kept, nothing used");
+    let ok = match (&kept, &walk) {
+        (Ok(k), Ok(w)) => {
+            let (kept_files, kept_checkpoints) = target_state(&site.root.join("target"));
+            let (walked_files, walked_checkpoints) = target_state(&walked.root.join("target"));
+            // Named file by file (sizes and digests) before the bytes are compared.
+            let summary = |files: &std::collections::BTreeMap<PathBuf, Vec<u8>>| -> Vec<(PathBuf, usize, [u8; 32])> {
+                files.iter().map(|(p, b)| (p.clone(), b.len(), sha(b))).collect()
+            };
+            assert_eq!(
+                summary(&kept_files),
+                summary(&walked_files),
+                "the promoted log dirs differ (kept facts used: {used:?})"
+            );
+            assert!(kept_files == walked_files);
+            assert_eq!(kept_checkpoints, walked_checkpoints);
+            for (pk, pw) in k.partitions.iter().zip(&w.partitions) {
+                assert_eq!(
+                    (
+                        pk.log_end_offset,
+                        pk.log_bytes,
+                        pk.batches_restamped,
+                        &pk.transactions_aborted
+                    ),
+                    (
+                        pw.log_end_offset,
+                        pw.log_bytes,
+                        pw.batches_restamped,
+                        &pw.transactions_aborted
+                    )
+                );
+            }
+            true
+        }
+        (Err(Error::Refused { refusals: a }), Err(Error::Refused { refusals: b })) => {
+            assert_eq!(a.len(), b.len(), "{a:?} / {b:?}");
+            false
+        }
+        (k, w) => panic!("kept: {k:?}, walked: {w:?}"),
+    };
+    std::fs::remove_dir_all(&walked.root).unwrap();
+    (used, ok)
+}
+
+#[tokio::test]
+async fn a_tailed_mirror_promoted_from_what_was_kept_matches_the_walks_byte_for_byte() {
+    for open_at_end in [false, true] {
+        for handover in [Handover::Rename, Handover::Copy] {
+            let site = Site::new(Shape::of(open_at_end));
+            let mut a = site.appender();
+            ship(&site, &mut a).await.unwrap();
+            drop(a);
+            let (used, ok) = promote_both_ways(&site, handover, "walked");
+            assert!(ok, "open {open_at_end} {handover:?}");
+            // The indexes and the `.txnindex` from what was kept; the open transactions' walk spared only when none
+            // is open; partition 0's active segment, all in the target's epoch, settled without a walk when handed
+            // over (an open transaction's abort marker makes it a copy).
+            let mut expected = vec!["indexes", "txn-index"];
+            if !open_at_end {
+                expected.push("open-transactions");
+                if handover == Handover::Rename {
+                    expected.push("epochs");
+                }
+            }
+            expected.sort_unstable();
+            assert_eq!(used, expected, "open {open_at_end} {handover:?}");
+            let report = site.promote(handover).unwrap();
+            assert!(report.partitions.iter().all(|p| p.outcome == Outcome::AlreadyPromoted));
+        }
+    }
+}
+
+/// The active segment's index files as a crash can leave them when their last writes never reached the disk: an
+/// entry short (the appender does not fsync them).
+fn lose_unsynced_index_writes(site: &Site) {
+    for p in 0..2 {
+        let Ok(Some(state)) = crate::direct::recorded_active_segment(&site.mirror(), TOPIC, p) else {
+            continue;
+        };
+        let dir = site.mirror().join(format!("{TOPIC}-{p}"));
+        for kind in [SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+            let path = dir.join(segment_file_name(state.segment_base, kind));
+            if let Ok(bytes) = std::fs::read(&path) {
+                let entry = if kind == SegmentFileKind::Index { 8 } else { 12 };
+                // The last entry's write lost: whole entries, just not all of them.
+                std::fs::write(&path, &bytes[..bytes.len().saturating_sub(entry)]).unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_the_walks_promote_it() {
+    let points = [
+        FailPoint::TailChunkWritten,
+        FailPoint::TailCompanionsWritten,
+        FailPoint::TailGroupSynced,
+        FailPoint::TailRecorded,
+    ];
+    // How many times each point is reached in a whole run.
+    let mut runs = 0;
+    for point in points {
+        let mut nth = 1;
+        loop {
+            // Smaller than the other test's (every kill costs four promotions), still several segments.
+            let site = Site::new(Shape {
+                open_at_end: true,
+                rounds: 2,
+                segment_bytes: 40_000,
+                value_bytes: 1200,
+                tail_batches: 6,
+            });
+            let armed = std::sync::Arc::new(Armed::new(point, nth));
+            let mut a = site.appender().with_failpoint(armed.clone());
+            let shipped = ship(&site, &mut a).await;
+            drop(a);
+            if !armed.fired() {
+                shipped.unwrap();
+                break;
+            }
+            assert!(shipped.is_err(), "{point:?} #{nth}");
+            // Every other kill also loses the index writes the page cache held.
+            if nth % 2 == 0 {
+                lose_unsynced_index_writes(&site);
+            }
+            // Promoted as the crash left it (refused alike where the `.log` holds unacknowledged bytes)...
+            let (_, promoted) = promote_both_ways(&site, Handover::Rename, "walked-now");
+            if !promoted {
+                // ...and after a restart that ships the rest.
+                let mut a = site.appender();
+                ship(&site, &mut a).await.unwrap();
+                drop(a);
+                let (used, ok) = promote_both_ways(&site, Handover::Rename, "walked-later");
+                assert!(ok, "{point:?} #{nth}");
+                assert!(used.contains(&"txn-index"), "{point:?} #{nth}: {used:?}");
+            }
+            runs += 1;
+            nth += 1;
+        }
+    }
+    assert!(runs > 40, "{runs} kill points");
+    eprintln!("{runs} kill points");
+}
+
+/// Every state file of the `partitions` partitions under `mirror` without what the appender kept.
+fn forget_kept_in(mirror: &Path, partitions: i32) {
+    for p in 0..partitions {
+        let path = crate::mirror::state_file(mirror, &format!("{TOPIC}-{p}"));
+        let Ok(bytes) = std::fs::read(&path) else { continue };
+        let mut state: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        state.as_object_mut().unwrap().remove("kept");
+        std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    }
+}
+
+/// Segment size of the benchmark's mirror: Kafka's default `segment.bytes`, so that up to 1 GiB per partition
+/// stays in its active segment.
+const BENCH_SEGMENT_BYTES: u64 = 1 << 30;
+
+/// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
+/// source whose leader never changed) to partition `partition` through `a`, in 1 MiB chunks committed eight at a
+/// time; a segment reaching [`BENCH_SEGMENT_BYTES`] is sealed and the next one started, the last stays active.
+async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64) {
+    use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
+    let value = vec![b'x'; 4096];
+    let (mut next, mut base, mut position, mut written) = (0i64, 0i64, 0u64, 0u64);
+    let mut digest = sha2::Sha256::new();
+    let mut offsets = OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+    let mut times = TimeIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+    let mut group = Vec::new();
+    while written < bytes {
+        let mut chunk = Vec::with_capacity(1 << 20);
+        while chunk.len() < 1 << 20 && written + (chunk.len() as u64) < bytes {
+            let batch = BatchBuilder::new(next)
+                .partition_leader_epoch(TARGET_EPOCH)
+                .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
+                .build();
+            if position + (chunk.len() + batch.len()) as u64 > BENCH_SEGMENT_BYTES {
+                break;
+            }
+            chunk.extend_from_slice(&batch);
+            next += 4;
+        }
+        if chunk.is_empty() {
+            // The segment is full: what is pending made durable, then sealed as the shipper would seal it.
+            a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
+            times.seal();
+            a.apply_seal(&SegmentSeal {
+                partition: pref(partition),
+                segment_base: base,
+                final_size: position,
+                log_sha256: std::mem::take(&mut digest).finalize().into(),
+                companions: vec![
+                    inline(CompanionKind::OffsetIndex, offsets.to_bytes()),
+                    inline(CompanionKind::TimeIndex, times.to_bytes()),
+                ],
+            })
+            .await
+            .unwrap();
+            (base, position) = (next, 0);
+            offsets = OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+            times = TimeIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+            continue;
+        }
+        for frame in scan_frames(&chunk, position) {
+            let info = frame.unwrap().info;
+            offsets.push(&info).unwrap();
+            times.push(&info).unwrap();
+        }
+        digest.update(&chunk);
+        let len = chunk.len() as u64;
+        group.push(Chunk {
+            partition: pref(partition),
+            segment_base: base,
+            position,
+            bytes: Bytes::from(chunk),
+            crcs: Default::default(),
+        });
+        if group.len() == 8 {
+            a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
+        }
+        position += len;
+        written += len;
+    }
+    a.apply_chunks(&group).await.unwrap();
+}
+
+/// Writes the fixture `tools/bench/tail_promote.sh` promotes (not a test of its own): a tail-fed mirror of
+/// `SEGMIRROR_BENCH_MIB` MiB in `SEGMIRROR_BENCH_PARTITIONS` partitions under `SEGMIRROR_BENCH_DIR` (`mirror/`,
+/// `catalog.sqlite`, and a stopped target log dir `target/` with the topic created), written by the tail appender;
+/// with `SEGMIRROR_BENCH_FORGET_KEPT=1` its state files then lose what was kept (what an older appender wrote).
+#[tokio::test]
+#[ignore = "writes the tail promotion benchmark's fixture (tools/bench/tail_promote.sh)"]
+async fn bench_fixture() {
+    let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
+    let dir = PathBuf::from(env("SEGMIRROR_BENCH_DIR"));
+    let mib: u64 = env("SEGMIRROR_BENCH_MIB").parse().unwrap();
+    let partitions: i32 = env("SEGMIRROR_BENCH_PARTITIONS").parse().unwrap();
+    let mirror = dir.join("mirror");
+    std::fs::create_dir_all(&mirror).unwrap();
+    write_target(
+        &dir.join("target"),
+        1,
+        &(0..partitions).collect::<Vec<_>>(),
+        TARGET_EPOCH,
+    );
+    let catalog = TailCatalog::open(Catalog::open(dir.join("catalog.sqlite")).unwrap(), LINK).unwrap();
+    let mut a = TailAppender::open_with_catalog(&mirror, catalog).unwrap();
+    for p in 0..partitions {
+        feed_bench_partition(&mut a, p, (mib << 20) / partitions as u64).await;
+    }
+    drop(a);
+    if std::env::var("SEGMIRROR_BENCH_FORGET_KEPT").is_ok_and(|v| v == "1") {
+        forget_kept_in(&mirror, partitions);
+    }
+}
