@@ -8,19 +8,33 @@
 //!
 //! What is remembered is a fact about the *source*, never about the bucket: "the `.log` at this path, with this
 //! [`FileIdentity`] (device, inode, length, modification and status-change times to the nanosecond), holds
-//! complete CRC-valid batches up to byte `prefix`, ending before offset `next`". A rerun that finds the same
-//! identity takes the fact instead of scanning, and decides against the bucket exactly as it would after a scan
-//! (the bucket is untrusted, and is not believed any more than before: it is only compared with the source's
-//! version, and what the seed does on a match is nothing). Any write to the file moves its length or times, a
-//! swapped-in file has another inode; a fact whose identity differs is not used and the segment is scanned.
+//! complete CRC-valid batches up to byte `prefix`, ending before offset `next`", with a [`TailCheck`]: the CRC-32C
+//! of the bytes around the end of that prefix. A rerun that finds the same identity reads that window (at most
+//! 2 × [`TAIL_CHECK_BYTES`], whatever the segment's size) and, when it still hashes the same, takes the fact
+//! instead of scanning, and decides against the bucket exactly as it would after a scan (the bucket is untrusted,
+//! and is not believed any more than before: it is only compared with the source's version, and what the seed does
+//! on a match is nothing). A fact whose identity or window differs is not used and the segment is scanned.
+//!
+//! Why the identity and one bounded window are enough. A live broker's files can change under the seed, and a
+//! fact is only believed while the file cannot hold other batches than the scan found. Kafka writes an active
+//! segment in two ways only: it appends (the length grows; with `file.preallocate` the length stays and the new
+//! batch is written from the prefix's end, inside the window) and it truncates (a follower after a leader change,
+//! recovery): the length shrinks, and batches re-appended to the same length are other bytes ending at the
+//! prefix's end (another leader epoch in the header, another CRC), inside the window again. Any write moves the
+//! modification time, setting it back moves the status-change time, and a file swapped in (compaction, a restore)
+//! has another inode. The window is also what catches a rewrite that keeps every stamp (a file system with coarse
+//! or unreliable times, a tool that restores them): it is read through the same open file whose identity was
+//! compared, so the bytes hashed are those of the file the fact describes.
 //!
 //! Racy stamps (git's "racy clean" problem): file times are kept at the kernel's coarse clock (a few ms), so a
 //! write in the same tick as the identity was taken could leave the times unchanged. A same-length rewrite in
-//! one tick is the only change that escapes, but correctness comes first: a fact is recorded only when the file's
-//! times were already [`RACY_MARGIN`] old when its identity was taken, so any later write lands on a later tick.
-//! A segment written within that margin before a seed is scanned again on the next run.
+//! one tick is the only change that escapes the stamps (and the window catches the ones Kafka makes), but the window
+//! is hashed after the scan, and only stamps that cannot move unseen tie it to the bytes the scan found: a fact is
+//! recorded only when the file's times were already [`RACY_MARGIN`] old when its identity was taken, so any later
+//! write lands on a later tick. A segment written within that margin before a seed is scanned again on the next run.
 //!
-//! The memory is local state of the machine that reads the source (`--memory FILE`): a JSON document written
+//! The memory is local state of the machine that reads the source (`--memory FILE`; `segmirror seed` keeps one
+//! per link in its data directory by default): a JSON document written
 //! atomically (temporary file, fsync, rename) at the end of a run, read size-capped ([`MAX_MEMORY_BYTES`]) at the
 //! start of the next. It is a cache: a missing, unreadable or malformed file is a warning and an empty memory
 //! (the rerun scans, as without one); facts of files that no longer exist are dropped when it is written. The
@@ -35,10 +49,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use segment_format::verify::VerifyOptions;
 use serde::{Deserialize, Serialize};
 
-use crate::source::{file_identity, FileIdentity};
+use crate::source::FileIdentity;
 
 /// The `format` of a memory document; another format is ignored (scanned again), never misread.
-pub const MEMORY_FORMAT: &str = "segmirror.seed-memory.v1";
+pub const MEMORY_FORMAT: &str = "segmirror.seed-memory.v2";
 
 /// Largest memory document read (~150 bytes per active segment: some 400,000 partitions), so a file that is not
 /// ours cannot make the seed allocate without bound.
@@ -48,6 +62,53 @@ pub const MAX_MEMORY_BYTES: u64 = 64 << 20;
 /// doc): far above the kernel's coarse clock tick (1-10 ms) and any skew between the clock that stamps files and
 /// the one read here (the same kernel clock for a local file system).
 pub const RACY_MARGIN: Duration = Duration::from_secs(2);
+
+/// Bytes on each side of the end of a remembered prefix that a rerun reads and hashes before it believes the fact
+/// (see the module doc): 64 KiB holds the last batch's header for batches up to that size (the producer's default
+/// `batch.size` is 16 KiB), and reading it is one small read of pages the broker just wrote, whatever the
+/// segment's size.
+pub const TAIL_CHECK_BYTES: u64 = 64 << 10;
+
+/// What a scan of an active segment found, before its [`TailCheck`] is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scanned {
+    /// The file's identity when the scan started.
+    pub identity: FileIdentity,
+    /// Bytes of complete, CRC-valid batches from the start of the file.
+    pub prefix: u64,
+    /// One past the last offset in the prefix (the segment's base if it is empty).
+    pub next: i64,
+    /// Found with `--deep`.
+    pub deep: bool,
+    /// Found with strict tail checking.
+    pub strict: bool,
+}
+
+/// The bounded check of a fact: the CRC-32C of the file's bytes `[from, from + len)`, the window around the end of
+/// the prefix (up to [`TAIL_CHECK_BYTES`] before it, and as much of the excluded tail, capped the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TailCheck {
+    pub from: u64,
+    pub len: u64,
+    pub crc32c: u32,
+}
+
+impl TailCheck {
+    /// The window of a file of `file_len` bytes whose complete batches end at `prefix`: `(from, len)`.
+    fn window(prefix: u64, file_len: u64) -> (u64, u64) {
+        let from = prefix.saturating_sub(TAIL_CHECK_BYTES);
+        let to = file_len.min(prefix.saturating_add(TAIL_CHECK_BYTES)).max(from);
+        (from, to - from)
+    }
+}
+
+/// What a recall read: the fact when it is believed, and the bytes of the window it hashed (0 when the identity
+/// already differed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recalled {
+    pub fact: Option<ActiveFact>,
+    pub checked_bytes: u64,
+}
 
 /// What a scan found in an active segment's `.log` with `identity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +122,8 @@ pub(crate) struct ActiveFact {
     pub deep: bool,
     /// Found with strict tail checking.
     pub strict: bool,
+    /// The bytes around the prefix's end when the fact was recorded.
+    pub tail: TailCheck,
 }
 
 impl ActiveFact {
@@ -115,30 +178,64 @@ impl SeedMemory {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The fact about `log` if the file is still exactly as it was when the fact was found, and it was found with
-    /// at least the verification `verify` asks for. One `stat`.
-    pub(crate) fn recall(&self, log: &Path, verify: &VerifyOptions) -> Option<ActiveFact> {
-        let fact = *self.facts().get(&key(log)?)?;
+    /// The fact about `log` if the file is still exactly as it was when the fact was found (its identity, then
+    /// the window of its [`TailCheck`] read through the same open file), and it was found with at least the
+    /// verification `verify` asks for. One `open`, two `fstat`s and one read of at most 2 × [`TAIL_CHECK_BYTES`].
+    pub(crate) fn recall(&self, log: &Path, verify: &VerifyOptions) -> Recalled {
+        let none = |checked_bytes| Recalled {
+            fact: None,
+            checked_bytes,
+        };
+        let Some(fact) = key(log).and_then(|k| self.facts().get(&k).copied()) else {
+            return none(0);
+        };
         if (verify.is_deep() && !fact.deep) || (verify.is_strict() && !fact.strict) {
-            return None;
+            return none(0);
         }
-        (file_identity(log)? == fact.identity).then_some(fact)
+        let Ok(mut file) = std::fs::File::open(log) else {
+            return none(0);
+        };
+        if open_identity(&file) != Some(fact.identity) {
+            return none(0);
+        }
+        let crc = window_crc(&mut file, fact.tail.from, fact.tail.len);
+        // The identity once more: a write while the window was read is not believed either.
+        let same = crc.as_ref().ok() == Some(&fact.tail.crc32c) && open_identity(&file) == Some(fact.identity);
+        Recalled {
+            fact: same.then_some(fact),
+            checked_bytes: fact.tail.len,
+        }
     }
 
-    /// Record what a scan found, if the file's times were old enough when its identity was taken (see the module
-    /// doc); otherwise forget what was known about `log`.
-    pub(crate) fn remember(&self, log: &Path, fact: ActiveFact, identity_taken: SystemTime) {
+    /// Record what a scan found, with the [`TailCheck`] of the file as it is now, if the file's times were old
+    /// enough when its identity was taken and it still has that identity (see the module doc); otherwise forget
+    /// what was known about `log`. Reads at most 2 × [`TAIL_CHECK_BYTES`] (pages the scan just read).
+    pub(crate) fn remember(&self, log: &Path, scanned: Scanned, identity_taken: SystemTime) {
         let Some(key) = key(log) else { return };
         let taken_ns = identity_taken
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         let margin = i64::try_from(RACY_MARGIN.as_nanos()).unwrap_or(i64::MAX);
-        let newest = fact.identity.mtime_ns.max(fact.identity.ctime_ns);
+        let newest = scanned.identity.mtime_ns.max(scanned.identity.ctime_ns);
+        let fact = (newest < taken_ns.saturating_sub(margin))
+            .then(|| tail_check(log, &scanned))
+            .flatten()
+            .map(|tail| ActiveFact {
+                identity: scanned.identity,
+                prefix: scanned.prefix,
+                next: scanned.next,
+                deep: scanned.deep,
+                strict: scanned.strict,
+                tail,
+            });
         let mut facts = self.facts();
-        if newest < taken_ns.saturating_sub(margin) {
-            facts.insert(key, fact);
-        } else {
-            facts.remove(&key);
+        match fact {
+            Some(fact) => {
+                facts.insert(key, fact);
+            }
+            None => {
+                facts.remove(&key);
+            }
         }
     }
 
@@ -165,6 +262,57 @@ impl SeedMemory {
         temp.as_file().sync_data()?;
         temp.persist(file).map_err(|e| e.error)?;
         Ok(())
+    }
+}
+
+/// The [`TailCheck`] of `log` for what `scanned` found, if the open file still has the scan's identity before and
+/// after its window is read (else the file changed since the scan started: nothing is recorded).
+fn tail_check(log: &Path, scanned: &Scanned) -> Option<TailCheck> {
+    let mut file = std::fs::File::open(log).ok()?;
+    if open_identity(&file)? != scanned.identity {
+        return None;
+    }
+    let (from, len) = TailCheck::window(scanned.prefix, scanned.identity.len);
+    let crc32c = window_crc(&mut file, from, len).ok()?;
+    (open_identity(&file)? == scanned.identity).then_some(TailCheck { from, len, crc32c })
+}
+
+/// The CRC-32C of `file`'s bytes `[from, from + len)` (`len` is at most 2 × [`TAIL_CHECK_BYTES`]); a file shorter
+/// than that is an error.
+fn window_crc(file: &mut std::fs::File, from: u64, len: u64) -> std::io::Result<u32> {
+    use std::io::{Seek, SeekFrom};
+    if len > 2 * TAIL_CHECK_BYTES {
+        return Err(std::io::Error::other("tail check window over its bound"));
+    }
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(std::io::Error::other)?];
+    file.seek(SeekFrom::Start(from))?;
+    file.read_exact(&mut bytes)?;
+    Ok(crc32c::crc32c(&bytes))
+}
+
+/// The [`FileIdentity`] of an open file (`fstat`), as [`file_identity`](crate::source::file_identity) gives it for a path: the identity of the
+/// bytes read through `file`, whatever was renamed over its name meanwhile.
+fn open_identity(file: &std::fs::File) -> Option<FileIdentity> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata().ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
+        Some(FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        None
     }
 }
 
@@ -199,11 +347,12 @@ mod tests {
     use segment_format::verify::{Depth, Strictness};
 
     use super::*;
+    use crate::source::file_identity;
 
-    fn fact_for(log: &Path) -> ActiveFact {
-        ActiveFact {
+    fn scanned(log: &Path, prefix: u64) -> Scanned {
+        Scanned {
             identity: file_identity(log).unwrap(),
-            prefix: 3,
+            prefix,
             next: 7,
             deep: false,
             strict: false,
@@ -214,6 +363,10 @@ mod tests {
         SystemTime::now() + RACY_MARGIN * 2
     }
 
+    fn recall(memory: &SeedMemory, log: &Path) -> Option<ActiveFact> {
+        memory.recall(log, &VerifyOptions::default()).fact
+    }
+
     #[test]
     fn a_fact_is_believed_only_while_the_file_is_unchanged_and_survives_a_save() {
         let dir = tempfile::tempdir().unwrap();
@@ -221,10 +374,18 @@ mod tests {
         std::fs::write(&log, b"abcd").unwrap();
         let memory_file = dir.path().join("memory.json");
         let memory = SeedMemory::load(&memory_file);
-        let fact = fact_for(&log);
         let shallow = VerifyOptions::default();
-        memory.remember(&log, fact, later());
-        assert_eq!(memory.recall(&log, &shallow), Some(fact));
+        memory.remember(&log, scanned(&log, 3), later());
+        let fact = recall(&memory, &log).unwrap();
+        assert_eq!((fact.prefix, fact.next), (3, 7));
+        assert_eq!(
+            fact.tail,
+            TailCheck {
+                from: 0,
+                len: 4,
+                crc32c: crc32c::crc32c(b"abcd")
+            }
+        );
         // A file named relative to the working directory has the key of its absolute name.
         let cwd = std::env::current_dir().unwrap();
         assert_eq!(
@@ -237,21 +398,28 @@ mod tests {
             depth: Depth::Deep,
             strictness: Strictness::Lenient,
         };
-        assert_eq!(memory.recall(&log, &deep), None);
+        assert_eq!(memory.recall(&log, &deep).fact, None);
         memory.save().unwrap();
         let reloaded = SeedMemory::load(&memory_file);
-        assert_eq!(reloaded.recall(&log, &shallow), Some(fact));
-        // An append moves the length: not believed.
+        assert_eq!(recall(&reloaded, &log), Some(fact));
+        assert_eq!(reloaded.recall(&log, &shallow).checked_bytes, 4);
+        // An append moves the length: not believed, and the window is not even read.
         std::fs::OpenOptions::new()
             .append(true)
             .open(&log)
             .unwrap()
             .write_all(b"e")
             .unwrap();
-        assert_eq!(reloaded.recall(&log, &shallow), None);
+        assert_eq!(
+            reloaded.recall(&log, &shallow),
+            Recalled {
+                fact: None,
+                checked_bytes: 0
+            }
+        );
         // A file swapped in under the same name with the same length and times: another inode.
-        let fresh = fact_for(&log);
-        reloaded.remember(&log, fresh, later());
+        reloaded.remember(&log, scanned(&log, 5), later());
+        assert!(recall(&reloaded, &log).is_some());
         let other = dir.path().join("other");
         std::fs::write(&other, b"abcde").unwrap();
         let times = std::fs::File::open(&log)
@@ -267,7 +435,56 @@ mod tests {
             .set_modified(times)
             .unwrap();
         std::fs::rename(&other, &log).unwrap();
-        assert_eq!(reloaded.recall(&log, &shallow), None);
+        assert_eq!(recall(&reloaded, &log), None);
+    }
+
+    /// The window alone catches what the stamps cannot: the same file with every stamp as recorded but other
+    /// bytes around the prefix's end (a fact edited to another window stands for a rewrite that kept the stamps).
+    #[test]
+    fn a_fact_whose_window_hashes_differently_is_not_believed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("00000000000000000000.log");
+        let bytes: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&log, &bytes).unwrap();
+        let memory = SeedMemory::in_memory();
+        memory.remember(&log, scanned(&log, 250_000), later());
+        let fact = recall(&memory, &log).unwrap();
+        // The window: 64 KiB before the prefix's end and 64 KiB of the excluded tail, never the whole file.
+        assert_eq!(
+            (fact.tail.from, fact.tail.len),
+            (250_000 - TAIL_CHECK_BYTES, 2 * TAIL_CHECK_BYTES)
+        );
+        assert_eq!(
+            fact.tail.crc32c,
+            crc32c::crc32c(&bytes[(250_000 - TAIL_CHECK_BYTES) as usize..(250_000 + TAIL_CHECK_BYTES) as usize])
+        );
+        assert_eq!(
+            memory.recall(&log, &VerifyOptions::default()).checked_bytes,
+            2 * TAIL_CHECK_BYTES
+        );
+        let k = key(&log).unwrap();
+        let mut edited = fact;
+        edited.tail.crc32c ^= 1;
+        memory.facts().insert(k.clone(), edited);
+        assert_eq!(recall(&memory, &log), None);
+        // A window past the end of the file (a fact about a longer file with this identity) is not believed.
+        let mut past = fact;
+        past.tail.from = 390_000;
+        memory.facts().insert(k, past);
+        assert_eq!(recall(&memory, &log), None);
+    }
+
+    #[test]
+    fn the_window_is_bounded_and_inside_the_file() {
+        assert_eq!(TailCheck::window(0, 0), (0, 0));
+        assert_eq!(TailCheck::window(10, 10), (0, 10));
+        assert_eq!(TailCheck::window(10, 100), (0, 100));
+        let gib = 1u64 << 30;
+        assert_eq!(TailCheck::window(gib, gib), (gib - TAIL_CHECK_BYTES, TAIL_CHECK_BYTES));
+        // A preallocated segment: the window reaches into its zero tail, where the next batch would be written.
+        assert_eq!(TailCheck::window(1000, gib), (0, 1000 + TAIL_CHECK_BYTES));
+        // A prefix beyond the file (never recorded: the scan's prefix is within the identity's length) is empty.
+        assert_eq!(TailCheck::window(gib, 10), (gib - TAIL_CHECK_BYTES, 0));
     }
 
     #[test]
@@ -276,8 +493,13 @@ mod tests {
         let log = dir.path().join("00000000000000000000.log");
         std::fs::write(&log, b"abcd").unwrap();
         let memory = SeedMemory::in_memory();
-        memory.remember(&log, fact_for(&log), SystemTime::now());
-        assert_eq!(memory.recall(&log, &VerifyOptions::default()), None);
+        memory.remember(&log, scanned(&log, 3), SystemTime::now());
+        assert_eq!(recall(&memory, &log), None);
+        // Nor one about a file that changed since its scan started.
+        let stale = scanned(&log, 3);
+        std::fs::write(&log, b"abcdef").unwrap();
+        memory.remember(&log, stale, later());
+        assert_eq!(recall(&memory, &log), None);
     }
 
     #[test]
@@ -286,15 +508,14 @@ mod tests {
         let log = dir.path().join("00000000000000000000.log");
         std::fs::write(&log, b"abcd").unwrap();
         let memory_file = dir.path().join("memory.json");
-        for junk in [&b"{not json"[..], br#"{"format":"other","active":{}}"#] {
+        let v1 = br#"{"format":"segmirror.seed-memory.v1","active":{}}"#;
+        for junk in [&b"{not json"[..], br#"{"format":"other","active":{}}"#, v1] {
             std::fs::write(&memory_file, junk).unwrap();
             let memory = SeedMemory::load(&memory_file);
-            assert_eq!(memory.recall(&log, &VerifyOptions::default()), None);
-            memory.remember(&log, fact_for(&log), later());
+            assert_eq!(recall(&memory, &log), None);
+            memory.remember(&log, scanned(&log, 3), later());
             memory.save().unwrap();
-            assert!(SeedMemory::load(&memory_file)
-                .recall(&log, &VerifyOptions::default())
-                .is_some());
+            assert!(recall(&SeedMemory::load(&memory_file), &log).is_some());
         }
         // Facts about files that are gone are dropped when saved.
         std::fs::remove_file(&log).unwrap();

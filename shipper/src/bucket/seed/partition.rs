@@ -348,13 +348,15 @@ impl PartitionShipper<'_, '_> {
                 } else {
                     let (log, verify) = (segment.log.clone(), self.ctx.prepare.verify.clone());
                     let memory = self.ctx.memory;
-                    // The file exactly as an earlier scan found it: its version without reading it (see `memory`).
-                    match blocking("stat segment", {
+                    // The file exactly as an earlier scan found it: its version from the identity and the bytes
+                    // around the prefix's end, without reading the rest (see `memory`).
+                    let recalled = blocking("stat segment", {
                         let memory = Arc::clone(memory);
                         move || memory.recall(&log, &verify)
                     })
-                    .await?
-                    {
+                    .await?;
+                    self.report.tail_check_bytes += recalled.checked_bytes;
+                    match recalled.fact {
                         Some(fact) => {
                             self.report.excluded_tail_bytes = fact.excluded_tail();
                             let source = Version {
@@ -525,14 +527,18 @@ impl PartitionShipper<'_, '_> {
                 p.cache_footprint = footprint;
                 self.report.log_bytes_scanned += p.log_bytes_scanned;
                 if let (None, Some((identity, taken))) = (next_base, p.source_identity) {
-                    let fact = super::memory::ActiveFact {
+                    let scanned = super::memory::Scanned {
                         identity,
                         prefix: p.log_len(),
                         next: p.range.next(),
                         deep: self.ctx.prepare.verify.is_deep(),
                         strict: self.ctx.prepare.verify.is_strict(),
                     };
-                    self.ctx.memory.remember(&segment_log, fact, taken);
+                    let memory = Arc::clone(self.ctx.memory);
+                    blocking("remember the segment", move || {
+                        memory.remember(&segment_log, scanned, taken)
+                    })
+                    .await?;
                 }
                 Ok(p)
             }

@@ -86,6 +86,9 @@ pub struct PartitionReport {
     /// referenced chunks); uploads are counted in `bytes_uploaded`. A rerun with nothing new and the seed's
     /// memory reads none.
     pub log_bytes_scanned: u64,
+    /// Bytes of active `.log` files the seed's memory read to confirm a remembered scan still holds (a bounded
+    /// window around the end of the shipped prefix, at most 128 KiB per segment, whatever its size).
+    pub tail_check_bytes: u64,
     /// The lease epoch this run held, if it needed one.
     pub lease_epoch: Option<u64>,
     /// Things worth knowing that did not stop the partition (a producer
@@ -108,6 +111,7 @@ impl PartitionReport {
             shipped_through: None,
             excluded_tail_bytes: 0,
             log_bytes_scanned: 0,
+            tail_check_bytes: 0,
             lease_epoch: None,
             warnings: Vec::new(),
         }
