@@ -42,10 +42,14 @@
 //! elections only.) A follower serving the fetch (Fetch v11+ lets a consumer read from one) states its own high
 //! watermark, which trails the leader's: a lower bound, still a committed one.
 //!
-//! Limits: without a fetch session every request lists every partition (about 35 bytes each plus its topic's
-//! name), once per move of any high watermark; a partition first looked up after the start waits for the fetch in
-//! flight (at most [`FETCH_MAX_WAIT`]) before it is asked for; only the bootstrap broker is asked, over PLAINTEXT,
-//! as [`super::list_offsets`] says.
+//! Cost: without a fetch session every request lists every partition (about 35 bytes each plus its topic's name)
+//! and every answer answers each, once per move of any high watermark; the fetches are spaced so that at most
+//! [`FETCH_PARTITIONS_PER_SECOND`] partition entries are asked a second (no spacing to speak of below a few
+//! hundred partitions; at 10,000, one fetch per 50 ms at most, what `ListOffsets` polling cost). A KIP-227 fetch
+//! session (incremental requests and answers naming only the partitions that moved) would lift that spacing.
+//!
+//! Limits: a partition first looked up after the start waits for the fetch in flight (at most [`FETCH_MAX_WAIT`])
+//! before it is asked for; only the bootstrap broker is asked, over PLAINTEXT, as [`super::list_offsets`] says.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
@@ -70,6 +74,13 @@ pub const FETCH_RETRY: Duration = Duration::from_secs(1);
 
 /// Longest pause of the long poll after fetches failed in a row (30 s): the pause doubles from [`FETCH_RETRY`].
 pub const MAX_FETCH_RETRY: Duration = Duration::from_secs(30);
+
+/// Most partition entries asked a second by the long poll (200,000): a fetch lists every partition and the broker
+/// answers every one, so with many partitions whose high watermarks keep moving, fetches answered back to back
+/// would cost far more than polling; spacing them by `partitions / this` keeps the cost at or under what
+/// `ListOffsets` every 50 ms cost at 10,000 partitions, and changes nothing below a few hundred partitions (1,000:
+/// 5 ms between fetches at most).
+pub const FETCH_PARTITIONS_PER_SECOND: u32 = 200_000;
 
 /// The lowest `Fetch` version used (4: the lowest Kafka 4 speaks; it has the isolation level and `max_bytes`).
 pub const MIN_FETCH_VERSION: i16 = 4;
@@ -97,6 +108,8 @@ pub struct FetchHwConfig {
     pub max_wait: Duration,
     /// [`FETCH_RETRY`].
     pub fetch_retry: Duration,
+    /// [`FETCH_PARTITIONS_PER_SECOND`] (at least 1).
+    pub partitions_per_second: u32,
     /// [`MAX_FETCH_RETRY`].
     pub max_fetch_retry: Duration,
     /// The `ListOffsets` interval (first learning, relearning, fallback), request timeout and reconnect backoff.
@@ -108,6 +121,7 @@ impl Default for FetchHwConfig {
         FetchHwConfig {
             max_wait: FETCH_MAX_WAIT,
             fetch_retry: FETCH_RETRY,
+            partitions_per_second: FETCH_PARTITIONS_PER_SECOND,
             max_fetch_retry: MAX_FETCH_RETRY,
             list_offsets: ListOffsetsConfig::default(),
         }
@@ -384,6 +398,7 @@ async fn learn(
     // Where each partition's fetch parks: the last high watermark answered (none: to be learned by ListOffsets).
     let mut parked_at: HashMap<(String, i32), i64> = HashMap::new();
     let mut last_list: Option<Instant> = None;
+    let mut last_fetch: Option<Instant> = None;
     let mut fetch_retry = config.fetch_retry;
     let mut fetch_paused_until: Option<Instant> = None;
     let mut partition_errors: HashMap<(String, i32), i16> = HashMap::new();
@@ -470,7 +485,13 @@ async fn learn(
         } else {
             config.max_wait
         };
+        // Spaced by the partition budget (FETCH_PARTITIONS_PER_SECOND) from the previous fetch's start.
+        let gap = Duration::from_secs_f64(fetchable.len() as f64 / f64::from(config.partitions_per_second.max(1)));
+        if let Some(due) = last_fetch.map(|at| at + gap) {
+            tokio::time::sleep_until(due.into()).await;
+        }
         let started = Instant::now();
+        last_fetch = Some(started);
         match fetch(c, version, &fetchable, max_wait).await {
             Ok(answers) => {
                 fetch_retry = config.fetch_retry;

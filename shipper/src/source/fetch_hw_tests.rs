@@ -24,6 +24,7 @@ fn config() -> FetchHwConfig {
     FetchHwConfig {
         max_wait: Duration::from_millis(100),
         fetch_retry: Duration::from_millis(150),
+        partitions_per_second: FETCH_PARTITIONS_PER_SECOND,
         max_fetch_retry: Duration::from_millis(300),
         list_offsets: ListOffsetsConfig {
             interval: Duration::from_millis(10),
@@ -43,6 +44,8 @@ enum Step {
     Fetch(Vec<(&'static str, i32, i16, i64)>, Duration),
     /// A `Fetch` answered with a response-level error code.
     FetchRefused(i16),
+    /// This many `Fetch`es answered at once, each partition's high watermark one past its fetch offset.
+    FetchAdvancing(usize),
 }
 
 /// What the scripted broker was asked.
@@ -181,6 +184,26 @@ async fn serve(mut s: TcpStream, fetch: Option<(i16, i16)>, script: Vec<Step>, a
         });
         if matches!(script.front(), Some(Step::ListRepeated(_))) {
             script.pop_front();
+        }
+        if let Some(Step::FetchAdvancing(n)) = script.front_mut() {
+            *n -= 1;
+            let partitions = request.topics[0]
+                .partitions
+                .iter()
+                .map(|p| {
+                    PartitionData::default()
+                        .with_partition_index(p.partition)
+                        .with_high_watermark(p.fetch_offset + 1)
+                })
+                .collect();
+            let response = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_static_str(T)))
+                .with_partitions(partitions)]);
+            if *n == 0 {
+                script.pop_front();
+            }
+            respond(&mut s, ApiKey::Fetch, version, correlation_id, &response).await;
+            continue;
         }
         let response = match script.pop_front() {
             Some(Step::Fetch(answers, delay)) => {
@@ -473,4 +496,36 @@ fn the_request_groups_partitions_by_topic_and_answers_follow_the_asking_order() 
     assert!(fetch_answers(&parts, &refused)
         .unwrap_err()
         .contains("InvalidFetchSessionEpoch"));
+}
+
+#[tokio::test]
+async fn fetches_answered_back_to_back_are_spaced_by_the_partition_budget() {
+    let (l, addr) = listener().await;
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let script = vec![Step::List(vec![(0, 0, 0), (1, 0, 0)]), Step::FetchAdvancing(100_000)];
+    let broker = tokio::spawn(scripted_broker(l, Some((4, 12)), vec![script], asked));
+    let parts = vec![(T.to_string(), 0), (T.to_string(), 1)];
+    // Two partitions, 100 entries a second: one fetch per 20 ms at most, however fast the broker answers.
+    let config = FetchHwConfig {
+        partitions_per_second: 100,
+        ..config()
+    };
+    let source = FetchHighWatermarks::spawn(&tokio::runtime::Handle::current(), addr, parts, config);
+    until("a first fetch answer", || source.fetch_answers() >= 1).await;
+    let (start, at) = (source.fetch_answers(), Instant::now());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answered = source.fetch_answers() - start;
+    let rate = answered as f64 / at.elapsed().as_secs_f64();
+    assert!(rate <= 55.0, "{rate} fetches a second");
+    assert!(answered >= 3, "{answered} fetches in 300 ms: the bound still follows");
+    // Each answer moved the bound on by one: it follows the fetches answered.
+    // (The count and the bound move under one lock: read between two counts.)
+    let before = source.fetch_answers() as i64;
+    let bound = hw(&source, 0).unwrap();
+    assert!(
+        (before..=source.fetch_answers() as i64).contains(&bound),
+        "{bound} after {before} answers"
+    );
+    drop(source);
+    broker.abort();
 }
