@@ -86,6 +86,7 @@ mod handover;
 #[cfg(test)]
 mod handover_tests;
 mod kept;
+mod kept_verify;
 mod lag;
 mod lineage;
 #[cfg(test)]
@@ -108,6 +109,7 @@ pub use claims::{claim_path, ROLL_INDEX_INTERVAL_BYTES};
 pub use error::TailError;
 use error::TailResult;
 pub use kept::{Kept, KeptEpochs, KeptFile, MAX_KEPT_EPOCHS};
+pub use kept_verify::verify_kept;
 pub use lag::{tail_lags, TailLag};
 pub use progress::{progress_path, MAX_PROGRESS_POINTS};
 // Read by others through `crate::mirror`, which owns the readers; named here too for the applier's own callers.

@@ -151,9 +151,18 @@ pub const MIRROR_ROOT_ENTRIES: &[OwnEntry] = &[
 
 /// `segmirror verify` over `paths`, any of which may be a mirror root: its own entries ([`MIRROR_ROOT_ENTRIES`])
 /// are segmirror's state, not strays that stop a broker (a broker's log dir, with `meta.properties`, still has
-/// them reported).
+/// them reported). With `--deep`, what the tail appender kept for promotion is checked against the bytes too
+/// (`crate::direct::verify_kept`).
 pub fn verify_paths(paths: &[PathBuf], options: &VerifyOptions, progress: &dyn Progress) -> Report {
-    segment_format::verify::verify_paths_owned_by(paths, options, progress, MIRROR_ROOT_ENTRIES)
+    let mut report = segment_format::verify::verify_paths_owned_by(paths, options, progress, MIRROR_ROOT_ENTRIES);
+    if options.depth == segment_format::verify::Depth::Deep {
+        for path in paths.iter().filter(|p| tail_dir(p).is_dir()) {
+            let (findings, io_errors) = crate::direct::verify_kept(path);
+            report.findings.extend(findings);
+            report.io_errors.extend(io_errors);
+        }
+    }
+    report
 }
 
 /// `<root>/<topic>-<partition>`; `topic` must be a validated Kafka topic name.

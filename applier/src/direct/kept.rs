@@ -104,15 +104,24 @@ impl KeptEpochs {
         (self.changes.len() <= MAX_KEPT_EPOCHS).then_some(self)
     }
 
+    /// The epoch the history says the batch at `offset` carries (`None` below its start).
+    pub fn epoch_at(&self, offset: i64) -> Option<i32> {
+        if offset < self.from_offset {
+            return None;
+        }
+        self.changes
+            .iter()
+            .rev()
+            .find(|(_, start)| *start <= offset)
+            .map(|(epoch, _)| *epoch)
+    }
+
     /// The one epoch of every batch in the offsets `base..end`, when the history covers them and none changes
     /// inside; `None` otherwise (or when no batch was seen there).
     pub fn single_epoch(&self, base: i64, end: i64) -> Option<i32> {
-        if base < self.from_offset {
-            return None;
-        }
-        let (epoch, _) = self.changes.iter().rev().find(|(_, start)| *start <= base)?;
+        let epoch = self.epoch_at(base)?;
         let changes_inside = self.changes.iter().any(|(_, start)| *start > base && *start < end);
-        (!changes_inside).then_some(*epoch)
+        (!changes_inside).then_some(epoch)
     }
 
     /// The history for offsets at or above `offset` only (what lies below is no longer vouched for).

@@ -358,6 +358,12 @@ async fn a_tailed_mirror_promoted_from_what_was_kept_matches_the_walks_byte_for_
             let mut a = site.appender();
             ship(&site, &mut a).await.unwrap();
             drop(a);
+            // What was kept says what the bytes say (`verify --deep`), transactions and epochs included.
+            let (findings, io_errors) = crate::direct::verify_kept(&site.mirror());
+            assert!(
+                findings.is_empty() && io_errors.is_empty(),
+                "{findings:#?} {io_errors:?}"
+            );
             let (used, ok) = promote_both_ways(&site, handover, "walked");
             assert!(ok, "open {open_at_end} {handover:?}");
             // The indexes and the `.txnindex` from what was kept; the open transactions' walk spared only when none

@@ -1,0 +1,179 @@
+//! `segmirror verify --deep` of what the tail appender kept for promotion (`kept`): each state file's facts checked
+//! against the bytes they describe, so that a mirror whose state promotion would trust is known to say what its
+//! data says.
+//!
+//! Why a walk here and none at promotion: promotion trusts the facts (checking only that each companion file's
+//! bytes are the ones recorded) so that a failover costs no read of the data; `verify --deep` reads all of it
+//! anyway and can afford to derive every fact again. Checked for a state whose facts describe its position and
+//! whose segment holds exactly the recorded bytes (bytes past them are a crash's, cut at the next session start):
+//! - the offset and time index entries a rebuild of the segment gives (the appender's rule and interval) against
+//!   the recorded counts and CRC-32C: a mismatch is an error (promotion would seal wrong indexes);
+//! - the leader epoch of every batch from the history's start against the one the history says at its offset: an
+//!   error (promotion would skip restamping a batch);
+//! - the segment's `.txnindex` entries and the transactions open at the end, followed from the partition's first
+//!   segment, against the recorded ones: a warning, not an error, because the appender follows transactions from
+//!   where it started, which retention may since have deleted (a transaction begun there has its true first offset
+//!   in the record and its first batch in the mirror in this walk).
+
+use std::ops::ControlFlow;
+
+use segment_format::dir::PartitionDir;
+use segment_format::error::Defect;
+use segment_format::index::{serialize_offset_index, serialize_time_index};
+use segment_format::report::Finding;
+use segment_format::txn_index::{self, AbortedTxn, TxnTracker};
+
+use super::kept::{Kept, KeptEpochs, KeptFile};
+use super::*;
+
+/// What a walk of a tailed partition derives, for comparison with what was kept.
+struct Derived {
+    offset_index: KeptFile,
+    time_index: KeptFile,
+    txn_index: KeptFile,
+    open_transactions: usize,
+    /// The first batch whose epoch is not the one the kept history says at its offset: (offset, its epoch, the
+    /// history's).
+    epoch_mismatch: Option<(i64, i32, Option<i32>)>,
+}
+
+/// Findings for every tailed partition of the mirror root `root` (none without a `.tail` directory), and what
+/// could not be read.
+pub fn verify_kept(root: &Path) -> (Vec<Finding>, Vec<String>) {
+    let (mut findings, mut io_errors) = (Vec::new(), Vec::new());
+    let dir = mirror::tail_dir(root);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return (findings, io_errors);
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| mirror::is_record(p))
+        .collect();
+    files.sort();
+    for path in files {
+        if let Err(e) = verify_one(root, &path, &mut findings) {
+            io_errors.push(format!("{}: {e}", path.display()));
+        }
+    }
+    (findings, io_errors)
+}
+
+fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> TailResult<()> {
+    let bytes = fs::read(state_path).map_err(|e| TailError::io(state_path, e))?;
+    let state: PartitionState = serde_json::from_slice(&bytes).map_err(|e| TailError::BadState {
+        path: state_path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if !valid_topic(&state.topic) {
+        return Ok(());
+    }
+    let Some(kept) = state.valid_kept().cloned() else {
+        return Ok(());
+    };
+    let pdir = mirror::partition_dir(root, &state.topic, state.partition);
+    let log = pdir.join(segment_file_name(state.segment_base, SegmentFileKind::Log));
+    match fs::metadata(&log) {
+        Ok(m) if m.len() == state.position => {}
+        // Not the recorded bytes (a crash's leftovers, or nothing yet): nothing the facts describe.
+        _ => return Ok(()),
+    }
+    let derived = derive(&pdir, &state, &kept)?;
+    let mut differs = |what: &str, kept: String, found: String, error: bool| {
+        let defect = Defect::Other {
+            message: format!(
+                "the tail state kept for promotion says {what} {kept}, the segment {} gives {found}",
+                log.display()
+            ),
+        };
+        findings.push(if error {
+            Finding::error(state_path, None, None, defect)
+        } else {
+            Finding::warning(state_path, None, None, defect)
+        });
+    };
+    let file = |f: &KeptFile| format!("{} entries (CRC-32C {:#010x})", f.entries, f.crc32c);
+    if kept.offset_index != derived.offset_index {
+        differs(
+            "offset index",
+            file(&kept.offset_index),
+            file(&derived.offset_index),
+            true,
+        );
+    }
+    if kept.time_index != derived.time_index {
+        differs("time index", file(&kept.time_index), file(&derived.time_index), true);
+    }
+    if let Some((offset, epoch, said)) = derived.epoch_mismatch {
+        differs(
+            &format!("the batch at offset {offset} has leader epoch"),
+            said.map_or("none".to_string(), |e| e.to_string()),
+            epoch.to_string(),
+            true,
+        );
+    }
+    if kept.txn_index != derived.txn_index {
+        differs(".txnindex", file(&kept.txn_index), file(&derived.txn_index), false);
+    }
+    let open = state.open_transactions.as_ref().map_or(0, Vec::len);
+    if open != derived.open_transactions {
+        differs(
+            "open transactions",
+            open.to_string(),
+            derived.open_transactions.to_string(),
+            false,
+        );
+    }
+    Ok(())
+}
+
+/// The facts a walk of `state`'s partition gives: its segments up to the recorded one, from the first.
+fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derived> {
+    let segments = PartitionDir::open(pdir)?.segments;
+    let mut tracker = TxnTracker::new();
+    let mut aborted: Vec<AbortedTxn> = Vec::new();
+    let epochs: Option<&KeptEpochs> = kept.epochs.as_ref();
+    let mut epoch_mismatch = None;
+    let mut offsets = OffsetIndexBuilder::new(state.segment_base, REBUILD_INDEX_INTERVAL_BYTES);
+    let mut times = TimeIndexBuilder::new(state.segment_base, REBUILD_INDEX_INTERVAL_BYTES);
+    let mut failed = None;
+    for s in segments.iter().filter(|s| s.base_offset <= state.segment_base) {
+        let active = s.base_offset == state.segment_base;
+        let mut log = LogFile::open(&s.log)?;
+        log.scan(|frame| {
+            let b = &frame.info;
+            let entry = tracker.on_batch(b);
+            if active {
+                aborted.extend(entry);
+                if let Err(e) = offsets.push(b).and_then(|_| times.push(b)) {
+                    failed = Some(e.at(&s.log));
+                    return ControlFlow::Break(());
+                }
+            }
+            if let Some(e) = epochs.filter(|e| b.base_offset >= e.from_offset && epoch_mismatch.is_none()) {
+                let said = e.epoch_at(b.base_offset);
+                if said != Some(b.partition_leader_epoch) {
+                    epoch_mismatch = Some((b.base_offset, b.partition_leader_epoch, said));
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        if let Some(e) = failed.take() {
+            return Err(TailError::Format(e));
+        }
+    }
+    let of = |bytes: Vec<u8>, entries: usize| KeptFile {
+        entries: entries as u64,
+        crc32c: crc32c::crc32c(&bytes),
+    };
+    Ok(Derived {
+        offset_index: of(serialize_offset_index(offsets.entries()), offsets.entries().len()),
+        time_index: of(serialize_time_index(times.entries()), times.entries().len()),
+        txn_index: of(txn_index::serialize(&aborted), aborted.len()),
+        open_transactions: tracker.open_transactions().count(),
+        epoch_mismatch,
+    })
+}
+
+#[cfg(test)]
+#[path = "kept_verify_tests.rs"]
+mod tests;

@@ -1,0 +1,114 @@
+//! `verify_kept`: a mirror the appender wrote verifies clean; facts that do not describe its bytes are found.
+
+use std::path::{Path, PathBuf};
+
+use segment_format::partition_metadata::Uuid;
+use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::report::Severity;
+use segment_format::writer::{PartitionWriter, WriterConfig};
+
+use super::*;
+use crate::direct::tests::{chunks_of, fixture_with, pref, seal_of, Fixture};
+
+/// A source partition under two leader epochs, with batches large enough for index entries.
+fn write_source(root: &Path) -> PathBuf {
+    let cfg = WriterConfig {
+        segment_bytes: 12_000,
+        fsync: false,
+        topic_id: Some(Uuid(pref().topic_id)),
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(root, &pref().topic, pref().partition, 0, cfg).unwrap();
+    for epoch in [3, 4] {
+        w.become_leader(epoch);
+        for _ in 0..14 {
+            let base = w.next_offset();
+            let b = BatchBuilder::new(base)
+                .partition_leader_epoch(epoch)
+                .record(RecordSpec::new(0, 1_700_000_000_000 + base).with_value(vec![b'v'; 1500]));
+            w.append(b).unwrap();
+        }
+    }
+    let dir = w.dir().to_path_buf();
+    w.close().unwrap();
+    dir
+}
+
+/// The source appended in chunks of two batches, every segment but the last sealed.
+async fn tailed() -> Fixture {
+    let f = fixture_with(write_source);
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let last = f.segs.len() - 1;
+    for (i, (base, bytes)) in f.segs.iter().enumerate() {
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        if i < last {
+            a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+        }
+    }
+    f
+}
+
+fn state_path(f: &Fixture) -> PathBuf {
+    mirror::state_file(&f.mirror, &format!("{}-{}", pref().topic, pref().partition))
+}
+
+/// The state file with `change` applied to its `kept` object.
+fn edit_kept(f: &Fixture, change: impl FnOnce(&mut serde_json::Value)) {
+    let path = state_path(f);
+    let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    change(state.get_mut("kept").expect("kept facts"));
+    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn what_the_appender_kept_verifies_clean_and_a_changed_fact_is_found() {
+    let f = tailed().await;
+    let kept: Kept = {
+        let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_path(&f)).unwrap()).unwrap();
+        serde_json::from_value(state["kept"].clone()).unwrap()
+    };
+    assert!(kept.offset_index.entries > 1, "the active segment is indexed: {kept:?}");
+    let epochs = kept.epochs.clone().unwrap();
+    assert_eq!(epochs.from_offset, 0);
+    assert_eq!(epochs.changes.len(), 2, "{epochs:?}");
+    let (findings, io_errors) = verify_kept(&f.mirror);
+    assert!(io_errors.is_empty(), "{io_errors:?}");
+    assert!(findings.is_empty(), "{findings:#?}");
+
+    // An index CRC that is not the segment's: an error naming the state file.
+    edit_kept(&f, |k| {
+        k["offset_index"]["crc32c"] = serde_json::json!(kept.offset_index.crc32c ^ 1)
+    });
+    let (findings, _) = verify_kept(&f.mirror);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].severity, Severity::Error);
+    assert_eq!(findings[0].path, state_path(&f));
+    assert!(
+        findings[0].defect.to_string().contains("offset index"),
+        "{}",
+        findings[0].defect
+    );
+
+    // An epoch history that moves the second epoch's start: the batches it misplaces are found.
+    edit_kept(&f, |k| {
+        k["offset_index"]["crc32c"] = serde_json::json!(kept.offset_index.crc32c);
+        let (epoch, start) = epochs.changes[1];
+        k["epochs"]["changes"][1] = serde_json::json!([epoch, start + 1]);
+    });
+    let (findings, _) = verify_kept(&f.mirror);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].severity, Severity::Error);
+    let text = findings[0].defect.to_string();
+    assert!(text.contains(&format!("offset {}", epochs.changes[1].1)), "{text}");
+
+    // A `.txnindex` entry count that does not match: a warning (see the module docs).
+    edit_kept(&f, |k| {
+        k["epochs"]["changes"][1] = serde_json::json!([epochs.changes[1].0, epochs.changes[1].1]);
+        k["txn_index"]["entries"] = serde_json::json!(1);
+    });
+    let (findings, _) = verify_kept(&f.mirror);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].severity, Severity::Warning);
+}
