@@ -61,7 +61,7 @@ use segmirror_transport::digest::{digest_file, digest_of};
 use segmirror_transport::direct::error::{DirectError, Result as DirectResult};
 use segmirror_transport::direct::payload::{
     Chunk, Claim, Companion, CompanionKind, LayoutSegment, LogEnd, LogStart, PartitionRef, Position, Roll,
-    SegmentReplace, SegmentSeal, SourceProgress, TopicId, Truncate,
+    SegmentReplace, SegmentSeal, SourceProgress, TopicId, Truncate, TruncateMode,
 };
 use segmirror_transport::direct::session::{ChunkApplier, ClaimDecision, DurablePosition};
 use serde::{Deserialize, Serialize};
@@ -360,12 +360,13 @@ impl ChunkApplier for TailAppender {
     fn apply_progress(
         &mut self,
         report: &SourceProgress,
+        upto: TruncateMode,
     ) -> impl std::future::Future<Output = DirectResult<()>> + Send {
         let report = report.clone();
         self.run("recording the source's progress", move |i| {
             // Advisory (see `progress`): a failure is logged, never the session's.
             let installed_end = i.states.get(&tp_name(&report.partition)).and_then(|s| s.next_offset);
-            if let Err(reason) = progress::record(&i.root, &report, installed_end) {
+            if let Err(reason) = progress::record(&i.root, &report, installed_end, upto) {
                 tracing::warn!(partition = %tp_name(&report.partition), %reason, "source progress not recorded");
             }
             Ok(())

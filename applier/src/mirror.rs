@@ -217,7 +217,7 @@ pub(crate) fn claim_file(root: &Path, name: &str) -> PathBuf {
 }
 
 /// `<root>/.tail/progress`.
-pub(crate) fn progress_dir(root: &Path) -> PathBuf {
+pub fn progress_dir(root: &Path) -> PathBuf {
     tail_dir(root).join(PROGRESS_DIR)
 }
 

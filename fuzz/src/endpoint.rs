@@ -64,7 +64,7 @@ pub fn endpoint_requests(data: &[u8]) {
     let failures = replica.refresh(&LinkFacts {
         state: ReplicaState::Replicating,
         topics: vec![TopicView { name: "t".into(), id: [1; 16], partitions: vec![0], configs: Vec::new() }],
-        partitions: vec![PartitionFacts { topic: "t".into(), partition: 0, durable_end: None, log_start: 0 }],
+        partitions: vec![PartitionFacts { topic: "t".into(), partition: 0, durable_end: None, log_start: 0, committed_end: None }],
     });
     assert!(failures.is_empty(), "{failures:?}");
     let served = replica.clone();

@@ -10,10 +10,12 @@
 //!
 //! What is exposed: a partition's served high watermark is the offset after its last batch durable in the mirror
 //! (the larger of the catalog's installed end and the state file's durable end). With the shipper's default
-//! `--upto high-watermark`, that is committed on the source and final. With `--upto log-end` it may hold records
-//! the source has not committed; a source truncation then takes them back, and a client that read them sees its
-//! next fetch answered OFFSET_OUT_OF_RANGE (both isolation levels: the endpoint cannot tell which of the mirror's
-//! records the source still had to replicate).
+//! `--upto high-watermark`, that is committed on the source and final. With `--upto log-end` the mirror may hold
+//! records the source has not committed (the shipper says so in the handshake, feature bit 10, and the applier
+//! records it with each progress report): the served high watermark then stops at the one the shipper last
+//! reported (about once a second), as a broker's own consumers stop at its high watermark, so a source truncation
+//! never takes back a record a client was shown. A shipper older than the bit, in that mode, is taken for one in
+//! the default mode.
 //!
 //! The link gates the endpoint like every service: paused, it keeps serving what is installed (a temporary
 //! disconnect leaves the replica readable); promoted or deleted, the endpoint stops and the command says where the
@@ -26,8 +28,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
 use segment_format::partition_metadata::Uuid;
-use segmirror_applier::direct::recorded_active_segment;
-use segmirror_applier::mirror::tail_dir;
+use segmirror_applier::direct::{recorded_active_segment, recorded_progress};
+use segmirror_applier::mirror::{progress_dir, tail_dir};
 use segmirror_catalog::{Catalog, LinkState, ServedOffset};
 use segmirror_endpoint::group::{CommittedOffset, Coordinator, OffsetStore};
 use segmirror_endpoint::mirror::{LinkFacts, MirrorReplica, PartitionFacts};
@@ -270,6 +272,13 @@ struct FactsReader {
 struct Fingerprint {
     data_version: i64,
     state_dir: Option<SystemTime>,
+    /// The progress reports' directory: a new report may move a partition's committed end.
+    progress_dir: Option<SystemTime>,
+}
+
+/// A directory's modification time, `None` when it does not exist (yet).
+fn modified(dir: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(dir).and_then(|m| m.modified()).ok()
 }
 
 /// A state directory modified this recently is read again even when its time did not change: the kernel stamps
@@ -282,13 +291,13 @@ impl FactsReader {
     fn refreshed(&mut self) -> anyhow::Result<(LinkFacts, bool)> {
         let fingerprint = Fingerprint {
             data_version: self.catalog.data_version()?,
-            state_dir: std::fs::metadata(tail_dir(&self.mirror))
-                .and_then(|m| m.modified())
-                .ok(),
+            state_dir: modified(&tail_dir(&self.mirror)),
+            progress_dir: modified(&progress_dir(&self.mirror)),
         };
-        let settled = fingerprint
-            .state_dir
-            .is_none_or(|t| t.elapsed().is_ok_and(|age| age > COARSE_CLOCK_MARGIN));
+        let settled = [fingerprint.state_dir, fingerprint.progress_dir]
+            .iter()
+            .flatten()
+            .all(|t| t.elapsed().is_ok_and(|age| age > COARSE_CLOCK_MARGIN));
         if let Some((last, facts)) = &self.last {
             if *last == fingerprint && settled {
                 return Ok((facts.clone(), false));
@@ -322,11 +331,19 @@ impl FactsReader {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
             };
+            // A shipper above the high watermark (`--upto log-end`): served up to the one it last reported
+            // (nothing known committed before its first report of the partition).
+            let committed_end = recorded_progress(&self.mirror, &key.topic, key.partition)
+                .ok()
+                .flatten()
+                .filter(|p| p.above_high_watermark)
+                .map(|p| p.high_watermark.unwrap_or(i64::MIN));
             partitions.push(PartitionFacts {
                 topic: key.topic.clone(),
                 partition: key.partition,
                 durable_end,
                 log_start: p.log_start_offset,
+                committed_end,
             });
             match topics.iter_mut().find(|t| t.name == key.topic) {
                 Some(t) => t.partitions.push(key.partition),

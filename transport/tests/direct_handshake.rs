@@ -118,6 +118,22 @@ async fn the_highest_common_version_and_common_features_are_agreed() {
     assert_eq!((s_session.version, s_session.features), (4, 0b0010));
 }
 
+/// Feature bit 10 says the shipper ships above the high watermark: agreed only with a shipper in that mode.
+#[tokio::test]
+async fn only_a_log_end_shipper_agrees_the_uncommitted_bit() {
+    use segmirror_transport::direct::codes::FEATURE_UNCOMMITTED;
+    use segmirror_transport::direct::TruncateMode;
+    for (upto, agreed) in [(TruncateMode::HighWatermark, false), (TruncateMode::LogEnd, true)] {
+        let mut s = shipper("dr", "c");
+        s.upto = upto;
+        let (a, s) = pair(applier("dr", None), s).await;
+        let (_, a_session) = a.expect("applier");
+        let (_, s_session) = s.expect("shipper");
+        assert_eq!(a_session.features & FEATURE_UNCOMMITTED != 0, agreed, "{upto:?}");
+        assert_eq!(s_session.features, a_session.features);
+    }
+}
+
 #[tokio::test]
 async fn a_version_mismatch_is_refused_on_both_sides_naming_both_versions() {
     let mut a = applier("dr", None);

@@ -16,7 +16,7 @@ use segmirror_transport::direct::session::{
 };
 use segmirror_transport::direct::{
     handshake, Chunk, Claim, ClaimResult, ClaimVerdict, DirectError, Frame, LogStart, PartitionRef, Position,
-    RefuseReason, Revoke, Role, Roll, SegmentReplace, SegmentSeal, SourceProgress,
+    RefuseReason, Revoke, Role, Roll, SegmentReplace, SegmentSeal, SourceProgress, TruncateMode,
 };
 use support::session::*;
 use tokio::net::{TcpListener, TcpStream};
@@ -140,8 +140,8 @@ impl ChunkApplier for ClaimMem {
     async fn apply_replace(&mut self, r: &SegmentReplace) -> Result<(), DirectError> {
         self.inner.apply_replace(r).await
     }
-    async fn apply_progress(&mut self, p: &SourceProgress) -> Result<(), DirectError> {
-        self.inner.apply_progress(p).await
+    async fn apply_progress(&mut self, p: &SourceProgress, upto: TruncateMode) -> Result<(), DirectError> {
+        self.inner.apply_progress(p, upto).await
     }
     async fn apply_roll(&mut self, r: &Roll) -> Result<(), DirectError> {
         self.inner.apply_roll(r).await

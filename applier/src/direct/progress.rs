@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use segmirror_transport::direct::payload::SourceProgress;
+use segmirror_transport::direct::payload::{SourceProgress, TruncateMode};
 
 use super::{tp_name, valid_topic};
 use crate::mirror::{self, recorded_progress, RecordedProgress, RecordedShipped};
@@ -30,9 +30,14 @@ pub fn progress_path(root: &Path, topic: &str, partition: i32) -> PathBuf {
     mirror::progress_file(root, &format!("{topic}-{partition}"))
 }
 
-/// Records `report` for its partition; `installed_end` is the offset after the mirror's last durable record, if
-/// known (points at or below it are pruned). Blocking.
-pub(super) fn record(root: &Path, report: &SourceProgress, installed_end: Option<i64>) -> Result<(), String> {
+/// Records `report` for its partition, sent by a shipper bounded by `upto`; `installed_end` is the offset after
+/// the mirror's last durable record, if known (points at or below it are pruned). Blocking.
+pub(super) fn record(
+    root: &Path,
+    report: &SourceProgress,
+    installed_end: Option<i64>,
+    upto: TruncateMode,
+) -> Result<(), String> {
     let (topic, partition) = (&report.partition.topic, report.partition.partition);
     if !valid_topic(topic) {
         return Err(format!("{}: not a valid topic name", tp_name(&report.partition)));
@@ -75,6 +80,7 @@ pub(super) fn record(root: &Path, report: &SourceProgress, installed_end: Option
         received_at_ms: now,
         points,
         shipped: report.shipped.map(RecordedShipped::from),
+        above_high_watermark: upto == TruncateMode::LogEnd,
     };
     let path = progress_path(root, topic, partition);
     let dir = path.parent().ok_or_else(|| format!("{}: no parent", path.display()))?;
@@ -112,10 +118,10 @@ mod tests {
     fn the_oldest_report_beyond_the_installed_end_says_since_when_the_mirror_is_behind() {
         let root = tempfile::tempdir().unwrap();
         assert_eq!(recorded_progress(root.path(), "orders", 3).unwrap(), None);
-        record(root.path(), &report(120), Some(100)).unwrap();
+        record(root.path(), &report(120), Some(100), TruncateMode::HighWatermark).unwrap();
         let first = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
         assert_eq!(first.points, vec![(120, first.received_at_ms)]);
-        record(root.path(), &report(150), Some(100)).unwrap();
+        record(root.path(), &report(150), Some(100), TruncateMode::HighWatermark).unwrap();
         let second = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
         assert_eq!((second.log_end_offset, second.high_watermark), (150, Some(149)));
         assert_eq!(second.points.len(), 2);
@@ -124,7 +130,7 @@ mod tests {
         assert_eq!(second.behind_since_ms(130), Some(second.points[1].1));
         assert_eq!(second.behind_since_ms(150), None);
         // Installed up to 130: the first point is pruned, the second kept.
-        record(root.path(), &report(150), Some(130)).unwrap();
+        record(root.path(), &report(150), Some(130), TruncateMode::HighWatermark).unwrap();
         let third = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
         assert_eq!(third.points, vec![second.points[1]]);
         assert!(!progress_path(root.path(), "orders", 3)
@@ -135,7 +141,7 @@ mod tests {
     #[test]
     fn the_shipped_position_is_recorded_when_reported_and_absent_from_older_files() {
         let root = tempfile::tempdir().unwrap();
-        record(root.path(), &report(120), Some(100)).unwrap();
+        record(root.path(), &report(120), Some(100), TruncateMode::HighWatermark).unwrap();
         assert_eq!(
             recorded_progress(root.path(), "orders", 3).unwrap().unwrap().shipped,
             None
@@ -146,7 +152,7 @@ mod tests {
             position: 2048,
             end_offset: 125,
         });
-        record(root.path(), &with, Some(100)).unwrap();
+        record(root.path(), &with, Some(100), TruncateMode::LogEnd).unwrap();
         let p = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
         assert_eq!(
             p.shipped,
@@ -156,13 +162,17 @@ mod tests {
                 end_offset: 125
             })
         );
+        assert!(p.above_high_watermark, "a log-end shipper's report says so");
+        record(root.path(), &with, Some(100), TruncateMode::HighWatermark).unwrap();
+        let p = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
+        assert!(!p.above_high_watermark);
     }
 
     #[test]
     fn points_stay_bounded_and_never_understate_the_lag() {
         let root = tempfile::tempdir().unwrap();
         for end in 1..=(MAX_PROGRESS_POINTS as i64 + 10) {
-            record(root.path(), &report(end), Some(0)).unwrap();
+            record(root.path(), &report(end), Some(0), TruncateMode::HighWatermark).unwrap();
         }
         let p = recorded_progress(root.path(), "orders", 3).unwrap().unwrap();
         assert_eq!(p.points.len(), MAX_PROGRESS_POINTS);
@@ -174,13 +184,13 @@ mod tests {
     #[test]
     fn a_file_of_another_partition_or_a_bad_topic_is_refused() {
         let root = tempfile::tempdir().unwrap();
-        record(root.path(), &report(10), None).unwrap();
+        record(root.path(), &report(10), None, TruncateMode::HighWatermark).unwrap();
         let other = progress_path(root.path(), "orders", 4);
         fs::copy(progress_path(root.path(), "orders", 3), &other).unwrap();
         let err = recorded_progress(root.path(), "orders", 4).unwrap_err();
         assert!(err.contains("orders-3"), "{err}");
         let mut bad = report(10);
         bad.partition.topic = "../x".into();
-        assert!(record(root.path(), &bad, None).is_err());
+        assert!(record(root.path(), &bad, None, TruncateMode::HighWatermark).is_err());
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::payload::{Position, Role};
+use segmirror_transport::direct::payload::{Position, Role, TruncateMode};
 use segmirror_transport::direct::session::link::{dial, listen, Acceptor, Dialer, LinkConfig};
 use segmirror_transport::direct::session::{ApplierSession, ChunkFeed, FeedItem, SessionConfig, ShipperSession};
 use tokio::net::TcpListener;
@@ -91,7 +91,7 @@ async fn tail_session_over_loopback_mirrors_the_source() {
             FeedItem::Seal(s) => appender.apply_seal(s).await.unwrap(),
             FeedItem::LogStart(l) => appender.apply_log_start(l).await.unwrap(),
             FeedItem::Replace(r) => appender.apply_replace(r).await.unwrap(),
-            FeedItem::Progress(p) => appender.apply_progress(p).await.unwrap(),
+            FeedItem::Progress(p) => appender.apply_progress(p, TruncateMode::HighWatermark).await.unwrap(),
             FeedItem::Claim(_) | FeedItem::Roll(_) => unreachable!("not in this feed"),
             FeedItem::Truncate(t) => panic!("no truncation in this history, yet {t:?}"),
         }

@@ -39,6 +39,11 @@ pub struct RecordedProgress {
     /// before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shipped: Option<RecordedShipped>,
+    /// The shipper that sent the report ships records above the high watermark (`--upto log-end`): what the mirror
+    /// holds past `high_watermark` may not be committed on the source, and a leader change may truncate it.
+    /// `false` for a shipper in the default mode, and in a file written before it was recorded.
+    #[serde(default)]
+    pub above_high_watermark: bool,
 }
 
 /// The shipper's send position ([`Shipped`]) as recorded.

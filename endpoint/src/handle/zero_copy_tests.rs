@@ -69,6 +69,7 @@ fn endpoint(root: &std::path::Path) -> Arc<Endpoint> {
             partition: 0,
             durable_end: Some(end),
             log_start: 0,
+            committed_end: None,
         }],
     });
     assert!(failures.is_empty(), "{failures:?}");

@@ -46,6 +46,11 @@ pub struct PartitionFacts {
     pub durable_end: Option<i64>,
     /// The source's log start as the link last carried it (the mirror may hold older segments).
     pub log_start: i64,
+    /// When the mirror may hold records the source has not committed (its shipper ships above the high watermark,
+    /// `--upto log-end`): the offset up to which they are known committed, the high watermark the shipper last
+    /// reported. The served high watermark stops there, as a broker's consumers stop at its high watermark, so no
+    /// record a source truncation may take back is shown. `None`: every durable record is committed.
+    pub committed_end: Option<i64>,
 }
 
 /// The replica over one mirror root, for one link.
@@ -63,7 +68,7 @@ pub struct MirrorReplica {
 /// endpoint costs a catalog read per refresh and nothing per partition.
 #[derive(Default)]
 struct Followed {
-    facts: Option<(Option<i64>, i64)>,
+    facts: Option<(Option<i64>, i64, Option<i64>)>,
     ends: Option<PartitionEnds>,
     txns: segments::OpenTransactions,
     epochs: segments::EpochHistory,
@@ -99,7 +104,7 @@ impl MirrorReplica {
             for p in &facts.partitions {
                 let key = (p.topic.clone(), p.partition);
                 let entry = followed.entry(key.clone()).or_default();
-                let given = (p.durable_end, p.log_start);
+                let given = (p.durable_end, p.log_start, p.committed_end);
                 if let (Some(last), Some(ends_then)) = (entry.facts, entry.ends) {
                     if last == given {
                         ends.insert(key, ends_then);
@@ -183,6 +188,10 @@ fn partition_ends(
     };
     let first = segments::log_start(dir)?;
     let log_start = first.unwrap_or(end).max(facts.log_start).min(end);
+    // What may still be truncated on the source is held back, from every reader.
+    let end = facts
+        .committed_end
+        .map_or(end, |committed| committed.clamp(log_start, end));
     let last_stable = txns.advance(dir, end)?.clamp(log_start, end);
     Ok(PartitionEnds {
         log_start,

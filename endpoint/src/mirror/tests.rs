@@ -65,6 +65,7 @@ fn facts(end: Option<i64>) -> LinkFacts {
             partition: 0,
             durable_end: end,
             log_start: 0,
+            committed_end: None,
         }],
     }
 }
@@ -188,4 +189,45 @@ fn without_a_checkpoint_the_epochs_come_from_the_batches() {
     // Back below what was walked (a truncation): learned again from the start.
     assert!(replica.refresh(&facts(Some(4))).is_empty());
     assert_eq!(replica.ends("t", 0).unwrap().leader_epoch, 0);
+}
+
+/// A mirror that may hold records the source has not committed (a shipper in `--upto log-end` mode): reads stop at
+/// the high watermark the shipper reported, at both isolation levels, as a broker's consumers stop at its own.
+#[test]
+fn reads_stop_at_the_reported_high_watermark_when_the_mirror_holds_uncommitted_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let infos = write(tmp.path(), true);
+    let end = infos.last().unwrap().last_offset + 1;
+    let replica = MirrorReplica::new(tmp.path(), "east");
+    let with_committed = |committed_end| {
+        let mut f = facts(Some(end));
+        f.partitions[0].committed_end = committed_end;
+        f
+    };
+    assert!(replica.refresh(&with_committed(Some(4))).is_empty());
+    let ends = replica.ends("t", 0).unwrap();
+    assert_eq!((ends.high_watermark, ends.last_stable), (4, 4));
+    for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+        let read = replica.read("t", 0, 0, 1 << 20, isolation).unwrap();
+        assert_eq!(read.bytes.len() as u64, infos[0].size + infos[1].size);
+        assert!(replica.read("t", 0, 4, 1 << 20, isolation).unwrap().bytes.is_empty());
+    }
+
+    // The report moves on: the reads follow (woken like any other move); no report caps nothing.
+    let mut changes = replica.changes();
+    changes.borrow_and_update();
+    assert!(replica.refresh(&with_committed(Some(end))).is_empty());
+    assert!(changes.has_changed().unwrap());
+    assert_eq!(replica.ends("t", 0).unwrap().last_stable, end);
+    let all = replica.read("t", 0, 0, 1 << 20, Isolation::ReadUncommitted).unwrap();
+    assert_eq!(all.bytes.len() as u64, infos.iter().map(|i| i.size).sum::<u64>());
+    assert!(replica.refresh(&with_committed(Some(-1))).is_empty());
+    let ends = replica.ends("t", 0).unwrap();
+    assert_eq!(
+        (ends.high_watermark, ends.last_stable),
+        (0, 0),
+        "never below the log start"
+    );
+    assert!(replica.refresh(&with_committed(None)).is_empty());
+    assert_eq!(replica.ends("t", 0).unwrap().high_watermark, end);
 }

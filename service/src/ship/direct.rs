@@ -26,13 +26,13 @@ use segmirror_shipper::direct::{LiveTopicFilter, Rediscovery, TailFeed, TailFeed
 use segmirror_shipper::link_meta::{announce_direct, DirectMetaSender, MetaConfig, MetaReader};
 use segmirror_shipper::source::bound_hw::{CheckpointHighWatermarks, HighWatermarkSource, UptoPolicy};
 use segmirror_shipper::source::discover::{discover, log_dir_cluster_id, TopicFilter, ALL_TOPICS};
+use segmirror_shipper::source::fetch_hw::{FetchHighWatermarks, FetchHwConfig};
 use segmirror_shipper::source::leadership::{
     check_node, node_id_of_log_dir, MetadataLeadership, NodeCheck, LEADERSHIP_INTERVAL,
 };
-use segmirror_shipper::source::fetch_hw::{FetchHighWatermarks, FetchHwConfig};
 use segmirror_shipper::source::list_offsets::{ListOffsetsConfig, REQUEST_TIMEOUT};
 use segmirror_transport::direct::handshake::HandshakeConfig;
-use segmirror_transport::direct::payload::PartitionRef;
+use segmirror_transport::direct::payload::{PartitionRef, TruncateMode};
 use segmirror_transport::direct::session::{SessionConfig, ShipperSession};
 use segmirror_transport::direct::Role;
 use tokio::sync::watch;
@@ -190,6 +190,12 @@ impl DirectShipService {
         };
         // Feature bit 9: a recorded link names its id to the applier, which refuses another link of the same name.
         handshake.link_id = record.as_ref().map(|(_, l)| l.id.clone());
+        // Feature bit 10: the applier learns that what it installs past the reported high watermark may not be
+        // committed.
+        handshake.upto = match config.upto {
+            UptoPolicy::HighWatermark => TruncateMode::HighWatermark,
+            UptoPolicy::LogEnd => TruncateMode::LogEnd,
+        };
         let link_config = link_config(handshake, None, "ship", Some(link_meter));
         let gate = record.map(|(record, _)| (record, Side::Shipper, on_link));
         run_link_gated(&config.endpoint, link_config, session, shutdown, gate, "ship").await
@@ -272,15 +278,17 @@ fn select(config: &DirectShipConfig) -> anyhow::Result<Selection> {
 }
 
 /// The high watermarks: from the source broker (a long-polling Fetch, ListOffsets to learn them first and to fall
-/// back on) when one is given and committed records are shipped, else from the log dirs'
-/// replication-offset-checkpoint.
+/// back on) when one is given, else from the log dirs' replication-offset-checkpoint. They bound what ships in the
+/// default mode; in both modes they go to the applier in the progress reports.
 fn high_watermarks(
     config: &DirectShipConfig,
     runtime: &Runtime,
     partitions: &[TailPartition],
 ) -> anyhow::Result<Arc<dyn HighWatermarkSource>> {
     Ok(match (&config.source_bootstrap, config.upto) {
-        (Some(bootstrap), UptoPolicy::HighWatermark) => {
+        // Both modes: with `--upto log-end` the bound is the log end, and the high watermarks learned here go to
+        // the applier in the progress reports (what `serve` lets `read_committed` readers see).
+        (Some(bootstrap), _) => {
             // The partitions known now; the source asks for any other the feed looks up (topics created later).
             let asked = partitions
                 .iter()
@@ -295,12 +303,7 @@ fn high_watermarks(
                 FetchHwConfig::default(),
             ))
         }
-        (bootstrap, upto) => {
-            if let (Some(bootstrap), UptoPolicy::LogEnd) = (bootstrap, upto) {
-                eprintln!("segmirror ship: warning: --source-bootstrap {bootstrap} is not used with --upto log-end");
-            }
-            Arc::new(CheckpointHighWatermarks::new(config.log_dirs.clone()))
-        }
+        (None, _) => Arc::new(CheckpointHighWatermarks::new(config.log_dirs.clone())),
     })
 }
 

@@ -49,7 +49,8 @@ pub struct Args {
     /// Learn the high watermarks from this source broker (HOST:PORT of a PLAINTEXT listener) as they move, by a
     /// Fetch it holds until they do (ListOffsets first, and every 50 ms if Fetch fails), instead of
     /// replication-offset-checkpoint (seconds behind). One broker: partitions it does not lead keep no bound
-    /// (nothing of them ships).
+    /// (nothing of them ships). With --upto log-end they bound nothing and go to the applier's progress reports,
+    /// where `segmirror serve` stops its read_committed readers.
     #[arg(long, value_name = "HOST:PORT")]
     source_bootstrap: Option<String>,
     /// The source is one broker of several: ship only the partitions this broker leads (asked of

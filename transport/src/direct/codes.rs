@@ -180,3 +180,10 @@ pub const FEATURE_LINK_META: u64 = 1 << 8;
 /// (`docs/direct-protocol.md` §4, link identity). Offered by a shipper only when it has a link record, by an
 /// applier only when it checks ids.
 pub const FEATURE_LINK_ID: u64 = 1 << 9;
+/// Feature bit 10: the shipper ships records above the source's high watermark (`--upto log-end`), which a leader
+/// change may still truncate. Offered by a shipper only in that mode; an applier that agrees records it with each
+/// partition's SourceProgress, so that what reads the mirror for committed records only (`segmirror serve`'s
+/// `read_committed`) stops at the high watermark the shipper last reported. Without it an applier takes every
+/// record it installs for committed, as a shipper in the default mode ships only those (`docs/direct-protocol.md`
+/// §6, SourceProgress).
+pub const FEATURE_UNCOMMITTED: u64 = 1 << 10;

@@ -26,7 +26,7 @@ use tokio_util::codec::Framed;
 
 use super::error::{DirectError, Result};
 use super::frame::{Frame, FrameCodec, MAX_PAYLOAD_LEN};
-use super::payload::{Hello, HelloAck, Refuse, RefuseReason, Role};
+use super::payload::{Hello, HelloAck, Refuse, RefuseReason, Role, TruncateMode};
 
 /// Protocol versions this build speaks. Version 1 is the first.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -35,7 +35,7 @@ pub const MAX_PROTOCOL_VERSION: u16 = 1;
 pub use super::codes::{
     FEATURE_CLUSTER_SHIPPERS, FEATURE_INDEX_INTERVAL, FEATURE_LINK_ID, FEATURE_LINK_META, FEATURE_LOG_START,
     FEATURE_MIRROR_LAYOUT, FEATURE_PROGRESS_SHIPPED, FEATURE_SEGMENT_REPLACE, FEATURE_SOURCE_PROGRESS,
-    FEATURE_TRUNCATE,
+    FEATURE_TRUNCATE, FEATURE_UNCOMMITTED,
 };
 
 /// How often at most the shipper sends a partition's SourceProgress: 1 s. Lag is
@@ -56,7 +56,8 @@ pub const SUPPORTED_FEATURES: u64 = FEATURE_LOG_START
     | FEATURE_TRUNCATE
     | FEATURE_MIRROR_LAYOUT
     | FEATURE_LINK_META
-    | FEATURE_LINK_ID;
+    | FEATURE_LINK_ID
+    | FEATURE_UNCOMMITTED;
 
 /// Time allowed for the whole handshake. 10 s: a Hello round trip is a few
 /// hundred bytes even across continents, and a peer that has not answered by
@@ -92,6 +93,9 @@ pub struct HandshakeConfig {
     /// shipper's Hello names (and adopts the first one seen, so the link follows one cluster). A refusal is sent
     /// to the shipper as Refuse(`SourceCluster`), before HelloAck.
     pub peer_source_cluster: Option<PeerLinkIdCheck>,
+    /// Shipper only: its bound (`--upto`). [`TruncateMode::LogEnd`] offers [`FEATURE_UNCOMMITTED`], the default
+    /// [`TruncateMode::HighWatermark`] does not.
+    pub upto: TruncateMode,
 }
 
 /// The applier's check of a shipper's link id (feature bit 9): `Ok` to go on, `Err(message)` naming both ids to
@@ -126,6 +130,7 @@ impl HandshakeConfig {
             link_id: None,
             peer_link_id: None,
             peer_source_cluster: None,
+            upto: TruncateMode::HighWatermark,
         }
     }
 
@@ -199,6 +204,11 @@ impl HandshakeConfig {
                 supported &= !FEATURE_CLUSTER_SHIPPERS;
                 required &= !FEATURE_CLUSTER_SHIPPERS;
             }
+        }
+        // Bit 10: a shipper says so only when it ships uncommitted records.
+        if self.role == Role::Shipper && self.upto == TruncateMode::HighWatermark {
+            supported &= !FEATURE_UNCOMMITTED;
+            required &= !FEATURE_UNCOMMITTED;
         }
         // Bit 9 only with something to name (a shipper's id) or to check (an applier's rule).
         let link_ids = match self.role {

@@ -41,6 +41,7 @@ fn the_lag_is_read_from_the_state_progress_and_claim_records() {
             position: 450,
             end_offset: 130,
         }),
+        above_high_watermark: false,
     };
     write(progress_file(root, "orders-3"), &serde_json::to_vec(&progress).unwrap());
     let claim = ClaimRecord {

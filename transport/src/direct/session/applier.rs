@@ -48,13 +48,13 @@ use crate::direct::frame::Frame;
 use crate::direct::handshake::Session;
 use crate::direct::handshake::{
     FEATURE_CLUSTER_SHIPPERS, FEATURE_LINK_META, FEATURE_LOG_START, FEATURE_MIRROR_LAYOUT, FEATURE_SEGMENT_REPLACE,
-    FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE,
+    FEATURE_SOURCE_PROGRESS, FEATURE_TRUNCATE, FEATURE_UNCOMMITTED,
 };
 use crate::direct::link_meta::MetaAssembler;
 use crate::direct::payload::{
     Chunk, Claim, ClaimResult, ClaimVerdict, ClaimedAt, Goodbye, GoodbyeReason, LayoutSegment, LogEnd, LogStart,
     MirrorLayout, PartitionRef, Position, Refuse, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, Truncate,
-    MAX_LAYOUT_SEGMENTS_PER_FRAME,
+    TruncateMode, MAX_LAYOUT_SEGMENTS_PER_FRAME,
 };
 use segmirror_contract::link_meta::LinkMeta;
 
@@ -209,10 +209,16 @@ pub trait ChunkApplier: Send + 'static {
     }
 
     /// Where the source stands (its log end, high watermark, active segment size, the shipper's clock): record it
-    /// for lag reporting. Advisory, so an applier may lose it; only on sessions that agreed
-    /// [`FEATURE_SOURCE_PROGRESS`]. The default ignores it.
-    fn apply_progress(&mut self, progress: &SourceProgress) -> impl Future<Output = Result<()>> + Send {
-        let _ = progress;
+    /// for lag reporting, with the shipper's bound (`upto`: [`TruncateMode::LogEnd`] on sessions that agreed
+    /// [`FEATURE_UNCOMMITTED`], so what the mirror holds past the reported high watermark may not be committed).
+    /// Advisory, so an applier may lose it; only on sessions that agreed [`FEATURE_SOURCE_PROGRESS`]. The default
+    /// ignores it.
+    fn apply_progress(
+        &mut self,
+        progress: &SourceProgress,
+        upto: TruncateMode,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (progress, upto);
         async { Ok(()) }
     }
 
@@ -536,7 +542,12 @@ impl<A: ChunkApplier> ApplierSession<A> {
             }
             Frame::SourceProgress(p) if session.features & FEATURE_SOURCE_PROGRESS != 0 => {
                 // Advisory: no position, no credit, no Ack.
-                self.applier.apply_progress(&p).await?;
+                let upto = if session.features & FEATURE_UNCOMMITTED != 0 {
+                    TruncateMode::LogEnd
+                } else {
+                    TruncateMode::HighWatermark
+                };
+                self.applier.apply_progress(&p, upto).await?;
                 return Ok(Step::Quiet);
             }
             Frame::LinkMeta(piece) if session.features & FEATURE_LINK_META != 0 => {

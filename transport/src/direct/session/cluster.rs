@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, Mutex};
 use super::applier::{ChunkApplier, ClaimDecision, DurablePosition};
 use crate::direct::error::{DirectError, Result};
 use crate::direct::payload::{
-    Chunk, Claim, LogStart, PartitionRef, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress,
+    Chunk, Claim, LogStart, PartitionRef, Revoke, Roll, SegmentReplace, SegmentSeal, SourceProgress, TruncateMode,
 };
 
 /// The session allowed to append to a partition.
@@ -208,7 +208,7 @@ impl<A: ChunkApplier> ChunkApplier for ClusterMember<A> {
         state.applier.apply_replace(piece).await
     }
 
-    async fn apply_progress(&mut self, progress: &SourceProgress) -> Result<()> {
+    async fn apply_progress(&mut self, progress: &SourceProgress, upto: TruncateMode) -> Result<()> {
         let mut state = self.state.lock().await;
         // Advisory: the holder's report counts, another's is dropped.
         if state
@@ -217,7 +217,7 @@ impl<A: ChunkApplier> ChunkApplier for ClusterMember<A> {
         {
             return Ok(());
         }
-        state.applier.apply_progress(progress).await
+        state.applier.apply_progress(progress, upto).await
     }
 
     async fn writable_again(&mut self, stopped: &[PartitionRef]) -> Result<bool> {
