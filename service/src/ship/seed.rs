@@ -51,7 +51,7 @@ pub struct SeedOnceConfig {
     pub metadata_log_dir: Option<PathBuf>,
     /// Consumer groups whose committed offsets the link carries (a regular expression).
     pub groups: String,
-    /// Where the seed remembers what it found in each active segment.
+    /// Where the seed remembers what it found in each active segment; `None`: [`default_memory_file`].
     pub memory: Option<PathBuf>,
 }
 
@@ -70,6 +70,28 @@ pub struct Shipped {
     pub store: Store,
     pub config: SeedConfig,
     pub meta: Option<Result<Published, String>>,
+}
+
+/// Folder of the data directory holding the seed's default memories, one file per link.
+pub const SEED_MEMORY_DIR: &str = "seed-memory";
+
+/// The seed's memory when none is named: `seed-memory/<link>.json` in the data directory (created if missing).
+///
+/// Why by default: without a memory every rerun reads every active segment whole to learn that nothing changed
+/// (0.3–0.6 s for 1 GiB in 8 active segments, 2.8 s for 7.5 GiB, from a warm page cache); with one, a rerun with
+/// nothing new checks each active segment's identity and a bounded window of its bytes
+/// (`segmirror_shipper::bucket::seed::SeedMemory`).
+/// One file per link, so that seeds of different links never overwrite each other's memory; its facts are keyed by
+/// absolute `.log` path, so one file serves any set of log dirs. `None` (every run scans, as without a memory) when
+/// there is no data directory or its folder cannot be created, with a warning in the latter case: the memory is
+/// a cache and never stops a seed.
+pub fn default_memory_file(link: &str) -> Option<PathBuf> {
+    let dir = segmirror_catalog::default_data_dir()?.join(SEED_MEMORY_DIR);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "no seed memory: the active segments are read whole");
+        return None;
+    }
+    Some(dir.join(format!("{link}.json")))
 }
 
 /// Ships once (see the module doc); `progress` hears of the plan and of each segment.
@@ -97,11 +119,11 @@ pub fn seed_once(config: &SeedOnceConfig, runtime: &Runtime, progress: &dyn Prog
     } else {
         DEFAULT_PARALLEL_PARTITIONS
     });
-    seed_config.memory_file = config.memory.clone();
     if let Some(id) = &config.shipper_id {
         seed_config.shipper_id = id.clone();
     }
     seed_config.validate()?;
+    seed_config.memory_file = config.memory.clone().or_else(|| default_memory_file(&config.link));
     if let Some((_, link)) = &record {
         runtime.block_on(claim_bucket("seed", &store, &seed_config.prefix, link))??;
     }

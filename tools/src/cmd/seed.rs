@@ -79,7 +79,8 @@ pub struct Args {
     /// A local file where the seed remembers what it found in each active segment (the file's device, inode,
     /// length and times, and its complete batches), so that a rerun skips reading a segment that has not changed
     /// since (a rerun with nothing new then reads no segment). Created if missing; a damaged one is ignored with a
-    /// warning. Keep it on the source host, one per set of log dirs; it is never uploaded.
+    /// warning. Keep it on the source host; it is never uploaded. Default: seed-memory/<LINK>.json in the data
+    /// directory ($SEGMIRROR_HOME, else $XDG_DATA_HOME/segmirror, else ~/.local/share/segmirror; none without one).
     #[arg(long, value_name = "FILE")]
     memory: Option<PathBuf>,
     /// Print the report as one JSON document instead of a table.
