@@ -92,7 +92,7 @@ pub use growing::{
     combine_crc32c, prefix_crc32c, read_tail, read_tail_into, Chunk, ChunkContent, TailOptions, TailPosition, TailRead,
 };
 pub use guard::{file_identity, stamps, FileIdentity, FileStamp, Retry, Stamps, Verdict, CHECK_ATTEMPTS, SETTLE_DELAY};
-pub use list_offsets::{ListOffsetsConfig, ListOffsetsHighWatermarks, LIST_OFFSETS_INTERVAL};
+pub use list_offsets::{ListOffsetsConfig, LIST_OFFSETS_INTERVAL};
 pub use read::{read_partition, PartitionRead, PartitionView, SegmentView};
 pub use snapshot::{end_snapshot, EndSnapshot};
 pub use watch::{watch, PartitionId, WatchConfig, WatchEvent, Watcher};

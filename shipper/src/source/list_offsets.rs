@@ -1,6 +1,7 @@
-//! High watermarks over the Kafka protocol by `ListOffsets` polling, and the broker connection they share with
-//! [`super::fetch_hw`] (which `segmirror ship --source-bootstrap HOST:PORT` uses: it learns them as they move, and
-//! falls back on this polling when the broker speaks no usable `Fetch`) and [`super::leadership`].
+//! The source broker connection ([`BrokerClient`]) that [`super::fetch_hw`] (`segmirror ship --source-bootstrap
+//! HOST:PORT`: high watermarks learned as they move) and [`super::leadership`] share, and its `ListOffsets`
+//! request, by which `fetch_hw` learns each partition first and which it polls when the broker speaks no usable
+//! `Fetch`.
 //!
 //! Why: the default bound of a tail is the source partition's high watermark
 //! ([`super::bound_hw`]). The broker's `replication-offset-checkpoint` gives it
@@ -16,10 +17,9 @@
 //! `kafka-protocol` crate and framed by `cluster_client::Connection` (shared
 //! with the failover's admin client): `ApiVersions` once per
 //! connection to choose the `ListOffsets` version both sides speak, then one
-//! `ListOffsets` for every selected partition per interval. A background task
-//! spawned by [`ListOffsetsHighWatermarks::spawn`] does the asking and keeps
-//! the answers; [`HighWatermarkSource::high_watermark`] only reads them, so the
-//! tail feed never waits on the network.
+//! `ListOffsets` for every selected partition per interval. The asking runs
+//! in `fetch_hw`'s background task, which keeps the answers, so the tail feed
+//! never waits on the network.
 //!
 //! Failures never stop the shipper: an unreachable or misbehaving broker
 //! (every read and write bounded by [`REQUEST_TIMEOUT`], every response by
@@ -38,9 +38,7 @@
 //! id before a body is decoded, which a port speaking another protocol does
 //! not, but a hostile peer posing as the broker could make it allocate.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use cluster_client::Connection;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -49,7 +47,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::bound_hw::{HighWatermark, HighWatermarkSource};
 use super::fetch_hw::{MAX_FETCH_VERSION, MIN_FETCH_VERSION};
 use crate::{Error, Result};
 
@@ -253,7 +250,12 @@ impl BrokerClient {
     }
 
     /// Send one request and read its response over the shared connection (bounded in time and size).
-    pub(super) async fn call<Q: Encodable, P: Decodable>(&mut self, key: ApiKey, request: &Q, version: i16) -> Result<P> {
+    pub(super) async fn call<Q: Encodable, P: Decodable>(
+        &mut self,
+        key: ApiKey,
+        request: &Q,
+        version: i16,
+    ) -> Result<P> {
         self.connection
             .call(key, request, version)
             .await
@@ -281,176 +283,6 @@ fn source_broker_error(e: cluster_client::Error) -> Error {
                 .to_string();
             Error::SourceBroker { broker, reason }
         }
-    }
-}
-
-/// What the asking task shares with readers.
-#[derive(Debug, Default)]
-struct Known {
-    high_watermarks: HashMap<(String, i32), HighWatermark>,
-    /// The last failure to ask, until an answer comes.
-    last_error: Option<String>,
-    /// Completed `ListOffsets` round trips.
-    answers: u64,
-    /// The partitions asked for: those given at the start and every one looked up since (a topic created while
-    /// the shipper runs is asked for from its first lookup on).
-    wanted: BTreeSet<(String, i32)>,
-}
-
-/// High watermarks asked of the source broker (see the module doc). Dropping
-/// it stops the asking.
-pub struct ListOffsetsHighWatermarks {
-    known: Arc<RwLock<Known>>,
-    /// Moves whenever a high watermark moves ([`HighWatermarkSource::changes`]).
-    changed: tokio::sync::watch::Receiver<u64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ListOffsetsHighWatermarks {
-    /// Start asking `bootstrap` (HOST:PORT) for the high watermarks of
-    /// `partitions`, on `runtime`, every `config.interval`.
-    pub fn spawn(
-        runtime: &tokio::runtime::Handle,
-        bootstrap: String,
-        partitions: Vec<(String, i32)>,
-        config: ListOffsetsConfig,
-    ) -> Self {
-        let known = Arc::new(RwLock::new(Known {
-            wanted: partitions.into_iter().collect(),
-            ..Known::default()
-        }));
-        let (changes, changed) = tokio::sync::watch::channel(0u64);
-        let task = runtime.spawn(ask(bootstrap, config, known.clone(), changes));
-        ListOffsetsHighWatermarks { known, changed, task }
-    }
-
-    /// Why the last attempt failed, while no answer has come since.
-    pub fn last_error(&self) -> Option<String> {
-        self.known.read().unwrap_or_else(|p| p.into_inner()).last_error.clone()
-    }
-
-    /// How many `ListOffsets` answers came so far.
-    pub fn answers(&self) -> u64 {
-        self.known.read().unwrap_or_else(|p| p.into_inner()).answers
-    }
-}
-
-impl Drop for ListOffsetsHighWatermarks {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl HighWatermarkSource for ListOffsetsHighWatermarks {
-    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.changed.clone())
-    }
-
-    fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark> {
-        let key = (topic.to_string(), partition);
-        {
-            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(hw) = known.high_watermarks.get(&key) {
-                return Some(*hw);
-            }
-            if known.wanted.contains(&key) {
-                return None;
-            }
-        }
-        // Not asked for yet: from the next round on (unknown until then, so nothing of it ships).
-        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-        known.wanted.insert(key);
-        None
-    }
-}
-
-/// The asking loop: runs until the source is dropped.
-async fn ask(
-    bootstrap: String,
-    config: ListOffsetsConfig,
-    known: Arc<RwLock<Known>>,
-    changes: tokio::sync::watch::Sender<u64>,
-) {
-    let mut client: Option<BrokerClient> = None;
-    let mut backoff = config.interval;
-    // Per partition, the error code last logged (logged again only when it changes).
-    let mut partition_errors: HashMap<(String, i32), i16> = HashMap::new();
-    loop {
-        let partitions: Vec<(String, i32)> = {
-            let k = known.read().unwrap_or_else(|p| p.into_inner());
-            k.wanted.iter().cloned().collect()
-        };
-        if partitions.is_empty() {
-            tokio::time::sleep(config.interval).await;
-            continue;
-        }
-        let result = match client.as_mut() {
-            Some(c) => c.high_watermarks(&partitions).await,
-            None => match BrokerClient::connect(&bootstrap, config.request_timeout).await {
-                Ok(mut c) => {
-                    tracing::info!(broker = %bootstrap, version = c.list_offsets_version(), "asking the source broker for high watermarks (ListOffsets)");
-                    let r = c.high_watermarks(&partitions).await;
-                    client = Some(c);
-                    r
-                }
-                Err(e) => Err(e),
-            },
-        };
-        match result {
-            Ok(answers) => {
-                let as_of = SystemTime::now();
-                let mut k = known.write().unwrap_or_else(|p| p.into_inner());
-                if k.last_error.take().is_some() {
-                    tracing::info!(broker = %bootstrap, "the source broker answers ListOffsets again");
-                }
-                k.answers += 1;
-                let mut moved = false;
-                for ((topic, partition), answer) in partitions.iter().zip(answers) {
-                    let key = (topic.clone(), *partition);
-                    match answer {
-                        PartitionAnswer::HighWatermark(offset) => {
-                            if partition_errors.remove(&key).is_some() {
-                                tracing::info!(topic = %topic, partition, offset, "high watermark known again");
-                            }
-                            let previous = k.high_watermarks.insert(key, HighWatermark { offset, as_of });
-                            if previous.is_none_or(|p| p.offset != offset) {
-                                moved = true;
-                            }
-                        }
-                        PartitionAnswer::Error(code) => {
-                            if partition_errors.insert(key, code) != Some(code) {
-                                tracing::warn!(topic = %topic, partition, error = %error_name(code), "ListOffsets error for a partition: its last known high watermark stays in force");
-                            }
-                        }
-                        PartitionAnswer::Missing => {
-                            if partition_errors.insert(key, i16::MIN) != Some(i16::MIN) {
-                                tracing::warn!(topic = %topic, partition, "ListOffsets response without this partition: its last known high watermark stays in force");
-                            }
-                        }
-                    }
-                }
-                drop(k);
-                if moved {
-                    changes.send_modify(|n| *n = n.wrapping_add(1));
-                }
-                backoff = config.interval;
-            }
-            Err(e) => {
-                client = None;
-                let message = e.to_string();
-                {
-                    let mut k = known.write().unwrap_or_else(|p| p.into_inner());
-                    if k.last_error.as_deref() != Some(message.as_str()) {
-                        tracing::warn!(error = %message, retry_in = ?backoff, "asking the source broker for high watermarks failed: the last known ones stay in force");
-                    }
-                    k.last_error = Some(message);
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(config.max_backoff);
-                continue;
-            }
-        }
-        tokio::time::sleep(config.interval).await;
     }
 }
 

@@ -1,7 +1,7 @@
 //! The `ListOffsets` client against peers that fail: a closed port, a peer
 //! speaking another protocol, a silent one, and a scripted broker whose
 //! answers carry per-partition error codes. (A real broker: the
-//! `list_offsets_hw` test of the tests crate.)
+//! `source_hw` test of the tests crate.)
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
@@ -13,6 +13,8 @@ use kafka_protocol::protocol::decode_request_header_from_buffer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::super::bound_hw::HighWatermarkSource;
+use super::super::fetch_hw::{FetchHighWatermarks, FetchHwConfig};
 use super::*;
 
 /// A timeout short enough for tests that expect one, long enough for loopback.
@@ -175,6 +177,14 @@ async fn scripted_broker(l: TcpListener, script: Vec<Vec<ListOffsetsPartitionRes
     }
 }
 
+/// The high-watermark source over a broker that speaks no `Fetch` (the scripted one): it polls `ListOffsets`.
+fn polling() -> FetchHwConfig {
+    FetchHwConfig {
+        list_offsets: config(),
+        ..FetchHwConfig::default()
+    }
+}
+
 #[tokio::test]
 async fn errors_keep_the_last_known_high_watermark_and_unanswered_partitions_stay_unknown() {
     let (l, addr) = listener().await;
@@ -188,13 +198,13 @@ async fn errors_keep_the_last_known_high_watermark_and_unanswered_partitions_sta
     ];
     let broker = tokio::spawn(scripted_broker(l, script));
     let parts = vec![("t".to_string(), 0), ("t".to_string(), 1), ("t".to_string(), 2)];
-    let source = ListOffsetsHighWatermarks::spawn(&tokio::runtime::Handle::current(), addr.clone(), parts, config());
+    let source = FetchHighWatermarks::spawn(&tokio::runtime::Handle::current(), addr.clone(), parts, polling());
     // The broker closes after its script: wait for the failure that follows.
     broker.await.unwrap();
     while source.last_error().is_none() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(source.answers(), 3);
+    assert_eq!(source.list_answers(), 3);
     assert_eq!(source.high_watermark("t", 0).map(|h| h.offset), Some(50));
     assert_eq!(source.high_watermark("t", 1).map(|h| h.offset), Some(9));
     assert_eq!(source.high_watermark("t", 2), None);
@@ -205,7 +215,7 @@ async fn errors_keep_the_last_known_high_watermark_and_unanswered_partitions_sta
     while !source.last_error().unwrap_or_default().contains("cannot connect") {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(source.answers(), 3);
+    assert_eq!(source.list_answers(), 3);
     assert_eq!(source.high_watermark("t", 0).map(|h| h.offset), Some(50));
 }
 
@@ -227,18 +237,18 @@ async fn changes_move_only_when_a_high_watermark_moves() {
         vec![answer(0, 6, -1)],
     ];
     let broker = tokio::spawn(scripted_broker(l, script));
-    let source = ListOffsetsHighWatermarks::spawn(
+    let source = FetchHighWatermarks::spawn(
         &tokio::runtime::Handle::current(),
         addr,
         vec![("t".to_string(), 0)],
-        config(),
+        polling(),
     );
-    let changes = source.changes().expect("a ListOffsets source reports its changes");
+    let changes = source.changes().expect("the source reports its changes");
     broker.await.unwrap();
     while source.last_error().is_none() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(source.answers(), 4);
+    assert_eq!(source.list_answers(), 4);
     // Two moves: unknown -> 42, 42 -> 50.
     assert_eq!(*changes.borrow(), 2);
 }

@@ -1,24 +1,22 @@
-//! The `ListOffsets` high-watermark source (`segmirror ship --source-bootstrap`) against a real Kafka 4.4 broker
-//! (`--upto high-watermark` with `--source-bootstrap`).
+//! The high watermarks `segmirror ship --source-bootstrap` learns from the source broker (a long-polling Fetch,
+//! `ListOffsets` to learn a partition first) against a real Kafka 4.4 broker.
 //!
-//! [`list_offsets_follows_the_real_high_watermark_ahead_of_the_checkpoint_and_survives_a_broker_restart`]: records
+//! [`the_broker_source_follows_the_real_high_watermark_ahead_of_the_checkpoint_and_survives_a_broker_restart`]: records
 //! are produced (acks=all) to two partitions; the source's answer for each is compared with the broker's own high
 //! watermark (`GetOffsetShell --time -1`, the tool behind `kafka-get-offsets.sh`): equal once the source has asked
 //! again, never above it. The broker checkpoints high watermarks only every
 //! [`CHECKPOINT_INTERVAL_MS`]: the `replication-offset-checkpoint` source still knows nothing (or less) at that
-//! moment, so the bound from `ListOffsets` is ahead of it. A partition that does not exist stays unknown (nothing of
-//! it would ship). Then the broker is stopped: the source reports the failure and keeps its last values; the
+//! moment, so the bound learned from the broker is ahead of it. A partition that does not exist stays unknown
+//! (nothing of it would ship). Then the broker is stopped: the source reports the failure and keeps its last values; the
 //! broker restarted, more records produced, the source follows again without being rebuilt.
 
 use std::time::Duration;
 
-use segmirror_shipper::source::{
-    CheckpointHighWatermarks, HighWatermarkSource, ListOffsetsConfig, ListOffsetsHighWatermarks,
-};
+use segmirror_shipper::source::{CheckpointHighWatermarks, FetchHighWatermarks, FetchHwConfig, HighWatermarkSource};
 use segmirror_tests::wait::wait_for;
 use segmirror_tests::*;
 
-const TOPIC: &str = "hw-list-offsets";
+const TOPIC: &str = "hw-source";
 /// The broker's `replica.high.watermark.checkpoint.interval.ms` here: long, so that the checkpoint certainly lags
 /// (with Kafka's default 5 s it lags by up to 5 s; how much at a given moment is chance).
 const CHECKPOINT_INTERVAL_MS: u64 = 600_000;
@@ -34,7 +32,7 @@ fn produce(broker: &KafkaBroker, partition: i32, n: usize, tag: &str) {
 
 /// Wait until the source answers `expected` for every partition, checking on the way that it never runs ahead of
 /// the broker's own high watermark.
-fn wait_until_seen(source: &ListOffsetsHighWatermarks, broker_hw: &std::collections::BTreeMap<i32, i64>) {
+fn wait_until_seen(source: &FetchHighWatermarks, broker_hw: &std::collections::BTreeMap<i32, i64>) {
     for (&p, &hw) in broker_hw {
         let seen = wait_for(
             &format!("{TOPIC}-{p} at high watermark {hw}"),
@@ -54,9 +52,9 @@ fn wait_until_seen(source: &ListOffsetsHighWatermarks, broker_hw: &std::collecti
 }
 
 #[test]
-fn list_offsets_follows_the_real_high_watermark_ahead_of_the_checkpoint_and_survives_a_broker_restart() {
+fn the_broker_source_follows_the_real_high_watermark_ahead_of_the_checkpoint_and_survives_a_broker_restart() {
     let mut broker = KafkaBroker::start(
-        BrokerConfig::new("list-offsets-hw")
+        BrokerConfig::new("source-hw")
             .property("replica.high.watermark.checkpoint.interval.ms", CHECKPOINT_INTERVAL_MS),
     )
     .unwrap();
@@ -68,12 +66,7 @@ fn list_offsets_follows_the_real_high_watermark_ahead_of_the_checkpoint_and_surv
         .build()
         .unwrap();
     let asked = vec![(TOPIC.to_string(), 0), (TOPIC.to_string(), 1), (TOPIC.to_string(), 7)];
-    let source = ListOffsetsHighWatermarks::spawn(
-        runtime.handle(),
-        broker.bootstrap(),
-        asked,
-        ListOffsetsConfig::default(),
-    );
+    let source = FetchHighWatermarks::spawn(runtime.handle(), broker.bootstrap(), asked, FetchHwConfig::default());
     let checkpoint = CheckpointHighWatermarks::new(vec![broker.log_dir().to_path_buf()]);
 
     produce(&broker, 0, 120, "a");
@@ -88,7 +81,7 @@ fn list_offsets_follows_the_real_high_watermark_ahead_of_the_checkpoint_and_surv
         let cp = checkpoint.high_watermark(TOPIC, p).map(|h| h.offset);
         assert!(
             cp.is_none_or(|o| o < hw),
-            "{TOPIC}-{p}: checkpoint {cp:?}, ListOffsets {hw}"
+            "{TOPIC}-{p}: checkpoint {cp:?}, from the broker {hw}"
         );
     }
     // A partition the broker does not have answers an error code: no bound, never a guess.
