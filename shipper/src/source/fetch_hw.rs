@@ -63,6 +63,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::bound_hw::{HighWatermark, HighWatermarkSource};
 use super::list_offsets::{error_name, BrokerClient, ListOffsetsConfig, PartitionAnswer};
+use super::list_offsets::{MAX_FETCH_VERSION, MIN_FETCH_VERSION};
 use crate::Result;
 
 /// Longest a fetch stays parked at the broker without news (500 ms, `max_wait_ms`): the cost of an idle source
@@ -82,12 +83,6 @@ pub const MAX_FETCH_RETRY: Duration = Duration::from_secs(30);
 /// `ListOffsets` every 50 ms cost at 10,000 partitions, and changes nothing below a few hundred partitions (1,000:
 /// 5 ms between fetches at most).
 pub const FETCH_PARTITIONS_PER_SECOND: u32 = 200_000;
-
-/// The lowest `Fetch` version used (4: the lowest Kafka 4 speaks; it has the isolation level and `max_bytes`).
-pub const MIN_FETCH_VERSION: i16 = 4;
-
-/// The highest `Fetch` version used (12): 13 and later name topics by id, which would need `Metadata` first.
-pub const MAX_FETCH_VERSION: i16 = 12;
 
 /// `max_bytes` and `partition_max_bytes` of the fetch (1 byte): the records are not wanted, but a parked fetch
 /// completes only once `min_bytes` (1) of them are available, counted up to `partition_max_bytes`.

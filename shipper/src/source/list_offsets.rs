@@ -47,8 +47,15 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::fetch_hw::{MAX_FETCH_VERSION, MIN_FETCH_VERSION};
 use crate::{Error, Result};
+
+/// The lowest `Fetch` version [`BrokerClient`] speaks (4: the lowest Kafka 4 speaks; it has the isolation level and
+/// `max_bytes`).
+pub const MIN_FETCH_VERSION: i16 = 4;
+
+/// The highest `Fetch` version [`BrokerClient`] speaks (12): 13 and later name topics by id, which would need
+/// `Metadata` first.
+pub const MAX_FETCH_VERSION: i16 = 12;
 
 /// How often the high watermarks are asked for (50 ms): one small request for
 /// all partitions and microseconds of broker time, 20 a second; it bounds how
