@@ -270,6 +270,34 @@ fn mark_path(dirty: &mut Dirty, log_dirs: &[WatchedDir], path: &Path) {
     }
 }
 
+/// Mark what one notification may have changed (see [`mark_path`]); a notification that says only that something was
+/// read marks nothing (see [`only_read`]).
+fn on_notification(marks: &Marks, log_dirs: &[WatchedDir], res: notify::Result<notify::Event>) {
+    match res {
+        Ok(event) if only_read(&event.kind) && !event.need_rescan() => {}
+        Ok(event) if !event.need_rescan() => marks.mark(|d| {
+            for path in &event.paths {
+                mark_path(d, log_dirs, path);
+            }
+        }),
+        // Lost notifications (queue overflow) or a watch error: look at everything.
+        _ => marks.mark(|d| d.all = true),
+    }
+}
+
+/// Whether a notification says only that a file or directory was opened or closed without writing. Such a one
+/// changes nothing a pass could find, and the watcher's own passes cause them (notify watches `IN_OPEN`: listing a
+/// partition opens its directory, reading a tail opens its segment). Marked, every pass would mark the partitions
+/// it had just listed, and the watcher would list them again every tick for as long as it runs: with a thousand
+/// idle partitions, most of a core. A broker's consumers opening old segments cause them too.
+fn only_read(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    matches!(
+        kind,
+        EventKind::Access(AccessKind::Open(_) | AccessKind::Close(AccessMode::Read) | AccessKind::Read)
+    )
+}
+
 /// Start watching (see the module doc). Returns the watcher and its events;
 /// the first pass reports every selected partition as appeared. Must be
 /// called within a Tokio runtime.
@@ -286,14 +314,8 @@ pub async fn watch(config: WatchConfig) -> Result<(Watcher, mpsc::Receiver<Watch
         tokio::task::spawn_blocking(move || -> Result<notify::RecommendedWatcher, Error> {
             let handler_dirs: Vec<WatchedDir> = log_dirs.iter().map(|d| WatchedDir::new(d)).collect();
             let handler_marks = marks.clone();
-            let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-                Ok(event) if !event.need_rescan() => handler_marks.mark(|d| {
-                    for path in &event.paths {
-                        mark_path(d, &handler_dirs, path);
-                    }
-                }),
-                // Lost notifications (queue overflow) or a watch error: look at everything.
-                _ => handler_marks.mark(|d| d.all = true),
+            let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+                on_notification(&handler_marks, &handler_dirs, res)
             })
             .map_err(|e| notify_error(log_dirs.first().map_or(Path::new(""), |p| p.as_path()), e))?;
             for dir in &log_dirs {

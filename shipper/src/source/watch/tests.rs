@@ -452,3 +452,68 @@ async fn a_relative_log_dir_is_watched_by_its_notifications() {
     )
     .await;
 }
+
+/// Reading a partition (listing its directory, opening and reading its segment, as the watcher's own passes and a
+/// broker's consumers do) marks nothing, through real inotify notifications; a write still marks the partition. Marked
+/// reads made the watcher list every partition it had just listed again, every tick, with nothing written.
+#[test]
+fn reads_mark_nothing_and_writes_mark_the_partition() {
+    use std::io::Read as _;
+    let log_dir = tempfile::tempdir().unwrap();
+    let t0 = log_dir.path().join("t-0");
+    std::fs::create_dir(&t0).unwrap();
+    append(&seg(&t0, 0), 100);
+    let marks = Arc::new(Marks::default());
+    let (handler_marks, dirs) = (marks.clone(), vec![WatchedDir::new(log_dir.path())]);
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        on_notification(&handler_marks, &dirs, res)
+    })
+    .unwrap();
+    watcher.watch(log_dir.path(), RecursiveMode::Recursive).unwrap();
+
+    for _ in 0..3 {
+        let _ = std::fs::read_dir(log_dir.path()).unwrap().count();
+        let _ = std::fs::read_dir(&t0).unwrap().count();
+        let mut bytes = Vec::new();
+        std::fs::File::open(seg(&t0, 0))
+            .unwrap()
+            .read_to_end(&mut bytes)
+            .unwrap();
+        assert_eq!(bytes.len(), 100);
+    }
+    // Notifications are delivered by notify's thread: give them time to arrive before looking.
+    std::thread::sleep(Duration::from_millis(300));
+    let after_reads = marks.take();
+    assert!(
+        after_reads.is_empty(),
+        "reads marked something: {:?}",
+        after_reads.partitions
+    );
+
+    append(&seg(&t0, 0), 10);
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    let marked = loop {
+        let d = marks.take();
+        if !d.is_empty() || std::time::Instant::now() > deadline {
+            break d;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        marked.partitions.contains(&(0, t0.clone())),
+        "an append did not mark t-0: {:?}",
+        marked.partitions
+    );
+}
+
+#[test]
+fn only_opens_and_read_closes_count_as_reads() {
+    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, EventKind, ModifyKind, RemoveKind};
+    assert!(only_read(&EventKind::Access(AccessKind::Open(AccessMode::Any))));
+    assert!(only_read(&EventKind::Access(AccessKind::Close(AccessMode::Read))));
+    assert!(!only_read(&EventKind::Access(AccessKind::Close(AccessMode::Write))));
+    assert!(!only_read(&EventKind::Modify(ModifyKind::Data(DataChange::Any))));
+    assert!(!only_read(&EventKind::Create(CreateKind::File)));
+    assert!(!only_read(&EventKind::Remove(RemoveKind::File)));
+    assert!(!only_read(&EventKind::Any));
+}
