@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `segmirror promote --handover rename` of a tail-fed mirror, from what the tail appender kept ("kept") and, on the
+# same data, from a state file without it ("walk": what a mirror an older appender wrote gets, and what every
+# promotion of a tailed mirror did before the appender kept anything).
+#
+# Usage: tools/bench/tail_promote.sh [SIZES] (default "40 4096": MiB, each size in PARTITIONS partitions)
+#   PARTITIONS=8   partitions of the topic
+#   RUNS=1         runs per size and mode (a fresh fixture each: a handover moves the mirror's files)
+#   WORK=DIR       where fixtures go (default target/bench/tail_promote; one fixture at a time, deleted after)
+#   DROP_CACHES=1  drop the page cache before each promotion (root only), as a failover after a restart meets it
+#
+# The fixture is written by the tail appender itself (an ignored test of the applier,
+# `promote::tests_tail_kept::bench_fixture`: 16 KiB batches fed in 1 MiB chunks through `TailAppender`, 1 GiB
+# segments sealed as the shipper seals them, the last one active; every batch in the target's epoch, so nothing is
+# restamped, as in the measured failover), with a stopped target log dir beside it. Promotion is the release
+# binary, timed with /usr/bin/time (wall, user + sys CPU).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SIZES=${1:-"40 4096"}
+PARTITIONS=${PARTITIONS:-8}
+RUNS=${RUNS:-1}
+WORK=${WORK:-$ROOT/target/bench/tail_promote}
+DROP_CACHES=${DROP_CACHES:-1}
+
+cd "$ROOT"
+cargo build --release -q -p segmirror
+# The fixture writer: the applier's test binary in release (its path from cargo's JSON messages).
+FIXTURE=$(cargo test --release -q -p segmirror-applier --lib --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "segmirror_applier":
+        print(m["executable"])')
+SEGMIRROR=$ROOT/target/release/segmirror
+
+echo "| size | partitions | mode | run | wall s | CPU s | batches restamped |"
+echo "|---|---|---|---|---|---|---|"
+for mib in $SIZES; do
+    for run in $(seq 1 "$RUNS"); do
+        for mode in kept walk; do
+            rm -rf "$WORK"
+            mkdir -p "$WORK"
+            forget=0
+            [ "$mode" = walk ] && forget=1
+            SEGMIRROR_BENCH_DIR=$WORK SEGMIRROR_BENCH_MIB=$mib SEGMIRROR_BENCH_PARTITIONS=$PARTITIONS \
+                SEGMIRROR_BENCH_FORGET_KEPT=$forget \
+                "$FIXTURE" promote::tests_tail_kept::bench_fixture --ignored --exact -q >/dev/null
+            sync
+            if [ "$DROP_CACHES" = 1 ]; then
+                echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+            fi
+            /usr/bin/time -f "%e %U %S" -o "$WORK/time" "$SEGMIRROR" promote --mirror "$WORK/mirror" \
+                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename --json \
+                > "$WORK/report.json"
+            read -r wall user sys < "$WORK/time"
+            restamped=$(python3 -c 'import json,sys
+r = json.load(open(sys.argv[1]))
+print(sum(p.get("batches_restamped", 0) for p in r["partitions"]))' "$WORK/report.json")
+            cpu=$(python3 -c "print(round($user + $sys, 2))")
+            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped |"
+        done
+    done
+done
+rm -rf "$WORK"
