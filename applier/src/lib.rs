@@ -64,6 +64,7 @@ mod lock;
 pub mod mirror;
 pub mod promote;
 pub mod report;
+pub mod verify;
 
 pub use bucket::{
     apply, Applier, ApplyConfig, APPLIER_TOPICS_REGEX, DEFAULT_PARALLEL_PARTITIONS, MANIFEST_READ_CONCURRENCY,

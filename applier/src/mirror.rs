@@ -37,7 +37,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use segment_format::dir::{OwnEntry, OwnKind, PartitionDirName, META_PROPERTIES_FILE};
-use segment_format::verify::{Progress, Report, VerifyOptions};
 
 mod records;
 #[cfg(test)]
@@ -148,22 +147,6 @@ pub const MIRROR_ROOT_ENTRIES: &[OwnEntry] = &[
         kind: OwnKind::File,
     },
 ];
-
-/// `segmirror verify` over `paths`, any of which may be a mirror root: its own entries ([`MIRROR_ROOT_ENTRIES`])
-/// are segmirror's state, not strays that stop a broker (a broker's log dir, with `meta.properties`, still has
-/// them reported). With `--deep`, what the tail appender kept for promotion is checked against the bytes too
-/// (`crate::direct::verify_kept`).
-pub fn verify_paths(paths: &[PathBuf], options: &VerifyOptions, progress: &dyn Progress) -> Report {
-    let mut report = segment_format::verify::verify_paths_owned_by(paths, options, progress, MIRROR_ROOT_ENTRIES);
-    if options.depth == segment_format::verify::Depth::Deep {
-        for path in paths.iter().filter(|p| tail_dir(p).is_dir()) {
-            let (findings, io_errors) = crate::direct::verify_kept(path);
-            report.findings.extend(findings);
-            report.io_errors.extend(io_errors);
-        }
-    }
-    report
-}
 
 /// `<root>/<topic>-<partition>`; `topic` must be a validated Kafka topic name.
 pub fn partition_dir(root: &Path, topic: &str, partition: i32) -> PathBuf {

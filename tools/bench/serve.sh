@@ -31,8 +31,9 @@
 #      librdkafka and the source broker on this machine);
 #    - MirrorMaker 2 (tools/bench/mm2.sh's configuration and jars: dedicated driver, identity policy) into the
 #      second broker, the consumer on its target topic; MirrorMaker 2 runs through all the measurements;
-#    - segmirror per mode in SM_MODES (high-watermark = ship `--upto high-watermark --source-bootstrap`, what the
-#      endpoint promises to be final; log-end = `--upto log-end`): ship --connect + apply --listen over loopback
+#    - segmirror per mode in SM_MODES (high-watermark = ship `--upto high-watermark --source-bootstrap`; log-end =
+#      `--upto log-end --source-bootstrap`: the mirror gets every batch at once, serve shows it up to the high
+#      watermark the shipper reports): ship --connect + apply --listen over loopback
 #      mutual TLS (the direct link as deployed) + serve --plaintext on the mirror, started per measurement, the
 #      consumer on serve. That is send -> source log -> ship -> apply (fsync, install) -> serve (its catalog refresh
 #      every 10 ms wakes long-polling fetches) -> consumer.
@@ -417,8 +418,7 @@ EOF
                 continue
             fi
             echo "latency: ship -> apply -> serve ($mode) at $rate records/s for ${DURATION}s" >&2
-            upto=(--upto log-end)
-            [ "$mode" = log-end ] || upto=(--upto high-watermark --source-bootstrap "$SRC_BOOT")
+            upto=(--upto "$mode" --source-bootstrap "$SRC_BOOT")
             start_pair "$dir" "lat-$rate-$mode" tls "${upto[@]}"
             start_serve "$dir"
             latency_run "$dir" "lat-$rate-$mode" "$SERVE_BOOT" "$rate" "serve-$mode" "$SERVE_PID" \

@@ -156,7 +156,11 @@ fn a_mirror_roots_own_state_is_not_a_finding_and_a_stray_directory_still_is() {
     for (file, bytes) in [
         (".segmirror-apply.lock", &b""[..]),
         (".segmirror-apply.holder", b"pid 1 since 2026-01-01T00:00:00Z\n"),
-        (".tail/orders-0.json", b"{}"),
+        // A state file as an appender that kept nothing for promotion writes it (`--deep` checks only what is kept).
+        (
+            ".tail/orders-0.json",
+            br#"{"topic":"orders","partition":0,"topic_id":[7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7],"segment_base":0,"position":0,"sealed":false,"next_offset":null}"#,
+        ),
         (
             ".archive/orders-0/00000000000000000035-00000000000000000040.log",
             b"archived",

@@ -4,8 +4,9 @@
 //! flight or acknowledged; the session drops it on a link without feature bit 4).
 //!
 //! Why the feed computes it: the applier only knows what it installed, and only the shipper sees the source.
-//! Why at most every [`PROGRESS_INTERVAL`] (`TailFeedConfig::progress_interval`) and only when it changed: it is read by people and monitoring polling in
-//! seconds; an unchanged figure tells the applier nothing new (the report's time is when the source was last seen
+//! Why at most every [`PROGRESS_INTERVAL`] (`TailFeedConfig::progress_interval`) and only when it changed: it is read
+//! by people and monitoring polling in seconds (a log-end feed whose high watermark moved reports within
+//! [`HIGH_WATERMARK_REPORT_INTERVAL`], for what `segmirror serve` shows of its mirror); an unchanged figure tells the applier nothing new (the report's time is when the source was last seen
 //! *that far*, which is what "seconds behind" needs). After a seek nothing counts as sent, so every session starts
 //! with a fresh report. Advisory: a failure to compute one (a segment deleted under the listing) skips it, never
 //! fails the feed.
@@ -17,12 +18,13 @@
 //!
 //! [`PROGRESS_INTERVAL`]: segmirror_transport::direct::handshake::PROGRESS_INTERVAL
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use segmirror_transport::direct::payload::{Shipped, SourceProgress};
 use segmirror_transport::direct::session::FeedItem;
 
 use super::{PartState, TailFeedConfig};
+use crate::source::bound_hw::UptoPolicy;
 use crate::source::growing::{read_tail, TailOptions, TailPosition, TailRead};
 use crate::source::read::{read_partition, PartitionRead};
 
@@ -50,9 +52,25 @@ pub(super) struct Track {
     last: Option<(Instant, Figures)>,
 }
 
+/// How soon a log-end feed reports a high watermark that moved (50 ms): the applier records it and `segmirror serve`
+/// serves a mirror fed above the high watermark only up to the one last reported, so this interval, not the
+/// lag-reporting one, is what its readers wait for a committed record. A report is a small frame and a small file
+/// rename on the applier, twenty a second per partition while its high watermark moves.
+pub const HIGH_WATERMARK_REPORT_INTERVAL: Duration = Duration::from_millis(50);
+
 /// The progress report due for `part` now, if any (blocking: runs on the step's thread).
 pub(super) fn due(part: &mut PartState, config: &TailFeedConfig) -> Option<FeedItem> {
-    let interval = config.progress_interval?;
+    let mut interval = config.progress_interval?;
+    if let Some((_, (_, reported, _, _))) = &part.progress.last {
+        let partition = &part.target.partition;
+        let now = config
+            .high_watermarks
+            .high_watermark(&partition.topic, partition.partition)
+            .map(|hw| hw.offset);
+        if config.upto == UptoPolicy::LogEnd && now.is_some() && now != *reported {
+            interval = interval.min(HIGH_WATERMARK_REPORT_INTERVAL);
+        }
+    }
     if part
         .progress
         .last

@@ -126,3 +126,41 @@ async fn a_feed_far_behind_scans_at_most_the_cap_for_its_report() {
         other => panic!("expected a progress report, got {other:?}"),
     }
 }
+
+/// A high watermark the test moves.
+struct MovingHw(std::sync::atomic::AtomicI64);
+
+impl HighWatermarkSource for MovingHw {
+    fn high_watermark(&self, _topic: &str, _partition: i32) -> Option<crate::source::bound_hw::HighWatermark> {
+        Some(crate::source::bound_hw::HighWatermark {
+            offset: self.0.load(std::sync::atomic::Ordering::SeqCst),
+            as_of: std::time::SystemTime::now(),
+        })
+    }
+}
+
+/// A log-end feed reports a moved high watermark within [`HIGH_WATERMARK_REPORT_INTERVAL`] whatever its lag
+/// interval (what `segmirror serve` shows of its mirror waits for it); a feed bounded by the high watermark keeps
+/// to the lag interval.
+#[tokio::test]
+async fn a_log_end_feed_reports_a_moved_high_watermark_soon() {
+    for (upto, soon) in [(UptoPolicy::LogEnd, true), (UptoPolicy::HighWatermark, false)] {
+        let root = tempfile::tempdir().unwrap();
+        let (dir, _log) = five_batches(root.path());
+        let hw = Arc::new(MovingHw(std::sync::atomic::AtomicI64::new(3)));
+        let mut feed = feed(&dir, upto, Some(3), MAX_FEED_CHUNK_BYTES);
+        feed.config.high_watermarks = hw.clone();
+        feed.config.progress_interval = Some(Duration::from_secs(3600));
+        feed.seek_positions(&[]).await.unwrap();
+        assert!(matches!(next(&mut feed).await, FeedItem::Progress(p) if p.high_watermark == Some(3)));
+        assert!(matches!(next(&mut feed).await, FeedItem::Chunk(_)));
+        hw.0.store(5, std::sync::atomic::Ordering::SeqCst);
+        let item = tokio::time::timeout(Duration::from_secs(2), feed.next_item()).await;
+        match item {
+            Ok(Ok(FeedItem::Progress(p))) if soon => assert_eq!(p.high_watermark, Some(5)),
+            Ok(Ok(FeedItem::Chunk(_))) if !soon => {}
+            Err(_) if !soon => {}
+            other => panic!("{upto:?}: {other:?}"),
+        }
+    }
+}

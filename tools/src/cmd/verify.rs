@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use segment_format::verify::{self, Depth, Progress, Report, Strictness, VerifyOptions};
-use segmirror_applier::mirror;
+use segmirror_applier::verify::verify_paths;
 
 use segmirror_transport::bucket::audit::{audit_store, AuditOptions, AuditReport};
 use segmirror_transport::manifest::KeyPrefix;
@@ -73,7 +73,7 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         let bar = BarProgress(progress::byte_bar(total, "verifying"));
         // A path may be a mirror root: its lock, staging and tail state are segmirror's, not strays that stop a
         // broker (the mirror module knows them; a broker's log dir, with `meta.properties`, still has them reported).
-        report = mirror::verify_paths(&paths, &options, &bar);
+        report = verify_paths(&paths, &options, &bar);
         bar.0.finish_and_clear();
     }
     let mut audits = Vec::new();
