@@ -146,26 +146,33 @@ pub struct FileIdentity {
 
 /// The [`FileIdentity`] of `path` (`None`: it is not there, or this is not Unix, where no such stamp is kept).
 pub fn file_identity(path: &Path) -> Option<FileIdentity> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::symlink_metadata(path).ok()?;
-        if !meta.file_type().is_file() {
-            return None;
+    FileIdentity::of(&std::fs::symlink_metadata(path).ok()?)
+}
+
+impl FileIdentity {
+    /// The identity `meta` describes: `None` for anything but a regular file, or where no such stamp is kept (not
+    /// Unix).
+    pub fn of(meta: &std::fs::Metadata) -> Option<FileIdentity> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            if !meta.file_type().is_file() {
+                return None;
+            }
+            let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
+            Some(FileIdentity {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+                ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            })
         }
-        let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
-        Some(FileIdentity {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            len: meta.len(),
-            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
+        #[cfg(not(unix))]
+        {
+            let _ = meta;
+            None
+        }
     }
 }
 

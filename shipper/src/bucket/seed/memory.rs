@@ -293,27 +293,7 @@ fn window_crc(file: &mut std::fs::File, from: u64, len: u64) -> std::io::Result<
 /// The [`FileIdentity`] of an open file (`fstat`), as [`file_identity`](crate::source::file_identity) gives it for a path: the identity of the
 /// bytes read through `file`, whatever was renamed over its name meanwhile.
 fn open_identity(file: &std::fs::File) -> Option<FileIdentity> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let meta = file.metadata().ok()?;
-        if !meta.file_type().is_file() {
-            return None;
-        }
-        let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
-        Some(FileIdentity {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            len: meta.len(),
-            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = file;
-        None
-    }
+    FileIdentity::of(&file.metadata().ok()?)
 }
 
 /// The key of `log`: its absolute path (joined to the working directory, no file system access), if UTF-8.
