@@ -58,7 +58,8 @@
 # Usage: tools/bench/serve.sh
 #   SIZE_MIB (default 1024) of 1 KiB records; PARTITIONS (default 8); RUNS (default 3) consumer runs per side;
 #   CACHE (default cold; warm skips dropping the page cache; a BENCH_DIR on tmpfs is always in memory); RATES (default "1000 10000"); DURATION (default 30)
-#   seconds per latency measurement, after WARMUP_S (default 5) seconds of warm-up; SM_MODES (default "high-watermark log-end";
+#   seconds per latency measurement, after WARMUP_S (default 5) seconds of warm-up; PROBE_LINGER_MS (default 0) the
+#   latency producer's linger.ms; SM_MODES (default "high-watermark log-end";
 #   bucket too: see 2; BUCKET_UPLOAD_MS, BUCKET_POLL_MS, BUCKET_CACHE_MIB set it); SKIP_MM2=1 leaves MirrorMaker 2
 #   out (its rows say so); SPLIT=1 (see 2); SKIP_THROUGHPUT=1 / SKIP_LATENCY=1 leave a part out; MM2_VERSION (default 4.3.1) and
 #   MM2_HOME (default .cache/connect-mirror/<version>, fetched by tools/bench/mm2.sh); BENCH_DIR (default
