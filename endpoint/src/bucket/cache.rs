@@ -141,6 +141,47 @@ impl State {
     }
 }
 
+/// One download at a time per key: concurrent reads of a missing item wait for the first one's download instead of
+/// starting their own.
+#[derive(Debug)]
+struct Loads<K>(Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>);
+
+impl<K> Default for Loads<K> {
+    fn default() -> Self {
+        Loads(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + std::hash::Hash + Clone> Loads<K> {
+    /// What `cached` holds, else what `load` gives, with `cached` asked again once the key's lock is held (another
+    /// read may have loaded it meanwhile).
+    async fn once<T>(
+        &self,
+        key: &K,
+        cached: impl Fn() -> Option<T>,
+        load: impl std::future::Future<Output = Result<T, CacheError>>,
+    ) -> Result<T, CacheError> {
+        if let Some(held) = cached() {
+            return Ok(held);
+        }
+        let lock = {
+            let mut loading = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            loading.entry(key.clone()).or_default().clone()
+        };
+        let guard = lock.lock().await;
+        let result = match cached() {
+            Some(held) => Ok(held),
+            None => load.await,
+        };
+        drop(guard);
+        let mut loading = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&lock) <= 2 {
+            loading.remove(key);
+        }
+        result
+    }
+}
+
 /// The cache (see the module docs).
 #[derive(Debug)]
 pub(crate) struct SegmentCache {
@@ -154,9 +195,9 @@ struct Inner {
     state: Mutex<State>,
     clock: AtomicU64,
     /// One download at a time per segment, so concurrent fetches of a missing segment download it once.
-    loading: Mutex<HashMap<SegmentId, Arc<tokio::sync::Mutex<()>>>>,
+    loading: Loads<SegmentId>,
     /// The same, for chunks and companions of segments cached by chunks.
-    loading_parts: chunks::PartLoads,
+    loading_parts: Loads<chunks::PartId>,
     tmp_counter: AtomicU64,
     /// Bytes downloaded from the store, in all.
     fetched: AtomicU64,
@@ -227,8 +268,8 @@ impl SegmentCache {
                 capacity,
                 state: Mutex::new(State::default()),
                 clock: AtomicU64::new(0),
-                loading: Mutex::new(HashMap::new()),
-                loading_parts: Mutex::new(HashMap::new()),
+                loading: Loads::default(),
+                loading_parts: Loads::default(),
                 tmp_counter: AtomicU64::new(0),
                 fetched: AtomicU64::new(0),
             }),
@@ -289,24 +330,10 @@ impl SegmentCache {
     /// cached yet, held until the returned [`Pinned`] is dropped.
     pub async fn ensure(&self, source: &dyn SegmentSource, dir_name: &str, m: &Manifest) -> Result<Pinned, CacheError> {
         let id: SegmentId = (dir_name.to_string(), m.base_offset);
-        if let Some(p) = self.pin_if_cached(&id, m) {
-            return Ok(p);
-        }
-        let lock = {
-            let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
-            loading.entry(id.clone()).or_default().clone()
-        };
-        let guard = lock.lock().await;
-        let result = match self.pin_if_cached(&id, m) {
-            Some(p) => Ok(p),
-            None => self.load(source, &id, m).await,
-        };
-        drop(guard);
-        let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
-        if Arc::strong_count(&lock) <= 2 {
-            loading.remove(&id);
-        }
-        result
+        self.inner
+            .loading
+            .once(&id, || self.pin_if_cached(&id, m), self.load(source, &id, m))
+            .await
     }
 
     /// `m`'s version of its segment held for a read if it is cached whole (nothing is fetched).

@@ -19,7 +19,6 @@
 //! ([`ChunkRun`]) and never reads past its end. A file becomes visible only by a rename after its size, CRC-32C and
 //! SHA-256 matched the manifest.
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -208,24 +207,10 @@ impl SegmentCache {
         id: PartId,
         piece: &Piece,
     ) -> Result<PinnedPart, CacheError> {
-        if let Some(p) = self.pin_part(&id, piece) {
-            return Ok(p);
-        }
-        let lock = {
-            let mut loading = self.inner.loading_parts.lock().unwrap_or_else(|e| e.into_inner());
-            loading.entry(id.clone()).or_default().clone()
-        };
-        let guard = lock.lock().await;
-        let result = match self.pin_part(&id, piece) {
-            Some(p) => Ok(p),
-            None => self.load_part(source, &id, piece).await,
-        };
-        drop(guard);
-        let mut loading = self.inner.loading_parts.lock().unwrap_or_else(|e| e.into_inner());
-        if Arc::strong_count(&lock) <= 2 {
-            loading.remove(&id);
-        }
-        result
+        self.inner
+            .loading_parts
+            .once(&id, || self.pin_part(&id, piece), self.load_part(source, &id, piece))
+            .await
     }
 
     fn pin_part(&self, id: &PartId, piece: &Piece) -> Option<PinnedPart> {
@@ -341,6 +326,3 @@ impl SegmentCache {
         Ok(())
     }
 }
-
-/// Downloads in flight of parts, one lock per part.
-pub(super) type PartLoads = std::sync::Mutex<HashMap<PartId, Arc<tokio::sync::Mutex<()>>>>;
