@@ -6,6 +6,8 @@
 //! reconciliation after a restart, a lineage break they acted on) with [`Catalog::append_event`] (in `link`: it checks the link exists; this module reads no other table). The kind is typed;
 //! the detail is free text for humans. Ordering is by row id, not by the wall clock.
 
+use std::collections::HashMap;
+
 use rusqlite::{params, Connection, Row};
 use serde::Serialize;
 
@@ -142,6 +144,23 @@ impl Catalog {
         };
         Ok(rows)
     }
+
+    /// The newest event of each of `link`'s partitions that has one, in one query: what `segmirror status` shows
+    /// per partition, where a query per partition cost a second at 10,000 partitions.
+    pub fn last_partition_events(&self, link: &str) -> Result<HashMap<(String, i32), Event>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT e.id, e.at_ms, e.link, e.topic, e.partition, e.kind, e.detail FROM events e \
+             JOIN (SELECT MAX(id) AS id FROM events WHERE link = ?1 AND topic IS NOT NULL \
+                   GROUP BY topic, partition) newest ON e.id = newest.id",
+        )?;
+        let events = stmt
+            .query_map([link], event_from_row)?
+            .collect::<rusqlite::Result<Vec<Event>>>()?;
+        Ok(events
+            .into_iter()
+            .filter_map(|e| Some(((e.topic.clone()?, e.partition?), e)))
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -185,6 +204,47 @@ mod tests {
         assert_eq!(p1[0].detail, "crc");
         assert_eq!((p1[0].topic.as_deref(), p1[0].partition), (Some("t"), Some(1)));
         assert!(p1[0].at_ms > 0);
+    }
+
+    #[test]
+    fn the_newest_event_of_each_partition_of_a_link_in_one_query() {
+        let mut cat = Catalog::open_in_memory().unwrap();
+        cat.create_link(&link_spec("a")).unwrap();
+        cat.create_link(&link_spec("b")).unwrap();
+        let k0 = PartitionKey::new("a", "t", 0);
+        let k1 = PartitionKey::new("a", "t", 1);
+        let u0 = PartitionKey::new("a", "u", 0);
+        let other = PartitionKey::new("b", "t", 0);
+        cat.append_event(Subject::Partition(&k0), EventKind::Note, "older")
+            .unwrap();
+        let newest0 = cat
+            .append_event(Subject::Partition(&k0), EventKind::Note, "newer")
+            .unwrap();
+        let newest1 = cat
+            .append_event(Subject::Partition(&k1), EventKind::SegmentRejected, "crc")
+            .unwrap();
+        let newest_u = cat.append_event(Subject::Partition(&u0), EventKind::Note, "u").unwrap();
+        cat.append_event(Subject::Partition(&other), EventKind::Note, "other link")
+            .unwrap();
+        cat.append_event(Subject::Link("a"), EventKind::Note, "the link's own")
+            .unwrap();
+
+        let last = cat.last_partition_events("a").unwrap();
+        let ids: HashMap<(String, i32), i64> = last.iter().map(|(k, e)| (k.clone(), e.id)).collect();
+        assert_eq!(
+            ids,
+            HashMap::from([
+                (("t".to_string(), 0), newest0),
+                (("t".to_string(), 1), newest1),
+                (("u".to_string(), 0), newest_u),
+            ])
+        );
+        // The same as the per-partition query.
+        for key in [&k0, &k1, &u0] {
+            let one = cat.events(Some(Subject::Partition(key)), 1).unwrap().remove(0);
+            assert_eq!(last[&(key.topic.clone(), key.partition)], one);
+        }
+        assert!(cat.last_partition_events("nobody").unwrap().is_empty());
     }
 
     #[test]

@@ -33,6 +33,11 @@
 //! only after the next segment appears. The partition then makes no progress
 //! (reported by status, not yet by an error).
 //!
+//! Rounds: [`ChunkFeed::next`] goes round the partitions from where it last stopped, stepping each until one
+//! yields an item, and waits for news when a round yields none. A round steps only the partitions that may have
+//! changed ([`wake`]: named by the log-dir watcher, active, a high watermark moved, asked for again, or swept),
+//! so a feed at rest costs nothing per partition; without a watcher it steps them all.
+//!
 //! Cancel safety: [`ChunkFeed::next`] computes a partition's next step on a
 //! blocking thread from a copy of its state and commits the new state only
 //! when the step returns, in the same poll; a future dropped earlier leaves
@@ -43,7 +48,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
@@ -172,6 +177,8 @@ struct PartState {
     translate: Option<layout::Translation>,
     /// The SHA-256 and default indexes of the segment being shipped, so far ([`running`]); never copied.
     running: running::RunningSlot,
+    /// When rounds step it ([`wake`]).
+    wake: wake::Wake,
     /// Seals made from the running digest (tests check which path a seal took).
     #[cfg(test)]
     running_seals: u64,
@@ -193,6 +200,7 @@ impl PartState {
             claim: cluster::ClaimState::default(),
             translate: None,
             running: running::RunningSlot::default(),
+            wake: wake::Wake::default(),
             #[cfg(test)]
             running_seals: 0,
         }
@@ -229,6 +237,11 @@ pub struct TailFeed {
     generation: u64,
     /// The partitions whose Resume position the latest seek refused, with why ([`TailFeed::refuse_resume`]).
     refused: HashMap<PartitionRef, String>,
+    /// Partition directories the log-dir watcher named since their last step ([`wake`]).
+    touched: HashSet<PathBuf>,
+    /// Counts the high watermarks' moves ([`HighWatermarkSource::changes`], in every mode): while it stands, a
+    /// partition's high watermark need not be looked up again ([`wake`]).
+    hw_version: Option<tokio::sync::watch::Receiver<u64>>,
     /// How many steps were started (tests check that a dropped `next` does not start another).
     #[cfg(test)]
     steps_started: u64,
@@ -276,12 +289,21 @@ impl TailFeed {
             step: None,
             generation: 0,
             refused: HashMap::new(),
+            touched: HashSet::new(),
+            hw_version: None,
             #[cfg(test)]
             steps_started: 0,
             truncation: false,
             log_ends: Vec::new(),
             leadership_changes: None,
             layout: None,
+        }
+    }
+
+    /// `partition` is stepped in the next round ([`wake`]).
+    fn ask(&mut self, partition: &PartitionRef) {
+        if let Some(part) = self.parts.iter_mut().find(|p| &p.target.partition == partition) {
+            part.wake.ask();
         }
     }
 
@@ -330,12 +352,19 @@ impl TailFeed {
         if self.leadership_changes.is_none() {
             self.leadership_changes = self.config.leadership.as_ref().and_then(|l| l.changes());
         }
+        if self.hw_version.is_none() {
+            self.hw_version = self.config.high_watermarks.changes();
+        }
         'round: loop {
             // The bounds this round sees are at least as new as this: a move after it wakes the wait below.
             if let Some(changes) = &mut self.hw_changes {
                 changes.borrow_and_update();
             }
             if let Some(changes) = &mut self.leadership_changes {
+                if changes.has_changed().unwrap_or(false) {
+                    // Which partitions this broker may read changed: every one is looked at again.
+                    self.parts.iter_mut().for_each(|p| p.wake.ask());
+                }
                 changes.borrow_and_update();
             }
             // A step a dropped `next` left running is finished (and committed) first.
@@ -350,6 +379,20 @@ impl TailFeed {
                 }
             }
             self.rediscover(false).await?;
+            if let Some(r) = &mut self.rediscoverer {
+                r.take_touched(&mut self.touched);
+            }
+            if self.config.high_watermarks.refresh_due() {
+                // Idempotent, so a dropped `next` leaves nothing half done: the refresh finishes on its own.
+                let source = self.config.high_watermarks.clone();
+                blocking(move || {
+                    source.refresh();
+                    Ok(())
+                })
+                .await?;
+            }
+            let hw_version = self.hw_version.as_ref().map(|c| *c.borrow());
+            let mut swept = 0;
             let n = self.parts.len();
             for i in 0..n {
                 let idx = (self.cursor + i) % n;
@@ -370,6 +413,7 @@ impl TailFeed {
                     }
                 };
                 let Some(part) = self.parts.get(idx) else { continue };
+                let mut positioned = false;
                 match gate {
                     cluster::Gate::Step => {}
                     cluster::Gate::Skip => continue,
@@ -401,17 +445,27 @@ impl TailFeed {
                         }
                         // Positioned (or still waiting for this replica to reach the mirror's end): the step
                         // below continues it in this round, at once.
+                        positioned = true;
                     }
                 }
                 let Some(part) = self.parts.get(idx) else { continue };
                 if cluster::pending(part) {
                     continue;
                 }
+                let (want, high_watermark) = self.want(part, hw_version);
+                match want {
+                    wake::Want::Skip if !positioned => continue,
+                    wake::Want::Sweep if !positioned && swept >= wake::SWEEP_PER_ROUND => continue,
+                    wake::Want::Sweep => swept += 1,
+                    _ => {}
+                }
                 // The running digest moves to the step (a clone carries none) and comes back with its result.
                 let mut part = part.clone();
                 if let Some(slot) = self.parts.get_mut(idx) {
                     part.running = slot.running.take();
                 }
+                self.touched.remove(&part.target.dir);
+                part.wake.starting(high_watermark, hw_version);
                 self.start_step(part);
                 match self.finish_step().await? {
                     Finished::Nothing => {}
@@ -426,6 +480,31 @@ impl TailFeed {
             }
             self.wait_for_news().await;
         }
+    }
+
+    /// Whether this round steps `part` ([`wake`]), and the high watermark it starts from.
+    fn want(&self, part: &PartState, hw_version: Option<u64>) -> (wake::Want, Option<i64>) {
+        let partition = &part.target.partition;
+        let watched = self.rediscoverer.as_ref().is_some_and(|r| r.watches(&partition.topic));
+        let high_watermark = if part.wake.hw_unchanged(hw_version) {
+            None
+        } else {
+            Some(
+                self.config
+                    .high_watermarks
+                    .high_watermark(&partition.topic, partition.partition)
+                    .map(|hw| hw.offset),
+            )
+        };
+        let seen = wake::Seen {
+            watched,
+            touched: self.touched.contains(&part.target.dir),
+            high_watermark,
+            reported: self.config.progress_interval.and(part.progress.high_watermark()),
+            bounded: self.config.upto == UptoPolicy::HighWatermark,
+        };
+        let started_at = high_watermark.unwrap_or(part.wake.high_watermark());
+        (part.wake.want(seen, Instant::now()), started_at)
     }
 
     /// Starts `part`'s step on the blocking pool (no step may be in flight).
@@ -487,6 +566,7 @@ impl TailFeed {
                     Some(item) => Some(cluster::translate(&mut state, item)?),
                     None => None,
                 };
+                state.wake.stepped(item.is_some(), Instant::now());
                 self.parts[idx] = state;
                 Ok(Finished::Stepped(idx, item))
             }
@@ -585,18 +665,21 @@ impl ChunkFeed for TailFeed {
             self.held.insert(partition.clone());
         } else {
             self.held.remove(partition);
+            self.ask(partition);
         }
     }
 
     fn claim_result(&mut self, result: &ClaimResult) {
         if let Some(part) = self.parts.iter_mut().find(|p| p.target.partition == result.partition) {
             cluster::answered(part, &result.verdict);
+            part.wake.ask();
         }
     }
 
     fn revoked(&mut self, revoke: &Revoke) {
         if let Some(part) = self.parts.iter_mut().find(|p| p.target.partition == revoke.partition) {
             cluster::revoked(part);
+            part.wake.ask();
         }
     }
 }
@@ -637,6 +720,7 @@ mod running;
 mod seal;
 mod seek;
 mod step;
+mod wake;
 use seal::{companions, read_range};
 use seek::resume_at;
 use step::step;

@@ -7,6 +7,8 @@
 
 TICK=$(getconf CLK_TCK)
 
+# The brokers' log dirs made under BROKER_DATA_ROOT (start_broker): the script removes them when it ends.
+BROKER_DATA_DIRS=()
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # java_cp HEAP_MIB MAIN_CLASS ARGS...: a Kafka tool on the harness's jars, logging at the tools' level.
@@ -46,6 +48,13 @@ start_broker() {
     local dir="$1" port controller
     port=$(free_port) controller=$(free_port)
     BROKER_LOG_DIR="$dir/data"
+    # BROKER_DATA_ROOT (say /dev/shm): the log dir on a filesystem of its own, as a broker on another machine has.
+    # On one ext4 filesystem, the kernel writing back a broker's pages makes the mirror's fsyncs wait for them
+    # (the journal commits them in order): see tools/bench/fsync_contention.py.
+    if [ -n "${BROKER_DATA_ROOT:-}" ]; then
+        BROKER_LOG_DIR="$(mktemp -d "$BROKER_DATA_ROOT/segmirror-bench-broker.XXXXXX")"
+        BROKER_DATA_DIRS+=("$BROKER_LOG_DIR")
+    fi
     mkdir -p "$BROKER_LOG_DIR"
     cat > "$dir/server.properties" <<PROPS
 process.roles=broker,controller

@@ -58,7 +58,9 @@
 # Usage: tools/bench/serve.sh
 #   SIZE_MIB (default 1024) of 1 KiB records; PARTITIONS (default 8); RUNS (default 3) consumer runs per side;
 #   CACHE (default cold; warm skips dropping the page cache; a BENCH_DIR on tmpfs is always in memory); RATES (default "1000 10000"); DURATION (default 30)
-#   seconds per latency measurement, after WARMUP_S (default 5) seconds of warm-up; PROBE_LINGER_MS (default 0) the
+#   seconds per latency measurement, after WARMUP_S (default 5) seconds of warm-up; BROKER_DATA_ROOT (say /dev/shm)
+#   puts the brokers' log dirs on a filesystem of their own (tools/bench/lib.sh's start_broker says why);
+#   PROBE_LINGER_MS (default 0) the
 #   latency producer's linger.ms; SM_MODES (default "high-watermark log-end";
 #   bucket too: see 2; BUCKET_UPLOAD_MS, BUCKET_POLL_MS, BUCKET_CACHE_MIB set it); SKIP_MM2=1 leaves MirrorMaker 2
 #   out (its rows say so); SPLIT=1 (see 2); SKIP_THROUGHPUT=1 / SKIP_LATENCY=1 leave a part out; MM2_VERSION (default 4.3.1) and
@@ -138,7 +140,7 @@ cleanup() {
     for p in "${PIDS[@]}"; do [[ "$running" == *" $p "* ]] && live+=("$p"); done
     [ -z "${MM2_PID:-}" ] || [[ "$running" != *" $MM2_PID "* ]] || stop_pids "$MM2_PID"
     [ "${#live[@]}" = 0 ] || stop_pids "${live[@]}"
-    [ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$WORK" "${BROKER_DATA_DIRS[@]}"
 }
 trap cleanup EXIT
 CERTS="$WORK/certs"
@@ -448,7 +450,7 @@ BUCKET_ARG=""
 [[ " $SM_MODES " != *" bucket "* ]] ||
     BUCKET_ARG="BUCKET_UPLOAD_MS=$BUCKET_UPLOAD_MS BUCKET_POLL_MS=$BUCKET_POLL_MS BUCKET_CACHE_MIB=$BUCKET_CACHE_MIB "
 [ "$BENCH_DIR" = "$ROOT/target/bench" ] || BENCH_ARG="BENCH_DIR=$BENCH_DIR "
-echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }$BENCH_ARG${SKIPPED}SIZE_MIB=$SIZE_MIB PARTITIONS=$PARTITIONS RUNS=$RUNS" \
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${BROKER_DATA_ROOT:+BROKER_DATA_ROOT=$BROKER_DATA_ROOT }PROBE_LINGER_MS=${PROBE_LINGER_MS:-0} $BENCH_ARG${SKIPPED}SIZE_MIB=$SIZE_MIB PARTITIONS=$PARTITIONS RUNS=$RUNS" \
     "CACHE=$CACHE_ARG RATES=\"$RATES\" DURATION=$DURATION WARMUP_S=$WARMUP_S SM_MODES=\"$SM_MODES\" ${BUCKET_ARG}MM2_VERSION=$MM2_VERSION tools/bench/serve.sh"
 if [ "$SKIP_THROUGHPUT" != 1 ]; then
     echo

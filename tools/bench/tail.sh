@@ -25,7 +25,10 @@
 #   RATES (default "1000 10000 50000") records/s; DURATION (default 30) seconds of producing per measurement;
 #   MODES (default "log-end hw-bootstrap hw-checkpoint"); CEILING_RECORDS (default 1000000; 0 skips it);
 #   RUNS (default 1) measurements per (mode, rate), each reported; BACKLOG_MIB (default 0: skipped; at most 1000,
-#   one segment) for the tail catch-up; BENCH_DIR (default target/bench);
+#   one segment) for the tail catch-up; BENCH_DIR (default target/bench); BROKER_DATA_ROOT (say /dev/shm) puts
+#   the broker's log dir on a filesystem of its own (tools/bench/lib.sh's start_broker says why). Each
+#   measurement's directory keeps the sampler's trace (sampler.trace: wall-clock time each growth was seen, its
+#   latency in ms, the mirror's size then), to line a slow growth up with the processes' logs.
 #   SEGMIRROR=path runs that binary instead of building target/release/segmirror;
 #   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the Kafka jars (libs/).
 set -euo pipefail
@@ -58,6 +61,7 @@ PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    [ "${#BROKER_DATA_DIRS[@]}" = 0 ] || rm -rf "${BROKER_DATA_DIRS[@]}"
 }
 trap cleanup EXIT
 
@@ -95,7 +99,7 @@ measure() {
     local ship_pid=$!
     PIDS+=("$ship_pid")
     local src="$LOG_DIR/$topic-0/00000000000000000000.log" mirror="$dir/mirror/$topic-0/00000000000000000000.log"
-    python3 "$ROOT/tools/bench/tail_sampler.py" "$src" "$mirror" "$dir/stop" "$CATCH_UP_S" > "$dir/sampler.out" &
+    SAMPLER_TRACE="$dir/sampler.trace" python3 "$ROOT/tools/bench/tail_sampler.py" "$src" "$mirror" "$dir/stop" "$CATCH_UP_S" > "$dir/sampler.out" &
     local sampler_pid=$!
     # Fixed rates: every record sent at once (linger.ms=0), so batches reach the log as the rate paces them; the
     # ceiling: batching as a throughput-minded producer would.
@@ -217,7 +221,7 @@ echo "tail benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): 1 partition, ${RECORD_BY
     "loopback mutual TLS, push mode; ${DURATION}s per measurement; sampler loop period <= ${LOOP} ms (resolution)"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r);" \
     "load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
-echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }RATES=\"$RATES\" DURATION=$DURATION MODES=\"$MODES\"" \
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${BROKER_DATA_ROOT:+BROKER_DATA_ROOT=$BROKER_DATA_ROOT }RATES=\"$RATES\" DURATION=$DURATION MODES=\"$MODES\"" \
     "CEILING_RECORDS=$CEILING_RECORDS RUNS=$RUNS BACKLOG_MIB=$BACKLOG_MIB tools/bench/tail.sh"
 echo
 echo "| mode            | target rec/s | rec/s    | log MiB | samples | p50 ms  | p99 ms  | max ms  | wire/log | ship CPU s/GiB | apply CPU s/GiB | mirror = source |"

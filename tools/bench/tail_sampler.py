@@ -47,6 +47,9 @@ def main():
     stop_at = None
     loops = 0
     t0 = time.monotonic()
+    wall0 = time.time()
+    trace_path = os.environ.get("SAMPLER_TRACE")
+    trace = open(trace_path, "w") if trace_path else None
     while True:
         now = time.monotonic()
         loops += 1
@@ -58,7 +61,10 @@ def main():
             last_growth = now
         m = size(mirror)
         while pending and pending[0][0] <= m:
-            latencies.append(now - pending.popleft()[1])
+            seen = pending.popleft()[1]
+            latencies.append(now - seen)
+            if trace is not None:
+                trace.write("%.4f %.2f %d\n" % (seen - t0 + wall0, (now - seen) * 1000.0, m))
         if stop_at is None and os.path.exists(stop_file):
             stop_at = now
         if stop_at is not None:

@@ -52,6 +52,13 @@ pub(super) struct Track {
     last: Option<(Instant, Figures)>,
 }
 
+impl Track {
+    /// The high watermark last reported (`None`: no report yet).
+    pub(super) fn high_watermark(&self) -> Option<Option<i64>> {
+        self.last.as_ref().map(|(_, figures)| figures.1)
+    }
+}
+
 /// How soon a log-end feed reports a high watermark that moved (50 ms): the applier records it and `segmirror serve`
 /// serves a mirror fed above the high watermark only up to the one last reported, so this interval, not the
 /// lag-reporting one, is what its readers wait for a committed record. A report is a small frame and a small file

@@ -2,9 +2,10 @@
 //!
 //! A shipper runs for months; topics are created and deleted meanwhile. Without this the feed ships the
 //! partitions found at start and a new topic waits for a restart. With a [`Rediscovery`] the feed lists its log
-//! dirs again ([`discover`]) every [`REDISCOVER_INTERVAL`], and at once when the [`watch`](mod@crate::source::watch)
-//! watcher reports a partition directory appearing or going (its events are hints: a lost one only delays the
-//! periodic listing). Then:
+//! dirs again ([`discover`]) every [`REDISCOVER_INTERVAL`] ([`WATCHED_REDISCOVER_INTERVAL`] while the
+//! [`watch`](mod@crate::source::watch) watcher runs), and at once when the watcher reports a partition directory
+//! appearing or going (its events are hints: a lost one is found by the watcher's own rescan, or the periodic
+//! listing). Then:
 //! - a selected partition not followed yet is added; it ships from its earliest segment, byte 0, unless the
 //!   applier said at the session's start that it holds some of it (a partition created between two sessions, or
 //!   moved between log dirs), which the feed then continues, after proving the position (the seek's scan);
@@ -20,7 +21,11 @@
 //! Why a listing rather than the watcher's events alone: the events name directories, the listing applies the
 //! same rules as the start (topic filter, internal topics, `-future`/`-stray` directories, a topic id present),
 //! so a partition is followed by the same rule whenever it appears. A listing of a log dir is one `readdir` plus
-//! a small read per partition: once a second is negligible next to the feed's own polling.
+//! a small read per partition: once a second is negligible with a few hundred partitions, a tenth of a core with
+//! 10,000, hence the longer interval while the watcher hints.
+//!
+//! The watcher's events also name the partition directory they are about: the feed steps only partitions named
+//! since their last step, besides active ones ([`super::wake`]); [`Rediscoverer::take_touched`] hands them over.
 //!
 //! All listing runs on a blocking thread, and a listing in flight survives a dropped future; nothing else is
 //! committed to the feed until every await has returned, so a dropped [`ChunkFeed::next`](segmirror_transport::direct::session::ChunkFeed::next) future leaves the feed as
@@ -42,6 +47,11 @@ use crate::source::watch::{watch, WatchConfig, WatchEvent, Watcher};
 /// How often the feed lists its log dirs for new and deleted partitions (1 s): a topic created is shipped within
 /// about a second even if its notification was lost, at the cost of one directory listing per log dir a second.
 pub const REDISCOVER_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often the log dirs are listed while the watcher runs (30 s): each listing reads every partition directory's
+/// metadata and looks at every followed one, a tenth of a second a listing at 10,000 partitions, while the watcher
+/// hints every partition that comes or goes within its rescan interval at the latest.
+pub const WATCHED_REDISCOVER_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A topic filter another task may replace while the feed runs (the link's `topics.regex`): the feed reads it on
 /// every rediscovery call.
@@ -89,6 +99,10 @@ pub(super) struct Rediscoverer {
     watch_tried: bool,
     /// The watcher reported a partition directory appearing or going since the last listing.
     hinted: bool,
+    /// The partition directories the watcher named since [`Rediscoverer::take_touched`] last took them.
+    touched: HashSet<PathBuf>,
+    /// The topics the running watcher was started for (its filter then).
+    watch_filter: Option<TopicFilter>,
     /// A listing started and not yet taken in (see [`TailFeed::rediscover`]).
     listing: Option<tokio::task::JoinHandle<Listing>>,
     /// Durable positions of partitions not followed when the session started (or dropped since): where a
@@ -106,6 +120,8 @@ impl Rediscoverer {
             watcher: None,
             watch_tried: false,
             hinted: false,
+            touched: HashSet::new(),
+            watch_filter: None,
             listing: None,
             pending: HashMap::new(),
             reported: HashSet::new(),
@@ -136,19 +152,24 @@ impl Rediscoverer {
             self.watch_tried = true;
             let config = WatchConfig::new(self.config.log_dirs.clone(), self.config.filter.clone());
             match watch(config).await {
-                Ok(w) => self.watcher = Some(w),
+                Ok(w) => {
+                    self.watcher = Some(w);
+                    self.watch_filter = Some(self.config.filter.clone());
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch the log dirs; listing them every {:?}", self.config.interval)
                 }
             }
         }
-        if let Some((_, events)) = &mut self.watcher {
-            // Drained every round, so the watcher never waits on the feed; only the partition set matters here.
-            while let Ok(event) = events.try_recv() {
-                self.hinted |= is_partition_hint(&event);
-            }
-        }
-        std::mem::take(&mut self.hinted) || self.last.is_none_or(|at| at.elapsed() >= self.config.interval)
+        // Drained every round, so the watcher never waits on the feed.
+        self.drain();
+        // With a watcher, a partition coming or going is hinted (its own rescan finds what notifications missed), so
+        // the periodic listing is only the net under that net.
+        let interval = match &self.watcher {
+            Some(_) => self.config.interval.max(WATCHED_REDISCOVER_INTERVAL),
+            None => self.config.interval,
+        };
+        std::mem::take(&mut self.hinted) || self.last.is_none_or(|at| at.elapsed() >= interval)
     }
 
     /// Waits for the watcher's next event (any: a partition's active segment grew, rolled, a partition came or
@@ -160,13 +181,44 @@ impl Rediscoverer {
             return std::future::pending().await;
         };
         match events.recv().await {
-            Some(event) => self.hinted |= is_partition_hint(&event),
-            // The watcher stopped: the feed's poll is all that is left.
+            Some(event) => note(&mut self.hinted, &mut self.touched, &event),
+            // The watcher stopped: the feed's poll is all that is left, and every round steps every partition.
             None => {
                 self.watcher = None;
+                self.watch_filter = None;
                 std::future::pending::<()>().await
             }
         }
+    }
+
+    /// Moves the partition directories the watcher named since the last call into `into`, taking the events
+    /// waiting first.
+    pub(super) fn take_touched(&mut self, into: &mut HashSet<PathBuf>) {
+        self.drain();
+        into.extend(self.touched.drain());
+    }
+
+    /// Notes every event waiting.
+    fn drain(&mut self) {
+        if let Some((_, events)) = &mut self.watcher {
+            while let Ok(event) = events.try_recv() {
+                note(&mut self.hinted, &mut self.touched, &event);
+            }
+        }
+    }
+
+    /// Whether the running watcher follows `topic`'s partition directories: started for a filter selecting it (a
+    /// filter changed since is not the watcher's).
+    pub(super) fn watches(&self, topic: &str) -> bool {
+        self.watcher.is_some() && self.watch_filter.as_ref().is_some_and(|f| f.matches(topic))
+    }
+}
+
+/// What an event tells the feed: the partition set may have changed (`hinted`), the partition it names has news.
+fn note(hinted: &mut bool, touched: &mut HashSet<PathBuf>, event: &WatchEvent) {
+    *hinted |= is_partition_hint(event);
+    if let Some(p) = event.partition() {
+        touched.insert(p.dir.clone());
     }
 }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use segmirror_transport::direct::payload::{PartitionRef, Position, TruncateMode};
 
-use super::{blocking, cluster, diverge, log_path, name, progress, replace, resume, running};
+use super::{blocking, cluster, diverge, log_path, name, progress, replace, resume, running, wake};
 use super::{PartState, TailFeed, TailPartition, Unprovable};
 use crate::error::{Error, Result};
 use crate::source::growing::{read_tail, TailOptions, TailPosition, TailRead};
@@ -114,6 +114,8 @@ impl TailFeed {
                 translate: None,
                 // Resumed mid-segment: its seal reads the file (`running`).
                 running: running::RunningSlot::default(),
+                // Stepped in the next round.
+                wake: wake::Wake::default(),
                 #[cfg(test)]
                 running_seals: part.running_seals,
             });

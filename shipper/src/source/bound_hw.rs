@@ -107,6 +107,14 @@ pub trait HighWatermarkSource: Send + Sync {
     /// Default: nothing (a source that keeps itself current, e.g. by a background task).
     fn refresh(&self) {}
 
+    /// Whether [`refresh`](Self::refresh) would read anything now. The tail feed steps only the partitions that may
+    /// have changed (`shipper::direct::wake`), so it also calls `refresh` once a round, on the blocking pool, when
+    /// this says it is due: a bound that moved is then learned without waiting for a step of its partition.
+    /// Default: `false` (nothing to refresh).
+    fn refresh_due(&self) -> bool {
+        false
+    }
+
     /// A counter that moves whenever a high watermark this source answers moves, for a source that learns them
     /// in the background: the tail feed, finding nothing to ship, waits on it as well as on its poll interval, so
     /// a bound that moves is followed at once rather than at the next poll. Default: `None` (the feed polls).
@@ -147,6 +155,8 @@ pub struct CheckpointHighWatermarks {
     reload_interval: Duration,
     /// When the last [`refresh`](HighWatermarkSource::refresh) read the files (`None`: never).
     last_refresh: Mutex<Option<Instant>>,
+    /// Moves whenever a reload changed a high watermark ([`HighWatermarkSource::changes`]).
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl CheckpointHighWatermarks {
@@ -159,6 +169,7 @@ impl CheckpointHighWatermarks {
             loaded: RwLock::new(loaded),
             reload_interval: RELOAD_INTERVAL,
             last_refresh: Mutex::new(None),
+            changed: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -213,6 +224,9 @@ impl CheckpointHighWatermarks {
                 slot.entries = fresh;
             }
         }
+        if changed {
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
         Ok(changed)
     }
 }
@@ -230,6 +244,15 @@ impl HighWatermarkSource for CheckpointHighWatermarks {
         if let Err(e) = self.reload() {
             tracing::warn!(error = %e, "reading the high watermarks; the last ones read stay in force");
         }
+    }
+
+    fn refresh_due(&self) -> bool {
+        let last = self.last_refresh.lock().unwrap_or_else(|p| p.into_inner());
+        last.is_none_or(|at| at.elapsed() >= self.reload_interval)
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.changed.subscribe())
     }
 
     fn high_watermark(&self, topic: &str, partition: i32) -> Option<HighWatermark> {
@@ -328,5 +351,27 @@ mod tests {
         std::fs::write(CheckpointHighWatermarks::checkpoint_path(dir.path()), "0\n1\nt 0 x\n").unwrap();
         hws.refresh();
         assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(12));
+    }
+
+    #[test]
+    fn a_reload_that_changes_a_high_watermark_moves_the_change_count_and_says_when_the_next_is_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let hws =
+            CheckpointHighWatermarks::new(vec![dir.path().into()]).with_reload_interval(Duration::from_secs(3600));
+        let changes = hws.changes().expect("a checkpoint source counts its changes");
+        assert!(hws.refresh_due(), "never read: due");
+        write(dir.path(), &[("t", 0, 5)]);
+        hws.refresh();
+        assert!(!hws.refresh_due(), "read just now, an hour's interval");
+        assert_eq!(*changes.borrow(), 1);
+        // Read again with nothing changed: the count stands.
+        assert!(!hws.reload().unwrap());
+        assert_eq!(*changes.borrow(), 1);
+        write(dir.path(), &[("t", 0, 9)]);
+        assert!(hws.reload().unwrap());
+        assert_eq!(*changes.borrow(), 2);
+        let zero = CheckpointHighWatermarks::new(vec![dir.path().into()]).with_reload_interval(Duration::ZERO);
+        zero.refresh();
+        assert!(zero.refresh_due(), "an interval of zero is always due");
     }
 }

@@ -503,6 +503,7 @@ async fn learn(
                 for key in &taken.failed {
                     parked_at.remove(key);
                 }
+                tracing::trace!(elapsed_us = started.elapsed().as_micros() as u64, moved = taken.moved, learned = ?taken.learned, "fetch answered");
                 parked_at.extend(taken.learned);
                 if !taken.moved && taken.failed.is_empty() && started.elapsed() < max_wait / 2 {
                     // Answered at once without news: not parked (a preferred read replica, a misbehaving peer).

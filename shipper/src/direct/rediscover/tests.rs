@@ -300,3 +300,111 @@ async fn a_live_topics_filter_change_follows_new_topics_and_drops_deselected_one
     .expect("keep-a is followed again");
     assert_eq!(back, (0, logs[0].len() as u64), "continued where it stopped");
 }
+
+/// Items until none comes for `quiet`; each chunk's bytes added to its partition's count.
+async fn drain_until_quiet(feed: &mut TailFeed, quiet: Duration) -> std::collections::HashMap<String, usize> {
+    let mut shipped = std::collections::HashMap::new();
+    while let Ok(item) = tokio::time::timeout(quiet, feed.next()).await {
+        if let FeedItem::Chunk(c) = item.unwrap() {
+            *shipped.entry(c.partition.topic.clone()).or_default() += c.bytes.len();
+        }
+    }
+    shipped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_rest_with_a_watcher_no_partition_is_stepped_and_an_append_steps_its_own() {
+    let topics: Vec<String> = (0..20).map(|i| format!("t{i:02}")).collect();
+    let spec: Vec<(&str, usize)> = topics.iter().map(|t| (t.as_str(), 2)).collect();
+    let (root, logs) = log_dir_with(&spec);
+    // No periodic listing within the test: the watcher is what tells the feed.
+    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
+    r.interval = Duration::from_secs(3600);
+    let follow: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let mut feed = feed(root.path(), &follow, r);
+    feed.seek(&[]).await.unwrap();
+    // Everything ships; then nothing comes for longer than a partition stays active.
+    let shipped = drain_until_quiet(&mut feed, crate::direct::wake::ACTIVE_WINDOW * 2).await;
+    for (t, log) in topics.iter().zip(&logs) {
+        assert_eq!(shipped.get(t), Some(&log.len()), "{t}: every byte once");
+    }
+
+    // At rest: rounds go on (the poll interval is 5 ms), steps do not.
+    let before = feed.steps_started;
+    assert!(tokio::time::timeout(Duration::from_millis(500), feed.next())
+        .await
+        .is_err());
+    assert_eq!(
+        feed.steps_started - before,
+        0,
+        "a feed at rest stepped partitions nothing named"
+    );
+
+    // An append to one partition: the watcher names it, and that is what is stepped.
+    let batch = BatchBuilder::new(2)
+        .record(RecordSpec::new(0, 1_700_000_000_100).with_value(vec![b'w'; 100]))
+        .build();
+    let log = root.path().join("t07-0").join("00000000000000000000.log");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut file, &batch).unwrap();
+    drop(file);
+    let before = feed.steps_started;
+    let item = tokio::time::timeout(ITEM_TIMEOUT, feed.next()).await.unwrap().unwrap();
+    let FeedItem::Chunk(chunk) = item else {
+        panic!("expected t07's chunk, got {item:?}")
+    };
+    assert_eq!(
+        (chunk.partition.topic.as_str(), chunk.position),
+        ("t07", logs[7].len() as u64)
+    );
+    assert_eq!(&chunk.bytes[..], &batch[..]);
+    let stepped = feed.steps_started - before;
+    assert!(stepped <= 2, "{stepped} steps for one partition's append among 20");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_rest_a_checkpoint_that_raises_the_high_watermark_ships_without_an_append() {
+    let (root, logs) = log_dir_with(&[("alpha", 4)]);
+    let write_checkpoint = |offset: i64| {
+        let cp = segment_format::checkpoint::OffsetCheckpoint {
+            entries: vec![segment_format::checkpoint::OffsetCheckpointEntry {
+                topic: "alpha".into(),
+                partition: 0,
+                offset,
+            }],
+        };
+        cp.write(&CheckpointHighWatermarks::checkpoint_path(root.path()))
+            .unwrap();
+    };
+    write_checkpoint(2);
+    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
+    r.interval = Duration::from_secs(3600);
+    let mut config = TailFeedConfig::new(Arc::new(
+        CheckpointHighWatermarks::new(vec![root.path().into()]).with_reload_interval(Duration::from_millis(20)),
+    ));
+    config.upto = UptoPolicy::HighWatermark;
+    config.poll_interval = Duration::from_millis(5);
+    let parts = vec![TailPartition {
+        partition: pref("alpha"),
+        dir: root.path().join("alpha-0"),
+    }];
+    let mut feed = TailFeed::new(parts, config).with_rediscovery(r);
+    feed.seek(&[]).await.unwrap();
+    // The two batches below the high watermark of 2, then nothing while it stands.
+    let shipped = drain_until_quiet(&mut feed, crate::direct::wake::ACTIVE_WINDOW * 2).await;
+    let half = shipped.get("alpha").copied().unwrap_or(0);
+    assert!(
+        half > 0 && half < logs[0].len(),
+        "{half} of {} bytes below the high watermark",
+        logs[0].len()
+    );
+
+    // Only the checkpoint moves: no append, no event naming the partition.
+    write_checkpoint(4);
+    let item = tokio::time::timeout(ITEM_TIMEOUT, feed.next()).await.unwrap().unwrap();
+    let FeedItem::Chunk(chunk) = item else {
+        panic!("expected the rest of alpha, got {item:?}")
+    };
+    assert_eq!(chunk.position, half as u64);
+    assert_eq!(&chunk.bytes[..], &logs[0][half..]);
+}
