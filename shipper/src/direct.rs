@@ -392,6 +392,8 @@ impl TailFeed {
                 .await?;
             }
             let hw_version = self.hw_version.as_ref().map(|c| *c.borrow());
+            let watch_filter = self.rediscoverer.as_ref().and_then(|r| r.watch_filter().cloned());
+            let now = Instant::now();
             let mut swept = 0;
             let n = self.parts.len();
             for i in 0..n {
@@ -452,7 +454,16 @@ impl TailFeed {
                 if cluster::pending(part) {
                     continue;
                 }
-                let (want, high_watermark) = self.want(part, hw_version);
+                // Whether the watcher follows it: its topic against the watcher's filter, matched once per partition.
+                let watched = match (&watch_filter, self.parts.get_mut(idx)) {
+                    (Some(filter), Some(p)) => {
+                        let topic = &p.target.partition.topic;
+                        p.wake.matched(|| filter.matches(topic))
+                    }
+                    _ => false,
+                };
+                let Some(part) = self.parts.get(idx) else { continue };
+                let (want, high_watermark) = self.want(part, watched, hw_version, now);
                 match want {
                     wake::Want::Skip if !positioned => continue,
                     wake::Want::Sweep if !positioned && swept >= wake::SWEEP_PER_ROUND => continue,
@@ -483,9 +494,14 @@ impl TailFeed {
     }
 
     /// Whether this round steps `part` ([`wake`]), and the high watermark it starts from.
-    fn want(&self, part: &PartState, hw_version: Option<u64>) -> (wake::Want, Option<i64>) {
+    fn want(
+        &self,
+        part: &PartState,
+        watched: bool,
+        hw_version: Option<u64>,
+        now: Instant,
+    ) -> (wake::Want, Option<i64>) {
         let partition = &part.target.partition;
-        let watched = self.rediscoverer.as_ref().is_some_and(|r| r.watches(&partition.topic));
         let high_watermark = if part.wake.hw_unchanged(hw_version) {
             None
         } else {
@@ -498,13 +514,13 @@ impl TailFeed {
         };
         let seen = wake::Seen {
             watched,
-            touched: self.touched.contains(&part.target.dir),
+            touched: !self.touched.is_empty() && self.touched.contains(&part.target.dir),
             high_watermark,
             reported: self.config.progress_interval.and(part.progress.high_watermark()),
             bounded: self.config.upto == UptoPolicy::HighWatermark,
         };
         let started_at = high_watermark.unwrap_or(part.wake.high_watermark());
-        (part.wake.want(seen, Instant::now()), started_at)
+        (part.wake.want(seen, now), started_at)
     }
 
     /// Starts `part`'s step on the blocking pool (no step may be in flight).

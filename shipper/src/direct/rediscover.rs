@@ -207,10 +207,10 @@ impl Rediscoverer {
         }
     }
 
-    /// Whether the running watcher follows `topic`'s partition directories: started for a filter selecting it (a
-    /// filter changed since is not the watcher's).
-    pub(super) fn watches(&self, topic: &str) -> bool {
-        self.watcher.is_some() && self.watch_filter.as_ref().is_some_and(|f| f.matches(topic))
+    /// The filter of the running watcher, which follows the partition directories of the topics it selects (a
+    /// filter changed since is not the watcher's); `None` while no watcher runs. It never changes while one runs.
+    pub(super) fn watch_filter(&self) -> Option<&TopicFilter> {
+        self.watcher.as_ref().and(self.watch_filter.as_ref())
     }
 }
 

@@ -61,6 +61,17 @@ fn an_event_naming_its_directory_steps_it() {
 }
 
 #[test]
+fn a_step_that_yielded_is_followed_by_another_whenever_it_comes() {
+    let start = Instant::now();
+    let mut wake = Wake::default();
+    wake.stepped(true, start);
+    // A round long after (the feed was busy elsewhere): there may be more of it, and no event would say so.
+    assert_eq!(wake.want(seen(), start + ACTIVE_WINDOW * 10), Want::Step);
+    wake.stepped(false, start + ACTIVE_WINDOW * 10);
+    assert_eq!(wake.want(seen(), start + ACTIVE_WINDOW * 12), Want::Skip);
+}
+
+#[test]
 fn a_recent_item_keeps_it_stepped_every_round_for_the_active_window() {
     let start = Instant::now();
     let mut wake = Wake::default();

@@ -408,3 +408,47 @@ async fn at_rest_a_checkpoint_that_raises_the_high_watermark_ships_without_an_ap
     assert_eq!(chunk.position, half as u64);
     assert_eq!(&chunk.bytes[..], &logs[0][half..]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_left_mid_log_is_continued_however_long_the_feed_was_away() {
+    let (root, logs) = log_dir_with(&[("alpha", 6)]);
+    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
+    r.interval = Duration::from_secs(3600);
+    let mut feed = feed(root.path(), &["alpha"], r);
+    // A chunk of at most one batch: the log takes six.
+    feed.config.max_chunk_bytes = 200;
+    feed.seek(&[]).await.unwrap();
+    let mut got = Vec::new();
+    // Two chunks, the second after the watcher's first pass has named the partition (its start's events are
+    // taken by then): from here on, no event will name it again, nothing at the source changes.
+    for pause in [Duration::from_millis(500), Duration::ZERO] {
+        tokio::time::sleep(pause).await;
+        loop {
+            let item = tokio::time::timeout(ITEM_TIMEOUT, feed.next()).await.unwrap().unwrap();
+            if let FeedItem::Chunk(c) = item {
+                assert_eq!(c.position, got.len() as u64);
+                got.extend_from_slice(&c.bytes);
+                break;
+            }
+        }
+    }
+    assert!(got.len() < logs[0].len());
+    // The session was busy elsewhere for longer than a partition stays active.
+    tokio::time::sleep(crate::direct::wake::ACTIVE_WINDOW + Duration::from_millis(200)).await;
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        while got.len() < logs[0].len() {
+            if let FeedItem::Chunk(c) = feed.next().await.unwrap() {
+                assert_eq!(c.position, got.len() as u64);
+                got.extend_from_slice(&c.bytes);
+            }
+        }
+    })
+    .await;
+    assert!(
+        rest.is_ok(),
+        "{} of {} bytes: the rest waited for the sweep",
+        got.len(),
+        logs[0].len()
+    );
+    assert_eq!(got, logs[0]);
+}
