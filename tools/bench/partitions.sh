@@ -155,7 +155,7 @@ run_pair() { # N path
         rm -rf "$WORK/target"
     fi
     EXTRA+=("$n $path $status_s $promote_s")
-    rm -rf "$dir"
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
