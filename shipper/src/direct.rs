@@ -381,6 +381,12 @@ impl TailFeed {
             self.rediscover(false).await?;
             if let Some(r) = &mut self.rediscoverer {
                 r.take_touched(&mut self.touched);
+                // Directories of partitions no longer followed (deleted, deselected) are never stepped, so never
+                // taken out: dropped here, so the set stays bounded by the partitions.
+                if self.touched.len() > self.parts.len() + 1024 {
+                    let followed: HashSet<&PathBuf> = self.parts.iter().map(|p| &p.target.dir).collect();
+                    self.touched.retain(|dir| followed.contains(dir));
+                }
             }
             if self.config.high_watermarks.refresh_due() {
                 // Idempotent, so a dropped `next` leaves nothing half done: the refresh finishes on its own.

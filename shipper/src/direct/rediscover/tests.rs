@@ -452,3 +452,22 @@ async fn a_partition_left_mid_log_is_continued_however_long_the_feed_was_away() 
     );
     assert_eq!(got, logs[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_named_by_the_watcher_but_not_followed_do_not_pile_up() {
+    let (root, logs) = log_dir_with(&[("alpha", 2)]);
+    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
+    r.interval = Duration::from_secs(3600);
+    let mut feed = feed(root.path(), &["alpha"], r);
+    feed.seek(&[]).await.unwrap();
+    ship_whole(&mut feed, "alpha", &logs[0]).await;
+    // Partitions deleted long ago, named by events the feed took and never stepped.
+    feed.touched
+        .extend((0..2000).map(|i| root.path().join(format!("gone-{i}"))));
+    let _ = tokio::time::timeout(Duration::from_millis(100), feed.next()).await;
+    assert!(
+        feed.touched.len() <= 1,
+        "{} directories kept for 1 partition followed",
+        feed.touched.len()
+    );
+}
