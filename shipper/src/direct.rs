@@ -50,7 +50,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::checkpoint::OffsetCheckpoint;
+use segment_format::dir::{segment_file_name, RootCheckpoint, SegmentFileKind};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{ClaimResult, LayoutSegment, LogEnd, PartitionRef, Position, Revoke};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem, Layouts};
@@ -239,6 +240,10 @@ pub struct TailFeed {
     refused: HashMap<PartitionRef, String>,
     /// Partition directories the log-dir watcher named since their last step ([`wake`]).
     touched: HashSet<PathBuf>,
+    /// Log dirs whose `log-start-offset-checkpoint` changed, not yet read ([`TailFeed::log_starts_changed`]).
+    log_starts_changed: HashSet<PathBuf>,
+    /// Each log dir's `log-start-offset-checkpoint` entries as last read: which partitions' entries a change moved.
+    log_start_entries: HashMap<PathBuf, HashMap<(String, i32), i64>>,
     /// Counts the high watermarks' moves ([`HighWatermarkSource::changes`], in every mode): while it stands, a
     /// partition's high watermark need not be looked up again ([`wake`]).
     hw_version: Option<tokio::sync::watch::Receiver<u64>>,
@@ -290,6 +295,8 @@ impl TailFeed {
             generation: 0,
             refused: HashMap::new(),
             touched: HashSet::new(),
+            log_starts_changed: HashSet::new(),
+            log_start_entries: HashMap::new(),
             hw_version: None,
             #[cfg(test)]
             steps_started: 0,
@@ -381,12 +388,16 @@ impl TailFeed {
             self.rediscover(false).await?;
             if let Some(r) = &mut self.rediscoverer {
                 r.take_touched(&mut self.touched);
+                r.take_log_starts(&mut self.log_starts_changed);
                 // Directories of partitions no longer followed (deleted, deselected) are never stepped, so never
                 // taken out: dropped here, so the set stays bounded by the partitions.
                 if self.touched.len() > self.parts.len() + 1024 {
                     let followed: HashSet<&PathBuf> = self.parts.iter().map(|p| &p.target.dir).collect();
                     self.touched.retain(|dir| followed.contains(dir));
                 }
+            }
+            if !self.log_starts_changed.is_empty() {
+                self.log_starts_changed().await?;
             }
             if self.config.high_watermarks.refresh_due() {
                 // Idempotent, so a dropped `next` leaves nothing half done: the refresh finishes on its own.
@@ -499,6 +510,47 @@ impl TailFeed {
         }
     }
 
+    /// Reads the log-start checkpoints that changed and asks for the partitions whose entry moved: a log start
+    /// `DeleteRecords` moved inside a segment shows in no file of the partition's directory. Cancel-safe: the log
+    /// dirs stay noted until their files were read.
+    async fn log_starts_changed(&mut self) -> Result<()> {
+        let log_dirs: Vec<PathBuf> = self.log_starts_changed.iter().cloned().collect();
+        let read = blocking(move || {
+            Ok(log_dirs
+                .into_iter()
+                .map(|dir| {
+                    let path = dir.join(RootCheckpoint::LogStartOffset.file_name());
+                    // Unreadable (being replaced, or damaged): no entries, so the sweep is what looks again.
+                    let entries: HashMap<(String, i32), i64> = OffsetCheckpoint::read(&path)
+                        .map(|cp| {
+                            cp.entries
+                                .into_iter()
+                                .map(|e| ((e.topic, e.partition), e.offset))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (dir, entries)
+                })
+                .collect::<Vec<_>>())
+        })
+        .await?;
+        for (dir, entries) in read {
+            let before = self.log_start_entries.remove(&dir).unwrap_or_default();
+            for part in &mut self.parts {
+                if part.target.dir.parent() != Some(dir.as_path()) {
+                    continue;
+                }
+                let key = (part.target.partition.topic.clone(), part.target.partition.partition);
+                if entries.get(&key) != before.get(&key) {
+                    part.wake.ask();
+                }
+            }
+            self.log_start_entries.insert(dir.clone(), entries);
+            self.log_starts_changed.remove(&dir);
+        }
+        Ok(())
+    }
+
     /// Whether this round steps `part` ([`wake`]), and the high watermark it starts from.
     fn want(
         &self,
@@ -524,6 +576,8 @@ impl TailFeed {
             high_watermark,
             reported: self.config.progress_interval.and(part.progress.high_watermark()),
             bounded: self.config.upto == UptoPolicy::HighWatermark,
+            report_owed: part.progress.owed_by(now),
+            log_start_unconfirmed: part.log_start.unconfirmed(),
         };
         let started_at = high_watermark.unwrap_or(part.wake.high_watermark());
         (part.wake.want(seen, now), started_at)

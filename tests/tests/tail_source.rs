@@ -295,6 +295,7 @@ async fn the_watcher_and_the_incremental_reader_follow_a_rolling_partition_exact
             WatchEvent::SegmentDeleted { .. } => "deleted",
             WatchEvent::LogStartMoved { .. } => "log-start-moved",
             WatchEvent::HighWatermarksChanged { .. } => "hw",
+            WatchEvent::LogStartsChanged { .. } => "log-starts",
             WatchEvent::ActiveShrank { .. } => "shrank",
             WatchEvent::SegmentReplaced { .. } => "replaced",
             WatchEvent::PartitionGone { .. } => "gone",

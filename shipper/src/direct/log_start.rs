@@ -59,6 +59,9 @@ pub(super) struct Track {
     /// Seen by the previous listing: a move is sent only when two consecutive listings agree, since a listing
     /// taken while the broker swapped segments in can miss segments that are still there.
     seen: Option<i64>,
+    /// The last listing saw a first segment the one before did not: the next listing confirms it, so the feed
+    /// steps the partition again soon ([`super::wake`]).
+    unconfirmed: bool,
     /// The source log dir's `log-start-offset-checkpoint` as last read.
     checkpoint: CheckpointRead,
 }
@@ -114,11 +117,17 @@ fn inode(meta: &std::fs::Metadata) -> u64 {
 }
 
 impl Track {
+    /// Whether a move of the first segment waits for the next listing to confirm it.
+    pub(super) fn unconfirmed(&self) -> bool {
+        self.unconfirmed
+    }
+
     /// A track whose previous listing saw `first`: the next step sends the LogStart `first` before anything else.
     pub(super) fn seen(first: i64) -> Track {
         Track {
             sent: None,
             seen: Some(first),
+            unconfirmed: false,
             checkpoint: CheckpointRead::default(),
         }
     }
@@ -171,7 +180,8 @@ pub(super) fn moved(part: &mut PartState, view: &PartitionView) -> Option<FeedIt
     let at = part.at.as_ref();
     let first = view.segments.first()?.base_offset();
     let seen = track.seen.replace(first);
-    if seen != Some(first) {
+    track.unconfirmed = seen != Some(first);
+    if track.unconfirmed {
         return None;
     }
     let checkpoint = track.checkpoint.entry(&view.dir, &partition.topic, partition.partition);

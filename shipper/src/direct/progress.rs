@@ -50,12 +50,20 @@ type Figures = (i64, Option<i64>, i64, u64);
 #[derive(Debug, Clone, Default)]
 pub(super) struct Track {
     last: Option<(Instant, Figures)>,
+    /// A step came before the interval since the last report was up, so the source may have moved unreported:
+    /// when a report is due. The feed steps the partition then ([`super::wake`]), as nothing else may.
+    owed: Option<Instant>,
 }
 
 impl Track {
     /// The high watermark last reported (`None`: no report yet).
     pub(super) fn high_watermark(&self) -> Option<Option<i64>> {
         self.last.as_ref().map(|(_, figures)| figures.1)
+    }
+
+    /// Whether a report may be owed by `now` (see `owed`).
+    pub(super) fn owed_by(&self, now: Instant) -> bool {
+        self.owed.is_some_and(|at| now >= at)
     }
 }
 
@@ -78,18 +86,18 @@ pub(super) fn due(part: &mut PartState, config: &TailFeedConfig) -> Option<FeedI
             interval = interval.min(HIGH_WATERMARK_REPORT_INTERVAL);
         }
     }
-    if part
-        .progress
-        .last
-        .as_ref()
-        .is_some_and(|(at, _)| at.elapsed() < interval)
-    {
-        return None;
+    if let Some((at, _)) = &part.progress.last {
+        if at.elapsed() < interval {
+            part.progress.owed = Some(*at + interval);
+            return None;
+        }
     }
+    part.progress.owed = None;
     let progress = match measure(part, config) {
         Ok(p) => p?,
         Err(reason) => {
             tracing::debug!(dir = %part.target.dir.display(), %reason, "no source progress this time");
+            part.progress.owed = Some(Instant::now() + interval);
             return None;
         }
     };

@@ -101,6 +101,8 @@ pub(super) struct Rediscoverer {
     hinted: bool,
     /// The partition directories the watcher named since [`Rediscoverer::take_touched`] last took them.
     touched: HashSet<PathBuf>,
+    /// The log dirs whose `log-start-offset-checkpoint` changed since the feed last took them.
+    log_starts: HashSet<PathBuf>,
     /// The topics the running watcher was started for (its filter then).
     watch_filter: Option<TopicFilter>,
     /// A listing started and not yet taken in (see [`TailFeed::rediscover`]).
@@ -121,6 +123,7 @@ impl Rediscoverer {
             watch_tried: false,
             hinted: false,
             touched: HashSet::new(),
+            log_starts: HashSet::new(),
             watch_filter: None,
             listing: None,
             pending: HashMap::new(),
@@ -181,7 +184,7 @@ impl Rediscoverer {
             return std::future::pending().await;
         };
         match events.recv().await {
-            Some(event) => note(&mut self.hinted, &mut self.touched, &event),
+            Some(event) => note(&mut self.hinted, &mut self.touched, &mut self.log_starts, &event),
             // The watcher stopped: the feed's poll is all that is left, and every round steps every partition.
             None => {
                 self.watcher = None;
@@ -198,11 +201,17 @@ impl Rediscoverer {
         into.extend(self.touched.drain());
     }
 
+    /// Moves the log dirs whose log-start checkpoint changed since the last call into `into`.
+    pub(super) fn take_log_starts(&mut self, into: &mut HashSet<PathBuf>) {
+        self.drain();
+        into.extend(self.log_starts.drain());
+    }
+
     /// Notes every event waiting.
     fn drain(&mut self) {
         if let Some((_, events)) = &mut self.watcher {
             while let Ok(event) = events.try_recv() {
-                note(&mut self.hinted, &mut self.touched, &event);
+                note(&mut self.hinted, &mut self.touched, &mut self.log_starts, &event);
             }
         }
     }
@@ -214,11 +223,15 @@ impl Rediscoverer {
     }
 }
 
-/// What an event tells the feed: the partition set may have changed (`hinted`), the partition it names has news.
-fn note(hinted: &mut bool, touched: &mut HashSet<PathBuf>, event: &WatchEvent) {
+/// What an event tells the feed: the partition set may have changed (`hinted`), the partition it names has news,
+/// a log dir's log starts moved.
+fn note(hinted: &mut bool, touched: &mut HashSet<PathBuf>, log_starts: &mut HashSet<PathBuf>, event: &WatchEvent) {
     *hinted |= is_partition_hint(event);
     if let Some(p) = event.partition() {
         touched.insert(p.dir.clone());
+    }
+    if let WatchEvent::LogStartsChanged { log_dir } = event {
+        log_starts.insert(log_dir.clone());
     }
 }
 

@@ -16,9 +16,15 @@
 //! - the watcher named its directory since its last step (an append, a roll, a deletion, a cleaner's rewrite);
 //! - its high watermark moved since its last step (with the high-watermark bound), or differs from the one last
 //!   reported (progress reports);
+//! - a move of its first segment waits for the next listing to confirm it (`super::log_start`);
+//! - a progress report may be owed: a step came before the report interval was up, so what it saw (a log end
+//!   above the bound, a grown segment) waits for the interval's end;
+//! - its entry in the log dir's `log-start-offset-checkpoint` moved (a log start `DeleteRecords` moved inside a
+//!   segment, which no file of the partition's directory shows): the watcher names the file, the feed reads it and
+//!   asks for the partitions whose entry changed;
 //! - the sweep: each partition is stepped at least every [`SWEEP_INTERVAL`] (jittered, at most [`SWEEP_PER_ROUND`]
-//!   a round), for what no event names: a log start moved by `DeleteRecords` (its checkpoint is a file of the log
-//!   dir, not of the partition), a notification lost and not yet found by the watcher's rescan.
+//!   a round), the net for what no event named (a notification lost and not yet found by the watcher's rescan, a
+//!   checkpoint unreadable when it changed).
 //!
 //! Without a watcher following the partition (none started, it stopped, or the topic joined a filter changed after
 //! it started) every round steps it, the poll interval pacing the rounds, as before.
@@ -32,10 +38,7 @@ use std::time::{Duration, Instant};
 pub const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
 
 /// Longest a followed partition goes without a step (120 s, jittered between one and one and a half times it): the
-/// net for what no event names. The log start `DeleteRecords` moves reaches the log dir in a checkpoint Kafka
-/// writes every `log.flush.start.offset.checkpoint.interval.ms` (60 s by default), so the mirror learns it within
-/// about three minutes; nothing is lost meanwhile (the mirror holds more, never less). Cost: 10,000 partitions
-/// swept every 150 s on average is about 70 steps a second.
+/// net for what no event named. Cost: 10,000 partitions swept every 150 s on average is about 70 steps a second.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(120);
 
 /// Most partitions a round steps for the sweep alone (64): however their due times bunch, a round that also carries
@@ -85,12 +88,16 @@ pub(super) struct Seen {
     pub reported: Option<Option<i64>>,
     /// With the high-watermark bound.
     pub bounded: bool,
+    /// A progress report may be owed by now.
+    pub report_owed: bool,
+    /// A move of the first segment waits for confirmation.
+    pub log_start_unconfirmed: bool,
 }
 
 impl Wake {
     /// Whether a round steps the partition now.
     pub(super) fn want(&self, seen: Seen, now: Instant) -> Want {
-        if !seen.watched || self.stepped.is_none() || seen.touched {
+        if !seen.watched || self.stepped.is_none() || seen.touched || seen.report_owed || seen.log_start_unconfirmed {
             return Want::Step;
         }
         if self.yielded || self.last_item.is_some_and(|at| now.duration_since(at) < ACTIVE_WINDOW) {

@@ -7,6 +7,8 @@ fn seen() -> Seen {
         high_watermark: None,
         reported: None,
         bounded: false,
+        report_owed: false,
+        log_start_unconfirmed: false,
     }
 }
 
@@ -158,6 +160,38 @@ fn a_high_watermark_not_yet_reported_steps_it_until_it_is() {
         ..seen()
     };
     assert_eq!(wake.want(unknown, now), Want::Skip);
+}
+
+#[test]
+fn an_owed_progress_report_steps_it() {
+    let now = Instant::now();
+    let wake = quiet(now, None);
+    assert_eq!(
+        wake.want(
+            Seen {
+                report_owed: true,
+                ..seen()
+            },
+            now
+        ),
+        Want::Step
+    );
+}
+
+#[test]
+fn a_log_start_waiting_for_confirmation_steps_it() {
+    let now = Instant::now();
+    let wake = quiet(now, None);
+    assert_eq!(
+        wake.want(
+            Seen {
+                log_start_unconfirmed: true,
+                ..seen()
+            },
+            now
+        ),
+        Want::Step
+    );
 }
 
 #[test]

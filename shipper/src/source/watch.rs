@@ -129,6 +129,10 @@ pub enum WatchEvent {
     /// The log dir's `replication-offset-checkpoint` changed: reload the
     /// high watermarks ([`CheckpointHighWatermarks::reload`](super::CheckpointHighWatermarks::reload)).
     HighWatermarksChanged { log_dir: PathBuf },
+    /// The log dir's `log-start-offset-checkpoint` changed (the broker writes it every
+    /// `log.flush.start.offset.checkpoint.interval.ms`): a log start `DeleteRecords` moved inside a segment, which
+    /// no file of the partition's directory shows, is in it.
+    LogStartsChanged { log_dir: PathBuf },
     /// A log dir or partition dir could not be listed; it is tried again at the next pass.
     Unreadable { path: PathBuf, reason: String },
 }
@@ -145,7 +149,9 @@ impl WatchEvent {
             | WatchEvent::SegmentDeleted { partition, .. }
             | WatchEvent::LogStartMoved { partition, .. }
             | WatchEvent::SegmentReplaced { partition, .. } => Some(partition),
-            WatchEvent::HighWatermarksChanged { .. } | WatchEvent::Unreadable { .. } => None,
+            WatchEvent::HighWatermarksChanged { .. }
+            | WatchEvent::LogStartsChanged { .. }
+            | WatchEvent::Unreadable { .. } => None,
         }
     }
 }
@@ -245,6 +251,7 @@ impl WatchedDir {
 /// Mark what a notification about `path` may have changed.
 fn mark_path(dirty: &mut Dirty, log_dirs: &[WatchedDir], path: &Path) {
     let checkpoint = RootCheckpoint::ReplicationOffset.file_name();
+    let log_starts = RootCheckpoint::LogStartOffset.file_name();
     for (i, log_dir) in log_dirs.iter().enumerate() {
         let Some(rest) = log_dir.strip(path) else { continue };
         let mut parts = rest.components();
@@ -259,6 +266,8 @@ fn mark_path(dirty: &mut Dirty, log_dirs: &[WatchedDir], path: &Path) {
             // removed, or a root file (the checkpoint and its `.tmp`).
             if first.to_str().is_some_and(|n| n.starts_with(checkpoint)) {
                 dirty.checkpoints.insert(i);
+            } else if first.to_str().is_some_and(|n| n.starts_with(log_starts)) {
+                dirty.log_starts.insert(i);
             } else {
                 dirty.log_dirs.insert(i);
             }

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use segment_format::dir::{
-    classify_partition_file, segment_file_name, DirKind, PartitionDirName, PartitionFile, SegmentFileKind,
-    TransientSuffix,
+    classify_partition_file, segment_file_name, DirKind, PartitionDirName, PartitionFile, RootCheckpoint,
+    SegmentFileKind, TransientSuffix,
 };
 
 use super::{PartitionId, WatchEvent};
@@ -53,6 +53,8 @@ pub(super) struct State {
     pub partitions: Vec<HashMap<PathBuf, (PartitionId, PartitionState)>>,
     /// Per log dir: its `replication-offset-checkpoint` as last seen.
     pub checkpoints: Vec<Option<FileStamp>>,
+    /// Per log dir: its `log-start-offset-checkpoint` as last seen.
+    pub log_starts: Vec<Option<FileStamp>>,
 }
 
 /// What a pass is to look at (what notifications marked, or everything).
@@ -66,11 +68,17 @@ pub(super) struct Dirty {
     pub partitions: BTreeSet<(usize, PathBuf)>,
     /// Log dirs whose checkpoint may have changed.
     pub checkpoints: BTreeSet<usize>,
+    /// Log dirs whose log-start checkpoint may have changed.
+    pub log_starts: BTreeSet<usize>,
 }
 
 impl Dirty {
     pub fn is_empty(&self) -> bool {
-        !self.all && self.log_dirs.is_empty() && self.partitions.is_empty() && self.checkpoints.is_empty()
+        !self.all
+            && self.log_dirs.is_empty()
+            && self.partitions.is_empty()
+            && self.checkpoints.is_empty()
+            && self.log_starts.is_empty()
     }
 }
 
@@ -304,6 +312,7 @@ pub(super) fn pass(
 ) {
     state.partitions.resize_with(log_dirs.len(), HashMap::new);
     state.checkpoints.resize(log_dirs.len(), None);
+    state.log_starts.resize(log_dirs.len(), None);
     for (i, log_dir) in log_dirs.iter().enumerate() {
         let relist = dirty.all || dirty.log_dirs.contains(&i);
         let known = state.partitions.get_mut(i);
@@ -390,19 +399,40 @@ pub(super) fn pass(
                 }),
             }
         }
-        if dirty.all || dirty.checkpoints.contains(&i) {
-            let path = CheckpointHighWatermarks::checkpoint_path(log_dir);
-            let stamp = std::fs::metadata(&path)
-                .ok()
-                .map(|m| (m.len(), m.modified().ok(), inode(&m)));
-            if let Some(slot) = state.checkpoints.get_mut(i) {
-                if *slot != stamp {
-                    *slot = stamp;
-                    out.push(WatchEvent::HighWatermarksChanged {
-                        log_dir: log_dir.clone(),
-                    });
-                }
-            }
+        if (dirty.all || dirty.checkpoints.contains(&i))
+            && restamped(
+                state.checkpoints.get_mut(i),
+                &CheckpointHighWatermarks::checkpoint_path(log_dir),
+            )
+        {
+            out.push(WatchEvent::HighWatermarksChanged {
+                log_dir: log_dir.clone(),
+            });
         }
+        if (dirty.all || dirty.log_starts.contains(&i))
+            && restamped(
+                state.log_starts.get_mut(i),
+                &log_dir.join(RootCheckpoint::LogStartOffset.file_name()),
+            )
+        {
+            out.push(WatchEvent::LogStartsChanged {
+                log_dir: log_dir.clone(),
+            });
+        }
+    }
+}
+
+/// Whether the file at `path` has another stamp (length, modification time, inode) than `slot` holds; `slot` takes
+/// the new one. A file replaced by rename, as the broker writes its checkpoints, always has another inode.
+fn restamped(slot: Option<&mut Option<FileStamp>>, path: &Path) -> bool {
+    let stamp = std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.len(), m.modified().ok(), inode(&m)));
+    match slot {
+        Some(slot) if *slot != stamp => {
+            *slot = stamp;
+            true
+        }
+        _ => false,
     }
 }
