@@ -85,6 +85,13 @@ fn feed(log_dir: &Path, follow: &[&str], rediscovery: Rediscovery) -> TailFeed {
     TailFeed::new(parts, config).with_rediscovery(rediscovery)
 }
 
+/// The watcher alone tells the feed: no periodic listing within a test.
+fn watcher_only(log_dir: &Path) -> Rediscovery {
+    let mut r = Rediscovery::new(vec![log_dir.into()], TopicFilter::all(), CLUSTER);
+    r.interval = Duration::from_secs(3600);
+    r
+}
+
 fn every_round(log_dir: &Path) -> Rediscovery {
     let mut r = Rediscovery::new(vec![log_dir.into()], TopicFilter::all(), CLUSTER);
     r.interval = Duration::ZERO;
@@ -211,8 +218,7 @@ async fn a_resume_position_of_a_partition_not_followed_at_start_is_honoured() {
 async fn the_watcher_alone_brings_a_new_topic_in() {
     let (root, logs) = log_dir_with(&[("alpha", 2)]);
     // No periodic listing within the test: only a watcher event can add beta.
-    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
-    r.interval = Duration::from_secs(3600);
+    let r = watcher_only(root.path());
     let mut feed = feed(root.path(), &["alpha"], r);
     feed.seek(&[]).await.unwrap();
     ship_whole(&mut feed, "alpha", &logs[0]).await;
@@ -318,8 +324,7 @@ async fn at_rest_with_a_watcher_no_partition_is_stepped_and_an_append_steps_its_
     let spec: Vec<(&str, usize)> = topics.iter().map(|t| (t.as_str(), 2)).collect();
     let (root, logs) = log_dir_with(&spec);
     // No periodic listing within the test: the watcher is what tells the feed.
-    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
-    r.interval = Duration::from_secs(3600);
+    let r = watcher_only(root.path());
     let follow: Vec<&str> = topics.iter().map(String::as_str).collect();
     let mut feed = feed(root.path(), &follow, r);
     feed.seek(&[]).await.unwrap();
@@ -377,8 +382,7 @@ async fn at_rest_a_checkpoint_that_raises_the_high_watermark_ships_without_an_ap
             .unwrap();
     };
     write_checkpoint(2);
-    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
-    r.interval = Duration::from_secs(3600);
+    let r = watcher_only(root.path());
     let mut config = TailFeedConfig::new(Arc::new(
         CheckpointHighWatermarks::new(vec![root.path().into()]).with_reload_interval(Duration::from_millis(20)),
     ));
@@ -412,8 +416,7 @@ async fn at_rest_a_checkpoint_that_raises_the_high_watermark_ships_without_an_ap
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_left_mid_log_is_continued_however_long_the_feed_was_away() {
     let (root, logs) = log_dir_with(&[("alpha", 6)]);
-    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
-    r.interval = Duration::from_secs(3600);
+    let r = watcher_only(root.path());
     let mut feed = feed(root.path(), &["alpha"], r);
     // A chunk of at most one batch: the log takes six.
     feed.config.max_chunk_bytes = 200;
@@ -456,8 +459,7 @@ async fn a_partition_left_mid_log_is_continued_however_long_the_feed_was_away() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directories_named_by_the_watcher_but_not_followed_do_not_pile_up() {
     let (root, logs) = log_dir_with(&[("alpha", 2)]);
-    let mut r = Rediscovery::new(vec![root.path().into()], TopicFilter::all(), CLUSTER);
-    r.interval = Duration::from_secs(3600);
+    let r = watcher_only(root.path());
     let mut feed = feed(root.path(), &["alpha"], r);
     feed.seek(&[]).await.unwrap();
     ship_whole(&mut feed, "alpha", &logs[0]).await;
