@@ -387,8 +387,7 @@ impl TailFeed {
             }
             self.rediscover(false).await?;
             if let Some(r) = &mut self.rediscoverer {
-                r.take_touched(&mut self.touched);
-                r.take_log_starts(&mut self.log_starts_changed);
+                r.take_news(&mut self.touched, &mut self.log_starts_changed);
                 // Directories of partitions no longer followed (deleted, deselected) are never stepped, so never
                 // taken out: dropped here, so the set stays bounded by the partitions.
                 if self.touched.len() > self.parts.len() + 1024 {
@@ -521,13 +520,8 @@ impl TailFeed {
                 .map(|dir| {
                     let path = dir.join(RootCheckpoint::LogStartOffset.file_name());
                     // Unreadable (being replaced, or damaged): no entries, so the sweep is what looks again.
-                    let entries: HashMap<(String, i32), i64> = OffsetCheckpoint::read(&path)
-                        .map(|cp| {
-                            cp.entries
-                                .into_iter()
-                                .map(|e| ((e.topic, e.partition), e.offset))
-                                .collect()
-                        })
+                    let entries = OffsetCheckpoint::read(&path)
+                        .map(OffsetCheckpoint::into_offsets)
                         .unwrap_or_default();
                     (dir, entries)
                 })
@@ -572,7 +566,7 @@ impl TailFeed {
         };
         let seen = wake::Seen {
             watched,
-            touched: !self.touched.is_empty() && self.touched.contains(&part.target.dir),
+            touched: self.touched.contains(&part.target.dir),
             high_watermark,
             reported: self.config.progress_interval.and(part.progress.high_watermark()),
             bounded: self.config.upto == UptoPolicy::HighWatermark,

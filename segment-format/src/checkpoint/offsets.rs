@@ -1,6 +1,7 @@
 //! Root offset checkpoints (`recovery-point-offset-checkpoint` and its three
 //! siblings): `<topic> <partition> <offset>` per line.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::{encode_checkpoint, parse_checkpoint, read_file, CheckpointEntry};
@@ -58,6 +59,15 @@ impl OffsetCheckpoint {
 
     pub fn write(&self, path: &Path) -> Result<()> {
         write_atomically(path, self.encode().as_bytes())
+    }
+
+    /// Every partition's offset, by (topic, partition): the last one where a partition is listed twice, as
+    /// [`OffsetCheckpoint::get`] and the broker's map.
+    pub fn into_offsets(self) -> HashMap<(String, i32), i64> {
+        self.entries
+            .into_iter()
+            .map(|e| ((e.topic, e.partition), e.offset))
+            .collect()
     }
 
     /// The offset recorded for a partition (the last one if listed twice, as the

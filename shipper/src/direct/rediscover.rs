@@ -25,7 +25,7 @@
 //! 10,000, hence the longer interval while the watcher hints.
 //!
 //! The watcher's events also name the partition directory they are about: the feed steps only partitions named
-//! since their last step, besides active ones ([`super::wake`]); [`Rediscoverer::take_touched`] hands them over.
+//! since their last step, besides active ones ([`super::wake`]); [`Rediscoverer::take_news`] hands them over.
 //!
 //! All listing runs on a blocking thread, and a listing in flight survives a dropped future; nothing else is
 //! committed to the feed until every await has returned, so a dropped [`ChunkFeed::next`](segmirror_transport::direct::session::ChunkFeed::next) future leaves the feed as
@@ -99,7 +99,7 @@ pub(super) struct Rediscoverer {
     watch_tried: bool,
     /// The watcher reported a partition directory appearing or going since the last listing.
     hinted: bool,
-    /// The partition directories the watcher named since [`Rediscoverer::take_touched`] last took them.
+    /// The partition directories the watcher named since [`Rediscoverer::take_news`] last took them.
     touched: HashSet<PathBuf>,
     /// The log dirs whose `log-start-offset-checkpoint` changed since the feed last took them.
     log_starts: HashSet<PathBuf>,
@@ -194,17 +194,12 @@ impl Rediscoverer {
         }
     }
 
-    /// Moves the partition directories the watcher named since the last call into `into`, taking the events
-    /// waiting first.
-    pub(super) fn take_touched(&mut self, into: &mut HashSet<PathBuf>) {
+    /// Moves what the watcher said since the last call, taking the events waiting first: the partition
+    /// directories it named into `touched`, the log dirs whose log-start checkpoint changed into `log_starts`.
+    pub(super) fn take_news(&mut self, touched: &mut HashSet<PathBuf>, log_starts: &mut HashSet<PathBuf>) {
         self.drain();
-        into.extend(self.touched.drain());
-    }
-
-    /// Moves the log dirs whose log-start checkpoint changed since the last call into `into`.
-    pub(super) fn take_log_starts(&mut self, into: &mut HashSet<PathBuf>) {
-        self.drain();
-        into.extend(self.log_starts.drain());
+        touched.extend(self.touched.drain());
+        log_starts.extend(self.log_starts.drain());
     }
 
     /// Notes every event waiting.

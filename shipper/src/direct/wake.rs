@@ -48,8 +48,8 @@ pub const SWEEP_PER_ROUND: usize = 64;
 /// A partition's wake state (part of its [`super::PartState`], carried through its step).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Wake {
-    /// When its last step ended (`None`: never stepped, or asked for again).
-    stepped: Option<Instant>,
+    /// Stepped since it was new or last asked for.
+    stepped: bool,
     /// Its last step yielded an item.
     yielded: bool,
     /// When its last item was yielded.
@@ -97,7 +97,7 @@ pub(super) struct Seen {
 impl Wake {
     /// Whether a round steps the partition now.
     pub(super) fn want(&self, seen: Seen, now: Instant) -> Want {
-        if !seen.watched || self.stepped.is_none() || seen.touched || seen.report_owed || seen.log_start_unconfirmed {
+        if !seen.watched || !self.stepped || seen.touched || seen.report_owed || seen.log_start_unconfirmed {
             return Want::Step;
         }
         if self.yielded || self.last_item.is_some_and(|at| now.duration_since(at) < ACTIVE_WINDOW) {
@@ -120,7 +120,7 @@ impl Wake {
     /// Whether the high watermark cannot have moved since the last step started: the source counts its changes and
     /// the count is the one read then.
     pub(super) fn hw_unchanged(&self, version: Option<u64>) -> bool {
-        self.stepped.is_some() && version.is_some() && version == self.hw_version
+        self.stepped && version.is_some() && version == self.hw_version
     }
 
     /// A step starts with the high watermark `high_watermark`, read at the source's change count `version`.
@@ -131,7 +131,7 @@ impl Wake {
 
     /// The step ended at `now`, with an item or not.
     pub(super) fn stepped(&mut self, yielded: bool, now: Instant) {
-        self.stepped = Some(now);
+        self.stepped = true;
         self.yielded = yielded;
         if yielded {
             self.last_item = Some(now);
@@ -152,7 +152,7 @@ impl Wake {
 
     /// Stepped in the next round, whatever else holds.
     pub(super) fn ask(&mut self) {
-        self.stepped = None;
+        self.stepped = false;
     }
 }
 

@@ -206,12 +206,7 @@ impl CheckpointHighWatermarks {
                         }
                         Err(e) => return Err(e),
                     };
-                    let entries = cp
-                        .entries
-                        .into_iter()
-                        .map(|e| ((e.topic, e.partition), e.offset))
-                        .collect::<HashMap<_, _>>();
-                    (Some(stamp), entries)
+                    (Some(stamp), cp.into_offsets())
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, HashMap::new()),
                 Err(e) => return Err(Error::io(&path, e)),
