@@ -34,6 +34,18 @@ fn main() -> std::io::Result<()> {
     let total = start.elapsed();
     times.sort_by_key(|t| std::cmp::Reverse(t.0));
     println!("{target}: {} inputs in {total:?}", times.len());
+    if !times.is_empty() {
+        let at = |q: f64| times[((times.len() - 1) as f64 * (1.0 - q)) as usize].0;
+        let slowest_tenth: Duration = times.iter().take(times.len().div_ceil(10)).map(|t| t.0).sum();
+        println!(
+            "  median {:?}, 90th percentile {:?}, 99th {:?}; the slowest tenth take {:?} of {:?} in all",
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            slowest_tenth,
+            times.iter().map(|t| t.0).sum::<Duration>()
+        );
+    }
     for (t, file) in times.iter().take(5) {
         println!("  {t:?}  {}", file.display());
     }

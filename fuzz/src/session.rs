@@ -39,6 +39,7 @@ use segment_format::batch::Compression;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segmirror_applier::direct::{TailAppender, TailCatalog};
 use segmirror_catalog::Catalog;
+use segmirror_transport::bucket::link_meta::{GroupOffset, LinkMeta, TopicMeta};
 use segmirror_transport::direct::error::{DirectError, ErrorClass};
 use segmirror_transport::direct::frame::{self, Frame, HEADER_LEN, MAX_PAYLOAD_LEN};
 use segmirror_transport::direct::handshake::{
@@ -53,7 +54,6 @@ use segmirror_transport::direct::payload::{
 };
 use segmirror_transport::direct::session::{ApplierSession, BoxIo, ChunkApplier, SessionConfig};
 use segmirror_transport::direct::{RefuseReason, Role};
-use segmirror_transport::bucket::link_meta::{GroupOffset, LinkMeta, TopicMeta};
 use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -251,19 +251,47 @@ fn batches(
     let mut out = Vec::with_capacity(n);
     let mut at = offset;
     for _ in 0..n {
-        let mut b = BatchBuilder::new(at).partition_leader_epoch(epoch).compression(codec);
-        for r in 0..records {
-            let ts = 1_700_000_000_000 + at + r as i64;
-            b = b.record(
-                RecordSpec::new(r as i32, ts)
-                    .with_key(vec![b'k'; 3])
-                    .with_value(vec![b'v'; value_len]),
-            );
-        }
-        out.push((at, b.build()));
+        out.push((at, batch_memo(at, records, codec, value_len, epoch)));
         at += records as i64;
     }
     out
+}
+
+/// Batches [`build_batch`] made, by their arguments: the same few batches recur in nearly every input (a chunk
+/// usually continues at the next offset from 0), and building one (a compressor's context set up, the records
+/// encoded) was a few percent of a run. A batch is a pure function of its arguments, so a remembered one is the
+/// one the builder would make again (`tests::remembered_batches_are_the_built_ones`).
+fn batch_memo(at: i64, records: usize, codec: Compression, value_len: usize, epoch: i32) -> Vec<u8> {
+    type Key = (i64, usize, Compression, usize, i32);
+    /// Batches remembered at most (a few MB: a batch holds at most 8 records of at most 255-byte values).
+    const MAX_REMEMBERED: usize = 4096;
+    static MEMO: Mutex<Option<std::collections::HashMap<Key, Vec<u8>>>> = Mutex::new(None);
+    let key = (at, records, codec, value_len, epoch);
+    let mut memo = MEMO.lock().unwrap_or_else(|p| p.into_inner());
+    let memo = memo.get_or_insert_with(Default::default);
+    if let Some(batch) = memo.get(&key) {
+        return batch.clone();
+    }
+    let batch = build_batch(at, records, codec, value_len, epoch);
+    if memo.len() >= MAX_REMEMBERED {
+        memo.clear();
+    }
+    memo.insert(key, batch.clone());
+    batch
+}
+
+/// One batch at `at` of `records` records with values of `value_len` bytes.
+fn build_batch(at: i64, records: usize, codec: Compression, value_len: usize, epoch: i32) -> Vec<u8> {
+    let mut b = BatchBuilder::new(at).partition_leader_epoch(epoch).compression(codec);
+    for r in 0..records {
+        let ts = 1_700_000_000_000 + at + r as i64;
+        b = b.record(
+            RecordSpec::new(r as i32, ts)
+                .with_key(vec![b'k'; 3])
+                .with_value(vec![b'v'; value_len]),
+        );
+    }
+    b.build()
 }
 
 impl Generator {
@@ -1098,6 +1126,17 @@ mod tests {
             }
         }
         assert!(replayed > 0, "no direct_session regression in {}", dir.display());
+    }
+
+    #[test]
+    fn remembered_batches_are_the_built_ones() {
+        for codec in Compression::ALL {
+            for (at, records, value_len) in [(0, 1, 20), (5, 3, 0), (-7, 8, 255)] {
+                let first = batch_memo(at, records, codec, value_len, 1);
+                assert_eq!(first, build_batch(at, records, codec, value_len, 1));
+                assert_eq!(batch_memo(at, records, codec, value_len, 1), first, "{codec:?}");
+            }
+        }
     }
 
     #[test]
