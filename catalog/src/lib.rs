@@ -42,6 +42,7 @@ mod link_state;
 mod mirror_root;
 mod partition;
 mod path;
+mod promotion;
 mod replicas;
 mod schema;
 mod segment;
@@ -64,6 +65,7 @@ pub use link_meta::{LinkOffset, RecordedMeta};
 pub use link_state::LinkState;
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionState, PartitionUpsert, Upsert};
+pub use promotion::PromotionRecord;
 pub use path::{
     canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_catalog_path, default_data_dir,
     mirror_catalog_path, CATALOG_FILE_NAME, MIRRORS_DIR, ROOT_HASH_HEX_DIGITS, ROOT_NAME_MAX_CHARS,

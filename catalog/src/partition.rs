@@ -272,47 +272,29 @@ impl Catalog {
     /// current state is a no-op; leaving `promoted` is refused ([`Error::Promoted`]).
     pub fn set_partition_state(&mut self, id: PartitionId, state: PartitionState) -> Result<MirrorPartition> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut p = load_partition_by_id(&tx, id)?;
-        if p.state == state {
-            return Ok(p);
-        }
-        refuse_promoted(&p)?;
-        tx.execute(
-            "UPDATE mirror_partitions SET state = ?2 WHERE id = ?1",
-            params![id.0, state],
-        )?;
-        let detail = format!("{} -> {}", p.state, state);
-        insert_event(
-            &tx,
-            Subject::Partition(&p.key),
-            EventKind::PartitionStateChanged,
-            &detail,
-        )?;
+        let p = set_state_in(&tx, id, state)?;
         tx.commit()?;
-        p.state = state;
         Ok(p)
+    }
+
+    /// [`Catalog::set_partition_state`] of every partition of `ids`, in one transaction: all of them or none. Why:
+    /// a promotion pauses every partition it plans, thousands at once; one commit each would be one WAL fsync each.
+    pub fn set_partitions_state(&mut self, ids: &[PartitionId], state: PartitionState) -> Result<Vec<MirrorPartition>> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let rows = ids
+            .iter()
+            .map(|id| set_state_in(&tx, *id, state))
+            .collect::<Result<Vec<_>>>()?;
+        tx.commit()?;
+        Ok(rows)
     }
 
     /// Records the topic ID the mirror carries on the target. Refused once the partition is promoted (the ID is then
     /// fixed in the broker's `partition.metadata`).
     pub fn set_mirror_topic_id(&mut self, id: PartitionId, mirror_topic_id: &str) -> Result<MirrorPartition> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut p = load_partition_by_id(&tx, id)?;
-        refuse_promoted(&p)?;
-        if p.mirror_topic_id.as_deref() == Some(mirror_topic_id) {
-            return Ok(p);
-        }
-        tx.execute(
-            "UPDATE mirror_partitions SET mirror_topic_id = ?2 WHERE id = ?1",
-            params![id.0, mirror_topic_id],
-        )?;
-        let detail = match &p.mirror_topic_id {
-            Some(old) => format!("{old} -> {mirror_topic_id}"),
-            None => mirror_topic_id.to_owned(),
-        };
-        insert_event(&tx, Subject::Partition(&p.key), EventKind::MirrorTopicIdSet, &detail)?;
+        let p = set_mirror_topic_id_in(&tx, id, mirror_topic_id)?;
         tx.commit()?;
-        p.mirror_topic_id = Some(mirror_topic_id.to_owned());
         Ok(p)
     }
 
@@ -321,18 +303,7 @@ impl Catalog {
     /// first, in the same promotion).
     pub fn set_handed_over(&mut self, id: PartitionId, log_dir: &str) -> Result<()> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let p = load_partition_by_id(&tx, id)?;
-        refuse_promoted(&p)?;
-        tx.execute(
-            "UPDATE mirror_partitions SET handed_over_to = ?2 WHERE id = ?1",
-            params![id.0, log_dir],
-        )?;
-        insert_event(
-            &tx,
-            Subject::Partition(&p.key),
-            EventKind::Note,
-            &format!("mirror files handed over by rename into {log_dir}; the mirror no longer holds them"),
-        )?;
+        set_handed_over_in(&tx, id, log_dir)?;
         tx.commit()?;
         Ok(())
     }
@@ -376,6 +347,69 @@ impl Catalog {
         p.installed_end_offset = None;
         Ok(p)
     }
+}
+
+/// [`Catalog::set_partition_state`] inside a transaction the caller commits.
+pub(crate) fn set_state_in(tx: &Transaction<'_>, id: PartitionId, state: PartitionState) -> Result<MirrorPartition> {
+    let mut p = load_partition_by_id(tx, id)?;
+    if p.state == state {
+        return Ok(p);
+    }
+    refuse_promoted(&p)?;
+    tx.execute(
+        "UPDATE mirror_partitions SET state = ?2 WHERE id = ?1",
+        params![id.0, state],
+    )?;
+    let detail = format!("{} -> {}", p.state, state);
+    insert_event(
+        tx,
+        Subject::Partition(&p.key),
+        EventKind::PartitionStateChanged,
+        &detail,
+    )?;
+    p.state = state;
+    Ok(p)
+}
+
+/// [`Catalog::set_mirror_topic_id`] inside a transaction the caller commits.
+pub(crate) fn set_mirror_topic_id_in(
+    tx: &Transaction<'_>,
+    id: PartitionId,
+    mirror_topic_id: &str,
+) -> Result<MirrorPartition> {
+    let mut p = load_partition_by_id(tx, id)?;
+    refuse_promoted(&p)?;
+    if p.mirror_topic_id.as_deref() == Some(mirror_topic_id) {
+        return Ok(p);
+    }
+    tx.execute(
+        "UPDATE mirror_partitions SET mirror_topic_id = ?2 WHERE id = ?1",
+        params![id.0, mirror_topic_id],
+    )?;
+    let detail = match &p.mirror_topic_id {
+        Some(old) => format!("{old} -> {mirror_topic_id}"),
+        None => mirror_topic_id.to_owned(),
+    };
+    insert_event(tx, Subject::Partition(&p.key), EventKind::MirrorTopicIdSet, &detail)?;
+    p.mirror_topic_id = Some(mirror_topic_id.to_owned());
+    Ok(p)
+}
+
+/// [`Catalog::set_handed_over`] inside a transaction the caller commits.
+pub(crate) fn set_handed_over_in(tx: &Transaction<'_>, id: PartitionId, log_dir: &str) -> Result<()> {
+    let p = load_partition_by_id(tx, id)?;
+    refuse_promoted(&p)?;
+    tx.execute(
+        "UPDATE mirror_partitions SET handed_over_to = ?2 WHERE id = ?1",
+        params![id.0, log_dir],
+    )?;
+    insert_event(
+        tx,
+        Subject::Partition(&p.key),
+        EventKind::Note,
+        &format!("mirror files handed over by rename into {log_dir}; the mirror no longer holds them"),
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -66,6 +66,73 @@ pub fn fsync_dir(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Write `bytes` to `path` (truncating what is there) without an fsync: for a file covered later by one
+/// [`FilesystemSync::sync`] of its filesystem, before anything depends on it.
+pub fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    file.write_all(bytes).map_err(|e| Error::io(path, e))
+}
+
+/// Every write to one filesystem made durable by one call, in place of an fsync per file and directory.
+///
+/// Why: a step that writes thousands of small files and directories (a promotion of 10,000 partitions writes six
+/// files and two directories each) spends its time waiting for one journal commit per fsync; one `syncfs(2)` after
+/// the last write commits them together. Open it *before* the writes it is to cover: Linux reports to `syncfs` the
+/// write-back errors of the filesystem since the descriptor was opened (Linux 5.8 and later), so an error writing
+/// any of them fails [`FilesystemSync::sync`]. It also writes back whatever else is dirty on that filesystem, which
+/// for a broker's log dir with its broker stopped is little.
+///
+/// Elsewhere than Linux, `sync(2)`, which POSIX allows to return before the writes are done: those platforms are
+/// for development, not for a broker's disks.
+#[derive(Debug)]
+pub struct FilesystemSync {
+    dir: File,
+    path: PathBuf,
+}
+
+impl FilesystemSync {
+    /// Watch the filesystem holding the directory `dir` from now on.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let file = File::open(dir).map_err(|e| Error::io(dir, e))?;
+        Ok(FilesystemSync {
+            dir: file,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    /// Write back and commit everything written to the filesystem; an error if any write-back since
+    /// [`FilesystemSync::open`] failed.
+    pub fn sync(&self) -> Result<()> {
+        syncfs(&self.dir).map_err(|e| Error::io(&self.path, e))
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn syncfs(dir: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open for as long as `dir` lives.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn syncfs(_dir: &File) -> std::io::Result<()> {
+    #[cfg(unix)]
+    // SAFETY: no arguments, no memory.
+    unsafe {
+        libc::sync()
+    };
+    Ok(())
+}
+
 /// The directory holding `path`; `.` for a bare file name.
 fn parent_dir(path: &Path) -> &Path {
     match path.parent() {

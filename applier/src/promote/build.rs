@@ -1,6 +1,7 @@
 //! Building a promoted partition in staging: copies of the mirror's files, every batch restamped to the target's
 //! leader epoch, abort markers for open transactions, empty producer state, the target's `partition.metadata` and
-//! a one-entry `leader-epoch-checkpoint`; fsynced, then renamed `.ready`.
+//! a one-entry `leader-epoch-checkpoint`; made durable with every other build by one `syncfs`, then renamed
+//! `.ready` (`swap::execute`).
 //!
 //! Why in staging: the live partition directory is replaced by one rename (`swap`), so the broker never sees a
 //! half-built partition; a crash mid-build leaves a `.building` directory that the rerun rebuilds from the
@@ -10,11 +11,10 @@ use std::path::{Path, PathBuf};
 
 use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
 use segment_format::dir::{segment_file_name, SegmentFileKind, LEADER_EPOCH_CHECKPOINT_FILE, PARTITION_METADATA_FILE};
-use segment_format::durable::fsync_dir;
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 
 use super::error::{Error, Result};
-use super::files::{copy, create_dir, remove_dir_all, rename, sync_file, write_staged};
+use super::files::{copy, create_dir, remove_dir_all, rename, write_staged};
 use super::handover::{hand_over_file, KillSwitch};
 use super::journal::{Journal, Planned, JOURNAL_FILE};
 use super::kcopy::restamp_in_place;
@@ -141,7 +141,6 @@ pub(super) fn build(
                 found_end = Some(walk.last_offset.map_or(*base, |o| o.saturating_add(1)));
             } else {
                 copy(&from, &to)?;
-                sync_file(&to)?;
             }
         }
     }
@@ -197,14 +196,20 @@ pub(super) fn build(
         &building.join(LEADER_EPOCH_CHECKPOINT_FILE),
         LeaderEpochCheckpoint::new(epochs).encode().as_bytes(),
     )?;
-    fsync_dir(&building)?;
-    if p.handover {
-        // The mirror's side of the renames.
-        fsync_dir(&source)?;
-    }
-    // Made durable with the other partitions' by one fsync of staging after every build (`swap::execute`).
-    rename(&building, &ready)?;
+    // Nothing written here was fsynced, nor are the directories (this one, and the mirror's side of a handover's
+    // renames): one `syncfs` after every build makes them durable before `.building` becomes `.ready`
+    // (`swap::execute`).
     Ok((result, true))
+}
+
+/// Rename a partition built in staging (`build`) `.ready`, once what it holds is durable; a partition renamed
+/// already, or swapped already, is left as it is.
+pub(super) fn mark_ready(staging: &Path, p: &Planned) -> Result<()> {
+    let (building, ready) = (staged(staging, p, BUILDING), staged(staging, p, READY));
+    if building.exists() && !ready.exists() && !staged(staging, p, OLD).exists() {
+        rename(&building, &ready)?;
+    }
+    Ok(())
 }
 
 /// What handing over one segment did.

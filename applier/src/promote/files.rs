@@ -10,18 +10,12 @@ pub(super) fn copy(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn sync_file(path: &Path) -> Result<()> {
-    std::fs::File::open(path)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io(path, e))
-}
-
-/// Write a file of a partition being built in staging: written and fsynced in place, without the temporary file
-/// and directory fsync of `durable::write_atomically`. Why that is enough: nothing reads a `.building` directory
-/// (a rerun after a crash removes it and builds it again), and it is renamed `.ready` only after its own fsync,
-/// which makes every entry in it durable at once (`build`).
+/// Write a file of a partition being built in staging: written in place, without the temporary file and fsyncs
+/// of `durable::write_atomically`. Why that is enough: nothing reads a `.building` directory (a rerun after a crash
+/// builds it again), and it is renamed `.ready` only after one `syncfs` of the log dir's filesystem has made every
+/// build's files and directories durable at once (`swap::execute`).
 pub(super) fn write_staged(path: &Path, bytes: &[u8]) -> Result<()> {
-    segment_format::durable::write_synced(path, bytes)?;
+    segment_format::durable::write_unsynced(path, bytes)?;
     Ok(())
 }
 

@@ -18,7 +18,8 @@
 //! docs/BENCHMARKS.md, "promoteperf".)
 //!
 //! Write-back of each chunk is started (`sync_file_range`) once every header in it is patched — up to the page of
-//! the first frame not yet patched, so no page is written back and dirtied again — and the file is fsynced once.
+//! the first frame not yet patched, so no page is written back and dirtied again; the file is not fsynced here (the
+//! promotion syncs its staging once, `files::write_staged`).
 //! The mirror's pages are dropped from the page cache chunk by chunk as they are copied: they are read once, and
 //! the copy's writes then reuse them hot instead of taking fresh pages (docs/decisions/0044-drop-read-pages.md).
 //!
@@ -52,7 +53,7 @@ pub(super) enum KernelCopy {
 }
 
 /// Copy `from` to `to` (created or truncated) with `copy_file_range` in chunks of `chunk` bytes, checking every
-/// frame header of the copy and setting every magic-2 batch's epoch to `epoch` in place; fsync once. The result is
+/// frame header of the copy and setting every magic-2 batch's epoch to `epoch` in place. The result is
 /// the same bytes and [`LogWalk`] as the buffered copy, or the same error. With `limit`, only the file's first
 /// `limit` bytes (a frame boundary: a consistent cut's prefix) are copied.
 pub(super) fn copy_log_in_kernel(
@@ -76,7 +77,6 @@ pub(super) fn copy_log_in_kernel(
         ..LogWalk::default()
     };
     if size == 0 {
-        out.sync_all().map_err(|e| Error::io(to, e))?;
         return Ok(KernelCopy::Copied(walk));
     }
     read_sequentially(&source);
@@ -113,7 +113,6 @@ pub(super) fn copy_log_in_kernel(
         }
     }
     headers.finish()?;
-    out.sync_all().map_err(|e| Error::io(to, e))?;
     Ok(KernelCopy::Copied(walk))
 }
 
@@ -233,8 +232,7 @@ const PROBE_BYTES: u64 = 1 << 20;
 const SPARSE_FRAMES: u64 = 16 << 10;
 
 /// Restamp the `.log` at `path` in place (a file handed over by rename, `build`): the same header checks and epoch
-/// patches as the copies ([`HeaderWalk`]), touching only the pages that hold headers; fsynced once when anything
-/// changed. Errors name `path`.
+/// patches as the copies ([`HeaderWalk`]), touching only the pages that hold headers. Errors name `path`.
 pub(super) fn restamp_in_place(path: &Path, epoch: i32) -> Result<LogWalk> {
     let file = OpenOptions::new()
         .read(true)
@@ -256,9 +254,6 @@ pub(super) fn restamp_in_place(path: &Path, epoch: i32) -> Result<LogWalk> {
     }
     headers.patch_upto(size, &mut walk)?;
     headers.finish()?;
-    if walk.restamped > 0 {
-        file.sync_all().map_err(|e| Error::io(path, e))?;
-    }
     Ok(walk)
 }
 

@@ -760,13 +760,13 @@ pub(super) fn pause(
     previous: &BTreeMap<TopicPartition, PartitionState>,
 ) -> Result<()> {
     let mut refusals = Vec::new();
-    for p in planned {
-        let key = PartitionKey::of(link, &p.tp());
-        let row = catalog.partition(&key)?;
-        if row.state != PartitionState::Paused {
-            catalog.set_partition_state(row.id, PartitionState::Paused)?;
-        }
-        let row = catalog.partition(&key)?;
+    let ids = planned
+        .iter()
+        .map(|p| catalog.partition(&PartitionKey::of(link, &p.tp())).map(|row| row.id))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    // One transaction for every partition: one commit (one fsync of the catalog's log) however many they are.
+    let rows = catalog.set_partitions_state(&ids, PartitionState::Paused)?;
+    for (p, row) in planned.iter().zip(rows) {
         let expected = p
             .tail_active
             .map_or(Some(p.mirror_end_offset()), |t| t.catalog_end_offset);

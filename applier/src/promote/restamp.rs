@@ -125,7 +125,8 @@ pub(super) fn walk_log_from(path: &Path, start: u64, epoch: Option<i32>) -> Resu
 /// Copy the `.log` `from` to `to` (created; it must not be in use), checking every frame header as [`walk_log`]
 /// does and setting every magic-2 batch's `partitionLeaderEpoch` to `epoch`: in the kernel where it can
 /// (`kcopy`), else buffered ([`copy_log_restamping_buffered`]). Either way the copy holds the same bytes as
-/// [`std::fs::copy`] followed by `walk_log(to, Some(epoch))`, is fsynced once and fails with the same errors.
+/// [`std::fs::copy`] followed by `walk_log(to, Some(epoch))` and fails with the same errors; it is not fsynced (the
+/// promotion syncs its staging once, `files::write_staged`).
 /// With `limit`, only the first `limit` bytes (a frame boundary: a consistent cut's prefix) are copied.
 pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32, limit: Option<u64>) -> Result<LogWalk> {
     match copy_log_in_kernel(from, to, epoch, KERNEL_CHUNK, limit)? {
@@ -136,7 +137,7 @@ pub(super) fn copy_log_restamping(from: &Path, to: &Path, epoch: i32, limit: Opt
 
 /// The copy through a buffer, for file systems without `copy_file_range` between the two files: each chunk is
 /// read, the headers of the frames starting in it are checked and restamped in the buffer, then the chunk is
-/// written and its write-back started ([`write_behind`]); one fsync at the end. Memory: one chunk.
+/// written and its write-back started ([`write_behind`]). Memory: one chunk.
 pub(super) fn copy_log_restamping_buffered(from: &Path, to: &Path, epoch: i32, limit: Option<u64>) -> Result<LogWalk> {
     copy_log_restamping_in_chunks(from, to, epoch, COPY_CHUNK, limit)
 }
@@ -218,7 +219,6 @@ fn copy_log_restamping_in_chunks(
         // Bytes at the end too few for the header of the frame starting there.
         return Err(partial_header(from, next_frame, size.saturating_sub(next_frame)));
     }
-    out.sync_all().map_err(|e| Error::io(to, e))?;
     Ok(walk)
 }
 

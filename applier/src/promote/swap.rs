@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use segment_format::durable::fsync_dir;
-use segmirror_catalog::{Catalog, EventKind, PartitionKey, PartitionState, Subject};
+use segment_format::durable::{fsync_dir, FilesystemSync};
+use segmirror_catalog::{Catalog, PartitionKey, PartitionState, PromotionRecord};
 
-use super::build::{build, staged, OLD, READY};
+use super::build::{build, mark_ready, staged, OLD, READY};
 use super::error::{Error, Result};
 use super::files::{remove_dir_all, remove_file, rename};
 use super::handover::KillSwitch;
@@ -97,22 +97,22 @@ pub(super) fn execute(
                 write_journal(journal, log_dir, &staging)?;
             }
         }
+        // Opened before the builds, so that it reports a failed write-back of any file they write.
+        let filesystem = FilesystemSync::open(log_dir)?;
         let results = build_all(sub, &staging, outcome, hook, parallel, kill)?;
-        // Every `.ready` name durable at once, before anything live changes.
+        // Every build's files and directories durable at once, then every `.ready` name, before anything live
+        // changes.
+        filesystem.sync()?;
+        for p in &sub.partitions {
+            mark_ready(&staging, p)?;
+        }
         fsync_dir(&staging)?;
         swap_all(&sub.partitions, log_dir, &staging, hook)?;
         target::write_root_checkpoints(log_dir, &sub.partitions)?;
         hook(Step::Checkpointed);
         catalog.record_promoted_replicas(&ids, &name)?;
         if last {
-            for p in &journal.partitions {
-                record(
-                    catalog,
-                    &journal.link,
-                    p,
-                    journal.handed_over_to(p, found_in).as_deref(),
-                )?;
-            }
+            record(catalog, journal, found_in)?;
             hook(Step::Recorded);
         }
         // The journal goes first: a staging directory without one holds nothing left to do.
@@ -298,20 +298,39 @@ fn swap_all(partitions: &[Planned], log_dir: &Path, staging: &Path, hook: &mut d
     Ok(())
 }
 
-/// Mark the partition promoted in the catalog, with the target topic id (and the log dir its files were handed over
-/// to, if they were).
-fn record(catalog: &mut Catalog, link: &str, p: &Planned, handed_over_to: Option<&Path>) -> Result<()> {
-    let key = PartitionKey::of(link, &p.tp());
-    let row = catalog.partition(&key)?;
-    if row.state == PartitionState::Promoted {
-        return Ok(());
+/// Mark every partition of the journal promoted in the catalog, in one transaction
+/// ([`Catalog::record_promotions`]), with its target topic id, the log dir its files were handed over to (if they
+/// were) and the notes saying what was promoted. A partition already promoted (an earlier run got that far) is left
+/// as it is.
+fn record(catalog: &mut Catalog, journal: &Journal, found_in: &Path) -> Result<()> {
+    let mut facts = Vec::with_capacity(journal.partitions.len());
+    for p in &journal.partitions {
+        let key = PartitionKey::of(&journal.link, &p.tp());
+        let row = catalog.partition(&key)?;
+        if row.state == PartitionState::Promoted {
+            continue;
+        }
+        let dirs = catalog.promoted_replicas(row.id)?;
+        let handed_over_to = journal.handed_over_to(p, found_in).map(|dir| dir.display().to_string());
+        facts.push((row.id, p, handed_over_to, notes(p, &dirs)));
     }
-    catalog.set_mirror_topic_id(row.id, &p.target_topic_id)?;
-    if let Some(dir) = handed_over_to {
-        catalog.set_handed_over(row.id, &dir.display().to_string())?;
-    }
-    let dirs = catalog.promoted_replicas(row.id)?;
-    let detail = format!(
+    let records: Vec<PromotionRecord<'_>> = facts
+        .iter_mut()
+        .map(|(id, p, handed_over_to, notes)| PromotionRecord {
+            id: *id,
+            mirror_topic_id: &p.target_topic_id,
+            handed_over_to: handed_over_to.as_deref(),
+            notes: std::mem::take(notes),
+        })
+        .collect();
+    catalog.record_promotions(&records)?;
+    Ok(())
+}
+
+/// The catalog notes of a promoted partition: what was promoted into `dirs`, each transaction aborted at its end,
+/// and a consistent cut.
+fn notes(p: &Planned, dirs: &[String]) -> Vec<String> {
+    let mut notes = vec![format!(
         "promoted into {}: offsets [{}, {}), {} segment(s), leader epoch restamped to {}, target topic id {} \
          (state before promotion: {}); producer state starts empty at offset {}",
         dirs.join(", "),
@@ -322,18 +341,16 @@ fn record(catalog: &mut Catalog, link: &str, p: &Planned, handed_over_to: Option
         p.target_topic_id,
         p.previous_state,
         p.end_offset()
-    );
-    catalog.append_event(Subject::Partition(&key), EventKind::Note, &detail)?;
+    )];
     for c in &p.cut {
-        let detail = format!(
+        notes.push(format!(
             "transaction open at the mirror's end aborted at promotion: producer id {} (epoch {}), first offset {}, \
              {} record(s), ABORT marker at offset {}",
             c.producer_id, c.producer_epoch, c.first_offset, c.records, c.marker_offset
-        );
-        catalog.append_event(Subject::Partition(&key), EventKind::Note, &detail)?;
+        ));
     }
     if let Some(c) = &p.consistent_cut {
-        let detail = format!(
+        notes.push(format!(
             "consistent cut at {} ms: promoted up to offset {} of the mirror's {}; left behind {} offset(s) in {} \
              batch(es), {} bytes (the batch at offset {} has max timestamp {})",
             c.timestamp_ms,
@@ -344,9 +361,7 @@ fn record(catalog: &mut Catalog, link: &str, p: &Planned, handed_over_to: Option
             c.left_bytes,
             c.first_left_offset,
             c.first_left_timestamp
-        );
-        catalog.append_event(Subject::Partition(&key), EventKind::Note, &detail)?;
+        ));
     }
-    catalog.set_partition_state(row.id, PartitionState::Promoted)?;
-    Ok(())
+    notes
 }

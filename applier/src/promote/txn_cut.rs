@@ -328,7 +328,7 @@ pub fn fits_in_segment(base: i64, size: u64, end: i64, marker_bytes: usize) -> b
 }
 
 /// Append the markers to the segment `base` in `dir` (its `.log` must exist) and their entries to its
-/// `.txnindex`, durably.
+/// `.txnindex` (the `.log` durable with the rest of staging, by one `syncfs`: `files::write_staged`).
 pub fn append_markers(dir: &Path, base: i64, markers: &[u8], entries: &[AbortedTxn]) -> Result<()> {
     let log = dir.join(segment_file_name(base, SegmentFileKind::Log));
     let mut file = OpenOptions::new()
@@ -336,7 +336,6 @@ pub fn append_markers(dir: &Path, base: i64, markers: &[u8], entries: &[AbortedT
         .open(&log)
         .map_err(|e| Error::io(&log, e))?;
     file.write_all(markers).map_err(|e| Error::io(&log, e))?;
-    file.sync_all().map_err(|e| Error::io(&log, e))?;
     if entries.is_empty() {
         return Ok(());
     }

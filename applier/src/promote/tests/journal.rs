@@ -149,3 +149,41 @@ fn journal_round_trips() {
     assert_eq!(read_journal(dir.path()).unwrap(), Some(journal));
     assert_eq!(read_journal(&dir.path().join("absent")).unwrap(), None);
 }
+
+/// Builds are made durable together (one `syncfs` of the log dir's filesystem) before any is named `.ready`: a
+/// crash right after the last build leaves every partition `.building`, which the next run builds again.
+#[test]
+fn no_partition_is_ready_before_every_build_is_durable() {
+    let reference = {
+        let mut f = fixture();
+        f.promote().unwrap();
+        target_state(&f.target)
+    };
+    let mut f = fixture();
+    let request = f.request();
+    let staging = f.target.join(PROMOTION_DIR);
+    let mut built = 0;
+    let crashed = catch_unwind(AssertUnwindSafe(|| {
+        promote_with(&request, &mut f.catalog, &mut |s| {
+            if let Step::Built(_) = s {
+                built += 1;
+                let ready = std::fs::read_dir(&staging)
+                    .unwrap()
+                    .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".ready"))
+                    .count();
+                assert_eq!(ready, 0, "a partition was ready before every build was done");
+                if built == 2 {
+                    panic!("crash after the last build");
+                }
+            }
+        })
+    }));
+    assert!(crashed.is_err());
+    for p in 0..2 {
+        assert!(staging.join(format!("orders-{p}.building")).is_dir());
+        assert!(!staging.join(format!("orders-{p}.ready")).exists());
+    }
+    let report = f.promote().unwrap();
+    assert!(report.partitions.iter().all(|p| p.outcome == Outcome::Resumed));
+    assert_eq!(target_state(&f.target), reference);
+}
