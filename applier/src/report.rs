@@ -28,6 +28,9 @@ pub struct ApplyReport {
     pub notes: Vec<String>,
     /// What became of the link's metadata (topics, consumer offsets) this run; `None` when the bucket has none.
     pub link_meta: Option<LinkMetaOutcome>,
+    /// Partitions a follower's run passed over, not in `partitions`: complete after an earlier run, and listed the
+    /// same since (`bucket::quiet`).
+    pub partitions_unchanged: usize,
 }
 
 /// The link's metadata at the end of a run ([`segmirror_transport::bucket::link_meta`]).

@@ -393,3 +393,44 @@ impl segmirror_transport::SegmentSource for ArcSource {
         self.0.receive_file(key, dest, size, sha256).await
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_passes_over_a_complete_partition_until_its_listing_changes_or_a_full_run_is_due() {
+    let w = World::new();
+    let log_dir = w.path("source");
+    let (dir, next) = source(&log_dir, 30);
+    let shipper = Shipper::new(&log_dir);
+    shipper.round(&w).await;
+    let mut applier = Applier::new(w.config(), w.catalog()).appending();
+    let first = run(&mut applier).await;
+    assert_eq!((first.verdict(), first.partitions.len()), (Verdict::Ok, 1));
+    assert_eq!(first.partitions[0].outcome, PartitionOutcome::Complete);
+
+    // Nothing new in the bucket: the partition is passed over.
+    let idle = run(&mut applier).await;
+    assert_eq!((idle.partitions.len(), idle.partitions_unchanged), (0, 1), "{idle:#?}");
+
+    // A new version of the active segment: looked at again, and installed.
+    grow(&dir, next, 4);
+    shipper.round(&w).await;
+    let grown = run(&mut applier).await;
+    assert_eq!(
+        (grown.partitions.len(), grown.partitions_unchanged),
+        (1, 0),
+        "{grown:#?}"
+    );
+    assert_eq!(grown.partitions[0].installed.len(), 1);
+    assert_eq!(
+        std::fs::read(mirror_log(&w.mirror())).unwrap(),
+        std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
+    );
+
+    // With a full run due every time, nothing is passed over.
+    let mut full = Applier::new(w.config(), w.catalog())
+        .appending()
+        .with_full_run_interval(std::time::Duration::ZERO);
+    for _ in 0..2 {
+        let r = run(&mut full).await;
+        assert_eq!((r.partitions.len(), r.partitions_unchanged), (1, 0), "{r:#?}");
+    }
+}

@@ -34,6 +34,7 @@ use segmirror_transport::manifest::{validate_link_name, KeyPrefix};
 use segmirror_transport::SegmentSource;
 
 use super::plan::{Candidate, Installed, Step};
+use super::quiet::QuietPartitions;
 use super::read::LinkObjects;
 use super::reconcile;
 use crate::catalog_cell::CatalogCell;
@@ -164,6 +165,8 @@ pub struct Applier {
     catalog: CatalogCell,
     /// Follow mode's state of the active segments it appends to (`install::append`); `None` for one-shot runs.
     appends: Option<install::append::AppendCache>,
+    /// Follow mode's partitions with nothing to do (`quiet`); `None` for one-shot runs.
+    quiet: Option<QuietPartitions>,
 }
 
 /// A partition after planning, before installing.
@@ -206,14 +209,24 @@ impl Applier {
             config,
             catalog: CatalogCell::new(catalog),
             appends: None,
+            quiet: None,
         }
     }
 
     /// Runs of a follower: a grown active segment's new chunks are appended to the installed file in place (after
     /// every check), with state kept between runs, instead of a staged copy of the whole version
-    /// (`install::append`).
+    /// (`install::append`); and a partition complete after a run is passed over by the next ones while its listing
+    /// stays the same, with a full run every `quiet::FULL_RUN_INTERVAL` (`quiet`).
     pub fn appending(mut self) -> Self {
         self.appends = Some(install::append::AppendCache::default());
+        self.quiet = Some(QuietPartitions::default());
+        self
+    }
+
+    /// [`Applier::appending`] with another interval between full runs (tests).
+    #[doc(hidden)]
+    pub fn with_full_run_interval(mut self, interval: std::time::Duration) -> Self {
+        self.quiet = Some(QuietPartitions::with_interval(interval));
         self
     }
 
@@ -256,7 +269,20 @@ impl Applier {
         }
 
         tracing::debug!(elapsed = ?started.elapsed(), "store listed");
-        let (read, read_reports) = self.read_partitions(&link, listed.objects, &mut report).await;
+        let (objects, listed_partitions) = match self.quiet.as_mut() {
+            Some(quiet) => {
+                let split = quiet.split(listed.objects.partitions, std::time::Instant::now());
+                report.partitions_unchanged = split.skipped;
+                (
+                    LinkObjects {
+                        partitions: split.changed,
+                    },
+                    Some(split.listed),
+                )
+            }
+            None => (listed.objects, None),
+        };
+        let (read, read_reports) = self.read_partitions(&link, objects, &mut report).await;
         tracing::debug!(elapsed = ?started.elapsed(), partitions = read.len(), "manifests read");
         let upserts = self.record_partitions(&read).await?;
         let planned = self
@@ -277,6 +303,9 @@ impl Applier {
         report
             .partitions
             .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        if let (Some(quiet), Some(listed)) = (self.quiet.as_mut(), listed_partitions) {
+            quiet.remember(&report.partitions, listed);
+        }
         if listed.has_meta {
             report.link_meta = self.record_link_meta(&link).await?;
         }

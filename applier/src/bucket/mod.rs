@@ -11,11 +11,13 @@
 //!   lineage rule);
 //! - [`plan`]: the ordering rule, one pure function from what is installed and what is listed to the steps;
 //! - `reconcile`: the partition directory against the catalog after whatever happened to the last run;
-//! - [`follow`]: a loop of runs holding the mirror lock, until told to stop.
+//! - [`follow`]: a loop of runs holding the mirror lock, until told to stop;
+//! - `quiet`: what a follower's runs pass over (partitions complete and listed the same since).
 
 mod apply;
 pub mod follow;
 pub mod plan;
+mod quiet;
 mod read;
 mod reconcile;
 

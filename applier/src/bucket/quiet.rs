@@ -1,0 +1,102 @@
+//! A follower's memory of the partitions it has nothing to do for: each partition whose last run ended complete
+//! (every version its listing offered installed) is remembered with that listing, and the next runs skip it — no
+//! catalog queries, no manifest reads, no scan of its directory — for as long as the store lists exactly the same
+//! objects for it (keys, sizes, entity tags, times).
+//!
+//! Why: a follower runs every 250 ms, and a run used to do per-partition work whatever changed; with 10,000
+//! partitions at rest that kept two thirds of a core busy. The listing itself still runs every time (it is how a
+//! new version is seen at all); what the listing does not show — a partition reset by an operator, files removed
+//! from the mirror by hand — is caught by a full run every [`FULL_RUN_INTERVAL`], which forgets everything.
+//!
+//! Only a complete partition is remembered: one that was refused, failed, skipped (paused, lineage break) or waits
+//! for the shipper runs every time, so its report (and a refusal's log line, once) stays what a full run gives.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use super::read::PartitionObjects;
+use crate::report::{PartitionOutcome, PartitionReport};
+
+/// How long a remembered partition may be skipped before a run looks at everything again.
+pub(crate) const FULL_RUN_INTERVAL: Duration = Duration::from_secs(30);
+
+type Tp = (String, i32);
+
+#[derive(Debug)]
+pub(crate) struct QuietPartitions {
+    complete: HashMap<Tp, PartitionObjects>,
+    last_full_run: Option<Instant>,
+    interval: Duration,
+}
+
+impl Default for QuietPartitions {
+    fn default() -> Self {
+        QuietPartitions::with_interval(FULL_RUN_INTERVAL)
+    }
+}
+
+/// The partitions a run looks at, and what it skips.
+pub(crate) struct Split {
+    pub(crate) changed: BTreeMap<Tp, PartitionObjects>,
+    /// The listing of each partition looked at, to remember it by if the run completes it.
+    pub(crate) listed: HashMap<Tp, PartitionObjects>,
+    pub(crate) skipped: usize,
+}
+
+impl QuietPartitions {
+    pub(crate) fn with_interval(interval: Duration) -> Self {
+        QuietPartitions {
+            complete: HashMap::new(),
+            last_full_run: None,
+            interval,
+        }
+    }
+
+    /// Split a run's listing into the partitions to look at and those remembered complete with the same listing.
+    /// A full run is due every `interval`: then nothing is skipped. Partitions no longer listed are forgotten.
+    pub(crate) fn split(&mut self, partitions: BTreeMap<Tp, PartitionObjects>, now: Instant) -> Split {
+        if self
+            .last_full_run
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.interval)
+        {
+            self.complete.clear();
+            self.last_full_run = Some(now);
+        }
+        let mut remembered = std::mem::take(&mut self.complete);
+        let mut split = Split {
+            changed: BTreeMap::new(),
+            listed: HashMap::new(),
+            skipped: 0,
+        };
+        for (tp, objects) in partitions {
+            match remembered.remove(&tp) {
+                Some(before) if before == objects => {
+                    self.complete.insert(tp, before);
+                    split.skipped += 1;
+                }
+                _ => {
+                    split.listed.insert(tp.clone(), objects.clone());
+                    split.changed.insert(tp, objects);
+                }
+            }
+        }
+        split
+    }
+
+    /// After a run that finished: remember each partition it completed with the listing it saw.
+    pub(crate) fn remember(&mut self, reports: &[PartitionReport], mut listed: HashMap<Tp, PartitionObjects>) {
+        for r in reports {
+            if r.outcome != PartitionOutcome::Complete {
+                continue;
+            }
+            let tp = (r.topic.clone(), r.partition);
+            if let Some(objects) = listed.remove(&tp) {
+                self.complete.insert(tp, objects);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "quiet_tests.rs"]
+mod tests;

@@ -1,0 +1,102 @@
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use segment_format::partition_metadata::Uuid;
+use segmirror_transport::ObjectInfo;
+
+use super::{QuietPartitions, Tp};
+use crate::bucket::read::PartitionObjects;
+use crate::report::{PartitionOutcome, PartitionReport, SkipReason};
+
+fn objects(e_tag: &str) -> PartitionObjects {
+    let mut p = PartitionObjects::default();
+    p.lineages.entry(Uuid([7; 16])).or_default().manifests.insert(
+        0,
+        ObjectInfo {
+            key: "l/orders/0/manifest".into(),
+            size: 100,
+            last_modified_ms: 1,
+            e_tag: Some(e_tag.into()),
+        },
+    );
+    p
+}
+
+fn listing(tags: &[(i32, &str)]) -> BTreeMap<Tp, PartitionObjects> {
+    tags.iter()
+        .map(|(p, tag)| (("orders".to_string(), *p), objects(tag)))
+        .collect()
+}
+
+fn report(partition: i32, outcome: PartitionOutcome) -> PartitionReport {
+    let mut r = PartitionReport::new("orders", partition);
+    r.outcome = outcome;
+    r
+}
+
+fn looked_at(split: &super::Split) -> Vec<i32> {
+    split.changed.keys().map(|(_, p)| *p).collect()
+}
+
+#[test]
+fn only_complete_partitions_listed_the_same_are_passed_over() {
+    let mut quiet = QuietPartitions::with_interval(Duration::from_secs(3600));
+    let t0 = Instant::now();
+    let first = quiet.split(listing(&[(0, "a"), (1, "a"), (2, "a")]), t0);
+    assert_eq!(looked_at(&first), [0, 1, 2]);
+    assert_eq!(first.skipped, 0);
+    quiet.remember(
+        &[
+            report(0, PartitionOutcome::Complete),
+            report(1, PartitionOutcome::Complete),
+            report(
+                2,
+                PartitionOutcome::Skipped {
+                    reason: SkipReason::Paused,
+                },
+            ),
+        ],
+        first.listed,
+    );
+    // Partition 1's manifest changed (another entity tag); 2 was not complete; 3 is new.
+    let second = quiet.split(listing(&[(0, "a"), (1, "b"), (2, "a"), (3, "a")]), t0);
+    assert_eq!(looked_at(&second), [1, 2, 3]);
+    assert_eq!(second.skipped, 1);
+    quiet.remember(
+        &[
+            report(1, PartitionOutcome::Failed { error: "disk".into() }),
+            report(3, PartitionOutcome::Complete),
+        ],
+        second.listed,
+    );
+    // A failed partition is looked at again; partition 0 stays passed over; one no longer listed is forgotten.
+    let third = quiet.split(listing(&[(1, "b"), (3, "a")]), t0);
+    assert_eq!(looked_at(&third), [1]);
+    assert_eq!(third.skipped, 1);
+    let fourth = quiet.split(listing(&[(0, "a"), (1, "b"), (3, "a")]), t0);
+    assert_eq!(
+        looked_at(&fourth),
+        [0, 1],
+        "partition 0 was forgotten when it was not listed"
+    );
+}
+
+#[test]
+fn a_full_run_every_interval_looks_at_everything() {
+    let mut quiet = QuietPartitions::with_interval(Duration::from_secs(30));
+    let t0 = Instant::now();
+    let first = quiet.split(listing(&[(0, "a")]), t0);
+    quiet.remember(&[report(0, PartitionOutcome::Complete)], first.listed);
+    assert_eq!(
+        quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(29)).skipped,
+        1
+    );
+    let full = quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(30));
+    assert_eq!((looked_at(&full), full.skipped), (vec![0], 0));
+    let listed: HashMap<Tp, PartitionObjects> = full.listed;
+    quiet.remember(&[report(0, PartitionOutcome::Complete)], listed);
+    assert_eq!(
+        quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(31)).skipped,
+        1
+    );
+}
