@@ -92,11 +92,11 @@ fn partition_from_row(row: &Row<'_>) -> rusqlite::Result<MirrorPartition> {
 }
 
 pub(crate) fn load_partition_by_id(conn: &Connection, id: PartitionId) -> Result<MirrorPartition> {
-    conn.query_row(
-        &format!("SELECT {PARTITION_COLUMNS} FROM mirror_partitions WHERE id = ?1"),
-        [id.0],
-        partition_from_row,
-    )
+    // Cached, as the lookup by key: both run once or more per partition of a run or a promotion.
+    conn.prepare_cached(&format!(
+        "SELECT {PARTITION_COLUMNS} FROM mirror_partitions WHERE id = ?1"
+    ))?
+    .query_row([id.0], partition_from_row)
     .optional()?
     .ok_or(Error::NotFound {
         entity: Entity::PartitionId(id),
@@ -105,13 +105,10 @@ pub(crate) fn load_partition_by_id(conn: &Connection, id: PartitionId) -> Result
 
 pub(crate) fn find_partition(conn: &Connection, key: &PartitionKey) -> Result<Option<MirrorPartition>> {
     Ok(conn
-        .query_row(
-            &format!(
-                "SELECT {PARTITION_COLUMNS} FROM mirror_partitions WHERE link = ?1 AND topic = ?2 AND partition = ?3"
-            ),
-            params![key.link, key.topic, key.partition],
-            partition_from_row,
-        )
+        .prepare_cached(&format!(
+            "SELECT {PARTITION_COLUMNS} FROM mirror_partitions WHERE link = ?1 AND topic = ?2 AND partition = ?3"
+        ))?
+        .query_row(params![key.link, key.topic, key.partition], partition_from_row)
         .optional()?)
 }
 
@@ -356,10 +353,8 @@ pub(crate) fn set_state_in(tx: &Transaction<'_>, id: PartitionId, state: Partiti
         return Ok(p);
     }
     refuse_promoted(&p)?;
-    tx.execute(
-        "UPDATE mirror_partitions SET state = ?2 WHERE id = ?1",
-        params![id.0, state],
-    )?;
+    tx.prepare_cached("UPDATE mirror_partitions SET state = ?2 WHERE id = ?1")?
+        .execute(params![id.0, state])?;
     let detail = format!("{} -> {}", p.state, state);
     insert_event(
         tx,
@@ -382,10 +377,8 @@ pub(crate) fn set_mirror_topic_id_in(
     if p.mirror_topic_id.as_deref() == Some(mirror_topic_id) {
         return Ok(p);
     }
-    tx.execute(
-        "UPDATE mirror_partitions SET mirror_topic_id = ?2 WHERE id = ?1",
-        params![id.0, mirror_topic_id],
-    )?;
+    tx.prepare_cached("UPDATE mirror_partitions SET mirror_topic_id = ?2 WHERE id = ?1")?
+        .execute(params![id.0, mirror_topic_id])?;
     let detail = match &p.mirror_topic_id {
         Some(old) => format!("{old} -> {mirror_topic_id}"),
         None => mirror_topic_id.to_owned(),
@@ -399,10 +392,8 @@ pub(crate) fn set_mirror_topic_id_in(
 pub(crate) fn set_handed_over_in(tx: &Transaction<'_>, id: PartitionId, log_dir: &str) -> Result<()> {
     let p = load_partition_by_id(tx, id)?;
     refuse_promoted(&p)?;
-    tx.execute(
-        "UPDATE mirror_partitions SET handed_over_to = ?2 WHERE id = ?1",
-        params![id.0, log_dir],
-    )?;
+    tx.prepare_cached("UPDATE mirror_partitions SET handed_over_to = ?2 WHERE id = ?1")?
+        .execute(params![id.0, log_dir])?;
     insert_event(
         tx,
         Subject::Partition(&p.key),

@@ -47,7 +47,7 @@ impl Catalog {
     pub fn promoted_replicas(&self, id: PartitionId) -> Result<Vec<String>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT log_dir FROM promoted_replicas WHERE partition_id = ?1 ORDER BY log_dir")?;
+            .prepare_cached("SELECT log_dir FROM promoted_replicas WHERE partition_id = ?1 ORDER BY log_dir")?;
         let rows = stmt.query_map([id.0], |row| row.get(0))?;
         Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
     }

@@ -46,3 +46,42 @@ pub(super) fn remove_dir_all(path: &Path) -> Result<()> {
         Err(e) => Err(Error::io(path, e)),
     }
 }
+
+/// [`remove_dir_all`] of `dir`, its entries removed by up to `threads` threads at once. Why: at the end of a
+/// promotion staging holds every partition's `.old` directory (10,000 of them for 10,000 partitions), and removing
+/// them is the kernel's work per file; one thread left the other core idle.
+pub(super) fn remove_dir_all_parallel(dir: &Path, threads: usize) -> Result<()> {
+    let entries: Vec<std::path::PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::io(dir, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let threads = threads.clamp(1, entries.len().max(1));
+    let per_thread = entries.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = entries
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk.iter().try_for_each(|path| {
+                        let file_type = std::fs::symlink_metadata(path).map(|m| m.file_type());
+                        match file_type {
+                            Ok(t) if t.is_dir() => remove_dir_all(path),
+                            Ok(_) => remove_file(path),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                            Err(e) => Err(Error::io(path, e)),
+                        }
+                    })
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|_| Err(Error::io(dir, std::io::Error::other("a removal thread panicked"))))
+        })
+    })?;
+    remove_dir_all(dir)
+}

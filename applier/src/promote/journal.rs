@@ -5,6 +5,7 @@
 //! So the plan (every partition, its offsets, epochs, what is cut and when) is journaled in
 //! `<log dir>/.segmirror-promote/promotion.json` first, and every later step reads only the journal.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use segment_format::durable::{fsync_dir, write_atomically};
@@ -144,19 +145,26 @@ impl Journal {
         } else {
             self.replicas.clone()
         };
+        // Sets, not lists: a promotion of 10,000 partitions looked each name up in a list of 10,000.
+        let sets: Vec<HashSet<&str>> = replicas
+            .iter()
+            .map(|r| r.partitions.iter().map(String::as_str).collect())
+            .collect();
+        let names: Vec<String> = self.partitions.iter().map(|p| p.tp().dir_name()).collect();
         replicas
             .iter()
+            .zip(&sets)
             .enumerate()
-            .map(|(i, r)| {
-                let later = replicas.get(i + 1..).unwrap_or_default();
+            .map(|(i, (r, gets))| {
+                let later = sets.get(i + 1..).unwrap_or_default();
                 let partitions = self
                     .partitions
                     .iter()
-                    .filter(|p| r.partitions.contains(&p.tp().dir_name()))
-                    .map(|p| {
-                        let name = p.tp().dir_name();
+                    .zip(&names)
+                    .filter(|(_, name)| gets.contains(name.as_str()))
+                    .map(|(p, name)| {
                         let mut p = p.clone();
-                        p.handover = p.handover && !later.iter().any(|l| l.partitions.contains(&name));
+                        p.handover = p.handover && !later.iter().any(|l| l.contains(name.as_str()));
                         p
                     })
                     .collect();
@@ -245,12 +253,9 @@ pub(super) fn read_journal(staging: &Path) -> Result<Option<Journal>> {
             return Err(invalid(format!("inconsistent plan for {}", p.tp())));
         }
     }
+    let planned: HashSet<String> = journal.partitions.iter().map(|p| p.tp().dir_name()).collect();
     for r in &journal.replicas {
-        if let Some(name) = r
-            .partitions
-            .iter()
-            .find(|n| !journal.partitions.iter().any(|p| p.tp().dir_name() == **n))
-        {
+        if let Some(name) = r.partitions.iter().find(|n| !planned.contains(n.as_str())) {
             return Err(invalid(format!(
                 "log dir {} gets {name}, which the plan does not hold",
                 r.log_dir.display()

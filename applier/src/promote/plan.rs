@@ -497,9 +497,10 @@ fn decide_handover(
     if request.handover == Handover::Rename {
         return Ok(same_fs);
     }
+    let promoting: std::collections::HashSet<&PartitionKey> = todo.iter().map(|t| &t.key).collect();
     let left_mirroring = all
         .iter()
-        .filter(|p| p.state != PartitionState::Promoted && !todo.iter().any(|t| t.key == p.key))
+        .filter(|p| p.state != PartitionState::Promoted && !promoting.contains(&p.key))
         .count();
     let why_copy = if !same_fs {
         Some("the mirror root and the log dir are on different file systems".to_string())

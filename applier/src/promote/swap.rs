@@ -5,6 +5,7 @@
 //! Why this order: every step is idempotent and the names on disk (`.ready`, `.old`) say how far each partition
 //! got, so a rerun after a crash at any point finishes exactly the journaled promotion.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -14,7 +15,7 @@ use segmirror_catalog::{Catalog, PartitionKey, PartitionState, PromotionRecord};
 
 use super::build::{build, mark_ready, staged, OLD, READY};
 use super::error::{Error, Result};
-use super::files::{remove_dir_all, remove_file, rename};
+use super::files::{remove_dir_all, remove_dir_all_parallel, remove_file, rename};
 use super::handover::KillSwitch;
 use super::journal::{read_journal, write_journal, Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
 use super::plan::DEFAULT_PARALLEL;
@@ -48,6 +49,8 @@ pub(super) fn execute(
 ) -> Result<Executed> {
     let dirs = journal.per_log_dir(found_in);
     let mut merged: Vec<PromotedPartition> = Vec::new();
+    // Where each partition is in `merged`: a lookup per partition, not a scan (10,000 partitions).
+    let mut merged_at: HashMap<(String, i32), usize> = HashMap::new();
     let mut log_dirs = Vec::new();
     let mut earlier = Vec::new();
     for (i, (log_dir, sub)) in dirs.iter().enumerate() {
@@ -118,7 +121,7 @@ pub(super) fn execute(
         // The journal goes first: a staging directory without one holds nothing left to do.
         remove_file(&staging.join(JOURNAL_FILE))?;
         fsync_dir(&staging)?;
-        remove_dir_all(&staging)?;
+        remove_dir_all_parallel(&staging, parallel.max(DEFAULT_PARALLEL))?;
         fsync_dir(log_dir)?;
         log_dirs.push(ReplicaReport {
             log_dir: log_dir.clone(),
@@ -131,17 +134,18 @@ pub(super) fn execute(
         });
         for mut r in results {
             r.log_dirs = vec![log_dir.clone()];
-            match merged
-                .iter_mut()
-                .find(|m| m.topic == r.topic && m.partition == r.partition)
-            {
+            let at = merged_at.get(&(r.topic.clone(), r.partition)).copied();
+            match at.and_then(|i| merged.get_mut(i)) {
                 Some(m) => {
                     m.log_bytes += r.log_bytes;
                     m.batches_restamped += r.batches_restamped;
                     m.handed_over |= r.handed_over;
                     m.log_dirs.extend(r.log_dirs);
                 }
-                None => merged.push(r),
+                None => {
+                    merged_at.insert((r.topic.clone(), r.partition), merged.len());
+                    merged.push(r);
+                }
             }
         }
         if !last {
@@ -150,14 +154,16 @@ pub(super) fn execute(
     }
     // A partition of a log dir finished earlier still belongs to the report.
     for p in &journal.partitions {
-        if !merged.iter().any(|m| m.topic == p.topic && m.partition == p.partition) {
+        if !merged_at.contains_key(&(p.topic.clone(), p.partition)) {
+            merged_at.insert((p.topic.clone(), p.partition), merged.len());
             merged.push(super::build::planned_result(p, outcome));
         }
     }
     for (log_dir, tps) in earlier {
+        let tps: HashSet<(&str, i32)> = tps.iter().map(|tp| (tp.topic.as_str(), tp.partition)).collect();
         for m in merged
             .iter_mut()
-            .filter(|m| tps.iter().any(|tp| tp.topic == m.topic && tp.partition == m.partition))
+            .filter(|m| tps.contains(&(m.topic.as_str(), m.partition)))
         {
             m.log_dirs.push(log_dir.clone());
         }

@@ -167,9 +167,11 @@ pub fn write_root_checkpoints(log_dir: &Path, planned: &[Planned]) -> Result<()>
         } else {
             OffsetCheckpoint::default()
         };
+        let replaced: std::collections::HashSet<(&str, i32)> =
+            planned.iter().map(|p| (p.topic.as_str(), p.partition)).collect();
         checkpoint
             .entries
-            .retain(|e| !planned.iter().any(|p| p.topic == e.topic && p.partition == e.partition));
+            .retain(|e| !replaced.contains(&(e.topic.as_str(), e.partition)));
         for p in planned {
             if let Some(offset) = wanted(kind, p) {
                 checkpoint.entries.push(OffsetCheckpointEntry {
