@@ -154,8 +154,8 @@ pub(super) fn execute(
     }
     // A partition of a log dir finished earlier still belongs to the report.
     for p in &journal.partitions {
-        if !merged_at.contains_key(&(p.topic.clone(), p.partition)) {
-            merged_at.insert((p.topic.clone(), p.partition), merged.len());
+        if let std::collections::hash_map::Entry::Vacant(slot) = merged_at.entry((p.topic.clone(), p.partition)) {
+            slot.insert(merged.len());
             merged.push(super::build::planned_result(p, outcome));
         }
     }
