@@ -43,13 +43,7 @@ pub fn write_atomically_unflushed(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Write `bytes` to `path` (truncating what is there) and fsync it, for a caller that renames it into place itself.
 pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    file.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    let file = write_file(path, bytes)?;
     file.sync_all().map_err(|e| Error::io(path, e))
 }
 
@@ -69,13 +63,19 @@ pub fn fsync_dir(path: &Path) -> Result<()> {
 /// Write `bytes` to `path` (truncating what is there) without an fsync: for a file covered later by one
 /// [`FilesystemSync::sync`] of its filesystem, before anything depends on it.
 pub fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_file(path, bytes).map(drop)
+}
+
+/// Create or truncate `path` and write `bytes` into it.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
-    file.write_all(bytes).map_err(|e| Error::io(path, e))
+    file.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    Ok(file)
 }
 
 /// Every write to one filesystem made durable by one call, in place of an fsync per file and directory.

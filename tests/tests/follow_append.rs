@@ -103,6 +103,16 @@ impl Shipper {
     }
 }
 
+/// A source of 30 batches shipped once, and a follower of its bucket that has not run yet: the source partition's
+/// dir, its log end, the shipper and the follower.
+async fn following(w: &World) -> (PathBuf, i64, Shipper, Applier) {
+    let log_dir = w.path("source");
+    let (dir, next) = source(&log_dir, 30);
+    let shipper = Shipper::new(&log_dir);
+    shipper.round(w).await;
+    (dir, next, shipper, Applier::new(w.config(), w.catalog()).appending())
+}
+
 fn mirror_log(root: &Path) -> PathBuf {
     root.join(format!("{TOPIC}-0"))
         .join(segment_file_name(0, SegmentFileKind::Log))
@@ -194,11 +204,7 @@ fn refusal(report: &ApplyReport) -> Refusal {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_chunk_or_a_lying_claim_is_refused_by_key_and_field_and_leaves_the_installed_file_alone() {
     let w = World::new();
-    let log_dir = w.path("source");
-    let (dir, next) = source(&log_dir, 30);
-    let shipper = Shipper::new(&log_dir);
-    shipper.round(&w).await;
-    let mut applier = Applier::new(w.config(), w.catalog()).appending();
+    let (dir, next, shipper, mut applier) = following(&w).await;
     assert_eq!(run(&mut applier).await.verdict(), Verdict::Ok);
     let (next, _) = grow(&dir, next, 4);
     shipper.round(&w).await;
@@ -397,11 +403,7 @@ impl segmirror_transport::SegmentSource for ArcSource {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_passes_over_a_complete_partition_until_its_listing_changes_or_a_full_run_is_due() {
     let w = World::new();
-    let log_dir = w.path("source");
-    let (dir, next) = source(&log_dir, 30);
-    let shipper = Shipper::new(&log_dir);
-    shipper.round(&w).await;
-    let mut applier = Applier::new(w.config(), w.catalog()).appending();
+    let (dir, next, shipper, mut applier) = following(&w).await;
     let first = run(&mut applier).await;
     assert_eq!((first.verdict(), first.partitions.len()), (Verdict::Ok, 1));
     assert_eq!(first.partitions[0].outcome, PartitionOutcome::Complete);
