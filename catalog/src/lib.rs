@@ -65,11 +65,11 @@ pub use link_meta::{LinkOffset, RecordedMeta};
 pub use link_state::LinkState;
 pub use mirror_root::{recorded_mirror_root, MirrorBinding};
 pub use partition::{MirrorPartition, PartitionState, PartitionUpsert, Upsert};
-pub use promotion::PromotionRecord;
 pub use path::{
     canonical_mirror_root, catalogs_in, default_catalog_for_mirror, default_catalog_path, default_data_dir,
     mirror_catalog_path, CATALOG_FILE_NAME, MIRRORS_DIR, ROOT_HASH_HEX_DIGITS, ROOT_NAME_MAX_CHARS,
 };
+pub use promotion::PromotionRecord;
 pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
 
 /// Pause before opening a catalog again after a busy collision (see [`Catalog::open`]): about one short setup

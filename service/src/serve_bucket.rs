@@ -185,4 +185,4 @@ fn open_offsets(cache_dir: &Path, link: &str, store_url: &str) -> anyhow::Result
 
 #[cfg(test)]
 #[path = "serve_bucket_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 use super::{ServeBucketOptions, ServeBucketService};
 use crate::serve::Stopped;
 
-const LINK: &str = "east";
-const TOPIC: &str = "orders";
+pub(crate) const LINK: &str = "east";
+pub(crate) const TOPIC: &str = "orders";
 
 fn batch(base: i64, i: i64) -> BatchBuilder {
     BatchBuilder::new(base)
@@ -28,16 +28,17 @@ fn batch(base: i64, i: i64) -> BatchBuilder {
         .record(RecordSpec::new(0, 1_700_000_000_000 + i).with_value(vec![b'v'; 200]))
 }
 
-/// A running source of one partition with `batches` one-record batches, its bucket, and a shipper.
-struct World {
+/// A running source of one partition with `batches` one-record batches (log end `batches`), its bucket, and a
+/// shipper. Also the bucket of `bucket_ends`' tests.
+pub(crate) struct World {
     tmp: tempfile::TempDir,
-    store: Store,
+    pub(crate) store: Store,
     shipper: SeedConfig,
     held: HeldLeases,
 }
 
 impl World {
-    fn new(batches: i64) -> World {
+    pub(crate) fn new(batches: i64) -> World {
         let tmp = tempfile::tempdir().unwrap();
         let log_dir = tmp.path().join("source");
         let config = WriterConfig {
@@ -81,7 +82,7 @@ impl World {
         }
     }
 
-    async fn ship(&self) {
+    pub(crate) async fn ship(&self) {
         let report = seed::seed_round(&self.store, &self.shipper, &seed::NoProgress, Some(&self.held))
             .await
             .unwrap();
