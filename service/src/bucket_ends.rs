@@ -138,9 +138,16 @@ pub struct CachedEnds {
     store: Store,
     prefix: KeyPrefix,
     runtime: tokio::runtime::Handle,
-    last: std::sync::Mutex<Option<(std::time::Instant, String, BucketEnds)>>,
-    /// The manifests read by the last scrape, so that the next reads only those that changed.
-    read: std::sync::Mutex<ReadManifests>,
+    last: std::sync::Mutex<LastRead>,
+}
+
+/// What the last read of the bucket gave.
+#[derive(Debug, Default)]
+struct LastRead {
+    /// When, of which link, and the newest versions.
+    ends: Option<(std::time::Instant, String, BucketEnds)>,
+    /// The manifests read, so that the next read reads only those that changed.
+    manifests: ReadManifests,
 }
 
 impl CachedEnds {
@@ -150,7 +157,6 @@ impl CachedEnds {
             prefix,
             runtime,
             last: std::sync::Mutex::default(),
-            read: std::sync::Mutex::default(),
         }
     }
 
@@ -158,19 +164,20 @@ impl CachedEnds {
     /// (a scrape renders in `spawn_blocking`); concurrent scrapes wait for one read.
     pub fn get(&self, link: &str) -> Option<BucketEnds> {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, of, ends)) = &*last {
+        if let Some((at, of, ends)) = &last.ends {
             if of == link && at.elapsed() < BUCKET_ENDS_MAX_AGE {
                 return Some(ends.clone());
             }
         }
-        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
         match self
             .runtime
-            .block_on(newest_versions_since(&self.store, &self.prefix, link, &read))
+            .block_on(newest_versions_since(&self.store, &self.prefix, link, &last.manifests))
         {
-            Ok((ends, now_read)) => {
-                *read = now_read;
-                *last = Some((std::time::Instant::now(), link.to_string(), ends.clone()));
+            Ok((ends, manifests)) => {
+                *last = LastRead {
+                    ends: Some((std::time::Instant::now(), link.to_string(), ends.clone())),
+                    manifests,
+                };
                 Some(ends)
             }
             Err(e) => {

@@ -5,6 +5,7 @@
 //! Why this order: every step is idempotent and the names on disk (`.ready`, `.old`) say how far each partition
 //! got, so a rerun after a crash at any point finishes exactly the journaled promotion.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -134,16 +135,17 @@ pub(super) fn execute(
         });
         for mut r in results {
             r.log_dirs = vec![log_dir.clone()];
-            let at = merged_at.get(&(r.topic.clone(), r.partition)).copied();
-            match at.and_then(|i| merged.get_mut(i)) {
-                Some(m) => {
-                    m.log_bytes += r.log_bytes;
-                    m.batches_restamped += r.batches_restamped;
-                    m.handed_over |= r.handed_over;
-                    m.log_dirs.extend(r.log_dirs);
+            match merged_at.entry((r.topic.clone(), r.partition)) {
+                Entry::Occupied(at) => {
+                    if let Some(m) = merged.get_mut(*at.get()) {
+                        m.log_bytes += r.log_bytes;
+                        m.batches_restamped += r.batches_restamped;
+                        m.handed_over |= r.handed_over;
+                        m.log_dirs.extend(r.log_dirs);
+                    }
                 }
-                None => {
-                    merged_at.insert((r.topic.clone(), r.partition), merged.len());
+                Entry::Vacant(at) => {
+                    at.insert(merged.len());
                     merged.push(r);
                 }
             }
@@ -154,7 +156,7 @@ pub(super) fn execute(
     }
     // A partition of a log dir finished earlier still belongs to the report.
     for p in &journal.partitions {
-        if let std::collections::hash_map::Entry::Vacant(slot) = merged_at.entry((p.topic.clone(), p.partition)) {
+        if let Entry::Vacant(slot) = merged_at.entry((p.topic.clone(), p.partition)) {
             slot.insert(merged.len());
             merged.push(super::build::planned_result(p, outcome));
         }
