@@ -64,6 +64,8 @@ pub struct BucketIndex {
     pub temporary: Vec<ObjectInfo>,
     /// The link identity objects ([`crate::link_identity`]), by link.
     pub link_identities: BTreeMap<String, ObjectInfo>,
+    /// The link change notices ([`crate::link_changes`]), by link.
+    pub link_changes: BTreeMap<String, ObjectInfo>,
     /// Objects and bytes listed (contract keys and foreign keys; not skipped entries).
     pub objects: u64,
     pub bytes: u64,
@@ -81,6 +83,10 @@ impl BucketIndex {
             index.bytes += object.size;
             if let Some(link) = crate::link_identity::link_of_identity_key(prefix, &object.key) {
                 index.link_identities.insert(link.to_string(), object);
+                continue;
+            }
+            if let Some(link) = crate::link_changes::link_of_changes_key(prefix, &object.key) {
+                index.link_changes.insert(link.to_string(), object);
                 continue;
             }
             match ObjectKey::parse(prefix, &object.key) {

@@ -30,6 +30,7 @@
 pub mod digest;
 pub mod error;
 pub mod index;
+pub mod link_changes;
 pub mod link_identity;
 pub mod link_meta;
 pub mod manifest;

@@ -128,17 +128,33 @@ pub async fn newest_versions_since(
     Ok((newest, read))
 }
 
-/// How long a scrape reuses the bucket's newest versions (5 s): a listing and a manifest read per partition per
-/// scrape would cost an S3 bucket more than the figures are worth; a lag a few seconds old is still a lag.
+/// How long a scrape reuses the bucket's newest versions without looking at the bucket (5 s): a listing and a
+/// manifest read per partition per scrape would cost an S3 bucket more than the figures are worth; a lag a few
+/// seconds old is still a lag.
 pub const BUCKET_ENDS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The newest versions, read at most every [`BUCKET_ENDS_MAX_AGE`] (for `/metrics` of `apply --follow`).
-#[derive(Debug)]
+/// The newest versions for `/metrics` of `apply --follow`, read in the background and never while a scrape waits.
+///
+/// Why: with 10,000 partitions the first read takes seconds (a manifest per partition), past any scrape timeout. A
+/// scrape gets what the last read gave — nothing on the very first one, so the bucket lag is absent from it, not
+/// wrong — and, when that is older than [`BUCKET_ENDS_MAX_AGE`], starts one read for later scrapes. A read first
+/// looks at the link's change notice (`segmirror_transport::bucket::link_changes`): unchanged since the last
+/// read, the versions are too, and nothing is listed. [`CachedEnds::warm`] starts the first read as the follower
+/// starts.
+#[derive(Debug, Clone)]
 pub struct CachedEnds {
+    inner: std::sync::Arc<Shared>,
+    runtime: tokio::runtime::Handle,
+    max_age: std::time::Duration,
+}
+
+#[derive(Debug)]
+struct Shared {
     store: Store,
     prefix: KeyPrefix,
-    runtime: tokio::runtime::Handle,
     last: std::sync::Mutex<LastRead>,
+    /// A read is under way: no second one starts.
+    reading: std::sync::atomic::AtomicBool,
 }
 
 /// What the last read of the bucket gave.
@@ -148,41 +164,109 @@ struct LastRead {
     ends: Option<(std::time::Instant, String, BucketEnds)>,
     /// The manifests read, so that the next read reads only those that changed.
     manifests: ReadManifests,
+    /// The link's change notice as it was before that read's listing.
+    notice: Option<ObjectInfo>,
 }
 
 impl CachedEnds {
     pub fn new(store: Store, prefix: KeyPrefix, runtime: tokio::runtime::Handle) -> CachedEnds {
         CachedEnds {
-            store,
-            prefix,
+            inner: std::sync::Arc::new(Shared {
+                store,
+                prefix,
+                last: std::sync::Mutex::default(),
+                reading: std::sync::atomic::AtomicBool::new(false),
+            }),
             runtime,
-            last: std::sync::Mutex::default(),
+            max_age: BUCKET_ENDS_MAX_AGE,
         }
     }
 
-    /// `link`'s newest versions; `None` when the bucket cannot be read (logged). Blocking: call it off the runtime
-    /// (a scrape renders in `spawn_blocking`); concurrent scrapes wait for one read.
+    /// Another age than [`BUCKET_ENDS_MAX_AGE`] (tests).
+    #[cfg(test)]
+    pub(crate) fn with_max_age(mut self, max_age: std::time::Duration) -> CachedEnds {
+        self.max_age = max_age;
+        self
+    }
+
+    /// `link`'s newest versions as last read (`None` before the first read ends, or when the bucket cannot be read:
+    /// logged); starts a read when they are older than [`BUCKET_ENDS_MAX_AGE`]. Never waits for the bucket, so it may
+    /// be called on the runtime.
     pub fn get(&self, link: &str) -> Option<BucketEnds> {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, of, ends)) = &last.ends {
-            if of == link && at.elapsed() < BUCKET_ENDS_MAX_AGE {
-                return Some(ends.clone());
+        let (ends, fresh) = {
+            let last = self.inner.last.lock().unwrap_or_else(|e| e.into_inner());
+            match &last.ends {
+                Some((at, of, ends)) if of == link => (Some(ends.clone()), at.elapsed() < self.max_age),
+                _ => (None, false),
             }
+        };
+        if !fresh {
+            self.warm(link);
         }
-        match self
-            .runtime
-            .block_on(newest_versions_since(&self.store, &self.prefix, link, &last.manifests))
-        {
+        ends
+    }
+
+    /// Start a read of `link`'s newest versions unless one is under way.
+    pub fn warm(&self, link: &str) {
+        if self.inner.reading.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let (shared, link) = (self.inner.clone(), link.to_string());
+        self.runtime.spawn(async move {
+            shared.read(&link).await;
+            shared.reading.store(false, std::sync::atomic::Ordering::Release);
+        });
+    }
+
+    /// Wait until no read is under way (tests).
+    #[cfg(test)]
+    pub(crate) async fn settled(&self) {
+        while self.inner.reading.load(std::sync::atomic::Ordering::Acquire) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Shared {
+    async fn read(&self, link: &str) {
+        let notice_key = segmirror_transport::bucket::link_changes::link_changes_key(&self.prefix, link);
+        let notice = match SegmentSource::stat(&self.store, &notice_key).await {
+            Ok(notice) => notice,
+            Err(e) => {
+                tracing::debug!(key = notice_key, error = %e, "metrics: the link's change notice cannot be read");
+                None
+            }
+        };
+        let known = {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let same_link = last.ends.as_ref().is_some_and(|(_, of, _)| of == link);
+            if same_link && notice.is_some() && last.notice == notice {
+                if let Some((at, _, _)) = last.ends.as_mut() {
+                    *at = std::time::Instant::now();
+                }
+                return;
+            }
+            if same_link {
+                std::mem::take(&mut last.manifests)
+            } else {
+                ReadManifests::new()
+            }
+        };
+        match newest_versions_since(&self.store, &self.prefix, link, &known).await {
             Ok((ends, manifests)) => {
-                *last = LastRead {
-                    ends: Some((std::time::Instant::now(), link.to_string(), ends.clone())),
+                *self.last.lock().unwrap_or_else(|e| e.into_inner()) = LastRead {
+                    ends: Some((std::time::Instant::now(), link.to_string(), ends)),
                     manifests,
+                    notice,
                 };
-                Some(ends)
             }
             Err(e) => {
+                // Figures that cannot be brought up to date are left out rather than shown stale; what was read
+                // stays for the next read to start from.
+                let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+                last.ends = None;
+                last.manifests = known;
                 tracing::warn!(link, error = %format!("{e:#}"), "metrics: the bucket's newest versions cannot be read");
-                None
             }
         }
     }

@@ -305,6 +305,10 @@ impl segmirror_transport::SegmentSource for CountingListings {
         self.inner.get_bytes(key, limit).await
     }
 
+    async fn stat(&self, key: &str) -> segmirror_transport::Result<Option<segmirror_transport::ObjectInfo>> {
+        segmirror_transport::SegmentSource::stat(&self.inner, key).await
+    }
+
     async fn receive_file(
         &self,
         key: &str,
@@ -360,7 +364,7 @@ async fn a_follower_poll_lists_the_same_few_keys_however_many_rounds_were_shippe
         bucket_now >= bucket_at_first + 3 * ROUNDS,
         "{bucket_at_first} -> {bucket_now} objects"
     );
-    assert_eq!(first, (1, 2), "the manifest and the lease");
+    assert_eq!(first, (1, 3), "the manifest, the lease and the link's change notice");
     assert_eq!(
         std::fs::read(mirror_log(&w.mirror())).unwrap(),
         std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
@@ -387,6 +391,10 @@ impl segmirror_transport::SegmentSource for ArcSource {
 
     async fn read_document(&self, key: &str, limit: u64) -> segmirror_transport::Result<bytes::Bytes> {
         self.0.read_document(key, limit).await
+    }
+
+    async fn stat(&self, key: &str) -> segmirror_transport::Result<Option<segmirror_transport::ObjectInfo>> {
+        self.0.stat(key).await
     }
 
     async fn receive_file(
@@ -435,4 +443,82 @@ async fn a_follower_passes_over_a_complete_partition_until_its_listing_changes_o
         let r = run(&mut full).await;
         assert_eq!((r.partitions.len(), r.partitions_unchanged), (1, 0), "{r:#?}");
     }
+}
+
+/// A follower whose last run left its link settled passes over later runs whole — no listing at all — while the
+/// link's change notice and the catalog stay as they were: a shipper's round that commits (it rewrites the notice),
+/// another connection's change to the catalog (an operator's pause) and a store without a notice (an older
+/// shipper) each make the next run list again; and what is installed is still the source, byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_lists_again_only_when_the_change_notice_or_the_catalog_changed() {
+    let w = World::new();
+    let log_dir = w.path("source");
+    let (dir, next) = source(&log_dir, 10);
+    let shipper = Shipper::new(&log_dir);
+    shipper.round(&w).await;
+    let counting = std::sync::Arc::new(CountingListings {
+        inner: w.plain_store(),
+        listings: Default::default(),
+        keys: Default::default(),
+    });
+    let config = ApplyConfig::new(
+        ArcSource(counting.clone()),
+        w.path("bucket").display().to_string(),
+        w.mirror(),
+    )
+    .with_link(LINK);
+    let mut applier = Applier::new(config, w.catalog()).appending();
+    let lists = |what: &str, r: &ApplyReport, listed: bool| {
+        let (listings, _) = counting.take();
+        assert_eq!(listings, u64::from(listed), "{what}: {r:#?}");
+    };
+
+    let first = run(&mut applier).await;
+    assert_eq!(first.partitions[0].outcome, PartitionOutcome::Complete);
+    lists("the first run", &first, true);
+    for i in 0..3 {
+        let idle = run(&mut applier).await;
+        assert_eq!((idle.partitions.len(), idle.partitions_unchanged), (0, 1), "{idle:#?}");
+        lists(&format!("idle run {i}"), &idle, false);
+    }
+
+    // A round that commits rewrites the notice: the next run lists and installs, the one after passes over.
+    grow(&dir, next, 3);
+    shipper.round(&w).await;
+    let grown = run(&mut applier).await;
+    assert_eq!(grown.partitions[0].installed.len(), 1, "{grown:#?}");
+    lists("after a commit", &grown, true);
+    let idle = run(&mut applier).await;
+    lists("idle after the commit", &idle, false);
+
+    // A round that commits nothing leaves the notice as it was.
+    shipper.round(&w).await;
+    let idle = run(&mut applier).await;
+    lists("after a round with nothing to ship", &idle, false);
+
+    // An operator pauses the link from another connection: seen at the next run, which lists; resumed, likewise.
+    let mut operator = w.catalog();
+    operator.pause_link(LINK).unwrap();
+    let paused = run(&mut applier).await;
+    assert_eq!(paused.link_skipped, Some(segmirror_applier::SkipReason::LinkPaused), "{paused:#?}");
+    lists("after a pause", &paused, true);
+    operator.resume_link(LINK).unwrap();
+    let resumed = run(&mut applier).await;
+    assert_eq!(resumed.link_skipped, None, "{resumed:#?}");
+    lists("after the resume", &resumed, true);
+    let idle = run(&mut applier).await;
+    lists("idle after the resume", &idle, false);
+
+    // No notice in the store: every run lists.
+    let notice = segmirror_transport::bucket::link_changes::link_changes_key(&KeyPrefix::root(), LINK);
+    w.plain_store().delete(&notice).await.unwrap();
+    for i in 0..2 {
+        let r = run(&mut applier).await;
+        lists(&format!("run {i} without a notice"), &r, true);
+    }
+
+    assert_eq!(
+        std::fs::read(mirror_log(&w.mirror())).unwrap(),
+        std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
+    );
 }

@@ -256,6 +256,17 @@ impl Applier {
             })?;
         }
         tracing::debug!(elapsed = ?started.elapsed(), "mirror opened");
+        let before = self.read_before().await;
+        if let (Some(quiet), Some(before)) = (self.quiet.as_ref(), before.as_ref()) {
+            if let Some(unchanged) = quiet.pass_over(before, std::time::Instant::now()) {
+                report.link = Some(before.link.clone());
+                report.partitions_unchanged = unchanged;
+                return Ok(report);
+            }
+        }
+        if let Some(quiet) = self.quiet.as_mut() {
+            quiet.unsettle();
+        }
         let Some(listed) = self.list_link(&mut report).await? else {
             return Ok(report);
         };
@@ -269,6 +280,7 @@ impl Applier {
         }
 
         tracing::debug!(elapsed = ?started.elapsed(), "store listed");
+        let partitions_listed = listed.objects.partitions.len();
         let (objects, listed_partitions) = match self.quiet.as_mut() {
             Some(quiet) => {
                 let split = quiet.split(listed.objects.partitions, std::time::Instant::now());
@@ -303,13 +315,43 @@ impl Applier {
         report
             .partitions
             .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        if let (Some(quiet), Some(listed)) = (self.quiet.as_mut(), listed_partitions) {
-            quiet.remember(&report.partitions, listed);
-        }
         if listed.has_meta {
             report.link_meta = self.record_link_meta(&link).await?;
         }
+        if let (Some(quiet), Some(listed)) = (self.quiet.as_mut(), listed_partitions) {
+            quiet.remember(&report.partitions, listed);
+            // A notice read for another link than the one applied (none was named) says nothing of this one.
+            let before = before.filter(|b| b.link == link);
+            quiet.settle(before, &report.partitions, partitions_listed);
+        }
         Ok(report)
+    }
+
+    /// Follow mode: what the store says of the link's change notice, and the catalog's `data_version`, read before
+    /// the listing (`quiet`). `None` when not following, when no link is known yet, when the store holds no notice
+    /// or when either cannot be read: the run then lists, as it always may.
+    async fn read_before(&self) -> Option<super::quiet::Before> {
+        let quiet = self.quiet.as_ref()?;
+        let link = self
+            .config
+            .link
+            .clone()
+            .or_else(|| quiet.settled_link().map(str::to_string))?;
+        let key = segmirror_transport::bucket::link_changes::link_changes_key(&self.config.prefix, &link);
+        let notice = match self.config.store.stat(&key).await {
+            Ok(Some(notice)) => notice,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::debug!(key, error = %e, "the link's change notice could not be read; listing");
+                return None;
+            }
+        };
+        let data_version = self.catalog.call("catalog data version", |c| c.data_version()).await.ok()?;
+        Some(super::quiet::Before {
+            link,
+            notice,
+            data_version,
+        })
     }
 
     /// Open the mirror root, take its lock (unless the caller holds it), and clear an earlier run's staging.

@@ -10,9 +10,19 @@
 //!
 //! Only a complete partition is remembered: one that was refused, failed, skipped (paused, lineage break) or waits
 //! for the shipper runs every time, so its report (and a refusal's log line, once) stays what a full run gives.
+//!
+//! **Whole runs passed over.** The listing itself is the rest of an idle follower's cost (with 10,000 partitions,
+//! tens of thousands of directory entries four times a second). Writers rewrite the link's change notice after
+//! their commits (`segmirror_contract::link_changes`), so a run first reads what the store says of the notice and
+//! the catalog's `data_version` (which changes when another connection commits: an operator's pause, resume or
+//! reset). When both are what they were before the last run's listing, that run failed and refused no partition,
+//! and no full run is due, the bucket and the catalog are as that run left them: the run is passed over whole, without a
+//! listing. No notice in the store (an older shipper) means a listing every run, as before.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+
+use segmirror_transport::ObjectInfo;
 
 use super::read::PartitionObjects;
 use crate::report::{PartitionOutcome, PartitionReport};
@@ -27,6 +37,23 @@ pub(crate) struct QuietPartitions {
     complete: HashMap<Tp, PartitionObjects>,
     last_full_run: Option<Instant>,
     interval: Duration,
+    /// What the last run saw before its listing, if it left the link settled (see the module doc).
+    settled: Option<Settled>,
+}
+
+/// What a run read before its listing: the link's change notice and the catalog's `data_version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Before {
+    pub(crate) link: String,
+    pub(crate) notice: ObjectInfo,
+    pub(crate) data_version: i64,
+}
+
+#[derive(Debug)]
+struct Settled {
+    before: Before,
+    /// Partitions that run listed: what a passed-over run reports as unchanged.
+    partitions: usize,
 }
 
 impl Default for QuietPartitions {
@@ -49,7 +76,44 @@ impl QuietPartitions {
             complete: HashMap::new(),
             last_full_run: None,
             interval,
+            settled: None,
         }
+    }
+
+    /// The link whose notice to read before a run: the one the last settled run applied.
+    pub(crate) fn settled_link(&self) -> Option<&str> {
+        self.settled.as_ref().map(|s| s.before.link.as_str())
+    }
+
+    /// Whether the run about to start may be passed over whole (see the module doc), given what it read first:
+    /// `Some(partitions unchanged)` if so.
+    pub(crate) fn pass_over(&self, before: &Before, now: Instant) -> Option<usize> {
+        let full_run_due = self
+            .last_full_run
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.interval);
+        match &self.settled {
+            Some(settled) if !full_run_due && settled.before == *before => Some(settled.partitions),
+            _ => None,
+        }
+    }
+
+    /// After a run that listed: whether it left the link settled. Only a run that read a notice first, passed the
+    /// link's gate, and neither failed nor refused a partition does; anything else makes the next run list again.
+    /// A failure may clear by itself (a full disk, a busy catalog), and a refusal by a hand that mends the bucket
+    /// without a notice, so both are looked at again every run, as a full run would.
+    pub(crate) fn settle(&mut self, before: Option<Before>, reports: &[PartitionReport], partitions: usize) {
+        let unsettled = reports
+            .iter()
+            .any(|r| matches!(r.outcome, PartitionOutcome::Failed { .. } | PartitionOutcome::Refused(_)));
+        self.settled = match before {
+            Some(before) if !unsettled => Some(Settled { before, partitions }),
+            _ => None,
+        };
+    }
+
+    /// A run that ended early (a skipped link, an error): the next one lists.
+    pub(crate) fn unsettle(&mut self) {
+        self.settled = None;
     }
 
     /// Split a run's listing into the partitions to look at and those remembered complete with the same listing.

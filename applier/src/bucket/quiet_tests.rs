@@ -100,3 +100,71 @@ fn a_full_run_every_interval_looks_at_everything() {
         1
     );
 }
+
+fn before(tag: &str, data_version: i64) -> super::Before {
+    super::Before {
+        link: "east".into(),
+        notice: ObjectInfo {
+            key: "east/link@changes.json".into(),
+            size: 90,
+            last_modified_ms: 1,
+            e_tag: Some(tag.into()),
+        },
+        data_version,
+    }
+}
+
+#[test]
+fn a_run_is_passed_over_only_with_the_same_notice_and_catalog_before_a_full_run_is_due() {
+    let mut quiet = QuietPartitions::with_interval(Duration::from_secs(30));
+    let t0 = Instant::now();
+    // Nothing settled yet: every run lists.
+    assert_eq!(quiet.pass_over(&before("a", 1), t0), None);
+    let split = quiet.split(listing(&[(0, "a"), (1, "a")]), t0);
+    let reports = [
+        report(0, PartitionOutcome::Complete),
+        report(
+            1,
+            PartitionOutcome::Waiting {
+                base_offset: 5,
+                reason: "a gap".into(),
+            },
+        ),
+    ];
+    quiet.remember(&reports, split.listed);
+    quiet.settle(Some(before("a", 1)), &reports, 2);
+    assert_eq!(quiet.settled_link(), Some("east"));
+    let soon = t0 + Duration::from_secs(1);
+    assert_eq!(quiet.pass_over(&before("a", 1), soon), Some(2));
+    assert_eq!(quiet.pass_over(&before("b", 1), soon), None, "a new notice");
+    assert_eq!(quiet.pass_over(&before("a", 2), soon), None, "another connection committed");
+    assert_eq!(
+        quiet.pass_over(&before("a", 1), t0 + Duration::from_secs(30)),
+        None,
+        "a full run is due"
+    );
+    quiet.unsettle();
+    assert_eq!(quiet.pass_over(&before("a", 1), soon), None);
+}
+
+#[test]
+fn a_failed_or_refused_partition_or_no_notice_leaves_nothing_settled() {
+    let t0 = Instant::now();
+    let refused = PartitionOutcome::Refused(crate::report::RefusedSegment {
+        manifest_key: "k".into(),
+        base_offset: 0,
+        refusal: crate::report::Refusal::InvalidManifest {
+            reason: "forged".into(),
+        },
+    });
+    for outcome in [PartitionOutcome::Failed { error: "disk".into() }, refused] {
+        let mut quiet = QuietPartitions::with_interval(Duration::from_secs(30));
+        let _ = quiet.split(listing(&[(0, "a")]), t0);
+        quiet.settle(Some(before("a", 1)), &[report(0, outcome.clone())], 1);
+        assert_eq!(quiet.pass_over(&before("a", 1), t0), None, "{outcome:?}");
+    }
+    let mut quiet = QuietPartitions::with_interval(Duration::from_secs(30));
+    let _ = quiet.split(listing(&[(0, "a")]), t0);
+    quiet.settle(None, &[report(0, PartitionOutcome::Complete)], 1);
+    assert_eq!(quiet.settled_link(), None);
+}

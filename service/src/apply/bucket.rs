@@ -153,6 +153,10 @@ async fn start_metrics(
         KeyPrefix::new(&config.prefix)?,
         tokio::runtime::Handle::current(),
     );
+    // The first read of the bucket starts now, so the first scrape finds figures (see `CachedEnds`).
+    if let Some(link) = &config.link {
+        bucket.warm(link);
+    }
     let snapshot = move || {
         let link = rows.link();
         match Catalog::open(&path).and_then(|c| c.status()) {

@@ -211,9 +211,16 @@ pub struct HeldLeases {
     /// key changes only when the segment is shipped whole again (compaction) — by this shipper, which updates the
     /// entry at its commit, or by one that took a newer lease, which fences this one at its next commit.
     sealed: std::sync::Mutex<std::collections::HashMap<String, segmirror_transport::manifest::Manifest>>,
+    /// Set by the first round's end.
+    rounds_ended: std::sync::atomic::AtomicBool,
 }
 
 impl HeldLeases {
+    /// `true` the first time only: the end of the first round kept with these leases.
+    fn first_round(&self) -> bool {
+        !self.rounds_ended.swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn get(&self, key: &PartitionKey) -> Option<Lease> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
     }
@@ -373,12 +380,26 @@ pub async fn seed_round(
     }
     partitions.extend(discovery.failed.into_iter().map(unusable_report));
     partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-    Ok(SeedReport {
+    let report = SeedReport {
         partitions,
         skipped: discovery.skipped,
         not_selected: discovery.not_selected,
         log_dir_errors: discovery.log_dir_errors,
-    })
+    };
+    // Followers list the link again when its change notice changes: after every round that committed a version,
+    // and after a continuous shipper's first round whatever it did (an earlier process may have died between a
+    // commit and its notice).
+    let first_round = held.is_some_and(HeldLeases::first_round);
+    if report.segments_shipped() > 0 || first_round {
+        segmirror_transport::bucket::link_changes::announce_or_warn(
+            store,
+            &config.prefix,
+            &config.link,
+            &config.shipper_id,
+        )
+        .await;
+    }
+    Ok(report)
 }
 
 /// The report of a partition discovery found unusable.

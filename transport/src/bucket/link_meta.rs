@@ -46,6 +46,7 @@ pub async fn publish(sink: &dyn SegmentSink, prefix: &KeyPrefix, meta: &LinkMeta
     manifest.validate(prefix, link).map_err(|m| invalid(&manifest_at, m))?;
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| invalid(&manifest_at, e.to_string()))?;
     sink.stage_bytes(&manifest_at, Bytes::from(json)).await?;
+    crate::bucket::link_changes::announce_or_warn(sink, prefix, link, shipper_id).await;
     Ok(())
 }
 

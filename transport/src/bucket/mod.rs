@@ -18,6 +18,7 @@
 pub mod audit;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod link_changes;
 pub mod link_identity;
 pub mod link_meta;
 pub mod store;

@@ -89,6 +89,14 @@ pub trait SegmentSource: Send + Sync + std::fmt::Debug {
     /// A small document, refused with [`crate::Error::TooLarge`] above `limit` bytes before its body is read.
     async fn read_document(&self, key: &str, limit: u64) -> Result<Bytes>;
 
+    /// What the store says of the object `key` now (size, entity tag, time), `None` when there is none: one
+    /// request, for a follower's look at the link's change notice ([`segmirror_contract::link_changes`]).
+    /// Default: `None` always, which only means the follower lists at every poll (correct, not cheaper).
+    async fn stat(&self, key: &str) -> Result<Option<ObjectInfo>> {
+        let _ = key;
+        Ok(None)
+    }
+
     /// Write the object `key` into the file at `dest` (created or truncated; not fsynced: a caller that keeps the
     /// file makes it durable itself, once, after everything it changes on it — the applier sets the source's
     /// modification time first — and a caller that copies it elsewhere and deletes it pays nothing) and return the size and

@@ -3,6 +3,7 @@
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::digest::digest_of;
 use segmirror_transport::manifest::{KeyPrefix, PartitionKey};
+use segmirror_transport::bucket::link_changes::LINK_CHANGES_FILE;
 use segmirror_transport::SegmentSink;
 
 use super::tests::{
@@ -329,8 +330,10 @@ async fn committed_only_rounds_upload_a_version_only_once_the_high_watermark_cov
             "hw {hw:?}: {r:#?}"
         );
         assert!(
-            rec.puts().iter().all(|k| k.contains("/lease/")),
-            "hw {hw:?}: only the lease may be written: {:?}",
+            rec.puts()
+                .iter()
+                .all(|k| k.contains("/lease/") || k.ends_with(LINK_CHANGES_FILE)),
+            "hw {hw:?}: only the lease (and the first round's change notice) may be written: {:?}",
             rec.puts()
         );
         assert!(manifests(&store, "orders", 0, w.topic_id).await.is_empty());

@@ -25,6 +25,7 @@ use segmirror_transport::manifest::{KeyPrefix, Lease, Manifest, ObjectKey, Parti
 
 use super::*;
 use segmirror_transport::bucket::audit::{audit_store, AuditOptions};
+use segmirror_transport::bucket::link_changes::LINK_CHANGES_FILE;
 use segmirror_transport::digest::digest_of;
 use segmirror_transport::{Store, StoreUrl};
 
@@ -407,7 +408,11 @@ async fn internal_topics_and_dead_directories_are_never_shipped() {
     let again = seed(&store, &c, &NoProgress).await.unwrap();
     assert!(again.partitions.is_empty(), "{again:#?}");
     let keys: Vec<String> = store.list("").await.unwrap().into_iter().map(|o| o.key).collect();
-    assert!(keys.iter().all(|k| k.starts_with("east/orders/0/")), "{keys:?}");
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("east/orders/0/") || k == "east/link@changes.json"),
+        "{keys:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,6 +444,7 @@ async fn the_topic_pattern_selects_whole_names() {
         .await
         .unwrap()
         .iter()
+        .filter(|o| !o.key.ends_with(LINK_CHANGES_FILE))
         .map(|o| o.key.split('/').nth(1).unwrap().to_string())
         .collect();
     assert_eq!(
@@ -529,7 +535,8 @@ async fn a_grown_active_segment_alone_is_reshipped_to_new_keys() {
         assert!(
             key.starts_with(&pk.data_dir(&w.topic_id, range))
                 || key == &pk.manifest_key(&w.topic_id, active_after.base_offset).unwrap()
-                || key.starts_with(&pk.lease_dir()),
+                || key.starts_with(&pk.lease_dir())
+                || key.ends_with(LINK_CHANGES_FILE),
             "unexpected put {key}"
         );
     }

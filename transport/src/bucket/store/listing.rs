@@ -144,9 +144,11 @@ pub(super) fn list_local_pruned(root: &Path, prefix: &str, prune: &dyn Fn(&str) 
                 });
                 continue;
             };
-            // The entry itself, never what a link points at.
-            let meta = match std::fs::symlink_metadata(entry.path()) {
-                Ok(meta) => meta,
+            // The entry itself, never what a link points at: the type the directory gives (no call to the kernel
+            // where the file system records it), and the metadata of regular files only, looked up relative to the
+            // directory already open rather than along the whole path again.
+            let file_type = match entry.file_type() {
+                Ok(file_type) => file_type,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
                     listing.skipped.push(SkippedEntry {
@@ -156,7 +158,6 @@ pub(super) fn list_local_pruned(root: &Path, prefix: &str, prune: &dyn Fn(&str) 
                     continue;
                 }
             };
-            let file_type = meta.file_type();
             if let Err(e) = ObjectPath::parse(&child_key).map_err(|e| e.to_string()).and_then(|p| {
                 (p.as_ref() == child_key)
                     .then_some(())
@@ -173,6 +174,20 @@ pub(super) fn list_local_pruned(root: &Path, prefix: &str, prune: &dyn Fn(&str) 
                     pending.push_back((entry.path(), child_key));
                 }
             } else if file_type.is_file() {
+                let meta = match entry.metadata() {
+                    Ok(meta) if meta.is_file() => meta,
+                    // Replaced by something else since the directory was read: what it is now is looked at in the
+                    // next listing.
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        listing.skipped.push(SkippedEntry {
+                            key: child_key,
+                            reason: format!("cannot be examined: {e}"),
+                        });
+                        continue;
+                    }
+                };
                 let info = object_info(child_key, &meta);
                 if is_temporary_name(name) {
                     listing.temporary.push(info);

@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::lease::HeldLease;
 use super::Store;
-use crate::bucket::traits::{Digest, Listing, SegmentSink, SegmentSource, StagedFile};
+use crate::bucket::traits::{Digest, Listing, ObjectInfo, SegmentSink, SegmentSource, StagedFile};
 use segmirror_contract::error::{Error, Result};
 use segmirror_contract::manifest::{KeyPrefix, Lease, Manifest, PartitionKey, Sha256Digest};
 
@@ -63,6 +63,14 @@ impl SegmentSource for Store {
 
     async fn read_document(&self, key: &str, limit: u64) -> Result<Bytes> {
         self.get_bytes(key, limit).await
+    }
+
+    async fn stat(&self, key: &str) -> Result<Option<ObjectInfo>> {
+        match self.head(key).await {
+            Ok(info) => Ok(Some(info)),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn receive_file(&self, key: &str, dest: &Path, size: u64, sha256: &Sha256Digest) -> Result<Digest> {
