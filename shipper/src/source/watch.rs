@@ -6,8 +6,9 @@
 //! that partitions appeared or went away; and that the high-watermark
 //! checkpoint moved. Polling every partition fast enough for millisecond
 //! latency would cost a directory listing per partition per poll, so the
-//! watcher listens to the file system ([`notify`]: inotify on Linux) and looks
-//! only where it was told something changed.
+//! watcher listens to the file system (inotify, asked for changes only: the
+//! private `inotify` module says why) and looks only where it was told
+//! something changed.
 //!
 //! **Events are hints.** Notifications can be lost (the kernel queue
 //! overflows, a directory is created before its watch is added, some file
@@ -38,13 +39,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher as _};
 use segment_format::dir::RootCheckpoint;
 use segment_format::Error;
 use tokio::sync::{mpsc, Notify};
 
 use super::discover::TopicFilter;
 
+mod inotify;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -184,7 +185,7 @@ impl WatchConfig {
 /// A running watcher: dropping it stops it (the event channel then closes).
 pub struct Watcher {
     task: tokio::task::JoinHandle<()>,
-    _notify: notify::RecommendedWatcher,
+    _notifications: inotify::Notifications,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -220,11 +221,11 @@ impl Marks {
     }
 }
 
-/// A log dir as configured (the watcher's state and events name it so) and as notify names the paths of its
-/// events: absolute. Why both: a log dir given relatively (`ship --log-dir kafka-logs`) gets events about
-/// `/cwd/kafka-logs/...`, which never matched the relative path, so every append waited for the rescan
-/// ([`RESCAN_INTERVAL`]) instead of a tick. Made absolute once, at start, the way notify does it (the working
-/// directory joined in front, symlinks not resolved), so the two name the same files component for component.
+/// A log dir as configured (the watcher's state and events name it so) and as notifications name the paths they
+/// are about: absolute. Why both: a log dir given relatively (`ship --log-dir kafka-logs`) once got notifications
+/// about `/cwd/kafka-logs/...`, which never matched the relative path, so every append waited for the rescan
+/// ([`RESCAN_INTERVAL`]) instead of a tick. Made absolute once, at start (the working directory joined in front,
+/// symlinks not resolved), and watched under that name, so the two name the same files component for component.
 #[derive(Debug, Clone)]
 struct WatchedDir {
     dir: PathBuf,
@@ -235,7 +236,7 @@ impl WatchedDir {
     fn new(dir: &Path) -> WatchedDir {
         WatchedDir {
             dir: dir.to_path_buf(),
-            // Fails only without a working directory; then notify cannot watch a relative path either.
+            // Fails only without a working directory; then a relative path cannot be watched either.
             absolute: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
         }
     }
@@ -279,32 +280,13 @@ fn mark_path(dirty: &mut Dirty, log_dirs: &[WatchedDir], path: &Path) {
     }
 }
 
-/// Mark what one notification may have changed (see [`mark_path`]); a notification that says only that something was
-/// read marks nothing (see [`only_read`]).
-fn on_notification(marks: &Marks, log_dirs: &[WatchedDir], res: notify::Result<notify::Event>) {
-    match res {
-        Ok(event) if only_read(&event.kind) && !event.need_rescan() => {}
-        Ok(event) if !event.need_rescan() => marks.mark(|d| {
-            for path in &event.paths {
-                mark_path(d, log_dirs, path);
-            }
-        }),
-        // Lost notifications (queue overflow) or a watch error: look at everything.
-        _ => marks.mark(|d| d.all = true),
+/// Mark what one notification may have changed (see [`mark_path`]).
+fn on_notice(marks: &Marks, log_dirs: &[WatchedDir], notice: inotify::Notice) {
+    match notice {
+        inotify::Notice::Path(path) => marks.mark(|d| mark_path(d, log_dirs, &path)),
+        // Lost notifications (queue overflow): look at everything.
+        inotify::Notice::Everything => marks.mark(|d| d.all = true),
     }
-}
-
-/// Whether a notification says only that a file or directory was opened or closed without writing. Such a one
-/// changes nothing a pass could find, and the watcher's own passes cause them (notify watches `IN_OPEN`: listing a
-/// partition opens its directory, reading a tail opens its segment). Marked, every pass would mark the partitions
-/// it had just listed, and the watcher would list them again every tick for as long as it runs: with a thousand
-/// idle partitions, most of a core. A broker's consumers opening old segments cause them too.
-fn only_read(kind: &notify::EventKind) -> bool {
-    use notify::event::{AccessKind, AccessMode, EventKind};
-    matches!(
-        kind,
-        EventKind::Access(AccessKind::Open(_) | AccessKind::Close(AccessMode::Read) | AccessKind::Read)
-    )
 }
 
 /// Start watching (see the module doc). Returns the watcher and its events;
@@ -318,21 +300,13 @@ pub async fn watch(config: WatchConfig) -> Result<(Watcher, mpsc::Receiver<Watch
     }
     // Notifications before the first pass, so nothing between the two is missed.
     let first_dir = log_dirs.first().cloned().unwrap_or_default();
-    let notify = {
+    let notifications = {
         let marks = marks.clone();
-        tokio::task::spawn_blocking(move || -> Result<notify::RecommendedWatcher, Error> {
+        tokio::task::spawn_blocking(move || -> Result<inotify::Notifications, Error> {
             let handler_dirs: Vec<WatchedDir> = log_dirs.iter().map(|d| WatchedDir::new(d)).collect();
-            let handler_marks = marks.clone();
-            let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-                on_notification(&handler_marks, &handler_dirs, res)
-            })
-            .map_err(|e| notify_error(log_dirs.first().map_or(Path::new(""), |p| p.as_path()), e))?;
-            for dir in &log_dirs {
-                watcher
-                    .watch(dir, RecursiveMode::Recursive)
-                    .map_err(|e| notify_error(dir, e))?;
-            }
-            Ok(watcher)
+            let absolute: Vec<PathBuf> = handler_dirs.iter().map(|d| d.absolute.clone()).collect();
+            inotify::start(&absolute, move |notice| on_notice(&marks, &handler_dirs, notice))
+                .map_err(|e| Error::io(log_dirs.first().map_or(Path::new(""), |p| p.as_path()), e))
         })
         .await
         .map_err(|e| Error::io(&first_dir, std::io::Error::other(e)))??
@@ -340,11 +314,13 @@ pub async fn watch(config: WatchConfig) -> Result<(Watcher, mpsc::Receiver<Watch
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
     marks.mark(|d| d.all = true);
     let task = tokio::spawn(run(config, marks, tx));
-    Ok((Watcher { task, _notify: notify }, rx))
-}
-
-fn notify_error(path: &Path, e: notify::Error) -> Error {
-    Error::io(path, std::io::Error::other(format!("cannot watch: {e}")))
+    Ok((
+        Watcher {
+            task,
+            _notifications: notifications,
+        },
+        rx,
+    ))
 }
 
 /// The watcher's loop: wait for a mark or the rescan, gather for a tick, pass, send.
