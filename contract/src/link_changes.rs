@@ -77,7 +77,10 @@ mod tests {
         let key = link_changes_key(&prefix, "dr");
         assert_eq!(key, "p/q/dr/link@changes.json");
         assert_eq!(link_of_changes_key(&prefix, &key), Some("dr"));
-        assert_eq!(link_of_changes_key(&KeyPrefix::root(), "dr/link@changes.json"), Some("dr"));
+        assert_eq!(
+            link_of_changes_key(&KeyPrefix::root(), "dr/link@changes.json"),
+            Some("dr")
+        );
         // Under a topic, under another prefix, or with a link name that is not one: not a notice.
         assert_eq!(link_of_changes_key(&prefix, "p/q/dr/orders/link@changes.json"), None);
         assert_eq!(link_of_changes_key(&prefix, "x/dr/link@changes.json"), None);

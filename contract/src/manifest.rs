@@ -18,6 +18,9 @@
 //! <prefix>/<link>/<topic>/<partition>/<source-topic-id>/manifests/<base:020>.json
 //! ```
 //!
+//! Beside the partitions, a link holds objects whose names are no topic names (`@`): its identity
+//! (`crate::link_identity`) and its change notice (`crate::link_changes`), and its metadata under `_meta/`.
+//!
 //! - `<prefix>`: optional, `/`-separated; each component non-empty, not `.`/`..`,
 //!   made of `[A-Za-z0-9._=-]`. May be empty (keys then start with `<link>`).
 //! - `<link>`: the mirror link's name, `[A-Za-z0-9._-]`, 1 to 249 characters, not `.`/`..`.

@@ -57,7 +57,11 @@ async fn a_scrape_never_waits_for_the_bucket_and_an_unchanged_notice_lists_nothi
         }
     }
     for _ in 0..3 {
-        assert_eq!(end(&cached), Some(Some(10)), "the notice did not change: nothing listed");
+        assert_eq!(
+            end(&cached),
+            Some(Some(10)),
+            "the notice did not change: nothing listed"
+        );
         cached.settled().await;
     }
 

@@ -500,7 +500,11 @@ async fn a_follower_lists_again_only_when_the_change_notice_or_the_catalog_chang
     let mut operator = w.catalog();
     operator.pause_link(LINK).unwrap();
     let paused = run(&mut applier).await;
-    assert_eq!(paused.link_skipped, Some(segmirror_applier::SkipReason::LinkPaused), "{paused:#?}");
+    assert_eq!(
+        paused.link_skipped,
+        Some(segmirror_applier::SkipReason::LinkPaused),
+        "{paused:#?}"
+    );
     lists("after a pause", &paused, true);
     operator.resume_link(LINK).unwrap();
     let resumed = run(&mut applier).await;

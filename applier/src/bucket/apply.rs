@@ -346,7 +346,11 @@ impl Applier {
                 return None;
             }
         };
-        let data_version = self.catalog.call("catalog data version", |c| c.data_version()).await.ok()?;
+        let data_version = self
+            .catalog
+            .call("catalog data version", |c| c.data_version())
+            .await
+            .ok()?;
         Some(super::quiet::Before {
             link,
             notice,

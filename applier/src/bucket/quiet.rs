@@ -102,9 +102,12 @@ impl QuietPartitions {
     /// A failure may clear by itself (a full disk, a busy catalog), and a refusal by a hand that mends the bucket
     /// without a notice, so both are looked at again every run, as a full run would.
     pub(crate) fn settle(&mut self, before: Option<Before>, reports: &[PartitionReport], partitions: usize) {
-        let unsettled = reports
-            .iter()
-            .any(|r| matches!(r.outcome, PartitionOutcome::Failed { .. } | PartitionOutcome::Refused(_)));
+        let unsettled = reports.iter().any(|r| {
+            matches!(
+                r.outcome,
+                PartitionOutcome::Failed { .. } | PartitionOutcome::Refused(_)
+            )
+        });
         self.settled = match before {
             Some(before) if !unsettled => Some(Settled { before, partitions }),
             _ => None,

@@ -137,7 +137,11 @@ fn a_run_is_passed_over_only_with_the_same_notice_and_catalog_before_a_full_run_
     let soon = t0 + Duration::from_secs(1);
     assert_eq!(quiet.pass_over(&before("a", 1), soon), Some(2));
     assert_eq!(quiet.pass_over(&before("b", 1), soon), None, "a new notice");
-    assert_eq!(quiet.pass_over(&before("a", 2), soon), None, "another connection committed");
+    assert_eq!(
+        quiet.pass_over(&before("a", 2), soon),
+        None,
+        "another connection committed"
+    );
     assert_eq!(
         quiet.pass_over(&before("a", 1), t0 + Duration::from_secs(30)),
         None,

@@ -32,7 +32,8 @@
 //! handles them (a deleted segment is simply no longer shipped — the applier follows the log start the manifests
 //! carry; a compacted sealed segment is shipped whole again as a new version).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -106,11 +107,30 @@ pub struct RoundTrigger {
     grown: u64,
     /// The last length seen per partition's active segment (base, len).
     lengths: HashMap<PartitionId, (i64, u64)>,
+    /// The partition dirs an event named since the last round started: what the next round looks at.
+    partitions: HashSet<PathBuf>,
+    /// An event not about one partition (a checkpoint of the log dir), or a round to do again: the next round
+    /// looks at every partition.
+    everything: bool,
+}
+
+/// What a round looks at: every partition, or the partition dirs named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoundScope {
+    Everything,
+    Partitions(HashSet<PathBuf>),
 }
 
 impl RoundTrigger {
     /// Take in one watcher event.
     pub fn observe(&mut self, event: &WatchEvent) {
+        match event.partition() {
+            Some(partition) => {
+                self.partitions.insert(partition.dir.clone());
+            }
+            None if matches!(event, WatchEvent::Unreadable { .. }) => {}
+            None => self.everything = true,
+        }
         match event {
             WatchEvent::ActiveGrew {
                 partition,
@@ -146,15 +166,22 @@ impl RoundTrigger {
         self.dirty && (since_last >= interval || self.grown >= bytes)
     }
 
-    /// A round starts: what it will see is no longer pending.
-    pub fn started(&mut self) {
+    /// A round starts: what it will see is no longer pending. Returns what it is to look at.
+    pub fn started(&mut self) -> RoundScope {
         self.dirty = false;
         self.grown = 0;
+        let partitions = std::mem::take(&mut self.partitions);
+        if std::mem::take(&mut self.everything) {
+            RoundScope::Everything
+        } else {
+            RoundScope::Partitions(partitions)
+        }
     }
 
-    /// Something must be looked at again at the next round (a partition a round could not finish).
+    /// Everything must be looked at again at the next round (a partition a round could not finish).
     pub fn mark_dirty(&mut self) {
         self.dirty = true;
+        self.everything = true;
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -204,12 +231,23 @@ pub async fn run(
     let mut first = true;
     loop {
         if first || trigger.due(last_round.elapsed(), config.upload_interval, config.upload_bytes) {
-            first = false;
-            trigger.started();
+            // The first round looks at everything; later ones at the partitions the watcher named since the last
+            // round started (its rescan names whatever a lost notification hid).
+            let scope = match std::mem::take(&mut first) {
+                true => {
+                    trigger.started();
+                    RoundScope::Everything
+                }
+                false => trigger.started(),
+            };
             last_round = Instant::now();
             // A round runs to its end (a few requests): a signal is answered between rounds, so a stop never
             // leaves more than a seed killed mid-round would (data objects without a manifest, overwritten later).
-            let report = seed::seed_round(store, &config.seed, &NoProgress, Some(&held)).await?;
+            let only = match &scope {
+                RoundScope::Everything => None,
+                RoundScope::Partitions(dirs) => Some(dirs),
+            };
+            let report = seed::seed_round_of(store, &config.seed, &NoProgress, Some(&held), only).await?;
             stats.rounds += 1;
             stats.segments_shipped += report.segments_shipped();
             stats.bytes_uploaded += report.bytes_uploaded();
@@ -245,7 +283,14 @@ pub async fn run(
         tokio::select! {
             () = &mut shutdown => return Ok((StoreTailEnd::Stopped, stats)),
             event = events.recv() => match event {
-                Some(e) => trigger.observe(&e),
+                Some(e) => {
+                    // Everything queued now, not one event per loop: a round must not start on the first of a
+                    // thousand events (each round would then take in one more).
+                    trigger.observe(&e);
+                    while let Ok(e) = events.try_recv() {
+                        trigger.observe(&e);
+                    }
+                }
                 None => return Err(Error::Task { what: "log-dir watcher".into(), message: "stopped".into() }),
             },
             () = tokio::time::sleep(wait) => {}

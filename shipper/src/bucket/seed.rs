@@ -322,6 +322,19 @@ pub async fn seed_round(
     progress: &dyn Progress,
     held: Option<&HeldLeases>,
 ) -> Result<SeedReport> {
+    seed_round_of(store, config, progress, held, None).await
+}
+
+/// [`seed_round`] of only the partitions whose directories `only` names (`None`: all): a continuous shipper's
+/// round after the watcher named what changed, so that a round costs the partitions that changed and not all of
+/// them. Discovery still lists every log dir (partitions that appeared are found by it).
+pub async fn seed_round_of(
+    store: &dyn Transport,
+    config: &SeedConfig,
+    progress: &dyn Progress,
+    held: Option<&HeldLeases>,
+    only: Option<&std::collections::HashSet<PathBuf>>,
+) -> Result<SeedReport> {
     config.validate()?;
     let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
     let discovery = tokio::task::spawn_blocking(move || source::discover(&log_dirs, &topics))
@@ -330,6 +343,10 @@ pub async fn seed_round(
             what: "discover partitions".into(),
             message: e.to_string(),
         })?;
+    let mut discovery = discovery;
+    if let Some(only) = only {
+        discovery.sources.retain(|s| only.contains(&s.dir));
+    }
     progress.planned(
         discovery.sources.iter().map(|s| s.segments).sum(),
         discovery.sources.iter().map(|s| s.log_bytes).sum(),

@@ -67,3 +67,33 @@ fn a_round_waits_for_a_change_then_for_the_interval_or_the_byte_threshold() {
     t.mark_dirty();
     assert!(t.due(INTERVAL, INTERVAL, 1000));
 }
+
+#[test]
+fn a_round_looks_at_the_partitions_named_since_the_last_one_or_at_everything() {
+    let mut t = RoundTrigger::default();
+    t.observe(&grew(0, 0, 100));
+    t.observe(&grew(3, 0, 100));
+    t.observe(&WatchEvent::Unreadable {
+        path: PathBuf::from("/k/t-9"),
+        reason: "gone".into(),
+    });
+    let named: HashSet<PathBuf> = [pid(0).dir, pid(3).dir].into_iter().collect();
+    assert_eq!(t.started(), RoundScope::Partitions(named));
+    assert_eq!(
+        t.started(),
+        RoundScope::Partitions(HashSet::new()),
+        "taken by the round"
+    );
+
+    // A log dir's checkpoint is about every partition in it.
+    t.observe(&grew(1, 0, 100));
+    t.observe(&WatchEvent::HighWatermarksChanged {
+        log_dir: PathBuf::from("/k"),
+    });
+    assert_eq!(t.started(), RoundScope::Everything);
+
+    // A round that could not finish a partition: the next one looks at everything again.
+    t.mark_dirty();
+    assert!(t.is_dirty());
+    assert_eq!(t.started(), RoundScope::Everything);
+}

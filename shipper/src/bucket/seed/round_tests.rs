@@ -1,9 +1,9 @@
 //! Rounds of a continuous shipper (`crate::bucket::follow`): seed rounds that keep their leases.
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segmirror_transport::bucket::link_changes::LINK_CHANGES_FILE;
 use segmirror_transport::digest::digest_of;
 use segmirror_transport::manifest::{KeyPrefix, PartitionKey};
-use segmirror_transport::bucket::link_changes::LINK_CHANGES_FILE;
 use segmirror_transport::SegmentSink;
 
 use super::tests::{
@@ -369,4 +369,34 @@ async fn committed_only_rounds_upload_a_version_only_once_the_high_watermark_cov
             .next_offset,
         end + 2
     );
+}
+
+/// A round of only the partitions the watcher named ships those and reads nothing of the others; a round of all
+/// ships what the others hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_named_partitions_looks_at_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().join("kafka");
+    let orders = write_partition(&log_dir, "orders", 10, true, topic_id(7))
+        .close()
+        .unwrap();
+    let events = write_partition(&log_dir, "events", 10, true, topic_id(8))
+        .close()
+        .unwrap();
+    finish_log_dir(&log_dir, &[orders.clone(), events.clone()], true);
+    let (_rec, store) = recording(dir.path());
+    let only: std::collections::HashSet<PathBuf> = [orders.dir.clone()].into_iter().collect();
+    let held = HeldLeases::default();
+    let named = seed_round_of(&store, &config(&log_dir), &NoProgress, Some(&held), Some(&only))
+        .await
+        .unwrap();
+    let shipped: Vec<String> = named.partitions.iter().map(|p| p.name()).collect();
+    assert_eq!(shipped, ["orders-0"], "{named:#?}");
+    assert!(manifests(&store, "events", 0, events.topic_id).await.is_empty());
+
+    let all = seed_round_of(&store, &config(&log_dir), &NoProgress, Some(&held), None)
+        .await
+        .unwrap();
+    assert_eq!(all.partition("events", 0).unwrap().segments_shipped, 1, "{all:#?}");
+    assert_eq!(all.partition("orders", 0).unwrap().segments_shipped, 0, "{all:#?}");
 }

@@ -181,7 +181,9 @@ fn read_loop(mut watches: Watches, stop: &AtomicBool, on_notice: impl Fn(Notice)
                 on_notice(Notice::Everything);
                 continue;
             }
-            let Some(dir) = watches.dirs.get(&wd).cloned() else { continue };
+            let Some(dir) = watches.dirs.get(&wd).cloned() else {
+                continue;
+            };
             let path = match &name {
                 Some(name) => dir.join(OsStr::from_bytes(name)),
                 None => dir.clone(),

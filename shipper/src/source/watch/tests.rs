@@ -486,7 +486,11 @@ fn reads_cause_no_notification_and_writes_mark_the_partition() {
     }
     // Notifications are delivered by their own thread: give them time to arrive before looking.
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(notices.load(std::sync::atomic::Ordering::SeqCst), 0, "reads were notified");
+    assert_eq!(
+        notices.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "reads were notified"
+    );
     assert!(marks.take().is_empty());
 
     let wait_for = |what: &str, dir: &Path| {
@@ -496,7 +500,11 @@ fn reads_cause_no_notification_and_writes_mark_the_partition() {
             if d.partitions.contains(&(0, dir.to_path_buf())) {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "{what} did not mark {}", dir.display());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} did not mark {}",
+                dir.display()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     };
