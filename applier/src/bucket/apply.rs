@@ -281,9 +281,11 @@ impl Applier {
 
         tracing::debug!(elapsed = ?started.elapsed(), "store listed");
         let partitions_listed = listed.objects.partitions.len();
+        let mut full_run = false;
         let (objects, listed_partitions) = match self.quiet.as_mut() {
             Some(quiet) => {
                 let split = quiet.split(listed.objects.partitions, std::time::Instant::now());
+                full_run = split.full;
                 report.partitions_unchanged = split.skipped;
                 (
                     LinkObjects {
@@ -320,6 +322,9 @@ impl Applier {
         }
         if let (Some(quiet), Some(listed)) = (self.quiet.as_mut(), listed_partitions) {
             quiet.remember(&report.partitions, listed);
+            if full_run {
+                quiet.full_run_took(started.elapsed());
+            }
             // A notice read for another link than the one applied (none was named) says nothing of this one.
             let before = before.filter(|b| b.link == link);
             quiet.settle(before, &report.partitions, partitions_listed);

@@ -4,9 +4,10 @@
 //! objects for it (keys, sizes, entity tags, times).
 //!
 //! Why: a follower runs every 250 ms, and a run used to do per-partition work whatever changed; with 10,000
-//! partitions at rest that kept two thirds of a core busy. The listing itself still runs every time (it is how a
-//! new version is seen at all); what the listing does not show — a partition reset by an operator, files removed
-//! from the mirror by hand — is caught by a full run every [`FULL_RUN_INTERVAL`], which forgets everything.
+//! partitions at rest that kept two thirds of a core busy. The listing still runs whenever something may have
+//! changed (below: it is how a new version is seen at all); what the listing does not show — a partition reset by an operator, files removed
+//! from the mirror by hand — is caught by a full run every [`FULL_RUN_INTERVAL`], which forgets everything (or
+//! less often when full runs take long: they take at most a fiftieth of the time, [`FULL_RUN_SHARE`]).
 //!
 //! Only a complete partition is remembered: one that was refused, failed, skipped (paused, lineage break) or waits
 //! for the shipper runs every time, so its report (and a refusal's log line, once) stays what a full run gives.
@@ -27,8 +28,13 @@ use segmirror_transport::ObjectInfo;
 use super::read::PartitionObjects;
 use crate::report::{PartitionOutcome, PartitionReport};
 
-/// How long a remembered partition may be skipped before a run looks at everything again.
+/// How long a remembered partition may be skipped before a run looks at everything again, at least.
 pub(crate) const FULL_RUN_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Full runs take at most one fiftieth of the time: after a full run that took `d`, the next is due after
+/// `max(interval, 50 d)`. With 10,000 partitions a full run costs about 4 s of CPU (every partition's catalog rows
+/// and active manifest); every 30 s that was 13% of a core at rest, every 200 s it is 2%.
+const FULL_RUN_SHARE: u32 = 50;
 
 type Tp = (String, i32);
 
@@ -37,6 +43,10 @@ pub(crate) struct QuietPartitions {
     complete: HashMap<Tp, PartitionObjects>,
     last_full_run: Option<Instant>,
     interval: Duration,
+    /// How long the last full run took (see [`FULL_RUN_SHARE`]).
+    last_full_run_took: Duration,
+    /// The share of time full runs may take, `None` for exactly `interval` (tests).
+    share: Option<u32>,
     /// What the last run saw before its listing, if it left the link settled (see the module doc).
     settled: Option<Settled>,
 }
@@ -58,7 +68,10 @@ struct Settled {
 
 impl Default for QuietPartitions {
     fn default() -> Self {
-        QuietPartitions::with_interval(FULL_RUN_INTERVAL)
+        QuietPartitions {
+            share: Some(FULL_RUN_SHARE),
+            ..QuietPartitions::with_interval(FULL_RUN_INTERVAL)
+        }
     }
 }
 
@@ -68,6 +81,8 @@ pub(crate) struct Split {
     /// The listing of each partition looked at, to remember it by if the run completes it.
     pub(crate) listed: HashMap<Tp, PartitionObjects>,
     pub(crate) skipped: usize,
+    /// This run is a full one: nothing was skipped.
+    pub(crate) full: bool,
 }
 
 impl QuietPartitions {
@@ -76,8 +91,23 @@ impl QuietPartitions {
             complete: HashMap::new(),
             last_full_run: None,
             interval,
+            last_full_run_took: Duration::ZERO,
+            share: None,
             settled: None,
         }
+    }
+
+    /// Time between full runs: the interval, or longer after a full run that took long (see [`FULL_RUN_SHARE`]).
+    fn full_run_interval(&self) -> Duration {
+        match self.share {
+            Some(share) => self.interval.max(self.last_full_run_took.saturating_mul(share)),
+            None => self.interval,
+        }
+    }
+
+    /// A run ended that [`split`](Self::split) made a full one, `took` after it started.
+    pub(crate) fn full_run_took(&mut self, took: Duration) {
+        self.last_full_run_took = took;
     }
 
     /// The link whose notice to read before a run: the one the last settled run applied.
@@ -90,7 +120,7 @@ impl QuietPartitions {
     pub(crate) fn pass_over(&self, before: &Before, now: Instant) -> Option<usize> {
         let full_run_due = self
             .last_full_run
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.interval);
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.full_run_interval());
         match &self.settled {
             Some(settled) if !full_run_due && settled.before == *before => Some(settled.partitions),
             _ => None,
@@ -120,12 +150,12 @@ impl QuietPartitions {
     }
 
     /// Split a run's listing into the partitions to look at and those remembered complete with the same listing.
-    /// A full run is due every `interval`: then nothing is skipped. Partitions no longer listed are forgotten.
+    /// A full run is due every `interval` (longer after a full run that took long): then nothing is skipped. Partitions no longer listed are forgotten.
     pub(crate) fn split(&mut self, partitions: BTreeMap<Tp, PartitionObjects>, now: Instant) -> Split {
-        if self
+        let full = self
             .last_full_run
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.interval)
-        {
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.full_run_interval());
+        if full {
             self.complete.clear();
             self.last_full_run = Some(now);
         }
@@ -134,6 +164,7 @@ impl QuietPartitions {
             changed: BTreeMap::new(),
             listed: HashMap::new(),
             skipped: 0,
+            full,
         };
         for (tp, objects) in partitions {
             match remembered.remove(&tp) {

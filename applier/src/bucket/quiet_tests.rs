@@ -172,3 +172,22 @@ fn a_failed_or_refused_partition_or_no_notice_leaves_nothing_settled() {
     quiet.settle(None, &[report(0, PartitionOutcome::Complete)], 1);
     assert_eq!(quiet.settled_link(), None);
 }
+
+#[test]
+fn full_runs_that_take_long_come_less_often_unless_the_interval_is_fixed() {
+    let t0 = Instant::now();
+    let mut quiet = QuietPartitions::default();
+    assert!(quiet.split(listing(&[(0, "a")]), t0).full, "the first run is a full one");
+    quiet.full_run_took(Duration::from_secs(4));
+    assert!(!quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(31)).full);
+    assert!(!quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(199)).full);
+    assert!(quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(200)).full, "50 x 4 s");
+    // A quick full run: the interval again.
+    quiet.full_run_took(Duration::from_millis(10));
+    assert!(quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(230)).full);
+
+    let mut fixed = QuietPartitions::with_interval(Duration::from_secs(30));
+    assert!(fixed.split(listing(&[(0, "a")]), t0).full);
+    fixed.full_run_took(Duration::from_secs(4));
+    assert!(fixed.split(listing(&[(0, "a")]), t0 + Duration::from_secs(30)).full);
+}
