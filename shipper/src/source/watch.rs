@@ -60,11 +60,16 @@ use state::{Dirty, State};
 pub const COALESCE_TICK: Duration = Duration::from_millis(20);
 
 /// How often every log dir and partition is listed regardless of
-/// notifications (10 s): the safety net for notifications that never came
-/// (queue overflow, file systems without inotify). Cheap: one listing per
+/// notifications (10 s), at least: the safety net for notifications that never came
+/// (queue overflow, file systems without inotify). One listing per
 /// partition; frequent enough that a missed roll or deletion is seen within
 /// a retention check (`log.retention.check.interval.ms` is 5 minutes).
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Full passes take at most one fiftieth of the time: after one that took `d`, the next rescan is due after
+/// `max(rescan, 50 d)`. With 10,000 partitions a full pass lists 10,000 directories; every 10 s that was most of a
+/// shipper's cost at rest.
+const RESCAN_SHARE: u32 = 50;
 
 /// Events buffered for a driver (1024): a pass over thousands of partitions
 /// at start fits without the watcher waiting; beyond it the watcher waits
@@ -326,20 +331,22 @@ pub async fn watch(config: WatchConfig) -> Result<(Watcher, mpsc::Receiver<Watch
 /// The watcher's loop: wait for a mark or the rescan, gather for a tick, pass, send.
 async fn run(config: WatchConfig, marks: Arc<Marks>, tx: mpsc::Sender<WatchEvent>) {
     let mut state = State::default();
-    let mut rescan = tokio::time::interval(config.rescan);
-    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    rescan.tick().await;
+    let mut next_rescan = tokio::time::Instant::now() + config.rescan;
     let config = Arc::new(config);
     loop {
         tokio::select! {
             _ = marks.wake.notified() => {}
-            _ = rescan.tick() => marks.mark(|d| d.all = true),
+            () = tokio::time::sleep_until(next_rescan) => {
+                marks.mark(|d| d.all = true);
+                next_rescan = tokio::time::Instant::now() + config.rescan;
+            }
         }
         tokio::time::sleep(config.tick).await;
         let dirty = marks.take();
         if dirty.is_empty() {
             continue;
         }
+        let (everything, started) = (dirty.all, tokio::time::Instant::now());
         let cfg = config.clone();
         let passed = tokio::task::spawn_blocking(move || {
             let mut events = Vec::new();
@@ -354,12 +361,20 @@ async fn run(config: WatchConfig, marks: Arc<Marks>, tx: mpsc::Sender<WatchEvent
             continue;
         };
         state = next;
+        if everything {
+            next_rescan = tokio::time::Instant::now() + rescan_after(config.rescan, started.elapsed());
+        }
         for event in events {
             if tx.send(event).await.is_err() {
                 return;
             }
         }
     }
+}
+
+/// Time to the next rescan after a full pass that took `took` (see [`RESCAN_SHARE`]).
+fn rescan_after(rescan: Duration, took: Duration) -> Duration {
+    rescan.max(took.saturating_mul(RESCAN_SHARE))
 }
 
 /// The partition dirs named by a set of events (for a driver that re-reads

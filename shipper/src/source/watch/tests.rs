@@ -519,3 +519,19 @@ fn reads_cause_no_notification_and_writes_mark_the_partition() {
     append(&seg(&t1, 0), 10);
     wait_for("an append to a new partition", &t1);
 }
+
+#[test]
+fn full_passes_that_take_long_are_made_less_often() {
+    assert_eq!(
+        rescan_after(RESCAN_INTERVAL, Duration::from_millis(20)),
+        RESCAN_INTERVAL
+    );
+    assert_eq!(
+        rescan_after(RESCAN_INTERVAL, Duration::from_millis(400)),
+        Duration::from_secs(20)
+    );
+    assert_eq!(
+        rescan_after(Duration::from_millis(5), Duration::ZERO),
+        Duration::from_millis(5)
+    );
+}
