@@ -56,15 +56,12 @@ impl LinkChanges {
 
 /// `<prefix>/<link>/link@changes.json`.
 pub fn link_changes_key(prefix: &KeyPrefix, link: &str) -> String {
-    prefix.join(&format!("{link}/{LINK_CHANGES_FILE}"))
+    crate::link_identity::link_object_key(prefix, link, LINK_CHANGES_FILE)
 }
 
 /// The link whose change notice `key` is, if it is one (a valid link name, under `prefix`).
 pub fn link_of_changes_key<'a>(prefix: &KeyPrefix, key: &'a str) -> Option<&'a str> {
-    let rest = prefix.strip(key)?;
-    let link = rest.strip_suffix(LINK_CHANGES_FILE)?.strip_suffix('/')?;
-    crate::manifest::validate_link_name(link).ok()?;
-    Some(link)
+    crate::link_identity::link_of_object_key(prefix, key, LINK_CHANGES_FILE)
 }
 
 #[cfg(test)]

@@ -48,13 +48,23 @@ impl LinkIdentity {
 
 /// `<prefix>/<link>/link@identity.json`.
 pub fn link_identity_key(prefix: &KeyPrefix, link: &str) -> String {
-    prefix.join(&format!("{link}/{LINK_IDENTITY_FILE}"))
+    link_object_key(prefix, link, LINK_IDENTITY_FILE)
 }
 
 /// The link whose identity object `key` is, if it is one (a valid link name, under `prefix`).
 pub fn link_of_identity_key<'a>(prefix: &KeyPrefix, key: &'a str) -> Option<&'a str> {
+    link_of_object_key(prefix, key, LINK_IDENTITY_FILE)
+}
+
+/// `<prefix>/<link>/<name>`: an object of the link itself (its name holds `@`, so no topic directory has it).
+pub(crate) fn link_object_key(prefix: &KeyPrefix, link: &str, name: &str) -> String {
+    prefix.join(&format!("{link}/{name}"))
+}
+
+/// The link whose object `name` `key` is, if it is one (a valid link name, under `prefix`).
+pub(crate) fn link_of_object_key<'a>(prefix: &KeyPrefix, key: &'a str, name: &str) -> Option<&'a str> {
     let rest = prefix.strip(key)?;
-    let link = rest.strip_suffix(LINK_IDENTITY_FILE)?.strip_suffix('/')?;
+    let link = rest.strip_suffix(name)?.strip_suffix('/')?;
     crate::manifest::validate_link_name(link).ok()?;
     Some(link)
 }
