@@ -134,13 +134,15 @@ timed() {
     }
     tail -n1 "$T" | awk '{ print $2 + $3 }'
 }
-# need_free BYTES: refuses to go on with less than BYTES + 1 GiB free in WORK.
+# need_free BYTES: fails (the path is skipped in this run, and its row says so) with less than BYTES + 1 GiB free in
+# WORK: the disk may be shared.
 need_free() {
     local avail
     avail=$(df --output=avail -B1 "$WORK" | tail -1)
     [ "$avail" -ge $(($1 + (1 << 30))) ] || {
-        echo "$(($1 + (1 << 30))) bytes of free space needed in $WORK, $avail free" >&2
-        exit 1
+        echo "run $run, $path skipped: $(($1 + (1 << 30))) bytes of free space needed in $WORK, $avail free" >&2
+        RESULTS+=("$path $run - - - - - skipped:$avail-bytes-free - - -")
+        return 1
     }
 }
 
@@ -304,7 +306,7 @@ promote_and_serve() {
 
 run_bucket() {
     local d="$WORK/bucket" start c1 c2 p1
-    need_free $((LOG_BYTES * 2))
+    need_free $((LOG_BYTES * 2)) || return 0
     restore_target target-topic
     mkdir -p "$d"
     drop_caches
@@ -329,8 +331,8 @@ except Exception:
 }
 
 run_direct() {
-    local d="$WORK/direct" start port r done_at own p1 i
-    need_free "$LOG_BYTES"
+    local d="$WORK/direct" start port r done_at installed_at own p1 i
+    need_free "$LOG_BYTES" || return 0
     restore_target target-topic
     mkdir -p "$d"
     drop_caches
@@ -354,15 +356,18 @@ run_direct() {
         [ "$(installed_sum "$d")" -ge "$SRC_RECORDS" ] && break
         sleep 0.2
     done
+    installed_at=$(now)
     own=$(add "$(cpu_s "$SHIP_PID")" "$(cpu_s "$APPLY_PID")")
     stop_wait "$SHIP_PID" "$APPLY_PID"
     p1=$(now)
     promote_and_serve "$d" "$start" "$own" "$p1"
+    # Within "to the mirror": the bytes in the mirror's files, everything installed (catalog), both processes exited.
+    RESULTS[-1]="${RESULTS[-1]/ ok / files=$(sub "$start" "$done_at"),installed=$(sub "$start" "$installed_at"),stopped=$(sub "$start" "$p1") }"
 }
 
 run_mm2() {
     local d="$WORK/mm2" start t0 cpu note=ok
-    need_free "$LOG_BYTES"
+    need_free "$LOG_BYTES" || return 0
     restore_target target-empty
     start_target
     wait_target
@@ -424,7 +429,7 @@ EOF
 
 run_cp() {
     local d="$WORK/cp" start cpu
-    need_free $((LOG_BYTES * 2))
+    need_free $((LOG_BYTES * 2)) || return 0
     mkdir -p "$d/a" "$d/b"
     drop_caches
     start=$(now)
@@ -443,7 +448,7 @@ done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The table: medians over the runs.
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f", m }'; }
+median() { { grep -E '^[0-9.]+$' || true; } | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f", m }'; }
 col() { printf '%s\n' "${RESULTS[@]}" | awk -v p="$1" -v c="$2" '$1 == p { print $c }'; }
 MM2_WALL=$(col mm2 3 | median)
 MM2_CPU=$(col mm2 4 | median)
@@ -474,6 +479,8 @@ for path in mm2 bucket direct cp; do
     ratio=$(awk -v m="$MM2_WALL" -v w="$wall" 'BEGIN { if (m == "-" || w <= 0) print "-"; else printf "%.1fx", m / w }')
     cratio=$(awk -v m="$MM2_CPU" -v c="$cpu" 'BEGIN { if (m == "-" || m <= 0) print "-"; else printf "%.3fx", c / m }')
     [ "$path" != cp ] || { cpu="($cpu)"; cratio="-"; }
+    notes=$(col "$path" 8 | grep -E '^(partial|skipped)' | tr '\n' ' ' | sed 's/ $//' || true)
+    [ -z "$notes" ] || LABEL[$path]="${LABEL[$path]} ($notes)"
     split="$(col "$path" 9 | median) / $(col "$path" 10 | median) / $(col "$path" 11 | median)"
     echo "| ${LABEL[$path]} | $wall | $ratio | $cpu | $cratio | $split | $phases | $(col "$path" 3 | tr '\n' ' ' | sed 's/ $//') |"
 done
