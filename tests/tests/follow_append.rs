@@ -526,3 +526,38 @@ async fn a_follower_lists_again_only_when_the_change_notice_or_the_catalog_chang
         std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
     );
 }
+
+/// A follower given no link learns it from its first run, and reads that link's notice from then on: its runs are
+/// passed over too once settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_without_a_named_link_passes_over_runs_once_it_knows_the_link() {
+    let w = World::new();
+    let log_dir = w.path("source");
+    let (_dir, _next) = source(&log_dir, 5);
+    Shipper::new(&log_dir).round(&w).await;
+    let counting = std::sync::Arc::new(CountingListings {
+        inner: w.plain_store(),
+        listings: Default::default(),
+        keys: Default::default(),
+    });
+    let config = ApplyConfig::new(
+        ArcSource(counting.clone()),
+        w.path("bucket").display().to_string(),
+        w.mirror(),
+    );
+    let mut applier = Applier::new(config, w.catalog()).appending();
+    let listings: Vec<u64> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            let r = run(&mut applier).await;
+            assert_eq!(r.link.as_deref(), Some(LINK), "{r:#?}");
+            v.push(counting.take().0);
+        }
+        v
+    };
+    assert_eq!(
+        listings,
+        [1, 1, 0, 0],
+        "the second run reads the notice and settles; later ones pass over"
+    );
+}

@@ -327,7 +327,7 @@ impl Applier {
             }
             // A notice read for another link than the one applied (none was named) says nothing of this one.
             let before = before.filter(|b| b.link == link);
-            quiet.settle(before, &report.partitions, partitions_listed);
+            quiet.settle(&link, before, &report.partitions, partitions_listed);
         }
         Ok(report)
     }
@@ -337,11 +337,7 @@ impl Applier {
     /// or when either cannot be read: the run then lists, as it always may.
     async fn read_before(&self) -> Option<super::quiet::Before> {
         let quiet = self.quiet.as_ref()?;
-        let link = self
-            .config
-            .link
-            .clone()
-            .or_else(|| quiet.settled_link().map(str::to_string))?;
+        let link = self.config.link.clone().or_else(|| quiet.link().map(str::to_string))?;
         let key = segmirror_transport::bucket::link_changes::link_changes_key(&self.config.prefix, &link);
         let notice = match self.config.store.stat(&key).await {
             Ok(Some(notice)) => notice,

@@ -49,6 +49,8 @@ pub(crate) struct QuietPartitions {
     share: Option<u32>,
     /// What the last run saw before its listing, if it left the link settled (see the module doc).
     settled: Option<Settled>,
+    /// The link the last run that listed applied: whose notice the next run reads when none was named.
+    link: Option<String>,
 }
 
 /// What a run read before its listing: the link's change notice and the catalog's `data_version`.
@@ -94,6 +96,7 @@ impl QuietPartitions {
             last_full_run_took: Duration::ZERO,
             share: None,
             settled: None,
+            link: None,
         }
     }
 
@@ -110,9 +113,9 @@ impl QuietPartitions {
         self.last_full_run_took = took;
     }
 
-    /// The link whose notice to read before a run: the one the last settled run applied.
-    pub(crate) fn settled_link(&self) -> Option<&str> {
-        self.settled.as_ref().map(|s| s.before.link.as_str())
+    /// The link whose notice to read before a run: the one the last run that listed applied.
+    pub(crate) fn link(&self) -> Option<&str> {
+        self.link.as_deref()
     }
 
     /// Whether the run about to start may be passed over whole (see the module doc), given what it read first:
@@ -131,7 +134,14 @@ impl QuietPartitions {
     /// link's gate, and neither failed nor refused a partition does; anything else makes the next run list again.
     /// A failure may clear by itself (a full disk, a busy catalog), and a refusal by a hand that mends the bucket
     /// without a notice, so both are looked at again every run, as a full run would.
-    pub(crate) fn settle(&mut self, before: Option<Before>, reports: &[PartitionReport], partitions: usize) {
+    pub(crate) fn settle(
+        &mut self,
+        link: &str,
+        before: Option<Before>,
+        reports: &[PartitionReport],
+        partitions: usize,
+    ) {
+        self.link = Some(link.to_string());
         let unsettled = reports.iter().any(|r| {
             matches!(
                 r.outcome,

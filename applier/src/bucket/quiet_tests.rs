@@ -132,8 +132,8 @@ fn a_run_is_passed_over_only_with_the_same_notice_and_catalog_before_a_full_run_
         ),
     ];
     quiet.remember(&reports, split.listed);
-    quiet.settle(Some(before("a", 1)), &reports, 2);
-    assert_eq!(quiet.settled_link(), Some("east"));
+    quiet.settle("east", Some(before("a", 1)), &reports, 2);
+    assert_eq!(quiet.link(), Some("east"));
     let soon = t0 + Duration::from_secs(1);
     assert_eq!(quiet.pass_over(&before("a", 1), soon), Some(2));
     assert_eq!(quiet.pass_over(&before("b", 1), soon), None, "a new notice");
@@ -164,24 +164,35 @@ fn a_failed_or_refused_partition_or_no_notice_leaves_nothing_settled() {
     for outcome in [PartitionOutcome::Failed { error: "disk".into() }, refused] {
         let mut quiet = QuietPartitions::with_interval(Duration::from_secs(30));
         let _ = quiet.split(listing(&[(0, "a")]), t0);
-        quiet.settle(Some(before("a", 1)), &[report(0, outcome.clone())], 1);
+        quiet.settle("east", Some(before("a", 1)), &[report(0, outcome.clone())], 1);
         assert_eq!(quiet.pass_over(&before("a", 1), t0), None, "{outcome:?}");
     }
     let mut quiet = QuietPartitions::with_interval(Duration::from_secs(30));
     let _ = quiet.split(listing(&[(0, "a")]), t0);
-    quiet.settle(None, &[report(0, PartitionOutcome::Complete)], 1);
-    assert_eq!(quiet.settled_link(), None);
+    quiet.settle("east", None, &[report(0, PartitionOutcome::Complete)], 1);
+    assert_eq!(quiet.pass_over(&before("a", 1), t0), None, "no notice was read");
+    assert_eq!(
+        quiet.link(),
+        Some("east"),
+        "the next run reads the notice of the link applied"
+    );
 }
 
 #[test]
 fn full_runs_that_take_long_come_less_often_unless_the_interval_is_fixed() {
     let t0 = Instant::now();
     let mut quiet = QuietPartitions::default();
-    assert!(quiet.split(listing(&[(0, "a")]), t0).full, "the first run is a full one");
+    assert!(
+        quiet.split(listing(&[(0, "a")]), t0).full,
+        "the first run is a full one"
+    );
     quiet.full_run_took(Duration::from_secs(4));
     assert!(!quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(31)).full);
     assert!(!quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(199)).full);
-    assert!(quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(200)).full, "50 x 4 s");
+    assert!(
+        quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(200)).full,
+        "50 x 4 s"
+    );
     // A quick full run: the interval again.
     quiet.full_run_took(Duration::from_millis(10));
     assert!(quiet.split(listing(&[(0, "a")]), t0 + Duration::from_secs(230)).full);
