@@ -54,7 +54,7 @@
 #   local-folder store seed just wrote, not fsynced), so this separates promote's own time from that.
 # Disk: the source, plus per segmirror path the store and the mirror (the mirror becomes the target's log), or per
 # MirrorMaker 2 run its target copy; each path's copies are deleted as soon as it is measured. About 3 x SIZE_GIB
-# at peak; the script refuses to start a path with less than that free.
+# at peak; a path is skipped in a run (its row says so) when less than what it needs plus 1 GiB is free.
 # Not a test: scripts/test-all.sh does not run it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
