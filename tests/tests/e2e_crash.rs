@@ -448,10 +448,10 @@ fn promote_killed_at_many_points_ends_like_an_uninterrupted_promotion() {
         &source,
         &BulkOptions {
             total_bytes: 48 << 20,
-            // Promotion hands the mirror's files over by rename, so a rerun after a kill is quick: many partitions of
-            // many segments keep each kill point's window (a `.ready` partition waiting for the others, an `.old`
-            // one waiting for removal) wide enough for a poll every 2 ms to land in it on a loaded machine.
-            partitions: 6,
+            // Promotion hands the mirror's files over by rename and makes its staging durable with one syncfs, so a
+            // rerun after a kill is quick: many partitions keep each kill point's window (`.ready` partitions waiting
+            // for the swap, `.old` ones waiting for removal) wide enough for a poll every 2 ms to land in it.
+            partitions: 48,
             segment_bytes: 512 << 10,
             fsync: false,
             base_timestamp,

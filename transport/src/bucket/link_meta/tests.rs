@@ -79,7 +79,8 @@ async fn a_version_round_trips_and_the_newest_manifest_wins() {
     assert_eq!(index.meta.len(), 5, "two versions of two objects and one manifest");
     let versions = store.list_versions(&prefix(), "m/east").await.unwrap();
     let keys: Vec<&str> = versions.objects.iter().map(|o| o.key.as_str()).collect();
-    assert_eq!(keys, ["m/east/_meta/manifest.json"]);
+    assert_eq!(keys, ["m/east/_meta/manifest.json", "m/east/link@changes.json"]);
+    assert_eq!(index.link_changes.len(), 1, "each publication rewrites the link's change notice");
 }
 
 #[tokio::test]
