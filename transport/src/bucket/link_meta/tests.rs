@@ -80,7 +80,11 @@ async fn a_version_round_trips_and_the_newest_manifest_wins() {
     let versions = store.list_versions(&prefix(), "m/east").await.unwrap();
     let keys: Vec<&str> = versions.objects.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, ["m/east/_meta/manifest.json", "m/east/link@changes.json"]);
-    assert_eq!(index.link_changes.len(), 1, "each publication rewrites the link's change notice");
+    assert_eq!(
+        index.link_changes.len(),
+        1,
+        "each publication rewrites the link's change notice"
+    );
 }
 
 #[tokio::test]
