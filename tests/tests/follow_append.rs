@@ -330,18 +330,7 @@ async fn a_follower_poll_lists_the_same_few_keys_however_many_rounds_were_shippe
     let (dir, mut next) = source(&log_dir, 10);
     let shipper = Shipper::new(&log_dir);
     shipper.round(&w).await;
-    let counting = std::sync::Arc::new(CountingListings {
-        inner: w.plain_store(),
-        listings: Default::default(),
-        keys: Default::default(),
-    });
-    let config = ApplyConfig::new(
-        ArcSource(counting.clone()),
-        w.path("bucket").display().to_string(),
-        w.mirror(),
-    )
-    .with_link(LINK);
-    let mut applier = Applier::new(config, w.catalog()).appending();
+    let (counting, mut applier) = counting_follower(&w, Some(LINK));
     assert_eq!(run(&mut applier).await.verdict(), Verdict::Ok);
     let first = counting.take();
     let bucket_at_first = w.plain_store().list_all("").await.unwrap().objects.len();
@@ -369,6 +358,24 @@ async fn a_follower_poll_lists_the_same_few_keys_however_many_rounds_were_shippe
         std::fs::read(mirror_log(&w.mirror())).unwrap(),
         std::fs::read(dir.join(segment_file_name(0, SegmentFileKind::Log))).unwrap()
     );
+}
+
+/// A follower of `w`'s bucket reading it through a source that counts its listings; `link`: the link it is given.
+fn counting_follower(w: &World, link: Option<&str>) -> (std::sync::Arc<CountingListings>, Applier) {
+    let counting = std::sync::Arc::new(CountingListings {
+        inner: w.plain_store(),
+        listings: Default::default(),
+        keys: Default::default(),
+    });
+    let mut config = ApplyConfig::new(
+        ArcSource(counting.clone()),
+        w.path("bucket").display().to_string(),
+        w.mirror(),
+    );
+    if let Some(link) = link {
+        config = config.with_link(link);
+    }
+    (counting, Applier::new(config, w.catalog()).appending())
 }
 
 /// `ApplyConfig::new` takes the source by value: a shared one, so the test can read its counters.
@@ -456,18 +463,7 @@ async fn a_follower_lists_again_only_when_the_change_notice_or_the_catalog_chang
     let (dir, next) = source(&log_dir, 10);
     let shipper = Shipper::new(&log_dir);
     shipper.round(&w).await;
-    let counting = std::sync::Arc::new(CountingListings {
-        inner: w.plain_store(),
-        listings: Default::default(),
-        keys: Default::default(),
-    });
-    let config = ApplyConfig::new(
-        ArcSource(counting.clone()),
-        w.path("bucket").display().to_string(),
-        w.mirror(),
-    )
-    .with_link(LINK);
-    let mut applier = Applier::new(config, w.catalog()).appending();
+    let (counting, mut applier) = counting_follower(&w, Some(LINK));
     let lists = |what: &str, r: &ApplyReport, listed: bool| {
         let (listings, _) = counting.take();
         assert_eq!(listings, u64::from(listed), "{what}: {r:#?}");
@@ -535,17 +531,7 @@ async fn a_follower_without_a_named_link_passes_over_runs_once_it_knows_the_link
     let log_dir = w.path("source");
     let (_dir, _next) = source(&log_dir, 5);
     Shipper::new(&log_dir).round(&w).await;
-    let counting = std::sync::Arc::new(CountingListings {
-        inner: w.plain_store(),
-        listings: Default::default(),
-        keys: Default::default(),
-    });
-    let config = ApplyConfig::new(
-        ArcSource(counting.clone()),
-        w.path("bucket").display().to_string(),
-        w.mirror(),
-    );
-    let mut applier = Applier::new(config, w.catalog()).appending();
+    let (counting, mut applier) = counting_follower(&w, None);
     let listings: Vec<u64> = {
         let mut v = Vec::new();
         for _ in 0..4 {
