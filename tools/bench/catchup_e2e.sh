@@ -92,25 +92,12 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 export SEGMIRROR_HOME="$WORK/home"
 PIDS=()
-# stop_wait PID...: SIGTERM, then SIGKILL after STOP_S; waits for each (this shell's children).
-stop_wait() {
-    kill -TERM "$@" 2>/dev/null || true
-    local i p alive
-    for i in $(seq $((STOP_S * 10))); do
-        alive=0
-        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ "$alive" = 1 ] || break
-        sleep 0.1
-    done
-    kill -KILL "$@" 2>/dev/null || true
-    wait "$@" 2>/dev/null || true
-}
 cleanup() {
     local live=() p running
     running=" $(jobs -p | tr '\n' ' ') "
     for p in "${PIDS[@]}"; do [[ "$running" == *" $p "* ]] && live+=("$p"); done
-    [ -z "${MM2_PID:-}" ] || [[ "$running" != *" $MM2_PID "* ]] || stop_wait "$MM2_PID"
-    [ "${#live[@]}" = 0 ] || stop_wait "${live[@]}"
+    [ -z "${MM2_PID:-}" ] || [[ "$running" != *" $MM2_PID "* ]] || stop_pids "$MM2_PID"
+    [ "${#live[@]}" = 0 ] || stop_pids "${live[@]}"
     [ "${KEEP:-0}" = 1 ] || rm -rf "$WORK" "${BROKER_DATA_DIRS[@]}"
 }
 trap cleanup EXIT
@@ -184,12 +171,12 @@ start_broker "$WORK/source"
 SRC_PID=$BROKER_PID SRC_BOOT=$BROKER_BOOTSTRAP SRC_LOG=$BROKER_LOG_DIR
 start_broker "$WORK/target"
 TGT_PID=$BROKER_PID TGT_BOOT=$BROKER_BOOTSTRAP TGT_LOG=$BROKER_LOG_DIR
-stop_wait "$TGT_PID"
+stop_pids "$TGT_PID"
 cp -a "$TGT_LOG" "$WORK/target-empty"
 start_target
 wait_target
 create_topic "$TGT_BOOT" "$TGT_LOG" "$TOPIC" "$PARTITIONS"
-stop_wait "$TGT_PID"
+stop_pids "$TGT_PID"
 cp -a "$TGT_LOG" "$WORK/target-topic"
 
 create_topic "$SRC_BOOT" "$SRC_LOG" "$TOPIC" "$PARTITIONS"
@@ -303,7 +290,7 @@ promote_and_serve() {
     sample_target
     RESULTS+=("$path $run $(sub "$start" "$DONE_AT") $cpu $(sub "$start" "$p1") $(sub "$p1" "$p2") $(sub "$p2" "$DONE_AT") ok $(add "$own" "$pcpu") $sb $tcpu")
     grep -iE "rename|handed" "$dir/promote.out" | head -n 3 > "$WORK/promote-$path-$run.txt" || true
-    stop_wait "$TGT_PID"
+    stop_pids "$TGT_PID"
     rm -rf "$dir" "$TGT_LOG"
 }
 
@@ -364,7 +351,7 @@ run_direct() {
     done
     installed_at=$(now)
     own=$(add "$(cpu_s "$SHIP_PID")" "$(cpu_s "$APPLY_PID")")
-    stop_wait "$SHIP_PID" "$APPLY_PID"
+    stop_pids "$SHIP_PID" "$APPLY_PID"
     [ "${PROMOTE_SYNC:-0}" != 1 ] || sync
     p1=$(now)
     promote_and_serve "$d" "$start" "$own" "$p1"
@@ -379,7 +366,7 @@ run_mm2() {
     start_target
     wait_target
     mkdir -p "$d"
-    cat > "$d/mm2.properties" <<EOF
+    write_mm2_properties "$d/mm2.properties" "$TOPIC"
 # MirrorMaker 2 (dedicated mode) of tools/bench/catchup_e2e.sh, as tools/bench/mm2.sh configures it: one direction,
 # Kafka's defaults except replication factor 1, the identity replication policy, lz4 on the target, one task per
 # partition.
@@ -404,10 +391,7 @@ EOF
     src_mark
     t0=$(cpu_s "$TGT_PID")
     start=$(now)
-    java -Xms256M -Xmx2G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-        -Dlog4j2.configurationFile="$ROOT/tests/kafka/broker-log4j2.properties" -cp "$MM2_HOME/libs/*" \
-        org.apache.kafka.connect.mirror.MirrorMaker "$d/mm2.properties" > "$d/mm2.log" 2>&1 &
-    MM2_PID=$!
+    start_mm2 "$d/mm2.properties" "$d/mm2.log"
     PIDS+=("$MM2_PID")
     local r have
     r=$(python3 "$CHECK" wait "$TGT_BOOT" "$TOPIC" "$SRC_RECORDS" "$MM2_MAX_S")
@@ -426,11 +410,11 @@ EOF
     else
         wall=$(sub "$start" "$DONE_AT")
     fi
-    stop_wait "$MM2_PID"
+    stop_pids "$MM2_PID"
     MM2_PID=""
     [ "$note" != ok ] || sample_target
     RESULTS+=("$path $run $wall $cpu - - - $note $own $sb $tb")
-    stop_wait "$TGT_PID"
+    stop_pids "$TGT_PID"
     rm -rf "$d" "$TGT_LOG"
 }
 

@@ -1,4 +1,4 @@
-# Helpers shared by the real-broker benchmarks (tools/bench/tail.sh, tools/bench/mm2.sh): sourced, not run.
+# Helpers shared by the real-broker benchmarks (tools/bench/tail.sh, tools/bench/mm2.sh, ...): sourced, not run.
 # They start the harness's Kafka jars the way the benches always did, so that two benches measuring the same thing
 # (a broker, a segmirror pair over mutual TLS) measure it set up the same way.
 #
@@ -21,6 +21,56 @@ hwm_kib() { awk '$1 == "VmHWM:" { print $2 }' "/proc/$1/status"; }
 # Resets a process's VmHWM to its current RSS (so the next hwm_kib is the peak of what follows); a no-op where the
 # kernel refuses it.
 reset_hwm() { { echo 5 > "/proc/$1/clear_refs"; } 2>/dev/null || true; }
+
+# stop_pids PID...: SIGTERM, then SIGKILL to whatever still runs after STOP_S seconds (default 30), then waits for
+# each (the sourcing shell's own children).
+stop_pids() {
+    kill -TERM "$@" 2>/dev/null || true
+    local i p alive
+    for i in $(seq $((${STOP_S:-30} * 10))); do
+        alive=0
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ "$alive" = 1 ] || break
+        sleep 0.1
+    done
+    kill -KILL "$@" 2>/dev/null || true
+    wait "$@" 2>/dev/null || true
+}
+
+# write_mm2_properties FILE TOPICS [EXTRA]: MirrorMaker 2's dedicated-mode configuration, the same for every bench
+# that compares with it (tools/bench/mm2.sh, tools/bench/catchup_e2e.sh): one direction, SRC_BOOT -> TGT_BOOT,
+# Kafka's defaults except what a single-broker pair needs (replication factor 1), the identity replication policy
+# (the target topic keeps the source's name), lz4 on the target as on the source, and one task per partition
+# (PARTITIONS). EXTRA: lines appended (tuning given to a run).
+write_mm2_properties() {
+    cat > "$1" <<EOF
+clusters = source, target
+source.bootstrap.servers = $SRC_BOOT
+target.bootstrap.servers = $TGT_BOOT
+source->target.enabled = true
+target->source.enabled = false
+source->target.topics = $2
+replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
+tasks.max = $PARTITIONS
+replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+offset.storage.replication.factor = 1
+status.storage.replication.factor = 1
+config.storage.replication.factor = 1
+target.producer.compression.type = lz4
+EOF
+    [ -z "${3:-}" ] || printf '# tuning given to this run\n%s\n' "$3" >> "$1"
+}
+
+# start_mm2 PROPERTIES LOG: MirrorMaker 2's dedicated driver (MM2_HOME/libs) in the background; sets MM2_PID.
+start_mm2() {
+    java -Xms256M -Xmx2G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+        -Dlog4j2.configurationFile="$ROOT/tests/kafka/broker-log4j2.properties" -cp "$MM2_HOME/libs/*" \
+        org.apache.kafka.connect.mirror.MirrorMaker "$1" > "$2" 2>&1 &
+    MM2_PID=$!
+}
 
 # bench_certs DIR: test certificates for a segmirror pair, one CA and a leaf per side (ship, apply; name localhost)
 # for mutual TLS.

@@ -199,16 +199,7 @@ start_pair() {
     PIDS+=("$SHIP_PID")
 }
 # A shipper that ignores SIGTERM (seen with a stalled tail catch-up) is killed after STOP_S.
-stop_pair() {
-    kill -TERM "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
-    local i
-    for i in $(seq $((STOP_S * 10))); do
-        kill -0 "$SHIP_PID" 2>/dev/null || kill -0 "$APPLY_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$SHIP_PID" "$APPLY_PID" 2>/dev/null || true
-    wait "$SHIP_PID" "$APPLY_PID" || true
-}
+stop_pair() { stop_pids "$SHIP_PID" "$APPLY_PID"; }
 
 # tail_catchup ROW ENV...: one tail catch-up (ship + apply --listen) with ENV for both processes, as row ROW.
 tail_catchup() {
@@ -261,7 +252,7 @@ echo "catch-up: MirrorMaker 2 $MM2_VERSION" >&2
 MM2_TOPICS="$TOPIC"
 for rate in $RATES; do MM2_TOPICS="$MM2_TOPICS|lat-$rate-mm2"; done
 mkdir -p "$WORK/mm2"
-cat > "$WORK/mm2/mm2.properties" <<EOF
+write_mm2_properties "$WORK/mm2/mm2.properties" "$MM2_TOPICS" "${MM2_PROPS:-}"
 # MirrorMaker 2 (dedicated mode) of tools/bench/mm2.sh: one direction, source -> target, Kafka's defaults except
 # what a single-broker pair needs (replication factor 1), the identity replication policy (the target topic keeps
 # the source's name), lz4 on the target as on the source, and one task per partition.
@@ -286,10 +277,7 @@ ${MM2_PROPS:-}
 EOF
 brokers_mark
 start=$(date +%s.%N)
-java -Xms256M -Xmx2G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-    -Dlog4j2.configurationFile="$ROOT/tests/kafka/broker-log4j2.properties" -cp "$MM2_HOME/libs/*" \
-    org.apache.kafka.connect.mirror.MirrorMaker "$WORK/mm2/mm2.properties" > "$WORK/mm2/mm2.log" 2>&1 &
-MM2_PID=$!
+start_mm2 "$WORK/mm2/mm2.properties" "$WORK/mm2/mm2.log"
 PIDS+=("$MM2_PID")
 r=$(python3 "$PROBE" wait-ends "$SRC_BOOT" "$TGT_BOOT" "$TOPIC" "$MM2_MAX_S")
 read -r done_at records copied first_at <<< "$r"

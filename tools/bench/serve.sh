@@ -119,18 +119,6 @@ fi
 rm -rf "$WORK"
 mkdir -p "$WORK"
 PIDS=()
-stop_pids() { # pids...: SIGTERM, then SIGKILL after 30 s
-    kill -TERM "$@" 2>/dev/null || true
-    local i p alive
-    for i in $(seq 300); do
-        alive=0
-        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ "$alive" = 1 ] || break
-        sleep 0.1
-    done
-    kill -KILL "$@" 2>/dev/null || true
-    wait "$@" 2>/dev/null || true
-}
 # Only this shell's own background jobs still running (a pid of one that ended may belong to another process now);
 # MirrorMaker 2 first, while the brokers it talks to still run (it does not exit without them); whatever ignores
 # SIGTERM for 30 s is killed.
