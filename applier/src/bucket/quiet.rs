@@ -5,9 +5,10 @@
 //!
 //! Why: a follower runs every 250 ms, and a run used to do per-partition work whatever changed; with 10,000
 //! partitions at rest that kept two thirds of a core busy. The listing still runs whenever something may have
-//! changed (below: it is how a new version is seen at all); what the listing does not show — a partition reset by an operator, files removed
-//! from the mirror by hand — is caught by a full run every [`FULL_RUN_INTERVAL`], which forgets everything (or
-//! less often when full runs take long: they take at most a fiftieth of the time, [`FULL_RUN_SHARE`]).
+//! changed (below: it is how a new version is seen at all); what the listing does not show — a partition reset by
+//! an operator, files removed from the mirror by hand — is caught by a full run every [`FULL_RUN_INTERVAL`], which
+//! forgets everything (or less often when full runs take long: they take at most a fiftieth of the time,
+//! [`FULL_RUN_SHARE`]).
 //!
 //! Only a complete partition is remembered: one that was refused, failed, skipped (paused, lineage break) or waits
 //! for the shipper runs every time, so its report (and a refusal's log line, once) stays what a full run gives.
@@ -17,8 +18,8 @@
 //! their commits (`segmirror_contract::link_changes`), so a run first reads what the store says of the notice and
 //! the catalog's `data_version` (which changes when another connection commits: an operator's pause, resume or
 //! reset). When both are what they were before the last run's listing, that run failed and refused no partition,
-//! and no full run is due, the bucket and the catalog are as that run left them: the run is passed over whole, without a
-//! listing. No notice in the store (an older shipper) means a listing every run, as before.
+//! and no full run is due, the bucket and the catalog are as that run left them: the run is passed over whole,
+//! without a listing. No notice in the store (an older shipper) means a listing every run, as before.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -108,6 +109,12 @@ impl QuietPartitions {
         }
     }
 
+    /// Whether a run starting at `now` is to be a full one.
+    fn full_run_due(&self, now: Instant) -> bool {
+        self.last_full_run
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.full_run_interval())
+    }
+
     /// A run ended that [`split`](Self::split) made a full one, `took` after it started.
     pub(crate) fn full_run_took(&mut self, took: Duration) {
         self.last_full_run_took = took;
@@ -121,11 +128,8 @@ impl QuietPartitions {
     /// Whether the run about to start may be passed over whole (see the module doc), given what it read first:
     /// `Some(partitions unchanged)` if so.
     pub(crate) fn pass_over(&self, before: &Before, now: Instant) -> Option<usize> {
-        let full_run_due = self
-            .last_full_run
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.full_run_interval());
         match &self.settled {
-            Some(settled) if !full_run_due && settled.before == *before => Some(settled.partitions),
+            Some(settled) if !self.full_run_due(now) && settled.before == *before => Some(settled.partitions),
             _ => None,
         }
     }
@@ -160,11 +164,10 @@ impl QuietPartitions {
     }
 
     /// Split a run's listing into the partitions to look at and those remembered complete with the same listing.
-    /// A full run is due every `interval` (longer after a full run that took long): then nothing is skipped. Partitions no longer listed are forgotten.
+    /// A full run is due every `interval` (longer after a full run that took long): then nothing is skipped.
+    /// Partitions no longer listed are forgotten.
     pub(crate) fn split(&mut self, partitions: BTreeMap<Tp, PartitionObjects>, now: Instant) -> Split {
-        let full = self
-            .last_full_run
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.full_run_interval());
+        let full = self.full_run_due(now);
         if full {
             self.complete.clear();
             self.last_full_run = Some(now);

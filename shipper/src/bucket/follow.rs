@@ -233,12 +233,11 @@ pub async fn run(
         if first || trigger.due(last_round.elapsed(), config.upload_interval, config.upload_bytes) {
             // The first round looks at everything; later ones at the partitions the watcher named since the last
             // round started (its rescan names whatever a lost notification hid).
-            let scope = match std::mem::take(&mut first) {
-                true => {
-                    trigger.started();
-                    RoundScope::Everything
-                }
-                false => trigger.started(),
+            let scope = trigger.started();
+            let scope = if std::mem::take(&mut first) {
+                RoundScope::Everything
+            } else {
+                scope
             };
             last_round = Instant::now();
             // A round runs to its end (a few requests): a signal is answered between rounds, so a stop never

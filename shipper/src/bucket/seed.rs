@@ -337,13 +337,12 @@ pub async fn seed_round_of(
 ) -> Result<SeedReport> {
     config.validate()?;
     let (log_dirs, topics) = (config.log_dirs.clone(), config.topics.clone());
-    let discovery = tokio::task::spawn_blocking(move || source::discover(&log_dirs, &topics))
+    let mut discovery = tokio::task::spawn_blocking(move || source::discover(&log_dirs, &topics))
         .await
         .map_err(|e| Error::Task {
             what: "discover partitions".into(),
             message: e.to_string(),
         })?;
-    let mut discovery = discovery;
     if let Some(only) = only {
         discovery.sources.retain(|s| only.contains(&s.dir));
     }

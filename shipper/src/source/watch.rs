@@ -59,8 +59,8 @@ use state::{Dirty, State};
 /// mirror).
 pub const COALESCE_TICK: Duration = Duration::from_millis(20);
 
-/// How often every log dir and partition is listed regardless of
-/// notifications (10 s), at least: the safety net for notifications that never came
+/// How often, at least, every log dir and partition is listed regardless of
+/// notifications (10 s): the safety net for notifications that never came
 /// (queue overflow, file systems without inotify). One listing per
 /// partition; frequent enough that a missed roll or deletion is seen within
 /// a retention check (`log.retention.check.interval.ms` is 5 minutes).

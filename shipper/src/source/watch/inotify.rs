@@ -5,15 +5,15 @@
 //! it watched, so every listing and every read the shipper made itself was queued as a notification, to be read and
 //! thrown away. With 10,000 partitions one full pass opens 10,000 directories and a round opens their segments:
 //! more than the kernel's queue holds by default (`fs.inotify.max_queued_events`, 16,384 per instance). The queue
-//! overflowed; an overflow means a full pass, and the full pass
-//! overflowed it again, so a shipper at rest kept more than a core busy. The mask here has no open, access or
-//! close-without-write: what the shipper and the broker's readers do causes no notification at all.
+//! overflowed; an overflow means a full pass, and the full pass overflowed it again, so a shipper at rest kept more
+//! than a core busy. The mask here has no open, access or close-without-write: what the shipper and the broker's
+//! readers do causes no notification at all.
 //!
 //! One watch per directory (Kafka's partition dirs hold no directories), added for each directory found at start
 //! and for each one created or moved into a log dir later. A directory created before its watch is added is not
 //! missed: its creation marks the log dir, whose pass lists it. An overflow (`IN_Q_OVERFLOW`) is reported as "look
-//! at everything". Events are read on one thread that polls the descriptor, and stops within
-//! [`STOP_POLL`] of [`Notifications`] being dropped.
+//! at everything". Events are read on one thread that polls the descriptor, and stops within [`STOP_POLL`] of
+//! [`Notifications`] being dropped.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
