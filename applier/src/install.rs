@@ -22,7 +22,9 @@
 //!    fsynced in step 3 with the version's files) is renamed over the old one, and the directory is fsynced once
 //!    for every rename of the version (see [`place`] for why one fsync is enough).
 //! 5. The caller records the version in the catalog, in one transaction — only now, so the catalog never claims
-//!    more than is durable on disk.
+//!    more than is durable on disk — with how its batches leave each transactional producer, gathered in step 2's
+//!    pass over them (`segment_format::txn_ends`): promotion folds these records instead of reading the segments
+//!    again to find open transactions (`promote`, "Applied partitions").
 //!
 //! A half-written file is never visible under a final name: downloads land in staging, renames are atomic. Files
 //! are addressed by the parsed manifest's Kafka file names only.
@@ -36,6 +38,7 @@ use segment_format::dir::{SegmentFileKind, PARTITION_METADATA_FILE};
 use segment_format::durable::{drop_cached, fsync_dir, write_atomically_unflushed, write_synced};
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::progress::Progress;
+use segment_format::txn_ends::TxnEnds;
 use segment_format::verify::VerifyOptions;
 use segmirror_catalog::SegmentVersion;
 use segmirror_transport::digest::digest_file;
@@ -45,7 +48,7 @@ use segmirror_transport::SegmentSource;
 use crate::error::{Error, Result};
 use crate::report::Refusal;
 use place::{place, stale_end_snapshots, Placement};
-use validate::{implausible_sizes, merged_checkpoint, validate};
+use validate::{implausible_sizes, merged_checkpoint, validate, Validated};
 
 /// Largest producer snapshot read for validation: the bucket contract's limit (46 bytes per producer, room for ~5.8
 /// million producers, far beyond any real partition, while a hostile object cannot make the applier read gigabytes
@@ -73,6 +76,8 @@ pub(crate) struct Target<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Placed {
     pub version: SegmentVersion,
+    /// How the version's batches leave each transactional producer, for the catalog (`None`: not recorded).
+    pub txn_ends: Option<TxnEnds>,
     pub fetched_bytes: u64,
     pub reused_bytes: u64,
     pub reused_files: u32,
@@ -143,8 +148,8 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
         );
         blocking("validate", move || validate(&manifest, &key, &dir, &sources, &verify)).await?
     };
-    let epochs = match checked {
-        Ok(epochs) => epochs,
+    let Validated { epochs, txn_ends } = match checked {
+        Ok(validated) => validated,
         Err(refusal) => return refuse(&t.staging_dir, refusal).await,
     };
 
@@ -183,6 +188,7 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     };
     Ok(Ok(Placed {
         version,
+        txn_ends,
         fetched_bytes: staged.fetched_bytes,
         reused_bytes: staged.reused_bytes,
         reused_files: staged.reused_files,

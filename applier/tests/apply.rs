@@ -7,11 +7,16 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use segment_format::dir::PARTITION_METADATA_FILE;
+use segment_format::dir::{segment_file_name, SegmentFileKind, PARTITION_METADATA_FILE};
+use segment_format::log::LogFile;
 use segment_format::partition_metadata::Uuid;
+use segment_format::report::Severity;
+use segment_format::txn_ends::{open_producers, TxnEnds};
+use segment_format::txn_index::TxnTracker;
 use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
 use segmirror_applier::mirror::INSTALL_STAGING_DIR as STAGING_DIR;
+use segmirror_applier::verify::verify_recorded_transactions;
 use segmirror_applier::{ApplyConfig, Error, PartitionOutcome, Refusal, SkipReason, SkipSegment, Verdict};
 use segmirror_catalog::{EventKind, PartitionKey, PartitionState, Subject};
 use segmirror_transport::manifest::KeyPrefix;
@@ -400,6 +405,84 @@ async fn a_grown_active_segment_replaces_the_installed_version() {
     assert_eq!(segments.len(), 1);
     assert!(segments[0].version.sealed);
     assert_eq!(p.installed_end_offset, Some(24));
+}
+
+/// Each install records, with the version, how its batches leave every transactional producer; folded from the
+/// first segment they give exactly the producers the broker's rule (`TxnTracker` over every batch of the source)
+/// holds open at the end, which promotion relies on to skip reading the segments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_install_records_how_its_batches_leave_the_transactions() {
+    let w = World::new();
+    let source = w.path("source");
+    let sample = write_sample(
+        &source,
+        &SampleOptions {
+            fsync: false,
+            ..SampleOptions::default()
+        },
+    )
+    .unwrap();
+    for p in &sample.partitions {
+        ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &p.written.dir).await;
+    }
+    assert_eq!(w.apply().await.verdict(), Verdict::Ok);
+    let catalog = w.catalog();
+    let mut transactional = 0;
+    for p in &sample.partitions {
+        let written = &p.written;
+        let mut tracker = TxnTracker::new();
+        for s in &written.segments {
+            let path = written.dir.join(segment_file_name(s.base_offset, SegmentFileKind::Log));
+            let mut log = LogFile::open(&path).unwrap();
+            let len = log.len();
+            log.scan_range(0, len, |frame| {
+                tracker.on_batch(&frame.info);
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        }
+        let id = catalog
+            .partition(&PartitionKey::new(LINK, &written.topic, written.partition))
+            .unwrap()
+            .id;
+        let recorded = catalog.installed_txn_ends(id).unwrap();
+        assert_eq!(
+            recorded.len(),
+            written.segments.iter().filter(|s| s.last_offset.is_some()).count()
+        );
+        let mut open = std::collections::BTreeSet::new();
+        for (base, (_, ends)) in &recorded {
+            let ends = ends
+                .as_ref()
+                .unwrap_or_else(|| panic!("{} segment {base}: nothing recorded", written.topic));
+            ends.fold(&mut open);
+            transactional += usize::from(ends != &TxnEnds::default());
+        }
+        assert_eq!(open, open_producers(&tracker), "{}", written.topic);
+    }
+    assert!(transactional > 0, "the sample's transactions were recorded");
+
+    // `verify --deep --catalog` holds every record to the batches: sound as installed, an error once one lies.
+    let (findings, io_errors) = verify_recorded_transactions(&w.mirror(), &catalog);
+    assert!(
+        findings.is_empty() && io_errors.is_empty(),
+        "{findings:#?} {io_errors:?}"
+    );
+    drop(catalog);
+    let lied = rusqlite::Connection::open(w.catalog_path())
+        .unwrap()
+        .execute(
+            "UPDATE segments SET txn_ends = 'o:;c:' WHERE txn_ends <> 'o:;c:' AND base_offset = \
+             (SELECT MIN(base_offset) FROM segments WHERE txn_ends <> 'o:;c:')",
+            [],
+        )
+        .unwrap();
+    assert!(lied >= 1);
+    let (findings, _) = verify_recorded_transactions(&w.mirror(), &w.catalog());
+    assert_eq!(findings.len(), lied, "{findings:#?}");
+    assert!(findings
+        .iter()
+        .all(|f| f.severity == Severity::Error && f.to_string().contains("which promotion trusts, says o:;c:")));
 }
 
 #[tokio::test]

@@ -215,6 +215,13 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (link, group_id, topic, partition)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 11: how an installed segment version leaves each transactional producer (`TxnEnds`, text form), recorded by
+    // the install that read its batches, so that promotion knows whether a transaction is open at the end without
+    // reading the segments again. NULL: not known (written by another path, or too many producers); any rewrite
+    // of the row (`INSERT OR REPLACE` names the other columns only) forgets it.
+    r#"
+    ALTER TABLE segments ADD COLUMN txn_ends TEXT;
+    "#,
 ];
 
 /// The schema version this code writes and understands.

@@ -17,8 +17,11 @@
 //! Pending states (`shipped`, `validated`) are bookkeeping for status and retries. They never hide an installed
 //! version: recording a pending newer version of an installed segment leaves the installed row as it is.
 
+use std::collections::BTreeMap;
+
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use segment_format::now_ms;
+use segment_format::txn_ends::TxnEnds;
 use segmirror_contract::succession::{self, succession, Content, Gap, GapKind, Verdict};
 
 use crate::error::{ConflictReason, Error, Result};
@@ -348,17 +351,19 @@ impl Catalog {
         source_topic_id: &str,
         v: &SegmentVersion,
     ) -> Result<InstallReceipt> {
-        self.mark_installed_after(id, source_topic_id, v, Preceded::ByInstalled)
+        self.mark_installed_after(id, source_topic_id, v, Preceded::ByInstalled, None)
     }
 
     /// [`Catalog::mark_installed`], for a version that `preceded` says follows empty versions (never recorded) which
-    /// start at the installed end: their range is no hole.
+    /// start at the installed end: their range is no hole; with how the version's batches leave each transactional
+    /// producer (`txn_ends`, read by [`Catalog::installed_txn_ends`]) when the install read them all.
     pub fn mark_installed_after(
         &mut self,
         id: PartitionId,
         source_topic_id: &str,
         v: &SegmentVersion,
         preceded: Preceded,
+        txn_ends: Option<&TxnEnds>,
     ) -> Result<InstallReceipt> {
         let size = v.validate()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -374,6 +379,12 @@ impl Catalog {
             Fit::Replaces { previous_next_offset } => InstallOutcome::Replaced { previous_next_offset },
         };
         write_segment(&tx, id, v, size, SegmentState::Installed)?;
+        if let Some(ends) = txn_ends {
+            tx.execute(
+                "UPDATE segments SET txn_ends = ?3 WHERE partition_id = ?1 AND base_offset = ?2",
+                params![id.0, v.base_offset, ends.encode()],
+            )?;
+        }
         // Pending versions of earlier bases can no longer be installed (they would overlap); forget them.
         tx.execute(
             "DELETE FROM segments WHERE partition_id = ?1 AND state <> 'installed' AND base_offset < ?2",
@@ -399,6 +410,25 @@ impl Catalog {
         tx.commit()?;
         p.installed_end_offset = Some(v.next_offset);
         Ok(InstallReceipt { partition: p, outcome })
+    }
+
+    /// Per installed segment of partition `id` (by base offset): the next offset of its installed version and how
+    /// that version's batches leave each transactional producer, where the install recorded it (`None`: unknown, or
+    /// not readable as recorded).
+    pub fn installed_txn_ends(&self, id: PartitionId) -> Result<BTreeMap<i64, (i64, Option<TxnEnds>)>> {
+        load_partition_by_id(&self.conn, id)?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT base_offset, next_offset, txn_ends FROM segments \
+             WHERE partition_id = ?1 AND state = 'installed' ORDER BY base_offset",
+        )?;
+        let rows = stmt.query_map([id.0], |row| {
+            let text: Option<String> = row.get(2)?;
+            Ok((
+                row.get::<_, i64>(0)?,
+                (row.get::<_, i64>(1)?, text.as_deref().and_then(TxnEnds::decode)),
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The segment of partition `id` at `base_offset`, in whatever state.
@@ -481,6 +511,46 @@ mod tests {
         assert_eq!(cat.segments(id).unwrap().len(), 2);
         assert!(cat.segment(id, 7).unwrap().is_none());
         assert!(matches!(cat.segments(PartitionId(99)), Err(Error::NotFound { .. })));
+    }
+
+    /// What an install recorded of a version's transactions is read back with that version, and forgotten when
+    /// the row is rewritten without it (a longer version installed by a path that did not read its batches).
+    #[test]
+    fn transaction_ends_travel_with_the_version_they_describe() {
+        let (mut cat, id, _) = setup();
+        let ends = TxnEnds {
+            open: [7].into(),
+            closed: [3, 4].into(),
+        };
+        cat.mark_installed_after(id, "src", &grown(0, 100, true), Preceded::ByInstalled, Some(&ends))
+            .unwrap();
+        cat.mark_installed_after(
+            id,
+            "src",
+            &grown(100, 150, false),
+            Preceded::ByInstalled,
+            Some(&TxnEnds::default()),
+        )
+        .unwrap();
+        let recorded = cat.installed_txn_ends(id).unwrap();
+        assert_eq!(
+            recorded.into_iter().collect::<Vec<_>>(),
+            [(0, (100, Some(ends.clone()))), (100, (150, Some(TxnEnds::default())))]
+        );
+        // A pending row of a later version says nothing of the installed one's.
+        cat.record_shipped(id, "src", &grown(100, 170, false)).unwrap();
+        assert_eq!(
+            cat.installed_txn_ends(id).unwrap()[&100],
+            (150, Some(TxnEnds::default()))
+        );
+        cat.mark_installed(id, "src", &grown(100, 180, false)).unwrap();
+        assert_eq!(cat.installed_txn_ends(id).unwrap()[&100], (180, None));
+        assert_eq!(cat.installed_txn_ends(id).unwrap()[&0], (100, Some(ends)));
+        // Text the catalog holds that does not decode is unknown, never an error.
+        cat.conn
+            .execute("UPDATE segments SET txn_ends = 'o:1;c:1' WHERE base_offset = 0", [])
+            .unwrap();
+        assert_eq!(cat.installed_txn_ends(id).unwrap()[&0], (100, None));
     }
 
     #[test]

@@ -35,21 +35,21 @@ fn empty_versions_at_the_installed_end_close_the_hole() {
     ));
     // Empty versions that do not start at the installed end explain nothing.
     assert!(matches!(
-        cat.mark_installed_after(id, "src", &sealed(429, 500), Preceded::ByEmpty { from: 410 }),
+        cat.mark_installed_after(id, "src", &sealed(429, 500), Preceded::ByEmpty { from: 410 }, None),
         Err(Error::Conflict {
             reason: ConflictReason::Gap { .. },
             ..
         })
     ));
     let r = cat
-        .mark_installed_after(id, "src", &sealed(429, 500), Preceded::ByEmpty { from: 400 })
+        .mark_installed_after(id, "src", &sealed(429, 500), Preceded::ByEmpty { from: 400 }, None)
         .unwrap();
     assert_eq!(r.outcome, InstallOutcome::New);
     assert_eq!(r.partition.installed_end_offset, Some(500));
     // Again: nothing changes, whichever way it is asked.
     for preceded in [Preceded::ByEmpty { from: 400 }, Preceded::ByInstalled] {
         assert_eq!(
-            cat.mark_installed_after(id, "src", &sealed(429, 500), preceded)
+            cat.mark_installed_after(id, "src", &sealed(429, 500), preceded, None)
                 .unwrap()
                 .outcome,
             InstallOutcome::AlreadyInstalled

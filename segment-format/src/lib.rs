@@ -45,6 +45,7 @@ pub mod report;
 pub mod snapshot;
 pub mod time;
 pub mod topic_partition;
+pub mod txn_ends;
 pub mod txn_index;
 pub mod varint;
 

@@ -12,9 +12,12 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use common::*;
+use segment_format::batch::ControlType;
+use segment_format::control::{end_txn_marker_batch, EndTxnMarker};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::partition_metadata::Uuid;
 use segment_format::record::{BatchBuilder, RecordSpec};
+use segment_format::txn_ends::TxnEnds;
 use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_applier::{Applier, ApplyConfig, ApplyReport, NoProgress, PartitionOutcome, Refusal, Verdict};
@@ -165,6 +168,53 @@ async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_s
         );
         // The prefix is read back once, at the first append (hashed and indexed), never again.
         assert_eq!(applier.append_proof_bytes_read(), 2 * first_size, "round {round}");
+    }
+    // A transaction opened, then committed: each appended version is recorded with how it leaves the producer
+    // (what promotion reads instead of the segment), and still appended in place.
+    let catalog = w.catalog();
+    let id = catalog
+        .partition(&segmirror_catalog::PartitionKey::new(LINK, TOPIC, 0))
+        .unwrap()
+        .id;
+    assert_eq!(catalog.installed_txn_ends(id).unwrap()[&0].1, Some(TxnEnds::default()));
+    let open = BatchBuilder::new(next)
+        .partition_leader_epoch(0)
+        .producer(77, 0, 0)
+        .transactional(true)
+        .record(RecordSpec::new(0, 1_700_000_100_000).with_value(vec![b't'; 40]))
+        .build();
+    let marker = EndTxnMarker {
+        control_type: ControlType::Commit,
+        coordinator_epoch: 0,
+    };
+    let commit = end_txn_marker_batch(next + 1, 1_700_000_100_001, 0, 77, 0, marker);
+    for (bytes, want_open) in [(open, true), (commit, false)] {
+        let log = dir.join(segment_file_name(0, SegmentFileKind::Log));
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(log)
+            .unwrap()
+            .write_all(&bytes)
+            .unwrap();
+        shipper.round(&w).await;
+        let report = run(&mut applier).await;
+        assert_eq!(report.verdict(), Verdict::Ok, "{report:#?}");
+        assert_eq!(report.partitions[0].bytes_fetched, bytes.len() as u64, "appended");
+        assert_eq!(std::fs::metadata(&installed).unwrap().ino(), inode);
+        let recorded = catalog.installed_txn_ends(id).unwrap()[&0].1.clone().unwrap();
+        let producers = std::collections::BTreeSet::from([77]);
+        let want = if want_open {
+            TxnEnds {
+                open: producers,
+                closed: Default::default(),
+            }
+        } else {
+            TxnEnds {
+                open: Default::default(),
+                closed: producers,
+            }
+        };
+        assert_eq!(recorded, want);
     }
     let verified = verify_paths(
         &[w.mirror().join(format!("{TOPIC}-0"))],

@@ -45,6 +45,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::LogFile;
+use segment_format::txn_ends::TxnEndsBuilder;
 use segmirror_catalog::SegmentVersion;
 use segmirror_transport::digest::{digest_file, digest_of, Hasher};
 use segmirror_transport::manifest::{LogChunk, Manifest, ManifestFile};
@@ -90,6 +91,8 @@ struct Proven {
     offset_index: OffsetIndexBuilder,
     time_index: TimeIndexBuilder,
     totals: Totals,
+    /// How the batches so far leave each transactional producer (the catalog records it with the version).
+    txn_ends: TxnEndsBuilder,
     /// A batch this path leaves to the staged install's full validation: a legacy frame (its record count), a
     /// control batch other than a decoded COMMIT (an ABORT marker needs its `.txnindex` entry; an undecodable key
     /// is a defect), an offset the indexes cannot hold relative to the base.
@@ -100,6 +103,7 @@ impl Proven {
     fn push(&mut self, info: &BatchInfo) {
         let indexed = self.offset_index.push(info).and_then(|_| self.time_index.push(info));
         self.totals.add(info);
+        self.txn_ends.on_batch(info);
         self.needs_full |= info.magic < 2
             || (info.is_control && !matches!(info.control, Some(ControlType::Commit)))
             || indexed.is_err();
@@ -221,6 +225,7 @@ pub(crate) async fn try_append(
     proven.size = files.log.size;
     proven.chunks = m.log_chunks.clone();
     let reused = run.before.size;
+    let txn_ends = proven.txn_ends.finish();
     cache.keep(&run.installed, proven);
     t.progress.advance(reused + fetched);
     Ok(Some(Ok(Placed {
@@ -233,6 +238,7 @@ pub(crate) async fn try_append(
             manifest_key: t.manifest_key.to_string(),
             sealed: false,
         },
+        txn_ends,
         fetched_bytes: fetched,
         reused_bytes: reused,
         reused_files: 0,
@@ -556,6 +562,7 @@ fn prove(path: &Path, base: i64, chunks: &[LogChunk], cached: Option<Proven>) ->
             records: 0,
             max_timestamp: -1,
         },
+        txn_ends: TxnEndsBuilder::new(),
         needs_full: false,
     };
     let mut log = LogFile::open(path).map_err(Error::Format)?;

@@ -13,8 +13,9 @@ use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, Leade
 use segment_format::dir::{SegmentFileKind, SegmentFiles};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
+use segment_format::txn_ends::{TxnEnds, TxnEndsBuilder};
 use segment_format::verify::{
-    check_segment_against_epochs, Depth, PartitionSummary, SegmentCheck, Strictness, TailPolicy, VerifyOptions,
+    check_segment_observed, Depth, PartitionSummary, SegmentCheck, Strictness, TailPolicy, VerifyOptions,
 };
 use segmirror_transport::manifest::{EpochStart, Manifest};
 
@@ -63,17 +64,25 @@ pub(super) fn implausible_sizes(m: &Manifest) -> Option<Refusal> {
         })
 }
 
+/// What a version that passed validation brings besides its files.
+pub(super) struct Validated {
+    /// The partition's new `leader-epoch-checkpoint`, when it changes.
+    pub epochs: Option<LeaderEpochCheckpoint>,
+    /// How the version's batches leave each transactional producer (`None`: too many producers to record).
+    pub txn_ends: Option<TxnEnds>,
+}
+
 /// Step 2: the verification engine on the version's files, the manifest's claims, the snapshot, the epochs.
-/// Returns the new `leader-epoch-checkpoint` when it changes.
 pub(super) fn validate(
     m: &Manifest,
     manifest_key: &str,
     partition_dir: &Path,
     sources: &[Source],
     verify: &VerifyOptions,
-) -> Result<std::result::Result<Option<LeaderEpochCheckpoint>, Refusal>> {
+) -> Result<std::result::Result<Validated, Refusal>> {
     let version = Version::new(m, manifest_key, sources);
-    let check = match version.check_data(verify)? {
+    let mut txn_ends = TxnEndsBuilder::new();
+    let check = match version.check_data(verify, &mut txn_ends)? {
         Ok(check) => check,
         Err(refusal) => return Ok(Err(refusal)),
     };
@@ -88,7 +97,10 @@ pub(super) fn validate(
     if let Some(refusal) = version.check_snapshots()? {
         return Ok(Err(refusal));
     }
-    merged_checkpoint(m, partition_dir)
+    Ok(merged_checkpoint(m, partition_dir)?.map(|epochs| Validated {
+        epochs,
+        txn_ends: txn_ends.finish(),
+    }))
 }
 
 /// A version's files as staged (or reused), and how a finding in them is named.
@@ -148,7 +160,12 @@ impl<'a> Version<'a> {
     }
 
     /// The verification engine on the segment's files, with the manifest's leader epochs: the check when sound.
-    fn check_data(&self, verify: &VerifyOptions) -> Result<std::result::Result<SegmentCheck, Refusal>> {
+    /// Every batch it reads is also fed to `txn_ends` (in the same pass: the version is read once).
+    fn check_data(
+        &self,
+        verify: &VerifyOptions,
+        txn_ends: &mut TxnEndsBuilder,
+    ) -> Result<std::result::Result<SegmentCheck, Refusal>> {
         let m = self.m;
         let (Some(log), Some(index), Some(time_index)) = (
             self.path_of(SegmentFileKind::Log),
@@ -187,7 +204,7 @@ impl<'a> Version<'a> {
                     .collect(),
             )
         });
-        let check = match check_segment_against_epochs(
+        let check = match check_segment_observed(
             &segment,
             Some(m.next_offset),
             // An unsealed version is the source's active segment (preallocated indexes), cut at a complete batch.
@@ -198,6 +215,7 @@ impl<'a> Version<'a> {
             },
             &options,
             claimed_epochs.as_ref(),
+            &mut |frame| txn_ends.on_batch(&frame.info),
         ) {
             Ok(check) => check,
             Err(e) if e.is_corrupt() || e.is_incomplete() => {

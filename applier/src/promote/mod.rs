@@ -72,6 +72,17 @@
 //! `tail-apply` grows its active segments with every chunk. Promotion takes that lock itself when the mirror has
 //! one (it never creates it: a mirror nobody applied to stays untouched).
 //!
+//! # Applied partitions: open transactions from the installs' records
+//! Which transactions are open at an applied partition's end is what the broker would rebuild: the newest producer
+//! snapshot, then the batches after it (`txn_cut::find_open_transactions`). A mirror of a live broker has no snapshot
+//! inside its active segments, so that walk read every batch header of them, and promotion grew with the data. Each
+//! install reads all of its version's batches anyway and records in the catalog, in the transaction that records the
+//! version, how they leave each transactional producer (`segment_format::txn_ends`); planning folds those records
+//! from the walk's own starting point and, when they prove that nothing is open, skips the walk (`recorded_txns`).
+//! A record missing for any segment the walk would read, or a transaction open at the end, means the walk as before
+//! (an abort marker needs the transaction's first offset, epochs and counts). `segmirror verify --deep --catalog`
+//! holds every record to the batches.
+//!
 //! # Crash safety
 //! Work happens in `<log dir>/.segmirror-promote/`, a name the broker cannot parse as a partition, so **a broker
 //! refuses to start while a promotion is unfinished** (its log names the directory). In order:
@@ -124,7 +135,8 @@
 //! This module only orchestrates ([`promote`]: lock, resume a journal, select, plan, journal, execute). The steps
 //! are modules named by what they do — `plan` (the request, every refusal, the plan, the pause), `journal` (the
 //! durable plan and the crash points), `build` (a partition complete in staging), `swap` (live directories, root
-//! checkpoints, catalog record) — with helpers `restamp`, `kcopy`, `handover`, `txn_cut`, `producer_state`, `target`, [`retention`],
+//! checkpoints, catalog record) — with helpers `restamp`, `kcopy`, `handover`, `txn_cut`, `recorded_txns`,
+//! `producer_state`, `target`, [`retention`],
 //! `lock` and `files`. Errors are [`Error`] (this folder's own); the crate's error wraps it. Shared types live in
 //! leaf modules (`journal::Planned`, `report`, `refusal`, `retention::loss`), so no two modules import each other.
 
@@ -140,6 +152,7 @@ mod lock;
 mod log_end;
 mod plan;
 mod producer_state;
+mod recorded_txns;
 mod refusal;
 mod report;
 mod restamp;
@@ -454,7 +467,7 @@ fn promote_planned(
     report: &mut PromoteReport,
 ) -> Result<()> {
     let all = catalog.partitions(link)?;
-    let plan = plan(request, &all, todo, mirror_exists, refusals)?;
+    let plan = plan(request, catalog, &all, todo, mirror_exists, refusals)?;
     report.notes.extend(plan.notes);
     report.retention_deletes = plan.retention_deletes;
     if !refusals.is_empty() {

@@ -18,7 +18,7 @@ use super::journal::{Planned, ReplicaDir, TailActive};
 use super::log_end::log_end;
 use super::refusal::Refusal;
 use super::retention::loss::RetentionLoss;
-use super::{consistent_cut, retention, target, txn_cut};
+use super::{consistent_cut, recorded_txns, retention, target, txn_cut};
 
 /// What to promote, and where.
 #[derive(Debug, Clone, Default)]
@@ -136,12 +136,13 @@ pub(super) struct Plan {
 /// added to `refusals` (nothing is planned to run while there is one).
 pub(super) fn plan(
     request: &PromoteRequest,
+    catalog: &Catalog,
     all: &[MirrorPartition],
     todo: &[MirrorPartition],
     mirror_exists: bool,
     refusals: &mut Vec<Refusal>,
 ) -> Result<Plan> {
-    let mut planner = Planner::new(request, refusals)?;
+    let mut planner = Planner::new(request, catalog, refusals)?;
     planner.check_topics(all, todo);
     for p in todo {
         planner.plan_partition(p, mirror_exists)?;
@@ -154,6 +155,8 @@ pub(super) fn plan(
 /// and the refusals found.
 struct Planner<'a> {
     request: &'a PromoteRequest,
+    /// Read only: what the installs recorded of each segment (`recorded_txns`).
+    catalog: &'a Catalog,
     refusals: &'a mut Vec<Refusal>,
     log_dirs: Vec<PathBuf>,
     targets: Vec<target::TargetLogDir>,
@@ -172,7 +175,7 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(request: &'a PromoteRequest, refusals: &'a mut Vec<Refusal>) -> Result<Self> {
+    fn new(request: &'a PromoteRequest, catalog: &'a Catalog, refusals: &'a mut Vec<Refusal>) -> Result<Self> {
         let log_dirs = request.log_dirs();
         let targets = log_dirs
             .iter()
@@ -199,6 +202,7 @@ impl<'a> Planner<'a> {
         };
         Ok(Planner {
             request,
+            catalog,
             refusals,
             log_dirs,
             targets,
@@ -385,17 +389,28 @@ impl<'a> Planner<'a> {
             && mirror.tail_kept.is_some()
             && mirror.tail_open_transactions == Some(0)
             && mirror.snapshots.is_empty();
+        let dir = request.mirror_root.join(tp.dir_name());
+        // The installs' records of each segment's transactions spare it too (`recorded_txns`), without a cut.
+        let recorded_none_open = || -> Result<bool> {
+            Ok(consistent.is_none()
+                && recorded_txns::none_open(
+                    &dir,
+                    &self.catalog.installed_txn_ends(p.id)?,
+                    &mirror.segments,
+                    &mirror.snapshots,
+                    mirror.log_end_offset,
+                ))
+        };
         let cut = if kept_none_open {
             #[cfg(test)]
-            super::tail_kept::used::note(&request.mirror_root.join(tp.dir_name()), "open-transactions");
+            super::tail_kept::used::note(&dir, "open-transactions");
+            Vec::new()
+        } else if recorded_none_open()? {
+            #[cfg(test)]
+            super::tail_kept::used::note(&dir, "recorded-transactions");
             Vec::new()
         } else {
-            txn_cut::find_open_transactions(
-                &request.mirror_root.join(tp.dir_name()),
-                &mirror.segments,
-                &mirror.snapshots,
-                mirror.log_end_offset,
-            )?
+            txn_cut::find_open_transactions(&dir, &mirror.segments, &mirror.snapshots, mirror.log_end_offset)?
         };
         // What was kept describes the whole active segment: not a prefix a consistent cut keeps of it.
         let tail_kept = mirror

@@ -20,7 +20,7 @@ use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, Verify
 use segment_format::writer::{
     write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig, WrittenPartition,
 };
-use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, SegmentVersion, Upsert};
+use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, PartitionState, Preceded, SegmentVersion, Upsert};
 
 use super::journal::{Planned, ReplicaDir, TailActive};
 use super::*;
@@ -80,7 +80,9 @@ fn write_target_partition_at(root: &Path, topic: &str, partition: i32, id: Uuid,
     w.close().unwrap()
 }
 
-fn record_installed(catalog: &mut Catalog, w: &WrittenPartition, log_start: i64) {
+/// Record every segment of `w` installed, with what an install records of its transactions when `ends` says so.
+fn record_installed(catalog: &mut Catalog, w: &WrittenPartition, log_start: i64, ends: bool) {
+    let recorded = ends.then(|| recorded_ends(w));
     let key = PartitionKey::new(LINK, TOPIC, w.partition);
     let id = match catalog
         .upsert_partition(&key, &SOURCE_ID.to_string(), log_start)
@@ -102,8 +104,38 @@ fn record_installed(catalog: &mut Catalog, w: &WrittenPartition, log_start: i64)
             manifest_key: format!("{LINK}/{TOPIC}/{}/m/{}.json", w.partition, s.base_offset),
             sealed: i + 1 < n,
         };
-        catalog.mark_installed(id, &SOURCE_ID.to_string(), &version).unwrap();
+        let txn_ends = recorded
+            .as_ref()
+            .and_then(|r| r.get(&s.base_offset))
+            .and_then(|(_, e)| e.as_ref());
+        catalog
+            .mark_installed_after(id, &SOURCE_ID.to_string(), &version, Preceded::ByInstalled, txn_ends)
+            .unwrap();
     }
+}
+
+/// What an install of each segment of `w` records of its transactions (its batches, read once).
+pub(super) fn recorded_ends(w: &WrittenPartition) -> super::recorded_txns::Recorded {
+    w.segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let next = w.segments.get(i + 1).map_or(w.log_end_offset, |n| n.base_offset);
+            let mut ends = segment_format::txn_ends::TxnEndsBuilder::new();
+            let mut log = segment_format::log::LogFile::open(w.dir.join(segment_format::dir::segment_file_name(
+                s.base_offset,
+                segment_format::dir::SegmentFileKind::Log,
+            )))
+            .unwrap();
+            let len = log.len();
+            log.scan_range(0, len, |frame| {
+                ends.on_batch(&frame.info);
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+            (s.base_offset, (next, ends.finish()))
+        })
+        .collect()
 }
 
 /// The target's metadata log as a broker writes it after creating `orders` (2 partitions, `TARGET_ID`, the topic
@@ -141,6 +173,16 @@ fn fixture() -> Fixture {
 /// Two mirror partitions written by `write` (recorded installed with log start offsets `starts`), and a target
 /// log dir as a stopped broker leaves it after creating the topic (plus another topic).
 pub(super) fn fixture_with(write: impl Fn(&Path, i32) -> WrittenPartition, starts: [i64; 2]) -> Fixture {
+    fixture_recording(write, starts, false)
+}
+
+/// [`fixture_with`], the catalog also holding what the installs recorded of each segment's transactions when
+/// `ends`.
+pub(super) fn fixture_recording(
+    write: impl Fn(&Path, i32) -> WrittenPartition,
+    starts: [i64; 2],
+    ends: bool,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let mirror = dir.path().join("mirror");
     let target = dir.path().join("target");
@@ -155,8 +197,8 @@ pub(super) fn fixture_with(write: impl Fn(&Path, i32) -> WrittenPartition, start
             groups_regex: None,
         })
         .unwrap();
-    record_installed(&mut catalog, &written[0], starts[0]);
-    record_installed(&mut catalog, &written[1], starts[1]);
+    record_installed(&mut catalog, &written[0], starts[0], ends);
+    record_installed(&mut catalog, &written[1], starts[1], ends);
     Fixture {
         _dir: dir,
         mirror,

@@ -14,7 +14,8 @@ use segment_format::txn_index::{AbortedTxn, TxnIndex};
 use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, VerifyOptions};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 
-use super::tests::{config, fixture_with};
+use super::recorded_txns;
+use super::tests::{config, fixture_recording, fixture_with, recorded_ends, target_state};
 use super::txn_cut::{abort_markers, find_open_transactions};
 use segment_format::partition_metadata::Uuid;
 
@@ -680,4 +681,128 @@ fn a_scan_from_a_snapshot_starts_at_the_offset_index_entry_below_it_and_only_whe
     }
     std::fs::write(&index, segment_format::index::serialize_offset_index(&entries)).unwrap();
     assert!(find_open_transactions(&w.dir, &bases(&w), &w.snapshots, w.log_end_offset).is_err());
+}
+
+/// A source partition like [`write_transactions`]'s whose transactions are all decided by its end: the long one is
+/// committed after the last round, the late one aborted, and idempotent writes follow.
+fn write_decided(root: &Path, partition: i32, segment_bytes: u64) -> WrittenPartition {
+    let cfg = WriterConfig {
+        segment_bytes,
+        ..config(Uuid([1; 16]))
+    };
+    let mut w = PartitionWriter::create(root, TOPIC, partition, 0, cfg).unwrap();
+    w.become_leader(SOURCE_EPOCH);
+    let mut long = Producer {
+        id: LONG_OPEN,
+        epoch: 2,
+        sequence: 0,
+    };
+    let mut idem = Producer {
+        id: IDEMPOTENT,
+        epoch: 0,
+        sequence: 0,
+    };
+    let mut late = Producer {
+        id: LATE_OPEN,
+        epoch: 1,
+        sequence: 0,
+    };
+    send(&mut w, &mut long, 2, true);
+    for _ in 0..6 {
+        send(&mut w, &mut idem, 3, false);
+        send(&mut w, &mut long, 1, true);
+    }
+    end(&mut w, &long, ControlType::Commit, 7);
+    send(&mut w, &mut late, 3, true);
+    end(&mut w, &late, ControlType::Abort, 7);
+    for _ in 0..4 {
+        send(&mut w, &mut idem, 3, false);
+    }
+    w.close().unwrap()
+}
+
+/// The installs' records answer "nothing open" exactly when the walk finds nothing open, from whichever snapshot
+/// the walk starts (every one, none at the log end as on a live broker, only the oldest, none); with any segment's
+/// record missing or describing another version they answer nothing.
+#[test]
+fn recorded_transaction_ends_say_none_open_exactly_when_the_walk_finds_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let open_at_end = write_transactions(&dir.path().join("open"), 0, 700).partition;
+    let decided = write_decided(&dir.path().join("decided"), 0, 700);
+    let decided_one_segment = write_decided(&dir.path().join("one"), 0, 1 << 20);
+    let mut answers = Vec::new();
+    for w in [&open_at_end, &decided, &decided_one_segment] {
+        let recorded = recorded_ends(w);
+        let without_end: Vec<i64> = w.snapshots.iter().copied().filter(|o| *o < w.log_end_offset).collect();
+        for snapshots in [w.snapshots.clone(), without_end, w.snapshots[..1].to_vec(), Vec::new()] {
+            let walked = find_open_transactions(&w.dir, &bases(w), &snapshots, w.log_end_offset).unwrap();
+            let none = recorded_txns::none_open(&w.dir, &recorded, &bases(w), &snapshots, w.log_end_offset);
+            assert_eq!(
+                none,
+                walked.is_empty(),
+                "{:?} from snapshots {snapshots:?}: {walked:?}",
+                w.dir
+            );
+            answers.push(none);
+            // Without one segment's record, or with a record of a shorter version, nothing is known.
+            let read_from = snapshots
+                .iter()
+                .copied()
+                .filter(|s| *s < w.log_end_offset)
+                .max()
+                .unwrap_or(0);
+            let last_base = *bases(w).last().unwrap();
+            if read_from <= last_base && snapshots.last() != Some(&w.log_end_offset) {
+                let mut missing = recorded.clone();
+                missing.remove(&last_base);
+                assert!(!recorded_txns::none_open(
+                    &w.dir,
+                    &missing,
+                    &bases(w),
+                    &snapshots,
+                    w.log_end_offset
+                ));
+                let mut shorter = recorded.clone();
+                shorter.get_mut(&last_base).unwrap().0 -= 1;
+                assert!(!recorded_txns::none_open(
+                    &w.dir,
+                    &shorter,
+                    &bases(w),
+                    &snapshots,
+                    w.log_end_offset
+                ));
+            }
+        }
+    }
+    assert!(decided.segments.len() >= 4, "{:?}", bases(&decided));
+    assert!(answers.contains(&true) && answers.contains(&false), "{answers:?}");
+}
+
+/// A bucket-fed mirror of a live broker (no log-end snapshot) whose transactions all ended: promotion takes "none
+/// open" from the installs' records instead of reading the segments, and leaves the same log dir as the walk.
+#[test]
+fn a_promotion_trusting_the_recorded_transaction_ends_leaves_what_the_walk_leaves() {
+    let live = |root: &Path, partition: i32| {
+        let w = write_decided(root, partition, if partition == 0 { 700 } else { 1 << 20 });
+        // A running broker has written no snapshot at its log end.
+        std::fs::remove_file(
+            w.dir
+                .join(segment_file_name(w.log_end_offset, SegmentFileKind::Snapshot)),
+        )
+        .unwrap();
+        WrittenPartition {
+            snapshots: w.snapshots.iter().copied().filter(|o| *o < w.log_end_offset).collect(),
+            ..w
+        }
+    };
+    let mut promoted = Vec::new();
+    for recorded in [true, false] {
+        let mut f = fixture_recording(live, [0, 0], recorded);
+        let report = f.promote().unwrap();
+        assert!(report.partitions.iter().all(|p| p.transactions_aborted.is_empty()));
+        let used = super::tail_kept::used::under(&f.mirror);
+        assert_eq!(used.contains(&"recorded-transactions"), recorded, "{used:?}");
+        promoted.push(target_state(&f.target));
+    }
+    assert!(promoted[0] == promoted[1], "the same files and checkpoints either way");
 }

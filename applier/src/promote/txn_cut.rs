@@ -86,7 +86,7 @@ struct Open {
 
 /// The producer snapshot the detection starts from: the newest of `snapshots` at or below `end` that reads
 /// cleanly (a corrupt one is skipped, as the broker skips it). `None`: start from the first segment.
-fn starting_snapshot(dir: &Path, snapshots: &[i64], end: i64) -> Option<(i64, ProducerSnapshot)> {
+pub(super) fn starting_snapshot(dir: &Path, snapshots: &[i64], end: i64) -> Option<(i64, ProducerSnapshot)> {
     let mut candidates: Vec<i64> = snapshots.iter().copied().filter(|o| *o <= end).collect();
     candidates.sort_unstable();
     candidates.into_iter().rev().find_map(|offset| {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use segment_format::verify::{self, Depth, Progress, Report, Strictness, VerifyOptions};
-use segmirror_applier::verify::verify_paths;
+use segmirror_applier::verify::{verify_paths, verify_recorded_transactions};
+use segmirror_catalog::Catalog;
 
 use segmirror_transport::bucket::audit::{audit_store, AuditOptions, AuditReport};
 use segmirror_transport::manifest::KeyPrefix;
@@ -37,6 +38,11 @@ pub struct Args {
     /// segment) as corruption instead of a warning.
     #[arg(long)]
     strict: bool,
+    /// With --deep: the catalog of the mirror roots given (it must exist), whose record of how each installed
+    /// segment's batches leave the transactions (what promotion trusts instead of reading the segments) is checked
+    /// against those batches.
+    #[arg(long, value_name = "PATH", requires = "deep")]
+    catalog: Option<PathBuf>,
     /// Print one JSON document (summaries and every finding) instead of text. Paths are JSON strings: bytes of
     /// a file name that are not UTF-8 appear as U+FFFD.
     #[arg(long)]
@@ -75,6 +81,17 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
         // broker (the mirror module knows them; a broker's log dir, with `meta.properties`, still has them reported).
         report = verify_paths(&paths, &options, &bar);
         bar.0.finish_and_clear();
+    }
+    if let Some(path) = &args.catalog {
+        if !path.is_file() {
+            anyhow::bail!("no catalog at {}", path.display());
+        }
+        let catalog = Catalog::open(path)?;
+        for root in paths.iter().filter(|p| p.is_dir()) {
+            let (findings, io_errors) = verify_recorded_transactions(root, &catalog);
+            report.findings.extend(findings);
+            report.io_errors.extend(io_errors);
+        }
     }
     let mut audits = Vec::new();
     for url in stores {

@@ -209,13 +209,13 @@ impl Applier {
             Ok(placed) => placed,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let version = placed.version.clone();
+        let (version, txn_ends) = (placed.version.clone(), placed.txn_ends.clone());
         let source_topic_id = topic_id.to_string();
         let recording = std::time::Instant::now();
         let receipt = self
             .catalog
             .try_call("mark installed", move |c| {
-                c.mark_installed_after(id, &source_topic_id, &version, preceded)
+                c.mark_installed_after(id, &source_topic_id, &version, preceded, txn_ends.as_ref())
             })
             .await?;
         let receipt = match receipt {

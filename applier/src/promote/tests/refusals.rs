@@ -154,7 +154,7 @@ fn broker_defaults_apply_in_kafka_order() {
     // Planning only (the promotion itself is the parent module's business): a dynamic cluster-wide default beats
     // server.properties, and this broker's own dynamic config beats the cluster-wide one.
     let mut refused = Vec::new();
-    let planned = plan(&request, &staged, &staged, true, &mut refused).unwrap();
+    let planned = plan(&request, &f.catalog, &staged, &staged, true, &mut refused).unwrap();
     assert!(refused.is_empty() && planned.planned.len() == 2, "{refused:#?}");
     append_metadata(
         &f.target,
@@ -167,7 +167,7 @@ fn broker_defaults_apply_in_kafka_order() {
         )],
     );
     let mut refused = Vec::new();
-    plan(&request, &staged, &staged, true, &mut refused).unwrap();
+    plan(&request, &f.catalog, &staged, &staged, true, &mut refused).unwrap();
     assert_eq!(retention_losses(&refused).len(), 2);
     assert!(
         refused[0].to_string().contains("(dynamic cluster-wide default)"),
@@ -185,7 +185,7 @@ fn broker_defaults_apply_in_kafka_order() {
         )],
     );
     let mut refused = Vec::new();
-    plan(&request, &staged, &staged, true, &mut refused).unwrap();
+    plan(&request, &f.catalog, &staged, &staged, true, &mut refused).unwrap();
     assert!(refused.is_empty(), "{refused:#?}");
 
     // A --target-config that cannot be read is refused, not guessed around.

@@ -1,0 +1,235 @@
+//! How one segment leaves each transactional producer: its transaction open or closed after the segment's last
+//! batch of that producer.
+//!
+//! Why: promotion must know which transactions are open at a partition's end (it aborts them, see
+//! `segmirror_applier::promote`), and finding out by replaying [`TxnTracker`] over the batches from the newest
+//! producer snapshot reads every batch header of the active segment, which a live broker's partition has no
+//! snapshot inside: the promotion of a bucket-fed mirror grew with the size of its active segments. The install
+//! already reads every batch of a version to check it; recording this summary beside the version (in the catalog,
+//! with the version it describes) lets promotion fold a few short lists instead.
+//!
+//! The fold is exact for *which* producers are open: [`TxnTracker`] opens a producer's transaction on a
+//! transactional data batch (when none is open) and closes it on a COMMIT or ABORT marker, so after any run of
+//! batches a producer's status is decided by its last such batch in the run, or else by the status before the run.
+//! [`TxnEnds::fold`] applies exactly that, segment after segment. The first offsets, epochs and record counts the
+//! abort markers need are not kept: when the fold says some transaction is open, promotion walks as before.
+//!
+//! Memory and size are bounded: a segment with more than [`MAX_PRODUCERS`] transactional producers records
+//! nothing ([`TxnEndsBuilder::finish`] gives `None`), and promotion walks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::batch::{BatchInfo, ControlType};
+use crate::txn_index::TxnTracker;
+
+/// The most transactional producers one segment's summary records (about 20 bytes each in the catalog).
+pub const MAX_PRODUCERS: usize = 1024;
+
+/// Per transactional producer of a segment, whether its last data batch or marker there left a transaction open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxnEnds {
+    /// Producers whose last event in the segment is a transactional data batch.
+    pub open: BTreeSet<i64>,
+    /// Producers whose last event in the segment is a COMMIT or ABORT marker.
+    pub closed: BTreeSet<i64>,
+}
+
+impl TxnEnds {
+    /// Apply this segment to the producers open before it (`open`, changed in place): exactly what
+    /// [`TxnTracker::on_batch`] over the segment's batches does to the set of producers with an open transaction.
+    pub fn fold(&self, open: &mut BTreeSet<i64>) {
+        open.retain(|p| !self.closed.contains(p));
+        open.extend(self.open.iter().copied());
+    }
+
+    /// Text form, as the catalog stores it: `o:<ids>;c:<ids>`, ids comma-separated in ascending order.
+    pub fn encode(&self) -> String {
+        let list = |s: &BTreeSet<i64>| s.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        format!("o:{};c:{}", list(&self.open), list(&self.closed))
+    }
+
+    /// The inverse of [`TxnEnds::encode`]; `None` for anything else (a producer in both lists, a negative id, more
+    /// than [`MAX_PRODUCERS`]): the caller then knows nothing, and walks.
+    pub fn decode(text: &str) -> Option<TxnEnds> {
+        let (open, closed) = text.strip_prefix("o:")?.split_once(";c:")?;
+        let ids = |s: &str| -> Option<BTreeSet<i64>> {
+            if s.is_empty() {
+                return Some(BTreeSet::new());
+            }
+            s.split(',')
+                .map(|id| id.parse::<i64>().ok().filter(|id| *id >= 0))
+                .collect()
+        };
+        let ends = TxnEnds {
+            open: ids(open)?,
+            closed: ids(closed)?,
+        };
+        let fits = ends.open.len() + ends.closed.len() <= MAX_PRODUCERS && ends.open.is_disjoint(&ends.closed);
+        fits.then_some(ends)
+    }
+}
+
+/// Builds a segment's [`TxnEnds`] from its batches, in offset order.
+#[derive(Debug, Clone, Default)]
+pub struct TxnEndsBuilder {
+    last: BTreeMap<i64, bool>,
+    overflow: bool,
+}
+
+impl TxnEndsBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed the next batch (the rule of [`TxnTracker::on_batch`]: magic 2 and a producer id only; a transactional
+    /// data batch leaves its producer open, a COMMIT or ABORT marker closed; anything else changes nothing).
+    pub fn on_batch(&mut self, batch: &BatchInfo) {
+        if batch.magic < 2 || batch.producer_id < 0 {
+            return;
+        }
+        let open = if batch.is_control {
+            match batch.control {
+                Some(ControlType::Abort | ControlType::Commit) => false,
+                _ => return,
+            }
+        } else if batch.is_transactional {
+            true
+        } else {
+            return;
+        };
+        if self.overflow {
+            return;
+        }
+        self.last.insert(batch.producer_id, open);
+        if self.last.len() > MAX_PRODUCERS {
+            self.overflow = true;
+            self.last.clear();
+        }
+    }
+
+    /// The summary, or `None` when the segment had more than [`MAX_PRODUCERS`] transactional producers.
+    pub fn finish(&self) -> Option<TxnEnds> {
+        if self.overflow {
+            return None;
+        }
+        let mut ends = TxnEnds::default();
+        for (producer, open) in &self.last {
+            if *open {
+                ends.open.insert(*producer);
+            } else {
+                ends.closed.insert(*producer);
+            }
+        }
+        Some(ends)
+    }
+}
+
+/// The producers a [`TxnTracker`] holds open, as the set [`TxnEnds::fold`] works on.
+pub fn open_producers(tracker: &TxnTracker) -> BTreeSet<i64> {
+    tracker.open_transactions().map(|(producer, _)| producer).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{end_txn_marker_batch, EndTxnMarker};
+    use crate::log::scan_frames;
+    use crate::record::{BatchBuilder, RecordSpec};
+    use proptest::prelude::*;
+
+    /// One batch of a generated partition: a producer (0..4) and what it writes.
+    #[derive(Debug, Clone, Copy)]
+    enum Kind {
+        Data,
+        TxnData,
+        Commit,
+        Abort,
+    }
+
+    fn batch(offset: i64, producer: i64, kind: Kind) -> BatchInfo {
+        let data = |transactional| {
+            BatchBuilder::new(offset)
+                .producer(producer, 0, 0)
+                .transactional(transactional)
+                .record(RecordSpec::new(0, 1).with_value(vec![1]))
+                .build()
+        };
+        let marker = |control_type| {
+            let marker = EndTxnMarker {
+                control_type,
+                coordinator_epoch: 0,
+            };
+            end_txn_marker_batch(offset, 1, 0, producer, 0, marker)
+        };
+        let bytes = match kind {
+            Kind::Data => data(false),
+            Kind::TxnData => data(true),
+            Kind::Commit => marker(ControlType::Commit),
+            Kind::Abort => marker(ControlType::Abort),
+        };
+        scan_frames(&bytes, 0).next().unwrap().unwrap().info
+    }
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![
+            Just(Kind::Data),
+            Just(Kind::TxnData),
+            Just(Kind::Commit),
+            Just(Kind::Abort)
+        ]
+    }
+
+    proptest! {
+        /// Folding each segment's summary over the producers open before the first gives the producers a tracker
+        /// fed every batch holds open, wherever the segments are cut and whatever was open at the start.
+        #[test]
+        fn folded_summaries_agree_with_the_tracker(
+            batches in prop::collection::vec((0i64..4, kind()), 0..60),
+            cuts in prop::collection::btree_set(0usize..60, 0..5),
+            initially_open in prop::collection::btree_set(0i64..6, 0..3),
+        ) {
+            let infos: Vec<BatchInfo> = batches
+                .iter()
+                .enumerate()
+                .map(|(i, (producer, kind))| batch(i as i64, *producer, *kind))
+                .collect();
+            let mut tracker = TxnTracker::with_open_transactions(initially_open.iter().map(|p| (*p, -1 - *p)));
+            for info in &infos {
+                tracker.on_batch(info);
+            }
+            let mut open = initially_open.clone();
+            let mut start = 0;
+            for end in cuts.iter().copied().filter(|c| *c < infos.len()).chain([infos.len()]) {
+                let mut builder = TxnEndsBuilder::new();
+                for info in infos.get(start..end).unwrap_or_default() {
+                    builder.on_batch(info);
+                }
+                let ends = builder.finish().unwrap();
+                prop_assert_eq!(TxnEnds::decode(&ends.encode()), Some(ends.clone()));
+                ends.fold(&mut open);
+                start = end.max(start);
+            }
+            prop_assert_eq!(open, open_producers(&tracker));
+        }
+    }
+
+    #[test]
+    fn too_many_producers_record_nothing_and_bad_text_decodes_to_nothing() {
+        let mut builder = TxnEndsBuilder::new();
+        for p in 0..=MAX_PRODUCERS as i64 {
+            builder.on_batch(&batch(p, p, Kind::TxnData));
+        }
+        assert_eq!(builder.finish(), None);
+        let mut few = TxnEndsBuilder::new();
+        few.on_batch(&batch(0, 7, Kind::TxnData));
+        few.on_batch(&batch(1, 3, Kind::TxnData));
+        few.on_batch(&batch(2, 3, Kind::Commit));
+        few.on_batch(&batch(3, 9, Kind::Data));
+        let ends = few.finish().unwrap();
+        assert_eq!(ends.encode(), "o:7;c:3");
+        assert_eq!(TxnEnds::decode("o:;c:"), Some(TxnEnds::default()));
+        for bad in ["", "o:1;c:1", "o:-1;c:", "o:x;c:", "c:;o:", "o:1,;c:"] {
+            assert_eq!(TxnEnds::decode(bad), None, "{bad:?}");
+        }
+    }
+}

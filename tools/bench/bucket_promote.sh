@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `segmirror promote --handover rename` of a bucket-fed mirror of a live broker, with the installs' record of each
+# segment's transactions ("recorded") and, on a copy of the same mirror, with that record cleared from the catalog
+# ("walk": what a catalog written before installs recorded it gets, and what every such promotion did before: the
+# walk over every batch of each active segment to find open transactions).
+#
+# Usage: tools/bench/bucket_promote.sh [SIZES] (default "40 4096": MiB, each size in PARTITIONS partitions)
+#   PARTITIONS=8   partitions of the topic
+#   RUNS=1         runs per size (a fresh mirror each: a handover moves the mirror's files)
+#   WORK=DIR       where fixtures go (default target/bench/bucket_promote; deleted after)
+#   DROP_CACHES=1  drop the page cache before each promotion (root only), as a failover after a restart meets it
+#   SEGMIRROR=PATH the binary (default: a release build of this tree)
+#
+# Per size and run: `segmirror generate --running` writes a source log dir as a live broker has it (one active
+# segment per partition, preallocated indexes, no log-end producer snapshot), `segmirror seed` ships it into a local
+# folder store, `segmirror apply` installs it into a mirror (the source and the store are removed once used, so a
+# size needs about twice its bytes of free disk); the mirror and catalog are copied for the walk mode; a generated
+# stopped target log dir holds the same topic (another topic id, same partitions, epoch 0: nothing restamped). Then
+# each mode: `sync`, page cache dropped, promotion timed by /usr/bin/time (wall, user + sys CPU).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SIZES=${1:-"40 4096"}
+PARTITIONS=${PARTITIONS:-8}
+RUNS=${RUNS:-1}
+WORK=${WORK:-$ROOT/target/bench/bucket_promote}
+DROP_CACHES=${DROP_CACHES:-1}
+
+cd "$ROOT"
+if [ -z "${SEGMIRROR:-}" ]; then
+    cargo build --release -q --bin segmirror
+    SEGMIRROR=$ROOT/target/release/segmirror
+fi
+trap 'rm -rf "$WORK"' EXIT
+
+echo "command: SEGMIRROR=$SEGMIRROR PARTITIONS=$PARTITIONS RUNS=$RUNS tools/bench/bucket_promote.sh \"$SIZES\""
+echo
+echo "| size | partitions | mode | run | wall s | CPU s | batches restamped |"
+echo "|---|---|---|---|---|---|---|"
+for mib in $SIZES; do
+    for run in $(seq 1 "$RUNS"); do
+        rm -rf "$WORK"
+        mkdir -p "$WORK"
+        "$SEGMIRROR" generate --out "$WORK/source" --bulk-bytes "${mib}MiB" --partitions "$PARTITIONS" --running \
+            > /dev/null
+        "$SEGMIRROR" seed --log-dir "$WORK/source" --store "$WORK/store" --link bench > /dev/null 2>&1
+        rm -rf "$WORK/source"
+        "$SEGMIRROR" apply --store "$WORK/store" --mirror "$WORK/mirror" --catalog "$WORK/catalog.sqlite" \
+            --link bench > /dev/null 2>&1
+        rm -rf "$WORK/store"
+        # The walk mode's mirror: a copy, moved into place (a catalog belongs to its mirror root's path) after the
+        # recorded mode's promotion handed the original over.
+        cp -a "$WORK/mirror" "$WORK/mirror-walk"
+        cp -a "$WORK/catalog.sqlite" "$WORK/catalog-walk.sqlite"
+        "$SEGMIRROR" generate --out "$WORK/template" --bulk-bytes "$((PARTITIONS * 1024))" \
+            --partitions "$PARTITIONS" --seed 1 > /dev/null
+        for mode in recorded walk; do
+            if [ "$mode" = walk ]; then
+                rm -rf "$WORK/mirror"
+                mv "$WORK/mirror-walk" "$WORK/mirror"
+                mv "$WORK/catalog-walk.sqlite" "$WORK/catalog.sqlite"
+                python3 -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("UPDATE segments SET txn_ends = NULL")
+c.commit()' "$WORK/catalog.sqlite"
+            fi
+            rm -rf "$WORK/target"
+            cp -a "$WORK/template" "$WORK/target"
+            sync
+            if [ "$DROP_CACHES" = 1 ]; then
+                echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+            fi
+            /usr/bin/time -f "%e %U %S" -o "$WORK/time" "$SEGMIRROR" promote --mirror "$WORK/mirror" \
+                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename --force --allow-retention-delete \
+                --json > "$WORK/report.json"
+            read -r wall user sys < "$WORK/time"
+            restamped=$(python3 -c 'import json,sys
+r = json.load(open(sys.argv[1]))
+print(sum(p.get("batches_restamped", 0) for p in r["partitions"]))' "$WORK/report.json")
+            cpu=$(python3 -c "print(round($user + $sys, 2))")
+            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped |"
+        done
+    done
+done
