@@ -157,3 +157,83 @@ fn s_files(shipped: &[Shipped], base: i64) -> usize {
         .find(|s| s.manifest.base_offset == base)
         .map_or(0, |s| s.manifest.files.len())
 }
+
+/// A partition whose transactions cross segments: producer 7 commits or aborts every third batch, producer 8's
+/// transaction stays open from its first batch to the end.
+fn write_transactional(log_dir: &std::path::Path) -> std::path::PathBuf {
+    use segment_format::batch::ControlType;
+    use segment_format::control::EndTxnMarker;
+    use segment_format::record::{BatchBuilder, RecordSpec};
+    use segment_format::writer::{PartitionWriter, WriterConfig};
+    let config = WriterConfig {
+        segment_bytes: 2048,
+        index_interval_bytes: 256,
+        fsync: false,
+        topic_id: Some(Uuid([3; 16])),
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(log_dir, "txns", 0, 0, config).unwrap();
+    w.become_leader(1);
+    for i in 0..30i64 {
+        let producer = if i % 5 == 4 { 8 } else { 7 };
+        let sequence = i32::try_from(i).unwrap();
+        let batch = BatchBuilder::new(0)
+            .partition_leader_epoch(1)
+            .producer(producer, 0, sequence)
+            .transactional(true)
+            .record(RecordSpec::new(0, 1_700_000_000_000 + i).with_value(vec![b'v'; 100]));
+        w.append(batch).unwrap();
+        if i % 3 == 2 {
+            let control_type = if i % 2 == 0 {
+                ControlType::Commit
+            } else {
+                ControlType::Abort
+            };
+            let marker = EndTxnMarker {
+                control_type,
+                coordinator_epoch: 1,
+            };
+            w.append_end_txn_marker(7, 0, marker, 1_700_000_000_000 + i, 1).unwrap();
+        }
+    }
+    w.close().unwrap().dir
+}
+
+/// Whatever point of an install the applier is killed at, the rerun leaves every installed segment with a record of
+/// its transactions, and the records say what the batches say (what promotion then trusts instead of a walk).
+#[tokio::test]
+async fn a_crash_at_any_point_of_an_install_leaves_transaction_records_that_match_the_batches() {
+    use segmirror_applier::verify::verify_recorded_transactions;
+    let points = [
+        FailPoint::AfterStaging,
+        FailPoint::AfterRename(1),
+        FailPoint::AfterRename(2),
+        FailPoint::AfterRename(3),
+        FailPoint::BeforeCatalog,
+    ];
+    for point in points {
+        let w = World::new();
+        let source = write_transactional(&w.path("src"));
+        let shipped = ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &source).await;
+        assert!(shipped.len() >= 3, "{}", shipped.len());
+        crash_at(&w, point, 2).await;
+        assert_eq!(w.apply().await.verdict(), Verdict::Ok, "{point:?}");
+        assert_mirrors(&source, &w.mirror().join("txns-0"));
+        let catalog = w.catalog();
+        let id = catalog.partition(&PartitionKey::new(LINK, "txns", 0)).unwrap().id;
+        let recorded = catalog.installed_txn_ends(id).unwrap();
+        assert_eq!(recorded.len(), shipped.len(), "{point:?}");
+        let mut open = std::collections::BTreeSet::new();
+        for (base, (_, ends)) in &recorded {
+            ends.as_ref()
+                .unwrap_or_else(|| panic!("{point:?}: segment {base} unrecorded"))
+                .fold(&mut open);
+        }
+        assert_eq!(open, [8].into(), "{point:?}");
+        let (findings, io_errors) = verify_recorded_transactions(&w.mirror(), &catalog);
+        assert!(
+            findings.is_empty() && io_errors.is_empty(),
+            "{point:?}: {findings:#?} {io_errors:?}"
+        );
+    }
+}
