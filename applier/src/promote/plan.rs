@@ -590,13 +590,18 @@ fn inspect_mirror(
         });
         return Ok(None);
     };
-    let tail_active = match tailed_active_segment(mirror_root, p, tp, last, refusals)? {
+    let tailed = match tailed_active_segment(mirror_root, p, tp, last, refusals)? {
         Tailed::Refused => return Ok(None),
-        Tailed::Active(t) => Some(t),
+        Tailed::Active(active) => Some(active),
         Tailed::No => None,
     };
-    // From the last batches only (the offset index says where they start): see `log_end`.
-    let log_end_offset = log_end(&last.log, last.base_offset)?.end_offset;
+    let tail_active = tailed.as_ref().map(|a| a.active);
+    // From the last batches only (the offset index says where they start): see `log_end`. A tailed active segment's
+    // end was read already.
+    let log_end_offset = match &tailed {
+        Some(active) => active.end_offset,
+        None => log_end(&last.log, last.base_offset)?.end_offset,
+    };
     // A tailed partition: the catalog holds the sealed segments below the active one, whose end the state file
     // records (checked in `tailed_active_segment`); otherwise the catalog holds everything up to the end.
     let consistent = match &tail_active {
@@ -612,7 +617,10 @@ fn inspect_mirror(
         });
         return Ok(None);
     }
-    let (tail_kept, tail_open_transactions) = kept_at_end(mirror_root, tp, last, log_end_offset)?;
+    let (tail_kept, tail_open_transactions) = match tailed {
+        Some(active) => (active.kept, active.open_transactions),
+        None => kept_at_end(mirror_root, tp, last, log_end_offset)?,
+    };
     let log_start_offset = p.log_start_offset.max(first.base_offset);
     if log_start_offset > log_end_offset {
         refusals.push(Refusal::LogStartBeyondEnd {
@@ -737,9 +745,18 @@ fn inspect_all(
 enum Tailed {
     /// Not tailed, or the tail's last segment is sealed (and so installed in the catalog).
     No,
-    Active(TailActive),
+    Active(ActiveTail),
     /// A refusal was recorded.
     Refused,
+}
+
+/// A tailed active segment as planning found it: what the plan journals, the end its batches give (the recorded
+/// one), and what the appender kept of it (as [`kept_at_end`] would return it, without reading the state file again).
+struct ActiveTail {
+    active: TailActive,
+    end_offset: i64,
+    kept: Option<crate::direct::Kept>,
+    open_transactions: Option<usize>,
 }
 
 /// A tailed partition (one with a tail state file whose last segment is not sealed) is promotable when its last
@@ -817,9 +834,19 @@ fn tailed_active_segment(
         });
         return Ok(Tailed::Refused);
     }
-    Ok(Tailed::Active(TailActive {
-        segment_base: state.segment_base,
-        catalog_end_offset: p.installed_end_offset,
+    // What the appender kept is about this segment when the state file describes the mirror's end (the file has the
+    // recorded size, checked above, and `end` is the recorded next offset): `kept_at_end`'s rule.
+    let describes_end = state.next_offset == Some(end);
+    Ok(Tailed::Active(ActiveTail {
+        active: TailActive {
+            segment_base: state.segment_base,
+            catalog_end_offset: p.installed_end_offset,
+        },
+        end_offset: end,
+        kept: state.kept.clone().filter(|_| describes_end),
+        open_transactions: state
+            .open_transactions
+            .filter(|_| describes_end && state.kept.is_some()),
     }))
 }
 
