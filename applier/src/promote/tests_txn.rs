@@ -68,25 +68,32 @@ fn end(w: &mut PartitionWriter, p: &Producer, control_type: ControlType, coordin
         .unwrap();
 }
 
-/// A source partition with decided transactions, idempotent writes and two transactions open at its end: one from
-/// offset 0 (so in every producer snapshot) and one opened after the last snapshot a roll took.
-fn write_transactions(root: &Path, partition: i32, segment_bytes: u64) -> Written {
+/// A source partition's writer (leading in [`SOURCE_EPOCH`]) and its long-running transactional producer and its
+/// idempotent one.
+fn source_writer(root: &Path, partition: i32, segment_bytes: u64) -> (PartitionWriter, Producer, Producer) {
     let cfg = WriterConfig {
         segment_bytes,
         ..config(Uuid([1; 16]))
     };
     let mut w = PartitionWriter::create(root, TOPIC, partition, 0, cfg).unwrap();
     w.become_leader(SOURCE_EPOCH);
-    let mut long = Producer {
+    let long = Producer {
         id: LONG_OPEN,
         epoch: 2,
         sequence: 0,
     };
-    let mut idem = Producer {
+    let idem = Producer {
         id: IDEMPOTENT,
         epoch: 0,
         sequence: 0,
     };
+    (w, long, idem)
+}
+
+/// A source partition with decided transactions, idempotent writes and two transactions open at its end: one from
+/// offset 0 (so in every producer snapshot) and one opened after the last snapshot a roll took.
+fn write_transactions(root: &Path, partition: i32, segment_bytes: u64) -> Written {
+    let (mut w, mut long, mut idem) = source_writer(root, partition, segment_bytes);
     let mut decided = Producer {
         id: DECIDED,
         epoch: 5,
@@ -686,22 +693,7 @@ fn a_scan_from_a_snapshot_starts_at_the_offset_index_entry_below_it_and_only_whe
 /// A source partition like [`write_transactions`]'s whose transactions are all decided by its end: the long one is
 /// committed after the last round, the late one aborted, and idempotent writes follow.
 fn write_decided(root: &Path, partition: i32, segment_bytes: u64) -> WrittenPartition {
-    let cfg = WriterConfig {
-        segment_bytes,
-        ..config(Uuid([1; 16]))
-    };
-    let mut w = PartitionWriter::create(root, TOPIC, partition, 0, cfg).unwrap();
-    w.become_leader(SOURCE_EPOCH);
-    let mut long = Producer {
-        id: LONG_OPEN,
-        epoch: 2,
-        sequence: 0,
-    };
-    let mut idem = Producer {
-        id: IDEMPOTENT,
-        epoch: 0,
-        sequence: 0,
-    };
+    let (mut w, mut long, mut idem) = source_writer(root, partition, segment_bytes);
     let mut late = Producer {
         id: LATE_OPEN,
         epoch: 1,
