@@ -44,7 +44,7 @@ fn segment_files(dir: &Path) -> Vec<String> {
 }
 
 /// A test world with the sample set written into its `source` log dir (not shipped yet).
-fn sample_world() -> (World, std::path::PathBuf, segment_format::writer::sample::Manifest) {
+fn sample_world() -> (World, segment_format::writer::sample::Manifest) {
     let w = World::new();
     let source = w.path("source");
     let sample = write_sample(
@@ -55,12 +55,12 @@ fn sample_world() -> (World, std::path::PathBuf, segment_format::writer::sample:
         },
     )
     .unwrap();
-    (w, source, sample)
+    (w, sample)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shipped_sample_set_is_mirrored_byte_for_byte_and_a_rerun_fetches_nothing() {
-    let (w, source, sample) = sample_world();
+    let (w, sample) = sample_world();
     let mut manifests = 0;
     for p in &sample.partitions {
         manifests += ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &p.written.dir)
@@ -418,7 +418,7 @@ async fn a_grown_active_segment_replaces_the_installed_version() {
 /// holds open at the end, which promotion relies on to skip reading the segments.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_install_records_how_its_batches_leave_the_transactions() {
-    let (w, _, sample) = sample_world();
+    let (w, sample) = sample_world();
     for p in &sample.partitions {
         ship_partition_dir(&w.store, &KeyPrefix::root(), LINK, &p.written.dir).await;
     }
