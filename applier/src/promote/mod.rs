@@ -133,11 +133,11 @@
 //!
 //! # Layout
 //! This module only orchestrates ([`promote`]: lock, resume a journal, select, plan, journal, execute). The steps
-//! are modules named by what they do — `plan` (the request, every refusal, the plan, the pause), `journal` (the
-//! durable plan and the crash points), `build` (a partition complete in staging), `swap` (live directories, root
-//! checkpoints, catalog record) — with helpers `restamp`, `kcopy`, `handover`, `txn_cut`, `recorded_txns`,
-//! `producer_state`, `target`, [`retention`],
-//! `lock` and `files`. Errors are [`Error`] (this folder's own); the crate's error wraps it. Shared types live in
+//! are modules named by what they do — `plan` (the request, every refusal, the plan, the pause; its `inspect` reads
+//! both sides of every partition on worker threads), `journal` (the durable plan and the crash points), `build` (a
+//! partition complete in staging), `swap` (live directories, root checkpoints, catalog record) — with helpers
+//! `restamp`, `kcopy`, `handover`, `txn_cut`, `recorded_txns`, `producer_state`, `target`, [`retention`], `lock` and
+//! `files`. Errors are [`Error`] (this folder's own); the crate's error wraps it. Shared types live in
 //! leaf modules (`journal::Planned`, `report`, `refusal`, `retention::loss`), so no two modules import each other.
 
 mod build;
