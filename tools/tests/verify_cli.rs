@@ -1465,3 +1465,41 @@ fn log_dir_with_unparseable_sub_directory() {
         .expect_code(1)
         .expect_stdout(&format!("error: {}", staging.display()));
 }
+
+/// `verify --deep --catalog` on a mirror applied from a seeded sample set (transactions included): sound as
+/// installed; once the catalog's record of a segment's transactions lies, exit 1 naming that segment; a catalog
+/// of another mirror root, or `--catalog` without `--deep`, is a usage error.
+#[test]
+fn the_catalogs_transaction_records_are_held_to_the_mirrors_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = |name: &str| tmp.path().join(name).to_str().unwrap().to_string();
+    let (source, store, mirror, catalog) = (path("source"), path("store"), path("mirror"), path("catalog.sqlite"));
+    for args in [
+        vec!["generate", "--out", &source],
+        vec!["seed", "--log-dir", &source, "--store", &store],
+        vec!["apply", "--store", &store, "--mirror", &mirror, "--catalog", &catalog],
+    ] {
+        let r = segmirror(&args);
+        assert_eq!(r.code, Some(0), "{args:?}\n{r}");
+    }
+    let r = segmirror(["verify", "--deep", "--catalog", &catalog, &mirror]);
+    assert_eq!(r.code, Some(0), "{r}");
+    let r = segmirror(["verify", "--catalog", &catalog, &mirror]);
+    assert_eq!(r.code, Some(2), "{r}");
+    let r = segmirror(["verify", "--deep", "--catalog", &catalog, &source]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stderr.contains("belongs to mirror root"), "{r}");
+
+    let lied = rusqlite::Connection::open(&catalog)
+        .unwrap()
+        .execute(
+            "UPDATE segments SET txn_ends = 'o:;c:' WHERE (partition_id, base_offset) = \
+             (SELECT partition_id, base_offset FROM segments WHERE txn_ends <> 'o:;c:' LIMIT 1)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(lied, 1, "the sample set has transactions");
+    let r = segmirror(["verify", "--deep", "--catalog", &catalog, &mirror]);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(r.stdout.contains("which promotion trusts, says o:;c:"), "{r}");
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use segment_format::verify::{self, Depth, Progress, Report, Strictness, VerifyOptions};
 use segmirror_applier::verify::{verify_paths, verify_recorded_transactions};
-use segmirror_catalog::Catalog;
+use segmirror_catalog::{canonical_mirror_root, Catalog};
 
 use segmirror_transport::bucket::audit::{audit_store, AuditOptions, AuditReport};
 use segmirror_transport::manifest::KeyPrefix;
@@ -87,7 +87,20 @@ pub fn run(args: Args, runtime: &Runtime) -> anyhow::Result<ExitCode> {
             anyhow::bail!("no catalog at {}", path.display());
         }
         let catalog = Catalog::open(path)?;
-        for root in paths.iter().filter(|p| p.is_dir()) {
+        // Only the mirror root the catalog belongs to: another root's partitions are not what it recorded.
+        let bound = catalog.mirror_root()?;
+        let roots: Vec<&PathBuf> = paths
+            .iter()
+            .filter(|p| bound.is_some() && canonical_mirror_root(p).ok() == bound)
+            .collect();
+        if roots.is_empty() {
+            anyhow::bail!(
+                "catalog {} belongs to mirror root {}, which is not among the paths given",
+                path.display(),
+                bound.map_or_else(|| "(none)".to_string(), |b| b.display().to_string())
+            );
+        }
+        for root in roots {
             let (findings, io_errors) = verify_recorded_transactions(root, &catalog);
             report.findings.extend(findings);
             report.io_errors.extend(io_errors);
