@@ -4,9 +4,9 @@
 //! Why: `txn_cut::find_open_transactions` replays the batches after the newest producer snapshot, and a mirror of
 //! a live broker's partition has none inside its active segment (the broker writes one at a roll and at a clean
 //! shutdown): the walk read every batch header of every active segment, so the promotion of a bucket-fed mirror
-//! grew with the data (about 0.4 s per GiB from a cold cache). Every install reads all batches of the version it
-//! installs anyway, and the catalog keeps, with that version, how those batches leave each transactional producer
-//! (`segment_format::txn_ends`). Folding those short lists from the same starting point as the walk — the producers
+//! grew with the data (about 1 s per GiB from a cold cache, docs/BENCHMARKS.md). Every install reads all batches of
+//! the version it installs anyway, and the catalog keeps, with that version, how those batches leave each
+//! transactional producer (`segment_format::txn_ends`). Folding those short lists from the same starting point as the walk — the producers
 //! the newest usable snapshot holds open, or none before the first promoted segment — gives the same set of producers
 //! with an open transaction (the fold is exact for the set; see that module).
 //!
