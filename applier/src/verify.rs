@@ -4,14 +4,12 @@
 //! rather than in `mirror` because it needs `direct` and the catalog too, and `mirror` is the layer below both
 //! appliers, importing neither.
 
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::error::Defect;
-use segment_format::log::LogFile;
 use segment_format::report::Finding;
-use segment_format::txn_ends::{TxnEnds, TxnEndsBuilder};
+use segment_format::txn_ends;
 use segment_format::verify::{Progress, Report, VerifyOptions};
 use segmirror_catalog::{Catalog, PartitionState};
 
@@ -67,7 +65,7 @@ pub fn verify_recorded_transactions(root: &Path, catalog: &Catalog) -> (Vec<Find
                 if !log.is_file() {
                     continue;
                 }
-                match transaction_ends_of(&log, next) {
+                match txn_ends::of_log(&log, next) {
                     Ok(Some(found)) if found == ends => {}
                     Ok(found) => findings.push(Finding::error(
                         &log,
@@ -88,19 +86,4 @@ pub fn verify_recorded_transactions(root: &Path, catalog: &Catalog) -> (Vec<Find
         }
     }
     (findings, io_errors)
-}
-
-/// How the batches of `log` below offset `next` leave each transactional producer.
-fn transaction_ends_of(log: &Path, next: i64) -> Result<Option<TxnEnds>, segment_format::Error> {
-    let mut ends = TxnEndsBuilder::new();
-    let mut file = LogFile::open(log)?;
-    let len = file.len();
-    file.scan_range(0, len, |frame| {
-        if frame.info.base_offset >= next {
-            return ControlFlow::Break(());
-        }
-        ends.on_batch(&frame.info);
-        ControlFlow::Continue(())
-    })?;
-    Ok(ends.finish())
 }

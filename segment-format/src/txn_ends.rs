@@ -18,8 +18,11 @@
 //! nothing ([`TxnEndsBuilder::finish`] gives `None`), and promotion walks.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
+use std::path::Path;
 
 use crate::batch::{BatchInfo, ControlType};
+use crate::log::LogFile;
 use crate::txn_index::TxnTracker;
 
 /// The most transactional producers one segment's summary records (about 20 bytes each in the catalog).
@@ -122,6 +125,22 @@ impl TxnEndsBuilder {
         }
         Some(ends)
     }
+}
+
+/// How the batches of the segment file `log` below offset `below` leave each transactional producer (`None`: more
+/// than [`MAX_PRODUCERS`]): what an install records, derived again from the bytes (by `verify`, and by tests).
+pub fn of_log(log: &Path, below: i64) -> Result<Option<TxnEnds>, crate::Error> {
+    let mut ends = TxnEndsBuilder::new();
+    let mut file = LogFile::open(log)?;
+    let len = file.len();
+    file.scan_range(0, len, |frame| {
+        if frame.info.base_offset >= below {
+            return ControlFlow::Break(());
+        }
+        ends.on_batch(&frame.info);
+        ControlFlow::Continue(())
+    })?;
+    Ok(ends.finish())
 }
 
 /// The producers a [`TxnTracker`] holds open, as the set [`TxnEnds::fold`] works on.

@@ -121,19 +121,14 @@ pub(super) fn recorded_ends(w: &WrittenPartition) -> super::recorded_txns::Recor
         .enumerate()
         .map(|(i, s)| {
             let next = w.segments.get(i + 1).map_or(w.log_end_offset, |n| n.base_offset);
-            let mut ends = segment_format::txn_ends::TxnEndsBuilder::new();
-            let mut log = segment_format::log::LogFile::open(w.dir.join(segment_format::dir::segment_file_name(
+            let log = w.dir.join(segment_format::dir::segment_file_name(
                 s.base_offset,
                 segment_format::dir::SegmentFileKind::Log,
-            )))
-            .unwrap();
-            let len = log.len();
-            log.scan_range(0, len, |frame| {
-                ends.on_batch(&frame.info);
-                std::ops::ControlFlow::Continue(())
-            })
-            .unwrap();
-            (s.base_offset, (next, ends.finish()))
+            ));
+            (
+                s.base_offset,
+                (next, segment_format::txn_ends::of_log(&log, next).unwrap()),
+            )
         })
         .collect()
 }
