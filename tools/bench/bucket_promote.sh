@@ -26,6 +26,8 @@ WORK=${WORK:-$ROOT/target/bench/bucket_promote}
 DROP_CACHES=${DROP_CACHES:-1}
 
 cd "$ROOT"
+# shellcheck source=tools/bench/lib.sh
+source "$ROOT/tools/bench/lib.sh"
 if [ -z "${SEGMIRROR:-}" ]; then
     cargo build --release -q --bin segmirror
     SEGMIRROR=$ROOT/target/release/segmirror
@@ -65,18 +67,10 @@ c.commit()' "$WORK/catalog.sqlite"
             fi
             rm -rf "$WORK/target"
             cp -a "$WORK/template" "$WORK/target"
-            sync
-            if [ "$DROP_CACHES" = 1 ]; then
-                echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-            fi
-            /usr/bin/time -f "%e %U %S" -o "$WORK/time" "$SEGMIRROR" promote --mirror "$WORK/mirror" \
-                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename --force --allow-retention-delete \
-                --json > "$WORK/report.json"
-            read -r wall user sys < "$WORK/time"
-            restamped=$(python3 -c 'import json,sys
-r = json.load(open(sys.argv[1]))
-print(sum(p.get("batches_restamped", 0) for p in r["partitions"]))' "$WORK/report.json")
-            cpu=$(python3 -c "print(round($user + $sys, 2))")
+            promoted=$(cold_promote "$WORK" "$SEGMIRROR" --mirror "$WORK/mirror" \
+                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename --force \
+                --allow-retention-delete)
+            read -r wall cpu restamped <<< "$promoted"
             echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped |"
         done
     done

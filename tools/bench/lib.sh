@@ -164,3 +164,21 @@ PY
         exit 1
     done
 }
+
+# cold_promote WORK SEGMIRROR ARGS...: `segmirror promote ARGS... --json` from a cold page cache: `sync`, the cache
+# dropped when DROP_CACHES=1 (root only), then timed by /usr/bin/time. Prints "wall_s cpu_s batches_restamped"
+# (CPU = user + sys); the report stays in WORK/report.json.
+cold_promote() {
+    local work="$1" bin="$2" wall user sys
+    shift 2
+    sync
+    if [ "${DROP_CACHES:-1}" = 1 ]; then
+        echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+    fi
+    /usr/bin/time -f "%e %U %S" -o "$work/time" "$bin" promote "$@" --json > "$work/report.json"
+    read -r wall user sys < "$work/time"
+    python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print(sys.argv[2], round(float(sys.argv[3]) + float(sys.argv[4]), 2),
+      sum(p.get("batches_restamped", 0) for p in r["partitions"]))' "$work/report.json" "$wall" "$user" "$sys"
+}

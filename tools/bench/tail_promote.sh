@@ -23,6 +23,8 @@ WORK=${WORK:-$ROOT/target/bench/tail_promote}
 DROP_CACHES=${DROP_CACHES:-1}
 
 cd "$ROOT"
+# shellcheck source=tools/bench/lib.sh
+source "$ROOT/tools/bench/lib.sh"
 cargo build --release -q -p segmirror
 # The fixture writer: the applier's test binary in release (its path from cargo's JSON messages).
 FIXTURE=$(cargo test --release -q -p segmirror-applier --lib --no-run --message-format=json 2>/dev/null |
@@ -45,18 +47,9 @@ for mib in $SIZES; do
             SEGMIRROR_BENCH_DIR=$WORK SEGMIRROR_BENCH_MIB=$mib SEGMIRROR_BENCH_PARTITIONS=$PARTITIONS \
                 SEGMIRROR_BENCH_FORGET_KEPT=$forget \
                 "$FIXTURE" promote::tests_tail_kept::bench_fixture --ignored --exact -q >/dev/null
-            sync
-            if [ "$DROP_CACHES" = 1 ]; then
-                echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-            fi
-            /usr/bin/time -f "%e %U %S" -o "$WORK/time" "$SEGMIRROR" promote --mirror "$WORK/mirror" \
-                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename --json \
-                > "$WORK/report.json"
-            read -r wall user sys < "$WORK/time"
-            restamped=$(python3 -c 'import json,sys
-r = json.load(open(sys.argv[1]))
-print(sum(p.get("batches_restamped", 0) for p in r["partitions"]))' "$WORK/report.json")
-            cpu=$(python3 -c "print(round($user + $sys, 2))")
+            promoted=$(cold_promote "$WORK" "$SEGMIRROR" --mirror "$WORK/mirror" \
+                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename)
+            read -r wall cpu restamped <<< "$promoted"
             echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped |"
         done
     done
