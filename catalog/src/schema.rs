@@ -218,7 +218,7 @@ pub const MIGRATIONS: &[&str] = &[
     // 11: how an installed segment version leaves each transactional producer (`TxnEnds`, text form), recorded by
     // the install that read its batches, so that promotion knows whether a transaction is open at the end without
     // reading the segments again. NULL: not known (written by another path, or too many producers); any rewrite
-    // of the row (`INSERT OR REPLACE` names the other columns only) forgets it.
+    // of the row by a writer that did not read the batches (`write_segment` with none) forgets it.
     r#"
     ALTER TABLE segments ADD COLUMN txn_ends TEXT;
     "#,

@@ -161,10 +161,20 @@ fn last_installed(conn: &Connection, id: PartitionId) -> Result<Option<SegmentRe
         .optional()?)
 }
 
-fn write_segment(conn: &Connection, id: PartitionId, v: &SegmentVersion, size: i64, state: SegmentState) -> Result<()> {
+/// Writes the row of `v`, replacing any at its base, with how its batches leave each transactional producer when
+/// the writer read them (`txn_ends`; NULL otherwise, so a replaced row never keeps another version's).
+fn write_segment(
+    conn: &Connection,
+    id: PartitionId,
+    v: &SegmentVersion,
+    size: i64,
+    state: SegmentState,
+    txn_ends: Option<&TxnEnds>,
+) -> Result<()> {
     conn.execute(
         &format!(
-            "INSERT OR REPLACE INTO segments ({SEGMENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            "INSERT OR REPLACE INTO segments ({SEGMENT_COLUMNS}, txn_ends) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
         ),
         params![
             id.0,
@@ -176,7 +186,8 @@ fn write_segment(conn: &Connection, id: PartitionId, v: &SegmentVersion, size: i
             v.manifest_key,
             v.sealed,
             state,
-            now_ms()
+            now_ms(),
+            txn_ends.map(TxnEnds::encode)
         ],
     )?;
     Ok(())
@@ -185,7 +196,7 @@ fn write_segment(conn: &Connection, id: PartitionId, v: &SegmentVersion, size: i
 /// Writes `v` as an installed row (a replacement's new version, `follow`).
 pub(crate) fn write_installed(conn: &Connection, id: PartitionId, v: &SegmentVersion) -> Result<()> {
     let size = v.validate()?;
-    write_segment(conn, id, v, size, SegmentState::Installed)
+    write_segment(conn, id, v, size, SegmentState::Installed, None)
 }
 
 /// What lies between the installed end and a version offered for install.
@@ -331,7 +342,7 @@ impl Catalog {
         let p = load_writable(&tx, id, source_topic_id)?;
         match fit(&tx, &p, v, false, Preceded::ByInstalled)? {
             Fit::Same | Fit::Replaces { .. } => return Ok(PendingOutcome::InstalledKept),
-            Fit::New => write_segment(&tx, id, v, size, state)?,
+            Fit::New => write_segment(&tx, id, v, size, state, None)?,
         }
         tx.commit()?;
         Ok(PendingOutcome::Recorded)
@@ -378,13 +389,7 @@ impl Catalog {
             Fit::New => InstallOutcome::New,
             Fit::Replaces { previous_next_offset } => InstallOutcome::Replaced { previous_next_offset },
         };
-        write_segment(&tx, id, v, size, SegmentState::Installed)?;
-        if let Some(ends) = txn_ends {
-            tx.execute(
-                "UPDATE segments SET txn_ends = ?3 WHERE partition_id = ?1 AND base_offset = ?2",
-                params![id.0, v.base_offset, ends.encode()],
-            )?;
-        }
+        write_segment(&tx, id, v, size, SegmentState::Installed, txn_ends)?;
         // Pending versions of earlier bases can no longer be installed (they would overlap); forget them.
         tx.execute(
             "DELETE FROM segments WHERE partition_id = ?1 AND state <> 'installed' AND base_offset < ?2",
