@@ -7,6 +7,8 @@
 //! half-built partition; a crash mid-build leaves a `.building` directory that the rerun rebuilds from the
 //! journal, byte for byte the same.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use segment_format::checkpoint::{EpochEntry, LeaderEpochCheckpoint};
@@ -14,7 +16,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind, LEADER_EPOCH_CHECK
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 
 use super::error::{Error, Result};
-use super::files::{copy, create_dir, remove_dir_all, rename, write_staged};
+use super::files::{copy, create_dir, remove_dir_all, write_staged};
 use super::handover::{hand_over_file, KillSwitch};
 use super::journal::{Journal, Planned, JOURNAL_FILE};
 use super::kcopy::restamp_in_place;
@@ -36,12 +38,14 @@ pub(super) const READY: &str = "ready";
 pub(super) const OLD: &str = "old";
 
 pub(super) fn staged(staging: &Path, p: &Planned, suffix: &str) -> PathBuf {
-    staging.join(format!("{}.{suffix}", p.tp().dir_name()))
+    staging.join(staged_name(p, suffix))
 }
 
-/// Build `<tp>.ready` in staging unless it (or the swap after it) already happened; says which (`true`: built now).
-/// Runs on a worker thread of `swap::build_all`, next to other partitions' builds: it touches only this
-/// partition's directories in staging and reads only its mirror partition.
+/// The name of a partition's directory in staging with one of the suffixes above.
+pub(super) fn staged_name(p: &Planned, suffix: &str) -> OsString {
+    OsString::from(format!("{}.{suffix}", p.tp().dir_name()))
+}
+
 /// The report entry of a planned partition, before anything is copied.
 pub(super) fn planned_result(p: &Planned, outcome: Outcome) -> PromotedPartition {
     PromotedPartition {
@@ -63,23 +67,26 @@ pub(super) fn planned_result(p: &Planned, outcome: Outcome) -> PromotedPartition
     }
 }
 
+/// Build `<tp>.ready` in staging unless it (or the swap after it) already happened; says which (`true`: built now).
+/// `held`: the names staging held before the builds began (no build touches another partition's names).
+/// Runs on a worker thread of `swap::build_all`, next to other partitions' builds: it touches only this
+/// partition's directories in staging and reads only its mirror partition.
 pub(super) fn build(
     journal: &Journal,
     p: &Planned,
     staging: &Path,
+    held: &HashSet<OsString>,
     outcome: Outcome,
     kill: KillSwitch<'_>,
 ) -> Result<(PromotedPartition, bool)> {
-    let ready = staged(staging, p, READY);
-    let old = staged(staging, p, OLD);
     let mut result = planned_result(p, outcome);
-    if ready.exists() || old.exists() {
+    if held.contains(&staged_name(p, READY)) || held.contains(&staged_name(p, OLD)) {
         return Ok((result, false));
     }
     let building = staged(staging, p, BUILDING);
     // A handover's `.building` may hold the only copy of files already moved: it is finished, never rebuilt
     // (`handover`).
-    if building.exists() && !p.handover {
+    if held.contains(&staged_name(p, BUILDING)) && !p.handover {
         remove_dir_all(&building)?;
     }
     create_dir(&building)?;
@@ -204,12 +211,16 @@ pub(super) fn build(
 
 /// Rename a partition built in staging (`build`) `.ready`, once what it holds is durable; a partition renamed
 /// already, or swapped already, is left as it is.
+///
+/// One `rename` in the usual case; only when it fails are the names looked at, to tell "done already" (no
+/// `.building`, or a `.ready` or `.old` there) from a failure.
 pub(super) fn mark_ready(staging: &Path, p: &Planned) -> Result<()> {
     let (building, ready) = (staged(staging, p, BUILDING), staged(staging, p, READY));
-    if building.exists() && !ready.exists() && !staged(staging, p, OLD).exists() {
-        rename(&building, &ready)?;
+    match std::fs::rename(&building, &ready) {
+        Ok(()) => Ok(()),
+        Err(_) if !building.exists() || ready.exists() || staged(staging, p, OLD).exists() => Ok(()),
+        Err(e) => Err(Error::io(&building, e)),
     }
-    Ok(())
 }
 
 /// What handing over one segment did.

@@ -1,6 +1,8 @@
 //! File-system steps of a promotion, each failure naming its path, and "already done" (exists / not found) counted
 //! as success where a rerun after a crash would meet it.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::path::Path;
 
 use super::error::{Error, Result};
@@ -39,6 +41,20 @@ pub(super) fn remove_file(path: &Path) -> Result<()> {
     }
 }
 
+/// The names in a directory (none when it does not exist). Why: a promotion asks of each of thousands of
+/// partitions which of its names (`.building`, `.ready`, `.old`) staging holds; one listing answers them all,
+/// where a `stat` per name and partition was three system calls per partition and phase.
+pub(super) fn names_in(dir: &Path) -> Result<HashSet<OsString>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::io(dir, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HashSet::new()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}
+
 pub(super) fn remove_dir_all(path: &Path) -> Result<()> {
     match std::fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
@@ -51,9 +67,10 @@ pub(super) fn remove_dir_all(path: &Path) -> Result<()> {
 /// promotion staging holds every partition's `.old` directory (10,000 of them for 10,000 partitions), and removing
 /// them is the kernel's work per file; one thread left the other core idle.
 pub(super) fn remove_dir_all_parallel(dir: &Path, threads: usize) -> Result<()> {
-    let entries: Vec<std::path::PathBuf> = match std::fs::read_dir(dir) {
+    // Each entry's kind comes from the listing itself (`d_type`), not a `stat` per entry.
+    let entries: Vec<(std::path::PathBuf, Option<std::fs::FileType>)> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
-            .map(|e| e.map(|e| e.path()))
+            .map(|e| e.map(|e| (e.path(), e.file_type().ok())))
             .collect::<std::io::Result<_>>()
             .map_err(|e| Error::io(dir, e))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -66,8 +83,11 @@ pub(super) fn remove_dir_all_parallel(dir: &Path, threads: usize) -> Result<()> 
             .chunks(per_thread)
             .map(|chunk| {
                 scope.spawn(move || {
-                    chunk.iter().try_for_each(|path| {
-                        let file_type = std::fs::symlink_metadata(path).map(|m| m.file_type());
+                    chunk.iter().try_for_each(|(path, file_type)| {
+                        let file_type = match file_type {
+                            Some(t) => Ok(*t),
+                            None => std::fs::symlink_metadata(path).map(|m| m.file_type()),
+                        };
                         match file_type {
                             Ok(t) if t.is_dir() => remove_dir_all(path),
                             Ok(_) => remove_file(path),

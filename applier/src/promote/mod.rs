@@ -466,8 +466,15 @@ fn promote_planned(
     refusals: &mut Vec<Refusal>,
     report: &mut PromoteReport,
 ) -> Result<()> {
+    let started = std::time::Instant::now();
     let all = catalog.partitions(link)?;
     let plan = plan(request, catalog, &all, todo, mirror_exists, refusals)?;
+    tracing::debug!(
+        partitions = plan.planned.len(),
+        refusals = refusals.len(),
+        elapsed = ?started.elapsed(),
+        "promotion planned"
+    );
     report.notes.extend(plan.notes);
     report.retention_deletes = plan.retention_deletes;
     if !refusals.is_empty() {
@@ -490,6 +497,7 @@ fn promote_planned(
     for replica in &journal.replicas {
         write_journal(&journal, &replica.log_dir, &replica.log_dir.join(PROMOTION_DIR))?;
     }
+    tracing::debug!(elapsed = ?started.elapsed(), "partitions paused in the catalog and the promotion journaled");
     hook(Step::Journaled);
     let executed = execute(
         &journal,

@@ -145,12 +145,18 @@ pub(super) fn plan(
     mirror_exists: bool,
     refusals: &mut Vec<Refusal>,
 ) -> Result<Plan> {
+    let started = std::time::Instant::now();
+    let step = |name: &str| tracing::debug!(elapsed = ?started.elapsed(), "planning: {name}");
     let mut planner = Planner::new(request, catalog, refusals)?;
+    step("target log dirs and settings read");
     planner.check_topics(all, todo);
+    step("topics checked");
     let inspected = inspect_all(request, &planner.targets, todo, mirror_exists);
+    step("both sides of every partition read");
     for (p, seen) in todo.iter().zip(inspected) {
         planner.plan_partition(p, seen)?;
     }
+    step("every partition planned");
     planner.check_topic_ids();
     planner.finish(all, todo)
 }

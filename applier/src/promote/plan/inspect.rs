@@ -143,7 +143,14 @@ pub(super) struct Inspected {
     pub(super) targets: Vec<TargetSeen>,
 }
 
-/// Both sides of every partition of `todo`, read by up to [`PromoteRequest::parallel`] threads, in `todo`'s order.
+/// How many inspecting threads per building one ([`PromoteRequest::parallel`]): the reads wait on the disk far more
+/// than they use a CPU (a cold page cache: every directory, inode and file tail is a read of its own), so more of
+/// them in flight is what shortens planning. At 10,000 partitions on two cores, 16 threads took the promotion from
+/// 10.1 to 8.6 s; 32 and 64 gained nothing more (docs/BENCHMARKS.md).
+const READS_PER_BUILD: usize = 4;
+
+/// Both sides of every partition of `todo`, read by up to [`READS_PER_BUILD`] threads per building thread
+/// ([`PromoteRequest::parallel`]), in `todo`'s order.
 ///
 /// Why threads: these reads (the mirror's listing, state file, last batches and index tails; the target's listing,
 /// `partition.metadata` and epoch checkpoint) are some forty system calls per partition and share nothing, so with
@@ -187,6 +194,7 @@ pub(super) fn inspect_all(
         0 => DEFAULT_PARALLEL,
         n => n,
     }
+    .saturating_mul(READS_PER_BUILD)
     .min(todo.len())
     .max(1);
     if threads == 1 {
