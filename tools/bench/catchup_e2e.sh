@@ -367,26 +367,6 @@ run_mm2() {
     wait_target
     mkdir -p "$d"
     write_mm2_properties "$d/mm2.properties" "$TOPIC"
-# MirrorMaker 2 (dedicated mode) of tools/bench/catchup_e2e.sh, as tools/bench/mm2.sh configures it: one direction,
-# Kafka's defaults except replication factor 1, the identity replication policy, lz4 on the target, one task per
-# partition.
-clusters = source, target
-source.bootstrap.servers = $SRC_BOOT
-target.bootstrap.servers = $TGT_BOOT
-source->target.enabled = true
-target->source.enabled = false
-source->target.topics = $TOPIC
-replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
-tasks.max = $PARTITIONS
-replication.factor = 1
-checkpoints.topic.replication.factor = 1
-heartbeats.topic.replication.factor = 1
-offset-syncs.topic.replication.factor = 1
-offset.storage.replication.factor = 1
-status.storage.replication.factor = 1
-config.storage.replication.factor = 1
-target.producer.compression.type = lz4
-EOF
     drop_caches
     src_mark
     t0=$(cpu_s "$TGT_PID")

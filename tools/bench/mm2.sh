@@ -253,28 +253,6 @@ MM2_TOPICS="$TOPIC"
 for rate in $RATES; do MM2_TOPICS="$MM2_TOPICS|lat-$rate-mm2"; done
 mkdir -p "$WORK/mm2"
 write_mm2_properties "$WORK/mm2/mm2.properties" "$MM2_TOPICS" "${MM2_PROPS:-}"
-# MirrorMaker 2 (dedicated mode) of tools/bench/mm2.sh: one direction, source -> target, Kafka's defaults except
-# what a single-broker pair needs (replication factor 1), the identity replication policy (the target topic keeps
-# the source's name), lz4 on the target as on the source, and one task per partition.
-clusters = source, target
-source.bootstrap.servers = $SRC_BOOT
-target.bootstrap.servers = $TGT_BOOT
-source->target.enabled = true
-target->source.enabled = false
-source->target.topics = $MM2_TOPICS
-replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
-tasks.max = $PARTITIONS
-replication.factor = 1
-checkpoints.topic.replication.factor = 1
-heartbeats.topic.replication.factor = 1
-offset-syncs.topic.replication.factor = 1
-offset.storage.replication.factor = 1
-status.storage.replication.factor = 1
-config.storage.replication.factor = 1
-target.producer.compression.type = lz4
-${MM2_PROPS:+# MM2_PROPS (tuning given to this run)}
-${MM2_PROPS:-}
-EOF
 brokers_mark
 start=$(date +%s.%N)
 start_mm2 "$WORK/mm2/mm2.properties" "$WORK/mm2/mm2.log"
