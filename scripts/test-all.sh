@@ -14,6 +14,10 @@
 # half idle and the suite grew past CI's budget. Jobs start longest first (SLOW_FIRST, from the timings this
 # script prints at the end) so that the lanes end together. Each job's output is printed whole when it ends;
 # the summary table names every job's time and result, and the exit code is 1 if any job failed.
+# A job still running after SEGMIRROR_TEST_JOB_TIMEOUT seconds (default 1500; the slowest takes about 400) fails
+# with 124: its cargo is stopped and the lane goes on, so a test that hangs costs that long, not the whole CI
+# budget, and the other jobs still report. (`--foreground`, so that Ctrl-C still reaches the tests; the hung test
+# binary itself is left to whoever ends the run.)
 # Tests of different jobs run in different processes: a test that needs a port takes one from the kernel
 # (tests/src/ports.rs), never a fixed one, and keeps its files in its own temporary directory.
 set -euo pipefail
@@ -102,6 +106,7 @@ fi
 
 LOGS="$(mktemp -d "${TMPDIR:-/tmp}/segmirror-test-all-XXXXXX")"
 export LOGS
+export JOB_TIMEOUT="${SEGMIRROR_TEST_JOB_TIMEOUT:-1500}"
 
 run_job() {
     local index="$1" args="$2" start rc cpu
@@ -111,8 +116,11 @@ run_job() {
     # segmirror processes they started. Summed over the jobs it says how busy the lanes kept the cores.
     TIMEFORMAT='%U %S'
     # shellcheck disable=SC2086 # the job's arguments are words
-    { time cargo test --no-fail-fast $args >"$LOGS/$index.log" 2>&1; } 2>"$LOGS/$index.cpu"
+    { time timeout --foreground --kill-after=30 "$JOB_TIMEOUT" \
+        cargo test --no-fail-fast $args >"$LOGS/$index.log" 2>&1; } 2>"$LOGS/$index.cpu"
     rc=$?
+    [ "$rc" != 124 ] || printf '\nthe job was stopped after %s s (SEGMIRROR_TEST_JOB_TIMEOUT)\n' "$JOB_TIMEOUT" \
+        >>"$LOGS/$index.log"
     set -e
     cpu="$(awk 'END {printf "%.0f", $1 + $2}' "$LOGS/$index.cpu")"
     printf '%s %s %s\n' "$rc" "$(($(date +%s) - start))" "$cpu" >"$LOGS/$index.rc"
