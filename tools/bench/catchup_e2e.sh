@@ -109,7 +109,6 @@ TLS_APPLY=(--tls-cert "$CERTS/apply.crt" --tls-key "$CERTS/apply.key" --tls-ca "
 now() { date +%s.%N; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 add() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.3f", s }'; }
-drop_caches() { sync; { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null || true; }
 DROP_OK=no
 { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null && DROP_OK=yes
 T="$WORK/.time"

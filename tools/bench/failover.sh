@@ -186,8 +186,6 @@ secs() { printf '%.2f' "$(echo "$2 - $1" | bc)"; }
 # ratio A B: A / B, to 0.01.
 ratio() { printf '%.2f' "$(echo "scale=4; $1 / $2" | bc)"; }
 
-drop_caches() { sync; { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null || true; }
-
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f", m }'; }
 
 keep_max=$(size_bytes "$KEEP_SOURCE_MAX")

@@ -165,16 +165,16 @@ PY
     done
 }
 
+# drop_caches: dirty pages written back, then the page cache dropped where permitted (root); a no-op drop otherwise.
+drop_caches() { sync; { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null || true; }
+
 # cold_promote WORK SEGMIRROR ARGS...: `segmirror promote ARGS... --json` from a cold page cache: `sync`, the cache
 # dropped when DROP_CACHES=1 (root only), then timed by /usr/bin/time. Prints "wall_s cpu_s batches_restamped"
 # (CPU = user + sys); the report stays in WORK/report.json.
 cold_promote() {
     local work="$1" bin="$2" wall user sys
     shift 2
-    sync
-    if [ "${DROP_CACHES:-1}" = 1 ]; then
-        echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-    fi
+    if [ "${DROP_CACHES:-1}" = 1 ]; then drop_caches; else sync; fi
     /usr/bin/time -f "%e %U %S" -o "$work/time" "$bin" promote "$@" --json > "$work/report.json"
     read -r wall user sys < "$work/time"
     python3 -c 'import json, sys
