@@ -68,8 +68,11 @@ impl Security {
 /// name instead of hanging the test run.
 const STEP: Duration = Duration::from_secs(60);
 
-/// Waits (at most [`STEP`]) for an event matching `pred`.
-async fn wait_event(rx: &mut mpsc::Receiver<LinkEvent>, pred: impl Fn(&LinkEvent) -> bool) -> LinkEvent {
+/// The next event matching `pred`, waiting at most [`STEP`] (`None`: none came).
+async fn next_matching(
+    rx: &mut mpsc::Receiver<LinkEvent>,
+    mut pred: impl FnMut(&LinkEvent) -> bool,
+) -> Option<LinkEvent> {
     tokio::time::timeout(STEP, async {
         loop {
             let event = rx.recv().await.expect("events channel open");
@@ -79,7 +82,12 @@ async fn wait_event(rx: &mut mpsc::Receiver<LinkEvent>, pred: impl Fn(&LinkEvent
         }
     })
     .await
-    .expect("the awaited link event")
+    .ok()
+}
+
+/// Waits (at most [`STEP`]) for an event matching `pred`.
+async fn wait_event(rx: &mut mpsc::Receiver<LinkEvent>, pred: impl Fn(&LinkEvent) -> bool) -> LinkEvent {
+    next_matching(rx, pred).await.expect("the awaited link event")
 }
 
 fn is_error_end(e: &LinkEvent) -> bool {
@@ -107,34 +115,31 @@ impl Sessions {
         }
     }
 
-    fn note(&mut self, event: &LinkEvent) {
-        self.seen.push(event.clone());
+    /// Takes `event` into the record: what it says of the running session, and the list of events seen.
+    fn note(running: &mut bool, seen: &mut Vec<LinkEvent>, event: &LinkEvent) {
+        seen.push(event.clone());
         match event {
-            LinkEvent::SessionStarted => self.running = true,
-            LinkEvent::SessionEnded { .. } => self.running = false,
+            LinkEvent::SessionStarted => *running = true,
+            LinkEvent::SessionEnded { .. } => *running = false,
             _ => {}
         }
     }
 
     /// The next event matching `pred` (at most [`STEP`] away), every event before it noted.
     async fn until(&mut self, what: &str, pred: impl Fn(&LinkEvent) -> bool) -> LinkEvent {
-        let found = tokio::time::timeout(STEP, async {
-            loop {
-                let event = self.events.recv().await.expect("events channel open");
-                self.note(&event);
-                if pred(&event) {
-                    return event;
-                }
-            }
+        let Sessions { events, running, seen } = self;
+        let found = next_matching(events, |event| {
+            Self::note(running, seen, event);
+            pred(event)
         })
         .await;
-        found.unwrap_or_else(|_| panic!("no {what} within {STEP:?}; events: {:?}", self.seen))
+        found.unwrap_or_else(|| panic!("no {what} within {STEP:?}; events: {:?}", self.seen))
     }
 
     /// Returns once a session runs (at once if one does).
     async fn running(&mut self) {
         while let Ok(event) = self.events.try_recv() {
-            self.note(&event);
+            Self::note(&mut self.running, &mut self.seen, &event);
         }
         if !self.running {
             self.until("session start", |e| matches!(e, LinkEvent::SessionStarted))
