@@ -6,9 +6,9 @@
 //! shutdown): the walk read every batch header of every active segment, so the promotion of a bucket-fed mirror
 //! grew with the data (about 1 s per GiB from a cold cache, docs/BENCHMARKS.md). Every install reads all batches of
 //! the version it installs anyway, and the catalog keeps, with that version, how those batches leave each
-//! transactional producer (`segment_format::txn_ends`). Folding those short lists from the same starting point as the walk — the producers
-//! the newest usable snapshot holds open, or none before the first promoted segment — gives the same set of producers
-//! with an open transaction (the fold is exact for the set; see that module).
+//! transactional producer (`segment_format::txn_ends`). Folding those short lists from the same starting point as
+//! the walk — the producers the newest usable snapshot holds open, or none before the first promoted segment — gives
+//! the same set of producers with an open transaction (the fold is exact for the set; see that module).
 //!
 //! Only the answer "none open" is taken from here: an open transaction needs its first offset, epochs and counts for
 //! the abort marker, which the walk finds. Anything not recorded for exactly the segments the walk would read (a
