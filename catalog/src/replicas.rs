@@ -8,6 +8,8 @@
 //! row and no journal" means finished and "a journal" means not yet. It is also what `status` and an operator read
 //! to know where a partition now lives.
 
+use std::collections::HashMap;
+
 use rusqlite::{params, TransactionBehavior};
 use segment_format::now_ms;
 
@@ -51,6 +53,22 @@ impl Catalog {
         let rows = stmt.query_map([id.0], |row| row.get(0))?;
         Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
     }
+
+    /// [`Catalog::promoted_replicas`] of every partition of `link` that has any, in one query (a promotion of
+    /// 10,000 partitions asks for all of them at once).
+    pub fn promoted_replicas_of_link(&self, link: &str) -> Result<HashMap<PartitionId, Vec<String>>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT r.partition_id, r.log_dir FROM promoted_replicas r \
+             JOIN mirror_partitions p ON p.id = r.partition_id WHERE p.link = ?1 ORDER BY r.partition_id, r.log_dir",
+        )?;
+        let mut by_partition: HashMap<PartitionId, Vec<String>> = HashMap::new();
+        let rows = stmt.query_map([link], |row| Ok((PartitionId(row.get(0)?), row.get::<_, String>(1)?)))?;
+        for row in rows {
+            let (id, log_dir) = row?;
+            by_partition.entry(id).or_default().push(log_dir);
+        }
+        Ok(by_partition)
+    }
 }
 
 #[cfg(test)]
@@ -69,6 +87,27 @@ mod tests {
         cat.record_promoted_replicas(&[id], "/a/logs").unwrap();
         cat.record_promoted_replicas(&[id], "/a/logs").unwrap();
         assert_eq!(cat.promoted_replicas(id).unwrap(), ["/a/logs", "/b/logs"]);
+        let other = created(
+            cat.upsert_partition(&PartitionKey::new("l", "orders", 1), "src-A", 0)
+                .unwrap(),
+        )
+        .id;
+        cat.create_link(&link_spec("m")).unwrap();
+        let elsewhere = created(
+            cat.upsert_partition(&PartitionKey::new("m", "orders", 0), "src-B", 0)
+                .unwrap(),
+        )
+        .id;
+        cat.record_promoted_replicas(&[elsewhere], "/c/logs").unwrap();
+        let of_link = cat.promoted_replicas_of_link("l").unwrap();
+        assert_eq!(
+            of_link.len(),
+            1,
+            "only partitions of the link with a replica: {of_link:?}"
+        );
+        assert_eq!(of_link[&id], ["/a/logs", "/b/logs"]);
+        assert!(!of_link.contains_key(&other));
+        assert_eq!(cat.promoted_replicas_of_link("m").unwrap()[&elsewhere], ["/c/logs"]);
         let notes = cat
             .events(Some(Subject::Partition(&key)), 100)
             .unwrap()

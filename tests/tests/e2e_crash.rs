@@ -504,9 +504,9 @@ fn promote_killed_at_many_points_ends_like_an_uninterrupted_promotion() {
         let target = target.clone();
         move || target.join(".segmirror-promote").exists()
     };
-    let ready = {
+    let built = {
         let target = target.clone();
-        move || staged_with_suffix(&target, ".ready")
+        move || target.join(".segmirror-promote").join("builds-durable").exists()
     };
     let old = {
         let target = target.clone();
@@ -514,7 +514,7 @@ fn promote_killed_at_many_points_ends_like_an_uninterrupted_promotion() {
     };
     let plan = vec![
         Kill::When("when the staging directory appears", Box::new(staging)),
-        Kill::When("when a partition is ready", Box::new(ready)),
+        Kill::When("when every build is durable", Box::new(built)),
         Kill::When("when a partition was swapped", Box::new(old)),
         Kill::After(Duration::from_millis(150)),
         Kill::Never,

@@ -14,8 +14,8 @@ pub(super) fn copy(from: &Path, to: &Path) -> Result<()> {
 
 /// Write a file of a partition being built in staging: written in place, without the temporary file and fsyncs
 /// of `durable::write_atomically`. Why that is enough: nothing reads a `.building` directory (a rerun after a crash
-/// builds it again), and it is renamed `.ready` only after one `syncfs` of the log dir's filesystem has made every
-/// build's files and directories durable at once (`swap::execute`).
+/// builds it again), and none is swapped in before one `syncfs` of the log dir's filesystem has made every build's
+/// files and directories durable at once (`swap::execute`).
 pub(super) fn write_staged(path: &Path, bytes: &[u8]) -> Result<()> {
     segment_format::durable::write_unsynced(path, bytes)?;
     Ok(())
@@ -42,7 +42,7 @@ pub(super) fn remove_file(path: &Path) -> Result<()> {
 }
 
 /// The names in a directory (none when it does not exist). Why: a promotion asks of each of thousands of
-/// partitions which of its names (`.building`, `.ready`, `.old`) staging holds; one listing answers them all,
+/// partitions which of its names (`.building`, `.old`) staging holds; one listing answers them all,
 /// where a `stat` per name and partition was three system calls per partition and phase.
 pub(super) fn names_in(dir: &Path) -> Result<HashSet<OsString>> {
     match std::fs::read_dir(dir) {
@@ -63,13 +63,14 @@ pub(super) fn remove_dir_all(path: &Path) -> Result<()> {
     }
 }
 
-/// [`remove_dir_all`] of `dir`, its entries removed by up to `threads` threads at once. Why: at the end of a
+/// Every entry of `dir` but those named in `keep` removed, by up to `threads` threads at once. Why: at the end of a
 /// promotion staging holds every partition's `.old` directory (10,000 of them for 10,000 partitions), and removing
 /// them is the kernel's work per file; one thread left the other core idle.
-pub(super) fn remove_dir_all_parallel(dir: &Path, threads: usize) -> Result<()> {
+pub(super) fn remove_entries_parallel(dir: &Path, threads: usize, keep: &[&str]) -> Result<()> {
     // Each entry's kind comes from the listing itself (`d_type`), not a `stat` per entry.
     let entries: Vec<(std::path::PathBuf, Option<std::fs::FileType>)> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
+            .filter(|e| e.as_ref().map_or(true, |e| !keep.iter().any(|k| e.file_name() == *k)))
             .map(|e| e.map(|e| (e.path(), e.file_type().ok())))
             .collect::<std::io::Result<_>>()
             .map_err(|e| Error::io(dir, e))?,
@@ -102,6 +103,16 @@ pub(super) fn remove_dir_all_parallel(dir: &Path, threads: usize) -> Result<()> 
             w.join()
                 .unwrap_or_else(|_| Err(Error::io(dir, std::io::Error::other("a removal thread panicked"))))
         })
-    })?;
-    remove_dir_all(dir)
+    })
+}
+
+/// Create the empty file `name` in `dir` and make it and its name durable: a step of a promotion done for every
+/// partition at once, said by one name instead of one per partition.
+pub(super) fn mark_durably(dir: &Path, name: &str) -> Result<()> {
+    let path = dir.join(name);
+    std::fs::File::create(&path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(&path, e))?;
+    segment_format::durable::fsync_dir(dir)?;
+    Ok(())
 }

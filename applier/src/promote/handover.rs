@@ -5,7 +5,7 @@
 //! When the mirror root and the log dir share a file system, each file is renamed from the mirror partition into
 //! the partition being built in staging, and the `.log`s are restamped in place (`kcopy::restamp_in_place`: one
 //! header touched per batch). Everything else of the build is unchanged: new companions are written next to the
-//! moved files, and the `.building` directory becomes `.ready` and then live as for a copy.
+//! moved files, and the `.building` directory is made durable and then live as for a copy.
 //!
 //! Crash safety: a rename moves a file atomically, so after a crash each journaled file is in exactly one of the
 //! two places (or, on a file system that kept both names, in both, which is the same inode). A rerun of a
@@ -17,8 +17,10 @@
 //! segment.
 //!
 //! The catalog records the log dir the files went to (`Catalog::set_handed_over`; `segmirror status` shows it),
-//! and the partition is promoted, so a later `apply` never writes it again. The mirror partition directory keeps
-//! only what promotion does not take (its snapshots and checkpoints).
+//! and the partition is promoted, so a later `apply` never writes it again. A mirror partition directory that holds
+//! only what the build takes or replaces (the planned segments, the leader-epoch checkpoint, `partition.metadata`,
+//! snapshots) goes over whole by one rename, and its snapshots are removed in staging (`build::hand_over_directory`);
+//! one that holds more keeps what promotion does not take.
 
 use std::path::Path;
 

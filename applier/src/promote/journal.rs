@@ -200,7 +200,7 @@ impl Journal {
 pub(crate) enum Step {
     /// The journal is durable; nothing built yet.
     Journaled,
-    /// A partition's `.ready` directory is complete.
+    /// A partition's `.building` directory is complete (durable with the others at the `syncfs` after the last).
     Built(TopicPartition),
     /// The live directory moved to `.old`; the new one not yet in place.
     MovedAside(TopicPartition),

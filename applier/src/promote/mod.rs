@@ -93,16 +93,17 @@
 //!    bytes. Up to [`PromoteRequest::parallel`] partitions are built at once (they share nothing in staging and
 //!    nothing live changes before every build is done). None of their files is fsynced: once every build is done,
 //!    one `syncfs` of the log dir's filesystem makes them all durable (a failed write-back of any of them fails it),
-//!    and only then is each renamed `.ready`. Why: an fsync per file and directory made a promotion of 10,000 small
-//!    partitions wait for some 80,000 journal commits;
-//! 3. each live partition directory is renamed to `<topic>-<partition>.old` in staging and the `.ready` one takes
-//!    its place;
-//! 4. the root checkpoints are rewritten (`durable::write_atomically`);
-//! 5. the catalog marks the partitions promoted (with the target topic id), all in one transaction;
-//! 6. the staging directory is removed.
+//!    and only then does one name in staging say so (`swap::BUILDS_DURABLE`). Why: an fsync per file and directory
+//!    made a promotion of 10,000 small partitions wait for some 80,000 journal commits;
+//! 3. each live partition directory is renamed to `<topic>-<partition>.old` in staging and the `.building` one takes
+//!    its place; then one more name says every swap is durable (`swap::SWAPS_DURABLE`);
+//! 4. the root checkpoints are rewritten (`durable::write_atomically`) and the catalog marks the partitions promoted
+//!    (with the target topic id, all in one transaction), while the `.old` directories are removed;
+//! 5. the journal, then the staging directory is removed.
 //!
 //! A rerun after a crash at any point finds the journal, finishes exactly the journaled promotion from the state on
-//! disk (the `.ready`/`.old` names say how far each partition got) and then handles the rest of the request.
+//! disk (the two markers, then the `.building`/`.old` names, say how far it and each partition got) and then
+//! handles the rest of the request.
 //! Promoting an already promoted partition is a no-op reported as such. A `.log` is copied in the kernel
 //! (`copy_file_range`), every frame header of the copy checked and its epoch patched in place through a mapping,
 //! write-back started as it goes and one fsync (`kcopy`; a buffered one-pass copy where the kernel cannot,

@@ -1,9 +1,13 @@
-//! Putting built partitions live and recording them: each `.ready` directory takes the live partition's place
-//! (which is kept as `.old` in staging), the root checkpoints are rewritten, the catalog marks the partitions
-//! promoted, and staging is removed.
+//! Putting built partitions live and recording them: once every build is durable (one `syncfs`, then the name
+//! [`BUILDS_DURABLE`]), each `.building` directory takes the live partition's place (which is kept as `.old` in
+//! staging); once every swap is durable ([`SWAPS_DURABLE`]), the root checkpoints are rewritten and the catalog
+//! marks the partitions promoted while the `.old` directories are removed, then staging is removed.
 //!
-//! Why this order: every step is idempotent and the names on disk (`.ready`, `.old`) say how far each partition
-//! got, so a rerun after a crash at any point finishes exactly the journaled promotion.
+//! Why this order: every step is idempotent and the names on disk (the two markers, `.building`, `.old`) say how
+//! far the promotion and each partition got, so a rerun after a crash at any point finishes exactly the journaled
+//! promotion. Why two markers rather than a name per partition: with 10,000 partitions, a rename per partition to
+//! say "built" was 10,000 system calls, and the rerun's need for each `.old` (which says "swapped") kept the
+//! removal of 10,000 directories behind the catalog's writes.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -12,16 +16,24 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use segment_format::durable::{fsync_dir, FilesystemSync};
-use segmirror_catalog::{Catalog, PartitionKey, PartitionState, PromotionRecord};
+use segmirror_catalog::{Catalog, MirrorPartition, PartitionKey, PartitionState, PromotionRecord};
 
-use super::build::{build, mark_ready, staged, staged_name, OLD, READY};
+use super::build::{build, planned_result, staged, staged_name, BUILDING, OLD, READY};
 use super::error::{Error, Result};
-use super::files::{names_in, remove_dir_all, remove_dir_all_parallel, remove_file, rename};
+use super::files::{mark_durably, names_in, remove_dir_all, remove_entries_parallel, remove_file, rename};
 use super::handover::KillSwitch;
 use super::journal::{read_journal, write_journal, Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
 use super::plan::DEFAULT_PARALLEL;
 use super::report::{Outcome, PromotedPartition, ReplicaOutcome, ReplicaReport};
 use super::target;
+
+/// In staging, once every partition's build is durable (after the `syncfs`): each `.building` directory is complete,
+/// and a rerun swaps them in without building anything again. One name for all, instead of a rename per partition.
+pub(super) const BUILDS_DURABLE: &str = "builds-durable";
+/// In staging, once every partition is swapped in (durably): nothing left in staging is needed but the journal, so
+/// the target's original directories may go while the root checkpoints and the catalog are written, and a rerun
+/// goes straight to those.
+pub(super) const SWAPS_DURABLE: &str = "swaps-durable";
 
 /// What [`execute`] did in each log dir, in the journal's order.
 pub(super) struct Executed {
@@ -49,6 +61,12 @@ pub(super) fn execute(
     kill: KillSwitch<'_>,
 ) -> Result<Executed> {
     let dirs = journal.per_log_dir(found_in);
+    // The link's partitions from one query, not one per partition (10,000 partitions).
+    let rows: HashMap<(String, i32), MirrorPartition> = catalog
+        .partitions(&journal.link)?
+        .into_iter()
+        .map(|row| ((row.key.topic.clone(), row.key.partition), row))
+        .collect();
     let mut merged: Vec<PromotedPartition> = Vec::new();
     // Where each partition is in `merged`: a lookup per partition, not a scan (10,000 partitions).
     let mut merged_at: HashMap<(String, i32), usize> = HashMap::new();
@@ -60,10 +78,12 @@ pub(super) fn execute(
         let ids = sub
             .partitions
             .iter()
-            .map(|p| {
-                catalog
+            .map(|p| match rows.get(&(p.topic.clone(), p.partition)) {
+                Some(row) => Ok(row.id),
+                // Not in the catalog: its own lookup says so.
+                None => catalog
                     .partition(&PartitionKey::of(&journal.link, &p.tp()))
-                    .map(|row| row.id)
+                    .map(|row| row.id),
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let name = log_dir.display().to_string();
@@ -78,10 +98,10 @@ pub(super) fn execute(
             }
             Some(_) => {}
             None => {
-                let mut finished = true;
-                for id in &ids {
-                    finished &= catalog.promoted_replicas(*id)?.contains(&name);
-                }
+                let replicas = catalog.promoted_replicas_of_link(&journal.link)?;
+                let finished = ids
+                    .iter()
+                    .all(|id| replicas.get(id).is_some_and(|dirs| dirs.contains(&name)));
                 if finished {
                     earlier.push((
                         log_dir.clone(),
@@ -104,33 +124,54 @@ pub(super) fn execute(
         // Where the time goes, for `SEGMIRROR_LOG=segmirror_applier=debug`: each phase's end, from the first.
         let started = std::time::Instant::now();
         let phase = |name: &str| tracing::debug!(log_dir = %log_dir.display(), elapsed = ?started.elapsed(), "{name}");
-        // Opened before the builds, so that it reports a failed write-back of any file they write.
-        let filesystem = FilesystemSync::open(log_dir)?;
-        let results = build_all(sub, &staging, outcome, hook, parallel, kill)?;
-        phase("partitions built in staging");
-        // Every build's files and directories durable at once, then every `.ready` name, before anything live
-        // changes.
-        filesystem.sync()?;
-        phase("staging durable (syncfs)");
-        for p in &sub.partitions {
-            mark_ready(&staging, p)?;
+        let done = names_in(&staging)?;
+        let swapped = done.contains(std::ffi::OsStr::new(SWAPS_DURABLE));
+        let results = if swapped || done.contains(std::ffi::OsStr::new(BUILDS_DURABLE)) {
+            // Every build is durable already (and maybe swapped in): none is built again.
+            sub.partitions.iter().map(|p| planned_result(p, outcome)).collect()
+        } else {
+            // Opened before the builds, so that it reports a failed write-back of any file they write.
+            let filesystem = FilesystemSync::open(log_dir)?;
+            let results = build_all(sub, &staging, outcome, hook, parallel, kill)?;
+            phase("partitions built in staging");
+            // Every build's files and directories durable at once, then said so by one name, before anything live
+            // changes.
+            filesystem.sync()?;
+            phase("staging durable (syncfs)");
+            mark_durably(&staging, BUILDS_DURABLE)?;
+            results
+        };
+        if !swapped {
+            swap_all(&sub.partitions, log_dir, &staging, hook)?;
+            mark_durably(&staging, SWAPS_DURABLE)?;
+            phase("partitions swapped in");
         }
-        fsync_dir(&staging)?;
-        phase("built partitions marked ready");
-        swap_all(&sub.partitions, log_dir, &staging, hook)?;
-        phase("partitions swapped in");
-        target::write_root_checkpoints(log_dir, &sub.partitions)?;
-        hook(Step::Checkpointed);
-        catalog.record_promoted_replicas(&ids, &name)?;
-        if last {
-            record(catalog, journal, found_in)?;
-            hook(Step::Recorded);
-        }
-        phase("root checkpoints written and the catalog recorded");
+        // The target's original directories (`.old`) go while the root checkpoints and the catalog are written:
+        // a rerun no longer needs them (it finds `SWAPS_DURABLE`), and the two share no file.
+        let threads = parallel.max(DEFAULT_PARALLEL);
+        std::thread::scope(|scope| -> Result<()> {
+            let removal = scope
+                .spawn(|| remove_entries_parallel(&staging, threads, &[JOURNAL_FILE, BUILDS_DURABLE, SWAPS_DURABLE]));
+            let recorded = (|| -> Result<()> {
+                target::write_root_checkpoints(log_dir, &sub.partitions)?;
+                hook(Step::Checkpointed);
+                catalog.record_promoted_replicas(&ids, &name)?;
+                if last {
+                    record(catalog, journal, &rows, found_in)?;
+                    hook(Step::Recorded);
+                }
+                phase("root checkpoints written and the catalog recorded");
+                Ok(())
+            })();
+            let removed = removal
+                .join()
+                .unwrap_or_else(|_| Err(Error::io(&staging, std::io::Error::other("a removal thread panicked"))));
+            recorded.and(removed)
+        })?;
         // The journal goes first: a staging directory without one holds nothing left to do.
         remove_file(&staging.join(JOURNAL_FILE))?;
         fsync_dir(&staging)?;
-        remove_dir_all_parallel(&staging, parallel.max(DEFAULT_PARALLEL))?;
+        remove_dir_all(&staging)?;
         fsync_dir(log_dir)?;
         phase("staging removed");
         log_dirs.push(ReplicaReport {
@@ -192,7 +233,8 @@ pub(super) fn execute(
 /// at a time leaves the disk idle while a partition's files are fsynced and its directory renamed, and one CPU idle
 /// while the other reads and checks headers. Partitions share nothing in staging, and nothing live changes before
 /// every build is done (the swaps come after), so the crash protocol is unchanged: a crash mid-build leaves
-/// `.building` (rebuilt by the rerun) and `.ready` directories, whichever partitions got that far.
+/// `.building` directories (rebuilt by the rerun, or finished when they hold a handover's files), whichever
+/// partitions got that far.
 ///
 /// On a failure the workers take no further partition; the builds under way finish (or fail) and every failure
 /// is reported: the refusals of all failed partitions together, or else the first other error.
@@ -212,6 +254,7 @@ fn build_all(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let mut results: Vec<Option<PromotedPartition>> = vec![None; partitions.len()];
+    let mut leftovers = Vec::new();
     let mut failures: Vec<(usize, Error)> = Vec::new();
     std::thread::scope(|scope| {
         // A panic on this thread (the crash tests' hook) stops the workers taking new partitions, as a crash would.
@@ -237,12 +280,13 @@ fn build_all(
         drop(sender);
         for (i, built) in receiver {
             match built {
-                Ok((done, built_now)) => {
-                    if let Some(p) = partitions.get(i).filter(|_| built_now) {
+                Ok(built) => {
+                    if let Some(p) = partitions.get(i).filter(|_| built.now) {
                         hook(Step::Built(p.tp()));
                     }
+                    leftovers.extend(built.leftovers);
                     if let Some(slot) = results.get_mut(i) {
-                        *slot = Some(done);
+                        *slot = Some(built.result);
                     }
                 }
                 Err(e) => failures.push((i, e)),
@@ -265,6 +309,10 @@ fn build_all(
             .collect();
         return Err(Error::Refused { refusals });
     }
+    // What the builds leave to remove, now that none is creating files (`build::Built::leftovers`).
+    for path in leftovers {
+        remove_file(&path)?;
+    }
     // Every partition was built: a worker stops early only after a failure.
     Ok(results.into_iter().flatten().collect())
 }
@@ -278,21 +326,27 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// Put each `<tp>.ready` in place of its live partition directory, keeping the live one as `<tp>.old`: first every
-/// live directory is moved aside, then every `.ready` one moved in, with one fsync of the log dir and of staging
-/// after each round instead of four per partition. Why that is safe: the names say how far each partition got
-/// (`.old` present: moved aside; `.ready` absent: swapped), whatever subset of the renames a crash kept, and the
-/// root checkpoints are written only after the second round is durable. A partition swapped by an earlier run
-/// (no `.ready`) is skipped.
+/// Put each built `<tp>.building` (every build is durable: [`BUILDS_DURABLE`]) in place of its live partition
+/// directory, keeping the live one as `<tp>.old`: first every live directory is moved aside, then every built one
+/// moved in, with one fsync of the log dir and of staging after each round instead of four per partition. Why that
+/// is safe: the names say how far each partition got (`.old` present: moved aside; `.building` absent: swapped),
+/// whatever subset of the renames a crash kept, and the root checkpoints are written only after the second round
+/// is durable. A partition swapped by an earlier run (no `.building`) is skipped. A `<tp>.ready` (an earlier
+/// build's name for a durable build, per partition) is swapped in the same way.
 fn swap_all(partitions: &[Planned], log_dir: &Path, staging: &Path, hook: &mut dyn FnMut(Step)) -> Result<()> {
     // Which names staging holds, from one listing rather than two `stat`s per partition.
     let held = names_in(staging)?;
-    let pending: Vec<&Planned> = partitions
+    let pending: Vec<(&Planned, &str)> = partitions
         .iter()
-        .filter(|p| held.contains(&staged_name(p, READY)))
+        .filter_map(|p| {
+            [READY, BUILDING]
+                .into_iter()
+                .find(|suffix| held.contains(&staged_name(p, suffix)))
+                .map(|suffix| (p, suffix))
+        })
         .collect();
     let mut moved = Vec::new();
-    for p in &pending {
+    for (p, _) in &pending {
         if !held.contains(&staged_name(p, OLD)) {
             rename(&log_dir.join(p.tp().dir_name()), &staged(staging, p, OLD))?;
             moved.push(p.tp());
@@ -305,14 +359,14 @@ fn swap_all(partitions: &[Planned], log_dir: &Path, staging: &Path, hook: &mut d
     for tp in moved {
         hook(Step::MovedAside(tp));
     }
-    for p in &pending {
-        rename(&staged(staging, p, READY), &log_dir.join(p.tp().dir_name()))?;
+    for (p, suffix) in &pending {
+        rename(&staged(staging, p, suffix), &log_dir.join(p.tp().dir_name()))?;
     }
     if !pending.is_empty() {
         fsync_dir(staging)?;
         fsync_dir(log_dir)?;
     }
-    for p in pending {
+    for (p, _) in pending {
         hook(Step::Swapped(p.tp()));
     }
     Ok(())
@@ -321,16 +375,25 @@ fn swap_all(partitions: &[Planned], log_dir: &Path, staging: &Path, hook: &mut d
 /// Mark every partition of the journal promoted in the catalog, in one transaction
 /// ([`Catalog::record_promotions`]), with its target topic id, the log dir its files were handed over to (if they
 /// were) and the notes saying what was promoted. A partition already promoted (an earlier run got that far) is left
-/// as it is.
-fn record(catalog: &mut Catalog, journal: &Journal, found_in: &Path) -> Result<()> {
+/// as it is. `rows`: the link's partitions as the catalog held them before this run's writes (their ids and
+/// states; a partition missing there is looked up on its own).
+fn record(
+    catalog: &mut Catalog,
+    journal: &Journal,
+    rows: &HashMap<(String, i32), MirrorPartition>,
+    found_in: &Path,
+) -> Result<()> {
+    let replicas = catalog.promoted_replicas_of_link(&journal.link)?;
     let mut facts = Vec::with_capacity(journal.partitions.len());
     for p in &journal.partitions {
-        let key = PartitionKey::of(&journal.link, &p.tp());
-        let row = catalog.partition(&key)?;
+        let row = match rows.get(&(p.topic.clone(), p.partition)) {
+            Some(row) => row.clone(),
+            None => catalog.partition(&PartitionKey::of(&journal.link, &p.tp()))?,
+        };
         if row.state == PartitionState::Promoted {
             continue;
         }
-        let dirs = catalog.promoted_replicas(row.id)?;
+        let dirs = replicas.get(&row.id).cloned().unwrap_or_default();
         let handed_over_to = journal.handed_over_to(p, found_in).map(|dir| dir.display().to_string());
         facts.push((row.id, p, handed_over_to, notes(p, &dirs)));
     }

@@ -703,12 +703,11 @@ fn a_partition_refused_while_others_build_in_parallel_leaves_them_built_and_the_
             found_end_offset: f.written[1].log_end_offset + 1,
         }]
     );
-    // The other partition, built next to it, is in staging but not `.ready` (no build is made durable while one
-    // fails); nothing live changed, and the unfinished promotion keeps a broker from starting.
+    // The other partition, built next to it, is in staging but not said durable (no build is made durable while
+    // one fails); nothing live changed, and the unfinished promotion keeps a broker from starting.
     let staging = f.target.join(PROMOTION_DIR);
     assert!(staging.join("orders-0.building").is_dir());
-    assert!(!staging.join("orders-0.ready").exists());
-    assert!(!staging.join("orders-1.ready").exists());
+    assert!(!staging.join(crate::promote::swap::BUILDS_DURABLE).exists());
     assert!(staging.join(JOURNAL_FILE).is_file());
     assert_eq!(live_files(&f.target), live_before);
     assert_eq!(

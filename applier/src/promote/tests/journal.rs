@@ -150,8 +150,9 @@ fn journal_round_trips() {
     assert_eq!(read_journal(&dir.path().join("absent")).unwrap(), None);
 }
 
-/// Builds are made durable together (one `syncfs` of the log dir's filesystem) before any is named `.ready`: a
-/// crash right after the last build leaves every partition `.building`, which the next run builds again.
+/// Builds are made durable together (one `syncfs` of the log dir's filesystem) before staging says so
+/// (`BUILDS_DURABLE`): a crash right after the last build leaves every partition `.building` and no such name, and
+/// the next run builds them again.
 #[test]
 fn no_partition_is_ready_before_every_build_is_durable() {
     let reference = {
@@ -167,11 +168,10 @@ fn no_partition_is_ready_before_every_build_is_durable() {
         promote_with(&request, &mut f.catalog, &mut |s| {
             if let Step::Built(_) = s {
                 built += 1;
-                let ready = std::fs::read_dir(&staging)
-                    .unwrap()
-                    .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".ready"))
-                    .count();
-                assert_eq!(ready, 0, "a partition was ready before every build was done");
+                assert!(
+                    !staging.join(crate::promote::swap::BUILDS_DURABLE).exists(),
+                    "builds said durable before every build was done"
+                );
                 if built == 2 {
                     panic!("crash after the last build");
                 }
@@ -181,9 +181,42 @@ fn no_partition_is_ready_before_every_build_is_durable() {
     assert!(crashed.is_err());
     for p in 0..2 {
         assert!(staging.join(format!("orders-{p}.building")).is_dir());
-        assert!(!staging.join(format!("orders-{p}.ready")).exists());
     }
+    assert!(!staging.join(crate::promote::swap::BUILDS_DURABLE).exists());
     let report = f.promote().unwrap();
     assert!(report.partitions.iter().all(|p| p.outcome == Outcome::Resumed));
     assert_eq!(target_state(&f.target), reference);
+}
+
+/// A promotion interrupted by an earlier build, which renamed each durable build `.ready` instead of naming them
+/// all durable at once: a rerun swaps the `.ready` ones in and builds the rest again, to the same bytes.
+#[test]
+fn a_staging_left_with_ready_partitions_by_an_earlier_build_is_finished() {
+    let reference = {
+        let mut f = fixture();
+        f.promote().unwrap();
+        target_state(&f.target)
+    };
+    let mut f = fixture();
+    let request = f.request();
+    let staging = f.target.join(PROMOTION_DIR);
+    let mut built = 0;
+    let crashed = catch_unwind(AssertUnwindSafe(|| {
+        promote_with(&request, &mut f.catalog, &mut |s| {
+            if let Step::Built(_) = s {
+                built += 1;
+                if built == 2 {
+                    panic!("crash after the last build");
+                }
+            }
+        })
+    }));
+    assert!(crashed.is_err());
+    // What the earlier build left: one partition renamed `.ready`, the other still `.building`.
+    std::fs::rename(staging.join("orders-0.building"), staging.join("orders-0.ready")).unwrap();
+    assert!(staging.join("orders-1.building").is_dir());
+    let report = f.promote().unwrap();
+    assert!(report.partitions.iter().all(|p| p.outcome == Outcome::Resumed));
+    assert_eq!(target_state(&f.target), reference);
+    assert!(!staging.exists());
 }

@@ -137,7 +137,16 @@ fn confirm_reads_the_first_and_last_batches_and_refuses_any_other_epoch() {
 /// `hand_over_segment` on segment 0 of `w` moved into a fresh `building`: what it did, and the moved `.log`.
 fn hand_over(w: &WrittenPartition, settled: bool) -> (HandedOver, Vec<u8>, tempfile::TempDir) {
     let building = tempfile::tempdir().unwrap();
-    let done = hand_over_segment(&w.dir, building.path(), 0, TARGET, settled, KillSwitch::default()).unwrap();
+    let done = hand_over_segment(
+        &w.dir,
+        building.path(),
+        0,
+        TARGET,
+        settled,
+        false,
+        KillSwitch::default(),
+    )
+    .unwrap();
     let log = std::fs::read(log_path(building.path(), 0)).unwrap();
     (done, log, building)
 }
