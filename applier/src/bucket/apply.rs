@@ -167,6 +167,8 @@ pub struct Applier {
     appends: Option<install::append::AppendCache>,
     /// Follow mode's partitions with nothing to do (`quiet`); `None` for one-shot runs.
     quiet: Option<QuietPartitions>,
+    /// How long the last run's listing of the store took (zero when it listed nothing): what paces a follower.
+    last_listing_took: std::time::Duration,
 }
 
 /// A partition after planning, before installing.
@@ -210,6 +212,7 @@ impl Applier {
             catalog: CatalogCell::new(catalog),
             appends: None,
             quiet: None,
+            last_listing_took: std::time::Duration::ZERO,
         }
     }
 
@@ -236,6 +239,11 @@ impl Applier {
         self.appends.as_ref().map_or(0, |a| a.proof_bytes_read())
     }
 
+    /// How long the last run's listing of the store took; zero when that run listed nothing (passed over whole).
+    pub fn last_listing_took(&self) -> std::time::Duration {
+        self.last_listing_took
+    }
+
     /// The catalog back, unless a catalog call's task died.
     pub fn into_catalog(self) -> Option<Catalog> {
         self.catalog.into_inner()
@@ -245,6 +253,7 @@ impl Applier {
     /// the store cannot be listed, the catalog cannot record the link, or several links and none chosen.
     pub async fn run(&mut self, progress: &dyn Progress) -> Result<ApplyReport> {
         let started = std::time::Instant::now();
+        self.last_listing_took = std::time::Duration::ZERO;
         let mut report = ApplyReport::default();
         // One applier per mirror: the lock is taken before anything in the mirror is touched, held to the end (in
         // follow mode the follower holds it for all its runs).
@@ -267,7 +276,10 @@ impl Applier {
         if let Some(quiet) = self.quiet.as_mut() {
             quiet.unsettle();
         }
-        let Some(listed) = self.list_link(&mut report).await? else {
+        let listing = std::time::Instant::now();
+        let listed = self.list_link(&mut report).await;
+        self.last_listing_took = listing.elapsed();
+        let Some(listed) = listed? else {
             return Ok(report);
         };
         let link = listed.name;

@@ -32,9 +32,12 @@ use crate::report::{PartitionOutcome, PartitionReport};
 /// How long a remembered partition may be skipped before a run looks at everything again, at least.
 pub(crate) const FULL_RUN_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Full runs take at most one fiftieth of the time: after a full run that took `d`, the next is due after
-/// `max(interval, 50 d)`. With 10,000 partitions a full run costs about 4 s of CPU (every partition's catalog rows
-/// and active manifest); every 30 s that was 13% of a core at rest, every 200 s it is 2%.
+/// Full runs take at most one fiftieth of the time: after a full run that took `d` over `n` listed partitions, the
+/// next one, over the `m` partitions listed now, is expected to take `d m / n` and is due after
+/// `max(interval, 50 d m / n)`. With 10,000 partitions a full run costs about 4 s of CPU (every partition's catalog
+/// rows and active manifest); every 30 s that was 13% of a core at rest, every 200 s it is 2%. Scaled by the
+/// partitions because a catch-up's first full run lists the few partitions committed so far: unscaled, the next
+/// came 30 s later over all of them, in the middle of a 10,000-partition catch-up.
 const FULL_RUN_SHARE: u32 = 50;
 
 type Tp = (String, i32);
@@ -44,8 +47,11 @@ pub(crate) struct QuietPartitions {
     complete: HashMap<Tp, PartitionObjects>,
     last_full_run: Option<Instant>,
     interval: Duration,
-    /// How long the last full run took (see [`FULL_RUN_SHARE`]).
+    /// How long the last full run took, and how many partitions it listed (see [`FULL_RUN_SHARE`]).
     last_full_run_took: Duration,
+    last_full_run_partitions: usize,
+    /// How many partitions the last listing had.
+    partitions_listed: usize,
     /// The share of time full runs may take, `None` for exactly `interval` (tests).
     share: Option<u32>,
     /// What the last run saw before its listing, if it left the link settled (see the module doc).
@@ -95,16 +101,24 @@ impl QuietPartitions {
             last_full_run: None,
             interval,
             last_full_run_took: Duration::ZERO,
+            last_full_run_partitions: 0,
+            partitions_listed: 0,
             share: None,
             settled: None,
             link: None,
         }
     }
 
-    /// Time between full runs: the interval, or longer after a full run that took long (see [`FULL_RUN_SHARE`]).
+    /// Time between full runs: the interval, or longer when the next full run is expected to take long (see
+    /// [`FULL_RUN_SHARE`]).
     fn full_run_interval(&self) -> Duration {
         match self.share {
-            Some(share) => self.interval.max(self.last_full_run_took.saturating_mul(share)),
+            Some(share) => {
+                let listed = u32::try_from(self.partitions_listed.max(1)).unwrap_or(u32::MAX);
+                let per = u32::try_from(self.last_full_run_partitions.max(1)).unwrap_or(u32::MAX);
+                let expected = self.last_full_run_took.saturating_mul(listed) / per;
+                self.interval.max(expected.saturating_mul(share))
+            }
             None => self.interval,
         }
     }
@@ -167,10 +181,12 @@ impl QuietPartitions {
     /// A full run is due every `interval` (longer after a full run that took long): then nothing is skipped.
     /// Partitions no longer listed are forgotten.
     pub(crate) fn split(&mut self, partitions: BTreeMap<Tp, PartitionObjects>, now: Instant) -> Split {
+        self.partitions_listed = partitions.len();
         let full = self.full_run_due(now);
         if full {
             self.complete.clear();
             self.last_full_run = Some(now);
+            self.last_full_run_partitions = partitions.len();
         }
         let mut remembered = std::mem::take(&mut self.complete);
         let mut split = Split {

@@ -202,3 +202,25 @@ fn full_runs_that_take_long_come_less_often_unless_the_interval_is_fixed() {
     fixed.full_run_took(Duration::from_secs(4));
     assert!(fixed.split(listing(&[(0, "a")]), t0 + Duration::from_secs(30)).full);
 }
+
+#[test]
+fn a_full_run_is_expected_to_take_longer_over_more_partitions() {
+    // A catch-up's first full run lists few partitions; the next one is due by what it would cost over all of
+    // those listed since, not 30 s later.
+    let t0 = Instant::now();
+    let mut quiet = QuietPartitions::default();
+    assert!(quiet.split(listing(&[(0, "a")]), t0).full);
+    quiet.full_run_took(Duration::from_millis(100));
+    let ten: Vec<(i32, &str)> = (0..10).map(|p| (p, "a")).collect();
+    // Over one partition, 50 x 0.1 s is below the interval: due after 30 s. Over ten, 50 x 1 s.
+    assert!(!quiet.split(listing(&ten), t0 + Duration::from_secs(31)).full);
+    assert!(!quiet.split(listing(&ten), t0 + Duration::from_secs(49)).full);
+    assert!(
+        quiet.split(listing(&ten), t0 + Duration::from_secs(50)).full,
+        "50 x 0.1 s x 10 partitions"
+    );
+    // Measured again over the same ten (0.2 s, 50 x 0.2 s below 30 s): the interval again.
+    quiet.full_run_took(Duration::from_millis(200));
+    assert!(!quiet.split(listing(&ten), t0 + Duration::from_secs(79)).full);
+    assert!(quiet.split(listing(&ten), t0 + Duration::from_secs(80)).full);
+}

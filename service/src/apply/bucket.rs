@@ -206,10 +206,16 @@ fn follower_snapshot(
     };
     let state = recorded.state.as_str();
     let mut partitions = rounds.rows();
+    // Where each counted partition's row is: a lookup per recorded partition, not a scan (10,000 partitions).
+    let at: std::collections::HashMap<(String, i32), usize> = partitions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.topic.clone(), r.partition), i))
+        .collect();
     for p in &recorded.partitions {
-        match partitions
-            .iter_mut()
-            .find(|r| r.topic == p.topic && r.partition == p.partition)
+        match at
+            .get(&(p.topic.clone(), p.partition))
+            .and_then(|i| partitions.get_mut(*i))
         {
             Some(row) => row.installed = p.installed_end_offset.max(row.installed),
             None => {

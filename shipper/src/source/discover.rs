@@ -221,7 +221,8 @@ pub fn discover(log_dirs: &[PathBuf], filter: &TopicFilter) -> Discovery {
                 continue;
             }
         };
-        let checkpoint = log_start_checkpoint(&log_dir);
+        // By partition, once: a broker with retention or DeleteRecords lists most of its partitions there.
+        let checkpoint = log_start_checkpoint(&log_dir).map(OffsetCheckpoint::into_offsets);
         for entry in &log_dir.partitions {
             let name = &entry.name;
             let skip = |reason| SkippedPartition {
@@ -247,7 +248,9 @@ pub fn discover(log_dirs: &[PathBuf], filter: &TopicFilter) -> Discovery {
                         partition: name.partition,
                         dir: entry.path.clone(),
                         cluster_id: cluster_id.clone(),
-                        log_start_checkpoint: checkpoint.as_ref().and_then(|c| c.get(&name.topic, name.partition)),
+                        log_start_checkpoint: checkpoint
+                            .as_ref()
+                            .and_then(|c| c.get(&(name.topic.clone(), name.partition)).copied()),
                     });
             }
         }

@@ -361,6 +361,7 @@ fn a_segment_the_listing_missed_is_looked_up_by_name_before_it_counts_as_deleted
         segments: [(0, stamp), (50, stamp), (100, stamp), (150, stamp), (200, stamp)]
             .into_iter()
             .collect(),
+        listed: None,
     };
     // 0: mid-swap, only the `.swap` file; 50: the cleaner's output not swapped yet; 100: swapped in since the
     // listing; 150: deleted by retention; 200: the active segment the listing did see.
@@ -370,6 +371,7 @@ fn a_segment_the_listing_missed_is_looked_up_by_name_before_it_counts_as_deleted
     std::fs::write(p.join("00000000000000000150.log.deleted"), b"old").unwrap();
     let mut now = PartitionState {
         segments: [(200, stamp)].into_iter().collect(),
+        listed: None,
     };
     recheck_missing(p, &before, &mut now);
     assert_eq!(now.segments.keys().copied().collect::<Vec<_>>(), [0, 50, 100, 200]);
@@ -534,4 +536,37 @@ fn full_passes_that_take_long_are_made_less_often() {
         rescan_after(Duration::from_millis(5), Duration::ZERO),
         Duration::from_millis(5)
     );
+}
+
+/// A rescan restats a partition whose directory is unchanged since a settled listing instead of listing it again:
+/// its active segment's growth is still seen, and any change of its entries makes it listed.
+#[test]
+fn a_rescan_of_a_settled_partition_sees_appends_and_any_change_of_its_entries() {
+    use super::state::{restat_partition, snapshot_partition};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    append(&seg(p, 0), 50);
+    append(&seg(p, 40), 50);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let settled = snapshot_partition(p).unwrap().unwrap();
+    assert!(settled.listed.is_some());
+    // Unchanged: the same state.
+    assert_eq!(restat_partition(p, &settled).unwrap().unwrap(), settled);
+    // An append to the active segment: its new length, from a stat of that file alone.
+    append(&seg(p, 40), 7);
+    let grown = restat_partition(p, &settled).unwrap().unwrap();
+    assert_eq!(grown.segments[&40].len, 57);
+    assert_eq!(grown.segments.len(), 2);
+    // A new segment (a roll): the directory changed, so it is listed.
+    append(&seg(p, 90), 3);
+    let rolled = restat_partition(p, &grown).unwrap().unwrap();
+    assert_eq!(rolled.segments.keys().copied().collect::<Vec<_>>(), [0, 40, 90]);
+    // A sealed segment renamed `.deleted` by retention: listed, gone.
+    std::fs::rename(seg(p, 0), p.join("00000000000000000000.log.deleted")).unwrap();
+    let deleted = restat_partition(p, &rolled).unwrap().unwrap();
+    assert_eq!(deleted.segments.keys().copied().collect::<Vec<_>>(), [40, 90]);
+    // The directory removed: gone.
+    let gone = p.to_path_buf();
+    drop(dir);
+    assert!(restat_partition(&gone, &deleted).unwrap().is_none());
 }
