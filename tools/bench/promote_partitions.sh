@@ -20,9 +20,14 @@
 #       tools/bench/partitions.sh 10000
 #
 # Usage: FIXTURE=/mnt/e4/bench/partitions-10000 tools/bench/promote_partitions.sh BIN...
-#   PATH_NAME (default direct): which of the fixture's mirrors; RUNS (default 2).
+#   PATH_NAME (default direct): which of the fixture's mirrors; RUNS (default 2); DROP_CACHES (default 1): 0 leaves
+#   the page cache as the restore left it (warm: what a failover of a mirror an applier was writing meets), 1 drops
+#   it (cold: every directory, inode and file tail read from the disk).
 # Not a test: scripts/test-all.sh does not run it.
 set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source=tools/bench/lib.sh
+source "$ROOT/tools/bench/lib.sh"
 FIXTURE="${FIXTURE:?FIXTURE=partitions-N dir kept by partitions.sh (KEEP=1 PROMOTE=0)}"
 PATH_NAME="${PATH_NAME:-direct}"
 RUNS="${RUNS:-2}"
@@ -42,8 +47,7 @@ reset_run() {
     rm -rf "${FIXTURE:?}/$PATH_NAME" "$RUN_TARGET"
     cp -a "$ORIG/$PATH_NAME" "$FIXTURE/$PATH_NAME"
     cp -a "$FIXTURE/template" "$RUN_TARGET"
-    sync
-    echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+    if [ "${DROP_CACHES:-1}" = 0 ]; then sync; else drop_caches; fi
 }
 
 ROWS=()
@@ -66,7 +70,8 @@ reset_run
 echo
 echo "promote --handover rename of $N partitions ($PATH_NAME-fed mirror), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "filesystem: $(df -T "$FIXTURE" | awk 'NR == 2 { print $1, $2 }'); load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
-echo "reproduce: FIXTURE=$FIXTURE PATH_NAME=$PATH_NAME RUNS=$RUNS tools/bench/promote_partitions.sh ${BINS[*]}"
+echo "page cache: $([ "${DROP_CACHES:-1}" = 0 ] && echo "warm (as the restore left it)" || echo "dropped before each run")"
+echo "reproduce: FIXTURE=$FIXTURE PATH_NAME=$PATH_NAME RUNS=$RUNS DROP_CACHES=${DROP_CACHES:-1} tools/bench/promote_partitions.sh ${BINS[*]}"
 echo
 echo "| binary | run | wall s | user s | sys s |"
 echo "|---|---|---|---|---|"

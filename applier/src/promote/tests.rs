@@ -302,7 +302,10 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 /// The target log dir as promotion leaves it, with the root checkpoints compared by content (entry order is not
 /// part of the format) and the lock file (created by promotion if missing) left out.
-pub(super) fn target_state(dir: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, Vec<OffsetCheckpointEntry>>) {
+/// A log dir's files (bytes by path, the lock left out) and its root checkpoints (entries sorted).
+pub(super) type TargetState = (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, Vec<OffsetCheckpointEntry>>);
+
+pub(super) fn target_state(dir: &Path) -> TargetState {
     let mut files = tree(dir);
     files.remove(Path::new(LOCK_FILE));
     let mut checkpoints = BTreeMap::new();

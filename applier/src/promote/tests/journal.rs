@@ -150,11 +150,9 @@ fn journal_round_trips() {
     assert_eq!(read_journal(&dir.path().join("absent")).unwrap(), None);
 }
 
-/// Builds are made durable together (one `syncfs` of the log dir's filesystem) before staging says so
-/// (`BUILDS_DURABLE`): a crash right after the last build leaves every partition `.building` and no such name, and
-/// the next run builds them again.
-#[test]
-fn no_partition_is_ready_before_every_build_is_durable() {
+/// The log dir an uninterrupted promotion leaves, and a fixture whose promotion crashed right after its last
+/// build, with its staging directory (each build's step shown to `on_built` with that directory first).
+fn crashed_after_the_last_build(on_built: impl Fn(&Path)) -> (TargetState, Fixture, PathBuf) {
     let reference = {
         let mut f = fixture();
         f.promote().unwrap();
@@ -168,10 +166,7 @@ fn no_partition_is_ready_before_every_build_is_durable() {
         promote_with(&request, &mut f.catalog, &mut |s| {
             if let Step::Built(_) = s {
                 built += 1;
-                assert!(
-                    !staging.join(crate::promote::swap::BUILDS_DURABLE).exists(),
-                    "builds said durable before every build was done"
-                );
+                on_built(&staging);
                 if built == 2 {
                     panic!("crash after the last build");
                 }
@@ -179,10 +174,25 @@ fn no_partition_is_ready_before_every_build_is_durable() {
         })
     }));
     assert!(crashed.is_err());
+    (reference, f, staging)
+}
+
+/// Builds are made durable together (one `syncfs` of the log dir's filesystem) before staging says so
+/// (`BUILDS_DURABLE`): a crash right after the last build leaves every partition `.building` and no such name, and
+/// the next run builds them again.
+#[test]
+fn no_partition_is_ready_before_every_build_is_durable() {
+    let said_durable = |staging: &Path| staging.join(crate::promote::swap::BUILDS_DURABLE).exists();
+    let (reference, mut f, staging) = crashed_after_the_last_build(|staging| {
+        assert!(
+            !said_durable(staging),
+            "builds said durable before every build was done"
+        );
+    });
     for p in 0..2 {
         assert!(staging.join(format!("orders-{p}.building")).is_dir());
     }
-    assert!(!staging.join(crate::promote::swap::BUILDS_DURABLE).exists());
+    assert!(!said_durable(&staging));
     let report = f.promote().unwrap();
     assert!(report.partitions.iter().all(|p| p.outcome == Outcome::Resumed));
     assert_eq!(target_state(&f.target), reference);
@@ -192,26 +202,7 @@ fn no_partition_is_ready_before_every_build_is_durable() {
 /// all durable at once: a rerun swaps the `.ready` ones in and builds the rest again, to the same bytes.
 #[test]
 fn a_staging_left_with_ready_partitions_by_an_earlier_build_is_finished() {
-    let reference = {
-        let mut f = fixture();
-        f.promote().unwrap();
-        target_state(&f.target)
-    };
-    let mut f = fixture();
-    let request = f.request();
-    let staging = f.target.join(PROMOTION_DIR);
-    let mut built = 0;
-    let crashed = catch_unwind(AssertUnwindSafe(|| {
-        promote_with(&request, &mut f.catalog, &mut |s| {
-            if let Step::Built(_) = s {
-                built += 1;
-                if built == 2 {
-                    panic!("crash after the last build");
-                }
-            }
-        })
-    }));
-    assert!(crashed.is_err());
+    let (reference, mut f, staging) = crashed_after_the_last_build(|_| {});
     // What the earlier build left: one partition renamed `.ready`, the other still `.building`.
     std::fs::rename(staging.join("orders-0.building"), staging.join("orders-0.ready")).unwrap();
     assert!(staging.join("orders-1.building").is_dir());
