@@ -106,6 +106,16 @@ pub(super) fn remove_entries_parallel(dir: &Path, threads: usize, keep: &[&str])
     })
 }
 
+/// Whether [`mark_durably`] marked `dir` with `name` (a `stat`, not a listing of the 10,000 names beside it).
+pub(super) fn marked(dir: &Path, name: &str) -> Result<bool> {
+    let path = dir.join(name);
+    match std::fs::symlink_metadata(&path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
 /// Create the empty file `name` in `dir` and make it and its name durable: a step of a promotion done for every
 /// partition at once, said by one name instead of one per partition.
 pub(super) fn mark_durably(dir: &Path, name: &str) -> Result<()> {

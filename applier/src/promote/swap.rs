@@ -20,7 +20,7 @@ use segmirror_catalog::{Catalog, MirrorPartition, PartitionKey, PartitionState, 
 
 use super::build::{build, planned_result, staged, staged_name, BUILDING, OLD, READY};
 use super::error::{Error, Result};
-use super::files::{mark_durably, names_in, remove_dir_all, remove_entries_parallel, remove_file, rename};
+use super::files::{mark_durably, marked, names_in, remove_dir_all, remove_entries_parallel, remove_file, rename};
 use super::handover::KillSwitch;
 use super::journal::{read_journal, write_journal, Journal, Planned, Step, JOURNAL_FILE, PROMOTION_DIR};
 use super::plan::DEFAULT_PARALLEL;
@@ -78,14 +78,8 @@ pub(super) fn execute(
         let ids = sub
             .partitions
             .iter()
-            .map(|p| match rows.get(&(p.topic.clone(), p.partition)) {
-                Some(row) => Ok(row.id),
-                // Not in the catalog: its own lookup says so.
-                None => catalog
-                    .partition(&PartitionKey::of(&journal.link, &p.tp()))
-                    .map(|row| row.id),
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+            .map(|p| catalog_row(catalog, &rows, &journal.link, p).map(|row| row.id))
+            .collect::<Result<Vec<_>>>()?;
         let name = log_dir.display().to_string();
         match read_journal(&staging)? {
             Some(found) if found != *journal => {
@@ -124,9 +118,8 @@ pub(super) fn execute(
         // Where the time goes, for `SEGMIRROR_LOG=segmirror_applier=debug`: each phase's end, from the first.
         let started = std::time::Instant::now();
         let phase = |name: &str| tracing::debug!(log_dir = %log_dir.display(), elapsed = ?started.elapsed(), "{name}");
-        let done = names_in(&staging)?;
-        let swapped = done.contains(std::ffi::OsStr::new(SWAPS_DURABLE));
-        let results = if swapped || done.contains(std::ffi::OsStr::new(BUILDS_DURABLE)) {
+        let swapped = marked(&staging, SWAPS_DURABLE)?;
+        let results = if swapped || marked(&staging, BUILDS_DURABLE)? {
             // Every build is durable already (and maybe swapped in): none is built again.
             sub.partitions.iter().map(|p| planned_result(p, outcome)).collect()
         } else {
@@ -386,10 +379,7 @@ fn record(
     let replicas = catalog.promoted_replicas_of_link(&journal.link)?;
     let mut facts = Vec::with_capacity(journal.partitions.len());
     for p in &journal.partitions {
-        let row = match rows.get(&(p.topic.clone(), p.partition)) {
-            Some(row) => row.clone(),
-            None => catalog.partition(&PartitionKey::of(&journal.link, &p.tp()))?,
-        };
+        let row = catalog_row(catalog, rows, &journal.link, p)?;
         if row.state == PartitionState::Promoted {
             continue;
         }
@@ -408,6 +398,20 @@ fn record(
         .collect();
     catalog.record_promotions(&records)?;
     Ok(())
+}
+
+/// The catalog row of a journaled partition: from `rows` (the link's, read at once), else looked up on its own (which
+/// says when it is not in the catalog).
+fn catalog_row(
+    catalog: &Catalog,
+    rows: &HashMap<(String, i32), MirrorPartition>,
+    link: &str,
+    p: &Planned,
+) -> Result<MirrorPartition> {
+    match rows.get(&(p.topic.clone(), p.partition)) {
+        Some(row) => Ok(row.clone()),
+        None => Ok(catalog.partition(&PartitionKey::of(link, &p.tp()))?),
+    }
 }
 
 /// The catalog notes of a promoted partition: what was promoted into `dirs`, each transaction aborted at its end,

@@ -34,6 +34,8 @@ use segment_format::checkpoint::OffsetCheckpoint;
 use segment_format::dir::RootCheckpoint;
 use segment_format::Error;
 
+use super::guard::{FileIdentity, RACY_MARGIN};
+
 /// Kafka's default `replica.high.watermark.checkpoint.interval.ms` (5000 ms):
 /// how stale the checkpoint's high watermarks may be.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(5000);
@@ -137,51 +139,13 @@ pub fn bound(policy: UptoPolicy, source: &dyn HighWatermarkSource, topic: &str, 
 /// What one log dir's checkpoint held when last read.
 #[derive(Debug, Default)]
 struct Loaded {
-    /// The file read (`None`: there was none).
-    stamp: Option<Stamp>,
-    /// The file's times were [`STAMP_SETTLED`] old when it was read: a later change of its bytes changes its stamp.
+    /// The file read (`None`: there was none, or no identity is kept on this platform).
+    stamp: Option<FileIdentity>,
+    /// The file's times were [`RACY_MARGIN`] old when it was read: a later change of its bytes changes its identity.
     settled: bool,
     entries: HashMap<(String, i32), i64>,
     as_of: Option<SystemTime>,
 }
-
-/// A checkpoint file's identity: which file (the broker replaces it by rename, so a rewrite is a new inode) and its
-/// length and times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-}
-
-impl Stamp {
-    fn of(meta: &std::fs::Metadata) -> Stamp {
-        use std::os::unix::fs::MetadataExt;
-        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-        Stamp {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            len: meta.len(),
-            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
-        }
-    }
-
-    /// Whether the file's times were at least `margin` old at `now`: a write after it lands on a later clock tick.
-    fn older_than(&self, margin: Duration, now: SystemTime) -> bool {
-        let now_ns = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
-        let margin_ns = i128::try_from(margin.as_nanos()).unwrap_or(i128::MAX);
-        self.mtime_ns.max(self.ctime_ns) < now_ns.saturating_sub(margin_ns)
-    }
-}
-
-/// How old a checkpoint's times must be when it is read for an unchanged stamp to stand for unchanged bytes (far
-/// above the kernel's clock tick): a file written within it is parsed again on the next reload.
-const STAMP_SETTLED: Duration = Duration::from_secs(2);
 
 /// High watermarks from the `replication-offset-checkpoint` of each log dir
 /// (see the module doc). [`refresh`](HighWatermarkSource::refresh) re-reads
@@ -229,8 +193,8 @@ impl CheckpointHighWatermarks {
     }
 
     /// Read every log dir's checkpoint again; `true` if any high watermark
-    /// changed. A file whose stamp (inode, length, times) is the one last parsed, and whose times were
-    /// [`STAMP_SETTLED`] old then, is not parsed again: with 10,000 partitions a parse is 10,000 lines twice a
+    /// changed. A file whose identity (inode, length, times) is the one last parsed, and whose times were
+    /// [`RACY_MARGIN`] old then, is not parsed again: with 10,000 partitions a parse is 10,000 lines twice a
     /// second, for a file the broker rewrites every few seconds. A missing file clears that log dir's entries
     /// (a broker that has not written it yet); a corrupt one is an error
     /// naming it, and the entries read before stay in force (a torn read
@@ -241,12 +205,12 @@ impl CheckpointHighWatermarks {
         for (i, dir) in self.log_dirs.iter().enumerate() {
             let path = Self::checkpoint_path(dir);
             let read_at = SystemTime::now();
-            let (stamp, fresh) = match std::fs::metadata(&path) {
+            let (stamp, modified, fresh) = match std::fs::metadata(&path) {
                 Ok(meta) => {
-                    let stamp = Stamp::of(&meta);
-                    let unchanged = {
+                    let stamp = FileIdentity::of(&meta);
+                    let unchanged = stamp.is_some() && {
                         let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
-                        loaded.get(i).is_some_and(|l| l.settled && l.stamp == Some(stamp))
+                        loaded.get(i).is_some_and(|l| l.settled && l.stamp == stamp)
                     };
                     if unchanged {
                         continue;
@@ -259,19 +223,16 @@ impl CheckpointHighWatermarks {
                         }
                         Err(e) => return Err(e),
                     };
-                    (Some(stamp), cp.into_offsets())
+                    (stamp, meta.modified().ok(), cp.into_offsets())
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, HashMap::new()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, None, HashMap::new()),
                 Err(e) => return Err(Error::io(&path, e)),
             };
             let mut loaded = self.loaded.write().unwrap_or_else(|p| p.into_inner());
             if let Some(slot) = loaded.get_mut(i) {
                 changed |= slot.entries != fresh;
-                slot.as_of = stamp.and_then(|s| {
-                    let ns = u64::try_from(s.mtime_ns).ok()?;
-                    SystemTime::UNIX_EPOCH.checked_add(Duration::from_nanos(ns))
-                });
-                slot.settled = stamp.is_some_and(|s| s.older_than(STAMP_SETTLED, read_at));
+                slot.as_of = modified;
+                slot.settled = stamp.is_some_and(|s| s.settled_at(RACY_MARGIN, read_at));
                 slot.stamp = stamp;
                 slot.entries = fresh;
             }
@@ -437,7 +398,7 @@ mod tests {
         assert!(hws.reload().unwrap());
         assert!(!hws.reload().unwrap());
         assert_eq!(parses(), 2);
-        std::thread::sleep(STAMP_SETTLED + Duration::from_millis(100));
+        std::thread::sleep(RACY_MARGIN + Duration::from_millis(100));
         assert!(!hws.reload().unwrap());
         assert_eq!(parses(), 3, "read once more, now settled");
         for _ in 0..3 {
@@ -449,7 +410,7 @@ mod tests {
         assert!(hws.reload().unwrap());
         assert_eq!(hws.high_watermark("t", 0).map(|h| h.offset), Some(9));
         // Settled again, then rewritten in place with bytes of the same length: its times move, parsed.
-        std::thread::sleep(STAMP_SETTLED + Duration::from_millis(100));
+        std::thread::sleep(RACY_MARGIN + Duration::from_millis(100));
         assert!(!hws.reload().unwrap());
         let before = parses();
         assert!(!hws.reload().unwrap());

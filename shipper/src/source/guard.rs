@@ -144,6 +144,12 @@ pub struct FileIdentity {
     pub ctime_ns: i64,
 }
 
+/// How old an entry's times must be when its [`FileIdentity`] is taken for an unchanged identity, taken later, to
+/// stand for unchanged contents ([`FileIdentity::settled_at`]): far above the kernel's coarse clock tick (1-10 ms)
+/// and any skew between the clock that stamps files and the one read here (the same kernel clock for a local file
+/// system). Used by the seed's memory, the watcher's rescans and the high-watermark checkpoint's reloads.
+pub const RACY_MARGIN: Duration = Duration::from_secs(2);
+
 /// The [`FileIdentity`] of `path` (`None`: it is not there, or this is not Unix, where no such stamp is kept).
 pub fn file_identity(path: &Path) -> Option<FileIdentity> {
     FileIdentity::of(&std::fs::symlink_metadata(path).ok()?)
@@ -153,12 +159,18 @@ impl FileIdentity {
     /// The identity `meta` describes: `None` for anything but a regular file, or where no such stamp is kept (not
     /// Unix).
     pub fn of(meta: &std::fs::Metadata) -> Option<FileIdentity> {
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        FileIdentity::of_entry(meta)
+    }
+
+    /// The identity of any kind of entry `meta` describes (a directory's times move when its entries change);
+    /// `None` where no such stamp is kept (not Unix).
+    pub fn of_entry(meta: &std::fs::Metadata) -> Option<FileIdentity> {
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
-            if !meta.file_type().is_file() {
-                return None;
-            }
             let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
             Some(FileIdentity {
                 dev: meta.dev(),
@@ -173,6 +185,16 @@ impl FileIdentity {
             let _ = meta;
             None
         }
+    }
+
+    /// Whether both times were more than `margin` old at `taken` (when this identity was taken): then any later
+    /// change lands on a later clock tick, and the same identity taken again means the same contents.
+    pub fn settled_at(&self, margin: Duration, taken: SystemTime) -> bool {
+        let taken_ns = taken
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let margin = i64::try_from(margin.as_nanos()).unwrap_or(i64::MAX);
+        self.mtime_ns.max(self.ctime_ns) < taken_ns.saturating_sub(margin)
     }
 }
 

@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use segment_format::verify::VerifyOptions;
 use serde::{Deserialize, Serialize};
@@ -59,9 +59,8 @@ pub const MEMORY_FORMAT: &str = "segmirror.seed-memory.v2";
 pub const MAX_MEMORY_BYTES: u64 = 64 << 20;
 
 /// How old a file's times must be when its identity is taken for a fact about it to be recorded (see the module
-/// doc): far above the kernel's coarse clock tick (1-10 ms) and any skew between the clock that stamps files and
-/// the one read here (the same kernel clock for a local file system).
-pub const RACY_MARGIN: Duration = Duration::from_secs(2);
+/// doc).
+pub use crate::source::guard::RACY_MARGIN;
 
 /// Bytes on each side of the end of a remembered prefix that a rerun reads and hashes before it believes the fact
 /// (see the module doc): 64 KiB holds the last batch's header for batches up to that size (the producer's default
@@ -212,12 +211,9 @@ impl SeedMemory {
     /// what was known about `log`. Reads at most 2 × [`TAIL_CHECK_BYTES`] (pages the scan just read).
     pub(crate) fn remember(&self, log: &Path, scanned: Scanned, identity_taken: SystemTime) {
         let Some(key) = key(log) else { return };
-        let taken_ns = identity_taken
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-        let margin = i64::try_from(RACY_MARGIN.as_nanos()).unwrap_or(i64::MAX);
-        let newest = scanned.identity.mtime_ns.max(scanned.identity.ctime_ns);
-        let fact = (newest < taken_ns.saturating_sub(margin))
+        let fact = scanned
+            .identity
+            .settled_at(RACY_MARGIN, identity_taken)
             .then(|| tail_check(log, &scanned))
             .flatten()
             .map(|tail| ActiveFact {

@@ -17,6 +17,7 @@ use segment_format::dir::{
 
 use super::{PartitionId, WatchEvent};
 use crate::source::discover::TopicFilter;
+use crate::source::guard::{FileIdentity, RACY_MARGIN};
 use crate::source::CheckpointHighWatermarks;
 
 /// A live `.log` file as last seen.
@@ -45,53 +46,30 @@ pub(super) struct PartitionState {
     pub listed: Option<DirStamp>,
 }
 
-/// A partition directory's identity and times. Every change of its entries (a segment created, deleted, renamed
-/// `.deleted`, or a swap renamed over a name) moves its times; an append to a file does not.
+/// A partition directory's identity (inode, size and times) as it was just before a listing. Every change of its
+/// entries (a segment created, deleted, renamed `.deleted`, or a swap renamed over a name) moves its times; an
+/// append to a file does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct DirStamp {
-    inode: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-    /// Its times were [`DIR_SETTLED`] old when it was stamped: a later change lands on a later clock tick, so an
-    /// unchanged stamp means unchanged entries.
+    identity: FileIdentity,
+    /// Its times were [`RACY_MARGIN`] old when it was taken: a later change lands on a later clock tick, so the same
+    /// identity taken again means the same entries.
     settled: bool,
 }
 
-/// How old a directory's times must be for an unchanged stamp to stand for an unchanged listing (far above the
-/// kernel's clock tick): a directory changed within it is listed again by the next rescan.
-const DIR_SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
-
 impl DirStamp {
-    #[cfg(unix)]
-    fn of(meta: &std::fs::Metadata) -> DirStamp {
-        use std::os::unix::fs::MetadataExt;
-        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-        let (mtime_ns, ctime_ns) = (ns(meta.mtime(), meta.mtime_nsec()), ns(meta.ctime(), meta.ctime_nsec()));
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
-        let margin_ns = i128::try_from(DIR_SETTLED.as_nanos()).unwrap_or(i128::MAX);
-        DirStamp {
-            inode: meta.ino(),
-            mtime_ns,
-            ctime_ns,
-            settled: mtime_ns.max(ctime_ns) < now_ns.saturating_sub(margin_ns),
-        }
-    }
-
-    #[cfg(not(unix))]
-    fn of(_meta: &std::fs::Metadata) -> DirStamp {
-        DirStamp {
-            inode: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            settled: false,
-        }
+    /// `None` where no identity is kept (not Unix): such a directory is always listed.
+    fn of(meta: &std::fs::Metadata) -> Option<DirStamp> {
+        let identity = FileIdentity::of_entry(meta)?;
+        Some(DirStamp {
+            identity,
+            settled: identity.settled_at(RACY_MARGIN, std::time::SystemTime::now()),
+        })
     }
 
     /// Whether `now` (a fresh stamp of the same path) vouches that the entries are still those listed under `self`.
     fn unchanged(&self, now: &DirStamp) -> bool {
-        self.settled && self.inode == now.inode && self.mtime_ns == now.mtime_ns && self.ctime_ns == now.ctime_ns
+        self.settled && self.identity == now.identity
     }
 }
 
@@ -150,7 +128,7 @@ fn inode(meta: &std::fs::Metadata) -> u64 {
 pub(super) fn snapshot_partition(dir: &Path) -> std::io::Result<Option<PartitionState>> {
     // Stamped before the listing: a change while it runs moves the times past the stamp.
     let listed = match std::fs::symlink_metadata(dir) {
-        Ok(meta) => Some(DirStamp::of(&meta)),
+        Ok(meta) => DirStamp::of(&meta),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
@@ -210,7 +188,7 @@ pub(super) fn restat_partition(dir: &Path, before: &PartitionState) -> std::io::
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let (Some(listed), Some((&active, _))) = (before.listed, before.segments.last_key_value()) else {
+    let (Some(listed), Some(now), Some((&active, _))) = (before.listed, now, before.segments.last_key_value()) else {
         return snapshot_partition(dir);
     };
     if !listed.unchanged(&now) {
