@@ -172,10 +172,11 @@ struct PartitionState {
     /// The offset the next batch must start at (last durable batch's last offset + 1); `None` before any batch.
     next_offset: Option<i64>,
     /// The transactions open at `position`, for the `.txnindex` entries of ABORT markers still to come
-    /// (`companions`); `None` in a state file written before they were recorded, or derived by the hand-over:
-    /// then derived from the segments at the next session start.
+    /// (`companions`), each with its tally (producer epoch, records, batches, bytes up to `position`) when known:
+    /// what promotion's ABORT marker needs without a walk. `None` in a state file written before they were
+    /// recorded, or derived by the hand-over: then derived from the segments at the next session start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    open_transactions: Option<Vec<companions::OpenTransaction>>,
+    open_transactions: Option<Vec<segment_format::txn_index::OpenTransaction>>,
     /// What promotion needs of the partition without reading its data, describing this record's position
     /// (`kept`); `None` in a state file written before they were kept, or by a step that does not keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,7 @@ use crate::dir::SegmentRole;
 use crate::error::{Defect, IndexKind};
 use crate::report::Finding;
 use crate::snapshot::ProducerSnapshot;
+use serde::{Deserialize, Serialize};
 
 /// Size of one entry (`AbortedTxn.TOTAL_SIZE`).
 pub const ABORTED_TXN_SIZE: usize = 34;
@@ -143,8 +144,49 @@ fn entry_at(bytes: &[u8], i: usize) -> AbortedTxn {
 /// nothing.
 #[derive(Debug, Clone, Default)]
 pub struct TxnTracker {
-    open_by_producer: HashMap<i64, i64>,
+    open_by_producer: HashMap<i64, OpenTxn>,
     open_by_first_offset: BTreeMap<i64, i64>,
+}
+
+/// What an open transaction's data batches add up to, from its first offset on: the producer epoch an ABORT
+/// marker closing it carries (the largest of its batches'), and what aborting it takes from a `read_committed`
+/// consumer. Kept only for a transaction the tracker saw begin: one it was started with is not tallied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TxnTally {
+    pub producer_epoch: i16,
+    pub records: u64,
+    pub batches: u64,
+    pub bytes: u64,
+}
+
+impl TxnTally {
+    /// One more data batch of the transaction.
+    pub fn add(&mut self, batch: &BatchInfo) {
+        self.producer_epoch = self.producer_epoch.max(batch.producer_epoch);
+        self.records = self
+            .records
+            .saturating_add(u64::try_from(batch.records_count).unwrap_or(0));
+        self.batches = self.batches.saturating_add(1);
+        self.bytes = self.bytes.saturating_add(batch.size);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OpenTxn {
+    first_offset: i64,
+    tally: Option<TxnTally>,
+}
+
+/// One open transaction as the tracker holds it (and as a tail appender's state file records it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenTransaction {
+    pub producer_id: i64,
+    /// First offset of the transaction in the partition.
+    pub first_offset: i64,
+    /// `None`: not known — the tracker was started with this transaction open and does not know its earlier
+    /// batches (or a record chose not to keep it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tally: Option<TxnTally>,
 }
 
 impl TxnTracker {
@@ -155,9 +197,18 @@ impl TxnTracker {
     /// Start from known open transactions `(producer id, first offset)`, e.g. a
     /// producer snapshot taken at the first segment's base offset.
     pub fn with_open_transactions(open: impl IntoIterator<Item = (i64, i64)>) -> Self {
+        Self::with_tallied(open.into_iter().map(|(producer_id, first_offset)| OpenTransaction {
+            producer_id,
+            first_offset,
+            tally: None,
+        }))
+    }
+
+    /// Start from open transactions as [`Self::open_tallied`] gave them (the tallies go on counting).
+    pub fn with_tallied(open: impl IntoIterator<Item = OpenTransaction>) -> Self {
         let mut t = Self::new();
-        for (producer_id, first_offset) in open {
-            t.open(producer_id, first_offset);
+        for o in open {
+            t.open(o.producer_id, o.first_offset, o.tally);
         }
         t
     }
@@ -166,9 +217,12 @@ impl TxnTracker {
         Self::with_open_transactions(snapshot.open_transactions())
     }
 
-    fn open(&mut self, producer_id: i64, first_offset: i64) {
-        if let Some(old) = self.open_by_producer.insert(producer_id, first_offset) {
-            self.open_by_first_offset.remove(&old);
+    fn open(&mut self, producer_id: i64, first_offset: i64, tally: Option<TxnTally>) {
+        if let Some(old) = self
+            .open_by_producer
+            .insert(producer_id, OpenTxn { first_offset, tally })
+        {
+            self.open_by_first_offset.remove(&old.first_offset);
         }
         self.open_by_first_offset.insert(first_offset, producer_id);
     }
@@ -180,8 +234,19 @@ impl TxnTracker {
         }
         let pid = batch.producer_id;
         if !batch.is_control {
-            if batch.is_transactional && !self.open_by_producer.contains_key(&pid) {
-                self.open(pid, batch.base_offset);
+            if batch.is_transactional {
+                match self.open_by_producer.get_mut(&pid) {
+                    Some(open) => {
+                        if let Some(tally) = &mut open.tally {
+                            tally.add(batch);
+                        }
+                    }
+                    None => {
+                        let mut tally = TxnTally::default();
+                        tally.add(batch);
+                        self.open(pid, batch.base_offset, Some(tally));
+                    }
+                }
             }
             return None;
         }
@@ -190,7 +255,7 @@ impl TxnTracker {
             Some(ControlType::Commit) => false,
             _ => return None,
         };
-        let first = self.open_by_producer.remove(&pid)?;
+        let first = self.open_by_producer.remove(&pid)?.first_offset;
         let marker = batch.base_offset;
         let lso = self
             .open_by_first_offset
@@ -204,6 +269,17 @@ impl TxnTracker {
     /// Open transactions as `(producer id, first offset)`, by first offset.
     pub fn open_transactions(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
         self.open_by_first_offset.iter().map(|(&f, &p)| (p, f))
+    }
+
+    /// Open transactions with their tallies, by first offset.
+    pub fn open_tallied(&self) -> impl Iterator<Item = OpenTransaction> + '_ {
+        self.open_by_first_offset
+            .iter()
+            .map(|(&first_offset, &producer_id)| OpenTransaction {
+                producer_id,
+                first_offset,
+                tally: self.open_by_producer.get(&producer_id).and_then(|o| o.tally),
+            })
     }
 
     /// First offset of the earliest open transaction (the first unstable offset).
@@ -621,6 +697,49 @@ mod tests {
         let got = t.on_batch(&marker(0, 60, 4, ControlType::Abort));
         assert_eq!(got, Some(AbortedTxn::new(4, 50, 60, 61)));
         assert_eq!(t.open_transactions().count(), 0);
+    }
+
+    #[test]
+    fn tracker_tallies_the_transactions_it_saw_begin() {
+        // Producer 1 opens at 0 (two batches, 3 + 2 records), producer 2 is open from the start (untallied).
+        let mut t = TxnTracker::with_open_transactions([(2, -5)]);
+        let mut first = data(0, 0, 2, 1, true);
+        first.producer_epoch = 3;
+        let mut second = data(100, 3, 4, 1, true);
+        second.producer_epoch = 4;
+        for b in [&first, &data(50, 3, 3, 2, true), &second] {
+            assert_eq!(t.on_batch(b), None);
+        }
+        let open: Vec<OpenTransaction> = t.open_tallied().collect();
+        assert_eq!(open.len(), 2);
+        assert_eq!(
+            (open[0].producer_id, open[0].first_offset, open[0].tally),
+            (2, -5, None)
+        );
+        assert_eq!(
+            (open[1].producer_id, open[1].first_offset, open[1].tally),
+            (
+                1,
+                0,
+                Some(TxnTally {
+                    producer_epoch: 4,
+                    records: 5,
+                    batches: 2,
+                    bytes: first.size + second.size
+                })
+            )
+        );
+        // Carried over to a tracker started from them, the tally goes on counting; a marker ends it.
+        let mut again = TxnTracker::with_tallied(open);
+        again.on_batch(&data(200, 5, 5, 1, true));
+        let tally = again
+            .open_tallied()
+            .find(|o| o.producer_id == 1)
+            .and_then(|o| o.tally)
+            .unwrap();
+        assert_eq!((tally.records, tally.batches), (6, 3));
+        again.on_batch(&marker(300, 6, 1, ControlType::Commit));
+        assert_eq!(again.open_tallied().map(|o| o.producer_id).collect::<Vec<_>>(), vec![2]);
     }
 
     fn run(bytes: &[u8], batches: &[BatchInfo]) -> Vec<Finding> {

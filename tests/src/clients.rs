@@ -7,8 +7,8 @@
 //! `kcat` is a second, independent librdkafka front end for text data (its JSON output is not binary safe).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 
 use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as B64;
@@ -575,6 +575,61 @@ fn parse_kcat_json(line: &str) -> Result<Record> {
         value: text("payload"),
         headers,
     })
+}
+
+/// `tests/python/open_txn.py`: a transaction left open on a live broker until told how to end it. The records of
+/// `sends` (topic, partition, count; values `open-<i>`, one record a batch) are on the broker, undecided, when
+/// [`OpenTransaction::start`] returns. Dropped without a decision, the producer is killed (the transaction stays
+/// open until the broker's coordinator times it out).
+pub struct OpenTransaction {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl OpenTransaction {
+    pub fn start(bootstrap: &str, transactional_id: &str, sends: &[(&str, i32, usize)]) -> OpenTransaction {
+        let sends: Vec<Value> = sends
+            .iter()
+            .map(|(topic, partition, count)| json!({"topic": topic, "partition": partition, "count": count, "prefix": "open"}))
+            .collect();
+        let request = json!({"bootstrap": bootstrap, "transactional_id": transactional_id, "sends": sends});
+        let script = python_client_script().with_file_name("open_txn.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(request.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut t = OpenTransaction { child, stdin, stdout };
+        assert_eq!(t.line(), "open", "open_txn.py did not open its transaction");
+        t
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        let _ = self.stdout.read_line(&mut line);
+        line.trim().to_string()
+    }
+
+    /// Ends the transaction with an ABORT.
+    pub fn abort(mut self) {
+        writeln!(self.stdin, "abort").expect("open_txn.py reads its decision");
+        assert_eq!(self.line(), "done");
+        assert!(self.child.wait().expect("open_txn.py exits").success());
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -32,8 +32,8 @@ pub mod wait;
 
 pub use broker::{BrokerConfig, KafkaBroker, NodeRole, CLEAN_SHUTDOWN_FILE};
 pub use clients::{
-    admin, consume_all, consume_topics, kcat_consume, kcat_produce, python_produce, Header, Isolation, OutRecord,
-    ProducePlan, ProduceStep, Record, TimestampType, TopicInfo,
+    admin, consume_all, consume_topics, kcat_consume, kcat_produce, python_produce, Header, Isolation, OpenTransaction,
+    OutRecord, ProducePlan, ProduceStep, Record, TimestampType, TopicInfo,
 };
 pub use cluster::{ClusterConfig, KafkaCluster, PartitionState};
 pub use install::KafkaInstall;

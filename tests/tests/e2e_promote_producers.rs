@@ -18,9 +18,7 @@
 //! target cluster whose producer ids start at 0 again.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use std::str::FromStr;
 
@@ -32,7 +30,6 @@ use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 use segmirror_tests::dump::dump_deep;
-use segmirror_tests::install::python_client_script;
 use segmirror_tests::mirror::{record_writer_mirror, run_segmirror_env, segmirror_promote};
 use segmirror_tests::segmirror_cli::segmirror_verify;
 use segmirror_tests::*;
@@ -106,49 +103,6 @@ fn committed_transaction(bootstrap: &str, topic: &str, transactional_id: &str, v
         .step(ProduceStep::Send(values.iter().cloned().map(record).collect()))
         .step(ProduceStep::CommitTransaction);
     python_produce(bootstrap, &plan).unwrap()
-}
-
-/// `tests/python/open_txn.py`: a transaction left open until told how to end it.
-struct OpenTransaction {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl OpenTransaction {
-    fn start(bootstrap: &str) -> OpenTransaction {
-        let sends: Vec<serde_json::Value> = OPEN_RECORDS
-            .iter()
-            .chain(&[(CUT, CUT_OPEN_RECORDS)])
-            .map(|(topic, count)| serde_json::json!({"topic": topic, "partition": 0, "count": count, "prefix": "open"}))
-            .collect();
-        let request = serde_json::json!({"bootstrap": bootstrap, "transactional_id": "left-open", "sends": sends});
-        let script = python_client_script().with_file_name("open_txn.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg(request.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut t = OpenTransaction { child, stdin, stdout };
-        assert_eq!(t.line(), "open");
-        t
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line.trim().to_string()
-    }
-
-    fn abort(mut self) {
-        writeln!(self.stdin, "abort").unwrap();
-        assert_eq!(self.line(), "done");
-        assert!(self.child.wait().unwrap().success());
-    }
 }
 
 fn values(records: &[Record]) -> Vec<String> {
@@ -240,7 +194,12 @@ fn promoted_partitions_start_with_no_producer_state_and_no_open_transaction() {
     for p in 0..2 {
         python_produce(&sb, &ProducePlan::new(CUT).step(ProduceStep::Send(cut_before(p)))).unwrap();
     }
-    let open = OpenTransaction::start(&sb);
+    let sends: Vec<(&str, i32, usize)> = OPEN_RECORDS
+        .iter()
+        .chain(&[(CUT, CUT_OPEN_RECORDS)])
+        .map(|(topic, count)| (*topic, 0, *count))
+        .collect();
+    let open = OpenTransaction::start(&sb, "left-open", &sends);
     // Plain records after the open transaction's: beyond the source's last stable offset while it is open.
     for (topic, _) in OPEN_RECORDS {
         let plan = ProducePlan::new(topic).step(ProduceStep::Send(vec![record("after-open".into())]));

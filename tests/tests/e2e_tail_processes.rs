@@ -60,6 +60,8 @@ const STALL: Duration = Duration::from_secs(11);
 /// Failure guard for anything the test waits for; nothing is asserted about speed.
 const PATIENCE: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(200);
+/// Records of the transaction left open at the end (one a batch).
+const OPEN_RECORDS: usize = 5;
 /// The compared state must hold this long (three of the harness's 500 ms retention checks) to count as settled.
 const SETTLED_FOR: Duration = Duration::from_millis(1500);
 
@@ -423,6 +425,9 @@ fn replicate(direction: Direction, topic: &str, compaction: bool) {
     // The disruptions outlast MIN_ROUNDS rounds: had the producers stopped at MIN_ROUNDS, the disruptions might
     // have hit an idle link.
     assert!(rounds > MIN_ROUNDS, "the producers ran only {rounds} rounds");
+    // A transaction left open on the retained topic's partition 0: the mirror ends inside it, and promotion aborts
+    // it from what the tail appender tallied as it appended.
+    let open_txn = OpenTransaction::start(&bootstrap, "left-open", &[(topic, 0, OPEN_RECORDS)]);
 
     // Catch up: the mirror holds exactly the broker's segments at the broker's lengths (compacted ones included,
     // the active one as long as the broker's), and that has held for SETTLED_FOR (the broker's retention and
@@ -492,6 +497,7 @@ fn replicate(direction: Direction, topic: &str, compaction: bool) {
         assert!(c.len() < u.len(), "{t}: no aborted records on the source");
     }
     broker.stop().unwrap();
+    drop(open_txn);
 
     // Promote into a stopped target.
     let mut target = KafkaBroker::start(BrokerConfig::new(&format!("e2e-procs-target-{topic}"))).unwrap();
@@ -522,8 +528,18 @@ fn replicate(direction: Direction, topic: &str, compaction: bool) {
             .iter()
             .position(|(pt, _, pp)| pt == t && *pp == partition)
             .unwrap();
-        assert_eq!(p["log_end_offset"].as_i64(), Some(leos[i]), "{p}");
-        assert_eq!(p["transactions_aborted"].as_array().map(Vec::len), Some(0), "{p}");
+        let aborted = p["transactions_aborted"].as_array().unwrap();
+        // The promoted end counts the ABORT marker promotion appends.
+        let markers = aborted.len() as i64;
+        assert_eq!(p["log_end_offset"].as_i64(), Some(leos[i] + markers), "{p}");
+        if (t, partition) == (topic, 0) {
+            assert_eq!(aborted.len(), 1, "{p}");
+            assert_eq!(aborted[0]["records"], OPEN_RECORDS as u64, "{p}");
+            assert_eq!(aborted[0]["batches"], OPEN_RECORDS as u64, "{p}");
+            assert_eq!(aborted[0]["marker_offset"].as_i64(), Some(leos[i]), "{p}");
+        } else {
+            assert!(aborted.is_empty(), "{p}");
+        }
     }
     let dirs: Vec<PathBuf> = parts.iter().map(|(t, _, p)| target.partition_dir(t, *p)).collect();
     let verify = segmirror_verify(
@@ -562,11 +578,17 @@ fn replicate(direction: Direction, topic: &str, compaction: bool) {
         }]));
     let acked = python_produce(&tb, &plan).unwrap();
     assert_eq!(acked.len(), 1);
-    assert_eq!(acked[0].offset, leos[0], "the new record follows the mirrored ones");
+    // After the mirrored records and the ABORT marker promotion appended; visible to `read_committed` at once (the
+    // aborted transaction holds the last stable offset back no more).
+    let promoted_end = leos[0] + 1;
+    assert_eq!(
+        acked[0].offset, promoted_end,
+        "the new record follows the mirrored ones and the marker"
+    );
     let after = consume_all(&tb, topic, Some(&[0]), Isolation::ReadCommitted).unwrap();
     let news: Vec<&Record> = after.iter().filter(|r| r.value.as_deref() == Some(b"target")).collect();
     assert_eq!(news.len(), 1, "stored once");
-    assert_eq!(after.last().map(|r| r.offset), Some(leos[0]));
+    assert_eq!(after.last().map(|r| r.offset), Some(promoted_end));
     target.stop().unwrap();
     drop(rt);
 }

@@ -8,6 +8,8 @@
 #   RUNS=1         runs per size and mode (a fresh fixture each: a handover moves the mirror's files)
 #   WORK=DIR       where fixtures go (default target/bench/tail_promote; one fixture at a time, deleted after)
 #   DROP_CACHES=1  drop the page cache before each promotion (root only), as a failover after a restart meets it
+#   OPEN_TXN=0     1: each partition ends with a transaction left open (four batches of one transactional
+#                  producer), which promotion aborts: from the appender's tally ("kept"), or found by a walk
 #
 # The fixture is written by the tail appender itself (an ignored test of the applier,
 # `promote::tests_tail_kept::bench_fixture`: 16 KiB batches fed in 1 MiB chunks through `TailAppender`, 1 GiB
@@ -21,6 +23,7 @@ PARTITIONS=${PARTITIONS:-8}
 RUNS=${RUNS:-1}
 WORK=${WORK:-$ROOT/target/bench/tail_promote}
 DROP_CACHES=${DROP_CACHES:-1}
+OPEN_TXN=${OPEN_TXN:-0}
 
 cd "$ROOT"
 # shellcheck source=tools/bench/lib.sh
@@ -35,8 +38,8 @@ for line in sys.stdin:
         print(m["executable"])')
 SEGMIRROR=$ROOT/target/release/segmirror
 
-echo "| size | partitions | mode | run | wall s | CPU s | batches restamped |"
-echo "|---|---|---|---|---|---|---|"
+echo "| size | partitions | mode | run | wall s | CPU s | batches restamped | transactions aborted |"
+echo "|---|---|---|---|---|---|---|---|"
 for mib in $SIZES; do
     for run in $(seq 1 "$RUNS"); do
         for mode in kept walk; do
@@ -45,12 +48,15 @@ for mib in $SIZES; do
             forget=0
             [ "$mode" = walk ] && forget=1
             SEGMIRROR_BENCH_DIR=$WORK SEGMIRROR_BENCH_MIB=$mib SEGMIRROR_BENCH_PARTITIONS=$PARTITIONS \
-                SEGMIRROR_BENCH_FORGET_KEPT=$forget \
+                SEGMIRROR_BENCH_FORGET_KEPT=$forget SEGMIRROR_BENCH_OPEN_TXN=$OPEN_TXN \
                 "$FIXTURE" promote::tests_tail_kept::bench_fixture --ignored --exact -q >/dev/null
             promoted=$(cold_promote "$WORK" "$SEGMIRROR" --mirror "$WORK/mirror" \
                 --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename)
             read -r wall cpu restamped <<< "$promoted"
-            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped |"
+            aborted=$(python3 -c 'import json, sys
+print(sum(len(p.get("transactions_aborted", [])) for p in json.load(open(sys.argv[1]))["partitions"]))' \
+                "$WORK/report.json")
+            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped | $aborted |"
         done
     done
 done

@@ -28,8 +28,9 @@ pub struct ActiveSegment {
     pub sealed: bool,
     /// The offset after the last durable batch; `None` before any batch.
     pub next_offset: Option<i64>,
-    /// How many transactions are open at `position` (`None`: not recorded, derived at the next session start).
-    pub open_transactions: Option<usize>,
+    /// The transactions open at `position`, with their tallies when known (`None`: not recorded, derived at the
+    /// next session start).
+    pub open_transactions: Option<Vec<segment_format::txn_index::OpenTransaction>>,
     /// What the appender kept for promotion at `position` (`super::kept`); `None` when not kept, or kept for
     /// another position (never trusted then).
     pub kept: Option<super::Kept>,
@@ -65,7 +66,7 @@ pub fn recorded_active_segment(root: &Path, topic: &str, partition: i32) -> Tail
     }
     let kept = state.valid_kept().cloned();
     Ok(Some(ActiveSegment {
-        open_transactions: state.open_transactions.as_ref().map(Vec::len),
+        open_transactions: state.open_transactions,
         kept,
         state_file: path,
         segment_base: state.segment_base,

@@ -46,30 +46,28 @@ use std::collections::HashMap;
 use segment_format::batch::BatchInfo;
 use segment_format::dir::PartitionDir;
 use segment_format::index::{serialize_offset_index, serialize_time_index};
-use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
+use segment_format::txn_index::{self, AbortedTxn, OpenTransaction, TxnIndex, TxnTracker};
 
 use super::kept::KeptFiles;
 use super::*;
 
-/// A transaction open at the recorded position of a tailed partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct OpenTransaction {
-    pub producer_id: i64,
-    /// First offset of the transaction in the partition (possibly in an earlier segment).
-    pub first_offset: i64,
-}
+/// Open transactions per partition beyond which their tallies are not kept: a state file stays a few KiB, and is
+/// rewritten at every chunk (promotion reads at most 64 KiB of it).
+pub(super) const MAX_TALLIED_OPEN: usize = 128;
 
 pub(super) fn tracker_of(open: &[OpenTransaction]) -> TxnTracker {
-    TxnTracker::with_open_transactions(open.iter().map(|o| (o.producer_id, o.first_offset)))
+    TxnTracker::with_tallied(open.iter().copied())
 }
 
-/// The tracker's open transactions, in order of first offset.
+/// The tracker's open transactions, in order of first offset (their tallies when at most [`MAX_TALLIED_OPEN`] are
+/// open: dropped once, a tally is not kept again for that transaction).
 pub(super) fn open_of(tracker: &TxnTracker) -> Vec<OpenTransaction> {
+    let tallied = tracker.open_tallied().count() <= MAX_TALLIED_OPEN;
     tracker
-        .open_transactions()
-        .map(|(producer_id, first_offset)| OpenTransaction {
-            producer_id,
-            first_offset,
+        .open_tallied()
+        .map(|o| OpenTransaction {
+            tally: o.tally.filter(|_| tallied),
+            ..o
         })
         .collect()
 }

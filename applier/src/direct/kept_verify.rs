@@ -13,7 +13,11 @@
 //! - the segment's `.txnindex` entries and the transactions open at the end, followed from the partition's first
 //!   segment, against the recorded ones: a warning, not an error, because the appender follows transactions from
 //!   where it started, which retention may since have deleted (a transaction begun there has its true first offset
-//!   in the record and its first batch in the mirror in this walk).
+//!   in the record and its first batch in the mirror in this walk);
+//! - except where promotion would abort the open transactions from the record alone (every one tallied and begun
+//!   in the mirror, `promote::tail_kept::open_transactions`): then the record must be exactly what this walk
+//!   finds, producer, first offset and tally, or it is an error (promotion would write a wrong marker or miss
+//!   one).
 
 use std::ops::ControlFlow;
 
@@ -21,7 +25,7 @@ use segment_format::dir::PartitionDir;
 use segment_format::error::Defect;
 use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::report::Finding;
-use segment_format::txn_index::{self, AbortedTxn, TxnTracker};
+use segment_format::txn_index::{self, AbortedTxn, OpenTransaction, TxnTracker};
 
 use super::kept::{Kept, KeptEpochs, KeptFile};
 use super::*;
@@ -31,7 +35,9 @@ struct Derived {
     offset_index: KeptFile,
     time_index: KeptFile,
     txn_index: KeptFile,
-    open_transactions: usize,
+    open_transactions: Vec<OpenTransaction>,
+    /// Base offset of the partition's first segment (where the walk started).
+    first_base: Option<i64>,
     /// The first batch whose epoch is not the one the kept history says at its offset: (offset, its epoch, the
     /// history's).
     epoch_mismatch: Option<(i64, i32, Option<i32>)>,
@@ -128,12 +134,35 @@ fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> Ta
     if kept.txn_index != derived.txn_index {
         differs(".txnindex", file(&kept.txn_index), file(&derived.txn_index), false);
     }
-    let open = state.open_transactions.as_ref().map_or(0, Vec::len);
-    if open != derived.open_transactions {
+    let open = state.open_transactions.as_deref().unwrap_or_default();
+    let trusted = derived
+        .first_base
+        .is_some_and(|first| open.iter().all(|o| o.tally.is_some() && o.first_offset >= first));
+    let describe = |open: &[OpenTransaction]| -> String {
+        let each: Vec<String> = open
+            .iter()
+            .map(|o| match o.tally {
+                Some(t) => format!(
+                    "producer {} from {} (epoch {}, {} records in {} batches, {} bytes)",
+                    o.producer_id, o.first_offset, t.producer_epoch, t.records, t.batches, t.bytes
+                ),
+                None => format!("producer {} from {}", o.producer_id, o.first_offset),
+            })
+            .collect();
+        format!("{} [{}]", open.len(), each.join("; "))
+    };
+    if trusted && open != derived.open_transactions.as_slice() {
         differs(
             "open transactions",
-            open.to_string(),
-            derived.open_transactions.to_string(),
+            describe(open),
+            describe(&derived.open_transactions),
+            true,
+        );
+    } else if open.len() != derived.open_transactions.len() {
+        differs(
+            "open transactions",
+            open.len().to_string(),
+            derived.open_transactions.len().to_string(),
             false,
         );
     }
@@ -185,7 +214,8 @@ fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derive
         offset_index: of(serialize_offset_index(offsets.entries()), offsets.entries().len()),
         time_index: of(serialize_time_index(times.entries()), times.entries().len()),
         txn_index: of(txn_index::serialize(&aborted), aborted.len()),
-        open_transactions: tracker.open_transactions().count(),
+        open_transactions: tracker.open_tallied().collect(),
+        first_base: segments.first().map(|s| s.base_offset),
         epoch_mismatch,
     })
 }

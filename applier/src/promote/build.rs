@@ -19,7 +19,7 @@ use segment_format::dir::{
 use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 
 use super::error::{Error, Result};
-use super::files::{copy, create_dir, names_in, remove_dir_all, remove_file, rename, write_staged};
+use super::files::{copy, create_dir, names_in, remove_dir_all, remove_file, rename, truncate_beyond, write_staged};
 use super::handover::{hand_over_file, KillSwitch};
 use super::journal::{Journal, Planned, JOURNAL_FILE};
 use super::kcopy::restamp_in_place;
@@ -111,10 +111,13 @@ pub(super) fn build(
     }
     let source = journal.mirror_root.join(p.tp().dir_name());
     let mut found_end = None;
-    // Abort markers are appended to the last segment, and a consistent cut inside it keeps only a prefix: then its
-    // files are copied even in a handover, so a rerun starts that segment again from the mirror's bytes.
+    // A consistent cut inside the last segment keeps only a prefix: then its files are copied even in a handover,
+    // so a rerun starts that segment again from the mirror's bytes. Abort markers are appended to the last segment:
+    // handed over all the same when its planned size is known (a rerun cuts the file back to it, `markers_after`),
+    // copied otherwise.
     let limit = p.last_segment_limit();
-    let copied_last = p.handover && (!p.cut.is_empty() || limit.is_some());
+    let markers_after = p.last_segment_size().filter(|_| !p.cut.is_empty());
+    let copied_last = p.handover && (limit.is_some() || (!p.cut.is_empty() && markers_after.is_none()));
     // Read before any file moves; it stays in the mirror (`handover`), so a rerun reads the same (a directory
     // handed over whole takes it along: a rerun then walks the segments, which restamps the same bytes).
     let epochs = if p.handover {
@@ -144,6 +147,11 @@ pub(super) fn build(
     if p.handover && !fresh {
         // A directory an earlier run handed over whole may still hold the mirror's snapshots.
         remove_snapshots(&building)?;
+        // And its last segment the abort markers that run appended: cut back to the planned bytes before anything
+        // reads the file (they are appended again, the same bytes, by `producer_state::finish`).
+        if let (Some(size), Some(last)) = (markers_after, p.segments.last()) {
+            truncate_beyond(&building.join(segment_file_name(*last, SegmentFileKind::Log)), size)?;
+        }
     }
     for (i, base) in p.segments.iter().enumerate() {
         let is_last = i + 1 == p.segments.len();
@@ -216,9 +224,11 @@ pub(super) fn build(
         kept_indexes = complete_tailed_segment(p, &building, base)?;
     }
     // The last segment's companions are the mirror's, which install checked against its batches (not a tailed
-    // segment's derived ones unless they match what the appender kept, not a cut's prefix, no markers to come):
-    // sealed from them, not rebuilt by a walk.
-    let last_indexes = if (kept_indexes || (tailed.is_none() && limit.is_none())) && p.cut.is_empty() {
+    // segment's derived ones unless they match what the appender kept, not a cut's prefix, no markers to come), or
+    // the ones the appender kept, which the markers extend by the same rule: sealed from them, not rebuilt by a walk.
+    let last_indexes = if kept_indexes {
+        LastIndexes::Appended
+    } else if tailed.is_none() && limit.is_none() && p.cut.is_empty() {
         LastIndexes::Kept
     } else {
         LastIndexes::Derived

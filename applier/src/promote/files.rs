@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::ffi::OsString;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::error::{Error, Result};
@@ -39,6 +40,23 @@ pub(super) fn remove_file(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(path, e)),
     }
+}
+
+/// Cut the regular file at `path` back to `size` bytes when it is longer (nothing when it is missing or not longer:
+/// a file shorter than planned is the caller's to refuse, when it reads it). Durable with the rest of staging.
+pub(super) fn truncate_beyond(path: &Path, size: u64) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() && meta.len() > size => {}
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(path, e)),
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    file.set_len(size).map_err(|e| Error::io(path, e))
 }
 
 /// The names in a directory (none when it does not exist). Why: a promotion asks of each of thousands of

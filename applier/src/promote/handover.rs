@@ -12,9 +12,11 @@
 //! handover build therefore never removes `.building` (it may hold the only copy); it moves what is still in the
 //! mirror, keeps what is already moved, and redoes the rest of the build, every step of which is idempotent:
 //! restamping writes the same four bytes again, the companions are rewritten whole. The one step that is not —
-//! abort markers appended to the last segment when a transaction is cut — gets a **copy** of that segment's files
-//! instead (rebuilt from the mirror's untouched bytes on a rerun), so a cut partition hands over all but its last
-//! segment.
+//! abort markers appended to the last segment when a transaction is cut — is made so where the plan knows the
+//! segment's size (a tailed partition's journaled record): a rerun cuts the handed-over `.log` back to that size
+//! and appends the same journaled markers again (`build`, D0054). Without a known size, and for a consistent cut
+//! inside the last segment, that segment's files are **copied** instead (rebuilt from the mirror's untouched bytes on
+//! a rerun), so such a partition hands over all but its last segment.
 //!
 //! The catalog records the log dir the files went to (`Catalog::set_handed_over`; `segmirror status` shows it),
 //! and the partition is promoted, so a later `apply` never writes it again. A mirror partition directory that holds

@@ -102,6 +102,17 @@ impl Planned {
         self.consistent_cut.as_ref().and_then(|c| c.last_segment_bytes)
     }
 
+    /// The planned size of the last segment's `.log`, when what the tail appender kept describes that segment: the
+    /// bytes abort markers are appended after, so that a rerun can cut a handed-over file (the only copy) back to
+    /// them and append the same markers again.
+    pub(crate) fn last_segment_size(&self) -> Option<u64> {
+        let last = *self.segments.last()?;
+        self.tail_kept
+            .as_ref()
+            .filter(|k| k.segment_base == last && self.last_segment_limit().is_none())
+            .map(|k| k.position)
+    }
+
     /// The promoted partition's log end offset: the mirror's (or the consistent cut's), plus one abort marker per
     /// cut transaction.
     pub(crate) fn end_offset(&self) -> i64 {

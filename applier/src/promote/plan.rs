@@ -388,12 +388,15 @@ impl<'a> Planner<'a> {
                 consistent = Some(point.cut);
             }
         }
-        // The tail appender's record of no transaction open at the end spares the walk (`tail_kept`); a cut,
-        // an open transaction or a producer snapshot (where the walk would start) take the walk.
-        let kept_none_open = consistent.is_none()
-            && mirror.tail_kept.is_some()
-            && mirror.tail_open_transactions == Some(0)
-            && mirror.snapshots.is_empty();
+        // The tail appender's record of the transactions open at the end spares the walk (`tail_kept`) when it
+        // holds what the walk would find; a cut, a producer snapshot (where the walk would start) or a transaction
+        // the record cannot describe take the walk.
+        let first_base = mirror.segments.first().copied().unwrap_or(mirror.log_end_offset);
+        let kept_open = mirror
+            .tail_open_transactions
+            .as_deref()
+            .filter(|_| consistent.is_none() && mirror.tail_kept.is_some() && mirror.snapshots.is_empty())
+            .and_then(|open| super::tail_kept::open_transactions(open, first_base, mirror.log_end_offset));
         let dir = request.mirror_root.join(tp.dir_name());
         // The installs' records of each segment's transactions spare it too (`recorded_txns`), without a cut.
         let recorded_none_open = || -> Result<bool> {
@@ -406,10 +409,10 @@ impl<'a> Planner<'a> {
                     mirror.log_end_offset,
                 ))
         };
-        let cut = if kept_none_open {
+        let cut = if let Some(kept) = kept_open {
             #[cfg(test)]
             super::tail_kept::used::note(&dir, "open-transactions");
-            Vec::new()
+            kept
         } else if recorded_none_open()? {
             #[cfg(test)]
             super::tail_kept::used::note(&dir, "recorded-transactions");

@@ -59,6 +59,9 @@ pub fn start_empty(dir: &Path, last_base: i64, end_offset: i64) -> Result<()> {
 pub(super) enum LastIndexes {
     /// The mirror's, checked against its batches at install: sealed as they are ([`txn_cut::seal_kept_indexes`]).
     Kept,
+    /// The tail appender's, which match its batches by what it kept (`tail_kept`) and follow the rule and interval a
+    /// rebuild uses: sealed, and extended over abort markers appended after them by that rule.
+    Appended,
     /// Derived (a tailed segment's) or cut short: rebuilt from a walk of its `.log`.
     Derived,
 }
@@ -72,6 +75,8 @@ pub(super) fn finish(p: &Planned, building: &Path, last_indexes: LastIndexes) ->
     };
     let mut last_base = first_last_base;
     let (markers, entries) = txn_cut::abort_markers(&p.cut, p.leader_epoch, p.cut_timestamp);
+    // Where the markers start in the last segment's `.log` (its end when there are none).
+    let mut markers_at = None;
     if !markers.is_empty() {
         let last_log = building.join(segment_file_name(last_base, SegmentFileKind::Log));
         let size = std::fs::metadata(&last_log).map_err(|e| Error::io(&last_log, e))?.len();
@@ -81,13 +86,21 @@ pub(super) fn finish(p: &Planned, building: &Path, last_indexes: LastIndexes) ->
             last_base = p.log_end_offset;
             let log = building.join(segment_file_name(last_base, SegmentFileKind::Log));
             std::fs::File::create(&log).map_err(|e| Error::io(&log, e))?;
+        } else {
+            markers_at = Some(size);
         }
         txn_cut::append_markers(building, last_base, &markers, &entries)?;
     }
     if last_base != p.end_offset() {
-        // It stops being the active segment. Markers appended to it are not in its kept indexes.
-        let sealed =
-            last_indexes == LastIndexes::Kept && markers.is_empty() && txn_cut::seal_kept_indexes(building, last_base)?;
+        // It stops being the active segment. Markers appended to it are not in the mirror's indexes; the
+        // appender's are extended over them.
+        let sealed = match last_indexes {
+            LastIndexes::Kept if markers.is_empty() => txn_cut::seal_kept_indexes(building, last_base, None)?,
+            LastIndexes::Appended if markers.is_empty() || markers_at.is_some() => {
+                txn_cut::seal_kept_indexes(building, last_base, markers_at)?
+            }
+            _ => false,
+        };
         if !sealed {
             txn_cut::rebuild_indexes(building, last_base)?;
         }

@@ -15,8 +15,14 @@
 //!   rebuild from the `.log` would write; one that does not (an index not yet written back when a crash came, an
 //!   older appender) is rebuilt from the `.log` as before. The `.txnindex` is written durably before the record,
 //!   so only entries *after* the recorded ones can be there (a crash's leftovers): its recorded prefix is kept.
-//! - **Open transactions**: the appender records the transactions open at the position (`plan`: none open means
-//!   no walk to find them); any open one, a consistent cut or a producer snapshot takes the walk.
+//! - **Open transactions**: the appender records the transactions open at the position, each with its tally (the
+//!   producer epoch, records, batches and bytes of its batches so far: `txn_index::TxnTally`), which is all an
+//!   ABORT marker and its report need ([`open_transactions`]). A walk from the first segment finds the same set
+//!   with the same sums: it follows the same batches by the same rule (`TxnTracker`). Only where the walk would see
+//!   something else does planning walk: a transaction begun before the first segment (retention deleted its start:
+//!   the walk takes it to begin at its first batch in the mirror), one without a tally (recorded before tallies
+//!   were, open when the appender's knowledge began, or past the bound on tallied ones), a producer snapshot
+//!   (where the walk would start) or a consistent cut.
 //!
 //! The facts are journaled with the plan (`journal::Planned::tail_kept`), so a rerun after a crash judges the same
 //! files by the same facts; a file a first run already changed (the sealed time index) no longer matches, and the
@@ -26,18 +32,54 @@ use std::path::Path;
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::{OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
-use segment_format::txn_index::{TxnIndex, ABORTED_TXN_SIZE};
+use segment_format::txn_index::{OpenTransaction, TxnIndex, ABORTED_TXN_SIZE};
 
 use crate::direct::{Kept, KeptEpochs};
 
 use super::error::{Error, Result};
 use super::files::remove_file;
-use super::txn_cut;
+use super::txn_cut::{self, CutTransaction, MARKER_COORDINATOR_EPOCH};
 
 /// The one epoch of every batch of the segment `base..end` by the kept history, when it covers the segment.
 pub(super) fn segment_epoch(kept: Option<&Kept>, base: i64, end: i64) -> Option<i32> {
     kept.and_then(|k| k.epochs.as_ref())
         .and_then(|e: &KeptEpochs| e.single_epoch(base, end))
+}
+
+/// The transactions the appender recorded open at the mirror's end (`log_end_offset`), as promotion aborts them
+/// (markers from the end on, in order of first offset), when the record holds what a walk from the first promoted
+/// segment (base `first_base`) would find: every one tallied and begun at or after `first_base` (module docs).
+/// `None`: the walk decides.
+pub(super) fn open_transactions(
+    open: &[OpenTransaction],
+    first_base: i64,
+    log_end_offset: i64,
+) -> Option<Vec<CutTransaction>> {
+    let mut tallied: Vec<(i64, i64, segment_format::txn_index::TxnTally)> = open
+        .iter()
+        .map(|o| {
+            o.tally
+                .filter(|_| o.first_offset >= first_base && o.first_offset < log_end_offset)
+                .map(|t| (o.first_offset, o.producer_id, t))
+        })
+        .collect::<Option<_>>()?;
+    tallied.sort_unstable_by_key(|(first, _, _)| *first);
+    Some(
+        tallied
+            .into_iter()
+            .zip(log_end_offset..)
+            .map(|((first_offset, producer_id, t), marker_offset)| CutTransaction {
+                producer_id,
+                producer_epoch: t.producer_epoch,
+                coordinator_epoch: MARKER_COORDINATOR_EPOCH,
+                first_offset,
+                records: t.records,
+                batches: t.batches,
+                bytes: t.bytes,
+                marker_offset,
+            })
+            .collect(),
+    )
 }
 
 /// Which of the active segment's companions in `dir` matched what was kept.

@@ -87,7 +87,7 @@ fn a_live_segments_indexes_are_trimmed_and_get_the_rolls_entry_from_the_batches_
     );
     let reference = rebuilt(&w.dir, root.path());
 
-    assert!(seal_kept_indexes(&w.dir, 0).unwrap());
+    assert!(seal_kept_indexes(&w.dir, 0, None).unwrap());
 
     // The offset index: the kept entries (the source's interval), trimmed.
     let index = read(&w.dir, SegmentFileKind::Index);
@@ -108,7 +108,7 @@ fn a_live_segments_indexes_are_trimmed_and_get_the_rolls_entry_from_the_batches_
         read(&w.dir, SegmentFileKind::Index),
         read(&w.dir, SegmentFileKind::TimeIndex),
     );
-    assert!(seal_kept_indexes(&w.dir, 0).unwrap());
+    assert!(seal_kept_indexes(&w.dir, 0, None).unwrap());
     assert_eq!(read(&w.dir, SegmentFileKind::Index), index);
     assert_eq!(read(&w.dir, SegmentFileKind::TimeIndex), time);
 }
@@ -124,7 +124,7 @@ fn a_max_timestamp_early_in_the_segment_is_found_from_the_time_index_and_read_fr
     let kept_times = TimeIndex::parse(&read(&w.dir, SegmentFileKind::TimeIndex));
     assert_eq!(kept_times.entries.last().unwrap().timestamp, T0 + 50_000);
 
-    assert!(seal_kept_indexes(&w.dir, 0).unwrap());
+    assert!(seal_kept_indexes(&w.dir, 0, None).unwrap());
     assert_eq!(
         TimeIndex::parse(&read(&w.dir, SegmentFileKind::TimeIndex)).entries,
         kept_times.entries,
@@ -151,7 +151,7 @@ fn a_rolled_segment_is_left_byte_for_byte() {
         read(&w.dir, SegmentFileKind::Index),
         read(&w.dir, SegmentFileKind::TimeIndex),
     );
-    assert!(seal_kept_indexes(&w.dir, 0).unwrap());
+    assert!(seal_kept_indexes(&w.dir, 0, None).unwrap());
     assert_eq!(read(&w.dir, SegmentFileKind::Index), index);
     assert_eq!(read(&w.dir, SegmentFileKind::TimeIndex), time);
     check_as_rolled(&w.dir);
@@ -197,10 +197,10 @@ fn kept_indexes_that_do_not_describe_the_log_are_not_used_and_not_touched() {
             read(&w.dir, SegmentFileKind::Index),
             read(&w.dir, SegmentFileKind::TimeIndex),
         );
-        assert!(!seal_kept_indexes(&w.dir, 0).unwrap(), "{what}: refused");
+        assert!(!seal_kept_indexes(&w.dir, 0, None).unwrap(), "{what}: refused");
         assert_eq!(read(&w.dir, SegmentFileKind::Index), index, "{what}: untouched");
         assert_eq!(read(&w.dir, SegmentFileKind::TimeIndex), time, "{what}: untouched");
     }
     std::fs::remove_file(path(&w.dir, SegmentFileKind::TimeIndex)).unwrap();
-    assert!(!seal_kept_indexes(&w.dir, 0).unwrap(), "a missing time index");
+    assert!(!seal_kept_indexes(&w.dir, 0, None).unwrap(), "a missing time index");
 }

@@ -194,6 +194,11 @@ impl Site {
     }
 
     fn promote(&self, handover: Handover) -> Result<PromoteReport> {
+        self.promote_with(handover, &mut |_| {})
+    }
+
+    /// [`Self::promote`], with `hook` called at every step (`promote_with`).
+    fn promote_with(&self, handover: Handover, hook: &mut dyn FnMut(super::journal::Step)) -> Result<PromoteReport> {
         let mut catalog = Catalog::open(self.catalog_path()).unwrap();
         let request = PromoteRequest {
             mirror_root: self.mirror(),
@@ -202,7 +207,7 @@ impl Site {
             ..PromoteRequest::default()
         };
         FIXED_NOW_MS.with(|t| t.set(Some(1_800_000_000_000)));
-        let report = promote(&request, &mut catalog);
+        let report = super::promote_with(&request, &mut catalog, hook);
         FIXED_NOW_MS.with(|t| t.set(None));
         report
     }
@@ -366,15 +371,12 @@ async fn a_tailed_mirror_promoted_from_what_was_kept_matches_the_walks_byte_for_
             );
             let (used, ok) = promote_both_ways(&site, handover, "walked");
             assert!(ok, "open {open_at_end} {handover:?}");
-            // The indexes and the `.txnindex` from what was kept; the open transactions' walk spared only when none
-            // is open; partition 0's active segment, all in the target's epoch, settled without a walk when handed
-            // over (an open transaction's abort marker makes it a copy).
-            let mut expected = vec!["indexes", "txn-index"];
-            if !open_at_end {
-                expected.push("open-transactions");
-                if handover == Handover::Rename {
-                    expected.push("epochs");
-                }
+            // The indexes, the `.txnindex` and the open transactions (none, or one aborted from its tally) from what
+            // was kept; partition 0's active segment, all in the target's epoch, settled without a walk when handed
+            // over (an open transaction's abort marker is appended to the handed-over file).
+            let mut expected = vec!["indexes", "txn-index", "open-transactions"];
+            if handover == Handover::Rename {
+                expected.push("epochs");
             }
             expected.sort_unstable();
             assert_eq!(used, expected, "open {open_at_end} {handover:?}");
@@ -382,6 +384,134 @@ async fn a_tailed_mirror_promoted_from_what_was_kept_matches_the_walks_byte_for_
             assert!(report.partitions.iter().all(|p| p.outcome == Outcome::AlreadyPromoted));
         }
     }
+}
+
+#[tokio::test]
+async fn a_promotion_killed_after_abort_markers_were_appended_to_handed_over_segments_finishes_with_the_same_bytes() {
+    let site = Site::new(Shape::of(true));
+    let mut a = site.appender();
+    ship(&site, &mut a).await.unwrap();
+    drop(a);
+    // The uninterrupted promotion, and every step a promotion passes.
+    let whole = site.copy("whole");
+    let mut steps = Vec::new();
+    let report = whole.promote_with(Handover::Rename, &mut |s| steps.push(s)).unwrap();
+    assert!(report.partitions.iter().all(|p| p.transactions_aborted.len() == 1));
+    let reference = target_state(&whole.root.join("target"));
+    assert!(
+        steps.iter().any(|s| matches!(s, super::journal::Step::Built(_))),
+        "{steps:?}"
+    );
+    for (i, crash_at) in steps.into_iter().enumerate() {
+        let crashed = site.copy(&format!("crashed-{i}"));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crashed.promote_with(Handover::Rename, &mut |s| {
+                if s == crash_at {
+                    panic!("crash at {s:?}");
+                }
+            })
+        }));
+        assert!(outcome.is_err(), "the hook fired at {crash_at:?}");
+        // The rerun cuts each handed-over last segment back to the mirror's bytes and appends the same markers.
+        crashed.promote(Handover::Rename).unwrap();
+        assert!(
+            target_state(&crashed.root.join("target")) == reference,
+            "crash at {crash_at:?}"
+        );
+        std::fs::remove_dir_all(&crashed.root).unwrap();
+    }
+    std::fs::remove_dir_all(&whole.root).unwrap();
+}
+
+/// Every state file's open transactions edited by `edit` (a JSON array of them).
+fn edit_open_transactions(mirror: &Path, edit: impl Fn(&mut Vec<serde_json::Value>)) {
+    for p in 0..2 {
+        let path = crate::mirror::state_file(mirror, &format!("{TOPIC}-{p}"));
+        let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(state["open_transactions"].as_array_mut().unwrap());
+        std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn open_transactions_recorded_without_tallies_are_walked_and_a_wrong_tally_is_an_error_for_verify() {
+    let site = Site::new(Shape::of(true));
+    let mut a = site.appender();
+    ship(&site, &mut a).await.unwrap();
+    drop(a);
+    // What an appender that did not tally left: the walk finds the transaction, and the target is the same.
+    let untallied = site.copy("untallied");
+    edit_open_transactions(&untallied.mirror(), |open| {
+        assert_eq!(open.len(), 1, "{open:?}");
+        for o in open.iter_mut() {
+            o.as_object_mut().unwrap().remove("tally").unwrap();
+        }
+    });
+    let (used, ok) = promote_both_ways(&untallied, Handover::Rename, "untallied-walked");
+    assert!(ok);
+    assert!(!used.contains(&"open-transactions"), "{used:?}");
+    assert!(used.contains(&"txn-index"), "{used:?}");
+    // A tally that does not add up to the batches: promotion would trust it, so `verify --deep` says so as an error.
+    let lying = site.copy("lying");
+    edit_open_transactions(&lying.mirror(), |open| {
+        let records = open[0]["tally"]["records"].as_u64().unwrap();
+        open[0]["tally"]["records"] = (records + 1).into();
+    });
+    let (findings, _) = crate::direct::verify_kept(&lying.mirror());
+    let errors: Vec<String> = findings
+        .iter()
+        .filter(|f| f.severity == segment_format::report::Severity::Error)
+        .map(|f| f.to_string())
+        .collect();
+    assert_eq!(errors.len(), 2, "{findings:#?}");
+    assert!(errors.iter().all(|e| e.contains("open transactions")), "{errors:?}");
+    for s in [untallied, lying] {
+        std::fs::remove_dir_all(&s.root).unwrap();
+    }
+}
+
+#[test]
+fn open_transactions_are_taken_from_the_record_only_where_it_holds_what_the_walk_finds() {
+    use segment_format::txn_index::{OpenTransaction, TxnTally};
+    let tally = |records| {
+        Some(TxnTally {
+            producer_epoch: 3,
+            records,
+            batches: 1,
+            bytes: 100,
+        })
+    };
+    let open = |producer_id, first_offset, tally| OpenTransaction {
+        producer_id,
+        first_offset,
+        tally,
+    };
+    let both = [open(7, 120, tally(4)), open(5, 100, tally(2))];
+    let cut = super::tail_kept::open_transactions(&both, 50, 200).unwrap();
+    // In order of first offset, markers from the end on, the one coordinator epoch of promotion's markers.
+    let got: Vec<_> = cut
+        .iter()
+        .map(|c| {
+            (
+                c.producer_id,
+                c.first_offset,
+                c.marker_offset,
+                c.records,
+                c.producer_epoch,
+            )
+        })
+        .collect();
+    assert_eq!(got, vec![(5, 100, 200, 2, 3), (7, 120, 201, 4, 3)]);
+    assert!(cut
+        .iter()
+        .all(|c| c.coordinator_epoch == super::txn_cut::MARKER_COORDINATOR_EPOCH));
+    assert_eq!(super::tail_kept::open_transactions(&[], 50, 200), Some(Vec::new()));
+    // Begun before the first segment (the walk would start it at its first batch in the mirror), or untallied.
+    assert_eq!(super::tail_kept::open_transactions(&both, 110, 200), None);
+    assert_eq!(
+        super::tail_kept::open_transactions(&[both[0], open(5, 100, None)], 50, 200),
+        None
+    );
 }
 
 /// The active segment's index files as a crash can leave them when their last writes never reached the disk: an
@@ -447,6 +577,8 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
                 let (used, ok) = promote_both_ways(&site, Handover::Rename, "walked-later");
                 assert!(ok, "{point:?} #{nth}");
                 assert!(used.contains(&"txn-index"), "{point:?} #{nth}: {used:?}");
+                // The open transaction's tally survived the kill: aborted from the record, as the walk aborts it.
+                assert!(used.contains(&"open-transactions"), "{point:?} #{nth}: {used:?}");
             }
             runs += 1;
             nth += 1;
@@ -474,7 +606,7 @@ const BENCH_SEGMENT_BYTES: u64 = 1 << 30;
 /// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
 /// source whose leader never changed) to partition `partition` through `a`, in 1 MiB chunks committed eight at a
 /// time; a segment reaching [`BENCH_SEGMENT_BYTES`] is sealed and the next one started, the last stays active.
-async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64) {
+async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, open_txn: bool) {
     use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
     let value = vec![b'x'; 4096];
     let (mut next, mut base, mut position, mut written) = (0i64, 0i64, 0u64, 0u64);
@@ -536,6 +668,27 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64) 
         position += len;
         written += len;
     }
+    if open_txn {
+        // A transaction left open at the end: four batches of one transactional producer, no marker after them.
+        let mut chunk = Vec::new();
+        for sequence in 0..4 {
+            let batch = BatchBuilder::new(next)
+                .partition_leader_epoch(TARGET_EPOCH)
+                .producer(4242, 0, sequence * 4)
+                .transactional(true)
+                .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
+                .build();
+            chunk.extend_from_slice(&batch);
+            next += 4;
+        }
+        group.push(Chunk {
+            partition: pref(partition),
+            segment_base: base,
+            position,
+            bytes: Bytes::from(chunk),
+            crcs: Default::default(),
+        });
+    }
     a.apply_chunks(&group).await.unwrap();
 }
 
@@ -560,8 +713,9 @@ async fn bench_fixture() {
     );
     let catalog = TailCatalog::open(Catalog::open(dir.join("catalog.sqlite")).unwrap(), LINK).unwrap();
     let mut a = TailAppender::open_with_catalog(&mirror, catalog).unwrap();
+    let open_txn = std::env::var("SEGMIRROR_BENCH_OPEN_TXN").is_ok_and(|v| v == "1");
     for p in 0..partitions {
-        feed_bench_partition(&mut a, p, (mib << 20) / partitions as u64).await;
+        feed_bench_partition(&mut a, p, (mib << 20) / partitions as u64, open_txn).await;
     }
     drop(a);
     if std::env::var("SEGMIRROR_BENCH_FORGET_KEPT").is_ok_and(|v| v == "1") {

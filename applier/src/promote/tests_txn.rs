@@ -138,7 +138,7 @@ fn expected_cut(written: &Written) -> Vec<CutTransaction> {
                 CutTransaction {
                     producer_id,
                     producer_epoch,
-                    coordinator_epoch: if producer_id == DECIDED { 7 } else { 0 },
+                    coordinator_epoch: super::txn_cut::MARKER_COORDINATOR_EPOCH,
                     first_offset,
                     records,
                     batches,

@@ -31,14 +31,14 @@ use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::write_atomically;
 use segment_format::error::ParseError;
 use segment_format::index::{
-    read_index_file, serialize_offset_index, serialize_time_index, OffsetIndex, OffsetIndexBuilder, TimeIndex,
-    TimeIndexBuilder, TimeIndexEntry, DEFAULT_INDEX_INTERVAL_BYTES,
+    read_index_file, serialize_offset_index, serialize_time_index, OffsetIndex, OffsetIndexBuilder, OffsetIndexEntry,
+    TimeIndex, TimeIndexBuilder, TimeIndexEntry, DEFAULT_INDEX_INTERVAL_BYTES,
 };
 use segment_format::log::LogFile;
 // The bound the applier installed the mirror's snapshots under (the bucket contract's), so every one it holds is read.
 use segment_format::record::DeepLimits;
 use segment_format::snapshot::ProducerSnapshot;
-use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTracker};
+use segment_format::txn_index::{self, AbortedTxn, TxnIndex, TxnTally, TxnTracker};
 use segmirror_transport::manifest::MAX_SNAPSHOT_BYTES;
 use serde::{Deserialize, Serialize};
 
@@ -46,10 +46,14 @@ use super::error::{Error, Result};
 use super::files::write_staged;
 use super::frames::indexed_start;
 
-/// Coordinator epoch written into a marker when neither a snapshot nor an earlier marker of the producer says
-/// one: the lowest a coordinator ever uses, and irrelevant on the target (no coordinator there knows the
-/// producer; the broker checks it only against producer state, which promotion leaves empty).
-pub const UNKNOWN_COORDINATOR_EPOCH: i32 = 0;
+/// Coordinator epoch of every ABORT marker promotion writes. A coordinator epoch fences a zombie coordinator's
+/// markers; no coordinator on the target ever knew the producer, and the broker compares the value only with
+/// producer state: promotion starts that empty after the markers (`producer_state`), and a replay of the markers
+/// (recovery, which appends as a replica) only logs a lower epoch than the producer's last
+/// (`ProducerAppendInfo.checkCoordinatorEpoch`). One value, rather than the producer's last marker's, because the
+/// marker must be the same whether planning walked the partition or read what the tail appender kept, and the
+/// producer's last marker may lie anywhere before its open transaction (docs/promotion.md, "Open transactions").
+pub const MARKER_COORDINATOR_EPOCH: i32 = 0;
 
 /// A transaction open at the mirror's end, aborted by promotion.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,15 +77,12 @@ pub struct CutTransaction {
     pub marker_offset: i64,
 }
 
-/// A transaction being followed through the scan.
+/// A transaction being followed through the scan: its first offset and what its batches add up to (the tail
+/// appender's tally of it, `txn_index::TxnTally`, is the same sum).
 #[derive(Debug, Clone, Copy)]
 struct Open {
     first_offset: i64,
-    producer_epoch: i16,
-    coordinator_epoch: i32,
-    records: u64,
-    batches: u64,
-    bytes: u64,
+    tally: TxnTally,
 }
 
 /// The producer snapshot the detection starts from: the newest of `snapshots` at or below `end` that reads
@@ -120,24 +121,19 @@ pub fn find_open_transactions(
     log_end_offset: i64,
 ) -> Result<Vec<CutTransaction>> {
     let mut open: HashMap<i64, Open> = HashMap::new();
-    let mut coordinator_epochs: HashMap<i64, i32> = HashMap::new();
     let first_base = segments.first().copied().unwrap_or(log_end_offset);
     let snapshot_offset = match starting_snapshot(dir, snapshots, log_end_offset) {
         Some((offset, snapshot)) => {
             for e in &snapshot.entries {
-                // Kafka stores -1 for a producer no coordinator has written a marker for yet.
-                let coordinator_epoch = e.coordinator_epoch.max(UNKNOWN_COORDINATOR_EPOCH);
-                coordinator_epochs.insert(e.producer_id, coordinator_epoch);
                 if let Some(first) = e.open_transaction() {
                     open.insert(
                         e.producer_id,
                         Open {
                             first_offset: first,
-                            producer_epoch: e.epoch,
-                            coordinator_epoch,
-                            records: 0,
-                            batches: 0,
-                            bytes: 0,
+                            tally: TxnTally {
+                                producer_epoch: e.epoch,
+                                ..TxnTally::default()
+                            },
                         },
                     );
                 }
@@ -182,18 +178,15 @@ pub fn find_open_transactions(
             if info.last_offset < snapshot_offset {
                 if info.is_transactional && !info.is_control {
                     if let Some(o) = open.get_mut(&pid).filter(|o| info.base_offset >= o.first_offset) {
-                        o.records += u64::try_from(info.records_count).unwrap_or(0);
-                        o.batches += 1;
-                        o.bytes += info.size;
+                        o.tally.add(info);
                     }
                 }
                 return ControlFlow::Continue(());
             }
             if info.is_control {
                 match marker_of(frame.bytes) {
-                    Ok(Some(marker)) => {
+                    Ok(Some(_)) => {
                         open.remove(&pid);
-                        coordinator_epochs.insert(pid, marker.coordinator_epoch);
                     }
                     Ok(None) => {}
                     Err(e) => {
@@ -202,21 +195,13 @@ pub fn find_open_transactions(
                     }
                 }
             } else if info.is_transactional {
-                let o = open.entry(pid).or_insert(Open {
-                    first_offset: info.base_offset,
-                    producer_epoch: info.producer_epoch,
-                    coordinator_epoch: coordinator_epochs
-                        .get(&pid)
-                        .copied()
-                        .unwrap_or(UNKNOWN_COORDINATOR_EPOCH),
-                    records: 0,
-                    batches: 0,
-                    bytes: 0,
-                });
-                o.producer_epoch = o.producer_epoch.max(info.producer_epoch);
-                o.records += u64::try_from(info.records_count).unwrap_or(0);
-                o.batches += 1;
-                o.bytes += info.size;
+                open.entry(pid)
+                    .or_insert(Open {
+                        first_offset: info.base_offset,
+                        tally: TxnTally::default(),
+                    })
+                    .tally
+                    .add(info);
             }
             ControlFlow::Continue(())
         })?;
@@ -231,12 +216,12 @@ pub fn find_open_transactions(
         .zip(log_end_offset..)
         .map(|((producer_id, o), marker_offset)| CutTransaction {
             producer_id,
-            producer_epoch: o.producer_epoch,
-            coordinator_epoch: o.coordinator_epoch,
+            producer_epoch: o.tally.producer_epoch,
+            coordinator_epoch: MARKER_COORDINATOR_EPOCH,
             first_offset: o.first_offset,
-            records: o.records,
-            batches: o.batches,
-            bytes: o.bytes,
+            records: o.tally.records,
+            batches: o.tally.batches,
+            bytes: o.tally.bytes,
             marker_offset,
         })
         .collect())
@@ -410,9 +395,14 @@ pub fn rebuild_indexes(dir: &Path, base: i64) -> Result<()> {
 /// `.log`, and the failover's install step stops growing with the data (docs/BENCHMARKS.md). The kept indexes also
 /// keep the source broker's own interval.
 ///
+/// `markers_at`: where abort markers appended after the kept indexes start (`None`: nothing appended). They get the
+/// entries the builders' rule gives them at Kafka's default interval — the tail appender's, whose indexes are the
+/// only ones extended this way (`producer_state::LastIndexes::Appended`) — so that the result is what a rebuild of
+/// the whole `.log` writes ([`rebuild_indexes`]).
+///
 /// Both files are replaced atomically: a handover's `.building` holds the only copy of these files, so a crash
 /// must leave either the kept index or the sealed one, never a torn one that a rerun would trust.
-pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
+pub fn seal_kept_indexes(dir: &Path, base: i64, markers_at: Option<u64>) -> Result<bool> {
     let log_path = dir.join(segment_file_name(base, SegmentFileKind::Log));
     let index_path = dir.join(segment_file_name(base, SegmentFileKind::Index));
     let time_path = dir.join(segment_file_name(base, SegmentFileKind::TimeIndex));
@@ -426,6 +416,7 @@ pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
     }
     let mut log = LogFile::open(&log_path)?;
     let size = log.len();
+    let markers_at = markers_at.unwrap_or(size);
     // Where the batch holding the time index's last offset is found: the offset index's largest entry at or
     // below it, checked to point at its batch (the file's start without one).
     let last_time = times.entries.last().copied();
@@ -433,21 +424,66 @@ pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
     let Some(from) = indexed_start(&log, base, &offsets.entries, covered) else {
         return Ok(false);
     };
-    // The roll's entry: the largest batch max timestamp, with the last offset of the first batch reaching it,
-    // appended only when above the last entry's (`TimeIndex.maybeAppend`).
+    let mut offset_entries = offsets.entries;
+    let offsets_kept = offset_entries.len();
+    let mut time_entries = times.entries;
+    let times_kept = time_entries.len();
+    // The largest batch max timestamp so far, with the last offset of the first batch reaching it; appended to the
+    // time index only when above its last entry's (`TimeIndex.maybeAppend`).
     let mut max_timestamp = last_time.map_or(NO_TIMESTAMP, |e| e.timestamp);
     let mut max_offset = None;
+    let maybe_append = |entries: &mut Vec<TimeIndexEntry>, timestamp: i64, offset: Option<i64>| -> bool {
+        let Some(offset) = offset else { return true };
+        if entries.last().is_some_and(|e| e.timestamp >= timestamp) {
+            return true;
+        }
+        match i32::try_from(offset - base) {
+            Ok(relative_offset) => {
+                entries.push(TimeIndexEntry {
+                    timestamp,
+                    relative_offset,
+                });
+                true
+            }
+            Err(_) => false,
+        }
+    };
+    // Batches appended after the kept indexes (abort markers) get entries by the rule the kept ones follow
+    // (`OffsetIndexBuilder`: an entry for the first batch more than the interval past the last entry's).
+    let mut last_entry_position = offset_entries
+        .last()
+        .map_or(0, |e| u64::try_from(e.position).unwrap_or(0));
     let mut first_frame = None;
     let mut bad_frame = false;
     let scanned = log.scan_range(from, size, |frame| {
-        first_frame.get_or_insert(frame.info.base_offset);
-        if !frame.crc_matches() || frame.info.last_offset < base {
+        let info = &frame.info;
+        first_frame.get_or_insert(info.base_offset);
+        if !frame.crc_matches() || info.last_offset < base {
             bad_frame = true;
             return ControlFlow::Break(());
         }
-        if frame.info.max_timestamp > max_timestamp {
-            max_timestamp = frame.info.max_timestamp;
-            max_offset = Some(frame.info.last_offset);
+        if info.max_timestamp > max_timestamp {
+            max_timestamp = info.max_timestamp;
+            max_offset = Some(info.last_offset);
+        }
+        if info.position >= markers_at
+            && info.position.saturating_sub(last_entry_position) > DEFAULT_INDEX_INTERVAL_BYTES
+        {
+            let (Ok(relative_offset), Ok(position)) =
+                (i32::try_from(info.last_offset - base), i32::try_from(info.position))
+            else {
+                bad_frame = true;
+                return ControlFlow::Break(());
+            };
+            offset_entries.push(OffsetIndexEntry {
+                relative_offset,
+                position,
+            });
+            last_entry_position = info.position;
+            if !maybe_append(&mut time_entries, max_timestamp, max_offset) {
+                bad_frame = true;
+                return ControlFlow::Break(());
+            }
         }
         ControlFlow::Continue(())
     });
@@ -459,20 +495,14 @@ pub fn seal_kept_indexes(dir: &Path, base: i64) -> Result<bool> {
     if bad_frame || scanned.end != size || !time_entry_in_scan {
         return Ok(false);
     }
-    let mut time_entries = times.entries;
-    if let Some(offset) = max_offset {
-        let Ok(relative_offset) = i32::try_from(offset - base) else {
-            return Ok(false);
-        };
-        time_entries.push(TimeIndexEntry {
-            timestamp: max_timestamp,
-            relative_offset,
-        });
+    // The roll's entry.
+    if !maybe_append(&mut time_entries, max_timestamp, max_offset) {
+        return Ok(false);
     }
-    if offsets.layout.zero_tail != 0 {
-        write_atomically(&index_path, &serialize_offset_index(&offsets.entries))?;
+    if offsets.layout.zero_tail != 0 || offset_entries.len() != offsets_kept {
+        write_atomically(&index_path, &serialize_offset_index(&offset_entries))?;
     }
-    if max_offset.is_some() || times.layout.zero_tail != 0 {
+    if times.layout.zero_tail != 0 || time_entries.len() != times_kept {
         write_atomically(&time_path, &serialize_time_index(&time_entries))?;
     }
     Ok(true)

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, SegmentFiles};
+use segment_format::txn_index::OpenTransaction;
 use segment_format::TopicPartition;
 use segmirror_catalog::MirrorPartition;
 
@@ -26,7 +27,7 @@ pub(super) struct MirrorFacts {
     pub(super) tail_active: Option<TailActive>,
     /// What the tail appender kept of the active segment, and how many transactions it recorded open at its end.
     pub(super) tail_kept: Option<crate::direct::Kept>,
-    pub(super) tail_open_transactions: Option<usize>,
+    pub(super) tail_open_transactions: Option<Vec<OpenTransaction>>,
 }
 
 fn inspect_mirror(
@@ -239,7 +240,7 @@ struct ActiveTail {
     active: TailActive,
     end_offset: i64,
     kept: Option<crate::direct::Kept>,
-    open_transactions: Option<usize>,
+    open_transactions: Option<Vec<OpenTransaction>>,
 }
 
 /// A tailed partition (one with a tail state file whose last segment is not sealed) is promotable when its last
@@ -343,7 +344,7 @@ fn kept_at_end(
     tp: &TopicPartition,
     last: &SegmentFiles,
     log_end_offset: i64,
-) -> Result<(Option<crate::direct::Kept>, Option<usize>)> {
+) -> Result<(Option<crate::direct::Kept>, Option<Vec<OpenTransaction>>)> {
     let Ok(Some(state)) = crate::direct::recorded_active_segment(mirror_root, &tp.topic, tp.partition) else {
         return Ok((None, None));
     };
