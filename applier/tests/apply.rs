@@ -11,7 +11,7 @@ use segment_format::dir::{segment_file_name, SegmentFileKind, PARTITION_METADATA
 use segment_format::log::LogFile;
 use segment_format::partition_metadata::Uuid;
 use segment_format::report::Severity;
-use segment_format::txn_ends::{open_producers, TxnEnds};
+use segment_format::txn_ends::{open_producers, OpenDetails, TxnEnds};
 use segment_format::txn_index::TxnTracker;
 use segment_format::verify::{verify_paths, Depth, NoProgress as NoVerifyProgress, Strictness, VerifyOptions};
 use segment_format::writer::sample::{write_sample, SampleOptions};
@@ -448,14 +448,22 @@ async fn every_install_records_how_its_batches_leave_the_transactions() {
             written.segments.iter().filter(|s| s.last_offset.is_some()).count()
         );
         let mut open = std::collections::BTreeSet::new();
+        let mut details = std::collections::BTreeMap::new();
         for (base, (_, ends)) in &recorded {
             let ends = ends
                 .as_ref()
                 .unwrap_or_else(|| panic!("{} segment {base}: nothing recorded", written.topic));
             ends.fold(&mut open);
+            ends.fold_runs(&mut details);
             transactional += usize::from(ends != &TxnEnds::default());
         }
         assert_eq!(open, open_producers(&tracker), "{}", written.topic);
+        // Each open transaction's first offset and tally, as promotion aborts it without reading the batches.
+        let tracked: std::collections::BTreeMap<i64, OpenDetails> = tracker
+            .open_tallied()
+            .map(|o| (o.producer_id, o.tally.map(|t| (o.first_offset, t))))
+            .collect();
+        assert_eq!(details, tracked, "{}", written.topic);
     }
     assert!(transactional > 0, "the sample's transactions were recorded");
 

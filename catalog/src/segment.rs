@@ -526,6 +526,20 @@ mod tests {
         let ends = TxnEnds {
             open: [7].into(),
             closed: [3, 4].into(),
+            runs: [(
+                7,
+                segment_format::txn_ends::OpenRun {
+                    first_offset: 40,
+                    after_marker: true,
+                    tally: segment_format::txn_index::TxnTally {
+                        producer_epoch: 2,
+                        records: 5,
+                        batches: 2,
+                        bytes: 300,
+                    },
+                },
+            )]
+            .into(),
         };
         cat.mark_installed_after(id, "src", &grown(0, 100, true), Preceded::ByInstalled, Some(&ends))
             .unwrap();

@@ -11,8 +11,15 @@
 //! The fold is exact for *which* producers are open: [`TxnTracker`] opens a producer's transaction on a
 //! transactional data batch (when none is open) and closes it on a COMMIT or ABORT marker, so after any run of
 //! batches a producer's status is decided by its last such batch in the run, or else by the status before the run.
-//! [`TxnEnds::fold`] applies exactly that, segment after segment. The first offsets, epochs and record counts the
-//! abort markers need are not kept: when the fold says some transaction is open, promotion walks as before.
+//! [`TxnEnds::fold`] applies exactly that, segment after segment.
+//!
+//! Each producer left open also gets its trailing run ([`OpenRun`]): the data batches after its last marker in the
+//! segment (all of its data batches there when it has none), with where the run starts, whether a marker of the
+//! producer precedes it in the segment, and its tally (`TxnTally`: producer epoch, records, batches, bytes). Folded
+//! over the segments ([`TxnEnds::fold_runs`]), the runs give each open transaction's first offset and tally as
+//! the tracker holds them, which is all an abort marker needs: a transaction that spans segments adds up its runs,
+//! and one begun after a marker (or where none was open) starts at its run. A summary written before runs were
+//! kept has none, and the fold then does not know the open transactions' details (promotion walks).
 //!
 //! Memory and size are bounded: a segment with more than [`MAX_PRODUCERS`] transactional producers records
 //! nothing ([`TxnEndsBuilder::finish`] gives `None`), and promotion walks.
@@ -23,7 +30,7 @@ use std::path::Path;
 
 use crate::batch::{BatchInfo, ControlType};
 use crate::log::LogFile;
-use crate::txn_index::TxnTracker;
+use crate::txn_index::{TxnTally, TxnTracker};
 
 /// The most transactional producers one segment's summary records (about 20 bytes each in the catalog).
 pub const MAX_PRODUCERS: usize = 1024;
@@ -35,7 +42,22 @@ pub struct TxnEnds {
     pub open: BTreeSet<i64>,
     /// Producers whose last event in the segment is a COMMIT or ABORT marker.
     pub closed: BTreeSet<i64>,
+    /// The trailing run of each producer in `open`; empty in a summary written before runs were kept.
+    pub runs: BTreeMap<i64, OpenRun>,
 }
+
+/// A producer's data batches after its last marker in a segment (all of them, without a marker there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenRun {
+    /// Base offset of the run's first batch.
+    pub first_offset: i64,
+    /// A marker of the producer precedes the run in the segment: the run begins a transaction.
+    pub after_marker: bool,
+    pub tally: TxnTally,
+}
+
+/// An open transaction as [`TxnEnds::fold_runs`] follows it: first offset and tally, `None` when not known.
+pub type OpenDetails = Option<(i64, TxnTally)>;
 
 impl TxnEnds {
     /// Apply this segment to the producers open before it (`open`, changed in place): exactly what
@@ -45,37 +67,117 @@ impl TxnEnds {
         open.extend(self.open.iter().copied());
     }
 
-    /// Text form, as the catalog stores it: `o:<ids>;c:<ids>`, ids comma-separated in ascending order.
-    pub fn encode(&self) -> String {
-        let list = |s: &BTreeSet<i64>| s.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        format!("o:{};c:{}", list(&self.open), list(&self.closed))
+    /// [`TxnEnds::fold`] with each open transaction's first offset and tally: a run after a marker, or of a producer
+    /// not open before, begins a transaction; any other run adds to the one open. A producer whose run is not known
+    /// (a summary without runs) is open with `None`.
+    pub fn fold_runs(&self, open: &mut BTreeMap<i64, OpenDetails>) {
+        open.retain(|p, _| !self.closed.contains(p));
+        for p in &self.open {
+            let run = self.runs.get(p);
+            match (run, open.get_mut(p)) {
+                (Some(run), Some(Some((_, tally)))) if !run.after_marker => tally.merge(&run.tally),
+                (Some(run), Some(None)) if !run.after_marker => {}
+                (Some(run), _) => {
+                    open.insert(*p, Some((run.first_offset, run.tally)));
+                }
+                (None, _) => {
+                    open.insert(*p, None);
+                }
+            }
+        }
     }
 
-    /// The inverse of [`TxnEnds::encode`]; `None` for anything else (a producer in both lists, a negative id, more
-    /// than [`MAX_PRODUCERS`]): the caller then knows nothing, and walks.
+    /// Text form, as the catalog stores it: `o:<entries>;c:<ids>`, ascending by producer id; an open entry is
+    /// `<id>@<first offset>/<after marker: 0|1>/<epoch>/<records>/<batches>/<bytes>`, or `<id>` alone without a run.
+    pub fn encode(&self) -> String {
+        let open: Vec<String> = self
+            .open
+            .iter()
+            .map(|p| match self.runs.get(p) {
+                Some(r) => format!(
+                    "{p}@{}/{}/{}/{}/{}/{}",
+                    r.first_offset,
+                    u8::from(r.after_marker),
+                    r.tally.producer_epoch,
+                    r.tally.records,
+                    r.tally.batches,
+                    r.tally.bytes
+                ),
+                None => p.to_string(),
+            })
+            .collect();
+        let closed: Vec<String> = self.closed.iter().map(i64::to_string).collect();
+        format!("o:{};c:{}", open.join(","), closed.join(","))
+    }
+
+    /// The inverse of [`TxnEnds::encode`]; `None` for anything else (a producer in both lists, a negative id or
+    /// offset, more than [`MAX_PRODUCERS`], runs for some open producers only): the caller then knows nothing, and
+    /// walks.
     pub fn decode(text: &str) -> Option<TxnEnds> {
         let (open, closed) = text.strip_prefix("o:")?.split_once(";c:")?;
-        let ids = |s: &str| -> Option<BTreeSet<i64>> {
+        let id = |s: &str| s.parse::<i64>().ok().filter(|id| *id >= 0);
+        let items = |s: &str| -> Vec<String> {
             if s.is_empty() {
-                return Some(BTreeSet::new());
+                Vec::new()
+            } else {
+                s.split(',').map(str::to_string).collect()
             }
-            s.split(',')
-                .map(|id| id.parse::<i64>().ok().filter(|id| *id >= 0))
-                .collect()
         };
-        let ends = TxnEnds {
-            open: ids(open)?,
-            closed: ids(closed)?,
-        };
-        let fits = ends.open.len() + ends.closed.len() <= MAX_PRODUCERS && ends.open.is_disjoint(&ends.closed);
+        let mut ends = TxnEnds::default();
+        for entry in items(open) {
+            match entry.split_once('@') {
+                None => {
+                    ends.open.insert(id(&entry)?);
+                }
+                Some((producer, run)) => {
+                    let producer = id(producer)?;
+                    let f: Vec<&str> = run.split('/').collect();
+                    let [first, after, epoch, records, batches, bytes] = f.as_slice() else {
+                        return None;
+                    };
+                    let run = OpenRun {
+                        first_offset: first.parse::<i64>().ok().filter(|o| *o >= 0)?,
+                        after_marker: match *after {
+                            "0" => false,
+                            "1" => true,
+                            _ => return None,
+                        },
+                        tally: TxnTally {
+                            producer_epoch: epoch.parse().ok()?,
+                            records: records.parse().ok()?,
+                            batches: batches.parse().ok()?,
+                            bytes: bytes.parse().ok()?,
+                        },
+                    };
+                    ends.open.insert(producer);
+                    ends.runs.insert(producer, run);
+                }
+            }
+        }
+        for entry in items(closed) {
+            ends.closed.insert(id(&entry)?);
+        }
+        let runs_all_or_none = ends.runs.is_empty() || ends.runs.len() == ends.open.len();
+        let fits = ends.open.len() + ends.closed.len() <= MAX_PRODUCERS
+            && ends.open.is_disjoint(&ends.closed)
+            && runs_all_or_none;
         fits.then_some(ends)
+    }
+
+    /// The same summary without its runs: what a summary written before runs were kept says.
+    pub fn without_runs(&self) -> TxnEnds {
+        TxnEnds {
+            runs: BTreeMap::new(),
+            ..self.clone()
+        }
     }
 }
 
 /// Builds a segment's [`TxnEnds`] from its batches, in offset order.
 #[derive(Debug, Clone, Default)]
 pub struct TxnEndsBuilder {
-    last: BTreeMap<i64, bool>,
+    /// Per producer: its trailing run when its last event is a data batch, `None` after a marker.
+    last: BTreeMap<i64, Option<OpenRun>>,
     overflow: bool,
 }
 
@@ -90,7 +192,7 @@ impl TxnEndsBuilder {
         if batch.magic < 2 || batch.producer_id < 0 {
             return;
         }
-        let open = if batch.is_control {
+        let data = if batch.is_control {
             match batch.control {
                 Some(ControlType::Abort | ControlType::Commit) => false,
                 _ => return,
@@ -103,7 +205,28 @@ impl TxnEndsBuilder {
         if self.overflow {
             return;
         }
-        self.last.insert(batch.producer_id, open);
+        let entry = self.last.get_mut(&batch.producer_id);
+        match (data, entry) {
+            (false, Some(last)) => *last = None,
+            (false, None) => {
+                self.last.insert(batch.producer_id, None);
+            }
+            (true, Some(Some(run))) => run.tally.add(batch),
+            (true, found) => {
+                // A marker of the producer before the run (`Some(None)`), or its first event here (`None`).
+                let after_marker = found.is_some();
+                let mut tally = TxnTally::default();
+                tally.add(batch);
+                self.last.insert(
+                    batch.producer_id,
+                    Some(OpenRun {
+                        first_offset: batch.base_offset,
+                        after_marker,
+                        tally,
+                    }),
+                );
+            }
+        }
         if self.last.len() > MAX_PRODUCERS {
             self.overflow = true;
             self.last.clear();
@@ -116,11 +239,15 @@ impl TxnEndsBuilder {
             return None;
         }
         let mut ends = TxnEnds::default();
-        for (producer, open) in &self.last {
-            if *open {
-                ends.open.insert(*producer);
-            } else {
-                ends.closed.insert(*producer);
+        for (producer, last) in &self.last {
+            match last {
+                Some(run) => {
+                    ends.open.insert(*producer);
+                    ends.runs.insert(*producer, *run);
+                }
+                None => {
+                    ends.closed.insert(*producer);
+                }
             }
         }
         Some(ends)
@@ -217,6 +344,9 @@ mod tests {
                 tracker.on_batch(info);
             }
             let mut open = initially_open.clone();
+            // The details of transactions open at the start are not known (as a tracker started from them does not
+            // tally them).
+            let mut details: BTreeMap<i64, OpenDetails> = initially_open.iter().map(|p| (*p, None)).collect();
             let mut start = 0;
             for end in cuts.iter().copied().filter(|c| *c < infos.len()).chain([infos.len()]) {
                 let mut builder = TxnEndsBuilder::new();
@@ -225,10 +355,19 @@ mod tests {
                 }
                 let ends = builder.finish().unwrap();
                 prop_assert_eq!(TxnEnds::decode(&ends.encode()), Some(ends.clone()));
+                let old = ends.without_runs();
+                prop_assert_eq!(TxnEnds::decode(&old.encode()), Some(old.clone()));
                 ends.fold(&mut open);
+                ends.fold_runs(&mut details);
                 start = end.max(start);
             }
-            prop_assert_eq!(open, open_producers(&tracker));
+            prop_assert_eq!(&open, &open_producers(&tracker));
+            // First offsets and tallies as the tracker holds them, for every transaction it saw begin.
+            let tracked: BTreeMap<i64, OpenDetails> = tracker
+                .open_tallied()
+                .map(|o| (o.producer_id, o.tally.map(|t| (o.first_offset, t))))
+                .collect();
+            prop_assert_eq!(details, tracked);
         }
     }
 
@@ -245,9 +384,23 @@ mod tests {
         few.on_batch(&batch(2, 3, Kind::Commit));
         few.on_batch(&batch(3, 9, Kind::Data));
         let ends = few.finish().unwrap();
-        assert_eq!(ends.encode(), "o:7;c:3");
+        assert_eq!(ends.without_runs().encode(), "o:7;c:3");
+        let size = batch(0, 7, Kind::TxnData).size;
+        assert_eq!(ends.encode(), format!("o:7@0/0/0/1/1/{size};c:3"));
         assert_eq!(TxnEnds::decode("o:;c:"), Some(TxnEnds::default()));
-        for bad in ["", "o:1;c:1", "o:-1;c:", "o:x;c:", "c:;o:", "o:1,;c:"] {
+        for bad in [
+            "",
+            "o:1;c:1",
+            "o:-1;c:",
+            "o:x;c:",
+            "c:;o:",
+            "o:1,;c:",
+            // Runs for some open producers only, a run of the wrong shape, a negative first offset.
+            "o:1@0/0/0/1/1/70,2;c:",
+            "o:1@0/2/0/1/1/70;c:",
+            "o:1@0/0/0/1/1;c:",
+            "o:1@-4/0/0/1/1/70;c:",
+        ] {
             assert_eq!(TxnEnds::decode(bad), None, "{bad:?}");
         }
     }

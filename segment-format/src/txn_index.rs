@@ -160,6 +160,14 @@ pub struct TxnTally {
 }
 
 impl TxnTally {
+    /// The batches of `other`, which follow these, added.
+    pub fn merge(&mut self, other: &TxnTally) {
+        self.producer_epoch = self.producer_epoch.max(other.producer_epoch);
+        self.records = self.records.saturating_add(other.records);
+        self.batches = self.batches.saturating_add(other.batches);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+    }
+
     /// One more data batch of the transaction.
     pub fn add(&mut self, batch: &BatchInfo) {
         self.producer_epoch = self.producer_epoch.max(batch.producer_epoch);

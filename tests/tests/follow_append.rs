@@ -206,15 +206,19 @@ async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_s
         let want = if want_open {
             TxnEnds {
                 open: producers,
-                closed: Default::default(),
+                ..Default::default()
             }
         } else {
             TxnEnds {
-                open: Default::default(),
                 closed: producers,
+                ..Default::default()
             }
         };
-        assert_eq!(recorded, want);
+        assert_eq!(recorded.without_runs(), want);
+        // The open transaction's run, carried through the in-place append: what promotion aborts it from.
+        let derived = segment_format::txn_ends::of_log(&installed, i64::MAX).unwrap().unwrap();
+        assert_eq!(recorded, derived);
+        assert_eq!(recorded.runs.contains_key(&77), want_open);
     }
     let verified = verify_paths(
         &[w.mirror().join(format!("{TOPIC}-0"))],

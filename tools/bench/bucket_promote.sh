@@ -10,6 +10,10 @@
 #   WORK=DIR       where fixtures go (default target/bench/bucket_promote; deleted after)
 #   DROP_CACHES=1  drop the page cache before each promotion (root only), as a failover after a restart meets it
 #   SEGMIRROR=PATH the binary (default: a release build of this tree)
+#   OPEN_TXN=0     1: each partition ends with a transaction left open (`generate --open-transaction`), which
+#                  promotion aborts
+#   BASELINE=PATH  also promote a third copy of the same mirror with this binary ("baseline": e.g. a build before a
+#                  change; it reads the same catalog)
 #
 # Per size and run: `segmirror generate --running` writes a source log dir as a live broker has it (one active
 # segment per partition, preallocated indexes, no log-end producer snapshot), `segmirror seed` ships it into a local
@@ -24,6 +28,8 @@ PARTITIONS=${PARTITIONS:-8}
 RUNS=${RUNS:-1}
 WORK=${WORK:-$ROOT/target/bench/bucket_promote}
 DROP_CACHES=${DROP_CACHES:-1}
+OPEN_TXN=${OPEN_TXN:-0}
+BASELINE=${BASELINE:-}
 
 cd "$ROOT"
 # shellcheck source=tools/bench/lib.sh
@@ -34,16 +40,21 @@ if [ -z "${SEGMIRROR:-}" ]; then
 fi
 trap 'rm -rf "$WORK"' EXIT
 
-echo "command: SEGMIRROR=$SEGMIRROR PARTITIONS=$PARTITIONS RUNS=$RUNS tools/bench/bucket_promote.sh \"$SIZES\""
+echo "command: SEGMIRROR=$SEGMIRROR PARTITIONS=$PARTITIONS RUNS=$RUNS OPEN_TXN=$OPEN_TXN BASELINE=$BASELINE" \
+    "tools/bench/bucket_promote.sh \"$SIZES\""
 echo
-echo "| size | partitions | mode | run | wall s | CPU s | batches restamped |"
-echo "|---|---|---|---|---|---|---|"
+echo "| size | partitions | mode | run | wall s | CPU s | batches restamped | transactions aborted |"
+echo "|---|---|---|---|---|---|---|---|"
+OPEN_ARGS=()
+[ "$OPEN_TXN" = 1 ] && OPEN_ARGS=(--open-transaction)
+MODES="recorded walk"
+[ -n "$BASELINE" ] && MODES="recorded walk baseline"
 for mib in $SIZES; do
     for run in $(seq 1 "$RUNS"); do
         rm -rf "$WORK"
         mkdir -p "$WORK"
         "$SEGMIRROR" generate --out "$WORK/source" --bulk-bytes "${mib}MiB" --partitions "$PARTITIONS" --running \
-            > /dev/null
+            "${OPEN_ARGS[@]}" > /dev/null
         "$SEGMIRROR" seed --log-dir "$WORK/source" --store "$WORK/store" --link bench > /dev/null 2>&1
         rm -rf "$WORK/source"
         "$SEGMIRROR" apply --store "$WORK/store" --mirror "$WORK/mirror" --catalog "$WORK/catalog.sqlite" \
@@ -53,9 +64,20 @@ for mib in $SIZES; do
         # recorded mode's promotion handed the original over.
         cp -a "$WORK/mirror" "$WORK/mirror-walk"
         cp -a "$WORK/catalog.sqlite" "$WORK/catalog-walk.sqlite"
+        if [ -n "$BASELINE" ]; then
+            cp -a "$WORK/mirror" "$WORK/mirror-baseline"
+            cp -a "$WORK/catalog.sqlite" "$WORK/catalog-baseline.sqlite"
+        fi
         "$SEGMIRROR" generate --out "$WORK/template" --bulk-bytes "$((PARTITIONS * 1024))" \
             --partitions "$PARTITIONS" --seed 1 > /dev/null
-        for mode in recorded walk; do
+        for mode in $MODES; do
+            bin=$SEGMIRROR
+            if [ "$mode" = baseline ]; then
+                bin=$BASELINE
+                rm -rf "$WORK/mirror"
+                mv "$WORK/mirror-baseline" "$WORK/mirror"
+                mv "$WORK/catalog-baseline.sqlite" "$WORK/catalog.sqlite"
+            fi
             if [ "$mode" = walk ]; then
                 rm -rf "$WORK/mirror"
                 mv "$WORK/mirror-walk" "$WORK/mirror"
@@ -67,11 +89,14 @@ c.commit()' "$WORK/catalog.sqlite"
             fi
             rm -rf "$WORK/target"
             cp -a "$WORK/template" "$WORK/target"
-            promoted=$(cold_promote "$WORK" "$SEGMIRROR" --mirror "$WORK/mirror" \
+            promoted=$(cold_promote "$WORK" "$bin" --mirror "$WORK/mirror" \
                 --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename --force \
                 --allow-retention-delete)
             read -r wall cpu restamped <<< "$promoted"
-            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped |"
+            aborted=$(python3 -c 'import json, sys
+print(sum(len(p.get("transactions_aborted", [])) for p in json.load(open(sys.argv[1]))["partitions"]))' \
+                "$WORK/report.json")
+            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped | $aborted |"
         done
     done
 done

@@ -151,6 +151,10 @@ pub(super) fn build(
         // reads the file (they are appended again, the same bytes, by `producer_state::finish`).
         if let (Some(size), Some(last)) = (markers_after, p.segments.last()) {
             truncate_beyond(&building.join(segment_file_name(*last, SegmentFileKind::Log)), size)?;
+            // And the entries written for the markers, in the last segment or in a segment of their own.
+            for base in [*last, p.log_end_offset] {
+                txn_cut::cut_companions_back(&building, base, p.log_end_offset)?;
+            }
         }
     }
     for (i, base) in p.segments.iter().enumerate() {
@@ -224,11 +228,9 @@ pub(super) fn build(
         kept_indexes = complete_tailed_segment(p, &building, base)?;
     }
     // The last segment's companions are the mirror's, which install checked against its batches (not a tailed
-    // segment's derived ones unless they match what the appender kept, not a cut's prefix, no markers to come), or
-    // the ones the appender kept, which the markers extend by the same rule: sealed from them, not rebuilt by a walk.
-    let last_indexes = if kept_indexes {
-        LastIndexes::Appended
-    } else if tailed.is_none() && limit.is_none() && p.cut.is_empty() {
+    // segment's derived ones unless they match what the appender kept, not a cut's prefix): sealed from them, and
+    // extended over abort markers, not rebuilt by a walk.
+    let last_indexes = if kept_indexes || (tailed.is_none() && limit.is_none()) {
         LastIndexes::Kept
     } else {
         LastIndexes::Derived

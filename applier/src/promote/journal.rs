@@ -70,6 +70,10 @@ pub(crate) struct Planned {
     /// the files match it. `None`: not tailed, not kept (an older appender), and in journals written before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) tail_kept: Option<crate::direct::Kept>,
+    /// The size of the last segment's `.log` at planning (not with a consistent cut inside it): where abort markers
+    /// are appended. `None` in journals written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) last_segment_bytes: Option<u64>,
 }
 
 /// The tailed active segment of a planned partition.
@@ -102,15 +106,20 @@ impl Planned {
         self.consistent_cut.as_ref().and_then(|c| c.last_segment_bytes)
     }
 
-    /// The planned size of the last segment's `.log`, when what the tail appender kept describes that segment: the
-    /// bytes abort markers are appended after, so that a rerun can cut a handed-over file (the only copy) back to
-    /// them and append the same markers again.
+    /// The planned size of the last segment's `.log` (journaled, or what the tail appender kept describes it in
+    /// journals written before): the bytes abort markers are appended after, so that a rerun can cut a handed-over
+    /// file (the only copy) back to them and append the same markers again.
     pub(crate) fn last_segment_size(&self) -> Option<u64> {
         let last = *self.segments.last()?;
-        self.tail_kept
-            .as_ref()
-            .filter(|k| k.segment_base == last && self.last_segment_limit().is_none())
-            .map(|k| k.position)
+        if self.last_segment_limit().is_some() {
+            return None;
+        }
+        self.last_segment_bytes.or_else(|| {
+            self.tail_kept
+                .as_ref()
+                .filter(|k| k.segment_base == last)
+                .map(|k| k.position)
+        })
     }
 
     /// The promoted partition's log end offset: the mirror's (or the consistent cut's), plus one abort marker per

@@ -37,6 +37,8 @@ pub(super) struct LogEnd {
     pub(super) end_offset: i64,
     /// Where the walk started (0 when the index did not help).
     pub(super) walked_from: u64,
+    /// Where the last frame ends: the file's size (the walk refuses bytes after the last frame).
+    pub(super) size: u64,
 }
 
 /// The end offset of `log` (a segment whose base offset is `base`), from its offset index's last entry on (see the
@@ -63,6 +65,7 @@ pub(super) fn log_end(log: &Path, base: i64) -> Result<LogEnd> {
                 return Ok(LogEnd {
                     end_offset: base,
                     walked_from: 0,
+                    size: walk.size,
                 });
             };
             (walk, last, 0)
@@ -72,6 +75,7 @@ pub(super) fn log_end(log: &Path, base: i64) -> Result<LogEnd> {
     Ok(LogEnd {
         end_offset: walk.last_offset.map_or(base, |o| o.saturating_add(1)),
         walked_from,
+        size: walk.size,
     })
 }
 

@@ -399,24 +399,26 @@ impl<'a> Planner<'a> {
             .and_then(|open| super::tail_kept::open_transactions(open, first_base, mirror.log_end_offset));
         let dir = request.mirror_root.join(tp.dir_name());
         // The installs' records of each segment's transactions spare it too (`recorded_txns`), without a cut.
-        let recorded_none_open = || -> Result<bool> {
-            Ok(consistent.is_none()
-                && recorded_txns::none_open(
-                    &dir,
-                    &self.catalog.installed_txn_ends(p.id)?,
-                    &mirror.segments,
-                    &mirror.snapshots,
-                    mirror.log_end_offset,
-                ))
+        let recorded_open = || -> Result<Option<Vec<txn_cut::CutTransaction>>> {
+            if consistent.is_some() {
+                return Ok(None);
+            }
+            Ok(recorded_txns::open_at_end(
+                &dir,
+                &self.catalog.installed_txn_ends(p.id)?,
+                &mirror.segments,
+                &mirror.snapshots,
+                mirror.log_end_offset,
+            ))
         };
         let cut = if let Some(kept) = kept_open {
             #[cfg(test)]
             super::tail_kept::used::note(&dir, "open-transactions");
             kept
-        } else if recorded_none_open()? {
+        } else if let Some(recorded) = recorded_open()? {
             #[cfg(test)]
             super::tail_kept::used::note(&dir, "recorded-transactions");
-            Vec::new()
+            recorded
         } else {
             txn_cut::find_open_transactions(&dir, &mirror.segments, &mirror.snapshots, mirror.log_end_offset)?
         };
@@ -438,6 +440,7 @@ impl<'a> Planner<'a> {
             cut_timestamp: self.now_ms,
             tail_active: mirror.tail_active,
             handover: false,
+            last_segment_bytes: Some(mirror.last_segment_bytes).filter(|_| consistent.is_none()),
             consistent_cut: consistent,
             tail_kept,
         })

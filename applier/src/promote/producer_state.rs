@@ -57,11 +57,10 @@ pub fn start_empty(dir: &Path, last_base: i64, end_offset: i64) -> Result<()> {
 /// Where the last promoted segment's offset and time index come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum LastIndexes {
-    /// The mirror's, checked against its batches at install: sealed as they are ([`txn_cut::seal_kept_indexes`]).
+    /// The mirror's, checked against its batches at install (or, for a tailed segment, matching what the appender
+    /// kept): sealed as they are, and extended over abort markers appended after them
+    /// ([`txn_cut::seal_kept_indexes`]).
     Kept,
-    /// The tail appender's, which match its batches by what it kept (`tail_kept`) and follow the rule and interval a
-    /// rebuild uses: sealed, and extended over abort markers appended after them by that rule.
-    Appended,
     /// Derived (a tailed segment's) or cut short: rebuilt from a walk of its `.log`.
     Derived,
 }
@@ -92,11 +91,10 @@ pub(super) fn finish(p: &Planned, building: &Path, last_indexes: LastIndexes) ->
         txn_cut::append_markers(building, last_base, &markers, &entries)?;
     }
     if last_base != p.end_offset() {
-        // It stops being the active segment. Markers appended to it are not in the mirror's indexes; the
-        // appender's are extended over them.
+        // It stops being the active segment. Markers appended to it are not in its indexes: they are extended over
+        // them.
         let sealed = match last_indexes {
-            LastIndexes::Kept if markers.is_empty() => txn_cut::seal_kept_indexes(building, last_base, None)?,
-            LastIndexes::Appended if markers.is_empty() || markers_at.is_some() => {
+            LastIndexes::Kept if markers.is_empty() || markers_at.is_some() => {
                 txn_cut::seal_kept_indexes(building, last_base, markers_at)?
             }
             _ => false,

@@ -38,7 +38,7 @@ use crate::direct::{Kept, KeptEpochs};
 
 use super::error::{Error, Result};
 use super::files::remove_file;
-use super::txn_cut::{self, CutTransaction, MARKER_COORDINATOR_EPOCH};
+use super::txn_cut::{self, CutTransaction};
 
 /// The one epoch of every batch of the segment `base..end` by the kept history, when it covers the segment.
 pub(super) fn segment_epoch(kept: Option<&Kept>, base: i64, end: i64) -> Option<i32> {
@@ -55,31 +55,15 @@ pub(super) fn open_transactions(
     first_base: i64,
     log_end_offset: i64,
 ) -> Option<Vec<CutTransaction>> {
-    let mut tallied: Vec<(i64, i64, segment_format::txn_index::TxnTally)> = open
+    let tallied: Vec<(i64, i64, segment_format::txn_index::TxnTally)> = open
         .iter()
         .map(|o| {
             o.tally
                 .filter(|_| o.first_offset >= first_base && o.first_offset < log_end_offset)
-                .map(|t| (o.first_offset, o.producer_id, t))
+                .map(|t| (o.producer_id, o.first_offset, t))
         })
         .collect::<Option<_>>()?;
-    tallied.sort_unstable_by_key(|(first, _, _)| *first);
-    Some(
-        tallied
-            .into_iter()
-            .zip(log_end_offset..)
-            .map(|((first_offset, producer_id, t), marker_offset)| CutTransaction {
-                producer_id,
-                producer_epoch: t.producer_epoch,
-                coordinator_epoch: MARKER_COORDINATOR_EPOCH,
-                first_offset,
-                records: t.records,
-                batches: t.batches,
-                bytes: t.bytes,
-                marker_offset,
-            })
-            .collect(),
-    )
+    Some(txn_cut::cut_at_end(tallied, log_end_offset))
 }
 
 /// Which of the active segment's companions in `dir` matched what was kept.

@@ -15,6 +15,7 @@ use segment_format::verify::{verify_paths, Depth, NoProgress, Strictness, Verify
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 
 use super::recorded_txns;
+use super::recorded_txns::Recorded;
 use super::tests::{config, fixture_recording, fixture_with, recorded_ends, target_state};
 use super::txn_cut::{abort_markers, find_open_transactions};
 use segment_format::partition_metadata::Uuid;
@@ -713,29 +714,34 @@ fn write_decided(root: &Path, partition: i32, segment_bytes: u64) -> WrittenPart
     w.close().unwrap()
 }
 
-/// The installs' records answer "nothing open" exactly when the walk finds nothing open, from whichever snapshot
-/// the walk starts (every one, none at the log end as on a live broker, only the oldest, none); with any segment's
-/// record missing or describing another version they answer nothing.
+/// The installs' records give exactly the open transactions the walk finds (first offsets, epochs, counts), from
+/// whichever snapshot the walk starts (every one, none at the log end as on a live broker, only the oldest, none),
+/// wherever they can tell: always when nothing is open, and always from no snapshot; not when the starting snapshot
+/// already holds a transaction open that is still open at the end (the walk counts it from before the snapshot).
+/// With any segment's record missing or describing another version they answer nothing.
 #[test]
-fn recorded_transaction_ends_say_none_open_exactly_when_the_walk_finds_none() {
+fn recorded_transaction_ends_give_the_walks_open_transactions_wherever_they_can_tell() {
     let dir = tempfile::tempdir().unwrap();
     let open_at_end = write_transactions(&dir.path().join("open"), 0, 700).partition;
     let decided = write_decided(&dir.path().join("decided"), 0, 700);
     let decided_one_segment = write_decided(&dir.path().join("one"), 0, 1 << 20);
-    let mut answers = Vec::new();
+    let (mut aborted_from_records, mut walked_instead) = (0, 0);
     for w in [&open_at_end, &decided, &decided_one_segment] {
         let recorded = recorded_ends(w);
         let without_end: Vec<i64> = w.snapshots.iter().copied().filter(|o| *o < w.log_end_offset).collect();
         for snapshots in [w.snapshots.clone(), without_end, w.snapshots[..1].to_vec(), Vec::new()] {
             let walked = find_open_transactions(&w.dir, &bases(w), &snapshots, w.log_end_offset).unwrap();
-            let none = recorded_txns::none_open(&w.dir, &recorded, &bases(w), &snapshots, w.log_end_offset);
-            assert_eq!(
-                none,
-                walked.is_empty(),
-                "{:?} from snapshots {snapshots:?}: {walked:?}",
-                w.dir
-            );
-            answers.push(none);
+            let from_records = recorded_txns::open_at_end(&w.dir, &recorded, &bases(w), &snapshots, w.log_end_offset);
+            let context = format!("{:?} from snapshots {snapshots:?}: walked {walked:?}", w.dir);
+            match &from_records {
+                Some(cut) => assert_eq!(cut, &walked, "{context}"),
+                None => assert!(!walked.is_empty() && !snapshots.is_empty(), "{context}"),
+            }
+            match &from_records {
+                Some(cut) if !cut.is_empty() => aborted_from_records += 1,
+                None => walked_instead += 1,
+                _ => {}
+            }
             // Without one segment's record, or with a record of a shorter version, nothing is known.
             let read_from = snapshots
                 .iter()
@@ -747,27 +753,31 @@ fn recorded_transaction_ends_say_none_open_exactly_when_the_walk_finds_none() {
             if read_from <= last_base && snapshots.last() != Some(&w.log_end_offset) {
                 let mut missing = recorded.clone();
                 missing.remove(&last_base);
-                assert!(!recorded_txns::none_open(
-                    &w.dir,
-                    &missing,
-                    &bases(w),
-                    &snapshots,
-                    w.log_end_offset
-                ));
+                assert_eq!(
+                    recorded_txns::open_at_end(&w.dir, &missing, &bases(w), &snapshots, w.log_end_offset),
+                    None
+                );
                 let mut shorter = recorded.clone();
                 shorter.get_mut(&last_base).unwrap().0 -= 1;
-                assert!(!recorded_txns::none_open(
-                    &w.dir,
-                    &shorter,
-                    &bases(w),
-                    &snapshots,
-                    w.log_end_offset
-                ));
+                assert_eq!(
+                    recorded_txns::open_at_end(&w.dir, &shorter, &bases(w), &snapshots, w.log_end_offset),
+                    None
+                );
+                // A record written before runs were kept says which producers are open, not where they began.
+                let without_runs: Recorded = recorded
+                    .iter()
+                    .map(|(base, (next, ends))| (*base, (*next, ends.as_ref().map(|e| e.without_runs()))))
+                    .collect();
+                let answer = recorded_txns::open_at_end(&w.dir, &without_runs, &bases(w), &snapshots, w.log_end_offset);
+                assert_eq!(answer.is_some(), walked.is_empty(), "{context}");
             }
         }
     }
     assert!(decided.segments.len() >= 4, "{:?}", bases(&decided));
-    assert!(answers.contains(&true) && answers.contains(&false), "{answers:?}");
+    assert!(
+        aborted_from_records > 0 && walked_instead > 0,
+        "{aborted_from_records} {walked_instead}"
+    );
 }
 
 /// A bucket-fed mirror of a live broker (no log-end snapshot) whose transactions all ended: promotion takes "none
@@ -797,4 +807,65 @@ fn a_promotion_trusting_the_recorded_transaction_ends_leaves_what_the_walk_leave
         promoted.push(target_state(&f.target));
     }
     assert!(promoted[0] == promoted[1], "the same files and checkpoints either way");
+}
+
+/// A bucket-fed mirror of a live broker with transactions open at its end and no snapshot the walk would start
+/// from: promotion aborts them from the installs' records (one transaction spans every segment), appends the markers
+/// to the handed-over last segment, and leaves the same log dir as the walk does; a crash at any step of it, then a
+/// rerun, leaves that log dir too (the rerun cuts the handed-over segment back to its planned size).
+#[test]
+fn open_transactions_of_a_bucket_fed_mirror_are_aborted_from_the_records_in_the_handed_over_segment() {
+    let live_open = |root: &Path, partition: i32| {
+        let w = write_transactions(root, partition, if partition == 0 { 700 } else { 1 << 20 }).partition;
+        for offset in &w.snapshots {
+            std::fs::remove_file(w.dir.join(segment_file_name(*offset, SegmentFileKind::Snapshot))).unwrap();
+        }
+        WrittenPartition {
+            snapshots: Vec::new(),
+            ..w
+        }
+    };
+    let rename = |f: &super::tests::Fixture| PromoteRequest {
+        mirror_root: f.mirror.clone(),
+        log_dir: f.target.clone(),
+        handover: Handover::Rename,
+        ..PromoteRequest::default()
+    };
+    super::plan::FIXED_NOW_MS.with(|t| t.set(Some(1_800_000_000_000)));
+    let mut reference = None;
+    let mut steps = Vec::new();
+    for recorded in [true, false] {
+        let mut f = fixture_recording(live_open, [0, 0], recorded);
+        assert!(f.written[0].segments.len() >= 3, "{:?}", f.written[0].segments);
+        let report = promote_with(&rename(&f), &mut f.catalog, &mut |s| steps.push(s)).unwrap();
+        for p in &report.partitions {
+            assert_eq!(p.transactions_aborted.len(), 2, "{p:?}");
+            assert!(p.handed_over, "{p:?}");
+        }
+        let used = super::tail_kept::used::under(&f.mirror);
+        assert_eq!(used.contains(&"recorded-transactions"), recorded, "{used:?}");
+        let state = target_state(&f.target);
+        match &reference {
+            None => reference = Some(state),
+            Some(r) => assert!(r == &state, "the same files and checkpoints either way"),
+        }
+    }
+    let reference = reference.unwrap();
+    steps.dedup();
+    assert!(steps.iter().any(|s| matches!(s, journal::Step::Built(_))), "{steps:?}");
+    for crash_at in steps {
+        let mut f = fixture_recording(live_open, [0, 0], true);
+        let request = rename(&f);
+        let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            promote_with(&request, &mut f.catalog, &mut |s| {
+                if s == crash_at {
+                    panic!("crash at {s:?}");
+                }
+            })
+        }));
+        assert!(crashed.is_err(), "the hook fired at {crash_at:?}");
+        promote(&request, &mut f.catalog).unwrap();
+        assert!(target_state(&f.target) == reference, "crash at {crash_at:?}");
+    }
+    super::plan::FIXED_NOW_MS.with(|t| t.set(None));
 }

@@ -209,22 +209,34 @@ pub fn find_open_transactions(
             return Err(e);
         }
     }
-    let mut found: Vec<(i64, Open)> = open.into_iter().collect();
-    found.sort_by_key(|(_, o)| o.first_offset);
-    Ok(found
-        .into_iter()
+    Ok(cut_at_end(
+        open.into_iter()
+            .map(|(producer_id, o)| (producer_id, o.first_offset, o.tally)),
+        log_end_offset,
+    ))
+}
+
+/// The transactions open at `log_end_offset`, `(producer id, first offset, tally)`, as promotion aborts them: in
+/// order of first offset, their markers from `log_end_offset` on, with promotion's one coordinator epoch.
+pub(super) fn cut_at_end(
+    open: impl IntoIterator<Item = (i64, i64, TxnTally)>,
+    log_end_offset: i64,
+) -> Vec<CutTransaction> {
+    let mut open: Vec<(i64, i64, TxnTally)> = open.into_iter().collect();
+    open.sort_unstable_by_key(|(_, first_offset, _)| *first_offset);
+    open.into_iter()
         .zip(log_end_offset..)
-        .map(|((producer_id, o), marker_offset)| CutTransaction {
+        .map(|((producer_id, first_offset, t), marker_offset)| CutTransaction {
             producer_id,
-            producer_epoch: o.tally.producer_epoch,
+            producer_epoch: t.producer_epoch,
             coordinator_epoch: MARKER_COORDINATOR_EPOCH,
-            first_offset: o.first_offset,
-            records: o.tally.records,
-            batches: o.tally.batches,
-            bytes: o.tally.bytes,
+            first_offset,
+            records: t.records,
+            batches: t.batches,
+            bytes: t.bytes,
             marker_offset,
         })
-        .collect())
+        .collect()
 }
 
 /// The COMMIT/ABORT marker of a control batch (`None` for other control records and for a control batch left
@@ -299,6 +311,54 @@ pub fn write_txn_index(dir: &Path, base: i64, entries: &[AbortedTxn]) -> Result<
     }
     let txn = dir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
     write_atomically(&txn, &txn_index::serialize(entries))?;
+    Ok(())
+}
+
+/// After a crash, before abort markers are appended again to segment `base` of the partition being built in `dir`
+/// (whose `.log` is cut back to the planned bytes): its offset, time and transaction index entries at or after
+/// `end` (the planned log end offset, where the markers begin) removed, so that what an earlier run wrote for the
+/// markers is written again the same way, not twice. Nothing when a file is missing or holds no such entry.
+pub fn cut_companions_back(dir: &Path, base: i64, end: i64) -> Result<()> {
+    let read = |kind: SegmentFileKind| -> Result<Option<Vec<u8>>> {
+        let path = dir.join(segment_file_name(base, kind));
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    };
+    if let Some(bytes) = read(SegmentFileKind::Index)? {
+        let index = OffsetIndex::parse(&bytes);
+        let kept: Vec<OffsetIndexEntry> = index.entries.iter().copied().filter(|e| e.offset(base) < end).collect();
+        if kept.len() != index.entries.len() {
+            write_atomically(
+                &dir.join(segment_file_name(base, SegmentFileKind::Index)),
+                &serialize_offset_index(&kept),
+            )?;
+        }
+    }
+    if let Some(bytes) = read(SegmentFileKind::TimeIndex)? {
+        let index = TimeIndex::parse(&bytes);
+        let kept: Vec<TimeIndexEntry> = index.entries.iter().copied().filter(|e| e.offset(base) < end).collect();
+        if kept.len() != index.entries.len() {
+            write_atomically(
+                &dir.join(segment_file_name(base, SegmentFileKind::TimeIndex)),
+                &serialize_time_index(&kept),
+            )?;
+        }
+    }
+    if let Some(bytes) = read(SegmentFileKind::TxnIndex)? {
+        let index = TxnIndex::parse(&bytes);
+        let kept: Vec<AbortedTxn> = index.entries.iter().copied().filter(|e| e.last_offset < end).collect();
+        if kept.len() != index.entries.len() || index.trailing_bytes != 0 {
+            let path = dir.join(segment_file_name(base, SegmentFileKind::TxnIndex));
+            if kept.is_empty() {
+                super::files::remove_file(&path)?;
+            } else {
+                write_atomically(&path, &txn_index::serialize(&kept))?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -396,9 +456,9 @@ pub fn rebuild_indexes(dir: &Path, base: i64) -> Result<()> {
 /// keep the source broker's own interval.
 ///
 /// `markers_at`: where abort markers appended after the kept indexes start (`None`: nothing appended). They get the
-/// entries the builders' rule gives them at Kafka's default interval — the tail appender's, whose indexes are the
-/// only ones extended this way (`producer_state::LastIndexes::Appended`) — so that the result is what a rebuild of
-/// the whole `.log` writes ([`rebuild_indexes`]).
+/// entries the builders' rule gives them at Kafka's default interval, counted from the last kept entry: for the tail
+/// appender's indexes (kept at that interval) exactly what a rebuild of the whole `.log` writes ([`rebuild_indexes`]);
+/// for a broker's (the topic's interval) entries a broker would accept, as any lower bound on a batch boundary is.
 ///
 /// Both files are replaced atomically: a handover's `.building` holds the only copy of these files, so a crash
 /// must leave either the kept index or the sealed one, never a torn one that a rerun would trust.

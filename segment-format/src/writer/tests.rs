@@ -887,6 +887,31 @@ fn bulk_writes_small_batches_when_asked() {
             assert_eq!(r, &layout.record(p.written.partition, r.offset));
         }
     }
+    // A source caught mid-transaction: the last four batches of each partition are one producer's open
+    // transaction, and the data before it is unchanged.
+    let open_dir = tmp.path().join("open");
+    let open = write_bulk(
+        &open_dir,
+        &BulkOptions {
+            open_transaction: true,
+            ..options.clone()
+        },
+        &|_| {},
+    )
+    .unwrap();
+    for (p, plain) in open.partitions.iter().zip(&manifest.partitions) {
+        let (segments, _) = read_partition(&p.written.dir);
+        let mut tracker = TxnTracker::new();
+        for info in segments.iter().flat_map(|s| s.infos.iter()) {
+            tracker.on_batch(info);
+        }
+        let txns: Vec<_> = tracker.open_tallied().collect();
+        assert_eq!(txns.len(), 1, "{txns:?}");
+        assert_eq!(txns[0].producer_id, 9000 + i64::from(p.written.partition));
+        assert_eq!(txns[0].first_offset, plain.written.log_end_offset);
+        assert_eq!(txns[0].tally.map(|t| t.batches), Some(4));
+        assert_eq!(p.data_batches, plain.data_batches + 4);
+    }
     let zero = BulkOptions {
         records_per_batch: 0,
         ..options

@@ -43,7 +43,8 @@ fn the_walk_starts_at_the_index_s_last_entry_and_finds_the_end() {
         end,
         LogEnd {
             end_offset: BASE + 30,
-            walked_from: at[6]
+            walked_from: at[6],
+            size: std::fs::metadata(&log).unwrap().len(),
         }
     );
     // A preallocated index (zeros after the entries) gives the same hint.
@@ -52,7 +53,8 @@ fn the_walk_starts_at_the_index_s_last_entry_and_finds_the_end() {
         log_end(&log, BASE).unwrap(),
         LogEnd {
             end_offset: BASE + 30,
-            walked_from: at[6]
+            walked_from: at[6],
+            size: std::fs::metadata(&log).unwrap().len(),
         }
     );
 }
@@ -64,6 +66,7 @@ fn an_index_that_does_not_check_out_falls_back_to_the_whole_walk() {
     let whole = LogEnd {
         end_offset: BASE + 30,
         walked_from: 0,
+        size: std::fs::metadata(&log).unwrap().len(),
     };
     assert_eq!(log_end(&log, BASE).unwrap(), whole, "no index");
     write_index(&log, &[], 100);
@@ -123,7 +126,8 @@ fn an_empty_segment_ends_at_its_base() {
         log_end(&log, BASE).unwrap(),
         LogEnd {
             end_offset: BASE,
-            walked_from: 0
+            walked_from: 0,
+            size: 0,
         }
     );
 }

@@ -28,6 +28,8 @@ pub(super) struct MirrorFacts {
     /// What the tail appender kept of the active segment, and how many transactions it recorded open at its end.
     pub(super) tail_kept: Option<crate::direct::Kept>,
     pub(super) tail_open_transactions: Option<Vec<OpenTransaction>>,
+    /// The size of the last segment's `.log` where its end was read.
+    pub(super) last_segment_bytes: u64,
 }
 
 fn inspect_mirror(
@@ -74,9 +76,12 @@ fn inspect_mirror(
     let tail_active = tailed.as_ref().map(|a| a.active);
     // From the last batches only (the offset index says where they start): see `log_end`. A tailed active segment's
     // end was read already.
-    let log_end_offset = match &tailed {
-        Some(active) => active.end_offset,
-        None => log_end(&last.log, last.base_offset)?.end_offset,
+    let (log_end_offset, last_segment_bytes) = match &tailed {
+        Some(active) => (active.end_offset, active.size),
+        None => {
+            let end = log_end(&last.log, last.base_offset)?;
+            (end.end_offset, end.size)
+        }
     };
     // A tailed partition: the catalog holds the sealed segments below the active one, whose end the state file
     // records (checked in `tailed_active_segment`); otherwise the catalog holds everything up to the end.
@@ -130,6 +135,7 @@ fn inspect_mirror(
         tail_active,
         tail_kept,
         tail_open_transactions,
+        last_segment_bytes,
     }))
 }
 
@@ -239,6 +245,8 @@ enum Tailed {
 struct ActiveTail {
     active: TailActive,
     end_offset: i64,
+    /// The recorded size of the active segment (checked against the file).
+    size: u64,
     kept: Option<crate::direct::Kept>,
     open_transactions: Option<Vec<OpenTransaction>>,
 }
@@ -327,6 +335,7 @@ fn tailed_active_segment(
             catalog_end_offset: p.installed_end_offset,
         },
         end_offset: end,
+        size: state.position,
         kept: state.kept.clone().filter(|_| describes_end),
         open_transactions: state
             .open_transactions

@@ -126,6 +126,7 @@ fn journal_round_trips() {
                 catalog_end_offset: Some(50),
             }),
             handover: true,
+            last_segment_bytes: None,
             consistent_cut: Some(ConsistentCut {
                 timestamp_ms: 1_700_000_000_000,
                 mirror_end_offset: 120,

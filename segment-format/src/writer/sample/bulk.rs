@@ -43,7 +43,15 @@ pub struct BulkOptions {
     pub records_per_batch: u32,
     /// Value size of each record ([`BULK_VALUE_BYTES`] by default).
     pub value_bytes: usize,
+    /// End each partition with a transaction left open: [`OPEN_TRANSACTION_BATCHES`] bulk batches written by one
+    /// transactional producer (id [`OPEN_TRANSACTION_PRODUCER`] + partition, epoch 0), no marker after them.
+    pub open_transaction: bool,
 }
+
+/// Batches of the transaction [`BulkOptions::open_transaction`] leaves open.
+pub const OPEN_TRANSACTION_BATCHES: u64 = 4;
+/// Producer id of that transaction in partition 0 (partition `p` uses this + `p`).
+pub const OPEN_TRANSACTION_PRODUCER: i64 = 9000;
 
 impl Default for BulkOptions {
     fn default() -> Self {
@@ -61,6 +69,7 @@ impl Default for BulkOptions {
             threads: 0,
             records_per_batch: BULK_RECORDS_PER_BATCH,
             value_bytes: BULK_VALUE_BYTES,
+            open_transaction: false,
         }
     }
 }
@@ -237,6 +246,18 @@ fn write_partition(
         bytes += info.size;
         batches += 1;
         progress(info.size);
+    }
+    if options.open_transaction {
+        let producer = OPEN_TRANSACTION_PRODUCER + i64::from(partition);
+        for sequence in 0..OPEN_TRANSACTION_BATCHES {
+            let batch = layout
+                .batch(partition, batches)
+                .producer(producer, 0, (sequence * u64::from(layout.records_per_batch)) as i32)
+                .transactional(true);
+            let info = w.append(batch)?;
+            batches += 1;
+            progress(info.size);
+        }
     }
     let written = w.close()?;
     Ok(PartitionManifest {
