@@ -109,11 +109,13 @@ fn build() -> Result<PathBuf> {
     Ok(exe)
 }
 
+static HOME: OnceLock<PathBuf> = OnceLock::new();
+
 /// The data directory (`SEGMIRROR_HOME`) every `segmirror` this test process starts defaults to: one per test
 /// process, never the user's own, so a catalog or link record left by one test binary (or by the operator) is never
-/// read by another. A test that sets `SEGMIRROR_HOME` itself wins.
+/// read by another. A test that sets `SEGMIRROR_HOME` itself wins. Removed when the test process exits (a process
+/// killed by a signal leaves it).
 pub fn test_home() -> &'static Path {
-    static HOME: OnceLock<PathBuf> = OnceLock::new();
     HOME.get_or_init(|| {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -121,8 +123,16 @@ pub fn test_home() -> &'static Path {
             .unwrap_or(0);
         let home = std::env::temp_dir().join(format!("segmirror-test-home-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&home).expect("creating the tests' SEGMIRROR_HOME");
+        // SAFETY: registers a plain function with no arguments; it runs once, at exit.
+        unsafe { libc::atexit(remove_test_home) };
         home
     })
+}
+
+extern "C" fn remove_test_home() {
+    if let Some(home) = HOME.get() {
+        let _ = std::fs::remove_dir_all(home);
+    }
 }
 
 /// A `segmirror` command with [`test_home`] as its data directory (a later `.env`/`.envs` may replace it).

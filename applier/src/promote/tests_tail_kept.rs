@@ -164,6 +164,14 @@ impl Site {
         }
     }
 
+    /// A site whose source is shipped whole through an appender, which is then dropped.
+    async fn shipped(shape: Shape) -> Site {
+        let site = Site::new(shape);
+        let mut a = site.appender();
+        ship(&site, &mut a).await.unwrap();
+        site
+    }
+
     fn mirror(&self) -> PathBuf {
         self.root.join("mirror")
     }
@@ -388,10 +396,7 @@ async fn a_tailed_mirror_promoted_from_what_was_kept_matches_the_walks_byte_for_
 
 #[tokio::test]
 async fn a_promotion_killed_after_abort_markers_were_appended_to_handed_over_segments_finishes_with_the_same_bytes() {
-    let site = Site::new(Shape::of(true));
-    let mut a = site.appender();
-    ship(&site, &mut a).await.unwrap();
-    drop(a);
+    let site = Site::shipped(Shape::of(true)).await;
     // The uninterrupted promotion, and every step a promotion passes.
     let whole = site.copy("whole");
     let mut steps = Vec::new();
@@ -435,10 +440,7 @@ fn edit_open_transactions(mirror: &Path, edit: impl Fn(&mut Vec<serde_json::Valu
 
 #[tokio::test]
 async fn open_transactions_recorded_without_tallies_are_walked_and_a_wrong_tally_is_an_error_for_verify() {
-    let site = Site::new(Shape::of(true));
-    let mut a = site.appender();
-    ship(&site, &mut a).await.unwrap();
-    drop(a);
+    let site = Site::shipped(Shape::of(true)).await;
     // What an appender that did not tally left: the walk finds the transaction, and the target is the same.
     let untallied = site.copy("untallied");
     edit_open_transactions(&untallied.mirror(), |open| {
@@ -655,13 +657,7 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         }
         digest.update(&chunk);
         let len = chunk.len() as u64;
-        group.push(Chunk {
-            partition: pref(partition),
-            segment_base: base,
-            position,
-            bytes: Bytes::from(chunk),
-            crcs: Default::default(),
-        });
+        group.push(chunk_at(partition, base, position, chunk));
         if group.len() == 8 {
             a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
         }
@@ -681,15 +677,20 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
             chunk.extend_from_slice(&batch);
             next += 4;
         }
-        group.push(Chunk {
-            partition: pref(partition),
-            segment_base: base,
-            position,
-            bytes: Bytes::from(chunk),
-            crcs: Default::default(),
-        });
+        group.push(chunk_at(partition, base, position, chunk));
     }
     a.apply_chunks(&group).await.unwrap();
+}
+
+/// The chunk of `bytes` at `position` of segment `base` of `partition`.
+fn chunk_at(partition: i32, base: i64, position: u64, bytes: Vec<u8>) -> Chunk {
+    Chunk {
+        partition: pref(partition),
+        segment_base: base,
+        position,
+        bytes: Bytes::from(bytes),
+        crcs: Default::default(),
+    }
 }
 
 /// Writes the fixture `tools/bench/tail_promote.sh` promotes (not a test of its own): a tail-fed mirror of

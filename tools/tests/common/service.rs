@@ -167,10 +167,12 @@ pub fn wait_mirrored(source: &Path, mirror: &Path, rel: &str, services: &mut [&m
     wait_until(&what, services, || same_files(source, mirror, &files));
 }
 
+static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
 /// The data directory (`SEGMIRROR_HOME`) of every `segmirror` this test process starts: one per process, never the
-/// user's own, so no catalog or link record is shared with another test binary or with the operator.
+/// user's own, so no catalog or link record is shared with another test binary or with the operator. Removed when
+/// the test process exits (a process killed by a signal leaves it).
 pub fn test_home() -> &'static std::path::Path {
-    static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     HOME.get_or_init(|| {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -178,6 +180,14 @@ pub fn test_home() -> &'static std::path::Path {
             .unwrap_or(0);
         let home = std::env::temp_dir().join(format!("segmirror-tools-test-home-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&home).expect("creating the tests' SEGMIRROR_HOME");
+        // SAFETY: registers a plain function with no arguments; it runs once, at exit.
+        unsafe { libc::atexit(remove_test_home) };
         home
     })
+}
+
+extern "C" fn remove_test_home() {
+    if let Some(home) = HOME.get() {
+        let _ = std::fs::remove_dir_all(home);
+    }
 }
