@@ -21,6 +21,14 @@
 //! is followed there (`segments::OpenTransactions`, starting from the segment's producer snapshot when the shipper
 //! shipped one) and a consumer at the end reads from local disk.
 //!
+//! **A refresh with nothing to do lists nothing.** Writers rewrite the link's change notice after their commits
+//! (`segmirror_contract::link_changes`), so a refresh first reads what the store says of the notice (a `stat`, or one
+//! HEAD request). When it is what it was before the last listing, that refresh read and refused nothing it could not
+//! keep (no failure), and the last listing is less than [`FULL_REFRESH_INTERVAL`] old, the bucket is as that refresh
+//! left it and the refresh is passed over (`RefreshReport::passed_over`). The notice's content is never trusted: a
+//! forged or stale notice delays what is served by at most that interval, never changes it. A bucket without a
+//! notice (an older shipper) is listed at every refresh, as before.
+//!
 //! A refresh reads new manifests [`MANIFEST_READ_CONCURRENCY`] at a time and fetches newest segments
 //! [`TAIL_FETCH_CONCURRENCY`] partitions at a time, so a first look at a large remote bucket is not one round trip
 //! after another; the link's metadata (topic configs for DescribeConfigs) is read again only when its manifest
@@ -51,6 +59,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
@@ -88,6 +97,8 @@ const MAX_REFUSALS_KEPT: usize = 10_000;
 /// What one [`BucketReplica::refresh`] saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RefreshReport {
+    /// Nothing was listed: the link's change notice had not changed since the last listing (module docs).
+    pub passed_over: bool,
     /// Partitions served.
     pub partitions: usize,
     /// Manifests read from the store this time (new or changed).
@@ -95,6 +106,10 @@ pub struct RefreshReport {
     /// What could not be read or was refused, one line each (the partition keeps serving what it can).
     pub failures: Vec<String>,
 }
+
+/// How long a refresh may be passed over on an unchanged change notice before it lists again anyway: what a writer
+/// that commits without rewriting the notice (or a forged notice) can delay.
+pub const FULL_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A manifest's listing entry: when it changes, the manifest is read again.
 type Stamp = (u64, i64, Option<String>);
@@ -187,6 +202,9 @@ pub struct BucketReplica {
     /// The same, for newest segments held by chunks.
     chunk_txns: Mutex<HashMap<(String, i32), by_chunks::ChunkFollower>>,
     changes: watch::Sender<u64>,
+    /// The link's change notice as it was before the last listing that ended without a failure, and when that
+    /// listing was (see "A refresh with nothing to do" in the module docs).
+    settled: Mutex<Option<(ObjectInfo, Instant)>>,
 }
 
 impl std::fmt::Debug for BucketReplica {
@@ -216,6 +234,7 @@ impl BucketReplica {
             txns: Arc::new(Mutex::new(HashMap::new())),
             chunk_txns: Mutex::new(HashMap::new()),
             changes: watch::Sender::new(0),
+            settled: Mutex::new(None),
         })
     }
 
@@ -234,6 +253,28 @@ impl BucketReplica {
     /// read keeps its last ends, and a refused one answers KAFKA_STORAGE_ERROR, both reported.
     pub async fn refresh(&self) -> Result<RefreshReport, segmirror_transport::Error> {
         let source: &dyn SegmentSource = &*self.source;
+        let notice_key = segmirror_transport::bucket::link_changes::link_changes_key(&self.prefix, &self.link);
+        let notice = match source.stat(&notice_key).await {
+            Ok(notice) => notice,
+            Err(e) => {
+                tracing::debug!(key = notice_key, error = %e, "the link's change notice cannot be read");
+                None
+            }
+        };
+        {
+            let settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+            if let (Some(now), Some((before, listed_at))) = (&notice, &*settled) {
+                if now == before && listed_at.elapsed() < FULL_REFRESH_INTERVAL {
+                    let partitions = self.served.read().map(|s| s.partitions.len()).unwrap_or(0);
+                    return Ok(RefreshReport {
+                        passed_over: true,
+                        partitions,
+                        ..RefreshReport::default()
+                    });
+                }
+            }
+        }
+        let listed_at = Instant::now();
         let index = source.index_versions(&self.prefix, Some(&self.link)).await?;
         let mut report = RefreshReport::default();
         let configs = self.link_configs(&index.meta, &mut report).await;
@@ -348,6 +389,8 @@ impl BucketReplica {
         if changed {
             self.changes.send_modify(|n| *n = n.wrapping_add(1));
         }
+        *self.settled.lock().unwrap_or_else(|e| e.into_inner()) =
+            notice.filter(|_| report.failures.is_empty()).map(|n| (n, listed_at));
         Ok(report)
     }
 

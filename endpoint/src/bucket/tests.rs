@@ -407,6 +407,7 @@ async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
             "fetched {now} bytes for a grown .log of {log_size}"
         );
         assert!(report.failures.is_empty(), "{report:?}");
+        assert!(!report.passed_over, "the shipper's commit rewrote the change notice");
         assert_eq!(report.manifests_read, 1);
         let hw = replica.ends(TOPIC, 0).unwrap().high_watermark;
         assert_eq!(hw, start + 10);
@@ -436,9 +437,10 @@ async fn a_new_manifest_version_is_followed_and_wakes_waiting_fetches() {
     let all = read_all(&replica, 0, 1 << 20, &|| {}).await;
     assert!(all.starts_with(&first));
     assert_eq!(all, w.source_bytes());
-    // Nothing new: nothing read, nobody woken.
+    // Nothing new: nothing listed (the change notice is as it was), nothing read, nobody woken.
     let report = replica.refresh().await.unwrap();
-    assert_eq!(report.manifests_read, 0);
+    assert!(report.passed_over, "{report:?}");
+    assert_eq!((report.manifests_read, report.partitions), (0, 1), "{report:?}");
     assert!(!changes.has_changed().unwrap());
 }
 
@@ -463,7 +465,14 @@ async fn a_refused_manifest_or_newest_segment_fails_its_partition_only() {
         .clone();
     let original = std::fs::read(&newest).unwrap();
     std::fs::write(&newest, b"{\"format\": \"segmirror.manifest.v1\", \"link\": 1}").unwrap();
+    // Written by a hand that leaves the change notice alone: the next refresh takes the bucket as the last listing
+    // left it and keeps serving what it checked then (until the next full refresh, or a notice).
     let report = replica.refresh().await.unwrap();
+    assert!(report.passed_over, "{report:?}");
+    assert_eq!(replica.ends(OTHER, 0).unwrap().high_watermark, 80);
+    segmirror_transport::bucket::link_changes::announce_or_warn(&w.store, &KeyPrefix::root(), LINK, "a hand").await;
+    let report = replica.refresh().await.unwrap();
+    assert!(!report.passed_over, "{report:?}");
     assert_eq!(report.failures.len(), 1, "{report:?}");
     assert!(report.failures[0].contains("manifest refused"), "{report:?}");
     assert!(matches!(replica.ends(OTHER, 0), Err(ReadError::Storage(_))));
