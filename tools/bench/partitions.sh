@@ -26,7 +26,10 @@
 #   IDLE_S (default 10) idle window; SETTLE_S (default 3); CATCH_UP_S (default 1800) gives up after that long;
 #   PATHS (default "direct bucket"); PROMOTE=0 skips promote; BENCH_DIR (default target/bench), the work dir
 #   BENCH_DIR/partitions-N is deleted after each N (KEEP=1 keeps it);
-#   SEGMIRROR=path runs that binary instead of building target/release/segmirror.
+#   SEGMIRROR=path runs that binary instead of building target/release/segmirror;
+#   BROKER_CHECKPOINTS=1 rewrites the source's replication-offset-checkpoint every 5 s during the settle and idle
+#   windows (a temp file renamed over it, same content), as a live broker does whatever happens
+#   (`replica.high.watermark.checkpoint.interval.ms`): the idle figures then are those beside a running broker.
 # Not a test: scripts/test-all.sh does not run it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -129,11 +132,24 @@ run_pair() { # N path
     esac
     cs=$(cpu_s "$ship") ca=$(cpu_s "$apply")
     echo "  $path: caught up in $catchup s; settling $SETTLE_S s, idle window $IDLE_S s" >&2
+    local checkpoints=""
+    if [ "${BROKER_CHECKPOINTS:-0}" = 1 ]; then
+        (
+            cp_file="$SRC/replication-offset-checkpoint"
+            [ -f "$cp_file" ] || printf '0\n0\n' > "$cp_file"
+            while true; do
+                sleep 5
+                cp "$cp_file" "$cp_file.tmp" && mv "$cp_file.tmp" "$cp_file"
+            done
+        ) &
+        checkpoints=$!
+    fi
     sleep "$SETTLE_S"
     local s0 a0 s1 a1
     s0=$(cpu_s "$ship") a0=$(cpu_s "$apply")
     sleep "$IDLE_S"
     s1=$(cpu_s "$ship") a1=$(cpu_s "$apply")
+    [ -z "$checkpoints" ] || { kill "$checkpoints" 2>/dev/null || true; wait "$checkpoints" 2>/dev/null || true; }
     local status_s ms ma
     status_s=$(timed_s "$BIN" status --catalog "$dir/catalog.sqlite")
     ms=$(metrics_s "$sm") ma=$(metrics_s "$am")
@@ -184,7 +200,7 @@ echo "machine: $(nproc) CPUs, kernel $(uname -r); load average before/after: $LO
 echo "limits: ulimit -n $(ulimit -n) (hard $(ulimit -Hn)); fs.inotify.max_user_watches" \
     "$(cat /proc/sys/fs/inotify/max_user_watches); fs.inotify.max_user_instances" \
     "$(cat /proc/sys/fs/inotify/max_user_instances)"
-echo "reproduce: PER_PARTITION_KIB=$PER_PARTITION_KIB IDLE_S=$IDLE_S PATHS=\"$PATHS\" tools/bench/partitions.sh $COUNTS"
+echo "reproduce: PER_PARTITION_KIB=$PER_PARTITION_KIB IDLE_S=$IDLE_S PATHS=\"$PATHS\" BROKER_CHECKPOINTS=${BROKER_CHECKPOINTS:-0} tools/bench/partitions.sh $COUNTS"
 echo
 echo "| partitions | path | process | catch-up s | catch-up CPU s | idle CPU % | RSS MiB | peak RSS MiB | fds | threads | inotify watches | /metrics s |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"

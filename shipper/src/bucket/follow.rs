@@ -109,8 +109,8 @@ pub struct RoundTrigger {
     lengths: HashMap<PartitionId, (i64, u64)>,
     /// The partition dirs an event named since the last round started: what the next round looks at.
     partitions: HashSet<PathBuf>,
-    /// An event not about one partition (a checkpoint of the log dir), or a round to do again: the next round
-    /// looks at every partition.
+    /// An event not about one partition (the log-start checkpoint of a log dir), or a round to do again: the next
+    /// round looks at every partition.
     everything: bool,
 }
 
@@ -124,6 +124,13 @@ pub enum RoundScope {
 impl RoundTrigger {
     /// Take in one watcher event.
     pub fn observe(&mut self, event: &WatchEvent) {
+        // The broker rewrites its high-watermark checkpoint every 5 s whatever happened, and nothing a round ships
+        // depends on it (`--upto log-end` ships every complete batch; `--upto high-watermark` asks the source by
+        // Fetch, `committed`): no round for it. Were it a round over every partition, a shipper at rest beside a
+        // broker of 10,000 partitions would look at all of them every 5 s.
+        if matches!(event, WatchEvent::HighWatermarksChanged { .. }) {
+            return;
+        }
         match event.partition() {
             Some(partition) => {
                 self.partitions.insert(partition.dir.clone());

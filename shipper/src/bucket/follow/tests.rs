@@ -85,9 +85,21 @@ fn a_round_looks_at_the_partitions_named_since_the_last_one_or_at_everything() {
         "taken by the round"
     );
 
-    // A log dir's checkpoint is about every partition in it.
+    // The high-watermark checkpoint, which the broker rewrites every 5 s, starts no round and widens none.
+    t.observe(&WatchEvent::HighWatermarksChanged {
+        log_dir: PathBuf::from("/k"),
+    });
+    assert!(!t.is_dirty() && !t.due(INTERVAL, INTERVAL, 1000));
     t.observe(&grew(1, 0, 100));
     t.observe(&WatchEvent::HighWatermarksChanged {
+        log_dir: PathBuf::from("/k"),
+    });
+    assert_eq!(t.started(), RoundScope::Partitions([pid(1).dir].into_iter().collect()));
+
+    // The log-start checkpoint is about every partition in its log dir (a log start moved by DeleteRecords shows
+    // nowhere else).
+    t.observe(&grew(1, 0, 200));
+    t.observe(&WatchEvent::LogStartsChanged {
         log_dir: PathBuf::from("/k"),
     });
     assert_eq!(t.started(), RoundScope::Everything);
