@@ -496,8 +496,9 @@ fn replicate(direction: Direction, topic: &str, compaction: bool) {
     for ((t, _), (u, c)) in topics.iter().zip(uncommitted.iter().zip(&committed)) {
         assert!(c.len() < u.len(), "{t}: no aborted records on the source");
     }
-    broker.stop().unwrap();
+    // The producer goes first (killed, its transaction left open): it does not reconnect to a stopped broker.
     drop(open_txn);
+    broker.stop().unwrap();
 
     // Promote into a stopped target.
     let mut target = KafkaBroker::start(BrokerConfig::new(&format!("e2e-procs-target-{topic}"))).unwrap();
