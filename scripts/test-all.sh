@@ -152,8 +152,11 @@ for i in "${!jobs[@]}"; do
 done
 printf 'jobs: %s s of lane time, %s CPU-s: the tests kept %s cores busy on average\n' "$wall_total" "$cpu_total" \
     "$(awk -v c="$cpu_total" -v s="$span" 'BEGIN {printf "%.2f", s ? c / s : 0}')"
-passed="$(cat "$LOGS"/*.log | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')"
-failures="$(cat "$LOGS"/*.log | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')"
+# From libtest's own result lines only: a client's log line ("... 127.0.0.1:43665 failed: Connection refused") is
+# not a test.
+results() { cat "$LOGS"/*.log | grep '^test result: ' | grep -o "[0-9]* $1;" | awk '{s += $1} END {print s + 0}'; }
+passed="$(results passed)"
+failures="$(results failed)"
 printf 'tests: %s passed, %s failed\n' "$passed" "$failures"
 rm -rf "$LOGS"
 exit "$failed"
