@@ -25,7 +25,9 @@
 //! (`segmirror_contract::link_changes`), so a refresh first reads what the store says of the notice (a `stat`, or one
 //! HEAD request). When it is what it was before the last listing, that refresh read and refused nothing it could not
 //! keep (no failure), and the last listing is less than [`FULL_REFRESH_INTERVAL`] old, the bucket is as that refresh
-//! left it and the refresh is passed over (`RefreshReport::passed_over`). The notice's content is never trusted: a
+//! left it and the refresh is passed over (`RefreshReport::passed_over`). With many partitions the interval grows
+//! so that full listings take at most a fiftieth of the time ([`FULL_REFRESH_SHARE`]): at 10,000 partitions a
+//! listing and its manifest checks cost over a CPU second. The notice's content is never trusted: a
 //! forged or stale notice delays what is served by at most that interval, never changes it. A bucket without a
 //! notice (an older shipper) is listed at every refresh, as before.
 //!
@@ -110,6 +112,10 @@ pub struct RefreshReport {
 /// How long a refresh may be passed over on an unchanged change notice before it lists again anyway: what a writer
 /// that commits without rewriting the notice (or a forged notice) can delay.
 pub const FULL_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Full listings take at most one fiftieth of the time: after a listing that took `d`, the next one is due after
+/// `max(FULL_REFRESH_INTERVAL, 50 d)` while the change notice stays the same.
+pub const FULL_REFRESH_SHARE: u32 = 50;
 
 /// A manifest's listing entry: when it changes, the manifest is read again.
 type Stamp = (u64, i64, Option<String>);
@@ -202,9 +208,9 @@ pub struct BucketReplica {
     /// The same, for newest segments held by chunks.
     chunk_txns: Mutex<HashMap<(String, i32), by_chunks::ChunkFollower>>,
     changes: watch::Sender<u64>,
-    /// The link's change notice as it was before the last listing that ended without a failure, and when that
-    /// listing was (see "A refresh with nothing to do" in the module docs).
-    settled: Mutex<Option<(ObjectInfo, Instant)>>,
+    /// The link's change notice as it was before the last listing that ended without a failure, when that listing
+    /// started and how long the refresh took (see "A refresh with nothing to do" in the module docs).
+    settled: Mutex<Option<(ObjectInfo, Instant, Duration)>>,
 }
 
 impl std::fmt::Debug for BucketReplica {
@@ -263,8 +269,9 @@ impl BucketReplica {
         };
         {
             let settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
-            if let (Some(now), Some((before, listed_at))) = (&notice, &*settled) {
-                if now == before && listed_at.elapsed() < FULL_REFRESH_INTERVAL {
+            if let (Some(now), Some((before, listed_at, took))) = (&notice, &*settled) {
+                let full_due = FULL_REFRESH_INTERVAL.max(took.saturating_mul(FULL_REFRESH_SHARE));
+                if now == before && listed_at.elapsed() < full_due {
                     let partitions = self.served.read().map(|s| s.partitions.len()).unwrap_or(0);
                     return Ok(RefreshReport {
                         passed_over: true,
@@ -389,8 +396,9 @@ impl BucketReplica {
         if changed {
             self.changes.send_modify(|n| *n = n.wrapping_add(1));
         }
-        *self.settled.lock().unwrap_or_else(|e| e.into_inner()) =
-            notice.filter(|_| report.failures.is_empty()).map(|n| (n, listed_at));
+        *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = notice
+            .filter(|_| report.failures.is_empty())
+            .map(|n| (n, listed_at, listed_at.elapsed()));
         Ok(report)
     }
 
