@@ -137,7 +137,7 @@ fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> Ta
     let open = state.open_transactions.as_deref().unwrap_or_default();
     let trusted = derived
         .first_base
-        .is_some_and(|first| open.iter().all(|o| o.tally.is_some() && o.first_offset >= first));
+        .is_some_and(|first| super::kept::open_transactions_match_a_walk(open, first));
     let describe = |open: &[OpenTransaction]| -> String {
         let each: Vec<String> = open
             .iter()

@@ -55,11 +55,14 @@ pub(super) fn open_transactions(
     first_base: i64,
     log_end_offset: i64,
 ) -> Option<Vec<CutTransaction>> {
+    if !crate::direct::open_transactions_match_a_walk(open, first_base) {
+        return None;
+    }
     let tallied: Vec<(i64, i64, segment_format::txn_index::TxnTally)> = open
         .iter()
         .map(|o| {
             o.tally
-                .filter(|_| o.first_offset >= first_base && o.first_offset < log_end_offset)
+                .filter(|_| o.first_offset < log_end_offset)
                 .map(|t| (o.producer_id, o.first_offset, t))
         })
         .collect::<Option<_>>()?;
