@@ -50,8 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use segment_format::checkpoint::OffsetCheckpoint;
-use segment_format::dir::{segment_file_name, RootCheckpoint, SegmentFileKind};
+use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segmirror_transport::direct::frame::MAX_PAYLOAD_LEN;
 use segmirror_transport::direct::payload::{ClaimResult, LayoutSegment, LogEnd, PartitionRef, Position, Revoke};
 use segmirror_transport::direct::session::{ChunkFeed, FeedItem, Layouts};
@@ -518,11 +517,8 @@ impl TailFeed {
             Ok(log_dirs
                 .into_iter()
                 .map(|dir| {
-                    let path = dir.join(RootCheckpoint::LogStartOffset.file_name());
                     // Unreadable (being replaced, or damaged): no entries, so the sweep is what looks again.
-                    let entries = OffsetCheckpoint::read(&path)
-                        .map(OffsetCheckpoint::into_offsets)
-                        .unwrap_or_default();
+                    let entries = crate::source::watch::read_log_starts(&dir).unwrap_or_default();
                     (dir, entries)
                 })
                 .collect::<Vec<_>>())

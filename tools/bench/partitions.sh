@@ -27,9 +27,10 @@
 #   PATHS (default "direct bucket"); PROMOTE=0 skips promote; BENCH_DIR (default target/bench), the work dir
 #   BENCH_DIR/partitions-N is deleted after each N (KEEP=1 keeps it);
 #   SEGMIRROR=path runs that binary instead of building target/release/segmirror;
-#   BROKER_CHECKPOINTS=1 rewrites the source's replication-offset-checkpoint every 5 s during the settle and idle
-#   windows (a temp file renamed over it, same content), as a live broker does whatever happens
-#   (`replica.high.watermark.checkpoint.interval.ms`): the idle figures then are those beside a running broker.
+#   BROKER_CHECKPOINTS=1 rewrites the source's replication-offset-checkpoint every 5 s and its
+#   log-start-offset-checkpoint every 60 s during the settle and idle windows (a temp file renamed over each, same
+#   content), as a live broker does whatever happens (`replica.high.watermark.checkpoint.interval.ms`,
+#   `log.flush.start.offset.checkpoint.interval.ms`): the idle figures then are those beside a running broker.
 # Not a test: scripts/test-all.sh does not run it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -136,10 +137,17 @@ run_pair() { # N path
     if [ "${BROKER_CHECKPOINTS:-0}" = 1 ]; then
         (
             cp_file="$SRC/replication-offset-checkpoint"
+            ls_file="$SRC/log-start-offset-checkpoint"
             [ -f "$cp_file" ] || printf '0\n0\n' > "$cp_file"
+            [ -f "$ls_file" ] || printf '0\n0\n' > "$ls_file"
+            ticks=0
             while true; do
                 sleep 5
                 cp "$cp_file" "$cp_file.tmp" && mv "$cp_file.tmp" "$cp_file"
+                ticks=$((ticks + 1))
+                if [ $((ticks % 12)) = 0 ]; then
+                    cp "$ls_file" "$ls_file.tmp" && mv "$ls_file.tmp" "$ls_file"
+                fi
             done
         ) &
         checkpoints=$!

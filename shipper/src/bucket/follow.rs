@@ -11,7 +11,10 @@
 //! - **When a round starts.** The log-dir watcher ([`crate::source::watch`](mod@crate::source::watch)) says when
 //!   something changed; a round starts once [`StoreTailConfig::upload_interval`] has passed since the previous one, or at once when the
 //!   active segments grew by [`StoreTailConfig::upload_bytes`] — whichever comes first — and never on a blind
-//!   sleep with nothing changed (the watcher's periodic rescan is the safety net for lost notifications).
+//!   sleep with nothing changed (the watcher's periodic rescan is the safety net for lost notifications). A round
+//!   looks at the partitions the watcher named since the last one ([`RoundTrigger`]); the broker's checkpoints,
+//!   rewritten every few seconds whatever happened, name none (the high watermarks) or only the partitions whose
+//!   log start moved (the log-start checkpoint, compared with its last read).
 //! - **Leases kept between rounds** ([`HeldLeases`]): a partition's lease is taken at its first write and kept,
 //!   so rounds add no lease objects; a second shipper on the same bucket prefix takes a newer lease and fences this
 //!   one at its next commit, after which this process never writes that partition again and
@@ -41,7 +44,7 @@ use tokio::time::Instant;
 use crate::bucket::seed::{self, HeldLeases, NoProgress, PartitionStatus, SeedConfig, SeedReport};
 use crate::error::{Error, Result};
 use crate::link_meta::{MetaConfig, MetaPublisher, MetaReader, Published};
-use crate::source::watch::{watch, PartitionId, WatchConfig, WatchEvent};
+use crate::source::watch::{read_log_starts, watch, PartitionId, WatchConfig, WatchEvent};
 use segmirror_transport::Transport;
 
 /// Default time between upload rounds (500 ms): the target is an object-store tail p99 of 2 s from send to
@@ -109,9 +112,12 @@ pub struct RoundTrigger {
     lengths: HashMap<PartitionId, (i64, u64)>,
     /// The partition dirs an event named since the last round started: what the next round looks at.
     partitions: HashSet<PathBuf>,
-    /// An event not about one partition (the log-start checkpoint of a log dir), or a round to do again: the next
-    /// round looks at every partition.
+    /// An event not about one partition, or a round to do again: the next round looks at every partition.
     everything: bool,
+    /// Log dirs whose log-start checkpoint changed and was not read since ([`RoundTrigger::log_starts_read`]).
+    unread_log_starts: HashSet<PathBuf>,
+    /// Each log dir's log-start checkpoint as last read: a change names the partitions whose entry moved.
+    log_starts: HashMap<PathBuf, HashMap<(String, i32), i64>>,
 }
 
 /// What a round looks at: every partition, or the partition dirs named.
@@ -129,6 +135,12 @@ impl RoundTrigger {
         // Fetch, `committed`): no round for it. Were it a round over every partition, a shipper at rest beside a
         // broker of 10,000 partitions would look at all of them every 5 s.
         if matches!(event, WatchEvent::HighWatermarksChanged { .. }) {
+            return;
+        }
+        // The log-start checkpoint (rewritten every 60 s) names the partitions a round must look at only once it is
+        // read and compared with the last read: the caller reads it (`take_unread_log_starts`, `log_starts_read`).
+        if let WatchEvent::LogStartsChanged { log_dir } = event {
+            self.unread_log_starts.insert(log_dir.clone());
             return;
         }
         match event.partition() {
@@ -166,6 +178,50 @@ impl RoundTrigger {
             WatchEvent::Unreadable { .. } => {}
             _ => self.dirty = true,
         }
+    }
+
+    /// `log_dir`'s log-start checkpoint as read before the first round (which looks at everything): what its next
+    /// change is compared with.
+    pub fn log_starts_known(&mut self, log_dir: &std::path::Path, entries: Option<HashMap<(String, i32), i64>>) {
+        if let Some(entries) = entries {
+            self.log_starts.insert(log_dir.to_path_buf(), entries);
+        }
+    }
+
+    /// The log dirs whose log-start checkpoint changed since they were last read: read each, then
+    /// [`RoundTrigger::log_starts_read`].
+    pub fn take_unread_log_starts(&mut self) -> Vec<PathBuf> {
+        self.unread_log_starts.drain().collect()
+    }
+
+    /// `log_dir`'s log-start checkpoint as read now (`None`: unreadable). The next round looks at the partitions
+    /// whose entry changed since the last read: a log start that `DeleteRecords` moved inside a segment shows
+    /// nowhere else. Every partition when there is no earlier read to compare with, or none now.
+    pub fn log_starts_read(&mut self, log_dir: &std::path::Path, entries: Option<HashMap<(String, i32), i64>>) {
+        let Some(entries) = entries else {
+            self.log_starts.remove(log_dir);
+            self.everything = true;
+            self.dirty = true;
+            return;
+        };
+        match self.log_starts.get(log_dir) {
+            None => {
+                self.everything = true;
+                self.dirty = true;
+            }
+            Some(before) => {
+                let moved = entries
+                    .iter()
+                    .filter(|(key, offset)| before.get(*key) != Some(*offset))
+                    .map(|(key, _)| key)
+                    .chain(before.keys().filter(|key| !entries.contains_key(*key)));
+                for (topic, partition) in moved {
+                    self.partitions.insert(log_dir.join(format!("{topic}-{partition}")));
+                    self.dirty = true;
+                }
+            }
+        }
+        self.log_starts.insert(log_dir.to_path_buf(), entries);
     }
 
     /// Start a round now (`true`), given the time since the last round started.
@@ -232,6 +288,16 @@ pub async fn run(
     let held = HeldLeases::default();
     let mut stats = RoundStats::default();
     let mut trigger = RoundTrigger::default();
+    for log_dir in &config.seed.log_dirs {
+        let read = log_dir.clone();
+        let entries = tokio::task::spawn_blocking(move || read_log_starts(&read))
+            .await
+            .map_err(|e| Error::Task {
+                what: "log-start checkpoint read".into(),
+                message: e.to_string(),
+            })?;
+        trigger.log_starts_known(log_dir, entries);
+    }
     tokio::pin!(shutdown);
     // The first round at once: whatever the source holds now.
     let mut last_round = Instant::now();
@@ -295,6 +361,13 @@ pub async fn run(
                     trigger.observe(&e);
                     while let Ok(e) = events.try_recv() {
                         trigger.observe(&e);
+                    }
+                    for log_dir in trigger.take_unread_log_starts() {
+                        let read = log_dir.clone();
+                        let entries = tokio::task::spawn_blocking(move || read_log_starts(&read))
+                            .await
+                            .map_err(|e| Error::Task { what: "log-start checkpoint read".into(), message: e.to_string() })?;
+                        trigger.log_starts_read(&log_dir, entries);
                     }
                 }
                 None => return Err(Error::Task { what: "log-dir watcher".into(), message: "stopped".into() }),

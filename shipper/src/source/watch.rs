@@ -34,11 +34,12 @@
 //!
 //! Listings and stats are blocking file work, run in `spawn_blocking`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use segment_format::checkpoint::OffsetCheckpoint;
 use segment_format::dir::RootCheckpoint;
 use segment_format::Error;
 use tokio::sync::{mpsc, Notify};
@@ -160,6 +161,14 @@ impl WatchEvent {
             | WatchEvent::Unreadable { .. } => None,
         }
     }
+}
+
+/// The entries of `log_dir`'s `log-start-offset-checkpoint`, what a [`WatchEvent::LogStartsChanged`] is about, by
+/// topic and partition; `None` when it cannot be read (being replaced, or damaged). Blocking.
+pub fn read_log_starts(log_dir: &Path) -> Option<HashMap<(String, i32), i64>> {
+    OffsetCheckpoint::read(&log_dir.join(RootCheckpoint::LogStartOffset.file_name()))
+        .ok()
+        .map(OffsetCheckpoint::into_offsets)
 }
 
 /// What to watch and how often.

@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -96,13 +96,39 @@ fn a_round_looks_at_the_partitions_named_since_the_last_one_or_at_everything() {
     });
     assert_eq!(t.started(), RoundScope::Partitions([pid(1).dir].into_iter().collect()));
 
-    // The log-start checkpoint is about every partition in its log dir (a log start moved by DeleteRecords shows
-    // nowhere else).
+    // The log-start checkpoint (a log start moved by DeleteRecords shows nowhere else) names what it is about only
+    // once read: a change starts nothing before that.
     t.observe(&grew(1, 0, 200));
     t.observe(&WatchEvent::LogStartsChanged {
         log_dir: PathBuf::from("/k"),
     });
+    assert_eq!(t.take_unread_log_starts(), vec![PathBuf::from("/k")]);
+    assert!(t.take_unread_log_starts().is_empty());
+    // Read for the first time: nothing to compare with, so every partition.
+    let entries = |pairs: &[(&str, i32, i64)]| -> HashMap<(String, i32), i64> {
+        pairs.iter().map(|(t, p, o)| ((t.to_string(), *p), *o)).collect()
+    };
+    t.log_starts_read(Path::new("/k"), Some(entries(&[("t", 0, 5), ("t", 1, 0), ("u", 0, 7)])));
     assert_eq!(t.started(), RoundScope::Everything);
+    // Then only the partitions whose entry moved, appeared or went.
+    t.log_starts_read(Path::new("/k"), Some(entries(&[("t", 0, 5), ("t", 1, 3), ("v", 0, 1)])));
+    assert!(t.is_dirty());
+    let moved: HashSet<PathBuf> = ["/k/t-1", "/k/v-0", "/k/u-0"].iter().map(PathBuf::from).collect();
+    assert_eq!(t.started(), RoundScope::Partitions(moved));
+    // Rewritten unchanged (the broker rewrites it every 60 s): nothing to do.
+    t.log_starts_read(Path::new("/k"), Some(entries(&[("t", 0, 5), ("t", 1, 3), ("v", 0, 1)])));
+    assert!(!t.is_dirty());
+    // Unreadable: every partition.
+    t.log_starts_read(Path::new("/k"), None);
+    assert_eq!(t.started(), RoundScope::Everything);
+    // Known from before the first round: the first change is compared with it.
+    let mut known = RoundTrigger::default();
+    known.log_starts_known(Path::new("/k"), Some(entries(&[("t", 0, 5)])));
+    known.log_starts_read(Path::new("/k"), Some(entries(&[("t", 0, 9)])));
+    assert_eq!(
+        known.started(),
+        RoundScope::Partitions([PathBuf::from("/k/t-0")].into_iter().collect())
+    );
 
     // A round that could not finish a partition: the next one looks at everything again.
     t.mark_dirty();
