@@ -30,6 +30,9 @@ pub enum FailPoint {
     HandoverRenamed,
     /// A promotion handing files over by rename: a renamed `.log` was restamped in place.
     HandoverRestamped,
+    /// A promotion handing over a segment a consistent cut falls inside: its `.log` was truncated at the cut and its
+    /// companions cut back, not yet restamped.
+    HandoverCutBack,
     /// The tail appender (`direct`): a chunk's bytes were written to its `.log`, not fsynced; nothing else.
     TailChunkWritten,
     /// The tail appender: a chunk's `.txnindex` entries were made durable and its index entries written.

@@ -12,6 +12,8 @@
 #   SEGMIRROR=PATH the binary (default: a release build of this tree)
 #   OPEN_TXN=0     1: each partition ends with a transaction left open (`generate --open-transaction`), which
 #                  promotion aborts
+#   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
+#                  last (one ms per batch in generated data: every partition is cut about as far from its end)
 #   BASELINE=PATH  also promote a third copy of the same mirror with this binary ("baseline": e.g. a build before a
 #                  change; it reads the same catalog)
 #
@@ -30,6 +32,7 @@ WORK=${WORK:-$ROOT/target/bench/bucket_promote}
 DROP_CACHES=${DROP_CACHES:-1}
 OPEN_TXN=${OPEN_TXN:-0}
 BASELINE=${BASELINE:-}
+CUT=${CUT:-}
 
 cd "$ROOT"
 # shellcheck source=tools/bench/lib.sh
@@ -40,11 +43,11 @@ if [ -z "${SEGMIRROR:-}" ]; then
 fi
 trap 'rm -rf "$WORK"' EXIT
 
-echo "command: SEGMIRROR=$SEGMIRROR PARTITIONS=$PARTITIONS RUNS=$RUNS OPEN_TXN=$OPEN_TXN BASELINE=$BASELINE" \
+echo "command: SEGMIRROR=$SEGMIRROR PARTITIONS=$PARTITIONS RUNS=$RUNS OPEN_TXN=$OPEN_TXN CUT=$CUT BASELINE=$BASELINE" \
     "tools/bench/bucket_promote.sh \"$SIZES\""
 echo
-echo "| size | partitions | mode | run | wall s | CPU s | batches restamped | transactions aborted |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| size | partitions | mode | run | wall s | CPU s | batches restamped | transactions aborted | offsets left behind |"
+echo "|---|---|---|---|---|---|---|---|---|"
 OPEN_ARGS=()
 [ "$OPEN_TXN" = 1 ] && OPEN_ARGS=(--open-transaction)
 MODES="recorded walk"
@@ -70,6 +73,11 @@ for mib in $SIZES; do
         fi
         "$SEGMIRROR" generate --out "$WORK/template" --bulk-bytes "$((PARTITIONS * 1024))" \
             --partitions "$PARTITIONS" --seed 1 > /dev/null
+        CUT_ARGS=()
+        if [ -n "$CUT" ]; then
+            part0=$(find "$WORK/mirror" -maxdepth 1 -name '*-0' -type d | head -n 1)
+            CUT_ARGS=(--consistent-cut "$(cut_timestamp "$part0" "$CUT")")
+        fi
         for mode in $MODES; do
             bin=$SEGMIRROR
             if [ "$mode" = baseline ]; then
@@ -91,12 +99,13 @@ c.commit()' "$WORK/catalog.sqlite"
             cp -a "$WORK/template" "$WORK/target"
             promoted=$(cold_promote "$WORK" "$bin" --mirror "$WORK/mirror" \
                 --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename --force \
-                --allow-retention-delete)
+                --allow-retention-delete "${CUT_ARGS[@]}")
             read -r wall cpu restamped <<< "$promoted"
-            aborted=$(python3 -c 'import json, sys
-print(sum(len(p.get("transactions_aborted", [])) for p in json.load(open(sys.argv[1]))["partitions"]))' \
-                "$WORK/report.json")
-            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped | $aborted |"
+            read -r aborted left <<< "$(python3 -c 'import json, sys
+ps = json.load(open(sys.argv[1]))["partitions"]
+print(sum(len(p.get("transactions_aborted", [])) for p in ps),
+      sum((p.get("consistent_cut") or {}).get("left_offsets", 0) for p in ps))' "$WORK/report.json")"
+            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped | $aborted | $left |"
         done
     done
 done

@@ -10,6 +10,10 @@
 #   DROP_CACHES=1  drop the page cache before each promotion (root only), as a failover after a restart meets it
 #   OPEN_TXN=0     1: each partition ends with a transaction left open (four batches of one transactional
 #                  producer), which promotion aborts: from the appender's tally ("kept"), or found by a walk
+#   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
+#                  last (one ms per offset in this data: every partition is cut about as far from its end)
+#   BASELINE=PATH  also promote the same fixture (with what was kept) with this binary ("baseline": e.g. a build
+#                  before a change)
 #
 # The fixture is written by the tail appender itself (an ignored test of the applier,
 # `promote::tests_tail_kept::bench_fixture`: 16 KiB batches fed in 1 MiB chunks through `TailAppender`, 1 GiB
@@ -24,6 +28,8 @@ RUNS=${RUNS:-1}
 WORK=${WORK:-$ROOT/target/bench/tail_promote}
 DROP_CACHES=${DROP_CACHES:-1}
 OPEN_TXN=${OPEN_TXN:-0}
+CUT=${CUT:-}
+BASELINE=${BASELINE:-}
 
 cd "$ROOT"
 # shellcheck source=tools/bench/lib.sh
@@ -38,25 +44,35 @@ for line in sys.stdin:
         print(m["executable"])')
 SEGMIRROR=$ROOT/target/release/segmirror
 
-echo "| size | partitions | mode | run | wall s | CPU s | batches restamped | transactions aborted |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "command: PARTITIONS=$PARTITIONS RUNS=$RUNS OPEN_TXN=$OPEN_TXN CUT=$CUT BASELINE=$BASELINE" \
+    "tools/bench/tail_promote.sh \"$SIZES\""
+echo
+echo "| size | partitions | mode | run | wall s | CPU s | batches restamped | transactions aborted | offsets left behind |"
+echo "|---|---|---|---|---|---|---|---|---|"
+MODES="kept walk"
+[ -n "$BASELINE" ] && MODES="kept walk baseline"
 for mib in $SIZES; do
     for run in $(seq 1 "$RUNS"); do
-        for mode in kept walk; do
+        for mode in $MODES; do
             rm -rf "$WORK"
             mkdir -p "$WORK"
             forget=0
             [ "$mode" = walk ] && forget=1
+            bin=$SEGMIRROR
+            [ "$mode" = baseline ] && bin=$BASELINE
             SEGMIRROR_BENCH_DIR=$WORK SEGMIRROR_BENCH_MIB=$mib SEGMIRROR_BENCH_PARTITIONS=$PARTITIONS \
                 SEGMIRROR_BENCH_FORGET_KEPT=$forget SEGMIRROR_BENCH_OPEN_TXN=$OPEN_TXN \
                 "$FIXTURE" promote::tests_tail_kept::bench_fixture --ignored --exact -q >/dev/null
-            promoted=$(cold_promote "$WORK" "$SEGMIRROR" --mirror "$WORK/mirror" \
-                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename)
+            CUT_ARGS=()
+            [ -n "$CUT" ] && CUT_ARGS=(--consistent-cut "$(cut_timestamp "$WORK/mirror/orders-0" "$CUT")")
+            promoted=$(cold_promote "$WORK" "$bin" --mirror "$WORK/mirror" \
+                --log-dir "$WORK/target" --catalog "$WORK/catalog.sqlite" --handover rename "${CUT_ARGS[@]}")
             read -r wall cpu restamped <<< "$promoted"
-            aborted=$(python3 -c 'import json, sys
-print(sum(len(p.get("transactions_aborted", [])) for p in json.load(open(sys.argv[1]))["partitions"]))' \
-                "$WORK/report.json")
-            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped | $aborted |"
+            read -r aborted left <<< "$(python3 -c 'import json, sys
+ps = json.load(open(sys.argv[1]))["partitions"]
+print(sum(len(p.get("transactions_aborted", [])) for p in ps),
+      sum((p.get("consistent_cut") or {}).get("left_offsets", 0) for p in ps))' "$WORK/report.json")"
+            echo "| $mib MiB | $PARTITIONS | $mode | $run | $wall | $cpu | $restamped | $aborted | $left |"
         done
     done
 done

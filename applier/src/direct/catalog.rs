@@ -5,8 +5,10 @@
 //! - **The link** (created if the catalog does not know it, with [`TAIL_STORE_URL`] for its store) and **the
 //!   partition** (link, topic, partition, the source topic id as its lineage), at the first chunk the appender
 //!   sees for the partition, as `apply` records them. A partition of another lineage is refused, never merged.
-//! - **Every sealed segment** as an installed version ([`Catalog::mark_installed`]: base, next and last offsets,
-//!   size, SHA-256, sealed), in one catalog transaction after its bytes and companions are durable and *before*
+//! - **Every sealed segment** as an installed version ([`Catalog::mark_installed_after`]: base, next and last offsets,
+//!   size, SHA-256, sealed, and how its batches leave each transactional producer, `segment_format::txn_ends`, as
+//!   an install records it: from the batches as this process appended them, or read from the file when it did not
+//!   append them all), in one catalog transaction after its bytes and companions are durable and *before*
 //!   the state file says "sealed". A crash between the two leaves the state unsealed: the shipper sends the seal
 //!   again, the appender checks and writes the same companions again and the catalog answers "already installed".
 //!   The catalog therefore never claims more than is durable, and never lags a seal the shipper was told of.
@@ -46,9 +48,10 @@
 use std::collections::HashMap;
 
 use segment_format::partition_metadata::Uuid;
+use segment_format::txn_ends::TxnEnds;
 use segmirror_catalog::{
-    Catalog, LinkSpec, MirrorPartition, PartitionId, PartitionKey, PartitionState, Replacement, SegmentRecord,
-    SegmentState, SegmentVersion, Upsert,
+    Catalog, LinkSpec, MirrorPartition, PartitionId, PartitionKey, PartitionState, Preceded, Replacement,
+    SegmentRecord, SegmentState, SegmentVersion, Upsert,
 };
 use segmirror_transport::direct::payload::PartitionRef;
 
@@ -85,6 +88,9 @@ pub(super) struct SealRecord {
     pub(super) next_offset: i64,
     pub(super) size: u64,
     pub(super) sha256: [u8; 32],
+    /// How the segment's batches leave each transactional producer, recorded with it as an install records it
+    /// (promotion folds these instead of walking the segment); `None`: not known.
+    pub(super) txn_ends: Option<TxnEnds>,
 }
 
 impl TailCatalog {
@@ -283,7 +289,8 @@ impl TailCatalog {
             ),
             sealed: true,
         };
-        self.catalog.mark_installed(id, &topic_id, &version)?;
+        self.catalog
+            .mark_installed_after(id, &topic_id, &version, Preceded::ByInstalled, seal.txn_ends.as_ref())?;
         Ok(())
     }
 

@@ -46,6 +46,7 @@ use std::collections::HashMap;
 use segment_format::batch::BatchInfo;
 use segment_format::dir::PartitionDir;
 use segment_format::index::{serialize_offset_index, serialize_time_index};
+use segment_format::txn_ends::{TxnEnds, TxnEndsBuilder};
 use segment_format::txn_index::{self, AbortedTxn, OpenTransaction, TxnIndex, TxnTracker};
 
 use super::kept::KeptFiles;
@@ -88,6 +89,9 @@ pub(super) struct ActiveIndexes {
     /// What the three companion files hold as written (entry counts and CRC-32C), recorded with the position
     /// (`kept`).
     pub files: KeptFiles,
+    /// How the batches `[0, position)` leave each transactional producer, recorded with the segment at its seal
+    /// (`segment_format::txn_ends`, as an install records it); `None` when this process did not see them all.
+    txn_ends: Option<TxnEndsBuilder>,
 }
 
 /// What a seal takes from the indexes kept while the segment was active, when they cover all of it.
@@ -98,6 +102,8 @@ pub(super) struct Sealing {
     pub offsets: Vec<u8>,
     /// The time index a rebuild at that interval gives, with the final entry of a roll.
     pub times: Vec<u8>,
+    /// How the segment's batches leave each transactional producer (`None`: more than `txn_ends::MAX_PRODUCERS`).
+    pub txn_ends: Option<TxnEnds>,
 }
 
 impl ActiveIndexes {
@@ -110,6 +116,7 @@ impl ActiveIndexes {
             written: None,
             sha: Some(aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256)),
             files: KeptFiles::default(),
+            txn_ends: Some(TxnEndsBuilder::new()),
         }
     }
 
@@ -123,6 +130,9 @@ impl ActiveIndexes {
     fn push(&mut self, batch: &BatchInfo) -> std::result::Result<(), segment_format::ParseError> {
         self.offsets.push(batch)?;
         self.times.push(batch)?;
+        if let Some(ends) = &mut self.txn_ends {
+            ends.on_batch(batch);
+        }
         self.position = batch.position + batch.size;
         Ok(())
     }
@@ -276,6 +286,7 @@ impl Inner {
             let mut ai = ActiveIndexes::new(base);
             if position > 0 {
                 ai.sha = None;
+                ai.txn_ends = None;
             }
             return Ok(ai);
         };
@@ -433,12 +444,16 @@ impl Inner {
         }
         let mut sha256 = [0u8; 32];
         sha256.copy_from_slice(sha.finish().as_ref());
+        let Some(txn_ends) = ai.txn_ends else {
+            return Ok(None);
+        };
         let mut times = ai.times;
         times.seal();
         Ok(Some(Sealing {
             sha256,
             offsets: ai.offsets.to_bytes(),
             times: times.to_bytes(),
+            txn_ends: txn_ends.finish(),
         }))
     }
 }

@@ -138,6 +138,7 @@ impl CatalogReplace {
                 next_offset,
                 size: self.size,
                 sha256: self.sha256,
+                txn_ends: None,
             }),
             _ => None,
         }

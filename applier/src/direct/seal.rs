@@ -144,11 +144,17 @@ impl Inner {
                 .next_offset
                 .filter(|_| s.position > 0)
                 .ok_or_else(|| bad("the segment holds no batch".into()))?;
+            // As an install records it: from the batches this process appended, else read from the file.
+            let txn_ends = match &sealing {
+                Some(kept) => kept.txn_ends.clone(),
+                None => segment_format::txn_ends::of_log(&path, next_offset)?,
+            };
             let record = catalog::SealRecord {
                 segment_base: seal.segment_base,
                 next_offset,
                 size,
                 sha256: sha,
+                txn_ends,
             };
             catalog.record_seal(p, &record)?;
         }

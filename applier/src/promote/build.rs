@@ -111,13 +111,13 @@ pub(super) fn build(
     }
     let source = journal.mirror_root.join(p.tp().dir_name());
     let mut found_end = None;
-    // A consistent cut inside the last segment keeps only a prefix: then its files are copied even in a handover,
-    // so a rerun starts that segment again from the mirror's bytes. Abort markers are appended to the last segment:
+    // A consistent cut inside the last segment keeps only a prefix of it: in a handover the segment is handed over
+    // and cut back to the planned bytes (`hand_over_cut_segment`). Abort markers are appended to the last segment:
     // handed over all the same when its planned size is known (a rerun cuts the file back to it, `markers_after`),
     // copied otherwise.
     let limit = p.last_segment_limit();
     let markers_after = p.last_segment_size().filter(|_| !p.cut.is_empty());
-    let copied_last = p.handover && (limit.is_some() || (!p.cut.is_empty() && markers_after.is_none()));
+    let copied_last = p.handover && limit.is_none() && !p.cut.is_empty() && markers_after.is_none();
     // Read before any file moves; it stays in the mirror (`handover`), so a rerun reads the same (a directory
     // handed over whole takes it along: a rerun then walks the segments, which restamps the same bytes).
     let epochs = if p.handover {
@@ -157,6 +157,8 @@ pub(super) fn build(
             }
         }
     }
+    // Which companions of a segment cut inside were trusted before it was cut back.
+    let mut cut_trusted = None;
     for (i, base) in p.segments.iter().enumerate() {
         let is_last = i + 1 == p.segments.len();
         if p.handover && !(copied_last && is_last) {
@@ -175,7 +177,15 @@ pub(super) fn build(
             if settled && tailed {
                 tail_kept::used::note(&building, "epochs");
             }
-            let done = hand_over_segment(&source, &building, *base, p.leader_epoch, settled, moved_whole, kill)?;
+            let done = match limit.filter(|_| is_last) {
+                Some(bytes) => {
+                    let cut =
+                        hand_over_cut_segment(p, &source, &building, *base, bytes, settled, moved_whole, fresh, kill)?;
+                    cut_trusted = Some(cut.trusted);
+                    cut.done
+                }
+                None => hand_over_segment(&source, &building, *base, p.leader_epoch, settled, moved_whole, kill)?,
+            };
             result.log_bytes += done.size;
             result.batches_restamped += done.restamped;
             found_end = Some(done.last_offset.map_or(*base, |o| o.saturating_add(1)));
@@ -225,7 +235,7 @@ pub(super) fn build(
     let tailed = p.tail_active.filter(|t| Some(t.segment_base) == last);
     let mut kept_indexes = false;
     if let Some(base) = last.filter(|_| tailed.is_some() || limit.is_some()) {
-        kept_indexes = complete_tailed_segment(p, &building, base)?;
+        kept_indexes = complete_tailed_segment(p, &building, base, cut_trusted)?;
     }
     // The last segment's companions are the mirror's, which install checked against its batches (not a tailed
     // segment's derived ones unless they match what the appender kept, not a cut's prefix): sealed from them, and
@@ -290,6 +300,57 @@ fn hand_over_segment(
     moved_whole: bool,
     kill: KillSwitch<'_>,
 ) -> Result<HandedOver> {
+    move_segment(source, building, base, moved_whole, kill)?;
+    restamp_segment(building, base, epoch, settled, kill)
+}
+
+/// A segment handed over and cut back to what a consistent cut keeps of it.
+struct CutSegment {
+    done: HandedOver,
+    /// Which of its companions were the mirror's checked ones before they were cut back.
+    trusted: tail_kept::Trusted,
+}
+
+/// Hand over the segment `base` a consistent cut falls inside, keeping its first `bytes` of `.log`: moved like any
+/// other, its `.log` truncated there and its companions' entries at or after the cut removed — then restamped or
+/// settled as a whole segment is. What lies after the cut is not read: the companions kept are the mirror's, checked
+/// against the batches at install (a tailed active segment's only where they match what the appender kept, judged
+/// before they are cut back; otherwise derived from the kept bytes after, `complete_tailed_segment`).
+///
+/// A rerun after a crash finds the file cut already (`truncate_beyond` and the cut-back are no-ops then) and the
+/// companions no longer what the appender kept: it derives them, the same bytes.
+#[allow(clippy::too_many_arguments)]
+fn hand_over_cut_segment(
+    p: &Planned,
+    source: &Path,
+    building: &Path,
+    base: i64,
+    bytes: u64,
+    settled: bool,
+    moved_whole: bool,
+    fresh: bool,
+    kill: KillSwitch<'_>,
+) -> Result<CutSegment> {
+    move_segment(source, building, base, moved_whole, kill)?;
+    let tailed = p.tail_active.is_some_and(|t| t.segment_base == base);
+    let trusted = match (&p.tail_kept, tailed) {
+        (_, false) => tail_kept::Trusted {
+            indexes: true,
+            txn: true,
+        },
+        (Some(kept), true) if fresh => tail_kept::trust(kept, building, base)?,
+        (_, true) => tail_kept::Trusted::default(),
+    };
+    truncate_beyond(&building.join(segment_file_name(base, SegmentFileKind::Log)), bytes)?;
+    txn_cut::cut_companions_back(building, base, p.log_end_offset)?;
+    kill.cut_back()?;
+    let done = restamp_segment(building, base, p.leader_epoch, settled, kill)?;
+    Ok(CutSegment { done, trusted })
+}
+
+/// Move one segment's files from the mirror into `building` (nothing when the directory was `moved_whole`; what an
+/// earlier run moved stays).
+fn move_segment(source: &Path, building: &Path, base: i64, moved_whole: bool, kill: KillSwitch<'_>) -> Result<()> {
     let kinds: &[SegmentFileKind] = if moved_whole {
         &[]
     } else {
@@ -317,6 +378,11 @@ fn hand_over_segment(
         }
         kill.renamed()?;
     }
+    Ok(())
+}
+
+/// Restamp the `.log` of segment `base` in `building` in place, unless `settled` and `settled::confirm` agrees.
+fn restamp_segment(building: &Path, base: i64, epoch: i32, settled: bool, kill: KillSwitch<'_>) -> Result<HandedOver> {
     let log = building.join(segment_file_name(base, SegmentFileKind::Log));
     let confirmed = if settled {
         settled::confirm(
@@ -421,9 +487,15 @@ fn is_snapshot(name: &str) -> bool {
 /// before `finish`, which appends the entries of the transactions promotion cuts after these. What the tail appender
 /// kept replaces each walk whose file matches it (`tail_kept`; not for a consistent cut's prefix). Returns whether
 /// the offset and time index are the kept ones (then sealed by `finish` like an applied segment's).
-fn complete_tailed_segment(p: &Planned, building: &Path, base: i64) -> Result<bool> {
-    let trusted = match (&p.tail_kept, p.last_segment_limit()) {
-        (Some(kept), None) if p.tail_active.is_some_and(|t| t.segment_base == base) => {
+fn complete_tailed_segment(
+    p: &Planned,
+    building: &Path,
+    base: i64,
+    cut_trusted: Option<tail_kept::Trusted>,
+) -> Result<bool> {
+    let trusted = match (&p.tail_kept, p.last_segment_limit(), cut_trusted) {
+        (_, _, Some(judged)) => judged,
+        (Some(kept), None, None) if p.tail_active.is_some_and(|t| t.segment_base == base) => {
             tail_kept::trust(kept, building, base)?
         }
         _ => tail_kept::Trusted::default(),

@@ -14,9 +14,12 @@
 //! restamping writes the same four bytes again, the companions are rewritten whole. The one step that is not —
 //! abort markers appended to the last segment when a transaction is cut — is made so where the plan knows the
 //! segment's size (a tailed partition's journaled record): a rerun cuts the handed-over `.log` back to that size
-//! and appends the same journaled markers again (`build`, D0054). Without a known size, and for a consistent cut
-//! inside the last segment, that segment's files are **copied** instead (rebuilt from the mirror's untouched bytes on
-//! a rerun), so such a partition hands over all but its last segment.
+//! and appends the same journaled markers again (`build`, D0054). A segment a consistent cut falls inside is handed
+//! over too and cut back to the journaled bytes, its companions' entries after the cut removed (a rerun cuts back
+//! again, a no-op, and appends the same markers). Without a known size that segment's files are **copied**
+//! instead (rebuilt from the mirror's untouched bytes on a rerun), so such a partition hands over all but its last
+//! segment. The bytes after a cut are not kept anywhere: the mirror gave the segment up, and only the segments
+//! wholly after the cut stay in it.
 //!
 //! The catalog records the log dir the files went to (`Catalog::set_handed_over`; `segmirror status` shows it),
 //! and the partition is promoted, so a later `apply` never writes it again. A mirror partition directory that holds
@@ -72,6 +75,16 @@ impl<'a> KillSwitch<'a> {
         #[cfg(feature = "failpoints")]
         {
             crate::failpoint::hit(self.armed, crate::failpoint::FailPoint::HandoverRenamed)
+                .map_err(|i| Error::Injected(i.0))?;
+        }
+        Ok(())
+    }
+
+    /// A handed-over segment a consistent cut falls inside was cut back.
+    pub(super) fn cut_back(&self) -> Result<()> {
+        #[cfg(feature = "failpoints")]
+        {
+            crate::failpoint::hit(self.armed, crate::failpoint::FailPoint::HandoverCutBack)
                 .map_err(|i| Error::Injected(i.0))?;
         }
         Ok(())

@@ -64,8 +64,10 @@
 //! (`txn_cut::rebuild_indexes`, as for any last segment), the `.txnindex` entries of the aborted transactions whose
 //! ABORT marker lies in it computed by segment-format's `TxnTracker` over the promoted segments from the first
 //! (`txn_cut::txn_index_entries`) — the same rule `verify` checks the index against — and the open transactions by
-//! `txn_cut::find_open_transactions`. An open transaction at the end or a consistent cut still walks from the first
-//! segment (or the newest producer snapshot) to find what to abort. The cut's own entries are appended after the
+//! `txn_cut::find_open_transactions`. An open transaction the record cannot describe still walks from the first
+//! segment (or the newest producer snapshot) to find what to abort; a consistent cut decides them from those open at
+//! the end and the batches after the cut, reading back from the cut only for a producer a marker follows (each seal
+//! records its segment's transactions as an install does, D0056). The cut's own entries are appended after the
 //! segment's. Everything else (restamping, no source producer state, the cut, root checkpoints,
 //! `partition.metadata`) is as for an applied partition. A mirror an applier
 //! holds (the one-applier lock in the mirror root, `crate::lock_mirror`) is refused naming the holder: a

@@ -372,15 +372,62 @@ impl<'a> Planner<'a> {
     ) -> Result<Planned> {
         let request = self.request;
         let mut consistent = None;
+        let mut inside = None;
+        let mut from_end = None;
+        // The installs' records of this partition's segments, read from the catalog once, when first needed.
+        let mut recorded: Option<recorded_txns::Recorded> = None;
         if let Some(at) = request.consistent_cut {
             let dir = request.mirror_root.join(tp.dir_name());
+            // A tailed active segment's time index is derived (not fsynced): a hint only when it is what the
+            // appender kept.
+            let trust_last_index = match (mirror.tail_active, &mirror.tail_kept) {
+                (None, _) => true,
+                (Some(active), Some(kept)) => super::tail_kept::time_index_matches(kept, &dir, active.segment_base),
+                (Some(_), None) => false,
+            };
             if let Some(point) = consistent_cut::find(
                 &dir,
                 &mirror.segments,
                 mirror.log_start_offset,
                 mirror.log_end_offset,
                 at,
+                trust_last_index,
             )? {
+                tracing::debug!(partition = %tp, read_bytes = point.read_bytes, cut = point.cut.cut_offset, "consistent cut found");
+                // A cut inside a segment: where that segment ended before it.
+                inside = point
+                    .cut
+                    .last_segment_bytes
+                    .and(point.segments.last().copied())
+                    .map(|base| recorded_txns::CutInside {
+                        base,
+                        end: mirror
+                            .segments
+                            .iter()
+                            .copied()
+                            .find(|b| *b > base)
+                            .unwrap_or(mirror.log_end_offset),
+                        cut_offset: point.cut.cut_offset,
+                    });
+                // The transactions open at the cut from those open at the end and the batches after the cut, which
+                // the search read; a producer with a marker after the cut read backwards from the cut, only as far
+                // as its last event (`recorded_txns::open_at_cut_reading_back`).
+                if !point.segments.is_empty() {
+                    if let Some(at_end) = self.open_at_mirror_end(p, &dir, &mirror, &mut recorded)? {
+                        from_end = match inside {
+                            Some(cut) => recorded_txns::open_at_cut_reading_back(
+                                &dir,
+                                self.recorded(p, &mut recorded)?,
+                                &point.segments,
+                                &mirror.snapshots,
+                                cut,
+                                &at_end,
+                                &point.after,
+                            )?,
+                            None => recorded_txns::open_at_cut_from_end(&at_end, &point.after, point.cut.cut_offset),
+                        };
+                    }
+                }
                 mirror.log_end_offset = point.cut.cut_offset;
                 mirror.segments = point.segments;
                 let kept = mirror.log_end_offset;
@@ -398,23 +445,29 @@ impl<'a> Planner<'a> {
             .filter(|_| consistent.is_none() && mirror.tail_kept.is_some() && mirror.snapshots.is_empty())
             .and_then(|open| super::tail_kept::open_transactions(open, first_base, mirror.log_end_offset));
         let dir = request.mirror_root.join(tp.dir_name());
-        // The installs' records of each segment's transactions spare it too (`recorded_txns`), without a cut.
-        let recorded_open = || -> Result<Option<Vec<txn_cut::CutTransaction>>> {
-            if consistent.is_some() {
-                return Ok(None);
+        // The installs' records of each segment's transactions spare it too (`recorded_txns`); a cut inside a
+        // segment walks that segment's batches below the cut, and no other.
+        let mut recorded_open = || -> Result<Option<Vec<txn_cut::CutTransaction>>> {
+            let recorded = self.recorded(p, &mut recorded)?;
+            match inside {
+                Some(cut) => recorded_txns::open_at_cut(&dir, recorded, &mirror.segments, &mirror.snapshots, cut),
+                None => Ok(recorded_txns::open_at_end(
+                    &dir,
+                    recorded,
+                    &mirror.segments,
+                    &mirror.snapshots,
+                    mirror.log_end_offset,
+                )),
             }
-            Ok(recorded_txns::open_at_end(
-                &dir,
-                &self.catalog.installed_txn_ends(p.id)?,
-                &mirror.segments,
-                &mirror.snapshots,
-                mirror.log_end_offset,
-            ))
         };
         let cut = if let Some(kept) = kept_open {
             #[cfg(test)]
             super::tail_kept::used::note(&dir, "open-transactions");
             kept
+        } else if let Some(at_cut) = from_end {
+            #[cfg(test)]
+            super::tail_kept::used::note(&dir, "transactions-from-the-end");
+            at_cut
         } else if let Some(recorded) = recorded_open()? {
             #[cfg(test)]
             super::tail_kept::used::note(&dir, "recorded-transactions");
@@ -422,10 +475,9 @@ impl<'a> Planner<'a> {
         } else {
             txn_cut::find_open_transactions(&dir, &mirror.segments, &mirror.snapshots, mirror.log_end_offset)?
         };
-        // What was kept describes the whole active segment: not a prefix a consistent cut keeps of it.
-        let tail_kept = mirror
-            .tail_kept
-            .filter(|_| consistent.as_ref().is_none_or(|c| c.last_segment_bytes.is_none()));
+        // What was kept describes the whole active segment; a cut inside it judges the companions against it before
+        // cutting them back (`build::hand_over_cut_segment`).
+        let tail_kept = mirror.tail_kept;
         Ok(Planned {
             topic: tp.topic.clone(),
             partition: tp.partition,
@@ -444,6 +496,47 @@ impl<'a> Planner<'a> {
             consistent_cut: consistent,
             tail_kept,
         })
+    }
+
+    /// The transactions open at the mirror's end with their first offsets and tallies, from what the appliers
+    /// recorded: the tail appender's (where it holds what the walk would find), else the installs' records folded.
+    /// `None` when neither can tell.
+    fn open_at_mirror_end(
+        &self,
+        p: &MirrorPartition,
+        dir: &std::path::Path,
+        mirror: &MirrorFacts,
+        recorded: &mut Option<recorded_txns::Recorded>,
+    ) -> Result<Option<Vec<txn_cut::Tallied>>> {
+        let first_base = mirror.segments.first().copied().unwrap_or(mirror.log_end_offset);
+        if let (Some(open), Some(_), true) = (
+            &mirror.tail_open_transactions,
+            &mirror.tail_kept,
+            mirror.snapshots.is_empty(),
+        ) {
+            if let Some(tallied) = super::tail_kept::tallied(open, first_base, mirror.log_end_offset) {
+                return Ok(Some(tallied));
+            }
+        }
+        Ok(recorded_txns::open_at(
+            dir,
+            self.recorded(p, recorded)?,
+            &mirror.segments,
+            &mirror.snapshots,
+            mirror.log_end_offset,
+        ))
+    }
+
+    /// The installs' records of `p`'s segments (`recorded_txns`), read from the catalog into `cache` the first time.
+    fn recorded<'c>(
+        &self,
+        p: &MirrorPartition,
+        cache: &'c mut Option<recorded_txns::Recorded>,
+    ) -> Result<&'c recorded_txns::Recorded> {
+        if cache.is_none() {
+            *cache = Some(self.catalog.installed_txn_ends(p.id)?);
+        }
+        Ok(cache.get_or_insert_with(recorded_txns::Recorded::new))
     }
 
     /// Per topic: its planned partitions carry one topic id, the one the target's metadata log names for it.

@@ -14,15 +14,28 @@
 //! them up as the walk's tracker does: the open transactions are then aborted from the records alone (D0054), and the
 //! walk is left for what the records cannot tell — a segment the walk would read without a record, a record of
 //! another version (its next offset differs), a snapshot inside a segment, a record written before runs were kept,
-//! or a transaction the starting snapshot already holds open (the walk counts its batches from before the snapshot).
+//! or a transaction the starting snapshot already holds open whose start the records from the first segment on do not
+//! find at the snapshot's first offset (the walk counts its batches from there, before the snapshot: a transaction
+//! open across a segment roll is counted from the records of the segments before it).
+//!
+//! A consistent cut starts from the transactions open at the end and the batches after the cut
+//! ([`open_at_cut_from_end`]), reading back from the cut for a producer a marker follows
+//! ([`open_at_cut_reading_back`]); where that cannot tell, a cut inside a segment ([`open_at_cut`]) folds the records
+//! of the segments before it and walks only that segment's batches below the cut — none when its own record names no
+//! transactional producer. A tail-fed mirror has the records too: each seal records its segment's (`crate::direct`'s
+//! catalog).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use segment_format::txn_ends::{OpenDetails, TxnEnds};
 use segment_format::txn_index::TxnTally;
 
-use super::txn_cut::{cut_at_end, starting_snapshot, CutTransaction};
+use super::consistent_cut::AfterCut;
+use super::error::Result;
+use super::txn_cut::{
+    cut_at_end, open_at_cut_backwards, open_at_cut_in_segment, starting_snapshot, CutTransaction, Tallied,
+};
 
 /// Per installed segment (base offset): its installed version's next offset and what the install recorded of it.
 pub(super) type Recorded = BTreeMap<i64, (i64, Option<TxnEnds>)>;
@@ -37,36 +50,212 @@ pub(super) fn open_at_end(
     snapshots: &[i64],
     log_end_offset: i64,
 ) -> Option<Vec<CutTransaction>> {
-    // The walk's starting point, found the walk's way.
-    let (mut open, from): (BTreeMap<i64, OpenDetails>, i64) = match starting_snapshot(dir, snapshots, log_end_offset) {
+    open_at(dir, recorded, segments, snapshots, log_end_offset).map(|open| cut_at_end(open, log_end_offset))
+}
+
+/// The transactions open at a consistent cut (`cut_offset`), from those open at the mirror's end (`at_end`:
+/// producer, first offset, tally; from the installs' records or the tail appender's) and what the batches after the
+/// cut did (`after`), without reading before the cut; `None` where that cannot tell.
+///
+/// A producer with no batch after the cut is as it is at the end. One with only data batches after the cut and open
+/// at the end was open at the cut when its transaction began before it, with the batches after the cut taken off
+/// its tally (a transaction's batches share one producer epoch, as Kafka's producer state enforces; the tally's
+/// epoch is kept only where the batches after the cut carry it too), and was not open when it began after. A
+/// producer with a marker after the cut may or may not have had a transaction open at it: only its batches before
+/// the cut can tell (`None` here; [`open_at_cut_reading_back`] reads them).
+pub(super) fn open_at_cut_from_end(
+    at_end: &[Tallied],
+    after: &AfterCut,
+    cut_offset: i64,
+) -> Option<Vec<CutTransaction>> {
+    let (open, undecided) = decided_from_end(at_end, after, cut_offset)?;
+    undecided.is_empty().then(|| cut_at_end(open, cut_offset))
+}
+
+/// [`open_at_cut_from_end`] for a cut inside a segment, where the producers a marker after the cut leaves undecided
+/// are read backwards from the cut (`txn_cut::open_at_cut_backwards`, from the records folded to that segment's
+/// base): each only as far back as its last event before the cut, and its transaction's start. `None` when the
+/// records or the segment's offset index cannot tell.
+pub(super) fn open_at_cut_reading_back(
+    dir: &Path,
+    recorded: &Recorded,
+    segments: &[i64],
+    snapshots: &[i64],
+    cut: CutInside,
+    at_end: &[Tallied],
+    after: &AfterCut,
+) -> Result<Option<Vec<CutTransaction>>> {
+    let Some((mut open, undecided)) = decided_from_end(at_end, after, cut.cut_offset) else {
+        return Ok(None);
+    };
+    if !undecided.is_empty() {
+        let Some(at_base) = open_at(dir, recorded, segments, snapshots, cut.base) else {
+            return Ok(None);
+        };
+        match open_at_cut_backwards(dir, cut.base, &at_base, &undecided, cut.cut_offset)? {
+            Some(found) => open.extend(found),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(cut_at_end(open, cut.cut_offset)))
+}
+
+/// What the end and the batches after the cut decide (see [`open_at_cut_from_end`]): the transactions open at the
+/// cut among the producers they decide, and the producers a marker after the cut leaves undecided. `None` when they
+/// contradict, or more producers came after the cut than are followed.
+fn decided_from_end(at_end: &[Tallied], after: &AfterCut, cut_offset: i64) -> Option<(Vec<Tallied>, BTreeSet<i64>)> {
+    if after.overflow {
+        return None;
+    }
+    let undecided: BTreeSet<i64> = after
+        .producers
+        .iter()
+        .filter(|(_, a)| a.marker)
+        .map(|(p, _)| *p)
+        .collect();
+    let mut open = Vec::new();
+    for &(producer, first, tally) in at_end.iter().filter(|(p, _, _)| !undecided.contains(p)) {
+        match after.producers.get(&producer) {
+            None if first < cut_offset => open.push((producer, first, tally)),
+            // Open at the end but no batch after the cut to begin it there: the records disagree with the bytes.
+            None => return None,
+            Some(_) if first >= cut_offset => {}
+            Some(a) => {
+                let same_epoch =
+                    a.min_epoch == Some(tally.producer_epoch) && a.data.producer_epoch == tally.producer_epoch;
+                if !same_epoch || a.data.batches >= tally.batches {
+                    return None;
+                }
+                open.push((
+                    producer,
+                    first,
+                    TxnTally {
+                        producer_epoch: tally.producer_epoch,
+                        records: tally.records.checked_sub(a.data.records)?,
+                        batches: tally.batches - a.data.batches,
+                        bytes: tally.bytes.checked_sub(a.data.bytes)?,
+                    },
+                ));
+            }
+        }
+    }
+    // Data after the cut, and no marker, of a producer not open at the end: the records disagree with the bytes.
+    let unexplained = after
+        .producers
+        .iter()
+        .any(|(p, a)| !a.marker && !at_end.iter().any(|(q, _, _)| q == p));
+    if unexplained {
+        return None;
+    }
+    Some((open, undecided))
+}
+
+/// Where a consistent cut falls inside a segment: that segment and where its installed version ends.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CutInside {
+    /// The segment holding the cut (the last of the promoted ones).
+    pub(super) base: i64,
+    /// Its end before the cut: the next segment's base, or the mirror's end.
+    pub(super) end: i64,
+    /// The cut: the promoted log's end.
+    pub(super) cut_offset: i64,
+}
+
+/// The transactions open at a consistent cut inside a segment (`cut`; `segments` the promoted ones, that segment
+/// last): the records folded up to that segment, then only its batches below the cut walked — none when its own
+/// record says no transactional producer wrote to it. `None` when the records cannot tell what is open at its
+/// base (the walk from the start decides).
+pub(super) fn open_at_cut(
+    dir: &Path,
+    recorded: &Recorded,
+    segments: &[i64],
+    snapshots: &[i64],
+    cut: CutInside,
+) -> Result<Option<Vec<CutTransaction>>> {
+    let Some(open) = open_at(dir, recorded, segments, snapshots, cut.base) else {
+        return Ok(None);
+    };
+    let quiet = matches!(recorded.get(&cut.base), Some((next, Some(ends)))
+        if *next == cut.end && ends.open.is_empty() && ends.closed.is_empty());
+    if quiet {
+        return Ok(Some(cut_at_end(open, cut.cut_offset)));
+    }
+    open_at_cut_in_segment(dir, cut.base, open, cut.cut_offset).map(Some)
+}
+
+/// The transactions open at `end` (an offset at which a segment of `segments` begins, or the log's end) with their
+/// first offsets and tallies, folded from the records of the segments below it from the walk's starting point;
+/// `None` when the records cannot tell. At the mirror's end, what [`open_at_cut_from_end`] starts from.
+pub(super) fn open_at(
+    dir: &Path,
+    recorded: &Recorded,
+    segments: &[i64],
+    snapshots: &[i64],
+    end: i64,
+) -> Option<Vec<Tallied>> {
+    // The walk's starting point, found the walk's way: a snapshot's open transactions (first offset, epoch).
+    let mut held: BTreeMap<i64, (i64, i16)> = BTreeMap::new();
+    let (mut open, from): (BTreeMap<i64, OpenDetails>, i64) = match starting_snapshot(dir, snapshots, end) {
         Some((offset, snapshot)) => {
             // The walk would start inside a segment: the records describe whole segments only.
-            if offset != log_end_offset && !segments.contains(&offset) {
+            if offset != end && !segments.contains(&offset) {
                 return None;
             }
-            (
-                snapshot
-                    .open_transactions()
-                    .map(|(producer, _)| (producer, None))
-                    .collect(),
-                offset,
-            )
+            for e in &snapshot.entries {
+                if let Some(first) = e.open_transaction() {
+                    held.insert(e.producer_id, (first, e.epoch));
+                }
+            }
+            (held.keys().map(|producer| (*producer, None)).collect(), offset)
         }
-        None => (BTreeMap::new(), segments.first().copied().unwrap_or(log_end_offset)),
+        None => (BTreeMap::new(), segments.first().copied().unwrap_or(end)),
     };
+    fold_from(recorded, segments, from, end, &mut open)?;
+    // A transaction the snapshot holds open and still open here began before the snapshot: the walk counts its
+    // batches from its first offset. The records from the first segment on count the same batches when they find it
+    // begun at that offset (not before the mirror's first segment, where retention took its start).
+    if open.values().any(Option::is_none) {
+        let mut from_first = BTreeMap::new();
+        let first = segments.first().copied().unwrap_or(end);
+        if fold_from(recorded, segments, first, end, &mut from_first).is_some() {
+            for (producer, details) in open.iter_mut().filter(|(_, d)| d.is_none()) {
+                let (Some(&(snapshot_first, epoch)), Some(Some((first, tally)))) =
+                    (held.get(producer), from_first.get(producer))
+                else {
+                    continue;
+                };
+                if *first == snapshot_first {
+                    let mut tally = *tally;
+                    // The walk starts the tally at the snapshot's epoch.
+                    tally.producer_epoch = tally.producer_epoch.max(epoch);
+                    *details = Some((*first, tally));
+                }
+            }
+        }
+    }
+    open.into_iter()
+        .map(|(producer, details)| details.map(|(first, tally)| (producer, first, tally)))
+        .collect()
+}
+
+/// Fold the records of the segments from `from` to `end` into `open`; `None` when one is missing or describes another
+/// version (its next offset differs).
+fn fold_from(
+    recorded: &Recorded,
+    segments: &[i64],
+    from: i64,
+    end: i64,
+    open: &mut BTreeMap<i64, OpenDetails>,
+) -> Option<()> {
     for (i, base) in segments.iter().enumerate() {
-        if *base < from || *base >= log_end_offset {
+        if *base < from || *base >= end {
             continue;
         }
-        let end = segments.get(i + 1).copied().unwrap_or(log_end_offset);
+        let segment_end = segments.get(i + 1).copied().unwrap_or(end);
         match recorded.get(base) {
-            Some((next, Some(ends))) if *next == end => ends.fold_runs(&mut open),
+            Some((next, Some(ends))) if *next == segment_end => ends.fold_runs(open),
             _ => return None,
         }
     }
-    let known: Vec<(i64, i64, TxnTally)> = open
-        .into_iter()
-        .map(|(producer, details)| details.map(|(first, tally)| (producer, first, tally)))
-        .collect::<Option<_>>()?;
-    Some(cut_at_end(known, log_end_offset))
+    Some(())
 }

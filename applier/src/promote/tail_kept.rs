@@ -22,7 +22,11 @@
 //!   something else does planning walk: a transaction begun before the first segment (retention deleted its start:
 //!   the walk takes it to begin at its first batch in the mirror), one without a tally (recorded before tallies
 //!   were, open when the appender's knowledge began, or past the bound on tallied ones), a producer snapshot
-//!   (where the walk would start) or a consistent cut.
+//!   (where the walk would start) or a consistent cut (which starts from this record and the batches after the cut
+//!   instead, `recorded_txns::open_at_cut_from_end`).
+//! - **A consistent cut inside the active segment** judges its companions against what was kept before cutting them
+//!   back to the cut (`build::hand_over_cut_segment`), and takes its time index as a hint only where it matches
+//!   ([`time_index_matches`]).
 //!
 //! The facts are journaled with the plan (`journal::Planned::tail_kept`), so a rerun after a crash judges the same
 //! files by the same facts; a file a first run already changed (the sealed time index) no longer matches, and the
@@ -55,18 +59,29 @@ pub(super) fn open_transactions(
     first_base: i64,
     log_end_offset: i64,
 ) -> Option<Vec<CutTransaction>> {
+    let tallied = tallied(open, first_base, log_end_offset)?;
+    Some(txn_cut::cut_at_end(tallied, log_end_offset))
+}
+
+/// [`open_transactions`] before the markers are placed: producer id, first offset and tally of each.
+pub(super) fn tallied(open: &[OpenTransaction], first_base: i64, log_end_offset: i64) -> Option<Vec<txn_cut::Tallied>> {
     if !crate::direct::open_transactions_match_a_walk(open, first_base) {
         return None;
     }
-    let tallied: Vec<(i64, i64, segment_format::txn_index::TxnTally)> = open
-        .iter()
+    open.iter()
         .map(|o| {
             o.tally
                 .filter(|_| o.first_offset < log_end_offset)
                 .map(|t| (o.producer_id, o.first_offset, t))
         })
-        .collect::<Option<_>>()?;
-    Some(txn_cut::cut_at_end(tallied, log_end_offset))
+        .collect()
+}
+
+/// Whether segment `base`'s time index in `dir` is the one the appender kept (what a rebuild from its `.log` would
+/// write).
+pub(super) fn time_index_matches(kept: &Kept, dir: &Path, base: i64) -> bool {
+    std::fs::read(dir.join(segment_file_name(base, SegmentFileKind::TimeIndex)))
+        .is_ok_and(|bytes| kept.time_index.matches(&bytes, TIME_INDEX_ENTRY_SIZE, true))
 }
 
 /// Which of the active segment's companions in `dir` matched what was kept.

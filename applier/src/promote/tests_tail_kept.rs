@@ -50,9 +50,7 @@ fn write_source(root: &Path, partition: i32, shape: Shape) -> WrittenPartition {
             .producer(100 + producer as i64, 1, sequences[producer])
             .transactional(transactional);
         for i in 0..2 {
-            b = b.record(
-                RecordSpec::new(i, 1_700_000_000_000 + base * 7 % 50).with_value(vec![b'v'; shape.value_bytes]),
-            );
+            b = b.record(RecordSpec::new(i, timestamp(shape, base)).with_value(vec![b'v'; shape.value_bytes]));
         }
         w.append(b).unwrap();
         sequences[producer] += 2;
@@ -107,6 +105,17 @@ struct Shape {
     value_bytes: usize,
     /// Idempotent batches written last, so that the active segment is large enough for several index entries.
     tail_batches: usize,
+    /// Timestamps rising with the offset (a consistent cut's fixture) instead of scattered over 50 ms.
+    rising: bool,
+}
+
+/// The timestamp of every record of the batch at `base`.
+fn timestamp(shape: Shape, base: i64) -> i64 {
+    if shape.rising {
+        1_700_000_000_000 + base
+    } else {
+        1_700_000_000_000 + base * 7 % 50
+    }
 }
 
 impl Shape {
@@ -117,6 +126,7 @@ impl Shape {
             segment_bytes: 24_000,
             value_bytes: 400,
             tail_batches: 20,
+            rising: false,
         }
     }
 }
@@ -207,11 +217,35 @@ impl Site {
 
     /// [`Self::promote`], with `hook` called at every step (`promote_with`).
     fn promote_with(&self, handover: Handover, hook: &mut dyn FnMut(super::journal::Step)) -> Result<PromoteReport> {
+        self.promote_cut(handover, None, hook)
+    }
+
+    /// [`Self::promote_with`] with a consistent cut at `cut` (ms).
+    fn promote_cut(
+        &self,
+        handover: Handover,
+        cut: Option<i64>,
+        hook: &mut dyn FnMut(super::journal::Step),
+    ) -> Result<PromoteReport> {
+        self.promote_killed(handover, cut, None, hook)
+    }
+
+    /// [`Self::promote_cut`] with a kill point armed inside the handover builds.
+    fn promote_killed(
+        &self,
+        handover: Handover,
+        cut: Option<i64>,
+        failpoint: Option<std::sync::Arc<Armed>>,
+        hook: &mut dyn FnMut(super::journal::Step),
+    ) -> Result<PromoteReport> {
         let mut catalog = Catalog::open(self.catalog_path()).unwrap();
         let request = PromoteRequest {
             mirror_root: self.mirror(),
             log_dir: self.root.join("target"),
             handover,
+            consistent_cut: cut,
+            parallel: 1,
+            failpoint,
             ..PromoteRequest::default()
         };
         FIXED_NOW_MS.with(|t| t.set(Some(1_800_000_000_000)));
@@ -310,6 +344,25 @@ async fn ship(site: &Site, a: &mut TailAppender) -> std::result::Result<(), Stri
     Ok(())
 }
 
+/// Each sealed segment's record of how its batches leave each transactional producer, as the seal wrote it in the
+/// catalog, against the same derived from the segment's bytes: equal wherever there is one. Returns how many
+/// segments have one.
+fn seal_records_hold(site: &Site) -> usize {
+    let catalog = Catalog::open(site.catalog_path()).unwrap();
+    let mut recorded = 0;
+    for p in catalog.partitions(LINK).unwrap() {
+        let dir = site.mirror().join(format!("{TOPIC}-{}", p.key.partition));
+        for (base, (next, ends)) in catalog.installed_txn_ends(p.id).unwrap() {
+            let Some(ends) = ends else { continue };
+            let log = dir.join(segment_file_name(base, SegmentFileKind::Log));
+            let derived = segment_format::txn_ends::of_log(&log, next).unwrap();
+            assert_eq!(Some(ends), derived, "{}", log.display());
+            recorded += 1;
+        }
+    }
+    recorded
+}
+
 /// Promote `site` from what was kept and a copy of it with nothing kept (the walks): the same outcome, and when
 /// both succeed the same target log dir, file for file and byte for byte. Returns what the first promotion used of
 /// the kept facts, and whether it succeeded.
@@ -319,7 +372,11 @@ fn promote_both_ways(site: &Site, handover: Handover, copy_name: &str) -> (Vec<&
     let kept = site.promote(handover);
     let walk = walked.promote(handover);
     let used = used::under(&site.root);
-    assert!(used::under(&walked.root).is_empty(), "nothing kept, nothing used");
+    assert!(
+        used::under(&walked.root).is_empty(),
+        "nothing kept, nothing used: {:?}",
+        used::under(&walked.root)
+    );
     let ok = match (&kept, &walk) {
         (Ok(k), Ok(w)) => {
             let (kept_files, kept_checkpoints) = target_state(&site.root.join("target"));
@@ -377,6 +434,9 @@ async fn a_tailed_mirror_promoted_from_what_was_kept_matches_the_walks_byte_for_
                 findings.is_empty() && io_errors.is_empty(),
                 "{findings:#?} {io_errors:?}"
             );
+            // Every sealed segment's transactions recorded by its seal, from the batches as they were appended.
+            let sealed: usize = site.written.iter().map(|w| w.segments.len() - 1).sum();
+            assert_eq!(seal_records_hold(&site), sealed);
             let (used, ok) = promote_both_ways(&site, handover, "walked");
             assert!(ok, "open {open_at_end} {handover:?}");
             // The indexes, the `.txnindex` and the open transactions (none, or one aborted from its tally) from what
@@ -555,6 +615,7 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
                 segment_bytes: 40_000,
                 value_bytes: 1200,
                 tail_batches: 6,
+                rising: false,
             });
             let armed = std::sync::Arc::new(Armed::new(point, nth));
             let mut a = site.appender().with_failpoint(armed.clone());
@@ -570,12 +631,15 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
                 lose_unsynced_index_writes(&site);
             }
             // Promoted as the crash left it (refused alike where the `.log` holds unacknowledged bytes)...
+            seal_records_hold(&site);
             let (_, promoted) = promote_both_ways(&site, Handover::Rename, "walked-now");
             if !promoted {
-                // ...and after a restart that ships the rest.
+                // ...and after a restart that ships the rest: the seals after it read the file for their records.
                 let mut a = site.appender();
                 ship(&site, &mut a).await.unwrap();
                 drop(a);
+                let sealed: usize = site.written.iter().map(|w| w.segments.len() - 1).sum();
+                assert_eq!(seal_records_hold(&site), sealed, "{point:?} #{nth}");
                 let (used, ok) = promote_both_ways(&site, Handover::Rename, "walked-later");
                 assert!(ok, "{point:?} #{nth}");
                 assert!(used.contains(&"txn-index"), "{point:?} #{nth}: {used:?}");
@@ -590,8 +654,15 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
     eprintln!("{runs} kill points");
 }
 
-/// Every state file of the `partitions` partitions under `mirror` without what the appender kept.
+/// Every state file of the `partitions` partitions under `mirror` without what the appender kept, and the catalog
+/// beside it without the seals' transaction records: a mirror an older appender wrote.
 fn forget_kept_in(mirror: &Path, partitions: i32) {
+    // And the seals' records of each segment's transactions, which an older appender did not write either.
+    let catalog = mirror.with_file_name("catalog.sqlite");
+    if catalog.exists() {
+        let db = rusqlite::Connection::open(&catalog).unwrap();
+        db.execute("UPDATE segments SET txn_ends = NULL", []).unwrap();
+    }
     for p in 0..partitions {
         let path = crate::mirror::state_file(mirror, &format!("{TOPIC}-{p}"));
         let Ok(bytes) = std::fs::read(&path) else { continue };
@@ -721,5 +792,128 @@ async fn bench_fixture() {
     drop(a);
     if std::env::var("SEGMIRROR_BENCH_FORGET_KEPT").is_ok_and(|v| v == "1") {
         forget_kept_in(&mirror, partitions);
+    }
+}
+
+/// A consistent cut of a tailed mirror inside its active segment (a transaction open at the cut) and inside a
+/// sealed segment: handed over and cut back, the kept companions cut back with it, the same log dir byte for byte as
+/// a copy that derives every companion from the kept bytes; and after a crash at every step of the handover, the
+/// same again.
+#[tokio::test]
+async fn a_consistent_cut_hands_the_cut_segment_over_and_cuts_it_back_to_what_a_copy_keeps() {
+    let shape = Shape {
+        rising: true,
+        ..Shape::of(true)
+    };
+    let site = Site::shipped(shape).await;
+    let w = &site.written[0];
+    let sealed = w.segments[w.segments.len() / 2].base_offset;
+    assert!(w.segments.len() >= 3, "{:?}", w.segments);
+    // Inside the active segment, between the two batches of the transaction left open at the end (the last three
+    // batches, of two records each, are that transaction's, an idempotent one and that transaction's again); and
+    // inside a sealed segment. Every record's timestamp is its batch's base offset past 1_700_000_000_000.
+    for (name, first_left) in [("active", w.log_end_offset - 4), ("sealed", sealed + 5)] {
+        let t = 1_700_000_000_000 + first_left - 1;
+        let copied = site.copy(&format!("copied-{name}"));
+        let copy = copied.promote_cut(Handover::Copy, Some(t), &mut |_| {}).unwrap();
+        let reference = target_state(&copied.root.join("target"));
+        let renamed = site.copy(&format!("renamed-{name}"));
+        let mut steps = Vec::new();
+        let rename = renamed
+            .promote_cut(Handover::Rename, Some(t), &mut |s| steps.push(s))
+            .unwrap();
+        for (c, r) in copy.partitions.iter().zip(&rename.partitions) {
+            let cut = r.consistent_cut.as_ref().expect("a cut");
+            assert!(cut.last_segment_bytes.is_some(), "{name}: {cut:?}");
+            assert!(r.handed_over, "{name}");
+            assert_eq!(
+                (
+                    &c.consistent_cut,
+                    c.log_end_offset,
+                    &c.transactions_aborted,
+                    c.log_bytes
+                ),
+                (
+                    &r.consistent_cut,
+                    r.log_end_offset,
+                    &r.transactions_aborted,
+                    r.log_bytes
+                ),
+                "{name}"
+            );
+        }
+        // The transactions open at the cut never from a walk from the first segment; the active segment's indexes
+        // the appender's, cut back.
+        // Inside the active segment only data follows the cut: the appender's open transactions and the batches after
+        // the cut tell; in a sealed one markers follow, and those producers are read backwards from the cut.
+        let used = used::under(&renamed.root);
+        assert!(used.contains(&"transactions-from-the-end"), "{name}: {used:?}");
+        if name == "active" {
+            assert!(rename.partitions.iter().any(|p| !p.transactions_aborted.is_empty()));
+            assert!(used.contains(&"indexes") && used.contains(&"txn-index"), "{used:?}");
+        }
+        assert!(
+            target_state(&renamed.root.join("target")) == reference,
+            "{name}: the handed-over cut differs from the copy"
+        );
+        let verified = segment_format::verify::verify_paths(
+            &[renamed.root.join("target")],
+            &segment_format::verify::VerifyOptions {
+                depth: segment_format::verify::Depth::Deep,
+                strictness: segment_format::verify::Strictness::Strict,
+            },
+            &segment_format::verify::NoProgress,
+        );
+        assert!(verified.io_errors.is_empty(), "{name}: {:?}", verified.io_errors);
+        assert!(verified.findings.is_empty(), "{name}: {:#?}", verified.findings);
+        for (i, crash_at) in steps.into_iter().enumerate() {
+            let crashed = site.copy(&format!("crashed-{name}-{i}"));
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crashed.promote_cut(Handover::Rename, Some(t), &mut |s| {
+                    if s == crash_at {
+                        panic!("crash at {s:?}");
+                    }
+                })
+            }));
+            assert!(outcome.is_err(), "the hook fired at {crash_at:?}");
+            crashed.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+            assert!(
+                target_state(&crashed.root.join("target")) == reference,
+                "{name}: crash at {crash_at:?}"
+            );
+            std::fs::remove_dir_all(&crashed.root).unwrap();
+        }
+        // Killed at every rename, cut-back and restamp inside the builds: the rerun finishes with the same bytes.
+        let mut cut_backs = 0;
+        for point in [
+            FailPoint::HandoverRenamed,
+            FailPoint::HandoverCutBack,
+            FailPoint::HandoverRestamped,
+        ] {
+            for nth in 1.. {
+                let killed = site.copy(&format!("killed-{name}-{point:?}-{nth}"));
+                let armed = std::sync::Arc::new(Armed::new(point, nth));
+                let outcome = killed.promote_killed(Handover::Rename, Some(t), Some(armed.clone()), &mut |_| {});
+                let fired = armed.fired();
+                if fired {
+                    assert!(matches!(outcome, Err(Error::Injected(p)) if p == point), "{outcome:?}");
+                    cut_backs += usize::from(point == FailPoint::HandoverCutBack);
+                    killed.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+                } else {
+                    outcome.unwrap();
+                }
+                assert!(
+                    target_state(&killed.root.join("target")) == reference,
+                    "{name}: killed at {point:?} {nth}"
+                );
+                std::fs::remove_dir_all(&killed.root).unwrap();
+                if !fired {
+                    break;
+                }
+            }
+        }
+        assert_eq!(cut_backs, 2, "{name}: one cut segment per partition");
+        std::fs::remove_dir_all(&copied.root).unwrap();
+        std::fs::remove_dir_all(&renamed.root).unwrap();
     }
 }

@@ -150,6 +150,183 @@ pub fn find_open_transactions(
         .min()
         .unwrap_or(snapshot_offset)
         .min(snapshot_offset);
+    let open = follow(dir, segments, open, snapshot_offset, scan_from, log_end_offset)?;
+    Ok(cut_at_end(
+        open.into_iter()
+            .map(|(producer_id, o)| (producer_id, o.first_offset, o.tally)),
+        log_end_offset,
+    ))
+}
+
+/// The transactions open at `end` inside segment `base` of `dir` (a consistent cut), given those open at `base`
+/// with their first offsets and tallies (`open`: what the installs' records fold to): a walk of that segment's
+/// batches below `end` only.
+pub(super) fn open_at_cut_in_segment(
+    dir: &Path,
+    base: i64,
+    open: Vec<Tallied>,
+    end: i64,
+) -> Result<Vec<CutTransaction>> {
+    let open: HashMap<i64, Open> = open
+        .into_iter()
+        .map(|(producer, first_offset, tally)| (producer, Open { first_offset, tally }))
+        .collect();
+    let open = follow(dir, &[base], open, base, base, end)?;
+    Ok(cut_at_end(
+        open.into_iter()
+            .map(|(producer_id, o)| (producer_id, o.first_offset, o.tally)),
+        end,
+    ))
+}
+
+/// An open transaction as the records or a walk give it: producer id, first offset, tally.
+pub(super) type Tallied = (i64, i64, TxnTally);
+
+/// The most events of the followed producers one chunk of [`open_at_cut_backwards`] holds in memory.
+const MAX_CHUNK_EVENTS: usize = 65_536;
+
+/// The transactions of `producers` open at `cut_offset` inside segment `base` of `dir`, read **backwards** from the
+/// cut through the segment's offset index, a chunk between two entries at a time, only until each producer's last
+/// event before the cut is found (and, for an open transaction, where it began): a producer whose transaction is
+/// short is decided within a few KiB of the cut. `open_at_base` are the transactions open at the segment's base
+/// (what the installs' records fold to), used for a producer whose events reach back to it. `Ok(None)` when the
+/// offset index does not describe the file (the caller walks forward).
+pub(super) fn open_at_cut_backwards(
+    dir: &Path,
+    base: i64,
+    open_at_base: &[Tallied],
+    producers: &std::collections::BTreeSet<i64>,
+    cut_offset: i64,
+) -> Result<Option<Vec<Tallied>>> {
+    let path = dir.join(segment_file_name(base, SegmentFileKind::Log));
+    let mut log = LogFile::open(&path)?;
+    let index = read_index_file(&dir.join(segment_file_name(base, SegmentFileKind::Index)))
+        .map(|b| OffsetIndex::parse(&b).entries)
+        .unwrap_or_default();
+    // Chunk starts: 0 and every entry below the cut, ascending; each is checked to point at its batch only when
+    // the reading reaches it (checking them all first would read a header per entry of the whole segment).
+    let mut starts: Vec<(u64, Option<&OffsetIndexEntry>)> = vec![(0, None)];
+    for e in index.iter().filter(|e| e.offset(base) < cut_offset) {
+        let Ok(position) = u64::try_from(e.position) else {
+            return Ok(None);
+        };
+        if position <= starts.last().map_or(0, |(p, _)| *p) {
+            return Ok(None);
+        }
+        starts.push((position, Some(e)));
+    }
+    // Per producer, what the backward reading has found: its transaction's batches after the last marker, so far.
+    struct Found {
+        tally: TxnTally,
+        first: i64,
+    }
+    let mut pending: std::collections::BTreeSet<i64> = producers.clone();
+    let mut running: HashMap<i64, Found> = HashMap::new();
+    let mut open: Vec<Tallied> = Vec::new();
+    let mut end = log.len();
+    for (start, entry) in starts.iter().rev() {
+        if pending.is_empty() {
+            break;
+        }
+        if let Some(e) = entry {
+            if indexed_start(&log, base, std::slice::from_ref(*e), e.offset(base)) != Some(*start) {
+                return Ok(None);
+            }
+        }
+        // The chunk's events of the pending producers, in file order: (producer, a marker?, its batch).
+        let mut events: Vec<(i64, bool, BatchInfo)> = Vec::new();
+        let mut failure = None;
+        log.scan_range(*start, end, |frame| {
+            let info = frame.info;
+            if info.base_offset >= cut_offset {
+                return ControlFlow::Break(());
+            }
+            if info.magic < 2 || info.producer_id < 0 || !pending.contains(&info.producer_id) {
+                return ControlFlow::Continue(());
+            }
+            if info.is_control {
+                match marker_of(frame.bytes) {
+                    Ok(Some(_)) => events.push((info.producer_id, true, info)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        failure = Some(Error::Format(e.shifted(info.position).at(&path)));
+                        return ControlFlow::Break(());
+                    }
+                }
+            } else if info.is_transactional {
+                events.push((info.producer_id, false, info));
+            }
+            ControlFlow::Continue(())
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if events.len() > MAX_CHUNK_EVENTS {
+            // A chunk this large (an index this sparse) is better walked forward.
+            return Ok(None);
+        }
+        for (producer, marker, info) in events.into_iter().rev() {
+            if !pending.contains(&producer) {
+                continue;
+            }
+            match (marker, running.get_mut(&producer)) {
+                // A marker after which nothing of it comes: closed at the cut.
+                (true, None) => {
+                    pending.remove(&producer);
+                }
+                // The marker before its open transaction: it began at the batch after.
+                (true, Some(_)) => {
+                    if let Some(f) = running.remove(&producer) {
+                        open.push((producer, f.first, f.tally));
+                    }
+                    pending.remove(&producer);
+                }
+                (false, Some(f)) => {
+                    f.tally.add(&info);
+                    f.first = info.base_offset;
+                }
+                (false, None) => {
+                    let mut tally = TxnTally::default();
+                    tally.add(&info);
+                    running.insert(
+                        producer,
+                        Found {
+                            tally,
+                            first: info.base_offset,
+                        },
+                    );
+                }
+            }
+        }
+        end = *start;
+    }
+    // Reached the segment's base: as the forward walk from it would have it.
+    for producer in pending {
+        let at_base = open_at_base.iter().find(|(p, _, _)| *p == producer);
+        match (running.remove(&producer), at_base) {
+            (Some(f), Some(&(_, first, tally))) => {
+                let mut tally = tally;
+                tally.merge(&f.tally);
+                open.push((producer, first, tally));
+            }
+            (Some(f), None) => open.push((producer, f.first, f.tally)),
+            (None, Some(&at)) => open.push(at),
+            (None, None) => {}
+        }
+    }
+    Ok(Some(open))
+}
+
+/// Follow the batches of `segments` from `scan_from` to `log_end_offset` by the tracker's rule, from `open` (the
+/// transactions open at `snapshot_offset`; batches below it only add to their tallies).
+fn follow(
+    dir: &Path,
+    segments: &[i64],
+    mut open: HashMap<i64, Open>,
+    snapshot_offset: i64,
+    scan_from: i64,
+    log_end_offset: i64,
+) -> Result<HashMap<i64, Open>> {
     for (i, base) in segments.iter().enumerate() {
         if segments.get(i + 1).is_some_and(|next| *next <= scan_from) {
             continue;
@@ -209,20 +386,13 @@ pub fn find_open_transactions(
             return Err(e);
         }
     }
-    Ok(cut_at_end(
-        open.into_iter()
-            .map(|(producer_id, o)| (producer_id, o.first_offset, o.tally)),
-        log_end_offset,
-    ))
+    Ok(open)
 }
 
 /// The transactions open at `log_end_offset`, `(producer id, first offset, tally)`, as promotion aborts them: in
 /// order of first offset, their markers from `log_end_offset` on, with promotion's one coordinator epoch.
-pub(super) fn cut_at_end(
-    open: impl IntoIterator<Item = (i64, i64, TxnTally)>,
-    log_end_offset: i64,
-) -> Vec<CutTransaction> {
-    let mut open: Vec<(i64, i64, TxnTally)> = open.into_iter().collect();
+pub(super) fn cut_at_end(open: impl IntoIterator<Item = Tallied>, log_end_offset: i64) -> Vec<CutTransaction> {
+    let mut open: Vec<Tallied> = open.into_iter().collect();
     open.sort_unstable_by_key(|(_, first_offset, _)| *first_offset);
     open.into_iter()
         .zip(log_end_offset..)
