@@ -285,6 +285,14 @@ impl Catalog {
             )?;
         }
         crate::segment::write_installed(&tx, id, v)?;
+        // A replacement that reaches past the installed end (the cleaner merged segments the mirror had not
+        // received yet, or the one still growing) moves that end with it: the end is always the last installed
+        // version's next offset, which the next install, `status` and the committable offsets read.
+        tx.execute(
+            "UPDATE mirror_partitions SET installed_end_offset = ?2 \
+             WHERE id = ?1 AND (installed_end_offset IS NULL OR installed_end_offset < ?2)",
+            params![id.0, v.next_offset],
+        )?;
         let detail = format!(
             "[{}, {}) {} bytes, sealed, replaces {} segment(s) {replaced_bases:?} of {old_bytes} bytes",
             v.base_offset,
@@ -359,6 +367,8 @@ mod tests {
         let outcome = cat.replace_sealed(id, "src", &[200, 300], &r).unwrap();
         assert!(matches!(outcome, ReplaceOutcome::Replaced(ref v) if (v.next_offset, v.last_offset) == (520, 505)));
         assert_eq!(bases(&cat, id), [(0, 100), (100, 200), (200, 520)]);
+        // The installed end follows the new last version, so the next segment installs at it.
+        assert_eq!(cat.partition_by_id(id).unwrap().installed_end_offset, Some(520));
         assert!(kinds(&cat, &key).contains(&EventKind::SegmentsReplaced));
         // Again (a journal redo): nothing written.
         assert_eq!(
@@ -499,6 +509,7 @@ mod tests {
         let outcome = cat.replace_sealed(id, "src", &[300], &r).unwrap();
         assert!(matches!(outcome, ReplaceOutcome::Replaced(ref v) if (v.next_offset, v.last_offset) == (450, 399)));
         assert_eq!(bases(&cat, id).last(), Some(&(300, 450)));
+        assert_eq!(cat.partition_by_id(id).unwrap().installed_end_offset, Some(450));
         assert_eq!(
             cat.replace_sealed(id, "src", &[300], &r).unwrap(),
             ReplaceOutcome::AlreadyReplaced

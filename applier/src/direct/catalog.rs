@@ -290,7 +290,17 @@ impl TailCatalog {
             sealed: true,
         };
         self.catalog
-            .mark_installed_after(id, &topic_id, &version, Preceded::ByInstalled, seal.txn_ends.as_ref())?;
+            .mark_installed_after(id, &topic_id, &version, Preceded::ByInstalled, seal.txn_ends.as_ref())
+            .map_err(|e| match e {
+                // The seal does not fit the history the catalog holds for this partition: it stops, the link's
+                // other partitions go on, and the next session offers the seal again (the state file still says
+                // unsealed), by when a replacement or log start that explains it may have arrived.
+                e @ segmirror_catalog::Error::Conflict { .. } => TailError::LocalPartition {
+                    of: p.clone(),
+                    source: Box::new(TailError::Catalog(e)),
+                },
+                e => self.not_writable(p, e),
+            })?;
         Ok(())
     }
 
@@ -321,7 +331,9 @@ impl TailCatalog {
             .rev()
             .find(|s| s.version.base_offset < base);
         match last {
-            Some(prev) if prev.version.sealed && prev.version.next_offset == end => {
+            // Below the base, whether or not it ends at the recorded installed end (a catalog written before
+            // replacements moved that end could hold one behind the rows).
+            Some(prev) if prev.version.sealed && prev.version.next_offset < base => {
                 tracing::info!(partition = %name, segment = prev.version.base_offset,
                     last_offset = prev.version.last_offset, next_segment = base, log_start = row.log_start_offset,
                     "a sealed segment ends below the next segment's base (the cleaner's hole): its range reaches \

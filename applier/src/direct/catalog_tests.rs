@@ -287,3 +287,51 @@ async fn tail_catalog_takes_a_cleaned_segments_hole_as_its_range_not_a_log_start
         assert!(super::tests::mirror_log(&f.mirror, *base).exists());
     }
 }
+
+/// A seal the catalog's history refuses (here: another sealed version already installed at its base) stops that
+/// partition, not the applier: the refusal names the conflict, the state file stays unsealed so the seal is
+/// offered again, and once the history admits it the same seal is recorded.
+#[tokio::test]
+async fn tail_catalog_conflict_at_a_seal_stops_the_partition_only() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, mut look) = catalogs(tmp.path());
+    let mut a = appender(&f, mine);
+    let (base0, bytes0) = &f.segs[0];
+    let (base1, _) = &f.segs[1];
+    for c in chunks_of(*base0, bytes0, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    let row = look.partition(&key()).unwrap();
+    let other = segmirror_catalog::SegmentVersion {
+        base_offset: *base0,
+        next_offset: *base1,
+        last_offset: base1 - 1,
+        size: bytes0.len() as u64,
+        sha256: [1; 32],
+        manifest_key: "elsewhere".into(),
+        sealed: true,
+    };
+    look.mark_installed(row.id, &row.source_topic_id, &other).unwrap();
+
+    let err = a
+        .apply_seal(&seal_of(&f.source, *base0, bytes0, true))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, DirectError::PartitionStopped { partition, reason }
+            if *partition == super::tests::pref() && reason.contains("conflicts with the installed segments")),
+        "{err:?}"
+    );
+    let state = crate::mirror::state_file(&f.mirror, "orders-2");
+    let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(recorded["sealed"], serde_json::Value::Bool(false), "{recorded}");
+    assert_eq!(look.installed_segments(row.id).unwrap()[0].version.sha256, [1; 32]);
+
+    // The history admits it again (here the foreign row is dropped): the same seal is recorded.
+    look.truncate_installed(row.id, &row.source_topic_id, *base0).unwrap();
+    a.apply_seal(&seal_of(&f.source, *base0, bytes0, true)).await.unwrap();
+    let digest: [u8; 32] = sha2::Sha256::digest(bytes0).into();
+    assert_eq!(look.installed_segments(row.id).unwrap()[0].version.sha256, digest);
+    assert_eq!(look.partition(&key()).unwrap().installed_end_offset, Some(*base1));
+}
