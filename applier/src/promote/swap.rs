@@ -143,12 +143,18 @@ pub(super) fn execute(
         // a rerun no longer needs them (it finds `SWAPS_DURABLE`), and the two share no file.
         let threads = parallel.max(DEFAULT_PARALLEL);
         std::thread::scope(|scope| -> Result<()> {
-            let removal = scope
-                .spawn(|| remove_entries_parallel(&staging, threads, &[JOURNAL_FILE, BUILDS_DURABLE, SWAPS_DURABLE]));
+            let removal = scope.spawn(|| {
+                let removed =
+                    remove_entries_parallel(&staging, threads, &[JOURNAL_FILE, BUILDS_DURABLE, SWAPS_DURABLE]);
+                phase("the target's original directories removed");
+                removed
+            });
             let recorded = (|| -> Result<()> {
                 target::write_root_checkpoints(log_dir, &sub.partitions)?;
+                phase("root checkpoints written");
                 hook(Step::Checkpointed);
                 catalog.record_promoted_replicas(&ids, &name)?;
+                phase("replicas recorded");
                 if last {
                     record(catalog, journal, &rows, found_in)?;
                     hook(Step::Recorded);
