@@ -249,8 +249,9 @@ impl Catalog {
     }
 
     /// Compaction replacement (module docs): the installed rows of `replaced_bases` (a contiguous run of sealed
-    /// segments) become one new version, with a `segments_replaced` event, in one transaction. Idempotent: a
-    /// repeat finds the new version installed and writes nothing ([`ReplaceOutcome::AlreadyReplaced`]).
+    /// segments) become one new version, with a `segments_replaced` event, in one transaction. A version whose
+    /// end reaches past the installed end moves that end to it. Idempotent: a repeat finds the new version
+    /// installed and writes nothing ([`ReplaceOutcome::AlreadyReplaced`]).
     ///
     /// Errors (nothing written): `NotFound`, `Promoted`, `LineageBreak`, `InvalidSegment`, `ReplacementRefused`.
     pub fn replace_sealed(

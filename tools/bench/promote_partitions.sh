@@ -8,7 +8,8 @@
 # its mirror root by path, so the runs happen in place: a pristine copy is kept beside the fixture
 # (`partitions-N/orig`, made by the first run) and restored into the fixture's paths before each run, then
 # `sync`ed and, when permitted, the page cache dropped; then `promote` is timed (wall, user and sys seconds,
-# /usr/bin/time). Each binary runs RUNS times, alternately. The generated source (`partitions-N/src`) is removed to
+# /usr/bin/time) and the read requests the fixture's block device completed meanwhile are counted. Each binary
+# runs RUNS times, alternately. The generated source (`partitions-N/src`) is removed to
 # leave room.
 #
 # Why the filesystem matters: promotion creates, renames and removes some ten files per partition, and how long
@@ -36,6 +37,10 @@ BINS=("$@")
 N=$(find "$FIXTURE/template" -mindepth 1 -maxdepth 1 -type d | wc -l)
 ORIG="$FIXTURE/orig"
 RUN_TARGET="$FIXTURE/target"
+# Read requests the fixture's block device completed (/proc/diskstats, field 4): with the page cache dropped, what
+# the promotion read from the disk, one request per run of contiguous blocks.
+DEVICE=$(basename "$(df --output=source "$FIXTURE" | tail -n 1)")
+disk_reads() { awk -v d="$DEVICE" '$3 == d { r = $4 } END { print (r == "" ? "-" : r) }' /proc/diskstats; }
 
 rm -rf "$FIXTURE/src"
 if [ ! -d "$ORIG" ]; then
@@ -55,11 +60,14 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq 1 "$RUNS"); do
     for bin in "${BINS[@]}"; do
         reset_run
+        reads_before=$(disk_reads)
         /usr/bin/time -o "$FIXTURE/time.out" -f "%e %U %S" "$bin" promote --mirror "$FIXTURE/$PATH_NAME/mirror" \
             --log-dir "$RUN_TARGET" --catalog "$FIXTURE/$PATH_NAME/catalog.sqlite" \
             --force --allow-retention-delete --handover rename > "$FIXTURE/last.out" 2>&1 ||
             { tail -n 5 "$FIXTURE/last.out" >&2; exit 1; }
-        out=$(tail -n 1 "$FIXTURE/time.out")
+        reads_after=$(disk_reads)
+        reads=$(awk -v a="$reads_before" -v b="$reads_after" 'BEGIN { if (a == "-" || b == "-") print "-"; else print b - a }')
+        out="$(tail -n 1 "$FIXTURE/time.out") $reads"
         echo "run $run $bin: $out" >&2
         ROWS+=("$bin $run $out")
     done
@@ -73,9 +81,9 @@ echo "filesystem: $(df -T "$FIXTURE" | awk 'NR == 2 { print $1, $2 }'); load ave
 echo "page cache: $([ "${DROP_CACHES:-1}" = 0 ] && echo "warm (as the restore left it)" || echo "dropped before each run")"
 echo "reproduce: FIXTURE=$FIXTURE PATH_NAME=$PATH_NAME RUNS=$RUNS DROP_CACHES=${DROP_CACHES:-1} tools/bench/promote_partitions.sh ${BINS[*]}"
 echo
-echo "| binary | run | wall s | user s | sys s |"
-echo "|---|---|---|---|---|"
-printf '%s\n' "${ROWS[@]}" | awk '{ printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
+echo "| binary | run | wall s | user s | sys s | disk read requests ($DEVICE) |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}" | awk '{ printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }'
 echo
 echo "| binary | median wall s |"
 echo "|---|---|"

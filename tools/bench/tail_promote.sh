@@ -9,7 +9,11 @@
 #   WORK=DIR       where fixtures go (default target/bench/tail_promote; one fixture at a time, deleted after)
 #   DROP_CACHES=1  drop the page cache before each promotion (root only), as a failover after a restart meets it
 #   OPEN_TXN=0     1: each partition ends with a transaction left open (four batches of one transactional
-#                  producer), which promotion aborts: from the appender's tally ("kept"), or found by a walk
+#                  producer), which promotion aborts: from the appender's tally ("kept"), or found by a walk;
+#                  commit: the same four batches then their commit marker, after another transaction of the
+#                  producer committed just before them (with CUT=2 the cut lands inside the last transaction and
+#                  its marker follows the cut: the producer is read backwards from the cut, to the earlier marker);
+#                  commit-only: without the earlier transaction (read backwards to the segment's base)
 #   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
 #                  last (one ms per offset in this data: every partition is cut about as far from its end)
 #   BASELINE=PATH  also promote the same fixture (with what was kept) with this binary ("baseline": e.g. a build

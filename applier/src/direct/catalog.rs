@@ -44,6 +44,12 @@
 //! the LogStart that says so (before the seal, or soon after it) moves the log start and drops that row. Moving
 //! the log start on the gap instead gave a compacted partition a log start above its oldest surviving keys while
 //! the rows and files below stayed, and `promote` dropped them.
+//!
+//! **A seal the catalog still refuses** (its range overlaps or leaves a hole that nothing above explains) stops its
+//! partition only ([`TailError::LocalPartition`]): the link's other partitions go on, the state file stays unsealed
+//! so the next session offers the seal again, by when a replacement or a log start that explains it may have
+//! arrived. A replacement that reaches past the installed end (the cleaner merged segments the mirror had not
+//! received, or the one still growing) moves that end with it, so the next seal finds the end where the rows end.
 
 use std::collections::HashMap;
 

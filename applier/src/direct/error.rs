@@ -53,8 +53,9 @@ pub enum TailError {
         offered: String,
         of: PartitionRef,
     },
-    /// Writing or reading one partition's files failed on this side (see `Inner::apply_chunks`): that partition
-    /// stops for the session; the next session tries it again.
+    /// Writing or reading one partition's files failed on this side (see `Inner::apply_chunks`), or the catalog's
+    /// history of it refused a seal (`TailCatalog::record_seal`): that partition stops for the session; the next
+    /// session tries it again.
     #[error("{}-{}: {source}; the partition stops, tried again at the next session", of.topic, of.partition)]
     LocalPartition {
         of: PartitionRef,
@@ -124,9 +125,10 @@ impl TailError {
     /// - one partition cannot be written until an operator acts (recreated source topic, paused or promoted
     ///   partition, files this appender did not write): [`DirectError::PartitionStopped`], and the session goes on
     ///   with the others;
-    /// - this side's own failure: one partition's files ([`TailError::LocalPartition`]) stop that partition like
-    ///   the above, until the next session tries it again; anything else (the catalog, a group's fsync, the
-    ///   mirror's shared state): [`DirectError::Local`], which stops the link.
+    /// - this side's own failure: one partition's files, or a seal its catalog history refuses
+    ///   ([`TailError::LocalPartition`]), stop that partition like the above, until the next session tries it
+    ///   again; anything else (the catalog itself, a group's fsync, the mirror's shared state):
+    ///   [`DirectError::Local`], which stops the link.
     pub fn into_direct(self, what: &'static str) -> DirectError {
         match self {
             TailError::BadTopic { .. }

@@ -679,7 +679,21 @@ const BENCH_SEGMENT_BYTES: u64 = 1 << 30;
 /// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
 /// source whose leader never changed) to partition `partition` through `a`, in 1 MiB chunks committed eight at a
 /// time; a segment reaching [`BENCH_SEGMENT_BYTES`] is sealed and the next one started, the last stays active.
-async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, open_txn: bool) {
+/// How a benchmark partition ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BenchEnd {
+    /// Data batches only.
+    Data,
+    /// Four batches of one transactional producer, no marker after them: open at the end.
+    OpenTransaction,
+    /// The same four batches, then their commit marker: a cut inside them leaves the producer open at the cut with
+    /// its marker after it, read backwards from the cut. With `earlier`, another transaction of the producer is
+    /// committed just before (a producer committing often: the reading back stops at its marker); without, this is
+    /// the producer's only one (the reading back goes to the segment's base).
+    CommittedTransaction { earlier: bool },
+}
+
+async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, end: BenchEnd) {
     use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
     let value = vec![b'x'; 4096];
     let (mut next, mut base, mut position, mut written) = (0i64, 0i64, 0u64, 0u64);
@@ -735,22 +749,50 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         position += len;
         written += len;
     }
-    if open_txn {
-        // A transaction left open at the end: four batches of one transactional producer, no marker after them.
+    if end != BenchEnd::Data {
         let mut chunk = Vec::new();
+        let mut sequence_base = 0;
+        if end == (BenchEnd::CommittedTransaction { earlier: true }) {
+            for sequence in 0..4 {
+                chunk.extend_from_slice(
+                    &BatchBuilder::new(next)
+                        .partition_leader_epoch(TARGET_EPOCH)
+                        .producer(4242, 0, sequence * 4)
+                        .transactional(true)
+                        .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
+                        .build(),
+                );
+                next += 4;
+            }
+            chunk.extend_from_slice(&commit_marker(next));
+            next += 1;
+            sequence_base = 16;
+        }
         for sequence in 0..4 {
             let batch = BatchBuilder::new(next)
                 .partition_leader_epoch(TARGET_EPOCH)
-                .producer(4242, 0, sequence * 4)
+                .producer(4242, 0, sequence_base + sequence * 4)
                 .transactional(true)
                 .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
                 .build();
             chunk.extend_from_slice(&batch);
             next += 4;
         }
+        if matches!(end, BenchEnd::CommittedTransaction { .. }) {
+            chunk.extend_from_slice(&commit_marker(next));
+        }
         group.push(chunk_at(partition, base, position, chunk));
     }
     a.apply_chunks(&group).await.unwrap();
+}
+
+/// The benchmark producer's COMMIT marker at `offset`.
+fn commit_marker(offset: i64) -> Vec<u8> {
+    let marker = EndTxnMarker {
+        control_type: ControlType::Commit,
+        coordinator_epoch: 0,
+    };
+    segment_format::control::end_txn_marker_batch(offset, 1_700_000_000_000 + offset, TARGET_EPOCH, 4242, 0, marker)
 }
 
 /// The chunk of `bytes` at `position` of segment `base` of `partition`.
@@ -785,9 +827,14 @@ async fn bench_fixture() {
     );
     let catalog = TailCatalog::open(Catalog::open(dir.join("catalog.sqlite")).unwrap(), LINK).unwrap();
     let mut a = TailAppender::open_with_catalog(&mirror, catalog).unwrap();
-    let open_txn = std::env::var("SEGMIRROR_BENCH_OPEN_TXN").is_ok_and(|v| v == "1");
+    let end = match std::env::var("SEGMIRROR_BENCH_OPEN_TXN").as_deref() {
+        Ok("1") => BenchEnd::OpenTransaction,
+        Ok("commit") => BenchEnd::CommittedTransaction { earlier: true },
+        Ok("commit-only") => BenchEnd::CommittedTransaction { earlier: false },
+        _ => BenchEnd::Data,
+    };
     for p in 0..partitions {
-        feed_bench_partition(&mut a, p, (mib << 20) / partitions as u64, open_txn).await;
+        feed_bench_partition(&mut a, p, (mib << 20) / partitions as u64, end).await;
     }
     drop(a);
     if std::env::var("SEGMIRROR_BENCH_FORGET_KEPT").is_ok_and(|v| v == "1") {

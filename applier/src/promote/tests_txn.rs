@@ -978,3 +978,105 @@ fn open_transactions_of_a_bucket_fed_mirror_are_aborted_from_the_records_in_the_
     }
     super::plan::FIXED_NOW_MS.with(|t| t.set(None));
 }
+
+/// Reading back from a cut inside a large, densely indexed segment (an index entry every 256 bytes, some 300 KiB
+/// of batches): the chunks grow from a few KiB at the cut to MiBs further back, and whatever the cut, a producer
+/// whose transaction began far back, one whose last marker lies far back and one deciding transactions often are
+/// found open or closed exactly as the walk from the segment's base finds them.
+#[test]
+fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        segment_bytes: 64 << 20,
+        index_interval_bytes: 256,
+        ..config(Uuid([1; 16]))
+    };
+    let mut w = PartitionWriter::create(dir.path(), TOPIC, 0, 0, cfg).unwrap();
+    w.become_leader(SOURCE_EPOCH);
+    let mut long = Producer {
+        id: LONG_OPEN,
+        epoch: 2,
+        sequence: 0,
+    };
+    let mut idem = Producer {
+        id: IDEMPOTENT,
+        epoch: 0,
+        sequence: 0,
+    };
+    let mut decided = Producer {
+        id: DECIDED,
+        epoch: 5,
+        sequence: 0,
+    };
+    let mut late = Producer {
+        id: LATE_OPEN,
+        epoch: 1,
+        sequence: 0,
+    };
+    // LATE_OPEN commits once at the start: its marker lies far back from every later cut.
+    send(&mut w, &mut late, 1, true);
+    end(&mut w, &late, ControlType::Commit, 7);
+    // LONG_OPEN's transaction spans almost the whole segment; DECIDED decides one every ten rounds.
+    send(&mut w, &mut long, 1, true);
+    for round in 0..2_000 {
+        send(&mut w, &mut idem, 3, false);
+        if round % 10 == 0 {
+            send(&mut w, &mut decided, 1, true);
+        }
+        if round % 10 == 5 {
+            end(&mut w, &decided, ControlType::Abort, 7);
+        }
+        if round % 400 == 0 {
+            send(&mut w, &mut long, 1, true);
+        }
+    }
+    end(&mut w, &long, ControlType::Commit, 7);
+    send(&mut w, &mut late, 1, true);
+    end(&mut w, &late, ControlType::Commit, 7);
+    let written = w.close().unwrap();
+    assert_eq!(bases(&written), [0], "one segment");
+    let log = written.dir.join(segment_file_name(0, SegmentFileKind::Log));
+    assert!(std::fs::metadata(&log).unwrap().len() > 256 << 10);
+    let recorded = recorded_ends(&written);
+    let all = bases(&written);
+    let at_end = recorded_txns::open_at(
+        &written.dir,
+        &recorded,
+        &all,
+        &written.snapshots,
+        written.log_end_offset,
+    )
+    .unwrap();
+    let mut cuts = Vec::new();
+    LogFile::open(&log)
+        .unwrap()
+        .scan(|f| {
+            cuts.push(f.info.base_offset);
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    let mut read_back = 0;
+    for cut_offset in cuts.into_iter().skip(1).step_by(97) {
+        let walked = find_open_transactions(&written.dir, &all, &[], cut_offset).unwrap();
+        let mut after = super::consistent_cut::AfterCut::default();
+        LogFile::open(&log)
+            .unwrap()
+            .scan(|f| {
+                if f.info.base_offset >= cut_offset {
+                    after.note(&f.info);
+                }
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        let cut = recorded_txns::CutInside {
+            base: 0,
+            end: written.log_end_offset,
+            cut_offset,
+        };
+        let back =
+            recorded_txns::open_at_cut_reading_back(&written.dir, &recorded, &all, &[], cut, &at_end, &after).unwrap();
+        assert_eq!(back.as_ref(), Some(&walked), "cut at {cut_offset}");
+        read_back += 1;
+    }
+    assert!(read_back > 20, "{read_back} cuts");
+}

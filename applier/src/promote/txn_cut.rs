@@ -185,6 +185,13 @@ pub(super) type Tallied = (i64, i64, TxnTally);
 /// The most events of the followed producers one chunk of [`open_at_cut_backwards`] holds in memory.
 const MAX_CHUNK_EVENTS: usize = 65_536;
 
+/// The second chunk of [`open_at_cut_backwards`] (the first runs from the last index entry below the cut) is at
+/// least this long; each further one at least twice the one before, up to [`MAX_BACKWARD_CHUNK`].
+const MIN_BACKWARD_CHUNK: u64 = 16 * 1024;
+/// The longest chunk [`open_at_cut_backwards`] asks for between two index entries: large enough that reading a
+/// whole segment backwards costs what a forward walk does, small enough that its events stay few.
+const MAX_BACKWARD_CHUNK: u64 = 4 << 20;
+
 /// The transactions of `producers` open at `cut_offset` inside segment `base` of `dir`, read **backwards** from the
 /// cut through the segment's offset index, a chunk between two entries at a time, only until each producer's last
 /// event before the cut is found (and, for an open transaction, where it began): a producer whose transaction is
@@ -203,18 +210,37 @@ pub(super) fn open_at_cut_backwards(
     let index = read_index_file(&dir.join(segment_file_name(base, SegmentFileKind::Index)))
         .map(|b| OffsetIndex::parse(&b).entries)
         .unwrap_or_default();
-    // Chunk starts: 0 and every entry below the cut, ascending; each is checked to point at its batch only when
-    // the reading reaches it (checking them all first would read a header per entry of the whole segment).
-    let mut starts: Vec<(u64, Option<&OffsetIndexEntry>)> = vec![(0, None)];
+    // The entries below the cut, ascending (an index whose positions do not ascend does not describe the file).
+    let mut below: Vec<(u64, &OffsetIndexEntry)> = Vec::new();
     for e in index.iter().filter(|e| e.offset(base) < cut_offset) {
         let Ok(position) = u64::try_from(e.position) else {
             return Ok(None);
         };
-        if position <= starts.last().map_or(0, |(p, _)| *p) {
+        if position <= below.last().map_or(0, |(p, _)| *p) {
             return Ok(None);
         }
-        starts.push((position, Some(e)));
+        below.push((position, e));
     }
+    // Chunk starts, ascending: 0 and some of those entries. From the cut back, the nearest entry first, then each
+    // next one at least twice as far back as the chunk before it was long, up to `MAX_BACKWARD_CHUNK`: a short
+    // transaction is decided within a few KiB of the cut, and a producer whose transaction (or its last marker)
+    // lies far back is read in chunks of MiBs, at a forward walk's pace, not one index interval (4 KiB) at a time.
+    // Each start is checked to point at its batch only when the reading reaches it (checking them all first would
+    // read a header per entry of the whole segment).
+    let mut chosen: Vec<(u64, Option<&OffsetIndexEntry>)> = Vec::new();
+    let mut chunk = MIN_BACKWARD_CHUNK;
+    for &(position, e) in below.iter().rev() {
+        match chosen.last() {
+            Some((later, _)) if later - position < chunk => {}
+            Some(_) => {
+                chosen.push((position, Some(e)));
+                chunk = chunk.saturating_mul(2).min(MAX_BACKWARD_CHUNK);
+            }
+            None => chosen.push((position, Some(e))),
+        }
+    }
+    chosen.push((0, None));
+    let starts: Vec<(u64, Option<&OffsetIndexEntry>)> = chosen.into_iter().rev().collect();
     // Per producer, what the backward reading has found: its transaction's batches after the last marker, so far.
     struct Found {
         tally: TxnTally,
