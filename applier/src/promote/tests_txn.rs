@@ -60,6 +60,18 @@ fn send(w: &mut PartitionWriter, p: &mut Producer, records: i32, transactional: 
     base
 }
 
+/// A source partition of one topic whose offset index has an entry every `index_interval_bytes`.
+fn indexed_writer(root: &Path, segment_bytes: u64, index_interval_bytes: u64) -> PartitionWriter {
+    let cfg = WriterConfig {
+        segment_bytes,
+        index_interval_bytes,
+        ..config(Uuid([1; 16]))
+    };
+    let mut w = PartitionWriter::create(root, TOPIC, 0, 0, cfg).unwrap();
+    w.become_leader(SOURCE_EPOCH);
+    w
+}
+
 fn end(w: &mut PartitionWriter, p: &Producer, control_type: ControlType, coordinator_epoch: i32) {
     let marker = EndTxnMarker {
         control_type,
@@ -615,13 +627,7 @@ fn a_consistent_cut_ends_every_partition_before_its_first_batch_newer_than_t() {
 #[test]
 fn a_scan_from_a_snapshot_starts_at_the_offset_index_entry_below_it_and_only_where_that_entry_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = WriterConfig {
-        segment_bytes: 1 << 20,
-        index_interval_bytes: 200,
-        ..config(Uuid([1; 16]))
-    };
-    let mut w = PartitionWriter::create(dir.path(), TOPIC, 0, 0, cfg).unwrap();
-    w.become_leader(SOURCE_EPOCH);
+    let mut w = indexed_writer(dir.path(), 1 << 20, 200);
     let mut decided = Producer {
         id: DECIDED,
         epoch: 0,
@@ -986,33 +992,9 @@ fn open_transactions_of_a_bucket_fed_mirror_are_aborted_from_the_records_in_the_
 #[test]
 fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = WriterConfig {
-        segment_bytes: 64 << 20,
-        index_interval_bytes: 256,
-        ..config(Uuid([1; 16]))
-    };
-    let mut w = PartitionWriter::create(dir.path(), TOPIC, 0, 0, cfg).unwrap();
-    w.become_leader(SOURCE_EPOCH);
-    let mut long = Producer {
-        id: LONG_OPEN,
-        epoch: 2,
-        sequence: 0,
-    };
-    let mut idem = Producer {
-        id: IDEMPOTENT,
-        epoch: 0,
-        sequence: 0,
-    };
-    let mut decided = Producer {
-        id: DECIDED,
-        epoch: 5,
-        sequence: 0,
-    };
-    let mut late = Producer {
-        id: LATE_OPEN,
-        epoch: 1,
-        sequence: 0,
-    };
+    let mut w = indexed_writer(dir.path(), 64 << 20, 256);
+    let [mut long, mut idem, mut decided, mut late] = [(LONG_OPEN, 2), (IDEMPOTENT, 0), (DECIDED, 5), (LATE_OPEN, 1)]
+        .map(|(id, epoch)| Producer { id, epoch, sequence: 0 });
     // LATE_OPEN commits once at the start: its marker lies far back from every later cut.
     send(&mut w, &mut late, 1, true);
     end(&mut w, &late, ControlType::Commit, 7);
