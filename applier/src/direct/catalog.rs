@@ -33,17 +33,17 @@
 //! both are idempotent. A replacement is checked against the catalog ([`Catalog::check_replacement`]) before
 //! anything in the partition directory changes, so one the catalog would refuse never reaches the disk.
 //!
-//! **A gap between sealed segments** (a seal whose base lies above the installed end) is a hole the source's
-//! cleaner left at the end of the previous segment: the feed reached that segment only after it was cleaned (it
-//! lagged behind a kill or a cut), and the cleaner removes a segment's newest records but never its offset range,
-//! which in Kafka ends at the next segment's base. The previous sealed row's range is extended to the new base
-//! ([`Catalog::replace_sealed`] with the same bytes and that end) before the new segment is marked installed,
-//! which the catalog's succession rule requires. The log start does **not** move: it follows the source's only
-//! (the `LogStart` frame, `retention`). A gap that retention made (the feed skipped a segment the source deleted)
-//! needs nothing more: retention deletes from the front, so the previous segment is gone at the source too, and
-//! the LogStart that says so (before the seal, or soon after it) moves the log start and drops that row. Moving
-//! the log start on the gap instead gave a compacted partition a log start above its oldest surviving keys while
-//! the rows and files below stayed, and `promote` dropped them.
+//! **A gap between sealed segments** (a seal whose base lies above the end of the last installed row below it) is a
+//! hole the source's cleaner left at the end of the previous segment: the feed reached that segment only after it
+//! was cleaned (it lagged behind a kill or a cut), and the cleaner removes a segment's newest records but never its
+//! offset range, which in Kafka ends at the next segment's base. The previous sealed row's range is extended to the
+//! new base ([`Catalog::replace_sealed`] with the same bytes and that end) before the new segment is marked
+//! installed, which the catalog's succession rule requires. The log start does **not** move: it follows the
+//! source's only (the `LogStart` frame, `retention`). A gap that retention made (the feed skipped a segment the
+//! source deleted) needs nothing more: retention deletes from the front, so the previous segment is gone at the
+//! source too, and the LogStart that says so (before the seal, or soon after it) moves the log start and drops that
+//! row. Moving the log start on the gap instead gave a compacted partition a log start above its oldest surviving
+//! keys while the rows and files below stayed, and `promote` dropped them.
 //!
 //! **A seal the catalog still refuses** (its range overlaps or leaves a hole that nothing above explains) stops its
 //! partition only ([`TailError::LocalPartition`]): the link's other partitions go on, the state file stays unsealed
@@ -279,8 +279,22 @@ impl TailCatalog {
         let id = self.id(p)?;
         let topic_id = Uuid(p.topic_id).to_string();
         let row = self.catalog.partition_by_id(id)?;
-        if let Some(end) = row.installed_end_offset.filter(|end| seal.segment_base > *end) {
-            self.bridge_hole(p, id, &row, end, seal.segment_base)?;
+        // A hole below the seal: the last installed row below its base ends before it, or (no row below) the
+        // installed end lies below it. Judged by the rows, not by the recorded end alone, which a catalog written
+        // before replacements moved it may hold past them.
+        let below = self
+            .catalog
+            .installed_segments(id)?
+            .into_iter()
+            .rev()
+            .find(|s| s.version.base_offset < seal.segment_base);
+        let hole = match (&below, row.installed_end_offset) {
+            (Some(prev), _) => prev.version.next_offset < seal.segment_base,
+            (None, Some(end)) => seal.segment_base > end,
+            (None, None) => false,
+        };
+        if hole {
+            self.bridge_hole(p, id, &row, below, seal.segment_base)?;
         }
         let name = tp_name(p);
         let version = SegmentVersion {
@@ -310,18 +324,19 @@ impl TailCatalog {
         Ok(())
     }
 
-    /// A seal of segment `base` above the installed end `end` (module docs, "A gap between sealed segments"): the
-    /// offsets `[end, base)` are a hole inside the last installed segment's range (the cleaner removed its newest
-    /// records before the feed read it), unless the source's log start already passed them (retention). Kafka's
-    /// rule decides: a segment's range ends at the next segment's base, whatever its last batch; and retention
-    /// deletes from the front, so a segment the source deleted between the two would have taken the earlier one
-    /// with it, and the LogStart telling it (sent before the seal, or soon after) drops that one's row anyway.
+    /// A seal of segment `base` above the end `end` of `last`, the last installed row below it (or, with none, of
+    /// the installed end) (module docs, "A gap between sealed segments"): the offsets `[end, base)` are a hole
+    /// inside the last installed segment's range (the cleaner removed its newest records before the feed read it),
+    /// unless the source's log start already passed them (retention). Kafka's rule decides: a segment's range ends
+    /// at the next segment's base, whatever its last batch; and retention deletes from the front, so a segment the
+    /// source deleted between the two would have taken the earlier one with it, and the LogStart telling it (sent
+    /// before the seal, or soon after) drops that one's row anyway.
     fn bridge_hole(
         &mut self,
         p: &PartitionRef,
         id: PartitionId,
         row: &MirrorPartition,
-        end: i64,
+        last: Option<SegmentRecord>,
         base: i64,
     ) -> TailResult<()> {
         let name = tp_name(p);
@@ -330,12 +345,6 @@ impl TailCatalog {
             // Retention, already recorded (a LogStart at or above this base).
             return Ok(());
         }
-        let last = self
-            .catalog
-            .installed_segments(id)?
-            .into_iter()
-            .rev()
-            .find(|s| s.version.base_offset < base);
         match last {
             // Below the base, whether or not it ends at the recorded installed end (a catalog written before
             // replacements moved that end could hold one behind the rows).
@@ -358,7 +367,8 @@ impl TailCatalog {
             // Nothing installed below it any more: every earlier row went with the source's retention, which
             // reached this segment too before the LogStart telling it arrived.
             None => {
-                tracing::warn!(partition = %name, from = row.log_start_offset, to = base, installed_end = end,
+                tracing::warn!(partition = %name, from = row.log_start_offset, to = base,
+                    installed_end = ?row.installed_end_offset,
                     "no installed segment below a seal above the installed end: the catalog's log start moves to it");
                 self.catalog.upsert_partition(&self.key(p), &topic_id, base)?;
             }

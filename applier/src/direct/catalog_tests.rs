@@ -335,3 +335,54 @@ async fn tail_catalog_conflict_at_a_seal_stops_the_partition_only() {
     assert_eq!(look.installed_segments(row.id).unwrap()[0].version.sha256, digest);
     assert_eq!(look.partition(&key()).unwrap().installed_end_offset, Some(*base1));
 }
+
+/// A catalog whose recorded installed end lies past its rows (a replacement dropped a row reaching further than
+/// its own end, and the end stayed): the next seal is judged by the rows, the hole below it bridged as the
+/// cleaner's, and installed, where the recorded end alone hid the hole and the catalog refused the seal.
+#[tokio::test]
+async fn tail_catalog_judges_a_seal_by_the_rows_below_it_not_by_the_recorded_end() {
+    let f = fixture();
+    assert!(f.segs.len() >= 4, "{} segments", f.segs.len());
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, mut look) = catalogs(tmp.path());
+    let mut a = appender(&f, mine);
+    for (base, bytes) in &f.segs[..2] {
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+    }
+    let (b0, b1, b2, b3) = (f.segs[0].0, f.segs[1].0, f.segs[2].0, f.segs[3].0);
+    let row = look.partition(&key()).unwrap();
+    let first = look.installed_segments(row.id).unwrap()[0].version.clone();
+    let shorter = segmirror_catalog::Replacement {
+        size: first.size,
+        sha256: first.sha256,
+        last_offset: Some(first.last_offset),
+        manifest_key: first.manifest_key.clone(),
+        next_offset: Some(b1 + 1),
+    };
+    look.replace_sealed(row.id, &row.source_topic_id, &[b0], &shorter)
+        .unwrap();
+    let ranges = |look: &Catalog| -> Vec<(i64, i64)> {
+        look.installed_segments(row.id)
+            .unwrap()
+            .iter()
+            .map(|s| (s.version.base_offset, s.version.next_offset))
+            .collect()
+    };
+    assert_eq!(ranges(&look), vec![(b0, b1 + 1)]);
+    assert_eq!(
+        look.partition(&key()).unwrap().installed_end_offset,
+        Some(b2),
+        "the recorded end stayed"
+    );
+
+    let (_, bytes2) = &f.segs[2];
+    for c in chunks_of(b2, bytes2, 2) {
+        a.apply_chunk(&c).await.unwrap();
+    }
+    a.apply_seal(&seal_of(&f.source, b2, bytes2, true)).await.unwrap();
+    assert_eq!(ranges(&look), vec![(b0, b2), (b2, b3)]);
+    assert_eq!(look.partition(&key()).unwrap().installed_end_offset, Some(b3));
+}
