@@ -60,6 +60,23 @@ fn send(w: &mut PartitionWriter, p: &mut Producer, records: i32, transactional: 
     base
 }
 
+/// What lies after `cut_offset` in the segments `bases` of `dir`, as a consistent cut's search notes it.
+fn after_cut(dir: &Path, bases: &[i64], cut_offset: i64) -> super::consistent_cut::AfterCut {
+    let mut after = super::consistent_cut::AfterCut::default();
+    for b in bases {
+        LogFile::open(dir.join(segment_file_name(*b, SegmentFileKind::Log)))
+            .unwrap()
+            .scan(|f| {
+                if f.info.base_offset >= cut_offset {
+                    after.note(&f.info);
+                }
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+    }
+    after
+}
+
 /// A source partition of one topic whose offset index has an entry every `index_interval_bytes`.
 fn indexed_writer(root: &Path, segment_bytes: u64, index_interval_bytes: u64) -> PartitionWriter {
     let cfg = WriterConfig {
@@ -845,18 +862,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                     // From the end: the transactions open there and the batches after the cut alone.
                     let at_end =
                         recorded_txns::open_at(&w.dir, &recorded, &all, &w.snapshots, w.log_end_offset).unwrap();
-                    let mut after = super::consistent_cut::AfterCut::default();
-                    for b in &all[i..] {
-                        LogFile::open(w.dir.join(segment_file_name(*b, SegmentFileKind::Log)))
-                            .unwrap()
-                            .scan(|f| {
-                                if f.info.base_offset >= cut_offset {
-                                    after.note(&f.info);
-                                }
-                                std::ops::ControlFlow::Continue(())
-                            })
-                            .unwrap();
-                    }
+                    let after = after_cut(&w.dir, &all[i..], cut_offset);
                     if let Some(found) = recorded_txns::open_at_cut_from_end(&at_end, &after, cut_offset) {
                         assert_eq!(found, walked, "{:?} cut at {cut_offset}, from the end", w.dir);
                         from_the_end += 1;
@@ -1040,16 +1046,7 @@ fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
     let mut read_back = 0;
     for cut_offset in cuts.into_iter().skip(1).step_by(97) {
         let walked = find_open_transactions(&written.dir, &all, &[], cut_offset).unwrap();
-        let mut after = super::consistent_cut::AfterCut::default();
-        LogFile::open(&log)
-            .unwrap()
-            .scan(|f| {
-                if f.info.base_offset >= cut_offset {
-                    after.note(&f.info);
-                }
-                std::ops::ControlFlow::Continue(())
-            })
-            .unwrap();
+        let after = after_cut(&written.dir, &all, cut_offset);
         let cut = recorded_txns::CutInside {
             base: 0,
             end: written.log_end_offset,
