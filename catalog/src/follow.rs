@@ -395,6 +395,20 @@ mod tests {
     }
 
     #[test]
+    fn the_installed_segment_below_an_offset_is_the_last_row_starting_under_it() {
+        let (cat, id, _) = setup();
+        let below = |offset: i64| {
+            cat.installed_segment_below(id, offset)
+                .unwrap()
+                .map(|s| s.version.base_offset)
+        };
+        assert_eq!(
+            [below(0), below(1), below(200), below(250), below(i64::MAX)],
+            [None, Some(0), Some(100), Some(200), Some(300)]
+        );
+    }
+
+    #[test]
     fn retention_moves_the_log_start_and_drops_rows_wholly_below_it() {
         let (mut cat, id, key) = setup();
         // Inside segment 200: segments 0 and 100 are wholly below, 200 holds the log start.

@@ -147,15 +147,15 @@ pub(crate) fn load_segment(conn: &Connection, id: PartitionId, base_offset: i64)
         .optional()?)
 }
 
-/// The installed segment with the highest base offset.
-fn last_installed(conn: &Connection, id: PartitionId) -> Result<Option<SegmentRecord>> {
+/// The installed segment with the highest base offset below `below`.
+fn last_installed(conn: &Connection, id: PartitionId, below: i64) -> Result<Option<SegmentRecord>> {
     Ok(conn
         .query_row(
             &format!(
                 "SELECT {SEGMENT_COLUMNS} FROM segments WHERE partition_id = ?1 AND state = 'installed' \
-                 ORDER BY base_offset DESC LIMIT 1"
+                 AND base_offset < ?2 ORDER BY base_offset DESC LIMIT 1"
             ),
-            [id.0],
+            params![id.0, below],
             segment_from_row,
         )
         .optional()?)
@@ -238,7 +238,7 @@ fn fit(
     };
     let installed = load_segment(conn, p.id, v.base_offset)?.filter(|s| s.state == SegmentState::Installed);
     let mut chain: Vec<succession::Version> = installed.iter().map(|s| version_of(&s.version)).collect();
-    if let Some(last) = last_installed(conn, p.id)?.filter(|l| l.version.base_offset != v.base_offset) {
+    if let Some(last) = last_installed(conn, p.id, i64::MAX)?.filter(|l| l.version.base_offset != v.base_offset) {
         chain.push(version_of(&last.version));
     }
     if let (Preceded::ByEmpty { from }, Some(last)) = (preceded, chain.last()) {
@@ -444,6 +444,12 @@ impl Catalog {
     /// Every segment row of partition `id`, by base offset. `NotFound` for an unknown partition.
     pub fn segments(&self, id: PartitionId) -> Result<Vec<SegmentRecord>> {
         self.query_segments(id, "")
+    }
+
+    /// The installed segment of partition `id` with the highest base offset below `base_offset` (one row read, not
+    /// the partition's history).
+    pub fn installed_segment_below(&self, id: PartitionId, base_offset: i64) -> Result<Option<SegmentRecord>> {
+        last_installed(&self.conn, id, base_offset)
     }
 
     /// The installed segments of partition `id`, by base offset. `NotFound` for an unknown partition.

@@ -282,12 +282,7 @@ impl TailCatalog {
         // A hole below the seal: the last installed row below its base ends before it, or (no row below) the
         // installed end lies below it. Judged by the rows, not by the recorded end alone, which a catalog written
         // before replacements moved it may hold past them.
-        let below = self
-            .catalog
-            .installed_segments(id)?
-            .into_iter()
-            .rev()
-            .find(|s| s.version.base_offset < seal.segment_base);
+        let below = self.catalog.installed_segment_below(id, seal.segment_base)?;
         let hole = match (&below, row.installed_end_offset) {
             (Some(prev), _) => prev.version.next_offset < seal.segment_base,
             (None, Some(end)) => seal.segment_base > end,
