@@ -166,7 +166,7 @@ impl Kept {
 /// Whether the open transactions a state records hold what a walk of the partition from its first segment (base
 /// `first_base`) finds: every one tallied and begun in the mirror (a walk takes a transaction begun before its first
 /// segment to start at its first batch there). The one rule by which promotion aborts them from the record
-/// (`promote::tail_kept::open_transactions`) and by which `verify --deep` holds the record to the walk as an error.
+/// (`promote::tail_kept::tallied`) and by which `verify --deep` holds the record to the walk as an error.
 pub fn open_transactions_match_a_walk(open: &[segment_format::txn_index::OpenTransaction], first_base: i64) -> bool {
     open.iter().all(|o| o.tally.is_some() && o.first_offset >= first_base)
 }

@@ -15,7 +15,7 @@
 //!   where it started, which retention may since have deleted (a transaction begun there has its true first offset
 //!   in the record and its first batch in the mirror in this walk);
 //! - except where promotion would abort the open transactions from the record alone (every one tallied and begun
-//!   in the mirror, `promote::tail_kept::open_transactions`): then the record must be exactly what this walk
+//!   in the mirror, `promote::tail_kept::tallied`): then the record must be exactly what this walk
 //!   finds, producer, first offset and tally, or it is an error (promotion would write a wrong marker or miss
 //!   one).
 

@@ -41,10 +41,9 @@
 //! segment holding the cut over and cuts it back (`build`). So a consistent cut no longer reads the mirror from its
 //! start.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
-
-use std::collections::BTreeMap;
 
 use segment_format::batch::BatchInfo;
 use segment_format::dir::{segment_file_name, SegmentFileKind};

@@ -438,12 +438,9 @@ impl<'a> Planner<'a> {
         // The tail appender's record of the transactions open at the end spares the walk (`tail_kept`) when it
         // holds what the walk would find; a cut, a producer snapshot (where the walk would start) or a transaction
         // the record cannot describe take the walk.
-        let first_base = mirror.segments.first().copied().unwrap_or(mirror.log_end_offset);
-        let kept_open = mirror
-            .tail_open_transactions
-            .as_deref()
-            .filter(|_| consistent.is_none() && mirror.tail_kept.is_some() && mirror.snapshots.is_empty())
-            .and_then(|open| super::tail_kept::open_transactions(open, first_base, mirror.log_end_offset));
+        let kept_open = tail_tallied_at_end(&mirror)
+            .filter(|_| consistent.is_none())
+            .map(|open| txn_cut::cut_at_end(open, mirror.log_end_offset));
         let dir = request.mirror_root.join(tp.dir_name());
         // The installs' records of each segment's transactions spare it too (`recorded_txns`); a cut inside a
         // segment walks that segment's batches below the cut, and no other.
@@ -508,15 +505,8 @@ impl<'a> Planner<'a> {
         mirror: &MirrorFacts,
         recorded: &mut Option<recorded_txns::Recorded>,
     ) -> Result<Option<Vec<txn_cut::Tallied>>> {
-        let first_base = mirror.segments.first().copied().unwrap_or(mirror.log_end_offset);
-        if let (Some(open), Some(_), true) = (
-            &mirror.tail_open_transactions,
-            &mirror.tail_kept,
-            mirror.snapshots.is_empty(),
-        ) {
-            if let Some(tallied) = super::tail_kept::tallied(open, first_base, mirror.log_end_offset) {
-                return Ok(Some(tallied));
-            }
+        if let Some(tallied) = tail_tallied_at_end(mirror) {
+            return Ok(Some(tallied));
         }
         Ok(recorded_txns::open_at(
             dir,
@@ -533,10 +523,11 @@ impl<'a> Planner<'a> {
         p: &MirrorPartition,
         cache: &'c mut Option<recorded_txns::Recorded>,
     ) -> Result<&'c recorded_txns::Recorded> {
-        if cache.is_none() {
-            *cache = Some(self.catalog.installed_txn_ends(p.id)?);
-        }
-        Ok(cache.get_or_insert_with(recorded_txns::Recorded::new))
+        let recorded = match cache.take() {
+            Some(recorded) => recorded,
+            None => self.catalog.installed_txn_ends(p.id)?,
+        };
+        Ok(cache.insert(recorded))
     }
 
     /// Per topic: its planned partitions carry one topic id, the one the target's metadata log names for it.
@@ -647,6 +638,18 @@ fn same_file_system(a: &Path, b: &Path) -> Result<bool> {
 #[cfg(not(unix))]
 fn same_file_system(_: &Path, _: &Path) -> Result<bool> {
     Ok(false)
+}
+
+/// The transactions open at the mirror's end as the tail appender recorded them (producer, first offset, tally),
+/// where that record holds what the walk would find: kept facts, no producer snapshot (where the walk would start),
+/// every transaction tallied and begun inside the mirror.
+fn tail_tallied_at_end(mirror: &MirrorFacts) -> Option<Vec<txn_cut::Tallied>> {
+    let open = mirror.tail_open_transactions.as_deref()?;
+    if mirror.tail_kept.is_none() || !mirror.snapshots.is_empty() {
+        return None;
+    }
+    let first_base = mirror.segments.first().copied().unwrap_or(mirror.log_end_offset);
+    super::tail_kept::tallied(open, first_base, mirror.log_end_offset)
 }
 
 /// Pause the planned partitions in the catalog so that a running applier leaves them alone, then check that

@@ -17,7 +17,7 @@
 //!   so only entries *after* the recorded ones can be there (a crash's leftovers): its recorded prefix is kept.
 //! - **Open transactions**: the appender records the transactions open at the position, each with its tally (the
 //!   producer epoch, records, batches and bytes of its batches so far: `txn_index::TxnTally`), which is all an
-//!   ABORT marker and its report need ([`open_transactions`]). A walk from the first segment finds the same set
+//!   ABORT marker and its report need ([`tallied`]). A walk from the first segment finds the same set
 //!   with the same sums: it follows the same batches by the same rule (`TxnTracker`). Only where the walk would see
 //!   something else does planning walk: a transaction begun before the first segment (retention deleted its start:
 //!   the walk takes it to begin at its first batch in the mirror), one without a tally (recorded before tallies
@@ -42,7 +42,7 @@ use crate::direct::{Kept, KeptEpochs};
 
 use super::error::{Error, Result};
 use super::files::remove_file;
-use super::txn_cut::{self, CutTransaction};
+use super::txn_cut;
 
 /// The one epoch of every batch of the segment `base..end` by the kept history, when it covers the segment.
 pub(super) fn segment_epoch(kept: Option<&Kept>, base: i64, end: i64) -> Option<i32> {
@@ -50,20 +50,10 @@ pub(super) fn segment_epoch(kept: Option<&Kept>, base: i64, end: i64) -> Option<
         .and_then(|e: &KeptEpochs| e.single_epoch(base, end))
 }
 
-/// The transactions the appender recorded open at the mirror's end (`log_end_offset`), as promotion aborts them
-/// (markers from the end on, in order of first offset), when the record holds what a walk from the first promoted
-/// segment (base `first_base`) would find: every one tallied and begun at or after `first_base` (module docs).
-/// `None`: the walk decides.
-pub(super) fn open_transactions(
-    open: &[OpenTransaction],
-    first_base: i64,
-    log_end_offset: i64,
-) -> Option<Vec<CutTransaction>> {
-    let tallied = tallied(open, first_base, log_end_offset)?;
-    Some(txn_cut::cut_at_end(tallied, log_end_offset))
-}
-
-/// [`open_transactions`] before the markers are placed: producer id, first offset and tally of each.
+/// The transactions the appender recorded open at the mirror's end (`log_end_offset`): producer id, first offset and
+/// tally of each, when the record holds what a walk from the first promoted segment (base `first_base`) would find:
+/// every one tallied and begun at or after `first_base` (module docs). `None`: the walk decides. Promotion aborts
+/// them with markers from the end on (`txn_cut::cut_at_end`).
 pub(super) fn tallied(open: &[OpenTransaction], first_base: i64, log_end_offset: i64) -> Option<Vec<txn_cut::Tallied>> {
     if !crate::direct::open_transactions_match_a_walk(open, first_base) {
         return None;

@@ -548,8 +548,12 @@ fn open_transactions_are_taken_from_the_record_only_where_it_holds_what_the_walk
         first_offset,
         tally,
     };
+    // As promotion aborts them: markers from the end on.
+    let open_transactions = |open: &[OpenTransaction], first_base, end| {
+        super::tail_kept::tallied(open, first_base, end).map(|t| super::txn_cut::cut_at_end(t, end))
+    };
     let both = [open(7, 120, tally(4)), open(5, 100, tally(2))];
-    let cut = super::tail_kept::open_transactions(&both, 50, 200).unwrap();
+    let cut = open_transactions(&both, 50, 200).unwrap();
     // In order of first offset, markers from the end on, the one coordinator epoch of promotion's markers.
     let got: Vec<_> = cut
         .iter()
@@ -567,13 +571,10 @@ fn open_transactions_are_taken_from_the_record_only_where_it_holds_what_the_walk
     assert!(cut
         .iter()
         .all(|c| c.coordinator_epoch == super::txn_cut::MARKER_COORDINATOR_EPOCH));
-    assert_eq!(super::tail_kept::open_transactions(&[], 50, 200), Some(Vec::new()));
+    assert_eq!(open_transactions(&[], 50, 200), Some(Vec::new()));
     // Begun before the first segment (the walk would start it at its first batch in the mirror), or untallied.
-    assert_eq!(super::tail_kept::open_transactions(&both, 110, 200), None);
-    assert_eq!(
-        super::tail_kept::open_transactions(&[both[0], open(5, 100, None)], 50, 200),
-        None
-    );
+    assert_eq!(open_transactions(&both, 110, 200), None);
+    assert_eq!(open_transactions(&[both[0], open(5, 100, None)], 50, 200), None);
 }
 
 /// The active segment's index files as a crash can leave them when their last writes never reached the disk: an
@@ -676,9 +677,6 @@ fn forget_kept_in(mirror: &Path, partitions: i32) {
 /// stays in its active segment.
 const BENCH_SEGMENT_BYTES: u64 = 1 << 30;
 
-/// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
-/// source whose leader never changed) to partition `partition` through `a`, in 1 MiB chunks committed eight at a
-/// time; a segment reaching [`BENCH_SEGMENT_BYTES`] is sealed and the next one started, the last stays active.
 /// How a benchmark partition ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BenchEnd {
@@ -693,6 +691,9 @@ enum BenchEnd {
     CommittedTransaction { earlier: bool },
 }
 
+/// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
+/// source whose leader never changed) to partition `partition` through `a`, in 1 MiB chunks committed eight at a
+/// time; a segment reaching [`BENCH_SEGMENT_BYTES`] is sealed and the next one started, the last stays active.
 async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, end: BenchEnd) {
     use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
     let value = vec![b'x'; 4096];

@@ -19,7 +19,7 @@
 //! a usable snapshot, from the first promoted segment. Memory is bounded by the number of producers (as the
 //! broker's own producer state is), never by the data.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -151,11 +151,7 @@ pub fn find_open_transactions(
         .unwrap_or(snapshot_offset)
         .min(snapshot_offset);
     let open = follow(dir, segments, open, snapshot_offset, scan_from, log_end_offset)?;
-    Ok(cut_at_end(
-        open.into_iter()
-            .map(|(producer_id, o)| (producer_id, o.first_offset, o.tally)),
-        log_end_offset,
-    ))
+    Ok(cut_followed(open, log_end_offset))
 }
 
 /// The transactions open at `end` inside segment `base` of `dir` (a consistent cut), given those open at `base`
@@ -172,11 +168,16 @@ pub(super) fn open_at_cut_in_segment(
         .map(|(producer, first_offset, tally)| (producer, Open { first_offset, tally }))
         .collect();
     let open = follow(dir, &[base], open, base, base, end)?;
-    Ok(cut_at_end(
+    Ok(cut_followed(open, end))
+}
+
+/// [`cut_at_end`] of the transactions [`follow`] left open.
+fn cut_followed(open: HashMap<i64, Open>, end: i64) -> Vec<CutTransaction> {
+    cut_at_end(
         open.into_iter()
             .map(|(producer_id, o)| (producer_id, o.first_offset, o.tally)),
         end,
-    ))
+    )
 }
 
 /// An open transaction as the records or a walk give it: producer id, first offset, tally.
@@ -193,8 +194,8 @@ const MIN_BACKWARD_CHUNK: u64 = 16 * 1024;
 const MAX_BACKWARD_CHUNK: u64 = 4 << 20;
 
 /// The transactions of `producers` open at `cut_offset` inside segment `base` of `dir`, read **backwards** from the
-/// cut through the segment's offset index, a chunk between two entries at a time, only until each producer's last
-/// event before the cut is found (and, for an open transaction, where it began): a producer whose transaction is
+/// cut through the segment's offset index, in chunks that grow from the cut back (see [`MAX_BACKWARD_CHUNK`]), only
+/// until each producer's last event before the cut is found (and, for an open transaction, where it began): a producer whose transaction is
 /// short is decided within a few KiB of the cut. `open_at_base` are the transactions open at the segment's base
 /// (what the installs' records fold to), used for a producer whose events reach back to it. `Ok(None)` when the
 /// offset index does not describe the file (the caller walks forward).
@@ -202,7 +203,7 @@ pub(super) fn open_at_cut_backwards(
     dir: &Path,
     base: i64,
     open_at_base: &[Tallied],
-    producers: &std::collections::BTreeSet<i64>,
+    producers: &BTreeSet<i64>,
     cut_offset: i64,
 ) -> Result<Option<Vec<Tallied>>> {
     let path = dir.join(segment_file_name(base, SegmentFileKind::Log));
@@ -246,7 +247,7 @@ pub(super) fn open_at_cut_backwards(
         tally: TxnTally,
         first: i64,
     }
-    let mut pending: std::collections::BTreeSet<i64> = producers.clone();
+    let mut pending: BTreeSet<i64> = producers.clone();
     let mut running: HashMap<i64, Found> = HashMap::new();
     let mut open: Vec<Tallied> = Vec::new();
     let mut end = log.len();

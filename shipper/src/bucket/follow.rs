@@ -252,6 +252,17 @@ impl RoundTrigger {
     }
 }
 
+/// [`read_log_starts`] on a blocking thread.
+async fn read_log_starts_off_runtime(log_dir: &std::path::Path) -> Result<Option<HashMap<(String, i32), i64>>> {
+    let log_dir = log_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || read_log_starts(&log_dir))
+        .await
+        .map_err(|e| Error::Task {
+            what: "log-start checkpoint read".into(),
+            message: e.to_string(),
+        })
+}
+
 /// Ship continuously until `shutdown` completes or this shipper is fenced (see the module doc). `on_round` sees
 /// every round's report (for logging). Fails only when nothing can run at all (an invalid configuration, a
 /// watcher that cannot start).
@@ -289,14 +300,7 @@ pub async fn run(
     let mut stats = RoundStats::default();
     let mut trigger = RoundTrigger::default();
     for log_dir in &config.seed.log_dirs {
-        let read = log_dir.clone();
-        let entries = tokio::task::spawn_blocking(move || read_log_starts(&read))
-            .await
-            .map_err(|e| Error::Task {
-                what: "log-start checkpoint read".into(),
-                message: e.to_string(),
-            })?;
-        trigger.log_starts_known(log_dir, entries);
+        trigger.log_starts_known(log_dir, read_log_starts_off_runtime(log_dir).await?);
     }
     tokio::pin!(shutdown);
     // The first round at once: whatever the source holds now.
@@ -363,10 +367,7 @@ pub async fn run(
                         trigger.observe(&e);
                     }
                     for log_dir in trigger.take_unread_log_starts() {
-                        let read = log_dir.clone();
-                        let entries = tokio::task::spawn_blocking(move || read_log_starts(&read))
-                            .await
-                            .map_err(|e| Error::Task { what: "log-start checkpoint read".into(), message: e.to_string() })?;
+                        let entries = read_log_starts_off_runtime(&log_dir).await?;
                         trigger.log_starts_read(&log_dir, entries);
                     }
                 }
