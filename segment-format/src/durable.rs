@@ -289,6 +289,29 @@ pub fn drop_cached_range(file: &File, at: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn drop_cached_range(_file: &File, _at: u64, _len: u64) {}
 
+/// Asks the kernel to start reading `len` bytes of the regular file at `path` from `at` into the page cache
+/// (`None`: to the end of the file), without waiting for them. Only a hint, for a file read soon: a path that cannot
+/// be opened as a regular file (a FIFO is not waited on), or a refused hint, changes nothing; the read that follows
+/// reports what is wrong.
+#[cfg(target_os = "linux")]
+pub fn read_ahead(path: &Path, at: u64, len: Option<u64>) {
+    use std::os::fd::AsRawFd;
+    if len == Some(0) {
+        return;
+    }
+    let Ok((file, _)) = crate::open::open_regular(path) else {
+        return;
+    };
+    let (Ok(offset), Ok(len)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len.unwrap_or(0))) else {
+        return;
+    };
+    // SAFETY: a valid open descriptor; the call reads no memory of ours.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn read_ahead(_path: &Path, _at: u64, _len: Option<u64>) {}
+
 /// Tells the kernel `file` is read from start to end (it doubles read-ahead). Only a hint: failure changes nothing.
 #[cfg(target_os = "linux")]
 pub fn read_sequentially(file: &File) {
@@ -416,5 +439,33 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         fsync_dir(dir.path()).expect("fsync existing dir");
         assert!(fsync_dir(&dir.path().join("nope")).is_err());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn read_ahead_is_a_hint_that_never_waits_on_what_is_not_a_regular_file() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("00000000000000000000.index");
+        std::fs::write(&file, [7u8; 32]).expect("write");
+        let fifo = dir.path().join("00000000000000000000.timeindex");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Opening a FIFO for reading without O_NONBLOCK would wait for a writer forever: run it aside, bounded.
+        let (done, finished) = std::sync::mpsc::channel();
+        let paths = (file.clone(), fifo, dir.path().join("missing"));
+        std::thread::spawn(move || {
+            read_ahead(&paths.0, 0, None);
+            read_ahead(&paths.0, 8, Some(0));
+            read_ahead(&paths.1, 0, None);
+            read_ahead(&paths.2, 0, Some(4096));
+            let _ = done.send(());
+        });
+        assert!(
+            finished.recv_timeout(std::time::Duration::from_secs(10)).is_ok(),
+            "read_ahead waited"
+        );
+        assert_eq!(std::fs::read(&file).expect("read"), [7u8; 32]);
     }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, SegmentFiles};
+use segment_format::durable::read_ahead;
 use segment_format::txn_index::OpenTransaction;
 use segment_format::TopicPartition;
 use segmirror_catalog::MirrorPartition;
@@ -172,16 +173,22 @@ pub(super) fn inspect_all(
 ) -> Vec<Inspected> {
     let inspect = |p: &MirrorPartition| {
         let tp = p.key.topic_partition();
+        let mut holders: Vec<usize> = (0..targets.len()).filter(|i| targets[*i].holds(&tp)).collect();
+        if holders.is_empty() {
+            holders.push(0);
+        }
+        // The target's files are read after the mirror's: asked for first, they arrive meanwhile.
+        for i in &holders {
+            if let Some(target) = targets.get(*i) {
+                target.read_ahead(&tp);
+            }
+        }
         let mut mirror_refusals = Vec::new();
         let mirror = if mirror_exists {
             inspect_mirror(&request.mirror_root, p, &tp, &mut mirror_refusals)
         } else {
             Ok(None)
         };
-        let mut holders: Vec<usize> = (0..targets.len()).filter(|i| targets[*i].holds(&tp)).collect();
-        if holders.is_empty() {
-            holders.push(0);
-        }
         let existing = target::ExistingData::of(request.force);
         let seen = holders
             .into_iter()
@@ -302,6 +309,7 @@ fn tailed_active_segment(
         // Claimed at 0 bytes and never created (a crash in between): the partition ends with its sealed segments.
         return Ok(Tailed::No);
     }
+    read_ahead_active(last, state.position);
     let recorded_end = if state.position == 0 {
         state.segment_base
     } else {
@@ -341,6 +349,33 @@ fn tailed_active_segment(
             .open_transactions
             .filter(|_| describes_end && state.kept.is_some()),
     }))
+}
+
+/// Ask the kernel now for what is read next of a tailed partition's active segment of `size` bytes: its last batches
+/// (`log_end`, just after), and what building it from what the appender kept reads: the companions whole
+/// (`tail_kept::trust`) and the first batch (`build::settled`).
+///
+/// Why: with a cold page cache each of these was a wait of its own, and building waits with a few threads where
+/// planning has [`READS_PER_BUILD`] times as many; asked for together, without waiting, they arrive meanwhile
+/// (10,000 partitions: docs/BENCHMARKS.md).
+fn read_ahead_active(active: &SegmentFiles, size: u64) {
+    /// The first batch's header lies in the first page; the last batches mostly in the last few.
+    const LOG_HEAD: u64 = 4096;
+    const LOG_TAIL: u64 = 16 * 1024;
+    /// A segment up to this size is asked for whole: one request costs the disk about what two small ones do.
+    const LOG_WHOLE: u64 = 128 * 1024;
+    if size <= LOG_WHOLE {
+        read_ahead(&active.log, 0, Some(size));
+    } else {
+        read_ahead(&active.log, 0, Some(LOG_HEAD));
+        read_ahead(&active.log, size - LOG_TAIL, None);
+    }
+    for companion in [&active.index, &active.time_index, &active.txn_index]
+        .into_iter()
+        .flatten()
+    {
+        read_ahead(companion, 0, None);
+    }
 }
 
 /// What the tail appender kept for promotion (`crate::direct::Kept`) and the transactions it recorded open, when
