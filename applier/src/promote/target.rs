@@ -87,15 +87,6 @@ impl TargetLogDir {
         self.partitions.get(topic).map_or(0, Vec::len)
     }
 
-    /// Ask the kernel now for the files [`TargetLogDir::inspect_partition`] reads (`partition.metadata`, the
-    /// leader-epoch checkpoint), without waiting: planning then reads them while it reads the mirror's side.
-    pub fn read_ahead(&self, tp: &TopicPartition) {
-        let dir = self.root.join(tp.dir_name());
-        for name in [PARTITION_METADATA_FILE, LEADER_EPOCH_CHECKPOINT_FILE] {
-            segment_format::durable::read_ahead(&dir.join(name), 0, None);
-        }
-    }
-
     /// The facts of one target partition, or the refusals that stop it.
     pub fn inspect_partition(
         &self,

@@ -173,22 +173,16 @@ pub(super) fn inspect_all(
 ) -> Vec<Inspected> {
     let inspect = |p: &MirrorPartition| {
         let tp = p.key.topic_partition();
-        let mut holders: Vec<usize> = (0..targets.len()).filter(|i| targets[*i].holds(&tp)).collect();
-        if holders.is_empty() {
-            holders.push(0);
-        }
-        // The target's files are read after the mirror's: asked for first, they arrive meanwhile.
-        for i in &holders {
-            if let Some(target) = targets.get(*i) {
-                target.read_ahead(&tp);
-            }
-        }
         let mut mirror_refusals = Vec::new();
         let mirror = if mirror_exists {
             inspect_mirror(&request.mirror_root, p, &tp, &mut mirror_refusals)
         } else {
             Ok(None)
         };
+        let mut holders: Vec<usize> = (0..targets.len()).filter(|i| targets[*i].holds(&tp)).collect();
+        if holders.is_empty() {
+            holders.push(0);
+        }
         let existing = target::ExistingData::of(request.force);
         let seen = holders
             .into_iter()
@@ -351,9 +345,10 @@ fn tailed_active_segment(
     }))
 }
 
-/// Ask the kernel now for what is read next of a tailed partition's active segment of `size` bytes: its last batches
-/// (`log_end`, just after), and what building it from what the appender kept reads: the companions whole
-/// (`tail_kept::trust`) and the first batch (`build::settled`).
+/// Ask the kernel now for what is read of a tailed partition's active segment of `size` bytes after its offset
+/// index's last entry (which `log_end` reads at once): its last batches (`log_end`, just after), and what building it
+/// from what the appender kept reads: its first batch (`build::settled`) and the time and transaction indexes whole
+/// (`tail_kept::trust`).
 ///
 /// Why: with a cold page cache each of these was a wait of its own, and building waits with a few threads where
 /// planning has [`READS_PER_BUILD`] times as many; asked for together, without waiting, they arrive meanwhile
@@ -370,10 +365,7 @@ fn read_ahead_active(active: &SegmentFiles, size: u64) {
         read_ahead(&active.log, 0, Some(LOG_HEAD));
         read_ahead(&active.log, size - LOG_TAIL, None);
     }
-    for companion in [&active.index, &active.time_index, &active.txn_index]
-        .into_iter()
-        .flatten()
-    {
+    for companion in [&active.time_index, &active.txn_index].into_iter().flatten() {
         read_ahead(companion, 0, None);
     }
 }
