@@ -345,10 +345,9 @@ fn tailed_active_segment(
     }))
 }
 
-/// Ask the kernel now for what is read of a tailed partition's active segment of `size` bytes after its offset
-/// index's last entry (which `log_end` reads at once): its last batches (`log_end`, just after), and what building it
-/// from what the appender kept reads: its first batch (`build::settled`) and the time and transaction indexes whole
-/// (`tail_kept::trust`).
+/// Ask the kernel now, without waiting, for what promotion reads later of a tailed partition's active segment of
+/// `size` bytes: its last batches (`log_end`, next), its first batch (`build::settled`), and its time and transaction
+/// indexes whole (`tail_kept::trust`). Not its offset index: `log_end` reads that at once.
 ///
 /// Why: with a cold page cache each of these was a wait of its own, and building waits with a few threads where
 /// planning has [`READS_PER_BUILD`] times as many; asked for together, without waiting, they arrive meanwhile
