@@ -195,10 +195,10 @@ const MAX_BACKWARD_CHUNK: u64 = 4 << 20;
 
 /// The transactions of `producers` open at `cut_offset` inside segment `base` of `dir`, read **backwards** from the
 /// cut through the segment's offset index, in chunks that grow from the cut back (see [`MAX_BACKWARD_CHUNK`]), only
-/// until each producer's last event before the cut is found (and, for an open transaction, where it began): a producer whose transaction is
-/// short is decided within a few KiB of the cut. `open_at_base` are the transactions open at the segment's base
-/// (what the installs' records fold to), used for a producer whose events reach back to it. `Ok(None)` when the
-/// offset index does not describe the file (the caller walks forward).
+/// until each producer's last event before the cut is found (and, for an open transaction, where it began): a
+/// producer whose transaction is short is decided within a few KiB of the cut. `open_at_base` are the transactions
+/// open at the segment's base (what the installs' records fold to), used for a producer whose events reach back to
+/// it. `Ok(None)` when the offset index does not describe the file (the caller walks forward).
 pub(super) fn open_at_cut_backwards(
     dir: &Path,
     base: i64,
