@@ -197,6 +197,23 @@ pub struct OpenTransaction {
     pub tally: Option<TxnTally>,
 }
 
+/// A transaction a COMMIT or ABORT marker closed, as the tracker saw it close.
+///
+/// A tail appender keeps each producer's last one (`segmirror_applier::direct::Kept`): a consistent cut whose
+/// producer's marker follows it learns from it where the transaction across the cut began, without reading back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClosedTransaction {
+    pub producer_id: i64,
+    /// Offset of the marker.
+    pub marker_offset: i64,
+    /// First offset of the transaction it closed; `None`: the marker closed no transaction (none had data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_offset: Option<i64>,
+    /// Its data batches added up, when the tracker saw it begin (as [`OpenTransaction::tally`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tally: Option<TxnTally>,
+}
+
 impl TxnTracker {
     pub fn new() -> Self {
         Self::default()
@@ -237,8 +254,13 @@ impl TxnTracker {
 
     /// Feed the next batch; returns the entry Kafka would append for an ABORT marker.
     pub fn on_batch(&mut self, batch: &BatchInfo) -> Option<AbortedTxn> {
+        self.on_batch_closing(batch).0
+    }
+
+    /// [`Self::on_batch`], also saying which transaction a COMMIT or ABORT marker closed ([`ClosedTransaction`]).
+    pub fn on_batch_closing(&mut self, batch: &BatchInfo) -> (Option<AbortedTxn>, Option<ClosedTransaction>) {
         if batch.magic < 2 || batch.producer_id < 0 {
-            return None;
+            return (None, None);
         }
         let pid = batch.producer_id;
         if !batch.is_control {
@@ -256,22 +278,37 @@ impl TxnTracker {
                     }
                 }
             }
-            return None;
+            return (None, None);
         }
         let aborted = match batch.control {
             Some(ControlType::Abort) => true,
             Some(ControlType::Commit) => false,
-            _ => return None,
+            _ => return (None, None),
         };
-        let first = self.open_by_producer.remove(&pid)?.first_offset;
         let marker = batch.base_offset;
+        let Some(open) = self.open_by_producer.remove(&pid) else {
+            let closed = ClosedTransaction {
+                producer_id: pid,
+                marker_offset: marker,
+                first_offset: None,
+                tally: None,
+            };
+            return (None, Some(closed));
+        };
+        let first = open.first_offset;
         let lso = self
             .open_by_first_offset
             .iter()
             .find(|(_, &p)| p != pid)
             .map_or(marker.saturating_add(1), |(&f, _)| f);
         self.open_by_first_offset.remove(&first);
-        aborted.then(|| AbortedTxn::new(pid, first, marker, lso))
+        let closed = ClosedTransaction {
+            producer_id: pid,
+            marker_offset: marker,
+            first_offset: Some(first),
+            tally: open.tally,
+        };
+        (aborted.then(|| AbortedTxn::new(pid, first, marker, lso)), Some(closed))
     }
 
     /// Open transactions as `(producer id, first offset)`, by first offset.
@@ -696,6 +733,56 @@ mod tests {
         let got: Vec<_> = scenario().iter().filter_map(|b| t.on_batch(b)).collect();
         assert_eq!(got, expected_entries());
         assert_eq!(t.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn tracker_says_which_transaction_each_marker_closed() {
+        // Producer 2 is open from the start (untallied): its commit closes a transaction without a tally.
+        let mut t = TxnTracker::with_open_transactions([(2, 3)]);
+        let closed: Vec<ClosedTransaction> = scenario()
+            .iter()
+            .skip(2)
+            .filter_map(|b| t.on_batch_closing(b).1)
+            .collect();
+        let tally = |records, batches, bytes| {
+            Some(TxnTally {
+                producer_epoch: 0,
+                records,
+                batches,
+                bytes,
+            })
+        };
+        let scenario = scenario();
+        let size = |i: usize| scenario[i].size;
+        assert_eq!(
+            closed,
+            vec![
+                ClosedTransaction {
+                    producer_id: 1,
+                    marker_offset: 6,
+                    first_offset: Some(5),
+                    tally: tally(1, 1, size(2)),
+                },
+                ClosedTransaction {
+                    producer_id: 2,
+                    marker_offset: 8,
+                    first_offset: Some(3),
+                    tally: None,
+                },
+                ClosedTransaction {
+                    producer_id: 3,
+                    marker_offset: 9,
+                    first_offset: None,
+                    tally: None,
+                },
+                ClosedTransaction {
+                    producer_id: 1,
+                    marker_offset: 12,
+                    first_offset: Some(10),
+                    tally: tally(2, 1, size(7)),
+                },
+            ]
+        );
     }
 
     #[test]

@@ -108,6 +108,7 @@ impl Inner {
                 &batches,
                 companions.files(),
                 Some(last_offset + 1),
+                &companions.closed,
             )),
         };
         let created = chunk.position == 0 || unsynced.get(&name).is_some_and(|w| w.created);

@@ -47,7 +47,7 @@ use segment_format::batch::BatchInfo;
 use segment_format::dir::PartitionDir;
 use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::txn_ends::{TxnEnds, TxnEndsBuilder};
-use segment_format::txn_index::{self, AbortedTxn, OpenTransaction, TxnIndex, TxnTracker};
+use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransaction, TxnIndex, TxnTracker};
 
 use super::kept::KeptFiles;
 use super::*;
@@ -177,6 +177,8 @@ pub(super) struct ChunkCompanions {
     aborted: Vec<AbortedTxn>,
     /// The transactions open after the chunk (recorded with the new position).
     pub open: Vec<OpenTransaction>,
+    /// The transactions the chunk's markers closed, in offset order (`kept`).
+    pub closed: Vec<ClosedTransaction>,
     indexes: ActiveIndexes,
 }
 
@@ -355,7 +357,15 @@ impl Inner {
             None => self.open_transactions(name)?,
         };
         let mut tracker = tracker_of(&open);
-        let aborted: Vec<AbortedTxn> = batches.iter().filter_map(|b| tracker.on_batch(b)).collect();
+        let mut closed = Vec::new();
+        let aborted: Vec<AbortedTxn> = batches
+            .iter()
+            .filter_map(|b| {
+                let (aborted, ended) = tracker.on_batch_closing(b);
+                closed.extend(ended);
+                aborted
+            })
+            .collect();
         let mut indexes = if new_segment || chunk.position == 0 {
             self.indexes.remove(name);
             ActiveIndexes::new(chunk.segment_base)
@@ -375,6 +385,7 @@ impl Inner {
         Ok(ChunkCompanions {
             aborted,
             open: open_of(&tracker),
+            closed,
             indexes,
         })
     }

@@ -24,16 +24,45 @@
 //! replacement of sealed segments (the source's cleaner) moves `from_offset` up to the active segment: the
 //! replaced bytes were not checked here. Bounded to [`MAX_KEPT_EPOCHS`] changes; a partition past that restarts
 //! its history at its next segment.
+//!
+//! # Closed transactions
+//! Each producer's last transaction a COMMIT or ABORT marker closed: the marker's offset, and the transaction's
+//! first offset and tally as the appender's tracker held them (`txn_index::ClosedTransaction`). Why: a consistent
+//! cut inside a transaction whose marker follows the cut must know where that transaction began and what it held
+//! before the cut. The batches after the cut say the rest; without this, promotion read back from the cut until the
+//! producer's previous event, which for a producer's only transaction in a segment is the segment's base (9 s for
+//! 4 GiB, docs/BENCHMARKS.md). An entry is only ever made from a marker the appender checked, with the tracker's
+//! first offset and tally (a tally only for a transaction it saw begin), so an entry is right whenever its marker is
+//! still the one at its offset: promotion uses one only where the batches after the cut hold that marker as the
+//! producer's only one. Without valid facts before a chunk the list starts over from the chunk's markers;
+//! a replacement of sealed segments drops the entries that reach below the active segment (the cleaner may have
+//! removed their batches).
 
 use segment_format::batch::BatchInfo;
 use segment_format::index::{serialize_offset_index, serialize_time_index, OffsetIndexEntry, TimeIndexEntry};
-use segment_format::txn_index::{self, AbortedTxn};
+use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction};
 
 use super::*;
 
 /// Most epoch changes kept: a leader change per entry, so far beyond what a partition sees between failovers; a
 /// partition past it is walked at promotion until its history restarts.
 pub const MAX_KEPT_EPOCHS: usize = 512;
+
+/// Most closed transactions kept (one per producer, the latest markers): a state file stays within its 64 KiB with
+/// every other fact at its bound; a producer whose entry gave way is read back from a cut as before.
+pub const MAX_KEPT_CLOSED: usize = 64;
+
+/// The kept closed transactions `kept` (by marker offset) with those a chunk's markers closed (`closed`, in offset
+/// order) added: a producer's newer one replaces its older, and past [`MAX_KEPT_CLOSED`] the oldest markers go.
+pub(super) fn with_closed(mut kept: Vec<ClosedTransaction>, closed: &[ClosedTransaction]) -> Vec<ClosedTransaction> {
+    for c in closed {
+        kept.retain(|k| k.producer_id != c.producer_id);
+        kept.push(*c);
+    }
+    let excess = kept.len().saturating_sub(MAX_KEPT_CLOSED);
+    kept.drain(..excess);
+    kept
+}
 
 /// The entry count and CRC-32C of a companion file's bytes (its entries serialized, nothing else).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -154,6 +183,10 @@ pub struct Kept {
     pub txn_index: KeptFile,
     /// `None`: not known (past [`MAX_KEPT_EPOCHS`]).
     pub epochs: Option<KeptEpochs>,
+    /// Each producer's last transaction closed by a marker the appender checked (module docs, "Closed transactions"), by marker
+    /// offset, at most [`MAX_KEPT_CLOSED`] (the latest markers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closed: Vec<ClosedTransaction>,
 }
 
 impl Kept {
@@ -188,12 +221,16 @@ impl Inner {
             return Ok(());
         };
         let Some(k) = s.valid_kept() else { return Ok(()) };
-        let Some(epochs) = &k.epochs else { return Ok(()) };
-        if epochs.from_offset >= s.segment_base {
+        let base = s.segment_base;
+        // A transaction with a batch or its marker below the active segment may have lost batches to the cleaner.
+        let below = |c: &ClosedTransaction| c.marker_offset < base || c.first_offset.is_some_and(|f| f < base);
+        let epochs_below = k.epochs.as_ref().is_some_and(|e| e.from_offset < base);
+        if !epochs_below && !k.closed.iter().any(below) {
             return Ok(());
         }
         let kept = Kept {
-            epochs: Some(epochs.restricted_to(s.segment_base)),
+            epochs: k.epochs.as_ref().map(|e| e.restricted_to(base)),
+            closed: k.closed.iter().copied().filter(|c| !below(c)).collect(),
             ..k.clone()
         };
         self.record(name.to_string(), PartitionState { kept: Some(kept), ..s })
@@ -247,8 +284,10 @@ pub(super) fn after_chunk(
     batches: &[BatchInfo],
     files: KeptFiles,
     next_offset: Option<i64>,
+    closed: &[ClosedTransaction],
 ) -> Kept {
-    let carried = prev.and_then(|s| s.valid_kept()).and_then(|k| k.epochs.clone());
+    let valid = prev.and_then(|s| s.valid_kept());
+    let carried = valid.and_then(|k| k.epochs.clone());
     let history = match carried {
         Some(h) => Some(h),
         // Nothing before this chunk is vouched for: from its segment's start when it starts one, else from its
@@ -264,12 +303,15 @@ pub(super) fn after_chunk(
         time_index: files.time_index,
         txn_index: files.txn_index,
         epochs: history.and_then(|h| h.with(batches)),
+        // Without valid facts before the chunk, from its markers on (a marker not seen is not claimed).
+        closed: with_closed(valid.map(|k| k.closed.clone()).unwrap_or_default(), closed),
     }
 }
 
 /// The facts of a segment claimed at 0 bytes after `prev`: empty files, `prev`'s epoch history (when valid).
 pub(super) fn at_claim(prev: Option<&PartitionState>, segment_base: i64, next_offset: Option<i64>) -> Option<Kept> {
-    let epochs = prev.and_then(|s| s.valid_kept()).map(|k| k.epochs.clone())?;
+    let valid = prev.and_then(|s| s.valid_kept())?;
+    let (epochs, closed) = (valid.epochs.clone(), valid.closed.clone());
     Some(Kept {
         segment_base,
         position: 0,
@@ -278,6 +320,7 @@ pub(super) fn at_claim(prev: Option<&PartitionState>, segment_base: i64, next_of
         time_index: KeptFile::default(),
         txn_index: KeptFile::default(),
         epochs,
+        closed,
     })
 }
 

@@ -74,3 +74,24 @@ fn a_file_matches_only_its_described_bytes() {
     files.offsets_written(true, &[e(1)]);
     assert!(files.offset_index.matches(&bytes[..8], 8, true), "rewritten whole");
 }
+
+#[test]
+fn each_producer_keeps_its_last_closed_transaction_and_the_oldest_markers_go_past_the_bound() {
+    let closed = |producer_id: i64, marker_offset: i64| ClosedTransaction {
+        producer_id,
+        marker_offset,
+        first_offset: Some(marker_offset - 1),
+        tally: None,
+    };
+    // Producer 1's second marker replaces its first, and moves to the end (the list stays by marker offset).
+    let kept = with_closed(Vec::new(), &[closed(1, 10), closed(2, 11), closed(1, 12)]);
+    assert_eq!(kept, vec![closed(2, 11), closed(1, 12)]);
+    // Past the bound, the producers whose markers are oldest give way.
+    let many: Vec<ClosedTransaction> = (0..MAX_KEPT_CLOSED as i64 + 3)
+        .map(|p| closed(100 + p, 20 + p))
+        .collect();
+    let kept = with_closed(kept, &many);
+    assert_eq!(kept.len(), MAX_KEPT_CLOSED);
+    assert_eq!(kept.first(), Some(&closed(103, 23)));
+    assert_eq!(kept.last(), many.last());
+}

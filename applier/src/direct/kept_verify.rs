@@ -17,15 +17,19 @@
 //! - except where promotion would abort the open transactions from the record alone (every one tallied and begun
 //!   in the mirror, `promote::tail_kept::tallied`): then the record must be exactly what this walk
 //!   finds, producer, first offset and tally, or it is an error (promotion would write a wrong marker or miss
-//!   one).
+//!   one);
+//! - each producer's last closed transaction against the walk's: the marker must be the producer's last one, and
+//!   where promotion would use its first offset and tally (begun in the mirror, tallied) they must be the walk's,
+//!   or it is an error (a consistent cut would abort the wrong batches).
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use segment_format::dir::PartitionDir;
 use segment_format::error::Defect;
 use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::report::Finding;
-use segment_format::txn_index::{self, AbortedTxn, OpenTransaction, TxnTracker};
+use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransaction, TxnTracker};
 
 use super::kept::{Kept, KeptEpochs, KeptFile};
 use super::*;
@@ -36,6 +40,8 @@ struct Derived {
     time_index: KeptFile,
     txn_index: KeptFile,
     open_transactions: Vec<OpenTransaction>,
+    /// Each producer's last transaction closed by a marker.
+    closed: BTreeMap<i64, ClosedTransaction>,
     /// Base offset of the partition's first segment (where the walk started).
     first_base: Option<i64>,
     /// The first batch whose epoch is not the one the kept history says at its offset: (offset, its epoch, the
@@ -166,13 +172,55 @@ fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> Ta
             false,
         );
     }
+    if let Some((kept_one, found)) = derived.first_base.and_then(|first| {
+        kept.closed
+            .iter()
+            .find_map(|c| closed_differs(c, derived.closed.get(&c.producer_id), first))
+    }) {
+        differs("the last transaction closed", kept_one, found, true);
+    }
     Ok(())
+}
+
+/// A kept closed transaction (`kept`) against the walk's last one of its producer (`walked`), from the first segment
+/// at `first_base`: `Some((kept, found))` described, where promotion could use the record and it says otherwise.
+/// Promotion uses a record only where its marker is still the producer's last one, and its first offset and tally
+/// only from `first_base` on (`promote::recorded_txns::decided_by_closed`); a marker below `first_base` went with
+/// retention.
+fn closed_differs(
+    kept: &ClosedTransaction,
+    walked: Option<&ClosedTransaction>,
+    first_base: i64,
+) -> Option<(String, String)> {
+    let describe = |c: &ClosedTransaction| match (c.first_offset, c.tally) {
+        (Some(first), Some(t)) => format!(
+            "producer {} marker at {}, from {} (epoch {}, {} records in {} batches, {} bytes)",
+            c.producer_id, c.marker_offset, first, t.producer_epoch, t.records, t.batches, t.bytes
+        ),
+        (Some(first), None) => format!(
+            "producer {} marker at {}, from {}",
+            c.producer_id, c.marker_offset, first
+        ),
+        (None, _) => format!("producer {} marker at {}, no data", c.producer_id, c.marker_offset),
+    };
+    if kept.marker_offset < first_base {
+        return None;
+    }
+    let Some(walked) = walked.filter(|w| w.marker_offset == kept.marker_offset) else {
+        let found = walked.map_or_else(|| "no marker of that producer".to_string(), describe);
+        return Some((describe(kept), found));
+    };
+    let usable = kept.tally.is_some() && kept.first_offset.is_some_and(|f| f >= first_base);
+    let differs = kept.first_offset.is_some() != walked.first_offset.is_some()
+        || (usable && (kept.first_offset, kept.tally) != (walked.first_offset, walked.tally));
+    differs.then(|| (describe(kept), describe(walked)))
 }
 
 /// The facts a walk of `state`'s partition gives: its segments up to the recorded one, from the first.
 fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derived> {
     let segments = PartitionDir::open(pdir)?.segments;
     let mut tracker = TxnTracker::new();
+    let mut closed = BTreeMap::new();
     let mut aborted: Vec<AbortedTxn> = Vec::new();
     let epochs: Option<&KeptEpochs> = kept.epochs.as_ref();
     let mut epoch_mismatch = None;
@@ -186,7 +234,10 @@ fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derive
         let end = if active { state.position } else { log.len() };
         log.scan_range(0, end, |frame| {
             let b = &frame.info;
-            let entry = tracker.on_batch(b);
+            let (entry, ended) = tracker.on_batch_closing(b);
+            if let Some(c) = ended {
+                closed.insert(c.producer_id, c);
+            }
             if active {
                 aborted.extend(entry);
                 if let Err(e) = offsets.push(b).and_then(|_| times.push(b)) {
@@ -215,6 +266,7 @@ fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derive
         time_index: of(serialize_time_index(times.entries()), times.entries().len()),
         txn_index: of(txn_index::serialize(&aborted), aborted.len()),
         open_transactions: tracker.open_tallied().collect(),
+        closed,
         first_base: segments.first().map(|s| s.base_offset),
         epoch_mismatch,
     })

@@ -112,3 +112,107 @@ async fn what_the_appender_kept_verifies_clean_and_a_changed_fact_is_found() {
     assert_eq!(findings.len(), 1, "{findings:#?}");
     assert_eq!(findings[0].severity, Severity::Warning);
 }
+
+/// A source partition whose transactional producer 7 commits three transactions of two batches each (plain batches
+/// between, so that they span segment rolls), then producer 9 aborts a transaction without data.
+fn write_transactional_source(root: &Path) -> PathBuf {
+    use segment_format::batch::ControlType;
+    use segment_format::control::EndTxnMarker;
+    let cfg = WriterConfig {
+        segment_bytes: 12_000,
+        fsync: false,
+        topic_id: Some(Uuid(pref().topic_id)),
+        ..WriterConfig::default()
+    };
+    let mut w = PartitionWriter::create(root, &pref().topic, pref().partition, 0, cfg).unwrap();
+    w.become_leader(3);
+    let marker = |control_type| EndTxnMarker {
+        control_type,
+        coordinator_epoch: 0,
+    };
+    let mut sequence = 0;
+    for _ in 0..3 {
+        for _ in 0..2 {
+            let base = w.next_offset();
+            let b = BatchBuilder::new(base)
+                .partition_leader_epoch(3)
+                .producer(7, 1, sequence)
+                .transactional(true)
+                .record(RecordSpec::new(0, 1_700_000_000_000 + base).with_value(vec![b'v'; 1500]));
+            w.append(b).unwrap();
+            sequence += 1;
+            for _ in 0..2 {
+                let base = w.next_offset();
+                w.append(
+                    BatchBuilder::new(base)
+                        .partition_leader_epoch(3)
+                        .record(RecordSpec::new(0, 1_700_000_000_000 + base).with_value(vec![b'p'; 1500])),
+                )
+                .unwrap();
+            }
+        }
+        w.append_end_txn_marker(7, 1, marker(ControlType::Commit), 1_700_000_000_000, 3)
+            .unwrap();
+    }
+    w.append_end_txn_marker(9, 0, marker(ControlType::Abort), 1_700_000_000_000, 3)
+        .unwrap();
+    let dir = w.dir().to_path_buf();
+    w.close().unwrap();
+    dir
+}
+
+/// Each producer's last closed transaction, as the appender keeps it for a consistent cut: recorded with the
+/// marker and the transaction it closed, carried over seals, verified clean; one whose tally or marker is not
+/// what the data says is an error.
+#[tokio::test]
+async fn the_kept_last_closed_transactions_verify_clean_and_a_changed_one_is_found() {
+    let f = fixture_with(write_transactional_source);
+    assert!(f.segs.len() >= 3, "{} segments", f.segs.len());
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let last = f.segs.len() - 1;
+    for (i, (base, bytes)) in f.segs.iter().enumerate() {
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        if i < last {
+            a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+        }
+    }
+    drop(a);
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_path(&f)).unwrap()).unwrap();
+    let kept: Kept = serde_json::from_value(state["kept"].clone()).unwrap();
+    // Producer 7's third transaction (offsets 14 to 19, its marker at 20), then 9's abort that closed nothing.
+    let ids: Vec<(i64, i64, Option<i64>)> = kept
+        .closed
+        .iter()
+        .map(|c| (c.producer_id, c.marker_offset, c.first_offset))
+        .collect();
+    assert_eq!(ids, vec![(7, 20, Some(14)), (9, 21, None)]);
+    let tally = kept.closed[0].tally.expect("tallied");
+    assert_eq!((tally.producer_epoch, tally.records, tally.batches), (1, 2, 2));
+    let (findings, io_errors) = verify_kept(&f.mirror);
+    assert!(io_errors.is_empty(), "{io_errors:?}");
+    assert!(findings.is_empty(), "{findings:#?}");
+
+    // A tally with a record more than the data holds: an error.
+    edit_kept(&f, |k| k["closed"][0]["tally"]["records"] = serde_json::json!(3));
+    let (findings, _) = verify_kept(&f.mirror);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].severity, Severity::Error);
+    let text = findings[0].defect.to_string();
+    assert!(
+        text.contains("last transaction closed") && text.contains("3 records"),
+        "{text}"
+    );
+
+    // Producer 7's second commit (offset 13) as its last: the data ends it at 20, an error.
+    edit_kept(&f, |k| {
+        k["closed"][0]["tally"]["records"] = serde_json::json!(2);
+        k["closed"][0]["marker_offset"] = serde_json::json!(13);
+        k["closed"][0]["first_offset"] = serde_json::json!(7);
+    });
+    let (findings, _) = verify_kept(&f.mirror);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    let text = findings[0].defect.to_string();
+    assert!(text.contains("marker at 13") && text.contains("marker at 20"), "{text}");
+}

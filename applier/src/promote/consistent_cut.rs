@@ -45,7 +45,7 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use segment_format::batch::BatchInfo;
+use segment_format::batch::{BatchInfo, ControlType};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::{read_index_file, OffsetIndex, TimeIndex};
 use segment_format::log::LogFile;
@@ -99,6 +99,13 @@ pub struct AfterProducer {
     pub data: TxnTally,
     /// The smallest producer epoch of those batches.
     pub min_epoch: Option<i16>,
+    /// The offsets of its first and last COMMIT or ABORT marker after the cut.
+    pub first_marker: Option<i64>,
+    pub last_marker: Option<i64>,
+    /// Its transactional data batches between the cut and its first marker, added up, and their smallest producer
+    /// epoch: the part after the cut of the transaction that marker closed.
+    pub before_marker: TxnTally,
+    pub before_marker_min_epoch: Option<i16>,
 }
 
 /// The most transactional producers a cut's scan follows after the cut.
@@ -116,15 +123,20 @@ impl AfterCut {
             return;
         }
         let after = self.producers.entry(info.producer_id).or_default();
+        let min = |e: Option<i16>| Some(e.map_or(info.producer_epoch, |e| e.min(info.producer_epoch)));
         if info.is_control {
             after.marker = true;
+            if matches!(info.control, Some(ControlType::Commit | ControlType::Abort)) {
+                after.first_marker = after.first_marker.or(Some(info.base_offset));
+                after.last_marker = Some(info.base_offset);
+            }
         } else {
             after.data.add(info);
-            after.min_epoch = Some(
-                after
-                    .min_epoch
-                    .map_or(info.producer_epoch, |e| e.min(info.producer_epoch)),
-            );
+            after.min_epoch = min(after.min_epoch);
+            if after.first_marker.is_none() {
+                after.before_marker.add(info);
+                after.before_marker_min_epoch = min(after.before_marker_min_epoch);
+            }
         }
     }
 }

@@ -421,8 +421,11 @@ impl<'a> Planner<'a> {
                                 &point.segments,
                                 &mirror.snapshots,
                                 cut,
-                                &at_end,
-                                &point.after,
+                                recorded_txns::FromEnd {
+                                    at_end: &at_end,
+                                    closed: mirror.tail_kept.as_ref().map_or(&[], |k| &k.closed),
+                                    after: &point.after,
+                                },
                             )?,
                             None => recorded_txns::open_at_cut_from_end(&at_end, &point.after, point.cut.cut_offset),
                         };

@@ -19,7 +19,8 @@
 //! open across a segment roll is counted from the records of the segments before it).
 //!
 //! A consistent cut starts from the transactions open at the end and the batches after the cut
-//! ([`open_at_cut_from_end`]), reading back from the cut for a producer a marker follows
+//! ([`open_at_cut_from_end`]). A producer a marker follows is decided by the tail appender's record of the
+//! transaction that marker closed, where it has one ([`decided_by_closed`]), and otherwise read back from the cut
 //! ([`open_at_cut_reading_back`]); where that cannot tell, a cut inside a segment ([`open_at_cut`]) folds the records
 //! of the segments before it and walks only that segment's batches below the cut — none when its own record names no
 //! transactional producer. A tail-fed mirror has the records too: each seal records its segment's (`crate::direct`'s
@@ -29,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use segment_format::txn_ends::{OpenDetails, TxnEnds};
-use segment_format::txn_index::TxnTally;
+use segment_format::txn_index::{ClosedTransaction, TxnTally};
 
 use super::consistent_cut::AfterCut;
 use super::error::Result;
@@ -72,23 +73,42 @@ pub(super) fn open_at_cut_from_end(
     undecided.is_empty().then(|| cut_at_end(open, cut_offset))
 }
 
+/// What the mirror's end and the batches after a cut say: the transactions open at the end (`at_end`: producer,
+/// first offset, tally), each producer's last closed transaction where the tail appender kept them (`closed`, else
+/// empty), and what the batches after the cut did (`after`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FromEnd<'a> {
+    pub(super) at_end: &'a [Tallied],
+    pub(super) closed: &'a [ClosedTransaction],
+    pub(super) after: &'a AfterCut,
+}
+
 /// [`open_at_cut_from_end`] for a cut inside a segment, where the producers a marker after the cut leaves undecided
-/// are read backwards from the cut (`txn_cut::open_at_cut_backwards`, from the records folded to that segment's
-/// base): each only as far back as its last event before the cut, and its transaction's start. `None` when the
-/// records or the segment's offset index cannot tell.
+/// are decided by the kept closed transactions ([`decided_by_closed`]) or read backwards from the cut
+/// (`txn_cut::open_at_cut_backwards`, from the records folded to that segment's base): each only as far back as its
+/// last event before the cut, and its transaction's start. `None` when the records or the segment's offset index
+/// cannot tell.
 pub(super) fn open_at_cut_reading_back(
     dir: &Path,
     recorded: &Recorded,
     segments: &[i64],
     snapshots: &[i64],
     cut: CutInside,
-    at_end: &[Tallied],
-    after: &AfterCut,
+    end: FromEnd<'_>,
 ) -> Result<Option<Vec<CutTransaction>>> {
-    let Some((mut open, undecided)) = decided_from_end(at_end, after, cut.cut_offset) else {
+    let Some((mut open, mut undecided)) = decided_from_end(end.at_end, end.after, cut.cut_offset) else {
         return Ok(None);
     };
+    let first_base = segments.first().copied().unwrap_or(cut.base);
+    let by_closed = decided_by_closed(end.closed, end.after, &mut undecided, first_base, cut.cut_offset);
+    #[cfg(test)]
+    if by_closed.decided {
+        super::tail_kept::used::note(dir, "closed-transactions");
+    }
+    open.extend(by_closed.open);
     if !undecided.is_empty() {
+        #[cfg(test)]
+        super::tail_kept::used::note(dir, "read-back");
         let Some(at_base) = open_at(dir, recorded, segments, snapshots, cut.base) else {
             return Ok(None);
         };
@@ -120,23 +140,7 @@ fn decided_from_end(at_end: &[Tallied], after: &AfterCut, cut_offset: i64) -> Op
             // Open at the end but no batch after the cut to begin it there: the records disagree with the bytes.
             None => return None,
             Some(_) if first >= cut_offset => {}
-            Some(a) => {
-                let same_epoch =
-                    a.min_epoch == Some(tally.producer_epoch) && a.data.producer_epoch == tally.producer_epoch;
-                if !same_epoch || a.data.batches >= tally.batches {
-                    return None;
-                }
-                open.push((
-                    producer,
-                    first,
-                    TxnTally {
-                        producer_epoch: tally.producer_epoch,
-                        records: tally.records.checked_sub(a.data.records)?,
-                        batches: tally.batches - a.data.batches,
-                        bytes: tally.bytes.checked_sub(a.data.bytes)?,
-                    },
-                ));
-            }
+            Some(a) => open.push((producer, first, before_cut(tally, &a.data, a.min_epoch)?)),
         }
     }
     // Data after the cut, and no marker, of a producer not open at the end: the records disagree with the bytes.
@@ -148,6 +152,88 @@ fn decided_from_end(at_end: &[Tallied], after: &AfterCut, cut_offset: i64) -> Op
         return None;
     }
     Some((open, undecided))
+}
+
+/// The part before a cut of a transaction tallied `whole` whose batches after the cut add up to `after` (their
+/// smallest producer epoch `after_min_epoch`); `None` when that cannot be told: a transaction's batches share one
+/// producer epoch (Kafka's producer state enforces it), so the epoch is kept only where the batches after the cut
+/// carry it too, and at least one batch must lie before the cut.
+fn before_cut(whole: TxnTally, after: &TxnTally, after_min_epoch: Option<i16>) -> Option<TxnTally> {
+    if after.batches == 0 {
+        return (whole.batches > 0).then_some(whole);
+    }
+    let same_epoch = after_min_epoch == Some(whole.producer_epoch) && after.producer_epoch == whole.producer_epoch;
+    if !same_epoch || after.batches >= whole.batches {
+        return None;
+    }
+    Some(TxnTally {
+        producer_epoch: whole.producer_epoch,
+        records: whole.records.checked_sub(after.records)?,
+        batches: whole.batches - after.batches,
+        bytes: whole.bytes.checked_sub(after.bytes)?,
+    })
+}
+
+/// What the kept closed transactions decided of the producers a marker after a cut left undecided.
+pub(super) struct DecidedByClosed {
+    /// The transactions open at the cut among them.
+    open: Vec<Tallied>,
+    /// Whether any producer was decided.
+    decided: bool,
+}
+
+/// The producers of `undecided` (those with a marker after the cut at `cut_offset`) that the tail appender's kept
+/// closed transactions (`closed`: each producer's last one, `direct::Kept`) decide, taken out of `undecided`; the
+/// rest are read back from the cut. A producer is decided only where the batches after the cut hold exactly one
+/// marker of it, the one its kept entry names (so that entry is the transaction across the cut, and the marker is
+/// still where the appender saw it): the transaction was open at the cut when it began before it (from
+/// `first_base`, where the walk would start, with a tally), with its batches after the cut taken off its tally, and
+/// was not open when it began after the cut, or the marker closed none. Anything the bytes after the cut contradict
+/// is left to the reading back.
+pub(super) fn decided_by_closed(
+    closed: &[ClosedTransaction],
+    after: &AfterCut,
+    undecided: &mut BTreeSet<i64>,
+    first_base: i64,
+    cut_offset: i64,
+) -> DecidedByClosed {
+    let mut found = DecidedByClosed {
+        open: Vec::new(),
+        decided: false,
+    };
+    undecided.retain(|producer| {
+        let Some(a) = after.producers.get(producer) else {
+            return true;
+        };
+        let marker = match (a.first_marker, a.last_marker) {
+            (Some(first), Some(last)) if first == last => first,
+            _ => return true,
+        };
+        let Some(c) = closed
+            .iter()
+            .find(|c| c.producer_id == *producer && c.marker_offset == marker)
+        else {
+            return true;
+        };
+        let decided = match (c.first_offset, c.tally) {
+            // The marker closed no transaction: none was open at the cut, and no data may precede it after the cut.
+            (None, _) => a.before_marker.batches == 0,
+            (Some(first), Some(tally)) if first >= cut_offset => tally == a.before_marker,
+            (Some(first), Some(tally)) if first >= first_base => {
+                match before_cut(tally, &a.before_marker, a.before_marker_min_epoch) {
+                    Some(before) => {
+                        found.open.push((*producer, first, before));
+                        true
+                    }
+                    None => false,
+                }
+            }
+            _ => false,
+        };
+        found.decided |= decided;
+        !decided
+    });
+    found
 }
 
 /// Where a consistent cut falls inside a segment: that segment and where its installed version ends.

@@ -367,15 +367,26 @@ fn seal_records_hold(site: &Site) -> usize {
 /// both succeed the same target log dir, file for file and byte for byte. Returns what the first promotion used of
 /// the kept facts, and whether it succeeded.
 fn promote_both_ways(site: &Site, handover: Handover, copy_name: &str) -> (Vec<&'static str>, bool) {
+    promote_both_ways_at(site, handover, copy_name, None)
+}
+
+/// [`promote_both_ways`] with a consistent cut at `cut` (ms).
+fn promote_both_ways_at(
+    site: &Site,
+    handover: Handover,
+    copy_name: &str,
+    cut: Option<i64>,
+) -> (Vec<&'static str>, bool) {
     let walked = site.copy(copy_name);
     walked.forget_kept();
-    let kept = site.promote(handover);
-    let walk = walked.promote(handover);
+    let kept = site.promote_cut(handover, cut, &mut |_| {});
+    let walk = walked.promote_cut(handover, cut, &mut |_| {});
     let used = used::under(&site.root);
+    // Nothing kept, nothing used; a cut inside the first segment has no segment before it to fold the records of.
+    let walk_used = used::under(&walked.root);
     assert!(
-        used::under(&walked.root).is_empty(),
-        "nothing kept, nothing used: {:?}",
-        used::under(&walked.root)
+        walk_used.is_empty() || (cut.is_some() && walk_used == ["recorded-transactions"]),
+        "nothing kept, nothing used: {walk_used:?}"
     );
     let ok = match (&kept, &walk) {
         (Ok(k), Ok(w)) => {
@@ -596,6 +607,9 @@ fn lose_unsynced_index_writes(site: &Site) {
     }
 }
 
+/// The appender killed at every step of a chunk, then promoted as the kill left it and after a restart shipped the
+/// rest: the walks' bytes every time, also with a consistent cut whose producers' markers follow it (decided by the
+/// kept closed transactions, which survive every kill, without reading back from the cut).
 #[tokio::test]
 async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_the_walks_promote_it() {
     let points = [
@@ -604,8 +618,8 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
         FailPoint::TailGroupSynced,
         FailPoint::TailRecorded,
     ];
-    // How many times each point is reached in a whole run.
-    let mut runs = 0;
+    // How many times each point is reached in a whole run; how many cuts the kept closed transactions decided.
+    let (mut runs, mut cuts, mut cuts_by_closed) = (0, 0, 0);
     for point in points {
         let mut nth = 1;
         loop {
@@ -616,7 +630,7 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
                 segment_bytes: 40_000,
                 value_bytes: 1200,
                 tail_batches: 6,
-                rising: false,
+                rising: true,
             });
             let armed = std::sync::Arc::new(Armed::new(point, nth));
             let mut a = site.appender().with_failpoint(armed.clone());
@@ -641,6 +655,21 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
                 drop(a);
                 let sealed: usize = site.written.iter().map(|w| w.segments.len() - 1).sum();
                 assert_eq!(seal_records_hold(&site), sealed, "{point:?} #{nth}");
+                // A consistent cut before the last round's idempotent batch (24 offsets before the end: the batch
+                // of producer 1 before it): producer 1's transaction of that round and producer 0's (its only one)
+                // are open at the cut, their markers after it.
+                let cut_site = site.copy("cut");
+                let end = site.written[0].log_end_offset;
+                let (used, ok) = promote_both_ways_at(
+                    &cut_site,
+                    Handover::Rename,
+                    "walked-cut",
+                    Some(1_700_000_000_000 + end - 24),
+                );
+                assert!(ok, "{point:?} #{nth}");
+                cuts += 1;
+                cuts_by_closed += usize::from(used.contains(&"closed-transactions") && !used.contains(&"read-back"));
+                std::fs::remove_dir_all(&cut_site.root).unwrap();
                 let (used, ok) = promote_both_ways(&site, Handover::Rename, "walked-later");
                 assert!(ok, "{point:?} #{nth}");
                 assert!(used.contains(&"txn-index"), "{point:?} #{nth}: {used:?}");
@@ -652,7 +681,9 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
         }
     }
     assert!(runs > 40, "{runs} kill points");
-    eprintln!("{runs} kill points");
+    // The closed transactions survived every kill: each cut decided without reading back.
+    assert!(cuts > 20 && cuts_by_closed == cuts, "{cuts_by_closed} of {cuts} cuts");
+    eprintln!("{runs} kill points, {cuts} cuts, {cuts_by_closed} decided by the kept closed transactions");
 }
 
 /// Every state file of the `partitions` partitions under `mirror` without what the appender kept, and the catalog
@@ -840,6 +871,77 @@ async fn bench_fixture() {
     drop(a);
     if std::env::var("SEGMIRROR_BENCH_FORGET_KEPT").is_ok_and(|v| v == "1") {
         forget_kept_in(&mirror, partitions);
+    }
+}
+
+/// A consistent cut inside a transaction whose commit marker follows the cut, of a tail-fed mirror: the appender's
+/// record of each producer's last closed transaction says where it began and what it held, so nothing before the
+/// cut is read back (the producer's only transaction in the segment used to be read back to the segment's base),
+/// and the promoted log dir is byte for byte the walk's, the transaction aborted at the cut. With an earlier commit
+/// of the producer just before, the same.
+#[tokio::test]
+async fn a_cut_inside_a_transaction_committed_after_it_is_decided_by_the_kept_closed_transaction() {
+    for earlier in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("site");
+        write_target(&root.join("target"), 1, &[0, 1], TARGET_EPOCH);
+        std::fs::create_dir_all(root.join("mirror")).unwrap();
+        let site = Site {
+            _dir: Some(dir),
+            root,
+            written: Vec::new(),
+        };
+        let mut a = site.appender();
+        for p in 0..2 {
+            feed_bench_partition(&mut a, p, 256 << 10, BenchEnd::CommittedTransaction { earlier }).await;
+        }
+        drop(a);
+        // The producer's last four batches (four records each) and their marker end the log: cut before the third.
+        let state = crate::direct::recorded_active_segment(&site.mirror(), TOPIC, 0)
+            .unwrap()
+            .unwrap();
+        let end = state.next_offset.unwrap();
+        let closed = &state.kept.as_ref().expect("kept facts").closed;
+        assert_eq!(
+            closed
+                .iter()
+                .map(|c| (c.marker_offset, c.first_offset))
+                .collect::<Vec<_>>(),
+            vec![(end - 1, Some(end - 17))]
+        );
+        let t = 1_700_000_000_000 + end - 13;
+        let walked = site.copy(&format!("walked-{earlier}"));
+        walked.forget_kept();
+        let kept = site.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+        let walk = walked.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+        let used = used::under(&site.root);
+        assert!(used.contains(&"closed-transactions"), "{used:?}");
+        assert!(!used.contains(&"read-back"), "{used:?}");
+        for (k, w) in kept.partitions.iter().zip(&walk.partitions) {
+            // Cut before the third batch, the abort marker there.
+            assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 9));
+            assert_eq!(k.log_end_offset, Some(end - 8));
+            assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
+            assert_eq!(
+                (
+                    k.log_end_offset,
+                    k.log_bytes,
+                    &k.transactions_aborted,
+                    &k.consistent_cut
+                ),
+                (
+                    w.log_end_offset,
+                    w.log_bytes,
+                    &w.transactions_aborted,
+                    &w.consistent_cut
+                )
+            );
+        }
+        assert!(
+            target_state(&site.root.join("target")) == target_state(&walked.root.join("target")),
+            "earlier commit {earlier}: the promoted log dirs differ"
+        );
+        std::fs::remove_dir_all(&walked.root).unwrap();
     }
 }
 

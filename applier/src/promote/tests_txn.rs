@@ -829,9 +829,11 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     let open_at_end = write_transactions(&dir.path().join("open"), 0, 700).partition;
     let decided = write_decided(&dir.path().join("decided"), 0, 700);
     let (mut from_records, mut quiet, mut from_the_end, mut read_back, mut cuts_tried) = (0, 0, 0, 0, 0);
+    let mut by_closed = 0;
     for w in [&open_at_end, &decided] {
         let recorded = recorded_ends(w);
         let all = bases(w);
+        let closed = last_closed(w);
         for (i, base) in all.iter().enumerate() {
             let end = all.get(i + 1).copied().unwrap_or(w.log_end_offset);
             let mut cuts = Vec::new();
@@ -869,12 +871,65 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                     }
                     // And where a marker follows the cut: those producers read backwards from the cut.
                     let back = recorded_txns::open_at_cut_reading_back(
-                        &w.dir, &recorded, &segments, &snapshots, cut, &at_end, &after,
+                        &w.dir,
+                        &recorded,
+                        &segments,
+                        &snapshots,
+                        cut,
+                        recorded_txns::FromEnd {
+                            at_end: &at_end,
+                            closed: &[],
+                            after: &after,
+                        },
                     )
                     .unwrap();
                     if let Some(found) = back {
                         assert_eq!(found, walked, "{:?} cut at {cut_offset}, read back from it", w.dir);
                         read_back += 1;
+                    }
+                    // Or decided by each producer's last closed transaction, as a tail appender keeps it: where that
+                    // decides every producer a marker follows, nothing before the cut is read (garbage there
+                    // changes nothing).
+                    let mut undecided: std::collections::BTreeSet<i64> = after
+                        .producers
+                        .iter()
+                        .filter(|(_, a)| a.marker)
+                        .map(|(p, _)| *p)
+                        .collect();
+                    let some = !undecided.is_empty();
+                    recorded_txns::decided_by_closed(&closed, &after, &mut undecided, 0, cut_offset);
+                    let log = w.dir.join(segment_file_name(*base, SegmentFileKind::Log));
+                    let kept = std::fs::read(&log).unwrap();
+                    let blind = some && undecided.is_empty();
+                    if blind {
+                        let cut_at = cut_position(&log, cut_offset);
+                        let mut garbage = kept.clone();
+                        garbage[..cut_at].fill(0xFF);
+                        std::fs::write(&log, garbage).unwrap();
+                        by_closed += 1;
+                    }
+                    let back = recorded_txns::open_at_cut_reading_back(
+                        &w.dir,
+                        &recorded,
+                        &segments,
+                        &snapshots,
+                        cut,
+                        recorded_txns::FromEnd {
+                            at_end: &at_end,
+                            closed: &closed,
+                            after: &after,
+                        },
+                    );
+                    if blind {
+                        std::fs::write(&log, &kept).unwrap();
+                    }
+                    let back = back.unwrap();
+                    if let Some(found) = back {
+                        assert_eq!(
+                            found, walked,
+                            "{:?} cut at {cut_offset}, with closed transactions",
+                            w.dir
+                        );
                     }
                     cuts_tried += 1;
                     // A segment whose record names no transactional producer is not read: garbage in its place
@@ -899,6 +954,44 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     );
     // Every cut is told by the end, the batches after it and a reading back from it.
     assert_eq!(read_back, cuts_tried);
+    assert!(by_closed > 5, "{by_closed} cuts told by the closed transactions alone");
+}
+
+/// Each producer's last transaction closed by a marker in `w`, as a tail appender that appended all of it keeps
+/// them (`direct::Kept::closed`, without its bound).
+fn last_closed(w: &WrittenPartition) -> Vec<segment_format::txn_index::ClosedTransaction> {
+    let mut tracker = segment_format::txn_index::TxnTracker::new();
+    let mut last: BTreeMap<i64, segment_format::txn_index::ClosedTransaction> = BTreeMap::new();
+    for base in bases(w) {
+        LogFile::open(w.dir.join(segment_file_name(base, SegmentFileKind::Log)))
+            .unwrap()
+            .scan(|f| {
+                if let (_, Some(c)) = tracker.on_batch_closing(&f.info) {
+                    last.insert(c.producer_id, c);
+                }
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+    }
+    let mut closed: Vec<_> = last.into_values().collect();
+    closed.sort_by_key(|c| c.marker_offset);
+    closed
+}
+
+/// The position of the batch at `offset` in the segment file `log`.
+fn cut_position(log: &Path, offset: i64) -> usize {
+    let mut at = None;
+    LogFile::open(log)
+        .unwrap()
+        .scan(|f| {
+            if f.info.base_offset == offset {
+                at = Some(f.info.position as usize);
+                return std::ops::ControlFlow::Break(());
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    at.unwrap()
 }
 
 /// A bucket-fed mirror of a live broker (no log-end snapshot) whose transactions all ended: promotion takes "none
@@ -1052,8 +1145,19 @@ fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
             end: written.log_end_offset,
             cut_offset,
         };
-        let back =
-            recorded_txns::open_at_cut_reading_back(&written.dir, &recorded, &all, &[], cut, &at_end, &after).unwrap();
+        let back = recorded_txns::open_at_cut_reading_back(
+            &written.dir,
+            &recorded,
+            &all,
+            &[],
+            cut,
+            recorded_txns::FromEnd {
+                at_end: &at_end,
+                closed: &[],
+                after: &after,
+            },
+        )
+        .unwrap();
         assert_eq!(back.as_ref(), Some(&walked), "cut at {cut_offset}");
         read_back += 1;
     }
