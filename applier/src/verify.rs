@@ -65,9 +65,14 @@ pub fn verify_recorded_transactions(root: &Path, catalog: &Catalog) -> (Vec<Find
                 if !log.is_file() {
                     continue;
                 }
-                // A record written before runs were kept is compared without them.
-                let found = txn_ends::of_log(&log, next)
-                    .map(|found| found.map(|f| if ends.runs.is_empty() { f.without_runs() } else { f }));
+                // A record written before runs (or closings) were kept is compared without them.
+                let found = txn_ends::of_log(&log, next).map(|found| {
+                    found.map(|f| match (ends.closings.is_some(), ends.runs.is_empty()) {
+                        (true, _) => f,
+                        (false, true) => f.without_runs(),
+                        (false, false) => f.without_closings(),
+                    })
+                });
                 match found {
                     Ok(Some(found)) if found == ends => {}
                     Ok(found) => findings.push(Finding::error(

@@ -477,8 +477,8 @@ async fn every_install_records_how_its_batches_leave_the_transactions() {
     let lied = rusqlite::Connection::open(w.catalog_path())
         .unwrap()
         .execute(
-            "UPDATE segments SET txn_ends = 'o:;c:' WHERE txn_ends <> 'o:;c:' AND base_offset = \
-             (SELECT MIN(base_offset) FROM segments WHERE txn_ends <> 'o:;c:')",
+            "UPDATE segments SET txn_ends = 'o:;c:' WHERE txn_ends NOT IN ('o:;c:', 'o:;c:;m:') AND base_offset = \
+             (SELECT MIN(base_offset) FROM segments WHERE txn_ends NOT IN ('o:;c:', 'o:;c:;m:'))",
             [],
         )
         .unwrap();

@@ -546,6 +546,37 @@ mod tests {
                 },
             )]
             .into(),
+            // Producer 3's last marker closed nothing begun in the segment; 4's closed two batches begun after
+            // its previous marker.
+            closings: Some(
+                [
+                    (
+                        3,
+                        segment_format::txn_ends::ClosingRun {
+                            marker_offset: 30,
+                            after_marker: false,
+                            data: None,
+                        },
+                    ),
+                    (
+                        4,
+                        segment_format::txn_ends::ClosingRun {
+                            marker_offset: 35,
+                            after_marker: true,
+                            data: Some((
+                                32,
+                                segment_format::txn_index::TxnTally {
+                                    producer_epoch: 1,
+                                    records: 3,
+                                    batches: 2,
+                                    bytes: 200,
+                                },
+                            )),
+                        },
+                    ),
+                ]
+                .into(),
+            ),
         };
         cat.mark_installed_after(id, "src", &grown(0, 100, true), Preceded::ByInstalled, Some(&ends))
             .unwrap();

@@ -44,6 +44,25 @@ pub struct TxnEnds {
     pub closed: BTreeSet<i64>,
     /// The trailing run of each producer in `open`; empty in a summary written before runs were kept.
     pub runs: BTreeMap<i64, OpenRun>,
+    /// The last marker of each producer with one in the segment, open or closed at its end ([`ClosingRun`]);
+    /// `None` in a summary written before these were kept.
+    pub closings: Option<BTreeMap<i64, ClosingRun>>,
+}
+
+/// A producer's last COMMIT or ABORT marker in a segment, with the data batches in the segment of the transaction it
+/// closed: those after the producer's previous marker there, or from the segment's start without one.
+///
+/// Why: a consistent cut inside the segment, with this marker the first of the producer after the cut, learns from
+/// it where the transaction across the cut began and what it held before the cut, without reading back from the cut
+/// (`segmirror_applier::promote::recorded_txns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClosingRun {
+    pub marker_offset: i64,
+    /// A marker of the producer precedes it in the segment: the transaction it closed began in the segment (or had
+    /// no data).
+    pub after_marker: bool,
+    /// First offset and tally of the transaction's batches in the segment before the marker; `None`: none.
+    pub data: Option<(i64, TxnTally)>,
 }
 
 /// A producer's data batches after its last marker in a segment (all of them, without a marker there).
@@ -89,6 +108,8 @@ impl TxnEnds {
 
     /// Text form, as the catalog stores it: `o:<entries>;c:<ids>`, ascending by producer id; an open entry is
     /// `<id>@<first offset>/<after marker: 0|1>/<epoch>/<records>/<batches>/<bytes>`, or `<id>` alone without a run.
+    /// With closings, `;m:<entries>` follows, each `<id>@<marker offset>/<after marker: 0|1>` and, when the
+    /// transaction had batches in the segment, `/<first offset>/<epoch>/<records>/<batches>/<bytes>`.
     pub fn encode(&self) -> String {
         let open: Vec<String> = self
             .open
@@ -107,14 +128,36 @@ impl TxnEnds {
             })
             .collect();
         let closed: Vec<String> = self.closed.iter().map(i64::to_string).collect();
-        format!("o:{};c:{}", open.join(","), closed.join(","))
+        let mut text = format!("o:{};c:{}", open.join(","), closed.join(","));
+        if let Some(closings) = &self.closings {
+            let each: Vec<String> = closings
+                .iter()
+                .map(|(p, c)| {
+                    let after = u8::from(c.after_marker);
+                    match c.data {
+                        Some((first, t)) => format!(
+                            "{p}@{}/{after}/{first}/{}/{}/{}/{}",
+                            c.marker_offset, t.producer_epoch, t.records, t.batches, t.bytes
+                        ),
+                        None => format!("{p}@{}/{after}", c.marker_offset),
+                    }
+                })
+                .collect();
+            text.push_str(";m:");
+            text.push_str(&each.join(","));
+        }
+        text
     }
 
     /// The inverse of [`TxnEnds::encode`]; `None` for anything else (a producer in both lists, a negative id or
     /// offset, more than [`MAX_PRODUCERS`], runs for some open producers only): the caller then knows nothing, and
     /// walks.
     pub fn decode(text: &str) -> Option<TxnEnds> {
-        let (open, closed) = text.strip_prefix("o:")?.split_once(";c:")?;
+        let (open, rest) = text.strip_prefix("o:")?.split_once(";c:")?;
+        let (closed, closings) = match rest.split_once(";m:") {
+            Some((closed, closings)) => (closed, Some(closings)),
+            None => (rest, None),
+        };
         let id = |s: &str| s.parse::<i64>().ok().filter(|id| *id >= 0);
         let items = |s: &str| -> Vec<String> {
             if s.is_empty() {
@@ -157,17 +200,65 @@ impl TxnEnds {
         for entry in items(closed) {
             ends.closed.insert(id(&entry)?);
         }
+        if let Some(text) = closings {
+            let mut closings = BTreeMap::new();
+            for entry in items(text) {
+                let (producer, run) = entry.split_once('@')?;
+                let f: Vec<&str> = run.split('/').collect();
+                let offset = |s: &str| s.parse::<i64>().ok().filter(|o| *o >= 0);
+                let after_marker = match f.get(1).copied() {
+                    Some("0") => false,
+                    Some("1") => true,
+                    _ => return None,
+                };
+                let data = match f.as_slice() {
+                    [_, _] => None,
+                    [_, _, first, epoch, records, batches, bytes] => Some((
+                        offset(first)?,
+                        TxnTally {
+                            producer_epoch: epoch.parse().ok()?,
+                            records: records.parse().ok()?,
+                            batches: batches.parse().ok()?,
+                            bytes: bytes.parse().ok()?,
+                        },
+                    )),
+                    _ => return None,
+                };
+                let closing = ClosingRun {
+                    marker_offset: offset(f.first()?)?,
+                    after_marker,
+                    data,
+                };
+                closings.insert(id(producer)?, closing);
+            }
+            ends.closings = Some(closings);
+        }
         let runs_all_or_none = ends.runs.is_empty() || ends.runs.len() == ends.open.len();
+        // Every closed producer's last event is a marker, and only producers of the segment have one.
+        let closings_fit = ends.closings.as_ref().is_none_or(|c| {
+            ends.closed.iter().all(|p| c.contains_key(p))
+                && c.keys().all(|p| ends.open.contains(p) || ends.closed.contains(p))
+        });
         let fits = ends.open.len() + ends.closed.len() <= MAX_PRODUCERS
             && ends.open.is_disjoint(&ends.closed)
-            && runs_all_or_none;
+            && runs_all_or_none
+            && closings_fit;
         fits.then_some(ends)
     }
 
-    /// The same summary without its runs: what a summary written before runs were kept says.
+    /// The same summary without its runs (nor closings): what a summary written before runs were kept says.
     pub fn without_runs(&self) -> TxnEnds {
         TxnEnds {
             runs: BTreeMap::new(),
+            closings: None,
+            ..self.clone()
+        }
+    }
+
+    /// The same summary without its closings: what a summary written before they were kept says.
+    pub fn without_closings(&self) -> TxnEnds {
+        TxnEnds {
+            closings: None,
             ..self.clone()
         }
     }
@@ -178,6 +269,8 @@ impl TxnEnds {
 pub struct TxnEndsBuilder {
     /// Per producer: its trailing run when its last event is a data batch, `None` after a marker.
     last: BTreeMap<i64, Option<OpenRun>>,
+    /// Per producer with a marker so far: its last one.
+    closing: BTreeMap<i64, ClosingRun>,
     overflow: bool,
 }
 
@@ -205,6 +298,15 @@ impl TxnEndsBuilder {
         if self.overflow {
             return;
         }
+        if !data {
+            let run = self.last.get(&batch.producer_id).copied().flatten();
+            let closing = ClosingRun {
+                marker_offset: batch.base_offset,
+                after_marker: self.closing.contains_key(&batch.producer_id),
+                data: run.map(|r| (r.first_offset, r.tally)),
+            };
+            self.closing.insert(batch.producer_id, closing);
+        }
         let entry = self.last.get_mut(&batch.producer_id);
         match (data, entry) {
             (false, Some(last)) => *last = None,
@@ -230,6 +332,7 @@ impl TxnEndsBuilder {
         if self.last.len() > MAX_PRODUCERS {
             self.overflow = true;
             self.last.clear();
+            self.closing.clear();
         }
     }
 
@@ -238,7 +341,10 @@ impl TxnEndsBuilder {
         if self.overflow {
             return None;
         }
-        let mut ends = TxnEnds::default();
+        let mut ends = TxnEnds {
+            closings: Some(self.closing.clone()),
+            ..TxnEnds::default()
+        };
         for (producer, last) in &self.last {
             match last {
                 Some(run) => {
@@ -340,8 +446,12 @@ mod tests {
                 .map(|(i, (producer, kind))| batch(i as i64, *producer, *kind))
                 .collect();
             let mut tracker = TxnTracker::with_open_transactions(initially_open.iter().map(|p| (*p, -1 - *p)));
+            // What each marker closed, by its offset.
+            let mut closed_at = BTreeMap::new();
             for info in &infos {
-                tracker.on_batch(info);
+                if let (_, Some(c)) = tracker.on_batch_closing(info) {
+                    closed_at.insert(c.marker_offset, c);
+                }
             }
             let mut open = initially_open.clone();
             // The details of transactions open at the start are not known (as a tracker started from them does not
@@ -357,6 +467,25 @@ mod tests {
                 prop_assert_eq!(TxnEnds::decode(&ends.encode()), Some(ends.clone()));
                 let old = ends.without_runs();
                 prop_assert_eq!(TxnEnds::decode(&old.encode()), Some(old.clone()));
+                // Each producer's last marker in the segment closed the transaction the tracker saw it close: begun
+                // in the segment, or open before it and continued there.
+                for (producer, closing) in ends.closings.as_ref().unwrap() {
+                    let c = closed_at[&closing.marker_offset];
+                    prop_assert_eq!(c.producer_id, *producer);
+                    let before = if closing.after_marker { None } else { details.get(producer).copied() };
+                    let derived = match (before, closing.data) {
+                        (Some(None), _) => continue,
+                        (Some(Some((first, mut tally))), data) => {
+                            if let Some((_, t)) = data {
+                                tally.merge(&t);
+                            }
+                            (Some(first), Some(tally))
+                        }
+                        (None, Some((first, tally))) => (Some(first), Some(tally)),
+                        (None, None) => (None, None),
+                    };
+                    prop_assert_eq!(derived, (c.first_offset, c.tally), "producer {} at {}", producer, closing.marker_offset);
+                }
                 ends.fold(&mut open);
                 ends.fold_runs(&mut details);
                 start = end.max(start);
@@ -386,8 +515,15 @@ mod tests {
         let ends = few.finish().unwrap();
         assert_eq!(ends.without_runs().encode(), "o:7;c:3");
         let size = batch(0, 7, Kind::TxnData).size;
-        assert_eq!(ends.encode(), format!("o:7@0/0/0/1/1/{size};c:3"));
+        assert_eq!(
+            ends.encode(),
+            format!("o:7@0/0/0/1/1/{size};c:3;m:3@2/0/1/0/1/1/{size}")
+        );
         assert_eq!(TxnEnds::decode("o:;c:"), Some(TxnEnds::default()));
+        assert_eq!(
+            TxnEnds::decode(&ends.without_closings().encode()),
+            Some(ends.without_closings())
+        );
         for bad in [
             "",
             "o:1;c:1",
@@ -400,6 +536,12 @@ mod tests {
             "o:1@0/2/0/1/1/70;c:",
             "o:1@0/0/0/1/1;c:",
             "o:1@-4/0/0/1/1/70;c:",
+            // A closed producer without its closing, a closing of a producer not in the segment, ill-shaped ones.
+            "o:;c:1;m:",
+            "o:;c:;m:5@1/0",
+            "o:;c:1;m:1@1/2",
+            "o:;c:1;m:1@1/0/4/0/1",
+            "o:;c:1;m:1@-1/0",
         ] {
             assert_eq!(TxnEnds::decode(bad), None, "{bad:?}");
         }

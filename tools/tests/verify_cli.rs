@@ -1494,7 +1494,7 @@ fn the_catalogs_transaction_records_are_held_to_the_mirrors_batches() {
         .unwrap()
         .execute(
             "UPDATE segments SET txn_ends = 'o:;c:' WHERE (partition_id, base_offset) = \
-             (SELECT partition_id, base_offset FROM segments WHERE txn_ends <> 'o:;c:' LIMIT 1)",
+             (SELECT partition_id, base_offset FROM segments WHERE txn_ends NOT IN ('o:;c:', 'o:;c:;m:') LIMIT 1)",
             [],
         )
         .unwrap();

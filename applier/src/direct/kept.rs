@@ -183,8 +183,8 @@ pub struct Kept {
     pub txn_index: KeptFile,
     /// `None`: not known (past [`MAX_KEPT_EPOCHS`]).
     pub epochs: Option<KeptEpochs>,
-    /// Each producer's last transaction closed by a marker the appender checked (module docs, "Closed transactions"), by marker
-    /// offset, at most [`MAX_KEPT_CLOSED`] (the latest markers).
+    /// Each producer's last transaction closed by a marker the appender checked (module docs, "Closed
+    /// transactions"), by marker offset, at most `MAX_KEPT_CLOSED` (the latest markers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub closed: Vec<ClosedTransaction>,
 }

@@ -36,10 +36,11 @@
 //! it is what the appender kept. Every batch read has its CRC checked, and what lies after the cut is counted for
 //! the report (batches and bytes left behind).
 //!
-//! The transactions open at the cut come from those open at the end and the batches after the cut, with a producer
-//! a marker follows read backwards from the cut (`recorded_txns::open_at_cut_reading_back`); a handover hands the
-//! segment holding the cut over and cuts it back (`build`). So a consistent cut no longer reads the mirror from its
-//! start.
+//! The transactions open at the cut come from those open at the end and the batches after the cut. A producer a
+//! marker follows is decided by the tail appender's record of the transaction that marker closed, where the marker
+//! is its only one after the cut, and is otherwise read backwards from the cut
+//! (`recorded_txns::open_at_cut_reading_back`); a handover hands the segment holding the cut over and cuts it back
+//! (`build`). So a consistent cut no longer reads the mirror from its start.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

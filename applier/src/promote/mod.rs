@@ -66,9 +66,10 @@
 //! (`txn_cut::txn_index_entries`) — the same rule `verify` checks the index against — and the open transactions by
 //! `txn_cut::find_open_transactions`. An open transaction the record cannot describe still walks from the first
 //! segment (or the newest producer snapshot) to find what to abort; a consistent cut decides them from those open at
-//! the end and the batches after the cut, reading back from the cut only for a producer a marker follows (each seal
-//! records its segment's transactions as an install does, D0056). The cut's own entries are appended after the
-//! segment's. Everything else (restamping, no source producer state, the cut, root checkpoints,
+//! the end and the batches after the cut, reading back from the cut only for a producer a marker follows whose
+//! closed transaction the appender did not keep (each seal records its segment's transactions as an install does,
+//! D0056; the appender keeps each producer's last closed transaction, D0057). The cut's own entries are appended
+//! after the segment's. Everything else (restamping, no source producer state, the cut, root checkpoints,
 //! `partition.metadata`) is as for an applied partition. A mirror an applier
 //! holds (the one-applier lock in the mirror root, `crate::lock_mirror`) is refused naming the holder: a
 //! `tail-apply` grows its active segments with every chunk. Promotion takes that lock itself when the mirror has

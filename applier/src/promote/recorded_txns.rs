@@ -107,6 +107,17 @@ pub(super) fn open_at_cut_reading_back(
     }
     open.extend(by_closed.open);
     if !undecided.is_empty() {
+        let Some(at_base) = open_at(dir, recorded, segments, snapshots, cut.base) else {
+            return Ok(None);
+        };
+        let by_record = decided_by_record(recorded, cut, &at_base, end.after, &mut undecided, first_base);
+        #[cfg(test)]
+        if by_record.decided {
+            super::tail_kept::used::note(dir, "closings-recorded");
+        }
+        open.extend(by_record.open);
+    }
+    if !undecided.is_empty() {
         #[cfg(test)]
         super::tail_kept::used::note(dir, "read-back");
         let Some(at_base) = open_at(dir, recorded, segments, snapshots, cut.base) else {
@@ -215,23 +226,123 @@ pub(super) fn decided_by_closed(
         else {
             return true;
         };
-        let decided = match (c.first_offset, c.tally) {
-            // The marker closed no transaction: none was open at the cut, and no data may precede it after the cut.
-            (None, _) => a.before_marker.batches == 0,
-            (Some(first), Some(tally)) if first >= cut_offset => tally == a.before_marker,
-            (Some(first), Some(tally)) if first >= first_base => {
-                match before_cut(tally, &a.before_marker, a.before_marker_min_epoch) {
-                    Some(before) => {
-                        found.open.push((*producer, first, before));
-                        true
-                    }
-                    None => false,
-                }
-            }
-            _ => false,
+        let closed: Closed = match (c.first_offset, c.tally) {
+            (None, _) => None,
+            (Some(first), Some(tally)) => Some((first, tally)),
+            (Some(_), None) => return true,
         };
-        found.decided |= decided;
-        !decided
+        match at_cut(
+            closed,
+            &a.before_marker,
+            a.before_marker_min_epoch,
+            first_base,
+            cut_offset,
+        ) {
+            Some(stands) => {
+                found
+                    .open
+                    .extend(stands.map(|(first, tally)| (*producer, first, tally)));
+                found.decided = true;
+                false
+            }
+            None => true,
+        }
+    });
+    found
+}
+
+/// The transaction a producer's marker after a cut closed, as the segment's record and the fold to its base give
+/// it: first offset and tally; `None` when it had no data.
+type Closed = Option<(i64, TxnTally)>;
+
+/// How a transaction whose first offset and tally are `closed` stands at a cut at `cut_offset`, given the producer's
+/// batches between the cut and the marker (`before_marker`, smallest epoch `min_epoch`): `Some(Some(open))` open at
+/// the cut, `Some(None)` not, `None` when the bytes after the cut contradict it or the walk would count it otherwise
+/// (begun before `first_base`).
+fn at_cut(
+    closed: Closed,
+    before_marker: &TxnTally,
+    min_epoch: Option<i16>,
+    first_base: i64,
+    cut_offset: i64,
+) -> Option<Option<(i64, TxnTally)>> {
+    match closed {
+        // The marker closed no transaction: none was open at the cut, and no data may precede it after the cut.
+        None => (before_marker.batches == 0).then_some(None),
+        Some((first, tally)) if first >= cut_offset => (tally == *before_marker).then_some(None),
+        Some((first, tally)) if first >= first_base => {
+            before_cut(tally, before_marker, min_epoch).map(|before| Some((first, before)))
+        }
+        Some(_) => None,
+    }
+}
+
+/// The producers of `undecided` (a marker after the cut inside segment `cut.base`) that the segment's record decides
+/// (`txn_ends::ClosingRun`, the records written since closings were kept), taken out of `undecided`, with
+/// `at_base` the transactions open at the segment's base (the records folded): a producer whose first marker after
+/// the cut lies in the segment and is its last there gets the transaction that marker closed from the closing (its
+/// batches in the segment before the marker) and, when no marker of it precedes those in the segment, what was open
+/// at the base. A producer whose first marker after the cut lies in a later segment is read back.
+pub(super) fn decided_by_record(
+    recorded: &Recorded,
+    cut: CutInside,
+    at_base: &[Tallied],
+    after: &AfterCut,
+    undecided: &mut BTreeSet<i64>,
+    first_base: i64,
+) -> DecidedByClosed {
+    let mut found = DecidedByClosed {
+        open: Vec::new(),
+        decided: false,
+    };
+    let Some((next, Some(ends))) = recorded.get(&cut.base) else {
+        return found;
+    };
+    let Some(closings) = ends.closings.as_ref().filter(|_| *next == cut.end) else {
+        return found;
+    };
+    undecided.retain(|producer| {
+        let Some(a) = after.producers.get(producer) else {
+            return true;
+        };
+        let Some(marker) = a.first_marker else {
+            return true;
+        };
+        let base = at_base
+            .iter()
+            .find(|(p, _, _)| p == producer)
+            .map(|&(_, first, tally)| (first, tally));
+        // Its first marker after the cut must be its last in the segment.
+        let Some(c) = closings
+            .get(producer)
+            .filter(|c| c.marker_offset == marker && marker < cut.end)
+        else {
+            return true;
+        };
+        let closed: Closed = match (c.after_marker, c.data, base) {
+            (true, data, _) | (false, data, None) => data,
+            (false, None, Some(base)) => Some(base),
+            (false, Some((_, tally)), Some((first, mut before))) => {
+                before.merge(&tally);
+                Some((first, before))
+            }
+        };
+        match at_cut(
+            closed,
+            &a.before_marker,
+            a.before_marker_min_epoch,
+            first_base,
+            cut.cut_offset,
+        ) {
+            Some(stands) => {
+                found
+                    .open
+                    .extend(stands.map(|(first, tally)| (*producer, first, tally)));
+                found.decided = true;
+                false
+            }
+            None => true,
+        }
     });
     found
 }

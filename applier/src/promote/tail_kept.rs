@@ -24,6 +24,10 @@
 //!   were, open when the appender's knowledge began, or past the bound on tallied ones), a producer snapshot
 //!   (where the walk would start) or a consistent cut (which starts from this record and the batches after the cut
 //!   instead, `recorded_txns::open_at_cut_from_end`).
+//! - **Closed transactions**: each producer's last transaction a marker closed, with its first offset and tally
+//!   (`direct::Kept::closed`). A consistent cut takes a producer whose only marker after the cut is the recorded one
+//!   from it, where the walk would find the same: begun from the first segment on and tallied
+//!   (`recorded_txns::decided_by_closed`).
 //! - **A consistent cut inside the active segment** judges its companions against what was kept before cutting them
 //!   back to the cut (`build::hand_over_cut_segment`), and takes its time index as a hint only where it matches
 //!   ([`time_index_matches`]).

@@ -829,7 +829,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     let open_at_end = write_transactions(&dir.path().join("open"), 0, 700).partition;
     let decided = write_decided(&dir.path().join("decided"), 0, 700);
     let (mut from_records, mut quiet, mut from_the_end, mut read_back, mut cuts_tried) = (0, 0, 0, 0, 0);
-    let mut by_closed = 0;
+    let (mut by_closed, mut by_record) = (0, 0);
     for w in [&open_at_end, &decided] {
         let recorded = recorded_ends(w);
         let all = bases(w);
@@ -887,50 +887,59 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                         assert_eq!(found, walked, "{:?} cut at {cut_offset}, read back from it", w.dir);
                         read_back += 1;
                     }
-                    // Or decided by each producer's last closed transaction, as a tail appender keeps it: where that
-                    // decides every producer a marker follows, nothing before the cut is read (garbage there
-                    // changes nothing).
-                    let mut undecided: std::collections::BTreeSet<i64> = after
+                    // Or decided by each producer's last closed transaction, as a tail appender keeps it, or by the
+                    // segment's record of each producer's last marker in it: where either decides every producer a
+                    // marker follows, nothing before the cut is read (garbage there changes nothing).
+                    let undecided: std::collections::BTreeSet<i64> = after
                         .producers
                         .iter()
                         .filter(|(_, a)| a.marker)
                         .map(|(p, _)| *p)
                         .collect();
-                    let some = !undecided.is_empty();
-                    recorded_txns::decided_by_closed(&closed, &after, &mut undecided, 0, cut_offset);
-                    let log = w.dir.join(segment_file_name(*base, SegmentFileKind::Log));
-                    let kept = std::fs::read(&log).unwrap();
-                    let blind = some && undecided.is_empty();
-                    if blind {
-                        let cut_at = cut_position(&log, cut_offset);
-                        let mut garbage = kept.clone();
-                        garbage[..cut_at].fill(0xFF);
-                        std::fs::write(&log, garbage).unwrap();
-                        by_closed += 1;
+                    let mut left_by_closed = undecided.clone();
+                    recorded_txns::decided_by_closed(&closed, &after, &mut left_by_closed, 0, cut_offset);
+                    let mut left_by_record = undecided.clone();
+                    let at_base = recorded_txns::open_at(&w.dir, &recorded, &segments, &snapshots, *base);
+                    if let Some(at_base) = &at_base {
+                        recorded_txns::decided_by_record(&recorded, cut, at_base, &after, &mut left_by_record, 0);
                     }
-                    let back = recorded_txns::open_at_cut_reading_back(
-                        &w.dir,
-                        &recorded,
-                        &segments,
-                        &snapshots,
-                        cut,
-                        recorded_txns::FromEnd {
-                            at_end: &at_end,
-                            closed: &closed,
-                            after: &after,
-                        },
-                    );
-                    if blind {
-                        std::fs::write(&log, &kept).unwrap();
-                    }
-                    let back = back.unwrap();
-                    if let Some(found) = back {
+                    let told_by_closed = !undecided.is_empty() && left_by_closed.is_empty();
+                    let told_by_record = !undecided.is_empty() && at_base.is_some() && left_by_record.is_empty();
+                    for (kept_closed, blind) in [(&closed[..], told_by_closed), (&[][..], told_by_record)] {
+                        let log = w.dir.join(segment_file_name(*base, SegmentFileKind::Log));
+                        let kept = std::fs::read(&log).unwrap();
+                        if blind {
+                            let cut_at = cut_position(&log, cut_offset);
+                            let mut garbage = kept.clone();
+                            garbage[..cut_at].fill(0xFF);
+                            std::fs::write(&log, garbage).unwrap();
+                        }
+                        let back = recorded_txns::open_at_cut_reading_back(
+                            &w.dir,
+                            &recorded,
+                            &segments,
+                            &snapshots,
+                            cut,
+                            recorded_txns::FromEnd {
+                                at_end: &at_end,
+                                closed: kept_closed,
+                                after: &after,
+                            },
+                        );
+                        if blind {
+                            std::fs::write(&log, &kept).unwrap();
+                        }
+                        let found = back.unwrap().expect("told");
                         assert_eq!(
-                            found, walked,
-                            "{:?} cut at {cut_offset}, with closed transactions",
-                            w.dir
+                            found,
+                            walked,
+                            "{:?} cut at {cut_offset}, closed transactions {}",
+                            w.dir,
+                            kept_closed.len()
                         );
                     }
+                    by_closed += usize::from(told_by_closed);
+                    by_record += usize::from(told_by_record);
                     cuts_tried += 1;
                     // A segment whose record names no transactional producer is not read: garbage in its place
                     // (which a walk refuses) changes nothing.
@@ -954,7 +963,10 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     );
     // Every cut is told by the end, the batches after it and a reading back from it.
     assert_eq!(read_back, cuts_tried);
-    assert!(by_closed > 5, "{by_closed} cuts told by the closed transactions alone");
+    assert!(
+        by_closed > 5 && by_record > 5,
+        "cuts told without reading back: {by_closed} by the closed transactions, {by_record} by the records"
+    );
 }
 
 /// Each producer's last transaction closed by a marker in `w`, as a tail appender that appended all of it keeps
