@@ -11,7 +11,9 @@
 #   DROP_CACHES=1  drop the page cache before each promotion (root only), as a failover after a restart meets it
 #   SEGMIRROR=PATH the binary (default: a release build of this tree)
 #   OPEN_TXN=0     1: each partition ends with a transaction left open (`generate --open-transaction`), which
-#                  promotion aborts
+#                  promotion aborts; commit-only: the same transaction then its commit marker
+#                  (`generate --committed-transaction`: with CUT=2 the cut lands inside it and its marker follows
+#                  the cut, the producer's only one in the segment)
 #   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
 #                  last (one ms per batch in generated data: every partition is cut about as far from its end)
 #   BASELINE=PATH  also promote a third copy of the same mirror with this binary ("baseline": e.g. a build before a
@@ -50,6 +52,7 @@ echo "| size | partitions | mode | run | wall s | CPU s | batches restamped | tr
 echo "|---|---|---|---|---|---|---|---|---|"
 OPEN_ARGS=()
 [ "$OPEN_TXN" = 1 ] && OPEN_ARGS=(--open-transaction)
+[ "$OPEN_TXN" = commit-only ] && OPEN_ARGS=(--committed-transaction)
 MODES="recorded walk"
 [ -n "$BASELINE" ] && MODES="recorded walk baseline"
 for mib in $SIZES; do
@@ -85,6 +88,13 @@ for mib in $SIZES; do
                 rm -rf "$WORK/mirror"
                 mv "$WORK/mirror-baseline" "$WORK/mirror"
                 mv "$WORK/catalog-baseline.sqlite" "$WORK/catalog.sqlite"
+                # Each record as a build before closings were recorded wrote it (such a build reads a record with
+                # them as unknown, and walks).
+                python3 -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("UPDATE segments SET txn_ends = substr(txn_ends, 1, instr(txn_ends, ?1) - 1) WHERE instr(txn_ends, ?1) > 0",
+          (";m:",))
+c.commit()' "$WORK/catalog.sqlite"
             fi
             if [ "$mode" = walk ]; then
                 rm -rf "$WORK/mirror"

@@ -912,6 +912,30 @@ fn bulk_writes_small_batches_when_asked() {
         assert_eq!(txns[0].tally.map(|t| t.batches), Some(4));
         assert_eq!(p.data_batches, plain.data_batches + 4);
     }
+    // Committed: the same transaction, then its COMMIT marker one ms after its last batch.
+    let committed = write_bulk(
+        &tmp.path().join("committed"),
+        &BulkOptions {
+            open_transaction: true,
+            commit_transaction: true,
+            ..options.clone()
+        },
+        &|_| {},
+    )
+    .unwrap();
+    for (p, plain) in committed.partitions.iter().zip(&manifest.partitions) {
+        let (segments, _) = read_partition(&p.written.dir);
+        let infos: Vec<_> = segments.iter().flat_map(|s| s.infos.iter()).collect();
+        let mut tracker = TxnTracker::new();
+        let closed: Vec<_> = infos.iter().filter_map(|i| tracker.on_batch_closing(i).1).collect();
+        assert_eq!(tracker.open_tallied().count(), 0);
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        assert_eq!(closed[0].first_offset, Some(plain.written.log_end_offset));
+        let (data, marker) = (infos[infos.len() - 2], infos[infos.len() - 1]);
+        assert_eq!(marker.control, Some(ControlType::Commit));
+        assert_eq!((marker.base_offset, marker.max_timestamp), (data.last_offset + 1, data.max_timestamp + 1));
+        assert_eq!(p.control_batches, 1);
+    }
     let zero = BulkOptions {
         records_per_batch: 0,
         ..options

@@ -10,7 +10,8 @@ use super::shapes::sample_identity;
 use super::{
     ExpectedRecord, Manifest, PartitionManifest, SampleRng, TxnStatus, DEFAULT_BASE_TIMESTAMP_MS, DEFAULT_NODE_ID,
 };
-use crate::batch::{Compression, TimestampType, NO_PRODUCER_ID};
+use crate::batch::{Compression, ControlType, TimestampType, NO_PRODUCER_ID};
+use crate::control::EndTxnMarker;
 use crate::error::{Error, Result};
 use crate::record::{BatchBuilder, RecordSpec};
 use crate::writer::{write_log_dir_files, LogDirState, PartitionWriter, WriterConfig, DEFAULT_SEGMENT_BYTES};
@@ -46,6 +47,10 @@ pub struct BulkOptions {
     /// End each partition with a transaction left open: [`OPEN_TRANSACTION_BATCHES`] bulk batches written by one
     /// transactional producer (id [`OPEN_TRANSACTION_PRODUCER`] + partition, epoch 0), no marker after them.
     pub open_transaction: bool,
+    /// With [`BulkOptions::open_transaction`]: that transaction's COMMIT marker after its batches (one ms after the
+    /// last), as a source whose last transaction just committed has it; a consistent cut inside it leaves it open at
+    /// the cut with its marker after the cut.
+    pub commit_transaction: bool,
 }
 
 /// Batches of the transaction [`BulkOptions::open_transaction`] leaves open.
@@ -70,6 +75,7 @@ impl Default for BulkOptions {
             records_per_batch: BULK_RECORDS_PER_BATCH,
             value_bytes: BULK_VALUE_BYTES,
             open_transaction: false,
+            commit_transaction: false,
         }
     }
 }
@@ -241,6 +247,7 @@ fn write_partition(
     let mut w = PartitionWriter::create(log_dir, &options.topic, partition, 0, config)?;
     let mut bytes = 0u64;
     let mut batches = 0u64;
+    let mut control_batches = 0u64;
     while bytes < share {
         let info = w.append(layout.batch(partition, batches))?;
         bytes += info.size;
@@ -258,6 +265,16 @@ fn write_partition(
             batches += 1;
             progress(info.size);
         }
+        if options.commit_transaction {
+            let marker = EndTxnMarker {
+                control_type: ControlType::Commit,
+                coordinator_epoch: 0,
+            };
+            let timestamp = options.base_timestamp + batches as i64;
+            let info = w.append_end_txn_marker(producer, 0, marker, timestamp, 0)?;
+            control_batches += 1;
+            progress(info.size);
+        }
     }
     let written = w.close()?;
     Ok(PartitionManifest {
@@ -265,7 +282,7 @@ fn write_partition(
         written,
         data_records: batches * u64::from(layout.records_per_batch),
         data_batches: batches,
-        control_batches: 0,
+        control_batches,
         records: Vec::new(),
     })
 }
