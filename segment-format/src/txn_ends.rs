@@ -21,6 +21,12 @@
 //! and one begun after a marker (or where none was open) starts at its run. A summary written before runs were
 //! kept has none, and the fold then does not know the open transactions' details (promotion walks).
 //!
+//! Each producer with a marker in the segment also gets its last one ([`ClosingRun`]): where it is, whether an
+//! earlier marker of the producer precedes it there, and the batches of the transaction it closed that lie in the
+//! segment. A consistent cut inside the segment whose first marker of a producer after the cut is that one takes
+//! from it where the transaction across the cut began and what it held before the cut, instead of reading back from
+//! the cut (D0057). A summary written before closings were kept has none (`closings` is `None`).
+//!
 //! Memory and size are bounded: a segment with more than [`MAX_PRODUCERS`] transactional producers records
 //! nothing ([`TxnEndsBuilder::finish`] gives `None`), and promotion walks.
 

@@ -933,7 +933,10 @@ fn bulk_writes_small_batches_when_asked() {
         assert_eq!(closed[0].first_offset, Some(plain.written.log_end_offset));
         let (data, marker) = (infos[infos.len() - 2], infos[infos.len() - 1]);
         assert_eq!(marker.control, Some(ControlType::Commit));
-        assert_eq!((marker.base_offset, marker.max_timestamp), (data.last_offset + 1, data.max_timestamp + 1));
+        assert_eq!(
+            (marker.base_offset, marker.max_timestamp),
+            (data.last_offset + 1, data.max_timestamp + 1)
+        );
         assert_eq!(p.control_batches, 1);
     }
     let zero = BulkOptions {
