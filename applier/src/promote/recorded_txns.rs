@@ -33,7 +33,7 @@ use std::path::Path;
 use segment_format::txn_ends::{OpenDetails, TxnEnds};
 use segment_format::txn_index::{ClosedTransaction, TxnTally};
 
-use super::consistent_cut::AfterCut;
+use super::consistent_cut::{AfterCut, AfterProducer};
 use super::error::Result;
 use super::txn_cut::{
     cut_at_end, open_at_cut_backwards, open_at_cut_in_segment, starting_snapshot, CutTransaction, Tallied,
@@ -186,12 +186,23 @@ fn before_cut(whole: TxnTally, after: &TxnTally, after_min_epoch: Option<i16>) -
     })
 }
 
-/// What the kept closed transactions decided of the producers a marker after a cut left undecided.
-pub(super) struct DecidedByClosed {
+/// What the kept closed transactions (or a segment's record) decided of the producers a marker after a cut left
+/// undecided.
+#[derive(Default)]
+pub(super) struct Decided {
     /// The transactions open at the cut among them.
     open: Vec<Tallied>,
     /// Whether any producer was decided.
     decided: bool,
+}
+
+impl Decided {
+    /// `producer` decided: open at the cut as `stands` says, or not. `false`: no longer undecided (for `retain`).
+    fn decide(&mut self, producer: i64, stands: Option<(i64, TxnTally)>) -> bool {
+        self.open.extend(stands.map(|(first, tally)| (producer, first, tally)));
+        self.decided = true;
+        false
+    }
 }
 
 /// The producers of `undecided` (those with a marker after the cut at `cut_offset`) that the tail appender's kept
@@ -208,11 +219,8 @@ pub(super) fn decided_by_closed(
     undecided: &mut BTreeSet<i64>,
     first_base: i64,
     cut_offset: i64,
-) -> DecidedByClosed {
-    let mut found = DecidedByClosed {
-        open: Vec::new(),
-        decided: false,
-    };
+) -> Decided {
+    let mut found = Decided::default();
     undecided.retain(|producer| {
         let Some(a) = after.producers.get(producer) else {
             return true;
@@ -232,20 +240,8 @@ pub(super) fn decided_by_closed(
             (Some(first), Some(tally)) => Some((first, tally)),
             (Some(_), None) => return true,
         };
-        match at_cut(
-            closed,
-            &a.before_marker,
-            a.before_marker_min_epoch,
-            first_base,
-            cut_offset,
-        ) {
-            Some(stands) => {
-                found
-                    .open
-                    .extend(stands.map(|(first, tally)| (*producer, first, tally)));
-                found.decided = true;
-                false
-            }
+        match at_cut(closed, a, first_base, cut_offset) {
+            Some(stands) => found.decide(*producer, stands),
             None => true,
         }
     });
@@ -257,16 +253,11 @@ pub(super) fn decided_by_closed(
 type Closed = Option<(i64, TxnTally)>;
 
 /// How a transaction whose first offset and tally are `closed` stands at a cut at `cut_offset`, given the producer's
-/// batches between the cut and the marker (`before_marker`, smallest epoch `min_epoch`): `Some(Some(open))` open at
-/// the cut, `Some(None)` not, `None` when the bytes after the cut contradict it or the walk would count it otherwise
-/// (begun before `first_base`).
-fn at_cut(
-    closed: Closed,
-    before_marker: &TxnTally,
-    min_epoch: Option<i16>,
-    first_base: i64,
-    cut_offset: i64,
-) -> Option<Option<(i64, TxnTally)>> {
+/// batches after the cut (`after`; those before its first marker belong to the transaction): `Some(Some(open))`
+/// open at the cut, `Some(None)` not, `None` when the bytes after the cut contradict it or the walk would count it
+/// otherwise (begun before `first_base`).
+fn at_cut(closed: Closed, after: &AfterProducer, first_base: i64, cut_offset: i64) -> Option<Option<(i64, TxnTally)>> {
+    let (before_marker, min_epoch) = (&after.before_marker, after.before_marker_min_epoch);
     match closed {
         // The marker closed no transaction: none was open at the cut, and no data may precede it after the cut.
         None => (before_marker.batches == 0).then_some(None),
@@ -291,11 +282,8 @@ pub(super) fn decided_by_record(
     after: &AfterCut,
     undecided: &mut BTreeSet<i64>,
     first_base: i64,
-) -> DecidedByClosed {
-    let mut found = DecidedByClosed {
-        open: Vec::new(),
-        decided: false,
-    };
+) -> Decided {
+    let mut found = Decided::default();
     let Some((next, Some(ends))) = recorded.get(&cut.base) else {
         return found;
     };
@@ -328,20 +316,8 @@ pub(super) fn decided_by_record(
                 Some((first, before))
             }
         };
-        match at_cut(
-            closed,
-            &a.before_marker,
-            a.before_marker_min_epoch,
-            first_base,
-            cut.cut_offset,
-        ) {
-            Some(stands) => {
-                found
-                    .open
-                    .extend(stands.map(|(first, tally)| (*producer, first, tally)));
-                found.decided = true;
-                false
-            }
+        match at_cut(closed, a, first_base, cut.cut_offset) {
+            Some(stands) => found.decide(*producer, stands),
             None => true,
         }
     });
