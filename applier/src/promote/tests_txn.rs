@@ -869,10 +869,11 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                         assert_eq!(found, walked, "{:?} cut at {cut_offset}, from the end", w.dir);
                         from_the_end += 1;
                     }
-                    // And where a marker follows the cut: those producers read backwards from the cut.
+                    // And where a marker follows the cut: those producers read backwards from the cut (the records
+                    // without their closings, as written before them, which would decide some).
                     let back = recorded_txns::open_at_cut_reading_back(
                         &w.dir,
-                        &recorded,
+                        &without_closings(&recorded),
                         &segments,
                         &snapshots,
                         cut,
@@ -967,6 +968,14 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
         by_closed > 5 && by_record > 5,
         "cuts told without reading back: {by_closed} by the closed transactions, {by_record} by the records"
     );
+}
+
+/// `recorded` as written before closings were recorded.
+fn without_closings(recorded: &Recorded) -> Recorded {
+    recorded
+        .iter()
+        .map(|(base, (next, ends))| (*base, (*next, ends.as_ref().map(|e| e.without_closings()))))
+        .collect()
 }
 
 /// Each producer's last transaction closed by a marker in `w`, as a tail appender that appended all of it keeps
@@ -1157,9 +1166,10 @@ fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
             end: written.log_end_offset,
             cut_offset,
         };
+        // Records without closings (as written before them): the producers a marker follows are read back.
         let back = recorded_txns::open_at_cut_reading_back(
             &written.dir,
-            &recorded,
+            &without_closings(&recorded),
             &all,
             &[],
             cut,
@@ -1174,4 +1184,5 @@ fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
         read_back += 1;
     }
     assert!(read_back > 20, "{read_back} cuts");
+    assert!(super::tail_kept::used::under(&written.dir).contains(&"read-back"));
 }
