@@ -85,10 +85,10 @@ pub(super) struct FromEnd<'a> {
 }
 
 /// [`open_at_cut_from_end`] for a cut inside a segment, where the producers a marker after the cut leaves undecided
-/// are decided by the kept closed transactions ([`decided_by_closed`]) or read backwards from the cut
-/// (`txn_cut::open_at_cut_backwards`, from the records folded to that segment's base): each only as far back as its
-/// last event before the cut, and its transaction's start. `None` when the records or the segment's offset index
-/// cannot tell.
+/// are decided by the kept closed transactions ([`decided_by_closed`]), by the segment's record
+/// ([`decided_by_record`]), or else read backwards from the cut (`txn_cut::open_at_cut_backwards`, from the records
+/// folded to that segment's base): each only as far back as its last event before the cut, and its transaction's
+/// start. `None` when the records or the segment's offset index cannot tell.
 pub(super) fn open_at_cut_reading_back(
     dir: &Path,
     recorded: &Recorded,
@@ -117,16 +117,13 @@ pub(super) fn open_at_cut_reading_back(
             super::tail_kept::used::note(dir, "closings-recorded");
         }
         open.extend(by_record.open);
-    }
-    if !undecided.is_empty() {
-        #[cfg(test)]
-        super::tail_kept::used::note(dir, "read-back");
-        let Some(at_base) = open_at(dir, recorded, segments, snapshots, cut.base) else {
-            return Ok(None);
-        };
-        match open_at_cut_backwards(dir, cut.base, &at_base, &undecided, cut.cut_offset)? {
-            Some(found) => open.extend(found),
-            None => return Ok(None),
+        if !undecided.is_empty() {
+            #[cfg(test)]
+            super::tail_kept::used::note(dir, "read-back");
+            match open_at_cut_backwards(dir, cut.base, &at_base, &undecided, cut.cut_offset)? {
+                Some(found) => open.extend(found),
+                None => return Ok(None),
+            }
         }
     }
     Ok(Some(cut_at_end(open, cut.cut_offset)))
