@@ -176,7 +176,12 @@ async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_s
         .partition(&segmirror_catalog::PartitionKey::new(LINK, TOPIC, 0))
         .unwrap()
         .id;
-    assert_eq!(catalog.installed_txn_ends(id).unwrap()[&0].1, Some(TxnEnds::default()));
+    // No transactional producer yet (and so no producer's last marker).
+    let none = TxnEnds {
+        closings: Some(Default::default()),
+        ..TxnEnds::default()
+    };
+    assert_eq!(catalog.installed_txn_ends(id).unwrap()[&0].1, Some(none));
     let open = BatchBuilder::new(next)
         .partition_leader_epoch(0)
         .producer(77, 0, 0)
