@@ -10,15 +10,20 @@ use segment_format::writer::{PartitionWriter, WriterConfig};
 use super::*;
 use crate::direct::tests::{chunks_of, fixture_with, pref, seal_of, Fixture};
 
-/// A source partition under two leader epochs, with batches large enough for index entries.
-fn write_source(root: &Path) -> PathBuf {
+/// A writer of the fixture's source partition under `root`, with segments of a few batches.
+fn source_writer(root: &Path) -> PartitionWriter {
     let cfg = WriterConfig {
         segment_bytes: 12_000,
         fsync: false,
         topic_id: Some(Uuid(pref().topic_id)),
         ..WriterConfig::default()
     };
-    let mut w = PartitionWriter::create(root, &pref().topic, pref().partition, 0, cfg).unwrap();
+    PartitionWriter::create(root, &pref().topic, pref().partition, 0, cfg).unwrap()
+}
+
+/// A source partition under two leader epochs, with batches large enough for index entries.
+fn write_source(root: &Path) -> PathBuf {
+    let mut w = source_writer(root);
     for epoch in [3, 4] {
         w.become_leader(epoch);
         for _ in 0..14 {
@@ -34,9 +39,9 @@ fn write_source(root: &Path) -> PathBuf {
     dir
 }
 
-/// The source appended in chunks of two batches, every segment but the last sealed.
-async fn tailed() -> Fixture {
-    let f = fixture_with(write_source);
+/// The source `write` writes, appended in chunks of two batches, every segment but the last sealed.
+async fn tailed(write: fn(&Path) -> PathBuf) -> Fixture {
+    let f = fixture_with(write);
     let mut a = TailAppender::open(&f.mirror).unwrap();
     let last = f.segs.len() - 1;
     for (i, (base, bytes)) in f.segs.iter().enumerate() {
@@ -64,7 +69,7 @@ fn edit_kept(f: &Fixture, change: impl FnOnce(&mut serde_json::Value)) {
 
 #[tokio::test]
 async fn what_the_appender_kept_verifies_clean_and_a_changed_fact_is_found() {
-    let f = tailed().await;
+    let f = tailed(write_source).await;
     let kept: Kept = {
         let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_path(&f)).unwrap()).unwrap();
         serde_json::from_value(state["kept"].clone()).unwrap()
@@ -118,13 +123,7 @@ async fn what_the_appender_kept_verifies_clean_and_a_changed_fact_is_found() {
 fn write_transactional_source(root: &Path) -> PathBuf {
     use segment_format::batch::ControlType;
     use segment_format::control::EndTxnMarker;
-    let cfg = WriterConfig {
-        segment_bytes: 12_000,
-        fsync: false,
-        topic_id: Some(Uuid(pref().topic_id)),
-        ..WriterConfig::default()
-    };
-    let mut w = PartitionWriter::create(root, &pref().topic, pref().partition, 0, cfg).unwrap();
+    let mut w = source_writer(root);
     w.become_leader(3);
     let marker = |control_type| EndTxnMarker {
         control_type,
@@ -166,19 +165,8 @@ fn write_transactional_source(root: &Path) -> PathBuf {
 /// what the data says is an error.
 #[tokio::test]
 async fn the_kept_last_closed_transactions_verify_clean_and_a_changed_one_is_found() {
-    let f = fixture_with(write_transactional_source);
+    let f = tailed(write_transactional_source).await;
     assert!(f.segs.len() >= 3, "{} segments", f.segs.len());
-    let mut a = TailAppender::open(&f.mirror).unwrap();
-    let last = f.segs.len() - 1;
-    for (i, (base, bytes)) in f.segs.iter().enumerate() {
-        for c in chunks_of(*base, bytes, 2) {
-            a.apply_chunk(&c).await.unwrap();
-        }
-        if i < last {
-            a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
-        }
-    }
-    drop(a);
     let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_path(&f)).unwrap()).unwrap();
     let kept: Kept = serde_json::from_value(state["kept"].clone()).unwrap();
     // Producer 7's third transaction (offsets 14 to 19, its marker at 20), then 9's abort that closed nothing.
