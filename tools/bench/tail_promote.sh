@@ -12,8 +12,10 @@
 #                  producer), which promotion aborts: from the appender's tally ("kept"), or found by a walk;
 #                  commit: the same four batches then their commit marker, after another transaction of the
 #                  producer committed just before them (with CUT=2 the cut lands inside the last transaction and
-#                  its marker follows the cut: the producer is read backwards from the cut, to the earlier marker);
-#                  commit-only: without the earlier transaction (read backwards to the segment's base)
+#                  its marker follows the cut: decided by the appender's record of the producer's last closed
+#                  transaction; a build without it reads the producer back from the cut, to the earlier marker);
+#                  commit-only: without the earlier transaction (a build without that record reads back to the
+#                  segment's base)
 #   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
 #                  last (one ms per offset in this data: every partition is cut about as far from its end)
 #   BASELINE=PATH  also promote the same fixture (with what was kept) with this binary ("baseline": e.g. a build
