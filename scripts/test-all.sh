@@ -18,8 +18,8 @@
 # with 124: its cargo is stopped and the lane goes on, so a test that hangs costs that long, not the whole CI
 # budget, and the other jobs still report. (`--foreground`, so that Ctrl-C still reaches the tests; the hung test
 # binary itself is left to whoever ends the run.)
-# Tests of different jobs run in different processes: a test that needs a port takes one from the kernel
-# (tests/src/ports.rs), never a fixed one, and keeps its files in its own temporary directory.
+# Tests of different jobs run in different processes: a test that needs a port claims a free one below the
+# kernel's ephemeral range (tests/src/ports.rs), never a fixed one, and keeps its files in its own temporary directory.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
