@@ -122,13 +122,10 @@ impl TxnEnds {
             .iter()
             .map(|p| match self.runs.get(p) {
                 Some(r) => format!(
-                    "{p}@{}/{}/{}/{}/{}/{}",
+                    "{p}@{}/{}/{}",
                     r.first_offset,
                     u8::from(r.after_marker),
-                    r.tally.producer_epoch,
-                    r.tally.records,
-                    r.tally.batches,
-                    r.tally.bytes
+                    tally_text(&r.tally)
                 ),
                 None => p.to_string(),
             })
@@ -141,10 +138,7 @@ impl TxnEnds {
                 .map(|(p, c)| {
                     let after = u8::from(c.after_marker);
                     match c.data {
-                        Some((first, t)) => format!(
-                            "{p}@{}/{after}/{first}/{}/{}/{}/{}",
-                            c.marker_offset, t.producer_epoch, t.records, t.batches, t.bytes
-                        ),
+                        Some((first, t)) => format!("{p}@{}/{after}/{first}/{}", c.marker_offset, tally_text(&t)),
                         None => format!("{p}@{}/{after}", c.marker_offset),
                     }
                 })
@@ -181,7 +175,7 @@ impl TxnEnds {
                 Some((producer, run)) => {
                     let producer = id(producer)?;
                     let f: Vec<&str> = run.split('/').collect();
-                    let [first, after, epoch, records, batches, bytes] = f.as_slice() else {
+                    let [first, after, tally @ ..] = f.as_slice() else {
                         return None;
                     };
                     let run = OpenRun {
@@ -191,12 +185,7 @@ impl TxnEnds {
                             "1" => true,
                             _ => return None,
                         },
-                        tally: TxnTally {
-                            producer_epoch: epoch.parse().ok()?,
-                            records: records.parse().ok()?,
-                            batches: batches.parse().ok()?,
-                            bytes: bytes.parse().ok()?,
-                        },
+                        tally: parse_tally(tally)?,
                     };
                     ends.open.insert(producer);
                     ends.runs.insert(producer, run);
@@ -219,15 +208,7 @@ impl TxnEnds {
                 };
                 let data = match f.as_slice() {
                     [_, _] => None,
-                    [_, _, first, epoch, records, batches, bytes] => Some((
-                        offset(first)?,
-                        TxnTally {
-                            producer_epoch: epoch.parse().ok()?,
-                            records: records.parse().ok()?,
-                            batches: batches.parse().ok()?,
-                            bytes: bytes.parse().ok()?,
-                        },
-                    )),
+                    [_, _, first, tally @ ..] => Some((offset(first)?, parse_tally(tally)?)),
                     _ => return None,
                 };
                 let closing = ClosingRun {
@@ -268,6 +249,24 @@ impl TxnEnds {
             ..self.clone()
         }
     }
+}
+
+/// A tally in the text form: `<epoch>/<records>/<batches>/<bytes>`.
+fn tally_text(t: &TxnTally) -> String {
+    format!("{}/{}/{}/{}", t.producer_epoch, t.records, t.batches, t.bytes)
+}
+
+/// The inverse of [`tally_text`], from its four fields; `None` for anything else.
+fn parse_tally(fields: &[&str]) -> Option<TxnTally> {
+    let [epoch, records, batches, bytes] = fields else {
+        return None;
+    };
+    Some(TxnTally {
+        producer_epoch: epoch.parse().ok()?,
+        records: records.parse().ok()?,
+        batches: batches.parse().ok()?,
+        bytes: bytes.parse().ok()?,
+    })
 }
 
 /// Builds a segment's [`TxnEnds`] from its batches, in offset order.

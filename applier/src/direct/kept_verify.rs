@@ -29,7 +29,7 @@ use segment_format::dir::PartitionDir;
 use segment_format::error::Defect;
 use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::report::Finding;
-use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransaction, TxnTracker};
+use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransaction, TxnTally, TxnTracker};
 
 use super::kept::{Kept, KeptEpochs, KeptFile};
 use super::*;
@@ -147,12 +147,13 @@ fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> Ta
     let describe = |open: &[OpenTransaction]| -> String {
         let each: Vec<String> = open
             .iter()
-            .map(|o| match o.tally {
-                Some(t) => format!(
-                    "producer {} from {} (epoch {}, {} records in {} batches, {} bytes)",
-                    o.producer_id, o.first_offset, t.producer_epoch, t.records, t.batches, t.bytes
-                ),
-                None => format!("producer {} from {}", o.producer_id, o.first_offset),
+            .map(|o| {
+                format!(
+                    "producer {} from {}{}",
+                    o.producer_id,
+                    o.first_offset,
+                    tally_text(o.tally)
+                )
             })
             .collect();
         format!("{} [{}]", open.len(), each.join("; "))
@@ -192,16 +193,15 @@ fn closed_differs(
     walked: Option<&ClosedTransaction>,
     first_base: i64,
 ) -> Option<(String, String)> {
-    let describe = |c: &ClosedTransaction| match (c.first_offset, c.tally) {
-        (Some(first), Some(t)) => format!(
-            "producer {} marker at {}, from {} (epoch {}, {} records in {} batches, {} bytes)",
-            c.producer_id, c.marker_offset, first, t.producer_epoch, t.records, t.batches, t.bytes
+    let describe = |c: &ClosedTransaction| match c.first_offset {
+        Some(first) => format!(
+            "producer {} marker at {}, from {}{}",
+            c.producer_id,
+            c.marker_offset,
+            first,
+            tally_text(c.tally)
         ),
-        (Some(first), None) => format!(
-            "producer {} marker at {}, from {}",
-            c.producer_id, c.marker_offset, first
-        ),
-        (None, _) => format!("producer {} marker at {}, no data", c.producer_id, c.marker_offset),
+        None => format!("producer {} marker at {}, no data", c.producer_id, c.marker_offset),
     };
     if kept.marker_offset < first_base {
         return None;
@@ -214,6 +214,16 @@ fn closed_differs(
     let differs = kept.first_offset.is_some() != walked.first_offset.is_some()
         || (usable && (kept.first_offset, kept.tally) != (walked.first_offset, walked.tally));
     differs.then(|| (describe(kept), describe(walked)))
+}
+
+/// A transaction's tally as the findings name it (` (epoch E, R records in B batches, N bytes)`), or nothing.
+fn tally_text(tally: Option<TxnTally>) -> String {
+    tally.map_or_else(String::new, |t| {
+        format!(
+            " (epoch {}, {} records in {} batches, {} bytes)",
+            t.producer_epoch, t.records, t.batches, t.bytes
+        )
+    })
 }
 
 /// The facts a walk of `state`'s partition gives: its segments up to the recorded one, from the first.
