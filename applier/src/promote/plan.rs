@@ -410,9 +410,9 @@ impl<'a> Planner<'a> {
                         cut_offset: point.cut.cut_offset,
                     });
                 // The transactions open at the cut from those open at the end and the batches after the cut, which
-                // the search read; a producer with a marker after the cut from the appender's record of the
-                // transaction it closed, else read backwards from the cut, only as far as its last event
-                // (`recorded_txns::open_at_cut_reading_back`).
+                // the search read; a producer with a marker after the cut from the appender's or the segment's
+                // record of the transaction it closed, else read backwards from the cut, only as far as its last
+                // event (`recorded_txns::open_at_cut_reading_back`).
                 if !point.segments.is_empty() {
                     if let Some(at_end) = self.open_at_mirror_end(p, &dir, &mirror, &mut recorded)? {
                         from_end = match inside {
