@@ -90,6 +90,8 @@ pub struct AfterCut {
     pub producers: BTreeMap<i64, AfterProducer>,
     /// More transactional producers than are followed: nothing can be told from what is kept here.
     pub overflow: bool,
+    /// The batches noted now lie in a segment after the one holding the cut ([`AfterCut::leave_cut_segment`]).
+    pub past_cut_segment: bool,
 }
 
 /// One transactional producer's batches after a cut.
@@ -108,6 +110,11 @@ pub struct AfterProducer {
     /// epoch: the part after the cut of the transaction that marker closed.
     pub before_marker: TxnTally,
     pub before_marker_min_epoch: Option<i16>,
+    /// Its transactional data batches between the cut and the end of the segment holding it, added up, and their
+    /// smallest producer epoch: with that segment's record, they decide a producer whose first marker after the cut
+    /// lies in a later segment (`recorded_txns::decided_by_record`).
+    pub in_cut_segment: TxnTally,
+    pub in_cut_segment_min_epoch: Option<i16>,
 }
 
 /// The most transactional producers a cut's scan follows after the cut.
@@ -139,7 +146,16 @@ impl AfterCut {
                 after.before_marker.add(info);
                 after.before_marker_min_epoch = min(after.before_marker_min_epoch);
             }
+            if !self.past_cut_segment {
+                after.in_cut_segment.add(info);
+                after.in_cut_segment_min_epoch = min(after.in_cut_segment_min_epoch);
+            }
         }
+    }
+
+    /// The batches noted from now on lie in segments after the one holding the cut.
+    pub(super) fn leave_cut_segment(&mut self) {
+        self.past_cut_segment = true;
     }
 }
 
@@ -254,6 +270,10 @@ pub fn find(
             scan_segment(&mut log, &path, i, hint, log_start_offset, timestamp_ms, &mut after)?
         };
         read_bytes += scanned.read_bytes;
+        if first_left.is_none() && scanned.first_left.is_some() {
+            // The segment holding the cut is scanned: what follows lies in later ones.
+            after.leave_cut_segment();
+        }
         match (scanned.first_left, first_left) {
             (_, Some(_)) => {
                 left_batches += scanned.batches;

@@ -21,8 +21,9 @@
 //! A consistent cut starts from the transactions open at the end and the batches after the cut
 //! ([`open_at_cut_from_end`]). A producer a marker follows is decided by the tail appender's record of the
 //! transaction that marker closed, where it has one ([`decided_by_closed`]), or by the record of the segment holding
-//! the cut, which names each producer's last marker in it with its transaction's batches there
-//! ([`decided_by_record`]), and otherwise read back from the cut ([`open_at_cut_reading_back`]); where that cannot
+//! the cut, which names each producer's last marker in it with its transaction's batches there and the transactions
+//! open at its end ([`decided_by_record`]), and otherwise read back from the cut ([`open_at_cut_reading_back`]);
+//! where that cannot
 //! tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and walks only that
 //! segment's batches below the cut — none when its own record names no transactional producer. A tail-fed mirror has
 //! the records too: each seal records its segment's (`crate::direct`'s catalog).
@@ -33,7 +34,7 @@ use std::path::Path;
 use segment_format::txn_ends::{OpenDetails, TxnEnds};
 use segment_format::txn_index::{ClosedTransaction, TxnTally};
 
-use super::consistent_cut::{AfterCut, AfterProducer};
+use super::consistent_cut::AfterCut;
 use super::error::Result;
 use super::txn_cut::{
     cut_at_end, open_at_cut_backwards, open_at_cut_in_segment, starting_snapshot, CutTransaction, Tallied,
@@ -113,8 +114,13 @@ pub(super) fn open_at_cut_reading_back(
         };
         let by_record = decided_by_record(recorded, cut, &at_base, end.after, &mut undecided, first_base);
         #[cfg(test)]
-        if by_record.decided {
-            super::tail_kept::used::note(dir, "closings-recorded");
+        {
+            if by_record.decided {
+                super::tail_kept::used::note(dir, "closings-recorded");
+            }
+            if by_record.at_segment_end {
+                super::tail_kept::used::note(dir, "open-at-segment-end");
+            }
         }
         open.extend(by_record.open);
         if !undecided.is_empty() {
@@ -191,6 +197,8 @@ pub(super) struct Decided {
     open: Vec<Tallied>,
     /// Whether any producer was decided.
     decided: bool,
+    /// Whether any was decided by what was open at the end of the segment holding the cut.
+    at_segment_end: bool,
 }
 
 impl Decided {
@@ -237,7 +245,13 @@ pub(super) fn decided_by_closed(
             (Some(first), Some(tally)) => Some((first, tally)),
             (Some(_), None) => return true,
         };
-        match at_cut(closed, a, first_base, cut_offset) {
+        match at_cut(
+            closed,
+            &a.before_marker,
+            a.before_marker_min_epoch,
+            first_base,
+            cut_offset,
+        ) {
             Some(stands) => found.decide(*producer, stands),
             None => true,
         }
@@ -250,11 +264,17 @@ pub(super) fn decided_by_closed(
 type Closed = Option<(i64, TxnTally)>;
 
 /// How a transaction whose first offset and tally are `closed` stands at a cut at `cut_offset`, given the producer's
-/// batches after the cut (`after`; those before its first marker belong to the transaction): `Some(Some(open))`
-/// open at the cut, `Some(None)` not, `None` when the bytes after the cut contradict it or the walk would count it
-/// otherwise (begun before `first_base`).
-fn at_cut(closed: Closed, after: &AfterProducer, first_base: i64, cut_offset: i64) -> Option<Option<(i64, TxnTally)>> {
-    let (before_marker, min_epoch) = (&after.before_marker, after.before_marker_min_epoch);
+/// batches after the cut that belong to it (`before_marker`, their smallest producer epoch `min_epoch`: those before
+/// the marker that closed it, or before the end of the segment it was open at): `Some(Some(open))` open at the cut,
+/// `Some(None)` not, `None` when the bytes after the cut contradict it or the walk would count it otherwise (begun
+/// before `first_base`).
+fn at_cut(
+    closed: Closed,
+    before_marker: &TxnTally,
+    min_epoch: Option<i16>,
+    first_base: i64,
+    cut_offset: i64,
+) -> Option<Option<(i64, TxnTally)>> {
     match closed {
         // The marker closed no transaction: none was open at the cut, and no data may precede it after the cut.
         None => (before_marker.batches == 0).then_some(None),
@@ -266,12 +286,15 @@ fn at_cut(closed: Closed, after: &AfterProducer, first_base: i64, cut_offset: i6
     }
 }
 
-/// The producers of `undecided` (a marker after the cut inside segment `cut.base`) that the segment's record decides
-/// (`txn_ends::ClosingRun`, the records written since closings were kept), taken out of `undecided`, with
-/// `at_base` the transactions open at the segment's base (the records folded): a producer whose first marker after
-/// the cut lies in the segment and is its last there gets the transaction that marker closed from the closing (its
-/// batches in the segment before the marker) and, when no marker of it precedes those in the segment, what was open
-/// at the base. A producer whose first marker after the cut lies in a later segment is read back.
+/// The producers of `undecided` (a marker after the cut inside segment `cut.base`) that the segment's record decides,
+/// taken out of `undecided`, with `at_base` the transactions open at the segment's base (the records folded):
+/// - a producer whose first marker after the cut lies in the segment and is its last there gets the transaction that
+///   marker closed from the record's closing (`txn_ends::ClosingRun`, in the records written since closings were
+///   kept: its batches in the segment before the marker) and, when no marker of it precedes those in the segment,
+///   what was open at the base;
+/// - a producer whose first marker after the cut lies in a later segment has no marker between the cut and the
+///   segment's end: it stands at the cut as it stands at that end (what was open at the base with the record's runs
+///   folded in), less its batches after the cut in the segment.
 pub(super) fn decided_by_record(
     recorded: &Recorded,
     cut: CutInside,
@@ -281,12 +304,17 @@ pub(super) fn decided_by_record(
     first_base: i64,
 ) -> Decided {
     let mut found = Decided::default();
-    let Some((next, Some(ends))) = recorded.get(&cut.base) else {
+    let Some(ends) = recorded
+        .get(&cut.base)
+        .and_then(|(next, ends)| ends.as_ref().filter(|_| *next == cut.end))
+    else {
         return found;
     };
-    let Some(closings) = ends.closings.as_ref().filter(|_| *next == cut.end) else {
-        return found;
-    };
+    let mut at_segment_end: BTreeMap<i64, OpenDetails> = at_base
+        .iter()
+        .map(|&(producer, first, tally)| (producer, Some((first, tally))))
+        .collect();
+    ends.fold_runs(&mut at_segment_end);
     undecided.retain(|producer| {
         let Some(a) = after.producers.get(producer) else {
             return true;
@@ -294,27 +322,55 @@ pub(super) fn decided_by_record(
         let Some(marker) = a.first_marker else {
             return true;
         };
-        let base = at_base
-            .iter()
-            .find(|(p, _, _)| p == producer)
-            .map(|&(_, first, tally)| (first, tally));
-        // Its first marker after the cut must be its last in the segment.
-        let Some(c) = closings
-            .get(producer)
-            .filter(|c| c.marker_offset == marker && marker < cut.end)
-        else {
-            return true;
+        let stands = if marker >= cut.end {
+            let closed: Closed = match at_segment_end.get(producer) {
+                None => None,
+                Some(Some(open)) => Some(*open),
+                // Open there without a tally: a record written before runs were kept.
+                Some(None) => return true,
+            };
+            at_cut(
+                closed,
+                &a.in_cut_segment,
+                a.in_cut_segment_min_epoch,
+                first_base,
+                cut.cut_offset,
+            )
+        } else {
+            // Its first marker after the cut must be its last in the segment.
+            let Some(c) = ends
+                .closings
+                .as_ref()
+                .and_then(|closings| closings.get(producer))
+                .filter(|c| c.marker_offset == marker)
+            else {
+                return true;
+            };
+            let base = at_base
+                .iter()
+                .find(|(p, _, _)| p == producer)
+                .map(|&(_, first, tally)| (first, tally));
+            let closed: Closed = match (c.after_marker, c.data, base) {
+                (true, data, _) | (false, data, None) => data,
+                (false, None, Some(base)) => Some(base),
+                (false, Some((_, tally)), Some((first, mut before))) => {
+                    before.merge(&tally);
+                    Some((first, before))
+                }
+            };
+            at_cut(
+                closed,
+                &a.before_marker,
+                a.before_marker_min_epoch,
+                first_base,
+                cut.cut_offset,
+            )
         };
-        let closed: Closed = match (c.after_marker, c.data, base) {
-            (true, data, _) | (false, data, None) => data,
-            (false, None, Some(base)) => Some(base),
-            (false, Some((_, tally)), Some((first, mut before))) => {
-                before.merge(&tally);
-                Some((first, before))
+        match stands {
+            Some(stands) => {
+                found.at_segment_end |= marker >= cut.end;
+                found.decide(*producer, stands)
             }
-        };
-        match at_cut(closed, a, first_base, cut.cut_offset) {
-            Some(stands) => found.decide(*producer, stands),
             None => true,
         }
     });

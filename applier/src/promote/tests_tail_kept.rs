@@ -945,6 +945,52 @@ async fn a_cut_inside_a_transaction_committed_after_it_is_decided_by_the_kept_cl
     }
 }
 
+/// A consistent cut inside a sealed segment, at every batch of one, where a producer's transaction runs on past the
+/// segment's end (producer 0 ends one every third round): a producer whose first marker after the cut lies in a
+/// later segment stands at the cut as the segment's seal record says it stands at the segment's end, less its
+/// batches after the cut there; the promoted log dir is the walk's, byte for byte.
+#[tokio::test]
+async fn a_cut_before_a_segment_end_that_a_transaction_runs_past_is_decided_by_the_seal_record() {
+    let shape = Shape {
+        rising: true,
+        ..Shape::of(true)
+    };
+    let site = Site::shipped(shape).await;
+    let w = &site.written[0];
+    assert!(w.segments.len() >= 3, "{:?}", w.segments);
+    let (mut cuts, mut at_segment_end) = (0, 0);
+    for pair in w.segments.windows(2).take(w.segments.len() - 2) {
+        let (base, end) = (pair[0].base_offset, pair[1].base_offset);
+        // A cut at every data batch but the segment's first (markers carry an older timestamp: never the first batch
+        // newer than `T`).
+        let mut log =
+            segment_format::log::LogFile::open(w.dir.join(segment_file_name(base, SegmentFileKind::Log))).unwrap();
+        let mut data = Vec::new();
+        log.scan(|f| {
+            if !f.info.is_control && f.info.base_offset > base {
+                data.push(f.info.base_offset);
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+        for first_left in data {
+            assert!(first_left < end);
+            let cut_site = site.copy("cut");
+            let (used, ok) = promote_both_ways_at(
+                &cut_site,
+                Handover::Rename,
+                "walked-cut",
+                Some(1_700_000_000_000 + first_left - 1),
+            );
+            assert!(ok, "cut at {first_left}");
+            cuts += 1;
+            at_segment_end += usize::from(used.contains(&"open-at-segment-end"));
+            std::fs::remove_dir_all(&cut_site.root).unwrap();
+        }
+    }
+    assert!(cuts > 10 && at_segment_end > 2, "{at_segment_end} of {cuts} cuts");
+}
+
 /// A consistent cut of a tailed mirror inside its active segment (a transaction open at the cut) and inside a
 /// sealed segment: handed over and cut back, the kept companions cut back with it, the same log dir byte for byte as
 /// a copy that derives every companion from the kept bytes; and after a crash at every step of the handover, the
