@@ -80,6 +80,8 @@ fn inspect_mirror(
     let (log_end_offset, last_segment_bytes) = match &tailed {
         Some(active) => (active.end_offset, active.size),
         None => {
+            let size = std::fs::metadata(&last.log).map_err(|e| Error::io(&last.log, e))?.len();
+            read_ahead_applied(&listing, last, size);
             let end = log_end(&last.log, last.base_offset)?;
             (end.end_offset, end.size)
         }
@@ -353,19 +355,37 @@ fn tailed_active_segment(
 /// planning has [`READS_PER_BUILD`] times as many; asked for together, without waiting, they arrive meanwhile
 /// (10,000 partitions: docs/BENCHMARKS.md).
 fn read_ahead_active(active: &SegmentFiles, size: u64) {
-    /// The first batch's header lies in the first page; the last batches mostly in the last few.
-    const LOG_HEAD: u64 = 4096;
-    const LOG_TAIL: u64 = 16 * 1024;
-    /// A segment up to this size is asked for whole: one request costs the disk about what two small ones do.
-    const LOG_WHOLE: u64 = 128 * 1024;
-    if size <= LOG_WHOLE {
-        read_ahead(&active.log, 0, Some(size));
-    } else {
-        read_ahead(&active.log, 0, Some(LOG_HEAD));
-        read_ahead(&active.log, size - LOG_TAIL, None);
-    }
+    read_ahead_log(&active.log, size);
     for companion in [&active.time_index, &active.txn_index].into_iter().flatten() {
         read_ahead(companion, 0, None);
+    }
+}
+
+/// [`read_ahead_active`] for an applied partition (`listing`) whose last segment is `last`, of `size` bytes: its
+/// first and last batches, its time and transaction indexes (`txn_cut::seal_kept_indexes`), and the partition's
+/// leader-epoch checkpoint (`build`, the mirror's epochs) and newest producer snapshot (`recorded_txns::open_at`,
+/// where the walk would start).
+fn read_ahead_applied(listing: &PartitionDir, last: &SegmentFiles, size: u64) {
+    read_ahead_log(&last.log, size);
+    let newest_snapshot = listing.snapshots.last().map(|s| &s.path);
+    let companions = [&last.time_index, &last.txn_index, &listing.leader_epoch_checkpoint];
+    for path in companions.into_iter().flatten().chain(newest_snapshot) {
+        read_ahead(path, 0, None);
+    }
+}
+
+/// Ask for a last segment's `.log` of `size` bytes: its first batch's header lies in the first page, its last
+/// batches mostly in the last few; a segment of up to 128 KiB is asked for whole, one request costing the disk about
+/// what two small ones do.
+fn read_ahead_log(log: &Path, size: u64) {
+    const LOG_HEAD: u64 = 4096;
+    const LOG_TAIL: u64 = 16 * 1024;
+    const LOG_WHOLE: u64 = 128 * 1024;
+    if size <= LOG_WHOLE {
+        read_ahead(log, 0, Some(size));
+    } else {
+        read_ahead(log, 0, Some(LOG_HEAD));
+        read_ahead(log, size.saturating_sub(LOG_TAIL), None);
     }
 }
 
