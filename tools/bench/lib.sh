@@ -184,22 +184,29 @@ print(sys.argv[2], round(float(sys.argv[3]) + float(sys.argv[4]), 2),
 }
 
 # cut_timestamp DIR BATCHES: a consistent cut's timestamp BATCHES batches before the end of the mirror partition DIR
-# (its last segment's batches are walked header by header; in the benchmarks' data the max timestamp rises by one ms
-# per batch or per offset). Prints the max timestamp of the batch that many before the last.
+# (its last segment's batches are walked header by header, and the segment's before it when the last holds fewer; in
+# the benchmarks' data the max timestamp rises by one ms per batch or per offset). Prints the max timestamp of the
+# batch that many before the last.
 cut_timestamp() {
     python3 - "$1" "$2" <<'PY'
 import os, struct, sys
 d, back = sys.argv[1], int(sys.argv[2])
-last = max(f for f in os.listdir(d) if f.endswith(".log"))
+logs = sorted(f for f in os.listdir(d) if f.endswith(".log"))
 stamps = []
-with open(os.path.join(d, last), "rb") as f:
-    size, pos = os.fstat(f.fileno()).st_size, 0
-    while pos + 61 <= size:
-        f.seek(pos)
-        h = f.read(61)
-        length = struct.unpack(">i", h[8:12])[0]
-        stamps.append(struct.unpack(">q", h[35:43])[0])
-        pos += 12 + length
+# The last segment, and the one before when the last holds too few batches.
+for name in reversed(logs[-2:]):
+    if len(stamps) > back:
+        break
+    found = []
+    with open(os.path.join(d, name), "rb") as f:
+        size, pos = os.fstat(f.fileno()).st_size, 0
+        while pos + 61 <= size:
+            f.seek(pos)
+            h = f.read(61)
+            length = struct.unpack(">i", h[8:12])[0]
+            found.append(struct.unpack(">q", h[35:43])[0])
+            pos += 12 + length
+    stamps = found + stamps
 print(stamps[max(0, len(stamps) - 1 - back)])
 PY
 }

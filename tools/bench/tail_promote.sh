@@ -15,6 +15,10 @@
 #                  its marker follows the cut: decided by the appender's record of the producer's last closed
 #                  transaction; a build without it reads the producer back from the cut, to the earlier marker);
 #                  commit-only: without the earlier transaction (a build without that record reads back to the
+#                  segment's base); commit-after-roll: the four batches end a sealed segment; the active one holds
+#                  their commit marker, another committed transaction of the producer and two data batches (with
+#                  CUT=7 the cut lands inside the four, the producer's first marker after it in the later segment:
+#                  decided by the sealed segment's record; a build without that rule reads back to the sealed
 #                  segment's base)
 #   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
 #                  last (one ms per offset in this data: every partition is cut about as far from its end)

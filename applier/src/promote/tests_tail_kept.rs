@@ -720,6 +720,11 @@ enum BenchEnd {
     /// committed just before (a producer committing often: the reading back stops at its marker); without, this is
     /// the producer's only one (the reading back goes to the segment's base).
     CommittedTransaction { earlier: bool },
+    /// The same four batches end a segment, which is then sealed; the next (active) segment holds their commit
+    /// marker, another transaction of the producer (one batch) and its commit, and two data batches: a cut inside the
+    /// four leaves the producer open at the cut with its first marker after it in a later segment and another after
+    /// that, decided by the sealed segment's record (a build without that rule reads back to the segment's base).
+    CommittedAfterRoll,
 }
 
 /// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
@@ -781,6 +786,55 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         position += len;
         written += len;
     }
+    if end == BenchEnd::CommittedAfterRoll {
+        let mut chunk = Vec::new();
+        for sequence in 0..4 {
+            chunk.extend_from_slice(&bench_txn_batch(next, sequence * 4, &value));
+            next += 4;
+        }
+        for frame in scan_frames(&chunk, position) {
+            let info = frame.unwrap().info;
+            offsets.push(&info).unwrap();
+            times.push(&info).unwrap();
+        }
+        digest.update(&chunk);
+        let len = chunk.len() as u64;
+        group.push(chunk_at(partition, base, position, chunk));
+        position += len;
+        a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
+        times.seal();
+        a.apply_seal(&SegmentSeal {
+            partition: pref(partition),
+            segment_base: base,
+            final_size: position,
+            log_sha256: digest.finalize().into(),
+            companions: vec![
+                inline(CompanionKind::OffsetIndex, offsets.to_bytes()),
+                inline(CompanionKind::TimeIndex, times.to_bytes()),
+            ],
+        })
+        .await
+        .unwrap();
+        // The commit, then one more transaction of the producer, committed: the appender's entry for the producer
+        // then names the later commit, and only the sealed segment's record describes the transaction across the cut.
+        let mut chunk = commit_marker(next);
+        base = next;
+        next += 1;
+        chunk.extend_from_slice(&bench_txn_batch(next, 16, &value));
+        next += 4;
+        chunk.extend_from_slice(&commit_marker(next));
+        next += 1;
+        for _ in 0..2 {
+            let batch = BatchBuilder::new(next)
+                .partition_leader_epoch(TARGET_EPOCH)
+                .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
+                .build();
+            chunk.extend_from_slice(&batch);
+            next += 4;
+        }
+        a.apply_chunks(&[chunk_at(partition, base, 0, chunk)]).await.unwrap();
+        return;
+    }
     if end != BenchEnd::Data {
         let mut chunk = Vec::new();
         let mut sequence_base = 0;
@@ -816,6 +870,16 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         group.push(chunk_at(partition, base, position, chunk));
     }
     a.apply_chunks(&group).await.unwrap();
+}
+
+/// One batch at `offset` of the benchmark's transactional producer, four records of `value` from `sequence` on.
+fn bench_txn_batch(offset: i64, sequence: i32, value: &[u8]) -> Vec<u8> {
+    BatchBuilder::new(offset)
+        .partition_leader_epoch(TARGET_EPOCH)
+        .producer(4242, 0, sequence)
+        .transactional(true)
+        .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + offset).with_value(value.to_vec())))
+        .build()
 }
 
 /// The benchmark producer's COMMIT marker at `offset`.
@@ -863,6 +927,7 @@ async fn bench_fixture() {
         Ok("1") => BenchEnd::OpenTransaction,
         Ok("commit") => BenchEnd::CommittedTransaction { earlier: true },
         Ok("commit-only") => BenchEnd::CommittedTransaction { earlier: false },
+        Ok("commit-after-roll") => BenchEnd::CommittedAfterRoll,
         _ => BenchEnd::Data,
     };
     for p in 0..partitions {
