@@ -731,21 +731,15 @@ enum BenchEnd {
 /// source whose leader never changed) to partition `partition` through `a`, in 1 MiB chunks committed eight at a
 /// time; a segment reaching [`BENCH_SEGMENT_BYTES`] is sealed and the next one started, the last stays active.
 async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, end: BenchEnd) {
-    use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
     let value = vec![b'x'; 4096];
-    let (mut next, mut base, mut position, mut written) = (0i64, 0i64, 0u64, 0u64);
-    let mut digest = sha2::Sha256::new();
-    let mut offsets = OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
-    let mut times = TimeIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+    let (mut next, mut written) = (0i64, 0u64);
+    let mut segment = BenchSegment::new(0);
     let mut group = Vec::new();
     while written < bytes {
         let mut chunk = Vec::with_capacity(1 << 20);
         while chunk.len() < 1 << 20 && written + (chunk.len() as u64) < bytes {
-            let batch = BatchBuilder::new(next)
-                .partition_leader_epoch(TARGET_EPOCH)
-                .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
-                .build();
-            if position + (chunk.len() + batch.len()) as u64 > BENCH_SEGMENT_BYTES {
+            let batch = bench_data_batch(next, &value);
+            if segment.position + (chunk.len() + batch.len()) as u64 > BENCH_SEGMENT_BYTES {
                 break;
             }
             chunk.extend_from_slice(&batch);
@@ -754,37 +748,15 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         if chunk.is_empty() {
             // The segment is full: what is pending made durable, then sealed as the shipper would seal it.
             a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
-            times.seal();
-            a.apply_seal(&SegmentSeal {
-                partition: pref(partition),
-                segment_base: base,
-                final_size: position,
-                log_sha256: std::mem::take(&mut digest).finalize().into(),
-                companions: vec![
-                    inline(CompanionKind::OffsetIndex, offsets.to_bytes()),
-                    inline(CompanionKind::TimeIndex, times.to_bytes()),
-                ],
-            })
-            .await
-            .unwrap();
-            (base, position) = (next, 0);
-            offsets = OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
-            times = TimeIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES);
+            let full = std::mem::replace(&mut segment, BenchSegment::new(next));
+            a.apply_seal(&full.seal(partition)).await.unwrap();
             continue;
         }
-        for frame in scan_frames(&chunk, position) {
-            let info = frame.unwrap().info;
-            offsets.push(&info).unwrap();
-            times.push(&info).unwrap();
-        }
-        digest.update(&chunk);
-        let len = chunk.len() as u64;
-        group.push(chunk_at(partition, base, position, chunk));
+        written += chunk.len() as u64;
+        group.push(segment.append(partition, chunk));
         if group.len() == 8 {
             a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
         }
-        position += len;
-        written += len;
     }
     if end == BenchEnd::CommittedAfterRoll {
         let mut chunk = Vec::new();
@@ -792,47 +764,23 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
             chunk.extend_from_slice(&bench_txn_batch(next, sequence * 4, &value));
             next += 4;
         }
-        for frame in scan_frames(&chunk, position) {
-            let info = frame.unwrap().info;
-            offsets.push(&info).unwrap();
-            times.push(&info).unwrap();
-        }
-        digest.update(&chunk);
-        let len = chunk.len() as u64;
-        group.push(chunk_at(partition, base, position, chunk));
-        position += len;
+        group.push(segment.append(partition, chunk));
         a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
-        times.seal();
-        a.apply_seal(&SegmentSeal {
-            partition: pref(partition),
-            segment_base: base,
-            final_size: position,
-            log_sha256: digest.finalize().into(),
-            companions: vec![
-                inline(CompanionKind::OffsetIndex, offsets.to_bytes()),
-                inline(CompanionKind::TimeIndex, times.to_bytes()),
-            ],
-        })
-        .await
-        .unwrap();
+        let sealed = std::mem::replace(&mut segment, BenchSegment::new(next));
+        a.apply_seal(&sealed.seal(partition)).await.unwrap();
         // The commit, then one more transaction of the producer, committed: the appender's entry for the producer
         // then names the later commit, and only the sealed segment's record describes the transaction across the cut.
         let mut chunk = commit_marker(next);
-        base = next;
         next += 1;
         chunk.extend_from_slice(&bench_txn_batch(next, 16, &value));
         next += 4;
         chunk.extend_from_slice(&commit_marker(next));
         next += 1;
         for _ in 0..2 {
-            let batch = BatchBuilder::new(next)
-                .partition_leader_epoch(TARGET_EPOCH)
-                .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
-                .build();
-            chunk.extend_from_slice(&batch);
+            chunk.extend_from_slice(&bench_data_batch(next, &value));
             next += 4;
         }
-        a.apply_chunks(&[chunk_at(partition, base, 0, chunk)]).await.unwrap();
+        a.apply_chunks(&[segment.append(partition, chunk)]).await.unwrap();
         return;
     }
     if end != BenchEnd::Data {
@@ -840,14 +788,7 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         let mut sequence_base = 0;
         if end == (BenchEnd::CommittedTransaction { earlier: true }) {
             for sequence in 0..4 {
-                chunk.extend_from_slice(
-                    &BatchBuilder::new(next)
-                        .partition_leader_epoch(TARGET_EPOCH)
-                        .producer(4242, 0, sequence * 4)
-                        .transactional(true)
-                        .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
-                        .build(),
-                );
+                chunk.extend_from_slice(&bench_txn_batch(next, sequence * 4, &value));
                 next += 4;
             }
             chunk.extend_from_slice(&commit_marker(next));
@@ -855,21 +796,73 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
             sequence_base = 16;
         }
         for sequence in 0..4 {
-            let batch = BatchBuilder::new(next)
-                .partition_leader_epoch(TARGET_EPOCH)
-                .producer(4242, 0, sequence_base + sequence * 4)
-                .transactional(true)
-                .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + next).with_value(value.clone())))
-                .build();
-            chunk.extend_from_slice(&batch);
+            chunk.extend_from_slice(&bench_txn_batch(next, sequence_base + sequence * 4, &value));
             next += 4;
         }
         if matches!(end, BenchEnd::CommittedTransaction { .. }) {
             chunk.extend_from_slice(&commit_marker(next));
         }
-        group.push(chunk_at(partition, base, position, chunk));
+        group.push(segment.append(partition, chunk));
     }
     a.apply_chunks(&group).await.unwrap();
+}
+
+/// The segment a benchmark partition appends to: where it ends, and what its seal says of it.
+struct BenchSegment {
+    base: i64,
+    position: u64,
+    digest: sha2::Sha256,
+    offsets: segment_format::index::OffsetIndexBuilder,
+    times: segment_format::index::TimeIndexBuilder,
+}
+
+impl BenchSegment {
+    fn new(base: i64) -> BenchSegment {
+        use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
+        BenchSegment {
+            base,
+            position: 0,
+            digest: sha2::Sha256::new(),
+            offsets: OffsetIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES),
+            times: TimeIndexBuilder::new(base, DEFAULT_INDEX_INTERVAL_BYTES),
+        }
+    }
+
+    /// The chunk of `bytes` (whole batches) appended at the segment's end, noted for its seal.
+    fn append(&mut self, partition: i32, bytes: Vec<u8>) -> Chunk {
+        for frame in scan_frames(&bytes, self.position) {
+            let info = frame.unwrap().info;
+            self.offsets.push(&info).unwrap();
+            self.times.push(&info).unwrap();
+        }
+        self.digest.update(&bytes);
+        let at = self.position;
+        self.position += bytes.len() as u64;
+        chunk_at(partition, self.base, at, bytes)
+    }
+
+    /// Its seal, as the shipper sends it.
+    fn seal(mut self, partition: i32) -> SegmentSeal {
+        self.times.seal();
+        SegmentSeal {
+            partition: pref(partition),
+            segment_base: self.base,
+            final_size: self.position,
+            log_sha256: self.digest.finalize().into(),
+            companions: vec![
+                inline(CompanionKind::OffsetIndex, self.offsets.to_bytes()),
+                inline(CompanionKind::TimeIndex, self.times.to_bytes()),
+            ],
+        }
+    }
+}
+
+/// One data batch at `offset` (no producer): four records of `value`.
+fn bench_data_batch(offset: i64, value: &[u8]) -> Vec<u8> {
+    BatchBuilder::new(offset)
+        .partition_leader_epoch(TARGET_EPOCH)
+        .records((0..4).map(|i| RecordSpec::new(i, 1_700_000_000_000 + offset).with_value(value.to_vec())))
+        .build()
 }
 
 /// One batch at `offset` of the benchmark's transactional producer, four records of `value` from `sequence` on.
