@@ -91,7 +91,7 @@ pub struct AfterCut {
     /// More transactional producers than are followed: nothing can be told from what is kept here.
     pub overflow: bool,
     /// The batches noted now lie in a segment after the one holding the cut ([`AfterCut::leave_cut_segment`]).
-    pub past_cut_segment: bool,
+    past_cut_segment: bool,
 }
 
 /// One transactional producer's batches after a cut.

@@ -23,10 +23,9 @@
 //! transaction that marker closed, where it has one ([`decided_by_closed`]), or by the record of the segment holding
 //! the cut, which names each producer's last marker in it with its transaction's batches there and the transactions
 //! open at its end ([`decided_by_record`]), and otherwise read back from the cut ([`open_at_cut_reading_back`]);
-//! where that cannot
-//! tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and walks only that
-//! segment's batches below the cut — none when its own record names no transactional producer. A tail-fed mirror has
-//! the records too: each seal records its segment's (`crate::direct`'s catalog).
+//! where that cannot tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and
+//! walks only that segment's batches below the cut — none when its own record names no transactional producer. A
+//! tail-fed mirror has the records too: each seal records its segment's (`crate::direct`'s catalog).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
