@@ -3,11 +3,11 @@
 //! target log dir's partition says (topic id, leader epoch, no data), with the refusals each finds. Read ahead of
 //! planning on worker threads ([`inspect_all`]); planning (the parent module) decides from what is found here.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use segment_format::dir::{segment_file_name, PartitionDir, SegmentFileKind, SegmentFiles};
-use segment_format::durable::read_ahead;
+use segment_format::durable::{read_ahead, read_ahead_together};
 use segment_format::txn_index::OpenTransaction;
 use segment_format::TopicPartition;
 use segmirror_catalog::MirrorPartition;
@@ -348,30 +348,40 @@ fn tailed_active_segment(
 }
 
 /// Ask the kernel now, without waiting, for what promotion reads later of a tailed partition's active segment of
-/// `size` bytes: its last batches (`log_end`, next), its first batch (`build::settled`), and its time and transaction
-/// indexes whole (`tail_kept::trust`). Not its offset index: `log_end` reads that at once.
+/// `size` bytes: its last batches (`log_end`, next), its first batch (`build::settled`), and its offset, time and
+/// transaction indexes whole (`log_end`, `tail_kept::trust`).
 ///
 /// Why: with a cold page cache each of these was a wait of its own, and building waits with a few threads where
 /// planning has [`READS_PER_BUILD`] times as many; asked for together, without waiting, they arrive meanwhile
 /// (10,000 partitions: docs/BENCHMARKS.md).
 fn read_ahead_active(active: &SegmentFiles, size: u64) {
+    let companions = [
+        active.index.as_ref(),
+        active.time_index.as_ref(),
+        active.txn_index.as_ref(),
+    ];
+    read_ahead_together(companions.into_iter().flatten().map(PathBuf::as_path));
     read_ahead_log(&active.log, size);
-    for companion in [&active.time_index, &active.txn_index].into_iter().flatten() {
-        read_ahead(companion, 0, None);
-    }
 }
 
 /// [`read_ahead_active`] for an applied partition (`listing`) whose last segment is `last`, of `size` bytes: its
-/// first and last batches, its time and transaction indexes (`txn_cut::seal_kept_indexes`), and the partition's
-/// leader-epoch checkpoint (`build`, the mirror's epochs) and newest producer snapshot (`recorded_txns::open_at`,
-/// where the walk would start).
+/// first and last batches, its offset, time and transaction indexes (`log_end`, `txn_cut::seal_kept_indexes`), and
+/// the partition's newest producer snapshot (`recorded_txns::open_at`, where the walk would start) and leader-epoch
+/// checkpoint (`build`, the mirror's epochs).
+///
+/// The small files are asked in one submission, in the order an install writes them: the filesystem usually gives
+/// them consecutive blocks, and one submission sends those to the disk as one request where one hint per file sent
+/// four (10,000 partitions: docs/BENCHMARKS.md).
 fn read_ahead_applied(listing: &PartitionDir, last: &SegmentFiles, size: u64) {
+    let companions = [
+        last.index.as_ref(),
+        last.time_index.as_ref(),
+        last.txn_index.as_ref(),
+        listing.snapshots.last().map(|s| &s.path),
+        listing.leader_epoch_checkpoint.as_ref(),
+    ];
+    read_ahead_together(companions.into_iter().flatten().map(PathBuf::as_path));
     read_ahead_log(&last.log, size);
-    let newest_snapshot = listing.snapshots.last().map(|s| &s.path);
-    let companions = [&last.time_index, &last.txn_index, &listing.leader_epoch_checkpoint];
-    for path in companions.into_iter().flatten().chain(newest_snapshot) {
-        read_ahead(path, 0, None);
-    }
 }
 
 /// Ask for a last segment's `.log` of `size` bytes: its first batch's header lies in the first page, its last
