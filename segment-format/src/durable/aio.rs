@@ -143,9 +143,10 @@ pub(super) fn read_ahead_batch(files: &[(&File, u64)]) -> usize {
                     std::ptr::null_mut::<libc::timespec>(),
                 )
             };
+            let interrupted = got < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
             match usize::try_from(got) {
                 Ok(n) if n > 0 => reaped += n,
-                _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+                _ if interrupted => {}
                 _ => {
                     // The context cannot be trusted with another batch: destroying it waits for what is in flight
                     // (so `scratch` and `blocks` outlive it), and this thread asks one file at a time from now on.
