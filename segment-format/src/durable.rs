@@ -298,13 +298,19 @@ pub fn drop_cached_range(_file: &File, _at: u64, _len: u64) {}
 /// reports what is wrong.
 #[cfg(target_os = "linux")]
 pub fn read_ahead(path: &Path, at: u64, len: Option<u64>) {
-    use std::os::fd::AsRawFd;
     if len == Some(0) {
         return;
     }
-    let Ok((file, _)) = crate::open::open_regular(path) else {
-        return;
-    };
+    if let Ok((file, _)) = crate::open::open_regular(path) {
+        will_need(&file, at, len);
+    }
+}
+
+/// The hint behind [`read_ahead`] and [`read_ahead_together`], on an open file: `len` bytes from `at` (`None`: to the
+/// end of the file) are wanted soon.
+#[cfg(target_os = "linux")]
+fn will_need(file: &File, at: u64, len: Option<u64>) {
+    use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len.unwrap_or(0))) else {
         return;
     };
@@ -326,11 +332,7 @@ pub const READ_AHEAD_TOGETHER_MAX: u64 = 64 * 1024;
 /// skipped. Files over [`READ_AHEAD_TOGETHER_MAX`] bytes are asked one by one.
 #[cfg(target_os = "linux")]
 pub fn read_ahead_together<'a>(paths: impl IntoIterator<Item = &'a Path>) {
-    use std::os::fd::AsRawFd;
-    let hint = |file: &File| {
-        // SAFETY: a valid open descriptor; the call reads no memory of ours.
-        let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-    };
+    let hint = |file: &File| will_need(file, 0, None);
     let mut together: Vec<(File, u64)> = Vec::new();
     for path in paths {
         match crate::open::open_regular(path) {

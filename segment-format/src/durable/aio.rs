@@ -187,7 +187,7 @@ mod tests {
     }
 
     fn wait_cached(files: &[File], len: u64) {
-        let pages = len.div_ceil(4096);
+        let pages = len.div_ceil(crate::durable::page_size());
         for _ in 0..1000 {
             if files.iter().all(|f| cached_pages(f, len).expect("mincore") == pages) {
                 return;
