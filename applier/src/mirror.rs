@@ -93,6 +93,10 @@ const REPLACE_STAGING_DIR: &str = "staging";
 const REPLACE_JOURNAL_DIR: &str = "replace";
 /// Under [`TAIL_DIR`]: the journal of a truncation in progress.
 const TRUNCATION_JOURNAL_DIR: &str = "truncations";
+/// Under [`TAIL_DIR`]: each partition's closed log (`segment_format::closed_log`) of its active segment.
+const CLOSED_LOG_DIR: &str = "closed";
+/// The extension of a closed log: a binary file, never read as a record.
+const CLOSED_LOG_EXT: &str = "bin";
 /// What truncations (and lineage resets, quarantines) removed, one sub-directory per partition; never deleted.
 const ARCHIVE_DIR: &str = ".archive";
 
@@ -239,6 +243,14 @@ pub(crate) fn truncation_journal_dir(root: &Path) -> PathBuf {
 /// `<root>/.tail/truncations/<name>.json`.
 pub(crate) fn truncation_journal_file(root: &Path, name: &str) -> PathBuf {
     record(truncation_journal_dir(root), name)
+}
+
+/// `<root>/.tail/closed/<name>.bin`: every transaction closed in the partition's active segment, as the appender
+/// saw it close (`direct::kept`).
+pub(crate) fn closed_log_file(root: &Path, name: &str) -> PathBuf {
+    tail_dir(root)
+        .join(CLOSED_LOG_DIR)
+        .join(format!("{name}.{CLOSED_LOG_EXT}"))
 }
 
 /// `<root>/.archive`.

@@ -23,6 +23,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod closed_log;
 pub mod compression;
 pub mod consumer_offsets;
 pub mod control;

@@ -199,8 +199,9 @@ pub struct OpenTransaction {
 
 /// A transaction a COMMIT or ABORT marker closed, as the tracker saw it close.
 ///
-/// A tail appender keeps each producer's last one (`segmirror_applier::direct::Kept`): a consistent cut whose
-/// producer's marker follows it learns from it where the transaction across the cut began, without reading back.
+/// A tail appender keeps each producer's last one, and every one of its active segment in a closed log
+/// (`segmirror_applier::direct::Kept`, [`crate::closed_log`]): a consistent cut whose producer's marker follows it
+/// learns from it where the transaction across the cut began, without reading back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClosedTransaction {
     pub producer_id: i64,

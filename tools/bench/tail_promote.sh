@@ -19,7 +19,10 @@
 #                  their commit marker, another committed transaction of the producer and two data batches (with
 #                  CUT=7 the cut lands inside the four, the producer's first marker after it in the later segment:
 #                  decided by the sealed segment's record; a build without that rule reads back to the sealed
-#                  segment's base)
+#                  segment's base); commit-twice: the four batches, their commit, one more transaction of the
+#                  producer and its commit, then two data batches, all in the active segment (with CUT=7 the cut
+#                  lands inside the four with two of the producer's markers after it: decided by the closed log; a
+#                  build without it reads back to the segment's base)
 #   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
 #                  last (one ms per offset in this data: every partition is cut about as far from its end)
 #   BASELINE=PATH  also promote the same fixture (with what was kept) with this binary ("baseline": e.g. a build

@@ -39,7 +39,8 @@
 //! # What the record says of them
 //! Each record also carries the three files' entry counts and CRC-32C as written ([`KeptFiles`], `kept`), so that
 //! `promote` can tell, without the `.log`, whether the files on disk are the ones written for the recorded position
-//! (an index write a crash lost does not match, and is rebuilt there).
+//! (an index write a crash lost does not match, and is rebuilt there). So does the segment's closed log (every
+//! transaction a marker closed, `kept`), written beside the indexes, the same way.
 
 use std::collections::HashMap;
 
@@ -49,7 +50,9 @@ use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::txn_ends::{TxnEnds, TxnEndsBuilder};
 use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransaction, TxnIndex, TxnTracker};
 
-use super::kept::KeptFiles;
+use segment_format::closed_log::{self, CLOSED_ENTRY_SIZE};
+
+use super::kept::{recorded_closed_log, KeptFile, KeptFiles, MAX_CLOSED_LOG_ENTRIES};
 use super::*;
 
 /// Open transactions per partition beyond which their tallies are not kept: a state file stays a few KiB, and is
@@ -92,6 +95,9 @@ pub(super) struct ActiveIndexes {
     /// How the batches `[0, position)` leave each transactional producer, recorded with the segment at its seal
     /// (`segment_format::txn_ends`, as an install records it); `None` when this process did not see them all.
     txn_ends: Option<TxnEndsBuilder>,
+    /// The closed log holds what `files.closed_log` describes; `false`: it is written whole (started over) at the
+    /// next write.
+    closed_log_written: bool,
 }
 
 /// What a seal takes from the indexes kept while the segment was active, when they cover all of it.
@@ -117,7 +123,68 @@ impl ActiveIndexes {
             sha: Some(aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256)),
             files: KeptFiles::default(),
             txn_ends: Some(TxnEndsBuilder::new()),
+            closed_log_written: false,
         }
+    }
+
+    /// Writes the transactions a chunk's markers closed (`closed`, in offset order) to the closed log at `path`:
+    /// appended, or the whole log when it is not written yet (so an earlier segment's entries, or a crash's
+    /// leftovers, go). No fsync: promotion uses the log only where its bytes are the recorded ones (`kept`). Past
+    /// [`MAX_CLOSED_LOG_ENTRIES`] entries, no more are written.
+    fn write_closed_log(&mut self, path: &Path, closed: &[ClosedTransaction]) -> TailResult<()> {
+        let whole = !self.closed_log_written;
+        let room = MAX_CLOSED_LOG_ENTRIES.saturating_sub(if whole { 0 } else { self.files.closed_log.entries });
+        let closed = &closed[..closed.len().min(usize::try_from(room).unwrap_or(usize::MAX))];
+        if closed.is_empty() && !whole {
+            return Ok(());
+        }
+        let bytes = closed_log::serialize(closed);
+        // Described before the write: should it fail, the record (which would carry this) is not written.
+        self.files.closed_written(whole, &bytes, closed.len());
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .append(!whole)
+                .write(true)
+                .truncate(whole)
+                .open(path)
+        };
+        let mut file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir).map_err(|e| TailError::io(dir, e))?;
+                }
+                open()
+            }
+            opened => opened,
+        }
+        .map_err(|e| TailError::io(path, e))?;
+        file.write_all(&bytes).map_err(|e| TailError::io(path, e))?;
+        self.closed_log_written = true;
+        Ok(())
+    }
+
+    /// After a rebuild: the closed log at `path` continues where `recorded` (the record's description, when its facts
+    /// describe the rebuilt position) says it stands, cut back to it, when its bytes begin with the recorded ones;
+    /// otherwise it starts over at the next write.
+    fn resume_closed_log(&mut self, path: &Path, recorded: Option<KeptFile>) -> TailResult<()> {
+        let Some(recorded) = recorded.filter(|r| r.entries > 0) else {
+            return Ok(());
+        };
+        if recorded_closed_log(path, recorded)
+            .map_err(|e| TailError::io(path, e))?
+            .is_some()
+        {
+            let len = recorded.entries * CLOSED_ENTRY_SIZE as u64;
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| TailError::io(path, e))?;
+            file.set_len(len).map_err(|e| TailError::io(path, e))?;
+            self.files.closed_log = recorded;
+            self.closed_log_written = true;
+        }
+        Ok(())
     }
 
     /// The chunk's bytes, which its batches were pushed for, added to the running SHA-256.
@@ -336,6 +403,11 @@ impl Inner {
         if position > 0 {
             // Nothing to index yet otherwise: the files come with the first chunk.
             ai.write(&pdir)?;
+            let recorded = s
+                .valid_kept()
+                .filter(|k| k.segment_base == base && k.position == position)
+                .map(|k| k.closed_log);
+            ai.resume_closed_log(&mirror::closed_log_file(&self.root, name), recorded)?;
         }
         Ok(ai)
     }
@@ -423,12 +495,22 @@ impl Inner {
             }
             companions.indexes.files.txn_appended(&companions.aborted);
         }
-        companions.indexes.write(pdir)
+        companions.indexes.write(pdir)?;
+        let closed_log = mirror::closed_log_file(&self.root, &tp_name(&chunk.partition));
+        companions.indexes.write_closed_log(&closed_log, &companions.closed)
     }
 
     /// After the chunk is recorded: its indexes are the partition's current ones.
     pub(super) fn keep_indexes(&mut self, name: String, companions: ChunkCompanions) {
         self.indexes.insert(name, companions.indexes);
+    }
+
+    /// `name`'s closed log, recorded empty, starts over at the next write.
+    pub(super) fn restart_closed_log(&mut self, name: &str) {
+        if let Some(ai) = self.indexes.get_mut(name) {
+            ai.files.closed_log = KeptFile::default();
+            ai.closed_log_written = false;
+        }
     }
 
     /// A seal (or anything else that ends the segment) makes the in-memory indexes stale.

@@ -33,12 +33,24 @@
 //! producer's previous event, which for a producer's only transaction in a segment is the segment's base (9 s for
 //! 4 GiB, docs/BENCHMARKS.md). An entry is only ever made from a marker the appender checked, with the tracker's
 //! first offset and tally (a tally only for a transaction it saw begin), so an entry is right whenever its marker is
-//! still the one at its offset: promotion uses one only where the batches after the cut hold that marker as the
-//! producer's only one. Without valid facts before a chunk the list starts over from the chunk's markers;
-//! a replacement of sealed segments drops the entries that reach below the active segment (the cleaner may have
-//! removed their batches).
+//! still the one at its offset: promotion uses one only where it is the producer's first marker after the cut.
+//! Without valid facts before a chunk the list starts over from the chunk's markers; a replacement of sealed
+//! segments drops the entries that reach below the active segment (the cleaner may have removed their batches).
+//!
+//! # The closed log
+//! The list above holds one transaction per producer, so a producer that commits twice or more after a cut is not
+//! decided by it: its first marker after the cut is not its last. The active segment's every closed transaction goes
+//! to its closed log, `.tail/closed/<topic>-<partition>.bin` (`segment_format::closed_log`, fixed-size entries in
+//! marker order), appended with each chunk's entries next to the indexes, without an fsync, and described in the
+//! record by its entry count and CRC-32C like them ([`Kept::closed_log`]). Promotion reads only the recorded entries,
+//! and only where their bytes match ([`recorded_closed_log`]); a log a crash shortened or damaged is not used (read
+//! back from the cut, as before). A session that rebuilds the indexes cuts the log back to the recorded entries, or
+//! starts it over at its next chunk when they do not match; a new segment starts it over; a replacement of sealed
+//! segments records it empty (its entries may count batches below the active segment). Bounded by
+//! [`MAX_CLOSED_LOG_ENTRIES`]: a 1 GiB segment holds more markers only when its transactions average under 4 KiB.
 
 use segment_format::batch::BatchInfo;
+use segment_format::closed_log::{self, CLOSED_ENTRY_SIZE};
 use segment_format::index::{serialize_offset_index, serialize_time_index, OffsetIndexEntry, TimeIndexEntry};
 use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction};
 
@@ -47,6 +59,11 @@ use super::*;
 /// Most epoch changes kept: a leader change per entry, so far beyond what a partition sees between failovers; a
 /// partition past it is walked at promotion until its history restarts.
 pub const MAX_KEPT_EPOCHS: usize = 512;
+
+/// Most entries of an active segment's closed log (13.6 MB): promotion reads the recorded entries whole to check
+/// them. Markers past it are not logged; a cut whose producer's first marker after it is one of them is read back
+/// from the cut as before.
+pub const MAX_CLOSED_LOG_ENTRIES: u64 = 1 << 18;
 
 /// Most closed transactions kept (one per producer, the latest markers): a state file stays within its 64 KiB with
 /// every other fact at its bound; a producer whose entry gave way is read back from a cut as before.
@@ -78,6 +95,10 @@ impl KeptFile {
             entries: self.entries + entries as u64,
             crc32c: crc32c::crc32c_append(self.crc32c, bytes),
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == KeptFile::default()
     }
 
     fn of(bytes: &[u8], entries: usize) -> KeptFile {
@@ -187,6 +208,11 @@ pub struct Kept {
     /// transactions"), by marker offset, at most `MAX_KEPT_CLOSED` (the latest markers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub closed: Vec<ClosedTransaction>,
+    /// The segment's closed log (`.tail/closed/<topic>-<partition>.bin`, module docs): every transaction a marker
+    /// closed in it from its start, or from where the appender's knowledge of the segment began. Empty in a state
+    /// written before it was kept.
+    #[serde(default, skip_serializing_if = "KeptFile::is_empty")]
+    pub closed_log: KeptFile,
 }
 
 impl Kept {
@@ -194,6 +220,36 @@ impl Kept {
     pub fn describes(&self, segment_base: i64, position: u64, next_offset: Option<i64>) -> bool {
         self.segment_base == segment_base && self.position == position && self.next_offset == next_offset
     }
+}
+
+/// The closed log at `path` (`mirror::closed_log_file`), when its first entries are the ones `recorded` describes
+/// (the appender writes it without an fsync and records its entry count and CRC-32C with the position, `Kept`):
+/// those entries.
+/// `None` when they are not (a write a crash lost, a damaged file), or it is not a regular file. Only the recorded
+/// entries are read: a crash's leftovers after them are not.
+pub fn recorded_closed_log(path: &Path, recorded: KeptFile) -> std::io::Result<Option<Vec<ClosedTransaction>>> {
+    if recorded.entries == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    if recorded.entries > MAX_CLOSED_LOG_ENTRIES {
+        return Ok(None);
+    }
+    let file = match segment_format::open::open_regular(path) {
+        Ok((file, _)) => file,
+        Err(segment_format::error::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(segment_format::error::Error::Io { source, .. }) => return Err(source),
+        // Not a regular file: not the appender's.
+        Err(_) => return Ok(None),
+    };
+    let mut prefix = Vec::new();
+    file.take(recorded.entries * CLOSED_ENTRY_SIZE as u64)
+        .read_to_end(&mut prefix)?;
+    if !recorded.matches(&prefix, CLOSED_ENTRY_SIZE, true) {
+        return Ok(None);
+    }
+    Ok(closed_log::parse(&prefix).ok())
 }
 
 /// Whether the open transactions a state records hold what a walk of the partition from its first segment (base
@@ -214,8 +270,9 @@ impl PartitionState {
 }
 
 impl Inner {
-    /// The kept epoch history of `name` restricted to its active segment and beyond, recorded (a replacement of
-    /// sealed segments is about to change bytes below it: module docs). Nothing to do without valid facts.
+    /// The kept epoch history of `name` restricted to its active segment and beyond, and its closed log emptied,
+    /// recorded (a replacement of sealed segments is about to change bytes below it: module docs). Nothing to do
+    /// without valid facts.
     pub(super) fn distrust_epochs_below_active(&mut self, name: &str) -> TailResult<()> {
         let Some(s) = self.states.get(name).cloned() else {
             return Ok(());
@@ -225,24 +282,31 @@ impl Inner {
         // A transaction with a batch or its marker below the active segment may have lost batches to the cleaner.
         let below = |c: &ClosedTransaction| c.marker_offset < base || c.first_offset.is_some_and(|f| f < base);
         let epochs_below = k.epochs.as_ref().is_some_and(|e| e.from_offset < base);
-        if !epochs_below && !k.closed.iter().any(below) {
+        // The closed log's entries may reach below too; it starts over rather than be read here.
+        let logged = k.closed_log.entries > 0;
+        if !epochs_below && !k.closed.iter().any(below) && !logged {
             return Ok(());
         }
         let kept = Kept {
             epochs: k.epochs.as_ref().map(|e| e.restricted_to(base)),
             closed: k.closed.iter().copied().filter(|c| !below(c)).collect(),
+            closed_log: KeptFile::default(),
             ..k.clone()
         };
-        self.record(name.to_string(), PartitionState { kept: Some(kept), ..s })
+        self.record(name.to_string(), PartitionState { kept: Some(kept), ..s })?;
+        self.restart_closed_log(name);
+        Ok(())
     }
 }
 
-/// The running description of the active segment's companion files, as [`ActiveIndexes`] writes them.
+/// The running description of the active segment's companion files and closed log, as [`ActiveIndexes`] writes
+/// them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct KeptFiles {
     pub offset_index: KeptFile,
     pub time_index: KeptFile,
     pub txn_index: KeptFile,
+    pub closed_log: KeptFile,
 }
 
 impl KeptFiles {
@@ -273,6 +337,15 @@ impl KeptFiles {
     pub(super) fn txn_appended(&mut self, entries: &[AbortedTxn]) {
         self.txn_index = self.txn_index.append(&txn_index::serialize(entries), entries.len());
     }
+
+    /// `bytes`, holding `entries` closed transactions, written to the closed log: the whole of it, or appended.
+    pub(super) fn closed_written(&mut self, whole: bool, bytes: &[u8], entries: usize) {
+        self.closed_log = if whole {
+            KeptFile::of(bytes, entries)
+        } else {
+            self.closed_log.append(bytes, entries)
+        };
+    }
 }
 
 /// The facts to record with the state a chunk leaves: the segment's files as `files` describes them, and the
@@ -302,6 +375,7 @@ pub(super) fn after_chunk(
         offset_index: files.offset_index,
         time_index: files.time_index,
         txn_index: files.txn_index,
+        closed_log: files.closed_log,
         epochs: history.and_then(|h| h.with(batches)),
         // Without valid facts before the chunk, from its markers on (a marker not seen is not claimed).
         closed: with_closed(valid.map(|k| k.closed.clone()).unwrap_or_default(), closed),
@@ -319,6 +393,7 @@ pub(super) fn at_claim(prev: Option<&PartitionState>, segment_base: i64, next_of
         offset_index: KeptFile::default(),
         time_index: KeptFile::default(),
         txn_index: KeptFile::default(),
+        closed_log: KeptFile::default(),
         epochs,
         closed,
     })

@@ -20,7 +20,10 @@
 //!   one);
 //! - each producer's last closed transaction against the walk's: the marker must be the producer's last one, and
 //!   where promotion would use its first offset and tally (begun in the mirror, tallied) they must be the walk's,
-//!   or it is an error (a consistent cut would abort the wrong batches).
+//!   or it is an error (a consistent cut would abort the wrong batches);
+//! - each entry of the active segment's closed log against the transaction the walk finds its marker closed, by the
+//!   same rule: an error where they differ, a warning where the log is not the recorded one (a write a crash lost:
+//!   promotion then reads back from a cut instead of using it).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -31,7 +34,7 @@ use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::report::Finding;
 use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransaction, TxnTally, TxnTracker};
 
-use super::kept::{Kept, KeptEpochs, KeptFile};
+use super::kept::{recorded_closed_log, Kept, KeptEpochs, KeptFile};
 use super::*;
 
 /// What a walk of a tailed partition derives, for comparison with what was kept.
@@ -42,6 +45,8 @@ struct Derived {
     open_transactions: Vec<OpenTransaction>,
     /// Each producer's last transaction closed by a marker.
     closed: BTreeMap<i64, ClosedTransaction>,
+    /// The transactions closed by the markers the closed log names, by marker offset.
+    closed_at: BTreeMap<i64, ClosedTransaction>,
     /// Base offset of the partition's first segment (where the walk started).
     first_base: Option<i64>,
     /// The first batch whose epoch is not the one the kept history says at its offset: (offset, its epoch, the
@@ -103,7 +108,25 @@ fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> Ta
         // Not the recorded bytes (a crash's leftovers, or nothing yet): nothing the facts describe.
         _ => return Ok(()),
     }
-    let derived = derive(&pdir, &state, &kept)?;
+    let log_path = mirror::closed_log_file(root, &format!("{}-{}", state.topic, state.partition));
+    let logged = recorded_closed_log(&log_path, kept.closed_log).map_err(|e| TailError::io(&log_path, e))?;
+    let logged: BTreeMap<i64, ClosedTransaction> = logged
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.marker_offset, c))
+        .collect();
+    let derived = derive(&pdir, &state, &kept, &logged)?;
+    if kept.closed_log.entries > 0 && logged.is_empty() {
+        let defect = Defect::Other {
+            message: format!(
+                "the closed log {} is not the one recorded ({} entries): a consistent cut reads back from the cut \
+                 instead",
+                log_path.display(),
+                kept.closed_log.entries
+            ),
+        };
+        findings.push(Finding::warning(state_path, None, None, defect));
+    }
     let mut differs = |what: &str, kept: String, found: String, error: bool| {
         let defect = Defect::Other {
             message: format!(
@@ -180,6 +203,17 @@ fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> Ta
     }) {
         differs("the last transaction closed", kept_one, found, true);
     }
+    if let Some((logged_one, found)) = derived.first_base.and_then(|first| {
+        logged.values().find_map(|c| {
+            let walked = derived
+                .closed_at
+                .get(&c.marker_offset)
+                .filter(|w| w.producer_id == c.producer_id);
+            closed_differs(c, walked, first)
+        })
+    }) {
+        differs("in its closed log a transaction closed", logged_one, found, true);
+    }
     Ok(())
 }
 
@@ -226,11 +260,18 @@ fn tally_text(tally: Option<TxnTally>) -> String {
     })
 }
 
-/// The facts a walk of `state`'s partition gives: its segments up to the recorded one, from the first.
-fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derived> {
+/// The facts a walk of `state`'s partition gives: its segments up to the recorded one, from the first; of the
+/// transactions closed, those at the markers `logged` names (bounded by the closed log) and each producer's last.
+fn derive(
+    pdir: &Path,
+    state: &PartitionState,
+    kept: &Kept,
+    logged: &BTreeMap<i64, ClosedTransaction>,
+) -> TailResult<Derived> {
     let segments = PartitionDir::open(pdir)?.segments;
     let mut tracker = TxnTracker::new();
     let mut closed = BTreeMap::new();
+    let mut closed_at = BTreeMap::new();
     let mut aborted: Vec<AbortedTxn> = Vec::new();
     let epochs: Option<&KeptEpochs> = kept.epochs.as_ref();
     let mut epoch_mismatch = None;
@@ -246,6 +287,9 @@ fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derive
             let b = &frame.info;
             let (entry, ended) = tracker.on_batch_closing(b);
             if let Some(c) = ended {
+                if logged.contains_key(&c.marker_offset) {
+                    closed_at.insert(c.marker_offset, c);
+                }
                 closed.insert(c.producer_id, c);
             }
             if active {
@@ -277,6 +321,7 @@ fn derive(pdir: &Path, state: &PartitionState, kept: &Kept) -> TailResult<Derive
         txn_index: of(txn_index::serialize(&aborted), aborted.len()),
         open_transactions: tracker.open_tallied().collect(),
         closed,
+        closed_at,
         first_base: segments.first().map(|s| s.base_offset),
         epoch_mismatch,
     })

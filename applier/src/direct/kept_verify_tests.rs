@@ -204,3 +204,103 @@ async fn the_kept_last_closed_transactions_verify_clean_and_a_changed_one_is_fou
     let text = findings[0].defect.to_string();
     assert!(text.contains("marker at 13") && text.contains("marker at 20"), "{text}");
 }
+
+/// The active segment's closed log, as the appender writes it: verified clean against the walk; an entry whose tally
+/// is not what the data says, with a record that vouches for the changed bytes, is an error; a log that is not the
+/// recorded one (a write a crash lost) is a warning.
+#[tokio::test]
+async fn the_closed_log_verifies_clean_and_a_changed_entry_is_found() {
+    let f = tailed(write_transactional_source).await;
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_path(&f)).unwrap()).unwrap();
+    let kept: Kept = serde_json::from_value(state["kept"].clone()).unwrap();
+    let path = mirror::closed_log_file(&f.mirror, &format!("{}-{}", pref().topic, pref().partition));
+    let mut logged = recorded_closed_log(&path, kept.closed_log)
+        .unwrap()
+        .expect("the recorded log");
+    // Producer 9's abort at 21 closed nothing; the active segment holds it (and maybe 7's last commit).
+    assert_eq!(
+        logged.last().map(|c| (c.producer_id, c.marker_offset, c.first_offset)),
+        Some((9, 21, None))
+    );
+    assert!(logged.len() as u64 == kept.closed_log.entries && !logged.is_empty());
+    let (findings, io_errors) = verify_kept(&f.mirror);
+    assert!(io_errors.is_empty(), "{io_errors:?}");
+    assert!(findings.is_empty(), "{findings:#?}");
+
+    // Producer 9's abort said to close a transaction from offset 21: an error.
+    let last = logged.len() - 1;
+    logged[last].first_offset = Some(21);
+    logged[last].tally = Some(segment_format::txn_index::TxnTally::default());
+    let bytes = segment_format::closed_log::serialize(&logged);
+    std::fs::write(&path, &bytes).unwrap();
+    edit_kept(&f, |k| {
+        k["closed_log"]["crc32c"] = serde_json::json!(crc32c::crc32c(&bytes))
+    });
+    let (findings, _) = verify_kept(&f.mirror);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].severity, Severity::Error);
+    let text = findings[0].defect.to_string();
+    assert!(
+        text.contains("closed log") && text.contains("marker at 21, from 21"),
+        "{text}"
+    );
+
+    // Its last entry lost: not the recorded log, a warning.
+    std::fs::write(
+        &path,
+        &bytes[..bytes.len() - segment_format::closed_log::CLOSED_ENTRY_SIZE],
+    )
+    .unwrap();
+    let (findings, _) = verify_kept(&f.mirror);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].severity, Severity::Warning);
+    assert!(
+        findings[0].defect.to_string().contains("not the one recorded"),
+        "{:?}",
+        findings[0]
+    );
+}
+
+/// A replacement of sealed segments (the source's cleaner) may remove batches of a transaction a closed log entry
+/// counts from below the active segment: the recorded log is emptied before any file changes, so promotion reads
+/// back instead of trusting it, and the mirror verifies clean.
+#[tokio::test]
+async fn a_replacement_of_sealed_segments_empties_the_closed_log() {
+    use crate::direct::replace::tests::{compacted, replace_seal};
+    let f = fixture_with(write_transactional_source);
+    let mut a = TailAppender::open(&f.mirror).unwrap();
+    let last = f.segs.len() - 1;
+    for (i, (base, bytes)) in f.segs.iter().enumerate() {
+        for c in chunks_of(*base, bytes, 2) {
+            a.apply_chunk(&c).await.unwrap();
+        }
+        if i < last {
+            a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
+        }
+    }
+    let kept_now = || -> Kept {
+        let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_path(&f)).unwrap()).unwrap();
+        serde_json::from_value(state["kept"].clone()).unwrap()
+    };
+    assert!(kept_now().closed_log.entries > 0);
+    let bases: Vec<i64> = f.segs.iter().map(|(b, _)| *b).collect();
+    let new = compacted(&f.segs[..2]);
+    let half = new.len() / 2;
+    a.stage_replacement(&pref(), bases[0], 0, new[..half].to_vec())
+        .await
+        .unwrap();
+    a.stage_replacement(&pref(), bases[0], half as u64, new[half..].to_vec())
+        .await
+        .unwrap();
+    a.install_replacement(&replace_seal(&pref(), &bases[..2], &new))
+        .await
+        .unwrap();
+    drop(a);
+    assert_eq!(kept_now().closed_log, KeptFile::default());
+    let (findings, io_errors) = verify_kept(&f.mirror);
+    assert!(io_errors.is_empty(), "{io_errors:?}");
+    assert!(
+        findings.iter().all(|f| !f.defect.to_string().contains("closed log")),
+        "{findings:#?}"
+    );
+}

@@ -23,7 +23,8 @@ impl Inner {
     }
 
     /// Moves the partition's directory to `.archive/<topic>-<partition>/<label>-<ms>/` (never deleted) and forgets
-    /// its state (the state file, retention and progress records): the partition starts afresh at the next chunk.
+    /// its state (the state file, retention and progress records, closed log): the partition starts afresh at the
+    /// next chunk.
     /// Returns where the files went (`None`: there were none). Idempotent: a crash part-way is finished by a rerun.
     pub(super) fn archive_partition(&mut self, p: &PartitionRef, label: &str) -> TailResult<Option<PathBuf>> {
         let name = tp_name(p);
@@ -42,6 +43,7 @@ impl Inner {
             self.state_path(&name),
             retention::record_path(&self.root, &name),
             progress_path(&self.root, &p.topic, p.partition),
+            mirror::closed_log_file(&self.root, &name),
         ] {
             match fs::remove_file(&path) {
                 Ok(()) => {}

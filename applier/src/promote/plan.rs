@@ -415,6 +415,10 @@ impl<'a> Planner<'a> {
                 // event (`recorded_txns::open_at_cut_reading_back`).
                 if !point.segments.is_empty() {
                     if let Some(at_end) = self.open_at_mirror_end(p, &dir, &mirror, &mut recorded)? {
+                        let read_closed_log = || match &mirror.tail_kept {
+                            Some(kept) => super::tail_kept::closed_log(kept, &request.mirror_root, &tp.dir_name()),
+                            None => Ok(Vec::new()),
+                        };
                         from_end = match inside {
                             Some(cut) => recorded_txns::open_at_cut_reading_back(
                                 &dir,
@@ -425,6 +429,7 @@ impl<'a> Planner<'a> {
                                 recorded_txns::FromEnd {
                                     at_end: &at_end,
                                     closed: mirror.tail_kept.as_ref().map_or(&[], |k| &k.closed),
+                                    closed_log: Some(&read_closed_log),
                                     after: &point.after,
                                 },
                             )?,

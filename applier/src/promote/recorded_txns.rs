@@ -20,7 +20,8 @@
 //!
 //! A consistent cut starts from the transactions open at the end and the batches after the cut
 //! ([`open_at_cut_from_end`]). A producer a marker follows is decided by the tail appender's record of the
-//! transaction that marker closed, where it has one ([`decided_by_closed`]), or by the record of the segment holding
+//! transaction its first marker after the cut closed, where it has one (each producer's last, or the active
+//! segment's closed log: [`decided_by_closed`]), or by the record of the segment holding
 //! the cut, which names each producer's last marker in it with its transaction's batches there and the transactions
 //! open at its end ([`decided_by_record`]), and otherwise read back from the cut ([`open_at_cut_reading_back`]);
 //! where that cannot tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and
@@ -30,6 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use segment_format::closed_log;
 use segment_format::txn_ends::{OpenDetails, TxnEnds};
 use segment_format::txn_index::{ClosedTransaction, TxnTally};
 
@@ -76,11 +78,13 @@ pub(super) fn open_at_cut_from_end(
 
 /// What the mirror's end and the batches after a cut say: the transactions open at the end (`at_end`: producer,
 /// first offset, tally), each producer's last closed transaction where the tail appender kept them (`closed`, else
-/// empty), and what the batches after the cut did (`after`).
-#[derive(Debug, Clone, Copy)]
+/// empty), the active segment's closed log where it kept one (`closed_log`, read only when needed), and what the
+/// batches after the cut did (`after`).
+#[derive(Clone, Copy)]
 pub(super) struct FromEnd<'a> {
     pub(super) at_end: &'a [Tallied],
     pub(super) closed: &'a [ClosedTransaction],
+    pub(super) closed_log: Option<&'a dyn Fn() -> Result<Vec<ClosedTransaction>>>,
     pub(super) after: &'a AfterCut,
 }
 
@@ -107,6 +111,14 @@ pub(super) fn open_at_cut_reading_back(
         super::tail_kept::used::note(dir, "closed-transactions");
     }
     open.extend(by_closed.open);
+    if let Some(read) = end.closed_log.filter(|_| !undecided.is_empty()) {
+        let by_log = decided_by_closed(&read()?, end.after, &mut undecided, first_base, cut.cut_offset);
+        #[cfg(test)]
+        if by_log.decided {
+            super::tail_kept::used::note(dir, "closed-log");
+        }
+        open.extend(by_log.open);
+    }
     if !undecided.is_empty() {
         let Some(at_base) = open_at(dir, recorded, segments, snapshots, cut.base) else {
             return Ok(None);
@@ -210,13 +222,13 @@ impl Decided {
 }
 
 /// The producers of `undecided` (those with a marker after the cut at `cut_offset`) that the tail appender's kept
-/// closed transactions (`closed`: each producer's last one, `direct::Kept`) decide, taken out of `undecided`; the
-/// rest are read back from the cut. A producer is decided only where the batches after the cut hold exactly one
-/// marker of it, the one its kept entry names (so that entry is the transaction across the cut, and the marker is
-/// still where the appender saw it): the transaction was open at the cut when it began before it (from
-/// `first_base`, where the walk would start, with a tally), with its batches after the cut taken off its tally, and
-/// was not open when it began after the cut, or the marker closed none. Anything the bytes after the cut contradict
-/// is left to the reading back.
+/// closed transactions (`closed`, in marker offset order: each producer's last one, or the active segment's closed
+/// log, `direct::Kept`) decide, taken out of `undecided`; the rest are read back from the cut. A producer is decided
+/// only where its first marker after the cut is one an entry names (so that entry is the transaction across the
+/// cut, and the marker is still where the appender saw it): the transaction was open at the cut when it began
+/// before it (from `first_base`, where the walk would start, with a tally), with its batches after the cut taken off
+/// its tally, and was not open when it began after the cut, or the marker closed none. Anything the bytes after the
+/// cut contradict is left to the reading back.
 pub(super) fn decided_by_closed(
     closed: &[ClosedTransaction],
     after: &AfterCut,
@@ -229,14 +241,10 @@ pub(super) fn decided_by_closed(
         let Some(a) = after.producers.get(producer) else {
             return true;
         };
-        let marker = match (a.first_marker, a.last_marker) {
-            (Some(first), Some(last)) if first == last => first,
-            _ => return true,
+        let Some(marker) = a.first_marker else {
+            return true;
         };
-        let Some(c) = closed
-            .iter()
-            .find(|c| c.producer_id == *producer && c.marker_offset == marker)
-        else {
+        let Some(c) = closed_log::find(closed, *producer, marker) else {
             return true;
         };
         let closed: Closed = match (c.first_offset, c.tally) {

@@ -25,9 +25,10 @@
 //!   (where the walk would start) or a consistent cut (which starts from this record and the batches after the cut
 //!   instead, `recorded_txns::open_at_cut_from_end`).
 //! - **Closed transactions**: each producer's last transaction a marker closed, with its first offset and tally
-//!   (`direct::Kept::closed`). A consistent cut takes a producer whose only marker after the cut is the recorded one
-//!   from it, where the walk would find the same: begun from the first segment on and tallied
-//!   (`recorded_txns::decided_by_closed`).
+//!   (`direct::Kept::closed`), and every one closed in the active segment, in its closed log ([`closed_log`], read
+//!   only for a cut that needs it, and only where its bytes are the recorded ones). A consistent cut takes a producer
+//!   whose first marker after the cut is a recorded one from it, where the walk would find the same: begun from the
+//!   first segment on and tallied (`recorded_txns::decided_by_closed`).
 //! - **A consistent cut inside the active segment** judges its companions against what was kept before cutting them
 //!   back to the cut (`build::hand_over_cut_segment`), and takes its time index as a hint only where it matches
 //!   ([`time_index_matches`]).
@@ -41,6 +42,8 @@ use std::path::Path;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::{OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
 use segment_format::txn_index::{OpenTransaction, TxnIndex, ABORTED_TXN_SIZE};
+
+use segment_format::txn_index::ClosedTransaction;
 
 use crate::direct::{Kept, KeptEpochs};
 
@@ -69,6 +72,19 @@ pub(super) fn tallied(open: &[OpenTransaction], first_base: i64, log_end_offset:
                 .map(|t| (o.producer_id, o.first_offset, t))
         })
         .collect()
+}
+
+/// The active segment's closed log of the tailed partition `name` under the mirror root `root`, when its first
+/// entries are the ones `kept` records (`direct::recorded_closed_log`); none otherwise.
+pub(super) fn closed_log(kept: &Kept, root: &Path, name: &str) -> Result<Vec<ClosedTransaction>> {
+    let path = crate::mirror::closed_log_file(root, name);
+    match crate::direct::recorded_closed_log(&path, kept.closed_log).map_err(|e| Error::io(&path, e))? {
+        Some(logged) => Ok(logged),
+        None => {
+            tracing::debug!(path = %path.display(), "closed log is not the recorded one: not used");
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// Whether segment `base`'s time index in `dir` is the one the appender kept (what a rebuild from its `.log` would

@@ -588,8 +588,51 @@ fn open_transactions_are_taken_from_the_record_only_where_it_holds_what_the_walk
     assert_eq!(open_transactions(&[both[0], open(5, 100, None)], 50, 200), None);
 }
 
-/// The active segment's index files as a crash can leave them when their last writes never reached the disk: an
-/// entry short (the appender does not fsync them).
+/// Every partition's closed log as promotion reads it: the recorded entries (the bytes match the record), each the
+/// transaction its marker closed as a walk of the partition from its first segment finds it. How many there are.
+fn closed_logs_hold(site: &Site, partitions: &[i32]) -> usize {
+    let mut entries = 0;
+    for &p in partitions {
+        let name = format!("{TOPIC}-{p}");
+        // A partition a kill left without a state, or whose claim or seal carries no facts: nothing to use.
+        let Ok(Some(state)) = crate::direct::recorded_active_segment(&site.mirror(), TOPIC, p) else {
+            continue;
+        };
+        let Some(kept) = state.kept.as_ref() else { continue };
+        let logged = super::tail_kept::closed_log(kept, &site.mirror(), &name).unwrap();
+        assert_eq!(
+            logged.len() as u64,
+            kept.closed_log.entries,
+            "{name}: the log is not the recorded one"
+        );
+        let listed = segment_format::dir::PartitionDir::open(&site.mirror().join(&name)).unwrap();
+        let mut tracker = segment_format::txn_index::TxnTracker::new();
+        let mut walked = std::collections::BTreeMap::new();
+        for f in &listed.segments {
+            segment_format::log::LogFile::open(&f.log)
+                .unwrap()
+                .scan(|frame| {
+                    if let (_, Some(c)) = tracker.on_batch_closing(&frame.info) {
+                        walked.insert(c.marker_offset, c);
+                    }
+                    std::ops::ControlFlow::Continue(())
+                })
+                .unwrap();
+        }
+        for c in &logged {
+            assert!(
+                c.marker_offset >= state.segment_base,
+                "{name}: {c:?} below the active segment"
+            );
+            assert_eq!(Some(c), walked.get(&c.marker_offset), "{name}");
+        }
+        entries += logged.len();
+    }
+    entries
+}
+
+/// The active segment's index files and closed log as a crash can leave them when their last writes never reached
+/// the disk: an entry short (the appender does not fsync them).
 fn lose_unsynced_index_writes(site: &Site) {
     for p in 0..2 {
         let Ok(Some(state)) = crate::direct::recorded_active_segment(&site.mirror(), TOPIC, p) else {
@@ -603,6 +646,11 @@ fn lose_unsynced_index_writes(site: &Site) {
                 // The last entry's write lost: whole entries, just not all of them.
                 std::fs::write(&path, &bytes[..bytes.len().saturating_sub(entry)]).unwrap();
             }
+        }
+        let log = crate::mirror::closed_log_file(&site.mirror(), &format!("{TOPIC}-{p}"));
+        if let Ok(bytes) = std::fs::read(&log) {
+            let entry = segment_format::closed_log::CLOSED_ENTRY_SIZE;
+            std::fs::write(&log, &bytes[..bytes.len().saturating_sub(entry)]).unwrap();
         }
     }
 }
@@ -619,7 +667,7 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
         FailPoint::TailRecorded,
     ];
     // How many times each point is reached in a whole run; how many cuts the kept closed transactions decided.
-    let (mut runs, mut cuts, mut cuts_by_closed) = (0, 0, 0);
+    let (mut runs, mut cuts, mut cuts_by_closed, mut logged) = (0, 0, 0, 0);
     for point in points {
         let mut nth = 1;
         loop {
@@ -641,9 +689,12 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
                 break;
             }
             assert!(shipped.is_err(), "{point:?} #{nth}");
-            // Every other kill also loses the index writes the page cache held.
+            // Every other kill also loses the index writes the page cache held; the others leave the closed logs
+            // as promotion reads them.
             if nth % 2 == 0 {
                 lose_unsynced_index_writes(&site);
+            } else {
+                logged += closed_logs_hold(&site, &[0, 1]);
             }
             // Promoted as the crash left it (refused alike where the `.log` holds unacknowledged bytes)...
             seal_records_hold(&site);
@@ -655,6 +706,7 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
                 drop(a);
                 let sealed: usize = site.written.iter().map(|w| w.segments.len() - 1).sum();
                 assert_eq!(seal_records_hold(&site), sealed, "{point:?} #{nth}");
+                logged += closed_logs_hold(&site, &[0, 1]);
                 // A consistent cut before the last round's idempotent batch (24 offsets before the end: the batch
                 // of producer 1 before it): producer 1's transaction of that round and producer 0's (its only one)
                 // are open at the cut, their markers after it.
@@ -683,6 +735,8 @@ async fn an_appender_killed_at_any_step_of_a_chunk_leaves_a_mirror_promoted_as_t
     assert!(runs > 40, "{runs} kill points");
     // The closed transactions survived every kill: each cut decided without reading back.
     assert!(cuts > 20 && cuts_by_closed == cuts, "{cuts_by_closed} of {cuts} cuts");
+    // The closed logs, cut back or started over after each kill, name their markers' transactions as the walk does.
+    assert!(logged > 20, "{logged} closed log entries");
     eprintln!("{runs} kill points, {cuts} cuts, {cuts_by_closed} decided by the kept closed transactions");
 }
 
@@ -725,6 +779,10 @@ enum BenchEnd {
     /// four leaves the producer open at the cut with its first marker after it in a later segment and another after
     /// that, decided by the sealed segment's record (a build without that rule reads back to the segment's base).
     CommittedAfterRoll,
+    /// The same four batches, their commit marker, one more transaction of the producer (one batch) and its commit,
+    /// then two data batches, all in the active segment: a cut inside the four leaves the producer open at the cut
+    /// with two markers after it, decided by the closed log (without it, read back to the segment's base).
+    CommittedTwice,
 }
 
 /// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
@@ -757,6 +815,28 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         if group.len() == 8 {
             a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
         }
+    }
+    if end == BenchEnd::CommittedTwice {
+        let mut chunk = Vec::new();
+        for sequence in 0..4 {
+            chunk.extend_from_slice(&bench_txn_batch(next, sequence * 4, &value));
+            next += 4;
+        }
+        chunk.extend_from_slice(&commit_marker(next));
+        next += 1;
+        group.push(segment.append(partition, chunk));
+        // The second commit and the data after it in a later chunk: the closed log appended to, not written whole.
+        let mut chunk = bench_txn_batch(next, 16, &value);
+        next += 4;
+        chunk.extend_from_slice(&commit_marker(next));
+        next += 1;
+        for _ in 0..2 {
+            chunk.extend_from_slice(&bench_data_batch(next, &value));
+            next += 4;
+        }
+        group.push(segment.append(partition, chunk));
+        a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
+        return;
     }
     if end == BenchEnd::CommittedAfterRoll {
         let mut chunk = Vec::new();
@@ -921,6 +1001,7 @@ async fn bench_fixture() {
         Ok("commit") => BenchEnd::CommittedTransaction { earlier: true },
         Ok("commit-only") => BenchEnd::CommittedTransaction { earlier: false },
         Ok("commit-after-roll") => BenchEnd::CommittedAfterRoll,
+        Ok("commit-twice") => BenchEnd::CommittedTwice,
         _ => BenchEnd::Data,
     };
     for p in 0..partitions {
@@ -1000,6 +1081,161 @@ async fn a_cut_inside_a_transaction_committed_after_it_is_decided_by_the_kept_cl
             "earlier commit {earlier}: the promoted log dirs differ"
         );
         std::fs::remove_dir_all(&walked.root).unwrap();
+    }
+}
+
+/// A consistent cut inside a transaction of a producer that commits twice after the cut, in a tail-fed mirror's
+/// active segment: the closed log names the first commit after the cut with where its transaction began and what
+/// it held, so nothing before the cut is read back (each producer's last closed transaction names the second
+/// commit: without the log, the producer's only earlier event is the segment's base). The promoted log dir is byte
+/// for byte the walk's. With the log's unsynced bytes lost in a crash, or damaged, it is not used: read back, the
+/// same bytes.
+#[tokio::test]
+async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    write_target(&root.join("target"), 1, &[0, 1], TARGET_EPOCH);
+    std::fs::create_dir_all(root.join("mirror")).unwrap();
+    let site = Site {
+        _dir: Some(dir),
+        root,
+        written: Vec::new(),
+    };
+    let mut a = site.appender();
+    for p in 0..2 {
+        feed_bench_partition(&mut a, p, 256 << 10, BenchEnd::CommittedTwice).await;
+    }
+    drop(a);
+    // The four batches (end - 30 .. end - 14), commit, one batch, commit, two data batches.
+    let state = crate::direct::recorded_active_segment(&site.mirror(), TOPIC, 0)
+        .unwrap()
+        .unwrap();
+    let end = state.next_offset.unwrap();
+    let kept = state.kept.as_ref().expect("kept facts");
+    assert_eq!(
+        kept.closed.iter().map(|c| c.marker_offset).collect::<Vec<_>>(),
+        vec![end - 9]
+    );
+    let log = crate::mirror::closed_log_file(&site.mirror(), &format!("{TOPIC}-0"));
+    let logged = segment_format::closed_log::parse(&std::fs::read(&log).unwrap()).unwrap();
+    assert_eq!(kept.closed_log.entries, 2);
+    assert_eq!(
+        logged
+            .iter()
+            .map(|c| (c.marker_offset, c.first_offset, c.tally.map(|t| t.batches)))
+            .collect::<Vec<_>>(),
+        vec![(end - 14, Some(end - 30), Some(4)), (end - 9, Some(end - 13), Some(1))]
+    );
+    // Cut before the third of the four batches.
+    let t = 1_700_000_000_000 + end - 26;
+    let damaged = site.copy("damaged");
+    let lost = site.copy("lost");
+    let walked = site.copy("walked");
+    walked.forget_kept();
+    let by_log = site.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+    let walk = walked.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+    let used = used::under(&site.root);
+    assert!(used.contains(&"closed-log"), "{used:?}");
+    assert!(!used.contains(&"read-back"), "{used:?}");
+    for (k, w) in by_log.partitions.iter().zip(&walk.partitions) {
+        assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 22));
+        assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
+        assert_eq!(k.transactions_aborted[0].first_offset, end - 30);
+        assert_eq!(
+            (
+                k.log_end_offset,
+                k.log_bytes,
+                &k.transactions_aborted,
+                &k.consistent_cut
+            ),
+            (
+                w.log_end_offset,
+                w.log_bytes,
+                &w.transactions_aborted,
+                &w.consistent_cut
+            )
+        );
+    }
+    let target = target_state(&walked.root.join("target"));
+    assert!(
+        target_state(&site.root.join("target")) == target,
+        "the promoted log dirs differ"
+    );
+    // The log's last entry lost (written without an fsync), or a byte of it changed: not the recorded one.
+    for (copy, harm) in [(&lost, 0usize), (&damaged, 1)] {
+        for p in 0..2 {
+            let path = crate::mirror::closed_log_file(&copy.mirror(), &format!("{TOPIC}-{p}"));
+            let mut bytes = std::fs::read(&path).unwrap();
+            if harm == 0 {
+                bytes.truncate(segment_format::closed_log::CLOSED_ENTRY_SIZE);
+            } else {
+                bytes[10] ^= 1;
+            }
+            std::fs::write(&path, bytes).unwrap();
+        }
+        copy.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+        let used = used::under(&copy.root);
+        assert!(!used.contains(&"closed-log") && used.contains(&"read-back"), "{used:?}");
+        assert!(
+            target_state(&copy.root.join("target")) == target,
+            "the promoted log dirs differ"
+        );
+    }
+    for copy in [walked, lost, damaged] {
+        std::fs::remove_dir_all(&copy.root).unwrap();
+    }
+}
+
+/// The appender killed once its closed log holds a chunk's entry and before the chunk is recorded: the next
+/// session cuts the log back to the recorded entries and appends the chunk's again. Where the crash also lost the
+/// log's unsynced bytes (they no longer begin with the recorded entries), the log starts over from the next chunk.
+/// Either way it holds what the record says, each entry the walk's.
+#[tokio::test]
+async fn a_closed_log_is_cut_back_or_started_over_after_a_kill() {
+    for lost in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("site");
+        write_target(&root.join("target"), 1, &[0], TARGET_EPOCH);
+        std::fs::create_dir_all(root.join("mirror")).unwrap();
+        let site = Site {
+            _dir: Some(dir),
+            root,
+            written: Vec::new(),
+        };
+        let value = vec![b'x'; 100];
+        // Each chunk: one transactional batch (four offsets) and its commit.
+        let committed = |offset: i64| {
+            let mut chunk = bench_txn_batch(offset, i32::try_from(offset).unwrap(), &value);
+            chunk.extend_from_slice(&commit_marker(offset + 4));
+            chunk
+        };
+        let mut segment = BenchSegment::new(0);
+        let first = segment.append(0, committed(0));
+        let second = segment.append(0, committed(5));
+        let third = segment.append(0, committed(10));
+        let armed = std::sync::Arc::new(Armed::new(FailPoint::TailCompanionsWritten, 2));
+        let mut a = site.appender().with_failpoint(armed.clone());
+        a.apply_chunks(std::slice::from_ref(&first)).await.unwrap();
+        assert!(a.apply_chunks(std::slice::from_ref(&second)).await.is_err());
+        assert!(armed.fired());
+        drop(a);
+        let log = crate::mirror::closed_log_file(&site.mirror(), &format!("{TOPIC}-0"));
+        let entry = segment_format::closed_log::CLOSED_ENTRY_SIZE;
+        assert_eq!(
+            std::fs::read(&log).unwrap().len(),
+            2 * entry,
+            "the second chunk's entry, not recorded"
+        );
+        if lost {
+            std::fs::write(&log, []).unwrap();
+        }
+        // The shipper resends from the recorded position.
+        let mut a = site.appender();
+        a.apply_chunks(&[second]).await.unwrap();
+        a.apply_chunks(&[third]).await.unwrap();
+        drop(a);
+        let logged = closed_logs_hold(&site, &[0]);
+        assert_eq!(logged, if lost { 2 } else { 3 }, "lost {lost}");
     }
 }
 

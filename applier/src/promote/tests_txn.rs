@@ -833,10 +833,12 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     let decided = write_decided(&dir.path().join("decided"), 0, 700);
     let (mut from_records, mut quiet, mut from_the_end, mut read_back, mut cuts_tried) = (0, 0, 0, 0, 0);
     let (mut by_closed, mut by_record, mut by_record_later) = (0, 0, 0);
+    let (mut by_closed_log, mut marker_after) = (0, 0);
     for w in [&open_at_end, &decided] {
         let recorded = recorded_ends(w);
         let all = bases(w);
         let closed = last_closed(w);
+        let logged = every_closed(w);
         for (i, base) in all.iter().enumerate() {
             let end = all.get(i + 1).copied().unwrap_or(w.log_end_offset);
             let mut cuts = Vec::new();
@@ -883,6 +885,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                         recorded_txns::FromEnd {
                             at_end: &at_end,
                             closed: &[],
+                            closed_log: None,
                             after: &after,
                         },
                     )
@@ -913,6 +916,44 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                     let later = undecided
                         .iter()
                         .any(|p| after.producers[p].first_marker.is_some_and(|m| m >= end));
+                    // Every transaction closed, as a closed log holds them: every producer a marker follows is
+                    // decided by its first marker after the cut, and nothing before the cut is read.
+                    let mut left_by_log = undecided.clone();
+                    recorded_txns::decided_by_closed(&logged, &after, &mut left_by_log, 0, cut_offset);
+                    assert!(
+                        left_by_log.is_empty(),
+                        "{:?} cut at {cut_offset}: {left_by_log:?}",
+                        w.dir
+                    );
+                    if !undecided.is_empty() {
+                        let log = w.dir.join(segment_file_name(*base, SegmentFileKind::Log));
+                        let kept = std::fs::read(&log).unwrap();
+                        let mut garbage = kept.clone();
+                        garbage[..cut_position(&log, cut_offset)].fill(0xFF);
+                        std::fs::write(&log, garbage).unwrap();
+                        let read = || Ok(logged.clone());
+                        let back = recorded_txns::open_at_cut_reading_back(
+                            &w.dir,
+                            &recorded,
+                            &segments,
+                            &snapshots,
+                            cut,
+                            recorded_txns::FromEnd {
+                                at_end: &at_end,
+                                closed: &[],
+                                closed_log: Some(&read),
+                                after: &after,
+                            },
+                        );
+                        std::fs::write(&log, &kept).unwrap();
+                        let found = back.unwrap().expect("told by the closed log");
+                        assert_eq!(found, walked, "{:?} cut at {cut_offset}, by the closed log", w.dir);
+                        by_closed_log += 1;
+                        marker_after += usize::from(undecided.iter().any(|p| {
+                            let a = &after.producers[p];
+                            a.first_marker != a.last_marker
+                        }));
+                    }
                     for (kept_closed, blind) in [(&closed[..], told_by_closed), (&[][..], told_by_record)] {
                         let log = w.dir.join(segment_file_name(*base, SegmentFileKind::Log));
                         let kept = std::fs::read(&log).unwrap();
@@ -931,6 +972,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                             recorded_txns::FromEnd {
                                 at_end: &at_end,
                                 closed: kept_closed,
+                                closed_log: None,
                                 after: &after,
                             },
                         );
@@ -972,6 +1014,8 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     );
     // Every cut is told by the end, the batches after it and a reading back from it.
     assert_eq!(read_back, cuts_tried);
+    // Among them producers with two markers or more after the cut: what only a closed log tells.
+    assert!(by_closed_log > 20 && marker_after > 5, "{by_closed_log} {marker_after}");
     assert!(
         by_closed > 5 && by_record > 5 && by_record_later > 5,
         "cuts told without reading back: {by_closed} by the closed transactions, {by_record} by the records \
@@ -987,22 +1031,28 @@ fn without_closings(recorded: &Recorded) -> Recorded {
         .collect()
 }
 
-/// Each producer's last transaction closed by a marker in `w`, as a tail appender that appended all of it keeps
-/// them (`direct::Kept::closed`, without its bound).
-fn last_closed(w: &WrittenPartition) -> Vec<segment_format::txn_index::ClosedTransaction> {
+/// Every transaction closed by a marker in `w`, in marker order, as a tail appender that appended all of it sees
+/// them close (its closed log, `direct::Kept::closed_log`, holds those of its active segment).
+fn every_closed(w: &WrittenPartition) -> Vec<segment_format::txn_index::ClosedTransaction> {
     let mut tracker = segment_format::txn_index::TxnTracker::new();
-    let mut last: BTreeMap<i64, segment_format::txn_index::ClosedTransaction> = BTreeMap::new();
+    let mut closed = Vec::new();
     for base in bases(w) {
         LogFile::open(w.dir.join(segment_file_name(base, SegmentFileKind::Log)))
             .unwrap()
             .scan(|f| {
-                if let (_, Some(c)) = tracker.on_batch_closing(&f.info) {
-                    last.insert(c.producer_id, c);
-                }
+                closed.extend(tracker.on_batch_closing(&f.info).1);
                 std::ops::ControlFlow::Continue(())
             })
             .unwrap();
     }
+    closed
+}
+
+/// Each producer's last transaction closed by a marker in `w`, as a tail appender that appended all of it keeps
+/// them (`direct::Kept::closed`, without its bound).
+fn last_closed(w: &WrittenPartition) -> Vec<segment_format::txn_index::ClosedTransaction> {
+    let last: BTreeMap<i64, segment_format::txn_index::ClosedTransaction> =
+        every_closed(w).into_iter().map(|c| (c.producer_id, c)).collect();
     let mut closed: Vec<_> = last.into_values().collect();
     closed.sort_by_key(|c| c.marker_offset);
     closed
@@ -1185,6 +1235,7 @@ fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
             recorded_txns::FromEnd {
                 at_end: &at_end,
                 closed: &[],
+                closed_log: None,
                 after: &after,
             },
         )

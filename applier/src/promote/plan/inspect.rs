@@ -71,7 +71,7 @@ fn inspect_mirror(
     };
     let tailed = match tailed_active_segment(mirror_root, p, tp, last, refusals)? {
         Tailed::Refused => return Ok(None),
-        Tailed::Active(active) => Some(active),
+        Tailed::Active(active) => Some(*active),
         Tailed::No => None,
     };
     let tail_active = tailed.as_ref().map(|a| a.active);
@@ -238,7 +238,7 @@ pub(super) fn inspect_all(
 enum Tailed {
     /// Not tailed, or the tail's last segment is sealed (and so installed in the catalog).
     No,
-    Active(ActiveTail),
+    Active(Box<ActiveTail>),
     /// A refusal was recorded.
     Refused,
 }
@@ -333,7 +333,7 @@ fn tailed_active_segment(
     // What the appender kept is about this segment when the state file describes the mirror's end (the file has the
     // recorded size, checked above, and `end` is the recorded next offset): `kept_at_end`'s rule.
     let describes_end = state.next_offset == Some(end);
-    Ok(Tailed::Active(ActiveTail {
+    Ok(Tailed::Active(Box::new(ActiveTail {
         active: TailActive {
             segment_base: state.segment_base,
             catalog_end_offset: p.installed_end_offset,
@@ -344,7 +344,7 @@ fn tailed_active_segment(
         open_transactions: state
             .open_transactions
             .filter(|_| describes_end && state.kept.is_some()),
-    }))
+    })))
 }
 
 /// Ask the kernel now, without waiting, for what promotion reads later of a tailed partition's active segment of
