@@ -130,23 +130,30 @@ impl ActiveIndexes {
     /// Writes the transactions a chunk's markers closed (`closed`, in offset order) to the closed log at `path`:
     /// appended, or the whole log when it is not written yet (so an earlier segment's entries, or a crash's
     /// leftovers, go). No fsync: promotion uses the log only where its bytes are the recorded ones (`kept`). Past
-    /// [`MAX_CLOSED_LOG_ENTRIES`] entries, no more are written.
+    /// [`MAX_CLOSED_LOG_ENTRIES`] entries, no more are written. A chunk without markers writes nothing: where the
+    /// log is not written yet it is recorded empty, whatever the file holds, and the first entries start it over (a
+    /// partition without transactions never has one).
     fn write_closed_log(&mut self, path: &Path, closed: &[ClosedTransaction]) -> TailResult<()> {
         let whole = !self.closed_log_written;
         let room = MAX_CLOSED_LOG_ENTRIES.saturating_sub(if whole { 0 } else { self.files.closed_log.entries });
         let closed = &closed[..closed.len().min(usize::try_from(room).unwrap_or(usize::MAX))];
-        if closed.is_empty() && !whole {
+        if closed.is_empty() {
+            if whole {
+                self.files.closed_log = KeptFile::default();
+            }
             return Ok(());
         }
         let bytes = closed_log::serialize(closed);
         // Described before the write: should it fail, the record (which would carry this) is not written.
         self.files.closed_written(whole, &bytes, closed.len());
         let open = || {
+            use std::os::unix::fs::OpenOptionsExt as _;
             OpenOptions::new()
                 .create(true)
                 .append(!whole)
                 .write(true)
                 .truncate(whole)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
         };
         let mut file = match open() {

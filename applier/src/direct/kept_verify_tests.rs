@@ -78,6 +78,10 @@ async fn what_the_appender_kept_verifies_clean_and_a_changed_fact_is_found() {
     let epochs = kept.epochs.clone().unwrap();
     assert_eq!(epochs.from_offset, 0);
     assert_eq!(epochs.changes.len(), 2, "{epochs:?}");
+    // No transaction, no closed log: not even an empty file.
+    assert_eq!(kept.closed_log, KeptFile::default());
+    let closed_log = mirror::closed_log_file(&f.mirror, &format!("{}-{}", pref().topic, pref().partition));
+    assert!(!closed_log.exists() && !closed_log.parent().unwrap().exists());
     let (findings, io_errors) = verify_kept(&f.mirror);
     assert!(io_errors.is_empty(), "{io_errors:?}");
     assert!(findings.is_empty(), "{findings:#?}");
