@@ -616,8 +616,17 @@ impl OpenTransaction {
     }
 
     /// Ends the transaction with an ABORT.
-    pub fn abort(mut self) {
-        writeln!(self.stdin, "abort").expect("open_txn.py reads its decision");
+    pub fn abort(self) {
+        self.end("abort");
+    }
+
+    /// Ends the transaction with a COMMIT.
+    pub fn commit(self) {
+        self.end("commit");
+    }
+
+    fn end(mut self, decision: &str) {
+        writeln!(self.stdin, "{decision}").expect("open_txn.py reads its decision");
         assert_eq!(self.line(), "done");
         assert!(self.child.wait().expect("open_txn.py exits").success());
     }

@@ -13,6 +13,10 @@
 //!   records; again after a SIGKILL restart with target writes in the active segment; and the broker never
 //!   replays a source segment to rebuild producer state.
 //!
+//! [`a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk`]: a tail-fed mirror of a real broker cut
+//! before two commits of one producer: decided by the appender's closed log, the walk's partition, served by the
+//! target.
+//!
 //! [`keeping_the_source_producer_state_loses_new_writes`] is the experiment behind the decision: the same
 //! source-like partition copied with its producer snapshot (what promotion did before) and promoted, on a fresh
 //! target cluster whose producer ids start at 0 again.
@@ -22,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use std::str::FromStr;
 
+use segment_format::batch::ControlType;
 use segment_format::checkpoint::{OffsetCheckpoint, OffsetCheckpointEntry};
 use segment_format::dir::{
     PARTITION_METADATA_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE,
@@ -30,8 +35,11 @@ use segment_format::partition_metadata::{PartitionMetadata, Uuid};
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 use segmirror_tests::dump::dump_deep;
-use segmirror_tests::mirror::{record_writer_mirror, run_segmirror_env, segmirror_promote};
+use segmirror_tests::mirror::{
+    assert_same_files, files_under, record_writer_mirror, run_segmirror_env, segmirror_promote,
+};
 use segmirror_tests::segmirror_cli::segmirror_verify;
+use segmirror_tests::service::Service;
 use segmirror_tests::*;
 
 /// The source's idempotent producers: twice the number the target starts after each (re)start, so that every
@@ -877,5 +885,243 @@ fn the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty
     let mut want = values(&on_source);
     want.extend(writes);
     assert_eq!(values(&got), want);
+    target.stop().unwrap();
+}
+
+/// The topic of the tail-fed consistent cut below.
+const TAIL_CUT: &str = "tailcut";
+
+/// A tail-fed mirror (`ship --upto log-end` → `apply --listen`) of a real broker's partition, cut with
+/// `--consistent-cut` inside a transaction whose producer commits it after the cut and then commits another: two
+/// markers of the producer after the cut, its first event before it where the transaction began, with other
+/// producers' records between. The appender's closed log decides the producer (no reading back from the cut), the
+/// promoted partition is byte for byte what the same mirror promotes to without anything the appender kept (the
+/// walk), and the target broker started on it serves `read_committed` the records before the cut except the
+/// transaction's, then commits a new transaction.
+#[test]
+fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
+    let mut source = KafkaBroker::start(BrokerConfig::new("tailcut-source")).unwrap();
+    let sb = source.bootstrap();
+    admin(&sb, &[TopicSpec::new(TAIL_CUT, 1)], &[TAIL_CUT]).unwrap();
+    let plain = |prefix: &str, n: usize| {
+        let plan = ProducePlan::new(TAIL_CUT).step(ProduceStep::Send(
+            (0..n).map(|i| record(format!("{prefix}-{i}"))).collect(),
+        ));
+        python_produce(&sb, &plan).unwrap()
+    };
+    plain("early", 5);
+    let quiet = OpenTransaction::start(&sb, "quiet", &[(TAIL_CUT, 0, 3)]);
+    plain("between", 20);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let cut_at = segment_format::now_ms();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // After the cut: the transaction's commit (the first batch newer than the cut: the cut lands on it), the
+    // producer's next transaction and its commit (the same transactional id: the same producer id), more records.
+    quiet.commit();
+    committed_transaction(&sb, TAIL_CUT, "quiet", &["second-0".into(), "second-1".into()]);
+    plain("late", 5);
+
+    let work = tempfile::tempdir().unwrap();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let (mirror, catalog) = (work.path().join("mirror"), work.path().join("catalog.sqlite"));
+    let mut applier = Service::start(
+        "apply",
+        [
+            "apply",
+            "--mirror",
+            &s(&mirror),
+            "--catalog",
+            &s(&catalog),
+            "--link",
+            "tc",
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+        ],
+    );
+    let addr = applier.wait_for("listening on ").trim().to_string();
+    let shipper = Service::start(
+        "ship",
+        [
+            "ship",
+            "--log-dir",
+            &s(source.log_dir()),
+            "--link",
+            "tc",
+            "--upto",
+            "log-end",
+            "--connect",
+            &addr,
+            "--plaintext",
+        ],
+    );
+    let (source_dir, mirror_dir) = (source.partition_dir(TAIL_CUT, 0), mirror.join(format!("{TAIL_CUT}-0")));
+    let logs = |dir: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
+        files_under(dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(rel, _)| rel.extension().is_some_and(|e| e == "log"))
+            .map(|(rel, path)| (rel, std::fs::read(path).unwrap_or_default()))
+            .collect()
+    };
+    let start = std::time::Instant::now();
+    while logs(&source_dir) != logs(&mirror_dir) {
+        applier.assert_running();
+        assert!(
+            start.elapsed().as_secs() < 120,
+            "the mirror never caught up:\n{}",
+            applier.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (code, log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship:\n{log}");
+    let (code, log) = applier.stop();
+    assert_eq!(code, Some(0), "apply:\n{log}");
+    let on_source = consume_all(&sb, TAIL_CUT, None, Isolation::ReadUncommitted).unwrap();
+    source.stop().unwrap();
+    let commit_offset = |first: &str| {
+        let at = on_source
+            .iter()
+            .position(|r| r.value.as_deref() == Some(first.as_bytes()))
+            .unwrap();
+        on_source[at].offset
+    };
+    // The cut: the first offset after the transaction's last record and the plain ones before the cut.
+    let open_first = commit_offset("open-0");
+    let cut_offset = commit_offset("between-19") + 1;
+
+    // Two stopped targets with the topic: one promoted from what the appender kept, one by the walks.
+    let mut target = KafkaBroker::start(BrokerConfig::new("tailcut-target")).unwrap();
+    admin(&target.bootstrap(), &[TopicSpec::new(TAIL_CUT, 1)], &[TAIL_CUT]).unwrap();
+    target.stop().unwrap();
+    let walked_log_dir = work.path().join("walked-target");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(target.log_dir())
+        .arg(&walked_log_dir)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let at = cut_at.to_string();
+    let promote = |log_dir: &Path| {
+        let args = [
+            "promote",
+            "--mirror",
+            &s(&mirror),
+            "--log-dir",
+            &s(log_dir),
+            "--catalog",
+            &s(&catalog),
+            "--handover",
+            "copy",
+            "--consistent-cut",
+            &at,
+            "--json",
+        ];
+        let env = [("SEGMIRROR_LOG", "segmirror_applier::promote=debug".to_string())];
+        let run = run_segmirror_env(args, &env).unwrap();
+        assert_eq!(run.code, 0, "{run}");
+        run
+    };
+    // The catalog as the applier left it, for the second promotion (the first records the partition promoted).
+    let catalog_files = |from: &Path, to: &Path| {
+        for suffix in ["", "-wal", "-shm"] {
+            let name = format!("catalog.sqlite{suffix}");
+            let _ = std::fs::remove_file(to.join(&name));
+            if from.join(&name).exists() {
+                std::fs::copy(from.join(&name), to.join(&name)).unwrap();
+            }
+        }
+    };
+    let saved = work.path().join("saved");
+    std::fs::create_dir_all(&saved).unwrap();
+    catalog_files(work.path(), &saved);
+    let kept = promote(target.log_dir());
+    assert!(kept.stderr.contains("decided by the closed log"), "{}", kept.stderr);
+    let report = kept.json().unwrap();
+    let p = &report["partitions"][0];
+    assert_eq!(p["consistent_cut"]["cut_offset"], cut_offset, "{p}");
+    let aborted = p["transactions_aborted"].as_array().unwrap();
+    assert_eq!(aborted.len(), 1, "{p}");
+    assert_eq!(aborted[0]["first_offset"], open_first, "{p}");
+    assert_eq!(aborted[0]["records"], 3, "{p}");
+    // The same mirror without what the appender kept: walked, and the same partition byte for byte.
+    let state = mirror.join(".tail").join(format!("{TAIL_CUT}-0.json"));
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    doc.as_object_mut().unwrap().remove("kept");
+    std::fs::write(&state, serde_json::to_vec(&doc).unwrap()).unwrap();
+    catalog_files(&saved, work.path());
+    let walked = promote(&walked_log_dir);
+    assert!(
+        !walked.stderr.contains("decided by the closed log"),
+        "{}",
+        walked.stderr
+    );
+    assert_eq!(
+        walked.json().unwrap()["partitions"][0]["consistent_cut"],
+        p["consistent_cut"]
+    );
+    // Byte for byte, but for the time each promotion stamped its ABORT marker with (in the marker batch, its CRC, and
+    // the time index entry of a roll after it): those batches compared by their headers otherwise.
+    let (promoted, walked_dir) = (
+        target.partition_dir(TAIL_CUT, 0),
+        walked_log_dir.join(format!("{TAIL_CUT}-0")),
+    );
+    let stamped = |rel: &Path| rel.extension().is_some_and(|e| e == "log" || e == "timeindex");
+    let same = assert_same_files(&promoted, &walked_dir, |rel| !stamped(rel)).unwrap();
+    assert!(same >= 4, "{same} files");
+    // Offset, max timestamp (none for a marker), producer id and epoch, transactional, marker type, records.
+    type Header = (i64, i64, i64, i16, bool, Option<ControlType>, i32);
+    let batches = |dir: &Path| -> Vec<Header> {
+        files_under(dir)
+            .unwrap()
+            .into_iter()
+            .filter(|(rel, _)| rel.extension().is_some_and(|e| e == "log"))
+            .flat_map(|(_, path)| {
+                let bytes = std::fs::read(path).unwrap();
+                segment_format::log::scan_frames(&bytes, 0)
+                    .map(|f| f.unwrap().info)
+                    .map(|b| {
+                        let stamp = if b.is_control { -1 } else { b.max_timestamp };
+                        let tx = b.is_transactional;
+                        (
+                            b.base_offset,
+                            stamp,
+                            b.producer_id,
+                            b.producer_epoch,
+                            tx,
+                            b.control,
+                            b.records_count,
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let (kept_batches, walked_batches) = (batches(&promoted), batches(&walked_dir));
+    assert_eq!(kept_batches, walked_batches);
+    assert!(kept_batches
+        .iter()
+        .any(|b| b.0 == cut_offset && b.5 == Some(ControlType::Abort)));
+    let log_before_cut = |dir: &Path| {
+        let bytes = std::fs::read(dir.join("00000000000000000000.log")).unwrap();
+        bytes[..p["log_bytes"].as_u64().unwrap() as usize].to_vec()
+    };
+    assert!(log_before_cut(&promoted) == log_before_cut(&walked_dir));
+
+    // The target serves the records before the cut, without the transaction's, and commits a new one.
+    target.restart().unwrap();
+    let tb = target.bootstrap();
+    let read = consume_all(&tb, TAIL_CUT, None, Isolation::ReadCommitted).unwrap();
+    let expected: Vec<String> = (0..5)
+        .map(|i| format!("early-{i}"))
+        .chain((0..20).map(|i| format!("between-{i}")))
+        .collect();
+    assert_eq!(values(&read), expected);
+    let new = committed_transaction(&tb, TAIL_CUT, "after-promotion", &["new-0".into()]);
+    assert!(new[0].offset > cut_offset, "{new:?}");
+    let read = consume_all(&tb, TAIL_CUT, None, Isolation::ReadCommitted).unwrap();
+    assert_eq!(values(&read).last().map(String::as_str), Some("new-0"));
     target.stop().unwrap();
 }

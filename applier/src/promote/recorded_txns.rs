@@ -113,8 +113,9 @@ pub(super) fn open_at_cut_reading_back(
     open.extend(by_closed.open);
     if let Some(read) = end.closed_log.filter(|_| !undecided.is_empty()) {
         let by_log = decided_by_closed(&read()?, end.after, &mut undecided, first_base, cut.cut_offset);
-        #[cfg(test)]
         if by_log.decided {
+            tracing::debug!(dir = %dir.display(), "a producer a marker follows decided by the closed log");
+            #[cfg(test)]
             super::tail_kept::used::note(dir, "closed-log");
         }
         open.extend(by_log.open);
