@@ -7,7 +7,7 @@
 //!
 //! Also here: [`Settle`], the "caught up, and still so after a while" rule the tail tests wait on; [`wait_until`],
 //! the plain "until this holds, while every service runs" wait; [`follow_args`], how the tests start an
-//! `apply --follow`.
+//! `apply --follow`; [`direct_link`], a plaintext direct link on loopback.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -16,6 +16,45 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::segmirror_cli::segmirror_binary;
+
+/// A direct link on loopback for link `link`, both ends running: `segmirror apply --listen 127.0.0.1:0 --plaintext`
+/// into `mirror` (with `catalog`), and `segmirror ship --upto log-end --plaintext --connect` from the broker log dir
+/// `log_dir` to it. Returns (applier, shipper).
+pub fn direct_link(mirror: &Path, catalog: &Path, log_dir: &Path, link: &str) -> (Service, Service) {
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let mut applier = Service::start(
+        "apply --listen",
+        [
+            "apply",
+            "--mirror",
+            &s(mirror),
+            "--catalog",
+            &s(catalog),
+            "--link",
+            link,
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+        ],
+    );
+    let addr = applier.wait_for("listening on ").trim().to_string();
+    let shipper = Service::start(
+        "ship",
+        [
+            "ship",
+            "--log-dir",
+            &s(log_dir),
+            "--link",
+            link,
+            "--upto",
+            "log-end",
+            "--connect",
+            &addr,
+            "--plaintext",
+        ],
+    );
+    (applier, shipper)
+}
 
 /// How long a service is waited for (a log line, an exit after SIGTERM) before the test fails: a guard against
 /// hangs, never a speed assertion. Three minutes: a shipper restarted into a broker's retention can take a minute

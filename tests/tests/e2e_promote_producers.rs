@@ -39,7 +39,7 @@ use segmirror_tests::mirror::{
     assert_same_files, files_under, record_writer_mirror, run_segmirror_env, segmirror_promote,
 };
 use segmirror_tests::segmirror_cli::segmirror_verify;
-use segmirror_tests::service::Service;
+use segmirror_tests::service::direct_link;
 use segmirror_tests::*;
 
 /// The source's idempotent producers: twice the number the target starts after each (re)start, so that every
@@ -924,37 +924,7 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
     let work = tempfile::tempdir().unwrap();
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let (mirror, catalog) = (work.path().join("mirror"), work.path().join("catalog.sqlite"));
-    let mut applier = Service::start(
-        "apply",
-        [
-            "apply",
-            "--mirror",
-            &s(&mirror),
-            "--catalog",
-            &s(&catalog),
-            "--link",
-            "tc",
-            "--listen",
-            "127.0.0.1:0",
-            "--plaintext",
-        ],
-    );
-    let addr = applier.wait_for("listening on ").trim().to_string();
-    let shipper = Service::start(
-        "ship",
-        [
-            "ship",
-            "--log-dir",
-            &s(source.log_dir()),
-            "--link",
-            "tc",
-            "--upto",
-            "log-end",
-            "--connect",
-            &addr,
-            "--plaintext",
-        ],
-    );
+    let (mut applier, shipper) = direct_link(&mirror, &catalog, source.log_dir(), "tc");
     let (source_dir, mirror_dir) = (source.partition_dir(TAIL_CUT, 0), mirror.join(format!("{TAIL_CUT}-0")));
     let logs = |dir: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
         files_under(dir)

@@ -42,6 +42,12 @@ fn write_source(root: &Path) -> PathBuf {
 /// The source `write` writes, appended in chunks of two batches, every segment but the last sealed.
 async fn tailed(write: fn(&Path) -> PathBuf) -> Fixture {
     let f = fixture_with(write);
+    tail(&f).await;
+    f
+}
+
+/// `f`'s source appended by a new appender, in chunks of two batches, every segment but the last sealed.
+async fn tail(f: &Fixture) -> TailAppender {
     let mut a = TailAppender::open(&f.mirror).unwrap();
     let last = f.segs.len() - 1;
     for (i, (base, bytes)) in f.segs.iter().enumerate() {
@@ -52,7 +58,7 @@ async fn tailed(write: fn(&Path) -> PathBuf) -> Fixture {
             a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
         }
     }
-    f
+    a
 }
 
 fn state_path(f: &Fixture) -> PathBuf {
@@ -272,16 +278,7 @@ async fn the_closed_log_verifies_clean_and_a_changed_entry_is_found() {
 async fn a_replacement_of_sealed_segments_empties_the_closed_log() {
     use crate::direct::replace::tests::{compacted, replace_seal};
     let f = fixture_with(write_transactional_source);
-    let mut a = TailAppender::open(&f.mirror).unwrap();
-    let last = f.segs.len() - 1;
-    for (i, (base, bytes)) in f.segs.iter().enumerate() {
-        for c in chunks_of(*base, bytes, 2) {
-            a.apply_chunk(&c).await.unwrap();
-        }
-        if i < last {
-            a.apply_seal(&seal_of(&f.source, *base, bytes, true)).await.unwrap();
-        }
-    }
+    let mut a = tail(&f).await;
     let kept_now = || -> Kept {
         let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_path(&f)).unwrap()).unwrap();
         serde_json::from_value(state["kept"].clone()).unwrap()

@@ -161,6 +161,19 @@ struct Site {
 }
 
 impl Site {
+    /// A site with nothing mirrored yet: a stopped target holding `partitions` of the topic, and an empty mirror.
+    fn empty(partitions: &[i32]) -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("site");
+        write_target(&root.join("target"), 1, partitions, TARGET_EPOCH);
+        std::fs::create_dir_all(root.join("mirror")).unwrap();
+        Site {
+            _dir: Some(dir),
+            root,
+            written: Vec::new(),
+        }
+    }
+
     fn new(shape: Shape) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("site");
@@ -253,6 +266,24 @@ impl Site {
         FIXED_NOW_MS.with(|t| t.set(None));
         report
     }
+}
+
+/// A partition promoted from what the appender kept (`kept`) ended, and aborted, as the walk's (`walk`) did.
+fn assert_promoted_alike(kept: &PromotedPartition, walk: &PromotedPartition) {
+    assert_eq!(
+        (
+            kept.log_end_offset,
+            kept.log_bytes,
+            &kept.transactions_aborted,
+            &kept.consistent_cut
+        ),
+        (
+            walk.log_end_offset,
+            walk.log_bytes,
+            &walk.transactions_aborted,
+            &walk.consistent_cut
+        )
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -1021,15 +1052,7 @@ async fn bench_fixture() {
 #[tokio::test]
 async fn a_cut_inside_a_transaction_committed_after_it_is_decided_by_the_kept_closed_transaction() {
     for earlier in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("site");
-        write_target(&root.join("target"), 1, &[0, 1], TARGET_EPOCH);
-        std::fs::create_dir_all(root.join("mirror")).unwrap();
-        let site = Site {
-            _dir: Some(dir),
-            root,
-            written: Vec::new(),
-        };
+        let site = Site::empty(&[0, 1]);
         let mut a = site.appender();
         for p in 0..2 {
             feed_bench_partition(&mut a, p, 256 << 10, BenchEnd::CommittedTransaction { earlier }).await;
@@ -1061,20 +1084,7 @@ async fn a_cut_inside_a_transaction_committed_after_it_is_decided_by_the_kept_cl
             assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 9));
             assert_eq!(k.log_end_offset, Some(end - 8));
             assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
-            assert_eq!(
-                (
-                    k.log_end_offset,
-                    k.log_bytes,
-                    &k.transactions_aborted,
-                    &k.consistent_cut
-                ),
-                (
-                    w.log_end_offset,
-                    w.log_bytes,
-                    &w.transactions_aborted,
-                    &w.consistent_cut
-                )
-            );
+            assert_promoted_alike(k, w);
         }
         assert!(
             target_state(&site.root.join("target")) == target_state(&walked.root.join("target")),
@@ -1092,15 +1102,7 @@ async fn a_cut_inside_a_transaction_committed_after_it_is_decided_by_the_kept_cl
 /// same bytes.
 #[tokio::test]
 async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("site");
-    write_target(&root.join("target"), 1, &[0, 1], TARGET_EPOCH);
-    std::fs::create_dir_all(root.join("mirror")).unwrap();
-    let site = Site {
-        _dir: Some(dir),
-        root,
-        written: Vec::new(),
-    };
+    let site = Site::empty(&[0, 1]);
     let mut a = site.appender();
     for p in 0..2 {
         feed_bench_partition(&mut a, p, 256 << 10, BenchEnd::CommittedTwice).await;
@@ -1141,20 +1143,7 @@ async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log()
         assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 22));
         assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
         assert_eq!(k.transactions_aborted[0].first_offset, end - 30);
-        assert_eq!(
-            (
-                k.log_end_offset,
-                k.log_bytes,
-                &k.transactions_aborted,
-                &k.consistent_cut
-            ),
-            (
-                w.log_end_offset,
-                w.log_bytes,
-                &w.transactions_aborted,
-                &w.consistent_cut
-            )
-        );
+        assert_promoted_alike(k, w);
     }
     let target = target_state(&walked.root.join("target"));
     assert!(
@@ -1193,15 +1182,7 @@ async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log()
 #[tokio::test]
 async fn a_closed_log_is_cut_back_or_started_over_after_a_kill() {
     for lost in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("site");
-        write_target(&root.join("target"), 1, &[0], TARGET_EPOCH);
-        std::fs::create_dir_all(root.join("mirror")).unwrap();
-        let site = Site {
-            _dir: Some(dir),
-            root,
-            written: Vec::new(),
-        };
+        let site = Site::empty(&[0]);
         let value = vec![b'x'; 100];
         // Each chunk: one transactional batch (four offsets) and its commit.
         let committed = |offset: i64| {
