@@ -29,6 +29,8 @@
 #   the broker's log dir on a filesystem of its own (tools/bench/lib.sh's start_broker says why). Each
 #   measurement's directory keeps the sampler's trace (sampler.trace: wall-clock time each growth was seen, its
 #   latency in ms, the mirror's size then), to line a slow growth up with the processes' logs.
+#   TXN_MS (default unset) makes the producer transactional (ProducerPerformance --transactional-id), committing
+#   every TXN_MS ms: a COMMIT marker in the log that often (what the appender's closed log records);
 #   SEGMIRROR=path runs that binary instead of building target/release/segmirror;
 #   SEGMIRROR_KAFKA_HOME (default .cache/kafka/4.4.0) holds the Kafka jars (libs/).
 set -euo pipefail
@@ -46,6 +48,9 @@ WORK="$BENCH_DIR/tail"
 # Longest wait for the mirror to catch up after the producer stops (the checkpoint mode needs one 5 s interval).
 CATCH_UP_S="${CATCH_UP_S:-60}"
 RECORD_BYTES=1024
+TXN_MS="${TXN_MS:-}"
+TXN_ARGS=()
+[ -z "$TXN_MS" ] || TXN_ARGS=(--transactional-id segmirror-bench --transaction-duration-ms "$TXN_MS")
 
 cd "$ROOT"
 # shellcheck source=tools/bench/lib.sh
@@ -106,7 +111,7 @@ measure() {
     local batching=(linger.ms=0)
     [ "$rate" -ge 0 ] || batching=(linger.ms=5 batch.size=262144)
     java_cp 512 org.apache.kafka.tools.ProducerPerformance --topic "$topic" --num-records "$records" \
-        --record-size "$RECORD_BYTES" --throughput "$rate" \
+        --record-size "$RECORD_BYTES" --throughput "$rate" "${TXN_ARGS[@]}" \
         --producer-props "bootstrap.servers=$BOOTSTRAP" acks=all "${batching[@]}" > "$dir/producer.out" 2>&1
     touch "$dir/stop"
     local ok=yes
@@ -221,7 +226,7 @@ echo "tail benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'): 1 partition, ${RECORD_BY
     "loopback mutual TLS, push mode; ${DURATION}s per measurement; sampler loop period <= ${LOOP} ms (resolution)"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r);" \
     "load average before/after: $LOAD_BEFORE / $LOAD_AFTER"
-echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${BROKER_DATA_ROOT:+BROKER_DATA_ROOT=$BROKER_DATA_ROOT }RATES=\"$RATES\" DURATION=$DURATION MODES=\"$MODES\"" \
+echo "reproduce: ${SEGMIRROR:+SEGMIRROR=$SEGMIRROR }${BROKER_DATA_ROOT:+BROKER_DATA_ROOT=$BROKER_DATA_ROOT }${TXN_MS:+TXN_MS=$TXN_MS }RATES=\"$RATES\" DURATION=$DURATION MODES=\"$MODES\"" \
     "CEILING_RECORDS=$CEILING_RECORDS RUNS=$RUNS BACKLOG_MIB=$BACKLOG_MIB tools/bench/tail.sh"
 echo
 echo "| mode            | target rec/s | rec/s    | log MiB | samples | p50 ms  | p99 ms  | max ms  | wire/log | ship CPU s/GiB | apply CPU s/GiB | mirror = source |"
