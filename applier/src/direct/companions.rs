@@ -182,9 +182,11 @@ impl ActiveIndexes {
             .map_err(|e| TailError::io(path, e))?
             .is_some()
         {
+            use std::os::unix::fs::OpenOptionsExt as _;
             let len = recorded.entries * CLOSED_ENTRY_SIZE as u64;
             let file = OpenOptions::new()
                 .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
                 .map_err(|e| TailError::io(path, e))?;
             file.set_len(len).map_err(|e| TailError::io(path, e))?;
