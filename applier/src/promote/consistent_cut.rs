@@ -40,9 +40,8 @@
 //! marker follows is decided by the record of the transaction its first marker after the cut closed: the tail
 //! appender's (its closed log holds every marker of the active segment, D0059), or that of the segment holding the
 //! cut, where it is the producer's last marker there; otherwise it is read backwards from the cut
-//! (`recorded_txns::open_at_cut_reading_back`, D0057). A
-//! handover hands the segment holding the cut over and cuts it back (`build`). So a consistent cut no longer reads
-//! the mirror from its start.
+//! (`recorded_txns::open_at_cut_reading_back`, D0057). A handover hands the segment holding the cut over and cuts it
+//! back (`build`). So a consistent cut no longer reads the mirror from its start.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

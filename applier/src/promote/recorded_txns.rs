@@ -21,12 +21,12 @@
 //! A consistent cut starts from the transactions open at the end and the batches after the cut
 //! ([`open_at_cut_from_end`]). A producer a marker follows is decided by the tail appender's record of the
 //! transaction its first marker after the cut closed, where it has one (each producer's last, or the active
-//! segment's closed log: [`decided_by_closed`]), or by the record of the segment holding
-//! the cut, which names each producer's last marker in it with its transaction's batches there and the transactions
-//! open at its end ([`decided_by_record`]), and otherwise read back from the cut ([`open_at_cut_reading_back`]);
-//! where that cannot tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and
-//! walks only that segment's batches below the cut — none when its own record names no transactional producer. A
-//! tail-fed mirror has the records too: each seal records its segment's (`crate::direct`'s catalog).
+//! segment's closed log: [`decided_by_closed`]), or by the record of the segment holding the cut, which names each
+//! producer's last marker in it with its transaction's batches there and the transactions open at its end
+//! ([`decided_by_record`]), and otherwise read back from the cut ([`open_at_cut_reading_back`]); where that cannot
+//! tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and walks only that
+//! segment's batches below the cut — none when its own record names no transactional producer. A tail-fed mirror
+//! has the records too: each seal records its segment's (`crate::direct`'s catalog).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

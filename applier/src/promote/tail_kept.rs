@@ -41,9 +41,7 @@ use std::path::Path;
 
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::index::{OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE};
-use segment_format::txn_index::{OpenTransaction, TxnIndex, ABORTED_TXN_SIZE};
-
-use segment_format::txn_index::ClosedTransaction;
+use segment_format::txn_index::{ClosedTransaction, OpenTransaction, TxnIndex, ABORTED_TXN_SIZE};
 
 use crate::direct::{Kept, KeptEpochs};
 

@@ -268,22 +268,19 @@ impl Site {
     }
 }
 
-/// A partition promoted from what the appender kept (`kept`) ended, and aborted, as the walk's (`walk`) did.
+/// A partition promoted from what the appender kept (`kept`) ended, restamped, aborted and was cut as the walk's
+/// (`walk`) was.
 fn assert_promoted_alike(kept: &PromotedPartition, walk: &PromotedPartition) {
-    assert_eq!(
+    let facts = |p: &PromotedPartition| {
         (
-            kept.log_end_offset,
-            kept.log_bytes,
-            &kept.transactions_aborted,
-            &kept.consistent_cut
-        ),
-        (
-            walk.log_end_offset,
-            walk.log_bytes,
-            &walk.transactions_aborted,
-            &walk.consistent_cut
+            p.log_end_offset,
+            p.log_bytes,
+            p.batches_restamped,
+            p.transactions_aborted.clone(),
+            p.consistent_cut.clone(),
         )
-    );
+    };
+    assert_eq!(facts(kept), facts(walk));
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -408,6 +405,17 @@ fn promote_both_ways_at(
     copy_name: &str,
     cut: Option<i64>,
 ) -> (Vec<&'static str>, bool) {
+    let (used, kept) = promote_against_walk(site, handover, copy_name, cut);
+    (used, kept.is_some())
+}
+
+/// [`promote_both_ways_at`] that returns the report of the promotion from what was kept (`None`: both refused).
+fn promote_against_walk(
+    site: &Site,
+    handover: Handover,
+    copy_name: &str,
+    cut: Option<i64>,
+) -> (Vec<&'static str>, Option<PromoteReport>) {
     let walked = site.copy(copy_name);
     walked.forget_kept();
     let kept = site.promote_cut(handover, cut, &mut |_| {});
@@ -419,7 +427,7 @@ fn promote_both_ways_at(
         walk_used.is_empty() || (cut.is_some() && walk_used == ["recorded-transactions"]),
         "nothing kept, nothing used: {walk_used:?}"
     );
-    let ok = match (&kept, &walk) {
+    let kept = match (kept, walk) {
         (Ok(k), Ok(w)) => {
             let (kept_files, kept_checkpoints) = target_state(&site.root.join("target"));
             let (walked_files, walked_checkpoints) = target_state(&walked.root.join("target"));
@@ -435,31 +443,18 @@ fn promote_both_ways_at(
             assert!(kept_files == walked_files);
             assert_eq!(kept_checkpoints, walked_checkpoints);
             for (pk, pw) in k.partitions.iter().zip(&w.partitions) {
-                assert_eq!(
-                    (
-                        pk.log_end_offset,
-                        pk.log_bytes,
-                        pk.batches_restamped,
-                        &pk.transactions_aborted
-                    ),
-                    (
-                        pw.log_end_offset,
-                        pw.log_bytes,
-                        pw.batches_restamped,
-                        &pw.transactions_aborted
-                    )
-                );
+                assert_promoted_alike(pk, pw);
             }
-            true
+            Some(k)
         }
         (Err(Error::Refused { refusals: a }), Err(Error::Refused { refusals: b })) => {
             assert_eq!(a.len(), b.len(), "{a:?} / {b:?}");
-            false
+            None
         }
         (k, w) => panic!("kept: {k:?}, walked: {w:?}"),
     };
     std::fs::remove_dir_all(&walked.root).unwrap();
-    (used, ok)
+    (used, kept)
 }
 
 #[tokio::test]
@@ -1072,25 +1067,16 @@ async fn a_cut_inside_a_transaction_committed_after_it_is_decided_by_the_kept_cl
             vec![(end - 1, Some(end - 17))]
         );
         let t = 1_700_000_000_000 + end - 13;
-        let walked = site.copy(&format!("walked-{earlier}"));
-        walked.forget_kept();
-        let kept = site.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
-        let walk = walked.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
-        let used = used::under(&site.root);
+        // The walk's log dir byte for byte (`promote_against_walk`).
+        let (used, kept) = promote_against_walk(&site, Handover::Rename, &format!("walked-{earlier}"), Some(t));
         assert!(used.contains(&"closed-transactions"), "{used:?}");
         assert!(!used.contains(&"read-back"), "{used:?}");
-        for (k, w) in kept.partitions.iter().zip(&walk.partitions) {
+        for k in &kept.expect("promoted").partitions {
             // Cut before the third batch, the abort marker there.
             assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 9));
             assert_eq!(k.log_end_offset, Some(end - 8));
             assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
-            assert_promoted_alike(k, w);
         }
-        assert!(
-            target_state(&site.root.join("target")) == target_state(&walked.root.join("target")),
-            "earlier commit {earlier}: the promoted log dirs differ"
-        );
-        std::fs::remove_dir_all(&walked.root).unwrap();
     }
 }
 
@@ -1132,24 +1118,16 @@ async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log()
     let t = 1_700_000_000_000 + end - 26;
     let damaged = site.copy("damaged");
     let lost = site.copy("lost");
-    let walked = site.copy("walked");
-    walked.forget_kept();
-    let by_log = site.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
-    let walk = walked.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
-    let used = used::under(&site.root);
+    // The walk's log dir byte for byte (`promote_against_walk`).
+    let (used, by_log) = promote_against_walk(&site, Handover::Rename, "walked", Some(t));
     assert!(used.contains(&"closed-log"), "{used:?}");
     assert!(!used.contains(&"read-back"), "{used:?}");
-    for (k, w) in by_log.partitions.iter().zip(&walk.partitions) {
+    for k in &by_log.expect("promoted").partitions {
         assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 22));
         assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
         assert_eq!(k.transactions_aborted[0].first_offset, end - 30);
-        assert_promoted_alike(k, w);
     }
-    let target = target_state(&walked.root.join("target"));
-    assert!(
-        target_state(&site.root.join("target")) == target,
-        "the promoted log dirs differ"
-    );
+    let target = target_state(&site.root.join("target"));
     // The log's last entry lost (written without an fsync), or a byte of it changed: not the recorded one.
     for (copy, harm) in [(&lost, 0usize), (&damaged, 1)] {
         for p in 0..2 {
@@ -1170,7 +1148,7 @@ async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log()
             "the promoted log dirs differ"
         );
     }
-    for copy in [walked, lost, damaged] {
+    for copy in [lost, damaged] {
         std::fs::remove_dir_all(&copy.root).unwrap();
     }
 }
