@@ -14,7 +14,7 @@ use segment_format::writer::WrittenPartition;
 use segmirror_catalog::{Catalog, LinkSpec, PartitionKey, SegmentVersion, Upsert};
 
 use crate::broker::KafkaBroker;
-use crate::segmirror_cli::{run_segmirror, CliRun};
+use crate::segmirror_cli::CliRun;
 
 /// Records `partitions` (written by `segment_format::writer` into a mirror root) as installed mirror partitions of
 /// `link` in the catalog at `catalog_path`, each with its source log start offset, the way `segmirror apply` would
@@ -63,6 +63,17 @@ pub fn record_writer_mirror(
 
 /// `segmirror promote --mirror <mirror> --log-dir <log_dir> --catalog <catalog> <extra...>`.
 pub fn segmirror_promote(mirror: &Path, log_dir: &Path, catalog: &Path, extra: &[&str]) -> Result<CliRun> {
+    segmirror_promote_env(mirror, log_dir, catalog, extra, &[])
+}
+
+/// [`segmirror_promote`] with extra environment variables (e.g. `SEGMIRROR_LOG` for its debug lines).
+pub fn segmirror_promote_env(
+    mirror: &Path,
+    log_dir: &Path,
+    catalog: &Path,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> Result<CliRun> {
     let mut args: Vec<std::ffi::OsString> = vec![
         "promote".into(),
         "--mirror".into(),
@@ -73,7 +84,22 @@ pub fn segmirror_promote(mirror: &Path, log_dir: &Path, catalog: &Path, extra: &
         catalog.into(),
     ];
     args.extend(extra.iter().map(Into::into));
-    run_segmirror(args)
+    run_segmirror_env(args, env)
+}
+
+/// A copy of the SQLite catalog `from` (with its `-wal` and `-shm` files) at `to`; what `to` had of them goes first,
+/// so a stale journal of its own is not replayed into the copy.
+pub fn copy_catalog(from: &Path, to: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let (src, dst) = (
+            PathBuf::from(format!("{}{suffix}", from.display())),
+            PathBuf::from(format!("{}{suffix}", to.display())),
+        );
+        let _ = std::fs::remove_file(&dst);
+        if src.exists() {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
 }
 
 /// Every regular file under `dir`, by path relative to it.

@@ -148,18 +148,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let exe = segmirror_binary()?;
-    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
-    let out = segmirror_command()?
-        .args(&args)
-        .output()
-        .with_context(|| format!("running {}", exe.display()))?;
-    Ok(CliRun {
-        args: args.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
+    crate::mirror::run_segmirror_env(args, &[])
 }
 
 /// `segmirror verify <flags> <paths>`.

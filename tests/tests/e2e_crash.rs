@@ -34,7 +34,7 @@ use segment_format::partition_metadata::Uuid;
 use segment_format::writer::sample::{write_bulk, write_sample, BulkOptions, SampleOptions};
 use segment_format::writer::{write_log_dir_files, LogDirIdentity, LogDirState, PartitionWriter, WriterConfig};
 use segmirror_catalog::{Catalog, PartitionState};
-use segmirror_tests::mirror::{assert_same_files, files_under};
+use segmirror_tests::mirror::{assert_same_files, copy_catalog, files_under};
 use segmirror_tests::segmirror_cli::{segmirror_command, segmirror_verify};
 
 /// When to kill a run.
@@ -428,15 +428,6 @@ fn staged_with_suffix(log_dir: &Path, suffix: &str) -> bool {
 }
 
 /// Copies a catalog (with its WAL, if any) so that two promotions can start from the same state.
-fn copy_catalog(from: &Path, to: &Path) {
-    for suffix in ["", "-wal", "-shm"] {
-        let src = PathBuf::from(format!("{}{suffix}", from.display()));
-        if src.exists() {
-            std::fs::copy(&src, format!("{}{suffix}", to.display())).unwrap();
-        }
-    }
-}
-
 #[test]
 fn promote_killed_at_many_points_ends_like_an_uninterrupted_promotion() {
     let work = tempfile::tempdir().unwrap();

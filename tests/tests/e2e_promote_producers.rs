@@ -36,7 +36,8 @@ use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::writer::{PartitionWriter, WriterConfig, WrittenPartition};
 use segmirror_tests::dump::dump_deep;
 use segmirror_tests::mirror::{
-    assert_same_files, files_under, record_writer_mirror, run_segmirror_env, segmirror_promote,
+    assert_same_files, copy_catalog, files_under, record_writer_mirror, run_segmirror_env, segmirror_promote,
+    segmirror_promote_env,
 };
 use segmirror_tests::segmirror_cli::segmirror_verify;
 use segmirror_tests::service::direct_link;
@@ -922,7 +923,6 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
     plain("late", 5);
 
     let work = tempfile::tempdir().unwrap();
-    let s = |p: &Path| p.to_string_lossy().into_owned();
     let (mirror, catalog) = (work.path().join("mirror"), work.path().join("catalog.sqlite"));
     let (mut applier, shipper) = direct_link(&mirror, &catalog, source.log_dir(), "tc");
     let (source_dir, mirror_dir) = (source.partition_dir(TAIL_CUT, 0), mirror.join(format!("{TAIL_CUT}-0")));
@@ -975,38 +975,15 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
     assert!(copied.success());
     let at = cut_at.to_string();
     let promote = |log_dir: &Path| {
-        let args = [
-            "promote",
-            "--mirror",
-            &s(&mirror),
-            "--log-dir",
-            &s(log_dir),
-            "--catalog",
-            &s(&catalog),
-            "--handover",
-            "copy",
-            "--consistent-cut",
-            &at,
-            "--json",
-        ];
+        let extra = ["--handover", "copy", "--consistent-cut", &at, "--json"];
         let env = [("SEGMIRROR_LOG", "segmirror_applier::promote=debug".to_string())];
-        let run = run_segmirror_env(args, &env).unwrap();
+        let run = segmirror_promote_env(&mirror, log_dir, &catalog, &extra, &env).unwrap();
         assert_eq!(run.code, 0, "{run}");
         run
     };
     // The catalog as the applier left it, for the second promotion (the first records the partition promoted).
-    let catalog_files = |from: &Path, to: &Path| {
-        for suffix in ["", "-wal", "-shm"] {
-            let name = format!("catalog.sqlite{suffix}");
-            let _ = std::fs::remove_file(to.join(&name));
-            if from.join(&name).exists() {
-                std::fs::copy(from.join(&name), to.join(&name)).unwrap();
-            }
-        }
-    };
-    let saved = work.path().join("saved");
-    std::fs::create_dir_all(&saved).unwrap();
-    catalog_files(work.path(), &saved);
+    let saved = work.path().join("saved.sqlite");
+    copy_catalog(&catalog, &saved);
     let kept = promote(target.log_dir());
     assert!(kept.stderr.contains("decided by the closed log"), "{}", kept.stderr);
     let report = kept.json().unwrap();
@@ -1021,7 +998,7 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
     let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
     doc.as_object_mut().unwrap().remove("kept");
     std::fs::write(&state, serde_json::to_vec(&doc).unwrap()).unwrap();
-    catalog_files(&saved, work.path());
+    copy_catalog(&saved, &catalog);
     let walked = promote(&walked_log_dir);
     assert!(
         !walked.stderr.contains("decided by the closed log"),
