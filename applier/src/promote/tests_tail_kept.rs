@@ -852,15 +852,7 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         next += 1;
         group.push(segment.append(partition, chunk));
         // The second commit and the data after it in a later chunk: the closed log appended to, not written whole.
-        let mut chunk = bench_txn_batch(next, 16, &value);
-        next += 4;
-        chunk.extend_from_slice(&commit_marker(next));
-        next += 1;
-        for _ in 0..2 {
-            chunk.extend_from_slice(&bench_data_batch(next, &value));
-            next += 4;
-        }
-        group.push(segment.append(partition, chunk));
+        group.push(segment.append(partition, committed_again_then_data(&mut next, &value)));
         a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
         return;
     }
@@ -878,14 +870,7 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         // then names the later commit, and only the sealed segment's record describes the transaction across the cut.
         let mut chunk = commit_marker(next);
         next += 1;
-        chunk.extend_from_slice(&bench_txn_batch(next, 16, &value));
-        next += 4;
-        chunk.extend_from_slice(&commit_marker(next));
-        next += 1;
-        for _ in 0..2 {
-            chunk.extend_from_slice(&bench_data_batch(next, &value));
-            next += 4;
-        }
+        chunk.extend_from_slice(&committed_again_then_data(&mut next, &value));
         a.apply_chunks(&[segment.append(partition, chunk)]).await.unwrap();
         return;
     }
@@ -911,6 +896,20 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         group.push(segment.append(partition, chunk));
     }
     a.apply_chunks(&group).await.unwrap();
+}
+
+/// From `next` on (moved past them): one more transaction of the benchmark's producer (one batch, sequence 16) and its
+/// commit, then two data batches.
+fn committed_again_then_data(next: &mut i64, value: &[u8]) -> Vec<u8> {
+    let mut bytes = bench_txn_batch(*next, 16, value);
+    *next += 4;
+    bytes.extend_from_slice(&commit_marker(*next));
+    *next += 1;
+    for _ in 0..2 {
+        bytes.extend_from_slice(&bench_data_batch(*next, value));
+        *next += 4;
+    }
+    bytes
 }
 
 /// The segment a benchmark partition appends to: where it ends, and what its seal says of it.
