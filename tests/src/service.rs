@@ -19,8 +19,14 @@ use crate::segmirror_cli::segmirror_binary;
 
 /// A direct link on loopback for link `link`, both ends running: `segmirror apply --listen 127.0.0.1:0 --plaintext`
 /// into `mirror` (with `catalog`), and `segmirror ship --upto log-end --plaintext --connect` from the broker log dir
-/// `log_dir` to it. Returns (applier, shipper).
-pub fn direct_link(mirror: &Path, catalog: &Path, log_dir: &Path, link: &str) -> (Service, Service) {
+/// `log_dir` to it, with `ship_extra` arguments (e.g. `--topics`). Returns (applier, shipper).
+pub fn direct_link(
+    mirror: &Path,
+    catalog: &Path,
+    log_dir: &Path,
+    link: &str,
+    ship_extra: &[&str],
+) -> (Service, Service) {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut applier = Service::start(
         "apply --listen",
@@ -38,21 +44,20 @@ pub fn direct_link(mirror: &Path, catalog: &Path, log_dir: &Path, link: &str) ->
         ],
     );
     let addr = applier.wait_for("listening on ").trim().to_string();
-    let shipper = Service::start(
-        "ship",
-        [
-            "ship",
-            "--log-dir",
-            &s(log_dir),
-            "--link",
-            link,
-            "--upto",
-            "log-end",
-            "--connect",
-            &addr,
-            "--plaintext",
-        ],
-    );
+    let mut ship = vec![
+        "ship".to_string(),
+        "--log-dir".into(),
+        s(log_dir),
+        "--link".into(),
+        link.into(),
+        "--upto".into(),
+        "log-end".into(),
+        "--connect".into(),
+        addr,
+        "--plaintext".into(),
+    ];
+    ship.extend(ship_extra.iter().map(|a| a.to_string()));
+    let shipper = Service::start("ship", ship);
     (applier, shipper)
 }
 

@@ -19,7 +19,7 @@ use segmirror_catalog::Catalog;
 use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::run_segmirror;
-use segmirror_tests::service::Service;
+use segmirror_tests::service::direct_link;
 use segmirror_tests::*;
 
 const DIRECT: &str = "erased-direct";
@@ -126,39 +126,7 @@ fn records_deleted_on_the_source_are_not_served_by_the_promoted_target_on_either
     }
 
     // The direct link, caught up.
-    let mut applier = Service::start(
-        "apply --listen",
-        [
-            "apply",
-            "--mirror",
-            &s(&mirror),
-            "--catalog",
-            &s(&catalog),
-            "--link",
-            "direct",
-            "--listen",
-            "127.0.0.1:0",
-            "--plaintext",
-        ],
-    );
-    let addr = applier.wait_for("listening on ").trim().to_string();
-    let shipper = Service::start(
-        "ship",
-        [
-            "ship",
-            "--log-dir",
-            &s(source.log_dir()),
-            "--topics",
-            DIRECT,
-            "--link",
-            "direct",
-            "--upto",
-            "log-end",
-            "--connect",
-            &addr,
-            "--plaintext",
-        ],
-    );
+    let (applier, shipper) = direct_link(&mirror, &catalog, source.log_dir(), "direct", &["--topics", DIRECT]);
     let mirrored = |from: &[PathBuf]| from.iter().map(|d| logs(d)).collect::<Vec<_>>();
     wait_until(
         "the direct link never caught up",

@@ -924,7 +924,7 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
 
     let work = tempfile::tempdir().unwrap();
     let (mirror, catalog) = (work.path().join("mirror"), work.path().join("catalog.sqlite"));
-    let (mut applier, shipper) = direct_link(&mirror, &catalog, source.log_dir(), "tc");
+    let (mut applier, shipper) = direct_link(&mirror, &catalog, source.log_dir(), "tc", &[]);
     let (source_dir, mirror_dir) = (source.partition_dir(TAIL_CUT, 0), mirror.join(format!("{TAIL_CUT}-0")));
     let logs = |dir: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
         files_under(dir)

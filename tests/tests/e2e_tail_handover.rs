@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use segmirror_tests::clients::record_identities;
 use segmirror_tests::mirror::segmirror_promote;
 use segmirror_tests::segmirror_cli::{run_segmirror, segmirror_verify};
-use segmirror_tests::service::Service;
+use segmirror_tests::service::{direct_link, Service};
 use segmirror_tests::*;
 
 const TOPIC: &str = "handover";
@@ -119,7 +119,6 @@ fn tail_continues_a_mirror_seed_and_apply_produced() {
     );
     let mirror_dirs: Vec<PathBuf> = (0..PARTITIONS).map(|p| mirror.join(format!("{TOPIC}-{p}"))).collect();
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    let args = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
 
     // Seed and apply while the broker runs: the active segments go as unsealed prefixes.
     for round in 0..3 {
@@ -169,39 +168,7 @@ fn tail_continues_a_mirror_seed_and_apply_produced() {
     assert!(before[1][0].1 > seeded[1][0].1, "partition 1 grew: {before:?}");
 
     // The tail on the same mirror and catalog.
-    let mut applier = Service::start(
-        "apply --listen",
-        args(&[
-            "apply",
-            "--mirror",
-            &s(&mirror),
-            "--catalog",
-            &s(&catalog),
-            "--link",
-            "dr",
-            "--listen",
-            "127.0.0.1:0",
-            "--plaintext",
-        ]),
-    );
-    let addr = applier.wait_for("listening on ").trim().to_string();
-    let mut shipper = Service::start(
-        "ship",
-        args(&[
-            "ship",
-            "--log-dir",
-            &s(broker.log_dir()),
-            "--topics",
-            TOPIC,
-            "--link",
-            "dr",
-            "--upto",
-            "log-end",
-            "--connect",
-            &addr,
-            "--plaintext",
-        ]),
-    );
+    let (mut applier, mut shipper) = direct_link(&mirror, &catalog, broker.log_dir(), "dr", &["--topics", TOPIC]);
     let caught_up = |shipper: &mut Service, applier: &mut Service| {
         let start = Instant::now();
         loop {
@@ -392,39 +359,7 @@ fn tail_refuses_a_mirror_whose_files_differ_from_the_catalog() {
     };
     let before = contents();
 
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    let args = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
-    let mut applier = Service::start(
-        "apply --listen",
-        args(&[
-            "apply",
-            "--mirror",
-            &s(&mirror),
-            "--catalog",
-            &s(&catalog),
-            "--link",
-            "dr",
-            "--listen",
-            "127.0.0.1:0",
-            "--plaintext",
-        ]),
-    );
-    let addr = applier.wait_for("listening on ").trim().to_string();
-    let shipper = Service::start(
-        "ship",
-        args(&[
-            "ship",
-            "--log-dir",
-            &s(&source),
-            "--link",
-            "dr",
-            "--upto",
-            "log-end",
-            "--connect",
-            &addr,
-            "--plaintext",
-        ]),
-    );
+    let (mut applier, shipper) = direct_link(&mirror, &catalog, &source, "dr", &[]);
     let start = Instant::now();
     let status = loop {
         if let Some(status) = applier.exited() {
