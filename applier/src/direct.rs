@@ -108,10 +108,7 @@ pub use catalog::{TailCatalog, TAIL_MANIFEST_KEY_PREFIX, TAIL_STORE_URL};
 pub use claims::{claim_path, ROLL_INDEX_INTERVAL_BYTES};
 pub use error::TailError;
 use error::TailResult;
-pub use kept::{
-    open_transactions_match_a_walk, recorded_closed_log, Kept, KeptEpochs, KeptFile, MAX_CLOSED_LOG_ENTRIES,
-    MAX_KEPT_EPOCHS,
-};
+pub use kept::{open_transactions_match_a_walk, recorded_closed_log, Kept, KeptEpochs, MAX_KEPT_EPOCHS};
 pub use kept_verify::verify_kept;
 pub use lag::{tail_lags, TailLag};
 pub use progress::{progress_path, MAX_PROGRESS_POINTS};

@@ -64,6 +64,7 @@ mod lock;
 pub mod mirror;
 pub mod promote;
 pub mod report;
+mod segment_log;
 pub mod verify;
 
 pub use bucket::{

@@ -12,6 +12,8 @@
 //! <mirror-root>/.tail/staging/<topic>-<partition>-<base>.log  a compacted replacement being received
 //! <mirror-root>/.tail/replace/<topic>-<partition>.json        the journal of a replacement being installed
 //! <mirror-root>/.tail/truncations/<topic>-<partition>.json    the journal of a truncation in progress
+//! <mirror-root>/.tail/closed/<topic>-<partition>.bin          the active segment's closed log (`direct::kept`)
+//! <mirror-root>/.closed/<topic>-<partition>/<base>.bin        each installed or sealed segment's log (`segment_log`)
 //! <mirror-root>/.archive/<topic>-<partition>/                 what truncations, lineage resets and quarantines removed
 //! <mirror-root>/catalog.sqlite (-wal, -shm, -journal)         a catalog placed in the root with `--catalog`
 //! ```
@@ -99,6 +101,9 @@ const CLOSED_LOG_DIR: &str = "closed";
 const CLOSED_LOG_EXT: &str = "bin";
 /// What truncations (and lineage resets, quarantines) removed, one sub-directory per partition; never deleted.
 const ARCHIVE_DIR: &str = ".archive";
+/// Each installed or sealed segment's log of the transactions its markers closed (`crate::segment_log`), one
+/// sub-directory per partition, a file per segment.
+const SEGMENT_LOG_DIR: &str = ".closed";
 
 /// The extension of every record under [`TAIL_DIR`].
 const RECORD_EXT: &str = "json";
@@ -109,10 +114,11 @@ const CATALOG_SHM: &str = "catalog.sqlite-shm";
 const CATALOG_JOURNAL: &str = "catalog.sqlite-journal";
 
 /// Every entry segmirror keeps in a mirror root beside the partitions: the one-applier lock and its holder, the
-/// staging directory, the direct applier's state (`.tail/`, where all its journals, staging and progress live) and
-/// what truncations archived (`.archive/`), and a catalog placed in the root with `--catalog` (with SQLite's
-/// companions). One list, next to the names' constants, so that `segmirror verify MIRROR` tells the mirror's
-/// own state from a stray directory that is not ours (and that would stop a broker) without a second copy of them.
+/// staging directory, the direct applier's state (`.tail/`, where all its journals, staging and progress live),
+/// what truncations archived (`.archive/`), the segments' logs (`.closed/`), and a catalog placed in the root with
+/// `--catalog` (with SQLite's companions). One list, next to the names' constants, so that `segmirror verify
+/// MIRROR` tells the mirror's own state from a stray directory that is not ours (and that would stop a broker)
+/// without a second copy of them.
 pub const MIRROR_ROOT_ENTRIES: &[OwnEntry] = &[
     OwnEntry {
         name: APPLY_LOCK_FILE,
@@ -132,6 +138,10 @@ pub const MIRROR_ROOT_ENTRIES: &[OwnEntry] = &[
     },
     OwnEntry {
         name: ARCHIVE_DIR,
+        kind: OwnKind::Dir,
+    },
+    OwnEntry {
+        name: SEGMENT_LOG_DIR,
         kind: OwnKind::Dir,
     },
     OwnEntry {
@@ -251,6 +261,16 @@ pub(crate) fn closed_log_file(root: &Path, name: &str) -> PathBuf {
     tail_dir(root)
         .join(CLOSED_LOG_DIR)
         .join(format!("{name}.{CLOSED_LOG_EXT}"))
+}
+
+/// `<root>/.closed/<name>`: the partition's segment logs (`crate::segment_log`).
+pub(crate) fn segment_logs_dir(root: &Path, name: &str) -> PathBuf {
+    root.join(SEGMENT_LOG_DIR).join(name)
+}
+
+/// `<root>/.closed/<name>/<base, 20 digits>.bin`: segment `base`'s log.
+pub fn segment_log_file(root: &Path, name: &str, base: i64) -> PathBuf {
+    segment_logs_dir(root, name).join(format!("{base:020}.{CLOSED_LOG_EXT}"))
 }
 
 /// `<root>/.archive`.

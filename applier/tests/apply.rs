@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
+use segment_format::closed_log;
 use segment_format::dir::{segment_file_name, SegmentFileKind, PARTITION_METADATA_FILE};
 use segment_format::log::LogFile;
 use segment_format::partition_metadata::Uuid;
@@ -473,6 +474,72 @@ async fn every_install_records_how_its_batches_leave_the_transactions() {
         findings.is_empty() && io_errors.is_empty(),
         "{findings:#?} {io_errors:?}"
     );
+    // Each install wrote its segment's log of every marker beside the mirror, as recorded: entry for entry what
+    // the batches give.
+    let mut logs = Vec::new();
+    for p in &sample.partitions {
+        let written = &p.written;
+        let id = catalog
+            .partition(&PartitionKey::new(LINK, &written.topic, written.partition))
+            .unwrap()
+            .id;
+        for (base, (next, ends)) in catalog.installed_txn_ends(id).unwrap() {
+            let Some(record) = ends.and_then(|e| e.log) else {
+                continue;
+            };
+            let name = format!("{}-{}", written.topic, written.partition);
+            let path = segmirror_applier::mirror::segment_log_file(&w.mirror(), &name, base);
+            let bytes = closed_log::read_recorded(&path, record)
+                .unwrap()
+                .expect("the recorded log");
+            let segment = w
+                .mirror()
+                .join(&name)
+                .join(segment_file_name(base, SegmentFileKind::Log));
+            let (_, every) = segment_format::txn_ends::logged_of_log(&segment, next).unwrap();
+            assert_eq!(closed_log::parse_segment(&bytes).unwrap(), every, "{}", path.display());
+            logs.push((path, base, record));
+        }
+    }
+    let (path, base, record) = logs.first().cloned().expect("segments with markers have a log");
+    // An entry that lies, recorded as written: an error. A byte changed behind the record: a warning (not used).
+    let kept = std::fs::read(&path).unwrap();
+    let mut lying = closed_log::parse_segment(&kept).unwrap();
+    if let Some((_, tally)) = &mut lying[0].data {
+        tally.records += 1;
+    } else {
+        lying[0].whole = !lying[0].whole;
+    }
+    let lie = closed_log::serialize_segment(&lying);
+    std::fs::write(&path, &lie).unwrap();
+    let relogged = segment_format::file_record::FileRecord::of(&lie, lying.len());
+    let record_text = |r: segment_format::file_record::FileRecord| format!(";l:{}/{}", r.entries, r.crc32c);
+    let rerecord = |from: &str, to: &str| {
+        rusqlite::Connection::open(w.catalog_path())
+            .unwrap()
+            .execute(
+                "UPDATE segments SET txn_ends = replace(txn_ends, ?1, ?2) WHERE base_offset = ?3",
+                rusqlite::params![from, to, base],
+            )
+            .unwrap()
+    };
+    assert!(rerecord(&record_text(record), &record_text(relogged)) >= 1);
+    let (findings, _) = verify_recorded_transactions(&w.mirror(), &w.catalog());
+    assert!(
+        findings.len() == 1
+            && findings[0].severity == Severity::Error
+            && findings[0].to_string().contains("which a consistent cut trusts"),
+        "{findings:#?}"
+    );
+    std::fs::write(&path, &kept).unwrap();
+    let (findings, _) = verify_recorded_transactions(&w.mirror(), &w.catalog());
+    assert!(
+        findings.len() == 1
+            && findings[0].severity == Severity::Warning
+            && findings[0].to_string().contains("is not the one recorded"),
+        "{findings:#?}"
+    );
+    rerecord(&record_text(relogged), &record_text(record));
     drop(catalog);
     let lied = rusqlite::Connection::open(w.catalog_path())
         .unwrap()

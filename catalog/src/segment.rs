@@ -577,6 +577,11 @@ mod tests {
                 ]
                 .into(),
             ),
+            // The segment's log of every marker, as written beside the mirror.
+            log: Some(segment_format::file_record::FileRecord {
+                entries: 2,
+                crc32c: 0x8000_0001,
+            }),
         };
         cat.mark_installed_after(id, "src", &grown(0, 100, true), Preceded::ByInstalled, Some(&ends))
             .unwrap();

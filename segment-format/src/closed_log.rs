@@ -13,14 +13,38 @@
 //! batches, bytes) is known (the tracker saw the transaction begin; else those fields are 0). Marker offsets strictly
 //! increase from one entry to the next. Nothing here trusts a length or a count from the file: [`parse`] refuses
 //! a torn entry, unknown flags, a reserved byte that is not 0, and offsets out of order.
+//!
+//! Two kinds of log share the entry:
+//! - **the tail appender's active segment log** ([`parse`], [`find`]): the transactions as its tracker saw them
+//!   close, from wherever they began (`ClosedTransaction`);
+//! - **a segment's log** ([`parse_segment`], [`find_in_segment`]), written once per segment by the install that
+//!   reads its batches (or by the tail appender's seal, from its active log): the transaction as far as the segment
+//!   shows it ([`SegmentClosing`]). Flag bit 2 (`WHOLE`) says the transaction began in the segment (or the marker
+//!   closed none), so the first offset and tally are all of it; without it they are its batches in the segment
+//!   only, and the transaction open at the segment's base, if any, precedes them. A segment's log is what a sealed
+//!   or bucket-installed segment keeps for a consistent cut, as the active log is for the tail (D0060).
+//!
+//! Both are written without an fsync and trusted only where their bytes are the ones recorded
+//! (`crate::file_record`): [`read_recorded`] reads the recorded prefix of a regular file and checks it.
 
+use std::io::Read;
+use std::path::Path;
+
+use crate::file_record::FileRecord;
 use crate::txn_index::{ClosedTransaction, TxnTally};
 
 /// Size of one entry.
 pub const CLOSED_ENTRY_SIZE: usize = 52;
 
+/// Most entries of one log (13.6 MB): a reader reads the recorded entries whole to check them. A writer logs no
+/// marker past it; a cut whose producer's first marker after it is one of them reads back from the cut instead. A
+/// 1 GiB segment reaches it only when its transactions average under 4 KiB.
+pub const MAX_ENTRIES: u64 = 1 << 18;
+
 const HAS_FIRST: u8 = 1;
 const HAS_TALLY: u8 = 2;
+/// In a segment's log only: the entry's first offset and tally are the whole transaction (module docs).
+const WHOLE: u8 = 4;
 
 /// Why bytes are not a closed log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,35 +57,115 @@ pub enum ClosedLogError {
     OutOfOrder(usize, i64, i64),
     #[error("entry {0}: a tally of a marker that closed no transaction, or counts out of range")]
     BadTally(usize),
+    #[error("entry {0}: a first offset without a tally, or not before its marker")]
+    BadRun(usize),
+}
+
+/// One marker of a segment's log: the transaction it closed, as far as the segment shows it (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentClosing {
+    pub producer_id: i64,
+    pub marker_offset: i64,
+    /// The transaction began in the segment, or the marker closed none: `data` is all of it. Otherwise the
+    /// transaction open at the segment's base, if any, precedes `data`.
+    pub whole: bool,
+    /// First offset and tally of the transaction's batches in the segment before the marker; `None`: none.
+    pub data: Option<(i64, TxnTally)>,
+}
+
+/// A segment's log from the tail appender's active log of that segment (`closed`, in marker order), for its markers
+/// in `[base, end)`: the transactions the tracker saw begin in the segment, each whole. The others (one begun before
+/// the segment, one whose start the tracker did not see, a marker that closed none as far as it knew) are left out:
+/// a cut reads back for them instead.
+pub fn segment_closings_from(closed: &[ClosedTransaction], base: i64, end: i64) -> Vec<SegmentClosing> {
+    closed
+        .iter()
+        .filter(|c| c.marker_offset >= base && c.marker_offset < end)
+        .filter_map(|c| match (c.first_offset, c.tally) {
+            (Some(first), Some(tally)) if first >= base && first < c.marker_offset => Some(SegmentClosing {
+                producer_id: c.producer_id,
+                marker_offset: c.marker_offset,
+                whole: true,
+                data: Some((first, tally)),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The entries of `closed` (in marker offset order), serialized.
 pub fn serialize(closed: &[ClosedTransaction]) -> Vec<u8> {
     let mut out = Vec::with_capacity(closed.len() * CLOSED_ENTRY_SIZE);
     for c in closed {
-        let tally = c.tally.unwrap_or_default();
-        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        out.extend_from_slice(&c.producer_id.to_be_bytes());
-        out.extend_from_slice(&c.marker_offset.to_be_bytes());
-        out.extend_from_slice(&c.first_offset.unwrap_or(-1).to_be_bytes());
-        out.extend_from_slice(&count(tally.records).to_be_bytes());
-        out.extend_from_slice(&count(tally.batches).to_be_bytes());
-        out.extend_from_slice(&count(tally.bytes).to_be_bytes());
-        out.extend_from_slice(&tally.producer_epoch.to_be_bytes());
-        let flags =
-            if c.first_offset.is_some() { HAS_FIRST } else { 0 } | if c.tally.is_some() { HAS_TALLY } else { 0 };
-        out.extend_from_slice(&[flags, 0]);
+        put(&mut out, c, 0);
     }
     out
 }
 
+/// The entries of a segment's log (in marker offset order), serialized.
+pub fn serialize_segment(closings: &[SegmentClosing]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(closings.len() * CLOSED_ENTRY_SIZE);
+    for c in closings {
+        let closed = ClosedTransaction {
+            producer_id: c.producer_id,
+            marker_offset: c.marker_offset,
+            first_offset: c.data.map(|(first, _)| first),
+            tally: c.data.map(|(_, tally)| tally),
+        };
+        put(&mut out, &closed, if c.whole { WHOLE } else { 0 });
+    }
+    out
+}
+
+fn put(out: &mut Vec<u8>, c: &ClosedTransaction, flags: u8) {
+    let tally = c.tally.unwrap_or_default();
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    out.extend_from_slice(&c.producer_id.to_be_bytes());
+    out.extend_from_slice(&c.marker_offset.to_be_bytes());
+    out.extend_from_slice(&c.first_offset.unwrap_or(-1).to_be_bytes());
+    out.extend_from_slice(&count(tally.records).to_be_bytes());
+    out.extend_from_slice(&count(tally.batches).to_be_bytes());
+    out.extend_from_slice(&count(tally.bytes).to_be_bytes());
+    out.extend_from_slice(&tally.producer_epoch.to_be_bytes());
+    let flags =
+        flags | if c.first_offset.is_some() { HAS_FIRST } else { 0 } | if c.tally.is_some() { HAS_TALLY } else { 0 };
+    out.extend_from_slice(&[flags, 0]);
+}
+
 /// The entries `bytes` hold, checked (module docs).
 pub fn parse(bytes: &[u8]) -> Result<Vec<ClosedTransaction>, ClosedLogError> {
+    Ok(parse_with(bytes, 0)?.into_iter().map(|(c, _)| c).collect())
+}
+
+/// The entries of a segment's log `bytes` holds, checked (module docs): besides [`parse`]'s checks, each entry's
+/// first offset comes with a tally and lies before its marker.
+pub fn parse_segment(bytes: &[u8]) -> Result<Vec<SegmentClosing>, ClosedLogError> {
+    parse_with(bytes, WHOLE)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, (c, flags))| {
+            let data = match (c.first_offset, c.tally) {
+                (None, None) => None,
+                (Some(first), Some(tally)) if first >= 0 && first < c.marker_offset => Some((first, tally)),
+                _ => return Err(ClosedLogError::BadRun(i)),
+            };
+            Ok(SegmentClosing {
+                producer_id: c.producer_id,
+                marker_offset: c.marker_offset,
+                whole: flags & WHOLE != 0,
+                data,
+            })
+        })
+        .collect()
+}
+
+/// The entries `bytes` hold with their flags, `extra` the flags allowed besides [`HAS_FIRST`] and [`HAS_TALLY`].
+fn parse_with(bytes: &[u8], extra: u8) -> Result<Vec<(ClosedTransaction, u8)>, ClosedLogError> {
     let chunks = bytes.chunks_exact(CLOSED_ENTRY_SIZE);
     if !chunks.remainder().is_empty() {
         return Err(ClosedLogError::Torn(bytes.len()));
     }
-    let mut out: Vec<ClosedTransaction> = Vec::with_capacity(bytes.len() / CLOSED_ENTRY_SIZE);
+    let mut out: Vec<(ClosedTransaction, u8)> = Vec::with_capacity(bytes.len() / CLOSED_ENTRY_SIZE);
     for (i, e) in chunks.enumerate() {
         let i64_at = |at: usize| {
             let mut a = [0u8; 8];
@@ -76,10 +180,10 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<ClosedTransaction>, ClosedLogError> {
             Some(&[a, b, flags, reserved]) => (i16::from_be_bytes([a, b]), flags, reserved),
             _ => return Err(ClosedLogError::Torn(bytes.len())),
         };
-        if flags & !(HAS_FIRST | HAS_TALLY) != 0 || reserved != 0 {
+        if flags & !(HAS_FIRST | HAS_TALLY | extra) != 0 || reserved != 0 {
             return Err(ClosedLogError::BadFlags(i));
         }
-        if let Some(prev) = out.last().map(|c| c.marker_offset) {
+        if let Some(prev) = out.last().map(|(c, _)| c.marker_offset) {
             if marker_offset <= prev {
                 return Err(ClosedLogError::OutOfOrder(i, marker_offset, prev));
             }
@@ -99,12 +203,13 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<ClosedTransaction>, ClosedLogError> {
         } else {
             None
         };
-        out.push(ClosedTransaction {
+        let closed = ClosedTransaction {
             producer_id,
             marker_offset,
             first_offset,
             tally,
-        });
+        };
+        out.push((closed, flags));
     }
     Ok(out)
 }
@@ -115,6 +220,39 @@ pub fn find(closed: &[ClosedTransaction], producer: i64, marker_offset: i64) -> 
     closed
         .get(at)
         .filter(|c| c.marker_offset == marker_offset && c.producer_id == producer)
+}
+
+/// The entry of `producer`'s marker at `marker_offset` in a segment's log `closings` (in marker offset order).
+pub fn find_in_segment(closings: &[SegmentClosing], producer: i64, marker_offset: i64) -> Option<&SegmentClosing> {
+    let at = closings.partition_point(|c| c.marker_offset < marker_offset);
+    closings
+        .get(at)
+        .filter(|c| c.marker_offset == marker_offset && c.producer_id == producer)
+}
+
+/// The first `recorded.entries` entries' bytes of the log at `path`, when they are the recorded ones (module
+/// docs); `None` when they are not (a write a crash lost, a damaged file, another version's), the file is missing
+/// or not a regular file, or the record is past [`MAX_ENTRIES`]. A crash's leftovers after them are not read.
+pub fn read_recorded(path: &Path, recorded: FileRecord) -> std::io::Result<Option<Vec<u8>>> {
+    if recorded.entries == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    if recorded.entries > MAX_ENTRIES {
+        return Ok(None);
+    }
+    let file = match crate::open::open_regular(path) {
+        Ok((file, _)) => file,
+        Err(crate::error::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(crate::error::Error::Io { source, .. }) => return Err(source),
+        // Not a regular file: not the writer's.
+        Err(_) => return Ok(None),
+    };
+    let mut prefix = Vec::new();
+    file.take(recorded.entries * CLOSED_ENTRY_SIZE as u64)
+        .read_to_end(&mut prefix)?;
+    Ok(recorded.matches(&prefix, CLOSED_ENTRY_SIZE, true).then_some(prefix))
 }
 
 #[cfg(test)]
@@ -175,6 +313,90 @@ mod tests {
         assert!(find(&closed, 9, 40).is_none());
         assert!(find(&closed, 7, 12).is_none());
         assert!(find(&closed, 7, i64::MAX).is_none());
+    }
+
+    #[test]
+    fn a_segments_entries_read_back_as_written_and_only_as_a_segments() {
+        let tally = TxnTally {
+            producer_epoch: 2,
+            records: 5,
+            batches: 2,
+            bytes: 400,
+        };
+        let closings = vec![
+            SegmentClosing {
+                producer_id: 4,
+                marker_offset: 9,
+                whole: false,
+                data: Some((3, tally)),
+            },
+            SegmentClosing {
+                producer_id: 5,
+                marker_offset: 10,
+                whole: true,
+                data: None,
+            },
+            SegmentClosing {
+                producer_id: 4,
+                marker_offset: 20,
+                whole: true,
+                data: Some((12, tally)),
+            },
+        ];
+        let bytes = serialize_segment(&closings);
+        assert_eq!(parse_segment(&bytes).unwrap(), closings);
+        assert_eq!(
+            find_in_segment(&closings, 4, 20).map(|c| c.data),
+            Some(Some((12, tally)))
+        );
+        assert!(find_in_segment(&closings, 5, 20).is_none() && find_in_segment(&closings, 4, 11).is_none());
+        // The whole flag is a segment's only: not an active log.
+        assert_eq!(parse(&bytes), Err(ClosedLogError::BadFlags(1)));
+        // A first offset without a tally, and one not before its marker.
+        let mut lone = bytes.clone();
+        lone[50] = HAS_FIRST;
+        assert_eq!(parse_segment(&lone), Err(ClosedLogError::BadRun(0)));
+        let late = serialize_segment(&[SegmentClosing {
+            data: Some((9, tally)),
+            ..closings[0]
+        }]);
+        assert_eq!(parse_segment(&late), Err(ClosedLogError::BadRun(0)));
+    }
+
+    #[test]
+    fn a_seal_keeps_the_transactions_begun_in_its_segment() {
+        let one = TxnTally {
+            producer_epoch: 1,
+            records: 1,
+            batches: 1,
+            bytes: 80,
+        };
+        let tally = Some(one);
+        let closed = |producer_id, marker_offset, first_offset: Option<i64>, tally| ClosedTransaction {
+            producer_id,
+            marker_offset,
+            first_offset,
+            tally,
+        };
+        let seen = [
+            // Before the segment; begun before it; closed none; begun in it without a tally; begun in it; after it.
+            closed(1, 5, Some(2), tally),
+            closed(1, 12, Some(8), tally),
+            closed(2, 13, None, None),
+            closed(3, 14, Some(11), None),
+            closed(4, 16, Some(11), tally),
+            closed(4, 30, Some(25), tally),
+        ];
+        let kept = segment_closings_from(&seen, 10, 30);
+        assert_eq!(
+            kept,
+            vec![SegmentClosing {
+                producer_id: 4,
+                marker_offset: 16,
+                whole: true,
+                data: Some((11, one)),
+            }]
+        );
     }
 
     #[test]

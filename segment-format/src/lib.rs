@@ -32,6 +32,7 @@ pub mod dir;
 pub mod durable;
 pub mod error;
 pub mod failover_source;
+pub mod file_record;
 pub mod group_records;
 pub mod index;
 mod java_text;

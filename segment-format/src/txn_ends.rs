@@ -27,6 +27,11 @@
 //! from it where the transaction across the cut began and what it held before the cut, instead of reading back from
 //! the cut (D0057). A summary written before closings were kept has none (`closings` is `None`).
 //!
+//! Every marker of the segment, not only each producer's last, goes to the segment's log
+//! (`crate::closed_log::SegmentClosing`, a file beside the mirror): [`TxnEndsBuilder::logging`] collects them, and
+//! the summary records the log's entry count and CRC-32C (`log`), so that a reader uses the file only where it holds
+//! those entries (D0060).
+//!
 //! Memory and size are bounded: a segment with more than [`MAX_PRODUCERS`] transactional producers records
 //! nothing ([`TxnEndsBuilder::finish`] gives `None`), and promotion walks.
 
@@ -35,6 +40,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use crate::batch::{BatchInfo, ControlType};
+use crate::closed_log::{SegmentClosing, MAX_ENTRIES};
+use crate::file_record::FileRecord;
 use crate::log::LogFile;
 use crate::txn_index::{TxnTally, TxnTracker};
 
@@ -53,6 +60,8 @@ pub struct TxnEnds {
     /// The last marker of each producer with one in the segment, open or closed at its end ([`ClosingRun`]);
     /// `None` in a summary written before these were kept.
     pub closings: Option<BTreeMap<i64, ClosingRun>>,
+    /// The segment's log of every marker, as written beside the mirror (module docs); `None`: none was written.
+    pub log: Option<FileRecord>,
 }
 
 /// A producer's last COMMIT or ABORT marker in a segment, with the data batches in the segment of the transaction it
@@ -115,7 +124,8 @@ impl TxnEnds {
     /// Text form, as the catalog stores it: `o:<entries>;c:<ids>`, ascending by producer id; an open entry is
     /// `<id>@<first offset>/<after marker: 0|1>/<epoch>/<records>/<batches>/<bytes>`, or `<id>` alone without a run.
     /// With closings, `;m:<entries>` follows, each `<id>@<marker offset>/<after marker: 0|1>` and, when the
-    /// transaction had batches in the segment, `/<first offset>/<epoch>/<records>/<batches>/<bytes>`.
+    /// transaction had batches in the segment, `/<first offset>/<epoch>/<records>/<batches>/<bytes>`. With a log,
+    /// `;l:<entries>/<CRC-32C>` ends it.
     pub fn encode(&self) -> String {
         let open: Vec<String> = self
             .open
@@ -146,6 +156,9 @@ impl TxnEnds {
             text.push_str(";m:");
             text.push_str(&each.join(","));
         }
+        if let Some(log) = self.log {
+            text.push_str(&format!(";l:{}/{}", log.entries, log.crc32c));
+        }
         text
     }
 
@@ -153,6 +166,17 @@ impl TxnEnds {
     /// offset, more than [`MAX_PRODUCERS`], runs for some open producers only): the caller then knows nothing, and
     /// walks.
     pub fn decode(text: &str) -> Option<TxnEnds> {
+        let (text, log) = match text.rsplit_once(";l:") {
+            Some((text, log)) => {
+                let (entries, crc32c) = log.split_once('/')?;
+                let log = FileRecord {
+                    entries: entries.parse().ok().filter(|n| *n <= MAX_ENTRIES)?,
+                    crc32c: crc32c.parse().ok()?,
+                };
+                (text, Some(log))
+            }
+            None => (text, None),
+        };
         let (open, rest) = text.strip_prefix("o:")?.split_once(";c:")?;
         let (closed, closings) = match rest.split_once(";m:") {
             Some((closed, closings)) => (closed, Some(closings)),
@@ -220,6 +244,7 @@ impl TxnEnds {
             }
             ends.closings = Some(closings);
         }
+        ends.log = log;
         let runs_all_or_none = ends.runs.is_empty() || ends.runs.len() == ends.open.len();
         // Every closed producer's last event is a marker, and only producers of the segment have one.
         let closings_fit = ends.closings.as_ref().is_none_or(|c| {
@@ -229,7 +254,8 @@ impl TxnEnds {
         let fits = ends.open.len() + ends.closed.len() <= MAX_PRODUCERS
             && ends.open.is_disjoint(&ends.closed)
             && runs_all_or_none
-            && closings_fit;
+            && closings_fit
+            && (ends.log.is_none() || ends.closings.is_some());
         fits.then_some(ends)
     }
 
@@ -238,14 +264,24 @@ impl TxnEnds {
         TxnEnds {
             runs: BTreeMap::new(),
             closings: None,
+            log: None,
             ..self.clone()
         }
     }
 
-    /// The same summary without its closings: what a summary written before they were kept says.
+    /// The same summary without its closings (nor log): what a summary written before they were kept says.
     pub fn without_closings(&self) -> TxnEnds {
         TxnEnds {
             closings: None,
+            log: None,
+            ..self.clone()
+        }
+    }
+
+    /// The same summary without its log's record: what the batches alone give.
+    pub fn without_log(&self) -> TxnEnds {
+        TxnEnds {
+            log: None,
             ..self.clone()
         }
     }
@@ -277,11 +313,29 @@ pub struct TxnEndsBuilder {
     /// Per producer with a marker so far: its last one.
     closing: BTreeMap<i64, ClosingRun>,
     overflow: bool,
+    /// With [`TxnEndsBuilder::logging`]: every marker's entry of the segment's log not yet taken.
+    log: Option<Vec<SegmentClosing>>,
+    /// Entries logged so far, taken or not (bounded by `closed_log::MAX_ENTRIES`).
+    logged: u64,
 }
 
 impl TxnEndsBuilder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A builder that also logs every marker for the segment's log ([`TxnEndsBuilder::take_log`]), up to
+    /// `closed_log::MAX_ENTRIES` of them.
+    pub fn logging() -> Self {
+        TxnEndsBuilder {
+            log: Some(Vec::new()),
+            ..Self::default()
+        }
+    }
+
+    /// The entries logged since the last call (none without [`TxnEndsBuilder::logging`]), in marker order.
+    pub fn take_log(&mut self) -> Vec<SegmentClosing> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Feed the next batch (the rule of [`TxnTracker::on_batch`]: magic 2 and a producer id only; a transactional
@@ -311,6 +365,15 @@ impl TxnEndsBuilder {
                 data: run.map(|r| (r.first_offset, r.tally)),
             };
             self.closing.insert(batch.producer_id, closing);
+            if let Some(log) = self.log.as_mut().filter(|_| self.logged < MAX_ENTRIES) {
+                log.push(SegmentClosing {
+                    producer_id: batch.producer_id,
+                    marker_offset: batch.base_offset,
+                    whole: closing.after_marker,
+                    data: closing.data,
+                });
+                self.logged += 1;
+            }
         }
         let entry = self.last.get_mut(&batch.producer_id);
         match (data, entry) {
@@ -368,7 +431,12 @@ impl TxnEndsBuilder {
 /// How the batches of the segment file `log` below offset `below` leave each transactional producer (`None`: more
 /// than [`MAX_PRODUCERS`]): what an install records, derived again from the bytes (by `verify`, and by tests).
 pub fn of_log(log: &Path, below: i64) -> Result<Option<TxnEnds>, crate::Error> {
-    let mut ends = TxnEndsBuilder::new();
+    Ok(logged_of_log(log, below)?.0)
+}
+
+/// [`of_log`] with the segment's log of every marker ([`TxnEndsBuilder::logging`]).
+pub fn logged_of_log(log: &Path, below: i64) -> Result<(Option<TxnEnds>, Vec<SegmentClosing>), crate::Error> {
+    let mut ends = TxnEndsBuilder::logging();
     let mut file = LogFile::open(log)?;
     let len = file.len();
     file.scan_range(0, len, |frame| {
@@ -378,7 +446,7 @@ pub fn of_log(log: &Path, below: i64) -> Result<Option<TxnEnds>, crate::Error> {
         ends.on_batch(&frame.info);
         ControlFlow::Continue(())
     })?;
-    Ok(ends.finish())
+    Ok((ends.finish(), ends.take_log()))
 }
 
 /// The producers a [`TxnTracker`] holds open, as the set [`TxnEnds::fold`] works on.
@@ -464,20 +532,38 @@ mod tests {
             let mut details: BTreeMap<i64, OpenDetails> = initially_open.iter().map(|p| (*p, None)).collect();
             let mut start = 0;
             for end in cuts.iter().copied().filter(|c| *c < infos.len()).chain([infos.len()]) {
-                let mut builder = TxnEndsBuilder::new();
+                let mut builder = TxnEndsBuilder::logging();
                 for info in infos.get(start..end).unwrap_or_default() {
                     builder.on_batch(info);
                 }
-                let ends = builder.finish().unwrap();
+                let mut ends = builder.finish().unwrap();
+                let log = builder.take_log();
                 prop_assert_eq!(TxnEnds::decode(&ends.encode()), Some(ends.clone()));
                 let old = ends.without_runs();
                 prop_assert_eq!(TxnEnds::decode(&old.encode()), Some(old.clone()));
-                // Each producer's last marker in the segment closed the transaction the tracker saw it close: begun
-                // in the segment, or open before it and continued there.
+                let bytes = crate::closed_log::serialize_segment(&log);
+                prop_assert_eq!(&crate::closed_log::parse_segment(&bytes).unwrap(), &log);
+                ends.log = Some(FileRecord::of(&bytes, log.len()));
+                prop_assert_eq!(TxnEnds::decode(&ends.encode()), Some(ends.clone()));
+                // The log holds every marker of the segment, in order, each producer's last one its closing.
+                let markers: Vec<i64> = closed_at.range(start as i64..end as i64).map(|(o, _)| *o).collect();
+                prop_assert_eq!(log.iter().map(|c| c.marker_offset).collect::<Vec<_>>(), markers);
                 for (producer, closing) in ends.closings.as_ref().unwrap() {
+                    let last = log.iter().rev().find(|c| c.producer_id == *producer).unwrap();
+                    let closing = (closing.marker_offset, closing.after_marker, closing.data);
+                    prop_assert_eq!((last.marker_offset, last.whole, last.data), closing);
+                }
+                // As the tail appender's seal writes it from the transactions its tracker saw close: every entry the
+                // tracker's, whole.
+                let seen: Vec<_> = closed_at.values().copied().collect();
+                let converted = crate::closed_log::segment_closings_from(&seen, start as i64, end as i64);
+                // Each marker in the segment closed the transaction the tracker saw it close: begun in the segment,
+                // or open before it and continued there.
+                for closing in log.iter().chain(&converted) {
+                    let producer = &closing.producer_id;
                     let c = closed_at[&closing.marker_offset];
                     prop_assert_eq!(c.producer_id, *producer);
-                    let before = if closing.after_marker { None } else { details.get(producer).copied() };
+                    let before = if closing.whole { None } else { details.get(producer).copied() };
                     let derived = match (before, closing.data) {
                         (Some(None), _) => continue,
                         (Some(Some((first, mut tally))), data) => {
@@ -489,7 +575,8 @@ mod tests {
                         (None, Some((first, tally))) => (Some(first), Some(tally)),
                         (None, None) => (None, None),
                     };
-                    prop_assert_eq!(derived, (c.first_offset, c.tally), "producer {} at {}", producer, closing.marker_offset);
+                    let at = closing.marker_offset;
+                    prop_assert_eq!(derived, (c.first_offset, c.tally), "producer {} at {}", producer, at);
                 }
                 ends.fold(&mut open);
                 ends.fold_runs(&mut details);
@@ -547,6 +634,11 @@ mod tests {
             "o:;c:1;m:1@1/2",
             "o:;c:1;m:1@1/0/4/0/1",
             "o:;c:1;m:1@-1/0",
+            // A log without closings, past the bound, of the wrong shape.
+            "o:;c:;l:1/5",
+            "o:;c:;m:;l:262145/5",
+            "o:;c:;m:;l:1",
+            "o:;c:;m:;l:1/x",
         ] {
             assert_eq!(TxnEnds::decode(bad), None, "{bad:?}");
         }

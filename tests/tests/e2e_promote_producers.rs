@@ -729,6 +729,36 @@ fn keeping_the_source_producer_state_loses_new_writes() {
 /// the partition has sealed segments before its active one.
 const END_SNAP: &str = "end-snap";
 
+/// `ship --upto log-end` → `apply --listen` of `source` into `mirror` until the mirror's `.log` files are the
+/// source's, then both stopped: the records on the source, read uncommitted.
+fn tail(mirror: &Path, catalog: &Path, source: &KafkaBroker) -> Vec<Record> {
+    let (mut applier, shipper) = direct_link(mirror, catalog, source.log_dir(), "tc", &[]);
+    let (source_dir, mirror_dir) = (source.partition_dir(TAIL_CUT, 0), mirror.join(format!("{TAIL_CUT}-0")));
+    let logs = |dir: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
+        files_under(dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(rel, _)| rel.extension().is_some_and(|e| e == "log"))
+            .map(|(rel, path)| (rel, std::fs::read(path).unwrap_or_default()))
+            .collect()
+    };
+    let start = std::time::Instant::now();
+    while logs(&source_dir) != logs(&mirror_dir) {
+        applier.assert_running();
+        assert!(
+            start.elapsed().as_secs() < 120,
+            "the mirror never caught up:\n{}",
+            applier.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (code, log) = shipper.stop();
+    assert_eq!(code, Some(0), "ship:\n{log}");
+    let (code, log) = applier.stop();
+    assert_eq!(code, Some(0), "apply:\n{log}");
+    consume_all(&source.bootstrap(), TAIL_CUT, None, Isolation::ReadUncommitted).unwrap()
+}
+
 /// `seed` the log dir, then `apply` it into the mirror.
 fn seed_and_apply(log_dir: &Path, store: &Path, mirror: &Path, catalog: &Path) {
     let s = |p: &Path| p.to_string_lossy().into_owned();
@@ -889,8 +919,17 @@ fn the_log_end_snapshot_travels_with_the_mirror_and_promotion_still_starts_empty
     target.stop().unwrap();
 }
 
-/// The topic of the tail-fed consistent cut below.
+/// The topic of the consistent cuts below.
 const TAIL_CUT: &str = "tailcut";
+
+/// How the mirror of a consistent cut below is fed from the source broker.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// `ship --upto log-end` → `apply --listen`: the tail appender's closed log names the producer's markers.
+    Direct,
+    /// `seed` → `apply` of the stopped broker's log dir: the install's segment log names them.
+    Bucket,
+}
 
 /// A tail-fed mirror (`ship --upto log-end` → `apply --listen`) of a real broker's partition, cut with
 /// `--consistent-cut` inside a transaction whose producer commits it after the cut and then commits another: two
@@ -901,7 +940,22 @@ const TAIL_CUT: &str = "tailcut";
 /// transaction's, then commits a new transaction.
 #[test]
 fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
-    let mut source = KafkaBroker::start(BrokerConfig::new("tailcut-source")).unwrap();
+    cut_before_two_commits_promotes_as_the_walk(Feed::Direct);
+}
+
+/// The same through the bucket (`seed` → `apply`): the install's log of every marker in the segment decides the
+/// producer, and the promotion equals the walk's of the same mirror without the installs' records.
+#[test]
+fn a_bucket_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
+    cut_before_two_commits_promotes_as_the_walk(Feed::Bucket);
+}
+
+fn cut_before_two_commits_promotes_as_the_walk(feed: Feed) {
+    let name = match feed {
+        Feed::Direct => "tailcut",
+        Feed::Bucket => "bucketcut",
+    };
+    let mut source = KafkaBroker::start(BrokerConfig::new(&format!("{name}-source"))).unwrap();
     let sb = source.bootstrap();
     admin(&sb, &[TopicSpec::new(TAIL_CUT, 1)], &[TAIL_CUT]).unwrap();
     let plain = |prefix: &str, n: usize| {
@@ -924,32 +978,19 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
 
     let work = tempfile::tempdir().unwrap();
     let (mirror, catalog) = (work.path().join("mirror"), work.path().join("catalog.sqlite"));
-    let (mut applier, shipper) = direct_link(&mirror, &catalog, source.log_dir(), "tc", &[]);
-    let (source_dir, mirror_dir) = (source.partition_dir(TAIL_CUT, 0), mirror.join(format!("{TAIL_CUT}-0")));
-    let logs = |dir: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
-        files_under(dir)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(rel, _)| rel.extension().is_some_and(|e| e == "log"))
-            .map(|(rel, path)| (rel, std::fs::read(path).unwrap_or_default()))
-            .collect()
+    let on_source = match feed {
+        Feed::Direct => {
+            let on_source = tail(&mirror, &catalog, &source);
+            source.stop().unwrap();
+            on_source
+        }
+        Feed::Bucket => {
+            let on_source = consume_all(&sb, TAIL_CUT, None, Isolation::ReadUncommitted).unwrap();
+            source.stop().unwrap();
+            seed_and_apply(source.log_dir(), &work.path().join("store"), &mirror, &catalog);
+            on_source
+        }
     };
-    let start = std::time::Instant::now();
-    while logs(&source_dir) != logs(&mirror_dir) {
-        applier.assert_running();
-        assert!(
-            start.elapsed().as_secs() < 120,
-            "the mirror never caught up:\n{}",
-            applier.log()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    let (code, log) = shipper.stop();
-    assert_eq!(code, Some(0), "ship:\n{log}");
-    let (code, log) = applier.stop();
-    assert_eq!(code, Some(0), "apply:\n{log}");
-    let on_source = consume_all(&sb, TAIL_CUT, None, Isolation::ReadUncommitted).unwrap();
-    source.stop().unwrap();
     let commit_offset = |first: &str| {
         let at = on_source
             .iter()
@@ -962,7 +1003,7 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
     let cut_offset = commit_offset("between-19") + 1;
 
     // Two stopped targets with the topic: one promoted from what the appender kept, one by the walks.
-    let mut target = KafkaBroker::start(BrokerConfig::new("tailcut-target")).unwrap();
+    let mut target = KafkaBroker::start(BrokerConfig::new(&format!("{name}-target"))).unwrap();
     admin(&target.bootstrap(), &[TopicSpec::new(TAIL_CUT, 1)], &[TAIL_CUT]).unwrap();
     target.stop().unwrap();
     let walked_log_dir = work.path().join("walked-target");
@@ -985,7 +1026,11 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
     let saved = work.path().join("saved.sqlite");
     copy_catalog(&catalog, &saved);
     let kept = promote(target.log_dir());
-    assert!(kept.stderr.contains("decided by the closed log"), "{}", kept.stderr);
+    let decided = match feed {
+        Feed::Direct => "decided by the closed log",
+        Feed::Bucket => "decided by the segment's log",
+    };
+    assert!(kept.stderr.contains(decided), "{}", kept.stderr);
     let report = kept.json().unwrap();
     let p = &report["partitions"][0];
     assert_eq!(p["consistent_cut"]["cut_offset"], cut_offset, "{p}");
@@ -993,18 +1038,26 @@ fn a_tail_fed_cut_before_two_commits_of_its_producer_promotes_as_the_walk() {
     assert_eq!(aborted.len(), 1, "{p}");
     assert_eq!(aborted[0]["first_offset"], open_first, "{p}");
     assert_eq!(aborted[0]["records"], 3, "{p}");
-    // The same mirror without what the appender kept: walked, and the same partition byte for byte.
-    let state = mirror.join(".tail").join(format!("{TAIL_CUT}-0.json"));
-    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
-    doc.as_object_mut().unwrap().remove("kept");
-    std::fs::write(&state, serde_json::to_vec(&doc).unwrap()).unwrap();
+    // The same mirror without what the appender kept, or the installs recorded: walked, and the same partition byte
+    // for byte.
     copy_catalog(&saved, &catalog);
+    match feed {
+        Feed::Direct => {
+            let state = mirror.join(".tail").join(format!("{TAIL_CUT}-0.json"));
+            let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+            doc.as_object_mut().unwrap().remove("kept");
+            std::fs::write(&state, serde_json::to_vec(&doc).unwrap()).unwrap();
+        }
+        Feed::Bucket => {
+            let forgotten = rusqlite::Connection::open(&catalog)
+                .unwrap()
+                .execute("UPDATE segments SET txn_ends = NULL", [])
+                .unwrap();
+            assert!(forgotten >= 1);
+        }
+    }
     let walked = promote(&walked_log_dir);
-    assert!(
-        !walked.stderr.contains("decided by the closed log"),
-        "{}",
-        walked.stderr
-    );
+    assert!(!walked.stderr.contains(decided), "{}", walked.stderr);
     assert_eq!(
         walked.json().unwrap()["partitions"][0]["consistent_cut"],
         p["consistent_cut"]

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use segment_format::batch::ControlType;
+use segment_format::closed_log;
 use segment_format::control::{end_txn_marker_batch, EndTxnMarker};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::partition_metadata::Uuid;
@@ -193,7 +194,16 @@ async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_s
         coordinator_epoch: 0,
     };
     let commit = end_txn_marker_batch(next + 1, 1_700_000_100_001, 0, 77, 0, marker);
-    for (bytes, want_open) in [(open, true), (commit, false)] {
+    // The producer's next transaction and its commit, in later runs: two markers of it in the segment.
+    let open_again = BatchBuilder::new(next + 2)
+        .partition_leader_epoch(0)
+        .producer(77, 0, 1)
+        .transactional(true)
+        .record(RecordSpec::new(0, 1_700_000_100_002).with_value(vec![b't'; 40]))
+        .build();
+    let commit_again = end_txn_marker_batch(next + 3, 1_700_000_100_003, 0, 77, 0, marker);
+    let rounds = [(open, true), (commit, false), (open_again, true), (commit_again, false)];
+    for (round, (bytes, want_open)) in rounds.into_iter().enumerate() {
         let log = dir.join(segment_file_name(0, SegmentFileKind::Log));
         std::fs::OpenOptions::new()
             .append(true)
@@ -221,10 +231,29 @@ async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_s
         };
         assert_eq!(recorded.without_runs(), want);
         // The open transaction's run, carried through the in-place append: what promotion aborts it from.
-        let derived = segment_format::txn_ends::of_log(&installed, i64::MAX).unwrap().unwrap();
-        assert_eq!(recorded, derived);
+        let (derived, every) = segment_format::txn_ends::logged_of_log(&installed, i64::MAX).unwrap();
+        assert_eq!(recorded.without_log(), derived.unwrap());
         assert_eq!(recorded.runs.contains_key(&77), want_open);
+        // The segment's log of every marker, added to run by run and recorded with each version: what a
+        // consistent cut before the first commit looks the producer up in.
+        let markers = round.div_ceil(2);
+        assert_eq!(every.len(), markers, "round {round}");
+        match recorded.log {
+            None => assert_eq!(markers, 0),
+            Some(record) => {
+                let path = segmirror_applier::mirror::segment_log_file(&w.mirror(), &format!("{TOPIC}-0"), 0);
+                let bytes = closed_log::read_recorded(&path, record)
+                    .unwrap()
+                    .expect("the recorded log");
+                assert_eq!(closed_log::parse_segment(&bytes).unwrap(), every, "round {round}");
+            }
+        }
     }
+    let (findings, io_errors) = segmirror_applier::verify::verify_recorded_transactions(&w.mirror(), &catalog);
+    assert!(
+        findings.is_empty() && io_errors.is_empty(),
+        "{findings:?} {io_errors:?}"
+    );
     let verified = verify_paths(
         &[w.mirror().join(format!("{TOPIC}-0"))],
         &VerifyOptions {
@@ -251,6 +280,15 @@ async fn a_follower_appends_grown_versions_in_place_and_ends_with_the_mirror_a_s
         tree(&w.mirror().join(format!("{TOPIC}-0"))),
         tree(&other.join(format!("{TOPIC}-0")))
     );
+    // And the segment's log, added to run by run here, written whole there.
+    let log = |root: &Path| {
+        std::fs::read(segmirror_applier::mirror::segment_log_file(
+            root,
+            &format!("{TOPIC}-0"),
+            0,
+        ))
+    };
+    assert_eq!(log(&w.mirror()).unwrap(), log(&other).unwrap());
 }
 
 fn refusal(report: &ApplyReport) -> Refusal {

@@ -52,8 +52,9 @@ use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransac
 
 use segment_format::closed_log::{self, CLOSED_ENTRY_SIZE};
 
-use super::kept::{recorded_closed_log, KeptFile, KeptFiles, MAX_CLOSED_LOG_ENTRIES};
+use super::kept::{recorded_closed_log, KeptFiles};
 use super::*;
+use segment_format::file_record::FileRecord;
 
 /// Open transactions per partition beyond which their tallies are not kept: a state file stays a few KiB, and is
 /// rewritten at every chunk (promotion reads at most 64 KiB of it).
@@ -110,6 +111,8 @@ pub(super) struct Sealing {
     pub times: Vec<u8>,
     /// How the segment's batches leave each transactional producer (`None`: more than `txn_ends::MAX_PRODUCERS`).
     pub txn_ends: Option<TxnEnds>,
+    /// The record of the segment's closed log as written (read for the segment's log, `crate::segment_log`).
+    pub closed_log: FileRecord,
 }
 
 impl ActiveIndexes {
@@ -130,16 +133,16 @@ impl ActiveIndexes {
     /// Writes the transactions a chunk's markers closed (`closed`, in offset order) to the closed log at `path`:
     /// appended, or the whole log when it is not written yet (so an earlier segment's entries, or a crash's
     /// leftovers, go). No fsync: promotion uses the log only where its bytes are the recorded ones (`kept`). Past
-    /// [`MAX_CLOSED_LOG_ENTRIES`] entries, no more are written. A chunk without markers writes nothing: where the
+    /// [`closed_log::MAX_ENTRIES`] entries, no more are written. A chunk without markers writes nothing: where the
     /// log is not written yet it is recorded empty, whatever the file holds, and the first entries start it over (a
     /// partition without transactions never has one).
     fn write_closed_log(&mut self, path: &Path, closed: &[ClosedTransaction]) -> TailResult<()> {
         let whole = !self.closed_log_written;
-        let room = MAX_CLOSED_LOG_ENTRIES.saturating_sub(if whole { 0 } else { self.files.closed_log.entries });
+        let room = closed_log::MAX_ENTRIES.saturating_sub(if whole { 0 } else { self.files.closed_log.entries });
         let closed = &closed[..closed.len().min(usize::try_from(room).unwrap_or(usize::MAX))];
         if closed.is_empty() {
             if whole {
-                self.files.closed_log = KeptFile::default();
+                self.files.closed_log = FileRecord::default();
             }
             return Ok(());
         }
@@ -174,7 +177,7 @@ impl ActiveIndexes {
     /// After a rebuild: the closed log at `path` continues where `recorded` (the record's description, when its facts
     /// describe the rebuilt position) says it stands, cut back to it, when its bytes begin with the recorded ones;
     /// otherwise it starts over at the next write.
-    fn resume_closed_log(&mut self, path: &Path, recorded: Option<KeptFile>) -> TailResult<()> {
+    fn resume_closed_log(&mut self, path: &Path, recorded: Option<FileRecord>) -> TailResult<()> {
         let Some(recorded) = recorded.filter(|r| r.entries > 0) else {
             return Ok(());
         };
@@ -517,7 +520,7 @@ impl Inner {
     /// `name`'s closed log, recorded empty, starts over at the next write.
     pub(super) fn restart_closed_log(&mut self, name: &str) {
         if let Some(ai) = self.indexes.get_mut(name) {
-            ai.files.closed_log = KeptFile::default();
+            ai.files.closed_log = FileRecord::default();
             ai.closed_log_written = false;
         }
     }
@@ -556,6 +559,7 @@ impl Inner {
             offsets: ai.offsets.to_bytes(),
             times: times.to_bytes(),
             txn_ends: txn_ends.finish(),
+            closed_log: ai.files.closed_log,
         }))
     }
 }

@@ -47,10 +47,11 @@
 //! back from the cut, as before). A session that rebuilds the indexes cuts the log back to the recorded entries, or
 //! starts it over at its next chunk when they do not match; a new segment starts it over; a replacement of sealed
 //! segments records it empty (its entries may count batches below the active segment). Bounded by
-//! [`MAX_CLOSED_LOG_ENTRIES`]: a 1 GiB segment holds more markers only when its transactions average under 4 KiB.
+//! `closed_log::MAX_ENTRIES`: a 1 GiB segment holds more markers only when its transactions average under 4 KiB.
 
 use segment_format::batch::BatchInfo;
-use segment_format::closed_log::{self, CLOSED_ENTRY_SIZE};
+use segment_format::closed_log;
+use segment_format::file_record::FileRecord;
 use segment_format::index::{serialize_offset_index, serialize_time_index, OffsetIndexEntry, TimeIndexEntry};
 use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction};
 
@@ -59,11 +60,6 @@ use super::*;
 /// Most epoch changes kept: a leader change per entry, so far beyond what a partition sees between failovers; a
 /// partition past it is walked at promotion until its history restarts.
 pub const MAX_KEPT_EPOCHS: usize = 512;
-
-/// Most entries of an active segment's closed log (13.6 MB): promotion reads the recorded entries whole to check
-/// them. Markers past it are not logged; a cut whose producer's first marker after it is one of them is read back
-/// from the cut as before.
-pub const MAX_CLOSED_LOG_ENTRIES: u64 = 1 << 18;
 
 /// Most closed transactions kept (one per producer, the latest markers): a state file stays within its 64 KiB with
 /// every other fact at its bound; a producer whose entry gave way is read back from a cut as before.
@@ -79,46 +75,6 @@ pub(super) fn with_closed(mut kept: Vec<ClosedTransaction>, closed: &[ClosedTran
     let excess = kept.len().saturating_sub(MAX_KEPT_CLOSED);
     kept.drain(..excess);
     kept
-}
-
-/// The entry count and CRC-32C of a companion file's bytes (its entries serialized, nothing else).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct KeptFile {
-    pub entries: u64,
-    pub crc32c: u32,
-}
-
-impl KeptFile {
-    /// The file grown by `bytes` holding `entries` more entries.
-    fn append(self, bytes: &[u8], entries: usize) -> KeptFile {
-        KeptFile {
-            entries: self.entries + entries as u64,
-            crc32c: crc32c::crc32c_append(self.crc32c, bytes),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        *self == KeptFile::default()
-    }
-
-    fn of(bytes: &[u8], entries: usize) -> KeptFile {
-        KeptFile::default().append(bytes, entries)
-    }
-
-    /// Whether the first `entries` entries of `bytes` (`entry_size` bytes each) are the ones described; with
-    /// `exact`, `bytes` must hold nothing more.
-    pub fn matches(&self, bytes: &[u8], entry_size: usize, exact: bool) -> bool {
-        let Some(len) = usize::try_from(self.entries)
-            .ok()
-            .and_then(|n| n.checked_mul(entry_size))
-        else {
-            return false;
-        };
-        let Some(prefix) = bytes.get(..len) else {
-            return false;
-        };
-        (!exact || bytes.len() == len) && crc32c::crc32c(prefix) == self.crc32c
-    }
 }
 
 /// The leader epochs of the batches appended from `from_offset` on: each change as `(epoch, first offset)`.
@@ -199,9 +155,9 @@ pub struct Kept {
     pub position: u64,
     pub next_offset: Option<i64>,
     /// The segment's `.index`, `.timeindex` and `.txnindex` at that position.
-    pub offset_index: KeptFile,
-    pub time_index: KeptFile,
-    pub txn_index: KeptFile,
+    pub offset_index: FileRecord,
+    pub time_index: FileRecord,
+    pub txn_index: FileRecord,
     /// `None`: not known (past [`MAX_KEPT_EPOCHS`]).
     pub epochs: Option<KeptEpochs>,
     /// Each producer's last transaction closed by a marker the appender checked (module docs, "Closed
@@ -211,8 +167,8 @@ pub struct Kept {
     /// The segment's closed log (`.tail/closed/<topic>-<partition>.bin`, module docs): every transaction a marker
     /// closed in it from its start, or from where the appender's knowledge of the segment began. Empty in a state
     /// written before it was kept.
-    #[serde(default, skip_serializing_if = "KeptFile::is_empty")]
-    pub closed_log: KeptFile,
+    #[serde(default, skip_serializing_if = "FileRecord::is_empty")]
+    pub closed_log: FileRecord,
 }
 
 impl Kept {
@@ -227,29 +183,8 @@ impl Kept {
 /// those entries.
 /// `None` when they are not (a write a crash lost, a damaged file), or it is not a regular file. Only the recorded
 /// entries are read: a crash's leftovers after them are not.
-pub fn recorded_closed_log(path: &Path, recorded: KeptFile) -> std::io::Result<Option<Vec<ClosedTransaction>>> {
-    if recorded.entries == 0 {
-        return Ok(Some(Vec::new()));
-    }
-    if recorded.entries > MAX_CLOSED_LOG_ENTRIES {
-        return Ok(None);
-    }
-    let file = match segment_format::open::open_regular(path) {
-        Ok((file, _)) => file,
-        Err(segment_format::error::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None)
-        }
-        Err(segment_format::error::Error::Io { source, .. }) => return Err(source),
-        // Not a regular file: not the appender's.
-        Err(_) => return Ok(None),
-    };
-    let mut prefix = Vec::new();
-    file.take(recorded.entries * CLOSED_ENTRY_SIZE as u64)
-        .read_to_end(&mut prefix)?;
-    if !recorded.matches(&prefix, CLOSED_ENTRY_SIZE, true) {
-        return Ok(None);
-    }
-    Ok(closed_log::parse(&prefix).ok())
+pub fn recorded_closed_log(path: &Path, recorded: FileRecord) -> std::io::Result<Option<Vec<ClosedTransaction>>> {
+    Ok(closed_log::read_recorded(path, recorded)?.and_then(|bytes| closed_log::parse(&bytes).ok()))
 }
 
 /// Whether the open transactions a state records hold what a walk of the partition from its first segment (base
@@ -290,7 +225,7 @@ impl Inner {
         let kept = Kept {
             epochs: k.epochs.as_ref().map(|e| e.restricted_to(base)),
             closed: k.closed.iter().copied().filter(|c| !below(c)).collect(),
-            closed_log: KeptFile::default(),
+            closed_log: FileRecord::default(),
             ..k.clone()
         };
         self.record(name.to_string(), PartitionState { kept: Some(kept), ..s })?;
@@ -303,17 +238,17 @@ impl Inner {
 /// them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct KeptFiles {
-    pub offset_index: KeptFile,
-    pub time_index: KeptFile,
-    pub txn_index: KeptFile,
-    pub closed_log: KeptFile,
+    pub offset_index: FileRecord,
+    pub time_index: FileRecord,
+    pub txn_index: FileRecord,
+    pub closed_log: FileRecord,
 }
 
 impl KeptFiles {
     pub(super) fn offsets_written(&mut self, whole: bool, entries: &[OffsetIndexEntry]) {
         let bytes = serialize_offset_index(entries);
         self.offset_index = if whole {
-            KeptFile::of(&bytes, entries.len())
+            FileRecord::of(&bytes, entries.len())
         } else {
             self.offset_index.append(&bytes, entries.len())
         };
@@ -322,7 +257,7 @@ impl KeptFiles {
     pub(super) fn times_written(&mut self, whole: bool, entries: &[TimeIndexEntry]) {
         let bytes = serialize_time_index(entries);
         self.time_index = if whole {
-            KeptFile::of(&bytes, entries.len())
+            FileRecord::of(&bytes, entries.len())
         } else {
             self.time_index.append(&bytes, entries.len())
         };
@@ -330,7 +265,7 @@ impl KeptFiles {
 
     /// The `.txnindex` now holds exactly `entries`.
     pub(super) fn txn_is(&mut self, entries: &[AbortedTxn]) {
-        self.txn_index = KeptFile::of(&txn_index::serialize(entries), entries.len());
+        self.txn_index = FileRecord::of(&txn_index::serialize(entries), entries.len());
     }
 
     /// `entries` appended to the `.txnindex`.
@@ -341,7 +276,7 @@ impl KeptFiles {
     /// `bytes`, holding `entries` closed transactions, written to the closed log: the whole of it, or appended.
     pub(super) fn closed_written(&mut self, whole: bool, bytes: &[u8], entries: usize) {
         self.closed_log = if whole {
-            KeptFile::of(bytes, entries)
+            FileRecord::of(bytes, entries)
         } else {
             self.closed_log.append(bytes, entries)
         };
@@ -390,10 +325,10 @@ pub(super) fn at_claim(prev: Option<&PartitionState>, segment_base: i64, next_of
         segment_base,
         position: 0,
         next_offset,
-        offset_index: KeptFile::default(),
-        time_index: KeptFile::default(),
-        txn_index: KeptFile::default(),
-        closed_log: KeptFile::default(),
+        offset_index: FileRecord::default(),
+        time_index: FileRecord::default(),
+        txn_index: FileRecord::default(),
+        closed_log: FileRecord::default(),
         epochs,
         closed,
     })

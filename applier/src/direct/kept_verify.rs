@@ -34,14 +34,15 @@ use segment_format::index::{serialize_offset_index, serialize_time_index};
 use segment_format::report::Finding;
 use segment_format::txn_index::{self, AbortedTxn, ClosedTransaction, OpenTransaction, TxnTally, TxnTracker};
 
-use super::kept::{recorded_closed_log, Kept, KeptEpochs, KeptFile};
+use super::kept::{recorded_closed_log, Kept, KeptEpochs};
 use super::*;
+use segment_format::file_record::FileRecord;
 
 /// What a walk of a tailed partition derives, for comparison with what was kept.
 struct Derived {
-    offset_index: KeptFile,
-    time_index: KeptFile,
-    txn_index: KeptFile,
+    offset_index: FileRecord,
+    time_index: FileRecord,
+    txn_index: FileRecord,
     open_transactions: Vec<OpenTransaction>,
     /// Each producer's last transaction closed by a marker.
     closed: BTreeMap<i64, ClosedTransaction>,
@@ -140,7 +141,7 @@ fn verify_one(root: &Path, state_path: &Path, findings: &mut Vec<Finding>) -> Ta
             Finding::warning(state_path, None, None, defect)
         });
     };
-    let file = |f: &KeptFile| format!("{} entries (CRC-32C {:#010x})", f.entries, f.crc32c);
+    let file = |f: &FileRecord| format!("{} entries (CRC-32C {:#010x})", f.entries, f.crc32c);
     if kept.offset_index != derived.offset_index {
         differs(
             "offset index",
@@ -311,7 +312,7 @@ fn derive(
             return Err(TailError::Format(e));
         }
     }
-    let of = |bytes: Vec<u8>, entries: usize| KeptFile {
+    let of = |bytes: Vec<u8>, entries: usize| FileRecord {
         entries: entries as u64,
         crc32c: crc32c::crc32c(&bytes),
     };

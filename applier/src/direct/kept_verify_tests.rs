@@ -85,7 +85,7 @@ async fn what_the_appender_kept_verifies_clean_and_a_changed_fact_is_found() {
     assert_eq!(epochs.from_offset, 0);
     assert_eq!(epochs.changes.len(), 2, "{epochs:?}");
     // No transaction, no closed log: not even an empty file.
-    assert_eq!(kept.closed_log, KeptFile::default());
+    assert_eq!(kept.closed_log, FileRecord::default());
     let closed_log = mirror::closed_log_file(&f.mirror, &format!("{}-{}", pref().topic, pref().partition));
     assert!(!closed_log.exists() && !closed_log.parent().unwrap().exists());
     let (findings, io_errors) = verify_kept(&f.mirror);
@@ -297,7 +297,7 @@ async fn a_replacement_of_sealed_segments_empties_the_closed_log() {
         .await
         .unwrap();
     drop(a);
-    assert_eq!(kept_now().closed_log, KeptFile::default());
+    assert_eq!(kept_now().closed_log, FileRecord::default());
     let (findings, io_errors) = verify_kept(&f.mirror);
     assert!(io_errors.is_empty(), "{io_errors:?}");
     assert!(

@@ -23,8 +23,8 @@ impl Inner {
     }
 
     /// Moves the partition's directory to `.archive/<topic>-<partition>/<label>-<ms>/` (never deleted) and forgets
-    /// its state (the state file, retention and progress records, closed log): the partition starts afresh at the
-    /// next chunk.
+    /// its state (the state file, retention and progress records, closed log, segment logs): the partition starts
+    /// afresh at the next chunk.
     /// Returns where the files went (`None`: there were none). Idempotent: a crash part-way is finished by a rerun.
     pub(super) fn archive_partition(&mut self, p: &PartitionRef, label: &str) -> TailResult<Option<PathBuf>> {
         let name = tp_name(p);
@@ -50,6 +50,13 @@ impl Inner {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(TailError::io(&path, e)),
             }
+        }
+        // The segments' logs describe the segments that went; a new lineage writes its own.
+        let logs = mirror::segment_logs_dir(&self.root, &name);
+        match fs::remove_dir_all(&logs) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(TailError::io(&logs, e)),
         }
         fsync_dir(&mirror::tail_dir(&self.root))?;
         self.states.remove(&name);

@@ -2,6 +2,9 @@
 //! transaction index) checked and placed, the catalog told, then the state file says sealed. And the rebuilding of
 //! an index the shipper sent as a digest only.
 
+use segment_format::closed_log;
+
+use super::kept::recorded_closed_log;
 use super::*;
 
 impl Inner {
@@ -144,11 +147,25 @@ impl Inner {
                 .next_offset
                 .filter(|_| s.position > 0)
                 .ok_or_else(|| bad("the segment holds no batch".into()))?;
-            // As an install records it: from the batches this process appended, else read from the file.
-            let txn_ends = match &sealing {
-                Some(kept) => kept.txn_ends.clone(),
-                None => segment_format::txn_ends::of_log(&path, next_offset)?,
+            // As an install records it: from the batches this process appended, else read from the file. The
+            // segment's log from the closed log the appender kept of it, else from the file too.
+            let (mut txn_ends, closings) = match &sealing {
+                Some(kept) => {
+                    let closed_log = mirror::closed_log_file(&self.root, &name);
+                    let closed = recorded_closed_log(&closed_log, kept.closed_log)
+                        .map_err(|e| TailError::io(&closed_log, e))?
+                        .unwrap_or_default();
+                    let closings = closed_log::segment_closings_from(&closed, seal.segment_base, next_offset);
+                    (kept.txn_ends.clone(), closings)
+                }
+                None => segment_format::txn_ends::logged_of_log(&path, next_offset)?,
             };
+            if let Some(ends) = &mut txn_ends {
+                let written = crate::segment_log::write(&pdir, seal.segment_base, &closings).map(Some);
+                let log = crate::install::kept_segment_log(&pdir, seal.segment_base, written);
+                // A segment without markers has no log to record (nothing in it for a cut to look up).
+                ends.log = log.filter(|l| l.entries > 0);
+            }
             let record = catalog::SealRecord {
                 segment_base: seal.segment_base,
                 next_offset,

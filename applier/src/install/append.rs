@@ -43,6 +43,7 @@ use segment_format::batch::{BatchInfo, ControlType};
 use segment_format::checkpoint::{leader_epoch_checkpoint_path, LeaderEpochCheckpoint};
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::durable::{fsync_dir, write_atomically};
+use segment_format::file_record::FileRecord;
 use segment_format::index::{OffsetIndexBuilder, TimeIndexBuilder, DEFAULT_INDEX_INTERVAL_BYTES};
 use segment_format::log::LogFile;
 use segment_format::txn_ends::TxnEndsBuilder;
@@ -91,8 +92,12 @@ struct Proven {
     offset_index: OffsetIndexBuilder,
     time_index: TimeIndexBuilder,
     totals: Totals,
-    /// How the batches so far leave each transactional producer (the catalog records it with the version).
+    /// How the batches so far leave each transactional producer (the catalog records it with the version), logging
+    /// every marker for the segment's log.
     txn_ends: TxnEndsBuilder,
+    /// The segment's log (`crate::segment_log`) as written up to the markers already taken from `txn_ends`; `None`
+    /// when it could not be kept for this segment (a cut inside it reads back instead).
+    segment_log: Option<FileRecord>,
     /// A batch this path leaves to the staged install's full validation: a legacy frame (its record count), a
     /// control batch other than a decoded COMMIT (an ABORT marker needs its `.txnindex` entry; an undecodable key
     /// is a defect), an offset the indexes cannot hold relative to the base.
@@ -225,7 +230,20 @@ pub(crate) async fn try_append(
     proven.size = files.log.size;
     proven.chunks = m.log_chunks.clone();
     let reused = run.before.size;
-    let txn_ends = proven.txn_ends.finish();
+    let closings = proven.txn_ends.take_log();
+    if let Some(from) = proven.segment_log {
+        let (dir, base) = (t.partition_dir.to_path_buf(), m.base_offset);
+        proven.segment_log = blocking("append to the segment's log", move || {
+            let written = crate::segment_log::append(&dir, base, from, &closings);
+            Ok(super::kept_segment_log(&dir, base, written))
+        })
+        .await?;
+    }
+    let mut txn_ends = proven.txn_ends.finish();
+    if let Some(ends) = &mut txn_ends {
+        // A segment without markers so far has no log to record (nothing in it for a cut to look up).
+        ends.log = proven.segment_log.filter(|l| l.entries > 0);
+    }
     cache.keep(&run.installed, proven);
     t.progress.advance(reused + fetched);
     Ok(Some(Ok(Placed {
@@ -562,7 +580,9 @@ fn prove(path: &Path, base: i64, chunks: &[LogChunk], cached: Option<Proven>) ->
             records: 0,
             max_timestamp: -1,
         },
-        txn_ends: TxnEndsBuilder::new(),
+        txn_ends: TxnEndsBuilder::logging(),
+        // Written whole at the next run, with every marker the proof reads.
+        segment_log: Some(FileRecord::default()),
         needs_full: false,
     };
     let mut log = LogFile::open(path).map_err(Error::Format)?;

@@ -10,6 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use segment_format::checkpoint::{leader_epoch_checkpoint_path, EpochEntry, LeaderEpochCheckpoint};
+use segment_format::closed_log::SegmentClosing;
 use segment_format::dir::{SegmentFileKind, SegmentFiles};
 use segment_format::report::{Finding, Severity};
 use segment_format::snapshot::ProducerSnapshot;
@@ -70,6 +71,8 @@ pub(super) struct Validated {
     pub epochs: Option<LeaderEpochCheckpoint>,
     /// How the version's batches leave each transactional producer (`None`: too many producers to record).
     pub txn_ends: Option<TxnEnds>,
+    /// Every marker of the version, for the segment's log (`crate::segment_log`).
+    pub closings: Vec<SegmentClosing>,
 }
 
 /// Step 2: the verification engine on the version's files, the manifest's claims, the snapshot, the epochs.
@@ -81,7 +84,7 @@ pub(super) fn validate(
     verify: &VerifyOptions,
 ) -> Result<std::result::Result<Validated, Refusal>> {
     let version = Version::new(m, manifest_key, sources);
-    let mut txn_ends = TxnEndsBuilder::new();
+    let mut txn_ends = TxnEndsBuilder::logging();
     let check = match version.check_data(verify, &mut txn_ends)? {
         Ok(check) => check,
         Err(refusal) => return Ok(Err(refusal)),
@@ -100,6 +103,7 @@ pub(super) fn validate(
     Ok(merged_checkpoint(m, partition_dir)?.map(|epochs| Validated {
         epochs,
         txn_ends: txn_ends.finish(),
+        closings: txn_ends.take_log(),
     }))
 }
 

@@ -40,6 +40,12 @@ fn the_state_paths_keep_their_on_disk_names() {
             truncation_journal_file(root, name),
             "/m/.tail/truncations/orders-3.json",
         ),
+        (closed_log_file(root, name), "/m/.tail/closed/orders-3.bin"),
+        (segment_logs_dir(root, name), "/m/.closed/orders-3"),
+        (
+            segment_log_file(root, name, 42),
+            "/m/.closed/orders-3/00000000000000000042.bin",
+        ),
         (archive_dir(root), "/m/.archive"),
         (partition_archive_dir(root, name), "/m/.archive/orders-3"),
         (partition_dir(root, "orders", 3), "/m/orders-3"),
@@ -65,6 +71,7 @@ fn the_root_entries_name_every_top_level_entry() {
         install_staging_root(root),
         tail_dir(root),
         archive_dir(root),
+        segment_logs_dir(root, "orders-3").parent().unwrap().to_path_buf(),
     ] {
         let name = top.file_name().unwrap().to_str().unwrap();
         assert!(MIRROR_ROOT_ENTRIES.iter().any(|e| e.name == name), "{name}");

@@ -419,6 +419,7 @@ impl<'a> Planner<'a> {
                             Some(kept) => super::tail_kept::closed_log(kept, &request.mirror_root, &tp.dir_name()),
                             None => Ok(Vec::new()),
                         };
+                        let read_segment_log = |base: i64, record| recorded_txns::segment_log(&dir, base, record);
                         from_end = match inside {
                             Some(cut) => recorded_txns::open_at_cut_reading_back(
                                 &dir,
@@ -430,6 +431,7 @@ impl<'a> Planner<'a> {
                                     at_end: &at_end,
                                     closed: mirror.tail_kept.as_ref().map_or(&[], |k| &k.closed),
                                     closed_log: Some(&read_closed_log),
+                                    segment_log: Some(&read_segment_log),
                                     after: &point.after,
                                 },
                             )?,

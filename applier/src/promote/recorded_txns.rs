@@ -22,8 +22,9 @@
 //! ([`open_at_cut_from_end`]). A producer a marker follows is decided by the tail appender's record of the
 //! transaction its first marker after the cut closed, where it has one (each producer's last, or the active
 //! segment's closed log: [`decided_by_closed`]), or by the record of the segment holding the cut, which names each
-//! producer's last marker in it with its transaction's batches there and the transactions open at its end
-//! ([`decided_by_record`]), and otherwise read back from the cut ([`open_at_cut_reading_back`]); where that cannot
+//! producer's last marker in it with its transaction's batches there and the transactions open at its end, and by
+//! that segment's log of every marker where the record keeps one (`crate::segment_log`; [`decided_by_record`]), and
+//! otherwise read back from the cut ([`open_at_cut_reading_back`]); where that cannot
 //! tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and walks only that
 //! segment's batches below the cut — none when its own record names no transactional producer. A tail-fed mirror
 //! has the records too: each seal records its segment's (`crate::direct`'s catalog).
@@ -31,12 +32,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use segment_format::closed_log;
+use segment_format::closed_log::{self, SegmentClosing};
+use segment_format::file_record::FileRecord;
 use segment_format::txn_ends::{OpenDetails, TxnEnds};
 use segment_format::txn_index::{ClosedTransaction, TxnTally};
 
 use super::consistent_cut::AfterCut;
-use super::error::Result;
+use super::error::{Error, Result};
 use super::txn_cut::{
     cut_at_end, open_at_cut_backwards, open_at_cut_in_segment, starting_snapshot, CutTransaction, Tallied,
 };
@@ -79,12 +81,14 @@ pub(super) fn open_at_cut_from_end(
 /// What the mirror's end and the batches after a cut say: the transactions open at the end (`at_end`: producer,
 /// first offset, tally), each producer's last closed transaction where the tail appender kept them (`closed`, else
 /// empty), the active segment's closed log where it kept one (`closed_log`, read only when needed), and what the
-/// batches after the cut did (`after`).
+/// batches after the cut did (`after`); and how to read the log of a segment whose record keeps one
+/// (`segment_log`: base and record; read only when needed, nothing where it is not the recorded one).
 #[derive(Clone, Copy)]
 pub(super) struct FromEnd<'a> {
     pub(super) at_end: &'a [Tallied],
     pub(super) closed: &'a [ClosedTransaction],
     pub(super) closed_log: Option<&'a dyn Fn() -> Result<Vec<ClosedTransaction>>>,
+    pub(super) segment_log: Option<&'a dyn Fn(i64, FileRecord) -> Result<Vec<SegmentClosing>>>,
     pub(super) after: &'a AfterCut,
 }
 
@@ -124,7 +128,7 @@ pub(super) fn open_at_cut_reading_back(
         let Some(at_base) = open_at(dir, recorded, segments, snapshots, cut.base) else {
             return Ok(None);
         };
-        let by_record = decided_by_record(recorded, cut, &at_base, end.after, &mut undecided, first_base);
+        let by_record = decided_by_record(recorded, cut, &at_base, end.after, &mut undecided, first_base, None);
         #[cfg(test)]
         {
             if by_record.decided {
@@ -135,6 +139,37 @@ pub(super) fn open_at_cut_reading_back(
             }
         }
         open.extend(by_record.open);
+        // A producer whose first marker after the cut lies in the segment but is not its last there: the segment's
+        // log of every marker, where its record keeps one.
+        let in_segment = |p: &i64| {
+            end.after
+                .producers
+                .get(p)
+                .and_then(|a| a.first_marker)
+                .is_some_and(|m| m < cut.end)
+        };
+        let log = recorded
+            .get(&cut.base)
+            .and_then(|(next, ends)| ends.as_ref().filter(|_| *next == cut.end))
+            .and_then(|ends| ends.log);
+        if let (Some(read), Some(log)) = (end.segment_log, log.filter(|_| undecided.iter().any(in_segment))) {
+            let log = read(cut.base, log)?;
+            let by_log = decided_by_record(
+                recorded,
+                cut,
+                &at_base,
+                end.after,
+                &mut undecided,
+                first_base,
+                Some(&log),
+            );
+            if by_log.decided {
+                tracing::debug!(dir = %dir.display(), "a producer a marker follows decided by the segment's log");
+                #[cfg(test)]
+                super::tail_kept::used::note(dir, "segment-log");
+            }
+            open.extend(by_log.open);
+        }
         if !undecided.is_empty() {
             #[cfg(test)]
             super::tail_kept::used::note(dir, "read-back");
@@ -199,6 +234,18 @@ fn before_cut(whole: TxnTally, after: &TxnTally, after_min_epoch: Option<i16>) -
         batches: whole.batches - after.batches,
         bytes: whole.bytes.checked_sub(after.bytes)?,
     })
+}
+
+/// Segment `base`'s log (`crate::segment_log`) of the mirror partition `dir`, when it is the one `record` (the
+/// segment's catalog record) describes; none otherwise.
+pub(super) fn segment_log(dir: &Path, base: i64, record: FileRecord) -> Result<Vec<SegmentClosing>> {
+    match crate::segment_log::read(dir, base, record).map_err(|e| Error::io(dir, e))? {
+        Some(logged) => Ok(logged),
+        None => {
+            tracing::debug!(dir = %dir.display(), base, "segment log is not the recorded one: not used");
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// What the kept closed transactions (or a segment's record) decided of the producers a marker after a cut left
@@ -299,7 +346,8 @@ fn at_cut(
 /// - a producer whose first marker after the cut lies in the segment and is its last there gets the transaction that
 ///   marker closed from the record's closing (`txn_ends::ClosingRun`, in the records written since closings were
 ///   kept: its batches in the segment before the marker) and, when no marker of it precedes those in the segment,
-///   what was open at the base;
+///   what was open at the base; with the segment's `log` (every marker, `closed_log::SegmentClosing`), any marker of
+///   it there the same way (what was open at the base only where the entry is not the whole transaction);
 /// - a producer whose first marker after the cut lies in a later segment has no marker between the cut and the
 ///   segment's end: it stands at the cut as it stands at that end (what was open at the base with the record's runs
 ///   folded in), less its batches after the cut in the segment.
@@ -310,6 +358,7 @@ pub(super) fn decided_by_record(
     after: &AfterCut,
     undecided: &mut BTreeSet<i64>,
     first_base: i64,
+    log: Option<&[SegmentClosing]>,
 ) -> Decided {
     let mut found = Decided::default();
     let Some(ends) = recorded
@@ -345,20 +394,25 @@ pub(super) fn decided_by_record(
                 cut.cut_offset,
             )
         } else {
-            // Its first marker after the cut must be its last in the segment.
-            let Some(c) = ends
+            // Its first marker after the cut must be its last in the segment, or one the segment's log names.
+            let named = ends
                 .closings
                 .as_ref()
                 .and_then(|closings| closings.get(producer))
                 .filter(|c| c.marker_offset == marker)
-            else {
+                .map(|c| (c.after_marker, c.data))
+                .or_else(|| {
+                    log.and_then(|log| closed_log::find_in_segment(log, *producer, marker))
+                        .map(|c| (c.whole, c.data))
+                });
+            let Some((whole, data)) = named else {
                 return true;
             };
             let base = at_base
                 .iter()
                 .find(|(p, _, _)| p == producer)
                 .map(|&(_, first, tally)| (first, tally));
-            let closed: Closed = match (c.after_marker, c.data, base) {
+            let closed: Closed = match (whole, data, base) {
                 (true, data, _) | (false, data, None) => data,
                 (false, None, Some(base)) => Some(base),
                 (false, Some((_, tally)), Some((first, mut before))) => {

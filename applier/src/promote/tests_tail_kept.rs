@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use segment_format::batch::ControlType;
+use segment_format::closed_log;
 use segment_format::control::EndTxnMarker;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
 use segment_format::log::scan_frames;
@@ -373,8 +374,9 @@ async fn ship(site: &Site, a: &mut TailAppender) -> std::result::Result<(), Stri
 }
 
 /// Each sealed segment's record of how its batches leave each transactional producer, as the seal wrote it in the
-/// catalog, against the same derived from the segment's bytes: equal wherever there is one. Returns how many
-/// segments have one.
+/// catalog, against the same derived from the segment's bytes: equal wherever there is one; and the segment's log
+/// the seal wrote, entry for entry the batches' (`verify --deep --catalog` finds nothing either). Returns how many
+/// segments have a record.
 fn seal_records_hold(site: &Site) -> usize {
     let catalog = Catalog::open(site.catalog_path()).unwrap();
     let mut recorded = 0;
@@ -383,11 +385,28 @@ fn seal_records_hold(site: &Site) -> usize {
         for (base, (next, ends)) in catalog.installed_txn_ends(p.id).unwrap() {
             let Some(ends) = ends else { continue };
             let log = dir.join(segment_file_name(base, SegmentFileKind::Log));
-            let derived = segment_format::txn_ends::of_log(&log, next).unwrap();
-            assert_eq!(Some(ends), derived, "{}", log.display());
+            let (derived, closings) = segment_format::txn_ends::logged_of_log(&log, next).unwrap();
+            assert_eq!(Some(ends.without_log()), derived, "{}", log.display());
+            // A seal writes the segment's log where it has an entry (a transaction begun in the segment).
+            let Some(log_record) = ends.log else {
+                recorded += 1;
+                continue;
+            };
+            let logged = crate::segment_log::read(&dir, base, log_record)
+                .unwrap()
+                .expect("the recorded log");
+            for c in &logged {
+                let walked = closed_log::find_in_segment(&closings, c.producer_id, c.marker_offset);
+                assert_eq!(walked.map(|w| w.data), Some(c.data), "{}: {c:?}", log.display());
+            }
             recorded += 1;
         }
     }
+    let (findings, io_errors) = crate::verify::verify_recorded_transactions(&site.mirror(), &catalog);
+    assert!(
+        findings.is_empty() && io_errors.is_empty(),
+        "{findings:?} {io_errors:?}"
+    );
     recorded
 }
 
@@ -809,6 +828,10 @@ enum BenchEnd {
     /// then two data batches, all in the active segment: a cut inside the four leaves the producer open at the cut
     /// with two markers after it, decided by the closed log (without it, read back to the segment's base).
     CommittedTwice,
+    /// [`BenchEnd::CommittedTwice`], then the segment sealed and two data batches in the next (active) one: a cut
+    /// inside the four lies in a sealed segment with two of the producer's markers after it there, decided by the
+    /// segment's log (without it, read back to the segment's base).
+    CommittedTwiceThenRoll,
 }
 
 /// Appends `bytes` of 16 KiB batches (four 4 KiB records, all in the target's epoch: nothing to restamp, as in a
@@ -842,7 +865,7 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
             a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
         }
     }
-    if end == BenchEnd::CommittedTwice {
+    if matches!(end, BenchEnd::CommittedTwice | BenchEnd::CommittedTwiceThenRoll) {
         let mut chunk = Vec::new();
         for sequence in 0..4 {
             chunk.extend_from_slice(&bench_txn_batch(next, sequence * 4, &value));
@@ -854,6 +877,13 @@ async fn feed_bench_partition(a: &mut TailAppender, partition: i32, bytes: u64, 
         // The second commit and the data after it in a later chunk: the closed log appended to, not written whole.
         group.push(segment.append(partition, committed_again_then_data(&mut next, &value)));
         a.apply_chunks(&std::mem::take(&mut group)).await.unwrap();
+        if end == BenchEnd::CommittedTwiceThenRoll {
+            let sealed = std::mem::replace(&mut segment, BenchSegment::new(next));
+            a.apply_seal(&sealed.seal(partition)).await.unwrap();
+            let mut chunk = bench_data_batch(next, &value);
+            chunk.extend_from_slice(&bench_data_batch(next + 4, &value));
+            a.apply_chunks(&[segment.append(partition, chunk)]).await.unwrap();
+        }
         return;
     }
     if end == BenchEnd::CommittedAfterRoll {
@@ -1027,6 +1057,7 @@ async fn bench_fixture() {
         Ok("commit-only") => BenchEnd::CommittedTransaction { earlier: false },
         Ok("commit-after-roll") => BenchEnd::CommittedAfterRoll,
         Ok("commit-twice") => BenchEnd::CommittedTwice,
+        Ok("commit-twice-roll") => BenchEnd::CommittedTwiceThenRoll,
         _ => BenchEnd::Data,
     };
     for p in 0..partitions {
@@ -1142,6 +1173,96 @@ async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log()
         copy.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
         let used = used::under(&copy.root);
         assert!(!used.contains(&"closed-log") && used.contains(&"read-back"), "{used:?}");
+        assert!(
+            target_state(&copy.root.join("target")) == target,
+            "the promoted log dirs differ"
+        );
+    }
+    for copy in [lost, damaged] {
+        std::fs::remove_dir_all(&copy.root).unwrap();
+    }
+}
+
+/// The same shape sealed, two data batches after it in the next segment: the cut lies in a sealed segment, the
+/// producer's first marker after it is not its last there, so neither the appender's entry (its last marker) nor the
+/// seal's record (its last marker in the segment) names it; the segment's log, which the seal wrote from the closed
+/// log, does. Nothing is read back, and the promoted log dir is the walk's byte for byte; with the segment's log
+/// lost or a byte of it changed, the cut reads back, to the same bytes.
+#[tokio::test]
+async fn a_cut_in_a_sealed_segment_before_two_commits_of_its_producer_is_decided_by_the_segments_log() {
+    let site = Site::empty(&[0, 1]);
+    let mut a = site.appender();
+    for p in 0..2 {
+        feed_bench_partition(&mut a, p, 256 << 10, BenchEnd::CommittedTwiceThenRoll).await;
+    }
+    drop(a);
+    assert!(seal_records_hold(&site) >= 2);
+    // The four batches (end - 38 .. end - 22), commit, one batch, commit, two data batches; sealed; two data
+    // batches (end - 8 .. end).
+    let state = crate::direct::recorded_active_segment(&site.mirror(), TOPIC, 0)
+        .unwrap()
+        .unwrap();
+    let end = state.next_offset.unwrap();
+    let sealed_base = state.segment_base;
+    assert_eq!(sealed_base, end - 8);
+    let catalog = Catalog::open(site.catalog_path()).unwrap();
+    let p0 = catalog
+        .partitions(LINK)
+        .unwrap()
+        .into_iter()
+        .find(|p| p.key.partition == 0)
+        .unwrap();
+    let recorded = catalog.installed_txn_ends(p0.id).unwrap();
+    let (last_sealed, (_, ends)) = recorded.range(..sealed_base).next_back().unwrap();
+    let ends = ends.clone().expect("the seal's record");
+    assert_eq!(ends.log.map(|l| l.entries), Some(2));
+    let dir = site.mirror().join(format!("{TOPIC}-0"));
+    let logged = crate::segment_log::read(&dir, *last_sealed, ends.log.unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        logged
+            .iter()
+            .map(|c| (c.marker_offset, c.whole, c.data.map(|(first, t)| (first, t.batches))))
+            .collect::<Vec<_>>(),
+        vec![
+            (end - 22, true, Some((end - 38, 4))),
+            (end - 17, true, Some((end - 21, 1)))
+        ]
+    );
+    // Cut before the third of the four batches.
+    let t = 1_700_000_000_000 + end - 34;
+    let damaged = site.copy("damaged");
+    let lost = site.copy("lost");
+    let (used, by_log) = promote_against_walk(&site, Handover::Rename, "walked", Some(t));
+    assert!(used.contains(&"segment-log"), "{used:?}");
+    assert!(!used.contains(&"read-back"), "{used:?}");
+    for k in &by_log.expect("promoted").partitions {
+        assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 30));
+        assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
+        assert_eq!(k.transactions_aborted[0].first_offset, end - 38);
+    }
+    let target = target_state(&site.root.join("target"));
+    for (copy, harm) in [(&lost, 0usize), (&damaged, 1)] {
+        for p in 0..2 {
+            let dir = crate::mirror::segment_logs_dir(&copy.mirror(), &format!("{TOPIC}-{p}"));
+            for file in std::fs::read_dir(&dir).unwrap() {
+                let path = file.unwrap().path();
+                if harm == 0 {
+                    std::fs::remove_file(&path).unwrap();
+                } else {
+                    let mut bytes = std::fs::read(&path).unwrap();
+                    bytes[10] ^= 1;
+                    std::fs::write(&path, bytes).unwrap();
+                }
+            }
+        }
+        copy.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
+        let used = used::under(&copy.root);
+        assert!(
+            !used.contains(&"segment-log") && used.contains(&"read-back"),
+            "{used:?}"
+        );
         assert!(
             target_state(&copy.root.join("target")) == target,
             "the promoted log dirs differ"

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use segment_format::batch::ControlType;
+use segment_format::closed_log::{self, SegmentClosing};
 use segment_format::control::EndTxnMarker;
 use segment_format::dir::{segment_file_name, SegmentFileKind};
+use segment_format::file_record::FileRecord;
 use segment_format::log::LogFile;
 use segment_format::record::{BatchBuilder, RecordSpec};
 use segment_format::snapshot::ProducerSnapshot;
@@ -834,11 +836,16 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     let (mut from_records, mut quiet, mut from_the_end, mut read_back, mut cuts_tried) = (0, 0, 0, 0, 0);
     let (mut by_closed, mut by_record, mut by_record_later) = (0, 0, 0);
     let (mut by_closed_log, mut marker_after) = (0, 0);
+    let (mut by_segment_log, mut not_last_in_segment) = (0, 0);
     for w in [&open_at_end, &decided] {
         let recorded = recorded_ends(w);
         let all = bases(w);
         let closed = last_closed(w);
         let logged = every_closed(w);
+        // Every segment's log of every marker, as an install writes it, and as a tail appender's seal writes it
+        // from its closed log (the transactions begun in the segment only); the records say they keep one.
+        let segment_logs = segment_logs(w);
+        let with_logs = with_segment_logs(&recorded, &segment_logs);
         for (i, base) in all.iter().enumerate() {
             let end = all.get(i + 1).copied().unwrap_or(w.log_end_offset);
             let mut cuts = Vec::new();
@@ -886,6 +893,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                             at_end: &at_end,
                             closed: &[],
                             closed_log: None,
+                            segment_log: None,
                             after: &after,
                         },
                     )
@@ -908,7 +916,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                     let mut left_by_record = undecided.clone();
                     let at_base = recorded_txns::open_at(&w.dir, &recorded, &segments, &snapshots, *base);
                     if let Some(at_base) = &at_base {
-                        recorded_txns::decided_by_record(&recorded, cut, at_base, &after, &mut left_by_record, 0);
+                        recorded_txns::decided_by_record(&recorded, cut, at_base, &after, &mut left_by_record, 0, None);
                     }
                     let told_by_closed = !undecided.is_empty() && left_by_closed.is_empty();
                     let told_by_record = !undecided.is_empty() && at_base.is_some() && left_by_record.is_empty();
@@ -933,12 +941,57 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                     }));
                     let read_log: &dyn Fn() -> Result<Vec<segment_format::txn_index::ClosedTransaction>> =
                         &|| Ok(logged.clone());
+                    // The segment's log decides every producer whose first marker after the cut lies in the
+                    // segment, and the record the others: every one, nothing before the cut read.
+                    let mut left_by_segment_log = undecided.clone();
+                    if let Some(at_base) = &at_base {
+                        let log = Some(&segment_logs[base][..]);
+                        recorded_txns::decided_by_record(
+                            &with_logs,
+                            cut,
+                            at_base,
+                            &after,
+                            &mut left_by_segment_log,
+                            0,
+                            log,
+                        );
+                        assert!(
+                            left_by_segment_log.is_empty(),
+                            "{:?} cut at {cut_offset}: {left_by_segment_log:?}",
+                            w.dir
+                        );
+                    }
+                    let told_by_segment_log = !undecided.is_empty() && at_base.is_some();
+                    by_segment_log += usize::from(told_by_segment_log);
+                    // Of them, cuts with a producer whose first marker after the cut is not its last in the segment:
+                    // what only the segment's log tells.
+                    not_last_in_segment += usize::from(
+                        told_by_segment_log
+                            && undecided.iter().any(|p| {
+                                let m = after.producers[p].first_marker;
+                                m.is_some_and(|m| {
+                                    m < end
+                                        && recorded[base]
+                                            .1
+                                            .as_ref()
+                                            .and_then(|e| e.closings.as_ref())
+                                            .is_none_or(|c| c.get(p).is_none_or(|c| c.marker_offset != m))
+                                })
+                            }),
+                    );
+                    let read_segment_log: &dyn Fn(i64, FileRecord) -> Result<Vec<SegmentClosing>> =
+                        &|base, _| Ok(segment_logs[&base].clone());
+                    let converted = closed_log::segment_closings_from(&logged, *base, end);
+                    let read_converted: &dyn Fn(i64, FileRecord) -> Result<Vec<SegmentClosing>> =
+                        &|_, _| Ok(converted.clone());
                     let cases = [
-                        (&closed[..], None, told_by_closed),
-                        (&[][..], None, told_by_record),
-                        (&[][..], Some(read_log), told_by_log),
+                        (&closed[..], None, None, &recorded, told_by_closed),
+                        (&[][..], None, None, &recorded, told_by_record),
+                        (&[][..], Some(read_log), None, &recorded, told_by_log),
+                        (&[][..], None, Some(read_segment_log), &with_logs, told_by_segment_log),
+                        (&[][..], None, Some(read_converted), &with_logs, false),
                     ];
-                    for (kept_closed, closed_log, blind) in cases {
+                    for (kept_closed, closed_log, segment_log, recorded, blind) in cases {
                         let log = w.dir.join(segment_file_name(*base, SegmentFileKind::Log));
                         let kept = std::fs::read(&log).unwrap();
                         if blind {
@@ -949,7 +1002,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                         }
                         let back = recorded_txns::open_at_cut_reading_back(
                             &w.dir,
-                            &recorded,
+                            recorded,
                             &segments,
                             &snapshots,
                             cut,
@@ -957,6 +1010,7 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                                 at_end: &at_end,
                                 closed: kept_closed,
                                 closed_log,
+                                segment_log,
                                 after: &after,
                             },
                         );
@@ -967,10 +1021,11 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
                         assert_eq!(
                             found,
                             walked,
-                            "{:?} cut at {cut_offset}, closed transactions {}, closed log {}",
+                            "{:?} cut at {cut_offset}, closed transactions {}, closed log {}, segment log {}",
                             w.dir,
                             kept_closed.len(),
-                            closed_log.is_some()
+                            closed_log.is_some(),
+                            segment_log.is_some()
                         );
                     }
                     by_closed += usize::from(told_by_closed);
@@ -1002,10 +1057,45 @@ fn a_cut_inside_a_segment_needs_the_records_and_that_segment_below_the_cut_only(
     // Among them producers with two markers or more after the cut: what only a closed log tells.
     assert!(by_closed_log > 20 && marker_after > 5, "{by_closed_log} {marker_after}");
     assert!(
+        by_segment_log > 20 && not_last_in_segment >= 2,
+        "{by_segment_log} {not_last_in_segment}"
+    );
+    assert!(
         by_closed > 5 && by_record > 5 && by_record_later > 5,
         "cuts told without reading back: {by_closed} by the closed transactions, {by_record} by the records \
          ({by_record_later} with a producer's first marker after the cut in a later segment)"
     );
+}
+
+/// Each segment's log of every marker (`segment_log`), by base, as an install writes it.
+fn segment_logs(w: &WrittenPartition) -> BTreeMap<i64, Vec<SegmentClosing>> {
+    let all = bases(w);
+    all.iter()
+        .enumerate()
+        .map(|(i, base)| {
+            let next = all.get(i + 1).copied().unwrap_or(w.log_end_offset);
+            let log = w.dir.join(segment_file_name(*base, SegmentFileKind::Log));
+            (*base, segment_format::txn_ends::logged_of_log(&log, next).unwrap().1)
+        })
+        .collect()
+}
+
+/// `recorded` with each segment's record saying it keeps a log of `logs`' entries (the reader in these tests takes
+/// the entries from `logs`, not from a file).
+fn with_segment_logs(recorded: &Recorded, logs: &BTreeMap<i64, Vec<SegmentClosing>>) -> Recorded {
+    recorded
+        .iter()
+        .map(|(base, (next, ends))| {
+            let ends = ends.as_ref().map(|e| segment_format::txn_ends::TxnEnds {
+                log: Some(FileRecord::of(
+                    &closed_log::serialize_segment(&logs[base]),
+                    logs[base].len(),
+                )),
+                ..e.clone()
+            });
+            (*base, (*next, ends))
+        })
+        .collect()
 }
 
 /// `recorded` as written before closings were recorded.
@@ -1221,6 +1311,7 @@ fn reading_back_in_growing_chunks_finds_what_the_walk_finds() {
                 at_end: &at_end,
                 closed: &[],
                 closed_log: None,
+                segment_log: None,
                 after: &after,
             },
         )
