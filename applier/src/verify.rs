@@ -82,11 +82,17 @@ fn verify_partition(
     let first_on_disk = segment_format::dir::PartitionDir::open(dir)
         .ok()
         .and_then(|d| d.segments.first().map(|s| s.base_offset));
+    // Where the next segment must begin for the fold to follow on.
+    let mut follows = first_on_disk;
     for (base, (next, ends)) in recorded {
         let log = dir.join(segment_file_name(base, SegmentFileKind::Log));
         if Some(base) < first_on_disk {
             continue;
         }
+        if Some(base) != follows {
+            open_at_base = None;
+        }
+        follows = Some(next);
         let Some(ends) = ends.filter(|_| log.is_file()) else {
             open_at_base = None;
             continue;

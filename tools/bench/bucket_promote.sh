@@ -13,7 +13,10 @@
 #   OPEN_TXN=0     1: each partition ends with a transaction left open (`generate --open-transaction`), which
 #                  promotion aborts; commit-only: the same transaction then its commit marker
 #                  (`generate --committed-transaction`: with CUT=2 the cut lands inside it and its marker follows
-#                  the cut, the producer's only one in the segment)
+#                  the cut, the producer's only one in the segment); commit-twice: then one more transaction of
+#                  the producer and its commit, then two plain batches (`--committed-again`: with CUT=7 the cut
+#                  lands inside the first transaction with two of the producer's markers after it: decided by the
+#                  install's segment log; a build without it reads back to the segment's base)
 #   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
 #                  last (one ms per batch in generated data: every partition is cut about as far from its end)
 #   BASELINE=PATH  also promote a third copy of the same mirror with this binary ("baseline": e.g. a build before a
@@ -53,6 +56,7 @@ echo "|---|---|---|---|---|---|---|---|---|"
 OPEN_ARGS=()
 [ "$OPEN_TXN" = 1 ] && OPEN_ARGS=(--open-transaction)
 [ "$OPEN_TXN" = commit-only ] && OPEN_ARGS=(--committed-transaction)
+[ "$OPEN_TXN" = commit-twice ] && OPEN_ARGS=(--committed-transaction --committed-again)
 MODES="recorded walk"
 [ -n "$BASELINE" ] && MODES="recorded walk baseline"
 for mib in $SIZES; do

@@ -22,7 +22,10 @@
 #                  segment's base); commit-twice: the four batches, their commit, one more transaction of the
 #                  producer and its commit, then two data batches, all in the active segment (with CUT=7 the cut
 #                  lands inside the four with two of the producer's markers after it: decided by the closed log; a
-#                  build without it reads back to the segment's base)
+#                  build without it reads back to the segment's base); commit-twice-roll: the same, then the segment
+#                  sealed and two data batches in the next (with CUT=9 the cut lands inside the four in the sealed
+#                  segment: decided by the segment log the seal wrote; a build without it reads back to the sealed
+#                  segment's base)
 #   CUT=           N: promote with `--consistent-cut` at the max timestamp of partition 0's Nth batch before its
 #                  last (one ms per offset in this data: every partition is cut about as far from its end)
 #   BASELINE=PATH  also promote the same fixture (with what was kept) with this binary ("baseline": e.g. a build

@@ -939,6 +939,38 @@ fn bulk_writes_small_batches_when_asked() {
         );
         assert_eq!(p.control_batches, 1);
     }
+    // Committed again: one more transaction of the producer and its commit, then two plain batches.
+    let again = write_bulk(
+        &tmp.path().join("again"),
+        &BulkOptions {
+            open_transaction: true,
+            commit_transaction: true,
+            commit_again: true,
+            ..options.clone()
+        },
+        &|_| {},
+    )
+    .unwrap();
+    for (p, plain) in again.partitions.iter().zip(&manifest.partitions) {
+        let (segments, _) = read_partition(&p.written.dir);
+        let infos: Vec<_> = segments.iter().flat_map(|s| s.infos.iter()).collect();
+        let mut tracker = TxnTracker::new();
+        let closed: Vec<_> = infos.iter().filter_map(|i| tracker.on_batch_closing(i).1).collect();
+        let shape: Vec<_> = closed
+            .iter()
+            .map(|c| (c.producer_id, c.first_offset, c.tally.map(|t| t.batches)))
+            .collect();
+        let (producer, first) = (9000 + i64::from(p.written.partition), plain.written.log_end_offset);
+        let second = closed[0].marker_offset + 1;
+        assert_eq!(
+            shape,
+            [(producer, Some(first), Some(4)), (producer, Some(second), Some(1))]
+        );
+        assert!(infos[infos.len() - 2..]
+            .iter()
+            .all(|i| i.producer_id < 0 && !i.is_control));
+        assert_eq!((p.control_batches, p.data_batches), (2, plain.data_batches + 7));
+    }
     let zero = BulkOptions {
         records_per_batch: 0,
         ..options

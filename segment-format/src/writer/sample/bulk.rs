@@ -51,6 +51,10 @@ pub struct BulkOptions {
     /// last), as a source whose last transaction just committed has it; a consistent cut inside it leaves it open at
     /// the cut with its marker after the cut.
     pub commit_transaction: bool,
+    /// With [`BulkOptions::commit_transaction`]: then one more transaction of the producer (one batch) and its
+    /// COMMIT, then two plain batches, as a source whose producer kept committing has it; a consistent cut inside
+    /// the first transaction has two markers of the producer after it.
+    pub commit_again: bool,
 }
 
 /// Batches of the transaction [`BulkOptions::open_transaction`] leaves open.
@@ -76,6 +80,7 @@ impl Default for BulkOptions {
             value_bytes: BULK_VALUE_BYTES,
             open_transaction: false,
             commit_transaction: false,
+            commit_again: false,
         }
     }
 }
@@ -274,6 +279,25 @@ fn write_partition(
             let info = w.append_end_txn_marker(producer, 0, marker, timestamp, 0)?;
             control_batches += 1;
             progress(info.size);
+            if options.commit_again {
+                let sequence = OPEN_TRANSACTION_BATCHES * u64::from(layout.records_per_batch);
+                let batch = layout
+                    .batch(partition, batches)
+                    .producer(producer, 0, sequence as i32)
+                    .transactional(true);
+                let info = w.append(batch)?;
+                batches += 1;
+                progress(info.size);
+                let timestamp = options.base_timestamp + batches as i64;
+                let info = w.append_end_txn_marker(producer, 0, marker, timestamp, 0)?;
+                control_batches += 1;
+                progress(info.size);
+                for _ in 0..2 {
+                    let info = w.append(layout.batch(partition, batches))?;
+                    batches += 1;
+                    progress(info.size);
+                }
+            }
         }
     }
     let written = w.close()?;
