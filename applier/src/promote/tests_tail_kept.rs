@@ -1144,35 +1144,43 @@ async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log()
             .collect::<Vec<_>>(),
         vec![(end - 14, Some(end - 30), Some(4)), (end - 9, Some(end - 13), Some(1))]
     );
-    // Cut before the third of the four batches.
+    // Cut before the third of the four batches. The log's last entry lost (written without an fsync), or a byte of
+    // it changed: not the recorded one.
     let t = 1_700_000_000_000 + end - 26;
-    let damaged = site.copy("damaged");
-    let lost = site.copy("lost");
-    // The walk's log dir byte for byte (`promote_against_walk`).
-    let (used, by_log) = promote_against_walk(&site, Handover::Rename, "walked", Some(t));
-    assert!(used.contains(&"closed-log"), "{used:?}");
-    assert!(!used.contains(&"read-back"), "{used:?}");
-    for k in &by_log.expect("promoted").partitions {
-        assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 22));
-        assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
-        assert_eq!(k.transactions_aborted[0].first_offset, end - 30);
-    }
-    let target = target_state(&site.root.join("target"));
-    // The log's last entry lost (written without an fsync), or a byte of it changed: not the recorded one.
-    for (copy, harm) in [(&lost, 0usize), (&damaged, 1)] {
+    let report = decided_by_else_read_back(&site, t, "closed-log", |copy, lost| {
         for p in 0..2 {
             let path = crate::mirror::closed_log_file(&copy.mirror(), &format!("{TOPIC}-{p}"));
             let mut bytes = std::fs::read(&path).unwrap();
-            if harm == 0 {
+            if lost {
                 bytes.truncate(segment_format::closed_log::CLOSED_ENTRY_SIZE);
             } else {
                 bytes[10] ^= 1;
             }
             std::fs::write(&path, bytes).unwrap();
         }
+    });
+    for k in &report.partitions {
+        assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 22));
+        assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
+        assert_eq!(k.transactions_aborted[0].first_offset, end - 30);
+    }
+}
+
+/// `site` promoted with a consistent cut at `t`: decided by `by` with nothing read back, and the walk's log dir byte
+/// for byte (`promote_against_walk`); then two copies with what `by` read harmed (`harm(copy, lost)`: lost, or a
+/// byte changed) read back instead, to the same log dir. The report of the first promotion.
+fn decided_by_else_read_back(site: &Site, t: i64, by: &str, harm: impl Fn(&Site, bool)) -> PromoteReport {
+    let damaged = site.copy("damaged");
+    let lost = site.copy("lost");
+    let (used, report) = promote_against_walk(site, Handover::Rename, "walked", Some(t));
+    assert!(used.contains(&by), "{used:?}");
+    assert!(!used.contains(&"read-back"), "{used:?}");
+    let target = target_state(&site.root.join("target"));
+    for (copy, is_lost) in [(&lost, true), (&damaged, false)] {
+        harm(copy, is_lost);
         copy.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
         let used = used::under(&copy.root);
-        assert!(!used.contains(&"closed-log") && used.contains(&"read-back"), "{used:?}");
+        assert!(!used.contains(&by) && used.contains(&"read-back"), "{used:?}");
         assert!(
             target_state(&copy.root.join("target")) == target,
             "the promoted log dirs differ"
@@ -1181,6 +1189,7 @@ async fn a_cut_before_two_commits_of_its_producer_is_decided_by_the_closed_log()
     for copy in [lost, damaged] {
         std::fs::remove_dir_all(&copy.root).unwrap();
     }
+    report.expect("promoted")
 }
 
 /// The same shape sealed, two data batches after it in the next segment: the cut lies in a sealed segment, the
@@ -1230,25 +1239,14 @@ async fn a_cut_in_a_sealed_segment_before_two_commits_of_its_producer_is_decided
             (end - 17, true, Some((end - 21, 1)))
         ]
     );
-    // Cut before the third of the four batches.
+    // Cut before the third of the four batches. The segments' logs lost, or a byte of each changed.
     let t = 1_700_000_000_000 + end - 34;
-    let damaged = site.copy("damaged");
-    let lost = site.copy("lost");
-    let (used, by_log) = promote_against_walk(&site, Handover::Rename, "walked", Some(t));
-    assert!(used.contains(&"segment-log"), "{used:?}");
-    assert!(!used.contains(&"read-back"), "{used:?}");
-    for k in &by_log.expect("promoted").partitions {
-        assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 30));
-        assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
-        assert_eq!(k.transactions_aborted[0].first_offset, end - 38);
-    }
-    let target = target_state(&site.root.join("target"));
-    for (copy, harm) in [(&lost, 0usize), (&damaged, 1)] {
+    let report = decided_by_else_read_back(&site, t, "segment-log", |copy, lost| {
         for p in 0..2 {
             let dir = crate::mirror::segment_logs_dir(&copy.mirror(), &format!("{TOPIC}-{p}"));
             for file in std::fs::read_dir(&dir).unwrap() {
                 let path = file.unwrap().path();
-                if harm == 0 {
+                if lost {
                     std::fs::remove_file(&path).unwrap();
                 } else {
                     let mut bytes = std::fs::read(&path).unwrap();
@@ -1257,19 +1255,11 @@ async fn a_cut_in_a_sealed_segment_before_two_commits_of_its_producer_is_decided
                 }
             }
         }
-        copy.promote_cut(Handover::Rename, Some(t), &mut |_| {}).unwrap();
-        let used = used::under(&copy.root);
-        assert!(
-            !used.contains(&"segment-log") && used.contains(&"read-back"),
-            "{used:?}"
-        );
-        assert!(
-            target_state(&copy.root.join("target")) == target,
-            "the promoted log dirs differ"
-        );
-    }
-    for copy in [lost, damaged] {
-        std::fs::remove_dir_all(&copy.root).unwrap();
+    });
+    for k in &report.partitions {
+        assert_eq!(k.consistent_cut.as_ref().map(|c| c.cut_offset), Some(end - 30));
+        assert_eq!(k.transactions_aborted.len(), 1, "{k:?}");
+        assert_eq!(k.transactions_aborted[0].first_offset, end - 38);
     }
 }
 
