@@ -151,10 +151,14 @@ impl Inner {
             // segment's log from the closed log the appender kept of it, else from the file too.
             let (mut txn_ends, closings) = match &sealing {
                 Some(kept) => {
+                    // A closed log that cannot be read only leaves the segment's log without its entries.
                     let closed_log = mirror::closed_log_file(&self.root, &name);
-                    let closed = recorded_closed_log(&closed_log, kept.closed_log)
-                        .map_err(|e| TailError::io(&closed_log, e))?
-                        .unwrap_or_default();
+                    let closed = recorded_closed_log(&closed_log, kept.closed_log).unwrap_or_else(|e| {
+                        let path = closed_log.display();
+                        tracing::warn!(%path, error = %e, "closed log unreadable at a seal: segment log left empty");
+                        None
+                    });
+                    let closed = closed.unwrap_or_default();
                     let closings = closed_log::segment_closings_from(&closed, seal.segment_base, next_offset);
                     (kept.txn_ends.clone(), closings)
                 }
