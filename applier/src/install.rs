@@ -47,6 +47,7 @@ use segmirror_transport::SegmentSource;
 
 use crate::error::{Error, Result};
 use crate::report::Refusal;
+use crate::segment_log;
 use place::{place, stale_end_snapshots, Placement};
 use validate::{implausible_sizes, merged_checkpoint, validate, Validated};
 
@@ -171,15 +172,11 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
     if let Some(ends) = &mut txn_ends {
         let (dir, base) = (t.partition_dir.to_path_buf(), m.base_offset);
         let log = blocking("write the segment's log", move || {
-            Ok(kept_segment_log(
-                &dir,
-                base,
-                crate::segment_log::write(&dir, base, &closings).map(Some),
-            ))
+            let written = segment_log::write(&dir, base, &closings).map(Some);
+            Ok(segment_log::kept(&dir, base, written))
         })
         .await?;
-        // A segment without markers has no log to record (nothing in it for a cut to look up).
-        ends.log = log.filter(|l| l.entries > 0);
+        ends.log = segment_log::recorded(log);
     }
     #[cfg(feature = "failpoints")]
     kill_point(t.failpoint.as_deref(), crate::failpoint::FailPoint::BeforeCatalog)?;
@@ -210,21 +207,6 @@ pub(crate) async fn install(t: &Target<'_>) -> Result<std::result::Result<Placed
         reused_bytes: staged.reused_bytes,
         reused_files: staged.reused_files,
     }))
-}
-
-/// The record of segment `base`'s log of the partition `pdir` after a write of it (`crate::segment_log`), or
-/// `None` where it cannot be kept: with a warning where the write failed. The log only spares promotion a read: a
-/// fault writing it stops nothing.
-pub(crate) fn kept_segment_log(
-    pdir: &Path,
-    base: i64,
-    written: std::io::Result<Option<segment_format::file_record::FileRecord>>,
-) -> Option<segment_format::file_record::FileRecord> {
-    written.unwrap_or_else(|e| {
-        let dir = pdir.display();
-        tracing::warn!(%dir, base, error = %e, "segment log not written: a cut in it reads back instead");
-        None
-    })
 }
 
 /// A version's files after step 1: where each one is (in the manifest's order), and what staging cost.

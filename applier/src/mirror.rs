@@ -273,6 +273,17 @@ pub fn segment_log_file(root: &Path, name: &str, base: i64) -> PathBuf {
     segment_logs_dir(root, name).join(format!("{base:020}.{CLOSED_LOG_EXT}"))
 }
 
+/// The segment base a file name in a `.closed/<name>` directory names ([`segment_log_file`]'s), or `None` for
+/// another name.
+pub(crate) fn segment_log_base(file_name: &str) -> Option<i64> {
+    file_name
+        .strip_suffix(CLOSED_LOG_EXT)?
+        .strip_suffix('.')
+        .filter(|digits| digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))?
+        .parse()
+        .ok()
+}
+
 /// `<root>/.archive`.
 pub(crate) fn archive_dir(root: &Path) -> PathBuf {
     root.join(ARCHIVE_DIR)

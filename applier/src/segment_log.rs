@@ -103,6 +103,22 @@ pub fn append(
     Ok(Some(from.append(&bytes, entries.len())))
 }
 
+/// The log's record after a write of it (`written`: [`write`], [`append`]), or `None` where it cannot be kept: with a
+/// warning where the write failed. The log only spares promotion a read: a fault writing it stops nothing.
+pub fn kept(pdir: &Path, base: i64, written: std::io::Result<Option<FileRecord>>) -> Option<FileRecord> {
+    written.unwrap_or_else(|e| {
+        let dir = pdir.display();
+        tracing::warn!(%dir, base, error = %e, "segment log not written: a cut in it reads back instead");
+        None
+    })
+}
+
+/// What a version's `txn_ends` records of its segment's log (`kept`): nothing for a segment without markers, which
+/// has nothing in it for a cut to look up.
+pub fn recorded(kept: Option<FileRecord>) -> Option<FileRecord> {
+    kept.filter(|log| log.entries > 0)
+}
+
 /// Segment `base`'s log of the mirror partition `pdir`, when its bytes are the ones `recorded` says (module docs);
 /// `None` otherwise.
 pub fn read(pdir: &Path, base: i64, recorded: FileRecord) -> std::io::Result<Option<Vec<SegmentClosing>>> {
@@ -121,13 +137,7 @@ fn sweep(dir: &Path, pdir: &Path, keep: i64) -> std::io::Result<()> {
     };
     for entry in entries {
         let entry = entry?;
-        let name = entry.file_name();
-        let Some(base) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".bin"))
-            .filter(|n| n.len() == 20)
-            .and_then(|n| n.parse::<i64>().ok())
-        else {
+        let Some(base) = entry.file_name().to_str().and_then(mirror::segment_log_base) else {
             continue;
         };
         if base != keep && !pdir.join(segment_file_name(base, SegmentFileKind::Log)).exists() {

@@ -523,22 +523,18 @@ async fn every_install_records_how_its_batches_leave_the_transactions() {
             )
             .unwrap()
     };
+    // `verify` finds exactly one finding, of `severity`, saying `text`.
+    let found_only = |severity: Severity, text: &str| {
+        let (findings, _) = verify_recorded_transactions(&w.mirror(), &w.catalog());
+        assert!(
+            findings.len() == 1 && findings[0].severity == severity && findings[0].to_string().contains(text),
+            "{findings:#?}"
+        );
+    };
     assert!(rerecord(&record_text(record), &record_text(relogged)) >= 1);
-    let (findings, _) = verify_recorded_transactions(&w.mirror(), &w.catalog());
-    assert!(
-        findings.len() == 1
-            && findings[0].severity == Severity::Error
-            && findings[0].to_string().contains("which a consistent cut trusts"),
-        "{findings:#?}"
-    );
+    found_only(Severity::Error, "which a consistent cut trusts");
     std::fs::write(&path, &kept).unwrap();
-    let (findings, _) = verify_recorded_transactions(&w.mirror(), &w.catalog());
-    assert!(
-        findings.len() == 1
-            && findings[0].severity == Severity::Warning
-            && findings[0].to_string().contains("is not the one recorded"),
-        "{findings:#?}"
-    );
+    found_only(Severity::Warning, "is not the one recorded");
     rerecord(&record_text(relogged), &record_text(record));
     drop(catalog);
     let lied = rusqlite::Connection::open(w.catalog_path())

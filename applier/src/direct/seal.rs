@@ -6,6 +6,7 @@ use segment_format::closed_log;
 
 use super::kept::recorded_closed_log;
 use super::*;
+use crate::segment_log;
 
 impl Inner {
     pub(super) fn apply_seal(&mut self, seal: &SegmentSeal) -> TailResult<()> {
@@ -165,10 +166,8 @@ impl Inner {
                 None => segment_format::txn_ends::logged_of_log(&path, next_offset)?,
             };
             if let Some(ends) = &mut txn_ends {
-                let written = crate::segment_log::write(&pdir, seal.segment_base, &closings).map(Some);
-                let log = crate::install::kept_segment_log(&pdir, seal.segment_base, written);
-                // A segment without markers has no log to record (nothing in it for a cut to look up).
-                ends.log = log.filter(|l| l.entries > 0);
+                let written = segment_log::write(&pdir, seal.segment_base, &closings).map(Some);
+                ends.log = segment_log::recorded(segment_log::kept(&pdir, seal.segment_base, written));
             }
             let record = catalog::SealRecord {
                 segment_base: seal.segment_base,

@@ -55,6 +55,7 @@ use super::chunks::{append, check_chunk, compare, fetch_chunk};
 use super::{blocking, merged_checkpoint, set_mtime_and_sync, stale_end_snapshots, PageCache, Placed, Target};
 use crate::error::{Error, Result};
 use crate::report::Refusal;
+use crate::segment_log;
 
 /// Interval of the indexes rebuilt from the appended batches and compared with the version's: the shipper's default
 /// (`seed`'s `index_interval_bytes`, Kafka's default `index.interval.bytes`). A shipper run with another one makes
@@ -234,15 +235,14 @@ pub(crate) async fn try_append(
     if let Some(from) = proven.segment_log {
         let (dir, base) = (t.partition_dir.to_path_buf(), m.base_offset);
         proven.segment_log = blocking("append to the segment's log", move || {
-            let written = crate::segment_log::append(&dir, base, from, &closings);
-            Ok(super::kept_segment_log(&dir, base, written))
+            let written = segment_log::append(&dir, base, from, &closings);
+            Ok(segment_log::kept(&dir, base, written))
         })
         .await?;
     }
     let mut txn_ends = proven.txn_ends.finish();
     if let Some(ends) = &mut txn_ends {
-        // A segment without markers so far has no log to record (nothing in it for a cut to look up).
-        ends.log = proven.segment_log.filter(|l| l.entries > 0);
+        ends.log = segment_log::recorded(proven.segment_log);
     }
     cache.keep(&run.installed, proven);
     t.progress.advance(reused + fetched);

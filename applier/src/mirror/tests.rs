@@ -52,6 +52,18 @@ fn the_state_paths_keep_their_on_disk_names() {
     ] {
         assert_eq!(built, PathBuf::from(expected));
     }
+    // A segment log's name gives its base back; other names none.
+    let logged = segment_log_file(root, name, 42);
+    let file_name = logged.file_name().unwrap().to_str().unwrap();
+    assert_eq!(segment_log_base(file_name), Some(42));
+    for other in [
+        "00000000000000000042.json",
+        "42.bin",
+        "-0000000000000000042.bin",
+        "0000000000000000004x.bin",
+    ] {
+        assert_eq!(segment_log_base(other), None, "{other}");
+    }
     assert_eq!(
         archive_range_file("orders", 3, 5, 17),
         ".archive/orders-3/00000000000000000005-00000000000000000017.log"

@@ -24,10 +24,10 @@
 //! segment's closed log: [`decided_by_closed`]), or by the record of the segment holding the cut, which names each
 //! producer's last marker in it with its transaction's batches there and the transactions open at its end, and by
 //! that segment's log of every marker where the record keeps one (`crate::segment_log`; [`decided_by_record`]), and
-//! otherwise read back from the cut ([`open_at_cut_reading_back`]); where that cannot
-//! tell, a cut inside a segment ([`open_at_cut`]) folds the records of the segments before it and walks only that
-//! segment's batches below the cut — none when its own record names no transactional producer. A tail-fed mirror
-//! has the records too: each seal records its segment's (`crate::direct`'s catalog).
+//! otherwise read back from the cut ([`open_at_cut_reading_back`]); where that cannot tell, a cut inside a segment
+//! ([`open_at_cut`]) folds the records of the segments before it and walks only that segment's batches below the
+//! cut — none when its own record names no transactional producer. A tail-fed mirror has the records too: each seal
+//! records its segment's (`crate::direct`'s catalog).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -25,7 +25,7 @@ use crate::log::LogFile;
 use crate::partition_metadata::PartitionMetadata;
 use crate::record::{for_each_record, BatchBuilder, DeepLimits, RecordSpec};
 use crate::snapshot::{ProducerSnapshot, ProducerSnapshotEntry};
-use crate::txn_index::{self, AbortedTxn, TxnTracker};
+use crate::txn_index::{self, AbortedTxn, ClosedTransaction, TxnTracker};
 
 fn quick() -> WriterConfig {
     WriterConfig {
@@ -860,6 +860,16 @@ fn bulk_writes_the_size_asked_and_regenerates() {
 }
 
 /// `records_per_batch` and `value_bytes` make the ~1 KiB one-record batches of the many-small-partitions benchmark.
+/// The batches of the partition `dir`, the transactions their markers closed as a tracker sees them, and how many
+/// it holds open at the end.
+fn closed_transactions(dir: &Path) -> (Vec<BatchInfo>, Vec<ClosedTransaction>, usize) {
+    let (segments, _) = read_partition(dir);
+    let infos: Vec<BatchInfo> = segments.iter().flat_map(|s| s.infos.iter().cloned()).collect();
+    let mut tracker = TxnTracker::new();
+    let closed = infos.iter().filter_map(|i| tracker.on_batch_closing(i).1).collect();
+    (infos, closed, tracker.open_tallied().count())
+}
+
 #[test]
 fn bulk_writes_small_batches_when_asked() {
     let tmp = tempfile::tempdir().unwrap();
@@ -924,11 +934,8 @@ fn bulk_writes_small_batches_when_asked() {
     )
     .unwrap();
     for (p, plain) in committed.partitions.iter().zip(&manifest.partitions) {
-        let (segments, _) = read_partition(&p.written.dir);
-        let infos: Vec<_> = segments.iter().flat_map(|s| s.infos.iter()).collect();
-        let mut tracker = TxnTracker::new();
-        let closed: Vec<_> = infos.iter().filter_map(|i| tracker.on_batch_closing(i).1).collect();
-        assert_eq!(tracker.open_tallied().count(), 0);
+        let (infos, closed, still_open) = closed_transactions(&p.written.dir);
+        assert_eq!(still_open, 0);
         assert_eq!(closed.len(), 1, "{closed:?}");
         assert_eq!(closed[0].first_offset, Some(plain.written.log_end_offset));
         let (data, marker) = (infos[infos.len() - 2], infos[infos.len() - 1]);
@@ -952,10 +959,7 @@ fn bulk_writes_small_batches_when_asked() {
     )
     .unwrap();
     for (p, plain) in again.partitions.iter().zip(&manifest.partitions) {
-        let (segments, _) = read_partition(&p.written.dir);
-        let infos: Vec<_> = segments.iter().flat_map(|s| s.infos.iter()).collect();
-        let mut tracker = TxnTracker::new();
-        let closed: Vec<_> = infos.iter().filter_map(|i| tracker.on_batch_closing(i).1).collect();
+        let (infos, closed, _) = closed_transactions(&p.written.dir);
         let shape: Vec<_> = closed
             .iter()
             .map(|c| (c.producer_id, c.first_offset, c.tally.map(|t| t.batches)))
