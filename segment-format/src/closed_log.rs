@@ -216,18 +216,19 @@ fn parse_with(bytes: &[u8], extra: u8) -> Result<Vec<(ClosedTransaction, u8)>, C
 
 /// The transaction `producer`'s marker at `marker_offset` closed, in `closed` (in marker offset order).
 pub fn find(closed: &[ClosedTransaction], producer: i64, marker_offset: i64) -> Option<&ClosedTransaction> {
-    let at = closed.partition_point(|c| c.marker_offset < marker_offset);
-    closed
-        .get(at)
-        .filter(|c| c.marker_offset == marker_offset && c.producer_id == producer)
+    find_by(closed, |c| (c.producer_id, c.marker_offset), producer, marker_offset)
 }
 
 /// The entry of `producer`'s marker at `marker_offset` in a segment's log `closings` (in marker offset order).
 pub fn find_in_segment(closings: &[SegmentClosing], producer: i64, marker_offset: i64) -> Option<&SegmentClosing> {
-    let at = closings.partition_point(|c| c.marker_offset < marker_offset);
-    closings
-        .get(at)
-        .filter(|c| c.marker_offset == marker_offset && c.producer_id == producer)
+    find_by(closings, |c| (c.producer_id, c.marker_offset), producer, marker_offset)
+}
+
+/// Either log's lookup: the entry at `marker_offset` (binary search; `key` gives an entry's producer and marker
+/// offset, in marker offset order), when it is `producer`'s.
+fn find_by<T>(entries: &[T], key: impl Fn(&T) -> (i64, i64), producer: i64, marker_offset: i64) -> Option<&T> {
+    let at = entries.partition_point(|e| key(e).1 < marker_offset);
+    entries.get(at).filter(|e| key(e) == (producer, marker_offset))
 }
 
 /// The first `recorded.entries` entries' bytes of the log at `path`, when they are the recorded ones (module

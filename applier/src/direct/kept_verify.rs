@@ -312,14 +312,10 @@ fn derive(
             return Err(TailError::Format(e));
         }
     }
-    let of = |bytes: Vec<u8>, entries: usize| FileRecord {
-        entries: entries as u64,
-        crc32c: crc32c::crc32c(&bytes),
-    };
     Ok(Derived {
-        offset_index: of(serialize_offset_index(offsets.entries()), offsets.entries().len()),
-        time_index: of(serialize_time_index(times.entries()), times.entries().len()),
-        txn_index: of(txn_index::serialize(&aborted), aborted.len()),
+        offset_index: FileRecord::of(&serialize_offset_index(offsets.entries()), offsets.entries().len()),
+        time_index: FileRecord::of(&serialize_time_index(times.entries()), times.entries().len()),
+        txn_index: FileRecord::of(&txn_index::serialize(&aborted), aborted.len()),
         open_transactions: tracker.open_tallied().collect(),
         closed,
         closed_at,
